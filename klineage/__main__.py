@@ -1,0 +1,3 @@
+from klineage.cli import main
+
+raise SystemExit(main())

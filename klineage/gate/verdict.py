@@ -1,0 +1,151 @@
+"""The gate's verdict: one JSON record per (kernel, problem, cases, GPU, toolchain, policy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from klineage.errors import DocumentError
+
+VERDICT_VERSION = 1
+
+
+class Status(str, Enum):
+    PASSED = "passed"  # every stage that ran passed, GPU stages included
+    COMPILED = "compiled"  # compile-only run: static check and compile passed, nothing ran
+    REJECTED = "rejected"  # a stage found the kernel wrong, unsafe or unrunnable
+    ERROR = "error"  # the harness or the problem failed, not the kernel: no judgement on it
+
+
+class Reason(str, Enum):
+    """Why a kernel was rejected; each is a distinct failure a user can act on."""
+
+    STATIC_CHECK = "static_check"
+    COMPILE_ERROR = "compile_error"
+    PLAN_ERROR = "plan_error"
+    RESOURCE_LIMIT = "resource_limit"
+    LAUNCH_ERROR = "launch_error"
+    CRASH = "crash"  # illegal address, misaligned access, trap: the context died
+    TIMEOUT = "timeout"
+    OUTPUT_FLOOD = "output_flood"
+    UNWRITTEN_OUTPUT = "unwritten_output"  # poison still there: elements never written
+    NAN_OUTPUT = "nan_output"
+    INCORRECT = "incorrect"
+    STALE_OUTPUT = "stale_output"  # matches the answer for earlier inputs: caching across calls
+    NONDETERMINISTIC = "nondeterministic"
+    INPUT_MODIFIED = "input_modified"
+    OUT_OF_BOUNDS_WRITE = "out_of_bounds_write"  # a guard region around a buffer was overwritten
+    MEMCHECK = "memcheck"  # compute-sanitizer memcheck found an invalid access
+    RACE = "race"  # compute-sanitizer racecheck found a shared-memory hazard
+    TIMED_OUTPUT_INCORRECT = "timed_output_incorrect"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason with its evidence; a verdict's first finding decides it."""
+
+    reason: Reason
+    stage: str
+    message: str
+    case: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason.value, "stage": self.stage, "message": self.message,
+                "case": self.case, "evidence": self.evidence}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        try:
+            reason = Reason(data["reason"])
+        except (KeyError, ValueError):
+            raise DocumentError("finding", f"unknown reason {data.get('reason')!r}") from None
+        return cls(reason, data.get("stage", ""), data.get("message", ""), data.get("case", ""),
+                   dict(data.get("evidence", {})))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    kernel: dict[str, str]  # name, fingerprint
+    problem: dict[str, str]  # operator, fingerprint
+    cases: tuple[str, ...]
+    policy: dict[str, Any]
+    findings: tuple[Finding, ...] = ()
+    static: dict[str, Any] = field(default_factory=dict)
+    compile: dict[str, Any] = field(default_factory=dict)
+    features: dict[str, Any] = field(default_factory=dict)
+    correctness: tuple[dict[str, Any], ...] = ()
+    profile: dict[str, Any] = field(default_factory=dict)
+    sanitizer: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds spent per stage
+
+    def __post_init__(self) -> None:
+        if self.status is Status.REJECTED and not self.findings:
+            raise DocumentError("verdict", "a rejected verdict needs at least one finding")
+        if self.status in (Status.PASSED, Status.COMPILED) and self.findings:
+            raise DocumentError("verdict", f"a {self.status.value} verdict cannot carry findings")
+
+    @property
+    def passed(self) -> bool:
+        return self.status is Status.PASSED
+
+    @property
+    def reason(self) -> Reason | None:
+        return self.findings[0].reason if self.findings else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": VERDICT_VERSION,
+            "status": self.status.value,
+            "reason": self.reason.value if self.reason else None,
+            "kernel": self.kernel,
+            "problem": self.problem,
+            "cases": list(self.cases),
+            "policy": self.policy,
+            "findings": [f.to_dict() for f in self.findings],
+            "static": self.static,
+            "compile": self.compile,
+            "features": self.features,
+            "correctness": list(self.correctness),
+            "profile": self.profile,
+            "sanitizer": self.sanitizer,
+            "environment": self.environment,
+            "provenance": self.provenance,
+            "timings": self.timings,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Verdict:
+        if not isinstance(data, dict):
+            raise DocumentError("verdict", "must be an object")
+        if data.get("version") != VERDICT_VERSION:
+            raise DocumentError("verdict", f"unsupported version {data.get('version')!r}")
+        try:
+            status = Status(data["status"])
+        except (KeyError, ValueError):
+            raise DocumentError("verdict", f"unknown status {data.get('status')!r}") from None
+        for key in ("kernel", "problem", "cases", "policy"):
+            if key not in data:
+                raise DocumentError("verdict", f"missing '{key}'")
+        return cls(
+            status=status,
+            kernel=dict(data["kernel"]),
+            problem=dict(data["problem"]),
+            cases=tuple(data["cases"]),
+            policy=dict(data["policy"]),
+            findings=tuple(Finding.from_dict(f) for f in data.get("findings", [])),
+            static=dict(data.get("static", {})),
+            compile=dict(data.get("compile", {})),
+            features=dict(data.get("features", {})),
+            correctness=tuple(data.get("correctness", [])),
+            profile=dict(data.get("profile", {})),
+            sanitizer=dict(data.get("sanitizer", {})),
+            environment=dict(data.get("environment", {})),
+            provenance=dict(data.get("provenance", {})),
+            timings=dict(data.get("timings", {})),
+        )

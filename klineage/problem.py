@@ -1,0 +1,425 @@
+"""Problems: the contract users write to, loaded and validated.
+
+A problem file is Python. It declares `OPERATOR`, named `CASES` (parameters and dtypes),
+`make_inputs(case, seed, device)`, `reference(inputs)` in PyTorch, `OUTPUTS`, optional `vendor`,
+`TOLERANCES`, `check` (custom correctness) and `roofline(case)`. Files written for the reference
+KLineage implementation (`make_inputs(seed, device)`, `torch_ref(*inputs)`) load too, as one case.
+
+Loading a problem executes its code: the gate does that only inside its sandboxed runner
+(`klineage.gate.probe`); callers outside it use the `ProblemInfo` the probe returns.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from klineage import expr
+from klineage.errors import DocumentError
+from klineage.fingerprint import normalize_source, sha256_text
+
+DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Elementwise |out - ref| <= atol + rtol * |ref| everywhere, and ||out - ref|| / ||ref|| <= rel_l2."""
+
+    rtol: float
+    atol: float
+    rel_l2: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"rtol": self.rtol, "atol": self.atol, "rel_l2": self.rel_l2}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Tolerance:
+        if not isinstance(data, dict) or set(data) - {"rtol", "atol", "rel_l2"}:
+            raise DocumentError(where, "a tolerance is a table of rtol, atol and rel_l2")
+        values = {k: data.get(k, DEFAULT_TOLERANCES["float32"].to_dict()[k]) for k in ("rtol", "atol", "rel_l2")}
+        for key, value in values.items():
+            if not isinstance(value, (int, float)) or not 0 <= value < 1:
+                raise DocumentError(where, f"{key} must be a number in [0, 1), got {value!r}")
+        return cls(**{k: float(v) for k, v in values.items()})
+
+
+DEFAULT_TOLERANCES = {
+    "float64": Tolerance(rtol=1e-7, atol=1e-9, rel_l2=1e-9),
+    "float32": Tolerance(rtol=1e-4, atol=1e-5, rel_l2=1e-5),
+    "float16": Tolerance(rtol=1e-2, atol=1e-2, rel_l2=5e-3),
+    "bfloat16": Tolerance(rtol=2e-2, atol=2e-2, rel_l2=1e-2),
+}
+EXACT = Tolerance(rtol=0.0, atol=0.0, rel_l2=0.0)
+
+
+def tolerance_for(dtype: str, overrides: dict[str, Tolerance]) -> Tolerance:
+    if dtype in overrides:
+        return overrides[dtype]
+    return DEFAULT_TOLERANCES.get(dtype, EXACT)
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    name: str
+    shape: tuple[str | int, ...]  # expressions over case parameters
+    dtype: str  # a dtype name, or the name of a case parameter holding one
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_dict(cls, name: str, data: Any, where: str) -> OutputSpec:
+        if not isinstance(data, dict) or "shape" not in data or "dtype" not in data:
+            raise DocumentError(where, f"output '{name}' needs 'shape' (a list) and 'dtype'")
+        shape = data["shape"]
+        if not isinstance(shape, (list, tuple)) or not shape:
+            raise DocumentError(where, f"output '{name}': shape must be a non-empty list")
+        for dim in shape:
+            if isinstance(dim, str):
+                expr.parse(dim)
+            elif not isinstance(dim, int) or isinstance(dim, bool):
+                raise DocumentError(where, f"output '{name}': dimension {dim!r} is not a number or expression")
+        return cls(name=name, shape=tuple(shape), dtype=str(data["dtype"]))
+
+    def resolve(self, params: dict[str, Any]) -> tuple[tuple[int, ...], str]:
+        dims = tuple(expr.evaluate_int(d, {k: v for k, v in params.items() if not isinstance(v, str)})
+                     for d in self.shape)
+        dtype = params.get(self.dtype, self.dtype) if self.dtype not in DTYPES else self.dtype
+        if dtype not in DTYPES:
+            raise DocumentError(self.name, f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+        return dims, dtype
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    params: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "params": dict(self.params)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Case:
+        return cls(name=data["name"], params=dict(data["params"]))
+
+
+@dataclass(frozen=True)
+class ProblemInfo:
+    """Everything about a problem that can travel as JSON: what the web and the orchestrator see."""
+
+    operator: str
+    path: str
+    fingerprint: str
+    cases: tuple[Case, ...]
+    headline: str
+    outputs: tuple[OutputSpec, ...]
+    tolerances: dict[str, Tolerance]
+    roofline: dict[str, dict[str, float]]  # case -> {"flops", "bytes"}
+    has_vendor: bool
+    has_check: bool
+    legacy: bool
+    description: str = ""
+    math: str = "fp32"  # the unit its flops run on, for the roofline: fp32 | tf32 | fp16 | bf16
+
+    def case(self, name: str) -> Case:
+        for case in self.cases:
+            if case.name == name:
+                return case
+        raise DocumentError(self.operator, f"no case '{name}' (cases: {', '.join(c.name for c in self.cases)})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "operator": self.operator,
+            "path": self.path,
+            "fingerprint": self.fingerprint,
+            "cases": [c.to_dict() for c in self.cases],
+            "headline": self.headline,
+            "outputs": [o.to_dict() for o in self.outputs],
+            "tolerances": {k: t.to_dict() for k, t in self.tolerances.items()},
+            "roofline": self.roofline,
+            "has_vendor": self.has_vendor,
+            "has_check": self.has_check,
+            "legacy": self.legacy,
+            "description": self.description,
+            "math": self.math,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProblemInfo:
+        return cls(
+            operator=data["operator"],
+            path=data["path"],
+            fingerprint=data["fingerprint"],
+            cases=tuple(Case.from_dict(c) for c in data["cases"]),
+            headline=data["headline"],
+            outputs=tuple(OutputSpec.from_dict(o["name"], o, "outputs") for o in data["outputs"]),
+            tolerances={k: Tolerance.from_dict(v, k) for k, v in data["tolerances"].items()},
+            roofline=data["roofline"],
+            has_vendor=data["has_vendor"],
+            has_check=data["has_check"],
+            legacy=data["legacy"],
+            description=data.get("description", ""),
+            math=data.get("math", "fp32"),
+        )
+
+
+@dataclass
+class Problem:
+    """A loaded problem module. Only the sandboxed runner and trusted bundled files build one."""
+
+    info: ProblemInfo
+    make_inputs: Callable[[dict[str, Any], int, Any], dict[str, Any]]
+    reference: Callable[[dict[str, Any]], dict[str, Any]]
+    vendor: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    check: Callable[..., str | None] | None = None
+    module: ModuleType | None = field(default=None, repr=False)
+
+
+def load_problem(path: str | Path) -> Problem:
+    """Execute a problem file and validate its declarations (not its numerics: see `validate_numerics`)."""
+    path = Path(path)
+    where = str(path)
+    if not path.is_file():
+        raise DocumentError(where, "problem file not found")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise DocumentError(where, "problem file is not UTF-8") from None
+    module = _exec_module(path, where)
+    if hasattr(module, "torch_ref") and not hasattr(module, "CASES"):
+        return _load_legacy(module, path, text)
+    return _load_modern(module, path, text)
+
+
+def _exec_module(path: Path, where: str) -> ModuleType:
+    name = f"klineage_problem_{sha256_text(str(path.resolve()))[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise DocumentError(where, "cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file failed: say how, in its own words
+        raise DocumentError(where, f"raised {type(exc).__name__} while loading: {exc}") from None
+    sys.modules.pop(name, None)
+    return module
+
+
+def _require_callable(module: ModuleType, name: str, arity: int | None, where: str) -> Callable:
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise DocumentError(where, f"must define a function '{name}'")
+    if arity is not None:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(params) != arity:
+            raise DocumentError(where, f"'{name}' must take {arity} positional parameters, takes {len(params)}")
+    return fn
+
+
+def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
+    where = str(path)
+    operator = getattr(module, "OPERATOR", None)
+    if not isinstance(operator, str) or not operator.isidentifier():
+        raise DocumentError(where, "OPERATOR must be an identifier string, e.g. 'row_softmax'")
+    raw_cases = getattr(module, "CASES", None)
+    if not isinstance(raw_cases, dict) or not raw_cases:
+        raise DocumentError(where, "CASES must be a non-empty dict of case name -> parameters")
+    cases = []
+    for name, params in raw_cases.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise DocumentError(where, f"case name {name!r} must be an identifier")
+        if not isinstance(params, dict):
+            raise DocumentError(where, f"case '{name}' must be a dict of parameters")
+        for key, value in params.items():
+            if not isinstance(key, str) or not key.isidentifier():
+                raise DocumentError(where, f"case '{name}': parameter name {key!r} must be an identifier")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise DocumentError(where, f"case '{name}': parameter '{key}' is not finite")
+            if not isinstance(value, (int, float, str, bool)):
+                raise DocumentError(where, f"case '{name}': parameter '{key}' must be a number, bool or string")
+            if isinstance(value, str) and key.endswith("dtype") and value not in DTYPES:
+                raise DocumentError(where, f"case '{name}': dtype {value!r} is not one of {', '.join(DTYPES)}")
+        cases.append(Case(name=name, params=dict(params)))
+    headline = getattr(module, "HEADLINE", cases[0].name)
+    if headline not in raw_cases:
+        raise DocumentError(where, f"HEADLINE '{headline}' is not one of the CASES")
+
+    raw_outputs = getattr(module, "OUTPUTS", None)
+    if not isinstance(raw_outputs, dict) or not raw_outputs:
+        raise DocumentError(where, "OUTPUTS must be a dict of output name -> {shape, dtype}")
+    outputs = tuple(OutputSpec.from_dict(name, spec, f"{where}: OUTPUTS") for name, spec in raw_outputs.items())
+    for case in cases:
+        for out in outputs:
+            try:
+                dims, _ = out.resolve(case.params)
+            except DocumentError as exc:
+                raise DocumentError(where, f"case '{case.name}', output '{out.name}': {exc}") from None
+            if min(dims) < 1:
+                raise DocumentError(where, f"case '{case.name}': output '{out.name}' has an empty shape {dims}")
+
+    tolerances = {
+        dtype: Tolerance.from_dict(tol, f"{where}: TOLERANCES[{dtype}]")
+        for dtype, tol in (getattr(module, "TOLERANCES", None) or {}).items()
+    }
+    make_inputs = _require_callable(module, "make_inputs", 3, where)
+    reference = _require_callable(module, "reference", 1, where)
+    vendor = _require_callable(module, "vendor", 1, where) if hasattr(module, "vendor") else None
+    check = _require_callable(module, "check", 4, where) if hasattr(module, "check") else None
+    roofline_fn = _require_callable(module, "roofline", 1, where)
+    roofline = {}
+    for case in cases:
+        try:
+            figures = roofline_fn(dict(case.params))
+        except Exception as exc:
+            raise DocumentError(where, f"roofline({case.name}) raised {type(exc).__name__}: {exc}") from None
+        if not isinstance(figures, dict) or not {"flops", "bytes"} <= set(figures):
+            raise DocumentError(where, f"roofline({case.name}) must return {{'flops': ..., 'bytes': ...}}")
+        if figures["bytes"] <= 0 or figures["flops"] < 0:
+            raise DocumentError(where, f"roofline({case.name}) must give positive bytes and non-negative flops")
+        roofline[case.name] = {"flops": float(figures["flops"]), "bytes": float(figures["bytes"])}
+    math_unit = getattr(module, "MATH", "fp32")
+    if math_unit not in ("fp32", "tf32", "fp16", "bf16"):
+        raise DocumentError(where, f"MATH must be fp32, tf32, fp16 or bf16, not {math_unit!r}")
+    info = ProblemInfo(
+        operator=operator,
+        path=str(path),
+        fingerprint=sha256_text(normalize_source(text)),
+        cases=tuple(cases),
+        headline=headline,
+        outputs=outputs,
+        tolerances=tolerances,
+        roofline=roofline,
+        has_vendor=vendor is not None,
+        has_check=check is not None,
+        legacy=False,
+        description=(module.__doc__ or "").strip(),
+        math=math_unit,
+    )
+    return Problem(info=info, make_inputs=make_inputs, reference=_as_dict_fn(reference, outputs),
+                   vendor=_as_dict_fn(vendor, outputs) if vendor else None, check=check, module=module)
+
+
+LEGACY_CASE = "default"
+
+
+def _load_legacy(module: ModuleType, path: Path, text: str) -> Problem:
+    """The reference implementation's files: make_inputs(seed, device) and torch_ref(*inputs)."""
+    where = str(path)
+    legacy_make = _require_callable(module, "make_inputs", 2, where)
+    torch_ref = _require_callable(module, "torch_ref", None, where)
+    import torch
+
+    try:
+        sample = legacy_make(0, "cpu")
+        expected = torch_ref(*_as_tuple(sample))
+    except Exception as exc:
+        raise DocumentError(where, f"legacy make_inputs/torch_ref raised {type(exc).__name__}: {exc}") from None
+    inputs = _as_tuple(sample)
+    results = _as_tuple(expected)
+    if not all(isinstance(t, torch.Tensor) for t in (*inputs, *results)):
+        raise DocumentError(where, "legacy make_inputs and torch_ref must produce tensors")
+    outputs = tuple(
+        OutputSpec(name=f"out{i}", shape=tuple(t.shape) or (1,), dtype=str(t.dtype).removeprefix("torch."))
+        for i, t in enumerate(results)
+    )
+    input_names = [f"in{i}" for i in range(len(inputs))]
+    nbytes = sum(t.numel() * t.element_size() for t in (*inputs, *results))
+    info = ProblemInfo(
+        operator=str(getattr(module, "OPERATOR", path.stem)),
+        path=str(path),
+        fingerprint=sha256_text(normalize_source(text)),
+        cases=(Case(name=LEGACY_CASE, params={}),),
+        headline=LEGACY_CASE,
+        outputs=outputs,
+        tolerances={d: Tolerance(rtol=1e-2, atol=1e-2, rel_l2=1e-2) for d in ("float32", "float16", "bfloat16")},
+        roofline={LEGACY_CASE: {"flops": 0.0, "bytes": float(nbytes)}},
+        has_vendor=False,
+        has_check=False,
+        legacy=True,
+        description=(module.__doc__ or "").strip(),
+    )
+
+    def make_inputs(case: dict[str, Any], seed: int, device: Any) -> dict[str, Any]:
+        return dict(zip(input_names, _as_tuple(legacy_make(seed, device))))
+
+    def reference(named: dict[str, Any]) -> dict[str, Any]:
+        return dict(zip((o.name for o in outputs), _as_tuple(torch_ref(*named.values()))))
+
+    return Problem(info=info, make_inputs=make_inputs, reference=reference, module=module)
+
+
+def _as_tuple(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _as_dict_fn(fn: Callable | None, outputs: tuple[OutputSpec, ...]) -> Callable | None:
+    """Let reference/vendor return a tensor, a tuple or a dict; always hand back a dict by output name."""
+    if fn is None:
+        return None
+    names = [o.name for o in outputs]
+
+    def wrapped(inputs: dict[str, Any]) -> dict[str, Any]:
+        result = fn(inputs)
+        if isinstance(result, dict):
+            missing = set(names) - set(result)
+            if missing:
+                raise DocumentError(fn.__name__, f"did not return outputs {sorted(missing)}")
+            return {n: result[n] for n in names}
+        values = _as_tuple(result)
+        if len(values) != len(names):
+            raise DocumentError(fn.__name__, f"returned {len(values)} outputs, OUTPUTS declares {len(names)}")
+        return dict(zip(names, values))
+
+    return wrapped
+
+
+def validate_numerics(problem: Problem, device: str = "cpu") -> list[str]:
+    """Refuse problems a do-nothing kernel could pass. Returns readable findings (empty means sound).
+
+    Runs the smallest case: inputs must depend on the seed and be reproducible from it; reference
+    outputs must be finite, not near zero, and must change when the inputs change.
+    """
+    import torch
+
+    findings = []
+    case = min(problem.info.cases, key=lambda c: math.prod(
+        max(1, v) for v in c.params.values() if isinstance(v, int) and not isinstance(v, bool)))
+    params = dict(case.params)
+    first = problem.make_inputs(params, 0, device)
+    again = problem.make_inputs(params, 0, device)
+    other = problem.make_inputs(params, 1, device)
+    if not isinstance(first, dict) or not first or not all(isinstance(t, torch.Tensor) for t in first.values()):
+        return [f"make_inputs must return a non-empty dict of name -> tensor (case '{case.name}')"]
+    for name, tensor in first.items():
+        if not torch.equal(tensor, again[name]):
+            findings.append(f"input '{name}' differs between two calls with the same seed")
+    if all(torch.equal(first[n], other[n]) for n in first):
+        findings.append("inputs do not change with the seed")
+    ref_a = problem.reference({k: v.clone() for k, v in first.items()})
+    ref_b = problem.reference({k: v.clone() for k, v in other.items()})
+    for out in problem.info.outputs:
+        a, b = ref_a[out.name], ref_b[out.name]
+        dims, _ = out.resolve(params)
+        if tuple(a.shape) != dims and not problem.info.legacy:
+            findings.append(f"reference output '{out.name}' has shape {tuple(a.shape)}, OUTPUTS says {dims}")
+            continue
+        if a.dtype.is_floating_point:
+            af, bf = a.double(), b.double()
+            if not torch.isfinite(af).all():
+                findings.append(f"reference output '{out.name}' is not finite for seed 0")
+                continue
+            scale = af.norm() / math.sqrt(max(1, af.numel()))
+            if scale < 1e-6:
+                findings.append(f"reference output '{out.name}' is near zero (rms {scale:.2e}): zeros would pass")
+            elif (af - bf).norm() <= 1e-6 * af.norm():
+                findings.append(f"reference output '{out.name}' does not change with the inputs")
+        elif torch.equal(a, b) and a.numel() > 1:
+            findings.append(f"reference output '{out.name}' does not change with the inputs")
+    return findings
