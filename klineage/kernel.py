@@ -41,6 +41,8 @@ def parse_constants(source: str) -> dict[str, int | float]:
     for _, name, text in sorted(found):
         text = text.split("//")[0].strip()
         text = _FLOAT_SUFFIX.sub("", _INT_SUFFIX.sub("", text))
+        if not re.search(r"\d\.|\.\d|[eE][+-]?\d", text):
+            text = re.sub(r"(?<!/)/(?!/)", "//", text)  # C integer division
         try:
             value = expr.evaluate(text, constants)
         except ExpressionError:

@@ -19,27 +19,32 @@ class Status(str, Enum):
 
 
 class Reason(str, Enum):
-    """Why a kernel was rejected; each is a distinct failure a user can act on."""
+    """Why a kernel was rejected. Declaration order is priority: when a run finds several
+    problems, the verdict's reason is the earliest listed, the most specific evidence."""
 
     STATIC_CHECK = "static_check"
     COMPILE_ERROR = "compile_error"
     PLAN_ERROR = "plan_error"
     RESOURCE_LIMIT = "resource_limit"
     LAUNCH_ERROR = "launch_error"
-    CRASH = "crash"  # illegal address, misaligned access, trap: the context died
     TIMEOUT = "timeout"
     OUTPUT_FLOOD = "output_flood"
-    UNWRITTEN_OUTPUT = "unwritten_output"  # poison still there: elements never written
-    NAN_OUTPUT = "nan_output"
-    INCORRECT = "incorrect"
-    STALE_OUTPUT = "stale_output"  # matches the answer for earlier inputs: caching across calls
-    NONDETERMINISTIC = "nondeterministic"
-    INPUT_MODIFIED = "input_modified"
+    CRASH = "crash"  # illegal address, misaligned access, trap: the context died
     OUT_OF_BOUNDS_WRITE = "out_of_bounds_write"  # a guard region around a buffer was overwritten
     MEMCHECK = "memcheck"  # compute-sanitizer memcheck found an invalid access
     RACE = "race"  # compute-sanitizer racecheck found a shared-memory hazard
+    INPUT_MODIFIED = "input_modified"
+    STALE_OUTPUT = "stale_output"  # matches the answer for earlier inputs: caching across calls
+    UNWRITTEN_OUTPUT = "unwritten_output"  # poison still there: elements never written
+    NAN_OUTPUT = "nan_output"
+    NONDETERMINISTIC = "nondeterministic"
+    INCORRECT = "incorrect"
     TIMED_OUTPUT_INCORRECT = "timed_output_incorrect"
     UNKNOWN = "unknown"
+
+    @property
+    def priority(self) -> int:
+        return list(Reason).index(self)
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class Verdict:
     timings: dict[str, float] = field(default_factory=dict)  # seconds spent per stage
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "findings", tuple(sorted(self.findings, key=lambda f: f.reason.priority)))
         if self.status is Status.REJECTED and not self.findings:
             raise DocumentError("verdict", "a rejected verdict needs at least one finding")
         if self.status in (Status.PASSED, Status.COMPILED) and self.findings:
