@@ -1,0 +1,221 @@
+"""The parent side of the sandboxed runner: build a request, run it, read the private result,
+and turn what happened (a timeout, a flood, a dead process, a sanitizer report) into findings."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from klineage import config
+from klineage.errors import DocumentError, KLineageError
+from klineage.fingerprint import normalize_source, sha256_text
+from klineage.gate import sandbox
+from klineage.gate.policy import GatePolicy
+from klineage.gate.verdict import Finding, Reason
+from klineage.problem import ProblemInfo
+
+PROBE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    info: ProblemInfo
+    numerics: tuple[str, ...]  # findings that make the problem unusable; empty when sound
+    inputs: dict[str, dict[str, Any]]  # input name -> {dtype, shape} on the smallest case
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": PROBE_VERSION, "problem": self.info.to_dict(), "numerics": list(self.numerics),
+                "inputs": self.inputs}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProbeResult:
+        return cls(ProblemInfo.from_dict(data["problem"]), tuple(data["numerics"]), dict(data["inputs"]))
+
+
+@dataclass
+class RunOutcome:
+    result: dict[str, Any]
+    findings: list[Finding] = field(default_factory=list)
+    error: str = ""  # the harness or problem failed: no judgement on the kernel
+    seconds: float = 0.0
+    output_excerpt: str = ""
+
+
+def problem_fingerprint(path: Path) -> str:
+    try:
+        return sha256_text(normalize_source(Path(path).read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise DocumentError(str(path), "problem file not found") from None
+    except UnicodeDecodeError:
+        raise DocumentError(str(path), "problem file is not UTF-8") from None
+
+
+def _runner_env(extra: dict[str, str] | None = None, home: Path | None = None) -> dict[str, str]:
+    path = [str(config.REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return sandbox.minimal_env({"PYTHONPATH": os.pathsep.join(path), **(extra or {})}, home=home)
+
+
+def _workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="klineage-run-"))  # mode 0700: a private channel
+
+
+def _read_result(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def probe_problem(path: str | Path, cache_dir: Path | None = None, device: str = "cpu",
+                  timeout_s: float = 300) -> ProbeResult:
+    """Load and validate a problem file in the sandbox (its code never runs in this process)."""
+    path = Path(path).resolve()
+    fingerprint = problem_fingerprint(path)
+    cached = cache_dir / "problems" / f"{fingerprint}.json" if cache_dir else None
+    if cached and cached.is_file():
+        probe = ProbeResult.from_dict(json.loads(cached.read_text(encoding="utf-8")))
+        return ProbeResult(ProblemInfo.from_dict({**probe.info.to_dict(), "path": str(path)}), probe.numerics,
+                           probe.inputs)
+    work = _workdir()
+    try:
+        request = {"mode": "probe", "problem": str(path), "device": device}
+        (work / "request.json").write_text(json.dumps(request), encoding="utf-8")
+        outcome = sandbox.run([config.runner_python(), "-m", "klineage.gate.runner", "request.json", "result.json"],
+                              cwd=work, timeout_s=timeout_s, env=_runner_env(home=work))
+        result = _read_result(work / "result.json")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if result is None:
+        raise DocumentError(str(path), f"loading the problem failed ({outcome.exit.value}, code "
+                                       f"{outcome.returncode}): {outcome.output[-2000:]}")
+    if "error" in result:
+        raise DocumentError(str(path), result["error"])
+    probe = ProbeResult(ProblemInfo.from_dict(result["problem"]), tuple(result["numerics"]), result["inputs"])
+    if cached:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        temporary = cached.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(probe.to_dict()), encoding="utf-8")
+        os.replace(temporary, cached)
+    return probe
+
+
+def run_on_gpu(request: dict[str, Any], cubins: dict[str, bytes], policy: GatePolicy,
+               on_progress: Callable[[dict], None] | None = None,
+               wrap: list[str] | None = None, extra_env: dict[str, str] | None = None,
+               timeout_s: float | None = None, stall_s: float | None = None) -> RunOutcome:
+    """Run the runner once. `cubins` maps kernel role -> cubin bytes; `wrap` prefixes the command
+    (compute-sanitizer). Everything the kernel could do to the process is turned into findings."""
+    work = _workdir()
+    try:
+        for spec in request["kernels"]:
+            cubin = work / f"{spec['role']}.cubin"
+            cubin.write_bytes(cubins[spec["role"]])
+            spec["cubin"] = str(cubin)
+        request = {**request, "progress": str(work / "progress.jsonl"), "policy": policy.to_dict()}
+        (work / "request.json").write_text(json.dumps(request), encoding="utf-8")
+        argv = [*(wrap or []), config.runner_python(), "-m", "klineage.gate.runner", "request.json", "result.json"]
+        events: list[dict] = []
+
+        def seen(event: dict) -> None:
+            events.append(event)
+            if on_progress:
+                on_progress(event)
+
+        outcome = sandbox.run(argv, cwd=work, timeout_s=timeout_s or policy.run_timeout_s,
+                              env=_runner_env(extra_env, home=work), output_cap=policy.output_cap,
+                              progress_file=work / "progress.jsonl", stall_s=stall_s or policy.launch_timeout_s,
+                              on_progress=seen)
+        result = _read_result(work / "result.json") or {}
+        run = RunOutcome(result=result, seconds=outcome.seconds, output_excerpt=outcome.output[-4000:])
+        last = next((e for e in reversed(events) if "what" in e or "case" in e), {})
+        case = last.get("case", "")
+        if outcome.exit is sandbox.Exit.STALLED:
+            run.findings.append(Finding(Reason.TIMEOUT, "run", f"'{last.get('what', 'a launch')}' did not finish "
+                                        f"within {stall_s or policy.launch_timeout_s:.0f} s", case))
+        elif outcome.exit is sandbox.Exit.TIMEOUT:
+            run.findings.append(Finding(Reason.TIMEOUT, "run", f"the run exceeded {timeout_s or policy.run_timeout_s:.0f} s",
+                                        case))
+        if outcome.flooded:
+            run.findings.append(Finding(Reason.OUTPUT_FLOOD, "run", f"printed {outcome.output_bytes} bytes; the limit "
+                                        f"is {policy.output_cap}", case, {"excerpt": outcome.output[:500]}))
+        run.findings.extend(Finding.from_dict(f) for f in result.get("findings", []))
+        if not result and not run.findings:
+            reason = Reason.CRASH
+            run.findings.append(Finding(reason, "run", f"the runner died ({outcome.exit.value}, code "
+                                        f"{outcome.returncode}) during '{last.get('what', last.get('stage', '?'))}'",
+                                        case, {"output": outcome.output[-2000:]}))
+        if "error" in result and not run.findings:
+            run.error = result["error"] + "\n" + result.get("traceback", "")
+        return run
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+_MEMCHECK_ERROR = re.compile(r"Invalid __(global|shared|local)__ (read|write)|Misaligned|Out-of-range|"
+                             r"Address .* is out of bounds", re.IGNORECASE)
+_ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error", re.IGNORECASE)
+_RACE = re.compile(r"Race reported|hazard", re.IGNORECASE)
+
+
+def sanitize(tool: str, request: dict[str, Any], cubins: dict[str, bytes], policy: GatePolicy) -> tuple[list[Finding], dict]:
+    """Run the candidate once under compute-sanitizer (memcheck or racecheck) on one small case."""
+    binary = config.sanitizer_path()
+    if binary is None:
+        return [], {"tool": tool, "status": "unavailable"}
+    log = Path(tempfile.mkdtemp(prefix="klineage-san-")) / "sanitizer.log"
+    wrap = [binary, "--tool", tool, "--log-file", str(log), "--print-limit", "20", "--error-exitcode", "86"]
+    if tool == "racecheck":
+        wrap += ["--racecheck-report", "hazard"]
+    try:
+        # Separate allocations, so memcheck knows each buffer's true bounds.
+        run = run_on_gpu(request, cubins, policy, wrap=wrap, extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
+                         timeout_s=max(600.0, policy.run_timeout_s), stall_s=max(120.0, 20 * policy.launch_timeout_s))
+        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+    finally:
+        shutil.rmtree(log.parent, ignore_errors=True)
+    summary = _ERROR_SUMMARY.search(text)
+    errors = int(summary.group(1)) if summary else None
+    report = {"tool": tool, "errors": errors, "excerpt": text[:3000], "seconds": run.seconds}
+    findings = [f for f in run.findings if f.reason in (Reason.TIMEOUT, Reason.OUTPUT_FLOOD)]
+    if errors is None and not findings:
+        report["status"] = "no summary"  # the sanitizer itself failed to run: say so, judge nothing
+        report["output"] = run.output_excerpt[-1500:]
+        return [], report
+    report["status"] = "clean" if not errors else "errors"
+    if errors:
+        if tool == "memcheck" and _MEMCHECK_ERROR.search(text):
+            findings.append(Finding(Reason.MEMCHECK, "sanitizer", f"memcheck found {errors} invalid access(es)",
+                                    request["cases"][0], {"excerpt": text[:1500]}))
+        elif tool == "racecheck" and _RACE.search(text):
+            findings.append(Finding(Reason.RACE, "sanitizer", f"racecheck found {errors} shared-memory hazard(s)",
+                                    request["cases"][0], {"excerpt": text[:1500]}))
+        else:
+            findings.append(Finding(Reason.MEMCHECK if tool == "memcheck" else Reason.RACE, "sanitizer",
+                                    f"{tool} reported {errors} error(s)", request["cases"][0], {"excerpt": text[:1500]}))
+    return findings, report
+
+
+def gpu_name() -> str:
+    """The name of the GPU the runner will use; an error when there is none."""
+    explicit = os.environ.get("KLINEAGE_GPU_NAME", "").strip()
+    if explicit:
+        return explicit
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        raise KLineageError("no GPU here (nvidia-smi not found): use --compile-only, or --gate replay for recorded verdicts")
+    import subprocess
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    args = [smi, "--query-gpu=name", "--format=csv,noheader"] + (["-i", visible] if visible.isdigit() else [])
+    done = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    if done.returncode != 0 or not names:
+        raise KLineageError(f"nvidia-smi found no GPU: {done.stderr.strip() or done.stdout.strip()}")
+    return names[0]
+

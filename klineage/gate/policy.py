@@ -1,0 +1,70 @@
+"""Gate policy: how hard the gate looks. Part of every verdict's cache key."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from enum import Enum
+from typing import Any
+
+from klineage.errors import DocumentError
+from klineage.fingerprint import sha256_json
+
+
+class Sanitize(str, Enum):
+    NEVER = "never"
+    ON_PASS = "on_pass"  # only kernels that passed correctness: catches latent races cheaply
+    ALWAYS = "always"  # every kernel that ran: gives the most specific reason for failures
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    seeds: int = 3
+    timing: bool = True  # time the headline case (candidate, baseline, vendor interleaved)
+    timing_case: str = ""  # empty: the problem's headline case
+    vendor: bool = True  # time the problem's vendor path beside the candidate
+    warmup: int = 5
+    trials: int = 3
+    min_reps: int = 15
+    max_reps: int = 200
+    trial_seconds: float = 3.0
+    spread_target: float = 0.05  # stop a trial early once (p90 - p10) / median is under this
+    input_sets: int = 3  # distinct fresh inputs rotated through the timed calls
+    sanitize: Sanitize = Sanitize.ON_PASS
+    launch_timeout_s: float = 10.0  # one synchronisation longer than this is a hang
+    run_timeout_s: float = 900.0
+    output_cap: int = 64 * 1024  # bytes of kernel output tolerated; more is a flood
+    require_ratio: float = 0.0  # paired acceptance vs the baseline: 0 means not required
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.seeds <= 16:
+            raise DocumentError("policy", "seeds must be between 1 and 16")
+        if not 1 <= self.trials <= 10 or not 1 <= self.min_reps <= self.max_reps:
+            raise DocumentError("policy", "need 1..10 trials and 1 <= min_reps <= max_reps")
+        if not 1 <= self.input_sets <= 8:
+            raise DocumentError("policy", "input_sets must be between 1 and 8")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["sanitize"] = self.sanitize.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GatePolicy:
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise DocumentError("policy", f"unknown keys {sorted(unknown)}")
+        values = dict(data)
+        if "sanitize" in values:
+            values["sanitize"] = Sanitize(values["sanitize"])
+        return cls(**values)
+
+    @property
+    def fingerprint(self) -> str:
+        return sha256_json(self.to_dict())
+
+    def with_(self, **changes: Any) -> GatePolicy:
+        return replace(self, **changes)
+
+
+QUICK = GatePolicy(seeds=3, timing=False, sanitize=Sanitize.NEVER)
+STRICT = GatePolicy(seeds=3, sanitize=Sanitize.ALWAYS)

@@ -1,0 +1,500 @@
+"""The sandboxed GPU runner: the only place a candidate kernel (and a problem file) executes.
+
+    python -m klineage.gate.runner REQUEST.json RESULT.json
+
+The parent (`klineage.gate.execute`) starts it in a fresh process group and reads RESULT.json,
+never stdout. Progress goes to a JSON-lines file; a line {"waiting": true} precedes every
+synchronisation so the parent can tell a hung kernel from a slow harness.
+torch and pycuda are imported here only, never at engine import time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from klineage.gate.verdict import Reason
+from klineage.launch import ResolvedLaunch
+
+SCALAR_NUMPY = {"i32": "int32", "u32": "uint32", "i64": "int64", "u64": "uint64", "f32": "float32", "f64": "float64"}
+
+
+class Progress:
+    def __init__(self, path: str | None):
+        self.path = Path(path) if path else None
+
+    def emit(self, **event: Any) -> None:
+        if self.path is None:
+            return
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(event) + "\n")
+
+
+class KernelFault(Exception):
+    """A CUDA error raised by a candidate's launch or by the synchronisation after it."""
+
+    def __init__(self, reason: Reason, message: str):
+        self.reason = reason
+        super().__init__(message)
+
+
+def _finding(reason: Reason, stage: str, message: str, case: str = "", **evidence: Any) -> dict[str, Any]:
+    return {"reason": reason.value, "stage": stage, "message": message, "case": case, "evidence": evidence}
+
+
+class Device:
+    """torch's primary context shared with pycuda, plus the facts a plan may use."""
+
+    def __init__(self, progress: Progress):
+        import pycuda.driver as drv
+        import torch
+
+        self.torch, self.drv, self.progress = torch, drv, progress
+        torch.cuda.init()
+        torch.zeros(1, device="cuda")  # create the primary context through torch
+        drv.init()
+        self.device = drv.Device(torch.cuda.current_device())
+        self.context = self.device.retain_primary_context()
+        self.context.push()
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        attr = drv.device_attribute
+        self.name = props.name
+        self.facts = {
+            "num_sms": props.multi_processor_count,
+            "smem_per_block_optin": self.device.get_attribute(attr.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+            "max_threads_per_block": self.device.get_attribute(attr.MAX_THREADS_PER_BLOCK),
+            "l2_bytes": props.L2_cache_size,
+        }
+
+    def environment(self) -> dict[str, Any]:
+        torch, drv = self.torch, self.drv
+        env = {
+            "gpu": self.name,
+            "compute_capability": "%d.%d" % self.device.compute_capability(),
+            "driver": _driver_version(),
+            "cuda_driver_api": drv.get_driver_version(),
+            "cuda_runtime": torch.version.cuda,
+            "torch": torch.__version__,
+            "python": sys.version.split()[0],
+            **self.facts,
+        }
+        env.update(_clocks())
+        return env
+
+    def synchronize(self, what: str) -> None:
+        self.progress.emit(waiting=True, what=what, t=time.time())
+        try:
+            self.context.synchronize()
+        except self.drv.Error as exc:
+            raise KernelFault(_classify_cuda_error(str(exc)), f"{what}: {exc}") from None
+        finally:
+            self.progress.emit(waiting=False, what=what, t=time.time())
+
+
+def _classify_cuda_error(text: str) -> Reason:
+    lowered = text.lower()
+    if "too many resources" in lowered or "out of resources" in lowered or "shared" in lowered:
+        return Reason.RESOURCE_LIMIT
+    if "launch" in lowered and ("invalid" in lowered or "failed" in lowered) and "illegal" not in lowered:
+        return Reason.LAUNCH_ERROR
+    return Reason.CRASH
+
+
+def _driver_version() -> str:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlSystemGetDriverVersion()
+    except Exception:
+        return "unknown"
+
+
+def _clocks() -> dict[str, Any]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)}
+    except Exception:
+        return {}
+
+
+class LoadedKernel:
+    """A cubin loaded into the context, with its plan ready to run on named buffers."""
+
+    def __init__(self, device: Device, spec: dict[str, Any]):
+        import numpy as np
+
+        self.np = np
+        self.device = device
+        self.role = spec["role"]
+        self.module = device.drv.module_from_buffer(Path(spec["cubin"]).read_bytes())
+        self.functions = {entry: self.module.get_function(symbol) for entry, symbol in spec["entries"].items()}
+        self.static_shared = spec.get("static_shared", {})
+        self.scratch = spec.get("scratch", [])
+        self.launches_by_case = {case: [ResolvedLaunch.from_dict(x) for x in launches]
+                                 for case, launches in spec["launches"].items()}
+        self._raised: set[tuple[str, int]] = set()
+
+    def prepare(self, case: str) -> None:
+        """Raise dynamic shared memory limits; a request the GPU cannot grant is a resource limit."""
+        limit = self.device.facts["smem_per_block_optin"]
+        for launch in self.launches_by_case[case]:
+            total = launch.shared + int(self.static_shared.get(launch.entry, 0))
+            if total > limit:
+                raise KernelFault(Reason.RESOURCE_LIMIT,
+                                  f"{launch.entry} asks for {total} bytes of shared memory; the GPU allows {limit}")
+            if launch.shared > 48 * 1024 and (launch.entry, launch.shared) not in self._raised:
+                attr = self.device.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES
+                try:
+                    self.functions[launch.entry].set_attribute(attr, launch.shared)
+                except self.device.drv.Error as exc:
+                    raise KernelFault(Reason.RESOURCE_LIMIT, f"{launch.entry}: {exc}") from None
+                self._raised.add((launch.entry, launch.shared))
+
+    def launch(self, case: str, pointers: dict[str, int]) -> None:
+        np = self.np
+        for launch in self.launches_by_case[case]:
+            args = []
+            for kind, value, type_name in launch.args:
+                if kind == "buffer":
+                    args.append(np.uintp(pointers[value]))
+                else:
+                    args.append(getattr(np, SCALAR_NUMPY[type_name])(value))
+            try:
+                self.functions[launch.entry](*args, block=launch.block, grid=launch.grid, shared=launch.shared)
+            except self.device.drv.Error as exc:
+                raise KernelFault(_classify_cuda_error(str(exc)), f"launch of {launch.entry} failed: {exc}") from None
+
+
+class CaseBuffers:
+    """Guarded inputs, outputs and scratch for one case and one kernel; reused across seeds."""
+
+    def __init__(self, correctness, torch, outputs: dict[str, tuple[tuple[int, ...], Any]],
+                 scratch: list[dict[str, Any]], device: str = "cuda"):
+        self.c = correctness
+        self.inputs: dict[str, Any] = {}
+        self.outputs = {name: correctness.guarded_empty(shape, dtype, device) for name, (shape, dtype) in outputs.items()}
+        self.scratch = {s["name"]: (correctness.guarded_empty((s["count"],), getattr(torch, s["dtype"]), device), s["init"])
+                        for s in scratch}
+
+    def load_inputs(self, values: dict[str, Any]) -> None:
+        for name, tensor in values.items():
+            current = self.inputs.get(name)
+            if current is None or current.data.shape != tensor.shape or current.data.dtype != tensor.dtype:
+                self.inputs[name] = self.c.guarded_like(tensor)
+            else:
+                current.data.copy_(tensor)  # same pointer, new contents: defeats pointer-keyed caches
+
+    def reset(self) -> None:
+        """Poison outputs and initialise scratch before every run of the plan."""
+        for buffer in self.outputs.values():
+            self.c.poison_(buffer.data)
+        for buffer, init in self.scratch.values():
+            if init == "zero":
+                buffer.data.zero_()
+            else:
+                self.c.poison_(buffer.data)
+
+    def pointers(self) -> dict[str, int]:
+        named = {**self.inputs, **self.outputs, **{k: v for k, (v, _) in self.scratch.items()}}
+        return {name: buffer.data_ptr() for name, buffer in named.items()}
+
+    def damaged_guards(self) -> list[str]:
+        named = {**self.inputs, **self.outputs, **{k: v for k, (v, _) in self.scratch.items()}}
+        return [name for name, buffer in named.items() if not buffer.guards_intact()]
+
+
+def _output_specs(problem, params: dict[str, Any], torch) -> dict[str, tuple[tuple[int, ...], Any]]:
+    specs = {}
+    for out in problem.info.outputs:
+        shape, dtype = out.resolve(params)
+        specs[out.name] = (shape, getattr(torch, dtype))
+    return specs
+
+
+def check_case(device: Device, problem, kernel: LoadedKernel, case_name: str, seeds: list[int],
+               result: dict[str, Any]) -> bool:
+    """Correctness of one kernel on one case over several seeds. Appends to result; True if it passed."""
+    import klineage.gate.correctness as c
+    from klineage.problem import tolerance_for
+
+    torch = device.torch
+    case = problem.info.case(case_name)
+    params = dict(case.params)
+    kernel.prepare(case_name)
+    buffers = CaseBuffers(c, torch, _output_specs(problem, params, torch), kernel.scratch)
+    earlier: list[dict[str, Any]] = []
+    record = {"case": case_name, "kernel": kernel.role, "seeds": [], "passed": True}
+    result["correctness"].append(record)
+    findings = result["findings"]
+
+    def fail(reason: Reason, message: str, **evidence: Any) -> bool:
+        record["passed"] = False
+        findings.append(_finding(reason, "correctness", message, case_name, kernel=kernel.role, **evidence))
+        return False
+
+    for seed in seeds:
+        device.progress.emit(stage="correctness", case=case_name, seed=seed, kernel=kernel.role)
+        fresh = problem.make_inputs(dict(params), seed, "cuda")
+        buffers.load_inputs(fresh)
+        pristine = {k: v.data.clone() for k, v in buffers.inputs.items()}
+        expected = problem.reference({k: v.clone() for k, v in pristine.items()})
+        seed_record: dict[str, Any] = {"seed": seed, "outputs": {}}
+        record["seeds"].append(seed_record)
+        first: dict[str, Any] = {}
+        for attempt in (1, 2):  # reference -> candidate -> candidate again
+            buffers.reset()
+            kernel.launch(case_name, buffers.pointers())
+            device.synchronize(f"{kernel.role} {case_name} seed {seed} run {attempt}")
+            damaged = buffers.damaged_guards()
+            if damaged:
+                return fail(Reason.OUT_OF_BOUNDS_WRITE, f"wrote outside buffer(s) {', '.join(damaged)}", seed=seed)
+            modified = c.inputs_unchanged(pristine, {k: v.data for k, v in buffers.inputs.items()})
+            if modified:
+                return fail(Reason.INPUT_MODIFIED, f"modified input(s) {', '.join(modified)}", seed=seed)
+            for name, buffer in buffers.outputs.items():
+                got = buffer.data
+                if attempt == 2:
+                    if not c.same_bits(first[name], got):
+                        return fail(Reason.NONDETERMINISTIC, f"output '{name}' differs between two runs on the same "
+                                    f"inputs in {c.differing(first[name], got)} elements", seed=seed)
+                    continue
+                first[name] = got.clone()
+                if problem.check is not None:  # the problem defines "right" itself (e.g. ties in top-k)
+                    unwritten = int(c.poisoned_mask(got).sum())
+                    if unwritten:
+                        return fail(Reason.UNWRITTEN_OUTPUT, f"output '{name}': {unwritten} elements never written",
+                                    seed=seed)
+                    continue
+                tol = tolerance_for(str(got.dtype).removeprefix("torch."), problem.info.tolerances)
+                comparison = c.compare(name, got, expected[name], tol)
+                seed_record["outputs"][name] = comparison.to_dict()
+                if not comparison.passed:
+                    stale = c.stale_match(got, [e[name] for e in earlier], tol)
+                    if stale is not None:
+                        return fail(Reason.STALE_OUTPUT, f"output '{name}' equals the answer for an earlier input "
+                                    f"(seed {seeds[stale]}): results are cached across calls", seed=seed)
+                    return fail(Reason(comparison.reason.value), comparison.message, seed=seed,
+                                worst_index=list(comparison.worst_index or ()), max_abs_err=comparison.max_abs_err,
+                                rel_l2=comparison.rel_l2)
+            if attempt == 1 and problem.check is not None:
+                message = problem.check(params, pristine, {n: b.data for n, b in buffers.outputs.items()}, expected)
+                seed_record["check"] = message or "passed"
+                if message:
+                    return fail(Reason.INCORRECT, f"problem check: {message}", seed=seed)
+        earlier.append(expected)
+    return True
+
+
+def check_vendor(device: Device, problem, case_name: str, seed: int) -> dict[str, Any]:
+    import klineage.gate.correctness as c
+    from klineage.problem import tolerance_for
+
+    params = dict(problem.info.case(case_name).params)
+    inputs = problem.make_inputs(params, seed, "cuda")
+    expected = problem.reference({k: v.clone() for k, v in inputs.items()})
+    got = problem.vendor({k: v.clone() for k, v in inputs.items()})
+    checks = {}
+    for name in expected:
+        tol = tolerance_for(str(expected[name].dtype).removeprefix("torch."), problem.info.tolerances)
+        checks[name] = c.compare(name, got[name].to(expected[name].dtype), expected[name], tol).to_dict()
+    return {"case": case_name, "outputs": checks, "passed": all(v["passed"] for v in checks.values())}
+
+
+def _timed_output_problem(c, problem, params, inputs, outputs, expected) -> str | None:
+    from klineage.problem import tolerance_for
+
+    if problem.check is not None:
+        return problem.check(params, inputs, outputs, expected)
+    for name, got in outputs.items():
+        tol = tolerance_for(str(got.dtype).removeprefix("torch."), problem.info.tolerances)
+        comparison = c.compare(name, got, expected[name], tol)
+        if not comparison.passed:
+            return comparison.message
+    return None
+
+
+def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str, policy: dict[str, Any],
+            result: dict[str, Any]) -> None:
+    """Time candidate, baseline and vendor interleaved on fresh inputs, L2 flushed before each call."""
+    import klineage.gate.correctness as c
+    from klineage.gate.timing import PairedRatio, TimingStats, roofline_floor_us, spread
+
+    torch = device.torch
+    params = dict(problem.info.case(case_name).params)
+    flush = torch.empty(max(2 * device.facts["l2_bytes"], 64 << 20), dtype=torch.uint8, device="cuda")
+    sets = []
+    for i in range(policy["input_sets"]):
+        inputs = problem.make_inputs(dict(params), 100_003 + 7919 * i + int(time.time()) % 1000, "cuda")
+        expected = problem.reference({k: v.clone() for k, v in inputs.items()})
+        per_kernel = {}
+        for kernel in kernels:
+            kernel.prepare(case_name)
+            buffers = CaseBuffers(c, torch, _output_specs(problem, params, torch), kernel.scratch)
+            buffers.load_inputs(inputs)
+            per_kernel[kernel.role] = buffers
+        sets.append({"inputs": inputs, "expected": expected, "buffers": per_kernel})
+
+    contenders: list[tuple[str, Any]] = []
+    for kernel in kernels:
+        def run_kernel(s, kernel=kernel):
+            buffers = s["buffers"][kernel.role]
+            pointers = buffers.pointers()
+            return (lambda: buffers.reset()), (lambda: kernel.launch(case_name, pointers))
+        contenders.append((kernel.role, run_kernel))
+    if policy["vendor"] and problem.vendor is not None:
+        def run_vendor(s):
+            return (lambda: None), (lambda: problem.vendor(s["inputs"]))
+        contenders.append(("vendor", run_vendor))
+
+    def timed_call(make, s) -> tuple[Any, Any]:
+        before, call = make(s)
+        flush.zero_()
+        before()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        return start, end
+
+    for role, make in contenders:  # warm-up: module load, autotuning, caches
+        for i in range(policy["warmup"]):
+            timed_call(make, sets[i % len(sets)])
+    device.synchronize(f"warm-up {case_name}")
+
+    samples: dict[str, list[list[float]]] = {role: [] for role, _ in contenders}
+    for trial in range(policy["trials"]):
+        device.progress.emit(stage="profile", case=case_name, trial=trial)
+        trial_samples: dict[str, list[float]] = {role: [] for role, _ in contenders}
+        started = time.monotonic()
+        rep = 0
+        while rep < policy["max_reps"]:
+            order = contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]
+            events = [(role, timed_call(make, sets[rep % len(sets)])) for role, make in order]
+            device.synchronize(f"timed round {rep} of trial {trial}")
+            for role, (start, end) in events:
+                trial_samples[role].append(start.elapsed_time(end) * 1000.0)
+            rep += 1
+            if rep >= policy["min_reps"] and rep % 5 == 0:
+                settled = all(spread(v) < policy["spread_target"] for v in trial_samples.values())
+                if settled or time.monotonic() - started > policy["trial_seconds"]:
+                    break
+        for role in samples:
+            samples[role].append(trial_samples[role])
+        # The timed calls' own outputs must be right: a kernel cannot behave differently when timed.
+        for s in sets:
+            for kernel in kernels:
+                outputs = {name: b.data for name, b in s["buffers"][kernel.role].outputs.items()}
+                problem_found = _timed_output_problem(c, problem, params, s["inputs"], outputs, s["expected"])
+                if problem_found:
+                    result["findings"].append(_finding(Reason.TIMED_OUTPUT_INCORRECT, "profile",
+                                                       f"{kernel.role}: {problem_found}", case_name, kernel=kernel.role))
+                    return
+
+    stats = {role: TimingStats.of(trials) for role, trials in samples.items()}
+    figures = problem.info.roofline[case_name]
+    from klineage import devices
+
+    try:
+        spec = devices.lookup(device.name)
+    except Exception:
+        spec = devices.DEFAULT
+    floor = roofline_floor_us(figures["flops"], figures["bytes"], spec.flops_per_s.get(problem.info.math, 0.0),
+                              spec.dram_bytes_per_s)
+    result["profile"] = {
+        "case": case_name,
+        "contenders": {role: s.to_dict() for role, s in stats.items()},
+        "ratios": {f"vs_{role}": PairedRatio.of(stats["candidate"], s).to_dict()
+                   for role, s in stats.items() if role != "candidate"},
+        "roofline": {"floor_us": floor, "flops": figures["flops"], "bytes": figures["bytes"],
+                     "fraction": {role: floor / s.median_us for role, s in stats.items()},
+                     "device_spec": spec.name},
+    }
+
+
+def run(request: dict[str, Any], result: dict[str, Any], progress: Progress) -> None:
+    from klineage.problem import load_problem
+
+    problem = load_problem(request["problem"])
+    device = Device(progress)
+    result["environment"] = device.environment()
+    kernels = [LoadedKernel(device, spec) for spec in request["kernels"]]
+    candidate = kernels[0]
+    policy = request["policy"]
+    cases = request["cases"]
+    passed = True
+    for case_name in cases:
+        try:
+            passed = check_case(device, problem, candidate, case_name, request["seeds"], result) and passed
+        except KernelFault as fault:
+            result["findings"].append(_finding(fault.reason, "correctness", str(fault), case_name, kernel="candidate"))
+            return  # the context may be dead; nothing more can be trusted in this process
+    if request["mode"] == "sanitize" or not passed:
+        return
+    if problem.vendor is not None and policy["vendor"]:
+        result["vendor_check"] = [check_vendor(device, problem, case_name, 4242) for case_name in cases]
+    timing_case = request.get("timing_case")
+    if timing_case:
+        for baseline in kernels[1:]:  # a baseline must itself be right before it is a yardstick
+            try:
+                if not check_case(device, problem, baseline, timing_case, request["seeds"][:1], result):
+                    result["findings"].append(_finding(Reason.UNKNOWN, "profile", "the baseline kernel is incorrect",
+                                                       timing_case, kernel=baseline.role))
+                    return
+            except KernelFault as fault:
+                result["findings"].append(_finding(Reason.UNKNOWN, "profile", f"baseline failed: {fault}", timing_case))
+                return
+        try:
+            profile(device, problem, kernels, timing_case, policy, result)
+        except KernelFault as fault:
+            result["findings"].append(_finding(fault.reason, "profile", str(fault), timing_case))
+
+
+def probe(request: dict[str, Any], result: dict[str, Any]) -> None:
+    """Load and validate a problem file; report its info and the input names the plan can use."""
+    from klineage.problem import load_problem, validate_numerics
+
+    problem = load_problem(request["problem"])
+    device = "cuda" if request.get("device") == "cuda" else "cpu"
+    result["problem"] = problem.info.to_dict()
+    result["numerics"] = validate_numerics(problem, device)
+    smallest = min(problem.info.cases, key=lambda case: sum(
+        v for v in case.params.values() if isinstance(v, int) and not isinstance(v, bool)))
+    sample = problem.make_inputs(dict(smallest.params), 0, device)
+    result["inputs"] = {name: {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape)}
+                        for name, t in sample.items()}
+
+
+def main(argv: list[str]) -> int:
+    request = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    result_path = Path(argv[2])
+    progress = Progress(request.get("progress"))
+    result: dict[str, Any] = {"findings": [], "correctness": [], "profile": {}}
+    try:
+        if request["mode"] == "probe":
+            probe(request, result)
+        else:
+            run(request, result, progress)
+    except KernelFault as fault:
+        result["findings"].append(_finding(fault.reason, "run", str(fault)))
+    except Exception as exc:  # the harness or the problem failed: report it, never guess a verdict
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()[-8000:]
+    temporary = result_path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(result), encoding="utf-8")
+    os.replace(temporary, result_path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

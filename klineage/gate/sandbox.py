@@ -1,0 +1,143 @@
+"""Run untrusted work in a fresh subprocess: own process group, minimal environment, rlimits,
+capped output, a wall-clock limit and a watchdog on progress. Results travel over a private
+file, never over stdout, so nothing a kernel prints can speak for the harness."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Callable
+
+# Variables a CUDA program needs; everything else (API keys, tokens, database URLs) stays out.
+PASSED_THROUGH = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
+                  "NVIDIA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                  "NVSHMEM_DISABLE_NVLS", "PYTHONPATH", "TMPDIR")
+
+
+class Exit(str, Enum):
+    FINISHED = "finished"  # exited by itself (any return code)
+    TIMEOUT = "timeout"  # wall-clock limit
+    STALLED = "stalled"  # the watchdog saw no progress while a launch was pending
+    SIGNALLED = "signalled"  # killed by a signal it did not ask for (segfault, OOM killer)
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    exit: Exit
+    returncode: int
+    output: str  # the first `output_cap` bytes of stdout+stderr, decoded leniently
+    output_bytes: int  # how much it printed in all
+    seconds: float
+
+    @property
+    def flooded(self) -> bool:
+        return self.output_bytes > len(self.output.encode("utf-8", "replace"))
+
+
+def minimal_env(extra: dict[str, str] | None = None, home: Path | None = None) -> dict[str, str]:
+    env = {k: os.environ[k] for k in PASSED_THROUGH if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update({"LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1",
+                "HOME": str(home) if home else "/tmp"})
+    env.update(extra or {})
+    return env
+
+
+def _limits(cpu_seconds: int) -> Callable[[], None]:
+    def apply() -> None:
+        # No RLIMIT_AS: CUDA reserves huge virtual ranges and would fail to start.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 5))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 30, 4 << 30))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+
+    return apply
+
+
+def run(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], output_cap: int = 64 * 1024,
+        progress_file: Path | None = None, stall_s: float | None = None,
+        on_progress: Callable[[dict], None] | None = None) -> SandboxResult:
+    """Run `argv` to completion or until a limit; always leaves no process of its group behind.
+
+    With `progress_file` and `stall_s`, the child appends JSON lines; one saying
+    {"waiting": true} starts a stall clock that the next line stops (a launch that never
+    returns is a hang, whatever the overall limit).
+    """
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_limits(int(timeout_s) + 30))
+    captured = bytearray()
+    total = [0]
+
+    def drain() -> None:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read1(65536):
+            total[0] += len(chunk)
+            if len(captured) < output_cap:
+                captured.extend(chunk[: output_cap - len(captured)])
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    exit_kind = Exit.FINISHED
+    seen_lines = 0
+    waiting_since: float | None = None
+    while proc.poll() is None:
+        now = time.monotonic()
+        if now - started > timeout_s:
+            exit_kind = Exit.TIMEOUT
+            break
+        if progress_file is not None:
+            for event in _new_events(progress_file, seen_lines):
+                seen_lines += 1
+                waiting_since = now if event.get("waiting") else None
+                if on_progress is not None:
+                    on_progress(event)
+            if stall_s is not None and waiting_since is not None and now - waiting_since > stall_s:
+                exit_kind = Exit.STALLED
+                break
+        time.sleep(0.05)
+    _kill_group(proc)
+    reader.join(timeout=5)
+    if progress_file is not None and on_progress is not None:
+        for event in _new_events(progress_file, seen_lines):
+            on_progress(event)
+    code = proc.returncode if proc.returncode is not None else -9
+    if exit_kind is Exit.FINISHED and code < 0 and -code != signal.SIGKILL:
+        exit_kind = Exit.SIGNALLED
+    return SandboxResult(exit_kind, code, captured.decode("utf-8", "replace"), total[0],
+                         time.monotonic() - started)
+
+
+def _new_events(path: Path, skip: int) -> list[dict]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    events = []
+    for line in lines[skip:]:
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # a line still being written; read it next time
+    return events
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # a process stuck in the driver; nothing more can be done
+        pass
