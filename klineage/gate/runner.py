@@ -140,7 +140,7 @@ class LoadedKernel:
         self.module = device.drv.module_from_buffer(Path(spec["cubin"]).read_bytes())
         self.functions = {entry: self.module.get_function(symbol) for entry, symbol in spec["entries"].items()}
         self.static_shared = spec.get("static_shared", {})
-        self.scratch = spec.get("scratch", [])
+        self.scratch_by_case = spec.get("scratch", {})
         self.launches_by_case = {case: [ResolvedLaunch.from_dict(x) for x in launches]
                                  for case, launches in spec["launches"].items()}
         self._raised: set[tuple[str, int]] = set()
@@ -232,7 +232,7 @@ def check_case(device: Device, problem, kernel: LoadedKernel, case_name: str, se
     case = problem.info.case(case_name)
     params = dict(case.params)
     kernel.prepare(case_name)
-    buffers = CaseBuffers(c, torch, _output_specs(problem, params, torch), kernel.scratch)
+    buffers = CaseBuffers(c, torch, _output_specs(problem, params, torch), kernel.scratch_by_case.get(case_name, []))
     earlier: list[dict[str, Any]] = []
     record = {"case": case_name, "kernel": kernel.role, "seeds": [], "passed": True}
     result["correctness"].append(record)
@@ -340,7 +340,7 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         per_kernel = {}
         for kernel in kernels:
             kernel.prepare(case_name)
-            buffers = CaseBuffers(c, torch, _output_specs(problem, params, torch), kernel.scratch)
+            buffers = CaseBuffers(c, torch, _output_specs(problem, params, torch), kernel.scratch_by_case.get(case_name, []))
             buffers.load_inputs(inputs)
             per_kernel[kernel.role] = buffers
         sets.append({"inputs": inputs, "expected": expected, "buffers": per_kernel})

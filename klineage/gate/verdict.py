@@ -88,6 +88,7 @@ class Verdict:
     environment: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)  # seconds spent per stage
+    domain: dict[str, Any] = field(default_factory=dict)  # declared supported cases and those skipped
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "findings", tuple(sorted(self.findings, key=lambda f: f.reason.priority)))
@@ -123,6 +124,7 @@ class Verdict:
             "environment": self.environment,
             "provenance": self.provenance,
             "timings": self.timings,
+            "domain": self.domain,
         }
 
     @classmethod
@@ -154,4 +156,5 @@ class Verdict:
             environment=dict(data.get("environment", {})),
             provenance=dict(data.get("provenance", {})),
             timings=dict(data.get("timings", {})),
+            domain=dict(data.get("domain", {})),
         )

@@ -1,0 +1,90 @@
+"""The content-addressed gate cache, and the recorded store that replay mode serves.
+
+A verdict is keyed by everything that decides it: kernel, problem, cases, GPU model, toolchain,
+policy and the baseline it was timed against. Writes are atomic (temporary file, then rename),
+so concurrent workers never read half a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from klineage.errors import DocumentError, ReplayMiss
+from klineage.fingerprint import sha256_json
+from klineage.gate.verdict import Verdict
+
+KEY_VERSION = 1
+
+
+def verdict_key(*, kernel: str, problem: str, cases: list[str], gpu: str, toolchain: str, policy: str,
+                against: str, mode: str) -> tuple[str, dict[str, Any]]:
+    """The cache key and the facts it was made of (stored with the verdict, for provenance)."""
+    parts = {"version": KEY_VERSION, "kernel": kernel, "problem": problem, "cases": sorted(cases), "gpu": gpu,
+             "toolchain": toolchain, "policy": policy, "against": against, "mode": mode}
+    return sha256_json(parts), parts
+
+
+class VerdictStore:
+    """One folder of verdicts: `<root>/verdicts/<ab>/<key>.json`."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def path(self, key: str) -> Path:
+        return self.root / "verdicts" / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> Verdict | None:
+        path = self.path(key)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except json.JSONDecodeError as exc:
+            raise DocumentError(str(path), f"corrupt verdict: {exc}") from None
+        return Verdict.from_dict(data)
+
+    def put(self, key: str, verdict: Verdict) -> Path:
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(verdict.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+        return path
+
+    def keys(self) -> list[str]:
+        return sorted(p.stem for p in (self.root / "verdicts").glob("*/*.json"))
+
+
+class GateCache:
+    """This machine's cache in front of the committed recorded store."""
+
+    def __init__(self, local: Path | None, recorded: Path | None):
+        self.local = VerdictStore(local) if local else None
+        self.recorded = VerdictStore(recorded) if recorded else None
+
+    def lookup(self, key: str) -> tuple[Verdict, str] | None:
+        """A verdict and where it came from ("cache" or "recorded")."""
+        for origin, store in (("cache", self.local), ("recorded", self.recorded)):
+            if store is not None:
+                verdict = store.get(key)
+                if verdict is not None:
+                    return verdict, origin
+        return None
+
+    def replay(self, key: str, parts: dict[str, Any]) -> tuple[Verdict, str]:
+        found = self.lookup(key)
+        if found is None:
+            raise ReplayMiss(f"no recorded verdict for kernel {parts['kernel'][:12]} on problem {parts['problem'][:12]} "
+                             f"(cases {', '.join(parts['cases'])}, GPU {parts['gpu']}, {parts['toolchain']}, "
+                             f"policy {parts['policy'][:12]}): replay never guesses; run the gate on a GPU host "
+                             f"and commit the recording")
+        return found
+
+    def store(self, key: str, verdict: Verdict, record: bool = False) -> None:
+        if self.local is not None:
+            self.local.put(key, verdict)
+        if record and self.recorded is not None:
+            self.recorded.put(key, verdict)

@@ -1,0 +1,272 @@
+"""The gate, stage by stage: probe the problem, static check, compile, features, plan, run on
+the GPU (correctness, then paired timing), sanitizers; one verdict, cached by content."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from klineage import config, devices, expr
+from klineage.config import GateMode
+from klineage.errors import DocumentError, KLineageError
+from klineage.features.sass import sass_features
+from klineage.features.source import source_features
+from klineage.gate import execute
+from klineage.gate.cache import GateCache, verdict_key
+from klineage.gate.compile import CompileResult, compile_kernel, resolve_entry
+from klineage.gate.policy import GatePolicy, Sanitize
+from klineage.gate.static import static_check
+from klineage.gate.verdict import Finding, Reason, Status, Verdict
+from klineage.kernel import KernelState
+from klineage.launch import resolve
+from klineage.toolchain import find_toolchain
+
+Progress = Callable[[str, str], None]
+
+
+def _quiet(stage: str, message: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A kernel ready for the runner: compiled, its plan resolved for each case."""
+
+    role: str
+    state: KernelState
+    compiled: CompileResult
+    spec: dict[str, Any]
+
+
+def default_cache() -> GateCache:
+    return GateCache(config.cache_dir(), config.recorded_dir())
+
+
+def git_commit() -> str:
+    explicit = os.environ.get("KLINEAGE_GIT_COMMIT", "").strip()
+    if explicit:
+        return explicit
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=config.REPO_ROOT, capture_output=True, text=True,
+                              timeout=10)
+        return done.stdout.strip() if done.returncode == 0 else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelState | None = None,
+             cases: list[str] | None = None, policy: GatePolicy = GatePolicy(), mode: GateMode = GateMode.GPU,
+             cache: GateCache | None = None, progress: Progress = _quiet, record: bool = False) -> Verdict:
+    """Judge `kernel` on the problem. In replay mode only recorded verdicts are served."""
+    cache = cache or default_cache()
+    problem_path = Path(problem_path).resolve()
+    toolchain_key = _toolchain_key(mode)
+    gpu = {GateMode.GPU: execute.gpu_name, GateMode.REPLAY: config.replay_gpu}.get(mode, lambda: "none")()
+    problem_fp = execute.problem_fingerprint(problem_path)
+    progress("probe", "reading the problem")
+    timings: dict[str, float] = {}
+    clock = time.monotonic()
+    probe = None
+    if mode is not GateMode.REPLAY or cases is None:
+        probe = execute.probe_problem(problem_path, config.cache_dir())
+        timings["probe"] = time.monotonic() - clock
+        if probe.numerics:
+            raise DocumentError(str(problem_path), "refused: " + "; ".join(probe.numerics))
+    judged, skipped = _cases(probe, kernel, cases)
+    key, parts = verdict_key(kernel=kernel.fingerprint, problem=problem_fp, cases=judged, gpu=gpu,
+                             toolchain=toolchain_key, policy=policy.fingerprint,
+                             against=against.fingerprint if against else "none", mode=mode.value)
+    if mode is GateMode.REPLAY:
+        verdict, origin = cache.replay(key, parts)
+        return _served(verdict, origin)
+    found = cache.lookup(key) if not record else None
+    if found is not None:
+        return _served(*found)
+
+    base = dict(kernel={"name": kernel.name, "fingerprint": kernel.fingerprint},
+                problem={"operator": probe.info.operator, "fingerprint": problem_fp}, cases=tuple(judged),
+                policy=policy.to_dict(),
+                domain={"supports": kernel.plan.supports, "reason": kernel.plan.supports_reason, "skipped": skipped})
+
+    def finish(status: Status, findings: list[Finding] = (), store: bool = True, **stages: Any) -> Verdict:
+        provenance = {"origin": "measured", "key": key, "key_parts": parts, "git_commit": git_commit(),
+                      "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        verdict = Verdict(status=status, findings=tuple(findings), timings=timings, provenance=provenance,
+                          **base, **stages)
+        if store:
+            cache.store(key, verdict, record=record)
+        progress("done", verdict.status.value)
+        return verdict
+
+    progress("static", "static check")
+    clock = time.monotonic()
+    report = static_check(kernel)
+    timings["static"] = time.monotonic() - clock
+    if not report.ok:
+        message = "; ".join(f"{f.rule} (line {f.line}): {f.message}" for f in report.findings[:3])
+        return finish(Status.REJECTED, [Finding(Reason.STATIC_CHECK, "static", message)], static=report.to_dict())
+
+    progress("compile", "nvcc")
+    clock = time.monotonic()
+    compiled = compile_kernel(kernel, cache_dir=config.cache_dir())
+    timings["compile"] = time.monotonic() - clock
+    if not compiled.ok:
+        return finish(Status.REJECTED, [Finding(Reason.COMPILE_ERROR, "compile", _first_error(compiled.log),
+                                                evidence={"log": compiled.log[-4000:]})],
+                      static=report.to_dict(), compile=compiled.to_dict())
+
+    progress("features", "source and SASS features")
+    clock = time.monotonic()
+    features = {"source": [f.to_dict() for f in source_features(kernel.source)],
+                "sass": sass_features(compiled.cubin_bytes(kernel.plan.arch)).to_dict()}
+    timings["features"] = time.monotonic() - clock
+    stages = {"static": report.to_dict(), "compile": compiled.to_dict(), "features": features}
+
+    device = devices.lookup(gpu) if mode is GateMode.GPU else devices.DEFAULT
+    try:
+        candidate = _contender("candidate", kernel, compiled, probe, judged, device)
+    except _PlanFailure as failure:
+        return finish(Status.REJECTED, [failure.finding], **stages)
+    if mode is GateMode.COMPILE_ONLY:
+        return finish(Status.COMPILED, **stages)
+
+    timing_case = (policy.timing_case or probe.info.headline) if policy.timing else ""
+    timing_case = timing_case if timing_case in judged else ""
+    contenders = [candidate]
+    if against is not None and timing_case:
+        against_compiled = compile_kernel(against, cache_dir=config.cache_dir())
+        if not against_compiled.ok:
+            raise KLineageError(f"the baseline kernel '{against.name}' does not compile")
+        contenders.append(_contender("baseline", against, against_compiled, probe, [timing_case], device))
+    request = {"mode": "run", "problem": str(problem_path), "cases": judged, "seeds": list(range(policy.seeds)),
+               "timing_case": timing_case, "kernels": [c.spec for c in contenders]}
+    cubins = {c.role: c.compiled.cubin_bytes(c.state.plan.arch) for c in contenders}
+    progress("run", f"correctness on {len(judged)} case(s) x {policy.seeds} seeds" +
+             (f", timing on {timing_case}" if timing_case else ""))
+    clock = time.monotonic()
+    outcome = execute.run_on_gpu(request, cubins, policy, on_progress=lambda e: progress("run", _describe(e)))
+    timings["run"] = time.monotonic() - clock
+    if outcome.error and not outcome.findings:  # the harness or the problem failed: judge nothing, cache nothing
+        return finish(Status.ERROR, [], store=False, **stages,
+                      environment={**outcome.result.get("environment", {}), "error": outcome.error[-6000:]})
+    findings = list(outcome.findings)
+    sanitizer: dict[str, Any] = {}
+    runs_cleanly = not any(f.reason in (Reason.TIMEOUT, Reason.CRASH, Reason.OUTPUT_FLOOD) for f in findings)
+    if policy.sanitize is Sanitize.ALWAYS and runs_cleanly or policy.sanitize is Sanitize.ON_PASS and not findings:
+        small = _smallest(probe, judged)
+        for tool in ("memcheck", "racecheck"):
+            progress("sanitize", f"{tool} on case {small}")
+            clock = time.monotonic()
+            request_small = {**request, "mode": "sanitize", "cases": [small], "seeds": [0], "timing_case": "",
+                             "kernels": [candidate.spec]}
+            tool_findings, sanitizer[tool] = execute.sanitize(tool, request_small, {"candidate": cubins["candidate"]},
+                                                               policy)
+            timings[tool] = time.monotonic() - clock
+            findings.extend(tool_findings)
+    if policy.require_ratio and not findings and "vs_baseline" in outcome.result.get("profile", {}).get("ratios", {}):
+        ratio = outcome.result["profile"]["ratios"]["vs_baseline"]
+        outcome.result["profile"]["acceptance"] = {
+            "required": policy.require_ratio,
+            "accepted": ratio["overall"] >= policy.require_ratio and all(r >= policy.require_ratio
+                                                                          for r in ratio["per_trial"])}
+    status = Status.REJECTED if findings else Status.PASSED
+    return finish(status, findings, **stages, correctness=tuple(outcome.result.get("correctness", [])),
+                  profile=outcome.result.get("profile", {}), sanitizer=sanitizer,
+                  environment={**outcome.result.get("environment", {}), "toolchain": toolchain_key,
+                               "vendor_check": outcome.result.get("vendor_check", [])})
+
+
+class _PlanFailure(Exception):
+    def __init__(self, finding: Finding):
+        self.finding = finding
+
+
+def _contender(role: str, state: KernelState, compiled: CompileResult, probe, cases: list[str],
+               device: devices.DeviceSpec) -> Contender:
+    """Resolve the plan for every case and check what can be checked without a GPU."""
+    constants = state.constants
+    outputs = {o.name for o in probe.info.outputs}
+    inputs = set(probe.inputs)
+    entries, static_shared, launches, scratch = {}, {}, {}, {}
+    try:
+        for launch in state.plan.launches:
+            entries[launch.entry] = resolve_entry(compiled, launch.entry)
+            static_shared[launch.entry] = compiled.static_shared(launch.entry)
+        for case_name in cases:
+            params = dict(probe.info.case(case_name).params)
+            env = {**params, **constants, **device.facts()}
+            case_scratch = [{"name": s.name, "dtype": s.dtype, "count": expr.evaluate_int(s.count, env), "init": s.init}
+                            for s in state.plan.scratch]
+            resolved = resolve(state.plan, env, inputs | outputs | {s["name"] for s in case_scratch})
+            for launch in resolved:
+                total = launch.shared + static_shared[launch.entry]
+                if total > device.smem_per_block_optin:
+                    raise _PlanFailure(Finding(Reason.RESOURCE_LIMIT, "plan",
+                                               f"{launch.entry} needs {total} bytes of shared memory per block; "
+                                               f"{device.name} allows {device.smem_per_block_optin}", case_name))
+            launches[case_name] = [launch.to_dict() for launch in resolved]
+            scratch[case_name] = case_scratch
+    except DocumentError as exc:
+        raise _PlanFailure(Finding(Reason.PLAN_ERROR, "plan", str(exc))) from None
+    spec = {"role": role, "entries": entries, "static_shared": static_shared, "launches": launches, "scratch": scratch}
+    return Contender(role, state, compiled, spec)
+
+
+def _cases(probe, kernel: KernelState, requested: list[str] | None) -> tuple[list[str], list[str]]:
+    if probe is None:  # replay with explicit cases: nothing to look up
+        return list(requested or []), []
+    names = [c.name for c in probe.info.cases]
+    for name in requested or []:
+        if name not in names:
+            raise DocumentError(probe.info.operator, f"no case '{name}' (cases: {', '.join(names)})")
+    wanted = requested or names
+    judged = [n for n in wanted if kernel.plan.supports_case(probe.info.case(n).params)]
+    skipped = [n for n in wanted if n not in judged]
+    if not judged:
+        raise DocumentError(kernel.name, f"supports none of the cases {wanted} ({kernel.plan.supports})")
+    return judged, skipped
+
+
+def _smallest(probe, cases: list[str]) -> str:
+    def size(name: str) -> int:
+        params = probe.info.case(name).params
+        total = 1
+        for value in params.values():
+            if isinstance(value, int) and not isinstance(value, bool):
+                total *= max(1, value)
+        return total
+
+    return min(cases, key=size)
+
+
+def _toolchain_key(mode: GateMode) -> str:
+    if mode is GateMode.REPLAY:
+        return os.environ.get("KLINEAGE_REPLAY_TOOLCHAIN", "").strip() or find_toolchain().key
+    return find_toolchain().key
+
+
+def _served(verdict: Verdict, origin: str) -> Verdict:
+    """A verdict from a store says so: its provenance names where it came from."""
+    data = verdict.to_dict()
+    data["provenance"] = {**data["provenance"], "served_from": origin}
+    return Verdict.from_dict(data)
+
+
+def _first_error(log: str) -> str:
+    for line in log.splitlines():
+        if "error" in line.lower():
+            return line.strip()[:400]
+    return (log.strip().splitlines() or ["nvcc failed"])[-1][:400]
+
+
+def _describe(event: dict[str, Any]) -> str:
+    if "seed" in event:
+        return f"{event.get('kernel', '')} case {event.get('case')} seed {event.get('seed')}"
+    if "trial" in event:
+        return f"timing case {event.get('case')} trial {event.get('trial')}"
+    return event.get("what", "")

@@ -1,0 +1,77 @@
+"""Terminal output: verdict tables and a live progress line (rich)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from klineage.gate.verdict import Verdict
+
+console = Console()
+
+
+def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    grid = Table(title=title, title_justify="left")
+    for column in columns:
+        grid.add_column(column)
+    for row in rows:
+        grid.add_row(*row)
+    console.print(grid)
+
+
+@contextmanager
+def progress_display(enabled: bool = True) -> Iterator[Callable[[str, str], None]]:
+    """A spinner naming the current stage and what it is doing, with the elapsed time."""
+    if not enabled:
+        yield lambda stage, message: None
+        return
+    started = time.monotonic()
+    with console.status("starting") as status:
+        def update(stage: str, message: str) -> None:
+            status.update(f"[bold]{stage}[/bold] {message}  [dim]{time.monotonic() - started:5.1f} s[/dim]")
+
+        yield update
+
+
+def print_verdict(verdict: Verdict) -> None:
+    colour = {"passed": "green", "compiled": "cyan", "rejected": "red", "error": "yellow"}[verdict.status.value]
+    origin = verdict.provenance.get("served_from", "measured")
+    console.print(f"[bold {colour}]{verdict.status.value.upper()}[/] {verdict.kernel['name']} on "
+                  f"{verdict.problem['operator']}  [dim]({origin}; {verdict.kernel['fingerprint'][:12]})[/dim]")
+    for finding in verdict.findings:
+        where = f" [{finding.case}]" if finding.case else ""
+        console.print(f"  [red]{finding.reason.value}[/]{where} {finding.stage}: {finding.message}")
+    if verdict.environment.get("error"):
+        console.print(f"  [yellow]harness error:[/] {verdict.environment['error'][:2000]}")
+    compiled = verdict.compile
+    if compiled.get("resources"):
+        rows = [[entry, str(r.get("registers", "?")), str(r.get("shared_static", r.get("shared", "?"))),
+                 str(r.get("stack", "?")), str(r.get("spill_stores", "?"))]
+                for entry, r in compiled["resources"].items()]
+        table("Resources", ["entry", "registers", "static smem", "stack", "spill stores"], rows)
+    if verdict.correctness:
+        rows = []
+        for record in verdict.correctness:
+            worst = max((o.get("rel_l2", 0.0) or 0.0 for s in record["seeds"] for o in s.get("outputs", {}).values()),
+                        default=0.0)
+            rows.append([record["case"], record["kernel"], str(len(record["seeds"])),
+                         "yes" if record["passed"] else "NO", f"{worst:.2e}"])
+        table("Correctness", ["case", "kernel", "seeds", "passed", "worst rel L2"], rows)
+    profile = verdict.profile
+    if profile.get("contenders"):
+        fractions = profile.get("roofline", {}).get("fraction", {})
+        rows = [[role, f"{s['median_us']:.1f}", f"{s['p10_us']:.1f}", f"{s['p90_us']:.1f}", str(s["count"]),
+                 f"{fractions.get(role, 0):.0%}"] for role, s in profile["contenders"].items()]
+        table(f"Timing, case {profile['case']} (us)", ["contender", "median", "p10", "p90", "count", "roofline"], rows)
+        for name, ratio in profile.get("ratios", {}).items():
+            trials = ", ".join(f"{r:.3f}" for r in ratio["per_trial"])
+            console.print(f"  candidate {name}: [bold]{ratio['overall']:.3f}x[/] (trials {trials})")
+    for tool, report in verdict.sanitizer.items():
+        console.print(f"  {tool}: {report.get('status')} ({report.get('errors')} errors)")
+    if verdict.timings:
+        console.print("  [dim]" + ", ".join(f"{k} {v:.2f} s" for k, v in verdict.timings.items()) + "[/dim]")
