@@ -1,0 +1,24 @@
+# Two entry points for a fresh machine: `make run` (the dashboard) and `make test` (the suite).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+
+.PHONY: setup run test
+
+setup: $(VENV)/.installed
+
+# torch is pinned to the CPU build that this project's development machines carry on disk.
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	@command -v nvcc >/dev/null || $(PY) -m pip install -q -e '.[cuda-pypi]'
+	touch $@
+
+run: setup
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py runserver 127.0.0.1:$(PORT)
+
+test: setup
+	$(PY) -m pytest -q
