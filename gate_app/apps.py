@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class GateAppConfig(AppConfig):
+    name = "gate_app"
+    verbose_name = "Gate"

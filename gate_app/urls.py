@@ -1,0 +1,11 @@
+from django.urls import path
+
+from gate_app import views
+
+app_name = "gate"
+
+urlpatterns = [
+    path("lineages/", views.lineages, name="lineages"),
+    path("kernels/", views.kernels, name="kernels"),
+    path("jobs/", views.jobs, name="jobs"),
+]

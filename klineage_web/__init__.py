@@ -1,0 +1,1 @@
+"""KLineage's Django project: settings from the environment, HTTP and WebSocket routing."""

@@ -1,0 +1,133 @@
+"""Django settings. What varies between deployments comes from the environment, via env.py only."""
+
+import klineage
+from klineage_web import env
+
+# Lower case keeps it out of django.conf.settings, so error pages never show it whole.
+web_env = env.load()
+
+BASE_DIR = env.REPO_DIR
+DATA_DIR = web_env.data_dir
+DEBUG = web_env.debug
+SECRET_KEY = web_env.secret_key
+ALLOWED_HOSTS = web_env.allowed_hosts
+CSRF_TRUSTED_ORIGINS = web_env.csrf_trusted_origins
+
+INSTALLED_APPS = [
+    "daphne",  # first: its runserver replaces Django's, so development runs under ASGI too
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "channels",
+    "skills_app",
+    "gate_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "klineage_web.urls"
+WSGI_APPLICATION = "klineage_web.wsgi.application"
+ASGI_APPLICATION = "klineage_web.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "klineage_web.context_processors.site",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": web_env.database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+CHANNEL_LAYERS = web_env.channel_layers
+KLINEAGE_CHANNEL_LAYER = web_env.channel_layer_kind
+# Progress pushed over WebSockets reaches other processes (job workers) only through Redis;
+# without it pages poll instead.
+KLINEAGE_CROSS_PROCESS_PROGRESS = web_env.channel_layer_kind == "redis"
+KLINEAGE_READ_OPEN = web_env.read_open
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "home"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+# Only for `collectstatic` behind a proxy; the ASGI/WSGI apps serve static files themselves.
+STATIC_ROOT = DATA_DIR / "static"
+
+# Security headers. Cookies turn secure only under HTTPS: a local-first tool is usually
+# reached as http://localhost, where secure cookies would make login impossible.
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SECURE = web_env.https
+CSRF_COOKIE_SECURE = web_env.https
+
+_READ_PERMISSION = (
+    "rest_framework.permissions.IsAuthenticatedOrReadOnly"
+    if web_env.read_open
+    else "rest_framework.permissions.IsAuthenticated"
+)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": [_READ_PERMISSION],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "KLineage API",
+    "DESCRIPTION": "Kernels, gate verdicts, lineages and the skill library of a KLineage instance.",
+    "VERSION": klineage.__version__,
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": [_READ_PERMISSION],
+    "COMPONENT_SPLIT_REQUEST": True,
+}

@@ -1,0 +1,27 @@
+"""Top-level URLs; each app mounts its own pages."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+from klineage_web import views
+
+admin.site.site_header = "KLineage administration"
+admin.site.site_title = "KLineage"
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("healthz", views.healthz, name="healthz"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", views.api_docs, name="api-docs"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("", include("skills_app.urls")),
+    path("", include("gate_app.urls")),
+]

@@ -1,0 +1,1 @@
+"""The skill library: cards induced from lineages and admitted through the gate."""
