@@ -271,7 +271,8 @@ def check_case(device: Device, problem, kernel: LoadedKernel, case_name: str, se
                     continue
                 first[name] = got.clone()
                 if problem.check is not None:  # the problem defines "right" itself (e.g. ties in top-k)
-                    unwritten = int(c.poisoned_mask(got).sum())
+                    # Integer poison is a legal value, so only float outputs can be judged unwritten here.
+                    unwritten = int(c.poisoned_mask(got).sum()) if got.dtype.is_floating_point else 0
                     if unwritten:
                         return fail(Reason.UNWRITTEN_OUTPUT, f"output '{name}': {unwritten} elements never written",
                                     seed=seed)
@@ -284,9 +285,9 @@ def check_case(device: Device, problem, kernel: LoadedKernel, case_name: str, se
                     if stale is not None:
                         return fail(Reason.STALE_OUTPUT, f"output '{name}' equals the answer for an earlier input "
                                     f"(seed {seeds[stale]}): results are cached across calls", seed=seed)
-                    return fail(Reason(comparison.reason.value), comparison.message, seed=seed,
-                                worst_index=list(comparison.worst_index or ()), max_abs_err=comparison.max_abs_err,
-                                rel_l2=comparison.rel_l2)
+                    details = comparison.to_dict()
+                    return fail(comparison.reason, comparison.message, seed=seed, worst_index=details["worst_index"],
+                                max_abs_err=details["max_abs_err"], rel_l2=details["rel_l2"])
             if attempt == 1 and problem.check is not None:
                 message = problem.check(params, pristine, {n: b.data for n, b in buffers.outputs.items()}, expected)
                 seed_record["check"] = message or "passed"
