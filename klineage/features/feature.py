@@ -15,7 +15,8 @@ class Feature:
 
     def __post_init__(self) -> None:
         if not isinstance(self.locus, str) or not isinstance(self.name, str) or not self.name:
-            raise DocumentError("feature", f"needs a text locus and a non-empty name, not {self.locus!r}, {self.name!r}")
+            raise DocumentError("feature", f"needs a text locus and a non-empty name, not "
+                                           f"{self.locus!r}, {self.name!r}")
 
     def __str__(self) -> str:
         return f"{self.locus}:{self.name}"

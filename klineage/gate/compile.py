@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -99,6 +101,8 @@ class CompileResult:
                                                   f"cubins: {', '.join(self.cubin_sha256) or 'none'})")
         if arch in self.cubins:
             return self.cubins[arch]
+        if arch not in self.cubin_paths:
+            raise DocumentError("compile result", f"the {arch} cubin was not kept (compiled without a cache)")
         data = Path(self.cubin_paths[arch]).read_bytes()
         if sha256_bytes(data) != self.cubin_sha256[arch]:
             raise DocumentError(self.cubin_paths[arch], "cubin does not match its sha256; delete the cached folder")
@@ -108,6 +112,10 @@ class CompileResult:
         mangled = resolve_entry(self, entry)
         demangled = next(d for d, m in self.entries.items() if m == mangled)
         return self.resources[arch or self.arch][demangled]
+
+    def static_shared(self, entry: str, arch: str | None = None) -> int:
+        """Static __shared__ bytes of an entry: launch-time dynamic shared memory adds to it."""
+        return self.resources_for(entry, arch).shared_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,10 +144,12 @@ class CompileResult:
                 resources={arch: {name: Resources.from_dict(r, f"{where}.resources.{arch}.{name}")
                                   for name, r in per.items()} for arch, per in data["resources"].items()},
             )
+        except DocumentError:
+            raise
         except KeyError as exc:
             raise DocumentError(where, f"missing {exc.args[0]!r}") from None
-        except ValueError as exc:
-            raise DocumentError(where, str(exc)) from None
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise DocumentError(where, f"malformed: {exc}") from None
 
 
 def compile_kernel(state: KernelState, cache_dir: Path | None = None, timeout_s: float = 120,
@@ -148,8 +158,9 @@ def compile_kernel(state: KernelState, cache_dir: Path | None = None, timeout_s:
     toolchain = toolchain or find_toolchain()
     targets = ARCH_TARGETS[state.plan.arch]
     flags = nvcc_flags(state.plan)
-    key = sha256_json({"version": RESULT_VERSION, "source": normalize_source(state.source), "flags": flags,
-                       "targets": targets, "toolchain": toolchain.key})
+    # The file name is in the key too: nvcc's messages and the line table name it.
+    key = sha256_json({"version": RESULT_VERSION, "source": normalize_source(state.source),
+                       "file": state.plan.source, "flags": flags, "targets": targets, "toolchain": toolchain.key})
     folder = Path(cache_dir) / "compile" / key[:2] / key if cache_dir is not None else None
     if folder is not None and (folder / RESULT_FILE).is_file():
         return _load(folder)
@@ -218,14 +229,15 @@ def _strip_return_type(name: str) -> str:
 
 def _compile(state: KernelState, flags: tuple[str, ...], targets: tuple[str, ...], key: str,
              toolchain: Toolchain, timeout_s: float) -> CompileResult:
-    with tempfile.TemporaryDirectory(prefix="klineage-nvcc-") as tmp:
-        work = Path(tmp)
-        source = state.plan.source  # its own name, so nvcc's messages point at the user's file
+    with _work_folder(key) as work:
+        source = Path(state.plan.source).name  # its own name, so nvcc's messages point at the user's file
         (work / source).write_text(normalize_source(state.source), encoding="utf-8")
+        os.utime(work / source, (0, 0))  # the line table records the file's mtime
         started = time.monotonic()
         codes = _run_nvcc(toolchain, flags, targets, source, work, timeout_s)
         seconds = round(time.monotonic() - started, 3)
-        outputs = {t: _read_capped(work / f"{t}.log", PARSE_LIMIT) for t in targets}
+        # Messages about nvcc's temporary files name the work folder; it means nothing later.
+        outputs = {t: _read_capped(work / f"{t}.log", PARSE_LIMIT).replace(f"{work}/", "") for t in targets}
 
         def made(status: CompileStatus, log: str, **found: Any) -> CompileResult:
             return CompileResult(status=status, arch=state.plan.arch, targets=targets, flags=flags, key=key,
@@ -243,6 +255,24 @@ def _compile(state: KernelState, flags: tuple[str, ...], targets: tuple[str, ...
                     cubin_sha256={t: sha256_bytes(b) for t, b in cubins.items()}, cubins=cubins)
 
 
+@contextmanager
+def _work_folder(key: str) -> Iterator[Path]:
+    """A private folder to compile in. nvcc writes its path into the -lineinfo debug data, so a
+    folder named by the key keeps cubins byte-identical from one compile to the next; a compile of
+    the same key already running elsewhere leaves this one a random folder instead."""
+    root = Path(tempfile.gettempdir()) / f"klineage-nvcc-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    folder = root / key
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        folder = Path(tempfile.mkdtemp(prefix="busy-", dir=root))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _run_nvcc(toolchain: Toolchain, flags: tuple[str, ...], targets: tuple[str, ...], source: str,
               work: Path, timeout_s: float) -> dict[str, int] | None:
     """Run one nvcc per target at once (nvcc -cubin takes a single target); None on timeout."""
@@ -251,7 +281,8 @@ def _run_nvcc(toolchain: Toolchain, flags: tuple[str, ...], targets: tuple[str, 
     for target in targets:
         with open(work / f"{target}.log", "wb") as log:
             procs[target] = subprocess.Popen(
-                [toolchain.nvcc, *flags, gencode(target), source, "-o", f"{target}.cubin"],
+                # -x cu: the plan's file name need not end in .cu
+                [toolchain.nvcc, *flags, gencode(target), "-x", "cu", source, "-o", f"{target}.cubin"],
                 cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)  # its own process group, so cicc and ptxas die with it
     deadline = time.monotonic() + timeout_s
@@ -392,7 +423,7 @@ def _store(result: CompileResult, folder: Path) -> CompileResult:
         except OSError:
             if not (folder / RESULT_FILE).is_file():
                 raise
-            # Another worker stored the same key first: its files are identical to ours.
+            return _load(folder)  # another worker stored this key first: every caller gets its result
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return replace(result, cubin_paths={arch: str(folder / name) for arch, name in names.items()})
