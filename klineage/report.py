@@ -48,11 +48,10 @@ def print_verdict(verdict: Verdict) -> None:
         console.print(f"  [red]{finding.reason.value}[/]{where} {finding.stage}: {finding.message}")
     if verdict.environment.get("error"):
         console.print(f"  [yellow]harness error:[/] {verdict.environment['error'][:2000]}")
-    compiled = verdict.compile
-    if compiled.get("resources"):
-        rows = [[entry, str(r.get("registers", "?")), str(r.get("shared_static", r.get("shared", "?"))),
-                 str(r.get("stack", "?")), str(r.get("spill_stores", "?"))]
-                for entry, r in compiled["resources"].items()]
+    resources = verdict.compile.get("resources", {}).get(verdict.compile.get("arch", ""), {})
+    if resources:
+        rows = [[entry, str(r["registers"]), str(r["shared_bytes"]), str(r["stack_bytes"]), str(r["spill_store_bytes"])]
+                for entry, r in resources.items()]
         table("Resources", ["entry", "registers", "static smem", "stack", "spill stores"], rows)
     if verdict.correctness:
         rows = []
