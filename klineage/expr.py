@@ -62,13 +62,18 @@ _COMPARE = {
 }
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
 _MAX_LENGTH = 400
+_MAX_BITS = 256  # no launch dimension or size needs more; bigger integers only cost time and memory
 
 
-@lru_cache(maxsize=4096)
 def parse(text: str) -> ast.Expression:
     """Parse and vet an expression; raise ExpressionError naming what is not allowed."""
     if not isinstance(text, str) or not text.strip():
         raise ExpressionError(repr(text), "an expression must be a non-empty string")
+    return _parse(text)
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> ast.Expression:
     if len(text) > _MAX_LENGTH:
         raise ExpressionError(text[:40] + "...", f"longer than {_MAX_LENGTH} characters")
     try:
@@ -111,6 +116,8 @@ def evaluate(text: str | int | float, env: Mapping[str, Number]) -> Number:
     tree = parse(text)
     try:
         return _eval(tree.body, env, text)
+    except ExpressionError:
+        raise
     except ZeroDivisionError:
         raise ExpressionError(text, "division by zero") from None
     except (TypeError, ValueError, OverflowError) as exc:
@@ -138,7 +145,12 @@ def _eval(node: ast.AST, env: Mapping[str, Number], text: str) -> Any:
         left, right = _eval(node.left, env, text), _eval(node.right, env, text)
         if isinstance(node.op, ast.Pow) and abs(right) > 64:
             raise ExpressionError(text, "exponent too large")
-        return _BINARY[type(node.op)](left, right)
+        if isinstance(node.op, ast.LShift) and isinstance(right, int) and right > _MAX_BITS:
+            raise ExpressionError(text, f"value too large (more than {_MAX_BITS} bits)")
+        value = _BINARY[type(node.op)](left, right)
+        if isinstance(value, int) and value.bit_length() > _MAX_BITS:
+            raise ExpressionError(text, f"value too large (more than {_MAX_BITS} bits)")
+        return value
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_eval(node.operand, env, text))
     if isinstance(node, ast.BoolOp):

@@ -22,9 +22,13 @@ _CONSTEXPR = re.compile(
     r"([A-Za-z_]\w*)\s*=\s*([^;{}]+);",
     re.MULTILINE,
 )
-_DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\s+([^\n\\]+)$", re.MULTILINE)
-_INT_SUFFIX = re.compile(r"(?<=[0-9])(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)\b")
-_FLOAT_SUFFIX = re.compile(r"(?<=[0-9.])[fF]\b")
+# Horizontal blanks only: `\s` would let an empty `#define FLAG` take the next line as its value.
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)[ \t]+([^\n\\]+)$", re.MULTILINE)
+# Suffixes of whole number tokens only: not the 'F' of 0x1F, not the 'U' of a name like TILE_2U.
+_INT_SUFFIX = re.compile(r"(?<![\w.])(0[xX][0-9a-fA-F]+|\d+)(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)\b")
+_FLOAT_SUFFIX = re.compile(r"(?<![\w.])((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)[fF]\b")
+_FLOAT_LITERAL = re.compile(r"(?<![\w.])(?:\d+\.\d*|\.\d+|\d+[eE][+-]?\d+)")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 def parse_constants(source: str) -> dict[str, int | float]:
@@ -40,8 +44,10 @@ def parse_constants(source: str) -> dict[str, int | float]:
     constants: dict[str, int | float] = {}
     for _, name, text in sorted(found):
         text = text.split("//")[0].strip()
-        text = _FLOAT_SUFFIX.sub("", _INT_SUFFIX.sub("", text))
-        if not re.search(r"\d\.|\.\d|[eE][+-]?\d", text):
+        text = _FLOAT_SUFFIX.sub(r"\1", _INT_SUFFIX.sub(r"\1", text))
+        floating = _FLOAT_LITERAL.search(text) or any(
+            isinstance(constants.get(n), float) for n in _NAME.findall(text))
+        if not floating:
             text = re.sub(r"(?<!/)/(?!/)", "//", text)  # C integer division
         try:
             value = expr.evaluate(text, constants)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from klineage import expr
-from klineage.errors import DocumentError
+from klineage.errors import DocumentError, ExpressionError
 
 ARCHES = ("sm_90", "sm_90a")
 SCALAR_TYPES = ("i32", "u32", "i64", "u64", "f32", "f64")
@@ -61,7 +61,7 @@ class Arg:
                 raise DocumentError(where, f"scalar type '{kind}' is not one of {', '.join(SCALAR_TYPES)}")
             value = data["scalar"]
             if isinstance(value, str):
-                expr.parse(value)
+                _parse(value, where)
             elif not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise DocumentError(where, f"scalar must be a number or an expression, not {value!r}")
             return cls(ArgKind.SCALAR, value=value, type=kind)
@@ -182,14 +182,14 @@ class LaunchPlan:
             raise DocumentError(where, f"arch must be one of {', '.join(ARCHES)}, not {arch!r}")
         supports = data.get("supports", "")
         if supports:
-            expr.parse(supports)
+            _parse(supports, f"{where}.supports")
             if not data.get("supports_reason"):
                 raise DocumentError(where, "'supports' needs a 'supports_reason' (the hardware reason)")
         flags = data.get("nvcc_flags", [])
         if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
             raise DocumentError(where, "nvcc_flags must be a list of strings")
         for flag in flags:
-            if not flag.startswith(ALLOWED_FLAG_PREFIXES) or any(c in flag for c in " ;|&$`\n"):
+            if not flag.startswith(ALLOWED_FLAG_PREFIXES) or any(c in flag for c in " ;|&$`\n,"):
                 raise DocumentError(where, f"nvcc flag {flag!r} is not allowed")
         launches = data["launch"]
         if not isinstance(launches, list) or not 1 <= len(launches) <= MAX_LAUNCHES:
@@ -266,25 +266,25 @@ def resolve(plan: LaunchPlan, env: dict[str, Any], buffers: set[str]) -> list[Re
     resolved = []
     for i, launch in enumerate(plan.launches):
         where = f"{plan.name}.launch[{i}] ({launch.entry})"
-        grid = tuple(expr.evaluate_int(d, env) for d in launch.grid)
-        block = tuple(expr.evaluate_int(d, env) for d in launch.block)
+        grid = tuple(_evaluate(expr.evaluate_int, d, env, f"{where}.grid") for d in launch.grid)
+        block = tuple(_evaluate(expr.evaluate_int, d, env, f"{where}.block") for d in launch.block)
         if min(grid) < 1 or grid[0] > 2**31 - 1 or max(grid[1:]) > 65535:
             raise DocumentError(where, f"grid {grid} is outside the hardware limits")
         if min(block) < 1 or block[0] > 1024 or block[1] > 1024 or block[2] > 64:
             raise DocumentError(where, f"block {block} is outside the hardware limits")
         if block[0] * block[1] * block[2] > 1024:
             raise DocumentError(where, f"block {block} has more than 1024 threads")
-        shared = expr.evaluate_int(launch.shared, env)
+        shared = _evaluate(expr.evaluate_int, launch.shared, env, f"{where}.shared")
         if shared < 0:
             raise DocumentError(where, f"dynamic shared memory is negative ({shared})")
         args = []
-        for arg in launch.args:
+        for j, arg in enumerate(launch.args):
             if arg.kind is ArgKind.BUFFER:
                 if arg.name not in buffers:
                     raise DocumentError(where, f"unknown buffer '{arg.name}' (known: {', '.join(sorted(buffers))})")
                 args.append(("buffer", arg.name, ""))
             else:
-                value = expr.evaluate(arg.value, env)
+                value = _evaluate(expr.evaluate, arg.value, env, f"{where}.args[{j}]")
                 args.append(("scalar", float(value) if arg.type.startswith("f") else int(value), arg.type))
         resolved.append(ResolvedLaunch(launch.entry, grid, block, shared, tuple(args)))
     return resolved
@@ -304,7 +304,22 @@ def _check_expr(value: Any, where: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise DocumentError(where, f"must be a whole number or an expression, not {value!r}")
     if isinstance(value, str):
-        expr.parse(value)
+        _parse(value, where)
+
+
+def _parse(text: str, where: str) -> None:
+    """Vet an expression; a refusal names where in the plan it sits."""
+    try:
+        expr.parse(text)
+    except ExpressionError as exc:
+        raise ExpressionError(where, str(exc)) from None
+
+
+def _evaluate(fn: Any, value: str | int | float, env: dict[str, Any], where: str) -> Any:
+    try:
+        return fn(value, env)
+    except ExpressionError as exc:
+        raise ExpressionError(where, str(exc)) from None
 
 
 def _check_identifier(name: Any, where: str) -> None:

@@ -82,7 +82,10 @@ class OutputSpec:
             raise DocumentError(where, f"output '{name}': shape must be a non-empty list")
         for dim in shape:
             if isinstance(dim, str):
-                expr.parse(dim)
+                try:
+                    expr.parse(dim)
+                except DocumentError as exc:
+                    raise DocumentError(where, f"output '{name}': {exc}") from None
             elif not isinstance(dim, int) or isinstance(dim, bool):
                 raise DocumentError(where, f"output '{name}': dimension {dim!r} is not a number or expression")
         return cls(name=name, shape=tuple(shape), dtype=str(data["dtype"]))
@@ -203,11 +206,13 @@ def _exec_module(path: Path, where: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise DocumentError(where, "cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # while it runs: @dataclass and pickling look their module up there
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file failed: say how, in its own words
+    except (Exception, SystemExit) as exc:  # the user's file failed: say how, in its own words
         raise DocumentError(where, f"raised {type(exc).__name__} while loading: {exc}") from None
-    sys.modules.pop(name, None)
+    finally:
+        sys.modules.pop(name, None)
     return module
 
 

@@ -42,9 +42,12 @@ class VerdictStore:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DocumentError(str(path), f"corrupt verdict: {exc}") from None
-        return Verdict.from_dict(data)
+        try:
+            return Verdict.from_dict(data)
+        except (DocumentError, KeyError, TypeError, ValueError) as exc:  # valid JSON, but not a verdict
+            raise DocumentError(str(path), f"corrupt verdict: {exc}") from None
 
     def put(self, key: str, verdict: Verdict) -> Path:
         path = self.path(key)

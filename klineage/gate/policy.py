@@ -50,13 +50,22 @@ class GatePolicy:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GatePolicy:
+        if not isinstance(data, dict):
+            raise DocumentError("policy", "must be a table")
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise DocumentError("policy", f"unknown keys {sorted(unknown)}")
         values = dict(data)
         if "sanitize" in values:
-            values["sanitize"] = Sanitize(values["sanitize"])
-        return cls(**values)
+            try:
+                values["sanitize"] = Sanitize(values["sanitize"])
+            except ValueError:
+                allowed = ", ".join(s.value for s in Sanitize)
+                raise DocumentError("policy", f"sanitize must be one of {allowed}, not {values['sanitize']!r}") from None
+        try:
+            return cls(**values)
+        except TypeError as exc:  # a value of the wrong type, e.g. seeds = "3"
+            raise DocumentError("policy", str(exc)) from None
 
     @property
     def fingerprint(self) -> str:

@@ -36,10 +36,14 @@ class SandboxResult:
     output: str  # the first `output_cap` bytes of stdout+stderr, decoded leniently
     output_bytes: int  # how much it printed in all
     seconds: float
+    # Bytes kept in `output` before decoding; -1 when not known. Re-encoding `output` does not
+    # give it back: each undecodable byte, or a character cut at the cap, becomes 3 bytes of U+FFFD.
+    captured_bytes: int = -1
 
     @property
     def flooded(self) -> bool:
-        return self.output_bytes > len(self.output.encode("utf-8", "replace"))
+        kept = self.captured_bytes if self.captured_bytes >= 0 else len(self.output.encode("utf-8", "replace"))
+        return self.output_bytes > kept
 
 
 def minimal_env(extra: dict[str, str] | None = None, home: Path | None = None) -> dict[str, str]:
@@ -112,10 +116,10 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], ou
         for event in _new_events(progress_file, seen_lines):
             on_progress(event)
     code = proc.returncode if proc.returncode is not None else -9
-    if exit_kind is Exit.FINISHED and code < 0 and -code != signal.SIGKILL:
+    if exit_kind is Exit.FINISHED and code < 0:  # its own signal: our kill came after it had exited
         exit_kind = Exit.SIGNALLED
     return SandboxResult(exit_kind, code, captured.decode("utf-8", "replace"), total[0],
-                         time.monotonic() - started)
+                         time.monotonic() - started, len(captured))
 
 
 def _new_events(path: Path, skip: int) -> list[dict]:
