@@ -268,3 +268,18 @@ def test_rlimits_in_the_child(tmp_path):
     assert fsize == [4 << 30, 4 << 30]
     assert nofile[0] <= 4096
     assert resource.getrlimit(resource.RLIMIT_CPU) != (50, 55)  # set in the child only
+
+
+def test_a_garbage_progress_line_does_not_blind_the_watchdog(tmp_path):
+    """A complete line that is not JSON is passed over; the waiting line after it still counts."""
+    progress = tmp_path / "progress.jsonl"
+    code = (
+        "import json, sys, time\n"
+        f"p = open({str(progress)!r}, 'a')\n"
+        "p.write('not json\\n'); p.write('[1, 2]\\n'); p.write(json.dumps({'waiting': True}) + '\\n'); p.flush()\n"
+        "time.sleep(30)\n"
+    )
+    result = run([sys.executable, "-c", code], cwd=tmp_path, timeout_s=20,
+                 env=minimal_env(), progress_file=progress, stall_s=1.0)
+    assert result.exit is Exit.STALLED
+    assert result.seconds < 10

@@ -101,8 +101,9 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], ou
             exit_kind = Exit.TIMEOUT
             break
         if progress_file is not None:
-            for event in _new_events(progress_file, seen_lines):
-                seen_lines += 1
+            events, consumed = _new_events(progress_file, seen_lines)
+            seen_lines += consumed
+            for event in events:
                 waiting_since = now if event.get("waiting") else None
                 if on_progress is not None:
                     on_progress(event)
@@ -113,7 +114,7 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], ou
     _kill_group(proc)
     reader.join(timeout=5)
     if progress_file is not None and on_progress is not None:
-        for event in _new_events(progress_file, seen_lines):
+        for event in _new_events(progress_file, seen_lines)[0]:
             on_progress(event)
     code = proc.returncode if proc.returncode is not None else -9
     if exit_kind is Exit.FINISHED and code < 0:  # its own signal: our kill came after it had exited
@@ -122,18 +123,26 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], ou
                          time.monotonic() - started, len(captured))
 
 
-def _new_events(path: Path, skip: int) -> list[dict]:
+def _new_events(path: Path, skip: int) -> tuple[list[dict], int]:
+    """Events in complete lines after the first `skip`, and how many complete lines were read.
+
+    A line without its newline is still being written; a complete line that is not a JSON
+    object is passed over rather than allowed to hide every later event from the watchdog.
+    """
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return []
+        return [], 0
+    complete = text.split("\n")[:-1]
     events = []
-    for line in lines[skip:]:
+    for line in complete[skip:]:
         try:
-            events.append(json.loads(line))
+            event = json.loads(line)
         except json.JSONDecodeError:
-            break  # a line still being written; read it next time
-    return events
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events, max(0, len(complete) - skip)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
