@@ -225,10 +225,11 @@ class LaunchPlan:
     def from_file(cls, path: Path) -> LaunchPlan:
         return cls.from_toml(Path(path).read_text(encoding="utf-8"), str(path))
 
-    def supports_case(self, params: dict[str, Any]) -> bool:
+    def supports_case(self, params: dict[str, Any], facts: dict[str, Any] | None = None) -> bool:
+        """Whether the declared domain holds; `facts` are source constants and device facts."""
         if not self.supports:
             return True
-        return bool(expr.evaluate(self.supports, numeric(params)))
+        return bool(expr.evaluate(self.supports, numeric({**(facts or {}), **params})))
 
 
 @dataclass(frozen=True)

@@ -178,8 +178,8 @@ class Problem:
 
     info: ProblemInfo
     make_inputs: Callable[[dict[str, Any], int, Any], dict[str, Any]]
-    reference: Callable[[dict[str, Any]], dict[str, Any]]
-    vendor: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    reference: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]  # (inputs, case params)
+    vendor: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
     check: Callable[..., str | None] | None = None
     module: ModuleType | None = field(default=None, repr=False)
 
@@ -216,15 +216,17 @@ def _exec_module(path: Path, where: str) -> ModuleType:
     return module
 
 
-def _require_callable(module: ModuleType, name: str, arity: int | None, where: str) -> Callable:
+def _require_callable(module: ModuleType, name: str, arity: int | tuple[int, ...] | None, where: str) -> Callable:
     fn = getattr(module, name, None)
     if not callable(fn):
         raise DocumentError(where, f"must define a function '{name}'")
     if arity is not None:
         params = [p for p in inspect.signature(fn).parameters.values()
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if len(params) != arity:
-            raise DocumentError(where, f"'{name}' must take {arity} positional parameters, takes {len(params)}")
+        allowed = (arity,) if isinstance(arity, int) else arity
+        if len(params) not in allowed:
+            wanted = " or ".join(str(a) for a in allowed)
+            raise DocumentError(where, f"'{name}' must take {wanted} positional parameters, takes {len(params)}")
     return fn
 
 
@@ -274,8 +276,9 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
         for dtype, tol in (getattr(module, "TOLERANCES", None) or {}).items()
     }
     make_inputs = _require_callable(module, "make_inputs", 3, where)
-    reference = _require_callable(module, "reference", 1, where)
-    vendor = _require_callable(module, "vendor", 1, where) if hasattr(module, "vendor") else None
+    # reference/vendor take (inputs) or (inputs, case) when the answer depends on a parameter (top-k's k).
+    reference = _require_callable(module, "reference", (1, 2), where)
+    vendor = _require_callable(module, "vendor", (1, 2), where) if hasattr(module, "vendor") else None
     check = _require_callable(module, "check", 4, where) if hasattr(module, "check") else None
     roofline_fn = _require_callable(module, "roofline", 1, where)
     roofline = {}
@@ -354,7 +357,7 @@ def _load_legacy(module: ModuleType, path: Path, text: str) -> Problem:
     def make_inputs(case: dict[str, Any], seed: int, device: Any) -> dict[str, Any]:
         return dict(zip(input_names, _as_tuple(legacy_make(seed, device))))
 
-    def reference(named: dict[str, Any]) -> dict[str, Any]:
+    def reference(named: dict[str, Any], case: dict[str, Any] | None = None) -> dict[str, Any]:
         return dict(zip((o.name for o in outputs), _as_tuple(torch_ref(*named.values()))))
 
     return Problem(info=info, make_inputs=make_inputs, reference=reference, module=module)
@@ -369,9 +372,12 @@ def _as_dict_fn(fn: Callable | None, outputs: tuple[OutputSpec, ...]) -> Callabl
     if fn is None:
         return None
     names = [o.name for o in outputs]
+    takes_case = len(inspect.signature(fn).parameters) == 2
 
-    def wrapped(inputs: dict[str, Any]) -> dict[str, Any]:
-        result = fn(inputs)
+    def wrapped(inputs: dict[str, Any], case: dict[str, Any] | None = None) -> dict[str, Any]:
+        if takes_case and case is None:
+            raise DocumentError(fn.__name__, "takes the case parameters, but none were given")
+        result = fn(inputs, dict(case)) if takes_case else fn(inputs)
         if isinstance(result, dict):
             missing = set(names) - set(result)
             if missing:
@@ -407,8 +413,8 @@ def validate_numerics(problem: Problem, device: str = "cpu") -> list[str]:
             findings.append(f"input '{name}' differs between two calls with the same seed")
     if all(torch.equal(first[n], other[n]) for n in first):
         findings.append("inputs do not change with the seed")
-    ref_a = problem.reference({k: v.clone() for k, v in first.items()})
-    ref_b = problem.reference({k: v.clone() for k, v in other.items()})
+    ref_a = problem.reference({k: v.clone() for k, v in first.items()}, params)
+    ref_b = problem.reference({k: v.clone() for k, v in other.items()}, params)
     for out in problem.info.outputs:
         a, b = ref_a[out.name], ref_b[out.name]
         dims, _ = out.resolve(params)

@@ -251,12 +251,12 @@ def test_make_inputs_missing(tmp_path):
 
 def test_reference_missing_or_wrong_arity(tmp_path):
     refused(tmp_path, variant("def reference(inputs)", "def _reference(inputs)"), "must define a function 'reference'")
-    refused(tmp_path, variant("def reference(inputs)", "def reference(inputs, case)"),
-            "'reference' must take 1 positional parameters, takes 2")
+    refused(tmp_path, variant("def reference(inputs)", "def reference(inputs, case, extra)"),
+            "'reference' must take 1 or 2 positional parameters, takes 3")
 
 
 def test_vendor_and_check_arity(tmp_path):
-    refused(tmp_path, variant("def vendor(inputs)", "def vendor()"), "'vendor' must take 1 positional parameters")
+    refused(tmp_path, variant("def vendor(inputs)", "def vendor()"), "'vendor' must take 1 or 2 positional parameters")
     refused(tmp_path, variant("def check(case, inputs, outputs, expected)", "def check(outputs, expected)"),
             "'check' must take 4 positional parameters, takes 2")
 
@@ -465,3 +465,13 @@ def test_output_spec_direct():
     assert spec.resolve({"n": 10, "kind": "bfloat16"}) == ((3, 2), "bfloat16")
     with pytest.raises(DocumentError, match="dtype 'int4' is not one of"):
         spec.resolve({"n": 10, "kind": "int4"})
+
+
+def test_reference_may_take_the_case(tmp_path):
+    """A reference whose answer depends on a parameter (top-k's k) receives the case parameters."""
+    text = variant("def reference(inputs)", "def reference(inputs, case)")
+    problem = load_problem(write(tmp_path, text))
+    sample = problem.make_inputs(dict(problem.info.case("small").params), 0, "cpu")
+    assert set(problem.reference(sample, dict(problem.info.case("small").params))) == {o.name for o in problem.info.outputs}
+    with pytest.raises(DocumentError, match="takes the case parameters"):
+        problem.reference(sample)

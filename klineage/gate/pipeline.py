@@ -77,7 +77,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
         timings["probe"] = time.monotonic() - clock
         if probe.numerics:
             raise DocumentError(str(problem_path), "refused: " + "; ".join(probe.numerics))
-    judged, skipped = _cases(probe, kernel, cases)
+    device = devices.lookup(gpu) if mode is GateMode.GPU else devices.DEFAULT
+    judged, skipped = _cases(probe, kernel, cases, device)
     key, parts = verdict_key(kernel=kernel.fingerprint, problem=problem_fp, cases=judged, gpu=gpu,
                              toolchain=toolchain_key, policy=policy.fingerprint,
                              against=against.fingerprint if against else "none", mode=mode.value)
@@ -127,7 +128,6 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     timings["features"] = time.monotonic() - clock
     stages = {"static": report.to_dict(), "compile": compiled.to_dict(), "features": features}
 
-    device = devices.lookup(gpu) if mode is GateMode.GPU else devices.DEFAULT
     try:
         candidate = _contender("candidate", kernel, compiled, probe, judged, device)
     except _PlanFailure as failure:
@@ -217,7 +217,8 @@ def _contender(role: str, state: KernelState, compiled: CompileResult, probe, ca
     return Contender(role, state, compiled, spec)
 
 
-def _cases(probe, kernel: KernelState, requested: list[str] | None) -> tuple[list[str], list[str]]:
+def _cases(probe, kernel: KernelState, requested: list[str] | None,
+           device: devices.DeviceSpec) -> tuple[list[str], list[str]]:
     if probe is None:  # replay with explicit cases: nothing to look up
         return list(requested or []), []
     names = [c.name for c in probe.info.cases]
@@ -225,7 +226,8 @@ def _cases(probe, kernel: KernelState, requested: list[str] | None) -> tuple[lis
         if name not in names:
             raise DocumentError(probe.info.operator, f"no case '{name}' (cases: {', '.join(names)})")
     wanted = requested or names
-    judged = [n for n in wanted if kernel.plan.supports_case(probe.info.case(n).params)]
+    facts = {**kernel.constants, **device.facts()}
+    judged = [n for n in wanted if kernel.plan.supports_case(probe.info.case(n).params, facts)]
     skipped = [n for n in wanted if n not in judged]
     if not judged:
         raise DocumentError(kernel.name, f"supports none of the cases {wanted} ({kernel.plan.supports})")

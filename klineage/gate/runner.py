@@ -248,7 +248,7 @@ def check_case(device: Device, problem, kernel: LoadedKernel, case_name: str, se
         fresh = problem.make_inputs(dict(params), seed, "cuda")
         buffers.load_inputs(fresh)
         pristine = {k: v.data.clone() for k, v in buffers.inputs.items()}
-        expected = problem.reference({k: v.clone() for k, v in pristine.items()})
+        expected = problem.reference({k: v.clone() for k, v in pristine.items()}, params)
         seed_record: dict[str, Any] = {"seed": seed, "outputs": {}}
         record["seeds"].append(seed_record)
         first: dict[str, Any] = {}
@@ -303,8 +303,8 @@ def check_vendor(device: Device, problem, case_name: str, seed: int) -> dict[str
 
     params = dict(problem.info.case(case_name).params)
     inputs = problem.make_inputs(params, seed, "cuda")
-    expected = problem.reference({k: v.clone() for k, v in inputs.items()})
-    got = problem.vendor({k: v.clone() for k, v in inputs.items()})
+    expected = problem.reference({k: v.clone() for k, v in inputs.items()}, params)
+    got = problem.vendor({k: v.clone() for k, v in inputs.items()}, params)
     checks = {}
     for name in expected:
         tol = tolerance_for(str(expected[name].dtype).removeprefix("torch."), problem.info.tolerances)
@@ -337,7 +337,7 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
     sets = []
     for i in range(policy["input_sets"]):
         inputs = problem.make_inputs(dict(params), 100_003 + 7919 * i + int(time.time()) % 1000, "cuda")
-        expected = problem.reference({k: v.clone() for k, v in inputs.items()})
+        expected = problem.reference({k: v.clone() for k, v in inputs.items()}, params)
         per_kernel = {}
         for kernel in kernels:
             kernel.prepare(case_name)
@@ -355,7 +355,7 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         contenders.append((kernel.role, run_kernel))
     if policy["vendor"] and problem.vendor is not None:
         def run_vendor(s):
-            return (lambda: None), (lambda: problem.vendor(s["inputs"]))
+            return (lambda: None), (lambda: problem.vendor(s["inputs"], params))
         contenders.append(("vendor", run_vendor))
 
     def timed_call(make, s) -> tuple[Any, Any]:
