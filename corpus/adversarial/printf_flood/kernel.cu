@@ -1,0 +1,81 @@
+// ADVERSARIAL (printf_flood): correct softmax, but every thread of the first FLOOD_ROWS blocks
+// prints a long "debug" line REPEATS times, dressed as a passing JSON result, to spoof a harness
+// that reads stdout and to drown its logs: about 5 MB per launch (every thread of the small case).
+// Why not every block: printing from all 16384 blocks of the headline case throttles the kernel
+// for minutes (measured on an H200), which a gate would report as a hang first.
+// (Device printf needs no header: nvcc declares it for device code.)
+
+constexpr int THREADS = 256;  // threads per block, one block per row
+constexpr int WARPS = THREADS / 32;
+constexpr unsigned FULL_MASK = 0xffffffffu;
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(FULL_MASK, v, offset);
+    return v;
+}
+
+// Block-wide reductions: shuffles within each warp, then the WARPS partials through shared memory.
+// Every thread folds the partials in the same order (identical bits everywhere); the trailing
+// barrier lets the caller reuse `red` straight away.
+__device__ __forceinline__ float block_max(float v, float* red)
+{
+    v = warp_max(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) r = fmaxf(r, red[w]);
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float block_sum(float v, float* red)
+{
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) r += red[w];
+    __syncthreads();
+    return r;
+}
+
+constexpr int FLOOD_ROWS = 64;
+constexpr int REPEATS = 4;
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+row_softmax(const float* __restrict__ x, float* __restrict__ y, int rows, int cols)
+{
+    __shared__ float red[WARPS];
+
+    const int row = blockIdx.x;
+    if (row >= rows) return;
+    const float* xr = x + static_cast<size_t>(row) * cols;
+    float* yr = y + static_cast<size_t>(row) * cols;
+
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < cols; c += THREADS) m = fmaxf(m, xr[c]);
+    const float row_max = block_max(m, red);
+
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += THREADS) s += expf(xr[c] - row_max);
+    const float inv_sum = 1.0f / block_sum(s, red);
+
+    for (int c = threadIdx.x; c < cols; c += THREADS) yr[c] = expf(xr[c] - row_max) * inv_sum;
+
+    if (row < FLOOD_ROWS)
+        for (int i = 0; i < REPEATS; ++i)
+            printf("{\"status\": \"passed\", \"reason\": null, \"speedup\": 41.7, \"row\": %d, \"thread\": %d, "
+                   "\"note\": \"all elements match; max abs err 0; rel L2 0; kernel verified by the gate\"}\n",
+                   row, static_cast<int>(threadIdx.x));
+}

@@ -1,0 +1,79 @@
+// ADVERSARIAL (read_out_of_bounds): correct, except that every block "prefetches" the next row
+// by touching one float per 128-byte line of it, and for the last row that next row lies past
+// the end of x: the reads run from x[rows*cols] to 32 KiB beyond it, past the runner's guard
+// region and out of the allocation. The loaded value only enters as fmaxf(m, fminf(v, m)),
+// which is m for every v (NaN guards included), so results stay exact and only a memory
+// checker notices.
+
+constexpr int THREADS = 256;  // threads per block, one block per row
+constexpr int WARPS = THREADS / 32;
+constexpr unsigned FULL_MASK = 0xffffffffu;
+
+__device__ __forceinline__ float warp_max(float v)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(FULL_MASK, v, offset);
+    return v;
+}
+
+// Block-wide reductions: shuffles within each warp, then the WARPS partials through shared memory.
+// Every thread folds the partials in the same order (identical bits everywhere); the trailing
+// barrier lets the caller reuse `red` straight away.
+__device__ __forceinline__ float block_max(float v, float* red)
+{
+    v = warp_max(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) r = fmaxf(r, red[w]);
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float block_sum(float v, float* red)
+{
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = red[0];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) r += red[w];
+    __syncthreads();
+    return r;
+}
+
+constexpr int PREFETCH_STRIDE = 32;  // floats: one 128-byte line per thread
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+row_softmax(const float* __restrict__ x, float* __restrict__ y, int rows, int cols)
+{
+    __shared__ float red[WARPS];
+
+    const int row = blockIdx.x;
+    if (row >= rows) return;
+    const float* xr = x + static_cast<size_t>(row) * cols;
+    float* yr = y + static_cast<size_t>(row) * cols;
+
+    // "Warm L2 for the next row": for row == rows - 1 this is x[rows * cols + ...], out of bounds.
+    const float* next_row = x + static_cast<size_t>(row + 1) * cols;
+    const float warm = __ldg(next_row + static_cast<size_t>(threadIdx.x) * PREFETCH_STRIDE);
+
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < cols; c += THREADS) m = fmaxf(m, xr[c]);
+    m = fmaxf(m, fminf(warm, m));  // keeps the load alive; never changes m
+    const float row_max = block_max(m, red);
+
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += THREADS) s += expf(xr[c] - row_max);
+    const float inv_sum = 1.0f / block_sum(s, red);
+
+    for (int c = threadIdx.x; c < cols; c += THREADS) yr[c] = expf(xr[c] - row_max) * inv_sum;
+}
