@@ -37,7 +37,7 @@ DEFAULT_OPT = "-O3"  # left out when the plan picks its own -O level
 LOG_LIMIT = 20_000  # characters of nvcc output kept in a result
 PARSE_LIMIT = 4_000_000  # bytes of nvcc output read at all, whatever it prints
 RESULT_FILE = "result.json"
-RESULT_VERSION = 1
+RESULT_VERSION = 2
 
 
 class CompileStatus(str, Enum):
@@ -302,7 +302,10 @@ def _inspect(toolchain: Toolchain, work: Path, targets: tuple[str, ...],
     """Entry symbols from the cubins' symbol tables, resources from ptxas -v and cuobjdump."""
     dumps = {t: run_tool([toolchain.cuobjdump, "-symbols", "-res-usage", f"{t}.cubin"],
                          env=toolchain.environment(work), cwd=work) for t in targets}
-    mangled = sorted({name for dump in dumps.values() for name in _ENTRY_SYMBOL.findall(dump)})
+    # ptxas names every entry it compiles; the symbol table says the same in a format that has
+    # changed between cuobjdump releases (13.0 prefixes STT_/STB_/STO_), so both are read.
+    mangled = sorted({name for dump in dumps.values() for name in _ENTRY_SYMBOL.findall(dump)} |
+                     {name for text in outputs.values() for name in _COMPILING.findall(text)})
     names = demangle(mangled, toolchain)
     resources = {}
     for target in targets:
@@ -318,7 +321,7 @@ def _inspect(toolchain: Toolchain, work: Path, targets: tuple[str, ...],
     return {names[m]: m for m in mangled}, resources
 
 
-_ENTRY_SYMBOL = re.compile(r"^FUNC\s+\S+\s+\S+\s+ENTRY\s+(\S+)\s*$", re.MULTILINE)
+_ENTRY_SYMBOL = re.compile(r"^(?:STT_)?FUNC\s+\S+\s+\S+\s+(?:STO_)?ENTRY\s+(\S+)\s*$", re.MULTILINE)
 _COMPILING = re.compile(r"Compiling entry function '([^']+)'")
 _PROPERTIES = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
