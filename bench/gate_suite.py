@@ -82,7 +82,9 @@ def example(cache: GateCache, problem: Path) -> tuple[list[dict], list[Verdict]]
     return rows, verdicts
 
 
-def adversarial(cache: GateCache, problem: Path) -> list[dict]:
+def adversarial(cache: GateCache, problem: Path, save=lambda rows: None) -> list[dict]:
+    """Every adversarial kernel through the strict gate; `save` is called after each row so a
+    run cut short by its time limit still leaves what it measured."""
     rows = []
     policy = GatePolicy(sanitize=Sanitize.ALWAYS)
     for entry in corpus.list_kernels(adversarial=True):
@@ -96,6 +98,7 @@ def adversarial(cache: GateCache, problem: Path) -> list[dict]:
                          "vs": "expectation", "ratio": None, "correct": False, "accepted": None,
                          "reason": None, "expected": expected, "matches": False,
                          "error": f"{type(exc).__name__}: {exc}"[:2000], "seconds": time.monotonic() - started})
+            save(rows)
             continue
         reason = verdict.reason.value if verdict.reason else None
         rows.append({"workload": PROBLEM, "kernel": kernel_ref(verdict), "vs": "expectation", "ratio": None,
@@ -104,7 +107,10 @@ def adversarial(cache: GateCache, problem: Path) -> list[dict]:
                      "all_reasons": [f.reason.value for f in verdict.findings],
                      "message": verdict.findings[0].message[:500] if verdict.findings else "",
                      "error": verdict.environment.get("error", "")[:2000],
+                     "sanitizer": {tool: {k: r.get(k) for k in ("status", "errors", "seconds")}
+                                   for tool, r in verdict.sanitizer.items()},
                      "seconds": time.monotonic() - started})
+        save(rows)
     return rows
 
 
@@ -158,10 +164,12 @@ def main() -> int:
         summary += [f"example  {r['kernel']['name']:<28} vs {str(r['vs']):<9} "
                     f"{'%.3fx' % r['ratio'] if r['ratio'] else '-':>8}  {r['status']}" for r in rows]
     if "adversarial" in parts:
-        rows = adversarial(cache, problem)
-        write(out, "adversarial.json", verdict, rows,
-              rejected=sum(1 for r in rows if r["accepted"] is False), total=len(rows),
-              matching_reason=sum(1 for r in rows if r["matches"]))
+        def save(rows: list[dict]) -> None:
+            write(out, "adversarial.json", verdict, rows,
+                  rejected=sum(1 for r in rows if r["accepted"] is False), total=len(rows),
+                  matching_reason=sum(1 for r in rows if r["matches"]))
+
+        rows = adversarial(cache, problem, save)
         summary += [f"advers.  {r['kernel']['name']:<28} {str(r['reason']):<22} expected {r['expected']:<20} "
                     f"{'OK' if r['matches'] else 'MISMATCH'}" for r in rows]
     if "cost" in parts:

@@ -15,6 +15,7 @@ for stage in "$@"; do
   case $stage in
     smoke) timeout 240 python3 -m klineage gate row_softmax row_softmax/naive --sanitize never ;;
     suite) timeout 420 python3 bench/gate_suite.py --out "$OUT/results" ;;
+    example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only $stage ;;
     *:*) timeout 200 python3 -m klineage gate "${stage%%:*}" "${stage#*:}" --sanitize never --record ;;
   esac 2>&1 | tee -a "$OUT/log.txt" | tail -60
 done
