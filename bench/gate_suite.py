@@ -82,10 +82,11 @@ def example(cache: GateCache, problem: Path) -> tuple[list[dict], list[Verdict]]
     return rows, verdicts
 
 
-def adversarial(cache: GateCache, problem: Path, save=lambda rows: None) -> list[dict]:
+def adversarial(cache: GateCache, problem: Path, save=lambda rows, verdict: None) -> list[dict]:
     """Every adversarial kernel through the strict gate; `save` is called after each row so a
     run cut short by its time limit still leaves what it measured."""
     rows = []
+    measured = None  # the last verdict that ran on the GPU: its environment is the file's provenance
     policy = GatePolicy(sanitize=Sanitize.ALWAYS)
     for entry in corpus.list_kernels(adversarial=True):
         expected = entry.expectation.get("reason")
@@ -98,8 +99,10 @@ def adversarial(cache: GateCache, problem: Path, save=lambda rows: None) -> list
                          "vs": "expectation", "ratio": None, "correct": False, "accepted": None,
                          "reason": None, "expected": expected, "matches": False,
                          "error": f"{type(exc).__name__}: {exc}"[:2000], "seconds": time.monotonic() - started})
-            save(rows)
+            save(rows, measured)
             continue
+        if verdict.environment.get("gpu"):
+            measured = verdict
         reason = verdict.reason.value if verdict.reason else None
         rows.append({"workload": PROBLEM, "kernel": kernel_ref(verdict), "vs": "expectation", "ratio": None,
                      "correct": verdict.passed, "accepted": verdict.passed, "status": verdict.status.value,
@@ -110,11 +113,11 @@ def adversarial(cache: GateCache, problem: Path, save=lambda rows: None) -> list
                      "sanitizer": {tool: {k: r.get(k) for k in ("status", "errors", "seconds")}
                                    for tool, r in verdict.sanitizer.items()},
                      "seconds": time.monotonic() - started})
-        save(rows)
+        save(rows, measured)
     return rows
 
 
-def gate_cost(problem: Path) -> list[dict]:
+def gate_cost(problem: Path) -> tuple[list[dict], Verdict | None]:
     """Cold and cached compile, cached verdict lookup and GPU run, on a fresh cache."""
     rows = []
     scratch = Path(tempfile.mkdtemp(prefix="klineage-cost-"))
@@ -143,7 +146,7 @@ def gate_cost(problem: Path) -> list[dict]:
                          "served_from": again.provenance.get("served_from")})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return rows
+    return rows, verdict
 
 
 def main() -> int:
@@ -164,8 +167,8 @@ def main() -> int:
         summary += [f"example  {r['kernel']['name']:<28} vs {str(r['vs']):<9} "
                     f"{'%.3fx' % r['ratio'] if r['ratio'] else '-':>8}  {r['status']}" for r in rows]
     if "adversarial" in parts:
-        def save(rows: list[dict]) -> None:
-            write(out, "adversarial.json", verdict, rows,
+        def save(rows: list[dict], measured: Verdict | None) -> None:
+            write(out, "adversarial.json", measured, rows,
                   rejected=sum(1 for r in rows if r["accepted"] is False), total=len(rows),
                   matching_reason=sum(1 for r in rows if r["matches"]))
 
@@ -173,8 +176,8 @@ def main() -> int:
         summary += [f"advers.  {r['kernel']['name']:<28} {str(r['reason']):<22} expected {r['expected']:<20} "
                     f"{'OK' if r['matches'] else 'MISMATCH'}" for r in rows]
     if "cost" in parts:
-        rows = gate_cost(problem)
-        write(out, "gate_cost.json", verdict, rows)
+        rows, measured = gate_cost(problem)
+        write(out, "gate_cost.json", measured, rows)
         summary += [f"cost     {r['kernel']['name']:<28} cold {r['cold_compile_s']:.2f}s cached "
                     f"{r['cached_compile_s'] * 1000:.1f}ms verdict {r['cached_verdict_s'] * 1000:.1f}ms "
                     f"gpu {r['gpu_run_s'] or 0:.1f}s" for r in rows]

@@ -159,8 +159,10 @@ def run_on_gpu(request: dict[str, Any], cubins: dict[str, bytes], policy: GatePo
 
 _MEMCHECK_ERROR = re.compile(r"Invalid __(global|shared|local)__ (read|write)|Misaligned|Out-of-range|"
                              r"Address .* is out of bounds", re.IGNORECASE)
-_ERROR_SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error", re.IGNORECASE)
-_RACE = re.compile(r"Race reported|hazard", re.IGNORECASE)
+# memcheck ends with "ERROR SUMMARY: N errors", racecheck with "RACECHECK SUMMARY: N hazards displayed
+# (E errors, W warnings)"; a log cut short has neither, but its hazard lines still count.
+_ERROR_SUMMARY = re.compile(r"(?:ERROR SUMMARY:\s*(\d+)\s+error|RACECHECK SUMMARY:.*?\((\d+)\s+error)", re.IGNORECASE)
+_RACE = re.compile(r"Potential \w+ hazard detected|Race reported", re.IGNORECASE)
 
 
 def sanitize(tool: str, request: dict[str, Any], cubins: dict[str, bytes], policy: GatePolicy) -> tuple[list[Finding], dict]:
@@ -180,7 +182,9 @@ def sanitize(tool: str, request: dict[str, Any], cubins: dict[str, bytes], polic
     finally:
         shutil.rmtree(log.parent, ignore_errors=True)
     summary = _ERROR_SUMMARY.search(text)
-    errors = int(summary.group(1)) if summary else None
+    errors = int(summary.group(1) or summary.group(2)) if summary else None
+    if tool == "racecheck" and not errors and _RACE.search(text):
+        errors = len(_RACE.findall(text))
     report = {"tool": tool, "errors": errors, "excerpt": text[:3000], "seconds": run.seconds}
     findings = [f for f in run.findings if f.reason in (Reason.TIMEOUT, Reason.OUTPUT_FLOOD)]
     if errors is None and not findings:

@@ -86,6 +86,13 @@ class Device:
         env.update(_clocks())
         return env
 
+    def close(self) -> None:
+        """Pop the shared context, or pycuda aborts the process at exit (and a sanitizer sees a crash)."""
+        try:
+            self.context.pop()
+        except self.drv.Error:  # a context killed by the kernel cannot be popped; exiting cleans it up
+            pass
+
     def synchronize(self, what: str) -> None:
         self.progress.emit(waiting=True, what=what, t=time.time())
         try:
@@ -428,7 +435,14 @@ def run(request: dict[str, Any], result: dict[str, Any], progress: Progress) -> 
 
     problem = load_problem(request["problem"])
     device = Device(progress)
-    result["environment"] = device.environment()
+    try:
+        result["environment"] = device.environment()
+        _run_on(device, problem, request, result)
+    finally:
+        device.close()
+
+
+def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, Any]) -> None:
     kernels = [LoadedKernel(device, spec) for spec in request["kernels"]]
     candidate = kernels[0]
     policy = request["policy"]
