@@ -14,6 +14,7 @@ secret key generated on first start and kept in the data dir. An empty variable 
 - KLINEAGE_READ_OPEN             boolean, default on: reading needs no login
 - KLINEAGE_CSRF_TRUSTED_ORIGINS  comma-separated origins, e.g. https://klineage.example.org
 - KLINEAGE_HTTPS                 boolean, default off: served over HTTPS, so cookies are secure
+- KLINEAGE_JOB_TEST_HANDLERS     boolean, default off: the test suite's `sleep` job kind
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class WebEnv:
     read_open: bool
     csrf_trusted_origins: list[str]
     https: bool
+    job_test_handlers: bool = False
 
 
 def load(environ: Mapping[str, str] = os.environ) -> WebEnv:
@@ -66,6 +68,7 @@ def load(environ: Mapping[str, str] = os.environ) -> WebEnv:
         read_open=env_bool(environ, "KLINEAGE_READ_OPEN", True),
         csrf_trusted_origins=env_list(environ, "KLINEAGE_CSRF_TRUSTED_ORIGINS", ""),
         https=env_bool(environ, "KLINEAGE_HTTPS", False),
+        job_test_handlers=env_bool(environ, "KLINEAGE_JOB_TEST_HANDLERS", False),
     )
 
 

@@ -1,3 +1,9 @@
-"""WebSocket URL patterns, mounted by asgi.py; consumers for live job progress will go here."""
+"""WebSocket URL patterns, mounted by asgi.py: live job progress."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from gate_app.consumers import JobConsumer
+
+websocket_urlpatterns: list = [
+    path("ws/jobs/<int:job_id>/", JobConsumer.as_asgi()),
+]

@@ -69,6 +69,8 @@ KLINEAGE_CHANNEL_LAYER = web_env.channel_layer_kind
 # without it pages poll instead.
 KLINEAGE_CROSS_PROCESS_PROGRESS = web_env.channel_layer_kind == "redis"
 KLINEAGE_READ_OPEN = web_env.read_open
+# Only for the test suite: registers the `sleep` job kind (gate_app/handlers.py).
+KLINEAGE_JOB_TEST_HANDLERS = web_env.job_test_handlers
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -1,0 +1,103 @@
+"""A job's work, in a child process of the worker: `python -m gate_app.child < payload.json`.
+
+It imports the engine and never Django. It speaks JSON lines on its original stdout, one object
+each: {"progress": {"stage", "message"}}, then {"result": ...} or {"error": "...", "type": ...}.
+Anything else that writes to stdout (a library, a tool) is sent to stderr, which the worker keeps
+as the job's log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Callable, TextIO
+
+from gate_app.childproc import guard
+
+
+class Channel:
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+
+    def send(self, message: dict[str, Any]) -> None:
+        self._stream.write(json.dumps(message, separators=(",", ":")) + "\n")
+        self._stream.flush()
+
+    def progress(self, stage: str, message: str, fraction: float | None = None) -> None:
+        step: dict[str, Any] = {"stage": stage, "message": message}
+        if fraction is not None:
+            step["fraction"] = fraction
+        self.send({"progress": step})
+
+
+def run_gate_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    from klineage import corpus
+    from klineage.config import GateMode
+    from klineage.gate.pipeline import run_gate
+    from klineage.gate.policy import GatePolicy
+
+    problem = corpus.problem_path(payload["problem"])
+    kernel = corpus.kernel_entry(payload["kernel"]).load()
+    against = corpus.kernel_entry(payload["against"]).load() if payload.get("against") else None
+    policy = GatePolicy.from_dict(payload.get("policy") or {})
+    verdict = run_gate(problem, kernel, against=against, cases=payload.get("cases") or None, policy=policy,
+                       mode=GateMode(payload.get("mode", "gpu")), progress=channel.progress,
+                       record=bool(payload.get("record", False)))
+    return verdict.to_dict()
+
+
+def run_sleep_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    """Test-only work: sleeps in steps, optionally beside a grandchild in its own session (as the
+    engine's sandboxed runner is), whose pid it reports so a test can see it die."""
+    grandchild = None
+    if payload.get("grandchild"):
+        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
+                                      start_new_session=True)
+        channel.progress("spawned", f"grandchild {grandchild.pid}")
+    seconds = float(payload.get("seconds", 1.0))
+    steps = max(1, int(payload.get("steps", 4)))
+    for step in range(steps):
+        time.sleep(seconds / steps)
+        channel.progress("sleep", f"step {step + 1} of {steps}", (step + 1) / steps)
+    if grandchild is not None:
+        grandchild.kill()
+        grandchild.wait()
+    if payload.get("fail"):
+        raise RuntimeError(str(payload["fail"]))
+    return {"slept": seconds, "pid": os.getpid(), "echo": payload.get("echo")}
+
+
+RUNNERS: dict[str, Callable[[dict[str, Any], Channel], dict[str, Any]]] = {
+    "gate": run_gate_payload,
+    "sleep": run_sleep_payload,
+}
+
+
+def main() -> int:
+    guard()
+    # Keep the protocol stream to ourselves: fd 1 becomes stderr for everyone else.
+    protocol = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    channel = Channel(protocol)
+    try:
+        payload = json.loads(sys.stdin.read())
+        result = RUNNERS[payload["kind"]](payload, channel)
+    except Exception as exc:  # reported to the worker, which fails the job with it
+        from klineage.errors import KLineageError
+
+        import traceback
+
+        if not isinstance(exc, KLineageError):
+            traceback.print_exc()
+        channel.send({"error": str(exc) or type(exc).__name__, "type": type(exc).__name__})
+        return 3
+    channel.send({"result": result})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""`manage.py gate_worker` as real processes against real databases: compile-only gates with real
+nvcc, pickup latency, a worker killed with SIGKILL mid-job, graceful SIGTERM, several workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gate_app import handlers, queue
+from gate_app.childproc import alive, kill_tree
+from gate_app.models import Job
+from services import (  # noqa: F401  (fixtures)
+    REPO, job_database, postgres_server, postgres_template, sqlite_template)
+
+LEASE = "2"  # seconds: short, so a dead worker's job comes back quickly
+
+
+@pytest.fixture(autouse=True)
+def _test_handlers(settings):
+    settings.KLINEAGE_JOB_TEST_HANDLERS = True
+
+
+class WorkerProcess:
+    def __init__(self, database, data_dir: Path, *args: str):
+        env = {**os.environ, "DATABASE_URL": database.url, "KLINEAGE_DATA_DIR": str(data_dir),
+               "KLINEAGE_JOB_TEST_HANDLERS": "1", "PYTHONUNBUFFERED": "1"}
+        env.pop("REDIS_URL", None)
+        self.proc = subprocess.Popen([sys.executable, "manage.py", "gate_worker", "--json-log", *args], cwd=REPO,
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self.events: list[dict] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            try:
+                self.events.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def event(self, name: str, timeout_s: float = 30, **match) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for event in list(self.events):
+                if event.get("event") == name and all(event.get(k) == v for k, v in match.items()):
+                    return event
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"no {name} event {match}; output:\n{self.output()}")
+
+    def named(self, name: str) -> list[dict]:
+        return [e for e in list(self.events) if e.get("event") == name]
+
+    @property
+    def worker_id(self) -> str:
+        return self.event("ready")["worker"]
+
+    def terminate(self, timeout_s: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=timeout_s)
+        self._reader.join(timeout=5)
+        return code
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            kill_tree(self.proc.pid)
+            self.proc.wait()
+
+
+@pytest.fixture
+def start_worker(job_database, tmp_path):
+    started: list[WorkerProcess] = []
+
+    def start(*args: str) -> WorkerProcess:
+        worker = WorkerProcess(job_database, tmp_path / "data", *args)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.cleanup()
+
+
+def _wait_job(job_id: int, until, timeout_s: float, what: str) -> Job:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = Job.objects.get(pk=job_id)
+        if until(job):
+            return job
+        time.sleep(0.05)
+    job = Job.objects.get(pk=job_id)
+    raise AssertionError(f"job {job_id} not {what} after {timeout_s}s: {job.status}\n{job.log}")
+
+
+def _finished(job_id: int, timeout_s: float = 60) -> Job:
+    return _wait_job(job_id, lambda job: job.finished, timeout_s, "finished")
+
+
+def _pids(job_id: int) -> tuple[int, int]:
+    job = _wait_job(job_id, lambda job: "grandchild " in job.log, 30, "running its grandchild")
+    return int(job.log.split("child process ")[1].split()[0]), int(job.log.split("grandchild ")[1].split()[0])
+
+
+def _gone(pids, timeout_s: float = 10) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not any(alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_compile_only_gate_jobs_with_real_nvcc(start_worker):
+    gpu_job = handlers.enqueue_gate("row_softmax", "row_softmax/naive", mode="gpu")
+    worker = start_worker("--lease-seconds", "10")
+    ready = worker.event("ready")
+    has_gpu = "gpu" in ready["capabilities"]
+    if not has_gpu:
+        assert worker.event("gpu_waiting")["count"] == 1, "a worker without a GPU says which jobs wait for one"
+    started = time.monotonic()
+    kernels = ["row_softmax/naive", "row_softmax/warp_vec4"]
+    jobs = [handlers.enqueue_gate("row_softmax", kernel, mode="compile").pk for kernel in kernels]
+    for job_id, kernel in zip(jobs, kernels):
+        job = _finished(job_id, timeout_s=60)
+        assert job.status == Job.Status.SUCCEEDED, job.error + job.log
+        assert job.result["status"] == "compiled"
+        assert job.result["kernel"]["name"] == kernel.replace("/", "_")
+        assert job.result["compile"]["status"] == "ok"
+        assert job.progress["fraction"] == 1.0
+        assert "compile: nvcc" in job.log
+    assert time.monotonic() - started < 60
+    if not has_gpu:
+        gpu_job.refresh_from_db()
+        assert gpu_job.status == Job.Status.QUEUED
+        assert queue.describe(gpu_job)["waiting"].startswith("waits for a GPU worker")
+    assert worker.terminate() == 0
+
+
+def test_pickup_latency_is_under_a_second(start_worker, record_property):
+    worker = start_worker("--lease-seconds", LEASE)  # the default poll interval
+    worker.event("ready")
+    time.sleep(1.0)  # idle, as a worker waiting for work is
+    latencies = []
+    for _ in range(5):
+        job = _finished(queue.enqueue("sleep", {"seconds": 0}).pk, timeout_s=20)
+        assert job.status == Job.Status.SUCCEEDED
+        latencies.append((job.started_at - job.created_at).total_seconds())
+        time.sleep(0.3)
+    record_property("pickup_latency_s", latencies)
+    print(f"pickup latency (s): {[round(x, 3) for x in latencies]}")
+    assert max(latencies) < 1.0, latencies
+    assert worker.terminate() == 0
+
+
+def test_a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing(start_worker):
+    first = start_worker("--lease-seconds", LEASE)
+    first.event("ready")
+    job_id = queue.enqueue("sleep", {"seconds": 2, "grandchild": True}).pk
+    pids = _pids(job_id)
+    first.proc.send_signal(signal.SIGKILL)
+    first.proc.wait(timeout=10)
+    # Its child notices the death of its parent and takes its grandchild with it.
+    assert _gone(pids), f"processes {pids} outlived their killed worker"
+
+    second = start_worker("--lease-seconds", LEASE)
+    job = _finished(job_id, timeout_s=30)
+    assert job.status == Job.Status.SUCCEEDED, job.log
+    assert job.attempts == 2
+    assert job.result["worker_id"] == second.worker_id
+    assert second.event("requeued", job=job_id)
+    stored = [e for w in (first, second) for e in w.named("completed") if e["job"] == job_id and e["stored"]]
+    assert len(stored) == 1, "completed exactly once"
+    assert f"lease of {first.worker_id} expired" in job.log
+    assert second.terminate() == 0
+
+
+def test_sigterm_lets_the_current_job_finish(start_worker):
+    worker = start_worker("--lease-seconds", LEASE, "--drain-seconds", "10")
+    worker.event("ready")
+    job_id = queue.enqueue("sleep", {"seconds": 1.5}).pk
+    worker.event("claimed", job=job_id)
+    assert worker.terminate(timeout_s=15) == 0
+    job = Job.objects.get(pk=job_id)
+    assert job.status == Job.Status.SUCCEEDED
+    assert worker.event("stopped")
+
+
+def test_sigterm_gives_a_long_job_back_without_counting_an_attempt(start_worker):
+    worker = start_worker("--lease-seconds", LEASE, "--drain-seconds", "0.5")
+    worker.event("ready")
+    job_id = queue.enqueue("sleep", {"seconds": 120, "grandchild": True}).pk
+    pids = _pids(job_id)
+    stopped_at = time.monotonic()
+    assert worker.terminate(timeout_s=15) == 0
+    assert time.monotonic() - stopped_at < 5
+    job = Job.objects.get(pk=job_id)
+    assert (job.status, job.attempts, job.worker_id) == (Job.Status.QUEUED, 0, "")
+    assert "queued again" in job.log
+    assert _gone(pids)
+    assert worker.event("released", job=job_id)["released"] is True
+
+
+def test_several_workers_share_the_queue_each_job_once(start_worker):
+    workers = [start_worker("--lease-seconds", "10", "--poll-interval", "0.2") for _ in range(3)]
+    for worker in workers:
+        worker.event("ready")
+    ids = [queue.enqueue("sleep", {"seconds": 0.05, "echo": n}).pk for n in range(30)]
+    for job_id in ids:
+        assert _finished(job_id, timeout_s=60).status == Job.Status.SUCCEEDED
+    for worker in workers:
+        assert worker.terminate() == 0
+    stored = [e["job"] for w in workers for e in w.named("completed") if e["stored"]]
+    assert sorted(stored) == sorted(ids)
+    assert sum(1 for w in workers if w.named("completed")) > 1, "the work was shared"
