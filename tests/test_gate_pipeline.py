@@ -113,7 +113,7 @@ def test_replay_serves_only_recorded_verdicts(cache, tmp_path):
     from klineage.gate.cache import verdict_key
 
     replay_key, _ = verdict_key(**{**{k: v for k, v in key_parts.items() if k != "version"},
-                                   "gpu": config.replay_gpu(), "mode": GateMode.REPLAY.value})
+                                   "gpu": config.replay_gpu(), "mode": GateMode.GPU.value})
     cache.recorded.put(replay_key, measured)
     served = run_gate(SOFTMAX, kernel, mode=GateMode.REPLAY, cache=cache, policy=policy, cases=["small"])
     assert served.provenance["served_from"] == "recorded"

@@ -81,7 +81,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     judged, skipped = _cases(probe, kernel, cases, device)
     key, parts = verdict_key(kernel=kernel.fingerprint, problem=problem_fp, cases=judged, gpu=gpu,
                              toolchain=toolchain_key, policy=policy.fingerprint,
-                             against=against.fingerprint if against else "none", mode=mode.value)
+                             against=against.fingerprint if against else "none",
+                             mode=GateMode.GPU.value if mode is GateMode.REPLAY else mode.value)  # replay serves GPU verdicts
     if mode is GateMode.REPLAY:
         verdict, origin = cache.replay(key, parts)
         return _served(verdict, origin)
