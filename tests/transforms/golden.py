@@ -1,0 +1,49 @@
+"""Golden before/after checks shared by every transform's tests.
+
+A transform's folder `tests/transforms/<name>/` holds `before.cu` (the expert form) and
+`after.cu` (the simplified form), optionally `before.toml`/`after.toml` when the plan changes.
+`backward(before) == after`, `forward(after) == before` where a forward exists, both parse,
+and both compile with nvcc for sm_90 (they are complete kernels, not fragments).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from klineage.features.cuda_parser import syntax_errors
+from klineage.kernel import KernelState
+from klineage.launch import LaunchPlan
+from klineage.transforms import Direction, get
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_PLAN = """
+name = "golden"
+problem = "golden"
+[[launch]]
+entry = "{entry}"
+grid = [1]
+block = [128]
+"""
+
+
+def load(case: Path, which: str, entry: str) -> KernelState:
+    plan_file = case / f"{which}.toml"
+    plan_text = plan_file.read_text() if plan_file.is_file() else DEFAULT_PLAN.format(entry=entry)
+    return KernelState(source=(case / f"{which}.cu").read_text(), plan=LaunchPlan.from_toml(plan_text))
+
+
+def check_golden(name: str, case: str = "", entry: str = "kernel") -> None:
+    folder = HERE / name / case if case else HERE / name
+    transform = get(name)
+    before, after = load(folder, "before", entry), load(folder, "after", entry)
+    anchors = transform.find(before)
+    assert anchors, f"{name} finds no site in {folder}/before.cu"
+    rewrite = transform.backward(before, anchors[0])
+    assert rewrite.direction is Direction.BACKWARD
+    assert rewrite.state.source == after.source, f"{name}: backward(before) differs from after.cu"
+    assert rewrite.state.plan == after.plan, f"{name}: backward(before) plan differs from after.toml"
+    assert not syntax_errors(rewrite.state.source)
+    if transform.has_forward:
+        undone = transform.forward(after, rewrite.anchor)
+        assert undone.state.source == before.source, f"{name}: forward(after) differs from before.cu"
+        assert undone.state.plan == before.plan
