@@ -129,6 +129,8 @@ class JobWorker:
         self._stop_at: float | None = None  # monotonic deadline for the current job after a signal
         self._last_reap = 0.0
         self._last_seen = 0.0
+        self._last_gpu_check = 0.0
+        self._gpu_waiting_reported = 0
         self.current: JobContext | None = None
 
     # Output -------------------------------------------------------------------------------
@@ -173,11 +175,7 @@ class JobWorker:
             self.say(f"worker {self.worker_id} ready without a GPU ({self.capabilities.note}); runs only "
                      f"compile-only and replayed work ({', '.join(kinds)} jobs that need no GPU)",
                      event="ready", capabilities=caps)
-            waiting = queue.waiting_for_gpu()
-            if waiting:
-                self.say(f"{waiting} queued job(s) need a GPU and wait for a GPU worker "
-                         f"(`manage.py gate_worker --gpu N` on a machine with one)", event="gpu_waiting",
-                         count=waiting)
+            self._report_gpu_waiting()
         waker = _Waker()
         failures = 0
         try:
@@ -226,6 +224,21 @@ class JobWorker:
         if now - self._last_seen >= 5.0:
             self._last_seen = now
             queue.worker_seen(self.worker_id)
+        if Job.Needs.GPU not in self.capabilities.needs and now - self._last_gpu_check >= 30.0:
+            self._report_gpu_waiting()
+
+    def _report_gpu_waiting(self) -> None:
+        """A worker without a GPU says when GPU work is queued that it cannot take (when the
+        count changes), so an operator running only CPU workers sees why those jobs sit."""
+        self._last_gpu_check = time.monotonic()
+        waiting = queue.waiting_for_gpu()
+        if waiting and waiting != self._gpu_waiting_reported:
+            gpu_workers = sum(1 for w in queue.live_workers() if Job.Needs.GPU in w.capabilities)
+            self.say(f"{waiting} queued job(s) need a GPU and wait for a GPU worker "
+                     + (f"({gpu_workers} running)" if gpu_workers else
+                        "(none is running: `manage.py gate_worker --gpu N` on a machine with one)"),
+                     event="gpu_waiting", count=waiting, gpu_workers=gpu_workers)
+        self._gpu_waiting_reported = waiting
 
     def _monitor(self, ctx: JobContext, done: threading.Event) -> None:
         """Beside the handler: heartbeat the lease, notice a cancel, enforce the shutdown deadline."""
