@@ -21,6 +21,7 @@ from typing import Any
 from klineage.gate.verdict import Reason
 from klineage.launch import ResolvedLaunch
 
+HOST_COVER_CYCLES = 200_000  # about 100 us at H200 clocks: longer than any host dispatch we time
 SCALAR_NUMPY = {"i32": "int32", "u32": "uint32", "i64": "int64", "u64": "uint64", "f32": "float32", "f64": "float64"}
 
 
@@ -369,6 +370,9 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         before, call = make(s)
         flush.zero_()
         before()
+        # Keep the GPU busy while the host dispatches the call, so the events time the GPU work
+        # and not the host's launch path (which differs between pycuda and a library call).
+        torch.cuda._sleep(HOST_COVER_CYCLES)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         call()
