@@ -117,6 +117,7 @@ def run_once(database, *, scenario: str, jobs: int, workers: int, lease: float, 
         try:
             for worker in pool:
                 worker.wait_ready()
+            load_before = os.getloadavg()[0]
             clock = time.monotonic()
             with transaction.atomic():  # one commit: every job is there when the clock starts
                 ids = [handlers.enqueue_gate(PROBLEM, KERNELS[n % len(KERNELS)], mode="compile", max_attempts=3).pk
@@ -141,6 +142,7 @@ def run_once(database, *, scenario: str, jobs: int, workers: int, lease: float, 
                     pool.append(Worker(f"{scenario}-w{len(pool)}", env, lease))
                 time.sleep(0.1)
             seconds = time.monotonic() - clock
+            load_after = os.getloadavg()[0]
         finally:
             codes = [w.stop() for w in pool]
         rows = list(Job.objects.filter(pk__in=ids).values("pk", "status", "attempts", "created_at", "started_at",
@@ -164,6 +166,8 @@ def run_once(database, *, scenario: str, jobs: int, workers: int, lease: float, 
         "jobs_per_worker": dict(Counter(e["worker"] for w in pool for e in w.named("completed") if e.get("stored"))),
         "job_run_s_p50": percentile(run_s, 0.5), "job_run_s_p95": percentile(run_s, 0.95),
         "killed": killed, "worker_exit_codes": codes,
+        # Other work on the machine slows the runs down: the 1-minute load average before and after.
+        "load_average": [round(load_before, 2), round(load_after, 2)],
         "errors": sorted({r["error"][:200] for r in rows if r["error"]})[:5],
     }
 

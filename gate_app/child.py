@@ -67,7 +67,9 @@ def run_sleep_payload(payload: dict[str, Any], channel: Channel) -> dict[str, An
         grandchild.wait()
     if payload.get("fail"):
         raise RuntimeError(str(payload["fail"]))
-    return {"slept": seconds, "pid": os.getpid(), "echo": payload.get("echo")}
+    return {"slept": seconds, "pid": os.getpid(), "echo": payload.get("echo"),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "sees_database_url": "DATABASE_URL" in os.environ}
 
 
 RUNNERS: dict[str, Callable[[dict[str, Any], Channel], dict[str, Any]]] = {

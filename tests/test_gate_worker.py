@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,9 +30,9 @@ def _test_handlers(settings):
 
 
 class WorkerProcess:
-    def __init__(self, database, data_dir: Path, *args: str):
+    def __init__(self, database, data_dir: Path, *args: str, env: dict[str, str] | None = None):
         env = {**os.environ, "DATABASE_URL": database.url, "KLINEAGE_DATA_DIR": str(data_dir),
-               "KLINEAGE_JOB_TEST_HANDLERS": "1", "PYTHONUNBUFFERED": "1"}
+               "KLINEAGE_JOB_TEST_HANDLERS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
         env.pop("REDIS_URL", None)
         self.proc = subprocess.Popen([sys.executable, "manage.py", "gate_worker", "--json-log", *args], cwd=REPO,
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -87,8 +88,8 @@ class WorkerProcess:
 def start_worker(job_database, tmp_path):
     started: list[WorkerProcess] = []
 
-    def start(*args: str) -> WorkerProcess:
-        worker = WorkerProcess(job_database, tmp_path / "data", *args)
+    def start(*args: str, env: dict[str, str] | None = None) -> WorkerProcess:
+        worker = WorkerProcess(job_database, tmp_path / "data", *args, env=env)
         started.append(worker)
         return worker
 
@@ -228,3 +229,27 @@ def test_several_workers_share_the_queue_each_job_once(start_worker):
     stored = [e["job"] for w in workers for e in w.named("completed") if e["stored"]]
     assert sorted(stored) == sorted(ids)
     assert sum(1 for w in workers if w.named("completed")) > 1, "the work was shared"
+
+
+def test_gpu_worker_takes_gpu_work_first_on_its_gpu(start_worker):
+    # KLINEAGE_GPU_NAME stands in for nvidia-smi, so this runs on machines without a GPU too.
+    cpu_job = queue.enqueue("sleep", {"seconds": 0}).pk
+    gpu_job = queue.enqueue("sleep", {"seconds": 0}, needs="gpu").pk
+    worker = start_worker("--gpu", "3", "--lease-seconds", LEASE, env={"KLINEAGE_GPU_NAME": "Test GPU"})
+    assert worker.event("ready")["capabilities"] == ["gpu", "cpu"]
+    first, second = _finished(gpu_job), _finished(cpu_job)
+    assert first.status == second.status == Job.Status.SUCCEEDED
+    assert first.started_at < second.started_at, "GPU work first"
+    assert first.result["cuda_visible_devices"] == "3", "the job's process sees only the worker's GPU"
+    assert first.result["sees_database_url"] is False, "the job's process gets none of the web server's secrets"
+    assert worker.terminate() == 0
+
+
+@pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="this machine has a GPU")
+def test_gpu_worker_without_a_gpu_refuses_to_start(job_database, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("KLINEAGE_GPU_NAME", "REDIS_URL")}
+    done = subprocess.run([sys.executable, "manage.py", "gate_worker", "--gpu", "0"], cwd=REPO, timeout=60,
+                          env={**env, "DATABASE_URL": job_database.url, "KLINEAGE_DATA_DIR": str(tmp_path)},
+                          capture_output=True, text=True)
+    assert done.returncode == 1
+    assert "--gpu 0: no GPU here" in done.stderr
