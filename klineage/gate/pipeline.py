@@ -4,6 +4,7 @@ the GPU (correctness, then paired timing), sanitizers; one verdict, cached by co
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import subprocess
 import time
@@ -14,6 +15,7 @@ from typing import Any, Callable
 from klineage import config, devices, expr
 from klineage.config import GateMode
 from klineage.errors import DocumentError, KLineageError
+from klineage.fingerprint import sha256_bytes
 from klineage.features.sass import sass_features
 from klineage.features.source import source_features
 from klineage.gate import execute
@@ -125,7 +127,7 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     progress("features", "source and SASS features")
     clock = time.monotonic()
     features = {"source": [f.to_dict() for f in source_features(kernel.source)],
-                "sass": sass_features(compiled.cubin_bytes(kernel.plan.arch)).to_dict()}
+                "sass": _sass_features_cached(compiled.cubin_bytes(kernel.plan.arch))}
     timings["features"] = time.monotonic() - clock
     stages = {"static": report.to_dict(), "compile": compiled.to_dict(), "features": features}
 
@@ -216,6 +218,19 @@ def _contender(role: str, state: KernelState, compiled: CompileResult, probe, ca
         raise _PlanFailure(Finding(Reason.PLAN_ERROR, "plan", str(exc))) from None
     spec = {"role": role, "entries": entries, "static_shared": static_shared, "launches": launches, "scratch": scratch}
     return Contender(role, state, compiled, spec)
+
+
+def _sass_features_cached(cubin: bytes) -> dict[str, Any]:
+    """Disassembly costs more than the rest of a cached gate: keep its features by cubin content."""
+    path = config.cache_dir() / "sass" / f"{sha256_bytes(cubin)}.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    features = sass_features(cubin).to_dict()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(features), encoding="utf-8")
+    os.replace(temporary, path)
+    return features
 
 
 def _cases(probe, kernel: KernelState, requested: list[str] | None,
