@@ -75,3 +75,63 @@ def sanitizer_path() -> str | None:
         if found:
             return found
     return None
+
+
+# LLM rewriter settings. The API key is read here and handed to the client only: it is never
+# logged, never put in a document, and never part of a repr.
+
+LLM_DEFAULT_BUDGET_USD = 10.0  # the paper's model budget per workload
+LLM_DEFAULT_BUDGET_TOKENS = 2_000_000  # binds when the price is unknown (and always, as a backstop)
+
+
+def _llm_number(name: str, default: float, kind: type = float) -> float:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        number = kind(value)
+    except ValueError:
+        raise KLineageError(f"{name} must be a {'whole ' if kind is int else ''}number, not {value!r}") from None
+    if number < 0 or number != number or number in (float("inf"), float("-inf")):
+        raise KLineageError(f"{name} must be a finite number >= 0, not {value!r}")
+    return number
+
+
+def llm_base_url() -> str | None:
+    """An OpenAI-compatible endpoint (`http://host:port/v1`); unset means OpenAI's own."""
+    return os.environ.get("KLINEAGE_LLM_BASE_URL", "").strip() or None
+
+
+def llm_model() -> str | None:
+    return os.environ.get("KLINEAGE_LLM_MODEL", "").strip() or None
+
+
+def llm_api_key() -> str | None:
+    return os.environ.get("OPENAI_API_KEY", "").strip() or None
+
+
+def llm_max_retries() -> int:
+    """Retries after a malformed answer, and the client's retries after a failed request."""
+    return int(_llm_number("KLINEAGE_LLM_MAX_RETRIES", 2, int))
+
+
+def llm_timeout_s() -> float:
+    return _llm_number("KLINEAGE_LLM_TIMEOUT_S", 300.0) or 300.0
+
+
+def llm_budget_usd() -> float:
+    return _llm_number("KLINEAGE_LLM_BUDGET_USD", LLM_DEFAULT_BUDGET_USD)
+
+
+def llm_budget_tokens() -> int:
+    return int(_llm_number("KLINEAGE_LLM_BUDGET_TOKENS", LLM_DEFAULT_BUDGET_TOKENS, int))
+
+
+def llm_price_in() -> float:
+    """USD per million prompt tokens; 0 means unknown (cost is then reported as unknown)."""
+    return _llm_number("KLINEAGE_LLM_PRICE_IN", 0.0)
+
+
+def llm_price_out() -> float:
+    """USD per million completion tokens; 0 means unknown."""
+    return _llm_number("KLINEAGE_LLM_PRICE_OUT", 0.0)

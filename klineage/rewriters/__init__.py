@@ -1,0 +1,1 @@
+"""Rewriters: the sources of candidate simplifications a walk gates (rule catalog, LLM)."""
