@@ -256,6 +256,12 @@ def _pragma_as_body(missing: Node) -> bool:
     if owner is None or not any(owner.child_by_field_name(f) == statement for f in _BODY_FIELDS):
         return False
     following = owner.next_sibling
+    # `for (...) for (...)` then the pragma: the inner loop is the outer one's body, so the
+    # pragma follows the outermost of the braceless chain.
+    while following is None and owner.parent is not None and any(
+            owner.parent.child_by_field_name(f) == owner for f in _BODY_FIELDS):
+        owner = owner.parent
+        following = owner.next_sibling
     return following is not None and following.type == "preproc_call" and is_pragma(following)
 
 

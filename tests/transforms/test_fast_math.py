@@ -1,0 +1,165 @@
+"""fast_math: one fast intrinsic (or one approximate asm instruction) becomes its precise function."""
+
+from __future__ import annotations
+
+import pytest
+
+from klineage.corpus import kernel_entry, list_kernels
+from klineage.features import cuda_parser as cp
+from klineage.features.feature import Feature
+from klineage.features.source import source_features
+from klineage.gate.compile import compile_kernel
+from klineage.transforms import Anchor, NotApplicable, get
+from klineage.transforms.fast_math import PRECISE
+from tests.transforms.golden import HERE, check_golden, load
+
+CASES = ["expf", "fdividef", "asm"]
+EVERY_INTRINSIC = r"""
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float a = x[i], b = x[i] + 2.0f;
+    float s, c;
+    __sincosf(a, &s, &c);
+    y[i] = __expf(a) + __exp10f(a) + __logf(b) + __log2f(b) + __log10f(b) + __sinf(a) + __cosf(a) + __tanf(a)
+         + __powf(b, a) + __fdividef(a, b) + s + c;
+}
+"""
+ASM = r"""
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float e, l, s, c, t;
+    asm volatile("ex2.approx.f32 %0, %1;" : "=f"(e) : "f"(x[i]));
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(l) : "f"(x[i] + 2.0f));
+    asm("sin.approx.f32 %0, %1;" : "=f"(s) : "f"(x[i]));
+    asm("cos.approx.f32 %0, %1;" : "=f"(c) : "f"(x[i]));
+    asm("tanh.approx.f32 %0, %1;" : "=f"(t) : "f"(x[i]));
+    y[i] = e + l + s + c + t;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("compile-cache")
+
+
+@pytest.fixture(scope="module")
+def fast():
+    return get("fast_math")
+
+
+def compiles_without_spills(state, cache):
+    result = compile_kernel(state, cache)
+    assert result.ok, result.log[-3000:]
+    for launch in state.plan.launches:
+        assert not result.resources_for(launch.entry).spills
+    return result
+
+
+def golden(case: str, which: str):
+    return load(HERE / "fast_math" / case, which, "kernel")
+
+
+def strip(transform, state):
+    while anchors := transform.find(state):
+        rewrite = transform.backward(state, anchors[0])
+        assert transform.forward(rewrite.state, anchors[0]).state.source == state.source
+        state = rewrite.state
+    return state
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case):
+    check_golden("fast_math", case)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_kernels_compile(case, cache):
+    for which in ("before", "after"):
+        compiles_without_spills(golden(case, which), cache)
+
+
+def test_anchors_and_carrier(fast):
+    before = golden("expf", "before")
+    # `expf(bias)` comes first and counts in the ordinal, so the rewrite keeps every key stable.
+    assert fast.find(before) == [Anchor("kernel", "call", "__expf#1")]
+    rewrite = fast.backward(before, Anchor("kernel", "call", "__expf#1"))
+    assert rewrite.carrier == {"fast": "__expf", "precise": "expf"}
+    assert rewrite.removes == ("fast_math",)
+    assert fast.find(golden("asm", "before")) == [Anchor("kernel", "asm", "asm:ex2.approx.ftz.f32#0")]
+    assert fast.find(golden("fdividef", "before")) == [Anchor("kernel", "call", "__fdividef#0")]
+
+
+def test_every_intrinsic_maps_to_its_precise_function(fast, cache):
+    state = golden("expf", "before").with_source(EVERY_INTRINSIC)
+    assert len(fast.find(state)) == len(PRECISE) + 1  # and __fdividef
+    assert Feature("kernel", "fast_math") in source_features(state.source)
+    plain = strip(fast, state)
+    for intrinsic, precise in PRECISE.items():
+        assert intrinsic + "(" not in plain.source and precise + "(" in plain.source
+    assert "((a) / (b))" in plain.source
+    assert Feature("kernel", "fast_math") not in source_features(plain.source)
+    compiles_without_spills(state, cache)
+    compiles_without_spills(plain, cache)
+
+
+def test_every_approximate_asm_instruction(fast, cache):
+    state = golden("asm", "before").with_source(ASM)
+    assert [a.key for a in fast.find(state)] == [
+        "asm volatile:ex2.approx.f32#0", "asm:lg2.approx.ftz.f32#0", "asm:sin.approx.f32#0",
+        "asm:cos.approx.f32#0", "asm:tanh.approx.f32#0"]
+    plain = strip(fast, state)
+    for line in ("e = exp2f(x[i]);", "l = log2f(x[i] + 2.0f);", "s = sinf(x[i]);", "c = cosf(x[i]);",
+                 "t = tanhf(x[i]);"):
+        assert line in plain.source
+    assert Feature("kernel", "fast_math") not in source_features(plain.source)
+    compiles_without_spills(plain, cache)
+
+
+def test_asm_forward_is_canonical(fast):
+    canonical = 'asm("ex2.approx.ftz.f32 %0, %1;"'
+    loose = golden("asm", "before").source.replace(canonical, 'asm ("ex2.approx.ftz.f32 %0,%1;"')
+    state = golden("asm", "before").with_source(loose)
+    (anchor,) = fast.find(state)
+    rewrite = fast.backward(state, anchor)
+    assert rewrite.state.source == golden("asm", "after").source
+    assert fast.forward(rewrite.state, anchor).state.source == golden("asm", "before").source
+
+
+def test_other_asm_is_not_a_site(fast):
+    state = golden("asm", "before")
+    for other in ('asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x[i]) : "memory");',
+                  'asm("ex2.approx.ftz.f32 %0, %1;\\n\\tadd.f32 %0, %0, %0;" : "+f"(e) : "f"(x[i]));',
+                  'asm("rcp.approx.f32 %0, %1;" : "=f"(e) : "f"(x[i]));'):
+        source = state.source.replace('asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x[i]));', other)
+        assert other in source
+        assert fast.find(state.with_source(source)) == []
+
+
+def test_not_applicable_cases(fast):
+    before, after = golden("expf", "before"), golden("expf", "after")
+    with pytest.raises(NotApplicable, match="already the precise form"):
+        fast.backward(before, Anchor("kernel", "call", "__expf#0"))
+    with pytest.raises(NotApplicable, match="already fast"):
+        fast.forward(before, Anchor("kernel", "call", "__expf#1"))
+    with pytest.raises(NotApplicable, match="no site __expf#2 in kernel"):
+        fast.backward(after, Anchor("kernel", "call", "__expf#2"))
+    with pytest.raises(NotApplicable, match="__fmul_rn is not a fast-math intrinsic"):
+        fast.backward(before, Anchor("kernel", "call", "__fmul_rn#0"))
+    with pytest.raises(NotApplicable, match="rcp.approx.f32 is not an approximate instruction it knows"):
+        fast.backward(before, Anchor("kernel", "asm", "asm:rcp.approx.f32#0"))
+    with pytest.raises(NotApplicable, match="needs a call anchor"):
+        fast.backward(before, Anchor("kernel", "call", "expf"))
+
+
+@pytest.mark.parametrize("entry", [e.name for e in list_kernels()])
+def test_corpus_experts_use_no_fast_math(entry, fast):
+    # warp_vec4 computes exp as exp2f(fma(v, log2 e, -m2)), a precise function: nothing to remove.
+    state = kernel_entry(entry).load()
+    assert fast.find(state) == []
+    assert not [f for f in source_features(state.source) if f.name == "fast_math"]
+    assert not cp.syntax_errors(state.source)
