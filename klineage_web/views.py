@@ -10,6 +10,7 @@ from drf_spectacular.generators import SchemaGenerator
 
 import klineage
 from klineage_web.access import read_access
+from skills_app.summary import dashboard
 
 _HTTP_METHODS = ("get", "post", "put", "patch", "delete")
 
@@ -17,7 +18,7 @@ _HTTP_METHODS = ("get", "post", "put", "patch", "delete")
 @require_GET
 @read_access
 def home(request):
-    return render(request, "home.html")
+    return render(request, "home.html", dashboard())
 
 
 @require_GET

@@ -1,0 +1,105 @@
+"""Read-only API over problems, kernels, kernel states and verdicts (DRF viewsets)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db.models import F
+from rest_framework import viewsets
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.routers import DefaultRouter
+
+from skills_app import filters, serializers
+from skills_app.models import Kernel, KernelState, Problem, Verdict
+
+# A kernel's name is a corpus path such as row_softmax/naive: slashes allowed, dots not.
+KERNEL_NAME_PATTERN = r"[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)*"
+
+
+class ReadAccess(BasePermission):
+    """Reading follows KLINEAGE_READ_OPEN, looked up per request like the pages' read_access."""
+
+    message = "Sign in to read: this instance is not open for reading."
+
+    def has_permission(self, request, view) -> bool:
+        if request.method not in SAFE_METHODS:
+            return False
+        return bool(settings.KLINEAGE_READ_OPEN or (request.user and request.user.is_authenticated))
+
+
+class Pagination(PageNumberPagination):
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+class _ReadOnly(viewsets.ReadOnlyModelViewSet):
+    permission_classes = [ReadAccess]
+    pagination_class = Pagination
+    detail_serializer_class = None
+
+    def get_serializer_class(self):
+        if self.action == "retrieve" and self.detail_serializer_class is not None:
+            return self.detail_serializer_class
+        return self.serializer_class
+
+
+class ProblemViewSet(_ReadOnly):
+    """Problems as the sandboxed probe described them: cases, outputs, tolerances, roofline."""
+
+    queryset = Problem.objects.all()
+    serializer_class = serializers.ProblemSerializer
+    detail_serializer_class = serializers.ProblemDetailSerializer
+    filterset_class = filters.ProblemFilter
+    lookup_field = "fingerprint"
+    ordering_fields = ["operator", "fingerprint", "imported_at"]
+    ordering = ["operator", "-current", "-imported_at"]
+
+
+class KernelViewSet(_ReadOnly):
+    """Named kernels (bundled, adversarial, uploaded) with the latest verdict on their current state."""
+
+    queryset = Kernel.objects.with_latest_verdict().select_related("current_state", "problem")
+    serializer_class = serializers.KernelSerializer
+    detail_serializer_class = serializers.KernelDetailSerializer
+    filterset_class = filters.KernelFilter
+    lookup_field = "name"
+    lookup_value_regex = KERNEL_NAME_PATTERN
+    ordering_fields = ["name", "operator", "updated_at", "latest_status"]
+    ordering = ["adversarial", "name"]
+
+
+class KernelStateViewSet(_ReadOnly):
+    """Kernel states by fingerprint: CUDA source plus launch plan."""
+
+    queryset = KernelState.objects.select_related("kernel")
+    serializer_class = serializers.KernelStateSerializer
+    detail_serializer_class = serializers.KernelStateDetailSerializer
+    filterset_class = filters.KernelStateFilter
+    lookup_field = "fingerprint"
+    ordering_fields = ["name", "operator", "imported_at"]
+    ordering = ["name", "-imported_at"]
+
+
+class VerdictViewSet(_ReadOnly):
+    """Gate verdicts by key; the detail holds the whole engine document."""
+
+    queryset = Verdict.objects.select_related("state__kernel")
+    serializer_class = serializers.VerdictSerializer
+    detail_serializer_class = serializers.VerdictDetailSerializer
+    filterset_class = filters.VerdictFilter
+    lookup_field = "key"
+    ordering_fields = ["created", "status", "operator", "kernel_name", "gpu"]
+    ordering = [F("created").desc(nulls_last=True), "-id"]
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        if self.action == "list":
+            return queryset.defer("document", "policy")
+        return queryset
+
+
+router = DefaultRouter()
+router.register("problems", ProblemViewSet, basename="problem")
+router.register("kernels", KernelViewSet, basename="kernel")
+router.register("kernel-states", KernelStateViewSet, basename="kernel-state")
+router.register("verdicts", VerdictViewSet, basename="verdict")

@@ -1,0 +1,137 @@
+"""The committed measurements under bench/results, summarised for the home page with provenance.
+
+Each file is a JSON object with a `provenance` block (GPU or machine, commit, date, the script
+that wrote it) and `rows`. Known files get a headline and a small table; any other file is listed
+with its provenance. A file that cannot be read is listed as such instead of breaking the page.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+
+def results_dir() -> Path:
+    return Path(getattr(settings, "KLINEAGE_EVIDENCE_DIR", Path(settings.BASE_DIR) / "bench" / "results"))
+
+
+@dataclass
+class Evidence:
+    name: str  # file name
+    title: str
+    headline: str = ""
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[Any]] = field(default_factory=list)
+    where: str = ""  # GPU or machine
+    commit: str = ""
+    date: str = ""
+    written_by: str = ""
+    sort_key: str = ""
+    error: str = ""
+
+    @property
+    def provenance_label(self) -> str:
+        parts = [p for p in (f"on {self.where}" if self.where else "", f"commit {self.commit}" if self.commit else "",
+                             self.date) if p]
+        return ", ".join(parts)
+
+
+def load_all(folder: Path | None = None) -> list[Evidence]:
+    """Every results file, newest first."""
+    folder = folder or results_dir()
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            found.append(_summarise(path.name, data))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            found.append(Evidence(path.name, path.stem, error=f"unreadable: {type(exc).__name__}: {exc}"))
+    return sorted(found, key=lambda e: e.sort_key, reverse=True)
+
+
+def load(name: str, folder: Path | None = None) -> dict[str, Any] | None:
+    path = (folder or results_dir()) / name
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _summarise(name: str, data: dict[str, Any]) -> Evidence:
+    prov = data.get("provenance") or {}
+    machine = prov.get("machine") or {}
+    where = prov.get("gpu") or (f"{machine.get('cpu', '')} ({machine.get('cpus', '?')} CPUs)" if machine else "")
+    date = str(prov.get("date", ""))
+    evidence = Evidence(name, name.removesuffix(".json").replace("_", " "), where=str(where),
+                        commit=str(prov.get("git_commit", ""))[:12], date=_format_date(date),
+                        written_by=str(prov.get("written_by", "")), sort_key=date)
+    summarise = _SUMMARIES.get(name)
+    if summarise:
+        summarise(evidence, data)
+    else:
+        evidence.headline = f"{len(data.get('rows', []))} rows"
+    return evidence
+
+
+def _adversarial(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "Adversarial suite"
+    e.headline = (f"{data.get('rejected', '?')}/{data.get('total', '?')} rejected, "
+                  f"{data.get('matching_reason', '?')} with the expected reason")
+    e.columns = ["kernel", "expected", "gate's reason", "matches"]
+    e.rows = [[r["kernel"]["name"], r.get("expected", ""), r.get("reason") or r.get("status", ""),
+               "yes" if r.get("matches") else "NO"] for r in data.get("rows", [])]
+
+
+def _example(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "Example speedups"
+    rows = data.get("rows", [])
+    e.headline = "; ".join(f"{r['kernel']['name']} {r['ratio']:.2f}x vs {r['vs']}" for r in rows
+                           if isinstance(r.get("ratio"), (int, float)))
+    e.columns = ["kernel", "case", "vs", "speedup", "median µs", "roofline"]
+    e.rows = [[r["kernel"]["name"], r.get("case", ""), r.get("vs", ""), _num(r.get("ratio"), "{:.2f}x"),
+               _num(r.get("median_us"), "{:.1f}"), _num(r.get("roofline_fraction"), "{:.0%}")] for r in rows]
+
+
+def _gate_cost(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "Gate cost"
+    rows = data.get("rows", [])
+    e.headline = ", ".join(f"{r['kernel']['name']}: full gate {r.get('full_gate_s', 0):.1f} s, "
+                           f"cached verdict {1000 * r.get('cached_verdict_s', 0):.0f} ms" for r in rows)
+    e.columns = ["kernel", "cold compile s", "full gate s", "GPU run s", "cached verdict ms"]
+    e.rows = [[r["kernel"]["name"], _num(r.get("cold_compile_s"), "{:.2f}"), _num(r.get("full_gate_s"), "{:.1f}"),
+               _num(r.get("gpu_run_s"), "{:.1f}"),
+               _num(1000 * r["cached_verdict_s"] if isinstance(r.get("cached_verdict_s"), (int, float)) else None,
+                    "{:.0f}")] for r in rows]
+
+
+def _jobs(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "Job queue under load"
+    e.headline = (f"{data.get('throughput_jobs_per_s', '?')} jobs/s; lost {data.get('lost', '?')}, "
+                  f"duplicated {data.get('duplicated', '?')}")
+    e.columns = ["database", "scenario", "jobs", "workers", "jobs/s", "lost", "duplicated"]
+    e.rows = [[r.get("database", ""), r.get("scenario", ""), r.get("jobs", ""), r.get("workers", ""),
+               r.get("throughput_jobs_per_s", ""), r.get("lost", ""), r.get("duplicated", "")]
+              for r in data.get("rows", [])]
+
+
+_SUMMARIES = {"adversarial.json": _adversarial, "example.json": _example, "gate_cost.json": _gate_cost,
+              "jobs.json": _jobs}
+
+
+def _num(value: Any, fmt: str) -> str:
+    return fmt.format(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else "–"
+
+
+def _format_date(value: str) -> str:
+    try:
+        return dt.datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return value

@@ -1,0 +1,82 @@
+"""Filters shared by the pages and the API (django-filter), so both accept the same parameters."""
+
+from __future__ import annotations
+
+import django_filters as filters
+from django.db.models import Q, QuerySet
+
+from klineage.launch import ARCHES
+from skills_app.models import Kernel, KernelState, Problem, Verdict
+
+NO_VERDICT = "none"
+LATEST_STATUS_CHOICES = [*Verdict.StatusChoices.choices, (NO_VERDICT, "no verdict yet")]
+ARCH_CHOICES = [(arch, arch) for arch in ARCHES]
+SUITE_CHOICES = [("expert", "expert and baseline kernels"), ("adversarial", "adversarial suite")]
+
+
+class ProblemFilter(filters.FilterSet):
+    operator = filters.CharFilter(help_text="the problem's operator, e.g. row_softmax")
+    current = filters.BooleanFilter(help_text="only the current version of each operator")
+    bundled = filters.BooleanFilter()
+
+    class Meta:
+        model = Problem
+        fields = ["operator", "current", "bundled"]
+
+
+class KernelFilter(filters.FilterSet):
+    """Expects `Kernel.objects.with_latest_verdict()`: the status filter reads its annotation."""
+
+    problem = filters.CharFilter(field_name="operator", help_text="the operator the kernel implements")
+    status = filters.ChoiceFilter(choices=LATEST_STATUS_CHOICES, method="filter_status",
+                                  help_text="status of the latest verdict on the kernel's current state")
+    arch = filters.ChoiceFilter(choices=ARCH_CHOICES, field_name="current_state__arch",
+                                help_text="the architecture its plan targets")
+    suite = filters.ChoiceFilter(choices=SUITE_CHOICES, method="filter_suite")
+    origin = filters.ChoiceFilter(choices=Kernel.Origin.choices)
+    q = filters.CharFilter(field_name="name", lookup_expr="icontains", help_text="part of the kernel's name")
+
+    class Meta:
+        model = Kernel
+        fields = ["problem", "status", "arch", "suite", "origin", "q"]
+
+    def filter_status(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        if value == NO_VERDICT:
+            return queryset.filter(latest_status__isnull=True)
+        return queryset.filter(latest_status=value)
+
+    def filter_suite(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(adversarial=value == "adversarial")
+
+
+class KernelStateFilter(filters.FilterSet):
+    operator = filters.CharFilter()
+    arch = filters.ChoiceFilter(choices=ARCH_CHOICES)
+    name = filters.CharFilter(help_text="the plan's name, e.g. row_softmax_naive")
+    kernel = filters.CharFilter(field_name="kernel__name", help_text="the named kernel, e.g. row_softmax/naive")
+
+    class Meta:
+        model = KernelState
+        fields = ["operator", "arch", "name", "kernel"]
+
+
+class VerdictFilter(filters.FilterSet):
+    status = filters.ChoiceFilter(choices=Verdict.StatusChoices.choices)
+    reason = filters.CharFilter(help_text="the first finding's reason, e.g. race")
+    operator = filters.CharFilter()
+    gpu = filters.CharFilter()
+    toolchain = filters.CharFilter()
+    served_from = filters.ChoiceFilter(choices=Verdict.ServedFrom.choices)
+    kernel = filters.CharFilter(method="filter_kernel",
+                                help_text="a kernel's name (row_softmax/naive), plan name or state fingerprint")
+    kernel_fingerprint = filters.CharFilter()
+    created_after = filters.IsoDateTimeFilter(field_name="created", lookup_expr="gte")
+    created_before = filters.IsoDateTimeFilter(field_name="created", lookup_expr="lt")
+
+    class Meta:
+        model = Verdict
+        fields = ["status", "reason", "operator", "gpu", "toolchain", "served_from", "kernel",
+                  "kernel_fingerprint", "created_after", "created_before"]
+
+    def filter_kernel(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(Q(state__kernel__name=value) | Q(kernel_name=value) | Q(kernel_fingerprint=value))

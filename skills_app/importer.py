@@ -1,0 +1,414 @@
+"""Import the engine's documents into the database: the bundled corpus and recorded verdicts.
+
+`import_corpus()` reads everything first (problems through the sandboxed probe, since a problem
+file must never run in the web process; kernels through `klineage.corpus`; verdicts through
+`VerdictStore`), checks every document with the engine's own parser, and only then writes, in
+one transaction. A malformed document refuses the whole import with a message naming its file:
+nothing is stored, not even what came before it.
+
+Importing is idempotent: problems and kernel states are keyed by fingerprint, verdicts by key,
+and a problem whose fingerprint is already stored is not probed again, so a second run with
+nothing changed only reads files and compares digests.
+
+`store_problem`, `store_kernel_state` and `store_verdict` take one document each; other code
+(a job that produced a verdict) uses them inside its own transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import time
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import OuterRef, Subquery
+
+from klineage import config
+from klineage.corpus import KernelEntry, list_kernels, list_problems
+from klineage.errors import KLineageError
+from klineage.fingerprint import sha256_json
+from klineage.gate.cache import VerdictStore
+from klineage.gate.execute import problem_fingerprint, probe_problem
+from klineage.gate.verdict import Reason
+from klineage.gate.verdict import Verdict as EngineVerdict
+from klineage.kernel import KernelState as EngineKernelState
+from klineage.problem import ProblemInfo
+from skills_app.models import Kernel, KernelState, Problem, Verdict
+
+_KEY = re.compile(r"[0-9a-f]{64}")
+CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
+
+
+class ImportRefused(Exception):
+    """A document is malformed; the import it was part of stored nothing."""
+
+    def __init__(self, where: str, message: str):
+        self.where = where
+        self.message = message
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass
+class ImportReport:
+    counts: dict[str, Counter] = field(default_factory=lambda: {k: Counter() for k in
+                                                                 ("problems", "kernel states", "kernels", "verdicts")})
+    probed: int = 0  # problem files run through the sandboxed probe (the rest were known by fingerprint)
+    unlinked: list[str] = field(default_factory=list)  # verdict keys whose kernel state is not stored here
+    seconds: float = 0.0
+
+    def count(self, kind: str, action: str) -> None:
+        self.counts[kind][action] += 1
+
+    @property
+    def changed(self) -> bool:
+        return any(c[CREATED] or c[UPDATED] for c in self.counts.values())
+
+    def lines(self) -> list[str]:
+        out = []
+        for kind, counter in self.counts.items():
+            total = sum(counter.values())
+            out.append(f"{kind}: {total} ({counter[CREATED]} new, {counter[UPDATED]} updated, "
+                       f"{counter[UNCHANGED]} unchanged)")
+        out.append(f"new problem files read through the sandboxed probe: {self.probed}")
+        if self.unlinked:
+            out.append(f"verdicts for kernel states not stored here: {len(self.unlinked)}")
+        out.append(f"took {self.seconds:.2f} s")
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# One document at a time. Callers hold the transaction.
+
+
+def store_problem(info: dict[str, Any], *, path: str, bundled: bool, numerics: list[str] | tuple = (),
+                  where: str = "problem") -> tuple[Problem, str]:
+    """Store a ProblemInfo document (as the probe returned it); idempotent by fingerprint."""
+    try:
+        parsed = ProblemInfo.from_dict(info)
+    except (KLineageError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ImportRefused(where, f"not a problem description: {_describe(exc)}") from None
+    document = {**parsed.to_dict(), "path": path}
+    _require_json(document, where)
+    values = {"operator": parsed.operator, "info": document, "numerics": list(numerics), "path": path,
+              "bundled": bundled}
+    return _upsert(Problem, {"fingerprint": parsed.fingerprint}, values)
+
+
+def store_kernel_state(document: dict[str, Any], *, kernel: Kernel | None = None,
+                       where: str = "kernel state") -> tuple[KernelState, str]:
+    """Store a KernelState document (source and plan); its fingerprint is checked, not trusted."""
+    try:
+        state = EngineKernelState.from_dict(document, where)
+    except KLineageError as exc:
+        raise ImportRefused(where, str(exc)) from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ImportRefused(where, f"not a kernel state: {_describe(exc)}") from None
+    existing = KernelState.objects.filter(fingerprint=state.fingerprint).first()
+    if existing is not None:  # content-addressed: same fingerprint, same source and plan
+        if kernel is not None and existing.kernel_id is None:
+            existing.kernel = kernel
+            existing.save(update_fields=["kernel"])
+            return existing, UPDATED
+        return existing, UNCHANGED
+    plan = state.plan.to_dict()
+    created = KernelState.objects.create(fingerprint=state.fingerprint, source=state.source, plan=plan,
+                                         kernel=kernel, name=state.plan.name, operator=state.plan.problem,
+                                         arch=state.plan.arch)
+    return created, CREATED
+
+
+def store_verdict(key: str, document: dict[str, Any], *, served_from: str = Verdict.ServedFrom.RECORDED,
+                  where: str = "verdict") -> tuple[Verdict, str]:
+    """Store a Verdict document under its cache key; linked to its state and problem when stored."""
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise ImportRefused(where, f"verdict key {key!r} is not a sha256 hex digest")
+    try:
+        verdict = EngineVerdict.from_dict(document)
+    except KLineageError as exc:
+        raise ImportRefused(where, str(exc)) from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ImportRefused(where, f"not a verdict: {_describe(exc)}") from None
+    data = verdict.to_dict()
+    _require_json(data, where)
+    provenance = data["provenance"]
+    if provenance.get("key") not in (None, key):
+        raise ImportRefused(where, f"stored under key {key[:12]} but its provenance names key "
+                                   f"{str(provenance['key'])[:12]}")
+    kernel, problem = data["kernel"], data["problem"]
+    for part, fields in (("kernel", ("name", "fingerprint")), ("problem", ("operator", "fingerprint"))):
+        for name in fields:
+            if not isinstance(data[part].get(name), str) or not data[part][name]:
+                raise ImportRefused(where, f"verdict {part} has no '{name}'")
+    parts = provenance.get("key_parts") if isinstance(provenance.get("key_parts"), dict) else {}
+    environment = data["environment"]
+    against = parts.get("against", "")
+    values = {
+        "state": KernelState.objects.filter(fingerprint=kernel["fingerprint"]).first(),
+        "problem": Problem.objects.filter(fingerprint=problem["fingerprint"]).first(),
+        "kernel_fingerprint": kernel["fingerprint"],
+        "kernel_name": kernel["name"],
+        "problem_fingerprint": problem["fingerprint"],
+        "operator": problem["operator"],
+        "status": data["status"],
+        "reason": data["reason"] or "",
+        # A run that never reached the GPU has no environment.gpu; the key still names the GPU.
+        "gpu": str(environment.get("gpu") or parts.get("gpu") or ""),
+        "toolchain": str(environment.get("toolchain") or parts.get("toolchain") or ""),
+        "mode": str(parts.get("mode", "")),
+        "against": "" if against in ("", "none", None) else str(against),
+        "cases": list(data["cases"]),
+        "policy": data["policy"],
+        "git_commit": str(provenance.get("git_commit", "")),
+        "document": data,
+        "digest": sha256_json(data),
+        "served_from": served_from,
+        "created": _timestamp(provenance.get("created"), where),
+    }
+    existing = Verdict.objects.filter(key=key).first()
+    if existing is not None and existing.digest == values["digest"] and existing.served_from == served_from:
+        return existing, UNCHANGED
+    return _upsert(Verdict, {"key": key}, values)
+
+
+# ---------------------------------------------------------------------------------------------
+# The bundled corpus and the recorded store, all or nothing.
+
+
+@dataclass
+class _ProblemFile:
+    path: Path
+    display_path: str
+    fingerprint: str
+    info: dict[str, Any] | None  # None: already stored under this fingerprint, not probed
+    numerics: tuple[str, ...] = ()
+
+
+@dataclass
+class _KernelFile:
+    entry: KernelEntry
+    adversarial: bool
+    document: dict[str, Any]
+    expected_reason: str = ""
+    expected_why: str = ""
+
+
+def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None = None,
+                  cache_dir: Path | None = None) -> ImportReport:
+    """Import bundled problems and kernels (with the adversarial suite) and recorded verdicts."""
+    started = time.monotonic()
+    corpus_root = Path(corpus_root or config.corpus_dir())
+    recorded_root = Path(recorded_root or config.recorded_dir())
+    cache_dir = Path(cache_dir or config.cache_dir())
+    report = ImportReport()
+
+    problems = _read_problems(corpus_root, cache_dir, report)
+    kernels = _read_kernels(corpus_root)
+    verdicts = _read_verdicts(VerdictStore(recorded_root))
+
+    with transaction.atomic():
+        _store_problems(problems, report)
+        _store_kernels(kernels, report)
+        for key, document, where in verdicts:
+            _, action = store_verdict(key, document, served_from=Verdict.ServedFrom.RECORDED, where=where)
+            report.count("verdicts", action)
+        link_verdicts()
+        report.unlinked = sorted(Verdict.objects.filter(state__isnull=True).values_list("key", flat=True))
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def link_verdicts() -> int:
+    """Attach verdicts to the kernel states and problems stored since they were."""
+    states = KernelState.objects.filter(fingerprint=OuterRef("kernel_fingerprint")).values("id")[:1]
+    problems = Problem.objects.filter(fingerprint=OuterRef("problem_fingerprint")).values("id")[:1]
+    linked = Verdict.objects.filter(state__isnull=True).update(state=Subquery(states))
+    linked += Verdict.objects.filter(problem__isnull=True).update(problem=Subquery(problems))
+    return linked
+
+
+def _read_problems(root: Path, cache_dir: Path, report: ImportReport) -> list[_ProblemFile]:
+    known = set(Problem.objects.values_list("fingerprint", flat=True))
+    files = []
+    for path in list_problems(root):
+        where = _display(path)
+        try:
+            fingerprint = problem_fingerprint(path)
+        except KLineageError as exc:
+            raise ImportRefused(where, str(exc)) from None
+        if fingerprint in known:
+            files.append(_ProblemFile(path, where, fingerprint, None))
+            continue
+        try:
+            probe = probe_problem(path, cache_dir)  # runs the file in the sandbox, never here
+        except KLineageError as exc:
+            raise ImportRefused(where, f"the sandboxed probe refused it: {exc}") from None
+        report.probed += 1
+        files.append(_ProblemFile(path, where, probe.info.fingerprint, probe.info.to_dict(), probe.numerics))
+    return files
+
+
+def _read_kernels(root: Path) -> list[_KernelFile]:
+    files = []
+    for adversarial in (False, True):
+        for entry in list_kernels(root, adversarial=adversarial):
+            where = _display(entry.path)
+            try:
+                document = entry.load().to_dict()
+            except KLineageError as exc:
+                raise ImportRefused(where, str(exc)) from None
+            reason = why = ""
+            if adversarial:
+                try:
+                    expectation = entry.expectation
+                except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                    raise ImportRefused(f"{where}/expect.toml", f"not valid TOML: {exc}") from None
+                reason = expectation.get("reason", "")
+                if reason not in {r.value for r in Reason}:
+                    raise ImportRefused(f"{where}/expect.toml",
+                                        f"expected reason {reason!r} is not one of the gate's reasons")
+                why = str(expectation.get("why", ""))
+            files.append(_KernelFile(entry, adversarial, document, reason, why))
+    return files
+
+
+def _read_verdicts(store: VerdictStore) -> list[tuple[str, dict[str, Any], str]]:
+    found = []
+    for path in sorted((store.root / "verdicts").glob("*/*.json")):
+        key, where = path.stem, _display(path)
+        if not _KEY.fullmatch(key):
+            raise ImportRefused(where, "a recorded verdict's file name must be its key (64 hex digits)")
+        if path.parent.name != key[:2]:
+            raise ImportRefused(where, f"misplaced: a verdict with key {key[:12]} belongs in {key[:2]}/")
+        try:
+            verdict = store.get(key)
+        except KLineageError as exc:
+            raise ImportRefused(where, _message(exc)) from None
+        found.append((key, verdict.to_dict(), where))
+    return found
+
+
+def _store_problems(files: list[_ProblemFile], report: ImportReport) -> None:
+    operators: dict[str, str] = {}
+    current = []
+    for item in files:
+        if item.info is None:
+            problem = Problem.objects.get(fingerprint=item.fingerprint)
+            changed = problem.path != item.display_path or not problem.bundled
+            if changed:
+                problem.path, problem.bundled = item.display_path, True
+                problem.info = {**problem.info, "path": item.display_path}
+                problem.save(update_fields=["path", "bundled", "info", "updated_at"])
+            action = UPDATED if changed else UNCHANGED
+        else:
+            problem, action = store_problem(item.info, path=item.display_path, bundled=True,
+                                            numerics=item.numerics, where=item.display_path)
+        if problem.operator in operators:
+            raise ImportRefused(item.display_path, f"declares operator '{problem.operator}', as "
+                                                   f"{operators[problem.operator]} does")
+        operators[problem.operator] = item.display_path
+        current.append(problem)
+        report.count("problems", action)
+    # Exactly one current problem per operator: the bundled file as it is now.
+    ids = [p.id for p in current]
+    Problem.objects.filter(current=True, bundled=True).exclude(id__in=ids).update(current=False)
+    for problem in current:
+        Problem.objects.filter(operator=problem.operator, current=True).exclude(id=problem.id).update(current=False)
+        if not problem.current:
+            Problem.objects.filter(id=problem.id).update(current=True)
+
+
+def _store_kernels(files: list[_KernelFile], report: ImportReport) -> None:
+    problems = {p.operator: p for p in Problem.objects.filter(current=True)}
+    for item in files:
+        where = _display(item.entry.path)
+        state, state_action = store_kernel_state(item.document, where=where)
+        report.count("kernel states", state_action)
+        values = {
+            "operator": state.operator,
+            "problem": problems.get(state.operator),
+            "current_state": state,
+            "origin": Kernel.Origin.BUNDLED,
+            "adversarial": item.adversarial,
+            "expected_reason": item.expected_reason,
+            "expected_why": item.expected_why,
+        }
+        kernel, action = _upsert(Kernel, {"name": item.entry.name}, values)
+        report.count("kernels", action)
+        if state.kernel_id is None:
+            state.kernel = kernel
+            state.save(update_fields=["kernel"])
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _upsert(model, lookup: dict[str, Any], values: dict[str, Any]):
+    """Create, update or leave a row; says which. Compares before writing, so reruns write nothing."""
+    row = model.objects.filter(**lookup).first()
+    if row is None:
+        return model.objects.create(**lookup, **values), CREATED
+    changed = [name for name, value in values.items() if _field_value(row, name) != _comparable(value)]
+    if not changed:
+        return row, UNCHANGED
+    for name in changed:
+        setattr(row, name, values[name])
+    row.save()
+    return row, UPDATED
+
+
+def _field_value(row, name: str) -> Any:
+    field = row._meta.get_field(name)
+    return getattr(row, field.attname)
+
+
+def _comparable(value: Any) -> Any:
+    return value.pk if hasattr(value, "_meta") else value
+
+
+def _require_json(document: Any, where: str) -> None:
+    try:
+        json.dumps(document, allow_nan=False)
+    except ValueError:
+        raise ImportRefused(where, "holds NaN or Infinity, which JSON (and PostgreSQL) cannot store") from None
+    except TypeError as exc:
+        raise ImportRefused(where, f"holds a value JSON cannot store: {exc}") from None
+
+
+def _timestamp(value: Any, where: str) -> dt.datetime | None:
+    if value in (None, ""):
+        return None
+    try:
+        stamp = dt.datetime.fromisoformat(str(value))
+    except ValueError:
+        raise ImportRefused(where, f"provenance.created {value!r} is not an ISO 8601 time") from None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)
+
+
+def _display(path: Path) -> str:
+    """A path relative to the repository when inside it: what pages show, the same on every machine."""
+    path = Path(path).resolve()
+    for base in (Path(settings.BASE_DIR).resolve(), config.REPO_ROOT.resolve()):
+        try:
+            return str(path.relative_to(base))
+        except ValueError:
+            continue
+    return str(path)
+
+
+def _message(exc: Exception) -> str:
+    """An engine error's message without the absolute path it starts with."""
+    text, where = str(exc), getattr(exc, "where", "")
+    return text[len(where) + 2:] if where and text.startswith(f"{where}: ") else text
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing {exc}"
+    return f"{type(exc).__name__}: {exc}"

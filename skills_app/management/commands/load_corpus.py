@@ -1,0 +1,30 @@
+"""`manage.py load_corpus`: bring the bundled corpus and recorded verdicts into the database."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from skills_app.importer import ImportRefused, import_corpus
+
+
+class Command(BaseCommand):
+    help = ("Import bundled problems (probed in the sandbox), kernels with the adversarial suite, and "
+            "recorded verdicts. Idempotent and quick when nothing changed; a malformed document "
+            "stores nothing and names its file.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--corpus", type=Path, help="corpus folder (default: KLINEAGE_CORPUS_DIR or corpus/)")
+        parser.add_argument("--recorded", type=Path,
+                            help="recorded verdicts folder (default: KLINEAGE_RECORDED_DIR or recorded/)")
+
+    def handle(self, *args, **options):
+        try:
+            report = import_corpus(corpus_root=options["corpus"], recorded_root=options["recorded"])
+        except ImportRefused as exc:
+            raise CommandError(f"nothing imported: {exc}") from None
+        for line in report.lines():
+            self.stdout.write(line)
+        if report.unlinked:
+            self.stdout.write(self.style.WARNING(
+                "some recorded verdicts name kernel states not in the corpus (changed since they were "
+                "recorded); they are kept and attach if those states are imported"))

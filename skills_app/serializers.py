@@ -1,0 +1,109 @@
+"""API representations: compact ones for lists, whole documents for details."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from skills_app.models import Kernel, KernelState, Problem, Verdict
+
+
+class ProblemSerializer(serializers.ModelSerializer):
+    headline = serializers.CharField(read_only=True)
+    cases = serializers.SerializerMethodField(help_text="case names, headline first as declared")
+    page = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Problem
+        fields = ["fingerprint", "operator", "path", "bundled", "current", "headline", "cases", "page",
+                  "imported_at"]
+
+    def get_cases(self, problem: Problem) -> list[str]:
+        return [case["name"] for case in problem.cases]
+
+    def get_page(self, problem: Problem) -> str | None:
+        return reverse("skills:problem", args=[problem.operator]) if problem.current else None
+
+
+class ProblemDetailSerializer(ProblemSerializer):
+    class Meta(ProblemSerializer.Meta):
+        fields = [*ProblemSerializer.Meta.fields, "numerics", "info"]
+
+
+class LatestVerdictSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    status = serializers.CharField()
+    reason = serializers.CharField(allow_blank=True)
+
+
+class KernelSerializer(serializers.ModelSerializer):
+    fingerprint = serializers.CharField(source="current_state.fingerprint", read_only=True)
+    arch = serializers.CharField(source="current_state.arch", read_only=True)
+    problem = serializers.CharField(source="problem.fingerprint", read_only=True, allow_null=True, default=None)
+    latest_verdict = serializers.SerializerMethodField()
+    page = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Kernel
+        fields = ["name", "operator", "problem", "fingerprint", "arch", "origin", "adversarial", "expected_reason",
+                  "latest_verdict", "page", "updated_at"]
+
+    @extend_schema_field(LatestVerdictSerializer(allow_null=True))
+    def get_latest_verdict(self, kernel: Kernel) -> dict[str, Any] | None:
+        key = getattr(kernel, "latest_key", None)
+        if key is None:
+            return None
+        return {"key": key, "status": kernel.latest_status, "reason": kernel.latest_reason or ""}
+
+    def get_page(self, kernel: Kernel) -> str:
+        return reverse("skills:kernel", args=[kernel.name])
+
+
+class KernelDetailSerializer(KernelSerializer):
+    description = serializers.CharField(source="current_state.plan.description", read_only=True, default="")
+    states = serializers.SlugRelatedField(many=True, read_only=True, slug_field="fingerprint",
+                                          help_text="every state imported under this name, newest first")
+
+    class Meta(KernelSerializer.Meta):
+        fields = [*KernelSerializer.Meta.fields, "description", "expected_why", "states"]
+
+
+class KernelStateSerializer(serializers.ModelSerializer):
+    kernel = serializers.CharField(source="kernel.name", read_only=True, allow_null=True, default=None)
+    entries = serializers.ListField(child=serializers.CharField(), read_only=True)
+
+    class Meta:
+        model = KernelState
+        fields = ["fingerprint", "name", "operator", "arch", "kernel", "entries", "imported_at"]
+
+
+class KernelStateDetailSerializer(KernelStateSerializer):
+    class Meta(KernelStateSerializer.Meta):
+        fields = [*KernelStateSerializer.Meta.fields, "source", "plan"]
+
+
+class VerdictSerializer(serializers.ModelSerializer):
+    kernel = serializers.SerializerMethodField(help_text="the named kernel whose state was judged, when known")
+    page = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Verdict
+        fields = ["key", "status", "reason", "kernel", "kernel_name", "kernel_fingerprint", "operator",
+                  "problem_fingerprint", "gpu", "toolchain", "mode", "against", "cases", "served_from", "git_commit",
+                  "created", "page"]
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_kernel(self, verdict: Verdict) -> str | None:
+        state = verdict.state
+        return state.kernel.name if state is not None and state.kernel is not None else None
+
+    def get_page(self, verdict: Verdict) -> str:
+        return reverse("skills:verdict", args=[verdict.key])
+
+
+class VerdictDetailSerializer(VerdictSerializer):
+    class Meta(VerdictSerializer.Meta):
+        fields = [*VerdictSerializer.Meta.fields, "policy", "document"]

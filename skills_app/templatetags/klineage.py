@@ -1,0 +1,150 @@
+"""Formatting for measurements and fingerprints on the dashboard's pages."""
+
+from __future__ import annotations
+
+import json
+import re
+import math
+from typing import Any
+
+from django import template
+
+register = template.Library()
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+@register.filter
+def short(fingerprint: Any, length: int = 12) -> str:
+    """The first characters of a fingerprint or key."""
+    return str(fingerprint or "")[: int(length)]
+
+
+@register.filter
+def duration_us(value: Any) -> str:
+    number = _number(value)
+    if number is None:
+        return "–"
+    if number >= 1e6:
+        return f"{number / 1e6:.2f} s"
+    if number >= 1e3:
+        return f"{number / 1e3:.2f} ms"
+    return f"{number:.1f} µs"
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    number = _number(value)
+    if number is None:
+        return "–"
+    return f"{number * 1e3:.1f} ms" if number < 1 else f"{number:.2f} s"
+
+
+@register.filter
+def sci(value: Any) -> str:
+    """An error magnitude: 2.98e-07, or 0."""
+    number = _number(value)
+    if number is None:
+        return "–"
+    return "0" if number == 0 else f"{number:.2e}"
+
+
+@register.filter
+def percent(value: Any) -> str:
+    number = _number(value)
+    return "–" if number is None else f"{100 * number:.0f}%"
+
+
+@register.filter
+def ratio(value: Any) -> str:
+    number = _number(value)
+    return "–" if number is None else f"{number:.2f}×"
+
+
+@register.filter
+def si(value: Any, unit: str = "") -> str:
+    """1.34e9 -> '1.34 G' + unit; for flops and bytes."""
+    number = _number(value)
+    if number is None:
+        return "–"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(number) >= factor:
+            return f"{number / factor:.2f} {prefix}{unit}"
+    return f"{number:g} {unit}".strip()
+
+
+@register.filter
+def count(value: Any) -> str:
+    number = _number(value)
+    return "–" if number is None else f"{int(number):,}".replace(",", "\u202f")
+
+
+@register.filter
+def get(mapping: Any, key: Any) -> Any:
+    return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    """A JSON value as readable text (lists and tables indented)."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=1, sort_keys=True, ensure_ascii=False)
+
+
+@register.filter
+def dims(value: Any) -> str:
+    """A grid or block triple as 'x × y × z', dropping trailing 1s."""
+    if not isinstance(value, (list, tuple)):
+        return str(value)
+    items = list(value)
+    while len(items) > 1 and items[-1] in (1, "1"):
+        items.pop()
+    return " × ".join(str(v) for v in items)
+
+
+@register.filter
+def plan_arg(arg: Any) -> str:
+    if isinstance(arg, dict) and "buffer" in arg:
+        return str(arg["buffer"])
+    if isinstance(arg, dict) and "scalar" in arg:
+        return f"{arg['scalar']} : {arg.get('type', 'i32')}"
+    return str(arg)
+
+
+@register.filter
+def breakable(name: Any) -> str:
+    """A path-like name that may wrap after each '/' (row_softmax/<wbr>warp_vec4), escaped."""
+    from django.utils.html import escape
+    from django.utils.safestring import mark_safe
+
+    return mark_safe("/<wbr>".join(escape(part) for part in str(name).split("/")))
+
+
+@register.filter
+def docstring(text: Any) -> str:
+    """A problem's docstring as HTML: blank lines part paragraphs, wrapped lines join up again,
+    and lines starting with '- ' become list items (a following indented or plain line continues one)."""
+    from django.utils.html import escape
+    from django.utils.safestring import mark_safe
+
+    html = []
+    for block in re.split(r"\n\s*\n", str(text or "").strip()):
+        lead: list[str] = []
+        items: list[list[str]] = []
+        for line in (raw.strip() for raw in block.splitlines()):
+            if line.startswith(("- ", "* ")):
+                items.append([line[2:]])
+            elif items:
+                items[-1].append(line)
+            else:
+                lead.append(line)
+        if lead:
+            html.append(f"<p>{escape(' '.join(lead))}</p>")
+        if items:
+            html.append("<ul>" + "".join(f"<li>{escape(' '.join(item))}</li>" for item in items) + "</ul>")
+    return mark_safe("".join(html))
