@@ -31,6 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--record", action="store_true", help="also store the verdict in the committed recorded store")
     gate.add_argument("--json", action="store_true", help="print the verdict as JSON")
 
+    walk = commands.add_parser("walk", help="walk an expert kernel backward, one gated simplification at a time")
+    walk.add_argument("kernel", help="kernel folder (with launch.toml), or a bundled kernel name")
+    walk.add_argument("--problem", help="problem file or bundled problem (default: the plan's problem)")
+    walk.add_argument("--rewriter", choices=["rules", "llm"], default="rules")
+    walk.add_argument("--gate", choices=[m.value for m in GateMode],
+                      help="gpu, replay (recorded verdicts) or compile (a dry walk: unverified)")
+    walk.add_argument("--max-steps", type=int, default=16)
+    walk.add_argument("--max-rejections", type=int, default=4)
+    walk.add_argument("--out", help="where to write the lineage JSON (default: var/lineages/<kernel>-<gate>.json)")
+
     problems = commands.add_parser("problems", help="list bundled problems")
     problems.add_argument("--json", action="store_true")
     kernels = commands.add_parser("kernels", help="list bundled kernels")
@@ -39,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     try:
-        return {"gate": _gate, "problems": _problems, "kernels": _kernels}[args.command](args)
+        return {"gate": _gate, "walk": _walk, "problems": _problems, "kernels": _kernels}[args.command](args)
     except KLineageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -64,6 +74,53 @@ def _gate(args: argparse.Namespace) -> int:
     else:
         print_verdict(verdict)
     return 0 if verdict.status.value in ("passed", "compiled") else 1
+
+
+def _walk(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from klineage.lineage import Termination
+    from klineage.report import console, progress_display, table
+    from klineage.walk.walker import walk
+
+    mode = config.gate_mode(GateMode(args.gate) if args.gate else None)
+    expert = corpus.kernel_entry(args.kernel).load()
+    problem = corpus.problem_path(args.problem or expert.plan.problem)
+    if args.rewriter == "llm":
+        try:
+            from klineage.rewriters.llm import LLMRewriter
+        except ImportError as exc:
+            raise KLineageError(f"the LLM rewriter is not available ({exc}); use --rewriter rules") from None
+        rewriter = LLMRewriter()
+    else:
+        rewriter = None  # the rule rewriter over the catalog
+    with progress_display() as progress:
+        lineage = walk(problem, expert, rewriter, gate_mode=mode, max_steps=args.max_steps,
+                       max_rejections=args.max_rejections, progress=progress)
+    out = Path(args.out) if args.out else config.data_dir() / "lineages" / f"{expert.name}-{mode.value}.json"
+    lineage.save(out)
+
+    def short(anchor: object) -> str:
+        text = " ".join(str(anchor or "-").split())
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    if mode is GateMode.COMPILE_ONLY:
+        console.print("[bold yellow]DRY WALK[/] compile-only gate: nothing ran, nothing was timed; "
+                      "every step is unverified")
+    table(f"Lineage of {expert.name} on {lineage.problem.operator} ({lineage.rewriter} rewriter, {mode.value} gate)",
+          ["step", "transform", "anchor", "forward", "child time / parent"],
+          [[str(t.index), t.transform, short(t.anchor), t.forward.status.value,
+            f"{t.forward.timing.overall:.3f}" if t.forward.timing else "-"] for t in lineage.transitions])
+    if lineage.rejections:
+        table("Rejected", ["step", "transform", "anchor", "category", "why"],
+              [[str(r.step), r.transform, short(r.anchor), r.category.value,
+                (r.reason.value + ": " if r.reason else "") + " ".join(r.evidence.message.split())[:100]]
+               for r in lineage.rejections])
+    stats = lineage.stats
+    console.print(f"[bold]{lineage.termination.kind.value}[/]: {lineage.termination.message}")
+    console.print(f"  {stats.accepted} accepted, {stats.rejected} rejected, {stats.gate_evaluations} gate "
+                  f"evaluations ({stats.seconds:.1f} s of gate time); lineage written to {out}")
+    return 1 if lineage.termination.kind is Termination.UNKNOWN else 0
 
 
 def _problems(args: argparse.Namespace) -> int:

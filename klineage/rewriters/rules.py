@@ -1,0 +1,108 @@
+"""The rule rewriter: the catalog's mechanism transforms, in dependency order, site by site.
+
+At a state, a transform is eligible when every transform named in its `after` has no site left
+(names in `after` that the catalog does not hold are ignored: they cannot have sites). Carrier
+transforms (tile sizes, vector widths) are never proposed. Eligible transforms come in `PRIORITY`
+order, then any others by name; each one's sites in `find` order. Pairs already dealt with at this
+state (the history) are skipped. A transform that refuses a site yields its reason; one that
+crashes yields the crash as the reason, so one broken transform cannot stop a walk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+
+from klineage.kernel import KernelState
+from klineage.rewriters.base import History, Proposal
+from klineage.transforms import catalog
+from klineage.transforms.base import Anchor, NotApplicable, Role, Transform
+
+# The one place the walk's preference lives. A backward walk undoes the expert's last refinements
+# first: launch tuning and micro-optimizations, then the CTA order, the software pipeline (before
+# the async copies it overlaps), the shared layout (swizzle, padding), the tensor-core fragment
+# loads and the MMA itself, the warp-level reductions, and vector widths last (the first thing a
+# forward curriculum adds to a naive kernel). `after` overrides this order where a transform needs it.
+PRIORITY: tuple[str, ...] = (
+    "launch_bounds",
+    "fast_math",
+    "unroll",
+    "restrict",
+    "ldg",
+    "block_swizzle",
+    "unpipeline",
+    "sync_copies",
+    "unswizzle_shared",
+    "unpad_shared",
+    "scalarize_ldmatrix",
+    "scalarize_mma",
+    "shuffle_to_shared",
+    "devectorize",
+)
+
+
+def ordered(transforms: Iterable[Transform], priority: Sequence[str] = PRIORITY) -> list[Transform]:
+    """Mechanism transforms in walk order: by `priority`, then the rest by name."""
+    rank = {name: i for i, name in enumerate(priority)}
+    mechanisms = [t for t in transforms if t.role is not Role.CARRIER]
+    return sorted(mechanisms, key=lambda t: (rank.get(t.name, len(rank)), t.name))
+
+
+class RulesRewriter:
+    """Proposals from named transforms (the catalog, unless a list is given)."""
+
+    name = "rules"
+
+    def __init__(self, transforms: Iterable[Transform] | None = None, priority: Sequence[str] = PRIORITY):
+        pool = list(catalog().values() if transforms is None else transforms)
+        self.by_name: dict[str, Transform] = {t.name: t for t in pool}  # carriers included: `after` may name one
+        self.transforms: list[Transform] = ordered(pool, priority)
+
+    def propose(self, state: KernelState, history: History | None = None) -> Iterator[Proposal]:
+        history = history if history is not None else History()
+        sites: dict[str, tuple[list[Anchor], str]] = {}
+
+        def find(transform: Transform) -> tuple[list[Anchor], str]:
+            if transform.name not in sites:
+                try:
+                    sites[transform.name] = (list(transform.find(state)), "")
+                except Exception as exc:
+                    sites[transform.name] = ([], f"{transform.name}.find failed: {type(exc).__name__}: {exc}")
+            return sites[transform.name]
+
+        for transform in self.transforms:
+            if self.blocked_by(transform, find):
+                continue
+            anchors, error = find(transform)
+            if error:
+                if (transform.name, None) not in history.tried_at(state.fingerprint):
+                    yield Proposal(transform.name, None, not_applicable_reason=error)
+                continue
+            for anchor in anchors:
+                if (transform.name, anchor) in history.tried_at(state.fingerprint):  # read now: the walk appends
+                    continue
+                yield self._backward(transform, state, anchor)
+
+    def blocked_by(self, transform: Transform, find) -> list[str]:
+        """The transforms in `transform.after` that still have sites (or whose sites are unknown)."""
+        blocking = []
+        for name in transform.after:
+            other = self.by_name.get(name)
+            if other is None:
+                continue
+            anchors, error = find(other)
+            if anchors or error:
+                blocking.append(name)
+        return blocking
+
+    @staticmethod
+    def _backward(transform: Transform, state: KernelState, anchor: Anchor) -> Proposal:
+        try:
+            return Proposal(transform.name, anchor, transform.backward(state, anchor))
+        except NotApplicable as exc:
+            return Proposal(transform.name, anchor, not_applicable_reason=str(exc) or "not applicable")
+        except Exception as exc:  # a broken transform is evidence against itself, not the end of the walk
+            return Proposal(transform.name, anchor,
+                            not_applicable_reason=f"{transform.name}.backward failed: {type(exc).__name__}: {exc}")
+
+
+__all__ = ["PRIORITY", "RulesRewriter", "ordered"]
