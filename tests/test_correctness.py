@@ -376,7 +376,9 @@ def test_a_16m_element_compare_is_fast_on_cpu():
         c = compare("y", got, ref, FP32)
         best = min(best, time.perf_counter() - start)
     assert c.passed, c.message
-    assert best < 1.5
+    # A gate compares tens of outputs per kernel: seconds per compare would dominate it. The bound
+    # leaves room for a loaded 2-core CI machine (0.3 s measured idle, 2.9 s under 6x load).
+    assert best < 6.0
 
 
 # Determinism, stale answers, modified inputs
