@@ -7,6 +7,8 @@ from django.test import Client
 
 import klineage
 
+pytestmark = pytest.mark.django_db
+
 
 def test_home(client):
     response = client.get("/")

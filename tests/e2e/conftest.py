@@ -9,10 +9,6 @@ import pytest
 CHROMIUM = Path("/usr/bin/chromium")
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "e2e: drives a real browser (Chromium) against a live server")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if CHROMIUM.exists():
         return
