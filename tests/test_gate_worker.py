@@ -185,10 +185,10 @@ def test_a_worker_killed_mid_job_loses_nothing_and_duplicates_nothing(start_work
     assert job.attempts == 2
     assert job.result["worker_id"] == second.worker_id
     assert second.event("requeued", job=job_id)
+    assert f"lease of {first.worker_id} expired" in job.log
+    assert second.terminate() == 0  # and every line it printed has been read
     stored = [e for w in (first, second) for e in w.named("completed") if e["job"] == job_id and e["stored"]]
     assert len(stored) == 1, "completed exactly once"
-    assert f"lease of {first.worker_id} expired" in job.log
-    assert second.terminate() == 0
 
 
 def test_sigterm_lets_the_current_job_finish(start_worker):
@@ -209,7 +209,7 @@ def test_sigterm_gives_a_long_job_back_without_counting_an_attempt(start_worker)
     pids = _pids(job_id)
     stopped_at = time.monotonic()
     assert worker.terminate(timeout_s=15) == 0
-    assert time.monotonic() - stopped_at < 5
+    assert time.monotonic() - stopped_at < 10, "it did not wait for the job"
     job = Job.objects.get(pk=job_id)
     assert (job.status, job.attempts, job.worker_id) == (Job.Status.QUEUED, 0, "")
     assert "queued again" in job.log

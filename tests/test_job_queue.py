@@ -346,7 +346,7 @@ def test_cancel_stops_the_running_child_and_its_whole_tree(job_database):
     assert queue.cancel(job_id) == Job.Status.RUNNING
     thread.join(timeout=15)
     assert not thread.is_alive()
-    assert time.monotonic() - cancelled_at < 5
+    assert time.monotonic() - cancelled_at < 10
     job = Job.objects.get(pk=job_id)
     assert job.status == Job.Status.CANCELLED
     assert not alive(child) and not alive(grandchild)
