@@ -1,0 +1,468 @@
+"""scalarize_ldmatrix: an `ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16` helper becomes plain
+shared-memory loads that give every lane exactly the registers ldmatrix would.
+
+ldmatrix (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): the warp loads 1, 2 or 4 matrices
+of 8 x 8 16-bit elements; lanes 8 j .. 8 j + 7 supply the shared-memory addresses of the 8 rows of
+matrix j (16 contiguous bytes each), and register j of lane l receives
+
+- without .trans: row l / 4 of matrix j, elements 2 (l % 4) and 2 (l % 4) + 1 (one 32-bit word);
+- with .trans: element l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1 of matrix j (the transposed
+  fragment), the first in the low 16 bits.
+
+A lane therefore needs row addresses held by other lanes; the scalar form fetches them with
+`__shfl_sync` (a different mechanism, and as warp-synchronous as ldmatrix itself: every lane of the
+warp must execute it, which ldmatrix's `.sync.aligned` already demands), then reads one 32-bit word
+(or two 16-bit halves for .trans) through `__cvta_shared_to_generic`, which nvcc lowers to LDS.
+
+The asm statement is replaced in place by a marker comment (the PTX with its C operands, from which
+the forward direction rebuilds the asm in canonical form) and a block with the scalar code; the rest
+of the helper is untouched. Anchor: the helper function's name (`name#i` for the i-th of several
+ldmatrix statements in one helper).
+
+This module also holds the small helpers its sibling transforms (`scalarize_mma`,
+`shuffle_to_shared`) share: reading an inline-asm statement, the canonical asm layout, the lane
+expressions and identifier checks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms import register
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
+
+FULL_MASK = "0xffffffffu"
+MARKER = "// scalarized "  # the comment that records the replaced asm statement
+LINE_WIDTH = 120  # where the canonical asm layout splits its template string
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AsmStatement:
+    """One `asm [volatile] ("template" : outputs : inputs : clobbers);` statement."""
+
+    statement: Node  # the expression_statement holding the asm
+    keyword: str  # "asm" or "asm volatile"
+    template: str  # the assembly template, string pieces joined and escapes decoded
+    outputs: tuple[tuple[str, str], ...]  # (constraint, C expression) in operand order
+    inputs: tuple[tuple[str, str], ...]
+    clobbers: tuple[str, ...]  # as written, quotes included
+    operand_nodes: tuple[Node, ...]  # value nodes of outputs then inputs (the %N numbering)
+
+    @property
+    def operands(self) -> tuple[tuple[str, str], ...]:
+        return self.outputs + self.inputs
+
+    @property
+    def instruction(self) -> str:
+        """The template as one instruction without the trailing `;` and whitespace."""
+        return self.template.strip().rstrip(";").strip()
+
+
+def read_asm(parsed: cp.ParsedSource, node: Node) -> AsmStatement:
+    """The parts of a gnu_asm_expression; NotApplicable when it is not a whole statement of its own."""
+    statement = node.parent
+    if statement is None or statement.type != "expression_statement" or statement.parent is None \
+            or statement.parent.type != "compound_statement":
+        raise NotApplicable("the asm is not a statement of its own inside a block")
+    qualifiers = [parsed.text(c) for c in node.children if c.type == "gnu_asm_qualifier"]
+    if any(q != "volatile" for q in qualifiers):
+        raise NotApplicable(f"asm qualifiers {qualifiers} are not supported (only volatile)")
+    code = node.child_by_field_name("assembly_code")
+
+    def operands(field_name: str) -> list[tuple[str, str, Node]]:
+        group = node.child_by_field_name(field_name)
+        found = []
+        if group is None:
+            return found
+        for operand in group.named_children:
+            if operand.type not in ("gnu_asm_output_operand", "gnu_asm_input_operand"):
+                continue
+            if operand.child_by_field_name("symbol") is not None:
+                raise NotApplicable("named asm operands ([name] \"r\"(x)) are not supported")
+            constraint = operand.child_by_field_name("constraint")
+            value = operand.child_by_field_name("value")
+            found.append((cp.string_value(parsed, constraint), parsed.text(value), value))
+        return found
+
+    outputs, inputs = operands("output_operands"), operands("input_operands")
+    clobber_group = node.child_by_field_name("clobbers")
+    clobbers = tuple(parsed.text(c) for c in clobber_group.named_children if c.type == "string_literal") \
+        if clobber_group is not None else ()
+    if node.child_by_field_name("goto_labels") is not None:
+        raise NotApplicable("asm goto is not supported")
+    return AsmStatement(
+        statement=statement,
+        keyword="asm volatile" if qualifiers else "asm",
+        template=cp.string_value(parsed, code) if code is not None else "",
+        outputs=tuple((c, t) for c, t, _ in outputs),
+        inputs=tuple((c, t) for c, t, _ in inputs),
+        clobbers=clobbers,
+        operand_nodes=tuple(v for _, _, v in outputs + inputs),
+    )
+
+
+def split_operands(text: str) -> list[str]:
+    """Split `a, f(b, c), d[1]` at the commas outside brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current.strip())
+    return parts
+
+
+_OPERAND_REF = re.compile(r"^%(\d+)$")
+
+
+def operand_groups(asm: AsmStatement, opcode_pattern: re.Pattern[str]) -> tuple[re.Match[str], list[list[int]]]:
+    """Match the instruction's opcode and return its operand groups as operand numbers:
+    `op {%0, %1}, [%2]` -> [[0, 1], [2]]. NotApplicable for anything but one plain instruction."""
+    instruction = asm.instruction
+    if "\n" in instruction or ";" in instruction or "{" in instruction.split(" ", 1)[0]:
+        raise NotApplicable("the asm template is not a single instruction")
+    opcode, _, rest = instruction.partition(" ")
+    match = opcode_pattern.fullmatch(opcode)
+    if match is None:
+        raise NotApplicable(f"unsupported instruction form {opcode!r}")
+    groups = []
+    for group in split_operands(rest):
+        inner = group[1:-1] if group[:1] in "{[" and group[-1:] in "}]" else group
+        numbers = []
+        for ref in split_operands(inner):
+            found = _OPERAND_REF.fullmatch(ref.strip())
+            if found is None or int(found.group(1)) >= len(asm.operands):
+                raise NotApplicable(f"operand {ref!r} of {opcode} is not a C operand reference")
+            numbers.append(int(found.group(1)))
+        groups.append(numbers)
+    return match, groups
+
+
+def marker_line(asm: AsmStatement, opcode: str, operands: str, indent: str) -> str:
+    """The comment recording the asm statement that the scalar block replaces: the instruction with
+    its C operands, the operands on a `//     ` continuation line when one line would be too long."""
+    how = asm.keyword + (f" (clobbers {', '.join(asm.clobbers)})" if asm.clobbers else "")
+    head = f"{MARKER}{how}: {opcode}"
+    if len(indent) + len(head) + len(operands) + 2 <= LINE_WIDTH:
+        return f"{head} {operands};"
+    return f"{head}\n{indent}{_CONTINUATION}{operands};"
+
+
+_CONTINUATION = "//     "
+_MARKER = re.compile(r"^// scalarized (?P<keyword>asm(?: volatile)?)(?: \(clobbers (?P<clobbers>[^)]*)\))?: "
+                     r"(?P<opcode>\S+)(?: (?P<operands>.*);)?$")
+
+
+@dataclass(frozen=True)
+class MarkedBlock:
+    """A scalarized site: the marker comment(s) and the block after them."""
+
+    comment: Node  # the first marker line
+    block: Node
+    keyword: str
+    clobbers: tuple[str, ...]
+    opcode: str
+    groups: list[list[str]]  # operand groups as C expressions
+
+
+def read_marker(parsed: cp.ParsedSource, comment: Node) -> MarkedBlock | None:
+    match = _MARKER.match(parsed.text(comment))
+    if match is None:
+        return None
+    block = comment.next_named_sibling
+    operands = match.group("operands")
+    if operands is None:  # on the continuation line
+        text = parsed.text(block) if block is not None and block.type == "comment" else ""
+        if not text.startswith(_CONTINUATION) or not text.endswith(";"):
+            return None
+        operands = text[len(_CONTINUATION):-1].strip()
+        block = block.next_named_sibling
+    if block is None or block.type != "compound_statement":
+        return None
+    groups = []
+    for group in split_operands(operands):
+        inner = group[1:-1] if group[:1] in "{[" and group[-1:] in "}]" else group
+        groups.append(split_operands(inner))
+    clobbers = tuple(split_operands(match.group("clobbers"))) if match.group("clobbers") else ()
+    return MarkedBlock(comment, block, match.group("keyword"), clobbers, match.group("opcode"), groups)
+
+
+def render_asm(indent: str, keyword: str, template: str, outputs: list[str], inputs: list[str],
+               clobbers: tuple[str, ...] = ()) -> str:
+    """The canonical layout of an asm statement (its first line without the indent, since it is
+    spliced where the replaced text starts): the template on one line, split after the opcode when
+    that line would pass LINE_WIDTH columns, then `: outputs` and `: inputs` aligned under it."""
+    head = f"{keyword}("
+    pad = indent + " " * len(head)
+    whole = f'{head}"{template}\\n"'
+    if len(indent) + len(whole) > LINE_WIDTH and " " in template:
+        opcode, rest = template.split(" ", 1)
+        lines = [f'{head}"{opcode} "', f'{pad}"{rest}\\n"']
+    else:
+        lines = [whole]
+    lines.append(f"{pad}: {', '.join(outputs)}")
+    last = f"{pad}: {', '.join(inputs)}"
+    if clobbers:
+        lines.append(last)
+        last = f"{pad}: {', '.join(clobbers)}"
+    lines.append(last + ");")
+    return "\n".join(lines)
+
+
+def indentation(parsed: cp.ParsedSource, node: Node) -> str:
+    """The whitespace before `node` on its line (assumed to be all that precedes it there)."""
+    line_start = node.start_byte - node.start_point.column
+    prefix = parsed.data[line_start:node.start_byte].decode("utf-8", "replace")
+    return prefix if not prefix.strip() else " " * len(prefix)
+
+
+def one_dimensional_blocks(state: KernelState) -> bool:
+    return all(str(launch.block[1]).strip() == "1" and str(launch.block[2]).strip() == "1"
+               for launch in state.plan.launches)
+
+
+def lane_expression(state: KernelState) -> str:
+    """The lane index: threadIdx.x & 31 when every launch of the plan has a 1-D block, else the
+    linear thread index & 31 (a warp is 32 consecutive linear thread indices)."""
+    return f"{thread_index(state)} & 31"
+
+
+def warp_expression(state: KernelState) -> str:
+    return f"{thread_index(state)} >> 5"
+
+
+def thread_index(state: KernelState) -> str:
+    if one_dimensional_blocks(state):
+        return "threadIdx.x"
+    return "((threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x)"
+
+
+def identifiers(parsed: cp.ParsedSource, node: Node) -> set[str]:
+    return {parsed.text(n) for n in cp.nodes_of_type(node, "identifier", "field_identifier", "type_identifier")}
+
+
+def check_names(parsed: cp.ParsedSource, nodes: tuple[Node, ...] | list[Node], names: set[str], what: str) -> None:
+    """The generated block declares `names`; an operand that uses one of them would see the new one."""
+    clash = set()
+    for node in nodes:
+        clash |= identifiers(parsed, node) & names
+    if clash:
+        raise NotApplicable(f"{what}: operand names {sorted(clash)} clash with the scalar code's locals")
+
+
+def function_node(parsed: cp.ParsedSource, name: str) -> Node:
+    found = [f for f in cp.functions(parsed) if f.name == name]
+    if not found:
+        raise NotApplicable(f"no function named {name!r}")
+    if len(found) > 1:
+        raise NotApplicable(f"{len(found)} functions are named {name!r} (overloads): the anchor is ambiguous")
+    return found[0].node
+
+
+def site_key(function: str, index: int, count: int) -> str:
+    return function if count == 1 and index == 0 else f"{function}#{index}"
+
+
+def site_index(anchor: Anchor) -> int:
+    _, _, number = anchor.key.partition("#")
+    return int(number) if number.isdigit() else 0
+
+
+def wrap(expression: str, limit: int, indent: str) -> str:
+    """`lhs = f(g(...))` on one line, or broken after the outermost `(` of the right-hand side when
+    the line would pass `limit` columns."""
+    if len(indent) + len(expression) <= limit:
+        return indent + expression
+    cut = expression.find("(", expression.find("= ") + 2 if "= " in expression else 0)
+    return f"{indent}{expression[:cut + 1]}\n{indent}    {expression[cut + 1:]}"
+
+
+@dataclass(frozen=True)
+class Site:
+    """One site of an asm-helper transform: the asm (the mechanism) or its scalarized form."""
+
+    asm: Node | None  # the gnu_asm_expression, or
+    marked: MarkedBlock | None  # the marker comment and scalar block
+    code: str = ""  # the asm template
+
+    @property
+    def start(self) -> int:
+        return self.asm.start_byte if self.asm is not None else self.marked.comment.start_byte
+
+
+def asm_sites(parsed: cp.ParsedSource, mnemonic: str, function: str | None = None) -> dict[str, list[Site]]:
+    """Per function, in source order: inline asm using `mnemonic` (e.g. "ldmatrix") and marker
+    blocks that replaced such asm."""
+    sites: dict[str, list[Site]] = {}
+    pattern = re.compile(rf"\b{re.escape(mnemonic)}\.")
+    for block in cp.asm_blocks(parsed):
+        if block.function and pattern.search(block.code) and function in (None, block.function):
+            sites.setdefault(block.function, []).append(Site(block.node, None, block.code))
+    for comment in cp.nodes_of_type(parsed.root, "comment"):
+        owner = cp.function_of(comment)
+        if owner is None or function not in (None, owner):
+            continue
+        marked = read_marker(parsed, comment)
+        if marked is not None and marked.opcode.startswith(mnemonic + "."):
+            sites.setdefault(owner, []).append(Site(None, marked))
+    return {name: sorted(found, key=lambda s: s.start) for name, found in sites.items()}
+
+
+def asm_anchors(parsed: cp.ParsedSource, mnemonic: str) -> list[Anchor]:
+    anchors = []
+    for function, sites in asm_sites(parsed, mnemonic).items():
+        for i, site in enumerate(sites):
+            if site.asm is not None:
+                snippet = site.code.strip().split(" ", 1)[0]
+                anchors.append(Anchor(function, "asm", site_key(function, i, len(sites)), snippet))
+    return anchors
+
+
+def asm_site(parsed: cp.ParsedSource, mnemonic: str, anchor: Anchor) -> Site:
+    """The site an anchor names; the ordinal counts the sites of every function of that name, so
+    overloads (ldmatrix_x2, ldmatrix_x4 as one overloaded name) stay distinct."""
+    if not any(f.name == anchor.function for f in cp.functions(parsed)):
+        raise NotApplicable(f"no function named {anchor.function!r}")
+    sites = asm_sites(parsed, mnemonic, anchor.function).get(anchor.function, [])
+    index = site_index(anchor)
+    if index >= len(sites):
+        raise NotApplicable(f"{anchor.function} has no {mnemonic} site #{index}")
+    return sites[index]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The transform
+# ---------------------------------------------------------------------------------------------------
+
+_OPCODE = re.compile(r"ldmatrix\.sync\.aligned\.m8n8\.x(?P<num>[124])(?P<trans>\.trans)?\.shared(?:::cta)?\.b16")
+_LOCALS = {"ldsm_addr", "ldsm_lane", "ldsm_src", "ldsm_col"} | {f"ldsm_{h}{j}" for h in ("lo", "hi") for j in range(4)}
+
+
+class ScalarizeLdmatrix(Transform):
+    name = "scalarize_ldmatrix"
+    intent = ("Load warp-wide MMA operand fragments from shared memory with ldmatrix, one instruction placing "
+              "up to four 8x8 16-bit matrices straight into the fragment layout, instead of per-lane 32-bit "
+              "loads from row addresses fetched with shuffles.")
+    removes = ("ldmatrix", "ldsm")
+    adds = ("shfl", "lds")
+    after = ()
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        return asm_anchors(cp.parse(state.source), "ldmatrix")
+
+    # -- backward ----------------------------------------------------------------------------------
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        site = asm_site(parsed, "ldmatrix", anchor)
+        if site.asm is None:
+            raise NotApplicable(f"the ldmatrix at {anchor} is already scalar")
+        asm = read_asm(parsed, site.asm)
+        match, groups = operand_groups(asm, _OPCODE)
+        count = int(match.group("num"))
+        trans = bool(match.group("trans"))
+        if len(groups) != 2 or len(groups[0]) != count or len(groups[1]) != 1:
+            raise NotApplicable(f"ldmatrix .x{count} needs {{{count} registers}}, [address]")
+        registers, (address,) = groups
+        if registers != list(range(count)) or address != count or len(asm.operands) != count + 1:
+            raise NotApplicable("ldmatrix operands are not the outputs %0.. followed by the address")
+        for constraint, text in asm.outputs:
+            if constraint not in ("=r", "=&r"):
+                raise NotApplicable(f"ldmatrix output {text} has constraint {constraint!r}, not \"=r\"")
+        if asm.inputs[0][0] != "r":
+            raise NotApplicable(f"the ldmatrix address {asm.inputs[0][1]} is not a 32-bit shared address (\"r\"); "
+                                "64-bit addresses are not supported")
+        check_names(parsed, asm.operand_nodes, _LOCALS, "scalarize_ldmatrix")
+
+        indent = indentation(parsed, asm.statement)
+        outputs = [text for _, text in asm.outputs]
+        operands = f"{{{', '.join(outputs)}}}, [{asm.inputs[0][1]}]"
+        text = (marker_line(asm, asm.instruction.split(" ", 1)[0], operands, indent) + "\n"
+                + self._scalar_block(state, indent, outputs, asm.inputs[0][1], trans))
+        source = splice(parsed, asm.statement.start_byte, asm.statement.end_byte, text)
+        note = (f"ldmatrix .x{count}{' .trans' if trans else ''} -> {count * (2 if trans else 1)} shuffles of row "
+                f"addresses and {count * (2 if trans else 1)} {'16' if trans else '32'}-bit shared loads per lane")
+        return self.rewrite(state, anchor, Direction.BACKWARD, source, note=note)
+
+    @staticmethod
+    def _scalar_block(state: KernelState, indent: str, outputs: list[str], address: str, trans: bool) -> str:
+        inner = indent + "    "
+        lines = [f"{indent}{{"]
+        if trans:
+            lines += [
+                f"{inner}// .trans: lane l receives element l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1 of matrix j",
+                f"{inner}// (16 bits each, the first row in the low half); lanes 8 j + 2 (l % 4) and",
+                f"{inner}// 8 j + 2 (l % 4) + 1 hold those two row addresses.",
+            ]
+        else:
+            lines += [
+                f"{inner}// Lane l receives row l / 4, elements 2 (l % 4) and 2 (l % 4) + 1, of matrix j (one "
+                "32-bit word);",
+                f"{inner}// lane 8 j + l / 4 holds that row's address.",
+            ]
+        lines += [f"{inner}const unsigned ldsm_addr = {address};",
+                  f"{inner}const int ldsm_lane = {lane_expression(state)};"]
+        if trans:
+            lines += [f"{inner}const int ldsm_src = 2 * (ldsm_lane & 3);",
+                      f"{inner}const unsigned ldsm_col = 2u * (ldsm_lane >> 2);"]
+        else:
+            lines += [f"{inner}const int ldsm_src = ldsm_lane >> 2;",
+                      f"{inner}const unsigned ldsm_col = 4u * (ldsm_lane & 3);"]
+        for j, target in enumerate(outputs):
+            base = f"{8 * j} + ldsm_src" if j else "ldsm_src"
+            if trans:
+                for half, src in (("lo", base), ("hi", f"{base} + 1")):
+                    load = (f"const unsigned ldsm_{half}{j} = *static_cast<const unsigned short*>("
+                            f"__cvta_shared_to_generic(__shfl_sync({FULL_MASK}, ldsm_addr, {src}) + ldsm_col));")
+                    lines.append(wrap(load, LINE_WIDTH, inner))
+                lines.append(f"{inner}{target} = ldsm_lo{j} | (ldsm_hi{j} << 16);")
+            else:
+                load = (f"{target} = *static_cast<const unsigned*>("
+                        f"__cvta_shared_to_generic(__shfl_sync({FULL_MASK}, ldsm_addr, {base}) + ldsm_col));")
+                lines.append(wrap(load, LINE_WIDTH, inner))
+        lines.append(f"{indent}}}")
+        return "\n".join(lines)
+
+    # -- forward -----------------------------------------------------------------------------------
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        site = asm_site(parsed, "ldmatrix", anchor)
+        if site.marked is None:
+            raise NotApplicable(f"{anchor} already uses ldmatrix")
+        marked = site.marked
+        match = _OPCODE.fullmatch(marked.opcode)
+        if match is None or len(marked.groups) != 2 or len(marked.groups[1]) != 1 \
+                or len(marked.groups[0]) != int(match.group("num")):
+            raise NotApplicable(f"the marker at {anchor} does not describe an ldmatrix this transform writes")
+        registers, (address,) = marked.groups
+        count = len(registers)
+        template = f"{marked.opcode} {{{', '.join(f'%{i}' for i in range(count))}}}, [%{count}];"
+        text = render_asm(indentation(parsed, marked.comment), marked.keyword, template,
+                          [f'"=r"({r})' for r in registers], [f'"r"({address})'], marked.clobbers)
+        source = splice(parsed, marked.comment.start_byte, marked.block.end_byte, text)
+        return self.rewrite(state, anchor, Direction.FORWARD, source, note=f"restored {marked.opcode}")
+
+
+def splice(parsed: cp.ParsedSource, start: int, end: int, text: str) -> str:
+    """The source with bytes [start, end) replaced by `text`."""
+    return (parsed.data[:start] + text.encode("utf-8") + parsed.data[end:]).decode("utf-8")
+
+register(ScalarizeLdmatrix())
