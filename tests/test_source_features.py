@@ -25,6 +25,7 @@ def test_realistic_kernel_exact_features():
         ("hgemm", "cp_async_wait"),
         ("hgemm", "global_fn"),
         ("hgemm", "launch_bounds"),
+        ("hgemm", "multistage_pipeline"),  # CP_ASYNC_WAIT(1): one group stays in flight
         ("hgemm", "restrict_ptr"),
         ("hgemm", "shared_array"),
         ("hgemm", "syncthreads"),
@@ -69,6 +70,10 @@ CASES = [
     ("cp_async_wait", kernel('asm volatile("cp.async.wait_group 0;");')),
     ("cp_async_wait", kernel('asm volatile("cp.async.commit_group;");')),
     ("cp_async_wait", kernel("__pipeline_wait_prior(0);")),
+    ("multistage_pipeline", kernel('asm volatile("cp.async.wait_group 2;");')),
+    ("multistage_pipeline", kernel("__pipeline_wait_prior(1);")),
+    ("multistage_pipeline", "constexpr int STAGES = 2;\ntemplate <int N> __device__ void wait()\n"
+                            '{ asm volatile("cp.async.wait_group %0;" :: "n"(N)); }\n' + kernel("wait<STAGES - 2>();")),
     ("ldmatrix", kernel('asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r) : "r"(a));')),
     ("mma_sync", kernel('asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 ..." :: );')),
     ("mma_sync", kernel("wmma::mma_sync(c, a, b, c);")),

@@ -11,15 +11,18 @@ import re
 
 from tree_sitter import Node
 
+from klineage import expr
+from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.features.feature import Feature
+from klineage.kernel import parse_constants
 
 FILE_LOCUS = "<file>"
 FEATURE_NAMES = (
     "global_fn", "launch_bounds", "restrict_ptr", "ldg", "unroll_pragma", "vector_type_float4", "vector_type_float2",
     "vector_type_int4", "vector_type_int2", "vector_type_half2", "vector_type_bf162", "shared_array", "dynamic_shared",
     "syncthreads", "syncwarp", "cp_async", "cp_async_wait", "ldmatrix", "mma_sync", "wmma", "wgmma", "tma", "mbarrier",
-    "shfl", "fast_math", "atomic", "xor_swizzle", "printf",
+    "shfl", "fast_math", "atomic", "xor_swizzle", "printf", "multistage_pipeline",
 )
 
 # Called names (scope and template arguments dropped: `wmma::mma_sync` is `mma_sync`).
@@ -85,6 +88,7 @@ def source_features(source: str) -> tuple[Feature, ...]:
     for macro in cp.macros(parsed):
         macro_bodies.setdefault(macro.name, []).append(cp.parse_fragment(macro.body))
     found = _direct(parsed, _xor_callables(parsed, macro_bodies))
+    found |= {(function, "multistage_pipeline") for function in _multistage_pipelines(parsed)}
     memo: dict[str, set[str]] = {}
     for function, macro in _macro_uses(parsed, macro_bodies):
         found |= {(function, name) for name in _macro_features(macro, macro_bodies, memo, set())}
@@ -188,3 +192,106 @@ def _macro_features(macro: str, bodies: dict[str, list[cp.ParsedSource]], memo: 
     expanding.discard(macro)
     memo[macro] = names
     return names
+
+
+# A multi-stage cp.async pipeline: a wait that leaves groups in flight (`cp.async.wait_group N`,
+# N > 0) or whose count is written over a stage count above one (`wait_group(STAGES - 2)` with
+# STAGES = 2 waits for all, yet copies of the next stage are in flight while the current one is
+# read). The count may be the asm's immediate, `__pipeline_wait_prior(N)`, or the argument of a
+# helper function or macro that passes it to the asm as "n"(param). Credited to the function
+# whose code names the count: the caller of such a helper.
+_WAIT_COUNT = re.compile(r"\bcp\.async\.wait_group\s+(\d+|%\d+)")
+_C_SUFFIX = re.compile(r"(?<![\w.])(0[xX][0-9a-fA-F]+|\d+)(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)\b")
+
+
+def _multistage_pipelines(parsed: cp.ParsedSource) -> set[str | None]:
+    constants = parse_constants(parsed.source)
+    helpers: dict[str, tuple[str, int]] = {}  # wait helper -> ("template" | "argument", index)
+    found: set[str | None] = set()
+    for block in cp.asm_blocks(parsed):
+        count = _asm_count(parsed, block.node)
+        if count is None:
+            continue
+        definition = cp.enclosing_function(block.node)
+        helper = _helper_parameter(parsed, definition, count) if definition is not None else None
+        if helper is not None:
+            helpers[cp.function_name(definition).rsplit("::", 1)[-1]] = helper
+        elif _pipelined(count, constants):
+            found.add(block.function)
+    for macro in cp.macros(parsed):
+        body = cp.parse_fragment(macro.body)
+        for block in cp.asm_blocks(body):
+            count = _asm_count(body, block.node)
+            if count is not None and macro.params and count in macro.params:
+                helpers[macro.name] = ("argument", macro.params.index(count))
+    for call in cp.nodes_of_type(parsed.root, "call_expression"):
+        name = cp.call_name(call)
+        where = ("argument", 0) if name == "__pipeline_wait_prior" else helpers.get(name)
+        argument = _argument(call, *where) if where is not None else None
+        if argument is not None and _pipelined(parsed.text(argument), constants):
+            found.add(cp.function_of(call))
+    return found
+
+
+def _asm_count(parsed: cp.ParsedSource, block: Node) -> str | None:
+    """The text of a wait_group's count: its immediate, or the expression of its "n" operand."""
+    code = block.child_by_field_name("assembly_code")
+    match = _WAIT_COUNT.search(cp.string_value(parsed, code) if code is not None else "")
+    if match is None:
+        return None
+    if not match.group(1).startswith("%"):
+        return match.group(1)
+    operands = []
+    for field in ("output_operands", "input_operands"):
+        listing = block.child_by_field_name(field)
+        operands += [o for o in listing.named_children if o.child_by_field_name("value") is not None] \
+            if listing is not None else []
+    index = int(match.group(1)[1:])
+    return parsed.text(operands[index].child_by_field_name("value")).strip() if index < len(operands) else None
+
+
+def _parameter_names(definition: Node) -> list[Node]:
+    declarator = definition.child_by_field_name("declarator")
+    while declarator is not None and declarator.type != "function_declarator":
+        declarator = declarator.child_by_field_name("declarator")
+    params = declarator.child_by_field_name("parameters") if declarator is not None else None
+    names = []
+    for param in params.named_children if params is not None else []:
+        identifiers = cp.nodes_of_type(param, "identifier")
+        if identifiers:
+            names.append(identifiers[-1])
+    return names
+
+
+def _helper_parameter(parsed: cp.ParsedSource, definition: Node, count: str) -> tuple[str, int] | None:
+    template = definition.parent if definition.parent is not None and \
+        definition.parent.type == "template_declaration" else None
+    if template is not None:
+        params = template.child_by_field_name("parameters")
+        names = [parsed.text(p).split()[-1] for p in params.named_children if parsed.text(p).split()]
+        if count in names:
+            return "template", names.index(count)
+    names = [parsed.text(n) for n in _parameter_names(definition)]
+    return ("argument", names.index(count)) if count in names else None
+
+
+def _argument(call: Node, kind: str, index: int) -> Node | None:
+    holder = call.child_by_field_name("function") if kind == "template" else call
+    if holder is None or (kind == "template" and holder.type != "template_function"):
+        return None
+    arguments = holder.child_by_field_name("arguments")
+    listed = [a for a in arguments.named_children if a.type != "comment"] if arguments is not None else []
+    return listed[index] if index < len(listed) else None
+
+
+def _pipelined(count: str, constants: dict) -> bool:
+    """A pending count above zero, or one written over a named constant above one."""
+    text = re.sub(r"(?<!/)/(?!/)", "//", _C_SUFFIX.sub(r"\1", count))
+    try:
+        value = expr.evaluate(text, constants)
+    except (ExpressionError, RecursionError, TypeError, ValueError, ZeroDivisionError):
+        return False
+    if isinstance(value, (int, float)) and value > 0:
+        return True
+    return any(isinstance(constants.get(name), int) and constants[name] > 1
+               for name in re.findall(r"[A-Za-z_]\w*", text))
