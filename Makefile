@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_corpus
-	$(PY) manage.py runserver 127.0.0.1:$(PORT)
+	$(PY) manage.py serve 127.0.0.1:$(PORT)
 
 test: setup
 	$(PY) -m pytest -q
