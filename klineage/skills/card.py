@@ -1,0 +1,458 @@
+"""The skill card: one conditional procedural skill lifted from accepted lineage transitions.
+
+A card says what a forward step does (`intent`, `anchor`, `vector`, `carrier`), when it is sound
+(`preconditions`, each a predicate in `klineage.expr` syntax over case facts with a sentence and
+its evidence counts), what it buys (`effects`: measured paired speed ratios per source case), how
+it fails (`risks`, from rejected proposals), where it was seen (`scope`) and how it composes
+(`requires` / `provides` / `conflicts`: sets of `{locus, name}` features; a card applies where its
+requires are present, its provides absent and none of its conflicts present).
+
+Identity: `id` is the sha256 of the canonical JSON of the transform, the feature delta (`provides`)
+and the scope minus `prior_actions` (context that grows with every new lineage). Everything else
+(effects, risks, evidence, status) may grow without changing who the card is. `short_id` is the
+12-character prefix used for display and folder names.
+
+Cards are frozen and validate themselves: a wrong status, an empty intent, a predicate that
+`klineage.expr` refuses, or an id that does not match the content raise `DocumentError` naming the
+field. `to_dict`/`from_dict` are versioned (`CARD_VERSION`) and refuse unknown keys.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from klineage import expr
+from klineage.errors import DocumentError, ExpressionError
+from klineage.features.feature import Feature
+
+CARD_VERSION = 1
+SHORT_ID = 12
+
+
+class CardStatus(str, Enum):
+    CANDIDATE = "candidate"  # induced from lineages, not yet roundtrip-verified
+    ADMITTED = "admitted"  # passed a held-out roundtrip
+    RETIRED = "retired"  # withdrawn (a roundtrip or later evidence contradicted it)
+
+
+class RefKind(str, Enum):
+    TRANSITION = "transition"
+    REJECTION = "rejection"
+
+
+def _need(data: Any, keys: tuple[str, ...], where: str, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise DocumentError(where, f"must be an object, not {type(data).__name__}")
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise DocumentError(where, f"missing {', '.join(repr(k) for k in missing)}")
+    unknown = sorted(set(data) - set(keys) - set(optional))
+    if unknown:
+        raise DocumentError(where, f"unknown keys {unknown}")
+    return data
+
+
+def _text(value: Any, where: str, empty: bool = False) -> str:
+    if not isinstance(value, str) or (not empty and not value.strip()):
+        raise DocumentError(where, f"must be a {'' if empty else 'non-empty '}string, not {value!r}")
+    return value
+
+
+def _number(value: Any, where: str, positive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise DocumentError(where, f"must be a finite number, not {value!r}")
+    if positive and value <= 0:
+        raise DocumentError(where, f"must be > 0, not {value!r}")
+    return float(value)
+
+
+def _whole(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DocumentError(where, f"must be a whole number >= 0, not {value!r}")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, (list, tuple)):
+        raise DocumentError(where, f"must be a list, not {type(value).__name__}")
+    return list(value)
+
+
+def _enum(kind: type[Enum], value: Any, where: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(str(m.value) for m in kind)
+        raise DocumentError(where, f"unknown value {value!r} (one of: {allowed})") from None
+
+
+def _texts(value: Any, where: str) -> tuple[str, ...]:
+    return tuple(_text(v, f"{where}[{i}]") for i, v in enumerate(_list(value, where)))
+
+
+@dataclass(frozen=True, order=True)
+class Ref:
+    """A pointer into a lineage: transition `index` (or rejection position `index`) of lineage `lineage`.
+    The lineage id is `klineage.skills.induction.lineage_id`: expert name, fingerprint prefix, gate mode."""
+
+    lineage: str
+    kind: RefKind
+    index: int
+
+    def __post_init__(self) -> None:
+        _text(self.lineage, "ref.lineage")
+        if not isinstance(self.kind, RefKind):
+            object.__setattr__(self, "kind", _enum(RefKind, self.kind, "ref.kind"))
+        _whole(self.index, "ref.index")
+
+    def __str__(self) -> str:
+        return f"{self.lineage}#{'t' if self.kind is RefKind.TRANSITION else 'r'}{self.index}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lineage": self.lineage, "kind": self.kind.value, "index": self.index}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "ref") -> Ref:
+        data = _need(data, ("lineage", "kind", "index"), where)
+        return cls(_text(data["lineage"], f"{where}.lineage"), _enum(RefKind, data["kind"], f"{where}.kind"),
+                   _whole(data["index"], f"{where}.index"))
+
+
+@dataclass(frozen=True)
+class CardAnchor:
+    """The code surface the forward step acts on: the anchor kind ("loop", "function", "parameter" ...),
+    the key and function of a representative site, and a representative snippet."""
+
+    kind: str
+    snippet: str = ""
+    function: str = ""
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        _text(self.kind, "anchor.kind")
+        for name in ("snippet", "function", "key"):
+            _text(getattr(self, name), f"anchor.{name}", empty=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "snippet": self.snippet, "function": self.function, "key": self.key}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "anchor") -> CardAnchor:
+        data = _need(data, ("kind", "snippet", "function", "key"), where)
+        return cls(data["kind"], data["snippet"], data["function"], data["key"])
+
+
+@dataclass(frozen=True)
+class Precondition:
+    """A structured predicate over case facts (`klineage.expr` syntax: numeric case parameters, and
+    `<param>_is_<value>` booleans for text parameters such as dtypes), one readable sentence, and
+    the evidence that supports it: the cases where the step was sound and the predicate holds
+    (`holds`), those where it was refused and the predicate fails (`fails`), and the source of
+    the labels ("correctness", "domain", "declared")."""
+
+    expression: str
+    sentence: str
+    holds: tuple[str, ...] = ()
+    fails: tuple[str, ...] = ()
+    source: str = "correctness"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.expression, str) or not self.expression.strip():
+            raise DocumentError("precondition.expression", f"must be a non-empty expression, not {self.expression!r}")
+        try:
+            expr.parse(self.expression)
+        except ExpressionError as exc:
+            raise DocumentError("precondition.expression", f"bad predicate {self.expression!r}: {exc}") from None
+        _text(self.sentence, "precondition.sentence")
+        _text(self.source, "precondition.source")
+        object.__setattr__(self, "holds", tuple(self.holds))
+        object.__setattr__(self, "fails", tuple(self.fails))
+
+    @property
+    def names(self) -> set[str]:
+        return expr.names(self.expression)
+
+    def check(self, facts: dict[str, Any]) -> bool:
+        """Whether the predicate holds for a case's facts (see `predicates.case_facts`)."""
+        return bool(expr.evaluate(self.expression, facts))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"expression": self.expression, "sentence": self.sentence, "holds": list(self.holds),
+                "fails": list(self.fails), "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "precondition") -> Precondition:
+        data = _need(data, ("expression", "sentence", "holds", "fails", "source"), where)
+        try:
+            return cls(data["expression"], data["sentence"], _texts(data["holds"], f"{where}.holds"),
+                       _texts(data["fails"], f"{where}.fails"), data["source"])
+        except DocumentError as exc:
+            raise DocumentError(where, str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A measured paired speed ratio of the forward step on one case: child time / parent time
+    (> 1: the step makes the kernel faster), overall and per timing trial."""
+
+    case: str
+    operator: str
+    ratio: float
+    per_trial: tuple[float, ...]
+    source: Ref
+
+    def __post_init__(self) -> None:
+        _text(self.case, "effect.case")
+        _text(self.operator, "effect.operator")
+        _number(self.ratio, "effect.ratio", positive=True)
+        object.__setattr__(self, "per_trial", tuple(self.per_trial))
+        for i, r in enumerate(self.per_trial):
+            _number(r, f"effect.per_trial[{i}]", positive=True)
+        if not isinstance(self.source, Ref):
+            raise DocumentError("effect.source", f"must be a Ref, not {self.source!r}")
+
+    @property
+    def spread(self) -> float:
+        """(max - min) of the trial ratios over the overall ratio; 0 with fewer than two trials."""
+        if len(self.per_trial) < 2:
+            return 0.0
+        return (max(self.per_trial) - min(self.per_trial)) / self.ratio
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case": self.case, "operator": self.operator, "ratio": self.ratio, "per_trial": list(self.per_trial),
+                "spread": self.spread, "source": self.source.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "effect") -> Effect:
+        data = _need(data, ("case", "operator", "ratio", "per_trial", "source"), where, optional=("spread",))
+        return cls(data["case"], data["operator"], data["ratio"], tuple(_list(data["per_trial"], f"{where}.per_trial")),
+                   Ref.from_dict(data["source"], f"{where}.source"))
+
+
+@dataclass(frozen=True)
+class Risk:
+    """A failure mode: the rejection category (or "inconsistent_evidence"), a description, the evidence."""
+
+    category: str
+    description: str
+    evidence: tuple[Ref, ...] = ()
+
+    def __post_init__(self) -> None:
+        _text(self.category, "risk.category")
+        _text(self.description, "risk.description")
+        object.__setattr__(self, "evidence", tuple(self.evidence))
+        if not all(isinstance(r, Ref) for r in self.evidence):
+            raise DocumentError("risk.evidence", "must be Refs")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"category": self.category, "description": self.description,
+                "evidence": [r.to_dict() for r in self.evidence]}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "risk") -> Risk:
+        data = _need(data, ("category", "description", "evidence"), where)
+        return cls(data["category"], data["description"],
+                   tuple(Ref.from_dict(r, f"{where}.evidence[{i}]") for i, r in
+                         enumerate(_list(data["evidence"], f"{where}.evidence"))))
+
+
+@dataclass(frozen=True)
+class Scope:
+    operators: tuple[str, ...]
+    language: str = "cuda"
+    platform: str = "sm90"
+    dtypes: tuple[str, ...] = ()
+    prior_actions: tuple[str, ...] = ()  # transforms whose forward steps came before this one
+
+    def __post_init__(self) -> None:
+        for name in ("operators", "dtypes", "prior_actions"):
+            object.__setattr__(self, name, tuple(sorted(set(_texts(getattr(self, name), f"scope.{name}")))))
+        if not self.operators:
+            raise DocumentError("scope.operators", "a card comes from at least one operator")
+        _text(self.language, "scope.language")
+        _text(self.platform, "scope.platform")
+
+    def identity(self) -> dict[str, Any]:
+        return {"operators": list(self.operators), "language": self.language, "platform": self.platform,
+                "dtypes": list(self.dtypes)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.identity(), "prior_actions": list(self.prior_actions)}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "scope") -> Scope:
+        data = _need(data, ("operators", "language", "platform", "dtypes", "prior_actions"), where)
+        return cls(_texts(data["operators"], f"{where}.operators"), data["language"], data["platform"],
+                   _texts(data["dtypes"], f"{where}.dtypes"), _texts(data["prior_actions"], f"{where}.prior_actions"))
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One roundtrip trial: the card materialized on `state` (a fingerprint outside its source lineage)."""
+
+    state: str
+    passed: bool
+    ratio: float | None = None
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        _text(self.state, "trial.state")
+        if not isinstance(self.passed, bool):
+            raise DocumentError("trial.passed", f"must be true or false, not {self.passed!r}")
+        if self.ratio is not None:
+            _number(self.ratio, "trial.ratio", positive=True)
+        _text(self.message, "trial.message", empty=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": self.state, "passed": self.passed, "ratio": self.ratio, "message": self.message}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "trial") -> Trial:
+        data = _need(data, ("state", "passed", "ratio", "message"), where)
+        return cls(data["state"], data["passed"], data["ratio"], data["message"])
+
+
+def _features(value: Any, where: str) -> frozenset[Feature]:
+    if isinstance(value, (set, frozenset)):
+        value = sorted(value)
+    items = _list(value, where)
+    out = []
+    for i, item in enumerate(items):
+        out.append(item if isinstance(item, Feature) else Feature.from_dict(item, f"{where}[{i}]"))
+    return frozenset(out)
+
+
+def card_id(transform: str, provides: frozenset[Feature], scope: Scope) -> str:
+    """sha256 over the canonical JSON of transform, feature delta and scope (without prior_actions)."""
+    payload = {"transform": transform, "provides": [f.to_dict() for f in sorted(provides)],
+               "scope": scope.identity()}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_KEYS = ("version", "id", "transform", "intent", "anchor", "vector", "carrier", "preconditions", "effects", "risks",
+         "scope", "requires", "provides", "conflicts", "evidence", "verification_log", "status")
+
+
+@dataclass(frozen=True)
+class SkillCard:
+    transform: str
+    intent: str
+    anchor: CardAnchor
+    vector: str  # the forward diff sketch (unified diff, naive -> expert)
+    scope: Scope
+    carrier: dict[str, Any] = field(default_factory=dict)  # tuning key -> the distinct values seen
+    preconditions: tuple[Precondition, ...] = ()
+    effects: tuple[Effect, ...] = ()
+    risks: tuple[Risk, ...] = ()
+    requires: frozenset[Feature] = frozenset()
+    provides: frozenset[Feature] = frozenset()
+    conflicts: frozenset[Feature] = frozenset()
+    evidence: tuple[Ref, ...] = ()
+    verification_log: tuple[Trial, ...] = ()
+    status: CardStatus = CardStatus.CANDIDATE
+    id: str = ""  # empty: derived from the content; given: must match it
+    version: int = CARD_VERSION
+
+    def __post_init__(self) -> None:
+        if self.version != CARD_VERSION:
+            raise DocumentError("card", f"unsupported version {self.version!r} (this is {CARD_VERSION})")
+        _text(self.transform, "card.transform")
+        if not isinstance(self.intent, str) or not self.intent.strip():
+            raise DocumentError("card.intent", f"a card needs an intent (one sentence), not {self.intent!r}")
+        if not isinstance(self.anchor, CardAnchor):
+            raise DocumentError("card.anchor", f"must be a CardAnchor, not {self.anchor!r}")
+        _text(self.vector, "card.vector", empty=True)
+        if not isinstance(self.scope, Scope):
+            raise DocumentError("card.scope", f"must be a Scope, not {self.scope!r}")
+        if not isinstance(self.carrier, dict):
+            raise DocumentError("card.carrier", "must be an object")
+        try:
+            json.dumps(self.carrier, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise DocumentError("card.carrier", f"must be plain JSON: {exc}") from None
+        if isinstance(self.status, str) and not isinstance(self.status, CardStatus):
+            object.__setattr__(self, "status", _enum(CardStatus, self.status, "card.status"))
+        if not isinstance(self.status, CardStatus):
+            raise DocumentError("card.status", f"unknown value {self.status!r}")
+        checks = (("preconditions", Precondition), ("effects", Effect), ("risks", Risk), ("evidence", Ref),
+                  ("verification_log", Trial))
+        for name, kind in checks:
+            value = tuple(getattr(self, name))
+            for i, item in enumerate(value):
+                if not isinstance(item, kind):
+                    raise DocumentError(f"card.{name}[{i}]", f"must be a {kind.__name__}, not {item!r}")
+            object.__setattr__(self, name, value)
+        for name in ("requires", "provides", "conflicts"):
+            object.__setattr__(self, name, _features(getattr(self, name), f"card.{name}"))
+        clash = self.provides & self.conflicts
+        if clash:
+            raise DocumentError("card.conflicts", f"{sorted(map(str, clash))} are both provided and conflicting")
+        derived = card_id(self.transform, self.provides, self.scope)
+        if not self.id:
+            object.__setattr__(self, "id", derived)
+        elif self.id != derived:
+            raise DocumentError("card.id", f"{self.id[:SHORT_ID]} does not match its content ({derived[:SHORT_ID]}): "
+                                           f"the transform, provides or scope changed")
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:SHORT_ID]
+
+    def applies(self, present: set[Feature] | frozenset[Feature]) -> bool:
+        """Whether the card composes onto a state with these features: requires present, provides
+        absent, no conflict present."""
+        present = frozenset(present)
+        return self.requires <= present and not (self.provides & present) and not (self.conflicts & present)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version, "id": self.id, "transform": self.transform, "intent": self.intent,
+            "anchor": self.anchor.to_dict(), "vector": self.vector, "carrier": self.carrier,
+            "preconditions": [p.to_dict() for p in self.preconditions], "effects": [e.to_dict() for e in self.effects],
+            "risks": [r.to_dict() for r in self.risks], "scope": self.scope.to_dict(),
+            "requires": [f.to_dict() for f in sorted(self.requires)],
+            "provides": [f.to_dict() for f in sorted(self.provides)],
+            "conflicts": [f.to_dict() for f in sorted(self.conflicts)],
+            "evidence": [r.to_dict() for r in self.evidence],
+            "verification_log": [t.to_dict() for t in self.verification_log], "status": self.status.value,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "card") -> SkillCard:
+        data = _need(data, _KEYS, where)
+        if data["version"] != CARD_VERSION:
+            raise DocumentError(where, f"unsupported version {data['version']!r} (this is {CARD_VERSION})")
+        if not isinstance(data["carrier"], dict):
+            raise DocumentError(f"{where}.carrier", "must be an object")
+
+        def many(key: str, kind: Any) -> tuple[Any, ...]:
+            return tuple(kind.from_dict(v, f"{where}.{key}[{i}]") for i, v in enumerate(_list(data[key], f"{where}.{key}")))
+
+        return cls(
+            transform=data["transform"], intent=data["intent"], anchor=CardAnchor.from_dict(data["anchor"], f"{where}.anchor"),
+            vector=data["vector"], scope=Scope.from_dict(data["scope"], f"{where}.scope"), carrier=dict(data["carrier"]),
+            preconditions=many("preconditions", Precondition), effects=many("effects", Effect),
+            risks=many("risks", Risk), requires=_features(data["requires"], f"{where}.requires"),
+            provides=_features(data["provides"], f"{where}.provides"),
+            conflicts=_features(data["conflicts"], f"{where}.conflicts"), evidence=many("evidence", Ref),
+            verification_log=many("verification_log", Trial),
+            status=_enum(CardStatus, data["status"], f"{where}.status"), id=_text(data["id"], f"{where}.id"),
+            version=data["version"],
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "card") -> SkillCard:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise DocumentError(where, f"not JSON: {exc}") from None
+        return cls.from_dict(data, where)
