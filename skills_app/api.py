@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.db.models import F
-from rest_framework import viewsets
+from django.db.models import F, Prefetch
+from rest_framework import mixins, viewsets
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.routers import DefaultRouter
 
 from skills_app import filters, serializers
-from skills_app.models import Kernel, KernelState, Problem, Verdict
+from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Review, Verdict
 
 # A kernel's name is a corpus path such as row_softmax/naive: slashes allowed, dots not.
 KERNEL_NAME_PATTERN = r"[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)*"
@@ -103,3 +103,59 @@ router.register("problems", ProblemViewSet, basename="problem")
 router.register("kernels", KernelViewSet, basename="kernel")
 router.register("kernel-states", KernelStateViewSet, basename="kernel-state")
 router.register("verdicts", VerdictViewSet, basename="verdict")
+
+
+class LineageViewSet(_ReadOnly):
+    """Lineages by id (the sha256 of the document); the detail holds the whole engine document."""
+
+    queryset = Lineage.objects.select_related("expert_state")
+    serializer_class = serializers.LineageSerializer
+    detail_serializer_class = serializers.LineageDetailSerializer
+    filterset_class = filters.LineageFilter
+    ordering_fields = ["operator", "expert_name", "imported_at", "accepted_count", "rejected_count"]
+    ordering = ["operator", "expert_name", "-imported_at"]
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        return queryset.defer("document") if self.action == "list" else queryset
+
+
+class LineageStepViewSet(_ReadOnly):
+    """Accepted steps and rejected attempts of lineages, with their reviews."""
+
+    queryset = LineageStep.objects.select_related("parent_state", "child_state").prefetch_related(
+        Prefetch("reviews", queryset=Review.objects.select_related("reviewer")))
+    serializer_class = serializers.LineageStepSerializer
+    detail_serializer_class = serializers.LineageStepDetailSerializer
+    filterset_class = filters.LineageStepFilter
+    ordering_fields = ["lineage", "index", "branch_step", "transform", "kind"]
+    ordering = ["lineage", "branch_step", "-kind", "index"]
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        return queryset.defer("backward_diff", "forward_diff") if self.action == "list" else queryset
+
+
+class CanReview(BasePermission):
+    """Creating a review needs a signed-in user with skills_app.add_review (the reviewer group)."""
+
+    message = "Reviewing needs the skills_app.add_review permission (the reviewer group)."
+
+    def has_permission(self, request, view) -> bool:
+        return bool(request.user and request.user.is_authenticated and request.user.has_perm("skills_app.add_review"))
+
+
+class ReviewViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
+    """Confirm or dispute a lineage step (POST); the reviewer is the signed-in user."""
+
+    queryset = Review.objects.select_related("reviewer")
+    serializer_class = serializers.ReviewSerializer
+    permission_classes = [CanReview]
+
+    def perform_create(self, serializer):
+        serializer.save(reviewer=self.request.user)
+
+
+router.register("lineages", LineageViewSet, basename="lineage")
+router.register("lineage-steps", LineageStepViewSet, basename="lineage-step")
+router.register("reviews", ReviewViewSet, basename="review")

@@ -6,7 +6,7 @@ import django_filters as filters
 from django.db.models import Q, QuerySet
 
 from klineage.launch import ARCHES
-from skills_app.models import Kernel, KernelState, Problem, Verdict
+from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Verdict
 
 NO_VERDICT = "none"
 LATEST_STATUS_CHOICES = [*Verdict.StatusChoices.choices, (NO_VERDICT, "no verdict yet")]
@@ -80,3 +80,32 @@ class VerdictFilter(filters.FilterSet):
 
     def filter_kernel(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.filter(Q(state__kernel__name=value) | Q(kernel_name=value) | Q(kernel_fingerprint=value))
+
+
+class LineageFilter(filters.FilterSet):
+    problem = filters.CharFilter(field_name="operator", help_text="the problem's operator, e.g. row_softmax")
+    termination = filters.ChoiceFilter(
+        field_name="termination_kind", help_text="why the walk stopped",
+        choices=[(k, k) for k in ("complete", "step_limit", "rejection_limit", "unknown")])
+    rewriter = filters.CharFilter(help_text="the rewriter that proposed the steps, e.g. rules")
+    assurance = filters.ChoiceFilter(choices=Lineage.Assurance.choices)
+    expert = filters.CharFilter(field_name="expert_name", help_text="the expert kernel's plan name")
+
+    class Meta:
+        model = Lineage
+        fields = ["problem", "termination", "rewriter", "assurance", "expert"]
+
+
+class LineageStepFilter(filters.FilterSet):
+    lineage = filters.CharFilter(field_name="lineage_id", help_text="the lineage's id")
+    kind = filters.ChoiceFilter(choices=LineageStep.Kind.choices)
+    transform = filters.CharFilter()
+    forward_status = filters.CharFilter(help_text="accepted steps: verified, untimed, slower ...")
+    category = filters.CharFilter(field_name="rejection_category", help_text="rejected attempts: compile_error ...")
+    problem = filters.CharFilter(field_name="lineage__operator")
+    reviewed = filters.BooleanFilter(field_name="reviews", lookup_expr="isnull", exclude=True, distinct=True,
+                                     help_text="whether anyone has reviewed the step")
+
+    class Meta:
+        model = LineageStep
+        fields = ["lineage", "kind", "transform", "forward_status", "category", "problem", "reviewed"]

@@ -17,6 +17,7 @@ nothing changed only reads files and compares digests.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import re
 import time
@@ -39,8 +40,9 @@ from klineage.gate.execute import problem_fingerprint, probe_problem
 from klineage.gate.verdict import Reason
 from klineage.gate.verdict import Verdict as EngineVerdict
 from klineage.kernel import KernelState as EngineKernelState
+from klineage.lineage import Lineage as EngineLineage
 from klineage.problem import ProblemInfo
-from skills_app.models import Kernel, KernelState, Problem, Verdict
+from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Verdict
 
 _KEY = re.compile(r"[0-9a-f]{64}")
 CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
@@ -58,7 +60,8 @@ class ImportRefused(Exception):
 @dataclass
 class ImportReport:
     counts: dict[str, Counter] = field(default_factory=lambda: {k: Counter() for k in
-                                                                 ("problems", "kernel states", "kernels", "verdicts")})
+                                                                 ("problems", "kernel states", "kernels", "verdicts",
+                                                                  "lineages")})
     probed: int = 0  # problem files run through the sandboxed probe (the rest were known by fingerprint)
     unlinked: list[str] = field(default_factory=list)  # verdict keys whose kernel state is not stored here
     seconds: float = 0.0
@@ -211,6 +214,7 @@ def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None
     problems = _read_problems(corpus_root, cache_dir, report)
     kernels = _read_kernels(corpus_root)
     verdicts = _read_verdicts(VerdictStore(recorded_root))
+    lineages = _read_lineages(corpus_root)
 
     with transaction.atomic():
         _store_problems(problems, report)
@@ -219,6 +223,9 @@ def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None
             _, action = store_verdict(key, document, served_from=Verdict.ServedFrom.RECORDED, where=where)
             report.count("verdicts", action)
         link_verdicts()
+        for document, where in lineages:
+            _, action = _store_lineage(document, where=where, source_path=where)
+            report.count("lineages", action)
         report.unlinked = sorted(Verdict.objects.filter(state__isnull=True).values_list("key", flat=True))
     report.seconds = time.monotonic() - started
     return report
@@ -344,6 +351,109 @@ def _store_kernels(files: list[_KernelFile], report: ImportReport) -> None:
         if state.kernel_id is None:
             state.kernel = kernel
             state.save(update_fields=["kernel"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Lineages: the whole document, its states, and one row per accepted step or rejected attempt.
+
+
+def lineage_id(lineage: EngineLineage) -> str:
+    """A lineage's id: the sha256 of its canonical text (equal lineages, equal ids)."""
+    return hashlib.sha256(lineage.to_json().encode("utf-8")).hexdigest()
+
+
+def import_lineage(document: Any, *, where: str = "lineage", source_path: str = "") -> tuple[Lineage, str]:
+    """Import one lineage document, all or nothing; idempotent by content hash.
+
+    The engine's `Lineage.from_dict` checks it first; a malformed document raises ImportRefused
+    and stores nothing (not its states either)."""
+    with transaction.atomic():
+        return _store_lineage(document, where=where, source_path=source_path)
+
+
+def export_lineage(lineage: Lineage) -> dict[str, Any]:
+    """The engine document back, checked by the engine's parser on the way out."""
+    return EngineLineage.from_dict(lineage.to_document()).to_dict()
+
+
+def _parse_lineage(document: Any, where: str) -> EngineLineage:
+    try:
+        return EngineLineage.from_dict(document)
+    except KLineageError as exc:
+        raise ImportRefused(where, f"not a valid lineage: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ImportRefused(where, f"not a lineage: {_describe(exc)}") from None
+
+
+def _store_lineage(document: Any, *, where: str, source_path: str = "") -> tuple[Lineage, str]:
+    parsed = _parse_lineage(document, where)
+    data = parsed.to_dict()
+    _require_json(data, where)
+    key = lineage_id(parsed)
+    existing = Lineage.objects.filter(id=key).first()
+    if existing is not None:
+        if source_path and existing.source_path != source_path:
+            existing.source_path = source_path
+            existing.save(update_fields=["source_path"])
+            return existing, UPDATED
+        return existing, UNCHANGED
+    states: dict[str, KernelState] = {}
+    for position, state in enumerate(parsed.states):
+        stored, _ = store_kernel_state(state.kernel.to_dict(), where=f"{where}: states[{position}]")
+        states[state.fingerprint] = stored
+    lineage = Lineage.objects.create(
+        id=key,
+        expert_state=states[parsed.expert.fingerprint],
+        expert_name=parsed.expert.name,
+        problem=Problem.objects.filter(fingerprint=parsed.problem.fingerprint).first(),
+        operator=parsed.problem.operator,
+        problem_fingerprint=parsed.problem.fingerprint,
+        rewriter=parsed.rewriter,
+        gate_mode=parsed.gate.value,
+        assurance=parsed.assurance.value,
+        termination_kind=parsed.termination.kind.value,
+        termination_message=parsed.termination.message,
+        stats=parsed.stats.to_dict(),
+        accepted_count=parsed.stats.accepted,
+        rejected_count=parsed.stats.rejected,
+        source_path=source_path,
+        document=data,
+    )
+    steps = []
+    for transition in parsed.transitions:
+        forward = transition.forward
+        steps.append(LineageStep(
+            lineage=lineage, kind=LineageStep.Kind.ACCEPTED, index=transition.index, branch_step=transition.index,
+            transform=transition.transform, anchor=transition.anchor.to_dict(),
+            parent_state=states[transition.parent], child_state=states[transition.child],
+            backward_diff=transition.backward_diff, forward_diff=transition.forward_diff,
+            features_removed=[f.to_dict() for f in transition.features_removed],
+            features_added=[f.to_dict() for f in transition.features_added],
+            forward_status=forward.status.value, forward_message=forward.message,
+            forward_timing=forward.timing.to_dict() if forward.timing else None, note=transition.note))
+    for position, rejection in enumerate(parsed.rejections):
+        steps.append(LineageStep(
+            lineage=lineage, kind=LineageStep.Kind.REJECTED, index=position, branch_step=rejection.step,
+            transform=rejection.transform, anchor=rejection.anchor.to_dict() if rejection.anchor else None,
+            parent_state=states[rejection.parent], rejection_category=rejection.category.value,
+            rejection_reason=rejection.reason.value if rejection.reason else "",
+            cases_failed=list(rejection.cases_failed), evidence=rejection.evidence.to_dict()))
+    LineageStep.objects.bulk_create(steps)
+    return lineage, CREATED
+
+
+def _read_lineages(root: Path) -> list[tuple[dict[str, Any], str]]:
+    """Committed lineage files under corpus/lineages/, each checked before anything is written."""
+    found = []
+    for path in sorted((root / "lineages").glob("*.json")):
+        where = _display(path)
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ImportRefused(where, f"not JSON: {exc}") from None
+        _parse_lineage(document, where)
+        found.append((document, where))
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

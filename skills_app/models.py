@@ -204,3 +204,132 @@ class Verdict(models.Model):
     @property
     def provenance(self) -> dict[str, Any]:
         return self.document.get("provenance", {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Lineages: one backward walk of an expert kernel, its steps and people's reviews of them.
+
+
+class Lineage(models.Model):
+    """A lineage document (klineage.lineage.Lineage), keyed by the sha256 of its canonical text."""
+
+    class Assurance(models.TextChoices):
+        GPU_VERIFIED = "gpu_verified", "GPU verified"
+        UNVERIFIED = "unverified_compile_only", "unverified (dry walk, compile only)"
+
+    id = models.CharField(primary_key=True, max_length=FINGERPRINT_LENGTH,
+                          help_text="sha256 of the document's canonical JSON text")
+    expert_state = models.ForeignKey(KernelState, on_delete=models.CASCADE, related_name="lineages",
+                                     help_text="the expert kernel state the walk started from")
+    expert_name = models.CharField(max_length=200)
+    problem = models.ForeignKey(Problem, null=True, blank=True, on_delete=models.SET_NULL, related_name="lineages")
+    operator = models.CharField(max_length=100)
+    problem_fingerprint = models.CharField(max_length=FINGERPRINT_LENGTH)
+    rewriter = models.CharField(max_length=100)
+    gate_mode = models.CharField(max_length=16)
+    assurance = models.CharField(max_length=32, choices=Assurance.choices)
+    termination_kind = models.CharField(max_length=24)
+    termination_message = models.TextField(blank=True, default="")
+    stats = models.JSONField(default=dict)
+    accepted_count = models.PositiveIntegerField(default=0)
+    rejected_count = models.PositiveIntegerField(default=0)
+    source_path = models.CharField(max_length=500, blank=True, default="",
+                                   help_text="the committed file it was imported from, if any")
+    document = models.JSONField(help_text="Lineage.to_dict(), whole")
+    imported_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["operator", "expert_name", "-imported_at"]
+        indexes = [
+            models.Index(fields=["operator", "termination_kind"], name="skills_lineage_operator"),
+            models.Index(fields=["assurance"], name="skills_lineage_assurance"),
+        ]
+
+    def __str__(self) -> str:
+        return f"lineage of {self.expert_name} ({self.id[:12]})"
+
+    @property
+    def unverified(self) -> bool:
+        return self.assurance == self.Assurance.UNVERIFIED
+
+    def to_document(self) -> dict[str, Any]:
+        """The engine's Lineage.to_dict(); Lineage.from_dict accepts it."""
+        return dict(self.document)
+
+
+class LineageStep(models.Model):
+    """An accepted transition of a lineage, or a rejected attempt branching off one of its states."""
+
+    class Kind(models.TextChoices):
+        ACCEPTED = "accepted", "accepted"
+        REJECTED = "rejected", "rejected"
+
+    lineage = models.ForeignKey(Lineage, on_delete=models.CASCADE, related_name="steps")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    index = models.PositiveIntegerField(help_text="transition index (accepted) or position among rejections")
+    branch_step = models.PositiveIntegerField(
+        help_text="the transition this was a candidate for: accepted steps, their own index; rejected attempts, "
+                  "the step whose parent state they branched from")
+    transform = models.CharField(max_length=100)
+    anchor = models.JSONField(null=True, blank=True, help_text="function, kind, key, snippet; null if none was named")
+    parent_state = models.ForeignKey(KernelState, on_delete=models.CASCADE, related_name="steps_as_parent")
+    child_state = models.ForeignKey(KernelState, null=True, blank=True, on_delete=models.CASCADE,
+                                    related_name="steps_as_child")
+    backward_diff = models.TextField(blank=True, default="")
+    forward_diff = models.TextField(blank=True, default="")
+    features_removed = models.JSONField(default=list, blank=True)
+    features_added = models.JSONField(default=list, blank=True)
+    forward_status = models.CharField(max_length=24, blank=True, default="")
+    forward_message = models.TextField(blank=True, default="")
+    forward_timing = models.JSONField(null=True, blank=True, help_text="overall, per_trial, required; null if untimed")
+    note = models.TextField(blank=True, default="")
+    rejection_category = models.CharField(max_length=24, blank=True, default="")
+    rejection_reason = models.CharField(max_length=40, blank=True, default="", help_text="the gate's reason, if any")
+    cases_failed = models.JSONField(default=list, blank=True)
+    evidence = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["lineage", "branch_step", "-kind", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["lineage", "kind", "index"], name="skills_step_unique_index"),
+        ]
+        indexes = [models.Index(fields=["kind", "forward_status"], name="skills_step_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} step {self.index} {self.transform} of {self.lineage_id[:12]}"
+
+    @property
+    def accepted(self) -> bool:
+        return self.kind == self.Kind.ACCEPTED
+
+    @property
+    def latest_review(self) -> Review | None:
+        reviews = list(self.reviews.all())
+        return max(reviews, key=lambda r: (r.created, r.id)) if reviews else None
+
+    @property
+    def disputed(self) -> bool:
+        """The latest review disputes this step. Hook: skill cards derived from a disputed step are
+        to be sent back for re-admission (see the library, once it exists)."""
+        latest = self.latest_review
+        return latest is not None and latest.verdict == Review.Verdict.DISPUTE
+
+
+class Review(models.Model):
+    """A person's judgement on a step: confirm it, or dispute it with a comment."""
+
+    class Verdict(models.TextChoices):
+        CONFIRM = "confirm", "confirm"
+        DISPUTE = "dispute", "dispute"
+
+    step = models.ForeignKey(LineageStep, on_delete=models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey("auth.User", on_delete=models.PROTECT, related_name="lineage_reviews")
+    verdict = models.CharField(max_length=8, choices=Verdict.choices)
+    comment = models.TextField(blank=True, default="")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.verdict} by {self.reviewer_id} on step {self.step_id}"

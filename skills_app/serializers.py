@@ -8,7 +8,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from skills_app.models import Kernel, KernelState, Problem, Verdict
+from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Review, Verdict
 
 
 class ProblemSerializer(serializers.ModelSerializer):
@@ -107,3 +107,61 @@ class VerdictSerializer(serializers.ModelSerializer):
 class VerdictDetailSerializer(VerdictSerializer):
     class Meta(VerdictSerializer.Meta):
         fields = [*VerdictSerializer.Meta.fields, "policy", "document"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Lineages, their steps, and reviews.
+
+
+class LineageSerializer(serializers.ModelSerializer):
+    expert_fingerprint = serializers.CharField(source="expert_state.fingerprint", read_only=True)
+    page = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Lineage
+        fields = ["id", "expert_name", "expert_fingerprint", "operator", "problem_fingerprint", "rewriter",
+                  "gate_mode", "assurance", "termination_kind", "termination_message", "accepted_count",
+                  "rejected_count", "stats", "source_path", "page", "imported_at"]
+
+    def get_page(self, lineage: Lineage) -> str:
+        return reverse("skills:lineage", args=[lineage.id])
+
+
+class LineageDetailSerializer(LineageSerializer):
+    class Meta(LineageSerializer.Meta):
+        fields = [*LineageSerializer.Meta.fields, "document"]
+
+
+class ReviewSerializer(serializers.ModelSerializer):
+    reviewer = serializers.CharField(source="reviewer.get_username", read_only=True)
+    step = serializers.PrimaryKeyRelatedField(queryset=LineageStep.objects.all())
+
+    class Meta:
+        model = Review
+        fields = ["id", "step", "reviewer", "verdict", "comment", "created"]
+        read_only_fields = ["id", "reviewer", "created"]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("verdict") == Review.Verdict.DISPUTE and not attrs.get("comment", "").strip():
+            raise serializers.ValidationError({"comment": "a dispute needs a comment saying what is wrong"})
+        return attrs
+
+
+class LineageStepSerializer(serializers.ModelSerializer):
+    lineage = serializers.CharField(source="lineage_id", read_only=True)
+    parent = serializers.CharField(source="parent_state.fingerprint", read_only=True)
+    child = serializers.CharField(source="child_state.fingerprint", read_only=True, allow_null=True, default=None)
+    disputed = serializers.BooleanField(read_only=True)
+    reviews = ReviewSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = LineageStep
+        fields = ["id", "lineage", "kind", "index", "branch_step", "transform", "anchor", "parent", "child",
+                  "features_removed", "features_added", "forward_status", "forward_message", "forward_timing",
+                  "note", "rejection_category", "rejection_reason", "cases_failed", "evidence", "disputed",
+                  "reviews"]
+
+
+class LineageStepDetailSerializer(LineageStepSerializer):
+    class Meta(LineageStepSerializer.Meta):
+        fields = [*LineageStepSerializer.Meta.fields, "backward_diff", "forward_diff"]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from skills_app import views
+from skills_app import lineage_views, views
 
 app_name = "skills"
 
@@ -13,4 +13,8 @@ urlpatterns = [
     path("problems/<str:operator>/", views.problem, name="problem"),
     path("verdicts/", views.verdicts, name="verdicts"),
     path("verdicts/<str:key>/", views.verdict, name="verdict"),
+    path("lineages/", lineage_views.lineages, name="lineages"),
+    path("lineages/<str:lineage_id>/", lineage_views.lineage, name="lineage"),
+    path("review/", lineage_views.review_queue, name="review"),
+    path("review/<int:step_id>/", lineage_views.review_step, name="review-step"),
 ]

@@ -1,0 +1,201 @@
+"""Lineage pages (list and timeline) and the review queue.
+
+A lineage page reads the stored document and its step rows only: diffs are highlighted on the
+server with the CUDA highlighter, one line at a time, with +/- gutters; the first line of each
+run of removed (added) lines carries the features the step removes (adds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required, permission_required
+from django.core.paginator import Paginator
+from django.db.models import Prefetch
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_GET, require_POST
+
+from klineage_web.access import read_access
+from skills_app.filters import LineageFilter
+from skills_app.highlight import highlight_lines
+from skills_app.models import Lineage, LineageStep, Review
+
+PAGE_SIZE = 50
+REVIEW_PERMISSION = "skills_app.add_review"
+TERMINATIONS = ("complete", "step_limit", "rejection_limit", "unknown")
+
+
+def diff_lines(diff: str, removed: list[dict[str, Any]] | None = None,
+               added: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """A unified diff as rows: kind (file, hunk, del, add, ctx), gutter, highlighted code, and
+    the feature notes on the first line of each hunk's first run of removed / added lines."""
+    notes = {"del": [_feature(f) for f in removed or []], "add": [_feature(f) for f in added or []]}
+    rows: list[dict[str, Any]] = []
+    noted: set[str] = set()
+    previous = ""
+    for line in diff.splitlines():
+        if line.startswith(("--- ", "+++ ")):
+            rows.append({"kind": "file", "gutter": "", "code": line})
+            previous = ""
+            continue
+        if line.startswith("@@"):
+            rows.append({"kind": "hunk", "gutter": "", "code": line})
+            noted, previous = set(), ""
+            continue
+        gutter, text = (line[:1], line[1:]) if line[:1] in ("+", "-", " ") else (" ", line)
+        kind = {"+": "add", "-": "del"}.get(gutter, "ctx")
+        highlighted = highlight_lines(text)
+        code = highlighted[0] if highlighted else mark_safe("")
+        row = {"kind": kind, "gutter": gutter, "code": code, "notes": []}
+        if kind in notes and kind != previous and kind not in noted:
+            row["notes"] = notes[kind]
+            noted.add(kind)
+        rows.append(row)
+        previous = kind
+    for row in rows:  # headers are plain text, escaped here
+        if row["kind"] in ("file", "hunk"):
+            row["code"] = escape(row["code"])
+    return rows
+
+
+def _feature(change: dict[str, Any]) -> str:
+    locus = f"{change.get('locus')}:" if change.get("locus") else ""
+    return f"{change.get('level', '')} {locus}{change.get('name', '')}".strip()
+
+
+def timing_rows(timing: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Per-trial child/parent time ratios as bar widths, with the required ratio marked."""
+    if not timing:
+        return None
+    required = float(timing.get("required", 0.99))
+    values = [float(v) for v in timing.get("per_trial", [])]
+    overall = float(timing.get("overall", 0.0))
+    scale = max([required, overall, *values, 1.0]) * 1.1
+    bars = [{"label": f"trial {i + 1}", "ratio": v, "width": round(100 * v / scale, 1), "ok": v >= required}
+            for i, v in enumerate(values)]
+    bars.insert(0, {"label": "overall", "ratio": overall, "width": round(100 * overall / scale, 1),
+                    "ok": overall >= required, "overall": True})
+    return {"bars": bars, "required": required, "required_at": round(100 * required / scale, 1)}
+
+
+def _state_summaries(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["fingerprint"]: s for s in document.get("states", [])}
+
+
+def _evidence(step: LineageStep) -> dict[str, Any]:
+    evidence = step.evidence or {}
+    worst = evidence.get("worst") or {}
+    audit = evidence.get("audit") or {}
+    return {
+        "message": evidence.get("message", ""),
+        "stage": evidence.get("stage", ""),
+        "case": evidence.get("case", ""),
+        "log": evidence.get("log", ""),
+        "worst": sorted(worst.items()),
+        "audit": sorted((k, v) for k, v in audit.items()),
+    }
+
+
+def _reviewable(user) -> bool:
+    return bool(user.is_authenticated and user.has_perm(REVIEW_PERMISSION))
+
+
+@require_GET
+@read_access
+def lineages(request):
+    queryset = Lineage.objects.defer("document").select_related("expert_state__kernel").order_by(
+        "operator", "expert_name", "-imported_at")
+    found = LineageFilter(request.GET, queryset=queryset)
+    rows = found.qs if found.is_valid() else queryset.none()
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "skills/lineages.html", {
+        "page": page,
+        "query": query.urlencode(),
+        "operators": Lineage.objects.order_by("operator").values_list("operator", flat=True).distinct(),
+        "rewriters": Lineage.objects.order_by("rewriter").values_list("rewriter", flat=True).distinct(),
+        "terminations": TERMINATIONS,
+        "assurances": Lineage.Assurance.choices,
+        "selected": {key: request.GET.get(key, "") for key in ("problem", "termination", "rewriter", "assurance")},
+        "total": Lineage.objects.count(),
+    })
+
+
+@require_GET
+@read_access
+def lineage(request, lineage_id: str):
+    found = get_object_or_404(Lineage.objects.select_related("expert_state__kernel", "problem"), id=lineage_id)
+    document = found.document
+    states = _state_summaries(document)
+    steps = list(found.steps.select_related("parent_state", "child_state").prefetch_related(
+        Prefetch("reviews", queryset=Review.objects.select_related("reviewer"))))
+    accepted = [s for s in steps if s.accepted]
+    rejected = [s for s in steps if not s.accepted]
+    branches: dict[int, list[dict[str, Any]]] = {}
+    for step in rejected:
+        branches.setdefault(step.branch_step, []).append({"step": step, "evidence": _evidence(step)})
+    timeline = []
+    for step in accepted:
+        child = states.get(step.child_state.fingerprint, {})
+        timeline.append({
+            "step": step,
+            "diff": diff_lines(step.backward_diff, step.features_removed, step.features_added),
+            "verdict": child.get("verdict", {}),
+            "timing": timing_rows(step.forward_timing),
+            "rejected": branches.get(step.index, []),
+            "review": step.latest_review,
+        })
+    expert = states.get(found.expert_state.fingerprint, {})
+    last = accepted[-1].child_state if accepted else found.expert_state
+    return render(request, "skills/lineage.html", {
+        "lineage": found,
+        "document": document,
+        "expert_verdict": expert.get("verdict", {}),
+        "timeline": timeline,
+        "after_last": branches.get(len(accepted), []),
+        "last_state": last,
+        "limits": document.get("limits", {}),
+        "can_review": _reviewable(request.user),
+    })
+
+
+@require_GET
+@read_access
+def review_queue(request):
+    pending = (LineageStep.objects.filter(reviews__isnull=True).select_related("lineage", "parent_state")
+               .defer("lineage__document").order_by("lineage__operator", "lineage_id", "branch_step", "-kind",
+                                                     "index"))
+    page = Paginator(pending, PAGE_SIZE).get_page(request.GET.get("page"))
+    recent = Review.objects.select_related("step__lineage", "reviewer").defer("step__lineage__document")[:20]
+    return render(request, "skills/review.html", {
+        "page": page,
+        "query": "",
+        "recent": recent,
+        "can_review": _reviewable(request.user),
+        "verdicts": Review.Verdict.choices,
+    })
+
+
+@require_POST
+@login_required
+@permission_required(REVIEW_PERMISSION, raise_exception=True)
+def review_step(request, step_id: int):
+    step = get_object_or_404(LineageStep.objects.select_related("lineage"), id=step_id)
+    verdict = request.POST.get("verdict", "")
+    comment = request.POST.get("comment", "").strip()
+    if verdict not in Review.Verdict.values:
+        messages.error(request, "Choose confirm or dispute.")
+    elif verdict == Review.Verdict.DISPUTE and not comment:
+        messages.error(request, "A dispute needs a comment saying what is wrong.")
+    else:
+        Review.objects.create(step=step, reviewer=request.user, verdict=verdict, comment=comment[:5000])
+        messages.success(request, f"Recorded: {verdict} on step {step.index} ({step.transform}).")
+    target = request.POST.get("next", "")
+    if target == "lineage":
+        return redirect(reverse("skills:lineage", args=[step.lineage_id]) + f"#step-{step.kind}-{step.index}")
+    return redirect("skills:review")

@@ -1,0 +1,188 @@
+"""Lineage pages and the review queue on real data: the committed dry walk of row_softmax/warp_vec4
+(imported with the corpus) and a copy of it with rejected attempts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import Group
+
+from dashboard_data import corpus  # noqa: F401
+from lineage_data import with_rejections
+from skills_app.importer import import_lineage
+from skills_app.lineage_views import diff_lines
+from skills_app.models import Lineage, LineageStep, Review
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def dry(corpus) -> Lineage:
+    return Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.dry.json")
+
+
+@pytest.fixture
+def branched(corpus) -> Lineage:
+    lineage, _ = import_lineage(with_rejections())
+    return lineage
+
+
+@pytest.fixture
+def reviewer(django_user_model):
+    user = django_user_model.objects.create_user("grace", password="pw-grace")
+    user.groups.add(Group.objects.get(name="reviewer"))
+    return user
+
+
+def test_list_and_detail_render(client, dry, branched):
+    page = client.get("/lineages/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert f'href="/lineages/{dry.id}/"' in text and f'href="/lineages/{branched.id}/"' in text
+    assert "dry walk" in text
+    for lineage in (dry, branched):
+        response = client.get(f"/lineages/{lineage.id}/")
+        assert response.status_code == 200
+    assert client.get("/lineages/" + "0" * 64 + "/").status_code == 404
+
+
+def test_list_filters(client, dry, branched):
+    def ids(query: str) -> set[str]:
+        return set(re.findall(r'href="/lineages/([0-9a-f]{64})/"', client.get(f"/lineages/?{query}").content.decode()))
+
+    assert ids("problem=row_softmax") == {dry.id, branched.id}
+    assert ids("problem=gemm") == set()
+    assert ids("termination=step_limit&rewriter=rules") == {dry.id, branched.id}
+    assert ids("termination=complete") == set()
+    assert ids("assurance=unverified_compile_only") == {dry.id, branched.id}
+    assert ids("assurance=gpu_verified") == set()
+    assert "No lineage matches" in client.get("/lineages/?rewriter=llm").content.decode()
+
+
+def test_timeline_shows_each_step_with_its_diff(client, dry):
+    text = client.get(f"/lineages/{dry.id}/").content.decode()
+    assert "Dry walk · unverified." in text
+    steps = list(dry.steps.filter(kind="accepted").order_by("index"))
+    positions = [text.index(f'id="step-accepted-{s.index}"') for s in steps]
+    assert positions == sorted(positions)  # expert first, then each step in order
+    first = steps[0]
+    assert "forward untimed" in text
+    assert first.anchor["key"] in text.replace("&#x27;", "'")
+    # The diff: highlighted lines with +/- gutters, the removed feature on the changed line.
+    assert '<tr class="diff-del"><td class="diff-gutter" aria-hidden="true">-</td>' in text
+    assert '<tr class="diff-add"><td class="diff-gutter" aria-hidden="true">+</td>' in text
+    assert '<span class="tok-cuda">__launch_bounds__</span>' in text
+    assert "removes source row_softmax_warp_vec4:launch_bounds" in text
+    # Per-case verdict of the child.
+    assert 'class="case-chip case-not_run" title="headline: not_run"' in text
+
+
+def test_diff_lines_highlights_and_annotates():
+    diff = ("--- parent/kernel.cu\n+++ child/kernel.cu\n@@ -1,3 +1,3 @@\n int x;\n"
+            "-__global__ void __launch_bounds__(256) k(float* __restrict__ a)\n-// two\n"
+            "+__global__ void k(float* a)\n")
+    rows = diff_lines(diff, [{"level": "source", "locus": "k", "name": "launch_bounds"}],
+                      [{"level": "source", "locus": "k", "name": "plain"}])
+    kinds = [r["kind"] for r in rows]
+    assert kinds == ["file", "file", "hunk", "ctx", "del", "del", "add"]
+    assert rows[4]["notes"] == ["source k:launch_bounds"] and rows[5]["notes"] == []
+    assert rows[6]["notes"] == ["source k:plain"]
+    assert '<span class="tok-cuda">__global__</span>' in rows[4]["code"]
+    assert rows[0]["code"] == "--- parent/kernel.cu"
+    evil = diff_lines("+<script>alert(1)</script>\n")
+    assert "<script>" not in evil[0]["code"]
+
+
+def test_rejected_attempts_branch_off_their_step(client, branched):
+    text = client.get(f"/lineages/{branched.id}/").content.decode()
+    step1 = text.index('id="step-accepted-1"')
+    step2 = text.index('id="step-accepted-2"')
+    compile_error = text.index('id="step-rejected-0"')
+    assert step1 < compile_error < step2
+    assert "identifier &quot;v4&quot; is undefined" in text
+    assert "<details class=\"rejected-attempt\"" in text
+    last = text.index('id="step-rejected-1"')
+    assert last > text.index(f'id="step-accepted-{branched.accepted_count - 1}"')
+    assert "still present" in text  # the audit detail
+
+
+def test_timing_bars_render_when_timed(client, corpus):
+    document = with_rejections()
+    transition = document["transitions"][0]
+    transition["forward"] = {"status": "slower", "message": "the parent is not fast enough",
+                             "timing": {"overall": 0.97, "per_trial": [0.98, 1.01, 0.95], "required": 0.99}}
+    lineage, _ = import_lineage(document)
+    text = client.get(f"/lineages/{lineage.id}/").content.decode()
+    assert text.count('class="ratio-row"') == 4
+    assert "ratio-fill ratio-slow" in text and "0.950" in text and "forward slower" in text
+
+
+def test_review_queue_lists_unreviewed_steps(client, branched, dry):
+    text = client.get("/review/").content.decode()
+    total = LineageStep.objects.count()
+    assert f"{total} steps waiting" in text
+    assert "Log in</a> as a reviewer" in text
+    assert 'name="verdict"' not in text
+
+
+def test_review_anonymous_is_sent_to_log_in(client, dry):
+    step = dry.steps.first()
+    response = client.post(f"/review/{step.id}/", {"verdict": "confirm"})
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+    assert not Review.objects.exists()
+
+
+def test_review_without_permission_is_forbidden(client, dry, django_user_model):
+    client.force_login(django_user_model.objects.create_user("eve", password="x"))
+    step = dry.steps.first()
+    assert client.post(f"/review/{step.id}/", {"verdict": "confirm"}).status_code == 403
+    assert not Review.objects.exists()
+    assert "not in the reviewer group" in client.get("/review/").content.decode()
+
+
+def test_reviewer_confirms_and_disputes(client, dry, reviewer):
+    client.force_login(reviewer)
+    steps = list(dry.steps.filter(kind="accepted").order_by("index"))
+    queue = client.get("/review/").content.decode()
+    assert f'action="/review/{steps[0].id}/"' in queue
+    response = client.post(f"/review/{steps[0].id}/", {"verdict": "confirm", "comment": "looks right"})
+    assert response.status_code == 302 and response["Location"] == "/review/"
+    # A dispute needs a comment.
+    client.post(f"/review/{steps[1].id}/", {"verdict": "dispute", "comment": ""})
+    assert not Review.objects.filter(step=steps[1]).exists()
+    response = client.post(f"/review/{steps[1].id}/", {"verdict": "dispute", "comment": "unroll changed rounding",
+                                                       "next": "lineage"})
+    assert response["Location"] == f"/lineages/{dry.id}/#step-accepted-1"
+    assert [r.verdict for r in Review.objects.order_by("id")] == ["confirm", "dispute"]
+    assert Review.objects.get(step=steps[1]).reviewer == reviewer
+    assert LineageStep.objects.get(pk=steps[1].pk).disputed
+    assert not LineageStep.objects.get(pk=steps[0].pk).disputed
+
+    queue = client.get("/review/").content.decode()
+    assert f'action="/review/{steps[0].id}/"' not in queue and f'action="/review/{steps[1].id}/"' not in queue
+    assert "unroll changed rounding" in queue  # recent reviews
+
+    page = client.get(f"/lineages/{dry.id}/").content.decode()
+    card = page[page.index('id="step-accepted-1"') - 60:page.index('id="step-accepted-2"')]
+    assert "tl-disputed" in card and "badge-disputed" in card and "unroll changed rounding" in card
+    confirmed = page[page.index('id="step-accepted-0"'):page.index('id="step-accepted-1"')]
+    assert "badge-confirmed" in confirmed and "by grace" in confirmed
+
+
+def test_review_requires_post_and_csrf(dry, reviewer):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(reviewer)
+    step = dry.steps.first()
+    assert client.get(f"/review/{step.id}/").status_code == 405
+    assert client.post(f"/review/{step.id}/", {"verdict": "confirm"}).status_code == 403
+    assert not Review.objects.exists()
+
+
+def test_pages_follow_read_access(client, dry, settings):
+    settings.KLINEAGE_READ_OPEN = False
+    for url in ("/lineages/", f"/lineages/{dry.id}/", "/review/"):
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/"), url
