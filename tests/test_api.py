@@ -160,6 +160,16 @@ def test_schema_is_valid_openapi_3_with_every_path():
     assert {"problem", "status", "arch", "ordering", "page", "page_size"} <= parameters
     status = next(p for p in kernel_list["parameters"] if p["name"] == "status")
     assert set(status["schema"]["enum"]) == {"passed", "compiled", "rejected", "error", "none"}
+    for path in ("/api/lineages/", "/api/lineages/{id}/", "/api/lineage-steps/", "/api/lineage-steps/{id}/"):
+        assert path in schema["paths"], path
+        assert set(schema["paths"][path]) - {"parameters"} == {"get"}, path  # read-only
+    assert set(schema["paths"]["/api/reviews/"]) - {"parameters"} == {"post"}  # reviews: create only
+    lineage_list = {p["name"] for p in schema["paths"]["/api/lineages/"]["get"]["parameters"]}
+    assert {"problem", "termination", "rewriter", "assurance", "ordering", "page", "page_size"} <= lineage_list
+    step_list = {p["name"] for p in schema["paths"]["/api/lineage-steps/"]["get"]["parameters"]}
+    assert {"lineage", "kind", "transform", "forward_status", "category", "reviewed", "ordering"} <= step_list
+    review = schema["components"]["schemas"]["ReviewRequest"]["properties"]
+    assert set(review) == {"step", "verdict", "comment"}
 
 
 def test_schema_passes_openapi_spec_validator():
