@@ -350,3 +350,36 @@ def test_requires_is_what_every_transition_of_a_group_needs():
     two = dataclasses.replace(two, expert=KernelRef("synthetic_two", two.expert.fingerprint))
     (card,) = induce([one, two])
     assert len(card.evidence) == 2 and card.requires == {Feature("kernel", "shared_array")}
+
+
+# ---------------------------------------------------------------- a live walk
+
+
+@pytest.fixture(scope="module")
+def walked(tmp_path_factory) -> Lineage:
+    """A fresh compile-only walk of warp_vec4 with the catalog as it is today (real nvcc, gate and audit)."""
+    from klineage.gate.cache import GateCache
+    from klineage.toolchain import find_toolchain
+    from klineage.walk.walker import walk
+
+    try:
+        find_toolchain()
+    except Exception as exc:  # no nvcc here: the stored walk covers the rest
+        pytest.skip(f"no CUDA toolchain: {exc}")
+    root = tmp_path_factory.mktemp("skills-walk")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
+        return walk(corpus.problem_path("row_softmax"), corpus.kernel_entry("row_softmax/warp_vec4").load(),
+                    gate_mode=GateMode.COMPILE_ONLY, max_steps=4, cache=GateCache(root / "cache", root / "recorded"))
+
+
+def test_cards_from_a_live_walk(walked, tmp_path):
+    from klineage.skills import export_skillmd, import_skillmd
+
+    assert walked.transitions, walked.termination.message
+    cards = induce([walked])
+    assert sum(len(c.evidence) for c in cards) == len(walked.transitions)
+    assert len({(c.transform, c.provides) for c in cards}) == len(cards)
+    assert [c.id for c in cards] == [c.id for c in induce([Lineage.from_json(walked.to_json())])]
+    export_skillmd(cards, tmp_path)
+    assert import_skillmd(tmp_path) == cards
