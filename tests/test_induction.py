@@ -270,7 +270,7 @@ def test_domain_skips_give_preconditions(dry):
     lineage = dataclasses.replace(lineage, states=states)
     (bounds,) = by_transform(induce([lineage], PROBLEMS), "launch_bounds")
     (pre,) = bounds.preconditions
-    assert (pre.expression, pre.source) == ("cols % 4 == 0", "domain")
+    assert (pre.expression, pre.source) == ("cols % 4 == 0", "correctness+domain")
 
 
 def test_no_change_and_gate_errors_are_not_risks(dry):
@@ -350,6 +350,16 @@ def test_requires_is_what_every_transition_of_a_group_needs():
     two = dataclasses.replace(two, expert=KernelRef("synthetic_two", two.expert.fingerprint))
     (card,) = induce([one, two])
     assert len(card.evidence) == 2 and card.requires == {Feature("kernel", "shared_array")}
+
+
+def test_sass_changes_sit_at_kernel_entries():
+    lineage = synthetic([{"shared_array", "ldmatrix"}, {"shared_array"}], [("scalarize_ldmatrix", "ldmatrix")],
+                        function="helper")
+    removed = (FeatureChange(FeatureLevel.SASS, "_Z6helperv", "ldsm"),
+               FeatureChange(FeatureLevel.SOURCE, "helper", "ldmatrix"))
+    step = dataclasses.replace(lineage.transitions[0], features_removed=removed)
+    (card,) = induce([dataclasses.replace(lineage, transitions=(step,))])
+    assert card.provides == {Feature("kernel", "ldsm"), Feature("kernel", "ldmatrix")}
 
 
 # ---------------------------------------------------------------- a live walk

@@ -75,7 +75,8 @@ def test_given_id_must_match_content():
 def test_unknown_status_is_named():
     data = make_card().to_dict()
     data["status"] = "approved"
-    with pytest.raises(DocumentError, match=r"card.status: unknown value 'approved' \(one of: candidate, admitted, retired\)"):
+    message = r"card.status: unknown value 'approved' \(one of: candidate, admitted, retired\)"
+    with pytest.raises(DocumentError, match=message):
         SkillCard.from_dict(data)
     with pytest.raises(DocumentError, match="card.status"):
         make_card(status="approved")

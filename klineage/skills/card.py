@@ -432,11 +432,13 @@ class SkillCard:
             raise DocumentError(f"{where}.carrier", "must be an object")
 
         def many(key: str, kind: Any) -> tuple[Any, ...]:
-            return tuple(kind.from_dict(v, f"{where}.{key}[{i}]") for i, v in enumerate(_list(data[key], f"{where}.{key}")))
+            items = _list(data[key], f"{where}.{key}")
+            return tuple(kind.from_dict(v, f"{where}.{key}[{i}]") for i, v in enumerate(items))
 
         return cls(
-            transform=data["transform"], intent=data["intent"], anchor=CardAnchor.from_dict(data["anchor"], f"{where}.anchor"),
-            vector=data["vector"], scope=Scope.from_dict(data["scope"], f"{where}.scope"), carrier=dict(data["carrier"]),
+            transform=data["transform"], intent=data["intent"],
+            anchor=CardAnchor.from_dict(data["anchor"], f"{where}.anchor"), vector=data["vector"],
+            scope=Scope.from_dict(data["scope"], f"{where}.scope"), carrier=dict(data["carrier"]),
             preconditions=many("preconditions", Precondition), effects=many("effects", Effect),
             risks=many("risks", Risk), requires=_features(data["requires"], f"{where}.requires"),
             provides=_features(data["provides"], f"{where}.provides"),

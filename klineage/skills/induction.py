@@ -8,7 +8,7 @@ Rules (each here, in one place):
   function (the state shows `global_fn` there), `<file>` for file scope, `device` for any other
   function. Cards from different kernels with the same mechanism at the same role thus group.
 - provides = the features the forward step adds: the transition's `features_removed` (what the
-  backward step took away), at their roles.
+  backward step took away), at their roles (SASS changes sit at kernel entries: role `kernel`).
 - requires = the features the forward step's anchor function needs, present at that function both
   in the child (before the forward step) and in the parent (after it), that are not provided, and
   that either share a mechanism family with a provided feature (`FAMILIES`: shared staging for
@@ -30,7 +30,8 @@ Rules (each here, in one place):
 - preconditions (`predicates.separate`), where case parameters are known (`problems`): sound
   cases are those a state reached by the forward step passed; unsound ones those a refused
   proposal of the transform failed (incorrect or crash), and those the parent skipped as outside
-  its declared domain while the child judged them. No separation: a risk "inconsistent_evidence".
+  its declared domain while the child judged them (the precondition's source names which of
+  "correctness" and "domain" gave labels). No separation: a risk "inconsistent_evidence".
   When the parent declares a `supports` domain the child does not, and no case separates, the
   declared predicate is the precondition (source "declared").
 - scope: the lineages' operators, language cuda, the plan's arch as platform (sm_90 -> sm90), the
@@ -99,7 +100,9 @@ def source_names(state: State, locus: str) -> set[str]:
 
 
 def _role_features(state: State, changes: tuple[FeatureChange, ...]) -> frozenset[Feature]:
-    return frozenset(Feature(locus_role(state, c.locus), c.name) for c in changes)
+    """SASS loci are kernel entries (device helpers are inlined): their role is always `kernel`."""
+    return frozenset(Feature(KERNEL_ROLE if c.level is FeatureLevel.SASS else locus_role(state, c.locus), c.name)
+                     for c in changes)
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,7 @@ def _labels(steps: list[_Step], rejections: list[tuple[Lineage, int, Rejection]]
             problems: Mapping[str, Any] | None) -> tuple[list[Labelled], str]:
     """Per-case labels with parameters, and the source of the labels."""
     rows: list[Labelled] = []
-    source = "correctness"
+    sources: set[str] = set()
     for step in steps:
         table = _case_table(problems, step.lineage.problem.operator)
         if table is None:
@@ -216,15 +219,18 @@ def _labels(steps: list[_Step], rejections: list[tuple[Lineage, int, Rejection]]
                 continue
             if outcome is CaseOutcome.PASSED:
                 rows.append(Labelled(case, table[case], True))
+                sources.add("correctness")
             elif outcome is CaseOutcome.SKIPPED and child.get(case) not in (None, CaseOutcome.SKIPPED):
                 rows.append(Labelled(case, table[case], False))
-                source = "domain"
+                sources.add("domain")
     for lineage, _, rejection in rejections:
         table = _case_table(problems, lineage.problem.operator)
         if table is None or rejection.category not in UNSOUND:
             continue
-        rows.extend(Labelled(c, table[c], False) for c in rejection.cases_failed if c in table)
-    return rows, source
+        failed = [Labelled(c, table[c], False) for c in rejection.cases_failed if c in table]
+        rows.extend(failed)
+        sources |= {"correctness"} if failed else set()
+    return rows, "+".join(sorted(sources)) or "correctness"
 
 
 def _declared(steps: list[_Step]) -> Precondition | None:
