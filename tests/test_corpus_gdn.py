@@ -255,7 +255,7 @@ def test_tolerance_admits_fla_rounding(problem, params):
 
 def test_tolerance_refuses_wrong_kernels(problem):
     """Plausible mistakes fail: no gate, beta ignored, the wrong GVA head map, one token late."""
-    p = dict(MID)
+    p = {"B": 1, "T": 130, "H": 2, "HV": 6, "DK": 64, "DV": 32}
     x = problem.make_inputs(p, 2, "cpu")
     tol = tolerance_for("bfloat16", problem.info.tolerances)
     expected = problem.reference(x, p)["o"]
