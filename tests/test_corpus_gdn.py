@@ -29,7 +29,7 @@ from klineage.problem import load_problem, tolerance_for, validate_numerics
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"
 KERNELS = ROOT / "corpus" / "kernels" / "gdn"
-ALL_KERNELS = ("recurrent",)
+ALL_KERNELS = ("recurrent", "chunked")
 INPUTS = ("q", "k", "v", "g", "beta")
 ARG_NAMES = ("q", "k", "v", "g", "beta", "o", "B", "T", "H", "HV", "DK", "DV")
 # A mid-sized case for CPU checks: GVA (3 value heads per q/k head), full head dim, a partial chunk.
@@ -376,3 +376,110 @@ def test_emulated_recurrent_kernel_reproduces_the_reference(problem, states):
         comparison = compare("o", got, problem.reference(x, p)["o"], tolerance_for("bfloat16", problem.info.tolerances))
         assert comparison.passed, comparison.message
         assert comparison.rel_l2 < 2.5e-3  # one bf16 rounding of o, not merely inside the tolerance
+
+
+# ---- the chunked kernel's algebra, emulated in numpy ---------------------------------------------
+
+def bf16_np(x):
+    """Round float32 to the nearest bfloat16 (ties to even), kept as float32: __float2bfloat16_rn."""
+    import numpy as np
+
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    bits = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) & np.uint32(0xFFFF0000)
+    return bits.view(np.float32)
+
+
+def emulate_chunked(constants: dict, launch, inputs: dict):
+    """The chunked kernel, CTA by CTA and phase by phase, in numpy fp32: the same staging (zeros past T and
+    past DK / DV), the same sequential in-chunk gate sum, the same forward substitution in place, the same
+    bf16 roundings (X, beta e^G k, beta v, W, U, S as an operand, Vn, P, k e^(G_last - G)), and each mma
+    operand gathered through the kernel's own strides: A(m, k) = A[m * a_m + k * a_k], B(k, n) = B[k * b_k + n * b_n]."""
+    import numpy as np
+
+    c = constants
+    C, DKM, DVM = c["CHUNK"], c["MAX_DK"], c["MAX_DV"]
+    args = dict(zip(ARG_NAMES, (a[1] for a in launch.args)))
+    B, T, H, HV, DK, DV = (args[n] for n in ARG_NAMES[6:])
+    f32 = np.float32
+    q = inputs["q"].float().numpy()
+    k = inputs["k"].float().numpy()
+    v = inputs["v"].float().numpy()
+    g = inputs["g"].numpy().astype(f32)
+    beta = inputs["beta"].float().numpy()
+    o = np.full((B, T, HV, DV), np.nan, dtype=f32)
+    scale = f32(1.0) / np.sqrt(f32(DK))
+
+    def mma(A, a_m, a_k, Bm, b_k, b_n, M, N, K):
+        """All tiles of one tile loop: fp32 sums of bf16 operands (S is rounded as it is loaded)."""
+        m, kk, n = np.arange(M), np.arange(K), np.arange(N)
+        a = bf16_np(A.reshape(-1)[m[:, None] * a_m + kk[None, :] * a_k])
+        b = bf16_np(Bm.reshape(-1)[kk[:, None] * b_k + n[None, :] * b_n])
+        return (a.astype(np.float64) @ b.astype(np.float64)).astype(f32)
+
+    i_idx, j_idx = np.arange(C)[:, None], np.arange(C)[None, :]
+    for cta in range(launch.grid[0]):
+        b, hv = cta // HV, cta % HV
+        hq = hv // (HV // H)
+        S = np.zeros((DKM, DVM), dtype=f32)
+        for t0 in range(0, T, C):
+            # stage_chunk
+            n_tok = min(C, T - t0)
+            k_s = np.zeros((C, DKM), f32); q_s = np.zeros((C, DKM), f32); v_s = np.zeros((C, DVM), f32)
+            g_s = np.zeros(C, f32); beta_s = np.zeros(C, f32)
+            k_s[:n_tok, :DK] = k[b, t0:t0 + n_tok, hq]
+            q_s[:n_tok, :DK] = q[b, t0:t0 + n_tok, hq]
+            v_s[:n_tok, :DV] = v[b, t0:t0 + n_tok, hv]
+            g_s[:n_tok] = g[b, t0:t0 + n_tok, hv]
+            beta_s[:n_tok] = beta[b, t0:t0 + n_tok, hv]
+            # gate: sequential fp32 sum
+            acc = f32(0)
+            for i in range(C):
+                acc = f32(acc + g_s[i])
+                g_s[i] = acc
+            g_last = g_s[C - 1]
+            # L, KB, beta v
+            kk = mma(k_s, DKM, 1, k_s, 1, DKM, C, C, DKM)
+            with np.errstate(over="ignore"):
+                L = np.where(i_idx > j_idx, beta_s[:, None] * kk * np.exp(g_s[:, None] - g_s[None, :]), f32(0)).astype(f32)
+            kb_s = bf16_np(beta_s[:, None] * np.exp(g_s)[:, None] * k_s)
+            v_s = bf16_np(beta_s[:, None] * v_s)
+            # solve, in place over L: row i from rows < i
+            for i in range(1, C):
+                x = L[i, :i].copy()
+                for m in range(1, i):  # x[j] += L[i, m] X[m, j] for j < m, in increasing m as the kernel
+                    x[:m] = (x[:m] + L[i, m] * L[m, :m]).astype(f32)
+                L[i, :i] = -x
+            x_s = bf16_np(np.where(i_idx == j_idx, f32(1), np.where(i_idx > j_idx, L, f32(0))).astype(f32))
+            w_s = bf16_np(mma(x_s, C, 1, kb_s, DKM, 1, C, DKM, C))
+            u_s = bf16_np(mma(x_s, C, 1, v_s, DKM, 1, C, DVM, C))
+            vn_s = bf16_np(u_s - mma(w_s, DKM, 1, S, DVM, 1, C, DVM, DKM))
+            qk = mma(q_s, DKM, 1, k_s, 1, DKM, C, C, DKM)
+            with np.errstate(over="ignore", invalid="ignore"):
+                p_s = bf16_np(np.where(i_idx >= j_idx, qk * np.exp(g_s[:, None] - g_s[None, :]), f32(0)).astype(f32))
+            inter = mma(q_s, DKM, 1, S, DVM, 1, C, DVM, DKM)
+            intra = mma(p_s, C, 1, vn_s, DVM, 1, C, DVM, C)
+            out = scale * (np.exp(g_s)[:, None] * inter + intra)
+            o[b, t0:t0 + n_tok, hv] = out[:n_tok, :DV]
+            kb_s = bf16_np(np.exp(g_last - g_s)[:, None] * k_s)
+            S = (np.exp(g_last) * S + mma(kb_s, 1, DKM, vn_s, DVM, 1, DKM, DVM, C)).astype(f32)
+    return torch.from_numpy(o).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("case_name", ["small", "mid_gva"])
+def test_emulated_chunked_kernel_reproduces_the_reference(problem, states, case_name):
+    state = states["chunked"]
+    if case_name == "mid_gva":
+        params = dict(MID)
+        env = {**params, **state.constants, **H200.facts()}
+        buffers = set(INPUTS) | {"o"}
+        (launch,) = resolve(state.plan, env, buffers)
+    else:
+        params = problem.info.case(case_name).params
+        (launch,) = plan_for(problem, state, case_name)
+    x = problem.make_inputs(dict(params), 1, "cpu")
+    got = emulate_chunked(state.constants, launch, x)
+    assert not torch.isnan(got.float()).any(), "unwritten outputs"
+    tol = tolerance_for("bfloat16", problem.info.tolerances)
+    comparison = compare("o", got, problem.reference(x, params)["o"], tol)
+    assert comparison.passed, comparison.message
+    assert comparison.rel_l2 < tol.rel_l2 / 2  # FLA-like rounding, with margin
