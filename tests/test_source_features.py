@@ -38,6 +38,7 @@ def test_realistic_kernel_exact_features():
         ("scale_rows", "ldg"),
         ("scale_rows", "restrict_ptr"),
         ("scale_rows", "vector_type_float4"),
+        ("swizzle", "xor_swizzle"),  # the helper returns a phase XOR that indexes shared memory
         ("warp_sum", "shfl"),
         ("warp_sum", "unroll_pragma"),
     ])
@@ -90,7 +91,7 @@ CASES = [
     ("fast_math", kernel('asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x[0]));')),
     ("atomic", kernel("atomicAdd(x, 1.f);")),
     ("atomic", kernel("atomicCAS((int*)x, 0, 1);")),
-    ("xor_swizzle", kernel("__shared__ float s[64];\ns[threadIdx.x ^ 1] = x[0];")),
+    ("xor_swizzle", kernel("__shared__ float s[8][8];\ns[threadIdx.y][threadIdx.x ^ (threadIdx.y & 7)] = x[0];")),
     ("printf", kernel('printf("%f\\n", x[0]);')),
 ]
 
@@ -154,7 +155,77 @@ def test_xor_swizzle_needs_shared_memory_and_an_xor_index():
                        "int slot = c * 4 + 1;\ns[1][slot] = 0;")
     assert "xor_swizzle" in names(via_local)
     via_alias = kernel("extern __shared__ char raw[];\nfloat* s = reinterpret_cast<float*>(raw);\n"
-                       "s[threadIdx.x ^ 4] = 0;")
+                       "s[threadIdx.x ^ (blockIdx.x % 4)] = 0;")
     assert "xor_swizzle" in names(via_alias)
     via_macro = "#define SWZ(r, c) ((c) ^ ((r) & 7))\n" + kernel("__shared__ float s[64][8];\ns[1][SWZ(1, 2)] = 0;")
     assert "xor_swizzle" in names(via_macro)
+
+
+# A swizzle helper returning a byte offset that inline asm uses as a shared-memory address (the GEMM
+# and conv experts' layout): the helper carries the feature, and so does every helper of its family.
+ASM_HELPERS = """
+constexpr int ROW_BYTES = 128;
+constexpr int SWIZZLE_ROWS = 8;
+struct Addressing { int phase; int half; };
+__device__ __forceinline__ unsigned swizzle_offset(int row, int chunk)
+{
+    return static_cast<unsigned>(row * ROW_BYTES + ((chunk ^ (row % SWIZZLE_ROWS)) * 16));
+}
+__device__ __forceinline__ Addressing make_addressing(int lane)
+{
+    Addressing fa;
+    fa.phase = lane % SWIZZLE_ROWS;
+    fa.half = lane / 16;
+    return fa;
+}
+__device__ __forceinline__ unsigned fragment_offset(const Addressing& fa, int ks)
+{
+    return static_cast<unsigned>(((2 * ks + fa.half) ^ fa.phase) * 16);
+}
+__device__ __forceinline__ void ldsm(unsigned (&r)[4], unsigned addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void copy16(unsigned smem_addr, const void* g)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\\n" :: "r"(smem_addr), "l"(g));
+}
+__global__ void k(const float* x, unsigned base)
+{
+    unsigned r[4];
+    Addressing fa = make_addressing(threadIdx.x % 32);
+    unsigned offset = swizzle_offset(threadIdx.x / 8, threadIdx.x % 8);
+    copy16(base + offset, x);
+    ldsm(r, base + fragment_offset(fa, 1));
+}
+"""
+
+
+def test_swizzle_helpers_whose_offsets_reach_shared_asm():
+    features = {(f.locus, f.name) for f in source_features(ASM_HELPERS)}
+    assert {("swizzle_offset", "xor_swizzle"), ("fragment_offset", "xor_swizzle")} <= features
+    assert ("k", "xor_swizzle") not in features and ("make_addressing", "xor_swizzle") not in features
+
+
+def test_a_phase_xor_helper_that_never_reaches_shared_memory_is_no_swizzle():
+    source = ASM_HELPERS.replace('"r"(addr)', '"r"(0u)').replace('"r"(smem_addr)', '"r"(0u)')
+    assert not any(f.name == "xor_swizzle" for f in source_features(source))
+
+
+@pytest.mark.parametrize("exchange", [
+    "s[threadIdx.x ^ 1] = x[0];",  # a butterfly partner through shared memory
+    "int lane = threadIdx.x & 31;\nfor (int offset = 16; offset > 0; offset /= 2) s[lane ^ offset] = x[0];",
+    "s[(threadIdx.x & 31) ^ 16] = x[0];",  # a lane id, not a row phase: a shuffle's scratch exchange
+    "s[(threadIdx.x % 32) ^ 8] = x[0];",
+    "for (int j = 1; j < 64; j *= 2) { int i = threadIdx.x; s[i ^ j] = s[i]; }",  # a bitonic partner
+])
+def test_lane_exchanges_are_not_swizzles(exchange):
+    assert "xor_swizzle" not in names(kernel("__shared__ float s[64];\n" + exchange))
+
+
+def test_lane_exchange_helpers_are_not_swizzles():
+    source = ("__device__ int partner(int lane, int offset) { return (lane & 31) ^ offset; }\n"
+              "__device__ int bitonic(int i, int j) { return i ^ j; }\n"
+              + kernel("__shared__ float s[64];\ns[partner(threadIdx.x, 4)] = s[bitonic(threadIdx.x, 2)];"))
+    assert not any(f.name == "xor_swizzle" for f in source_features(source))

@@ -88,6 +88,7 @@ def source_features(source: str) -> tuple[Feature, ...]:
     for macro in cp.macros(parsed):
         macro_bodies.setdefault(macro.name, []).append(cp.parse_fragment(macro.body))
     found = _direct(parsed, _xor_callables(parsed, macro_bodies))
+    found |= {(function, "xor_swizzle") for function in _swizzle_helpers(parsed)}
     found |= {(function, "multistage_pipeline") for function in _multistage_pipelines(parsed)}
     memo: dict[str, set[str]] = {}
     for function, macro in _macro_uses(parsed, macro_bodies):
@@ -149,7 +150,195 @@ def _xor_swizzles(parsed: cp.ParsedSource, xor_callables: set[str]) -> set[str |
 
 
 def _uses_xor(parsed: cp.ParsedSource, node: Node, xor_names: set[str]) -> bool:
-    return bool(cp.captures(node, _XOR)) or bool(_names(parsed, node) & xor_names)
+    return _phase_xor(parsed, node) or bool(_names(parsed, node) & xor_names)
+
+
+# A swizzle XORs a row PHASE into a chunk or column: `c ^ (r % 8)`, `c ^ (r & 7)`, `(2 * ks + h) ^
+# fa.phase` where `phase` is only ever assigned such a value. XORs without a phase operand are
+# algorithms, not layouts: a butterfly partner (`lane ^ offset`, `threadIdx.x ^ 1`), a bitonic
+# partner (`i ^ j`). A lane id (`x & 31`, `x % 32`, `x % warpSize`) is not a row phase either: it is
+# the index of a shuffle's scratch exchange.
+_LANE_MASKS = {"&": {31}, "%": {32}}
+
+
+def _phase_xor(parsed: cp.ParsedSource, node: Node) -> bool:
+    """`node` contains a `^` one of whose operands is a row phase."""
+    context = _phase_context(parsed)
+    for xor in cp.captures(node, _XOR).get("xor", []):
+        if any(_is_phase(parsed, xor.child_by_field_name(side), context) for side in ("left", "right")):
+            return True
+    return False
+
+
+def _phase_context(parsed: cp.ParsedSource) -> tuple[dict, set[str]]:
+    """The file's constants and the names (variables, struct fields) only ever assigned a phase."""
+    cached = _PHASE_CACHE.get(id(parsed))
+    if cached is not None and cached[0] is parsed:
+        return cached[1]
+    constants = parse_constants(parsed.source)
+    values: dict[str, list[Node]] = {}
+    for node in cp.nodes_of_type(parsed.root, "init_declarator", "assignment_expression"):
+        if node.type == "init_declarator":
+            target, value = node.child_by_field_name("declarator"), node.child_by_field_name("value")
+        else:
+            target, value = node.child_by_field_name("left"), node.child_by_field_name("right")
+            if parsed.text(node)[len(parsed.text(target)):].lstrip()[:1] != "=":
+                continue  # a compound assignment (`x ^= m`) is not a definition
+        name = _target_name(parsed, target)
+        if name and value is not None:
+            values.setdefault(name, []).append(value)
+    context: tuple[dict, set[str]] = (constants, set())
+    context[1].update(name for name, found in values.items()
+                      if all(_is_phase(parsed, v, context, names=False) for v in found))
+    if len(_PHASE_CACHE) > 16:
+        _PHASE_CACHE.clear()
+    _PHASE_CACHE[id(parsed)] = (parsed, context)
+    return context
+
+
+_PHASE_CACHE: dict[int, tuple[cp.ParsedSource, tuple[dict, set[str]]]] = {}
+
+
+def _target_name(parsed: cp.ParsedSource, node: Node | None) -> str:
+    """The name a declarator or an assignment's left side defines: `x`, `fa.phase` -> `phase`."""
+    while node is not None and node.type in ("pointer_declarator", "reference_declarator", "parenthesized_expression"):
+        node = node.child_by_field_name("declarator") or (node.named_children[-1] if node.named_children else None)
+    if node is None:
+        return ""
+    if node.type == "field_expression":
+        field = node.child_by_field_name("field")
+        return parsed.text(field) if field is not None else ""
+    return parsed.text(node) if node.type == "identifier" else ""
+
+
+def _strip(node: Node | None) -> Node | None:
+    while node is not None and node.type in ("parenthesized_expression", "cast_expression"):
+        node = node.child_by_field_name("value") if node.type == "cast_expression" else \
+            (node.named_children[0] if node.named_children else None)
+    return node
+
+
+def _is_phase(parsed: cp.ParsedSource, node: Node | None, context: tuple[dict, set[str]], names: bool = True) -> bool:
+    node = _strip(node)
+    if node is None:
+        return False
+    constants, phase_names = context
+    if node.type == "binary_expression":
+        op = node.child_by_field_name("operator")
+        op = parsed.text(op) if op is not None else ""
+        right = _strip(node.child_by_field_name("right"))
+        if op not in _LANE_MASKS or right is None:
+            return False
+        text = parsed.text(right)
+        if right.type == "number_literal":
+            value = _literal(text)
+        elif right.type == "identifier" and (text in constants or text.isupper()):
+            value = constants.get(text)
+        else:
+            return False  # `i % j` with j a variable is no fixed phase
+        if text == "warpSize" or (isinstance(value, int) and value in _LANE_MASKS[op]):
+            return False
+        return True
+    if names and node.type in ("identifier", "field_expression"):
+        return _target_name(parsed, node) in phase_names
+    return False
+
+
+def _literal(text: str) -> int | None:
+    try:
+        return int(_C_SUFFIX.sub(r"\1", text).rstrip("uUlL"), 0)
+    except ValueError:
+        return None
+
+
+# A swizzle helper: a device function that RETURNS a phase XOR (a byte offset or an index) whose
+# value reaches shared-memory addressing: followed through the names it is stored in (variables,
+# struct fields), the parameters it is passed to and the functions that return it, it ends in an
+# operand of an inline asm that addresses shared memory (`ldmatrix`, `cp.async`, `ld/st.shared`), in
+# the index of a shared array or pointer, or added to one. The helper itself is credited, so every
+# helper of a swizzle family carries the feature.
+_SHARED_ASM = re.compile(r"\.shared\b|\bldmatrix\.|\bstmatrix\.|\bcp\.async\.c[ag]\b")
+_MENTIONS = "[(identifier) (field_identifier)] @name"
+
+
+def _mentions(parsed: cp.ParsedSource, node: Node | None) -> set[str]:
+    if node is None:
+        return set()
+    return {parsed.text(n) for n in cp.captures(node, _MENTIONS).get("name", [])}
+
+
+def _swizzle_helpers(parsed: cp.ParsedSource) -> set[str]:
+    definitions = {}
+    helpers = set()
+    for function in cp.functions(parsed):
+        short = function.name.rsplit("::", 1)[-1]
+        definitions.setdefault(short, function.node)
+        if function.is_kernel:
+            continue
+        returns = cp.nodes_of_type(function.node, "return_statement")
+        if any(_phase_xor(parsed, r) for r in returns):
+            helpers.add(function.name)
+    if not helpers:
+        return set()
+    tainted = {h.rsplit("::", 1)[-1] for h in helpers}
+    flows = []  # (sources, target name)
+    for node in cp.nodes_of_type(parsed.root, "init_declarator", "assignment_expression"):
+        target = node.child_by_field_name("declarator" if node.type == "init_declarator" else "left")
+        value = node.child_by_field_name("value" if node.type == "init_declarator" else "right")
+        name = _target_name(parsed, target)
+        if name and value is not None:
+            flows.append((_mentions(parsed, value), name))
+    for call in cp.nodes_of_type(parsed.root, "call_expression"):
+        definition = definitions.get(cp.call_name(call).rsplit("::", 1)[-1])
+        arguments = call.child_by_field_name("arguments")
+        if definition is None or arguments is None:
+            continue
+        listed = [a for a in arguments.named_children if a.type != "comment"]
+        for argument, param in zip(listed, _parameter_names(definition)):
+            flows.append((_mentions(parsed, argument), parsed.text(param)))
+    for short, definition in definitions.items():
+        for ret in cp.nodes_of_type(definition, "return_statement"):
+            flows.append((_mentions(parsed, ret), short))
+    changed = True
+    while changed:
+        changed = False
+        for sources, target in flows:
+            if target not in tainted and sources & tainted:
+                tainted.add(target)
+                changed = True
+    return helpers if _reaches_shared(parsed, tainted) else set()
+
+
+def _reaches_shared(parsed: cp.ParsedSource, tainted: set[str]) -> bool:
+    for block in cp.asm_blocks(parsed):
+        if not _SHARED_ASM.search(block.code):
+            continue
+        for field in ("input_operands", "output_operands"):
+            listing = block.node.child_by_field_name(field)
+            if listing is not None and _mentions(parsed, listing) & tainted:
+                return True
+    shared: set[str] = set()
+    for declaration in cp.declarations(parsed):
+        init = declaration.init
+        if "__shared__" in declaration.specifiers or (
+                init is not None and declaration.indirection and _names(parsed, init) & shared):
+            shared.add(declaration.name)
+    if not shared:
+        return False
+    for subscript in cp.nodes_of_type(parsed.root, "subscript_expression"):
+        if _names(parsed, subscript.child_by_field_name("argument")) & shared and \
+                _mentions(parsed, subscript.child_by_field_name("indices")) & tainted:
+            return True
+    for binary in cp.nodes_of_type(parsed.root, "binary_expression"):
+        op = binary.child_by_field_name("operator")
+        if op is None or parsed.text(op) != "+":
+            continue
+        left, right = binary.child_by_field_name("left"), binary.child_by_field_name("right")
+        for a, b in ((left, right), (right, left)):
+            if _strip(a) is not None and _strip(a).type == "identifier" and parsed.text(_strip(a)) in shared \
+                    and _mentions(parsed, b) & tainted:
+                return True
+    return False
 
 
 def _names(parsed: cp.ParsedSource, node: Node) -> set[str]:
@@ -158,10 +347,10 @@ def _names(parsed: cp.ParsedSource, node: Node) -> set[str]:
 
 def _xor_callables(parsed: cp.ParsedSource, macro_bodies: dict[str, list[cp.ParsedSource]]) -> set[str]:
     """Macros whose body, and functions whose return value, computes a `^`."""
-    names = {name for name, bodies in macro_bodies.items() if any(cp.captures(b.root, _XOR) for b in bodies)}
+    names = {name for name, bodies in macro_bodies.items() if any(_phase_xor(b, b.root) for b in bodies)}
     for function in cp.functions(parsed):
         returns = cp.nodes_of_type(function.node, "return_statement")
-        if any(cp.captures(r, _XOR) for r in returns):
+        if any(_phase_xor(parsed, r) for r in returns):
             names.add(function.name)
     return names
 

@@ -17,26 +17,29 @@ from klineage.rewriters.base import History, Proposal
 from klineage.transforms import catalog
 from klineage.transforms.base import Anchor, NotApplicable, Role, Transform
 
-# The one place the walk's preference lives. A backward walk undoes the expert's last refinements
-# first: launch tuning and micro-optimizations, then the CTA order, the software pipeline (before
-# the async copies it overlaps), the shared layout (swizzle, padding), the tensor-core fragment
-# loads and the MMA itself, the warp-level reductions, and vector widths last (the first thing a
-# forward curriculum adds to a naive kernel). `after` overrides this order where a transform needs it.
+# The one place the walk's preference lives. A step removes one feature at one locus, and a walk has
+# a step budget, so the substantive mechanisms come first, in the order a backward walk can take
+# them apart: the tensor cores (the MMA, then the ldmatrix fragment loads that feed it), the
+# software pipeline, then the async copies it overlapped (sync_copies declares `after` unpipeline),
+# the shared layout (swizzle, padding), vector widths and warp shuffles, the CTA order, and last the
+# micro-optimizations (fast math, read-only loads, restrict, unroll pragmas, launch bounds), of which
+# an expert has many sites and which change no algorithm. `after` overrides this order where a
+# transform needs it.
 PRIORITY: tuple[str, ...] = (
-    "launch_bounds",
-    "fast_math",
-    "unroll",
-    "restrict",
-    "ldg",
-    "block_swizzle",
+    "scalarize_mma",
+    "scalarize_ldmatrix",
     "unpipeline",
     "sync_copies",
     "unswizzle_shared",
     "unpad_shared",
-    "scalarize_ldmatrix",
-    "scalarize_mma",
-    "shuffle_to_shared",
     "devectorize",
+    "shuffle_to_shared",
+    "block_swizzle",
+    "fast_math",
+    "ldg",
+    "restrict",
+    "unroll",
+    "launch_bounds",
 )
 
 

@@ -278,6 +278,7 @@ class UnswizzleShared(Transform):
               "where tiles are written and where they are read, so that ldmatrix and copies hit distinct banks.")
     role = Role.MECHANISM
     removes = ("xor_swizzle",)
+    scope = "family"  # one anchor is one swizzle family, whose sites may span several functions (the audit's locus)
 
     def find(self, state: KernelState) -> list[Anchor]:
         return [anchor for anchor, _, _ in self._plans(state) if anchor is not None]

@@ -20,6 +20,19 @@ Rules:
    at no entry does it increase. (Device helpers are inlined, so SASS loci are the entries.)
 6. No other mechanism (`MECHANISMS`) disappears, from any function or any entry: one step removes
    exactly one mechanism.
+
+Family scope. Some mechanisms live in several functions at once and cannot be removed from one of
+them alone: an XOR swizzle of shared tiles is applied where the tiles are written (a `swizzle_offset`
+helper) and where they are read (`a_fragment_offset`, `b_fragment_offset`), and dropping it at one
+side only breaks the kernel. A transform declares this with the class attribute `scope = "family"`
+(default `"function"`): each of its anchors names one whole family, anchored at one function. For
+such a step the locus is the FAMILY: the set of functions whose text differs between parent and
+child (read from the parse, never from the rewrite's say-so), which must contain the anchor's
+function. Rules 3 and 4 then read "other function" as "function outside the family": the site count
+at the anchor's function still drops by exactly one (one family per step), a declared name must be
+present at some member of the family in the parent, must be gone from every member where no site
+is left at the anchor's function, and must not vanish outside the family. Rule 6 is unchanged: a
+family step still removes exactly one mechanism.
 """
 
 from __future__ import annotations
@@ -53,6 +66,7 @@ MECHANISMS: dict[FeatureLevel, frozenset[str]] = {
         "cp_async", "cp_async_wait", "tma", "mbarrier",  # async copies and the pipeline that waits on them
         "ldmatrix", "mma_sync", "wmma", "wgmma",  # tensor cores and their fragment loads
         "xor_swizzle", "shared_array", "dynamic_shared",  # shared staging and its layout
+        "multistage_pipeline",  # a cp.async ring that keeps copies of later stages in flight
     }),
     FeatureLevel.SASS: frozenset({
         "ldg_128", "ldg_64", "stg_128", "stg_64",  # vector loads and stores
@@ -123,6 +137,10 @@ def audit(parent_verdict: Verdict, child_verdict: Verdict, rewrite: Rewrite, tra
 
     removed, added = _changes(before, after)
     function = rewrite.anchor.function
+    family = _family(parent, child, function) if scope_of(transform) == FAMILY else {function}
+    others_word = "function(s) outside the family" if len(family) > 1 else "other function(s)"
+    if len(family) > 1:
+        checks.append(f"{rewrite.transform} acts on a family: {sorted(family)} (functions whose text changed)")
     declared = tuple(dict.fromkeys(rewrite.removes))
     source_names = [n for n in declared if n in SOURCE_FEATURES]
     sass_names = [n for n in declared if n in SASS_FEATURES]
@@ -164,22 +182,24 @@ def audit(parent_verdict: Verdict, child_verdict: Verdict, rewrite: Rewrite, tra
             if rewrite.anchor not in sites_before:
                 failures.append(f"the anchor {rewrite.anchor} is not one of {transform.name}'s sites in the parent")
             elsewhere = sorted(f for f in set(count_before) | set(count_after)
-                               if f != function and count_before[f] != count_after[f])
+                               if f not in family and count_before[f] != count_after[f])
             if elsewhere:
-                failures.append(f"{transform.name} sites changed at other function(s) {elsewhere}")
+                failures.append(f"{transform.name} sites changed at {others_word} {elsewhere}")
 
     # 4. declared source features at the anchor's function
+    where = function if len(family) == 1 else "the family " + ",".join(sorted(family))
     for name in source_names:
-        present = before.has(function, name)
-        gone = not after.has(function, name)
-        checks.append(f"source {function}:{name}: {'present' if present else 'absent'} before, "
-                      f"{'absent' if gone else 'present'} after")
+        present = any(before.has(f, name) for f in family)
+        still = sorted(f for f in family if after.has(f, name))
+        checks.append(f"source {where}:{name}: {'present' if present else 'absent'} before, "
+                      f"{'present at ' + ','.join(still) if still else 'absent'} after")
         if not present:
-            failures.append(f"declares removing {name} at {function}, but the parent has none there")
-        elif sites_left_here == 0 and not gone:
-            failures.append(f"{name} is still at {function} though {rewrite.transform} finds no site left there")
+            failures.append(f"declares removing {name} at {where}, but the parent has none there")
+        elif sites_left_here == 0 and still:
+            failures.append(f"{name} is still at {','.join(still)} though {rewrite.transform} finds no site left "
+                            f"at {function}")
         others = sorted(c.locus for c in removed
-                        if c.level is FeatureLevel.SOURCE and c.name == name and c.locus != function)
+                        if c.level is FeatureLevel.SOURCE and c.name == name and c.locus not in family)
         if others:
             failures.append(f"{name} also vanished from {others}: one step acts at one locus")
 
@@ -204,6 +224,29 @@ def audit(parent_verdict: Verdict, child_verdict: Verdict, rewrite: Rewrite, tra
         return Audit(False, "; ".join(failures), removed, added, unexpected, tuple(checks), tuple(failures))
     what = ", ".join(declared) or f"one {rewrite.transform} site"
     return Audit(True, f"removed {what} at {function}", removed, added, (), tuple(checks), ())
+
+
+FUNCTION, FAMILY = "function", "family"
+
+
+def scope_of(transform: Transform | None) -> str:
+    """A transform's declared locus: "function" (the default) or "family" (see the module docstring)."""
+    scope = getattr(transform, "scope", FUNCTION)
+    return scope if scope in (FUNCTION, FAMILY) else FUNCTION
+
+
+def _function_texts(state: KernelState) -> dict[str, list[str]]:
+    parsed = cp.parse(state.source)
+    texts: dict[str, list[str]] = {}
+    for f in cp.functions(parsed):
+        texts.setdefault(f.name, []).append(parsed.text(f.node))
+    return texts
+
+
+def _family(parent: KernelState, child: KernelState, function: str) -> set[str]:
+    """The anchor's function and every function whose text differs between parent and child."""
+    old, new = _function_texts(parent), _function_texts(child)
+    return {function} | {name for name in set(old) | set(new) if old.get(name) != new.get(name)}
 
 
 def _changes(before: _Features, after: _Features) -> tuple[tuple[FeatureChange, ...], tuple[FeatureChange, ...]]:
