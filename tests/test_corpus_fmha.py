@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+import subprocess
 from collections import Counter
 from functools import cache
 from pathlib import Path
@@ -26,12 +27,13 @@ import pytest
 import torch
 
 from klineage.devices import H200
-from klineage.features.sass import sass_features
+from klineage.features.sass import disassemble, sass_features
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for, validate_numerics
+from klineage.toolchain import find_toolchain
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "fmha.py"
@@ -749,3 +751,108 @@ def test_emulated_ctas_compute_attention(case_name, seed):
         assert compare("o", out, want, tolerance()).passed
         model_answer = online_softmax_attention(q, k, v, causal, round_p=True)
         assert np.abs(out.float().numpy() - model_answer).max() <= 2e-3 * max(1.0, np.abs(model_answer).max())
+
+
+def test_v_is_read_with_transposing_ldmatrix(compiled):
+    """K and Q through plain ldmatrix, V through ldmatrix.trans (LDSM.16.MT88.4), in equal measure
+    to the P V k-steps; no 4-byte or 8-byte shared loads in the main loop (only the epilogue's 16-byte ones)."""
+    c = kernel("flash_mma").constants
+    for arch in compiled["flash_mma"].targets:
+        (instructions,) = disassemble(compiled["flash_mma"].cubin_bytes(arch)).values()
+        opcodes = Counter(words[1] if words[0].startswith("@") else words[0]
+                          for words in (i.split() for i in instructions) if words[0] != "@!PT")
+        assert opcodes["LDSM.16.MT88.4"] == c["PV_STEPS"] * c["O_TILES"] // 2
+        assert opcodes["LDSM.16.M88.4"] == c["D_STEPS"] * (1 + c["S_TILES"] // 2)
+        assert opcodes["HMMA.16816.F32"] == c["D_STEPS"] * c["S_TILES"] + c["PV_STEPS"] * c["O_TILES"]
+        assert opcodes["MUFU.EX2"] >= 2 * 2 * c["S_TILES"] + 2
+        assert opcodes["LDGSTS.E.BYPASS.128"] == c["Q_LOADS"] + 2 * 2 * c["KV_LOADS"] * (c["STAGES"] - 1)
+        assert opcodes["STG.E.128"] == c["OUT_PASSES"] and opcodes["LDS.128"] == c["OUT_PASSES"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The model against the kernel's own helpers, built for the host by nvcc
+# ---------------------------------------------------------------------------------------------
+
+HARNESS = r"""
+#include <cuda_fp16.h>
+#include <cstdint>
+#include <cstdio>
+// The kernel's __device__ helpers become callable from host code. Helpers that use device-only
+// intrinsics (asm, shuffles) are never called here; the shuffle is stubbed so they still parse.
+#undef __device__
+#define __device__ __attribute__((host)) __attribute__((device))
+#define __syncthreads() ((void)0)
+#define __syncwarp() ((void)0)
+#define __shfl_xor_sync(mask, x, offset) (x)
+#define __cvta_generic_to_shared(p) ((size_t)0)
+#include "KERNEL_CU"
+
+int main()
+{
+    for (int row = 0; row < BLOCK_M; ++row)
+        for (int c = 0; c < CHUNKS_PER_ROW; ++c) printf("swizzle %d %d %u\n", row, c, swizzle_offset(row, c));
+    for (int warp = 0; warp < WARPS; ++warp)
+        for (int lane = 0; lane < WARP_SIZE; ++lane)
+            for (int ks = 0; ks < D_STEPS; ++ks) printf("q %d %d %d %u\n", warp, lane, ks, q_fragment_offset(warp, lane, ks));
+    for (int lane = 0; lane < WARP_SIZE; ++lane) {
+        for (int ks = 0; ks < D_STEPS; ++ks)
+            for (int np = 0; np < S_TILES / 2; ++np) printf("k %d %d %d %u\n", lane, ks, np, k_fragment_offset(lane, ks, np));
+        for (int j = 0; j < PV_STEPS; ++j)
+            for (int dp = 0; dp < O_TILES / 2; ++dp) printf("v %d %d %d %u\n", lane, j, dp, v_fragment_offset(lane, j, dp));
+    }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def host_tables(tmp_path_factory) -> dict[str, list[list[int]]]:
+    work = tmp_path_factory.mktemp("fmha-harness")
+    (work / "harness.cu").write_text(HARNESS.replace("KERNEL_CU", str(KERNELS / "flash_mma" / "kernel.cu")))
+    toolchain = find_toolchain()
+    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-arch=sm_90", "-o", "harness", "harness.cu"], cwd=work,
+                           capture_output=True, text=True, env=toolchain.environment(work), timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    run = subprocess.run([str(work / "harness")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    tables: dict[str, list[list[int]]] = {}
+    for line in run.stdout.splitlines():
+        key, *values = line.split()
+        tables.setdefault(key, []).append([int(v) for v in values])
+    return tables
+
+
+def test_kernel_helpers_match_the_model(host_tables):
+    m = model()
+    assert len(host_tables["swizzle"]) == m.BLOCK_M * m.CHUNKS_PER_ROW
+    for row, chunk, offset in host_tables["swizzle"]:
+        assert offset == m.swizzle_offset(row, chunk)
+    assert len(host_tables["q"]) == m.WARPS * 32 * m.D_STEPS
+    for warp, lane, ks, offset in host_tables["q"]:
+        assert offset == m.q_fragment_offset(warp, lane, ks)
+    assert len(host_tables["k"]) == 32 * m.D_STEPS * m.S_TILES // 2
+    for lane, ks, np_, offset in host_tables["k"]:
+        assert offset == m.k_fragment_offset(lane, ks, np_)
+    assert len(host_tables["v"]) == 32 * m.PV_STEPS * m.O_TILES // 2
+    for lane, j, dp, offset in host_tables["v"]:
+        assert offset == m.v_fragment_offset(lane, j, dp)
+
+
+def test_kernel_source_matches_the_model_where_no_harness_reaches():
+    """The P re-packing, the masking predicate, the tile count and the reference point of the
+    online softmax are inline code, not callable helpers: check the source says what the model does."""
+    source = kernel("flash_mma").source
+    for line in ("a[0] = pack_half2(s[2 * j][0], s[2 * j][1]);", "a[1] = pack_half2(s[2 * j][2], s[2 * j][3]);",
+                 "a[2] = pack_half2(s[2 * j + 1][0], s[2 * j + 1][1]);",
+                 "a[3] = pack_half2(s[2 * j + 1][2], s[2 * j + 1][3]);",
+                 "const int key = key0 + nt * MMA_N + 2 * (lane % 4) + (i % 2);",
+                 "const int row = row_top + (i / 2) * ACC_ROW_HALF;",
+                 "if (key >= S || (causal && key > row)) s[nt][i] = -INFINITY;",
+                 "const int n_tiles = (is_causal ? last_row_end + BLOCK_N - 1 : S + BLOCK_N - 1) / BLOCK_N;",
+                 "if (key0 + BLOCK_N > S || (is_causal && key0 + BLOCK_N - 1 > q0))",
+                 "const float m_scaled = (m_new == -INFINITY) ? 0.0f : m_new * scale_log2;",
+                 "const float alpha = fast_exp2(m[r] * scale_log2 - m_scaled);",
+                 "const float p = fast_exp2(fmaf(s[nt][2 * r + e], scale_log2, -m_scaled));",
+                 "const uint32_t at = swizzle_offset(row_top + r * ACC_ROW_HALF, dt) + 4 * (lane % 4);",
+                 "const int row = warp * WARP_ROWS + id / CHUNKS_PER_ROW;"):
+        assert line in source, line
