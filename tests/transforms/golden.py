@@ -47,3 +47,15 @@ def check_golden(name: str, case: str = "", entry: str = "kernel") -> None:
         undone = transform.forward(after, rewrite.anchor)
         assert undone.state.source == before.source, f"{name}: forward(after) differs from before.cu"
         assert undone.state.plan == before.plan
+
+
+def compiles_without_spills(state: KernelState, cache: Path):
+    """Compile with the gate's own nvcc stage; every entry must build and keep its values in registers."""
+    from klineage.gate.compile import compile_kernel
+
+    result = compile_kernel(state, cache)
+    assert result.ok, result.log[-3000:]
+    for launch in state.plan.launches:
+        resources = result.resources_for(launch.entry)
+        assert not resources.spills, f"{launch.entry} spills: {resources}"
+    return result

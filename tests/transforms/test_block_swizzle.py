@@ -8,10 +8,9 @@ import pytest
 
 from klineage.corpus import kernel_entry
 from klineage.features import cuda_parser as cp
-from klineage.gate.compile import compile_kernel
 from klineage.toolchain import find_toolchain
 from klineage.transforms import Anchor, NotApplicable, get
-from tests.transforms.golden import HERE, check_golden, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
 EXPERTS = ["gemm/mma_sync", "gemm/mma_sync_any"]
 GRIDS = [(32, 16), (1, 16), (16, 12), (1, 1), (33, 7), (9, 3), (8, 1), (17, 2), (5, 40)]
@@ -36,21 +35,8 @@ int main()
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def swizzle():
     return get("block_swizzle")
-
-
-def compiles_without_spills(state, cache):
-    result = compile_kernel(state, cache)
-    assert result.ok, result.log[-3000:]
-    for launch in state.plan.launches:
-        assert not result.resources_for(launch.entry).spills
-    return result
 
 
 def host_mapping(source: str, group: int, work) -> dict[tuple[int, int], list[tuple[int, int]]]:

@@ -20,11 +20,6 @@ CASES = ["load", "declaration", "expression", "store", "cast_load", "template", 
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def devectorize():
     return get("devectorize")
 

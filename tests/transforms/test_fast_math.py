@@ -8,10 +8,9 @@ from klineage.corpus import kernel_entry, list_kernels
 from klineage.features import cuda_parser as cp
 from klineage.features.feature import Feature
 from klineage.features.source import source_features
-from klineage.gate.compile import compile_kernel
 from klineage.transforms import Anchor, NotApplicable, get
 from klineage.transforms.fast_math import PRECISE
-from tests.transforms.golden import HERE, check_golden, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
 CASES = ["expf", "fdividef", "asm"]
 EVERY_INTRINSIC = r"""
@@ -43,21 +42,8 @@ __global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def fast():
     return get("fast_math")
-
-
-def compiles_without_spills(state, cache):
-    result = compile_kernel(state, cache)
-    assert result.ok, result.log[-3000:]
-    for launch in state.plan.launches:
-        assert not result.resources_for(launch.entry).spills
-    return result
 
 
 def golden(case: str, which: str):

@@ -8,29 +8,15 @@ from klineage.corpus import kernel_entry
 from klineage.features import cuda_parser as cp
 from klineage.features.feature import Feature
 from klineage.features.source import source_features
-from klineage.gate.compile import compile_kernel
 from klineage.transforms import Anchor, NotApplicable, get
-from tests.transforms.golden import HERE, check_golden, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
 CASES = ["plain", "member"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def ldg():
     return get("ldg")
-
-
-def compiles_without_spills(state, cache):
-    result = compile_kernel(state, cache)
-    assert result.ok, result.log[-3000:]
-    for launch in state.plan.launches:
-        assert not result.resources_for(launch.entry).spills
-    return result
 
 
 def golden(case: str, which: str):

@@ -9,30 +9,16 @@ from klineage.features import cuda_parser as cp
 from klineage.features.feature import Feature
 from klineage.features.sass import sass_features
 from klineage.features.source import source_features
-from klineage.gate.compile import compile_kernel
 from klineage.transforms import Anchor, NotApplicable, get
-from tests.transforms.golden import HERE, check_golden, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
 CASES = ["parameter", "local"]
 EXPERTS = ["row_softmax/warp_vec4", "gemm/mma_sync", "conv2d/implicit_gemm", "topk/radix_select"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def restrict():
     return get("restrict")
-
-
-def compiles_without_spills(state, cache):
-    result = compile_kernel(state, cache)
-    assert result.ok, result.log[-3000:]
-    for launch in state.plan.launches:
-        assert not result.resources_for(launch.entry).spills
-    return result
 
 
 def golden(case: str, which: str):

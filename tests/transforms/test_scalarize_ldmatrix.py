@@ -529,11 +529,6 @@ def run_scalar_ldmatrix(source: str, helper: str, addresses: list[int], memory: 
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def transform():
     return get("scalarize_ldmatrix")
 

@@ -130,11 +130,6 @@ def check_helper(source: str, helper: str, kind: str, seed: int, small_integers:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def transform():
     return get("scalarize_mma")
 

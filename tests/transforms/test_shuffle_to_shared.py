@@ -98,11 +98,6 @@ def check_against_model(before: str, after: str, helper: str, op: str, variant: 
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def transform():
     return get("shuffle_to_shared")
 

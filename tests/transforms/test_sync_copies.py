@@ -35,11 +35,6 @@ PLAN = LaunchPlan.from_toml(DEFAULT_PLAN.format(entry="kernel"))
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def sync_copies():
     return get("sync_copies")
 

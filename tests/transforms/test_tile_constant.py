@@ -7,30 +7,16 @@ import pytest
 from klineage import devices
 from klineage.corpus import kernel_entry
 from klineage.features import cuda_parser as cp
-from klineage.gate.compile import compile_kernel
 from klineage.launch import resolve
 from klineage.transforms import Anchor, NotApplicable, Role, get
-from tests.transforms.golden import HERE, check_golden, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
 CASES = ["declaration", "macro"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def tile():
     return get("tile_constant")
-
-
-def compiles_without_spills(state, cache):
-    result = compile_kernel(state, cache)
-    assert result.ok, result.log[-3000:]
-    for launch in state.plan.launches:
-        assert not result.resources_for(launch.entry).spills
-    return result
 
 
 def golden(case: str, which: str):

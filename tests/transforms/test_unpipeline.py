@@ -43,11 +43,6 @@ BARRIER_NOTE = "__syncthreads();  // every warp is done reading the stage before
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def unpipeline():
     return get("unpipeline")
 

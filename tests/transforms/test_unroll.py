@@ -8,31 +8,16 @@ from klineage.corpus import kernel_entry
 from klineage.features import cuda_parser as cp
 from klineage.features.feature import Feature
 from klineage.features.source import source_features
-from klineage.gate.compile import compile_kernel
 from klineage.transforms import Anchor, Direction, NotApplicable, get
-from tests.transforms.golden import HERE, check_golden, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
 CASES = ["plain", "factor", "nested"]
 EXPERTS = ["row_softmax/warp_vec4", "gemm/mma_sync"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
-
-
-@pytest.fixture(scope="module")
 def unroll():
     return get("unroll")
-
-
-def compiles_without_spills(state, cache):
-    result = compile_kernel(state, cache)
-    assert result.ok, result.log[-3000:]
-    for launch in state.plan.launches:
-        resources = result.resources_for(launch.entry)
-        assert not resources.spills, f"{launch.entry} spills: {resources}"
-    return result
 
 
 def golden(case: str, which: str):
