@@ -219,7 +219,7 @@ def test_expert_sass_has_every_mechanism(compiled):
         # ldmatrix: Q once (D_STEPS), K (D_STEPS * S_TILES / 2) and V (PV_STEPS * O_TILES / 2) per tile.
         assert features.count("ldsm") >= c["D_STEPS"] * (1 + c["S_TILES"] // 2) + c["PV_STEPS"] * c["O_TILES"] // 2
         assert features.count("ldgsts") >= c["Q_LOADS"] + 2 * c["KV_LOADS"]
-        assert features.count("mufu") >= 2 * c["S_TILES"] * 2  # ex2 per probability
+        assert features.count("mufu") >= 2 * c["S_TILES"] * 2  # an ex2 per probability
         assert features.count("shfl") >= 4 and features.count("stg_128") >= 1
         assert features.count("ldl") == 0 and features.count("stl") == 0
         assert features.count("ldg_32") + features.count("ldg_64") + features.count("ldg_128") == 0

@@ -8,10 +8,10 @@ The compute-bound workload of the corpus that does not fit a library GEMM: the S
 (8.6 GB in fp32 at the headline) must never reach memory, so a fast kernel keeps it on chip and
 normalises it with an online softmax (flash attention). Flops 4*B*H*S*S*D (two matmuls of
 2*S*S*D each per head; half of it under the causal mask) run on the fp16 tensor cores; the
-roofline floor at the headline is compute (2.25 TFLOP against 1.07 GB of traffic).
+roofline floor at the headline is compute (1.1 TFLOP against 1.07 GB of traffic).
 
 Cases:
-- headline       B8 H64 S2048 D128, non-causal: the KLineage paper's size; about 8 ms of tensor-core
+- headline       B8 H64 S2048 D128, non-causal: the KLineage paper's size; about 4 ms of tensor-core
                  work on an H200 at FA2-like speed, far above launch overhead.
 - causal         B2 H16 S2048 D128, causal: the mask, and its tile skipping, on full tiles.
 - ragged         B2 H4 S1000 D128, non-causal: 1000 divides by no query or key tile (64, 128), so
