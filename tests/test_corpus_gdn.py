@@ -8,23 +8,31 @@ checks of the reference against independent forms of the same map.
   that the tolerance admits the vendor path with margin, and that the chunked algebra is the same map.
 - The recurrent kernel's own arithmetic (fp32 state, decay fused into S^T k, GVA head map) is
   emulated in fp32 and lands near one bf16 rounding of the reference.
+- The chunked kernel is emulated in numpy phase by phase (same chunking, same in-place forward
+  substitution, same bf16 roundings, operands gathered through the strides its source passes to
+  `mma_tile`, checked against the source), and its fragment gather and accumulator map are checked
+  lane by lane against the PTX ISA's m16n8k16 layouts.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 
+from klineage import expr
 from klineage.devices import H200
 from klineage.gate.compile import compile_kernel
 from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for, validate_numerics
+from klineage.toolchain import find_toolchain, run_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"
@@ -389,7 +397,7 @@ def bf16_np(x):
     return bits.view(np.float32)
 
 
-def emulate_chunked(constants: dict, launch, inputs: dict):
+def emulate_chunked(constants: dict, launch, inputs: dict, calls: list | None = None):
     """The chunked kernel, CTA by CTA and phase by phase, in numpy fp32: the same staging (zeros past T and
     past DK / DV), the same sequential in-chunk gate sum, the same forward substitution in place, the same
     bf16 roundings (X, beta e^G k, beta v, W, U, S as an operand, Vn, P, k e^(G_last - G)), and each mma
@@ -411,6 +419,8 @@ def emulate_chunked(constants: dict, launch, inputs: dict):
 
     def mma(A, a_m, a_k, Bm, b_k, b_n, M, N, K):
         """All tiles of one tile loop: fp32 sums of bf16 operands (S is rounded as it is loaded)."""
+        if calls is not None:
+            calls.append((a_m, a_k, b_k, b_n, K))
         m, kk, n = np.arange(M), np.arange(K), np.arange(N)
         a = bf16_np(A.reshape(-1)[m[:, None] * a_m + kk[None, :] * a_k])
         b = bf16_np(Bm.reshape(-1)[kk[:, None] * b_k + n[None, :] * b_n])
@@ -483,3 +493,108 @@ def test_emulated_chunked_kernel_reproduces_the_reference(problem, states, case_
     comparison = compare("o", got, problem.reference(x, params)["o"], tol)
     assert comparison.passed, comparison.message
     assert comparison.rel_l2 < tol.rel_l2 / 2  # FLA-like rounding, with margin
+
+
+def test_emulation_uses_the_kernels_mma_strides(problem, states):
+    """Every mma_tile call in the chunked kernel's source (strides and K evaluated with its constants) is
+    one the emulation makes, and vice versa: the emulation gathers operands as the kernel does."""
+    state = states["chunked"]
+    source = (KERNELS / "chunked" / "kernel.cu").read_text()
+    body = source[source.index("gdn_chunked("):]
+    found = []
+    for call in re.findall(r"mma_tile\(([^;]*)\);", body):
+        parts = [p.strip() for p in call.split(",")]
+        assert len(parts) == 10, parts
+        values = [expr.evaluate_int(p, state.constants) for p in (parts[2], parts[3], parts[5], parts[6], parts[9])]
+        found.append(tuple(values) * (2 if "?" in parts[4] else 1))  # W and U share one call
+    expected = Counter()
+    for f in found:
+        for i in range(0, len(f), 5):
+            expected[f[i:i + 5]] += 1
+    calls = []
+    (launch,) = plan_for(problem, state, "small")
+    p = problem.info.case("small").params
+    emulate_chunked(state.constants, launch, problem.make_inputs(dict(p), 0, "cpu"), calls)
+    chunks = launch.grid[0] * -(-p["T"] // state.constants["CHUNK"])
+    expected = Counter({call: count * chunks for call, count in expected.items()})
+    assert Counter(calls) == expected
+
+
+# PTX ISA, mma.m16n8k16 with .bf16 operands: (row, column) of each element held by lane l, g = l / 4,
+# t = l % 4. A: (register, half); B: (register, half), row = k; C/D: accumulator element.
+ISA_A = {(0, 0): lambda g, t: (g, 2 * t), (0, 1): lambda g, t: (g, 2 * t + 1),
+         (1, 0): lambda g, t: (g + 8, 2 * t), (1, 1): lambda g, t: (g + 8, 2 * t + 1),
+         (2, 0): lambda g, t: (g, 2 * t + 8), (2, 1): lambda g, t: (g, 2 * t + 9),
+         (3, 0): lambda g, t: (g + 8, 2 * t + 8), (3, 1): lambda g, t: (g + 8, 2 * t + 9)}
+ISA_B = {(0, 0): lambda g, t: (2 * t, g), (0, 1): lambda g, t: (2 * t + 1, g),
+         (1, 0): lambda g, t: (2 * t + 8, g), (1, 1): lambda g, t: (2 * t + 9, g)}
+ISA_C = {0: lambda g, t: (g, 2 * t), 1: lambda g, t: (g, 2 * t + 1),
+         2: lambda g, t: (g + 8, 2 * t), 3: lambda g, t: (g + 8, 2 * t + 1)}
+
+
+@pytest.mark.parametrize("strides", [(128, 1, 1, 128), (64, 1, 128, 1), (1, 128, 128, 1), (128, 1, 128, 1)])
+def test_mma_fragments_follow_the_isa(strides):
+    """The kernel's fragment gather (mma_tile) and accumulator map (acc_row / acc_col), lane by lane, for
+    the stride patterns it uses (K K^T, X KB, KB^T Vn, W S): placing each lane's registers where the ISA
+    puts them and reading each lane's accumulators back where the kernel stores them gives A B."""
+    a_m, a_k, b_k, b_n = strides
+    gen = torch.Generator().manual_seed(7)
+    A = torch.randn(128 * 128, generator=gen, dtype=torch.float64)
+    Bm = torch.randn(128 * 128, generator=gen, dtype=torch.float64)
+    m0, n0, K = 32, 40, 64
+    m, n, kk = torch.arange(16), torch.arange(8), torch.arange(K)
+    want = A[(m0 + m)[:, None] * a_m + kk[None, :] * a_k] @ Bm[kk[:, None] * b_k + (n0 + n)[None, :] * b_n]
+    D = torch.zeros(16, 8, dtype=torch.float64)  # the hardware accumulator tile
+    for k0 in range(0, K, 16):
+        Ahw = torch.full((16, 16), float("nan"), dtype=torch.float64)
+        Bhw = torch.full((16, 8), float("nan"), dtype=torch.float64)
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            # the kernel's gather: r0 = (m0 + g) a_m, r1 = (m0 + g + 8) a_m, ka = k0 + 2t, col = (n0 + g) b_n
+            r0, r1, ka, col = (m0 + g) * a_m, (m0 + g + 8) * a_m, k0 + 2 * t, (n0 + g) * b_n
+            regs_a = [(r0 + ka * a_k, r0 + (ka + 1) * a_k), (r1 + ka * a_k, r1 + (ka + 1) * a_k),
+                      (r0 + (ka + 8) * a_k, r0 + (ka + 9) * a_k), (r1 + (ka + 8) * a_k, r1 + (ka + 9) * a_k)]
+            regs_b = [(ka * b_k + col, (ka + 1) * b_k + col), ((ka + 8) * b_k + col, (ka + 9) * b_k + col)]
+            for (r, h), where in ISA_A.items():
+                Ahw[where(g, t)] = A[regs_a[r][h]]
+            for (r, h), where in ISA_B.items():
+                Bhw[where(g, t)] = Bm[regs_b[r][h]]
+        assert not Ahw.isnan().any() and not Bhw.isnan().any()
+        D += Ahw @ Bhw
+    got = torch.full((16, 8), float("nan"), dtype=torch.float64)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        for e, where in ISA_C.items():
+            # acc_row / acc_col: m0 + g + (e >= 2 ? 8 : 0), n0 + 2t + (e & 1), relative to (m0, n0)
+            row, column = g + (8 if e >= 2 else 0), 2 * t + (e & 1)
+            assert got[row, column].isnan(), "two accumulators stored to one element"
+            got[row, column] = D[where(g, t)]
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def sass_opcodes(cubin: bytes) -> Counter:
+    """Mnemonic counts (modifiers dropped) from cuobjdump -sass; @!PT dummies excluded."""
+    toolchain = find_toolchain()
+    toolchain.require_nvdisasm()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        text = run_tool([toolchain.cuobjdump, "-sass", str(path)], env=toolchain.environment(Path(tmp)), cwd=tmp)
+    counts = Counter()
+    for line in text.splitlines():
+        match = _SASS_LINE.match(line)
+        if match and (match.group(1) or "").strip() != "@!PT":
+            counts[match.group(2)] += 1
+    return counts
+
+
+def test_sass(compiled):
+    chunked = sass_opcodes(compiled["chunked"].cubin_bytes("sm_90"))
+    assert chunked["HMMA"] >= 7  # one per mma_tile site at least (the k loops may unroll)
+    assert chunked["LDL"] == 0 and chunked["STL"] == 0 and chunked["F2FP"] > 0
+    recurrent = sass_opcodes(compiled["recurrent"].cubin_bytes("sm_90"))
+    assert recurrent["HMMA"] == 0 and recurrent["LDL"] == 0 and recurrent["STL"] == 0
+    assert recurrent["SHFL"] >= 2 and recurrent["FFMA"] >= 2 * 32  # the unrolled row loops
