@@ -26,7 +26,7 @@ def with_rejections(document: dict[str, Any] | None = None) -> dict[str, Any]:
     document["rejections"] = [
         {"step": 1, "parent": states[1], "transform": "vectorize", "category": "compile_error",
          "reason": "compile_error", "cases_failed": [],
-         "anchor": {"function": "softmax_row", "kind": "loop", "key": "loop:i#0", "snippet": "for (int i = 0; ...)"},
+         "anchor": {"function": "softmax_row", "kind": "loop", "key": "i#0", "snippet": "for (int i = 0; ...)"},
          "evidence": {"message": "nvcc failed: identifier \"v4\" is undefined", "stage": "compile", "case": "",
                       "log": "kernel.cu(41): error: identifier \"v4\" is undefined\n1 error detected",
                       "worst": {}, "audit": {}}},
