@@ -279,3 +279,54 @@ def test_forward_of_the_test_transform_gives_back_the_parent():
     for anchor in transform.find(parent):
         child = transform.backward(parent, anchor).state
         assert transform.forward(child, anchor).state.source == parent.source
+
+
+# Real experts: a pipeline that vanishes undeclared, and a swizzle family spanning three functions.
+
+GEMM = corpus.problem_path("gemm")
+
+
+def gemm_compiled(state: KernelState, cache: GateCache):
+    verdict = run_gate(GEMM, state, mode=GateMode.COMPILE_ONLY, cache=cache)
+    assert verdict.status is Status.COMPILED, verdict.findings
+    return verdict
+
+
+def test_an_undeclared_pipeline_removal_fails(cache):
+    from dataclasses import replace
+
+    from klineage.transforms import get
+
+    assert "multistage_pipeline" in MECHANISMS[FeatureLevel.SOURCE]
+    expert = corpus.kernel_entry("gemm/mma_sync").load()
+    unpipeline = get("unpipeline")
+    rewrite = unpipeline.backward(expert, unpipeline.find(expert)[0])
+    parent, child = gemm_compiled(expert, cache), gemm_compiled(rewrite.state, cache)
+    assert audit(parent, child, rewrite, unpipeline, parent=expert).ok
+    silent = replace(rewrite, removes=())
+    result = audit(parent, child, silent, unpipeline, parent=expert)
+    assert not result.ok and any(c.name == "multistage_pipeline" for c in result.unexpected)
+
+
+def test_a_family_step_removes_one_swizzle_from_every_function_of_its_family(cache):
+    from klineage.transforms import get
+    from klineage.walk.audit import FAMILY, FUNCTION, scope_of
+
+    unswizzle = get("unswizzle_shared")
+    assert scope_of(unswizzle) == FAMILY and scope_of(PragmaUnroll()) == FUNCTION and scope_of(None) == FUNCTION
+    expert = corpus.kernel_entry("gemm/mma_sync").load()
+    anchors = unswizzle.find(expert)
+    assert len(anchors) == 1
+    rewrite = unswizzle.backward(expert, anchors[0])
+    parent, child = gemm_compiled(expert, cache), gemm_compiled(rewrite.state, cache)
+    result = audit(parent, child, rewrite, unswizzle, parent=expert)
+    assert result.ok, result.failures
+    gone = {c.locus for c in result.removed if c.name == "xor_swizzle"}
+    assert gone == {"swizzle_offset", "a_fragment_offset", "b_fragment_offset"}
+    assert any("acts on a family" in c for c in result.checks)
+
+    class PerFunction(type(unswizzle)):
+        scope = FUNCTION
+
+    narrow = audit(parent, child, rewrite, PerFunction(), parent=expert)
+    assert not narrow.ok and any("also vanished from" in f for f in narrow.failures)
