@@ -153,7 +153,9 @@ def reference(inputs: dict, case: dict) -> dict:
 
 def vendor(inputs: dict, case: dict) -> dict:
     # FLA's chunked Triton kernels (only on the GPU host): same layout, post-sigmoid beta, log-space
-    # g, inputs already normalised, default scale DK ** -0.5, chunk 64, zero initial state.
+    # g, inputs already normalised, default scale DK ** -0.5, chunk 64, zero initial state. (FLA 0.6
+    # dispatches to FlashQLA's TileLang kernels instead where the `flash_qla` package is installed, on
+    # SM90 with DK = DV = 128, and those ignore chunk_size; the GPU host's wheels do not include it.)
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule
 
     o, _ = chunk_gated_delta_rule(
