@@ -8,7 +8,7 @@ import pytest
 
 from dashboard_data import clear_dashboard_rows, corpus  # noqa: F401
 from skills_app.highlight import highlight_lines, tokenize
-from skills_app.models import Kernel, Problem, Verdict
+from skills_app.models import Kernel, Lineage, Problem, Verdict
 
 pytestmark = pytest.mark.django_db
 
@@ -24,6 +24,7 @@ def test_every_page_renders(client, corpus):
     urls += [f"/kernels/{name}/" for name in Kernel.objects.values_list("name", flat=True)]
     urls += [f"/problems/{op}/" for op in Problem.objects.filter(current=True).values_list("operator", flat=True)]
     urls += [f"/verdicts/{key}/" for key in Verdict.objects.values_list("key", flat=True)]
+    urls += [f"/lineages/{key}/" for key in Lineage.objects.values_list("id", flat=True)] + ["/review/"]
     assert len(urls) > 50
     for url in urls:
         response = client.get(url)

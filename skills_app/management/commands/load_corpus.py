@@ -8,7 +8,8 @@ from skills_app.importer import ImportRefused, import_corpus
 
 
 class Command(BaseCommand):
-    help = ("Import bundled problems (probed in the sandbox), kernels with the adversarial suite, and "
+    help = ("Import bundled problems (probed in the sandbox), kernels with the adversarial suite, committed "
+            "lineages (corpus/lineages/*.json) and "
             "recorded verdicts. Idempotent and quick when nothing changed; a malformed document "
             "stores nothing and names its file.")
 
