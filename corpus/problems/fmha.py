@@ -101,10 +101,10 @@ def make_inputs(case: dict, seed: int, device) -> dict:
     # 134M elements each, and three fp32 temporaries at once would need 1.6 GB of host memory.
     q = torch.randn(shape, generator=gen).mul_(p["q_scale"]).to(torch.float16)
     k = torch.randn(shape, generator=gen).mul_(p["k_scale"]).add_(p["offset"]).to(torch.float16)
-    normal = torch.randn(shape, generator=gen)
-    uniform = torch.rand(shape, generator=gen).mul_(2).sub_(1).mul_(math.sqrt(3.0))  # unit variance
-    v = torch.where(p["uniform_v"], uniform, normal).mul_(p["v_scale"]).to(torch.float16)
-    del normal, uniform
+    v = torch.randn(shape, generator=gen)
+    for index in p["uniform_v"].flatten().nonzero().flatten().tolist():  # uniform heads, unit variance
+        v.view(b * h, s, d)[index] = torch.rand((s, d), generator=gen).mul_(2).sub_(1).mul_(math.sqrt(3.0))
+    v = v.mul_(p["v_scale"]).to(torch.float16)
     return {"q": q.contiguous().to(device), "k": k.contiguous().to(device), "v": v.contiguous().to(device)}
 
 
