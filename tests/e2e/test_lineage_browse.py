@@ -98,10 +98,14 @@ def test_browse_lineage_and_review_a_step(site):
                 assert "Recorded: dispute" in page.locator(".messages").inner_text()
                 _shoot(page, "review", width)
 
-                page.get_by_role("link", name=re.compile(r"· step")).first.click()
-                page.wait_for_url(re.compile(r"/lineages/[0-9a-f]{64}/"))
-                assert page.locator(".tl-disputed, details.rejected-attempt .badge-disputed").count() >= 1
+                page.locator("#recent-reviews a").first.click()  # the review just made
+                page.wait_for_url(re.compile(r"/lineages/[0-9a-f]{64}/#step-"))
+                anchor = page.url.rsplit("#", 1)[1]
+                disputed = page.locator(f"#{anchor}")
+                assert f"checked at {width} px" in disputed.text_content()  # a rejected attempt stays collapsed
+                assert disputed.locator(".badge-disputed").count() >= 1
                 _shoot(page, "lineage-disputed", width)
+                disputed.screenshot(path=str(SCREENSHOTS / f"lineage-disputed-step-{width}.png"))
 
                 assert errors == []
                 context.close()
