@@ -290,3 +290,25 @@ def test_cli_dry_walk(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "DRY WALK" in printed and lineage.termination.kind.value in printed
     assert main(["walk", "row_softmax/warp_vec4", "--gate", "compile", "--max-rejections", "0"]) == 2
+
+
+def test_catalog_order_puts_mechanisms_first_and_respects_after():
+    from klineage.rewriters.rules import MICRO_OPTIMIZATIONS, PRIORITY
+
+    pool = catalog()
+    order = [t.name for t in ordered(pool.values())]
+    for transform in pool.values():
+        for before in transform.after:
+            if before in order and transform.name in order:
+                assert order.index(before) < order.index(transform.name), (before, transform.name)
+    listed = [name for name in ("scalarize_mma", "scalarize_ldmatrix", "unpipeline", "sync_copies", "unswizzle_shared",
+                                "unpad_shared", "devectorize", "shuffle_to_shared") if name in order]
+    assert listed == sorted(listed, key=order.index), "tensor cores, pipeline, copies, layout, vectors, shuffles"
+    micro = [name for name in order if name in MICRO_OPTIMIZATIONS]
+    assert order[len(order) - len(micro):] == micro, "micro-optimizations come last"
+    assert len(set(PRIORITY)) == len(PRIORITY)
+    # a transform the list does not name goes before the micro-optimizations
+    new = Carrier()
+    new.name, new.role = "test_new_mechanism", Role.MECHANISM
+    placed = [t.name for t in ordered([*pool.values(), new])]
+    assert placed.index("test_new_mechanism") < min(placed.index(m) for m in micro) if micro else True

@@ -3,7 +3,8 @@
 At a state, a transform is eligible when every transform named in its `after` has no site left
 (names in `after` that the catalog does not hold are ignored: they cannot have sites). Carrier
 transforms (tile sizes, vector widths) are never proposed. Eligible transforms come in `PRIORITY`
-order, then any others by name; each one's sites in `find` order. Pairs already dealt with at this
+order; a transform the list does not name comes after the listed substantive mechanisms and before
+the micro-optimizations (`MICRO_OPTIMIZATIONS`), by name; each one's sites in `find` order. Pairs already dealt with at this
 state (the history) are skipped. A transform that refuses a site yields its reason; one that
 crashes yields the crash as the reason, so one broken transform cannot stop a walk.
 """
@@ -43,11 +44,17 @@ PRIORITY: tuple[str, ...] = (
 )
 
 
+# Many sites per expert, no algorithm changed: the tail of every walk.
+MICRO_OPTIMIZATIONS: frozenset[str] = frozenset({"fast_math", "ldg", "restrict", "unroll", "launch_bounds"})
+
+
 def ordered(transforms: Iterable[Transform], priority: Sequence[str] = PRIORITY) -> list[Transform]:
-    """Mechanism transforms in walk order: by `priority`, then the rest by name."""
-    rank = {name: i for i, name in enumerate(priority)}
+    """Mechanism transforms in walk order: by `priority`; an unlisted one, by name, just before the
+    first micro-optimization of `priority` (at the end when it lists none)."""
+    rank = {name: float(i) for i, name in enumerate(priority)}
+    unlisted = next((i for i, name in enumerate(priority) if name in MICRO_OPTIMIZATIONS), len(priority)) - 0.5
     mechanisms = [t for t in transforms if t.role is not Role.CARRIER]
-    return sorted(mechanisms, key=lambda t: (rank.get(t.name, len(rank)), t.name))
+    return sorted(mechanisms, key=lambda t: (rank.get(t.name, unlisted), t.name))
 
 
 class RulesRewriter:
@@ -108,4 +115,4 @@ class RulesRewriter:
                             not_applicable_reason=f"{transform.name}.backward failed: {type(exc).__name__}: {exc}")
 
 
-__all__ = ["PRIORITY", "RulesRewriter", "ordered"]
+__all__ = ["MICRO_OPTIMIZATIONS", "PRIORITY", "RulesRewriter", "ordered"]
