@@ -5,8 +5,6 @@ from gate_app import views
 app_name = "gate"
 
 urlpatterns = [
-    path("lineages/", views.lineages, name="lineages"),
-    path("kernels/", views.kernels, name="kernels"),
     path("jobs/", views.jobs, name="jobs"),
     path("jobs/<int:job_id>/", views.job_detail, name="job"),
     path("jobs/<int:job_id>/state", views.job_state, name="job-state"),

@@ -8,24 +8,31 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from gate_app.models import Job
+from django.core.paginator import Paginator
+
+from gate_app.models import Job, Worker
 from gate_app.queue import describe
 from klineage_web.access import read_access
-from klineage_web.views import pending_section
 
-lineages = pending_section(
-    "Lineages",
-    "Backward walks from expert kernels: each accepted simplification with its diff, feature "
-    "change and paired timings, each rejected one with its evidence, and why the walk ended.",
-)
-kernels = pending_section(
-    "Kernels",
-    "Kernel states by fingerprint: CUDA source, launch plan, and every gate verdict on them.",
-)
-jobs = pending_section(
-    "Jobs",
-    "Gate runs and walks queued for GPU workers, with their progress and results.",
-)
+JOBS_PER_PAGE = 50
+
+
+@require_GET
+@read_access
+def jobs(request):
+    """Jobs newest first, filterable by status and kind, each with why it waits when it does."""
+    selected = {"status": request.GET.get("status", ""), "kind": request.GET.get("kind", "")}
+    queryset = Job.objects.select_related("owner").order_by("-created_at", "-id")
+    if selected["status"] in Job.Status.values:
+        queryset = queryset.filter(status=selected["status"])
+    if selected["kind"] in Job.Kind.values:
+        queryset = queryset.filter(kind=selected["kind"])
+    page = Paginator(queryset, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    workers = list(Worker.objects.all())
+    rows = [describe(job, log=False, workers=workers) for job in page.object_list]
+    return render(request, "gate_app/jobs.html", {
+        "page": page, "rows": rows, "selected": selected, "statuses": Job.Status.choices,
+        "kinds": Job.Kind.choices, "workers": workers})
 
 
 @require_GET
