@@ -15,7 +15,7 @@ for stage in "$@"; do
   case $stage in
     smoke) timeout 240 python3 -m klineage gate row_softmax row_softmax/naive --sanitize never ;;
     suite) timeout 420 python3 bench/gate_suite.py --out "$OUT/results" ;;
-    gputests) timeout 300 python3 -m pytest tests/test_gpu_gate.py -q -p no:django -p no:cacheprovider -rA ;;
+    gputests) timeout 300 python3 -m pytest tests/test_gpu_gate.py -q -n 0 -p no:django -p no:cacheprovider -rA ;;
     example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only $stage ;;
     *:*) timeout 200 python3 -m klineage gate "${stage%%:*}" "${stage#*:}" --sanitize never --record ;;
   esac 2>&1 | tee -a "$OUT/log.txt" | tail -60
