@@ -386,3 +386,29 @@ def test_a_failing_child_fails_the_job_without_retry(job_database):
     assert job.status == Job.Status.FAILED
     assert "RuntimeError: boom" in job.error
     assert job.attempts == 1
+
+
+def test_a_briefly_locked_sqlite_database_delays_a_claim_and_loses_nothing(job_database):
+    """Another process holds SQLite's write lock for a second: the claim waits it out, then wins."""
+    if job_database.vendor != "sqlite":
+        pytest.skip("SQLite's file lock; PostgreSQL locks rows, covered by the concurrency tests")
+    (job_id,) = _jobs(1)
+    import sqlite3
+
+    holder = sqlite3.connect(job_database.config["NAME"], timeout=5, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    released = threading.Event()
+
+    def release_later() -> None:
+        time.sleep(1.0)
+        holder.execute("COMMIT")
+        released.set()
+
+    threading.Thread(target=release_later, daemon=True).start()
+    started = time.monotonic()
+    job = queue.claim("locked-out", ["cpu"], lease_seconds=30)
+    waited = time.monotonic() - started
+    holder.close()
+    assert released.is_set() and waited >= 0.9, "the claim went through while the database was locked"
+    assert job is not None and job.pk == job_id and job.status == Job.Status.RUNNING
+    assert Job.objects.get(pk=job_id).worker_id == "locked-out"
