@@ -29,3 +29,18 @@ def normalize_source(text: str) -> str:
     while lines and not lines[-1]:
         lines.pop()
     return "\n".join(lines) + "\n"
+
+
+def document_text(value: Any) -> str:
+    """The canonical text of a stored document: sorted keys, one-space indent, a final newline.
+    Equal documents give equal bytes, so stored lineages and cards diff and replay exactly."""
+    return json.dumps(value, sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def parse_document(text: str, where: str) -> Any:
+    from klineage.errors import DocumentError
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DocumentError(where, f"not JSON: {exc}") from None

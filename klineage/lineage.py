@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from klineage.config import GateMode
 from klineage.errors import DocumentError
+from klineage.fingerprint import document_text, parse_document
 from klineage.gate.verdict import Reason, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
@@ -642,14 +643,11 @@ class Lineage:
 
     def to_json(self) -> str:
         """The canonical text: sorted keys, one-space indent, a final newline. Equal lineages give equal bytes."""
-        return json.dumps(self.to_dict(), sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+        return document_text(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str, where: str = "lineage") -> Lineage:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DocumentError(where, f"not JSON: {exc}") from None
+        data = parse_document(text, where)
         return cls.from_dict(data)
 
     def save(self, path: str | Path) -> Path:

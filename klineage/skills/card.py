@@ -29,6 +29,7 @@ from typing import Any
 from klineage import expr
 from klineage.errors import DocumentError, ExpressionError
 from klineage.features.feature import Feature
+from klineage.fingerprint import document_text, parse_document
 
 CARD_VERSION = 1
 SHORT_ID = 12
@@ -449,12 +450,9 @@ class SkillCard:
         )
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+        return document_text(self.to_dict())
 
     @classmethod
     def from_json(cls, text: str, where: str = "card") -> SkillCard:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DocumentError(where, f"not JSON: {exc}") from None
+        data = parse_document(text, where)
         return cls.from_dict(data, where)
