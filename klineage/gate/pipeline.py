@@ -23,6 +23,7 @@ from klineage.gate.cache import GateCache, verdict_key
 from klineage.gate.compile import CompileResult, compile_kernel, resolve_entry
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.static import static_check
+from klineage.gate.timing import PairedRatio
 from klineage.gate.verdict import Finding, Reason, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.launch import resolve
@@ -173,10 +174,9 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
             findings.extend(tool_findings)
     if policy.require_ratio and not findings and "vs_baseline" in outcome.result.get("profile", {}).get("ratios", {}):
         ratio = outcome.result["profile"]["ratios"]["vs_baseline"]
-        outcome.result["profile"]["acceptance"] = {
-            "required": policy.require_ratio,
-            "accepted": ratio["overall"] >= policy.require_ratio and all(r >= policy.require_ratio
-                                                                          for r in ratio["per_trial"])}
+        paired = PairedRatio(ratio["overall"], tuple(ratio["per_trial"]))
+        outcome.result["profile"]["acceptance"] = {"required": policy.require_ratio,
+                                                   "accepted": paired.accepts(policy.require_ratio)}
     status = Status.REJECTED if findings else Status.PASSED
     return finish(status, findings, **stages, correctness=tuple(outcome.result.get("correctness", [])),
                   profile=outcome.result.get("profile", {}), sanitizer=sanitizer,
