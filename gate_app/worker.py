@@ -122,7 +122,9 @@ class JobWorker:
         self.out = out
         self.install_signals = install_signals
         self.handlers = handler_table if handler_table is not None else handlers()
-        self.child_env = {"CUDA_VISIBLE_DEVICES": capabilities.gpu} if capabilities.gpu else {}
+        # The GPU's name is known: spare every job's gate a call to nvidia-smi to learn it again.
+        self.child_env = ({"CUDA_VISIBLE_DEVICES": capabilities.gpu, "KLINEAGE_GPU_NAME": capabilities.gpu_name}
+                          if capabilities.gpu else {})
         # Without a cross-process layer (Redis) nobody outside this process hears events.
         self.publish = bool(getattr(settings, "KLINEAGE_CROSS_PROCESS_PROGRESS", False))
         self.stopping = False

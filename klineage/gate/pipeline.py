@@ -155,6 +155,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     clock = time.monotonic()
     outcome = execute.run_on_gpu(request, cubins, policy, on_progress=lambda e: progress("run", _describe(e)))
     timings["run"] = time.monotonic() - clock
+    timings.update({f"run.{name}": float(sec) for name, sec in (outcome.result.get("phases") or {}).items()
+                    if isinstance(sec, (int, float))})
     if outcome.error and not outcome.findings:  # the harness or the problem failed: judge nothing, cache nothing
         return finish(Status.ERROR, [], store=False, **stages,
                       environment={**outcome.result.get("environment", {}), "error": outcome.error[-6000:]})

@@ -84,7 +84,8 @@ class Device:
             "python": sys.version.split()[0],
             **self.facts,
         }
-        env.update(_clocks())
+        env["pci_bus_id"] = self.device.pci_bus_id()
+        env.update(_clocks(env["pci_bus_id"]))
         return env
 
     def close(self) -> None:
@@ -123,12 +124,14 @@ def _driver_version() -> str:
         return "unknown"
 
 
-def _clocks() -> dict[str, Any]:
+def _clocks(pci_bus_id: str) -> dict[str, Any]:
+    """Clocks of the GPU this process uses: NVML numbers GPUs ignoring CUDA_VISIBLE_DEVICES, so it
+    is found by its PCI bus id."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
         return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
                 "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
                 "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)}
@@ -434,20 +437,37 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
     }
 
 
+class Phases:
+    """Seconds spent per phase of the run, reported with the result: where a gate's time goes."""
+
+    def __init__(self, result: dict[str, Any]):
+        self.seconds: dict[str, float] = result.setdefault("phases", {})
+        self._clock = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.seconds[name] = round(self.seconds.get(name, 0.0) + now - self._clock, 4)
+        self._clock = now
+
+
 def run(request: dict[str, Any], result: dict[str, Any], progress: Progress) -> None:
     from klineage.problem import load_problem
 
+    phases = Phases(result)
     problem = load_problem(request["problem"])
+    phases.lap("load_problem")
     device = Device(progress)
     try:
         result["environment"] = device.environment()
-        _run_on(device, problem, request, result)
+        phases.lap("device")
+        _run_on(device, problem, request, result, phases)
     finally:
         device.close()
 
 
-def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, Any]) -> None:
+def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, Any], phases: Phases) -> None:
     kernels = [LoadedKernel(device, spec) for spec in request["kernels"]]
+    phases.lap("load_kernels")
     candidate = kernels[0]
     policy = request["policy"]
     cases = request["cases"]
@@ -458,10 +478,12 @@ def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, 
         except KernelFault as fault:
             result["findings"].append(_finding(fault.reason, "correctness", str(fault), case_name, kernel="candidate"))
             return  # the context may be dead; nothing more can be trusted in this process
+    phases.lap("correctness")
     if request["mode"] == "sanitize" or not passed:
         return
     if problem.vendor is not None and policy["vendor"]:
         result["vendor_check"] = [check_vendor(device, problem, case_name, 4242) for case_name in cases]
+        phases.lap("vendor_check")
     timing_case = request.get("timing_case")
     if timing_case:
         for baseline in kernels[1:]:  # a baseline must itself be right before it is a yardstick
@@ -477,6 +499,7 @@ def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, 
             profile(device, problem, kernels, timing_case, policy, result)
         except KernelFault as fault:
             result["findings"].append(_finding(fault.reason, "profile", str(fault), timing_case))
+        phases.lap("profile")
 
 
 def probe(request: dict[str, Any], result: dict[str, Any]) -> None:
