@@ -17,10 +17,10 @@ for stage in "$@"; do
     smoke) timeout 240 python3 -m klineage gate row_softmax row_softmax/naive --sanitize never ;;
     suite) timeout 420 python3 bench/gate_suite.py --out "$OUT/results" ;;
     multigpu) chmod -R a+rX /tmp/site
-      PATH=/tmp/site/pgserver/pginstall/bin:$PWD/.hostbin:$PATH timeout 540 python3 bench/multigpu.py --out "$OUT/results/multigpu.json" ;;
+      PATH=/tmp/site/pgserver/pginstall/bin:$PWD/.hostbin:$PATH timeout 540 python3 bench/multigpu.py ${MULTIGPU_ARGS:-} --out "$OUT/results/multigpu.json" ;;
     gputests) timeout 300 python3 -m pytest tests/test_gpu_gate.py -q -n 0 -p no:django -p no:cacheprovider -rA ;;
     example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only $stage ;;
-    *:*) timeout 200 python3 -m klineage gate "${stage%%:*}" "${stage#*:}" --sanitize never --record ;;
+    *:*) timeout ${GATE_TIMEOUT:-200} python3 -m klineage gate "${stage%%:*}" "${stage#*:}" --sanitize never --record ;;
   esac 2>&1 | tee -a "$OUT/log.txt" | tail -60
 done
 (cd "$OUT" && [ -d recorded ] && tar czf recorded.tgz recorded && rm -rf recorded)

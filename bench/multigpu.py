@@ -193,6 +193,7 @@ def _median_timings(timings: list[dict[str, float]]) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=1, help="policy variants per kernel, minus one (default 1)")
+    parser.add_argument("--no-cold", action="store_true", help="skip the run with a cold compile cache")
     parser.add_argument("--timeout", type=float, default=400.0, help="seconds allowed for one run")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "multigpu.json")
     args = parser.parse_args()
@@ -219,7 +220,7 @@ def main() -> int:
         services.migrate(database.config)
         versions = service_versions(server, redis_url)
         env = {**os.environ, "DATABASE_URL": database.url, "REDIS_URL": redis_url, "PYTHONUNBUFFERED": "1"}
-        plan = [("cold", gpus)] + [(f"warm-{n}", gpus[:n]) for n in range(1, len(gpus) + 1)]
+        plan = ([] if args.no_cold else [("cold", gpus)]) + [(f"warm-{n}", gpus[:n]) for n in range(1, len(gpus) + 1)]
         with GpuSampler() as sampler:
             for label, chosen in plan:
                 shutil.rmtree(cache / "verdicts", ignore_errors=True)

@@ -69,6 +69,7 @@ def run_sleep_payload(payload: dict[str, Any], channel: Channel) -> dict[str, An
         raise RuntimeError(str(payload["fail"]))
     return {"slept": seconds, "pid": os.getpid(), "echo": payload.get("echo"),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "sees_database_url": "DATABASE_URL" in os.environ}
 
 

@@ -62,6 +62,19 @@ def detect_capabilities(gpu: str | None, cpu_only: bool = False) -> Capabilities
     return Capabilities((Job.Needs.GPU, Job.Needs.CPU), visible, name, "found with nvidia-smi")
 
 
+def _child_env(capabilities: Capabilities) -> dict[str, str]:
+    """What a GPU worker's jobs are told: their GPU, its name (sparing each gate a call to nvidia-smi),
+    and a share of the CPU cores: the runner builds inputs on the CPU with torch, whose thread pool
+    otherwise takes every core, so the runners of a multi-GPU host would oversubscribe it."""
+    if not capabilities.gpu:
+        return {}
+    from klineage.gate import execute
+
+    threads = max(1, (os.cpu_count() or 1) // execute.gpu_count())
+    return {"CUDA_VISIBLE_DEVICES": capabilities.gpu, "KLINEAGE_GPU_NAME": capabilities.gpu_name,
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or str(threads)}
+
+
 def default_worker_id(gpu: str) -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{'gpu' + gpu if gpu else 'cpu'}:{uuid.uuid4().hex[:6]}"
 
@@ -122,9 +135,7 @@ class JobWorker:
         self.out = out
         self.install_signals = install_signals
         self.handlers = handler_table if handler_table is not None else handlers()
-        # The GPU's name is known: spare every job's gate a call to nvidia-smi to learn it again.
-        self.child_env = ({"CUDA_VISIBLE_DEVICES": capabilities.gpu, "KLINEAGE_GPU_NAME": capabilities.gpu_name}
-                          if capabilities.gpu else {})
+        self.child_env = _child_env(capabilities)
         # Without a cross-process layer (Redis) nobody outside this process hears events.
         self.publish = bool(getattr(settings, "KLINEAGE_CROSS_PROCESS_PROGRESS", False))
         self.stopping = False

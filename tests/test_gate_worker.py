@@ -241,6 +241,7 @@ def test_gpu_worker_takes_gpu_work_first_on_its_gpu(start_worker):
     assert first.status == second.status == Job.Status.SUCCEEDED
     assert first.started_at < second.started_at, "GPU work first"
     assert first.result["cuda_visible_devices"] == "3", "the job's process sees only the worker's GPU"
+    assert 1 <= int(first.result["omp_num_threads"]) <= os.cpu_count(), "CPU threads shared among the GPUs"
     assert first.result["sees_database_url"] is False, "the job's process gets none of the web server's secrets"
     assert worker.terminate() == 0
 

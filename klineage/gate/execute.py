@@ -205,6 +205,18 @@ def sanitize(tool: str, request: dict[str, Any], cubins: dict[str, bytes], polic
     return findings, report
 
 
+def gpu_count() -> int:
+    """GPUs on this host, whatever CUDA_VISIBLE_DEVICES says; 1 when nvidia-smi cannot tell."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 1
+    import subprocess
+
+    done = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
+                          timeout=30)
+    return max(1, sum(1 for line in done.stdout.splitlines() if line.strip()))
+
+
 def gpu_name() -> str:
     """The name of the GPU the runner will use; an error when there is none."""
     explicit = os.environ.get("KLINEAGE_GPU_NAME", "").strip()

@@ -19,7 +19,7 @@ from typing import Callable
 # Variables a CUDA program needs; everything else (API keys, tokens, database URLs) stays out.
 PASSED_THROUGH = ("PATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
                   "NVIDIA_VISIBLE_DEVICES", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-                  "NVSHMEM_DISABLE_NVLS", "PYTHONPATH", "TMPDIR")
+                  "NVSHMEM_DISABLE_NVLS", "PYTHONPATH", "TMPDIR", "OMP_NUM_THREADS")
 
 
 class Exit(str, Enum):
