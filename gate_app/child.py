@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -49,6 +50,37 @@ def run_gate_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any
     return verdict.to_dict()
 
 
+_ACCEPTED = re.compile(r"step (\d+): accepted ")  # the walker's progress line for an accepted step
+
+
+def _rewriter(name: str) -> Any:
+    """None is the rule rewriter over the catalog; "llm" reads its settings from the environment."""
+    if name != "llm":
+        return None
+    from klineage.rewriters.llm import LLMRewriter
+
+    return LLMRewriter()
+
+
+def run_walk_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    """Walk a bundled expert backward; the result is the lineage document."""
+    from klineage import corpus
+    from klineage.config import GateMode
+    from klineage.walk.walker import walk
+
+    expert = corpus.kernel_entry(payload["kernel"]).load()
+    max_steps = int(payload["max_steps"])
+
+    def progress(stage: str, message: str) -> None:
+        accepted = _ACCEPTED.match(message)
+        channel.progress(stage, message, min(0.95, (int(accepted.group(1)) + 1) / max_steps) if accepted else None)
+
+    lineage = walk(corpus.problem_path(payload["problem"]), expert, _rewriter(payload.get("rewriter", "rules")),
+                   gate_mode=GateMode(payload["mode"]), max_steps=max_steps,
+                   max_rejections=int(payload["max_rejections"]), progress=progress)
+    return lineage.to_dict()
+
+
 def run_sleep_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
     """Test-only work: sleeps in steps, optionally beside a grandchild in its own session (as the
     engine's sandboxed runner is), whose pid it reports so a test can see it die."""
@@ -75,6 +107,7 @@ def run_sleep_payload(payload: dict[str, Any], channel: Channel) -> dict[str, An
 
 RUNNERS: dict[str, Callable[[dict[str, Any], Channel], dict[str, Any]]] = {
     "gate": run_gate_payload,
+    "walk": run_walk_payload,
     "sleep": run_sleep_payload,
 }
 

@@ -15,6 +15,7 @@ secret key generated on first start and kept in the data dir. An empty variable 
 - KLINEAGE_CSRF_TRUSTED_ORIGINS  comma-separated origins, e.g. https://klineage.example.org
 - KLINEAGE_HTTPS                 boolean, default off: served over HTTPS, so cookies are secure
 - KLINEAGE_JOB_TEST_HANDLERS     boolean, default off: the test suite's `sleep` job kind
+- KLINEAGE_GPU_JOB_QUOTA         integer >= 1, default 4: GPU jobs one user may have queued or running
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class WebEnv:
     csrf_trusted_origins: list[str]
     https: bool
     job_test_handlers: bool = False
+    gpu_job_quota: int = 4
 
 
 def load(environ: Mapping[str, str] = os.environ) -> WebEnv:
@@ -69,6 +71,7 @@ def load(environ: Mapping[str, str] = os.environ) -> WebEnv:
         csrf_trusted_origins=env_list(environ, "KLINEAGE_CSRF_TRUSTED_ORIGINS", ""),
         https=env_bool(environ, "KLINEAGE_HTTPS", False),
         job_test_handlers=env_bool(environ, "KLINEAGE_JOB_TEST_HANDLERS", False),
+        gpu_job_quota=env_positive_int(environ, "KLINEAGE_GPU_JOB_QUOTA", 4),
     )
 
 
@@ -89,6 +92,15 @@ def env_bool(environ: Mapping[str, str], name: str, default: bool) -> bool:
     raise ImproperlyConfigured(
         f"{name}={raw!r} is not a boolean: use 1/true/yes/on or 0/false/no/off"
     )
+
+
+def env_positive_int(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = _get(environ, name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a whole number of at least 1")
+    return int(raw)
 
 
 def env_list(environ: Mapping[str, str], name: str, default: str) -> list[str]:

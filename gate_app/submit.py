@@ -1,0 +1,109 @@
+"""Walks and optimizations as people submit them (the /optimize/ page and POST /api/jobs/): checked
+parameters, and a per-user quota of GPU jobs enforced in the database.
+
+The quota is counted inside the transaction that queues the job, after locking the submitter's
+user row, so two submissions racing each other are counted one after the other: on PostgreSQL
+the second waits for the first to commit (SELECT ... FOR UPDATE) and then sees its job; SQLite
+takes its write lock at BEGIN (transaction_mode IMMEDIATE), which serialises them the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from gate_app import queue
+from gate_app.handlers import GATE_MODES, gate_needs
+from gate_app.models import Job
+
+REWRITERS = ("rules", "llm")
+WALK_LIMITS = {"max_steps": (1, 64), "max_rejections": (1, 32)}
+
+
+class QuotaExceeded(queue.QueueError):
+    """The submitter already has as many GPU jobs queued or running as the quota allows."""
+
+
+def llm_configured() -> bool:
+    """The LLM rewriter is offered only where a model is configured (KLINEAGE_LLM_MODEL)."""
+    from klineage import config
+
+    return bool(config.llm_model())
+
+
+def bundled_kernels() -> list[str]:
+    from klineage import corpus
+
+    return [entry.name for entry in corpus.list_kernels()]
+
+
+def bundled_problems() -> list[str]:
+    from klineage import corpus
+
+    return [path.stem for path in corpus.list_problems()]
+
+
+def _bundled(problem: str | None, kernel: str) -> str:
+    """The problem's bundled name, checked with the kernel (by name only: never a path on the
+    server); default: the kernel's own problem."""
+    from klineage import corpus
+    from klineage.errors import KLineageError
+
+    if kernel not in bundled_kernels():
+        raise queue.QueueError(f"no bundled kernel {kernel!r} (see the Kernels page)")
+    if not problem:
+        try:
+            problem = corpus.kernel_entry(kernel).load().plan.problem
+        except KLineageError as exc:
+            raise queue.QueueError(str(exc)) from None
+    if problem not in bundled_problems():
+        raise queue.QueueError(f"no bundled problem {problem!r} (bundled: {', '.join(bundled_problems())})")
+    return problem
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise queue.QueueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+    return value
+
+
+def _whole(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise queue.QueueError(f"{name} must be a whole number from {low} to {high}, not {value!r}")
+    return value
+
+
+def _rewriter(value: Any) -> str:
+    rewriter = _choice("rewriter", value, REWRITERS)
+    if rewriter == "llm" and not llm_configured():
+        raise queue.QueueError("the LLM rewriter is not configured here (set KLINEAGE_LLM_MODEL and "
+                               "KLINEAGE_LLM_BASE_URL where the web server and workers run); use rules")
+    return rewriter
+
+
+def walk_params(kernel: str, *, problem: str | None = None, rewriter: str = "rules", mode: str = "gpu",
+                max_steps: int = 16, max_rejections: int = 4) -> dict[str, Any]:
+    """Checked parameters of a backward walk of a bundled expert kernel."""
+    return {"problem": _bundled(problem, kernel), "kernel": kernel, "rewriter": _rewriter(rewriter),
+            "mode": _choice("mode", mode, GATE_MODES),
+            "max_steps": _whole("max_steps", max_steps, *WALK_LIMITS["max_steps"]),
+            "max_rejections": _whole("max_rejections", max_rejections, *WALK_LIMITS["max_rejections"])}
+
+
+def submit(kind: str, params: dict[str, Any], *, owner) -> Job:
+    """Queue a checked walk or optimization for `owner`; QuotaExceeded when a GPU job would take
+    them past KLINEAGE_GPU_JOB_QUOTA jobs queued or running."""
+    needs = gate_needs(params["mode"])
+    with transaction.atomic():
+        if needs == Job.Needs.GPU:
+            list(get_user_model().objects.select_for_update().filter(pk=owner.pk).values_list("pk", flat=True))
+            held = Job.objects.filter(owner=owner, needs=Job.Needs.GPU,
+                                      status__in=(Job.Status.QUEUED, Job.Status.RUNNING)).count()
+            quota = settings.KLINEAGE_GPU_JOB_QUOTA
+            if held >= quota:
+                raise QuotaExceeded(f"you have {held} GPU job(s) queued or running and the quota is {quota}: "
+                                    "wait for one to finish, cancel one, or submit in compile or replay mode")
+        return queue.enqueue(kind, params, owner=owner, needs=needs)
