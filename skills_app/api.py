@@ -10,7 +10,7 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.routers import DefaultRouter
 
 from skills_app import filters, serializers
-from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Review, Verdict
+from skills_app.models import CardTrial, Kernel, KernelState, Lineage, LineageStep, Problem, Review, SkillCard, Verdict
 
 # A kernel's name is a corpus path such as row_softmax/naive: slashes allowed, dots not.
 KERNEL_NAME_PATTERN = r"[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)*"
@@ -159,3 +159,26 @@ class ReviewViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
 router.register("lineages", LineageViewSet, basename="lineage")
 router.register("lineage-steps", LineageStepViewSet, basename="lineage-step")
 router.register("reviews", ReviewViewSet, basename="review")
+
+
+class SkillCardViewSet(_ReadOnly):
+    """Skill cards by short id (the first 12 hex digits of the card id); the detail holds the whole card
+    document and its verification trials."""
+
+    queryset = SkillCard.objects.all()
+    serializer_class = serializers.SkillCardSerializer
+    detail_serializer_class = serializers.SkillCardDetailSerializer
+    filterset_class = filters.SkillCardFilter
+    lookup_field = "short_id"
+    lookup_value_regex = "[0-9a-f]{12}"
+    ordering_fields = ["median_gain", "transform", "card_id", "status", "imported_at"]
+    ordering = [F("median_gain").desc(nulls_last=True), "transform", "card_id"]
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        if self.action == "list":
+            return queryset.defer("document", "search_text")
+        return queryset.prefetch_related(Prefetch("trials", queryset=CardTrial.objects.order_by("created", "id")))
+
+
+router.register("cards", SkillCardViewSet, basename="card")

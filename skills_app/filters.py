@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import django_filters as filters
 from django.db.models import Q, QuerySet
 
 from klineage.launch import ARCHES
-from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Verdict
+from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, SkillCard, Verdict
 
 NO_VERDICT = "none"
 LATEST_STATUS_CHOICES = [*Verdict.StatusChoices.choices, (NO_VERDICT, "no verdict yet")]
@@ -109,3 +111,35 @@ class LineageStepFilter(filters.FilterSet):
     class Meta:
         model = LineageStep
         fields = ["lineage", "kind", "transform", "forward_status", "category", "problem", "reviewed"]
+
+
+class SkillCardFilter(filters.FilterSet):
+    """List fields (operators, features) are JSON lists of texts: a value matches as a whole JSON string."""
+
+    status = filters.ChoiceFilter(choices=SkillCard.Status.choices)
+    operator = filters.CharFilter(method="filter_listed", field_name="operators",
+                                  help_text="an operator in the card's scope, e.g. row_softmax")
+    surface = filters.CharFilter(help_text="the anchor kind the card acts on: loop, function, parameter ...")
+    platform = filters.CharFilter(help_text="e.g. sm90")
+    transform = filters.CharFilter()
+    intent = filters.CharFilter(lookup_expr="icontains", help_text="part of the intent sentence")
+    feature = filters.CharFilter(method="filter_feature",
+                                 help_text="a feature (locus/name, e.g. kernel/launch_bounds) the card requires or provides")
+    q = filters.CharFilter(method="filter_search",
+                           help_text="words that must all appear in the intent, anchor or transform")
+
+    class Meta:
+        model = SkillCard
+        fields = ["status", "operator", "surface", "platform", "transform", "intent", "feature", "q"]
+
+    def filter_listed(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        return queryset.filter(**{f"{name}__icontains": json.dumps(value)})
+
+    def filter_feature(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        text = json.dumps(value)
+        return queryset.filter(Q(requires__icontains=text) | Q(provides__icontains=text))
+
+    def filter_search(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        for word in value.lower().split():
+            queryset = queryset.filter(search_text__contains=word)
+        return queryset

@@ -333,3 +333,82 @@ class Review(models.Model):
 
     def __str__(self) -> str:
         return f"{self.verdict} by {self.reviewer_id} on step {self.step_id}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The skill library: cards lifted from lineages, and the roundtrip trials that admit them.
+
+
+class SkillCard(models.Model):
+    """A skill card (klineage.skills.card.SkillCard), whole, keyed by its content id, with what the
+    library filters and sorts on lifted out of it. Features are `locus/name` texts."""
+
+    class Status(models.TextChoices):
+        CANDIDATE = "candidate", "candidate"
+        ADMITTED = "admitted", "admitted"
+        RETIRED = "retired", "retired"
+
+    card_id = models.CharField(max_length=FINGERPRINT_LENGTH, unique=True, help_text="sha256 of the card's identity")
+    short_id = models.CharField(max_length=12, unique=True)
+    status = models.CharField(max_length=12, choices=Status.choices)
+    transform = models.CharField(max_length=100)
+    intent = models.TextField()
+    surface = models.CharField(max_length=40, help_text="the anchor kind: loop, function, parameter ...")
+    platform = models.CharField(max_length=40)
+    operators = models.JSONField(default=list)
+    dtypes = models.JSONField(default=list, blank=True)
+    requires = models.JSONField(default=list, blank=True)
+    provides = models.JSONField(default=list, blank=True)
+    conflicts = models.JSONField(default=list, blank=True)
+    median_gain = models.FloatField(null=True, blank=True,
+                                    help_text="median child/parent time ratio over the effects; null if untimed")
+    precondition_count = models.PositiveIntegerField(default=0)
+    risk_count = models.PositiveIntegerField(default=0)
+    search_text = models.TextField(help_text="intent, anchor snippet and transform, lower case, for search")
+    document = models.JSONField(help_text="SkillCard.to_dict(), whole")
+    digest = models.CharField(max_length=FINGERPRINT_LENGTH, help_text="sha256 of the document")
+    library_created = models.DateTimeField(null=True, blank=True,
+                                           help_text="when the library document it came from was written")
+    imported_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = [models.F("median_gain").desc(nulls_last=True), "transform", "card_id"]
+        indexes = [
+            models.Index(fields=["status", "transform"], name="skills_card_status"),
+            models.Index(fields=["surface"], name="skills_card_surface"),
+            models.Index(fields=["platform"], name="skills_card_platform"),
+            models.Index(fields=["transform", "card_id"], name="skills_card_transform"),
+            models.Index(fields=["-median_gain", "transform", "card_id"], name="skills_card_gain"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.transform} ({self.short_id})"
+
+    def to_document(self) -> dict[str, Any]:
+        """The engine's SkillCard.to_dict(); SkillCard.from_dict accepts it."""
+        return dict(self.document)
+
+
+class CardTrial(models.Model):
+    """One roundtrip trial of a card: materialized on a target state outside its lineages and gated."""
+
+    class Outcome(models.TextChoices):
+        PASSED = "passed", "passed"
+        FAILED = "failed", "failed"
+
+    card = models.ForeignKey(SkillCard, on_delete=models.CASCADE, related_name="trials")
+    outcome = models.CharField(max_length=8, choices=Outcome.choices)
+    target = models.CharField(max_length=FINGERPRINT_LENGTH, help_text="the kernel state it was applied to")
+    verdict_key = models.CharField(max_length=FINGERPRINT_LENGTH, blank=True, default="",
+                                   help_text="the gate verdict on the result, when recorded")
+    ratio = models.FloatField(null=True, blank=True, help_text="child/parent time ratio; null if untimed")
+    message = models.TextField(blank=True, default="")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["card", "created", "id"]
+        indexes = [models.Index(fields=["card", "outcome"], name="skills_trial_card")]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} trial of {self.card_id} on {self.target[:12]}"

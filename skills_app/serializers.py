@@ -8,7 +8,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Review, Verdict
+from skills_app.models import CardTrial, Kernel, KernelState, Lineage, LineageStep, Problem, Review, SkillCard, Verdict
 
 
 class ProblemSerializer(serializers.ModelSerializer):
@@ -165,3 +165,38 @@ class LineageStepSerializer(serializers.ModelSerializer):
 class LineageStepDetailSerializer(LineageStepSerializer):
     class Meta(LineageStepSerializer.Meta):
         fields = [*LineageStepSerializer.Meta.fields, "backward_diff", "forward_diff"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The skill library.
+
+
+class CardTrialSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = CardTrial
+        fields = ["outcome", "target", "verdict_key", "ratio", "message", "created"]
+
+
+class SkillCardSerializer(serializers.ModelSerializer):
+    id = serializers.CharField(source="card_id", read_only=True)
+    page = serializers.SerializerMethodField()
+
+    class Meta:
+        model = SkillCard
+        fields = ["id", "short_id", "status", "transform", "intent", "surface", "platform", "operators", "dtypes",
+                  "requires", "provides", "conflicts", "median_gain", "precondition_count", "risk_count", "page",
+                  "imported_at", "updated_at"]
+
+    def get_page(self, card: SkillCard) -> str:
+        return reverse("skills:card", args=[card.short_id])
+
+
+class SkillCardDetailSerializer(SkillCardSerializer):
+    trials = CardTrialSerializer(many=True, read_only=True)
+    skillmd = serializers.SerializerMethodField(help_text="the card's SKILL.md")
+
+    class Meta(SkillCardSerializer.Meta):
+        fields = [*SkillCardSerializer.Meta.fields, "skillmd", "trials", "document"]
+
+    def get_skillmd(self, card: SkillCard) -> str:
+        return reverse("skills:card-skillmd", args=[card.short_id])

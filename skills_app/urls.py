@@ -1,11 +1,13 @@
 from django.urls import path
 
-from skills_app import lineage_views, views
+from skills_app import library_views, lineage_views, views
 
 app_name = "skills"
 
 urlpatterns = [
-    path("library/", views.library, name="library"),
+    path("library/", library_views.library, name="library"),
+    path("library/<str:short_id>/", library_views.card, name="card"),
+    path("library/<str:short_id>/SKILL.md", library_views.card_skillmd, name="card-skillmd"),
     path("kernels/", views.kernels, name="kernels"),
     # Kernel names are corpus paths (row_softmax/naive, adversarial/hang).
     path("kernels/<path:name>/", views.kernel, name="kernel"),

@@ -16,20 +16,12 @@ from django.views.decorators.http import require_GET
 
 from klineage.launch import ARCHES
 from klineage_web.access import read_access
-from klineage_web.views import pending_section
 from skills_app import presenters
 from skills_app.filters import LATEST_STATUS_CHOICES, SUITE_CHOICES, KernelFilter, VerdictFilter
 from skills_app.highlight import highlight_lines
 from skills_app.models import Kernel, KernelState, Problem, Verdict
 
 PAGE_SIZE = 50
-
-library = pending_section(
-    "Library",
-    "Admitted skill cards: what each optimization needs to hold, what it gained, how it failed "
-    "without its preconditions, and the lineages it was learned from.",
-)
-
 
 @require_GET
 @read_access

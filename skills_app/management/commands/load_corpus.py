@@ -1,16 +1,17 @@
-"""`manage.py load_corpus`: bring the bundled corpus and recorded verdicts into the database."""
+"""`manage.py load_corpus`: bring the bundled corpus, recorded verdicts and skill library into the database."""
 
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from skills_app.importer import ImportRefused, import_corpus
+from skills_app.card_import import STALE, import_library_files
+from skills_app.importer import CREATED, UNCHANGED, UPDATED, ImportRefused, import_corpus
 
 
 class Command(BaseCommand):
     help = ("Import bundled problems (probed in the sandbox), kernels with the adversarial suite, committed "
-            "lineages (corpus/lineages/*.json) and "
-            "recorded verdicts. Idempotent and quick when nothing changed; a malformed document "
+            "lineages (corpus/lineages/*.json), recorded verdicts and skill libraries (corpus/library/*.json). "
+            "Idempotent and quick when nothing changed; a malformed document "
             "stores nothing and names its file.")
 
     def add_arguments(self, parser):
@@ -29,3 +30,9 @@ class Command(BaseCommand):
             self.stdout.write(self.style.WARNING(
                 "some recorded verdicts name kernel states not in the corpus (changed since they were "
                 "recorded); they are kept and attach if those states are imported"))
+        try:
+            cards = import_library_files(options["corpus"])
+        except ImportRefused as exc:
+            raise CommandError(f"no skill cards imported (the corpus above was): {exc}") from None
+        self.stdout.write(f"skill cards: {sum(cards.values())} ({cards[CREATED]} new, {cards[UPDATED]} updated, "
+                          f"{cards[UNCHANGED]} unchanged, {cards[STALE]} older than stored)")

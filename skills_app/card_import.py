@@ -1,0 +1,144 @@
+"""Import skill library documents: `{"version": 1, "provenance": {...}, "cards": [SkillCard.to_dict(), ...]}`.
+
+Every card is checked by the engine's `SkillCard.from_dict` (which also checks that its id matches
+its content) before anything is written; a malformed document refuses the whole import with a
+message naming the card and field, and stores nothing. Cards are keyed by id: importing the same
+document again changes nothing; a card whose document changed (it gathered evidence, was admitted)
+is updated, unless the library it comes from is older (`provenance.created`) than the one that
+stored it. A card's trials are its `verification_log`, replaced whenever the card is updated.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+
+from klineage.errors import KLineageError
+from klineage.fingerprint import sha256_json
+from klineage.skills.card import SHORT_ID
+from klineage.skills.card import SkillCard as EngineCard
+from klineage import config
+from skills_app.importer import (CREATED, UNCHANGED, UPDATED, ImportRefused, _describe, _display, _require_json,
+                                _timestamp)
+from skills_app.models import CardTrial, SkillCard
+
+LIBRARY_VERSION = 1
+LIBRARY_KEYS = ("version", "provenance", "cards")
+STALE = "stale"  # an older library's copy of a card stored from a newer one: left as it is
+
+
+def parse_library(document: Any, where: str = "library") -> tuple[list[EngineCard], dict[str, Any]]:
+    """The cards of a library document and its provenance, each card checked by the engine."""
+    if not isinstance(document, dict):
+        raise ImportRefused(where, f"a library document is a JSON object, not {type(document).__name__}")
+    missing = [k for k in LIBRARY_KEYS if k not in document]
+    unknown = sorted(set(document) - set(LIBRARY_KEYS))
+    if missing or unknown:
+        raise ImportRefused(where, f"missing {missing}" if missing else f"unknown keys {unknown}")
+    if document["version"] != LIBRARY_VERSION:
+        raise ImportRefused(where, f"unsupported version {document['version']!r} (this is {LIBRARY_VERSION})")
+    if not isinstance(document["provenance"], dict):
+        raise ImportRefused(f"{where}: provenance", "must be an object")
+    if not isinstance(document["cards"], list):
+        raise ImportRefused(f"{where}: cards", "must be a list")
+    cards, seen = [], set()
+    for position, data in enumerate(document["cards"]):
+        label = f"{where}: cards[{position}]"
+        try:
+            card = EngineCard.from_dict(data, "card")
+        except KLineageError as exc:
+            raise ImportRefused(label, f"not a valid skill card: {exc}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ImportRefused(label, f"not a skill card: {_describe(exc)}") from None
+        if card.id in seen:
+            raise ImportRefused(label, f"card {card.short_id} appears more than once")
+        seen.add(card.id)
+        cards.append(card)
+    return cards, document["provenance"]
+
+
+def import_library(document: Any, *, where: str = "library") -> Counter:
+    """Import one library document, all or nothing; counts of created / updated / unchanged / stale cards."""
+    cards, provenance = parse_library(document, where)
+    created = _timestamp(provenance.get("created"), f"{where}: provenance")
+    counts: Counter = Counter()
+    with transaction.atomic():
+        for card in cards:
+            counts[store_card(card, library_created=created, where=f"{where}: card {card.short_id}")] += 1
+    return counts
+
+
+def read_library(path: Path, where: str) -> dict[str, Any]:
+    """A library file's JSON, checked (not stored)."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ImportRefused(where, f"not JSON: {exc}") from None
+    parse_library(document, where)
+    return document
+
+
+def store_card(card: EngineCard, *, library_created=None, where: str = "card") -> str:
+    """Store one checked card; the caller holds the transaction."""
+    data = card.to_dict()
+    _require_json(data, where)
+    digest = sha256_json(data)
+    existing = SkillCard.objects.filter(card_id=card.id).first()
+    if existing is not None:
+        if existing.digest == digest:
+            return UNCHANGED
+        if existing.library_created and library_created and library_created < existing.library_created:
+            return STALE
+    values = {
+        "short_id": card.id[:SHORT_ID],
+        "status": card.status.value,
+        "transform": card.transform,
+        "intent": card.intent,
+        "surface": card.anchor.kind,
+        "platform": card.scope.platform,
+        "operators": list(card.scope.operators),
+        "dtypes": list(card.scope.dtypes),
+        "requires": _features(card.requires),
+        "provides": _features(card.provides),
+        "conflicts": _features(card.conflicts),
+        "median_gain": statistics.median(e.ratio for e in card.effects) if card.effects else None,
+        "precondition_count": len(card.preconditions),
+        "risk_count": len(card.risks),
+        "search_text": " ".join((card.intent, card.anchor.snippet, card.anchor.key, card.transform)).lower(),
+        "document": data,
+        "digest": digest,
+        "library_created": library_created,
+    }
+    if existing is None:
+        row, action = SkillCard.objects.create(card_id=card.id, **values), CREATED
+    else:
+        for name, value in values.items():
+            setattr(existing, name, value)
+        existing.save()
+        row, action = existing, UPDATED
+        row.trials.all().delete()
+    CardTrial.objects.bulk_create([
+        CardTrial(card=row, outcome=CardTrial.Outcome.PASSED if t.passed else CardTrial.Outcome.FAILED,
+                  target=t.state, ratio=t.ratio, message=t.message) for t in card.verification_log])
+    return action
+
+
+def _features(features) -> list[str]:
+    return [f"{f.locus}/{f.name}" for f in sorted(features)]
+
+
+def import_library_files(corpus_root: Path | None = None) -> Counter:
+    """Every `library/*.json` under the corpus, all checked before any is stored, in one transaction."""
+    corpus_root = Path(corpus_root or config.corpus_dir())
+    documents = [(read_library(path, _display(path)), _display(path))
+                 for path in sorted((Path(corpus_root) / "library").glob("*.json"))]
+    counts: Counter = Counter()
+    with transaction.atomic():
+        for document, where in documents:
+            counts.update(import_library(document, where=where))
+    return counts

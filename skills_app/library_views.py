@@ -1,0 +1,175 @@
+"""The skill library: a filtered, sorted list of cards, one page per card, and its SKILL.md.
+
+The list reads the lifted columns only (never the card documents); the card page reads one
+document and resolves its lineage refs (`expert@fingerprint:gate`, see
+`klineage.skills.induction.lineage_id`) to the stored lineage steps, so risks and evidence link to
+the rejected attempt or accepted step on its lineage page.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.db.models import Count, F, Prefetch, Q
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from klineage.skills import skillmd
+from klineage.skills.card import SkillCard as EngineCard
+from klineage_web.access import read_access
+from skills_app.filters import SkillCardFilter
+from skills_app.highlight import highlight_lines
+from skills_app.lineage_views import diff_lines
+from skills_app.models import LineageStep, Review, SkillCard
+
+PAGE_SIZE = 50
+SORTS = {
+    "gain": ("measured gain", [F("median_gain").desc(nulls_last=True), "transform", "card_id"]),
+    "transform": ("transform", ["transform", "card_id"]),
+    "id": ("card id", ["card_id"]),
+}
+FILTERS = ("q", "status", "operator", "surface", "platform", "intent", "feature", "sort")
+STEP_KINDS = {"transition": LineageStep.Kind.ACCEPTED, "rejection": LineageStep.Kind.REJECTED}
+
+
+@require_GET
+@read_access
+def library(request):
+    sort = request.GET.get("sort") if request.GET.get("sort") in SORTS else "gain"
+    queryset = SkillCard.objects.only("card_id", "short_id", "status", "transform", "intent", "surface", "platform",
+                                      "operators", "median_gain", "precondition_count", "risk_count")
+    found = SkillCardFilter(request.GET, queryset=queryset)
+    rows = found.qs.order_by(*SORTS[sort][1]) if found.is_valid() else queryset.none()
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    without_status = request.GET.copy()
+    without_status.pop("status", None)
+    by_status = SkillCardFilter(without_status, queryset=SkillCard.objects.all())
+    counts = dict(by_status.qs.order_by().values_list("status").annotate(n=Count("id"))) if by_status.is_valid() else {}
+    query = request.GET.copy()
+    query.pop("page", None)
+    status_query = without_status.copy()
+    status_query.pop("page", None)
+    return render(request, "skills/library.html", {
+        "filter": found,
+        "page": page,
+        "query": query.urlencode(),
+        "status_query": status_query.urlencode(),
+        "status_counts": [{"status": value, "count": counts.get(value, 0)} for value, _ in SkillCard.Status.choices],
+        "operators": _operators(),
+        "surfaces": SkillCard.objects.order_by("surface").values_list("surface", flat=True).distinct(),
+        "platforms": SkillCard.objects.order_by("platform").values_list("platform", flat=True).distinct(),
+        "statuses": SkillCard.Status.choices,
+        "sorts": [(key, label) for key, (label, _) in SORTS.items()],
+        "sort": sort,
+        "selected": {key: request.GET.get(key, "") for key in FILTERS},
+        "total": SkillCard.objects.count(),
+    })
+
+
+@require_GET
+@read_access
+def card(request, short_id: str):
+    row = get_object_or_404(SkillCard, short_id=short_id)
+    document = row.document
+    steps = _resolve([*document["evidence"], *(ref for risk in document["risks"] for ref in risk["evidence"])])
+    anchor = document["anchor"]
+    return render(request, "skills/card.html", {
+        "card": row,
+        "document": document,
+        "anchor": anchor,
+        "snippet": highlight_lines(anchor["snippet"]) if anchor["snippet"] else [],
+        "vector": diff_lines(document["vector"]),
+        "preconditions": document["preconditions"],
+        "effects": effect_chart(document["effects"]),
+        "risks": [{**risk, "links": [_link(ref, steps) for ref in risk["evidence"]]} for risk in document["risks"]],
+        "evidence": [_link(ref, steps) for ref in document["evidence"]],
+        "scope": document["scope"],
+        "carrier": [(key, ", ".join(json.dumps(v) for v in values)) for key, values in document["carrier"].items()],
+        "trials": row.trials.order_by("created", "id"),
+        "reviews": sorted((review for step in steps.values() for review in step.reviews.all()),
+                          key=lambda r: (r.created, r.id), reverse=True),
+    })
+
+
+@require_GET
+@read_access
+def card_skillmd(request, short_id: str):
+    row = get_object_or_404(SkillCard, short_id=short_id)
+    engine_card = EngineCard.from_dict(row.to_document())
+    response = HttpResponse(skillmd.render(engine_card), content_type="text/markdown; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{skillmd.skill_dir(engine_card)}-SKILL.md"'
+    return response
+
+
+def effect_chart(effects: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per-case bars of the child/parent time ratio (> 1 is faster), the trials' range as a whisker,
+    and the 1.0 line, in SVG user units (a 400-wide view box, one 22-unit row per effect)."""
+    if not effects:
+        return None
+    left, span, row_height = 130, 200, 22
+    scale = max([1.0, *(e["ratio"] for e in effects), *(r for e in effects for r in e["per_trial"])]) * 1.1
+    bars = []
+    for i, effect in enumerate(effects):
+        trials = effect["per_trial"] or [effect["ratio"]]
+        bars.append({
+            "label": f"{effect['operator']}/{effect['case']}",
+            "ratio": effect["ratio"],
+            "faster": effect["ratio"] >= 1.0,
+            "y": i * row_height + 4,
+            "text_y": i * row_height + 15,
+            "width": round(span * effect["ratio"] / scale, 1),
+            "low": round(left + span * min(trials) / scale, 1),
+            "high": round(left + span * max(trials) / scale, 1),
+            "whisker_y": i * row_height + 11,
+            "value_x": round(left + span * max(effect["ratio"], *trials) / scale + 6, 1),
+        })
+    height = len(effects) * row_height + 6
+    return {"bars": bars, "left": left, "one": round(left + span / scale, 1), "height": height}
+
+
+def _operators() -> list[str]:
+    """Every operator named in some card's scope (cards usually share a handful of scope lists)."""
+    lists = SkillCard.objects.order_by().values_list("operators", flat=True).distinct()
+    return sorted({name for names in lists for name in names})
+
+
+def _lineage_filter(key: str) -> Q | None:
+    """`expert@fingerprint-prefix:gate` as a lookup on a step's lineage."""
+    name, _, rest = key.rpartition("@")
+    prefix, _, gate = rest.partition(":")
+    if not name or not prefix or not gate:
+        return None
+    return Q(lineage__expert_name=name, lineage__expert_state__fingerprint__startswith=prefix, lineage__gate_mode=gate)
+
+
+def _resolve(refs: list[dict[str, Any]]) -> dict[tuple[str, str, int], LineageStep]:
+    """(ref lineage, ref kind, index) -> the stored step, from the newest matching lineage."""
+    wanted = {(r["lineage"], r["kind"], r["index"]) for r in refs}
+    lookups = {key: _lineage_filter(key) for key in {r["lineage"] for r in refs}}
+    found: dict[tuple[str, str, int], LineageStep] = {}
+    for key, lookup in lookups.items():
+        if lookup is None:
+            continue
+        steps = (LineageStep.objects.filter(lookup).select_related("lineage")
+                 .defer("lineage__document", "backward_diff", "forward_diff")
+                 .prefetch_related(Prefetch("reviews", queryset=Review.objects.select_related("reviewer")))
+                 .order_by("-lineage__imported_at", "lineage_id", "kind", "index"))
+        for step in steps:
+            ref = (key, "transition" if step.accepted else "rejection", step.index)
+            if ref in wanted and ref not in found:
+                found[ref] = step
+    return found
+
+
+def _link(ref: dict[str, Any], steps: dict[tuple[str, str, int], LineageStep]) -> dict[str, Any]:
+    step = steps.get((ref["lineage"], ref["kind"], ref["index"]))
+    label = f"{ref['lineage']} {'step' if ref['kind'] == 'transition' else 'rejected attempt'} {ref['index']}"
+    if step is None:
+        return {"label": label, "url": None, "step": None}
+    kind = STEP_KINDS[ref["kind"]]
+    url = reverse("skills:lineage", args=[step.lineage_id]) + f"#step-{kind}-{step.index}"
+    return {"label": label, "url": url, "step": step}

@@ -1,0 +1,87 @@
+"""Skill cards for the library's tests, induced from real lineages.
+
+`timed_lineage()` is the committed dry walk of row_softmax/warp_vec4 as a GPU walk would leave it
+(every state passed its aligned cases, three forward steps timed) with one refused unroll that
+failed the ragged and narrow cases; `induce` lifts it into four cards, two with a risk and a
+precondition, three with effects. `many_cards(n)` varies those real card dicts (transform, scope,
+intent, effects, status) into n distinct valid cards, their ids derived from their content.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from typing import Any
+
+from klineage.config import GateMode
+from klineage.gate.verdict import Reason, Status
+from klineage.lineage import (CaseOutcome, CaseResult, Evidence, ForwardCheck, ForwardStatus, Lineage, PairedTiming,
+                              Rejection, RejectionCategory, VerdictSummary)
+from klineage.skills.card import SkillCard
+from klineage.skills.induction import induce
+from klineage.transforms.base import Anchor
+from lineage_data import DRY_WALK
+
+CASES = {  # corpus/problems/row_softmax.py
+    "headline": {"rows": 16384, "cols": 4096},
+    "ragged": {"rows": 1000, "cols": 3001},
+    "long_rows": {"rows": 7, "cols": 9973},
+    "narrow": {"rows": 4099, "cols": 30},
+    "mid_aligned": {"rows": 2053, "cols": 1540},
+    "small": {"rows": 33, "cols": 257},
+}
+ALIGNED = ("headline", "mid_aligned")
+TIMINGS = {0: (1.08, 1.07, 1.08, 1.10), 1: (1.02, 1.01, 1.03, 1.02), 6: (0.97, 0.96, 0.98, 0.97)}
+
+
+def timed_lineage() -> Lineage:
+    dry = Lineage.load(DRY_WALK)
+    results = tuple(CaseResult(c, CaseOutcome.PASSED if c in ALIGNED else CaseOutcome.NOT_RUN) for c in CASES)
+    states = tuple(dataclasses.replace(s, verdict=VerdictSummary(Status.PASSED, None, results)) for s in dry.states)
+    transitions = []
+    for t in dry.transitions:
+        if t.index in TIMINGS:
+            overall, *trials = TIMINGS[t.index]
+            timing = PairedTiming(overall, tuple(trials))
+            status = ForwardStatus.VERIFIED if timing.accepted else ForwardStatus.SLOWER
+            t = dataclasses.replace(t, forward=ForwardCheck(status, "timed", timing))
+        transitions.append(t)
+    rejection = Rejection(1, dry.chain[1], "unroll", Anchor("softmax_row", "loop", "i#0:unroll"),
+                          RejectionCategory.INCORRECT, Reason.INCORRECT, ("ragged", "narrow"),
+                          Evidence(message="max abs err 0.3 at row 7", stage="correctness", case="ragged"))
+    return dataclasses.replace(dry, gate=GateMode.GPU, states=states, transitions=tuple(transitions),
+                               rejections=(rejection,), stats=dataclasses.replace(dry.stats, rejected=1))
+
+
+def real_cards() -> list[SkillCard]:
+    return induce([timed_lineage()], {"row_softmax": CASES})
+
+
+def library_document(cards: list[SkillCard] | list[dict[str, Any]], created: str = "2026-11-29T12:00:00+00:00"):
+    dicts = [c if isinstance(c, dict) else c.to_dict() for c in cards]
+    return {"version": 1, "provenance": {"created": created, "written_by": "tests/library_data.py"}, "cards": dicts}
+
+
+OPERATORS = ("row_softmax", "gemm", "conv2d", "fmha", "topk", "gdn")
+PLATFORMS = ("sm90", "sm90a")
+STATUSES = ("candidate", "admitted", "retired")
+
+
+def many_cards(count: int) -> list[dict[str, Any]]:
+    """`count` distinct valid card dicts, varied from the real cards; ids derived from the content."""
+    base = [c.to_dict() for c in real_cards()]
+    out = []
+    for i, template in zip(range(count), itertools.cycle(base)):
+        card = copy.deepcopy(template)
+        card["id"] = ""
+        card["transform"] = f"{template['transform']}_v{i // len(base)}"
+        card["scope"]["operators"] = [OPERATORS[i % len(OPERATORS)]]
+        card["scope"]["platform"] = PLATFORMS[(i // 7) % len(PLATFORMS)]
+        card["status"] = STATUSES[(i // 3) % len(STATUSES)]
+        card["intent"] = f"{template['intent']} Variant {i}."
+        for effect in card["effects"]:
+            effect["operator"] = card["scope"]["operators"][0]
+            effect["ratio"] = round(0.9 + (i % 97) / 200, 4)
+        out.append(SkillCard.from_dict(card).to_dict())
+    return out
