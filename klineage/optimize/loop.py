@@ -1,0 +1,348 @@
+"""The forward loop: optimize a kernel with skill cards (or a baseline strategy) under the gate.
+
+Decisions (each one here, in one place):
+- The start kernel is gated first (gate call 1 of the budget) and must pass (in a compile-only
+  run: compile); otherwise the run stops `start_failed` and tries nothing.
+- A round is the work at one best kernel. The strategy's planner yields candidates; a candidate
+  without a kernel (the card or transform does not apply) is recorded `not_applicable`, one whose
+  kernel is the best itself, a kernel of the path, or one already judged this round `duplicate`;
+  neither costs a gate call. Every other candidate is gated against the best: correctness on
+  every case, then paired timing of candidate and best interleaved (`run_gate(..., against=best)`).
+- A candidate is taken only on a paired improvement: it passed, and best time / candidate time is
+  at least `required_ratio` in the median and in every trial (`PairedRatio.accepts`). A pass
+  without a paired ratio is not taken (unknown fails). First-improvement strategies take the first
+  such candidate and replan from it; UNCONDITIONED_GREEDY gates the whole round and takes the
+  fastest.
+- Compile-only: nothing runs, nothing is timed, so nothing can be shown to improve. Candidates are
+  recorded `untimed` and never taken; the result says so (`COMPILE_ONLY_NOTE`).
+- The budget counts every gate call, the start's included; the run never makes more. It stops
+  `budget` when a candidate needs a gate call and none is left, `no_candidate` when a round
+  yields no candidate kernel at all, `no_improvement` when a round is tried out without a step,
+  `gate_error` when the gate cannot judge a candidate (harness failure, replay miss: the gate
+  call counts; nothing after it would be trusted), `llm_budget` when the model budget is spent.
+- Wasted evaluations: gated candidates that were not taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from klineage import config
+from klineage.config import GateMode
+from klineage.errors import KLineageError, ReplayMiss
+from klineage.gate.cache import GateCache
+from klineage.gate.pipeline import run_gate
+from klineage.gate.policy import GatePolicy, Sanitize
+from klineage.gate.timing import PairedRatio
+from klineage.gate.verdict import Status, Verdict
+from klineage.kernel import KernelState
+from klineage.lineage import ProblemRef, VerdictSummary, unified_diff
+from klineage.optimize.result import (COMPILE_ONLY_NOTE, DEFAULT_REQUIRED_RATIO, Attempt, AttemptStatus, EventKind,
+                                      LibraryRef, OptimizationEvent, OptimizationResult, Stats, Step, Stop)
+from klineage.optimize.strategies import Candidate, RewriterKind, Selection, Strategy, planner
+from klineage.rewriters.llm_budget import BudgetExhausted
+from klineage.skills.card import CardStatus
+from klineage.transforms import catalog
+from klineage.transforms.base import Transform
+
+Progress = Callable[[str, str, "float | None"], None]
+EventSink = Callable[[OptimizationEvent], None]
+
+# Every candidate: correctness on every case with several seeds, sanitizers on a pass, and paired
+# timing against the best (the vendor path is not needed to compare two kernels).
+DEFAULT_POLICY = GatePolicy(seeds=3, timing=True, vendor=False, sanitize=Sanitize.ON_PASS)
+
+
+def _quiet_progress(stage: str, message: str, fraction: float | None) -> None:
+    pass
+
+
+def _quiet_events(event: OptimizationEvent) -> None:
+    pass
+
+
+def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy | str, library: Any = None,
+             budget: int, gate_mode: GateMode, rewriter: RewriterKind | str = RewriterKind.RULES, seed: int = 0,
+             statuses: Sequence[CardStatus | str] = (CardStatus.ADMITTED,), policy: GatePolicy = DEFAULT_POLICY,
+             required_ratio: float = DEFAULT_REQUIRED_RATIO, cache: GateCache | None = None,
+             progress: Progress | None = None, on_event: EventSink | None = None,
+             transforms: Sequence[Transform] | None = None, llm: Any = None) -> OptimizationResult:
+    """Optimize `start` on the problem with `strategy`, spending at most `budget` gate calls.
+
+    `library` is a `klineage.skills.library.Library`, or the path of one (a library JSON file or a
+    folder of SKILL.md), needed by LIBRARY and GENERATED_ONLY; only cards whose status is in
+    `statuses` are retrieved. `rewriter` "llm" materializes cards through
+    the LLM rewriter (`llm`, else one configured from the environment) under its token/dollar
+    budget. `progress(stage, message, fraction)` hears what is happening (fraction: gate calls spent
+    / budget); `on_event(OptimizationEvent)` hears every attempt and every step, with the best
+    speedup so far. `transforms` is the unconditioned strategies' pool (default: the catalog)."""
+    strategy = Strategy.parse(strategy)
+    rewriter = RewriterKind.parse(rewriter)
+    if not isinstance(gate_mode, GateMode):
+        raise KLineageError(f"gate_mode must be a GateMode, not {gate_mode!r}")
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise KLineageError(f"the budget is a whole number of gate evaluations >= 1, not {budget!r}")
+    if required_ratio < 1:
+        raise KLineageError(f"an improvement needs a required ratio >= 1, not {required_ratio}")
+    allowed = _statuses(statuses)
+    if strategy.uses_library and library is None:
+        raise KLineageError(f"strategy {strategy.value} draws on a skill library: give one (--library)")
+    if rewriter is RewriterKind.LLM and llm is None:
+        from klineage.rewriters.llm import LLMRewriter
+
+        llm = LLMRewriter()
+    library_ref = None
+    if library is not None:
+        where = ""
+        if isinstance(library, (str, Path)):
+            from klineage.skills.library import load_library
+
+            where, library = str(library), load_library(library)
+        where = where or str(library.provenance.get("folder", "") or library.provenance.get("path", ""))
+        library_ref = LibraryRef(where, allowed, len(library.cards), sum(c.status in allowed for c in library.cards))
+    cards = tuple(library.cards) if library is not None else ()
+    problem_path = Path(problem_path).resolve()
+    problem = None
+    if strategy.uses_library:
+        from klineage.gate.execute import probe_problem
+
+        problem = probe_problem(problem_path, config.cache_dir()).info
+    plan = planner(strategy, rewriter, cards=cards, problem=problem, statuses=allowed,
+                   transforms=list(catalog().values() if transforms is None else transforms), seed=seed, llm=llm)
+    run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
+               progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm)
+    return run.go()
+
+
+def _statuses(values: Sequence[CardStatus | str]) -> tuple[CardStatus, ...]:
+    found = []
+    for value in values:
+        try:
+            found.append(value if isinstance(value, CardStatus) else CardStatus(value))
+        except ValueError:
+            raise KLineageError(f"unknown card status {value!r} (one of: "
+                                f"{', '.join(s.value for s in CardStatus)})") from None
+    if not found:
+        raise KLineageError("choose at least one card status")
+    return tuple(dict.fromkeys(found))
+
+
+class _GateFailed(Exception):
+    def __init__(self, message: str):
+        self.message = message
+
+
+@dataclass
+class _Run:
+    problem: Path
+    start: KernelState
+    strategy: Strategy
+    rewriter: RewriterKind
+    mode: GateMode
+    budget: int
+    seed: int
+    required: float
+    policy: GatePolicy
+    cache: GateCache | None
+    progress: Progress
+    on_event: EventSink
+    plan: Callable[[KernelState], Iterator[Candidate]]
+    library: LibraryRef | None
+    llm: Any
+    attempts: list[Attempt] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
+    evaluations: int = 0
+    seconds: float = 0.0
+
+    @property
+    def passing(self) -> Status:
+        return Status.COMPILED if self.mode is GateMode.COMPILE_ONLY else Status.PASSED
+
+    @property
+    def best(self) -> KernelState:
+        return self.steps[-1].state if self.steps else self.start
+
+    @property
+    def speedup(self) -> float | None:
+        if self.mode is GateMode.COMPILE_ONLY:
+            return None
+        product = 1.0
+        for step in self.steps:
+            product *= step.ratio.overall
+        return product
+
+    @property
+    def fraction(self) -> float:
+        return self.evaluations / self.budget
+
+    def go(self) -> OptimizationResult:
+        self.progress("optimize", f"{self.strategy.value}: gating the start kernel {self.start.name}", 0.0)
+        try:
+            verdict = self.gate(self.start, None, "the start kernel")
+        except _GateFailed as failure:
+            raise KLineageError(f"the gate could not judge the start kernel: {failure.message}") from None
+        self.start_verdict = verdict
+        self.problem_ref = ProblemRef(verdict.problem["operator"], verdict.problem["fingerprint"])
+        if verdict.status is not self.passing:
+            return self.finish(Stop.START_FAILED, f"the start kernel does not pass the gate: {_describe(verdict)}")
+        while True:
+            stop = self.round()
+            if stop is not None:
+                return self.finish(*stop)
+
+    def round(self) -> tuple[Stop, str] | None:
+        """Work at the current best; None when a step was taken (plan again from the new best)."""
+        parent = self.best
+        index = len(self.steps)
+        path = {self.start.fingerprint, *(s.child for s in self.steps)}
+        judged: set[str] = set()
+        offered = 0
+        faster: list[Attempt] = []
+        candidates = self.plan(parent)
+        stop: tuple[Stop, str] | None = None
+        while True:
+            if self.evaluations >= self.budget:
+                stop = (Stop.BUDGET, f"all {self.budget} gate evaluations are spent")
+                break
+            try:
+                candidate = next(candidates, None)
+            except BudgetExhausted as exc:
+                stop = (Stop.LLM_BUDGET, str(exc))
+                break
+            if candidate is None:
+                break
+            attempt = self.attempt(index, parent, candidate, path, judged)
+            offered += candidate.rewrite is not None
+            if attempt.status is AttemptStatus.GATE_ERROR:
+                return Stop.GATE_ERROR, f"the gate could not judge {candidate}: {attempt.message}"
+            if attempt.status is AttemptStatus.FASTER:
+                faster.append(attempt)
+                if self.strategy.selection is Selection.FIRST_IMPROVEMENT:
+                    break
+        if faster:
+            self.take(max(faster, key=lambda a: a.ratio.overall), parent)
+            return stop
+        if stop is not None:
+            return stop
+        if not offered:
+            return Stop.NO_CANDIDATE, (f"no candidate kernel at step {index}: no "
+                                       + ("card" if self.strategy.uses_library else "transform") + " applies")
+        return Stop.NO_IMPROVEMENT, (f"{offered} candidate kernel(s) at step {index} were dealt with; none was taken"
+                                     + (f" ({COMPILE_ONLY_NOTE})" if self.mode is GateMode.COMPILE_ONLY else ""))
+
+    def attempt(self, index: int, parent: KernelState, candidate: Candidate, path: set[str],
+                judged: set[str]) -> Attempt:
+        common = dict(index=len(self.attempts), round=index, parent=parent.fingerprint,
+                      transform=candidate.transform, card=candidate.card, anchor=candidate.anchor,
+                      score=candidate.score)
+        self.progress("optimize", f"step {index}: {candidate}", self.fraction)
+        state = candidate.state
+        if state is None:
+            return self.record(Attempt(**common, candidate="", status=AttemptStatus.NOT_APPLICABLE,
+                                       message=" ".join(candidate.reason.split())[:400]))
+        if state.fingerprint in path or state.fingerprint in judged:
+            what = ("the best kernel itself" if state.fingerprint == parent.fingerprint else
+                    "a kernel of the path" if state.fingerprint in path else "a kernel already judged at this step")
+            return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.DUPLICATE,
+                                       message=f"the rewrite gives {what} ({state.fingerprint[:12]})"))
+        judged.add(state.fingerprint)
+        try:
+            verdict = self.gate(state, parent, f"step {index} ({candidate})")
+        except _GateFailed as failure:
+            return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.GATE_ERROR,
+                                       message=failure.message, evaluation=self.evaluations))
+        status, ratio, message = self.judge(verdict)
+        return self.record(Attempt(**common, candidate=state.fingerprint, status=status, message=message,
+                                   evaluation=self.evaluations, key=str(verdict.provenance.get("key", "")),
+                                   verdict=VerdictSummary.of(verdict), ratio=ratio))
+
+    def judge(self, verdict: Verdict) -> tuple[AttemptStatus, PairedRatio | None, str]:
+        if verdict.status is Status.ERROR:
+            return AttemptStatus.GATE_ERROR, None, _describe(verdict)
+        if verdict.status is Status.REJECTED:
+            return AttemptStatus.REJECTED, None, _describe(verdict)
+        if verdict.status is Status.COMPILED:
+            return AttemptStatus.UNTIMED, None, "compiled; " + COMPILE_ONLY_NOTE
+        found = verdict.profile.get("ratios", {}).get("vs_baseline")
+        if not found:
+            return AttemptStatus.NOT_FASTER, None, ("passed, but the gate gave no paired ratio against the best "
+                                                    "(unknown fails)")
+        ratio = PairedRatio(float(found["overall"]), tuple(float(r) for r in found["per_trial"]))
+        trials = ", ".join(f"{r:.3f}" for r in ratio.per_trial)
+        text = f"best time / candidate time {ratio.overall:.3f} (trials {trials}), required {self.required}"
+        if ratio.accepts(self.required):
+            return AttemptStatus.FASTER, ratio, "passed; " + text
+        return AttemptStatus.NOT_FASTER, ratio, "passed, not faster: " + text
+
+    def take(self, attempt: Attempt, parent: KernelState) -> None:
+        """Move the path to the kernel of a faster attempt."""
+        state = self._kernel(attempt.candidate)
+        step = Step(len(self.steps), attempt.index, attempt.transform, attempt.card, attempt.anchor,
+                    parent.fingerprint, state, attempt.ratio, unified_diff(parent, state, "best", "candidate"))
+        self.steps.append(step)
+        self.progress("optimize", f"step {step.index}: took {attempt.transform} ({attempt.ratio.overall:.3f}x); "
+                                  f"{self.speedup:.3f}x over the start", self.fraction)
+        self.on_event(OptimizationEvent(EventKind.STEP, attempt, self.evaluations, self.budget, len(self.steps),
+                                        state.fingerprint, self.speedup))
+
+    def _kernel(self, fingerprint: str) -> KernelState:
+        return self._kernels[fingerprint]
+
+    def record(self, attempt: Attempt) -> Attempt:
+        self.attempts.append(attempt)
+        self.on_event(OptimizationEvent(EventKind.ATTEMPT, attempt, self.evaluations, self.budget, len(self.steps),
+                                        self.best.fingerprint, self.speedup))
+        self.progress("optimize", f"attempt {attempt.index}: {attempt.status.value} {attempt.transform}",
+                      self.fraction)
+        return attempt
+
+    def gate(self, kernel: KernelState, against: KernelState | None, role: str) -> Verdict:
+        """One counted gate call. A gate that cannot judge raises _GateFailed (the call still counts)."""
+        self._kernels[kernel.fingerprint] = kernel
+
+        def forward(stage: str, message: str) -> None:
+            self.progress(stage, f"{role}: {message}", self.fraction)
+
+        self.evaluations += 1
+        try:
+            verdict = run_gate(self.problem, kernel, against=against, policy=self.policy, mode=self.mode,
+                               cache=self.cache, progress=forward)
+        except ReplayMiss as miss:
+            raise _GateFailed(f"no recorded verdict for {role} ({kernel.fingerprint[:12]}"
+                              + (f" against {against.fingerprint[:12]}" if against else "") + f"): {miss}") from None
+        except KLineageError as exc:
+            raise _GateFailed(str(exc)) from None
+        self.seconds += sum(float(v) for v in verdict.timings.values())
+        return verdict
+
+    def finish(self, stop: Stop, message: str) -> OptimizationResult:
+        self.progress("optimize", f"{stop.value}: {message}", self.fraction)
+        gated = sum(a.status.gated for a in self.attempts)
+        return OptimizationResult(
+            problem=self.problem_ref, start=self.start, start_verdict=VerdictSummary.of(self.start_verdict),
+            strategy=self.strategy, rewriter=self.rewriter, gate=self.mode, budget=self.budget, seed=self.seed,
+            required_ratio=self.required, policy=self.policy.to_dict(), library=self.library,
+            attempts=tuple(self.attempts), steps=tuple(self.steps), stop=stop, message=message,
+            stats=Stats(self.evaluations, gated - len(self.steps), len(self.steps), round(self.seconds, 3)),
+            llm_usage=self.llm.spent.to_dict() if self.llm is not None else None)
+
+    def __post_init__(self) -> None:
+        self._kernels: dict[str, KernelState] = {}
+        self.start_verdict: Verdict | None = None
+        self.problem_ref: ProblemRef | None = None
+
+
+def _describe(verdict: Verdict) -> str:
+    if verdict.findings:
+        first = verdict.findings[0]
+        where = f" [{first.case}]" if first.case else ""
+        return f"{verdict.status.value}, {first.reason.value}{where}: {' '.join(first.message.split())[:300]}"
+    if verdict.status is Status.ERROR:
+        return f"error: {str(verdict.environment.get('error', ''))[-400:]}"
+    return verdict.status.value
+
+
+__all__ = ["DEFAULT_POLICY", "EventSink", "Progress", "optimize"]

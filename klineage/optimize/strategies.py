@@ -1,0 +1,252 @@
+"""Where an optimization's candidates come from: one planner per strategy, the same harness for all.
+
+Every strategy answers the same question at the current best kernel: which forward rewrites to
+gate next, in which order. The loop (`klineage.optimize.loop`) gates them under one budget, so
+the strategies differ only here:
+
+- LIBRARY: the library's cards, ranked by retrieval (`klineage.skills.retrieval.retrieve`: the
+  card's requires/provides/conflicts, preconditions and scope against this kernel and problem),
+  each materialized at every site its transform's forward can take (or by the LLM rewriter).
+- GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
+  preconditions, risks), retrieved and materialized the same way: the paper's ablation.
+- UNCONDITIONED_RANDOM: every catalog transform that has a mechanical forward, at every forward
+  site, in one seeded random order; no cards, preconditions or ordering.
+- UNCONDITIONED_GREEDY: the same pool in the catalog's order, but each round gates every
+  candidate and takes the fastest (steepest ascent) instead of the first improvement.
+- NO_LIBRARY: the rewriter alone (the LLM asked for one optimization of its choice); the rule
+  rewriter has no forward plan without cards, so it refuses this strategy.
+
+A planner yields `Candidate`s lazily: with the LLM rewriter each one costs a model call, and the
+loop stops asking once the gate budget is spent.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from klineage.errors import DocumentError, KLineageError
+from klineage.kernel import KernelState
+from klineage.problem import ProblemInfo
+from klineage.rewriters.rules import ordered
+from klineage.skills.card import CardAnchor, CardStatus, SkillCard
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
+
+MAX_ASKS_PER_ROUND = 8  # NO_LIBRARY: model answers per best kernel before the round counts as tried out
+
+
+class Strategy(str, Enum):
+    LIBRARY = "library"
+    UNCONDITIONED_RANDOM = "unconditioned_random"
+    UNCONDITIONED_GREEDY = "unconditioned_greedy"
+    GENERATED_ONLY = "generated_only"
+    NO_LIBRARY = "no_library"
+
+    @property
+    def uses_library(self) -> bool:
+        return self in (Strategy.LIBRARY, Strategy.GENERATED_ONLY)
+
+    @property
+    def selection(self) -> Selection:
+        return Selection.BEST_OF_ROUND if self is Strategy.UNCONDITIONED_GREEDY else Selection.FIRST_IMPROVEMENT
+
+    @classmethod
+    def parse(cls, value: Any) -> Strategy:
+        try:
+            return value if isinstance(value, cls) else cls(value)
+        except ValueError:
+            raise KLineageError(f"unknown strategy {value!r} (one of: {', '.join(s.value for s in cls)})") from None
+
+
+class Selection(str, Enum):
+    """How a round at one best kernel ends."""
+
+    FIRST_IMPROVEMENT = "first_improvement"  # take the first candidate the paired test accepts
+    BEST_OF_ROUND = "best_of_round"  # gate every candidate, take the fastest accepted one
+
+
+class RewriterKind(str, Enum):
+    RULES = "rules"  # the catalog's mechanical forward rewrites
+    LLM = "llm"  # the LLM rewriter applies a card's (or transform's) intent to the kernel
+
+    @classmethod
+    def parse(cls, value: Any) -> RewriterKind:
+        try:
+            return value if isinstance(value, cls) else cls(value)
+        except ValueError:
+            raise KLineageError(f"unknown rewriter {value!r} (one of: {', '.join(r.value for r in cls)})") from None
+
+
+LLM_ANY = "llm"  # the transform a NO_LIBRARY candidate names before the model has named one
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One forward rewrite to gate, or the reason there is none (not both)."""
+
+    transform: str
+    card: str = ""  # the card's id; "" when the candidate comes from no card
+    anchor: Anchor | None = None
+    rewrite: Rewrite | None = None
+    reason: str = ""
+    score: float | None = None  # the retrieval score, for card candidates
+
+    def __post_init__(self) -> None:
+        if not self.transform:
+            raise DocumentError("candidate", "needs a transform name")
+        if (self.rewrite is None) == (not self.reason):
+            raise DocumentError("candidate", "carries either a rewrite or the reason there is none")
+        if self.rewrite is not None:
+            if self.rewrite.direction is not Direction.FORWARD:
+                raise DocumentError("candidate", "an optimization candidate is a forward rewrite")
+            if self.anchor is None:
+                object.__setattr__(self, "anchor", self.rewrite.anchor)
+
+    @property
+    def state(self) -> KernelState | None:
+        return self.rewrite.state if self.rewrite is not None else None
+
+    def __str__(self) -> str:
+        where = f" at {self.anchor}" if self.anchor else ""
+        origin = f" (card {self.card[:12]})" if self.card else ""
+        return f"{self.transform}{where}{origin}"
+
+
+Planner = Callable[[KernelState], Iterator[Candidate]]
+
+
+def strip(card: SkillCard) -> SkillCard:
+    """The card without what the lineages taught about where and when: the anchor's site and
+    snippet (its kind stays: a card needs one, and it is the transform's, not the lineage's),
+    preconditions and risks. Identity (transform, provides, scope) is unchanged."""
+    return replace(card, anchor=CardAnchor(card.anchor.kind), preconditions=(), risks=())
+
+
+def card_brief(card: SkillCard) -> dict[str, Any]:
+    """What the LLM rewriter is shown of a card; fields a card does not have are left out, so a
+    stripped card shows no anchor site, preconditions or risks."""
+    anchor = {k: v for k, v in card.anchor.to_dict().items() if v}
+    brief: dict[str, Any] = {"skill_id": card.short_id, "transform": card.transform, "intent": card.intent,
+                             "anchor": anchor, "vector": card.vector, "carrier": card.carrier,
+                             "preconditions": [f"{p.sentence} ({p.expression})" for p in card.preconditions],
+                             "risks": [f"{r.category}: {r.description}" for r in card.risks],
+                             "requires": sorted(map(str, card.requires)), "provides": sorted(map(str, card.provides)),
+                             "conflicts": sorted(map(str, card.conflicts))}
+    return {k: v for k, v in brief.items() if v not in ("", [], {})}
+
+
+def forward_pool(transforms: Sequence[Transform]) -> list[Transform]:
+    """The unconditioned pool: mechanisms with a mechanical forward, in the catalog's walk order."""
+    return [t for t in ordered(transforms) if t.role is Role.MECHANISM and t.has_forward]
+
+
+def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[SkillCard], problem: ProblemInfo | None,
+            statuses: Sequence[CardStatus], transforms: Sequence[Transform], seed: int, llm: Any = None) -> Planner:
+    """The candidate source of a strategy. `llm` is the LLM rewriter when `rewriter` is LLM."""
+    if rewriter is RewriterKind.LLM and llm is None:
+        raise KLineageError("the llm rewriter was chosen but none was given")
+    if strategy.uses_library:
+        pool = [strip(c) for c in cards] if strategy is Strategy.GENERATED_ONLY else list(cards)
+        if problem is None:
+            raise KLineageError(f"strategy {strategy.value} needs the problem's description for retrieval")
+        return _cards(pool, problem, tuple(statuses), rewriter, llm)
+    if strategy is Strategy.NO_LIBRARY:
+        if rewriter is RewriterKind.RULES:
+            raise KLineageError("strategy no_library is the rewriter alone, and the rule rewriter has no forward "
+                                "plan without cards: use --rewriter llm, or unconditioned_random / "
+                                "unconditioned_greedy for the rule catalog")
+        return _rewriter_alone(llm)
+    pool = forward_pool(transforms)
+    if strategy is Strategy.UNCONDITIONED_RANDOM:
+        return _unconditioned(pool, rewriter, llm, random.Random(seed))
+    return _unconditioned(pool, rewriter, llm, None)
+
+
+def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardStatus, ...], rewriter: RewriterKind,
+           llm: Any) -> Planner:
+    from klineage.skills.materialize import materialize
+    from klineage.skills.retrieval import retrieve
+
+    def plan(state: KernelState) -> Iterator[Candidate]:
+        matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses)
+        for match in matches:
+            card = match.card
+            if rewriter is RewriterKind.LLM:
+                yield _asked(llm, state, card_brief(card), card.transform, card.id, match.score)
+                continue
+            try:
+                rewrites = materialize(card, state)
+            except Exception as exc:  # a broken transform is evidence against the card, not the end of the run
+                yield Candidate(card.transform, card.id, reason=f"materializing failed: {type(exc).__name__}: {exc}",
+                                score=match.score)
+                continue
+            if not rewrites:
+                yield Candidate(card.transform, card.id, reason=f"{card.transform} has no forward site in this kernel",
+                                score=match.score)
+            for rewrite in rewrites:
+                yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, score=match.score)
+
+    return plan
+
+
+def _unconditioned(pool: list[Transform], rewriter: RewriterKind, llm: Any, order: random.Random | None) -> Planner:
+    from klineage.skills.materialize import forward_sites
+
+    def plan(state: KernelState) -> Iterator[Candidate]:
+        if rewriter is RewriterKind.LLM:
+            chosen = list(pool)
+            if order is not None:
+                order.shuffle(chosen)
+            for transform in chosen:
+                yield _asked(llm, state, {"transform": transform.name, "intent": transform.intent}, transform.name)
+            return
+        pairs: list[tuple[Transform, Anchor | None, str]] = []
+        for transform in pool:
+            try:
+                pairs += [(transform, anchor, "") for anchor in forward_sites(transform, state)]
+            except Exception as exc:
+                pairs.append((transform, None, f"{transform.name}: finding forward sites failed: "
+                                               f"{type(exc).__name__}: {exc}"))
+        if order is not None:
+            order.shuffle(pairs)
+        for transform, anchor, error in pairs:
+            if error:
+                yield Candidate(transform.name, reason=error)
+                continue
+            try:
+                yield Candidate(transform.name, anchor=anchor, rewrite=transform.forward(state, anchor))
+            except NotApplicable as exc:
+                yield Candidate(transform.name, anchor=anchor, reason=str(exc) or "not applicable")
+            except Exception as exc:
+                yield Candidate(transform.name, anchor=anchor,
+                                reason=f"{transform.name}.forward failed: {type(exc).__name__}: {exc}")
+
+    return plan
+
+
+def _rewriter_alone(llm: Any) -> Planner:
+    ask = {"intent": "Make this kernel faster with exactly one optimization mechanism of your choice, "
+                     "keeping it correct for every case it supports."}
+
+    def plan(state: KernelState) -> Iterator[Candidate]:
+        for _ in range(MAX_ASKS_PER_ROUND):
+            yield _asked(llm, state, ask, LLM_ANY)
+
+    return plan
+
+
+def _asked(llm: Any, state: KernelState, card_like: dict[str, Any], transform: str, card: str = "",
+           score: float | None = None) -> Candidate:
+    """One LLM materialization as a candidate; BudgetExhausted propagates (the loop stops on it)."""
+    done = llm.materialize(state, card_like)
+    name = getattr(done, "transform", "") or transform
+    if done.rewrite is None:
+        return Candidate(name, card, reason=f"the LLM rewriter gave no kernel: {done.reason}", score=score)
+    return Candidate(name, card, done.anchor, done.rewrite, score=score)
+
+
+__all__ = ["Candidate", "LLM_ANY", "MAX_ASKS_PER_ROUND", "Planner", "RewriterKind", "Selection", "Strategy",
+           "card_brief", "forward_pool", "planner", "strip"]
