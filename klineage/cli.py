@@ -46,10 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     kernels = commands.add_parser("kernels", help="list bundled kernels")
     kernels.add_argument("--adversarial", action="store_true", help="list the adversarial suite instead")
     kernels.add_argument("--json", action="store_true")
+    from klineage.optimize import command as optimize_command  # `klineage optimize` lives beside its loop
+
+    optimize_command.add_parser(commands)
 
     args = parser.parse_args(argv)
     try:
-        return {"gate": _gate, "walk": _walk, "problems": _problems, "kernels": _kernels}[args.command](args)
+        return {"gate": _gate, "walk": _walk, "problems": _problems, "kernels": _kernels,
+                "optimize": optimize_command.run}[args.command](args)
     except KLineageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

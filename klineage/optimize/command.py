@@ -1,0 +1,148 @@
+"""`klineage optimize`: the forward loop from the command line, with a live bar and a final table.
+
+Lives beside the loop so the CLI module only registers it. Exit status: 0 when the run ended on
+its own terms (budget, nothing left to try), 1 when the start kernel failed the gate or the gate
+could not judge a candidate, 2 on an error (unknown problem or kernel, malformed library ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from klineage import config, corpus
+from klineage.config import GateMode
+from klineage.errors import KLineageError
+
+DEFAULT_BUDGET = 16
+
+
+def bundled_library() -> Path:
+    return config.corpus_dir() / "library" / "library.json"
+
+
+def add_parser(commands: Any) -> argparse.ArgumentParser:
+    from klineage.optimize.strategies import RewriterKind, Strategy
+
+    sub = commands.add_parser("optimize", help="optimize a kernel with skill cards under the gate (or a baseline "
+                                               "strategy, same budget)")
+    sub.add_argument("problem", help="problem file, or the name of a bundled problem")
+    sub.add_argument("--from", dest="start", required=True, metavar="KERNEL",
+                     help="the kernel to start from: a folder with launch.toml, or a bundled kernel name")
+    sub.add_argument("--library", help=f"a library JSON file or a folder of SKILL.md (default: the bundled "
+                                        f"{bundled_library().relative_to(config.REPO_ROOT)} when present)")
+    sub.add_argument("--statuses", default="admitted",
+                     help="comma-separated card statuses to retrieve (admitted, candidate, retired); default admitted")
+    sub.add_argument("--strategy", choices=[s.value for s in Strategy], default=Strategy.LIBRARY.value)
+    sub.add_argument("--rewriter", choices=[r.value for r in RewriterKind], default=RewriterKind.RULES.value,
+                     help="rules: the catalog's mechanical forwards; llm: the LLM rewriter applies each card")
+    sub.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
+                     help=f"gate evaluations, the start kernel's included (default {DEFAULT_BUDGET})")
+    sub.add_argument("--gate", choices=[m.value for m in GateMode],
+                     help="gpu, replay (recorded verdicts) or compile (nothing runs: nothing can be accepted)")
+    sub.add_argument("--seed", type=int, default=0, help="the random order of unconditioned_random")
+    sub.add_argument("--require", type=float, help="paired improvement needed to take a candidate (default 1.01)")
+    sub.add_argument("--out", help="where to write the result (default: var/optimizations/<kernel>-<strategy>-"
+                                   "<gate>.json)")
+    sub.add_argument("--json", action="store_true", help="print the result document instead of tables")
+    return sub
+
+
+def run(args: argparse.Namespace) -> int:
+    from klineage.optimize.loop import optimize
+    from klineage.optimize.result import DEFAULT_REQUIRED_RATIO, Stop
+    from klineage.optimize.strategies import Strategy
+    from klineage.report import console
+
+    mode = config.gate_mode(GateMode(args.gate) if args.gate else None)
+    problem = corpus.problem_path(args.problem)
+    start = corpus.kernel_entry(args.start).load()
+    strategy = Strategy(args.strategy)
+    library = args.library
+    if library is None and strategy.uses_library:
+        if not bundled_library().is_file():
+            raise KLineageError(f"strategy {strategy.value} needs a library: give --library (no bundled library at "
+                                f"{bundled_library()})")
+        library = str(bundled_library())
+    statuses = [s.strip() for s in args.statuses.split(",") if s.strip()]
+    with _bar(args.budget, enabled=not args.json) as (progress, on_event):
+        result = optimize(problem, start, strategy=strategy, library=library, budget=args.budget, gate_mode=mode,
+                          rewriter=args.rewriter, seed=args.seed, statuses=statuses,
+                          required_ratio=args.require if args.require is not None else DEFAULT_REQUIRED_RATIO,
+                          progress=progress, on_event=on_event)
+    out = Path(args.out) if args.out else (config.data_dir() / "optimizations" /
+                                           f"{start.name}-{strategy.value}-{mode.value}.json")
+    result.save(out)
+    if args.json:
+        print(result.to_json(), end="")
+    else:
+        _print(result, out, console)
+    return 1 if result.stop in (Stop.START_FAILED, Stop.GATE_ERROR) else 0
+
+
+@contextmanager
+def _bar(budget: int, enabled: bool) -> Iterator[tuple[Callable[[str, str, float | None], None],
+                                                       Callable[[Any], None]]]:
+    """A rich progress bar over the gate budget, with the stage, what it is doing and the best
+    speedup so far; disabled, two silent callbacks."""
+    if not enabled:
+        yield (lambda stage, message, fraction: None), (lambda event: None)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from klineage.report import console
+
+    bar = Progress(TextColumn("[bold]{task.fields[stage]}[/]"), BarColumn(), MofNCompleteColumn(),
+                   TextColumn("gate calls  best {task.fields[best]}"), TimeElapsedColumn(),
+                   TextColumn("{task.description}"), console=console, transient=True)
+    task = bar.add_task("starting", total=budget, stage="optimize", best="-")
+
+    def update(stage: str, message: str, fraction: float | None) -> None:
+        fields: dict[str, Any] = {"stage": stage, "description": " ".join(message.split())[:90]}
+        if fraction is not None:
+            fields["completed"] = round(fraction * budget)
+        bar.update(task, **fields)
+
+    def event(event: Any) -> None:
+        best = "untimed" if event.speedup is None else f"{event.speedup:.3f}x"
+        bar.update(task, completed=event.evaluations, best=best)
+
+    with bar:
+        yield update, event
+
+
+def _print(result: Any, out: Path, console: Any) -> None:
+    from klineage.report import table
+
+    def short(anchor: object) -> str:
+        text = " ".join(str(anchor or "-").split())
+        return text if len(text) <= 48 else text[:45] + "..."
+
+    if result.gate is GateMode.COMPILE_ONLY:
+        console.print(f"[bold yellow]DRY RUN[/] {result.note}")
+    taken = {s.attempt for s in result.steps}
+    rows = []
+    for a in result.attempts:
+        ratio = f"{a.ratio.overall:.3f}" if a.ratio else "-"
+        status = a.status.value + (" (taken)" if a.index in taken else "")
+        rows.append([str(a.index), str(a.round), a.transform, a.card[:12] or "-", short(a.anchor), status,
+                     str(a.evaluation or "-"), ratio, " ".join(a.message.split())[:70]])
+    table(f"Optimization of {result.start.name} on {result.problem.operator} ({result.strategy.value}, "
+          f"{result.rewriter.value} rewriter, {result.gate.value} gate)",
+          ["#", "step", "transform", "card", "anchor", "status", "gate call", "ratio", "why"], rows)
+    if result.steps:
+        table("Path", ["step", "transform", "card", "anchor", "best / new time"],
+              [[str(s.index), s.transform, s.card[:12] or "-", short(s.anchor), f"{s.ratio.overall:.3f}"]
+               for s in result.steps])
+    stats = result.stats
+    speed = "untimed" if result.speedup is None else f"{result.speedup:.3f}x over the start"
+    console.print(f"[bold]{result.stop.value}[/]: {result.message}")
+    console.print(f"  {stats.evaluations} of {result.budget} gate evaluations ({stats.wasted} wasted), "
+                  f"{stats.accepted} step(s) taken, best {result.best.fingerprint[:12]}: {speed}; "
+                  f"written to {out}")
+
+
+__all__ = ["DEFAULT_BUDGET", "add_parser", "bundled_library", "run"]
