@@ -265,7 +265,7 @@ class _Run:
         if verdict.status is Status.REJECTED:
             return AttemptStatus.REJECTED, None, _describe(verdict)
         if verdict.status is Status.COMPILED:
-            return AttemptStatus.UNTIMED, None, "compiled; " + COMPILE_ONLY_NOTE
+            return AttemptStatus.UNTIMED, None, "compiled; compile-only gate: not run, not timed, not accepted"
         found = verdict.profile.get("ratios", {}).get("vs_baseline")
         if not found:
             return AttemptStatus.NOT_FASTER, None, ("passed, but the gate gave no paired ratio against the best "
