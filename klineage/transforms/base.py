@@ -10,6 +10,7 @@ and a stable key (a variable, a helper's name, the n-th loop over an index), nev
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -109,6 +110,18 @@ class Transform(ABC):
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         """Add the mechanism at `anchor` (of the simpler state). Default: no mechanical inverse."""
         raise NotApplicable(f"{self.name} has no mechanical forward rewrite; an LLM must materialize it")
+
+    def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        """Anchors of `state` where `forward` could add the mechanism afresh (a site no backward step
+        made), keyed with the tuning values `carrier` names (a card's carrier: key -> values seen).
+        Default: none; a transform whose forward can be placed on an arbitrary kernel overrides it."""
+        return []
+
+    @staticmethod
+    def carrier_values(carrier: Mapping[str, Any] | None, key: str) -> list[Any]:
+        """The values a card's carrier lists for `key`, in its order ([] when it names none)."""
+        values = (carrier or {}).get(key, [])
+        return list(values) if isinstance(values, list) else [values]
 
     @property
     def has_forward(self) -> bool:

@@ -26,6 +26,8 @@ correct.)
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from tree_sitter import Node
 
@@ -216,6 +218,26 @@ class FastMath(Transform):
         fast = match["mnemonic"] or site.family
         return self.rewrite(state, anchor, Direction.FORWARD, source, carrier={"fast": fast},
                             note=f"{parsed.text(site.node)} became the fast {fast}")
+
+    def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        """Precise sites of the families the carrier's "fast" values show (`__expf`, `__fdividef`,
+        `ex2.approx.f32` ...: the approximations the evidence found acceptable); with no carrier,
+        every call family, and asm sites as their `.approx.f32` instruction."""
+        fast = [str(v) for v in self.carrier_values(carrier, "fast")]
+        mnemonics = {v.split(".")[0]: v for v in reversed(fast) if v.split(".")[0] in ASM_PRECISE}
+        parsed = cp.parse(state.source)
+        anchors = []
+        for n, site in _keyed(parsed):
+            if site.fast:
+                continue
+            if site.family.startswith("asm:"):
+                op = site.parts.get("op") or site.family[4:]
+                mnemonic = mnemonics.get(op, "" if fast else f"{op}.approx.f32")
+                if mnemonic:
+                    anchors.append(Anchor(site.function, "asm", f"asm:{mnemonic}#{n}", parsed.text(site.node)))
+            elif not fast or site.family in fast:
+                anchors.append(Anchor(site.function, "call", f"{site.family}#{n}", parsed.text(site.node)))
+        return anchors
 
 
 register(FastMath())

@@ -16,6 +16,8 @@ case) it is NotApplicable, since the kernel might no longer launch.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from tree_sitter import Node
 
@@ -150,6 +152,41 @@ class LaunchBounds(Transform):
         return self.rewrite(state, anchor, Direction.FORWARD, source,
                             carrier={"launch_bounds": [a.strip() for a in match["args"].split(",")]},
                             note=f"added {text} to {function.name}")
+
+    def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        """Kernels without the attribute that the plan launches, every time, with a block size known
+        from the source: the bound is that block size (the constant's name when a single launch
+        names one, else the number), so the kernel stays launchable. A minimum-blocks argument comes
+        from the carrier when the first argument list it shows has a literal one."""
+        parsed = cp.parse(state.source)
+        constants = state.constants
+        minimum = next((str(args[1]).strip() for args in self.carrier_values(carrier, "launch_bounds")
+                        if isinstance(args, list) and len(args) > 1 and str(args[1]).strip().isdigit()), "")
+        anchors = []
+        for function in self._kernels(parsed):
+            launches = [launch for launch in state.plan.launches
+                        if launch.entry.split("<")[0].strip() == function.name]
+            if function.launch_bounds or not launches:
+                continue
+            sizes = []
+            for launch in launches:
+                threads = 1
+                for dim in launch.block:
+                    try:
+                        threads *= expr.evaluate_int(str(dim), constants)
+                    except ExpressionError:
+                        threads = 0
+                sizes.append(threads)
+            if not all(sizes) or max(sizes) > 1024:
+                continue
+            named = [d for d in launches[0].block if str(d) not in ("1", "")]
+            bound = str(max(sizes))
+            if len(launches) == 1 and len(named) == 1 and str(named[0]) in constants:
+                bound = str(named[0])
+            args = f"{bound}, {minimum}" if minimum else bound
+            anchors.append(Anchor(function.name, "function", f"launch_bounds({args})",
+                                  f"__launch_bounds__({args})"))
+        return anchors
 
 
 register(LaunchBounds())

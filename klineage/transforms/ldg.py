@@ -16,6 +16,8 @@ own (`const T* __restrict__`); the `restrict` transform removes that promise.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from tree_sitter import Node
 
@@ -125,6 +127,69 @@ class Ldg(Transform):
         source = (data[:load.replace.start_byte] + text.encode() + data[load.replace.end_byte:]).decode("utf-8")
         return self.rewrite(state, anchor, Direction.FORWARD, source,
                             note=f"{parsed.text(load.replace)} reads through the read-only cache: {text}")
+
+    def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        """Plain `*(p)` loads that are only read (not assigned, incremented or addressed) where `p`
+        starts with a pointer the function declares `const` of a type `__ldg` loads (`const float* x`,
+        a parameter or a local): data the kernel promises not to write through that pointer."""
+        parsed = cp.parse(state.source)
+        readable = _const_pointers(parsed)
+        anchors = []
+        for key, load in _keyed(parsed):
+            base = re.match(r"\s*\(*\s*([A-Za-z_]\w*)", load.pointer)
+            if load.is_ldg or base is None or (load.function, base[1]) not in readable or _written(load.replace):
+                continue
+            anchors.append(Anchor(load.function, "call", key, parsed.text(load.replace)))
+        return anchors
+
+
+# The element types `__ldg` has overloads for.
+LDG_TYPES = frozenset({"char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int",
+                       "unsigned", "long", "unsigned long", "long long", "unsigned long long", "float", "double",
+                       "char2", "char4", "uchar2", "uchar4", "short2", "short4", "ushort2", "ushort4", "int2", "int4",
+                       "uint2", "uint4", "longlong2", "ulonglong2", "float2", "float4", "double2", "__half", "__half2",
+                       "__nv_bfloat16", "__nv_bfloat162"})
+
+
+def _const_pointers(parsed: cp.ParsedSource) -> set[tuple[str, str]]:
+    """(function, name) of every `const T*` parameter or local with T an `__ldg` type."""
+    found = set()
+    for owner in cp.nodes_of_type(parsed.root, "parameter_declaration", "declaration"):
+        function = cp.function_of(owner)
+        qualifiers = {parsed.text(c) for c in owner.children if c.type == "type_qualifier"}
+        kind = owner.child_by_field_name("type")
+        if function is None or "const" not in qualifiers or kind is None:
+            continue
+        if " ".join(parsed.text(kind).split()) not in LDG_TYPES:
+            continue
+        for declarator in owner.children_by_field_name("declarator"):
+            if declarator.type == "init_declarator":
+                declarator = declarator.child_by_field_name("declarator")
+            if declarator is None or declarator.type != "pointer_declarator":
+                continue
+            name = declarator.child_by_field_name("declarator")
+            if name is not None and name.type == "identifier":
+                found.add((function, parsed.text(name)))
+    return found
+
+
+def _written(node: Node) -> bool:
+    """Whether an expression is the target of an assignment, an increment or `&`."""
+    parent = node.parent
+    while parent is not None and parent.type == "parenthesized_expression":
+        node, parent = parent, parent.parent
+    if parent is None:
+        return False
+    if parent.type == "assignment_expression":
+        return parent.child_by_field_name("left") == node
+    if parent.type == "update_expression":
+        return True
+    return parent.type == "pointer_expression" and _operator_text(parent) == "&"
+
+
+def _operator_text(node: Node) -> str:
+    operator = node.child_by_field_name("operator")
+    return operator.text.decode("utf-8") if operator is not None and operator.text is not None else ""
 
 
 register(Ldg())

@@ -16,11 +16,14 @@ that loads through `const T* __restrict__` leave the read-only path (SASS `LDG..
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
+from klineage.launch import ArgKind
 from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
 
@@ -138,6 +141,40 @@ class Restrict(Transform):
         source = (data[:at] + f"{spelling} ".encode() + data[at:]).decode("utf-8")
         return self.rewrite(state, anchor, Direction.FORWARD, source,
                             note=f"declared '{parsed.text(pointer.name)}' {spelling}")
+
+    def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        """Pointer parameters of `__global__` functions without the qualifier, unless the launch plan
+        passes the same buffer to two pointer parameters of that kernel (they would alias)."""
+        parsed = cp.parse(state.source)
+        kernels = {f.name for f in cp.functions(parsed) if f.is_kernel}
+        shared = _aliased_parameters(state, parsed, kernels)
+        return [anchor for anchor, pointer in _keyed(parsed)
+                if anchor.kind == "parameter" and pointer.qualifier is None and anchor.function in kernels
+                and (anchor.function, parsed.text(pointer.name)) not in shared]
+
+
+def _aliased_parameters(state: KernelState, parsed: cp.ParsedSource, kernels: set[str]) -> set[tuple[str, str]]:
+    """(kernel, parameter) pairs that some launch binds to a buffer another parameter also gets."""
+    names: dict[str, list[str]] = {}
+    for function in cp.functions(parsed):
+        if function.name in kernels:
+            declarator = function.node.child_by_field_name("declarator")
+            while declarator is not None and declarator.type != "function_declarator":
+                declarator = declarator.child_by_field_name("declarator")
+            parameters = declarator.child_by_field_name("parameters") if declarator is not None else None
+            found = []
+            for parameter in (parameters.named_children if parameters is not None else []):
+                identifiers = cp.nodes_of_type(parameter, "identifier")
+                found.append(parsed.text(identifiers[-1]) if identifiers else "")
+            names[function.name] = found
+    aliased: set[tuple[str, str]] = set()
+    for launch in state.plan.launches:
+        kernel = launch.entry.split("<")[0].strip()
+        buffers = [arg.name if arg.kind is ArgKind.BUFFER else None for arg in launch.args]
+        for position, buffer in enumerate(buffers):
+            if buffer is not None and buffers.count(buffer) > 1 and position < len(names.get(kernel, [])):
+                aliased.add((kernel, names[kernel][position]))
+    return aliased
 
 
 register(Restrict())

@@ -16,10 +16,15 @@ that controls unrolling, and without it the compiler decides.
 
 from __future__ import annotations
 
+import operator
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from tree_sitter import Node
 
+from klineage import expr
+from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
@@ -134,6 +139,83 @@ class Unroll(Transform):
         factor = pragma.split(None, 1)[1] if " " in pragma else ""
         return self.rewrite(state, anchor, Direction.FORWARD, source, carrier={"unroll": factor or "full"},
                             note=f"added `#pragma {pragma}` before the loop over {anchor.key.split('#')[0]}")
+
+    def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        """Loops without a pragma whose trip count is a constant of at most MAX_FULL_UNROLL (their
+        bounds and step are literals or namespace constants). The pragma: full unroll when the
+        carrier lists "full" (or lists nothing), else `unroll N` with the first factor it lists."""
+        factors = [str(v) for v in self.carrier_values(carrier, "unroll")]
+        pragma = "unroll" if not factors or "full" in factors else f"unroll {factors[0]}"
+        parsed = cp.parse(state.source)
+        constants = state.constants
+        anchors = []
+        for function, loop_key, loop in self._loops(parsed):
+            if loop.pragma_node is not None or loop.node.type != "for_statement":
+                continue
+            trips = _trip_count(parsed, loop.node, loop_key.split("#")[0], constants)
+            if trips is None or not 2 <= trips <= MAX_FULL_UNROLL:
+                continue
+            line_end = parsed.data.find(b"\n", loop.node.start_byte)
+            snippet = parsed.data[loop.node.start_byte:line_end if line_end >= 0 else loop.node.end_byte]
+            anchors.append(Anchor(function, "loop", f"{loop_key}:{pragma}", snippet.decode("utf-8", "replace")))
+        return anchors
+
+
+MAX_FULL_UNROLL = 64  # longer constant loops are left to the compiler's own judgement
+_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "!=": operator.ne}
+_STEP = {"+=": operator.add, "-=": operator.sub, "*=": operator.mul, "<<=": operator.lshift, ">>=": operator.rshift}
+
+
+def _constant(parsed: cp.ParsedSource, node: Node | None, constants: dict[str, Any]) -> int | None:
+    """The integer value of a C expression of literals and namespace constants, else None."""
+    if node is None:
+        return None
+    text = re.sub(r"(?<![\w.])(\d+)[uUlL]+\b", r"\1", parsed.text(node))
+    try:
+        return expr.evaluate_int(re.sub(r"(?<!/)/(?!/)", "//", text), constants)
+    except ExpressionError:
+        return None
+
+
+def _trip_count(parsed: cp.ParsedSource, loop: Node, var: str, constants: dict[str, Any]) -> int | None:
+    """How many times `for (var = a; var OP b; var STEP c)` runs with constant a, b, c; None when it
+    is not of that form or runs more than 1024 times."""
+    init, condition = loop.child_by_field_name("initializer"), loop.child_by_field_name("condition")
+    update = loop.child_by_field_name("update")
+    start = None
+    if init is not None and init.type == "declaration":
+        declarators = init.children_by_field_name("declarator")
+        if len(declarators) == 1 and declarators[0].type == "init_declarator":
+            start = _constant(parsed, declarators[0].child_by_field_name("value"), constants)
+    elif init is not None and init.type == "assignment_expression" and parsed.text(init.child_by_field_name(
+            "operator")) == "=":
+        start = _constant(parsed, init.child_by_field_name("right"), constants)
+    if start is None or condition is None or update is None:
+        return None
+    if condition.type == "condition_clause" and condition.named_child_count == 1:
+        condition = condition.named_children[0]
+    if condition.type != "binary_expression" or parsed.text(condition.child_by_field_name("left")) != var:
+        return None
+    compare = _COMPARE.get(parsed.text(condition.child_by_field_name("operator")))
+    bound = _constant(parsed, condition.child_by_field_name("right"), constants)
+    if update.type == "update_expression":
+        step_op, step = (operator.add if "++" in parsed.text(update) else operator.sub), 1
+        if parsed.text(update.child_by_field_name("argument")) != var:
+            return None
+    elif update.type == "assignment_expression" and parsed.text(update.child_by_field_name("left")) == var:
+        step_op = _STEP.get(parsed.text(update.child_by_field_name("operator")))
+        step = _constant(parsed, update.child_by_field_name("right"), constants)
+    else:
+        return None
+    if compare is None or bound is None or step_op is None or step is None:
+        return None
+    value, trips = start, 0
+    while compare(value, bound):
+        trips += 1
+        if trips > 1024:
+            return None
+        value = step_op(value, step)
+    return trips
 
 
 register(Unroll())

@@ -1,0 +1,178 @@
+"""Admission: a card becomes `admitted` only after a held-out roundtrip.
+
+Targets (`held_out_targets`) are kernel states outside the card's source lineages: the states of
+other lineages (other experts' walks) and bundled kernels (naive ones included), never a state of
+a source lineage nor of another walk of the same expert. A target qualifies where the card's
+`requires` hold, none of its `conflicts` is present and its transform finds a forward site.
+
+A trial (`admit`) applies the card at every site of a target (`materialize.apply_everywhere`),
+gates the result against the target (`gate(problem_path, kernel, against)`, passed in so tests
+and dry runs use the compile-only gate), and compares the paired ratio (target time / new time,
+> 1 faster, as the card's effects are) with what the card declares:
+  required = max(DEFAULT_FORWARD_RATIO, min over effects of ratio x (1 - max(spread, NOISE)))
+Outcomes:
+- PASSED: a timed passing verdict reaching `required`;
+- FAILED: the gate rejected the kernel, or it passed slower than `required`;
+- INCONCLUSIVE: anything that is no timed judgement: a compile-only verdict, a gate error or
+  miss, a passing verdict without a paired ratio, a card that declares no measured effect (a dry
+  lineage's: nothing to reproduce), a precondition failing on one of the target problem's cases
+  (not a fair trial), no site applying. Unknown fails: an inconclusive trial never admits.
+Every trial is recorded on the card's `verification_log` as a `card.Trial` (state: the target's
+fingerprint; passed: outcome PASSED; message: starts with the outcome's value, `trial_outcome`
+reads it back). Status: admitted when some new trial PASSED and none FAILED; an admitted card with
+a FAILED trial and no PASSED one is retired; otherwise the status stays (a retired card stays).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from klineage.errors import DocumentError, KLineageError
+from klineage.gate.verdict import Status, Verdict
+from klineage.kernel import KernelState
+from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
+from klineage.problem import ProblemInfo
+from klineage.skills.card import CardStatus, SkillCard, Trial
+from klineage.skills.induction import lineage_id
+from klineage.skills.materialize import apply_everywhere
+from klineage.skills.retrieval import precondition_failure, state_features
+
+NOISE = 0.05  # the least relative spread assumed of a declared effect
+DEFAULT_LIMIT = 3  # targets gated per admission
+
+Gate = Callable[[str | Path, KernelState, KernelState | None], Verdict]
+
+
+class TrialOutcome(str, Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A held-out kernel state: its name (a bundled kernel's, or `<lineage id>@<step>`), its problem."""
+
+    name: str
+    problem: str
+    state: KernelState
+
+    def __post_init__(self) -> None:
+        for key in ("name", "problem"):
+            if not isinstance(getattr(self, key), str) or not getattr(self, key).strip():
+                raise DocumentError(f"target.{key}", f"must be a non-empty string, not {getattr(self, key)!r}")
+        if not isinstance(self.state, KernelState):
+            raise DocumentError("target.state", f"must be a KernelState, not {self.state!r}")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "problem": self.problem, "fingerprint": self.state.fingerprint}
+
+
+def trial_outcome(trial: Trial) -> TrialOutcome:
+    """The outcome a recorded trial's message starts with."""
+    head = trial.message.split(":", 1)[0].strip()
+    try:
+        return TrialOutcome(head)
+    except ValueError:
+        raise DocumentError("trial.message", f"does not start with an outcome ({head!r})") from None
+
+
+def _qualifies(card: SkillCard, state: KernelState) -> bool:
+    present = state_features(state)
+    return card.requires <= present and not card.conflicts & present and apply_everywhere(card, state) is not None
+
+
+def held_out_targets(card: SkillCard, lineages: Sequence[Lineage],
+                     corpus_states: Mapping[str, KernelState]) -> list[Target]:
+    """Qualifying states outside the card's source lineages: bundled kernels first (by name), then
+    the other lineages' states, simplest first; each fingerprint once."""
+    sources = {ref.lineage for ref in card.evidence}
+    source_lineages = [lin for lin in lineages if lineage_id(lin) in sources]
+    experts = {lin.expert.fingerprint for lin in source_lineages}
+    seen = {state.fingerprint for lin in source_lineages for state in lin.states}
+    candidates: list[Target] = [Target(name, state.plan.problem, state) for name, state in sorted(corpus_states.items())]
+    for lineage in sorted(lineages, key=lineage_id):
+        if lineage_id(lineage) in sources or lineage.expert.fingerprint in experts:
+            continue
+        for step, state in reversed(list(enumerate(lineage.states))):
+            candidates.append(Target(f"{lineage_id(lineage)}@{step}", lineage.problem.operator, state.kernel))
+    targets = []
+    for target in candidates:
+        if target.state.fingerprint in seen:
+            continue
+        seen.add(target.state.fingerprint)
+        if _qualifies(card, target.state):
+            targets.append(target)
+    return targets
+
+
+def required_ratio(card: SkillCard) -> float | None:
+    """The paired ratio a trial must reach; None when the card declares no measured effect."""
+    if not card.effects:
+        return None
+    lower = min(e.ratio * (1.0 - max(e.spread, NOISE)) for e in card.effects)
+    return max(DEFAULT_FORWARD_RATIO, lower)
+
+
+def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | Path], gate: Gate,
+           problems: Mapping[str, ProblemInfo] | None) -> Trial:
+    def record(outcome: TrialOutcome, message: str, ratio: float | None = None) -> Trial:
+        return Trial(target.state.fingerprint, outcome is TrialOutcome.PASSED, ratio,
+                     f"{outcome.value}: {target.name}: {message}")
+
+    info = (problems or {}).get(target.problem)
+    if info is not None:
+        why = precondition_failure(card, info)
+        if why:
+            return record(TrialOutcome.INCONCLUSIVE, f"not a fair trial: {why}")
+    applied = apply_everywhere(card, target.state)
+    if applied is None:
+        return record(TrialOutcome.INCONCLUSIVE, "no forward site applies")
+    where = f"{len(applied.anchors)} site(s) -> {applied.state.fingerprint[:12]}"
+    try:
+        verdict = gate(problem_for(target.problem), applied.state, target.state)
+    except KLineageError as exc:
+        return record(TrialOutcome.INCONCLUSIVE, f"{where}; the gate could not judge it: {exc}")
+    if verdict.status is Status.REJECTED:
+        finding = verdict.findings[0]
+        return record(TrialOutcome.FAILED, f"{where}; rejected ({finding.reason.value}): "
+                                           f"{' '.join(finding.message.split())[:240]}")
+    if verdict.status is not Status.PASSED:
+        return record(TrialOutcome.INCONCLUSIVE, f"{where}; {verdict.status.value} verdict: nothing ran or was "
+                                                 f"timed, so nothing is reproduced")
+    ratio = verdict.profile.get("ratios", {}).get("vs_baseline")
+    if not ratio or not ratio.get("overall"):
+        return record(TrialOutcome.INCONCLUSIVE, f"{where}; passed, but no paired ratio against the target")
+    overall = float(ratio["overall"])
+    required = required_ratio(card)
+    if required is None:
+        return record(TrialOutcome.INCONCLUSIVE, f"{where}; passed at {overall:.3f}x, but the card declares no "
+                                                 f"measured effect to reproduce", overall)
+    if overall < required:
+        return record(TrialOutcome.FAILED, f"{where}; passed at {overall:.3f}x, below the {required:.3f}x the "
+                                           f"card's effects require", overall)
+    return record(TrialOutcome.PASSED, f"{where}; {overall:.3f}x (required {required:.3f}x)", overall)
+
+
+def admit(card: SkillCard, targets: Sequence[Target], problem_for: Callable[[str], str | Path], gate: Gate, *,
+          problems: Mapping[str, ProblemInfo] | None = None,
+          limit: int = DEFAULT_LIMIT) -> tuple[SkillCard, list[Trial]]:
+    """Trial the card on at most `limit` targets; the card with every trial logged and its new
+    status, and the trials. `problem_for` maps a problem name to its file; `problems` (operator ->
+    ProblemInfo) lets a trial check the card's preconditions on the target problem's cases."""
+    if limit < 1:
+        raise KLineageError(f"admission needs at least one trial, not limit={limit}")
+    trials = [_trial(card, target, problem_for, gate, problems) for target in list(targets)[:limit]]
+    outcomes = {trial_outcome(t) for t in trials}
+    status = card.status
+    if status is not CardStatus.RETIRED:
+        if TrialOutcome.PASSED in outcomes and TrialOutcome.FAILED not in outcomes:
+            status = CardStatus.ADMITTED
+        elif TrialOutcome.FAILED in outcomes and TrialOutcome.PASSED not in outcomes and status is CardStatus.ADMITTED:
+            status = CardStatus.RETIRED
+    updated = dataclasses.replace(card, verification_log=card.verification_log + tuple(trials), status=status)
+    return updated, trials

@@ -1,0 +1,127 @@
+"""The skill library: the cards induced from a set of lineages, with how they were built.
+
+One JSON document, `{"version": 1, "provenance": {...}, "cards": [card, ...]}`, in the canonical
+form of `klineage.fingerprint.document_text` (equal libraries give equal bytes). The provenance
+says what the cards rest on: the source lineage ids and their gate modes, and whatever the builder
+adds (GPU, toolchain, git commit, date, a note such as "dry walks: no card was timed"). The web
+app imports exactly this document; a folder of SKILL.md files (`skillmd.export_skillmd`) loads as
+a library too, its provenance saying where it came from.
+
+A library refuses two cards with one id (each card is one skill) and, when built, two lineages
+with one id (the same expert walked twice under one gate mode would count its evidence twice).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from klineage.errors import DocumentError, KLineageError
+from klineage.fingerprint import document_text, parse_document
+from klineage.lineage import Lineage
+from klineage.problem import ProblemInfo
+from klineage.skills.card import CardStatus, SkillCard
+from klineage.skills.induction import induce, lineage_id
+from klineage.skills.skillmd import import_skillmd
+
+LIBRARY_VERSION = 1
+_KEYS = ("version", "provenance", "cards")
+
+
+@dataclass(frozen=True)
+class Library:
+    cards: tuple[SkillCard, ...]
+    provenance: dict[str, Any] = field(default_factory=dict)
+    version: int = LIBRARY_VERSION
+
+    def __post_init__(self) -> None:
+        if self.version != LIBRARY_VERSION:
+            raise DocumentError("library", f"unsupported version {self.version!r} (this is {LIBRARY_VERSION})")
+        if not isinstance(self.provenance, dict):
+            raise DocumentError("library.provenance", f"must be an object, not {type(self.provenance).__name__}")
+        try:
+            document_text(self.provenance)
+        except (TypeError, ValueError) as exc:
+            raise DocumentError("library.provenance", f"must be plain JSON: {exc}") from None
+        cards = tuple(self.cards)
+        for i, card in enumerate(cards):
+            if not isinstance(card, SkillCard):
+                raise DocumentError(f"library.cards[{i}]", f"must be a SkillCard, not {card!r}")
+        seen: dict[str, int] = {}
+        for i, card in enumerate(cards):
+            if card.id in seen:
+                raise DocumentError(f"library.cards[{i}]", f"card {card.short_id} ({card.transform}) is already "
+                                                           f"cards[{seen[card.id]}]")
+            seen[card.id] = i
+        object.__setattr__(self, "cards", cards)
+
+    def admitted(self) -> tuple[SkillCard, ...]:
+        return tuple(c for c in self.cards if c.status is CardStatus.ADMITTED)
+
+    def by_id(self, card_id: str) -> SkillCard:
+        """The card with this id, or with this unique id prefix (a short id)."""
+        if not isinstance(card_id, str) or not card_id.strip():
+            raise KLineageError(f"no card id given ({card_id!r})")
+        found = [c for c in self.cards if c.id.startswith(card_id.strip().lower())]
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise KLineageError(f"no card '{card_id}' in the library ({len(self.cards)} cards)")
+        raise KLineageError(f"'{card_id}' names {len(found)} cards ({', '.join(c.short_id for c in found)}); "
+                            f"give more of the id")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "provenance": self.provenance, "cards": [c.to_dict() for c in self.cards]}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "library") -> Library:
+        if not isinstance(data, dict):
+            raise DocumentError(where, f"must be an object, not {type(data).__name__}")
+        missing = [k for k in _KEYS if k not in data]
+        unknown = sorted(set(data) - set(_KEYS))
+        if missing or unknown:
+            raise DocumentError(where, f"missing {missing}" if missing else f"unknown keys {unknown}")
+        if data["version"] != LIBRARY_VERSION:
+            raise DocumentError(where, f"unsupported version {data['version']!r} (this is {LIBRARY_VERSION})")
+        if not isinstance(data["cards"], list):
+            raise DocumentError(f"{where}.cards", "must be a list")
+        if not isinstance(data["provenance"], dict):
+            raise DocumentError(f"{where}.provenance", "must be an object")
+        cards = tuple(SkillCard.from_dict(c, f"{where}.cards[{i}]") for i, c in enumerate(data["cards"]))
+        return cls(cards, dict(data["provenance"]), data["version"])
+
+
+def load_library(path: str | Path) -> Library:
+    """A library JSON file, or a folder of SKILL.md files (its provenance names the folder)."""
+    path = Path(path)
+    if path.is_dir():
+        return Library(tuple(import_skillmd(path)), {"imported_from": "skillmd", "folder": str(path)})
+    if not path.is_file():
+        raise DocumentError(str(path), "no such library file or SKILL.md folder")
+    return Library.from_dict(parse_document(path.read_text(encoding="utf-8"), str(path)), str(path))
+
+
+def save_library(library: Library, path: str | Path) -> Path:
+    """Write the canonical JSON of the library; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(document_text(library.to_dict()), encoding="utf-8")
+    return path
+
+
+def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] | None,
+                  provenance: dict[str, Any]) -> Library:
+    """The cards `induce` lifts from `lineages`, with the caller's provenance plus the source
+    lineage ids (`lineages`) and the gate modes they ran under (`gate_modes`)."""
+    ids = [lineage_id(lineage) for lineage in lineages]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise KLineageError(f"the same lineage is given more than once: {', '.join(repeated)} (one walk per expert "
+                            f"and gate mode; its evidence would count twice)")
+    clash = sorted({"lineages", "gate_modes"} & set(provenance))
+    if clash:
+        raise KLineageError(f"provenance keys {clash} are filled in from the lineages; do not give them")
+    facts = {"lineages": sorted(ids), "gate_modes": sorted({lineage.gate.value for lineage in lineages})}
+    return Library(tuple(induce(lineages, problems)), {**provenance, **facts})

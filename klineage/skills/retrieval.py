@@ -1,0 +1,177 @@
+"""Retrieval: which skill cards fit a kernel and its problem, best first.
+
+A card is a candidate for a state when its status is one asked for, its `requires` are present
+among the state's features, what it `provides` is not all there already, none of its
+`conflicts` is present, and each of its preconditions holds on every case of the problem (a
+predicate over names a case does not define fails: unknown fails). Features are named by role,
+as induction names them (`kernel`, `device`, `<file>`): a kernel's own function names do not
+travel. A card that provides nothing visible at role level (its step added the mechanism at one
+more site of a function that already had it, e.g. one more `__restrict__` parameter) is kept
+only where its transform finds a forward site in the state.
+
+Ranking, one score with the terms in this order of weight:
+1. operator similarity: the problem's operator among the card's (1), else a dtype shared with
+   the card's scope (1/2), else 0;
+2. shape proximity: 1 / (1 + |log2(target size / nearest source size)|), sizes being the
+   roofline's minimum bytes of the problem's headline and of the card's timed cases (or the
+   source problem's headline), known when `problems` holds the card's source problem; else 0;
+3. measured gain: log2 of the median paired ratio of the card's effects (1.0 when untimed),
+   clamped to [-1, 1].
+Ties go by card id, so the order is deterministic.
+
+Source features only: a plain kernel state has no SASS until it is compiled, so a card whose
+requires name a SASS-only feature is not retrieved here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from klineage.errors import DocumentError, ExpressionError
+from klineage.features.feature import Feature
+from klineage.features.source import FILE_LOCUS, source_features
+from klineage.kernel import KernelState
+from klineage.problem import ProblemInfo
+from klineage.skills.card import CardStatus, SkillCard
+from klineage.skills.induction import DEVICE_ROLE, KERNEL_ROLE
+from klineage.skills.predicates import case_facts
+from klineage.transforms import catalog
+
+OPERATOR_WEIGHT = 10.0
+SHAPE_WEIGHT = 2.0
+DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+@dataclass(frozen=True)
+class Match:
+    card: SkillCard
+    score: float
+    reasons: tuple[str, ...]  # readable, e.g. "requires present", "same operator", "gain 1.12x"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.card, SkillCard):
+            raise DocumentError("match.card", f"must be a SkillCard, not {self.card!r}")
+        if not math.isfinite(self.score):
+            raise DocumentError("match.score", f"must be finite, not {self.score!r}")
+        object.__setattr__(self, "reasons", tuple(self.reasons))
+
+    def to_dict(self) -> dict:
+        return {"card": self.card.id, "score": self.score, "reasons": list(self.reasons)}
+
+
+def state_features(state: KernelState) -> frozenset[Feature]:
+    """The state's source features at card roles: `kernel` for a `__global__` function, `<file>`
+    for file scope, `device` for any other function."""
+    found = source_features(state.source)
+    kernels = {f.locus for f in found if f.name == "global_fn"}
+
+    def role(locus: str) -> str:
+        return FILE_LOCUS if locus == FILE_LOCUS else KERNEL_ROLE if locus in kernels else DEVICE_ROLE
+
+    return frozenset(Feature(role(f.locus), f.name) for f in found)
+
+
+def _dtypes(problem: ProblemInfo) -> set[str]:
+    found = {o.dtype for o in problem.outputs if o.dtype in DTYPES}
+    for case in problem.cases:
+        found |= {v for k, v in case.params.items() if k.endswith("dtype") and isinstance(v, str)}
+    return found
+
+
+def _facts(params: Mapping, names: set[str]) -> dict:
+    """A case's facts, with `<p>_is_<v>` false for every other value of a text parameter `p`."""
+    facts = case_facts(params)
+    texts = [k for k, v in params.items() if isinstance(v, str)]
+    for name in names:
+        if name not in facts and any(re.fullmatch(re.escape(k) + r"_is_\w+", name) for k in texts):
+            facts[name] = False
+    return facts
+
+
+def precondition_failure(card: SkillCard, problem: ProblemInfo) -> str:
+    """'' when every precondition holds on every case, else why not."""
+    for precondition in card.preconditions:
+        for case in problem.cases:
+            try:
+                holds = precondition.check(_facts(case.params, precondition.names))
+            except ExpressionError as exc:
+                return f"precondition {precondition.expression!r} cannot be decided on case {case.name}: {exc}"
+            if not holds:
+                return f"precondition {precondition.expression!r} fails on case {case.name}"
+    return ""
+
+
+def _size(problem: ProblemInfo, case: str) -> float | None:
+    value = problem.roofline.get(case, {}).get("bytes")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _proximity(card: SkillCard, problem: ProblemInfo, problems: Mapping[str, ProblemInfo]) -> tuple[float, str]:
+    target = _size(problem, problem.headline)
+    sources = []
+    for operator in card.scope.operators:
+        known = problems.get(operator)
+        if known is None:
+            continue
+        cases = [e.case for e in card.effects if e.operator == operator] or [known.headline]
+        sources += [s for s in (_size(known, c) for c in cases) if s]
+    if target is None or not sources:
+        return 0.0, ""
+    nearest = min(sources, key=lambda s: abs(math.log2(target / s)))
+    distance = abs(math.log2(target / nearest))
+    return 1.0 / (1.0 + distance), f"headline {target / nearest:.2g}x the size of the nearest source case"
+
+
+def _gain(card: SkillCard) -> float:
+    return statistics.median(e.ratio for e in card.effects) if card.effects else 1.0
+
+
+def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *, limit: int = 10,
+             statuses: tuple[CardStatus, ...] = (CardStatus.ADMITTED,),
+             problems: Mapping[str, ProblemInfo] | None = None) -> list[Match]:
+    """The cards that fit `state` on `problem`, best first, at most `limit`. `problems` (operator ->
+    ProblemInfo) lets shape proximity compare with the cards' source problems."""
+    if limit < 0:
+        raise DocumentError("retrieve.limit", f"must be >= 0, not {limit}")
+    present = state_features(state)
+    known = catalog()  # a card of a transform outside the catalog has no mechanical forward sites
+    mine = _dtypes(problem)
+    matches = []
+    for card in cards:
+        if card.status not in statuses or not card.requires <= present or card.conflicts & present:
+            continue
+        if card.provides and card.provides <= present:
+            continue
+        if precondition_failure(card, problem):
+            continue
+        transform = known.get(card.transform)
+        sites = transform.forward_sites(state, card.carrier) if transform is not None else []
+        if not card.provides and not sites:
+            continue
+        reasons = ["requires present" if card.requires else "requires nothing"]
+        new = sorted(map(str, card.provides - present))
+        reasons.append(f"adds {', '.join(new)}" if new else f"adds its mechanism at {len(sites)} more site(s)")
+        if card.preconditions:
+            reasons.append(f"preconditions hold on all {len(problem.cases)} cases")
+        if problem.operator in card.scope.operators:
+            similarity, why = 1.0, f"same operator ({problem.operator})"
+        elif mine & set(card.scope.dtypes):
+            similarity, why = 0.5, f"same dtype family ({', '.join(sorted(mine & set(card.scope.dtypes)))})"
+        else:
+            similarity, why = 0.0, f"other operator ({', '.join(card.scope.operators)})"
+        reasons.append(why)
+        proximity, shape = _proximity(card, problem, problems or {})
+        if shape:
+            reasons.append(shape)
+        gain = _gain(card)
+        reasons.append(f"gain {gain:.2f}x" if card.effects else "no measured gain (untimed)")
+        if sites:
+            reasons.append(f"{len(sites)} forward site(s)")
+        score = OPERATOR_WEIGHT * similarity + SHAPE_WEIGHT * proximity + max(-1.0, min(1.0, math.log2(gain)))
+        matches.append(Match(card, score, tuple(reasons)))
+    matches.sort(key=lambda m: (-m.score, m.card.id))
+    return matches[:limit]
