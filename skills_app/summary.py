@@ -9,7 +9,7 @@ from django.db.models import Count
 
 from klineage.gate.verdict import Status
 from skills_app import evidence
-from skills_app.models import Kernel, Problem, Verdict
+from skills_app.models import Kernel, Problem, SkillCard, Verdict
 
 
 @dataclass
@@ -69,6 +69,15 @@ def verdicts_by_status() -> list[dict[str, Any]]:
     return rows
 
 
+def library_glance() -> dict[str, Any]:
+    """Cards by status and the best measured gain among admitted cards (or any, before admission)."""
+    counts = dict(SkillCard.objects.order_by().values_list("status").annotate(n=Count("id")))
+    admitted = SkillCard.objects.filter(status=SkillCard.Status.ADMITTED, median_gain__isnull=False)
+    timed = admitted if admitted.exists() else SkillCard.objects.filter(median_gain__isnull=False)
+    best = timed.order_by("-median_gain", "transform", "card_id").only("short_id", "transform", "median_gain").first()
+    return {"total": sum(counts.values()), **{s: counts.get(s, 0) for s in SkillCard.Status.values}, "best": best}
+
+
 def dashboard() -> dict[str, Any]:
     kernels = dict(Kernel.objects.values_list("adversarial").annotate(n=Count("id")))
     return {
@@ -81,4 +90,5 @@ def dashboard() -> dict[str, Any]:
         "suite": adversarial_suite(),
         "recent": Verdict.objects.select_related("state__kernel").defer("document", "policy")[:6],
         "evidence": evidence.load_all(),
+        "library": library_glance(),
     }

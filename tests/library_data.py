@@ -9,7 +9,6 @@ intent, effects, status) into n distinct valid cards, their ids derived from the
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 from typing import Any
@@ -70,18 +69,16 @@ STATUSES = ("candidate", "admitted", "retired")
 
 def many_cards(count: int) -> list[dict[str, Any]]:
     """`count` distinct valid card dicts, varied from the real cards; ids derived from the content."""
-    base = [c.to_dict() for c in real_cards()]
+    base = real_cards()
     out = []
     for i, template in zip(range(count), itertools.cycle(base)):
-        card = copy.deepcopy(template)
-        card["id"] = ""
-        card["transform"] = f"{template['transform']}_v{i // len(base)}"
-        card["scope"]["operators"] = [OPERATORS[i % len(OPERATORS)]]
-        card["scope"]["platform"] = PLATFORMS[(i // 7) % len(PLATFORMS)]
-        card["status"] = STATUSES[(i // 3) % len(STATUSES)]
-        card["intent"] = f"{template['intent']} Variant {i}."
-        for effect in card["effects"]:
-            effect["operator"] = card["scope"]["operators"][0]
-            effect["ratio"] = round(0.9 + (i % 97) / 200, 4)
-        out.append(SkillCard.from_dict(card).to_dict())
+        operator = OPERATORS[i % len(OPERATORS)]
+        ratio = round(0.9 + (i % 97) / 200, 4)
+        card = dataclasses.replace(
+            template, id="", transform=f"{template.transform}_v{i // len(base)}",
+            intent=f"{template.intent} Variant {i}.", status=STATUSES[(i // 3) % len(STATUSES)],
+            scope=dataclasses.replace(template.scope, operators=(operator,),
+                                      platform=PLATFORMS[(i // 7) % len(PLATFORMS)]),
+            effects=tuple(dataclasses.replace(e, operator=operator, ratio=ratio) for e in template.effects))
+        out.append(card.to_dict())
     return out

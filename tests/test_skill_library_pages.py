@@ -1,0 +1,167 @@
+"""The library and card pages on cards induced from a real lineage (stored here too, so risks link to
+its rejected attempt), plus varied cards for filters, sorting and pagination."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib.auth.models import User
+
+from klineage.skills.skillmd import parse
+from library_data import library_document, many_cards, real_cards, timed_lineage
+from skills_app.card_import import import_library
+from skills_app.importer import import_lineage
+from skills_app.models import LineageStep, Review, SkillCard
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def library():
+    cards = real_cards()
+    lineage, _ = import_lineage(timed_lineage().to_dict())
+    import_library(library_document(cards))
+    return {"cards": {c.short_id: c for c in cards}, "lineage": lineage}
+
+
+def _short_ids(client, query: str = "") -> list[str]:
+    response = client.get(f"/library/?{query}")
+    assert response.status_code == 200
+    return re.findall(r'href="/library/([0-9a-f]{12})/"', response.content.decode())
+
+
+def _by(library, transform: str, provides: bool | None = None):
+    return [c for c in library["cards"].values() if c.transform == transform
+            and (provides is None or bool(c.provides) == provides)][0]
+
+
+def test_library_lists_cards_by_measured_gain(client, library):
+    ids = _short_ids(client)
+    assert len(ids) == 4
+    gains = [SkillCard.objects.get(short_id=i).median_gain for i in ids]
+    assert gains[:3] == [1.08, 1.02, 0.97] and gains[3] is None  # untimed cards last
+    page = client.get("/library/").content.decode()
+    assert "1.08×" in page and 'data-count="candidate">4<' in page and 'data-count="admitted">0<' in page
+
+
+def test_filters_and_search(client, library):
+    bounds = _by(library, "launch_bounds")
+    pragma = _by(library, "unroll", provides=True)
+    assert _short_ids(client, "surface=function") == [bounds.short_id]
+    assert set(_short_ids(client, "surface=loop")) == {c.short_id for c in library["cards"].values()
+                                                       if c.transform == "unroll"}
+    assert _short_ids(client, "feature=kernel/launch_bounds") == [bounds.short_id]
+    assert _short_ids(client, "feature=device/unroll_pragma") == [pragma.short_id]
+    assert _short_ids(client, "feature=kernel/launch") == []  # a feature matches whole
+    assert len(_short_ids(client, "operator=row_softmax")) == 4
+    assert _short_ids(client, "operator=row_soft") == [] and _short_ids(client, "operator=gemm") == []
+    assert _short_ids(client, "platform=sm90a") == []
+    assert _short_ids(client, "status=admitted") == [] and len(_short_ids(client, "status=candidate")) == 4
+    assert _short_ids(client, "intent=block+size") == [bounds.short_id]
+    # Full-text search: every word, over intent, anchor snippet and transform, any case.
+    assert _short_ids(client, "q=LAUNCH_BOUNDS") == [bounds.short_id]
+    assert set(_short_ids(client, "q=pragma+unroll")) == {c.short_id for c in library["cards"].values()
+                                                        if c.transform == "unroll"}
+    assert _short_ids(client, "q=pragma+bound") == []
+    page = client.get("/library/?q=nothing-like-this").content.decode()
+    assert "No card matches these filters." in page
+    assert "not understood" in client.get("/library/?status=famous").content.decode()
+
+
+def test_sort_and_pagination(client, library):
+    import_library(library_document(many_cards(130)))
+    total = SkillCard.objects.count()
+    assert total == 134
+    first = _short_ids(client)
+    second = _short_ids(client, "page=2")
+    third = _short_ids(client, "page=3")
+    assert (len(first), len(second), len(third)) == (50, 50, total - 100)
+    assert not set(first) & set(second)
+    gains = [SkillCard.objects.get(short_id=i).median_gain for i in first + second + third]
+    timed = [g for g in gains if g is not None]
+    assert timed == sorted(timed, reverse=True) and gains.index(None) == len(timed)
+    by_transform = _short_ids(client, "sort=transform")
+    rows = [SkillCard.objects.get(short_id=i) for i in by_transform]
+    assert [(r.transform, r.card_id) for r in rows] == sorted((r.transform, r.card_id) for r in rows)
+    by_id = [SkillCard.objects.get(short_id=i).card_id for i in _short_ids(client, "sort=id")]
+    assert by_id == sorted(SkillCard.objects.values_list("card_id", flat=True))[:50]
+    # Filters survive paging; the status counts follow the other filters.
+    gemm = SkillCard.objects.filter(operators__icontains='"gemm"')
+    assert len(_short_ids(client, "operator=gemm&page=1")) == min(50, gemm.count())
+    page = client.get("/library/?operator=gemm").content.decode()
+    for status in ("candidate", "admitted", "retired"):
+        assert f'data-count="{status}">{gemm.filter(status=status).count()}<' in page
+    assert "?sort=transform&amp;page=2" in client.get("/library/?sort=transform").content.decode()
+
+
+def test_card_page(client, library):
+    unroll = _by(library, "unroll", provides=False)
+    response = client.get(f"/library/{unroll.short_id}/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert unroll.intent.replace("'", "&#x27;") in page
+    assert page.count('<tr class="diff-add">') == 1  # the vector as a highlighted diff
+    assert '<span class="tok-pp">#pragma unroll</span>' in page
+    (pre,) = unroll.preconditions
+    assert "Cols must be a multiple of 4" in page and "<code>cols % 4 == 0</code>" in page
+    assert "sound on 2 cases (headline, mid_aligned), refused on 2 (narrow, ragged)" in page
+    assert "<svg" in page and "1.020×" in page  # effects chart
+    lineage = library["lineage"]
+    assert f'href="/lineages/{lineage.id}/#step-rejected-0"' in page  # risk -> the rejected attempt
+    assert f'href="/lineages/{lineage.id}/#step-accepted-1"' in page  # evidence -> accepted steps
+    assert lineage.steps.filter(kind="rejected", index=0).exists()
+    assert "max abs err 0.3" in page and "Nobody has reviewed" in page
+    assert f'href="/library/{unroll.short_id}/SKILL.md"' in page
+
+
+def test_card_without_effects_or_risks(client, library):
+    pragma = _by(library, "unroll", provides=True)
+    bounds = _by(library, "launch_bounds")
+    page = client.get(f"/library/{bounds.short_id}/").content.decode()
+    assert "provides kernel/launch_bounds" in page and "None recorded." in page
+    assert "Not tried outside its own lineages yet." in page
+    assert "No measured effect yet" in client.get(f"/library/{pragma.short_id}/").content.decode()
+
+
+def test_reviews_of_the_steps_behind_a_card(client, library):
+    bounds = _by(library, "launch_bounds")
+    step = LineageStep.objects.get(lineage=library["lineage"], kind="accepted", index=bounds.evidence[0].index)
+    reviewer = User.objects.create_user("grace", password="pw-grace-2026")
+    Review.objects.create(step=step, reviewer=reviewer, verdict="dispute", comment="the bound hides spills")
+    page = client.get(f"/library/{bounds.short_id}/").content.decode()
+    assert "the bound hides spills" in page and "grace" in page and "badge-disputed" in page
+
+
+def test_unknown_card_is_404(client, library):
+    assert client.get("/library/000000000000/").status_code == 404
+    assert client.get("/library/000000000000/SKILL.md").status_code == 404
+
+
+def test_skillmd_download_is_the_cards_skill_file(client, library):
+    card = _by(library, "unroll", provides=False)
+    response = client.get(f"/library/{card.short_id}/SKILL.md")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/markdown")
+    assert f'filename="unroll-{card.short_id}-SKILL.md"' in response["Content-Disposition"]
+    assert parse(response.content.decode()) == card  # lossless: the engine reads it back
+
+
+def test_risk_refs_to_lineages_not_stored_here_are_plain_text(client):
+    cards = real_cards()
+    import_library(library_document(cards))  # no lineage imported
+    unroll = next(c for c in cards if c.risks)
+    page = client.get(f"/library/{unroll.short_id}/").content.decode()
+    assert "rejected attempt 0" in page and "#step-rejected-0" not in page
+
+
+def test_read_closed_library(client, settings, library):
+    settings.KLINEAGE_READ_OPEN = False
+    card = next(iter(library["cards"]))
+    for url in ("/library/", f"/library/{card}/", f"/library/{card}/SKILL.md"):
+        assert client.get(url).status_code == 302
+
+
+def test_home_shows_library_numbers(client, library):
+    page = client.get("/").content.decode()
+    assert 'data-stat="cards">4<' in page and 'data-stat="admitted">0<' in page
