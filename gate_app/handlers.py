@@ -67,7 +67,8 @@ class JobContext:
         self.killed_pids: list[int] = []
         self._lock = threading.Lock()
         self._child: subprocess.Popen | None = None
-        self._progress = {"fraction": 0.0, "stage": "", "message": ""}
+        self._progress: dict[str, Any] = {"fraction": 0.0, "stage": "", "message": ""}
+        self.detail: dict[str, Any] = {}  # kept in the progress beside the stage: see set_detail
         self._pending_log = ""
         self._last_write = 0.0
         self._lost = False
@@ -82,7 +83,7 @@ class JobContext:
         if fraction is None:
             fraction = self.stage_fractions.get(stage, self._progress["fraction"])
         changed = stage != self._progress["stage"]
-        self._progress = {"fraction": round(max(self._progress["fraction"], min(1.0, fraction)), 3),
+        self._progress = {**self.detail, "fraction": round(max(self._progress["fraction"], min(1.0, fraction)), 3),
                           "stage": stage, "message": message[:500]}
         line = f"{stage}: {message}" if message else stage
         self.log(line)
@@ -91,6 +92,12 @@ class JobContext:
                                                   "progress": dict(self._progress), "log": line})
         if changed or time.monotonic() - self._last_write >= _WRITE_EVERY_S:
             self.flush()
+
+    def set_detail(self, key: str, value: Any) -> None:
+        """Keep `value` in the job's progress from the next progress() on, and in the finished job's
+        too: what a page draws beyond the stage (an optimization's chart). Keep it small: every
+        progress write and event carries it whole."""
+        self.detail[key] = value
 
     def take_log(self) -> str:
         with self._lock:
@@ -118,8 +125,9 @@ class JobContext:
             pids = kill_tree(child.pid)
             self.killed_pids.extend(pids)
 
-    def run_child(self, payload: dict[str, Any]) -> Any:
-        """Run `payload` in `python -m gate_app.child`; its result, or JobError / JobAborted."""
+    def run_child(self, payload: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None = None) -> Any:
+        """Run `payload` in `python -m gate_app.child`; its result, or JobError / JobAborted.
+        `on_event` gets each {"event": ...} the child sends (an optimization's attempts)."""
         # The child runs engine code only: it never needs the web server's secrets.
         env = {k: v for k, v in os.environ.items() if k not in _WEB_SECRETS}
         env.update({**self.child_env, PARENT_ENV: str(os.getpid())})
@@ -167,6 +175,9 @@ class JobContext:
                     fraction = step.get("fraction")
                     self.progress(str(step.get("stage", "")), str(step.get("message", "")),
                                   float(fraction) if isinstance(fraction, (int, float)) else None)
+                elif "event" in message:
+                    if on_event is not None:
+                        on_event(message["event"])
                 elif "result" in message:
                     result, got_result = message["result"], True
                 elif "error" in message:

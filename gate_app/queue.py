@@ -227,13 +227,15 @@ def _finish(job: JobRef, worker_id: str, status: str, **fields: Any) -> bool:
     return done
 
 
-def complete(job: JobRef, worker_id: str, result: Any, new_log: str = "") -> bool:
+def complete(job: JobRef, worker_id: str, result: Any, new_log: str = "", detail: dict[str, Any] | None = None) -> bool:
     """Store the result and mark the job succeeded, once: True only for the call that did it.
 
     Only the worker holding the running job can complete it, so a retried job that an earlier
-    worker also finished leaves exactly one result, and a repeated call changes nothing.
+    worker also finished leaves exactly one result, and a repeated call changes nothing. `detail`
+    is what the job kept in its progress beside the stage (an optimization's chart), kept too.
     """
-    fields: dict[str, Any] = dict(result=result, progress={"fraction": 1.0, "stage": "done", "message": "succeeded"})
+    done = {**(detail or {}), "fraction": 1.0, "stage": "done", "message": "succeeded"}
+    fields: dict[str, Any] = dict(result=result, progress=done)
     if new_log:
         fields["log"] = _append_log(new_log)
     return _finish(job, worker_id, Job.Status.SUCCEEDED, **fields)

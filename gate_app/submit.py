@@ -21,6 +21,11 @@ from gate_app.models import Job
 
 REWRITERS = ("rules", "llm")
 WALK_LIMITS = {"max_steps": (1, 64), "max_rejections": (1, 32)}
+BUDGET_LIMITS = (2, 256)  # gate evaluations, the start kernel's included
+CARD_STATUSES = ("admitted", "candidate", "retired")
+# Which cards of the library an optimization may draw on: all of them, or only those induced on
+# other operators than the problem's (held out: does what was learnt elsewhere transfer?).
+LIBRARY_SCOPES = {"all": "every card", "other_operators": "cards learnt on other operators only"}
 
 
 class QuotaExceeded(queue.QueueError):
@@ -93,6 +98,37 @@ def walk_params(kernel: str, *, problem: str | None = None, rewriter: str = "rul
             "max_rejections": _whole("max_rejections", max_rejections, *WALK_LIMITS["max_rejections"])}
 
 
+def gpu_jobs_held(owner) -> int:
+    """GPU jobs of `owner` queued or running: what the quota counts."""
+    return Job.objects.filter(owner=owner, needs=Job.Needs.GPU,
+                              status__in=(Job.Status.QUEUED, Job.Status.RUNNING)).count()
+
+
+def strategies() -> tuple[str, ...]:
+    from klineage.optimize.strategies import Strategy
+
+    return tuple(s.value for s in Strategy)
+
+
+def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = "rules",
+                    strategy: str = "library", statuses: list[str] | tuple[str, ...] = ("admitted",),
+                    scope: str = "all", budget: int = 16, mode: str = "gpu", seed: int = 0) -> dict[str, Any]:
+    """Checked parameters of an optimization of a bundled kernel with the database's skill library."""
+    strategy = _choice("strategy", strategy, strategies())
+    rewriter = _rewriter(rewriter)
+    if strategy == "no_library" and rewriter == "rules":
+        raise queue.QueueError("the no_library strategy needs the LLM rewriter: the rule rewriter has no forward "
+                               "plan without cards")
+    if not isinstance(statuses, (list, tuple)) or not statuses:
+        raise queue.QueueError(f"statuses must name at least one of {', '.join(CARD_STATUSES)}")
+    for status in statuses:
+        _choice("each of statuses", status, CARD_STATUSES)
+    return {"problem": _bundled(problem, kernel), "kernel": kernel, "rewriter": rewriter, "strategy": strategy,
+            "statuses": sorted(set(statuses), key=CARD_STATUSES.index), "scope": _choice("scope", scope, tuple(LIBRARY_SCOPES)),
+            "budget": _whole("budget", budget, *BUDGET_LIMITS), "mode": _choice("mode", mode, GATE_MODES),
+            "seed": _whole("seed", seed, 0, 2**31 - 1)}
+
+
 def submit(kind: str, params: dict[str, Any], *, owner) -> Job:
     """Queue a checked walk or optimization for `owner`; QuotaExceeded when a GPU job would take
     them past KLINEAGE_GPU_JOB_QUOTA jobs queued or running."""
@@ -100,8 +136,7 @@ def submit(kind: str, params: dict[str, Any], *, owner) -> Job:
     with transaction.atomic():
         if needs == Job.Needs.GPU:
             list(get_user_model().objects.select_for_update().filter(pk=owner.pk).values_list("pk", flat=True))
-            held = Job.objects.filter(owner=owner, needs=Job.Needs.GPU,
-                                      status__in=(Job.Status.QUEUED, Job.Status.RUNNING)).count()
+            held = gpu_jobs_held(owner)
             quota = settings.KLINEAGE_GPU_JOB_QUOTA
             if held >= quota:
                 raise QuotaExceeded(f"you have {held} GPU job(s) queued or running and the quota is {quota}: "

@@ -1,17 +1,20 @@
-"""Kernel, lineage and job pages."""
+"""Job pages, and the page that submits walks and optimizations."""
 
 import json
 
 from django.conf import settings
-from django.http import Http404, JsonResponse
-from django.shortcuts import render
-from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
-
+from django.contrib.auth.decorators import login_required, permission_required
 from django.core.paginator import Paginator
+from django.http import Http404, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods
 
+from gate_app import submit
+from gate_app.apps import SUBMIT_PERMISSION
+from gate_app.forms import OptimizeForm, WalkForm
 from gate_app.models import Job, Worker
-from gate_app.queue import describe
+from gate_app.queue import QueueError, describe
 from klineage_web.access import read_access
 
 JOBS_PER_PAGE = 50
@@ -58,3 +61,34 @@ def job_detail(request, job_id: int):
     state = describe(job)
     result = json.dumps(state["result"], indent=1) if state["result"] is not None else ""
     return render(request, "gate_app/job.html", {"job": state, "result_json": result})
+
+
+@login_required
+@permission_required(SUBMIT_PERMISSION, raise_exception=True)
+@require_http_methods(["GET", "POST"])
+def optimize(request):
+    """Submit an optimization or a backward walk (operators only); each form's errors, the quota's
+    included, are shown against it. ?kernel= preselects the kernel in both."""
+    initial = {"kernel": request.GET.get("kernel", "")}
+    forms = {form.kind: form(prefix=form.kind, initial=initial) for form in (OptimizeForm, WalkForm)}
+    status = 200
+    if request.method == "POST":
+        kind = request.POST.get("action", "")
+        if kind not in forms:
+            return render(request, "gate_app/optimize.html", _optimize_context(request, forms), status=400)
+        form = forms[kind] = type(forms[kind])(request.POST, prefix=kind)
+        if form.is_valid():
+            try:
+                job = submit.submit(kind, form.params, owner=request.user)
+            except QueueError as exc:
+                form.add_error(None, str(exc))
+            else:
+                return redirect("gate:job", job.pk)
+        status = 400
+    return render(request, "gate_app/optimize.html", _optimize_context(request, forms), status=status)
+
+
+def _optimize_context(request, forms) -> dict:
+    return {"optimize_form": forms["optimize"], "walk_form": forms["walk"],
+            "gpu_jobs": submit.gpu_jobs_held(request.user), "quota": settings.KLINEAGE_GPU_JOB_QUOTA,
+            "recent": Job.objects.filter(owner=request.user, kind__in=list(forms)).order_by("-id")[:10]}

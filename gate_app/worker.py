@@ -312,7 +312,7 @@ class JobWorker:
         seconds = round(time.monotonic() - started, 3)
         reason = ctx.abort_reason
         if outcome == "complete":
-            stored = queue.complete(job.pk, self.worker_id, value, ctx.take_log())
+            stored = queue.complete(job.pk, self.worker_id, value, ctx.take_log(), ctx.detail)
             self.say(f"job {job.pk}: succeeded in {seconds}s" if stored else
                      f"job {job.pk}: finished in {seconds}s but no longer held by this worker; result dropped",
                      event="completed", job=job.pk, stored=stored, seconds=seconds)

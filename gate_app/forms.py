@@ -1,0 +1,90 @@
+"""The forms of the /optimize/ page: what to walk or optimize, checked by gate_app.submit (the same
+checks as POST /api/jobs/), whose message is shown against the form when it refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from gate_app import submit
+from gate_app.handlers import GATE_MODES
+from gate_app.queue import QueueError
+
+MODE_CHOICES = [("compile", "compile only (no GPU; a dry run, unverified)"),
+                ("replay", "replay recorded verdicts (no GPU)"), ("gpu", "GPU (a GPU worker runs it)")]
+assert {value for value, _ in MODE_CHOICES} == set(GATE_MODES)
+
+
+def _rewriters() -> list[tuple[str, str]]:
+    choices = [("rules", "rules (the transform catalog)")]
+    if submit.llm_configured():
+        choices.append(("llm", "LLM (the configured model)"))
+    return choices
+
+
+class _JobForm(forms.Form):
+    kind = ""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["kernel"].choices = [(name, name) for name in submit.bundled_kernels()]
+        self.fields["problem"].choices = [("", "the kernel's own problem")] + [
+            (name, name) for name in submit.bundled_problems()]
+        self.fields["rewriter"].choices = _rewriters()
+        self.params: dict[str, Any] = {}
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if not self.errors:
+            try:
+                self.params = self.check(data)
+            except QueueError as exc:
+                raise forms.ValidationError(str(exc)) from None
+        return data
+
+    def check(self, data: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class WalkForm(_JobForm):
+    kind = "walk"
+    kernel = forms.ChoiceField(label="Expert kernel", help_text="walked backward, one gated simplification at a time")
+    problem = forms.ChoiceField(required=False)
+    rewriter = forms.ChoiceField()
+    mode = forms.ChoiceField(label="Gate", choices=MODE_CHOICES, initial="compile")
+    max_steps = forms.IntegerField(label="Most steps", initial=16, min_value=submit.WALK_LIMITS["max_steps"][0],
+                                   max_value=submit.WALK_LIMITS["max_steps"][1])
+    max_rejections = forms.IntegerField(label="Most rejections in a row", initial=4,
+                                        min_value=submit.WALK_LIMITS["max_rejections"][0],
+                                        max_value=submit.WALK_LIMITS["max_rejections"][1])
+
+    def check(self, data: dict[str, Any]) -> dict[str, Any]:
+        return submit.walk_params(data["kernel"], problem=data["problem"] or None, rewriter=data["rewriter"],
+                                  mode=data["mode"], max_steps=data["max_steps"],
+                                  max_rejections=data["max_rejections"])
+
+
+class OptimizeForm(_JobForm):
+    kind = "optimize"
+    kernel = forms.ChoiceField(label="Start kernel", help_text="the kernel the optimization starts from")
+    problem = forms.ChoiceField(required=False)
+    strategy = forms.ChoiceField(initial="library")
+    rewriter = forms.ChoiceField()
+    statuses = forms.MultipleChoiceField(label="Cards with status", initial=["admitted"],
+                                         choices=[(s, s) for s in submit.CARD_STATUSES],
+                                         widget=forms.CheckboxSelectMultiple)
+    scope = forms.ChoiceField(label="Library", initial="all", choices=list(submit.LIBRARY_SCOPES.items()))
+    budget = forms.IntegerField(label="Gate budget", initial=16, min_value=submit.BUDGET_LIMITS[0],
+                                max_value=submit.BUDGET_LIMITS[1], help_text="gate evaluations, the start's included")
+    mode = forms.ChoiceField(label="Gate", choices=MODE_CHOICES, initial="compile")
+    seed = forms.IntegerField(initial=0, min_value=0, help_text="orders the random strategy's candidates")
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["strategy"].choices = [(s, s.replace("_", " ")) for s in submit.strategies()]
+
+    def check(self, data: dict[str, Any]) -> dict[str, Any]:
+        return submit.optimize_params(data["kernel"], problem=data["problem"] or None, rewriter=data["rewriter"],
+                                      strategy=data["strategy"], statuses=data["statuses"], scope=data["scope"],
+                                      budget=data["budget"], mode=data["mode"], seed=data["seed"])
