@@ -49,11 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     from klineage.optimize import command as optimize_command  # `klineage optimize` lives beside its loop
 
     optimize_command.add_parser(commands)
+    from klineage.skills import command as library_command  # `klineage library` lives beside the library
+
+    library_command.add_parser(commands)
 
     args = parser.parse_args(argv)
     try:
         return {"gate": _gate, "walk": _walk, "problems": _problems, "kernels": _kernels,
-                "optimize": optimize_command.run}[args.command](args)
+                "optimize": optimize_command.run, "library": library_command.run}[args.command](args)
     except KLineageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -125,3 +125,60 @@ def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] |
         raise KLineageError(f"provenance keys {clash} are filled in from the lineages; do not give them")
     facts = {"lineages": sorted(ids), "gate_modes": sorted({lineage.gate.value for lineage in lineages})}
     return Library(tuple(induce(lineages, problems)), {**provenance, **facts})
+
+
+def corpus_lineages(folder: str | Path | None = None) -> tuple[list[Lineage], list[Path]]:
+    """The lineages of a folder (default: the bundled `corpus/lineages/`), one per lineage id:
+    where an expert was walked more than once under one gate mode, the walk with the most
+    transitions is kept (ties: the first file by name); also the files left out."""
+    from klineage import config
+
+    folder = Path(folder) if folder is not None else config.corpus_dir() / "lineages"
+    if not folder.is_dir():
+        raise DocumentError(str(folder), "no such lineage folder")
+    kept: dict[str, tuple[Lineage, Path]] = {}
+    left_out: list[Path] = []
+    for path in sorted(folder.glob("*.json")):
+        lineage = Lineage.load(path)
+        key = lineage_id(lineage)
+        if key in kept and len(kept[key][0].transitions) >= len(lineage.transitions):
+            left_out.append(path)
+            continue
+        if key in kept:
+            left_out.append(kept[key][1])
+        kept[key] = (lineage, path)
+    return [kept[k][0] for k in sorted(kept)], sorted(left_out)
+
+
+def default_provenance(lineages: list[Lineage], note: str = "") -> dict[str, Any]:
+    """What a build on this machine states about itself: git commit, date, toolchain, GPU (none
+    when every lineage is a compile-only walk: then no card was timed) and a note."""
+    import datetime as dt
+
+    from klineage.config import GateMode
+    from klineage.errors import ToolchainError
+    from klineage.gate.pipeline import git_commit
+    from klineage.toolchain import find_toolchain
+
+    try:
+        toolchain = find_toolchain().key
+    except ToolchainError:
+        toolchain = "unknown"
+    dry = all(lineage.gate is GateMode.COMPILE_ONLY for lineage in lineages)
+    facts = {"built_by": "klineage library build", "git_commit": git_commit(),
+             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "toolchain": toolchain,
+             "gpu": "none: compile-only walks, nothing ran or was timed" if dry else "see the lineages' verdicts",
+             "admission": "no roundtrip trials were run: every card is a candidate" if dry else ""}
+    if note:
+        facts["note"] = note
+    return {k: v for k, v in facts.items() if v}
+
+
+def problem_infos(operators: set[str] | list[str]) -> dict[str, ProblemInfo]:
+    """operator -> ProblemInfo of the bundled problem of that name (their case parameters are what
+    induction searches preconditions over, and what retrieval compares shapes with)."""
+    from klineage import config, corpus
+    from klineage.gate.execute import probe_problem
+
+    return {operator: probe_problem(corpus.problem_path(operator), config.cache_dir()).info
+            for operator in sorted(set(operators))}
