@@ -1,0 +1,137 @@
+"""The skill library: built from the committed dry walk of row_softmax/warp_vec4 with the real
+problem's cases, saved as canonical JSON, loaded back (also from a SKILL.md folder), validated
+(versions, unknown keys, duplicate cards and lineages), looked up by id, and driven through
+`klineage library build|show|export`. The bundled library is checked against the lineages it
+names."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from klineage.cli import main
+from klineage.errors import DocumentError, KLineageError
+from klineage.lineage import Lineage
+from klineage.skills.card import CardStatus
+from klineage.skills.induction import induce, lineage_id
+from klineage.skills.library import (LIBRARY_VERSION, Library, build_library, corpus_lineages, load_library,
+                                     problem_infos, save_library)
+from klineage.skills.skillmd import export_skillmd
+
+ROOT = Path(__file__).resolve().parents[1]
+DRY = ROOT / "corpus" / "lineages" / "row_softmax_warp_vec4.dry.json"
+BUNDLED = ROOT / "corpus" / "library" / "library.json"
+
+
+@pytest.fixture(scope="module")
+def lineage() -> Lineage:
+    return Lineage.load(DRY)
+
+
+@pytest.fixture(scope="module")
+def library(lineage) -> Library:
+    return build_library([lineage], problem_infos({"row_softmax"}), {"gpu": "none", "note": "test"})
+
+
+def test_build_is_induction_plus_provenance(lineage, library):
+    assert library.cards == tuple(induce([lineage], problem_infos({"row_softmax"})))
+    assert library.provenance == {"gpu": "none", "note": "test", "lineages": [lineage_id(lineage)],
+                                  "gate_modes": ["compile"]}
+    assert library.version == LIBRARY_VERSION
+    assert library.admitted() == ()  # a dry walk admits nothing
+    assert {c.status for c in library.cards} == {CardStatus.CANDIDATE}
+
+
+def test_saved_json_is_canonical_and_loads_back(library, tmp_path):
+    first = save_library(library, tmp_path / "a" / "library.json")
+    second = save_library(load_library(first), tmp_path / "b.json")
+    assert first.read_bytes() == second.read_bytes()
+    data = json.loads(first.read_text())
+    assert list(data) == ["cards", "provenance", "version"] and data["version"] == 1
+    assert load_library(first) == library
+
+
+def test_a_skillmd_folder_loads_as_a_library(library, tmp_path):
+    export_skillmd(list(library.cards), tmp_path / "skills")
+    loaded = load_library(tmp_path / "skills")
+    assert loaded.cards == library.cards
+    assert loaded.provenance["imported_from"] == "skillmd"
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda d: d.update(version=2), "unsupported version 2"),
+    (lambda d: d.update(extra=1), "unknown keys ['extra']"),
+    (lambda d: d.pop("provenance"), "missing ['provenance']"),
+    (lambda d: d.update(cards={}), "must be a list"),
+    (lambda d: d["cards"].append(d["cards"][0]), "is already cards[0]"),
+    (lambda d: d["cards"][0].update(status="approved"), "unknown value 'approved'"),
+])
+def test_bad_documents_are_refused_naming_the_problem(library, change, message):
+    data = json.loads(json.dumps(library.to_dict()))
+    change(data)
+    with pytest.raises(DocumentError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        Library.from_dict(data)
+
+
+def test_provenance_must_be_plain_json(library):
+    with pytest.raises(DocumentError, match="plain JSON"):
+        Library(library.cards, {"when": object()})
+
+
+def test_by_id_takes_a_full_id_or_a_unique_prefix(library):
+    card = library.cards[0]
+    assert library.by_id(card.id) is card and library.by_id(card.short_id) is card
+    with pytest.raises(KLineageError, match="no card 'zzz'"):
+        library.by_id("zzz")
+    many = Library(tuple(dataclasses.replace(card, id="", transform=f"t{i}") for i in range(17)), {})
+    first = [c.id[0] for c in many.cards]  # 17 ids, 16 hex digits: two share a first digit
+    shared = next(d for d in first if first.count(d) > 1)
+    with pytest.raises(KLineageError, match="names [0-9]+ cards"):
+        many.by_id(shared)
+
+
+def test_the_same_lineage_twice_is_refused(lineage):
+    with pytest.raises(KLineageError, match="more than once"):
+        build_library([lineage, lineage], None, {})
+    with pytest.raises(KLineageError, match="filled in from the lineages"):
+        build_library([lineage], None, {"lineages": []})
+
+
+def test_corpus_lineages_keeps_the_longest_walk_per_expert(lineage, tmp_path):
+    shorter = dataclasses.replace(lineage, transitions=lineage.transitions[:3], states=lineage.states[:4],
+                                  termination=dataclasses.replace(lineage.termination),
+                                  limits=dataclasses.replace(lineage.limits, max_steps=3),
+                                  stats=dataclasses.replace(lineage.stats, accepted=3))
+    shorter.save(tmp_path / "a_short.json")
+    lineage.save(tmp_path / "b_long.json")
+    kept, left = corpus_lineages(tmp_path)
+    assert kept == [lineage] and left == [tmp_path / "a_short.json"]
+
+
+def test_cli_build_show_and_export(tmp_path, capsys):
+    out = tmp_path / "library.json"
+    assert main(["library", "build", str(DRY), "--out", str(out), "--note", "from a test"]) == 0
+    built = load_library(out)
+    assert built.provenance["note"] == "from a test" and built.provenance["gate_modes"] == ["compile"]
+    assert "no roundtrip trials" in built.provenance["admission"]
+    assert f"{len(built.cards)} cards" in capsys.readouterr().out
+    assert main(["library", "show", "--library", str(out), built.cards[0].short_id]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == built.cards[0].id
+    assert main(["library", "export", str(tmp_path / "skills"), "--library", str(out)]) == 0
+    assert load_library(tmp_path / "skills").cards == built.cards
+    assert main(["library", "show", "--library", str(tmp_path / "missing.json")]) == 2
+    assert "no such library file" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not BUNDLED.is_file(), reason="the bundled library is not built yet")
+def test_the_bundled_library_matches_its_lineages():
+    bundled = load_library(BUNDLED)
+    lineages, _ = corpus_lineages()
+    assert bundled.provenance["lineages"] == sorted(lineage_id(lin) for lin in lineages)
+    problems = problem_infos({lin.problem.operator for lin in lineages})
+    assert bundled.cards == build_library(lineages, problems, {}).cards, \
+        "corpus/library/library.json is stale: run `klineage library build`"
+    assert all(c.status is CardStatus.CANDIDATE for c in bundled.cards)  # dry walks: nothing timed, nothing admitted
