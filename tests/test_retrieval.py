@@ -1,0 +1,149 @@
+"""Retrieval over cards induced from the committed dry walk of row_softmax/warp_vec4 (and variants
+of them with other scopes, requirements, conflicts, preconditions and effects), on real kernels:
+the bundled naive row softmax, its expert, and the tiny softmax under tests/fixtures/materialize/,
+with the real row_softmax and gemm problems' cases."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from klineage import corpus
+from klineage.errors import DocumentError
+from klineage.features.feature import Feature
+from klineage.kernel import load_kernel
+from klineage.lineage import Lineage
+from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Scope
+from klineage.skills.induction import induce
+from klineage.skills.library import problem_infos
+from klineage.skills.retrieval import retrieve, state_features
+
+ROOT = Path(__file__).resolve().parents[1]
+DRY = ROOT / "corpus" / "lineages" / "row_softmax_warp_vec4.dry.json"
+TINY = ROOT / "tests" / "fixtures" / "materialize" / "tiny_softmax"
+ANY = (CardStatus.CANDIDATE, CardStatus.ADMITTED, CardStatus.RETIRED)
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return problem_infos({"row_softmax", "gemm"})
+
+
+@pytest.fixture(scope="module")
+def cards():
+    found = induce([Lineage.load(DRY)])
+    by_name = {}
+    for card in found:
+        if card.transform not in by_name or card.provides:
+            by_name[card.transform] = card
+    return by_name
+
+
+def naive():
+    return corpus.kernel_entry("row_softmax/naive").load()
+
+
+def tiny():
+    return load_kernel(TINY)
+
+
+def variant(card, **changes):
+    return dataclasses.replace(card, id="", **changes)
+
+
+def effect(ratio: float) -> Effect:
+    return Effect("headline", "row_softmax", ratio, (ratio, ratio), Ref("x@0:gpu", RefKind.TRANSITION, 0))
+
+
+def ids(matches):
+    return [m.card.id for m in matches]
+
+
+def test_state_features_name_loci_by_role():
+    assert state_features(naive()) == {Feature("kernel", n) for n in
+                                       ("global_fn", "launch_bounds", "restrict_ptr", "shared_array", "syncthreads")}
+    expert = state_features(corpus.kernel_entry("row_softmax/warp_vec4").load())
+    assert Feature("device", "unroll_pragma") in expert and Feature("kernel", "launch_bounds") in expert
+    assert not {f for f in expert if f.locus not in ("kernel", "device", "<file>")}
+
+
+def test_status_filter_defaults_to_admitted(cards, problems):
+    card = cards["launch_bounds"]
+    assert retrieve(tiny(), problems["row_softmax"], [card]) == []
+    admitted = variant(card, status=CardStatus.ADMITTED)
+    assert ids(retrieve(tiny(), problems["row_softmax"], [card, admitted])) == [admitted.id]
+    assert ids(retrieve(tiny(), problems["row_softmax"], [card], statuses=ANY)) == [card.id]
+
+
+def test_provides_already_present_excludes(cards, problems):
+    card = cards["launch_bounds"]
+    assert retrieve(naive(), problems["row_softmax"], [card], statuses=ANY) == []  # naive has __launch_bounds__
+    [match] = retrieve(tiny(), problems["row_softmax"], [card], statuses=ANY)
+    assert "adds kernel:launch_bounds" in match.reasons and "same operator (row_softmax)" in match.reasons
+
+
+def test_a_card_that_provides_nothing_visible_needs_a_forward_site(cards, problems):
+    card = cards["restrict"]
+    assert not card.provides
+    assert retrieve(naive(), problems["row_softmax"], [card], statuses=ANY) == []  # every pointer is restrict
+    [match] = retrieve(tiny(), problems["row_softmax"], [card], statuses=ANY)
+    assert "adds its mechanism at 2 more site(s)" in match.reasons
+
+
+def test_requires_and_conflicts(cards, problems):
+    staged = variant(cards["unroll"], requires=frozenset({Feature("kernel", "shared_array")}))
+    assert ids(retrieve(naive(), problems["row_softmax"], [staged], statuses=ANY)) == [staged.id]
+    assert retrieve(tiny(), problems["row_softmax"], [staged], statuses=ANY) == []  # no shared array there
+    clash = variant(cards["unroll"], conflicts=frozenset({Feature("kernel", "syncthreads")}))
+    assert retrieve(naive(), problems["row_softmax"], [clash], statuses=ANY) == []
+    assert ids(retrieve(tiny(), problems["row_softmax"], [clash], statuses=ANY)) == [clash.id]
+
+
+@pytest.mark.parametrize("expression, kept", [
+    ("cols >= 30", True),  # every row_softmax case has at least 30 columns
+    ("cols % 4 == 0", False),  # ragged (3001), long_rows (9973), narrow, small do not
+    ("K % 8 == 0", False),  # a gemm parameter: undecidable on row_softmax cases, and unknown fails
+])
+def test_preconditions_must_hold_on_every_case(cards, problems, expression, kept):
+    card = variant(cards["launch_bounds"], preconditions=(Precondition(expression, "a test predicate"),))
+    found = retrieve(tiny(), problems["row_softmax"], [card], statuses=ANY)
+    assert bool(found) is kept
+    if kept:
+        assert "preconditions hold on all 6 cases" in found[0].reasons
+
+
+def test_ranking_operator_then_shape_then_gain(cards, problems):
+    base = cards["launch_bounds"]
+    same = base
+    gained = variant(base, effects=(effect(1.3),), scope=dataclasses.replace(base.scope, dtypes=("float32",)))
+    family = variant(base, scope=Scope(("gemm",), dtypes=("float32", "bfloat16")))
+    other = variant(base, scope=Scope(("topk",), dtypes=("int64",)))
+    matches = retrieve(tiny(), problems["row_softmax"], [other, family, same, gained], statuses=ANY,
+                       problems=problems)
+    assert ids(matches) == [gained.id, same.id, family.id, other.id]
+    reasons = {m.card.id: m.reasons for m in matches}
+    assert "gain 1.30x" in reasons[gained.id] and "no measured gain (untimed)" in reasons[same.id]
+    assert "same dtype family (float32)" in reasons[family.id] and "other operator (topk)" in reasons[other.id]
+    assert any(r.startswith("headline 1x the size") for r in reasons[same.id])
+    assert any(r.startswith("headline ") and "size" in r for r in reasons[family.id])  # gemm's headline, compared
+    assert not any("size" in r for r in reasons[other.id])  # topk's problem was not given
+    by_score = [m.score for m in matches]
+    assert by_score == sorted(by_score, reverse=True)
+
+
+def test_ties_go_by_id_and_limit_cuts(cards, problems):
+    a = variant(cards["launch_bounds"], intent="One.", scope=Scope(("row_softmax",), platform="sm90a"))
+    b = cards["launch_bounds"]
+    matches = retrieve(tiny(), problems["row_softmax"], [b, a], statuses=ANY)
+    assert matches[0].score == matches[1].score and ids(matches) == sorted([a.id, b.id])
+    assert len(retrieve(tiny(), problems["row_softmax"], [b, a], statuses=ANY, limit=1)) == 1
+    with pytest.raises(DocumentError, match="limit"):
+        retrieve(tiny(), problems["row_softmax"], [a], limit=-1)
+
+
+def test_every_dry_walk_card_on_the_tiny_kernel(problems):
+    matches = retrieve(tiny(), problems["row_softmax"], induce([Lineage.load(DRY)]), statuses=ANY)
+    assert sorted(m.card.transform for m in matches) == ["launch_bounds", "restrict", "unroll", "unroll"]
+    assert all(m.reasons[0] in ("requires present", "requires nothing") for m in matches)
