@@ -1,7 +1,8 @@
 """A job's work, in a child process of the worker: `python -m gate_app.child < payload.json`.
 
 It imports the engine and never Django. It speaks JSON lines on its original stdout, one object
-each: {"progress": {"stage", "message"}}, then {"result": ...} or {"error": "...", "type": ...}.
+each: {"progress": {"stage", "message"}} and {"event": {...}} (an optimization's attempts), then
+{"result": ...} or {"error": "...", "type": ...}.
 Anything else that writes to stdout (a library, a tool) is sent to stderr, which the worker keeps
 as the job's log.
 """
@@ -81,6 +82,31 @@ def run_walk_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any
     return lineage.to_dict()
 
 
+def run_optimize_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    """Optimize a bundled kernel with the library the worker sent; the result is the optimization
+    document. Each attempt and step goes to the worker as an event as it happens."""
+    from klineage import config, corpus
+    from klineage.config import GateMode
+    from klineage.optimize import optimize
+    from klineage.skills.library import Library
+
+    problem = corpus.problem_path(payload["problem"])
+    library = None
+    if payload.get("library") is not None:
+        library = Library.from_dict(payload["library"])
+        if payload["scope"] == "other_operators":  # held out: only what was learnt on other operators
+            from klineage.gate.execute import probe_problem
+
+            operator = probe_problem(problem, config.cache_dir()).info.operator
+            library = Library(tuple(c for c in library.cards if operator not in c.scope.operators),
+                              {"path": f"{library.provenance.get('path', 'library')}, without {operator}'s cards"})
+    result = optimize(problem, corpus.kernel_entry(payload["kernel"]).load(), strategy=payload["strategy"],
+                      library=library, budget=int(payload["budget"]), gate_mode=GateMode(payload["mode"]),
+                      rewriter=payload["rewriter"], seed=int(payload["seed"]), statuses=payload["statuses"],
+                      progress=channel.progress, on_event=lambda event: channel.send({"event": event.to_dict()}))
+    return result.to_dict()
+
+
 def run_sleep_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
     """Test-only work: sleeps in steps, optionally beside a grandchild in its own session (as the
     engine's sandboxed runner is), whose pid it reports so a test can see it die."""
@@ -108,6 +134,7 @@ def run_sleep_payload(payload: dict[str, Any], channel: Channel) -> dict[str, An
 RUNNERS: dict[str, Callable[[dict[str, Any], Channel], dict[str, Any]]] = {
     "gate": run_gate_payload,
     "walk": run_walk_payload,
+    "optimize": run_optimize_payload,
     "sleep": run_sleep_payload,
 }
 

@@ -268,35 +268,6 @@ def run_gate_job(ctx: JobContext) -> dict[str, Any]:
     return ctx.run_child({"kind": "gate", **params})
 
 
-# Walk -----------------------------------------------------------------------------------------
-
-WALK_KEYS = {"problem", "kernel", "rewriter", "mode", "max_steps", "max_rejections"}
-
-
-def run_walk_job(ctx: JobContext) -> dict[str, Any]:
-    """Walk a bundled expert backward in the child, then import its lineage here, so it is on the
-    lineage pages; the result says which lineage and how the walk ended."""
-    from django.urls import reverse
-
-    from skills_app.importer import ImportRefused, import_lineage
-
-    params = ctx.params
-    if set(params) != WALK_KEYS:
-        raise JobError(f"walk parameters must be exactly {sorted(WALK_KEYS)}, not {sorted(params)}")
-    ctx.progress("start", f"walk {params['kernel']} on {params['problem']} ({params['mode']} gate, "
-                          f"{params['rewriter']} rewriter)", 0.01)
-    document = ctx.run_child({"kind": "walk", **params})
-    ctx.progress("import", "storing the lineage", 0.97)
-    try:
-        lineage, action = import_lineage(document, where=f"job {ctx.job.pk}'s lineage")
-    except ImportRefused as exc:
-        raise JobError(str(exc)) from None
-    ctx.log(f"lineage {lineage.id[:12]} {action}")
-    return {"lineage": lineage.id, "url": reverse("skills:lineage", args=[lineage.id]), "imported": action,
-            "expert": lineage.expert_name, "operator": lineage.operator, "gate": lineage.gate_mode,
-            "assurance": lineage.assurance, "termination": document["termination"], "stats": document["stats"]}
-
-
 def run_sleep_job(ctx: JobContext) -> dict[str, Any]:
     """Test only: a child that sleeps, optionally beside a grandchild in its own session."""
     keys = ("seconds", "steps", "grandchild", "fail", "echo")
@@ -305,8 +276,11 @@ def run_sleep_job(ctx: JobContext) -> dict[str, Any]:
 
 
 def handlers() -> dict[str, Callable[[JobContext], Any]]:
+    from gate_app.work import run_optimize_job, run_walk_job
+
     found: dict[str, Callable[[JobContext], Any]] = {Job.Kind.GATE.value: run_gate_job,
-                                                     Job.Kind.WALK.value: run_walk_job}
+                                                     Job.Kind.WALK.value: run_walk_job,
+                                                     Job.Kind.OPTIMIZE.value: run_optimize_job}
     if test_handlers_enabled():
         found["sleep"] = run_sleep_job
     return found

@@ -1,6 +1,8 @@
-"""A walk job end to end: queued through gate_app.submit, run by a real `manage.py gate_worker`
-subprocess whose child walks row_softmax/warp_vec4 with a compile-only gate (real nvcc), and the
-lineage imported by the worker so the lineage pages show it."""
+"""Walk and optimize jobs end to end, queued through gate_app.submit and run by a real
+`manage.py gate_worker` subprocess with a compile-only gate (real nvcc): a walk of
+row_softmax/warp_vec4 whose lineage the worker imports so the lineage pages show it, and an
+optimization of row_softmax/naive with cards induced from the bundled dry lineage, whose chart and
+result the job row keeps."""
 
 from __future__ import annotations
 
@@ -11,9 +13,21 @@ from django.contrib.auth.models import User
 
 from gate_app import submit
 from gate_app.models import Job
+from klineage import config
+from klineage.lineage import Lineage as EngineLineage
+from klineage.skills import induce
+from klineage.skills.library import Library
 from services import sqlite_job_database, sqlite_template  # noqa: F401  (fixtures)
-from skills_app.models import Lineage, LineageStep
+from skills_app.card_import import import_library
+from skills_app.models import Lineage, LineageStep, SkillCard
 from test_gate_worker import WorkerProcess
+
+DRY_LINEAGE = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.dry.json"
+
+
+def dry_library() -> dict:
+    """Cards induced from the bundled dry walk (candidates: nothing in a dry walk was timed)."""
+    return Library(tuple(induce([EngineLineage.load(DRY_LINEAGE)])), {"lineages": ["row_softmax_warp_vec4 (dry)"]}).to_dict()
 
 
 def _finished(job_id: int, timeout_s: float) -> Job:
@@ -80,3 +94,37 @@ def test_the_same_walk_twice_imports_one_lineage(worker):
     assert (first.result["imported"], second.result["imported"]) == ("created", "unchanged")
     assert first.result["lineage"] == second.result["lineage"]
     assert Lineage.objects.count() == 1
+
+
+def test_optimize_job_in_compile_mode_keeps_its_chart_and_result(worker, client):
+    import_library(dry_library())
+    cards = SkillCard.objects.count()
+    assert cards > 0
+    owner = User.objects.create_user("ada")
+    params = submit.optimize_params("row_softmax/naive", strategy="library", statuses=["candidate"], budget=6,
+                                    mode="compile")
+    job = _finished(submit.submit(Job.Kind.OPTIMIZE, params, owner=owner).pk, timeout_s=300)
+    assert job.status == Job.Status.SUCCEEDED, f"{job.error}\n{job.log}"
+
+    result = job.result
+    assert result["kind"] == "optimization" and result["gate"] == "compile" and result["strategy"] == "library"
+    assert result["library"] == {"path": f"the dashboard's library ({cards} cards)", "statuses": ["candidate"],
+                                 "cards": cards, "eligible": cards}
+    assert result["speedup"] is None and result["steps"] == []  # compile-only: nothing timed, nothing taken
+    assert result["best"]["name"] == "row_softmax_naive" and result["stats"]["evaluations"] <= 6
+    gated = [a for a in result["attempts"] if a["evaluation"] is not None]
+    assert gated and all(a["status"] == "untimed" for a in gated)
+
+    chart = job.progress["chart"]  # folded from the child's events, kept once the job is done
+    assert job.progress["stage"] == "done" and job.progress["fraction"] == 1.0
+    assert chart["budget"] == 6 and chart["evaluations"] == result["stats"]["evaluations"]
+    assert chart["tried"] == len(result["attempts"]) and chart["timed"] is False
+    assert sum(chart["outcomes"].values()) == len(result["attempts"])
+    assert chart["outcomes"]["untimed"] == len(gated)
+    assert [p[0] for p in chart["points"]] == [a["evaluation"] for a in gated]
+    assert chart["recent"][0]["index"] == result["attempts"][-1]["index"]
+    assert f"attempt: #{gated[0]['index']} {gated[0]['transform']}" in job.log
+
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Optimized kernel" in page and "row_softmax_naive" in page
+    assert "No skill was applied" in page and "compile-only gate" in page

@@ -1,0 +1,110 @@
+"""The handlers of walks and optimizations (the worker's side; the engine work runs in the child).
+
+A walk's child returns the lineage document; the worker imports it here (skills_app's importer),
+so it is on the lineage pages, and keeps a summary as the job's result. An optimization gets the
+database's skill library from here, and its child returns the optimization document, kept whole as
+the result; on the way, each attempt the loop reports is folded into a small chart (best speedup
+by gate evaluation, candidates by outcome, the latest few) kept in the job's progress, so a page
+opened or reloaded at any moment draws the run so far from the job row alone.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gate_app.handlers import JobContext, JobError
+
+WALK_KEYS = {"problem", "kernel", "rewriter", "mode", "max_steps", "max_rejections"}
+OPTIMIZE_KEYS = {"problem", "kernel", "rewriter", "strategy", "statuses", "scope", "budget", "mode", "seed"}
+RECENT_ATTEMPTS = 8  # attempts listed live on the job page
+
+
+def _check_keys(params: dict[str, Any], keys: set[str], kind: str) -> None:
+    if set(params) != keys:
+        raise JobError(f"{kind} parameters must be exactly {sorted(keys)}, not {sorted(params)}")
+
+
+def run_walk_job(ctx: JobContext) -> dict[str, Any]:
+    """Walk a bundled expert backward in the child, then import its lineage here; the result says
+    which lineage and how the walk ended."""
+    from django.urls import reverse
+
+    from skills_app.importer import ImportRefused, import_lineage
+
+    params = ctx.params
+    _check_keys(params, WALK_KEYS, "walk")
+    ctx.progress("start", f"walk {params['kernel']} on {params['problem']} ({params['mode']} gate, "
+                          f"{params['rewriter']} rewriter)", 0.01)
+    document = ctx.run_child({"kind": "walk", **params})
+    ctx.progress("import", "storing the lineage", 0.97)
+    try:
+        lineage, action = import_lineage(document, where=f"job {ctx.job.pk}'s lineage")
+    except ImportRefused as exc:
+        raise JobError(str(exc)) from None
+    ctx.log(f"lineage {lineage.id[:12]} {action}")
+    return {"lineage": lineage.id, "url": reverse("skills:lineage", args=[lineage.id]), "imported": action,
+            "expert": lineage.expert_name, "operator": lineage.operator, "gate": lineage.gate_mode,
+            "assurance": lineage.assurance, "termination": document["termination"], "stats": document["stats"]}
+
+
+def library_document() -> dict[str, Any]:
+    """Every card of the database's library, as a library document for the child (which filters
+    by status and scope itself, so the result counts the cards it was offered)."""
+    from skills_app.models import SkillCard
+
+    cards = list(SkillCard.objects.order_by("card_id").values_list("document", flat=True))
+    return {"version": 1, "provenance": {"path": f"the dashboard's library ({len(cards)} cards)"}, "cards": cards}
+
+
+class Chart:
+    """What the job page draws, folded from the loop's events."""
+
+    def __init__(self, budget: int):
+        self.started = time.monotonic()
+        self.data: dict[str, Any] = {"budget": budget, "evaluations": 1, "tried": 0, "steps": 0, "speedup": None,
+                                     "timed": True, "points": [], "outcomes": {}, "recent": []}
+
+    def add(self, event: dict[str, Any]) -> str:
+        """Fold one event in; the line the log gets for it."""
+        data, attempt = self.data, event["attempt"]
+        data.update(evaluations=event["evaluations"], steps=event["steps"], speedup=event["speedup"],
+                    timed=event["speedup"] is not None)
+        ratio = (attempt.get("ratio") or {}).get("overall")
+        if event["kind"] == "attempt":
+            data["tried"] += 1
+            data["outcomes"][attempt["status"]] = data["outcomes"].get(attempt["status"], 0) + 1
+            data["recent"] = ([{"index": attempt["index"], "transform": attempt["transform"],
+                                "card": attempt["card"][:12], "status": attempt["status"], "ratio": ratio,
+                                "message": attempt["message"][:200]}] + data["recent"])[:RECENT_ATTEMPTS]
+        if attempt["evaluation"] is not None or event["kind"] == "step":
+            point = [event["evaluations"], event["speedup"], round(time.monotonic() - self.started, 1)]
+            if data["points"] and data["points"][-1][0] == point[0]:
+                data["points"][-1] = point
+            else:
+                data["points"].append(point)
+        if event["kind"] == "step":
+            return f"#{event['steps']} took {attempt['transform']} ({ratio:.3f}x); best speedup {event['speedup']:.3f}x"
+        where = f" (card {attempt['card'][:12]})" if attempt["card"] else ""
+        return f"#{attempt['index']} {attempt['transform']}{where} {attempt['status']}: {attempt['message']}"
+
+
+def run_optimize_job(ctx: JobContext) -> dict[str, Any]:
+    """Optimize a bundled kernel in the child with the database's library; the result is the
+    optimization document."""
+    from klineage.optimize.strategies import Strategy
+
+    params = ctx.params
+    _check_keys(params, OPTIMIZE_KEYS, "optimize")
+    library = library_document() if Strategy(params["strategy"]).uses_library else None
+    ctx.progress("start", f"{params['strategy']} optimization of {params['kernel']} on {params['problem']} "
+                          f"({params['mode']} gate, {params['rewriter']} rewriter, budget {params['budget']})"
+                 + (f"; {len(library['cards'])} cards in the library" if library is not None else ""), 0.01)
+    chart = Chart(params["budget"])
+    ctx.set_detail("chart", chart.data)
+
+    def on_event(event: dict[str, Any]) -> None:
+        line = chart.add(event)
+        ctx.progress(event["kind"], line, event["evaluations"] / event["budget"])
+
+    return ctx.run_child({"kind": "optimize", **params, "library": library}, on_event=on_event)
