@@ -156,6 +156,9 @@ class _Run:
     steps: list[Step] = field(default_factory=list)
     evaluations: int = 0
     seconds: float = 0.0
+    kernels: dict[str, KernelState] = field(default_factory=dict)  # every kernel gated, by fingerprint
+    start_verdict: Verdict | None = None
+    problem_ref: ProblemRef | None = None
 
     @property
     def passing(self) -> Status:
@@ -279,7 +282,7 @@ class _Run:
 
     def take(self, attempt: Attempt, parent: KernelState) -> None:
         """Move the path to the kernel of a faster attempt."""
-        state = self._kernel(attempt.candidate)
+        state = self.kernels[attempt.candidate]
         step = Step(len(self.steps), attempt.index, attempt.transform, attempt.card, attempt.anchor,
                     parent.fingerprint, state, attempt.ratio, unified_diff(parent, state, "best", "candidate"))
         self.steps.append(step)
@@ -287,9 +290,6 @@ class _Run:
                                   f"{self.speedup:.3f}x over the start", self.fraction)
         self.on_event(OptimizationEvent(EventKind.STEP, attempt, self.evaluations, self.budget, len(self.steps),
                                         state.fingerprint, self.speedup))
-
-    def _kernel(self, fingerprint: str) -> KernelState:
-        return self._kernels[fingerprint]
 
     def record(self, attempt: Attempt) -> Attempt:
         self.attempts.append(attempt)
@@ -301,7 +301,7 @@ class _Run:
 
     def gate(self, kernel: KernelState, against: KernelState | None, role: str) -> Verdict:
         """One counted gate call. A gate that cannot judge raises _GateFailed (the call still counts)."""
-        self._kernels[kernel.fingerprint] = kernel
+        self.kernels[kernel.fingerprint] = kernel
 
         def forward(stage: str, message: str) -> None:
             self.progress(stage, f"{role}: {message}", self.fraction)
@@ -328,11 +328,6 @@ class _Run:
             attempts=tuple(self.attempts), steps=tuple(self.steps), stop=stop, message=message,
             stats=Stats(self.evaluations, gated - len(self.steps), len(self.steps), round(self.seconds, 3)),
             llm_usage=self.llm.spent.to_dict() if self.llm is not None else None)
-
-    def __post_init__(self) -> None:
-        self._kernels: dict[str, KernelState] = {}
-        self.start_verdict: Verdict | None = None
-        self.problem_ref: ProblemRef | None = None
 
 
 def _describe(verdict: Verdict) -> str:
