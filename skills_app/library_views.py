@@ -106,29 +106,31 @@ def card_skillmd(request, short_id: str):
 
 
 def effect_chart(effects: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Per-case bars of the child/parent time ratio (> 1 is faster), the trials' range as a whisker,
-    and the 1.0 line, in SVG user units (a 400-wide view box, one 22-unit row per effect)."""
+    """Per-case bars of the child/parent time ratio (> 1 is faster), the trials' range as a whisker
+    and the 1.0 line, in SVG user units: a 320-wide view box, one 34-unit row per effect, its label
+    above its bar so long case names fit at any width."""
     if not effects:
         return None
-    left, span, row_height = 130, 200, 22
-    scale = max([1.0, *(e["ratio"] for e in effects), *(r for e in effects for r in e["per_trial"])]) * 1.1
+    span, row_height = 250, 34
+    scale = max([1.0, *(e["ratio"] for e in effects), *(r for e in effects for r in e["per_trial"])]) * 1.05
     bars = []
     for i, effect in enumerate(effects):
         trials = effect["per_trial"] or [effect["ratio"]]
+        top = i * row_height
         bars.append({
             "label": f"{effect['operator']}/{effect['case']}",
             "ratio": effect["ratio"],
             "faster": effect["ratio"] >= 1.0,
-            "y": i * row_height + 4,
-            "text_y": i * row_height + 15,
+            "label_y": top + 12,
+            "y": top + 16,
             "width": round(span * effect["ratio"] / scale, 1),
-            "low": round(left + span * min(trials) / scale, 1),
-            "high": round(left + span * max(trials) / scale, 1),
-            "whisker_y": i * row_height + 11,
-            "value_x": round(left + span * max(effect["ratio"], *trials) / scale + 6, 1),
+            "low": round(span * min(trials) / scale, 1),
+            "high": round(span * max(trials) / scale, 1),
+            "whisker_y": top + 21.5,
+            "value_x": round(span * max(effect["ratio"], *trials) / scale + 5, 1),
+            "value_y": top + 26,
         })
-    height = len(effects) * row_height + 6
-    return {"bars": bars, "left": left, "one": round(left + span / scale, 1), "height": height}
+    return {"bars": bars, "one": round(span / scale, 1), "height": len(effects) * row_height + 4}
 
 
 def _operators() -> list[str]:
@@ -167,9 +169,10 @@ def _resolve(refs: list[dict[str, Any]]) -> dict[tuple[str, str, int], LineageSt
 
 def _link(ref: dict[str, Any], steps: dict[tuple[str, str, int], LineageStep]) -> dict[str, Any]:
     step = steps.get((ref["lineage"], ref["kind"], ref["index"]))
-    label = f"{ref['lineage']} {'step' if ref['kind'] == 'transition' else 'rejected attempt'} {ref['index']}"
+    expert = ref["lineage"].rpartition("@")[0] or ref["lineage"]
+    label = f"{expert} {'step' if ref['kind'] == 'transition' else 'rejected attempt'} {ref['index']}"
     if step is None:
-        return {"label": label, "url": None, "step": None}
+        return {"label": label, "ref": ref["lineage"], "url": None, "step": None}
     kind = STEP_KINDS[ref["kind"]]
     url = reverse("skills:lineage", args=[step.lineage_id]) + f"#step-{kind}-{step.index}"
-    return {"label": label, "url": url, "step": step}
+    return {"label": label, "ref": ref["lineage"], "url": url, "step": step}
