@@ -1,0 +1,176 @@
+"""Held-out roundtrip admission of cards induced from the committed dry walk of
+row_softmax/warp_vec4.
+
+Targets come from real states: the bundled kernels, the tiny softmax under
+tests/fixtures/materialize/, and the committed dry walk of topk/radix_select. Trials run the real
+gate: compile-only (what this machine can do: always inconclusive, so nothing is admitted), replay
+with an empty store (a miss: inconclusive), and GPU-style verdicts for the timed branches: the
+real compile-only verdict of the materialized kernel given a passing or rejecting outcome and a
+paired ratio, as a GPU gate reports them (the same way test_induction gives lineages GPU-style
+verdicts)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from klineage import corpus
+from klineage.config import GateMode
+from klineage.errors import DocumentError, KLineageError
+from klineage.gate.cache import GateCache
+from klineage.gate.pipeline import run_gate
+from klineage.gate.verdict import Finding, Reason, Status
+from klineage.kernel import load_kernel
+from klineage.lineage import Lineage
+from klineage.skills.admission import Target, TrialOutcome, admit, held_out_targets, required_ratio, trial_outcome
+from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial
+from klineage.skills.induction import induce, lineage_id
+from klineage.skills.library import problem_infos
+
+ROOT = Path(__file__).resolve().parents[1]
+DRY = ROOT / "corpus" / "lineages" / "row_softmax_warp_vec4.dry.json"
+TOPK = ROOT / "corpus" / "lineages" / "topk_radix_select.dry.json"
+TINY = ROOT / "tests" / "fixtures" / "materialize" / "tiny_softmax"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("admission")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
+        yield GateCache(root / "cache", root / "recorded")
+
+
+@pytest.fixture(scope="module")
+def lineages():
+    return [Lineage.load(DRY), Lineage.load(TOPK)]
+
+
+@pytest.fixture(scope="module")
+def cards(lineages):
+    by_name = {}
+    for card in induce(lineages[:1]):
+        if card.transform not in by_name or card.provides:
+            by_name[card.transform] = card
+    return by_name
+
+
+def tiny_target() -> Target:
+    return Target("tiny_softmax", "row_softmax", load_kernel(TINY))
+
+
+def compile_gate(cache):
+    def gate(problem_path, kernel, against):
+        return run_gate(problem_path, kernel, against=against, mode=GateMode.COMPILE_ONLY, cache=cache)
+    return gate
+
+
+def timed_gate(cache, ratio: float | None, status: Status = Status.PASSED):
+    """The real compile-only verdict, given the outcome and paired ratio a GPU gate would report."""
+    def gate(problem_path, kernel, against):
+        verdict = compile_gate(cache)(problem_path, kernel, against)
+        profile = {"ratios": {"vs_baseline": {"overall": ratio, "per_trial": [ratio] * 3}}} if ratio else {}
+        findings = (Finding(Reason.INCORRECT, "correctness", "case ragged: 12 elements differ", "ragged"),) \
+            if status is Status.REJECTED else ()
+        return dataclasses.replace(verdict, status=status, profile=profile, findings=findings)
+    return gate
+
+
+def with_effect(card, ratio: float):
+    ref = Ref(lineage_id(Lineage.load(DRY)), RefKind.TRANSITION, 0)
+    return dataclasses.replace(card, effects=(Effect("headline", "row_softmax", ratio, (ratio, ratio * 1.01,
+                                                                                        ratio * 0.99), ref),))
+
+
+def test_held_out_targets_skip_the_source_lineage_and_need_a_site(cards, lineages):
+    states = {name: corpus.kernel_entry(name).load() for name in
+              ("row_softmax/naive", "row_softmax/warp_vec4", "gemm/naive", "topk/radix_select")}
+    states["tiny_softmax"] = load_kernel(TINY)
+    source = {s.fingerprint for s in lineages[0].states}
+    for card in cards.values():
+        targets = held_out_targets(card, lineages, states)
+        assert not [t for t in targets if t.state.fingerprint in source], card.transform
+        assert len({t.state.fingerprint for t in targets}) == len(targets)
+        assert "row_softmax/warp_vec4" not in [t.name for t in targets]  # the card's own expert
+    launch = [t.name for t in held_out_targets(cards["launch_bounds"], lineages, states)]
+    assert launch[0] == "tiny_softmax"  # bundled kernels first; the naive softmax already has the bound
+    assert "row_softmax/naive" not in launch
+    restrict = held_out_targets(cards["restrict"], lineages, states)
+    topk = [t for t in restrict if t.name.startswith(lineage_id(lineages[1]))]
+    assert topk and all(t.problem == "topk" for t in topk)  # the topk walk's states without __restrict__
+    assert [t.name for t in restrict][:1] == ["tiny_softmax"]
+
+
+def test_compile_only_trials_are_inconclusive_and_admit_nothing(cards, cache):
+    card = with_effect(cards["launch_bounds"], 1.1)
+    updated, trials = admit(card, [tiny_target()], corpus.problem_path, compile_gate(cache))
+    assert [trial_outcome(t) for t in trials] == [TrialOutcome.INCONCLUSIVE]
+    assert "compiled verdict" in trials[0].message and not trials[0].passed
+    assert trials[0].state == load_kernel(TINY).fingerprint
+    assert updated.status is CardStatus.CANDIDATE and updated.verification_log == tuple(trials)
+    assert updated.id == card.id  # trials do not change who the card is
+
+
+def test_a_replay_miss_is_inconclusive(cards, tmp_path):
+    empty = GateCache(tmp_path / "cache", tmp_path / "recorded")
+
+    def replay(problem_path, kernel, against):
+        return run_gate(problem_path, kernel, against=against, mode=GateMode.REPLAY, cache=empty)
+
+    _, [trial] = admit(cards["restrict"], [tiny_target()], corpus.problem_path, replay)
+    assert trial_outcome(trial) is TrialOutcome.INCONCLUSIVE and "could not judge" in trial.message
+
+
+def test_a_timed_pass_reaching_the_declared_effect_admits(cards, cache):
+    card = with_effect(cards["launch_bounds"], 1.2)
+    assert required_ratio(card) == pytest.approx(1.2 * (1 - 0.05))
+    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(cache, 1.18))
+    assert trial_outcome(trial) is TrialOutcome.PASSED and trial.passed and trial.ratio == 1.18
+    assert updated.status is CardStatus.ADMITTED
+    assert updated.verification_log[-1] == trial
+
+
+def test_slower_than_declared_fails_and_retires_an_admitted_card(cards, cache):
+    card = with_effect(cards["launch_bounds"], 1.2)
+    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(cache, 1.0))
+    assert trial_outcome(trial) is TrialOutcome.FAILED and "below the 1.140x" in trial.message
+    assert updated.status is CardStatus.CANDIDATE
+    admitted = dataclasses.replace(card, status=CardStatus.ADMITTED)
+    retired, _ = admit(admitted, [tiny_target()], corpus.problem_path, timed_gate(cache, 1.0))
+    assert retired.status is CardStatus.RETIRED
+
+
+def test_a_rejected_kernel_fails_the_trial(cards, cache):
+    card = with_effect(cards["restrict"], 1.05)
+    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(cache, None, Status.REJECTED))
+    assert trial_outcome(trial) is TrialOutcome.FAILED and "rejected (incorrect)" in trial.message
+    assert updated.status is CardStatus.CANDIDATE and len(updated.verification_log) == 1
+
+
+def test_without_a_declared_effect_even_a_fast_pass_is_inconclusive(cards, cache):
+    assert required_ratio(cards["unroll"]) is None  # a dry walk's card: nothing was timed
+    updated, [trial] = admit(cards["unroll"], [tiny_target()], corpus.problem_path, timed_gate(cache, 1.5))
+    assert trial_outcome(trial) is TrialOutcome.INCONCLUSIVE and "no measured effect" in trial.message
+    assert trial.ratio == 1.5 and updated.status is CardStatus.CANDIDATE
+
+
+def test_a_precondition_failing_on_the_target_problem_is_no_fair_trial(cards, cache):
+    card = dataclasses.replace(with_effect(cards["launch_bounds"], 1.2), preconditions=(
+        Precondition("cols % 4 == 0", "cols must be a multiple of 4"),))
+    _, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(cache, 1.3),
+                       problems=problem_infos({"row_softmax"}))
+    assert trial_outcome(trial) is TrialOutcome.INCONCLUSIVE and "not a fair trial" in trial.message
+
+
+def test_limits_and_records(cards, cache):
+    targets = [tiny_target(), Target("naive", "row_softmax", corpus.kernel_entry("row_softmax/naive").load())]
+    updated, trials = admit(cards["unroll"], targets, corpus.problem_path, compile_gate(cache), limit=1)
+    assert len(trials) == 1 and len(updated.verification_log) == 1
+    with pytest.raises(KLineageError, match="at least one trial"):
+        admit(cards["unroll"], targets, corpus.problem_path, compile_gate(cache), limit=0)
+    with pytest.raises(DocumentError, match="outcome"):
+        trial_outcome(Trial("f" * 64, False, None, "maybe: something"))
+    with pytest.raises(DocumentError, match="target.name"):
+        Target("", "row_softmax", load_kernel(TINY))
