@@ -14,6 +14,7 @@ from klineage.cli import main
 from klineage.config import GateMode
 from klineage.errors import DocumentError, KLineageError
 from klineage.gate.cache import GateCache
+from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Status
 from klineage.lineage import Lineage
 from klineage.optimize import (COMPILE_ONLY_NOTE, AttemptStatus, EventKind, OptimizationResult, RewriterKind, Stop,
@@ -175,6 +176,21 @@ def test_wrong_arguments_fail_clearly(naive, cache, library):
         run(naive, cache, Strategy.LIBRARY, 4, library, statuses=("approved",))
     with pytest.raises(KLineageError, match="budget"):
         run(naive, cache, Strategy.UNCONDITIONED_RANDOM, 0)
+
+
+def test_replay_serves_recorded_verdicts_and_a_miss_stops_the_run(naive, tmp_path):
+    # the start kernel's H200 verdict is recorded (bench/gate_suite.py, default policy); no candidate is
+    replayed = GateCache(tmp_path / "cache", config.recorded_dir())
+    result = optimize(SOFTMAX, naive, strategy=Strategy.UNCONDITIONED_RANDOM, budget=3, gate_mode=GateMode.REPLAY,
+                      policy=GatePolicy(), cache=replayed)
+    assert result.start_verdict.status is Status.PASSED and result.assurance.value == "gpu_verified"
+    (attempt,) = result.attempts
+    assert attempt.status is AttemptStatus.GATE_ERROR and "no recorded verdict" in attempt.message
+    assert result.stop is Stop.GATE_ERROR and result.stats.evaluations == 2 and result.speedup == 1.0
+    assert OptimizationResult.from_json(result.to_json()) == result
+    with pytest.raises(KLineageError, match="could not judge the start kernel"):
+        optimize(SOFTMAX, naive, strategy=Strategy.UNCONDITIONED_RANDOM, budget=3, gate_mode=GateMode.REPLAY,
+                 cache=GateCache(tmp_path / "cache", tmp_path / "nothing_recorded"))
 
 
 # the LLM rewriter, over real HTTP
