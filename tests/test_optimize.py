@@ -139,6 +139,7 @@ def test_only_allowed_card_statuses_are_retrieved(naive, cache, library):
     result = run(naive, cache, Strategy.LIBRARY, 4, library, statuses=(CardStatus.ADMITTED,))
     assert result.stop is Stop.NO_CANDIDATE and result.attempts == () and result.library.eligible == 0
     assert result.stats.evaluations == 1
+    assert f"none of the library's {len(library.cards)} card(s) has an allowed status" in result.message
 
 
 def test_the_document_round_trips_and_refuses_contradictions(naive, cache, library, tmp_path):

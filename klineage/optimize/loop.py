@@ -231,10 +231,18 @@ class _Run:
         if stop is not None:
             return stop
         if not offered:
-            return Stop.NO_CANDIDATE, (f"no candidate kernel at step {index}: no "
-                                       + ("card" if self.strategy.uses_library else "transform") + " applies")
+            return Stop.NO_CANDIDATE, f"no candidate kernel at step {index}: {self.nothing_applies()}"
         return Stop.NO_IMPROVEMENT, (f"{offered} candidate kernel(s) at step {index} were dealt with; none was taken"
                                      + (f" ({COMPILE_ONLY_NOTE})" if self.mode is GateMode.COMPILE_ONLY else ""))
+
+    def nothing_applies(self) -> str:
+        if not self.strategy.uses_library:
+            return "no transform applies"
+        if self.library is not None and not self.library.eligible:
+            allowed = ", ".join(s.value for s in self.library.statuses)
+            return (f"none of the library's {self.library.cards} card(s) has an allowed status ({allowed}); "
+                    f"allow more statuses (e.g. admitted,candidate)")
+        return "no card applies"
 
     def attempt(self, index: int, parent: KernelState, candidate: Candidate, path: set[str],
                 judged: set[str]) -> Attempt:
