@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods
 
-from gate_app import submit
+from gate_app import presenters, submit
 from gate_app.apps import SUBMIT_PERMISSION
 from gate_app.forms import OptimizeForm, WalkForm
 from gate_app.models import Job, Worker
@@ -60,7 +60,11 @@ def job_detail(request, job_id: int):
         raise Http404(f"no job {job_id}")
     state = describe(job)
     result = json.dumps(state["result"], indent=1) if state["result"] is not None else ""
-    return render(request, "gate_app/job.html", {"job": state, "result_json": result})
+    finished = job.status == Job.Status.SUCCEEDED and isinstance(job.result, dict)
+    return render(request, "gate_app/job.html", {
+        "job": state, "result_json": result,
+        "optimization": presenters.optimization(job.result) if finished and job.kind == Job.Kind.OPTIMIZE else None,
+        "walk": job.result if finished and job.kind == Job.Kind.WALK else None})
 
 
 @login_required
