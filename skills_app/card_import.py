@@ -1,10 +1,10 @@
 """Import skill library documents: `{"version": 1, "provenance": {...}, "cards": [SkillCard.to_dict(), ...]}`.
 
-Every card is checked by the engine's `SkillCard.from_dict` (which also checks that its id matches
-its content) before anything is written; a malformed document refuses the whole import with a
+The document is checked by the engine's `Library.from_dict` (each card by `SkillCard.from_dict`,
+which also checks that its id matches its content) before anything is written; a malformed document refuses the whole import with a
 message naming the card and field, and stores nothing. Cards are keyed by id: importing the same
 document again changes nothing; a card whose document changed (it gathered evidence, was admitted)
-is updated, unless the library it comes from is older (`provenance.created`) than the one that
+is updated, unless the library it comes from is older (`provenance.date`) than the one that
 stored it. A card's trials are its `verification_log`, replaced whenever the card is updated.
 """
 
@@ -22,53 +22,47 @@ from klineage.errors import KLineageError
 from klineage.fingerprint import sha256_json
 from klineage.skills.card import SHORT_ID
 from klineage.skills.card import SkillCard as EngineCard
+from klineage.skills.library import Library
 from klineage import config
 from skills_app.importer import (CREATED, UNCHANGED, UPDATED, ImportRefused, _describe, _display, _require_json,
                                 _timestamp)
 from skills_app.models import CardTrial, SkillCard
 
-LIBRARY_VERSION = 1
-LIBRARY_KEYS = ("version", "provenance", "cards")
 STALE = "stale"  # an older library's copy of a card stored from a newer one: left as it is
 
 
-def parse_library(document: Any, where: str = "library") -> tuple[list[EngineCard], dict[str, Any]]:
-    """The cards of a library document and its provenance, each card checked by the engine."""
-    if not isinstance(document, dict):
-        raise ImportRefused(where, f"a library document is a JSON object, not {type(document).__name__}")
-    missing = [k for k in LIBRARY_KEYS if k not in document]
-    unknown = sorted(set(document) - set(LIBRARY_KEYS))
-    if missing or unknown:
-        raise ImportRefused(where, f"missing {missing}" if missing else f"unknown keys {unknown}")
-    if document["version"] != LIBRARY_VERSION:
-        raise ImportRefused(where, f"unsupported version {document['version']!r} (this is {LIBRARY_VERSION})")
-    if not isinstance(document["provenance"], dict):
-        raise ImportRefused(f"{where}: provenance", "must be an object")
-    if not isinstance(document["cards"], list):
-        raise ImportRefused(f"{where}: cards", "must be a list")
-    cards, seen = [], set()
-    for position, data in enumerate(document["cards"]):
-        label = f"{where}: cards[{position}]"
+def parse_library(document: Any, where: str = "library") -> Library:
+    """The library a document holds, checked by the engine (`Library.from_dict`, every card by
+    `SkillCard.from_dict`)."""
+    try:
+        return Library.from_dict(document)
+    except KLineageError as exc:
+        raise ImportRefused(where, f"not a valid skill library: {_locate(document, str(exc))}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ImportRefused(where, f"not a skill library: {_locate(document, _describe(exc))}") from None
+
+
+def _locate(document: Any, message: str) -> str:
+    """The engine's message, led by the position of the card it is about where it does not say
+    (a card's own checks, such as its id against its content, name the field only)."""
+    cards = document.get("cards") if isinstance(document, dict) else None
+    if "cards[" in message or not isinstance(cards, list):
+        return message
+    for position, data in enumerate(cards):
         try:
-            card = EngineCard.from_dict(data, "card")
-        except KLineageError as exc:
-            raise ImportRefused(label, f"not a valid skill card: {exc}") from None
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ImportRefused(label, f"not a skill card: {_describe(exc)}") from None
-        if card.id in seen:
-            raise ImportRefused(label, f"card {card.short_id} appears more than once")
-        seen.add(card.id)
-        cards.append(card)
-    return cards, document["provenance"]
+            EngineCard.from_dict(data)
+        except (KLineageError, KeyError, TypeError, ValueError, AttributeError):
+            return f"cards[{position}]: {message}"
+    return message
 
 
 def import_library(document: Any, *, where: str = "library") -> Counter:
     """Import one library document, all or nothing; counts of created / updated / unchanged / stale cards."""
-    cards, provenance = parse_library(document, where)
-    created = _timestamp(provenance.get("created"), f"{where}: provenance")
+    library = parse_library(document, where)
+    created = _timestamp(library.provenance.get("date"), f"{where}: provenance")
     counts: Counter = Counter()
     with transaction.atomic():
-        for card in cards:
+        for card in library.cards:
             counts[store_card(card, library_created=created, where=f"{where}: card {card.short_id}")] += 1
     return counts
 

@@ -57,9 +57,9 @@ def real_cards() -> list[SkillCard]:
     return induce([timed_lineage()], {"row_softmax": CASES})
 
 
-def library_document(cards: list[SkillCard] | list[dict[str, Any]], created: str = "2026-11-29T12:00:00+00:00"):
+def library_document(cards: list[SkillCard] | list[dict[str, Any]], date: str = "2026-11-29T12:00:00+00:00"):
     dicts = [c if isinstance(c, dict) else c.to_dict() for c in cards]
-    return {"version": 1, "provenance": {"created": created, "written_by": "tests/library_data.py"}, "cards": dicts}
+    return {"version": 1, "provenance": {"date": date, "built_by": "tests/library_data.py"}, "cards": dicts}
 
 
 OPERATORS = ("row_softmax", "gemm", "conv2d", "fmha", "topk", "gdn")
