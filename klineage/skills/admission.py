@@ -94,7 +94,7 @@ def held_out_targets(card: SkillCard, lineages: Sequence[Lineage],
     source_lineages = [lin for lin in lineages if lineage_id(lin) in sources]
     experts = {lin.expert.fingerprint for lin in source_lineages}
     seen = {state.fingerprint for lin in source_lineages for state in lin.states}
-    candidates: list[Target] = [Target(name, state.plan.problem, state) for name, state in sorted(corpus_states.items())]
+    candidates = [Target(name, state.plan.problem, state) for name, state in sorted(corpus_states.items())]
     for lineage in sorted(lineages, key=lineage_id):
         if lineage_id(lineage) in sources or lineage.expert.fingerprint in experts:
             continue
