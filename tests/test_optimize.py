@@ -177,6 +177,8 @@ def test_wrong_arguments_fail_clearly(naive, cache, library):
         run(naive, cache, Strategy.LIBRARY, 4, library, statuses=("approved",))
     with pytest.raises(KLineageError, match="budget"):
         run(naive, cache, Strategy.UNCONDITIONED_RANDOM, 0)
+    with pytest.raises(KLineageError, match="unknown gate mode 'cpu'"):
+        optimize(SOFTMAX, naive, strategy="library", library=library, budget=2, gate_mode="cpu")
 
 
 def test_replay_serves_recorded_verdicts_and_a_miss_stops_the_run(naive, tmp_path):

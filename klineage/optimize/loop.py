@@ -65,7 +65,7 @@ def _quiet_events(event: OptimizationEvent) -> None:
 
 
 def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy | str, library: Any = None,
-             budget: int, gate_mode: GateMode, rewriter: RewriterKind | str = RewriterKind.RULES, seed: int = 0,
+             budget: int, gate_mode: GateMode | str, rewriter: RewriterKind | str = RewriterKind.RULES, seed: int = 0,
              statuses: Sequence[CardStatus | str] = (CardStatus.ADMITTED,), policy: GatePolicy = DEFAULT_POLICY,
              required_ratio: float = DEFAULT_REQUIRED_RATIO, cache: GateCache | None = None,
              progress: Progress | None = None, on_event: EventSink | None = None,
@@ -74,15 +74,19 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
 
     `library` is a `klineage.skills.library.Library`, or the path of one (a library JSON file or a
     folder of SKILL.md), needed by LIBRARY and GENERATED_ONLY; only cards whose status is in
-    `statuses` are retrieved. `rewriter` "llm" materializes cards through
-    the LLM rewriter (`llm`, else one configured from the environment) under its token/dollar
-    budget. `progress(stage, message, fraction)` hears what is happening (fraction: gate calls spent
-    / budget); `on_event(OptimizationEvent)` hears every attempt and every step, with the best
-    speedup so far. `transforms` is the unconditioned strategies' pool (default: the catalog)."""
+    `statuses` are retrieved. `rewriter` "llm" materializes cards through the LLM rewriter (`llm`,
+    else one configured from the environment) under its token/dollar budget.
+    `progress(stage, message, fraction)` hears what is happening (fraction: gate calls spent /
+    budget); `on_event(OptimizationEvent)` hears every attempt and every step, with the best
+    speedup so far. `transforms` is the unconditioned strategies' pool (default: the catalog).
+    Strategy, rewriter, gate mode and statuses may be given by their values ("library", "compile")."""
     strategy = Strategy.parse(strategy)
     rewriter = RewriterKind.parse(rewriter)
-    if not isinstance(gate_mode, GateMode):
-        raise KLineageError(f"gate_mode must be a GateMode, not {gate_mode!r}")
+    try:
+        gate_mode = GateMode(gate_mode)
+    except ValueError:
+        modes = ", ".join(m.value for m in GateMode)
+        raise KLineageError(f"unknown gate mode {gate_mode!r} (one of: {modes})") from None
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise KLineageError(f"the budget is a whole number of gate evaluations >= 1, not {budget!r}")
     if required_ratio < 1:
@@ -90,10 +94,6 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     allowed = _statuses(statuses)
     if strategy.uses_library and library is None:
         raise KLineageError(f"strategy {strategy.value} draws on a skill library: give one (--library)")
-    if rewriter is RewriterKind.LLM and llm is None:
-        from klineage.rewriters.llm import LLMRewriter
-
-        llm = LLMRewriter()
     library_ref = None
     if library is not None:
         where = ""
@@ -104,6 +104,10 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
         where = where or str(library.provenance.get("folder", "") or library.provenance.get("path", ""))
         library_ref = LibraryRef(where, allowed, len(library.cards), sum(c.status in allowed for c in library.cards))
     cards = tuple(library.cards) if library is not None else ()
+    if rewriter is RewriterKind.LLM and llm is None:
+        from klineage.rewriters.llm import LLMRewriter
+
+        llm = LLMRewriter()
     problem_path = Path(problem_path).resolve()
     problem = None
     if strategy.uses_library:
