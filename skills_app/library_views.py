@@ -149,7 +149,9 @@ def _lineage_filter(key: str) -> Q | None:
 
 
 def _resolve(refs: list[dict[str, Any]]) -> dict[tuple[str, str, int], LineageStep]:
-    """(ref lineage, ref kind, index) -> the stored step, from the newest matching lineage."""
+    """(ref lineage, ref kind, index) -> the stored step. Where one expert was walked more than once
+    under one gate mode, the longest walk is the one a library is built from
+    (`klineage.skills.library.corpus_lineages`); then the newest."""
     wanted = {(r["lineage"], r["kind"], r["index"]) for r in refs}
     lookups = {key: _lineage_filter(key) for key in {r["lineage"] for r in refs}}
     found: dict[tuple[str, str, int], LineageStep] = {}
@@ -159,7 +161,7 @@ def _resolve(refs: list[dict[str, Any]]) -> dict[tuple[str, str, int], LineageSt
         steps = (LineageStep.objects.filter(lookup).select_related("lineage")
                  .defer("lineage__document", "backward_diff", "forward_diff")
                  .prefetch_related(Prefetch("reviews", queryset=Review.objects.select_related("reviewer")))
-                 .order_by("-lineage__imported_at", "lineage_id", "kind", "index"))
+                 .order_by("-lineage__accepted_count", "-lineage__imported_at", "lineage_id", "kind", "index"))
         for step in steps:
             ref = (key, "transition" if step.accepted else "rejection", step.index)
             if ref in wanted and ref not in found:

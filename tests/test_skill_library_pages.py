@@ -165,3 +165,20 @@ def test_read_closed_library(client, settings, library):
 def test_home_shows_library_numbers(client, library):
     page = client.get("/").content.decode()
     assert 'data-stat="cards">4<' in page and 'data-stat="admitted">0<' in page
+
+
+def test_refs_resolve_to_the_longest_walk_of_an_expert(client, library):
+    """A shorter walk of the same expert under the same gate mode, imported later, is not the one
+    the card's refs mean (a library keeps the longest walk per lineage id)."""
+    import dataclasses
+
+    full = timed_lineage()
+    short = dataclasses.replace(full, states=full.states[:4], transitions=full.transitions[:3], rejections=(),
+                                limits=dataclasses.replace(full.limits, max_steps=3),
+                                stats=dataclasses.replace(full.stats, accepted=3, rejected=0))
+    shorter, _ = import_lineage(short.to_dict())
+    assert shorter.id != library["lineage"].id and shorter.accepted_count == 3
+    bounds = _by(library, "launch_bounds")
+    page = client.get(f"/library/{bounds.short_id}/").content.decode()
+    assert f'href="/lineages/{library["lineage"].id}/#step-accepted-0"' in page
+    assert f"/lineages/{shorter.id}/" not in page
