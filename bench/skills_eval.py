@@ -3,9 +3,10 @@
     python bench/skills_eval.py --gate gpu --budget 16 --out bench/results/skills.json
 
 For each lineage in corpus/lineages (a workload: the expert it walked and the naive end it
-reached), optimize the naive end with each strategy (`klineage.optimize.Strategy`) under the same
-gate-evaluation budget, then gate the library strategy's best kernel against the expert (paired
-timing, outside the budget: a measurement, not a search step). Writes one JSON document:
+reached; one per expert and gate mode, the longest walk), optimize the naive end with each
+strategy (`klineage.optimize.Strategy`) under the same gate-evaluation budget, then gate the
+library strategy's best kernel against the expert (paired timing, outside the budget: a
+measurement, not a search step). Writes one JSON document:
 
 - admission_rate: admitted cards / cards, over a library whose cards went through roundtrip
   admission (some card has a verification log); null, with a reason, when none did;
@@ -41,7 +42,8 @@ from klineage.lineage import Lineage  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, Strategy, optimize  # noqa: E402
 from klineage.optimize.command import bundled_library  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
-from klineage.skills.library import Library, load_library  # noqa: E402
+from klineage.skills.induction import lineage_id  # noqa: E402
+from klineage.skills.library import Library, corpus_lineages, load_library  # noqa: E402
 
 NO_TIMING = "the {mode} gate times nothing (no GPU): no ratio can be measured, none is invented"
 UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
@@ -71,14 +73,14 @@ def versus_expert(problem: Path, best: Any, expert: Any, mode: GateMode) -> tupl
     return float(ratio["overall"]), "", verdict
 
 
-def workload(lineage_path: Path, library: Library, args: argparse.Namespace,
+def workload(lineage: Lineage, library: Library, args: argparse.Namespace,
              documents: Path | None) -> tuple[dict[str, Any], list[Verdict]]:
-    lineage = Lineage.load(lineage_path)
+    name = lineage_id(lineage)
     expert, naive = lineage.states[0].kernel, lineage.states[-1].kernel
     problem = corpus.problem_path(expert.plan.problem)
     mode = GateMode(args.gate)
     rewriter = RewriterKind(args.rewriter)
-    row: dict[str, Any] = {"lineage": lineage_path.name, "operator": lineage.problem.operator,
+    row: dict[str, Any] = {"lineage": name, "operator": lineage.problem.operator,
                            "expert": {"name": expert.name, "fingerprint": expert.fingerprint},
                            "start": {"name": naive.name, "fingerprint": naive.fingerprint,
                                      "steps_from_expert": len(lineage.transitions)},
@@ -98,7 +100,7 @@ def workload(lineage_path: Path, library: Library, args: argparse.Namespace,
             continue
         results[strategy] = result
         if documents is not None:
-            result.save(documents / f"{lineage_path.stem}-{strategy.value}.json")
+            result.save(documents / f"{name.replace('@', '-').replace(':', '-')}-{strategy.value}.json")
         row["strategies"][strategy.value] = {
             "stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
             "wasted": result.stats.wasted, "steps": [s.transform for s in result.steps], "speedup": result.speedup,
@@ -163,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     documents = Path(args.documents) if args.documents else None
     if documents is not None:
         documents.mkdir(parents=True, exist_ok=True)
+    lineages, left_out = corpus_lineages(args.lineages)
     rows, verdicts = [], []
-    for path in sorted(Path(args.lineages).glob("*.json")):
-        print(f"workload {path.name}", file=sys.stderr)
-        row, found = workload(path, library, args, documents)
+    for lineage in lineages:
+        print(f"workload {lineage_id(lineage)}", file=sys.stderr)
+        row, found = workload(lineage, library, args, documents)
         rows.append(row)
         verdicts += found
     document = {"provenance": provenance(verdicts, args, library_path), "admission_rate": admission(library),
@@ -179,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
                     "vs_unconditioned_geomean": "geomean over workloads of library speedup / the better "
                                                 "unconditioned speedup (random or greedy), same budget",
                     "speedup": "start time / best time: the product of the accepted steps' paired ratios"},
-                "workloads": rows}
+                "workloads": rows,
+                "lineages_left_out": [{"file": p.name, "why": "a longer walk of the same expert and gate mode is kept"}
+                                      for p in left_out]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
