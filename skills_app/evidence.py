@@ -122,8 +122,19 @@ def _jobs(e: Evidence, data: dict[str, Any]) -> None:
               for r in data.get("rows", [])]
 
 
+def _web_perf(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "Dashboard page times"
+    summary = data.get("summary") or {}
+    e.headline = (f"library p95 {_num(summary.get('library_p95_ms'), '{:.0f}')} ms over "
+                  f"{_num(summary.get('cards'), '{:,}')} cards; {_num(summary.get('lineage_p95_ms'), '{:.0f}')} ms "
+                  f"for a 40-step lineage")
+    e.columns = ["page", "p50 ms", "p95 ms"]
+    e.rows = [[r.get("page", ""), _num(r.get("p50_ms"), "{:.1f}"), _num(r.get("p95_ms"), "{:.1f}")]
+              for r in data.get("rows", [])]
+
+
 _SUMMARIES = {"adversarial.json": _adversarial, "example.json": _example, "gate_cost.json": _gate_cost,
-              "jobs.json": _jobs}
+              "jobs.json": _jobs, "web_perf.json": _web_perf}
 
 
 def _num(value: Any, fmt: str) -> str:

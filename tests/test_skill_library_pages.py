@@ -182,3 +182,16 @@ def test_refs_resolve_to_the_longest_walk_of_an_expert(client, library):
     page = client.get(f"/library/{bounds.short_id}/").content.decode()
     assert f'href="/lineages/{library["lineage"].id}/#step-accepted-0"' in page
     assert f"/lineages/{shorter.id}/" not in page
+
+
+def test_home_lists_the_web_perf_measurement(client, settings, tmp_path):
+    import json
+
+    (tmp_path / "web_perf.json").write_text(json.dumps({
+        "provenance": {"written_by": "bench/web_perf.py", "date": "2026-11-29T19:00:00+00:00",
+                       "machine": {"cpu": "AMD EPYC", "cpus": 2}},
+        "summary": {"cards": 10000, "library_p95_ms": 126.7, "lineage_p95_ms": 118.8},
+        "rows": [{"page": "card page", "p50_ms": 13.9, "p95_ms": 26.5}]}), encoding="utf-8")
+    settings.KLINEAGE_EVIDENCE_DIR = tmp_path
+    page = client.get("/").content.decode()
+    assert "Dashboard page times" in page and "library p95 127 ms over 10,000 cards; 119 ms for a 40-step lineage" in page
