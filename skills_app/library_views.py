@@ -88,7 +88,8 @@ def card(request, short_id: str):
         "risks": [{**risk, "links": [_link(ref, steps) for ref in risk["evidence"]]} for risk in document["risks"]],
         "evidence": [_link(ref, steps) for ref in document["evidence"]],
         "scope": document["scope"],
-        "carrier": [(key, ", ".join(json.dumps(v) for v in values)) for key, values in document["carrier"].items()],
+        "carrier": [(key, ", ".join(json.dumps(v) for v in (values if isinstance(values, list) else [values])))
+                    for key, values in document["carrier"].items()],
         "trials": row.trials.order_by("created", "id"),
         "reviews": sorted((review for step in steps.values() for review in step.reviews.all()),
                           key=lambda r: (r.created, r.id), reverse=True),
