@@ -79,17 +79,18 @@ class JobContext:
         with self._lock:
             self._pending_log += queue.log_line(line[:_LINE_LIMIT])
 
-    def progress(self, stage: str, message: str = "", fraction: float | None = None) -> None:
+    def progress(self, stage: str, message: str = "", fraction: float | None = None, log: bool = True) -> None:
         if fraction is None:
             fraction = self.stage_fractions.get(stage, self._progress["fraction"])
         changed = stage != self._progress["stage"]
         self._progress = {**self.detail, "fraction": round(max(self._progress["fraction"], min(1.0, fraction)), 3),
                           "stage": stage, "message": message[:500]}
         line = f"{stage}: {message}" if message else stage
-        self.log(line)
+        if log:
+            self.log(line)
         if self.publish:
             progress_events.publish(self.job.pk, {"type": "progress", "job": self.job.pk,
-                                                  "progress": dict(self._progress), "log": line})
+                                                  "progress": dict(self._progress), "log": line if log else ""})
         if changed or time.monotonic() - self._last_write >= _WRITE_EVERY_S:
             self.flush()
 

@@ -66,7 +66,7 @@ class Chart:
                                      "timed": True, "points": [], "outcomes": {}, "recent": []}
 
     def add(self, event: dict[str, Any]) -> str:
-        """Fold one event in; the line the log gets for it."""
+        """Fold one event in; the line that says what it was."""
         data, attempt = self.data, event["attempt"]
         data.update(evaluations=event["evaluations"], steps=event["steps"], speedup=event["speedup"],
                     timed=event["speedup"] is not None)
@@ -104,7 +104,8 @@ def run_optimize_job(ctx: JobContext) -> dict[str, Any]:
     ctx.set_detail("chart", chart.data)
 
     def on_event(event: dict[str, Any]) -> None:
+        # The loop's own progress lines already log each attempt; this one only carries the chart.
         line = chart.add(event)
-        ctx.progress(event["kind"], line, event["evaluations"] / event["budget"])
+        ctx.progress(event["kind"], line, event["evaluations"] / event["budget"], log=False)
 
     return ctx.run_child({"kind": "optimize", **params, "library": library}, on_event=on_event)

@@ -1,6 +1,7 @@
 // Tiny inline-SVG charts, no library: KLCharts.line(el, spec) draws a step line (a best-so-far
 // series), KLCharts.bars(el, spec) horizontal bars. Each call replaces what `el` held. Colours come
-// from the stylesheet's custom properties, so the charts follow the site's palette.
+// from the stylesheet's custom properties, so the charts follow the site's palette. A chart takes
+// the width of its container (within limits) at drawing time, so its text keeps its size on a phone.
 (function () {
   "use strict";
   const NS = "http://www.w3.org/2000/svg";
@@ -20,16 +21,23 @@
     el.textContent = text;
     return el;
   }
+  function width(el) { return Math.max(300, Math.min(720, el.clientWidth || 560)); }
+  function canvas(el, W, H, title) {
+    const svg = node("svg", { viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img", "aria-label": title || "chart" });
+    svg.style.maxWidth = "100%";
+    svg.style.height = "auto";
+    svg.style.display = "block";
+    el.replaceChildren(svg);
+    return svg;
+  }
   function fmt(v) { return Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2); }
 
   // spec: {points: [[x, y], ...] in x order, xMax, yMin, yMax (optional), baseline (a y drawn dashed),
   //        xLabel, yLabel, title (the accessible name), empty (text shown with no points)}
   function line(el, spec) {
-    const W = 560, H = 220, L = 48, R = 12, T = 12, B = 34;
+    const W = width(el), H = 220, L = 48, R = 12, T = 12, B = 34;
     const pts = (spec.points || []).filter(function (p) { return p[1] != null && isFinite(p[1]); });
-    const svg = node("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": spec.title || "chart",
-                              width: "100%", preserveAspectRatio: "xMidYMid meet" });
-    el.replaceChildren(svg);
+    const svg = canvas(el, W, H, spec.title);
     const xMax = Math.max(1, spec.xMax || 0, pts.length ? pts[pts.length - 1][0] : 0);
     const ys = pts.map(function (p) { return p[1]; }).concat(spec.baseline != null ? [spec.baseline] : []);
     let yMin = spec.yMin != null ? spec.yMin : Math.min.apply(null, ys.length ? ys : [0]);
@@ -53,7 +61,7 @@
                      "stroke-dasharray": "4 4", "stroke-width": 1 }, svg);
     }
     if (!pts.length) {
-      label(svg, (L + W - R) / 2, (T + H - B) / 2, spec.empty || "no data yet", { "text-anchor": "middle", "font-size": 13 });
+      label(svg, (L + W - R) / 2, T + (H - T - B) / 4, spec.empty || "no data yet", { "text-anchor": "middle", "font-size": 13 });
       return svg;
     }
     // A best-so-far series holds its value until the next point: draw steps, not slopes.
@@ -71,11 +79,9 @@
   // spec: {bars: [{label, value, fill}], title}
   function bars(el, spec) {
     const rows = spec.bars || [];
-    const W = 560, rowH = 22, L = 120, R = 40;
+    const W = width(el), rowH = 22, L = 120, R = 40;
     const H = Math.max(rowH, rows.length * rowH) + 4;
-    const svg = node("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": spec.title || "chart",
-                              width: "100%", preserveAspectRatio: "xMinYMin meet" });
-    el.replaceChildren(svg);
+    const svg = canvas(el, W, H, spec.title);
     const most = Math.max(1, Math.max.apply(null, rows.map(function (r) { return r.value; }).concat([0])));
     rows.forEach(function (r, i) {
       const y = 2 + i * rowH;

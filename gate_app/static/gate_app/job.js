@@ -32,7 +32,7 @@
     KLCharts.line(chartPart("speedup"), {
       points: chart.points.map(function (p) { return [p[0], p[1]]; }), xMax: chart.budget, baseline: 1,
       xLabel: "gate evaluations", yLabel: "best speedup", title: "Best speedup by gate evaluation",
-      empty: chart.timed ? "no candidate gated yet" : "compile-only gate: nothing is timed, so no speedup"
+      empty: chart.timed ? "no candidate gated yet" : "compile-only: nothing is timed"
     });
     const outcomes = Object.keys(chart.outcomes).sort();
     KLCharts.bars(chartPart("outcomes"), {

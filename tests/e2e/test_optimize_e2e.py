@@ -1,0 +1,141 @@
+"""Optimize in Chromium against the real thing: `manage.py serve` (the dashboard and its local gate
+worker, as `make run` starts them) over a SQLite file holding an operator and cards induced from
+the bundled dry lineage. The operator logs in, submits a compile-only optimization of
+row_softmax/naive, watches the job page chart the run, reloads it mid-run (the chart comes back
+from the job row), and sees the run end with the optimized kernel; screenshots at desktop and
+phone widths under test-artifacts/screenshots/."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+
+from gate_app.apps import OPERATOR_GROUP
+from gate_app.childproc import kill_tree
+from gate_app.models import Job
+from klineage import config
+from klineage.lineage import Lineage as EngineLineage
+from klineage.skills import induce
+from klineage.skills.library import Library
+from services import REPO, free_port, sqlite_job_database, sqlite_template  # noqa: F401  (fixtures)
+from skills_app.card_import import import_library
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SCREENSHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+PASSWORD = "operator-pw-2026"
+DRY_LINEAGE = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.dry.json"
+
+
+@pytest.fixture
+def server(sqlite_job_database, tmp_path):
+    """The operator and the library go in first (ORM work before the browser's event loop starts),
+    then the server and its worker, on the same SQLite file."""
+    user = User.objects.create_user("olga", password=PASSWORD)
+    user.groups.add(Group.objects.get(name=OPERATOR_GROUP))
+    import_library(Library(tuple(induce([EngineLineage.load(DRY_LINEAGE)])), {"lineages": ["dry"]}).to_dict())
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": sqlite_job_database.url, "KLINEAGE_DATA_DIR": str(tmp_path / "data"),
+           "PYTHONUNBUFFERED": "1"}
+    env.pop("REDIS_URL", None)
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([sys.executable, "manage.py", "serve", f"127.0.0.1:{port}"], cwd=REPO, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise AssertionError((tmp_path / "serve.log").read_text())
+            time.sleep(0.3)
+    yield url
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=40)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        proc.wait()
+    log.close()
+
+
+def _shoot(page, name: str, width: int) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
+    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    assert overflow <= 0, f"{name} at {width} px is {overflow} px wider than the window"
+
+
+def test_an_operator_optimizes_a_kernel_and_watches_it_finish(server):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    expect = sync_api.expect
+    jobs: list[int] = []
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            for width, budget in ((1280, 8), (390, 4)):
+                context = browser.new_context(viewport={"width": width, "height": 900})
+                page = context.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                page.on("requestfailed", lambda request: errors.append(f"failed: {request.url}"))
+
+                page.goto(server + "/accounts/login/?next=/optimize/")
+                page.get_by_label("Username").fill("olga")
+                page.get_by_label("Password").fill(PASSWORD)
+                page.get_by_role("button", name="Log in").click()
+                page.wait_for_url(re.compile(r"/optimize/$"))
+                assert page.get_by_role("navigation", name="Main").get_by_role("link", name="Optimize").is_visible()
+
+                form = page.locator('form:has(input[name="action"][value="optimize"])')
+                form.get_by_label("Start kernel").select_option("row_softmax/naive")
+                form.get_by_label("candidate", exact=True).check()
+                form.get_by_label("Gate budget").fill(str(budget))
+                form.locator('select[name="optimize-mode"]').select_option("compile")
+                _shoot(page, "optimize-form", width)
+                form.get_by_role("button", name="Start the optimization").click()
+                page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+                jobs.append(int(page.url.rstrip("/").rsplit("/", 1)[1]))
+                assert page.locator("h1").inner_text().endswith("optimize")
+
+                # the chart fills in as candidates are gated; a reload draws the run so far again
+                summary = page.locator('[data-chart="summary"]')
+                expect(summary).to_contain_text(re.compile(r"[1-9]\d* candidates? tried"), timeout=120_000)
+                if "succeeded" not in page.locator('[data-field="status"]').inner_text():
+                    page.reload()
+                    expect(summary).to_contain_text(re.compile(r"[1-9]\d* candidates? tried"))
+
+                # it ends with the optimized kernel, rendered once the job is done
+                expect(page.get_by_role("heading", name="Optimized kernel")).to_be_visible(timeout=180_000)
+                assert page.locator('[data-field="status"]').inner_text() == "succeeded"
+                expect(summary).to_contain_text(f"of {budget} gate evaluations")
+                assert "compile-only: nothing is timed" in page.locator('[data-chart="speedup"]').inner_text()
+                outcomes = page.locator('[data-chart="outcomes"] svg')
+                assert outcomes.get_attribute("aria-label") == "Candidates by outcome"
+                assert "untimed" in outcomes.text_content()
+                assert page.locator('[data-chart="recent"] tr').count() >= 1
+                assert "No skill was applied" in page.locator("#optimized").inner_text()
+                assert "row_softmax_naive" in page.locator("#optimized").inner_text()
+                _shoot(page, "optimize-job", width)
+                page.locator("#optimize-run").screenshot(path=str(SCREENSHOTS / f"optimize-run-{width}.png"))
+                assert not errors, errors
+                context.close()
+        finally:
+            browser.close()
+    done = {job.pk: job for job in Job.objects.filter(pk__in=jobs)}
+    assert [done[pk].status for pk in jobs] == ["succeeded", "succeeded"]
+    assert all(done[pk].owner.username == "olga" and done[pk].result["gate"] == "compile" for pk in jobs)
