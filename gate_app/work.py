@@ -77,6 +77,8 @@ class Chart:
             data["recent"] = ([{"index": attempt["index"], "transform": attempt["transform"],
                                 "card": attempt["card"][:12], "status": attempt["status"], "ratio": ratio,
                                 "message": attempt["message"][:200]}] + data["recent"])[:RECENT_ATTEMPTS]
+        if not data["points"] and event["speedup"] is not None:
+            data["points"].append([1, 1.0, 0.0])  # the start kernel: gate call 1, the baseline
         if attempt["evaluation"] is not None or event["kind"] == "step":
             point = [event["evaluations"], event["speedup"], round(time.monotonic() - self.started, 1)]
             if data["points"] and data["points"][-1][0] == point[0]:

@@ -129,3 +129,30 @@ def test_optimize_job_in_compile_mode_keeps_its_chart_and_result(worker, client)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "Optimized kernel" in page and "row_softmax_naive" in page
     assert "No skill was applied" in page and "compile-only gate" in page
+
+
+def _event(kind: str, index: int, evaluation: int | None, status: str, speedup: float | None, steps: int,
+           ratio: float | None = None) -> dict:
+    """An OptimizationEvent.to_dict() as a GPU run sends it (the fields the chart reads)."""
+    attempt = {"index": index, "round": steps, "parent": "p", "transform": "unroll", "card": "c38e5885c282abcdef",
+               "anchor": None, "candidate": "c", "status": status, "message": f"attempt {index}",
+               "evaluation": evaluation, "key": "", "verdict": None,
+               "ratio": {"overall": ratio, "per_trial": [ratio]} if ratio else None, "score": None}
+    return {"kind": kind, "attempt": attempt, "evaluations": evaluation or 1, "budget": 8, "steps": steps,
+            "best": "b", "speedup": speedup}
+
+
+def test_the_chart_of_a_timed_run_starts_at_the_start_kernel_and_steps_up():
+    from gate_app.work import Chart
+
+    chart = Chart(budget=8)
+    chart.add(_event("attempt", 0, 2, "not_faster", 1.0, 0, 0.97))
+    chart.add(_event("attempt", 1, None, "not_applicable", 1.0, 0))
+    chart.add(_event("attempt", 2, 3, "faster", 1.0, 0, 1.25))
+    line = chart.add(_event("step", 2, 3, "faster", 1.25, 1, 1.25))
+    assert line == "#1 took unroll (1.250x); best speedup 1.250x"
+    data = chart.data
+    assert [p[:2] for p in data["points"]] == [[1, 1.0], [2, 1.0], [3, 1.25]]  # the step replaces its attempt's point
+    assert data["tried"] == 3 and data["steps"] == 1 and data["speedup"] == 1.25 and data["timed"] is True
+    assert data["outcomes"] == {"not_faster": 1, "not_applicable": 1, "faster": 1}
+    assert [a["index"] for a in data["recent"]] == [2, 1, 0] and data["recent"][0]["card"] == "c38e5885c282"

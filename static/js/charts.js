@@ -32,7 +32,8 @@
   }
   function fmt(v) { return Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(2); }
 
-  // spec: {points: [[x, y], ...] in x order, xMax, yMin, yMax (optional), baseline (a y drawn dashed),
+  // spec: {points: [[x, y], ...] in x order, xMax, xEnd (where the last value is held to; default
+  //        xMax), yMin, yMax (optional), baseline (a y drawn dashed),
   //        xLabel, yLabel, title (the accessible name), empty (text shown with no points)}
   function line(el, spec) {
     const W = width(el), H = 220, L = 48, R = 12, T = 12, B = 34;
@@ -67,7 +68,7 @@
     // A best-so-far series holds its value until the next point: draw steps, not slopes.
     let d = "M" + sx(pts[0][0]) + " " + sy(pts[0][1]);
     for (let i = 1; i < pts.length; i++) d += " H" + sx(pts[i][0]) + " V" + sy(pts[i][1]);
-    d += " H" + sx(xMax);
+    d += " H" + sx(Math.max(pts[pts.length - 1][0], Math.min(xMax, spec.xEnd != null ? spec.xEnd : xMax)));
     node("path", { d: d, fill: "none", stroke: "var(--accent, #1f5fbf)", "stroke-width": 2 }, svg);
     pts.forEach(function (p) {
       const dot = node("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 3, fill: "var(--accent, #1f5fbf)" }, svg);

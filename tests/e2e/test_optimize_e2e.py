@@ -139,3 +139,37 @@ def test_an_operator_optimizes_a_kernel_and_watches_it_finish(server):
     done = {job.pk: job for job in Job.objects.filter(pk__in=jobs)}
     assert [done[pk].status for pk in jobs] == ["succeeded", "succeeded"]
     assert all(done[pk].owner.username == "olga" and done[pk].result["gate"] == "compile" for pk in jobs)
+
+
+def test_a_timed_run_is_drawn_as_a_best_speedup_line(sqlite_job_database, tmp_path, request):
+    """A GPU run's chart as its worker keeps it in the job row (no GPU here, so the row is written
+    as the worker would): the page draws the best-so-far steps, one dot per gated candidate."""
+    chart = {"budget": 10, "evaluations": 6, "tried": 7, "steps": 2, "speedup": 1.32, "timed": True,
+             "points": [[2, 1.0, 1.5], [3, 1.18, 2.9], [4, 1.18, 4.0], [5, 1.32, 5.2], [6, 1.32, 6.4]],
+             "outcomes": {"faster": 2, "not_faster": 2, "rejected": 1, "not_applicable": 2},
+             "recent": [{"index": 6, "transform": "unroll", "card": "c38e5885c282", "status": "not_faster",
+                         "ratio": 0.98, "message": "passed; 0.980x the best, short of 1.01"}]}
+    job = Job.objects.create(kind="optimize", needs="gpu", status="running",
+                             params={"kernel": "row_softmax/naive", "problem": "row_softmax", "mode": "gpu",
+                                     "strategy": "library", "budget": 10},
+                             progress={"fraction": 0.6, "stage": "attempt", "message": "#6 unroll", "chart": chart})
+    url = request.getfixturevalue("server")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"{url}/jobs/{job.pk}/")
+            speedup = page.locator('[data-chart="speedup"] svg')
+            assert speedup.get_attribute("aria-label") == "Best speedup by gate evaluation"
+            assert speedup.locator("circle").count() == 5
+            path = speedup.locator("path").get_attribute("d")
+            assert path.startswith("M") and path.count("V") == 4 and path.count("H") == 5  # steps, then to the budget
+            assert page.locator('[data-chart="summary"]').inner_text() == (
+                "7 candidates tried · 6 of 10 gate evaluations · 2 taken · best speedup 1.320x")
+            assert speedup.locator("circle title").first.text_content() == "gate evaluations 2: 1.00"
+            assert page.locator('[data-chart="outcomes"] svg rect').count() == 4
+            assert "0.980" in page.locator('[data-chart="recent"]').inner_text()
+            page.locator("#optimize-run").screenshot(path=str(SCREENSHOTS / "optimize-run-timed-1280.png"))
+        finally:
+            browser.close()

@@ -31,6 +31,7 @@
       chart.evaluations + " of " + chart.budget + " gate evaluations · " + chart.steps + " taken · best speedup " + best;
     KLCharts.line(chartPart("speedup"), {
       points: chart.points.map(function (p) { return [p[0], p[1]]; }), xMax: chart.budget, baseline: 1,
+      xEnd: chart.evaluations,
       xLabel: "gate evaluations", yLabel: "best speedup", title: "Best speedup by gate evaluation",
       empty: chart.timed ? "no candidate gated yet" : "compile-only: nothing is timed"
     });
