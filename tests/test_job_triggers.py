@@ -156,3 +156,14 @@ def test_the_api_queues_checked_jobs():
                           content_type="application/json")
     assert wrong_kind.status_code == 400 and "optimize, walk" in str(wrong_kind.json()["kind"])
     assert Job.objects.count() == 1
+
+
+def test_the_llm_rewriter_is_offered_only_where_a_model_is_configured(monkeypatch):
+    monkeypatch.setenv("KLINEAGE_LLM_MODEL", "local-model")
+    client = _client(_operator())
+    assert 'value="llm"' in client.get("/optimize/").content.decode()
+    assert client.post("/optimize/", {**WALK, "walk-rewriter": "llm"}).status_code == 302
+    assert Job.objects.get().params["rewriter"] == "llm"
+    # no_library needs the model: with one configured it is accepted
+    assert client.post("/optimize/", {**OPTIMIZE, "optimize-rewriter": "llm",
+                                      "optimize-strategy": "no_library"}).status_code == 302
