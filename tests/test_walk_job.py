@@ -130,6 +130,14 @@ def test_optimize_job_in_compile_mode_keeps_its_chart_and_result(worker, client)
     assert "Optimized kernel" in page and "row_softmax_naive" in page
     assert "No skill was applied" in page and "compile-only gate" in page
 
+    # held out: every card was learnt on row_softmax, so none is offered and nothing is tried
+    held_out = submit.optimize_params("row_softmax/naive", strategy="library", statuses=["candidate"], budget=6,
+                                      mode="compile", scope="other_operators")
+    job = _finished(submit.submit(Job.Kind.OPTIMIZE, held_out, owner=owner).pk, timeout_s=300)
+    assert job.status == Job.Status.SUCCEEDED, f"{job.error}\n{job.log}"
+    assert job.result["library"]["cards"] == 0 and "without row_softmax's cards" in job.result["library"]["path"]
+    assert job.result["stop"] == "no_candidate" and job.result["attempts"] == []
+
 
 def _event(kind: str, index: int, evaluation: int | None, status: str, speedup: float | None, steps: int,
            ratio: float | None = None) -> dict:
