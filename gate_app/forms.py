@@ -73,7 +73,8 @@ class OptimizeForm(_JobForm):
     rewriter = forms.ChoiceField()
     statuses = forms.MultipleChoiceField(label="Cards with status", initial=["admitted"],
                                          choices=[(s, s) for s in submit.CARD_STATUSES],
-                                         widget=forms.CheckboxSelectMultiple)
+                                         # .filters sizes inputs to their column: not a checkbox
+                                         widget=forms.CheckboxSelectMultiple(attrs={"style": "width: auto"}))
     scope = forms.ChoiceField(label="Library", initial="all", choices=list(submit.LIBRARY_SCOPES.items()))
     budget = forms.IntegerField(label="Gate budget", initial=16, min_value=submit.BUDGET_LIMITS[0],
                                 max_value=submit.BUDGET_LIMITS[1], help_text="gate evaluations, the start's included")
