@@ -68,6 +68,7 @@ def test_an_operator_sees_both_forms_and_the_nav_link():
     assert '<option value="row_softmax/warp_vec4" selected>' in text  # ?kernel= preselects
     assert 'value="llm"' not in text  # no model configured here: the LLM rewriter is not offered
     assert "GPU jobs you have queued or running" in text
+    assert 'href="/optimize/">Optimize or walk a kernel' in _client(_operator("otto")).get("/jobs/").content.decode()
 
 
 def test_an_operator_queues_a_walk_and_lands_on_its_page():
