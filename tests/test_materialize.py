@@ -2,7 +2,8 @@
 kernels they did not come from (the bundled naive row softmax, and a tiny hand-written one under
 tests/fixtures/materialize/), compiled by the real gate in compile-only mode (real nvcc), and the
 added features read back from the verdict. Forward sites of each transform are checked on real
-sources, carrier values included; the combined rewrite of the tiny kernel is a golden file."""
+sources, carrier values included (unpad_shared too, on a tiled variant); the combined rewrite of the
+tiny kernel is a golden file."""
 
 from __future__ import annotations
 
@@ -168,3 +169,35 @@ def test_a_card_without_a_mechanical_forward_materializes_to_nothing(cards):
     card = dataclasses.replace(cards["unroll"], id="", transform="unpipeline",
                                anchor=CardAnchor("loop"), scope=Scope(("row_softmax",)))
     assert materialize(card, tiny()) == [] and apply_everywhere(card, tiny()) is None
+
+
+TILED = """constexpr int T = 32;
+constexpr int THREADS = 128;  // named by the tiny plan
+extern "C" __global__ void tiny_softmax(const float* x, float* y, int rows, int cols)
+{
+    __shared__ float tile[T][T];
+    __shared__ float other[T][T];
+    const int c = blockIdx.x * T + threadIdx.x, r = blockIdx.y * T + threadIdx.y;
+    if (r < rows && c < cols) tile[threadIdx.y][threadIdx.x] = x[r * cols + c];
+    other[threadIdx.y][threadIdx.x] = 0.0f;
+    const float* row = &other[threadIdx.y][0];
+    __syncthreads();
+    const int tc = blockIdx.y * T + threadIdx.x, tr = blockIdx.x * T + threadIdx.y;
+    if (tr < cols && tc < rows) y[tr * rows + tc] = tile[threadIdx.x][threadIdx.y] + row[1];
+}
+"""
+
+
+def test_unpad_shared_pads_only_tiles_used_element_by_element(cache):
+    state = tiny().with_source(TILED)
+    transform = get("unpad_shared")
+    assert forward_sites(transform, tiny()) == []  # no shared tile
+    [anchor] = transform.forward_sites(state, {"padding": [4]})  # `other` is addressed: never padded
+    assert anchor.key == 'tile[1] {"from":"T + 4","to":"T"}'
+    rewrite = transform.forward(state, anchor)
+    assert "__shared__ float tile[T][T + 4];" in rewrite.state.source
+    assert "__shared__ float other[T][T];" in rewrite.state.source
+    assert transform.forward_sites(rewrite.state) == []  # padded already
+    assert [a.key for a in transform.find(rewrite.state)] == [anchor.key]  # backward would take it off again
+    assert [a.key for a in forward_sites(transform, state)] == ['tile[1] {"from":"T + 1","to":"T"}']
+    compiled_features(rewrite.state, cache)

@@ -25,7 +25,9 @@ SASS feature shows padding, so the rewrite declares no removed feature.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tree_sitter import Node
 
@@ -284,6 +286,33 @@ class UnpadShared(Transform):
         return self._result(state, anchor, source, Direction.FORWARD, pad,
                             padded.text(pad_site.pad) if pad_site is not None else "")
 
+    def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        """`__shared__` arrays of rank >= 2 whose innermost extent W is unpadded and whose every use
+        is a full-rank element subscript that is never addressed (`&tile[r][c]` may feed a vector or
+        an async copy that an odd stride misaligns): W becomes `W + P`, P the first whole padding
+        the carrier lists (1 when it lists none)."""
+        pads = [v for v in self.carrier_values(carrier, "padding")
+                if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        pad = pads[0] if pads else 1
+        analysis = _Analysis(state)
+        padded = {(site.function, site.head) for site in analysis.sites()}
+        anchors = []
+        for declaration in analysis.scope.declarations:
+            if "__shared__" not in declaration.specifiers or len(declaration.dims) < 2:
+                continue
+            extents = analysis._extents(declaration.node, declaration.name)
+            function, head = declaration.function or FILE_LOCUS, f"{declaration.name}[{len(extents) - 1}]"
+            if not extents or extents[-1] is None or (function, head) in padded:
+                continue
+            if analysis._array_problem(declaration, len(extents)) or _addressed(analysis, declaration):
+                continue
+            width = unparen(extents[-1])
+            text = analysis.text(width)
+            grown = f"{text} + {pad}" if width.type in ("identifier", "number_literal") else f"({text}) + {pad}"
+            anchors.append(Anchor(function, "declaration", make_key(head, {"from": grown, "to": text}),
+                                  analysis.text(declaration.node)))
+        return anchors
+
     def _result(self, state: KernelState, anchor: Anchor, source: str, direction: Direction, pad: int | None,
                 pad_text: str) -> Rewrite:
         if source == state.source:
@@ -294,6 +323,18 @@ class UnpadShared(Transform):
         note = (f"row padding {pad_text} removed from {head}" if direction is Direction.BACKWARD
                 else f"row padding {pad_text} restored on {head}")
         return Rewrite(self.name, direction, anchor, new_state, carrier=carrier, note=note)
+
+
+def _addressed(analysis: _Analysis, declaration: cp.Declaration) -> bool:
+    """Whether some use of the array sits under `&` (through its subscripts)."""
+    for use in analysis._uses(declaration.name, declaration):
+        node = use
+        while node.parent is not None and node.parent.type in ("subscript_expression", "parenthesized_expression"):
+            node = node.parent
+        if node.parent is not None and node.parent.type == "pointer_expression" and \
+                analysis.text(node.parent).lstrip().startswith("&"):
+            return True
+    return False
 
 
 register(UnpadShared())
