@@ -1,7 +1,7 @@
 """The skill library: built from the committed dry walk of row_softmax/warp_vec4 with the real
 problem's cases, saved as canonical JSON, loaded back (also from a SKILL.md folder), validated
 (versions, unknown keys, duplicate cards and lineages), looked up by id, and driven through
-`klineage library build|show|export`. The bundled library is checked against the lineages it
+`klineage library build|show|export|admit`. The bundled library is checked against the lineages it
 names."""
 
 from __future__ import annotations
@@ -136,3 +136,20 @@ def test_the_bundled_library_matches_its_lineages():
     assert bundled.cards == build_library(lineages, problems, {}).cards, \
         "corpus/library/library.json is stale: run `klineage library build`"
     assert all(c.status is CardStatus.CANDIDATE for c in bundled.cards)  # dry walks: nothing timed, nothing admitted
+
+
+def test_cli_admit_logs_every_trial_and_admits_nothing_without_timing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("KLINEAGE_GATE", raising=False)
+    bundled = load_library(BUNDLED)
+    unroll = next(c for c in bundled.cards if c.transform == "unroll" and c.provides)
+    out = tmp_path / "admitted.json"
+    assert main(["library", "admit", "--library", str(BUNDLED), "--gate", "compile", "--card", unroll.short_id,
+                 "--limit", "1", "--out", str(out)]) == 0
+    assert "admitted cards 0 -> 0" in capsys.readouterr().out
+    after = load_library(out)
+    [trial] = after.by_id(unroll.id).verification_log
+    assert trial.message.startswith("inconclusive: ") and "compiled verdict" in trial.message
+    assert after.by_id(unroll.id).status is CardStatus.CANDIDATE
+    assert [c.verification_log for c in after.cards if c.id != unroll.id] == [()] * (len(after.cards) - 1)
+    assert "under the compile gate" in after.provenance["admission"]

@@ -4,7 +4,10 @@
   expert and gate mode, the longest) and write the library JSON (default:
   `corpus/library/library.json`) with its provenance;
 - show: the library's cards as a table, or one card (by id or short id) as JSON;
-- export: one SKILL.md folder per card, for coding agents.
+- export: one SKILL.md folder per card, for coding agents;
+- admit: held-out roundtrip trials of the cards (`admission.admit`) on the bundled kernels and the
+  other lineages' states, under the gate mode asked for (gpu on a GPU host; compile or replay here,
+  where every trial is inconclusive), written back into the library with every trial logged.
 Kept beside the library so that `klineage/cli.py` only wires it in.
 """
 
@@ -15,6 +18,7 @@ import json
 from pathlib import Path
 
 from klineage import config
+from klineage.config import GateMode
 from klineage.errors import KLineageError
 
 
@@ -37,10 +41,16 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     export = actions.add_parser("export", help="write one <transform>-<short id>/SKILL.md per card")
     export.add_argument("folder")
     export.add_argument("--library", help="library JSON file or SKILL.md folder (default: the bundled library)")
+    admit = actions.add_parser("admit", help="held-out roundtrip trials; admitted cards are written back")
+    admit.add_argument("--library", help="library JSON file (default: the bundled library)")
+    admit.add_argument("--card", action="append", default=[], help="a card id or prefix (repeatable; default: all)")
+    admit.add_argument("--gate", choices=[m.value for m in GateMode], help="gpu, replay or compile")
+    admit.add_argument("--limit", type=int, default=3, help="targets gated per card")
+    admit.add_argument("--out", help="where to write the library (default: over the one read)")
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"build": _build, "show": _show, "export": _export}[args.library_command](args)
+    return {"build": _build, "show": _show, "export": _export, "admit": _admit}[args.library_command](args)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -100,4 +110,48 @@ def _export(args: argparse.Namespace) -> int:
     library = _load(args.library)
     written = export_skillmd(list(library.cards), args.folder)
     print(f"{len(written)} SKILL.md files written under {args.folder}")
+    return 0
+
+
+def _admit(args: argparse.Namespace) -> int:
+    import dataclasses
+    import datetime as dt
+
+    from klineage import corpus
+    from klineage.gate.pipeline import run_gate
+    from klineage.skills.admission import admit, held_out_targets, trial_outcome
+    from klineage.skills.library import corpus_lineages, problem_infos, save_library
+    from klineage.walk.walker import DEFAULT_POLICY
+
+    mode = config.gate_mode(GateMode(args.gate) if args.gate else None)
+    source = Path(args.library) if args.library else default_path()
+    library = _load(str(source))
+    chosen = {library.by_id(c).id for c in args.card} or {c.id for c in library.cards}
+    lineages, _ = corpus_lineages()
+    states = {entry.name: entry.load() for entry in corpus.list_kernels()}
+    problems = problem_infos({s.plan.problem for s in states.values()} | {lin.problem.operator for lin in lineages})
+    policy = DEFAULT_POLICY.with_(timing=True, vendor=False)
+
+    def gate(problem_path, kernel, against):
+        return run_gate(problem_path, kernel, against=against, policy=policy, mode=mode)
+
+    cards, counts = [], {}
+    for card in library.cards:
+        if card.id in chosen:
+            targets = held_out_targets(card, lineages, states)
+            if targets:
+                card, trials = admit(card, targets, corpus.problem_path, gate, problems=problems, limit=args.limit)
+            else:
+                trials = []
+            outcomes = [trial_outcome(t).value for t in trials] or ["no held-out target"]
+            for outcome in outcomes:
+                counts[outcome] = counts.get(outcome, 0) + 1
+            print(f"{card.short_id} {card.transform:20} {card.status.value:10} {', '.join(outcomes)}")
+        cards.append(card)
+    when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    provenance = {**library.provenance, "admission": f"roundtrip trials under the {mode.value} gate on {when}"}
+    updated = dataclasses.replace(library, cards=tuple(cards), provenance=provenance)
+    out = save_library(updated, args.out or source)
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no card"
+    print(f"{summary}; admitted cards {len(library.admitted())} -> {len(updated.admitted())}; written to {out}")
     return 0
