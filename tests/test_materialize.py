@@ -127,6 +127,10 @@ def test_ldg_sites_are_reads_through_const_pointers_only():
     assert keys == ["xr + c#0", "xr + c#1", "xr + c#2"]  # never `*(yr + c) = ...`, a write through a plain pointer
     written = tiny().with_source(tiny().source.replace("const float* xr", "float* xr"))
     assert forward_sites(get("ldg"), written) == []
+    plan = tiny().plan.to_dict()
+    plan["launch"][0]["args"] = ["x", "x", {"scalar": "rows", "type": "i32"}, {"scalar": "cols", "type": "i32"}]
+    in_place = KernelState(tiny().source, LaunchPlan.from_dict(plan, "in-place plan"))
+    assert forward_sites(get("ldg"), in_place) == []  # y is x: what it reads, it writes
 
 
 def test_fast_math_sites_follow_the_carrier():

@@ -23,6 +23,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
+from klineage.launch import ArgKind
 from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
 
@@ -131,7 +132,12 @@ class Ldg(Transform):
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
         """Plain `*(p)` loads that are only read (not assigned, incremented or addressed) where `p`
         starts with a pointer the function declares `const` of a type `__ldg` loads (`const float* x`,
-        a parameter or a local): data the kernel promises not to write through that pointer."""
+        a parameter or a local): data the kernel promises not to write through that pointer. None
+        where a launch passes one buffer twice: the kernel may write what it reads elsewhere."""
+        for launch in state.plan.launches:
+            buffers = [arg.name for arg in launch.args if arg.kind is ArgKind.BUFFER]
+            if len(buffers) != len(set(buffers)):
+                return []
         parsed = cp.parse(state.source)
         readable = _const_pointers(parsed)
         anchors = []
