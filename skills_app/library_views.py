@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.paginator import Paginator
 from django.db.models import Count, F, Prefetch, Q
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -22,11 +21,11 @@ from klineage.skills import skillmd
 from klineage.skills.card import SkillCard as EngineCard
 from klineage_web.access import read_access
 from skills_app.filters import SkillCardFilter
+from skills_app.paging import paginate, query_without
 from skills_app.highlight import highlight_lines
 from skills_app.lineage_views import diff_lines
 from skills_app.models import LineageStep, Review, SkillCard
 
-PAGE_SIZE = 50
 SORTS = {
     "gain": ("measured gain", [F("median_gain").desc(nulls_last=True), "transform", "card_id"]),
     "transform": ("transform", ["transform", "card_id"]),
@@ -44,20 +43,16 @@ def library(request):
                                       "operators", "median_gain", "precondition_count", "risk_count")
     found = SkillCardFilter(request.GET, queryset=queryset)
     rows = found.qs.order_by(*SORTS[sort][1]) if found.is_valid() else queryset.none()
-    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = paginate(request, rows)
     without_status = request.GET.copy()
     without_status.pop("status", None)
     by_status = SkillCardFilter(without_status, queryset=SkillCard.objects.all())
     counts = dict(by_status.qs.order_by().values_list("status").annotate(n=Count("id"))) if by_status.is_valid() else {}
-    query = request.GET.copy()
-    query.pop("page", None)
-    status_query = without_status.copy()
-    status_query.pop("page", None)
     return render(request, "skills/library.html", {
         "filter": found,
         "page": page,
-        "query": query.urlencode(),
-        "status_query": status_query.urlencode(),
+        "query": query_without(request.GET),
+        "status_query": query_without(request.GET, "status"),
         "status_counts": [{"status": value, "count": counts.get(value, 0)} for value, _ in SkillCard.Status.choices],
         "operators": _operators(),
         "surfaces": SkillCard.objects.order_by("surface").values_list("surface", flat=True).distinct(),

@@ -11,7 +11,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.core.paginator import Paginator
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -21,10 +20,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from klineage_web.access import read_access
 from skills_app.filters import LineageFilter
+from skills_app.paging import paginate, query_without
 from skills_app.highlight import highlight_lines
 from skills_app.models import Lineage, LineageStep, Review
 
-PAGE_SIZE = 50
 REVIEW_PERMISSION = "skills_app.add_review"
 TERMINATIONS = ("complete", "step_limit", "rejection_limit", "unknown")
 
@@ -111,12 +110,10 @@ def lineages(request):
         "operator", "expert_name", "-imported_at")
     found = LineageFilter(request.GET, queryset=queryset)
     rows = found.qs if found.is_valid() else queryset.none()
-    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
-    query = request.GET.copy()
-    query.pop("page", None)
+    page = paginate(request, rows)
     return render(request, "skills/lineages.html", {
         "page": page,
-        "query": query.urlencode(),
+        "query": query_without(request.GET),
         "operators": Lineage.objects.order_by("operator").values_list("operator", flat=True).distinct(),
         "rewriters": Lineage.objects.order_by("rewriter").values_list("rewriter", flat=True).distinct(),
         "terminations": TERMINATIONS,
@@ -170,11 +167,18 @@ def review_queue(request):
     pending = (LineageStep.objects.filter(reviews__isnull=True).select_related("lineage", "parent_state")
                .defer("lineage__document").order_by("lineage__operator", "lineage_id", "branch_step", "-kind",
                                                      "index"))
-    page = Paginator(pending, PAGE_SIZE).get_page(request.GET.get("page"))
+    # Narrow the queue to one operator, one lineage or one kind of step (unknown values match nothing).
+    selected = {key: request.GET.get(key, "").strip() for key in ("operator", "lineage", "kind")}
+    field = {"operator": "lineage__operator", "lineage": "lineage_id", "kind": "kind"}
+    pending = pending.filter(**{field[key]: value for key, value in selected.items() if value})
+    page = paginate(request, pending)
     recent = Review.objects.select_related("step__lineage", "reviewer").defer("step__lineage__document")[:20]
     return render(request, "skills/review.html", {
         "page": page,
-        "query": "",
+        "query": query_without(request.GET),
+        "selected": selected,
+        "operators": Lineage.objects.order_by("operator").values_list("operator", flat=True).distinct(),
+        "kinds": LineageStep.Kind.choices,
         "recent": recent,
         "can_review": _reviewable(request.user),
         "verdicts": Review.Verdict.choices,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import Http404
 from django.shortcuts import get_object_or_404, render
@@ -18,10 +17,10 @@ from klineage.launch import ARCHES
 from klineage_web.access import read_access
 from skills_app import presenters
 from skills_app.filters import LATEST_STATUS_CHOICES, SUITE_CHOICES, KernelFilter, VerdictFilter
+from skills_app.paging import paginate, query_without
 from skills_app.highlight import highlight_lines
 from skills_app.models import Kernel, KernelState, Problem, Verdict
 
-PAGE_SIZE = 50
 
 @require_GET
 @read_access
@@ -30,11 +29,11 @@ def kernels(request):
                 .annotate(verdict_count=Count("current_state__verdicts")).order_by("adversarial", "name"))
     found = KernelFilter(request.GET, queryset=queryset)
     rows = found.qs if found.is_valid() else queryset.none()
-    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = paginate(request, rows)
     return render(request, "skills/kernels.html", {
         "filter": found,
         "page": page,
-        "query": _query_without_page(request),
+        "query": query_without(request.GET),
         "operators": Kernel.objects.order_by("operator").values_list("operator", flat=True).distinct(),
         "statuses": LATEST_STATUS_CHOICES,
         "arches": ARCHES,
@@ -109,11 +108,11 @@ def verdicts(request):
     queryset = Verdict.objects.select_related("state__kernel").defer("document", "policy")
     found = VerdictFilter(request.GET, queryset=queryset)
     rows = found.qs if found.is_valid() else queryset.none()
-    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    page = paginate(request, rows)
     return render(request, "skills/verdicts.html", {
         "filter": found,
         "page": page,
-        "query": _query_without_page(request),
+        "query": query_without(request.GET),
         "statuses": Verdict.StatusChoices.choices,
         "operators": Verdict.objects.order_by("operator").values_list("operator", flat=True).distinct(),
         "selected": {key: request.GET.get(key, "") for key in ("status", "operator", "reason", "kernel")},
@@ -190,7 +189,3 @@ def _vendor_check(document: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _query_without_page(request) -> str:
-    query = request.GET.copy()
-    query.pop("page", None)
-    return query.urlencode()
