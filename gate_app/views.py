@@ -4,7 +4,6 @@ import json
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required, permission_required
-from django.core.paginator import Paginator
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
@@ -16,8 +15,7 @@ from gate_app.forms import OptimizeForm, WalkForm
 from gate_app.models import Job, Worker
 from gate_app.queue import QueueError, describe
 from klineage_web.access import read_access
-
-JOBS_PER_PAGE = 50
+from skills_app.paging import paginate, query_without
 
 
 @require_GET
@@ -30,12 +28,12 @@ def jobs(request):
         queryset = queryset.filter(status=selected["status"])
     if selected["kind"] in Job.Kind.values:
         queryset = queryset.filter(kind=selected["kind"])
-    page = Paginator(queryset, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    page = paginate(request, queryset)
     workers = list(Worker.objects.all())
     rows = [describe(job, log=False, workers=workers) for job in page.object_list]
     return render(request, "gate_app/jobs.html", {
-        "page": page, "rows": rows, "selected": selected, "statuses": Job.Status.choices,
-        "kinds": Job.Kind.choices, "workers": workers})
+        "page": page, "query": query_without(request.GET), "rows": rows, "selected": selected,
+        "statuses": Job.Status.choices, "kinds": Job.Kind.choices, "workers": workers})
 
 
 @require_GET

@@ -1,10 +1,13 @@
-"""Shared test setup: GPU tests run only where a GPU, torch with CUDA and pycuda are present."""
+"""Shared test setup: GPU tests run only where a GPU, torch with CUDA and pycuda are present; a gate
+cache of its own for each module that runs the gate."""
 
 from __future__ import annotations
 
 import functools
 
 import pytest
+
+from klineage.gate.cache import GateCache
 
 
 @functools.cache
@@ -27,3 +30,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def gate_cache(tmp_path_factory):
+    """A gate cache of the module's own, empty and with nothing recorded; KLINEAGE_CACHE_DIR points into it."""
+    root = tmp_path_factory.mktemp("gate_cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
+        yield GateCache(root / "cache", root / "recorded")

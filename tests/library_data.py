@@ -2,9 +2,11 @@
 
 `timed_lineage()` is the committed dry walk of row_softmax/warp_vec4 as a GPU walk would leave it
 (every state passed its aligned cases, three forward steps timed) with one refused unroll that
-failed the ragged and narrow cases; `induce` lifts it into four cards, two with a risk and a
+failed the ragged and narrow cases, built with the helpers that give any lineage GPU-style
+verdicts, timings and rejections; `induce` lifts it into four cards, two with a risk and a
 precondition, three with effects. `many_cards(n)` varies those real card dicts (transform, scope,
 intent, effects, status) into n distinct valid cards, their ids derived from their content.
+`dry_cards_by_transform()` induces the dry walk as it is.
 """
 
 from __future__ import annotations
@@ -34,23 +36,51 @@ ALIGNED = ("headline", "mid_aligned")
 TIMINGS = {0: (1.08, 1.07, 1.08, 1.10), 1: (1.02, 1.01, 1.03, 1.02), 6: (0.97, 0.96, 0.98, 0.97)}
 
 
-def timed_lineage() -> Lineage:
-    dry = Lineage.load(DRY_WALK)
-    results = tuple(CaseResult(c, CaseOutcome.PASSED if c in ALIGNED else CaseOutcome.NOT_RUN) for c in CASES)
-    states = tuple(dataclasses.replace(s, verdict=VerdictSummary(Status.PASSED, None, results)) for s in dry.states)
+def all_passed(lineage: Lineage, outcomes: dict[str, CaseOutcome] | None = None) -> Lineage:
+    """The lineage as a GPU walk would leave it: every state passed (or the given outcome per case)."""
+    outcomes = outcomes or {}
+    cases = tuple(CaseResult(c, outcomes.get(c, CaseOutcome.PASSED)) for c in CASES)
+    states = tuple(dataclasses.replace(s, verdict=VerdictSummary(Status.PASSED, None, cases)) for s in lineage.states)
+    return dataclasses.replace(lineage, gate=GateMode.GPU, states=states)
+
+
+def with_timing(lineage: Lineage, ratios: dict[int, tuple[float, ...]]) -> Lineage:
     transitions = []
-    for t in dry.transitions:
-        if t.index in TIMINGS:
-            overall, *trials = TIMINGS[t.index]
+    for t in lineage.transitions:
+        if t.index in ratios:
+            overall, *trials = ratios[t.index]
             timing = PairedTiming(overall, tuple(trials))
             status = ForwardStatus.VERIFIED if timing.accepted else ForwardStatus.SLOWER
             t = dataclasses.replace(t, forward=ForwardCheck(status, "timed", timing))
         transitions.append(t)
-    rejection = Rejection(1, dry.chain[1], "unroll", Anchor("softmax_row", "loop", "i#0:unroll"),
-                          RejectionCategory.INCORRECT, Reason.INCORRECT, ("ragged", "narrow"),
-                          Evidence(message="max abs err 0.3 at row 7", stage="correctness", case="ragged"))
-    return dataclasses.replace(dry, gate=GateMode.GPU, states=states, transitions=tuple(transitions),
-                               rejections=(rejection,), stats=dataclasses.replace(dry.stats, rejected=1))
+    return dataclasses.replace(lineage, transitions=tuple(transitions))
+
+
+def with_rejections(lineage: Lineage, rejections: list[Rejection]) -> Lineage:
+    return dataclasses.replace(lineage, rejections=tuple(rejections),
+                               stats=dataclasses.replace(lineage.stats, rejected=len(rejections)))
+
+
+def unroll_rejection(lineage: Lineage, step: int = 1, cases=("ragged", "narrow"), function: str = "softmax_row",
+                     category=RejectionCategory.INCORRECT) -> Rejection:
+    return Rejection(step, lineage.chain[step], "unroll", Anchor(function, "loop", "i#0:unroll"), category,
+                     Reason.INCORRECT if category is RejectionCategory.INCORRECT else None, tuple(cases),
+                     Evidence(message="max abs err 0.3 at row 7", stage="correctness", case=cases[0] if cases else ""))
+
+
+def timed_lineage() -> Lineage:
+    dry = Lineage.load(DRY_WALK)
+    passed = all_passed(dry, {c: CaseOutcome.NOT_RUN for c in CASES if c not in ALIGNED})
+    return with_rejections(with_timing(passed, TIMINGS), [unroll_rejection(dry)])
+
+
+def dry_cards_by_transform() -> dict[str, SkillCard]:
+    """The cards induced from the dry walk, one per transform: the one that names a feature when there are two."""
+    by_name = {}
+    for card in induce([Lineage.load(DRY_WALK)]):
+        if card.transform not in by_name or card.provides:
+            by_name[card.transform] = card
+    return by_name
 
 
 def real_cards() -> list[SkillCard]:

@@ -26,35 +26,24 @@ from klineage.kernel import load_kernel
 from klineage.lineage import Lineage
 from klineage.skills.admission import Target, TrialOutcome, admit, held_out_targets, required_ratio, trial_outcome
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial
-from klineage.skills.induction import induce, lineage_id
+from klineage.skills.induction import lineage_id
 from klineage.skills.library import problem_infos
+from library_data import dry_cards_by_transform
+from lineage_data import DRY_WALK
 
 ROOT = Path(__file__).resolve().parents[1]
-DRY = ROOT / "corpus" / "lineages" / "row_softmax_warp_vec4.dry.json"
 TOPK = ROOT / "corpus" / "lineages" / "topk_radix_select.dry.json"
 TINY = ROOT / "tests" / "fixtures" / "materialize" / "tiny_softmax"
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("admission")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
-        yield GateCache(root / "cache", root / "recorded")
-
-
-@pytest.fixture(scope="module")
 def lineages():
-    return [Lineage.load(DRY), Lineage.load(TOPK)]
+    return [Lineage.load(DRY_WALK), Lineage.load(TOPK)]
 
 
 @pytest.fixture(scope="module")
-def cards(lineages):
-    by_name = {}
-    for card in induce(lineages[:1]):
-        if card.transform not in by_name or card.provides:
-            by_name[card.transform] = card
-    return by_name
+def cards():
+    return dry_cards_by_transform()
 
 
 def tiny_target() -> Target:
@@ -79,7 +68,7 @@ def timed_gate(cache, ratio: float | None, status: Status = Status.PASSED):
 
 
 def with_effect(card, ratio: float):
-    ref = Ref(lineage_id(Lineage.load(DRY)), RefKind.TRANSITION, 0)
+    ref = Ref(lineage_id(Lineage.load(DRY_WALK)), RefKind.TRANSITION, 0)
     return dataclasses.replace(card, effects=(Effect("headline", "row_softmax", ratio, (ratio, ratio * 1.01,
                                                                                         ratio * 0.99), ref),))
 
@@ -103,9 +92,9 @@ def test_held_out_targets_skip_the_source_lineage_and_need_a_site(cards, lineage
     assert [t.name for t in restrict][:1] == ["tiny_softmax"]
 
 
-def test_compile_only_trials_are_inconclusive_and_admit_nothing(cards, cache):
+def test_compile_only_trials_are_inconclusive_and_admit_nothing(cards, gate_cache):
     card = with_effect(cards["launch_bounds"], 1.1)
-    updated, trials = admit(card, [tiny_target()], corpus.problem_path, compile_gate(cache))
+    updated, trials = admit(card, [tiny_target()], corpus.problem_path, compile_gate(gate_cache))
     assert [trial_outcome(t) for t in trials] == [TrialOutcome.INCONCLUSIVE]
     assert "compiled verdict" in trials[0].message and not trials[0].passed
     assert trials[0].state == load_kernel(TINY).fingerprint
@@ -123,53 +112,53 @@ def test_a_replay_miss_is_inconclusive(cards, tmp_path):
     assert trial_outcome(trial) is TrialOutcome.INCONCLUSIVE and "could not judge" in trial.message
 
 
-def test_a_timed_pass_reaching_the_declared_effect_admits(cards, cache):
+def test_a_timed_pass_reaching_the_declared_effect_admits(cards, gate_cache):
     card = with_effect(cards["launch_bounds"], 1.2)
     assert required_ratio(card) == pytest.approx(1.2 * (1 - 0.05))
-    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(cache, 1.18))
+    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 1.18))
     assert trial_outcome(trial) is TrialOutcome.PASSED and trial.passed and trial.ratio == 1.18
     assert updated.status is CardStatus.ADMITTED
     assert updated.verification_log[-1] == trial
 
 
-def test_slower_than_declared_fails_and_retires_an_admitted_card(cards, cache):
+def test_slower_than_declared_fails_and_retires_an_admitted_card(cards, gate_cache):
     card = with_effect(cards["launch_bounds"], 1.2)
-    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(cache, 1.0))
+    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 1.0))
     assert trial_outcome(trial) is TrialOutcome.FAILED and "below the 1.140x" in trial.message
     assert updated.status is CardStatus.CANDIDATE
     admitted = dataclasses.replace(card, status=CardStatus.ADMITTED)
-    retired, _ = admit(admitted, [tiny_target()], corpus.problem_path, timed_gate(cache, 1.0))
+    retired, _ = admit(admitted, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 1.0))
     assert retired.status is CardStatus.RETIRED
 
 
-def test_a_rejected_kernel_fails_the_trial(cards, cache):
+def test_a_rejected_kernel_fails_the_trial(cards, gate_cache):
     card = with_effect(cards["restrict"], 1.05)
-    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(cache, None, Status.REJECTED))
+    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, None, Status.REJECTED))
     assert trial_outcome(trial) is TrialOutcome.FAILED and "rejected (incorrect)" in trial.message
     assert updated.status is CardStatus.CANDIDATE and len(updated.verification_log) == 1
 
 
-def test_without_a_declared_effect_even_a_fast_pass_is_inconclusive(cards, cache):
+def test_without_a_declared_effect_even_a_fast_pass_is_inconclusive(cards, gate_cache):
     assert required_ratio(cards["unroll"]) is None  # a dry walk's card: nothing was timed
-    updated, [trial] = admit(cards["unroll"], [tiny_target()], corpus.problem_path, timed_gate(cache, 1.5))
+    updated, [trial] = admit(cards["unroll"], [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 1.5))
     assert trial_outcome(trial) is TrialOutcome.INCONCLUSIVE and "no measured effect" in trial.message
     assert trial.ratio == 1.5 and updated.status is CardStatus.CANDIDATE
 
 
-def test_a_precondition_failing_on_the_target_problem_is_no_fair_trial(cards, cache):
+def test_a_precondition_failing_on_the_target_problem_is_no_fair_trial(cards, gate_cache):
     card = dataclasses.replace(with_effect(cards["launch_bounds"], 1.2), preconditions=(
         Precondition("cols % 4 == 0", "cols must be a multiple of 4"),))
-    _, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(cache, 1.3),
+    _, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 1.3),
                        problems=problem_infos({"row_softmax"}))
     assert trial_outcome(trial) is TrialOutcome.INCONCLUSIVE and "not a fair trial" in trial.message
 
 
-def test_limits_and_records(cards, cache):
+def test_limits_and_records(cards, gate_cache):
     targets = [tiny_target(), Target("naive", "row_softmax", corpus.kernel_entry("row_softmax/naive").load())]
-    updated, trials = admit(cards["unroll"], targets, corpus.problem_path, compile_gate(cache), limit=1)
+    updated, trials = admit(cards["unroll"], targets, corpus.problem_path, compile_gate(gate_cache), limit=1)
     assert len(trials) == 1 and len(updated.verification_log) == 1
     with pytest.raises(KLineageError, match="at least one trial"):
-        admit(cards["unroll"], targets, corpus.problem_path, compile_gate(cache), limit=0)
+        admit(cards["unroll"], targets, corpus.problem_path, compile_gate(gate_cache), limit=0)
     with pytest.raises(DocumentError, match="outcome"):
         trial_outcome(Trial("f" * 64, False, None, "maybe: something"))
     with pytest.raises(DocumentError, match="target.name"):

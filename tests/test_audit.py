@@ -4,8 +4,6 @@ the audit is tested apart from the catalog's progress; tests/test_walk.py reuses
 
 from __future__ import annotations
 
-import pytest
-
 from klineage import corpus
 from klineage.config import GateMode
 from klineage.features import cuda_parser as cp
@@ -162,14 +160,6 @@ class IdleUnroll(PragmaUnroll):
         return self.rewrite(state, anchor, Direction.BACKWARD, "// simplified\n" + state.source)
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("audit")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
-        yield GateCache(root / "cache", root / "recorded")
-
-
 def compiled(state: KernelState, cache: GateCache):
     verdict = run_gate(SOFTMAX, state, mode=GateMode.COMPILE_ONLY, cache=cache)
     assert verdict.status is Status.COMPILED, verdict.findings
@@ -182,66 +172,66 @@ def step(transform: Transform, cache: GateCache, parent: KernelState | None = No
     return audit(compiled(parent, cache), compiled(rewrite.state, cache), rewrite, transform, parent=parent)
 
 
-def test_the_probe_kernel_has_what_the_tests_remove(cache):
-    verdict = compiled(probe_state(), cache)
+def test_the_probe_kernel_has_what_the_tests_remove(gate_cache):
+    verdict = compiled(probe_state(), gate_cache)
     source = {(f["locus"], f["name"]) for f in verdict.features["source"]}
     assert {("probe", "unroll_pragma"), ("probe", "restrict_ptr")} <= source
     assert {"unroll_pragma", "restrict_ptr"} <= MECHANISMS[FeatureLevel.SOURCE]
 
 
-def test_declared_removal_passes(cache):
-    result = step(PragmaUnroll(), cache)
+def test_declared_removal_passes(gate_cache):
+    result = step(PragmaUnroll(), gate_cache)
     assert result.ok, result.message
     assert not result.unexpected and not result.failures
     assert "unroll_pragma" in result.message
     assert any("test_unroll sites at probe: 2 -> 1" in c for c in result.checks)
 
 
-def test_last_removal_at_a_function_must_take_the_feature_away(cache):
+def test_last_removal_at_a_function_must_take_the_feature_away(gate_cache):
     parent = PragmaUnroll().backward(probe_state(), PragmaUnroll().find(probe_state())[0]).state
-    result = step(PragmaUnroll(), cache, parent)
+    result = step(PragmaUnroll(), gate_cache, parent)
     assert result.ok, result.message
     assert FeatureChange(FeatureLevel.SOURCE, "probe", "unroll_pragma") in result.removed
 
 
-def test_removing_two_mechanisms_fails_as_unexpected(cache):
-    result = step(GreedyUnroll(), cache)
+def test_removing_two_mechanisms_fails_as_unexpected(gate_cache):
+    result = step(GreedyUnroll(), gate_cache)
     assert not result.ok
     assert FeatureChange(FeatureLevel.SOURCE, "probe", "restrict_ptr") in result.unexpected
     assert "undeclared mechanism" in result.message
 
 
-def test_removing_nothing_fails(cache):
-    result = step(IdleUnroll(), cache)
+def test_removing_nothing_fails(gate_cache):
+    result = step(IdleUnroll(), gate_cache)
     assert not result.ok
     assert "a step removes exactly one" in result.message
     assert not result.removed
 
 
-def test_declared_sass_feature_must_decrease(cache):
+def test_declared_sass_feature_must_decrease(gate_cache):
     parent = probe_state()
-    before = compiled(parent, cache)
+    before = compiled(parent, gate_cache)
     const_loads = sum(r["count"] for r in before.features["sass"]["counts"] if r["name"] == "ldg_const")
     assert const_loads > 0, "const __restrict__ loads go through the read-only path"
     # While either pointer is __restrict__, the loads of x cannot alias a store: they stay read-only.
-    kept = step(RestrictRemover(removes=("restrict_ptr", "ldg_const")), cache)
+    kept = step(RestrictRemover(removes=("restrict_ptr", "ldg_const")), gate_cache)
     assert not kept.ok and f"count went {const_loads} -> {const_loads}" in kept.message
     # Without the last one the read-only path goes away: the declared SASS removal holds.
     transform = RestrictRemover(removes=("restrict_ptr", "ldg_const"))
     one_left = transform.backward(parent, transform.find(parent)[0]).state
-    sass_ok = step(transform, cache, one_left)
+    sass_ok = step(transform, gate_cache, one_left)
     assert sass_ok.ok, sass_ok.message
     assert any(c.startswith(f"sass ldg_const: {const_loads} -> ") for c in sass_ok.checks)
     assert FeatureChange(FeatureLevel.SOURCE, "probe", "restrict_ptr") in sass_ok.removed
     # hmma never occurs in this kernel, so it cannot decrease: the declaration is wrong.
-    wrong = step(RestrictRemover(removes=("restrict_ptr", "hmma")), cache)
+    wrong = step(RestrictRemover(removes=("restrict_ptr", "hmma")), gate_cache)
     assert not wrong.ok and "hmma" in wrong.message
 
 
-def test_unknown_fails(cache):
+def test_unknown_fails(gate_cache):
     parent = probe_state()
     rewrite = PragmaUnroll().backward(parent, PragmaUnroll().find(parent)[0])
-    before, after = compiled(parent, cache), compiled(rewrite.state, cache)
+    before, after = compiled(parent, gate_cache), compiled(rewrite.state, gate_cache)
     # a declared name that is no feature at all
     odd = Rewrite(rewrite.transform, rewrite.direction, rewrite.anchor, rewrite.state, removes=("unroll_magic",))
     assert not audit(before, after, odd, PragmaUnroll(), parent=parent).ok
@@ -251,7 +241,7 @@ def test_unknown_fails(cache):
     assert quiet.ok and "one test_unroll site" in quiet.message
     idle = IdleUnroll().backward(parent, IdleUnroll().find(parent)[0])
     idle = Rewrite(idle.transform, idle.direction, idle.anchor, idle.state)
-    assert not audit(before, compiled(idle.state, cache), idle, IdleUnroll(), parent=parent).ok
+    assert not audit(before, compiled(idle.state, gate_cache), idle, IdleUnroll(), parent=parent).ok
     # no transform to count sites with
     assert "unknown transform" in audit(before, after, rewrite, None, parent=parent).message
     # a verdict without features (what a failed compile leaves)
@@ -264,12 +254,13 @@ def test_unknown_fails(cache):
     assert "both removed and added" in audit(before, after, both, PragmaUnroll(), parent=parent).message
 
 
-def test_anchor_must_be_a_site_of_the_transform(cache):
+def test_anchor_must_be_a_site_of_the_transform(gate_cache):
     parent = probe_state()
     rewrite = PragmaUnroll().backward(parent, PragmaUnroll().find(parent)[0])
     moved = Rewrite(rewrite.transform, rewrite.direction, Anchor("probe", "loop", "loop#7"), rewrite.state,
                     removes=rewrite.removes)
-    result = audit(compiled(parent, cache), compiled(rewrite.state, cache), moved, PragmaUnroll(), parent=parent)
+    result = audit(compiled(parent, gate_cache), compiled(rewrite.state, gate_cache), moved, PragmaUnroll(),
+                   parent=parent)
     assert not result.ok and "not one of test_unroll's sites" in result.message
 
 
@@ -292,7 +283,7 @@ def gemm_compiled(state: KernelState, cache: GateCache):
     return verdict
 
 
-def test_an_undeclared_pipeline_removal_fails(cache):
+def test_an_undeclared_pipeline_removal_fails(gate_cache):
     from dataclasses import replace
 
     from klineage.transforms import get
@@ -301,14 +292,14 @@ def test_an_undeclared_pipeline_removal_fails(cache):
     expert = corpus.kernel_entry("gemm/mma_sync").load()
     unpipeline = get("unpipeline")
     rewrite = unpipeline.backward(expert, unpipeline.find(expert)[0])
-    parent, child = gemm_compiled(expert, cache), gemm_compiled(rewrite.state, cache)
+    parent, child = gemm_compiled(expert, gate_cache), gemm_compiled(rewrite.state, gate_cache)
     assert audit(parent, child, rewrite, unpipeline, parent=expert).ok
     silent = replace(rewrite, removes=())
     result = audit(parent, child, silent, unpipeline, parent=expert)
     assert not result.ok and any(c.name == "multistage_pipeline" for c in result.unexpected)
 
 
-def test_a_family_step_removes_one_swizzle_from_every_function_of_its_family(cache):
+def test_a_family_step_removes_one_swizzle_from_every_function_of_its_family(gate_cache):
     from klineage.transforms import get
     from klineage.walk.audit import FAMILY, FUNCTION, scope_of
 
@@ -318,7 +309,7 @@ def test_a_family_step_removes_one_swizzle_from_every_function_of_its_family(cac
     anchors = unswizzle.find(expert)
     assert len(anchors) == 1
     rewrite = unswizzle.backward(expert, anchors[0])
-    parent, child = gemm_compiled(expert, cache), gemm_compiled(rewrite.state, cache)
+    parent, child = gemm_compiled(expert, gate_cache), gemm_compiled(rewrite.state, gate_cache)
     result = audit(parent, child, rewrite, unswizzle, parent=expert)
     assert result.ok, result.failures
     gone = {c.locus for c in result.removed if c.name == "xor_swizzle"}

@@ -17,27 +17,19 @@ import pytest
 from klineage import corpus
 from klineage.config import GateMode
 from klineage.features.feature import Feature
-from klineage.gate.verdict import Reason, Status
-from klineage.lineage import (CaseOutcome, CaseResult, Evidence, FeatureChange, FeatureLevel, ForwardCheck,
-                              ForwardStatus, KernelRef, Limits, Lineage, Outcome, PairedTiming, ProblemRef, Rejection,
-                              RejectionCategory, State, Stats, Termination, Transition, VerdictSummary, unified_diff)
+from klineage.gate.verdict import Status
+from klineage.lineage import (CaseOutcome, CaseResult, FeatureChange, FeatureLevel, ForwardCheck, ForwardStatus,
+                              KernelRef, Limits, Lineage, Outcome, PairedTiming, ProblemRef, RejectionCategory, State,
+                              Stats, Termination, Transition, VerdictSummary, unified_diff)
 from klineage.skills.card import CardStatus, RefKind
 from klineage.skills.induction import induce, lineage_id
 from klineage.skills.predicates import DIVISORS, Labelled, case_facts, separate
 from klineage.transforms.base import Anchor
+from library_data import ALIGNED, CASES, all_passed, unroll_rejection, with_rejections, with_timing
+from lineage_data import DRY_WALK
 
 ROOT = Path(__file__).resolve().parents[1]
-DRY = ROOT / "corpus" / "lineages" / "row_softmax_warp_vec4.dry.json"
-CASES = {  # corpus/problems/row_softmax.py
-    "headline": {"rows": 16384, "cols": 4096},
-    "ragged": {"rows": 1000, "cols": 3001},
-    "long_rows": {"rows": 7, "cols": 9973},
-    "narrow": {"rows": 4099, "cols": 30},
-    "mid_aligned": {"rows": 2053, "cols": 1540},
-    "small": {"rows": 33, "cols": 257},
-}
 PROBLEMS = {"row_softmax": CASES}
-ALIGNED = ("headline", "mid_aligned")
 
 
 # ---------------------------------------------------------------- predicate search
@@ -126,39 +118,7 @@ def test_inconsistent_evidence():
 
 @pytest.fixture(scope="module")
 def dry() -> Lineage:
-    return Lineage.load(DRY)
-
-
-def all_passed(lineage: Lineage, outcomes: dict[str, CaseOutcome] | None = None) -> Lineage:
-    """The lineage as a GPU walk would leave it: every state passed (or the given outcome per case)."""
-    outcomes = outcomes or {}
-    cases = tuple(CaseResult(c, outcomes.get(c, CaseOutcome.PASSED)) for c in CASES)
-    states = tuple(dataclasses.replace(s, verdict=VerdictSummary(Status.PASSED, None, cases)) for s in lineage.states)
-    return dataclasses.replace(lineage, gate=GateMode.GPU, states=states)
-
-
-def with_timing(lineage: Lineage, ratios: dict[int, tuple[float, ...]]) -> Lineage:
-    transitions = []
-    for t in lineage.transitions:
-        if t.index in ratios:
-            overall, *trials = ratios[t.index]
-            timing = PairedTiming(overall, tuple(trials))
-            status = ForwardStatus.VERIFIED if timing.accepted else ForwardStatus.SLOWER
-            t = dataclasses.replace(t, forward=ForwardCheck(status, "timed", timing))
-        transitions.append(t)
-    return dataclasses.replace(lineage, transitions=tuple(transitions))
-
-
-def with_rejections(lineage: Lineage, rejections: list[Rejection]) -> Lineage:
-    return dataclasses.replace(lineage, rejections=tuple(rejections),
-                               stats=dataclasses.replace(lineage.stats, rejected=len(rejections)))
-
-
-def unroll_rejection(lineage: Lineage, step: int = 1, cases=("ragged", "narrow"), function: str = "softmax_row",
-                     category=RejectionCategory.INCORRECT) -> Rejection:
-    return Rejection(step, lineage.chain[step], "unroll", Anchor(function, "loop", "i#0:unroll"), category,
-                     Reason.INCORRECT if category is RejectionCategory.INCORRECT else None, tuple(cases),
-                     Evidence(message="max abs err 0.3 at row 7", stage="correctness", case=cases[0] if cases else ""))
+    return Lineage.load(DRY_WALK)
 
 
 def by_transform(cards, transform):
@@ -197,10 +157,10 @@ def test_vector_is_the_smallest_forward_diff(dry):
 
 def test_ids_are_stable_across_runs_and_processes(dry):
     first = [c.id for c in induce([dry])]
-    again = [c.id for c in induce([Lineage.load(DRY)])]
+    again = [c.id for c in induce([Lineage.load(DRY_WALK)])]
     assert first == again and len(set(first)) == len(first)
     code = ("from klineage.lineage import Lineage; from klineage.skills import induce; "
-            f"print(' '.join(c.id for c in induce([Lineage.load({str(DRY)!r})])))")
+            f"print(' '.join(c.id for c in induce([Lineage.load({str(DRY_WALK)!r})])))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.split() == first
     # Inducing the same lineage twice merges evidence and keeps identity.

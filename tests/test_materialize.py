@@ -20,35 +20,20 @@ from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Status
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import LaunchPlan
-from klineage.lineage import Lineage
 from klineage.skills.card import CardAnchor, Scope, SkillCard
-from klineage.skills.induction import induce
 from klineage.skills.materialize import apply_everywhere, forward_sites, materialize
 from klineage.transforms import get
+from library_data import dry_cards_by_transform
 
 ROOT = Path(__file__).resolve().parents[1]
-DRY = ROOT / "corpus" / "lineages" / "row_softmax_warp_vec4.dry.json"
 TINY = ROOT / "tests" / "fixtures" / "materialize" / "tiny_softmax"
 GOLDEN = TINY / "all_forward.cu"
 SOFTMAX = corpus.problem_path("row_softmax")
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("materialize")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
-        yield GateCache(root / "cache", root / "recorded")
-
-
-@pytest.fixture(scope="module")
 def cards() -> dict[str, SkillCard]:
-    found = induce([Lineage.load(DRY)])
-    by_name = {}
-    for card in found:  # one card per transform, the one that names a feature when there are two
-        if card.transform not in by_name or card.provides:
-            by_name[card.transform] = card
-    return by_name
+    return dry_cards_by_transform()
 
 
 def naive() -> KernelState:
@@ -70,14 +55,14 @@ def test_the_dry_walk_gives_the_cards_these_tests_use(cards):
     assert cards["unroll"].carrier == {"unroll": ["full"]}
 
 
-def test_unroll_card_on_the_naive_softmax_compiles_with_the_pragmas(cards, cache):
+def test_unroll_card_on_the_naive_softmax_compiles_with_the_pragmas(cards, gate_cache):
     rewrites = materialize(cards["unroll"], naive())
     assert [r.anchor.key for r in rewrites] == ["stride#0:unroll", "stride#1:unroll"]
     for rewrite in rewrites:
         assert rewrite.state.source.count("#pragma unroll") == 1
         assert "    #pragma unroll\n    for (int stride = THREADS / 2;" in rewrite.state.source
-    assert ("row_softmax_naive", "unroll_pragma") not in compiled_features(naive(), cache)
-    assert ("row_softmax_naive", "unroll_pragma") in compiled_features(rewrites[1].state, cache)
+    assert ("row_softmax_naive", "unroll_pragma") not in compiled_features(naive(), gate_cache)
+    assert ("row_softmax_naive", "unroll_pragma") in compiled_features(rewrites[1].state, gate_cache)
 
 
 def test_cards_whose_mechanism_is_already_there_materialize_to_nothing(cards):
@@ -86,8 +71,8 @@ def test_cards_whose_mechanism_is_already_there_materialize_to_nothing(cards):
     assert materialize(cards["restrict"], naive()) == []
 
 
-def test_every_card_on_the_tiny_kernel_compiles_and_adds_its_feature(cards, cache):
-    before = compiled_features(tiny(), cache)
+def test_every_card_on_the_tiny_kernel_compiles_and_adds_its_feature(cards, gate_cache):
+    before = compiled_features(tiny(), gate_cache)
     expected = {"launch_bounds": (["launch_bounds(THREADS)"], "launch_bounds"),
                 "restrict": (["x", "y"], "restrict_ptr"),
                 "unroll": (["k#0:unroll"], "unroll_pragma")}
@@ -97,10 +82,10 @@ def test_every_card_on_the_tiny_kernel_compiles_and_adds_its_feature(cards, cach
         assert ("tiny_softmax", feature) not in before
         for rewrite in rewrites:
             assert rewrite.transform == name and rewrite.adds == (feature,)
-            assert ("tiny_softmax", feature) in compiled_features(rewrite.state, cache), name
+            assert ("tiny_softmax", feature) in compiled_features(rewrite.state, gate_cache), name
 
 
-def test_all_transforms_everywhere_on_the_tiny_kernel_match_the_golden_file(cache):
+def test_all_transforms_everywhere_on_the_tiny_kernel_match_the_golden_file(gate_cache):
     state = tiny()
     for name in ("unroll", "restrict", "ldg", "launch_bounds", "fast_math"):
         transform = get(name)
@@ -111,7 +96,7 @@ def test_all_transforms_everywhere_on_the_tiny_kernel_match_the_golden_file(cach
     expected = GOLDEN.read_text(encoding="utf-8")
     assert state.source == expected, "".join(difflib.unified_diff(expected.splitlines(True),
                                                                   state.source.splitlines(True), "golden", "now"))
-    features = {name for locus, name in compiled_features(state, cache) if locus == "tiny_softmax"}
+    features = {name for locus, name in compiled_features(state, gate_cache) if locus == "tiny_softmax"}
     assert {"unroll_pragma", "restrict_ptr", "ldg", "launch_bounds", "fast_math"} <= features
 
 
@@ -192,7 +177,7 @@ extern "C" __global__ void tiny_softmax(const float* x, float* y, int rows, int 
 """
 
 
-def test_unpad_shared_pads_only_tiles_used_element_by_element(cache):
+def test_unpad_shared_pads_only_tiles_used_element_by_element(gate_cache):
     state = tiny().with_source(TILED)
     transform = get("unpad_shared")
     assert forward_sites(transform, tiny()) == []  # no shared tile
@@ -204,4 +189,4 @@ def test_unpad_shared_pads_only_tiles_used_element_by_element(cache):
     assert transform.forward_sites(rewrite.state) == []  # padded already
     assert [a.key for a in transform.find(rewrite.state)] == [anchor.key]  # backward would take it off again
     assert [a.key for a in forward_sites(transform, state)] == ['tile[1] {"from":"T + 1","to":"T"}']
-    compiled_features(rewrite.state, cache)
+    compiled_features(rewrite.state, gate_cache)

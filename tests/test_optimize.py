@@ -33,14 +33,6 @@ CANDIDATES = (CardStatus.CANDIDATE,)
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("optimize")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
-        yield GateCache(root / "cache", root / "recorded")
-
-
-@pytest.fixture(scope="module")
 def library() -> Library:
     cards = induce([Lineage.load(DRY_LINEAGE)])
     assert cards and all(c.status is CardStatus.CANDIDATE for c in cards), "a dry walk gives candidate cards only"
@@ -65,15 +57,15 @@ def gated(result: OptimizationResult):
 
 
 @pytest.mark.parametrize("budget", [1, 2, 4])
-def test_the_budget_counts_every_gate_call_and_is_spent_exactly(naive, cache, budget):
-    result = run(naive, cache, Strategy.UNCONDITIONED_RANDOM, budget)
+def test_the_budget_counts_every_gate_call_and_is_spent_exactly(naive, gate_cache, budget):
+    result = run(naive, gate_cache, Strategy.UNCONDITIONED_RANDOM, budget)
     assert result.stop is Stop.BUDGET and result.stats.evaluations == budget
     assert len(gated(result)) == budget - 1, "the start kernel's gate is call 1"
     assert [a.evaluation for a in gated(result)] == list(range(2, budget + 1))
 
 
-def test_compile_only_accepts_nothing_and_says_why(naive, cache, library):
-    result = run(naive, cache, Strategy.LIBRARY, 8, library)
+def test_compile_only_accepts_nothing_and_says_why(naive, gate_cache, library):
+    result = run(naive, gate_cache, Strategy.LIBRARY, 8, library)
     assert result.start_verdict.status is Status.COMPILED
     assert gated(result) and all(a.status is AttemptStatus.UNTIMED for a in gated(result))
     assert result.steps == () and result.best == naive and result.speedup is None
@@ -82,8 +74,8 @@ def test_compile_only_accepts_nothing_and_says_why(naive, cache, library):
     assert result.to_dict()["assurance"] == "unverified_compile_only"
 
 
-def test_every_attempt_is_recorded_with_its_card_anchor_and_verdict(naive, cache, library):
-    result = run(naive, cache, Strategy.LIBRARY, 8, library)
+def test_every_attempt_is_recorded_with_its_card_anchor_and_verdict(naive, gate_cache, library):
+    result = run(naive, gate_cache, Strategy.LIBRARY, 8, library)
     ids = {c.id for c in library.cards}
     assert result.attempts and all(a.card in ids for a in result.attempts)
     assert result.library.cards == len(library.cards) and result.library.statuses == CANDIDATES
@@ -100,9 +92,9 @@ def test_every_attempt_is_recorded_with_its_card_anchor_and_verdict(naive, cache
     assert result.stop is Stop.NO_IMPROVEMENT and result.stats.evaluations < result.budget
 
 
-def test_events_and_progress_follow_every_attempt(naive, cache, library):
+def test_events_and_progress_follow_every_attempt(naive, gate_cache, library):
     events, fractions = [], []
-    result = run(naive, cache, Strategy.LIBRARY, 8, library, on_event=events.append,
+    result = run(naive, gate_cache, Strategy.LIBRARY, 8, library, on_event=events.append,
                  progress=lambda stage, message, fraction: fractions.append(fraction))
     assert [e.kind for e in events] == [EventKind.ATTEMPT] * len(result.attempts)
     assert [e.attempt for e in events] == list(result.attempts)
@@ -113,37 +105,37 @@ def test_events_and_progress_follow_every_attempt(naive, cache, library):
     assert known and known == sorted(known) and 0 <= known[0] and known[-1] <= 1
 
 
-def test_strategies_differ_in_what_they_try(naive, cache, library):
+def test_strategies_differ_in_what_they_try(naive, gate_cache, library):
     def tried(result):
         return [(a.transform, a.anchor.key) for a in result.attempts]
 
-    ranked = run(naive, cache, Strategy.LIBRARY, 6, library)
-    shuffled = run(naive, cache, Strategy.UNCONDITIONED_RANDOM, 6)
-    reshuffled = run(naive, cache, Strategy.UNCONDITIONED_RANDOM, 6, seed=7)
-    greedy = run(naive, cache, Strategy.UNCONDITIONED_GREEDY, 6)
+    ranked = run(naive, gate_cache, Strategy.LIBRARY, 6, library)
+    shuffled = run(naive, gate_cache, Strategy.UNCONDITIONED_RANDOM, 6)
+    reshuffled = run(naive, gate_cache, Strategy.UNCONDITIONED_RANDOM, 6, seed=7)
+    greedy = run(naive, gate_cache, Strategy.UNCONDITIONED_GREEDY, 6)
     assert {t for t, _ in tried(ranked)} == {"unroll"}, "the cards of this lineage only teach unroll here"
     assert {t for t, _ in tried(shuffled)} - {"unroll"}, "the unconditioned pool holds every forward transform"
     assert tried(shuffled) != tried(greedy) != tried(reshuffled) and tried(shuffled) != tried(reshuffled)
-    assert run(naive, cache, Strategy.UNCONDITIONED_RANDOM, 6).attempts == shuffled.attempts, "seeded: repeatable"
+    assert run(naive, gate_cache, Strategy.UNCONDITIONED_RANDOM, 6).attempts == shuffled.attempts, "seeded: repeatable"
     assert all(a.card == "" for a in shuffled.attempts + greedy.attempts)
 
     # a precondition that fails on this problem hides a card from LIBRARY, not from GENERATED_ONLY
     guarded = Library(tuple(dataclasses.replace(c, preconditions=(Precondition("cols < 0", "never holds"),))
                             for c in library.cards))
-    assert run(naive, cache, Strategy.LIBRARY, 6, guarded).stop is Stop.NO_CANDIDATE
-    stripped = run(naive, cache, Strategy.GENERATED_ONLY, 6, guarded)
+    assert run(naive, gate_cache, Strategy.LIBRARY, 6, guarded).stop is Stop.NO_CANDIDATE
+    stripped = run(naive, gate_cache, Strategy.GENERATED_ONLY, 6, guarded)
     assert gated(stripped) and {a.card for a in stripped.attempts} <= {c.id for c in library.cards}
 
 
-def test_only_allowed_card_statuses_are_retrieved(naive, cache, library):
-    result = run(naive, cache, Strategy.LIBRARY, 4, library, statuses=(CardStatus.ADMITTED,))
+def test_only_allowed_card_statuses_are_retrieved(naive, gate_cache, library):
+    result = run(naive, gate_cache, Strategy.LIBRARY, 4, library, statuses=(CardStatus.ADMITTED,))
     assert result.stop is Stop.NO_CANDIDATE and result.attempts == () and result.library.eligible == 0
     assert result.stats.evaluations == 1
     assert f"none of the library's {len(library.cards)} card(s) has an allowed status" in result.message
 
 
-def test_the_document_round_trips_and_refuses_contradictions(naive, cache, library, tmp_path):
-    result = run(naive, cache, Strategy.UNCONDITIONED_GREEDY, 3)
+def test_the_document_round_trips_and_refuses_contradictions(naive, gate_cache, library, tmp_path):
+    result = run(naive, gate_cache, Strategy.UNCONDITIONED_GREEDY, 3)
     path = result.save(tmp_path / "run.json")
     assert OptimizationResult.load(path) == result and path.read_text() == result.to_json()
     data = result.to_dict()
@@ -166,17 +158,17 @@ def test_the_document_round_trips_and_refuses_contradictions(naive, cache, libra
         OptimizationResult.load(tmp_path / "missing.json")
 
 
-def test_wrong_arguments_fail_clearly(naive, cache, library):
+def test_wrong_arguments_fail_clearly(naive, gate_cache, library):
     with pytest.raises(KLineageError, match="draws on a skill library"):
-        run(naive, cache, Strategy.LIBRARY, 4)
+        run(naive, gate_cache, Strategy.LIBRARY, 4)
     with pytest.raises(KLineageError, match="rule rewriter has no forward plan"):
-        run(naive, cache, Strategy.NO_LIBRARY, 4)
+        run(naive, gate_cache, Strategy.NO_LIBRARY, 4)
     with pytest.raises(KLineageError, match="unknown strategy 'best'"):
-        run(naive, cache, "best", 4)
+        run(naive, gate_cache, "best", 4)
     with pytest.raises(KLineageError, match="unknown card status 'approved'"):
-        run(naive, cache, Strategy.LIBRARY, 4, library, statuses=("approved",))
+        run(naive, gate_cache, Strategy.LIBRARY, 4, library, statuses=("approved",))
     with pytest.raises(KLineageError, match="budget"):
-        run(naive, cache, Strategy.UNCONDITIONED_RANDOM, 0)
+        run(naive, gate_cache, Strategy.UNCONDITIONED_RANDOM, 0)
     with pytest.raises(KLineageError, match="unknown gate mode 'cpu'"):
         optimize(SOFTMAX, naive, strategy="library", library=library, budget=2, gate_mode="cpu")
 
@@ -204,7 +196,7 @@ def llm(server, **budget) -> LLMRewriter:
                        budget=Budget(**{"usd": 10.0, "tokens": 1_000_000, **budget}), prices=Prices(), max_retries=0)
 
 
-def test_the_llm_rewriter_applies_a_card_to_the_kernel(naive, cache, library):
+def test_the_llm_rewriter_applies_a_card_to_the_kernel(naive, gate_cache, library):
     loop = "    for (int stride = THREADS / 2; stride > 0; stride >>= 1) {"
     assert naive.source.count(loop) == 2
     source = naive.source.replace(loop, "#pragma unroll\n" + loop, 1)
@@ -212,7 +204,7 @@ def test_the_llm_rewriter_applies_a_card_to_the_kernel(naive, cache, library):
         server.answer({"transform": "unroll", "anchor": {"function": "row_softmax_naive", "kind": "loop",
                                                          "key": "stride#0:unroll"},
                        "rationale": "unroll the max reduction", "source": source, "plan_changes": None})
-        result = run(naive, cache, Strategy.LIBRARY, 2, library, rewriter=RewriterKind.LLM, llm=llm(server))
+        result = run(naive, gate_cache, Strategy.LIBRARY, 2, library, rewriter=RewriterKind.LLM, llm=llm(server))
         prompt = server.requests[0].prompt
     assert len(server.requests) == 1, "the loop stops asking once the gate budget is spent"
     card = next(c for c in library.cards if c.id == result.attempts[0].card)
@@ -223,22 +215,22 @@ def test_the_llm_rewriter_applies_a_card_to_the_kernel(naive, cache, library):
     assert result.rewriter is RewriterKind.LLM and result.llm_usage["calls"] == 1
 
 
-def test_the_rewriter_alone_and_its_spent_budget(naive, cache):
+def test_the_rewriter_alone_and_its_spent_budget(naive, gate_cache):
     with ScriptedLLMServer() as server:
         server.text("not json")  # one malformed answer: no candidate, no gate call
-        result = run(naive, cache, Strategy.NO_LIBRARY, 3, rewriter="llm", llm=llm(server))
+        result = run(naive, gate_cache, Strategy.NO_LIBRARY, 3, rewriter="llm", llm=llm(server))
     assert result.attempts[0].status is AttemptStatus.NOT_APPLICABLE and "not valid JSON" in result.attempts[0].message
     assert all(a.status is AttemptStatus.NOT_APPLICABLE for a in result.attempts) and result.stats.evaluations == 1
     assert result.stop is Stop.NO_CANDIDATE
     with ScriptedLLMServer() as server:
-        spent = run(naive, cache, Strategy.NO_LIBRARY, 3, rewriter="llm", llm=llm(server, tokens=10))
+        spent = run(naive, gate_cache, Strategy.NO_LIBRARY, 3, rewriter="llm", llm=llm(server, tokens=10))
     assert spent.stop is Stop.LLM_BUDGET and "budget exhausted" in spent.message and not server.requests
 
 
 # the command line
 
 
-def test_cli_optimizes_and_writes_the_document(naive, cache, library, tmp_path, capsys):
+def test_cli_optimizes_and_writes_the_document(naive, gate_cache, library, tmp_path, capsys):
     path = save_library(library, tmp_path / "library.json")
     out = tmp_path / "run.json"
     code = main(["optimize", "row_softmax", "--from", "row_softmax/naive", "--library", str(path), "--statuses",

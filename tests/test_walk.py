@@ -59,14 +59,6 @@ class Carrier(PragmaUnroll):
     role = Role.CARRIER
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("walk")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
-        yield GateCache(root / "cache", root / "recorded")
-
-
 def dry_walk(expert: KernelState, transforms: list[Transform], cache: GateCache, **kwargs) -> Lineage:
     priority = kwargs.pop("priority", None)
     rewriter = RulesRewriter(transforms, priority) if priority else None
@@ -75,10 +67,10 @@ def dry_walk(expert: KernelState, transforms: list[Transform], cache: GateCache,
     return lineage
 
 
-def test_complete_walk_removes_every_site_in_dependency_order(cache):
+def test_complete_walk_removes_every_site_in_dependency_order(gate_cache):
     # restrict first by priority, but it must wait until no unroll pragma is left
     transforms = [RestrictRemover(after=("test_unroll",)), PragmaUnroll()]
-    lineage = dry_walk(probe_state(), transforms, cache, priority=("test_restrict", "test_unroll"))
+    lineage = dry_walk(probe_state(), transforms, gate_cache, priority=("test_restrict", "test_unroll"))
     assert lineage.termination.kind is Termination.COMPLETE
     assert [t.transform for t in lineage.transitions] == ["test_unroll"] * 2 + ["test_restrict"] * 2
     assert not lineage.rejections
@@ -101,16 +93,16 @@ def test_complete_walk_removes_every_site_in_dependency_order(cache):
     assert lineage.stats.accepted == 4 and lineage.stats.gate_evaluations == 5
 
 
-def test_step_limit_is_respected(cache):
-    lineage = dry_walk(probe_state(), [PragmaUnroll()], cache, max_steps=1)
+def test_step_limit_is_respected(gate_cache):
+    lineage = dry_walk(probe_state(), [PragmaUnroll()], gate_cache, max_steps=1)
     assert lineage.termination.kind is Termination.STEP_LIMIT
     assert len(lineage.transitions) == 1 and lineage.limits.max_steps == 1
-    zero = dry_walk(probe_state(), [PragmaUnroll()], cache, max_steps=0)
+    zero = dry_walk(probe_state(), [PragmaUnroll()], gate_cache, max_steps=0)
     assert zero.termination.kind is Termination.STEP_LIMIT and not zero.transitions
 
 
-def test_rejections_are_recorded_with_categories_and_evidence(cache):
-    lineage = dry_walk(probe_state(), [Saboteur()], cache, max_rejections=3)
+def test_rejections_are_recorded_with_categories_and_evidence(gate_cache):
+    lineage = dry_walk(probe_state(), [Saboteur()], gate_cache, max_rejections=3)
     assert lineage.termination.kind is Termination.REJECTION_LIMIT
     assert not lineage.transitions
     categories = [r.category for r in lineage.rejections]
@@ -131,8 +123,8 @@ def test_rejections_are_recorded_with_categories_and_evidence(cache):
     assert lineage.stats.rejected == 5 and lineage.stats.gate_evaluations == 4
 
 
-def test_free_rejections_do_not_count(cache):
-    lineage = dry_walk(probe_state(), [Saboteur(), PragmaUnroll()], cache, max_rejections=10)
+def test_free_rejections_do_not_count(gate_cache):
+    lineage = dry_walk(probe_state(), [Saboteur(), PragmaUnroll()], gate_cache, max_rejections=10)
     assert lineage.termination.kind is Termination.COMPLETE
     # the saboteur comes first (by name: neither is in the priority list) and fails at every state
     assert [t.transform for t in lineage.transitions] == ["test_unroll", "test_unroll"]
@@ -141,18 +133,18 @@ def test_free_rejections_do_not_count(cache):
     assert "15 proposal(s)" not in lineage.termination.message and "5 proposal(s)" in lineage.termination.message
 
 
-def test_the_expert_must_pass(cache):
+def test_the_expert_must_pass(gate_cache):
     broken = probe_state(probe_state().source.replace("float acc = 0.0f;", "float acc = 0.0f; nonsense_here = 2;"))
-    lineage = dry_walk(broken, [PragmaUnroll()], cache)
+    lineage = dry_walk(broken, [PragmaUnroll()], gate_cache)
     assert lineage.termination.kind is Termination.UNKNOWN
     assert "expert does not pass" in lineage.termination.message and "compile_error" in lineage.termination.message
     assert len(lineage.states) == 1 and lineage.states[0].verdict.reason is Reason.COMPILE_ERROR
 
 
-def test_same_walk_twice_gives_the_same_bytes(cache):
+def test_same_walk_twice_gives_the_same_bytes(gate_cache):
     expert = corpus.kernel_entry("row_softmax/warp_vec4").load()
-    first = dry_walk(expert, [PragmaUnroll()], cache, max_steps=2)
-    second = dry_walk(expert, [PragmaUnroll()], cache, max_steps=2)
+    first = dry_walk(expert, [PragmaUnroll()], gate_cache, max_steps=2)
+    second = dry_walk(expert, [PragmaUnroll()], gate_cache, max_steps=2)
     assert first.to_json() == second.to_json()
     assert [t.transform for t in first.transitions] == ["test_unroll", "test_unroll"]
     assert first.termination.kind is Termination.STEP_LIMIT
@@ -167,11 +159,11 @@ def test_replay_walk_without_recordings_names_the_kernel(tmp_path, monkeypatch):
     assert "the expert" in str(raised.value) and expert.fingerprint[:12] in str(raised.value)
 
 
-def test_catalog_walk_of_warp_vec4(cache):
+def test_catalog_walk_of_warp_vec4(gate_cache):
     """Whatever the catalog holds today: the walk runs, and its document is valid."""
     expert = corpus.kernel_entry("row_softmax/warp_vec4").load()
     events: list[tuple[str, str]] = []
-    lineage = walk(SOFTMAX, expert, gate_mode=COMPILE, cache=cache, max_steps=3, max_rejections=2,
+    lineage = walk(SOFTMAX, expert, gate_mode=COMPILE, cache=gate_cache, max_steps=3, max_rejections=2,
                    progress=lambda stage, message: events.append((stage, message)))
     assert Lineage.from_json(lineage.to_json()).to_json() == lineage.to_json()
     assert lineage.termination.kind in (Termination.COMPLETE, Termination.STEP_LIMIT, Termination.REJECTION_LIMIT)
@@ -245,9 +237,9 @@ class ForeignRewriter:
             yield self.Answer("test_unroll", anchors[0], rewrite.state, rationale="the loop is short")
 
 
-def test_other_rewriters_answers_are_walked(cache):
+def test_other_rewriters_answers_are_walked(gate_cache):
     rewriter = ForeignRewriter()
-    lineage = walk(SOFTMAX, probe_state(), rewriter, gate_mode=COMPILE, cache=cache, transforms=[PragmaUnroll()],
+    lineage = walk(SOFTMAX, probe_state(), rewriter, gate_mode=COMPILE, cache=gate_cache, transforms=[PragmaUnroll()],
                    policy=GatePolicy(seeds=3, timing=False))
     assert lineage.rewriter == "foreign"
     assert [t.transform for t in lineage.transitions] == ["test_unroll", "test_unroll"]
@@ -270,8 +262,8 @@ class SpendingRewriter(ForeignRewriter):
         yield Proposal("test_unroll", None, unroll.backward(state, unroll.find(state)[0]))
 
 
-def test_a_failing_rewriter_ends_the_walk_but_keeps_the_lineage(cache):
-    lineage = walk(SOFTMAX, probe_state(), SpendingRewriter(), gate_mode=COMPILE, cache=cache,
+def test_a_failing_rewriter_ends_the_walk_but_keeps_the_lineage(gate_cache):
+    lineage = walk(SOFTMAX, probe_state(), SpendingRewriter(), gate_mode=COMPILE, cache=gate_cache,
                    transforms=[PragmaUnroll()])
     assert lineage.termination.kind is Termination.UNKNOWN
     assert "the model budget is spent" in lineage.termination.message

@@ -1,4 +1,4 @@
-"""Formatting for measurements and fingerprints on the dashboard's pages."""
+"""Formatting for measurements and fingerprints on the dashboard's pages, and their filter controls."""
 
 from __future__ import annotations
 
@@ -148,3 +148,11 @@ def docstring(text: Any) -> str:
         if items:
             html.append("<ul>" + "".join(f"<li>{escape(' '.join(item))}</li>" for item in items) + "</ul>")
     return mark_safe("".join(html))
+
+
+@register.inclusion_tag("skills/_select_filter.html")
+def select_filter(name: str, label: str, choices: Any, selected: Any, blank: str = "any") -> dict[str, Any]:
+    """A list page's filter <select>: a blank option, then `choices` (values, or (value, label) pairs),
+    the `selected` value marked."""
+    options = [choice if isinstance(choice, (list, tuple)) else (choice, choice) for choice in choices]
+    return {"name": name, "label": label, "options": options, "selected": selected, "blank": blank}

@@ -1,12 +1,19 @@
-"""End-to-end tests drive Debian's Chromium through Playwright against pytest-django's live server."""
+"""End-to-end tests drive Debian's Chromium through Playwright against pytest-django's live server;
+the `chromium` fixture launches it, opens a page at each window width and takes the screenshots."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from django.conf import settings
 
 CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -16,3 +23,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "e2e" in item.keywords:
             item.add_marker(skip)
+
+
+class Chromium:
+    """Chromium for one test, started when the test opens it: after the test's ORM work, since
+    Playwright's sync API runs an event loop, inside which Django refuses synchronous queries.
+    Screenshots go under test-artifacts/screenshots/."""
+
+    screenshots = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+
+    @contextlib.contextmanager
+    def launch(self):
+        sync_api = pytest.importorskip("playwright.sync_api")
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+            try:
+                yield browser
+            finally:
+                browser.close()
+
+    def pages(self, widths: Iterable[int] = (1280, 390), **options) -> Iterator[tuple[int, Any]]:
+        """A fresh page for each window width, as (width, page); once the test is done with a page, it
+        must have had no script error and no failed request."""
+        with self.launch() as browser:
+            for width in widths:
+                context = browser.new_context(viewport={"width": width, "height": 900}, **options)
+                page = context.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                page.on("requestfailed", lambda request: errors.append(f"failed: {request.url}"))
+                yield width, page
+                assert errors == [], errors
+                context.close()
+
+    def shoot(self, page, name: str, width: int) -> None:
+        """A full-page screenshot; the page must be no wider than the window."""
+        self.screenshots.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(self.screenshots / f"{name}-{width}.png"), full_page=True)
+        overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        if overflow > 0:
+            wide = page.evaluate("""() => [...document.querySelectorAll('body *')]
+            .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+            .slice(0, 8).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))""")
+            raise AssertionError(f"{name} at {width} px is {overflow} px wider than the window: {wide}")
+
+
+@pytest.fixture
+def chromium() -> Chromium:
+    return Chromium()

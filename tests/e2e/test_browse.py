@@ -4,20 +4,13 @@ phone widths, saving screenshots under test-artifacts/screenshots/ and checking 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from skills_app.importer import import_corpus
 from skills_app.models import Kernel, Verdict
 
 pytestmark = pytest.mark.e2e
-
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-WIDTHS = (1280, 390)
-SCREENSHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
 
 
 @pytest.fixture
@@ -33,65 +26,43 @@ def site(live_server, transactional_db):
             "memcheck": memcheck, "suite": Kernel.objects.filter(adversarial=True).count()}
 
 
-def _shoot(page, name: str, width: int) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
-    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
-    assert overflow <= 0, f"{name} at {width} px is {overflow} px wider than the window"
+def test_browse_home_kernels_kernel_verdict(site, chromium):
+    for width, page in chromium.pages():
+        page.goto(site["url"] + "/")
+        assert page.locator('[data-stat="suite"]').inner_text() == f"{site['suite']}/{site['suite']}"
+        assert page.get_by_role("heading", name="Latest evidence").is_visible()
+        chromium.shoot(page, "home", width)
 
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Kernels").click()
+        page.wait_for_url(re.compile(r"/kernels/$"))
+        assert page.locator("h1").inner_text() == "Kernels"
+        chromium.shoot(page, "kernels", width)
 
-def test_browse_home_kernels_kernel_verdict(site):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            for width in WIDTHS:
-                context = browser.new_context(viewport={"width": width, "height": 900})
-                page = context.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.on("requestfailed", lambda request: errors.append(f"failed: {request.url}"))
+        page.select_option('select[name="problem"]', "gemm")
+        page.get_by_role("button", name="Filter").click()
+        page.wait_for_url(re.compile(r"problem=gemm"))
+        links = page.locator("table.kernel-table tbody tr td:first-child a").all_inner_texts()
+        assert set(links) == site["gemm"]
+        page.get_by_role("link", name="Clear").click()
 
-                page.goto(site["url"] + "/")
-                assert page.locator('[data-stat="suite"]').inner_text() == f"{site['suite']}/{site['suite']}"
-                assert page.get_by_role("heading", name="Latest evidence").is_visible()
-                _shoot(page, "home", width)
+        page.get_by_role("link", name=site["kernel"], exact=True).click()
+        page.wait_for_url(re.compile(re.escape(site["kernel"]) + "/$"))
+        assert page.locator("h1").inner_text() == site["kernel"]
+        assert page.locator("pre.code .tok-cuda", has_text="__global__").count() >= 1
+        assert page.locator(".bar-svg").count() >= 2
+        chromium.shoot(page, "kernel", width)
 
-                page.get_by_role("navigation", name="Main").get_by_role("link", name="Kernels").click()
-                page.wait_for_url(re.compile(r"/kernels/$"))
-                assert page.locator("h1").inner_text() == "Kernels"
-                _shoot(page, "kernels", width)
+        page.locator(".verdict-card .verdict-head a.mono").first.click()
+        page.wait_for_url(re.compile(r"/verdicts/[0-9a-f]{64}/$"))
+        assert page.url.rstrip("/").rsplit("/", 1)[-1] in site["verdicts"]
+        assert "recorded on NVIDIA H200, commit" in page.locator(".provenance-label").inner_text()
+        assert page.get_by_role("heading", name="Stages").is_visible()
+        chromium.shoot(page, "verdict", width)
 
-                page.select_option('select[name="problem"]', "gemm")
-                page.get_by_role("button", name="Filter").click()
-                page.wait_for_url(re.compile(r"problem=gemm"))
-                links = page.locator("table.kernel-table tbody tr td:first-child a").all_inner_texts()
-                assert set(links) == site["gemm"]
-                page.get_by_role("link", name="Clear").click()
+        page.goto(f"{site['url']}/verdicts/{site['memcheck']}/")
+        assert "Invalid __global__ read" in page.locator("#findings pre.excerpt").first.inner_text()
+        chromium.shoot(page, "verdict-rejected", width)
 
-                page.get_by_role("link", name=site["kernel"], exact=True).click()
-                page.wait_for_url(re.compile(re.escape(site["kernel"]) + "/$"))
-                assert page.locator("h1").inner_text() == site["kernel"]
-                assert page.locator("pre.code .tok-cuda", has_text="__global__").count() >= 1
-                assert page.locator(".bar-svg").count() >= 2
-                _shoot(page, "kernel", width)
-
-                page.locator(".verdict-card .verdict-head a.mono").first.click()
-                page.wait_for_url(re.compile(r"/verdicts/[0-9a-f]{64}/$"))
-                assert page.url.rstrip("/").rsplit("/", 1)[-1] in site["verdicts"]
-                assert "recorded on NVIDIA H200, commit" in page.locator(".provenance-label").inner_text()
-                assert page.get_by_role("heading", name="Stages").is_visible()
-                _shoot(page, "verdict", width)
-
-                page.goto(f"{site['url']}/verdicts/{site['memcheck']}/")
-                assert "Invalid __global__ read" in page.locator("#findings pre.excerpt").first.inner_text()
-                _shoot(page, "verdict-rejected", width)
-
-                page.goto(site["url"] + "/problems/row_softmax/")
-                assert page.locator("#cases tbody tr").count() >= 4
-                _shoot(page, "problem", width)
-
-                assert errors == []
-                context.close()
-        finally:
-            browser.close()
+        page.goto(site["url"] + "/problems/row_softmax/")
+        assert page.locator("#cases tbody tr").count() >= 4
+        chromium.shoot(page, "problem", width)

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from klineage.skills.skillmd import parse
 from library_data import library_document, many_cards, real_cards, timed_lineage
@@ -17,11 +16,6 @@ from skills_app.card_import import import_library
 from skills_app.importer import import_lineage
 
 pytestmark = pytest.mark.e2e
-
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-WIDTHS = (1280, 390)
-SCREENSHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
 
 
 @pytest.fixture
@@ -34,72 +28,46 @@ def site(live_server, transactional_db):
     return {"url": live_server.url, "lineage": lineage.id, "card": risky}
 
 
-def _shoot(page, name: str, width: int) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
-    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
-    if overflow > 0:
-        wide = page.evaluate("""() => [...document.querySelectorAll('body *')]
-            .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
-            .slice(0, 8).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))""")
-        raise AssertionError(f"{name} at {width} px is {overflow} px wider than the window: {wide}")
-
-
-def test_filter_open_a_card_and_follow_a_risk(site):
-    sync_api = pytest.importorskip("playwright.sync_api")
+def test_filter_open_a_card_and_follow_a_risk(site, chromium):
     card = site["card"]
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            for width in WIDTHS:
-                context = browser.new_context(viewport={"width": width, "height": 900}, accept_downloads=True)
-                page = context.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.on("requestfailed", lambda request: errors.append(f"failed: {request.url}"))
+    for width, page in chromium.pages(accept_downloads=True):
+        page.goto(site["url"] + "/")
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Library").click()
+        page.wait_for_url(re.compile(r"/library/$"))
+        assert page.locator("h1").inner_text() == "Library"
+        assert page.locator("#card-count").inner_text() == "84 of 84 cards"
+        chromium.shoot(page, "library", width)
 
-                page.goto(site["url"] + "/")
-                page.get_by_role("navigation", name="Main").get_by_role("link", name="Library").click()
-                page.wait_for_url(re.compile(r"/library/$"))
-                assert page.locator("h1").inner_text() == "Library"
-                assert page.locator("#card-count").inner_text() == "84 of 84 cards"
-                _shoot(page, "library", width)
+        page.select_option('select[name="surface"]', "loop")
+        page.select_option('select[name="operator"]', "row_softmax")
+        page.fill('input[name="q"]', "pragma unroll")
+        page.get_by_role("button", name="Filter").click()
+        page.wait_for_url(re.compile(r"surface=loop"))
+        rows = page.locator("table.card-table tbody tr")
+        assert rows.count() >= 2
+        for text in rows.all_inner_texts():
+            assert "unroll" in text
+        chromium.shoot(page, "library-filtered", width)
 
-                page.select_option('select[name="surface"]', "loop")
-                page.select_option('select[name="operator"]', "row_softmax")
-                page.fill('input[name="q"]', "pragma unroll")
-                page.get_by_role("button", name="Filter").click()
-                page.wait_for_url(re.compile(r"surface=loop"))
-                rows = page.locator("table.card-table tbody tr")
-                assert rows.count() >= 2
-                for text in rows.all_inner_texts():
-                    assert "unroll" in text
-                _shoot(page, "library-filtered", width)
+        page.locator(f'a.card-link[href="/library/{card.short_id}/"]').click()
+        page.wait_for_url(re.compile(f"/library/{card.short_id}/$"))
+        assert card.intent in page.locator(".card-intent-lead").inner_text()
+        checklist = page.locator(".checklist li")
+        assert "Cols must be a multiple of 4" in checklist.first.inner_text()
+        assert page.locator(".effect-chart svg rect.effect-bar").count() == len(card.effects)
+        assert page.locator("table.diff tr.diff-add").count() >= 1
+        chromium.shoot(page, "card", width)
 
-                page.locator(f'a.card-link[href="/library/{card.short_id}/"]').click()
-                page.wait_for_url(re.compile(f"/library/{card.short_id}/$"))
-                assert card.intent in page.locator(".card-intent-lead").inner_text()
-                checklist = page.locator(".checklist li")
-                assert "Cols must be a multiple of 4" in checklist.first.inner_text()
-                assert page.locator(".effect-chart svg rect.effect-bar").count() == len(card.effects)
-                assert page.locator("table.diff tr.diff-add").count() >= 1
-                _shoot(page, "card", width)
+        with page.expect_download() as download:
+            page.get_by_role("link", name="Download SKILL.md").click()
+        assert parse(Path(download.value.path()).read_text(encoding="utf-8")) == card
 
-                with page.expect_download() as download:
-                    page.get_by_role("link", name="Download SKILL.md").click()
-                assert parse(Path(download.value.path()).read_text(encoding="utf-8")) == card
-
-                page.locator("#risks ~ ul a.ref-link").first.click()
-                page.wait_for_url(re.compile(f"/lineages/{site['lineage']}/#step-rejected-0$"))
-                attempt = page.locator("#step-rejected-0")
-                assert attempt.is_visible()
-                assert "unroll" in attempt.locator("summary").inner_text()
-                assert "incorrect" in attempt.locator("summary").inner_text()
-                top = page.evaluate("document.getElementById('step-rejected-0').getBoundingClientRect().top")
-                assert 0 <= top < 900  # scrolled to the attempt
-                _shoot(page, "card-risk-lineage", width)
-
-                assert errors == []
-                context.close()
-        finally:
-            browser.close()
+        page.locator("#risks ~ ul a.ref-link").first.click()
+        page.wait_for_url(re.compile(f"/lineages/{site['lineage']}/#step-rejected-0$"))
+        attempt = page.locator("#step-rejected-0")
+        assert attempt.is_visible()
+        assert "unroll" in attempt.locator("summary").inner_text()
+        assert "incorrect" in attempt.locator("summary").inner_text()
+        top = page.evaluate("document.getElementById('step-rejected-0').getBoundingClientRect().top")
+        assert 0 <= top < 900  # scrolled to the attempt
+        chromium.shoot(page, "card-risk-lineage", width)

@@ -5,10 +5,8 @@ test-artifacts/screenshots/ and nothing wider than the window."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import Group, User
 
 from lineage_data import with_rejections
@@ -17,10 +15,6 @@ from skills_app.models import Lineage, Review
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-WIDTHS = (1280, 390)
-SCREENSHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
 PASSWORD = "reviewer-pw-2026"
 
 
@@ -35,80 +29,55 @@ def site(live_server, transactional_db):
     return {"url": live_server.url, "dry": dry.id, "branched": branched.id, "expert": dry.expert_name}
 
 
-def _shoot(page, name: str, width: int) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
-    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
-    if overflow > 0:
-        wide = page.evaluate("""() => [...document.querySelectorAll('body *')]
-            .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
-            .slice(0, 8).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))""")
-        raise AssertionError(f"{name} at {width} px is {overflow} px wider than the window: {wide}")
+def test_browse_lineage_and_review_a_step(site, chromium):
+    for width, page in chromium.pages():
+        page.goto(site["url"] + "/")
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Lineages").click()
+        page.wait_for_url(re.compile(r"/lineages/$"))
+        assert page.locator("h1").inner_text() == "Lineages"
+        chromium.shoot(page, "lineages", width)
 
+        page.locator(f'a[href="/lineages/{site["dry"]}/"]').click()
+        page.wait_for_url(re.compile(site["dry"] + "/$"))
+        assert "Dry walk · unverified." in page.locator(".banner-dry").inner_text()
+        step = page.locator("#step-accepted-0")
+        assert "launch_bounds" in step.locator("h3").inner_text()
+        removed = step.locator("table.diff tr.diff-del").first
+        assert "__launch_bounds__" in removed.inner_text()
+        assert "removes source" in removed.locator(".diff-note").inner_text()
+        assert step.locator("table.diff tr.diff-add").count() >= 1
+        chromium.shoot(page, "lineage", width)
+        step.screenshot(path=str(chromium.screenshots / f"lineage-step-{width}.png"))
 
-def test_browse_lineage_and_review_a_step(site):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            for width in WIDTHS:
-                context = browser.new_context(viewport={"width": width, "height": 900})
-                page = context.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.on("requestfailed", lambda request: errors.append(f"failed: {request.url}"))
+        page.goto(f"{site['url']}/lineages/{site['branched']}/")
+        attempt = page.locator("#step-rejected-0")
+        assert not attempt.locator("pre.excerpt").is_visible()
+        attempt.locator("summary").click()
+        assert "is undefined" in attempt.locator("pre.excerpt").inner_text()
+        assert "compile_error" in attempt.inner_text()
+        chromium.shoot(page, "lineage-rejected", width)
+        page.locator("#step-accepted-1").screenshot(path=str(chromium.screenshots / f"lineage-branch-{width}.png"))
 
-                page.goto(site["url"] + "/")
-                page.get_by_role("navigation", name="Main").get_by_role("link", name="Lineages").click()
-                page.wait_for_url(re.compile(r"/lineages/$"))
-                assert page.locator("h1").inner_text() == "Lineages"
-                _shoot(page, "lineages", width)
+        page.goto(site["url"] + "/review/")
+        page.locator(".notice a", has_text="Log in").click()
+        page.fill('input[name="username"]', "grace")
+        page.fill('input[name="password"]', PASSWORD)
+        page.locator("main form button[type=submit]").click()
+        page.wait_for_url(re.compile(r"/review/$"))
+        item = page.locator(".review-item").first
+        item.locator('input[name="comment"]').fill(f"checked at {width} px: rounding may differ")
+        item.get_by_role("button", name="Dispute").click()
+        page.wait_for_url(re.compile(r"/review/$"))
+        assert "Recorded: dispute" in page.locator(".messages").inner_text()
+        chromium.shoot(page, "review", width)
 
-                page.locator(f'a[href="/lineages/{site["dry"]}/"]').click()
-                page.wait_for_url(re.compile(site["dry"] + "/$"))
-                assert "Dry walk · unverified." in page.locator(".banner-dry").inner_text()
-                step = page.locator("#step-accepted-0")
-                assert "launch_bounds" in step.locator("h3").inner_text()
-                removed = step.locator("table.diff tr.diff-del").first
-                assert "__launch_bounds__" in removed.inner_text()
-                assert "removes source" in removed.locator(".diff-note").inner_text()
-                assert step.locator("table.diff tr.diff-add").count() >= 1
-                _shoot(page, "lineage", width)
-                step.screenshot(path=str(SCREENSHOTS / f"lineage-step-{width}.png"))
+        page.locator("#recent-reviews a").first.click()  # the review just made
+        page.wait_for_url(re.compile(r"/lineages/[0-9a-f]{64}/#step-"))
+        anchor = page.url.rsplit("#", 1)[1]
+        disputed = page.locator(f"#{anchor}")
+        assert f"checked at {width} px" in disputed.text_content()  # a rejected attempt stays collapsed
+        assert disputed.locator(".badge-disputed").count() >= 1
+        chromium.shoot(page, "lineage-disputed", width)
+        disputed.screenshot(path=str(chromium.screenshots / f"lineage-disputed-step-{width}.png"))
 
-                page.goto(f"{site['url']}/lineages/{site['branched']}/")
-                attempt = page.locator("#step-rejected-0")
-                assert not attempt.locator("pre.excerpt").is_visible()
-                attempt.locator("summary").click()
-                assert "is undefined" in attempt.locator("pre.excerpt").inner_text()
-                assert "compile_error" in attempt.inner_text()
-                _shoot(page, "lineage-rejected", width)
-                page.locator("#step-accepted-1").screenshot(path=str(SCREENSHOTS / f"lineage-branch-{width}.png"))
-
-                page.goto(site["url"] + "/review/")
-                page.locator(".notice a", has_text="Log in").click()
-                page.fill('input[name="username"]', "grace")
-                page.fill('input[name="password"]', PASSWORD)
-                page.locator("main form button[type=submit]").click()
-                page.wait_for_url(re.compile(r"/review/$"))
-                item = page.locator(".review-item").first
-                item.locator('input[name="comment"]').fill(f"checked at {width} px: rounding may differ")
-                item.get_by_role("button", name="Dispute").click()
-                page.wait_for_url(re.compile(r"/review/$"))
-                assert "Recorded: dispute" in page.locator(".messages").inner_text()
-                _shoot(page, "review", width)
-
-                page.locator("#recent-reviews a").first.click()  # the review just made
-                page.wait_for_url(re.compile(r"/lineages/[0-9a-f]{64}/#step-"))
-                anchor = page.url.rsplit("#", 1)[1]
-                disputed = page.locator(f"#{anchor}")
-                assert f"checked at {width} px" in disputed.text_content()  # a rejected attempt stays collapsed
-                assert disputed.locator(".badge-disputed").count() >= 1
-                _shoot(page, "lineage-disputed", width)
-                disputed.screenshot(path=str(SCREENSHOTS / f"lineage-disputed-step-{width}.png"))
-
-                assert errors == []
-                context.close()
-        finally:
-            browser.close()
     assert Review.objects.filter(verdict="dispute").count() == 2

@@ -14,10 +14,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.contrib.auth.models import Group, User
 
 from gate_app.apps import OPERATOR_GROUP
@@ -32,10 +30,8 @@ from skills_app.card_import import import_library
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-SCREENSHOTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
 PASSWORD = "operator-pw-2026"
+BUDGETS = {1280: 8, 390: 4}  # gate evaluations, by window width
 DRY_LINEAGE = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.dry.json"
 
 
@@ -73,75 +69,56 @@ def server(sqlite_job_database, tmp_path):
     log.close()
 
 
-def _shoot(page, name: str, width: int) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}-{width}.png"), full_page=True)
-    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
-    assert overflow <= 0, f"{name} at {width} px is {overflow} px wider than the window"
-
-
-def test_an_operator_optimizes_a_kernel_and_watches_it_finish(server):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    expect = sync_api.expect
+def test_an_operator_optimizes_a_kernel_and_watches_it_finish(server, chromium):
+    expect = pytest.importorskip("playwright.sync_api").expect
     jobs: list[int] = []
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            for width, budget in ((1280, 8), (390, 4)):
-                context = browser.new_context(viewport={"width": width, "height": 900})
-                page = context.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.on("requestfailed", lambda request: errors.append(f"failed: {request.url}"))
+    for width, page in chromium.pages(BUDGETS):
+        budget = BUDGETS[width]
+        page.goto(server + "/accounts/login/?next=/optimize/")
+        page.get_by_label("Username").fill("olga")
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Log in").click()
+        page.wait_for_url(re.compile(r"/optimize/$"))
+        assert page.get_by_role("navigation", name="Main").get_by_role("link", name="Optimize").is_visible()
 
-                page.goto(server + "/accounts/login/?next=/optimize/")
-                page.get_by_label("Username").fill("olga")
-                page.get_by_label("Password").fill(PASSWORD)
-                page.get_by_role("button", name="Log in").click()
-                page.wait_for_url(re.compile(r"/optimize/$"))
-                assert page.get_by_role("navigation", name="Main").get_by_role("link", name="Optimize").is_visible()
+        form = page.locator('form:has(input[name="action"][value="optimize"])')
+        form.get_by_label("Start kernel").select_option("row_softmax/naive")
+        form.get_by_label("candidate", exact=True).check()
+        form.get_by_label("Gate budget").fill(str(budget))
+        form.locator('select[name="optimize-mode"]').select_option("compile")
+        chromium.shoot(page, "optimize-form", width)
+        form.get_by_role("button", name="Start the optimization").click()
+        page.wait_for_url(re.compile(r"/jobs/\d+/$"))
+        jobs.append(int(page.url.rstrip("/").rsplit("/", 1)[1]))
+        assert page.locator("h1").inner_text().endswith("optimize")
 
-                form = page.locator('form:has(input[name="action"][value="optimize"])')
-                form.get_by_label("Start kernel").select_option("row_softmax/naive")
-                form.get_by_label("candidate", exact=True).check()
-                form.get_by_label("Gate budget").fill(str(budget))
-                form.locator('select[name="optimize-mode"]').select_option("compile")
-                _shoot(page, "optimize-form", width)
-                form.get_by_role("button", name="Start the optimization").click()
-                page.wait_for_url(re.compile(r"/jobs/\d+/$"))
-                jobs.append(int(page.url.rstrip("/").rsplit("/", 1)[1]))
-                assert page.locator("h1").inner_text().endswith("optimize")
+        # the chart fills in as candidates are gated; a reload draws the run so far again
+        summary = page.locator('[data-chart="summary"]')
+        expect(summary).to_contain_text(re.compile(r"[1-9]\d* candidates? tried"), timeout=120_000)
+        if "succeeded" not in page.locator('[data-field="status"]').inner_text():
+            page.reload()
+            expect(summary).to_contain_text(re.compile(r"[1-9]\d* candidates? tried"))
 
-                # the chart fills in as candidates are gated; a reload draws the run so far again
-                summary = page.locator('[data-chart="summary"]')
-                expect(summary).to_contain_text(re.compile(r"[1-9]\d* candidates? tried"), timeout=120_000)
-                if "succeeded" not in page.locator('[data-field="status"]').inner_text():
-                    page.reload()
-                    expect(summary).to_contain_text(re.compile(r"[1-9]\d* candidates? tried"))
+        # it ends with the optimized kernel, rendered once the job is done
+        expect(page.get_by_role("heading", name="Optimized kernel")).to_be_visible(timeout=180_000)
+        assert page.locator('[data-field="status"]').inner_text() == "succeeded"
+        expect(summary).to_contain_text(f"of {budget} gate evaluations")
+        assert "compile-only: nothing is timed" in page.locator('[data-chart="speedup"]').inner_text()
+        outcomes = page.locator('[data-chart="outcomes"] svg')
+        assert outcomes.get_attribute("aria-label") == "Candidates by outcome"
+        assert "untimed" in outcomes.text_content()
+        assert page.locator('[data-chart="recent"] tr').count() >= 1
+        assert "No skill was applied" in page.locator("#optimized").inner_text()
+        assert "row_softmax_naive" in page.locator("#optimized").inner_text()
+        chromium.shoot(page, "optimize-job", width)
+        page.locator("#optimize-run").screenshot(path=str(chromium.screenshots / f"optimize-run-{width}.png"))
 
-                # it ends with the optimized kernel, rendered once the job is done
-                expect(page.get_by_role("heading", name="Optimized kernel")).to_be_visible(timeout=180_000)
-                assert page.locator('[data-field="status"]').inner_text() == "succeeded"
-                expect(summary).to_contain_text(f"of {budget} gate evaluations")
-                assert "compile-only: nothing is timed" in page.locator('[data-chart="speedup"]').inner_text()
-                outcomes = page.locator('[data-chart="outcomes"] svg')
-                assert outcomes.get_attribute("aria-label") == "Candidates by outcome"
-                assert "untimed" in outcomes.text_content()
-                assert page.locator('[data-chart="recent"] tr').count() >= 1
-                assert "No skill was applied" in page.locator("#optimized").inner_text()
-                assert "row_softmax_naive" in page.locator("#optimized").inner_text()
-                _shoot(page, "optimize-job", width)
-                page.locator("#optimize-run").screenshot(path=str(SCREENSHOTS / f"optimize-run-{width}.png"))
-                assert not errors, errors
-                context.close()
-        finally:
-            browser.close()
     done = {job.pk: job for job in Job.objects.filter(pk__in=jobs)}
     assert [done[pk].status for pk in jobs] == ["succeeded", "succeeded"]
     assert all(done[pk].owner.username == "olga" and done[pk].result["gate"] == "compile" for pk in jobs)
 
 
-def test_a_timed_run_is_drawn_as_a_best_speedup_line(sqlite_job_database, tmp_path, request):
+def test_a_timed_run_is_drawn_as_a_best_speedup_line(sqlite_job_database, tmp_path, request, chromium):
     """A GPU run's chart as its worker keeps it in the job row (no GPU here, so the row is written
     as the worker would): the page draws the best-so-far steps, one dot per gated candidate."""
     chart = {"budget": 10, "evaluations": 6, "tried": 7, "steps": 2, "speedup": 1.32, "timed": True,
@@ -154,22 +131,17 @@ def test_a_timed_run_is_drawn_as_a_best_speedup_line(sqlite_job_database, tmp_pa
                                      "strategy": "library", "budget": 10},
                              progress={"fraction": 0.6, "stage": "attempt", "message": "#6 unroll", "chart": chart})
     url = request.getfixturevalue("server")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.goto(f"{url}/jobs/{job.pk}/")
-            speedup = page.locator('[data-chart="speedup"] svg')
-            assert speedup.get_attribute("aria-label") == "Best speedup by gate evaluation"
-            assert speedup.locator("circle").count() == 5
-            path = speedup.locator("path").get_attribute("d")
-            assert path.startswith("M") and path.count("V") == 4 and path.count("H") == 5  # steps, then to the budget
-            assert page.locator('[data-chart="summary"]').inner_text() == (
-                "7 candidates tried · 6 of 10 gate evaluations · 2 taken · best speedup 1.320x")
-            assert speedup.locator("circle title").first.text_content() == "gate evaluations 2: 1.00"
-            assert page.locator('[data-chart="outcomes"] svg rect').count() == 4
-            assert "0.980" in page.locator('[data-chart="recent"]').inner_text()
-            page.locator("#optimize-run").screenshot(path=str(SCREENSHOTS / "optimize-run-timed-1280.png"))
-        finally:
-            browser.close()
+    with chromium.launch() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{url}/jobs/{job.pk}/")
+        speedup = page.locator('[data-chart="speedup"] svg')
+        assert speedup.get_attribute("aria-label") == "Best speedup by gate evaluation"
+        assert speedup.locator("circle").count() == 5
+        path = speedup.locator("path").get_attribute("d")
+        assert path.startswith("M") and path.count("V") == 4 and path.count("H") == 5  # steps, then to the budget
+        assert page.locator('[data-chart="summary"]').inner_text() == (
+            "7 candidates tried · 6 of 10 gate evaluations · 2 taken · best speedup 1.320x")
+        assert speedup.locator("circle title").first.text_content() == "gate evaluations 2: 1.00"
+        assert page.locator('[data-chart="outcomes"] svg rect').count() == 4
+        assert "0.980" in page.locator('[data-chart="recent"]').inner_text()
+        page.locator("#optimize-run").screenshot(path=str(chromium.screenshots / "optimize-run-timed-1280.png"))
