@@ -23,12 +23,11 @@ import difflib
 import json
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from klineage.config import GateMode
+from klineage.documents import Document, enum, has, need, nonnegative, text, whole
 from klineage.errors import DocumentError
-from klineage.fingerprint import document_text, parse_document
 from klineage.gate.verdict import Reason, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
@@ -99,38 +98,6 @@ class Assurance(str, Enum):
         return cls.UNVERIFIED if mode is GateMode.COMPILE_ONLY else cls.GPU_VERIFIED
 
 
-E = TypeVar("E", bound=Enum)
-
-
-def _enum(kind: type[E], value: Any, where: str) -> E:
-    try:
-        return kind(value)
-    except ValueError:
-        allowed = ", ".join(str(m.value) for m in kind)
-        raise DocumentError(where, f"unknown value {value!r} (one of: {allowed})") from None
-
-
-def _need(data: Any, keys: tuple[str, ...], where: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise DocumentError(where, f"must be an object, not {type(data).__name__}")
-    missing = [k for k in keys if k not in data]
-    if missing:
-        raise DocumentError(where, f"missing {', '.join(repr(k) for k in missing)}")
-    return data
-
-
-def _text(value: Any, where: str, empty: bool = True) -> str:
-    if not isinstance(value, str) or (not empty and not value):
-        raise DocumentError(where, f"must be {'a' if empty else 'a non-empty'} string, not {value!r}")
-    return value
-
-
-def _whole(value: Any, where: str, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise DocumentError(where, f"must be a whole number >= {minimum}, not {value!r}")
-    return value
-
-
 def _fingerprint(value: Any, where: str) -> str:
     if not isinstance(value, str) or len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
         raise DocumentError(where, f"must be a sha256 fingerprint, not {value!r}")
@@ -143,7 +110,7 @@ class KernelRef:
     fingerprint: str
 
     def __post_init__(self) -> None:
-        _text(self.name, "kernel.name", empty=False)
+        text(self.name, "kernel.name", empty=False)
         _fingerprint(self.fingerprint, "kernel.fingerprint")
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,7 +118,7 @@ class KernelRef:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "expert") -> KernelRef:
-        data = _need(data, ("name", "fingerprint"), where)
+        data = has(data, ("name", "fingerprint"), where)
         return cls(data["name"], data["fingerprint"])
 
 
@@ -161,15 +128,15 @@ class ProblemRef:
     fingerprint: str
 
     def __post_init__(self) -> None:
-        _text(self.operator, "problem.operator", empty=False)
-        _text(self.fingerprint, "problem.fingerprint", empty=False)
+        text(self.operator, "problem.operator", empty=False)
+        text(self.fingerprint, "problem.fingerprint", empty=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"operator": self.operator, "fingerprint": self.fingerprint}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "problem") -> ProblemRef:
-        data = _need(data, ("operator", "fingerprint"), where)
+        data = has(data, ("operator", "fingerprint"), where)
         return cls(data["operator"], data["fingerprint"])
 
 
@@ -179,15 +146,15 @@ class Limits:
     max_rejections: int = 4
 
     def __post_init__(self) -> None:
-        _whole(self.max_steps, "limits.max_steps")
-        _whole(self.max_rejections, "limits.max_rejections", minimum=1)
+        whole(self.max_steps, "limits.max_steps")
+        whole(self.max_rejections, "limits.max_rejections", minimum=1)
 
     def to_dict(self) -> dict[str, Any]:
         return {"max_steps": self.max_steps, "max_rejections": self.max_rejections}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "limits") -> Limits:
-        data = _need(data, ("max_steps", "max_rejections"), where)
+        data = has(data, ("max_steps", "max_rejections"), where)
         return cls(data["max_steps"], data["max_rejections"])
 
 
@@ -201,9 +168,9 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> CaseResult:
-        data = _need(data, ("case", "outcome"), where)
-        return cls(_text(data["case"], f"{where}.case", empty=False),
-                   _enum(CaseOutcome, data["outcome"], f"{where}.outcome"))
+        data = has(data, ("case", "outcome"), where)
+        return cls(text(data["case"], f"{where}.case", empty=False),
+                   enum(CaseOutcome, data["outcome"], f"{where}.outcome"))
 
 
 @dataclass(frozen=True)
@@ -228,11 +195,11 @@ class VerdictSummary:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "verdict") -> VerdictSummary:
-        data = _need(data, ("status", "reason", "cases"), where)
-        reason = None if data["reason"] is None else _enum(Reason, data["reason"], f"{where}.reason")
+        data = has(data, ("status", "reason", "cases"), where)
+        reason = None if data["reason"] is None else enum(Reason, data["reason"], f"{where}.reason")
         if not isinstance(data["cases"], list):
             raise DocumentError(f"{where}.cases", "must be a list")
-        return cls(_enum(Status, data["status"], f"{where}.status"), reason,
+        return cls(enum(Status, data["status"], f"{where}.status"), reason,
                    tuple(CaseResult.from_dict(c, f"{where}.cases[{i}]") for i, c in enumerate(data["cases"])))
 
 
@@ -290,8 +257,8 @@ class State:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "state") -> State:
-        data = _need(data, ("fingerprint", "source", "plan", "verdict", "features"), where)
-        return cls(data["fingerprint"], _text(data["source"], f"{where}.source", empty=False), data["plan"],
+        data = has(data, ("fingerprint", "source", "plan", "verdict", "features"), where)
+        return cls(data["fingerprint"], text(data["source"], f"{where}.source", empty=False), data["plan"],
                    VerdictSummary.from_dict(data["verdict"], f"{where}.verdict"), data["features"])
 
 
@@ -308,9 +275,9 @@ class FeatureChange:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "feature") -> FeatureChange:
-        data = _need(data, ("level", "locus", "name"), where)
-        return cls(_enum(FeatureLevel, data["level"], f"{where}.level"), _text(data["locus"], f"{where}.locus"),
-                   _text(data["name"], f"{where}.name", empty=False))
+        data = has(data, ("level", "locus", "name"), where)
+        return cls(enum(FeatureLevel, data["level"], f"{where}.level"), text(data["locus"], f"{where}.locus"),
+                   text(data["name"], f"{where}.name", empty=False))
 
     def __str__(self) -> str:
         return f"{self.level.value} {self.locus}:{self.name}"
@@ -338,7 +305,7 @@ class PairedTiming:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "forward.timing") -> PairedTiming:
-        data = _need(data, ("overall", "per_trial", "required"), where)
+        data = has(data, ("overall", "per_trial", "required"), where)
         if not isinstance(data["per_trial"], list):
             raise DocumentError(f"{where}.per_trial", "must be a list")
         return cls(data["overall"], tuple(data["per_trial"]), data["required"])
@@ -362,9 +329,9 @@ class ForwardCheck:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "forward") -> ForwardCheck:
-        data = _need(data, ("status", "message", "timing"), where)
+        data = has(data, ("status", "message", "timing"), where)
         timing = None if data["timing"] is None else PairedTiming.from_dict(data["timing"], f"{where}.timing")
-        return cls(_enum(ForwardStatus, data["status"], f"{where}.status"), _text(data["message"], f"{where}.message"),
+        return cls(enum(ForwardStatus, data["status"], f"{where}.status"), text(data["message"], f"{where}.message"),
                    timing)
 
 
@@ -387,8 +354,8 @@ class Transition:
 
     def __post_init__(self) -> None:
         where = f"transitions[{self.index}]"
-        _whole(self.index, f"{where}.index")
-        _text(self.transform, f"{where}.transform", empty=False)
+        whole(self.index, f"{where}.index")
+        text(self.transform, f"{where}.transform", empty=False)
         _fingerprint(self.parent, f"{where}.parent")
         _fingerprint(self.child, f"{where}.child")
         if self.parent == self.child:
@@ -403,15 +370,15 @@ class Transition:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "transition") -> Transition:
-        data = _need(data, ("index", "transform", "anchor", "parent", "child", "backward_diff", "forward_diff",
-                            "features_removed", "features_added", "forward", "carrier"), where)
+        data = has(data, ("index", "transform", "anchor", "parent", "child", "backward_diff", "forward_diff",
+                          "features_removed", "features_added", "forward", "carrier"), where)
         return cls(data["index"], data["transform"], _anchor(data["anchor"], f"{where}.anchor"), data["parent"],
-                   data["child"], _text(data["backward_diff"], f"{where}.backward_diff"),
-                   _text(data["forward_diff"], f"{where}.forward_diff"),
+                   data["child"], text(data["backward_diff"], f"{where}.backward_diff"),
+                   text(data["forward_diff"], f"{where}.forward_diff"),
                    _changes(data["features_removed"], f"{where}.features_removed"),
                    _changes(data["features_added"], f"{where}.features_added"),
                    ForwardCheck.from_dict(data["forward"], f"{where}.forward"), dict(data["carrier"]),
-                   _text(data.get("note", ""), f"{where}.note"))
+                   text(data.get("note", ""), f"{where}.note"))
 
 
 @dataclass(frozen=True)
@@ -432,8 +399,8 @@ class Evidence:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "evidence") -> Evidence:
-        data = _need(data, ("message", "stage", "case", "log", "worst", "audit"), where)
-        return cls(*(_text(data[k], f"{where}.{k}") for k in ("message", "stage", "case", "log")),
+        data = has(data, ("message", "stage", "case", "log", "worst", "audit"), where)
+        return cls(*(text(data[k], f"{where}.{k}") for k in ("message", "stage", "case", "log")),
                    dict(data["worst"]), dict(data["audit"]))
 
 
@@ -452,9 +419,9 @@ class Rejection:
     evidence: Evidence
 
     def __post_init__(self) -> None:
-        _whole(self.step, "rejection.step")
+        whole(self.step, "rejection.step")
         _fingerprint(self.parent, "rejection.parent")
-        _text(self.transform, "rejection.transform", empty=False)
+        text(self.transform, "rejection.transform", empty=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"step": self.step, "parent": self.parent, "transform": self.transform,
@@ -464,15 +431,15 @@ class Rejection:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "rejection") -> Rejection:
-        data = _need(data, ("step", "parent", "transform", "anchor", "category", "reason", "cases_failed",
-                            "evidence"), where)
+        data = has(data, ("step", "parent", "transform", "anchor", "category", "reason", "cases_failed",
+                          "evidence"), where)
         anchor = None if data["anchor"] is None else _anchor(data["anchor"], f"{where}.anchor")
-        reason = None if data["reason"] is None else _enum(Reason, data["reason"], f"{where}.reason")
+        reason = None if data["reason"] is None else enum(Reason, data["reason"], f"{where}.reason")
         if not isinstance(data["cases_failed"], list):
             raise DocumentError(f"{where}.cases_failed", "must be a list")
         return cls(data["step"], data["parent"], data["transform"], anchor,
-                   _enum(RejectionCategory, data["category"], f"{where}.category"), reason,
-                   tuple(_text(c, f"{where}.cases_failed") for c in data["cases_failed"]),
+                   enum(RejectionCategory, data["category"], f"{where}.category"), reason,
+                   tuple(text(c, f"{where}.cases_failed") for c in data["cases_failed"]),
                    Evidence.from_dict(data["evidence"], f"{where}.evidence"))
 
 
@@ -486,8 +453,8 @@ class Outcome:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "termination") -> Outcome:
-        data = _need(data, ("kind", "message"), where)
-        return cls(_enum(Termination, data["kind"], f"{where}.kind"), _text(data["message"], f"{where}.message"))
+        data = has(data, ("kind", "message"), where)
+        return cls(enum(Termination, data["kind"], f"{where}.kind"), text(data["message"], f"{where}.message"))
 
 
 @dataclass(frozen=True)
@@ -499,9 +466,8 @@ class Stats:
 
     def __post_init__(self) -> None:
         for name in ("accepted", "rejected", "gate_evaluations"):
-            _whole(getattr(self, name), f"stats.{name}")
-        if not isinstance(self.seconds, (int, float)) or isinstance(self.seconds, bool) or self.seconds < 0:
-            raise DocumentError("stats.seconds", f"must be a number >= 0, not {self.seconds!r}")
+            whole(getattr(self, name), f"stats.{name}")
+        nonnegative(self.seconds, "stats.seconds")
 
     def to_dict(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "rejected": self.rejected, "gate_evaluations": self.gate_evaluations,
@@ -509,7 +475,7 @@ class Stats:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "stats") -> Stats:
-        data = _need(data, ("accepted", "rejected", "gate_evaluations", "seconds"), where)
+        data = has(data, ("accepted", "rejected", "gate_evaluations", "seconds"), where)
         return cls(data["accepted"], data["rejected"], data["gate_evaluations"], data["seconds"])
 
 
@@ -518,7 +484,9 @@ _TOP_LEVEL = ("version", "expert", "problem", "rewriter", "gate", "assurance", "
 
 
 @dataclass(frozen=True)
-class Lineage:
+class Lineage(Document):
+    document_name = "lineage"
+
     expert: KernelRef
     problem: ProblemRef
     rewriter: str
@@ -535,7 +503,7 @@ class Lineage:
     def __post_init__(self) -> None:
         if self.version != LINEAGE_VERSION:
             raise DocumentError("lineage", f"unsupported version {self.version!r} (this is {LINEAGE_VERSION})")
-        _text(self.rewriter, "lineage.rewriter", empty=False)
+        text(self.rewriter, "lineage.rewriter", empty=False)
         if not isinstance(self.gate, GateMode):
             raise DocumentError("lineage.gate", f"must be a GateMode, not {self.gate!r}")
         self._check_chain()
@@ -610,18 +578,15 @@ class Lineage:
 
     @classmethod
     def from_dict(cls, data: Any) -> Lineage:
-        data = _need(data, ("version", "termination", "transitions"), "lineage")
-        data = _need(data, _TOP_LEVEL, "lineage")
-        unknown = sorted(set(data) - set(_TOP_LEVEL))
-        if unknown:
-            raise DocumentError("lineage", f"unknown keys {unknown}")
+        data = has(data, ("version", "termination", "transitions"), "lineage")
+        data = need(data, _TOP_LEVEL, "lineage")
         if data["version"] != LINEAGE_VERSION:
             raise DocumentError("lineage", f"unsupported version {data['version']!r} (this is {LINEAGE_VERSION})")
         for key in ("states", "transitions", "rejections"):
             if not isinstance(data[key], list):
                 raise DocumentError(f"lineage.{key}", "must be a list")
-        gate = _enum(GateMode, data["gate"], "lineage.gate")
-        assurance = _enum(Assurance, data["assurance"], "lineage.assurance")
+        gate = enum(GateMode, data["gate"], "lineage.gate")
+        assurance = enum(Assurance, data["assurance"], "lineage.assurance")
         if assurance is not Assurance.of(gate):
             raise DocumentError("lineage.assurance", f"{assurance.value} contradicts gate mode {gate.value}")
         if not isinstance(data["policy"], dict):
@@ -641,35 +606,11 @@ class Lineage:
             version=data["version"],
         )
 
-    def to_json(self) -> str:
-        """The canonical text: sorted keys, one-space indent, a final newline. Equal lineages give equal bytes."""
-        return document_text(self.to_dict())
-
-    @classmethod
-    def from_json(cls, text: str, where: str = "lineage") -> Lineage:
-        data = parse_document(text, where)
-        return cls.from_dict(data)
-
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(self.to_json().encode("utf-8"))
-        return path
-
-    @classmethod
-    def load(cls, path: str | Path) -> Lineage:
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise DocumentError(str(path), "no such lineage file") from None
-        return cls.from_json(text, str(path))
-
 
 def _anchor(data: Any, where: str) -> Anchor:
-    data = _need(data, ("function", "kind", "key"), where)
+    data = has(data, ("function", "kind", "key"), where)
     for key in ("function", "kind", "key", "snippet"):
-        _text(data.get(key, ""), f"{where}.{key}")
+        text(data.get(key, ""), f"{where}.{key}")
     return Anchor.from_dict(data)
 
 

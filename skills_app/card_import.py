@@ -10,7 +10,6 @@ stored it. A card's trials are its `verification_log`, replaced whenever the car
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -24,8 +23,8 @@ from klineage.skills.card import SHORT_ID
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.skills.library import Library
 from klineage import config
-from skills_app.importer import (CREATED, UNCHANGED, UPDATED, ImportRefused, _describe, _display, _require_json,
-                                _timestamp)
+from skills_app.importer import (CREATED, UNCHANGED, UPDATED, _display, _require_json, _timestamp, engine_check,
+                                read_json)
 from skills_app.models import CardTrial, SkillCard
 
 STALE = "stale"  # an older library's copy of a card stored from a newer one: left as it is
@@ -34,12 +33,8 @@ STALE = "stale"  # an older library's copy of a card stored from a newer one: le
 def parse_library(document: Any, where: str = "library") -> Library:
     """The library a document holds, checked by the engine (`Library.from_dict`, every card by
     `SkillCard.from_dict`)."""
-    try:
-        return Library.from_dict(document)
-    except KLineageError as exc:
-        raise ImportRefused(where, f"not a valid skill library: {_locate(document, str(exc))}") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ImportRefused(where, f"not a skill library: {_locate(document, _describe(exc))}") from None
+    return engine_check(lambda: Library.from_dict(document), where, "skill library", "not a valid skill library: ",
+                        lambda message: _locate(document, message))
 
 
 def _locate(document: Any, message: str) -> str:
@@ -69,10 +64,7 @@ def import_library(document: Any, *, where: str = "library") -> Counter:
 
 def read_library(path: Path, where: str) -> dict[str, Any]:
     """A library file's JSON, checked (not stored)."""
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ImportRefused(where, f"not JSON: {exc}") from None
+    document = read_json(path, where)
     parse_library(document, where)
     return document
 

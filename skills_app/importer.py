@@ -23,9 +23,10 @@ import re
 import time
 import tomllib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import transaction
@@ -45,6 +46,7 @@ from klineage.problem import ProblemInfo
 from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Verdict
 
 _KEY = re.compile(r"[0-9a-f]{64}")
+T = TypeVar("T")
 CREATED, UPDATED, UNCHANGED = "created", "updated", "unchanged"
 
 
@@ -107,12 +109,7 @@ def store_problem(info: dict[str, Any], *, path: str, bundled: bool, numerics: l
 def store_kernel_state(document: dict[str, Any], *, kernel: Kernel | None = None,
                        where: str = "kernel state") -> tuple[KernelState, str]:
     """Store a KernelState document (source and plan); its fingerprint is checked, not trusted."""
-    try:
-        state = EngineKernelState.from_dict(document, where)
-    except KLineageError as exc:
-        raise ImportRefused(where, str(exc)) from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ImportRefused(where, f"not a kernel state: {_describe(exc)}") from None
+    state = engine_check(lambda: EngineKernelState.from_dict(document, where), where, "kernel state")
     existing = KernelState.objects.filter(fingerprint=state.fingerprint).first()
     if existing is not None:  # content-addressed: same fingerprint, same source and plan
         if kernel is not None and existing.kernel_id is None:
@@ -132,12 +129,7 @@ def store_verdict(key: str, document: dict[str, Any], *, served_from: str = Verd
     """Store a Verdict document under its cache key; linked to its state and problem when stored."""
     if not isinstance(key, str) or not _KEY.fullmatch(key):
         raise ImportRefused(where, f"verdict key {key!r} is not a sha256 hex digest")
-    try:
-        verdict = EngineVerdict.from_dict(document)
-    except KLineageError as exc:
-        raise ImportRefused(where, str(exc)) from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ImportRefused(where, f"not a verdict: {_describe(exc)}") from None
+    verdict = engine_check(lambda: EngineVerdict.from_dict(document), where, "verdict")
     data = verdict.to_dict()
     _require_json(data, where)
     provenance = data["provenance"]
@@ -377,12 +369,7 @@ def export_lineage(lineage: Lineage) -> dict[str, Any]:
 
 
 def _parse_lineage(document: Any, where: str) -> EngineLineage:
-    try:
-        return EngineLineage.from_dict(document)
-    except KLineageError as exc:
-        raise ImportRefused(where, f"not a valid lineage: {exc}") from None
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ImportRefused(where, f"not a lineage: {_describe(exc)}") from None
+    return engine_check(lambda: EngineLineage.from_dict(document), where, "lineage", "not a valid lineage: ")
 
 
 def _store_lineage(document: Any, *, where: str, source_path: str = "") -> tuple[Lineage, str]:
@@ -447,10 +434,7 @@ def _read_lineages(root: Path) -> list[tuple[dict[str, Any], str]]:
     found = []
     for path in sorted((root / "lineages").glob("*.json")):
         where = _display(path)
-        try:
-            document = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ImportRefused(where, f"not JSON: {exc}") from None
+        document = read_json(path, where)
         _parse_lineage(document, where)
         found.append((document, where))
     return found
@@ -522,3 +506,24 @@ def _describe(exc: Exception) -> str:
     if isinstance(exc, KeyError):
         return f"missing {exc}"
     return f"{type(exc).__name__}: {exc}"
+
+
+def engine_check(parse: Callable[[], T], where: str, what: str, lead: str = "",
+                 locate: Callable[[str], str] = str) -> T:
+    """What an engine parser makes of a document, its refusal as ImportRefused: the engine's own
+    message (led by `lead`), or, when the parser broke on something of another shape, that the
+    document is not a `what` at all. `locate` may say where in the document the message is about."""
+    try:
+        return parse()
+    except KLineageError as exc:
+        raise ImportRefused(where, lead + locate(str(exc))) from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ImportRefused(where, f"not a {what}: {locate(_describe(exc))}") from None
+
+
+def read_json(path: Path, where: str) -> Any:
+    """A committed document file's JSON (checked by its caller)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ImportRefused(where, f"not JSON: {exc}") from None

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from klineage.config import GateMode
 from klineage.errors import DocumentError
 
 VERDICT_VERSION = 1
@@ -16,6 +17,12 @@ class Status(str, Enum):
     COMPILED = "compiled"  # compile-only run: static check and compile passed, nothing ran
     REJECTED = "rejected"  # a stage found the kernel wrong, unsafe or unrunnable
     ERROR = "error"  # the harness or the problem failed, not the kernel: no judgement on it
+
+    @classmethod
+    def passing(cls, mode: GateMode) -> Status:
+        """The status of a kernel that passes under `mode`: a compile-only gate runs nothing, so the
+        most it can say is compiled."""
+        return cls.COMPILED if mode is GateMode.COMPILE_ONLY else cls.PASSED
 
 
 class Reason(str, Enum):
@@ -104,6 +111,18 @@ class Verdict:
     @property
     def reason(self) -> Reason | None:
         return self.findings[0].reason if self.findings else None
+
+    def describe(self, width: int | None = None) -> str:
+        """Why, for a message: the status and the first finding's reason, case and message (given
+        `width`, the message on one line, cut to that many characters), or the harness error's tail."""
+        if self.findings:
+            first = self.findings[0]
+            where = f" [{first.case}]" if first.case else ""
+            message = first.message if width is None else " ".join(first.message.split())[:width]
+            return f"{self.status.value}, {first.reason.value}{where}: {message}"
+        if self.status is Status.ERROR:
+            return f"error: {str(self.environment.get('error', ''))[-400:]}"
+        return self.status.value
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -32,6 +32,7 @@ from typing import Any
 
 from klineage import config
 from klineage.config import GateMode
+from klineage.documents import choice
 from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
@@ -82,11 +83,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     Strategy, rewriter, gate mode and statuses may be given by their values ("library", "compile")."""
     strategy = Strategy.parse(strategy)
     rewriter = RewriterKind.parse(rewriter)
-    try:
-        gate_mode = GateMode(gate_mode)
-    except ValueError:
-        modes = ", ".join(m.value for m in GateMode)
-        raise KLineageError(f"unknown gate mode {gate_mode!r} (one of: {modes})") from None
+    gate_mode = choice(GateMode, gate_mode, "gate mode")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise KLineageError(f"the budget is a whole number of gate evaluations >= 1, not {budget!r}")
     if required_ratio < 1:
@@ -122,13 +119,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
 
 
 def _statuses(values: Sequence[CardStatus | str]) -> tuple[CardStatus, ...]:
-    found = []
-    for value in values:
-        try:
-            found.append(value if isinstance(value, CardStatus) else CardStatus(value))
-        except ValueError:
-            raise KLineageError(f"unknown card status {value!r} (one of: "
-                                f"{', '.join(s.value for s in CardStatus)})") from None
+    found = [choice(CardStatus, value, "card status") for value in values]
     if not found:
         raise KLineageError("choose at least one card status")
     return tuple(dict.fromkeys(found))
@@ -165,10 +156,6 @@ class _Run:
     problem_ref: ProblemRef | None = None
 
     @property
-    def passing(self) -> Status:
-        return Status.COMPILED if self.mode is GateMode.COMPILE_ONLY else Status.PASSED
-
-    @property
     def best(self) -> KernelState:
         return self.steps[-1].state if self.steps else self.start
 
@@ -193,8 +180,8 @@ class _Run:
             raise KLineageError(f"the gate could not judge the start kernel: {failure.message}") from None
         self.start_verdict = verdict
         self.problem_ref = ProblemRef(verdict.problem["operator"], verdict.problem["fingerprint"])
-        if verdict.status is not self.passing:
-            return self.finish(Stop.START_FAILED, f"the start kernel does not pass the gate: {_describe(verdict)}")
+        if verdict.status is not Status.passing(self.mode):
+            return self.finish(Stop.START_FAILED, f"the start kernel does not pass the gate: {verdict.describe(300)}")
         while True:
             stop = self.round()
             if stop is not None:
@@ -276,9 +263,9 @@ class _Run:
 
     def judge(self, verdict: Verdict) -> tuple[AttemptStatus, PairedRatio | None, str]:
         if verdict.status is Status.ERROR:
-            return AttemptStatus.GATE_ERROR, None, _describe(verdict)
+            return AttemptStatus.GATE_ERROR, None, verdict.describe(300)
         if verdict.status is Status.REJECTED:
-            return AttemptStatus.REJECTED, None, _describe(verdict)
+            return AttemptStatus.REJECTED, None, verdict.describe(300)
         if verdict.status is Status.COMPILED:
             return AttemptStatus.UNTIMED, None, "compiled; compile-only gate: not run, not timed, not accepted"
         found = verdict.profile.get("ratios", {}).get("vs_baseline")
@@ -340,16 +327,6 @@ class _Run:
             attempts=tuple(self.attempts), steps=tuple(self.steps), stop=stop, message=message,
             stats=Stats(self.evaluations, gated - len(self.steps), len(self.steps), round(self.seconds, 3)),
             llm_usage=self.llm.spent.to_dict() if self.llm is not None else None)
-
-
-def _describe(verdict: Verdict) -> str:
-    if verdict.findings:
-        first = verdict.findings[0]
-        where = f" [{first.case}]" if first.case else ""
-        return f"{verdict.status.value}, {first.reason.value}{where}: {' '.join(first.message.split())[:300]}"
-    if verdict.status is Status.ERROR:
-        return f"error: {str(verdict.environment.get('error', ''))[-400:]}"
-    return verdict.status.value
 
 
 __all__ = ["DEFAULT_POLICY", "EventSink", "Progress", "optimize"]

@@ -23,12 +23,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from klineage.config import GateMode
+from klineage.documents import Document, enum, need, nonnegative, number, text, whole
 from klineage.errors import DocumentError
-from klineage.fingerprint import document_text, parse_document
 from klineage.gate.timing import PairedRatio
 from klineage.kernel import KernelState
 from klineage.lineage import Assurance, ProblemRef, VerdictSummary
@@ -66,57 +65,19 @@ class Stop(str, Enum):
     LLM_BUDGET = "llm_budget"  # the model budget is spent
 
 
-
-def _enum(kind: Any, value: Any, where: str) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        allowed = ", ".join(str(m.value) for m in kind)
-        raise DocumentError(where, f"unknown value {value!r} (one of: {allowed})") from None
-
-
-def _need(data: Any, keys: tuple[str, ...], where: str, optional: tuple[str, ...] = ()) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise DocumentError(where, f"must be an object, not {type(data).__name__}")
-    missing = [k for k in keys if k not in data]
-    if missing:
-        raise DocumentError(where, f"missing {', '.join(repr(k) for k in missing)}")
-    unknown = sorted(set(data) - set(keys) - set(optional))
-    if unknown:
-        raise DocumentError(where, f"unknown keys {unknown}")
-    return data
-
-
-def _whole(value: Any, where: str, minimum: int = 0) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise DocumentError(where, f"must be a whole number >= {minimum}, not {value!r}")
-    return value
-
-
-def _text(value: Any, where: str, empty: bool = True) -> str:
-    if not isinstance(value, str) or (not empty and not value):
-        raise DocumentError(where, f"must be {'a' if empty else 'a non-empty'} string, not {value!r}")
-    return value
-
-
-def _positive(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise DocumentError(where, f"must be a finite number > 0, not {value!r}")
-    return float(value)
-
-
 def _ratio(data: Any, where: str) -> PairedRatio:
-    data = _need(data, ("overall", "per_trial"), where)
+    data = need(data, ("overall", "per_trial"), where)
     if not isinstance(data["per_trial"], list):
         raise DocumentError(f"{where}.per_trial", "must be a list")
-    return PairedRatio(_positive(data["overall"], f"{where}.overall"),
-                       tuple(_positive(r, f"{where}.per_trial[{i}]") for i, r in enumerate(data["per_trial"])))
+    return PairedRatio(number(data["overall"], f"{where}.overall", positive=True),
+                       tuple(number(r, f"{where}.per_trial[{i}]", positive=True)
+                             for i, r in enumerate(data["per_trial"])))
 
 
 def _anchor(data: Any, where: str) -> Anchor | None:
     if data is None:
         return None
-    data = _need(data, ("function", "kind", "key"), where, optional=("snippet",))
+    data = need(data, ("function", "kind", "key"), where, optional=("snippet",))
     try:
         return Anchor.from_dict(data)
     except DocumentError as exc:
@@ -144,16 +105,16 @@ class Attempt:
 
     def __post_init__(self) -> None:
         where = f"attempts[{self.index}]"
-        _whole(self.index, f"{where}.index")
-        _whole(self.round, f"{where}.round")
-        _text(self.transform, f"{where}.transform", empty=False)
+        whole(self.index, f"{where}.index")
+        whole(self.round, f"{where}.round")
+        text(self.transform, f"{where}.transform", empty=False)
         if not isinstance(self.status, AttemptStatus):
             raise DocumentError(f"{where}.status", f"must be an AttemptStatus, not {self.status!r}")
         if self.status.gated:
             if self.evaluation is None or (self.verdict is None and self.status is not AttemptStatus.GATE_ERROR):
                 raise DocumentError(where, f"a {self.status.value} attempt was gated: it needs its evaluation and "
                                            f"verdict")
-            _whole(self.evaluation, f"{where}.evaluation", minimum=2)
+            whole(self.evaluation, f"{where}.evaluation", minimum=2)
         elif self.evaluation is not None or self.verdict is not None or self.ratio is not None:
             raise DocumentError(where, f"a {self.status.value} attempt cost no gate evaluation and has no verdict")
         if (self.status is AttemptStatus.NOT_APPLICABLE) != (not self.candidate):
@@ -173,16 +134,16 @@ class Attempt:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "attempt") -> Attempt:
-        data = _need(data, ("index", "round", "parent", "transform", "card", "anchor", "candidate", "status",
-                            "message", "evaluation", "key", "verdict", "ratio", "score"), where)
+        data = need(data, ("index", "round", "parent", "transform", "card", "anchor", "candidate", "status",
+                           "message", "evaluation", "key", "verdict", "ratio", "score"), where)
         score = data["score"]
         if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
             raise DocumentError(f"{where}.score", f"must be a number or null, not {score!r}")
-        return cls(data["index"], data["round"], _text(data["parent"], f"{where}.parent"), data["transform"],
-                   _text(data["card"], f"{where}.card"), _anchor(data["anchor"], f"{where}.anchor"),
-                   _text(data["candidate"], f"{where}.candidate"),
-                   _enum(AttemptStatus, data["status"], f"{where}.status"), _text(data["message"], f"{where}.message"),
-                   data["evaluation"], _text(data["key"], f"{where}.key"),
+        return cls(data["index"], data["round"], text(data["parent"], f"{where}.parent"), data["transform"],
+                   text(data["card"], f"{where}.card"), _anchor(data["anchor"], f"{where}.anchor"),
+                   text(data["candidate"], f"{where}.candidate"),
+                   enum(AttemptStatus, data["status"], f"{where}.status"), text(data["message"], f"{where}.message"),
+                   data["evaluation"], text(data["key"], f"{where}.key"),
                    None if data["verdict"] is None else VerdictSummary.from_dict(data["verdict"], f"{where}.verdict"),
                    None if data["ratio"] is None else _ratio(data["ratio"], f"{where}.ratio"), score)
 
@@ -212,15 +173,15 @@ class Step:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "step") -> Step:
-        data = _need(data, ("index", "attempt", "transform", "card", "anchor", "parent", "child", "state", "ratio",
-                            "diff"), where)
+        data = need(data, ("index", "attempt", "transform", "card", "anchor", "parent", "child", "state", "ratio",
+                           "diff"), where)
         state = KernelState.from_dict(data["state"], f"{where}.state")
         if data["child"] != state.fingerprint:
             raise DocumentError(f"{where}.child", "does not match the state's fingerprint")
-        return cls(_whole(data["index"], f"{where}.index"), _whole(data["attempt"], f"{where}.attempt"),
-                   _text(data["transform"], f"{where}.transform", empty=False), _text(data["card"], f"{where}.card"),
-                   _anchor(data["anchor"], f"{where}.anchor"), _text(data["parent"], f"{where}.parent"), state,
-                   _ratio(data["ratio"], f"{where}.ratio"), _text(data["diff"], f"{where}.diff"))
+        return cls(whole(data["index"], f"{where}.index"), whole(data["attempt"], f"{where}.attempt"),
+                   text(data["transform"], f"{where}.transform", empty=False), text(data["card"], f"{where}.card"),
+                   _anchor(data["anchor"], f"{where}.anchor"), text(data["parent"], f"{where}.parent"), state,
+                   _ratio(data["ratio"], f"{where}.ratio"), text(data["diff"], f"{where}.diff"))
 
 
 @dataclass(frozen=True)
@@ -233,12 +194,12 @@ class LibraryRef:
     eligible: int  # of them, cards with an allowed status
 
     def __post_init__(self) -> None:
-        _text(self.path, "library.path")
+        text(self.path, "library.path")
         object.__setattr__(self, "statuses", tuple(self.statuses))
         if not self.statuses or not all(isinstance(s, CardStatus) for s in self.statuses):
             raise DocumentError("library.statuses", "needs at least one card status")
-        _whole(self.cards, "library.cards")
-        _whole(self.eligible, "library.eligible")
+        whole(self.cards, "library.cards")
+        whole(self.eligible, "library.eligible")
         if self.eligible > self.cards:
             raise DocumentError("library", "more eligible cards than cards")
 
@@ -248,10 +209,10 @@ class LibraryRef:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "library") -> LibraryRef:
-        data = _need(data, ("path", "statuses", "cards", "eligible"), where)
+        data = need(data, ("path", "statuses", "cards", "eligible"), where)
         if not isinstance(data["statuses"], list):
             raise DocumentError(f"{where}.statuses", "must be a list")
-        return cls(data["path"], tuple(_enum(CardStatus, s, f"{where}.statuses") for s in data["statuses"]),
+        return cls(data["path"], tuple(enum(CardStatus, s, f"{where}.statuses") for s in data["statuses"]),
                    data["cards"], data["eligible"])
 
 
@@ -264,9 +225,8 @@ class Stats:
 
     def __post_init__(self) -> None:
         for name in ("evaluations", "wasted", "accepted"):
-            _whole(getattr(self, name), f"stats.{name}")
-        if isinstance(self.seconds, bool) or not isinstance(self.seconds, (int, float)) or self.seconds < 0:
-            raise DocumentError("stats.seconds", f"must be a number >= 0, not {self.seconds!r}")
+            whole(getattr(self, name), f"stats.{name}")
+        nonnegative(self.seconds, "stats.seconds")
 
     def to_dict(self) -> dict[str, Any]:
         return {"evaluations": self.evaluations, "wasted": self.wasted, "accepted": self.accepted,
@@ -274,7 +234,7 @@ class Stats:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "stats") -> Stats:
-        data = _need(data, ("evaluations", "wasted", "accepted", "seconds"), where)
+        data = need(data, ("evaluations", "wasted", "accepted", "seconds"), where)
         return cls(data["evaluations"], data["wasted"], data["accepted"], data["seconds"])
 
 
@@ -285,7 +245,9 @@ KIND = "optimization"
 
 
 @dataclass(frozen=True)
-class OptimizationResult:
+class OptimizationResult(Document):
+    document_name = "optimization"
+
     problem: ProblemRef
     start: KernelState
     start_verdict: VerdictSummary
@@ -312,9 +274,9 @@ class OptimizationResult:
         for name, kind in (("strategy", Strategy), ("rewriter", RewriterKind), ("gate", GateMode), ("stop", Stop)):
             if not isinstance(getattr(self, name), kind):
                 raise DocumentError(f"optimization.{name}", f"must be a {kind.__name__}, not {getattr(self, name)!r}")
-        _whole(self.budget, "optimization.budget", minimum=1)
-        _whole(self.seed, "optimization.seed")
-        if _positive(self.required_ratio, "optimization.required_ratio") < 1:
+        whole(self.budget, "optimization.budget", minimum=1)
+        whole(self.seed, "optimization.seed")
+        if number(self.required_ratio, "optimization.required_ratio", positive=True) < 1:
             raise DocumentError("optimization.required_ratio", "an improvement needs a ratio >= 1")
         object.__setattr__(self, "attempts", tuple(self.attempts))
         object.__setattr__(self, "steps", tuple(self.steps))
@@ -408,7 +370,7 @@ class OptimizationResult:
 
     @classmethod
     def from_dict(cls, data: Any) -> OptimizationResult:
-        data = _need(data, _KEYS, "optimization")
+        data = need(data, _KEYS, "optimization")
         if data["version"] != OPTIMIZATION_VERSION:
             raise DocumentError("optimization", f"unsupported version {data['version']!r} (this is "
                                                 f"{OPTIMIZATION_VERSION})")
@@ -419,20 +381,20 @@ class OptimizationResult:
                 raise DocumentError(f"optimization.{key}", "must be a list")
         if not isinstance(data["policy"], dict):
             raise DocumentError("optimization.policy", "must be an object")
-        gate = _enum(GateMode, data["gate"], "optimization.gate")
-        if _enum(Assurance, data["assurance"], "optimization.assurance") is not Assurance.of(gate):
+        gate = enum(GateMode, data["gate"], "optimization.gate")
+        if enum(Assurance, data["assurance"], "optimization.assurance") is not Assurance.of(gate):
             raise DocumentError("optimization.assurance", f"{data['assurance']} contradicts gate mode {gate.value}")
         result = cls(
             problem=ProblemRef.from_dict(data["problem"]),
             start=KernelState.from_dict(data["start"], "optimization.start"),
             start_verdict=VerdictSummary.from_dict(data["start_verdict"], "optimization.start_verdict"),
-            strategy=_enum(Strategy, data["strategy"], "optimization.strategy"),
-            rewriter=_enum(RewriterKind, data["rewriter"], "optimization.rewriter"), gate=gate,
+            strategy=enum(Strategy, data["strategy"], "optimization.strategy"),
+            rewriter=enum(RewriterKind, data["rewriter"], "optimization.rewriter"), gate=gate,
             budget=data["budget"], seed=data["seed"], required_ratio=data["required_ratio"], policy=data["policy"],
             library=None if data["library"] is None else LibraryRef.from_dict(data["library"]),
             attempts=tuple(Attempt.from_dict(a, f"attempts[{i}]") for i, a in enumerate(data["attempts"])),
             steps=tuple(Step.from_dict(s, f"steps[{i}]") for i, s in enumerate(data["steps"])),
-            stop=_enum(Stop, data["stop"], "optimization.stop"), message=_text(data["message"], "optimization.message"),
+            stop=enum(Stop, data["stop"], "optimization.stop"), message=text(data["message"], "optimization.message"),
             stats=Stats.from_dict(data["stats"]), llm_usage=data["llm_usage"], version=data["version"])
         derived = result.to_dict()
         for key in ("best", "speedup", "note"):
@@ -440,29 +402,6 @@ class OptimizationResult:
                 raise DocumentError(f"optimization.{key}", f"{data[key]!r} disagrees with the attempts and steps "
                                                            f"({derived[key]!r})")
         return result
-
-    def to_json(self) -> str:
-        """The canonical text: sorted keys, one-space indent, a final newline."""
-        return document_text(self.to_dict())
-
-    @classmethod
-    def from_json(cls, text: str, where: str = "optimization") -> OptimizationResult:
-        return cls.from_dict(parse_document(text, where))
-
-    def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(self.to_json().encode("utf-8"))
-        return path
-
-    @classmethod
-    def load(cls, path: str | Path) -> OptimizationResult:
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise DocumentError(str(path), "no such optimization file") from None
-        return cls.from_json(text, str(path))
 
 
 class EventKind(str, Enum):

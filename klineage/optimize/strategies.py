@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
+from klineage.documents import choice
 from klineage.errors import DocumentError, KLineageError
 from klineage.kernel import KernelState
 from klineage.problem import ProblemInfo
@@ -55,10 +56,7 @@ class Strategy(str, Enum):
 
     @classmethod
     def parse(cls, value: Any) -> Strategy:
-        try:
-            return value if isinstance(value, cls) else cls(value)
-        except ValueError:
-            raise KLineageError(f"unknown strategy {value!r} (one of: {', '.join(s.value for s in cls)})") from None
+        return choice(cls, value, "strategy")
 
 
 class Selection(str, Enum):
@@ -74,10 +72,7 @@ class RewriterKind(str, Enum):
 
     @classmethod
     def parse(cls, value: Any) -> RewriterKind:
-        try:
-            return value if isinstance(value, cls) else cls(value)
-        except ValueError:
-            raise KLineageError(f"unknown rewriter {value!r} (one of: {', '.join(r.value for r in cls)})") from None
+        return choice(cls, value, "rewriter")
 
 
 LLM_ANY = "llm"  # the transform a NO_LIBRARY candidate names before the model has named one

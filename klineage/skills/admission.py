@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from klineage.documents import nonblank
 from klineage.errors import DocumentError, KLineageError
 from klineage.gate.verdict import Status, Verdict
 from klineage.kernel import KernelState
@@ -63,8 +64,7 @@ class Target:
 
     def __post_init__(self) -> None:
         for key in ("name", "problem"):
-            if not isinstance(getattr(self, key), str) or not getattr(self, key).strip():
-                raise DocumentError(f"target.{key}", f"must be a non-empty string, not {getattr(self, key)!r}")
+            nonblank(getattr(self, key), f"target.{key}")
         if not isinstance(self.state, KernelState):
             raise DocumentError("target.state", f"must be a KernelState, not {self.state!r}")
 

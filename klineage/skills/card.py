@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from klineage import expr
+from klineage.documents import enum, listed, need, nonblank, number, text, whole
 from klineage.errors import DocumentError, ExpressionError
 from klineage.features.feature import Feature
 from klineage.fingerprint import document_text, parse_document
@@ -46,54 +46,8 @@ class RefKind(str, Enum):
     REJECTION = "rejection"
 
 
-def _need(data: Any, keys: tuple[str, ...], where: str, optional: tuple[str, ...] = ()) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise DocumentError(where, f"must be an object, not {type(data).__name__}")
-    missing = [k for k in keys if k not in data]
-    if missing:
-        raise DocumentError(where, f"missing {', '.join(repr(k) for k in missing)}")
-    unknown = sorted(set(data) - set(keys) - set(optional))
-    if unknown:
-        raise DocumentError(where, f"unknown keys {unknown}")
-    return data
-
-
-def _text(value: Any, where: str, empty: bool = False) -> str:
-    if not isinstance(value, str) or (not empty and not value.strip()):
-        raise DocumentError(where, f"must be a {'' if empty else 'non-empty '}string, not {value!r}")
-    return value
-
-
-def _number(value: Any, where: str, positive: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise DocumentError(where, f"must be a finite number, not {value!r}")
-    if positive and value <= 0:
-        raise DocumentError(where, f"must be > 0, not {value!r}")
-    return float(value)
-
-
-def _whole(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise DocumentError(where, f"must be a whole number >= 0, not {value!r}")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, (list, tuple)):
-        raise DocumentError(where, f"must be a list, not {type(value).__name__}")
-    return list(value)
-
-
-def _enum(kind: type[Enum], value: Any, where: str) -> Any:
-    try:
-        return kind(value)
-    except ValueError:
-        allowed = ", ".join(str(m.value) for m in kind)
-        raise DocumentError(where, f"unknown value {value!r} (one of: {allowed})") from None
-
-
 def _texts(value: Any, where: str) -> tuple[str, ...]:
-    return tuple(_text(v, f"{where}[{i}]") for i, v in enumerate(_list(value, where)))
+    return tuple(nonblank(v, f"{where}[{i}]") for i, v in enumerate(listed(value, where)))
 
 
 @dataclass(frozen=True, order=True)
@@ -106,10 +60,10 @@ class Ref:
     index: int
 
     def __post_init__(self) -> None:
-        _text(self.lineage, "ref.lineage")
+        nonblank(self.lineage, "ref.lineage")
         if not isinstance(self.kind, RefKind):
-            object.__setattr__(self, "kind", _enum(RefKind, self.kind, "ref.kind"))
-        _whole(self.index, "ref.index")
+            object.__setattr__(self, "kind", enum(RefKind, self.kind, "ref.kind"))
+        whole(self.index, "ref.index")
 
     def __str__(self) -> str:
         return f"{self.lineage}#{'t' if self.kind is RefKind.TRANSITION else 'r'}{self.index}"
@@ -119,9 +73,9 @@ class Ref:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "ref") -> Ref:
-        data = _need(data, ("lineage", "kind", "index"), where)
-        return cls(_text(data["lineage"], f"{where}.lineage"), _enum(RefKind, data["kind"], f"{where}.kind"),
-                   _whole(data["index"], f"{where}.index"))
+        data = need(data, ("lineage", "kind", "index"), where)
+        return cls(nonblank(data["lineage"], f"{where}.lineage"), enum(RefKind, data["kind"], f"{where}.kind"),
+                   whole(data["index"], f"{where}.index"))
 
 
 @dataclass(frozen=True)
@@ -135,16 +89,16 @@ class CardAnchor:
     key: str = ""
 
     def __post_init__(self) -> None:
-        _text(self.kind, "anchor.kind")
+        nonblank(self.kind, "anchor.kind")
         for name in ("snippet", "function", "key"):
-            _text(getattr(self, name), f"anchor.{name}", empty=True)
+            text(getattr(self, name), f"anchor.{name}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "snippet": self.snippet, "function": self.function, "key": self.key}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "anchor") -> CardAnchor:
-        data = _need(data, ("kind", "snippet", "function", "key"), where)
+        data = need(data, ("kind", "snippet", "function", "key"), where)
         return cls(data["kind"], data["snippet"], data["function"], data["key"])
 
 
@@ -169,8 +123,8 @@ class Precondition:
             expr.parse(self.expression)
         except ExpressionError as exc:
             raise DocumentError("precondition.expression", f"bad predicate {self.expression!r}: {exc}") from None
-        _text(self.sentence, "precondition.sentence")
-        _text(self.source, "precondition.source")
+        nonblank(self.sentence, "precondition.sentence")
+        nonblank(self.source, "precondition.source")
         object.__setattr__(self, "holds", tuple(self.holds))
         object.__setattr__(self, "fails", tuple(self.fails))
 
@@ -188,7 +142,7 @@ class Precondition:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "precondition") -> Precondition:
-        data = _need(data, ("expression", "sentence", "holds", "fails", "source"), where)
+        data = need(data, ("expression", "sentence", "holds", "fails", "source"), where)
         try:
             return cls(data["expression"], data["sentence"], _texts(data["holds"], f"{where}.holds"),
                        _texts(data["fails"], f"{where}.fails"), data["source"])
@@ -208,12 +162,12 @@ class Effect:
     source: Ref
 
     def __post_init__(self) -> None:
-        _text(self.case, "effect.case")
-        _text(self.operator, "effect.operator")
-        _number(self.ratio, "effect.ratio", positive=True)
+        nonblank(self.case, "effect.case")
+        nonblank(self.operator, "effect.operator")
+        number(self.ratio, "effect.ratio", positive=True)
         object.__setattr__(self, "per_trial", tuple(self.per_trial))
         for i, r in enumerate(self.per_trial):
-            _number(r, f"effect.per_trial[{i}]", positive=True)
+            number(r, f"effect.per_trial[{i}]", positive=True)
         if not isinstance(self.source, Ref):
             raise DocumentError("effect.source", f"must be a Ref, not {self.source!r}")
 
@@ -230,9 +184,10 @@ class Effect:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "effect") -> Effect:
-        data = _need(data, ("case", "operator", "ratio", "per_trial", "source"), where, optional=("spread",))
-        return cls(data["case"], data["operator"], data["ratio"], tuple(_list(data["per_trial"], f"{where}.per_trial")),
-                   Ref.from_dict(data["source"], f"{where}.source"))
+        data = need(data, ("case", "operator", "ratio", "per_trial", "source"), where, optional=("spread",))
+        per_trial = tuple(listed(data["per_trial"], f"{where}.per_trial"))
+        source = Ref.from_dict(data["source"], f"{where}.source")
+        return cls(data["case"], data["operator"], data["ratio"], per_trial, source)
 
 
 @dataclass(frozen=True)
@@ -244,8 +199,8 @@ class Risk:
     evidence: tuple[Ref, ...] = ()
 
     def __post_init__(self) -> None:
-        _text(self.category, "risk.category")
-        _text(self.description, "risk.description")
+        nonblank(self.category, "risk.category")
+        nonblank(self.description, "risk.description")
         object.__setattr__(self, "evidence", tuple(self.evidence))
         if not all(isinstance(r, Ref) for r in self.evidence):
             raise DocumentError("risk.evidence", "must be Refs")
@@ -256,10 +211,10 @@ class Risk:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "risk") -> Risk:
-        data = _need(data, ("category", "description", "evidence"), where)
+        data = need(data, ("category", "description", "evidence"), where)
         return cls(data["category"], data["description"],
                    tuple(Ref.from_dict(r, f"{where}.evidence[{i}]") for i, r in
-                         enumerate(_list(data["evidence"], f"{where}.evidence"))))
+                         enumerate(listed(data["evidence"], f"{where}.evidence"))))
 
 
 @dataclass(frozen=True)
@@ -275,8 +230,8 @@ class Scope:
             object.__setattr__(self, name, tuple(sorted(set(_texts(getattr(self, name), f"scope.{name}")))))
         if not self.operators:
             raise DocumentError("scope.operators", "a card comes from at least one operator")
-        _text(self.language, "scope.language")
-        _text(self.platform, "scope.platform")
+        nonblank(self.language, "scope.language")
+        nonblank(self.platform, "scope.platform")
 
     def identity(self) -> dict[str, Any]:
         return {"operators": list(self.operators), "language": self.language, "platform": self.platform,
@@ -287,7 +242,7 @@ class Scope:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "scope") -> Scope:
-        data = _need(data, ("operators", "language", "platform", "dtypes", "prior_actions"), where)
+        data = need(data, ("operators", "language", "platform", "dtypes", "prior_actions"), where)
         return cls(_texts(data["operators"], f"{where}.operators"), data["language"], data["platform"],
                    _texts(data["dtypes"], f"{where}.dtypes"), _texts(data["prior_actions"], f"{where}.prior_actions"))
 
@@ -302,26 +257,26 @@ class Trial:
     message: str = ""
 
     def __post_init__(self) -> None:
-        _text(self.state, "trial.state")
+        nonblank(self.state, "trial.state")
         if not isinstance(self.passed, bool):
             raise DocumentError("trial.passed", f"must be true or false, not {self.passed!r}")
         if self.ratio is not None:
-            _number(self.ratio, "trial.ratio", positive=True)
-        _text(self.message, "trial.message", empty=True)
+            number(self.ratio, "trial.ratio", positive=True)
+        text(self.message, "trial.message")
 
     def to_dict(self) -> dict[str, Any]:
         return {"state": self.state, "passed": self.passed, "ratio": self.ratio, "message": self.message}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "trial") -> Trial:
-        data = _need(data, ("state", "passed", "ratio", "message"), where)
+        data = need(data, ("state", "passed", "ratio", "message"), where)
         return cls(data["state"], data["passed"], data["ratio"], data["message"])
 
 
 def _features(value: Any, where: str) -> frozenset[Feature]:
     if isinstance(value, (set, frozenset)):
         value = sorted(value)
-    items = _list(value, where)
+    items = listed(value, where)
     out = []
     for i, item in enumerate(items):
         out.append(item if isinstance(item, Feature) else Feature.from_dict(item, f"{where}[{i}]"))
@@ -363,12 +318,12 @@ class SkillCard:
     def __post_init__(self) -> None:
         if self.version != CARD_VERSION:
             raise DocumentError("card", f"unsupported version {self.version!r} (this is {CARD_VERSION})")
-        _text(self.transform, "card.transform")
+        nonblank(self.transform, "card.transform")
         if not isinstance(self.intent, str) or not self.intent.strip():
             raise DocumentError("card.intent", f"a card needs an intent (one sentence), not {self.intent!r}")
         if not isinstance(self.anchor, CardAnchor):
             raise DocumentError("card.anchor", f"must be a CardAnchor, not {self.anchor!r}")
-        _text(self.vector, "card.vector", empty=True)
+        text(self.vector, "card.vector")
         if not isinstance(self.scope, Scope):
             raise DocumentError("card.scope", f"must be a Scope, not {self.scope!r}")
         if not isinstance(self.carrier, dict):
@@ -378,7 +333,7 @@ class SkillCard:
         except (TypeError, ValueError) as exc:
             raise DocumentError("card.carrier", f"must be plain JSON: {exc}") from None
         if isinstance(self.status, str) and not isinstance(self.status, CardStatus):
-            object.__setattr__(self, "status", _enum(CardStatus, self.status, "card.status"))
+            object.__setattr__(self, "status", enum(CardStatus, self.status, "card.status"))
         if not isinstance(self.status, CardStatus):
             raise DocumentError("card.status", f"unknown value {self.status!r}")
         checks = (("preconditions", Precondition), ("effects", Effect), ("risks", Risk), ("evidence", Ref),
@@ -426,14 +381,14 @@ class SkillCard:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "card") -> SkillCard:
-        data = _need(data, _KEYS, where)
+        data = need(data, _KEYS, where)
         if data["version"] != CARD_VERSION:
             raise DocumentError(where, f"unsupported version {data['version']!r} (this is {CARD_VERSION})")
         if not isinstance(data["carrier"], dict):
             raise DocumentError(f"{where}.carrier", "must be an object")
 
         def many(key: str, kind: Any) -> tuple[Any, ...]:
-            items = _list(data[key], f"{where}.{key}")
+            items = listed(data[key], f"{where}.{key}")
             return tuple(kind.from_dict(v, f"{where}.{key}[{i}]") for i, v in enumerate(items))
 
         return cls(
@@ -445,7 +400,7 @@ class SkillCard:
             provides=_features(data["provides"], f"{where}.provides"),
             conflicts=_features(data["conflicts"], f"{where}.conflicts"), evidence=many("evidence", Ref),
             verification_log=many("verification_log", Trial),
-            status=_enum(CardStatus, data["status"], f"{where}.status"), id=_text(data["id"], f"{where}.id"),
+            status=enum(CardStatus, data["status"], f"{where}.status"), id=nonblank(data["id"], f"{where}.id"),
             version=data["version"],
         )
 
@@ -454,5 +409,6 @@ class SkillCard:
 
     @classmethod
     def from_json(cls, text: str, where: str = "card") -> SkillCard:
+        """`where` also leads every field's name in errors (an embedded card is named after its SKILL.md file)."""
         data = parse_document(text, where)
         return cls.from_dict(data, where)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from klineage.documents import save_document
 from klineage.errors import DocumentError, KLineageError
 from klineage.fingerprint import document_text, parse_document
 from klineage.lineage import Lineage
@@ -105,10 +106,7 @@ def load_library(path: str | Path) -> Library:
 
 def save_library(library: Library, path: str | Path) -> Path:
     """Write the canonical JSON of the library; returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(document_text(library.to_dict()), encoding="utf-8")
-    return path
+    return save_document(library.to_dict(), path)
 
 
 def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] | None,

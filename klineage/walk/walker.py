@@ -120,10 +120,6 @@ class _Walk:
     problem_ref: ProblemRef | None = None
 
     @property
-    def passing(self) -> Status:
-        return Status.COMPILED if self.mode is GateMode.COMPILE_ONLY else Status.PASSED
-
-    @property
     def timing_policy(self) -> GatePolicy:
         return self.policy.with_(timing=True, vendor=False, sanitize=Sanitize.NEVER)
 
@@ -133,8 +129,8 @@ class _Walk:
         verdict = self.gate(self.expert, "the expert")
         self.problem_ref = ProblemRef(verdict.problem["operator"], verdict.problem["fingerprint"])
         self.states.append(State.of(self.expert, verdict))
-        if verdict.status is not self.passing:
-            return self.finish(Termination.UNKNOWN, f"the expert does not pass the gate: {_describe(verdict)}")
+        if verdict.status is not Status.passing(self.mode):
+            return self.finish(Termination.UNKNOWN, f"the expert does not pass the gate: {verdict.describe()}")
         state, visited = self.expert, {self.expert.fingerprint}
         while True:
             if len(self.transitions) >= self.limits.max_steps:
@@ -203,13 +199,13 @@ class _Walk:
             self.reject(index, parent, proposal, RejectionCategory.GATE_ERROR,
                         evidence=Evidence(message="the gate failed, not the kernel", stage="run", log=_excerpt(error)))
             return Outcome(Termination.UNKNOWN, f"the gate could not judge step {index} ({proposal})")
-        if verdict.status is not self.passing:
+        if verdict.status is not Status.passing(self.mode):
             category = CATEGORY[verdict.reason] if verdict.reason else RejectionCategory.GATE_ERROR
             self.reject(index, parent, proposal, category, verdict.reason, _failed_cases(verdict),
                         _evidence(verdict))
             if category is RejectionCategory.GATE_ERROR:
                 return Outcome(Termination.UNKNOWN, f"the gate could not judge step {index} ({proposal}): "
-                                                    f"{_describe(verdict)}")
+                                                    f"{verdict.describe()}")
             return self.limit_reached()
         transform = self.transforms.get(proposal.transform)
         checked = audit(parent_verdict, verdict, rewrite, transform, parent=parent)
@@ -265,7 +261,7 @@ class _Walk:
         except KLineageError as exc:
             return ForwardCheck(ForwardStatus.FAILED, message + f"; the timing gate could not run: {exc}")
         if verdict.status is not Status.PASSED:
-            return ForwardCheck(ForwardStatus.FAILED, message + f"; the timing gate did not pass: {_describe(verdict)}")
+            return ForwardCheck(ForwardStatus.FAILED, message + f"; the timing gate did not pass: {verdict.describe()}")
         ratio = verdict.profile.get("ratios", {}).get("vs_baseline")
         if not ratio:
             return ForwardCheck(ForwardStatus.FAILED, message + "; the timing gate gave no paired ratio vs the child")
@@ -362,16 +358,6 @@ def _guarded(propose: Callable[[], Iterable[Any]]) -> Iterator[Any]:
         except KLineageError as exc:
             raise _RewriterFailed(exc) from exc
         yield item
-
-
-def _describe(verdict: Verdict) -> str:
-    if verdict.findings:
-        first = verdict.findings[0]
-        where = f" [{first.case}]" if first.case else ""
-        return f"{verdict.status.value}, {first.reason.value}{where}: {first.message}"
-    if verdict.status is Status.ERROR:
-        return f"error: {str(verdict.environment.get('error', ''))[-400:]}"
-    return verdict.status.value
 
 
 def _failed_cases(verdict: Verdict) -> tuple[str, ...]:
