@@ -34,7 +34,7 @@ class QuotaReached(APIException):
 class JobSubmissionSerializer(serializers.Serializer):
     # A plain field: a choice field named "kind" would share its enum's name with the lineage steps'.
     kind = serializers.CharField(help_text=f"one of: {', '.join(sorted(CHECKS))}")
-    params = serializers.DictField(help_text="kernel (a bundled kernel's name) and the options of the kind: "
+    params = serializers.DictField(help_text="kernel (a bundled kernel's name, or uploaded/<name>) and the options of the kind: "
                                              "walk: problem, rewriter, mode, max_steps, max_rejections; optimize: "
                                              "problem, rewriter, strategy, statuses, scope, budget, mode, seed")
     id = serializers.IntegerField(read_only=True)
@@ -57,7 +57,7 @@ class JobSubmissionSerializer(serializers.Serializer):
         allowed = set(inspect.signature(check).parameters) - {"kernel"}
         unknown = sorted(set(options) - allowed)
         if not isinstance(kernel, str) or unknown:
-            raise serializers.ValidationError({"params": f"needs kernel (a bundled kernel's name) and only "
+            raise serializers.ValidationError({"params": f"needs kernel (a bundled or uploaded kernel's name) and only "
                                                          f"{', '.join(sorted(allowed))}" +
                                                          (f"; unknown: {', '.join(unknown)}" if unknown else "")})
         try:

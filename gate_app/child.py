@@ -36,14 +36,14 @@ class Channel:
 
 
 def run_gate_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
-    from klineage import corpus
+    from klineage import uploads
     from klineage.config import GateMode
     from klineage.gate.pipeline import run_gate
     from klineage.gate.policy import GatePolicy
 
-    problem = corpus.problem_path(payload["problem"])
-    kernel = corpus.kernel_entry(payload["kernel"]).load()
-    against = corpus.kernel_entry(payload["against"]).load() if payload.get("against") else None
+    problem = uploads.problem_path(payload["problem"])
+    kernel = uploads.kernel_entry(payload["kernel"]).load()
+    against = uploads.kernel_entry(payload["against"]).load() if payload.get("against") else None
     policy = GatePolicy.from_dict(payload.get("policy") or {})
     verdict = run_gate(problem, kernel, against=against, cases=payload.get("cases") or None, policy=policy,
                        mode=GateMode(payload.get("mode", "gpu")), progress=channel.progress,
@@ -64,33 +64,33 @@ def _rewriter(name: str) -> Any:
 
 
 def run_walk_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
-    """Walk a bundled expert backward; the result is the lineage document."""
-    from klineage import corpus
+    """Walk an expert (bundled or uploaded) backward; the result is the lineage document."""
+    from klineage import uploads
     from klineage.config import GateMode
     from klineage.walk.walker import walk
 
-    expert = corpus.kernel_entry(payload["kernel"]).load()
+    expert = uploads.kernel_entry(payload["kernel"]).load()
     max_steps = int(payload["max_steps"])
 
     def progress(stage: str, message: str) -> None:
         accepted = _ACCEPTED.match(message)
         channel.progress(stage, message, min(0.95, (int(accepted.group(1)) + 1) / max_steps) if accepted else None)
 
-    lineage = walk(corpus.problem_path(payload["problem"]), expert, _rewriter(payload.get("rewriter", "rules")),
+    lineage = walk(uploads.problem_path(payload["problem"]), expert, _rewriter(payload.get("rewriter", "rules")),
                    gate_mode=GateMode(payload["mode"]), max_steps=max_steps,
                    max_rejections=int(payload["max_rejections"]), progress=progress)
     return lineage.to_dict()
 
 
 def run_optimize_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
-    """Optimize a bundled kernel with the library the worker sent; the result is the optimization
-    document. Each attempt and step goes to the worker as an event as it happens."""
-    from klineage import config, corpus
+    """Optimize a kernel (bundled or uploaded) with the library the worker sent; the result is the
+    optimization document. Each attempt and step goes to the worker as an event as it happens."""
+    from klineage import config, uploads
     from klineage.config import GateMode
     from klineage.optimize import optimize
     from klineage.skills.library import Library
 
-    problem = corpus.problem_path(payload["problem"])
+    problem = uploads.problem_path(payload["problem"])
     library = None
     if payload.get("library") is not None:
         library = Library.from_dict(payload["library"])
@@ -100,11 +100,26 @@ def run_optimize_payload(payload: dict[str, Any], channel: Channel) -> dict[str,
             operator = probe_problem(problem, config.cache_dir()).info.operator
             library = Library(tuple(c for c in library.cards if operator not in c.scope.operators),
                               {"path": f"{library.provenance.get('path', 'library')}, without {operator}'s cards"})
-    result = optimize(problem, corpus.kernel_entry(payload["kernel"]).load(), strategy=payload["strategy"],
+    result = optimize(problem, uploads.kernel_entry(payload["kernel"]).load(), strategy=payload["strategy"],
                       library=library, budget=int(payload["budget"]), gate_mode=GateMode(payload["mode"]),
                       rewriter=payload["rewriter"], seed=int(payload["seed"]), statuses=payload["statuses"],
                       progress=channel.progress, on_event=lambda event: channel.send({"event": event.to_dict()}))
     return result.to_dict()
+
+
+def run_probe_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    """Probe an uploaded problem file in the sandboxed runner: {"probe": ...}, or {"refused": why}
+    when its file does not load or breaks the problem contract."""
+    from klineage import config, uploads
+    from klineage.errors import DocumentError
+    from klineage.gate.execute import probe_problem
+
+    path = uploads.problem_path(payload["problem"])
+    channel.progress("probe", f"running {payload['problem']} in the sandboxed runner")
+    try:
+        return {"probe": probe_problem(path, config.cache_dir()).to_dict()}
+    except DocumentError as exc:
+        return {"refused": str(exc).replace(str(path), payload["problem"])}
 
 
 def run_sleep_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
@@ -135,6 +150,7 @@ RUNNERS: dict[str, Callable[[dict[str, Any], Channel], dict[str, Any]]] = {
     "gate": run_gate_payload,
     "walk": run_walk_payload,
     "optimize": run_optimize_payload,
+    "probe": run_probe_payload,
     "sleep": run_sleep_payload,
 }
 

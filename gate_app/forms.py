@@ -1,5 +1,6 @@
 """The forms of the /optimize/ page: what to walk or optimize, checked by gate_app.submit (the same
-checks as POST /api/jobs/), whose message is shown against the form when it refuses."""
+checks as POST /api/jobs/), whose message is shown against the form when it refuses; and the
+/upload/ page's form, whose files gate_app.uploads checks."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 from django import forms
 
-from gate_app import submit
+from gate_app import submit, uploads
 from gate_app.handlers import GATE_MODES
 from gate_app.queue import QueueError
 
@@ -28,9 +29,9 @@ class _JobForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.fields["kernel"].choices = [(name, name) for name in submit.bundled_kernels()]
+        self.fields["kernel"].choices = [(name, name) for name in submit.kernel_choices()]
         self.fields["problem"].choices = [("", "the kernel's own problem")] + [
-            (name, name) for name in submit.bundled_problems()]
+            (name, name) for name in submit.problem_choices()]
         self.fields["rewriter"].choices = _rewriters()
         self.params: dict[str, Any] = {}
 
@@ -89,3 +90,22 @@ class OptimizeForm(_JobForm):
         return submit.optimize_params(data["kernel"], problem=data["problem"] or None, rewriter=data["rewriter"],
                                       strategy=data["strategy"], statuses=data["statuses"], scope=data["scope"],
                                       budget=data["budget"], mode=data["mode"], seed=data["seed"])
+
+
+class UploadForm(forms.Form):
+    problem = forms.FileField(required=False, label="Problem file (.py)",
+                              help_text="uploaded/<file name>; probed in the sandboxed runner by a job")
+    source = forms.FileField(required=False, label="Kernel source (.cu)", help_text="the file the plan's source names")
+    plan = forms.FileField(required=False, label="Launch plan (launch.toml)",
+                           help_text="its problem: a bundled one or uploaded/<name>")
+
+    def files(self) -> dict[str, uploads.File | None]:
+        """The chosen files, read whole (within the page's limits), or None for each left empty."""
+        chosen = {}
+        for key in ("problem", "source", "plan"):
+            upload = self.cleaned_data.get(key)
+            if upload is not None and upload.size > max(uploads.LIMITS.values()):
+                raise uploads.UploadRefused(f"'{upload.name}' is {upload.size} bytes; the limit is "
+                                            f"{max(uploads.LIMITS.values())}")
+            chosen[key] = uploads.File(upload.name, upload.read()) if upload is not None else None
+        return chosen

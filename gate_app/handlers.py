@@ -4,8 +4,9 @@ A handler never runs engine work in the worker's own process: it hands a payload
 (`python -m gate_app.child`) in a session of its own, reads its progress as it goes, and the
 worker can stop the child's whole process tree at any moment (cancel, lost lease, shutdown).
 
-`gate`, `walk` and `optimize` have handlers; a walk's lineage and an optimization's result are
-stored in the database by the worker itself, once its child has produced them. The test-only
+`gate`, `walk`, `optimize` and `probe` have handlers; a walk's lineage, an optimization's result and
+an uploaded problem's probe are stored in the database by the worker itself, once its child has
+produced them. The test-only
 `sleep` kind exists only when KLINEAGE_JOB_TEST_HANDLERS is on.
 """
 
@@ -219,18 +220,21 @@ def gate_needs(mode: str) -> str:
 def gate_params(problem: str, kernel: str, *, against: str | None = None, mode: str = "gpu",
                 cases: list[str] | None = None, policy: dict[str, Any] | None = None,
                 record: bool = False) -> dict[str, Any]:
-    """Checked parameters of a gate job: bundled corpus names, a known mode, a valid policy."""
+    """Checked parameters of a gate job: bundled corpus names or uploaded ones (`uploaded/<name>`,
+    checked against the database here, resolved from the data dir in the child), a known mode, a
+    valid policy."""
+    from gate_app import uploads
     from klineage import corpus
     from klineage.errors import KLineageError
     from klineage.gate.policy import GatePolicy
+    from klineage.uploads import is_uploaded
 
     if mode not in GATE_MODES:
         raise queue.QueueError(f"mode must be one of {GATE_MODES}, not {mode!r}")
     try:
-        corpus.problem_path(problem)
-        corpus.kernel_entry(kernel)
-        if against:
-            corpus.kernel_entry(against)
+        uploads.check_problem(problem) if is_uploaded(problem) else corpus.problem_path(problem)
+        for name in filter(None, (kernel, against)):
+            uploads.kernel_problem(name) if is_uploaded(name) else corpus.kernel_entry(name)
         GatePolicy.from_dict(policy or {})
     except KLineageError as exc:
         raise queue.QueueError(str(exc)) from None
@@ -257,7 +261,7 @@ def enqueue_gate(problem: str, kernel: str, *, against: str | None = None, mode:
 
 
 def run_gate_job(ctx: JobContext) -> dict[str, Any]:
-    """Judge a bundled kernel on a bundled problem; the result is the verdict's dictionary."""
+    """Judge a kernel on a problem (bundled or uploaded); the result is the verdict's dictionary."""
     params = ctx.params
     unknown = set(params) - _GATE_KEYS
     if unknown:
@@ -277,11 +281,12 @@ def run_sleep_job(ctx: JobContext) -> dict[str, Any]:
 
 
 def handlers() -> dict[str, Callable[[JobContext], Any]]:
-    from gate_app.work import run_optimize_job, run_walk_job
+    from gate_app.work import run_optimize_job, run_probe_job, run_walk_job
 
     found: dict[str, Callable[[JobContext], Any]] = {Job.Kind.GATE.value: run_gate_job,
                                                      Job.Kind.WALK.value: run_walk_job,
-                                                     Job.Kind.OPTIMIZE.value: run_optimize_job}
+                                                     Job.Kind.OPTIMIZE.value: run_optimize_job,
+                                                     Job.Kind.PROBE.value: run_probe_job}
     if test_handlers_enabled():
         found["sleep"] = run_sleep_job
     return found

@@ -25,6 +25,7 @@ class Job(models.Model):
         GATE = "gate", "gate"
         WALK = "walk", "backward walk"
         OPTIMIZE = "optimize", "optimize"
+        PROBE = "probe", "problem probe"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "queued"

@@ -1,5 +1,6 @@
 """A finished optimization's document as the job page shows it: the best kernel (highlighted
-source), the skills applied on the way with their diffs, and every attempt."""
+source), the skills applied on the way with their diffs, and every attempt; and the upload page's
+messages and lists."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from django.urls import reverse
 
 from skills_app.highlight import highlight_lines
 from skills_app.lineage_views import diff_lines
-from skills_app.models import SkillCard
+from skills_app.models import Kernel, Problem, SkillCard
 
 SHORT = 12  # characters of a card id the library's pages go by
 
@@ -41,3 +42,32 @@ def optimization(result: dict[str, Any]) -> dict[str, Any]:
                       "status": a["status"], "ratio": _ratio(a["ratio"]), "message": a["message"]}
                      for a in result["attempts"]],
     }
+
+
+def upload_lines(outcome) -> list[str]:
+    """What an upload (gate_app.uploads.Outcome) stored, one message each."""
+    lines = []
+    if outcome.problem is not None:
+        name = outcome.problem.upload_name
+        lines.append(f"Problem {name} " + ("was already uploaded" if name in outcome.unchanged else "stored") +
+                     f"; its probe: {outcome.problem.get_probe_display()}" +
+                     (f" (job #{outcome.probe_job.pk})" if outcome.probe_job else "") + ".")
+    if outcome.kernel is not None:
+        name = outcome.kernel.name
+        lines.append(f"Kernel {name} " + ("was already uploaded." if name in outcome.unchanged else
+                                          "passed the static check and is stored."))
+    return lines
+
+
+def uploads_listing() -> dict[str, Any]:
+    """Uploaded problems (each with its latest probe job) and kernels."""
+    from gate_app.models import Job
+
+    probes: dict[str, int] = {}
+    for pk, params in Job.objects.filter(kind=Job.Kind.PROBE).order_by("id").values_list("id", "params"):
+        probes[params.get("problem", "")] = pk
+    problems = list(Problem.objects.exclude(upload_name="").order_by("upload_name"))
+    for problem in problems:
+        problem.probe_job = probes.get(problem.upload_name)
+    kernels = Kernel.objects.filter(origin=Kernel.Origin.UPLOADED).select_related("current_state").order_by("name")
+    return {"uploaded_problems": problems, "uploaded_kernels": kernels}

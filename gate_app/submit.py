@@ -51,20 +51,40 @@ def bundled_problems() -> list[str]:
     return [path.stem for path in corpus.list_problems()]
 
 
-def _bundled(problem: str | None, kernel: str) -> str:
-    """The problem's bundled name, checked with the kernel (by name only: never a path on the
-    server); default: the kernel's own problem."""
+def kernel_choices() -> list[str]:
+    """The kernels a walk or an optimization may start from: bundled, then uploaded."""
+    from gate_app import uploads
+
+    return bundled_kernels() + uploads.kernel_names()
+
+
+def problem_choices() -> list[str]:
+    from gate_app import uploads
+
+    return bundled_problems() + uploads.usable_problems()
+
+
+def _problem(problem: str | None, kernel: str) -> str:
+    """The problem's name, checked with the kernel's (by name only: never a path on the server);
+    default: the problem the kernel's plan names. Uploaded names are checked in the database."""
+    from gate_app import uploads
     from klineage import corpus
     from klineage.errors import KLineageError
+    from klineage.uploads import is_uploaded
 
-    if kernel not in bundled_kernels():
-        raise queue.QueueError(f"no bundled kernel {kernel!r} (see the Kernels page)")
-    if not problem:
+    if is_uploaded(kernel):
+        default = uploads.kernel_problem(kernel)
+    elif kernel in bundled_kernels():
         try:
-            problem = corpus.kernel_entry(kernel).load().plan.problem
+            default = problem or corpus.kernel_entry(kernel).load().plan.problem
         except KLineageError as exc:
             raise queue.QueueError(str(exc)) from None
-    if problem not in bundled_problems():
+    else:
+        raise queue.QueueError(f"no bundled kernel {kernel!r} (see the Kernels page)")
+    problem = problem or default
+    if is_uploaded(problem):
+        uploads.check_problem(problem)
+    elif problem not in bundled_problems():
         raise queue.QueueError(f"no bundled problem {problem!r} (bundled: {', '.join(bundled_problems())})")
     return problem
 
@@ -91,8 +111,8 @@ def _rewriter(value: Any) -> str:
 
 def walk_params(kernel: str, *, problem: str | None = None, rewriter: str = "rules", mode: str = "gpu",
                 max_steps: int = 16, max_rejections: int = 4) -> dict[str, Any]:
-    """Checked parameters of a backward walk of a bundled expert kernel."""
-    return {"problem": _bundled(problem, kernel), "kernel": kernel, "rewriter": _rewriter(rewriter),
+    """Checked parameters of a backward walk of an expert kernel (bundled or uploaded)."""
+    return {"problem": _problem(problem, kernel), "kernel": kernel, "rewriter": _rewriter(rewriter),
             "mode": _choice("mode", mode, GATE_MODES),
             "max_steps": _whole("max_steps", max_steps, *WALK_LIMITS["max_steps"]),
             "max_rejections": _whole("max_rejections", max_rejections, *WALK_LIMITS["max_rejections"])}
@@ -113,7 +133,8 @@ def strategies() -> tuple[str, ...]:
 def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = "rules",
                     strategy: str = "library", statuses: list[str] | tuple[str, ...] = ("admitted",),
                     scope: str = "all", budget: int = 16, mode: str = "gpu", seed: int = 0) -> dict[str, Any]:
-    """Checked parameters of an optimization of a bundled kernel with the database's skill library."""
+    """Checked parameters of an optimization of a kernel (bundled or uploaded) with the database's
+    skill library."""
     strategy = _choice("strategy", strategy, strategies())
     rewriter = _rewriter(rewriter)
     if strategy == "no_library" and rewriter == "rules":
@@ -123,7 +144,7 @@ def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = 
         raise queue.QueueError(f"statuses must name at least one of {', '.join(CARD_STATUSES)}")
     for status in statuses:
         _choice("each of statuses", status, CARD_STATUSES)
-    return {"problem": _bundled(problem, kernel), "kernel": kernel, "rewriter": rewriter, "strategy": strategy,
+    return {"problem": _problem(problem, kernel), "kernel": kernel, "rewriter": rewriter, "strategy": strategy,
             "statuses": sorted(set(statuses), key=CARD_STATUSES.index), "scope": _choice("scope", scope, tuple(LIBRARY_SCOPES)),
             "budget": _whole("budget", budget, *BUDGET_LIMITS), "mode": _choice("mode", mode, GATE_MODES),
             "seed": _whole("seed", seed, 0, 2**31 - 1)}

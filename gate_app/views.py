@@ -1,17 +1,19 @@
-"""Job pages, and the page that submits walks and optimizations."""
+"""Job pages (with cancel), the page that submits walks and optimizations, and the upload page."""
 
 import json
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from gate_app import presenters, submit
+from gate_app import presenters, queue, submit, uploads
 from gate_app.apps import SUBMIT_PERMISSION
-from gate_app.forms import OptimizeForm, WalkForm
+from gate_app.forms import OptimizeForm, UploadForm, WalkForm
 from gate_app.models import Job, Worker
 from gate_app.queue import QueueError, describe
 from klineage_web.access import read_access
@@ -59,10 +61,28 @@ def job_detail(request, job_id: int):
     state = describe(job)
     result = json.dumps(state["result"], indent=1) if state["result"] is not None else ""
     finished = job.status == Job.Status.SUCCEEDED and isinstance(job.result, dict)
+    can_cancel = not job.finished and (request.user.is_staff or (job.owner_id and job.owner_id == request.user.pk))
     return render(request, "gate_app/job.html", {
-        "job": state, "result_json": result,
+        "job": state, "result_json": result, "can_cancel": can_cancel,
         "optimization": presenters.optimization(job.result) if finished and job.kind == Job.Kind.OPTIMIZE else None,
         "walk": job.result if finished and job.kind == Job.Kind.WALK else None})
+
+
+@login_required
+@require_POST
+def cancel(request, job_id: int):
+    """Cancel a job (its owner or staff): a queued one at once, a running one by its worker."""
+    job = get_object_or_404(Job, pk=job_id)
+    if not (request.user.is_staff or (job.owner_id and job.owner_id == request.user.pk)):
+        raise PermissionDenied("only the job's owner or staff may cancel it")
+    status = queue.cancel(job)
+    if status == Job.Status.CANCELLED:
+        messages.success(request, f"Job {job.pk} is cancelled.")
+    elif status == Job.Status.RUNNING:
+        messages.info(request, f"Cancel requested: job {job.pk}'s worker is stopping it; it will show as cancelled.")
+    else:
+        messages.warning(request, f"Job {job.pk} had already {status}: nothing to cancel.")
+    return redirect("gate:job", job.pk)
 
 
 @login_required
@@ -94,3 +114,26 @@ def _optimize_context(request, forms) -> dict:
     return {"optimize_form": forms["optimize"], "walk_form": forms["walk"],
             "gpu_jobs": submit.gpu_jobs_held(request.user), "quota": settings.KLINEAGE_GPU_JOB_QUOTA,
             "recent": Job.objects.filter(owner=request.user, kind__in=list(forms)).order_by("-id")[:10]}
+
+
+@login_required
+@permission_required(SUBMIT_PERMISSION, raise_exception=True)
+@require_http_methods(["GET", "POST"])
+def upload(request):
+    """Upload a problem file and/or a kernel (operators only); what was refused is shown against the
+    form, with the static check's findings, and nothing of it is stored."""
+    form = UploadForm(request.POST or None, request.FILES or None)
+    findings = ()
+    if request.method == "POST" and form.is_valid():
+        try:
+            outcome = uploads.upload(**form.files(), owner=request.user)
+        except uploads.UploadRefused as exc:
+            form.add_error(None, exc.message)
+            findings = exc.findings
+        else:
+            for line in presenters.upload_lines(outcome):
+                messages.success(request, line)
+            return redirect("gate:upload")
+    return render(request, "gate_app/upload.html", {
+        "form": form, "findings": findings, **presenters.uploads_listing(),
+    }, status=400 if request.method == "POST" else 200)

@@ -16,6 +16,7 @@ from typing import Any
 from gate_app.handlers import JobContext, JobError
 
 WALK_KEYS = {"problem", "kernel", "rewriter", "mode", "max_steps", "max_rejections"}
+PROBE_KEYS = {"problem"}
 OPTIMIZE_KEYS = {"problem", "kernel", "rewriter", "strategy", "statuses", "scope", "budget", "mode", "seed"}
 RECENT_ATTEMPTS = 8  # attempts listed live on the job page
 
@@ -26,7 +27,7 @@ def _check_keys(params: dict[str, Any], keys: set[str], kind: str) -> None:
 
 
 def run_walk_job(ctx: JobContext) -> dict[str, Any]:
-    """Walk a bundled expert backward in the child, then import its lineage here; the result says
+    """Walk an expert (bundled or uploaded) backward in the child, then import its lineage here; the result says
     which lineage and how the walk ended."""
     from django.urls import reverse
 
@@ -92,7 +93,7 @@ class Chart:
 
 
 def run_optimize_job(ctx: JobContext) -> dict[str, Any]:
-    """Optimize a bundled kernel in the child with the database's library; the result is the
+    """Optimize a kernel (bundled or uploaded) in the child with the database's library; the result is the
     optimization document."""
     from klineage.optimize.strategies import Strategy
 
@@ -111,3 +112,18 @@ def run_optimize_job(ctx: JobContext) -> dict[str, Any]:
         ctx.progress(event["kind"], line, event["evaluations"] / event["budget"], log=False)
 
     return ctx.run_child({"kind": "optimize", **params, "library": library}, on_event=on_event)
+
+
+def run_probe_job(ctx: JobContext) -> dict[str, Any]:
+    """Probe an uploaded problem in the child (the sandboxed runner loads it there), then record on
+    its Problem row what the probe found, or why it refused the file."""
+    from gate_app.uploads import record_probe
+
+    params = ctx.params
+    _check_keys(params, PROBE_KEYS, "probe")
+    ctx.progress("start", f"probe {params['problem']}", 0.01)
+    outcome = ctx.run_child({"kind": "probe", **params})
+    problem = record_probe(params["problem"], outcome.get("probe"), outcome.get("refused", ""))
+    ctx.log(f"{params['problem']}: {problem.get_probe_display()}")
+    return {"problem": params["problem"], "probe": problem.probe, "operator": problem.operator,
+            "cases": [case["name"] for case in problem.cases], "refused": problem.probe_error}

@@ -23,7 +23,15 @@ FINGERPRINT_LENGTH = 64  # sha256, hex
 
 
 class Problem(models.Model):
-    """A problem as the sandboxed probe described it (its file never runs in the web process)."""
+    """A problem as the sandboxed probe described it (its file never runs in the web process).
+
+    An uploaded problem is stored before it is probed: its `info` stays empty until its probe job
+    records what the probe found, or why it refused the file."""
+
+    class Probe(models.TextChoices):
+        PENDING = "pending", "waiting for its probe"
+        SOUND = "sound", "probed: sound"
+        REFUSED = "refused", "refused by its probe"
 
     operator = models.CharField(max_length=100)
     fingerprint = models.CharField(max_length=FINGERPRINT_LENGTH, unique=True)
@@ -32,6 +40,10 @@ class Problem(models.Model):
                                 help_text="the probe's reasons why the problem is unusable; empty when sound")
     path = models.CharField(max_length=500, help_text="relative to the repository for bundled problems")
     bundled = models.BooleanField(default=False)
+    upload_name = models.CharField(max_length=80, blank=True, default="",
+                                   help_text="uploaded problems: the name jobs use, uploaded/<name>; empty otherwise")
+    probe = models.CharField(max_length=8, choices=Probe.choices, default=Probe.SOUND)
+    probe_error = models.TextField(blank=True, default="", help_text="why the probe refused it")
     # One current problem per operator: the file as it is now. Earlier versions stay, since
     # verdicts measured against them name their fingerprint.
     current = models.BooleanField(default=False)
@@ -42,11 +54,17 @@ class Problem(models.Model):
         ordering = ["operator", "-current", "-imported_at"]
         constraints = [
             models.UniqueConstraint(fields=["operator"], condition=Q(current=True), name="skills_problem_one_current"),
+            models.UniqueConstraint(fields=["upload_name"], condition=~Q(upload_name=""),
+                                    name="skills_problem_upload_name"),
         ]
         indexes = [models.Index(fields=["operator", "current"], name="skills_problem_operator")]
 
     def __str__(self) -> str:
         return f"{self.operator} ({self.fingerprint[:12]})"
+
+    @property
+    def uploaded(self) -> bool:
+        return bool(self.upload_name)
 
     @property
     def cases(self) -> list[dict[str, Any]]:
