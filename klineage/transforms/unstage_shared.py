@@ -1,0 +1,836 @@
+"""unstage_shared: a shared-memory tile staged from global memory becomes direct global reads.
+
+Staging copies a tile of global memory into a `__shared__` array once per block, so that the many
+reads of each element hit shared memory instead of global memory:
+
+    As[ty][tx] = (row < M && t + tx < K) ? A[row * K + t + tx] : 0.0f;   // the staging store
+    __syncthreads();
+    for (int k = 0; k < TILE; ++k) acc += As[ty][k] * Bs[k][tx];         // the reads
+
+Backward replaces each read of the tile by the global read it stands for and removes the store, the
+array and, where the tile was the function's last shared memory, the barriers that protected it:
+
+    for (int k = 0; k < TILE; ++k) acc += ((row < M && t + k < K) ? A[row * K + t + k] : 0.0f) * Bs[k][tx];
+
+The substitution is the staging store's index map read backwards. Each tile index of the store is a
+variable v (a thread index, a staging-loop index, a local), or v + c / v - c with c invariant, and the
+variables are distinct, so the tile element t was written by the thread and iteration with v = t (- c);
+the global index and the guard mention no other varying value (every other thread index, staging-loop
+index or local derived from one must be one of the v's), so that element holds exactly g[G(v := t)].
+A read `tile[R...]` therefore equals `g[G(v := R)]` (with the guard, and the zero where the guard
+fails), evaluated where the read is. Locals of the global index keep their names where they have the
+same value at the read (declared before the staging, never changed, or changed only by a loop that
+holds both), and are expanded into their definitions otherwise.
+
+A site is a `__shared__` array (static, `tile[A][B]`, or dynamic, `extern __shared__ T tile[]`) of a
+function such that: every use is a full-rank element access; it is written exactly once, by a plain
+store `tile[E...] = g[G]` or `tile[E...] = cond ? g[G] : zero` of a global pointer g; the store is
+inside loops only (no `if`), and a `__syncthreads()` in the same block follows it before any read, all
+of them after that barrier in that block (the same pass of any loop around it); g is never written in
+the function, never handed to a function that could write it, and its launch buffer is not passed
+twice; the index map is invertible as above. Anything else is refused with the reason. Barriers go
+only when nothing else could need them: no other shared memory, asm or atomics in the function or
+the helpers it calls, and no global buffer both read and written.
+
+Anchor: the function, kind "declaration", key the array's name; the snippet holds the function as it
+was, and forward puts it back once backward of that definition gives the current source (the only
+restaging this simpler kernel came from). Declared: the store and the reads leave SASS (`sts`, `lds`),
+and `shared_array` / `dynamic_shared` where the array was the function's last of its kind.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.launch import ArgKind
+from klineage.transforms import register
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
+from klineage.transforms.devectorize import (LOAD_INTRINSICS, Scope, contains, function_feature_names, operator,
+                                             params, splice, unparen)
+from klineage.transforms.sync_copies import item_span, own_lines
+
+_VARYING_BUILTIN = "threadIdx"
+_INVARIANT_BUILTINS = frozenset({"blockIdx", "blockDim", "gridDim"})
+_SIMPLE = re.compile(r"^(?:[A-Za-z_][\w.]*|\d[\w.]*|\([^()]*\))$")
+_WRAP_FREE = frozenset({"parenthesized_expression", "subscript_argument_list", "argument_list", "init_declarator"})
+_STAGING_FEATURES = frozenset({"shared_array", "dynamic_shared"})
+_BARRIER_USERS = re.compile(r"__shared__|__syncthreads|\basm\b|\batomic[A-Z]\w*|__shfl")
+_FLOAT_ZERO = re.compile(r"^(?:0|0\.0*f|0\.f|0\.0*e0f)$", re.IGNORECASE)
+_DOUBLE_ZERO = re.compile(r"^(?:0|0\.0*|0\.)$")
+
+
+@dataclass
+class _Plan:
+    """One shared array: why it cannot be unstaged, or the edits that unstage it."""
+
+    name: str
+    function: str
+    function_node: Node
+    problem: str = ""
+    edits: list[tuple[int, int, str]] = field(default_factory=list)
+    reads: int = 0
+
+
+class _Refused(Exception):
+    """Internal: the analysis of one array stops with this reason."""
+
+
+class _Analysis:
+    def __init__(self, state: KernelState):
+        self.state = state
+        self.parsed = cp.parse(state.source)
+        self.scope = Scope(self.parsed)
+        self.data = self.parsed.data
+
+    def text(self, node: Node) -> str:
+        return self.parsed.text(node)
+
+    def line(self, node: Node) -> int:
+        return node.start_point.row + 1
+
+    # -- the arrays ---------------------------------------------------------------------------------
+    def plans(self) -> list[_Plan]:
+        found = []
+        names = [f.name for f in self.scope.functions]
+        for declaration in self.scope.declarations:
+            if "__shared__" not in declaration.specifiers or not declaration.dims or declaration.function is None:
+                continue
+            function_node = cp.enclosing_function(declaration.node)
+            plan = _Plan(declaration.name, declaration.function, function_node)
+            try:
+                if names.count(declaration.function) != 1:
+                    raise _Refused(f"{declaration.function} is defined more than once")
+                twins = [d for d in self.scope.declarations if d.name == declaration.name and d is not declaration
+                         and d.function == declaration.function]
+                if twins:
+                    raise _Refused(f"{declaration.function} declares more than one {declaration.name}")
+                _Tile(self, declaration, function_node, plan).analyse()
+            except _Refused as refused:
+                plan.problem = str(refused)
+                plan.edits = []
+            found.append(plan)
+        return found
+
+
+class _Tile:
+    """The staging analysis of one shared array."""
+
+    def __init__(self, analysis: _Analysis, declaration: cp.Declaration, function: Node, plan: _Plan):
+        self.a = analysis
+        self.declaration = declaration
+        self.function = function
+        self.plan = plan
+        self.name = declaration.name
+        self.rank = len(declaration.dims)
+        self.store: Node | None = None  # the assignment
+        self.region: Node | None = None  # P: the statement of the block B that holds the store
+        self.reads: list[Node] = []
+        self.vars: list[str] = []  # the canonical key of each tile index's variable
+        self.offsets: list[tuple[str, Node | None]] = []  # ("+" | "-" | "", c) of each tile index
+
+    def refuse(self, why: str) -> None:
+        raise _Refused(f"{self.name} in {self.plan.function}: {why}")
+
+    # -- uses ---------------------------------------------------------------------------------------
+    def analyse(self) -> None:
+        if "extern" in self.declaration.specifiers:
+            others = [d for d in self.a.scope.declarations if d is not self.declaration
+                      and {"extern", "__shared__"} <= set(d.specifiers)
+                      and d.function in (None, self.declaration.function)]
+            if others:
+                self.refuse(f"dynamic shared memory is also declared as {others[0].name} (line {others[0].line}): "
+                            "the two arrays alias")
+        writes = []
+        for use in self._uses():
+            access, depth = use, 0
+            while access.parent is not None and access.parent.type == "subscript_expression" and \
+                    access.parent.child_by_field_name("argument") == access:
+                access, depth = access.parent, depth + 1
+            if depth != self.rank:
+                self.refuse(f"used as a pointer or a row at line {self.a.line(use)}, not as an element")
+            outer = access
+            while outer.parent is not None and outer.parent.type == "parenthesized_expression":
+                outer = outer.parent
+            parent = outer.parent
+            if parent is not None and parent.type == "assignment_expression" and \
+                    parent.child_by_field_name("left") == outer:
+                writes.append(parent)
+            elif parent is not None and parent.type == "update_expression":
+                writes.append(parent)
+            elif parent is not None and parent.type == "pointer_expression" and operator(parent) == "&":
+                self.refuse(f"its address is taken at line {self.a.line(use)}")
+            else:
+                self.reads.append(access)
+        if len(writes) != 1:
+            lines = ", ".join(str(self.a.line(w)) for w in writes) or "none"
+            self.refuse(f"written {len(writes)} times (lines {lines}); only a tile written by one staging store "
+                        "is unstaged")
+        if not self.reads:
+            self.refuse("never read")
+        self.store = writes[0]
+        if self.store.type != "assignment_expression" or operator(self.store) != "=":
+            self.refuse(f"written by `{self.a.text(self.store)}`, not by a plain store")
+        self._structure()
+        self._map()
+        self._check_source()
+        self.plan.edits = self._edits()
+        self.plan.reads = len(self.reads)
+
+    def _uses(self) -> list[Node]:
+        inside = self.declaration.node
+        return [n for n in cp.nodes_of_type(self.function, "identifier")
+                if self.a.text(n) == self.name and not contains(inside, n)
+                and self.a.scope.declaration(self.name, n) is self.declaration]
+
+    # -- where the store and the reads are ----------------------------------------------------------
+    def _structure(self) -> None:
+        statement = self.store.parent
+        if statement.type != "expression_statement":
+            self.refuse(f"the store at line {self.a.line(self.store)} is part of a larger expression")
+        node = statement
+        while True:
+            parent = node.parent
+            reads_inside = any(contains(parent, r) for r in self.reads)
+            if parent.type == "compound_statement":
+                if reads_inside or parent.parent.type == "function_definition":
+                    break
+            elif parent.type == "for_statement":
+                if reads_inside:
+                    self.refuse("the store and the reads share a loop without a block")
+            else:
+                self.refuse(f"the store at line {self.a.line(self.store)} is conditional (inside "
+                            f"`{parent.type.replace('_statement', '')}`): the reads could see elements it skipped")
+            node = parent
+        self.region = node
+        block = node.parent
+        siblings = [c for c in block.named_children if c.type != "comment"]
+        after = siblings[siblings.index(node) + 1:]
+        barrier = None
+        for sibling in after:
+            if _is_barrier(self.a, sibling):
+                barrier = sibling
+                break
+            if self._mentions(sibling):
+                self.refuse(f"the tile is used at line {self.a.line(sibling)} before a __syncthreads() "
+                            "follows its store")
+        if barrier is None:
+            self.refuse("no __syncthreads() follows the staging store in its block")
+        for read in self.reads:
+            if not (contains(block, read) and read.start_byte > barrier.end_byte):
+                self.refuse(f"the read at line {self.a.line(read)} is not after the barrier that follows "
+                            "the store in the same block (it could see another pass's tile)")
+
+    def _mentions(self, node: Node) -> bool:
+        return any(self.a.text(n) == self.name for n in cp.nodes_of_type(node, "identifier"))
+
+    # -- the index map --------------------------------------------------------------------------------
+    def _map(self) -> None:
+        indices, target = [], unparen(self.store.child_by_field_name("left"))
+        while target.type == "subscript_expression":
+            indices.insert(0, _index(target))
+            target = unparen(target.child_by_field_name("argument"))
+        for index in indices:
+            node, sign, offset = unparen(index), "", None
+            if node.type == "binary_expression" and operator(node) in ("+", "-"):
+                left, right = unparen(node.child_by_field_name("left")), unparen(node.child_by_field_name("right"))
+                if self._variable(left) is not None:
+                    node, sign, offset = left, operator(node), right
+                elif operator(node) == "+" and self._variable(right) is not None:
+                    node, sign, offset = right, "+", left
+            key = self._variable(node)
+            if key is None:
+                self.refuse(f"the tile index `{self.a.text(index)}` is not a variable (plus an offset): the "
+                            "index map cannot be inverted syntactically")
+            if key in self.vars:
+                self.refuse(f"two tile indices are the same variable {key}: the index map is not invertible")
+            self.vars.append(key)
+            self.offsets.append((sign, offset))
+        for sign, offset in self.offsets:
+            if offset is not None and self._varying(offset):
+                self.refuse(f"the tile index offset `{self.a.text(offset)}` varies between threads")
+        value = unparen(self.store.child_by_field_name("right"))
+        self.guard = self.zero = None
+        if value.type == "conditional_expression":
+            self.guard = value.child_by_field_name("condition")
+            self.zero = unparen(value.child_by_field_name("alternative"))
+            value = unparen(value.child_by_field_name("consequence"))
+            if any(n.type in ("identifier", "field_expression") and not _callee(n)
+                   for n in cp.nodes_of_type(self.zero, "identifier", "field_expression")):
+                self.refuse(f"the value where the guard fails, `{self.a.text(self.zero)}`, is not a constant")
+        if value.type != "subscript_expression" or unparen(value.child_by_field_name("argument")).type != "identifier":
+            self.refuse(f"the staged value `{self.a.text(value)}` is not a plain global read `g[...]`")
+        self.load = value
+        self.pointer = unparen(value.child_by_field_name("argument"))
+        if self.a.scope.memory_space(self.pointer) != "global":
+            self.refuse(f"{self.a.text(self.pointer)} cannot be traced to global memory")
+        # Render once at the store itself: refuses what no read could substitute either.
+        self._render(self.store.child_by_field_name("right"), self.store, {})
+
+    def _variable(self, node: Node) -> str | None:
+        """The canonical key of a tile index variable: `threadIdx.x` for the builtin and for a local
+        that only ever holds it, `name@offset` for any other local; None for anything else."""
+        node = unparen(node)
+        if node.type == "field_expression":
+            argument = node.child_by_field_name("argument")
+            if argument is not None and self.a.text(argument) == _VARYING_BUILTIN:
+                return "threadIdx." + self.a.text(node.child_by_field_name("field"))
+            return None
+        if node.type != "identifier":
+            return None
+        declaration = self.a.scope.declaration(self.a.text(node), node)
+        if declaration is None or declaration.function is None or declaration.dims or declaration.indirection:
+            return None
+        if declaration.init is not None and not self._modifications(declaration):
+            builtin = self._variable(declaration.init) if unparen(declaration.init).type == "field_expression" else None
+            if builtin is not None:
+                return builtin
+        return f"{declaration.name}@{declaration.node.start_byte}"
+
+    def _varying(self, node: Node) -> bool:
+        """Whether an expression mentions a thread index or a local of the staging region."""
+        for leaf in cp.nodes_of_type(node, "identifier", "field_expression"):
+            if leaf.type == "field_expression":
+                if self.a.text(leaf.child_by_field_name("argument")) == _VARYING_BUILTIN:
+                    return True
+                continue
+            declaration = self.a.scope.declaration(self.a.text(leaf), leaf)
+            if declaration is not None and declaration.function is not None and \
+                    (contains(self.region, declaration.node) or
+                     (declaration.init is not None and self._varying(declaration.init))):
+                return True
+        return False
+
+    # -- rendering the global read at a read site -------------------------------------------------------
+    def _substitution(self, read: Node) -> dict[str, str]:
+        """Tile index variable -> the text that replaces it at this read."""
+        indices, target = [], read
+        while target.type == "subscript_expression":
+            indices.insert(0, _index(target))
+            target = unparen(target.child_by_field_name("argument"))
+        mapping = {}
+        for key, (sign, offset), index in zip(self.vars, self.offsets, indices):
+            effects = cp.nodes_of_type(index, "assignment_expression", "update_expression", "call_expression")
+            if effects:
+                self.refuse(f"the read index `{self.a.text(index)}` at line {self.a.line(read)} has calls or side "
+                            "effects: it cannot be repeated in the global index")
+            text = self.a.text(index).strip()
+            if offset is not None:
+                inverse = "-" if sign == "+" else "+"
+                text = f"{_wrap(text)} {inverse} {_wrap(self._render(offset, read, {}))}"
+            if offset is not None or not self._same_variable(unparen(index), key):
+                mapping[key] = text
+        return mapping
+
+    def _same_variable(self, index: Node, key: str) -> bool:
+        """The read index is the store's own index variable, with the same value (a thread index, or
+        a local never changed): the variable then stands for itself."""
+        if self._variable(index) != key:
+            return False
+        if key.startswith(_VARYING_BUILTIN + "."):
+            return True
+        declaration = self.a.scope.declaration(self.a.text(index), index)
+        return declaration is not None and not self._modifications(declaration)
+
+    def _render(self, node: Node, site: Node, mapping: dict[str, str], depth: int = 0) -> str:
+        """The text of `node` (an expression of the store) as it reads at `site` with the tile
+        index variables replaced by `mapping` (variables it leaves out stand for themselves)."""
+        if depth > 8:
+            self.refuse(f"`{self.a.text(node)}` is defined too deeply to expand")
+        leaf = self._leaf(node, site, mapping, depth)
+        if leaf is not None:
+            return leaf
+        if not node.children:
+            return self.a.text(node)
+        pieces, position = [], node.start_byte
+        for child in node.children:
+            pieces.append(self.a.data[position:child.start_byte].decode("utf-8"))
+            pieces.append(self._render(child, site, mapping, depth))
+            position = child.end_byte
+        pieces.append(self.a.data[position:node.end_byte].decode("utf-8"))
+        return "".join(pieces)
+
+    def _leaf(self, node: Node, site: Node, mapping: dict[str, str], depth: int) -> str | None:
+        if node.type == "field_expression":
+            argument = node.child_by_field_name("argument")
+            builtin = self.a.text(argument) if argument is not None else ""
+            if builtin == _VARYING_BUILTIN:
+                key = "threadIdx." + self.a.text(node.child_by_field_name("field"))
+                if key not in self.vars:
+                    self.refuse(f"the global index depends on {key}, which no tile index names: "
+                                "the index map is not invertible")
+                return _placed(mapping.get(key, key), node)
+            return self.a.text(node) if builtin in _INVARIANT_BUILTINS else None
+        if node.type != "identifier" or _callee(node):
+            return None
+        name = self.a.text(node)
+        declaration = self.a.scope.declaration(name, node)
+        param = self.a.scope.param(name, node)
+        if declaration is not None and declaration.function is not None:
+            key = self._variable(node)
+            if key in self.vars:
+                if key in mapping:
+                    return _placed(mapping[key], node)
+                self._same_at(node, site, declaration)
+                return name
+            return self._local(node, site, mapping, depth, declaration)
+        if declaration is not None:  # namespace scope
+            if "constexpr" not in declaration.specifiers and "const" not in declaration.specifiers:
+                self.refuse(f"the global index reads the mutable variable {name}")
+            return name
+        if param is not None:
+            self._same_at(node, site, None)
+            if self._param_modified(name):
+                self.refuse(f"the parameter {name} is assigned in {self.plan.function}")
+            return name
+        return name  # a macro, an enumerator, a template parameter
+
+    def _local(self, node: Node, site: Node, mapping: dict[str, str], depth: int,
+               declaration: cp.Declaration) -> str:
+        name = self.a.text(node)
+        if declaration.dims:
+            self.refuse(f"the global index reads the local array {name}")
+        inside = contains(self.region, declaration.node)
+        depends = self._depends(declaration, set())
+        changed = self._modifications(declaration)
+        if not inside and not (depends & set(mapping)):
+            # the same value at the read: declared before the staging, changed at most by a loop around both
+            for change in changed:
+                loop = _update_of(change)
+                if loop is None or not all(contains(loop.child_by_field_name("body"), n)
+                                           for n in (self.store, *self.reads)):
+                    self.refuse(f"{name} changes between the store and the reads (line {self.a.line(change)})")
+            self._same_at(node, site, declaration)
+            return name
+        if declaration.init is None or declaration.indirection or changed:
+            self.refuse(f"the global index depends on {name}, which the tile index does not determine")
+        for leaf in cp.nodes_of_type(declaration.init, "identifier"):
+            inner = self.a.scope.declaration(self.a.text(leaf), leaf)
+            if inner is None or inner.function is None:
+                continue
+            for change in self._modifications(inner):
+                loop = _update_of(change)
+                if loop is None or not contains(loop.child_by_field_name("body"), declaration.node):
+                    self.refuse(f"{name} is computed from {inner.name}, which changes (line {self.a.line(change)})")
+        return _placed(self._render(declaration.init, site, mapping, depth + 1), node)
+
+    def _depends(self, declaration: cp.Declaration, seen: set[str]) -> set[str]:
+        """The tile index variables a local is computed from (through other locals)."""
+        found: set[str] = set()
+        if declaration.init is None or declaration.name in seen:
+            return found
+        seen.add(declaration.name)
+        for leaf in cp.nodes_of_type(declaration.init, "identifier", "field_expression"):
+            key = self._variable(leaf)
+            if key in self.vars:
+                found.add(key)
+            elif key is not None and key.startswith(_VARYING_BUILTIN + "."):
+                self.refuse(f"{declaration.name} depends on {key}, which no tile index names: the index map is "
+                            "not invertible")
+            elif leaf.type == "identifier":
+                inner = self.a.scope.declaration(self.a.text(leaf), leaf)
+                if inner is not None and inner.function is not None:
+                    found |= self._depends(inner, seen)
+        return found
+
+    def _same_at(self, node: Node, site: Node, declaration: cp.Declaration | None) -> None:
+        """The name means the same variable at the read as at the store."""
+        name = self.a.text(node)
+        if site == self.store:
+            return
+        if self.a.scope.declaration(name, site) is not declaration and not (
+                declaration is None and self.a.scope.declaration(name, site) is None):
+            self.refuse(f"{name} names another variable at the read at line {self.a.line(site)}")
+        if declaration is not None and not _visible(declaration, site):
+            self.refuse(f"{name} is out of scope at the read at line {self.a.line(site)}")
+
+    def _modifications(self, declaration: cp.Declaration) -> list[Node]:
+        """Assignments, increments, address-taking and by-reference arguments of a local."""
+        found = []
+        for node in cp.nodes_of_type(self.function, "assignment_expression", "update_expression",
+                                     "pointer_expression", "argument_list"):
+            if node.type == "argument_list":
+                for index, argument in enumerate(a for a in node.named_children if a.type != "comment"):
+                    if self._names(argument, declaration) and self._by_reference(node.parent, index):
+                        found.append(argument)
+                continue
+            if node.type == "pointer_expression" and operator(node) != "&":
+                continue
+            target = node.child_by_field_name("left") or node.child_by_field_name("argument")
+            if target is not None and self._names(target, declaration):
+                found.append(node)
+        return found
+
+    def _names(self, node: Node, declaration: cp.Declaration) -> bool:
+        node = unparen(node)
+        return node.type == "identifier" and self.a.scope.declaration(self.a.text(node), node) is declaration
+
+    def _by_reference(self, call: Node, index: int) -> bool:
+        if call is None or call.type != "call_expression":
+            return False
+        callee = [f.node for f in self.a.scope.functions if f.name == cp.call_name(call)]
+        return any(index < len(ps) and "&" in ps[index].indirection
+                   for ps in (params(self.a.parsed, f) for f in callee))
+
+    def _param_modified(self, name: str) -> bool:
+        return any(unparen(t).type == "identifier" and self.a.text(unparen(t)) == name
+                   and self.a.scope.param(name, t) is not None and self.a.scope.declaration(name, t) is None
+                   for node in cp.nodes_of_type(self.function, "assignment_expression", "update_expression")
+                   for t in [node.child_by_field_name("left") or node.child_by_field_name("argument")]
+                   if t is not None)
+
+    # -- the global source ------------------------------------------------------------------------------
+    def _check_source(self) -> None:
+        pointer = self.a.text(self.pointer)
+        aliases = self._aliases(pointer)
+        for node in cp.nodes_of_type(self.function, "assignment_expression", "update_expression"):
+            target = unparen(node.child_by_field_name("left") or node.child_by_field_name("argument"))
+            if target.type in ("subscript_expression", "pointer_expression", "field_expression") and \
+                    _root(self.a, target) in aliases:
+                self.refuse(f"the source {pointer} is written in the kernel (line {self.a.line(node)}): "
+                            "the tile holds the values from before that write")
+        for call in cp.nodes_of_type(self.function, "call_expression"):
+            name = cp.call_name(call)
+            if name in LOAD_INTRINSICS or name in ("static_cast", "reinterpret_cast", "const_cast"):
+                continue
+            arguments = call.child_by_field_name("arguments")
+            if arguments is not None and {self.a.text(n) for n in cp.nodes_of_type(arguments, "identifier")} & aliases \
+                    and any(f.name == name for f in self.a.scope.functions):
+                self.refuse(f"the source {pointer} is passed to {name}() at line {self.a.line(call)}, "
+                            "which could write it")
+        entry = self.plan.function
+        parameters = [p.name for p in params(self.a.parsed, self.function)]
+        for launch in self.a.state.plan.launches:
+            if launch.entry != entry:
+                continue
+            buffers = [arg.name if arg.kind is ArgKind.BUFFER else None for arg in launch.args]
+            for root in aliases & set(parameters):
+                index = parameters.index(root)
+                if index < len(buffers) and buffers[index] is not None and buffers.count(buffers[index]) > 1:
+                    self.refuse(f"the launch passes buffer {buffers[index]} to {root} and to another parameter: "
+                                "writes through the other could change the tile's source")
+
+    def _aliases(self, pointer: str) -> set[str]:
+        """The pointer, the parameters it is made from, and every local pointer made from them."""
+        names = {pointer}
+        changed = True
+        while changed:
+            changed = False
+            for declaration in self.a.scope.declarations:
+                if declaration.function != self.plan.function or declaration.init is None:
+                    continue
+                mentioned = {self.a.text(n) for n in cp.nodes_of_type(declaration.init, "identifier")}
+                if declaration.indirection and mentioned & names and declaration.name not in names:
+                    names.add(declaration.name)
+                    changed = True
+                if declaration.name in names and declaration.indirection:
+                    new = {m for m in mentioned if (found := self.a.scope.param(m, declaration.node)) is not None
+                           and found[2].indirection} - names
+                    if new:
+                        names |= new
+                        changed = True
+        return names
+
+    # -- the edits ------------------------------------------------------------------------------------
+    def _edits(self) -> list[tuple[int, int, str]]:
+        edits = []
+        cast = self._cast()
+        for read in self.reads:
+            mapping = self._substitution(read)
+            text = self._render(self.load, read, mapping)
+            if self.guard is not None:
+                text = f"{self._render(self.guard, read, mapping)} ? {text} : {self.a.text(self.zero)}"
+                text = f"static_cast<{cast}>({text})" if cast else f"({text})"
+            elif cast:
+                text = f"static_cast<{cast}>({text})"
+            edits.append((read.start_byte, read.end_byte, text))
+        removed = self._removed_statement()
+        edits.append(item_span(self.a.parsed, removed) + ("",))
+        edits.append(self._declaration_edit())
+        return edits
+
+    def _cast(self) -> str:
+        """The element type to convert the global read to, "" where it already has that type."""
+        element = " ".join(self.declaration.type.replace("const", " ").split())
+        found = self.a.scope.param(self.a.text(self.pointer), self.pointer)
+        local = self.a.scope.declaration(self.a.text(self.pointer), self.pointer)
+        source_type = local.type if local is not None else (found[2].type if found is not None else "")
+        source_type = " ".join(source_type.replace("const", " ").split())
+        if source_type != element:
+            return element
+        if self.zero is None:
+            return ""
+        zero = self.a.text(self.zero).strip()
+        if element == "float" and _FLOAT_ZERO.match(zero):
+            return ""
+        if element == "double" and _DOUBLE_ZERO.match(zero):
+            return ""
+        if element not in ("float", "double") and zero == "0":
+            return ""
+        return element
+
+    def _removed_statement(self) -> Node:
+        """The store, or the staging loop nest around it when the nest does nothing else."""
+        node = self.store.parent
+        while node != self.region:
+            parent = node.parent
+            if parent.type == "for_statement":
+                node = parent
+                continue
+            for child in parent.named_children:
+                if child == node or child.type == "comment" or cp.pragma_text(child):
+                    continue
+                if child.type == "declaration" and self._private(child, parent):
+                    continue
+                return node
+            if parent.parent is not None and parent.parent.type == "for_statement" and \
+                    parent.parent.child_by_field_name("body") == parent:
+                node = parent.parent
+                continue
+            return node
+        return node
+
+    def _private(self, declaration: Node, block: Node) -> bool:
+        """A declaration whose variables are used only inside `block`."""
+        names = [d for d in self.a.scope.declarations if d.node == declaration]
+        for variable in names:
+            for use in cp.nodes_of_type(self.function, "identifier"):
+                if self.a.text(use) == variable.name and not contains(block, use) and \
+                        self.a.scope.declaration(variable.name, use) is variable:
+                    return False
+        return bool(names)
+
+    def _declaration_edit(self) -> tuple[int, int, str]:
+        node = self.declaration.node
+        declarators = node.children_by_field_name("declarator")
+        if len(declarators) == 1:
+            return item_span(self.a.parsed, node) + ("",)
+        mine = next(d for d in declarators if self.name in {self.a.text(n) for n in cp.nodes_of_type(d, "identifier")})
+        at = declarators.index(mine)
+        if at + 1 < len(declarators):
+            return mine.start_byte, declarators[at + 1].start_byte, ""
+        return declarators[at - 1].end_byte, mine.end_byte, ""
+
+
+# -- small helpers ----------------------------------------------------------------------------------------
+
+def _index(subscript: Node) -> Node:
+    indices = subscript.child_by_field_name("indices")
+    listed = [n for n in indices.named_children if n.type != "comment"] if indices is not None else []
+    if len(listed) != 1:
+        raise _Refused(f"`{subscript.text.decode()}` is not a single-index subscript")
+    return listed[0]
+
+
+def _callee(node: Node) -> bool:
+    parent = node.parent
+    return parent is not None and (
+        (parent.type == "call_expression" and parent.child_by_field_name("function") == node)
+        or parent.type in ("template_function", "qualified_identifier"))
+
+
+def _wrap(text: str) -> str:
+    return text if _SIMPLE.match(text) else f"({text})"
+
+
+def _placed(text: str, node: Node) -> str:
+    """`text` standing where `node` stood: parenthesized unless it is one token or the node's
+    place already delimits it."""
+    parent = node.parent
+    if parent is not None and parent.type in _WRAP_FREE:
+        return text
+    return _wrap(text)
+
+
+def _update_of(change: Node) -> Node | None:
+    """The for-statement whose update clause is `change`, or None."""
+    parent = change.parent
+    while parent is not None and parent.type in ("comma_expression", "parenthesized_expression"):
+        parent = parent.parent
+    if parent is not None and parent.type == "for_statement" and parent.child_by_field_name("update") is not None \
+            and contains(parent.child_by_field_name("update"), change):
+        return parent
+    return None
+
+
+def _visible(declaration: cp.Declaration, site: Node) -> bool:
+    """The declaration's block (or for-statement) contains the site."""
+    scope = declaration.node.parent
+    return scope is not None and contains(scope, site)
+
+
+def _root(analysis: _Analysis, node: Node) -> str:
+    node = unparen(node)
+    while node.type in ("subscript_expression", "pointer_expression", "field_expression",
+                        "parenthesized_expression", "binary_expression", "cast_expression"):
+        if node.type == "binary_expression":
+            left = unparen(node.child_by_field_name("left"))
+            node = left if left.type != "number_literal" else unparen(node.child_by_field_name("right"))
+        elif node.type == "cast_expression":
+            node = node.child_by_field_name("value")
+        else:
+            node = node.child_by_field_name("argument") or node.named_children[0]
+    return analysis.text(node) if node.type == "identifier" else ""
+
+
+def _is_barrier(analysis: _Analysis, node: Node) -> bool:
+    if node.type != "expression_statement" or not node.named_children:
+        return False
+    call = unparen(node.named_children[0])
+    return call.type == "call_expression" and cp.call_name(call) == "__syncthreads" and \
+        not [a for a in call.child_by_field_name("arguments").named_children if a.type != "comment"]
+
+
+# -- the barriers ----------------------------------------------------------------------------------------
+
+def _barrier_edits(analysis: _Analysis, plan: _Plan) -> list[tuple[int, int, str]]:
+    """The function's own `__syncthreads();` lines, where with this array gone nothing is left that
+    a barrier could order; [] otherwise."""
+    function = plan.function_node
+    others = [d for d in analysis.scope.declarations if "__shared__" in d.specifiers and d.name != plan.name
+              and d.function in (None, plan.function)]
+    if others or cp.nodes_of_type(function, "gnu_asm_expression"):
+        return []
+    for node in cp.nodes_of_type(function, "identifier"):
+        if analysis.text(node) != plan.name and analysis.scope.memory_space(node) == "shared":
+            return []
+    if _calls_barrier_users(analysis, function) or _reads_what_it_writes(analysis, plan):
+        return []
+    if re.search(r"\batomic[A-Z]\w*|__shfl", analysis.text(function)):
+        return []
+    edits = []
+    for statement in cp.nodes_of_type(function, "expression_statement"):
+        if _is_barrier(analysis, statement) and statement.parent.type == "compound_statement":
+            span = own_lines(analysis.parsed, statement)
+            if span is not None:
+                edits.append((span[0], span[1], ""))
+    return edits
+
+
+def _calls_barrier_users(analysis: _Analysis, function: Node) -> bool:
+    """Whether the function calls, directly or through others, a function of the file with shared
+    memory, barriers, asm, atomics or shuffles."""
+    bodies = {f.name: f.node for f in analysis.scope.functions}
+    seen, pending = set(), [function]
+    while pending:
+        node = pending.pop()
+        for call in cp.nodes_of_type(node, "call_expression"):
+            name = cp.call_name(call)
+            if name in bodies and name not in seen:
+                seen.add(name)
+                if _BARRIER_USERS.search(analysis.text(bodies[name])):
+                    return True
+                pending.append(bodies[name])
+    return False
+
+
+def _reads_what_it_writes(analysis: _Analysis, plan: _Plan) -> bool:
+    """A global buffer is both written and read in the function (threads could communicate through
+    it), or the launch passes one buffer twice."""
+    written, read = set(), set()
+    for node in cp.nodes_of_type(plan.function_node, "subscript_expression", "pointer_expression"):
+        if node.type == "pointer_expression" and operator(node) != "*":
+            continue
+        if analysis.scope.memory_space(node) != "global":
+            continue
+        outer = node
+        while outer.parent is not None and outer.parent.type == "parenthesized_expression":
+            outer = outer.parent
+        parent = outer.parent
+        target = parent is not None and parent.type in ("assignment_expression", "update_expression") and \
+            (parent.child_by_field_name("left") or parent.child_by_field_name("argument")) == outer
+        (written if target else read).add(_root(analysis, node))
+    if written & read:
+        return True
+    for launch in analysis.state.plan.launches:
+        buffers = [arg.name for arg in launch.args if arg.kind is ArgKind.BUFFER]
+        if launch.entry == plan.function and len(buffers) != len(set(buffers)):
+            return True
+    return False
+
+
+# -- the transform -----------------------------------------------------------------------------------------
+
+class UnstageShared(Transform):
+    name = "unstage_shared"
+    intent = ("Stage a tile of global memory in shared memory once per block (one coalesced copy, then a "
+              "barrier), so that the many reads of each element hit shared memory instead of global memory.")
+    role = Role.MECHANISM
+    removes = ("shared_array", "dynamic_shared", "lds", "sts")
+    after = ("scalarize_mma", "scalarize_ldmatrix", "unpipeline", "sync_copies")
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        analysis = _Analysis(state)
+        return [self._anchor(analysis, plan) for plan in analysis.plans() if not plan.problem]
+
+    def refusals(self, state: KernelState) -> list[tuple[str, str, str]]:
+        """(function, array, reason) of every shared array that is not a site, for reports."""
+        return [(plan.function, plan.name, plan.problem) for plan in _Analysis(state).plans() if plan.problem]
+
+    @staticmethod
+    def _anchor(analysis: _Analysis, plan: _Plan) -> Anchor:
+        return Anchor(plan.function, "declaration", plan.name, analysis.text(plan.function_node))
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        analysis = _Analysis(state)
+        plans = [p for p in analysis.plans() if p.function == anchor.function and p.name == anchor.key]
+        if not plans:
+            raise NotApplicable(f"no shared array {anchor.key} in {anchor.function}")
+        plan = plans[0]
+        if plan.problem:
+            raise NotApplicable(plan.problem)
+        edits = plan.edits + _barrier_edits(analysis, plan)
+        source = splice(analysis.data, edits)[0].decode("utf-8")
+        lost = self._lost(state.source, source, anchor.function)
+        return self._result(state, self._anchor(analysis, plan), source, Direction.BACKWARD, lost,
+                            f"{plan.name}: {plan.reads} read(s) became direct global reads; the staging store, "
+                            f"the array{' and the barriers' if len(edits) > len(plan.edits) else ''} went")
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        targets = [f.node for f in cp.functions(parsed) if f.name == anchor.function]
+        if len(targets) != 1 or not anchor.snippet.strip():
+            raise NotApplicable(f"unstage_shared: restaging {anchor.key} needs the definition of {anchor.function} "
+                                "that backward recorded in the anchor's snippet")
+        target = targets[0]
+        staged = splice(parsed.data, [(target.start_byte, target.end_byte, anchor.snippet)])[0].decode("utf-8")
+        restored = KernelState(source=staged, plan=state.plan)
+        try:
+            again = self.backward(restored, anchor)
+        except NotApplicable as exc:
+            raise NotApplicable(f"unstage_shared: the recorded staging of {anchor.key} no longer unstages: {exc}") \
+                from None
+        if again.state.source != state.source:
+            raise NotApplicable(f"unstage_shared: {anchor.function} is not the unstaged form of the recorded "
+                                f"staging of {anchor.key} any more")
+        return self._result(state, anchor, staged, Direction.FORWARD, again.removes,
+                            f"{anchor.key} staged in shared memory again")
+
+    @staticmethod
+    def _lost(staged: str, unstaged: str, function: str) -> tuple[str, ...]:
+        """What leaves the function: the store and the reads (SASS), and the array's source feature where
+        it was the last of its kind; NotApplicable when another mechanism would go with it."""
+        from klineage.lineage import FeatureLevel
+        from klineage.walk.audit import MECHANISMS
+
+        gone = function_feature_names(staged, function) - function_feature_names(unstaged, function)
+        other = sorted(gone & MECHANISMS[FeatureLevel.SOURCE] - _STAGING_FEATURES)
+        if other:
+            raise NotApplicable(f"unstaging would also remove {', '.join(other)} from {function}; remove "
+                                f"{'it' if len(other) == 1 else 'them'} first")
+        return tuple(sorted(gone & _STAGING_FEATURES)) + ("lds", "sts")
+
+    def _result(self, state: KernelState, anchor: Anchor, source: str, direction: Direction,
+                lost: tuple[str, ...], note: str) -> Rewrite:
+        if source == state.source:
+            raise NotApplicable(f"{self.name} changed nothing at {anchor}")
+        return Rewrite(self.name, direction, anchor, KernelState(source=source, plan=state.plan),
+                       removes=lost if direction is Direction.BACKWARD else (),
+                       adds=lost if direction is Direction.FORWARD else (), note=note)
+
+
+register(UnstageShared())
