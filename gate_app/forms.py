@@ -99,7 +99,7 @@ class UploadForm(forms.Form):
     plan = forms.FileField(required=False, label="Launch plan (launch.toml)",
                            help_text="its problem: a bundled one or uploaded/<name>")
 
-    def files(self) -> dict[str, uploads.File | None]:
+    def chosen(self) -> dict[str, uploads.File | None]:
         """The chosen files, read whole (within the page's limits), or None for each left empty."""
         chosen = {}
         for key in ("problem", "source", "plan"):

@@ -100,12 +100,12 @@ def _text(upload: File, what: str) -> str:
         raise UploadRefused(f"the {what} must be a {SUFFIXES[what]} file, not '{upload.name}'")
     if len(upload.data) > LIMITS[what]:
         raise UploadRefused(f"the {what} '{upload.name}' is {len(upload.data)} bytes; the limit is {LIMITS[what]}")
+    if b"\x00" in upload.data:
+        raise UploadRefused(f"the {what} '{upload.name}' is a binary file (it holds NUL bytes)")
     try:
         text = upload.data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UploadRefused(f"the {what} '{upload.name}' is not UTF-8 text (byte {exc.start})") from None
-    if "\x00" in text:
-        raise UploadRefused(f"the {what} '{upload.name}' is a binary file (it holds NUL bytes)")
     if not text.strip():
         raise UploadRefused(f"the {what} '{upload.name}' is empty")
     return text

@@ -75,13 +75,13 @@ def cancel(request, job_id: int):
     job = get_object_or_404(Job, pk=job_id)
     if not (request.user.is_staff or (job.owner_id and job.owner_id == request.user.pk)):
         raise PermissionDenied("only the job's owner or staff may cancel it")
-    status = queue.cancel(job)
-    if status == Job.Status.CANCELLED:
+    status = job.status if job.finished else queue.cancel(job)
+    if job.finished or status not in (Job.Status.CANCELLED, Job.Status.RUNNING):
+        messages.warning(request, f"Job {job.pk} has already finished ({status}): nothing to cancel.")
+    elif status == Job.Status.CANCELLED:
         messages.success(request, f"Job {job.pk} is cancelled.")
-    elif status == Job.Status.RUNNING:
-        messages.info(request, f"Cancel requested: job {job.pk}'s worker is stopping it; it will show as cancelled.")
     else:
-        messages.warning(request, f"Job {job.pk} had already {status}: nothing to cancel.")
+        messages.info(request, f"Cancel requested: job {job.pk}'s worker is stopping it; it will show as cancelled.")
     return redirect("gate:job", job.pk)
 
 
@@ -122,11 +122,11 @@ def _optimize_context(request, forms) -> dict:
 def upload(request):
     """Upload a problem file and/or a kernel (operators only); what was refused is shown against the
     form, with the static check's findings, and nothing of it is stored."""
-    form = UploadForm(request.POST or None, request.FILES or None)
+    form = UploadForm(request.POST, request.FILES) if request.method == "POST" else UploadForm()
     findings = ()
     if request.method == "POST" and form.is_valid():
         try:
-            outcome = uploads.upload(**form.files(), owner=request.user)
+            outcome = uploads.upload(**form.chosen(), owner=request.user)
         except uploads.UploadRefused as exc:
             form.add_error(None, exc.message)
             findings = exc.findings
