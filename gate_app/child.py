@@ -119,7 +119,9 @@ def run_probe_payload(payload: dict[str, Any], channel: Channel) -> dict[str, An
     try:
         return {"probe": probe_problem(path, config.cache_dir()).to_dict()}
     except DocumentError as exc:
-        return {"refused": str(exc).replace(str(path), payload["problem"])}
+        # The runner's own error repeats where it happened: keep its message, named as uploaded.
+        message = str(exc).removeprefix(f"{exc.where}: ").removeprefix("DocumentError: ")
+        return {"refused": message.replace(str(path), payload["problem"])}
 
 
 def run_sleep_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
