@@ -93,6 +93,9 @@ class _Analysis:
     def line(self, node: Node) -> int:
         return node.start_point.row + 1
 
+    def source_line(self, node: Node) -> str:
+        return self.parsed.source.splitlines()[node.start_point.row].strip()[:90]
+
     # -- the arrays ---------------------------------------------------------------------------------
     def plans(self) -> list[_Plan]:
         found = []
@@ -152,7 +155,8 @@ class _Tile:
                     access.parent.child_by_field_name("argument") == access:
                 access, depth = access.parent, depth + 1
             if depth != self.rank:
-                self.refuse(f"used as a pointer or a row at line {self.a.line(use)}, not as an element")
+                self.refuse(f"used as a pointer or a row at line {self.a.line(use)}, not as an element "
+                            f"(`{self.a.source_line(use)}`)")
             outer = access
             while outer.parent is not None and outer.parent.type == "parenthesized_expression":
                 outer = outer.parent
@@ -677,6 +681,24 @@ def _root(analysis: _Analysis, node: Node) -> str:
     return analysis.text(node) if node.type == "identifier" else ""
 
 
+def _origins(analysis: _Analysis, name: str, function: Node) -> set[str]:
+    """The pointer parameters a pointer is made from (itself when it is one, through local pointers)."""
+    found, pending, seen = set(), [name], set()
+    scalars = {p.name for p in params(analysis.parsed, function) if "*" not in p.indirection}
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        declaration = next((d for d in analysis.scope.declarations if d.name == current
+                            and d.function == cp.function_name(function)), None)
+        if declaration is None:
+            found |= {current} - scalars - _INVARIANT_BUILTINS - {_VARYING_BUILTIN}
+        elif declaration.init is not None:
+            pending += [analysis.text(n) for n in cp.nodes_of_type(declaration.init, "identifier") if not _callee(n)]
+    return found
+
+
 def _is_barrier(analysis: _Analysis, node: Node) -> bool:
     if node.type != "expression_statement" or not node.named_children:
         return False
@@ -743,7 +765,7 @@ def _reads_what_it_writes(analysis: _Analysis, plan: _Plan) -> bool:
         parent = outer.parent
         target = parent is not None and parent.type in ("assignment_expression", "update_expression") and \
             (parent.child_by_field_name("left") or parent.child_by_field_name("argument")) == outer
-        (written if target else read).add(_root(analysis, node))
+        (written if target else read).update(_origins(analysis, _root(analysis, node), plan.function_node))
     if written & read:
         return True
     for launch in analysis.state.plan.launches:

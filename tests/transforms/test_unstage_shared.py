@@ -1,0 +1,283 @@
+"""unstage_shared: a shared tile staged from global memory by one plain store becomes direct global
+reads at every read (the guard and its zero kept), and the store, the array and, with the function's
+last shared memory, the barriers go; forward restages. Goldens: a 2-D tiled GEMM (one tile, then the
+last), a 1-D stencil staged by a thread-strided loop with a guarded halo, ragged-edge tiles staged by
+loops over r and c, and a dynamic shared row. Each before/after compiles with nvcc through the gate's
+compile stage and loses shared stores and loads in SASS. Refused: a tile written twice, a source the
+kernel writes, an index map that cannot be inverted, and the other shapes staging must not have. The
+last states of the corpus walks hold no site, each shared buffer refused with its reason."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from klineage.features.sass import sass_features
+from klineage.features.source import source_features
+from klineage.gate.compile import compile_kernel
+from klineage.kernel import KernelState
+from klineage.launch import LaunchPlan
+from klineage.transforms import Anchor, Direction, NotApplicable, get
+from tests.transforms.golden import DEFAULT_PLAN, HERE, check_golden, load
+
+CASES = ["gemm", "gemm_last", "stencil", "ragged", "dynamic"]
+PLAN = LaunchPlan.from_toml(DEFAULT_PLAN.format(entry="kernel"))
+LINEAGES = Path(__file__).resolve().parents[2] / "corpus" / "lineages"
+
+
+@pytest.fixture(scope="module")
+def unstage():
+    return get("unstage_shared")
+
+
+def golden(case: str, which: str) -> KernelState:
+    return load(HERE / "unstage_shared" / case, which, "kernel")
+
+
+def plain(source: str) -> KernelState:
+    return KernelState(source=source, plan=PLAN)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case):
+    check_golden("unstage_shared", case)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_kernels_compile_and_lose_shared_traffic(case, cache, unstage):
+    counts = {}
+    for which in ("before", "after"):
+        state = golden(case, which)
+        result = compile_kernel(state, cache)
+        assert result.ok, result.log[-3000:]
+        assert not result.resources_for("kernel").spills
+        sass = sass_features(result.cubin_bytes())
+        counts[which] = (sass.count("lds"), sass.count("sts"))
+    assert counts["after"][0] < counts["before"][0] and counts["after"][1] < counts["before"][1], counts
+    declared = unstage.backward(golden(case, "before"), unstage.find(golden(case, "before"))[0]).removes
+    assert {"lds", "sts"} <= set(declared)
+
+
+def test_declared_features_follow_the_last_array(unstage):
+    first = unstage.backward(golden("gemm", "before"), Anchor("kernel", "declaration", "As"))
+    assert first.removes == ("lds", "sts")  # Bs is still a shared array of the kernel
+    assert "__syncthreads();" in first.state.source  # and still needs its barriers
+    last = unstage.backward(golden("gemm_last", "before"), Anchor("kernel", "declaration", "Bs"))
+    assert last.removes == ("shared_array", "lds", "sts")
+    assert "__syncthreads" not in last.state.source
+    assert "shared_array" not in {f.name for f in source_features(last.state.source)}
+    dynamic = unstage.backward(golden("dynamic", "before"), Anchor("kernel", "declaration", "row"))
+    assert dynamic.removes == ("dynamic_shared", "lds", "sts")
+    assert dynamic.state.plan == golden("dynamic", "before").plan
+
+
+def test_reads_become_the_global_reads_they_stand_for(unstage):
+    gemm = golden("gemm_last", "after").source
+    assert "acc += A[row * K + t + k] * B[(t + k) * N + col];" in gemm
+    ragged = golden("ragged", "after").source
+    assert "((r0 + threadIdx.x < M && c0 + c < N) ? A[(r0 + threadIdx.x) * N + c0 + c] : 0.0f) * x[c0 + c]" in ragged
+    stencil = golden("stencil", "after").source
+    assert "? x[base + (threadIdx.x + d)] : 0.0f)" in stencil
+    assert "(base + (threadIdx.x + d)) >= 0 && (base + (threadIdx.x + d)) < n" in stencil
+
+
+def test_forward_restages_only_its_own_staging(unstage):
+    before, after = golden("stencil", "before"), golden("stencil", "after")
+    rewrite = unstage.backward(before, unstage.find(before)[0])
+    restored = unstage.forward(after, rewrite.anchor)
+    assert restored.direction is Direction.FORWARD and restored.state.source == before.source
+    assert restored.adds == ("shared_array", "lds", "sts")
+    with pytest.raises(NotApplicable, match="needs the definition of kernel"):
+        unstage.forward(after, Anchor("kernel", "declaration", "window"))
+    edited = plain(after.source.replace("acc += w[d]", "acc -= w[d]"))
+    with pytest.raises(NotApplicable, match="is not the unstaged form of the recorded staging of window"):
+        unstage.forward(edited, rewrite.anchor)
+
+
+TWICE = """
+constexpr int BLOCK = 128;
+constexpr int R = 2;
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n)
+{
+    __shared__ float s[BLOCK + 2 * R];
+    const int i = blockIdx.x * BLOCK + threadIdx.x;
+    s[threadIdx.x + R] = x[i];
+    if (threadIdx.x < R) s[threadIdx.x] = x[i - R];
+    __syncthreads();
+    y[i] = s[threadIdx.x] + s[threadIdx.x + R] + s[threadIdx.x + 2 * R];
+}
+"""
+
+IN_PLACE = """
+constexpr int BLOCK = 128;
+__global__ void kernel(float* x, int n)
+{
+    __shared__ float s[BLOCK];
+    const int i = blockIdx.x * BLOCK + threadIdx.x;
+    s[threadIdx.x] = x[i];
+    __syncthreads();
+    x[i] = s[BLOCK - 1 - threadIdx.x];
+}
+"""
+
+HALVED = """
+constexpr int BLOCK = 128;
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y)
+{
+    __shared__ float s[BLOCK / 2];
+    const int i = blockIdx.x * BLOCK + threadIdx.x;
+    s[threadIdx.x / 2] = x[i];
+    __syncthreads();
+    y[i] = s[threadIdx.x / 2];
+}
+"""
+
+HIDDEN_THREAD = """
+constexpr int BLOCK = 32;
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y)
+{
+    __shared__ float s[BLOCK];
+    s[threadIdx.x] = x[threadIdx.y * BLOCK + threadIdx.x];
+    __syncthreads();
+    y[threadIdx.y * BLOCK + threadIdx.x] = s[BLOCK - 1 - threadIdx.x];
+}
+"""
+
+FLAT_INDEX = """
+constexpr int ROWS = 8, COLS = 32;
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int ld)
+{
+    __shared__ float tile[ROWS][COLS];
+    for (int i = threadIdx.x; i < ROWS * COLS; i += blockDim.x) {
+        const int r = i / COLS, c = i % COLS;
+        tile[r][c] = x[blockIdx.x * ROWS * ld + i];
+    }
+    __syncthreads();
+    y[blockIdx.x * COLS + threadIdx.x] = tile[threadIdx.x % ROWS][threadIdx.x % COLS];
+}
+"""
+
+CONDITIONAL = """
+constexpr int BLOCK = 128;
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n)
+{
+    __shared__ float s[BLOCK];
+    const int i = blockIdx.x * BLOCK + threadIdx.x;
+    if (i < n) s[threadIdx.x] = x[i];
+    __syncthreads();
+    if (i < n) y[i] = s[threadIdx.x];
+}
+"""
+
+NO_BARRIER = """
+constexpr int BLOCK = 128;
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y)
+{
+    __shared__ float s[BLOCK];
+    const int i = blockIdx.x * BLOCK + threadIdx.x;
+    s[threadIdx.x] = x[i];
+    y[i] = s[threadIdx.x ^ 1];
+}
+"""
+
+COMPUTED = """
+constexpr int BLOCK = 128;
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y)
+{
+    __shared__ float s[BLOCK];
+    const int i = blockIdx.x * BLOCK + threadIdx.x;
+    s[threadIdx.x] = 2.0f * x[i];
+    __syncthreads();
+    y[i] = s[BLOCK - 1 - threadIdx.x];
+}
+"""
+
+PREVIOUS_PASS = """
+constexpr int BLOCK = 128;
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int passes)
+{
+    __shared__ float s[BLOCK];
+    float carry = 0.0f;
+    for (int p = 0; p < passes; ++p) {
+        carry += s[BLOCK - 1 - threadIdx.x];
+        __syncthreads();
+        s[threadIdx.x] = x[p * BLOCK + threadIdx.x];
+        __syncthreads();
+        y[p * BLOCK + threadIdx.x] = s[threadIdx.x] + carry;
+    }
+}
+"""
+
+ALIASED = """
+constexpr int BLOCK = 128;
+__global__ void kernel(const float* x, float* y)
+{
+    __shared__ float s[BLOCK];
+    const int i = blockIdx.x * BLOCK + threadIdx.x;
+    s[threadIdx.x] = x[i];
+    __syncthreads();
+    y[i] = s[BLOCK - 1 - threadIdx.x];
+}
+"""
+ALIASED_PLAN = """
+name = "aliased"
+problem = "golden"
+[[launch]]
+entry = "kernel"
+grid = [1]
+block = [128]
+args = [{ buffer = "data" }, { buffer = "data" }]
+"""
+
+
+@pytest.mark.parametrize("source, reason", [
+    (TWICE, r"s in kernel: written 2 times \(lines 8, 9\)"),
+    (IN_PLACE, r"the source x is written in the kernel \(line 9\)"),
+    (HALVED, r"the tile index `threadIdx.x / 2` is not a variable \(plus an offset\): the index map cannot be "
+             r"inverted syntactically"),
+    (HIDDEN_THREAD, r"depends on threadIdx.y, which no tile index names: the index map is not invertible"),
+    (FLAT_INDEX, r"i depends on threadIdx.x, which no tile index names: the index map is not invertible"),
+    (CONDITIONAL, r"the store at line 7 is conditional \(inside `if`\)"),
+    (NO_BARRIER, r"the tile is used at line 8 before a __syncthreads\(\) follows its store"),
+    (COMPUTED, r"the staged value `2.0f \* x\[i\]` is not a plain global read"),
+    (PREVIOUS_PASS, r"the read at line 8 is not after the barrier that follows the store in the same block"),
+])
+def test_not_applicable(unstage, source, reason):
+    state = plain(source)
+    assert unstage.find(state) == []
+    assert [r[:2] for r in unstage.refusals(state)] == [("kernel", "tile" if "tile[" in source else "s")]
+    with pytest.raises(NotApplicable, match=reason):
+        unstage.backward(state, Anchor("kernel", "declaration", "tile" if "tile[" in source else "s"))
+
+
+def test_a_buffer_passed_twice_is_refused(unstage):
+    state = KernelState(source=ALIASED, plan=LaunchPlan.from_toml(ALIASED_PLAN))
+    with pytest.raises(NotApplicable, match="the launch passes buffer data to x and to another parameter"):
+        unstage.backward(state, Anchor("kernel", "declaration", "s"))
+    assert unstage.find(plain(ALIASED))  # with two buffers it is a site
+    with pytest.raises(NotApplicable, match="no shared array t in kernel"):
+        unstage.backward(plain(ALIASED), Anchor("kernel", "declaration", "t"))
+
+
+# The last states of the corpus's dry walks, after ldmatrix, MMA, pipelining and async copies are gone:
+# every shared buffer there is a byte array carved by offsets (or its pointer views), reached through
+# inline st.shared, helper pointers and shuffled addresses: none is a tile of element stores.
+LAST_STATES = {
+    "gemm_mma_sync": {("gemm_bf16_mma_sync", "smem"): "used as a pointer or a row at line"},
+    "conv2d_implicit_gemm": {("conv2d_implicit_gemm", "smem"): "used as a pointer or a row at line"},
+    "gdn_chunked": {("gdn_chunked", "smem"): "used as a pointer or a row at line"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAST_STATES))
+def test_corpus_last_states_hold_no_site(unstage, name):
+    lineage = json.loads((LINEAGES / f"{name}.dry.json").read_text())
+    last = lineage["states"][-1]
+    state = KernelState(source=last["source"], plan=LaunchPlan.from_dict(last["plan"]))
+    assert unstage.find(state) == []
+    refused = {(function, array): reason for function, array, reason in unstage.refusals(state)}
+    assert set(refused) == set(LAST_STATES[name])
+    for key, reason in LAST_STATES[name].items():
+        assert reason in refused[key], refused[key]
