@@ -281,3 +281,68 @@ def test_corpus_last_states_hold_no_site(unstage, name):
     assert set(refused) == set(LAST_STATES[name])
     for key, reason in LAST_STATES[name].items():
         assert reason in refused[key], refused[key]
+
+
+# A bf16 GEMM of the corpus's gemm problem (y = x W^T) with both operand tiles staged as fp32 and guarded
+# at the ragged edges: the real walk (compile-only gate, step audit, forward check) takes it apart.
+TILED_GEMM = """
+#include <cuda_bf16.h>
+
+constexpr int TILE = 16;
+
+extern "C" __global__ void gemm_bf16_tiled(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y,
+                                           int M, int N, int K)
+{
+    __shared__ float xs[TILE][TILE];
+    __shared__ float ws[TILE][TILE];
+    const int tx = threadIdx.x;
+    const int ty = threadIdx.y;
+    const int row = blockIdx.y * TILE + ty;
+    const int col = blockIdx.x * TILE + tx;
+    const int wrow = blockIdx.x * TILE + ty;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += TILE) {
+        xs[ty][tx] = (row < M && k0 + tx < K) ? x[row * K + k0 + tx] : __float2bfloat16(0.0f);
+        ws[ty][tx] = (wrow < N && k0 + tx < K) ? w[wrow * K + k0 + tx] : __float2bfloat16(0.0f);
+        __syncthreads();
+        for (int k = 0; k < TILE; ++k)
+            acc += xs[ty][k] * ws[tx][k];
+        __syncthreads();
+    }
+    if (row < M && col < N)
+        y[row * N + col] = __float2bfloat16(acc);
+}
+"""
+TILED_PLAN = """
+name = "gemm_tiled"
+problem = "gemm"
+[[launch]]
+entry = "gemm_bf16_tiled"
+grid = ["cdiv(N, 16)", "cdiv(M, 16)", 1]
+block = [16, 16, 1]
+args = ["x", "W", "y", { scalar = "M", type = "i32" }, { scalar = "N", type = "i32" }, { scalar = "K", type = "i32" }]
+"""
+
+
+def test_compile_only_walk_accepts_every_step(tmp_path, monkeypatch, unstage):
+    from klineage import corpus
+    from klineage.config import GateMode
+    from klineage.gate.cache import GateCache
+    from klineage.lineage import ForwardStatus, Termination
+    from klineage.walk.walker import walk
+
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+    expert = KernelState(source=TILED_GEMM, plan=LaunchPlan.from_toml(TILED_PLAN))
+    lineage = walk(corpus.problem_path("gemm"), expert, gate_mode=GateMode.COMPILE_ONLY,
+                   cache=GateCache(tmp_path / "cache", tmp_path / "recorded"), transforms=[unstage])
+    assert lineage.termination.kind is Termination.COMPLETE, lineage.termination
+    assert not lineage.rejections, [r.evidence.message for r in lineage.rejections]
+    assert [t.transform for t in lineage.transitions] == ["unstage_shared"] * 2
+    assert [t.forward.status for t in lineage.transitions] == [ForwardStatus.UNTIMED] * 2
+    removed = [sorted(str(c) for c in t.features_removed if c.level.value == "source") for t in lineage.transitions]
+    assert removed == [[], ["source gemm_bf16_tiled:shared_array", "source gemm_bf16_tiled:syncthreads"]]
+    final = lineage.states[-1].kernel.source
+    assert "__shared__" not in final and "__syncthreads" not in final
+    assert ("acc += static_cast<float>((row < M && k0 + k < K) ? x[row * K + k0 + k] : __float2bfloat16(0.0f)) * "
+            "static_cast<float>(((blockIdx.x * TILE + tx) < N && k0 + k < K) ? w[(blockIdx.x * TILE + tx) * K + k0 + k] "
+            ": __float2bfloat16(0.0f));") in final
