@@ -18,8 +18,8 @@ class ProblemSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Problem
-        fields = ["fingerprint", "operator", "path", "bundled", "current", "headline", "cases", "page",
-                  "imported_at"]
+        fields = ["fingerprint", "operator", "path", "bundled", "current", "upload_name", "probe", "headline", "cases",
+                  "page", "imported_at"]
 
     def get_cases(self, problem: Problem) -> list[str]:
         return [case["name"] for case in problem.cases]
@@ -30,7 +30,7 @@ class ProblemSerializer(serializers.ModelSerializer):
 
 class ProblemDetailSerializer(ProblemSerializer):
     class Meta(ProblemSerializer.Meta):
-        fields = [*ProblemSerializer.Meta.fields, "numerics", "info"]
+        fields = [*ProblemSerializer.Meta.fields, "numerics", "probe_error", "info"]
 
 
 class LatestVerdictSerializer(serializers.Serializer):

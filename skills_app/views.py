@@ -76,7 +76,7 @@ def problems(request):
     rows = (Problem.objects.filter(current=True)
             .annotate(kernel_count=Count("kernels", distinct=True), verdict_count=Count("verdicts", distinct=True))
             .order_by("operator"))
-    earlier = dict(Problem.objects.filter(current=False).values_list("operator").annotate(n=Count("id")))
+    earlier = dict(Problem.objects.filter(current=False, upload_name="").values_list("operator").annotate(n=Count("id")))
     return render(request, "skills/problems.html", {"problems": rows, "earlier": earlier})
 
 
@@ -98,7 +98,7 @@ def problem(request, operator: str):
         "tolerances": tolerances,
         "kernels": kernel_rows,
         "verdict_counts": dict(found.verdicts.values_list("status").annotate(n=Count("id"))),
-        "earlier": Problem.objects.filter(operator=operator, current=False).order_by("-imported_at"),
+        "earlier": Problem.objects.filter(operator=operator, current=False, upload_name="").order_by("-imported_at"),
     })
 
 
