@@ -22,7 +22,9 @@ from klineage.transforms.base import Anchor, NotApplicable, Role, Transform
 # a step budget, so the substantive mechanisms come first, in the order a backward walk can take
 # them apart: the tensor cores (the MMA, then the ldmatrix fragment loads that feed it), the
 # software pipeline, then the async copies it overlapped (sync_copies declares `after` unpipeline),
-# the shared layout (swizzle, padding), vector widths and warp shuffles, the CTA order, and last the
+# the shared layout (swizzle, padding), the shared staging itself (unstage_shared, once its tiles are
+# plain element stores: it declares `after` the tensor cores, the pipeline and the async copies),
+# vector widths and warp shuffles, the CTA order, and last the
 # micro-optimizations (fast math, read-only loads, restrict, unroll pragmas, launch bounds), of which
 # an expert has many sites and which change no algorithm. `after` overrides this order where a
 # transform needs it.
@@ -33,6 +35,7 @@ PRIORITY: tuple[str, ...] = (
     "sync_copies",
     "unswizzle_shared",
     "unpad_shared",
+    "unstage_shared",
     "devectorize",
     "shuffle_to_shared",
     "block_swizzle",
