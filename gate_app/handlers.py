@@ -232,9 +232,15 @@ def gate_params(problem: str, kernel: str, *, against: str | None = None, mode: 
     if mode not in GATE_MODES:
         raise queue.QueueError(f"mode must be one of {GATE_MODES}, not {mode!r}")
     try:
-        uploads.check_problem(problem) if is_uploaded(problem) else corpus.problem_path(problem)
+        if is_uploaded(problem):
+            uploads.check_problem(problem)
+        else:
+            corpus.problem_path(problem)
         for name in filter(None, (kernel, against)):
-            uploads.kernel_problem(name) if is_uploaded(name) else corpus.kernel_entry(name)
+            if is_uploaded(name):
+                uploads.kernel_problem(name)
+            else:
+                corpus.kernel_entry(name)
         GatePolicy.from_dict(policy or {})
     except KLineageError as exc:
         raise queue.QueueError(str(exc)) from None
