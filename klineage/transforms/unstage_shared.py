@@ -48,19 +48,22 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import ArgKind
+from klineage.lineage import FeatureLevel
 from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
-from klineage.transforms.devectorize import (LOAD_INTRINSICS, Scope, contains, function_feature_names, operator,
-                                             params, splice, unparen)
+from klineage.transforms.devectorize import (LOAD_INTRINSICS, Scope, cast_name, contains, function_feature_names,
+                                             operator, params, splice, unparen, unwrap)
 from klineage.transforms.sync_copies import item_span, own_lines
+from klineage.walk.audit import MECHANISMS
 
 _VARYING_BUILTIN = "threadIdx"
 _INVARIANT_BUILTINS = frozenset({"blockIdx", "blockDim", "gridDim"})
 _SIMPLE = re.compile(r"^(?:[A-Za-z_][\w.]*|\d[\w.]*|\([^()]*\))$")
 _WRAP_FREE = frozenset({"parenthesized_expression", "subscript_argument_list", "argument_list", "init_declarator"})
+_PURE = frozenset({"min", "max", "abs"})
 _STAGING_FEATURES = frozenset({"shared_array", "dynamic_shared"})
 _BARRIER_USERS = re.compile(r"__shared__|__syncthreads|\basm\b|\batomic[A-Z]\w*|__shfl")
-_FLOAT_ZERO = re.compile(r"^(?:0|0\.0*f|0\.f|0\.0*e0f)$", re.IGNORECASE)
+_FLOAT_ZERO = re.compile(r"^(?:0|0\.0*f)$", re.IGNORECASE)
 _DOUBLE_ZERO = re.compile(r"^(?:0|0\.0*|0\.)$")
 
 
@@ -74,6 +77,17 @@ class _Plan:
     problem: str = ""
     edits: list[tuple[int, int, str]] = field(default_factory=list)
     reads: int = 0
+
+
+@dataclass
+class _Site:
+    """A plan with its anchor and, where it applies, the unstaged source and what leaves with it."""
+
+    plan: _Plan
+    anchor: Anchor
+    source: str = ""
+    lost: tuple[str, ...] = ()
+    barriers: int = 0
 
 
 class _Refused(Exception):
@@ -113,9 +127,8 @@ class _Analysis:
                 if twins:
                     raise _Refused(f"{declaration.function} declares more than one {declaration.name}")
                 _Tile(self, declaration, function_node, plan).analyse()
-            except _Refused as refused:
+            except (_Refused, NotApplicable) as refused:  # NotApplicable: a statement sharing its line
                 plan.problem = str(refused)
-                plan.edits = []
             found.append(plan)
         return found
 
@@ -135,6 +148,10 @@ class _Tile:
         self.reads: list[Node] = []
         self.vars: list[str] = []  # the canonical key of each tile index's variable
         self.offsets: list[tuple[str, Node | None]] = []  # ("+" | "-" | "", c) of each tile index
+        self.load: Node | None = None  # the global read `g[G]` of the store
+        self.pointer: Node | None = None  # g
+        self.guard: Node | None = None  # the condition of a guarded store, and its value where it fails
+        self.zero: Node | None = None
 
     def refuse(self, why: str) -> None:
         raise _Refused(f"{self.name} in {self.plan.function}: {why}")
@@ -258,7 +275,6 @@ class _Tile:
             if offset is not None and self._varying(offset):
                 self.refuse(f"the tile index offset `{self.a.text(offset)}` varies between threads")
         value = unparen(self.store.child_by_field_name("right"))
-        self.guard = self.zero = None
         if value.type == "conditional_expression":
             self.guard = value.child_by_field_name("condition")
             self.zero = unparen(value.child_by_field_name("alternative"))
@@ -319,9 +335,9 @@ class _Tile:
         mapping = {}
         for key, (sign, offset), index in zip(self.vars, self.offsets, indices):
             effects = cp.nodes_of_type(index, "assignment_expression", "update_expression", "call_expression")
-            if effects:
-                self.refuse(f"the read index `{self.a.text(index)}` at line {self.a.line(read)} has calls or side "
-                            "effects: it cannot be repeated in the global index")
+            if effects or self._mentions(index):
+                self.refuse(f"the read index `{self.a.text(index)}` at line {self.a.line(read)} has calls, side "
+                            "effects or reads of the tile: it cannot be repeated in the global index")
             text = self.a.text(index).strip()
             if offset is not None:
                 inverse = "-" if sign == "+" else "+"
@@ -412,6 +428,11 @@ class _Tile:
             return name
         if declaration.init is None or declaration.indirection or changed:
             self.refuse(f"the global index depends on {name}, which the tile index does not determine")
+        if cp.nodes_of_type(declaration.init, "subscript_expression", "pointer_expression") or any(
+                not cast_name(call) and cp.call_name(call) not in _PURE
+                for call in cp.nodes_of_type(declaration.init, "call_expression")):
+            self.refuse(f"{name} is computed from memory or a call: its value at the read is not known to be "
+                        "the one at the store")
         for leaf in cp.nodes_of_type(declaration.init, "identifier"):
             inner = self.a.scope.declaration(self.a.text(leaf), leaf)
             if inner is None or inner.function is None:
@@ -497,13 +518,12 @@ class _Tile:
                     _root(self.a, target) in aliases:
                 self.refuse(f"the source {pointer} is written in the kernel (line {self.a.line(node)}): "
                             "the tile holds the values from before that write")
-        for call in cp.nodes_of_type(self.function, "call_expression"):
-            name = cp.call_name(call)
-            if name in LOAD_INTRINSICS or name in ("static_cast", "reinterpret_cast", "const_cast"):
+        for call in cp.nodes_of_type(self.function, "call_expression", "gnu_asm_expression"):
+            name = cp.call_name(call) if call.type == "call_expression" else "asm"
+            if name in LOAD_INTRINSICS or cast_name(call):
                 continue
-            arguments = call.child_by_field_name("arguments")
-            if arguments is not None and {self.a.text(n) for n in cp.nodes_of_type(arguments, "identifier")} & aliases \
-                    and any(f.name == name for f in self.a.scope.functions):
+            arguments = call.child_by_field_name("arguments") if call.type == "call_expression" else call
+            if arguments is not None and {self.a.text(n) for n in cp.nodes_of_type(arguments, "identifier")} & aliases:
                 self.refuse(f"the source {pointer} is passed to {name}() at line {self.a.line(call)}, "
                             "which could write it")
         entry = self.plan.function
@@ -668,16 +688,14 @@ def _visible(declaration: cp.Declaration, site: Node) -> bool:
 
 
 def _root(analysis: _Analysis, node: Node) -> str:
-    node = unparen(node)
-    while node.type in ("subscript_expression", "pointer_expression", "field_expression",
-                        "parenthesized_expression", "binary_expression", "cast_expression"):
+    """The pointer an address expression starts from (through subscripts, casts and offsets)."""
+    node = unwrap(node)
+    while node.type in ("subscript_expression", "pointer_expression", "field_expression", "binary_expression"):
         if node.type == "binary_expression":
-            left = unparen(node.child_by_field_name("left"))
-            node = left if left.type != "number_literal" else unparen(node.child_by_field_name("right"))
-        elif node.type == "cast_expression":
-            node = node.child_by_field_name("value")
+            left = unwrap(node.child_by_field_name("left"))
+            node = left if left.type != "number_literal" else unwrap(node.child_by_field_name("right"))
         else:
-            node = node.child_by_field_name("argument") or node.named_children[0]
+            node = unwrap(node.child_by_field_name("argument"))
     return analysis.text(node) if node.type == "identifier" else ""
 
 
@@ -786,31 +804,41 @@ class UnstageShared(Transform):
     after = ("scalarize_mma", "scalarize_ldmatrix", "unpipeline", "sync_copies")
 
     def find(self, state: KernelState) -> list[Anchor]:
-        analysis = _Analysis(state)
-        return [self._anchor(analysis, plan) for plan in analysis.plans() if not plan.problem]
+        return [site.anchor for site in self._sites(state) if not site.plan.problem]
 
     def refusals(self, state: KernelState) -> list[tuple[str, str, str]]:
         """(function, array, reason) of every shared array that is not a site, for reports."""
-        return [(plan.function, plan.name, plan.problem) for plan in _Analysis(state).plans() if plan.problem]
+        return [(site.plan.function, site.plan.name, site.plan.problem) for site in self._sites(state)
+                if site.plan.problem]
 
-    @staticmethod
-    def _anchor(analysis: _Analysis, plan: _Plan) -> Anchor:
-        return Anchor(plan.function, "declaration", plan.name, analysis.text(plan.function_node))
+    def _sites(self, state: KernelState) -> list[_Site]:
+        """Every shared array with its unstaged source, or the reason it has none."""
+        analysis = _Analysis(state)
+        sites = []
+        for plan in analysis.plans():
+            site = _Site(plan, Anchor(plan.function, "declaration", plan.name, analysis.text(plan.function_node)))
+            if not plan.problem:
+                barriers = _barrier_edits(analysis, plan)
+                try:
+                    site.source = splice(analysis.data, plan.edits + barriers)[0].decode("utf-8")
+                    site.lost = self._lost(state.source, site.source, plan.function)
+                except NotApplicable as exc:
+                    plan.problem = f"{plan.name} in {plan.function}: {exc}"
+                site.barriers = len(barriers)
+            sites.append(site)
+        return sites
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        analysis = _Analysis(state)
-        plans = [p for p in analysis.plans() if p.function == anchor.function and p.name == anchor.key]
-        if not plans:
+        sites = [s for s in self._sites(state) if s.plan.function == anchor.function and s.plan.name == anchor.key]
+        if not sites:
             raise NotApplicable(f"no shared array {anchor.key} in {anchor.function}")
-        plan = plans[0]
-        if plan.problem:
-            raise NotApplicable(plan.problem)
-        edits = plan.edits + _barrier_edits(analysis, plan)
-        source = splice(analysis.data, edits)[0].decode("utf-8")
-        lost = self._lost(state.source, source, anchor.function)
-        return self._result(state, self._anchor(analysis, plan), source, Direction.BACKWARD, lost,
-                            f"{plan.name}: {plan.reads} read(s) became direct global reads; the staging store, "
-                            f"the array{' and the barriers' if len(edits) > len(plan.edits) else ''} went")
+        site = sites[0]
+        if site.plan.problem:
+            raise NotApplicable(site.plan.problem)
+        barriers = f" and {site.barriers} barrier(s)" if site.barriers else ""
+        return self._result(state, site.anchor, site.source, Direction.BACKWARD, site.lost,
+                            f"{site.plan.name}: {site.plan.reads} read(s) became direct global reads; the staging "
+                            f"store, the array{barriers} went")
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
@@ -836,9 +864,6 @@ class UnstageShared(Transform):
     def _lost(staged: str, unstaged: str, function: str) -> tuple[str, ...]:
         """What leaves the function: the store and the reads (SASS), and the array's source feature where
         it was the last of its kind; NotApplicable when another mechanism would go with it."""
-        from klineage.lineage import FeatureLevel
-        from klineage.walk.audit import MECHANISMS
-
         gone = function_feature_names(staged, function) - function_feature_names(unstaged, function)
         other = sorted(gone & MECHANISMS[FeatureLevel.SOURCE] - _STAGING_FEATURES)
         if other:

@@ -210,6 +210,34 @@ __global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int p
 }
 """
 
+UNROLLED = """
+constexpr int ROWS = 4, COLS = 32;
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int ld)
+{
+    __shared__ float tile[ROWS][COLS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+        tile[r][threadIdx.x] = x[(blockIdx.x * ROWS + r) * ld + threadIdx.x];
+    __syncthreads();
+    float acc = 0.0f;
+    for (int r = 0; r < ROWS; ++r) acc += tile[r][COLS - 1 - threadIdx.x];
+    y[blockIdx.x * COLS + threadIdx.x] = acc;
+}
+"""
+
+ATOMIC = """
+constexpr int BLOCK = 128;
+__global__ void kernel(float* x, float* y)
+{
+    __shared__ float s[BLOCK];
+    const int i = blockIdx.x * BLOCK + threadIdx.x;
+    s[threadIdx.x] = x[i];
+    __syncthreads();
+    y[i] = s[BLOCK - 1 - threadIdx.x];
+    atomicAdd(&x[i], 1.0f);
+}
+"""
+
 ALIASED = """
 constexpr int BLOCK = 128;
 __global__ void kernel(const float* x, float* y)
@@ -243,6 +271,8 @@ args = [{ buffer = "data" }, { buffer = "data" }]
     (NO_BARRIER, r"the tile is used at line 8 before a __syncthreads\(\) follows its store"),
     (COMPUTED, r"the staged value `2.0f \* x\[i\]` is not a plain global read"),
     (PREVIOUS_PASS, r"the read at line 8 is not after the barrier that follows the store in the same block"),
+    (UNROLLED, r"unstaging would also remove unroll_pragma from kernel; remove it first"),
+    (ATOMIC, r"the source x is passed to atomicAdd\(\) at line 10, which could write it"),
 ])
 def test_not_applicable(unstage, source, reason):
     state = plain(source)
