@@ -275,6 +275,8 @@ class _Tile:
             if offset is not None and self._varying(offset):
                 self.refuse(f"the tile index offset `{self.a.text(offset)}` varies between threads")
         value = unparen(self.store.child_by_field_name("right"))
+        if cp.nodes_of_type(value, "assignment_expression", "update_expression"):
+            self.refuse(f"the staged value `{self.a.text(value)}` has side effects: it cannot be repeated at the reads")
         if value.type == "conditional_expression":
             self.guard = value.child_by_field_name("condition")
             self.zero = unparen(value.child_by_field_name("alternative"))
