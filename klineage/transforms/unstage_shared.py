@@ -25,12 +25,17 @@ holds both), and are expanded into their definitions otherwise.
 A site is a `__shared__` array (static, `tile[A][B]`, or dynamic, `extern __shared__ T tile[]`) of a
 function such that: every use is a full-rank element access; it is written exactly once, by a plain
 store `tile[E...] = g[G]` or `tile[E...] = cond ? g[G] : zero` of a global pointer g; the store is
-inside loops only (no `if`), and a `__syncthreads()` in the same block follows it before any read, all
-of them after that barrier in that block (the same pass of any loop around it); g is never written in
-the function, never handed to a function that could write it, and its launch buffer is not passed
-twice; the index map is invertible as above. Anything else is refused with the reason. Barriers go
-only when nothing else could need them: no other shared memory, asm or atomics in the function or
-the helpers it calls, and no global buffer both read and written.
+inside loops only (no `if`, `break` or `continue`), and a `__syncthreads()` in the same block follows
+it before any read, all of them after that barrier in that block (the same pass of any loop around
+it); g is never written in the function, never handed to a function that could write it, and its
+launch buffer is not passed twice; the index map is invertible as above; the staged value has no
+side effects, and a local it is computed from reads no memory. Anything else is refused with the
+reason, and so is a site whose removal would take another mechanism along (a `#pragma unroll` on the
+staging loop). Where the tile's element type is not the source's, the read converts
+(`static_cast<float>(...)`), as the store did.
+Barriers go only when nothing else could need them: no other shared memory, asm, atomics or shuffles
+in the function or the helpers it calls, and no global buffer both read and written. A dynamic array's
+launch keeps its shared-memory size (unused now, and harmless).
 
 Anchor: the function, kind "declaration", key the array's name; the snippet holds the function as it
 was, and forward puts it back once backward of that definition gives the current source (the only
@@ -228,6 +233,9 @@ class _Tile:
                             f"`{parent.type.replace('_statement', '')}`): the reads could see elements it skipped")
             node = parent
         self.region = node
+        jumps = cp.nodes_of_type(node, "break_statement", "continue_statement", "return_statement", "goto_statement")
+        if jumps:
+            self.refuse(f"the staging can skip its store (`{self.a.text(jumps[0])}` at line {self.a.line(jumps[0])})")
         block = node.parent
         siblings = [c for c in block.named_children if c.type != "comment"]
         after = siblings[siblings.index(node) + 1:]

@@ -374,5 +374,5 @@ def test_compile_only_walk_accepts_every_step(tmp_path, monkeypatch, unstage):
     final = lineage.states[-1].kernel.source
     assert "__shared__" not in final and "__syncthreads" not in final
     assert ("acc += static_cast<float>((row < M && k0 + k < K) ? x[row * K + k0 + k] : __float2bfloat16(0.0f)) * "
-            "static_cast<float>(((blockIdx.x * TILE + tx) < N && k0 + k < K) ? w[(blockIdx.x * TILE + tx) * K + k0 + k] "
-            ": __float2bfloat16(0.0f));") in final
+            "static_cast<float>(((blockIdx.x * TILE + tx) < N && k0 + k < K) ? "
+            "w[(blockIdx.x * TILE + tx) * K + k0 + k] : __float2bfloat16(0.0f));") in final
