@@ -59,6 +59,8 @@ class Outcome:
 
 
 def upload(problem: File | None, source: File | None, plan: File | None, *, owner) -> Outcome:
+    """Check every file given, then store them all (the problem first: the plan may name it), or
+    raise UploadRefused having stored none."""
     if problem is None and source is None and plan is None:
         raise UploadRefused("choose a problem file, or a kernel's source and launch plan, or both")
     if (source is None) != (plan is None):
@@ -204,7 +206,8 @@ def _store_kernel(checked: _Kernel, outcome: Outcome) -> None:
     plan = checked.state.plan
     uploads.store_kernel(plan.name, checked.state.fingerprint, plan.source, checked.state.source, checked.plan_text)
     state, _ = store_kernel_state(checked.state.to_dict(), where=checked.name)
-    problem = checked.problem or outcome.problem
+    with_it = outcome.problem is not None and outcome.problem.upload_name == plan.problem
+    problem = outcome.problem if with_it else checked.problem
     outcome.kernel = Kernel.objects.create(name=checked.name, operator=plan.problem, problem=problem,
                                            current_state=state, origin=Kernel.Origin.UPLOADED)
     if state.kernel_id is None:

@@ -170,6 +170,12 @@ def test_a_problem_and_a_kernel_naming_it_in_one_upload(operator):
     assert "uploaded/softmax_copy" in page and 'href="/kernels/uploaded/second/"' in page
 
 
+def test_a_kernel_uploaded_beside_a_problem_it_does_not_name(operator):
+    operator.post("/upload/", files(PROBLEM, SOURCE, plan()))
+    kernel = Kernel.objects.get()
+    assert kernel.operator == "row_softmax" and kernel.problem is None  # the bundled one, not imported here
+
+
 def test_uploaded_names_on_the_optimize_page_and_in_jobs(operator):
     operator.post("/upload/", files(PROBLEM, SOURCE, plan(problem="uploaded/softmax_copy")))
     page = operator.get("/optimize/?kernel=uploaded/my_softmax").content.decode()
