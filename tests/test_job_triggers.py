@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import Group, User
-from django.test import Client
 
+from accounts import logged_in, make_user
 from gate_app.apps import OPERATOR_GROUP
 from gate_app.models import Job
 
@@ -21,15 +21,7 @@ OPTIMIZE = {"action": "optimize", "optimize-kernel": "row_softmax/naive", "optim
 
 
 def _operator(name: str = "olga") -> User:
-    user = User.objects.create_user(name, password="pw-operator-1")
-    user.groups.add(Group.objects.get(name=OPERATOR_GROUP))
-    return user
-
-
-def _client(user: User, **kwargs) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
+    return make_user(name, operator=True)
 
 
 def test_the_operator_group_holds_the_submit_permission():
@@ -49,7 +41,7 @@ def test_anonymous_visitors_are_sent_to_log_in_and_queue_nothing(client):
 
 
 def test_viewers_are_refused(client):
-    viewer = _client(User.objects.create_user("vic"))
+    viewer = logged_in(User.objects.create_user("vic"))
     assert viewer.get("/optimize/").status_code == 403
     assert viewer.post("/optimize/", WALK).status_code == 403
     refused = viewer.post("/api/jobs/", {"kind": "walk", "params": {"kernel": "row_softmax/warp_vec4"}},
@@ -60,7 +52,7 @@ def test_viewers_are_refused(client):
 
 
 def test_an_operator_sees_both_forms_and_the_nav_link():
-    page = _client(_operator()).get("/optimize/?kernel=row_softmax/warp_vec4")
+    page = logged_in(_operator()).get("/optimize/?kernel=row_softmax/warp_vec4")
     assert page.status_code == 200
     text = page.content.decode()
     assert ">Optimize</a>" in text and 'aria-current="page">Optimize' in text
@@ -68,12 +60,12 @@ def test_an_operator_sees_both_forms_and_the_nav_link():
     assert '<option value="row_softmax/warp_vec4" selected>' in text  # ?kernel= preselects
     assert 'value="llm"' not in text  # no model configured here: the LLM rewriter is not offered
     assert "GPU jobs you have queued or running" in text
-    assert 'href="/optimize/">Optimize or walk a kernel' in _client(_operator("otto")).get("/jobs/").content.decode()
+    assert 'href="/optimize/">Optimize or walk a kernel' in logged_in(_operator("otto")).get("/jobs/").content.decode()
 
 
 def test_an_operator_queues_a_walk_and_lands_on_its_page():
     operator = _operator()
-    response = _client(operator).post("/optimize/", WALK)
+    response = logged_in(operator).post("/optimize/", WALK)
     job = Job.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}/"
     assert (job.kind, job.owner, job.needs, job.status) == ("walk", operator, "cpu", "queued")
@@ -82,7 +74,7 @@ def test_an_operator_queues_a_walk_and_lands_on_its_page():
 
 
 def test_an_operator_queues_an_optimization():
-    response = _client(_operator()).post("/optimize/", OPTIMIZE)
+    response = logged_in(_operator()).post("/optimize/", OPTIMIZE)
     job = Job.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}/"
     assert job.kind == "optimize" and job.needs == "cpu"
@@ -93,7 +85,7 @@ def test_an_operator_queues_an_optimization():
 
 def test_a_superuser_passes_without_the_group():
     admin = User.objects.create_superuser("root", password="pw-root-1")
-    assert _client(admin).post("/optimize/", {**WALK, "walk-mode": "gpu"}).status_code == 302
+    assert logged_in(admin).post("/optimize/", {**WALK, "walk-mode": "gpu"}).status_code == 302
     assert Job.objects.get().needs == "gpu"
 
 
@@ -105,7 +97,7 @@ def test_a_superuser_passes_without_the_group():
     ({"walk-mode": "fast"}, "Select a valid choice"),
 ])
 def test_form_errors_are_shown_and_queue_nothing(change, message):
-    response = _client(_operator()).post("/optimize/", {**WALK, **change})
+    response = logged_in(_operator()).post("/optimize/", {**WALK, **change})
     if message is None:
         assert response.status_code == 302
         return
@@ -116,7 +108,7 @@ def test_form_errors_are_shown_and_queue_nothing(change, message):
 
 def test_an_engine_refusal_is_shown_against_the_form():
     """The rule rewriter has no forward plan without cards: the strategy is refused by name."""
-    response = _client(_operator()).post("/optimize/", {**OPTIMIZE, "optimize-strategy": "no_library"})
+    response = logged_in(_operator()).post("/optimize/", {**OPTIMIZE, "optimize-strategy": "no_library"})
     assert response.status_code == 400
     errors = response.content.decode().split('data-errors="optimize"')[1].split("</div>")[0]
     assert "no_library strategy needs the LLM rewriter" in errors
@@ -124,7 +116,7 @@ def test_an_engine_refusal_is_shown_against_the_form():
 
 
 def test_csrf_is_enforced():
-    strict = _client(_operator(), enforce_csrf_checks=True)
+    strict = logged_in(_operator(), enforce_csrf_checks=True)
     assert strict.post("/optimize/", WALK).status_code == 403
     page = strict.get("/optimize/")
     token = page.cookies["csrftoken"].value
@@ -137,7 +129,7 @@ def test_csrf_is_enforced():
 
 def test_the_api_queues_checked_jobs():
     operator = _operator()
-    api = _client(operator)
+    api = logged_in(operator)
     created = api.post("/api/jobs/", {"kind": "optimize", "params": {"kernel": "row_softmax/naive", "mode": "compile",
                                                                        "budget": 4}},
                        content_type="application/json")
@@ -161,7 +153,7 @@ def test_the_api_queues_checked_jobs():
 
 def test_the_llm_rewriter_is_offered_only_where_a_model_is_configured(monkeypatch):
     monkeypatch.setenv("KLINEAGE_LLM_MODEL", "local-model")
-    client = _client(_operator())
+    client = logged_in(_operator())
     assert 'value="llm"' in client.get("/optimize/").content.decode()
     assert client.post("/optimize/", {**WALK, "walk-rewriter": "llm"}).status_code == 302
     assert Job.objects.get().params["rewriter"] == "llm"

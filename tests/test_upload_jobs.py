@@ -7,11 +7,11 @@ job cancelled from its page."""
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.test import Client
 
 from gate_app import handlers, queue
-from gate_app.apps import OPERATOR_GROUP
+from accounts import logged_in, make_user
 from gate_app.models import Job
 from klineage import config
 from klineage.gate.execute import probe_problem
@@ -32,11 +32,7 @@ def worker(sqlite_job_database, tmp_path, monkeypatch, settings):
 
 @pytest.fixture
 def operator() -> Client:
-    user = User.objects.create_user("olga")
-    user.groups.add(Group.objects.get(name=OPERATOR_GROUP))
-    client = Client()
-    client.force_login(user)
-    return client
+    return logged_in(make_user("olga", operator=True))
 
 
 def test_an_uploaded_problem_is_probed_by_a_real_worker(worker, operator):

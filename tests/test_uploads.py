@@ -8,12 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from gate_app import handlers, queue, submit
-from gate_app.apps import OPERATOR_GROUP
+from accounts import logged_in, make_user
 from gate_app.models import Job
 from gate_app.uploads import record_probe
 from klineage import config
@@ -45,22 +45,11 @@ def data_dir(tmp_path, monkeypatch) -> Path:
     return tmp_path / "data"
 
 
-def _user(name: str, *, operator: bool = False, **extra) -> User:
-    user = User.objects.create_user(name, password="pw-upload-1", **extra)
-    if operator:
-        user.groups.add(Group.objects.get(name=OPERATOR_GROUP))
-    return user
-
-
-def _client(user: User, **kwargs) -> Client:
-    client = Client(**kwargs)
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture
 def operator() -> Client:
-    return _client(_user("olga", operator=True))
+    return logged_in(make_user("olga", operator=True))
 
 
 def _stored_nothing(data_dir: Path) -> None:
@@ -81,7 +70,7 @@ def test_anonymous_visitors_and_viewers_are_refused(client, data_dir):
     page = client.get("/upload/")
     assert page.status_code == 302 and page["Location"].startswith("/accounts/login/?next=/upload/")
     assert client.post("/upload/", files(PROBLEM)).status_code == 302
-    viewer = _client(_user("vic"))
+    viewer = logged_in(make_user("vic"))
     assert viewer.get("/upload/").status_code == 403
     assert viewer.post("/upload/", files(PROBLEM)).status_code == 403
     assert b">Upload</a>" not in viewer.get("/jobs/").content
@@ -89,13 +78,13 @@ def test_anonymous_visitors_and_viewers_are_refused(client, data_dir):
 
 
 def test_a_superuser_passes_without_the_group(data_dir):
-    admin = _client(User.objects.create_superuser("root", password="pw-root-1"))
+    admin = logged_in(User.objects.create_superuser("root", password="pw-root-1"))
     assert admin.post("/upload/", files(PROBLEM)).status_code == 302
     assert Problem.objects.get().upload_name == "uploaded/softmax_copy"
 
 
 def test_csrf_is_enforced(data_dir):
-    strict = _client(_user("olga", operator=True), enforce_csrf_checks=True)
+    strict = logged_in(make_user("olga", operator=True), enforce_csrf_checks=True)
     assert strict.post("/upload/", files(PROBLEM)).status_code == 403
     _stored_nothing(data_dir)
     token = strict.get("/upload/").cookies["csrftoken"].value
@@ -155,7 +144,7 @@ def test_a_kernel_for_a_bundled_problem_is_stored_after_the_static_check(operato
     page = operator.get("/kernels/uploaded/my_softmax/").content.decode()
     assert 'href="/optimize/?kernel=uploaded/my_softmax#optimize-heading">Optimize from here</a>' in page
     assert 'href="/optimize/?kernel=uploaded/my_softmax#walk-heading">Walk</a>' in page
-    viewer = _client(_user("vic")).get("/kernels/uploaded/my_softmax/").content.decode()
+    viewer = logged_in(make_user("vic")).get("/kernels/uploaded/my_softmax/").content.decode()
     assert "Optimize from here" not in viewer and "uploaded/my_softmax" in viewer
 
 
@@ -295,15 +284,15 @@ def test_a_copy_of_a_bundled_problem_is_refused_by_name(operator, data_dir):
 
 
 def test_cancel_by_its_owner_or_staff_only(data_dir):
-    owner, other = _user("ada", operator=True), _user("bob", operator=True)
-    staff = _user("sam", is_staff=True)
+    owner, other = make_user("ada", operator=True), make_user("bob", operator=True)
+    staff = make_user("sam", is_staff=True)
     job = queue.enqueue("gate", {"problem": "row_softmax", "kernel": "row_softmax/naive", "mode": "compile"},
                         owner=owner)
     assert Client().post(f"/jobs/{job.pk}/cancel").status_code == 302  # to log in
-    assert _client(other).post(f"/jobs/{job.pk}/cancel").status_code == 403
-    assert "Cancel this job" not in _client(other).get(f"/jobs/{job.pk}/").content.decode()
-    assert _client(owner).get(f"/jobs/{job.pk}/cancel").status_code == 405
-    strict = _client(owner, enforce_csrf_checks=True)
+    assert logged_in(other).post(f"/jobs/{job.pk}/cancel").status_code == 403
+    assert "Cancel this job" not in logged_in(other).get(f"/jobs/{job.pk}/").content.decode()
+    assert logged_in(owner).get(f"/jobs/{job.pk}/cancel").status_code == 405
+    strict = logged_in(owner, enforce_csrf_checks=True)
     assert strict.post(f"/jobs/{job.pk}/cancel").status_code == 403
     job.refresh_from_db()
     assert job.status == "queued"
@@ -316,13 +305,13 @@ def test_cancel_by_its_owner_or_staff_only(data_dir):
     assert f"Job {job.pk} is cancelled." in done.content.decode()
     job.refresh_from_db()
     assert job.status == "cancelled" and "Cancel this job" not in done.content.decode()
-    again = _client(owner).post(f"/jobs/{job.pk}/cancel", follow=True).content.decode()
+    again = logged_in(owner).post(f"/jobs/{job.pk}/cancel", follow=True).content.decode()
     assert f"Job {job.pk} has already finished (cancelled): nothing to cancel." in again
 
     running = queue.enqueue("gate", {"problem": "row_softmax", "kernel": "row_softmax/naive", "mode": "compile"},
                             owner=owner)
     Job.objects.filter(pk=running.pk).update(status="running", worker_id="w1")
-    text = _client(staff).post(f"/jobs/{running.pk}/cancel", follow=True).content.decode()
+    text = logged_in(staff).post(f"/jobs/{running.pk}/cancel", follow=True).content.decode()
     assert "Cancel requested: job" in text and "worker is stopping it" in text
     assert Job.objects.get(pk=running.pk).cancel_requested
-    assert _client(owner).post("/jobs/999999/cancel").status_code == 404
+    assert logged_in(owner).post("/jobs/999999/cancel").status_code == 404
