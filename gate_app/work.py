@@ -54,7 +54,9 @@ def library_document() -> dict[str, Any]:
     by status and scope itself, so the result counts the cards it was offered)."""
     from skills_app.models import SkillCard
 
-    cards = list(SkillCard.objects.order_by("card_id").values_list("document", flat=True))
+    # A card sent back to admission (a disputed step behind it) is offered as a candidate only.
+    cards = [{**document, "status": "candidate"} if marked and document["status"] == "admitted" else document
+             for document, marked in SkillCard.objects.order_by("card_id").values_list("document", "readmission")]
     return {"version": 1, "provenance": {"path": f"the dashboard's library ({len(cards)} cards)"}, "cards": cards}
 
 

@@ -1,5 +1,5 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
+from django.db.models.signals import post_migrate, post_save
 
 REVIEWER_GROUP = "reviewer"
 
@@ -25,3 +25,7 @@ class SkillsAppConfig(AppConfig):
         # After auth's own handler (which creates the permissions): connect with the app as sender,
         # and Django sends post_migrate to apps in INSTALLED_APPS order, auth before skills_app.
         post_migrate.connect(ensure_reviewer_group, sender=self, dispatch_uid="skills_app.reviewer_group")
+        # Every review, from the page or the API, re-marks the cards that stand on its step.
+        from skills_app.readmission import on_review_saved
+
+        post_save.connect(on_review_saved, sender="skills_app.Review", dispatch_uid="skills_app.readmission")

@@ -23,9 +23,10 @@ from klineage.skills.card import SHORT_ID
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.skills.library import Library
 from klineage import config
+from skills_app import readmission
 from skills_app.importer import (CREATED, UNCHANGED, UPDATED, _display, _require_json, _timestamp, engine_check,
                                 read_json)
-from skills_app.models import CardTrial, SkillCard
+from skills_app.models import CardTrial, Review, SkillCard
 
 STALE = "stale"  # an older library's copy of a card stored from a newer one: left as it is
 
@@ -111,6 +112,9 @@ def store_card(card: EngineCard, *, library_created=None, where: str = "card") -
     CardTrial.objects.bulk_create([
         CardTrial(card=row, outcome=CardTrial.Outcome.PASSED if t.passed else CardTrial.Outcome.FAILED,
                   target=t.state, ratio=t.ratio, message=t.message) for t in card.verification_log])
+    if Review.objects.filter(verdict=Review.Verdict.DISPUTE).exists():  # a dispute may already stand behind it
+        row.readmission = readmission.reason(row)
+        row.save(update_fields=["readmission"])
     return action
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db.models import Count, F, Prefetch, Q
+from django.db.models import Count, F
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -24,7 +24,8 @@ from skills_app.filters import SkillCardFilter
 from skills_app.paging import paginate, query_without
 from skills_app.highlight import highlight_lines
 from skills_app.lineage_views import diff_lines
-from skills_app.models import LineageStep, Review, SkillCard
+from skills_app.card_refs import resolve_refs
+from skills_app.models import LineageStep, SkillCard
 
 SORTS = {
     "gain": ("measured gain", [F("median_gain").desc(nulls_last=True), "transform", "card_id"]),
@@ -40,7 +41,7 @@ STEP_KINDS = {"transition": LineageStep.Kind.ACCEPTED, "rejection": LineageStep.
 def library(request):
     sort = request.GET.get("sort") if request.GET.get("sort") in SORTS else "gain"
     queryset = SkillCard.objects.only("card_id", "short_id", "status", "transform", "intent", "surface", "platform",
-                                      "operators", "median_gain", "precondition_count", "risk_count")
+                                      "operators", "median_gain", "precondition_count", "risk_count", "readmission")
     found = SkillCardFilter(request.GET, queryset=queryset)
     rows = found.qs.order_by(*SORTS[sort][1]) if found.is_valid() else queryset.none()
     page = paginate(request, rows)
@@ -70,7 +71,7 @@ def library(request):
 def card(request, short_id: str):
     row = get_object_or_404(SkillCard, short_id=short_id)
     document = row.document
-    steps = _resolve([*document["evidence"], *(ref for risk in document["risks"] for ref in risk["evidence"])])
+    steps = resolve_refs([*document["evidence"], *(ref for risk in document["risks"] for ref in risk["evidence"])])
     anchor = document["anchor"]
     return render(request, "skills/card.html", {
         "card": row,
@@ -133,36 +134,6 @@ def _operators() -> list[str]:
     """Every operator named in some card's scope (cards usually share a handful of scope lists)."""
     lists = SkillCard.objects.order_by().values_list("operators", flat=True).distinct()
     return sorted({name for names in lists for name in names})
-
-
-def _lineage_filter(key: str) -> Q | None:
-    """`expert@fingerprint-prefix:gate` as a lookup on a step's lineage."""
-    name, _, rest = key.rpartition("@")
-    prefix, _, gate = rest.partition(":")
-    if not name or not prefix or not gate:
-        return None
-    return Q(lineage__expert_name=name, lineage__expert_state__fingerprint__startswith=prefix, lineage__gate_mode=gate)
-
-
-def _resolve(refs: list[dict[str, Any]]) -> dict[tuple[str, str, int], LineageStep]:
-    """(ref lineage, ref kind, index) -> the stored step. Where one expert was walked more than once
-    under one gate mode, the longest walk is the one a library is built from
-    (`klineage.skills.library.corpus_lineages`); then the newest."""
-    wanted = {(r["lineage"], r["kind"], r["index"]) for r in refs}
-    lookups = {key: _lineage_filter(key) for key in {r["lineage"] for r in refs}}
-    found: dict[tuple[str, str, int], LineageStep] = {}
-    for key, lookup in lookups.items():
-        if lookup is None:
-            continue
-        steps = (LineageStep.objects.filter(lookup).select_related("lineage")
-                 .defer("lineage__document", "backward_diff", "forward_diff")
-                 .prefetch_related(Prefetch("reviews", queryset=Review.objects.select_related("reviewer")))
-                 .order_by("-lineage__accepted_count", "-lineage__imported_at", "lineage_id", "kind", "index"))
-        for step in steps:
-            ref = (key, "transition" if step.accepted else "rejection", step.index)
-            if ref in wanted and ref not in found:
-                found[ref] = step
-    return found
 
 
 def _link(ref: dict[str, Any], steps: dict[tuple[str, str, int], LineageStep]) -> dict[str, Any]:

@@ -327,8 +327,8 @@ class LineageStep(models.Model):
 
     @property
     def disputed(self) -> bool:
-        """The latest review disputes this step. Hook: skill cards derived from a disputed step are
-        to be sent back for re-admission (see the library, once it exists)."""
+        """The latest review disputes this step: the cards derived from it go back to re-admission
+        (`skills_app.readmission`)."""
         latest = self.latest_review
         return latest is not None and latest.verdict == Review.Verdict.DISPUTE
 
@@ -385,6 +385,9 @@ class SkillCard(models.Model):
     search_text = models.TextField(help_text="intent, anchor snippet and transform, lower case, for search")
     document = models.JSONField(help_text="SkillCard.to_dict(), whole")
     digest = models.CharField(max_length=FINGERPRINT_LENGTH, help_text="sha256 of the document")
+    readmission = models.TextField(blank=True, default="",
+                                   help_text="why the card must pass admission again (a disputed step behind it); "
+                                             "empty when nothing is disputed")
     library_created = models.DateTimeField(null=True, blank=True,
                                            help_text="when the library document it came from was written")
     imported_at = models.DateTimeField(auto_now_add=True)

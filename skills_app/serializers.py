@@ -186,8 +186,8 @@ class SkillCardSerializer(serializers.ModelSerializer):
     class Meta:
         model = SkillCard
         fields = ["id", "short_id", "status", "transform", "intent", "surface", "platform", "operators", "dtypes",
-                  "requires", "provides", "conflicts", "median_gain", "precondition_count", "risk_count", "page",
-                  "imported_at", "updated_at"]
+                  "requires", "provides", "conflicts", "median_gain", "precondition_count", "risk_count", "readmission",
+                  "page", "imported_at", "updated_at"]
 
     def get_page(self, card: SkillCard) -> str:
         return reverse("skills:card", args=[card.short_id])

@@ -1,0 +1,43 @@
+"""A disputed step sends the cards derived from it back to admission.
+
+A card is marked while any accepted step in its evidence stands disputed (its latest review disputes
+it); a later confirming review clears the mark. Marked cards keep their status on the page (with the
+reason beside it), but an optimization treats a marked admitted card as a candidate: its evidence no
+longer vouches for it until it passes admission again.
+"""
+
+from __future__ import annotations
+
+from skills_app.card_refs import resolve_refs, step_ref
+from skills_app.models import LineageStep, SkillCard
+
+
+def reason(card: SkillCard) -> str:
+    """Why `card` must pass admission again, or "" when no step behind it is disputed."""
+    steps = resolve_refs(card.document["evidence"])
+    disputed = sorted((s for s in steps.values() if s.disputed), key=lambda s: (s.lineage_id, s.index))
+    return "; ".join(f"{s.lineage.expert_name} step {s.index} disputed by "
+                     f"{s.latest_review.reviewer.get_username() if s.latest_review.reviewer else 'a reviewer'}"
+                     for s in disputed)
+
+
+def refresh_for_step(step: LineageStep) -> int:
+    """Re-mark the cards whose evidence names `step`; how many marks changed."""
+    if not step.accepted:
+        return 0  # rejected attempts are risks, not evidence a card stands on
+    ref = step_ref(step)
+    changed = 0
+    for card in SkillCard.objects.filter(transform=step.transform):  # a card's evidence is its transform's
+        if not any((r["lineage"], r["kind"], r["index"]) == ref for r in card.document["evidence"]):
+            continue
+        marked = reason(card)
+        if marked != card.readmission:
+            card.readmission = marked
+            card.save(update_fields=["readmission", "updated_at"])
+            changed += 1
+    return changed
+
+
+def on_review_saved(sender, instance, created: bool, **kwargs) -> None:
+    if created:
+        refresh_for_step(LineageStep.objects.select_related("lineage__expert_state").get(pk=instance.step_id))

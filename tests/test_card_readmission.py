@@ -1,0 +1,78 @@
+"""A disputed step sends the cards that stand on it back to admission; a later confirmation clears
+the mark; an optimization job is offered a marked admitted card as a candidate only."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group
+
+from accounts import logged_in, make_user
+from gate_app.work import library_document as job_library
+from library_data import library_document, real_cards, timed_lineage
+from skills_app.card_import import import_library
+from skills_app.importer import import_lineage
+from skills_app.models import LineageStep, SkillCard
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def stored():
+    cards = real_cards()
+    lineage, _ = import_lineage(timed_lineage().to_dict())
+    import_library(library_document(cards))
+    bounds = next(c for c in cards if c.transform == "launch_bounds")
+    step = LineageStep.objects.get(lineage=lineage, kind="accepted", index=bounds.evidence[0].index)
+    return {"card": bounds, "step": step, "others": [c for c in cards if c.transform != "launch_bounds"]}
+
+
+@pytest.fixture
+def reviewer():
+    user = make_user("grace")
+    user.groups.add(Group.objects.get(name="reviewer"))
+    return logged_in(user)
+
+
+def _mark(card) -> str:
+    return SkillCard.objects.get(card_id=card.id).readmission
+
+
+def test_a_dispute_marks_the_card_and_a_confirmation_clears_it(client, stored, reviewer):
+    card, step = stored["card"], stored["step"]
+    assert _mark(card) == ""
+    reviewer.post(f"/review/{step.id}/", {"verdict": "dispute", "comment": "the bound hides spills"})
+    assert _mark(card) == f"{step.lineage.expert_name} step {step.index} disputed by grace"
+    assert all(_mark(other) == "" for other in stored["others"]), "only the cards standing on that step"
+    page = client.get(f"/library/{card.short_id}/").content.decode()
+    assert "Back to admission:" in page and "disputed by grace" in page
+    assert "re-admit" in client.get("/library/").content.decode()
+    assert client.get(f"/api/cards/{card.short_id}/").json()["readmission"].endswith("disputed by grace")
+    reviewer.post(f"/review/{step.id}/", {"verdict": "confirm", "comment": "checked the SASS again"})
+    assert _mark(card) == ""
+    assert "Back to admission:" not in client.get(f"/library/{card.short_id}/").content.decode()
+
+
+def test_a_dispute_through_the_api_marks_the_card_too(stored, reviewer):
+    response = reviewer.post("/api/reviews/", {"step": stored["step"].id, "verdict": "dispute", "comment": "no"},
+                             content_type="application/json")
+    assert response.status_code == 201
+    assert "disputed by grace" in _mark(stored["card"])
+
+
+def test_a_card_imported_after_the_dispute_is_marked(stored, reviewer):
+    SkillCard.objects.all().delete()
+    reviewer.post(f"/review/{stored['step'].id}/", {"verdict": "dispute", "comment": "the bound hides spills"})
+    import_library(library_document(real_cards()))
+    assert "disputed by grace" in _mark(stored["card"])
+
+
+def test_an_optimization_is_offered_a_marked_admitted_card_as_a_candidate(stored, reviewer):
+    row = SkillCard.objects.get(card_id=stored["card"].id)
+    row.status = "admitted"
+    row.document = {**row.document, "status": "admitted"}
+    row.save()
+    offered = {c["id"]: c["status"] for c in job_library()["cards"]}
+    assert offered[row.card_id] == "admitted"
+    reviewer.post(f"/review/{stored['step'].id}/", {"verdict": "dispute", "comment": "the bound hides spills"})
+    offered = {c["id"]: c["status"] for c in job_library()["cards"]}
+    assert offered[row.card_id] == "candidate"
