@@ -68,6 +68,7 @@ def test_filter_open_a_card_and_follow_a_risk(site, chromium):
         assert attempt.is_visible()
         assert "unroll" in attempt.locator("summary").inner_text()
         assert "incorrect" in attempt.locator("summary").inner_text()
+        assert attempt.evaluate("element => element.open"), "the link opens the attempt it points at"
         top = page.evaluate("document.getElementById('step-rejected-0').getBoundingClientRect().top")
         assert 0 <= top < 900  # scrolled to the attempt
         chromium.shoot(page, "card-risk-lineage", width)
