@@ -1,4 +1,4 @@
-"""The forms of the /optimize/ page: what to walk or optimize, checked by gate_app.submit (the same
+"""The forms of the /optimize/ page: what to gate, walk or optimize, checked by gate_app.submit (the same
 checks as POST /api/jobs/), whose message is shown against the form when it refuses; and the
 /upload/ page's form, whose files gate_app.uploads checks."""
 
@@ -32,7 +32,8 @@ class _JobForm(forms.Form):
         self.fields["kernel"].choices = [(name, name) for name in submit.kernel_choices()]
         self.fields["problem"].choices = [("", "the kernel's own problem")] + [
             (name, name) for name in submit.problem_choices()]
-        self.fields["rewriter"].choices = _rewriters()
+        if "rewriter" in self.fields:
+            self.fields["rewriter"].choices = _rewriters()
         self.params: dict[str, Any] = {}
 
     def clean(self) -> dict[str, Any]:
@@ -46,6 +47,23 @@ class _JobForm(forms.Form):
 
     def check(self, data: dict[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
+
+
+class GateForm(_JobForm):
+    kind = "gate"
+    kernel = forms.ChoiceField(label="Kernel", help_text="judged on every case of its problem, then timed")
+    problem = forms.ChoiceField(required=False)
+    against = forms.ChoiceField(label="Baseline", required=False,
+                                help_text="a kernel timed beside it, besides the vendor path")
+    mode = forms.ChoiceField(label="Gate", choices=MODE_CHOICES, initial="compile")
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["against"].choices = [("", "the vendor path only")] + self.fields["kernel"].choices
+
+    def check(self, data: dict[str, Any]) -> dict[str, Any]:
+        return submit.gate_job_params(data["kernel"], problem=data["problem"] or None,
+                                      against=data["against"] or None, mode=data["mode"])
 
 
 class WalkForm(_JobForm):

@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from gate_app import queue
-from gate_app.handlers import GATE_MODES, gate_needs
+from gate_app.handlers import GATE_MODES, gate_needs, gate_params
 from gate_app.models import Job
 
 REWRITERS = ("rules", "llm")
@@ -109,6 +109,13 @@ def _rewriter(value: Any) -> str:
     return rewriter
 
 
+def gate_job_params(kernel: str, *, problem: str | None = None, against: str | None = None,
+                    mode: str = "gpu") -> dict[str, Any]:
+    """Checked parameters of one gate run of a kernel (bundled or uploaded), optionally timed against
+    a baseline kernel besides the vendor path."""
+    return gate_params(_problem(problem, kernel), kernel, against=against or None, mode=_choice("mode", mode, GATE_MODES))
+
+
 def walk_params(kernel: str, *, problem: str | None = None, rewriter: str = "rules", mode: str = "gpu",
                 max_steps: int = 16, max_rejections: int = 4) -> dict[str, Any]:
     """Checked parameters of a backward walk of an expert kernel (bundled or uploaded)."""
@@ -151,7 +158,7 @@ def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = 
 
 
 def submit(kind: str, params: dict[str, Any], *, owner) -> Job:
-    """Queue a checked walk or optimization for `owner`; QuotaExceeded when a GPU job would take
+    """Queue a checked gate run, walk or optimization for `owner`; QuotaExceeded when a GPU job would take
     them past KLINEAGE_GPU_JOB_QUOTA jobs queued or running."""
     needs = gate_needs(params["mode"])
     with transaction.atomic():

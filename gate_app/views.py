@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from gate_app import presenters, queue, submit, uploads
 from gate_app.apps import SUBMIT_PERMISSION
-from gate_app.forms import OptimizeForm, UploadForm, WalkForm
+from gate_app.forms import GateForm, OptimizeForm, UploadForm, WalkForm
 from gate_app.models import Job, Worker
 from gate_app.queue import QueueError, describe
 from klineage_web.access import read_access
@@ -89,10 +89,10 @@ def cancel(request, job_id: int):
 @permission_required(SUBMIT_PERMISSION, raise_exception=True)
 @require_http_methods(["GET", "POST"])
 def optimize(request):
-    """Submit an optimization or a backward walk (operators only); each form's errors, the quota's
-    included, are shown against it. ?kernel= preselects the kernel in both."""
+    """Submit an optimization, a backward walk or a gate run (operators only); each form's errors, the
+    quota's included, are shown against it. ?kernel= preselects the kernel in all three."""
     initial = {"kernel": request.GET.get("kernel", "")}
-    forms = {form.kind: form(prefix=form.kind, initial=initial) for form in (OptimizeForm, WalkForm)}
+    forms = {form.kind: form(prefix=form.kind, initial=initial) for form in (OptimizeForm, WalkForm, GateForm)}
     status = 200
     if request.method == "POST":
         kind = request.POST.get("action", "")
@@ -111,7 +111,7 @@ def optimize(request):
 
 
 def _optimize_context(request, forms) -> dict:
-    return {"optimize_form": forms["optimize"], "walk_form": forms["walk"],
+    return {"optimize_form": forms["optimize"], "walk_form": forms["walk"], "gate_form": forms["gate"],
             "gpu_jobs": submit.gpu_jobs_held(request.user), "quota": settings.KLINEAGE_GPU_JOB_QUOTA,
             "recent": Job.objects.filter(owner=request.user, kind__in=list(forms)).order_by("-id")[:10]}
 

@@ -56,7 +56,7 @@ def test_an_operator_sees_both_forms_and_the_nav_link():
     assert page.status_code == 200
     text = page.content.decode()
     assert ">Optimize</a>" in text and 'aria-current="page">Optimize' in text
-    assert "Optimize a kernel" in text and "Walk an expert kernel backward" in text
+    assert "Optimize a kernel" in text and "Walk an expert kernel backward" in text and "Gate a kernel" in text
     assert '<option value="row_softmax/warp_vec4" selected>' in text  # ?kernel= preselects
     assert 'value="llm"' not in text  # no model configured here: the LLM rewriter is not offered
     assert "GPU jobs you have queued or running" in text
@@ -81,6 +81,21 @@ def test_an_operator_queues_an_optimization():
     assert job.params == {"problem": "row_softmax", "kernel": "row_softmax/naive", "rewriter": "rules",
                           "strategy": "library", "statuses": ["admitted", "candidate"], "scope": "all", "budget": 8,
                           "mode": "compile", "seed": 0}
+
+
+def test_an_operator_queues_a_gate_run_against_a_baseline():
+    operator = _operator()
+    gate = {"action": "gate", "gate-kernel": "row_softmax/warp_vec4", "gate-problem": "",
+            "gate-against": "row_softmax/naive", "gate-mode": "gpu"}
+    response = logged_in(operator).post("/optimize/", gate)
+    job = Job.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/jobs/{job.pk}/"
+    assert (job.kind, job.owner, job.needs) == ("gate", operator, "gpu")
+    assert job.params == {"problem": "row_softmax", "kernel": "row_softmax/warp_vec4", "against": "row_softmax/naive",
+                          "mode": "gpu"}
+    refused = logged_in(operator).post("/optimize/", {**gate, "gate-mode": "sideways"})
+    assert refused.status_code == 400 and Job.objects.count() == 1
+    assert "sideways is not one of the available choices" in refused.content.decode()
 
 
 def test_a_superuser_passes_without_the_group():
