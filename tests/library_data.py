@@ -92,6 +92,18 @@ def library_document(cards: list[SkillCard] | list[dict[str, Any]], date: str = 
     return {"version": 1, "provenance": {"date": date, "built_by": "tests/library_data.py"}, "cards": dicts}
 
 
+def store_real_library():
+    """The real cards and the timed lineage they came from, both imported into the test database
+    (so the cards' evidence and risks resolve to stored steps): (cards, the stored Lineage)."""
+    from skills_app.card_import import import_library
+    from skills_app.importer import import_lineage
+
+    cards = real_cards()
+    lineage, _ = import_lineage(timed_lineage().to_dict())
+    import_library(library_document(cards))
+    return cards, lineage
+
+
 OPERATORS = ("row_softmax", "gemm", "conv2d", "fmha", "topk", "gdn")
 PLATFORMS = ("sm90", "sm90a")
 STATUSES = ("candidate", "admitted", "retired")

@@ -8,9 +8,8 @@ from django.contrib.auth.models import Group
 
 from accounts import logged_in, make_user
 from gate_app.work import library_document as job_library
-from library_data import library_document, real_cards, timed_lineage
+from library_data import library_document, real_cards, store_real_library
 from skills_app.card_import import import_library
-from skills_app.importer import import_lineage
 from skills_app.models import LineageStep, SkillCard
 
 pytestmark = pytest.mark.django_db
@@ -18,9 +17,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def stored():
-    cards = real_cards()
-    lineage, _ = import_lineage(timed_lineage().to_dict())
-    import_library(library_document(cards))
+    cards, lineage = store_real_library()
     bounds = next(c for c in cards if c.transform == "launch_bounds")
     step = LineageStep.objects.get(lineage=lineage, kind="accepted", index=bounds.evidence[0].index)
     return {"card": bounds, "step": step, "others": [c for c in cards if c.transform != "launch_bounds"]}

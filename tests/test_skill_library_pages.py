@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from klineage.skills.skillmd import parse
-from library_data import library_document, many_cards, real_cards, timed_lineage
+from library_data import library_document, many_cards, real_cards, store_real_library, timed_lineage
 from skills_app.card_import import import_library
 from skills_app.importer import import_lineage
 from skills_app.models import LineageStep, Review, SkillCard
@@ -19,9 +19,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def library():
-    cards = real_cards()
-    lineage, _ = import_lineage(timed_lineage().to_dict())
-    import_library(library_document(cards))
+    cards, lineage = store_real_library()
     return {"cards": {c.short_id: c for c in cards}, "lineage": lineage}
 
 
