@@ -127,10 +127,17 @@ class SkillCardFilter(filters.FilterSet):
         method="filter_feature", help_text="a feature (locus/name, e.g. kernel/launch_bounds) the card requires or provides")
     q = filters.CharFilter(method="filter_search",
                            help_text="words that must all appear in the intent, anchor or transform")
+    readmission = filters.BooleanFilter(method="filter_readmission",
+                                        help_text="true: cards sent back to admission by a disputed step")
 
     class Meta:
         model = SkillCard
-        fields = ["status", "operator", "surface", "platform", "transform", "intent", "feature", "q"]
+        fields = ["status", "operator", "surface", "platform", "transform", "intent", "feature", "q", "readmission"]
+
+    def filter_readmission(self, queryset: QuerySet, name: str, value: bool | None) -> QuerySet:
+        if value is None:
+            return queryset
+        return queryset.exclude(readmission="") if value else queryset.filter(readmission="")
 
     def filter_listed(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         return queryset.filter(**{f"{name}__icontains": json.dumps(value)})

@@ -32,7 +32,8 @@ SORTS = {
     "transform": ("transform", ["transform", "card_id"]),
     "id": ("card id", ["card_id"]),
 }
-FILTERS = ("q", "status", "operator", "surface", "platform", "intent", "feature", "sort")
+FILTERS = ("q", "status", "readmission", "operator", "surface", "platform", "intent", "feature", "sort")
+READMISSION_CHOICES = [("true", "back to admission"), ("false", "standing")]
 STEP_KINDS = {"transition": LineageStep.Kind.ACCEPTED, "rejection": LineageStep.Kind.REJECTED}
 
 
@@ -59,6 +60,7 @@ def library(request):
         "surfaces": SkillCard.objects.order_by("surface").values_list("surface", flat=True).distinct(),
         "platforms": SkillCard.objects.order_by("platform").values_list("platform", flat=True).distinct(),
         "statuses": SkillCard.Status.choices,
+        "readmission_choices": READMISSION_CHOICES,
         "sorts": [(key, label) for key, (label, _) in SORTS.items()],
         "sort": sort,
         "selected": {key: request.GET.get(key, "") for key in FILTERS},

@@ -43,6 +43,11 @@ def test_a_dispute_marks_the_card_and_a_confirmation_clears_it(client, stored, r
     page = client.get(f"/library/{card.short_id}/").content.decode()
     assert "Back to admission:" in page and "disputed by grace" in page
     assert "re-admit" in client.get("/library/").content.decode()
+    listed = client.get("/library/?readmission=true").content.decode()
+    assert f'href="/library/{card.short_id}/"' in listed and listed.count('class="badge badge-disputed"') == 1
+    marked = client.get("/api/cards/?readmission=true").json()["results"]
+    assert [c["short_id"] for c in marked] == [card.short_id]
+    assert client.get("/api/cards/?readmission=false").json()["count"] == len(stored["others"])
     assert client.get(f"/api/cards/{card.short_id}/").json()["readmission"].endswith("disputed by grace")
     reviewer.post(f"/review/{step.id}/", {"verdict": "confirm", "comment": "checked the SASS again"})
     assert _mark(card) == ""
