@@ -250,6 +250,17 @@ def test_an_oversize_file_is_refused_before_it_is_read(operator, data_dir):
     _stored_nothing(data_dir)
 
 
+def test_a_body_larger_than_any_upload_is_refused_before_anything_reads_it(operator, data_dir):
+    from klineage_web.body_limit import largest_body
+
+    response = operator.post("/upload/", files(b"#" * (largest_body() + 1)))
+    assert response.status_code == 413
+    assert f"the most any page here accepts is {largest_body()} bytes" in response.content.decode()
+    _stored_nothing(data_dir)
+    # The largest legitimate upload still goes through to the per-file checks.
+    assert "the limit is 524288" in _refusal(operator.post("/upload/", files(b"#" * 524_289)))
+
+
 def test_a_kernel_the_static_check_refuses_is_stored_nowhere_with_its_findings(operator, data_dir):
     cheat = b"#include <cublas_v2.h>\n" + SOURCE
     refusal = _refusal(operator.post("/upload/", files(source=cheat, launch=plan())))
