@@ -25,7 +25,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from klineage import config, corpus  # noqa: E402
-from klineage.config import GateMode  # noqa: E402
 from klineage.gate.cache import GateCache  # noqa: E402
 from klineage.gate.compile import compile_kernel  # noqa: E402
 from klineage.gate.pipeline import git_commit, run_gate  # noqa: E402

@@ -11,9 +11,6 @@ of only on the GPU.
 
 from __future__ import annotations
 
-import re
-import tempfile
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -25,7 +22,7 @@ from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for, validate_numerics
-from klineage.toolchain import find_toolchain, run_tool
+from cuda_tools import sass_mnemonics
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "conv2d.py"
@@ -216,29 +213,10 @@ def test_compiles_without_spills(compiled, states, name):
             assert res.shared_bytes + states[name].constants["SMEM_BYTES"] <= H200.smem_per_block_optin
 
 
-_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
-
-
-def sass_opcodes(cubin: bytes) -> Counter:
-    """Mnemonic counts (modifiers dropped) from cuobjdump -sass; @!PT dummies excluded."""
-    toolchain = find_toolchain()
-    toolchain.require_nvdisasm()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        text = run_tool([toolchain.cuobjdump, "-sass", str(path)], env=toolchain.environment(Path(tmp)), cwd=tmp)
-    counts = Counter()
-    for line in text.splitlines():
-        match = _SASS_LINE.match(line)
-        if match and (match.group(1) or "").strip() != "@!PT":
-            counts[match.group(2)] += 1
-    return counts
-
-
 @pytest.mark.parametrize("name", TENSOR_CORE_KERNELS)
 def test_sass_uses_the_tensor_core_mechanisms(compiled, states, name):
     constants = states[name].constants
-    ops = sass_opcodes(compiled[name].cubin_bytes("sm_90"))
+    ops = sass_mnemonics(compiled[name].cubin_bytes("sm_90"))
     per_stage_mma = constants["K_SLICES"] * constants["M_FRAGS"] * constants["N_FRAGS"]
     assert ops["HMMA"] >= per_stage_mma  # the K loop's stage, fully unrolled
     assert ops["LDSM"] >= constants["K_SLICES"] * (constants["M_FRAGS"] + constants["N_FRAGS"] // 2)
@@ -249,7 +227,7 @@ def test_sass_uses_the_tensor_core_mechanisms(compiled, states, name):
 
 
 def test_sass_of_the_direct_kernel(compiled):
-    ops = sass_opcodes(compiled["direct"].cubin_bytes("sm_90"))
+    ops = sass_mnemonics(compiled["direct"].cubin_bytes("sm_90"))
     assert ops["HMMA"] == 0 and ops["LDGSTS"] == 0 and ops["LDL"] == 0
     assert ops["FFMA"] > 0
 

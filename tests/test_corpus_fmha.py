@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import math
-import subprocess
 from collections import Counter
 from functools import cache
 from pathlib import Path
@@ -33,7 +32,7 @@ from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for, validate_numerics
-from klineage.toolchain import find_toolchain
+from cuda_tools import run_host_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "fmha.py"
@@ -809,17 +808,7 @@ int main()
 def host_tables(tmp_path_factory) -> dict[str, list[list[int]]]:
     work = tmp_path_factory.mktemp("fmha-harness")
     (work / "harness.cu").write_text(HARNESS.replace("KERNEL_CU", str(KERNELS / "flash_mma" / "kernel.cu")))
-    toolchain = find_toolchain()
-    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-arch=sm_90", "-o", "harness", "harness.cu"], cwd=work,
-                           capture_output=True, text=True, env=toolchain.environment(work), timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
-    run = subprocess.run([str(work / "harness")], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    tables: dict[str, list[list[int]]] = {}
-    for line in run.stdout.splitlines():
-        key, *values = line.split()
-        tables.setdefault(key, []).append([int(v) for v in values])
-    return tables
+    return run_host_harness(work)
 
 
 def test_kernel_helpers_match_the_model(host_tables):

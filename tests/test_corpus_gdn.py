@@ -32,7 +32,7 @@ from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for, validate_numerics
-from klineage.toolchain import find_toolchain, run_tool
+from cuda_tools import sass_mnemonics
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"
@@ -572,29 +572,10 @@ def test_mma_fragments_follow_the_isa(strides):
     assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
-
-
-def sass_opcodes(cubin: bytes) -> Counter:
-    """Mnemonic counts (modifiers dropped) from cuobjdump -sass; @!PT dummies excluded."""
-    toolchain = find_toolchain()
-    toolchain.require_nvdisasm()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        text = run_tool([toolchain.cuobjdump, "-sass", str(path)], env=toolchain.environment(Path(tmp)), cwd=tmp)
-    counts = Counter()
-    for line in text.splitlines():
-        match = _SASS_LINE.match(line)
-        if match and (match.group(1) or "").strip() != "@!PT":
-            counts[match.group(2)] += 1
-    return counts
-
-
 def test_sass(compiled):
-    chunked = sass_opcodes(compiled["chunked"].cubin_bytes("sm_90"))
+    chunked = sass_mnemonics(compiled["chunked"].cubin_bytes("sm_90"))
     assert chunked["HMMA"] >= 7  # one per mma_tile site at least (the k loops may unroll)
     assert chunked["LDL"] == 0 and chunked["STL"] == 0 and chunked["F2FP"] > 0
-    recurrent = sass_opcodes(compiled["recurrent"].cubin_bytes("sm_90"))
+    recurrent = sass_mnemonics(compiled["recurrent"].cubin_bytes("sm_90"))
     assert recurrent["HMMA"] == 0 and recurrent["LDL"] == 0 and recurrent["STL"] == 0
     assert recurrent["SHFL"] >= 2 and recurrent["FFMA"] >= 2 * 32  # the unrolled row loops

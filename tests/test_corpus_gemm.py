@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
 from collections import Counter
 from functools import cache
 from pathlib import Path
@@ -32,6 +31,7 @@ from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import Tolerance, load_problem, tolerance_for, validate_numerics
 from klineage.toolchain import find_toolchain, run_tool
+from cuda_tools import run_host_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "gemm.py"
@@ -759,17 +759,7 @@ int main()
 def host_tables(request, tmp_path_factory) -> dict[str, list[list[int]]]:
     work = tmp_path_factory.mktemp(f"harness-{request.param}")
     (work / "harness.cu").write_text(HARNESS.replace("KERNEL_CU", str(KERNELS / request.param / "kernel.cu")))
-    toolchain = find_toolchain()
-    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-arch=sm_90", "-o", "harness", "harness.cu"], cwd=work,
-                           capture_output=True, text=True, env=toolchain.environment(work), timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
-    run = subprocess.run([str(work / "harness")], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    tables: dict[str, list[list[int]]] = {}
-    for line in run.stdout.splitlines():
-        key, *values = line.split()
-        tables.setdefault(key, []).append([int(v) for v in values])
-    return tables
+    return run_host_harness(work)
 
 
 def test_kernel_helpers_match_the_model(host_tables):

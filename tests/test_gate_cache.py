@@ -1,8 +1,6 @@
 """The gate's verdict cache, its recorded store for replay, verdict documents and the gate policy."""
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 

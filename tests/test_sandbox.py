@@ -9,8 +9,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
-
 from klineage.gate.sandbox import Exit, SandboxResult, minimal_env, run
 
 PY = sys.executable

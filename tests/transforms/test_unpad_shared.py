@@ -4,7 +4,6 @@ epilogue (accumulators -> padded or unpadded staging tile -> output) writes the 
 
 from __future__ import annotations
 
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -14,9 +13,9 @@ from klineage.features import cuda_parser as cp
 from klineage.features.source import FILE_LOCUS
 from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
-from klineage.toolchain import find_toolchain
 from klineage.transforms import Anchor, Direction, NotApplicable, get
 from tests.transforms.golden import HERE, check_golden, load
+from cuda_tools import run_host_harness
 
 CASES = ["constant", "array"]
 
@@ -215,17 +214,7 @@ int main()
 def epilogue_tables(source: str, work) -> dict[str, list[list[int]]]:
     (work / "kernel.cu").write_text(source)
     (work / "harness.cu").write_text(EPILOGUE)
-    toolchain = find_toolchain()
-    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-arch=sm_90", "-o", "harness", "harness.cu"], cwd=work,
-                           capture_output=True, text=True, env=toolchain.environment(work), timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
-    run = subprocess.run([str(work / "harness")], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    tables: dict[str, list[list[int]]] = {}
-    for line in run.stdout.splitlines():
-        key, *values = line.split()
-        tables.setdefault(key, []).append([int(v) for v in values])
-    return tables
+    return run_host_harness(work)
 
 
 def test_gemm_epilogue_writes_the_same_output_padded_and_unpadded(unpad, tmp_path_factory):

@@ -6,7 +6,6 @@ shows both layouts are bijections on which every writer and reader still meet.""
 from __future__ import annotations
 
 import json
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 
@@ -19,9 +18,9 @@ from klineage.features.sass import sass_features
 from klineage.features.source import source_features
 from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
-from klineage.toolchain import find_toolchain
 from klineage.transforms import Anchor, Direction, NotApplicable, get
 from tests.transforms.golden import HERE, check_golden, load
+from cuda_tools import run_host_harness
 
 CASES = ["helper", "inline", "family"]
 
@@ -257,17 +256,7 @@ int main()
 def host_tables(source: str, main: str, work) -> dict[str, list[list[int]]]:
     (work / "kernel.cu").write_text(source)
     (work / "harness.cu").write_text(HARNESS_PRELUDE + main)
-    toolchain = find_toolchain()
-    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-arch=sm_90", "-o", "harness", "harness.cu"], cwd=work,
-                           capture_output=True, text=True, env=toolchain.environment(work), timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
-    run = subprocess.run([str(work / "harness")], capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    tables: dict[str, list[list[int]]] = {}
-    for line in run.stdout.splitlines():
-        key, *values = line.split()
-        tables.setdefault(key, []).append([int(v) for v in values])
-    return tables
+    return run_host_harness(work)
 
 
 def both_tables(name: str, main: str, tmp_path_factory) -> tuple[dict, dict]:
