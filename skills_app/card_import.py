@@ -60,6 +60,9 @@ def import_library(document: Any, *, where: str = "library") -> Counter:
     with transaction.atomic():
         for card in library.cards:
             counts[store_card(card, library_created=created, where=f"{where}: card {card.short_id}")] += 1
+        if Review.objects.filter(verdict=Review.Verdict.DISPUTE).exists():  # a dispute may already stand behind one
+            for row in SkillCard.objects.filter(card_id__in=[card.id for card in library.cards]):
+                readmission.refresh_card(row)
     return counts
 
 
@@ -112,9 +115,6 @@ def store_card(card: EngineCard, *, library_created=None, where: str = "card") -
     CardTrial.objects.bulk_create([
         CardTrial(card=row, outcome=CardTrial.Outcome.PASSED if t.passed else CardTrial.Outcome.FAILED,
                   target=t.state, ratio=t.ratio, message=t.message) for t in card.verification_log])
-    if Review.objects.filter(verdict=Review.Verdict.DISPUTE).exists():  # a dispute may already stand behind it
-        row.readmission = readmission.reason(row)
-        row.save(update_fields=["readmission"])
     return action
 
 

@@ -21,21 +21,24 @@ def reason(card: SkillCard) -> str:
                      for s in disputed)
 
 
+def refresh_card(card: SkillCard) -> bool:
+    """Re-mark one card; whether its mark changed."""
+    marked = reason(card)
+    if marked == card.readmission:
+        return False
+    card.readmission = marked
+    card.save(update_fields=["readmission", "updated_at"])
+    return True
+
+
 def refresh_for_step(step: LineageStep) -> int:
     """Re-mark the cards whose evidence names `step`; how many marks changed."""
     if not step.accepted:
         return 0  # rejected attempts are risks, not evidence a card stands on
     ref = step_ref(step)
-    changed = 0
-    for card in SkillCard.objects.filter(transform=step.transform):  # a card's evidence is its transform's
-        if not any((r["lineage"], r["kind"], r["index"]) == ref for r in card.document["evidence"]):
-            continue
-        marked = reason(card)
-        if marked != card.readmission:
-            card.readmission = marked
-            card.save(update_fields=["readmission", "updated_at"])
-            changed += 1
-    return changed
+    standing = [card for card in SkillCard.objects.filter(transform=step.transform)  # evidence is the transform's
+                if any((r["lineage"], r["kind"], r["index"]) == ref for r in card.document["evidence"])]
+    return sum(refresh_card(card) for card in standing)
 
 
 def on_review_saved(sender, instance, created: bool, **kwargs) -> None:
