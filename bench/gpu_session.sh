@@ -1,27 +1,56 @@
 #!/usr/bin/env bash
 # One GPU-host session: install the carried wheels, run the gate evidence, and bring results back in $OUT.
-# Usage (on the GPU host, from the repo root): bash bench/gpu_session.sh COMMIT STAGE...
-# Stages: smoke, suite, example, adversarial, cost, gputests, multigpu, or PROBLEM:KERNEL (a gate run, recorded).
+# Usage (on the GPU host, from the repo root):
+#   bash bench/gpu_session.sh COMMIT STAGE...                     stages in order, on GPU 0
+#   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
+# Stages: smoke, suite, example, adversarial, cost, gputests, multigpu, walk:KERNEL (a recorded GPU walk,
+# prefetched from the kernel's committed dry walk), or PROBLEM:KERNEL (a gate run, recorded).
 # multigpu needs PostgreSQL and Redis there: the pgserver wheel in .whl and redis-server in .hostbin (carried).
 set -u
 commit=${1:-unknown}; shift || true
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KLINEAGE_GIT_COMMIT=$commit
-export KLINEAGE_CACHE_DIR=/tmp/kcache KLINEAGE_RECORDED_DIR=$OUT/recorded NCCL_NVLS_ENABLE=0
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
-echo "sanitizer: $(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)"
+# Verdicts are recorded into the checkout (so a walk finds earlier recordings); the new ones go back in $OUT.
+export KLINEAGE_CACHE_DIR=/tmp/kcache KLINEAGE_RECORDED_DIR=$PWD/recorded NCCL_NVLS_ENABLE=0
+mkdir -p recorded/verdicts && touch /tmp/session-start
 export PATH=$PATH:/usr/local/cuda/bin
-for stage in "$@"; do
-  echo "=== $stage"
-  case $stage in
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
+echo "sanitizer: $(command -v compute-sanitizer)"
+mkdir -p "$OUT/lineages" "$OUT/results"
+
+walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json
+  local kernel=$1 name=${1//\//_} guess
+  guess=corpus/lineages/$name.full.dry.json; [ -f "$guess" ] || guess=corpus/lineages/$name.dry.json
+  timeout "${WALK_TIMEOUT:-540}" python3 -m klineage walk "$kernel" --gate gpu --record --prefetch "$guess" \
+    --jobs "${WALK_JOBS:-6}" --max-steps 40 --max-rejections 8 --out "$OUT/lineages/$name.gpu.json"
+}
+
+stage() {
+  echo "=== $1 ($(date -u +%T))"
+  case $1 in
     smoke) timeout 240 python3 -m klineage gate row_softmax row_softmax/naive --sanitize never ;;
     suite) timeout 420 python3 bench/gate_suite.py --out "$OUT/results" ;;
     multigpu) chmod -R a+rX /tmp/site
       PATH=/tmp/site/pgserver/pginstall/bin:$PWD/.hostbin:$PATH timeout 540 python3 bench/multigpu.py ${MULTIGPU_ARGS:-} --out "$OUT/results/multigpu.json" ;;
-    gputests) timeout 300 python3 -m pytest tests/test_gpu_gate.py -q -n 0 -p no:django -p no:cacheprovider -rA ;;
-    example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only $stage ;;
-    *:*) timeout ${GATE_TIMEOUT:-200} python3 -m klineage gate "${stage%%:*}" "${stage#*:}" --sanitize never --record ;;
-  esac 2>&1 | tee -a "$OUT/log.txt" | tail -60
-done
-(cd "$OUT" && [ -d recorded ] && tar czf recorded.tgz recorded && rm -rf recorded)
-ls -la "$OUT" "$OUT/results" 2>/dev/null
+    gputests) timeout 420 python3 -m pytest tests/test_gpu_*.py -q -n 0 -p no:django -p no:cacheprovider -rA ;;
+    example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only "$1" ;;
+    walk:*) walk "${1#walk:}" ;;
+    *:*) timeout "${GATE_TIMEOUT:-200}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;
+    *) echo "unknown stage $1" ;;
+  esac 2>&1
+}
+
+if [ "${1:-}" = --lanes ]; then
+  shift; lanes=$#; cores=$(nproc); i=0
+  for lane in "$@"; do
+    ( export CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$((cores / lanes))
+      for s in $lane; do stage "$s"; done ) > "$OUT/lane$i.txt" 2>&1 &
+    i=$((i + 1))
+  done
+  wait
+  for ((j = 0; j < i; j++)); do echo "##### lane $j"; grep -v '^\s*$' "$OUT/lane$j.txt" | tail -60; done
+else
+  for s in "$@"; do stage "$s" | tee -a "$OUT/log.txt" | tail -60; done
+fi
+find recorded -type f -newer /tmp/session-start | tar czf "$OUT/recorded.tgz" -T - && tar tzf "$OUT/recorded.tgz" | wc -l
+ls -la "$OUT" "$OUT/results" "$OUT/lineages" 2>/dev/null

@@ -40,6 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     walk.add_argument("--max-steps", type=int, default=16)
     walk.add_argument("--max-rejections", type=int, default=4)
     walk.add_argument("--out", help="where to write the lineage JSON (default: var/lineages/<kernel>-<gate>.json)")
+    walk.add_argument("--record", action="store_true",
+                      help="GPU walk: keep every verdict it used in the recorded store, so that it replays whole")
+    walk.add_argument("--prefetch", metavar="LINEAGE",
+                      help="GPU walk: first gate the states of this earlier walk of the expert (e.g. its dry walk) "
+                           "side by side; the walk then finds what the guess got right in the cache")
+    walk.add_argument("--jobs", type=int, default=6, help="gates side by side while prefetching (default 6)")
 
     problems = commands.add_parser("problems", help="list bundled problems")
     problems.add_argument("--json", action="store_true")
@@ -83,6 +89,20 @@ def _gate(args: argparse.Namespace) -> int:
     return 0 if verdict.status.value in ("passed", "compiled") else 1
 
 
+def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progress) -> None:
+    from klineage.gate.pipeline import default_cache
+    from klineage.report import console
+    from klineage.walk.prefetch import guessed_states, prefetch
+    from klineage.walk.walker import DEFAULT_POLICY
+
+    if mode is not GateMode.GPU:
+        raise KLineageError("--prefetch speeds up a GPU walk; this walk's gate is " + mode.value)
+    done = prefetch(problem, guessed_states(args.prefetch, expert), DEFAULT_POLICY, default_cache(),
+                    jobs=args.jobs, progress=progress)
+    console.print(f"prefetched {done.states} states: " + ", ".join(f"{n} {s}" for s, n in sorted(done.judged.items()))
+                  + "".join(f"\n  could not judge {e}" for e in done.errors))
+
+
 def _walk(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -102,8 +122,10 @@ def _walk(args: argparse.Namespace) -> int:
     else:
         rewriter = None  # the rule rewriter over the catalog
     with progress_display() as progress:
+        if args.prefetch:
+            _prefetch(args, problem, expert, mode, progress)
         lineage = walk(problem, expert, rewriter, gate_mode=mode, max_steps=args.max_steps,
-                       max_rejections=args.max_rejections, progress=progress)
+                       max_rejections=args.max_rejections, progress=progress, record=args.record)
     out = Path(args.out) if args.out else config.data_dir() / "lineages" / f"{expert.name}-{mode.value}.json"
     lineage.save(out)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from klineage.errors import DocumentError, ReplayMiss
 from klineage.fingerprint import sha256_json
-from klineage.gate.verdict import Verdict
+from klineage.gate.verdict import Status, Verdict
 
 KEY_VERSION = 1
 
@@ -85,6 +85,17 @@ class GateCache:
                              f"policy {parts['policy'][:12]}): replay never guesses; run the gate on a GPU host "
                              f"and commit the recording")
         return found
+
+    def keep(self, verdict: Verdict) -> None:
+        """Put a verdict that was measured (now or earlier on this machine) into the recorded store,
+        as it was measured: the note of where it was served from is not part of it."""
+        if self.recorded is None or verdict.status is Status.ERROR:  # an error judged nothing and is never cached
+            return
+        key = verdict.provenance["key"]
+        if self.recorded.get(key) is None:
+            data = verdict.to_dict()
+            data["provenance"] = {k: v for k, v in data["provenance"].items() if k != "served_from"}
+            self.recorded.put(key, Verdict.from_dict(data))
 
     def store(self, key: str, verdict: Verdict, record: bool = False) -> None:
         if self.local is not None:

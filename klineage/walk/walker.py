@@ -21,7 +21,10 @@ Decisions (each one here, in one place):
   (`verified`), else `slower`. A compile-only walk times nothing (`untimed`). A slower step is
   still accepted: the simplification is sound; its card simply promises no speed.
 - Replay: every gate call is served from recorded verdicts; a miss raises ReplayMiss naming the
-  kernel and the step it was needed for.
+  kernel and the step it was needed for. A GPU walk with `record` keeps every verdict it used
+  (measured now or found in this machine's cache) in the recorded store, so the walk replays whole.
+- The forward timing gate checks correctness with one seed: both kernels already passed every seed
+  as walk states, and the check there only guards the timed outputs.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any
 from klineage.config import GateMode
 from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
-from klineage.gate.pipeline import run_gate
+from klineage.gate.pipeline import default_cache, run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.verdict import Reason, Status, Verdict
 from klineage.kernel import KernelState
@@ -86,7 +89,7 @@ def walk(problem_path: str | Path, expert: KernelState, rewriter: Any = None, ga
          policy: GatePolicy = DEFAULT_POLICY, max_steps: int = 16, max_rejections: int = 4,
          cache: GateCache | None = None, progress: Progress | None = None,
          transforms: Iterable[Transform] | None = None,
-         forward_ratio: float = DEFAULT_FORWARD_RATIO) -> Lineage:
+         forward_ratio: float = DEFAULT_FORWARD_RATIO, record: bool = False) -> Lineage:
     """Walk `expert` backward on the problem and return its lineage.
 
     `rewriter` defaults to the rule rewriter over `transforms` (the catalog when None); the same
@@ -94,8 +97,8 @@ def walk(problem_path: str | Path, expert: KernelState, rewriter: Any = None, ga
     limits = Limits(max_steps, max_rejections)
     pool = list(catalog().values() if transforms is None else transforms)
     rewriter = rewriter if rewriter is not None else RulesRewriter(pool)
-    return _Walk(Path(problem_path), expert, rewriter, gate_mode, policy, limits, cache, progress or _quiet,
-                 {t.name: t for t in pool}, forward_ratio).run()
+    return _Walk(Path(problem_path), expert, rewriter, gate_mode, policy, limits, cache or default_cache(),
+                 progress or _quiet, {t.name: t for t in pool}, forward_ratio, record).run()
 
 
 @dataclass
@@ -106,10 +109,11 @@ class _Walk:
     mode: GateMode
     policy: GatePolicy
     limits: Limits
-    cache: GateCache | None
+    cache: GateCache
     progress: Progress
     transforms: dict[str, Transform]
     forward_ratio: float
+    record: bool
     history: History = field(default_factory=History)
     states: list[State] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
@@ -121,7 +125,7 @@ class _Walk:
 
     @property
     def timing_policy(self) -> GatePolicy:
-        return self.policy.with_(timing=True, vendor=False, sanitize=Sanitize.NEVER)
+        return self.policy.with_(seeds=1, timing=True, vendor=False, sanitize=Sanitize.NEVER)
 
     # the loop
 
@@ -286,6 +290,8 @@ class _Walk:
             raise ReplayMiss(f"replay walk of '{self.expert.name}' ({self.expert.fingerprint[:12]}): no recorded "
                              f"verdict for {role}, kernel '{kernel.name}' {kernel.fingerprint[:12]}"
                              + (f" against {against.fingerprint[:12]}" if against else "") + f". {miss}") from None
+        if self.record and self.mode is GateMode.GPU:
+            self.cache.keep(verdict)
         self.evaluations += 1
         self.seconds += sum(float(v) for v in verdict.timings.values())
         return verdict

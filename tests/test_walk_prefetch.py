@@ -1,0 +1,70 @@
+"""Recording a walk's verdicts and prefetching its states, without a GPU: what can be checked here
+(the recorded copy of a verdict, the refusals); tests/test_gpu_walk.py walks on a GPU."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from klineage import cli, config, corpus
+from klineage.config import GateMode
+from klineage.errors import KLineageError
+from klineage.gate.pipeline import run_gate
+from klineage.gate.policy import GatePolicy
+from klineage.gate.verdict import Status, Verdict
+from klineage.walk.prefetch import guessed_states, prefetch
+from klineage.walk.walker import DEFAULT_POLICY
+
+SOFTMAX = corpus.problem_path("row_softmax")
+DRY = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.full.dry.json"
+
+
+def test_keep_copies_a_cached_verdict_into_the_recorded_store_as_measured(gate_cache):
+    kernel = corpus.kernel_entry("row_softmax/naive").load()
+    run_gate(SOFTMAX, kernel, policy=GatePolicy(timing=False), mode=GateMode.COMPILE_ONLY, cache=gate_cache)
+    served = run_gate(SOFTMAX, kernel, policy=GatePolicy(timing=False), mode=GateMode.COMPILE_ONLY, cache=gate_cache)
+    assert served.provenance["served_from"] == "cache"
+    key = served.provenance["key"]
+    assert gate_cache.recorded.get(key) is None
+    gate_cache.keep(served)
+    kept = gate_cache.recorded.get(key)
+    assert kept is not None and "served_from" not in kept.provenance
+    assert kept.to_dict() == gate_cache.local.get(key).to_dict()
+
+
+def test_keep_never_records_an_error(gate_cache):
+    kernel = corpus.kernel_entry("row_softmax/naive").load()
+    verdict = run_gate(SOFTMAX, kernel, policy=GatePolicy(timing=False), mode=GateMode.COMPILE_ONLY,
+                       cache=gate_cache)
+    data = verdict.to_dict()
+    data.update(status=Status.ERROR.value)
+    data["provenance"]["key"] = "0" * 64
+    gate_cache.keep(Verdict.from_dict(data))
+    assert gate_cache.recorded.get("0" * 64) is None
+
+
+def test_guessed_states_are_the_walks_states_in_order():
+    expert = corpus.kernel_entry("row_softmax/warp_vec4").load()
+    states = guessed_states(DRY, expert)
+    recorded = json.loads(DRY.read_text())["states"]
+    assert [s.fingerprint for s in states] == [s["fingerprint"] for s in recorded]
+    assert states[0].fingerprint == expert.fingerprint and len(states) > 10
+
+
+def test_a_lineage_of_another_expert_is_refused():
+    with pytest.raises(KLineageError, match="not row_softmax_naive"):
+        guessed_states(DRY, corpus.kernel_entry("row_softmax/naive").load())
+
+
+def test_prefetch_refuses_timed_gates(gate_cache):
+    with pytest.raises(KLineageError, match="untimed"):
+        prefetch(SOFTMAX, [], GatePolicy(timing=True), gate_cache)
+    assert not DEFAULT_POLICY.timing, "the walk's state gates are what prefetch judges"
+
+
+def test_cli_prefetch_needs_a_gpu_walk(tmp_path, capsys):
+    code = cli.main(["walk", "row_softmax/warp_vec4", "--gate", "compile", "--prefetch", str(DRY),
+                     "--out", str(tmp_path / "l.json")])
+    assert code == 2 and "--prefetch speeds up a GPU walk" in capsys.readouterr().err
+    assert not (tmp_path / "l.json").exists()
