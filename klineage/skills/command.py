@@ -68,7 +68,7 @@ def _build(args: argparse.Namespace) -> int:
     library = build_library(lineages, problems, default_provenance(lineages, args.note))
     out = save_library(library, args.out or default_path())
     for path in left_out:
-        print(f"left out {path.name}: a longer walk of the same expert and gate mode is used")
+        print(f"left out {path.name}: a GPU walk, or a longer walk, of the same expert is used")
     statuses = {}
     for card in library.cards:
         statuses[card.status.value] = statuses.get(card.status.value, 0) + 1

@@ -126,20 +126,25 @@ def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] |
 
 
 def corpus_lineages(folder: str | Path | None = None) -> tuple[list[Lineage], list[Path]]:
-    """The lineages of a folder (default: the bundled `corpus/lineages/`), one per lineage id:
-    where an expert was walked more than once under one gate mode, the walk with the most
-    transitions is kept (ties: the first file by name); also the files left out."""
+    """The lineages of a folder (default: the bundled `corpus/lineages/`), one per expert: a walk
+    that ran on a GPU is kept over a compile-only one (whose steps it verified or refuted), then
+    the walk with the most transitions (ties: the first file by name); also the files left out."""
     from klineage import config
+    from klineage.config import GateMode
 
     folder = Path(folder) if folder is not None else config.corpus_dir() / "lineages"
     if not folder.is_dir():
         raise DocumentError(str(folder), "no such lineage folder")
+
+    def rank(lineage: Lineage) -> tuple[bool, int]:
+        return lineage.gate is not GateMode.COMPILE_ONLY, len(lineage.transitions)
+
     kept: dict[str, tuple[Lineage, Path]] = {}
     left_out: list[Path] = []
     for path in sorted(folder.glob("*.json")):
         lineage = Lineage.load(path)
-        key = lineage_id(lineage)
-        if key in kept and len(kept[key][0].transitions) >= len(lineage.transitions):
+        key = f"{lineage.expert.name}@{lineage.expert.fingerprint}"
+        if key in kept and rank(kept[key][0]) >= rank(lineage):
             left_out.append(path)
             continue
         if key in kept:
