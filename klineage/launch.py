@@ -2,6 +2,18 @@
 
 A plan (TOML) lists scratch buffers and the launches in order; every number in it is a safe
 expression over case parameters, constants parsed from the source, and device facts.
+
+A launch argument is a buffer (its device pointer), a scalar, or a TMA tensor map over a buffer
+(sm_90 and later): the runner encodes the map with the driver's cuTensorMapEncodeTiled and passes
+the 128-byte CUtensorMap by value, for a `const __grid_constant__` kernel parameter.
+
+    { tensor_map = "x", dtype = "bf16", dims = ["K", "M"], strides = ["K * 2"],
+      box = ["BLOCK_K", "BLOCK_M"], swizzle = "128B", l2_promotion = "256B" }
+
+dims and box list the dimensions innermost first (dims[0] is contiguous in memory); strides are
+the byte strides of dims 1 .. rank-1 (dimension 0's stride is the element size). Elements outside
+dims read as zeros. swizzle is none, 32B, 64B or 128B (the shared-memory layout the kernel's
+descriptors must match); l2_promotion is none, 64B, 128B or 256B (256B when left out).
 """
 
 from __future__ import annotations
@@ -25,22 +37,50 @@ ALLOWED_FLAG_PREFIXES = ("-O", "--use_fast_math", "-lineinfo", "-maxrregcount=",
 MAX_LAUNCHES = 16
 MAX_ARGS = 64
 
+# TMA tensor maps (cuTensorMapEncodeTiled). Element types: plan name -> (CUtensorMapDataType,
+# bytes per element, the torch dtype of the buffer it may map).
+TENSOR_MAP_DTYPES = {
+    "u8": (0, 1, "uint8"), "u16": (1, 2, "uint16"), "u32": (2, 4, "uint32"), "i32": (3, 4, "int32"),
+    "u64": (4, 8, "uint64"), "i64": (5, 8, "int64"), "f16": (6, 2, "float16"), "f32": (7, 4, "float32"),
+    "f64": (8, 8, "float64"), "bf16": (9, 2, "bfloat16"),
+}
+TENSOR_MAP_SWIZZLES = {"none": (0, 0), "32B": (1, 32), "64B": (2, 64), "128B": (3, 128)}  # -> (enum, span bytes)
+TENSOR_MAP_L2_PROMOTIONS = {"none": 0, "64B": 1, "128B": 2, "256B": 3}
+TENSOR_MAP_ARCHES = ("sm_90", "sm_90a")  # the Hopper tensor memory accelerator
+TENSOR_MAP_MAX_RANK = 5
+TENSOR_MAP_MAX_BOX = 256  # elements per box dimension
+TENSOR_MAP_MAX_DIM = 2**32  # elements per dimension
+TENSOR_MAP_MAX_STRIDE = 2**40  # bytes
+TENSOR_MAP_ALIGN = 16  # bytes: global address, strides and the box's inner extent
+_TENSOR_MAP_KEYS = {"tensor_map", "dtype", "dims", "strides", "box", "swizzle", "l2_promotion"}
+
 
 class ArgKind(str, Enum):
     BUFFER = "buffer"  # an input, output or scratch buffer, by name
     SCALAR = "scalar"
+    TENSOR_MAP = "tensor_map"  # a TMA descriptor over a buffer, passed by value
 
 
 @dataclass(frozen=True)
 class Arg:
     kind: ArgKind
-    name: str = ""  # BUFFER: buffer name
+    name: str = ""  # BUFFER, TENSOR_MAP: buffer name
     value: str | int | float = 0  # SCALAR: expression
-    type: str = ""  # SCALAR: one of SCALAR_TYPES
+    type: str = ""  # SCALAR: one of SCALAR_TYPES; TENSOR_MAP: one of TENSOR_MAP_DTYPES
+    # TENSOR_MAP only: expressions, innermost dimension first
+    dims: tuple[str | int, ...] = ()
+    strides: tuple[str | int, ...] = ()  # bytes, dims 1 .. rank-1
+    box: tuple[str | int, ...] = ()
+    swizzle: str = ""
+    l2_promotion: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         if self.kind is ArgKind.BUFFER:
             return {"buffer": self.name}
+        if self.kind is ArgKind.TENSOR_MAP:
+            return {"tensor_map": self.name, "dtype": self.type, "dims": list(self.dims),
+                    "strides": list(self.strides), "box": list(self.box), "swizzle": self.swizzle,
+                    "l2_promotion": self.l2_promotion}
         return {"scalar": self.value, "type": self.type}
 
     @classmethod
@@ -65,7 +105,75 @@ class Arg:
             elif not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise DocumentError(where, f"scalar must be a number or an expression, not {value!r}")
             return cls(ArgKind.SCALAR, value=value, type=kind)
-        raise DocumentError(where, "an argument table needs 'buffer' or 'scalar'")
+        if "tensor_map" in data:
+            return cls._tensor_map(data, where)
+        raise DocumentError(where, "an argument table needs 'buffer', 'scalar' or 'tensor_map'")
+
+    @classmethod
+    def _tensor_map(cls, data: dict, where: str) -> Arg:
+        _only(data, _TENSOR_MAP_KEYS, where)
+        _check_identifier(data["tensor_map"], where)
+        for key in ("dtype", "dims", "box"):
+            if key not in data:
+                raise DocumentError(where, f"tensor map needs '{key}'")
+        dtype = data["dtype"]
+        if dtype not in TENSOR_MAP_DTYPES:
+            raise DocumentError(where, f"tensor map dtype {dtype!r} is not one of {', '.join(TENSOR_MAP_DTYPES)}")
+        dims = _expression_list(data["dims"], f"{where}.dims")
+        rank = len(dims)
+        if not 1 <= rank <= TENSOR_MAP_MAX_RANK:
+            raise DocumentError(where, f"tensor map rank must be 1 to {TENSOR_MAP_MAX_RANK}, not {rank} (dims)")
+        box = _expression_list(data["box"], f"{where}.box")
+        if len(box) != rank:
+            raise DocumentError(where, f"box has {len(box)} dimensions; dims has {rank}")
+        strides = _expression_list(data.get("strides", []), f"{where}.strides")
+        if len(strides) != rank - 1:
+            raise DocumentError(where, f"strides lists the byte strides of dims 1 .. rank-1: {rank - 1} "
+                                       f"expression(s) for rank {rank}, not {len(strides)}")
+        swizzle = data.get("swizzle", "none")
+        if swizzle not in TENSOR_MAP_SWIZZLES:
+            raise DocumentError(where, f"swizzle {swizzle!r} is not one of {', '.join(TENSOR_MAP_SWIZZLES)}")
+        l2 = data.get("l2_promotion", "256B")
+        if l2 not in TENSOR_MAP_L2_PROMOTIONS:
+            raise DocumentError(where, f"l2_promotion {l2!r} is not one of {', '.join(TENSOR_MAP_L2_PROMOTIONS)}")
+        arg = cls(ArgKind.TENSOR_MAP, name=data["tensor_map"], type=dtype, dims=dims, strides=strides, box=box,
+                  swizzle=swizzle, l2_promotion=l2)
+        # Whatever is already a number is checked now; the rest when the plan is resolved.
+        _check_tensor_map(arg, [d if isinstance(d, int) else None for d in dims],
+                          [d if isinstance(d, int) else None for d in strides],
+                          [b if isinstance(b, int) else None for b in box], where)
+        return arg
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A resolved tensor map: what cuTensorMapEncodeTiled needs besides the buffer's address."""
+
+    dtype: str
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes, dims 1 .. rank-1
+    box: tuple[int, ...]
+    swizzle: str
+    l2_promotion: str
+
+    @property
+    def element_bytes(self) -> int:
+        return TENSOR_MAP_DTYPES[self.dtype][1]
+
+    @property
+    def extent_bytes(self) -> int:
+        """Bytes from the map's first element to just past its last one."""
+        last = sum((d - 1) * s for d, s in zip(self.dims[1:], self.strides)) + (self.dims[0] - 1) * self.element_bytes
+        return last + self.element_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "dims": list(self.dims), "strides": list(self.strides), "box": list(self.box),
+                "swizzle": self.swizzle, "l2_promotion": self.l2_promotion}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TensorMap:
+        return cls(data["dtype"], tuple(int(d) for d in data["dims"]), tuple(int(s) for s in data["strides"]),
+                   tuple(int(b) for b in data["box"]), data["swizzle"], data["l2_promotion"])
 
 
 @dataclass(frozen=True)
@@ -200,6 +308,12 @@ class LaunchPlan:
         source = data.get("source", "kernel.cu")
         if not isinstance(source, str) or "/" in source or source.startswith("."):
             raise DocumentError(where, "source must be a file name next to the plan")
+        parsed = tuple(Launch.from_dict(x, f"{where}.launch[{i}]") for i, x in enumerate(launches))
+        for i, launch in enumerate(parsed):
+            for j, arg in enumerate(launch.args):
+                if arg.kind is ArgKind.TENSOR_MAP and arch not in TENSOR_MAP_ARCHES:
+                    raise DocumentError(f"{where}.launch[{i}].args[{j}]",
+                                        f"tensor maps need arch {' or '.join(TENSOR_MAP_ARCHES)}, not {arch}")
         return cls(
             name=str(data["name"]),
             problem=str(data["problem"]),
@@ -209,7 +323,7 @@ class LaunchPlan:
             supports_reason=str(data.get("supports_reason", "")),
             nvcc_flags=tuple(flags),
             scratch=tuple(Scratch.from_dict(s, f"{where}.scratch[{i}]") for i, s in enumerate(scratch)),
-            launches=tuple(Launch.from_dict(x, f"{where}.launch[{i}]") for i, x in enumerate(launches)),
+            launches=parsed,
             description=str(data.get("description", "")),
         )
 
@@ -240,16 +354,19 @@ class ResolvedLaunch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared: int
-    args: tuple[tuple[str, Any, str], ...]  # ("buffer", name, "") | ("scalar", value, type)
+    # ("buffer", name, "") | ("scalar", value, type) | ("tensor_map", buffer name, TensorMap)
+    args: tuple[tuple[str, Any, Any], ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"entry": self.entry, "grid": list(self.grid), "block": list(self.block),
-                "shared": self.shared, "args": [list(a) for a in self.args]}
+        return {"entry": self.entry, "grid": list(self.grid), "block": list(self.block), "shared": self.shared,
+                "args": [[kind, value, extra.to_dict() if isinstance(extra, TensorMap) else extra]
+                         for kind, value, extra in self.args]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ResolvedLaunch:
-        return cls(data["entry"], tuple(data["grid"]), tuple(data["block"]), int(data["shared"]),
-                   tuple(tuple(a) for a in data["args"]))
+        args = tuple((kind, value, TensorMap.from_dict(extra) if kind == ArgKind.TENSOR_MAP.value else extra)
+                     for kind, value, extra in data["args"])
+        return cls(data["entry"], tuple(data["grid"]), tuple(data["block"]), int(data["shared"]), args)
 
 
 def numeric(params: dict[str, Any]) -> dict[str, int | float | bool]:
@@ -284,11 +401,56 @@ def resolve(plan: LaunchPlan, env: dict[str, Any], buffers: set[str]) -> list[Re
                 if arg.name not in buffers:
                     raise DocumentError(where, f"unknown buffer '{arg.name}' (known: {', '.join(sorted(buffers))})")
                 args.append(("buffer", arg.name, ""))
+            elif arg.kind is ArgKind.TENSOR_MAP:
+                if arg.name not in buffers:
+                    raise DocumentError(where, f"tensor map over unknown buffer '{arg.name}' "
+                                               f"(known: {', '.join(sorted(buffers))})")
+                here = f"{where}.args[{j}]"
+                dims = tuple(_evaluate(expr.evaluate_int, d, env, f"{here}.dims") for d in arg.dims)
+                strides = tuple(_evaluate(expr.evaluate_int, s, env, f"{here}.strides") for s in arg.strides)
+                box = tuple(_evaluate(expr.evaluate_int, b, env, f"{here}.box") for b in arg.box)
+                _check_tensor_map(arg, list(dims), list(strides), list(box), here)
+                args.append(("tensor_map", arg.name, TensorMap(arg.type, dims, strides, box, arg.swizzle,
+                                                               arg.l2_promotion)))
             else:
                 value = _evaluate(expr.evaluate, arg.value, env, f"{where}.args[{j}]")
                 args.append(("scalar", float(value) if arg.type.startswith("f") else int(value), arg.type))
         resolved.append(ResolvedLaunch(launch.entry, grid, block, shared, tuple(args)))
     return resolved
+
+
+def _expression_list(value: Any, where: str) -> tuple[str | int, ...]:
+    if not isinstance(value, list):
+        raise DocumentError(where, f"must be a list of expressions, not {value!r}")
+    for item in value:
+        _check_expr(item, where)
+    return tuple(value)
+
+
+def _check_tensor_map(arg: Arg, dims: list[int | None], strides: list[int | None], box: list[int | None],
+                      where: str) -> None:
+    """The limits of cuTensorMapEncodeTiled (interleave none) on whichever values are known."""
+    name = f"tensor map '{arg.name}'"
+    element = TENSOR_MAP_DTYPES[arg.type][1]
+    for i, d in enumerate(dims):
+        if d is not None and not 1 <= d <= TENSOR_MAP_MAX_DIM:
+            raise DocumentError(where, f"{name}: dims[{i}] = {d} is outside 1 .. 2**32")
+    for i, s in enumerate(strides):
+        if s is not None and (s <= 0 or s % TENSOR_MAP_ALIGN or s >= TENSOR_MAP_MAX_STRIDE):
+            raise DocumentError(where, f"{name}: strides[{i}] = {s} bytes must be a positive multiple of "
+                                       f"{TENSOR_MAP_ALIGN} below 2**40 (TMA needs 16-byte aligned rows)")
+    for i, b in enumerate(box):
+        if b is not None and not 1 <= b <= TENSOR_MAP_MAX_BOX:
+            raise DocumentError(where, f"{name}: box[{i}] = {b} is outside 1 .. {TENSOR_MAP_MAX_BOX}")
+    if box and box[0] is not None:
+        inner = box[0] * element
+        if inner % TENSOR_MAP_ALIGN:
+            raise DocumentError(where, f"{name}: the box's inner extent is {inner} bytes "
+                                       f"({box[0]} x {arg.type}); it must be a multiple of {TENSOR_MAP_ALIGN}")
+        span = TENSOR_MAP_SWIZZLES[arg.swizzle][1]
+        if span and inner > span:
+            raise DocumentError(where, f"{name}: the box's inner extent is {inner} bytes ({box[0]} x {arg.type}); "
+                                       f"swizzle {arg.swizzle} allows at most {span}")
 
 
 def _dims(value: Any, where: str) -> tuple[str | int, str | int, str | int]:

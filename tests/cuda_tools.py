@@ -12,11 +12,14 @@ from pathlib import Path
 from klineage.toolchain import find_toolchain, run_tool
 
 
-def run_host_harness(work: Path) -> dict[str, list[list[int]]]:
-    """Build `work/harness.cu` for sm_90 and run it on the host; each printed line `KEY v1 v2 ...`
-    becomes a row of table KEY."""
+def run_host_harness(work: Path, arch: str = "sm_90") -> dict[str, list[list[int]]]:
+    """Build `work/harness.cu` for `arch` (the device code of the kernel it includes must compile
+    for it: sm_90a for wgmma) and run it on the host; each printed line `KEY v1 v2 ...` becomes a
+    row of table KEY."""
     toolchain = find_toolchain()
-    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-arch=sm_90", "-o", "harness", "harness.cu"], cwd=work,
+    # -arch=sm_90a would also build compute_90 PTX, where wgmma does not exist: name the one target.
+    target = "-arch=sm_90" if arch == "sm_90" else f"-gencode=arch=compute_{arch.removeprefix('sm_')},code={arch}"
+    build = subprocess.run([toolchain.nvcc, "-std=c++17", target, "-o", "harness", "harness.cu"], cwd=work,
                            capture_output=True, text=True, env=toolchain.environment(work), timeout=300)
     assert build.returncode == 0, build.stdout + build.stderr
     run = subprocess.run([str(work / "harness")], capture_output=True, text=True, timeout=120)

@@ -12,11 +12,19 @@
   layouts for ldmatrix and mma.m16n8k16; whole CTA tiles are emulated element by element from
   global memory to the output. A host build of the kernel's own index helpers (compiled by nvcc
   from kernel.cu itself) is compared with the model, so the model is the code's, not a paraphrase.
+- The wgmma + TMA expert (sm_90a): its plan resolves to the tensor maps TMA needs (and refuses
+  K % 8 != 0), it compiles for sm_90a without spills, and its SASS has HGMMA, UTMALDG, mbarrier
+  and setmaxnreg instructions and no Ampere-path ones. Its descriptors (read from a host build of
+  its helpers) match the PTX ISA's format; wgmma reads exactly where the 128B-swizzled TMA boxes
+  wrote; accumulators follow the ISA's m64nNk16 layout through a conflict-free epilogue; whole CTAs
+  are emulated from TMA boxes (zero fill at the edges) to the bounds-checked stores; and the
+  full/empty mbarrier protocol is run under random schedules for hazards and deadlocks.
 """
 
 from __future__ import annotations
 
 import math
+import random
 import re
 from collections import Counter
 from functools import cache
@@ -26,12 +34,13 @@ import pytest
 import torch
 
 from klineage.devices import H200
+from klineage.errors import DocumentError
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.kernel import KernelState, load_kernel
-from klineage.launch import resolve
+from klineage.launch import TensorMap, resolve
 from klineage.problem import Tolerance, load_problem, tolerance_for, validate_numerics
 from klineage.toolchain import find_toolchain, run_tool
-from cuda_tools import run_host_harness
+from cuda_tools import run_host_harness, sass_mnemonics
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "gemm.py"
@@ -798,3 +807,451 @@ def test_kernel_sources_share_the_expert():
     for name in helpers:
         body = re.search(rf"^__device__ __forceinline__ [^\n]*?\b{name}\(.*?^}}", base, re.MULTILINE | re.DOTALL)
         assert body and body.group(0) in other, name
+
+
+# ---------------------------------------------------------------------------------------------
+# The wgmma + TMA expert (sm_90a): plan, compile, SASS, and models of its index math and pipeline
+# ---------------------------------------------------------------------------------------------
+
+WGMMA = "wgmma_tma"
+WGMMA_ENTRY = "gemm_bf16_wgmma_tma"
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def test_wgmma_plan_resolves_for_every_supported_case():
+    state = kernel(WGMMA)
+    c = state.constants
+    assert state.plan.problem == "gemm" and state.plan.arch == "sm_90a"
+    assert [launch.entry for launch in state.plan.launches] == [WGMMA_ENTRY]
+    cases = {case.name: case.params for case in problem().info.cases}
+    supported = {name for name, p in cases.items() if state.plan.supports_case(p)}
+    assert supported == {"headline", "ragged_mn", "skinny", "small"}
+    assert "16 bytes" in state.plan.supports_reason and "K % 8 == 0" in state.plan.supports_reason
+    for name in supported:
+        M, N, K = (cases[name][d] for d in "MNK")
+        (launch,) = resolve(state.plan, env_for(state, cases[name]), buffers())
+        assert launch.block == (c["THREADS"], 1, 1) == (384, 1, 1)
+        assert launch.grid == (cdiv(M, c["BLOCK_M"]) * cdiv(N, c["BLOCK_N"]), 1, 1)
+        assert launch.shared == c["SMEM_BYTES"] <= SMEM_LIMIT
+        x_map, w_map, *rest = launch.args
+        assert x_map == ("tensor_map", "x", TensorMap("bf16", (K, M), (2 * K,), (c["BLOCK_K"], c["BLOCK_M"]),
+                                                      "128B", "256B"))
+        assert w_map == ("tensor_map", "W", TensorMap("bf16", (K, N), (2 * K,), (c["BLOCK_K"], c["BLOCK_N"]),
+                                                      "128B", "256B"))
+        assert x_map[2].extent_bytes == M * K * 2 and w_map[2].extent_bytes == N * K * 2  # exactly the inputs
+        assert rest == [("buffer", "y", ""), ("scalar", M, "i32"), ("scalar", N, "i32"), ("scalar", K, "i32")]
+    for name in set(cases) - supported:  # outside the domain the maps themselves are refused
+        with pytest.raises(DocumentError, match=r"strides\[0\] = \d+ bytes must be a positive multiple of 16"):
+            resolve(state.plan, env_for(state, cases[name]), buffers())
+
+
+def test_wgmma_mechanism_constants():
+    c = kernel(WGMMA).constants
+    assert (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["STAGES"]) == (128, 256, 64, 4)
+    assert (c["THREADS"], c["CONSUMER_WARPGROUPS"], c["WG_M"], c["WGMMA_N"], c["ACC_REGS"]) == (384, 2, 64, 256, 128)
+    assert c["ROW_BYTES"] == c["SWIZZLE_BYTES"] == 128 and c["SWIZZLE_ATOM_BYTES"] == 1024
+    assert c["STAGE_BYTES"] == (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * 2 == 48 * 1024
+    assert c["SMEM_BYTES"] == c["SMEM_ALIGN"] + c["STAGES"] * c["STAGE_BYTES"] + 2 * c["STAGES"] * 8
+    assert (c["PRODUCER_REGS"], c["CONSUMER_REGS"]) == (40, 232)
+    assert 128 * c["PRODUCER_REGS"] + 256 * c["CONSUMER_REGS"] <= 65536
+    assert c["DESC_SBO_BYTES"] == 1024 and c["DESC_K_STEP"] == 2 and c["DESC_SWIZZLE_128B"] == 1
+    assert c["GROUP_M"] >= 1 and c["VEC"] == 8 and c["EPI_PAD"] == 8
+
+
+def test_wgmma_static_check():
+    static = pytest.importorskip("klineage.gate.static")
+    report = static.static_check(kernel(WGMMA))
+    assert report.ok, report.to_dict()
+
+
+@pytest.fixture(scope="module")
+def wgmma_compiled(tmp_path_factory) -> CompileResult:
+    return compile_kernel(kernel(WGMMA), tmp_path_factory.mktemp("wgmma-compile"))
+
+
+def test_wgmma_compiles_for_sm90a_without_spills(wgmma_compiled):
+    result = wgmma_compiled
+    assert result.ok, result.log
+    assert result.targets == ("sm_90a",)  # wgmma and setmaxnreg exist only on the arch-specific target
+    res = result.resources_for(WGMMA_ENTRY, "sm_90a")
+    assert not res.spills and res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, res
+    # __launch_bounds__(384, 1): 65536 / 384 registers, rounded down to a multiple of 8, at launch;
+    # setmaxnreg then moves registers from the producer to the consumers.
+    assert res.registers == 168, res
+    assert res.shared_bytes == 0  # all shared memory is dynamic, sized by the plan
+    assert res.barriers == 4  # __syncthreads, the consumers' barrier and one per consumer warpgroup
+    assert "serializ" not in result.log.lower()  # no "wgmma ... serialized" performance warning from ptxas
+
+
+def test_wgmma_sass_has_every_mechanism(wgmma_compiled):
+    c = kernel(WGMMA).constants
+    mnemonics = sass_mnemonics(wgmma_compiled.cubin_bytes("sm_90a"))
+    ops = sass_opcodes(wgmma_compiled, "sm_90a")
+    # Warpgroup MMA: one k-tile's K_STEPS m64n256k16 instructions, all bf16 -> fp32, no mma.sync.
+    assert mnemonics["HGMMA"] == c["K_STEPS"] == count(ops, r"^HGMMA\.64x256x16\.F32\.BF16$")
+    assert mnemonics["WARPGROUP"] >= 2  # WARPGROUP.ARRIVE (wgmma.fence) and DEPBAR (wait_group)
+    assert count(ops, r"^WARPGROUP\.DEPBAR\.LE$") == 2 and count(ops, r"^WARPGROUP\.ARRIVE$") == 1
+    # TMA: two 2-D tensor loads (x and W tiles) and the descriptor prefetches.
+    assert mnemonics["UTMALDG"] == 2 == count(ops, r"^UTMALDG\.2D$")
+    assert count(ops, r"^UTMACCTL\.PF$") == 2
+    # mbarriers: init, expect-tx arrive, consumer arrive, phase waits.
+    assert count(ops, r"^SYNCS\.EXCH\.64$") == 2 * c["STAGES"]
+    assert count(ops, r"^SYNCS\.ARRIVE\.TRANS64") >= 2 and count(ops, r"^SYNCS\.PHASECHK\.TRANS64\.TRYWAIT$") >= 2
+    # Register rebalancing between the producer and the consumers.
+    assert count(ops, r"^USETMAXREG\.DEALLOC") == 1 and count(ops, r"^USETMAXREG\.TRY_ALLOC") == 1
+    # Every global read is a TMA load; nothing of the Ampere path is left; no local memory.
+    assert sum(mnemonics[m] for m in ("LDG", "LDGSTS", "LDSM", "HMMA", "LDL", "STL")) == 0
+    # Epilogue: bf16x2 packing, 4-byte staged stores, 16-byte reads and global stores (and the element path).
+    assert count(ops, r"^F2FP\.BF16\.F32\.PACK_AB$") == c["ACC_REGS"] // 2
+    assert count(ops, r"^STS$") == c["ACC_REGS"] // 2
+    assert count(ops, r"^LDS\.128$") >= 1 and count(ops, r"^STG\.E\.128$") >= 1 and count(ops, r"^STG\.E\.U16$") >= 1
+    assert count(ops, r"^BAR\.SYNC\b") == 4
+
+
+# Host build of the kernel's own index helpers.
+
+WGMMA_HARNESS = r"""
+#include <cuda_bf16.h>
+#include <cstdint>
+#include <cstdio>
+#undef __device__
+#define __device__ __attribute__((host)) __attribute__((device))
+#define __syncthreads() ((void)0)
+#define __cvta_generic_to_shared(p) ((size_t)0)
+#include "KERNEL_CU"
+
+int main()
+{
+    const unsigned addresses[] = {0x400u, 0x800u, 0x4400u, 0xc400u, 0x30400u, 0x3fc00u, 0x40400u, 0x1000400u};
+    for (unsigned a : addresses) printf("desc %u %llu\n", a, (unsigned long long)smem_descriptor(a));
+    const int grids[][2] = {{32, 16}, {1, 16}, {16, 12}, {1, 1}, {33, 7}, {9, 3}};
+    for (const auto& g : grids)
+        for (int b = 0; b < g[0] * g[1]; ++b) {
+            int tm, tn;
+            tile_coordinates(b, g[0], g[1], tm, tn);
+            printf("tile %d %d %d %d %d\n", g[0], g[1], b, tm, tn);
+        }
+    for (int warp = 0; warp < WARPGROUP_THREADS / WARP_SIZE; ++warp)
+        for (int lane = 0; lane < WARP_SIZE; ++lane) printf("accrow %d %d %d\n", warp, lane, accumulator_row(warp, lane));
+    for (int g = 0; g < ACC_REGS / 4; ++g)
+        for (int lane = 0; lane < WARP_SIZE; ++lane) printf("acccol %d %d %d\n", g, lane, accumulator_col(g, lane));
+    for (int t = 0; t < WARPGROUP_THREADS; ++t)
+        for (int p = 0; p < EPI_VEC_PASSES; ++p) {
+            int row, col;
+            epilogue_chunk(t, p, row, col);
+            printf("chunk %d %d %d %d\n", t, p, row, col);
+        }
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def wgmma_tables(tmp_path_factory) -> dict[str, list[list[int]]]:
+    work = tmp_path_factory.mktemp("harness-wgmma")
+    (work / "harness.cu").write_text(WGMMA_HARNESS.replace("KERNEL_CU", str(KERNELS / WGMMA / "kernel.cu")))
+    return run_host_harness(work, arch="sm_90a")
+
+
+def wgmma_descriptor(c: dict, address: int) -> int:
+    """The PTX ISA's shared-memory matrix descriptor: start address >> 4 in bits 0-13, leading byte
+    offset >> 4 in 16-29, stride byte offset >> 4 in 32-45, base offset 0 in 49-51, swizzle in 62-63."""
+    return (((address & 0x3FFFF) >> 4) | (c["DESC_LBO_BYTES"] >> 4) << 16 | (c["DESC_SBO_BYTES"] >> 4) << 32
+            | c["DESC_SWIZZLE_128B"] << 62)
+
+
+def swizzle_128b(address: int) -> int:
+    """The 128-byte swizzle of TMA and wgmma alike: 16-byte chunk bits 4-6 XOR row bits 7-9."""
+    return address ^ (((address >> 7) & 7) << 4)
+
+
+def tma_offset(row: int, k: int) -> int:
+    """Byte offset from a 1024-aligned tile base where a 128B-swizzled TMA box stores element
+    (row, k) of a box whose rows are 64 bf16 (128 bytes)."""
+    return swizzle_128b(row * 128 + k * 2)
+
+
+def wgmma_operand_offset(c: dict, desc_start: int, row: int, kk: int) -> int:
+    """Byte address wgmma reads for element (row, k = kk) of a K-major operand slice, given the
+    descriptor's start address: the canonical 128B-swizzle layout of 8-row groups SBO bytes apart,
+    128-byte rows, bf16 contiguous along K, swizzled on the absolute address."""
+    return swizzle_128b(desc_start + (row // 8) * c["DESC_SBO_BYTES"] + (row % 8) * c["ROW_BYTES"] + kk * 2)
+
+
+def ptx_wgmma_d(t: int, i: int) -> tuple[int, int]:
+    """(row, col) of accumulator d_i of warpgroup thread t in a wgmma .m64nNk16 fp32 D tile (PTX ISA)."""
+    warp, lane = t // 32, t % 32
+    return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+def test_wgmma_descriptors_match_the_isa(wgmma_tables):
+    c = kernel(WGMMA).constants
+    assert len(wgmma_tables["desc"]) == 8
+    for address, desc in wgmma_tables["desc"]:
+        assert desc == wgmma_descriptor(c, address), hex(address)
+    # Advancing a descriptor by DESC_K_STEP moves its start address by one k16 slice (32 bytes),
+    # with no carry out of the 14-bit field for any stage address below 256 KiB.
+    base = wgmma_descriptor(c, 0x400)
+    assert base + c["DESC_K_STEP"] == wgmma_descriptor(c, 0x400 + c["WGMMA_K"] * 2)
+    top = 0x400 + c["SMEM_BYTES"]
+    assert wgmma_descriptor(c, top) + 3 * c["DESC_K_STEP"] == wgmma_descriptor(c, top + 3 * 32) and top < 1 << 18
+
+
+def test_wgmma_reads_what_tma_wrote():
+    """For every stage tile the kernel addresses (A rows of each consumer, all B rows), k16 step and
+    element, the descriptor's address is where the 128B-swizzled TMA box put that element."""
+    c = kernel(WGMMA).constants
+    base = 0x400  # any 1024-aligned address: the swizzle pattern repeats every 1024 bytes
+    for stage in range(c["STAGES"]):
+        tiles = [(base + stage * c["STAGE_BYTES"] + consumer * c["WG_A_BYTES"], consumer * c["WG_M"], c["WGMMA_M"])
+                 for consumer in range(c["CONSUMER_WARPGROUPS"])]
+        tiles.append((base + stage * c["STAGE_BYTES"] + c["A_STAGE_BYTES"], 0, c["BLOCK_N"]))
+        box_base = [base + stage * c["STAGE_BYTES"], base + stage * c["STAGE_BYTES"] + c["A_STAGE_BYTES"]]
+        for start, first_row, rows in tiles:
+            assert start % c["SWIZZLE_ATOM_BYTES"] == 0  # base offset 0 in the descriptor is right
+            box = box_base[0] if rows == c["WGMMA_M"] else box_base[1]
+            for ks in range(c["K_STEPS"]):
+                desc_start = start + ks * c["DESC_K_STEP"] * 16
+                for row in range(rows):
+                    for kk in range(c["WGMMA_K"]):
+                        got = wgmma_operand_offset(c, desc_start, row, kk)
+                        assert got == box + tma_offset(first_row + row, ks * c["WGMMA_K"] + kk)
+    # The same model with a wrong stride byte offset or k step disagrees with TMA: the check has teeth.
+    wrong = {**c, "DESC_SBO_BYTES": 512}
+    assert wgmma_operand_offset(wrong, base, 8, 0) != base + tma_offset(8, 0)
+    assert wgmma_operand_offset(c, base + 16, 0, 0) != base + tma_offset(0, c["WGMMA_K"])
+
+
+def test_wgmma_accumulators_and_epilogue(wgmma_tables):
+    c = kernel(WGMMA).constants
+    rows = {(w, lane): r for w, lane, r in wgmma_tables["accrow"]}
+    cols = {(g, lane): col for g, lane, col in wgmma_tables["acccol"]}
+    cover = Counter()
+    for t in range(c["WARPGROUP_THREADS"]):
+        warp, lane = t // 32, t % 32
+        for i in range(c["ACC_REGS"]):
+            row = rows[(warp, lane)] + (c["ACC_ROW_HALF"] if i % 4 >= 2 else 0)
+            col = cols[(i // 4, lane)] + i % 2
+            assert (row, col) == ptx_wgmma_d(t, i)
+            cover[(row, col)] += 1
+    assert set(cover) == {(r, col) for r in range(c["WG_M"]) for col in range(c["BLOCK_N"])}
+    assert set(cover.values()) == {1}
+    # Staged bf16x2 stores: the 32 lanes of one store hit 32 different banks.
+    for warp in range(4):
+        for g in range(c["ACC_REGS"] // 4):
+            for half in range(2):
+                words = [((rows[(warp, lane)] + half * c["ACC_ROW_HALF"]) * c["EPI_STRIDE"] + cols[(g, lane)]) // 2
+                         for lane in range(32)]
+                assert len({w % 32 for w in words}) == 32
+    # 16-byte chunks: each once; a warp's pass is one contiguous 512-byte row segment of y; 8 lanes
+    # at a time read 8 different 16-byte bank groups of the staged row.
+    chunks = Counter()
+    by_pass: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for t, p, row, col in wgmma_tables["chunk"]:
+        chunks[(row, col)] += 1
+        by_pass.setdefault((t // 32, p), []).append((row, col))
+    assert set(chunks) == {(r, col) for r in range(c["WG_M"]) for col in range(0, c["BLOCK_N"], c["VEC"])}
+    assert set(chunks.values()) == {1}
+    for cells in by_pass.values():
+        assert len({r for r, _ in cells}) == 1 and [col for _, col in cells] == list(range(0, c["BLOCK_N"], c["VEC"]))
+        for q in range(0, 32, 8):
+            addresses = [r * c["EPI_STRIDE"] * 2 + col * 2 for r, col in cells[q:q + 8]]
+            assert sorted(bank_groups(addresses)) == list(range(8))
+    assert c["CONSUMER_WARPGROUPS"] * c["EPI_WG_BYTES"] <= c["STAGES"] * c["STAGE_BYTES"]
+
+
+def test_wgmma_rasterization_matches_the_mma_expert(wgmma_tables):
+    m = model()
+    assert kernel(WGMMA).constants["GROUP_M"] == m.GROUP_M
+    for tiles_m, tiles_n, block, tm, tn in wgmma_tables["tile"]:
+        assert (tm, tn) == m.tile_coordinates(block, tiles_m, tiles_n)
+
+
+def emulate_wgmma_cta(c: dict, tables: dict, x: torch.Tensor, w: torch.Tensor, tile_m: int, tile_n: int,
+                      y: torch.Tensor) -> None:
+    """One CTA: TMA boxes (zero outside the tensor) into swizzled stages, wgmma operands read through
+    the descriptors, D += A B^T in float64 per consumer warpgroup, accumulators by the ISA's D layout,
+    staged rows and the bounds-checked 16-byte stores into y (rows of y 16-byte aligned)."""
+    M, K = x.shape
+    N = w.shape[0]
+    m0, n0 = tile_m * c["BLOCK_M"], tile_n * c["BLOCK_N"]
+    base = 0x400
+    acc = [torch.zeros(c["WG_M"], c["BLOCK_N"], dtype=torch.float64) for _ in range(c["CONSUMER_WARPGROUPS"])]
+    for kt in range(cdiv(K, c["BLOCK_K"])):
+        smem = {}
+        for src, rows, origin, tile in ((x, c["BLOCK_M"], m0, base), (w, c["BLOCK_N"], n0, base + c["A_STAGE_BYTES"])):
+            box = torch.zeros(rows, c["BLOCK_K"], dtype=torch.float64)
+            part = src[origin:origin + rows, kt * c["BLOCK_K"]:(kt + 1) * c["BLOCK_K"]]
+            box[:part.shape[0], :part.shape[1]] = part  # the tensor map's out-of-bounds fill is zero
+            for r in range(rows):
+                for k in range(c["BLOCK_K"]):
+                    smem[tile + tma_offset(r, k)] = float(box[r, k])
+        for consumer in range(c["CONSUMER_WARPGROUPS"]):
+            a_start = base + consumer * c["WG_A_BYTES"]
+            b_start = base + c["A_STAGE_BYTES"]
+            for ks in range(c["K_STEPS"]):
+                a = torch.tensor([[smem[wgmma_operand_offset(c, a_start + 32 * ks, r, kk)]
+                                   for kk in range(c["WGMMA_K"])] for r in range(c["WGMMA_M"])], dtype=torch.float64)
+                b = torch.tensor([[smem[wgmma_operand_offset(c, b_start + 32 * ks, n, kk)]
+                                   for kk in range(c["WGMMA_K"])] for n in range(c["BLOCK_N"])], dtype=torch.float64)
+                acc[consumer] += a @ b.T
+    rows = {(wp, lane): r for wp, lane, r in tables["accrow"]}
+    cols = {(g, lane): col for g, lane, col in tables["acccol"]}
+    for consumer in range(c["CONSUMER_WARPGROUPS"]):
+        staged = torch.full((c["WG_M"], c["EPI_STRIDE"]), float("nan"), dtype=torch.float64)
+        for t in range(c["WARPGROUP_THREADS"]):
+            regs = [acc[consumer][ptx_wgmma_d(t, i)] for i in range(c["ACC_REGS"])]  # what the hardware leaves
+            for i, value in enumerate(regs):
+                row = rows[(t // 32, t % 32)] + (c["ACC_ROW_HALF"] if i % 4 >= 2 else 0)
+                staged[row, cols[(i // 4, t % 32)] + i % 2] = value
+        for t, p, row, col in tables["chunk"]:
+            gm, gn = m0 + consumer * c["WG_M"] + row, n0 + col
+            if gm < M and gn < N:
+                assert not y[gm, gn:gn + c["VEC"]].isfinite().any()  # each element of y written once
+                y[gm, gn:gn + c["VEC"]] = staged[row, col:col + c["VEC"]]
+
+
+@pytest.mark.parametrize("shape", [(100, 264, 72), (130, 520, 136), (64, 80, 96)])
+def test_emulated_wgmma_ctas_compute_the_gemm(wgmma_tables, shape):
+    """Whole CTAs with edge tiles (partial M, N and K tiles filled with zeros by TMA) give x @ W.T
+    exactly in float64 (integer-valued inputs), every element of y written once and nothing else."""
+    c = kernel(WGMMA).constants
+    M, N, K = shape
+    gen = torch.Generator().manual_seed(sum(shape))
+    x = torch.randint(-8, 9, (M, K), generator=gen, dtype=torch.float64)
+    w = torch.randint(-8, 9, (N, K), generator=gen, dtype=torch.float64)
+    y = torch.full((M, N + 8), float("nan"), dtype=torch.float64)  # 8 guard columns past N
+    tiles_m, tiles_n = cdiv(M, c["BLOCK_M"]), cdiv(N, c["BLOCK_N"])
+    for block in range(tiles_m * tiles_n):
+        tile_m, tile_n = model().tile_coordinates(block, tiles_m, tiles_n)
+        emulate_wgmma_cta(c, wgmma_tables, x, w, tile_m, tile_n, y)
+    assert torch.equal(y[:, :N], x @ w.T)
+    assert y[:, N:].isnan().all()
+
+
+class Barrier:
+    """An mbarrier: the current phase completes when every expected arrival has come and the
+    transaction count is back to zero. try_wait.parity(P) succeeds when the current (incomplete)
+    phase's parity differs from P, i.e. the phase before it, of parity P, has completed."""
+
+    def __init__(self, arrivals: int):
+        self.expected, self.pending, self.tx, self.phase = arrivals, arrivals, 0, 0
+
+    def arrive(self, expect_tx: int = 0) -> None:
+        self.tx += expect_tx
+        self.pending -= 1
+        assert self.pending >= 0, "more arrivals than the barrier expects"
+        self.settle()
+
+    def complete_tx(self, nbytes: int) -> None:
+        self.tx -= nbytes
+        self.settle()
+
+    def settle(self) -> None:
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.expected
+
+    def ready(self, parity: int, phase_index: int) -> bool:
+        done = (self.phase & 1) != parity
+        # The waiter must never be two phases behind, or parity could not tell phases apart.
+        assert self.phase in (phase_index, phase_index + 1), (self.phase, phase_index)
+        assert done == (self.phase == phase_index + 1)
+        return done
+
+
+def simulate_mbarrier_pipeline(k_tiles: int, stages: int, seed: int, consumer_warps: int = 8,
+                               release_before_wait: bool = False, producer_parity: int = 1) -> None:
+    """The kernel's producer / consumer protocol under a random schedule (transcribed from produce
+    and consume): one producer thread, consumer warps that each wait for the full barrier, issue an
+    MMA group reading the stage, wait until at most one group is pending and then release the previous
+    stage; TMA copies and MMA groups finish at random later times. Raises AssertionError on a hazard
+    (TMA writing a stage an unfinished MMA group reads, an MMA group issued on a stage that does not
+    hold its K tile) or a deadlock. release_before_wait and producer_parity break the protocol on
+    purpose, to show the model notices."""
+    rng = random.Random(seed)
+    tile_bytes = 1
+    full = [Barrier(1) for _ in range(stages)]
+    empty = [Barrier(consumer_warps) for _ in range(stages)]
+    holds = [None] * stages  # K tile whose TMA copy into the stage has completed
+    copying: dict[int, int] = {}  # stage -> K tile being copied
+    producer = 0  # next K tile to load
+    warps = [{"kt": 0, "groups": [], "waiting": False, "done": False} for _ in range(consumer_warps)]
+
+    def reading(stage):
+        return any(stage == s for wp in warps for s, _ in wp["groups"])
+
+    steps = 0
+    while not all(wp["done"] for wp in warps) or copying:
+        steps += 1
+        assert steps < 100_000
+        actions = []
+        if producer < k_tiles:
+            s, rnd = producer % stages, producer // stages
+            if empty[s].ready((rnd & 1) ^ 1 ^ (1 - producer_parity), rnd - 1 if rnd else -1):
+                actions.append(("produce", s))
+        for stage, tile in copying.items():
+            actions.append(("land", stage))
+        for i, wp in enumerate(warps):
+            if wp["done"]:
+                continue
+            if wp["groups"]:
+                actions.append(("finish", i))
+            if wp["waiting"]:  # in wgmma.wait_group 1 (or 0 at the end)
+                limit = 0 if wp["kt"] == k_tiles else 1
+                if len(wp["groups"]) <= limit:
+                    actions.append(("resume", i))
+            elif wp["kt"] < k_tiles:
+                s, rnd = wp["kt"] % stages, wp["kt"] // stages
+                if full[s].ready(rnd & 1, rnd):
+                    actions.append(("issue", i))
+        assert actions, "deadlock"
+        kind, who = rng.choice(actions)
+        if kind == "produce":
+            s = who
+            assert not reading(s), f"TMA overwrites stage {s} while an MMA group still reads it"
+            full[s].arrive(expect_tx=2 * tile_bytes)
+            copying[s] = producer
+            producer += 1
+        elif kind == "land":
+            holds[who] = copying.pop(who)
+            full[who].complete_tx(2 * tile_bytes)
+        elif kind == "finish":
+            warps[who]["groups"].pop(0)  # groups complete in order
+        elif kind == "issue":
+            wp = warps[who]
+            s = wp["kt"] % stages
+            assert holds[s] == wp["kt"] and s not in copying, f"stage {s} does not hold K tile {wp['kt']}"
+            wp["groups"].append((s, wp["kt"]))
+            if release_before_wait and wp["kt"] > 0:
+                empty[(wp["kt"] - 1) % stages].arrive()
+            wp["kt"] += 1
+            wp["waiting"] = True
+        elif kind == "resume":
+            wp = warps[who]
+            wp["waiting"] = False
+            if wp["kt"] > 1 and not release_before_wait:
+                empty[(wp["kt"] - 2) % stages].arrive()  # the stage of K tile kt - 1 (kt already advanced)
+            if wp["kt"] == k_tiles and not wp["groups"]:
+                wp["done"] = True
+    assert producer == k_tiles and all(h is not None for h in holds[:min(stages, k_tiles)])
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4, 5])
+def test_wgmma_pipeline_protocol_is_safe(stages):
+    assert kernel(WGMMA).constants["STAGES"] in (2, 3, 4, 5)
+    for k_tiles in (1, 2, 3, 5, 9, 17):
+        for seed in range(20):
+            simulate_mbarrier_pipeline(k_tiles, stages, seed)
+
+
+def test_wgmma_pipeline_model_catches_wrong_protocols():
+    with pytest.raises(AssertionError, match="while an MMA group still reads it"):
+        for seed in range(50):
+            simulate_mbarrier_pipeline(12, 4, seed, release_before_wait=True)
+    with pytest.raises(AssertionError):  # a producer that waits for the wrong parity
+        for seed in range(50):
+            simulate_mbarrier_pipeline(12, 4, seed, producer_parity=0)

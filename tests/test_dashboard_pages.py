@@ -56,12 +56,13 @@ def test_home_without_data_says_how_to_import(client, corpus):
 
 
 @pytest.mark.parametrize(("query", "expected"), [
-    ("problem=gemm", {"gemm/mma_sync", "gemm/mma_sync_any", "gemm/naive"}),
+    ("problem=gemm", {"gemm/mma_sync", "gemm/mma_sync_any", "gemm/naive", "gemm/wgmma_tma"}),
     ("problem=topk&status=passed", {"topk/radix_select"}),
     ("problem=topk&status=none", {"topk/naive"}),
     ("suite=adversarial&q=write", {"adversarial/write_nothing", "adversarial/write_out_of_bounds",
                                    "adversarial/write_zeros"}),
-    ("arch=sm_90a", set()),
+    ("arch=sm_90a", {"gemm/wgmma_tma"}),
+    ("arch=sm_90a&problem=topk", set()),
 ])
 def test_kernel_filters(client, corpus, query, expected):
     response = client.get(f"/kernels/?{query}")

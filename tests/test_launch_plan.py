@@ -1,13 +1,15 @@
 """Launch plans: parsing, refusal of malformed plans, and resolution for one case."""
 
 import copy
+import json
 import tomllib
 from pathlib import Path
 
 import pytest
 
+import klineage.launch as launch_module
 from klineage.errors import DocumentError, ExpressionError
-from klineage.launch import Arg, ArgKind, Launch, LaunchPlan, ResolvedLaunch, Scratch, numeric, resolve
+from klineage.launch import Arg, ArgKind, Launch, LaunchPlan, ResolvedLaunch, Scratch, TensorMap, numeric, resolve
 
 FIXTURE = Path(__file__).parent / "fixtures" / "documents" / "full_plan.toml"
 ENV = {"M": 1000, "N": 512, "K": 256, "SPLIT": 4, "BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32, "alpha": 1.5}
@@ -239,7 +241,7 @@ def test_non_identifier_buffer_names(name):
 def test_argument_that_is_neither_buffer_nor_scalar():
     data = minimal()
     data["launch"][0]["args"] = [{"type": "i32"}]
-    refused(data, "an argument table needs 'buffer' or 'scalar'")
+    refused(data, "an argument table needs 'buffer', 'scalar' or 'tensor_map'")
     data["launch"][0]["args"] = [3]
     refused(data, "an argument is a buffer name or a table, not 3")
 
@@ -412,3 +414,156 @@ def test_resolve_names_the_failing_launch_among_several():
     plan = LaunchPlan.from_file(FIXTURE)
     with pytest.raises(DocumentError, match=r"^gemm_split_k\.launch\[1\] \(reduce_split\): unknown buffer 'flags'"):
         resolve(plan, ENV, BUFFERS - {"flags"})
+
+
+# Tensor maps (TMA descriptors passed by value)
+
+
+def tensor_map(**extra) -> dict:
+    arg = {"tensor_map": "x", "dtype": "bf16", "dims": ["K", "M"], "strides": ["K * 2"],
+           "box": ["BLOCK_K", "BLOCK_M"], "swizzle": "128B"}
+    arg.update(extra)
+    return arg
+
+
+def tma_plan(*args, arch="sm_90a") -> dict:
+    return {"name": "k", "problem": "p", "arch": arch,
+            "launch": [{"entry": "kern", "grid": 1, "block": 384, "args": list(args) or [tensor_map(), "y"]}]}
+
+
+TMA_ENV = {"M": 1000, "N": 512, "K": 256, "BLOCK_M": 128, "BLOCK_K": 64}
+
+
+def test_tensor_map_argument_parses_with_defaults():
+    plan = LaunchPlan.from_dict(tma_plan(tensor_map(), {"tensor_map": "W", "dtype": "f32", "dims": [4096],
+                                                        "box": [64]}))
+    first, second = plan.launches[0].args
+    assert first == Arg(ArgKind.TENSOR_MAP, name="x", type="bf16", dims=("K", "M"), strides=("K * 2",),
+                        box=("BLOCK_K", "BLOCK_M"), swizzle="128B", l2_promotion="256B")
+    assert (second.dims, second.strides, second.box, second.swizzle, second.l2_promotion) == \
+        ((4096,), (), (64,), "none", "256B")  # rank 1 has no strides; swizzle none and 256-byte L2 promotion
+    assert first.to_dict() == {"tensor_map": "x", "dtype": "bf16", "dims": ["K", "M"], "strides": ["K * 2"],
+                               "box": ["BLOCK_K", "BLOCK_M"], "swizzle": "128B", "l2_promotion": "256B"}
+    assert LaunchPlan.from_dict(plan.to_dict()) == plan
+
+
+def test_tensor_map_plan_from_toml_round_trips():
+    text = """
+name = "k"
+problem = "gemm"
+arch = "sm_90"
+[[launch]]
+entry = "kern"
+grid = 1
+block = 384
+args = [
+    { tensor_map = "x", dtype = "bf16", dims = ["K", "M", 2], strides = ["K * 2", "K * M * 2"], box = [32, 128, 1], swizzle = "64B", l2_promotion = "none" },
+    "y",
+]
+"""
+    plan = LaunchPlan.from_toml(text)
+    arg = plan.launches[0].args[0]
+    assert (arg.dims, arg.strides, arg.box, arg.swizzle, arg.l2_promotion) == \
+        (("K", "M", 2), ("K * 2", "K * M * 2"), (32, 128, 1), "64B", "none")
+    assert LaunchPlan.from_dict(plan.to_dict()) == plan
+
+
+def test_plans_without_tensor_maps_serialize_as_before():
+    data = full()
+    assert "tensor_map" not in str(LaunchPlan.from_dict(data).to_dict())
+    assert LaunchPlan.from_dict(data).to_dict()["launch"][0]["args"][0] == {"buffer": "a"}
+
+
+def test_tensor_map_resolves_to_numbers():
+    plan = LaunchPlan.from_dict(tma_plan())
+    (launch,) = resolve(plan, TMA_ENV, {"x", "y"})
+    kind, name, spec = launch.args[0]
+    assert (kind, name) == ("tensor_map", "x")
+    assert spec == TensorMap("bf16", (256, 1000), (512,), (64, 128), "128B", "256B")
+    assert spec.element_bytes == 2 and spec.extent_bytes == 1000 * 256 * 2
+    assert launch.args[1] == ("buffer", "y", "")
+    data = launch.to_dict()
+    assert data["args"][0] == ["tensor_map", "x", {"dtype": "bf16", "dims": [256, 1000], "strides": [512],
+                                                   "box": [64, 128], "swizzle": "128B", "l2_promotion": "256B"}]
+    assert ResolvedLaunch.from_dict(json.loads(json.dumps(data))) == launch
+
+
+def test_tensor_map_extent_follows_strides():
+    # A padded 3-D map: 10 x 3 x 2 floats, rows 64 bytes apart, planes 256 bytes apart.
+    spec = TensorMap("f32", (10, 3, 2), (64, 256), (8, 3, 2), "none", "none")
+    assert spec.extent_bytes == 256 + 2 * 64 + 9 * 4 + 4
+
+
+@pytest.mark.parametrize("extra, fragments", [
+    ({"dtype": "bfloat16"}, ["tensor map dtype 'bfloat16' is not one of u8, u16, u32, i32"]),
+    ({"dims": []}, ["tensor map rank must be 1 to 5, not 0"]),
+    ({"dims": [1, 2, 3, 4, 5, 6], "box": [8] * 6, "strides": [16] * 5}, ["tensor map rank must be 1 to 5, not 6"]),
+    ({"dims": "K"}, [".dims", "must be a list of expressions"]),
+    ({"box": [64]}, ["box has 1 dimensions; dims has 2"]),
+    ({"strides": []}, ["strides lists the byte strides of dims 1 .. rank-1: 1 expression(s) for rank 2, not 0"]),
+    ({"strides": ["K * 2", 4096]}, ["for rank 2, not 2"]),
+    ({"swizzle": "256B"}, ["swizzle '256B' is not one of none, 32B, 64B, 128B"]),
+    ({"swizzle": 128}, ["swizzle 128 is not one of"]),
+    ({"l2_promotion": "512B"}, ["l2_promotion '512B' is not one of none, 64B, 128B, 256B"]),
+    ({"box": [64, 512]}, ["tensor map 'x': box[1] = 512 is outside 1 .. 256"]),
+    ({"box": [64, 0]}, ["box[1] = 0 is outside 1 .. 256"]),
+    ({"box": [128, 64]}, ["the box's inner extent is 256 bytes (128 x bf16); swizzle 128B allows at most 128"]),
+    ({"box": [4, 64]}, ["the box's inner extent is 8 bytes (4 x bf16); it must be a multiple of 16"]),
+    ({"box": [64, 64], "swizzle": "32B"}, ["swizzle 32B allows at most 32"]),
+    ({"strides": [100]}, ["strides[0] = 100 bytes must be a positive multiple of 16 below 2**40"]),
+    ({"strides": [2**40]}, ["must be a positive multiple of 16 below 2**40"]),
+    ({"dims": [0, "M"]}, ["dims[0] = 0 is outside 1 .. 2**32"]),
+    ({"dims": ["K +", "M"]}, [".dims", "syntax error"]),
+    ({"box": [True, 64]}, [".box", "must be a whole number or an expression, not True"]),
+    ({"stride": ["K * 2"]}, ["unknown keys ['stride']"]),
+    ({"tensor_map": "x.y"}, ["'x.y' is not a valid buffer name"]),
+])
+def test_malformed_tensor_maps_are_refused(extra, fragments):
+    refused(tma_plan(tensor_map(**extra)), "plan.toml.launch[0].args[0]", *fragments)
+
+
+@pytest.mark.parametrize("key", ["dtype", "dims", "box"])
+def test_tensor_map_required_keys(key):
+    arg = tensor_map()
+    del arg[key]
+    refused(tma_plan(arg), "plan.toml.launch[0].args[0]", f"tensor map needs '{key}'")
+
+
+def test_an_argument_table_names_its_kind():
+    refused(tma_plan({"dtype": "bf16"}), "an argument table needs 'buffer', 'scalar' or 'tensor_map'")
+
+
+def test_tensor_maps_only_for_hopper_plans(monkeypatch):
+    monkeypatch.setattr(launch_module, "ARCHES", (*launch_module.ARCHES, "sm_80"))
+    LaunchPlan.from_dict(tma_plan(arch="sm_90"))
+    LaunchPlan.from_dict(tma_plan("x", {"scalar": "N"}, arch="sm_80"))  # no tensor map: any arch
+    refused(tma_plan("y", tensor_map(), arch="sm_80"), "plan.toml.launch[0].args[1]",
+            "tensor maps need arch sm_90 or sm_90a, not sm_80")
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"BLOCK_M": 512}, "args[0]: tensor map 'x': box[1] = 512 is outside 1 .. 256"),
+    ({"BLOCK_K": 128}, "args[0]: tensor map 'x': the box's inner extent is 256 bytes (128 x bf16); "
+                       "swizzle 128B allows at most 128"),
+    ({"K": 100}, "args[0]: tensor map 'x': strides[0] = 200 bytes must be a positive multiple of 16 below 2**40 "
+                 "(TMA needs 16-byte aligned rows)"),
+    ({"M": 0}, "args[0]: tensor map 'x': dims[1] = 0 is outside 1 .. 2**32"),
+])
+def test_resolve_checks_tensor_map_values(env, fragment):
+    plan = LaunchPlan.from_dict(tma_plan())
+    with pytest.raises(DocumentError) as info:
+        resolve(plan, {**TMA_ENV, **env}, {"x", "y"})
+    assert str(info.value) == f"k.launch[0] (kern).{fragment}"
+
+
+def test_resolve_refuses_a_tensor_map_over_an_unknown_buffer():
+    plan = LaunchPlan.from_dict(tma_plan())
+    with pytest.raises(DocumentError) as info:
+        resolve(plan, TMA_ENV, {"W", "y"})
+    assert str(info.value) == "k.launch[0] (kern): tensor map over unknown buffer 'x' (known: W, y)"
+
+
+def test_resolve_names_a_tensor_map_expression_that_fails():
+    plan = LaunchPlan.from_dict(tma_plan(tensor_map(box=["BLOCK_Q", 128])))
+    with pytest.raises(ExpressionError, match=r"^k\.launch\[0\] \(kern\)\.args\[0\]\.box: BLOCK_Q: unknown name"):
+        resolve(plan, TMA_ENV, {"x", "y"})

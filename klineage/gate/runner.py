@@ -18,11 +18,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from klineage.gate.params import (TensorMapError, as_pycuda_words, check_tensor_map_buffer, encode_tensor_map,
+                                  pack_parameters, parameter_layout, read_kernel_parameters)
 from klineage.gate.verdict import Reason
 from klineage.launch import ResolvedLaunch
 
 HOST_COVER_CYCLES = 200_000  # about 100 us at H200 clocks: longer than any host dispatch we time
-SCALAR_NUMPY = {"i32": "int32", "u32": "uint32", "i64": "int64", "u64": "uint64", "f32": "float32", "f64": "float64"}
+PACKED_CACHE = 64  # parameter buffers kept per kernel (tensor maps are encoded once per buffer address)
 
 
 class Progress:
@@ -143,18 +145,19 @@ class LoadedKernel:
     """A cubin loaded into the context, with its plan ready to run on named buffers."""
 
     def __init__(self, device: Device, spec: dict[str, Any]):
-        import numpy as np
-
-        self.np = np
         self.device = device
         self.role = spec["role"]
-        self.module = device.drv.module_from_buffer(Path(spec["cubin"]).read_bytes())
+        cubin = Path(spec["cubin"]).read_bytes()
+        self.module = device.drv.module_from_buffer(cubin)
         self.functions = {entry: self.module.get_function(symbol) for entry, symbol in spec["entries"].items()}
+        # Where each parameter sits in the launch's parameter buffer, as the cubin declares it.
+        self.parameters = {entry: read_kernel_parameters(cubin, symbol) for entry, symbol in spec["entries"].items()}
         self.static_shared = spec.get("static_shared", {})
         self.scratch_by_case = spec.get("scratch", {})
         self.launches_by_case = {case: [ResolvedLaunch.from_dict(x) for x in launches]
                                  for case, launches in spec["launches"].items()}
         self._raised: set[tuple[str, int]] = set()
+        self._packed: dict[tuple, list[Any]] = {}
 
     def prepare(self, case: str) -> None:
         """Raise dynamic shared memory limits; a request the GPU cannot grant is a resource limit."""
@@ -172,19 +175,43 @@ class LoadedKernel:
                     raise KernelFault(Reason.RESOURCE_LIMIT, f"{launch.entry}: {exc}") from None
                 self._raised.add((launch.entry, launch.shared))
 
-    def launch(self, case: str, pointers: dict[str, int]) -> None:
-        np = self.np
-        for launch in self.launches_by_case[case]:
-            args = []
-            for kind, value, type_name in launch.args:
-                if kind == "buffer":
-                    args.append(np.uintp(pointers[value]))
-                else:
-                    args.append(getattr(np, SCALAR_NUMPY[type_name])(value))
+    def launch(self, case: str, pointers: dict[str, int], extents: dict[str, tuple[int, str]] | None = None) -> None:
+        """Run the case's launches on the named buffers; `extents` (bytes and dtype by name) are
+        needed where a launch passes a tensor map."""
+        for index, launch in enumerate(self.launches_by_case[case]):
+            words = self._words(case, index, launch, pointers, extents or {})
             try:
-                self.functions[launch.entry](*args, block=launch.block, grid=launch.grid, shared=launch.shared)
+                self.functions[launch.entry](*words, block=launch.block, grid=launch.grid, shared=launch.shared)
             except self.device.drv.Error as exc:
                 raise KernelFault(_classify_cuda_error(str(exc)), f"launch of {launch.entry} failed: {exc}") from None
+
+    def _words(self, case: str, index: int, launch: ResolvedLaunch, pointers: dict[str, int],
+               extents: dict[str, tuple[int, str]]) -> list[Any]:
+        """The launch's whole parameter buffer, as pycuda arguments; kept per buffer address, so a
+        tensor map is encoded once for the buffers it maps, not on every (timed) launch."""
+        key = (case, index, tuple(pointers[value] for kind, value, _ in launch.args if kind != "scalar"))
+        words = self._packed.get(key)
+        if words is not None:
+            return words
+        maps = {}
+        declared = self.parameters.get(launch.entry)
+        try:
+            parameter_layout(launch.args, declared, launch.entry)  # a tensor map needs a place first
+            for position, (kind, name, spec) in enumerate(launch.args):
+                if kind != "tensor_map":
+                    continue
+                if name not in extents:
+                    raise TensorMapError(f"tensor map over '{name}': the runner knows no size for that buffer")
+                nbytes, dtype = extents[name]
+                check_tensor_map_buffer(name, spec, pointers[name], nbytes, dtype)
+                maps[position] = encode_tensor_map(name, spec, pointers[name])
+        except TensorMapError as exc:
+            raise KernelFault(Reason.PLAN_ERROR, f"{launch.entry}: {exc}") from None
+        words = as_pycuda_words(pack_parameters(launch.args, pointers, maps, declared, launch.entry))
+        if len(self._packed) >= PACKED_CACHE:
+            self._packed.clear()
+        self._packed[key] = words
+        return words
 
 
 class CaseBuffers:
@@ -219,6 +246,12 @@ class CaseBuffers:
     def pointers(self) -> dict[str, int]:
         named = {**self.inputs, **self.outputs, **{k: v for k, (v, _) in self.scratch.items()}}
         return {name: buffer.data_ptr() for name, buffer in named.items()}
+
+    def extents(self) -> dict[str, tuple[int, str]]:
+        """Bytes and dtype of each buffer's data (guards excluded): what a tensor map may span."""
+        named = {**self.inputs, **self.outputs, **{k: v for k, (v, _) in self.scratch.items()}}
+        return {name: (buffer.data.numel() * buffer.data.element_size(), str(buffer.data.dtype).removeprefix("torch."))
+                for name, buffer in named.items()}
 
     def damaged_guards(self) -> list[str]:
         named = {**self.inputs, **self.outputs, **{k: v for k, (v, _) in self.scratch.items()}}
@@ -265,7 +298,7 @@ def check_case(device: Device, problem, kernel: LoadedKernel, case_name: str, se
         first: dict[str, Any] = {}
         for attempt in (1, 2):  # reference -> candidate -> candidate again
             buffers.reset()
-            kernel.launch(case_name, buffers.pointers())
+            kernel.launch(case_name, buffers.pointers(), buffers.extents())
             device.synchronize(f"{kernel.role} {case_name} seed {seed} run {attempt}")
             damaged = buffers.damaged_guards()
             if damaged:
@@ -361,8 +394,8 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
     for kernel in kernels:
         def run_kernel(s, kernel=kernel):
             buffers = s["buffers"][kernel.role]
-            pointers = buffers.pointers()
-            return (lambda: buffers.reset()), (lambda: kernel.launch(case_name, pointers))
+            pointers, extents = buffers.pointers(), buffers.extents()
+            return (lambda: buffers.reset()), (lambda: kernel.launch(case_name, pointers, extents))
         contenders.append((kernel.role, run_kernel))
     if policy["vendor"] and problem.vendor is not None:
         def run_vendor(s):
