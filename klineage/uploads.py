@@ -11,12 +11,12 @@ sandboxed probe (klineage.gate.execute.probe_problem), like every problem.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 from klineage import config, corpus
 from klineage.errors import DocumentError
+from klineage.files import write_atomic
 from klineage.kernel import PLAN_FILE
 
 PREFIX = "uploaded/"
@@ -101,7 +101,4 @@ def _write(path: Path, text: str) -> None:
     """Content-addressed: an existing file already holds these bytes."""
     if path.is_file():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text, encoding="utf-8", newline="")
-    os.replace(temporary, path)
+    write_atomic(path, text)

@@ -13,7 +13,7 @@ from klineage.errors import KLineageError
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Status, Verdict
-from klineage.walk.prefetch import guessed_states, prefetch
+from klineage.walk.prefetch import Prefetched, guessed_states, prefetch
 from klineage.walk.walker import DEFAULT_POLICY
 
 SOFTMAX = corpus.problem_path("row_softmax")
@@ -55,6 +55,19 @@ def test_guessed_states_are_the_walks_states_in_order():
 def test_a_lineage_of_another_expert_is_refused():
     with pytest.raises(KLineageError, match="not row_softmax_naive"):
         guessed_states(DRY, corpus.kernel_entry("row_softmax/naive").load())
+
+
+def test_prefetch_judges_states_side_by_side_into_one_cache(gate_cache):
+    """Threads of one process probe the problem, compile and store verdicts at the same time."""
+    expert = corpus.kernel_entry("row_softmax/warp_vec4").load()
+    states = guessed_states(DRY, expert)[:8]
+    done = prefetch(SOFTMAX, states, DEFAULT_POLICY, gate_cache, jobs=4, mode=GateMode.COMPILE_ONLY)
+    assert done == Prefetched(8, {"compiled": 8}, ())
+    for state in states:
+        again = run_gate(SOFTMAX, state, policy=DEFAULT_POLICY, mode=GateMode.COMPILE_ONLY, cache=gate_cache)
+        assert again.provenance["served_from"] == "cache"
+    leftovers = [p for p in gate_cache.local.root.rglob("*.tmp")]
+    assert not leftovers
 
 
 def test_prefetch_refuses_timed_gates(gate_cache):

@@ -8,11 +8,11 @@ so concurrent workers never read half a verdict.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from klineage.errors import DocumentError, ReplayMiss
+from klineage.files import write_atomic
 from klineage.fingerprint import sha256_json
 from klineage.gate.verdict import Status, Verdict
 
@@ -51,11 +51,7 @@ class VerdictStore:
 
     def put(self, key: str, verdict: Verdict) -> Path:
         path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(verdict.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(temporary, path)
-        return path
+        return write_atomic(path, json.dumps(verdict.to_dict(), indent=1, sort_keys=True) + "\n")
 
     def keys(self) -> list[str]:
         return sorted(p.stem for p in (self.root / "verdicts").glob("*/*.json"))

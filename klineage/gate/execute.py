@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from klineage import config
 from klineage.errors import DocumentError, KLineageError
+from klineage.files import write_atomic
 from klineage.fingerprint import normalize_source, sha256_text
 from klineage.gate import sandbox
 from klineage.gate.policy import GatePolicy
@@ -98,10 +99,7 @@ def probe_problem(path: str | Path, cache_dir: Path | None = None, device: str =
         raise DocumentError(str(path), result["error"])
     probe = ProbeResult(ProblemInfo.from_dict(result["problem"]), tuple(result["numerics"]), result["inputs"])
     if cached:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        temporary = cached.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(json.dumps(probe.to_dict()), encoding="utf-8")
-        os.replace(temporary, cached)
+        write_atomic(cached, json.dumps(probe.to_dict()))
     return probe
 
 

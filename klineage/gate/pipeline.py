@@ -15,6 +15,7 @@ from typing import Any, Callable
 from klineage import config, devices, expr
 from klineage.config import GateMode
 from klineage.errors import DocumentError, KLineageError
+from klineage.files import write_atomic
 from klineage.fingerprint import sha256_bytes
 from klineage.features.sass import sass_features
 from klineage.features.source import source_features
@@ -228,10 +229,7 @@ def _sass_features_cached(cubin: bytes) -> dict[str, Any]:
     if path.is_file():
         return json.loads(path.read_text(encoding="utf-8"))
     features = sass_features(cubin).to_dict()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(features), encoding="utf-8")
-    os.replace(temporary, path)
+    write_atomic(path, json.dumps(features))
     return features
 
 

@@ -46,8 +46,9 @@ def guessed_states(lineage_path: str | Path, expert: KernelState) -> list[Kernel
 
 
 def prefetch(problem: str | Path, states: Iterable[KernelState], policy: GatePolicy, cache: GateCache, *,
-             jobs: int = 4, progress: Progress | None = None) -> Prefetched:
-    """Gate `states` under the (untimed) walk policy, `jobs` at a time, into `cache`."""
+             jobs: int = 4, progress: Progress | None = None, mode: GateMode = GateMode.GPU) -> Prefetched:
+    """Gate `states` under the (untimed) walk policy, `jobs` at a time, into `cache`. Gates run
+    in threads of this process: every cache write must be safe between threads too."""
     if policy.timing:
         raise KLineageError("prefetch judges untimed gates only: timings taken side by side are not comparable")
     states = list(states)
@@ -55,7 +56,7 @@ def prefetch(problem: str | Path, states: Iterable[KernelState], policy: GatePol
     errors: list[str] = []
     say = progress or (lambda stage, message: None)
     with _threads_per_job(jobs), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(run_gate, problem, state, policy=policy, mode=GateMode.GPU, cache=cache): state
+        futures = {pool.submit(run_gate, problem, state, policy=policy, mode=mode, cache=cache): state
                    for state in states}
         for done, future in enumerate(as_completed(futures), 1):
             state = futures[future]
