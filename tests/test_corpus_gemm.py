@@ -1255,3 +1255,18 @@ def test_wgmma_pipeline_model_catches_wrong_protocols():
     with pytest.raises(AssertionError):  # a producer that waits for the wrong parity
         for seed in range(50):
             simulate_mbarrier_pipeline(12, 4, seed, producer_parity=0)
+
+
+def test_wgmma_passes_the_gate_up_to_the_gpu(gate_cache):
+    """Compile-only gate: static check, sm_90a compile, SASS features and the plan resolved on an
+    H200 for every supported case (tensor maps included); unsupported cases are skipped, not run."""
+    from klineage.config import GateMode
+    from klineage.gate.pipeline import run_gate
+    from klineage.gate.verdict import Status
+
+    verdict = run_gate(PROBLEM, kernel(WGMMA), mode=GateMode.COMPILE_ONLY, cache=gate_cache)
+    assert verdict.status is Status.COMPILED, verdict.findings
+    assert set(verdict.cases) == {"headline", "ragged_mn", "skinny", "small"}
+    assert set(verdict.domain["skipped"]) == {"ragged", "odd_k"}
+    sass = {row["name"]: row["count"] for row in verdict.features["sass"]["counts"]}
+    assert sass.get("hgmma") and sass.get("utmaldg") and not sass.get("hmma") and not sass.get("ldgsts")
