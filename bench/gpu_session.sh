@@ -4,7 +4,8 @@
 #   bash bench/gpu_session.sh COMMIT STAGE...                     stages in order, on GPU 0
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
 # Stages: smoke, suite, example, adversarial, cost, gputests, multigpu, walk:KERNEL (a recorded GPU walk,
-# prefetched from the kernel's committed dry walk), or PROBLEM:KERNEL (a gate run, recorded).
+# prefetched from the kernel's committed dry walk), sweep:NAME (bench/sweeps/NAME.toml), admit (a library
+# built from corpus/lineages, admission trials on the GPU: $OUT/library.json), or PROBLEM:KERNEL (a gate run, recorded).
 # multigpu needs PostgreSQL and Redis there: the pgserver wheel in .whl and redis-server in .hostbin (carried).
 set -u
 commit=${1:-unknown}; shift || true
@@ -35,6 +36,11 @@ stage() {
     gputests) timeout 420 python3 -m pytest tests/test_gpu_*.py -q -n 0 -p no:django -p no:cacheprovider -rA ;;
     example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only "$1" ;;
     walk:*) walk "${1#walk:}" ;;
+    sweep:*) timeout "${SWEEP_TIMEOUT:-300}" python3 bench/carrier_sweep.py "bench/sweeps/${1#sweep:}.toml" \
+      --out "$OUT/results/sweep-${1#sweep:}.json" ;;
+    admit) python3 -m klineage library build --out "$OUT/library.json" --note "built on the GPU host from corpus/lineages"
+      timeout "${ADMIT_TIMEOUT:-300}" python3 -m klineage library admit --library "$OUT/library.json" --gate gpu \
+        --limit "${ADMIT_LIMIT:-2}" ;;
     *:*) timeout "${GATE_TIMEOUT:-200}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;
     *) echo "unknown stage $1" ;;
   esac 2>&1

@@ -108,7 +108,7 @@ def test_a_replay_miss_is_inconclusive(cards, tmp_path):
     def replay(problem_path, kernel, against):
         return run_gate(problem_path, kernel, against=against, mode=GateMode.REPLAY, cache=empty)
 
-    _, [trial] = admit(cards["restrict"], [tiny_target()], corpus.problem_path, replay)
+    _, [trial] = admit(with_effect(cards["restrict"], 1.1), [tiny_target()], corpus.problem_path, replay)
     assert trial_outcome(trial) is TrialOutcome.INCONCLUSIVE and "could not judge" in trial.message
 
 
@@ -138,11 +138,17 @@ def test_a_rejected_kernel_fails_the_trial(cards, gate_cache):
     assert updated.status is CardStatus.CANDIDATE and len(updated.verification_log) == 1
 
 
-def test_without_a_declared_effect_even_a_fast_pass_is_inconclusive(cards, gate_cache):
+def test_without_a_declared_effect_the_trial_is_inconclusive_and_costs_no_gate(cards):
     assert required_ratio(cards["unroll"]) is None  # a dry walk's card: nothing was timed
-    updated, [trial] = admit(cards["unroll"], [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 1.5))
+    gated = []
+
+    def gate(problem_path, kernel, against):
+        gated.append(kernel)
+        raise AssertionError("a trial that cannot admit must not spend a gate evaluation")
+
+    updated, [trial] = admit(cards["unroll"], [tiny_target()], corpus.problem_path, gate)
     assert trial_outcome(trial) is TrialOutcome.INCONCLUSIVE and "no measured effect" in trial.message
-    assert trial.ratio == 1.5 and updated.status is CardStatus.CANDIDATE
+    assert trial.ratio is None and updated.status is CardStatus.CANDIDATE and not gated
 
 
 def test_a_precondition_failing_on_the_target_problem_is_no_fair_trial(cards, gate_cache):

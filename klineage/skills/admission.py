@@ -15,7 +15,7 @@ Outcomes:
 - FAILED: the gate rejected the kernel, or it passed slower than `required`;
 - INCONCLUSIVE: anything that is no timed judgement: a compile-only verdict, a gate error or
   miss, a passing verdict without a paired ratio, a card that declares no measured effect (a dry
-  lineage's: nothing to reproduce), a precondition failing on one of the target problem's cases
+  lineage's: nothing to reproduce; decided before any gate runs), a precondition failing on one of the target problem's cases
   (not a fair trial), no site applying. Unknown fails: an inconclusive trial never admits.
 Every trial is recorded on the card's `verification_log` as a `card.Trial` (state: the target's
 fingerprint; passed: outcome PASSED; message: starts with the outcome's value, `trial_outcome`
@@ -129,6 +129,8 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
         why = precondition_failure(card, info)
         if why:
             return record(TrialOutcome.INCONCLUSIVE, f"not a fair trial: {why}")
+    if required_ratio(card) is None:  # checked before the gate: a trial that cannot admit costs no GPU time
+        return record(TrialOutcome.INCONCLUSIVE, "the card declares no measured effect to reproduce")
     applied = apply_everywhere(card, target.state)
     if applied is None:
         return record(TrialOutcome.INCONCLUSIVE, "no forward site applies")
@@ -149,9 +151,6 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
         return record(TrialOutcome.INCONCLUSIVE, f"{where}; passed, but no paired ratio against the target")
     overall = float(ratio["overall"])
     required = required_ratio(card)
-    if required is None:
-        return record(TrialOutcome.INCONCLUSIVE, f"{where}; passed at {overall:.3f}x, but the card declares no "
-                                                 f"measured effect to reproduce", overall)
     if overall < required:
         return record(TrialOutcome.FAILED, f"{where}; passed at {overall:.3f}x, below the {required:.3f}x the "
                                            f"card's effects require", overall)
