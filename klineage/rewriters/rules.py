@@ -24,7 +24,8 @@ from klineage.transforms.base import Anchor, NotApplicable, Role, Transform
 # software pipeline, then the async copies it overlapped (sync_copies declares `after` unpipeline),
 # the shared layout (swizzle, padding), the shared staging itself (unstage_shared, once its tiles are
 # plain element stores: it declares `after` the tensor cores, the pipeline and the async copies),
-# vector widths and warp shuffles, the CTA order, and last the
+# vector widths and warp shuffles, thread coarsening (uncoarsen: a fixed batch of independent items
+# per thread becomes one), the CTA order, and last the
 # micro-optimizations (fast math, read-only loads, restrict, unroll pragmas, launch bounds), of which
 # an expert has many sites and which change no algorithm. `after` overrides this order where a
 # transform needs it.
@@ -38,6 +39,7 @@ PRIORITY: tuple[str, ...] = (
     "unstage_shared",
     "devectorize",
     "shuffle_to_shared",
+    "uncoarsen",
     "block_swizzle",
     "fast_math",
     "ldg",

@@ -33,11 +33,28 @@ side effects, and a local it is computed from reads no memory. Anything else is 
 reason, and so is a site whose removal would take another mechanism along (a `#pragma unroll` on the
 staging loop). Where the tile's element type is not the source's, the read converts
 (`static_cast<float>(...)`), as the store did.
+Pointer views. A shared array may be carved into pointer views at constant offsets (a byte array of
+dynamic shared memory laid out by offset constants):
+
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* x_s = reinterpret_cast<float*>(smem + OFF_X);   // also `base + N` of another view, `&smem[N]`
+    float* sum_s = x_s + TILE;
+
+Each view is a site of its own: a rank-1 tile with everything above. Its bytes are its own when every
+use of the array is the initializer of such a view, every offset is a compile-time constant (evaluated
+over the file's constants, counted in the elements of what it offsets) and no two views start at the
+same byte: a view then owns the bytes up to the next view's start, which is the layout the offsets carve
+(a kernel that reaches past its view's share breaks its own layout). A view passed to a function,
+reassigned, offset at run time or chosen by a condition is refused with the reason, and so is an array
+whose raw shared address is taken (`__cvta_generic_to_shared`: inline asm and address arithmetic reach it
+there) or that is used in any other way. Unstaging a view removes its declaration (kept where other
+views are offset from it) and, where it was the array's only view, the array.
+
 Barriers go only when nothing else could need them: no other shared memory, asm, atomics or shuffles
 in the function or the helpers it calls, and no global buffer both read and written. A dynamic array's
 launch keeps its shared-memory size (unused now, and harmless).
 
-Anchor: the function, kind "declaration", key the array's name; the snippet holds the function as it
+Anchor: the function, kind "declaration", key the array's (or the view's) name; the snippet holds the function as it
 was, and forward puts it back once backward of that definition gives the current source (the only
 restaging this simpler kernel came from). Declared: the store and the reads leave SASS (`sts`, `lds`),
 and `shared_array` / `dynamic_shared` where the array was the function's last of its kind.
@@ -50,6 +67,8 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
+from klineage import expr
+from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import ArgKind
@@ -57,8 +76,9 @@ from klineage.lineage import FeatureLevel
 from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 from klineage.transforms.devectorize import (LOAD_INTRINSICS, Scope, cast_name, contains, function_feature_names,
-                                             operator, params, splice, unparen, unwrap)
+                                             operator, outer_parens, params, splice, unparen, unwrap)
 from klineage.transforms.sync_copies import item_span, own_lines
+from klineage.transforms.tile_constant import c_expression
 from klineage.walk.audit import MECHANISMS
 
 _VARYING_BUILTIN = "threadIdx"
@@ -66,10 +86,22 @@ _INVARIANT_BUILTINS = frozenset({"blockIdx", "blockDim", "gridDim"})
 _SIMPLE = re.compile(r"^(?:[A-Za-z_][\w.]*|\d[\w.]*|\([^()]*\))$")
 _WRAP_FREE = frozenset({"parenthesized_expression", "subscript_argument_list", "argument_list", "init_declarator"})
 _PURE = frozenset({"min", "max", "abs"})
+_CASTS = frozenset({"static_cast", "reinterpret_cast", "const_cast"})
 _STAGING_FEATURES = frozenset({"shared_array", "dynamic_shared"})
 _BARRIER_USERS = re.compile(r"__shared__|__syncthreads|\basm\b|\batomic[A-Z]\w*|__shfl")
 _FLOAT_ZERO = re.compile(r"^(?:0|0\.0*f)$", re.IGNORECASE)
 _DOUBLE_ZERO = re.compile(r"^(?:0|0\.0*|0\.)$")
+# Bytes of the element types a pointer view or the array it carves can have.
+_ELEMENT_BYTES = {
+    "char": 1, "signed char": 1, "unsigned char": 1, "int8_t": 1, "uint8_t": 1,
+    "short": 2, "unsigned short": 2, "int16_t": 2, "uint16_t": 2, "__half": 2, "half": 2, "__nv_bfloat16": 2,
+    "nv_bfloat16": 2, "bf16": 2,
+    "int": 4, "unsigned": 4, "unsigned int": 4, "int32_t": 4, "uint32_t": 4, "float": 4, "__half2": 4, "half2": 4,
+    "__nv_bfloat162": 4,
+    "long long": 8, "unsigned long long": 8, "int64_t": 8, "uint64_t": 8, "double": 8, "size_t": 8, "float2": 8,
+    "int2": 8, "uint2": 8,
+    "float4": 16, "int4": 16, "uint4": 16, "double2": 16,
+}
 
 
 @dataclass
@@ -82,6 +114,19 @@ class _Plan:
     problem: str = ""
     edits: list[tuple[int, int, str]] = field(default_factory=list)
     reads: int = 0
+    view: _View | None = None  # a pointer view into a shared array, rather than an array
+    gone: set[str] = field(default_factory=set)  # the names whose declarations the edits remove
+
+
+@dataclass
+class _View:
+    """A pointer into a shared array at a constant byte offset: `T* v = reinterpret_cast<T*>(smem + OFF)`."""
+
+    root: cp.Declaration  # the __shared__ array it carves
+    offset: int  # bytes from the start of the root
+    base: cp.Declaration  # what its initializer offsets: the root or another view
+    carved: list[cp.Declaration] = field(default_factory=list)  # the views offset from this one
+    sole: bool = False  # the only view of its root
 
 
 @dataclass
@@ -135,7 +180,127 @@ class _Analysis:
             except (_Refused, NotApplicable) as refused:  # NotApplicable: a statement sharing its line
                 plan.problem = str(refused)
             found.append(plan)
+        for declaration in self.scope.declarations:
+            if declaration.function is None or declaration.indirection != "*" or declaration.init is None or \
+                    declaration.dims or self.scope.memory_space(declaration.init) != "shared":
+                continue
+            function_node = cp.enclosing_function(declaration.node)
+            plan = _Plan(declaration.name, declaration.function, function_node)
+            try:
+                if names.count(declaration.function) != 1:
+                    raise _Refused(f"{declaration.function} is defined more than once")
+                twins = [d for d in self.scope.declarations if d.name == declaration.name and d is not declaration
+                         and d.function == declaration.function]
+                if twins:
+                    raise _Refused(f"{declaration.function} declares more than one {declaration.name}")
+                plan.view = self.view(declaration)
+                _Tile(self, declaration, function_node, plan).analyse()
+            except (_Refused, NotApplicable) as refused:
+                plan.problem = str(refused)
+            found.append(plan)
         return found
+
+    # -- pointer views --------------------------------------------------------------------------------
+    def view(self, declaration: cp.Declaration) -> _View:
+        """The view a local pointer declaration makes, after checking that its shared array is used
+        only through views at distinct constant offsets (so each view owns the bytes up to the next)."""
+        where = f"{declaration.name} in {declaration.function}"
+        found = self._carve(declaration, 0)
+        root = found.root
+        function = cp.enclosing_function(declaration.node)
+        if "extern" in root.specifiers:
+            others = [d for d in self.scope.declarations if d is not root and {"extern", "__shared__"} <= set(d.specifiers)
+                      and d.function in (None, root.function)]
+            if others:
+                raise _Refused(f"{where}: dynamic shared memory is also declared as {others[0].name} "
+                               f"(line {others[0].line}): it aliases {root.name}")
+        views: dict[int, tuple[cp.Declaration, _View]] = {}
+        for other in self.scope.declarations:
+            if other.function != declaration.function or other.indirection != "*" or other.init is None:
+                continue
+            try:
+                carved = self._carve(other, 0)
+            except _Refused:
+                continue
+            if carved.root is root:
+                views[id(other)] = (other, carved)
+        for use in cp.nodes_of_type(function, "identifier"):
+            if self.text(use) != root.name or contains(root.node, use) or self.scope.declaration(root.name, use) is not root:
+                continue
+            holder = next((d for d, _ in views.values() if contains(d.init, use)), None)
+            if holder is None:
+                raise _Refused(f"{where}: {root.name} is also used at line {self.line(use)} (`{self.source_line(use)}`), "
+                               "not as a view at a constant offset: that use could reach the view's bytes")
+        offsets: dict[int, cp.Declaration] = {}
+        for other, carved in sorted(views.values(), key=lambda v: v[0].node.start_byte):
+            if carved.offset in offsets:
+                raise _Refused(f"{where}: {offsets[carved.offset].name} and {other.name} both start at byte "
+                               f"{carved.offset} of {root.name}: they alias")
+            offsets[carved.offset] = other
+            if carved.base is declaration:
+                found.carved.append(other)
+        found.sole = len(views) == 1
+        return found
+
+    def _carve(self, declaration: cp.Declaration, depth: int) -> _View:
+        where = f"{declaration.name} in {declaration.function}"
+        if depth > 8:
+            raise _Refused(f"{where}: views nest too deeply")
+        node, offsets = unwrap(declaration.init), []
+        if node.type == "binary_expression" and operator(node) == "+":
+            terms, pending = [], [node]
+            while pending:  # the terms of a sum `smem + OFF_A + 64 * 2`, in any order
+                term = pending.pop()
+                inner = unwrap(term)
+                if inner.type == "binary_expression" and operator(inner) == "+":
+                    pending += [inner.child_by_field_name("right"), inner.child_by_field_name("left")]
+                else:
+                    terms.append(term)
+            bases = [t for t in terms if unwrap(t).type == "identifier" and self._carvable(unwrap(t)) is not None]
+            if len(bases) == 1:
+                node, offsets = unwrap(bases[0]), [t for t in terms if t is not bases[0]]
+        elif node.type == "pointer_expression" and operator(node) == "&":
+            inner = unparen(node.child_by_field_name("argument"))
+            if inner.type == "subscript_expression" and unwrap(inner.child_by_field_name("argument")).type == "identifier":
+                listed = [n for n in inner.child_by_field_name("indices").named_children if n.type != "comment"]
+                if len(listed) == 1:
+                    node, offsets = unwrap(inner.child_by_field_name("argument")), [listed[0]]
+        base = self._carvable(node) if node.type == "identifier" else None
+        if base is None:
+            raise _Refused(f"{where}: its initializer `{self.text(declaration.init)}` is not a shared array or view "
+                           "plus an offset")
+        if base is declaration or base.function != declaration.function and "__shared__" not in base.specifiers:
+            raise _Refused(f"{where}: its initializer `{self.text(declaration.init)}` is not a view of this function")
+        if "__shared__" in base.specifiers:
+            if base.function != declaration.function:
+                raise _Refused(f"{where}: it views {base.name}, a shared array of namespace scope")
+            root, start = base, 0
+        else:
+            inner = self._carve(base, depth + 1)
+            root, start = inner.root, inner.offset
+        size = _ELEMENT_BYTES.get(" ".join(base.type.replace("const", " ").replace("volatile", " ").split()))
+        if size is None:
+            raise _Refused(f"{where}: the size of {base.name}'s element type {base.type} is not known")
+        value = 0
+        for offset in offsets:
+            try:
+                value += expr.evaluate_int(c_expression(self.parsed, offset), self.state.constants)
+            except ExpressionError:
+                raise _Refused(f"{where}: its offset `{self.text(offset)}` into {base.name} is not a compile-time "
+                               "constant") from None
+        return _View(root, start + value * size, base)
+
+    def _carvable(self, node: Node) -> cp.Declaration | None:
+        """The declaration of a name that a view can be carved from: a 1-D shared array or a local pointer."""
+        declaration = self.scope.declaration(self.text(node), node)
+        if declaration is None:
+            return None
+        if "__shared__" in declaration.specifiers and len(declaration.dims) == 1 and not declaration.indirection:
+            return declaration
+        if declaration.function is not None and declaration.indirection == "*" and declaration.init is not None \
+                and not declaration.dims:
+            return declaration
+        return None
 
 
 class _Tile:
@@ -147,7 +312,7 @@ class _Tile:
         self.function = function
         self.plan = plan
         self.name = declaration.name
-        self.rank = len(declaration.dims)
+        self.rank = len(declaration.dims) if plan.view is None else 1
         self.store: Node | None = None  # the assignment
         self.region: Node | None = None  # P: the statement of the block B that holds the store
         self.reads: list[Node] = []
@@ -171,14 +336,18 @@ class _Tile:
                 self.refuse(f"dynamic shared memory is also declared as {others[0].name} (line {others[0].line}): "
                             "the two arrays alias")
         writes = []
+        carved = self.plan.view.carved if self.plan.view is not None else []
+        blockers: list[tuple[int, str]] = []  # (rank, reason) of every use that is not an element access
         for use in self._uses():
+            if any(contains(view.init, use) for view in carved):
+                continue  # the base of another view: its own bytes are not this view's
             access, depth = use, 0
             while access.parent is not None and access.parent.type == "subscript_expression" and \
                     access.parent.child_by_field_name("argument") == access:
                 access, depth = access.parent, depth + 1
             if depth != self.rank:
-                self.refuse(f"used as a pointer or a row at line {self.a.line(use)}, not as an element "
-                            f"(`{self.a.source_line(use)}`)")
+                blockers.append(self._pointer_use(use, depth))
+                continue
             outer = access
             while outer.parent is not None and outer.parent.type == "parenthesized_expression":
                 outer = outer.parent
@@ -192,6 +361,8 @@ class _Tile:
                 self.refuse(f"its address is taken at line {self.a.line(use)}")
             else:
                 self.reads.append(access)
+        if blockers:
+            self.refuse(min(blockers, key=lambda blocker: blocker[0])[1])
         if len(writes) != 1:
             lines = ", ".join(str(self.a.line(w)) for w in writes) or "none"
             self.refuse(f"written {len(writes)} times (lines {lines}); only a tile written by one staging store "
@@ -206,6 +377,37 @@ class _Tile:
         self._check_source()
         self.plan.edits = self._edits()
         self.plan.reads = len(self.reads)
+
+    def _pointer_use(self, use: Node, depth: int) -> tuple[int, str]:
+        """Why a use that is not an element access blocks unstaging, ranked: a raw shared address first,
+        then a call, a pointer copy, pointer views, anything else (the first use of the best rank)."""
+        line, text = self.a.line(use), self.a.source_line(use)
+        outer = outer_parens(use)
+        call = outer.parent.parent if outer.parent is not None and outer.parent.type == "argument_list" else None
+        if depth == 0 and call is not None and call.type == "call_expression" and cast_name(call) not in _CASTS:
+            if cp.call_name(call).startswith("__cvta_generic_to_shared"):
+                return (0, f"its raw shared address is taken at line {line} (`{text}`): stores and reads through "
+                           "computed addresses (inline asm, address arithmetic) are not followed")
+            return (1, f"passed to {cp.call_name(call)}() at line {line}, which is not followed: stores and reads "
+                       "in another function cannot be substituted here")
+        holder = next((d for d in self.a.scope.declarations if d.init is not None and d.indirection
+                       and contains(d.init, use)), None)
+        if depth == 0 and holder is not None:
+            views = sorted(d.name for d in self.a.scope.declarations if d.init is not None and d.indirection
+                           and d.function == self.plan.function and self._carves(d))
+            if holder.name not in views:
+                return (2, f"copied into the pointer {holder.name} at line {line} (`{text}`): stores and reads "
+                           "through it are not followed")
+            return (3, f"used as a pointer at line {line}: it is carved into the pointer view(s) {', '.join(views)}, "
+                       "each of which is a site of its own")
+        return (4, f"used as a pointer or a row at line {line}, not as an element (`{text}`)")
+
+    def _carves(self, declaration: cp.Declaration) -> bool:
+        """The pointer declaration is a view offset (at a constant) from this array or view."""
+        try:
+            return self.a._carve(declaration, 0).base is self.declaration
+        except _Refused:
+            return False
 
     def _uses(self) -> list[Node]:
         inside = self.declaration.node
@@ -584,7 +786,17 @@ class _Tile:
             edits.append((read.start_byte, read.end_byte, text))
         removed = self._removed_statement()
         edits.append(item_span(self.a.parsed, removed) + ("",))
-        edits.append(self._declaration_edit())
+        view = self.plan.view
+        if view is None:
+            edits.append(self._declaration_edit())
+            self.plan.gone = {self.name}
+        elif not view.carved:  # a view other views are offset from keeps its declaration (a pointer, no bytes)
+            edits.append(self._declaration_edit())
+            self.plan.gone = {self.name}
+            if view.sole:  # the array had no other view: it goes too
+                edits.append(_Tile(self.a, view.root, self.function, _Plan(view.root.name, self.plan.function,
+                                                                           self.function))._declaration_edit())
+                self.plan.gone.add(view.root.name)
         return edits
 
     def _cast(self) -> str:
@@ -741,12 +953,13 @@ def _barrier_edits(analysis: _Analysis, plan: _Plan) -> list[tuple[int, int, str
     """The function's own `__syncthreads();` lines, where with this array gone nothing is left that
     a barrier could order; [] otherwise."""
     function = plan.function_node
-    others = [d for d in analysis.scope.declarations if "__shared__" in d.specifiers and d.name != plan.name
+    gone = plan.gone or {plan.name}
+    others = [d for d in analysis.scope.declarations if "__shared__" in d.specifiers and d.name not in gone
               and d.function in (None, plan.function)]
     if others or cp.nodes_of_type(function, "gnu_asm_expression"):
         return []
     for node in cp.nodes_of_type(function, "identifier"):
-        if analysis.text(node) != plan.name and analysis.scope.memory_space(node) == "shared":
+        if analysis.text(node) not in gone and analysis.scope.memory_space(node) == "shared":
             return []
     if _calls_barrier_users(analysis, function) or _reads_what_it_writes(analysis, plan):
         return []
@@ -846,9 +1059,14 @@ class UnstageShared(Transform):
         if site.plan.problem:
             raise NotApplicable(site.plan.problem)
         barriers = f" and {site.barriers} barrier(s)" if site.barriers else ""
+        view = site.plan.view
+        what = "the array" if view is None else (
+            "the view (its declaration stays: other views are offset from it)" if site.plan.name not in site.plan.gone
+            else f"the view and the array {view.root.name} it carved" if view.root.name in site.plan.gone
+            else "the view")
         return self._result(state, site.anchor, site.source, Direction.BACKWARD, site.lost,
                             f"{site.plan.name}: {site.plan.reads} read(s) became direct global reads; the staging "
-                            f"store, the array{barriers} went")
+                            f"store, {what}{barriers} went")
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)

@@ -4,8 +4,12 @@ last shared memory, the barriers go; forward restages. Goldens: a 2-D tiled GEMM
 last), a 1-D stencil staged by a thread-strided loop with a guarded halo, ragged-edge tiles staged by
 loops over r and c, and a dynamic shared row. Each before/after compiles with nvcc through the gate's
 compile stage and loses shared stores and loads in SASS. Refused: a tile written twice, a source the
-kernel writes, an index map that cannot be inverted, and the other shapes staging must not have. The
-last states of the corpus walks hold no site, each shared buffer refused with its reason."""
+kernel writes, an index map that cannot be inverted, and the other shapes staging must not have. Pointer
+views of a shared byte (or float) array at constant offsets are sites of their own: a staged view of a
+GEMV's dynamic bytes, a halo row carved from another view, and a view that was the array's only one (the
+array and its barrier go too). Refused there: views that could alias (the same start, a run-time offset,
+another use of the array, a raw shared address), a view handed to a function. The last states of the
+corpus walks hold no site, each shared buffer and view refused with its reason."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, Direction, NotApplicable, get
 from tests.transforms.golden import DEFAULT_PLAN, HERE, check_golden, load
 
-CASES = ["gemm", "gemm_last", "stencil", "ragged", "dynamic"]
+CASES = ["gemm", "gemm_last", "stencil", "ragged", "dynamic", "views", "view_chain", "view_last"]
 PLAN = LaunchPlan.from_toml(DEFAULT_PLAN.format(entry="kernel"))
 LINEAGES = Path(__file__).resolve().parents[2] / "corpus" / "lineages"
 
@@ -81,6 +85,46 @@ def test_reads_become_the_global_reads_they_stand_for(unstage):
     stencil = golden("stencil", "after").source
     assert "? x[base + (threadIdx.x + d)] : 0.0f)" in stencil
     assert "(base + (threadIdx.x + d)) >= 0 && (base + (threadIdx.x + d)) < n" in stencil
+
+
+def test_views_unstage_on_their_own(unstage):
+    views = unstage.backward(golden("views", "before"), Anchor("kernel", "declaration", "x_s"))
+    assert views.removes == ("lds", "sts")  # sum_s still views smem, and needs the barriers
+    assert "unsigned char smem[]" in views.state.source and "__syncthreads();" in views.state.source
+    assert "acc += a[static_cast<long long>(row) * n + k0 + i] * (k0 + i < n ? x[k0 + i] : 0.0f);" in \
+        views.state.source
+    chain = unstage.backward(golden("view_chain", "before"), Anchor("kernel", "declaration", "row_s"))
+    assert "float* max_s = smem;" in chain.state.source and "row_s" not in chain.state.source
+    last = unstage.backward(golden("view_last", "before"), Anchor("kernel", "declaration", "row"))
+    assert last.removes == ("dynamic_shared", "lds", "sts")
+    assert "smem" not in last.state.source and "__syncthreads" not in last.state.source
+    assert "the view and the array smem it carved and 1 barrier(s) went" in last.note
+    assert last.state.plan == golden("view_last", "before").plan
+    restored = unstage.forward(last.state, last.anchor)
+    assert restored.state.source == golden("view_last", "before").source
+
+
+CARVED = """
+constexpr int TILE = 128;
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n)
+{
+    extern __shared__ float smem[];
+    float* x_s = smem;
+    float* part_s = x_s + TILE;
+    x_s[threadIdx.x] = x[blockIdx.x * TILE + threadIdx.x];
+    __syncthreads();
+    part_s[threadIdx.x] = 2.0f * x_s[TILE - 1 - threadIdx.x];
+    __syncthreads();
+    y[blockIdx.x * TILE + threadIdx.x] = part_s[(threadIdx.x + 1) % TILE];
+}
+"""
+
+
+def test_a_view_other_views_are_offset_from_keeps_its_declaration(unstage):
+    rewrite = unstage.backward(plain(CARVED), Anchor("kernel", "declaration", "x_s"))
+    assert "float* x_s = smem;" in rewrite.state.source and "x_s[" not in rewrite.state.source
+    assert "part_s[threadIdx.x] = 2.0f * x[blockIdx.x * TILE + (TILE - 1 - threadIdx.x)];" in rewrite.state.source
+    assert "its declaration stays: other views are offset from it" in rewrite.note
 
 
 def test_forward_restages_only_its_own_staging(unstage):
@@ -282,6 +326,58 @@ def test_not_applicable(unstage, source, reason):
         unstage.backward(state, Anchor("kernel", "declaration", "tile" if "tile[" in source else "s"))
 
 
+VIEW = """
+constexpr int TILE = 128;
+constexpr int OFF_A = 0;
+constexpr int OFF_B = TILE * 4;
+__global__ void helper(float* p) {{ p[threadIdx.x] = 0.0f; }}
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n)
+{{
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* tile = reinterpret_cast<float*>(smem + {offset});
+    float* other = reinterpret_cast<float*>(smem + OFF_B);
+{extra}    tile[threadIdx.x] = x[blockIdx.x * TILE + threadIdx.x];
+    __syncthreads();
+    other[threadIdx.x] = 1.0f;
+    y[blockIdx.x * TILE + threadIdx.x] = tile[TILE - 1 - threadIdx.x] + other[threadIdx.x];
+}}
+"""
+
+
+def view(offset: str = "OFF_A", extra: str = "") -> str:
+    return VIEW.format(offset=offset, extra=extra)
+
+
+@pytest.mark.parametrize("source, reason", [
+    (view("OFF_B"), r"tile in kernel: tile and other both start at byte 512 of smem: they alias"),
+    (view("OFF_A + 64 * 2"), None),  # a site: its bytes end where `other` starts
+    (view("n"), r"tile in kernel: its offset `n` into smem is not a compile-time constant"),
+    (view(extra="    smem[0] = 1;\n"), r"tile in kernel: smem is also used at line 11 \(`smem\[0\] = 1;`\), not as a "
+                                       r"view at a constant offset"),
+    (view(extra="    helper(tile);\n"), r"tile in kernel: passed to helper\(\) at line 11, which is not followed"),
+    (view(extra="    tile += 4;\n"), r"tile in kernel: used as a pointer or a row at line 11"),
+    (view(extra="    const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(smem));\n"),
+     r"tile in kernel: smem is also used at line 11"),
+    (view().replace("unsigned char smem[];", "unsigned char smem[];\n    extern __shared__ float spare[];"),
+     r"tile in kernel: dynamic shared memory is also declared as spare \(line 9\): it aliases smem"),
+])
+def test_views_that_could_alias_are_refused(unstage, source, reason):
+    state = plain(source)
+    if reason is None:
+        assert Anchor("kernel", "declaration", "tile") in unstage.find(state)
+        return
+    assert Anchor("kernel", "declaration", "tile") not in unstage.find(state)
+    with pytest.raises(NotApplicable, match=reason):
+        unstage.backward(state, Anchor("kernel", "declaration", "tile"))
+
+
+def test_a_raw_shared_address_names_what_blocks_it(unstage):
+    state = plain(view(extra="    const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(smem));\n"))
+    refused = {array: reason for _, array, reason in unstage.refusals(state)}
+    assert "its raw shared address is taken at line 11" in refused["smem"]
+    assert "inline asm, address arithmetic" in refused["smem"]
+
+
 def test_a_buffer_passed_twice_is_refused(unstage):
     state = KernelState(source=ALIASED, plan=LaunchPlan.from_toml(ALIASED_PLAN))
     with pytest.raises(NotApplicable, match="the launch passes buffer data to x and to another parameter"):
@@ -293,11 +389,44 @@ def test_a_buffer_passed_twice_is_refused(unstage):
 
 # The last states of the corpus's dry walks, after ldmatrix, MMA, pipelining and async copies are gone:
 # every shared buffer there is a byte array carved by offsets (or its pointer views), reached through
-# inline st.shared, helper pointers and shuffled addresses: none is a tile of element stores.
+# inline st.shared, helper pointers and shuffled addresses: none is a tile of element stores. Each array
+# and view is refused with what blocks it.
+RAW = "its raw shared address is taken at line"
+ALSO = "smem is also used at line"
+HELPER = "which is not followed: stores and reads in another function cannot be substituted here"
 LAST_STATES = {
-    "gemm_mma_sync": {("gemm_bf16_mma_sync", "smem"): "used as a pointer or a row at line"},
-    "conv2d_implicit_gemm": {("conv2d_implicit_gemm", "smem"): "used as a pointer or a row at line"},
-    "gdn_chunked": {("gdn_chunked", "smem"): "used as a pointer or a row at line"},
+    "gemm_mma_sync": {("gemm_bf16_mma_sync", "smem"): RAW, ("gemm_bf16_mma_sync", "staged"): ALSO},
+    "conv2d_implicit_gemm": {("conv2d_implicit_gemm", "smem"): RAW, ("conv2d_implicit_gemm", "out_s"): ALSO,
+                             ("store_tile", "src"): "is not a shared array or view plus an offset"},
+    "gdn_chunked": {
+        ("gdn_chunked", "smem"): "it is carved into the pointer view(s) beta_s, g_s, k_s, kb_s, l_s, p_s, q_s, s_s, "
+                                 "u_s, v_s, vn_s, w_s, x_s, each of which is a site of its own",
+        **{("gdn_chunked", v): f"passed to stage_chunk() at line 189, {HELPER}"
+           for v in ("k_s", "q_s", "v_s", "g_s", "beta_s")},
+        **{("gdn_chunked", v): f"passed to mma_tile() at line {line}, {HELPER}"
+           for v, line in (("vn_s", 273), ("s_s", 251), ("x_s", 241), ("p_s", 273))},
+        ("gdn_chunked", "kb_s"): f"passed to mma_tile() at line 292, {HELPER}",
+        ("gdn_chunked", "w_s"): f"passed to mma_tile() at line 251, {HELPER}",
+        ("gdn_chunked", "u_s"): "copied into the pointer dst at line 242",
+        ("gdn_chunked", "l_s"): "written 2 times (lines 206, 226)",
+        ("gdn_chunked", "dst"): "its initializer `which == 0 ? w_s : u_s` is not a shared array or view",
+    },
+    "topk_radix_select": {
+        ("topk_radix_select", "keys"): "smem is also used at line 386",
+        ("topk_radix_select", "sel"): "its offset `static_cast<size_t>((S + 3) & ~3) * 4` into smem is not a "
+                                      "compile-time constant",
+        ("topk_radix_select", "smem"): "copied into the pointer sel at line 386",
+        ("topk_radix_select", "hist"): f"passed to radix_select() at line 401, {HELPER}",
+        ("topk_radix_select", "warp_sums"): f"passed to gather_selected() at line 404, {HELPER}",
+        ("load_row_keys", "kv"): "its initializer `reinterpret_cast<uint4*>(keys)` is not a shared array or view",
+        ("for_each_key", "kv"): "its initializer `reinterpret_cast<const uint4*>(keys)` is not a shared array",
+        ("select_bucket", "shfl_scratch0"): "used as a pointer or a row at line 198",
+        ("select_bucket", "shfl_row0"): "its initializer `shfl_scratch0[threadIdx.x >> 5]` is not",
+        ("block_exclusive_scan", "shfl_scratch0"): "used as a pointer or a row at line 251",
+        ("block_exclusive_scan", "shfl_row0"): "its initializer `shfl_scratch0[threadIdx.x >> 5]` is not",
+        ("block_exclusive_scan", "shfl_scratch1"): "used as a pointer or a row at line 266",
+        ("block_exclusive_scan", "shfl_row1"): "its initializer `shfl_scratch1[threadIdx.x >> 5]` is not",
+    },
 }
 
 
@@ -376,3 +505,76 @@ def test_compile_only_walk_accepts_every_step(tmp_path, monkeypatch, unstage):
     assert ("acc += static_cast<float>((row < M && k0 + k < K) ? x[row * K + k0 + k] : __float2bfloat16(0.0f)) * "
             "static_cast<float>(((blockIdx.x * TILE + tx) < N && k0 + k < K) ? "
             "w[(blockIdx.x * TILE + tx) * K + k0 + k] : __float2bfloat16(0.0f));") in final
+
+
+# A row softmax of the corpus's problem whose dynamic shared bytes hold the block's reduction slots and,
+# after them, the staged row: the view of the row unstages under the real walk (compile-only gate, step
+# audit, forward check); the reduction view, written again and again, stays.
+VIEW_SOFTMAX = """
+constexpr int THREADS = 256;
+constexpr int OFF_RED = 0;              // [THREADS] float: the reductions
+constexpr int OFF_ROW = THREADS * 4;    // [cols] float: the staged row
+
+__device__ float block_reduce(float* red, float v, bool is_max)
+{
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            red[threadIdx.x] = is_max ? fmaxf(red[threadIdx.x], red[threadIdx.x + s]) : red[threadIdx.x] + red[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float total = red[0];
+    __syncthreads();
+    return total;
+}
+
+extern "C" __global__ void row_softmax_views(const float* x, float* y, int rows, int cols)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    float* red = reinterpret_cast<float*>(smem + OFF_RED);
+    float* row_s = reinterpret_cast<float*>(smem + OFF_ROW);
+    const float* xr = x + static_cast<long long>(blockIdx.x) * cols;
+    float* yr = y + static_cast<long long>(blockIdx.x) * cols;
+    for (int c = threadIdx.x; c < cols; c += THREADS) row_s[c] = xr[c];
+    __syncthreads();
+    float m = -INFINITY;
+    for (int c = threadIdx.x; c < cols; c += THREADS) m = fmaxf(m, row_s[c]);
+    m = block_reduce(red, m, true);
+    float s = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += THREADS) s += expf(row_s[c] - m);
+    s = block_reduce(red, s, false);
+    for (int c = threadIdx.x; c < cols; c += THREADS) yr[c] = expf(row_s[c] - m) / s;
+}
+"""
+VIEW_SOFTMAX_PLAN = """
+name = "row_softmax_views"
+problem = "row_softmax"
+[[launch]]
+entry = "row_softmax_views"
+grid = ["rows"]
+block = ["THREADS"]
+shared = "OFF_ROW + cols * 4"
+args = ["x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }]
+"""
+
+
+def test_compile_only_walk_unstages_a_view(tmp_path, monkeypatch, unstage):
+    from klineage import corpus
+    from klineage.config import GateMode
+    from klineage.gate.cache import GateCache
+    from klineage.lineage import ForwardStatus, Termination
+    from klineage.walk.walker import walk
+
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+    expert = KernelState(source=VIEW_SOFTMAX, plan=LaunchPlan.from_toml(VIEW_SOFTMAX_PLAN))
+    lineage = walk(corpus.problem_path("row_softmax"), expert, gate_mode=GateMode.COMPILE_ONLY,
+                   cache=GateCache(tmp_path / "cache", tmp_path / "recorded"), transforms=[unstage])
+    assert lineage.termination.kind is Termination.COMPLETE, lineage.termination
+    assert [t.transform for t in lineage.transitions] == ["unstage_shared"]
+    assert [t.anchor.key for t in lineage.transitions] == ["row_s"]
+    assert [t.forward.status for t in lineage.transitions] == [ForwardStatus.UNTIMED]
+    final = lineage.states[-1].kernel.source
+    assert "row_s[" not in final and "float* row_s" not in final and "float* red = reinterpret_cast<float*>(smem + OFF_RED);" in final
+    assert "for (int c = threadIdx.x; c < cols; c += THREADS) yr[c] = expf(xr[c] - m) / s;" in final
+    assert not lineage.rejections  # `red`, written again and again, is no site: never proposed
