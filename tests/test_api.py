@@ -84,7 +84,8 @@ def test_problem_detail(client, corpus):
     ("/api/kernels/?problem=topk&status=passed", {"topk/radix_select"}),
     ("/api/kernels/?problem=conv2d&status=none", {"conv2d/direct", "conv2d/implicit_gemm_any"}),
     ("/api/kernels/?arch=sm_90a", {"gemm/wgmma_tma"}),
-    ("/api/kernels/?problem=gemm&status=none", {"gemm/mma_sync_any", "gemm/naive", "gemm/wgmma_tma"}),  # unmeasured
+    ("/api/kernels/?problem=gemm&status=none", {"gemm/mma_sync_any", "gemm/naive"}),
+    ("/api/kernels/?problem=gemm&status=passed", {"gemm/mma_sync", "gemm/wgmma_tma"}),
     ("/api/kernels/?arch=sm_90a&problem=topk", set()),
     ("/api/kernels/?suite=adversarial&q=bounds", {"adversarial/read_out_of_bounds", "adversarial/write_out_of_bounds"}),
 ])
