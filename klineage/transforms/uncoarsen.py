@@ -24,7 +24,9 @@ be used in nothing else:
 A. Batch in a stride loop (above). The stride loop `for (int x0 = E; x0 < N; x0 += S * C)` holds only
    the item loops and their register arrays; each item's index is `x0 + b * S` (S > 0, the same S),
    and each item loop's body is its item indices' declarations and one `if (x < N) ...` with that N.
-   The items {E + m S < N} are the same for every C; a thread takes them in the same order.
+   The items {E + m S < N} are the same for every C; a thread takes them in the same order. Where the
+   launch names C, the loop must stride over the whole grid (S names gridDim.x), so that a grid that
+   grows with C = 1 changes which thread takes an item and nothing else.
 B. A per-thread chunk, with the launch scaled by the factor: in a kernel, each item's index is
    `(blockIdx.x * T + threadIdx.x) * C + b` or `blockIdx.x * (T * C) + b * T + threadIdx.x` (T the
    launch's block size), guarded by `if (x < n)` with n a scalar parameter of the kernel. The plan's
@@ -50,7 +52,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from tree_sitter import Node
 
@@ -487,6 +491,11 @@ class _Analysis:
         if per_item is None or not _positive(per_item):
             self.refuse(f"the stride loop's step at {self.where(stride)} is not a positive multiple of "
                         f"{self.name}")
+        scaled = [str(d) for launch in self.state.plan.launches for d in (*launch.grid, *launch.block)
+                  if isinstance(d, str) and self.name in expr.names(d)]
+        if scaled and not any("gdim" in key for key in per_item):
+            self.refuse(f"the launch scales with it ({scaled[0]}), but the stride loop at {self.where(stride)} does "
+                        "not span the grid (its step names no gridDim.x): the items a block takes would change")
         symbols = {id(base): "x0", id(item.index): "b"}
         want = _add(_symbol("x0"), _mul(_symbol("b"), per_item))
         for declaration in item.items:
@@ -955,6 +964,26 @@ class Uncoarsen(Transform):
         return self.rewrite(state, again.anchor, Direction.FORWARD, coarse.source,
                             carrier={"constant": name, "old": 1, "new": old},
                             note=f"{name}: 1 item per thread -> {old}")
+
+    def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        """Constants set to 1 that bound item loops where setting them to the factor the carrier lists (its
+        first whole `old` value above 1; 4 when it lists none) makes a coarsening this transform would
+        take back to 1: forward coarsens there."""
+        factors = [v for v in self.carrier_values(carrier, "old") if isinstance(v, int) and not isinstance(v, bool)
+                   and v > 1]
+        factor = factors[0] if factors else 4
+        parsed = cp.parse(state.source)
+        anchors = []
+        for one in _one_valued(parsed):
+            if not self._bounds_a_loop(parsed, one):
+                continue
+            anchor = Anchor("<file>", one.kind, f"{one.name}:{factor}->1", parsed.text(one.node).strip())
+            try:
+                self.forward(state, anchor)
+            except NotApplicable:
+                continue
+            anchors.append(anchor)
+        return anchors
 
 
 def _one_valued(parsed: cp.ParsedSource) -> list[_Factor]:

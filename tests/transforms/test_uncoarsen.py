@@ -84,6 +84,19 @@ def test_forward_needs_the_factor_at_one_and_a_coarsening_again(uncoarsen):
         uncoarsen.backward(golden("chunk", "before"), anchor("ITEMS_PER_THREAD:8->1"))
 
 
+def test_forward_sites_coarsen_a_factor_of_one_by_the_carrier(uncoarsen):
+    after = golden("chunk", "after")
+    assert [a.key for a in uncoarsen.forward_sites(after)] == ["ITEMS_PER_THREAD:4->1"]
+    (site,) = uncoarsen.forward_sites(after, {"constant": ["LOAD_BATCH"], "old": [8], "new": [1]})
+    assert site.key == "ITEMS_PER_THREAD:8->1"
+    assert "constexpr int ITEMS_PER_THREAD = 8;" in uncoarsen.forward(after, site).state.source
+    assert uncoarsen.forward_sites(golden("chunk", "before")) == []  # already coarsened
+    assert [a.key for a in uncoarsen.forward_sites(golden("batch", "after"))] == ["LOAD_BATCH:4->1"]
+    # THREADS is 1 nowhere, and a factor of 1 in front of a loop that is no item loop is no site
+    plain_loop = after.with_source(after.source.replace("if (e < n) ", ""))
+    assert uncoarsen.forward_sites(plain_loop) == []
+
+
 ELEMENTWISE = """
 constexpr int THREADS = 256;
 constexpr int ITEMS = 4;
@@ -187,6 +200,20 @@ def test_not_applicable(uncoarsen, source, plan, reason):
     with pytest.raises(NotApplicable, match=reason):
         uncoarsen.backward(state, anchor(f"{name}:4->1"))
     assert refused[1].startswith(f"{name}: ") or "breaks static_assert" in refused[1]
+
+
+def test_a_batch_whose_launch_scales_must_span_the_grid(uncoarsen):
+    scaled = CHUNK_PLAN.to_dict() | {"launch": [CHUNK_PLAN.launches[0].to_dict() | {
+        "grid": ["cdiv(n, THREADS * LOAD_BATCH)", 1, 1], "block": ["THREADS", 1, 1]}]}
+    blockwise = KernelState(source=batch(), plan=LaunchPlan.from_dict(scaled))
+    with pytest.raises(NotApplicable, match=r"the launch scales with it \(cdiv\(n, THREADS \* LOAD_BATCH\)\), but the "
+                                            r"stride loop at line 7 of kernel does not span the grid"):
+        uncoarsen.backward(blockwise, anchor("LOAD_BATCH:4->1"))
+    grid_stride = blockwise.with_source(
+        batch().replace("i0 = threadIdx.x; i0 < n; i0 += THREADS * LOAD_BATCH",
+                        "i0 = blockIdx.x * THREADS + threadIdx.x; i0 < n; i0 += gridDim.x * THREADS * LOAD_BATCH")
+        .replace("const int i = i0 + b * THREADS;", "const int i = i0 + b * (gridDim.x * THREADS);"))
+    assert uncoarsen.find(grid_stride) == [anchor("LOAD_BATCH:4->1")]
 
 
 def test_a_stride_loop_without_item_loops_is_refused(uncoarsen):
