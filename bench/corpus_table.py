@@ -21,7 +21,8 @@ sys.path.insert(0, str(REPO))
 
 # Minimum speed ratio against the vendor path on the headline case (issues 3 and 4).
 TARGETS = {"topk/radix_select": 3.0, "conv2d/implicit_gemm": 1.2, "conv2d/implicit_gemm_any": 1.2,
-           "gemm/mma_sync": 0.70, "gemm/mma_sync_any": 0.70, "fmha/flash_mma": 0.55, "gdn/chunked": 1.0}
+           "gemm/mma_sync": 0.70, "gemm/mma_sync_any": 0.70, "gemm/wgmma_tma": 0.95, "fmha/flash_mma": 0.55,
+           "fmha/flash_wgmma": 0.9, "conv2d/implicit_wgmma": 1.2, "gdn/chunked": 1.0, "gdn/chunked_mma": 1.0}
 
 
 def recorded_verdicts(folder: Path) -> list[dict]:

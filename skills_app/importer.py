@@ -214,10 +214,10 @@ def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None
         for key, document, where in verdicts:
             _, action = store_verdict(key, document, served_from=Verdict.ServedFrom.RECORDED, where=where)
             report.count("verdicts", action)
-        link_verdicts()
         for document, where in lineages:
             _, action = _store_lineage(document, where=where, source_path=where)
             report.count("lineages", action)
+        link_verdicts()  # after the lineages: a GPU walk's verdicts name the states it reached
         report.unlinked = sorted(Verdict.objects.filter(state__isnull=True).values_list("key", flat=True))
     report.seconds = time.monotonic() - started
     return report

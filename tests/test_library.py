@@ -127,29 +127,40 @@ def test_cli_build_show_and_export(tmp_path, capsys):
 
 
 def test_the_bundled_library_matches_its_lineages():
-    assert BUNDLED.is_file(), "no bundled library: run `klineage library build`"
+    """The bundled library is what the H200 built and admitted: its cards are exactly those its
+    named lineages induce, each with the roundtrip trials the admission logged."""
+    assert BUNDLED.is_file(), "no bundled library: run `klineage library build` and `admit` on a GPU host"
     bundled = load_library(BUNDLED)
-    assert "no roundtrip trials" in bundled.provenance["admission"]
-    lineages, _ = corpus_lineages()
-    assert bundled.provenance["lineages"] == sorted(lineage_id(lin) for lin in lineages)
+    named = bundled.provenance["lineages"]
+    committed = {lineage_id(lin): lin for lin in map(Lineage.load, sorted((ROOT / "corpus" / "lineages").glob("*.json")))}
+    assert set(named) <= set(committed), "the bundled library names a lineage that is not committed"
+    lineages = [committed[name] for name in named]
     problems = problem_infos({lin.problem.operator for lin in lineages})
-    assert bundled.cards == build_library(lineages, problems, {}).cards, \
-        "corpus/library/library.json is stale: run `klineage library build`"
-    assert all(c.status is CardStatus.CANDIDATE for c in bundled.cards)  # dry walks: nothing timed, nothing admitted
+    rebuilt = build_library(lineages, problems, {}).cards
+    untried = [dataclasses.replace(c, verification_log=(), status=CardStatus.CANDIDATE) for c in bundled.cards]
+    assert untried == list(rebuilt), "corpus/library/library.json does not match the lineages it names"
+    admitted = bundled.admitted()
+    assert "under the gpu gate" in bundled.provenance["admission"] and admitted
+    for card in admitted:  # admitted only on a passed, timed trial
+        assert any(t.passed and t.ratio for t in card.verification_log), card.short_id
+    assert all(c.status in (CardStatus.CANDIDATE, CardStatus.ADMITTED) for c in bundled.cards)
 
 
 def test_cli_admit_logs_every_trial_and_admits_nothing_without_timing(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("KLINEAGE_GATE", raising=False)
     bundled = load_library(BUNDLED)
-    unroll = next(c for c in bundled.cards if c.transform == "unroll" and c.provides)
+    card = next(c for c in bundled.cards if c.status is CardStatus.ADMITTED and c.transform == "unroll")
     out = tmp_path / "admitted.json"
-    assert main(["library", "admit", "--library", str(BUNDLED), "--gate", "compile", "--card", unroll.short_id,
+    assert main(["library", "admit", "--library", str(BUNDLED), "--gate", "compile", "--card", card.short_id,
                  "--limit", "1", "--out", str(out)]) == 0
-    assert "admitted cards 0 -> 0" in capsys.readouterr().out
+    count = len(bundled.admitted())
+    assert f"admitted cards {count} -> {count}" in capsys.readouterr().out
     after = load_library(out)
-    [trial] = after.by_id(unroll.id).verification_log
+    *before, trial = after.by_id(card.id).verification_log
+    assert tuple(before) == card.verification_log
     assert trial.message.startswith("inconclusive: ") and "compiled verdict" in trial.message
-    assert after.by_id(unroll.id).status is CardStatus.CANDIDATE
-    assert [c.verification_log for c in after.cards if c.id != unroll.id] == [()] * (len(after.cards) - 1)
+    assert after.by_id(card.id).status is CardStatus.ADMITTED  # an inconclusive trial changes nothing
+    assert [c.verification_log for c in after.cards if c.id != card.id] == \
+        [c.verification_log for c in bundled.cards if c.id != card.id]
     assert "under the compile gate" in after.provenance["admission"]

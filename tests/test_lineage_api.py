@@ -44,7 +44,8 @@ def test_lineage_filters_and_ordering(client, lineages):
     found = _get(client, "/api/lineages/?problem=row_softmax&termination=step_limit")["results"]
     assert {dry.id, branched.id} <= {r["id"] for r in found}
     assert {r["operator"] for r in found} == {"row_softmax"}
-    assert _get(client, "/api/lineages/?assurance=gpu_verified")["count"] == 0
+    gpu = _get(client, "/api/lineages/?assurance=gpu_verified")["results"]
+    assert gpu and {r["gate_mode"] for r in gpu} == {"gpu"}  # the committed GPU walks, nothing else
     assert _get(client, "/api/lineages/?rewriter=llm")["count"] == 0
     rows = _get(client, "/api/lineages/?ordering=-rejected_count&page_size=100")["results"]
     counts = [r["rejected_count"] for r in rows]
