@@ -56,7 +56,10 @@ def admission(library: Library) -> dict[str, Any]:
         return {"value": None, "admitted": admitted, "cards": len(cards),
                 "reason": "no card of this library went through roundtrip admission (no verification log): "
                           "the rate is unknown, not zero"}
-    return {"value": admitted / len(cards), "admitted": admitted, "cards": len(cards), "reason": ""}
+    trialled = sum(bool(c.verification_log) for c in cards)
+    return {"value": admitted / len(cards), "admitted": admitted, "cards": len(cards), "trialled": trialled,
+            "admitted_of_trialled": admitted / trialled, "how": library.provenance.get("admission", ""),
+            "reason": ""}
 
 
 def versus_expert(problem: Path, best: Any, expert: Any, mode: GateMode) -> tuple[float | None, str, Verdict | None]:
@@ -158,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lineages", default=str(config.corpus_dir() / "lineages"), help="folder of lineage JSON")
     parser.add_argument("--documents", help="also write every optimization document into this folder")
     parser.add_argument("--out", default=str(config.REPO_ROOT / "bench" / "results" / "skills.json"))
+    parser.add_argument("--admission-only", action="store_true",
+                        help="report the library's admission alone; run no optimization (nothing is gated)")
     args = parser.parse_args(argv)
     args.statuses = [s.strip() for s in args.statuses.split(",") if s.strip()]
     library_path = args.library or str(bundled_library())
@@ -167,15 +172,21 @@ def main(argv: list[str] | None = None) -> int:
         documents.mkdir(parents=True, exist_ok=True)
     lineages, left_out = corpus_lineages(args.lineages)
     rows, verdicts = [], []
-    for lineage in lineages:
+    for lineage in [] if args.admission_only else lineages:
         print(f"workload {lineage_id(lineage)}", file=sys.stderr)
         row, found = workload(lineage, library, args, documents)
         rows.append(row)
         verdicts += found
-    document = {"provenance": provenance(verdicts, args, library_path), "admission_rate": admission(library),
-                "roundtrip_min_vs_expert": summary(rows, "vs_expert", min, "the best kernel vs the expert"),
-                "vs_unconditioned_geomean": summary(rows, "vs_unconditioned", geomean,
-                                                    "the library vs the unconditioned strategies"),
+    skipped = {"value": None, "reason": "not run (--admission-only): no optimization was gated"}
+    facts = provenance(verdicts, args, library_path)
+    if args.admission_only:
+        facts.update(gate="none: nothing was gated here", gpu="none here; the admission trials ran where "
+                                                               "admission_rate.how says")
+    document = {"provenance": facts, "admission_rate": admission(library),
+                "roundtrip_min_vs_expert": skipped if args.admission_only else
+                summary(rows, "vs_expert", min, "the best kernel vs the expert"),
+                "vs_unconditioned_geomean": skipped if args.admission_only else
+                summary(rows, "vs_unconditioned", geomean, "the library vs the unconditioned strategies"),
                 "definitions": {
                     "admission_rate": "admitted cards / cards of a library that went through roundtrip admission",
                     "roundtrip_min_vs_expert": "min over workloads of expert time / library-best time (paired)",
@@ -183,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                                                 "unconditioned speedup (random or greedy), same budget",
                     "speedup": "start time / best time: the product of the accepted steps' paired ratios"},
                 "workloads": rows,
-                "lineages_left_out": [{"file": p.name, "why": "a longer walk of the same expert and gate mode is kept"}
+                "lineages_left_out": [{"file": p.name, "why": "a GPU walk, or a longer walk, of the same expert is kept"}
                                       for p in left_out]}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -118,6 +118,7 @@ def _admit(args: argparse.Namespace) -> int:
     import datetime as dt
 
     from klineage import corpus
+    from klineage.gate import execute
     from klineage.gate.pipeline import run_gate
     from klineage.skills.admission import admit, held_out_targets, trial_outcome
     from klineage.skills.library import corpus_lineages, problem_infos, save_library
@@ -149,7 +150,8 @@ def _admit(args: argparse.Namespace) -> int:
             print(f"{card.short_id} {card.transform:20} {card.status.value:10} {', '.join(outcomes)}")
         cards.append(card)
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    provenance = {**library.provenance, "admission": f"roundtrip trials under the {mode.value} gate on {when}"}
+    where = f" on an {execute.gpu_name()}" if mode is GateMode.GPU else ""
+    provenance = {**library.provenance, "admission": f"roundtrip trials under the {mode.value} gate{where} on {when}"}
     updated = dataclasses.replace(library, cards=tuple(cards), provenance=provenance)
     out = save_library(updated, args.out or source)
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no card"
