@@ -110,6 +110,25 @@ def test_kernel_page_highlights_inline_asm(client, corpus):
     assert '<span class="tok-asm-op">%0</span>' in page
 
 
+def test_kernel_page_shows_tma_tensor_map_arguments_readably(client, corpus):
+    page = client.get("/kernels/gemm/wgmma_tma/").content.decode()
+    assert ('<code class="arg">tensor_map(x: bf16, dims [K, M], strides [K * 2], box [BLOCK_K, BLOCK_M], '
+            'swizzle 128B, L2 promotion 256B)</code>') in page
+    assert '<code class="arg">tensor_map(W: bf16, dims [K, N],' in page
+    assert '<code class="arg">y</code>' in page and '<code class="arg">M : i32</code>' in page
+    assert "{&#x27;tensor_map&#x27;" not in page and "'tensor_map':" not in page  # not the raw dict
+
+
+def test_plan_arg_filter():
+    from klineage.launch import Arg
+    from skills_app.templatetags.klineage import plan_arg
+
+    rank1 = Arg.from_dict({"tensor_map": "v", "dtype": "f32", "dims": ["N"], "box": [256]}, "args").to_dict()
+    assert plan_arg(rank1) == "tensor_map(v: f32, dims [N], box [256], swizzle none, L2 promotion 256B)"
+    assert plan_arg({"buffer": "x"}) == plan_arg("x") == "x"
+    assert plan_arg({"scalar": "rows * 2", "type": "i64"}) == "rows * 2 : i64"
+
+
 def test_adversarial_kernel_page(client, corpus):
     page = client.get("/kernels/adversarial/race_no_barrier/").content.decode()
     assert "The gate must reject this kernel with <strong>race</strong>" in page

@@ -109,11 +109,31 @@ def dims(value: Any) -> str:
 
 @register.filter
 def plan_arg(arg: Any) -> str:
+    """A launch argument as the plan's table of launches shows it: a buffer by name, a scalar with its
+    type, a TMA tensor map with its dtype, dims, byte strides, box, swizzle and L2 promotion."""
     if isinstance(arg, dict) and "buffer" in arg:
         return str(arg["buffer"])
     if isinstance(arg, dict) and "scalar" in arg:
         return f"{arg['scalar']} : {arg.get('type', 'i32')}"
+    if isinstance(arg, dict) and "tensor_map" in arg:
+        return _tensor_map_arg(arg)
     return str(arg)
+
+
+def _tensor_map_arg(arg: dict[str, Any]) -> str:
+    """tensor_map(x: bf16, dims [K, M], strides [K * 2], box [BLOCK_K, BLOCK_M], swizzle 128B, L2 promotion 256B)"""
+
+    def listed(values: Any) -> str:
+        return "[" + ", ".join(str(v) for v in values) + "]" if isinstance(values, (list, tuple)) else str(values)
+
+    head = str(arg["tensor_map"]) + (f": {arg['dtype']}" if arg.get("dtype") else "")
+    parts = [head, f"dims {listed(arg.get('dims', []))}"]
+    if arg.get("strides"):  # rank 1 has none: dimension 0's stride is the element size
+        parts.append(f"strides {listed(arg['strides'])}")
+    parts.append(f"box {listed(arg.get('box', []))}")
+    parts += [f"{label} {arg[key]}" for key, label in (("swizzle", "swizzle"), ("l2_promotion", "L2 promotion"))
+              if arg.get(key)]
+    return f"tensor_map({', '.join(parts)})"
 
 
 @register.filter
