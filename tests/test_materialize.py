@@ -190,3 +190,37 @@ def test_unpad_shared_pads_only_tiles_used_element_by_element(gate_cache):
     assert [a.key for a in transform.find(rewrite.state)] == [anchor.key]  # backward would take it off again
     assert [a.key for a in forward_sites(transform, state)] == ['tile[1] {"from":"T + 1","to":"T"}']
     compiled_features(rewrite.state, gate_cache)
+
+
+def test_evidence_anchors_place_a_card_where_no_finder_can():
+    """The roundtrip: at the naive end of the GEMM walk the scalarized MMA has no site a finder
+    could place afresh, but the walk's own anchor still names it."""
+    from klineage.features.source import source_features
+    from klineage.lineage import Lineage
+    from klineage.optimize.strategies import RewriterKind, Strategy, planner
+    from klineage.skills.library import lineage_index, load_library, problem_infos
+    from klineage.skills.materialize import evidence_anchors
+
+    walk = Lineage.load(ROOT / "corpus" / "lineages" / "gemm_mma_sync.dry.json")
+    naive = walk.states[-1].kernel
+    def has_mma(state: KernelState) -> bool:  # source comments name mma.sync too: ask the feature reader
+        return any(f.name == "mma_sync" for f in source_features(state.source))
+
+    assert not has_mma(naive)
+    card = next(c for c in load_library(ROOT / "corpus" / "library" / "library.json").cards
+                if c.transform == "scalarize_mma")
+    assert materialize(card, naive) == [] and apply_everywhere(card, naive) is None
+    index = lineage_index()
+    anchors = evidence_anchors(card, index)
+    assert walk.transitions[0].anchor in anchors and len(anchors) == len(set(anchors))
+    [rewrite] = materialize(card, naive, anchors)
+    assert rewrite.anchor == walk.transitions[0].anchor and has_mma(rewrite.state)
+    assert apply_everywhere(card, naive, anchors).state.fingerprint == rewrite.state.fingerprint
+
+    def first(strategy: Strategy):
+        plan = planner(strategy, RewriterKind.RULES, cards=[card], problem=problem_infos({"gemm"})["gemm"],
+                       statuses=[card.status], transforms=[], seed=0, lineages=index)
+        return next(iter(plan(naive)))
+
+    assert first(Strategy.LIBRARY).rewrite.state.fingerprint == rewrite.state.fingerprint
+    assert first(Strategy.GENERATED_ONLY).rewrite is None  # stripped cards lend no anchors

@@ -25,7 +25,7 @@ Decisions (each one here, in one place):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.timing import PairedRatio
 from klineage.gate.verdict import Status, Verdict
 from klineage.kernel import KernelState
-from klineage.lineage import ProblemRef, VerdictSummary, unified_diff
+from klineage.lineage import Lineage, ProblemRef, VerdictSummary, unified_diff
 from klineage.optimize.result import (COMPILE_ONLY_NOTE, DEFAULT_REQUIRED_RATIO, Attempt, AttemptStatus, EventKind,
                                       LibraryRef, OptimizationEvent, OptimizationResult, Stats, Step, Stop)
 from klineage.optimize.strategies import Candidate, RewriterKind, Selection, Strategy, planner
@@ -70,7 +70,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
              statuses: Sequence[CardStatus | str] = (CardStatus.ADMITTED,), policy: GatePolicy = DEFAULT_POLICY,
              required_ratio: float = DEFAULT_REQUIRED_RATIO, cache: GateCache | None = None,
              progress: Progress | None = None, on_event: EventSink | None = None,
-             transforms: Sequence[Transform] | None = None, llm: Any = None) -> OptimizationResult:
+             transforms: Sequence[Transform] | None = None, llm: Any = None,
+             lineages: Mapping[str, Lineage] | None = None) -> OptimizationResult:
     """Optimize `start` on the problem with `strategy`, spending at most `budget` gate calls.
 
     `library` is a `klineage.skills.library.Library`, or the path of one (a library JSON file or a
@@ -80,6 +81,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     `progress(stage, message, fraction)` hears what is happening (fraction: gate calls spent /
     budget); `on_event(OptimizationEvent)` hears every attempt and every step, with the best
     speedup so far. `transforms` is the unconditioned strategies' pool (default: the catalog).
+    `lineages` (lineage id -> lineage; default: the bundled ones) lend the LIBRARY strategy the
+    anchors its cards' evidence names.
     Strategy, rewriter, gate mode and statuses may be given by their values ("library", "compile")."""
     strategy = Strategy.parse(strategy)
     rewriter = RewriterKind.parse(rewriter)
@@ -111,8 +114,13 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
         from klineage.gate.execute import probe_problem
 
         problem = probe_problem(problem_path, config.cache_dir()).info
+    if lineages is None and strategy is Strategy.LIBRARY:
+        from klineage.skills.library import lineage_index
+
+        lineages = lineage_index()
     plan = planner(strategy, rewriter, cards=cards, problem=problem, statuses=allowed,
-                   transforms=list(catalog().values() if transforms is None else transforms), seed=seed, llm=llm)
+                   transforms=list(catalog().values() if transforms is None else transforms), seed=seed, llm=llm,
+                   lineages=lineages)
     run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
                progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm)
     return run.go()

@@ -23,7 +23,7 @@ loop stops asking once the gate budget is spent.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -31,6 +31,7 @@ from typing import Any
 from klineage.documents import choice
 from klineage.errors import DocumentError, KLineageError
 from klineage.kernel import KernelState
+from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
 from klineage.rewriters.rules import ordered
 from klineage.skills.card import CardAnchor, CardStatus, SkillCard
@@ -139,15 +140,19 @@ def forward_pool(transforms: Sequence[Transform]) -> list[Transform]:
 
 
 def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[SkillCard], problem: ProblemInfo | None,
-            statuses: Sequence[CardStatus], transforms: Sequence[Transform], seed: int, llm: Any = None) -> Planner:
-    """The candidate source of a strategy. `llm` is the LLM rewriter when `rewriter` is LLM."""
+            statuses: Sequence[CardStatus], transforms: Sequence[Transform], seed: int, llm: Any = None,
+            lineages: Mapping[str, Lineage] | None = None) -> Planner:
+    """The candidate source of a strategy. `llm` is the LLM rewriter when `rewriter` is LLM.
+    `lineages` (lineage id -> lineage) lend the LIBRARY strategy the anchors of its cards' source
+    transitions; stripped cards (GENERATED_ONLY) have no anchors to lend."""
     if rewriter is RewriterKind.LLM and llm is None:
         raise KLineageError("the llm rewriter was chosen but none was given")
     if strategy.uses_library:
         pool = [strip(c) for c in cards] if strategy is Strategy.GENERATED_ONLY else list(cards)
         if problem is None:
             raise KLineageError(f"strategy {strategy.value} needs the problem's description for retrieval")
-        return _cards(pool, problem, tuple(statuses), rewriter, llm)
+        lent = lineages if strategy is Strategy.LIBRARY and lineages else {}
+        return _cards(pool, problem, tuple(statuses), rewriter, llm, lent)
     if strategy is Strategy.NO_LIBRARY:
         if rewriter is RewriterKind.RULES:
             raise KLineageError("strategy no_library is the rewriter alone, and the rule rewriter has no forward "
@@ -161,8 +166,8 @@ def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[Skill
 
 
 def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardStatus, ...], rewriter: RewriterKind,
-           llm: Any) -> Planner:
-    from klineage.skills.materialize import materialize
+           llm: Any, lineages: Mapping[str, Lineage]) -> Planner:
+    from klineage.skills.materialize import evidence_anchors, materialize
     from klineage.skills.retrieval import retrieve
 
     def plan(state: KernelState) -> Iterator[Candidate]:
@@ -173,7 +178,7 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
                 yield _asked(llm, state, card_brief(card), card.transform, card.id, match.score)
                 continue
             try:
-                rewrites = materialize(card, state)
+                rewrites = materialize(card, state, evidence_anchors(card, lineages))
             except Exception as exc:  # a broken transform is evidence against the card, not the end of the run
                 yield Candidate(card.transform, card.id, reason=f"materializing failed: {type(exc).__name__}: {exc}",
                                 score=match.score)

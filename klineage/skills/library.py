@@ -153,6 +153,16 @@ def corpus_lineages(folder: str | Path | None = None) -> tuple[list[Lineage], li
     return [kept[k][0] for k in sorted(kept)], sorted(left_out)
 
 
+def lineage_index(folder: str | Path | None = None) -> dict[str, Lineage]:
+    """Every lineage of a folder (default: the bundled `corpus/lineages/`) by lineage id: what a
+    card's evidence refs point into. {} when there is no such folder."""
+    from klineage import config
+
+    folder = Path(folder) if folder is not None else config.corpus_dir() / "lineages"
+    lineages = [Lineage.load(path) for path in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return {lineage_id(lineage): lineage for lineage in lineages}
+
+
 def default_provenance(lineages: list[Lineage], note: str = "") -> dict[str, Any]:
     """What a build on this machine states about itself: git commit, date, toolchain, GPU (none
     when every lineage is a compile-only walk: then no card was timed) and a note."""
