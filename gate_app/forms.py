@@ -119,11 +119,4 @@ class UploadForm(forms.Form):
 
     def chosen(self) -> dict[str, uploads.File | None]:
         """The chosen files, read whole (within the page's limits), or None for each left empty."""
-        chosen = {}
-        for key in ("problem", "source", "plan"):
-            upload = self.cleaned_data.get(key)
-            if upload is not None and upload.size > max(uploads.LIMITS.values()):
-                raise uploads.UploadRefused(f"'{upload.name}' is {upload.size} bytes; the limit is "
-                                            f"{max(uploads.LIMITS.values())}")
-            chosen[key] = uploads.File(upload.name, upload.read()) if upload is not None else None
-        return chosen
+        return uploads.received(self.cleaned_data)

@@ -10,8 +10,10 @@ so one bad file of an upload stores none of it; the same content uploaded again 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
+from typing import Any
 
 from django.db import transaction
 
@@ -29,6 +31,8 @@ from skills_app.models import Kernel, Problem
 
 LIMITS = {"problem file": 256 * 1024, "kernel source": MAX_BYTES, "launch plan": 64 * 1024}
 SUFFIXES = {"problem file": ".py", "kernel source": ".cu", "launch plan": ".toml"}
+# The files of an upload: the form's and POST /api/uploads/'s field names, and what each one is.
+FIELDS = {"problem": "problem file", "source": "kernel source", "plan": "launch plan"}
 
 
 class UploadRefused(Exception):
@@ -56,6 +60,20 @@ class Outcome:
     kernel: Kernel | None = None
     probe_job: Job | None = None
     unchanged: list[str] = field(default_factory=list)
+
+
+def received(files: Mapping[str, Any]) -> dict[str, File | None]:
+    """The files of an upload as Django received them (UploadedFile objects under FIELDS' keys, None or
+    missing for a file not given), each read whole, or UploadRefused for one larger than any file of an
+    upload may be, before it is read. What the /upload/ form and POST /api/uploads/ hand to upload()."""
+    largest = max(LIMITS.values())
+    chosen: dict[str, File | None] = {}
+    for key in FIELDS:
+        given = files.get(key)
+        if given is not None and given.size > largest:
+            raise UploadRefused(f"'{given.name}' is {given.size} bytes; the limit is {largest}")
+        chosen[key] = File(given.name, given.read()) if given is not None else None
+    return chosen
 
 
 def upload(problem: File | None, source: File | None, plan: File | None, *, owner) -> Outcome:

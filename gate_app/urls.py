@@ -13,4 +13,5 @@ urlpatterns = [
     path("upload/", views.upload, name="upload"),
     # Under /api/ beside the read-only router (klineage_web/urls.py tries that first).
     path("api/jobs/", api.JobSubmitView.as_view(), name="api-jobs"),
+    path("api/uploads/", api.UploadView.as_view(), name="api-uploads"),
 ]
