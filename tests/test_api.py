@@ -82,8 +82,8 @@ def test_problem_detail(client, corpus):
 @pytest.mark.parametrize(("url", "expected"), [
     ("/api/kernels/?problem=gemm", {"gemm/mma_sync", "gemm/mma_sync_any", "gemm/naive", "gemm/wgmma_tma"}),
     ("/api/kernels/?problem=topk&status=passed", {"topk/radix_select"}),
-    ("/api/kernels/?problem=conv2d&status=none", {"conv2d/direct", "conv2d/implicit_gemm_any"}),
-    ("/api/kernels/?arch=sm_90a", {"gemm/wgmma_tma"}),
+    ("/api/kernels/?problem=conv2d&status=none", {"conv2d/direct", "conv2d/implicit_gemm_any", "conv2d/implicit_wgmma"}),
+    ("/api/kernels/?arch=sm_90a", {"gemm/wgmma_tma", "conv2d/implicit_wgmma", "fmha/flash_wgmma"}),
     ("/api/kernels/?problem=gemm&status=none", {"gemm/mma_sync_any", "gemm/naive"}),
     ("/api/kernels/?problem=gemm&status=passed", {"gemm/mma_sync", "gemm/wgmma_tma"}),
     ("/api/kernels/?arch=sm_90a&problem=topk", set()),

@@ -61,7 +61,7 @@ def test_home_without_data_says_how_to_import(client, corpus):
     ("problem=topk&status=none", {"topk/naive"}),
     ("suite=adversarial&q=write", {"adversarial/write_nothing", "adversarial/write_out_of_bounds",
                                    "adversarial/write_zeros"}),
-    ("arch=sm_90a", {"gemm/wgmma_tma"}),
+    ("arch=sm_90a", {"gemm/wgmma_tma", "conv2d/implicit_wgmma", "fmha/flash_wgmma"}),
     ("arch=sm_90a&problem=topk", set()),
 ])
 def test_kernel_filters(client, corpus, query, expected):
