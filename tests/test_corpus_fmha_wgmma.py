@@ -1091,3 +1091,34 @@ def test_pipeline_model_catches_wrong_protocols():
     with pytest.raises(AssertionError, match="while a wgmma group reads it"):  # stages released before the wait
         for seed in range(100):
             simulate_pipeline(6, seed, early_release=True)
+
+
+def test_the_gpu_probes_build_from_the_kernel_source(tmp_path):
+    """tests/test_gpu_fmha_wgmma.py appends its probe kernels to kernel.cu; they build for sm_90a
+    without spills here, and their parameter tables take the probes' arguments."""
+    import subprocess
+
+    from klineage.toolchain import find_toolchain
+    from test_gpu_fmha_wgmma import PROBES, head_map
+
+    toolchain = find_toolchain()
+    (tmp_path / "probes.cu").write_text((EXPERT / "kernel.cu").read_text() + PROBES)
+    build = subprocess.run([toolchain.nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "--ftz=true",
+                            "-Xptxas", "-v", "-o", "probes.cubin", "probes.cu"], cwd=tmp_path, capture_output=True,
+                           text=True, env=toolchain.environment(tmp_path), timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    assert "spill" not in build.stderr.replace("0 bytes spill", "") and "warning" not in build.stderr.lower()
+    cubin = (tmp_path / "probes.cubin").read_bytes()
+    spec = head_map(128, 1, 128)
+    maps = {i: bytes([i + 1]) * 128 for i in range(2)}
+    for name, args in (("tma_head_box", (("tensor_map", "q", spec), ("buffer", "out", ""), ("scalar", 0, "i32"),
+                                         ("scalar", 0, "i32"), ("scalar", 0, "i32"))),
+                       ("qk_probe", (("tensor_map", "q", spec), ("tensor_map", "k", spec), ("buffer", "out", ""),
+                                     ("scalar", 1, "i32"))),
+                       ("pv_probe", (("tensor_map", "v", spec), ("buffer", "p", ""), ("buffer", "out", "")))):
+        declared = read_kernel_parameters(cubin, name)
+        assert declared is not None and declared.offsets[0] == 48  # 64-byte aligned in the constant bank
+        n_maps = sum(a[0] == "tensor_map" for a in args)
+        blob = pack_parameters(args, {"q": 1 << 40, "k": 2 << 40, "v": 3 << 40, "p": 4 << 40, "out": 5 << 40},
+                               {i: maps[i] for i in range(n_maps)}, declared, name)
+        assert len(blob) == declared.total and blob[declared.offsets[0]:declared.offsets[0] + 128] == maps[0]
