@@ -6,9 +6,12 @@ the strategies differ only here:
 
 - LIBRARY: the library's cards, ranked by retrieval (`klineage.skills.retrieval.retrieve`: the
   card's requires/provides/conflicts, preconditions and scope against this kernel and problem),
-  each materialized at every site its transform's forward can take (or by the LLM rewriter).
+  each materialized at every site its transform's forward can take, and at the anchors of the
+  card's source transitions; where that gives nothing, the transitions' forward diffs are
+  replayed (`klineage.skills.replay`); or by the LLM rewriter.
 - GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
-  preconditions, risks), retrieved and materialized the same way: the paper's ablation.
+  preconditions, risks), retrieved and materialized at the transforms' own sites only (no anchors
+  to place or diffs to replay): the paper's ablation.
 - UNCONDITIONED_RANDOM: every catalog transform that has a mechanical forward, at every forward
   site, in one seeded random order; no cards, preconditions or ordering.
 - UNCONDITIONED_GREEDY: the same pool in the catalog's order, but each round gates every
@@ -168,6 +171,7 @@ def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[Skill
 def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardStatus, ...], rewriter: RewriterKind,
            llm: Any, lineages: Mapping[str, Lineage]) -> Planner:
     from klineage.skills.materialize import evidence_anchors, materialize
+    from klineage.skills.replay import replay
     from klineage.skills.retrieval import retrieve
 
     def plan(state: KernelState) -> Iterator[Candidate]:
@@ -178,7 +182,9 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
                 yield _asked(llm, state, card_brief(card), card.transform, card.id, match.score)
                 continue
             try:
-                rewrites = materialize(card, state, evidence_anchors(card, lineages))
+                # A mechanical forward at the transform's sites and the evidence's anchors; where it
+                # gives nothing, the recorded forward diffs replayed (vector replay).
+                rewrites = materialize(card, state, evidence_anchors(card, lineages)) or replay(card, state, lineages)
             except Exception as exc:  # a broken transform is evidence against the card, not the end of the run
                 yield Candidate(card.transform, card.id, reason=f"materializing failed: {type(exc).__name__}: {exc}",
                                 score=match.score)
