@@ -2,10 +2,11 @@
 // kernel for Hopper: warpgroup MMA (wgmma) fed by the tensor memory accelerator (TMA), for
 // D = HEAD_DIM = 128 and any sequence length S.
 //
-// One CTA per (BLOCK_M = 128 query rows, batch * head), three warpgroups: a producer that issues
-// every TMA load, and two consumers of WG_M = 64 query rows each. The CTA walks the key sequence
-// in tiles of BLOCK_N = 128 keys; for each tile a consumer computes its 64 x 128 scores with one
-// wgmma chain, folds them into an online softmax in registers (running row max m, row sum l) and
+// Work comes in tiles of (BLOCK_M = 128 query rows, one batch * head); a persistent grid of at most
+// one CTA per SM walks them. A CTA has three warpgroups: a producer that issues every TMA load, and
+// two consumers of WG_M = 64 query rows each. For a tile, the CTA walks the key sequence in tiles of
+// BLOCK_N = 128 keys; for each key tile a consumer computes its 64 x 128 scores with one wgmma
+// chain, folds them into an online softmax in registers (running row max m, row sum l) and
 // accumulates P V into 64 x 128 fp32 output registers, rescaled whenever the running max grows.
 // The S x S score matrix never leaves the chip.
 //
@@ -29,11 +30,12 @@
 //      "full" barrier (producer arrive.expect_tx + TMA complete_tx) and an "empty" barrier (one
 //      arrive per consumer warp once its wgmma reading the stage has completed), so the consumers
 //      can start Q K^T while the V tile is still arriving. The producer loads in the order the
-//      consumers need: K_0, then K_i before V_(i-1).
+//      consumers need: K_0, then K_i before V_(i-1). The Q tile has a full and an empty barrier
+//      too: the next tile's Q is loaded as soon as the last Q K^T of the current one is done.
 //   5. Warp specialization (setmaxnreg): the producer warpgroup gives registers back
 //      (PRODUCER_REGS), the consumers claim CONSUMER_REGS for S (64), O (64) and P (32 registers).
-//   6. Intra-warpgroup overlap (consume): in iteration i a consumer issues S_i = Q K_i^T and then
-//      O += P_(i-1) V_(i-1) back to back, waits for S_i only, and runs the softmax of S_i while
+//   6. Intra-warpgroup overlap (consume_tile): in iteration i a consumer issues S_i = Q K_i^T and
+//      then O += P_(i-1) V_(i-1) back to back, waits for S_i only, and runs the softmax of S_i while
 //      the P V product is still on the tensor cores.
 //   7. Inter-warpgroup ping-pong (schedule_wait / schedule_pass): two named barriers make the two
 //      consumers take turns issuing their wgmma, so one warpgroup's softmax (MUFU, FMA) runs while
@@ -48,12 +50,17 @@
 //  10. Masking (mask_scores): keys at or past S (ragged tails) and, when causal, keys after the
 //      query row get -inf before the softmax, so their probabilities are exactly 0. Key tiles run
 //      from the last to the first, so the only tile that can need a mask (the ragged tail or the
-//      causal diagonal) comes first; tiles wholly after a causal query tile are never loaded
-//      (causal tile skipping), and query tiles run heaviest first (reversed block order).
-//  11. Epilogue (store_output): O is divided by the row sum, rounded to fp16, staged in the
-//      warpgroup's own rows of the (no longer needed) Q tile in the same 128B-swizzled layout
-//      (conflict-free 4-byte writes and 16-byte reads), and written with 16-byte stores, each
-//      row checked against S.
+//      causal diagonal) comes first; key tiles wholly after a causal query tile are never loaded.
+//  11. Persistent tile schedule (scheduled_tile, tile_coordinates): CTA b takes tiles b, then
+//      2 G - 1 - b, 2 G + b, ... (G CTAs; a snake, so that rounds of descending cost balance).
+//      Without the mask, tiles are head-major (the CTAs running together share K and V in L2);
+//      with it, heaviest query tiles first. The producer runs ahead into the next tile while the
+//      consumers finish the current one; the launch plan sizes the grid (PERSISTENT = 0 gives one
+//      CTA per tile, the same code).
+//  12. Epilogue (store_output): O is divided by the row sum, rounded to fp16, staged in the
+//      warpgroup's own block of shared memory (rows padded by 16 bytes: conflict-free 4-byte
+//      writes and 16-byte reads; each warp reads back only its own rows), and written with 16-byte
+//      stores, each row checked against S.
 //
 // Domain: D == HEAD_DIM (declared in launch.toml). Rows of q, k, v and o are 256 bytes, so the
 // tensor maps' strides (D * 2 and S * D * 2 bytes) are multiples of 16 for every S.
@@ -104,14 +111,19 @@ constexpr int Q_TILE_BYTES = D_SPANS * Q_SPAN_BYTES;       // 32 KiB
 constexpr int WG_Q_BYTES = WG_M * SWIZZLE_BYTES;           // 8 KiB: consumer 1's rows within a Q span
 constexpr int KV_SPAN_BYTES = BLOCK_N * SWIZZLE_BYTES;     // 16 KiB: one box of K or V
 constexpr int KV_TILE_BYTES = D_SPANS * KV_SPAN_BYTES;     // 32 KiB: one stage of K or of V
-constexpr int K_RING_OFFSET = Q_TILE_BYTES;                // [Q][K stages][V stages][barriers]
+constexpr int STAGE_PAD_BYTES = 16;                       // staged output rows are padded by one 16-byte chunk
+constexpr int STAGE_ROW_BYTES = HEAD_DIM * ELEMENT_BYTES + STAGE_PAD_BYTES;  // 272: 68 words, so 8 rows start 4 banks apart
+constexpr int WG_O_BYTES = WG_M * STAGE_ROW_BYTES;         // 17 KiB: a warpgroup's staged output
+constexpr int K_RING_OFFSET = Q_TILE_BYTES;                // [Q][K stages][V stages][O staging][barriers]
 constexpr int V_RING_OFFSET = K_RING_OFFSET + STAGES * KV_TILE_BYTES;
-constexpr int TILES_BYTES = V_RING_OFFSET + STAGES * KV_TILE_BYTES;  // 160 KiB
+constexpr int O_STAGE_OFFSET = V_RING_OFFSET + STAGES * KV_TILE_BYTES;
+constexpr int TILES_BYTES = O_STAGE_OFFSET + CONSUMER_WARPGROUPS * WG_O_BYTES;  // 194 KiB
 constexpr int MBAR_BYTES = 8;
-constexpr int BARRIERS = 1 + 4 * STAGES;             // Q full; K full, K empty, V full, V empty per stage
+constexpr int BARRIERS = 2 + 4 * STAGES;             // Q full, Q empty; K full, K empty, V full, V empty per stage
 constexpr int BARRIER_BYTES = BARRIERS * MBAR_BYTES;
 constexpr int SMEM_ALIGN = SWIZZLE_ATOM_BYTES;       // the base is rounded up to this at run time
 constexpr int SMEM_BYTES = SMEM_ALIGN + TILES_BYTES + BARRIER_BYTES;  // the plan's dynamic shared memory
+constexpr int PERSISTENT = 1;                        // the plan's grid: min(SMs, tiles) CTAs; 0: one CTA per tile
 constexpr int PRODUCER_REGS = 40;                    // setmaxnreg.dec: one thread issuing TMA needs few
 constexpr int CONSUMER_REGS = 232;                   // setmaxnreg.inc: S, O and P plus softmax state
 // wgmma shared-memory matrix descriptor fields (PTX ISA, "matrix descriptor format")
@@ -130,10 +142,9 @@ constexpr float SCALE_LOG2 = static_cast<float>(LOG2E * INV_SQRT_HEAD_DIM);  // 
 constexpr int VEC = CHUNK_BYTES / ELEMENT_BYTES;     // 8 fp16 per 16-byte store
 constexpr int CHUNKS_PER_ROW = HEAD_DIM / VEC;       // 16 chunks in a 256-byte output row
 constexpr int OUT_PASSES = ROWS_PER_WARP * CHUNKS_PER_ROW / WARP_SIZE;  // 8 16-byte stores per lane
-// Named barriers (0 is __syncthreads): the ping-pong pair, then one per consumer warpgroup.
+// Named barriers (0 is __syncthreads): the ping-pong pair, one waited on by each consumer warpgroup.
 constexpr int SCHEDULE_BARRIER_BASE = 1;
 constexpr int SCHEDULE_BARRIER_THREADS = CONSUMER_THREADS;  // one warpgroup syncs, the other arrives
-constexpr int EPILOGUE_BARRIER_BASE = SCHEDULE_BARRIER_BASE + CONSUMER_WARPGROUPS;
 
 static_assert(WG_M == WGMMA_M, "each consumer warpgroup owns one wgmma M extent");
 static_assert(S_N % 8 == 0 && S_N <= 256 && O_N % 8 == 0 && O_N <= 256, "wgmma N is a multiple of 8 up to 256");
@@ -145,7 +156,10 @@ static_assert(Q_SPAN_BYTES % SWIZZLE_ATOM_BYTES == 0 && WG_Q_BYTES % SWIZZLE_ATO
 static_assert(WGMMA_K == 2 * SWIZZLE_ROWS, "a k16 step of V is two 8-key groups, SBO apart");
 static_assert(S_REGS == S_N / ACC_TILE_N * 4 && O_REGS == O_N / ACC_TILE_N * 4, "4 accumulators per 8-column group");
 static_assert(P_REGS == PV_STEPS * P_REGS_PER_STEP, "P covers every k16 step of P V");
-static_assert(WG_Q_BYTES * D_SPANS == WG_M * HEAD_DIM * ELEMENT_BYTES, "a warpgroup's Q rows hold its output tile");
+static_assert(STAGE_ROW_BYTES % CHUNK_BYTES == 0 && (STAGE_ROW_BYTES / 4) % 32 == 4,
+              "staged rows keep 16-byte alignment, and consecutive rows start 4 banks apart");
+static_assert(TILES_BYTES % MBAR_BYTES == 0, "the mbarriers after the tiles are 8-byte aligned");
+static_assert(PERSISTENT == 0 || PERSISTENT == 1, "the grid is persistent or one CTA per tile");
 static_assert(DESC_V_LBO_BYTES >> 4 < (1 << 14) && DESC_SBO_BYTES >> 4 < (1 << 14), "14-bit offset fields");
 static_assert(PRODUCER_REGS % 8 == 0 && CONSUMER_REGS % 8 == 0, "setmaxnreg counts are multiples of 8");
 static_assert(PRODUCER_WARPGROUPS * WARPGROUP_THREADS * PRODUCER_REGS +
@@ -465,6 +479,30 @@ __device__ __forceinline__ bool tile_needs_mask(int key0, int q0, int S, bool ca
     return key0 + BLOCK_N > S || (causal && key0 + BLOCK_N - 1 > q0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Mechanism 11: the persistent tile schedule. Round r of CTA b (of G) is tile r G + b for even r
+// and r G + G - 1 - b for odd r: every tile once, and a CTA that drew a heavy tile in one round
+// draws a light one in the next.
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ int scheduled_tile(int round, int block, int grid)
+{
+    return round * grid + ((round % 2 == 0) ? block : grid - 1 - block);
+}
+
+// Linear tile -> (query tile, batch * head). Without the mask every tile costs the same; the
+// query tiles of a head are adjacent, so the CTAs of a round share few heads' K and V in L2. With
+// it, the heaviest query tiles (the last) of every head come first.
+__device__ __forceinline__ void tile_coordinates(int tile, int q_tiles, int heads, bool causal, int& q_tile, int& head)
+{
+    if (causal) {
+        q_tile = q_tiles - 1 - tile / heads;
+        head = tile % heads;
+    } else {
+        q_tile = tile % q_tiles;
+        head = tile / q_tiles;
+    }
+}
+
 // row_top: the query row of the thread's accumulators 4 j + {0, 1}.
 __device__ __forceinline__ void mask_scores(float (&s)[S_REGS], int key0, int row_top, int S, bool causal, int lane)
 {
@@ -558,19 +596,13 @@ __device__ __forceinline__ void pack_p(uint32_t (&p)[P_REGS], const float (&s)[S
 }
 
 // ---------------------------------------------------------------------------------------------
-// Mechanism 11: epilogue.
+// Mechanism 12: epilogue.
 // ---------------------------------------------------------------------------------------------
-// The 128-byte swizzle of an offset inside a 1024-byte aligned block: chunk bits 4-6 XOR row bits 7-9.
-__device__ __forceinline__ uint32_t swizzle_128b(uint32_t offset)
-{
-    return offset ^ (((offset >> 7) % SWIZZLE_ROWS) << 4);
-}
-
-// Byte offset of element (row, d) of a warpgroup's staged output, from its span-0 block: the TMA
-// layout of its Q rows (span d / 64 one Q span further, 128-byte rows, swizzled).
+// Byte offset of element (row, d) in a warpgroup's staging block: padded rows of STAGE_ROW_BYTES.
+// A thread's addresses are one base plus compile-time offsets (no registers held across tiles).
 __device__ __forceinline__ uint32_t staging_offset(int row, int d)
 {
-    return (d / SPAN) * Q_SPAN_BYTES + swizzle_128b(row * SWIZZLE_BYTES + (d % SPAN) * ELEMENT_BYTES);
+    return row * STAGE_ROW_BYTES + d * ELEMENT_BYTES;
 }
 
 // Row (of the warpgroup's 64) and 16-byte chunk (of 16) a lane stores in pass p: each warp
@@ -582,13 +614,16 @@ __device__ __forceinline__ void output_chunk(int warp, int lane, int p, int& row
     chunk = id % CHUNKS_PER_ROW;
 }
 
-// O / l -> fp16 -> the warpgroup's rows of the Q tile -> o rows q_row0 .. q_row0 + 63 (those < S).
-// `staging` is the generic address of the warpgroup's span-0 Q block. The 8 rows of one 4-byte
-// store are 128 bytes apart with distinct swizzled chunks (32 banks); the 8 lanes of a 16-byte
-// read phase read 8 chunks of one row (8 bank groups).
+// O / l -> fp16 -> the warpgroup's staging block -> o rows q_row0 .. q_row0 + 63 (those < S).
+// `staging` is the generic address of the block. The 8 rows of one 4-byte store start 4 banks
+// apart and its 4 lanes per row take the next 4 (32 banks); the 8 lanes of a 16-byte read phase
+// read 8 consecutive chunks of one row (8 bank groups). A warp writes and reads back only its
+// own 16 rows, so __syncwarp orders it against its own reads of the previous tile and its writes
+// of this one.
 __device__ __forceinline__ void store_output(__half* o_head, const float (&o)[O_REGS], const float (&l)[ROWS_PER_THREAD],
                                              unsigned char* staging, int q_row0, int S, int warp, int lane)
 {
+    __syncwarp();  // the warp's reads of its previous tile are done
     float inv[ROWS_PER_THREAD];
 #pragma unroll
     for (int r = 0; r < ROWS_PER_THREAD; ++r) {
@@ -620,31 +655,51 @@ struct Smem {
     uint32_t q;        // shared address of the Q tile (1024-byte aligned); span h at q + h * Q_SPAN_BYTES
     uint32_t k;        // K stage s at k + s * KV_TILE_BYTES
     uint32_t v;        // V stage s at v + s * KV_TILE_BYTES
+    uint32_t o;        // consumer c's output staging block at o + c * WG_O_BYTES
     uint32_t q_full;   // mbarriers (8 bytes each); stage s of a ring at base + 8 s
+    uint32_t q_empty;
     uint32_t k_full;
     uint32_t k_empty;
     uint32_t v_full;
     uint32_t v_empty;
 };
 
-// Stage and phase parity of the i-th tile through a ring.
-__device__ __forceinline__ int ring_stage(int i)
+// What a tile is: its query rows, its head, how many key tiles it visits.
+struct Tile {
+    int q0;
+    int head;
+    int n_tiles;
+};
+
+__device__ __forceinline__ Tile make_tile(int tile, int S, int heads, bool causal)
 {
-    return i % STAGES;
+    const int q_tiles = (S + BLOCK_M - 1) / BLOCK_M;
+    Tile t;
+    int q_tile;
+    tile_coordinates(tile, q_tiles, heads, causal, q_tile, t.head);
+    t.q0 = q_tile * BLOCK_M;
+    t.n_tiles = key_tile_count(t.q0, S, causal);
+    return t;
 }
 
-__device__ __forceinline__ uint32_t ring_parity(int i)
+// Stage and phase parity of the j-th K (or V) tile through its ring, counted over all the CTA's tiles.
+__device__ __forceinline__ int ring_stage(int j)
 {
-    return static_cast<uint32_t>((i / STAGES) & 1);
+    return j % STAGES;
 }
 
-// One K or V tile (keys key0 .., both spans of d) into its ring stage, once the consumers have
-// released the stage's previous tile.
+__device__ __forceinline__ uint32_t ring_parity(int j)
+{
+    return static_cast<uint32_t>((j / STAGES) & 1);
+}
+
+// The j-th K or V tile (keys key0 .., both spans of d) into its ring stage, once the consumers
+// have released the stage's previous tile.
 __device__ __forceinline__ void load_kv_tile(uint32_t ring, uint32_t full, uint32_t empty, const TensorMap* map,
-                                             int i, int key0, int head)
+                                             int j, int key0, int head)
 {
-    const int stage = ring_stage(i);
-    mbar_wait(empty + MBAR_BYTES * stage, ring_parity(i) ^ 1);  // the first round passes at once
+    const int stage = ring_stage(j);
+    mbar_wait(empty + MBAR_BYTES * stage, ring_parity(j) ^ 1);  // the first round passes at once
     const uint32_t bar = full + MBAR_BYTES * stage;
     const uint32_t tile = ring + stage * KV_TILE_BYTES;
     mbar_arrive_expect_tx(bar, KV_TILE_BYTES);
@@ -652,66 +707,94 @@ __device__ __forceinline__ void load_kv_tile(uint32_t ring, uint32_t full, uint3
     for (int h = 0; h < D_SPANS; ++h) tma_load_3d(tile + h * KV_SPAN_BYTES, map, bar, h * SPAN, key0, head);
 }
 
-// Producer (one thread): Q once, then the key tiles in the consumers' order, K_0, K_1, V_0, K_2,
-// V_1, ..., V_(n-1): K_i is loaded before V_(i-1) because iteration i of a consumer needs K_i first.
+// Producer (one thread), for each of the CTA's tiles: Q once the consumers are done with the last
+// one, then the key tiles in the consumers' order, K_0, K_1, V_0, K_2, V_1, ..., V_(n-1): K_i is
+// loaded before V_(i-1) because iteration i of a consumer needs K_i first. `ring` counts the K
+// (and V) tiles of the CTA's earlier tiles.
 __device__ __forceinline__ void produce(const Smem& sm, const TensorMap* map_q, const TensorMap* map_k,
-                                        const TensorMap* map_v, int q0, int head, int n_tiles)
+                                        const TensorMap* map_v, int S, int heads, bool causal)
 {
-    mbar_arrive_expect_tx(sm.q_full, Q_TILE_BYTES);
+    const int tiles = (S + BLOCK_M - 1) / BLOCK_M * heads;
+    int ring = 0;
+    for (int round = 0;; ++round) {
+        const int index = scheduled_tile(round, blockIdx.x, gridDim.x);
+        if (index >= tiles) break;
+        const Tile t = make_tile(index, S, heads, causal);
+        mbar_wait(sm.q_empty, static_cast<uint32_t>(round & 1) ^ 1);  // the first round passes at once
+        mbar_arrive_expect_tx(sm.q_full, Q_TILE_BYTES);
 #pragma unroll
-    for (int h = 0; h < D_SPANS; ++h) tma_load_3d(sm.q + h * Q_SPAN_BYTES, map_q, sm.q_full, h * SPAN, q0, head);
-    for (int i = 0; i <= n_tiles; ++i) {
-        if (i < n_tiles) load_kv_tile(sm.k, sm.k_full, sm.k_empty, map_k, i, key_tile_start(i, n_tiles), head);
-        if (i > 0) load_kv_tile(sm.v, sm.v_full, sm.v_empty, map_v, i - 1, key_tile_start(i - 1, n_tiles), head);
+        for (int h = 0; h < D_SPANS; ++h)
+            tma_load_3d(sm.q + h * Q_SPAN_BYTES, map_q, sm.q_full, h * SPAN, t.q0, t.head);
+        for (int i = 0; i <= t.n_tiles; ++i) {
+            if (i < t.n_tiles)
+                load_kv_tile(sm.k, sm.k_full, sm.k_empty, map_k, ring + i, key_tile_start(i, t.n_tiles), t.head);
+            if (i > 0)
+                load_kv_tile(sm.v, sm.v_full, sm.v_empty, map_v, ring + i - 1, key_tile_start(i - 1, t.n_tiles), t.head);
+        }
+        ring += t.n_tiles;
     }
 }
 
-// Consumer warpgroup c (64 query rows from q_row0): S_0 first, then for every further tile i the
-// overlapped pair S_i and P_(i-1) V_(i-1), and finally P_(n-1) V_(n-1). Each block of wgmma issues
-// is one ping-pong turn; a stage is released (one arrive per warp) once the wgmma reading it have
-// completed.
-__device__ __forceinline__ void consume(const Smem& sm, float (&o)[O_REGS], float (&l)[ROWS_PER_THREAD], int consumer,
-                                        int warp, int lane, int q0, int S, bool causal, int n_tiles)
+// Consumer warpgroup c, one tile (its 64 query rows from t.q0 + 64 c): S_0 first, then for every
+// further key tile i the overlapped pair S_i and P_(i-1) V_(i-1), finally P_(n-1) V_(n-1), and the
+// epilogue. Each block of wgmma issues is one ping-pong turn; a stage is released (one arrive per
+// warp) once the wgmma reading it have completed, and the Q tile once the last S has.
+__device__ __forceinline__ void consume_tile(const Smem& sm, unsigned char* staging, __half* o_out, const Tile& t,
+                                             int ring, int round, bool last_tile, int consumer, int warp, int lane,
+                                             int S, bool causal)
 {
+    float o[O_REGS];
     float s[S_REGS];
     uint32_t p[P_REGS];
     float m[ROWS_PER_THREAD] = {-INFINITY, -INFINITY};
+    float l[ROWS_PER_THREAD] = {0.0f, 0.0f};
     float alpha[ROWS_PER_THREAD] = {1.0f, 1.0f};
 #pragma unroll
+    for (int i = 0; i < O_REGS; ++i) o[i] = 0.0f;
+#pragma unroll
     for (int i = 0; i < S_REGS; ++i) s[i] = 0.0f;
+    const int n_tiles = t.n_tiles;
+    const int q0 = t.q0;
     const int row_top = q0 + consumer * WG_M + warp * ROWS_PER_WARP + lane / QUAD;
 
-    mbar_wait(sm.q_full, 0);
+    mbar_wait(sm.q_full, static_cast<uint32_t>(round & 1));
 
-    // Tile 0: S_0 alone.
-    mbar_wait(sm.k_full, 0);
-    schedule_wait(consumer);
-    issue_scores(s, sm.q, consumer, sm.k);
-    schedule_pass(consumer);
-    wgmma_wait<0>();
-    fence_registers(s);
-    if (lane == 0) mbar_arrive(sm.k_empty);
+    // Key tile 0: S_0 alone.
     {
+        const int ks = ring_stage(ring);
+        mbar_wait(sm.k_full + MBAR_BYTES * ks, ring_parity(ring));
+        schedule_wait(consumer);
+        issue_scores(s, sm.q, consumer, sm.k + ks * KV_TILE_BYTES);
+        schedule_pass(consumer);
+        wgmma_wait<0>();
+        fence_registers(s);
+        if (lane == 0) {
+            mbar_arrive(sm.k_empty + MBAR_BYTES * ks);
+            if (n_tiles == 1) mbar_arrive(sm.q_empty);  // the last read of this tile's Q is done
+        }
         const int key0 = key_tile_start(0, n_tiles);
         if (tile_needs_mask(key0, q0, S, causal)) mask_scores(s, key0, row_top, S, causal, lane);
+        online_softmax(s, m, l, alpha);
+        pack_p(p, s);
     }
-    online_softmax(s, m, l, alpha);
-    pack_p(p, s);
 
     for (int i = 1; i < n_tiles; ++i) {
-        const int ks = ring_stage(i);
-        const int vs = ring_stage(i - 1);
-        mbar_wait(sm.k_full + MBAR_BYTES * ks, ring_parity(i));
+        const int ks = ring_stage(ring + i);
+        const int vs = ring_stage(ring + i - 1);
+        mbar_wait(sm.k_full + MBAR_BYTES * ks, ring_parity(ring + i));
         schedule_wait(consumer);
         issue_scores(s, sm.q, consumer, sm.k + ks * KV_TILE_BYTES);
         rescale_output(o, alpha);  // O is idle: the last P V completed in the previous iteration
-        mbar_wait(sm.v_full + MBAR_BYTES * vs, ring_parity(i - 1));
+        mbar_wait(sm.v_full + MBAR_BYTES * vs, ring_parity(ring + i - 1));
         issue_pv(o, p, sm.v + vs * KV_TILE_BYTES);
         schedule_pass(consumer);
 
         wgmma_wait<1>();  // S_i is done; P V may still be running
         fence_registers(s);
-        if (lane == 0) mbar_arrive(sm.k_empty + MBAR_BYTES * ks);
+        if (lane == 0) {
+            mbar_arrive(sm.k_empty + MBAR_BYTES * ks);
+            if (i == n_tiles - 1) mbar_arrive(sm.q_empty);
+        }
         const int key0 = key_tile_start(i, n_tiles);
         if (tile_needs_mask(key0, q0, S, causal)) mask_scores(s, key0, row_top, S, causal, lane);
         online_softmax(s, m, l, alpha);
@@ -723,56 +806,62 @@ __device__ __forceinline__ void consume(const Smem& sm, float (&o)[O_REGS], floa
         pack_p(p, s);
     }
 
-    // The last P V. Consumer 1 does not pass its last turn: consumer 0 has no turn left to take,
-    // and every barrier phase then completes (consumer 0 waits n + 1 times and is passed n + 1
-    // times: once at the start and after each of consumer 1's first n turns).
-    const int vs = ring_stage(n_tiles - 1);
-    mbar_wait(sm.v_full + MBAR_BYTES * vs, ring_parity(n_tiles - 1));
-    schedule_wait(consumer);
-    rescale_output(o, alpha);
-    issue_pv(o, p, sm.v + vs * KV_TILE_BYTES);
-    if (consumer == 0) schedule_pass(consumer);
-    wgmma_wait<0>();
-    fence_registers(o);
-    fence_registers(p);
+    // The last P V. In the CTA's last tile consumer 1 does not pass its turn: consumer 0 has no
+    // turn left to take, and every barrier phase then completes (each consumer takes n + 1 turns
+    // per tile; consumer 0 is passed once before its first and after each of consumer 1's turns
+    // but the very last).
+    {
+        const int vs = ring_stage(ring + n_tiles - 1);
+        mbar_wait(sm.v_full + MBAR_BYTES * vs, ring_parity(ring + n_tiles - 1));
+        schedule_wait(consumer);
+        rescale_output(o, alpha);
+        issue_pv(o, p, sm.v + vs * KV_TILE_BYTES);
+        if (consumer == 0 || !last_tile) schedule_pass(consumer);
+        wgmma_wait<0>();
+        fence_registers(o);
+        fence_registers(p);
+        if (lane == 0) mbar_arrive(sm.v_empty + MBAR_BYTES * vs);
+    }
+
+    store_output(o_out + static_cast<long long>(t.head) * S * HEAD_DIM, o, l, staging, q0 + consumer * WG_M, S, warp,
+                 lane);
 }
 
 // ---------------------------------------------------------------------------------------------
-// The kernel: grid (cdiv(S, BLOCK_M), B * H), THREADS threads, SMEM_BYTES of dynamic shared memory
-// laid out (from its first 1024-byte boundary) as [Q][K stages][V stages][mbarriers].
+// The kernel: a 1-D grid of CTAs (min(SMs, tiles) when PERSISTENT; see launch.toml), THREADS
+// threads, SMEM_BYTES of dynamic shared memory laid out (from its first 1024-byte boundary) as
+// [Q][K stages][V stages][O staging][mbarriers]. heads = B * H.
 // ---------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 fmha_flash_wgmma(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
-                 const __grid_constant__ TensorMap map_v, __half* __restrict__ o, int S, int causal)
+                 const __grid_constant__ TensorMap map_v, __half* __restrict__ o, int S, int heads, int causal)
 {
     extern __shared__ __align__(1024) unsigned char smem[];
 
     const int tid = threadIdx.x;
     const int warpgroup = tid / WARPGROUP_THREADS;
     const int lane = tid % WARP_SIZE;
-    // Heaviest query tiles first: under the causal mask the last tiles visit the most keys.
-    const int q_tile = gridDim.x - 1 - blockIdx.x;
-    const int q0 = q_tile * BLOCK_M;
-    const int head = blockIdx.y;
     const bool is_causal = causal != 0;
-    const int n_tiles = key_tile_count(q0, S, is_causal);
 
     const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
     Smem sm;
     sm.q = (raw + SMEM_ALIGN - 1) & ~static_cast<uint32_t>(SMEM_ALIGN - 1);
     sm.k = sm.q + K_RING_OFFSET;
     sm.v = sm.q + V_RING_OFFSET;
+    sm.o = sm.q + O_STAGE_OFFSET;
     sm.q_full = sm.q + TILES_BYTES;
-    sm.k_full = sm.q_full + MBAR_BYTES;
+    sm.q_empty = sm.q_full + MBAR_BYTES;
+    sm.k_full = sm.q_empty + MBAR_BYTES;
     sm.k_empty = sm.k_full + MBAR_BYTES * STAGES;
     sm.v_full = sm.k_empty + MBAR_BYTES * STAGES;
     sm.v_empty = sm.v_full + MBAR_BYTES * STAGES;
 
     if (tid == 0) {
-        mbar_init(sm.q_full, 1);  // the producer's arrive; TMA adds the bytes
+        mbar_init(sm.q_full, 1);                // the producer's arrive; TMA adds the bytes
+        mbar_init(sm.q_empty, CONSUMER_WARPS);  // one arrive per consumer warp
         for (int st = 0; st < STAGES; ++st) {
             mbar_init(sm.k_full + MBAR_BYTES * st, 1);
-            mbar_init(sm.k_empty + MBAR_BYTES * st, CONSUMER_WARPS);  // one arrive per consumer warp
+            mbar_init(sm.k_empty + MBAR_BYTES * st, CONSUMER_WARPS);
             mbar_init(sm.v_full + MBAR_BYTES * st, 1);
             mbar_init(sm.v_empty + MBAR_BYTES * st, CONSUMER_WARPS);
         }
@@ -787,25 +876,24 @@ fmha_flash_wgmma(const __grid_constant__ TensorMap map_q, const __grid_constant_
 
     if (warpgroup < PRODUCER_WARPGROUPS) {
         release_registers<PRODUCER_REGS>();
-        if (tid == 0) produce(sm, &map_q, &map_k, &map_v, q0, head, n_tiles);
+        if (tid == 0) produce(sm, &map_q, &map_k, &map_v, S, heads, is_causal);
         return;
     }
 
     claim_registers<CONSUMER_REGS>();
-    const int consumer = warpgroup - PRODUCER_WARPGROUPS;  // 0 or 1: rows consumer * WG_M .. of the tile
+    const int consumer = warpgroup - PRODUCER_WARPGROUPS;  // 0 or 1: rows consumer * WG_M .. of a tile
     const int warp = (tid % WARPGROUP_THREADS) / WARP_SIZE;  // warp within the warpgroup
+    unsigned char* staging = smem + (sm.o - raw) + consumer * WG_O_BYTES;
     if (consumer == 1) schedule_pass(consumer);  // consumer 0 takes the first turn
 
-    float o_acc[O_REGS];
-#pragma unroll
-    for (int i = 0; i < O_REGS; ++i) o_acc[i] = 0.0f;
-    float l[ROWS_PER_THREAD] = {0.0f, 0.0f};
-    consume(sm, o_acc, l, consumer, warp, lane, q0, S, is_causal, n_tiles);
-
-    // Every wgmma of this warpgroup that read its Q rows has completed (in all four warps) before
-    // any warp overwrites them with staged output.
-    named_barrier_sync(EPILOGUE_BARRIER_BASE + consumer, WARPGROUP_THREADS);
-    unsigned char* staging = smem + (sm.q - raw) + consumer * WG_Q_BYTES;
-    const long long head_offset = static_cast<long long>(head) * S * HEAD_DIM;
-    store_output(o + head_offset, o_acc, l, staging, q0 + consumer * WG_M, S, warp, lane);
+    const int tiles = (S + BLOCK_M - 1) / BLOCK_M * heads;
+    int ring = 0;
+    for (int round = 0;; ++round) {
+        const int index = scheduled_tile(round, blockIdx.x, gridDim.x);
+        if (index >= tiles) break;
+        const Tile t = make_tile(index, S, heads, is_causal);
+        const bool last_tile = scheduled_tile(round + 1, blockIdx.x, gridDim.x) >= tiles;
+        consume_tile(sm, staging, o, t, ring, round, last_tile, consumer, warp, lane, S, is_causal);
+        ring += t.n_tiles;
+    }
 }
