@@ -478,40 +478,54 @@ struct Pipeline {
     uint32_t halo_full;  // halo barrier of consumer 0; consumer j at halo_full + 8 j
 };
 
-// Producer (one thread): every active consumer's halo boxes first (each patch on its own barrier,
-// so that consumer 0 can start while later patches are still arriving), then the filter K blocks
-// through the ring: wait until a stage is free, announce its bytes, issue its box (filters f0..,
-// channels chunk*64.., tap r*S + s; filters past F and channels past C become zeros).
+// Producer (one thread). The filter ring: wait until a stage is free, announce its bytes, issue
+// the K block's box (filters f0.., channels chunk*64.., tap r*S + s; filters past F and channels
+// past C become zeros). The halos: every box of a patch counted on the patch's own barrier.
+struct RingCursor {
+    int stage = 0;
+    uint32_t phase = 0;
+};
+
+__device__ __forceinline__ void load_filter_block(const Pipeline& pipe, const TensorMap* map_w, const ConvShape& sh,
+                                                  int step, int first_k_block, int f0, RingCursor& ring)
+{
+    mbar_wait(pipe.empty + 8 * ring.stage, ring.phase ^ 1);  // the consumers released this stage's last round
+    int r, s, chunk;
+    k_block_tap(rotated_k_block(step, first_k_block, sh.k_blocks), sh, r, s, chunk);
+    const uint32_t full = pipe.full + 8 * ring.stage;
+    mbar_arrive_expect_tx(full, B_STAGE_BYTES);
+    tma_load_3d(pipe.ring + ring.stage * B_STAGE_BYTES, map_w, full, chunk * BOX_C, r * sh.S + s, f0);
+    if (++ring.stage == STAGES) {
+        ring.stage = 0;
+        ring.phase ^= 1;
+    }
+}
+
+__device__ __forceinline__ void load_halo(const Pipeline& pipe, const TensorMap* map_x, const ConvShape& sh, int j,
+                                          int patch)
+{
+    int n, p0, q0;
+    patch_origin(patch, sh, n, p0, q0);
+    const uint32_t bar = pipe.halo_full + 8 * j;
+    const uint32_t slot = pipe.halo + j * HALO_SLOT_BYTES;
+    mbar_arrive_expect_tx(bar, sh.c_chunks * sh.S * sh.box_bytes);
+    for (int chunk = 0; chunk < sh.c_chunks; ++chunk)
+        for (int s = 0; s < sh.S; ++s) {
+            int c, w, h;
+            halo_box_coords(chunk, s, p0, q0, sh, c, w, h);
+            tma_load_4d(slot + halo_box_index(chunk, s, sh) * sh.box_bytes, map_x, bar, c, w, h, n);
+        }
+}
+
+// Issue order: the first filter block (every consumer needs it), then the halos patch by patch (each
+// consumer starts as soon as its own has landed), then the rest of the filters as stages free up.
 __device__ __forceinline__ void produce(const Pipeline& pipe, const TensorMap* map_x, const TensorMap* map_w,
                                         const ConvShape& sh, int first_patch, int active, int f0, int first_k_block)
 {
-    for (int j = 0; j < active; ++j) {
-        int n, p0, q0;
-        patch_origin(first_patch + j, sh, n, p0, q0);
-        const uint32_t bar = pipe.halo_full + 8 * j;
-        const uint32_t slot = pipe.halo + j * HALO_SLOT_BYTES;
-        mbar_arrive_expect_tx(bar, sh.c_chunks * sh.S * sh.box_bytes);
-        for (int chunk = 0; chunk < sh.c_chunks; ++chunk)
-            for (int s = 0; s < sh.S; ++s) {
-                int c, w, h;
-                halo_box_coords(chunk, s, p0, q0, sh, c, w, h);
-                tma_load_4d(slot + halo_box_index(chunk, s, sh) * sh.box_bytes, map_x, bar, c, w, h, n);
-            }
-    }
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int step = 0; step < sh.k_blocks; ++step) {
-        mbar_wait(pipe.empty + 8 * stage, phase ^ 1);  // the consumers released this stage's last round
-        int r, s, chunk;
-        k_block_tap(rotated_k_block(step, first_k_block, sh.k_blocks), sh, r, s, chunk);
-        const uint32_t full = pipe.full + 8 * stage;
-        mbar_arrive_expect_tx(full, B_STAGE_BYTES);
-        tma_load_3d(pipe.ring + stage * B_STAGE_BYTES, map_w, full, chunk * BOX_C, r * sh.S + s, f0);
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-        }
-    }
+    RingCursor ring;
+    load_filter_block(pipe, map_w, sh, 0, first_k_block, f0, ring);
+    for (int j = 0; j < active; ++j) load_halo(pipe, map_x, sh, j, first_patch + j);
+    for (int step = 1; step < sh.k_blocks; ++step) load_filter_block(pipe, map_w, sh, step, first_k_block, f0, ring);
 }
 
 // Consumer warpgroup: wait for its patch's halo, then for every K block wait for its stage, issue
