@@ -138,6 +138,7 @@ constexpr int PV_STEP_BYTES = WGMMA_K * SWIZZLE_BYTES;     // 2048: 16 key rows 
 constexpr double LOG2E = 1.4426950408889634;
 constexpr double INV_SQRT_HEAD_DIM = 0.08838834764831844;  // 1 / sqrt(HEAD_DIM): the problem's softmax scale
 constexpr float SCALE_LOG2 = static_cast<float>(LOG2E * INV_SQRT_HEAD_DIM);  // one rounding to fp32
+constexpr int SOFTMAX_CHAINS = 4;                    // independent max / sum chains per row (latency, not count)
 // Epilogue
 constexpr int VEC = CHUNK_BYTES / ELEMENT_BYTES;     // 8 fp16 per 16-byte store
 constexpr int CHUNKS_PER_ROW = HEAD_DIM / VEC;       // 16 chunks in a 256-byte output row
@@ -547,25 +548,53 @@ __device__ __forceinline__ float quad_sum(float x)
 __device__ __forceinline__ void online_softmax(float (&s)[S_REGS], float (&m)[ROWS_PER_THREAD],
                                                float (&l)[ROWS_PER_THREAD], float (&alpha)[ROWS_PER_THREAD])
 {
+    // Row maxima: SOFTMAX_CHAINS independent chains per row instead of one chain of 32 FMNMX.
+    float part[ROWS_PER_THREAD][SOFTMAX_CHAINS];
 #pragma unroll
-    for (int r = 0; r < ROWS_PER_THREAD; ++r) {
-        float tile_max = -INFINITY;
+    for (int r = 0; r < ROWS_PER_THREAD; ++r)
 #pragma unroll
-        for (int j = 0; j < S_REGS / 4; ++j) tile_max = fmaxf(tile_max, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-        const float m_new = fmaxf(m[r], quad_max(tile_max));
-        const float m_scaled = (m_new == -INFINITY) ? 0.0f : m_new * SCALE_LOG2;
-        alpha[r] = fast_exp2(m[r] * SCALE_LOG2 - m_scaled);
-        m[r] = m_new;
-        float sum[2] = {0.0f, 0.0f};  // two chains of additions instead of one
+        for (int c = 0; c < SOFTMAX_CHAINS; ++c) part[r][c] = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < S_REGS / 4; ++j)
+    for (int j = 0; j < S_REGS / 4; ++j)
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_THREAD; ++r)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const float p = fast_exp2(fmaf(s[4 * j + 2 * r + e], SCALE_LOG2, -m_scaled));
-                s[4 * j + 2 * r + e] = p;
-                sum[e] += p;
+                float& chain = part[r][(2 * j + e) % SOFTMAX_CHAINS];
+                chain = fmaxf(chain, s[4 * j + 2 * r + e]);
             }
-        l[r] = l[r] * alpha[r] + (sum[0] + sum[1]);
+    float m_scaled[ROWS_PER_THREAD];
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_THREAD; ++r) {
+        float tile_max = part[r][0];
+#pragma unroll
+        for (int c = 1; c < SOFTMAX_CHAINS; ++c) tile_max = fmaxf(tile_max, part[r][c]);
+        const float m_new = fmaxf(m[r], quad_max(tile_max));
+        m_scaled[r] = (m_new == -INFINITY) ? 0.0f : m_new * SCALE_LOG2;
+        alpha[r] = fast_exp2(m[r] * SCALE_LOG2 - m_scaled[r]);
+        m[r] = m_new;
+    }
+    // Probabilities in place, and their sums, again in independent chains.
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_THREAD; ++r)
+#pragma unroll
+        for (int c = 0; c < SOFTMAX_CHAINS; ++c) part[r][c] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < S_REGS / 4; ++j)
+#pragma unroll
+        for (int r = 0; r < ROWS_PER_THREAD; ++r)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float p = fast_exp2(fmaf(s[4 * j + 2 * r + e], SCALE_LOG2, -m_scaled[r]));
+                s[4 * j + 2 * r + e] = p;
+                part[r][(2 * j + e) % SOFTMAX_CHAINS] += p;
+            }
+#pragma unroll
+    for (int r = 0; r < ROWS_PER_THREAD; ++r) {
+        float sum = part[r][0];
+#pragma unroll
+        for (int c = 1; c < SOFTMAX_CHAINS; ++c) sum += part[r][c];
+        l[r] = l[r] * alpha[r] + sum;
     }
 }
 
