@@ -461,7 +461,7 @@ __device__ __forceinline__ bool key_masked(int key, int row, int S, bool causal)
     return key >= S || (causal && key > row);
 }
 
-// Key tiles a CTA visits: all of them, or (causal) those up to its last valid row.
+// Key tiles a query tile visits: all of them, or (causal) those up to its last valid row.
 __device__ __forceinline__ int key_tile_count(int q0, int S, bool causal)
 {
     const int keys = causal ? min(q0 + BLOCK_M, S) : S;
@@ -474,10 +474,21 @@ __device__ __forceinline__ int key_tile_start(int i, int n_tiles)
     return (n_tiles - 1 - i) * BLOCK_N;
 }
 
-// Whether any key of the tile is masked for any row of the CTA (uniform across the CTA).
+// Whether any key of the key tile is masked for any row of the query tile (uniform across the CTA).
 __device__ __forceinline__ bool tile_needs_mask(int key0, int q0, int S, bool causal)
 {
     return key0 + BLOCK_N > S || (causal && key0 + BLOCK_N - 1 > q0);
+}
+
+// row_top: the query row of the thread's accumulators 4 j + {0, 1}.
+__device__ __forceinline__ void mask_scores(float (&s)[S_REGS], int key0, int row_top, int S, bool causal, int lane)
+{
+#pragma unroll
+    for (int i = 0; i < S_REGS; ++i) {
+        const int key = key0 + accumulator_col(lane, i);
+        const int row = row_top + ((i % 4) / 2) * ACC_ROW_HALF;
+        if (key_masked(key, row, S, causal)) s[i] = -INFINITY;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -501,17 +512,6 @@ __device__ __forceinline__ void tile_coordinates(int tile, int q_tiles, int head
     } else {
         q_tile = tile % q_tiles;
         head = tile / q_tiles;
-    }
-}
-
-// row_top: the query row of the thread's accumulators 4 j + {0, 1}.
-__device__ __forceinline__ void mask_scores(float (&s)[S_REGS], int key0, int row_top, int S, bool causal, int lane)
-{
-#pragma unroll
-    for (int i = 0; i < S_REGS; ++i) {
-        const int key = key0 + accumulator_col(lane, i);
-        const int row = row_top + ((i % 4) / 2) * ACC_ROW_HALF;
-        if (key_masked(key, row, S, causal)) s[i] = -INFINITY;
     }
 }
 
