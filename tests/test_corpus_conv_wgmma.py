@@ -343,10 +343,12 @@ int main()
 """
 
 # Every supported case of the problem, and shapes at the corners of the domain: two 64-channel chunks
-# (1x1) with F over two 128-filter tiles, an even 2x2 filter with pad 0, a 5x1 filter (R != S).
+# (1x1) with F over two 128-filter tiles, an even 2x2 filter with pad 0, a 5x1 filter (R != S), and
+# 14 K blocks (7x1, two chunks), more than the ring has stages.
 EXTRA_SHAPES = {"two_chunks_f200": {"N": 1, "H": 12, "W": 10, "C": 128, "F": 200, "R": 1, "S": 1, "pad": 0},
                 "even_filter": {"N": 2, "H": 9, "W": 17, "C": 16, "F": 24, "R": 2, "S": 2, "pad": 0},
-                "tall_filter": {"N": 1, "H": 11, "W": 13, "C": 24, "F": 40, "R": 5, "S": 1, "pad": 2}}
+                "tall_filter": {"N": 1, "H": 11, "W": 13, "C": 24, "F": 40, "R": 5, "S": 1, "pad": 2},
+                "ring_wraps": {"N": 1, "H": 10, "W": 9, "C": 128, "F": 16, "R": 7, "S": 1, "pad": 3}}
 HARNESS_CASES = [*sorted(SUPPORTED), *EXTRA_SHAPES]
 
 
@@ -714,8 +716,8 @@ def test_emulated_launch_reproduces_the_reference(tables, name):
 
 @pytest.mark.parametrize("name", list(EXTRA_SHAPES))
 def test_emulated_launch_at_the_domain_corners(tables, name):
-    """Two channel chunks with F over two filter tiles, an even filter with pad 0, a 5x1 filter:
-    integer inputs, so the float64 emulation equals the exact convolution (before fp16 rounding)."""
+    """Two channel chunks with F over two filter tiles, an even filter with pad 0, a 5x1 filter, more K
+    blocks than stages: integer inputs, so the float64 emulation equals the exact convolution."""
     case = Case(tables, name)
     p = case.params
     (launch,) = plan_for(p)

@@ -46,6 +46,13 @@
 //      per pixel on the headline), masked to p < P, q < Q, f < F; element stores when rows of y are
 //      not 16-byte aligned (F % 8 != 0).
 //
+// Sizing for the headline (M = 25088, F = 128, K = 576 on 132 SMs): per CTA, 3 x 30 KiB of halos and
+// 9 x 16 KiB of filters cross L2 (234 KiB, 30 MiB for the launch, where the 192 x 128 im2col tiles of
+// conv2d/implicit_gemm move 48 MiB), and 3 x 36 wgmma m64n128k16 run on its SM (about 3.5 us at the
+// tensor cores' peak). Shared memory: 3 halo slots of 30 KiB and 8 stages of 16 KiB, 219 KiB, so one
+// CTA per SM; registers: 64 accumulators per consumer thread. The filters are now most of the L2
+// traffic; halving it would take TMA multicast of each filter block to a 2-CTA cluster.
+//
 // Domain (launch.toml): stride 1 (a box row must be 8 consecutive input pixels), C % 8 == 0 (a
 // tensor map's row strides are multiples of 16 bytes), and a patch's boxes fit its halo slot:
 // cdiv(C, 64) * S * (R + 7) <= HALO_CAPACITY_ROWS (30: 3x3 up to 64 channels, 1x1 up to 192).
@@ -596,7 +603,7 @@ conv2d_implicit_wgmma(const __grid_constant__ TensorMap map_x, const __grid_cons
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(pipe.full + 8 * s, 1);                                 // the producer's arrive; TMA adds the bytes
+            mbar_init(pipe.full + 8 * s, 1);                              // the producer's arrive; TMA adds the bytes
             mbar_init(pipe.empty + 8 * s, active * WARPS_PER_WARPGROUP);  // one arrive per active consumer warp
         }
         for (int j = 0; j < CONSUMER_WARPGROUPS; ++j) mbar_init(pipe.halo_full + 8 * j, 1);
