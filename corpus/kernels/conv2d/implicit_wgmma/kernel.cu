@@ -131,6 +131,7 @@ static_assert(EPI_BYTES <= HALO_SLOT_BYTES, "the staged output fits in the consu
 static_assert((EPI_STRIDE * ELEMENT_BYTES) % CHUNK_BYTES == 0, "staged rows keep 16-byte alignment");
 static_assert(HALO_CAPACITY_ROWS * HALO_ROW_BYTES < (1 << 20), "a patch's bytes fit an mbarrier transaction count");
 static_assert(STAGES >= 2, "a pipeline needs at least two stages");
+static_assert(CONSUMER_WARPGROUPS <= 3, "warpgroup_barrier names one barrier per consumer, for up to three");
 static_assert(SMEM_BYTES <= 232448, "fits the 227 KiB of shared memory a Hopper block may opt into");
 
 // A CUtensorMap as the driver encodes it: 128 opaque bytes, 64-byte aligned. Declared here so that
