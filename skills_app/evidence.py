@@ -73,7 +73,7 @@ def _summarise(name: str, data: dict[str, Any]) -> Evidence:
     evidence = Evidence(name, name.removesuffix(".json").replace("_", " "), where=str(where),
                         commit=str(prov.get("git_commit", ""))[:12], date=_format_date(date),
                         written_by=str(prov.get("written_by", "")), sort_key=date)
-    summarise = _SUMMARIES.get(name)
+    summarise = _SUMMARIES.get(name) or (_sweep if name.startswith("sweep-") else None)
     if summarise:
         summarise(evidence, data)
     else:
@@ -133,8 +133,63 @@ def _web_perf(e: Evidence, data: dict[str, Any]) -> None:
               for r in data.get("rows", [])]
 
 
+def _corpus(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "Expert corpus vs the vendor path"
+    rows = [r for r in data.get("rows", []) if isinstance(r.get("ratio"), (int, float))]
+    met = [r for r in rows if r.get("target") is not None and r.get("meets_target")]
+    targeted = [r for r in rows if r.get("target") is not None]
+    e.headline = f"{len(met)} of {len(targeted)} targets met" + "".join(
+        f"{', ' if i else ': '}{r['kernel']['name']} {r['ratio']:.2f}x" for i, r in enumerate(targeted))
+    e.columns = ["kernel", "vs vendor", "target", "roofline", "median µs", "vendor µs"]
+    e.rows = [[r["kernel"]["name"], _num(r.get("ratio"), "{:.3f}x"), _num(r.get("target"), "{:.2f}x"),
+               _num(r.get("roofline_fraction"), "{:.0%}"), _num(r.get("median_us"), "{:.1f}"),
+               _num(r.get("vendor_median_us"), "{:.1f}")] for r in rows]
+
+
+def _skills(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "Skills"
+    admission = data.get("admission_rate") or {}
+    parts = [f"admission {admission.get('admitted', '?')}/{admission.get('cards', '?')} cards "
+             f"({_num(admission.get('value'), '{:.0%}')})" if admission.get("value") is not None
+             else "admission unknown"]
+    for key, label in (("roundtrip_min_vs_expert", "roundtrip"), ("vs_unconditioned_geomean", "vs unconditioned")):
+        value = (data.get(key) or {}).get("value")
+        parts.append(f"{label} {_num(value, '{:.2f}x')}" if value is not None else f"{label} not measured")
+    e.headline = "; ".join(parts)
+    e.columns = ["measure", "value", "why unknown"]
+    e.rows = [[key.replace("_", " "), _num((data.get(key) or {}).get("value"), "{:.3f}"),
+               (data.get(key) or {}).get("reason", "")]
+              for key in ("admission_rate", "roundtrip_min_vs_expert", "vs_unconditioned_geomean")]
+
+
+def _multigpu(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "Gate workers on several GPUs"
+    rows = data.get("rows", [])
+    best = max((r for r in rows if isinstance(r.get("efficiency"), (int, float))), key=lambda r: r["gpus"],
+               default=None)
+    e.headline = (f"{best['gpus']} GPUs at {best['efficiency']:.2f} efficiency ({_num(best.get('jobs_per_min'), '{:.1f}')}"
+                  f" jobs/min)" if best else f"{len(rows)} rows")
+    e.columns = ["run", "GPUs", "jobs/min", "efficiency", "failed", "ran twice"]
+    e.rows = [[r.get("label", ""), r.get("gpus", ""), _num(r.get("jobs_per_min"), "{:.2f}"),
+               _num(r.get("efficiency"), "{:.3f}"), r.get("failed", ""), r.get("ran_more_than_once", "")] for r in rows]
+
+
+def _sweep(e: Evidence, data: dict[str, Any]) -> None:
+    timed = [r for r in data.get("rows", []) if isinstance((r.get("timing") or {}).get("vs_vendor"), (int, float))]
+    best = max(timed, key=lambda r: r["timing"]["vs_vendor"], default=None)
+    e.title = f"Tuning sweep: {(best or {}).get('kernel', {}).get('name', e.name)}"
+    e.headline = (f"best {best['variant']['name']}: {best['timing']['vs_vendor']:.3f}x vendor, "
+                  f"{_num(best['timing'].get('vs_expert'), '{:.3f}x')} the expert ({len(timed)} variants timed)"
+                  if best else f"{len(data.get('rows', []))} variants, none timed")
+    e.columns = ["variant", "status", "median µs", "vs vendor", "vs expert"]
+    e.rows = [[r["variant"]["name"], r.get("status", ""), _num((r.get("timing") or {}).get("median_us"), "{:.1f}"),
+               _num((r.get("timing") or {}).get("vs_vendor"), "{:.3f}x"),
+               _num((r.get("timing") or {}).get("vs_expert"), "{:.3f}x")] for r in data.get("rows", [])]
+
+
 _SUMMARIES = {"adversarial.json": _adversarial, "example.json": _example, "gate_cost.json": _gate_cost,
-              "jobs.json": _jobs, "web_perf.json": _web_perf}
+              "jobs.json": _jobs, "web_perf.json": _web_perf, "corpus.json": _corpus, "skills.json": _skills,
+              "multigpu.json": _multigpu}
 
 
 def _num(value: Any, fmt: str) -> str:
