@@ -156,6 +156,7 @@ static_assert(Q_SPAN_BYTES % SWIZZLE_ATOM_BYTES == 0 && WG_Q_BYTES % SWIZZLE_ATO
               "every block and every V k-step starts on a whole swizzle pattern");
 static_assert(WGMMA_K == 2 * SWIZZLE_ROWS, "a k16 step of V is two 8-key groups, SBO apart");
 static_assert(S_REGS == S_N / ACC_TILE_N * 4 && O_REGS == O_N / ACC_TILE_N * 4, "4 accumulators per 8-column group");
+static_assert(S_N == 128 && O_N == 128, "the wgmma asm below is written for m64n128k16: 64 accumulators per thread");
 static_assert(P_REGS == PV_STEPS * P_REGS_PER_STEP, "P covers every k16 step of P V");
 static_assert(STAGE_ROW_BYTES % CHUNK_BYTES == 0 && (STAGE_ROW_BYTES / 4) % 32 == 4,
               "staged rows keep 16-byte alignment, and consecutive rows start 4 banks apart");
