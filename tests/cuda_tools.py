@@ -1,5 +1,7 @@
 """Host-side CUDA helpers the kernel tests share: build and run a host harness that prints integer
-tables, and count the SASS mnemonics of a cubin."""
+tables; count the SASS mnemonics and opcodes of a cubin; the build checks and the compile-only gate
+of the sm_90a (wgmma) experts; and the PTX ISA as models (the 128B swizzle, the wgmma accumulator
+layout, an mbarrier for the pipeline protocol simulations)."""
 
 from __future__ import annotations
 
@@ -48,3 +50,116 @@ def sass_mnemonics(cubin: bytes) -> Counter:
         if match and (match.group(1) or "").strip() != "@!PT":
             counts[match.group(2)] += 1
     return counts
+
+
+_SASS_OPCODE_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;?\s*/\*\s*0x[0-9a-f]+\s*\*/\s*$")
+
+
+def sass_opcodes(result, arch: str = "sm_90a") -> Counter:
+    """Opcode (with modifiers) -> static count in the SASS of a CompileResult's cubin for `arch`;
+    never-executed @!PT padding left out."""
+    toolchain = find_toolchain()
+    path = result.cubin_paths[arch]
+    text = run_tool([toolchain.cuobjdump, "-sass", path], env=toolchain.environment(Path(path).parent))
+    counts: Counter = Counter()
+    for line in text.splitlines():
+        match = _SASS_OPCODE_LINE.match(line)
+        if not match or not match.group(1):
+            continue
+        words = match.group(1).split()
+        if words[0].startswith("@"):
+            if words[0] == "@!PT":
+                continue
+            words = words[1:]
+        counts[words[0]] += 1
+    return counts
+
+
+def count(opcodes: Counter, pattern: str) -> int:
+    """How many of the opcodes match `pattern` (re.search)."""
+    regex = re.compile(pattern)
+    return sum(n for op, n in opcodes.items() if regex.search(op))
+
+
+def sm90a_resources(result, entry: str):
+    """A wgmma expert's build: compiled for sm_90a alone (wgmma and setmaxnreg exist only on the
+    arch-specific target), no "wgmma ... serialized" warning from ptxas, no spills, no stack, no
+    static shared memory (all of it is dynamic, sized by the plan). Returns `entry`'s resources."""
+    assert result.ok, result.log
+    assert result.targets == ("sm_90a",)
+    assert "serializ" not in result.log.lower()
+    res = result.resources_for(entry, "sm_90a")
+    assert not res.spills and res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, res
+    assert res.shared_bytes == 0
+    return res
+
+
+def assert_compiles_up_to_the_gpu(problem: Path, state, cache, cases: set[str], skipped: set[str]) -> None:
+    """Compile-only gate of a wgmma expert: static check, sm_90a compile, SASS features and the plan
+    resolved on an H200 for `cases` (tensor maps included); `skipped` are outside the domain and not run.
+    Its SASS has warpgroup MMAs and TMA loads, and neither mma.sync nor cp.async."""
+    from klineage.config import GateMode
+    from klineage.gate.pipeline import run_gate
+    from klineage.gate.verdict import Status
+
+    verdict = run_gate(problem, state, mode=GateMode.COMPILE_ONLY, cache=cache)
+    assert verdict.status is Status.COMPILED, verdict.findings
+    assert set(verdict.cases) == cases
+    assert set(verdict.domain["skipped"]) == skipped
+    sass = {row["name"]: row["count"] for row in verdict.features["sass"]["counts"]}
+    assert sass.get("hgmma") and sass.get("utmaldg") and not sass.get("hmma") and not sass.get("ldgsts")
+
+
+# ---------------------------------------------------------------------------------------------
+# The PTX ISA, as models
+# ---------------------------------------------------------------------------------------------
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def swizzle_128b(address):
+    """The 128-byte swizzle of TMA and wgmma alike, on shared addresses: 16-byte chunk bits 4-6 XOR
+    row (line) bits 7-9 (works on ints, and elementwise on integer tensors and numpy arrays)."""
+    return address ^ (((address >> 7) & 7) << 4)
+
+
+def ptx_wgmma_d(t: int, i: int) -> tuple[int, int]:
+    """(row, col) of accumulator d_i of warpgroup thread t in a wgmma .m64nNk16 fp32 D tile (PTX ISA)."""
+    warp, lane = t // 32, t % 32
+    return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+class MBarrier:
+    """An mbarrier, for the pipeline protocol simulations: the current phase completes when every
+    expected arrival has come and the transaction count is back to zero; try_wait.parity(P) succeeds
+    once the phase of parity P has completed, i.e. while the current phase's parity differs from P."""
+
+    def __init__(self, arrivals: int):
+        self.expected, self.pending, self.tx, self.phase = arrivals, arrivals, 0, 0
+
+    def arrive(self, count: int = 1, expect_tx: int = 0) -> None:
+        self.tx += expect_tx
+        self.pending -= count
+        assert self.pending >= 0, "more arrivals than the barrier expects"
+        self.settle()
+
+    def complete_tx(self, nbytes: int) -> None:
+        self.tx -= nbytes
+        assert self.tx >= 0 or self.pending > 0
+        self.settle()
+
+    def settle(self) -> None:
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.expected
+
+    def ready(self, parity: int, phase_index: int) -> bool:
+        """try_wait.parity(parity) by a waiter for the completion of phase `phase_index`."""
+        done = (self.phase & 1) != parity
+        # The waiter is never two phases behind, or parity could not tell them apart; and the parity
+        # it waits on is the one of the phase it means.
+        assert self.phase in (phase_index, phase_index + 1), (self.phase, phase_index)
+        assert done == (self.phase == phase_index + 1)
+        return done

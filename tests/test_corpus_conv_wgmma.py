@@ -23,7 +23,6 @@
 from __future__ import annotations
 
 import random
-import re
 import struct
 from collections import Counter
 from functools import cache
@@ -41,8 +40,8 @@ from klineage.gate.params import (KernelParameters, check_tensor_map_buffer, pac
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import load_problem, tolerance_for
-from klineage.toolchain import find_toolchain, run_tool
-from cuda_tools import run_host_harness, sass_mnemonics
+from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
+                        sass_mnemonics, sass_opcodes, sm90a_resources, swizzle_128b)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "conv2d.py"
@@ -74,10 +73,6 @@ def cases() -> dict[str, dict]:
 
 def out_size(size: int, kernel_size: int, stride: int, pad: int) -> int:
     return (size + 2 * pad - kernel_size) // stride + 1
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def plan_for(params: dict):
@@ -178,15 +173,10 @@ def compiled(tmp_path_factory) -> CompileResult:
 
 
 def test_compiles_for_sm90a_without_spills(compiled):
-    assert compiled.ok, compiled.log
-    assert compiled.targets == ("sm_90a",)  # wgmma exists only on the arch-specific target
+    res = sm90a_resources(compiled, ENTRY)
     assert "-O3" in compiled.flags and "-Xptxas" in compiled.flags and "-std=c++17" in compiled.flags
-    res = compiled.resources_for(ENTRY, "sm_90a")
-    assert not res.spills and res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, res
     assert 64 < res.registers <= 128, res  # 64 accumulators; __launch_bounds__(512, 1) allows 128
-    assert res.shared_bytes == 0  # all shared memory is dynamic, sized by the plan
     assert res.barriers == 4  # __syncthreads and one named barrier per consumer warpgroup
-    assert "serializ" not in compiled.log.lower()  # no "wgmma ... serialized" warning from ptxas
     assert "warning" not in compiled.log.lower(), compiled.log
 
 
@@ -207,33 +197,6 @@ def test_the_plan_packs_into_the_cubins_parameter_layout(compiled):
         assert kind == "tensor_map"
         check_tensor_map_buffer(name, spec, 0x1000, buffer.numel() * buffer.element_size(), "float16")
         assert spec.extent_bytes == buffer.numel() * buffer.element_size()
-
-
-_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;?\s*/\*\s*0x[0-9a-f]+\s*\*/\s*$")
-
-
-def sass_opcodes(result: CompileResult) -> Counter:
-    """Opcode (with modifiers) -> static count; never-executed @!PT padding left out."""
-    toolchain = find_toolchain()
-    path = result.cubin_paths["sm_90a"]
-    text = run_tool([toolchain.cuobjdump, "-sass", path], env=toolchain.environment(Path(path).parent))
-    counts: Counter = Counter()
-    for line in text.splitlines():
-        match = _SASS_LINE.match(line)
-        if not match or not match.group(1):
-            continue
-        words = match.group(1).split()
-        if words[0].startswith("@"):
-            if words[0] == "@!PT":
-                continue
-            words = words[1:]
-        counts[words[0]] += 1
-    return counts
-
-
-def count(opcodes: Counter, pattern: str) -> int:
-    regex = re.compile(pattern)
-    return sum(n for op, n in opcodes.items() if regex.search(op))
 
 
 def test_sass_has_every_mechanism(compiled):
@@ -399,12 +362,6 @@ def decode_descriptor(desc: int) -> dict:
             "reserved": desc & ~((0x3FFF) | (0x3FFF << 16) | (0x3FFF << 32) | (7 << 49) | (3 << 62))}
 
 
-def swizzle_128b(address):
-    """The 128-byte swizzle of TMA and wgmma alike: 16-byte chunk bits 4-6 XOR line bits 7-9 of the
-    shared address (works on ints and integer tensors)."""
-    return address ^ (((address >> 7) & 7) << 4)
-
-
 def tma_box_offset(index: tuple, box: tuple, element_bytes: int = 2):
     """Byte offset from a 1024-aligned destination where a 128B-swizzled TMA box puts element
     `index` (innermost first): the box is stored densely, innermost dimension contiguous, then the
@@ -420,12 +377,6 @@ def wgmma_operand_address(start, sbo, row, kk):
     swizzle mode: 8-line groups SBO bytes apart, 128-byte lines, swizzled on the absolute address
     (base offset 0: the pattern starts on a 1024-byte boundary)."""
     return swizzle_128b(start + (row // 8) * sbo + (row % 8) * 128 + kk * 2)
-
-
-def ptx_wgmma_d(t: int, i: int) -> tuple[int, int]:
-    """(row, col) of accumulator d_i of warpgroup thread t in a wgmma .m64nNk16 fp32 D tile (PTX ISA)."""
-    warp, lane = t // 32, t % 32
-    return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
 
 
 # ---- checks of the helpers ---------------------------------------------------------------------
@@ -747,35 +698,6 @@ def test_the_emulation_has_teeth(tables):
 # ---------------------------------------------------------------------------------------------
 
 
-class Barrier:
-    """An mbarrier: a phase completes when every expected arrival has come and the transaction count
-    is back to zero; try_wait.parity(P) succeeds once the phase of parity P has completed."""
-
-    def __init__(self, arrivals: int):
-        self.expected, self.pending, self.tx, self.phase = arrivals, arrivals, 0, 0
-
-    def arrive(self, expect_tx: int = 0) -> None:
-        self.tx += expect_tx
-        self.pending -= 1
-        assert self.pending >= 0, "more arrivals than the barrier expects"
-        self.settle()
-
-    def complete_tx(self, nbytes: int) -> None:
-        self.tx -= nbytes
-        assert self.tx >= 0 or self.pending > 0
-        self.settle()
-
-    def settle(self) -> None:
-        if self.pending == 0 and self.tx == 0:
-            self.phase += 1
-            self.pending = self.expected
-
-    def ready(self, parity: int, phase_index: int) -> bool:
-        done = (self.phase & 1) != parity
-        assert self.phase in (phase_index, phase_index + 1), (self.phase, phase_index)  # never two phases behind
-        return done
-
-
 def simulate_cta(active: int, k_blocks: int, boxes: int, stages: int, seed: int, early_release: bool = False,
                  skip_epilogue_barrier: bool = False) -> None:
     """produce / consume / the epilogue of one CTA, transcribed: one producer thread (the first filter
@@ -787,9 +709,9 @@ def simulate_cta(active: int, k_blocks: int, boxes: int, stages: int, seed: int,
     deadlock; early_release and skip_epilogue_barrier break the protocol on purpose."""
     rng = random.Random(seed)
     warps_per_wg = 4
-    full = [Barrier(1) for _ in range(stages)]
-    empty = [Barrier(active * warps_per_wg) for _ in range(stages)]
-    halo_bar = [Barrier(1) for _ in range(active)]
+    full = [MBarrier(1) for _ in range(stages)]
+    empty = [MBarrier(active * warps_per_wg) for _ in range(stages)]
+    halo_bar = [MBarrier(1) for _ in range(active)]
     holds = [None] * stages  # K step whose filter box has landed in the stage
     copying: list[tuple[str, int, int]] = []  # in-flight TMA copies: ("halo", consumer, _) or ("ring", stage, step)
     halo_landed = [0] * active
@@ -913,13 +835,4 @@ def test_pipeline_model_catches_wrong_protocols():
 def test_passes_the_gate_up_to_the_gpu(gate_cache):
     """Compile-only gate: static check, sm_90a compile, SASS features and the plan resolved on an
     H200 for every supported case (tensor maps included); unsupported cases are skipped, not run."""
-    from klineage.config import GateMode
-    from klineage.gate.pipeline import run_gate
-    from klineage.gate.verdict import Status
-
-    verdict = run_gate(PROBLEM, kernel(), mode=GateMode.COMPILE_ONLY, cache=gate_cache)
-    assert verdict.status is Status.COMPILED, verdict.findings
-    assert set(verdict.cases) == SUPPORTED
-    assert set(verdict.domain["skipped"]) == {"strided", "stem"}
-    sass = {row["name"]: row["count"] for row in verdict.features["sass"]["counts"]}
-    assert sass.get("hgmma") and sass.get("utmaldg") and not sass.get("hmma") and not sass.get("ldgsts")
+    assert_compiles_up_to_the_gpu(PROBLEM, kernel(), gate_cache, SUPPORTED, {"strided", "stem"})

@@ -50,7 +50,8 @@ from klineage.features.sass import disassemble
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import load_problem, tolerance_for
-from cuda_tools import run_host_harness, sass_mnemonics
+from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
+                        sass_mnemonics, sm90a_resources, swizzle_128b)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "fmha.py"
@@ -86,10 +87,6 @@ def tolerance():
 
 def env_for(params: dict) -> dict:
     return {**params, **constants(), **H200.facts()}
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,16 +187,11 @@ def test_the_plan_packs_into_the_cubin_parameter_layout(compiled):
 
 
 def test_compiles_for_sm90a_without_spills(compiled):
-    assert compiled.ok, compiled.log
-    assert compiled.targets == ("sm_90a",)  # wgmma and setmaxnreg exist only on the arch-specific target
+    res = sm90a_resources(compiled, ENTRY)
     assert "warning" not in compiled.log.lower(), compiled.log
-    assert "serializ" not in compiled.log.lower()  # no "wgmma ... serialized" from ptxas
-    res = compiled.resources_for(ENTRY, "sm_90a")
-    assert not res.spills and res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, res
     # __launch_bounds__(384, 1) caps the launch at 65536 / 384 registers (rounded down to 8);
     # setmaxnreg moves the producer's share to the consumers.
     assert res.registers == 168, res
-    assert res.shared_bytes == 0  # all shared memory is dynamic, sized by the plan
 
 
 def sass(compiled) -> list[str]:
@@ -209,11 +201,6 @@ def sass(compiled) -> list[str]:
 
 def opcodes(compiled) -> Counter:
     return Counter(words[1] if words[0].startswith("@") else words[0] for words in (i.split() for i in sass(compiled)))
-
-
-def count(ops: Counter, pattern: str) -> int:
-    regex = re.compile(pattern)
-    return sum(n for op, n in ops.items() if regex.search(op))
 
 
 def test_sass_has_every_mechanism(compiled):
@@ -466,12 +453,6 @@ def decode(desc: int) -> tuple[int, int, int, int]:
     return (desc & 0x3FFF) << 4, ((desc >> 16) & 0x3FFF) << 4, ((desc >> 32) & 0x3FFF) << 4, desc >> 62
 
 
-def swizzle_128b(address):
-    """The 128-byte swizzle of TMA and wgmma alike, on shared addresses: 16-byte chunk bits 4-6 XOR
-    row bits 7-9 (works elementwise on numpy arrays)."""
-    return address ^ (((address >> 7) & 7) << 4)
-
-
 def tma_offset(row, col):
     """Byte offset from a 1024-aligned block where a 128B-swizzled TMA box of 64-element fp16 rows
     stores element (row, col)."""
@@ -498,12 +479,6 @@ def mn_major_reads(desc: int, n: int):
     k = np.arange(16)[:, None]
     col = np.arange(n)[None, :]
     return swizzle_128b(start + (col // 64) * lbo + (k // 8) * sbo + (k % 8) * 128 + (col % 64) * 2)
-
-
-def isa_accumulator(t: int, i: int) -> tuple[int, int]:
-    """(row, col) of accumulator d_i of warpgroup thread t in a wgmma .m64nNk16 fp32 D tile."""
-    warp, lane = t // 32, t % 32
-    return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
 
 
 def isa_register_a(t: int, v: int) -> tuple[int, int]:
@@ -595,7 +570,7 @@ def test_accumulator_layout_is_the_isa_layout(tables):
     c = constants()
     cover = Counter()
     for warp, lane, i, row, col in tables["acc"]:
-        assert (row, col) == isa_accumulator(32 * warp + lane, i)
+        assert (row, col) == ptx_wgmma_d(32 * warp + lane, i)
         cover[(row, col)] += 1
     assert set(cover) == {(r, col) for r in range(64) for col in range(c["S_N"])} and set(cover.values()) == {1}
 
@@ -613,7 +588,7 @@ def test_score_accumulators_are_the_a_fragments_of_p_v(tables):
         for kk in range(c["PV_STEPS"]):
             for v in range(8):
                 source = halves[(c["P_REGS_PER_STEP"] * kk + v // 2, v % 2)]
-                row, key = isa_accumulator(t, source)
+                row, key = ptx_wgmma_d(t, source)
                 a_row, a_k = isa_register_a(t, v)
                 assert (row, key) == (a_row, 16 * kk + a_k), (t, kk, v)
                 used[source] += t == 0
@@ -622,14 +597,14 @@ def test_score_accumulators_are_the_a_fragments_of_p_v(tables):
 
 def test_rescale_scales_each_row_by_its_own_factor(tables):
     for i, value in tables["rescale"]:
-        row_half = isa_accumulator(0, i)[0] // 8
+        row_half = ptx_wgmma_d(0, i)[0] // 8
         assert value == (2, 3)[row_half]
 
 
 def model_mask(key0: int, row_top: int, s_len: int, causal: int, lane: int) -> list[int]:
     out = []
     for i in range(64):
-        row, col = isa_accumulator(lane, i)  # warp 0: row_top is the row of lane // 4
+        row, col = ptx_wgmma_d(lane, i)  # warp 0: row_top is the row of lane // 4
         row = row_top + (row - lane // 4)
         key = key0 + col
         out.append(int(key >= s_len or (causal and key > row)))
@@ -681,7 +656,7 @@ def test_epilogue_staging_is_conflict_free_and_covers_the_tile(tables):
     assert max(stage.values()) + 4 <= c["WG_O_BYTES"]  # inside the warpgroup's block
     for warp in range(4):
         for i in range(0, 64, 2):
-            banks = {stage[isa_accumulator(32 * warp + lane, i)] // 4 % 32 for lane in range(32)}
+            banks = {stage[ptx_wgmma_d(32 * warp + lane, i)] // 4 % 32 for lane in range(32)}
             assert len(banks) == 32, (warp, i)
     chunks = Counter()
     passes: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -1056,35 +1031,6 @@ def test_emulation_catches_a_wrong_transpose(tables):
 # ---------------------------------------------------------------------------------------------
 
 
-class MBarrier:
-    """An mbarrier: the current phase completes when every expected arrival has come and the
-    transaction count is back to zero; try_wait.parity(P) succeeds once the phase of parity P has
-    completed, i.e. while the current phase's parity differs from P."""
-
-    def __init__(self, arrivals: int):
-        self.expected, self.pending, self.tx, self.phase = arrivals, arrivals, 0, 0
-
-    def arrive(self, count: int = 1, expect_tx: int = 0) -> None:
-        self.tx += expect_tx
-        self.pending -= count
-        assert self.pending >= 0, "more arrivals than the barrier expects"
-        self.settle()
-
-    def complete_tx(self, nbytes: int) -> None:
-        self.tx -= nbytes
-        self.settle()
-
-    def settle(self) -> None:
-        if self.pending == 0 and self.tx == 0:
-            self.phase += 1
-            self.pending = self.expected
-
-    def ready(self, parity: int, phase_index: int) -> bool:
-        # The waiter is never two phases behind, or parity could not tell them apart.
-        assert self.phase in (phase_index, phase_index + 1), (self.phase, phase_index)
-        return (self.phase & 1) != parity
-
-
 def consumer_program(c: int, ns: list[int], *, last_pass: bool = False, early_release: bool = False,
                      early_q_release: bool = False) -> list[tuple]:
     """consume_tile() over a CTA's tiles (ns: key tiles per tile) as a list of steps;
@@ -1240,19 +1186,11 @@ def test_pipeline_model_catches_wrong_protocols():
 def test_the_gpu_probes_build_from_the_kernel_source(tmp_path):
     """tests/test_gpu_fmha_wgmma.py appends its probe kernels to kernel.cu; they build for sm_90a
     without spills here, and their parameter tables take the probes' arguments."""
-    import subprocess
+    from gpu_tools import build_probes
+    from test_gpu_fmha_wgmma import PROBE_FLAGS, PROBES, head_map
 
-    from klineage.toolchain import find_toolchain
-    from test_gpu_fmha_wgmma import PROBES, head_map
-
-    toolchain = find_toolchain()
-    (tmp_path / "probes.cu").write_text((EXPERT / "kernel.cu").read_text() + PROBES)
-    build = subprocess.run([toolchain.nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "--ftz=true",
-                            "-Xptxas", "-v", "-o", "probes.cubin", "probes.cu"], cwd=tmp_path, capture_output=True,
-                           text=True, env=toolchain.environment(tmp_path), timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
-    assert "spill" not in build.stderr.replace("0 bytes spill", "") and "warning" not in build.stderr.lower()
-    cubin = (tmp_path / "probes.cubin").read_bytes()
+    cubin, log = build_probes(tmp_path, (EXPERT / "kernel.cu").read_text() + PROBES, *PROBE_FLAGS, "-Xptxas", "-v")
+    assert "spill" not in log.replace("0 bytes spill", "") and "warning" not in log.lower()
     spec = head_map(128, 1, 128)
     maps = {i: bytes([i + 1]) * 128 for i in range(2)}
     for name, args in (("tma_head_box", (("tensor_map", "q", spec), ("buffer", "out", ""), ("scalar", 0, "i32"),
@@ -1271,13 +1209,5 @@ def test_the_gpu_probes_build_from_the_kernel_source(tmp_path):
 def test_passes_the_gate_up_to_the_gpu(gate_cache):
     """Compile-only gate: static check, sm_90a compile, SASS features and the plan resolved on an
     H200 for every case (tensor maps included); no case is outside the domain."""
-    from klineage.config import GateMode
-    from klineage.gate.pipeline import run_gate
-    from klineage.gate.verdict import Status
-
-    verdict = run_gate(PROBLEM, state(), mode=GateMode.COMPILE_ONLY, cache=gate_cache)
-    assert verdict.status is Status.COMPILED, verdict.findings
-    assert set(verdict.cases) == {"headline", "causal", "ragged", "ragged_causal", "small"}
-    assert not verdict.domain["skipped"]
-    sass = {row["name"]: row["count"] for row in verdict.features["sass"]["counts"]}
-    assert sass.get("hgmma") and sass.get("utmaldg") and not sass.get("hmma") and not sass.get("ldgsts")
+    assert_compiles_up_to_the_gpu(PROBLEM, state(), gate_cache,
+                                  {"headline", "causal", "ragged", "ragged_causal", "small"}, set())

@@ -39,8 +39,8 @@ from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import Tolerance, load_problem, tolerance_for, validate_numerics
-from klineage.toolchain import find_toolchain, run_tool
-from cuda_tools import run_host_harness, sass_mnemonics
+from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
+                        sass_mnemonics, sass_opcodes, sm90a_resources, swizzle_128b)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "gemm.py"
@@ -211,33 +211,6 @@ def test_compiles_without_spills(compiled, name):
         assert res.shared_bytes == 0  # all shared memory is dynamic, sized by the plan
         if name in MMA:
             assert res.registers >= 128 + 64  # accumulators and both fragment buffers live in registers
-
-
-_SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;?\s*/\*\s*0x[0-9a-f]+\s*\*/\s*$")
-
-
-def sass_opcodes(result: CompileResult, arch: str) -> Counter:
-    """Opcode (with modifiers) -> static count in the cubin's SASS; never-executed @!PT padding left out."""
-    toolchain = find_toolchain()
-    text = run_tool([toolchain.cuobjdump, "-sass", result.cubin_paths[arch]],
-                    env=toolchain.environment(Path(result.cubin_paths[arch]).parent))
-    counts: Counter = Counter()
-    for line in text.splitlines():
-        match = _SASS_LINE.match(line)
-        if not match or not match.group(1):
-            continue
-        words = match.group(1).split()
-        if words[0].startswith("@"):
-            if words[0] == "@!PT":
-                continue
-            words = words[1:]
-        counts[words[0]] += 1
-    return counts
-
-
-def count(opcodes: Counter, pattern: str) -> int:
-    regex = re.compile(pattern)
-    return sum(n for op, n in opcodes.items() if regex.search(op))
 
 
 @pytest.mark.parametrize("name", MMA)
@@ -706,6 +679,16 @@ def test_emulated_ctas_compute_the_gemm(shape, aligned):
 # The model against the kernel's own helpers, built for the host by nvcc
 # ---------------------------------------------------------------------------------------------
 
+# The tile each block of a grid computes (tile_coordinates), printed by both experts' harnesses.
+PRINT_TILES = r"""    const int grids[][2] = {{32, 16}, {1, 16}, {16, 12}, {1, 1}, {33, 7}, {9, 3}};
+    for (const auto& g : grids)
+        for (int b = 0; b < g[0] * g[1]; ++b) {
+            int tm, tn;
+            tile_coordinates(b, g[0], g[1], tm, tn);
+            printf("tile %d %d %d %d %d\n", g[0], g[1], b, tm, tn);
+        }
+"""
+
 HARNESS = r"""
 #include <cuda_bf16.h>
 #include <cstdint>
@@ -726,14 +709,7 @@ int main()
 {
     for (int row = 0; row < BLOCK_N; ++row)
         for (int c = 0; c < CHUNKS_PER_ROW; ++c) printf("swizzle %d %d %u\n", row, c, swizzle_offset(row, c));
-    const int grids[][2] = {{32, 16}, {1, 16}, {16, 12}, {1, 1}, {33, 7}, {9, 3}};
-    for (const auto& g : grids)
-        for (int b = 0; b < g[0] * g[1]; ++b) {
-            int tm, tn;
-            tile_coordinates(b, g[0], g[1], tm, tn);
-            printf("tile %d %d %d %d %d\n", g[0], g[1], b, tm, tn);
-        }
-    const int cases[][5] = {{100, 200, 72, 0, 0}, {1999, 3001, 2056, 1920, 2816}, {64, 80, 96, 0, 0},
+""" + PRINT_TILES + r"""    const int cases[][5] = {{100, 200, 72, 0, 0}, {1999, 3001, 2056, 1920, 2816}, {64, 80, 96, 0, 0},
                             {300, 600, 77, 256, 512}};
     for (const auto& c : cases)
         for (int tid = 0; tid < THREADS; ++tid) {
@@ -817,10 +793,6 @@ WGMMA = "wgmma_tma"
 WGMMA_ENTRY = "gemm_bf16_wgmma_tma"
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def test_wgmma_plan_resolves_for_every_supported_case():
     state = kernel(WGMMA)
     c = state.constants
@@ -873,17 +845,11 @@ def wgmma_compiled(tmp_path_factory) -> CompileResult:
 
 
 def test_wgmma_compiles_for_sm90a_without_spills(wgmma_compiled):
-    result = wgmma_compiled
-    assert result.ok, result.log
-    assert result.targets == ("sm_90a",)  # wgmma and setmaxnreg exist only on the arch-specific target
-    res = result.resources_for(WGMMA_ENTRY, "sm_90a")
-    assert not res.spills and res.spill_store_bytes == 0 and res.spill_load_bytes == 0 and res.stack_bytes == 0, res
+    res = sm90a_resources(wgmma_compiled, WGMMA_ENTRY)
     # __launch_bounds__(384, 1): 65536 / 384 registers, rounded down to a multiple of 8, at launch;
     # setmaxnreg then moves registers from the producer to the consumers.
     assert res.registers == 168, res
-    assert res.shared_bytes == 0  # all shared memory is dynamic, sized by the plan
     assert res.barriers == 4  # __syncthreads, the consumers' barrier and one per consumer warpgroup
-    assert "serializ" not in result.log.lower()  # no "wgmma ... serialized" performance warning from ptxas
 
 
 def test_wgmma_sass_has_every_mechanism(wgmma_compiled):
@@ -927,14 +893,7 @@ int main()
 {
     const unsigned addresses[] = {0x400u, 0x800u, 0x4400u, 0xc400u, 0x30400u, 0x3fc00u, 0x40400u, 0x1000400u};
     for (unsigned a : addresses) printf("desc %u %llu\n", a, (unsigned long long)smem_descriptor(a));
-    const int grids[][2] = {{32, 16}, {1, 16}, {16, 12}, {1, 1}, {33, 7}, {9, 3}};
-    for (const auto& g : grids)
-        for (int b = 0; b < g[0] * g[1]; ++b) {
-            int tm, tn;
-            tile_coordinates(b, g[0], g[1], tm, tn);
-            printf("tile %d %d %d %d %d\n", g[0], g[1], b, tm, tn);
-        }
-    for (int warp = 0; warp < WARPGROUP_THREADS / WARP_SIZE; ++warp)
+""" + PRINT_TILES + r"""    for (int warp = 0; warp < WARPGROUP_THREADS / WARP_SIZE; ++warp)
         for (int lane = 0; lane < WARP_SIZE; ++lane) printf("accrow %d %d %d\n", warp, lane, accumulator_row(warp, lane));
     for (int g = 0; g < ACC_REGS / 4; ++g)
         for (int lane = 0; lane < WARP_SIZE; ++lane) printf("acccol %d %d %d\n", g, lane, accumulator_col(g, lane));
@@ -963,11 +922,6 @@ def wgmma_descriptor(c: dict, address: int) -> int:
             | c["DESC_SWIZZLE_128B"] << 62)
 
 
-def swizzle_128b(address: int) -> int:
-    """The 128-byte swizzle of TMA and wgmma alike: 16-byte chunk bits 4-6 XOR row bits 7-9."""
-    return address ^ (((address >> 7) & 7) << 4)
-
-
 def tma_offset(row: int, k: int) -> int:
     """Byte offset from a 1024-aligned tile base where a 128B-swizzled TMA box stores element
     (row, k) of a box whose rows are 64 bf16 (128 bytes)."""
@@ -979,12 +933,6 @@ def wgmma_operand_offset(c: dict, desc_start: int, row: int, kk: int) -> int:
     descriptor's start address: the canonical 128B-swizzle layout of 8-row groups SBO bytes apart,
     128-byte rows, bf16 contiguous along K, swizzled on the absolute address."""
     return swizzle_128b(desc_start + (row // 8) * c["DESC_SBO_BYTES"] + (row % 8) * c["ROW_BYTES"] + kk * 2)
-
-
-def ptx_wgmma_d(t: int, i: int) -> tuple[int, int]:
-    """(row, col) of accumulator d_i of warpgroup thread t in a wgmma .m64nNk16 fp32 D tile (PTX ISA)."""
-    warp, lane = t // 32, t % 32
-    return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
 
 
 def test_wgmma_descriptors_match_the_isa(wgmma_tables):
@@ -1132,37 +1080,6 @@ def test_emulated_wgmma_ctas_compute_the_gemm(wgmma_tables, shape):
     assert y[:, N:].isnan().all()
 
 
-class Barrier:
-    """An mbarrier: the current phase completes when every expected arrival has come and the
-    transaction count is back to zero. try_wait.parity(P) succeeds when the current (incomplete)
-    phase's parity differs from P, i.e. the phase before it, of parity P, has completed."""
-
-    def __init__(self, arrivals: int):
-        self.expected, self.pending, self.tx, self.phase = arrivals, arrivals, 0, 0
-
-    def arrive(self, expect_tx: int = 0) -> None:
-        self.tx += expect_tx
-        self.pending -= 1
-        assert self.pending >= 0, "more arrivals than the barrier expects"
-        self.settle()
-
-    def complete_tx(self, nbytes: int) -> None:
-        self.tx -= nbytes
-        self.settle()
-
-    def settle(self) -> None:
-        if self.pending == 0 and self.tx == 0:
-            self.phase += 1
-            self.pending = self.expected
-
-    def ready(self, parity: int, phase_index: int) -> bool:
-        done = (self.phase & 1) != parity
-        # The waiter must never be two phases behind, or parity could not tell phases apart.
-        assert self.phase in (phase_index, phase_index + 1), (self.phase, phase_index)
-        assert done == (self.phase == phase_index + 1)
-        return done
-
-
 def simulate_mbarrier_pipeline(k_tiles: int, stages: int, seed: int, consumer_warps: int = 8,
                                release_before_wait: bool = False, producer_parity: int = 1) -> None:
     """The kernel's producer / consumer protocol under a random schedule (transcribed from produce
@@ -1174,8 +1091,8 @@ def simulate_mbarrier_pipeline(k_tiles: int, stages: int, seed: int, consumer_wa
     purpose, to show the model notices."""
     rng = random.Random(seed)
     tile_bytes = 1
-    full = [Barrier(1) for _ in range(stages)]
-    empty = [Barrier(consumer_warps) for _ in range(stages)]
+    full = [MBarrier(1) for _ in range(stages)]
+    empty = [MBarrier(consumer_warps) for _ in range(stages)]
     holds = [None] * stages  # K tile whose TMA copy into the stage has completed
     copying: dict[int, int] = {}  # stage -> K tile being copied
     producer = 0  # next K tile to load
@@ -1260,13 +1177,5 @@ def test_wgmma_pipeline_model_catches_wrong_protocols():
 def test_wgmma_passes_the_gate_up_to_the_gpu(gate_cache):
     """Compile-only gate: static check, sm_90a compile, SASS features and the plan resolved on an
     H200 for every supported case (tensor maps included); unsupported cases are skipped, not run."""
-    from klineage.config import GateMode
-    from klineage.gate.pipeline import run_gate
-    from klineage.gate.verdict import Status
-
-    verdict = run_gate(PROBLEM, kernel(WGMMA), mode=GateMode.COMPILE_ONLY, cache=gate_cache)
-    assert verdict.status is Status.COMPILED, verdict.findings
-    assert set(verdict.cases) == {"headline", "ragged_mn", "skinny", "small"}
-    assert set(verdict.domain["skipped"]) == {"ragged", "odd_k"}
-    sass = {row["name"]: row["count"] for row in verdict.features["sass"]["counts"]}
-    assert sass.get("hgmma") and sass.get("utmaldg") and not sass.get("hmma") and not sass.get("ldgsts")
+    assert_compiles_up_to_the_gpu(PROBLEM, kernel(WGMMA), gate_cache, {"headline", "ragged_mn", "skinny", "small"},
+                                  {"ragged", "odd_k"})

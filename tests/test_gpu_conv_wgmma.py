@@ -15,19 +15,13 @@ Bottom up, so that a failure says which layer broke:
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
 
 from klineage import corpus
-from klineage.gate.cache import GateCache
-from klineage.gate.params import as_pycuda_words, encode_tensor_map, pack_parameters, read_kernel_parameters
-from klineage.gate.pipeline import run_gate
-from klineage.gate.policy import GatePolicy, Sanitize
-from klineage.gate.verdict import Status
+from klineage.gate.params import encode_tensor_map
 from klineage.launch import TensorMap
-from klineage.toolchain import find_toolchain
+from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
+                       gate_fixtures, launch_probe, probe_driver, timing_ratios)
 from test_corpus_conv_wgmma import SUPPORTED, tma_box_offset
 
 pytestmark = pytest.mark.gpu
@@ -77,26 +71,8 @@ extern "C" __global__ void halo_box(const __grid_constant__ TensorMap map, unsig
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     """torch's primary context shared with pycuda (as the runner does), and the probe's module."""
-    import pycuda.driver as drv
-    import torch
-
-    torch.cuda.init()
-    torch.zeros(1, device="cuda")
-    drv.init()
-    context = drv.Device(torch.cuda.current_device()).retain_primary_context()
-    context.push()
-    toolchain = find_toolchain()
-    work = tmp_path_factory.mktemp("conv-wgmma-probe")
-    (work / "probe.cu").write_text(PROBE)
-    build = subprocess.run([toolchain.nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-o", "probe.cubin",
-                            "probe.cu"], cwd=work, capture_output=True, text=True,
-                           env=toolchain.environment(work), timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
-    cubin = (work / "probe.cubin").read_bytes()
-    try:
-        yield drv, torch, drv.module_from_buffer(cubin), cubin
-    finally:
-        context.pop()
+    with probe_driver(tmp_path_factory.mktemp("conv-wgmma-probe"), PROBE) as loaded:
+        yield loaded
 
 
 @pytest.mark.parametrize("coords", [(0, -1, -1, 0), (0, -3, -2, 1), (0, 2, 1, 1), (0, 0, 0, 0)])
@@ -109,12 +85,7 @@ def test_tma_halo_box_with_padding_and_channels_past_c(driver, coords):
     tensor_map = encode_tensor_map("x", spec, src.data_ptr())
     out = torch.full((64 * 8 * 10,), -1, dtype=torch.int16, device="cuda")
     args = (("tensor_map", "x", spec), ("buffer", "out", ""), *(("scalar", v, "i32") for v in coords))
-    declared = read_kernel_parameters(cubin, "halo_box")
-    assert declared is not None
-    words = as_pycuda_words(pack_parameters(args, {"x": src.data_ptr(), "out": out.data_ptr()}, {0: tensor_map},
-                                            declared, "halo_box"))
-    module.get_function("halo_box")(*words, block=(128, 1, 1), grid=(1, 1), shared=0)
-    drv.Context.synchronize()
+    launch_probe(drv, module, cubin, "halo_box", args, {"x": src.data_ptr(), "out": out.data_ptr()}, {0: tensor_map})
     smem = out.cpu()
     host = values.cpu()
     c0, w0, h0, n0 = coords
@@ -128,50 +99,22 @@ def test_tma_halo_box_with_padding_and_channels_past_c(driver, coords):
                 assert int(smem[where]) == expected, (coords, row, col, ch)
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> GateCache:
-    recorded = os.environ.get("KLINEAGE_RECORDED_DIR")
-    return GateCache(tmp_path_factory.mktemp("gate-cache"), recorded or None)
-
-
-@pytest.fixture(scope="module")
-def timed(cache):
-    """The full gate with timing against cuDNN and the mma.sync expert; sanitizers run separately."""
-    return run_gate(CONV, corpus.kernel_entry(EXPERT).load(), against=corpus.kernel_entry(BASELINE).load(),
-                    cache=cache, policy=GatePolicy(sanitize=Sanitize.NEVER),
-                    record=bool(os.environ.get("KLINEAGE_RECORDED_DIR")))
+# The full gate with timing against cuDNN and the mma.sync expert (`timed`); sanitizers run separately.
+cache, timed = gate_fixtures(CONV, EXPERT, BASELINE)
 
 
 def test_the_expert_passes_every_supported_case(timed):
-    assert timed.status is Status.PASSED, timed.findings
-    assert set(timed.cases) == SUPPORTED
-    assert {r["case"] for r in timed.correctness if r["passed"] and r["kernel"] == "candidate"} == SUPPORTED
-    assert set(timed.domain["skipped"]) == {"strided", "stem"}
+    assert_passes_every_case(timed, SUPPORTED, {"strided", "stem"})
 
 
 def test_the_expert_is_timed_against_cudnn_and_implicit_gemm(timed):
-    assert timed.status is Status.PASSED, timed.findings
-    profile = timed.profile
-    assert profile["case"] == "headline"
-    assert set(profile["contenders"]) == {"candidate", "baseline", "vendor"}
-    vs_cudnn = profile["ratios"]["vs_vendor"]["overall"]
-    vs_mma = profile["ratios"]["vs_baseline"]["overall"]
-    medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
-    print(f"\n{EXPERT} on {timed.environment.get('gpu')}: median us {medians}; "
-          f"{vs_cudnn:.3f}x cuDNN, {vs_mma:.3f}x {BASELINE}; "
-          f"{profile['roofline']['fraction']['candidate']:.2f} of the roofline")
+    _, vs_mma = timing_ratios(timed, EXPERT, "cuDNN", BASELINE)
     assert vs_mma > 1.0  # wgmma on TMA halos beats the mma.sync im2col expert on the same problem
-    assert 0 < profile["roofline"]["fraction"]["candidate"] <= 1.05
 
 
 def test_the_expert_reaches_the_cudnn_target(timed):
-    ratio = timed.profile["ratios"]["vs_vendor"]
-    assert ratio["overall"] >= TARGET_VS_CUDNN, ratio
+    assert_reaches_target(timed, TARGET_VS_CUDNN)
 
 
 def test_the_expert_is_clean_under_the_sanitizers(cache):
-    verdict = run_gate(CONV, corpus.kernel_entry(EXPERT).load(), cache=cache, cases=["small", "odd_hw"],
-                       policy=GatePolicy(sanitize=Sanitize.ALWAYS, timing=False))
-    assert verdict.status is Status.PASSED, verdict.findings
-    assert verdict.sanitizer["memcheck"]["status"] == "clean", verdict.sanitizer["memcheck"]
-    assert verdict.sanitizer["racecheck"]["status"] == "clean", verdict.sanitizer["racecheck"]
+    assert_clean_under_the_sanitizers(CONV, EXPERT, cache, ["small", "odd_hw"])

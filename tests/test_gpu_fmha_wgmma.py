@@ -19,20 +19,15 @@ kernel.cu (its helpers, not copies), with small kernels of one warpgroup appende
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from klineage import corpus
-from klineage.gate.cache import GateCache
-from klineage.gate.params import as_pycuda_words, encode_tensor_map, pack_parameters, read_kernel_parameters
-from klineage.gate.pipeline import run_gate
-from klineage.gate.policy import GatePolicy, Sanitize
-from klineage.gate.verdict import Status
+from klineage.gate.params import encode_tensor_map
 from klineage.launch import TensorMap
-from klineage.toolchain import find_toolchain
+from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
+                       gate_fixtures, launch_probe, probe_driver, timing_ratios)
 from test_corpus_fmha_wgmma import tma_offset
 
 pytestmark = pytest.mark.gpu
@@ -140,42 +135,22 @@ extern "C" __global__ void pv_probe(const __grid_constant__ TensorMap map_v, con
 }
 """
 PROBE_SHARED = 1024 + 32 * 1024 + 32 * 1024  # alignment slack, a Q tile and a K tile
+PROBE_FLAGS = ("-O3", "--ftz=true")
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     """torch's primary context shared with pycuda (as the runner does), and the probes' module."""
-    import pycuda.driver as drv
-    import torch
-
-    torch.cuda.init()
-    torch.zeros(1, device="cuda")
-    drv.init()
-    context = drv.Device(torch.cuda.current_device()).retain_primary_context()
-    context.push()
-    toolchain = find_toolchain()
-    work = tmp_path_factory.mktemp("fmha-wgmma-probes")
-    (work / "probes.cu").write_text(KERNEL_CU.read_text() + PROBES)
-    build = subprocess.run([toolchain.nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "--ftz=true",
-                            "-o", "probes.cubin", "probes.cu"], cwd=work, capture_output=True, text=True,
-                           env=toolchain.environment(work), timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
-    cubin = (work / "probes.cubin").read_bytes()
-    module = drv.module_from_buffer(cubin)
-    for name in ("tma_head_box", "qk_probe", "pv_probe"):
-        module.get_function(name).set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, PROBE_SHARED)
-    try:
+    with probe_driver(tmp_path_factory.mktemp("fmha-wgmma-probes"), KERNEL_CU.read_text() + PROBES, *PROBE_FLAGS
+                      ) as (drv, torch, module, cubin):
+        for name in ("tma_head_box", "qk_probe", "pv_probe"):
+            module.get_function(name).set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                    PROBE_SHARED)
         yield drv, torch, module, cubin
-    finally:
-        context.pop()
 
 
 def launch(drv, module, cubin: bytes, name: str, args, pointers, maps) -> None:
-    declared = read_kernel_parameters(cubin, name)
-    assert declared is not None
-    words = as_pycuda_words(pack_parameters(args, pointers, maps, declared, name))
-    module.get_function(name)(*words, block=(128, 1, 1), grid=(1, 1), shared=PROBE_SHARED)
-    drv.Context.synchronize()
+    launch_probe(drv, module, cubin, name, args, pointers, maps, shared=PROBE_SHARED)
 
 
 def head_map(s_len: int, heads: int, rows: int) -> TensorMap:
@@ -236,50 +211,22 @@ def test_p_v_through_the_expert_helpers(driver):
     torch.testing.assert_close(out.cpu(), want, rtol=1e-4, atol=1e-3)
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> GateCache:
-    recorded = os.environ.get("KLINEAGE_RECORDED_DIR")
-    return GateCache(tmp_path_factory.mktemp("gate-cache"), recorded or None)
-
-
-@pytest.fixture(scope="module")
-def timed(cache):
-    """The full gate with timing against the vendor and the mma.sync expert; sanitizers run separately."""
-    return run_gate(FMHA, corpus.kernel_entry(EXPERT).load(), against=corpus.kernel_entry(BASELINE).load(),
-                    cache=cache, policy=GatePolicy(sanitize=Sanitize.NEVER),
-                    record=bool(os.environ.get("KLINEAGE_RECORDED_DIR")))
+# The full gate with timing against the vendor and the mma.sync expert (`timed`); sanitizers run separately.
+cache, timed = gate_fixtures(FMHA, EXPERT, BASELINE)
 
 
 def test_the_expert_passes_every_case(timed):
-    assert timed.status is Status.PASSED, timed.findings
-    assert set(timed.cases) == CASES
-    assert {r["case"] for r in timed.correctness if r["passed"] and r["kernel"] == "candidate"} == CASES
-    assert not timed.domain["skipped"]
+    assert_passes_every_case(timed, CASES)
 
 
 def test_the_expert_is_timed_against_the_vendor_and_flash_mma(timed):
-    assert timed.status is Status.PASSED, timed.findings
-    profile = timed.profile
-    assert profile["case"] == "headline"
-    assert set(profile["contenders"]) == {"candidate", "baseline", "vendor"}
-    vs_vendor = profile["ratios"]["vs_vendor"]["overall"]
-    vs_mma = profile["ratios"]["vs_baseline"]["overall"]
-    medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
-    print(f"\n{EXPERT} on {timed.environment.get('gpu')}: median us {medians}; "
-          f"{vs_vendor:.3f}x the vendor's SDPA, {vs_mma:.3f}x {BASELINE}; "
-          f"{profile['roofline']['fraction']['candidate']:.2f} of the roofline")
+    _, vs_mma = timing_ratios(timed, EXPERT, "the vendor's SDPA", BASELINE)
     assert vs_mma > 1.0  # wgmma fed by TMA beats the mma.sync expert on the same tiles
-    assert 0 < profile["roofline"]["fraction"]["candidate"] <= 1.05
 
 
 def test_the_expert_reaches_the_vendor_target(timed):
-    ratio = timed.profile["ratios"]["vs_vendor"]
-    assert ratio["overall"] >= TARGET_VS_VENDOR, ratio
+    assert_reaches_target(timed, TARGET_VS_VENDOR)
 
 
 def test_the_expert_is_clean_under_the_sanitizers(cache):
-    verdict = run_gate(FMHA, corpus.kernel_entry(EXPERT).load(), cache=cache, cases=["small", "ragged_causal"],
-                       policy=GatePolicy(sanitize=Sanitize.ALWAYS, timing=False))
-    assert verdict.status is Status.PASSED, verdict.findings
-    assert verdict.sanitizer["memcheck"]["status"] == "clean", verdict.sanitizer["memcheck"]
-    assert verdict.sanitizer["racecheck"]["status"] == "clean", verdict.sanitizer["racecheck"]
+    assert_clean_under_the_sanitizers(FMHA, EXPERT, cache, ["small", "ragged_causal"])

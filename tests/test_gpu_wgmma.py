@@ -15,25 +15,20 @@ Bottom up, so that a failure says which layer broke:
 from __future__ import annotations
 
 import ctypes
-import os
 import struct
-import subprocess
 
 import pytest
 
 from klineage import corpus
-from klineage.gate.cache import GateCache
-from klineage.gate.params import (TensorMapError, as_pycuda_words, encode_tensor_map, pack_parameters,
-                                  read_kernel_parameters)
-from klineage.gate.pipeline import run_gate
-from klineage.gate.policy import GatePolicy, Sanitize
-from klineage.gate.verdict import Status
+from klineage.gate.params import TensorMapError, encode_tensor_map
 from klineage.launch import TensorMap
-from klineage.toolchain import find_toolchain
+from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
+                       gate_fixtures, launch_probe as launch, probe_driver, timing_ratios)
 
 pytestmark = pytest.mark.gpu
 GEMM = corpus.problem_path("gemm")
 EXPERT = "gemm/wgmma_tma"
+BASELINE = "gemm/mma_sync"
 TARGET_VS_CUBLAS = 0.95
 
 PROBES = r"""
@@ -87,34 +82,8 @@ extern "C" __global__ void tma_box(const __grid_constant__ TensorMap map, unsign
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     """torch's primary context shared with pycuda (as the runner does), and the probes' module."""
-    import pycuda.driver as drv
-    import torch
-
-    torch.cuda.init()
-    torch.zeros(1, device="cuda")
-    drv.init()
-    context = drv.Device(torch.cuda.current_device()).retain_primary_context()
-    context.push()
-    toolchain = find_toolchain()
-    work = tmp_path_factory.mktemp("wgmma-probes")
-    (work / "probes.cu").write_text(PROBES)
-    build = subprocess.run([toolchain.nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-o", "probes.cubin",
-                            "probes.cu"], cwd=work, capture_output=True, text=True,
-                           env=toolchain.environment(work), timeout=300)
-    assert build.returncode == 0, build.stdout + build.stderr
-    cubin = (work / "probes.cubin").read_bytes()
-    try:
-        yield drv, torch, drv.module_from_buffer(cubin), cubin
-    finally:
-        context.pop()
-
-
-def launch(drv, module, cubin: bytes, name: str, args, pointers, maps, shared: int = 0) -> None:
-    declared = read_kernel_parameters(cubin, name)
-    assert declared is not None
-    words = as_pycuda_words(pack_parameters(args, pointers, maps, declared, name))
-    module.get_function(name)(*words, block=(128, 1, 1), grid=(1, 1), shared=shared)
-    drv.Context.synchronize()
+    with probe_driver(tmp_path_factory.mktemp("wgmma-probes"), PROBES) as loaded:
+        yield loaded
 
 
 def test_the_kernel_reads_the_parameter_buffer_as_packed(driver):
@@ -162,52 +131,25 @@ def test_tma_loads_a_swizzled_box_with_zeros_outside_the_tensor(driver):
                     assert int(smem[r, (chunk ^ (r % 8)) * 8 + e]) == expected, (c0, c1, r, chunk, e)
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> GateCache:
-    recorded = os.environ.get("KLINEAGE_RECORDED_DIR")
-    return GateCache(tmp_path_factory.mktemp("gate-cache"), recorded or None)
-
-
-@pytest.fixture(scope="module")
-def timed(cache):
-    """The full gate with timing against cuBLAS and the mma.sync expert; sanitizers run separately."""
-    return run_gate(GEMM, corpus.kernel_entry(EXPERT).load(), against=corpus.kernel_entry("gemm/mma_sync").load(),
-                    cache=cache, policy=GatePolicy(sanitize=Sanitize.NEVER),
-                    record=bool(os.environ.get("KLINEAGE_RECORDED_DIR")))
+# The full gate with timing against cuBLAS and the mma.sync expert (`timed`); sanitizers run separately.
+cache, timed = gate_fixtures(GEMM, EXPERT, BASELINE)
 
 
 def test_the_expert_passes_every_supported_case(timed):
-    assert timed.status is Status.PASSED, timed.findings
-    assert set(timed.cases) == {"headline", "ragged_mn", "skinny", "small"}
-    assert {r["case"] for r in timed.correctness if r["passed"] and r["kernel"] == "candidate"} == set(timed.cases)
-    assert set(timed.domain["skipped"]) == {"ragged", "odd_k"}
+    assert_passes_every_case(timed, {"headline", "ragged_mn", "skinny", "small"}, {"ragged", "odd_k"})
 
 
 def test_the_expert_is_timed_against_cublas_and_mma_sync(timed):
-    assert timed.status is Status.PASSED, timed.findings
-    profile = timed.profile
-    assert set(profile["contenders"]) == {"candidate", "baseline", "vendor"}
-    vs_cublas = profile["ratios"]["vs_vendor"]["overall"]
-    vs_mma = profile["ratios"]["vs_baseline"]["overall"]
-    medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
-    print(f"\n{EXPERT} on {timed.environment.get('gpu')}: median us {medians}; "
-          f"{vs_cublas:.3f}x cuBLAS, {vs_mma:.3f}x gemm/mma_sync; "
-          f"{profile['roofline']['fraction']['candidate']:.2f} of the roofline")
+    _, vs_mma = timing_ratios(timed, EXPERT, "cuBLAS", BASELINE, case=None)
     assert vs_mma > 1.0  # tensor-core MMA fed by TMA beats the mma.sync expert on the same tile
-    assert 0 < profile["roofline"]["fraction"]["candidate"] <= 1.05
 
 
 def test_the_expert_reaches_the_cublas_target(timed):
-    ratio = timed.profile["ratios"]["vs_vendor"]
-    assert ratio["overall"] >= TARGET_VS_CUBLAS, ratio
+    assert_reaches_target(timed, TARGET_VS_CUBLAS)
 
 
 def test_the_expert_is_clean_under_the_sanitizers(cache):
-    verdict = run_gate(GEMM, corpus.kernel_entry(EXPERT).load(), cache=cache, cases=["small", "ragged_mn"],
-                       policy=GatePolicy(sanitize=Sanitize.ALWAYS, timing=False))
-    assert verdict.status is Status.PASSED, verdict.findings
-    assert verdict.sanitizer["memcheck"]["status"] == "clean", verdict.sanitizer["memcheck"]
-    assert verdict.sanitizer["racecheck"]["status"] == "clean", verdict.sanitizer["racecheck"]
+    assert_clean_under_the_sanitizers(GEMM, EXPERT, cache, ["small", "ragged_mn"])
 
 
 def test_ctypes_finds_the_tensor_map_encoder():

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -26,28 +25,17 @@ from gate_app.models import Job
 from gate_app.uploads import LIMITS, record_probe
 from skills_app.apps import REVIEWER_GROUP
 from skills_app.models import Kernel, KernelState, Problem
-from test_uploads import PROBLEM, SOURCE, files, plan
+import test_uploads
+from test_uploads import BINARY, PROBLEM, SOURCE, _stored_nothing, files, plan
 
 pytestmark = pytest.mark.django_db
 
 URL = "/api/uploads/"
 
 
-@pytest.fixture(autouse=True)
-def data_dir(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("KLINEAGE_DATA_DIR", str(tmp_path / "data"))
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def operator() -> Client:
-    return logged_in(make_user("olga", operator=True))
-
-
-def _stored_nothing(data_dir: Path) -> None:
-    assert not Problem.objects.exists() and not Kernel.objects.exists() and not KernelState.objects.exists()
-    assert not Job.objects.exists()
-    assert not (data_dir / "uploads").exists()
+# The upload page's fixtures, the same here: a data dir of the test's own (autouse) and an operator.
+data_dir = test_uploads.data_dir
+operator = test_uploads.operator
 
 
 def _refusal(response) -> dict:
@@ -206,7 +194,6 @@ def test_the_web_process_never_imports_the_uploaded_problem(operator, tmp_path):
 # Bad input: 400, a message, and nothing stored -------------------------------------------------------
 
 
-BINARY = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256))
 CHEAT = b"#include <cublas_v2.h>\n" + SOURCE
 
 

@@ -114,6 +114,14 @@ def outer_parens(node: Node) -> Node:
     return node
 
 
+def is_written(node: Node) -> bool:
+    """`node` (alone in any parentheses around it) is what an assignment or an increment writes."""
+    outer = outer_parens(node)
+    parent = outer.parent
+    return parent is not None and parent.type in ("assignment_expression", "update_expression") and \
+        (parent.child_by_field_name("left") or parent.child_by_field_name("argument")) == outer
+
+
 def cast_name(call: Node) -> str:
     function = call.child_by_field_name("function")
     if function is not None and function.type == "template_function":

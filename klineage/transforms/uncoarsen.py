@@ -65,7 +65,8 @@ from klineage.kernel import KernelState, parse_constants
 from klineage.launch import ArgKind
 from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
-from klineage.transforms.devectorize import Scope, cast_name, contains, operator, params, unparen, unwrap
+from klineage.transforms.devectorize import (Scope, cast_name, contains, is_written, operator, params, unparen,
+                                             unwrap)
 from klineage.transforms.tile_constant import check as check_constant
 
 _INT_LITERAL = re.compile(r"^(?P<digits>[1-9]\d*)(?P<suffix>[uUlL]*)$")
@@ -697,13 +698,7 @@ class _Analysis:
                 space = self.scope.memory_space(address)
                 if space == "local":
                     continue
-                outer = node
-                while outer.parent is not None and outer.parent.type == "parenthesized_expression":
-                    outer = outer.parent
-                parent = outer.parent
-                target = parent is not None and parent.type in ("assignment_expression", "update_expression") and \
-                    (parent.child_by_field_name("left") or parent.child_by_field_name("argument")) == outer
-                (writes if target else reads).append((node, space))
+                (writes if is_written(node) else reads).append((node, space))
             for call in cp.nodes_of_type(body, "call_expression"):
                 if cp.call_name(call) in ("__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv"):
                     argument = call.child_by_field_name("arguments").named_children[0]

@@ -76,7 +76,7 @@ from klineage.lineage import FeatureLevel
 from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 from klineage.transforms.devectorize import (LOAD_INTRINSICS, Scope, cast_name, contains, function_feature_names,
-                                             operator, outer_parens, params, splice, unparen, unwrap)
+                                             is_written, operator, outer_parens, params, splice, unparen, unwrap)
 from klineage.transforms.sync_copies import item_span, own_lines
 from klineage.transforms.tile_constant import c_expression
 from klineage.walk.audit import MECHANISMS
@@ -162,43 +162,33 @@ class _Analysis:
 
     # -- the arrays ---------------------------------------------------------------------------------
     def plans(self) -> list[_Plan]:
-        found = []
+        """A plan for each shared array, then for each pointer view into shared memory."""
         names = [f.name for f in self.scope.functions]
-        for declaration in self.scope.declarations:
-            if "__shared__" not in declaration.specifiers or not declaration.dims or declaration.function is None:
-                continue
-            function_node = cp.enclosing_function(declaration.node)
-            plan = _Plan(declaration.name, declaration.function, function_node)
-            try:
-                if names.count(declaration.function) != 1:
-                    raise _Refused(f"{declaration.function} is defined more than once")
-                twins = [d for d in self.scope.declarations if d.name == declaration.name and d is not declaration
-                         and d.function == declaration.function]
-                if twins:
-                    raise _Refused(f"{declaration.function} declares more than one {declaration.name}")
-                _Tile(self, declaration, function_node, plan).analyse()
-            except (_Refused, NotApplicable) as refused:  # NotApplicable: a statement sharing its line
-                plan.problem = str(refused)
-            found.append(plan)
-        for declaration in self.scope.declarations:
-            if declaration.function is None or declaration.indirection != "*" or declaration.init is None or \
-                    declaration.dims or self.scope.memory_space(declaration.init) != "shared":
-                continue
-            function_node = cp.enclosing_function(declaration.node)
-            plan = _Plan(declaration.name, declaration.function, function_node)
-            try:
-                if names.count(declaration.function) != 1:
-                    raise _Refused(f"{declaration.function} is defined more than once")
-                twins = [d for d in self.scope.declarations if d.name == declaration.name and d is not declaration
-                         and d.function == declaration.function]
-                if twins:
-                    raise _Refused(f"{declaration.function} declares more than one {declaration.name}")
-                plan.view = self.view(declaration)
-                _Tile(self, declaration, function_node, plan).analyse()
-            except (_Refused, NotApplicable) as refused:
-                plan.problem = str(refused)
-            found.append(plan)
+        found = [self._plan(d, names) for d in self.scope.declarations
+                 if "__shared__" in d.specifiers and d.dims and d.function is not None]
+        found += [self._plan(d, names, view=True) for d in self.scope.declarations
+                  if d.function is not None and d.indirection == "*" and d.init is not None and not d.dims
+                  and self.scope.memory_space(d.init) == "shared"]
         return found
+
+    def _plan(self, declaration: cp.Declaration, names: list[str], view: bool = False) -> _Plan:
+        """The staging plan of one shared array (or pointer view into shared memory), with the reason
+        it is refused, if it is."""
+        function_node = cp.enclosing_function(declaration.node)
+        plan = _Plan(declaration.name, declaration.function, function_node)
+        try:
+            if names.count(declaration.function) != 1:
+                raise _Refused(f"{declaration.function} is defined more than once")
+            twins = [d for d in self.scope.declarations if d.name == declaration.name and d is not declaration
+                     and d.function == declaration.function]
+            if twins:
+                raise _Refused(f"{declaration.function} declares more than one {declaration.name}")
+            if view:
+                plan.view = self.view(declaration)
+            _Tile(self, declaration, function_node, plan).analyse()
+        except (_Refused, NotApplicable) as refused:  # NotApplicable: a statement sharing its line
+            plan.problem = str(refused)
+        return plan
 
     # -- pointer views --------------------------------------------------------------------------------
     def view(self, declaration: cp.Declaration) -> _View:
@@ -348,9 +338,7 @@ class _Tile:
             if depth != self.rank:
                 blockers.append(self._pointer_use(use, depth))
                 continue
-            outer = access
-            while outer.parent is not None and outer.parent.type == "parenthesized_expression":
-                outer = outer.parent
+            outer = outer_parens(access)
             parent = outer.parent
             if parent is not None and parent.type == "assignment_expression" and \
                     parent.child_by_field_name("left") == outer:
@@ -1000,13 +988,7 @@ def _reads_what_it_writes(analysis: _Analysis, plan: _Plan) -> bool:
             continue
         if analysis.scope.memory_space(node) != "global":
             continue
-        outer = node
-        while outer.parent is not None and outer.parent.type == "parenthesized_expression":
-            outer = outer.parent
-        parent = outer.parent
-        target = parent is not None and parent.type in ("assignment_expression", "update_expression") and \
-            (parent.child_by_field_name("left") or parent.child_by_field_name("argument")) == outer
-        (written if target else read).update(_origins(analysis, _root(analysis, node), plan.function_node))
+        (written if is_written(node) else read).update(_origins(analysis, _root(analysis, node), plan.function_node))
     if written & read:
         return True
     for launch in analysis.state.plan.launches:

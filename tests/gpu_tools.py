@@ -1,0 +1,147 @@
+"""What the GPU tests of the Hopper experts share: a pycuda module of probe kernels built for
+sm_90a in torch's primary context, a launcher that packs a probe's parameters as the runner does,
+and the gate on the expert (every case it supports, timing against the vendor and a baseline
+expert, the target ratio, memcheck and racecheck).
+
+Importing this module needs neither a GPU nor torch nor pycuda (the CPU tests build the probes too);
+only the functions that touch the device import them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from klineage import corpus
+from klineage.gate.cache import GateCache
+from klineage.gate.params import as_pycuda_words, pack_parameters, read_kernel_parameters
+from klineage.gate.pipeline import run_gate
+from klineage.gate.policy import GatePolicy, Sanitize
+from klineage.gate.verdict import Status
+from klineage.toolchain import find_toolchain
+
+# ---------------------------------------------------------------------------------------------
+# Probe kernels
+# ---------------------------------------------------------------------------------------------
+
+
+def build_probes(work: Path, source: str, *flags: str) -> tuple[bytes, str]:
+    """`source` written to work/probes.cu and built into a cubin for sm_90a (with `flags`); the
+    cubin and the build's stderr."""
+    toolchain = find_toolchain()
+    (work / "probes.cu").write_text(source)
+    build = subprocess.run([toolchain.nvcc, "-cubin", "-gencode=arch=compute_90a,code=sm_90a", *flags,
+                            "-o", "probes.cubin", "probes.cu"], cwd=work, capture_output=True, text=True,
+                           env=toolchain.environment(work), timeout=300)
+    assert build.returncode == 0, build.stdout + build.stderr
+    return (work / "probes.cubin").read_bytes(), build.stderr
+
+
+@contextlib.contextmanager
+def probe_driver(work: Path, source: str, *flags: str):
+    """torch's primary context shared with pycuda (as the runner does), and the probes' module:
+    yields (pycuda.driver, torch, module, cubin)."""
+    import pycuda.driver as drv
+    import torch
+
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    drv.init()
+    context = drv.Device(torch.cuda.current_device()).retain_primary_context()
+    context.push()
+    try:
+        cubin, _ = build_probes(work, source, *flags)
+        yield drv, torch, drv.module_from_buffer(cubin), cubin
+    finally:
+        context.pop()
+
+
+def launch_probe(drv, module, cubin: bytes, name: str, args, pointers, maps, shared: int = 0) -> None:
+    """One block of 128 threads of probe `name`, its parameters packed at the offsets its cubin
+    declares; waits for it."""
+    declared = read_kernel_parameters(cubin, name)
+    assert declared is not None
+    words = as_pycuda_words(pack_parameters(args, pointers, maps, declared, name))
+    module.get_function(name)(*words, block=(128, 1, 1), grid=(1, 1), shared=shared)
+    drv.Context.synchronize()
+
+
+# ---------------------------------------------------------------------------------------------
+# The gate
+# ---------------------------------------------------------------------------------------------
+
+
+def gate_cache(tmp_path_factory) -> GateCache:
+    """A module's own gate cache, reading (and recording into) KLINEAGE_RECORDED_DIR where it is set."""
+    recorded = os.environ.get("KLINEAGE_RECORDED_DIR")
+    return GateCache(tmp_path_factory.mktemp("gate-cache"), recorded or None)
+
+
+def timed_gate(problem: Path, expert: str, baseline: str, cache: GateCache):
+    """The full gate on `expert` with timing against the vendor and `baseline`; sanitizers run
+    separately (assert_clean_under_the_sanitizers)."""
+    return run_gate(problem, corpus.kernel_entry(expert).load(), against=corpus.kernel_entry(baseline).load(),
+                    cache=cache, policy=GatePolicy(sanitize=Sanitize.NEVER),
+                    record=bool(os.environ.get("KLINEAGE_RECORDED_DIR")))
+
+
+def gate_fixtures(problem: Path, expert: str, baseline: str):
+    """A test module's fixtures `cache` (gate_cache) and `timed` (timed_gate of `expert` against the
+    vendor and `baseline`), both module-scoped: `cache, timed = gate_fixtures(...)` at module level."""
+
+    @pytest.fixture(scope="module", name="cache")
+    def cache_fixture(tmp_path_factory) -> GateCache:
+        """The module's own gate cache (gpu_tools.gate_cache)."""
+        return gate_cache(tmp_path_factory)
+
+    @pytest.fixture(scope="module", name="timed")
+    def timed_fixture(cache):
+        """The full gate with timing against the vendor and the baseline; sanitizers run separately."""
+        return timed_gate(problem, expert, baseline, cache)
+
+    return cache_fixture, timed_fixture
+
+
+def assert_passes_every_case(timed, cases: set[str], skipped: set[str] = frozenset()) -> None:
+    """The gate passed, ran exactly `cases` and the candidate passed each; `skipped` are outside its domain."""
+    assert timed.status is Status.PASSED, timed.findings
+    assert set(timed.cases) == cases
+    assert {r["case"] for r in timed.correctness if r["passed"] and r["kernel"] == "candidate"} == cases
+    assert set(timed.domain["skipped"]) == set(skipped)
+
+
+def timing_ratios(timed, expert: str, vendor: str, baseline: str, case: str | None = "headline"
+                  ) -> tuple[float, float]:
+    """The candidate's overall speed ratios (vs the vendor, vs the baseline expert) from a passed,
+    timed gate (on `case`, where one is named), printed with the medians and the roofline fraction
+    (run with -s to see them); the fraction of the roofline is a real one."""
+    assert timed.status is Status.PASSED, timed.findings
+    profile = timed.profile
+    if case is not None:
+        assert profile["case"] == case
+    assert set(profile["contenders"]) == {"candidate", "baseline", "vendor"}
+    vs_vendor = profile["ratios"]["vs_vendor"]["overall"]
+    vs_baseline = profile["ratios"]["vs_baseline"]["overall"]
+    medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
+    print(f"\n{expert} on {timed.environment.get('gpu')}: median us {medians}; "
+          f"{vs_vendor:.3f}x {vendor}, {vs_baseline:.3f}x {baseline}; "
+          f"{profile['roofline']['fraction']['candidate']:.2f} of the roofline")
+    assert 0 < profile["roofline"]["fraction"]["candidate"] <= 1.05
+    return vs_vendor, vs_baseline
+
+
+def assert_reaches_target(timed, target: float) -> None:
+    ratio = timed.profile["ratios"]["vs_vendor"]
+    assert ratio["overall"] >= target, ratio
+
+
+def assert_clean_under_the_sanitizers(problem: Path, expert: str, cache: GateCache, cases: list[str]) -> None:
+    """The gate on `cases` with memcheck and racecheck and without timing: passed, both clean."""
+    verdict = run_gate(problem, corpus.kernel_entry(expert).load(), cache=cache, cases=cases,
+                       policy=GatePolicy(sanitize=Sanitize.ALWAYS, timing=False))
+    assert verdict.status is Status.PASSED, verdict.findings
+    assert verdict.sanitizer["memcheck"]["status"] == "clean", verdict.sanitizer["memcheck"]
+    assert verdict.sanitizer["racecheck"]["status"] == "clean", verdict.sanitizer["racecheck"]
