@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="GPU walk: first gate the states of this earlier walk of the expert (e.g. its dry walk) "
                            "side by side; the walk then finds what the guess got right in the cache")
     walk.add_argument("--jobs", type=int, default=6, help="gates side by side while prefetching (default 6)")
+    walk.add_argument("--as-in", metavar="LINEAGE",
+                      help="walk with the transforms and limits of this earlier walk (to replay it: --gate replay)")
 
     problems = commands.add_parser("problems", help="list bundled problems")
     problems.add_argument("--json", action="store_true")
@@ -121,11 +123,18 @@ def _walk(args: argparse.Namespace) -> int:
         rewriter = LLMRewriter()
     else:
         rewriter = None  # the rule rewriter over the catalog
+    transforms, limits = None, (args.max_steps, args.max_rejections)
+    if args.as_in:
+        from klineage.lineage import Lineage as LineageDocument
+        from klineage.walk.walker import transforms_named
+
+        earlier = LineageDocument.load(args.as_in)
+        transforms, limits = transforms_named(earlier), (earlier.limits.max_steps, earlier.limits.max_rejections)
     with progress_display() as progress:
         if args.prefetch:
             _prefetch(args, problem, expert, mode, progress)
-        lineage = walk(problem, expert, rewriter, gate_mode=mode, max_steps=args.max_steps,
-                       max_rejections=args.max_rejections, progress=progress, record=args.record)
+        lineage = walk(problem, expert, rewriter, gate_mode=mode, max_steps=limits[0], max_rejections=limits[1],
+                       progress=progress, record=args.record, transforms=transforms)
     out = Path(args.out) if args.out else config.data_dir() / "lineages" / f"{expert.name}-{mode.value}.json"
     lineage.save(out)
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from klineage import config, corpus
+from klineage.cli import main
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
 from klineage.lineage import Lineage
-from klineage.transforms import catalog
-from klineage.walk.walker import walk
+from klineage.walk.walker import transforms_named, walk
 
 WALKS = sorted((config.corpus_dir() / "lineages").glob("*.gpu.json"))
 
@@ -31,8 +31,7 @@ def test_gpu_walks_are_committed():
 @pytest.mark.parametrize("path", WALKS, ids=lambda p: p.name)
 def test_gpu_walk_replays_byte_for_byte(path: Path, tmp_path):
     recorded = Lineage.load(path)
-    named = {t.transform for t in recorded.transitions} | {r.transform for r in recorded.rejections}
-    transforms = [t for name, t in catalog().items() if name in named]
+    transforms = transforms_named(recorded)
     expert = next(e.load() for e in corpus.list_kernels() if e.load().fingerprint == recorded.expert.fingerprint)
     replayed = walk(corpus.problem_path(recorded.problem.operator), expert, gate_mode=GateMode.REPLAY,
                     cache=GateCache(None, config.recorded_dir()), transforms=transforms,
@@ -40,3 +39,16 @@ def test_gpu_walk_replays_byte_for_byte(path: Path, tmp_path):
     want, got = recorded.to_dict(), replayed.to_dict()
     assert (want.pop("gate"), got.pop("gate")) == ("gpu", "replay")
     assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
+
+
+def test_cli_replays_a_gpu_walk_as_it_ran(tmp_path, capsys):
+    """`--as-in` takes the walk's transforms and limits; the full catalog today would propose a step
+    (uncoarsen) that the GPU never judged, and replay refuses to guess."""
+    topk = config.corpus_dir() / "lineages" / "topk_radix_select.gpu.json"
+    out = tmp_path / "replayed.json"
+    assert main(["walk", "topk/radix_select", "--gate", "replay", "--as-in", str(topk), "--out", str(out)]) == 0
+    want, got = json.loads(topk.read_text()), json.loads(out.read_text())
+    assert (want.pop("gate"), got.pop("gate")) == ("gpu", "replay") and got == want
+    assert main(["walk", "topk/radix_select", "--gate", "replay", "--max-steps", "40", "--max-rejections", "8",
+                 "--out", str(tmp_path / "full.json")]) == 2
+    assert "no recorded verdict" in capsys.readouterr().err

@@ -85,6 +85,14 @@ def _quiet(stage: str, message: str) -> None:
     pass
 
 
+def transforms_named(lineage: Lineage) -> list[Transform]:
+    """The catalog's transforms that a walk named (accepted or rejected), in catalog order: what a
+    replay of it proposes. Transforms it never named had no site on its path, so leaving them out
+    changes nothing; transforms added to the catalog since would propose steps it never judged."""
+    named = {t.transform for t in lineage.transitions} | {r.transform for r in lineage.rejections}
+    return [t for name, t in catalog().items() if name in named]
+
+
 def walk(problem_path: str | Path, expert: KernelState, rewriter: Any = None, gate_mode: GateMode = GateMode.GPU,
          policy: GatePolicy = DEFAULT_POLICY, max_steps: int = 16, max_rejections: int = 4,
          cache: GateCache | None = None, progress: Progress | None = None,
