@@ -12,7 +12,8 @@
 // cp.async copies land either when issued (eager) or only when their thread waits (late).
 //
 //   gdn_mma_emulator <dir> <order: forward|reverse|random|warps|warps_reverse> <seed> <copies: eager|late>
-// reads <dir>/plan.txt and the inputs <dir>/<name>.bin, writes <dir>/o.bin; exits 1 with a message on
+// reads <dir>/plan.txt and the inputs <dir>/<name>.bin, writes the outputs and scratch buffers as
+// <dir>/<name>.bin; exits 1 with a message on
 // stderr when a check fails.
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -446,8 +447,8 @@ int main(int argc, char** argv)
                 std::ifstream f(dir + "/" + name + ".bin", std::ios::binary);
                 if (!f.read(reinterpret_cast<char*>(start), bytes)) emu::die("cannot read %s.bin", name.c_str());
                 inputs.push_back(name);
-            } else if (role == "output") {
-                outputs.push_back(name);
+            } else {
+                outputs.push_back(name);  // outputs and scratch are written back
             }
         } else if (kind == "launch") {
             Launch l;

@@ -114,3 +114,40 @@ def chunked_mma(q, k, v, g, beta, chunk: int = 64, max_dk: int = 128):
         S = ((np.exp(g_last)[:, None, None] * S).astype(F32) + mm(Kc.transpose(0, 2, 1), Vd)).astype(F32)
     o = o.reshape(B, HV, nt * chunk, DV)[:, :, :T].transpose(0, 2, 1, 3)
     return np.ascontiguousarray(o)
+
+
+def prep_scratch(q, k, g, beta, chunk: int = 64, max_dk: int = 128):
+    """The model's launch 1 in the kernel's scratch layout: Xb, P as [B * HV * chunks, chunk, chunk] and G
+    as [B * HV * chunks, chunk] (chunk index fastest, then value head, then batch)."""
+    B, T, H, DK = q.shape
+    HV = g.shape[2]
+    nt = -(-T // chunk)
+    pad = nt * chunk - T
+
+    def blocks(t, repeat=1):
+        a = t.float().numpy().astype(F32)
+        if repeat > 1:
+            a = np.repeat(a, repeat, axis=2)  # value head hv reads q/k head hv // repeat
+        a = np.concatenate([a, np.zeros((B, pad) + a.shape[2:], F32)], 1)
+        if a.ndim == 4:
+            a = np.concatenate([a, np.zeros(a.shape[:3] + (max_dk - DK,), F32)], 3)
+            return a.transpose(0, 2, 1, 3).reshape(B * HV * nt, chunk, max_dk)
+        return a.transpose(0, 2, 1).reshape(B * HV * nt, chunk)
+
+    Xb, P, G, _ = prep(blocks(k, HV // H), blocks(q, HV // H), blocks(g), blocks(beta))
+    return Xb, P, G
+
+
+def scratch_mismatch(got: np.ndarray, want: np.ndarray) -> str:
+    """'' when a kernel's bf16 operand `got` is the model's `want` up to reassociated fp32 sums (a bf16
+    step here and there, nothing unwritten); else what is wrong."""
+    if not np.isfinite(got).all():
+        return f"{int((~np.isfinite(got)).sum())} elements unwritten (NaN) or not finite"
+    diff = np.abs(got.astype(np.float64) - want)
+    scale = float(np.abs(want).max())
+    if diff.max() > 2.0 ** -7 * scale:
+        return f"max difference {diff.max():.3g} against a scale of {scale:.3g}"
+    rel = float(np.linalg.norm(diff) / max(np.linalg.norm(want), 1e-30))
+    if rel > 1e-3:
+        return f"relative L2 difference {rel:.3g}"
+    return ""

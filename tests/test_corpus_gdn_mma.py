@@ -38,7 +38,7 @@ from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for
 from klineage.toolchain import find_toolchain
 from cuda_tools import sass_mnemonics
-from gdn_mma_model import chunked_mma
+from gdn_mma_model import chunked_mma, prep_scratch, scratch_mismatch
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"
@@ -274,8 +274,9 @@ def build_emulator(work: Path, source: str) -> Path:
 
 
 def emulate(binary: Path, state, params: dict, x: dict, order: str = "forward", copies: str = "eager",
-            seed: int = 0) -> tuple[torch.Tensor | None, str]:
-    """Run the plan's launches on the emulator; (o, "") or (None, the emulator's complaint)."""
+            seed: int = 0, scratch: dict | None = None) -> tuple[torch.Tensor | None, str]:
+    """Run the plan's launches on the emulator; (o, "") or (None, the emulator's complaint). `scratch`, if
+    given, receives the scratch buffers as launch 1 left them (float32 numpy arrays)."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         lines = []
@@ -295,6 +296,11 @@ def emulate(binary: Path, state, params: dict, x: dict, order: str = "forward", 
                              timeout=600)
         if run.returncode != 0:
             return None, run.stderr.strip() or f"exit {run.returncode}"
+        if scratch is not None:
+            for name, (dtype, _) in scratch_counts(state, params).items():
+                raw = (work / f"{name}.bin").read_bytes()
+                scratch[name] = (np.frombuffer(raw, np.float32) if dtype == "float32" else
+                                 (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32))
         raw = np.frombuffer((work / "o.bin").read_bytes(), dtype=np.int16).copy()
         return torch.from_numpy(raw).view(torch.bfloat16).reshape(B, T, HV, DV), ""
 
@@ -335,6 +341,31 @@ def test_emulated_kernel_reproduces_the_reference(problem, state, emulator, shap
             first = got
         else:  # no race: the schedule changes nothing
             assert torch.equal(got.view(torch.int16), first.view(torch.int16)), (order, copies)
+
+
+@pytest.mark.parametrize("shape", ["mid", "batch"])
+def test_emulated_launch_1_writes_the_model_scratch(problem, state, emulator, shape):
+    """Launch 1's scratch (what tests/test_gpu_gdn.py checks first on the GPU, with the same comparison)."""
+    params = dict(MID if shape == "mid" else BATCH)
+    x = problem.make_inputs(dict(params), 3, "cpu")
+    scratch: dict = {}
+    got, complaint = emulate(emulator, state, params, x, scratch=scratch)
+    assert got is not None, complaint
+    Xb, P, G = prep_scratch(*(x[n] for n in ("q", "k", "g", "beta")))
+    n = Xb.shape[0]
+    assert np.array_equal(scratch["gate_cum"].reshape(n, 64), G)  # the same sequential fp32 sum
+    assert scratch_mismatch(scratch["wy_x"].reshape(n, 64, 64), Xb) == ""
+    assert scratch_mismatch(scratch["qk_p"].reshape(n, 64, 64), P) == ""
+    # and the mismatch test has teeth: a transposed P, or X without beta, is refused
+    assert scratch_mismatch(scratch["qk_p"].reshape(n, 64, 64).transpose(0, 2, 1), P) != ""
+    assert scratch_mismatch(scratch["wy_x"].reshape(n, 64, 64), prep_scratch_unscaled(x)) != ""
+
+
+def prep_scratch_unscaled(x: dict) -> np.ndarray:
+    from gdn_mma_model import bf16, prep_scratch as model
+
+    beta = torch.ones_like(x["beta"])
+    return bf16(model(x["q"], x["k"], x["g"], beta)[0])
 
 
 def mutant_outcome(tmp_path, problem, state, mutant: str) -> list[str]:
