@@ -87,6 +87,7 @@ def test_problem_detail(client, corpus):
     ("/api/kernels/?problem=gemm&status=none", {"gemm/mma_sync_any", "gemm/naive"}),
     ("/api/kernels/?problem=gemm&status=passed", {"gemm/mma_sync", "gemm/wgmma_tma"}),
     ("/api/kernels/?arch=sm_90a&problem=topk", set()),
+    ("/api/kernels/?problem=gdn", {"gdn/chunked", "gdn/chunked_mma", "gdn/recurrent"}),
     ("/api/kernels/?suite=adversarial&q=bounds", {"adversarial/read_out_of_bounds", "adversarial/write_out_of_bounds"}),
 ])
 def test_kernel_filters(client, corpus, url, expected):

@@ -63,6 +63,7 @@ def test_home_without_data_says_how_to_import(client, corpus):
                                    "adversarial/write_zeros"}),
     ("arch=sm_90a", {"gemm/wgmma_tma", "conv2d/implicit_wgmma", "fmha/flash_wgmma"}),
     ("arch=sm_90a&problem=topk", set()),
+    ("problem=gdn", {"gdn/chunked", "gdn/chunked_mma", "gdn/recurrent"}),
 ])
 def test_kernel_filters(client, corpus, query, expected):
     response = client.get(f"/kernels/?{query}")
