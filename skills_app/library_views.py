@@ -23,7 +23,7 @@ from klineage_web.access import read_access
 from skills_app.filters import SkillCardFilter
 from skills_app.paging import paginate, query_without
 from skills_app.highlight import highlight_lines
-from skills_app.lineage_views import diff_lines
+from skills_app.lineage_views import diff_layout, diff_lines, split_rows
 from skills_app.card_refs import resolve_refs
 from skills_app.models import LineageStep, SkillCard
 
@@ -80,7 +80,9 @@ def card(request, short_id: str):
         "document": document,
         "anchor": anchor,
         "snippet": highlight_lines(anchor["snippet"]) if anchor["snippet"] else [],
-        "vector": diff_lines(document["vector"]),
+        "vector": split_rows(diff_lines(document["vector"])) if diff_layout(request) == "split"
+        else diff_lines(document["vector"]),
+        "diff_layout": diff_layout(request),
         "preconditions": document["preconditions"],
         "effects": effect_chart(document["effects"]),
         "risks": [{**risk, "links": [_link(ref, steps) for ref in risk["evidence"]]} for risk in document["risks"]],

@@ -61,6 +61,40 @@ def diff_lines(diff: str, removed: list[dict[str, Any]] | None = None,
     return rows
 
 
+def split_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Unified rows side by side: headers span both sides, context sits on both, and each run of
+    removed lines is paired line by line with the run of added lines that follows it (the
+    shorter side padded with blanks)."""
+    out: list[dict[str, Any]] = []
+    removed: list[dict[str, Any]] = []
+    added: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        for i in range(max(len(removed), len(added))):
+            out.append({"kind": "pair", "left": removed[i] if i < len(removed) else None,
+                        "right": added[i] if i < len(added) else None})
+        removed.clear()
+        added.clear()
+
+    for row in rows:
+        if row["kind"] == "del":
+            if added:  # a removal after additions starts a new run
+                flush()
+            removed.append(row)
+        elif row["kind"] == "add":
+            added.append(row)
+        else:
+            flush()
+            out.append({"kind": row["kind"], "left": row, "right": row})
+    flush()
+    return out
+
+
+def diff_layout(request) -> str:
+    """"split" (side by side) when the page was asked for it, else "unified"."""
+    return "split" if request.GET.get("diff") == "split" else "unified"
+
+
 def _feature(change: dict[str, Any]) -> str:
     locus = f"{change.get('locus')}:" if change.get("locus") else ""
     return f"{change.get('level', '')} {locus}{change.get('name', '')}".strip()
@@ -137,11 +171,13 @@ def lineage(request, lineage_id: str):
     for step in rejected:
         branches.setdefault(step.branch_step, []).append({"step": step, "evidence": _evidence(step)})
     timeline = []
+    layout = diff_layout(request)
     for step in accepted:
         child = states.get(step.child_state.fingerprint, {})
+        rows = diff_lines(step.backward_diff, step.features_removed, step.features_added)
         timeline.append({
             "step": step,
-            "diff": diff_lines(step.backward_diff, step.features_removed, step.features_added),
+            "diff": split_rows(rows) if layout == "split" else rows,
             "verdict": child.get("verdict", {}),
             "timing": timing_rows(step.forward_timing),
             "rejected": branches.get(step.index, []),
@@ -158,6 +194,7 @@ def lineage(request, lineage_id: str):
         "last_state": last,
         "limits": document.get("limits", {}),
         "can_review": _reviewable(request.user),
+        "diff_layout": layout,
     })
 
 

@@ -204,3 +204,21 @@ def test_pages_follow_read_access(client, dry, settings):
     for url in ("/lineages/", f"/lineages/{dry.id}/", "/review/"):
         response = client.get(url)
         assert response.status_code == 302 and response["Location"].startswith("/accounts/login/"), url
+
+
+def test_diffs_side_by_side_pair_removed_with_added_lines(client, dry):
+    from skills_app.lineage_views import diff_lines, split_rows
+
+    rows = diff_lines("--- a\n+++ b\n@@ -1,4 +1,4 @@\n ctx\n-old1\n-old2\n+new1\n tail\n-gone\n")
+    split = split_rows(rows)
+    kinds = [(r["kind"], r["left"] and r["left"]["kind"], r["right"] and r["right"]["kind"]) for r in split]
+    assert kinds == [("file", "file", "file"), ("file", "file", "file"), ("hunk", "hunk", "hunk"),
+                     ("ctx", "ctx", "ctx"), ("pair", "del", "add"), ("pair", "del", None), ("ctx", "ctx", "ctx"),
+                     ("pair", "del", None)]
+    assert str(split[4]["left"]["code"]).endswith("old1") or "old1" in str(split[4]["left"]["code"])
+    unified = client.get(f"/lineages/{dry.id}/").content.decode()
+    side = client.get(f"/lineages/{dry.id}/?diff=split").content.decode()
+    assert 'class="diff diff-split"' in side and 'class="diff diff-split"' not in unified
+    assert '<tr class="diff-pair">' in side and '<tr class="diff-del">' in unified
+    assert side.count('class="diff-note diff-note-del"') == unified.count('class="diff-note diff-note-del"') > 0
+    assert '<a href="?diff=split" aria-current="true">side by side</a>' in side

@@ -111,6 +111,8 @@ def test_card_page(client, library):
     assert lineage.steps.filter(kind="rejected", index=0).exists()
     assert "max abs err 0.3" in page and "Nobody has reviewed" in page
     assert f'href="/library/{unroll.short_id}/SKILL.md"' in page
+    side = client.get(f"/library/{unroll.short_id}/?diff=split").content.decode()
+    assert '<table class="diff diff-split"' in side and side.count('<td class="diff-code diff-add">') == 1
 
 
 def test_card_without_effects_or_risks(client, library):
