@@ -45,6 +45,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                      help="gpu, replay (recorded verdicts) or compile (nothing runs: nothing can be accepted)")
     sub.add_argument("--seed", type=int, default=0, help="the random order of unconditioned_random")
     sub.add_argument("--require", type=float, help="paired improvement needed to take a candidate (default 1.01)")
+    sub.add_argument("--lookahead", choices=["pairs", "none"], default="pairs",
+                     help="pairs (default): when no single candidate is faster, try two in a row as one step")
     sub.add_argument("--out", help="where to write the result (default: var/optimizations/<kernel>-<strategy>-"
                                    "<gate>.json)")
     sub.add_argument("--json", action="store_true", help="print the result document instead of tables")
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         result = optimize(problem, start, strategy=strategy, library=library, budget=args.budget, gate_mode=mode,
                           rewriter=args.rewriter, seed=args.seed, statuses=statuses,
                           required_ratio=args.require if args.require is not None else DEFAULT_REQUIRED_RATIO,
-                          progress=progress, on_event=on_event)
+                          progress=progress, on_event=on_event, lookahead=args.lookahead)
     out = Path(args.out) if args.out else (config.data_dir() / "optimizations" /
                                            f"{start.name}-{strategy.value}-{mode.value}.json")
     result.save(out)
