@@ -9,6 +9,7 @@ from django.db.models import Count
 
 from klineage.gate.verdict import Status
 from skills_app import evidence
+from gate_app.models import Job
 from skills_app.models import Kernel, Problem, SkillCard, Verdict
 
 
@@ -75,7 +76,13 @@ def library_glance() -> dict[str, Any]:
     admitted = SkillCard.objects.filter(status=SkillCard.Status.ADMITTED, median_gain__isnull=False)
     timed = admitted if admitted.exists() else SkillCard.objects.filter(median_gain__isnull=False)
     best = timed.order_by("-median_gain", "transform", "card_id").only("short_id", "transform", "median_gain").first()
-    return {"total": sum(counts.values()), **{s: counts.get(s, 0) for s in SkillCard.Status.values}, "best": best}
+    trialled = SkillCard.objects.filter(trials__isnull=False).distinct().count()
+    operators = sorted({op for ops in SkillCard.objects.values_list("operators", flat=True) for op in ops})
+    total = sum(counts.values())
+    admitted_count = counts.get(SkillCard.Status.ADMITTED, 0)
+    return {"total": total, **{s: counts.get(s, 0) for s in SkillCard.Status.values}, "best": best,
+            "trialled": trialled, "admission_rate": admitted_count / total if trialled and total else None,
+            "operators": operators}
 
 
 def dashboard() -> dict[str, Any]:
@@ -91,4 +98,5 @@ def dashboard() -> dict[str, Any]:
         "recent": Verdict.objects.select_related("state__kernel").defer("document", "policy")[:6],
         "evidence": evidence.load_all(),
         "library": library_glance(),
+        "jobs": Job.objects.select_related("owner").order_by("-created_at")[:5],
     }

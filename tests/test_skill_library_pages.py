@@ -165,6 +165,24 @@ def test_read_closed_library(client, settings, library):
 def test_home_shows_library_numbers(client, library):
     page = client.get("/").content.decode()
     assert 'data-stat="cards">4<' in page and 'data-stat="admitted">0<' in page
+    assert "No card has been through admission yet" in page and 'href="/library/?operator=row_softmax"' in page
+    assert "Recent jobs" not in page
+
+
+def test_home_shows_the_admission_rate_and_recent_jobs(client, library, django_user_model):
+    from gate_app.models import Job
+    from skills_app.models import CardTrial
+
+    card = SkillCard.objects.order_by("card_id").first()
+    card.status = SkillCard.Status.ADMITTED
+    card.save()
+    CardTrial.objects.create(card=card, outcome=CardTrial.Outcome.PASSED, target="f" * 64, ratio=1.02,
+                             message="passed: a held-out state")
+    owner = django_user_model.objects.create_user("ada", password="pw-for-tests")
+    job = Job.objects.create(kind=Job.Kind.WALK, owner=owner, params={})
+    page = client.get("/").content.decode()
+    assert 'data-stat="admission-rate">25%<' in page and "1 went through a held-out roundtrip" in page
+    assert f'href="/jobs/{job.id}/">#{job.id} backward walk</a>' in page and "ada" in page
 
 
 def test_refs_resolve_to_the_longest_walk_of_an_expert(client, library):
