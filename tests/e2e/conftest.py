@@ -51,7 +51,10 @@ class Chromium:
                 page = context.new_page()
                 errors: list[str] = []
                 page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.on("requestfailed", lambda request: errors.append(f"failed: {request.url}"))
+                # A request the browser cancels because the page navigated on (net::ERR_ABORTED, e.g. a
+                # favicon still loading when a test clicks a link) is not a failure of the site.
+                page.on("requestfailed", lambda request: None if "ERR_ABORTED" in (request.failure or "")
+                        else errors.append(f"failed: {request.url} ({request.failure})"))
                 yield width, page
                 assert errors == [], errors
                 context.close()

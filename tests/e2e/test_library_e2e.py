@@ -70,5 +70,5 @@ def test_filter_open_a_card_and_follow_a_risk(site, chromium):
         assert "incorrect" in attempt.locator("summary").inner_text()
         assert attempt.evaluate("element => element.open"), "the link opens the attempt it points at"
         top = page.evaluate("document.getElementById('step-rejected-0').getBoundingClientRect().top")
-        assert 0 <= top < 900  # scrolled to the attempt
+        assert -1 < top < 900  # scrolled to the attempt (its top may land a sub-pixel above the window)
         chromium.shoot(page, "card-risk-lineage", width)
