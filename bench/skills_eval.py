@@ -43,7 +43,7 @@ from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, 
 from klineage.optimize.command import bundled_library  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
-from klineage.skills.library import Library, corpus_lineages, load_library  # noqa: E402
+from klineage.skills.library import Library, corpus_lineages, lineage_index, load_library  # noqa: E402
 
 NO_TIMING = "the {mode} gate times nothing (no GPU): no ratio can be measured, none is invented"
 UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
@@ -76,8 +76,8 @@ def versus_expert(problem: Path, best: Any, expert: Any, mode: GateMode) -> tupl
     return float(ratio["overall"]), "", verdict
 
 
-def workload(lineage: Lineage, library: Library, args: argparse.Namespace,
-             documents: Path | None) -> tuple[dict[str, Any], list[Verdict]]:
+def workload(lineage: Lineage, library: Library, args: argparse.Namespace, documents: Path | None,
+             index: dict[str, Lineage]) -> tuple[dict[str, Any], list[Verdict]]:
     name = lineage_id(lineage)
     expert, naive = lineage.states[0].kernel, lineage.states[-1].kernel
     problem = corpus.problem_path(expert.plan.problem)
@@ -97,7 +97,7 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace,
         try:
             result = optimize(problem, naive, strategy=strategy, library=library if strategy.uses_library else None,
                               budget=args.budget, gate_mode=mode, rewriter=rewriter, seed=args.seed,
-                              statuses=args.statuses)
+                              statuses=args.statuses, lineages=index)
         except KLineageError as exc:
             row["strategies"][strategy.value] = {"error": str(exc)}
             continue
@@ -136,6 +136,12 @@ def summary(rows: list[dict[str, Any]], key: str, combine: Any, what: str) -> di
     return {"value": combine(values), "reason": ""}
 
 
+def _repo_relative(path: str) -> str:
+    """A path inside the checkout as the repository names it; any other as given."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(config.REPO_ROOT)) if resolved.is_relative_to(config.REPO_ROOT) else path
+
+
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
@@ -171,14 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     if documents is not None:
         documents.mkdir(parents=True, exist_ok=True)
     lineages, left_out = corpus_lineages(args.lineages)
+    index = lineage_index(args.lineages)  # what the library strategy's cards point into, read once
     rows, verdicts = [], []
     for lineage in [] if args.admission_only else lineages:
         print(f"workload {lineage_id(lineage)}", file=sys.stderr)
-        row, found = workload(lineage, library, args, documents)
+        row, found = workload(lineage, library, args, documents, index)
         rows.append(row)
         verdicts += found
     skipped = {"value": None, "reason": "not run (--admission-only): no optimization was gated"}
-    facts = provenance(verdicts, args, library_path)
+    facts = provenance(verdicts, args, _repo_relative(library_path))
     if args.admission_only:
         facts.update(gate="none: nothing was gated here", gpu="none here; the admission trials ran where "
                                                                "admission_rate.how says")

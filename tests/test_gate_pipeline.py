@@ -44,6 +44,9 @@ def test_compile_only_verdict_carries_static_compile_and_features(cache):
     assert verdict.features["sass"], "SASS features are read from the cubin"
     assert verdict.cases == ("headline", "ragged", "long_rows", "narrow", "mid_aligned", "small")
     assert verdict.provenance["origin"] == "measured" and len(verdict.provenance["key"]) == 64
+    # a verdict is committed and replayed elsewhere: it names its cubins by content, not by this cache's paths
+    assert "cubin_paths" not in verdict.compile and set(verdict.compile["cubin_sha256"]) == {"sm_90", "sm_90a"}
+    assert str(config.cache_dir()) not in json.dumps(verdict.to_dict())
 
 
 def test_second_gate_is_served_from_the_cache(cache):

@@ -215,7 +215,7 @@ def test_diffs_side_by_side_pair_removed_with_added_lines(client, dry):
     assert kinds == [("file", "file", "file"), ("file", "file", "file"), ("hunk", "hunk", "hunk"),
                      ("ctx", "ctx", "ctx"), ("pair", "del", "add"), ("pair", "del", None), ("ctx", "ctx", "ctx"),
                      ("pair", "del", None)]
-    assert str(split[4]["left"]["code"]).endswith("old1") or "old1" in str(split[4]["left"]["code"])
+    assert "old1" in str(split[4]["left"]["code"]) and "new1" in str(split[4]["right"]["code"])
     unified = client.get(f"/lineages/{dry.id}/").content.decode()
     side = client.get(f"/lineages/{dry.id}/?diff=split").content.decode()
     assert 'class="diff diff-split"' in side and 'class="diff diff-split"' not in unified

@@ -117,6 +117,11 @@ class CompileResult:
         """Static __shared__ bytes of an entry: launch-time dynamic shared memory adds to it."""
         return self.resources_for(entry, arch).shared_bytes
 
+    def portable_dict(self) -> dict[str, Any]:
+        """`to_dict` without the cubins' paths, which name this machine's cache: what a verdict keeps
+        (the cubins are identified by `cubin_sha256`)."""
+        return {k: v for k, v in self.to_dict().items() if k != "cubin_paths"}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": RESULT_VERSION, "status": self.status.value, "ok": self.ok, "arch": self.arch,

@@ -124,14 +124,14 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     if not compiled.ok:
         return finish(Status.REJECTED, [Finding(Reason.COMPILE_ERROR, "compile", _first_error(compiled.log),
                                                 evidence={"log": compiled.log[-4000:]})],
-                      static=report.to_dict(), compile=compiled.to_dict())
+                      static=report.to_dict(), compile=compiled.portable_dict())
 
     progress("features", "source and SASS features")
     clock = time.monotonic()
     features = {"source": [f.to_dict() for f in source_features(kernel.source)],
                 "sass": _sass_features_cached(compiled.cubin_bytes(kernel.plan.arch))}
     timings["features"] = time.monotonic() - clock
-    stages = {"static": report.to_dict(), "compile": compiled.to_dict(), "features": features}
+    stages = {"static": report.to_dict(), "compile": compiled.portable_dict(), "features": features}
 
     try:
         candidate = _contender("candidate", kernel, compiled, probe, judged, device)

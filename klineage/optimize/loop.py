@@ -222,15 +222,9 @@ class _Run:
         candidates = self.plan(parent)
         stop: tuple[Stop, str] | None = None
         while True:
-            if self.evaluations >= self.budget:
-                stop = (Stop.BUDGET, f"all {self.budget} gate evaluations are spent")
-                break
-            try:
-                candidate = next(candidates, None)
-            except BudgetExhausted as exc:
-                stop = (Stop.LLM_BUDGET, str(exc))
-                break
-            if candidate is None:
+            candidate = self.next_candidate(candidates)
+            if not isinstance(candidate, Candidate):
+                stop = candidate
                 break
             attempt = self.attempt(index, parent, candidate, path, judged)
             offered += candidate.rewrite is not None
@@ -257,6 +251,16 @@ class _Run:
         return Stop.NO_IMPROVEMENT, (f"{offered} candidate kernel(s) at step {index} were dealt with; none was taken"
                                      + (f" ({COMPILE_ONLY_NOTE})" if self.mode is GateMode.COMPILE_ONLY else ""))
 
+    def next_candidate(self, candidates: Iterator[Candidate]) -> Candidate | tuple[Stop, str] | None:
+        """The planner's next candidate; the reason to stop when no gate call (or model call) is
+        left; None when the planner has nothing more."""
+        if self.evaluations >= self.budget:
+            return Stop.BUDGET, f"all {self.budget} gate evaluations are spent"
+        try:
+            return next(candidates, None)
+        except BudgetExhausted as exc:
+            return Stop.LLM_BUDGET, str(exc)
+
     def pairs(self, index: int, parent: KernelState, path: set[str], judged: set[str],
               stones: list[Attempt]) -> bool | tuple[Stop, str] | None:
         """Composite candidates on the best few stepping stones; True when one was taken."""
@@ -264,13 +268,10 @@ class _Run:
             first = self.kernels[stone.candidate]
             candidates = self.plan(first)
             while True:
-                if self.evaluations >= self.budget:
-                    return Stop.BUDGET, f"all {self.budget} gate evaluations are spent"
-                try:
-                    candidate = next(candidates, None)
-                except BudgetExhausted as exc:
-                    return Stop.LLM_BUDGET, str(exc)
-                if candidate is None:
+                candidate = self.next_candidate(candidates)
+                if not isinstance(candidate, Candidate):
+                    if candidate is not None:
+                        return candidate
                     break
                 if candidate.rewrite is None or candidate.state.fingerprint == first.fingerprint:
                     continue  # nothing to add on this stone: no gate call, no record

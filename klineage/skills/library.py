@@ -125,24 +125,28 @@ def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] |
     return Library(tuple(induce(lineages, problems)), {**provenance, **facts})
 
 
-def corpus_lineages(folder: str | Path | None = None) -> tuple[list[Lineage], list[Path]]:
-    """The lineages of a folder (default: the bundled `corpus/lineages/`), one per expert: a walk
-    that ran on a GPU is kept over a compile-only one (whose steps it verified or refuted), then
-    the walk with the most transitions (ties: the first file by name); also the files left out."""
+def _lineage_files(folder: str | Path | None) -> list[tuple[Path, Lineage]]:
+    """(path, lineage) for every JSON file of a folder (default: the bundled `corpus/lineages/`), by name."""
     from klineage import config
-    from klineage.config import GateMode
 
     folder = Path(folder) if folder is not None else config.corpus_dir() / "lineages"
     if not folder.is_dir():
         raise DocumentError(str(folder), "no such lineage folder")
+    return [(path, Lineage.load(path)) for path in sorted(folder.glob("*.json"))]
+
+
+def corpus_lineages(folder: str | Path | None = None) -> tuple[list[Lineage], list[Path]]:
+    """The lineages of a folder (default: the bundled `corpus/lineages/`), one per expert: a walk
+    that ran on a GPU is kept over a compile-only one (whose steps it verified or refuted), then
+    the walk with the most transitions (ties: the first file by name); also the files left out."""
+    from klineage.config import GateMode
 
     def rank(lineage: Lineage) -> tuple[bool, int]:
         return lineage.gate is not GateMode.COMPILE_ONLY, len(lineage.transitions)
 
     kept: dict[str, tuple[Lineage, Path]] = {}
     left_out: list[Path] = []
-    for path in sorted(folder.glob("*.json")):
-        lineage = Lineage.load(path)
+    for path, lineage in _lineage_files(folder):
         key = f"{lineage.expert.name}@{lineage.expert.fingerprint}"
         if key in kept and rank(kept[key][0]) >= rank(lineage):
             left_out.append(path)
@@ -159,8 +163,7 @@ def lineage_index(folder: str | Path | None = None) -> dict[str, Lineage]:
     from klineage import config
 
     folder = Path(folder) if folder is not None else config.corpus_dir() / "lineages"
-    lineages = [Lineage.load(path) for path in sorted(folder.glob("*.json"))] if folder.is_dir() else []
-    return {lineage_id(lineage): lineage for lineage in lineages}
+    return {lineage_id(lineage): lineage for _, lineage in _lineage_files(folder)} if folder.is_dir() else {}
 
 
 def default_provenance(lineages: list[Lineage], note: str = "") -> dict[str, Any]:
