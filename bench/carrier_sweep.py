@@ -290,10 +290,10 @@ def build_variant(expert: KernelState, variant: Variant) -> Built:
     state = expert
     mode = ""
     try:
-        if variant.launch_bounds:
-            state = _replace_launch_bounds(state, variant.launch_bounds, steps)
         if variant.constants:
             state, mode = _set_constants(state, variant.constants, steps)
+        if variant.launch_bounds:  # after the constants: removing the attribute is checked at the new size
+            state = _replace_launch_bounds(state, variant.launch_bounds, steps)
         if variant.nvcc_flags:
             plan = LaunchPlan.from_dict({**state.plan.to_dict(),
                                          "nvcc_flags": [*state.plan.nvcc_flags, *variant.nvcc_flags]})

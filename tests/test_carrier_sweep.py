@@ -154,7 +154,8 @@ def test_launch_bounds_are_replaced_through_the_launch_bounds_transform(tmp_path
     built = sweep_tool.build_variant(sweep.expert, sweep.variants[1])
     assert "__launch_bounds__(THREADS, 2)" in built.state.source
     assert "__launch_bounds__(THREADS, 1)" not in built.state.source
-    assert [s["transform"] for s in built.steps] == ["launch_bounds", "launch_bounds", "tile_constant"]
+    # The constants come first, so that removing the attribute is checked at the variant's block size.
+    assert [s["transform"] for s in built.steps] == ["tile_constant", "launch_bounds", "launch_bounds"]
     same = sweep_tool.build_variant(sweep.expert, sweep.variants[2])
     assert same.state is None and "already has __launch_bounds__(THREADS, 1)" in same.reason
     flagged = sweep_tool.build_variant(sweep.expert, sweep.variants[3])
@@ -199,6 +200,18 @@ nvcc_flags = ["-maxrregcount=lots"]
 name = "zero"
 constants = { THREADS = 1 }
 """
+
+
+@needs_nvcc
+def test_a_register_cap_ptxas_cannot_meet_is_a_row_that_says_so(tmp_path, gate_cache):
+    # 5 CTAs of 160 threads per SM cap registers at 80; a wgmma m64n128 needs 90. ptxas says so only in a
+    # `fatal` line (C7602) followed by a generic `aborted due to errors`: the row must carry the first.
+    sweep = load(tmp_path, 'kernel = "conv2d/implicit_wgmma"\n[[variant]]\nname = "lb5"\n'
+                           'constants = { CONSUMER_WARPGROUPS = 1, STAGES = 2 }\nlaunch_bounds = "THREADS, 5"\n')
+    document = sweep_tool.run_sweep(sweep, out=None, compile_only=True, only=["lb5"], say=lambda line: None)
+    row = next(row for row in document["rows"] if row["variant"]["name"] == "lb5")
+    assert row["status"] == "rejected" and row["reason"] == "compile_error"
+    assert "Insufficient registers (" in row["message"] and "aborted" not in row["message"]
 
 
 @needs_nvcc

@@ -275,11 +275,16 @@ def _served(verdict: Verdict, origin: str) -> Verdict:
     return Verdict.from_dict(data)
 
 
+_GENERIC_ERRORS = ("Ptx assembly aborted due to errors", "compilation terminated")
+
+
 def _first_error(log: str) -> str:
-    for line in log.splitlines():
-        if "error" in line.lower():
-            return line.strip()[:400]
-    return (log.strip().splitlines() or ["nvcc failed"])[-1][:400]
+    """The line that says what went wrong: ptxas reports some failures only as `fatal` (C7602,
+    too few registers for a wgmma) and then a generic `aborted due to errors` line, which says nothing."""
+    lines = [line.strip() for line in log.splitlines()]
+    flagged = [line for line in lines if "error" in line.lower() or "fatal" in line.lower()]
+    specific = [line for line in flagged if not any(g in line for g in _GENERIC_ERRORS)]
+    return ((specific or flagged or [line for line in lines if line] or ["nvcc failed"])[0])[:400]
 
 
 def _describe(event: dict[str, Any]) -> str:

@@ -5,7 +5,7 @@ Carrier tuning, not a skill (Role.CARRIER): a walk shrinks tiles to see which me
 Sites: namespace-scope constants initialised with a plain integer literal whose names read as
 tuning knobs: BLOCK_*, TILE_*, WARP_TILE_*, WARPS_*, THREADS(_*), STAGES / *_STAGES, VEC(_*),
 VECTOR_*, GROUP_*, SPLIT_*, ROWS_PER_*, COLS_PER_*, *_PER_THREAD, *_PER_WARP, *_PER_BLOCK,
-*_PER_SM, *_BATCH; as `constexpr int NAME = 128;` (any integer type, const or constexpr) or
+*_PER_SM, *_WARPGROUPS, *_BATCH; as `constexpr int NAME = 128;` (any integer type, const or constexpr) or
 `#define NAME 128`. Derived constants (`THREADS = WARPS_M * WARPS_N * 32`) are not sites: change
 what they derive from.
 
@@ -45,7 +45,7 @@ from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 
 KNOB = re.compile(r"^(?:(?:BLOCK|TILE|WARP_TILE|WARPS|THREADS|VEC|VECTOR|GROUP|SPLIT|ROWS_PER|COLS_PER)(?:_\w+)?"
-                  r"|(?:\w+_)?STAGES|\w+_PER_(?:THREAD|WARP|BLOCK|SM)|\w*BATCH)$")
+                  r"|(?:\w+_)?STAGES|\w+_WARPGROUPS|\w+_PER_(?:THREAD|WARP|BLOCK|SM)|\w*BATCH)$")
 _TO_ONE = re.compile(r"^(?:(?:\w+_)?STAGES|VEC(?:_\w+)?|VECTOR(?:_\w+)?)$")
 _VECTOR_WIDTH = re.compile(r"^(?:VEC|VECTOR)(?:_\w+)?$")
 _INT_LITERAL = re.compile(r"^(?P<digits>[1-9]\d*|0)(?P<suffix>[uUlL]*)$")

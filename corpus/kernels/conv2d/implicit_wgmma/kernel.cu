@@ -38,8 +38,9 @@
 //   4. Warpgroup MMA (wgmma_m64n128k16, smem_descriptor, a_operand): per K block, 4 wgmma
 //      m64n128k16 f32.f16.f16 per consumer, A from its halo slot (box (chunk, s) + r box rows),
 //      B from the ring stage; one group stays in flight while the next stage is awaited.
-//   5. Warp roles: warpgroup 0 is the producer (one thread issues every TMA); warpgroups 1..3 are
-//      consumers, each owning one patch (a 64 x 128 fp32 accumulator, 64 registers per thread).
+//   5. Warp roles: warpgroups 0..2 are consumers, each owning one patch (a 64 x 128 fp32
+//      accumulator, 64 registers per thread); the warp after them is the producer (one thread issues
+//      every TMA). One warp, not a warpgroup: its registers count against every resident CTA.
 //   6. Epilogue (store_accumulators_to_shared, store_tile_vectorized): accumulators rounded to
 //      fp16x2, staged in the consumer's own halo slot (free once its MMAs have completed) with a
 //      padded pitch, then written as 16-byte chunks of whole output pixels (256 contiguous bytes
@@ -74,8 +75,9 @@ constexpr int BOX_C = 64;                           // channels per K block: 128
 constexpr int WARP_SIZE = 32;
 constexpr int WARPGROUP_THREADS = 128;              // 4 warps issue one wgmma together
 constexpr int WARPS_PER_WARPGROUP = WARPGROUP_THREADS / WARP_SIZE;
-constexpr int PRODUCER_WARPGROUPS = 1;
-constexpr int THREADS = (PRODUCER_WARPGROUPS + CONSUMER_WARPGROUPS) * WARPGROUP_THREADS;  // 512
+constexpr int CONSUMER_THREADS = CONSUMER_WARPGROUPS * WARPGROUP_THREADS;  // warps 0 .. 11: wgmma needs aligned warpgroups
+constexpr int PRODUCER_THREADS = WARP_SIZE;         // one warp after the consumers; one thread of it issues TMA
+constexpr int THREADS = CONSUMER_THREADS + PRODUCER_THREADS;  // 416
 constexpr int WGMMA_M = 64;                         // wgmma .m64nNk16: M is fixed at 64 per warpgroup
 constexpr int WGMMA_N = BLOCK_N;                    // one wgmma covers all 128 filters of the tile
 constexpr int WGMMA_K = 16;                         // fp16 wgmma consumes K in steps of 16
@@ -574,7 +576,7 @@ __device__ __forceinline__ void consume(const Pipeline& pipe, float (&acc)[ACC_R
 }
 
 // ---------------------------------------------------------------------------------------------
-// The kernel: one CTA of 4 warpgroups per 3 patches x 128 filters;
+// The kernel: one CTA of 3 consumer warpgroups and a producer warp per 3 patches x 128 filters;
 // grid = (cdiv(patches, PATCHES_PER_CTA), cdiv(F, BLOCK_N)).
 // ---------------------------------------------------------------------------------------------
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -616,13 +618,13 @@ conv2d_implicit_wgmma(const __grid_constant__ TensorMap map_x, const __grid_cons
     }
     __syncthreads();
 
-    if (warpgroup == 0) {
-        if (tid == 0)
+    if (tid >= CONSUMER_THREADS) {
+        if (tid == CONSUMER_THREADS)
             produce(pipe, &map_x, &map_w, sh, first_patch, active, f0, first_k_block);
         return;
     }
 
-    const int consumer = warpgroup - PRODUCER_WARPGROUPS;  // patch first_patch + consumer
+    const int consumer = warpgroup;  // patch first_patch + consumer
     if (consumer >= active)  // the last CTA may have fewer patches; its idle consumers are not counted
         return;
     const int t = tid - warpgroup * WARPGROUP_THREADS;  // thread within the warpgroup
