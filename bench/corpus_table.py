@@ -56,6 +56,8 @@ def row(name: str, verdict: dict) -> dict:
         "verdict_key": verdict["provenance"]["key"], "measured_at": verdict["provenance"]["created"],
         "measured_commit": verdict["provenance"].get("git_commit"), "gpu": env.get("gpu"),
         "driver": env.get("driver"), "torch": env.get("torch"), "toolchain": env.get("toolchain"),
+        # Problems with VENDOR_TIMING ("eager", "graph") also time the vendor replayed from a CUDA graph.
+        "vs_vendor_graph": (profile["ratios"].get("vs_vendor_graph") or {}).get("overall"),
     }
 
 

@@ -2,6 +2,7 @@
 
 A problem file is Python. It declares `OPERATOR`, named `CASES` (parameters and dtypes),
 `make_inputs(case, seed, device)`, `reference(inputs)` in PyTorch, `OUTPUTS`, optional `vendor`,
+`VENDOR_TIMING` (how the vendor path is timed: "eager", and "graph" for a CUDA-graph replay too),
 `TOLERANCES`, `check` (custom correctness) and `roofline(case)`. Files written for the reference
 KLineage implementation (`make_inputs(seed, device)`, `torch_ref(*inputs)`) load too, as one case.
 
@@ -16,6 +17,7 @@ import inspect
 import math
 import sys
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -23,6 +25,15 @@ from typing import Any, Callable
 from klineage import expr
 from klineage.errors import DocumentError
 from klineage.fingerprint import normalize_source, sha256_text
+
+class VendorTiming(str, Enum):
+    """How the profile times a problem's vendor path. EAGER calls it as a user would; GRAPH replays
+    one CUDA-graph capture of it, which removes the host's per-launch cost (a many-kernel Python path
+    such as FLA's is otherwise timed partly on how busy the host is)."""
+
+    EAGER = "eager"
+    GRAPH = "graph"
+
 
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
 
@@ -129,6 +140,7 @@ class ProblemInfo:
     legacy: bool
     description: str = ""
     math: str = "fp32"  # the unit its flops run on, for the roofline: fp32 | tf32 | fp16 | bf16
+    vendor_timing: tuple[VendorTiming, ...] = (VendorTiming.EAGER,)
 
     def case(self, name: str) -> Case:
         for case in self.cases:
@@ -151,6 +163,7 @@ class ProblemInfo:
             "legacy": self.legacy,
             "description": self.description,
             "math": self.math,
+            "vendor_timing": [t.value for t in self.vendor_timing],
         }
 
     @classmethod
@@ -169,6 +182,7 @@ class ProblemInfo:
             legacy=data["legacy"],
             description=data.get("description", ""),
             math=data.get("math", "fp32"),
+            vendor_timing=tuple(VendorTiming(t) for t in data.get("vendor_timing", ["eager"])),
         )
 
 
@@ -295,6 +309,7 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
     math_unit = getattr(module, "MATH", "fp32")
     if math_unit not in ("fp32", "tf32", "fp16", "bf16"):
         raise DocumentError(where, f"MATH must be fp32, tf32, fp16 or bf16, not {math_unit!r}")
+    vendor_timing = _vendor_timing(getattr(module, "VENDOR_TIMING", ("eager",)), vendor is not None, where)
     info = ProblemInfo(
         operator=operator,
         path=str(path),
@@ -309,9 +324,25 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
         legacy=False,
         description=(module.__doc__ or "").strip(),
         math=math_unit,
+        vendor_timing=vendor_timing,
     )
     return Problem(info=info, make_inputs=make_inputs, reference=_as_dict_fn(reference, outputs),
                    vendor=_as_dict_fn(vendor, outputs) if vendor else None, check=check, module=module)
+
+
+def _vendor_timing(value: Any, has_vendor: bool, where: str) -> tuple[VendorTiming, ...]:
+    allowed = ", ".join(repr(t.value) for t in VendorTiming)
+    if isinstance(value, str) or not isinstance(value, (tuple, list)) or not value:
+        raise DocumentError(where, f"VENDOR_TIMING must be a non-empty tuple of {allowed}, not {value!r}")
+    try:
+        timing = tuple(VendorTiming(v) for v in value)
+    except ValueError:
+        raise DocumentError(where, f"VENDOR_TIMING: {value!r} names a mode other than {allowed}") from None
+    if len(set(timing)) != len(timing):
+        raise DocumentError(where, f"VENDOR_TIMING names a mode twice: {value!r}")
+    if timing != (VendorTiming.EAGER,) and not has_vendor:
+        raise DocumentError(where, "VENDOR_TIMING is set but the problem has no vendor function")
+    return timing
 
 
 LEGACY_CASE = "default"

@@ -31,7 +31,7 @@ from klineage.gate.compile import compile_kernel
 from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
-from klineage.problem import load_problem, tolerance_for, validate_numerics
+from klineage.problem import VendorTiming, load_problem, tolerance_for, validate_numerics
 from cuda_tools import sass_mnemonics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +77,7 @@ def test_problem_loads_and_its_numerics_are_sound(problem):
     info = problem.info
     assert info.operator == "gdn" and info.headline == "headline" and info.math == "bf16"
     assert info.has_vendor and not info.has_check
+    assert info.vendor_timing == (VendorTiming.EAGER, VendorTiming.GRAPH)  # FLA eager and CUDA-graph replayed
     assert {c.name for c in info.cases} == {"headline", "ragged_t", "equal_heads", "small"}
     assert tolerance_for("bfloat16", info.tolerances).to_dict() == {"rtol": 3e-2, "atol": 6e-3, "rel_l2": 1.5e-2}
     assert validate_numerics(problem, "cpu") == []

@@ -14,6 +14,7 @@ from klineage.problem import (
     OutputSpec,
     ProblemInfo,
     Tolerance,
+    VendorTiming,
     load_problem,
     tolerance_for,
     validate_numerics,
@@ -259,6 +260,28 @@ def test_vendor_and_check_arity(tmp_path):
     refused(tmp_path, variant("def vendor(inputs)", "def vendor()"), "'vendor' must take 1 or 2 positional parameters")
     refused(tmp_path, variant("def check(case, inputs, outputs, expected)", "def check(outputs, expected)"),
             "'check' must take 4 positional parameters, takes 2")
+
+
+def test_vendor_timing_defaults_to_eager_and_may_add_a_graph_replay(tmp_path):
+    assert load_problem(write(tmp_path, MODERN)).info.vendor_timing == (VendorTiming.EAGER,)
+    info = load_problem(write(tmp_path, variant('MATH = "fp16"\n', 'MATH = "fp16"\nVENDOR_TIMING = ("eager", "graph")\n'))).info
+    assert info.vendor_timing == (VendorTiming.EAGER, VendorTiming.GRAPH)
+    assert ProblemInfo.from_dict(json.loads(json.dumps(info.to_dict()))) == info
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ('"graph"', "must be a non-empty tuple"),
+    ("()", "must be a non-empty tuple"),
+    ('("eager", "replay")', "names a mode other than 'eager', 'graph'"),
+    ('("graph", "graph")', "names a mode twice"),
+])
+def test_malformed_vendor_timing_is_refused(tmp_path, value, fragment):
+    refused(tmp_path, variant('MATH = "fp16"\n', f'MATH = "fp16"\nVENDOR_TIMING = {value}\n'), "VENDOR_TIMING", fragment)
+
+
+def test_vendor_timing_needs_a_vendor(tmp_path):
+    text = variant("def vendor(", "def _vendor(", variant('MATH = "fp16"\n', 'MATH = "fp16"\nVENDOR_TIMING = ("graph",)\n'))
+    refused(tmp_path, text, "VENDOR_TIMING is set but the problem has no vendor function")
 
 
 def test_roofline_missing(tmp_path):

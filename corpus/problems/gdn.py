@@ -46,6 +46,9 @@ import torch
 OPERATOR = "gdn"
 
 CHUNK = 64  # FLA's chunk size for the vendor path (the KLineage paper's size)
+# FLA's forward is ~10 Triton launches from Python: timed eagerly, part of its time is the host's
+# launch path (and how busy the host is); replayed from a CUDA graph, none of it. Both are timed.
+VENDOR_TIMING = ("eager", "graph")
 
 CASES = {
     "headline": {"B": 1, "T": 4096, "H": 16, "HV": 48, "DK": 128, "DV": 128},

@@ -22,6 +22,7 @@ from klineage.gate.params import (TensorMapError, as_pycuda_words, check_tensor_
                                   pack_parameters, parameter_layout, read_kernel_parameters)
 from klineage.gate.verdict import Reason
 from klineage.launch import ResolvedLaunch
+from klineage.problem import VendorTiming
 
 HOST_COVER_CYCLES = 200_000  # about 100 us at H200 clocks: longer than any host dispatch we time
 PACKED_CACHE = 64  # parameter buffers kept per kernel (tensor maps are encoded once per buffer address)
@@ -369,6 +370,29 @@ def _timed_output_problem(c, problem, params, inputs, outputs, expected) -> str 
     return None
 
 
+def _capture_vendor_graphs(torch, problem, params: dict[str, Any], sets: list[dict[str, Any]],
+                           notes: list[str]) -> dict[int, Any]:
+    """One CUDA graph of the vendor call per input set, captured after eager calls (autotuning,
+    compilation and lazy allocations must not happen inside a capture). A vendor path that cannot
+    be captured (a host sync, a CPU tensor) is noted and timed eagerly only: not the candidate's fault."""
+    graphs = {}
+    try:
+        for s in sets:
+            for _ in range(2):
+                problem.vendor(s["inputs"], params)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                problem.vendor(s["inputs"], params)
+            graphs[id(s)] = graph
+        torch.cuda.synchronize()
+    except Exception as exc:  # any capture failure: report it, keep the eager timing
+        torch.cuda.synchronize()
+        notes.append(f"vendor not timed from a CUDA graph: {type(exc).__name__}: {exc}"[:400])
+        return {}
+    return graphs
+
+
 def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str, policy: dict[str, Any],
             result: dict[str, Any]) -> None:
     """Time candidate, baseline and vendor interleaved on fresh inputs, L2 flushed before each call."""
@@ -391,6 +415,7 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         sets.append({"inputs": inputs, "expected": expected, "buffers": per_kernel})
 
     contenders: list[tuple[str, Any]] = []
+    notes: list[str] = []
     for kernel in kernels:
         def run_kernel(s, kernel=kernel):
             buffers = s["buffers"][kernel.role]
@@ -401,6 +426,10 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         def run_vendor(s):
             return (lambda: None), (lambda: problem.vendor(s["inputs"], params))
         contenders.append(("vendor", run_vendor))
+        if VendorTiming.GRAPH in problem.info.vendor_timing:
+            graphs = _capture_vendor_graphs(torch, problem, params, sets, notes)
+            if graphs:
+                contenders.append(("vendor_graph", lambda s: ((lambda: None), graphs[id(s)].replay)))
 
     def timed_call(make, s) -> tuple[Any, Any]:
         before, call = make(s)
@@ -467,6 +496,7 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         "roofline": {"floor_us": floor, "flops": figures["flops"], "bytes": figures["bytes"],
                      "fraction": {role: floor / s.median_us for role, s in stats.items()},
                      "device_spec": spec.name},
+        **({"notes": notes} if notes else {}),
     }
 
 
