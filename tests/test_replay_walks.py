@@ -25,7 +25,8 @@ WALKS = sorted((config.corpus_dir() / "lineages").glob("*.gpu.json"))
 
 def test_gpu_walks_are_committed():
     names = {p.name for p in WALKS}
-    assert {"row_softmax_warp_vec4.gpu.json", "topk_radix_select.gpu.json", "gemm_mma_sync.gpu.json"} <= names
+    assert {"row_softmax_warp_vec4.gpu.json", "topk_radix_select.gpu.json", "gemm_mma_sync.gpu.json",
+            "conv2d_implicit_gemm.gpu.json"} <= names
 
 
 @pytest.mark.parametrize("path", WALKS, ids=lambda p: p.name)
