@@ -8,7 +8,9 @@ importers: the committed dry walk of row_softmax/warp_vec4 made into a GPU-style
 unroll (tests/library_data.py), the cards induced from it and varied into --cards distinct valid
 cards (ids derived from their content), and a 40-step lineage built from real states: five copies
 of the dry walk's nine states (each copy's source tagged with a comment line, so each state is
-distinct), chained, with every diff recomputed from the sources, and eight rejected attempts.
+distinct), chained, with every diff recomputed from the sources, and eight rejected attempts; every
+other state of it carries a gate verdict that timed the vendor (a recorded one moved onto it), so the
+page draws vendor bars for half its steps and says "not timed" for the rest.
 
 Each page is requested a few times to warm up, then --requests times; the whole request (URL
 resolution, queries, template rendering) is timed. Writes bench/results/web_perf.json with
@@ -89,14 +91,18 @@ def fill(cards: int) -> dict:
     from django.core.management import call_command
 
     from library_data import library_document, many_cards, real_cards, timed_lineage
+    from lineage_data import vendor_verdict
     from skills_app.card_import import import_library
-    from skills_app.importer import import_lineage
+    from skills_app.importer import import_lineage, store_verdict
     from skills_app.models import SkillCard
 
     call_command("migrate", verbosity=0)
     started = time.perf_counter()
     import_lineage(timed_lineage().to_dict())
-    long, _ = import_lineage(long_lineage())
+    document = long_lineage()
+    long, _ = import_lineage(document)
+    for state in document["states"][::2]:
+        store_verdict(*vendor_verdict(state["fingerprint"], state["plan"]["name"], 0.9, [0.89, 0.9, 0.91]))
     documents = [c.to_dict() for c in real_cards()] + many_cards(cards - 4)
     built = time.perf_counter()
     import_library(library_document(documents))

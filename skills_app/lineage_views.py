@@ -11,7 +11,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
-from django.db.models import Prefetch
+from django.db.models import F, Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.html import escape
@@ -22,7 +22,7 @@ from klineage_web.access import read_access
 from skills_app.filters import LineageFilter
 from skills_app.paging import paginate, query_without
 from skills_app.highlight import highlight_lines
-from skills_app.models import Lineage, LineageStep, Review
+from skills_app.models import Lineage, LineageStep, Review, Verdict
 
 REVIEW_PERMISSION = "skills_app.add_review"
 TERMINATIONS = ("complete", "step_limit", "rejection_limit", "unknown")
@@ -100,19 +100,47 @@ def _feature(change: dict[str, Any]) -> str:
     return f"{change.get('level', '')} {locus}{change.get('name', '')}".strip()
 
 
+def ratio_bars(overall: float, per_trial: list[float], mark: float, label: str) -> dict[str, Any]:
+    """A paired ratio, overall and per trial, as bar widths on one scale with `mark` drawn across them;
+    a bar short of the mark is drawn slow."""
+    scale = max([mark, overall, *per_trial, 1.0]) * 1.1
+    bars = [{"label": label, "ratio": overall, "width": round(100 * overall / scale, 1), "ok": overall >= mark,
+             "overall": True}]
+    bars += [{"label": f"trial {i + 1}", "ratio": v, "width": round(100 * v / scale, 1), "ok": v >= mark}
+             for i, v in enumerate(per_trial)]
+    return {"bars": bars, "mark": mark, "mark_at": round(100 * mark / scale, 1)}
+
+
 def timing_rows(timing: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Per-trial child/parent time ratios as bar widths, with the required ratio marked."""
+    """The forward step's child time / parent time ratios as bars, with the required ratio marked."""
     if not timing:
         return None
-    required = float(timing.get("required", 0.99))
-    values = [float(v) for v in timing.get("per_trial", [])]
-    overall = float(timing.get("overall", 0.0))
-    scale = max([required, overall, *values, 1.0]) * 1.1
-    bars = [{"label": f"trial {i + 1}", "ratio": v, "width": round(100 * v / scale, 1), "ok": v >= required}
-            for i, v in enumerate(values)]
-    bars.insert(0, {"label": "overall", "ratio": overall, "width": round(100 * overall / scale, 1),
-                    "ok": overall >= required, "overall": True})
-    return {"bars": bars, "required": required, "required_at": round(100 * required / scale, 1)}
+    return ratio_bars(float(timing.get("overall", 0.0)), [float(v) for v in timing.get("per_trial", [])],
+                      float(timing.get("required", 0.99)), "vs parent")
+
+
+def vendor_timing(state_ids: list[int]) -> dict[int, dict[str, Any]]:
+    """Per kernel state, vendor time / state time as bars (parity marked), from the newest passed verdict
+    of that state whose profile timed the vendor beside it (`profile.ratios.vs_vendor`), with that
+    verdict's key, GPU and case; passed only, so a kernel the gate rejected is never shown as fast.
+    A walk times each step against its parent only (its policy leaves the vendor out), and times from
+    different runs are never divided, so a state that no verdict timed against the vendor is absent:
+    the page says so instead of showing a number."""
+    found: dict[int, dict[str, Any]] = {}
+    rows = (Verdict.objects.filter(state_id__in=state_ids, status=Verdict.StatusChoices.PASSED,
+                                   document__profile__ratios__has_key="vs_vendor")
+            .order_by("state_id", F("created").desc(nulls_last=True), "-id")
+            # Only the ratio and the case out of each document: verdict documents are large.
+            .values("state_id", "key", "gpu", ratio=F("document__profile__ratios__vs_vendor"),
+                    case=F("document__profile__case")))
+    for row in rows:
+        ratio = row["ratio"]
+        if row["state_id"] in found or not isinstance(ratio, dict):
+            continue
+        bars = ratio_bars(float(ratio.get("overall", 0.0)), [float(v) for v in ratio.get("per_trial", [])],
+                          1.0, "vs vendor")
+        found[row["state_id"]] = {**bars, "key": row["key"], "gpu": row["gpu"], "case": row["case"] or ""}
+    return found
 
 
 def _state_summaries(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -172,6 +200,7 @@ def lineage(request, lineage_id: str):
         branches.setdefault(step.branch_step, []).append({"step": step, "evidence": _evidence(step)})
     timeline = []
     layout = diff_layout(request)
+    vendor = vendor_timing([found.expert_state_id, *(step.child_state_id for step in accepted)])
     for step in accepted:
         child = states.get(step.child_state.fingerprint, {})
         rows = diff_lines(step.backward_diff, step.features_removed, step.features_added)
@@ -180,6 +209,7 @@ def lineage(request, lineage_id: str):
             "diff": split_rows(rows) if layout == "split" else rows,
             "verdict": child.get("verdict", {}),
             "timing": timing_rows(step.forward_timing),
+            "vendor": vendor.get(step.child_state_id),
             "rejected": branches.get(step.index, []),
             "review": step.latest_review,
         })
@@ -189,6 +219,7 @@ def lineage(request, lineage_id: str):
         "lineage": found,
         "document": document,
         "expert_verdict": expert.get("verdict", {}),
+        "expert_vendor": vendor.get(found.expert_state_id),
         "timeline": timeline,
         "after_last": branches.get(len(accepted), []),
         "last_state": last,

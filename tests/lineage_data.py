@@ -1,16 +1,21 @@
 """Lineage documents for the dashboard's tests: the committed dry walk of row_softmax/warp_vec4,
-and a copy of it with rejected attempts added (the dry walk rejected nothing)."""
+a copy of it with rejected attempts added (the dry walk rejected nothing), and recorded verdicts that
+timed the vendor, moved onto a lineage's states (a walk never times the vendor)."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
+from klineage.fingerprint import sha256_text
+
 DRY_WALK = Path(settings.BASE_DIR) / "corpus" / "lineages" / "row_softmax_warp_vec4.dry.json"
+RECORDED = Path(settings.BASE_DIR) / "recorded" / "verdicts"
 
 
 def dry_walk() -> dict[str, Any]:
@@ -38,3 +43,30 @@ def with_rejections(document: dict[str, Any] | None = None) -> dict[str, Any]:
     ]
     document["stats"]["rejected"] = 2
     return document
+
+
+@functools.cache
+def _vendor_timed() -> str:
+    """The text of a committed passed verdict whose profile timed the vendor beside its kernel."""
+    for path in sorted(RECORDED.glob("*/*.json")):
+        text = path.read_text(encoding="utf-8")
+        document = json.loads(text)
+        if document["status"] == "passed" and "vs_vendor" in (document.get("profile") or {}).get("ratios", {}):
+            return text
+    raise LookupError(f"no recorded verdict under {RECORDED} timed the vendor")
+
+
+def vendor_verdict(fingerprint: str, name: str, overall: float, per_trial: list[float], *,
+                   created: str = "2026-11-30T12:00:00+00:00", rejected: bool = False) -> tuple[str, dict[str, Any]]:
+    """A key and a verdict document: a recorded one that timed the vendor, moved onto the kernel state
+    `fingerprint` (its plan named `name`) with vendor time / state time `overall` and `per_trial`;
+    `rejected`, the same rejected by the racecheck."""
+    document = json.loads(_vendor_timed())
+    document["kernel"] = {"fingerprint": fingerprint, "name": name}
+    document["profile"]["ratios"]["vs_vendor"] = {"overall": overall, "per_trial": list(per_trial)}
+    if rejected:
+        document.update(status="rejected", reason="race", findings=[
+            {"reason": "race", "stage": "sanitizer", "message": "racecheck: 1 hazard", "case": "small", "evidence": {}}])
+    key = sha256_text(json.dumps([fingerprint, overall, per_trial, created, rejected]))
+    document["provenance"].update(key=key, created=created)
+    return key, document

@@ -1,5 +1,6 @@
 """Lineage pages and the review queue on real data: the committed dry walk of row_softmax/warp_vec4
-(imported with the corpus) and a copy of it with rejected attempts."""
+(imported with the corpus) and a copy of it with rejected attempts, with the recorded verdicts of
+their states (the vendor ratios come from those)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import re
 
 import pytest
 from django.contrib.auth.models import Group
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from dashboard_data import corpus  # noqa: F401
-from lineage_data import with_rejections
-from skills_app.importer import import_lineage
+from lineage_data import vendor_verdict, with_rejections
+from skills_app.importer import import_lineage, store_verdict
 from skills_app.lineage_views import diff_lines
-from skills_app.models import Lineage, LineageStep, Review
+from skills_app.models import Lineage, LineageStep, Review, Verdict
 
 pytestmark = pytest.mark.django_db
 
@@ -110,6 +113,10 @@ def test_rejected_attempts_branch_off_their_step(client, branched):
     assert "still present" in text  # the audit detail
 
 
+def _section(text: str, start: str, end: str) -> str:
+    return text[text.index(start):text.index(end)]
+
+
 def test_timing_bars_render_when_timed(client, corpus):
     document = with_rejections()
     transition = document["transitions"][0]
@@ -117,8 +124,63 @@ def test_timing_bars_render_when_timed(client, corpus):
                              "timing": {"overall": 0.97, "per_trial": [0.98, 1.01, 0.95], "required": 0.99}}
     lineage, _ = import_lineage(document)
     text = client.get(f"/lineages/{lineage.id}/").content.decode()
-    assert text.count('class="ratio-row"') == 4
-    assert "ratio-fill ratio-slow" in text and "0.950" in text and "forward slower" in text
+    step = _section(text, 'id="step-accepted-0"', 'id="step-accepted-1"')
+    parent = step[step.index('aria-label="child time / parent time"'):]
+    assert parent.count('class="ratio-row"') == 4 and "vs parent" in parent
+    assert "ratio-fill ratio-slow" in parent and "0.950" in parent and "forward slower" in step
+    # A walk times steps against their parent only: no vendor number for this step's child.
+    assert "vendor not timed in this run" in step and "ratio-bars-vendor" not in step
+
+
+def test_a_step_shows_its_childs_vendor_ratio_from_the_verdict_that_timed_it(client, dry):
+    child = dry.steps.get(kind="accepted", index=2).child_state
+    url = f"/lineages/{dry.id}/"
+    with CaptureQueriesContext(connection) as before:
+        client.get(url)
+    stored = {}
+    for name, overall, trials, created, rejected in [
+            ("older", 0.70, [0.69, 0.71, 0.70], "2026-11-30T10:00:00+00:00", False),
+            ("newer", 0.82, [0.81, 1.02, 0.82], "2026-11-30T11:00:00+00:00", False),
+            ("rejected", 2.5, [2.5, 2.5, 2.5], "2026-11-30T12:00:00+00:00", True)]:
+        key, document = vendor_verdict(child.fingerprint, child.name, overall, trials, created=created,
+                                       rejected=rejected)
+        stored[name], _ = store_verdict(key, document)
+    assert {v.state_id for v in stored.values()} == {child.pk}  # linked to the lineage's state by fingerprint
+    with CaptureQueriesContext(connection) as after:
+        text = client.get(url).content.decode()
+    assert len(after) == len(before)  # one query finds the vendor ratios of every step
+
+    step = _section(text, 'id="step-accepted-2"', 'id="step-accepted-3"')
+    vendor = step[step.index('class="ratio-bars ratio-bars-vendor"'):]
+    assert 'aria-label="vendor time / child time"' in vendor
+    assert vendor.count('class="ratio-row"') == 4 and "vs vendor" in vendor
+    # The newest passed verdict's ratios, overall and per trial; never the older one's, nor a rejected one's.
+    assert "0.820" in vendor and "0.810" in vendor and "1.020" in vendor
+    assert "0.700" not in vendor and "2.500" not in vendor
+    assert f'href="/verdicts/{stored["newer"].key}/"' in vendor and "on NVIDIA H200" in vendor
+    assert vendor.count("ratio-fill ratio-slow") == 3  # slower than the vendor, but in trial 2
+    assert 'title="parity 1.0"' in vendor
+    assert "vendor not timed" not in step
+    # The steps around it keep saying the vendor was not timed.
+    for start, end in (('id="step-accepted-1"', 'id="step-accepted-2"'),
+                       ('id="step-accepted-3"', 'id="step-accepted-4"')):
+        other = _section(text, start, end)
+        assert "vendor not timed in this run" in other and "ratio-bars-vendor" not in other
+
+
+def test_the_expert_shows_the_vendor_ratio_of_its_own_gate_verdict(client, dry):
+    timed = [v for v in Verdict.objects.filter(state=dry.expert_state, status="passed")
+             if "vs_vendor" in (v.document.get("profile") or {}).get("ratios", {})]
+    assert timed, "the corpus records the expert's gate verdict with the vendor timed"
+    newest = max(timed, key=lambda v: (v.created, v.id))
+    ratio = newest.document["profile"]["ratios"]["vs_vendor"]
+    text = client.get(f"/lineages/{dry.id}/").content.decode()
+    expert = _section(text, 'class="tl-state tl-expert"', 'id="step-accepted-0"')
+    assert 'aria-label="vendor time / expert time"' in expert
+    assert f'href="/verdicts/{newest.key}/"' in expert and f"{ratio['overall']:.3f}" in expert
+    assert expert.count('class="ratio-row"') == 1 + len(ratio["per_trial"])
+    # No step of the dry walk was gated with the vendor: each says so, without a number.
+    assert text.count("vendor not timed in this run") == dry.accepted_count
 
 
 def test_review_queue_lists_unreviewed_steps(client, branched, dry):
