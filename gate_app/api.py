@@ -139,6 +139,10 @@ class UploadSerializer(serializers.Serializer):
                                         help_text="why the probe refused the problem; empty or null otherwise")
     probe_job = serializers.IntegerField(allow_null=True, help_text="a problem: its latest probe job's id")
     uploaded_at = serializers.DateTimeField(source="uploaded")
+    # Read-only, from the signed-in user: an upload's fields are its files, nothing names an uploader.
+    uploaded_by = serializers.CharField(source="uploader", read_only=True, allow_null=True,
+                                        help_text="the username of the operator who uploaded it; null for uploads "
+                                                  "made before uploaders were recorded, or whose account is deleted")
     url = serializers.SerializerMethodField(help_text="its detail in the API")
     page = serializers.SerializerMethodField(help_text="a kernel's page; null for a problem")
 
@@ -172,7 +176,7 @@ class UploadResultSerializer(serializers.Serializer):
 
 
 ORDERINGS = {"name": "upload", "kind": "kind", "problem": "names_problem", "probe": "probe_status",
-             "uploaded_at": "uploaded"}
+             "uploaded_at": "uploaded", "uploaded_by": "uploader"}
 
 
 class UploadQuerySerializer(serializers.Serializer):
@@ -185,6 +189,7 @@ class UploadQuerySerializer(serializers.Serializer):
     probe = serializers.ChoiceField(choices=Problem.Probe.choices, required=False,
                                     help_text="problems whose probe is in this state")
     q = serializers.CharField(required=False, help_text="part of the name")
+    uploaded_by = serializers.CharField(required=False, help_text="a username: what that operator uploaded")
     ordering = serializers.CharField(required=False, help_text=f"comma-separated, '-' first for descending: "
                                      f"{', '.join(ORDERINGS)} (default -uploaded_at)")
 
@@ -219,10 +224,12 @@ def _problem_rows(selected: dict[str, Any]):
         rows = rows.filter(probe=selected["probe"])
     if "q" in selected:
         rows = rows.filter(upload_name__icontains=selected["q"])
+    if "uploaded_by" in selected:
+        rows = rows.filter(uploaded_by__username=selected["uploaded_by"])
     return rows.order_by().values(
         kind=Value("problem"), upload=F("upload_name"), content=F("fingerprint"), names_problem=F("upload_name"),
         probe_status=F("probe"), refusal=F("probe_error"), probe_job=Subquery(probes, output_field=IntegerField()),
-        uploaded=F("imported_at"))
+        uploaded=F("imported_at"), uploader=F("uploaded_by__username"))
 
 
 def _kernel_rows(selected: dict[str, Any]):
@@ -236,10 +243,13 @@ def _kernel_rows(selected: dict[str, Any]):
         rows = rows.none()  # a kernel has no probe
     if "q" in selected:
         rows = rows.filter(name__icontains=selected["q"])
+    if "uploaded_by" in selected:
+        rows = rows.filter(uploaded_by__username=selected["uploaded_by"])
     return rows.order_by().values(
         kind=Value("kernel"), upload=F("name"), content=F("current_state__fingerprint"), names_problem=F("operator"),
         probe_status=Value(None, output_field=CharField()), refusal=Value(None, output_field=CharField()),
-        probe_job=Value(None, output_field=IntegerField()), uploaded=F("imported_at"))
+        probe_job=Value(None, output_field=IntegerField()), uploaded=F("imported_at"),
+        uploader=F("uploaded_by__username"))
 
 
 class UploadView(generics.ListCreateAPIView):
@@ -267,7 +277,8 @@ class UploadView(generics.ListCreateAPIView):
 
     @extend_schema(parameters=[UploadQuerySerializer],
                    description="Uploaded problems (with their probe's state and latest probe job) and kernels "
-                               "(with the problem their plan names), newest first unless ordered otherwise.")
+                               "(with the problem their plan names), each with its uploader, newest first unless "
+                               "ordered otherwise.")
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
 
@@ -276,8 +287,9 @@ class UploadView(generics.ListCreateAPIView):
                               400: UploadRefusalSerializer},
                    description="Store a problem file (probed by a sandboxed CPU job, which the response names), a "
                                "kernel (its source and launch plan: the gate's static check first), or both; 201 "
-                               "when anything new was stored, 200 when all of it was already uploaded. Bad input is "
-                               "refused with 400 and a message, and nothing of the upload is stored.")
+                               "when anything new was stored, 200 when all of it was already uploaded. The uploader "
+                               "recorded is the signed-in operator: no field names one. Bad input is refused with "
+                               "400 and a message, and nothing of the upload is stored.")
     def post(self, request, *args, **kwargs):
         return self.create(request, *args, **kwargs)
 

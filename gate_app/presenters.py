@@ -60,14 +60,15 @@ def upload_lines(outcome) -> list[str]:
 
 
 def uploads_listing() -> dict[str, Any]:
-    """Uploaded problems (each with its latest probe job) and kernels."""
+    """Uploaded problems (each with its latest probe job) and kernels, with their uploaders."""
     from gate_app.models import Job
 
     probes: dict[str, int] = {}
     for pk, params in Job.objects.filter(kind=Job.Kind.PROBE).order_by("id").values_list("id", "params"):
         probes[params.get("problem", "")] = pk
-    problems = list(Problem.objects.exclude(upload_name="").order_by("upload_name"))
+    problems = list(Problem.objects.exclude(upload_name="").select_related("uploaded_by").order_by("upload_name"))
     for problem in problems:
         problem.probe_job = probes.get(problem.upload_name)
-    kernels = Kernel.objects.filter(origin=Kernel.Origin.UPLOADED).select_related("current_state").order_by("name")
+    kernels = (Kernel.objects.filter(origin=Kernel.Origin.UPLOADED).select_related("current_state", "uploaded_by")
+               .order_by("name"))
     return {"uploaded_problems": problems, "uploaded_kernels": kernels}

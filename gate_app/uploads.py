@@ -78,7 +78,8 @@ def received(files: Mapping[str, Any]) -> dict[str, File | None]:
 
 def upload(problem: File | None, source: File | None, plan: File | None, *, owner) -> Outcome:
     """Check every file given, then store them all (the problem first: the plan may name it), or
-    raise UploadRefused having stored none."""
+    raise UploadRefused having stored none. `owner` is the signed-in user: recorded as the uploader of
+    what is new, and the owner of its probe job; content uploaded before keeps its first uploader."""
     if problem is None and source is None and plan is None:
         raise UploadRefused("choose a problem file, or a kernel's source and launch plan, or both")
     if (source is None) != (plan is None):
@@ -91,7 +92,7 @@ def upload(problem: File | None, source: File | None, plan: File | None, *, owne
             if new_problem:
                 _store_problem(new_problem, owner, outcome)
             if kernel:
-                _store_kernel(kernel, outcome)
+                _store_kernel(kernel, owner, outcome)
     except DocumentError as exc:  # a name claimed by other content meanwhile
         raise UploadRefused(str(exc)) from None
     return outcome
@@ -205,7 +206,8 @@ def _store_problem(checked: _Problem, owner, outcome: Outcome) -> None:
         stem = checked.name.removeprefix(uploads.PREFIX)
         path = uploads.store_problem(stem, checked.fingerprint, checked.text)
         row = Problem.objects.create(operator="", fingerprint=checked.fingerprint, info={}, path=str(
-            path.relative_to(uploads.root().parent)), upload_name=checked.name, probe=Problem.Probe.PENDING)
+            path.relative_to(uploads.root().parent)), upload_name=checked.name, probe=Problem.Probe.PENDING,
+            uploaded_by=owner)
     else:
         outcome.unchanged.append(checked.name)
     outcome.problem = row
@@ -215,7 +217,7 @@ def _store_problem(checked: _Problem, owner, outcome: Outcome) -> None:
         outcome.probe_job = live or queue.enqueue(Job.Kind.PROBE, {"problem": checked.name}, owner=owner)
 
 
-def _store_kernel(checked: _Kernel, outcome: Outcome) -> None:
+def _store_kernel(checked: _Kernel, owner, outcome: Outcome) -> None:
     found = Kernel.objects.filter(name=checked.name).first()
     if found is not None:
         outcome.kernel = found
@@ -227,7 +229,7 @@ def _store_kernel(checked: _Kernel, outcome: Outcome) -> None:
     with_it = outcome.problem is not None and outcome.problem.upload_name == plan.problem
     problem = outcome.problem if with_it else checked.problem
     outcome.kernel = Kernel.objects.create(name=checked.name, operator=plan.problem, problem=problem,
-                                           current_state=state, origin=Kernel.Origin.UPLOADED)
+                                           current_state=state, origin=Kernel.Origin.UPLOADED, uploaded_by=owner)
     if state.kernel_id is None:
         state.kernel = outcome.kernel
         state.save(update_fields=["kernel"])

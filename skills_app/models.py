@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.db.models import OuterRef, Q, Subquery
 
@@ -44,6 +45,11 @@ class Problem(models.Model):
                                    help_text="uploaded problems: the name jobs use, uploaded/<name>; empty otherwise")
     probe = models.CharField(max_length=8, choices=Probe.choices, default=Probe.SOUND)
     probe_error = models.TextField(blank=True, default="", help_text="why the probe refused it")
+    # Kept when the account goes: the upload stays usable by jobs, only its uploader is forgotten.
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="uploaded_problems",
+                                    help_text="uploaded problems: who uploaded it; null for bundled problems, "
+                                              "uploads made before uploaders were recorded, or a deleted account")
     # One current problem per operator: the file as it is now. Earlier versions stay, since
     # verdicts measured against them name their fingerprint.
     current = models.BooleanField(default=False)
@@ -143,6 +149,10 @@ class Kernel(models.Model):
                                 help_text="the current problem for the plan's operator")
     current_state = models.ForeignKey(KernelState, on_delete=models.PROTECT, related_name="current_for")
     origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.BUNDLED)
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="uploaded_kernels",
+                                    help_text="uploaded kernels: who uploaded it; null for bundled kernels, "
+                                              "uploads made before uploaders were recorded, or a deleted account")
     adversarial = models.BooleanField(default=False, help_text="part of the adversarial suite: the gate must reject it")
     expected_reason = models.CharField(max_length=40, blank=True, default="",
                                        help_text="adversarial kernels: the reason the gate must give")

@@ -159,6 +159,31 @@ def test_a_problem_and_a_kernel_naming_it_in_one_upload(operator):
     assert "uploaded/softmax_copy" in page and 'href="/kernels/uploaded/second/"' in page
 
 
+def test_the_uploader_is_the_signed_in_operator_whatever_the_form_sends(operator):
+    nina = make_user("nina", operator=True)
+    # A field naming someone else is not the form's: the uploader comes from the session alone.
+    chosen = {**files(PROBLEM, SOURCE, plan()), "uploaded_by": str(nina.pk), "uploaded_by_id": str(nina.pk)}
+    assert operator.post("/upload/", chosen).status_code == 302
+    olga = User.objects.get(username="olga")
+    assert Problem.objects.get().uploaded_by == olga and Kernel.objects.get().uploaded_by == olga
+    # The same content again, by another operator: nothing new, and the first uploader stays.
+    logged_in(nina).post("/upload/", files(PROBLEM, SOURCE, plan()))
+    assert Problem.objects.get().uploaded_by == olga and Kernel.objects.get().uploaded_by == olga
+    logged_in(nina).post("/upload/", files(source=SOURCE, launch=plan("second")))
+    Problem.objects.update(uploaded_by=None)  # as a row uploaded before uploaders were recorded
+
+    page = operator.get("/upload/").content.decode()
+    problem_row = page[page.index('id="problem-uploadedsoftmax_copy"'):].split("</tr>")[0]
+    assert 'title="uploaded before uploaders were recorded, or the account is deleted">unknown</span>' in problem_row
+    kernels = page[page.index('id="kernels-heading"'):]
+    mine = kernels[kernels.index('href="/kernels/uploaded/my_softmax/"'):].split("</li>")[0]
+    theirs = kernels[kernels.index('href="/kernels/uploaded/second/"'):].split("</li>")[0]
+    assert 'uploaded by olga <span class="muted small">' in mine
+    assert 'uploaded by nina <span class="muted small">' in theirs
+    nina.delete()  # the upload stays, its uploader is forgotten
+    assert Kernel.objects.get(name="uploaded/second").uploaded_by is None
+
+
 def test_a_kernel_uploaded_beside_a_problem_it_does_not_name(operator):
     operator.post("/upload/", files(PROBLEM, SOURCE, plan()))
     kernel = Kernel.objects.get()

@@ -90,6 +90,26 @@ def test_a_token_needs_no_csrf_and_must_be_an_operators(data_dir):
     assert Job.objects.get().owner == operator
 
 
+def test_the_uploader_is_the_requests_user_and_no_field_names_another(operator, data_dir):
+    nina = make_user("nina", operator=True)
+    for field in ("uploaded_by", "uploaded_by_id"):  # a client-sent uploader is refused, nothing stored
+        body = _refusal(operator.post(URL, {**files(PROBLEM, SOURCE, plan()), field: "nina"}))
+        assert body["detail"].startswith(f"unknown field(s): {field};"), body
+    _stored_nothing(data_dir)
+
+    answered = operator.post(URL, files(PROBLEM, SOURCE, plan())).json()
+    olga = User.objects.get(username="olga")
+    assert Problem.objects.get().uploaded_by == olga and Kernel.objects.get().uploaded_by == olga
+    assert answered["problem"]["uploaded_by"] == "olga" and answered["kernel"]["uploaded_by"] == "olga"
+    # The same content again, from another operator's token: nothing new, the first uploader stays.
+    key = Token.objects.create(user=nina).key
+    again = Client(enforce_csrf_checks=True).post(URL, files(PROBLEM, SOURCE, plan()), HTTP_AUTHORIZATION=f"Token {key}")
+    assert again.status_code == 200 and again.json()["kernel"]["uploaded_by"] == "olga"
+    second = Client().post(URL, files(source=SOURCE, launch=plan("second")), HTTP_AUTHORIZATION=f"Token {key}")
+    assert second.json()["kernel"]["uploaded_by"] == "nina"
+    assert Kernel.objects.get(name="uploaded/second").uploaded_by == nina
+
+
 def test_listing_follows_read_access(client, operator, settings):
     operator.post(URL, files(PROBLEM))
     assert client.get(URL).json()["count"] == 1  # KLINEAGE_READ_OPEN is on in the tests
@@ -339,6 +359,29 @@ def test_a_listed_row_is_what_the_upload_answered(operator):
     assert listed["uploaded/my_softmax"] == answered["kernel"]
 
 
+def test_listing_filters_and_orders_by_uploader(operator):
+    operator.post(URL, files(PROBLEM, SOURCE, plan(problem="uploaded/softmax_copy")))
+    nina = make_user("nina", operator=True)
+    logged_in(nina).post(URL, files(source=SOURCE, launch=plan("second")))
+    logged_in(nina).post(URL, files(b"OPERATOR = 'x'\n", problem_name="broken.py"))
+    Kernel.objects.filter(name="uploaded/my_softmax").update(uploaded_by=None)  # uploaded before uploaders were recorded
+
+    listed = {row["name"]: row["uploaded_by"] for row in operator.get(URL).json()["results"]}
+    assert listed == {"uploaded/softmax_copy": "olga", "uploaded/my_softmax": None, "uploaded/second": "nina",
+                      "uploaded/broken": "nina"}
+    assert _names(operator, "?uploaded_by=olga") == ["problem:uploaded/softmax_copy"]
+    assert _names(operator, "?uploaded_by=nina") == ["problem:uploaded/broken", "kernel:uploaded/second"]
+    assert _names(operator, "?uploaded_by=nina&kind=kernel") == ["kernel:uploaded/second"]
+    assert _names(operator, "?uploaded_by=nobody") == []
+    assert _names(operator, "?uploaded_by=NINA") == []  # usernames are matched exactly
+    ordered = operator.get(URL + "?ordering=uploaded_by,name").json()["results"]
+    by_uploader = [row["uploaded_by"] for row in ordered]
+    assert by_uploader in (["nina", "nina", "olga", None], [None, "nina", "nina", "olga"])  # nulls: the database's
+    nina.delete()  # the uploads stay, their uploader is forgotten
+    assert _names(operator, "?uploaded_by=nina") == []
+    assert operator.get(URL + "?name=uploaded/second").json()["results"][0]["uploaded_by"] is None
+
+
 # The OpenAPI schema ----------------------------------------------------------------------------------
 
 
@@ -358,6 +401,10 @@ def test_the_schema_describes_the_endpoint():
     refusal = operations["post"]["responses"]["400"]["content"]["application/json"]["schema"]["$ref"]
     assert set(schema["components"]["schemas"][refusal.rsplit("/", 1)[1]]["properties"]) == {"detail", "findings"}
     parameters = {p["name"] for p in operations["get"]["parameters"]}
-    assert {"kind", "name", "problem", "probe", "q", "ordering", "page", "page_size"} <= parameters
+    assert {"kind", "name", "problem", "probe", "q", "uploaded_by", "ordering", "page", "page_size"} <= parameters
+    listed = operations["get"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    row = schema["components"]["schemas"][listed.rsplit("/", 1)[1]]["properties"]["results"]["items"]["$ref"]
+    uploader = schema["components"]["schemas"][row.rsplit("/", 1)[1]]["properties"]["uploaded_by"]
+    assert uploader["readOnly"] and uploader["nullable"]
     validator = pytest.importorskip("openapi_spec_validator", reason="openapi-spec-validator is a dev dependency")
     validator.validate(schema)
