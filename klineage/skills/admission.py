@@ -19,27 +19,35 @@ Outcomes:
   (not a fair trial), no site applying. Unknown fails: an inconclusive trial never admits.
 Every trial is recorded on the card's `verification_log` as a `card.Trial` (state: the target's
 fingerprint; passed: outcome PASSED; message: starts with the outcome's value, `trial_outcome`
-reads it back). Status: admitted when some new trial PASSED and none FAILED; an admitted card with
-a FAILED trial and no PASSED one is retired; otherwise the status stays (a retired card stays).
+reads it back; basis: what else the outcome rests on, `trial_basis`, when `admit` is told the
+gate's `GateSetting`). Status: admitted when some new trial PASSED and none FAILED; an admitted
+card with a FAILED trial and no PASSED one is retired; otherwise the status stays (a retired card
+stays). `klineage.skills.admission_run` admits a whole library card by card.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from klineage.config import GateMode
 from klineage.documents import nonblank
 from klineage.errors import DocumentError, KLineageError
+from klineage.features.feature import Feature
+from klineage.fingerprint import sha256_json
+from klineage.gate.execute import problem_fingerprint
+from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
 from klineage.problem import ProblemInfo
-from klineage.skills.card import CardStatus, SkillCard, Trial
+from klineage.skills.card import CardStatus, SkillCard, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
-from klineage.skills.materialize import apply_everywhere
+from klineage.skills.materialize import Applied, apply_everywhere
 from klineage.skills.retrieval import precondition_failure, state_features
 
 NOISE = 0.05  # the least relative spread assumed of a declared effect
@@ -72,6 +80,33 @@ class Target:
         return {"name": self.name, "problem": self.problem, "fingerprint": self.state.fingerprint}
 
 
+@dataclass(frozen=True)
+class GateSetting:
+    """The gate a run of trials is judged by: its mode, the GPU it runs on ("none" when nothing
+    runs) and its policy."""
+
+    mode: GateMode
+    gpu: str
+    policy: GatePolicy
+
+    def __post_init__(self) -> None:
+        nonblank(self.gpu, "setting.gpu")
+
+
+def card_digest(card: SkillCard) -> str:
+    """The card's content without its log and status: what a trial judged (its effects set the
+    ratio required, its preconditions which trials are fair), though the card's id leaves it out."""
+    return sha256_json({k: v for k, v in card.to_dict().items() if k not in ("verification_log", "status")})
+
+
+def trial_basis(card: SkillCard, target: Target, applied: Applied | None, setting: GateSetting,
+                problem_for: Callable[[str], str | Path]) -> TrialBasis:
+    """The basis of a trial of the card on the target (`applied`: the card applied there, or None)."""
+    return TrialBasis(setting.mode.value, setting.gpu, setting.policy.fingerprint,
+                      problem_fingerprint(Path(problem_for(target.problem))), card_digest(card),
+                      applied.state.fingerprint if applied else "")
+
+
 def trial_outcome(trial: Trial) -> TrialOutcome:
     """The outcome a recorded trial's message starts with."""
     head = trial.message.split(":", 1)[0].strip()
@@ -81,15 +116,23 @@ def trial_outcome(trial: Trial) -> TrialOutcome:
         raise DocumentError("trial.message", f"does not start with an outcome ({head!r})") from None
 
 
+@functools.lru_cache(maxsize=1024)
+def _features(state: KernelState) -> frozenset[Feature]:
+    """Every card of a library asks after the same states: parse each once (features are a pure
+    function of the source; uncached, a 26-card library spent a minute here on the GPU host)."""
+    return state_features(state)
+
+
 def _qualifies(card: SkillCard, state: KernelState) -> bool:
-    present = state_features(state)
+    present = _features(state)
     return card.requires <= present and not card.conflicts & present and apply_everywhere(card, state) is not None
 
 
-def held_out_targets(card: SkillCard, lineages: Sequence[Lineage],
-                     corpus_states: Mapping[str, KernelState]) -> list[Target]:
+def held_out_targets(card: SkillCard, lineages: Sequence[Lineage], corpus_states: Mapping[str, KernelState],
+                     limit: int | None = None) -> list[Target]:
     """Qualifying states outside the card's source lineages: bundled kernels first (by name), then
-    the other lineages' states, simplest first; each fingerprint once."""
+    the other lineages' states, simplest first; each fingerprint once; the first `limit` of them
+    when given (a trial uses no more, and checking that a state qualifies costs a materialization)."""
     sources = {ref.lineage for ref in card.evidence}
     source_lineages = [lin for lin in lineages if lineage_id(lin) in sources]
     experts = {lin.expert.fingerprint for lin in source_lineages}
@@ -107,6 +150,8 @@ def held_out_targets(card: SkillCard, lineages: Sequence[Lineage],
         seen.add(target.state.fingerprint)
         if _qualifies(card, target.state):
             targets.append(target)
+            if len(targets) == limit:
+                break
     return targets
 
 
@@ -119,10 +164,13 @@ def required_ratio(card: SkillCard) -> float | None:
 
 
 def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | Path], gate: Gate,
-           problems: Mapping[str, ProblemInfo] | None) -> Trial:
+           problems: Mapping[str, ProblemInfo] | None, setting: GateSetting | None) -> Trial:
+    applied = apply_everywhere(card, target.state)
+    basis = trial_basis(card, target, applied, setting, problem_for) if setting else None
+
     def record(outcome: TrialOutcome, message: str, ratio: float | None = None) -> Trial:
         return Trial(target.state.fingerprint, outcome is TrialOutcome.PASSED, ratio,
-                     f"{outcome.value}: {target.name}: {message}")
+                     f"{outcome.value}: {target.name}: {message}", basis)
 
     info = (problems or {}).get(target.problem)
     if info is not None:
@@ -131,7 +179,6 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
             return record(TrialOutcome.INCONCLUSIVE, f"not a fair trial: {why}")
     if required_ratio(card) is None:  # checked before the gate: a trial that cannot admit costs no GPU time
         return record(TrialOutcome.INCONCLUSIVE, "the card declares no measured effect to reproduce")
-    applied = apply_everywhere(card, target.state)
     if applied is None:
         return record(TrialOutcome.INCONCLUSIVE, "no forward site applies")
     where = f"{len(applied.anchors)} site(s) -> {applied.state.fingerprint[:12]}"
@@ -158,14 +205,16 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
 
 
 def admit(card: SkillCard, targets: Sequence[Target], problem_for: Callable[[str], str | Path], gate: Gate, *,
-          problems: Mapping[str, ProblemInfo] | None = None,
-          limit: int = DEFAULT_LIMIT) -> tuple[SkillCard, list[Trial]]:
+          problems: Mapping[str, ProblemInfo] | None = None, limit: int = DEFAULT_LIMIT,
+          setting: GateSetting | None = None) -> tuple[SkillCard, list[Trial]]:
     """Trial the card on at most `limit` targets; the card with every trial logged and its new
     status, and the trials. `problem_for` maps a problem name to its file; `problems` (operator ->
-    ProblemInfo) lets a trial check the card's preconditions on the target problem's cases."""
+    ProblemInfo) lets a trial check the card's preconditions on the target problem's cases;
+    `setting` names the gate behind `gate`, so that each trial records its basis (without it, a
+    trial's evidence is unknown and a resumed admission trials the card again)."""
     if limit < 1:
         raise KLineageError(f"admission needs at least one trial, not limit={limit}")
-    trials = [_trial(card, target, problem_for, gate, problems) for target in list(targets)[:limit]]
+    trials = [_trial(card, target, problem_for, gate, problems, setting) for target in list(targets)[:limit]]
     outcomes = {trial_outcome(t) for t in trials}
     status = card.status
     if status is not CardStatus.RETIRED:

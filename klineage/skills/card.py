@@ -247,14 +247,48 @@ class Scope:
                    _texts(data["dtypes"], f"{where}.dtypes"), _texts(data["prior_actions"], f"{where}.prior_actions"))
 
 
+_BASIS_KEYS = ("gate", "gpu", "policy", "problem", "card", "candidate")
+
+
+@dataclass(frozen=True)
+class TrialBasis:
+    """What a trial's outcome rests on besides its target: the gate mode, the GPU ("none" when
+    nothing ran), the gate policy's fingerprint, the problem file's fingerprint, the digest of the
+    card's content without its log and status (`admission.card_digest`: its effects set the ratio
+    required) and the kernel the card made of the target ("" when it made none). Two trials of
+    one target on equal bases are the same evidence."""
+
+    gate: str
+    gpu: str
+    policy: str
+    problem: str
+    card: str
+    candidate: str = ""
+
+    def __post_init__(self) -> None:
+        for key in _BASIS_KEYS[:-1]:
+            nonblank(getattr(self, key), f"basis.{key}")
+        text(self.candidate, "basis.candidate")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in _BASIS_KEYS}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "basis") -> TrialBasis:
+        data = need(data, _BASIS_KEYS, where)
+        return cls(*(data[key] for key in _BASIS_KEYS))
+
+
 @dataclass(frozen=True)
 class Trial:
-    """One roundtrip trial: the card materialized on `state` (a fingerprint outside its source lineage)."""
+    """One roundtrip trial: the card materialized on `state` (a fingerprint outside its source
+    lineage). `basis` is None for a trial logged before bases were: its evidence is unknown."""
 
     state: str
     passed: bool
     ratio: float | None = None
     message: str = ""
+    basis: TrialBasis | None = None
 
     def __post_init__(self) -> None:
         nonblank(self.state, "trial.state")
@@ -263,14 +297,20 @@ class Trial:
         if self.ratio is not None:
             number(self.ratio, "trial.ratio", positive=True)
         text(self.message, "trial.message")
+        if self.basis is not None and not isinstance(self.basis, TrialBasis):
+            raise DocumentError("trial.basis", f"must be a TrialBasis, not {self.basis!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"state": self.state, "passed": self.passed, "ratio": self.ratio, "message": self.message}
+        data = {"state": self.state, "passed": self.passed, "ratio": self.ratio, "message": self.message}
+        if self.basis is not None:  # absent, not null: logs written before bases keep their bytes
+            data["basis"] = self.basis.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "trial") -> Trial:
-        data = need(data, ("state", "passed", "ratio", "message"), where)
-        return cls(data["state"], data["passed"], data["ratio"], data["message"])
+        data = need(data, ("state", "passed", "ratio", "message"), where, optional=("basis",))
+        basis = TrialBasis.from_dict(data["basis"], f"{where}.basis") if "basis" in data else None
+        return cls(data["state"], data["passed"], data["ratio"], data["message"], basis)
 
 
 def _features(value: Any, where: str) -> frozenset[Feature]:

@@ -5,9 +5,11 @@
   `corpus/library/library.json`) with its provenance;
 - show: the library's cards as a table, or one card (by id or short id) as JSON;
 - export: one SKILL.md folder per card, for coding agents;
-- admit: held-out roundtrip trials of the cards (`admission.admit`) on the bundled kernels and the
-  other lineages' states, under the gate mode asked for (gpu on a GPU host; compile or replay here,
-  where every trial is inconclusive), written back into the library with every trial logged.
+- admit: held-out roundtrip trials of the cards (`admission_run.admit_cards`) on the bundled
+  kernels and the other lineages' states, under the gate mode asked for (gpu on a GPU host; compile
+  or replay here, where every trial is inconclusive), written back into the library with every
+  trial logged, after every card trialled; run again on the file it wrote, it resumes (`--redo`
+  trials every card again), and `--budget-s` starts no card that would end past the budget.
 Kept beside the library so that `klineage/cli.py` only wires it in.
 """
 
@@ -47,6 +49,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     admit.add_argument("--gate", choices=[m.value for m in GateMode], help="gpu, replay or compile")
     admit.add_argument("--limit", type=int, default=3, help="targets gated per card")
     admit.add_argument("--out", help="where to write the library (default: over the one read)")
+    admit.add_argument("--redo", action="store_true",
+                       help="trial every chosen card, also those the library already decides on the same evidence")
+    admit.add_argument("--budget-s", type=float, metavar="SECONDS",
+                       help="start no card once this many seconds have passed, nor one that would end past them "
+                            "(judged by the longest card so far); the rest are left undecided for a re-run")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,44 +123,60 @@ def _export(args: argparse.Namespace) -> int:
 def _admit(args: argparse.Namespace) -> int:
     import dataclasses
     import datetime as dt
+    import time
 
     from klineage import corpus
-    from klineage.gate import execute
-    from klineage.gate.pipeline import run_gate
-    from klineage.skills.admission import admit, held_out_targets, trial_outcome
+    from klineage.report import progress_display
+    from klineage.skills.admission import held_out_targets, trial_outcome
+    from klineage.skills.admission_run import CardOutcome, CardRun, admit_cards, gate_of, setting_for
     from klineage.skills.library import corpus_lineages, problem_infos, save_library
-    from klineage.walk.walker import DEFAULT_POLICY
 
+    started = time.monotonic()  # the budget counts from here: a wrapper's timeout counts loading too
+    if args.budget_s is not None and args.budget_s < 0:
+        raise KLineageError(f"--budget-s must be 0 or more seconds, not {args.budget_s:g}")
     mode = config.gate_mode(GateMode(args.gate) if args.gate else None)
+    setting = setting_for(mode)
     source = Path(args.library) if args.library else default_path()
+    out = Path(args.out) if args.out else source
     library = _load(str(source))
     chosen = {library.by_id(c).id for c in args.card} or {c.id for c in library.cards}
     lineages, _ = corpus_lineages()
     states = {entry.name: entry.load() for entry in corpus.list_kernels()}
     problems = problem_infos({s.plan.problem for s in states.values()} | {lin.problem.operator for lin in lineages})
-    policy = DEFAULT_POLICY.with_(timing=True, vendor=False)
-
-    def gate(problem_path, kernel, against):
-        return run_gate(problem_path, kernel, against=against, policy=policy, mode=mode)
-
-    cards, counts = [], {}
-    for card in library.cards:
-        if card.id in chosen:
-            targets = held_out_targets(card, lineages, states)
-            if targets:
-                card, trials = admit(card, targets, corpus.problem_path, gate, problems=problems, limit=args.limit)
-            else:
-                trials = []
-            outcomes = [trial_outcome(t).value for t in trials] or ["no held-out target"]
-            for outcome in outcomes:
-                counts[outcome] = counts.get(outcome, 0) + 1
-            print(f"{card.short_id} {card.transform:20} {card.status.value:10} {', '.join(outcomes)}")
-        cards.append(card)
     when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    where = f" on an {execute.gpu_name()}" if mode is GateMode.GPU else ""
-    provenance = {**library.provenance, "admission": f"roundtrip trials under the {mode.value} gate{where} on {when}"}
-    updated = dataclasses.replace(library, cards=tuple(cards), provenance=provenance)
-    out = save_library(updated, args.out or source)
+    where = f" on an {setting.gpu}" if mode is GateMode.GPU else ""
+    library = dataclasses.replace(library, provenance={
+        **library.provenance, "admission": f"roundtrip trials under the {mode.value} gate{where} on {when}"})
+    counts: dict[str, int] = {}
+    reported: list[CardRun] = []
+
+    def report(run: CardRun) -> None:
+        reported.append(run)
+        outcomes = [trial_outcome(t).value for t in run.trials] or [run.outcome.value]
+        for outcome in outcomes:
+            counts[outcome] = counts.get(outcome, 0) + 1
+        took = f" ({run.seconds:.1f} s)" if run.trials else ""
+        print(f"[{len(reported)}/{len(chosen)}] {run.card.short_id} {run.card.transform:20} "
+              f"{run.card.status.value:10} {', '.join(outcomes)}{took}")
+
+    with progress_display() as show:
+        card = ""
+
+        def progress(stage: str, message: str) -> None:  # the gate's stages, named after the card they judge
+            nonlocal card
+            card = message.split(":")[0] if stage == "admit" else card
+            show(stage, message if stage == "admit" else f"{card}: {message}")
+
+        updated, runs = admit_cards(
+            library, chosen, lambda c: held_out_targets(c, lineages, states, args.limit), corpus.problem_path,
+            gate_of(setting, progress), setting, lambda partial: save_library(partial, out), problems=problems,
+            limit=args.limit, redo=args.redo, deadline=None if args.budget_s is None else started + args.budget_s,
+            progress=progress, on_card=report)
+    save_library(updated, out)
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no card"
     print(f"{summary}; admitted cards {len(library.admitted())} -> {len(updated.admitted())}; written to {out}")
+    left = sum(run.outcome is CardOutcome.LEFT_UNDECIDED for run in runs)
+    if left:
+        print(f"the {args.budget_s:g} s budget is spent: {left} card(s) left undecided; run admit again with "
+              f"--library {out} to resume")
     return 0

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from klineage.documents import save_document
 from klineage.errors import DocumentError, KLineageError
+from klineage.files import write_atomic
 from klineage.fingerprint import document_text, parse_document
 from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
@@ -105,8 +105,9 @@ def load_library(path: str | Path) -> Library:
 
 
 def save_library(library: Library, path: str | Path) -> Path:
-    """Write the canonical JSON of the library; returns the path."""
-    return save_document(library.to_dict(), path)
+    """Write the canonical JSON of the library, whole or not at all (admission rewrites it after
+    every card, and a timeout may kill it at any moment); returns the path."""
+    return write_atomic(path, document_text(library.to_dict()))
 
 
 def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] | None,

@@ -1,0 +1,133 @@
+"""Admitting a library card by card (`klineage library admit`), so that a run cut short keeps
+every decision it made.
+
+After each card whose trials were recorded the library is written whole (`save`; the CLI writes
+atomically): a timeout may kill the run at any moment, and the file then holds every card
+trialled before it. Run again on that file, admission resumes. A card is *already decided* when,
+for each target it would be trialled on now (its first `limit` held-out targets), its log holds a
+trial of that target on the basis it would have now (`admission.trial_basis`: gate mode, GPU,
+policy, problem file, the card's content, the kernel the card makes of the target), and one of
+those trials passed or failed. Anything else is trialled again, because then the evidence is not
+known to be the same: a trial logged without a basis, a changed or added target, another gate,
+GPU or policy, an edited card or problem, a transform that now makes another kernel, or only
+inconclusive trials. `redo` trials every chosen card.
+
+`deadline` (a `clock` reading) bounds the run for a wrapper's timeout: no card starts once the
+clock passes it, nor when the longest card so far would end past it (a card's trials are written
+only when they are all done). Cards not started are reported `left undecided`; cards with no
+held-out target or already decided cost no gate and are reported as such even then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from klineage import config
+from klineage.config import GateMode
+from klineage.errors import KLineageError
+from klineage.gate.pipeline import Progress, run_gate
+from klineage.gate.verdict import Verdict
+from klineage.kernel import KernelState
+from klineage.problem import ProblemInfo
+from klineage.skills.admission import (DEFAULT_LIMIT, Gate, GateSetting, Target, TrialOutcome, admit, trial_basis,
+                                       trial_outcome)
+from klineage.skills.card import SkillCard, Trial
+from klineage.skills.library import Library
+from klineage.skills.materialize import apply_everywhere
+from klineage.walk.walker import DEFAULT_POLICY
+
+# The walk's correctness gate (every case x 3 seeds, sanitizers on a pass) plus paired timing
+# against the target; no vendor timing, which admission never reads.
+POLICY = DEFAULT_POLICY.with_(timing=True, vendor=False)
+
+
+class CardOutcome(str, Enum):
+    TRIALLED = "trialled"
+    ALREADY_DECIDED = "already decided"
+    NO_TARGET = "no held-out target"
+    LEFT_UNDECIDED = "left undecided"  # the deadline came before the card
+
+
+@dataclass(frozen=True)
+class CardRun:
+    """What a run did with one card: the card as written, what happened, its new trials, and the
+    seconds they took."""
+
+    card: SkillCard
+    outcome: CardOutcome
+    trials: tuple[Trial, ...] = ()
+    seconds: float = 0.0
+
+
+def setting_for(mode: GateMode) -> GateSetting:
+    """The setting of the real gate in this mode on this machine (the GPU as the gate names it)."""
+    from klineage.gate import execute
+
+    gpu = {GateMode.GPU: execute.gpu_name, GateMode.REPLAY: config.replay_gpu}.get(mode, lambda: "none")()
+    return GateSetting(mode, gpu, POLICY)
+
+
+def gate_of(setting: GateSetting, progress: Progress) -> Gate:
+    """The real gate the setting names, reporting its stages to `progress`."""
+    def gate(problem_path: str | Path, kernel: KernelState, against: KernelState | None) -> Verdict:
+        return run_gate(problem_path, kernel, against=against, policy=setting.policy, mode=setting.mode,
+                        progress=progress)
+    return gate
+
+
+def already_decided(card: SkillCard, targets: Sequence[Target], setting: GateSetting,
+                    problem_for: Callable[[str], str | Path]) -> bool:
+    """Whether the card's log already judges it on these targets, on the bases trials would have now."""
+    logged = {(t.state, t.basis): t for t in card.verification_log if t.basis is not None}  # the latest wins
+    outcomes = set()
+    for target in targets:
+        basis = trial_basis(card, target, apply_everywhere(card, target.state), setting, problem_for)
+        trial = logged.get((target.state.fingerprint, basis))
+        if trial is None:
+            return False
+        outcomes.add(trial_outcome(trial))
+    return bool(outcomes & {TrialOutcome.PASSED, TrialOutcome.FAILED})
+
+
+def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable[[SkillCard], Sequence[Target]],
+                problem_for: Callable[[str], str | Path], gate: Gate, setting: GateSetting,
+                save: Callable[[Library], object], *, problems: Mapping[str, ProblemInfo] | None = None,
+                limit: int = DEFAULT_LIMIT, redo: bool = False, deadline: float | None = None,
+                clock: Callable[[], float] = time.monotonic, progress: Progress = lambda stage, message: None,
+                on_card: Callable[[CardRun], None] = lambda run: None) -> tuple[Library, list[CardRun]]:
+    """Admit the chosen cards (ids) of the library in its order, `save`-ing the library after each
+    card trialled; the library with every card as it ended, and what became of each chosen card
+    (also given to `on_card` as it happens). `gate` must be the gate `setting` names."""
+    if limit < 1:
+        raise KLineageError(f"admission needs at least one trial per card, not limit={limit}")
+    cards = list(library.cards)
+    order = [i for i, card in enumerate(cards) if card.id in chosen]
+    runs: list[CardRun] = []
+    longest = 0.0
+    for position, i in enumerate(order, 1):
+        card = cards[i]
+        label = f"[{position}/{len(order)}] {card.short_id} {card.transform}"
+        progress("admit", f"{label}: finding held-out targets")
+        targets = list(targets_for(card))[:limit]
+        if not targets:
+            run = CardRun(card, CardOutcome.NO_TARGET)
+        elif not redo and already_decided(card, targets, setting, problem_for):
+            run = CardRun(card, CardOutcome.ALREADY_DECIDED)
+        elif deadline is not None and clock() + longest >= deadline:
+            run = CardRun(card, CardOutcome.LEFT_UNDECIDED)
+        else:
+            progress("admit", f"{label}: {len(targets)} trial(s)")
+            started = clock()
+            card, trials = admit(card, targets, problem_for, gate, problems=problems, limit=limit, setting=setting)
+            cards[i] = card
+            save(dataclasses.replace(library, cards=tuple(cards)))
+            run = CardRun(card, CardOutcome.TRIALLED, tuple(trials), clock() - started)
+            longest = max(longest, run.seconds)
+        runs.append(run)
+        on_card(run)
+    return dataclasses.replace(library, cards=tuple(cards)), runs
