@@ -5,7 +5,8 @@
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
 # Stages: smoke, suite, example, adversarial, cost, gputests, multigpu, walk:KERNEL (a recorded GPU walk,
 # prefetched from the kernel's committed dry walk), sweep:NAME (bench/sweeps/NAME.toml), admit (a library
-# built from corpus/lineages, admission trials on the GPU: $OUT/library.json), or PROBLEM:KERNEL (a gate run, recorded).
+# built from corpus/lineages, or $ADMIT_FROM to resume, admission trials on the GPU: $OUT/library.json, written
+# after every card), or PROBLEM:KERNEL (a gate run, recorded).
 # multigpu needs PostgreSQL and Redis there: the pgserver wheel in .whl and redis-server in .hostbin (carried).
 set -u
 commit=${1:-unknown}; shift || true
@@ -38,9 +39,11 @@ stage() {
     walk:*) walk "${1#walk:}" ;;
     sweep:*) timeout "${SWEEP_TIMEOUT:-300}" python3 bench/carrier_sweep.py "bench/sweeps/${1#sweep:}.toml" \
       --out "$OUT/results/sweep-${1#sweep:}.json" ;;
-    admit) python3 -m klineage library build --out "$OUT/library.json" --note "built on the GPU host from corpus/lineages"
+    admit) if [ -n "${ADMIT_FROM:-}" ]; then cp "$ADMIT_FROM" "$OUT/library.json"  # resume a library an earlier run cut short
+      else python3 -m klineage library build --out "$OUT/library.json" --note "built on the GPU host from corpus/lineages"; fi
+      # the budget stops starting cards a margin before the timeout, so that it never kills a card halfway
       timeout "${ADMIT_TIMEOUT:-300}" python3 -m klineage library admit --library "$OUT/library.json" --gate gpu \
-        --limit "${ADMIT_LIMIT:-2}" ;;
+        --limit "${ADMIT_LIMIT:-2}" --budget-s "$(( ${ADMIT_TIMEOUT:-300} - ${ADMIT_MARGIN:-30} ))" ;;
     *:*) timeout "${GATE_TIMEOUT:-200}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;
     *) echo "unknown stage $1" ;;
   esac 2>&1
