@@ -8,15 +8,21 @@
   64x128x16, UTMALDG.4D/.3D, mbarriers and nothing of the Ampere path.
 - The index math, read from a host build of the kernel's own helpers (kernel.cu compiled by nvcc):
   descriptors against the PTX ISA's format; patches cover every output pixel once; the rotated K
-  order visits every K block once; for every tap, k16 step and element the wgmma operand address is
+  order visits every K block once, and the loops' division-free walk (next_k_block_tap) is that
+  order; its first `boxes` steps read each halo box once (first_read_of_box), every A operand inside
+  the box whose barrier is waited on, one barrier per (consumer, box); for every tap, k16 step and element the wgmma operand address is
   where the 128B-swizzled TMA box put that input element (the mechanism the kernel rests on); the
   accumulator layout follows the ISA's m64nNk16 D layout through a conflict-free epilogue.
 - Whole launches emulated from the tensor maps to y for every supported case (TMA boxes with zero
   fill into NaN-initialised shared memory, wgmma operands read through the descriptors, fp32 -> fp16
   staging, masked 16-byte stores): the reference convolution, every element of y written once; the
   same emulation with a wrong pad or stride byte offset fails.
-- The producer / consumer mbarrier protocol (halo barriers, filter ring, fewer consumers in the last
-  CTA, epilogue reusing the halo slot) under random schedules: no hazard, no deadlock.
+- The producer / consumer mbarrier protocol, byte for byte, for every supported case and domain
+  corner, every first K block and 1 .. 3 consumers (a barrier per halo box, issued in order of first
+  read; filter ring; epilogue reusing the halo slot) under random schedules: no MMA reads bytes that
+  have not landed, no hazard, no deadlock, every box barrier gets exactly its box's bytes and each
+  consumer waits on exactly the boxes it reads; broken protocols are caught. The issue order puts
+  16 KiB + (j + 1) boxes, not whole halos, ahead of consumer j's first MMAs.
 - The compile-only gate.
 """
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 import random
 import struct
 from collections import Counter
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -108,8 +115,12 @@ def test_mechanism_constants():
     assert (c["THREADS"], c["CONSUMER_WARPGROUPS"], c["WGMMA_N"], c["ACC_REGS"], c["K_STEPS"]) == (416, 3, 128, 64, 4)
     assert c["ROW_BYTES"] == c["SWIZZLE_BYTES"] == 128 and c["HALO_ROW_BYTES"] == c["SWIZZLE_ATOM_BYTES"] == 1024
     assert c["B_STAGE_BYTES"] == c["BLOCK_N"] * c["BOX_C"] * 2 == 16 * 1024
+    # Barriers: full and empty per ring stage, and one per halo box a slot can hold: a box has R + 7 >= 8
+    # rows, so at most HALO_CAPACITY_ROWS // 8 = 3 of them (1x1 filters up to 192 channels).
+    assert c["HALO_BOXES_MAX"] == c["HALO_CAPACITY_ROWS"] // c["PATCH_P"] == 3 and c["MBARRIER_BYTES"] == 8
+    assert c["HALO_BARRIERS"] == c["CONSUMER_WARPGROUPS"] * c["HALO_BOXES_MAX"]
     assert c["SMEM_BYTES"] == (c["SMEM_ALIGN"] + c["CONSUMER_WARPGROUPS"] * c["HALO_SLOT_BYTES"]
-                               + c["STAGES"] * c["B_STAGE_BYTES"] + (2 * c["STAGES"] + c["CONSUMER_WARPGROUPS"]) * 8)
+                               + c["STAGES"] * c["B_STAGE_BYTES"] + (2 * c["STAGES"] + c["HALO_BARRIERS"]) * 8)
     # One CTA per SM: its shared memory plus the driver's reserve fits an H200 SM.
     assert c["SMEM_BYTES"] <= SMEM_LIMIT and c["SMEM_BYTES"] + 1024 <= 233472
     assert c["DESC_SBO_BYTES"] == 1024 and c["DESC_K_STEP"] == 2 and c["DESC_SWIZZLE_128B"] == 1
@@ -206,12 +217,14 @@ def test_sass_has_every_mechanism(compiled):
     # Warpgroup MMA: one K block's K_STEPS m64n128k16 instructions (fp16 in, fp32 out), no mma.sync.
     assert mnemonics["HGMMA"] == c["K_STEPS"] == count(ops, r"^HGMMA\.64x128x16\.F32$")
     assert count(ops, r"^WARPGROUP\.ARRIVE$") == 1 and count(ops, r"^WARPGROUP\.DEPBAR\.LE$") == 2
-    # TMA: 4-D halo boxes of x (the loop over boxes unrolled), 3-D filter boxes of w (the first K block
-    # and the loop over the rest), descriptor prefetches.
-    assert count(ops, r"^UTMALDG\.4D$") >= 1 and count(ops, r"^UTMALDG\.3D$") == 2
+    # TMA: one loop over the K blocks issues each 3-D filter box of w and, while the step is a box's
+    # first read, that 4-D halo box of x for each patch (the loop over the patches unrolled);
+    # descriptor prefetches.
+    assert count(ops, r"^UTMALDG\.3D$") == 1 and count(ops, r"^UTMALDG\.4D$") == c["PATCHES_PER_CTA"]
     assert mnemonics["UTMALDG"] == count(ops, r"^UTMALDG\.[34]D$") and count(ops, r"^UTMACCTL\.PF$") == 2
-    # mbarriers: full and empty per stage and one per halo initialised; expect-tx and consumer arrives; waits.
-    assert count(ops, r"^SYNCS\.EXCH\.64$") == 2 * c["STAGES"] + c["CONSUMER_WARPGROUPS"]
+    # mbarriers: full and empty per stage and one per halo box initialised; expect-tx and consumer
+    # arrives; waits (empty by the producer, halo box and full by the consumers).
+    assert count(ops, r"^SYNCS\.EXCH\.64$") == 2 * c["STAGES"] + c["HALO_BARRIERS"]
     assert count(ops, r"^SYNCS\.ARRIVE\.TRANS64") >= 3 and count(ops, r"^SYNCS\.PHASECHK\.TRANS64\.TRYWAIT$") >= 3
     # Every global read is a TMA load; nothing of the Ampere path; no local memory.
     assert sum(mnemonics[m] for m in ("LDG", "LDGSTS", "LDSM", "HMMA", "LDL", "STL")) == 0
@@ -258,6 +271,8 @@ int main()
             epilogue_element(t, p, row, col);
             printf("element %d %d %d %d\n", t, p, row, col);
         }
+    for (int j = 0; j < CONSUMER_WARPGROUPS; ++j)
+        for (int b = 0; b < HALO_BOXES_MAX; ++b) printf("hbar %d %d %u\n", j, b, halo_barrier(0u, j, b));
     for (int m = 0; m < WGMMA_M; ++m) {
         int dp, dq;
         patch_pixel(m, dp, dq);
@@ -267,8 +282,10 @@ int main()
         const Case& c = cases[ci];
         const int P = c.H + 2 * c.pad - c.R + 1, Q = c.W + 2 * c.pad - c.S + 1;  // stride 1
         const ConvShape sh = make_shape(c.N, P, Q, c.F, c.C, c.R, c.S, c.pad);
-        printf("shape %d %d %d %d %d %d %d %d %d\n", ci, sh.patches_p, sh.patches_q, sh.patches, sh.c_chunks,
-               sh.k_blocks, sh.box_bytes, sh.P, sh.Q);
+        printf("shape %d %d %d %d %d %d %d %d %d %d\n", ci, sh.patches_p, sh.patches_q, sh.patches, sh.c_chunks,
+               sh.k_blocks, sh.box_bytes, sh.P, sh.Q, sh.boxes);
+        for (int step = 0; step < sh.k_blocks; ++step)
+            printf("firstread %d %d %d\n", ci, step, (int)first_read_of_box(step, sh));
         for (int patch = 0; patch < sh.patches; ++patch) {
             int n, p0, q0;
             patch_origin(patch, sh, n, p0, q0);
@@ -283,6 +300,14 @@ int main()
         for (int first = 0; first < sh.k_blocks; ++first)
             for (int step = 0; step < sh.k_blocks; ++step)
                 printf("rot %d %d %d %d\n", ci, first, step, rotated_k_block(step, first, sh.k_blocks));
+        for (int first = 0; first < sh.k_blocks; ++first) {  // the loops' walk: one division, then steps
+            int r, s, chunk;
+            k_block_tap(first, sh, r, s, chunk);
+            for (int step = 0; step <= sh.k_blocks; ++step) {
+                printf("walk %d %d %d %d %d %d\n", ci, first, step, r, s, chunk);
+                next_k_block_tap(sh, r, s, chunk);
+            }
+        }
         for (int kb = 0; kb < sh.k_blocks; ++kb) {
             int r, s, chunk;
             k_block_tap(kb, sh, r, s, chunk);
@@ -306,12 +331,15 @@ int main()
 """
 
 # Every supported case of the problem, and shapes at the corners of the domain: two 64-channel chunks
-# (1x1) with F over two 128-filter tiles, an even 2x2 filter with pad 0, a 5x1 filter (R != S), and
-# 14 K blocks (7x1, two chunks), more than the ring has stages.
+# (1x1) with F over two 128-filter tiles, an even 2x2 filter with pad 0, a 5x1 filter (R != S), 14 K
+# blocks (7x1, two chunks), more than the ring has stages, the widest 1x1 (three chunks: three halo
+# boxes of 8 rows, a full complement of box barriers) and a single K block (one box, one stage).
 EXTRA_SHAPES = {"two_chunks_f200": {"N": 1, "H": 12, "W": 10, "C": 128, "F": 200, "R": 1, "S": 1, "pad": 0},
                 "even_filter": {"N": 2, "H": 9, "W": 17, "C": 16, "F": 24, "R": 2, "S": 2, "pad": 0},
                 "tall_filter": {"N": 1, "H": 11, "W": 13, "C": 24, "F": 40, "R": 5, "S": 1, "pad": 2},
-                "ring_wraps": {"N": 1, "H": 10, "W": 9, "C": 128, "F": 16, "R": 7, "S": 1, "pad": 3}}
+                "ring_wraps": {"N": 1, "H": 10, "W": 9, "C": 128, "F": 16, "R": 7, "S": 1, "pad": 3},
+                "three_chunks": {"N": 1, "H": 8, "W": 19, "C": 192, "F": 64, "R": 1, "S": 1, "pad": 0},
+                "one_block": {"N": 2, "H": 5, "W": 7, "C": 16, "F": 8, "R": 1, "S": 1, "pad": 0}}
 HARNESS_CASES = [*sorted(SUPPORTED), *EXTRA_SHAPES]
 
 
@@ -342,11 +370,15 @@ class Case:
         self.params = case_params(name)
         (shape,) = [r[1:] for r in tables["shape"] if r[0] == ci]
         (self.patches_p, self.patches_q, self.patches, self.c_chunks, self.k_blocks, self.box_bytes,
-         self.P, self.Q) = shape
+         self.P, self.Q, self.halo_boxes) = shape
+        self.first_read = {r[1]: bool(r[2]) for r in tables["firstread"] if r[0] == ci}  # step -> first_read_of_box
         self.origin = {r[1]: tuple(r[2:]) for r in tables["patch"] if r[0] == ci}  # patch -> (n, p0, q0)
         self.boxes = {(r[1], r[2], r[3]): tuple(r[4:]) for r in tables["box"] if r[0] == ci}  # -> (index, c, w, h)
         self.rot = {(r[1], r[2]): r[3] for r in tables["rot"] if r[0] == ci}  # (first, step) -> K block
         self.tap = {r[1]: tuple(r[2:]) for r in tables["tap"] if r[0] == ci}  # K block -> (r, s, chunk)
+        self.kb_of = {tap: kb for kb, tap in self.tap.items()}
+        # (first, step) -> (r, s, chunk) as produce / consume reach it (steps 0 .. k_blocks)
+        self.walk = {(r[1], r[2]): tuple(r[3:]) for r in tables["walk"] if r[0] == ci}
         self.aop = {(r[1], r[2]): (r[3], r[4]) for r in tables["aop"] if r[0] == ci}  # (kb, consumer) -> (addr, desc)
         self.bop = {r[1]: (r[2], r[3]) for r in tables["bop"] if r[0] == ci}  # stage -> (addr, desc)
         self.out = [tuple(r[1:]) for r in tables["out"] if r[0] == ci]
@@ -434,6 +466,10 @@ def test_k_blocks_and_their_rotation(tables):
         for first in range(case.k_blocks):  # every CTA visits every K block once, starting at its own
             order = [case.rot[(first, step)] for step in range(case.k_blocks)]
             assert order == [(first + step) % case.k_blocks for step in range(case.k_blocks)]
+            # ... and the loops, stepping with next_k_block_tap from the tap of block `first`, walk
+            # exactly that order, and would come back to `first` after the last step.
+            walk = [case.walk[(first, step)] for step in range(case.k_blocks + 1)]
+            assert walk == [case.tap[kb] for kb in order] + [case.tap[first]]
 
 
 def test_halo_boxes_are_the_input_window_of_each_tap(tables):
@@ -448,6 +484,52 @@ def test_halo_boxes_are_the_input_window_of_each_tap(tables):
         for (patch, chunk, s), (index, cc, w, h) in case.boxes.items():
             n, p0, q0 = case.origin[patch]
             assert (index, cc, w, h) == (chunk * p["S"] + s, 64 * chunk, q0 - p["pad"] + s, p0 - p["pad"])
+
+
+def a_operand_span(case: Case, kb: int, consumer: int) -> tuple[int, int]:
+    """Bytes [lo, hi) of consumer's halo slot that the A operand of K block kb spans, from the kernel's
+    own operand address: 8 core groups (patch rows) of 8 lines x 128 bytes, SBO = 1024 apart."""
+    c = const()
+    lo = case.aop[(kb, consumer)][0] - (HALO_BASE + consumer * c["HALO_SLOT_BYTES"])
+    return lo, lo + c["PATCH_P"] * c["HALO_ROW_BYTES"]
+
+
+def test_halo_boxes_in_order_of_need(tables):
+    """The per-box barriers rest on this: in every CTA's rotated K order (every first block), steps
+    0 .. boxes - 1 -- exactly those first_read_of_box marks -- read each halo box once, and every later
+    step reads a box read before; the A operand of a step lies wholly inside the box (chunk, s) of its
+    tap, the box whose barrier the consumer waits on. Box barriers are distinct, one per (consumer,
+    box), inside the HALO_BARRIERS the kernel initialises, and no supported shape has more boxes."""
+    c = const()
+    for name in HARNESS_CASES:
+        case = Case(tables, name)
+        p = case.params
+        assert case.halo_boxes == case.c_chunks * p["S"] <= c["HALO_BOXES_MAX"]
+        assert case.k_blocks == p["R"] * case.halo_boxes
+        assert [case.first_read[step] for step in range(case.k_blocks)] == [step < case.halo_boxes
+                                                                            for step in range(case.k_blocks)]
+        for first in range(case.k_blocks):
+            seen = []
+            for step in range(case.k_blocks):
+                r, s, chunk = case.walk[(first, step)]
+                kb = case.kb_of[(r, s, chunk)]
+                box = case.boxes[(0, chunk, s)][0]
+                if case.first_read[step]:
+                    assert box not in seen, (name, first, step)
+                    seen.append(box)
+                else:
+                    assert box in seen, (name, first, step)
+                for j in range(c["CONSUMER_WARPGROUPS"]):
+                    lo, hi = a_operand_span(case, kb, j)
+                    assert box * case.box_bytes <= lo and hi <= (box + 1) * case.box_bytes, (name, kb, j)
+            assert sorted(seen) == list(range(case.halo_boxes))
+    bars = {(j, b): addr for j, b, addr in tables["hbar"]}
+    assert len(bars) == c["HALO_BARRIERS"] == len(set(bars.values()))
+    assert sorted(bars.values()) == [8 * i for i in range(c["HALO_BARRIERS"])]
+    # The widest shapes the domain admits still fit: 1x1 up to 192 channels, 3x3 up to 64, 3x1 up to 64.
+    for C, R, S in ((192, 1, 1), (64, 3, 3), (64, 1, 3), (8, 7, 1)):
+        assert cdiv(C, c["BOX_C"]) * S * (R + 7) <= c["HALO_CAPACITY_ROWS"]
+        assert cdiv(C, c["BOX_C"]) * S <= c["HALO_BOXES_MAX"]
 
 
 def test_wgmma_reads_what_tma_wrote(tables):
@@ -544,7 +626,7 @@ def emulate(case: Case, tables: dict, inputs: dict, launch, pad_error: int = 0, 
             ) -> tuple[torch.Tensor, torch.Tensor]:
     """Every CTA of the launch, all patches at once: halo boxes written by the TMA model (zeros out of
     bounds) into NaN-initialised slots, filter boxes likewise into the ring, wgmma operands read
-    through the kernel's descriptors in each CTA's rotated K order, D accumulated in float64, then
+    through the kernel's descriptors in each CTA's rotated K order (the loops' walk), D accumulated in float64, then
     the ISA's accumulator layout staged by the kernel's mapping, rounded to fp16 and stored by the
     kernel's chunks and masks. Returns y (NaN where never written) and a count of writes per element.
     pad_error and sbo break the emulated kernel on purpose, to show the emulation notices."""
@@ -579,7 +661,7 @@ def emulate(case: Case, tables: dict, inputs: dict, launch, pad_error: int = 0, 
             assert int(where.max()) < slot_elems
             halo.scatter_(1, where.reshape(patches, -1), values.reshape(patches, -1))
 
-    # Accumulate: each patch in its CTA's rotated K order.
+    # Accumulate: each patch in its CTA's rotated K order, as next_k_block_tap walks it.
     m_idx, kk_idx = torch.meshgrid(torch.arange(64), torch.arange(16), indexing="ij")
     f_idx, kf_idx = torch.meshgrid(torch.arange(128), torch.arange(16), indexing="ij")
     b_local = tma_box_offset((torch.arange(64)[None, :], torch.zeros(1, 64, dtype=torch.long),
@@ -601,7 +683,7 @@ def emulate(case: Case, tables: dict, inputs: dict, launch, pad_error: int = 0, 
             stages[kb, b_local.reshape(-1)] = values.reshape(-1)
         acc = torch.zeros(patches, 64, 128, dtype=torch.float64)
         for step in range(case.k_blocks):
-            kb = torch.tensor([case.rot[(int(b) % case.k_blocks, step)] for b in cta])
+            kb = torch.tensor([case.kb_of[case.walk[(int(b) % case.k_blocks, step)]] for b in cta])
             a_start = torch.tensor([case.aop[(int(k), int(j))][0] for k, j in zip(kb, consumer)])
             a_desc = [case.aop[(int(k), int(j))][1] for k, j in zip(kb, consumer)]
             slot = HALO_BASE + consumer * c["HALO_SLOT_BYTES"]
@@ -698,62 +780,125 @@ def test_the_emulation_has_teeth(tables):
 # ---------------------------------------------------------------------------------------------
 
 
-def simulate_cta(active: int, k_blocks: int, boxes: int, stages: int, seed: int, early_release: bool = False,
-                 skip_epilogue_barrier: bool = False) -> None:
-    """produce / consume / the epilogue of one CTA, transcribed: one producer thread (the first filter
-    block, the halo boxes of each active patch on its own barrier, then the rest of the filter ring),
-    `active` consumer warpgroups of 4 warps each
-    (halo wait, per K block: full wait, an MMA group reading the halo slot and the stage, wait_group 1,
-    release of the previous stage; wait_group 0, the warpgroup barrier, staging into the halo slot).
-    TMA copies and MMA groups finish at random later times. Raises AssertionError on a hazard or a
-    deadlock; early_release and skip_epilogue_barrier break the protocol on purpose."""
+@dataclass(frozen=True)
+class HaloGeometry:
+    """One CTA's halo and K loop as the protocol sees them, from the kernel's own helpers (the host
+    tables): step i of the K loop reads the slot bytes spans[i] (its A operand, from a_operand) and,
+    where first_read_of_box marks the step, first waits on the barrier of box waits[i] (halo_box_index
+    of its tap; None elsewhere). A box has box_bytes, a patch `boxes` of them."""
+    k_blocks: int
+    boxes: int
+    box_bytes: int
+    spans: tuple[tuple[int, int], ...]
+    waits: tuple[int | None, ...]
+
+
+def halo_geometry(case: Case, first: int) -> HaloGeometry:
+    spans, waits = [], []
+    for step in range(case.k_blocks):
+        r, s, chunk = case.walk[(first, step)]  # the K block of step `step` as consume reaches it
+        kb = case.kb_of[(r, s, chunk)]
+        spans.append(a_operand_span(case, kb, 0))
+        waits.append(case.boxes[(0, chunk, s)][0] if case.first_read[step] else None)
+    return HaloGeometry(case.k_blocks, case.halo_boxes, case.box_bytes, tuple(spans), tuple(waits))
+
+
+def producer_program(geo: HaloGeometry, active: int, boxes_last: bool = False) -> list[tuple]:
+    """produce(), transcribed: per K step, filter block `step` into the next ring stage (waits for the
+    stage to be free), then, where the step is a box's first read, that box of patch 0 .. active - 1
+    (no wait). boxes_last issues every filter block before any box (a wrong order, on purpose)."""
+    program: list[tuple] = []
+    for step in range(geo.k_blocks):
+        program.append(("ring", step))
+        if geo.waits[step] is not None:
+            program += [("halo", j, geo.waits[step]) for j in range(active)]
+    if boxes_last:
+        program = [i for i in program if i[0] == "ring"] + [i for i in program if i[0] == "halo"]
+    return program
+
+
+def simulate_cta(geo: HaloGeometry, active: int, stages: int, seed: int, early_release: bool = False,
+                 skip_epilogue_barrier: bool = False, one_box_wait: bool = False, halo_tx_bytes: int | None = None,
+                 boxes_last: bool = False) -> None:
+    """produce / consume / the epilogue of one CTA, transcribed, byte for byte: one producer thread
+    (producer_program; each expect-tx announces B_STAGE_BYTES or box_bytes on the barrier the TMA
+    counts on), `active` consumer warpgroups of 4 warps each (per K step: the box barrier where the step
+    is the box's first read, the full wait, an MMA group reading the halo bytes of the step's A operand
+    and the stage, wait_group 1, release of the previous stage; then wait_group 0, the warpgroup
+    barrier, staging into the halo slot). All HALO_BARRIERS box barriers exist, as the kernel
+    initialises them. TMA copies land at random later times, a halo box in 1 .. 3 pieces of whole
+    rows, each piece completing its bytes on the box's barrier; MMA groups finish at random later times.
+
+    Asserts: no MMA reads halo bytes that have not landed or a stage that does not hold its K block; no
+    TMA overwrites a stage an MMA reads; no epilogue overwrites a slot an MMA or a copy still uses; no
+    deadlock; and at the end every box barrier of an active patch completed its one phase with exactly
+    box_bytes, the others were never touched, every halo byte landed once, and each consumer waited on
+    exactly the boxes it read. The keyword arguments break the protocol on purpose: release a stage
+    early, skip the epilogue barrier, wait only on the first box's barrier, announce other byte counts
+    on the box barriers, issue the boxes after all filter blocks."""
+    c = const()
     rng = random.Random(seed)
-    warps_per_wg = 4
+    warps_per_wg = c["WARPS_PER_WARPGROUP"]
+    row_bytes = c["HALO_ROW_BYTES"]
     full = [MBarrier(1) for _ in range(stages)]
     empty = [MBarrier(active * warps_per_wg) for _ in range(stages)]
-    halo_bar = [MBarrier(1) for _ in range(active)]
+    halo_bar = {(j, b): MBarrier(1) for j in range(c["CONSUMER_WARPGROUPS"]) for b in range(c["HALO_BOXES_MAX"])}
+    announced = Counter()  # bytes announced on each box barrier
+    delivered = Counter()  # bytes completed on each box barrier
+    landed = [Counter() for _ in range(active)]  # slot row -> times written by TMA
     holds = [None] * stages  # K step whose filter box has landed in the stage
-    copying: list[tuple[str, int, int]] = []  # in-flight TMA copies: ("halo", consumer, _) or ("ring", stage, step)
-    halo_landed = [0] * active
-    producer = {"halo": 0, "step": 0}
-    warps = [{"wg": i // warps_per_wg, "step": 0, "groups": [], "waiting": False, "state": "halo"}
-             for i in range(active * warps_per_wg)]
+    copying: list[dict] = []  # in-flight TMA copies
+    program = producer_program(geo, active, boxes_last)
+    pc = 0
+    warps = [{"wg": i // warps_per_wg, "step": 0, "groups": [], "waiting": False, "state": "loop", "halo_ok": False,
+              "waited": set(), "read": set()} for i in range(active * warps_per_wg)]
     arrived = [0] * active  # warps of each warpgroup at the epilogue barrier
+
+    def box_to_wait(step):
+        if one_box_wait:
+            return geo.waits[0] if step == 0 else None
+        return geo.waits[step]
 
     def reading_stage(stage):
         return any(g[0] == stage for wp in warps for g in wp["groups"])
 
     def slot_in_use(wg):
-        return any(wp["wg"] == wg and wp["groups"] for wp in warps) or any(k == "halo" and j == wg
-                                                                          for k, j, _ in copying)
+        return any(wp["wg"] == wg and wp["groups"] for wp in warps) or any(
+            cp["kind"] == "halo" and cp["wg"] == wg for cp in copying)
+
+    def ring_round(step):
+        return step % stages, step // stages
 
     steps = 0
     while not all(wp["state"] == "done" for wp in warps):
         steps += 1
-        assert steps < 200_000
+        assert steps < 400_000
         actions = []
-        if producer["halo"] < active and producer["step"] == 1:
-            actions.append(("halo_issue", None))
-        elif producer["step"] < k_blocks:
-            i = producer["step"]
-            s, rnd = i % stages, i // stages
-            if empty[s].ready((rnd & 1) ^ 1, rnd - 1 if rnd else -1):
-                actions.append(("ring_issue", s))
+        if pc < len(program):
+            item = program[pc]
+            if item[0] == "halo":
+                actions.append(("halo_issue", None))
+            else:
+                s, rnd = ring_round(item[1])
+                if empty[s].ready((rnd & 1) ^ 1, rnd - 1 if rnd else -1):
+                    actions.append(("ring_issue", s))
         actions += [("land", k) for k in range(len(copying))]
         for i, wp in enumerate(warps):
             if wp["groups"]:
                 actions.append(("finish", i))
-            if wp["state"] == "halo":
-                if halo_bar[wp["wg"]].ready(0, 0):
-                    actions.append(("halo_ok", i))
-            elif wp["state"] == "loop":
+            if wp["state"] == "loop":
                 if wp["waiting"]:
                     if len(wp["groups"]) <= 1:
                         actions.append(("resume", i))
-                elif wp["step"] < k_blocks:
-                    s, rnd = wp["step"] % stages, wp["step"] // stages
-                    if full[s].ready(rnd & 1, rnd):
-                        actions.append(("issue", i))
+                elif wp["step"] < geo.k_blocks:
+                    box = box_to_wait(wp["step"])
+                    if box is not None and not wp["halo_ok"]:
+                        if halo_bar[(wp["wg"], box)].ready(0, 0):
+                            actions.append(("halo_ok", i))
+                    else:
+                        s, rnd = ring_round(wp["step"])
+                        if full[s].ready(rnd & 1, rnd):
+                            actions.append(("issue", i))
                 elif not wp["groups"]:  # wait_group 0
                     actions.append(("to_barrier", i))
             elif wp["state"] == "barrier" and (arrived[wp["wg"]] == warps_per_wg or skip_epilogue_barrier):
@@ -761,38 +906,55 @@ def simulate_cta(active: int, k_blocks: int, boxes: int, stages: int, seed: int,
         assert actions, "deadlock"
         kind, who = rng.choice(actions)
         if kind == "halo_issue":
-            j = producer["halo"]
-            halo_bar[j].arrive(expect_tx=boxes)
-            copying += [("halo", j, b) for b in range(boxes)]
-            producer["halo"] += 1
+            _, j, box = program[pc]
+            nbytes = geo.box_bytes if halo_tx_bytes is None else halo_tx_bytes
+            halo_bar[(j, box)].arrive(expect_tx=nbytes)
+            announced[(j, box)] += nbytes
+            rows = list(range(box * geo.box_bytes // row_bytes, (box + 1) * geo.box_bytes // row_bytes))
+            cuts = sorted(rng.sample(range(1, len(rows)), min(rng.randint(0, 2), len(rows) - 1)))
+            pieces = [rows[a:b] for a, b in zip([0, *cuts], [*cuts, len(rows)])]  # 1 .. 3 pieces of whole rows
+            copying.append({"kind": "halo", "wg": j, "box": box, "pieces": pieces})
+            pc += 1
         elif kind == "ring_issue":
             assert not reading_stage(who), f"TMA overwrites stage {who} while an MMA group still reads it"
-            full[who].arrive(expect_tx=1)
-            copying.append(("ring", who, producer["step"]))
-            producer["step"] += 1
+            full[who].arrive(expect_tx=c["B_STAGE_BYTES"])
+            copying.append({"kind": "ring", "stage": who, "step": program[pc][1]})
+            pc += 1
         elif kind == "land":
-            what, a, b = copying.pop(who)
-            if what == "halo":
-                halo_landed[a] += 1
-                halo_bar[a].complete_tx(1)
+            cp = copying[who]
+            if cp["kind"] == "halo":
+                rows = cp["pieces"].pop(rng.randrange(len(cp["pieces"])))  # pieces land in any order
+                for row in rows:
+                    landed[cp["wg"]][row] += 1
+                delivered[(cp["wg"], cp["box"])] += len(rows) * row_bytes
+                if not cp["pieces"]:
+                    copying.pop(who)
+                halo_bar[(cp["wg"], cp["box"])].complete_tx(len(rows) * row_bytes)
             else:
-                holds[a] = b
-                full[a].complete_tx(1)
+                copying.pop(who)
+                holds[cp["stage"]] = cp["step"]
+                full[cp["stage"]].complete_tx(c["B_STAGE_BYTES"])
         elif kind == "finish":
             warps[who]["groups"].pop(0)  # groups complete in order
         elif kind == "halo_ok":
-            warps[who]["state"] = "loop"
+            wp = warps[who]
+            wp["halo_ok"] = True
+            wp["waited"].add(box_to_wait(wp["step"]))
         elif kind == "issue":
             wp = warps[who]
-            s = wp["step"] % stages
-            assert holds[s] == wp["step"] and not any(k == "ring" and st == s for k, st, _ in copying), \
+            s, _ = ring_round(wp["step"])
+            assert holds[s] == wp["step"] and not any(cp["kind"] == "ring" and cp["stage"] == s for cp in copying), \
                 f"stage {s} does not hold K step {wp['step']}"
-            assert halo_landed[wp["wg"]] == boxes, "an MMA reads a halo that has not fully landed"
+            lo, hi = geo.spans[wp["step"]]
+            assert all(landed[wp["wg"]][row] for row in range(lo // row_bytes, hi // row_bytes)), \
+                "an MMA reads halo bytes that have not landed"
+            wp["read"].add(lo // geo.box_bytes)
             wp["groups"].append((s, wp["step"]))
             if early_release and wp["step"] > 0:
                 empty[(wp["step"] - 1) % stages].arrive()
             wp["step"] += 1
             wp["waiting"] = True
+            wp["halo_ok"] = False
         elif kind == "resume":
             wp = warps[who]
             wp["waiting"] = False
@@ -805,26 +967,95 @@ def simulate_cta(active: int, k_blocks: int, boxes: int, stages: int, seed: int,
             wg = warps[who]["wg"]
             assert not slot_in_use(wg), "the epilogue overwrites a halo slot an MMA or a TMA copy still uses"
             warps[who]["state"] = "done"
-    assert producer["step"] == k_blocks and not copying
+    assert pc == len(program) and not copying
+    # Every box barrier of an active patch: one phase, completed by exactly the bytes announced, which
+    # are the box's; the barriers of absent boxes and idle consumers untouched.
+    for (j, box), bar in halo_bar.items():
+        if j < active and box < geo.boxes:
+            assert bar.phase == 1 and bar.tx == 0, f"box {box} of consumer {j}: phase {bar.phase}, tx {bar.tx}"
+            assert delivered[(j, box)] == announced[(j, box)] == geo.box_bytes, "a box barrier got other bytes"
+        else:
+            assert bar.phase == 0 and bar.pending == bar.expected and not announced[(j, box)]
+    for j in range(active):
+        assert landed[j] == Counter(range(geo.boxes * geo.box_bytes // row_bytes)), "halo rows landed twice or never"
+    for wp in warps:  # each consumer waited on the barriers of exactly the boxes it read
+        assert wp["waited"] == wp["read"] == set(range(geo.boxes)), (wp["waited"], wp["read"])
 
 
-@pytest.mark.parametrize("active", [1, 2, 3])
-def test_pipeline_protocol_is_safe(active):
+PROTOCOL_SEEDS = 2
+
+
+@pytest.mark.parametrize("name", HARNESS_CASES)
+def test_pipeline_protocol_is_safe(tables, name):
+    """Every supported case and domain corner, every CTA's first K block, 1 .. 3 active consumers, the
+    expert's ring; and a 2-stage ring, which wraps its phases many times and holds fewer stages than
+    a patch has boxes (the headline: 3 boxes)."""
+    case = Case(tables, name)
     stages = const()["STAGES"]
-    for k_blocks, boxes in ((1, 1), (2, 2), (9, 3), (stages, 3), (stages + 1, 3), (2 * stages + 3, 6)):
-        for seed in range(6):
-            simulate_cta(active, k_blocks, boxes, stages, seed)
-    for seed in range(10):  # a shallow ring wraps its phases many times
-        simulate_cta(active, 13, 3, 2, seed)
+    for first in range(case.k_blocks):
+        geo = halo_geometry(case, first)
+        for active in (1, 2, 3):
+            for seed in range(PROTOCOL_SEEDS):
+                simulate_cta(geo, active, stages, seed)
+        simulate_cta(geo, 3, 2, first)
 
 
-def test_pipeline_model_catches_wrong_protocols():
+def test_first_mmas_wait_for_one_box_not_the_whole_halo(tables):
+    """The point of the per-box barriers and the issue order. Consumer j's first K block needs filter
+    block 0 and its patch's first box; the producer issues them among the first 1 + (j + 1) loads, so
+    16 KiB + (j + 1) boxes are in flight ahead of it (headline: 26, 36, 46 KiB), where one barrier per
+    halo, issued whole after filter block 0, held it for 16 KiB + (j + 1) halos (46, 76, 106 KiB). Its
+    step i < boxes likewise waits only for what steps 0 .. i of all consumers need."""
+    c = const()
+    stage = c["B_STAGE_BYTES"]
+
+    def bytes_ahead(program, geo, need):
+        last = max(program.index(item) for item in need)
+        return sum(stage if item[0] == "ring" else geo.box_bytes for item in program[:last + 1])
+
+    for name in HARNESS_CASES:
+        case = Case(tables, name)
+        for first in range(case.k_blocks):
+            geo = halo_geometry(case, first)
+            for active in (1, 2, 3):
+                program = producer_program(geo, active)
+                for j in range(active):
+                    for step in range(case.halo_boxes):
+                        need = [("ring", i) for i in range(step + 1)] + [("halo", j, geo.waits[step])]
+                        assert bytes_ahead(program, geo, need) == ((step + 1) * stage
+                                                                   + (step * active + j + 1) * geo.box_bytes)
+    headline = Case(tables, "headline")
+    geo = halo_geometry(headline, 0)
+    program = producer_program(geo, 3)
+    kib = [bytes_ahead(program, geo, [("ring", 0), ("halo", j, geo.waits[0])]) // 1024 for j in range(3)]
+    assert kib == [26, 36, 46]
+    whole_halo = [(stage + (j + 1) * headline.halo_boxes * geo.box_bytes) // 1024 for j in range(3)]
+    assert whole_halo == [46, 76, 106]
+
+
+def test_pipeline_model_catches_wrong_protocols(tables):
+    headline = halo_geometry(Case(tables, "headline"), 4)
     with pytest.raises(AssertionError, match="while an MMA group still reads it"):
         for seed in range(200):
-            simulate_cta(3, 9, 3, 2, seed, early_release=True)
+            simulate_cta(headline, 3, 2, seed, early_release=True)
     with pytest.raises(AssertionError, match="halo slot"):
         for seed in range(200):
-            simulate_cta(3, 4, 3, 8, seed, skip_epilogue_barrier=True)
+            simulate_cta(halo_geometry(Case(tables, "pointwise"), 0), 3, 8, seed, skip_epilogue_barrier=True)
+    # One barrier waited for where a patch has several boxes: the later boxes are read before they land.
+    with pytest.raises(AssertionError, match="have not landed"):
+        for seed in range(200):
+            simulate_cta(headline, 3, 8, seed, one_box_wait=True)
+    # A box barrier announced the whole halo's bytes (the old single barrier's count): it never completes.
+    with pytest.raises(AssertionError, match="deadlock"):
+        simulate_cta(headline, 3, 8, 0, halo_tx_bytes=headline.boxes * headline.box_bytes)
+    # ... or less than a box: the phase completes before the box has landed.
+    with pytest.raises(AssertionError):
+        for seed in range(200):
+            simulate_cta(headline, 3, 8, seed, halo_tx_bytes=headline.box_bytes - 1024)
+    # Every filter block before any box: with more K blocks than stages, the producer waits for a stage
+    # that consumers waiting for their boxes never release.
+    with pytest.raises(AssertionError, match="deadlock"):
+        simulate_cta(halo_geometry(Case(tables, "ring_wraps"), 0), 3, 8, 0, boxes_last=True)
 
 
 # ---------------------------------------------------------------------------------------------

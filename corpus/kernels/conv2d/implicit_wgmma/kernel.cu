@@ -28,16 +28,20 @@
 //      (n, patch row, patch column); CTA b takes patches 3b, 3b + 1, 3b + 2, one per consumer
 //      warpgroup, and the filter tile blockIdx.y * 128 .. + 127. Headline: 392 patches -> 131 CTAs
 //      of 192 pixels x 128 filters, one wave on 132 SMs (the last CTA has two patches).
-//   2. Halo loads (halo_box_coords): per patch, c_chunks * S TMA boxes (4-D map over x, 128B
-//      swizzle) into the consumer's halo slot, counted on the patch's own mbarrier.
-//   3. Filter ring (k_block_tap, rotated_k_block): the K loop runs over K blocks (r, s, 64-channel
-//      chunk); each block's 128 filters x 64 channels (16 KiB, a 3-D map over w) go through a
-//      STAGES-deep full/empty mbarrier ring shared by the three consumers (as in gemm/wgmma_tma).
+//   2. Halo loads (halo_box_coords, halo_barrier, first_read_of_box): per patch, c_chunks * S TMA
+//      boxes (4-D map over x, 128B swizzle) into the consumer's halo slot, each counted on an mbarrier
+//      of its own. The producer issues them in the order the K loop first reads them, box i of every
+//      patch right after filter block i, and a consumer waits for a box only at its first read, so
+//      its first MMAs wait for one 10 KiB box, not for the whole 30 KiB halo (headline).
+//   3. Filter ring (k_block_tap, rotated_k_block, next_k_block_tap): the K loop runs over K blocks
+//      (r, s, 64-channel chunk), stepping from one tap to the next without divisions; each block's
+//      128 filters x 64 channels (16 KiB, a 3-D map over w) go through a STAGES-deep full/empty
+//      mbarrier ring shared by the three consumers (as in gemm/wgmma_tma).
 //      Each CTA starts its K loop at a different block (blockIdx.x % k_blocks) so that the 131 CTAs
 //      do not all read the same 16 KiB of w from the same L2 slices at the same moment.
 //   4. Warpgroup MMA (wgmma_m64n128k16, smem_descriptor, a_operand): per K block, 4 wgmma
 //      m64n128k16 f32.f16.f16 per consumer, A from its halo slot (box (chunk, s) + r box rows),
-//      B from the ring stage; one group stays in flight while the next stage is awaited.
+//      B from the ring stage; one group stays in flight while the next stage and box are awaited.
 //   5. Warp roles: warpgroups 0..2 are consumers, each owning one patch (a 64 x 128 fp32
 //      accumulator, 64 registers per thread); the warp after them is the producer (one thread issues
 //      every TMA). One warp, not a warpgroup: its registers count against every resident CTA.
@@ -51,8 +55,11 @@
 // 9 x 16 KiB of filters cross L2 (234 KiB, 30 MiB for the launch, where the 192 x 128 im2col tiles of
 // conv2d/implicit_gemm move 48 MiB), and 3 x 36 wgmma m64n128k16 run on its SM (about 3.5 us at the
 // tensor cores' peak). Shared memory: 3 halo slots of 30 KiB and 8 stages of 16 KiB, 219 KiB, so one
-// CTA per SM; registers: 64 accumulators per consumer thread. The filters are now most of the L2
-// traffic; halving it would take TMA multicast of each filter block to a 2-CTA cluster.
+// CTA per SM; registers: 64 accumulators per consumer thread. The prologue before a consumer's first
+// MMA is filter block 0 and box 0 of patches 0 .. j (26, 36, 46 KiB issued ahead of consumer 0, 1, 2,
+// where a barrier per halo made it 46, 76, 106 KiB); the rest of the halos and filters land under the
+// MMAs. The filters are now most of the L2 traffic; halving it would take TMA multicast of each
+// filter block to a 2-CTA cluster.
 //
 // Domain (launch.toml): stride 1 (a box row must be 8 consecutive input pixels), C % 8 == 0 (a
 // tensor map's row strides are multiples of 16 bytes), and a patch's boxes fit its halo slot:
@@ -95,10 +102,13 @@ constexpr int HALO_ROW_BYTES = PATCH_Q * ROW_BYTES; // 1024: one box row of 8 pi
 constexpr int HALO_CAPACITY_ROWS = 30;              // box rows per halo slot: cdiv(C, 64) * S * (R + 7) at most
 constexpr int HALO_SLOT_BYTES = HALO_CAPACITY_ROWS * HALO_ROW_BYTES;  // 30 KiB per consumer
 constexpr int HALO_BYTES = CONSUMER_WARPGROUPS * HALO_SLOT_BYTES;     // 90 KiB
+constexpr int HALO_BOXES_MAX = HALO_CAPACITY_ROWS / PATCH_P;  // 3 boxes per slot at most: a box has R + 7 >= 8 rows
 constexpr int STAGES = 8;                           // filter ring depth (9 K blocks on the headline)
 constexpr int B_STAGE_BYTES = BLOCK_N * ROW_BYTES;  // 16 KiB: 128 filters x 64 channels
 constexpr int RING_BYTES = STAGES * B_STAGE_BYTES;  // 128 KiB
-constexpr int BARRIER_BYTES = (2 * STAGES + CONSUMER_WARPGROUPS) * 8;  // full, empty per stage; one per halo
+constexpr int MBARRIER_BYTES = 8;                  // one mbarrier object (.b64)
+constexpr int HALO_BARRIERS = CONSUMER_WARPGROUPS * HALO_BOXES_MAX;  // one per halo box a slot can hold
+constexpr int BARRIER_BYTES = (2 * STAGES + HALO_BARRIERS) * MBARRIER_BYTES;  // full, empty per stage; halo boxes
 constexpr int SMEM_ALIGN = SWIZZLE_ATOM_BYTES;      // the base is rounded up to this at run time
 constexpr int SMEM_BYTES = SMEM_ALIGN + HALO_BYTES + RING_BYTES + BARRIER_BYTES;  // the plan's dynamic shared memory
 // wgmma shared-memory matrix descriptor fields (PTX ISA, "matrix descriptor format")
@@ -131,7 +141,7 @@ static_assert(BLOCK_N <= 256 && PATCH_Q <= 256, "a TMA box is at most 256 per di
 static_assert(ACC_REGS == WGMMA_N / ACC_TILE_N * 4, "4 accumulators per 8-column group");
 static_assert(EPI_BYTES <= HALO_SLOT_BYTES, "the staged output fits in the consumer's halo slot");
 static_assert((EPI_STRIDE * ELEMENT_BYTES) % CHUNK_BYTES == 0, "staged rows keep 16-byte alignment");
-static_assert(HALO_CAPACITY_ROWS * HALO_ROW_BYTES < (1 << 20), "a patch's bytes fit an mbarrier transaction count");
+static_assert(HALO_SLOT_BYTES < (1 << 20), "a halo box's bytes fit an mbarrier transaction count");
 static_assert(STAGES >= 2, "a pipeline needs at least two stages");
 static_assert(CONSUMER_WARPGROUPS <= 3, "warpgroup_barrier names one barrier per consumer, for up to three");
 static_assert(SMEM_BYTES <= 232448, "fits the 227 KiB of shared memory a Hopper block may opt into");
@@ -149,6 +159,7 @@ struct ConvShape {
     int patches;    // N * patches_p * patches_q
     int c_chunks;   // cdiv(C, BOX_C): 64-channel K blocks per tap
     int k_blocks;   // R * S * c_chunks
+    int boxes;      // c_chunks * S: halo boxes per patch, at most HALO_BOXES_MAX in the domain
     int box_bytes;  // (R + PATCH_P - 1) * HALO_ROW_BYTES: one halo box in shared memory
 };
 
@@ -161,6 +172,7 @@ __device__ __forceinline__ ConvShape make_shape(int N, int P, int Q, int F, int 
     sh.patches = N * sh.patches_p * sh.patches_q;
     sh.c_chunks = (C + BOX_C - 1) / BOX_C;
     sh.k_blocks = R * S * sh.c_chunks;
+    sh.boxes = sh.c_chunks * S;
     sh.box_bytes = (R + PATCH_P - 1) * HALO_ROW_BYTES;
     return sh;
 }
@@ -190,7 +202,8 @@ __device__ __forceinline__ void patch_pixel(int m, int& dp, int& dq)
 
 // ---------------------------------------------------------------------------------------------
 // Mechanism 3: the K loop. K block kb = (tap r*S + s) * c_chunks + chunk, the order of w's inner
-// dimensions; step i of a CTA's loop handles block (i + first) mod k_blocks.
+// dimensions; step i of a CTA's loop handles block rotated_k_block(i, first) = (i + first) mod
+// k_blocks, whose tap the loops reach by next_k_block_tap from the tap of block first.
 // ---------------------------------------------------------------------------------------------
 __device__ __forceinline__ void k_block_tap(int kb, const ConvShape& sh, int& r, int& s, int& chunk)
 {
@@ -206,6 +219,21 @@ __device__ __forceinline__ int rotated_k_block(int step, int first, int k_blocks
     return kb >= k_blocks ? kb - k_blocks : kb;
 }
 
+// The tap of the next step, from this step's: chunk fastest, then s, then r, and from the last K
+// block back to block 0 -- k_block_tap(rotated_k_block(step + 1, ..)) without its two integer
+// divisions, which would otherwise sit between a stage's arrival and the next TMA or wgmma.
+__device__ __forceinline__ void next_k_block_tap(const ConvShape& sh, int& r, int& s, int& chunk)
+{
+    if (++chunk < sh.c_chunks)
+        return;
+    chunk = 0;
+    if (++s < sh.S)
+        return;
+    s = 0;
+    if (++r == sh.R)
+        r = 0;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mechanism 2: halos. Box (chunk, s) of a patch holds channels chunk*64 .. +63 of input rows
 // p0 - pad .. p0 - pad + R + 6 and columns q0 - pad + s .. + 7 (tensor map coordinates, innermost
@@ -214,6 +242,25 @@ __device__ __forceinline__ int rotated_k_block(int step, int first, int k_blocks
 __device__ __forceinline__ int halo_box_index(int chunk, int s, const ConvShape& sh)
 {
     return chunk * sh.S + s;
+}
+
+// Every box has an mbarrier of its own (consumer j's box b: barrier j * HALO_BOXES_MAX + b), so that a
+// consumer's first K block waits for the one box it reads, not for the whole halo (30 KiB and 3 boxes
+// on the headline). Each is used once per launch (phase 0): the producer's arrive announces
+// box_bytes, the box's TMA delivers them.
+__device__ __forceinline__ uint32_t halo_barrier(uint32_t halo_full, int consumer, int box)
+{
+    return halo_full + (consumer * HALO_BOXES_MAX + box) * MBARRIER_BYTES;
+}
+
+// The order in which a CTA's K loop first reads its boxes. K blocks are r-major over (s, chunk), and
+// k_blocks = R * boxes, so any `boxes` consecutive steps of the rotated loop read every box exactly
+// once: steps 0 .. boxes - 1 each read a box no earlier step read, and later steps only boxes read
+// before. The producer issues the box of step i (for every patch) right after filter block i, and a
+// consumer waits on that box's barrier at step i only.
+__device__ __forceinline__ bool first_read_of_box(int step, const ConvShape& sh)
+{
+    return step < sh.boxes;
 }
 
 __device__ __forceinline__ void halo_box_coords(int chunk, int s, int p0, int q0, const ConvShape& sh, int& c, int& w,
@@ -485,24 +532,39 @@ struct Pipeline {
     uint32_t ring;       // filter stage 0; stage s at ring + s * B_STAGE_BYTES
     uint32_t full;       // full barrier of stage 0; stage s at full + 8 s
     uint32_t empty;      // likewise for the empty barriers
-    uint32_t halo_full;  // halo barrier of consumer 0; consumer j at halo_full + 8 j
+    uint32_t halo_full;  // halo box barriers, HALO_BOXES_MAX per consumer (halo_barrier)
 };
 
 // Producer (one thread). The filter ring: wait until a stage is free, announce its bytes, issue
 // the K block's box (filters f0.., channels chunk*64.., tap r*S + s; filters past F and channels
-// past C become zeros). The halos: every box of a patch counted on the patch's own barrier.
+// past C become zeros). The halos: each box counted on its own barrier (halo_barrier).
 struct RingCursor {
     int stage = 0;
     uint32_t phase = 0;
 };
 
-__device__ __forceinline__ void load_filter_block(const Pipeline& pipe, const TensorMap* map_w, const ConvShape& sh,
-                                                  int step, int first_k_block, int f0, RingCursor& ring)
-{
-    mbar_wait(pipe.empty + 8 * ring.stage, ring.phase ^ 1);  // the consumers released this stage's last round
+// The producer thread's index math, done before the block barrier (while thread 0 initialises the
+// barriers) rather than between it and the first TMA: its patches' origins (those past the last
+// patch are computed, never used) and the tap of its first K block.
+struct ProducerPlan {
+    int n[PATCHES_PER_CTA], p0[PATCHES_PER_CTA], q0[PATCHES_PER_CTA];
     int r, s, chunk;
-    k_block_tap(rotated_k_block(step, first_k_block, sh.k_blocks), sh, r, s, chunk);
-    const uint32_t full = pipe.full + 8 * ring.stage;
+};
+
+__device__ __forceinline__ ProducerPlan plan_production(int first_patch, int first_k_block, const ConvShape& sh)
+{
+    ProducerPlan plan;
+#pragma unroll
+    for (int j = 0; j < PATCHES_PER_CTA; ++j) patch_origin(first_patch + j, sh, plan.n[j], plan.p0[j], plan.q0[j]);
+    k_block_tap(first_k_block, sh, plan.r, plan.s, plan.chunk);
+    return plan;
+}
+
+__device__ __forceinline__ void load_filter_block(const Pipeline& pipe, const TensorMap* map_w, const ConvShape& sh,
+                                                  int r, int s, int chunk, int f0, RingCursor& ring)
+{
+    mbar_wait(pipe.empty + MBARRIER_BYTES * ring.stage, ring.phase ^ 1);  // the consumers released its last round
+    const uint32_t full = pipe.full + MBARRIER_BYTES * ring.stage;
     mbar_arrive_expect_tx(full, B_STAGE_BYTES);
     tma_load_3d(pipe.ring + ring.stage * B_STAGE_BYTES, map_w, full, chunk * BOX_C, r * sh.S + s, f0);
     if (++ring.stage == STAGES) {
@@ -511,48 +573,58 @@ __device__ __forceinline__ void load_filter_block(const Pipeline& pipe, const Te
     }
 }
 
-__device__ __forceinline__ void load_halo(const Pipeline& pipe, const TensorMap* map_x, const ConvShape& sh, int j,
-                                          int patch)
+// Box (chunk, s) of consumer j's patch (image n, origin p0, q0) into its place in the slot.
+__device__ __forceinline__ void load_halo_box(const Pipeline& pipe, const TensorMap* map_x, const ConvShape& sh, int j,
+                                              int n, int p0, int q0, int chunk, int s)
 {
-    int n, p0, q0;
-    patch_origin(patch, sh, n, p0, q0);
-    const uint32_t bar = pipe.halo_full + 8 * j;
-    const uint32_t slot = pipe.halo + j * HALO_SLOT_BYTES;
-    mbar_arrive_expect_tx(bar, sh.c_chunks * sh.S * sh.box_bytes);
-    for (int chunk = 0; chunk < sh.c_chunks; ++chunk)
-        for (int s = 0; s < sh.S; ++s) {
-            int c, w, h;
-            halo_box_coords(chunk, s, p0, q0, sh, c, w, h);
-            tma_load_4d(slot + halo_box_index(chunk, s, sh) * sh.box_bytes, map_x, bar, c, w, h, n);
-        }
+    const int box = halo_box_index(chunk, s, sh);
+    const uint32_t bar = halo_barrier(pipe.halo_full, j, box);
+    int c, w, h;
+    halo_box_coords(chunk, s, p0, q0, sh, c, w, h);
+    mbar_arrive_expect_tx(bar, sh.box_bytes);
+    tma_load_4d(pipe.halo + j * HALO_SLOT_BYTES + box * sh.box_bytes, map_x, bar, c, w, h, n);
 }
 
-// Issue order: the first filter block (every consumer needs it), then the halos patch by patch (each
-// consumer starts as soon as its own has landed), then the rest of the filters as stages free up.
+// Issue order = the consumers' order of need, so that the first MMAs wait for as few bytes as
+// possible: filter block i (every consumer reads it), then, while step i is a box's first read, that
+// box of patch 0, 1, 2 (consumer j's first K block needs 16 KiB + (j + 1) boxes of 10 KiB on the
+// headline, not 16 KiB + (j + 1) whole halos of 30 KiB); the remaining filter blocks as stages free up.
+// No box waits behind a ring stage while STAGES > boxes (the expert: 8 > 3).
 __device__ __forceinline__ void produce(const Pipeline& pipe, const TensorMap* map_x, const TensorMap* map_w,
-                                        const ConvShape& sh, int first_patch, int active, int f0, int first_k_block)
+                                        const ConvShape& sh, const ProducerPlan& plan, int active, int f0)
 {
     RingCursor ring;
-    load_filter_block(pipe, map_w, sh, 0, first_k_block, f0, ring);
-    for (int j = 0; j < active; ++j) load_halo(pipe, map_x, sh, j, first_patch + j);
-    for (int step = 1; step < sh.k_blocks; ++step) load_filter_block(pipe, map_w, sh, step, first_k_block, f0, ring);
+    int r = plan.r, s = plan.s, chunk = plan.chunk;  // the tap of step 0: K block first_k_block
+    for (int step = 0; step < sh.k_blocks; ++step) {
+        load_filter_block(pipe, map_w, sh, r, s, chunk, f0, ring);
+        if (first_read_of_box(step, sh)) {
+#pragma unroll
+            for (int j = 0; j < PATCHES_PER_CTA; ++j)
+                if (j < active)
+                    load_halo_box(pipe, map_x, sh, j, plan.n[j], plan.p0[j], plan.q0[j], chunk, s);
+        }
+        next_k_block_tap(sh, r, s, chunk);
+    }
 }
 
-// Consumer warpgroup: wait for its patch's halo, then for every K block wait for its stage, issue
-// K_STEPS wgmma (A: the tap's window of the halo; B: the stage), and release the previous stage
-// once the MMAs reading it are done (one group stays in flight while the next stage is awaited).
+// Consumer warpgroup: for every K block wait for its halo box (at the box's first read only) and for
+// its stage, issue K_STEPS wgmma (A: the tap's window of the halo; B: the stage), and release the
+// previous stage once the MMAs reading it are done (one group stays in flight while the next stage
+// is awaited). Every box is waited for by step boxes - 1, so the whole slot has landed before the
+// epilogue reuses it.
 __device__ __forceinline__ void consume(const Pipeline& pipe, float (&acc)[ACC_REGS], int consumer, int lane,
                                         const ConvShape& sh, int first_k_block)
 {
     const uint32_t slot = pipe.halo + consumer * HALO_SLOT_BYTES;
-    mbar_wait(pipe.halo_full + 8 * consumer, 0);
     int stage = 0;
     uint32_t phase = 0;
     int previous = 0;
+    int r, s, chunk;
+    k_block_tap(first_k_block, sh, r, s, chunk);  // step 0; later steps by next_k_block_tap
     for (int step = 0; step < sh.k_blocks; ++step) {
-        mbar_wait(pipe.full + 8 * stage, phase);
-        int r, s, chunk;
-        k_block_tap(rotated_k_block(step, first_k_block, sh.k_blocks), sh, r, s, chunk);
+        if (first_read_of_box(step, sh))  // later steps read only boxes already waited for
+            mbar_wait(halo_barrier(pipe.halo_full, consumer, halo_box_index(chunk, s, sh)), 0);
+        mbar_wait(pipe.full + MBARRIER_BYTES * stage, phase);
         const uint64_t desc_a = smem_descriptor(a_operand(slot, r, s, chunk, sh));
         const uint64_t desc_b = smem_descriptor(pipe.ring + stage * B_STAGE_BYTES);
         fence_accumulators(acc);
@@ -564,8 +636,9 @@ __device__ __forceinline__ void consume(const Pipeline& pipe, float (&acc)[ACC_R
         fence_accumulators(acc);
         wgmma_wait<1>();  // the group of the previous K block has finished reading its stage
         if (step > 0 && lane == 0)
-            mbar_arrive(pipe.empty + 8 * previous);
+            mbar_arrive(pipe.empty + MBARRIER_BYTES * previous);
         previous = stage;
+        next_k_block_tap(sh, r, s, chunk);
         if (++stage == STAGES) {
             stage = 0;
             phase ^= 1;
@@ -601,15 +674,20 @@ conv2d_implicit_wgmma(const __grid_constant__ TensorMap map_x, const __grid_cons
     pipe.halo = (raw + SMEM_ALIGN - 1) & ~static_cast<uint32_t>(SMEM_ALIGN - 1);
     pipe.ring = pipe.halo + HALO_BYTES;
     pipe.full = pipe.ring + RING_BYTES;
-    pipe.empty = pipe.full + 8 * STAGES;
-    pipe.halo_full = pipe.empty + 8 * STAGES;
+    pipe.empty = pipe.full + MBARRIER_BYTES * STAGES;
+    pipe.halo_full = pipe.empty + MBARRIER_BYTES * STAGES;
+
+    ProducerPlan plan;  // see plan_production: before the block barrier, off the first TMA's path
+    if (tid == CONSUMER_THREADS)
+        plan = plan_production(first_patch, first_k_block, sh);
 
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init(pipe.full + 8 * s, 1);                              // the producer's arrive; TMA adds the bytes
-            mbar_init(pipe.empty + 8 * s, active * WARPS_PER_WARPGROUP);  // one arrive per active consumer warp
+            mbar_init(pipe.full + MBARRIER_BYTES * s, 1);  // the producer's arrive; TMA adds the bytes
+            mbar_init(pipe.empty + MBARRIER_BYTES * s, active * WARPS_PER_WARPGROUP);  // one per active consumer warp
         }
-        for (int j = 0; j < CONSUMER_WARPGROUPS; ++j) mbar_init(pipe.halo_full + 8 * j, 1);
+        for (int b = 0; b < HALO_BARRIERS; ++b)  // the producer's arrive; TMA adds the box's bytes
+            mbar_init(pipe.halo_full + MBARRIER_BYTES * b, 1);
         // Make the initialized barriers visible to the TMA unit (the async proxy) before any load.
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -620,7 +698,7 @@ conv2d_implicit_wgmma(const __grid_constant__ TensorMap map_x, const __grid_cons
 
     if (tid >= CONSUMER_THREADS) {
         if (tid == CONSUMER_THREADS)
-            produce(pipe, &map_x, &map_w, sh, first_patch, active, f0, first_k_block);
+            produce(pipe, &map_x, &map_w, sh, plan, active, f0);
         return;
     }
 
