@@ -160,12 +160,15 @@ def _admit(args: argparse.Namespace) -> int:
               f"{run.card.status.value:10} {', '.join(outcomes)}{took}")
 
     with progress_display() as show:
-        card = ""
+        current = ""
 
-        def progress(stage: str, message: str) -> None:  # the gate's stages, named after the card they judge
-            nonlocal card
-            card = message.split(":")[0] if stage == "admit" else card
-            show(stage, message if stage == "admit" else f"{card}: {message}")
+        def progress(stage: str, message: str) -> None:
+            nonlocal current
+            if stage == "admit":  # "[i/n] <card> <transform>: what now"
+                current = message.split(":")[0]
+                show(stage, message)
+            else:  # a gate stage, named after the card it judges
+                show(stage, f"{current}: {message}")
 
         updated, runs = admit_cards(
             library, chosen, lambda c: held_out_targets(c, lineages, states, args.limit), corpus.problem_path,
