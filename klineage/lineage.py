@@ -58,14 +58,15 @@ class RejectionCategory(str, Enum):
     GATE_ERROR = "gate_error"  # the gate could not judge (harness or problem failure); the walk stops
     RESOURCE_LIMIT = "resource_limit"  # shared memory, launch resources
     STATIC_CHECK = "static_check"
+    REPEATED = "repeated"  # the same edit was refused earlier in the walk for a reason its code alone decides
 
     @property
     def counts(self) -> bool:
         """Whether it counts toward the walk's rejection limit: only proposals the gate judged and
-        refused do. A transform declining to apply or a rewrite that changes nothing costs no gate
-        evaluation; a gate error stops the walk instead."""
+        refused do. A transform declining to apply, a rewrite that changes nothing or an edit already
+        refused costs no gate evaluation; a gate error stops the walk instead."""
         return self not in (RejectionCategory.NOT_APPLICABLE, RejectionCategory.NO_CHANGE,
-                            RejectionCategory.GATE_ERROR)
+                            RejectionCategory.GATE_ERROR, RejectionCategory.REPEATED)
 
 
 class Termination(str, Enum):

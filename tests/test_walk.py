@@ -129,7 +129,15 @@ def test_free_rejections_do_not_count(gate_cache):
     # the saboteur comes first (by name: neither is in the priority list) and fails at every state
     assert [t.transform for t in lineage.transitions] == ["test_unroll", "test_unroll"]
     assert [r.step for r in lineage.rejections] == [0] * 5 + [1] * 5 + [2] * 5
-    assert sum(r.category.counts for r in lineage.rejections) == 9, "not_applicable and no_change are free"
+    # The compile, static and audit refusals are the same edits at every state: gated once, then
+    # recorded as repeats of step 0 without a gate evaluation, and free like the other two.
+    later = [r.category for r in lineage.rejections if r.step > 0]
+    assert later == [RejectionCategory.NOT_APPLICABLE, RejectionCategory.NO_CHANGE] + [RejectionCategory.REPEATED] * 3 \
+        + [RejectionCategory.NOT_APPLICABLE, RejectionCategory.NO_CHANGE] + [RejectionCategory.REPEATED] * 3
+    assert all("refused at step 0" in r.evidence.message for r in lineage.rejections
+               if r.category is RejectionCategory.REPEATED)
+    assert sum(r.category.counts for r in lineage.rejections) == 3, "not_applicable, no_change and repeats are free"
+    assert lineage.stats.gate_evaluations == 1 + 3 + 2, "the expert, three refusals at step 0, two accepted steps"
     assert "15 proposal(s)" not in lineage.termination.message and "5 proposal(s)" in lineage.termination.message
 
 

@@ -75,7 +75,8 @@ FAMILIES: dict[str, frozenset[str]] = {
 REFUSED = frozenset({RejectionCategory.COMPILE_ERROR, RejectionCategory.INCORRECT, RejectionCategory.CRASH,
                      RejectionCategory.TIMEOUT, RejectionCategory.RESOURCE_LIMIT, RejectionCategory.STATIC_CHECK})
 UNSOUND = frozenset({RejectionCategory.INCORRECT, RejectionCategory.CRASH})
-NOT_RISKS = frozenset({RejectionCategory.NO_CHANGE, RejectionCategory.GATE_ERROR})
+NOT_RISKS = frozenset({RejectionCategory.NO_CHANGE, RejectionCategory.GATE_ERROR,
+                       RejectionCategory.REPEATED})  # a repeat is the earlier rejection's evidence, not new
 
 Cases = Mapping[str, Mapping[str, Any]]  # case name -> parameters
 

@@ -9,6 +9,12 @@ Decisions (each one here, in one place):
   one whose rewrite gives back its parent or an earlier state as `no_change`. Neither costs a gate
   evaluation and neither counts toward the rejection limit: they are evidence of preconditions,
   and a transform that finds sites it cannot rewrite must not exhaust the walk's budget.
+- An edit refused for a reason that comes from the edit itself (compile error, static check, audit
+  mismatch) is not gated again when a later state proposes the same edit (same transform, anchor,
+  changed lines and plan change): it is recorded `repeated`, naming the earlier step, and neither
+  costs an evaluation nor counts. Without this, one padding that a static_assert forbids is
+  re-proposed after every accepted step and alone exhausts the rejection limit. Conservative: at
+  worst a step that other steps would have made possible is missed; nothing unjudged is accepted.
 - Every gated or audited refusal counts. When the count reaches `max_rejections` the walk ends
   `rejection_limit`; after `max_steps` accepted steps it ends `step_limit` (which does not prove
   the kernel naive); when the rewriter has nothing left that was not tried at this state, it ends
@@ -29,6 +35,8 @@ Decisions (each one here, in one place):
 
 from __future__ import annotations
 
+import difflib
+import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +63,10 @@ Progress = Callable[[str, str], None]
 # States are judged on every case with several seeds and sanitizers on a pass; timing is done
 # separately, pairwise, for the forward step only.
 DEFAULT_POLICY = GatePolicy(seeds=3, timing=False, sanitize=Sanitize.ON_PASS)
+# Refusals the edit's own text decides; an incorrect result or a crash may depend on the code
+# around the edit, so those are tried again at a later state.
+SELF_DECIDED = frozenset({RejectionCategory.COMPILE_ERROR, RejectionCategory.STATIC_CHECK,
+                          RejectionCategory.AUDIT_MISMATCH})
 MAX_PROPOSALS_PER_STATE = 64  # a rewriter that never runs dry (an LLM) cannot loop forever on one state
 
 CATEGORY: dict[Reason, RejectionCategory] = {
@@ -79,6 +91,15 @@ CATEGORY: dict[Reason, RejectionCategory] = {
     Reason.UNKNOWN: RejectionCategory.GATE_ERROR,
 }
 assert set(CATEGORY) == set(Reason), "every gate reason has a rejection category"
+
+
+def changed_lines(parent: KernelState, child: KernelState) -> tuple[tuple[str, ...], str]:
+    """What an edit changes, wherever it lands: the removed and added source lines in order (no
+    context, no line numbers) and the new launch plan where the plan changed."""
+    diff = difflib.unified_diff(parent.source.splitlines(), child.source.splitlines(), n=0, lineterm="")
+    lines = tuple(line for line in diff if line[:1] in "+-" and not line.startswith(("+++", "---")))
+    plan = json.dumps(child.plan.to_dict(), sort_keys=True) if child.plan != parent.plan else ""
+    return lines, plan
 
 
 def _quiet(stage: str, message: str) -> None:
@@ -126,6 +147,7 @@ class _Walk:
     states: list[State] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
+    refused_edits: dict[tuple, Rejection] = field(default_factory=dict)  # see SELF_DECIDED
     counted: int = 0
     evaluations: int = 0
     seconds: float = 0.0
@@ -199,6 +221,13 @@ class _Walk:
             self.reject(index, parent, proposal, RejectionCategory.NO_CHANGE,
                         evidence=Evidence(message=f"the rewrite gives back {what} ({child.fingerprint[:12]})"))
             return None
+        edit = (proposal.transform, rewrite.anchor, changed_lines(parent, child))
+        if edit in self.refused_edits:
+            earlier = self.refused_edits[edit]
+            self.reject(index, parent, proposal, RejectionCategory.REPEATED,
+                        evidence=Evidence(message=f"the same edit was refused at step {earlier.step} "
+                                                  f"({earlier.category.value}); not gated again"))
+            return None
         try:
             verdict = self.gate(child, f"step {index} ({proposal})")
         except ReplayMiss:
@@ -215,6 +244,7 @@ class _Walk:
             category = CATEGORY[verdict.reason] if verdict.reason else RejectionCategory.GATE_ERROR
             self.reject(index, parent, proposal, category, verdict.reason, _failed_cases(verdict),
                         _evidence(verdict))
+            self.remember_refusal(edit, category)
             if category is RejectionCategory.GATE_ERROR:
                 return Outcome(Termination.UNKNOWN, f"the gate could not judge step {index} ({proposal}): "
                                                     f"{verdict.describe()}")
@@ -224,6 +254,7 @@ class _Walk:
         if not checked.ok:
             self.reject(index, parent, proposal, RejectionCategory.AUDIT_MISMATCH,
                         evidence=Evidence(message=checked.message, stage="audit", audit=checked.to_dict()))
+            self.remember_refusal(edit, RejectionCategory.AUDIT_MISMATCH)
             return self.limit_reached()
 
         forward = self.forward_check(index, parent, child, proposal, transform)
@@ -237,6 +268,10 @@ class _Walk:
                                     AttemptOutcome.ACCEPTED, evidence=checked.message))
         self.progress("walk", f"step {index}: accepted {proposal} (forward {forward.status.value})")
         return child, verdict
+
+    def remember_refusal(self, edit: tuple, category: RejectionCategory) -> None:
+        if category in SELF_DECIDED:
+            self.refused_edits.setdefault(edit, self.rejections[-1])
 
     def limit_reached(self) -> Outcome | None:
         if self.counted >= self.limits.max_rejections:
