@@ -30,6 +30,7 @@ from pathlib import Path
 from klineage import config
 from klineage.config import GateMode
 from klineage.errors import KLineageError
+from klineage.gate import execute
 from klineage.gate.pipeline import Progress, run_gate
 from klineage.gate.verdict import Verdict
 from klineage.kernel import KernelState
@@ -66,8 +67,6 @@ class CardRun:
 
 def setting_for(mode: GateMode) -> GateSetting:
     """The setting of the real gate in this mode on this machine (the GPU as the gate names it)."""
-    from klineage.gate import execute
-
     gpu = {GateMode.GPU: execute.gpu_name, GateMode.REPLAY: config.replay_gpu}.get(mode, lambda: "none")()
     return GateSetting(mode, gpu, POLICY)
 
