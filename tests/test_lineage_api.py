@@ -62,7 +62,10 @@ def test_step_list_filters_pagination_and_detail(client, lineages):
     rejected = _get(client, f"/api/lineage-steps/?lineage={branched.id}&kind=rejected")["results"]
     assert [r["rejection_category"] for r in rejected] == ["compile_error", "audit_mismatch"]
     assert rejected[0]["child"] is None and rejected[0]["evidence"]["stage"] == "compile"
-    assert _get(client, "/api/lineage-steps/?category=compile_error")["count"] == 1
+    assert _get(client, f"/api/lineage-steps/?lineage={branched.id}&category=compile_error")["count"] == 1
+    # across lineages: every compile error the corpus walks met too, and nothing else
+    assert _get(client, "/api/lineage-steps/?category=compile_error")["count"] == \
+        LineageStep.objects.filter(rejection_category="compile_error").count() > 1
     assert _get(client, f"/api/lineage-steps/?lineage={dry.id}&transform=unroll")["count"] == \
         dry.steps.filter(transform="unroll").count() > 0
     step = dry.steps.get(kind="accepted", index=0)
