@@ -66,6 +66,9 @@ class ImportReport:
                                                                   "lineages")})
     probed: int = 0  # problem files run through the sandboxed probe (the rest were known by fingerprint)
     unlinked: list[str] = field(default_factory=list)  # verdict keys whose kernel state is not stored here
+    # ...of which these measured an earlier source of a corpus kernel (same plan name, edited since):
+    # history, not a corpus error; they stay stored and unattached.
+    superseded: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def count(self, kind: str, action: str) -> None:
@@ -82,6 +85,8 @@ class ImportReport:
             out.append(f"{kind}: {total} ({counter[CREATED]} new, {counter[UPDATED]} updated, "
                        f"{counter[UNCHANGED]} unchanged)")
         out.append(f"new problem files read through the sandboxed probe: {self.probed}")
+        if self.superseded:
+            out.append(f"verdicts of earlier sources of corpus kernels: {len(self.superseded)}")
         if self.unlinked:
             out.append(f"verdicts for kernel states not stored here: {len(self.unlinked)}")
         out.append(f"took {self.seconds:.2f} s")
@@ -218,7 +223,10 @@ def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None
             _, action = _store_lineage(document, where=where, source_path=where)
             report.count("lineages", action)
         link_verdicts()  # after the lineages: a GPU walk's verdicts name the states it reached
-        report.unlinked = sorted(Verdict.objects.filter(state__isnull=True).values_list("key", flat=True))
+        unattached = Verdict.objects.filter(state__isnull=True)
+        current = Kernel.objects.values_list("current_state__name", flat=True)
+        report.superseded = sorted(unattached.filter(kernel_name__in=current).values_list("key", flat=True))
+        report.unlinked = sorted(unattached.exclude(kernel_name__in=current).values_list("key", flat=True))
     report.seconds = time.monotonic() - started
     return report
 

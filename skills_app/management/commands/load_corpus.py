@@ -28,8 +28,8 @@ class Command(BaseCommand):
             self.stdout.write(line)
         if report.unlinked:
             self.stdout.write(self.style.WARNING(
-                "some recorded verdicts name kernel states not in the corpus (changed since they were "
-                "recorded); they are kept and attach if those states are imported"))
+                "some recorded verdicts name kernel states that are neither in the corpus nor earlier "
+                "sources of its kernels; they are kept and attach if those states are imported"))
         try:
             cards = import_library_files(options["corpus"])
         except ImportRefused as exc:
