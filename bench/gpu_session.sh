@@ -3,7 +3,8 @@
 # Usage (on the GPU host, from the repo root):
 #   bash bench/gpu_session.sh COMMIT STAGE...                     stages in order, on GPU 0
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
-# Stages: smoke, suite, example, adversarial, cost, gputests, multigpu, walk:KERNEL (a recorded GPU walk,
+# A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
+# Stages: smoke, suite, example, adversarial, cost, gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu, walk:KERNEL (a recorded GPU walk,
 # prefetched from the kernel's committed dry walk), sweep:NAME (bench/sweeps/NAME.toml), admit (a library
 # built from corpus/lineages, or $ADMIT_FROM to resume, admission trials on the GPU: $OUT/library.json, written
 # after every card), or PROBLEM:KERNEL (a gate run, recorded).
@@ -23,28 +24,33 @@ mkdir -p "$OUT/lineages" "$OUT/results"
 walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json
   local kernel=$1 name=${1//\//_} guess
   guess=corpus/lineages/$name.full.dry.json; [ -f "$guess" ] || guess=corpus/lineages/$name.dry.json
-  timeout "${WALK_TIMEOUT:-540}" python3 -m klineage walk "$kernel" --gate gpu --record --prefetch "$guess" \
+  timeout "${limit:-${WALK_TIMEOUT:-540}}" python3 -m klineage walk "$kernel" --gate gpu --record --prefetch "$guess" \
     --jobs "${WALK_JOBS:-6}" --max-steps 40 --max-rejections 8 --out "$OUT/lineages/$name.gpu.json"
 }
 
-stage() {
-  echo "=== $1 ($(date -u +%T))"
+stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, sweeps, tests, gates)
+  local limit=""
+  if [[ $1 == *@* ]]; then limit=${1##*@}; set -- "${1%@*}"; fi
+  echo "=== $1 ($(date -u +%T))${limit:+, limit ${limit} s}"
   case $1 in
     smoke) timeout 240 python3 -m klineage gate row_softmax row_softmax/naive --sanitize never ;;
     suite) timeout 420 python3 bench/gate_suite.py --out "$OUT/results" ;;
     multigpu) chmod -R a+rX /tmp/site
       PATH=/tmp/site/pgserver/pginstall/bin:$PWD/.hostbin:$PATH timeout 540 python3 bench/multigpu.py ${MULTIGPU_ARGS:-} --out "$OUT/results/multigpu.json" ;;
-    gputests) timeout 420 python3 -m pytest tests/test_gpu_*.py -q -n 0 -p no:django -p no:cacheprovider -rA ;;
+    # -v: one line per test as it ends, so a run cut by the timeout still shows what passed
+    gputests) timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest tests/test_gpu_*.py -v -n 0 -p no:django -p no:cacheprovider -rA ;;
+    gputest:*) timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest "tests/test_gpu_${1#gputest:}.py" -v -n 0 -p no:django \
+      -p no:cacheprovider -rA ;;
     example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only "$1" ;;
     walk:*) walk "${1#walk:}" ;;
-    sweep:*) timeout "${SWEEP_TIMEOUT:-300}" python3 bench/carrier_sweep.py "bench/sweeps/${1#sweep:}.toml" \
+    sweep:*) timeout "${limit:-${SWEEP_TIMEOUT:-300}}" python3 bench/carrier_sweep.py "bench/sweeps/${1#sweep:}.toml" \
       --out "$OUT/results/sweep-${1#sweep:}.json" ;;
     admit) if [ -n "${ADMIT_FROM:-}" ]; then cp "$ADMIT_FROM" "$OUT/library.json"  # resume a library an earlier run cut short
       else python3 -m klineage library build --out "$OUT/library.json" --note "built on the GPU host from corpus/lineages"; fi
       # the budget stops starting cards a margin before the timeout, so that it never kills a card halfway
       timeout "${ADMIT_TIMEOUT:-300}" python3 -m klineage library admit --library "$OUT/library.json" --gate gpu \
         --limit "${ADMIT_LIMIT:-2}" --budget-s "$(( ${ADMIT_TIMEOUT:-300} - ${ADMIT_MARGIN:-30} ))" ;;
-    *:*) timeout "${GATE_TIMEOUT:-200}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;
+    *:*) timeout "${limit:-${GATE_TIMEOUT:-200}}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;
     *) echo "unknown stage $1" ;;
   esac 2>&1
 }
