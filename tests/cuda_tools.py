@@ -1,11 +1,13 @@
 """Host-side CUDA helpers the kernel tests share: build and run a host harness that prints integer
-tables; count the SASS mnemonics and opcodes of a cubin; the build checks and the compile-only gate
+tables; build and run the CPU emulators of mma.sync kernels (tests/*_mma_emulator.cpp); count the SASS mnemonics and opcodes of a cubin; the build checks and the compile-only gate
 of the sm_90a (wgmma) experts; and the PTX ISA as models (the 128B swizzle, the wgmma accumulator
-layout, an mbarrier for the pipeline protocol simulations)."""
+layout, the mma.m16n8k16 and ldmatrix fragment layouts, an mbarrier for the pipeline protocol
+simulations)."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import tempfile
 from collections import Counter
@@ -31,6 +33,63 @@ def run_host_harness(work: Path, arch: str = "sm_90") -> dict[str, list[list[int
         key, *values = line.split()
         tables.setdefault(key, []).append([int(v) for v in values])
     return tables
+
+
+# ---- the CPU emulators of mma.sync kernels: tests/<kernel>_mma_emulator.cpp on tests/mma_emulator.h ----
+
+
+def ptx_helper_bodies(source: str, names) -> dict[str, str]:
+    """name -> the whole definition (a template line included) of each of the kernel's PTX wrappers `names`,
+    each defined exactly once as `__device__ __forceinline__ ... name(...) {...}` ending at a `}` line."""
+    bodies = {}
+    for name in names:
+        found = re.findall(rf"^(?:template <[^\n]*>\n)?__device__ __forceinline__ [^\n]*?\b{name}\(.*?^\}}\n",
+                           source, re.M | re.S)
+        assert len(found) == 1, (name, len(found))
+        bodies[name] = found[0]
+    return bodies
+
+
+def emulator_source(source: str, names) -> str:
+    """The kernel source without its PTX wrappers `names` (the emulator defines them)."""
+    for body in ptx_helper_bodies(source, names).values():
+        source = source.replace(body, "")
+    return source
+
+
+def build_mma_emulator(work: Path, emulator: Path, source: str, names, *defines: str) -> Path:
+    """Build `emulator` in `work` with the kernel `source`, minus its PTX wrappers `names`, spliced in at
+    KERNEL_SOURCE and the macros `defines` (NAME=VALUE); the emulator's folder holds mma_emulator.h."""
+    toolchain = find_toolchain()
+    (work / "kernel_emu.inc").write_text(emulator_source(source, names))
+    shutil.copy(emulator, work / "emulator.cpp")
+    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-O2", "-w", f"-I{emulator.parent}",
+                            '-DKERNEL_SOURCE="kernel_emu.inc"', *(f"-D{d}" for d in defines), "-o", "emulator",
+                            "emulator.cpp"], cwd=work, capture_output=True, text=True,
+                           env=toolchain.environment(work), timeout=600)
+    assert build.returncode == 0, build.stdout + build.stderr
+    return work / "emulator"
+
+
+def run_mma_emulator(binary: Path, work: Path, inputs: dict, buffers: list[str], launches, *args) -> str:
+    """Run a built emulator on a plan written to `work`: the `inputs` (name -> CPU tensor, as <name>.bin),
+    the other `buffers` ("<name> <dtype> <count> <output|scratch>", written back as <name>.bin) and the
+    resolved `launches`, in order; `args` follow the folder on the command line (order, seed, copies, ...).
+    "" when it ran clean, else the emulator's complaint."""
+    import torch
+
+    lines = []
+    for name, t in inputs.items():
+        (work / f"{name}.bin").write_bytes(t.contiguous().view(torch.uint8).numpy().tobytes())
+        lines.append(f"buffer {name} {str(t.dtype).removeprefix('torch.')} {t.numel()} input")
+    lines += [f"buffer {b}" for b in buffers]
+    for launch in launches:
+        launch_args = [f"buf:{value}" if kind == "buffer" else f"i32:{value}" for kind, value, _ in launch.args]
+        lines.append(" ".join(["launch", launch.entry, *map(str, launch.grid), *map(str, launch.block),
+                               str(launch.shared), *launch_args]))
+    (work / "plan.txt").write_text("\n".join(lines) + "\n")
+    run = subprocess.run([str(binary), str(work), *map(str, args)], capture_output=True, text=True, timeout=600)
+    return "" if run.returncode == 0 else run.stderr.strip() or f"exit {run.returncode}"
 
 
 _SASS_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
@@ -129,6 +188,52 @@ def ptx_wgmma_d(t: int, i: int) -> tuple[int, int]:
     """(row, col) of accumulator d_i of warpgroup thread t in a wgmma .m64nNk16 fp32 D tile (PTX ISA)."""
     warp, lane = t // 32, t % 32
     return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+# The PTX ISA's fragment layouts of mma.m16n8k16 with .f16/.bf16, and ldmatrix .m8n8 .x4 (plain and .trans).
+# Element i of a fragment: register i // 2, low half-word for even i.
+
+
+def ptx_a(lane: int, i: int) -> tuple[int, int]:
+    """(row, k) of element a_i held by `lane` in the 16 x 16 A tile."""
+    group, tig = lane >> 2, lane % 4
+    row = group + (8 if i in (2, 3, 6, 7) else 0)
+    return row, tig * 2 + (i & 1) + (8 if i >= 4 else 0)
+
+
+def ptx_b(lane: int, i: int) -> tuple[int, int]:
+    """(k, n) of element b_i held by `lane` in the 16 x 8 B tile."""
+    group, tig = lane >> 2, lane % 4
+    return tig * 2 + (i & 1) + (8 if i >= 2 else 0), group
+
+
+def ptx_c(lane: int, i: int) -> tuple[int, int]:
+    """(row, col) of accumulator c_i held by `lane` in the 16 x 8 C/D tile."""
+    group, tig = lane >> 2, lane % 4
+    return group + (8 if i >= 2 else 0), tig * 2 + (i & 1)
+
+
+def ldmatrix_x4(addresses, read_row, trans: bool = False):
+    """regs[lane][j] = (lo, hi) for matrix j, whose 8 rows lanes 8j..8j+7 address (16 bytes each).
+    Plain: lane l gets row l // 4, elements 2 (l % 4), 2 (l % 4) + 1. Trans: lane l gets element
+    l // 4 of rows 2 (l % 4) and 2 (l % 4) + 1."""
+    regs = []
+    for lane in range(32):
+        regs.append([])
+        for j in range(4):
+            if trans:
+                rows = [read_row(addresses[8 * j + 2 * (lane % 4) + e]) for e in range(2)]
+                regs[lane].append((rows[0][lane // 4], rows[1][lane // 4]))
+            else:
+                row = read_row(addresses[8 * j + lane // 4])
+                regs[lane].append((row[2 * (lane % 4)], row[2 * (lane % 4) + 1]))
+    return regs
+
+
+def bank_groups(addresses) -> list[int]:
+    """The 16-byte bank group (of 8) of each shared address: 8 lanes of a 16-byte access phase are
+    conflict-free when these are all different."""
+    return [(a // 16) % 8 for a in addresses]
 
 
 class MBarrier:

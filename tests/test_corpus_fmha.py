@@ -17,48 +17,24 @@
 from __future__ import annotations
 
 import math
-from collections import Counter
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from klineage.devices import H200
-from klineage.features.sass import disassemble, sass_features
+from klineage.features.sass import sass_features
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
-from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
-from klineage.problem import load_problem, tolerance_for, validate_numerics
-from cuda_tools import run_host_harness
+from klineage.problem import validate_numerics
+from cuda_tools import ptx_a, ptx_b, ptx_c, sass_opcodes
+from fmha_tools import (SMEM_LIMIT, FlashModel, buffers, check_epilogue, check_kv_fragments, check_loader,
+                        check_q_fragments, check_score_repack, check_swizzle, check_swizzle_table, env_for,
+                        kernel, kernel_helper_tables, problem, tile_reader, tolerance)
 
-ROOT = Path(__file__).resolve().parents[1]
-PROBLEM = ROOT / "corpus" / "problems" / "fmha.py"
-KERNELS = ROOT / "corpus" / "kernels" / "fmha"
 ALL = ("naive", "flash_mma")
 ENTRIES = {"naive": "fmha_naive", "flash_mma": "fmha_flash_mma"}
-SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90
-
-
-@cache
-def problem():
-    return load_problem(PROBLEM)
-
-
-@cache
-def kernel(name: str) -> KernelState:
-    return load_kernel(KERNELS / name)
-
-
-def buffers() -> set[str]:
-    names = set(problem().make_inputs(dict(problem().info.case("small").params), 0, "cpu"))
-    return names | {o.name for o in problem().info.outputs}
-
-
-def tolerance():
-    return tolerance_for("float16", problem().info.tolerances)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,10 +125,6 @@ def test_tolerance_admits_flash_roundings_and_refuses_dropped_keys(name):
 # ---------------------------------------------------------------------------------------------
 
 
-def env_for(state: KernelState, params: dict) -> dict:
-    return {**params, **state.constants, **H200.facts()}
-
-
 @pytest.mark.parametrize("name", ALL)
 def test_plan_resolves_for_every_case(name):
     state = kernel(name)
@@ -233,71 +205,11 @@ def test_naive_sass_is_plain(compiled):
 
 
 # ---------------------------------------------------------------------------------------------
-# The PTX ISA's fragment layouts (mma.m16n8k16 with .f16; ldmatrix .m8n8 .x4, plain and .trans).
-# Element i of a fragment: register i // 2, low half-word for even i.
-# ---------------------------------------------------------------------------------------------
-
-
-def ptx_a(lane: int, i: int) -> tuple[int, int]:
-    """(row, k) of element a_i held by `lane` in the 16 x 16 A tile."""
-    group, tig = lane >> 2, lane % 4
-    row = group + (8 if i in (2, 3, 6, 7) else 0)
-    return row, tig * 2 + (i & 1) + (8 if i >= 4 else 0)
-
-
-def ptx_b(lane: int, i: int) -> tuple[int, int]:
-    """(k, n) of element b_i held by `lane` in the 16 x 8 B tile."""
-    group, tig = lane >> 2, lane % 4
-    return tig * 2 + (i & 1) + (8 if i >= 2 else 0), group
-
-
-def ptx_c(lane: int, i: int) -> tuple[int, int]:
-    """(row, col) of accumulator c_i held by `lane` in the 16 x 8 C/D tile."""
-    group, tig = lane >> 2, lane % 4
-    return group + (8 if i >= 2 else 0), tig * 2 + (i & 1)
-
-
-def ldmatrix_x4(addresses, read_row, trans: bool = False):
-    """regs[lane][j] = (lo, hi) for matrix j, whose 8 rows lanes 8j..8j+7 address (16 bytes each).
-    Plain: lane l gets row l // 4, elements 2 (l % 4), 2 (l % 4) + 1. Trans: lane l gets element
-    l // 4 of rows 2 (l % 4) and 2 (l % 4) + 1."""
-    regs = []
-    for lane in range(32):
-        regs.append([])
-        for j in range(4):
-            if trans:
-                rows = [read_row(addresses[8 * j + 2 * (lane % 4) + e]) for e in range(2)]
-                regs[lane].append((rows[0][lane // 4], rows[1][lane // 4]))
-            else:
-                row = read_row(addresses[8 * j + lane // 4])
-                regs[lane].append((row[2 * (lane % 4)], row[2 * (lane % 4) + 1]))
-    return regs
-
-
-def bank_groups(addresses) -> list[int]:
-    return [(a // 16) % 8 for a in addresses]
-
-
-# ---------------------------------------------------------------------------------------------
 # A model of flash_mma's index helpers, transcribed from kernel.cu with its constants
 # ---------------------------------------------------------------------------------------------
 
 
-class Model:
-    def __init__(self, c: dict):
-        self.c = c
-        for key, value in c.items():
-            setattr(self, key, value)
-
-    def swizzle_offset(self, row: int, chunk: int) -> int:
-        return row * self.ROW_BYTES + (chunk ^ (row % self.SWIZZLE_ROWS)) * self.CHUNK_BYTES
-
-    def loader(self, tid: int, i: int) -> tuple[int, int, int]:
-        """(tile row, chunk, byte offset) of a thread's copy in pass i of load_tile_async."""
-        row, chunk = tid // self.CHUNKS_PER_ROW, tid % self.CHUNKS_PER_ROW
-        offset = self.swizzle_offset(row, chunk) + i * self.LOAD_ROWS_PER_PASS * self.ROW_BYTES
-        return row + i * self.LOAD_ROWS_PER_PASS, chunk, offset
-
+class Model(FlashModel):
     def q_fragment_offset(self, warp: int, lane: int, ks: int) -> int:
         return self.swizzle_offset(warp * self.WARP_ROWS + lane % 16, 2 * ks + lane // 16)
 
@@ -307,25 +219,8 @@ class Model:
     def v_fragment_offset(self, lane: int, j: int, dp: int) -> int:
         return self.swizzle_offset(self.MMA_K * j + lane % 8 + 8 * ((lane // 8) % 2), 2 * dp + lane // 16)
 
-    @staticmethod
-    def pack_p_fragment(s, j: int):
-        """s[nt][i] -> the 4 registers (lo, hi) of P's A fragment for k-step j."""
-        return [(s[2 * j][0], s[2 * j][1]), (s[2 * j][2], s[2 * j][3]),
-                (s[2 * j + 1][0], s[2 * j + 1][1]), (s[2 * j + 1][2], s[2 * j + 1][3])]
-
-    def n_tiles(self, q0: int, s: int, causal: bool) -> int:
-        last_row_end = min(q0 + self.BLOCK_M, s)
-        return ((last_row_end if causal else s) + self.BLOCK_N - 1) // self.BLOCK_N
-
     def needs_mask(self, key0: int, q0: int, s: int, causal: bool) -> bool:
         return key0 + self.BLOCK_N > s or (causal and key0 + self.BLOCK_N - 1 > q0)
-
-    def staging_offset(self, warp: int, lane: int, dt: int, r: int) -> int:
-        return self.swizzle_offset(warp * self.WARP_ROWS + lane // 4 + r * self.ACC_ROW_HALF, dt) + 4 * (lane % 4)
-
-    def output_chunk(self, warp: int, lane: int, p: int) -> tuple[int, int]:
-        ident = p * 32 + lane
-        return warp * self.WARP_ROWS + ident // self.CHUNKS_PER_ROW, ident % self.CHUNKS_PER_ROW
 
 
 @cache
@@ -333,42 +228,14 @@ def model() -> Model:
     return Model(kernel("flash_mma").constants)
 
 
-def tile_reader(rows: int, m: Model):
-    """Byte offset of a 16-byte row read in a swizzled tile -> the 8 (row, col) stored there."""
-    where = {}
-    for r in range(rows):
-        for c in range(m.CHUNKS_PER_ROW):
-            where[m.swizzle_offset(r, c)] = [(r, c * m.VEC + e) for e in range(m.VEC)]
-    return where.__getitem__
-
-
 def test_swizzle_is_a_bijection_per_tile():
-    m = model()
-    for rows in (m.BLOCK_M, m.BLOCK_N):
-        offsets = {m.swizzle_offset(r, c) for r in range(rows) for c in range(m.CHUNKS_PER_ROW)}
-        assert offsets == set(range(0, rows * m.ROW_BYTES, m.CHUNK_BYTES))
-        for r in range(rows):
-            assert {m.swizzle_offset(r, c) // m.ROW_BYTES for c in range(m.CHUNKS_PER_ROW)} == {r}
-    assert m.Q_TILE_BYTES == m.BLOCK_M * m.ROW_BYTES and m.KV_TILE_BYTES == m.BLOCK_N * m.ROW_BYTES
+    check_swizzle(model())
 
 
 def test_loader_covers_each_tile_once_and_is_coalesced_and_conflict_free():
     m = model()
     for rows, passes in ((m.BLOCK_M, m.Q_LOADS), (m.BLOCK_N, m.KV_LOADS)):
-        seen = Counter()
-        for tid in range(m.THREADS):
-            for i in range(passes):
-                row, chunk, offset = m.loader(tid, i)
-                assert offset == m.swizzle_offset(row, chunk)  # the pass shortcut is exact
-                seen[(row, chunk)] += 1
-        assert set(seen) == {(r, c) for r in range(rows) for c in range(m.CHUNKS_PER_ROW)}
-        assert set(seen.values()) == {1}
-        for i in range(passes):
-            for start in range(0, m.THREADS, 8):  # 16-byte accesses are served 8 lanes at a time
-                copies = [m.loader(t, i) for t in range(start, start + 8)]
-                assert len({row for row, _, _ in copies}) == 1  # one contiguous 128-byte segment
-                assert [chunk for _, chunk, _ in copies] == list(range(start % 16, start % 16 + 8))
-                assert sorted(bank_groups([offset for _, _, offset in copies])) == list(range(8))
+        check_loader(m, m.loader, rows, passes)
 
 
 def test_fragments_match_the_ptx_layouts_and_are_conflict_free():
@@ -377,106 +244,19 @@ def test_fragments_match_the_ptx_layouts_and_are_conflict_free():
     (k = d, n = key), V as the B operand of P V (k = key, n = d)."""
     m = model()
     q_rows, kv_rows = tile_reader(m.BLOCK_M, m), tile_reader(m.BLOCK_N, m)
-    q_cover = Counter()
-    for warp in range(m.WARPS):
-        for ks in range(m.D_STEPS):
-            addresses = [m.q_fragment_offset(warp, lane, ks) for lane in range(32)]
-            for j in range(4):
-                assert sorted(bank_groups(addresses[8 * j: 8 * j + 8])) == list(range(8))
-            regs = ldmatrix_x4(addresses, q_rows)
-            for lane in range(32):
-                for i in range(8):
-                    r, k = ptx_a(lane, i)
-                    got = regs[lane][i // 2][i % 2]
-                    assert got == (warp * m.WARP_ROWS + r, ks * m.MMA_K + k), (warp, lane, i)
-                    q_cover[got] += 1
-    assert set(q_cover.values()) == {1} and len(q_cover) == m.BLOCK_M * m.HEAD_DIM
-    k_cover, v_cover = Counter(), Counter()
-    for ks in range(m.D_STEPS):
-        for np_ in range(m.S_TILES // 2):
-            addresses = [m.k_fragment_offset(lane, ks, np_) for lane in range(32)]
-            for j in range(4):
-                assert sorted(bank_groups(addresses[8 * j: 8 * j + 8])) == list(range(8))
-            regs = ldmatrix_x4(addresses, kv_rows)
-            for half in range(2):
-                for lane in range(32):
-                    for i in range(4):
-                        d, key = ptx_b(lane, i)
-                        got = regs[lane][2 * half + i // 2][i % 2]
-                        assert got == ((2 * np_ + half) * m.MMA_N + key, ks * m.MMA_K + d), (ks, np_, lane, i)
-                        k_cover[got] += 1
-    for j_step in range(m.PV_STEPS):
-        for dp in range(m.O_TILES // 2):
-            addresses = [m.v_fragment_offset(lane, j_step, dp) for lane in range(32)]
-            for j in range(4):
-                assert sorted(bank_groups(addresses[8 * j: 8 * j + 8])) == list(range(8))
-            regs = ldmatrix_x4(addresses, kv_rows, trans=True)
-            for half in range(2):
-                for lane in range(32):
-                    for i in range(4):
-                        key, d = ptx_b(lane, i)
-                        got = regs[lane][2 * half + i // 2][i % 2]
-                        assert got == (j_step * m.MMA_K + key, (2 * dp + half) * m.MMA_N + d), (j_step, dp, lane, i)
-                        v_cover[got] += 1
-    # Each warp reads all of K and V once per key tile.
-    for cover in (k_cover, v_cover):
-        assert set(cover.values()) == {1} and len(cover) == m.BLOCK_N * m.HEAD_DIM
+    check_q_fragments(m, lambda warp, ks, mt: [m.q_fragment_offset(warp, lane, ks) for lane in range(32)], q_rows)
+    check_kv_fragments(m, lambda ks, np_: [m.k_fragment_offset(lane, ks, np_) for lane in range(32)],
+                       lambda j, dp: [m.v_fragment_offset(lane, j, dp) for lane in range(32)], kv_rows, kv_rows)
 
 
 def test_score_accumulators_repack_into_the_p_a_operand():
     """The register trick: for every lane, the (row, key) of score accumulator c_i of n8 tile nt,
     moved by pack_p_fragment, is exactly the (row, k) the A operand of P V k-step nt // 2 expects."""
-    m = model()
-    for lane in range(32):
-        s = [[("score", nt, i) for i in range(4)] for nt in range(m.S_TILES)]
-        position = {}
-        for nt in range(m.S_TILES):
-            for i in range(4):
-                row, col = ptx_c(lane, i)
-                position[("score", nt, i)] = (row, nt * m.MMA_N + col)  # (query row, key in the tile)
-        used = Counter()
-        for j in range(m.PV_STEPS):
-            regs = m.pack_p_fragment(s, j)
-            for i in range(8):
-                element = regs[i // 2][i % 2]
-                row, k = ptx_a(lane, i)
-                assert position[element] == (row, j * m.MMA_K + k), (lane, j, i)
-                used[element] += 1
-        assert set(used.values()) == {1} and len(used) == m.S_TILES * 4  # every probability once
-    # The same positions are what mask_scores assumes: key 8 nt + 2 (l % 4) + i % 2, row + 8 (i / 2).
-    for lane in range(32):
-        for i in range(4):
-            assert ptx_c(lane, i) == (lane // 4 + m.ACC_ROW_HALF * (i // 2), 2 * (lane % 4) + i % 2)
+    check_score_repack(model())
 
 
 def test_epilogue_covers_the_tile_once_without_conflicts():
-    m = model()
-    q_rows = tile_reader(m.BLOCK_M, m)
-    written = Counter()
-    for warp in range(m.WARPS):
-        for dt in range(m.O_TILES):
-            for r in range(2):
-                words = []
-                for lane in range(32):
-                    offset = m.staging_offset(warp, lane, dt, r)
-                    row, col = ptx_c(lane, 2 * r)
-                    chunk_at = q_rows(offset - offset % 16)
-                    assert chunk_at[(offset % 16) // 2] == (warp * m.WARP_ROWS + row, dt * m.MMA_N + col)
-                    written[chunk_at[(offset % 16) // 2]] += 1
-                    words.append(offset // 4)
-                assert len({w % 32 for w in words}) == 32  # 32 lanes, 32 banks
-        read = Counter()
-        for p in range(m.OUT_PASSES):
-            chunks = [m.output_chunk(warp, lane, p) for lane in range(32)]
-            for start in range(0, 32, 8):
-                phase = chunks[start:start + 8]
-                assert len({row for row, _ in phase}) == 1
-                assert sorted(bank_groups([m.swizzle_offset(*c) for c in phase])) == list(range(8))
-            read.update(chunks)
-        # A warp reads back exactly its own rows, which it alone wrote.
-        assert set(read) == {(warp * m.WARP_ROWS + r, c) for r in range(m.WARP_ROWS) for c in range(m.CHUNKS_PER_ROW)}
-        assert set(read.values()) == {1}
-    assert set(written.values()) == {1} and len(written) == m.BLOCK_M * m.HEAD_DIM // 2  # one (lo, hi) word each
+    check_epilogue(model())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -709,7 +489,7 @@ def emulate_cta(q, k, v, q_tile_index: int, causal: bool):
             inv = np.where(total > 0, 1 / np.where(total > 0, total, 1), 0).astype(np.float32)
             for dt in range(m.O_TILES):
                 for ln in range(32):
-                    at = m.staging_offset(warp, ln, dt, r) // 2
+                    at = m.staging_offset(warp, ln, 0, dt, r) // 2
                     staging[at: at + 2] = (o[dt, ln, 2 * r: 2 * r + 2] * inv[ln]).astype(np.float16)
         for p in range(m.OUT_PASSES):
             for ln in range(32):
@@ -757,9 +537,7 @@ def test_v_is_read_with_transposing_ldmatrix(compiled):
     to the P V k-steps; no 4-byte or 8-byte shared loads in the main loop (only the epilogue's 16-byte ones)."""
     c = kernel("flash_mma").constants
     for arch in compiled["flash_mma"].targets:
-        (instructions,) = disassemble(compiled["flash_mma"].cubin_bytes(arch)).values()
-        opcodes = Counter(words[1] if words[0].startswith("@") else words[0]
-                          for words in (i.split() for i in instructions) if words[0] != "@!PT")
+        opcodes = sass_opcodes(compiled["flash_mma"], arch)
         assert opcodes["LDSM.16.MT88.4"] == c["PV_STEPS"] * c["O_TILES"] // 2
         assert opcodes["LDSM.16.M88.4"] == c["D_STEPS"] * (1 + c["S_TILES"] // 2)
         assert opcodes["HMMA.16816.F32"] == c["D_STEPS"] * c["S_TILES"] + c["PV_STEPS"] * c["O_TILES"]
@@ -772,20 +550,7 @@ def test_v_is_read_with_transposing_ldmatrix(compiled):
 # The model against the kernel's own helpers, built for the host by nvcc
 # ---------------------------------------------------------------------------------------------
 
-HARNESS = r"""
-#include <cuda_fp16.h>
-#include <cstdint>
-#include <cstdio>
-// The kernel's __device__ helpers become callable from host code. Helpers that use device-only
-// intrinsics (asm, shuffles) are never called here; the shuffle is stubbed so they still parse.
-#undef __device__
-#define __device__ __attribute__((host)) __attribute__((device))
-#define __syncthreads() ((void)0)
-#define __syncwarp() ((void)0)
-#define __shfl_xor_sync(mask, x, offset) (x)
-#define __cvta_generic_to_shared(p) ((size_t)0)
-#include "KERNEL_CU"
-
+HARNESS_MAIN = r"""
 int main()
 {
     for (int row = 0; row < BLOCK_M; ++row)
@@ -806,16 +571,12 @@ int main()
 
 @pytest.fixture(scope="module")
 def host_tables(tmp_path_factory) -> dict[str, list[list[int]]]:
-    work = tmp_path_factory.mktemp("fmha-harness")
-    (work / "harness.cu").write_text(HARNESS.replace("KERNEL_CU", str(KERNELS / "flash_mma" / "kernel.cu")))
-    return run_host_harness(work)
+    return kernel_helper_tables(tmp_path_factory.mktemp("fmha-harness"), "flash_mma", HARNESS_MAIN)
 
 
 def test_kernel_helpers_match_the_model(host_tables):
     m = model()
-    assert len(host_tables["swizzle"]) == m.BLOCK_M * m.CHUNKS_PER_ROW
-    for row, chunk, offset in host_tables["swizzle"]:
-        assert offset == m.swizzle_offset(row, chunk)
+    check_swizzle_table(m, host_tables)
     assert len(host_tables["q"]) == m.WARPS * 32 * m.D_STEPS
     for warp, lane, ks, offset in host_tables["q"]:
         assert offset == m.q_fragment_offset(warp, lane, ks)

@@ -31,10 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-import shutil
-import subprocess
 import tempfile
-from collections import Counter
 from functools import cache
 from pathlib import Path
 
@@ -42,56 +39,33 @@ import numpy as np
 import pytest
 import torch
 
-from klineage.devices import H200
-from klineage.features.sass import disassemble, sass_features
+from klineage.features.sass import sass_features
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
-from klineage.kernel import KernelState, load_kernel
+from klineage.kernel import KernelState
 from klineage.launch import resolve
-from klineage.problem import load_problem, tolerance_for
-from klineage.toolchain import find_toolchain
-from cuda_tools import run_host_harness
-from test_corpus_fmha import bank_groups, ldmatrix_x4, ptx_a, ptx_b, ptx_c
+from cuda_tools import build_mma_emulator, ptx_helper_bodies, run_mma_emulator, sass_opcodes
+from fmha_tools import (KERNELS, ROOT, SMEM_LIMIT, FlashModel, buffers, check_epilogue, check_kv_fragments,
+                        check_loader, check_q_fragments, check_score_repack, check_swizzle, check_swizzle_table,
+                        env_for, kernel_helper_tables, problem, tile_reader, tolerance)
+from fmha_tools import kernel as fmha_kernel
 
-ROOT = Path(__file__).resolve().parents[1]
-PROBLEM = ROOT / "corpus" / "problems" / "fmha.py"
-KERNELS = ROOT / "corpus" / "kernels" / "fmha"
 NAME = "flash_mma_r32"
 ENTRY = "fmha_flash_mma_r32"
 BASELINE = "flash_mma"
 EMULATOR = Path(__file__).resolve().parent / "fmha_mma_emulator.cpp"
-SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90
 SM_SHARED = 233472   # bytes of shared memory per SM on sm_90 (228 KiB)
 RESERVED_SHARED = 1024  # per CTA, reserved by the system on sm_80 and later
 SM_REGISTERS = 65536
 
 
-@cache
-def problem():
-    return load_problem(PROBLEM)
-
-
-@cache
 def kernel(name: str = NAME) -> KernelState:
-    return load_kernel(KERNELS / name)
+    return fmha_kernel(name)
 
 
 @cache
 def constants() -> dict:
     return kernel().constants
-
-
-def buffers() -> set[str]:
-    names = set(problem().make_inputs(dict(problem().info.case("small").params), 0, "cpu"))
-    return names | {o.name for o in problem().info.outputs}
-
-
-def tolerance():
-    return tolerance_for("float16", problem().info.tolerances)
-
-
-def env_for(state: KernelState, params: dict) -> dict:
-    return {**params, **state.constants, **H200.facts()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,16 +142,10 @@ def test_compiles_without_spills_and_two_ctas_fit_an_sm(compiled):
         assert 2 * (c["SMEM_BYTES"] + RESERVED_SHARED) <= SM_SHARED
 
 
-def opcodes(result: CompileResult, arch: str = "sm_90") -> Counter:
-    (instructions,) = disassemble(result.cubin_bytes(arch)).values()
-    return Counter(words[1] if words[0].startswith("@") else words[0]
-                   for words in (i.split() for i in instructions) if words[0] != "@!PT")
-
-
 def test_sass_has_every_mechanism_in_the_counts_the_loops_unroll_to(compiled):
     c = constants()
     for arch in compiled[NAME].targets:
-        ops = opcodes(compiled[NAME], arch)
+        ops = sass_opcodes(compiled[NAME], arch)
         mt = c["WARP_M_TILES"]
         # Per key tile: Q K^T and P V for each of the warp's m16 tiles.
         assert ops["HMMA.16816.F32"] == mt * (c["D_STEPS"] * c["S_TILES"] + c["PV_STEPS"] * c["O_TILES"]) == 256
@@ -203,7 +171,7 @@ def test_shared_memory_reads_per_mma_fall_from_flash_mma(compiled):
     """Per key tile and 128 query rows (one CTA of each), the loop's ldmatrix.x4 count over its MMA count:
     flash_mma 8 warps x 64 (K and V) for 1024 MMAs, flash_mma_r32 4 warps x 80 (Q, K and V) for 1024."""
     c, base = constants(), kernel(BASELINE).constants
-    ours, theirs = opcodes(compiled[NAME]), opcodes(compiled[BASELINE])
+    ours, theirs = sass_opcodes(compiled[NAME], "sm_90"), sass_opcodes(compiled[BASELINE], "sm_90")
     their_q = base["D_STEPS"]  # flash_mma's Q fragments are loaded once, before the loop
     their_loop_ldsm = theirs["LDSM.16.M88.4"] - their_q + theirs["LDSM.16.MT88.4"]
     our_loop_ldsm = ours["LDSM.16.M88.4"] + ours["LDSM.16.MT88.4"]
@@ -220,20 +188,7 @@ def test_shared_memory_reads_per_mma_fall_from_flash_mma(compiled):
 # ---------------------------------------------------------------------------------------------
 
 
-class Model:
-    def __init__(self, c: dict):
-        self.c = c
-        for key, value in c.items():
-            setattr(self, key, value)
-
-    def swizzle_offset(self, row: int, chunk: int) -> int:
-        return row * self.ROW_BYTES + (chunk ^ (row % self.SWIZZLE_ROWS)) * self.CHUNK_BYTES
-
-    def q_loader(self, tid: int, i: int) -> tuple[int, int, int]:
-        """(tile row, chunk, byte offset) of a thread's copy in pass i of load_tile_async (Q)."""
-        row, chunk = tid // self.CHUNKS_PER_ROW, tid % self.CHUNKS_PER_ROW
-        offset = self.swizzle_offset(row, chunk) + i * self.LOAD_ROWS_PER_PASS * self.ROW_BYTES
-        return row + i * self.LOAD_ROWS_PER_PASS, chunk, offset
+class Model(FlashModel):
 
     def kv_loader(self, tid: int, i: int, row0: int, s_len: int) -> list[tuple[int, int, int | None]]:
         """load_kv_tile_async for thread tid, pass i of the tile at key row0: [(stage offset, element
@@ -271,16 +226,6 @@ class Model:
     def v_intended(self, lane: int, j: int, dp: int) -> int:
         return self.swizzle_offset(self.MMA_K * j + lane % 8 + 8 * ((lane // 8) % 2), 2 * dp + lane // 16)
 
-    @staticmethod
-    def pack_p_fragment(s, j: int):
-        """s[nt][i] -> the 4 registers (lo, hi) of P's A fragment for k-step j (one m16 tile)."""
-        return [(s[2 * j][0], s[2 * j][1]), (s[2 * j][2], s[2 * j][3]),
-                (s[2 * j + 1][0], s[2 * j + 1][1]), (s[2 * j + 1][2], s[2 * j + 1][3])]
-
-    def n_tiles(self, q0: int, s: int, causal: bool) -> int:
-        last_row_end = min(q0 + self.BLOCK_M, s)
-        return ((last_row_end if causal else s) + self.BLOCK_N - 1) // self.BLOCK_N
-
     def warp_skips(self, key0: int, warp_row0: int, causal: bool) -> bool:
         return causal and key0 > warp_row0 + self.WARP_ROWS - 1
 
@@ -292,53 +237,21 @@ class Model:
         col_end = min(s - key0, row - key0 + 1) if causal else s - key0
         return col_end - 2 * (lane % 4)
 
-    def staging_offset(self, warp: int, lane: int, mt: int, dt: int, r: int) -> int:
-        row_top = warp * self.WARP_ROWS + mt * self.MMA_M + lane // 4
-        return self.swizzle_offset(row_top + r * self.ACC_ROW_HALF, dt) + 4 * (lane % 4)
-
-    def output_chunk(self, warp: int, lane: int, p: int) -> tuple[int, int]:
-        ident = p * 32 + lane
-        return warp * self.WARP_ROWS + ident // self.CHUNKS_PER_ROW, ident % self.CHUNKS_PER_ROW
-
 
 @cache
 def model() -> Model:
     return Model(constants())
 
 
-def tile_reader(rows: int, m: Model, base: int = 0):
-    """Byte address of a 16-byte row read in a swizzled tile at `base` -> the 8 (row, col) stored there."""
-    where = {}
-    for r in range(rows):
-        for c in range(m.CHUNKS_PER_ROW):
-            where[base + m.swizzle_offset(r, c)] = [(r, c * m.VEC + e) for e in range(m.VEC)]
-    return where.__getitem__
-
-
 def test_swizzle_is_a_bijection_per_tile():
     m = model()
-    for rows in (m.BLOCK_M, m.BLOCK_N):
-        offsets = {m.swizzle_offset(r, c) for r in range(rows) for c in range(m.CHUNKS_PER_ROW)}
-        assert offsets == set(range(0, rows * m.ROW_BYTES, m.CHUNK_BYTES))
-    assert m.Q_TILE_BYTES == m.BLOCK_M * m.ROW_BYTES and m.KV_TILE_BYTES == m.BLOCK_N * m.ROW_BYTES
+    check_swizzle(m)
     assert m.SMEM_BYTES == m.Q_TILE_BYTES + m.STAGES * 2 * m.KV_TILE_BYTES
 
 
 def test_q_loader_covers_the_tile_once_and_is_coalesced_and_conflict_free():
     m = model()
-    seen = Counter()
-    for tid in range(m.THREADS):
-        for i in range(m.Q_LOADS):
-            row, chunk, offset = m.q_loader(tid, i)
-            assert offset == m.swizzle_offset(row, chunk)  # the pass shortcut is exact
-            seen[(row, chunk)] += 1
-    assert set(seen) == {(r, c) for r in range(m.BLOCK_M) for c in range(m.CHUNKS_PER_ROW)}
-    assert set(seen.values()) == {1}
-    for i in range(m.Q_LOADS):
-        for start in range(0, m.THREADS, 8):  # 16-byte accesses are served 8 lanes at a time
-            copies = [m.q_loader(t, i) for t in range(start, start + 8)]
-            assert len({row for row, _, _ in copies}) == 1
-            assert sorted(bank_groups([offset for _, _, offset in copies])) == list(range(8))
+    check_loader(m, m.loader, m.BLOCK_M, m.Q_LOADS)
 
 
 @pytest.mark.parametrize("s_len", [64, 100, 128, 250, 1000, 2048])
@@ -376,56 +289,24 @@ def test_fragments_match_the_ptx_layouts_and_are_conflict_free():
     v_base = k_base + m.KV_TILE_BYTES
     q_rows, k_rows, v_rows = tile_reader(m.BLOCK_M, m, q_base), tile_reader(m.BLOCK_N, m, k_base), \
         tile_reader(m.BLOCK_N, m, v_base)
-    q_cover = Counter()
-    for warp in range(m.WARPS):
-        mine = Counter()
-        for ks in range(m.D_STEPS):
-            for mt in range(m.WARP_M_TILES):
-                addresses = [m.fragment_address(q_base + m.q_lane_offset(warp, lane), ks, mt) for lane in range(32)]
-                assert addresses == [q_base + m.q_intended(warp, lane, mt, ks) for lane in range(32)]
-                for j in range(4):
-                    assert sorted(bank_groups(addresses[8 * j: 8 * j + 8])) == list(range(8))
-                regs = ldmatrix_x4(addresses, q_rows)
-                for lane in range(32):
-                    for i in range(8):
-                        r, k = ptx_a(lane, i)
-                        got = regs[lane][i // 2][i % 2]
-                        assert got == (warp * m.WARP_ROWS + mt * m.MMA_M + r, ks * m.MMA_K + k), (warp, mt, lane, i)
-                        mine[got] += 1
-        assert {row for row, _ in mine} == set(range(warp * m.WARP_ROWS, (warp + 1) * m.WARP_ROWS))
-        q_cover.update(mine)
-    assert set(q_cover.values()) == {1} and len(q_cover) == m.BLOCK_M * m.HEAD_DIM
-    k_cover, v_cover = Counter(), Counter()
-    for ks in range(m.D_STEPS):
-        for np_ in range(m.S_TILES // 2):
-            addresses = [m.fragment_address(k_base + m.k_lane_offset(lane), ks, np_) for lane in range(32)]
-            assert addresses == [k_base + m.k_intended(lane, ks, np_) for lane in range(32)]
-            for j in range(4):
-                assert sorted(bank_groups(addresses[8 * j: 8 * j + 8])) == list(range(8))
-            regs = ldmatrix_x4(addresses, k_rows)
-            for half in range(2):
-                for lane in range(32):
-                    for i in range(4):
-                        d, key = ptx_b(lane, i)
-                        got = regs[lane][2 * half + i // 2][i % 2]
-                        assert got == ((2 * np_ + half) * m.MMA_N + key, ks * m.MMA_K + d), (ks, np_, lane, i)
-                        k_cover[got] += 1
-    for j_step in range(m.PV_STEPS):
-        for dp in range(m.O_TILES // 2):
-            addresses = [m.fragment_address(v_base + m.v_lane_offset(lane), dp, j_step) for lane in range(32)]
-            assert addresses == [v_base + m.v_intended(lane, j_step, dp) for lane in range(32)]
-            for j in range(4):
-                assert sorted(bank_groups(addresses[8 * j: 8 * j + 8])) == list(range(8))
-            regs = ldmatrix_x4(addresses, v_rows, trans=True)
-            for half in range(2):
-                for lane in range(32):
-                    for i in range(4):
-                        key, d = ptx_b(lane, i)
-                        got = regs[lane][2 * half + i // 2][i % 2]
-                        assert got == (j_step * m.MMA_K + key, (2 * dp + half) * m.MMA_N + d), (j_step, dp, lane, i)
-                        v_cover[got] += 1
-    for cover in (k_cover, v_cover):
-        assert set(cover.values()) == {1} and len(cover) == m.BLOCK_N * m.HEAD_DIM
+
+    def q_addresses(warp, ks, mt):
+        addresses = [m.fragment_address(q_base + m.q_lane_offset(warp, lane), ks, mt) for lane in range(32)]
+        assert addresses == [q_base + m.q_intended(warp, lane, mt, ks) for lane in range(32)]
+        return addresses
+
+    def k_addresses(ks, np_):
+        addresses = [m.fragment_address(k_base + m.k_lane_offset(lane), ks, np_) for lane in range(32)]
+        assert addresses == [k_base + m.k_intended(lane, ks, np_) for lane in range(32)]
+        return addresses
+
+    def v_addresses(j_step, dp):
+        addresses = [m.fragment_address(v_base + m.v_lane_offset(lane), dp, j_step) for lane in range(32)]
+        assert addresses == [v_base + m.v_intended(lane, j_step, dp) for lane in range(32)]
+        return addresses
+
+    check_q_fragments(m, q_addresses, q_rows)
+    check_kv_fragments(m, k_addresses, v_addresses, k_rows, v_rows)
 
 
 def test_the_xor_step_needs_tile_bases_at_multiples_of_256():
@@ -445,54 +326,11 @@ def test_score_accumulators_repack_into_the_p_a_operand():
     """For every lane and m16 tile, the (row, key) of score accumulator c_i of n8 tile nt, moved by
     pack_p_fragment, is exactly the (row, k) the A operand of P V k-step nt // 2 expects; and the
     positions are the ones mask_scores assumes: key 8 nt + 2 (l % 4) + i % 2, row + 8 (i / 2)."""
-    m = model()
-    for lane in range(32):
-        s = [[("score", nt, i) for i in range(4)] for nt in range(m.S_TILES)]
-        position = {("score", nt, i): (ptx_c(lane, i)[0], nt * m.MMA_N + ptx_c(lane, i)[1])
-                    for nt in range(m.S_TILES) for i in range(4)}
-        used = Counter()
-        for j in range(m.PV_STEPS):
-            regs = m.pack_p_fragment(s, j)
-            for i in range(8):
-                element = regs[i // 2][i % 2]
-                row, k = ptx_a(lane, i)
-                assert position[element] == (row, j * m.MMA_K + k), (lane, j, i)
-                used[element] += 1
-        assert set(used.values()) == {1} and len(used) == m.S_TILES * 4
-        for i in range(4):
-            assert ptx_c(lane, i) == (lane // 4 + m.ACC_ROW_HALF * (i // 2), 2 * (lane % 4) + i % 2)
+    check_score_repack(model())
 
 
 def test_epilogue_covers_the_tile_once_without_conflicts():
-    m = model()
-    q_rows = tile_reader(m.BLOCK_M, m)
-    written = Counter()
-    for warp in range(m.WARPS):
-        for mt in range(m.WARP_M_TILES):
-            for dt in range(m.O_TILES):
-                for r in range(2):
-                    words = []
-                    for lane in range(32):
-                        offset = m.staging_offset(warp, lane, mt, dt, r)
-                        row, col = ptx_c(lane, 2 * r)
-                        chunk_at = q_rows(offset - offset % 16)
-                        element = chunk_at[(offset % 16) // 2]
-                        assert element == (warp * m.WARP_ROWS + mt * m.MMA_M + row, dt * m.MMA_N + col)
-                        written[element] += 1
-                        words.append(offset // 4)
-                    assert len({w % 32 for w in words}) == 32  # 32 lanes, 32 banks
-        read = Counter()
-        for p in range(m.OUT_PASSES):
-            chunks = [m.output_chunk(warp, lane, p) for lane in range(32)]
-            for start in range(0, 32, 8):
-                phase = chunks[start:start + 8]
-                assert len({row for row, _ in phase}) == 1
-                assert sorted(bank_groups([m.swizzle_offset(*c) for c in phase])) == list(range(8))
-            read.update(chunks)
-        # A warp reads back exactly its own rows: the ones it alone wrote, and alone read Q from.
-        assert set(read) == {(warp * m.WARP_ROWS + r, c) for r in range(m.WARP_ROWS) for c in range(m.CHUNKS_PER_ROW)}
-        assert set(read.values()) == {1}
-    assert set(written.values()) == {1} and len(written) == m.BLOCK_M * m.HEAD_DIM // 2
+    check_epilogue(model())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,20 +383,7 @@ def test_warp_decisions_skip_and_mask_exactly_the_right_tiles(s_len):
 # The model against the kernel's own helpers, built for the host by nvcc
 # ---------------------------------------------------------------------------------------------
 
-HARNESS = r"""
-#include <cuda_fp16.h>
-#include <cstdint>
-#include <cstdio>
-// The kernel's __device__ helpers become callable from host code. Helpers that use device-only
-// intrinsics (asm, shuffles) are never called here; the shuffle is stubbed so they still parse.
-#undef __device__
-#define __device__ __attribute__((host)) __attribute__((device))
-#define __syncthreads() ((void)0)
-#define __syncwarp() ((void)0)
-#define __shfl_xor_sync(mask, x, offset) (x)
-#define __cvta_generic_to_shared(p) ((size_t)0)
-#include "KERNEL_CU"
-
+HARNESS_MAIN = r"""
 int main()
 {
     for (int row = 0; row < BLOCK_M; ++row)
@@ -589,16 +414,12 @@ int main()
 
 @pytest.fixture(scope="module")
 def host_tables(tmp_path_factory) -> dict[str, list[list[int]]]:
-    work = tmp_path_factory.mktemp("fmha-r32-harness")
-    (work / "harness.cu").write_text(HARNESS.replace("KERNEL_CU", str(KERNELS / NAME / "kernel.cu")))
-    return run_host_harness(work)
+    return kernel_helper_tables(tmp_path_factory.mktemp("fmha-r32-harness"), NAME, HARNESS_MAIN)
 
 
 def test_kernel_helpers_match_the_model(host_tables):
     m = model()
-    assert len(host_tables["swizzle"]) == m.BLOCK_M * m.CHUNKS_PER_ROW
-    for row, chunk, offset in host_tables["swizzle"]:
-        assert offset == m.swizzle_offset(row, chunk)
+    check_swizzle_table(m, host_tables)
     assert len(host_tables["qlane"]) == 32 * m.WARPS
     for warp, lane, offset in host_tables["qlane"]:
         assert offset == m.q_lane_offset(warp, lane)
@@ -657,22 +478,12 @@ PTX_HELPERS = {
 }
 
 
-def ptx_helper_bodies(source: str) -> dict[str, str]:
-    bodies = {}
-    for name in PTX_HELPERS:
-        found = re.findall(rf"^(?:template <[^\n]*>\n)?__device__ __forceinline__ [^\n]*?\b{name}\(.*?^\}}\n",
-                           source, re.M | re.S)
-        assert len(found) == 1, (name, len(found))
-        bodies[name] = found[0]
-    return bodies
-
-
 @pytest.mark.parametrize("name", [NAME, BASELINE])
 def test_ptx_wrappers_are_what_the_emulator_replaces(name):
     """Each wrapper the emulator stands in for is one asm statement holding the PTX it names, with the
     operands in the order the emulator's version takes them; no other asm in the source."""
     source = kernel(name).source
-    bodies = ptx_helper_bodies(source)
+    bodies = ptx_helper_bodies(source, PTX_HELPERS)
     for helper, body in bodies.items():
         code = body[body.index("{"):]
         literals = re.findall(r'"((?:[^"\\]|\\.)*)"', code)
@@ -689,23 +500,9 @@ def test_ptx_wrappers_are_what_the_emulator_replaces(name):
     assert "asm" not in re.sub(r"//[^\n]*", "", rest)
 
 
-def emulator_source(source: str) -> str:
-    """The kernel source without its PTX wrappers (the emulator defines them)."""
-    for body in ptx_helper_bodies(source).values():
-        source = source.replace(body, "")
-    return source
-
-
 def build_emulator(work: Path, source: str, entry: str) -> Path:
-    toolchain = find_toolchain()
-    (work / "kernel_emu.inc").write_text(emulator_source(source))
-    shutil.copy(EMULATOR, work / "emulator.cpp")
-    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-O2", "-w", '-DKERNEL_SOURCE="kernel_emu.inc"',
-                            f"-DKERNEL_ENTRY={entry}", f'-DKERNEL_ENTRY_NAME="{entry}"', "-o", "emulator",
-                            "emulator.cpp"], cwd=work, capture_output=True, text=True,
-                           env=toolchain.environment(work), timeout=600)
-    assert build.returncode == 0, build.stdout + build.stderr
-    return work / "emulator"
+    return build_mma_emulator(work, EMULATOR, source, PTX_HELPERS, f"KERNEL_ENTRY={entry}",
+                              f'KERNEL_ENTRY_NAME="{entry}"')
 
 
 def emulate(binary: Path, state: KernelState, params: dict, x: dict, order: str = "forward", copies: str = "eager",
@@ -713,20 +510,11 @@ def emulate(binary: Path, state: KernelState, params: dict, x: dict, order: str 
     """Run the plan's launch on the emulator; (o, "") or (None, the emulator's complaint)."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        lines = []
-        for name, t in x.items():
-            (work / f"{name}.bin").write_bytes(t.contiguous().view(torch.uint8).numpy().tobytes())
-            lines.append(f"buffer {name} float16 {t.numel()} input")
-        lines.append(f"buffer o float16 {x['q'].numel()} output")
         (launch,) = resolve(state.plan, env_for(state, params), buffers())
-        args = [f"buf:{value}" if kind == "buffer" else f"i32:{value}" for kind, value, _ in launch.args]
-        lines.append(" ".join(["launch", launch.entry, *map(str, launch.grid), *map(str, launch.block),
-                               str(launch.shared), *args]))
-        (work / "plan.txt").write_text("\n".join(lines) + "\n")
-        run = subprocess.run([str(binary), str(work), order, str(seed), copies, str(window_base)],
-                             capture_output=True, text=True, timeout=600)
-        if run.returncode != 0:
-            return None, run.stderr.strip() or f"exit {run.returncode}"
+        complaint = run_mma_emulator(binary, work, x, [f"o float16 {x['q'].numel()} output"], [launch], order, seed,
+                                     copies, window_base)
+        if complaint:
+            return None, complaint
         raw = np.frombuffer((work / "o.bin").read_bytes(), dtype=np.int16).copy()
         return torch.from_numpy(raw).view(torch.float16).reshape(x["q"].shape), ""
 

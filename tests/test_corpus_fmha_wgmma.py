@@ -35,7 +35,6 @@ import random
 import re
 from collections import Counter
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -49,21 +48,13 @@ from klineage.gate.params import KernelParameters, pack_parameters, read_kernel_
 from klineage.features.sass import disassemble
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
-from klineage.problem import load_problem, tolerance_for
 from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
                         sass_mnemonics, sm90a_resources, swizzle_128b)
+from fmha_tools import KERNELS, PROBLEM, SMEM_LIMIT, buffers, problem, tolerance
 
-ROOT = Path(__file__).resolve().parents[1]
-PROBLEM = ROOT / "corpus" / "problems" / "fmha.py"
-EXPERT = ROOT / "corpus" / "kernels" / "fmha" / "flash_wgmma"
+EXPERT = KERNELS / "flash_wgmma"
 ENTRY = "fmha_flash_wgmma"
-SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90
 LOG2E = 1.4426950408889634
-
-
-@cache
-def problem():
-    return load_problem(PROBLEM)
 
 
 @cache
@@ -74,15 +65,6 @@ def state() -> KernelState:
 @cache
 def constants() -> dict:
     return state().constants
-
-
-def buffers() -> set[str]:
-    names = set(problem().make_inputs(dict(problem().info.case("small").params), 0, "cpu"))
-    return names | {o.name for o in problem().info.outputs}
-
-
-def tolerance():
-    return tolerance_for("float16", problem().info.tolerances)
 
 
 def env_for(params: dict) -> dict:

@@ -20,8 +20,6 @@
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -36,8 +34,7 @@ from klineage.gate.correctness import compare
 from klineage.kernel import load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for
-from klineage.toolchain import find_toolchain
-from cuda_tools import sass_mnemonics
+from cuda_tools import build_mma_emulator, ptx_helper_bodies, run_mma_emulator, sass_mnemonics
 from gdn_mma_model import chunked_mma, prep_scratch, scratch_mismatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,7 +173,7 @@ def test_sass_has_the_tensor_core_path(compiled):
 
 def test_ptx_wrappers_are_what_the_emulator_replaces(state):
     """Each wrapper the emulator stands in for is one statement: the asm it names (or the address cast)."""
-    for name, body in ptx_helper_bodies(state.source).items():
+    for name, body in ptx_helper_bodies(state.source, PTX_HELPERS).items():
         code = body[body.index("{"):]
         literals = re.findall(r'"((?:[^"\\]|\\.)*)"', code)
         statements = re.sub(r'"(?:[^"\\]|\\.)*"', '""', code).count(";")
@@ -187,7 +184,7 @@ def test_ptx_wrappers_are_what_the_emulator_replaces(state):
         assert code.lstrip("{ \n").startswith("asm volatile(")
         template = "".join(lit for lit in literals if "%" in lit or "." in lit).replace("\\n", "")
         assert template == PTX_HELPERS[name], (name, template)
-    bodies = ptx_helper_bodies(state.source)
+    bodies = ptx_helper_bodies(state.source, PTX_HELPERS)
     # the operand order of the mma: D, A (4 registers), B (2), C = D
     assert '"+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])' in bodies["mma_bf16"]
     assert '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)' in bodies["mma_bf16"]
@@ -246,31 +243,8 @@ def test_model_solve_inverts_the_chunk_system():
 
 # ---- the kernel source, run on the CPU --------------------------------------------------------------
 
-def ptx_helper_bodies(source: str) -> dict[str, str]:
-    bodies = {}
-    for name in PTX_HELPERS:
-        found = re.findall(rf"^__device__ __forceinline__ [^\n]*?\b{name}\(.*?^\}}\n", source, re.M | re.S)
-        assert len(found) == 1, (name, len(found))
-        bodies[name] = found[0]
-    return bodies
-
-
-def emulator_source(source: str) -> str:
-    """The kernel source without its PTX wrappers (the emulator defines them)."""
-    for body in ptx_helper_bodies(source).values():
-        source = source.replace(body, "")
-    return source
-
-
 def build_emulator(work: Path, source: str) -> Path:
-    toolchain = find_toolchain()
-    (work / "kernel_emu.inc").write_text(emulator_source(source))
-    shutil.copy(EMULATOR, work / "emulator.cpp")
-    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-O2", "-w", '-DKERNEL_SOURCE="kernel_emu.inc"',
-                            "-o", "emulator", "emulator.cpp"], cwd=work, capture_output=True, text=True,
-                           env=toolchain.environment(work), timeout=600)
-    assert build.returncode == 0, build.stdout + build.stderr
-    return work / "emulator"
+    return build_mma_emulator(work, EMULATOR, source, PTX_HELPERS)
 
 
 def emulate(binary: Path, state, params: dict, x: dict, order: str = "forward", copies: str = "eager",
@@ -279,23 +253,12 @@ def emulate(binary: Path, state, params: dict, x: dict, order: str = "forward", 
     given, receives the scratch buffers as launch 1 left them (float32 numpy arrays)."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        lines = []
-        for name, t in x.items():
-            (work / f"{name}.bin").write_bytes(t.contiguous().view(torch.uint8).numpy().tobytes())
-            lines.append(f"buffer {name} {str(t.dtype).removeprefix('torch.')} {t.numel()} input")
         B, T, HV, DV = (params[n] for n in ("B", "T", "HV", "DV"))
-        lines.append(f"buffer o bfloat16 {B * T * HV * DV} output")
-        for name, (dtype, count) in scratch_counts(state, params).items():
-            lines.append(f"buffer {name} {dtype} {count} scratch")
-        for launch in launches_for(state, params):
-            args = [f"buf:{value}" if kind == "buffer" else f"i32:{value}" for kind, value, _ in launch.args]
-            lines.append(" ".join(["launch", launch.entry, *map(str, launch.grid), *map(str, launch.block),
-                                   str(launch.shared), *args]))
-        (work / "plan.txt").write_text("\n".join(lines) + "\n")
-        run = subprocess.run([str(binary), str(work), order, str(seed), copies], capture_output=True, text=True,
-                             timeout=600)
-        if run.returncode != 0:
-            return None, run.stderr.strip() or f"exit {run.returncode}"
+        others = [f"o bfloat16 {B * T * HV * DV} output"]
+        others += [f"{name} {dtype} {count} scratch" for name, (dtype, count) in scratch_counts(state, params).items()]
+        complaint = run_mma_emulator(binary, work, x, others, launches_for(state, params), order, seed, copies)
+        if complaint:
+            return None, complaint
         if scratch is not None:
             for name, (dtype, _) in scratch_counts(state, params).items():
                 raw = (work / f"{name}.bin").read_bytes()

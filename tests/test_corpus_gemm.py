@@ -39,8 +39,9 @@ from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import Tolerance, load_problem, tolerance_for, validate_numerics
-from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
-                        sass_mnemonics, sass_opcodes, sm90a_resources, swizzle_128b)
+from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, bank_groups, cdiv, count, ldmatrix_x4, ptx_a, ptx_b,
+                        ptx_c, ptx_wgmma_d, run_host_harness, sass_mnemonics, sass_opcodes, sm90a_resources,
+                        swizzle_128b)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "gemm.py"
@@ -315,47 +316,6 @@ class Model:
 @cache
 def model() -> Model:
     return Model(kernel("mma_sync").constants)
-
-
-# The PTX ISA's layouts (9.7.14.5.8, mma.m16n8k16 with .bf16; 9.7.14.5.x ldmatrix). Element i of a
-# fragment: register i // 2, low half-word for even i.
-
-
-def ptx_a(lane: int, i: int) -> tuple[int, int]:
-    """(row, col) of element a_i held by `lane`, in the 16 x 16 A tile."""
-    group, tig = lane >> 2, lane % 4
-    row = group if (i < 2 or 4 <= i < 6) else group + 8
-    col = tig * 2 + (i & 1) + (8 if i >= 4 else 0)
-    return row, col
-
-
-def ptx_b(lane: int, i: int) -> tuple[int, int]:
-    """(row = k, col = n) of element b_i held by `lane`, in the 16 x 8 B tile."""
-    group, tig = lane >> 2, lane % 4
-    return tig * 2 + (i & 1) + (8 if i >= 2 else 0), group
-
-
-def ptx_c(lane: int, i: int) -> tuple[int, int]:
-    """(row, col) of accumulator c_i held by `lane`, in the 16 x 8 C tile."""
-    group, tig = lane >> 2, lane % 4
-    return group + (8 if i >= 2 else 0), tig * 2 + (i & 1)
-
-
-def ldmatrix_x4(addresses: list[int], read_row) -> list[list[tuple]]:
-    """ldmatrix.m8n8.x4.b16: lanes 8j..8j+7 give the rows of matrix j (16 bytes each); lane l gets,
-    in register j, elements 2 (l % 4) and 2 (l % 4) + 1 of row l // 4 of matrix j."""
-    regs = []
-    for lane in range(32):
-        regs.append([])
-        for j in range(4):
-            row = read_row(addresses[8 * j + lane // 4])
-            regs[lane].append((row[2 * (lane % 4)], row[2 * (lane % 4) + 1]))
-    return regs
-
-
-def bank_groups(addresses) -> list[int]:
-    """16-byte bank group (0..7) of each 16-byte access."""
-    return [(a // 16) % 8 for a in addresses]
 
 
 def test_swizzle_is_a_bijection_per_tile():
