@@ -30,17 +30,10 @@ def recorded_verdicts(folder: Path) -> list[dict]:
     return [json.loads(path.read_text(encoding="utf-8")) for path in sorted(folder.glob("verdicts/*/*.json"))]
 
 
-def newest_timed(verdicts: list[dict], fingerprint: str) -> dict | None:
-    """The newest verdict of this exact source with a vendor ratio (no baseline kernel)."""
-    timed = [v for v in verdicts if v["kernel"]["fingerprint"] == fingerprint
-             and v["provenance"]["key_parts"].get("against") == "none"
-             and ((v.get("profile") or {}).get("ratios") or {}).get("vs_vendor")]
-    return max(timed, key=lambda v: v["provenance"]["created"], default=None)
-
-
-def newest_of_earlier_source(verdicts: list[dict], plan_name: str, fingerprint: str) -> dict | None:
-    """The newest timed verdict of the same kernel before its source was last edited."""
-    timed = [v for v in verdicts if v["kernel"]["name"] == plan_name and v["kernel"]["fingerprint"] != fingerprint
+def newest_timed(verdicts: list[dict], of_kernel) -> dict | None:
+    """The newest verdict with a vendor ratio (no baseline kernel) whose kernel {name, fingerprint}
+    `of_kernel` accepts."""
+    timed = [v for v in verdicts if of_kernel(v["kernel"])
              and v["provenance"]["key_parts"].get("against") == "none"
              and ((v.get("profile") or {}).get("ratios") or {}).get("vs_vendor")]
     return max(timed, key=lambda v: v["provenance"]["created"], default=None)
@@ -84,10 +77,11 @@ def main() -> int:
         if entry.name.startswith("adversarial/"):
             continue
         state = entry.load()
-        found = newest_timed(verdicts, state.fingerprint)
+        found = newest_timed(verdicts, lambda k: k["fingerprint"] == state.fingerprint)
         if found is None:
             unmeasured.append(entry.name)
-            earlier_found = newest_of_earlier_source(verdicts, state.name, state.fingerprint)
+            earlier_found = newest_timed(  # the same kernel before its source was last edited
+                verdicts, lambda k: k["name"] == state.name and k["fingerprint"] != state.fingerprint)
             if earlier_found is not None:  # history, kept apart: the source measured is not the current one
                 earlier.append(row(entry.name, earlier_found) | {"current_fingerprint": state.fingerprint})
         else:

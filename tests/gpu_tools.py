@@ -113,21 +113,24 @@ def assert_passes_every_case(timed, cases: set[str], skipped: set[str] = frozens
     assert set(timed.domain["skipped"]) == set(skipped)
 
 
-def timing_ratios(timed, expert: str, vendor: str, baseline: str, case: str | None = "headline"
-                  ) -> tuple[float, float]:
+def timing_ratios(timed, expert: str, vendor: str, baseline: str, case: str | None = "headline",
+                  graph: bool = False) -> tuple[float, float]:
     """The candidate's overall speed ratios (vs the vendor, vs the baseline expert) from a passed,
     timed gate (on `case`, where one is named), printed with the medians and the roofline fraction
-    (run with -s to see them); the fraction of the roofline is a real one."""
+    (run with -s to see them); the fraction of the roofline is a real one. `graph`: the problem
+    also times its vendor replayed from a CUDA graph (VENDOR_TIMING), printed beside the eager one."""
     assert timed.status is Status.PASSED, timed.findings
     profile = timed.profile
     if case is not None:
         assert profile["case"] == case
-    assert set(profile["contenders"]) == {"candidate", "baseline", "vendor"}
+    expected = {"candidate", "baseline", "vendor"} | ({"vendor_graph"} if graph else set())
+    assert set(profile["contenders"]) == expected, profile.get("notes")
     vs_vendor = profile["ratios"]["vs_vendor"]["overall"]
     vs_baseline = profile["ratios"]["vs_baseline"]["overall"]
+    from_graph = f", {profile['ratios']['vs_vendor_graph']['overall']:.3f}x from a CUDA graph" if graph else ""
     medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
     print(f"\n{expert} on {timed.environment.get('gpu')}: median us {medians}; "
-          f"{vs_vendor:.3f}x {vendor}, {vs_baseline:.3f}x {baseline}; "
+          f"{vs_vendor:.3f}x {vendor}{from_graph}, {vs_baseline:.3f}x {baseline}; "
           f"{profile['roofline']['fraction']['candidate']:.2f} of the roofline")
     assert 0 < profile["roofline"]["fraction"]["candidate"] <= 1.05
     return vs_vendor, vs_baseline

@@ -13,7 +13,6 @@ Bottom up, so that a failure says which layer broke:
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
@@ -23,16 +22,14 @@ import torch
 
 from klineage import corpus, expr
 from klineage.devices import H200
-from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
 from klineage.gate.correctness import compare
 from klineage.gate.params import as_pycuda_words, pack_parameters, read_kernel_parameters
-from klineage.gate.pipeline import run_gate
-from klineage.gate.policy import GatePolicy, Sanitize
-from klineage.gate.verdict import Status
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for
 from gdn_mma_model import chunked_mma, prep_scratch, scratch_mismatch
+from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
+                       gate_fixtures, timing_ratios)
 
 pytestmark = pytest.mark.gpu
 GDN = corpus.problem_path("gdn")
@@ -152,25 +149,11 @@ def test_where_the_headline_time_goes(device, problem):
     assert not torch.isnan(buffers["o"].float()).any()
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> GateCache:
-    recorded = os.environ.get("KLINEAGE_RECORDED_DIR")
-    return GateCache(tmp_path_factory.mktemp("gate-cache"), recorded or None)
-
-
-@pytest.fixture(scope="module")
-def timed(cache):
-    """The full gate with timing against FLA and gdn/chunked; sanitizers run separately."""
-    return run_gate(GDN, corpus.kernel_entry(EXPERT).load(), against=corpus.kernel_entry(BASELINE).load(),
-                    cache=cache, policy=GatePolicy(sanitize=Sanitize.NEVER),
-                    record=bool(os.environ.get("KLINEAGE_RECORDED_DIR")))
+cache, timed = gate_fixtures(GDN, EXPERT, BASELINE)
 
 
 def test_the_expert_passes_every_case(timed):
-    assert timed.status is Status.PASSED, timed.findings
-    assert set(timed.cases) == {"headline", "ragged_t", "equal_heads", "small"}
-    assert {r["case"] for r in timed.correctness if r["passed"] and r["kernel"] == "candidate"} == set(timed.cases)
-    assert not timed.domain["skipped"]
+    assert_passes_every_case(timed, {"headline", "ragged_t", "equal_heads", "small"})
     for record in timed.correctness:
         if record["kernel"] == "candidate":
             for seed in record["seeds"]:
@@ -178,29 +161,14 @@ def test_the_expert_passes_every_case(timed):
 
 
 def test_the_expert_is_timed_against_fla_and_chunked(timed):
-    assert timed.status is Status.PASSED, timed.findings
-    profile = timed.profile
     # FLA is timed eagerly (the target) and replayed from a CUDA graph (reported: no host launch cost).
-    assert set(profile["contenders"]) == {"candidate", "baseline", "vendor", "vendor_graph"}, profile.get("notes")
-    vs_fla = profile["ratios"]["vs_vendor"]["overall"]
-    vs_fla_graph = profile["ratios"]["vs_vendor_graph"]["overall"]
-    vs_chunked = profile["ratios"]["vs_baseline"]["overall"]
-    medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
-    print(f"\n{EXPERT} on {timed.environment.get('gpu')}: median us {medians}; "
-          f"{vs_fla:.3f}x FLA eager, {vs_fla_graph:.3f}x FLA from a CUDA graph, {vs_chunked:.1f}x gdn/chunked; "
-          f"{profile['roofline']['fraction']['candidate']:.2f} of the roofline")
+    _, vs_chunked = timing_ratios(timed, EXPERT, "FLA eager", BASELINE, graph=True)
     assert vs_chunked > 10.0  # tensor cores on every product and the chunks' prep in parallel, vs 12 ms
-    assert 0 < profile["roofline"]["fraction"]["candidate"] <= 1.05
 
 
 def test_the_expert_reaches_the_fla_target(timed):
-    ratio = timed.profile["ratios"]["vs_vendor"]
-    assert ratio["overall"] >= TARGET_VS_FLA, ratio
+    assert_reaches_target(timed, TARGET_VS_FLA)
 
 
 def test_the_expert_is_clean_under_the_sanitizers(cache):
-    verdict = run_gate(GDN, corpus.kernel_entry(EXPERT).load(), cache=cache, cases=["small"],
-                       policy=GatePolicy(sanitize=Sanitize.ALWAYS, timing=False))
-    assert verdict.status is Status.PASSED, verdict.findings
-    assert verdict.sanitizer["memcheck"]["status"] == "clean", verdict.sanitizer["memcheck"]
-    assert verdict.sanitizer["racecheck"]["status"] == "clean", verdict.sanitizer["racecheck"]
+    assert_clean_under_the_sanitizers(GDN, EXPERT, cache, ["small"])
