@@ -16,8 +16,11 @@ warp must execute it, which ldmatrix's `.sync.aligned` already demands), then re
 
 The asm statement is replaced in place by a marker comment (the PTX with its C operands, from which
 the forward direction rebuilds the asm in canonical form) and a block with the scalar code; the rest
-of the helper is untouched. Anchor: the helper function's name (`name#i` for the i-th of several
-ldmatrix statements in one helper).
+of the helper is untouched. Where the expert wrote the statement otherwise than the canonical layout
+(its template string split elsewhere, operands aligned differently, `=&r` outputs, ...), the marker
+also records the statement verbatim and forward restores that text, so that forward(backward(x)) is
+x byte for byte (see `VERBATIM`). Anchor: the helper function's name (`name#i` for the i-th of
+several ldmatrix statements in one helper).
 
 This module also holds the small helpers its sibling transforms (`scalarize_mma`,
 `shuffle_to_shared`) share: reading an inline-asm statement, the canonical asm layout, the lane
@@ -155,14 +158,71 @@ def operand_groups(asm: AsmStatement, opcode_pattern: re.Pattern[str]) -> tuple[
     return match, groups
 
 
-def marker_line(asm: AsmStatement, opcode: str, operands: str, indent: str) -> str:
+def marker_line(asm: AsmStatement, opcode: str, operands: str, indent: str,
+                verbatim: tuple[str, ...] = ()) -> str:
     """The comment recording the asm statement that the scalar block replaces: the instruction with
-    its C operands, the operands on a `//     ` continuation line when one line would be too long."""
+    its C operands, the operands on a `//     ` continuation line when one line would be too long,
+    then the `verbatim` lines (from `verbatim_lines`; none when the canonical layout restores the
+    statement), each at the marker's indentation."""
     how = asm.keyword + (f" (clobbers {', '.join(asm.clobbers)})" if asm.clobbers else "")
     head = f"{MARKER}{how}: {opcode}"
     if len(indent) + len(head) + len(operands) + 2 <= LINE_WIDTH:
-        return f"{head} {operands};"
-    return f"{head}\n{indent}{_CONTINUATION}{operands};"
+        lines = [f"{head} {operands};"]
+    else:
+        lines = [head, f"{indent}{_CONTINUATION}{operands};"]
+    lines += [indent + line for line in verbatim]
+    return "\n".join(lines)
+
+
+# The replaced statement, line by line, when forward's canonical layout would not give it back
+# byte for byte. Without it forward(backward(x)) != x for an expert that lays its asm out its own way
+# (conv2d/implicit_gemm splits its mma template after the B operands; gdn/chunked writes
+# `{%0,%1,...}` without spaces), and the walk records that transition's forward step as failed.
+# One comment line per source line: `//     verbatim: <text>`. The first line is the statement from
+# `asm` on; a later line is recorded without the statement's indentation and restored at the
+# marker's, so that a later transform that re-indents the marker (and the block) keeps the text
+# valid and its relative indentation; an empty line is `//     verbatim:` alone.
+VERBATIM = "//     verbatim:"
+
+
+def verbatim_lines(parsed: cp.ParsedSource, asm: AsmStatement, indent: str, canonical: str) -> tuple[str, ...]:
+    """The marker lines (without the indentation) that record `asm`'s statement as written, or ()
+    when `canonical` (forward's rendering of the marker, as `render_asm` gives it) is that text
+    already, so that a statement in the canonical layout keeps today's marker byte for byte.
+    NotApplicable for a line a `//` comment cannot hold as it is (a trailing backslash would splice
+    the next line into the comment; a carriage return) or one indented less than the statement
+    (its indentation could not be restored relative to the marker's)."""
+    original = parsed.text(asm.statement)
+    if original == canonical:
+        return ()
+    recorded = []
+    for number, line in enumerate(original.split("\n")):
+        if line.endswith("\\") or "\r" in line:
+            raise NotApplicable("the asm statement has a line a // comment cannot record verbatim "
+                                "(a trailing backslash or a carriage return)")
+        if number == 0:
+            recorded.append(f"{VERBATIM} {line}")
+        elif not line:
+            recorded.append(VERBATIM)
+        elif line.startswith(indent):
+            recorded.append(f"{VERBATIM} {line[len(indent):]}")
+        else:
+            raise NotApplicable("a line of the asm statement is indented less than the statement itself; "
+                                "the marker could not restore it verbatim")
+    return tuple(recorded)
+
+
+def restore_verbatim(verbatim: tuple[str, ...], indent: str) -> str:
+    """The statement a marker's verbatim lines record (the texts after `//     verbatim:`), its
+    first line without indentation (it is spliced where the marker starts), later lines at
+    `indent`: the inverse of `verbatim_lines`."""
+    lines = []
+    for number, text in enumerate(verbatim):
+        if not text:
+            lines.append("")
+        else:
+            lines.append(text[1:] if number == 0 else indent + text[1:])
+    return "\n".join(lines)
 
 
 _CONTINUATION = "//     "
@@ -180,6 +240,18 @@ class MarkedBlock:
     clobbers: tuple[str, ...]
     opcode: str
     groups: list[list[str]]  # operand groups as C expressions
+    # The texts after `//     verbatim:` of the marker's verbatim lines (each "" or " <line>"), or
+    # () when the statement was in the canonical layout; `restore_verbatim` rebuilds it.
+    verbatim: tuple[str, ...] = ()
+
+
+def marker_groups(operands: str) -> list[list[str]]:
+    """A marker's operand text `{d0, d1}, [addr]` as groups of C expressions [[d0, d1], [addr]]."""
+    groups = []
+    for group in split_operands(operands):
+        inner = group[1:-1] if group[:1] in "{[" and group[-1:] in "}]" else group
+        groups.append(split_operands(inner))
+    return groups
 
 
 def read_marker(parsed: cp.ParsedSource, comment: Node) -> MarkedBlock | None:
@@ -194,14 +266,26 @@ def read_marker(parsed: cp.ParsedSource, comment: Node) -> MarkedBlock | None:
             return None
         operands = text[len(_CONTINUATION):-1].strip()
         block = block.next_named_sibling
+    verbatim = []
+    while block is not None and block.type == "comment":
+        text = parsed.text(block)
+        if text != VERBATIM and not text.startswith(VERBATIM + " "):
+            return None
+        verbatim.append(text[len(VERBATIM):])
+        block = block.next_named_sibling
     if block is None or block.type != "compound_statement":
         return None
-    groups = []
-    for group in split_operands(operands):
-        inner = group[1:-1] if group[:1] in "{[" and group[-1:] in "}]" else group
-        groups.append(split_operands(inner))
     clobbers = tuple(split_operands(match.group("clobbers"))) if match.group("clobbers") else ()
-    return MarkedBlock(comment, block, match.group("keyword"), clobbers, match.group("opcode"), groups)
+    return MarkedBlock(comment, block, match.group("keyword"), clobbers, match.group("opcode"),
+                       marker_groups(operands), tuple(verbatim))
+
+
+def restored_asm(parsed: cp.ParsedSource, marked: MarkedBlock, canonical: str) -> str:
+    """What forward splices in place of a marker and its block: the statement as the marker
+    recorded it verbatim, or else `canonical` (the marker rendered by `render_asm`)."""
+    if marked.verbatim:
+        return restore_verbatim(marked.verbatim, indentation(parsed, marked.comment))
+    return canonical
 
 
 def render_asm(indent: str, keyword: str, template: str, outputs: list[str], inputs: list[str],
@@ -393,8 +477,12 @@ class ScalarizeLdmatrix(Transform):
 
         indent = indentation(parsed, asm.statement)
         outputs = [text for _, text in asm.outputs]
+        opcode = asm.instruction.split(" ", 1)[0]
         operands = f"{{{', '.join(outputs)}}}, [{asm.inputs[0][1]}]"
-        text = (marker_line(asm, asm.instruction.split(" ", 1)[0], operands, indent) + "\n"
+        # What forward will render from this marker; a statement laid out otherwise is recorded verbatim.
+        canonical = self._canonical(indent, asm.keyword, opcode, marker_groups(operands), asm.clobbers)
+        verbatim = verbatim_lines(parsed, asm, indent, canonical)
+        text = (marker_line(asm, opcode, operands, indent, verbatim) + "\n"
                 + self._scalar_block(state, indent, outputs, asm.inputs[0][1], trans))
         source = splice(parsed, asm.statement.start_byte, asm.statement.end_byte, text)
         note = (f"ldmatrix .x{count}{' .trans' if trans else ''} -> {count * (2 if trans else 1)} shuffles of row "
@@ -448,17 +536,24 @@ class ScalarizeLdmatrix(Transform):
         if site.marked is None:
             raise NotApplicable(f"{anchor} already uses ldmatrix")
         marked = site.marked
-        match = _OPCODE.fullmatch(marked.opcode)
-        if match is None or len(marked.groups) != 2 or len(marked.groups[1]) != 1 \
-                or len(marked.groups[0]) != int(match.group("num")):
-            raise NotApplicable(f"the marker at {anchor} does not describe an ldmatrix this transform writes")
-        registers, (address,) = marked.groups
-        count = len(registers)
-        template = f"{marked.opcode} {{{', '.join(f'%{i}' for i in range(count))}}}, [%{count}];"
-        text = render_asm(indentation(parsed, marked.comment), marked.keyword, template,
-                          [f'"=r"({r})' for r in registers], [f'"r"({address})'], marked.clobbers)
+        canonical = self._canonical(indentation(parsed, marked.comment), marked.keyword, marked.opcode,
+                                    marked.groups, marked.clobbers, anchor)
+        text = restored_asm(parsed, marked, canonical)
         source = splice(parsed, marked.comment.start_byte, marked.block.end_byte, text)
         return self.rewrite(state, anchor, Direction.FORWARD, source, note=f"restored {marked.opcode}")
+
+    @staticmethod
+    def _canonical(indent: str, keyword: str, opcode: str, groups: list[list[str]], clobbers: tuple[str, ...],
+                   anchor: Anchor | None = None) -> str:
+        """The asm statement a marker describes, in the canonical layout (`render_asm`). Backward
+        renders it too, to tell whether the marker must also record the statement verbatim."""
+        match = _OPCODE.fullmatch(opcode)
+        if match is None or len(groups) != 2 or len(groups[1]) != 1 or len(groups[0]) != int(match.group("num")):
+            raise NotApplicable(f"the marker at {anchor} does not describe an ldmatrix this transform writes")
+        registers, (address,) = groups
+        count = len(registers)
+        template = f"{opcode} {{{', '.join(f'%{i}' for i in range(count))}}}, [%{count}];"
+        return render_asm(indent, keyword, template, [f'"=r"({r})' for r in registers], [f'"r"({address})'], clobbers)
 
 
 def splice(parsed: cp.ParsedSource, start: int, end: int, text: str) -> str:

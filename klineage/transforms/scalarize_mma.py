@@ -18,7 +18,8 @@ Products of two bf16 or two f16 values are exact in fp32, so the result differs 
 core's only in the order (and internal precision) of the 16 additions.
 
 The asm statement is replaced in place by a marker comment and the scalar block (see
-scalarize_ldmatrix); forward rebuilds the canonical asm from the marker. Anchor: the helper's name.
+scalarize_ldmatrix); forward rebuilds the canonical asm from the marker, or restores the statement
+the marker recorded verbatim where the expert laid it out otherwise. Anchor: the helper's name.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
 from klineage.transforms.scalarize_ldmatrix import (FULL_MASK, LINE_WIDTH, asm_anchors, asm_site, check_names,
-                                                    indentation, lane_expression, marker_line, operand_groups,
-                                                    read_asm, render_asm, splice, wrap)
+                                                    indentation, lane_expression, marker_groups, marker_line,
+                                                    operand_groups, read_asm, render_asm, restored_asm, splice,
+                                                    verbatim_lines, wrap)
 
 _OPCODE = re.compile(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.(?P<a>bf16|f16)\.(?P<b>bf16|f16)\.f32")
 _LOCALS = {"mma_lane", "mma_row_src", "mma_col_src", "mma_h", "mma_t", "mma_e", "mma_a_top", "mma_a_bottom",
@@ -107,7 +109,12 @@ class ScalarizeMma(Transform):
         d, a, b, c = ([text_of[n] for n in g] for g in groups)
         indent = indentation(parsed, asm.statement)
         operands = f"{{{', '.join(d)}}}, {{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}}"
-        text = marker_line(asm, opcode, operands, indent) + "\n" + self._scalar_block(state, indent, kind, d, a, b, c)
+        # What forward will render from this marker; a statement laid out otherwise (the conv2d and
+        # gdn experts split their template strings elsewhere) is recorded verbatim for forward to restore.
+        canonical = self._canonical(indent, asm.keyword, opcode, marker_groups(operands), asm.clobbers)
+        verbatim = verbatim_lines(parsed, asm, indent, canonical)
+        text = (marker_line(asm, opcode, operands, indent, verbatim) + "\n"
+                + self._scalar_block(state, indent, kind, d, a, b, c))
         source = splice(parsed, asm.statement.start_byte, asm.statement.end_byte, text)
         return self.rewrite(state, anchor, Direction.BACKWARD, source,
                             note=f"{opcode} -> 32 shuffles and 64 fp32 FMAs per lane ({kind} converted to float)")
@@ -169,23 +176,31 @@ class ScalarizeMma(Transform):
         if site.marked is None:
             raise NotApplicable(f"{anchor} already uses mma.sync")
         marked = site.marked
-        if _OPCODE.fullmatch(marked.opcode) is None or [len(g) for g in marked.groups] != [4, 4, 2, 4]:
+        canonical = self._canonical(indentation(parsed, marked.comment), marked.keyword, marked.opcode,
+                                    marked.groups, marked.clobbers, anchor)
+        text = restored_asm(parsed, marked, canonical)
+        source = splice(parsed, marked.comment.start_byte, marked.block.end_byte, text)
+        return self.rewrite(state, anchor, Direction.FORWARD, source, note=f"restored {marked.opcode}")
+
+    @staticmethod
+    def _canonical(indent: str, keyword: str, opcode: str, groups: list[list[str]], clobbers: tuple[str, ...],
+                   anchor: Anchor | None = None) -> str:
+        """The asm statement a marker describes, in the canonical layout (`render_asm`). Backward
+        renders it too, to tell whether the marker must also record the statement verbatim."""
+        if _OPCODE.fullmatch(opcode) is None or [len(g) for g in groups] != [4, 4, 2, 4]:
             raise NotApplicable(f"the marker at {anchor} does not describe an mma this transform writes")
-        d, a, b, c = marked.groups
+        d, a, b, c = groups
         refs = [f"%{i}" for i in range(14)]
         inputs = [f'"r"({x})' for x in a + b]
         if c == d:  # the accumulator is the outputs: "+f", C names them again
             outputs = [f'"+f"({x})' for x in d]
-            groups = [refs[0:4], refs[4:8], refs[8:10], refs[0:4]]
+            operand_refs = [refs[0:4], refs[4:8], refs[8:10], refs[0:4]]
         else:
             outputs = [f'"=f"({x})' for x in d]
             inputs += [f'"f"({x})' for x in c]
-            groups = [refs[0:4], refs[4:8], refs[8:10], refs[10:14]]
-        template = f"{marked.opcode} " + ", ".join("{" + ", ".join(g) + "}" for g in groups) + ";"
-        text = render_asm(indentation(parsed, marked.comment), marked.keyword, template, outputs, inputs,
-                          marked.clobbers)
-        source = splice(parsed, marked.comment.start_byte, marked.block.end_byte, text)
-        return self.rewrite(state, anchor, Direction.FORWARD, source, note=f"restored {marked.opcode}")
+            operand_refs = [refs[0:4], refs[4:8], refs[8:10], refs[10:14]]
+        template = f"{opcode} " + ", ".join("{" + ", ".join(g) + "}" for g in operand_refs) + ";"
+        return render_asm(indent, keyword, template, outputs, inputs, clobbers)
 
 
 register(ScalarizeMma())

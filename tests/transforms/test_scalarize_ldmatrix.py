@@ -30,8 +30,9 @@ from klineage.transforms import Anchor, Direction, NotApplicable, get
 from tests.test_corpus_gemm import Model, ldmatrix_x4, ptx_a, ptx_b
 from tests.transforms.golden import HERE, check_golden, load
 
-CASES = ["x4", "x2_trans", "x1"]
-HELPERS = {"x4": "ldmatrix_x4", "x2_trans": "load_b_trans", "x1": "load_row_pair"}
+CASES = ["x4", "x2_trans", "x1", "x4_split"]
+CANONICAL = ["x4", "x2_trans", "x1"]  # the cases already in the layout forward renders
+HELPERS = {"x4": "ldmatrix_x4", "x2_trans": "load_b_trans", "x1": "load_row_pair", "x4_split": "ldmatrix_x4"}
 EXPERTS = {"gemm/mma_sync": "gemm_bf16_mma_sync", "conv2d/implicit_gemm": "conv2d_implicit_gemm"}
 
 
@@ -554,6 +555,40 @@ def test_golden(case):
     check_golden("scalarize_ldmatrix", case)
 
 
+@pytest.mark.parametrize("case", CANONICAL)
+def test_canonical_layout_keeps_the_marker_without_a_verbatim_copy(case):
+    """An asm statement in the canonical layout gives the marker it always gave (the committed
+    lineages of such experts stay valid): forward renders it back without a verbatim copy."""
+    assert "verbatim:" not in golden(case, "after").source
+
+
+def test_a_non_canonical_layout_is_recorded_verbatim_and_restored_byte_for_byte(transform):
+    """x4_split splits its template string twice, writes early-clobber outputs one per line and
+    aligns the input its own way: the marker records the statement verbatim (continuation lines
+    relative to the statement's indentation) and forward(backward(x)) == x byte for byte; the scalar
+    block is the one x4 gets."""
+    before, after = golden("x4_split", "before"), golden("x4_split", "after")
+    (anchor,) = transform.find(before)
+    assert transform.backward(before, anchor).state.source == after.source
+    assert transform.forward(after, anchor).state.source == before.source
+    recorded = [line for line in after.source.splitlines() if "//     verbatim:" in line]
+    assert recorded[0] == '    //     verbatim: asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16"'
+    assert recorded[1] == '    //     verbatim:              " {%0, %1, %2, %3},"'
+    assert recorded[-1] == '    //     verbatim:     :  "r"(smem_addr));'
+    block = "    {\n        // Lane l"
+    canonical = golden("x4", "after").source
+    assert canonical[canonical.index(block):] == after.source[after.source.index(block):]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_x4_split_registers_match_the_isa(seed):
+    rng = random.Random(seed)
+    memory = tagged_memory(4096)
+    addresses = [16 * r for r in rng.sample(range(4096 // 16), 32)]
+    got = run_scalar_ldmatrix(golden("x4_split", "after").source, "ldmatrix_x4", addresses, memory, 4)
+    assert got == ldmatrix_x4(addresses, read_tags(memory))
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_golden_kernels_compile_and_lose_ldsm(case, cache):
     before, after = compile_ok(golden(case, "before"), cache), compile_ok(golden(case, "after"), cache)
@@ -627,6 +662,9 @@ def test_several_ldmatrix_in_one_helper_get_ordinals(transform):
     assert transform.find(both) == [] and not cp.syntax_errors(both.source)
     restored = transform.forward(transform.forward(both, anchors[0]).state, anchors[1]).state
     assert [a.key for a in transform.find(restored)] == ["h#0", "h#1"]
+    # Both statements sit on one line each, not in the canonical layout: their markers record them
+    # verbatim and the two forwards give the source back byte for byte.
+    assert restored.source == state.source
 
 
 def test_two_dimensional_blocks_use_the_linear_thread_index(transform):

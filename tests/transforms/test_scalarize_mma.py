@@ -28,7 +28,9 @@ from tests.test_corpus_gemm import ptx_a, ptx_b, ptx_c
 from tests.transforms.golden import HERE, check_golden, load
 from tests.transforms.test_scalarize_ldmatrix import Warp, function_body, parameters
 
-CASES = {"bf16": ("mma_bf16_16816", "bf16"), "f16_separate_c": ("mma_f16", "f16")}
+CASES = {"bf16": ("mma_bf16_16816", "bf16"), "f16_separate_c": ("mma_f16", "f16"),
+         "split_template": ("mma_split", "bf16")}
+CANONICAL = ["bf16", "f16_separate_c"]  # the cases already in the layout forward renders
 EXPERTS = {"gemm/mma_sync": ("gemm_bf16_mma_sync", "mma_bf16_16816", "bf16"),
            "conv2d/implicit_gemm": ("conv2d_implicit_gemm", "mma_16816", "f16")}
 
@@ -155,6 +157,61 @@ def test_golden(case):
     check_golden("scalarize_mma", case)
 
 
+@pytest.mark.parametrize("case", CANONICAL)
+def test_canonical_layout_keeps_the_marker_without_a_verbatim_copy(case):
+    """An asm statement in the canonical layout gives the marker it always gave (the committed
+    lineages of such experts stay valid): forward renders it back without a verbatim copy."""
+    assert "verbatim:" not in golden(case, "after").source
+
+
+def test_a_non_canonical_layout_is_recorded_verbatim_and_restored_byte_for_byte(transform):
+    """split_template splits its template string at every operand group, aligns its operands its own
+    way and has a blank line inside the statement: the canonical rendering differs, so the marker
+    records the statement line by line (continuation lines relative to the statement's indentation),
+    and forward(backward(x)) == x byte for byte."""
+    before, after = golden("split_template", "before"), golden("split_template", "after")
+    (anchor,) = transform.find(before)
+    assert transform.backward(before, anchor).state.source == after.source
+    assert transform.forward(after, anchor).state.source == before.source
+    statement = before.source[before.source.index("    asm volatile("):before.source.index("    );") + len("    );")]
+    recorded = [line for line in after.source.splitlines() if "//     verbatim:" in line]
+    assert recorded == [f"    //     verbatim: {line[4:]}" if line else "    //     verbatim:"
+                        for line in statement.splitlines()]
+    assert recorded[5] == "    //     verbatim:"  # the blank line
+    assert recorded[6] == '    //     verbatim:         :   "+f"(d[0]), "+f"(d[1]),'
+
+
+def test_a_reindented_marker_restores_the_statement_at_its_new_indentation(transform):
+    """A later step may nest the scalarized site deeper (a loop or block around it): forward restores
+    the verbatim statement at the marker's indentation, its continuation lines keeping their
+    indentation relative to its first line."""
+    before, after = golden("split_template", "before"), golden("split_template", "after")
+
+    def nest(source: str) -> str:
+        head = "const uint32_t (&b)[2])\n{\n"
+        start = source.index(head) + len(head)
+        end = source.index("\n}\n", start)
+        body = "\n".join("    " + line if line else line for line in source[start:end].split("\n"))
+        return source[:start] + "    {\n" + body + "\n    }" + source[end:]
+
+    (anchor,) = transform.find(before)
+    nested = KernelState(source=nest(after.source), plan=after.plan)
+    assert not cp.syntax_errors(nested.source)
+    assert transform.forward(nested, anchor).state.source == nest(before.source)
+
+
+def test_the_expert_layouts_of_conv2d_and_gdn_are_restored_byte_for_byte(transform):
+    """conv2d/implicit_gemm splits its template after the B operands, gdn/chunked writes {%0,%1,..}
+    without spaces inside a loop: both used to come back in the canonical layout (the walk recorded
+    the forward step as failed); the marker now records them verbatim."""
+    for name in ("conv2d/implicit_gemm", "gdn/chunked"):
+        state = kernel_entry(name).load()
+        (anchor,) = transform.find(state)
+        rewrite = transform.backward(state, anchor)
+        assert "//     verbatim: asm" in rewrite.state.source
+        assert transform.forward(rewrite.state, anchor).state.source == state.source
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_golden_kernels_compile_and_lose_hmma(case, cache):
     helper, _ = CASES[case]
@@ -240,6 +297,26 @@ def test_wgmma_is_not_a_site(transform):
     assert transform.find(state) == []
 
 
+_SPLIT = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+
+
+@pytest.mark.parametrize("asm, message", [
+    # A continuation line left of the statement: its indentation relative to the marker is undefined.
+    (f'asm volatile("{_SPLIT}"\n"{{%8, %9}}, {{%0, %1, %2, %3}};\\n"\n    : {_OUT} : {_IN});',
+     "indented less than the statement"),
+    # A line spliced with backslash-newline: in a // comment the backslash would splice the next line.
+    (f'asm volatile("{_SPLIT}{{%8, %9}}, {{%0, %1, %2, %3}};\\n" \\\n    : {_OUT} : {_IN});',
+     "trailing backslash"),
+])
+def test_a_layout_a_comment_cannot_record_is_not_applicable(transform, asm, message):
+    """The canonical layout cannot restore these statements and a verbatim record could not either:
+    the transform declines rather than write a step whose forward is not its inverse."""
+    state = _helper(asm)
+    (anchor,) = transform.find(state)
+    with pytest.raises(NotApplicable, match=message):
+        transform.backward(state, anchor)
+
+
 # -- the real experts ------------------------------------------------------------------------------
 
 
@@ -273,18 +350,17 @@ def test_gemm_forward_restores_the_expert_byte_for_byte(transform, rewritten_exp
     assert transform.forward(rewrite.state, anchor).state.source == state.source
 
 
-def test_conv_forward_restores_the_same_asm_in_canonical_layout(transform, rewritten_experts):
-    """The conv expert splits its mma template string elsewhere than the canonical layout: forward
-    gives the same instruction, operands and qualifiers, laid out canonically."""
+def test_conv_forward_restores_the_expert_byte_for_byte(transform, rewritten_experts):
+    """The conv expert splits its mma template string elsewhere than the canonical layout: the marker
+    records the statement verbatim, so forward gives the expert back byte for byte."""
     state, anchor, rewrite = rewritten_experts["conv2d/implicit_gemm"]
-    restored = transform.forward(rewrite.state, anchor).state.source
-    assert [b.code for b in cp.asm_blocks(restored)] == [b.code for b in cp.asm_blocks(state.source)]
-    changed = [line for line in restored.splitlines() if line not in state.source.splitlines()]
-    assert changed == ['    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "',
-                       '        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\\n"']
-    # Applied again, the rewrite is stable and returns to the restored text.
-    again = transform.backward(KernelState(source=restored, plan=state.plan), anchor)
-    assert again.state.source == rewrite.state.source
+    assert transform.forward(rewrite.state, anchor).state.source == state.source
+    recorded = [line for line in rewrite.state.source.splitlines() if "//     verbatim:" in line]
+    assert recorded[:2] == [
+        '    //     verbatim: asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, '
+        '{%4, %5, %6, %7}, {%8, %9}, "',
+        '    //     verbatim:     "{%0, %1, %2, %3};\\n"']
+    assert len(recorded) == 4
 
 
 @pytest.mark.parametrize("name", EXPERTS)
