@@ -7,7 +7,10 @@
 # Stages: smoke, suite, example, adversarial, cost, gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu, walk:KERNEL (a recorded GPU walk,
 # prefetched from the kernel's committed dry walk), sweep:NAME (bench/sweeps/NAME.toml), admit (a library
 # built from corpus/lineages, or $ADMIT_FROM to resume, admission trials on the GPU: $OUT/library.json, written
-# after every card), or PROBLEM:KERNEL (a gate run, recorded).
+# after every card), skills:SPEC (bench/skills_eval.py --only SPEC on the GPU gate, recorded, budget
+# $SKILLS_BUDGET: $OUT/results/skills-SPEC.json, ':' as '-', rewritten after every strategy, and the optimization
+# documents in $OUT/results/skills-docs; SPEC is OPERATOR, EXPERT or either :STRATEGY, comma-separated; join the
+# lanes' parts with skills_eval.py --merge), or PROBLEM:KERNEL (a gate run, recorded).
 # multigpu needs PostgreSQL and Redis there: the pgserver wheel in .whl and redis-server in .hostbin (carried).
 set -u
 commit=${1:-unknown}; shift || true
@@ -29,8 +32,9 @@ walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json
 }
 
 stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, sweeps, tests, gates)
-  local limit=""
-  if [[ $1 == *@* ]]; then limit=${1##*@}; set -- "${1%@*}"; fi
+  local limit="" spec
+  # only a number after the last @ is a limit: a lineage id holds an @ of its own
+  if [[ $1 =~ ^(.*)@([0-9]+)$ ]]; then limit=${BASH_REMATCH[2]}; set -- "${BASH_REMATCH[1]}"; fi
   echo "=== $1 ($(date -u +%T))${limit:+, limit ${limit} s}"
   case $1 in
     smoke) timeout 240 python3 -m klineage gate row_softmax row_softmax/naive --sanitize never ;;
@@ -50,6 +54,10 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       # the budget stops starting cards a margin before the timeout, so that it never kills a card halfway
       timeout "${ADMIT_TIMEOUT:-300}" python3 -m klineage library admit --library "$OUT/library.json" --gate gpu \
         --limit "${ADMIT_LIMIT:-2}" --budget-s "$(( ${ADMIT_TIMEOUT:-300} - ${ADMIT_MARGIN:-30} ))" ;;
+    skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
+      timeout "${limit:-${SKILLS_TIMEOUT:-540}}" python3 bench/skills_eval.py --gate gpu --record --only "$spec" \
+        --budget "${SKILLS_BUDGET:-12}" --out "$OUT/results/skills-${spec//:/-}.json" \
+        --documents "$OUT/results/skills-docs" ;;
     *:*) timeout "${limit:-${GATE_TIMEOUT:-200}}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;
     *) echo "unknown stage $1" ;;
   esac 2>&1

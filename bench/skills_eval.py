@@ -19,6 +19,18 @@ measurement, not a search step). Writes one JSON document:
 
 A gate mode that times nothing (compile) gives no ratios: those keys are null with a "reason".
 Numbers come from the gate's verdicts only; nothing is estimated.
+
+In parts, one per GPU lane (`bench/gpu_session.sh` stage `skills:SPEC`):
+
+    python bench/skills_eval.py --gate gpu --record --only topk,gemm:library --out part1.json
+    python bench/skills_eval.py --merge part1.json part2.json --out bench/results/skills.json
+
+`--only OPERATOR|EXPERT|LINEAGE_ID[:STRATEGY],...` runs those workloads (all strategies, or the one
+named). The document is rewritten after every strategy, so a run cut by a timeout keeps what
+finished; until the run ends, and always for a part, it carries `partial`: its summaries cover
+only what it holds. `--merge` gates nothing: it joins the parts' rows and computes the
+per-workload comparisons and the summaries again over the whole corpus (a workload no part ran
+is listed in `not_run`, and then the summaries are null: unknown is not a number).
 """
 
 from __future__ import annotations
@@ -27,7 +39,9 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from klineage import config, corpus  # noqa: E402
 from klineage.config import GateMode  # noqa: E402
 from klineage.errors import KLineageError  # noqa: E402
-from klineage.gate.pipeline import git_commit, run_gate  # noqa: E402
+from klineage.gate.pipeline import default_cache, git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.lineage import Lineage  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, Strategy, optimize  # noqa: E402
@@ -47,6 +61,20 @@ from klineage.skills.library import Library, corpus_lineages, lineage_index, loa
 
 NO_TIMING = "the {mode} gate times nothing (no GPU): no ratio can be measured, none is invented"
 UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
+PARTIAL_NOTE = ("the summaries cover only the workloads and strategies this document holds: not the headline "
+                "(join the parts with --merge; a run that is not complete was cut short)")
+AGREE = ("gate", "budget", "rewriter", "seed", "statuses", "library")  # parts of one experiment share these
+MEASURED_ON = ("gpu", "driver", "cuda", "torch", "toolchain", "git_commit")  # these may differ between lanes
+DEFINITIONS = {
+    "admission_rate": "admitted cards / cards of a library that went through roundtrip admission",
+    "roundtrip_min_vs_expert": "min over workloads of expert time / library-best time (paired)",
+    "vs_unconditioned_geomean": "geomean over workloads of library speedup / the better "
+                                "unconditioned speedup (random or greedy), same budget",
+    "speedup": "start time / best time: the product of the accepted steps' paired ratios"}
+
+
+class MergeError(Exception):
+    pass
 
 
 def admission(library: Library) -> dict[str, Any]:
@@ -62,7 +90,32 @@ def admission(library: Library) -> dict[str, Any]:
             "reason": ""}
 
 
-def versus_expert(problem: Path, best: Any, expert: Any, mode: GateMode) -> tuple[float | None, str, Verdict | None]:
+def select(specs: list[str], lineages: list[Lineage]) -> dict[str, set[Strategy]]:
+    """--only: lineage id -> the strategies to run on it. ValueError names a spec that selects nothing."""
+    def matching(name: str) -> list[str]:
+        return [lineage_id(lin) for lin in lineages if name in (lin.problem.operator, lin.expert.name, lineage_id(lin))]
+
+    chosen: dict[str, set[Strategy]] = {}
+    for spec in specs:
+        found, strategies = matching(spec), set(Strategy)
+        if not found and ":" in spec:  # a lineage id holds a colon itself: only a suffix that is no id names a strategy
+            workload, _, strategy = spec.rpartition(":")
+            found = matching(workload)
+            if found and strategy not in {s.value for s in Strategy}:
+                raise ValueError(f"--only {spec}: no strategy '{strategy}' (strategies: "
+                                 f"{', '.join(s.value for s in Strategy)})")
+            strategies = {Strategy(strategy)} if found else strategies
+        if not found:
+            known = sorted({lin.problem.operator for lin in lineages} | {lin.expert.name for lin in lineages})
+            raise ValueError(f"--only {spec}: matches no workload (operators and experts: {', '.join(known)}; "
+                             f"or a lineage id: {', '.join(lineage_id(lin) for lin in lineages)})")
+        for name in found:
+            chosen.setdefault(name, set()).update(strategies)
+    return chosen
+
+
+def versus_expert(problem: Path, best: Any, expert: Any, mode: GateMode,
+                  record: bool = False) -> tuple[float | None, str, Verdict | None]:
     """Expert time / best time, paired; None with the reason when it cannot be measured."""
     if mode is GateMode.COMPILE_ONLY:
         return None, NO_TIMING.format(mode=mode.value), None
@@ -70,14 +123,40 @@ def versus_expert(problem: Path, best: Any, expert: Any, mode: GateMode) -> tupl
         verdict = run_gate(problem, best, against=expert, policy=DEFAULT_POLICY, mode=mode)
     except KLineageError as exc:
         return None, f"the gate could not time the best kernel against the expert: {exc}", None
+    if record and mode is GateMode.GPU:
+        default_cache().keep(verdict)  # as optimize(record=True) does: replay serves the headline's ratio too
     ratio = verdict.profile.get("ratios", {}).get("vs_baseline")
     if verdict.status is not Status.PASSED or not ratio:
         return None, f"the best kernel against the expert: {verdict.status.value}, no paired ratio", verdict
     return float(ratio["overall"]), "", verdict
 
 
+def compare(row: dict[str, Any], mode: GateMode, expert: tuple[float | None, str] | None) -> None:
+    """Set the row's vs_expert and vs_unconditioned from its strategy rows: one run's, or the merged
+    parts'. `expert` is (ratio, reason) of the library's best gated against the expert, as the part
+    that ran the library strategy measured it; None when the library strategy did not run."""
+    row["vs_expert"], row["vs_expert_reason"] = expert or (None, "the library strategy did not run")
+    needed = (Strategy.LIBRARY, *UNCONDITIONED)
+    absent = [s.value for s in needed if s.value not in row["strategies"]]
+    speedups = [row["strategies"].get(s.value, {}).get("speedup") for s in needed]
+    row["vs_unconditioned"], row["vs_unconditioned_reason"] = None, (
+        NO_TIMING.format(mode=mode.value) if mode is GateMode.COMPILE_ONLY else
+        f"not run: {', '.join(absent)}" if absent else
+        "the library or an unconditioned strategy gave no speedup" if None in speedups else "")
+    if not row["vs_unconditioned_reason"]:
+        row["vs_unconditioned"] = speedups[0] / max(speedups[1:])
+
+
+def strategy_row(result: OptimizationResult) -> dict[str, Any]:
+    return {"stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
+            "wasted": result.stats.wasted, "steps": [s.transform for s in result.steps], "speedup": result.speedup,
+            "best": result.best.fingerprint, "llm_usage": result.llm_usage}
+
+
 def workload(lineage: Lineage, library: Library, args: argparse.Namespace, documents: Path | None,
-             index: dict[str, Lineage]) -> tuple[dict[str, Any], list[Verdict]]:
+             index: dict[str, Lineage], strategies: set[Strategy]) -> Iterator[tuple[dict[str, Any], list[Verdict]]]:
+    """Run the chosen strategies on one workload; yield the row so far (and the new verdicts) after
+    each, so that the caller writes it before the next one starts."""
     name = lineage_id(lineage)
     expert, naive = lineage.states[0].kernel, lineage.states[-1].kernel
     problem = corpus.problem_path(expert.plan.problem)
@@ -88,41 +167,28 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
                            "start": {"name": naive.name, "fingerprint": naive.fingerprint,
                                      "steps_from_expert": len(lineage.transitions)},
                            "lineage_gate": lineage.gate.value, "strategies": {}}
-    results: dict[Strategy, OptimizationResult] = {}
-    for strategy in Strategy:
+    measured = None  # (ratio, reason) of the library's best against the expert, once the library ran
+    for strategy in (s for s in Strategy if s in strategies):
+        verdicts: list[Verdict] = []
         if strategy is Strategy.NO_LIBRARY and rewriter is RewriterKind.RULES:
             row["strategies"][strategy.value] = {"skipped": "the rewriter alone needs --rewriter llm"}
-            continue
-        print(f"  {lineage.problem.operator}: {strategy.value}", file=sys.stderr)
-        try:
-            result = optimize(problem, naive, strategy=strategy, library=library if strategy.uses_library else None,
-                              budget=args.budget, gate_mode=mode, rewriter=rewriter, seed=args.seed,
-                              statuses=args.statuses, lineages=index)
-        except KLineageError as exc:
-            row["strategies"][strategy.value] = {"error": str(exc)}
-            continue
-        results[strategy] = result
-        if documents is not None:
-            result.save(documents / f"{name.replace('@', '-').replace(':', '-')}-{strategy.value}.json")
-        row["strategies"][strategy.value] = {
-            "stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
-            "wasted": result.stats.wasted, "steps": [s.transform for s in result.steps], "speedup": result.speedup,
-            "best": result.best.fingerprint, "llm_usage": result.llm_usage}
-    verdicts = []
-    library_run = results.get(Strategy.LIBRARY)
-    if library_run is None:
-        row["vs_expert"], row["vs_expert_reason"] = None, "the library strategy did not run"
-    else:
-        row["vs_expert"], row["vs_expert_reason"], verdict = versus_expert(problem, library_run.best, expert, mode)
-        verdicts += [verdict] if verdict else []
-    unconditioned = [results[s].speedup for s in UNCONDITIONED if s in results and results[s].speedup is not None]
-    if library_run is None or library_run.speedup is None or len(unconditioned) != len(UNCONDITIONED):
-        row["vs_unconditioned"] = None
-        row["vs_unconditioned_reason"] = (NO_TIMING.format(mode=mode.value) if mode is GateMode.COMPILE_ONLY else
-                                          "the library or an unconditioned strategy gave no speedup")
-    else:
-        row["vs_unconditioned"], row["vs_unconditioned_reason"] = library_run.speedup / max(unconditioned), ""
-    return row, verdicts
+        else:
+            print(f"  {lineage.problem.operator}: {strategy.value}", file=sys.stderr)
+            try:
+                result = optimize(problem, naive, strategy=strategy, budget=args.budget, gate_mode=mode,
+                                  library=library if strategy.uses_library else None, rewriter=rewriter,
+                                  seed=args.seed, statuses=args.statuses, lineages=index, record=args.record)
+            except KLineageError as exc:
+                row["strategies"][strategy.value] = {"error": str(exc)}
+            else:
+                if documents is not None:
+                    result.save(documents / f"{name.replace('@', '-').replace(':', '-')}-{strategy.value}.json")
+                row["strategies"][strategy.value] = strategy_row(result)
+                if strategy is Strategy.LIBRARY:  # right away: no part has the library's row without this
+                    ratio, reason, verdict = versus_expert(problem, result.best, expert, mode, args.record)
+                    measured, verdicts = (ratio, reason), [verdict] if verdict else []
+        compare(row, mode, measured)
+        yield row, verdicts
 
 
 def summary(rows: list[dict[str, Any]], key: str, combine: Any, what: str) -> dict[str, Any]:
@@ -136,6 +202,12 @@ def summary(rows: list[dict[str, Any]], key: str, combine: Any, what: str) -> di
     return {"value": combine(values), "reason": ""}
 
 
+def summaries(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"roundtrip_min_vs_expert": summary(rows, "vs_expert", min, "the best kernel vs the expert"),
+            "vs_unconditioned_geomean": summary(rows, "vs_unconditioned", geomean,
+                                                "the library vs the unconditioned strategies")}
+
+
 def _repo_relative(path: str) -> str:
     """A path inside the checkout as the repository names it; any other as given."""
     resolved = Path(path).resolve()
@@ -146,14 +218,152 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def provenance(verdicts: list[Verdict], args: argparse.Namespace, library: str) -> dict[str, Any]:
     env = next((v.environment for v in verdicts if v.environment.get("gpu")), {})
     return {"gpu": env.get("gpu", "none"), "driver": env.get("driver", "unknown"),
             "cuda": env.get("cuda_runtime", "unknown"), "torch": env.get("torch", "unknown"),
             "toolchain": env.get("toolchain", "unknown"), "git_commit": git_commit(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "gate": args.gate,
-            "budget": args.budget, "rewriter": args.rewriter, "seed": args.seed, "statuses": args.statuses,
+            "date": now(), "gate": args.gate, "budget": args.budget, "rewriter": args.rewriter, "seed": args.seed,
+            "statuses": args.statuses,
             "library": library, "written_by": "bench/skills_eval.py"}
+
+
+def left_out_of(paths: list[Path]) -> list[dict[str, str]]:
+    return [{"file": p.name, "why": "a GPU walk, or a longer walk, of the same expert is kept"} for p in paths]
+
+
+def write(path: Path, document: dict[str, Any]) -> None:
+    """Atomically: a temp file in the same folder, then os.replace; a kill mid-write keeps the last whole one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    os.replace(temp, path)
+
+
+def evaluate(args: argparse.Namespace, library: Library, library_ref: str, lineages: list[Lineage],
+             left_out: list[Path], chosen: dict[str, set[Strategy]] | None) -> dict[str, Any]:
+    """Run the chosen workloads (all when `chosen` is None), writing the document after every strategy."""
+    documents = Path(args.documents) if args.documents else None
+    if documents is not None:
+        documents.mkdir(parents=True, exist_ok=True)
+    index = lineage_index(args.lineages)  # what the library strategy's cards point into, read once
+    rows: list[dict[str, Any]] = []
+    verdicts: list[Verdict] = []
+
+    def document(current: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
+        facts = provenance(verdicts, args, library_ref)
+        doc: dict[str, Any] = {"provenance": facts, "admission_rate": admission(library)}
+        if args.admission_only:
+            facts.update(gate="none: nothing was gated here",
+                         gpu="none here; the admission trials ran where admission_rate.how says")
+            skipped = {"value": None, "reason": "not run (--admission-only): no optimization was gated"}
+            doc.update(roundtrip_min_vs_expert=skipped, vs_unconditioned_geomean=skipped)
+        else:
+            doc.update(summaries(current))
+        if chosen is not None or not complete:
+            doc["partial"] = {"only": args.only, "complete": complete, "note": PARTIAL_NOTE}
+        return doc | {"definitions": DEFINITIONS, "workloads": current, "lineages_left_out": left_out_of(left_out)}
+
+    for lineage in [] if args.admission_only else lineages:
+        name = lineage_id(lineage)
+        if chosen is not None and name not in chosen:
+            continue
+        print(f"workload {name}", file=sys.stderr)
+        row: dict[str, Any] = {}
+        for row, found in workload(lineage, library, args, documents, index, set(Strategy) if chosen is None
+                                   else chosen[name]):
+            verdicts += found
+            write(Path(args.out), document(rows + [row], complete=False))
+        rows.append(row)
+    return document(rows, complete=True)
+
+
+def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], library: Library,
+          library_ref: str) -> dict[str, Any]:
+    """One document from parts: every strategy row from the part that ran it, the comparisons and
+    summaries computed again over the corpus. Gates nothing. MergeError says why parts do not fit."""
+    parts: list[tuple[str, dict[str, Any]]] = []
+    for file in files:
+        try:
+            doc = json.loads(Path(file).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise MergeError(f"{file}: not a readable JSON document ({exc})") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("provenance"), dict) or "workloads" not in doc:
+            raise MergeError(f"{file}: not a skills_eval document (no provenance or workloads)")
+        parts.append((file, doc))
+    for key in AGREE:
+        values = {json.dumps(doc["provenance"].get(key)): file for file, doc in parts}
+        if len(values) > 1:
+            raise MergeError(f"the parts differ in {key}: " + "; ".join(f"{file}: {v}" for v, file in values.items()))
+    facts = parts[0][1]["provenance"]
+    if facts["library"] != library_ref:
+        raise MergeError(f"the parts ran with library {facts['library']}, --library gives {library_ref}")
+    try:
+        mode = GateMode(facts["gate"])
+    except ValueError:
+        raise MergeError(f"gate {facts['gate']!r} is no gate mode: an --admission-only document has no "
+                         f"workloads to merge") from None
+
+    rows: dict[str, dict[str, Any]] = {}
+    ran_by: dict[tuple[str, str], str] = {}  # (workload, strategy) -> the part's file
+    first: dict[str, str] = {}  # workload -> the first part's file that has it
+    measured: dict[str, tuple[float | None, str]] = {}  # workload -> vs_expert from the part that ran the library
+    corpus_ids = [lineage_id(lin) for lin in lineages]
+    for file, doc in parts:
+        for part_row in doc["workloads"]:
+            name = part_row["lineage"]
+            if name not in corpus_ids:
+                raise MergeError(f"{file}: workload {name} is not in the corpus read here: merge with the "
+                                 f"--lineages the parts ran on")
+            header = {k: v for k, v in part_row.items() if k != "strategies" and not k.startswith("vs_")}
+            row = rows.setdefault(name, header | {"strategies": {}})
+            first.setdefault(name, file)
+            if header != {k: v for k, v in row.items() if k != "strategies" and not k.startswith("vs_")}:
+                raise MergeError(f"{name}: {first[name]} and {file} do not describe the same workload")
+            for strategy, result in part_row["strategies"].items():
+                if strategy in row["strategies"]:
+                    if result != row["strategies"][strategy]:  # identical rows (a skipped one) are no conflict
+                        raise MergeError(f"{name} {strategy}: both {ran_by[name, strategy]} and {file} ran it, "
+                                         f"with different results; keep one")
+                    continue
+                row["strategies"][strategy], ran_by[name, strategy] = result, file
+                if strategy == Strategy.LIBRARY.value:
+                    measured[name] = (part_row["vs_expert"], part_row["vs_expert_reason"])
+    merged = []
+    for name in (n for n in corpus_ids if n in rows):
+        row = rows[name]
+        row["strategies"] = {s.value: row["strategies"][s.value] for s in Strategy if s.value in row["strategies"]}
+        compare(row, mode, measured.get(name))
+        merged.append(row)
+    ran = {n: rows[n]["strategies"] if n in rows else {} for n in corpus_ids}
+    not_run = [{"lineage": n, "strategies": [s.value for s in Strategy if s.value not in ran[n]]}
+               for n in corpus_ids if len(ran[n]) < len(Strategy)]
+    missing = [n for n in corpus_ids if n not in rows]
+    if missing:
+        unknown = {"value": None, "reason": f"{len(missing)} corpus workload(s) ran in no part ({', '.join(missing)}):"
+                                            f" unknown is not a number"}
+        totals = {"roundtrip_min_vs_expert": unknown, "vs_unconditioned_geomean": unknown}
+    else:
+        totals = summaries(merged)
+
+    def joined(key: str) -> Any:
+        seen: dict[str, list[str]] = {}
+        for file, doc in parts:
+            seen.setdefault(str(doc["provenance"].get(key, "unknown")), []).append(Path(file).name)
+        if len(seen) == 1:
+            return next(iter(seen))
+        return "mixed: " + "; ".join(f"{value} ({', '.join(names)})" for value, names in seen.items())
+
+    provenance_ = ({key: joined(key) for key in MEASURED_ON} | {"date": now()} | {k: facts[k] for k in AGREE} |
+                   {"written_by": "bench/skills_eval.py --merge",
+                    "parts": [{"file": file, "partial": doc.get("partial"), **doc["provenance"]}
+                              for file, doc in parts]})
+    return {"provenance": provenance_, "admission_rate": admission(library), **totals, "definitions": DEFINITIONS,
+            "workloads": merged, "not_run": not_run, "lineages_left_out": left_out_of(left_out)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,45 +377,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lineages", default=str(config.corpus_dir() / "lineages"), help="folder of lineage JSON")
     parser.add_argument("--documents", help="also write every optimization document into this folder")
     parser.add_argument("--out", default=str(config.REPO_ROOT / "bench" / "results" / "skills.json"))
-    parser.add_argument("--admission-only", action="store_true",
-                        help="report the library's admission alone; run no optimization (nothing is gated)")
+    parser.add_argument("--record", action="store_true",
+                        help="GPU gate: keep every verdict used in the recorded store (KLINEAGE_RECORDED_DIR), "
+                             "so that replay serves this run")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--admission-only", action="store_true",
+                      help="report the library's admission alone; run no optimization (nothing is gated)")
+    what.add_argument("--only", metavar="SPEC[,SPEC...]",
+                      help="run a part: SPEC is an operator, expert or lineage id, optionally :STRATEGY")
+    what.add_argument("--merge", nargs="+", metavar="FILE", help="join part documents into one; gates nothing")
     args = parser.parse_args(argv)
     args.statuses = [s.strip() for s in args.statuses.split(",") if s.strip()]
+    only, args.only = args.only, [s.strip() for s in (args.only or "").split(",") if s.strip()]
+    if only is not None and not args.only:
+        parser.error("--only needs at least one SPEC")
     library_path = args.library or str(bundled_library())
     library = load_library(library_path)
-    documents = Path(args.documents) if args.documents else None
-    if documents is not None:
-        documents.mkdir(parents=True, exist_ok=True)
     lineages, left_out = corpus_lineages(args.lineages)
-    index = lineage_index(args.lineages)  # what the library strategy's cards point into, read once
-    rows, verdicts = [], []
-    for lineage in [] if args.admission_only else lineages:
-        print(f"workload {lineage_id(lineage)}", file=sys.stderr)
-        row, found = workload(lineage, library, args, documents, index)
-        rows.append(row)
-        verdicts += found
-    skipped = {"value": None, "reason": "not run (--admission-only): no optimization was gated"}
-    facts = provenance(verdicts, args, _repo_relative(library_path))
-    if args.admission_only:
-        facts.update(gate="none: nothing was gated here", gpu="none here; the admission trials ran where "
-                                                               "admission_rate.how says")
-    document = {"provenance": facts, "admission_rate": admission(library),
-                "roundtrip_min_vs_expert": skipped if args.admission_only else
-                summary(rows, "vs_expert", min, "the best kernel vs the expert"),
-                "vs_unconditioned_geomean": skipped if args.admission_only else
-                summary(rows, "vs_unconditioned", geomean, "the library vs the unconditioned strategies"),
-                "definitions": {
-                    "admission_rate": "admitted cards / cards of a library that went through roundtrip admission",
-                    "roundtrip_min_vs_expert": "min over workloads of expert time / library-best time (paired)",
-                    "vs_unconditioned_geomean": "geomean over workloads of library speedup / the better "
-                                                "unconditioned speedup (random or greedy), same budget",
-                    "speedup": "start time / best time: the product of the accepted steps' paired ratios"},
-                "workloads": rows,
-                "lineages_left_out": [{"file": p.name, "why": "a GPU walk, or a longer walk, of the same expert is kept"}
-                                      for p in left_out]}
+    if args.merge:
+        try:
+            document = merge(args.merge, lineages, left_out, library, _repo_relative(library_path))
+        except MergeError as exc:
+            parser.error(f"--merge: {exc}")
+    else:
+        try:
+            chosen = select(args.only, lineages) if args.only else None
+        except ValueError as exc:
+            parser.error(str(exc))
+        document = evaluate(args, library, _repo_relative(library_path), lineages, left_out, chosen)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    write(out, document)
     print(f"wrote {out}: admission {document['admission_rate']['value']}, roundtrip min "
           f"{document['roundtrip_min_vs_expert']['value']}, vs unconditioned "
           f"{document['vs_unconditioned_geomean']['value']}", file=sys.stderr)

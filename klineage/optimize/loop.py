@@ -43,7 +43,7 @@ from klineage.config import GateMode
 from klineage.documents import choice
 from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
-from klineage.gate.pipeline import run_gate
+from klineage.gate.pipeline import default_cache, run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.timing import PairedRatio
 from klineage.gate.verdict import Status, Verdict
@@ -85,7 +85,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
              required_ratio: float = DEFAULT_REQUIRED_RATIO, cache: GateCache | None = None,
              progress: Progress | None = None, on_event: EventSink | None = None,
              transforms: Sequence[Transform] | None = None, llm: Any = None,
-             lineages: Mapping[str, Lineage] | None = None, lookahead: Lookahead = Lookahead.PAIRS) -> OptimizationResult:
+             lineages: Mapping[str, Lineage] | None = None, lookahead: Lookahead = Lookahead.PAIRS,
+             record: bool = False) -> OptimizationResult:
     """Optimize `start` on the problem with `strategy`, spending at most `budget` gate calls.
 
     `library` is a `klineage.skills.library.Library`, or the path of one (a library JSON file or a
@@ -96,7 +97,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     budget); `on_event(OptimizationEvent)` hears every attempt and every step, with the best
     speedup so far. `transforms` is the unconditioned strategies' pool (default: the catalog).
     `lineages` (lineage id -> lineage; default: the bundled ones) lend the LIBRARY strategy the
-    anchors its cards' evidence names.
+    anchors its cards' evidence names. `record` (GPU gate) keeps every verdict the run used, measured
+    now or served from this machine's cache, in the recorded store, so that replay can serve the run.
     Strategy, rewriter, gate mode and statuses may be given by their values ("library", "compile")."""
     strategy = Strategy.parse(strategy)
     rewriter = RewriterKind.parse(rewriter)
@@ -137,7 +139,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
                    lineages=lineages)
     run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
                progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm,
-               choice(Lookahead, lookahead, "lookahead"))
+               choice(Lookahead, lookahead, "lookahead"), record)
     return run.go()
 
 
@@ -171,6 +173,7 @@ class _Run:
     library: LibraryRef | None
     llm: Any
     lookahead: Lookahead
+    keep_verdicts: bool = False  # optimize(record=...); `record` names the attempt log
     attempts: list[Attempt] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     evaluations: int = 0
@@ -375,6 +378,10 @@ class _Run:
                               + (f" against {against.fingerprint[:12]}" if against else "") + f"): {miss}") from None
         except KLineageError as exc:
             raise _GateFailed(str(exc)) from None
+        if self.keep_verdicts and self.mode is GateMode.GPU:
+            # keep, not run_gate(record=True): that skips this machine's cache and would measure again
+            # what it holds (a caller running every strategy gates the same start kernel each time)
+            (self.cache or default_cache()).keep(verdict)
         self.seconds += sum(float(v) for v in verdict.timings.values())
         return verdict
 

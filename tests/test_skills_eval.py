@@ -1,0 +1,225 @@
+"""bench/skills_eval.py in parts: --only, the document rewritten after every strategy, --merge, and
+the gpu_session.sh stage that runs a part. Real compile-only gates (real nvcc) on two small corpus
+lineages at budget 2; the merge's arithmetic is checked on parts whose speedups are written in."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from klineage import config
+from klineage.errors import DocumentError
+from klineage.lineage import Lineage
+from klineage.optimize import Strategy
+from klineage.skills.induction import lineage_id
+
+REPO = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("skills_eval", REPO / "bench" / "skills_eval.py")
+skills = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(skills)
+
+FILES = ("row_softmax_warp_vec4.dry.json", "topk_radix_select.dry.json")  # sorted by expert: softmax runs first
+SOFTMAX = lineage_id(Lineage.load(config.corpus_dir() / "lineages" / FILES[0]))
+TOPK = lineage_id(Lineage.load(config.corpus_dir() / "lineages" / FILES[1]))
+PART_A = "row_softmax,topk:library"  # the library part: its vs-expert gate goes with it
+PART_B = "topk:unconditioned_random,topk:unconditioned_greedy,topk:generated_only,topk_radix_select:no_library"
+
+
+@pytest.fixture(scope="module")
+def lineages(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("lineages")
+    for name in FILES:
+        shutil.copy(config.corpus_dir() / "lineages" / name, folder / name)
+    return folder
+
+
+def evaluate(lineages: Path, out: Path, *argv: str) -> dict:
+    assert skills.main(["--gate", "compile", "--budget", "2", "--lineages", str(lineages), "--out", str(out),
+                        *argv]) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(lineages, gate_cache, tmp_path_factory) -> dict[str, Path]:
+    """The whole run, and the same split in two parts."""
+    folder = tmp_path_factory.mktemp("runs")
+    for name, argv in (("full", []), ("a", ["--only", PART_A]), ("b", ["--only", PART_B])):
+        evaluate(lineages, folder / f"{name}.json", *argv)
+    return {name: folder / f"{name}.json" for name in ("full", "a", "b")}
+
+
+def merge(lineages: Path, out: Path, *parts: Path) -> dict:
+    assert skills.main(["--merge", *map(str, parts), "--lineages", str(lineages), "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def refused(capsys, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_:
+        skills.main(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_only_selects_workloads_and_strategies(lineages):
+    found, _ = skills.corpus_lineages(lineages)
+    every = set(Strategy)
+    assert skills.select(["topk"], found) == {TOPK: every}
+    assert skills.select(["row_softmax_warp_vec4", "topk:library", "topk:unconditioned_greedy"], found) == {
+        SOFTMAX: every, TOPK: {Strategy.LIBRARY, Strategy.UNCONDITIONED_GREEDY}}
+    assert skills.select([TOPK], found) == {TOPK: every}, "a lineage id holds a colon of its own"
+    assert skills.select([f"{TOPK}:generated_only", "topk:library"], found) == {
+        TOPK: {Strategy.GENERATED_ONLY, Strategy.LIBRARY}}
+    assert skills.select(["topk:library", "topk"], found) == {TOPK: every}
+
+
+def test_only_refuses_what_selects_nothing(lineages, tmp_path, capsys):
+    argv = ["--gate", "compile", "--lineages", str(lineages), "--out", str(tmp_path / "x.json"), "--only"]
+    err = refused(capsys, [*argv, "topk,gemm"])
+    assert "--only gemm: matches no workload" in err and "row_softmax" in err
+    err = refused(capsys, [*argv, "topk:fastest"])
+    assert "no strategy 'fastest'" in err and "unconditioned_greedy" in err
+    assert "needs at least one SPEC" in refused(capsys, [*argv, ","])
+    assert not (tmp_path / "x.json").exists(), "refused before anything ran"
+
+
+def test_a_part_holds_its_strategies_and_says_it_is_a_part(runs):
+    a, b, full = (json.loads(runs[n].read_text()) for n in ("a", "b", "full"))
+    assert "partial" not in full, "a whole run that ended is the headline"
+    assert a["partial"]["only"] == ["row_softmax", "topk:library"] and a["partial"]["complete"] is True
+    assert "not the headline" in a["partial"]["note"]
+    assert [(w["lineage"], list(w["strategies"])) for w in a["workloads"]] == [
+        (SOFTMAX, [s.value for s in Strategy]), (TOPK, ["library"])]
+    [topk] = b["workloads"]
+    assert list(topk["strategies"]) == ["unconditioned_random", "unconditioned_greedy", "generated_only", "no_library"]
+    assert topk["strategies"]["no_library"] == {"skipped": "the rewriter alone needs --rewriter llm"}
+    # the vs-expert gate went with the library strategy: part a measured it (the compile gate says
+    # why there is no ratio), part b never gated it
+    assert a["workloads"][1]["vs_expert_reason"] == skills.NO_TIMING.format(mode="compile")
+    assert topk["vs_expert"] is None and topk["vs_expert_reason"] == "the library strategy did not run"
+    assert b["roundtrip_min_vs_expert"]["value"] is None
+
+
+def test_a_run_cut_short_keeps_every_workload_that_finished(lineages, gate_cache, tmp_path, monkeypatch):
+    # a corpus without the topk problem: the second workload raises before its first strategy
+    (tmp_path / "corpus" / "problems").mkdir(parents=True)
+    shutil.copy(config.corpus_dir() / "problems" / "row_softmax.py", tmp_path / "corpus" / "problems")
+    library = str(config.corpus_dir() / "library" / "library.json")
+    monkeypatch.setenv("KLINEAGE_CORPUS_DIR", str(tmp_path / "corpus"))
+    out = tmp_path / "cut.json"
+    with pytest.raises(DocumentError, match="topk"):
+        skills.main(["--gate", "compile", "--budget", "2", "--lineages", str(lineages), "--library", library,
+                     "--out", str(out)])
+    document = json.loads(out.read_text())
+    assert document["partial"] == {"only": [], "complete": False, "note": skills.PARTIAL_NOTE}
+    [softmax] = document["workloads"]
+    assert softmax["lineage"] == SOFTMAX and list(softmax["strategies"]) == [s.value for s in Strategy]
+    assert all(r.get("evaluations") == 2 for s, r in softmax["strategies"].items() if s != "no_library")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no temp file is left behind"
+
+
+def test_merging_the_parts_gives_the_whole_run(lineages, runs, tmp_path):
+    full = json.loads(runs["full"].read_text())
+    merged = merge(lineages, tmp_path / "merged.json", runs["b"], runs["a"])
+    assert merged["workloads"] == full["workloads"]
+    for key in ("roundtrip_min_vs_expert", "vs_unconditioned_geomean", "admission_rate"):
+        assert merged[key] == full[key]
+    assert merged["not_run"] == [] and "partial" not in merged
+    facts = merged["provenance"]
+    assert [p["file"] for p in facts["parts"]] == [str(runs["b"]), str(runs["a"])]
+    assert facts["parts"][1]["partial"]["only"] == ["row_softmax", "topk:library"]
+    assert (facts["gpu"], facts["budget"], facts["gate"]) == ("none", 2, "compile")
+    assert merge(lineages, tmp_path / "twice.json", runs["a"], runs["a"], runs["b"])["workloads"] == \
+        full["workloads"], "a row in two parts, identical, is no conflict"
+
+
+def test_merge_computes_the_comparisons_again_from_the_rows(lineages, runs, tmp_path):
+    a, b = (json.loads(runs[n].read_text()) for n in ("a", "b"))
+    for part, host in ((a, "H200 (lane 0)"), (b, "H200 (lane 1)")):
+        part["provenance"].update(gate="gpu", gpu=host)
+    speedups = {(SOFTMAX, "library"): 1.5, (SOFTMAX, "unconditioned_random"): 1.2,
+                (SOFTMAX, "unconditioned_greedy"): 1.0, (TOPK, "library"): 2.0,
+                (TOPK, "unconditioned_random"): 1.0, (TOPK, "unconditioned_greedy"): 1.6}
+    for part in (a, b):
+        for row in part["workloads"]:
+            for strategy, result in row["strategies"].items():
+                if (row["lineage"], strategy) in speedups:
+                    result["speedup"] = speedups[row["lineage"], strategy]
+    for row, ratio in zip(a["workloads"], (1.1, 0.9)):  # what the library part measured against the expert
+        row["vs_expert"], row["vs_expert_reason"] = ratio, ""
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, part in zip(paths, (a, b)):
+        path.write_text(json.dumps(part))
+    merged = merge(lineages, tmp_path / "merged.json", *paths)
+    assert [(w["vs_expert"], w["vs_unconditioned"]) for w in merged["workloads"]] == [(1.1, 1.25), (0.9, 1.25)]
+    assert merged["roundtrip_min_vs_expert"] == {"value": 0.9, "reason": ""}
+    assert merged["vs_unconditioned_geomean"]["value"] == pytest.approx(1.25)
+    assert merged["provenance"]["gpu"] == "mixed: H200 (lane 0) (a.json); H200 (lane 1) (b.json)"
+    assert merged["provenance"]["driver"] == "unknown", "what the parts agree on is kept"
+
+
+def test_a_workload_no_part_ran_makes_the_summaries_unknown(lineages, runs, tmp_path):
+    merged = merge(lineages, tmp_path / "merged.json", runs["b"])
+    assert merged["not_run"] == [{"lineage": SOFTMAX, "strategies": [s.value for s in Strategy]},
+                                 {"lineage": TOPK, "strategies": ["library"]}]
+    for key in ("roundtrip_min_vs_expert", "vs_unconditioned_geomean"):
+        assert merged[key]["value"] is None and SOFTMAX in merged[key]["reason"]
+        assert "unknown is not a number" in merged[key]["reason"]
+    [topk] = merged["workloads"]
+    assert topk["vs_expert_reason"] == "the library strategy did not run"
+
+
+def test_merge_refuses_parts_that_do_not_fit(lineages, runs, tmp_path, capsys):
+    a = json.loads(runs["a"].read_text())
+    a["workloads"][1]["strategies"]["library"]["evaluations"] = 3
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(a))
+    argv = ["--lineages", str(lineages), "--out", str(tmp_path / "m.json"), "--merge"]
+    err = refused(capsys, [*argv, str(runs["a"]), str(other)])
+    assert f"{TOPK} library: both {runs['a']} and {other} ran it" in err
+    b = json.loads(runs["b"].read_text())
+    b["provenance"]["budget"] = 3
+    other.write_text(json.dumps(b))
+    err = refused(capsys, [*argv, str(runs["a"]), str(other)])
+    assert f"the parts differ in budget: {runs['a']}: 2; {other}: 3" in err
+    shutil.copy(config.corpus_dir() / "library" / "library.json", tmp_path / "lib.json")
+    err = refused(capsys, [*argv, str(runs["a"]), "--library", str(tmp_path / "lib.json")])
+    assert f"the parts ran with library corpus/library/library.json, --library gives {tmp_path / 'lib.json'}" in err
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_the_gpu_session_stage_runs_a_part(gate_cache, tmp_path):
+    """The skills:SPEC stage's own function and command line, with python3 a shim that turns its GPU
+    gate into the compile gate (no GPU here) and notes the arguments it was given."""
+    script = REPO / "bench" / "gpu_session.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    functions = text[text.index("walk() {"):text.index('if [ "${1:-}" = --lanes ]')]
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    (shims / "python3").write_text(
+        f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "{tmp_path}/argv"\nargs=(); prev=""\n'
+        f'for a in "$@"; do [ "$prev" = --gate ] && a=compile; args+=("$a"); prev=$a; done\n'
+        f'exec "{sys.executable}" "${{args[@]}}"\n')
+    (shims / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
+           "SKILLS_BUDGET": "2"}
+    done = subprocess.run(["bash", "-c", functions + "\nstage skills:topk:library@300"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "=== skills:topk:library" in done.stdout and "limit 300 s" in done.stdout
+    argv = (tmp_path / "argv").read_text().split("\n")
+    assert argv[:6] == ["bench/skills_eval.py", "--gate", "gpu", "--record", "--only", "topk:library"]
+    assert argv[argv.index("--budget") + 1] == "2"
+    document = json.loads((tmp_path / "out" / "results" / "skills-topk-library.json").read_text())
+    assert document["partial"]["complete"] and [list(w["strategies"]) for w in document["workloads"]] == [["library"]]
+    [topk] = document["workloads"]  # the bundled corpus: its GPU walk of topk
+    assert topk["operator"] == "topk" and topk["lineage_gate"] == "gpu"
+    assert [p.name for p in (tmp_path / "out" / "results" / "skills-docs").iterdir()] == [
+        f"{topk['lineage'].replace('@', '-').replace(':', '-')}-library.json"]
