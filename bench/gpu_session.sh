@@ -4,14 +4,17 @@
 #   bash bench/gpu_session.sh COMMIT STAGE...                     stages in order, on GPU 0
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
-# Stages: smoke, suite, example, adversarial, cost, gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu, walk:KERNEL (a recorded GPU walk,
-# prefetched from the kernel's committed dry walk), sweep:NAME (bench/sweeps/NAME.toml), admit (a library
-# built from corpus/lineages, or $ADMIT_FROM to resume, admission trials on the GPU: $OUT/library.json, written
-# after every card), skills:SPEC (bench/skills_eval.py --only SPEC on the GPU gate, recorded, budget
-# $SKILLS_BUDGET: $OUT/results/skills-SPEC.json, ':' as '-', rewritten after every strategy, and the optimization
-# documents in $OUT/results/skills-docs; SPEC is OPERATOR, EXPERT or either :STRATEGY, comma-separated; join the
-# lanes' parts with skills_eval.py --merge), or PROBLEM:KERNEL (a gate run, recorded).
-# multigpu needs PostgreSQL and Redis there: the pgserver wheel in .whl and redis-server in .hostbin (carried).
+# Stages: smoke, suite, example, adversarial, cost, gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu,
+# walk:KERNEL (a recorded GPU walk, prefetched from the kernel's committed dry walk), sweep:NAME
+# (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume, admission
+# trials on the GPU, $ADMIT_JOBS trial kernels' correctness side by side: $OUT/library.json, written after every
+# card), skills:SPEC (bench/skills_eval.py --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET,
+# $SKILLS_JOBS candidates' correctness side by side: $OUT/results/skills-SPEC.json with ':' as '-', rewritten
+# after every strategy, and the optimization documents in $OUT/results/skills-docs; SPEC is OPERATOR, EXPERT or
+# either :STRATEGY, comma-separated; join the lanes' parts with skills_eval.py --merge), or PROBLEM:KERNEL (a
+# gate run, recorded).
+# multigpu needs PostgreSQL and Redis there: the pgserver wheel (keep .whl-web's wheels in .whl for that call) and
+# redis-server in .hostbin (carried).
 set -u
 commit=${1:-unknown}; shift || true
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -52,11 +55,12 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     admit) if [ -n "${ADMIT_FROM:-}" ]; then cp "$ADMIT_FROM" "$OUT/library.json"  # resume a library an earlier run cut short
       else python3 -m klineage library build --out "$OUT/library.json" --note "built on the GPU host from corpus/lineages"; fi
       # the budget stops starting cards a margin before the timeout, so that it never kills a card halfway
-      timeout "${ADMIT_TIMEOUT:-300}" python3 -m klineage library admit --library "$OUT/library.json" --gate gpu \
-        --limit "${ADMIT_LIMIT:-2}" --budget-s "$(( ${ADMIT_TIMEOUT:-300} - ${ADMIT_MARGIN:-30} ))" ;;
+      local admit_s=${limit:-${ADMIT_TIMEOUT:-300}}
+      timeout "$admit_s" python3 -m klineage library admit --library "$OUT/library.json" --gate gpu \
+        --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" ;;
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
       timeout "${limit:-${SKILLS_TIMEOUT:-540}}" python3 bench/skills_eval.py --gate gpu --record --only "$spec" \
-        --budget "${SKILLS_BUDGET:-12}" --out "$OUT/results/skills-${spec//:/-}.json" \
+        --budget "${SKILLS_BUDGET:-12}" --jobs "${SKILLS_JOBS:-6}" --out "$OUT/results/skills-${spec//:/-}.json" \
         --documents "$OUT/results/skills-docs" ;;
     *:*) timeout "${limit:-${GATE_TIMEOUT:-200}}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;
     *) echo "unknown stage $1" ;;

@@ -177,7 +177,8 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
             try:
                 result = optimize(problem, naive, strategy=strategy, budget=args.budget, gate_mode=mode,
                                   library=library if strategy.uses_library else None, rewriter=rewriter,
-                                  seed=args.seed, statuses=args.statuses, lineages=index, record=args.record)
+                                  seed=args.seed, statuses=args.statuses, lineages=index, record=args.record,
+                                  jobs=args.jobs)
             except KLineageError as exc:
                 row["strategies"][strategy.value] = {"error": str(exc)}
             else:
@@ -377,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lineages", default=str(config.corpus_dir() / "lineages"), help="folder of lineage JSON")
     parser.add_argument("--documents", help="also write every optimization document into this folder")
     parser.add_argument("--out", default=str(config.REPO_ROOT / "bench" / "results" / "skills.json"))
+    parser.add_argument("--jobs", type=int, default=1, help="GPU gate: candidates whose correctness is judged "
+                                                             "side by side before each is timed alone")
     parser.add_argument("--record", action="store_true",
                         help="GPU gate: keep every verdict used in the recorded store (KLINEAGE_RECORDED_DIR), "
                              "so that replay serves this run")

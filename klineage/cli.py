@@ -94,7 +94,8 @@ def _gate(args: argparse.Namespace) -> int:
 def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progress) -> None:
     from klineage.gate.pipeline import default_cache
     from klineage.report import console
-    from klineage.walk.prefetch import guessed_states, prefetch
+    from klineage.gate.prefetch import prefetch
+    from klineage.walk.prefetch import guessed_states
     from klineage.walk.walker import DEFAULT_POLICY
 
     if mode is not GateMode.GPU:

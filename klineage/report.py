@@ -24,6 +24,9 @@ def table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     console.print(grid)
 
 
+LOGGED_STAGES = ("walk", "prefetch", "optimize", "admit")  # what a log (not a terminal) is told
+
+
 @contextmanager
 def progress_display(enabled: bool = True) -> Iterator[Callable[[str, str], None]]:
     """A spinner naming the current stage and what it is doing, with the elapsed time."""
@@ -31,6 +34,14 @@ def progress_display(enabled: bool = True) -> Iterator[Callable[[str, str], None
         yield lambda stage, message: None
         return
     started = time.monotonic()
+    if not console.is_terminal:  # a log file: one line per step of the top-level work, not a spinner
+        def line(stage: str, message: str) -> None:
+            if stage in LOGGED_STAGES:
+                console.print(f"[{time.monotonic() - started:7.1f} s] {stage}: {message}", markup=False,
+                              highlight=False, soft_wrap=True)
+
+        yield line
+        return
     with console.status("starting") as status:
         def update(stage: str, message: str) -> None:
             status.update(f"[bold]{stage}[/bold] {message}  [dim]{time.monotonic() - started:5.1f} s[/dim]")

@@ -11,7 +11,8 @@ from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
 from klineage.lineage import ForwardStatus, Termination
-from klineage.walk.prefetch import guessed_states, prefetch
+from klineage.gate.prefetch import prefetch
+from klineage.walk.prefetch import guessed_states
 from klineage.walk.walker import DEFAULT_POLICY, walk
 
 pytestmark = pytest.mark.gpu

@@ -13,7 +13,8 @@ from klineage.errors import KLineageError
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Status, Verdict
-from klineage.walk.prefetch import Prefetched, guessed_states, prefetch
+from klineage.gate.prefetch import Prefetched, prefetch
+from klineage.walk.prefetch import guessed_states
 from klineage.walk.walker import DEFAULT_POLICY
 
 SOFTMAX = corpus.problem_path("row_softmax")

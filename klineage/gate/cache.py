@@ -92,6 +92,10 @@ class GateCache:
             data = verdict.to_dict()
             data["provenance"] = {k: v for k, v in data["provenance"].items() if k != "served_from"}
             self.recorded.put(key, Verdict.from_dict(data))
+        twin = verdict.provenance.get("correctness_from")
+        found = self.lookup(twin) if twin else None
+        if found is not None:  # the untimed verdict whose correctness this one reports goes with it
+            self.keep(found[0])
 
     def store(self, key: str, verdict: Verdict, record: bool = False) -> None:
         if self.local is not None:

@@ -3,6 +3,7 @@ and turn what happened (a timeout, a flood, a dead process, a sanitizer report) 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -220,12 +221,17 @@ def gpu_name() -> str:
     explicit = os.environ.get("KLINEAGE_GPU_NAME", "").strip()
     if explicit:
         return explicit
+    return _smi_gpu_name(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0")
+
+
+@functools.cache
+def _smi_gpu_name(visible: str) -> str:
+    """Asked once per process and device: every gate call needs it, and nvidia-smi can take seconds."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         raise KLineageError("no GPU here (nvidia-smi not found): use --compile-only, or --gate replay for recorded verdicts")
     import subprocess
 
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
     args = [smi, "--query-gpu=name", "--format=csv,noheader"] + (["-i", visible] if visible.isdigit() else [])
     done = subprocess.run(args, capture_output=True, text=True, timeout=30)
     names = [line.strip() for line in done.stdout.splitlines() if line.strip()]

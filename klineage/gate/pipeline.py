@@ -99,9 +99,12 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
                 policy=policy.to_dict(),
                 domain={"supports": kernel.plan.supports, "reason": kernel.plan.supports_reason, "skipped": skipped})
 
-    def finish(status: Status, findings: list[Finding] = (), store: bool = True, **stages: Any) -> Verdict:
+    def finish(status: Status, findings: list[Finding] = (), store: bool = True, twin: str = "",
+               **stages: Any) -> Verdict:
         provenance = {"origin": "measured", "key": key, "key_parts": parts, "git_commit": git_commit(),
                       "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        if twin:  # correctness and sanitizers were judged by this untimed verdict of the same kernel
+            provenance["correctness_from"] = twin
         verdict = Verdict(status=status, findings=tuple(findings), timings=timings, provenance=provenance,
                           **base, **stages)
         if store:
@@ -148,8 +151,14 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
         if not against_compiled.ok:
             raise KLineageError(f"the baseline kernel '{against.name}' does not compile")
         contenders.append(_contender("baseline", against, against_compiled, probe, [timing_case], device))
-    request = {"mode": "run", "problem": str(problem_path), "cases": judged, "seeds": list(range(policy.seeds)),
-               "timing_case": timing_case, "kernels": [c.spec for c in contenders]}
+    twin = _judged_twin(cache, policy, parts) if timing_case and not record else None
+    if twin is not None and twin.status is Status.REJECTED:
+        return finish(Status.REJECTED, list(twin.findings), twin=twin.provenance["key"], **stages,
+                      correctness=twin.correctness, sanitizer=twin.sanitizer)
+    # With a passed twin only the timing runs (and re-checks the timing case once on the way).
+    request = {"mode": "run", "problem": str(problem_path), "cases": [timing_case] if twin else judged,
+               "seeds": [0] if twin else list(range(policy.seeds)), "timing_case": timing_case,
+               "kernels": [c.spec for c in contenders]}
     cubins = {c.role: c.compiled.cubin_bytes(c.state.plan.arch) for c in contenders}
     progress("run", f"correctness on {len(judged)} case(s) x {policy.seeds} seeds" +
              (f", timing on {timing_case}" if timing_case else ""))
@@ -164,7 +173,9 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     findings = list(outcome.findings)
     sanitizer: dict[str, Any] = {}
     runs_cleanly = not any(f.reason in (Reason.TIMEOUT, Reason.CRASH, Reason.OUTPUT_FLOOD) for f in findings)
-    if policy.sanitize is Sanitize.ALWAYS and runs_cleanly or policy.sanitize is Sanitize.ON_PASS and not findings:
+    if twin is not None:
+        sanitizer = dict(twin.sanitizer)
+    elif policy.sanitize is Sanitize.ALWAYS and runs_cleanly or policy.sanitize is Sanitize.ON_PASS and not findings:
         small = _smallest(probe, judged)
         for tool in ("memcheck", "racecheck"):
             progress("sanitize", f"{tool} on case {small}")
@@ -181,10 +192,22 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
         outcome.result["profile"]["acceptance"] = {"required": policy.require_ratio,
                                                    "accepted": paired.accepts(policy.require_ratio)}
     status = Status.REJECTED if findings else Status.PASSED
-    return finish(status, findings, **stages, correctness=tuple(outcome.result.get("correctness", [])),
+    correctness = twin.correctness if twin is not None else tuple(outcome.result.get("correctness", []))
+    return finish(status, findings, twin=twin.provenance["key"] if twin else "", **stages, correctness=correctness,
                   profile=outcome.result.get("profile", {}), sanitizer=sanitizer,
                   environment={**outcome.result.get("environment", {}), "toolchain": toolchain_key,
                                "vendor_check": outcome.result.get("vendor_check", [])})
+
+
+def _judged_twin(cache: GateCache, policy: GatePolicy, parts: dict[str, Any]) -> Verdict | None:
+    """The stored verdict of this gate's correctness twin (same kernel, problem, cases, GPU and
+    toolchain, untimed policy), when it judged the kernel (passed or rejected)."""
+    facts = {k: v for k, v in parts.items() if k != "version"}
+    twin_key, _ = verdict_key(**{**facts, "policy": policy.correctness_twin().fingerprint, "against": "none"})
+    found = cache.lookup(twin_key)
+    if found is None or found[0].status not in (Status.PASSED, Status.REJECTED):
+        return None
+    return found[0]
 
 
 class _PlanFailure(Exception):

@@ -74,6 +74,12 @@ class GatePolicy:
     def with_(self, **changes: Any) -> GatePolicy:
         return replace(self, **changes)
 
+    def correctness_twin(self) -> GatePolicy:
+        """The same checks without timing. Correctness and sanitizer findings do not depend on what
+        is timed, so a timed gate reuses its twin's verdict when one exists and runs only the timing;
+        twins of many kernels can be judged side by side (timings cannot)."""
+        return replace(self, timing=False, timing_case="", vendor=False, require_ratio=0.0)
+
 
 QUICK = GatePolicy(seeds=3, timing=False, sanitize=Sanitize.NEVER)
 STRICT = GatePolicy(seeds=3, sanitize=Sanitize.ALWAYS)

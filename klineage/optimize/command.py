@@ -47,6 +47,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     sub.add_argument("--require", type=float, help="paired improvement needed to take a candidate (default 1.01)")
     sub.add_argument("--lookahead", choices=["pairs", "none"], default="pairs",
                      help="pairs (default): when no single candidate is faster, try two in a row as one step")
+    sub.add_argument("--jobs", type=int, default=1,
+                     help="GPU gate: judge the correctness of this many candidates side by side before timing "
+                          "each alone (default 1)")
     sub.add_argument("--out", help="where to write the result (default: var/optimizations/<kernel>-<strategy>-"
                                    "<gate>.json)")
     sub.add_argument("--json", action="store_true", help="print the result document instead of tables")
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         result = optimize(problem, start, strategy=strategy, library=library, budget=args.budget, gate_mode=mode,
                           rewriter=args.rewriter, seed=args.seed, statuses=statuses,
                           required_ratio=args.require if args.require is not None else DEFAULT_REQUIRED_RATIO,
-                          progress=progress, on_event=on_event, lookahead=args.lookahead)
+                          progress=progress, on_event=on_event, lookahead=args.lookahead, jobs=args.jobs)
     out = Path(args.out) if args.out else (config.data_dir() / "optimizations" /
                                            f"{start.name}-{strategy.value}-{mode.value}.json")
     result.save(out)

@@ -28,10 +28,15 @@ Decisions (each one here, in one place):
   planner is asked at each, and each kernel it gives is gated against the best as one composite
   candidate (transform `A+B`); the first paired improvement is taken as one step. Composites cost
   gate calls like any candidate and are bounded by the budget.
+- Prefetch (jobs > 1): a window of the round's next candidates (never more than gate calls left)
+  has its correctness judged side by side first, under the policy's untimed twin; each gate call
+  then reuses that verdict and only times (`GatePolicy.correctness_twin`). Prefetching decides
+  nothing and costs no budget; candidates it judged that the round never reaches cost GPU time only.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -44,6 +49,7 @@ from klineage.documents import choice
 from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import default_cache, run_gate
+from klineage.gate.prefetch import prefetch
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.timing import PairedRatio
 from klineage.gate.verdict import Status, Verdict
@@ -86,7 +92,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
              progress: Progress | None = None, on_event: EventSink | None = None,
              transforms: Sequence[Transform] | None = None, llm: Any = None,
              lineages: Mapping[str, Lineage] | None = None, lookahead: Lookahead = Lookahead.PAIRS,
-             record: bool = False) -> OptimizationResult:
+             record: bool = False, jobs: int = 1) -> OptimizationResult:
     """Optimize `start` on the problem with `strategy`, spending at most `budget` gate calls.
 
     `library` is a `klineage.skills.library.Library`, or the path of one (a library JSON file or a
@@ -97,7 +103,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     budget); `on_event(OptimizationEvent)` hears every attempt and every step, with the best
     speedup so far. `transforms` is the unconditioned strategies' pool (default: the catalog).
     `lineages` (lineage id -> lineage; default: the bundled ones) lend the LIBRARY strategy the
-    anchors its cards' evidence names. `record` (GPU gate) keeps every verdict the run used, measured
+    anchors its cards' evidence names. `jobs` > 1 (GPU gate, rule rewriter) judges the correctness of
+    the next `jobs` candidates side by side before they are gated one at a time (Prefetch, above). `record` (GPU gate) keeps every verdict the run used, measured
     now or served from this machine's cache, in the recorded store, so that replay can serve the run.
     Strategy, rewriter, gate mode and statuses may be given by their values ("library", "compile")."""
     strategy = Strategy.parse(strategy)
@@ -139,7 +146,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
                    lineages=lineages)
     run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
                progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm,
-               choice(Lookahead, lookahead, "lookahead"), record)
+               choice(Lookahead, lookahead, "lookahead"), record, jobs)
     return run.go()
 
 
@@ -174,6 +181,7 @@ class _Run:
     llm: Any
     lookahead: Lookahead
     keep_verdicts: bool = False  # optimize(record=...); `record` names the attempt log
+    jobs: int = 1
     attempts: list[Attempt] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     evaluations: int = 0
@@ -222,7 +230,7 @@ class _Run:
         judged: set[str] = set()
         offered = 0
         faster: list[Attempt] = []
-        candidates = self.plan(parent)
+        candidates = self.ahead(self.plan(parent))
         stop: tuple[Stop, str] | None = None
         while True:
             candidate = self.next_candidate(candidates)
@@ -264,12 +272,33 @@ class _Run:
         except BudgetExhausted as exc:
             return Stop.LLM_BUDGET, str(exc)
 
+    def ahead(self, candidates: Iterator[Candidate]) -> Iterator[Candidate]:
+        """The planner's candidates; with jobs > 1, each window of them has its correctness twins
+        judged side by side first, so that their gate calls below only time. A window never holds
+        more candidates than gate calls are left; the LLM planner is never read ahead (each
+        candidate is a paid model call)."""
+        if self.jobs <= 1 or self.mode is not GateMode.GPU or self.rewriter is RewriterKind.LLM:
+            yield from candidates
+            return
+        while self.evaluations < self.budget:
+            window = list(itertools.islice(candidates, self.jobs))
+            if not window:
+                return
+            fresh = {c.state.fingerprint: c.state for c in window
+                     if c.state is not None and c.state.fingerprint not in self.kernels}
+            if len(fresh) > 1:
+                self.progress("optimize", f"judging the correctness of {len(fresh)} candidates side by side",
+                              self.fraction)
+                prefetch(self.problem, list(fresh.values())[:self.budget - self.evaluations],
+                         self.policy.correctness_twin(), self.cache or default_cache(), jobs=self.jobs)
+            yield from window
+
     def pairs(self, index: int, parent: KernelState, path: set[str], judged: set[str],
               stones: list[Attempt]) -> bool | tuple[Stop, str] | None:
         """Composite candidates on the best few stepping stones; True when one was taken."""
         for stone in sorted(stones, key=lambda a: -a.ratio.overall)[:STEPPING_STONES]:
             first = self.kernels[stone.candidate]
-            candidates = self.plan(first)
+            candidates = self.ahead(self.plan(first))
             while True:
                 candidate = self.next_candidate(candidates)
                 if not isinstance(candidate, Candidate):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -31,12 +31,13 @@ from klineage import config
 from klineage.config import GateMode
 from klineage.errors import KLineageError
 from klineage.gate import execute
-from klineage.gate.pipeline import Progress, run_gate
+from klineage.gate.pipeline import Progress, default_cache, run_gate
+from klineage.gate.prefetch import prefetch
 from klineage.gate.verdict import Verdict
 from klineage.kernel import KernelState
 from klineage.problem import ProblemInfo
-from klineage.skills.admission import (DEFAULT_LIMIT, Gate, GateSetting, Target, TrialOutcome, admit, trial_basis,
-                                       trial_outcome)
+from klineage.skills.admission import (DEFAULT_LIMIT, Gate, GateSetting, Target, TrialOutcome, admit,
+                                       required_ratio, trial_basis, trial_outcome)
 from klineage.skills.card import SkillCard, Trial
 from klineage.skills.library import Library
 from klineage.skills.materialize import apply_everywhere
@@ -98,21 +99,31 @@ def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable
                 save: Callable[[Library], object], *, problems: Mapping[str, ProblemInfo] | None = None,
                 limit: int = DEFAULT_LIMIT, redo: bool = False, deadline: float | None = None,
                 clock: Callable[[], float] = time.monotonic, progress: Progress = lambda stage, message: None,
-                on_card: Callable[[CardRun], None] = lambda run: None) -> tuple[Library, list[CardRun]]:
+                on_card: Callable[[CardRun], None] = lambda run: None, jobs: int = 1) -> tuple[Library, list[CardRun]]:
     """Admit the chosen cards (ids) of the library in its order, `save`-ing the library after each
     card trialled; the library with every card as it ended, and what became of each chosen card
-    (also given to `on_card` as it happens). `gate` must be the gate `setting` names."""
+    (also given to `on_card` as it happens). `gate` must be the gate `setting` names. With `jobs` > 1
+    on the GPU gate, the correctness of the next cards' trial kernels (about `jobs` of them) is
+    judged side by side first (`klineage.gate.prefetch`), so that each trial's gate call only times."""
     if limit < 1:
         raise KLineageError(f"admission needs at least one trial per card, not limit={limit}")
     cards = list(library.cards)
     order = [i for i, card in enumerate(cards) if card.id in chosen]
     runs: list[CardRun] = []
     longest = 0.0
+    found: dict[str, list[Target]] = {}  # card id -> its targets, found once
+
+    def targets_of(card: SkillCard) -> list[Target]:
+        if card.id not in found:
+            found[card.id] = list(targets_for(card))[:limit]
+        return found[card.id]
+
+    ahead = _Ahead(jobs if setting.mode is GateMode.GPU else 1, setting, problem_for, progress)
     for position, i in enumerate(order, 1):
         card = cards[i]
         label = f"[{position}/{len(order)}] {card.short_id} {card.transform}"
         progress("admit", f"{label}: finding held-out targets")
-        targets = list(targets_for(card))[:limit]
+        targets = targets_of(card)
         if not targets:
             run = CardRun(card, CardOutcome.NO_TARGET)
         elif not redo and already_decided(card, targets, setting, problem_for):
@@ -120,8 +131,11 @@ def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable
         elif deadline is not None and clock() + longest >= deadline:
             run = CardRun(card, CardOutcome.LEFT_UNDECIDED)
         else:
-            progress("admit", f"{label}: {len(targets)} trial(s)")
             started = clock()
+            ahead.before(card, targets, ((cards[j], targets_of(cards[j])) for j in order[position:]  # lazy
+                                         if redo or not already_decided(cards[j], targets_of(cards[j]), setting,
+                                                                        problem_for)))
+            progress("admit", f"{label}: {len(targets)} trial(s)")
             card, trials = admit(card, targets, problem_for, gate, problems=problems, limit=limit, setting=setting)
             cards[i] = card
             save(dataclasses.replace(library, cards=tuple(cards)))
@@ -130,3 +144,34 @@ def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable
         runs.append(run)
         on_card(run)
     return dataclasses.replace(library, cards=tuple(cards)), runs
+
+
+@dataclass
+class _Ahead:
+    """Judges trial kernels' correctness twins side by side, a window of cards at a time."""
+
+    jobs: int
+    setting: GateSetting
+    problem_for: Callable[[str], str | Path]
+    progress: Progress
+    done: set[str] = dataclasses.field(default_factory=set)  # card ids whose kernels were prefetched
+
+    def before(self, card: SkillCard, targets: Sequence[Target], later: Iterable[tuple[SkillCard, list[Target]]]) -> None:
+        if self.jobs <= 1 or card.id in self.done:
+            return
+        by_problem: dict[str, dict[str, KernelState]] = {}
+        count = 0
+        for each, its_targets in [(card, list(targets)), *later]:
+            if count >= self.jobs:
+                break
+            self.done.add(each.id)
+            for target in its_targets:
+                applied = apply_everywhere(each, target.state)
+                if applied is not None and required_ratio(each) is not None:
+                    by_problem.setdefault(str(self.problem_for(target.problem)), {})[applied.state.fingerprint] = \
+                        applied.state
+                    count += 1
+        self.progress("admit", f"judging the correctness of {count} trial kernel(s) side by side")
+        for problem, states in by_problem.items():
+            prefetch(problem, states.values(), self.setting.policy.correctness_twin(), default_cache(),
+                     jobs=self.jobs, mode=self.setting.mode)

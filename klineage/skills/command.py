@@ -51,6 +51,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     admit.add_argument("--out", help="where to write the library (default: over the one read)")
     admit.add_argument("--redo", action="store_true",
                        help="trial every chosen card, also those the library already decides on the same evidence")
+    admit.add_argument("--jobs", type=int, default=1,
+                       help="GPU gate: judge the correctness of about this many cards' trial kernels side by side "
+                            "before each trial times alone (default 1)")
     admit.add_argument("--budget-s", type=float, metavar="SECONDS",
                        help="start no card once this many seconds have passed, nor one that would end past them "
                             "(judged by the longest card so far); the rest are left undecided for a re-run")
@@ -174,7 +177,7 @@ def _admit(args: argparse.Namespace) -> int:
             library, chosen, lambda c: held_out_targets(c, lineages, states, args.limit), corpus.problem_path,
             gate_of(setting, progress), setting, lambda partial: save_library(partial, out), problems=problems,
             limit=args.limit, redo=args.redo, deadline=None if args.budget_s is None else started + args.budget_s,
-            progress=progress, on_card=report)
+            progress=progress, on_card=report, jobs=args.jobs)
     save_library(updated, out)
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no card"
     print(f"{summary}; admitted cards {len(library.admitted())} -> {len(updated.admitted())}; written to {out}")

@@ -1,0 +1,70 @@
+"""A timed gate reuses its correctness twin (same kernel, untimed policy): the decision without a GPU.
+
+The GPU half (a passed twin: only the timing runs) is tests/test_gpu_twin.py. Here the GPU gate is
+driven as far as it goes without one: KLINEAGE_GPU_NAME names the GPU, so the gate probes,
+compiles and reads features for real, and a rejected twin must decide the verdict before anything
+would need a GPU (reaching the runner here would fail the test with an error verdict)."""
+
+from __future__ import annotations
+
+import pytest
+
+from klineage import corpus
+from klineage.config import GateMode
+from klineage.gate.cache import GateCache, verdict_key
+from klineage.gate.pipeline import run_gate
+from klineage.gate.policy import GatePolicy, Sanitize
+from klineage.gate.verdict import Finding, Reason, Status, Verdict
+
+SOFTMAX = corpus.problem_path("row_softmax")
+TIMED = GatePolicy(seeds=3, timing=True, vendor=False, sanitize=Sanitize.ON_PASS)
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch) -> GateCache:
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KLINEAGE_GPU_NAME", "NVIDIA H200")
+    return GateCache(tmp_path / "cache", tmp_path / "recorded")
+
+
+def test_the_twin_is_the_same_checks_untimed():
+    twin = TIMED.correctness_twin()
+    assert (twin.timing, twin.vendor, twin.timing_case, twin.require_ratio) == (False, False, "", 0.0)
+    assert (twin.seeds, twin.sanitize, twin.output_cap) == (TIMED.seeds, TIMED.sanitize, TIMED.output_cap)
+    assert twin.fingerprint != TIMED.fingerprint and twin.correctness_twin() == twin
+
+
+def _store_rejected_twin(cache: GateCache, kernel) -> Verdict:
+    """The twin's verdict as the GPU would have stored it for a kernel wrong on one case: the
+    compile-only verdict of the same kernel (real probe, compile, features) with that finding."""
+    compiled = run_gate(SOFTMAX, kernel, mode=GateMode.COMPILE_ONLY, cache=cache, policy=TIMED.correctness_twin())
+    parts = {k: v for k, v in compiled.provenance["key_parts"].items() if k != "version"}
+    key, parts = verdict_key(**{**parts, "gpu": "NVIDIA H200", "mode": GateMode.GPU.value})
+    data = compiled.to_dict()
+    data.update(status="rejected", provenance={**data["provenance"], "key": key, "key_parts": parts},
+                findings=[Finding(Reason.INCORRECT, "correctness", "rel L2 0.5 on case odd", "odd").to_dict()],
+                correctness=[{"case": "odd", "kernel": "candidate", "seeds": [], "passed": False}])
+    twin = Verdict.from_dict(data)
+    cache.local.put(key, twin)
+    return twin
+
+
+def test_a_rejected_twin_decides_the_timed_gate_without_running_it(cache):
+    kernel, parent = corpus.kernel_entry("row_softmax/naive").load(), corpus.kernel_entry("row_softmax/warp_vec4").load()
+    twin = _store_rejected_twin(cache, kernel)
+    verdict = run_gate(SOFTMAX, kernel, against=parent, mode=GateMode.GPU, cache=cache, policy=TIMED)
+    assert verdict.status is Status.REJECTED and verdict.reason is Reason.INCORRECT
+    assert verdict.provenance["correctness_from"] == twin.provenance["key"]
+    assert verdict.correctness == twin.correctness and "run" not in verdict.timings
+    # The composed verdict is stored under the timed key: asked again, it is served.
+    again = run_gate(SOFTMAX, kernel, against=parent, mode=GateMode.GPU, cache=cache, policy=TIMED)
+    assert again.provenance["served_from"] == "cache"
+
+
+def test_keeping_a_verdict_keeps_the_twin_it_reports(cache):
+    kernel, parent = corpus.kernel_entry("row_softmax/naive").load(), corpus.kernel_entry("row_softmax/warp_vec4").load()
+    twin = _store_rejected_twin(cache, kernel)
+    verdict = run_gate(SOFTMAX, kernel, against=parent, mode=GateMode.GPU, cache=cache, policy=TIMED)
+    cache.keep(verdict)
+    assert cache.recorded.get(verdict.provenance["key"]) is not None
+    assert cache.recorded.get(twin.provenance["key"]) is not None
