@@ -31,10 +31,9 @@ def recorded_verdicts(folder: Path) -> list[dict]:
 
 
 def newest_timed(verdicts: list[dict], of_kernel) -> dict | None:
-    """The newest verdict with a vendor ratio (no baseline kernel) whose kernel {name, fingerprint}
-    `of_kernel` accepts."""
+    """The newest verdict with a vendor ratio whose kernel {name, fingerprint} `of_kernel` accepts
+    (a baseline kernel may have been timed beside them: the ratio is still candidate vs vendor, paired)."""
     timed = [v for v in verdicts if of_kernel(v["kernel"])
-             and v["provenance"]["key_parts"].get("against") == "none"
              and ((v.get("profile") or {}).get("ratios") or {}).get("vs_vendor")]
     return max(timed, key=lambda v: v["provenance"]["created"], default=None)
 
@@ -54,6 +53,7 @@ def row(name: str, verdict: dict) -> dict:
         "roofline_fraction": profile["roofline"]["fraction"]["candidate"],
         "vendor_roofline_fraction": profile["roofline"]["fraction"]["vendor"],
         "cases_checked": verdict["provenance"]["key_parts"]["cases"],
+        "baseline_timed_beside": verdict["provenance"]["key_parts"].get("against", "none"),
         "target": target, "meets_target": None if target is None else ratio["overall"] >= target,
         "verdict_key": verdict["provenance"]["key"], "measured_at": verdict["provenance"]["created"],
         "measured_commit": verdict["provenance"].get("git_commit"), "gpu": env.get("gpu"),

@@ -3,10 +3,8 @@ real nvcc, and variants that fail becoming rows."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +13,10 @@ from klineage import corpus
 from klineage.errors import DocumentError
 from klineage.kernel import parse_constants
 
+from bench_tools import bench_script
+
 REPO = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("carrier_sweep", REPO / "bench" / "carrier_sweep.py")
-sweep_tool = importlib.util.module_from_spec(_spec)
-sys.modules["carrier_sweep"] = sweep_tool
-_spec.loader.exec_module(sweep_tool)
+sweep_tool = bench_script("carrier_sweep")
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
                                 reason="needs nvcc")

@@ -602,15 +602,9 @@ def test_a_shared_window_off_256_bytes_breaks_the_xor_step(emulators):
 
 def sweep_variants():
     """The variants of bench/sweeps/fmha_r32.toml, built by the carrier sweep's own transforms."""
-    import importlib.util
-    import sys
+    from bench_tools import bench_script
 
-    spec = importlib.util.spec_from_file_location("carrier_sweep", ROOT / "bench" / "carrier_sweep.py")
-    tool = sys.modules.get("carrier_sweep")
-    if tool is None:
-        tool = importlib.util.module_from_spec(spec)
-        sys.modules["carrier_sweep"] = tool
-        spec.loader.exec_module(tool)
+    tool = bench_script("carrier_sweep")
     sweep = tool.load_sweep(ROOT / "bench" / "sweeps" / "fmha_r32.toml")
     assert sweep.expert.fingerprint == kernel().fingerprint and sweep.variants[0].is_expert
     return sweep, tool
