@@ -1,11 +1,14 @@
 """Retrieval over cards induced from the committed dry walk of row_softmax/warp_vec4 (and variants
 of them with other scopes, requirements, conflicts, preconditions and effects), on real kernels:
 the bundled naive row softmax, its expert, and the tiny softmax under tests/fixtures/materialize/,
-with the real row_softmax and gemm problems' cases."""
+with the real row_softmax and gemm problems' cases; the gain tiers also on cards of the bundled
+library (corpus/library/library.json) as measured on the H200."""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import statistics
 from pathlib import Path
 
 import pytest
@@ -15,13 +18,15 @@ from klineage.errors import DocumentError
 from klineage.features.feature import Feature
 from klineage.kernel import load_kernel
 from klineage.lineage import Lineage
+from klineage.optimize.result import DEFAULT_REQUIRED_RATIO
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Scope
 from klineage.skills.induction import induce
-from klineage.skills.library import problem_infos
+from klineage.skills.library import load_library, problem_infos
 from klineage.skills.retrieval import retrieve, state_features
 
 ROOT = Path(__file__).resolve().parents[1]
 DRY = ROOT / "corpus" / "lineages" / "row_softmax_warp_vec4.dry.json"
+BUNDLED = ROOT / "corpus" / "library" / "library.json"
 TINY = ROOT / "tests" / "fixtures" / "materialize" / "tiny_softmax"
 ANY = (CardStatus.CANDIDATE, CardStatus.ADMITTED, CardStatus.RETIRED)
 
@@ -59,6 +64,10 @@ def effect(ratio: float) -> Effect:
 
 def ids(matches):
     return [m.card.id for m in matches]
+
+
+def median_gain(card):
+    return statistics.median(e.ratio for e in card.effects)
 
 
 def test_state_features_name_loci_by_role():
@@ -124,13 +133,64 @@ def test_ranking_operator_then_shape_then_gain(cards, problems):
                        problems=problems)
     assert ids(matches) == [gained.id, same.id, family.id, other.id]
     reasons = {m.card.id: m.reasons for m in matches}
-    assert "gain 1.30x" in reasons[gained.id] and "no measured gain (untimed)" in reasons[same.id]
+    assert "measured gain 1.30x" in reasons[gained.id] and "untimed" in reasons[same.id]
     assert "same dtype family (float32)" in reasons[family.id] and "other operator (topk)" in reasons[other.id]
     assert any(r.startswith("headline 1x the size") for r in reasons[same.id])
     assert any(r.startswith("headline ") and "size" in r for r in reasons[family.id])  # gemm's headline, compared
     assert not any("size" in r for r in reasons[other.id])  # topk's problem was not given
     by_score = [m.score for m in matches]
     assert by_score == sorted(by_score, reverse=True)
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return {card.short_id: card for card in load_library(BUNDLED).cards}
+
+
+def test_a_measured_gain_outranks_a_same_operator_card_within_noise(bundled, cards, problems):
+    """The H200 case: row_softmax's noise-level restrict card (operator term 10) used to outrank
+    another operator's real gain (gain term <= 1); now the gain tier sorts first: gaining, then
+    untimed, then neutral (kept, as a stepping stone)."""
+    neutral, gaining = bundled["3dd63cc969e4"], bundled["8b17846092fa"]  # restrict; sync_copies (cp.async)
+    untimed = cards["launch_bounds"]  # the dry walk's: same operator, nothing timed
+    assert "row_softmax" in neutral.scope.operators and "row_softmax" not in gaining.scope.operators
+    assert 1.0 < median_gain(neutral) < DEFAULT_REQUIRED_RATIO <= median_gain(gaining)
+    assert not untimed.effects and "row_softmax" in untimed.scope.operators
+    found = [neutral, untimed, gaining]
+    matches = retrieve(tiny(), problems["row_softmax"], found, statuses=ANY, problems=problems)
+    assert ids(matches) == [gaining.id, untimed.id, neutral.id]
+    score = {m.card.id: m.score for m in matches}
+    assert score[neutral.id] > score[untimed.id] > score[gaining.id]  # the score alone says the opposite
+    reasons = {m.card.id: m.reasons for m in matches}
+    assert "measured gain 1.17x" in reasons[gaining.id] and "untimed" in reasons[untimed.id]
+    assert "within noise: 1.002x, a stepping stone" in reasons[neutral.id]
+    for order in itertools.permutations(found):  # the input order does not matter
+        assert ids(retrieve(tiny(), problems["row_softmax"], order, statuses=ANY, problems=problems)) == ids(matches)
+    assert ids(retrieve(tiny(), problems["row_softmax"], found, statuses=ANY, limit=2)) == [gaining.id, untimed.id]
+
+
+def test_gain_tier_threshold_is_the_loops_required_ratio(cards, problems):
+    base = cards["launch_bounds"]
+    at = variant(base, effects=(effect(DEFAULT_REQUIRED_RATIO),),
+                 scope=dataclasses.replace(base.scope, platform="sm89"))
+    below = variant(base, effects=(effect(1.009),), scope=dataclasses.replace(base.scope, platform="sm90a"))
+    slower = variant(base, effects=(effect(0.9),), scope=dataclasses.replace(base.scope, platform="sm100"))
+    matches = retrieve(tiny(), problems["row_softmax"], [slower, below, base, at], statuses=ANY)
+    assert ids(matches) == [at.id, base.id, below.id, slower.id]
+    reasons = {m.card.id: m.reasons for m in matches}
+    assert "measured gain 1.01x" in reasons[at.id] and "within noise: 1.009x, a stepping stone" in reasons[below.id]
+    assert "measured slower: 0.900x, a stepping stone" in reasons[slower.id]
+
+
+def test_ties_within_a_tier_go_by_id(bundled, cards, problems):
+    neutral = bundled["3dd63cc969e4"]
+    twin = variant(neutral, scope=dataclasses.replace(neutral.scope, platform="sm90a"))  # same score, other id
+    gaining = variant(neutral, effects=(effect(1.3),), scope=dataclasses.replace(neutral.scope, platform="sm100"))
+    untimed = cards["launch_bounds"]
+    for order in itertools.permutations([twin, untimed, neutral, gaining]):
+        matches = retrieve(tiny(), problems["row_softmax"], order, statuses=ANY)
+        assert matches[2].score == matches[3].score > matches[1].score
+        assert ids(matches) == [gaining.id, untimed.id, *sorted([neutral.id, twin.id])]
 
 
 def test_ties_go_by_id_and_limit_cuts(cards, problems):

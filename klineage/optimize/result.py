@@ -32,11 +32,12 @@ from klineage.gate.timing import PairedRatio
 from klineage.kernel import KernelState
 from klineage.lineage import Assurance, ProblemRef, VerdictSummary
 from klineage.optimize.strategies import RewriterKind, Strategy
-from klineage.skills.card import CardStatus
+from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus
 from klineage.transforms.base import Anchor
 
 OPTIMIZATION_VERSION = 1
-DEFAULT_REQUIRED_RATIO = 1.01  # a candidate must be >= 1.01x as fast as the best, in the median and every trial
+# DEFAULT_REQUIRED_RATIO (1.01, defined in klineage.skills.card, re-exported here): a candidate must be at least
+# that many times as fast as the best, in the median and every trial
 COMPILE_ONLY_NOTE = ("compile-only gate: nothing ran and nothing was timed, so no candidate can be shown to improve "
                      "on the best (unknown fails); candidates are recorded as untimed and none is accepted")
 

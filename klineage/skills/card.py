@@ -33,6 +33,11 @@ from klineage.fingerprint import document_text, parse_document
 
 CARD_VERSION = 1
 SHORT_ID = 12
+# The paired ratio a step must reach to count as faster: the optimize loop takes a candidate only at
+# >= this over the best (median and every trial), and retrieval calls a card gaining when the median of
+# its effects reaches it. Defined here, not in klineage.optimize.result, because klineage.optimize
+# imports klineage.skills (retrieval importing optimize would close an import cycle).
+DEFAULT_REQUIRED_RATIO = 1.01
 
 
 class CardStatus(str, Enum):

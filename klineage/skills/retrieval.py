@@ -9,7 +9,16 @@ travel. A card that provides nothing visible at role level (its step added the m
 more site of a function that already had it, e.g. one more `__restrict__` parameter) is kept
 only where its transform finds a forward site in the state.
 
-Ranking, one score with the terms in this order of weight:
+Ranking: by gain tier first, then by score. The tier compares the median paired ratio of the
+card's effects with DEFAULT_REQUIRED_RATIO (1.01x, what the optimize loop needs to take a step):
+- gaining: measured, >= 1.01x;
+- untimed: no effects (compile-only or dry lineages): gain unknown, so after measured gains and
+  before measured no-gains;
+- neutral: measured, < 1.01x (noise or slower). It cannot make a paired improvement on its own,
+  yet by score alone a same-operator one (operator term 10) outranks another operator's 11x card
+  (gain term <= 1) and spends the loop's gate evaluations; it is ranked last, not dropped, since
+  the loop's pair lookahead may still combine it with another card.
+Within a tier, one score with the terms in this order of weight:
 1. operator similarity: the problem's operator among the card's (1), else a dtype shared with
    the card's scope (1/2), else 0;
 2. shape proximity: 1 / (1 + |log2(target size / nearest source size)|), sizes being the
@@ -17,7 +26,7 @@ Ranking, one score with the terms in this order of weight:
    source problem's headline), known when `problems` holds the card's source problem; else 0;
 3. measured gain: log2 of the median paired ratio of the card's effects (1.0 when untimed),
    clamped to [-1, 1].
-Ties go by card id, so the order is deterministic.
+Ties go by card id, so the order is deterministic: the sort key is (tier, -score, id).
 
 Source features only: a plain kernel state has no SASS until it is compiled, so a card whose
 requires name a SASS-only feature is not retrieved here.
@@ -30,13 +39,14 @@ import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 
 from klineage.errors import DocumentError, ExpressionError
 from klineage.features.feature import Feature
 from klineage.features.source import FILE_LOCUS, source_features
 from klineage.kernel import KernelState
 from klineage.problem import ProblemInfo
-from klineage.skills.card import CardStatus, SkillCard
+from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus, SkillCard
 from klineage.skills.induction import DEVICE_ROLE, KERNEL_ROLE
 from klineage.skills.predicates import case_facts
 from klineage.transforms import catalog
@@ -50,7 +60,7 @@ DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16"
 class Match:
     card: SkillCard
     score: float
-    reasons: tuple[str, ...]  # readable, e.g. "requires present", "same operator", "gain 1.12x"
+    reasons: tuple[str, ...]  # readable, e.g. "requires present", "same operator", "measured gain 1.12x"
 
     def __post_init__(self) -> None:
         if not isinstance(self.card, SkillCard):
@@ -130,6 +140,26 @@ def _gain(card: SkillCard) -> float:
     return statistics.median(e.ratio for e in card.effects) if card.effects else 1.0
 
 
+class Tier(IntEnum):
+    """A card's gain tier, best first: retrieval sorts by it before the score."""
+
+    GAINING = 0  # measured, median effect ratio >= DEFAULT_REQUIRED_RATIO
+    UNTIMED = 1  # no effects: gain unknown
+    NEUTRAL = 2  # measured, median effect ratio < DEFAULT_REQUIRED_RATIO: a stepping stone at best
+
+
+def gain_tier(card: SkillCard) -> tuple[Tier, str]:
+    """The card's tier and a readable reason for it."""
+    if not card.effects:
+        return Tier.UNTIMED, "untimed"
+    gain = _gain(card)
+    if gain >= DEFAULT_REQUIRED_RATIO:
+        return Tier.GAINING, f"measured gain {gain:.2f}x"
+    if gain > 1.0 / DEFAULT_REQUIRED_RATIO:
+        return Tier.NEUTRAL, f"within noise: {gain:.3f}x, a stepping stone"
+    return Tier.NEUTRAL, f"measured slower: {gain:.3f}x, a stepping stone"
+
+
 def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *, limit: int = 10,
              statuses: tuple[CardStatus, ...] = (CardStatus.ADMITTED,),
              problems: Mapping[str, ProblemInfo] | None = None) -> list[Match]:
@@ -140,7 +170,7 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
     present = state_features(state)
     known = catalog()  # a card of a transform outside the catalog has no mechanical forward sites
     mine = _dtypes(problem)
-    matches = []
+    matches = []  # (tier, match)
     for card in cards:
         if card.status not in statuses or not card.requires <= present or card.conflicts & present:
             continue
@@ -167,11 +197,12 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
         proximity, shape = _proximity(card, problem, problems or {})
         if shape:
             reasons.append(shape)
-        gain = _gain(card)
-        reasons.append(f"gain {gain:.2f}x" if card.effects else "no measured gain (untimed)")
+        tier, why = gain_tier(card)
+        reasons.append(why)
         if sites:
             reasons.append(f"{len(sites)} forward site(s)")
-        score = OPERATOR_WEIGHT * similarity + SHAPE_WEIGHT * proximity + max(-1.0, min(1.0, math.log2(gain)))
-        matches.append(Match(card, score, tuple(reasons)))
-    matches.sort(key=lambda m: (-m.score, m.card.id))
-    return matches[:limit]
+        gain = max(-1.0, min(1.0, math.log2(_gain(card))))
+        score = OPERATOR_WEIGHT * similarity + SHAPE_WEIGHT * proximity + gain
+        matches.append((tier, Match(card, score, tuple(reasons))))
+    matches.sort(key=lambda tm: (tm[0], -tm[1].score, tm[1].card.id))
+    return [m for _, m in matches[:limit]]
