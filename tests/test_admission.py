@@ -51,15 +51,15 @@ def tiny_target() -> Target:
 
 
 def compile_gate(cache):
-    def gate(problem_path, kernel, against):
+    def gate(problem_path, kernel, against, case=""):
         return run_gate(problem_path, kernel, against=against, mode=GateMode.COMPILE_ONLY, cache=cache)
     return gate
 
 
 def timed_gate(cache, ratio: float | None, status: Status = Status.PASSED):
     """The real compile-only verdict, given the outcome and paired ratio a GPU gate would report."""
-    def gate(problem_path, kernel, against):
-        verdict = compile_gate(cache)(problem_path, kernel, against)
+    def gate(problem_path, kernel, against, case=""):
+        verdict = compile_gate(cache)(problem_path, kernel, against, case)
         profile = {"ratios": {"vs_baseline": {"overall": ratio, "per_trial": [ratio] * 3}}} if ratio else {}
         findings = (Finding(Reason.INCORRECT, "correctness", "case ragged: 12 elements differ", "ragged"),) \
             if status is Status.REJECTED else ()
@@ -105,7 +105,7 @@ def test_compile_only_trials_are_inconclusive_and_admit_nothing(cards, gate_cach
 def test_a_replay_miss_is_inconclusive(cards, tmp_path):
     empty = GateCache(tmp_path / "cache", tmp_path / "recorded")
 
-    def replay(problem_path, kernel, against):
+    def replay(problem_path, kernel, against, case=""):
         return run_gate(problem_path, kernel, against=against, mode=GateMode.REPLAY, cache=empty)
 
     _, [trial] = admit(with_effect(cards["restrict"], 1.1), [tiny_target()], corpus.problem_path, replay)
@@ -142,7 +142,7 @@ def test_without_a_declared_effect_the_trial_is_inconclusive_and_costs_no_gate(c
     assert required_ratio(cards["unroll"]) is None  # a dry walk's card: nothing was timed
     gated = []
 
-    def gate(problem_path, kernel, against):
+    def gate(problem_path, kernel, against, case=""):
         gated.append(kernel)
         raise AssertionError("a trial that cannot admit must not spend a gate evaluation")
 
@@ -169,3 +169,36 @@ def test_limits_and_records(cards, gate_cache):
         trial_outcome(Trial("f" * 64, False, None, "maybe: something"))
     with pytest.raises(DocumentError, match="target.name"):
         Target("", "row_softmax", load_kernel(TINY))
+
+
+def test_held_out_cases_come_after_the_other_targets_and_avoid_measured_cases(cards, lineages):
+    card = with_effect(cards["restrict"], 1.1)  # measured on row_softmax's headline
+    problems = problem_infos({"row_softmax", "topk"})
+    softmax = problems["row_softmax"]
+    without = held_out_targets(card, lineages, {}, limit=50)
+    with_cases = held_out_targets(card, lineages, {}, limit=50, problems=problems)
+    assert with_cases[:len(without)] == without and len(with_cases) > len(without)
+    walk = lineages[0]
+    for target in with_cases[len(without):]:
+        step = int(target.name.split("@")[-1].split(" ")[0])
+        assert target.state == walk.states[step].kernel  # the child of one of the card's transitions
+        assert target.anchors == (walk.transitions[step - 1].anchor,)
+        assert target.case in {c.name for c in softmax.cases} - {"headline", softmax.headline}
+        assert target.name.endswith(f"on case {target.case}") and target.to_dict()["case"] == target.case
+    # Every evidence transition is measured only on the headline: the largest other case is held out.
+    sizes = {c.name: softmax.roofline[c.name]["bytes"] for c in softmax.cases if c.name != softmax.headline}
+    assert {t.case for t in with_cases[len(without):]} == {max(sizes, key=sizes.get)}
+
+
+def test_a_held_out_case_trial_is_timed_on_that_case(cards, lineages, gate_cache):
+    card = with_effect(cards["restrict"], 1.1)
+    target = held_out_targets(card, lineages, {}, limit=50, problems=problem_infos({"row_softmax", "topk"}))[-1]
+    asked = []
+
+    def gate(problem_path, kernel, against, case):
+        asked.append(case)
+        return timed_gate(gate_cache, 1.2)(problem_path, kernel, against, case)
+
+    updated, [trial] = admit(card, [target], corpus.problem_path, gate)
+    assert asked == [target.case] and trial_outcome(trial) is TrialOutcome.PASSED
+    assert f"on case {target.case}" in trial.message and updated.status is CardStatus.ADMITTED

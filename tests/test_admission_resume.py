@@ -54,10 +54,14 @@ def world(gate_cache):
     library = load_library(BUNDLED)
     lineages, _ = corpus_lineages()
     states = {entry.name: entry.load() for entry in corpus.list_kernels()}
-    cards, targets = [], {}
+    cards, targets, kernels = [], {}, set()
     for card in library.cards:
         found = held_out_targets(card, lineages, states, 2) if required_ratio(card) else []
-        if found:
+        # Each card's first trial must be a verdict of its own: two cards that make the same kernel
+        # of the same target (two `restrict` cards) would share one recorded outcome.
+        made = (found[0].state.fingerprint, apply_everywhere(card, found[0].state).state.fingerprint) if found else None
+        if found and made not in kernels:
+            kernels.add(made)
             cards.append(card)
             targets[card.id] = found
         if len(cards) == 3:
@@ -84,10 +88,10 @@ def _budgeted(world, path: Path):
     now, seen = [0.0], []
     replay = gate_of(setting_for(GateMode.REPLAY), lambda stage, message: None)
 
-    def gate(problem_path, kernel, against):
+    def gate(problem_path, kernel, against, case=""):
         seen.append(load_library(path))
         now[0] += GATE_SECONDS
-        return replay(problem_path, kernel, against)
+        return replay(problem_path, kernel, against, case)
 
     updated, runs = _admit(world, world.library, path, gate=gate, deadline=120.0, clock=lambda: now[0])
     return updated, runs, seen

@@ -1,13 +1,18 @@
 """Admission: a card becomes `admitted` only after a held-out roundtrip.
 
-Targets (`held_out_targets`) are kernel states outside the card's source lineages: the states of
-other lineages (other experts' walks) and bundled kernels (naive ones included), never a state of
-a source lineage nor of another walk of the same expert. A target qualifies where the card's
-`requires` hold, none of its `conflicts` is present and its transform finds a forward site.
+Targets (`held_out_targets`) are held out from what the card was learnt on. First kernel states
+outside the card's source lineages: the states of other lineages (other experts' walks) and
+bundled kernels (naive ones included), never a state of a source lineage nor of another walk of
+the same expert. Where those are fewer than asked, held-out cases: the child of one of the card's
+source transitions (where its forward applies) timed on a case of that problem none of the
+card's effects was measured on (the largest such case the kernel supports: its regime is nearest
+the headline's), so the card must show its effect on a shape it never saw. A target qualifies
+where the card's `requires` hold, none of its `conflicts` is present and its transform finds a
+forward site.
 
 A trial (`admit`) applies the card at every site of a target (`materialize.apply_everywhere`),
-gates the result against the target (`gate(problem_path, kernel, against)`, passed in so tests
-and dry runs use the compile-only gate), and compares the paired ratio (target time / new time,
+gates the result against the target (`gate(problem_path, kernel, against, case)`, passed in so
+tests and dry runs use the compile-only gate; `case` is the target's held-out case or ""), and compares the paired ratio (target time / new time,
 > 1 faster, as the card's effects are) with what the card declares:
   required = max(DEFAULT_FORWARD_RATIO, min over effects of ratio x (1 - max(spread, NOISE)))
 Outcomes:
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from klineage import devices
 from klineage.config import GateMode
 from klineage.documents import nonblank
 from klineage.errors import DocumentError, KLineageError
@@ -45,15 +51,17 @@ from klineage.gate.verdict import Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
 from klineage.problem import ProblemInfo
-from klineage.skills.card import CardStatus, SkillCard, Trial, TrialBasis
+from klineage.skills.card import CardStatus, RefKind, SkillCard, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.materialize import Applied, apply_everywhere
-from klineage.skills.retrieval import precondition_failure, state_features
+from klineage.skills.retrieval import precondition_failure, size_of, state_features
+from klineage.transforms.base import Anchor
 
 NOISE = 0.05  # the least relative spread assumed of a declared effect
 DEFAULT_LIMIT = 3  # targets gated per admission
 
-Gate = Callable[[str | Path, KernelState, KernelState | None], Verdict]
+# gate(problem path, kernel, against, timed case: "" for the headline) -> verdict
+Gate = Callable[[str | Path, KernelState, KernelState | None, str], Verdict]
 
 
 class TrialOutcome(str, Enum):
@@ -64,11 +72,15 @@ class TrialOutcome(str, Enum):
 
 @dataclass(frozen=True)
 class Target:
-    """A held-out kernel state: its name (a bundled kernel's, or `<lineage id>@<step>`), its problem."""
+    """A held-out kernel state: its name (a bundled kernel's, or `<lineage id>@<step>`), its problem,
+    the case a trial times (empty: the problem's headline; else a held-out case) and, for a state of
+    a source lineage, the anchor of the card's transition there (a site no finder may place afresh)."""
 
     name: str
     problem: str
     state: KernelState
+    case: str = ""
+    anchors: tuple[Anchor, ...] = ()  # sites to apply the card at besides those its transform finds
 
     def __post_init__(self) -> None:
         for key in ("name", "problem"):
@@ -77,7 +89,8 @@ class Target:
             raise DocumentError("target.state", f"must be a KernelState, not {self.state!r}")
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "problem": self.problem, "fingerprint": self.state.fingerprint}
+        return {"name": self.name, "problem": self.problem, "fingerprint": self.state.fingerprint,
+                **({"case": self.case} if self.case else {})}
 
 
 @dataclass(frozen=True)
@@ -102,9 +115,14 @@ def card_digest(card: SkillCard) -> str:
 def trial_basis(card: SkillCard, target: Target, applied: Applied | None, setting: GateSetting,
                 problem_for: Callable[[str], str | Path]) -> TrialBasis:
     """The basis of a trial of the card on the target (`applied`: the card applied there, or None)."""
-    return TrialBasis(setting.mode.value, setting.gpu, setting.policy.fingerprint,
+    return TrialBasis(setting.mode.value, setting.gpu, trial_policy(setting.policy, target.case).fingerprint,
                       problem_fingerprint(Path(problem_for(target.problem))), card_digest(card),
                       applied.state.fingerprint if applied else "")
+
+
+def trial_policy(policy: GatePolicy, case: str) -> GatePolicy:
+    """The gate policy of a trial timed on `case` (a target's held-out case; "" for the headline)."""
+    return policy.with_(timing_case=case) if case else policy
 
 
 def trial_outcome(trial: Trial) -> TrialOutcome:
@@ -123,16 +141,23 @@ def _features(state: KernelState) -> frozenset[Feature]:
     return state_features(state)
 
 
-def _qualifies(card: SkillCard, state: KernelState) -> bool:
-    present = _features(state)
-    return card.requires <= present and not card.conflicts & present and apply_everywhere(card, state) is not None
+def applied_to(card: SkillCard, target: Target) -> Applied | None:
+    """The card applied at every site of the target (its transform's and the target's anchors)."""
+    return apply_everywhere(card, target.state, target.anchors)
+
+
+def _qualifies(card: SkillCard, target: Target) -> bool:
+    present = _features(target.state)
+    return card.requires <= present and not card.conflicts & present and applied_to(card, target) is not None
 
 
 def held_out_targets(card: SkillCard, lineages: Sequence[Lineage], corpus_states: Mapping[str, KernelState],
-                     limit: int | None = None) -> list[Target]:
+                     limit: int | None = None, problems: Mapping[str, ProblemInfo] | None = None) -> list[Target]:
     """Qualifying states outside the card's source lineages: bundled kernels first (by name), then
-    the other lineages' states, simplest first; each fingerprint once; the first `limit` of them
-    when given (a trial uses no more, and checking that a state qualifies costs a materialization)."""
+    the other lineages' states, simplest first; each fingerprint once; then, when `problems`
+    (operator -> ProblemInfo) is given, held-out cases of the card's source transitions; the first
+    `limit` of them when given (a trial uses no more, and checking that a state qualifies costs a
+    materialization)."""
     sources = {ref.lineage for ref in card.evidence}
     source_lineages = [lin for lin in lineages if lineage_id(lin) in sources]
     experts = {lin.expert.fingerprint for lin in source_lineages}
@@ -148,10 +173,40 @@ def held_out_targets(card: SkillCard, lineages: Sequence[Lineage], corpus_states
         if target.state.fingerprint in seen:
             continue
         seen.add(target.state.fingerprint)
-        if _qualifies(card, target.state):
+        if _qualifies(card, target):
+            targets.append(target)
+            if len(targets) == limit:
+                return targets
+    for target in _held_out_cases(card, source_lineages, problems or {}):
+        if _qualifies(card, target):
             targets.append(target)
             if len(targets) == limit:
                 break
+    return targets
+
+
+def _held_out_cases(card: SkillCard, source_lineages: Sequence[Lineage],
+                    problems: Mapping[str, ProblemInfo]) -> list[Target]:
+    """The children of the card's source transitions, each on the largest case of its problem that
+    none of the card's effects was measured on and that the kernel supports."""
+    measured = {(e.operator, e.case) for e in card.effects}
+    by_id = {lineage_id(lin): lin for lin in source_lineages}
+    targets, seen = [], set()
+    for ref in sorted(card.evidence):
+        lineage = by_id.get(ref.lineage)
+        info = problems.get(lineage.problem.operator) if lineage is not None else None
+        if info is None or ref.kind is not RefKind.TRANSITION or ref.index + 1 >= len(lineage.states):
+            continue
+        child = lineage.states[ref.index + 1].kernel
+        facts = {**child.constants, **devices.DEFAULT.facts()}
+        held = [c for c in info.cases if (info.operator, c.name) not in measured and c.name != info.headline
+                and child.plan.supports_case(c.params, facts) and size_of(info, c.name)]
+        if not held or child.fingerprint in seen:
+            continue
+        seen.add(child.fingerprint)
+        case = max(held, key=lambda c: (size_of(info, c.name), c.name)).name
+        targets.append(Target(f"{ref.lineage}@{ref.index + 1} on case {case}", info.operator, child, case,
+                              (lineage.transitions[ref.index].anchor,)))
     return targets
 
 
@@ -165,7 +220,7 @@ def required_ratio(card: SkillCard) -> float | None:
 
 def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | Path], gate: Gate,
            problems: Mapping[str, ProblemInfo] | None, setting: GateSetting | None) -> Trial:
-    applied = apply_everywhere(card, target.state)
+    applied = applied_to(card, target)
     basis = trial_basis(card, target, applied, setting, problem_for) if setting else None
 
     def record(outcome: TrialOutcome, message: str, ratio: float | None = None) -> Trial:
@@ -183,7 +238,7 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
         return record(TrialOutcome.INCONCLUSIVE, "no forward site applies")
     where = f"{len(applied.anchors)} site(s) -> {applied.state.fingerprint[:12]}"
     try:
-        verdict = gate(problem_for(target.problem), applied.state, target.state)
+        verdict = gate(problem_for(target.problem), applied.state, target.state, target.case)
     except KLineageError as exc:
         return record(TrialOutcome.INCONCLUSIVE, f"{where}; the gate could not judge it: {exc}")
     if verdict.status is Status.REJECTED:

@@ -36,11 +36,10 @@ from klineage.gate.prefetch import prefetch
 from klineage.gate.verdict import Verdict
 from klineage.kernel import KernelState
 from klineage.problem import ProblemInfo
-from klineage.skills.admission import (DEFAULT_LIMIT, Gate, GateSetting, Target, TrialOutcome, admit,
-                                       required_ratio, trial_basis, trial_outcome)
+from klineage.skills.admission import (DEFAULT_LIMIT, Gate, GateSetting, Target, TrialOutcome, admit, applied_to,
+                                       required_ratio, trial_basis, trial_outcome, trial_policy)
 from klineage.skills.card import SkillCard, Trial
 from klineage.skills.library import Library
-from klineage.skills.materialize import apply_everywhere
 from klineage.walk.walker import DEFAULT_POLICY
 
 # The walk's correctness gate (every case x 3 seeds, sanitizers on a pass) plus paired timing
@@ -74,9 +73,9 @@ def setting_for(mode: GateMode) -> GateSetting:
 
 def gate_of(setting: GateSetting, progress: Progress) -> Gate:
     """The real gate the setting names, reporting its stages to `progress`."""
-    def gate(problem_path: str | Path, kernel: KernelState, against: KernelState | None) -> Verdict:
-        return run_gate(problem_path, kernel, against=against, policy=setting.policy, mode=setting.mode,
-                        progress=progress)
+    def gate(problem_path: str | Path, kernel: KernelState, against: KernelState | None, case: str) -> Verdict:
+        return run_gate(problem_path, kernel, against=against, policy=trial_policy(setting.policy, case),
+                        mode=setting.mode, progress=progress)
     return gate
 
 
@@ -86,7 +85,7 @@ def already_decided(card: SkillCard, targets: Sequence[Target], setting: GateSet
     logged = {(t.state, t.basis): t for t in card.verification_log if t.basis is not None}  # the latest wins
     outcomes = set()
     for target in targets:
-        basis = trial_basis(card, target, apply_everywhere(card, target.state), setting, problem_for)
+        basis = trial_basis(card, target, applied_to(card, target), setting, problem_for)
         trial = logged.get((target.state.fingerprint, basis))
         if trial is None:
             return False
@@ -166,7 +165,7 @@ class _Ahead:
                 break
             self.done.add(each.id)
             for target in its_targets:
-                applied = apply_everywhere(each, target.state)
+                applied = applied_to(each, target)
                 if applied is not None and required_ratio(each) is not None:
                     by_problem.setdefault(str(self.problem_for(target.problem)), {})[applied.state.fingerprint] = \
                         applied.state

@@ -115,20 +115,21 @@ def precondition_failure(card: SkillCard, problem: ProblemInfo) -> str:
     return ""
 
 
-def _size(problem: ProblemInfo, case: str) -> float | None:
+def size_of(problem: ProblemInfo, case: str) -> float | None:
+    """The case's size: the roofline's minimum bytes (None when the problem does not say)."""
     value = problem.roofline.get(case, {}).get("bytes")
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
 def _proximity(card: SkillCard, problem: ProblemInfo, problems: Mapping[str, ProblemInfo]) -> tuple[float, str]:
-    target = _size(problem, problem.headline)
+    target = size_of(problem, problem.headline)
     sources = []
     for operator in card.scope.operators:
         known = problems.get(operator)
         if known is None:
             continue
         cases = [e.case for e in card.effects if e.operator == operator] or [known.headline]
-        sources += [s for s in (_size(known, c) for c in cases) if s]
+        sources += [s for s in (size_of(known, c) for c in cases) if s]
     if target is None or not sources:
         return 0.0, ""
     nearest = min(sources, key=lambda s: abs(math.log2(target / s)))
