@@ -150,7 +150,7 @@ def test_cli_admit_logs_every_trial_and_admits_nothing_without_timing(tmp_path, 
     monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("KLINEAGE_GATE", raising=False)
     bundled = load_library(BUNDLED)
-    card = next(c for c in bundled.cards if c.status is CardStatus.ADMITTED and c.transform == "unroll")
+    card = next(c for c in bundled.cards if c.status is CardStatus.ADMITTED)
     out = tmp_path / "admitted.json"
     assert main(["library", "admit", "--library", str(BUNDLED), "--gate", "compile", "--card", card.short_id,
                  "--limit", "1", "--out", str(out)]) == 0
@@ -164,3 +164,25 @@ def test_cli_admit_logs_every_trial_and_admits_nothing_without_timing(tmp_path, 
     assert [c.verification_log for c in after.cards if c.id != card.id] == \
         [c.verification_log for c in bundled.cards if c.id != card.id]
     assert "under the compile gate" in after.provenance["admission"]
+
+
+def test_a_rebuild_keeps_the_trials_of_unchanged_cards_only(tmp_path, capsys):
+    """The bundled library is the corpus's lineages rebuilt with the trials of the H200-admitted
+    library (bench/results/skills-parts/library.json) carried over where a card is unchanged."""
+    from klineage.skills.admission import card_digest, carry_trials
+
+    admitted_on_gpu = load_library(ROOT / "bench" / "results" / "skills-parts" / "library.json")
+    out = tmp_path / "rebuilt.json"
+    assert main(["library", "build", "--keep-trials", str(ROOT / "bench" / "results" / "skills-parts" / "library.json"),
+                 "--out", str(out)]) == 0
+    rebuilt = load_library(out)
+    earlier = {c.id: c for c in admitted_on_gpu.cards}
+    kept = [c for c in rebuilt.cards if c.verification_log]
+    assert f"carried the trials of {len(kept)} unchanged card(s)" in capsys.readouterr().out
+    for card in rebuilt.cards:
+        old = earlier.get(card.id)
+        same = old is not None and bool(old.verification_log) and card_digest(old) == card_digest(card)
+        assert bool(card.verification_log) == same, card.short_id
+        assert card.status is (old.status if same else CardStatus.CANDIDATE)
+    assert load_library(BUNDLED).cards == rebuilt.cards
+    assert carry_trials(rebuilt, admitted_on_gpu)[0].cards == rebuilt.cards  # carrying twice changes nothing

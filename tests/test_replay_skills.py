@@ -1,9 +1,11 @@
 """The skills evaluation measured on the GPU replays from its recorded verdicts, workload for workload.
 
 bench/results/skills-parts/ holds the parts that bench/gpu_session.sh's `skills:` stage wrote on the
-H200 (bench/results/skills.json is their merge). Each complete part is run again here with the replay
-gate and the same settings: every optimization decision, evaluation count and ratio must come out
-as it did on the GPU (replay serves only recorded verdicts; a miss fails the run)."""
+H200 (bench/results/skills.json is their merge) and `library.json`, the library they ran with (the
+bundled one of that commit; the bundled library has been rebuilt since). Each complete part is run
+again here with the replay gate, that library and the same settings: every optimization decision,
+evaluation count and ratio must come out as it did on the GPU (replay serves only recorded
+verdicts; a miss fails the run)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from bench_tools import bench_script
 
 skills_eval = bench_script("skills_eval")
 
-PARTS = sorted((config.REPO_ROOT / "bench" / "results" / "skills-parts").glob("*.json"))
+FOLDER = config.REPO_ROOT / "bench" / "results" / "skills-parts"
+LIBRARY = FOLDER / "library.json"
+PARTS = sorted(p for p in FOLDER.glob("*.json") if p != LIBRARY)
 COMPLETE = [p for p in PARTS if json.loads(p.read_text())["partial"]["complete"]]
 
 
@@ -33,6 +37,6 @@ def test_a_gpu_part_replays_workload_for_workload(part: Path, tmp_path):
     out = tmp_path / "replayed.json"
     assert skills_eval.main(["--gate", "replay", "--only", ",".join(measured["partial"]["only"]),
                              "--budget", str(facts["budget"]), "--seed", str(facts["seed"]),
-                             "--statuses", ",".join(facts["statuses"]), "--library", facts["library"],
+                             "--statuses", ",".join(facts["statuses"]), "--library", str(LIBRARY),
                              "--out", str(out)]) == 0
     assert json.loads(out.read_text())["workloads"] == measured["workloads"]

@@ -53,6 +53,7 @@ from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
 from klineage.problem import ProblemInfo
 from klineage.skills.card import CardStatus, RefKind, SkillCard, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
+from klineage.skills.library import Library
 from klineage.skills.materialize import Applied, apply_everywhere
 from klineage.skills.retrieval import precondition_failure, size_of, state_features
 from klineage.transforms.base import Anchor
@@ -110,6 +111,25 @@ def card_digest(card: SkillCard) -> str:
     """The card's content without its log and status: what a trial judged (its effects set the
     ratio required, its preconditions which trials are fair), though the card's id leaves it out."""
     return sha256_json({k: v for k, v in card.to_dict().items() if k not in ("verification_log", "status")})
+
+
+def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int]:
+    """`rebuilt` with the trials and status of each card of `earlier` whose content is unchanged
+    (same id, same `card_digest`): a trial judged that content, so it still stands. A card whose
+    evidence changed starts again as a candidate. Also the number of cards carried over."""
+    known = {card.id: card for card in earlier.cards}
+    cards, carried = [], 0
+    for card in rebuilt.cards:
+        old = known.get(card.id)
+        if old is not None and old.verification_log and card_digest(old) == card_digest(card):
+            card = dataclasses.replace(card, verification_log=old.verification_log, status=old.status)
+            carried += 1
+        cards.append(card)
+    provenance = dict(rebuilt.provenance)
+    if carried and "admission" in earlier.provenance:
+        provenance["admission"] = (f"{earlier.provenance['admission']}; trials of {carried} unchanged card(s) "
+                                   f"carried over to this build")
+    return dataclasses.replace(rebuilt, cards=tuple(cards), provenance=provenance), carried
 
 
 def trial_basis(card: SkillCard, target: Target, applied: Applied | None, setting: GateSetting,

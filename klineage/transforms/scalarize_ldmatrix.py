@@ -480,7 +480,7 @@ class ScalarizeLdmatrix(Transform):
         opcode = asm.instruction.split(" ", 1)[0]
         operands = f"{{{', '.join(outputs)}}}, [{asm.inputs[0][1]}]"
         # What forward will render from this marker; a statement laid out otherwise is recorded verbatim.
-        canonical = self._canonical(indent, asm.keyword, opcode, marker_groups(operands), asm.clobbers)
+        canonical = self.canonical_asm(indent, asm.keyword, opcode, marker_groups(operands), asm.clobbers)
         verbatim = verbatim_lines(parsed, asm, indent, canonical)
         text = (marker_line(asm, opcode, operands, indent, verbatim) + "\n"
                 + self._scalar_block(state, indent, outputs, asm.inputs[0][1], trans))
@@ -531,19 +531,10 @@ class ScalarizeLdmatrix(Transform):
     # -- forward -----------------------------------------------------------------------------------
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        parsed = cp.parse(state.source)
-        site = asm_site(parsed, "ldmatrix", anchor)
-        if site.marked is None:
-            raise NotApplicable(f"{anchor} already uses ldmatrix")
-        marked = site.marked
-        canonical = self._canonical(indentation(parsed, marked.comment), marked.keyword, marked.opcode,
-                                    marked.groups, marked.clobbers, anchor)
-        text = restored_asm(parsed, marked, canonical)
-        source = splice(parsed, marked.comment.start_byte, marked.block.end_byte, text)
-        return self.rewrite(state, anchor, Direction.FORWARD, source, note=f"restored {marked.opcode}")
+        return restore_marked(self, state, anchor, "ldmatrix", "ldmatrix")
 
     @staticmethod
-    def _canonical(indent: str, keyword: str, opcode: str, groups: list[list[str]], clobbers: tuple[str, ...],
+    def canonical_asm(indent: str, keyword: str, opcode: str, groups: list[list[str]], clobbers: tuple[str, ...],
                    anchor: Anchor | None = None) -> str:
         """The asm statement a marker describes, in the canonical layout (`render_asm`). Backward
         renders it too, to tell whether the marker must also record the statement verbatim."""
@@ -554,6 +545,21 @@ class ScalarizeLdmatrix(Transform):
         count = len(registers)
         template = f"{opcode} {{{', '.join(f'%{i}' for i in range(count))}}}, [%{count}];"
         return render_asm(indent, keyword, template, [f'"=r"({r})' for r in registers], [f'"r"({address})'], clobbers)
+
+
+def restore_marked(transform: Transform, state: KernelState, anchor: Anchor, mnemonic: str, what: str) -> Rewrite:
+    """The forward of a scalarizing transform: the marked block at `anchor` becomes the asm statement
+    its marker describes again (`transform.canonical_asm` renders it; the verbatim record wins)."""
+    parsed = cp.parse(state.source)
+    site = asm_site(parsed, mnemonic, anchor)
+    if site.marked is None:
+        raise NotApplicable(f"{anchor} already uses {what}")
+    marked = site.marked
+    canonical = transform.canonical_asm(indentation(parsed, marked.comment), marked.keyword, marked.opcode,
+                                     marked.groups, marked.clobbers, anchor)
+    text = restored_asm(parsed, marked, canonical)
+    source = splice(parsed, marked.comment.start_byte, marked.block.end_byte, text)
+    return transform.rewrite(state, anchor, Direction.FORWARD, source, note=f"restored {marked.opcode}")
 
 
 def splice(parsed: cp.ParsedSource, start: int, end: int, text: str) -> str:

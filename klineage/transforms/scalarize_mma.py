@@ -32,7 +32,7 @@ from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
 from klineage.transforms.scalarize_ldmatrix import (FULL_MASK, LINE_WIDTH, asm_anchors, asm_site, check_names,
                                                     indentation, lane_expression, marker_groups, marker_line,
-                                                    operand_groups, read_asm, render_asm, restored_asm, splice,
+                                                    operand_groups, read_asm, render_asm, restore_marked, splice,
                                                     verbatim_lines, wrap)
 
 _OPCODE = re.compile(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.(?P<a>bf16|f16)\.(?P<b>bf16|f16)\.f32")
@@ -111,7 +111,7 @@ class ScalarizeMma(Transform):
         operands = f"{{{', '.join(d)}}}, {{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}}"
         # What forward will render from this marker; a statement laid out otherwise (the conv2d and
         # gdn experts split their template strings elsewhere) is recorded verbatim for forward to restore.
-        canonical = self._canonical(indent, asm.keyword, opcode, marker_groups(operands), asm.clobbers)
+        canonical = self.canonical_asm(indent, asm.keyword, opcode, marker_groups(operands), asm.clobbers)
         verbatim = verbatim_lines(parsed, asm, indent, canonical)
         text = (marker_line(asm, opcode, operands, indent, verbatim) + "\n"
                 + self._scalar_block(state, indent, kind, d, a, b, c))
@@ -171,19 +171,10 @@ class ScalarizeMma(Transform):
     # -- forward -----------------------------------------------------------------------------------
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        parsed = cp.parse(state.source)
-        site = asm_site(parsed, "mma", anchor)
-        if site.marked is None:
-            raise NotApplicable(f"{anchor} already uses mma.sync")
-        marked = site.marked
-        canonical = self._canonical(indentation(parsed, marked.comment), marked.keyword, marked.opcode,
-                                    marked.groups, marked.clobbers, anchor)
-        text = restored_asm(parsed, marked, canonical)
-        source = splice(parsed, marked.comment.start_byte, marked.block.end_byte, text)
-        return self.rewrite(state, anchor, Direction.FORWARD, source, note=f"restored {marked.opcode}")
+        return restore_marked(self, state, anchor, "mma", "mma.sync")
 
     @staticmethod
-    def _canonical(indent: str, keyword: str, opcode: str, groups: list[list[str]], clobbers: tuple[str, ...],
+    def canonical_asm(indent: str, keyword: str, opcode: str, groups: list[list[str]], clobbers: tuple[str, ...],
                    anchor: Anchor | None = None) -> str:
         """The asm statement a marker describes, in the canonical layout (`render_asm`). Backward
         renders it too, to tell whether the marker must also record the statement verbatim."""
