@@ -53,7 +53,8 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     sweep:*) timeout "${limit:-${SWEEP_TIMEOUT:-300}}" python3 bench/carrier_sweep.py "bench/sweeps/${1#sweep:}.toml" \
       --out "$OUT/results/sweep-${1#sweep:}.json" ;;
     admit) if [ -n "${ADMIT_FROM:-}" ]; then cp "$ADMIT_FROM" "$OUT/library.json"  # resume a library an earlier run cut short
-      else python3 -m klineage library build --out "$OUT/library.json" --note "built on the GPU host from corpus/lineages"; fi
+      else python3 -m klineage library build --out "$OUT/library.json" --keep-trials corpus/library/library.json \
+        --note "built on the GPU host from corpus/lineages"; fi  # unchanged cards keep their trials: admit resumes
       # the budget stops starting cards a margin before the timeout, so that it never kills a card halfway
       local admit_s=${limit:-${ADMIT_TIMEOUT:-300}}
       timeout "$admit_s" python3 -m klineage library admit --library "$OUT/library.json" --gate gpu \
