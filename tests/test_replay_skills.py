@@ -1,42 +1,92 @@
-"""The skills evaluation measured on the GPU replays from its recorded verdicts, workload for workload.
+"""The skills evaluation measured on the GPU stands on its recorded verdicts.
 
 bench/results/skills-parts/ holds the parts that bench/gpu_session.sh's `skills:` stage wrote on the
-H200 (bench/results/skills.json is their merge) and `library.json`, the library they ran with (the
-bundled one of that commit; the bundled library has been rebuilt since). Each complete part is run
-again here with the replay gate, that library and the same settings: every optimization decision,
-evaluation count and ratio must come out as it did on the GPU (replay serves only recorded
-verdicts; a miss fails the run)."""
+H200 (bench/results/skills.json is their merge), `library.json` (the library they ran with: the
+bundled one of that commit, rebuilt since) and `docs/`, the optimization documents that came back.
+The planner may change after a measurement (which candidate to try is code); what was measured may
+not. So CI checks every number against the recorded verdicts with the replay gate, without running
+a planner: each document's gated attempts, steps and speedup; each part's strategy rows against
+its documents; and each workload's start gate and library-best-vs-expert ratio, gated again."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
-from klineage import config
-
-from bench_tools import bench_script
-
-skills_eval = bench_script("skills_eval")
+from klineage import config, corpus
+from klineage.config import GateMode
+from klineage.gate.cache import GateCache
+from klineage.gate.pipeline import default_cache, run_gate
+from klineage.gate.verdict import Status
+from klineage.lineage import Lineage, VerdictSummary
+from klineage.optimize import DEFAULT_POLICY, OptimizationResult
+from klineage.optimize.result import AttemptStatus
+from klineage.skills.induction import lineage_id
+from klineage.skills.library import corpus_lineages
 
 FOLDER = config.REPO_ROOT / "bench" / "results" / "skills-parts"
-LIBRARY = FOLDER / "library.json"
-PARTS = sorted(p for p in FOLDER.glob("*.json") if p != LIBRARY)
-COMPLETE = [p for p in PARTS if json.loads(p.read_text())["partial"]["complete"]]
+PARTS = sorted(p for p in FOLDER.glob("skills-*.json"))
+DOCS = sorted((FOLDER / "docs").glob("*.json"))
 
 
-def test_there_are_complete_gpu_parts_to_replay():
-    assert COMPLETE and all(json.loads(p.read_text())["provenance"]["gate"] == "gpu" for p in PARTS)
+def _rows():
+    return [(part.stem, row) for part in PARTS for row in json.loads(part.read_text())["workloads"]]
 
 
-@pytest.mark.parametrize("part", COMPLETE, ids=lambda p: p.stem)
-def test_a_gpu_part_replays_workload_for_workload(part: Path, tmp_path):
-    measured = json.loads(part.read_text())
-    facts = measured["provenance"]
-    out = tmp_path / "replayed.json"
-    assert skills_eval.main(["--gate", "replay", "--only", ",".join(measured["partial"]["only"]),
-                             "--budget", str(facts["budget"]), "--seed", str(facts["seed"]),
-                             "--statuses", ",".join(facts["statuses"]), "--library", str(LIBRARY),
-                             "--out", str(out)]) == 0
-    assert json.loads(out.read_text())["workloads"] == measured["workloads"]
+def _lineage(name: str) -> Lineage:
+    return next(lin for lin in corpus_lineages()[0] if lineage_id(lin) == name)
+
+
+def test_every_part_and_document_was_measured_on_the_gpu():
+    assert PARTS and DOCS
+    assert all(json.loads(p.read_text())["provenance"]["gate"] == "gpu" for p in PARTS)
+    assert all(json.loads(d.read_text())["gate"] == "gpu" for d in DOCS)
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.stem)
+def test_a_document_agrees_with_its_recorded_verdicts(path: Path):
+    result = OptimizationResult.from_dict(json.loads(path.read_text()))  # validates best/speedup/note
+    store: GateCache = default_cache()
+    gated = [a for a in result.attempts if a.key]
+    assert len(gated) + 1 == result.stats.evaluations  # the start kernel's gate call is the first
+    for attempt in gated:
+        found = store.lookup(attempt.key)
+        assert found is not None, f"attempt {attempt.index}: verdict {attempt.key[:12]} is not recorded"
+        verdict = found[0]
+        assert verdict.kernel["fingerprint"] == attempt.candidate
+        assert VerdictSummary.of(verdict) == attempt.verdict
+        ratio = verdict.profile.get("ratios", {}).get("vs_baseline")
+        if attempt.status in (AttemptStatus.FASTER, AttemptStatus.NOT_FASTER) and ratio:
+            assert attempt.ratio.overall == ratio["overall"] and list(attempt.ratio.per_trial) == ratio["per_trial"]
+        assert (verdict.status is Status.PASSED) == (attempt.status in (AttemptStatus.FASTER,
+                                                                        AttemptStatus.NOT_FASTER))
+    assert result.speedup == pytest.approx(math.prod(s.ratio.overall for s in result.steps))
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.stem)
+def test_a_part_reports_what_its_documents_say(path: Path):
+    result = OptimizationResult.from_dict(json.loads(path.read_text()))
+    rows = [row for _, row in _rows() if row["start"]["fingerprint"] == result.start.fingerprint]
+    reported = rows[0]["strategies"][result.strategy.value]
+    assert reported == {"stop": result.stop.value, "message": result.message,
+                        "evaluations": result.stats.evaluations, "wasted": result.stats.wasted,
+                        "steps": [s.transform for s in result.steps], "speedup": result.speedup,
+                        "best": result.best.fingerprint, "llm_usage": result.llm_usage}
+
+
+@pytest.mark.parametrize("row", [r for _, r in _rows()], ids=lambda r: r["lineage"].split("@")[0])
+def test_each_workload_start_and_vs_expert_are_recorded(row):
+    lineage = _lineage(row["lineage"])
+    expert, naive = lineage.states[0].kernel, lineage.states[-1].kernel
+    assert (expert.fingerprint, naive.fingerprint) == (row["expert"]["fingerprint"], row["start"]["fingerprint"])
+    start = run_gate(corpus.problem_path(lineage.problem.operator), naive, policy=DEFAULT_POLICY, mode=GateMode.REPLAY)
+    assert start.status is Status.PASSED
+    # The library's best kernel against the expert (its state may be in no document that came back).
+    best = row["strategies"]["library"]["best"]
+    against = [v for v in map(json.loads, map(Path.read_text, (config.recorded_dir() / "verdicts").glob("*/*.json")))
+               if v["kernel"]["fingerprint"] == best and v["provenance"]["key_parts"]["against"] == expert.fingerprint
+               and v["provenance"]["key_parts"]["policy"] == DEFAULT_POLICY.fingerprint]
+    assert len(against) == 1 and against[0]["profile"]["ratios"]["vs_baseline"]["overall"] == row["vs_expert"]

@@ -119,7 +119,9 @@ def test_a_run_cut_short_keeps_every_workload_that_finished(lineages, gate_cache
     assert document["partial"] == {"only": [], "complete": False, "note": skills.PARTIAL_NOTE}
     [softmax] = document["workloads"]
     assert softmax["lineage"] == SOFTMAX and list(softmax["strategies"]) == [s.value for s in Strategy]
-    assert all(r.get("evaluations") == 2 for s, r in softmax["strategies"].items() if s != "no_library")
+    ran = {s: r for s, r in softmax["strategies"].items() if s != "no_library"}
+    assert all(1 <= r["evaluations"] <= 2 and r["stop"] for r in ran.values())  # a library may run out of cards
+    assert ran["unconditioned_random"]["evaluations"] == ran["unconditioned_greedy"]["evaluations"] == 2
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "no temp file is left behind"
 
 

@@ -7,8 +7,9 @@ the strategies differ only here:
 - LIBRARY: the library's cards, ranked by retrieval (`klineage.skills.retrieval.retrieve`: the
   card's requires/provides/conflicts, preconditions and scope against this kernel and problem),
   each materialized at every site its transform's forward can take, and at the anchors of the
-  card's source transitions; where that gives nothing, the transitions' forward diffs are
-  replayed (`klineage.skills.replay`); or by the LLM rewriter.
+  card's source transitions (with several sites, first at all of them at once); where that gives
+  nothing, the transitions' forward diffs are replayed (`klineage.skills.replay`); or by the LLM
+  rewriter.
 - GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
   preconditions, risks), retrieved and materialized at the transforms' own sites only (no anchors
   to place or diffs to replay): the paper's ablation.
@@ -184,7 +185,8 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
             try:
                 # A mechanical forward at the transform's sites and the evidence's anchors; where it
                 # gives nothing, the recorded forward diffs replayed (vector replay).
-                rewrites = materialize(card, state, evidence_anchors(card, lineages)) or replay(card, state, lineages)
+                anchors = evidence_anchors(card, lineages)
+                rewrites = materialize(card, state, anchors) or replay(card, state, lineages)
             except Exception as exc:  # a broken transform is evidence against the card, not the end of the run
                 yield Candidate(card.transform, card.id, reason=f"materializing failed: {type(exc).__name__}: {exc}",
                                 score=match.score)
@@ -192,10 +194,30 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
             if not rewrites:
                 yield Candidate(card.transform, card.id, reason=f"{card.transform} has no forward site in this kernel",
                                 score=match.score)
-            for rewrite in rewrites:
+            everywhere = _everywhere(card, state, rewrites, anchors)
+            for rewrite in ([everywhere] if everywhere else []) + rewrites:
                 yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, score=match.score)
 
     return plan
+
+
+def _everywhere(card: SkillCard, state: KernelState, rewrites: Sequence[Rewrite],
+                anchors: Sequence[Anchor]) -> Rewrite | None:
+    """With several sites, the card applied at all of them as one candidate, tried before the single
+    sites: a mechanism spread over sites may pay only whole (cp.async needs its commit and its wait),
+    and the loop's pairs chain only two steps. None with one site, or when it is one of `rewrites`."""
+    from klineage.skills.materialize import apply_everywhere
+
+    if len(rewrites) < 2:
+        return None
+    applied = apply_everywhere(card, state, anchors)
+    if applied is None or len(applied.anchors) < 2 or applied.state.fingerprint in {r.state.fingerprint
+                                                                                    for r in rewrites}:
+        return None
+    return Rewrite(card.transform, Direction.FORWARD, applied.anchors[0], applied.state,
+                   removes=tuple(dict.fromkeys(f for r in rewrites for f in r.removes)),
+                   adds=tuple(dict.fromkeys(f for r in rewrites for f in r.adds)),
+                   note=f"at all {len(applied.anchors)} sites: " + ", ".join(map(str, applied.anchors)))
 
 
 def _unconditioned(pool: list[Transform], rewriter: RewriterKind, llm: Any, order: random.Random | None) -> Planner:
