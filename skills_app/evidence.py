@@ -155,11 +155,17 @@ def _skills(e: Evidence, data: dict[str, Any]) -> None:
     for key, label in (("roundtrip_min_vs_expert", "roundtrip"), ("vs_unconditioned_geomean", "vs unconditioned")):
         value = (data.get(key) or {}).get("value")
         parts.append(f"{label} {_num(value, '{:.2f}x')}" if value is not None else f"{label} not measured")
-    e.headline = "; ".join(parts)
-    e.columns = ["measure", "value", "why unknown"]
-    e.rows = [[key.replace("_", " "), _num((data.get(key) or {}).get("value"), "{:.3f}"),
-               (data.get(key) or {}).get("reason", "")]
-              for key in ("admission_rate", "roundtrip_min_vs_expert", "vs_unconditioned_geomean")]
+    missing = len(data.get("not_run") or [])
+    e.headline = "; ".join(parts) + (f" ({missing} workload(s) not fully run)" if missing else "")
+    # One row per workload: what each strategy bought at the same budget (start time / best time).
+    strategies = ("library", "generated_only", "unconditioned_random", "unconditioned_greedy")
+    e.columns = ["workload", "best / expert", *(s.replace("_", " ") for s in strategies), "library wasted"]
+    e.rows = []
+    for row in data.get("workloads") or []:
+        ran = row.get("strategies") or {}
+        e.rows.append([row.get("lineage", "").split("@")[0], _num(row.get("vs_expert"), "{:.3f}"),
+                       *(_num((ran.get(s) or {}).get("speedup"), "{:.2f}x") for s in strategies),
+                       "{wasted}/{evaluations}".format(**ran["library"]) if "wasted" in ran.get("library", {}) else "–"])
 
 
 def _multigpu(e: Evidence, data: dict[str, Any]) -> None:

@@ -31,9 +31,15 @@ def test_committed_results_have_headlines():
         assert f"{row['kernel']['name']} {row['ratio']:.2f}x" in corpus.headline
         assert [row["kernel"]["name"], f"{row['ratio']:.3f}x", f"{row['target']:.2f}x"] in [r[:3] for r in corpus.rows]
 
-    admission = data("skills.json")["admission_rate"]
+    skills = data("skills.json")
+    admission = skills["admission_rate"]
     assert found["skills.json"].headline.startswith(
         f"admission {admission['admitted']}/{admission['cards']} cards ({admission['value']:.0%})")
+    assert len(found["skills.json"].rows) == len(skills["workloads"])
+    for shown, row in zip(found["skills.json"].rows, skills["workloads"]):
+        library = row["strategies"]["library"]
+        assert shown[0] == row["lineage"].split("@")[0] and shown[1] == f"{row['vs_expert']:.3f}"
+        assert shown[2] == f"{library['speedup']:.2f}x" and shown[-1] == f"{library['wasted']}/{library['evaluations']}"
 
     runs = [r for r in data("multigpu.json")["rows"] if isinstance(r.get("efficiency"), float)]
     widest = max(runs, key=lambda r: r["gpus"])
