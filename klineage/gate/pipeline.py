@@ -160,7 +160,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
                "seeds": [0] if twin else list(range(policy.seeds)), "timing_case": timing_case,
                "kernels": [c.spec for c in contenders]}
     cubins = {c.role: c.compiled.cubin_bytes(c.state.plan.arch) for c in contenders}
-    progress("run", f"correctness on {len(judged)} case(s) x {policy.seeds} seeds" +
+    progress("run", f"timing on {timing_case} (correctness from its twin)" if twin else
+             f"correctness on {len(judged)} case(s) x {policy.seeds} seeds" +
              (f", timing on {timing_case}" if timing_case else ""))
     clock = time.monotonic()
     outcome = execute.run_on_gpu(request, cubins, policy, on_progress=lambda e: progress("run", _describe(e)))
@@ -192,7 +193,9 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
         outcome.result["profile"]["acceptance"] = {"required": policy.require_ratio,
                                                    "accepted": paired.accepts(policy.require_ratio)}
     status = Status.REJECTED if findings else Status.PASSED
-    correctness = twin.correctness if twin is not None else tuple(outcome.result.get("correctness", []))
+    correctness = tuple(outcome.result.get("correctness", []))
+    if twin is not None:  # the twin's records, and the timing run's own when it found a fault the twin did not
+        correctness = twin.correctness + (correctness if findings else ())
     return finish(status, findings, twin=twin.provenance["key"] if twin else "", **stages, correctness=correctness,
                   profile=outcome.result.get("profile", {}), sanitizer=sanitizer,
                   environment={**outcome.result.get("environment", {}), "toolchain": toolchain_key,
