@@ -13,12 +13,12 @@ from pathlib import Path
 from klineage.devices import H200
 from klineage.kernel import KernelState, load_kernel
 from klineage.problem import load_problem, tolerance_for
+from corpus_tools import buffer_names
 from cuda_tools import bank_groups, ldmatrix_x4, ptx_a, ptx_b, ptx_c, run_host_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "fmha.py"
 KERNELS = ROOT / "corpus" / "kernels" / "fmha"
-SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90
 
 
 @cache
@@ -32,8 +32,7 @@ def kernel(name: str) -> KernelState:
 
 
 def buffers() -> set[str]:
-    names = set(problem().make_inputs(dict(problem().info.case("small").params), 0, "cpu"))
-    return names | {o.name for o in problem().info.outputs}
+    return buffer_names(problem())
 
 
 def tolerance():

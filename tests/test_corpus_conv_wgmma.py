@@ -47,6 +47,7 @@ from klineage.gate.params import (KernelParameters, check_tensor_map_buffer, pac
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import load_problem, tolerance_for
+from corpus_tools import SMEM_LIMIT
 from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
                         sass_mnemonics, sass_opcodes, sm90a_resources, swizzle_128b)
 
@@ -55,7 +56,6 @@ PROBLEM = ROOT / "corpus" / "problems" / "conv2d.py"
 KERNEL = ROOT / "corpus" / "kernels" / "conv2d" / "implicit_wgmma"
 ENTRY = "conv2d_implicit_wgmma"
 SUPPORTED = {"headline", "odd_hw", "odd_c", "pointwise", "small"}
-SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90
 HALO_BASE = 0x400  # a 1024-aligned shared address for consumer 0's halo slot in the host tables
 
 

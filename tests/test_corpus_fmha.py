@@ -29,7 +29,8 @@ from klineage.gate.correctness import compare
 from klineage.launch import resolve
 from klineage.problem import validate_numerics
 from cuda_tools import ptx_a, ptx_b, ptx_c, sass_opcodes
-from fmha_tools import (SMEM_LIMIT, FlashModel, buffers, check_epilogue, check_kv_fragments, check_loader,
+from corpus_tools import SMEM_LIMIT
+from fmha_tools import (FlashModel, buffers, check_epilogue, check_kv_fragments, check_loader,
                         check_q_fragments, check_score_repack, check_swizzle, check_swizzle_table, env_for,
                         kernel, kernel_helper_tables, problem, tile_reader, tolerance)
 

@@ -50,7 +50,8 @@ from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
                         sass_mnemonics, sm90a_resources, swizzle_128b)
-from fmha_tools import KERNELS, PROBLEM, SMEM_LIMIT, buffers, problem, tolerance
+from corpus_tools import SMEM_LIMIT
+from fmha_tools import KERNELS, PROBLEM, buffers, problem, tolerance
 
 EXPERT = KERNELS / "flash_wgmma"
 ENTRY = "fmha_flash_wgmma"

@@ -39,6 +39,7 @@ from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import Tolerance, load_problem, tolerance_for, validate_numerics
+from corpus_tools import SMEM_LIMIT, buffer_names
 from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, bank_groups, cdiv, count, ldmatrix_x4, ptx_a, ptx_b,
                         ptx_c, ptx_wgmma_d, run_host_harness, sass_mnemonics, sass_opcodes, sm90a_resources,
                         swizzle_128b)
@@ -49,7 +50,6 @@ KERNELS = ROOT / "corpus" / "kernels" / "gemm"
 MMA = ("mma_sync", "mma_sync_any")
 ALL = ("naive", *MMA)
 ENTRIES = {"naive": "gemm_bf16_naive", "mma_sync": "gemm_bf16_mma_sync", "mma_sync_any": "gemm_bf16_mma_sync_any"}
-SMEM_LIMIT = 232448  # bytes of dynamic shared memory a block may opt into on sm_90
 
 
 @cache
@@ -63,8 +63,7 @@ def kernel(name: str) -> KernelState:
 
 
 def buffers() -> set[str]:
-    names = set(problem().make_inputs(dict(problem().info.case("small").params), 0, "cpu"))
-    return names | {o.name for o in problem().info.outputs}
+    return buffer_names(problem())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,6 +27,8 @@ from klineage.optimize.result import AttemptStatus
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import corpus_lineages
 
+from bench_tools import bench_script
+
 FOLDER = config.REPO_ROOT / "bench" / "results" / "skills-parts"
 PARTS = sorted(p for p in FOLDER.glob("skills-*.json"))
 DOCS = sorted((FOLDER / "docs").glob("*.json"))
@@ -70,11 +72,7 @@ def test_a_document_agrees_with_its_recorded_verdicts(path: Path):
 def test_a_part_reports_what_its_documents_say(path: Path):
     result = OptimizationResult.from_dict(json.loads(path.read_text()))
     rows = [row for _, row in _rows() if row["start"]["fingerprint"] == result.start.fingerprint]
-    reported = rows[0]["strategies"][result.strategy.value]
-    assert reported == {"stop": result.stop.value, "message": result.message,
-                        "evaluations": result.stats.evaluations, "wasted": result.stats.wasted,
-                        "steps": [s.transform for s in result.steps], "speedup": result.speedup,
-                        "best": result.best.fingerprint, "llm_usage": result.llm_usage}
+    assert rows[0]["strategies"][result.strategy.value] == bench_script("skills_eval").strategy_row(result)
 
 
 @pytest.mark.parametrize("row", [r for _, r in _rows()], ids=lambda r: r["lineage"].split("@")[0])

@@ -104,8 +104,9 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     speedup so far. `transforms` is the unconditioned strategies' pool (default: the catalog).
     `lineages` (lineage id -> lineage; default: the bundled ones) lend the LIBRARY strategy the
     anchors its cards' evidence names. `jobs` > 1 (GPU gate, rule rewriter) judges the correctness of
-    the next `jobs` candidates side by side before they are gated one at a time (Prefetch, above). `record` (GPU gate) keeps every verdict the run used, measured
-    now or served from this machine's cache, in the recorded store, so that replay can serve the run.
+    the next `jobs` candidates side by side before they are gated one at a time (Prefetch, above).
+    `record` (GPU gate) keeps every verdict the run used, measured now or served from this machine's
+    cache, in the recorded store, so that replay can serve the run.
     Strategy, rewriter, gate mode and statuses may be given by their values ("library", "compile")."""
     strategy = Strategy.parse(strategy)
     rewriter = RewriterKind.parse(rewriter)

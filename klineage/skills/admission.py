@@ -12,16 +12,17 @@ forward site.
 
 A trial (`admit`) applies the card at every site of a target (`materialize.apply_everywhere`),
 gates the result against the target (`gate(problem_path, kernel, against, case)`, passed in so
-tests and dry runs use the compile-only gate; `case` is the target's held-out case or ""), and compares the paired ratio (target time / new time,
-> 1 faster, as the card's effects are) with what the card declares:
+tests and dry runs use the compile-only gate; `case` is the target's held-out case or ""), and
+compares the paired ratio (target time / new time, > 1 faster, as the card's effects are) with
+what the card declares:
   required = max(DEFAULT_FORWARD_RATIO, min over effects of ratio x (1 - max(spread, NOISE)))
 Outcomes:
 - PASSED: a timed passing verdict reaching `required`;
 - FAILED: the gate rejected the kernel, or it passed slower than `required`;
 - INCONCLUSIVE: anything that is no timed judgement: a compile-only verdict, a gate error or
   miss, a passing verdict without a paired ratio, a card that declares no measured effect (a dry
-  lineage's: nothing to reproduce; decided before any gate runs), a precondition failing on one of the target problem's cases
-  (not a fair trial), no site applying. Unknown fails: an inconclusive trial never admits.
+  lineage's: nothing to reproduce; decided before any gate runs), a precondition failing on one of
+  the target problem's cases (not a fair trial), no site applying. Unknown fails: an inconclusive trial never admits.
 Every trial is recorded on the card's `verification_log` as a `card.Trial` (state: the target's
 fingerprint; passed: outcome PASSED; message: starts with the outcome's value, `trial_outcome`
 reads it back; basis: what else the outcome rests on, `trial_basis`, when `admit` is told the

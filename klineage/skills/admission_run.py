@@ -21,6 +21,7 @@ held-out target or already decided cost no gate and are reported as such even th
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -155,12 +156,13 @@ class _Ahead:
     progress: Progress
     done: set[str] = dataclasses.field(default_factory=set)  # card ids whose kernels were prefetched
 
-    def before(self, card: SkillCard, targets: Sequence[Target], later: Iterable[tuple[SkillCard, list[Target]]]) -> None:
+    def before(self, card: SkillCard, targets: Sequence[Target],
+               later: Iterable[tuple[SkillCard, list[Target]]]) -> None:
         if self.jobs <= 1 or card.id in self.done:
             return
         by_problem: dict[str, dict[str, KernelState]] = {}
         count = 0
-        for each, its_targets in [(card, list(targets)), *later]:
+        for each, its_targets in itertools.chain([(card, list(targets))], later):  # lazy: reads no further
             if count >= self.jobs:
                 break
             self.done.add(each.id)
