@@ -6,8 +6,8 @@
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
 # Stages: smoke, suite, example, adversarial, cost, gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu,
 # walk:KERNEL (a recorded GPU walk, prefetched from the kernel's committed dry walk), sweep:NAME
-# (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume, admission
-# trials on the GPU, $ADMIT_JOBS trial kernels' correctness side by side: $OUT/library.json, written after every
+# (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; only the
+# cards $ADMIT_CARDS names when set; admission trials on the GPU, $ADMIT_JOBS trial kernels' correctness side by side: $OUT/library.json, written after every
 # card), skills:SPEC (bench/skills_eval.py --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET,
 # $SKILLS_JOBS candidates' correctness side by side: $OUT/results/skills-SPEC.json with ':' as '-', rewritten
 # after every strategy, and the optimization documents in $OUT/results/skills-docs; SPEC is OPERATOR, EXPERT or
@@ -58,7 +58,8 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       # the budget stops starting cards a margin before the timeout, so that it never kills a card halfway
       local admit_s=${limit:-${ADMIT_TIMEOUT:-300}}
       timeout "$admit_s" python3 -m klineage library admit --library "$OUT/library.json" --gate gpu \
-        --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" ;;
+        --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" \
+        $(for c in ${ADMIT_CARDS:-}; do printf -- '--card %s ' "$c"; done) ;;  # ADMIT_CARDS: card ids or prefixes
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
       timeout "${limit:-${SKILLS_TIMEOUT:-540}}" python3 bench/skills_eval.py --gate gpu --record --only "$spec" \
         --budget "${SKILLS_BUDGET:-12}" --jobs "${SKILLS_JOBS:-6}" --out "$OUT/results/skills-${spec//:/-}.json" \
