@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from klineage import config
 from klineage.config import GateMode
@@ -53,6 +54,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     admit.add_argument("--out", help="where to write the library (default: over the one read)")
     admit.add_argument("--redo", action="store_true",
                        help="trial every chosen card, also those the library already decides on the same evidence")
+    admit.add_argument("--rejudge", action="store_true",
+                       help="run no gate: judge the chosen cards' timed trials again under today's rule, from the "
+                            "paired ratios they recorded")
     admit.add_argument("--jobs", type=int, default=1,
                        help="GPU gate: judge the correctness of about this many cards' trial kernels side by side "
                             "before each trial times alone (default 1)")
@@ -130,6 +134,27 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rejudge(library: Any, chosen: set[str], out: Path) -> int:
+    import dataclasses
+
+    from klineage.skills.admission import rejudge, trial_outcome
+    from klineage.skills.library import save_library
+
+    cards, changed = [], 0
+    for card in library.cards:
+        if card.id in chosen:
+            updated, trials = rejudge(card)
+            for trial in trials:
+                print(f"{card.short_id} {card.transform:20} {trial.ratio:.3f}x -> {trial_outcome(trial).value}; "
+                      f"{card.status.value} -> {updated.status.value}")
+            changed += len(trials)
+            card = updated
+        cards.append(card)
+    save_library(dataclasses.replace(library, cards=tuple(cards)), out)
+    print(f"{changed} trial(s) of {len(chosen)} card(s) judged otherwise now; written to {out}")
+    return 0
+
+
 def _admit(args: argparse.Namespace) -> int:
     import dataclasses
     import datetime as dt
@@ -144,12 +169,14 @@ def _admit(args: argparse.Namespace) -> int:
     started = time.monotonic()  # the budget counts from here: a wrapper's timeout counts loading too
     if args.budget_s is not None and args.budget_s < 0:
         raise KLineageError(f"--budget-s must be 0 or more seconds, not {args.budget_s:g}")
-    mode = config.gate_mode(GateMode(args.gate) if args.gate else None)
-    setting = setting_for(mode)
     source = Path(args.library) if args.library else default_path()
     out = Path(args.out) if args.out else source
     library = _load(str(source))
     chosen = {library.by_id(c).id for c in args.card} or {c.id for c in library.cards}
+    if args.rejudge:
+        return _rejudge(library, chosen, out)
+    mode = config.gate_mode(GateMode(args.gate) if args.gate else None)
+    setting = setting_for(mode)
     lineages, _ = corpus_lineages()
     states = {entry.name: entry.load() for entry in corpus.list_kernels()}
     problems = problem_infos({s.plan.problem for s in states.values()} | {lin.problem.operator for lin in lineages})
