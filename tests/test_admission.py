@@ -24,8 +24,9 @@ from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Finding, Reason, Status
 from klineage.kernel import load_kernel
 from klineage.lineage import Lineage
-from klineage.skills.admission import Target, TrialOutcome, admit, held_out_targets, required_ratio, trial_outcome
-from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial
+from klineage.skills.admission import (Target, TrialOutcome, admit, card_digest, held_out_targets, rejudge,
+                                       required_ratio, trial_outcome)
+from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import problem_infos
 from library_data import dry_cards_by_transform
@@ -114,7 +115,7 @@ def test_a_replay_miss_is_inconclusive(cards, tmp_path):
 
 def test_a_timed_pass_reaching_the_declared_effect_admits(cards, gate_cache):
     card = with_effect(cards["launch_bounds"], 1.2)
-    assert required_ratio(card) == pytest.approx(1.2 * (1 - 0.05))
+    assert required_ratio(card) == pytest.approx((1.2 * (1 - 0.05)) ** 0.5)
     updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 1.18))
     assert trial_outcome(trial) is TrialOutcome.PASSED and trial.passed and trial.ratio == 1.18
     assert updated.status is CardStatus.ADMITTED
@@ -124,11 +125,39 @@ def test_a_timed_pass_reaching_the_declared_effect_admits(cards, gate_cache):
 def test_slower_than_declared_fails_and_retires_an_admitted_card(cards, gate_cache):
     card = with_effect(cards["launch_bounds"], 1.2)
     updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 1.0))
-    assert trial_outcome(trial) is TrialOutcome.FAILED and "below the 1.140x" in trial.message
+    assert trial_outcome(trial) is TrialOutcome.FAILED and "below the 1.068x" in trial.message
     assert updated.status is CardStatus.CANDIDATE
     admitted = dataclasses.replace(card, status=CardStatus.ADMITTED)
     retired, _ = admit(admitted, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 1.0))
     assert retired.status is CardStatus.RETIRED
+
+
+@pytest.mark.parametrize("trial_ratio, outcome", [(7.1, TrialOutcome.PASSED), (3.0, TrialOutcome.FAILED)])
+def test_a_large_gain_must_keep_its_order_of_magnitude_on_another_shape(cards, gate_cache, trial_ratio, outcome):
+    card = with_effect(cards["launch_bounds"], 11.3)  # mma.sync's conv2d headline gain; its pointwise case: 7.1x
+    assert required_ratio(card) == pytest.approx((11.3 * 0.95) ** 0.5)  # 3.28x
+    _, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, trial_ratio))
+    assert trial_outcome(trial) is outcome
+
+
+def test_rejudge_reads_the_recorded_ratios_of_this_content_again(cards):
+    card = with_effect(cards["launch_bounds"], 11.3)
+    ours = TrialBasis("gpu", "NVIDIA H200", "p" * 64, "q" * 64, card_digest(card), "c" * 64)
+    theirs = dataclasses.replace(ours, card="d" * 64)
+    log = (Trial("a" * 64, False, 7.1, "failed: t1: passed at 7.100x, below the 10.735x the card's effects require",
+                 ours),
+           Trial("b" * 64, False, 7.1, "failed: t2: passed at 7.100x, below the 10.735x", theirs),
+           Trial("e" * 64, False, None, "failed: t3: rejected (incorrect): 12 elements differ", ours))
+    updated, changed = rejudge(dataclasses.replace(card, verification_log=log))
+    assert [t.state for t in changed] == ["a" * 64]
+    first, second, third = updated.verification_log
+    assert trial_outcome(first) is TrialOutcome.PASSED and first.passed and first.ratio == 7.1
+    assert "re-judged" in first.message and "first read as failed: t1" in first.message
+    assert (second, third) == log[1:]  # another content's trial, and a rejection: no ratio to read again
+    assert updated.status is CardStatus.CANDIDATE  # the rejection of this content still stands
+    alone, _ = rejudge(dataclasses.replace(card, verification_log=log[:2]))
+    assert alone.status is CardStatus.ADMITTED
+    assert rejudge(alone) == (alone, [])  # judged under today's rule already: nothing changes
 
 
 def test_a_rejected_kernel_fails_the_trial(cards, gate_cache):

@@ -334,6 +334,6 @@ def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
                     f"first read as {trial.message}"))
                 changed.append(trial)
         log.append(trial)
-    timed = [t for t in log if t.ratio is not None and t.basis is not None and t.basis.card == digest]
-    status = _status_after(card.status, timed) if changed else card.status
+    same = [t for t in log if t.basis is not None and t.basis.card == digest]
+    status = _status_after(card.status, same) if changed else card.status
     return dataclasses.replace(card, verification_log=tuple(log), status=status), changed
