@@ -68,8 +68,9 @@ MEASURED_ON = ("gpu", "driver", "cuda", "torch", "toolchain", "git_commit")  # t
 DEFINITIONS = {
     "admission_rate": "admitted cards / cards of a library that went through roundtrip admission",
     "roundtrip_min_vs_expert": "min over workloads of expert time / library-best time (paired)",
-    "vs_unconditioned_geomean": "geomean over workloads of library speedup / the better "
-                                "unconditioned speedup (random or greedy), same budget",
+    "vs_unconditioned_geomean": "geomean over workloads of library speedup / the better unconditioned speedup "
+                                "(random or greedy, of those that ran: each row's vs_unconditioned_over), same "
+                                "budget",
     "speedup": "start time / best time: the product of the accepted steps' paired ratios"}
 
 
@@ -131,20 +132,26 @@ def versus_expert(problem: Path, best: Any, expert: Any, mode: GateMode,
     return float(ratio["overall"]), "", verdict
 
 
+def started(problem: Path, start: Any, mode: GateMode) -> Verdict:
+    """The start kernel's verdict, which the run has just stored: read back, not gated again."""
+    return run_gate(problem, start, policy=DEFAULT_POLICY, mode=mode)
+
+
 def compare(row: dict[str, Any], mode: GateMode, expert: tuple[float | None, str] | None) -> None:
     """Set the row's vs_expert and vs_unconditioned from its strategy rows: one run's, or the merged
     parts'. `expert` is (ratio, reason) of the library's best gated against the expert, as the part
     that ran the library strategy measured it; None when the library strategy did not run."""
     row["vs_expert"], row["vs_expert_reason"] = expert or (None, "the library strategy did not run")
-    needed = (Strategy.LIBRARY, *UNCONDITIONED)
-    absent = [s.value for s in needed if s.value not in row["strategies"]]
-    speedups = [row["strategies"].get(s.value, {}).get("speedup") for s in needed]
-    row["vs_unconditioned"], row["vs_unconditioned_reason"] = None, (
+    ran = [s for s in UNCONDITIONED if s.value in row["strategies"]]
+    speedups = [row["strategies"].get(s.value, {}).get("speedup") for s in (Strategy.LIBRARY, *ran)]
+    row["vs_unconditioned"], row["vs_unconditioned_over"], row["vs_unconditioned_reason"] = None, [], (
         NO_TIMING.format(mode=mode.value) if mode is GateMode.COMPILE_ONLY else
-        f"not run: {', '.join(absent)}" if absent else
+        "not run: library" if Strategy.LIBRARY.value not in row["strategies"] else
+        "not run: " + ", ".join(s.value for s in UNCONDITIONED) if not ran else
         "the library or an unconditioned strategy gave no speedup" if None in speedups else "")
-    if not row["vs_unconditioned_reason"]:
+    if not row["vs_unconditioned_reason"]:  # against the better of the unconditioned strategies that ran
         row["vs_unconditioned"] = speedups[0] / max(speedups[1:])
+        row["vs_unconditioned_over"] = [s.value for s in ran]
 
 
 def strategy_row(result: OptimizationResult) -> dict[str, Any]:
@@ -185,9 +192,11 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
                 if documents is not None:
                     result.save(documents / f"{name.replace('@', '-').replace(':', '-')}-{strategy.value}.json")
                 row["strategies"][strategy.value] = strategy_row(result)
+                verdicts = [started(problem, naive, mode)]  # where it ran, for the provenance of any part
                 if strategy is Strategy.LIBRARY:  # right away: no part has the library's row without this
                     ratio, reason, verdict = versus_expert(problem, result.best, expert, mode, args.record)
-                    measured, verdicts = (ratio, reason), [verdict] if verdict else []
+                    measured = (ratio, reason)
+                    verdicts += [verdict] if verdict else []
         compare(row, mode, measured)
         yield row, verdicts
 
@@ -346,12 +355,13 @@ def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], libra
     not_run = [{"lineage": n, "strategies": [s for s in expected if s not in ran[n]]}
                for n in corpus_ids if any(s not in ran[n] for s in expected)]
     missing = [n for n in corpus_ids if n not in rows]
-    if missing:
-        unknown = {"value": None, "reason": f"{len(missing)} corpus workload(s) ran in no part ({', '.join(missing)}):"
-                                            f" unknown is not a number"}
-        whole = [row for row in merged if all(s in row["strategies"] for s in expected)]
+    if missing or not_run:  # the headline needs every strategy on every workload
+        unknown = {"value": None, "reason": (
+            f"{len(missing)} corpus workload(s) ran in no part ({', '.join(missing)})" if missing else
+            f"{len(not_run)} workload(s) did not run every strategy (not_run)") + ": unknown is not a number"}
+        whole = [row for row in merged if row["vs_expert"] is not None and row["vs_unconditioned"] is not None]
         totals = {"roundtrip_min_vs_expert": unknown, "vs_unconditioned_geomean": unknown,
-                  "measured_subset": {"note": "over the workloads that ran every strategy only: not the headline",
+                  "measured_subset": {"note": "over the workloads where both were measured only: not the headline",
                                       "workloads": [row["lineage"] for row in whole], **summaries(whole)}}
     else:
         totals = summaries(merged)

@@ -166,15 +166,17 @@ def test_cli_admit_logs_every_trial_and_admits_nothing_without_timing(tmp_path, 
     assert "under the compile gate" in after.provenance["admission"]
 
 
+SESSION_5 = ROOT / "bench" / "results" / "skills-parts" / "session-5" / "library.json"
+
+
 def test_a_rebuild_keeps_the_trials_of_unchanged_cards_only(tmp_path, capsys):
-    """The bundled library is the corpus's lineages rebuilt with the trials of the H200-admitted
-    library (bench/results/skills-parts/library.json) carried over where a card is unchanged."""
+    """The corpus's lineages rebuilt with the trials of an older H200-admitted library (session 5's,
+    from before conv2d's re-walk) carried over where a card is unchanged."""
     from klineage.skills.admission import card_digest, carry_trials
 
-    admitted_on_gpu = load_library(ROOT / "bench" / "results" / "skills-parts" / "library.json")
+    admitted_on_gpu = load_library(SESSION_5)
     out = tmp_path / "rebuilt.json"
-    assert main(["library", "build", "--keep-trials", str(ROOT / "bench" / "results" / "skills-parts" / "library.json"),
-                 "--out", str(out)]) == 0
+    assert main(["library", "build", "--keep-trials", str(SESSION_5), "--out", str(out)]) == 0
     rebuilt = load_library(out)
     earlier = {c.id: c for c in admitted_on_gpu.cards}
     kept = [c for c in rebuilt.cards if c.verification_log]
@@ -184,5 +186,21 @@ def test_a_rebuild_keeps_the_trials_of_unchanged_cards_only(tmp_path, capsys):
         same = old is not None and bool(old.verification_log) and card_digest(old) == card_digest(card)
         assert bool(card.verification_log) == same, card.short_id
         assert card.status is (old.status if same else CardStatus.CANDIDATE)
-    assert load_library(BUNDLED).cards == rebuilt.cards
     assert carry_trials(rebuilt, admitted_on_gpu)[0].cards == rebuilt.cards  # carrying twice changes nothing
+
+
+def test_the_bundled_library_is_the_corpus_rebuilt_with_its_own_trials(tmp_path):
+    """The bundled library was built from corpus/lineages and admitted on the H200: rebuilt from
+    the same lineages with its own trials kept, it comes back card for card (no card drifted from
+    its lineages), and each admitted card has a passing trial of its very content."""
+    from klineage.skills.admission import card_digest
+
+    out = tmp_path / "rebuilt.json"
+    assert main(["library", "build", "--keep-trials", str(BUNDLED), "--out", str(out)]) == 0
+    bundled = load_library(BUNDLED)
+    assert load_library(out).cards == bundled.cards
+    admitted = [c for c in bundled.cards if c.status is CardStatus.ADMITTED]
+    assert admitted
+    for card in admitted:
+        assert any(t.passed and t.basis is not None and t.basis.card == card_digest(card) and t.basis.gpu != "none"
+                   for t in card.verification_log), card.short_id

@@ -163,6 +163,20 @@ def test_merge_computes_the_comparisons_again_from_the_rows(lineages, runs, tmp_
     assert merged["vs_unconditioned_geomean"]["value"] == pytest.approx(1.25)
     assert merged["provenance"]["gpu"] == "mixed: H200 (lane 0) (a.json); H200 (lane 1) (b.json)"
     assert merged["provenance"]["driver"] == "unknown", "what the parts agree on is kept"
+    assert [w["vs_unconditioned_over"] for w in merged["workloads"]] == [["unconditioned_random",
+                                                                         "unconditioned_greedy"]] * 2
+    # Without the greedy runs the library is compared with random search alone, and each row says so.
+    for row in b["workloads"]:
+        row["strategies"].pop("unconditioned_greedy", None)
+    paths[1].write_text(json.dumps(b))
+    random_only = merge(lineages, tmp_path / "random_only.json", *paths)
+    topk = random_only["workloads"][1]
+    assert (topk["vs_unconditioned"], topk["vs_unconditioned_over"]) == (2.0, ["unconditioned_random"])
+    assert random_only["not_run"] == [{"lineage": TOPK, "strategies": ["unconditioned_greedy"]}]
+    assert random_only["vs_unconditioned_geomean"]["value"] is None  # the headline needs every strategy
+    subset = random_only["measured_subset"]
+    assert subset["workloads"] == [SOFTMAX, TOPK]
+    assert subset["vs_unconditioned_geomean"]["value"] == pytest.approx((1.25 * 2.0) ** 0.5)
 
 
 def test_a_workload_no_part_ran_makes_the_summaries_unknown(lineages, runs, tmp_path):
@@ -174,7 +188,7 @@ def test_a_workload_no_part_ran_makes_the_summaries_unknown(lineages, runs, tmp_
     for key in ("roundtrip_min_vs_expert", "vs_unconditioned_geomean"):
         assert merged[key]["value"] is None and SOFTMAX in merged[key]["reason"]
         assert "unknown is not a number" in merged[key]["reason"]
-    # topk lacks its library run: no workload ran every strategy, so the labelled subset is empty too.
+    # topk lacks its library run: no workload has both numbers, so the labelled subset is empty too.
     assert merged["measured_subset"]["workloads"] == []
     assert merged["measured_subset"]["roundtrip_min_vs_expert"]["value"] is None
     [topk] = merged["workloads"]
