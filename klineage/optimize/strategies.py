@@ -7,9 +7,10 @@ the strategies differ only here:
 - LIBRARY: the library's cards, ranked by retrieval (`klineage.skills.retrieval.retrieve`: the
   card's requires/provides/conflicts, preconditions and scope against this kernel and problem),
   each materialized at every site its transform's forward can take, and at the anchors of the
-  card's source transitions (with several sites, first at all of them at once); where that gives
-  nothing, the transitions' forward diffs are replayed (`klineage.skills.replay`); or by the LLM
-  rewriter.
+  card's source transitions (with several sites, first at all of them at once; a card that is
+  one mechanism with others, taken apart site by site by the walk, first together with them);
+  where that gives nothing, the transitions' forward diffs are replayed (`klineage.skills.replay`);
+  or by the LLM rewriter.
 - GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
   preconditions, risks), retrieved and materialized at the transforms' own sites only (no anchors
   to place or diffs to replay): the paper's ablation.
@@ -177,15 +178,17 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
 
     def plan(state: KernelState) -> Iterator[Candidate]:
         matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses)
+        joined: set[str] = set()  # cards already offered as part of a whole mechanism
         for match in matches:
             card = match.card
             if rewriter is RewriterKind.LLM:
                 yield _asked(llm, state, card_brief(card), card.transform, card.id, match.score)
                 continue
             try:
+                whole = _whole(card, [m.card for m in matches], state, lineages, joined)
                 # A mechanical forward at the transform's sites and the evidence's anchors; where it
                 # gives nothing, the recorded forward diffs replayed (vector replay).
-                anchors = evidence_anchors(card, lineages)
+                anchors = evidence_anchors(card, lineages, state)
                 rewrites = materialize(card, state, anchors) or replay(card, state, lineages)
             except Exception as exc:  # a broken transform is evidence against the card, not the end of the run
                 yield Candidate(card.transform, card.id, reason=f"materializing failed: {type(exc).__name__}: {exc}",
@@ -195,10 +198,33 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
                 yield Candidate(card.transform, card.id, reason=f"{card.transform} has no forward site in this kernel",
                                 score=match.score)
             everywhere = _everywhere(card, state, rewrites, anchors)
-            for rewrite in ([everywhere] if everywhere else []) + rewrites:
+            for rewrite in [r for r in (whole, everywhere) if r is not None] + rewrites:
                 yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, score=match.score)
 
     return plan
+
+
+def _whole(card: SkillCard, retrieved: Sequence[SkillCard], state: KernelState, lineages: Mapping[str, Lineage],
+           joined: set[str]) -> Rewrite | None:
+    """The card with its companions (`materialize.companions`: one mechanism that the walk took
+    apart site by site) among the retrieved cards, all applied at once, before any of them alone:
+    cp.async's copy alone races and its commit and wait alone do nothing, and the loop's pairs
+    cannot reach past a rejected first half. Offered once per mechanism; None without companions,
+    or when one of them does not apply here."""
+    from klineage.skills.materialize import apply_together, companions
+
+    if card.id in joined:
+        return None
+    group = companions(card, retrieved, lineages)
+    if not group:
+        return None
+    joined.update(c.id for c in group)
+    applied = apply_together(group, state, lineages)
+    if applied is None:
+        return None
+    return Rewrite(card.transform, Direction.FORWARD, applied.anchors[0], applied.state,
+                   note=f"one mechanism of cards {', '.join(c.short_id for c in group)}, at "
+                        f"{len(applied.anchors)} sites: " + ", ".join(map(str, applied.anchors)))
 
 
 def _everywhere(card: SkillCard, state: KernelState, rewrites: Sequence[Rewrite],

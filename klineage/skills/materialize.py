@@ -12,7 +12,9 @@ the state, materializes to nothing, and an LLM must do it.
 
 `materialize` gives one rewrite per site, each of the unchanged state (the unit a walk step
 has); `apply_everywhere` chains them into one kernel with the card applied at every site (the
-unit an optimizer or an admission trial gates). Anchors are stable across the transforms' own
+unit an optimizer or an admission trial gates); `companions` and `apply_together` do the same for
+cards that are one mechanism taken apart site by site (cp.async's copy, commit and wait), which
+pays, or is even correct, only whole. Anchors are stable across the transforms' own
 rewrites (ordinals count sites with and without the mechanism), so the sites found on the
 original state still name the same places after earlier ones were rewritten.
 """
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from klineage.errors import KLineageError
 from klineage.kernel import KernelState
 from klineage.lineage import Lineage
-from klineage.skills.card import RefKind, SkillCard
+from klineage.skills.card import Ref, RefKind, SkillCard
 from klineage.transforms import get
 from klineage.transforms.base import Anchor, NotApplicable, Rewrite, Transform
 
@@ -35,11 +37,17 @@ def forward_sites(transform: Transform, state: KernelState) -> list[Anchor]:
     return transform.forward_sites(state)
 
 
-def evidence_anchors(card: SkillCard, lineages: Mapping[str, Lineage]) -> list[Anchor]:
+def evidence_anchors(card: SkillCard, lineages: Mapping[str, Lineage], state: KernelState | None = None) -> list[Anchor]:
     """The anchors of the card's source transitions, from those of `lineages` (lineage id ->
-    lineage) that are at hand, in evidence order without repeats."""
+    lineage) that are at hand, in evidence order without repeats; with `state`, those of lineages
+    of its problem first. An anchor's snippet may hold the code forward puts back (cp.async's
+    helper), and one site takes the first that applies: GEMM's helper must not come from conv2d's."""
+    def own_problem_first(ref: Ref) -> bool:
+        lineage = lineages.get(ref.lineage)
+        return not (state is not None and lineage is not None and lineage.problem.operator == state.plan.problem)
+
     anchors: list[Anchor] = []
-    for ref in card.evidence:
+    for ref in sorted(card.evidence, key=own_problem_first):
         lineage = lineages.get(ref.lineage)
         if ref.kind is RefKind.TRANSITION and lineage is not None and ref.index < len(lineage.transitions):
             anchor = lineage.transitions[ref.index].anchor
@@ -71,7 +79,7 @@ def materialize(card: SkillCard, state: KernelState, anchors: Sequence[Anchor] =
 class Applied:
     """A card applied at every site of a state: the resulting kernel and the sites, in order."""
 
-    card: str  # the card's id
+    card: str  # the card's id; the ids joined by '+' for cards applied together
     state: KernelState
     anchors: tuple[Anchor, ...]
     notes: tuple[str, ...]
@@ -97,3 +105,45 @@ def apply_everywhere(card: SkillCard, state: KernelState, extra: Sequence[Anchor
     if not anchors:
         return None
     return Applied(card.id, current, tuple(anchors), tuple(notes))
+
+
+def companions(card: SkillCard, others: Sequence[SkillCard], lineages: Mapping[str, Lineage]) -> list[SkillCard]:
+    """The card and those of `others` that are one mechanism with it, in forward order; [] when
+    none is. One mechanism: cards of the same transform with a source transition in one unbroken
+    run of that transform with one of the card's, in a lineage at hand (the walk took the mechanism
+    apart there site by site). Forward order undoes the walk's: its last removal first (cp.async's
+    wait and commit go back before the copy that needs them)."""
+    def step_in_run(other: SkillCard) -> tuple[str, int, int] | None:
+        """(lineage, the card's step, the other's step) of a run both are in; None when none."""
+        for mine in card.evidence:
+            for theirs in other.evidence:
+                lineage = lineages.get(mine.lineage)
+                if lineage is None or theirs.lineage != mine.lineage or not mine.kind is theirs.kind is RefKind.TRANSITION:
+                    continue
+                low, high = sorted((mine.index, theirs.index))
+                if high < len(lineage.transitions) and all(
+                        t.transform == card.transform for t in lineage.transitions[low:high + 1]):
+                    return mine.lineage, mine.index, theirs.index
+        return None
+
+    unique = {other.id: other for other in others if other.id != card.id and other.transform == card.transform}
+    found = {other.id: step for other in unique.values() if (step := step_in_run(other)) is not None}
+    if not found:
+        return []
+    where = next(iter(found.values()))[0]  # order by the steps in one lineage: the first run's
+    steps = {card.id: next(iter(found.values()))[1], **{i: s[2] for i, s in found.items() if s[0] == where}}
+    group = [card] + [unique[i] for i in found if i in steps]
+    return sorted(group, key=lambda c: -steps[c.id])
+
+
+def apply_together(cards: Sequence[SkillCard], state: KernelState,
+                   lineages: Mapping[str, Lineage]) -> Applied | None:
+    """`state` with every card applied everywhere, one after the other, each also at its evidence's
+    anchors; None unless every card applies (a mechanism is whole or not there)."""
+    current, anchors, notes = state, [], []
+    for card in cards:
+        applied = apply_everywhere(card, current, evidence_anchors(card, lineages, current))
+        if applied is None:
+            return None
+        current, anchors, notes = applied.state, anchors + list(applied.anchors), notes + list(applied.notes)
+    return Applied("+".join(c.id for c in cards), current, tuple(anchors), tuple(notes))
