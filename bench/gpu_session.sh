@@ -6,9 +6,10 @@
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
 # Stages: smoke, suite, example, adversarial, cost, gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu,
 # walk:KERNEL (a recorded GPU walk, prefetched from the kernel's committed dry walk), sweep:NAME
-# (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume;
-# only the cards $ADMIT_CARDS names when set; admission trials on the GPU, $ADMIT_JOBS trial kernels' correctness
-# side by side: $OUT/library.json, written after every card), skills:SPEC (bench/skills_eval.py --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET,
+# (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; only
+# the cards $ADMIT_CARDS names when set; admission trials on the GPU, $ADMIT_JOBS trial kernels' correctness side
+# by side: $OUT/library.json, written after every card), skills:SPEC (bench/skills_eval.py --only SPEC on the GPU
+# gate, recorded, budget $SKILLS_BUDGET,
 # $SKILLS_JOBS candidates' correctness side by side: $OUT/results/skills-SPEC.json with ':' as '-', rewritten
 # after every strategy, and the optimization documents in $OUT/results/skills-docs; SPEC is OPERATOR, EXPERT or
 # either :STRATEGY, comma-separated; join the lanes' parts with skills_eval.py --merge), or PROBLEM:KERNEL (a

@@ -13,7 +13,7 @@ from klineage.lineage import Lineage
 from klineage.optimize.strategies import RewriterKind, Strategy, planner
 from klineage.skills.card import CardStatus
 from klineage.skills.library import lineage_index, load_library, problem_infos
-from klineage.skills.materialize import companions
+from klineage.skills.materialize import one_mechanism
 from klineage.transforms import catalog
 
 ROOT = config.REPO_ROOT
@@ -59,17 +59,17 @@ def test_the_whole_cp_async_mechanism_comes_back_first_and_exactly(library, oper
     assert all(c.state.fingerprint != parent.fingerprint for c in copies[1:]), "no single card gives it back"
 
 
-def test_companions_are_ordered_as_forward_undoes_the_walk(library):
+def test_a_mechanism_is_ordered_as_forward_undoes_the_walk(library):
     walk = _walk("conv2d")
     lineages = lineage_index()
     first = _without_cp_async(walk)
     cards = [c for c in library.cards if c.transform == "sync_copies"]
     copy = next(c for c in cards if any(r.index == first and r.lineage.startswith("conv2d") for r in c.evidence))
-    group = companions(copy, library.cards, lineages)
+    group = one_mechanism(copy, library.cards, lineages)
     assert group[-1].id == copy.id and len(group) == 2  # the helpers go back before the copy that needs them
-    assert companions(copy, library.cards, {}) == []  # without the lineages nothing says they belong together
+    assert one_mechanism(copy, library.cards, {}) == []  # without the lineages nothing says they belong together
     unrelated = next(c for c in library.cards if c.transform == "scalarize_mma")
-    assert companions(unrelated, library.cards, lineages) == []
+    assert one_mechanism(unrelated, library.cards, lineages) == []
 
 
 def test_generated_only_cards_know_no_mechanism(library):

@@ -10,7 +10,8 @@ the strategies differ only here:
   card's source transitions (with several sites, first at all of them at once; a card that is
   one mechanism with others, taken apart site by site by the walk, first together with them);
   where that gives nothing, the transitions' forward diffs are replayed (`klineage.skills.replay`);
-  or by the LLM rewriter.
+  or by the LLM rewriter. Before the single cards, the retrieved cards of each walk of the
+  operator as one path, in that walk's forward order (the paths of retrieval).
 - GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
   preconditions, risks), retrieved and materialized at the transforms' own sites only (no anchors
   to place or diffs to replay): the paper's ablation.
@@ -176,8 +177,12 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
     from klineage.skills.replay import replay
     from klineage.skills.retrieval import retrieve
 
+    offered_paths: set[str] = set()  # the card sets of paths offered so far: each once a run
+
     def plan(state: KernelState) -> Iterator[Candidate]:
         matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses)
+        if rewriter is RewriterKind.RULES:
+            yield from _paths([m.card for m in matches], state, problem.operator, lineages, offered_paths)
         joined: set[str] = set()  # cards already offered as part of a whole mechanism
         for match in matches:
             card = match.card
@@ -204,18 +209,44 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
     return plan
 
 
+def _paths(retrieved: Sequence[SkillCard], state: KernelState, operator: str, lineages: Mapping[str, Lineage],
+           offered: set[str]) -> Iterator[Candidate]:
+    """Before single cards, the retrieved cards of each walk of this operator as one path
+    (`materialize.lineage_paths`), applied in that walk's forward order, passing over those that do
+    not apply: a mechanism measured slower alone (a pipeline, a swizzle without the rest) may pay
+    among the others, and a whole path costs one gate evaluation. A path of two or more cards, each
+    card set once a run (a rejected path is not offered again from the next best kernel)."""
+    from klineage.skills.materialize import apply_together, lineage_paths
+
+    for name, cards in lineage_paths(retrieved, lineages, operator):
+        try:
+            applied = apply_together(cards, state, lineages, every=False)
+        except Exception as exc:  # a broken transform is evidence against a card, not the end of the run
+            yield Candidate(cards[0].transform, cards[0].id, reason=f"the path of {name} failed: "
+                                                                   f"{type(exc).__name__}: {exc}")
+            continue
+        if applied is None or "+" not in applied.card or applied.card in offered:
+            continue
+        offered.add(applied.card)
+        used = [card for card in cards if card.id in applied.card.split("+")]
+        rewrite = Rewrite("+".join(card.transform for card in used), Direction.FORWARD, applied.anchors[0],
+                          applied.state, note=f"a path of {len(used)} cards of {name} in its forward order: "
+                                              + ", ".join(card.short_id for card in used))
+        yield Candidate(rewrite.transform, used[0].id, rewrite.anchor, rewrite)
+
+
 def _whole(card: SkillCard, retrieved: Sequence[SkillCard], state: KernelState, lineages: Mapping[str, Lineage],
            joined: set[str]) -> Rewrite | None:
-    """The card with its companions (`materialize.companions`: one mechanism that the walk took
-    apart site by site) among the retrieved cards, all applied at once, before any of them alone:
+    """The card with the retrieved cards it is one mechanism with (`materialize.one_mechanism`:
+    the walk took the mechanism apart site by site), all applied at once, before any of them alone:
     cp.async's copy alone races and its commit and wait alone do nothing, and the loop's pairs
-    cannot reach past a rejected first half. Offered once per mechanism; None without companions,
-    or when one of them does not apply here."""
-    from klineage.skills.materialize import apply_together, companions
+    cannot reach past a rejected first half. Offered once per mechanism; None when the card is a mechanism alone,
+    or when one of its cards does not apply here."""
+    from klineage.skills.materialize import apply_together, one_mechanism
 
     if card.id in joined:
         return None
-    group = companions(card, retrieved, lineages)
+    group = one_mechanism(card, retrieved, lineages)
     if not group:
         return None
     joined.update(c.id for c in group)

@@ -18,11 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from klineage import config
 from klineage.config import GateMode
 from klineage.errors import KLineageError
+
+if TYPE_CHECKING:
+    from klineage.skills.library import Library
 
 
 def default_path() -> Path:
@@ -134,7 +137,7 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rejudge(library: Any, chosen: set[str], out: Path) -> int:
+def _rejudge(library: Library, chosen: set[str], out: Path) -> int:
     import dataclasses
 
     from klineage.skills.admission import rejudge, trial_outcome

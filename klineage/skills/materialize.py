@@ -12,9 +12,10 @@ the state, materializes to nothing, and an LLM must do it.
 
 `materialize` gives one rewrite per site, each of the unchanged state (the unit a walk step
 has); `apply_everywhere` chains them into one kernel with the card applied at every site (the
-unit an optimizer or an admission trial gates); `companions` and `apply_together` do the same for
+unit an optimizer or an admission trial gates); `one_mechanism` and `apply_together` do the same for
 cards that are one mechanism taken apart site by site (cp.async's copy, commit and wait), which
-pays, or is even correct, only whole. Anchors are stable across the transforms' own
+pays, or is even correct, only whole; `lineage_paths` orders the cards of one walk as a path from
+its naive end back toward its expert. Anchors are stable across the transforms' own
 rewrites (ordinals count sites with and without the mechanism), so the sites found on the
 original state still name the same places after earlier ones were rewritten.
 """
@@ -37,7 +38,8 @@ def forward_sites(transform: Transform, state: KernelState) -> list[Anchor]:
     return transform.forward_sites(state)
 
 
-def evidence_anchors(card: SkillCard, lineages: Mapping[str, Lineage], state: KernelState | None = None) -> list[Anchor]:
+def evidence_anchors(card: SkillCard, lineages: Mapping[str, Lineage],
+                     state: KernelState | None = None) -> list[Anchor]:
     """The anchors of the card's source transitions, from those of `lineages` (lineage id ->
     lineage) that are at hand, in evidence order without repeats; with `state`, those of lineages
     of its problem first. An anchor's snippet may hold the code forward puts back (cp.async's
@@ -107,7 +109,7 @@ def apply_everywhere(card: SkillCard, state: KernelState, extra: Sequence[Anchor
     return Applied(card.id, current, tuple(anchors), tuple(notes))
 
 
-def companions(card: SkillCard, others: Sequence[SkillCard], lineages: Mapping[str, Lineage]) -> list[SkillCard]:
+def one_mechanism(card: SkillCard, others: Sequence[SkillCard], lineages: Mapping[str, Lineage]) -> list[SkillCard]:
     """The card and those of `others` that are one mechanism with it, in forward order; [] when
     none is. One mechanism: cards of the same transform with a source transition in one unbroken
     run of that transform with one of the card's, in a lineage at hand (the walk took the mechanism
@@ -118,7 +120,8 @@ def companions(card: SkillCard, others: Sequence[SkillCard], lineages: Mapping[s
         for mine in card.evidence:
             for theirs in other.evidence:
                 lineage = lineages.get(mine.lineage)
-                if lineage is None or theirs.lineage != mine.lineage or not mine.kind is theirs.kind is RefKind.TRANSITION:
+                transitions = mine.kind is RefKind.TRANSITION and theirs.kind is RefKind.TRANSITION
+                if lineage is None or theirs.lineage != mine.lineage or not transitions:
                     continue
                 low, high = sorted((mine.index, theirs.index))
                 if high < len(lineage.transitions) and all(
@@ -136,14 +139,39 @@ def companions(card: SkillCard, others: Sequence[SkillCard], lineages: Mapping[s
     return sorted(group, key=lambda c: -steps[c.id])
 
 
-def apply_together(cards: Sequence[SkillCard], state: KernelState,
-                   lineages: Mapping[str, Lineage]) -> Applied | None:
-    """`state` with every card applied everywhere, one after the other, each also at its evidence's
-    anchors; None unless every card applies (a mechanism is whole or not there)."""
-    current, anchors, notes = state, [], []
+def apply_together(cards: Sequence[SkillCard], state: KernelState, lineages: Mapping[str, Lineage],
+                   every: bool = True) -> Applied | None:
+    """`state` with the cards applied everywhere, one after the other, each also at its evidence's
+    anchors. With `every` (one mechanism: whole or not there), None unless every card applies;
+    without it (a path), the cards that do not apply are passed over, and None when none applies.
+    `Applied.card` names the cards that applied."""
+    current, applied_ids, anchors, notes = state, [], [], []
     for card in cards:
         applied = apply_everywhere(card, current, evidence_anchors(card, lineages, current))
         if applied is None:
-            return None
+            if every:
+                return None
+            continue
         current, anchors, notes = applied.state, anchors + list(applied.anchors), notes + list(applied.notes)
-    return Applied("+".join(c.id for c in cards), current, tuple(anchors), tuple(notes))
+        applied_ids.append(card.id)
+    if not applied_ids:
+        return None
+    return Applied("+".join(applied_ids), current, tuple(anchors), tuple(notes))
+
+
+def lineage_paths(cards: Sequence[SkillCard], lineages: Mapping[str, Lineage],
+                  operator: str) -> list[tuple[str, list[SkillCard]]]:
+    """Paths of cards: for each lineage at hand of `operator` that is a source of two or more of
+    `cards`, (its id, those cards in forward order: the walk's last removal first, so that each
+    card's prerequisites go back before it), the lineages with more cards first."""
+    steps: dict[str, dict[str, int]] = {}
+    for card in cards:
+        for ref in card.evidence:
+            lineage = lineages.get(ref.lineage)
+            if ref.kind is RefKind.TRANSITION and lineage is not None and lineage.problem.operator == operator:
+                known = steps.setdefault(ref.lineage, {})
+                known[card.id] = max(known.get(card.id, -1), ref.index)
+    by_id = {card.id: card for card in cards}
+    paths = [(name, [by_id[i] for i in sorted(found, key=lambda i: -found[i])])
+             for name, found in steps.items() if len(found) > 1]
+    return sorted(paths, key=lambda path: (-len(path[1]), path[0]))

@@ -1,0 +1,81 @@
+"""Paths of cards: before single cards, the library planner offers the retrieved cards of each walk
+of the operator as one candidate, in that walk's forward order. From the naive ends of the
+committed GPU walks with the bundled library; the path kernels compile with the real nvcc."""
+
+from __future__ import annotations
+
+import pytest
+
+from klineage import config, corpus
+from klineage.config import GateMode
+from klineage.features.source import source_features
+from klineage.gate.pipeline import run_gate
+from klineage.gate.verdict import Status
+from klineage.lineage import Lineage
+from klineage.optimize.strategies import RewriterKind, Strategy, planner
+from klineage.skills.card import CardStatus
+from klineage.skills.induction import lineage_id
+from klineage.skills.library import lineage_index, load_library, problem_infos
+from klineage.skills.materialize import lineage_paths
+from klineage.transforms import catalog
+
+ROOT = config.REPO_ROOT
+WALKS = {"conv2d": "conv2d_implicit_gemm.gpu.json", "gemm": "gemm_mma_sync.gpu.json"}
+ADMITTED = (CardStatus.ADMITTED,)
+ALL = (CardStatus.ADMITTED, CardStatus.CANDIDATE)
+
+
+@pytest.fixture(scope="module")
+def library():
+    return load_library(ROOT / "corpus" / "library" / "library.json")
+
+
+def _plan(strategy: Strategy, library, operator: str, statuses):
+    lineages = lineage_index() if strategy is Strategy.LIBRARY else {}
+    return planner(strategy, RewriterKind.RULES, cards=library.cards, problem=problem_infos({operator})[operator],
+                   statuses=statuses, transforms=list(catalog().values()), seed=0, lineages=lineages)
+
+
+def _walk(operator: str) -> Lineage:
+    return Lineage.load(ROOT / "corpus" / "lineages" / WALKS[operator])
+
+
+@pytest.mark.parametrize("operator", sorted(WALKS))
+def test_the_first_candidate_is_the_walks_path_and_it_compiles(library, operator, gate_cache):
+    walk = _walk(operator)
+    first = next(_plan(Strategy.LIBRARY, library, operator, ADMITTED)(walk.states[-1].kernel))
+    assert first.rewrite.note.startswith("a path of ") and lineage_id(walk) in first.rewrite.note
+    [(_, cards)] = [p for p in lineage_paths([c for c in library.cards if c.status is CardStatus.ADMITTED],
+                                             lineage_index(), operator) if p[0] == lineage_id(walk)]
+    used = first.transform.split("+")
+    remaining = iter(c.transform for c in cards)
+    assert len(used) >= 5 and all(t in remaining for t in used)  # the cards that applied, in the path's order
+    # forward order: the walk removed mma first and launch bounds last, so they come back last and first
+    assert (used[0], used[-1]) == ("launch_bounds", "scalarize_mma")
+    verdict = run_gate(corpus.problem_path(operator), first.state, mode=GateMode.COMPILE_ONLY, cache=gate_cache)
+    assert verdict.status is Status.COMPILED, verdict.describe(300)
+
+
+def test_with_every_card_the_path_rebuilds_all_but_the_pipeline(library):
+    walk = _walk("conv2d")
+    first = next(_plan(Strategy.LIBRARY, library, "conv2d", ALL)(walk.states[-1].kernel))
+    expert, rebuilt = (set(source_features(k.source)) for k in (walk.states[0].kernel, first.state))
+    # unpipeline has no mechanical forward and its recorded diff does not replay on the naive end
+    assert sorted(str(f) for f in expert - rebuilt) == ["conv2d_implicit_gemm:multistage_pipeline"]
+    assert rebuilt <= expert
+
+
+def test_a_path_is_offered_once_a_run(library):
+    naive = _walk("conv2d").states[-1].kernel
+    plan = _plan(Strategy.LIBRARY, library, "conv2d", ADMITTED)
+    paths = [[c for c in plan(naive) if c.rewrite is not None and c.rewrite.note.startswith("a path")]
+             for _ in range(2)]
+    assert [len(p) for p in paths] == [1, 0]  # a rejected path is not gated again from the next best kernel
+    fresh = _plan(Strategy.LIBRARY, library, "conv2d", ADMITTED)
+    assert next(fresh(naive)).state.fingerprint == paths[0][0].state.fingerprint
+
+
+def test_stripped_cards_make_no_path(library):
+    naive = _walk("conv2d").states[-1].kernel
+    candidates = _plan(Strategy.GENERATED_ONLY, library, "conv2d", ALL)(naive)
+    assert not [c for c in candidates if c.rewrite is not None and c.rewrite.note.startswith("a path")]
