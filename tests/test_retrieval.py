@@ -207,3 +207,24 @@ def test_every_dry_walk_card_on_the_tiny_kernel(problems):
     matches = retrieve(tiny(), problems["row_softmax"], induce([Lineage.load(DRY)]), statuses=ANY)
     assert sorted(m.card.transform for m in matches) == ["launch_bounds", "restrict", "unroll", "unroll"]
     assert all(m.reasons[0] in ("requires present", "requires nothing") for m in matches)
+
+
+def test_the_lineages_lend_a_card_its_evidence_sites():
+    """The padding card provides nothing visible at role level and its site, a file-scope constant,
+    is one no finder places afresh: retrieval keeps it only where its evidence's anchor applies."""
+    from klineage.skills.library import lineage_index
+
+    library = load_library(ROOT / "corpus" / "library" / "library.json")
+    walk = Lineage.load(ROOT / "corpus" / "lineages" / "conv2d_implicit_gemm.gpu.json")
+    info = problem_infos({"conv2d"})["conv2d"]
+    [card] = [c for c in library.cards if c.transform == "unpad_shared"
+              and any(r.lineage.startswith("conv2d_implicit_gemm@") for r in c.evidence)]
+    statuses = (CardStatus.ADMITTED, CardStatus.CANDIDATE)
+
+    def found(state, lineages):
+        return card.id in {m.card.id for m in retrieve(state, info, library.cards, limit=100, statuses=statuses,
+                                                       lineages=lineages)}
+
+    naive, expert = walk.states[-1].kernel, walk.states[0].kernel
+    assert not card.provides and found(naive, lineage_index()) and not found(naive, None)
+    assert not found(expert, lineage_index())  # padded already: the anchor applies nowhere

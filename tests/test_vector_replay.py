@@ -39,6 +39,19 @@ def test_apply_diff_needs_every_hunk_exactly_once():
     assert apply_diff("int a = 1;\nint b = 2;", hunks) is None  # the second hunk finds no context
 
 
+def test_apply_diff_ignores_indentation_only_where_nothing_else_matches():
+    hunks = DIFF.split("+++ b/kernel.cu\n")[1]
+    # a restored #pragma may be indented otherwise than the expert's: the lines still match
+    assert apply_diff("x\n    int a = 1;\n  int b = 2;  \ny\nreturn;", hunks) == \
+        "x\nint a = 1;\nint b = 3;\ny\nreturn;\n// done"
+    # verbatim wins: the exact place is taken though another matches with its blanks ignored
+    assert apply_diff("  int a = 1;\n  int b = 2;\nint a = 1;\nint b = 2;\nreturn;", hunks) == \
+        "  int a = 1;\n  int b = 2;\nint a = 1;\nint b = 3;\nreturn;\n// done"
+    # two places that match only with blanks ignored are still ambiguous
+    assert apply_diff(" int a = 1;\n int b = 2;\n  int a = 1;\n  int b = 2;\nreturn;", hunks) is None
+    assert apply_diff("int a = 1;\nint  b = 2;\nreturn;", hunks) is None  # blanks inside a line still count
+
+
 @pytest.fixture(scope="module")
 def walk() -> Lineage:
     return Lineage.load(GEMM)

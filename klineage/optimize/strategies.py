@@ -180,7 +180,7 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
     offered_paths: set[str] = set()  # the card sets of paths offered so far: each once a run
 
     def plan(state: KernelState) -> Iterator[Candidate]:
-        matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses)
+        matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses, lineages=lineages)
         if rewriter is RewriterKind.RULES:
             yield from _paths([m.card for m in matches], state, problem.operator, lineages, offered_paths)
         joined: set[str] = set()  # cards already offered as part of a whole mechanism

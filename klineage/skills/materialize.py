@@ -29,6 +29,7 @@ from klineage.errors import KLineageError
 from klineage.kernel import KernelState
 from klineage.lineage import Lineage
 from klineage.skills.card import Ref, RefKind, SkillCard
+from klineage.skills.replay import replay
 from klineage.transforms import get
 from klineage.transforms.base import Anchor, NotApplicable, Rewrite, Transform
 
@@ -141,13 +142,18 @@ def one_mechanism(card: SkillCard, others: Sequence[SkillCard], lineages: Mappin
 
 def apply_together(cards: Sequence[SkillCard], state: KernelState, lineages: Mapping[str, Lineage],
                    every: bool = True) -> Applied | None:
-    """`state` with the cards applied everywhere, one after the other, each also at its evidence's
-    anchors. With `every` (one mechanism: whole or not there), None unless every card applies;
-    without it (a path), the cards that do not apply are passed over, and None when none applies.
+    """`state` with the cards applied one after the other, each everywhere (also at its evidence's
+    anchors), or where it has no mechanical forward, by replaying its recorded forward diff. With
+    `every` (one mechanism: whole or not there), None unless every card applies; without it (a
+    path), the cards that do not apply are passed over, and None when none applies.
     `Applied.card` names the cards that applied."""
     current, applied_ids, anchors, notes = state, [], [], []
     for card in cards:
         applied = apply_everywhere(card, current, evidence_anchors(card, lineages, current))
+        if applied is None:
+            replayed = replay(card, current, lineages)
+            applied = Applied(card.id, replayed[0].state, (replayed[0].anchor,),
+                              (replayed[0].note,)) if replayed else None
         if applied is None:
             if every:
                 return None

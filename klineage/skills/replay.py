@@ -7,15 +7,17 @@ state still reads like the walk's child around each hunk, which is what a roundt
 walk's own naive end gives: later simplifications rewrote other lines, not these.
 
 Matching is strict, like `patch` without fuzz: every hunk's old lines (context and removals) must
-appear verbatim and exactly once in the target, else the replay does not apply. The launch-plan
-part of a diff (its canonical JSON) is replayed the same way.
+appear exactly once in the target, else the replay does not apply; verbatim first, else once with
+each line's leading and trailing blanks ignored (`patch --ignore-whitespace`: the rule rewriter
+may indent a restored `#pragma` otherwise than the expert did, which changes no code). The
+launch-plan part of a diff (its canonical JSON) is replayed the same way.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from klineage.errors import DocumentError
 from klineage.kernel import KernelState
@@ -33,11 +35,20 @@ def apply_diff(text: str, diff: str) -> str | None:
     are not found exactly once."""
     lines = text.split("\n")
     for old, new in _hunks(diff):
-        at = [i for i in range(len(lines) - len(old) + 1) if lines[i:i + len(old)] == old] if old else []
-        if len(at) != 1:
+        at = _found(lines, old, str)
+        if at is None:
+            at = _found(lines, old, str.strip)
+        if at is None:
             return None
-        lines[at[0]:at[0] + len(old)] = new
+        lines[at:at + len(old)] = new
     return "\n".join(lines)
+
+
+def _found(lines: list[str], old: list[str], same: Callable[[str], str]) -> int | None:
+    """Where `old` is in `lines`, comparing lines by `same`: its only place, else None."""
+    wanted, keyed = [same(line) for line in old], [same(line) for line in lines]
+    at = [i for i in range(len(lines) - len(old) + 1) if keyed[i:i + len(old)] == wanted] if old else []
+    return at[0] if len(at) == 1 else None
 
 
 def _hunks(diff: str) -> list[tuple[list[str], list[str]]]:

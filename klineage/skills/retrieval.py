@@ -7,7 +7,8 @@ predicate over names a case does not define fails: unknown fails). Features are 
 as induction names them (`kernel`, `device`, `<file>`): a kernel's own function names do not
 travel. A card that provides nothing visible at role level (its step added the mechanism at one
 more site of a function that already had it, e.g. one more `__restrict__` parameter) is kept
-only where its transform finds a forward site in the state.
+only where its transform finds a forward site in the state, or, given the lineages, where it
+applies at one of its evidence's anchors.
 
 Ranking: by gain tier first, then by score. The tier compares the median paired ratio of the
 card's effects with DEFAULT_REQUIRED_RATIO (1.01x, what the optimize loop needs to take a step):
@@ -45,6 +46,7 @@ from klineage.errors import DocumentError, ExpressionError
 from klineage.features.feature import Feature
 from klineage.features.source import FILE_LOCUS, source_features
 from klineage.kernel import KernelState
+from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus, SkillCard
 from klineage.skills.induction import DEVICE_ROLE, KERNEL_ROLE
@@ -163,9 +165,12 @@ def gain_tier(card: SkillCard) -> tuple[Tier, str]:
 
 def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *, limit: int = 10,
              statuses: tuple[CardStatus, ...] = (CardStatus.ADMITTED,),
-             problems: Mapping[str, ProblemInfo] | None = None) -> list[Match]:
+             problems: Mapping[str, ProblemInfo] | None = None,
+             lineages: Mapping[str, Lineage] | None = None) -> list[Match]:
     """The cards that fit `state` on `problem`, best first, at most `limit`. `problems` (operator ->
-    ProblemInfo) lets shape proximity compare with the cards' source problems."""
+    ProblemInfo) lets shape proximity compare with the cards' source problems; `lineages` (lineage
+    id -> lineage) lend a card that provides nothing visible the sites of its evidence's anchors
+    too (a file-scope padding constant is no site a finder places afresh)."""
     if limit < 0:
         raise DocumentError("retrieve.limit", f"must be >= 0, not {limit}")
     present = state_features(state)
@@ -181,7 +186,7 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
             continue
         transform = known.get(card.transform)
         sites = transform.forward_sites(state, card.carrier) if transform is not None else []
-        if not card.provides and not sites:
+        if not card.provides and not sites and not (lineages and _anchored(card, state, lineages)):
             continue
         reasons = ["requires present" if card.requires else "requires nothing"]
         new = sorted(map(str, card.provides - present))
@@ -207,3 +212,10 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
         matches.append((tier, Match(card, score, tuple(reasons))))
     matches.sort(key=lambda tm: (tm[0], -tm[1].score, tm[1].card.id))
     return [m for _, m in matches[:limit]]
+
+
+def _anchored(card: SkillCard, state: KernelState, lineages: Mapping[str, Lineage]) -> bool:
+    """Whether the card's forward applies at one of its evidence's anchors in `state`."""
+    from klineage.skills.materialize import evidence_anchors, materialize
+
+    return bool(materialize(card, state, evidence_anchors(card, lineages, state)))

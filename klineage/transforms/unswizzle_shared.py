@@ -332,6 +332,9 @@ class UnswizzleShared(Transform):
                 raise NotApplicable(f"the unswizzled index `{record['to']}` #{record['at']} is not in {record['fn']}")
             start = found[record["at"]]
             end = start + len(record["to"].encode("utf-8"))
+            if _inside_swizzle(parsed.data, start, record):
+                raise NotApplicable(f"`{record['to']}` #{record['at']} in {record['fn']} is swizzled already "
+                                    f"(another anchor named this site)")
             node = parsed.root.descendant_for_byte_range(start, end)
             if node is None or node.start_byte != start or node.end_byte != end:
                 raise NotApplicable(f"`{record['to']}` in {record['fn']} is not a whole expression any more")
@@ -379,3 +382,11 @@ class UnswizzleShared(Transform):
 
 
 register(UnswizzleShared())
+
+
+def _inside_swizzle(data: bytes, start: int, record: dict) -> bool:
+    """Whether the unswizzled index at `start` already sits inside the swizzled expression: a
+    second forward there would XOR it twice, which is no swizzle at all."""
+    swizzled, plain = record["from"].encode("utf-8"), record["to"].encode("utf-8")
+    offset = swizzled.find(plain)
+    return offset >= 0 and start >= offset and data[start - offset:start - offset + len(swizzled)] == swizzled

@@ -180,6 +180,16 @@ def unswizzled(name: str) -> tuple[KernelState, KernelState, Anchor]:
 
 
 @pytest.mark.parametrize("name", EXPERTS)
+def test_forward_refuses_a_site_that_is_swizzled_already(unswizzle, name):
+    """Two anchors may name one site (another walk's helper of the same name and body): XORing the
+    index twice would leave no swizzle at all, so the second forward does not apply."""
+    _, plain_state, anchor = unswizzled(name)
+    restored = unswizzle.forward(plain_state, anchor).state
+    with pytest.raises(NotApplicable, match="swizzled already"):
+        unswizzle.forward(restored, anchor)
+
+
+@pytest.mark.parametrize("name", EXPERTS)
 def test_expert_family_is_found_and_removed(unswizzle, compile_cache, name):
     expert, plain_state, anchor = unswizzled(name)
     helper, functions = EXPERTS[name]
