@@ -24,8 +24,8 @@ from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Finding, Reason, Status
 from klineage.kernel import load_kernel
 from klineage.lineage import Lineage
-from klineage.skills.admission import (Target, TrialOutcome, admit, card_digest, held_out_targets, rejudge,
-                                       required_ratio, trial_outcome)
+from klineage.skills.admission import (Target, TrialOutcome, admit, applied_to, card_digest, held_out_targets,
+                                       rejudge, required_ratio, trial_outcome)
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import problem_infos
@@ -231,3 +231,23 @@ def test_a_held_out_case_trial_is_timed_on_that_case(cards, lineages, gate_cache
     updated, [trial] = admit(card, [target], corpus.problem_path, gate)
     assert asked == [target.case] and trial_outcome(trial) is TrialOutcome.PASSED
     assert f"on case {target.case}" in trial.message and updated.status is CardStatus.ADMITTED
+
+
+def test_a_card_without_a_mechanical_forward_is_trialled_by_replaying_its_step():
+    """unpipeline has no mechanical forward, so no state could ever be its target; on a held-out
+    case of its own walk step, the step's recorded forward diff gives back exactly the parent."""
+    from klineage.skills.library import corpus_lineages, load_library
+
+    library = load_library(ROOT / "corpus" / "library" / "library.json")
+    lineages, _ = corpus_lineages()
+    [card] = [c for c in library.cards if c.transform == "unpipeline"]
+    targets = held_out_targets(card, lineages, {}, 2, problem_infos({"conv2d", "gemm"}))
+    assert targets and all(t.case for t in targets)
+    by_id = {lineage_id(lin): lin for lin in lineages}
+    for target in targets:
+        name, step = target.name.split(" on case ")[0].rsplit("@", 1)
+        walk = by_id[name]
+        assert target.state.fingerprint == walk.states[int(step)].kernel.fingerprint
+        applied = applied_to(card, target)
+        assert applied.state.fingerprint == walk.states[int(step) - 1].kernel.fingerprint
+    assert applied_to(card, dataclasses.replace(targets[0], forward_diff="")) is None

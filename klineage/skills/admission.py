@@ -61,6 +61,7 @@ from klineage.skills.card import CardStatus, RefKind, SkillCard, Trial, TrialBas
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import Library
 from klineage.skills.materialize import Applied, apply_everywhere
+from klineage.skills.replay import replay_diff
 from klineage.skills.retrieval import precondition_failure, size_of, state_features
 from klineage.transforms.base import Anchor
 
@@ -81,13 +82,15 @@ class TrialOutcome(str, Enum):
 class Target:
     """A held-out kernel state: its name (a bundled kernel's, or `<lineage id>@<step>`), its problem,
     the case a trial times (empty: the problem's headline; else a held-out case) and, for a state of
-    a source lineage, the anchor of the card's transition there (a site no finder may place afresh)."""
+    a source lineage, the anchor of the card's transition there (a site no finder may place afresh)
+    and its recorded forward diff (replayed where the card's transform has no mechanical forward)."""
 
     name: str
     problem: str
     state: KernelState
     case: str = ""
     anchors: tuple[Anchor, ...] = ()  # sites to apply the card at besides those its transform finds
+    forward_diff: str = ""
 
     def __post_init__(self) -> None:
         for key in ("name", "problem"):
@@ -168,8 +171,15 @@ def _features(state: KernelState) -> frozenset[Feature]:
 
 
 def applied_to(card: SkillCard, target: Target) -> Applied | None:
-    """The card applied at every site of the target (its transform's and the target's anchors)."""
-    return apply_everywhere(card, target.state, target.anchors)
+    """The card applied at every site of the target (its transform's and the target's anchors);
+    where none applies, the target's recorded forward diff replayed (a pipeline has no mechanical
+    forward, and without this no held-out trial could ever admit it)."""
+    applied = apply_everywhere(card, target.state, target.anchors)
+    if applied is None and target.forward_diff and target.anchors:
+        replayed = replay_diff(target.state, target.forward_diff)
+        if replayed is not None:
+            return Applied(card.id, replayed, target.anchors[:1], ("replayed the recorded forward diff",))
+    return applied
 
 
 def _qualifies(card: SkillCard, target: Target) -> bool:
@@ -231,8 +241,9 @@ def _held_out_cases(card: SkillCard, source_lineages: Sequence[Lineage],
             continue
         seen.add(child.fingerprint)
         case = max(held, key=lambda c: (size_of(info, c.name), c.name)).name
+        step = lineage.transitions[ref.index]
         targets.append(Target(f"{ref.lineage}@{ref.index + 1} on case {case}", info.operator, child, case,
-                              (lineage.transitions[ref.index].anchor,)))
+                              (step.anchor,), step.forward_diff))
     return targets
 
 

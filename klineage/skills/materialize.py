@@ -95,9 +95,13 @@ class Applied:
 def apply_everywhere(card: SkillCard, state: KernelState, extra: Sequence[Anchor] = ()) -> Applied | None:
     """`state` with the card's forward applied at each of its sites (and `extra` anchors) in turn
     (a site that no longer applies after the earlier rewrites is skipped); None when none applies."""
+    return _apply(card, state, _sites(get(card.transform), state, card, extra))
+
+
+def _apply(card: SkillCard, state: KernelState, sites: Sequence[Anchor]) -> Applied | None:
     transform = get(card.transform)
     current, anchors, notes = state, [], []
-    for anchor in _sites(transform, state, card, extra):
+    for anchor in sites:
         try:
             rewrite = transform.forward(current, anchor)
         except NotApplicable:
@@ -142,14 +146,17 @@ def one_mechanism(card: SkillCard, others: Sequence[SkillCard], lineages: Mappin
 
 def apply_together(cards: Sequence[SkillCard], state: KernelState, lineages: Mapping[str, Lineage],
                    every: bool = True) -> Applied | None:
-    """`state` with the cards applied one after the other, each everywhere (also at its evidence's
-    anchors), or where it has no mechanical forward, by replaying its recorded forward diff. With
+    """`state` with the cards applied one after the other, each at its evidence's anchors where
+    they apply, else everywhere, else (no mechanical forward) by replaying its recorded forward diff. With
     `every` (one mechanism: whole or not there), None unless every card applies; without it (a
     path), the cards that do not apply are passed over, and None when none applies.
     `Applied.card` names the cards that applied."""
     current, applied_ids, anchors, notes = state, [], [], []
     for card in cards:
-        applied = apply_everywhere(card, current, evidence_anchors(card, lineages, current))
+        # where the walk's own anchors apply (a roundtrip), there only: each with the carrier its step
+        # recorded there, not one card's carrier at every site; else everywhere, else by replay
+        evidence = evidence_anchors(card, lineages, current)
+        applied = _apply(card, current, evidence) or apply_everywhere(card, current, evidence)
         if applied is None:
             replayed = replay(card, current, lineages)
             applied = Applied(card.id, replayed[0].state, (replayed[0].anchor,),
