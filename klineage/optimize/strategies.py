@@ -10,8 +10,8 @@ the strategies differ only here:
   card's source transitions (with several sites, first at all of them at once; a card that is
   one mechanism with others, taken apart site by site by the walk, first together with them);
   where that gives nothing, the transitions' forward diffs are replayed (`klineage.skills.replay`);
-  or by the LLM rewriter. Before the single cards, the retrieved cards of each walk of the
-  operator as one path, in that walk's forward order (the paths of retrieval).
+  or by the LLM rewriter. Before the single cards, the cards of each walk of the operator as
+  one path, in that walk's forward order, each where retrieval takes it (the paths of retrieval).
 - GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
   preconditions, risks), retrieved and materialized at the transforms' own sites only (no anchors
   to place or diffs to replay): the paper's ablation.
@@ -182,7 +182,7 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
     def plan(state: KernelState) -> Iterator[Candidate]:
         matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses, lineages=lineages)
         if rewriter is RewriterKind.RULES:
-            yield from _paths([m.card for m in matches], state, problem.operator, lineages, offered_paths)
+            yield from _paths(cards, state, problem, statuses, lineages, offered_paths)
         joined: set[str] = set()  # cards already offered as part of a whole mechanism
         for match in matches:
             card = match.card
@@ -209,29 +209,38 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
     return plan
 
 
-def _paths(retrieved: Sequence[SkillCard], state: KernelState, operator: str, lineages: Mapping[str, Lineage],
-           offered: set[str]) -> Iterator[Candidate]:
-    """Before single cards, the retrieved cards of each walk of this operator as one path
-    (`materialize.lineage_paths`), applied in that walk's forward order, passing over those that do
-    not apply: a mechanism measured slower alone (a pipeline, a swizzle without the rest) may pay
-    among the others, and a whole path costs one gate evaluation. A path of two or more cards, each
-    card set once a run (a rejected path is not offered again from the next best kernel)."""
+def _paths(cards: Sequence[SkillCard], state: KernelState, problem: ProblemInfo, statuses: tuple[CardStatus, ...],
+           lineages: Mapping[str, Lineage], offered: set[str]) -> Iterator[Candidate]:
+    """Before single cards, the cards of each walk of this operator as one path
+    (`materialize.lineage_paths`), in that walk's forward order, each card applied where it fits
+    the state the cards before it leave (`retrieval.fits`: a vectorized load has no site until
+    `__ldg` is back) and applies, the others passed over: a mechanism measured slower alone (a pipeline, a swizzle without
+    the rest) may pay among the others, and a whole path costs one gate evaluation. A path of two
+    or more cards, each card set once a run (a rejected path is not offered again from the next best
+    kernel)."""
     from klineage.skills.materialize import apply_together, lineage_paths
+    from klineage.skills.retrieval import fits, state_features
 
-    for name, cards in lineage_paths(retrieved, lineages, operator):
+    allowed = [card for card in cards if card.status in statuses]
+    for name, path in lineage_paths(allowed, lineages, problem.operator, state):
+        current, used, anchors = state, [], []
         try:
-            applied = apply_together(cards, state, lineages, every=False)
+            for card in path:
+                applied = (apply_together([card], current, lineages)
+                           if fits(card, state_features(current), problem) else None)
+                if applied is not None:
+                    current, used, anchors = applied.state, used + [card], anchors + list(applied.anchors)
         except Exception as exc:  # a broken transform is evidence against a card, not the end of the run
-            yield Candidate(cards[0].transform, cards[0].id, reason=f"the path of {name} failed: "
-                                                                   f"{type(exc).__name__}: {exc}")
+            yield Candidate(path[0].transform, path[0].id, reason=f"the path of {name} failed: "
+                                                                 f"{type(exc).__name__}: {exc}")
             continue
-        if applied is None or "+" not in applied.card or applied.card in offered:
+        key = "+".join(card.id for card in used)
+        if len(used) < 2 or key in offered:
             continue
-        offered.add(applied.card)
-        used = [card for card in cards if card.id in applied.card.split("+")]
-        rewrite = Rewrite("+".join(card.transform for card in used), Direction.FORWARD, applied.anchors[0],
-                          applied.state, note=f"a path of {len(used)} cards of {name} in its forward order: "
-                                              + ", ".join(card.short_id for card in used))
+        offered.add(key)
+        rewrite = Rewrite("+".join(card.transform for card in used), Direction.FORWARD, anchors[0], current,
+                          note=f"a path of {len(used)} cards of {name} in its forward order: "
+                               + ", ".join(card.short_id for card in used))
         yield Candidate(rewrite.transform, used[0].id, rewrite.anchor, rewrite)
 
 

@@ -144,14 +144,11 @@ def one_mechanism(card: SkillCard, others: Sequence[SkillCard], lineages: Mappin
     return sorted(group, key=lambda c: -steps[c.id])
 
 
-def apply_together(cards: Sequence[SkillCard], state: KernelState, lineages: Mapping[str, Lineage],
-                   every: bool = True) -> Applied | None:
+def apply_together(cards: Sequence[SkillCard], state: KernelState, lineages: Mapping[str, Lineage]) -> Applied | None:
     """`state` with the cards applied one after the other, each at its evidence's anchors where
-    they apply, else everywhere, else (no mechanical forward) by replaying its recorded forward diff. With
-    `every` (one mechanism: whole or not there), None unless every card applies; without it (a
-    path), the cards that do not apply are passed over, and None when none applies.
-    `Applied.card` names the cards that applied."""
-    current, applied_ids, anchors, notes = state, [], [], []
+    they apply, else everywhere, else (no mechanical forward) by replaying its recorded forward
+    diff; None unless every card applies (one mechanism is whole or not there)."""
+    current, anchors, notes = state, [], []
     for card in cards:
         # where the walk's own anchors apply (a roundtrip), there only: each with the carrier its step
         # recorded there, not one card's carrier at every site; else everywhere, else by replay
@@ -159,24 +156,19 @@ def apply_together(cards: Sequence[SkillCard], state: KernelState, lineages: Map
         applied = _apply(card, current, evidence) or apply_everywhere(card, current, evidence)
         if applied is None:
             replayed = replay(card, current, lineages)
-            applied = Applied(card.id, replayed[0].state, (replayed[0].anchor,),
-                              (replayed[0].note,)) if replayed else None
-        if applied is None:
-            if every:
+            if not replayed:
                 return None
-            continue
+            applied = Applied(card.id, replayed[0].state, (replayed[0].anchor,), (replayed[0].note,))
         current, anchors, notes = applied.state, anchors + list(applied.anchors), notes + list(applied.notes)
-        applied_ids.append(card.id)
-    if not applied_ids:
-        return None
-    return Applied("+".join(applied_ids), current, tuple(anchors), tuple(notes))
+    return Applied("+".join(c.id for c in cards), current, tuple(anchors), tuple(notes)) if cards else None
 
 
-def lineage_paths(cards: Sequence[SkillCard], lineages: Mapping[str, Lineage],
-                  operator: str) -> list[tuple[str, list[SkillCard]]]:
+def lineage_paths(cards: Sequence[SkillCard], lineages: Mapping[str, Lineage], operator: str,
+                  state: KernelState | None = None) -> list[tuple[str, list[SkillCard]]]:
     """Paths of cards: for each lineage at hand of `operator` that is a source of two or more of
     `cards`, (its id, those cards in forward order: the walk's last removal first, so that each
-    card's prerequisites go back before it), the lineages with more cards first."""
+    card's prerequisites go back before it); the walk `state` is a state of first, then those with
+    more cards."""
     steps: dict[str, dict[str, int]] = {}
     for card in cards:
         for ref in card.evidence:
@@ -187,4 +179,6 @@ def lineage_paths(cards: Sequence[SkillCard], lineages: Mapping[str, Lineage],
     by_id = {card.id: card for card in cards}
     paths = [(name, [by_id[i] for i in sorted(found, key=lambda i: -found[i])])
              for name, found in steps.items() if len(found) > 1]
-    return sorted(paths, key=lambda path: (-len(path[1]), path[0]))
+    walked = {name for name in steps if state is not None
+              and any(s.kernel.fingerprint == state.fingerprint for s in lineages[name].states)}
+    return sorted(paths, key=lambda path: (path[0] not in walked, -len(path[1]), path[0]))

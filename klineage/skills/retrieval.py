@@ -178,11 +178,9 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
     mine = _dtypes(problem)
     matches = []  # (tier, match)
     for card in cards:
-        if card.status not in statuses or not card.requires <= present or card.conflicts & present:
+        if card.status not in statuses or not fits(card, present, problem):
             continue
         if card.provides and card.provides <= present:
-            continue
-        if precondition_failure(card, problem):
             continue
         transform = known.get(card.transform)
         sites = transform.forward_sites(state, card.carrier) if transform is not None else []
@@ -212,6 +210,12 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
         matches.append((tier, Match(card, score, tuple(reasons))))
     matches.sort(key=lambda tm: (tm[0], -tm[1].score, tm[1].card.id))
     return [m for _, m in matches[:limit]]
+
+
+def fits(card: SkillCard, present: frozenset[Feature] | set[Feature], problem: ProblemInfo) -> bool:
+    """Whether the card may go where `present` are the features: its requires are there, none of
+    its conflicts is, and its preconditions hold on every case of the problem."""
+    return card.requires <= present and not card.conflicts & present and not precondition_failure(card, problem)
 
 
 def _anchored(card: SkillCard, state: KernelState, lineages: Mapping[str, Lineage]) -> bool:
