@@ -6,10 +6,10 @@
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
 # Stages: smoke, suite, example, adversarial, cost, gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu,
 # walk:KERNEL (a recorded GPU walk, prefetched from the kernel's committed dry walk), sweep:NAME
-# (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; only
-# the cards $ADMIT_CARDS names when set; admission trials on the GPU, $ADMIT_JOBS trial kernels' correctness side
-# by side: $OUT/library.json, written after every card), skills:SPEC (bench/skills_eval.py --only SPEC on the GPU
-# gate, recorded, budget $SKILLS_BUDGET,
+# (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
+# $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, $ADMIT_JOBS
+# trial kernels' correctness side by side: $OUT/library.json, in lane N $OUT/library-N.json, written after every
+# card), skills:SPEC (bench/skills_eval.py --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET,
 # $SKILLS_JOBS candidates' correctness side by side: $OUT/results/skills-SPEC.json with ':' as '-', rewritten
 # after every strategy, and the optimization documents in $OUT/results/skills-docs; SPEC is OPERATOR, EXPERT or
 # either :STRATEGY, comma-separated; join the lanes' parts with skills_eval.py --merge), or PROBLEM:KERNEL (a
@@ -53,14 +53,17 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     walk:*) walk "${1#walk:}" ;;
     sweep:*) timeout "${limit:-${SWEEP_TIMEOUT:-300}}" python3 bench/carrier_sweep.py "bench/sweeps/${1#sweep:}.toml" \
       --out "$OUT/results/sweep-${1#sweep:}.json" ;;
-    admit) if [ -n "${ADMIT_FROM:-}" ]; then cp "$ADMIT_FROM" "$OUT/library.json"  # resume a library an earlier run cut short
-      else python3 -m klineage library build --out "$OUT/library.json" --keep-trials corpus/library/library.json \
+    admit) local library=$OUT/library${LANE:+-$LANE}.json  # join lanes: build --keep-trials A --keep-trials B
+      local lane_cards=ADMIT_CARDS_${LANE:-} cards
+      cards="${ADMIT_CARDS:-} ${!lane_cards:-}"
+      if [ -n "${ADMIT_FROM:-}" ]; then cp "$ADMIT_FROM" "$library"  # resume a library an earlier run cut short
+      else python3 -m klineage library build --out "$library" --keep-trials corpus/library/library.json \
         --note "built on the GPU host from corpus/lineages"; fi  # unchanged cards keep their trials: admit resumes
       # the budget stops starting cards a margin before the timeout, so that it never kills a card halfway
       local admit_s=${limit:-${ADMIT_TIMEOUT:-300}}
-      timeout "$admit_s" python3 -m klineage library admit --library "$OUT/library.json" --gate gpu \
+      timeout "$admit_s" python3 -m klineage library admit --library "$library" --gate gpu \
         --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" \
-        $(for c in ${ADMIT_CARDS:-}; do printf -- '--card %s ' "$c"; done) ;;  # ADMIT_CARDS: card ids or prefixes
+        $(for c in $cards; do printf -- '--card %s ' "$c"; done) ;;
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
       timeout "${limit:-${SKILLS_TIMEOUT:-540}}" python3 bench/skills_eval.py --gate gpu --record --only "$spec" \
         --budget "${SKILLS_BUDGET:-12}" --jobs "${SKILLS_JOBS:-6}" --out "$OUT/results/skills-${spec//:/-}.json" \
@@ -73,7 +76,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
 if [ "${1:-}" = --lanes ]; then
   shift; lanes=$#; cores=$(nproc); i=0
   for lane in "$@"; do
-    ( export CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$((cores / lanes))
+    ( export CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$((cores / lanes)) LANE=$i
       for s in $lane; do stage "$s"; done ) > "$OUT/lane$i.txt" 2>&1 &
     i=$((i + 1))
   done

@@ -217,3 +217,31 @@ def test_rejudging_the_gpu_admitted_library_gives_the_bundled_one(tmp_path, caps
     assert "scalarize_mma        7.098x -> passed; candidate -> admitted" in printed
     assert "1 trial(s) of 27 card(s) judged otherwise now" in printed
     assert load_library(out).cards == load_library(BUNDLED).cards
+
+
+def test_lanes_that_trialled_different_cards_join_by_the_longest_log(tmp_path):
+    """Two GPU lanes admit different cards of one library; rebuilt with both libraries' trials kept,
+    each card keeps the longer log, whichever lane wrote it."""
+    from klineage.skills.card import Trial
+
+    bundled = load_library(BUNDLED)
+    first, second = [c for c in bundled.cards if c.verification_log][:2]
+
+    def trialled(card):  # one more trial of the same content, as a lane's admission appends it
+        extra = Trial("f" * 64, False, None, "inconclusive: a lane's trial", card.verification_log[-1].basis)
+        return dataclasses.replace(card, verification_log=card.verification_log + (extra,))
+
+    lanes = []
+    for index, card in enumerate((first, second)):
+        cards = tuple(trialled(c) if c.id == card.id else c for c in bundled.cards)
+        path = tmp_path / f"library-{index}.json"
+        save_library(dataclasses.replace(bundled, cards=cards), path)
+        lanes.append(path)
+    out = tmp_path / "joined.json"
+    assert main(["library", "build", "--keep-trials", str(lanes[0]), "--keep-trials", str(lanes[1]),
+                 "--out", str(out)]) == 0
+    joined = {c.id: c for c in load_library(out).cards}
+    for card in (first, second):
+        assert joined[card.id].verification_log == trialled(card).verification_log
+    untouched = next(c for c in bundled.cards if c.verification_log and c.id not in (first.id, second.id))
+    assert joined[untouched.id].verification_log == untouched.verification_log

@@ -124,13 +124,16 @@ def card_digest(card: SkillCard) -> str:
 
 def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int]:
     """`rebuilt` with the trials and status of each card of `earlier` whose content is unchanged
-    (same id, same `card_digest`): a trial judged that content, so it still stands. A card whose
+    (same id, same `card_digest`) and whose log is longer than the one `rebuilt` holds: a trial
+    judged that content, so it still stands, and carried from several libraries in turn (lanes that
+    trialled different cards of one library), each card keeps the longest log. A card whose
     evidence changed starts again as a candidate. Also the number of cards carried over."""
     known = {card.id: card for card in earlier.cards}
     cards, carried = [], 0
     for card in rebuilt.cards:
         old = known.get(card.id)
-        if old is not None and old.verification_log and card_digest(old) == card_digest(card):
+        if (old is not None and len(old.verification_log) > len(card.verification_log)
+                and card_digest(old) == card_digest(card)):
             card = dataclasses.replace(card, verification_log=old.verification_log, status=old.status)
             carried += 1
         cards.append(card)

@@ -40,8 +40,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                                                    "per expert and gate mode)")
     build.add_argument("--out", help="library file to write (default: corpus/library/library.json)")
     build.add_argument("--note", default="", help="a sentence for the provenance")
-    build.add_argument("--keep-trials", metavar="LIBRARY",
-                       help="carry the admission trials (and status) of this library's unchanged cards over")
+    build.add_argument("--keep-trials", metavar="LIBRARY", action="append", default=[],
+                       help="carry the admission trials (and status) of this library's unchanged cards over; "
+                            "repeatable: of several, each card keeps the longest log (lanes that trialled "
+                            "different cards join)")
     show = actions.add_parser("show", help="list the library's cards, or print one")
     show.add_argument("card", nargs="?", help="a card id or unique id prefix: print that card as JSON")
     show.add_argument("--library", help="library JSON file or SKILL.md folder (default: the bundled library)")
@@ -85,11 +87,11 @@ def _build(args: argparse.Namespace) -> int:
         raise KLineageError("no lineage to build a library from")
     problems = problem_infos({lineage.problem.operator for lineage in lineages})
     library = build_library(lineages, problems, default_provenance(lineages, args.note))
-    if args.keep_trials:
+    for earlier in args.keep_trials:
         from klineage.skills.admission import carry_trials
 
-        library, carried = carry_trials(library, _load(args.keep_trials))
-        print(f"carried the trials of {carried} unchanged card(s) over from {args.keep_trials}")
+        library, carried = carry_trials(library, _load(earlier))
+        print(f"carried the trials of {carried} unchanged card(s) over from {earlier}")
     out = save_library(library, args.out or default_path())
     for path in left_out:
         print(f"left out {path.name}: a GPU walk, or a longer walk, of the same expert is used")
