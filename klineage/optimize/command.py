@@ -126,20 +126,24 @@ def _print(result: Any, out: Path, console: Any) -> None:
         text = f"{anchor.kind}:{anchor.key}" if anchor is not None else "-"
         return text if len(text) <= 28 else text[:25] + "..."
 
+    def named(transform: str) -> str:  # a path names every card's transform: first and last, and how many
+        parts = transform.split("+")
+        return transform if len(parts) <= 2 else f"{parts[0]}+...+{parts[-1]} ({len(parts)} cards)"
+
     if result.gate is GateMode.COMPILE_ONLY:
         console.print(f"[bold yellow]DRY RUN[/] {result.note}")
     taken = {s.attempt for s in result.steps}
     rows = []
     for a in result.attempts:
         why = f"{a.ratio.overall:.3f}x" if a.ratio else " ".join(a.message.split())[:80]
-        rows.append([str(a.index), str(a.round), a.transform, a.card[:8] or "-", short(a.anchor),
+        rows.append([str(a.index), str(a.round), named(a.transform), a.card[:8] or "-", short(a.anchor),
                      a.status.value + (" (taken)" if a.index in taken else ""), why])
     table(f"Optimization of {result.start.name} on {result.problem.operator} ({result.strategy.value}, "
           f"{result.rewriter.value} rewriter, {result.gate.value} gate)",
           ["#", "step", "transform", "card", "anchor", "status", "ratio or why"], rows)
     if result.steps:
         table("Path", ["step", "transform", "card", "anchor", "best / new time"],
-              [[str(s.index), s.transform, s.card[:8] or "-", short(s.anchor), f"{s.ratio.overall:.3f}"]
+              [[str(s.index), named(s.transform), s.card[:8] or "-", short(s.anchor), f"{s.ratio.overall:.3f}"]
                for s in result.steps])
     stats = result.stats
     speed = "untimed" if result.speedup is None else f"{result.speedup:.3f}x over the start"
