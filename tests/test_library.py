@@ -217,6 +217,8 @@ def test_rejudging_the_gpu_admitted_library_gives_the_bundled_one(tmp_path, caps
     assert "scalarize_mma        7.098x -> passed; candidate -> admitted" in printed
     assert "1 trial(s) of 27 card(s) judged otherwise now" in printed
     assert load_library(out).cards == load_library(BUNDLED).cards
+    for library in (load_library(out), load_library(BUNDLED)):  # the provenance says no gate ran
+        assert "1 trial(s) re-judged from their recorded ratios" in library.provenance["admission"]
 
 
 def test_lanes_that_trialled_different_cards_join_by_the_longest_log(tmp_path):

@@ -141,6 +141,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _rejudge(library: Library, chosen: set[str], out: Path) -> int:
     import dataclasses
+    import datetime as dt
 
     from klineage.skills.admission import rejudge, trial_outcome
     from klineage.skills.library import save_library
@@ -155,7 +156,12 @@ def _rejudge(library: Library, chosen: set[str], out: Path) -> int:
             changed += len(trials)
             card = updated
         cards.append(card)
-    save_library(dataclasses.replace(library, cards=tuple(cards)), out)
+    provenance = dict(library.provenance)
+    if changed:
+        when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        provenance["admission"] = (f"{provenance.get('admission', 'roundtrip trials')}; {changed} trial(s) "
+                                   f"re-judged from their recorded ratios on {when} (no gate ran)")
+    save_library(dataclasses.replace(library, cards=tuple(cards), provenance=provenance), out)
     print(f"{changed} trial(s) of {len(chosen)} card(s) judged otherwise now; written to {out}")
     return 0
 
