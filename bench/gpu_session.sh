@@ -61,7 +61,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         --note "built on the GPU host from corpus/lineages"; fi  # unchanged cards keep their trials: admit resumes
       # the budget stops starting cards a margin before the timeout, so that it never kills a card halfway
       local admit_s=${limit:-${ADMIT_TIMEOUT:-300}}
-      timeout "$admit_s" python3 -m klineage library admit --library "$library" --gate gpu \
+      timeout "$admit_s" python3 -m klineage library admit --library "$library" --gate gpu --record \
         --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" \
         $(for c in $cards; do printf -- '--card %s ' "$c"; done) ;;
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL

@@ -101,7 +101,7 @@ def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progres
     if mode is not GateMode.GPU:
         raise KLineageError("--prefetch speeds up a GPU walk; this walk's gate is " + mode.value)
     done = prefetch(problem, guessed_states(args.prefetch, expert), DEFAULT_POLICY, default_cache(),
-                    jobs=args.jobs, progress=progress)
+                    jobs=args.jobs, progress=progress, keep=args.record)
     console.print(f"prefetched {done.states} states: " + ", ".join(f"{n} {s}" for s, n in sorted(done.judged.items()))
                   + "".join(f"\n  could not judge {e}" for e in done.errors))
 

@@ -71,6 +71,18 @@ def test_prefetch_judges_states_side_by_side_into_one_cache(gate_cache):
     assert not leftovers
 
 
+def test_prefetch_keeps_its_verdicts_when_asked(gate_cache):
+    """A walk with --record keeps what it prefetched: cut by a time limit, it resumes from them."""
+    expert = corpus.kernel_entry("row_softmax/warp_vec4").load()
+    states = guessed_states(DRY, expert)[:3]
+    before = set(gate_cache.recorded.keys())  # the module's cache: earlier tests recorded into it
+    prefetch(SOFTMAX, states[:1], DEFAULT_POLICY, gate_cache, jobs=1, mode=GateMode.COMPILE_ONLY)
+    assert set(gate_cache.recorded.keys()) == before
+    prefetch(SOFTMAX, states, DEFAULT_POLICY, gate_cache, jobs=3, mode=GateMode.COMPILE_ONLY, keep=True)
+    kept = [gate_cache.recorded.get(k) for k in set(gate_cache.recorded.keys()) - before]
+    assert sorted(v.kernel["fingerprint"] for v in kept) == sorted(s.fingerprint for s in states)
+
+
 def test_prefetch_refuses_timed_gates(gate_cache):
     with pytest.raises(KLineageError, match="untimed"):
         prefetch(SOFTMAX, [], GatePolicy(timing=True), gate_cache)

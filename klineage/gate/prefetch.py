@@ -36,9 +36,12 @@ class Prefetched:
 
 
 def prefetch(problem: str | Path, states: Iterable[KernelState], policy: GatePolicy, cache: GateCache, *,
-             jobs: int = 4, progress: Progress | None = None, mode: GateMode = GateMode.GPU) -> Prefetched:
-    """Gate `states` under an untimed policy, `jobs` at a time, into `cache`. Gates run
-    in threads of this process: every cache write must be safe between threads too."""
+             jobs: int = 4, progress: Progress | None = None, mode: GateMode = GateMode.GPU,
+             keep: bool = False) -> Prefetched:
+    """Gate `states` under an untimed policy, `jobs` at a time, into `cache`; with `keep`, every
+    verdict also into the recorded store (a walk cut by its time limit resumes from them on the next
+    GPU host instead of judging its states again). Gates run in threads of this process: every
+    cache write must be safe between threads too."""
     if policy.timing:
         raise KLineageError("prefetch judges untimed gates only: timings taken side by side are not comparable")
     states = list(states)
@@ -51,7 +54,10 @@ def prefetch(problem: str | Path, states: Iterable[KernelState], policy: GatePol
         for done, future in enumerate(as_completed(futures), 1):
             state = futures[future]
             try:
-                status = future.result().status.value
+                verdict = future.result()
+                status = verdict.status.value
+                if keep:
+                    cache.keep(verdict)
             except KLineageError as exc:
                 status = "error"
                 errors.append(f"{state.fingerprint[:12]}: {exc}")

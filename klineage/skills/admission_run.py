@@ -72,11 +72,16 @@ def setting_for(mode: GateMode) -> GateSetting:
     return GateSetting(mode, gpu, POLICY)
 
 
-def gate_of(setting: GateSetting, progress: Progress) -> Gate:
-    """The real gate the setting names, reporting its stages to `progress`."""
+def gate_of(setting: GateSetting, progress: Progress, record: bool = False) -> Gate:
+    """The real gate the setting names, reporting its stages to `progress`; with `record`, a GPU
+    gate's verdicts (and the correctness twins they reused) also go into the recorded store, so the
+    trials' measurements can be replayed where no GPU is."""
     def gate(problem_path: str | Path, kernel: KernelState, against: KernelState | None, case: str) -> Verdict:
-        return run_gate(problem_path, kernel, against=against, policy=trial_policy(setting.policy, case),
-                        mode=setting.mode, progress=progress)
+        verdict = run_gate(problem_path, kernel, against=against, policy=trial_policy(setting.policy, case),
+                           mode=setting.mode, progress=progress)
+        if record and setting.mode is GateMode.GPU:
+            default_cache().keep(verdict)
+        return verdict
     return gate
 
 

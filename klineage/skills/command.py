@@ -59,6 +59,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     admit.add_argument("--out", help="where to write the library (default: over the one read)")
     admit.add_argument("--redo", action="store_true",
                        help="trial every chosen card, also those the library already decides on the same evidence")
+    admit.add_argument("--record", action="store_true",
+                       help="GPU gate: also keep every trial's verdict in the recorded store (commit it for replay)")
     admit.add_argument("--rejudge", action="store_true",
                        help="run no gate: judge the chosen cards' timed trials again under today's rule, from the "
                             "paired ratios they recorded")
@@ -220,7 +222,7 @@ def _admit(args: argparse.Namespace) -> int:
 
         updated, runs = admit_cards(
             library, chosen, lambda c: held_out_targets(c, lineages, states, args.limit, problems), corpus.problem_path,
-            gate_of(setting, progress), setting, lambda partial: save_library(partial, out), problems=problems,
+            gate_of(setting, progress, args.record), setting, lambda partial: save_library(partial, out), problems=problems,
             limit=args.limit, redo=args.redo, deadline=None if args.budget_s is None else started + args.budget_s,
             progress=progress, on_card=report, jobs=args.jobs)
     save_library(updated, out)
