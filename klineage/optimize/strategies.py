@@ -11,7 +11,8 @@ the strategies differ only here:
   one mechanism with others, taken apart site by site by the walk, first together with them);
   where that gives nothing, the transitions' forward diffs are replayed (`klineage.skills.replay`);
   or by the LLM rewriter. Before the single cards, the cards of each walk of the operator as
-  one path, in that walk's forward order, each where retrieval takes it (the paths of retrieval).
+  one path, in that walk's forward order, each where it fits the state the cards before it leave
+  (the paths of retrieval).
 - GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
   preconditions, risks), retrieved and materialized at the transforms' own sites only (no anchors
   to place or diffs to replay): the paper's ablation.
@@ -249,8 +250,8 @@ def _whole(card: SkillCard, retrieved: Sequence[SkillCard], state: KernelState, 
     """The card with the retrieved cards it is one mechanism with (`materialize.one_mechanism`:
     the walk took the mechanism apart site by site), all applied at once, before any of them alone:
     cp.async's copy alone races and its commit and wait alone do nothing, and the loop's pairs
-    cannot reach past a rejected first half. Offered once per mechanism; None when the card is a mechanism alone,
-    or when one of its cards does not apply here."""
+    cannot reach past a rejected first half. Offered once per mechanism; None when the card is a
+    mechanism alone, or when one of its cards does not apply here."""
     from klineage.skills.materialize import apply_together, one_mechanism
 
     if card.id in joined:
