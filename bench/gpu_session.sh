@@ -8,8 +8,9 @@
 # walk:KERNEL (a recorded GPU walk, prefetched from the kernel's committed dry walk), sweep:NAME
 # (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, $ADMIT_JOBS
-# trial kernels' correctness side by side: $OUT/library.json, in lane N $OUT/library-N.json, written after every
-# card), skills:SPEC (bench/skills_eval.py --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET,
+# trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
+# $OUT/library-N.json, joined into $OUT/library.json when all lanes are done), skills:SPEC (bench/skills_eval.py
+# --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET,
 # $SKILLS_JOBS candidates' correctness side by side: $OUT/results/skills-SPEC.json with ':' as '-', rewritten
 # after every strategy, and the optimization documents in $OUT/results/skills-docs; SPEC is OPERATOR, EXPERT or
 # either :STRATEGY, comma-separated; join the lanes' parts with skills_eval.py --merge), or PROBLEM:KERNEL (a
@@ -82,6 +83,12 @@ if [ "${1:-}" = --lanes ]; then
   done
   wait
   for ((j = 0; j < i; j++)); do echo "##### lane $j"; grep -v '^\s*$' "$OUT/lane$j.txt" | tail -60; done
+  lane_libraries=("$OUT"/library-*.json)  # lanes that admitted: one library, each card with its longest log
+  if [ -f "${lane_libraries[0]}" ]; then
+    python3 -m klineage library build --out "$OUT/library.json" --note "built on the GPU host from corpus/lineages" \
+      $(for l in "${lane_libraries[@]}"; do printf -- '--keep-trials %s ' "$l"; done) | tail -3 \
+      && rm "${lane_libraries[@]}"
+  fi
 else
   for s in "$@"; do stage "$s" | tee -a "$OUT/log.txt" | tail -60; done
 fi
