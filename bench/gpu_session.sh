@@ -86,8 +86,7 @@ if [ "${1:-}" = --lanes ]; then
   lane_libraries=("$OUT"/library-*.json)  # lanes that admitted: one library, each card with its longest log
   if [ -f "${lane_libraries[0]}" ]; then
     python3 -m klineage library build --out "$OUT/library.json" --note "built on the GPU host from corpus/lineages" \
-      $(for l in "${lane_libraries[@]}"; do printf -- '--keep-trials %s ' "$l"; done) | tail -3 \
-      && rm "${lane_libraries[@]}"
+      $(for l in "${lane_libraries[@]}"; do printf -- '--keep-trials %s ' "$l"; done) && rm "${lane_libraries[@]}"
   fi
 else
   for s in "$@"; do stage "$s" | tee -a "$OUT/log.txt" | tail -60; done
