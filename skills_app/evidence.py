@@ -157,6 +157,12 @@ def _skills(e: Evidence, data: dict[str, Any]) -> None:
         parts.append(f"{label} {_num(value, '{:.2f}x')}" if value is not None else f"{label} not measured")
     missing = len(data.get("not_run") or [])
     e.headline = "; ".join(parts) + (f" ({missing} workload(s) not fully run)" if missing else "")
+    subset = data.get("measured_subset") or {}
+    if subset.get("workloads"):  # what was measured, labelled as not the headline
+        roundtrip, versus = ((subset.get(key) or {}).get("value")
+                             for key in ("roundtrip_min_vs_expert", "vs_unconditioned_geomean"))
+        e.headline += (f"; over the {len(subset['workloads'])} workload(s) measured: roundtrip "
+                       f"{_num(roundtrip, '{:.2f}x')}, vs unconditioned {_num(versus, '{:.2f}x')}")
     # One row per workload: what each strategy bought at the same budget (start time / best time).
     strategies = ("library", "generated_only", "unconditioned_random", "unconditioned_greedy")
     e.columns = ["workload", "best / expert", *(s.replace("_", " ") for s in strategies), "library wasted"]

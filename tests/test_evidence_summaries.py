@@ -35,6 +35,11 @@ def test_committed_results_have_headlines():
     admission = skills["admission_rate"]
     assert found["skills.json"].headline.startswith(
         f"admission {admission['admitted']}/{admission['cards']} cards ({admission['value']:.0%})")
+    subset = skills["measured_subset"]
+    assert found["skills.json"].headline.endswith(
+        f"; over the {len(subset['workloads'])} workload(s) measured: roundtrip "
+        f"{subset['roundtrip_min_vs_expert']['value']:.2f}x, vs unconditioned "
+        f"{subset['vs_unconditioned_geomean']['value']:.2f}x")
     assert len(found["skills.json"].rows) == len(skills["workloads"])
     for shown, row in zip(found["skills.json"].rows, skills["workloads"]):
         library = row["strategies"]["library"]
