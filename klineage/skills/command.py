@@ -222,7 +222,8 @@ def _admit(args: argparse.Namespace) -> int:
 
         updated, runs = admit_cards(
             library, chosen, lambda c: held_out_targets(c, lineages, states, args.limit, problems), corpus.problem_path,
-            gate_of(setting, progress, args.record), setting, lambda partial: save_library(partial, out), problems=problems,
+            gate_of(setting, progress, args.record), setting, lambda partial: save_library(partial, out),
+            problems=problems,
             limit=args.limit, redo=args.redo, deadline=None if args.budget_s is None else started + args.budget_s,
             progress=progress, on_card=report, jobs=args.jobs)
     save_library(updated, out)

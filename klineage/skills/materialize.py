@@ -43,8 +43,8 @@ def evidence_anchors(card: SkillCard, lineages: Mapping[str, Lineage],
                      state: KernelState | None = None) -> list[Anchor]:
     """The anchors of the card's source transitions, from those of `lineages` (lineage id ->
     lineage) that are at hand, in evidence order without repeats; with `state`, those of lineages
-    of its problem first. An anchor's snippet may hold the code forward puts back (cp.async's
-    helper), and one site takes the first that applies: GEMM's helper must not come from conv2d's."""
+    of its problem first: an anchor's snippet may hold the code forward puts back (cp.async's
+    helper), one site takes the first that applies, and the state's own walk recorded its own."""
     def own_problem_first(ref: Ref) -> bool:
         lineage = lineages.get(ref.lineage)
         return not (state is not None and lineage is not None and lineage.problem.operator == state.plan.problem)
@@ -179,6 +179,6 @@ def lineage_paths(cards: Sequence[SkillCard], lineages: Mapping[str, Lineage], o
     by_id = {card.id: card for card in cards}
     paths = [(name, [by_id[i] for i in sorted(found, key=lambda i: -found[i])])
              for name, found in steps.items() if len(found) > 1]
-    walked = {name for name in steps if state is not None
-              and any(s.kernel.fingerprint == state.fingerprint for s in lineages[name].states)}
+    target = state.fingerprint if state is not None else None
+    walked = {name for name in steps if any(s.fingerprint == target for s in lineages[name].states)}
     return sorted(paths, key=lambda path: (path[0] not in walked, -len(path[1]), path[0]))

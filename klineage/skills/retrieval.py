@@ -50,6 +50,7 @@ from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus, SkillCard
 from klineage.skills.induction import DEVICE_ROLE, KERNEL_ROLE
+from klineage.skills.materialize import evidence_anchors, materialize
 from klineage.skills.predicates import case_facts
 from klineage.transforms import catalog
 
@@ -220,6 +221,4 @@ def fits(card: SkillCard, present: frozenset[Feature] | set[Feature], problem: P
 
 def _anchored(card: SkillCard, state: KernelState, lineages: Mapping[str, Lineage]) -> bool:
     """Whether the card's forward applies at one of its evidence's anchors in `state`."""
-    from klineage.skills.materialize import evidence_anchors, materialize
-
     return bool(materialize(card, state, evidence_anchors(card, lineages, state)))

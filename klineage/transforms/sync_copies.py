@@ -842,6 +842,13 @@ def _definitions(parsed: cp.ParsedSource) -> list[tuple[str, str, int, Node]]:
     return found
 
 
+def _signature(parsed: cp.ParsedSource, node: Node) -> str:
+    """A function definition's head (return type, name, parameters), blanks collapsed."""
+    body = node.child_by_field_name("body")
+    head = parsed.data[node.start_byte:body.start_byte if body is not None else node.end_byte]
+    return " ".join(head.decode("utf-8").split())
+
+
 def _snippet(parsed: cp.ParsedSource, nodes: list[Node]) -> str:
     """The original text of the definitions a rewrite changes, in source order."""
     spans = sorted({_definition_span(parsed, node) for node in nodes})
@@ -1027,6 +1034,10 @@ class SyncCopies(Transform):
             target = current.get((kind, name, n))
             if target is None:
                 raise NotApplicable(f"sync_copies: {kind} {name} recorded in the anchor is not in the source")
+            if kind == "function" and _signature(recorded, node) != _signature(parsed, target):
+                # another kernel's helper of the same name: its callers would pass what this one's do not take
+                raise NotApplicable(f"sync_copies: the recorded {name} is declared `{_signature(recorded, node)}`, "
+                                    f"this one `{_signature(parsed, target)}`: the recording is another kernel's")
             start, end = _definition_span(parsed, target)
             r_start, r_end = _definition_span(recorded, node)
             text = recorded.data[r_start:r_end].decode("utf-8")

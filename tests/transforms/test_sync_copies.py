@@ -381,3 +381,25 @@ def test_compile_only_walk_accepts_every_step(tmp_path, monkeypatch):
                        ["source cp_async_commit:cp_async_wait"], ["source cp_async_wait:cp_async_wait"]]
     assert [t.forward.status for t in lineage.transitions] == [ForwardStatus.NO_MECHANICAL_FORWARD] + \
         [ForwardStatus.UNTIMED] * 3
+
+
+def test_forward_refuses_another_kernels_recorded_helper(sync_copies):
+    """GEMM's and conv2d's walks both record a `cp_async_16`, with other parameters (`int src_bytes`
+    and `bool valid`); restoring conv2d's into GEMM would change what GEMM's callers pass."""
+    from klineage import config
+    from klineage.lineage import Lineage
+
+    walks = {name: Lineage.load(config.corpus_dir() / "lineages" / f"{name}.gpu.json")
+             for name in ("gemm_mma_sync", "conv2d_implicit_gemm")}
+    copies = {name: next(i for i, t in enumerate(w.transitions) if t.transform == "sync_copies")
+              for name, w in walks.items()}
+    gemm, first = walks["gemm_mma_sync"], copies["gemm_mma_sync"]
+    state = gemm.states[first + 3].kernel
+    for step in (first + 2, first + 1):  # the wait and commit helpers go back before the copy
+        state = sync_copies.forward(state, gemm.transitions[step].anchor).state
+    foreign = walks["conv2d_implicit_gemm"].transitions[copies["conv2d_implicit_gemm"]].anchor
+    assert foreign.function == gemm.transitions[first].anchor.function == "cp_async_16"
+    with pytest.raises(NotApplicable, match=r"bool valid.*int src_bytes.*another kernel's"):
+        sync_copies.forward(state, foreign)
+    assert sync_copies.forward(state, gemm.transitions[first].anchor).state.fingerprint == \
+        gemm.states[first].kernel.fingerprint
