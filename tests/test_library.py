@@ -209,15 +209,17 @@ def test_the_bundled_library_is_the_corpus_rebuilt_with_its_own_trials(tmp_path)
 def test_rejudging_the_gpu_admitted_library_gives_the_bundled_one(tmp_path, capsys):
     """Session 6 admitted the library on the H200 under the earlier rule (95% of the smallest
     declared effect); `--rejudge` reads its recorded trial ratios under today's rule, runs no gate,
-    and gives the bundled library: only the tensor-core card's 7.098x trial changes outcome."""
+    and gives the library session 6 bundled (session 7 admitted more cards from it): only the
+    tensor-core card's 7.098x trial changes outcome."""
     raw = ROOT / "bench" / "results" / "skills-parts" / "session-6" / "library-before-rejudge.json"
     out = tmp_path / "rejudged.json"
     assert main(["library", "admit", "--library", str(raw), "--rejudge", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "scalarize_mma        7.098x -> passed; candidate -> admitted" in printed
     assert "1 trial(s) of 27 card(s) judged otherwise now" in printed
-    assert load_library(out).cards == load_library(BUNDLED).cards
-    for library in (load_library(out), load_library(BUNDLED)):  # the provenance says no gate ran
+    rejudged = ROOT / "bench" / "results" / "skills-parts" / "session-6" / "library-rejudged.json"
+    assert load_library(out).cards == load_library(rejudged).cards
+    for library in (load_library(out), load_library(rejudged)):  # the provenance says no gate ran
         assert "1 trial(s) re-judged from their recorded ratios" in library.provenance["admission"]
 
 
