@@ -25,7 +25,7 @@ from klineage.gate.verdict import Finding, Reason, Status
 from klineage.kernel import load_kernel
 from klineage.lineage import Lineage
 from klineage.skills.admission import (Target, TrialOutcome, admit, applied_to, card_digest, held_out_targets,
-                                       rejudge, required_ratio, trial_outcome)
+                                       rejudge, required_ratio, slower, trial_outcome)
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import problem_infos
@@ -132,6 +132,29 @@ def test_slower_than_declared_fails_and_retires_an_admitted_card(cards, gate_cac
     assert retired.status is CardStatus.RETIRED
 
 
+def gate_per_target(cache, *outcomes: tuple[float | None, Status]):
+    """The timed gate with one (ratio, status) per call, in the order admit trials its targets."""
+    left = list(outcomes)
+
+    def gate(problem_path, kernel, against, case=""):
+        ratio, status = left.pop(0)
+        return timed_gate(cache, ratio, status)(problem_path, kernel, against, case)
+    return gate
+
+
+@pytest.mark.parametrize("other, admitted", [((0.94, Status.PASSED), True), ((None, Status.REJECTED), False)])
+def test_a_slower_trial_beside_a_passed_one_admits_a_rejected_one_does_not(cards, gate_cache, other, admitted):
+    """Session 7's pipeline card: 0.939x on conv2d's pointwise case (where a short reduction does
+    not pay for the stages), its effect shown elsewhere. A slower trial says where the mechanism
+    does not pay; a rejected one, that the card is unsound somewhere."""
+    card = with_effect(cards["launch_bounds"], 1.2)
+    gate = gate_per_target(gate_cache, other, (1.2, Status.PASSED))
+    updated, trials = admit(card, [tiny_target(), tiny_target()], corpus.problem_path, gate, limit=2)
+    assert [trial_outcome(t) for t in trials] == [TrialOutcome.FAILED, TrialOutcome.PASSED]
+    assert slower(trials[0]) is admitted
+    assert updated.status is (CardStatus.ADMITTED if admitted else CardStatus.CANDIDATE)
+
+
 @pytest.mark.parametrize("trial_ratio, outcome", [(7.1, TrialOutcome.PASSED), (3.0, TrialOutcome.FAILED)])
 def test_a_large_gain_must_keep_its_order_of_magnitude_on_another_shape(cards, gate_cache, trial_ratio, outcome):
     card = with_effect(cards["launch_bounds"], 11.3)  # mma.sync's conv2d headline gain; its pointwise case: 7.1x
@@ -158,6 +181,10 @@ def test_rejudge_reads_the_recorded_ratios_of_this_content_again(cards):
     alone, _ = rejudge(dataclasses.replace(card, verification_log=log[:2]))
     assert alone.status is CardStatus.ADMITTED
     assert rejudge(alone) == (alone, [])  # judged under today's rule already: nothing changes
+    slow = Trial("f" * 64, False, 0.94, "failed: t4: passed at 0.940x, below the 3.277x", ours)
+    kept_out = dataclasses.replace(card, verification_log=(first, slow))  # read under an older status rule
+    decided, none_changed = rejudge(kept_out)
+    assert none_changed == [] and decided.status is CardStatus.ADMITTED  # the status is decided again all the same
 
 
 def test_a_rejected_kernel_fails_the_trial(cards, gate_cache):

@@ -210,17 +210,25 @@ def test_rejudging_the_gpu_admitted_library_gives_the_bundled_one(tmp_path, caps
     """Session 6 admitted the library on the H200 under the earlier rule (95% of the smallest
     declared effect); `--rejudge` reads its recorded trial ratios under today's rule, runs no gate,
     and gives the library session 6 bundled (session 7 admitted more cards from it): only the
-    tensor-core card's 7.098x trial changes outcome."""
+    tensor-core card's 7.098x trial changes outcome. Since session 7 a trial that passed the gate
+    only slower keeps no card out that reproduced its effect elsewhere: one restrict card's
+    status is decided again (0.998x and 0.977x trials) on the same trials."""
     raw = ROOT / "bench" / "results" / "skills-parts" / "session-6" / "library-before-rejudge.json"
     out = tmp_path / "rejudged.json"
     assert main(["library", "admit", "--library", str(raw), "--rejudge", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "scalarize_mma        7.098x -> passed; candidate -> admitted" in printed
-    assert "1 trial(s) of 27 card(s) judged otherwise now" in printed
+    assert "60802f895feb restrict             same trials, today's status rule; candidate -> admitted" in printed
+    assert "1 trial(s) of 27 card(s) judged otherwise now, 2 status(es) changed" in printed
     rejudged = ROOT / "bench" / "results" / "skills-parts" / "session-6" / "library-rejudged.json"
-    assert load_library(out).cards == load_library(rejudged).cards
-    for library in (load_library(out), load_library(rejudged)):  # the provenance says no gate ran
-        assert "1 trial(s) re-judged from their recorded ratios" in library.provenance["admission"]
+    now, then = load_library(out), load_library(rejudged)
+    assert [(c.short_id, c.status) for c, old in zip(now.cards, then.cards) if c != old] == \
+        [("60802f895feb", CardStatus.ADMITTED)]
+    assert dataclasses.replace(now.cards[12], status=CardStatus.CANDIDATE) == then.cards[12]
+    # the provenance says no gate ran
+    assert "1 trial(s) re-judged from their recorded ratios" in then.provenance["admission"]
+    assert "1 trial(s) re-judged from their recorded ratios and 2 status(es) decided again" in \
+        now.provenance["admission"]
 
 
 def test_lanes_that_trialled_different_cards_join_by_the_longest_log(tmp_path):

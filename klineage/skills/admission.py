@@ -30,9 +30,12 @@ Outcomes:
 Every trial is recorded on the card's `verification_log` as a `card.Trial` (state: the target's
 fingerprint; passed: outcome PASSED; message: starts with the outcome's value, `trial_outcome`
 reads it back; basis: what else the outcome rests on, `trial_basis`, when `admit` is told the
-gate's `GateSetting`). Status: admitted when some new trial PASSED and none FAILED; an admitted
-card with a FAILED trial and no PASSED one is retired; otherwise the status stays (a retired card
-stays). `klineage.skills.admission_run` admits a whole library card by card.
+gate's `GateSetting`). Status: admitted when some new trial PASSED and none was rejected by the
+gate (a materialization that is unsound somewhere keeps the card out); a trial that passed the gate
+only slower than required (`slower`) says where the mechanism does not pay, not that the card is
+wrong, so it does not keep out a card that reproduced its effect elsewhere (it stays in the log,
+which the card's page and SKILL.md show); an admitted card with a FAILED trial and no PASSED one is
+retired; otherwise the status stays (a retired card stays). `klineage.skills.admission_run` admits a whole library card by card.
 """
 
 from __future__ import annotations
@@ -315,10 +318,16 @@ def admit(card: SkillCard, targets: Sequence[Target], problem_for: Callable[[str
     return updated, trials
 
 
+def slower(trial: Trial) -> bool:
+    """A FAILED trial whose kernel passed the gate, only slower than required (it has a ratio)."""
+    return trial_outcome(trial) is TrialOutcome.FAILED and trial.ratio is not None
+
+
 def _status_after(status: CardStatus, trials: Sequence[Trial]) -> CardStatus:
     outcomes = {trial_outcome(t) for t in trials}
+    rejected = any(trial_outcome(t) is TrialOutcome.FAILED and not slower(t) for t in trials)
     if status is not CardStatus.RETIRED:
-        if TrialOutcome.PASSED in outcomes and TrialOutcome.FAILED not in outcomes:
+        if TrialOutcome.PASSED in outcomes and not rejected:
             return CardStatus.ADMITTED
         if TrialOutcome.FAILED in outcomes and TrialOutcome.PASSED not in outcomes and status is CardStatus.ADMITTED:
             return CardStatus.RETIRED
@@ -328,8 +337,8 @@ def _status_after(status: CardStatus, trials: Sequence[Trial]) -> CardStatus:
 def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
     """The card with its timed trials judged again under today's `required_ratio`, from the paired
     ratios they recorded (no gate runs: a passing verdict's ratio is the measurement, the outcome
-    only a reading of it), and its status set from them as `admit` sets it; also the trials whose
-    outcome changed. A rejected or untimed trial has no ratio and keeps its outcome. Each changed
+    only a reading of it), and its status decided again from them as `admit` decides it (today's
+    rule, even where no outcome changed); also the trials whose outcome changed. A rejected or untimed trial has no ratio and keeps its outcome. Each changed
     trial's message keeps the old one after the new reading. Only trials of this very content (their
     basis names the card's digest) are read again: another content declared other effects."""
     required = required_ratio(card)
@@ -349,5 +358,5 @@ def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
                 changed.append(trial)
         log.append(trial)
     same = [t for t in log if t.basis is not None and t.basis.card == digest]
-    status = _status_after(card.status, same) if changed else card.status
+    status = _status_after(card.status, same) if same else card.status
     return dataclasses.replace(card, verification_log=tuple(log), status=status), changed

@@ -148,23 +148,29 @@ def _rejudge(library: Library, chosen: set[str], out: Path) -> int:
     from klineage.skills.admission import rejudge, trial_outcome
     from klineage.skills.library import save_library
 
-    cards, changed = [], 0
+    cards, changed, decided = [], 0, 0
     for card in library.cards:
         if card.id in chosen:
             updated, trials = rejudge(card)
             for trial in trials:
                 print(f"{card.short_id} {card.transform:20} {trial.ratio:.3f}x -> {trial_outcome(trial).value}; "
                       f"{card.status.value} -> {updated.status.value}")
+            if not trials and updated.status is not card.status:
+                print(f"{card.short_id} {card.transform:20} same trials, today's status rule; "
+                      f"{card.status.value} -> {updated.status.value}")
             changed += len(trials)
+            decided += updated.status is not card.status
             card = updated
         cards.append(card)
     provenance = dict(library.provenance)
-    if changed:
+    if changed or decided:
         when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         provenance["admission"] = (f"{provenance.get('admission', 'roundtrip trials')}; {changed} trial(s) "
-                                   f"re-judged from their recorded ratios on {when} (no gate ran)")
+                                   f"re-judged from their recorded ratios and {decided} status(es) decided again "
+                                   f"on {when} (no gate ran)")
     save_library(dataclasses.replace(library, cards=tuple(cards), provenance=provenance), out)
-    print(f"{changed} trial(s) of {len(chosen)} card(s) judged otherwise now; written to {out}")
+    print(f"{changed} trial(s) of {len(chosen)} card(s) judged otherwise now, {decided} status(es) changed; "
+          f"written to {out}")
     return 0
 
 
