@@ -10,7 +10,7 @@
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, $ADMIT_JOBS
 # trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
 # $OUT/library-N.json, joined into $OUT/library.json when all lanes are done), skills:SPEC (bench/skills_eval.py
-# --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET,
+# --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET, each strategy run cut after $SKILLS_RUN_S seconds if set,
 # $SKILLS_JOBS candidates' correctness side by side: $OUT/results/skills-SPEC.json with ':' as '-', rewritten
 # after every strategy, and the optimization documents in $OUT/results/skills-docs; SPEC is OPERATOR, EXPERT or
 # either :STRATEGY, comma-separated; join the lanes' parts with skills_eval.py --merge), or PROBLEM:KERNEL (a
@@ -68,6 +68,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
       timeout "${limit:-${SKILLS_TIMEOUT:-540}}" python3 bench/skills_eval.py --gate gpu --record --only "$spec" \
         --budget "${SKILLS_BUDGET:-12}" --jobs "${SKILLS_JOBS:-6}" --out "$OUT/results/skills-${spec//:/-}.json" \
+        ${SKILLS_RUN_S:+--time-limit-s "$SKILLS_RUN_S"} \
         --documents "$OUT/results/skills-docs" ;;
     *:*) timeout "${limit:-${GATE_TIMEOUT:-200}}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;
     *) echo "unknown stage $1" ;;

@@ -53,7 +53,7 @@ from klineage.errors import KLineageError  # noqa: E402
 from klineage.gate.pipeline import default_cache, git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.lineage import Lineage  # noqa: E402
-from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, Strategy, optimize  # noqa: E402
+from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, Stop, Strategy, optimize  # noqa: E402
 from klineage.optimize.command import bundled_library  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
@@ -64,13 +64,14 @@ UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
 PARTIAL_NOTE = ("the summaries cover only the workloads and strategies this document holds: not the headline "
                 "(join the parts with --merge; a run that is not complete was cut short)")
 AGREE = ("gate", "budget", "rewriter", "seed", "statuses", "library")  # parts of one experiment share these
-MEASURED_ON = ("gpu", "driver", "cuda", "torch", "toolchain", "git_commit")  # these may differ between lanes
+MEASURED_ON = ("gpu", "driver", "cuda", "torch", "toolchain", "git_commit", "time_limit_s")  # may differ by lane
 DEFINITIONS = {
     "admission_rate": "admitted cards / cards of a library that went through roundtrip admission",
     "roundtrip_min_vs_expert": "min over workloads of expert time / library-best time (paired)",
     "vs_unconditioned_geomean": "geomean over workloads of library speedup / the better unconditioned speedup "
-                                "(random or greedy, of those that ran: each row's vs_unconditioned_over), same "
-                                "budget",
+                                "(random or greedy, of those that ran: each row's vs_unconditioned_over), at one "
+                                "budget (a run cut by its time limit after N evaluations compares only with runs "
+                                "that ended on their own within N)",
     "speedup": "start time / best time: the product of the accepted steps' paired ratios"}
 
 
@@ -149,9 +150,24 @@ def compare(row: dict[str, Any], mode: GateMode, expert: tuple[float | None, str
         "not run: library" if Strategy.LIBRARY.value not in row["strategies"] else
         "not run: " + ", ".join(s.value for s in UNCONDITIONED) if not ran else
         "the library or an unconditioned strategy gave no speedup" if None in speedups else "")
+    if not row["vs_unconditioned_reason"]:
+        row["vs_unconditioned_reason"] = unequal_budgets([row["strategies"][s.value] for s in (Strategy.LIBRARY, *ran)])
     if not row["vs_unconditioned_reason"]:  # against the better of the unconditioned strategies that ran
         row["vs_unconditioned"] = speedups[0] / max(speedups[1:])
         row["vs_unconditioned_over"] = [s.value for s in ran]
+
+
+def unequal_budgets(runs: list[dict[str, Any]]) -> str:
+    """Why these strategy runs were not compared at one budget; '' when they were. A run cut by its
+    time limit after N evaluations is a budget-N run: it compares only with runs that ended on
+    their own (no candidate left, none faster) within N evaluations, whose result N more could not
+    change."""
+    for cut in (r for r in runs if r["stop"] == Stop.TIME_LIMIT.value):
+        for other in (r for r in runs if r is not cut):
+            if other["stop"] in (Stop.BUDGET.value, Stop.TIME_LIMIT.value) or other["evaluations"] > cut["evaluations"]:
+                return (f"not at one budget: a run stopped at its time limit after {cut['evaluations']} evaluation(s), "
+                        f"another stopped ({other['stop']}) after {other['evaluations']}")
+    return ""
 
 
 def strategy_row(result: OptimizationResult) -> dict[str, Any]:
@@ -185,7 +201,7 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
                 result = optimize(problem, naive, strategy=strategy, budget=args.budget, gate_mode=mode,
                                   library=library if strategy.uses_library else None, rewriter=rewriter,
                                   seed=args.seed, statuses=args.statuses, lineages=index, record=args.record,
-                                  jobs=args.jobs)
+                                  jobs=args.jobs, time_limit_s=args.time_limit_s)
             except KLineageError as exc:
                 row["strategies"][strategy.value] = {"error": str(exc)}
             else:
@@ -238,7 +254,7 @@ def provenance(verdicts: list[Verdict], args: argparse.Namespace, library: str) 
             "cuda": env.get("cuda_runtime", "unknown"), "torch": env.get("torch", "unknown"),
             "toolchain": env.get("toolchain", "unknown"), "git_commit": git_commit(),
             "date": now(), "gate": args.gate, "budget": args.budget, "rewriter": args.rewriter, "seed": args.seed,
-            "statuses": args.statuses,
+            "statuses": args.statuses, "time_limit_s": args.time_limit_s,
             "library": library, "written_by": "bench/skills_eval.py"}
 
 
@@ -393,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lineages", default=str(config.corpus_dir() / "lineages"), help="folder of lineage JSON")
     parser.add_argument("--documents", help="also write every optimization document into this folder")
     parser.add_argument("--out", default=str(config.REPO_ROOT / "bench" / "results" / "skills.json"))
+    parser.add_argument("--time-limit-s", type=float, metavar="SECONDS",
+                        help="each strategy run stops gating once it has taken this long: a run cut after N "
+                             "evaluations compares only with runs that ended on their own within N")
     parser.add_argument("--jobs", type=int, default=1, help="GPU gate: candidates whose correctness is judged "
                                                              "side by side before each is timed alone")
     parser.add_argument("--record", action="store_true",

@@ -179,6 +179,33 @@ def test_merge_computes_the_comparisons_again_from_the_rows(lineages, runs, tmp_
     assert subset["vs_unconditioned_geomean"]["value"] == pytest.approx((1.25 * 2.0) ** 0.5)
 
 
+def run_row(stop: str, evaluations: int, speedup: float) -> dict:
+    return {"stop": stop, "evaluations": evaluations, "speedup": speedup}
+
+
+@pytest.mark.parametrize("library, compared", [
+    (run_row("no_candidate", 2, 5.0), True),  # ended on its own within the random run's 7 evaluations
+    (run_row("no_improvement", 9, 5.0), False),  # took more evaluations than random had
+    (run_row("budget", 7, 5.0), False),  # itself cut by the budget: more evaluations could change it
+])
+def test_a_run_cut_by_its_time_limit_compares_only_with_runs_that_ended_within_it(library, compared):
+    row = {"strategies": {"library": library, "unconditioned_random": run_row("time_limit", 7, 2.0)}}
+    skills.compare(row, skills.GateMode.GPU, (1.0, ""))
+    assert row["vs_unconditioned"] == (2.5 if compared else None)
+    assert ("not at one budget" in row["vs_unconditioned_reason"]) is not compared
+
+
+def test_a_time_limit_stops_the_run_between_gate_calls(gate_cache):
+    from klineage import corpus
+    from klineage.optimize import Stop, optimize
+
+    naive = corpus.kernel_entry("row_softmax/naive").load()
+    result = optimize(corpus.problem_path("row_softmax"), naive, strategy=Strategy.UNCONDITIONED_RANDOM, budget=5,
+                      gate_mode="compile", cache=gate_cache, time_limit_s=1e-9)
+    assert result.stop is Stop.TIME_LIMIT and result.stats.evaluations == 1  # the start kernel's gate only
+    assert "time limit passed after 1 of 5 gate evaluations" in result.message
+
+
 def test_a_workload_no_part_ran_makes_the_summaries_unknown(lineages, runs, tmp_path):
     merged = merge(lineages, tmp_path / "merged.json", runs["b"])
     # The rule rewriter alone (no_library) is skipped by design, so it is never missing.

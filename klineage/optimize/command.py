@@ -50,6 +50,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     sub.add_argument("--jobs", type=int, default=1,
                      help="GPU gate: judge the correctness of this many candidates side by side before timing "
                           "each alone (default 1)")
+    sub.add_argument("--time-limit-s", type=float, metavar="SECONDS",
+                     help="stop gating candidates once the run has taken this long (stop: time_limit)")
     sub.add_argument("--out", help="where to write the result (default: var/optimizations/<kernel>-<strategy>-"
                                    "<gate>.json)")
     sub.add_argument("--json", action="store_true", help="print the result document instead of tables")
@@ -77,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         result = optimize(problem, start, strategy=strategy, library=library, budget=args.budget, gate_mode=mode,
                           rewriter=args.rewriter, seed=args.seed, statuses=statuses,
                           required_ratio=args.require if args.require is not None else DEFAULT_REQUIRED_RATIO,
-                          progress=progress, on_event=on_event, lookahead=args.lookahead, jobs=args.jobs)
+                          progress=progress, on_event=on_event, lookahead=args.lookahead, jobs=args.jobs,
+                          time_limit_s=args.time_limit_s)
     out = Path(args.out) if args.out else (config.data_dir() / "optimizations" /
                                            f"{start.name}-{strategy.value}-{mode.value}.json")
     result.save(out)

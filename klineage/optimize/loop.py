@@ -37,6 +37,7 @@ Decisions (each one here, in one place):
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -92,7 +93,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
              progress: Progress | None = None, on_event: EventSink | None = None,
              transforms: Sequence[Transform] | None = None, llm: Any = None,
              lineages: Mapping[str, Lineage] | None = None, lookahead: Lookahead = Lookahead.PAIRS,
-             record: bool = False, jobs: int = 1) -> OptimizationResult:
+             record: bool = False, jobs: int = 1, time_limit_s: float | None = None) -> OptimizationResult:
     """Optimize `start` on the problem with `strategy`, spending at most `budget` gate calls.
 
     `library` is a `klineage.skills.library.Library`, or the path of one (a library JSON file or a
@@ -106,7 +107,9 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     anchors its cards' evidence names. `jobs` > 1 (GPU gate, rule rewriter) judges the correctness of
     the next `jobs` candidates side by side before they are gated one at a time (Prefetch, above).
     `record` (GPU gate) keeps every verdict the run used, measured now or served from this machine's
-    cache, in the recorded store, so that replay can serve the run.
+    cache, in the recorded store, so that replay can serve the run. `time_limit_s` bounds the run's
+    wall clock: no candidate is gated once it has passed (stop `time_limit`; a gate call under way
+    finishes, so that every evaluation counted was judged whole).
     Strategy, rewriter, gate mode and statuses may be given by their values ("library", "compile")."""
     strategy = Strategy.parse(strategy)
     rewriter = RewriterKind.parse(rewriter)
@@ -115,6 +118,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
         raise KLineageError(f"the budget is a whole number of gate evaluations >= 1, not {budget!r}")
     if required_ratio < 1:
         raise KLineageError(f"an improvement needs a required ratio >= 1, not {required_ratio}")
+    if time_limit_s is not None and not time_limit_s > 0:
+        raise KLineageError(f"the time limit is a number of seconds > 0, not {time_limit_s!r}")
     allowed = _statuses(statuses)
     if strategy.uses_library and library is None:
         raise KLineageError(f"strategy {strategy.value} draws on a skill library: give one (--library)")
@@ -147,7 +152,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
                    lineages=lineages)
     run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
                progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm,
-               choice(Lookahead, lookahead, "lookahead"), record, jobs)
+               choice(Lookahead, lookahead, "lookahead"), record, jobs, time_limit_s)
     return run.go()
 
 
@@ -183,6 +188,8 @@ class _Run:
     lookahead: Lookahead
     keep_verdicts: bool = False  # optimize(record=...); `record` names the attempt log
     jobs: int = 1
+    time_limit_s: float | None = None
+    began: float = field(default_factory=time.monotonic)
     attempts: list[Attempt] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     evaluations: int = 0
@@ -268,6 +275,9 @@ class _Run:
         left; None when the planner has nothing more."""
         if self.evaluations >= self.budget:
             return Stop.BUDGET, f"all {self.budget} gate evaluations are spent"
+        if self.time_limit_s is not None and time.monotonic() - self.began >= self.time_limit_s:
+            return Stop.TIME_LIMIT, (f"the {self.time_limit_s:g} s time limit passed after {self.evaluations} of "
+                                     f"{self.budget} gate evaluations")
         try:
             return next(candidates, None)
         except BudgetExhausted as exc:

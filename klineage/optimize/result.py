@@ -64,6 +64,7 @@ class Stop(str, Enum):
     START_FAILED = "start_failed"  # the starting kernel does not pass the gate
     GATE_ERROR = "gate_error"  # the gate could not judge a candidate; nothing after it is trusted
     LLM_BUDGET = "llm_budget"  # the model budget is spent
+    TIME_LIMIT = "time_limit"  # the run's wall-clock limit passed before its budget was spent
 
 
 def _ratio(data: Any, where: str) -> PairedRatio:
@@ -295,6 +296,8 @@ class OptimizationResult(Document):
                                                       f"{self.budget}")
         if self.stop is Stop.BUDGET and self.stats.evaluations != self.budget:
             raise DocumentError("optimization.stop", "budget, but the budget was not spent")
+        if self.stop is Stop.TIME_LIMIT and self.stats.evaluations >= self.budget:
+            raise DocumentError("optimization.stop", "time_limit, but the whole budget was spent")
 
     def _check_attempts(self) -> None:
         last = 1
