@@ -93,4 +93,6 @@ else
   for s in "$@"; do stage "$s" | tee -a "$OUT/log.txt" | tail -60; done
 fi
 find recorded -type f -newer /tmp/session-start | tar czf "$OUT/recorded.tgz" -T - && tar tzf "$OUT/recorded.tgz" | wc -l
-ls -la "$OUT" "$OUT/results" "$OUT/lineages" 2>/dev/null
+# Only a few files come back from the host: results and lineages travel as one archive.
+(cd "$OUT" && find results lineages -type f | tar czf results.tgz -T - && rm -rf results lineages && tar tzvf results.tgz)
+ls -la "$OUT"
