@@ -19,6 +19,7 @@ from django.db import transaction
 
 from klineage.errors import KLineageError
 from klineage.fingerprint import sha256_json
+from klineage.skills.admission import reading
 from klineage.skills.card import SHORT_ID
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.skills.library import Library
@@ -113,8 +114,8 @@ def store_card(card: EngineCard, *, library_created=None, where: str = "card") -
         row, action = existing, UPDATED
         row.trials.all().delete()
     CardTrial.objects.bulk_create([
-        CardTrial(card=row, outcome=CardTrial.Outcome.PASSED if t.passed else CardTrial.Outcome.FAILED,
-                  target=t.state, ratio=t.ratio, message=t.message) for t in card.verification_log])
+        CardTrial(card=row, outcome=reading(t).value, target=t.state, ratio=t.ratio, message=t.message)
+        for t in card.verification_log])
     return action
 
 

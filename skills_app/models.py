@@ -424,12 +424,14 @@ class SkillCard(models.Model):
 class CardTrial(models.Model):
     """One roundtrip trial of a card: materialized on a target state outside its lineages and gated."""
 
-    class Outcome(models.TextChoices):
+    class Outcome(models.TextChoices):  # klineage.skills.admission.Reading
         PASSED = "passed", "passed"
-        FAILED = "failed", "failed"
+        SLOWER = "slower", "slower: the mechanism did not pay there"
+        REJECTED = "rejected", "rejected by the gate"
+        INCONCLUSIVE = "inconclusive", "inconclusive"
 
     card = models.ForeignKey(SkillCard, on_delete=models.CASCADE, related_name="trials")
-    outcome = models.CharField(max_length=8, choices=Outcome.choices)
+    outcome = models.CharField(max_length=12, choices=Outcome.choices)
     target = models.CharField(max_length=FINGERPRINT_LENGTH, help_text="the kernel state it was applied to")
     verdict_key = models.CharField(max_length=FINGERPRINT_LENGTH, blank=True, default="",
                                    help_text="the gate verdict on the result, when recorded")

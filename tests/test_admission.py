@@ -24,8 +24,8 @@ from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Finding, Reason, Status
 from klineage.kernel import load_kernel
 from klineage.lineage import Lineage
-from klineage.skills.admission import (Target, TrialOutcome, admit, applied_to, card_digest, held_out_targets,
-                                       rejudge, required_ratio, slower, trial_outcome)
+from klineage.skills.admission import (Reading, Target, TrialOutcome, admit, applied_to, card_digest,
+                                       held_out_targets, reading, rejudge, required_ratio, trial_outcome)
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import problem_infos
@@ -151,7 +151,7 @@ def test_a_slower_trial_beside_a_passed_one_admits_a_rejected_one_does_not(cards
     gate = gate_per_target(gate_cache, other, (1.2, Status.PASSED))
     updated, trials = admit(card, [tiny_target(), tiny_target()], corpus.problem_path, gate, limit=2)
     assert [trial_outcome(t) for t in trials] == [TrialOutcome.FAILED, TrialOutcome.PASSED]
-    assert slower(trials[0]) is admitted
+    assert reading(trials[0]) is (Reading.SLOWER if admitted else Reading.REJECTED)
     assert updated.status is (CardStatus.ADMITTED if admitted else CardStatus.CANDIDATE)
 
 

@@ -59,7 +59,8 @@ def test_a_newer_document_of_a_card_updates_it_and_its_trials(cards):
     assert counts == {UPDATED: 1, UNCHANGED: len(cards) - 1}
     row = SkillCard.objects.get(card_id=first.id)
     assert row.status == CardStatus.ADMITTED.value and SkillCard.objects.count() == len(cards)
-    assert list(row.trials.order_by("id").values_list("outcome", "ratio")) == [("passed", 1.05), ("failed", None)]
+    # a trial logged with no outcome in its message: what it did is unknown
+    assert list(row.trials.order_by("id").values_list("outcome", "ratio")) == [("passed", 1.05), ("inconclusive", None)]
     # The older library's copy does not overwrite it.
     assert import_library(library_document(cards[:1], date="2026-11-29T00:00:00+00:00")) == {STALE: 1}
     assert SkillCard.objects.get(card_id=first.id).status == "admitted"
@@ -125,3 +126,16 @@ def test_load_corpus_command_imports_the_library(cards, tmp_path):
     call_command("load_corpus", corpus=tmp_path, recorded=tmp_path / "recorded", stdout=out)
     assert f"skill cards: {len(cards)} ({len(cards)} new, 0 updated" in out.getvalue()
     assert SkillCard.objects.count() == len(cards)
+
+
+def test_the_bundled_librarys_trials_read_passed_slower_rejected_or_inconclusive():
+    """Each trial is stored as what it says of the card: the pipeline card's pointwise conv2d trial
+    passed the gate only slower (logged twice: the second admission run read the same verdict),
+    its GEMM trial passed; a card whose source declares no effect has inconclusive trials."""
+    import_library_files()
+    pipeline = SkillCard.objects.get(card_id__startswith="535855ae6206")
+    assert pipeline.status == "admitted"
+    assert list(pipeline.trials.order_by("id").values_list("outcome", flat=True)) == ["slower", "slower", "passed"]
+    assert set(SkillCard.objects.get(card_id__startswith="6567dea5216b").trials.values_list("outcome", flat=True)) \
+        == {"inconclusive"}
+    assert not CardTrial.objects.filter(outcome="failed").exists()

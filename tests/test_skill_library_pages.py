@@ -214,3 +214,16 @@ def test_home_lists_the_web_perf_measurement(client, settings, tmp_path):
     page = client.get("/").content.decode()
     assert "Dashboard page times" in page
     assert "library p95 127 ms over 10,000 cards; 119 ms for a 40-step lineage" in page
+
+
+def test_a_card_page_tells_a_slower_trial_from_a_rejected_one(client):
+    """The bundled pipeline card: its pointwise conv2d trial passed the gate only slower (amber),
+    its GEMM trial passed; each badge says what the trial means."""
+    from skills_app.card_import import import_library_files
+
+    import_library_files()
+    page = client.get("/library/535855ae6206/").content.decode()
+    badges = re.findall(r'<span class="badge badge-trial-(\w+)" title="([^"]+)">(\w+)</span>', page)
+    assert badges == [("slower", "slower: the mechanism did not pay there", "slower")] * 2 + \
+        [("passed", "passed", "passed")]
+    assert "passed at 0.939x, below the 0.990x" in page and "1.025x (required 0.990x)" in page

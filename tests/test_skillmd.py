@@ -123,3 +123,19 @@ def test_duplicates_and_missing_folders(cards, tmp_path):
         import_skillmd(tmp_path)
     with pytest.raises(DocumentError, match="no such folder"):
         import_skillmd(tmp_path / "nowhere")
+
+
+def test_risks_name_the_held_out_trials_where_the_mechanism_did_not_pay():
+    """The bundled pipeline card: its pointwise conv2d trial passed the gate at 0.939x (logged twice,
+    listed once); its passing GEMM trial is no risk."""
+    from klineage.skills.library import load_library
+
+    library = load_library(ROOT / "corpus" / "library" / "library.json")
+    [pipeline] = [c for c in library.cards if c.short_id == "535855ae6206"]
+    text = render(pipeline)
+    assert parse(text) == pipeline  # the list is rendered from the log, not stored beside it
+    risks = text.split("## Risks\n", 1)[1].split("\n## ", 1)[0]
+    slower = [line for line in risks.splitlines() if line.startswith("- slower")]
+    assert slower == ["- slower (did not pay) in a held-out trial on conv2d_implicit_gemm@24d49dad820b:gpu@3 on "
+                      "case pointwise: 0.939x"]
+    assert "skinny" not in risks

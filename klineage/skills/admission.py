@@ -32,7 +32,7 @@ fingerprint; passed: outcome PASSED; message: starts with the outcome's value, `
 reads it back; basis: what else the outcome rests on, `trial_basis`, when `admit` is told the
 gate's `GateSetting`). Status: admitted when some new trial PASSED and none was rejected by the
 gate (a materialization that is unsound somewhere keeps the card out); a trial that passed the gate
-only slower than required (`slower`) says where the mechanism does not pay, not that the card is
+only slower than required (`Reading.SLOWER`) says where the mechanism does not pay, not that the card is
 wrong, so it does not keep out a card that reproduced its effect elsewhere (it stays in the log,
 which the card's page and SKILL.md show); an admitted card with a FAILED trial and no PASSED one is
 retired; otherwise the status stays (a retired card stays). `klineage.skills.admission_run` admits a whole library card by card.
@@ -318,18 +318,34 @@ def admit(card: SkillCard, targets: Sequence[Target], problem_for: Callable[[str
     return updated, trials
 
 
-def slower(trial: Trial) -> bool:
-    """A FAILED trial whose kernel passed the gate, only slower than required (it has a ratio)."""
-    return trial_outcome(trial) is TrialOutcome.FAILED and trial.ratio is not None
+class Reading(str, Enum):
+    """What a recorded trial says of the card, FAILED told apart by why."""
+
+    PASSED = "passed"
+    SLOWER = "slower"  # the gate passed the kernel; it was slower than required: the mechanism did not pay there
+    REJECTED = "rejected"  # the gate rejected the kernel: the card was unsound on that target
+    INCONCLUSIVE = "inconclusive"
+
+
+def reading(trial: Trial) -> Reading:
+    """A trial logged without an outcome in its message (written by hand, or by an older tool) reads
+    as passed when it says it passed, else inconclusive: what it did is unknown."""
+    try:
+        outcome = trial_outcome(trial)
+    except DocumentError:
+        return Reading.PASSED if trial.passed else Reading.INCONCLUSIVE
+    if outcome is TrialOutcome.FAILED:
+        return Reading.SLOWER if trial.ratio is not None else Reading.REJECTED
+    return Reading(outcome.value)
 
 
 def _status_after(status: CardStatus, trials: Sequence[Trial]) -> CardStatus:
-    outcomes = {trial_outcome(t) for t in trials}
-    rejected = any(trial_outcome(t) is TrialOutcome.FAILED and not slower(t) for t in trials)
+    readings = {reading(t) for t in trials}
     if status is not CardStatus.RETIRED:
-        if TrialOutcome.PASSED in outcomes and not rejected:
+        if Reading.PASSED in readings and Reading.REJECTED not in readings:
             return CardStatus.ADMITTED
-        if TrialOutcome.FAILED in outcomes and TrialOutcome.PASSED not in outcomes and status is CardStatus.ADMITTED:
+        failed = readings & {Reading.SLOWER, Reading.REJECTED}
+        if failed and Reading.PASSED not in readings and status is CardStatus.ADMITTED:
             return CardStatus.RETIRED
     return status
 

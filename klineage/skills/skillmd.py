@@ -107,7 +107,7 @@ def render(card: SkillCard) -> str:
     if card.conflicts:
         pre.append(f"- Conflicts with: {', '.join(_feature_list(card.conflicts))}")
     parts.append("## Preconditions\n\n" + "\n".join(pre) + "\n")
-    risks = [f"- {r.category}: {r.description}" for r in card.risks] or ["- None recorded."]
+    risks = [f"- {r.category}: {r.description}" for r in card.risks] + _did_not_pay(card) or ["- None recorded."]
     parts.append("## Risks\n\n" + "\n".join(risks) + "\n")
     scope = card.scope
     parts.append("## Scope\n\n" + "\n".join([
@@ -121,6 +121,20 @@ def render(card: SkillCard) -> str:
     embedded = card.to_json().replace(">", "\\u003e").rstrip("\n")
     parts.append(f"{_CARD_OPEN}\n{embedded}\n-->\n")
     return "\n".join(parts)
+
+
+def _did_not_pay(card: SkillCard) -> list[str]:
+    """Held-out trials the gate passed only slower than the card's effects ask: where the mechanism
+    did not pay (each target once; a resumed admission may log the same reading again)."""
+    from klineage.skills.admission import Reading, reading
+
+    lines = []
+    for trial in card.verification_log:
+        if reading(trial) is Reading.SLOWER:
+            target = trial.message.split(": ", 2)[1] if trial.message.count(": ") >= 2 else trial.state[:12]
+            line = f"- slower (did not pay) in a held-out trial on {target}: {trial.ratio:.3f}x"
+            lines += [line] if line not in lines else []
+    return lines
 
 
 def skill_dir(card: SkillCard) -> str:

@@ -1,0 +1,40 @@
+"""Migration 0008: trials stored as 'failed' before are read again as what they were, from their
+message and ratio, on a real database migrated from 0007."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE, AFTER = [("skills_app", "0007_uploaded_by")], [("skills_app", "0008_trial_readings")]
+
+
+def migrate(targets):
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+def test_failed_trials_become_slower_rejected_or_inconclusive():
+    apps = migrate(BEFORE)
+    card = apps.get_model("skills_app", "SkillCard").objects.create(
+        card_id="a" * 64, short_id="a" * 12, transform="unpipeline", intent="overlap copies with compute",
+        status="admitted", surface="loop", platform="sm90", search_text="unpipeline", document={}, digest="b" * 64)
+    trials = apps.get_model("skills_app", "CardTrial").objects
+    rows = [("passed", 1.025, "passed: gemm skinny; 1.025x"),
+            ("failed", 0.939, "failed: conv2d pointwise; passed at 0.939x, below the 0.990x"),
+            ("failed", None, "failed: topk@3; rejected (incorrect): 12 elements differ"),
+            ("failed", None, "inconclusive: the card declares no measured effect to reproduce")]
+    for outcome, ratio, message in rows:
+        trials.create(card=card, outcome=outcome, target="f" * 64, ratio=ratio, message=message)
+    apps = migrate(AFTER)
+    read = apps.get_model("skills_app", "CardTrial").objects.order_by("id").values_list("outcome", flat=True)
+    assert list(read) == ["passed", "slower", "rejected", "inconclusive"]
+    apps = migrate(BEFORE)  # and back: every trial that did not pass is 'failed' again
+    read = apps.get_model("skills_app", "CardTrial").objects.order_by("id").values_list("outcome", flat=True)
+    assert list(read) == ["passed", "failed", "failed", "failed"]
+    migrate(AFTER)
