@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ class Evidence:
     written_by: str = ""
     sort_key: str = ""
     error: str = ""
+    chart: dict[str, Any] | None = None  # skills.json: `skills_chart`, drawn by templates/_skills_chart.html
 
     @property
     def provenance_label(self) -> str:
@@ -172,6 +174,45 @@ def _skills(e: Evidence, data: dict[str, Any]) -> None:
         e.rows.append([row.get("lineage", "").split("@")[0], _num(row.get("vs_expert"), "{:.3f}"),
                        *(_num((ran.get(s) or {}).get("speedup"), "{:.2f}x") for s in strategies),
                        "{wasted}/{evaluations}".format(**ran["library"]) if "wasted" in ran.get("library", {}) else "–"])
+    e.chart = skills_chart(data.get("workloads") or [])
+
+
+def skills_chart(workloads: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per workload that ran the library, on one log scale from 1x: the library's speedup over the
+    naive end, the better unconditioned strategy's at the same budget (when one ran), and a tick
+    where the expert stands (library speedup / best-over-expert). SVG user units: a 320-wide view
+    box, 46 units a workload, the label above its two bars."""
+    measured = []
+    for row in workloads:
+        ran = row.get("strategies") or {}
+        library = (ran.get("library") or {}).get("speedup")
+        if not _positive(library):
+            continue
+        others = [v for v in ((ran.get(s) or {}).get("speedup") for s in ("unconditioned_random", "unconditioned_greedy"))
+                  if _positive(v)]
+        expert = library / row["vs_expert"] if _positive(row.get("vs_expert")) else None
+        measured.append((row.get("lineage", "").split("@")[0], library, max(others, default=None), expert))
+    if not measured:
+        return None
+    span, height = 250, 46
+    top = math.log(max(v for m in measured for v in m[1:] if v) * 1.3)
+
+    def x(value: float) -> float:
+        return round(span * math.log(max(value, 1.0)) / top, 1)
+
+    bars = []
+    for i, (label, library, unconditioned, expert) in enumerate(measured):
+        y, tick = i * height, x(expert) if expert else 0.0
+        bars.append({"label": label, "label_y": y + 11, "y": y,  # values start right of their bar and the tick
+                     "library": library, "library_w": x(library), "library_text_x": max(x(library), tick) + 4,
+                     "unconditioned": unconditioned, "unconditioned_w": x(unconditioned) if unconditioned else None,
+                     "unconditioned_text_x": max(x(unconditioned), tick) + 4 if unconditioned else None,
+                     "expert": expert, "expert_x": x(expert) if expert else None})
+    return {"bars": bars, "height": len(measured) * height + 4}
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _multigpu(e: Evidence, data: dict[str, Any]) -> None:

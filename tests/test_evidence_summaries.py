@@ -67,3 +67,36 @@ def test_results_without_numbers_say_so(tmp_path):
     assert found["skills.json"].headline == "admission unknown; roundtrip not measured; vs unconditioned not measured"
     assert found["sweep-x.json"].headline == "1 variants, none timed" and found["sweep-x.json"].rows[0][1] == "incorrect"
     assert found["corpus.json"].headline == "0 of 0 targets met"
+
+
+def test_the_skills_card_draws_library_against_unconditioned_on_a_log_scale(client, db):
+    """A bar per strategy and a tick where the expert stands, per workload that ran the library,
+    read from the committed skills.json; on the home page as an SVG figure."""
+    import math
+    import re
+
+    skills = json.loads((Path(settings.BASE_DIR) / "bench" / "results" / "skills.json").read_text(encoding="utf-8"))
+    ran = [w for w in skills["workloads"] if (w["strategies"].get("library") or {}).get("speedup")]
+    chart = _by_name()["skills.json"].chart
+    assert [b["label"] for b in chart["bars"]] == [w["lineage"].split("@")[0] for w in ran]
+    widest = max(max(b["library"], b["unconditioned"] or 0, b["expert"] or 0) for b in chart["bars"])
+    for bar, row in zip(chart["bars"], ran):
+        library = row["strategies"]["library"]["speedup"]
+        assert bar["library"] == library and bar["expert"] == library / row["vs_expert"]
+        assert bar["library_w"] == round(250 * math.log(library) / math.log(widest * 1.3), 1)
+        random = (row["strategies"].get("unconditioned_random") or {}).get("speedup")
+        assert bar["unconditioned"] == random and (bar["unconditioned_w"] is None) is (random is None)
+        if random:
+            assert (bar["library_w"] > bar["unconditioned_w"]) is (library > random)
+    page = client.get("/").content.decode()
+    assert page.count('<g class="skills-row"') == len(ran)
+    assert re.search(r'<rect class="skills-library" x="0" y="15" width="[\d.]+" height="11"><title>library: '
+                     + f'{ran[0]["strategies"]["library"]["speedup"]:.2f}', page)
+
+
+def test_no_chart_without_a_library_speedup():
+    from skills_app.evidence import skills_chart
+
+    assert skills_chart([{"lineage": "x@1:gpu", "strategies": {"unconditioned_random": {"speedup": 1.5}}}]) is None
+    [bar] = skills_chart([{"lineage": "x@1:gpu", "vs_expert": None, "strategies": {"library": {"speedup": 2.0}}}])["bars"]
+    assert bar["expert"] is None and bar["unconditioned"] is None and bar["library_w"] > 0
