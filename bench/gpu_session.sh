@@ -11,10 +11,10 @@
 # trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
 # $OUT/library-N.json, joined into $OUT/library.json when all lanes are done), skills:SPEC (bench/skills_eval.py
 # --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET, each strategy run cut after $SKILLS_RUN_S seconds if set,
-# $SKILLS_JOBS candidates' correctness side by side: $OUT/results/skills-SPEC.json with ':' as '-', rewritten
-# after every strategy, and the optimization documents in $OUT/results/skills-docs; SPEC is OPERATOR, EXPERT or
+# $SKILLS_JOBS candidates' correctness side by side: results/skills-SPEC.json with ':' as '-', rewritten
+# after every strategy, and the optimization documents in results/skills-docs; SPEC is OPERATOR, EXPERT or
 # either :STRATEGY, comma-separated; join the lanes' parts with skills_eval.py --merge), or PROBLEM:KERNEL (a
-# gate run, recorded).
+# gate run, recorded). What stages write under $OUT/results and $OUT/lineages comes back in $OUT/results.tgz.
 # multigpu needs PostgreSQL and Redis there: the pgserver wheel (keep .whl-web's wheels in .whl for that call) and
 # redis-server in .hostbin (carried).
 set -u

@@ -64,7 +64,7 @@ UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
 PARTIAL_NOTE = ("the summaries cover only the workloads and strategies this document holds: not the headline "
                 "(join the parts with --merge; a run that is not complete was cut short)")
 AGREE = ("gate", "budget", "rewriter", "seed", "statuses", "library")  # parts of one experiment share these
-MEASURED_ON = ("gpu", "driver", "cuda", "torch", "toolchain", "git_commit", "time_limit_s")  # may differ by lane
+MEASURED_ON = ("gpu", "driver", "cuda", "torch", "toolchain", "git_commit")  # these may differ between lanes
 DEFINITIONS = {
     "admission_rate": "admitted cards / cards of a library that went through roundtrip admission",
     "roundtrip_min_vs_expert": "min over workloads of expert time / library-best time (paired)",
@@ -162,9 +162,10 @@ def unequal_budgets(runs: list[dict[str, Any]]) -> str:
     time limit after N evaluations is a budget-N run: it compares only with runs that ended on
     their own (no candidate left, none faster) within N evaluations, whose result N more could not
     change."""
+    ended = (Stop.NO_CANDIDATE.value, Stop.NO_IMPROVEMENT.value)
     for cut in (r for r in runs if r["stop"] == Stop.TIME_LIMIT.value):
         for other in (r for r in runs if r is not cut):
-            if other["stop"] in (Stop.BUDGET.value, Stop.TIME_LIMIT.value) or other["evaluations"] > cut["evaluations"]:
+            if other["stop"] not in ended or other["evaluations"] > cut["evaluations"]:
                 return (f"not at one budget: a run stopped at its time limit after {cut['evaluations']} evaluation(s), "
                         f"another stopped ({other['stop']}) after {other['evaluations']}")
     return ""
@@ -390,12 +391,25 @@ def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], libra
             return next(iter(seen))
         return "mixed: " + "; ".join(f"{value} ({', '.join(names)})" for value, names in seen.items())
 
+    limits = {json.dumps(doc["provenance"].get("time_limit_s")) for _, doc in parts}  # may differ by part, too
     provenance_ = ({key: joined(key) for key in MEASURED_ON} | {"date": now()} | {k: facts[k] for k in AGREE} |
+                   {"time_limit_s": json.loads(limits.pop()) if len(limits) == 1 else joined("time_limit_s")} |
                    {"written_by": "bench/skills_eval.py --merge",
                     "parts": [{"file": file, "partial": doc.get("partial"), **doc["provenance"]}
                               for file, doc in parts]})
     return {"provenance": provenance_, "admission_rate": admission(library), **totals, "definitions": DEFINITIONS,
             "workloads": merged, "not_run": not_run, "lineages_left_out": left_out_of(left_out)}
+
+
+def seconds(text: str) -> float:
+    """A time limit: a number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"a time limit is a number of seconds > 0, not {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lineages", default=str(config.corpus_dir() / "lineages"), help="folder of lineage JSON")
     parser.add_argument("--documents", help="also write every optimization document into this folder")
     parser.add_argument("--out", default=str(config.REPO_ROOT / "bench" / "results" / "skills.json"))
-    parser.add_argument("--time-limit-s", type=float, metavar="SECONDS",
+    parser.add_argument("--time-limit-s", type=seconds, metavar="SECONDS",
                         help="each strategy run stops gating once it has taken this long: a run cut after N "
                              "evaluations compares only with runs that ended on their own within N")
     parser.add_argument("--jobs", type=int, default=1, help="GPU gate: candidates whose correctness is judged "

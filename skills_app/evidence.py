@@ -179,7 +179,8 @@ def _skills(e: Evidence, data: dict[str, Any]) -> None:
 
 def skills_chart(workloads: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Per workload that ran the library, on one log scale from 1x: the library's speedup over the
-    naive end, the better unconditioned strategy's at the same budget (when one ran), and a tick
+    naive end, the better unconditioned strategy's at the same budget (where skills_eval compared
+    them: library speedup / vs_unconditioned), and a tick
     where the expert stands (library speedup / best-over-expert). SVG user units: a 320-wide view
     box, 46 units a workload, the label above its two bars."""
     measured = []
@@ -188,10 +189,11 @@ def skills_chart(workloads: list[dict[str, Any]]) -> dict[str, Any] | None:
         library = (ran.get("library") or {}).get("speedup")
         if not _positive(library):
             continue
-        others = [v for v in ((ran.get(s) or {}).get("speedup") for s in ("unconditioned_random", "unconditioned_greedy"))
-                  if _positive(v)]
+        # skills_eval's own comparison: the better unconditioned run, only where it was at one budget
+        versus = row.get("vs_unconditioned")
+        unconditioned = library / versus if _positive(versus) else None
         expert = library / row["vs_expert"] if _positive(row.get("vs_expert")) else None
-        measured.append((row.get("lineage", "").split("@")[0], library, max(others, default=None), expert))
+        measured.append((row.get("lineage", "").split("@")[0], library, unconditioned, expert))
     if not measured:
         return None
     span, height = 250, 46

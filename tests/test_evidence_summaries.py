@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from django.conf import settings
 
 from skills_app.evidence import load_all
@@ -84,10 +85,13 @@ def test_the_skills_card_draws_library_against_unconditioned_on_a_log_scale(clie
         library = row["strategies"]["library"]["speedup"]
         assert bar["library"] == library and bar["expert"] == library / row["vs_expert"]
         assert bar["library_w"] == round(250 * math.log(library) / math.log(widest * 1.3), 1)
-        random = (row["strategies"].get("unconditioned_random") or {}).get("speedup")
-        assert bar["unconditioned"] == random and (bar["unconditioned_w"] is None) is (random is None)
-        if random:
-            assert (bar["library_w"] > bar["unconditioned_w"]) is (library > random)
+        compared = row.get("vs_unconditioned")  # skills_eval's comparison at one budget, or none
+        assert (bar["unconditioned"] is None) is (compared is None) and (bar["unconditioned_w"] is None) is \
+            (compared is None)
+        if compared:
+            best = max(row["strategies"][s]["speedup"] for s in row["vs_unconditioned_over"])
+            assert bar["unconditioned"] == pytest.approx(best)
+            assert (bar["library_w"] > bar["unconditioned_w"]) is (library > best)
     page = client.get("/").content.decode()
     assert page.count('<g class="skills-row"') == len(ran)
     assert re.search(r'<rect class="skills-library" x="0" y="15" width="[\d.]+" height="11"><title>library: '
@@ -100,3 +104,6 @@ def test_no_chart_without_a_library_speedup():
     assert skills_chart([{"lineage": "x@1:gpu", "strategies": {"unconditioned_random": {"speedup": 1.5}}}]) is None
     [bar] = skills_chart([{"lineage": "x@1:gpu", "vs_expert": None, "strategies": {"library": {"speedup": 2.0}}}])["bars"]
     assert bar["expert"] is None and bar["unconditioned"] is None and bar["library_w"] > 0
+    refused = {"lineage": "x@1:gpu", "vs_unconditioned": None, "vs_unconditioned_reason": "not at one budget: ...",
+               "strategies": {"library": {"speedup": 2.0}, "unconditioned_random": {"speedup": 1.5}}}
+    assert skills_chart([refused])["bars"][0]["unconditioned"] is None  # no bar where the budgets differed

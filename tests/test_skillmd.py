@@ -139,3 +139,10 @@ def test_risks_name_the_held_out_trials_where_the_mechanism_did_not_pay():
     assert slower == ["- slower (did not pay) in a held-out trial on conv2d_implicit_gemm@24d49dad820b:gpu@3 on "
                       "case pointwise: 0.939x"]
     assert "skinny" not in risks
+    # a trial re-judged slower keeps its first message after "first read as": the target is named from it
+    [passed] = [t for t in pipeline.verification_log if t.passed]
+    rejudged = dataclasses.replace(passed, passed=False, message=f"failed: re-judged: 1.025x against the 1.100x "
+                                                                 f"required now; first read as {passed.message}")
+    text = render(dataclasses.replace(pipeline, verification_log=(rejudged,)))
+    assert "- slower (did not pay) in a held-out trial on gemm_mma_sync@ffbdaf20dfbc:gpu@3 on case skinny: 1.025x" \
+        in text

@@ -163,6 +163,7 @@ def test_merge_computes_the_comparisons_again_from_the_rows(lineages, runs, tmp_
     assert merged["vs_unconditioned_geomean"]["value"] == pytest.approx(1.25)
     assert merged["provenance"]["gpu"] == "mixed: H200 (lane 0) (a.json); H200 (lane 1) (b.json)"
     assert merged["provenance"]["driver"] == "unknown", "what the parts agree on is kept"
+    assert merged["provenance"]["time_limit_s"] is None  # as the parts ran: no limit, kept as a value
     assert [w["vs_unconditioned_over"] for w in merged["workloads"]] == [["unconditioned_random",
                                                                          "unconditioned_greedy"]] * 2
     # Without the greedy runs the library is compared with random search alone, and each row says so.
@@ -270,3 +271,28 @@ def test_the_gpu_session_stage_runs_a_part(gate_cache, tmp_path):
     assert topk["operator"] == "topk" and topk["lineage_gate"] == "gpu"
     assert [p.name for p in (tmp_path / "out" / "results" / "skills-docs").iterdir()] == [
         f"{topk['lineage'].replace('@', '-').replace(':', '-')}-library.json"]
+
+
+@pytest.mark.parametrize("stop", ["gate_error", "llm_budget", "start_failed"])
+def test_a_run_that_did_not_end_on_its_own_is_no_budget_n_comparison(stop):
+    """Only a run with no candidate left, or none faster, could not have changed with more budget."""
+    runs = [run_row(stop, 2, 5.0), run_row("time_limit", 7, 2.0)]
+    assert "not at one budget" in skills.unequal_budgets(runs)
+    assert skills.unequal_budgets([run_row("no_improvement", 7, 5.0), run_row("time_limit", 7, 2.0)]) == ""
+
+
+@pytest.mark.parametrize("limit", ["0", "-5", "nan", "inf", "soon"])
+def test_a_time_limit_must_be_a_positive_number_of_seconds(limit, capsys):
+    assert "a time limit is a number of seconds > 0" in refused(capsys, ["--time-limit-s", limit])
+
+
+def test_optimize_refuses_a_time_limit_that_is_not_positive(gate_cache):
+    from klineage import corpus
+    from klineage.errors import KLineageError
+    from klineage.optimize import optimize
+
+    naive = corpus.kernel_entry("row_softmax/naive").load()
+    for limit in (0, -1.0, float("nan")):
+        with pytest.raises(KLineageError, match="time limit is a number of seconds > 0"):
+            optimize(corpus.problem_path("row_softmax"), naive, strategy=Strategy.UNCONDITIONED_RANDOM, budget=2,
+                     gate_mode="compile", cache=gate_cache, time_limit_s=limit)

@@ -19,6 +19,13 @@ def migrate(targets):
     return executor.loader.project_state(targets).apps
 
 
+def test_the_stored_outcomes_are_the_engines_readings():
+    from klineage.skills.admission import Reading
+    from skills_app.models import CardTrial
+
+    assert [c.value for c in CardTrial.Outcome] == [r.value for r in Reading]
+
+
 def test_failed_trials_become_slower_rejected_or_inconclusive():
     apps = migrate(BEFORE)
     card = apps.get_model("skills_app", "SkillCard").objects.create(
@@ -28,13 +35,14 @@ def test_failed_trials_become_slower_rejected_or_inconclusive():
     rows = [("passed", 1.025, "passed: gemm skinny; 1.025x"),
             ("failed", 0.939, "failed: conv2d pointwise; passed at 0.939x, below the 0.990x"),
             ("failed", None, "failed: topk@3; rejected (incorrect): 12 elements differ"),
-            ("failed", None, "inconclusive: the card declares no measured effect to reproduce")]
+            ("failed", None, "inconclusive: the card declares no measured effect to reproduce"),
+            ("failed", 0.9, "a trial logged by hand, with no outcome in its message")]
     for outcome, ratio, message in rows:
         trials.create(card=card, outcome=outcome, target="f" * 64, ratio=ratio, message=message)
     apps = migrate(AFTER)
     read = apps.get_model("skills_app", "CardTrial").objects.order_by("id").values_list("outcome", flat=True)
-    assert list(read) == ["passed", "slower", "rejected", "inconclusive"]
+    assert list(read) == ["passed", "slower", "rejected", "inconclusive", "inconclusive"]
     apps = migrate(BEFORE)  # and back: every trial that did not pass is 'failed' again
     read = apps.get_model("skills_app", "CardTrial").objects.order_by("id").values_list("outcome", flat=True)
-    assert list(read) == ["passed", "failed", "failed", "failed"]
+    assert list(read) == ["passed", "failed", "failed", "failed", "failed"]
     migrate(AFTER)

@@ -19,7 +19,8 @@ Decisions (each one here, in one place):
   `budget` when a candidate needs a gate call and none is left, `no_candidate` when a round
   yields no candidate kernel at all, `no_improvement` when a round is tried out without a step,
   `gate_error` when the gate cannot judge a candidate (harness failure, replay miss: the gate
-  call counts; nothing after it would be trusted), `llm_budget` when the model budget is spent.
+  call counts; nothing after it would be trusted), `llm_budget` when the model budget is spent,
+  `time_limit` when `time_limit_s` has passed (checked before each gate call, after the budget).
 - Wasted evaluations: gated candidates that were not taken.
 - Lookahead (PAIRS, the default for every strategy): a mechanism can cost time alone and pay only
   with the next one (the GEMM walk measured cp.async 0.89x and the swizzle 0.82x on a kernel
@@ -109,7 +110,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     `record` (GPU gate) keeps every verdict the run used, measured now or served from this machine's
     cache, in the recorded store, so that replay can serve the run. `time_limit_s` bounds the run's
     wall clock: no candidate is gated once it has passed (stop `time_limit`; a gate call under way
-    finishes, so that every evaluation counted was judged whole).
+    finishes, so that every evaluation counted was judged whole; with `jobs` > 1 so does a window
+    of correctness twins begun before the limit).
     Strategy, rewriter, gate mode and statuses may be given by their values ("library", "compile")."""
     strategy = Strategy.parse(strategy)
     rewriter = RewriterKind.parse(rewriter)

@@ -353,8 +353,9 @@ def _status_after(status: CardStatus, trials: Sequence[Trial]) -> CardStatus:
 def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
     """The card with its timed trials judged again under today's `required_ratio`, from the paired
     ratios they recorded (no gate runs: a passing verdict's ratio is the measurement, the outcome
-    only a reading of it), and its status decided again from them as `admit` decides it (today's
-    rule, even where no outcome changed); also the trials whose outcome changed. A rejected or untimed trial has no ratio and keeps its outcome. Each changed
+    only a reading of it), and its status decided again, by `admit`'s rule, from every trial of
+    this content in its log (`admit` reads only the trials it just made; decided even where no
+    outcome changed); also the trials whose outcome changed. A rejected or untimed trial has no ratio and keeps its outcome. Each changed
     trial's message keeps the old one after the new reading. Only trials of this very content (their
     basis names the card's digest) are read again: another content declared other effects."""
     required = required_ratio(card)
@@ -362,12 +363,11 @@ def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
     changed: list[Trial] = []
     log = []
     for trial in card.verification_log:
-        old = trial_outcome(trial)
+        old = reading(trial)  # a timed trial reads passed or slower; only those are read again
         ours = trial.basis is not None and trial.basis.card == digest
-        if ours and required is not None and trial.ratio is not None and old in (TrialOutcome.PASSED,
-                                                                                TrialOutcome.FAILED):
+        if ours and required is not None and trial.ratio is not None and old in (Reading.PASSED, Reading.SLOWER):
             new = TrialOutcome.PASSED if trial.ratio >= required else TrialOutcome.FAILED
-            if new is not old:
+            if (new is TrialOutcome.PASSED) is not (old is Reading.PASSED):
                 trial = dataclasses.replace(trial, passed=new is TrialOutcome.PASSED, message=(
                     f"{new.value}: re-judged: {trial.ratio:.3f}x against the {required:.3f}x required now; "
                     f"first read as {trial.message}"))

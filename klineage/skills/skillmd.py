@@ -131,7 +131,8 @@ def _did_not_pay(card: SkillCard) -> list[str]:
     lines = []
     for trial in card.verification_log:
         if reading(trial) is Reading.SLOWER:
-            target = trial.message.split(": ", 2)[1] if trial.message.count(": ") >= 2 else trial.state[:12]
+            first = trial.message.rsplit("first read as ", 1)[-1]  # a re-judged trial keeps its first message
+            target = first.split(": ", 2)[1] if first.count(": ") >= 2 else trial.state[:12]
             line = f"- slower (did not pay) in a held-out trial on {target}: {trial.ratio:.3f}x"
             lines += [line] if line not in lines else []
     return lines

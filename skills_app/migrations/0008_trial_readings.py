@@ -4,12 +4,15 @@ from django.db import migrations, models
 
 
 def read_failed_trials(apps, schema_editor):
-    """'failed' rows become what the trial's message and ratio say: an inconclusive trial (stored as
-    failed before), one the gate passed only slower (it has a ratio), or one the gate rejected."""
+    """'failed' rows become what the trial's message and ratio say, as klineage.skills.admission.reading
+    reads them: a failed trial the gate passed only slower (it has a ratio) or one it rejected; any
+    other (an inconclusive trial, stored as failed before, or one whose message names no outcome)
+    is inconclusive."""
     trials = apps.get_model("skills_app", "CardTrial").objects.filter(outcome="failed")
-    trials.filter(message__startswith="inconclusive").update(outcome="inconclusive")
-    trials.filter(ratio__isnull=False).update(outcome="slower")
-    trials.update(outcome="rejected")
+    failed = trials.filter(message__startswith="failed:")
+    failed.filter(ratio__isnull=False).update(outcome="slower")
+    failed.filter(ratio__isnull=True).update(outcome="rejected")
+    trials.update(outcome="inconclusive")
 
 
 def back_to_failed(apps, schema_editor):
