@@ -89,3 +89,20 @@ def test_stripped_cards_make_no_path(library):
     naive = _walk("conv2d").states[-1].kernel
     candidates = [c for c in _plan(Strategy.GENERATED_ONLY, library, "conv2d", ALL)(naive) if c.rewrite is not None]
     assert candidates and not [c for c in candidates if c.rewrite.note.startswith("a path")]
+
+
+def test_a_kernel_of_an_operator_no_walk_covers_borrows_another_operators_path(library, gate_cache):
+    """With conv2d's walks out of reach (as for an uploaded kernel of a new operator), conv2d's naive
+    end gets the other operators' walks as paths, the longest (GEMM's) first: its cards go back
+    where they fit and apply here (cp.async, ldmatrix, vectorized accesses, launch bounds), the rest
+    are passed over, and the kernel compiles. Without the fallback it would get single cards only."""
+    others = {name: lin for name, lin in lineage_index().items() if lin.problem.operator != "conv2d"}
+    plan = planner(Strategy.LIBRARY, RewriterKind.RULES, cards=library.cards, problem=problem_infos({"conv2d"})["conv2d"],
+                   statuses=ADMITTED, transforms=list(catalog().values()), seed=0, lineages=others)
+    first = next(plan(_walk("conv2d").states[-1].kernel))
+    assert first.rewrite.note.startswith("a path of ") and "gemm_mma_sync" in first.rewrite.note
+    assert {"launch_bounds", "devectorize", "sync_copies", "scalarize_ldmatrix"} <= set(first.transform.split("+"))
+    verdict = run_gate(corpus.problem_path("conv2d"), first.state, mode=GateMode.COMPILE_ONLY, cache=gate_cache)
+    assert verdict.status is Status.COMPILED, verdict.describe(300)
+    own = lineage_paths([c for c in library.cards if c.status is CardStatus.ADMITTED], lineage_index(), "conv2d")
+    assert {lin.problem.operator for name, _ in own for lin in [lineage_index()[name]]} == {"conv2d"}  # own walks only

@@ -22,7 +22,7 @@ original state still name the same places after earlier ones were rewritten.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from klineage.errors import KLineageError
@@ -168,17 +168,27 @@ def lineage_paths(cards: Sequence[SkillCard], lineages: Mapping[str, Lineage], o
     """Paths of cards: for each lineage at hand of `operator` that is a source of two or more of
     `cards`, (its id, those cards in forward order: the walk's last removal first, so that each
     card's prerequisites go back before it); the walk `state` is a state of first, then those with
-    more cards."""
+    more cards. Where no walk of `operator` is such a source (a kernel of an operator no walk
+    covers, e.g. an upload), the other operators' walks: a new kernel borrows a whole expert's
+    order, each card still going only where it fits and applies."""
+    steps = _steps(cards, lineages, lambda other: other == operator) or \
+        _steps(cards, lineages, lambda other: other != operator)
+    by_id = {card.id: card for card in cards}
+    paths = [(name, [by_id[i] for i in sorted(found, key=lambda i: -found[i])]) for name, found in steps.items()]
+    target = state.fingerprint if state is not None else None
+    walked = {name for name in steps if any(s.fingerprint == target for s in lineages[name].states)}
+    return sorted(paths, key=lambda path: (path[0] not in walked, -len(path[1]), path[0]))
+
+
+def _steps(cards: Sequence[SkillCard], lineages: Mapping[str, Lineage],
+           operator_ok: Callable[[str], bool]) -> dict[str, dict[str, int]]:
+    """Lineage id -> {card id: the card's last step there}, for the walks whose operator is ok and
+    that are a source of two or more of the cards."""
     steps: dict[str, dict[str, int]] = {}
     for card in cards:
         for ref in card.evidence:
             lineage = lineages.get(ref.lineage)
-            if ref.kind is RefKind.TRANSITION and lineage is not None and lineage.problem.operator == operator:
+            if ref.kind is RefKind.TRANSITION and lineage is not None and operator_ok(lineage.problem.operator):
                 known = steps.setdefault(ref.lineage, {})
                 known[card.id] = max(known.get(card.id, -1), ref.index)
-    by_id = {card.id: card for card in cards}
-    paths = [(name, [by_id[i] for i in sorted(found, key=lambda i: -found[i])])
-             for name, found in steps.items() if len(found) > 1]
-    target = state.fingerprint if state is not None else None
-    walked = {name for name in steps if any(s.fingerprint == target for s in lineages[name].states)}
-    return sorted(paths, key=lambda path: (path[0] not in walked, -len(path[1]), path[0]))
+    return {name: found for name, found in steps.items() if len(found) > 1}
