@@ -11,6 +11,7 @@
 # trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
 # $OUT/library-N.json, joined into $OUT/library.json when all lanes are done), skills:SPEC (bench/skills_eval.py
 # --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET, each strategy run cut after $SKILLS_RUN_S seconds if set,
+# each workload's operator held out of the library when $SKILLS_HOLD_OUT is set (transfer: a separate experiment),
 # $SKILLS_JOBS candidates' correctness side by side: results/skills-SPEC.json with ':' as '-', rewritten
 # after every strategy, and the optimization documents in results/skills-docs; SPEC is OPERATOR, EXPERT or
 # either :STRATEGY, comma-separated; join the lanes' parts with skills_eval.py --merge), or PROBLEM:KERNEL (a
@@ -67,9 +68,10 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         $(for c in $cards; do printf -- '--card %s ' "$c"; done) ;;
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
       timeout "${limit:-${SKILLS_TIMEOUT:-540}}" python3 bench/skills_eval.py --gate gpu --record --only "$spec" \
-        --budget "${SKILLS_BUDGET:-12}" --jobs "${SKILLS_JOBS:-6}" --out "$OUT/results/skills-${spec//:/-}.json" \
-        ${SKILLS_RUN_S:+--time-limit-s "$SKILLS_RUN_S"} \
-        --documents "$OUT/results/skills-docs" ;;
+        --budget "${SKILLS_BUDGET:-12}" --jobs "${SKILLS_JOBS:-6}" \
+        --out "$OUT/results/skills-${spec//:/-}${SKILLS_HOLD_OUT:+-held-out}.json" \
+        ${SKILLS_RUN_S:+--time-limit-s "$SKILLS_RUN_S"} ${SKILLS_HOLD_OUT:+--hold-out-operator} \
+        --documents "$OUT/results/skills-docs${SKILLS_HOLD_OUT:+-held-out}" ;;
     *:*) timeout "${limit:-${GATE_TIMEOUT:-200}}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;
     *) echo "unknown stage $1" ;;
   esac 2>&1

@@ -25,6 +25,10 @@ In parts, one per GPU lane (`bench/gpu_session.sh` stage `skills:SPEC`):
     python bench/skills_eval.py --gate gpu --record --only topk,gemm:library --out part1.json
     python bench/skills_eval.py --merge part1.json part2.json --out bench/results/skills.json
 
+`--hold-out-operator` measures transfer instead of the roundtrip: each workload's library
+strategies see neither the walks of its operator nor the cards learnt only from them, as a new
+kernel of a new operator would (its paths then come from the other operators' walks).
+
 `--only OPERATOR|EXPERT|LINEAGE_ID[:STRATEGY],...` runs those workloads (all strategies, or the one
 named). The document is rewritten after every strategy, so a run cut by a timeout keeps what
 finished; until the run ends, and always for a part, it carries `partial`: its summaries cover
@@ -63,7 +67,7 @@ NO_TIMING = "the {mode} gate times nothing (no GPU): no ratio can be measured, n
 UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
 PARTIAL_NOTE = ("the summaries cover only the workloads and strategies this document holds: not the headline "
                 "(join the parts with --merge; a run that is not complete was cut short)")
-AGREE = ("gate", "budget", "rewriter", "seed", "statuses", "library")  # parts of one experiment share these
+AGREE = ("gate", "budget", "rewriter", "seed", "statuses", "library", "held_out")  # one experiment's parts share these
 MEASURED_ON = ("gpu", "driver", "cuda", "torch", "toolchain", "git_commit")  # these may differ between lanes
 DEFINITIONS = {
     "admission_rate": "admitted cards / cards of a library that went through roundtrip admission",
@@ -192,6 +196,8 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
                                      "steps_from_expert": len(lineage.transitions)},
                            "lineage_gate": lineage.gate.value, "strategies": {}}
     measured = None  # (ratio, reason) of the library's best against the expert, once the library ran
+    if args.hold_out_operator:
+        library, index = held_out(library, index, lineage.problem.operator)
     for strategy in (s for s in Strategy if s in strategies):
         verdicts: list[Verdict] = []
         if strategy is Strategy.NO_LIBRARY and rewriter is RewriterKind.RULES:
@@ -235,6 +241,15 @@ def summaries(rows: list[dict[str, Any]]) -> dict[str, Any]:
                                                 "the library vs the unconditioned strategies")}
 
 
+def held_out(library: Library, index: dict[str, Lineage], operator: str) -> tuple[Library, dict[str, Lineage]]:
+    """What a kernel of an operator no walk covers would meet: the walks of the other operators, and
+    the cards learnt from at least one of them (a card learnt from this operator too keeps its other
+    fields, its effects included: they rank it, they do not place it)."""
+    walks = {name: lin for name, lin in index.items() if lin.problem.operator != operator}
+    cards = tuple(c for c in library.cards if any(ref.lineage in walks for ref in c.evidence))
+    return Library(cards, {**library.provenance, "held_out_operator": operator}), walks
+
+
 def _repo_relative(path: str) -> str:
     """A path inside the checkout as the repository names it; any other as given."""
     resolved = Path(path).resolve()
@@ -256,7 +271,8 @@ def provenance(verdicts: list[Verdict], args: argparse.Namespace, library: str) 
             "toolchain": env.get("toolchain", "unknown"), "git_commit": git_commit(),
             "date": now(), "gate": args.gate, "budget": args.budget, "rewriter": args.rewriter, "seed": args.seed,
             "statuses": args.statuses, "time_limit_s": args.time_limit_s,
-            "library": library, "written_by": "bench/skills_eval.py"}
+            "library": library, "written_by": "bench/skills_eval.py"} | (
+        {"held_out": "operator"} if args.hold_out_operator else {})  # absent otherwise: earlier parts still merge
 
 
 def left_out_of(paths: list[Path]) -> list[dict[str, str]]:
@@ -392,7 +408,7 @@ def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], libra
         return "mixed: " + "; ".join(f"{value} ({', '.join(names)})" for value, names in seen.items())
 
     limits = {json.dumps(doc["provenance"].get("time_limit_s")) for _, doc in parts}  # may differ by part, too
-    provenance_ = ({key: joined(key) for key in MEASURED_ON} | {"date": now()} | {k: facts[k] for k in AGREE} |
+    provenance_ = ({key: joined(key) for key in MEASURED_ON} | {"date": now()} | {k: facts[k] for k in AGREE if k in facts} |
                    {"time_limit_s": json.loads(limits.pop()) if len(limits) == 1 else joined("time_limit_s")} |
                    {"written_by": "bench/skills_eval.py --merge",
                     "parts": [{"file": file, "partial": doc.get("partial"), **doc["provenance"]}
@@ -426,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit-s", type=seconds, metavar="SECONDS",
                         help="each strategy run stops gating once it has taken this long: a run cut after N "
                              "evaluations compares only with runs that ended on their own within N")
+    parser.add_argument("--hold-out-operator", action="store_true",
+                        help="the library strategies of each workload see neither the walks of its operator nor "
+                             "the cards learnt only from them: a new kernel's situation (transfer, not roundtrip)")
     parser.add_argument("--jobs", type=int, default=1, help="GPU gate: candidates whose correctness is judged "
                                                              "side by side before each is timed alone")
     parser.add_argument("--record", action="store_true",

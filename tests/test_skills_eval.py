@@ -296,3 +296,25 @@ def test_optimize_refuses_a_time_limit_that_is_not_positive(gate_cache):
         with pytest.raises(KLineageError, match="time limit is a number of seconds > 0"):
             optimize(corpus.problem_path("row_softmax"), naive, strategy=Strategy.UNCONDITIONED_RANDOM, budget=2,
                      gate_mode="compile", cache=gate_cache, time_limit_s=limit)
+
+
+def test_holding_out_an_operator_leaves_its_walks_and_the_cards_only_they_taught():
+    from klineage.skills.library import lineage_index, load_library
+
+    library, index = load_library(config.REPO_ROOT / "corpus" / "library" / "library.json"), lineage_index()
+    kept, walks = skills.held_out(library, index, "gemm")
+    assert walks and set(walks) == {name for name, lin in index.items() if lin.problem.operator != "gemm"}
+    dropped = [c.transform for c in library.cards if c not in kept.cards]
+    assert dropped == ["block_swizzle"]  # GEMM's walk alone taught it; the rest conv2d's walks taught too
+    for card in library.cards:
+        assert (card in kept.cards) is any(ref.lineage in walks for ref in card.evidence)
+    assert kept.provenance["held_out_operator"] == "gemm"
+
+
+def test_a_held_out_part_says_so_and_does_not_merge_with_roundtrip_parts(lineages, runs, tmp_path, capsys):
+    held = evaluate(lineages, tmp_path / "held.json", "--only", "topk:library", "--hold-out-operator")
+    assert held["provenance"]["held_out"] == "operator"
+    assert "held_out" not in json.loads(runs["a"].read_text())["provenance"]  # earlier parts merge as before
+    err = refused(capsys, ["--merge", str(runs["a"]), str(tmp_path / "held.json"), "--lineages", str(lineages),
+                           "--out", str(tmp_path / "merged.json")])
+    assert "the parts differ in held_out" in err
