@@ -408,7 +408,8 @@ def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], libra
         return "mixed: " + "; ".join(f"{value} ({', '.join(names)})" for value, names in seen.items())
 
     limits = {json.dumps(doc["provenance"].get("time_limit_s")) for _, doc in parts}  # may differ by part, too
-    provenance_ = ({key: joined(key) for key in MEASURED_ON} | {"date": now()} | {k: facts[k] for k in AGREE if k in facts} |
+    provenance_ = ({key: joined(key) for key in MEASURED_ON} | {"date": now()} |
+                   {k: facts[k] for k in AGREE if k in facts} |
                    {"time_limit_s": json.loads(limits.pop()) if len(limits) == 1 else joined("time_limit_s")} |
                    {"written_by": "bench/skills_eval.py --merge",
                     "parts": [{"file": file, "partial": doc.get("partial"), **doc["provenance"]}

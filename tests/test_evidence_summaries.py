@@ -102,7 +102,8 @@ def test_no_chart_without_a_library_speedup():
     from skills_app.evidence import skills_chart
 
     assert skills_chart([{"lineage": "x@1:gpu", "strategies": {"unconditioned_random": {"speedup": 1.5}}}]) is None
-    [bar] = skills_chart([{"lineage": "x@1:gpu", "vs_expert": None, "strategies": {"library": {"speedup": 2.0}}}])["bars"]
+    alone = {"lineage": "x@1:gpu", "vs_expert": None, "strategies": {"library": {"speedup": 2.0}}}
+    [bar] = skills_chart([alone])["bars"]
     assert bar["expert"] is None and bar["unconditioned"] is None and bar["library_w"] > 0
     refused = {"lineage": "x@1:gpu", "vs_unconditioned": None, "vs_unconditioned_reason": "not at one budget: ...",
                "strategies": {"library": {"speedup": 2.0}, "unconditioned_random": {"speedup": 1.5}}}

@@ -30,12 +30,13 @@ Outcomes:
 Every trial is recorded on the card's `verification_log` as a `card.Trial` (state: the target's
 fingerprint; passed: outcome PASSED; message: starts with the outcome's value, `trial_outcome`
 reads it back; basis: what else the outcome rests on, `trial_basis`, when `admit` is told the
-gate's `GateSetting`). Status: admitted when some new trial PASSED and none was rejected by the
-gate (a materialization that is unsound somewhere keeps the card out); a trial that passed the gate
-only slower than required (`Reading.SLOWER`) says where the mechanism does not pay, not that the card is
+gate's `GateSetting`). Status: admitted when some new trial PASSED and none was rejected by the gate
+(a materialization that is unsound somewhere keeps the card out); a trial that passed the gate only
+slower than required (`Reading.SLOWER`) says where the mechanism does not pay, not that the card is
 wrong, so it does not keep out a card that reproduced its effect elsewhere (it stays in the log,
 which the card's page and SKILL.md show); an admitted card with a FAILED trial and no PASSED one is
-retired; otherwise the status stays (a retired card stays). `klineage.skills.admission_run` admits a whole library card by card.
+retired; otherwise the status stays (a retired card stays). `klineage.skills.admission_run` admits a
+whole library card by card.
 """
 
 from __future__ import annotations
@@ -353,11 +354,12 @@ def _status_after(status: CardStatus, trials: Sequence[Trial]) -> CardStatus:
 def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
     """The card with its timed trials judged again under today's `required_ratio`, from the paired
     ratios they recorded (no gate runs: a passing verdict's ratio is the measurement, the outcome
-    only a reading of it), and its status decided again, by `admit`'s rule, from every trial of
-    this content in its log (`admit` reads only the trials it just made; decided even where no
-    outcome changed); also the trials whose outcome changed. A rejected or untimed trial has no ratio and keeps its outcome. Each changed
-    trial's message keeps the old one after the new reading. Only trials of this very content (their
-    basis names the card's digest) are read again: another content declared other effects."""
+    only a reading of it), and its status decided again, by `admit`'s rule, from every trial of this
+    content in its log (`admit` reads only the trials it just made; decided even where no outcome
+    changed); also the trials whose outcome changed. A rejected or untimed trial has no ratio and
+    keeps its outcome. Each changed trial's message keeps the old one after the new reading. Only
+    trials of this very content (their basis names the card's digest) are read again: another
+    content declared other effects."""
     required = required_ratio(card)
     digest = card_digest(card)
     changed: list[Trial] = []
