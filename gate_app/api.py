@@ -44,7 +44,8 @@ class JobSubmissionSerializer(serializers.Serializer):
     kind = serializers.CharField(help_text=f"one of: {', '.join(sorted(CHECKS))}")
     params = serializers.DictField(help_text="kernel (a bundled kernel's name, or uploaded/<name>) and the options of the kind: "
                                              "walk: problem, rewriter, mode, max_steps, max_rejections; optimize: "
-                                             "problem, rewriter, strategy, statuses, scope, budget, mode, seed")
+                                             "problem, rewriter, strategy, statuses, scope, budget, mode, seed, "
+                                             "time_limit_s (optional)")
     id = serializers.IntegerField(read_only=True)
     status = serializers.CharField(read_only=True)
     needs = serializers.CharField(read_only=True)

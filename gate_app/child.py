@@ -103,7 +103,8 @@ def run_optimize_payload(payload: dict[str, Any], channel: Channel) -> dict[str,
     result = optimize(problem, uploads.kernel_entry(payload["kernel"]).load(), strategy=payload["strategy"],
                       library=library, budget=int(payload["budget"]), gate_mode=GateMode(payload["mode"]),
                       rewriter=payload["rewriter"], seed=int(payload["seed"]), statuses=payload["statuses"],
-                      progress=channel.progress, on_event=lambda event: channel.send({"event": event.to_dict()}))
+                      time_limit_s=payload.get("time_limit_s"), progress=channel.progress,
+                      on_event=lambda event: channel.send({"event": event.to_dict()}))
     return result.to_dict()
 
 

@@ -99,6 +99,9 @@ class OptimizeForm(_JobForm):
                                 max_value=submit.BUDGET_LIMITS[1], help_text="gate evaluations, the start's included")
     mode = forms.ChoiceField(label="Gate", choices=MODE_CHOICES, initial="compile")
     seed = forms.IntegerField(initial=0, min_value=0, help_text="orders the random strategy's candidates")
+    time_limit_min = forms.IntegerField(label="Time limit (minutes)", required=False, min_value=1,
+                                        max_value=submit.TIME_LIMITS_S[1] // 60,
+                                        help_text="optional: stop gating candidates after this long")
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -107,7 +110,9 @@ class OptimizeForm(_JobForm):
     def check(self, data: dict[str, Any]) -> dict[str, Any]:
         return submit.optimize_params(data["kernel"], problem=data["problem"] or None, rewriter=data["rewriter"],
                                       strategy=data["strategy"], statuses=data["statuses"], scope=data["scope"],
-                                      budget=data["budget"], mode=data["mode"], seed=data["seed"])
+                                      budget=data["budget"], mode=data["mode"], seed=data["seed"],
+                                      time_limit_s=None if data["time_limit_min"] is None
+                                      else data["time_limit_min"] * 60)
 
 
 class UploadForm(forms.Form):

@@ -22,6 +22,7 @@ from gate_app.models import Job
 REWRITERS = ("rules", "llm")
 WALK_LIMITS = {"max_steps": (1, 64), "max_rejections": (1, 32)}
 BUDGET_LIMITS = (2, 256)  # gate evaluations, the start kernel's included
+TIME_LIMITS_S = (10, 86400)  # an optimization's optional wall-clock limit
 CARD_STATUSES = ("admitted", "candidate", "retired")
 # Which cards of the library an optimization may draw on: all of them, or only those induced on
 # other operators than the problem's (held out: does what was learnt elsewhere transfer?).
@@ -139,9 +140,11 @@ def strategies() -> tuple[str, ...]:
 
 def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = "rules",
                     strategy: str = "library", statuses: list[str] | tuple[str, ...] = ("admitted",),
-                    scope: str = "all", budget: int = 16, mode: str = "gpu", seed: int = 0) -> dict[str, Any]:
+                    scope: str = "all", budget: int = 16, mode: str = "gpu", seed: int = 0,
+                    time_limit_s: int | None = None) -> dict[str, Any]:
     """Checked parameters of an optimization of a kernel (bundled or uploaded) with the database's
-    skill library."""
+    skill library; `time_limit_s` (whole seconds, optional) stops it gating candidates after that
+    long, so that a GPU worker is not held longer than its owner wants."""
     strategy = _choice("strategy", strategy, strategies())
     rewriter = _rewriter(rewriter)
     if strategy == "no_library" and rewriter == "rules":
@@ -154,7 +157,8 @@ def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = 
     return {"problem": _problem(problem, kernel), "kernel": kernel, "rewriter": rewriter, "strategy": strategy,
             "statuses": sorted(set(statuses), key=CARD_STATUSES.index), "scope": _choice("scope", scope, tuple(LIBRARY_SCOPES)),
             "budget": _whole("budget", budget, *BUDGET_LIMITS), "mode": _choice("mode", mode, GATE_MODES),
-            "seed": _whole("seed", seed, 0, 2**31 - 1)}
+            "seed": _whole("seed", seed, 0, 2**31 - 1),
+            "time_limit_s": None if time_limit_s is None else _whole("time_limit_s", time_limit_s, *TIME_LIMITS_S)}
 
 
 def submit(kind: str, params: dict[str, Any], *, owner) -> Job:

@@ -18,12 +18,14 @@ from gate_app.handlers import JobContext, JobError
 WALK_KEYS = {"problem", "kernel", "rewriter", "mode", "max_steps", "max_rejections"}
 PROBE_KEYS = {"problem"}
 OPTIMIZE_KEYS = {"problem", "kernel", "rewriter", "strategy", "statuses", "scope", "budget", "mode", "seed"}
+OPTIMIZE_OPTIONAL = {"time_limit_s"}  # absent from jobs queued before it existed
 RECENT_ATTEMPTS = 8  # attempts listed live on the job page
 
 
-def _check_keys(params: dict[str, Any], keys: set[str], kind: str) -> None:
-    if set(params) != keys:
-        raise JobError(f"{kind} parameters must be exactly {sorted(keys)}, not {sorted(params)}")
+def _check_keys(params: dict[str, Any], keys: set[str], kind: str, optional: set[str] = frozenset()) -> None:
+    if not keys <= set(params) <= keys | optional:
+        raise JobError(f"{kind} parameters must be exactly {sorted(keys)}"
+                       + (f" (and optionally {sorted(optional)})" if optional else "") + f", not {sorted(params)}")
 
 
 def run_walk_job(ctx: JobContext) -> dict[str, Any]:
@@ -100,7 +102,7 @@ def run_optimize_job(ctx: JobContext) -> dict[str, Any]:
     from klineage.optimize.strategies import Strategy
 
     params = ctx.params
-    _check_keys(params, OPTIMIZE_KEYS, "optimize")
+    _check_keys(params, OPTIMIZE_KEYS, "optimize", OPTIMIZE_OPTIONAL)
     library = library_document() if Strategy(params["strategy"]).uses_library else None
     ctx.progress("start", f"{params['strategy']} optimization of {params['kernel']} on {params['problem']} "
                           f"({params['mode']} gate, {params['rewriter']} rewriter, budget {params['budget']})"

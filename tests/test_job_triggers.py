@@ -80,7 +80,15 @@ def test_an_operator_queues_an_optimization():
     assert job.kind == "optimize" and job.needs == "cpu"
     assert job.params == {"problem": "row_softmax", "kernel": "row_softmax/naive", "rewriter": "rules",
                           "strategy": "library", "statuses": ["admitted", "candidate"], "scope": "all", "budget": 8,
-                          "mode": "compile", "seed": 0}
+                          "mode": "compile", "seed": 0, "time_limit_s": None}
+
+
+def test_an_optimization_may_carry_a_time_limit_in_minutes():
+    operator = _operator()
+    logged_in(operator).post("/optimize/", {**OPTIMIZE, "optimize-time_limit_min": "5"})
+    assert Job.objects.get().params["time_limit_s"] == 300
+    refused = logged_in(operator).post("/optimize/", {**OPTIMIZE, "optimize-time_limit_min": "0"})
+    assert refused.status_code == 400 and Job.objects.count() == 1
 
 
 def test_an_operator_queues_a_gate_run_against_a_baseline():

@@ -164,3 +164,29 @@ def test_the_chart_of_a_timed_run_starts_at_the_start_kernel_and_steps_up():
     assert data["tried"] == 3 and data["steps"] == 1 and data["speedup"] == 1.25 and data["timed"] is True
     assert data["outcomes"] == {"not_faster": 1, "not_applicable": 1, "faster": 1}
     assert [a["index"] for a in data["recent"]] == [2, 1, 0] and data["recent"][0]["card"] == "c38e5885c282"
+
+
+def test_an_optimization_stops_at_its_time_limit_in_the_child():
+    """The child hands the job's time limit to the loop: past it, no candidate is gated."""
+    import io
+
+    from gate_app.child import Channel, run_optimize_payload
+
+    params = submit.optimize_params("row_softmax/naive", strategy="unconditioned_random", budget=6, mode="compile",
+                                    time_limit_s=10)
+    stream = io.StringIO()
+    result = run_optimize_payload({"kind": "optimize", **params, "time_limit_s": 1e-9, "library": None},
+                                  Channel(stream))
+    assert result["stop"] == "time_limit" and result["stats"]["evaluations"] == 1
+    assert '"progress"' in stream.getvalue()
+
+
+def test_an_optimization_queued_before_time_limits_still_runs_its_checks():
+    from gate_app.handlers import JobError
+    from gate_app.work import OPTIMIZE_KEYS, OPTIMIZE_OPTIONAL, _check_keys
+
+    older = {key: None for key in OPTIMIZE_KEYS}  # a job stored before time_limit_s existed
+    _check_keys(older, OPTIMIZE_KEYS, "optimize", OPTIMIZE_OPTIONAL)
+    _check_keys({**older, "time_limit_s": 60}, OPTIMIZE_KEYS, "optimize", OPTIMIZE_OPTIONAL)
+    with pytest.raises(JobError, match="and optionally"):
+        _check_keys({**older, "deadline": 60}, OPTIMIZE_KEYS, "optimize", OPTIMIZE_OPTIONAL)
