@@ -85,8 +85,11 @@ def test_an_operator_queues_an_optimization():
 
 def test_an_optimization_may_carry_a_time_limit_in_minutes():
     operator = _operator()
-    logged_in(operator).post("/optimize/", {**OPTIMIZE, "optimize-time_limit_min": "5"})
-    assert Job.objects.get().params["time_limit_s"] == 300
+    client = logged_in(operator)
+    client.post("/optimize/", {**OPTIMIZE, "optimize-time_limit_min": "5"})
+    job = Job.objects.get()
+    assert job.params["time_limit_s"] == 300
+    assert "library strategy, budget 8, time limit 300 s" in client.get(f"/jobs/{job.pk}/").content.decode()
     refused = logged_in(operator).post("/optimize/", {**OPTIMIZE, "optimize-time_limit_min": "0"})
     assert refused.status_code == 400 and Job.objects.count() == 1
 
