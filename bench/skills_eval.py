@@ -58,7 +58,7 @@ from klineage.gate.pipeline import default_cache, git_commit, run_gate  # noqa: 
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.lineage import Lineage  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, Stop, Strategy, optimize  # noqa: E402
-from klineage.optimize.command import bundled_library  # noqa: E402
+from klineage.optimize.command import bundled_library, seconds  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
 from klineage.skills.library import Library, corpus_lineages, lineage_index, load_library  # noqa: E402
@@ -416,17 +416,6 @@ def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], libra
                               for file, doc in parts]})
     return {"provenance": provenance_, "admission_rate": admission(library), **totals, "definitions": DEFINITIONS,
             "workloads": merged, "not_run": not_run, "lineages_left_out": left_out_of(left_out)}
-
-
-def seconds(text: str) -> float:
-    """A time limit: a number of seconds > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"a time limit is a number of seconds > 0, not {text!r}")
-    return value
 
 
 def main(argv: list[str] | None = None) -> int:

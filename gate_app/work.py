@@ -18,11 +18,11 @@ from gate_app.handlers import JobContext, JobError
 WALK_KEYS = {"problem", "kernel", "rewriter", "mode", "max_steps", "max_rejections"}
 PROBE_KEYS = {"problem"}
 OPTIMIZE_KEYS = {"problem", "kernel", "rewriter", "strategy", "statuses", "scope", "budget", "mode", "seed"}
-OPTIMIZE_OPTIONAL = {"time_limit_s"}  # absent from jobs queued before it existed
+OPTIMIZE_OPTIONAL = frozenset({"time_limit_s"})  # absent from jobs queued before it existed
 RECENT_ATTEMPTS = 8  # attempts listed live on the job page
 
 
-def _check_keys(params: dict[str, Any], keys: set[str], kind: str, optional: set[str] = frozenset()) -> None:
+def _check_keys(params: dict[str, Any], keys: set[str], kind: str, optional: frozenset[str] = frozenset()) -> None:
     if not keys <= set(params) <= keys | optional:
         raise JobError(f"{kind} parameters must be exactly {sorted(keys)}"
                        + (f" (and optionally {sorted(optional)})" if optional else "") + f", not {sorted(params)}")

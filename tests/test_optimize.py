@@ -257,6 +257,9 @@ def test_cli_errors_are_clear(tmp_path, capsys):
                                            str(tmp_path / "missing.json"))
     assert "rule rewriter has no forward plan" in error("row_softmax", "--from", "row_softmax/naive", "--strategy",
                                                         "no_library")
+    with pytest.raises(SystemExit) as refused:  # argparse refuses it before anything runs
+        main(["optimize", "row_softmax", "--from", "row_softmax/naive", "--time-limit-s", "0"])
+    assert refused.value.code == 2 and "a time limit is a number of seconds > 0" in capsys.readouterr().err
 
 
 @pytest.mark.gpu

@@ -8,6 +8,7 @@ could not judge a candidate, 2 on an error (unknown problem or kernel, malformed
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,17 @@ DEFAULT_BUDGET = 16
 
 def bundled_library() -> Path:
     return config.corpus_dir() / "library" / "library.json"
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a time limit, a finite number of seconds > 0 (bench/skills_eval.py shares it)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"a time limit is a number of seconds > 0, not {text!r}")
+    return value
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -50,7 +62,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     sub.add_argument("--jobs", type=int, default=1,
                      help="GPU gate: judge the correctness of this many candidates side by side before timing "
                           "each alone (default 1)")
-    sub.add_argument("--time-limit-s", type=float, metavar="SECONDS",
+    sub.add_argument("--time-limit-s", type=seconds, metavar="SECONDS",
                      help="stop gating candidates once the run has taken this long (stop: time_limit)")
     sub.add_argument("--out", help="where to write the result (default: var/optimizations/<kernel>-<strategy>-"
                                    "<gate>.json)")

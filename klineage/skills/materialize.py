@@ -138,8 +138,8 @@ def one_mechanism(card: SkillCard, others: Sequence[SkillCard], lineages: Mappin
     found = {other.id: step for other in unique.values() if (step := step_in_run(other)) is not None}
     if not found:
         return []
-    where = next(iter(found.values()))[0]  # order by the steps in one lineage: the first run's
-    steps = {card.id: next(iter(found.values()))[1], **{i: s[2] for i, s in found.items() if s[0] == where}}
+    where, mine, _ = next(iter(found.values()))  # order by the steps in one lineage: the first run's
+    steps = {card.id: mine, **{i: s[2] for i, s in found.items() if s[0] == where}}
     group = [card] + [unique[i] for i in found if i in steps]
     return sorted(group, key=lambda c: -steps[c.id])
 
