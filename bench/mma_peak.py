@@ -122,8 +122,8 @@ def main() -> None:
     import cupy
     import torch
 
-    with tempfile.TemporaryDirectory() as tmp:
-        module = cupy.RawModule(path=str(build(Path(tmp))))
+    tmp = tempfile.TemporaryDirectory()  # CuPy loads the cubin at the first launch: keep it until then
+    module = cupy.RawModule(path=str(build(Path(tmp.name))))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = cupy.empty(sms * 2 * 256, dtype=cupy.float32)
     x = torch.randn(GEMM, GEMM, device="cuda", dtype=torch.bfloat16)
