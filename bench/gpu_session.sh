@@ -10,7 +10,8 @@
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, $ADMIT_JOBS
 # trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
 # $OUT/library-N.json, joined into $OUT/library.json when all lanes are done), skills:SPEC (bench/skills_eval.py
-# --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET, each strategy run cut after $SKILLS_RUN_S seconds if set,
+# --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET, each strategy run cut after $SKILLS_RUN_S seconds if set
+# (in lane N, $SKILLS_RUN_S_N first),
 # each workload's operator held out of the library when $SKILLS_HOLD_OUT is set (transfer: a separate experiment),
 # $SKILLS_JOBS candidates' correctness side by side: results/skills-SPEC.json with ':' as '-', rewritten
 # after every strategy, and the optimization documents in results/skills-docs; SPEC is OPERATOR, EXPERT or
@@ -68,10 +69,12 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" \
         $(for c in $cards; do printf -- '--card %s ' "$c"; done) ;;
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
+      local lane_run_s=SKILLS_RUN_S_${LANE:-} run_s
+      run_s=${!lane_run_s:-${SKILLS_RUN_S:-}}
       timeout "${limit:-${SKILLS_TIMEOUT:-540}}" python3 bench/skills_eval.py --gate gpu --record --only "$spec" \
         --budget "${SKILLS_BUDGET:-12}" --jobs "${SKILLS_JOBS:-6}" \
         --out "$OUT/results/skills-${spec//:/-}${SKILLS_HOLD_OUT:+-held-out}.json" \
-        ${SKILLS_RUN_S:+--time-limit-s "$SKILLS_RUN_S"} ${SKILLS_HOLD_OUT:+--hold-out-operator} \
+        ${run_s:+--time-limit-s "$run_s"} ${SKILLS_HOLD_OUT:+--hold-out-operator} \
         --documents "$OUT/results/skills-docs${SKILLS_HOLD_OUT:+-held-out}" ;;
     *:*) timeout "${limit:-${GATE_TIMEOUT:-200}}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;
     *) echo "unknown stage $1" ;;
