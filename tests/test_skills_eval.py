@@ -196,6 +196,19 @@ def test_a_run_cut_by_its_time_limit_compares_only_with_runs_that_ended_within_i
     assert ("not at one budget" in row["vs_unconditioned_reason"]) is not compared
 
 
+def test_unconditioned_runs_at_different_budgets_each_compare_with_the_library():
+    """The library ended on its own after 2 evaluations: a budget-40 random run and a greedy run cut
+    after 20 both had more, so the library is held against the better of the two."""
+    row = {"strategies": {"library": run_row("no_candidate", 2, 6.0),
+                          "unconditioned_random": run_row("budget", 40, 2.0),
+                          "unconditioned_greedy": run_row("time_limit", 20, 3.0)}}
+    skills.compare(row, skills.GateMode.GPU, (1.0, ""))
+    assert (row["vs_unconditioned"], row["vs_unconditioned_reason"]) == (2.0, "")
+    row["strategies"]["unconditioned_greedy"] = run_row("time_limit", 1, 3.0)  # cut before the library ended
+    skills.compare(row, skills.GateMode.GPU, (1.0, ""))
+    assert row["vs_unconditioned"] is None and "after 1 evaluation(s)" in row["vs_unconditioned_reason"]
+
+
 def test_a_time_limit_stops_the_run_between_gate_calls(gate_cache):
     from klineage import corpus
     from klineage.optimize import Stop, optimize
