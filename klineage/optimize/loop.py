@@ -6,7 +6,9 @@ Decisions (each one here, in one place):
 - A round is the work at one best kernel. The strategy's planner yields candidates; a candidate
   without a kernel (the card or transform does not apply) is recorded `not_applicable`, one whose
   kernel is the best itself, a kernel of the path, or one already judged this round `duplicate`;
-  neither costs a gate call. Every other candidate is gated against the best: correctness on
+  one of a LIBRARY card alone (at one site, or at all of them) whose every measured trial fell
+  short of `required_ratio` is `passed_over` (it could be taken only by beating its own evidence;
+  its paths and its whole mechanism are still tried); none of these costs a gate call. Every other candidate is gated against the best: correctness on
   every case, then paired timing of candidate and best interleaved (`run_gate(..., against=best)`).
 - A candidate is taken only on a paired improvement: it passed, and best time / candidate time is
   at least `required_ratio` in the median and in every trial (`PairedRatio.accepts`). A pass
@@ -151,7 +153,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
         lineages = lineage_index()
     plan = planner(strategy, rewriter, cards=cards, problem=problem, statuses=allowed,
                    transforms=list(catalog().values() if transforms is None else transforms), seed=seed, llm=llm,
-                   lineages=lineages)
+                   lineages=lineages, required_ratio=required_ratio)
     run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
                progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm,
                choice(Lookahead, lookahead, "lookahead"), record, jobs, time_limit_s)
@@ -298,7 +300,7 @@ class _Run:
             if not window:
                 return
             fresh = {c.state.fingerprint: c.state for c in window
-                     if c.state is not None and c.state.fingerprint not in self.kernels}
+                     if c.state is not None and not c.passed_over and c.state.fingerprint not in self.kernels}
             if len(fresh) > 1:
                 self.progress("optimize", f"judging the correctness of {len(fresh)} candidates side by side",
                               self.fraction)
@@ -318,7 +320,7 @@ class _Run:
                     if candidate is not None:
                         return candidate
                     break
-                if candidate.rewrite is None or candidate.state.fingerprint == first.fingerprint:
+                if candidate.rewrite is None or candidate.passed_over or candidate.state.fingerprint == first.fingerprint:
                     continue  # nothing to add on this stone: no gate call, no record
                 both = Rewrite(f"{stone.transform}+{candidate.transform}", Direction.FORWARD, candidate.rewrite.anchor,
                                candidate.state, adds=candidate.rewrite.adds, removes=candidate.rewrite.removes,
@@ -356,6 +358,9 @@ class _Run:
                     "a kernel of the path" if state.fingerprint in path else "a kernel already judged at this step")
             return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.DUPLICATE,
                                        message=f"the rewrite gives {what} ({state.fingerprint[:12]})"))
+        if candidate.passed_over:
+            return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.PASSED_OVER,
+                                       message=candidate.passed_over))
         judged.add(state.fingerprint)
         try:
             verdict = self.gate(state, parent, f"step {index} ({candidate})")

@@ -50,11 +50,12 @@ class AttemptStatus(str, Enum):
     GATE_ERROR = "gate_error"  # the gate could not judge (harness failure, replay miss); the run stops
     NOT_APPLICABLE = "not_applicable"  # no candidate kernel: the card or transform could not be applied here
     DUPLICATE = "duplicate"  # the kernel was judged already at this best, or is a state of the path
+    PASSED_OVER = "passed_over"  # not gated: its card's measured effects fall short of the required ratio
 
     @property
     def gated(self) -> bool:
         """Whether it cost a gate evaluation."""
-        return self not in (AttemptStatus.NOT_APPLICABLE, AttemptStatus.DUPLICATE)
+        return self not in (AttemptStatus.NOT_APPLICABLE, AttemptStatus.DUPLICATE, AttemptStatus.PASSED_OVER)
 
 
 class Stop(str, Enum):

@@ -96,12 +96,15 @@ class Candidate:
     rewrite: Rewrite | None = None
     reason: str = ""
     score: float | None = None  # the retrieval score, for card candidates
+    passed_over: str = ""  # why a candidate kernel is not worth a gate call (`short_of`); only with a rewrite
 
     def __post_init__(self) -> None:
         if not self.transform:
             raise DocumentError("candidate", "needs a transform name")
         if (self.rewrite is None) == (not self.reason):
             raise DocumentError("candidate", "carries either a rewrite or the reason there is none")
+        if self.passed_over and self.rewrite is None:
+            raise DocumentError("candidate", "only a candidate kernel can be passed over")
         if self.rewrite is not None:
             if self.rewrite.direction is not Direction.FORWARD:
                 raise DocumentError("candidate", "an optimization candidate is a forward rewrite")
@@ -148,10 +151,11 @@ def forward_pool(transforms: Sequence[Transform]) -> list[Transform]:
 
 def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[SkillCard], problem: ProblemInfo | None,
             statuses: Sequence[CardStatus], transforms: Sequence[Transform], seed: int, llm: Any = None,
-            lineages: Mapping[str, Lineage] | None = None) -> Planner:
+            lineages: Mapping[str, Lineage] | None = None, required_ratio: float | None = None) -> Planner:
     """The candidate source of a strategy. `llm` is the LLM rewriter when `rewriter` is LLM.
     `lineages` (lineage id -> lineage) lend the LIBRARY strategy the anchors of its cards' source
-    transitions; stripped cards (GENERATED_ONLY) have no anchors to lend."""
+    transitions; stripped cards (GENERATED_ONLY) have no anchors to lend. With `required_ratio`, the
+    LIBRARY strategy passes over a card alone whose measured effects fall short of it (`short_of`)."""
     if rewriter is RewriterKind.LLM and llm is None:
         raise KLineageError("the llm rewriter was chosen but none was given")
     if strategy.uses_library:
@@ -159,7 +163,8 @@ def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[Skill
         if problem is None:
             raise KLineageError(f"strategy {strategy.value} needs the problem's description for retrieval")
         lent = lineages if strategy is Strategy.LIBRARY and lineages else {}
-        return _cards(pool, problem, tuple(statuses), rewriter, llm, lent)
+        least = required_ratio if strategy is Strategy.LIBRARY else None
+        return _cards(pool, problem, tuple(statuses), rewriter, llm, lent, least)
     if strategy is Strategy.NO_LIBRARY:
         if rewriter is RewriterKind.RULES:
             raise KLineageError("strategy no_library is the rewriter alone, and the rule rewriter has no forward "
@@ -172,8 +177,24 @@ def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[Skill
     return _unconditioned(pool, rewriter, llm, None)
 
 
+def short_of(card: SkillCard, required_ratio: float | None) -> str:
+    """Why the card alone is not worth a gate call: it has measurements, and none of them would have
+    been taken as a step (an effect: its median and every trial at `required_ratio`; a passed
+    admission trial: its ratio). '' when one would, or nothing was measured (unknown: the gate
+    decides). Its paths and its whole mechanism are still tried: a card may pay among the others."""
+    if required_ratio is None:
+        return ""
+    effects = [min(e.ratio, *e.per_trial) for e in card.effects]
+    trials = [t.ratio for t in card.verification_log if t.passed and t.ratio is not None]
+    if not effects + trials or max(effects + trials) >= required_ratio:
+        return ""
+    return (f"card {card.short_id} alone: none of its {len(effects)} measured effect(s) and {len(trials)} passed "
+            f"trial(s) reached the {required_ratio:g}x a step needs (best {max(effects + trials):.3f}x); it is "
+            f"tried within paths and its whole mechanism")
+
+
 def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardStatus, ...], rewriter: RewriterKind,
-           llm: Any, lineages: Mapping[str, Lineage]) -> Planner:
+           llm: Any, lineages: Mapping[str, Lineage], least: float | None) -> Planner:
     from klineage.skills.materialize import evidence_anchors, materialize
     from klineage.skills.replay import replay
     from klineage.skills.retrieval import retrieve
@@ -203,9 +224,12 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
             if not rewrites:
                 yield Candidate(card.transform, card.id, reason=f"{card.transform} has no forward site in this kernel",
                                 score=match.score)
+            if whole is not None:
+                yield Candidate(card.transform, card.id, whole.anchor, whole, score=match.score)
             everywhere = _everywhere(card, state, rewrites, anchors)
-            for rewrite in [r for r in (whole, everywhere) if r is not None] + rewrites:
-                yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, score=match.score)
+            short = short_of(card, least)
+            for rewrite in [r for r in (everywhere,) if r is not None] + rewrites:
+                yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, score=match.score, passed_over=short)
 
     return plan
 
