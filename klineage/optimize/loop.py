@@ -6,9 +6,10 @@ Decisions (each one here, in one place):
 - A round is the work at one best kernel. The strategy's planner yields candidates; a candidate
   without a kernel (the card or transform does not apply) is recorded `not_applicable`, one whose
   kernel is the best itself, a kernel of the path, or one already judged this round `duplicate`;
-  one of a LIBRARY card alone (at one site, or at all of them) whose every measured trial fell
-  short of `required_ratio` is `passed_over` (it could be taken only by beating its own evidence;
-  its paths and its whole mechanism are still tried); none of these costs a gate call. Every other candidate is gated against the best: correctness on
+  one of a LIBRARY card alone (rule rewriter; at one site, or at all of them) none of whose
+  measurements would have been a step at `required_ratio` is `passed_over` (it could be taken only
+  by beating its own evidence; its paths and its whole mechanism are still tried); none of these
+  costs a gate call. Every other candidate is gated against the best: correctness on
   every case, then paired timing of candidate and best interleaved (`run_gate(..., against=best)`).
 - A candidate is taken only on a paired improvement: it passed, and best time / candidate time is
   at least `required_ratio` in the median and in every trial (`PairedRatio.accepts`). A pass

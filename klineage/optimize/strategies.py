@@ -155,7 +155,8 @@ def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[Skill
     """The candidate source of a strategy. `llm` is the LLM rewriter when `rewriter` is LLM.
     `lineages` (lineage id -> lineage) lend the LIBRARY strategy the anchors of its cards' source
     transitions; stripped cards (GENERATED_ONLY) have no anchors to lend. With `required_ratio`, the
-    LIBRARY strategy passes over a card alone whose measured effects fall short of it (`short_of`)."""
+    LIBRARY strategy under the rule rewriter passes over the kernels of a card alone whose
+    measurements fall short of it (`short_of`); the LLM rewriter is asked for every card."""
     if rewriter is RewriterKind.LLM and llm is None:
         raise KLineageError("the llm rewriter was chosen but none was given")
     if strategy.uses_library:
