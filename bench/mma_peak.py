@@ -9,7 +9,7 @@ Kernels with no global memory traffic, one per row of the table:
           step ahead (the expert's inner loop, 64 x 64 per warp, without cp.async and the epilogue).
 Each is timed in rounds alternating with torch.matmul on the GEMM headline (4096^3 bf16, y = x @ W.T),
 and reported as TFLOP/s and as a ratio over cuBLAS. The issue's target for gemm/mma_sync is 0.70x
-cuBLAS: if the mma row is below it, no mma.sync kernel can meet it on this GPU.
+cuBLAS: were every row below it, no mma.sync GEMM could meet it on this GPU.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) mma_2x8(float* out, int ite
 extern "C" __global__ void __launch_bounds__(256, 2) ldsm_2x8(float* out, int iters) { body<2, 8, true>(out, iters); }
 """
 
-# (kernel, warp tile in MMA units (m, n), CTAs of 256 threads per SM)
+# (kernel, warp tile in MMA units (m, n), CTAs of 256 threads launched per SM; mma_4x8's registers let
+# one stay resident, so its x2 row runs as two waves and checks that the count does not change the rate)
 CONFIGS = [("mma_4x8", (4, 8), 1), ("mma_4x8", (4, 8), 2), ("mma_2x8", (2, 8), 2),
            ("ldsm_4x8", (4, 8), 1), ("ldsm_2x8", (2, 8), 2)]
 GEMM = 4096  # the GEMM headline: M = N = K
