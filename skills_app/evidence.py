@@ -242,8 +242,27 @@ def _sweep(e: Evidence, data: dict[str, Any]) -> None:
                _num((r.get("timing") or {}).get("vs_expert"), "{:.3f}x")] for r in data.get("rows", [])]
 
 
+def _skills_replayed(e: Evidence, data: dict[str, Any]) -> None:
+    _skills(e, data)
+    e.title = "Skills: today's planner replayed on recorded H200 verdicts"
+    e.chart = None  # its speedups are the GPU runs' (skills.json draws them); what it adds is the waste column
+
+
+def _mma_peak(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "mma.sync's ceiling beside cuBLAS"
+    e.where = str(data.get("gpu", ""))
+    rows = [r for r in data.get("rows", []) if isinstance(r.get("vs_cublas"), (int, float))]
+    best = max(rows, key=lambda r: r["vs_cublas"], default=None)
+    e.headline = (f"best {best['kernel']} {_num(best.get('tflops'), '{:.0f}')} TFLOP/s = {best['vs_cublas']:.3f}x "
+                  f"cuBLAS ({_num(data.get('cublas_tflops'), '{:.0f}')} TFLOP/s on 4096^3 bf16)" if best else "no rows")
+    e.columns = ["kernel", "CTAs / SM", "TFLOP/s", "vs cuBLAS"]
+    e.rows = [[r["kernel"], r.get("ctas_per_sm", ""), _num(r.get("tflops"), "{:.1f}"), f"{r['vs_cublas']:.3f}x"]
+              for r in rows]
+
+
 _SUMMARIES = {"adversarial.json": _adversarial, "example.json": _example, "gate_cost.json": _gate_cost,
               "jobs.json": _jobs, "web_perf.json": _web_perf, "corpus.json": _corpus, "skills.json": _skills,
+              "skills-passed-over-replay.json": _skills_replayed, "mma-peak.json": _mma_peak,
               "multigpu.json": _multigpu}
 
 

@@ -47,6 +47,17 @@ def test_committed_results_have_headlines():
         assert shown[0] == row["lineage"].split("@")[0] and shown[1] == f"{row['vs_expert']:.3f}"
         assert shown[2] == f"{library['speedup']:.2f}x" and shown[-1] == f"{library['wasted']}/{library['evaluations']}"
 
+    replayed, replay = found["skills-passed-over-replay.json"], data("skills-passed-over-replay.json")
+    assert replayed.title.startswith("Skills: today's planner replayed") and replay["provenance"]["gate"] == "replay"
+    assert [r[-1] for r in replayed.rows] == ["{wasted}/{evaluations}".format(**w["strategies"]["library"])
+                                              for w in replay["workloads"]]
+
+    peak, ceiling = found["mma-peak.json"], data("mma-peak.json")
+    best = max(ceiling["rows"], key=lambda r: r["vs_cublas"])
+    assert peak.where == ceiling["gpu"] and peak.headline.startswith(
+        f"best {best['kernel']} {best['tflops']:.0f} TFLOP/s = {best['vs_cublas']:.3f}x cuBLAS")
+    assert len(peak.rows) == len(ceiling["rows"])
+
     runs = [r for r in data("multigpu.json")["rows"] if isinstance(r.get("efficiency"), float)]
     widest = max(runs, key=lambda r: r["gpus"])
     assert found["multigpu.json"].headline.startswith(f"{widest['gpus']} GPUs at {widest['efficiency']:.2f} efficiency")
@@ -64,7 +75,9 @@ def test_results_without_numbers_say_so(tmp_path):
     (tmp_path / "sweep-x.json").write_text(json.dumps({"rows": [{"variant": {"name": "v"}, "status": "incorrect"}]}),
                                            encoding="utf-8")
     (tmp_path / "corpus.json").write_text(json.dumps({"rows": []}), encoding="utf-8")
+    (tmp_path / "mma-peak.json").write_text(json.dumps({"rows": [{"kernel": "k", "vs_cublas": None}]}), encoding="utf-8")
     found = _by_name(tmp_path)
+    assert found["mma-peak.json"].headline == "no rows" and not found["mma-peak.json"].rows
     assert found["skills.json"].headline == "admission unknown; roundtrip not measured; vs unconditioned not measured"
     assert found["sweep-x.json"].headline == "1 variants, none timed" and found["sweep-x.json"].rows[0][1] == "incorrect"
     assert found["corpus.json"].headline == "0 of 0 targets met"
