@@ -15,11 +15,13 @@ cuBLAS: were every row below it, no mma.sync GEMM could meet it on this GPU.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import statistics
 import tempfile
 from pathlib import Path
 
+from klineage.gate.pipeline import git_commit
 from klineage.toolchain import find_toolchain, run_tool
 
 SOURCE = r"""
@@ -158,7 +160,9 @@ def main() -> None:
         tflops = flops(tile, ctas, args.iters, sms) / us / 1e6
         table.append({"kernel": name, "ctas_per_sm": ctas, "median_us": round(us, 2),
                       "tflops": round(tflops, 1), "vs_cublas": round(tflops / cublas_tflops, 3)})
-    result = {"gpu": torch.cuda.get_device_name(0), "sms": sms, "torch": torch.__version__,
+    provenance = {"written_by": "bench/mma_peak.py", "git_commit": git_commit(), "gpu": torch.cuda.get_device_name(0),
+                  "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    result = {"provenance": provenance, "gpu": provenance["gpu"], "sms": sms, "torch": torch.__version__,
               "cuda": torch.version.cuda, "iters": args.iters, "rounds": args.rounds,
               "cublas_4096_us": round(cublas_us, 2), "cublas_tflops": round(cublas_tflops, 1), "rows": table}
     args.out.parent.mkdir(parents=True, exist_ok=True)

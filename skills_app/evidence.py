@@ -249,8 +249,8 @@ def _skills_replayed(e: Evidence, data: dict[str, Any]) -> None:
 
 
 def _mma_peak(e: Evidence, data: dict[str, Any]) -> None:
-    e.title = "mma.sync's ceiling beside cuBLAS"
-    e.where = str(data.get("gpu", ""))
+    e.title = "Ceiling of mma.sync beside cuBLAS"
+    e.where = e.where or str(data.get("gpu", ""))  # the first file (session 8) has no provenance block
     rows = [r for r in data.get("rows", []) if isinstance(r.get("vs_cublas"), (int, float))]
     best = max(rows, key=lambda r: r["vs_cublas"], default=None)
     e.headline = (f"best {best['kernel']} {_num(best.get('tflops'), '{:.0f}')} TFLOP/s = {best['vs_cublas']:.3f}x "
