@@ -190,3 +190,15 @@ def test_an_optimization_queued_before_time_limits_still_runs_its_checks():
     _check_keys({**older, "time_limit_s": 60}, OPTIMIZE_KEYS, "optimize", OPTIMIZE_OPTIONAL)
     with pytest.raises(JobError, match="and optionally"):
         _check_keys({**older, "deadline": 60}, OPTIMIZE_KEYS, "optimize", OPTIMIZE_OPTIONAL)
+
+
+def test_the_outcome_chart_has_a_colour_for_every_attempt_status():
+    """job.js colours the outcome bars by status: a status the loop can report and the page does not
+    know would be drawn without one."""
+    import re
+
+    from klineage.optimize.result import AttemptStatus
+
+    script = (config.REPO_ROOT / "gate_app" / "static" / "gate_app" / "job.js").read_text(encoding="utf-8")
+    fills = re.search(r"const OUTCOME_FILL = \{(.*?)\};", script, re.S).group(1)
+    assert set(re.findall(r"(\w+):", fills)) == {s.value for s in AttemptStatus}

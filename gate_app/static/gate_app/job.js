@@ -12,7 +12,7 @@
   const terminal = new Set(["succeeded", "failed", "cancelled"]);
   const OUTCOME_FILL = { faster: "var(--pass)", not_faster: "var(--baseline)", untimed: "var(--compiled)",
                          rejected: "var(--fail)", gate_error: "var(--error-tone)", not_applicable: "var(--line)",
-                         duplicate: "var(--line)" };
+                         duplicate: "var(--line)", passed_over: "var(--line)" };  // the last three cost no gate call
   let status = "";
 
   function field(name) { return root.querySelector('[data-field="' + name + '"]'); }
