@@ -20,7 +20,8 @@ from klineage.transforms.base import Anchor, NotApplicable, Role, Transform
 
 # The one place the walk's preference lives. A step removes one feature at one locus, and a walk has
 # a step budget, so the substantive mechanisms come first, in the order a backward walk can take
-# them apart: the tensor cores (the MMA, then the ldmatrix fragment loads that feed it), the
+# them apart: the tensor cores (a warpgroup MMA becomes per-warp mma.sync first, with its fences once
+# none is left; then the MMA, then the ldmatrix fragment loads that feed it), the
 # software pipeline, then the async copies it overlapped (sync_copies declares `after` unpipeline),
 # the shared layout (swizzle, padding), the shared staging itself (unstage_shared, once its tiles are
 # plain element stores: it declares `after` the tensor cores, the pipeline and the async copies),
@@ -30,6 +31,7 @@ from klineage.transforms.base import Anchor, NotApplicable, Role, Transform
 # an expert has many sites and which change no algorithm. `after` overrides this order where a
 # transform needs it.
 PRIORITY: tuple[str, ...] = (
+    "warp_mma",
     "scalarize_mma",
     "scalarize_ldmatrix",
     "unpipeline",
