@@ -33,7 +33,8 @@ mkdir -p "$OUT/lineages" "$OUT/results"
 
 walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json
   local kernel=$1 name=${1//\//_} guess
-  guess=corpus/lineages/$name.full.dry.json; [ -f "$guess" ] || guess=corpus/lineages/$name.dry.json
+  guess=bench/walks/$name.dry.json  # a dry walk with today's catalog (bench/walks/README.md), else the corpus's
+  [ -f "$guess" ] || guess=corpus/lineages/$name.full.dry.json; [ -f "$guess" ] || guess=corpus/lineages/$name.dry.json
   timeout "${limit:-${WALK_TIMEOUT:-540}}" python3 -m klineage walk "$kernel" --gate gpu --record --prefetch "$guess" \
     --jobs "${WALK_JOBS:-6}" --max-steps 40 --max-rejections 8 --out "$OUT/lineages/$name.gpu.json"
 }

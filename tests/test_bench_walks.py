@@ -1,0 +1,35 @@
+"""The dry walks kept in bench/walks/ for the next GPU walks' prefetch (bench/walks/README.md) start
+from today's corpus experts and are what today's catalog does: every step's backward rewrite, made
+again here at its anchor (no compile), gives the child the walk recorded. A prefetch guessed from a
+stale walk would judge kernels the GPU walk never reaches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from klineage import config, corpus
+from klineage.config import GateMode
+from klineage.lineage import Lineage, Termination
+from klineage.transforms import get
+
+WALKS = sorted((config.REPO_ROOT / "bench" / "walks").glob("*.dry.json"))
+EXPERTS = {"gemm_wgmma_tma": "gemm/wgmma_tma", "conv2d_implicit_wgmma": "conv2d/implicit_wgmma",
+           "fmha_flash_wgmma": "fmha/flash_wgmma"}
+
+
+def test_the_hopper_experts_have_a_walk_with_warp_mma():
+    assert sorted(p.name.removesuffix(".dry.json") for p in WALKS) == sorted(EXPERTS)
+
+
+@pytest.mark.parametrize("path", WALKS, ids=lambda p: p.name)
+def test_each_step_is_what_the_catalog_does_today(path: Path):
+    walk = Lineage.load(path)
+    expert = corpus.kernel_entry(EXPERTS[path.name.removesuffix(".dry.json")]).load()
+    assert walk.gate is GateMode.COMPILE_ONLY and walk.termination.kind is Termination.COMPLETE
+    assert walk.expert.fingerprint == expert.fingerprint and walk.transitions[0].transform == "warp_mma"
+    states = {s.fingerprint: s.kernel for s in walk.states}
+    for step in walk.transitions:
+        rewrite = get(step.transform).backward(states[step.parent], step.anchor)
+        assert rewrite.state.fingerprint == step.child, f"step {step.index} ({step.transform}) is stale"
