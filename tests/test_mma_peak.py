@@ -31,6 +31,10 @@ def test_every_timed_kernel_issues_one_mma_per_accumulator_per_k_step(sass, name
         assert ldsm == 0
 
 
-def test_the_flop_count_is_the_mma_shape_times_the_work():
-    # one CTA of 8 warps, 2 k-steps, 32 m16n8k16 per step: 2 * 16 * 8 * 16 each
-    assert mma_peak.flops((4, 8), ctas=1, iters=2, sms=1) == 8 * 2 * 32 * 2 * 16 * 8 * 16
+@pytest.mark.parametrize("name, tile, ctas", mma_peak.CONFIGS)
+def test_the_flop_count_is_what_the_sass_issues(sass, name, tile, ctas):
+    """TFLOP/s divide `flops` by the time: it must be the HMMAs the loop body issues (two k-steps)
+    times the loop's trips, warps, CTAs and SMs, at 2 * 16 * 8 * 16 each."""
+    hmma = sum(i.split()[0].startswith("HMMA.16816") for i in sass[name])
+    iters, sms, warps = 64, 132, 8
+    assert mma_peak.flops(tile, ctas, iters, sms) == hmma * (iters // 2) * warps * ctas * sms * 2 * 16 * 8 * 16

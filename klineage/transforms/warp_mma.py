@@ -38,9 +38,9 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
-from klineage.transforms.scalarize_ldmatrix import (AsmStatement, MarkedBlock, asm_anchors, asm_site, check_names,
-                                                    indentation, lane_expression, marker_line, read_asm, read_marker,
-                                                    render_asm, restore_verbatim, verbatim_lines, warp_expression)
+from klineage.transforms.scalarize_ldmatrix import (AsmStatement, Site, asm_anchors, asm_site, asm_sites, check_names,
+                                                    indentation, lane_expression, marker_line, read_asm, render_asm,
+                                                    restore_verbatim, verbatim_lines, warp_expression)
 
 MNEMONIC = "wgmma.mma_async"
 _SYNC = re.compile(r"^\s*wgmma\.(?:fence|commit_group|wait_group)\.sync\.aligned\b[^;]*;\s*$")
@@ -153,11 +153,10 @@ class WarpMma(Transform):
         verbatim = verbatim_lines(parsed, asm, indent, canonical="")
         text = marker_line(asm, shape.opcode, operands, indent, verbatim) + "\n" + self._block(state, indent, shape)
         edits = [(asm.statement.start_byte, asm.statement.end_byte, text)]
-        others = [b for b in cp.asm_blocks(parsed)
-                  if b.node.start_byte != site.asm.start_byte and re.search(rf"\b{re.escape(MNEMONIC)}\.", b.code)]
-        syncs = [] if others else _sync_statements(parsed)  # the last wgmma: its ordering goes with it
-        for node in syncs:
-            edits.append(_idle(parsed, node))
+        others = [s for found in asm_sites(parsed, MNEMONIC).values() for s in found
+                  if s.asm is not None and s.start != site.start]
+        syncs = [] if others else [s.asm for s in _sync_sites(parsed) if s.asm is not None]  # the last wgmma
+        edits += [_idle(parsed, node) for node in syncs]
         source = _apply(parsed, sorted(edits))
         return self.rewrite(state, anchor, Direction.BACKWARD, source,
                             note=f"{shape.opcode} -> per warp 1 + {shape.n // 16} ldmatrix.x4 and {shape.n // 8} "
@@ -228,7 +227,7 @@ class WarpMma(Transform):
         site = asm_site(parsed, MNEMONIC, anchor)
         if site.marked is None:
             raise NotApplicable(f"{anchor} already uses wgmma")
-        marked = [site.marked, *_sync_markers(parsed)]
+        marked = [site.marked, *(s.marked for s in _sync_sites(parsed) if s.marked is not None)]
         edits = []
         for block in marked:
             if not block.verbatim:
@@ -240,18 +239,10 @@ class WarpMma(Transform):
                                                                       f"statement(s)" if len(marked) > 1 else ""))
 
 
-def _sync_statements(parsed: cp.ParsedSource) -> list:
-    """The asm nodes of every wgmma fence, commit and wait inside a function, in source order."""
-    return [b.node for b in cp.asm_blocks(parsed) if b.function and _SYNC.match(b.code)]
-
-
-def _sync_markers(parsed: cp.ParsedSource) -> list[MarkedBlock]:
-    found = []
-    for comment in cp.nodes_of_type(parsed.root, "comment"):
-        marked = read_marker(parsed, comment)
-        if marked is not None and cp.function_of(comment) and _SYNC.match(marked.opcode + ";"):
-            found.append(marked)
-    return found
+def _sync_sites(parsed: cp.ParsedSource) -> list[Site]:
+    """Every wgmma fence, commit and wait inside a function, as asm or as the marker that replaced it."""
+    return [site for found in asm_sites(parsed, "wgmma").values() for site in found
+            if _SYNC.match(site.code if site.asm is not None else site.marked.opcode + ";")]
 
 
 def _idle(parsed: cp.ParsedSource, node) -> tuple[int, int, str]:
