@@ -13,7 +13,7 @@
 # --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET, each strategy run cut after $SKILLS_RUN_S seconds if set
 # (in lane N, $SKILLS_RUN_S_N first),
 # each workload's operator held out of the library when $SKILLS_HOLD_OUT is set (transfer: a separate experiment),
-# $SKILLS_JOBS candidates' correctness side by side: results/skills-SPEC.json with ':' as '-', rewritten
+# $SKILLS_JOBS (in lane N, $SKILLS_JOBS_N first) candidates' correctness side by side: results/skills-SPEC.json with ':' as '-', rewritten
 # after every strategy, and the optimization documents in results/skills-docs; SPEC is OPERATOR, EXPERT or
 # either :STRATEGY, comma-separated; join the lanes' parts with skills_eval.py --merge), or PROBLEM:KERNEL (a
 # gate run, recorded). What stages write under $OUT/results and $OUT/lineages comes back in $OUT/results.tgz.
@@ -70,10 +70,10 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" \
         $(for c in $cards; do printf -- '--card %s ' "$c"; done) ;;
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
-      local lane_run_s=SKILLS_RUN_S_${LANE:-} run_s
+      local lane_run_s=SKILLS_RUN_S_${LANE:-} lane_jobs=SKILLS_JOBS_${LANE:-} run_s
       run_s=${!lane_run_s:-${SKILLS_RUN_S:-}}
       timeout "${limit:-${SKILLS_TIMEOUT:-540}}" python3 bench/skills_eval.py --gate gpu --record --only "$spec" \
-        --budget "${SKILLS_BUDGET:-12}" --jobs "${SKILLS_JOBS:-6}" \
+        --budget "${SKILLS_BUDGET:-12}" --jobs "${!lane_jobs:-${SKILLS_JOBS:-6}}" \
         --out "$OUT/results/skills-${spec//:/-}${SKILLS_HOLD_OUT:+-held-out}.json" \
         ${run_s:+--time-limit-s "$run_s"} ${SKILLS_HOLD_OUT:+--hold-out-operator} \
         --documents "$OUT/results/skills-docs${SKILLS_HOLD_OUT:+-held-out}" ;;
