@@ -14,8 +14,12 @@ measurement, not a search step). Writes one JSON document:
   (1.0: the library climbs back to the expert; above: past it);
 - vs_unconditioned_geomean: the geometric mean, over workloads, of the library's speedup over the
   naive end divided by the better of the two unconditioned strategies' speedups;
-- workloads: per workload and strategy the stop, evaluations, wasted evaluations, steps and
-  speedup (start time / best time, the product of the path's paired ratios).
+- library_wasted: the library strategy's gate evaluations on candidates it did not take, as a
+  fraction of all its evaluations (and of its candidates' alone);
+- workloads: per workload and strategy the stop, evaluations, wasted evaluations, steps,
+  speedup (start time / best time, the product of the path's paired ratios) and
+  speedups_by_budget (what the run had reached under each smaller budget: what compares a run that
+  went further with one cut after N evaluations).
 
 A gate mode that times nothing (compile) gives no ratios: those keys are null with a "reason".
 Numbers come from the gate's verdicts only; nothing is estimated.
@@ -57,7 +61,7 @@ from klineage.errors import KLineageError  # noqa: E402
 from klineage.gate.pipeline import default_cache, git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.lineage import Lineage  # noqa: E402
-from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, Stop, Strategy, optimize  # noqa: E402
+from klineage.optimize import DEFAULT_POLICY, AttemptStatus, OptimizationResult, RewriterKind, Stop, Strategy, optimize  # noqa: E402
 from klineage.optimize.command import bundled_library, seconds  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
@@ -67,6 +71,7 @@ NO_TIMING = "the {mode} gate times nothing (no GPU): no ratio can be measured, n
 UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
 PARTIAL_NOTE = ("the summaries cover only the workloads and strategies this document holds: not the headline "
                 "(join the parts with --merge; a run that is not complete was cut short)")
+DOCUMENTS = "docs"  # next to a part: its optimization documents, as bench/results/skills-parts keeps them
 AGREE = ("gate", "budget", "rewriter", "seed", "statuses", "library", "held_out")  # one experiment's parts share these
 MEASURED_ON = ("gpu", "driver", "cuda", "torch", "toolchain", "git_commit")  # these may differ between lanes
 DEFINITIONS = {
@@ -74,8 +79,11 @@ DEFINITIONS = {
     "roundtrip_min_vs_expert": "min over workloads of expert time / library-best time (paired)",
     "vs_unconditioned_geomean": "geomean over workloads of library speedup / the better unconditioned speedup "
                                 "(random or greedy, of those that ran: each row's vs_unconditioned_over), at one "
-                                "budget (a run cut by its time limit after N evaluations compares only with runs "
-                                "that ended on their own within N)",
+                                "budget (a run cut after N evaluations, by its time limit or budget, is compared "
+                                "with the other run's speedup under N: its own if it ended on its own within N, "
+                                "else read off its speedups_by_budget; each row's vs_unconditioned_budgets)",
+    "library_wasted": "the library strategy's evaluations on candidates it did not take / all its evaluations "
+                      "(of_candidates: / its evaluations of candidates, the start kernel's left out)",
     "speedup": "start time / best time: the product of the accepted steps' paired ratios"}
 
 
@@ -154,33 +162,62 @@ def compare(row: dict[str, Any], mode: GateMode, expert: tuple[float | None, str
         "not run: library" if Strategy.LIBRARY.value not in row["strategies"] else
         "not run: " + ", ".join(s.value for s in UNCONDITIONED) if not ran else
         "the library or an unconditioned strategy gave no speedup" if None in speedups else "")
-    if not row["vs_unconditioned_reason"]:  # the library against each: the unconditioned runs need no common budget
-        library = row["strategies"][Strategy.LIBRARY.value]
-        row["vs_unconditioned_reason"] = next(filter(None, (
-            unequal_budgets([library, row["strategies"][s.value]]) for s in ran)), "")
-    if not row["vs_unconditioned_reason"]:  # against the better of the unconditioned strategies that ran
-        row["vs_unconditioned"] = speedups[0] / max(speedups[1:])
-        row["vs_unconditioned_over"] = [s.value for s in ran]
+    if not row["vs_unconditioned_reason"]:  # the library against each, at the budget the two runs share
+        library, ratios, budgets = row["strategies"][Strategy.LIBRARY.value], [], {}
+        for s in ran:
+            mine, theirs, budgets[s.value], why = at_one_budget(library, row["strategies"][s.value])
+            if why:
+                row["vs_unconditioned_reason"] = why
+                break
+            ratios.append(mine / theirs)
+        else:  # against the better of the unconditioned strategies that ran
+            row["vs_unconditioned"], row["vs_unconditioned_over"] = min(ratios), [s.value for s in ran]
+            row["vs_unconditioned_budgets"] = budgets
 
 
-def unequal_budgets(runs: list[dict[str, Any]]) -> str:
-    """Why these strategy runs were not compared at one budget; '' when they were. A run cut by its
-    time limit after N evaluations is a budget-N run: it compares only with runs that ended on
-    their own (no candidate left, none faster) within N evaluations, whose result N more could not
-    change."""
-    ended = (Stop.NO_CANDIDATE.value, Stop.NO_IMPROVEMENT.value)
-    for cut in (r for r in runs if r["stop"] == Stop.TIME_LIMIT.value):
-        for other in (r for r in runs if r is not cut):
-            if other["stop"] not in ended or other["evaluations"] > cut["evaluations"]:
-                return (f"not at one budget: a run stopped at its time limit after {cut['evaluations']} evaluation(s), "
-                        f"another stopped ({other['stop']}) after {other['evaluations']}")
-    return ""
+ENDED = (Stop.NO_CANDIDATE.value, Stop.NO_IMPROVEMENT.value)  # a run that ended on its own: more budget changes nothing
+
+
+def at_one_budget(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, float | None, int | None, str]:
+    """Two strategy runs' speedups at the budget they share, that budget (None: both ended on their
+    own), and why they cannot be compared ('' when they can). A run cut after N evaluations (its time
+    limit, its budget) is a budget-N run; the other one's speedup at N is its own when it ended on
+    its own within N, else read off its speedups_by_budget (the attempts it had made by then)."""
+    shared = min((r["evaluations"] for r in (a, b) if r["stop"] not in ENDED), default=None)
+    if shared is None:
+        return a["speedup"], b["speedup"], None, ""
+    mine, theirs = within(a, shared), within(b, shared)
+    if mine is None or theirs is None:
+        late = a if mine is None else b
+        return None, None, shared, (f"not at one budget: a run was cut after {shared} evaluation(s), another "
+                                    f"stopped ({late['stop']}) after {late['evaluations']} and its row cannot "
+                                    f"tell its speedup at {shared}")
+    return mine, theirs, shared, ""
+
+
+def within(run: dict[str, Any], budget: int) -> float | None:
+    """A run's speedup under `budget` evaluations; None when its row cannot tell."""
+    if run["evaluations"] <= budget and (run["stop"] in ENDED or run["evaluations"] == budget):
+        return run["speedup"]
+    if run["evaluations"] < budget or "speedups_by_budget" not in run:
+        return None
+    return next((speedup for n, speedup in reversed(run["speedups_by_budget"]) if n <= budget), 1.0)
 
 
 def strategy_row(result: OptimizationResult) -> dict[str, Any]:
     return {"stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
             "wasted": result.stats.wasted, "steps": [s.transform for s in result.steps], "speedup": result.speedup,
-            "best": result.best.fingerprint, "llm_usage": result.llm_usage}
+            "best": result.best.fingerprint, "llm_usage": result.llm_usage,
+            "speedups_by_budget": by_budget(result)}
+
+
+def by_budget(result: OptimizationResult) -> list[list[float]]:
+    """[N, speedup under a budget of N] wherever that changes (1.0 before the first): what lets a run
+    that went further be compared with one cut after N evaluations."""
+    if result.speedup is None:
+        return []
+    changes = sorted({a.evaluation for a in result.attempts if a.status is AttemptStatus.FASTER})
+    return [[n, result.speedup_within(n)] for n in changes]
 
 
 def workload(lineage: Lineage, library: Library, args: argparse.Namespace, documents: Path | None,
@@ -215,7 +252,7 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
                 row["strategies"][strategy.value] = {"error": str(exc)}
             else:
                 if documents is not None:
-                    result.save(documents / f"{name.replace('@', '-').replace(':', '-')}-{strategy.value}.json")
+                    result.save(documents / document_name(name, strategy.value))
                 row["strategies"][strategy.value] = strategy_row(result)
                 verdicts = [started(problem, naive, mode)]  # where it ran, for the provenance of any part
                 if strategy is Strategy.LIBRARY:  # right away: no part has the library's row without this
@@ -240,7 +277,20 @@ def summary(rows: list[dict[str, Any]], key: str, combine: Any, what: str) -> di
 def summaries(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"roundtrip_min_vs_expert": summary(rows, "vs_expert", min, "the best kernel vs the expert"),
             "vs_unconditioned_geomean": summary(rows, "vs_unconditioned", geomean,
-                                                "the library vs the unconditioned strategies")}
+                                                "the library vs the unconditioned strategies"),
+            "library_wasted": wasted(rows)}
+
+
+def wasted(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The library strategy's gate evaluations spent on candidates it did not take, over all of its
+    runs: of every evaluation (the budget's unit, the start kernel's included) and of the candidates'."""
+    runs = [r["strategies"].get(Strategy.LIBRARY.value) for r in rows]
+    if not runs or None in runs:
+        return {"value": None, "reason": "the library strategy did not run on every workload"}
+    spent, lost = sum(r["evaluations"] for r in runs), sum(r["wasted"] for r in runs)
+    candidates = spent - len(runs)  # each run's first evaluation gates its start kernel
+    return {"value": lost / spent, "wasted": lost, "evaluations": spent, "candidate_evaluations": candidates,
+            "of_candidates": lost / candidates if candidates else None, "reason": ""}
 
 
 def held_out(library: Library, index: dict[str, Lineage], operator: str) -> tuple[Library, dict[str, Lineage]]:
@@ -306,7 +356,7 @@ def evaluate(args: argparse.Namespace, library: Library, library_ref: str, linea
             facts.update(gate="none: nothing was gated here",
                          gpu="none here; the admission trials ran where admission_rate.how says")
             skipped = {"value": None, "reason": "not run (--admission-only): no optimization was gated"}
-            doc.update(roundtrip_min_vs_expert=skipped, vs_unconditioned_geomean=skipped)
+            doc.update(roundtrip_min_vs_expert=skipped, vs_unconditioned_geomean=skipped, library_wasted=skipped)
         else:
             doc.update(summaries(current))
         if chosen is not None or not complete:
@@ -325,6 +375,25 @@ def evaluate(args: argparse.Namespace, library: Library, library_ref: str, linea
             write(Path(args.out), document(rows + [row], complete=False))
         rows.append(row)
     return document(rows, complete=True)
+
+
+def document_name(workload: str, strategy: str) -> str:
+    return f"{workload.replace('@', '-').replace(':', '-')}-{strategy}.json"
+
+
+def with_budgets(run: dict[str, Any], document: Path) -> dict[str, Any]:
+    """A part's strategy row, with speedups_by_budget from its optimization document when the row
+    predates them and the document (in the docs folder beside the part) is that very run."""
+    if "speedups_by_budget" in run or not document.is_file():
+        return run
+    try:
+        result = OptimizationResult.from_dict(json.loads(document.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KLineageError) as exc:
+        raise MergeError(f"{document}: not a readable optimization document ({exc})") from None
+    if (result.stats.evaluations, result.stop.value, result.best.fingerprint, result.speedup) != (
+            run["evaluations"], run["stop"], run["best"], run["speedup"]):
+        raise MergeError(f"{document} is not the run its part's row describes")
+    return run | {"speedups_by_budget": by_budget(result)}
 
 
 def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], library: Library,
@@ -370,6 +439,7 @@ def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], libra
             if header != {k: v for k, v in row.items() if k != "strategies" and not k.startswith("vs_")}:
                 raise MergeError(f"{name}: {first[name]} and {file} do not describe the same workload")
             for strategy, result in part_row["strategies"].items():
+                result = with_budgets(result, Path(file).parent / DOCUMENTS / document_name(name, strategy))
                 if strategy in row["strategies"]:
                     if result != row["strategies"][strategy]:  # identical rows (a skipped one) are no conflict
                         raise MergeError(f"{name} {strategy}: both {ran_by[name, strategy]} and {file} ran it, "
@@ -395,7 +465,7 @@ def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], libra
             f"{len(missing)} corpus workload(s) ran in no part ({', '.join(missing)})" if missing else
             f"{len(not_run)} workload(s) did not run every strategy (not_run)") + ": unknown is not a number"}
         whole = [row for row in merged if row["vs_expert"] is not None and row["vs_unconditioned"] is not None]
-        totals = {"roundtrip_min_vs_expert": unknown, "vs_unconditioned_geomean": unknown,
+        totals = {"roundtrip_min_vs_expert": unknown, "vs_unconditioned_geomean": unknown, "library_wasted": unknown,
                   "measured_subset": {"note": "over the workloads where both were measured only: not the headline",
                                       "workloads": [row["lineage"] for row in whole], **summaries(whole)}}
     else:
@@ -414,7 +484,7 @@ def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], libra
                    {k: facts[k] for k in AGREE if k in facts} |
                    {"time_limit_s": json.loads(limits.pop()) if len(limits) == 1 else joined("time_limit_s")} |
                    {"written_by": "bench/skills_eval.py --merge",
-                    "parts": [{"file": file, "partial": doc.get("partial"), **doc["provenance"]}
+                    "parts": [{"file": _repo_relative(file), "partial": doc.get("partial"), **doc["provenance"]}
                               for file, doc in parts]})
     return {"provenance": provenance_, "admission_rate": admission(library), **totals, "definitions": DEFINITIONS,
             "workloads": merged, "not_run": not_run, "lineages_left_out": left_out_of(left_out)}

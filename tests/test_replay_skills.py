@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ PARTS = sorted(FOLDER.glob("*/skills-*.json"))
 MEASURED = sorted(FOLDER.glob("*/docs/*.json"))
 REPLAYED = sorted(FOLDER.glob("*/docs/replayed/*.json"))
 DOCS = MEASURED + REPLAYED
+HEADLINE = FOLDER / "headline.txt"  # the parts bench/results/skills.json merges
 
 
 def _rows(runs: Path | None = None):
@@ -90,7 +92,38 @@ def test_a_part_reports_what_its_documents_say(path: Path):
     rows = [row for _, row in _rows(_runs_of(path)) if row["start"]["fingerprint"] == result.start.fingerprint
             and result.strategy.value in row["strategies"]]
     assert len(rows) == 1
-    assert rows[0]["strategies"][result.strategy.value] == bench_script("skills_eval").strategy_row(result)
+    row, expected = rows[0]["strategies"][result.strategy.value], bench_script("skills_eval").strategy_row(result)
+    if "speedups_by_budget" not in row:  # a part written before rows kept them: merge reads them off this document
+        del expected["speedups_by_budget"]
+    assert row == expected
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.stem)
+def test_a_smaller_budget_never_gives_more(path: Path):
+    """speedup_within(N): the run under N evaluations; it never falls as N grows, and at the run's
+    own count it is the run's speedup."""
+    result = OptimizationResult.from_dict(json.loads(path.read_text()))
+    curve = [result.speedup_within(n) for n in range(1, result.stats.evaluations + 1)]
+    assert curve[0] == 1.0 and curve == sorted(curve)
+    assert curve[-1] == pytest.approx(result.speedup, rel=1e-12)
+
+
+def test_the_headline_is_the_merge_of_the_parts_it_names():
+    """bench/results/skills.json is what --merge makes of the parts HEADLINE lists, nothing added."""
+    names = [line for line in HEADLINE.read_text().splitlines() if line and not line.startswith("#")]
+    merged = _merged(*(FOLDER / name for name in names))
+    committed = json.loads((FOLDER.parent / "skills.json").read_text())
+    for document in (merged, committed):
+        for key in ("date", "git_commit"):  # when and from which checkout the merge ran
+            document["provenance"].pop(key)
+    assert merged == committed
+
+
+def _merged(*parts: Path) -> dict:
+    skills = bench_script("skills_eval")
+    out = Path(tempfile.mkdtemp()) / "merged.json"
+    assert skills.main(["--merge", *map(str, parts), "--out", str(out)]) == 0
+    return json.loads(out.read_text())
 
 
 @pytest.mark.parametrize("row", [r for _, r in _rows()], ids=lambda r: r["lineage"].split("@")[0])

@@ -1,4 +1,5 @@
-"""The committed GPU walks (corpus/lineages/*.gpu.json) replay from the recorded verdicts byte for
+"""The committed GPU walks (corpus/lineages/*.gpu.json, and bench/walks/*.gpu.json: the Hopper experts
+walked with warp_mma, kept out of the corpus so far) replay from the recorded verdicts byte for
 byte: every state, step, timing and rejection comes back the same, with no GPU.
 
 A replay uses the transforms the walk named (accepted or rejected): a transform added to the
@@ -20,13 +21,14 @@ from klineage.gate.cache import GateCache
 from klineage.lineage import Lineage
 from klineage.walk.walker import transforms_named, walk
 
-WALKS = sorted((config.corpus_dir() / "lineages").glob("*.gpu.json"))
+WALKS = sorted([*(config.corpus_dir() / "lineages").glob("*.gpu.json"),
+                *(config.REPO_ROOT / "bench" / "walks").glob("*.gpu.json")])
 
 
 def test_gpu_walks_are_committed():
     names = {p.name for p in WALKS}
     assert {"row_softmax_warp_vec4.gpu.json", "topk_radix_select.gpu.json", "gemm_mma_sync.gpu.json",
-            "conv2d_implicit_gemm.gpu.json"} <= names
+            "conv2d_implicit_gemm.gpu.json", "gemm_wgmma_tma.gpu.json", "conv2d_implicit_wgmma.gpu.json"} <= names
 
 
 @pytest.mark.parametrize("path", WALKS, ids=lambda p: p.name)

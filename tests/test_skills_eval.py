@@ -180,20 +180,38 @@ def test_merge_computes_the_comparisons_again_from_the_rows(lineages, runs, tmp_
     assert subset["vs_unconditioned_geomean"]["value"] == pytest.approx((1.25 * 2.0) ** 0.5)
 
 
-def run_row(stop: str, evaluations: int, speedup: float) -> dict:
-    return {"stop": stop, "evaluations": evaluations, "speedup": speedup}
+def run_row(stop: str, evaluations: int, speedup: float, **more) -> dict:
+    return {"stop": stop, "evaluations": evaluations, "speedup": speedup, **more}
 
 
 @pytest.mark.parametrize("library, compared", [
     (run_row("no_candidate", 2, 5.0), True),  # ended on its own within the random run's 7 evaluations
-    (run_row("no_improvement", 9, 5.0), False),  # took more evaluations than random had
-    (run_row("budget", 7, 5.0), False),  # itself cut by the budget: more evaluations could change it
+    (run_row("no_improvement", 9, 5.0), False),  # took more evaluations than random had, and cannot say its 7th
+    (run_row("budget", 7, 5.0), True),  # cut by its budget at the same 7: one budget
+    (run_row("budget", 9, 5.0), False),
 ])
-def test_a_run_cut_by_its_time_limit_compares_only_with_runs_that_ended_within_it(library, compared):
+def test_a_run_cut_after_n_evaluations_compares_with_what_the_other_had_under_n(library, compared):
     row = {"strategies": {"library": library, "unconditioned_random": run_row("time_limit", 7, 2.0)}}
     skills.compare(row, skills.GateMode.GPU, (1.0, ""))
     assert row["vs_unconditioned"] == (2.5 if compared else None)
     assert ("not at one budget" in row["vs_unconditioned_reason"]) is not compared
+    assert row.get("vs_unconditioned_budgets") == ({"unconditioned_random": 7} if compared else None)
+
+
+def test_a_run_that_went_further_is_read_at_the_cut_runs_budget():
+    """The library took 9 evaluations; its speedups_by_budget say what it had after 7: that is what
+    a random run cut after 7 is held against (and after 2, before any step, the library had 1.0)."""
+    library = run_row("no_improvement", 9, 5.0, speedups_by_budget=[[3, 4.0], [8, 5.0]])
+    row = {"strategies": {"library": library, "unconditioned_random": run_row("time_limit", 7, 2.0),
+                          "unconditioned_greedy": run_row("no_candidate", 4, 1.5)}}
+    skills.compare(row, skills.GateMode.GPU, (1.0, ""))
+    assert (row["vs_unconditioned"], row["vs_unconditioned_reason"]) == (2.0, "")
+    assert row["vs_unconditioned_budgets"] == {"unconditioned_random": 7, "unconditioned_greedy": None}  # both ended
+    row["strategies"]["unconditioned_random"] = run_row("time_limit", 2, 1.25)
+    skills.compare(row, skills.GateMode.GPU, (1.0, ""))
+    assert row["vs_unconditioned"] == pytest.approx(0.8)  # 1.0 / 1.25: random was ahead after 2
+    assert skills.within(library, 10) == 5.0, "it ended on its own: more budget changes nothing"
+    assert skills.within(run_row("time_limit", 7, 2.0), 10) is None, "past its own end a cut run cannot tell"
 
 
 def test_unconditioned_runs_at_different_budgets_each_compare_with_the_library():
@@ -207,6 +225,15 @@ def test_unconditioned_runs_at_different_budgets_each_compare_with_the_library()
     row["strategies"]["unconditioned_greedy"] = run_row("time_limit", 1, 3.0)  # cut before the library ended
     skills.compare(row, skills.GateMode.GPU, (1.0, ""))
     assert row["vs_unconditioned"] is None and "after 1 evaluation(s)" in row["vs_unconditioned_reason"]
+
+
+def test_library_waste_counts_every_evaluation_and_the_candidates_alone():
+    rows = [{"strategies": {"library": run_row("no_candidate", 2, 3.0, wasted=0)}},
+            {"strategies": {"library": run_row("no_improvement", 6, 1.0, wasted=5)}}]
+    assert skills.wasted(rows) == {"value": 5 / 8, "wasted": 5, "evaluations": 8, "candidate_evaluations": 6,
+                                   "of_candidates": 5 / 6, "reason": ""}
+    rows.append({"strategies": {"unconditioned_random": run_row("budget", 4, 1.0, wasted=3)}})
+    assert skills.wasted(rows)["value"] is None
 
 
 def test_a_time_limit_stops_the_run_between_gate_calls(gate_cache):
@@ -289,9 +316,8 @@ def test_the_gpu_session_stage_runs_a_part(gate_cache, tmp_path):
 @pytest.mark.parametrize("stop", ["gate_error", "llm_budget", "start_failed"])
 def test_a_run_that_did_not_end_on_its_own_is_no_budget_n_comparison(stop):
     """Only a run with no candidate left, or none faster, could not have changed with more budget."""
-    runs = [run_row(stop, 2, 5.0), run_row("time_limit", 7, 2.0)]
-    assert "not at one budget" in skills.unequal_budgets(runs)
-    assert skills.unequal_budgets([run_row("no_improvement", 7, 5.0), run_row("time_limit", 7, 2.0)]) == ""
+    assert "not at one budget" in skills.at_one_budget(run_row(stop, 2, 5.0), run_row("time_limit", 7, 2.0))[3]
+    assert skills.at_one_budget(run_row("no_improvement", 7, 5.0), run_row("time_limit", 7, 2.0)) == (5.0, 2.0, 7, "")
 
 
 @pytest.mark.parametrize("limit", ["0", "-5", "nan", "inf", "soon"])
@@ -331,3 +357,30 @@ def test_a_held_out_part_says_so_and_does_not_merge_with_roundtrip_parts(lineage
     err = refused(capsys, ["--merge", str(runs["a"]), str(tmp_path / "held.json"), "--lineages", str(lineages),
                            "--out", str(tmp_path / "merged.json")])
     assert "the parts differ in held_out" in err
+
+
+def test_merge_reads_a_rows_budgets_off_its_document_and_refuses_another(tmp_path):
+    """A part written before rows kept speedups_by_budget: merge reads them off the optimization
+    document beside it (the H200 run of gdn_chunked_mma's library, which took its step at its 2nd
+    evaluation), and refuses a document that is not the row's run."""
+    measured = config.REPO_ROOT / "bench" / "results" / "skills-parts" / "session-9"
+    library = "skills-row_softmax-library,topk-library,gemm_wgmma_tma-library,gdn_chunked_mma-library.json"
+    random = ("skills-gdn_chunked_mma-unconditioned_random,gdn_chunked_mma-unconditioned_greedy,"
+              "gdn_chunked_mma-generated_only.json")
+    for name in (library, random):
+        shutil.copy(measured / name, tmp_path / name)
+    shutil.copytree(measured / "docs", tmp_path / "docs")
+    [row] = [w for w in json.loads((tmp_path / library).read_text())["workloads"] if w["operator"] == "gdn"]
+    assert "speedups_by_budget" not in row["strategies"]["library"]
+    out = tmp_path / "merged.json"
+    assert skills.main(["--merge", str(tmp_path / library), str(tmp_path / random), "--out", str(out)]) == 0
+    [gdn] = [w for w in json.loads(out.read_text())["workloads"] if w["lineage"] == row["lineage"]]
+    assert gdn["strategies"]["library"]["speedups_by_budget"] == [[2, row["strategies"]["library"]["speedup"]]]
+    assert gdn["vs_unconditioned_budgets"] == {"unconditioned_random": 2, "unconditioned_greedy": 2}
+    assert gdn["vs_unconditioned"] == row["strategies"]["library"]["speedup"]  # both random runs: 1.0 after 2
+    document = tmp_path / "docs" / skills.document_name(row["lineage"], "library")
+    doc = json.loads(document.read_text())
+    doc["steps"], doc["stop"] = [], "no_improvement"
+    document.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit):
+        skills.main(["--merge", str(tmp_path / library), str(tmp_path / random), "--out", str(out)])

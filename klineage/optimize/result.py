@@ -356,6 +356,18 @@ class OptimizationResult(Document):
             return None
         return math.prod(s.ratio.overall for s in self.steps)
 
+    def speedup_within(self, budget: int) -> float | None:
+        """The speedup this run would have ended with under a budget of `budget` gate evaluations:
+        it makes the same attempts up to that many, and a round cut short still takes its fastest
+        candidate so far (the loop's rule), so each round gives the best faster ratio it had by then."""
+        if self.gate is GateMode.COMPILE_ONLY:
+            return None
+        best: dict[int, float] = {}
+        for a in self.attempts:
+            if a.status is AttemptStatus.FASTER and a.evaluation <= budget:
+                best[a.round] = max(best.get(a.round, 0.0), a.ratio.overall)
+        return math.prod(best.values())
+
     @property
     def note(self) -> str:
         return COMPILE_ONLY_NOTE if self.gate is GateMode.COMPILE_ONLY else ""
