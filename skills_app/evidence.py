@@ -157,6 +157,9 @@ def _skills(e: Evidence, data: dict[str, Any]) -> None:
     for key, label in (("roundtrip_min_vs_expert", "roundtrip"), ("vs_unconditioned_geomean", "vs unconditioned")):
         value = (data.get(key) or {}).get("value")
         parts.append(f"{label} {_num(value, '{:.2f}x')}" if value is not None else f"{label} not measured")
+    waste = data.get("library_wasted") or {}
+    if waste.get("value") is not None:
+        parts.append(f"library wasted {waste['wasted']}/{waste['evaluations']} evaluations ({waste['value']:.0%})")
     missing = len(data.get("not_run") or [])
     e.headline = "; ".join(parts) + (f" ({missing} workload(s) not fully run)" if missing else "")
     subset = data.get("measured_subset") or {}

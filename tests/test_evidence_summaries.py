@@ -36,11 +36,11 @@ def test_committed_results_have_headlines():
     admission = skills["admission_rate"]
     assert found["skills.json"].headline.startswith(
         f"admission {admission['admitted']}/{admission['cards']} cards ({admission['value']:.0%})")
-    subset = skills["measured_subset"]
+    waste = skills["library_wasted"]
     assert found["skills.json"].headline.endswith(
-        f"; over the {len(subset['workloads'])} workload(s) measured: roundtrip "
-        f"{subset['roundtrip_min_vs_expert']['value']:.2f}x, vs unconditioned "
-        f"{subset['vs_unconditioned_geomean']['value']:.2f}x")
+        f"; roundtrip {skills['roundtrip_min_vs_expert']['value']:.2f}x; vs unconditioned "
+        f"{skills['vs_unconditioned_geomean']['value']:.2f}x; library wasted {waste['wasted']}/"
+        f"{waste['evaluations']} evaluations ({waste['value']:.0%})"), "every strategy ran: the headline itself"
     assert len(found["skills.json"].rows) == len(skills["workloads"])
     for shown, row in zip(found["skills.json"].rows, skills["workloads"]):
         library = row["strategies"]["library"]
@@ -81,6 +81,19 @@ def test_results_without_numbers_say_so(tmp_path):
     assert found["skills.json"].headline == "admission unknown; roundtrip not measured; vs unconditioned not measured"
     assert found["sweep-x.json"].headline == "1 variants, none timed" and found["sweep-x.json"].rows[0][1] == "incorrect"
     assert found["corpus.json"].headline == "0 of 0 targets met"
+
+
+def test_a_partly_run_skills_file_shows_what_was_measured_as_not_the_headline(tmp_path):
+    unknown = {"value": None, "reason": "1 workload(s) did not run every strategy (not_run)"}
+    subset = {"workloads": ["a@1:gpu", "b@2:gpu"], "roundtrip_min_vs_expert": {"value": 0.97},
+              "vs_unconditioned_geomean": {"value": 2.5}}
+    (tmp_path / "skills.json").write_text(json.dumps({
+        "admission_rate": {"value": 0.5, "admitted": 1, "cards": 2}, "roundtrip_min_vs_expert": unknown,
+        "vs_unconditioned_geomean": unknown, "library_wasted": unknown, "measured_subset": subset,
+        "not_run": [{"lineage": "c@3:gpu", "strategies": ["library"]}]}), encoding="utf-8")
+    assert _by_name(tmp_path)["skills.json"].headline == (
+        "admission 1/2 cards (50%); roundtrip not measured; vs unconditioned not measured (1 workload(s) not fully "
+        "run); over the 2 workload(s) measured: roundtrip 0.97x, vs unconditioned 2.50x")
 
 
 def test_the_skills_card_draws_library_against_unconditioned_on_a_log_scale(client, db):
