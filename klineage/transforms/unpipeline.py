@@ -127,13 +127,14 @@ def _is_minus(parsed: cp.ParsedSource, node: Node, left: str, right: str) -> boo
             and parsed.text(_strip(node.child_by_field_name("right"))) == right)
 
 
-def _ring_of(parsed: cp.ParsedSource, count: Node | None, constants: dict) -> tuple[str, int] | None:
-    """(name, value) when a wait's pending count is `NAME - 2` over a stage count NAME >= 2."""
+def _ring_of(parsed: cp.ParsedSource, count: Node | None, constants: dict, behind: str = "2") -> tuple[str, int] | None:
+    """(name, value) when a wait's pending count is `NAME - 2` (or `NAME - behind`) over a stage
+    count NAME >= 2."""
     count = _strip(count) if count is not None else None
     if count is None or count.type != "binary_expression" or parsed.text(count.child_by_field_name("operator")) != "-":
         return None
     left, right = _strip(count.child_by_field_name("left")), _strip(count.child_by_field_name("right"))
-    if left.type != "identifier" or parsed.text(right) != "2":
+    if left.type != "identifier" or parsed.text(right) != behind:
         return None
     value = constants.get(parsed.text(left))
     if not isinstance(value, int) or isinstance(value, bool) or value < 2:
@@ -254,7 +255,7 @@ def _blank(data: bytes, start: int, end: int) -> bool:
 
 def _tidy(data: bytes, edits: list[Edit]) -> list[Edit]:
     """Join deletions that touch (where nothing is inserted between them), and let a deletion that
-    leaves two blank lines together take one of them."""
+    leaves two blank lines together, or a blank line right after an opening brace, take one."""
     insert_at = {e.start for e in edits if e.start == e.end}
     deletions = sorted((e for e in edits if e.start < e.end and not e.text), key=lambda e: e.start)
     others = [e for e in edits if not (e.start < e.end and not e.text)]
@@ -268,7 +269,9 @@ def _tidy(data: bytes, edits: list[Edit]) -> list[Edit]:
     for edit in joined:
         before = line_start(data, max(edit.start - 1, 0))
         after = line_end(data, edit.end) if edit.end < len(data) else edit.end
-        if (edit.start > 0 and data[edit.start - 1:edit.start] == b"\n" and _blank(data, before, edit.start)
+        opened = data[before:edit.start].rstrip().endswith(b"{")
+        if (edit.start > 0 and data[edit.start - 1:edit.start] == b"\n"
+                and (_blank(data, before, edit.start) or opened)
                 and _blank(data, edit.end, after) and edit.end not in insert_at and after not in insert_at):
             edit = Edit(edit.start, after)
         tidied.append(edit)
@@ -369,6 +372,7 @@ def _analyze(parsed: cp.ParsedSource, function: cp.Function, loop: Node, ring: s
     if _prologue_condition(parsed, prologue, ring) is None:
         raise NotApplicable(f"unpipeline: the prologue `{first_line(parsed, prologue)}` does not run {ring} - 1 times")
     first_wait = first_depth = None
+    older = _commits_before(parsed, prologue, roles)
     for statement in between:
         statement_roles = roles.of(parsed, statement)
         if statement_roles & {COPY, COMMIT}:
@@ -376,7 +380,9 @@ def _analyze(parsed: cp.ParsedSource, function: cp.Function, loop: Node, ring: s
                                 "the main loop")
         if WAIT in statement_roles:
             count = wait_count(parsed, statement, roles)
-            if first_wait is not None or _ring_of(parsed, count, constants) != (ring, stages):
+            # STAGES - 2: the first tile has landed; STAGES - 1: only a group older than the ring has
+            if first_wait is not None or (_ring_of(parsed, count, constants) != (ring, stages) and not (
+                    older and _ring_of(parsed, count, constants, "1") == (ring, stages))):
                 raise NotApplicable(f"unpipeline: unexpected wait `{first_line(parsed, statement)}` before the "
                                     "main loop")
             if not _is_barrier(parsed, _next_statement(statement)):
@@ -392,8 +398,9 @@ def _analyze(parsed: cp.ParsedSource, function: cp.Function, loop: Node, ring: s
     if body is not None and wait.parent is not None and wait.parent.id == body.id:
         if _items(body)[0].id != wait.id:
             raise NotApplicable("unpipeline: the main loop's wait does not open its body")
-        if first_wait is not None:
-            raise NotApplicable("unpipeline: a wait between the prologue and a main loop that waits at its head")
+        if first_wait is not None and _ring_of(parsed, first_depth, constants, "1") is None:
+            raise NotApplicable("unpipeline: a wait for the first tile between the prologue and a main loop that "
+                                "waits for it at its head")
         shape = "head"
     elif _step_loop(parsed, wait, loop) is not None:
         if first_wait is None:
@@ -403,6 +410,17 @@ def _analyze(parsed: cp.ParsedSource, function: cp.Function, loop: Node, ring: s
         raise NotApplicable("unpipeline: the main loop's wait neither opens the loop body nor sits in the last step "
                             "of an inner loop over k-steps")
     return Pipeline(function, ring, stages, prologue, loop, wait, depth, barrier, first_wait, first_depth, shape)
+
+
+def _commits_before(parsed: cp.ParsedSource, prologue: Node, roles: AsyncRoles) -> bool:
+    """Whether a statement before the prologue, in its block, commits a group of its own (a tile
+    read throughout the loop, such as attention's query tile)."""
+    sibling = prologue.prev_named_sibling
+    while sibling is not None:
+        if COMMIT in roles.of(parsed, sibling):
+            return True
+        sibling = sibling.prev_named_sibling
+    return False
 
 
 def _step_loop(parsed: cp.ParsedSource, wait: Node, loop: Node) -> Node | None:
@@ -522,7 +540,8 @@ class Unpipeline(Transform):
         if data[line_start(data, closing.start_byte):closing.start_byte].strip():
             raise NotApplicable("unpipeline: the main loop's closing brace shares its line with code")
         indent = indentation(data, pipe.wait.start_byte)
-        return [
+        older = _depth_edits(parsed, pipe.first_depth, pipe.first_wait) if pipe.first_wait is not None else []
+        return older + [
             Edit(prologue_start, prologue_end),
             Edit(wait_start, barrier_end),
             Edit(at, at, _text(parsed, refill_start, refill_end, []) + waited),

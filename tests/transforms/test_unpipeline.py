@@ -175,6 +175,19 @@ KERNELS = {
         lambda p, s: "smem[" in p.text(s) and s.type != "declaration",
         lambda p, s, env, c: env["kt"],
         {"k_tiles": "tiles"}),
+    "pinned": Kernel(
+        "kernel", ("load_tile",), lambda p, call, env, n, c: _last_argument(p, call, env, c) // c["TILE_K"],
+        lambda p, s: "ring[" in p.text(s) and s.type != "declaration",
+        lambda p, s, env, c: env["kt"],
+        {"k_tiles": "tiles"}),
+    "fmha": Kernel(  # each K and V tile copy names its first key row; a tile is read by both products
+        "fmha_flash_mma", ("load_tile_async",),
+        lambda p, call, env, n, c: c_value(p.text(call.child_by_field_name("arguments").named_children[2]),
+                                           c | env) // c["BLOCK_N"],
+        lambda p, s: any(cp.call_name(c) in ("compute_scores", "accumulate_pv")
+                         for c in cp.nodes_of_type(s, "call_expression")),
+        lambda p, s, env, c: env["t"],
+        {"n_tiles": "tiles"}),
     "stepped": Kernel(
         "kernel", ("load_half",), lambda p, call, env, n, c: _last_argument(p, call, env, c),
         lambda p, s: any(cp.call_name(c) == "load_step" for c in cp.nodes_of_type(s, "call_expression")),
@@ -235,6 +248,9 @@ def schedule(state: KernelState, function: str, kind: Kernel, tiles: int, ring: 
                 run(node.child_by_field_name("body"))
                 env[var] += 1
             del env[var]
+        elif node.type == "if_statement" and not (copier_calls(node) or roles.of(parsed, node) & {COMMIT, WAIT}
+                                                  or kind.reader(parsed, node) or "__syncthreads" in parsed.text(node)):
+            return  # no event of the schedule inside (attention's masking): its condition does not matter here
         elif node.type == "if_statement":
             condition = value(node.child_by_field_name("condition"))
             assert condition is not None, parsed.text(node.child_by_field_name("condition"))
@@ -304,12 +320,12 @@ def family(name: str) -> str:
 # Goldens
 # ------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("case", ["ring", "stepped"])
+@pytest.mark.parametrize("case", ["ring", "stepped", "pinned"])
 def test_golden(case):
     check_golden("unpipeline", case)
 
 
-@pytest.mark.parametrize("case", ["ring", "stepped"])
+@pytest.mark.parametrize("case", ["ring", "stepped", "pinned"])
 def test_golden_kernels_compile_and_lose_the_pipeline(case, cache, unpipeline):
     before, after = golden(case, "before"), golden(case, "after")
     compiled(before, cache)
@@ -350,7 +366,7 @@ def test_catalog_entry_and_order(unpipeline):
         unpipeline.forward(golden("ring", "after"), Anchor("kernel", "loop", "kt#0:STAGES"))
 
 
-@pytest.mark.parametrize("case", ["ring", "stepped"])
+@pytest.mark.parametrize("case", ["ring", "stepped", "pinned"])
 @pytest.mark.parametrize("tiles", [1, 2, 3, 7])
 def test_golden_schedules_have_no_hazards(case, tiles):
     run_schedule(golden(case, "before"), "kernel", case, tiles, 3)
@@ -369,6 +385,20 @@ def variant(case: str, old: str, new: str) -> KernelState:
 
 
 ANCHOR = Anchor("kernel", "loop", "kt#0:STAGES")
+
+
+def test_a_group_older_than_the_ring_keeps_its_wait(unpipeline):
+    """The weights' group is committed before the prologue and waited for (`STAGES - 1`: only
+    groups older than the ring) before the loop; with one stage that wait waits for all, and the
+    loop waits at its head as in `ring`."""
+    after = golden("pinned", "after").source
+    assert "cp_async_wait<STAGES - 1>()" not in after and after.count("cp_async_wait<0>();") == 3
+    without = variant("pinned", "    load_weights(weights_smem, w, M, row0);\n    cp_async_commit();\n", "")
+    with pytest.raises(NotApplicable, match=r"unexpected wait `cp_async_wait<STAGES - 1>\(\);"):
+        unpipeline.backward(without, ANCHOR)
+    early = variant("pinned", "cp_async_wait<STAGES - 1>();  // the weights", "cp_async_wait<STAGES - 2>();  // the weights")
+    with pytest.raises(NotApplicable, match="a wait for the first tile between the prologue and a main loop"):
+        unpipeline.backward(early, ANCHOR)
 
 
 @pytest.mark.parametrize("case, old, new, message", [
@@ -536,3 +566,40 @@ def test_model_rejects_the_shortcuts(name):
         run_schedule(original.with_source(original.source.replace("cp_async_wait<STAGES - 2>()",
                                                                   "cp_async_wait<STAGES - 1>()")),
                      function, family(name), 5, 4)
+
+
+# ------------------------------------------------------------------------------------------------
+# Attention: the query tile's group comes before the ring's
+# ------------------------------------------------------------------------------------------------
+
+FMHA = "fmha/flash_mma"
+
+
+def test_attention_loses_its_ring_and_keeps_the_query_wait(unpipeline, cache):
+    state = expert(FMHA)
+    [anchor] = unpipeline.find(state)
+    assert anchor == Anchor("fmha_flash_mma", "loop", "t#0:STAGES")
+    after = unpipeline.backward(state, anchor).state
+    assert after.constants["STAGES"] == 1 and "cp_async_wait<STAGES" not in after.source
+    head = after.source[after.source.index("load_tile_async<Q_LOADS>"):after.source.index("uint32_t qf[")]
+    assert head.index("cp_async_commit();") < head.index("cp_async_wait<0>();") < head.index("__syncthreads();")
+    assert "for (int st = 0; st < STAGES - 1; ++st)" not in after.source
+    assert "multistage_pipeline" in names(state, "fmha_flash_mma")
+    assert "multistage_pipeline" not in names(after, "fmha_flash_mma")
+    assert shared_bytes(state) - shared_bytes(after) == state.constants["STAGE_BYTES"]
+    entry = "fmha_flash_mma"
+    sass_before = sass_features(compiled(state, cache).cubin_bytes())
+    sass_after = sass_features(compiled(after, cache).cubin_bytes())
+    per_tile = 2 * state.constants["KV_LOADS"]  # K and V
+    assert sass_after.count("ldgsts", entry) == sass_before.count("ldgsts", entry) - per_tile
+    assert sass_after.count("hmma", entry) == sass_before.count("hmma", entry)
+
+
+@pytest.mark.parametrize("tiles", [1, 2, 3, 6])
+def test_attention_schedules_before_and_after(tiles, unpipeline):
+    state = expert(FMHA)
+    run_schedule(state, "fmha_flash_mma", "fmha", tiles, 2)
+    after = unpipeline.backward(state, unpipeline.find(state)[0]).state
+    run_schedule(after, "fmha_flash_mma", "fmha", tiles, 1)
+    with pytest.raises(Hazard):  # the barrier the rewrite adds is what keeps the refill from a stage in use
+        run_schedule(after.with_source(after.source.replace(BARRIER_NOTE, ";")), "fmha_flash_mma", "fmha", tiles + 1, 1)
