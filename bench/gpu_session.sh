@@ -5,7 +5,7 @@
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
 # Stages: smoke, suite, example, adversarial, cost, mmapeak (bench/mma_peak.py), gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu,
-# walk:KERNEL (a recorded GPU walk, prefetched from the kernel's committed dry walk), sweep:NAME
+# walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk), sweep:NAME
 # (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, $ADMIT_JOBS
 # trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
@@ -36,7 +36,7 @@ walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json
   guess=bench/walks/$name.dry.json  # a dry walk with today's catalog (bench/walks/README.md), else the corpus's
   [ -f "$guess" ] || guess=corpus/lineages/$name.full.dry.json; [ -f "$guess" ] || guess=corpus/lineages/$name.dry.json
   timeout "${limit:-${WALK_TIMEOUT:-540}}" python3 -m klineage walk "$kernel" --gate gpu --record --prefetch "$guess" \
-    --jobs "${WALK_JOBS:-6}" --max-steps 40 --max-rejections 8 --out "$OUT/lineages/$name.gpu.json"
+    --jobs "${WALK_JOBS:-6}" --max-steps "${WALK_MAX_STEPS:-80}" --max-rejections 8 --out "$OUT/lineages/$name.gpu.json"
 }
 
 stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, sweeps, tests, gates)
