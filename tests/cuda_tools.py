@@ -1,8 +1,9 @@
 """Host-side CUDA helpers the kernel tests share: build and run a host harness that prints integer
 tables; build and run the CPU emulators of mma.sync kernels (tests/*_mma_emulator.cpp); count the SASS mnemonics and opcodes of a cubin; the build checks and the compile-only gate
-of the sm_90a (wgmma) experts; and the PTX ISA as models (the 128B swizzle, the wgmma accumulator
-layout, the mma.m16n8k16 and ldmatrix fragment layouts, an mbarrier for the pipeline protocol
-simulations)."""
+of the sm_90a (wgmma) experts; and the PTX ISA as models (the 128B swizzle and where TMA puts a
+box's elements with it, the wgmma accumulator and register-A layouts, the wgmma descriptor and the
+K-major / MN-major B it reads through it, the mma.m16n8k16 and ldmatrix fragment layouts, an
+mbarrier for the pipeline protocol simulations)."""
 
 from __future__ import annotations
 
@@ -188,6 +189,48 @@ def ptx_wgmma_d(t: int, i: int) -> tuple[int, int]:
     """(row, col) of accumulator d_i of warpgroup thread t in a wgmma .m64nNk16 fp32 D tile (PTX ISA)."""
     warp, lane = t // 32, t % 32
     return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+def ptx_wgmma_a(t: int, i: int) -> tuple[int, int]:
+    """(row, k) of element a_i of warpgroup thread t in wgmma .m64nNk16's register-A fragment with
+    .f16/.bf16 (PTX ISA, "Matrix Fragments for wgmma.mma_async.m64nNk16", the register-A figure):
+    warp w holds rows 16 w .. 16 w + 15; a0, a1 and a4, a5 are on row lane / 4, a2, a3 and a6, a7
+    8 rows below; a0 .. a3 at k = 2 (lane % 4) + i % 2, a4 .. a7 8 further. Register i // 2."""
+    warp, lane = t // 32, t % 32
+    return 16 * warp + lane // 4 + 8 * ((i // 2) % 2), 2 * (lane % 4) + i % 2 + 8 * (i // 4)
+
+
+# The shared-memory operands of wgmma (PTX ISA, "Matrix Descriptor Format" and "Shared Memory Matrix
+# Layout" of the asynchronous warpgroup MMA), for 16-bit elements and the 128-byte swizzle.
+
+
+def wgmma_descriptor(start: int, leading: int, stride: int, swizzle: int = 1, base_offset: int = 0) -> int:
+    """The 64-bit matrix descriptor: start address, leading and stride byte offsets in 16-byte units
+    (bits 0-13, 16-29, 32-45), base offset (bits 49-51), swizzle mode (bits 62-63, 1 = 128 bytes)."""
+    return (((start & 0x3FFFF) >> 4) | (leading >> 4 & 0x3FFF) << 16 | (stride >> 4 & 0x3FFF) << 32
+            | (base_offset & 7) << 49 | (swizzle & 3) << 62)
+
+
+def wgmma_b_address(descriptor: int, trans_b: int, k: int, n: int) -> int:
+    """The shared address wgmma reads element (k, n) of its k16 B operand from (128-byte swizzle, base
+    offset 0). The canonical layouts of 16-bit elements, as byte offsets before the swizzle:
+    K-major (imm-trans-b 0): row n of N, k contiguous; rows 128 bytes apart, 8-row groups SBO apart.
+    MN-major (imm-trans-b 1): line k of 64 contiguous n; lines 128 bytes apart, 8-line groups of k
+    SBO apart, the next 64 columns of n LBO further."""
+    start, leading, stride = ((descriptor >> shift & 0x3FFF) << 4 for shift in (0, 16, 32))
+    assert descriptor >> 62 == 1 and (descriptor >> 49) & 7 == 0, "only the 128-byte swizzle with base offset 0"
+    if trans_b:
+        offset = (k // 8) * stride + (k % 8) * 128 + (n // 64) * leading + 2 * (n % 64)
+    else:
+        offset = (n // 8) * stride + (n % 8) * 128 + 2 * k
+    return swizzle_128b(start + offset)
+
+
+def tma_box_128b(box: int, row: int, col: int) -> int:
+    """Where a TMA load with the 128-byte swizzle puts 16-bit element (row, col) of a box whose rows
+    are 128 bytes (64 elements), the box at a 1024-byte-aligned shared address."""
+    assert box % 1024 == 0 and 0 <= col < 64
+    return swizzle_128b(box + 128 * row + 2 * col)
 
 
 # The PTX ISA's fragment layouts of mma.m16n8k16 with .f16/.bf16, and ldmatrix .m8n8 .x4 (plain and .trans).

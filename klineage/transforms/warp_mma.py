@@ -1,22 +1,33 @@
-"""warp_mma: a warpgroup MMA (`wgmma.mma_async`, sm_90a) whose operands are both K-major shared
-tiles becomes, in each of the warpgroup's four warps, `mma.sync` m16n8k16 on `ldmatrix` fragments.
+"""warp_mma: a warpgroup MMA (`wgmma.mma_async`, sm_90a) becomes, in each of the warpgroup's four
+warps, `mma.sync` m16n8k16, with its operands from `ldmatrix` fragments or from registers.
 
 wgmma (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"): the four warps of a
-warpgroup together compute D (64 x N, fp32) = A (64 x 16) * B (16 x N) + (scale-d ? D : 0), A and B
-read from shared memory through 64-bit matrix descriptors. Warp w (of the warpgroup: warp index % 4)
-holds rows 16 w .. 16 w + 15 of D, and its accumulators 4 j .. 4 j + 3 are exactly the C fragment
-of mma.m16n8k16 for the 8 columns 8 j .. 8 j + 7 of those rows. So each warp computes its own rows:
-one ldmatrix.x4 gives its A fragment (16 rows x 16 k), one ldmatrix.x4 per pair of n8 tiles gives
-their B fragments (8 rows of the N x 16 K-major B tile and 8 k each), and N / 8 mma.sync accumulate.
+warpgroup together compute D (64 x N, fp32) = A (64 x 16) * B (16 x N) + (scale-d ? D : 0), B read
+from shared memory through a 64-bit matrix descriptor, A likewise or from registers. Warp w (of the
+warpgroup: warp index % 4) holds rows 16 w .. 16 w + 15 of D, and its accumulators 4 j .. 4 j + 3
+are exactly the C fragment of mma.m16n8k16 for the 8 columns 8 j .. 8 j + 7 of those rows. So each
+warp computes its own rows with N / 8 mma.sync. Two forms are emulated:
 
-Where the operands are: a descriptor holds the start address (bits 0-13, in 16-byte units), the
-stride byte offset between 8-row groups (bits 32-45), a base offset (bits 49-51) and the swizzle
-mode (bits 62-63). In a K-major tile with the 128-byte swizzle the 8 rows of a group are 128 bytes
-apart, and the hardware XORs address bits 4-6 with bits 7-9. The block reads the descriptors at
-run time and traps on any other swizzle mode or a non-zero base offset (unknown fails); statically,
-the instruction must take both operands from descriptors (not A from registers), with no transpose
-and no negation (imm-scale 1, imm-trans 0), scale-d from a predicate `setp.ne.b32 p, X, 0` on one
-operand, and the accumulators as `"+f"` outputs X[0] .. X[N/2 - 1] of one array.
+- Both operands from descriptors, both K-major (imm-trans-a = imm-trans-b = 0): one ldmatrix.x4
+  gives the warp's A fragment (16 rows x 16 k), one ldmatrix.x4 per pair of n8 tiles their B
+  fragments (8 rows of the N x 16 B tile and 8 k each).
+- A from four 32-bit registers (wgmma's register-A form), B MN-major (imm-trans-b = 1, the form of
+  a `P V` product whose V is stored key-major): the registers are the warp's A fragment as they
+  are, and one ldmatrix.x4.trans per pair of n8 tiles gives their B fragments, k rows 0-7 and 8-15.
+  Relied on: the PTX ISA's register-A fragment of wgmma .m64nNk16 with .f16/.bf16 ("Matrix
+  Fragments for wgmma.mma_async.m64nNk16", 9.7.15.5.1.1.1 in PTX ISA 8.x; its layout is given as
+  a figure only) puts a_i of lane l of warp w at row 16 w + l / 4 + 8 ((i / 2) % 2), k = 2 (l % 4)
+  + i % 2 + 8 (i / 4), which is "Matrix Fragments for mma.m16n8k16 with floating point type"
+  (9.7.14.5.8) shifted by 16 w rows; CUTLASS's ALayout_64x16 of SM90 GMMA says the same.
+
+The descriptors are read at run time (fields and canonical 128-byte-swizzle layouts:
+`wgmma_fragments`, from the PTX ISA's "Matrix Descriptor Format" and "Shared Memory Matrix
+Layout"); the block traps on any swizzle mode but 128 bytes or a non-zero base offset (unknown
+fails). Statically the instruction must be .m64nNk16.f32 with one type (f16 or bf16) for A and B,
+N a multiple of 16; no negation (imm-scale 1); no transpose with both operands from descriptors;
+B MN-major with A from registers; scale-d from a predicate `setp.ne.b32 p, X, 0` on one operand;
+the accumulators `"+f"` outputs X[0] .. X[N/2 - 1] of one array; descriptors `"l"`, A registers
+`"r"`. Anything else is NotApplicable with the reason.
 
 mma.sync is synchronous, so the `wgmma.fence` / `commit_group` / `wait_group` statements around it
 order nothing once no wgmma is left; but ptxas keeps a placeholder HGMMA for a commit group, so the
@@ -39,21 +50,21 @@ from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
 from klineage.transforms.scalarize_ldmatrix import (AsmStatement, Site, asm_anchors, asm_site, asm_sites, check_names,
-                                                    indentation, lane_expression, marker_line, read_asm, render_asm,
-                                                    restore_verbatim, verbatim_lines, warp_expression)
+                                                    indentation, lane_expression, marker_line, read_asm,
+                                                    restore_verbatim, split_operands, verbatim_lines, warp_expression)
+from klineage.transforms.wgmma_fragments import LOCALS, k_major_block, register_a_block
 
 MNEMONIC = "wgmma.mma_async"
 _SYNC = re.compile(r"^\s*wgmma\.(?:fence|commit_group|wait_group)\.sync\.aligned\b[^;]*;\s*$")
 _IDLE = ";  // no warpgroup MMA is left: nothing to order or wait for"
-_INSTRUCTION = re.compile(
-    r"(?P<opcode>wgmma\.mma_async\.sync\.aligned\.m64n(?P<n>\d+)k16\.f32\.(?P<a>bf16|f16)\.(?P<b>bf16|f16))\s+"
-    r"\{(?P<d>[^{}]*)\}\s*,\s*(?P<rest>[^;{}]*);")
+_HEAD = (r"(?P<opcode>wgmma\.mma_async\.sync\.aligned\.m64n(?P<n>\d+)k16\.f32\.(?P<a>bf16|f16)\.(?P<b>bf16|f16))\s+"
+         r"\{(?P<d>[^{}]*)\}\s*,\s*")
+_INSTRUCTION = re.compile(_HEAD + r"(?P<rest>[^;{}]*);")
+_REGISTER_A = re.compile(_HEAD + r"\{(?P<registers>[^{}]*)\}\s*,\s*(?P<rest>[^;{}]*);")  # A from registers
 _PREDICATE = re.compile(r"\.reg\s+\.pred\s+(?P<name>\w+)\s*;")
 _SETP = re.compile(r"setp\.ne\.b32\s+(?P<name>\w+)\s*,\s*(?P<value>%\d+|-?\d+)\s*,\s*0\s*;")
 _REF = re.compile(r"^%(\d+)$")
 _ELEMENT = re.compile(r"^(?P<base>[A-Za-z_]\w*)\[(?P<index>\d+)\]$")
-_LOCALS = {"wgmma_lane", "wgmma_row0", "wgmma_da", "wgmma_db", "wgmma_a0", "wgmma_b0", "wgmma_sa", "wgmma_sb",
-           "wgmma_af", "wgmma_bf", "wgmma_j", "wgmma_i", "wgmma_r", "wgmma_at", "wgmma_swizzle"}
 
 
 def _operand(asm: AsmStatement, ref: str, constraints: tuple[str, ...], what: str) -> str:
@@ -71,11 +82,8 @@ class WgmmaShape:
 
     def __init__(self, asm: AsmStatement):
         template = asm.template
-        match = _INSTRUCTION.search(template)
+        match = _INSTRUCTION.search(template) or _REGISTER_A.search(template)
         if match is None:
-            if re.search(r"wgmma\.mma_async\S*\s+\{[^{}]*\}\s*,\s*\{", template):
-                raise NotApplicable("the wgmma takes A from registers: only both operands from descriptors are "
-                                    "emulated")
             raise NotApplicable("unsupported wgmma form: only .m64nNk16.f32 with bf16 or f16 operands")
         if match.group("a") != match.group("b"):
             raise NotApplicable(f"{match.group('opcode')} mixes A and B types")
@@ -83,6 +91,20 @@ class WgmmaShape:
         if self.n % 16 or not 16 <= self.n <= 256:
             raise NotApplicable(f"N = {self.n}: the block pairs n8 tiles, so N must be a multiple of 16 up to 256")
         rest = [r.strip() for r in match.group("rest").split(",")]
+        self.registers_a = match.re is _REGISTER_A
+        if self.registers_a:
+            scale = self._register_form(asm, match.group("registers"), rest)
+        else:
+            scale = self._descriptor_form(asm, rest)
+        self.scale = self._scale(asm, template, scale)
+        self.accumulator = self._accumulator(asm, match.group("d"))
+        leftover = template.replace(match.group(0), "")
+        leftover = _SETP.sub("", _PREDICATE.sub("", leftover)).replace("{", "").replace("}", "")
+        if leftover.strip():
+            raise NotApplicable(f"the asm does more than the wgmma and its scale-d predicate: {leftover.strip()!r}")
+
+    def _descriptor_form(self, asm: AsmStatement, rest: list[str]) -> str:
+        """A and B both K-major from descriptors; returns the scale-d token."""
         if len(rest) != 7:
             raise NotApplicable("the wgmma needs a-desc, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-a, "
                                 "imm-trans-b")
@@ -92,12 +114,23 @@ class WgmmaShape:
                                 f"(no negation, no transpose) is emulated")
         self.desc_a = _operand(asm, desc_a, ("l",), "A descriptor")
         self.desc_b = _operand(asm, desc_b, ("l",), "B descriptor")
-        self.scale = self._scale(asm, template, scale)
-        self.accumulator = self._accumulator(asm, match.group("d"))
-        leftover = template.replace(match.group(0), "")
-        leftover = _SETP.sub("", _PREDICATE.sub("", leftover)).replace("{", "").replace("}", "")
-        if leftover.strip():
-            raise NotApplicable(f"the asm does more than the wgmma and its scale-d predicate: {leftover.strip()!r}")
+        return scale
+
+    def _register_form(self, asm: AsmStatement, registers: str, rest: list[str]) -> str:
+        """A from four 32-bit registers, B MN-major from its descriptor; returns the scale-d token."""
+        if len(rest) != 5:
+            raise NotApplicable("the register-A wgmma needs b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b")
+        desc_b, scale, *immediates = rest
+        if immediates != ["1", "1", "1"]:
+            raise NotApplicable(f"imm-scale-a/b, imm-trans-b are {', '.join(immediates)}: with A from registers "
+                                f"only 1, 1, 1 (no negation, B MN-major) is emulated")
+        refs = split_operands(registers)
+        if len(refs) != 4:
+            raise NotApplicable(f"the wgmma's A is {len(refs)} registers, not the four of .m64nNk16 with "
+                                f"{self.kind}")
+        self.a_registers = [_operand(asm, ref, ("r",), f"A register {i}") for i, ref in enumerate(refs)]
+        self.desc_a, self.desc_b = None, _operand(asm, desc_b, ("l",), "B descriptor")
+        return scale
 
     @staticmethod
     def _scale(asm: AsmStatement, template: str, token: str) -> str:
@@ -126,8 +159,9 @@ class WgmmaShape:
 
 class WarpMma(Transform):
     name = "warp_mma"
-    intent = ("Issue a warpgroup's 64xNx16 product as one asynchronous wgmma that reads both operands from "
-              "swizzled shared memory through descriptors, instead of per-warp mma.sync on ldmatrix fragments.")
+    intent = ("Issue a warpgroup's 64xNx16 product as one asynchronous wgmma that reads its shared operands from "
+              "swizzled shared memory through descriptors (A possibly from registers), instead of per-warp "
+              "mma.sync on ldmatrix fragments.")
     removes = ("wgmma", "hgmma")
     adds = ("mma_sync", "ldmatrix", "hmma", "ldsm")
     after = ()
@@ -145,80 +179,25 @@ class WarpMma(Transform):
             raise NotApplicable(f"the wgmma at {anchor} is already mma.sync")
         asm = read_asm(parsed, site.asm)
         shape = WgmmaShape(asm)
-        check_names(parsed, asm.operand_nodes, _LOCALS, "warp_mma")
+        check_names(parsed, asm.operand_nodes, LOCALS, "warp_mma")
         indent = indentation(parsed, asm.statement)
-        operands = (f"{{{shape.accumulator}[0 .. {shape.n // 2 - 1}]}}, {shape.desc_a}, {shape.desc_b}, "
-                    f"{shape.scale}")
+        a = f"{{{', '.join(shape.a_registers)}}}" if shape.registers_a else shape.desc_a
+        operands = f"{{{shape.accumulator}[0 .. {shape.n // 2 - 1}]}}, {a}, {shape.desc_b}, {shape.scale}"
         # No canonical layout: the predicate and the instruction are one template, recorded verbatim.
         verbatim = verbatim_lines(parsed, asm, indent, canonical="")
-        text = marker_line(asm, shape.opcode, operands, indent, verbatim) + "\n" + self._block(state, indent, shape)
+        text = marker_line(asm, shape.opcode, operands, indent, verbatim) + "\n" + _block(state, indent, shape)
         edits = [(asm.statement.start_byte, asm.statement.end_byte, text)]
         others = [s for found in asm_sites(parsed, MNEMONIC).values() for s in found
                   if s.asm is not None and s.start != site.start]
         syncs = [] if others else [s.asm for s in _sync_sites(parsed) if s.asm is not None]  # the last wgmma
         edits += [_idle(parsed, node) for node in syncs]
         source = _apply(parsed, sorted(edits))
+        loads = (f"{shape.n // 16} ldmatrix.x4.trans (A from its registers)" if shape.registers_a
+                 else f"1 + {shape.n // 16} ldmatrix.x4")
         return self.rewrite(state, anchor, Direction.BACKWARD, source,
-                            note=f"{shape.opcode} -> per warp 1 + {shape.n // 16} ldmatrix.x4 and {shape.n // 8} "
-                                 f"mma.sync m16n8k16" + (f"; the last wgmma: {len(syncs)} fence/commit/wait "
-                                                         f"statement(s) removed" if syncs else ""))
-
-    @staticmethod
-    def _block(state: KernelState, indent: str, shape: WgmmaShape) -> str:
-        i1, i2 = indent + "    ", indent + "        "
-        d, kind = shape.accumulator, shape.kind
-        mma = (f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32 "
-               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};")
-        ldsm = "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-
-        def mma_statement(tile: str, b0: str, b1: str) -> str:
-            outputs = [f'"+f"({d}[4 * {tile} + {i}])' for i in range(4)]
-            inputs = [f'"r"(wgmma_af[{i}])' for i in range(4)] + [f'"r"({b0})', f'"r"({b1})']
-            return i2 + render_asm(i2, "asm volatile", mma, outputs, inputs)
-
-        def ldsm_statement(target: str, address: str) -> str:
-            return i2 + render_asm(i2, "asm volatile", ldsm, [f'"=r"({target}[{i}])' for i in range(4)],
-                                   [f'"r"(wgmma_swizzle({address}))'])
-
-        return "\n".join([
-            f"{indent}{{",
-            f"{i1}// This warp's 16 rows of the warpgroup's 64 x {shape.n} tile with mma.sync: its accumulators",
-            f"{i1}// 4 j .. 4 j + 3 are the C fragment of the n8 tile j. Both operands are K-major tiles with the",
-            f"{i1}// 128-byte swizzle, read through their descriptors (start address, bits 0-13, in 16-byte units;",
-            f"{i1}// 8-row groups the stride byte offset apart, bits 32-45; rows of a group 128 bytes apart).",
-            f"{i1}const unsigned long long wgmma_da = {shape.desc_a};",
-            f"{i1}const unsigned long long wgmma_db = {shape.desc_b};",
-            f"{i1}if ((wgmma_da >> 62) != 1 || (wgmma_db >> 62) != 1 || ((wgmma_da >> 49) & 7) != 0 || "
-            f"((wgmma_db >> 49) & 7) != 0)",
-            f"{i2}__trap();  // another swizzle mode, or a base offset: not emulated",
-            f"{i1}auto wgmma_swizzle = [](unsigned wgmma_at) {{ return wgmma_at ^ (((wgmma_at >> 7) & 7) << 4); }};",
-            f"{i1}const unsigned wgmma_a0 = static_cast<unsigned>(wgmma_da & 0x3FFF) << 4;",
-            f"{i1}const unsigned wgmma_b0 = static_cast<unsigned>(wgmma_db & 0x3FFF) << 4;",
-            f"{i1}const unsigned wgmma_sa = static_cast<unsigned>((wgmma_da >> 32) & 0x3FFF) << 4;",
-            f"{i1}const unsigned wgmma_sb = static_cast<unsigned>((wgmma_db >> 32) & 0x3FFF) << 4;",
-            f"{i1}const unsigned wgmma_lane = {lane_expression(state)};",
-            f"{i1}const unsigned wgmma_row0 = 16 * (({warp_expression(state)}) & 3);  // warp w of the warpgroup: rows 16 w ..",
-            f"{i1}if (({shape.scale}) == 0) {{  // scale-d = 0: D = A B",
-            "#pragma unroll",
-            f"{i2}for (int wgmma_i = 0; wgmma_i < {shape.n // 2}; ++wgmma_i) {d}[wgmma_i] = 0.0f;",
-            f"{i1}}}",
-            f"{i1}unsigned wgmma_af[4];  // A rows 16 w + (l % 16), k = 8 (l / 16) .. + 7: matrices a0 .. a3",
-            f"{i1}{{",
-            f"{i2}const unsigned wgmma_r = wgmma_row0 + (wgmma_lane & 15);",
-            ldsm_statement("wgmma_af", "wgmma_a0 + (wgmma_r >> 3) * wgmma_sa + (wgmma_r & 7) * 128 + "
-                                       "(wgmma_lane >> 4) * 16"),
-            f"{i1}}}",
-            "#pragma unroll",
-            f"{i1}for (int wgmma_j = 0; wgmma_j < {shape.n // 8}; wgmma_j += 2) {{  // n8 tiles j and j + 1",
-            f"{i2}const unsigned wgmma_r = 8 * wgmma_j + (wgmma_lane & 7) + ((wgmma_lane >> 4) << 3);",
-            f"{i2}unsigned wgmma_bf[4];  // b0, b1 of tile j, then of tile j + 1",
-            ldsm_statement("wgmma_bf", "wgmma_b0 + (wgmma_r >> 3) * wgmma_sb + (wgmma_r & 7) * 128 + "
-                                       "((wgmma_lane >> 3) & 1) * 16"),
-            mma_statement("wgmma_j", "wgmma_bf[0]", "wgmma_bf[1]"),
-            mma_statement("(wgmma_j + 1)", "wgmma_bf[2]", "wgmma_bf[3]"),
-            f"{i1}}}",
-            f"{indent}}}",
-        ])
+                            note=f"{shape.opcode} -> per warp {loads} and {shape.n // 8} mma.sync m16n8k16"
+                                 + (f"; the last wgmma: {len(syncs)} fence/commit/wait statement(s) removed"
+                                    if syncs else ""))
 
     # -- forward -----------------------------------------------------------------------------------
 
@@ -237,6 +216,14 @@ class WarpMma(Transform):
         return self.rewrite(state, anchor, Direction.FORWARD, _apply(parsed, sorted(edits)),
                             note=f"restored {site.marked.opcode}" + (f" and {len(marked) - 1} fence/commit/wait "
                                                                       f"statement(s)" if len(marked) > 1 else ""))
+
+
+def _block(state: KernelState, indent: str, shape: WgmmaShape) -> str:
+    if shape.registers_a:
+        return register_a_block(indent, shape.kind, shape.n, shape.accumulator, shape.a_registers, shape.desc_b,
+                                shape.scale, lane_expression(state))
+    return k_major_block(indent, shape.kind, shape.n, shape.accumulator, shape.desc_a, shape.desc_b, shape.scale,
+                         lane_expression(state), warp_expression(state))
 
 
 def _sync_sites(parsed: cp.ParsedSource) -> list[Site]:
