@@ -297,7 +297,7 @@ def test_the_gpu_session_stage_runs_a_part(gate_cache, tmp_path):
         f'exec "{sys.executable}" "${{args[@]}}"\n')
     (shims / "python3").chmod(0o755)
     env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
-           "SKILLS_BUDGET": "2", "SKILLS_RUN_S": "100"}
+           "SKILLS_BUDGET": "2", "SKILLS_RUN_S": "100", "SKILLS_JOBS": "6", "LANE": "1", "SKILLS_JOBS_1": "2"}
     done = subprocess.run(["bash", "-c", functions + "\nstage skills:topk:library@300"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -305,6 +305,7 @@ def test_the_gpu_session_stage_runs_a_part(gate_cache, tmp_path):
     argv = (tmp_path / "argv").read_text().split("\n")
     assert argv[:6] == ["bench/skills_eval.py", "--gate", "gpu", "--record", "--only", "topk:library"]
     assert argv[argv.index("--budget") + 1] == "2" and argv[argv.index("--time-limit-s") + 1] == "100"
+    assert argv[argv.index("--jobs") + 1] == "2", "lane 1's own SKILLS_JOBS_1 before SKILLS_JOBS"
     document = json.loads((tmp_path / "out" / "results" / "skills-topk-library.json").read_text())
     assert document["partial"]["complete"] and [list(w["strategies"]) for w in document["workloads"]] == [["library"]]
     [topk] = document["workloads"]  # the bundled corpus: its GPU walk of topk
