@@ -61,7 +61,8 @@ from klineage.errors import KLineageError  # noqa: E402
 from klineage.gate.pipeline import default_cache, git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.lineage import Lineage  # noqa: E402
-from klineage.optimize import DEFAULT_POLICY, AttemptStatus, OptimizationResult, RewriterKind, Stop, Strategy, optimize  # noqa: E402
+from klineage.optimize import (DEFAULT_POLICY, AttemptStatus, OptimizationResult, RewriterKind, Stop,  # noqa: E402
+                               Strategy, optimize)
 from klineage.optimize.command import bundled_library, seconds  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
@@ -384,8 +385,8 @@ def document_name(workload: str, strategy: str) -> str:
 def with_budgets(run: dict[str, Any], document: Path) -> dict[str, Any]:
     """A part's strategy row, with speedups_by_budget from its optimization document when the row
     predates them and the document (in the docs folder beside the part) is that very run."""
-    if "speedups_by_budget" in run or not document.is_file():
-        return run
+    if "speedups_by_budget" in run or "evaluations" not in run or not document.is_file():
+        return run  # a row with its budgets already, a skipped or failed strategy, or no document kept
     try:
         result = OptimizationResult.from_dict(json.loads(document.read_text(encoding="utf-8")))
     except (OSError, ValueError, KLineageError) as exc:

@@ -14,6 +14,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from klineage.features.sass import sass_features
 from klineage.toolchain import find_toolchain, run_tool
 
 
@@ -132,6 +133,14 @@ def sass_opcodes(result, arch: str = "sm_90a") -> Counter:
                 continue
             words = words[1:]
         counts[words[0]] += 1
+    return counts
+
+
+def feature_counts(result) -> dict[str, int]:
+    """SASS feature name -> count over every locus of a CompileResult's cubin."""
+    counts: dict[str, int] = {}
+    for feature, n in sass_features(result.cubin_bytes()).counts.items():
+        counts[feature.name] = counts.get(feature.name, 0) + n
     return counts
 
 
@@ -311,3 +320,38 @@ class MBarrier:
         assert self.phase in (phase_index, phase_index + 1), (self.phase, phase_index)
         assert done == (self.phase == phase_index + 1)
         return done
+
+
+# How a warp_mma block's mma.sync statements are read and run against these models.
+
+
+def mma_pair_operands(block: str) -> tuple[list[list[str]], list[list[int]]]:
+    """The two mma.sync of a warp_mma block's tile-pair loop: each one's four accumulator index
+    expressions, and which two of the ldmatrix registers wgmma_bf it takes as b0, b1."""
+    mmas = block.split('asm volatile("mma.sync')[1:]
+    outputs = [re.findall(r'"\+f"\(\w+\[([^\]]+)\]\)', m) for m in mmas]
+    b_slots = [[int(x) for x in re.findall(r'"r"\(wgmma_bf\[(\d)\]\)', m)] for m in mmas]
+    assert len(mmas) == 2 and all(len(o) == 4 for o in outputs) and all(len(r) == 2 for r in b_slots)
+    return outputs, b_slots
+
+
+def mma_pair_into(got: dict, warp: int, a_frag: dict, b_regs, operands, index_of) -> None:
+    """Run the pair's two m16n8k16 MMAs of one warp on its A fragment ((row, k) -> value) and the
+    ldmatrix registers `b_regs`, writing each thread's C elements to got[warp, lane, index], the
+    index its statement names (`index_of(expression)`); no accumulator may be written twice."""
+    for out, slots in zip(*operands):
+        b_frag = {ptx_b(lane, e): b_regs[lane][slots[e // 2]][e % 2] for lane in range(32) for e in range(4)}
+        for lane in range(32):
+            for i in range(4):
+                row, col = ptx_c(lane, i)
+                index = index_of(out[i])
+                assert (warp, lane, index) not in got, "two MMAs write one accumulator"
+                got[warp, lane, index] = sum(a_frag[row, k] * b_frag[k, col] for k in range(16))
+
+
+def assert_wgmma_d(got: dict, n: int, want) -> None:
+    """Every accumulator of the warpgroup's 64 x n D holds want(row, col), in wgmma's layout."""
+    for t in range(128):
+        for index in range(n // 2):
+            row, col = ptx_wgmma_d(t, index)
+            assert got[t // 32, t % 32, index] == want(row, col), (t, index)

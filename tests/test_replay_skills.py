@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -108,22 +107,17 @@ def test_a_smaller_budget_never_gives_more(path: Path):
     assert curve[-1] == pytest.approx(result.speedup, rel=1e-12)
 
 
-def test_the_headline_is_the_merge_of_the_parts_it_names():
+def test_the_headline_is_the_merge_of_the_parts_it_names(tmp_path):
     """bench/results/skills.json is what --merge makes of the parts HEADLINE lists, nothing added."""
     names = [line for line in HEADLINE.read_text().splitlines() if line and not line.startswith("#")]
-    merged = _merged(*(FOLDER / name for name in names))
+    out = tmp_path / "merged.json"
+    assert bench_script("skills_eval").main(["--merge", *(str(FOLDER / name) for name in names), "--out", str(out)]) == 0
+    merged = json.loads(out.read_text())
     committed = json.loads((FOLDER.parent / "skills.json").read_text())
     for document in (merged, committed):
         for key in ("date", "git_commit"):  # when and from which checkout the merge ran
             document["provenance"].pop(key)
     assert merged == committed
-
-
-def _merged(*parts: Path) -> dict:
-    skills = bench_script("skills_eval")
-    out = Path(tempfile.mkdtemp()) / "merged.json"
-    assert skills.main(["--merge", *map(str, parts), "--out", str(out)]) == 0
-    return json.loads(out.read_text())
 
 
 @pytest.mark.parametrize("row", [r for _, r in _rows()], ids=lambda r: r["lineage"].split("@")[0])

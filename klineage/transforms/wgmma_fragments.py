@@ -55,6 +55,19 @@ class Statements:
                                         [f'"=r"({target}[{i}])' for i in range(4)],
                                         [f'"r"(wgmma_swizzle({address}))'])
 
+    def tile_pairs(self, n: int, row: str, address: str, trans: bool = False) -> list[str]:
+        """The loop over pairs of n8 tiles: `row` declares what `address` (of the lane's B row) uses,
+        one ldmatrix.x4 loads both tiles' B fragments, and two mma.sync accumulate them."""
+        i1, i2 = self.indent[:-4], self.indent
+        return ["#pragma unroll",
+                f"{i1}for (int wgmma_j = 0; wgmma_j < {n // 8}; wgmma_j += 2) {{  // n8 tiles j and j + 1",
+                f"{i2}{row}",
+                f"{i2}unsigned wgmma_bf[4];  // b0, b1 of tile j, then of tile j + 1",
+                self.ldsm_statement("wgmma_bf", address, trans),
+                self.mma_statement("wgmma_j", "wgmma_bf[0]", "wgmma_bf[1]"),
+                self.mma_statement("(wgmma_j + 1)", "wgmma_bf[2]", "wgmma_bf[3]"),
+                f"{i1}}}"]
+
     def zero(self, scale: str, n: int) -> list[str]:
         """D = 0 first when scale-d is 0 (D = A B)."""
         i1, i2 = self.indent[:-4], self.indent
@@ -64,6 +77,12 @@ class Statements:
                 f"{i1}}}"]
 
 
+def _opening(indent: str, n: int) -> list[str]:
+    """The block's brace and the first line of its comment, the same in both forms."""
+    return [f"{indent}{{",
+            f"{indent}    // This warp's 16 rows of the warpgroup's 64 x {n} tile with mma.sync: its accumulators"]
+
+
 def k_major_block(indent: str, kind: str, n: int, accumulator: str, desc_a: str, desc_b: str, scale: str,
                   lane: str, warp: str) -> str:
     """Both operands K-major from descriptors: one ldmatrix.x4 for the warp's A fragment, one per
@@ -71,8 +90,7 @@ def k_major_block(indent: str, kind: str, n: int, accumulator: str, desc_a: str,
     i1, i2 = indent + "    ", indent + "        "
     put = Statements(i2, kind, accumulator)
     return "\n".join([
-        f"{indent}{{",
-        f"{i1}// This warp's 16 rows of the warpgroup's 64 x {n} tile with mma.sync: its accumulators",
+        *_opening(indent, n),
         f"{i1}// 4 j .. 4 j + 3 are the C fragment of the n8 tile j. Both operands are K-major tiles with the",
         f"{i1}// 128-byte swizzle, read through their descriptors (start address, bits 0-13, in 16-byte units;",
         f"{i1}// 8-row groups the stride byte offset apart, bits 32-45; rows of a group 128 bytes apart).",
@@ -95,15 +113,8 @@ def k_major_block(indent: str, kind: str, n: int, accumulator: str, desc_a: str,
         put.ldsm_statement("wgmma_af", "wgmma_a0 + (wgmma_r >> 3) * wgmma_sa + (wgmma_r & 7) * 128 + "
                                        "(wgmma_lane >> 4) * 16"),
         f"{i1}}}",
-        "#pragma unroll",
-        f"{i1}for (int wgmma_j = 0; wgmma_j < {n // 8}; wgmma_j += 2) {{  // n8 tiles j and j + 1",
-        f"{i2}const unsigned wgmma_r = 8 * wgmma_j + (wgmma_lane & 7) + ((wgmma_lane >> 4) << 3);",
-        f"{i2}unsigned wgmma_bf[4];  // b0, b1 of tile j, then of tile j + 1",
-        put.ldsm_statement("wgmma_bf", "wgmma_b0 + (wgmma_r >> 3) * wgmma_sb + (wgmma_r & 7) * 128 + "
-                                       "((wgmma_lane >> 3) & 1) * 16"),
-        put.mma_statement("wgmma_j", "wgmma_bf[0]", "wgmma_bf[1]"),
-        put.mma_statement("(wgmma_j + 1)", "wgmma_bf[2]", "wgmma_bf[3]"),
-        f"{i1}}}",
+        *put.tile_pairs(n, "const unsigned wgmma_r = 8 * wgmma_j + (wgmma_lane & 7) + ((wgmma_lane >> 4) << 3);",
+                        "wgmma_b0 + (wgmma_r >> 3) * wgmma_sb + (wgmma_r & 7) * 128 + ((wgmma_lane >> 3) & 1) * 16"),
         f"{indent}}}",
     ])
 
@@ -115,8 +126,7 @@ def register_a_block(indent: str, kind: str, n: int, accumulator: str, a_registe
     i1, i2 = indent + "    ", indent + "        "
     put = Statements(i2, kind, accumulator)
     return "\n".join([
-        f"{indent}{{",
-        f"{i1}// This warp's 16 rows of the warpgroup's 64 x {n} tile with mma.sync: its accumulators",
+        *_opening(indent, n),
         f"{i1}// 4 j .. 4 j + 3 are the C fragment of the n8 tile j. A is in registers: wgmma's register-A",
         f"{i1}// fragment in warp w is mma.m16n8k16's A fragment of rows 16 w .. 16 w + 15, used as it is.",
         f"{i1}// B is an MN-major tile with the 128-byte swizzle, read through its descriptor (start address,",
@@ -135,14 +145,9 @@ def register_a_block(indent: str, kind: str, n: int, accumulator: str, a_registe
         *put.zero(scale, n),
         f"{i1}// lanes 8 m .. 8 m + 7 address the 8 k rows of matrix m: k 0-7 (m even) or 8-15 (m odd)",
         f"{i1}const unsigned wgmma_k = (wgmma_lane & 7) + (((wgmma_lane >> 3) & 1) << 3);",
-        "#pragma unroll",
-        f"{i1}for (int wgmma_j = 0; wgmma_j < {n // 8}; wgmma_j += 2) {{  // n8 tiles j and j + 1",
-        f"{i2}const unsigned wgmma_n = 8 * wgmma_j + ((wgmma_lane >> 4) << 3);  // matrices 0, 1: tile j; 2, 3: j + 1",
-        f"{i2}unsigned wgmma_bf[4];  // b0, b1 of tile j, then of tile j + 1",
-        put.ldsm_statement("wgmma_bf", "wgmma_b0 + (wgmma_k >> 3) * wgmma_sb + (wgmma_k & 7) * 128 + "
-                                       "(wgmma_n >> 6) * wgmma_lb + (wgmma_n & 63) * 2", trans=True),
-        put.mma_statement("wgmma_j", "wgmma_bf[0]", "wgmma_bf[1]"),
-        put.mma_statement("(wgmma_j + 1)", "wgmma_bf[2]", "wgmma_bf[3]"),
-        f"{i1}}}",
+        *put.tile_pairs(n, "const unsigned wgmma_n = 8 * wgmma_j + ((wgmma_lane >> 4) << 3);  "
+                           "// matrices 0, 1: tile j; 2, 3: j + 1",
+                        "wgmma_b0 + (wgmma_k >> 3) * wgmma_sb + (wgmma_k & 7) * 128 + (wgmma_n >> 6) * wgmma_lb + "
+                        "(wgmma_n & 63) * 2", trans=True),
         f"{indent}}}",
     ])

@@ -17,11 +17,11 @@ import re
 import pytest
 
 from klineage import corpus
-from klineage.features.sass import sass_features
 from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
 from klineage.transforms import NotApplicable, get
-from tests.cuda_tools import ldmatrix_x4, ptx_a, ptx_b, ptx_c, ptx_wgmma_d, swizzle_128b
+from tests.cuda_tools import (assert_wgmma_d, feature_counts, ldmatrix_x4, mma_pair_into, mma_pair_operands, ptx_a,
+                              swizzle_128b)
 from tests.transforms.golden import HERE, check_golden, load
 
 EXPERTS = {"gemm/wgmma_tma": 256, "conv2d/implicit_wgmma": 128, "fmha/flash_wgmma": 128}
@@ -51,10 +51,7 @@ def _sass(state: KernelState, cache) -> dict[str, int]:
     result = compile_kernel(state, cache)
     assert result.ok, result.log[-3000:]
     assert not result.resources_for("kernel").spills
-    counts: dict[str, int] = {}
-    for feature, count in sass_features(result.cubin_bytes()).counts.items():
-        counts[feature.name] = counts.get(feature.name, 0) + count
-    return counts
+    return feature_counts(result)
 
 
 def test_golden_kernels_compile_and_the_tensor_cores_change_kind(cache):
@@ -91,10 +88,7 @@ def warpgroup_product(block: str, n: int, ks: int, seed: int) -> None:
 
     a_row, b_row = re.findall(r"const unsigned wgmma_r = ([^;]+);", block)
     a_address, b_address = re.findall(r'"r"\(wgmma_swizzle\((.+)\)\)\);', block)
-    mmas = block.split('asm volatile("mma.sync')[1:]
-    outputs = [re.findall(r'"\+f"\(\w+\[([^\]]+)\]\)', m) for m in mmas]
-    b_registers = [[int(x) for x in re.findall(r'"r"\(wgmma_bf\[(\d)\]\)', m)] for m in mmas]
-    assert len(mmas) == 2 and all(len(o) == 4 for o in outputs) and all(len(r) == 2 for r in b_registers)
+    operands = mma_pair_operands(block)
 
     def evaluate(expression: str, **names: int) -> int:
         return eval(expression, {}, names)  # + - * >> & and parentheses: the same in C and in Python
@@ -111,19 +105,8 @@ def warpgroup_product(block: str, n: int, ks: int, seed: int) -> None:
             b_regs = ldmatrix_x4([swizzle_128b(evaluate(b_address, **names, wgmma_lane=lane,
                                                         wgmma_r=evaluate(b_row, **names, wgmma_j=j, wgmma_lane=lane)))
                                   for lane in range(32)], read_row)
-            for out, regs in zip(outputs, b_registers):
-                b_frag = {ptx_b(lane, e): b_regs[lane][regs[e // 2]][e % 2] for lane in range(32) for e in range(4)}
-                for lane in range(32):
-                    for i in range(4):
-                        row, col = ptx_c(lane, i)
-                        index = evaluate(out[i], wgmma_j=j)
-                        assert (warp, lane, index) not in got, "two MMAs write one accumulator"
-                        got[warp, lane, index] = sum(a_frag[row, k] * b_frag[k, col] for k in range(16))
-    for t in range(128):
-        for index in range(n // 2):
-            row, col = ptx_wgmma_d(t, index)
-            want = sum(a[row][16 * ks + k] * b[col][16 * ks + k] for k in range(16))
-            assert got[t // 32, t % 32, index] == want, (t, index)
+            mma_pair_into(got, warp, a_frag, b_regs, operands, lambda index: evaluate(index, wgmma_j=j))
+    assert_wgmma_d(got, n, lambda row, col: sum(a[row][16 * ks + k] * b[col][16 * ks + k] for k in range(16)))
 
 
 @pytest.mark.parametrize("ks", range(4))
@@ -164,11 +147,9 @@ def test_the_last_wgmma_takes_the_fences_and_a_later_one_does_not(transform, rew
 
 
 def test_an_expert_loses_every_hgmma(rewritten, tmp_path):
-    counts: dict[str, int] = {}
     result = compile_kernel(rewritten["conv2d/implicit_wgmma"][2].state, tmp_path)
     assert result.ok, result.log[-3000:]
-    for feature, count in sass_features(result.cubin_bytes()).counts.items():
-        counts[feature.name] = counts.get(feature.name, 0) + count
+    counts = feature_counts(result)
     assert not counts.get("hgmma") and counts.get("hmma") == 64 and counts.get("ldsm") == 36
 
 

@@ -17,12 +17,11 @@ import re
 import pytest
 
 from klineage import corpus
-from klineage.features.sass import sass_features
 from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
 from klineage.transforms import NotApplicable, get
-from tests.cuda_tools import (ldmatrix_x4, ptx_a, ptx_b, ptx_c, ptx_wgmma_a, ptx_wgmma_d, swizzle_128b,
-                              tma_box_128b, wgmma_b_address, wgmma_descriptor)
+from tests.cuda_tools import (assert_wgmma_d, feature_counts, ldmatrix_x4, mma_pair_into, mma_pair_operands, ptx_a,
+                              ptx_wgmma_a, swizzle_128b, tma_box_128b, wgmma_b_address, wgmma_descriptor)
 from tests.transforms.golden import HERE, check_golden, load
 
 KEYS = 64  # k rows of the test's B tile: four k16 steps
@@ -41,10 +40,7 @@ def counts(state: KernelState, cache) -> tuple[dict[str, int], object]:
     result = compile_kernel(state, cache)
     assert result.ok, result.log[-3000:]
     assert result.targets == ("sm_90a",)
-    found: dict[str, int] = {}
-    for feature, count in sass_features(result.cubin_bytes()).counts.items():
-        found[feature.name] = found.get(feature.name, 0) + count
-    return found, result
+    return feature_counts(result), result
 
 
 def test_golden():
@@ -126,11 +122,8 @@ def register_a_product(block: str, registers: list[str], n: int, layout: str, ks
     (a_init,) = re.findall(r"const unsigned wgmma_af\[4\] = \{([^{}]+)\};", block)
     (address,) = re.findall(r'"r"\(wgmma_swizzle\((.+)\)\)\);', block)
     (ldsm,) = re.findall(r'asm volatile\("(ldmatrix\S+)', block)
-    mmas = block.split('asm volatile("mma.sync')[1:]
-    outputs = [re.findall(r'"\+f"\(\w+\[([^\]]+)\]\)', m) for m in mmas]
-    a_slots = [re.findall(r'"r"\((wgmma_af\[\d\])\)', m) for m in mmas]
-    b_slots = [[int(x) for x in re.findall(r'"r"\(wgmma_bf\[(\d)\]\)', m)] for m in mmas]
-    assert len(mmas) == 2 and all(len(o) == 4 for o in outputs) and all(len(r) == 2 for r in b_slots)
+    operands = mma_pair_operands(block)
+    a_slots = [re.findall(r'"r"\((wgmma_af\[\d\])\)', m) for m in block.split('asm volatile("mma.sync')[1:]]
     assert all(s == [f"wgmma_af[{i}]" for i in range(4)] for s in a_slots)
 
     (swizzle,) = re.findall(r"\[\]\(unsigned wgmma_at\) \{ return ([^;]+); \}", block)
@@ -153,20 +146,8 @@ def register_a_product(block: str, registers: list[str], n: int, layout: str, ks
             b_regs = ldmatrix_x4([swizzle_128b(evaluate(address, **names, wgmma_k=lane_k[lane],
                                                         wgmma_n=evaluate(n_col, wgmma_j=j, wgmma_lane=lane)))
                                   for lane in range(32)], read_row, trans=".trans" in ldsm)
-            for out, regs in zip(outputs, b_slots):
-                b_frag = {ptx_b(lane, e): b_regs[lane][regs[e // 2]][e % 2] for lane in range(32) for e in range(4)}
-                for lane in range(32):
-                    for i in range(4):
-                        row, col = ptx_c(lane, i)
-                        index = evaluate(out[i], wgmma_j=j)
-                        assert (warp, lane, index) not in got, "two MMAs write one accumulator"
-                        got[warp, lane, index] = sum(a_frag[row, k] * b_frag[k, col] for k in range(16))
-    for t in range(128):
-        for index in range(n // 2):
-            row, col = ptx_wgmma_d(t, index)
-            want = sum(a[row][k] * b[16 * ks + k][col] for k in range(16))
-            assert got[t // 32, t % 32, index] == want, (t, index)
-
+            mma_pair_into(got, warp, a_frag, b_regs, operands, lambda index: evaluate(index, wgmma_j=j))
+    assert_wgmma_d(got, n, lambda row, col: sum(a[row][k] * b[16 * ks + k][col] for k in range(16)))
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
