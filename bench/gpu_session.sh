@@ -4,7 +4,7 @@
 #   bash bench/gpu_session.sh COMMIT STAGE...                     stages in order, on GPU 0
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
-# Stages: smoke, suite, example, adversarial, cost, mmapeak (bench/mma_peak.py), gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu,
+# Stages: smoke, suite, example, adversarial, cost, mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu,
 # walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk), sweep:NAME
 # (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, $ADMIT_JOBS
@@ -53,6 +53,11 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     gputests) timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest tests/test_gpu_*.py -v -n 0 -p no:django -p no:cacheprovider -rA ;;
     gputest:*) timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest "tests/test_gpu_${1#gputest:}.py" -v -n 0 -p no:django \
       -p no:cacheprovider -rA ;;
+    profile:*) local name=${1#profile:}  # Nsight Compute on one launch of a GEMM expert beside cuBLAS
+      timeout "${limit:-240}" ncu --profile-from-start off --clock-control none --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
+        --section LaunchStats --section MemoryWorkloadAnalysis python3 bench/profile_gemm.py --kernel "$name" \
+        > "$OUT/results/profile-${name//\//_}.txt" 2>&1; grep -v "^==PROF==" "$OUT/results/profile-${name//\//_}.txt" | head -400 ;;
     mmapeak) timeout "${limit:-120}" python3 bench/mma_peak.py --out "$OUT/results/mma-peak.json" ;;
     example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only "$1" ;;
     walk:*) walk "${1#walk:}" ;;

@@ -12,7 +12,7 @@ import pytest
 from klineage import corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache, verdict_key
-from klineage.gate.pipeline import run_gate
+from klineage.gate.pipeline import _judged_twin, run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.verdict import Finding, Reason, Status, Verdict
 
@@ -68,3 +68,42 @@ def test_keeping_a_verdict_keeps_the_twin_it_reports(cache):
     cache.keep(verdict)
     assert cache.recorded.get(verdict.provenance["key"]) is not None
     assert cache.recorded.get(twin.provenance["key"]) is not None
+
+
+def test_a_pass_under_more_seeds_and_sanitizers_implies_a_lighter_pass():
+    state = GatePolicy(seeds=3, timing=False, vendor=False, sanitize=Sanitize.ON_PASS)
+    forward = GatePolicy(seeds=1, timing=True, vendor=False, sanitize=Sanitize.NEVER)
+    assert state.passes_imply(forward) and state.passes_imply(state.with_(sanitize=Sanitize.ALWAYS))
+    assert not forward.passes_imply(state)  # fewer seeds, no sanitizer
+    assert not state.with_(seeds=1).passes_imply(state.with_(seeds=2))
+    assert not state.passes_imply(forward.with_(launch_timeout_s=1.0))  # another check, not a lighter one
+
+
+def _store_state_verdict(cache: GateCache, kernel, under: GatePolicy, status: str) -> Verdict:
+    """A verdict of `kernel` as a walk state, as the GPU would have stored it: the compile-only
+    verdict (real probe, compile, features) under `under`, keyed as a GPU verdict."""
+    compiled = run_gate(SOFTMAX, kernel, mode=GateMode.COMPILE_ONLY, cache=cache, policy=under)
+    parts = {k: v for k, v in compiled.provenance["key_parts"].items() if k != "version"}
+    key, parts = verdict_key(**{**parts, "gpu": "NVIDIA H200", "mode": GateMode.GPU.value})
+    data = compiled.to_dict()
+    data.update(status=status, provenance={**data["provenance"], "key": key, "key_parts": parts})
+    if status == "rejected":
+        data["findings"] = [Finding(Reason.INCORRECT, "correctness", "rel L2 0.5 on case odd, seed 2", "odd").to_dict()]
+    verdict = Verdict.from_dict(data)
+    cache.local.put(key, verdict)
+    return verdict
+
+
+@pytest.mark.parametrize("status", ["passed", "rejected"])
+def test_a_walk_states_pass_answers_its_forward_timings_correctness(cache, status):
+    kernel = corpus.kernel_entry("row_softmax/naive").load()
+    state = GatePolicy(seeds=3, timing=False, vendor=False, sanitize=Sanitize.ON_PASS)
+    forward = GatePolicy(seeds=1, timing=True, vendor=False, sanitize=Sanitize.NEVER)
+    stored = _store_state_verdict(cache, kernel, state, status)
+    timed_parts = {k: v for k, v in stored.provenance["key_parts"].items() if k != "version"}
+    _, parts = verdict_key(**{**timed_parts, "policy": forward.fingerprint, "against": "parent"})
+    found = _judged_twin(cache, forward, parts, judged_under=state)
+    assert found == (stored if status == "passed" else None)  # only a pass carries over
+    assert _judged_twin(cache, forward, parts) is None  # without it: no twin of the forward policy stored
+    more_seeds = state.with_(seeds=4, timing=True)
+    assert _judged_twin(cache, more_seeds, parts, judged_under=state) is None  # three seeds say nothing of a fourth

@@ -11,8 +11,10 @@ from klineage import corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
+from klineage.gate.policy import Sanitize
 from klineage.gate.verdict import Status
 from klineage.optimize import DEFAULT_POLICY, Strategy, optimize
+from klineage.walk import walker
 
 pytestmark = pytest.mark.gpu
 SOFTMAX = corpus.problem_path("row_softmax")
@@ -35,6 +37,20 @@ def test_a_passed_twin_leaves_only_the_timing_to_run(cache):
     assert timed.profile["ratios"]["vs_baseline"]["overall"] > 1.0  # warp_vec4 beats the naive kernel
     print(f"twin {sum(v for k, v in twin.timings.items() if '.' not in k):.1f} s, "
           f"timing only {sum(v for k, v in timed.timings.items() if '.' not in k):.1f} s")
+
+
+def test_a_walk_states_pass_leaves_its_forward_timing_only_the_timing(cache):
+    """The walk times each forward step under a lighter policy (one seed, no sanitizer) than its
+    states were judged under; the parent's stored state verdict answers that gate's correctness."""
+    parent, child = corpus.kernel_entry("row_softmax/warp_vec4").load(), corpus.kernel_entry("row_softmax/naive").load()
+    as_state = run_gate(SOFTMAX, parent, policy=walker.DEFAULT_POLICY, cache=cache)
+    assert as_state.status is Status.PASSED
+    forward = walker.DEFAULT_POLICY.with_(seeds=1, timing=True, vendor=False, sanitize=Sanitize.NEVER)
+    timed = run_gate(SOFTMAX, parent, against=child, policy=forward, cache=cache, judged_under=walker.DEFAULT_POLICY)
+    assert timed.status is Status.PASSED and timed.provenance["correctness_from"] == as_state.provenance["key"]
+    assert timed.profile["ratios"]["vs_baseline"]["overall"] > 1.0
+    print(f"state {sum(v for k, v in as_state.timings.items() if '.' not in k):.1f} s, "
+          f"forward timing {sum(v for k, v in timed.timings.items() if '.' not in k):.1f} s")
 
 
 def test_optimize_with_jobs_reuses_the_twins_and_stays_in_budget(cache):

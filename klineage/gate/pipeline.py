@@ -65,8 +65,13 @@ def git_commit() -> str:
 
 def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelState | None = None,
              cases: list[str] | None = None, policy: GatePolicy = GatePolicy(), mode: GateMode = GateMode.GPU,
-             cache: GateCache | None = None, progress: Progress = _quiet, record: bool = False) -> Verdict:
-    """Judge `kernel` on the problem. In replay mode only recorded verdicts are served."""
+             cache: GateCache | None = None, progress: Progress = _quiet, record: bool = False,
+             judged_under: GatePolicy | None = None) -> Verdict:
+    """Judge `kernel` on the problem. In replay mode only recorded verdicts are served.
+
+    `judged_under`: a stronger untimed policy this kernel was probably judged under already (a
+    walk's states); a pass stored under it answers a timed gate's correctness when no exact twin
+    is stored (`GatePolicy.passes_imply`)."""
     cache = cache or default_cache()
     problem_path = Path(problem_path).resolve()
     toolchain_key = _toolchain_key(mode)
@@ -151,7 +156,7 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
         if not against_compiled.ok:
             raise KLineageError(f"the baseline kernel '{against.name}' does not compile")
         contenders.append(_contender("baseline", against, against_compiled, probe, [timing_case], device))
-    twin = _judged_twin(cache, policy, parts) if timing_case and not record else None
+    twin = _judged_twin(cache, policy, parts, judged_under) if timing_case and not record else None
     if twin is not None and twin.status is Status.REJECTED:
         return finish(Status.REJECTED, list(twin.findings), twin=twin.provenance["key"], **stages,
                       correctness=twin.correctness, sanitizer=twin.sanitizer)
@@ -202,15 +207,22 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
                                "vendor_check": outcome.result.get("vendor_check", [])})
 
 
-def _judged_twin(cache: GateCache, policy: GatePolicy, parts: dict[str, Any]) -> Verdict | None:
+def _judged_twin(cache: GateCache, policy: GatePolicy, parts: dict[str, Any],
+                 judged_under: GatePolicy | None = None) -> Verdict | None:
     """The stored verdict of this gate's correctness twin (same kernel, problem, cases, GPU and
-    toolchain, untimed policy), when it judged the kernel (passed or rejected)."""
+    toolchain, untimed policy), when it judged the kernel (passed or rejected); else a pass stored
+    under `judged_under` where such a pass implies this policy's."""
     facts = {k: v for k, v in parts.items() if k != "version"}
-    twin_key, _ = verdict_key(**{**facts, "policy": policy.correctness_twin().fingerprint, "against": "none"})
-    found = cache.lookup(twin_key)
-    if found is None or found[0].status not in (Status.PASSED, Status.REJECTED):
-        return None
-    return found[0]
+
+    def stored(under: GatePolicy, statuses: tuple[Status, ...]) -> Verdict | None:
+        key, _ = verdict_key(**{**facts, "policy": under.correctness_twin().fingerprint, "against": "none"})
+        found = cache.lookup(key)
+        return found[0] if found is not None and found[0].status in statuses else None
+
+    exact = stored(policy, (Status.PASSED, Status.REJECTED))
+    if exact is not None or judged_under is None or not judged_under.passes_imply(policy):
+        return exact
+    return stored(judged_under, (Status.PASSED,))
 
 
 class _PlanFailure(Exception):

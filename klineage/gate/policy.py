@@ -80,6 +80,18 @@ class GatePolicy:
         twins of many kernels can be judged side by side (timings cannot)."""
         return replace(self, timing=False, timing_case="", vendor=False, require_ratio=0.0)
 
+    def passes_imply(self, other: GatePolicy) -> bool:
+        """Whether a kernel that passed this policy's correctness checks also passes `other`'s: the
+        same checks with at least as many seeds (a gate runs seeds 0..seeds-1) and sanitizers run
+        on a pass wherever `other` runs them. Only a pass carries over: a failure on seed 2 says
+        nothing about a one-seed gate."""
+        mine, theirs = self.correctness_twin(), other.correctness_twin()
+        return (mine.seeds >= theirs.seeds and _SANITIZES_A_PASS[mine.sanitize] >= _SANITIZES_A_PASS[theirs.sanitize]
+                and replace(mine, seeds=theirs.seeds, sanitize=theirs.sanitize) == theirs)
+
+
+_SANITIZES_A_PASS = {Sanitize.NEVER: False, Sanitize.ON_PASS: True, Sanitize.ALWAYS: True}
+
 
 QUICK = GatePolicy(seeds=3, timing=False, sanitize=Sanitize.NEVER)
 STRICT = GatePolicy(seeds=3, sanitize=Sanitize.ALWAYS)

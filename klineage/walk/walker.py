@@ -30,7 +30,8 @@ Decisions (each one here, in one place):
   kernel and the step it was needed for. A GPU walk with `record` keeps every verdict it used
   (measured now or found in this machine's cache) in the recorded store, so the walk replays whole.
 - The forward timing gate checks correctness with one seed: both kernels already passed every seed
-  as walk states, and the check there only guards the timed outputs.
+  as walk states, and the check there only guards the timed outputs. The parent's stored state
+  verdict answers even that (`run_gate(judged_under=...)`), so only the timing runs.
 """
 
 from __future__ import annotations
@@ -302,7 +303,7 @@ class _Walk:
             return ForwardCheck(status, message + "; compile-only walk: not timed")
         try:
             verdict = self.gate(parent, f"forward timing of step {index} ({proposal})", against=child,
-                                policy=self.timing_policy)
+                                policy=self.timing_policy, judged_under=self.policy)
         except ReplayMiss:
             raise
         except KLineageError as exc:
@@ -322,13 +323,13 @@ class _Walk:
     # bookkeeping
 
     def gate(self, kernel: KernelState, role: str, against: KernelState | None = None,
-             policy: GatePolicy | None = None) -> Verdict:
+             policy: GatePolicy | None = None, judged_under: GatePolicy | None = None) -> Verdict:
         def forward_progress(stage: str, message: str) -> None:
             self.progress(stage, f"{role}: {message}")
 
         try:
             verdict = run_gate(self.problem, kernel, against=against, policy=policy or self.policy, mode=self.mode,
-                               cache=self.cache, progress=forward_progress)
+                               cache=self.cache, progress=forward_progress, judged_under=judged_under)
         except ReplayMiss as miss:
             raise ReplayMiss(f"replay walk of '{self.expert.name}' ({self.expert.fingerprint[:12]}): no recorded "
                              f"verdict for {role}, kernel '{kernel.name}' {kernel.fingerprint[:12]}"
