@@ -4,7 +4,7 @@
 #   bash bench/gpu_session.sh COMMIT STAGE...                     stages in order, on GPU 0
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
-# Stages: smoke, suite, example, adversarial, cost, mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py), multigpu,
+# Stages: smoke, suite, example, adversarial, cost, mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py; those $GPUTEST_K selects), multigpu,
 # walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk), sweep:NAME
 # (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, $ADMIT_JOBS
@@ -52,7 +52,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     # -v: one line per test as it ends, so a run cut by the timeout still shows what passed
     gputests) timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest tests/test_gpu_*.py -v -n 0 -p no:django -p no:cacheprovider -rA ;;
     gputest:*) timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest "tests/test_gpu_${1#gputest:}.py" -v -n 0 -p no:django \
-      -p no:cacheprovider -rA ;;
+      -p no:cacheprovider -rA ${GPUTEST_K:+-k "$GPUTEST_K"} ;;
     profile:*) local name=${1#profile:}  # Nsight Compute on one launch of a GEMM expert beside cuBLAS
       timeout "${limit:-240}" ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \

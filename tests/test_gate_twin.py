@@ -15,6 +15,7 @@ from klineage.gate.cache import GateCache, verdict_key
 from klineage.gate.pipeline import _judged_twin, run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.verdict import Finding, Reason, Status, Verdict
+from klineage.walk import walker
 
 SOFTMAX = corpus.problem_path("row_softmax")
 TIMED = GatePolicy(seeds=3, timing=True, vendor=False, sanitize=Sanitize.ON_PASS)
@@ -96,9 +97,11 @@ def _store_state_verdict(cache: GateCache, kernel, under: GatePolicy, status: st
 
 @pytest.mark.parametrize("status", ["passed", "rejected"])
 def test_a_walk_states_pass_answers_its_forward_timings_correctness(cache, status):
+    """With the walk's own policies: the state verdict is keyed by the state policy as it is (an
+    untimed policy that still says `vendor`), not by its correctness twin."""
     kernel = corpus.kernel_entry("row_softmax/naive").load()
-    state = GatePolicy(seeds=3, timing=False, vendor=False, sanitize=Sanitize.ON_PASS)
-    forward = GatePolicy(seeds=1, timing=True, vendor=False, sanitize=Sanitize.NEVER)
+    state = walker.DEFAULT_POLICY
+    forward = walker.forward_timing_policy(state)
     stored = _store_state_verdict(cache, kernel, state, status)
     timed_parts = {k: v for k, v in stored.provenance["key_parts"].items() if k != "version"}
     _, parts = verdict_key(**{**timed_parts, "policy": forward.fingerprint, "against": "parent"})

@@ -11,7 +11,6 @@ from klineage import corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
-from klineage.gate.policy import Sanitize
 from klineage.gate.verdict import Status
 from klineage.optimize import DEFAULT_POLICY, Strategy, optimize
 from klineage.walk import walker
@@ -45,7 +44,7 @@ def test_a_walk_states_pass_leaves_its_forward_timing_only_the_timing(cache):
     parent, child = corpus.kernel_entry("row_softmax/warp_vec4").load(), corpus.kernel_entry("row_softmax/naive").load()
     as_state = run_gate(SOFTMAX, parent, policy=walker.DEFAULT_POLICY, cache=cache)
     assert as_state.status is Status.PASSED
-    forward = walker.DEFAULT_POLICY.with_(seeds=1, timing=True, vendor=False, sanitize=Sanitize.NEVER)
+    forward = walker.forward_timing_policy(walker.DEFAULT_POLICY)
     timed = run_gate(SOFTMAX, parent, against=child, policy=forward, cache=cache, judged_under=walker.DEFAULT_POLICY)
     assert timed.status is Status.PASSED and timed.provenance["correctness_from"] == as_state.provenance["key"]
     assert timed.profile["ratios"]["vs_baseline"]["overall"] > 1.0

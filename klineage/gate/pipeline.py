@@ -215,14 +215,14 @@ def _judged_twin(cache: GateCache, policy: GatePolicy, parts: dict[str, Any],
     facts = {k: v for k, v in parts.items() if k != "version"}
 
     def stored(under: GatePolicy, statuses: tuple[Status, ...]) -> Verdict | None:
-        key, _ = verdict_key(**{**facts, "policy": under.correctness_twin().fingerprint, "against": "none"})
+        key, _ = verdict_key(**{**facts, "policy": under.fingerprint, "against": "none"})
         found = cache.lookup(key)
         return found[0] if found is not None and found[0].status in statuses else None
 
-    exact = stored(policy, (Status.PASSED, Status.REJECTED))
-    if exact is not None or judged_under is None or not judged_under.passes_imply(policy):
+    exact = stored(policy.correctness_twin(), (Status.PASSED, Status.REJECTED))
+    if exact is not None or judged_under is None or judged_under.timing or not judged_under.passes_imply(policy):
         return exact
-    return stored(judged_under, (Status.PASSED,))
+    return stored(judged_under, (Status.PASSED,))  # keyed by its own policy, as the state was gated
 
 
 class _PlanFailure(Exception):

@@ -94,6 +94,11 @@ CATEGORY: dict[Reason, RejectionCategory] = {
 assert set(CATEGORY) == set(Reason), "every gate reason has a rejection category"
 
 
+def forward_timing_policy(state_policy: GatePolicy) -> GatePolicy:
+    """How a forward step is timed: against the child, one seed, no sanitizer (see the module doc)."""
+    return state_policy.with_(seeds=1, timing=True, vendor=False, sanitize=Sanitize.NEVER)
+
+
 def changed_lines(parent: KernelState, child: KernelState) -> tuple[tuple[str, ...], str]:
     """What an edit changes, wherever it lands: the removed and added source lines in order (no
     context, no line numbers) and the new launch plan where the plan changed."""
@@ -156,7 +161,7 @@ class _Walk:
 
     @property
     def timing_policy(self) -> GatePolicy:
-        return self.policy.with_(seeds=1, timing=True, vendor=False, sanitize=Sanitize.NEVER)
+        return forward_timing_policy(self.policy)
 
     # the loop
 
