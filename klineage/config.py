@@ -77,6 +77,12 @@ def sanitizer_path() -> str | None:
     return None
 
 
+def compile_timeout_s() -> float:
+    """How long nvcc may run on one kernel. Running past it judges nothing (the limit depends on the
+    machine and its load: six gates compiling side by side take several times longer)."""
+    return _number("KLINEAGE_COMPILE_TIMEOUT_S", 300.0) or 300.0
+
+
 # LLM rewriter settings. The API key is read here and handed to the client only: it is never
 # logged, never put in a document, and never part of a repr.
 
@@ -84,7 +90,7 @@ LLM_DEFAULT_BUDGET_USD = 10.0  # the paper's model budget per workload
 LLM_DEFAULT_BUDGET_TOKENS = 2_000_000  # binds when the price is unknown (and always, as a backstop)
 
 
-def _llm_number(name: str, default: float, kind: type = float) -> float:
+def _number(name: str, default: float, kind: type = float) -> float:
     value = os.environ.get(name, "").strip()
     if not value:
         return default
@@ -112,26 +118,26 @@ def llm_api_key() -> str | None:
 
 def llm_max_retries() -> int:
     """Retries after a malformed answer, and the client's retries after a failed request."""
-    return int(_llm_number("KLINEAGE_LLM_MAX_RETRIES", 2, int))
+    return int(_number("KLINEAGE_LLM_MAX_RETRIES", 2, int))
 
 
 def llm_timeout_s() -> float:
-    return _llm_number("KLINEAGE_LLM_TIMEOUT_S", 300.0) or 300.0
+    return _number("KLINEAGE_LLM_TIMEOUT_S", 300.0) or 300.0
 
 
 def llm_budget_usd() -> float:
-    return _llm_number("KLINEAGE_LLM_BUDGET_USD", LLM_DEFAULT_BUDGET_USD)
+    return _number("KLINEAGE_LLM_BUDGET_USD", LLM_DEFAULT_BUDGET_USD)
 
 
 def llm_budget_tokens() -> int:
-    return int(_llm_number("KLINEAGE_LLM_BUDGET_TOKENS", LLM_DEFAULT_BUDGET_TOKENS, int))
+    return int(_number("KLINEAGE_LLM_BUDGET_TOKENS", LLM_DEFAULT_BUDGET_TOKENS, int))
 
 
 def llm_price_in() -> float:
     """USD per million prompt tokens; 0 means unknown (cost is then reported as unknown)."""
-    return _llm_number("KLINEAGE_LLM_PRICE_IN", 0.0)
+    return _number("KLINEAGE_LLM_PRICE_IN", 0.0)
 
 
 def llm_price_out() -> float:
     """USD per million completion tokens; 0 means unknown."""
-    return _llm_number("KLINEAGE_LLM_PRICE_OUT", 0.0)
+    return _number("KLINEAGE_LLM_PRICE_OUT", 0.0)

@@ -89,6 +89,18 @@ def test_compile_error_names_the_line(cache, tmp_path):
     assert f"({body + 2})" in verdict.findings[0].message or f":{body + 2}" in verdict.compile["log"]
 
 
+def test_a_compile_past_its_time_limit_judges_nothing(cache, monkeypatch):
+    """nvcc's time depends on the machine and its load (six gates side by side on the GPU host
+    once took a scalarized FMHA state past 120 s): no rejection, nothing cached or recorded."""
+    monkeypatch.setenv("KLINEAGE_COMPILE_TIMEOUT_S", "0.001")
+    verdict = gate("row_softmax/naive", cache)
+    assert verdict.status is Status.ERROR and not verdict.findings
+    assert "ran past 0.001 s" in verdict.environment["error"]
+    assert cache.lookup(verdict.provenance["key"]) is None
+    monkeypatch.delenv("KLINEAGE_COMPILE_TIMEOUT_S")
+    assert gate("row_softmax/naive", cache).status is Status.COMPILED
+
+
 def test_plan_naming_an_unknown_buffer_is_a_plan_error(cache, tmp_path):
     folder = _copy_kernel(tmp_path, "row_softmax/naive")
     plan = folder / "launch.toml"

@@ -24,6 +24,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from klineage import config
 from klineage.errors import DocumentError, ToolchainError
 from klineage.fingerprint import normalize_source, sha256_bytes, sha256_json
 from klineage.kernel import KernelState
@@ -157,9 +158,11 @@ class CompileResult:
             raise DocumentError(where, f"malformed: {exc}") from None
 
 
-def compile_kernel(state: KernelState, cache_dir: Path | None = None, timeout_s: float = 120,
+def compile_kernel(state: KernelState, cache_dir: Path | None = None, timeout_s: float | None = None,
                    toolchain: Toolchain | None = None) -> CompileResult:
-    """Compile `state` for its plan's targets; cache_dir None compiles without a cache."""
+    """Compile `state` for its plan's targets; cache_dir None compiles without a cache; timeout_s
+    None: `config.compile_timeout_s()`."""
+    timeout_s = config.compile_timeout_s() if timeout_s is None else timeout_s
     toolchain = toolchain or find_toolchain()
     targets = ARCH_TARGETS[state.plan.arch]
     flags = nvcc_flags(state.plan)

@@ -21,7 +21,7 @@ from klineage.features.sass import sass_features
 from klineage.features.source import source_features
 from klineage.gate import execute
 from klineage.gate.cache import GateCache, verdict_key
-from klineage.gate.compile import CompileResult, compile_kernel, resolve_entry
+from klineage.gate.compile import CompileResult, CompileStatus, compile_kernel, resolve_entry
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.static import static_check
 from klineage.gate.timing import PairedRatio
@@ -129,6 +129,9 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     clock = time.monotonic()
     compiled = compile_kernel(kernel, cache_dir=config.cache_dir())
     timings["compile"] = time.monotonic() - clock
+    if compiled.status is CompileStatus.TIMEOUT:  # says nothing of the kernel, only of this machine now
+        return finish(Status.ERROR, [], store=False, static=report.to_dict(), compile=compiled.portable_dict(),
+                      environment={"error": compiled.log[:2000]})
     if not compiled.ok:
         return finish(Status.REJECTED, [Finding(Reason.COMPILE_ERROR, "compile", _first_error(compiled.log),
                                                 evidence={"log": compiled.log[-4000:]})],
