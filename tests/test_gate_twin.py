@@ -16,6 +16,7 @@ from klineage.gate.pipeline import _judged_twin, run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.verdict import Finding, Reason, Status, Verdict
 from klineage.walk import walker
+from verdict_tools import store_gpu_verdict
 
 SOFTMAX = corpus.problem_path("row_softmax")
 TIMED = GatePolicy(seeds=3, timing=True, vendor=False, sanitize=Sanitize.ON_PASS)
@@ -36,18 +37,10 @@ def test_the_twin_is_the_same_checks_untimed():
 
 
 def _store_rejected_twin(cache: GateCache, kernel) -> Verdict:
-    """The twin's verdict as the GPU would have stored it for a kernel wrong on one case: the
-    compile-only verdict of the same kernel (real probe, compile, features) with that finding."""
-    compiled = run_gate(SOFTMAX, kernel, mode=GateMode.COMPILE_ONLY, cache=cache, policy=TIMED.correctness_twin())
-    parts = {k: v for k, v in compiled.provenance["key_parts"].items() if k != "version"}
-    key, parts = verdict_key(**{**parts, "gpu": "NVIDIA H200", "mode": GateMode.GPU.value})
-    data = compiled.to_dict()
-    data.update(status="rejected", provenance={**data["provenance"], "key": key, "key_parts": parts},
-                findings=[Finding(Reason.INCORRECT, "correctness", "rel L2 0.5 on case odd", "odd").to_dict()],
-                correctness=[{"case": "odd", "kernel": "candidate", "seeds": [], "passed": False}])
-    twin = Verdict.from_dict(data)
-    cache.local.put(key, twin)
-    return twin
+    """The twin's verdict as the GPU would have stored it for a kernel wrong on one case."""
+    return store_gpu_verdict(cache, SOFTMAX, kernel, TIMED.correctness_twin(), "rejected",
+                             (Finding(Reason.INCORRECT, "correctness", "rel L2 0.5 on case odd", "odd"),),
+                             correctness=[{"case": "odd", "kernel": "candidate", "seeds": [], "passed": False}])
 
 
 def test_a_rejected_twin_decides_the_timed_gate_without_running_it(cache):
@@ -80,21 +73,6 @@ def test_a_pass_under_more_seeds_and_sanitizers_implies_a_lighter_pass():
     assert not state.passes_imply(forward.with_(launch_timeout_s=1.0))  # another check, not a lighter one
 
 
-def _store_state_verdict(cache: GateCache, kernel, under: GatePolicy, status: str) -> Verdict:
-    """A verdict of `kernel` as a walk state, as the GPU would have stored it: the compile-only
-    verdict (real probe, compile, features) under `under`, keyed as a GPU verdict."""
-    compiled = run_gate(SOFTMAX, kernel, mode=GateMode.COMPILE_ONLY, cache=cache, policy=under)
-    parts = {k: v for k, v in compiled.provenance["key_parts"].items() if k != "version"}
-    key, parts = verdict_key(**{**parts, "gpu": "NVIDIA H200", "mode": GateMode.GPU.value})
-    data = compiled.to_dict()
-    data.update(status=status, provenance={**data["provenance"], "key": key, "key_parts": parts})
-    if status == "rejected":
-        data["findings"] = [Finding(Reason.INCORRECT, "correctness", "rel L2 0.5 on case odd, seed 2", "odd").to_dict()]
-    verdict = Verdict.from_dict(data)
-    cache.local.put(key, verdict)
-    return verdict
-
-
 @pytest.mark.parametrize("status", ["passed", "rejected"])
 def test_a_walk_states_pass_answers_its_forward_timings_correctness(cache, status):
     """With the walk's own policies: the state verdict is keyed by the state policy as it is (an
@@ -102,7 +80,8 @@ def test_a_walk_states_pass_answers_its_forward_timings_correctness(cache, statu
     kernel = corpus.kernel_entry("row_softmax/naive").load()
     state = walker.DEFAULT_POLICY
     forward = walker.forward_timing_policy(state)
-    stored = _store_state_verdict(cache, kernel, state, status)
+    findings = (Finding(Reason.INCORRECT, "correctness", "rel L2 0.5 on case odd, seed 2", "odd"),)
+    stored = store_gpu_verdict(cache, SOFTMAX, kernel, state, status, findings if status == "rejected" else ())
     timed_parts = {k: v for k, v in stored.provenance["key_parts"].items() if k != "version"}
     _, parts = verdict_key(**{**timed_parts, "policy": forward.fingerprint, "against": "parent"})
     found = _judged_twin(cache, forward, parts, judged_under=state)

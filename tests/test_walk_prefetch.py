@@ -4,18 +4,21 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 from klineage import cli, config, corpus
 from klineage.config import GateMode
 from klineage.errors import KLineageError
+from klineage.gate.compile import RESULT_FILE
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Status, Verdict
 from klineage.gate.prefetch import Prefetched, prefetch
 from klineage.walk.prefetch import guessed_states
 from klineage.walk.walker import DEFAULT_POLICY
+from verdict_tools import store_gpu_verdict
 
 SOFTMAX = corpus.problem_path("row_softmax")
 DRY = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.full.dry.json"
@@ -94,3 +97,17 @@ def test_cli_prefetch_needs_a_gpu_walk(tmp_path, capsys):
                      "--out", str(tmp_path / "l.json")])
     assert code == 2 and "--prefetch speeds up a GPU walk" in capsys.readouterr().err
     assert not (tmp_path / "l.json").exists()
+
+
+def test_a_state_served_from_the_recorded_store_is_still_compiled_here(gate_cache, monkeypatch):
+    """A walk resumed on a fresh GPU host finds its states' verdicts recorded, so no gate compiled
+    them there; its forward timings would then compile them one at a time. Prefetch compiles them."""
+    monkeypatch.setenv("KLINEAGE_GPU_NAME", "NVIDIA H200")
+    state = guessed_states(DRY, corpus.kernel_entry("row_softmax/warp_vec4").load())[5]
+    recorded = store_gpu_verdict(gate_cache, SOFTMAX, state, DEFAULT_POLICY, "passed", store=gate_cache.recorded)
+    compiles = config.cache_dir() / "compile"
+    shutil.rmtree(compiles)  # the compile-only gate that made the verdict filled it
+    done = prefetch(SOFTMAX, [state], DEFAULT_POLICY, gate_cache, jobs=1, mode=GateMode.GPU)
+    assert done == Prefetched(1, {"passed": 1}, ())
+    assert gate_cache.lookup(recorded.provenance["key"])[1] == "recorded"
+    assert [p.parent.name for p in compiles.rglob(RESULT_FILE)] == [recorded.compile["key"]]
