@@ -17,8 +17,20 @@ from pathlib import Path
 
 from klineage import config, corpus, expr
 from klineage.gate.compile import compile_kernel, resolve_entry
+from klineage.kernel import KernelState
+from klineage.launch import ArgKind
 
 GEMM = 4096  # the headline: M = N = K, y = x @ W.T
+
+
+def geometry(state: KernelState, size: int = GEMM) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """Grid, block and dynamic shared bytes of the kernel's one launch on a size^3 GEMM."""
+    launches = state.plan.launches
+    if len(launches) != 1 or any(a.kind is ArgKind.TENSOR_MAP for a in launches[0].args):
+        raise SystemExit(f"{state.name}: profile_gemm launches one kernel taking x, W, y, M, N, K")
+    env = {**state.constants, "M": size, "N": size, "K": size}
+    return (tuple(expr.evaluate_int(g, env) for g in launches[0].grid),
+            tuple(expr.evaluate_int(b, env) for b in launches[0].block), expr.evaluate_int(launches[0].shared, env))
 
 
 def main() -> None:
@@ -33,11 +45,8 @@ def main() -> None:
     compiled = compile_kernel(state, cache_dir=config.cache_dir())
     if not compiled.ok:
         raise SystemExit(f"{args.kernel} does not compile:\n{compiled.log[-2000:]}")
+    grid, block, shared = geometry(state)
     (launch,) = state.plan.launches
-    env = {**state.constants, "M": GEMM, "N": GEMM, "K": GEMM}
-    grid = tuple(expr.evaluate_int(g, env) for g in launch.grid)
-    block = tuple(expr.evaluate_int(b, env) for b in launch.block)
-    shared = expr.evaluate_int(launch.shared, env)
     work = tempfile.TemporaryDirectory()  # CuPy loads the cubin at the first launch: keep it until then
     cubin = Path(work.name) / "kernel.cubin"
     cubin.write_bytes(compiled.cubin_bytes(state.plan.arch))
