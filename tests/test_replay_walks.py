@@ -18,7 +18,7 @@ from klineage import config, corpus
 from klineage.cli import main
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
-from klineage.lineage import Lineage
+from klineage.lineage import ForwardStatus, Lineage, Termination
 from klineage.walk.walker import transforms_named, walk
 
 WALKS = sorted([*(config.corpus_dir() / "lineages").glob("*.gpu.json"),
@@ -55,3 +55,19 @@ def test_cli_replays_a_gpu_walk_as_it_ran(tmp_path, capsys):
     assert main(["walk", "topk/radix_select", "--gate", "replay", "--max-steps", "40", "--max-rejections", "8",
                  "--out", str(tmp_path / "full.json")]) == 2
     assert "no recorded verdict" in capsys.readouterr().err
+
+
+# Walks begun on the H200 and cut by their calls' time limits (session 10), to be resumed: the
+# steps taken so far replay from the recorded verdicts alone.
+BEGUN = {"fmha/flash_mma": 20, "fmha/flash_wgmma": 6}
+
+
+@pytest.mark.parametrize("name, steps", BEGUN.items())
+def test_a_begun_gpu_walk_replays_to_where_it_stopped(name, steps):
+    expert = corpus.kernel_entry(name).load()
+    lineage = walk(corpus.problem_path(name.split("/")[0]), expert, gate_mode=GateMode.REPLAY,
+                   cache=GateCache(None, config.recorded_dir()), max_steps=steps, max_rejections=8)
+    assert lineage.termination.kind is Termination.STEP_LIMIT and len(lineage.transitions) == steps
+    assert not lineage.rejections
+    assert all(t.forward.status is not ForwardStatus.FAILED for t in lineage.transitions)
+    assert all(t.forward.timing is not None for t in lineage.transitions)  # every step timed on the H200
