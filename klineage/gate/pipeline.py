@@ -157,7 +157,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     if against is not None and timing_case:
         against_compiled = compile_kernel(against, cache_dir=config.cache_dir())
         if not against_compiled.ok:
-            raise KLineageError(f"the baseline kernel '{against.name}' does not compile")
+            raise KLineageError(f"the baseline kernel '{against.name}' does not compile "
+                                f"({against_compiled.status.value}): {_first_error(against_compiled.log)}")
         contenders.append(_contender("baseline", against, against_compiled, probe, [timing_case], device))
     twin = _judged_twin(cache, policy, parts, judged_under) if timing_case and not record else None
     if twin is not None and twin.status is Status.REJECTED:
