@@ -65,9 +65,14 @@ BEGUN = {"fmha/flash_mma": 20, "fmha/flash_wgmma": 6}
 @pytest.mark.parametrize("name, steps", BEGUN.items())
 def test_a_begun_gpu_walk_replays_to_where_it_stopped(name, steps):
     expert = corpus.kernel_entry(name).load()
+    lines: list[str] = []
     lineage = walk(corpus.problem_path(name.split("/")[0]), expert, gate_mode=GateMode.REPLAY,
-                   cache=GateCache(None, config.recorded_dir()), max_steps=steps, max_rejections=8)
+                   cache=GateCache(None, config.recorded_dir()), max_steps=steps, max_rejections=8,
+                   progress=lambda stage, message: lines.append(message))
     assert lineage.termination.kind is Termination.STEP_LIMIT and len(lineage.transitions) == steps
+    said = [line for line in lines if ": accepted " in line]  # each with its measured forward ratio
+    assert [f"child / parent {t.forward.timing.overall:.3f})" in line for t, line in zip(lineage.transitions, said)] \
+        == [True] * steps
     assert not lineage.rejections
     assert all(t.forward.status is not ForwardStatus.FAILED for t in lineage.transitions)
     assert all(t.forward.timing is not None for t in lineage.transitions)  # every step timed on the H200

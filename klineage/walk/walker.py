@@ -272,7 +272,8 @@ class _Walk:
         self.states.append(State.of(child, verdict))
         self.history.record(Attempt(index, parent.fingerprint, proposal.transform, rewrite.anchor,
                                     AttemptOutcome.ACCEPTED, evidence=checked.message))
-        self.progress("walk", f"step {index}: accepted {proposal} (forward {forward.status.value})")
+        speed = f", child / parent {forward.timing.overall:.3f}" if forward.timing else ""
+        self.progress("walk", f"step {index}: accepted {proposal} (forward {forward.status.value}{speed})")
         return child, verdict
 
     def remember_refusal(self, edit: tuple, category: RejectionCategory) -> None:
