@@ -21,6 +21,7 @@ from klineage.gate.params import as_pycuda_words, pack_parameters, read_kernel_p
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.verdict import Status
+from klineage.kernel import KernelState, load_kernel
 from klineage.toolchain import find_toolchain
 
 # ---------------------------------------------------------------------------------------------
@@ -74,6 +75,11 @@ def launch_probe(drv, module, cubin: bytes, name: str, args, pointers, maps, sha
 # ---------------------------------------------------------------------------------------------
 
 
+def kernel_named(name: str) -> KernelState:
+    """A bundled kernel by name, or a kernel folder (a variant outside the corpus) by path."""
+    return load_kernel(Path(name)) if Path(name).is_dir() else corpus.kernel_entry(name).load()
+
+
 def gate_cache(tmp_path_factory) -> GateCache:
     """A module's own gate cache, reading (and recording into) KLINEAGE_RECORDED_DIR where it is set."""
     recorded = os.environ.get("KLINEAGE_RECORDED_DIR")
@@ -83,7 +89,7 @@ def gate_cache(tmp_path_factory) -> GateCache:
 def timed_gate(problem: Path, expert: str, baseline: str, cache: GateCache):
     """The full gate on `expert` with timing against the vendor and `baseline`; sanitizers run
     separately (assert_clean_under_the_sanitizers)."""
-    return run_gate(problem, corpus.kernel_entry(expert).load(), against=corpus.kernel_entry(baseline).load(),
+    return run_gate(problem, kernel_named(expert), against=kernel_named(baseline),
                     cache=cache, policy=GatePolicy(sanitize=Sanitize.NEVER),
                     record=bool(os.environ.get("KLINEAGE_RECORDED_DIR")))
 
@@ -143,7 +149,7 @@ def assert_reaches_target(timed, target: float) -> None:
 
 def assert_clean_under_the_sanitizers(problem: Path, expert: str, cache: GateCache, cases: list[str]) -> None:
     """The gate on `cases` with memcheck and racecheck and without timing: passed, both clean."""
-    verdict = run_gate(problem, corpus.kernel_entry(expert).load(), cache=cache, cases=cases,
+    verdict = run_gate(problem, kernel_named(expert), cache=cache, cases=cases,
                        policy=GatePolicy(sanitize=Sanitize.ALWAYS, timing=False))
     assert verdict.status is Status.PASSED, verdict.findings
     assert verdict.sanitizer["memcheck"]["status"] == "clean", verdict.sanitizer["memcheck"]
