@@ -91,19 +91,24 @@ def _gate(args: argparse.Namespace) -> int:
     return 0 if verdict.status.value in ("passed", "compiled") else 1
 
 
-def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progress) -> None:
+def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progress) -> list:
+    """Judge the guessed walk's states side by side; give back the states to compile ahead of the
+    walk: those of the guessed steps whose forward timing no store holds, in walk order."""
     from klineage.gate.pipeline import default_cache
     from klineage.report import console
     from klineage.gate.prefetch import prefetch
-    from klineage.walk.prefetch import guessed_states
-    from klineage.walk.walker import DEFAULT_POLICY
+    from klineage.walk.prefetch import guessed_walk, untimed_states
+    from klineage.walk.walker import DEFAULT_POLICY, forward_timing_policy
 
     if mode is not GateMode.GPU:
         raise KLineageError("--prefetch speeds up a GPU walk; this walk's gate is " + mode.value)
-    done = prefetch(problem, guessed_states(args.prefetch, expert), DEFAULT_POLICY, default_cache(),
-                    jobs=args.jobs, progress=progress, keep=args.record)
+    guess, cache = guessed_walk(args.prefetch, expert), default_cache()
+    states = [state.kernel for state in guess.states]
+    done = prefetch(problem, states, DEFAULT_POLICY, cache, jobs=args.jobs, progress=progress, keep=args.record)
     console.print(f"prefetched {done.states} states: " + ", ".join(f"{n} {s}" for s, n in sorted(done.judged.items()))
                   + "".join(f"\n  could not judge {e}" for e in done.errors))
+    untimed = untimed_states(problem, guess, forward_timing_policy(DEFAULT_POLICY), cache)
+    return [state for state in states if state.fingerprint in untimed]
 
 
 def _walk(args: argparse.Namespace) -> int:
@@ -131,11 +136,13 @@ def _walk(args: argparse.Namespace) -> int:
 
         earlier = LineageDocument.load(args.as_in)
         transforms, limits = transforms_named(earlier), (earlier.limits.max_steps, earlier.limits.max_rejections)
+    from klineage.gate.prefetch import warming
+
     with progress_display() as progress:
-        if args.prefetch:
-            _prefetch(args, problem, expert, mode, progress)
-        lineage = walk(problem, expert, rewriter, gate_mode=mode, max_steps=limits[0], max_rejections=limits[1],
-                       progress=progress, record=args.record, transforms=transforms)
+        ahead = _prefetch(args, problem, expert, mode, progress) if args.prefetch else []
+        with warming(ahead, args.jobs):
+            lineage = walk(problem, expert, rewriter, gate_mode=mode, max_steps=limits[0],
+                           max_rejections=limits[1], progress=progress, record=args.record, transforms=transforms)
     out = Path(args.out) if args.out else config.data_dir() / "lineages" / f"{expert.name}-{mode.value}.json"
     lineage.save(out)
 

@@ -11,13 +11,14 @@ import pytest
 from klineage import cli, config, corpus
 from klineage.config import GateMode
 from klineage.errors import KLineageError
+from klineage.gate.cache import GateCache
 from klineage.gate.compile import RESULT_FILE
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Status, Verdict
-from klineage.gate.prefetch import Prefetched, prefetch
-from klineage.walk.prefetch import guessed_states
-from klineage.walk.walker import DEFAULT_POLICY
+from klineage.gate.prefetch import Prefetched, prefetch, warming
+from klineage.walk.prefetch import guessed_states, guessed_walk, untimed_states
+from klineage.walk.walker import DEFAULT_POLICY, forward_timing_policy
 from verdict_tools import store_gpu_verdict
 
 SOFTMAX = corpus.problem_path("row_softmax")
@@ -99,15 +100,46 @@ def test_cli_prefetch_needs_a_gpu_walk(tmp_path, capsys):
     assert not (tmp_path / "l.json").exists()
 
 
-def test_a_state_served_from_the_recorded_store_is_still_compiled_here(gate_cache, monkeypatch):
-    """A walk resumed on a fresh GPU host finds its states' verdicts recorded, so no gate compiled
-    them there; its forward timings would then compile them one at a time. Prefetch compiles them."""
+def test_states_are_compiled_ahead_of_the_walk_in_the_background(gate_cache, monkeypatch):
+    """A walk resumed on a fresh GPU host finds its states' verdicts recorded, so prefetch compiles
+    nothing there; its forward timings would then compile the states one at a time. `warming`
+    compiles them in the background, in the order given, while the walk goes on."""
     monkeypatch.setenv("KLINEAGE_GPU_NAME", "NVIDIA H200")
-    state = guessed_states(DRY, corpus.kernel_entry("row_softmax/warp_vec4").load())[5]
-    recorded = store_gpu_verdict(gate_cache, SOFTMAX, state, DEFAULT_POLICY, "passed", store=gate_cache.recorded)
+    states = guessed_states(DRY, corpus.kernel_entry("row_softmax/warp_vec4").load())[5:7]
+    recorded = [store_gpu_verdict(gate_cache, SOFTMAX, state, DEFAULT_POLICY, "passed", store=gate_cache.recorded)
+                for state in states]
     compiles = config.cache_dir() / "compile"
-    shutil.rmtree(compiles)  # the compile-only gate that made the verdict filled it
-    done = prefetch(SOFTMAX, [state], DEFAULT_POLICY, gate_cache, jobs=1, mode=GateMode.GPU)
-    assert done == Prefetched(1, {"passed": 1}, ())
-    assert gate_cache.lookup(recorded.provenance["key"])[1] == "recorded"
-    assert [p.parent.name for p in compiles.rglob(RESULT_FILE)] == [recorded.compile["key"]]
+    shutil.rmtree(compiles)  # the compile-only gates that made the verdicts filled it
+    done = prefetch(SOFTMAX, states, DEFAULT_POLICY, gate_cache, jobs=2, mode=GateMode.GPU)
+    assert done == Prefetched(2, {"passed": 2}, ())
+    assert not compiles.exists() or not list(compiles.rglob(RESULT_FILE)), "served verdicts compile nothing"
+    with warming(states, jobs=1) as pending:
+        assert all(future.result().ok for future in pending)
+    assert sorted(p.parent.name for p in compiles.rglob(RESULT_FILE)) == sorted(v.compile["key"] for v in recorded)
+
+
+def test_only_the_steps_whose_forward_timing_is_not_stored_are_warmed(gate_cache, monkeypatch):
+    """A resumed walk replays its timed steps from the store: compiling their states (265 s for
+    fmha/flash_wgmma's 44 on the H200) would only delay the first step that runs."""
+    monkeypatch.setenv("KLINEAGE_GPU_NAME", "NVIDIA H200")
+    guess = guessed_walk(DRY, corpus.kernel_entry("row_softmax/warp_vec4").load())
+    states = {s.fingerprint: s.kernel for s in guess.states}
+    timing = forward_timing_policy(DEFAULT_POLICY)
+    every_end = {f for step in guess.transitions for f in (step.parent, step.child)}
+    assert untimed_states(SOFTMAX, guess, timing, gate_cache) == every_end
+    first, second = guess.transitions[:2]
+    store_gpu_verdict(gate_cache, SOFTMAX, states[first.parent], timing, "passed", against=states[first.child])
+    assert untimed_states(SOFTMAX, guess, timing, gate_cache) == every_end - {first.parent}
+    store_gpu_verdict(gate_cache, SOFTMAX, states[second.parent], DEFAULT_POLICY, "passed",
+                      against=states[second.child])  # the state gate's policy: not the timing's
+    assert second.parent in untimed_states(SOFTMAX, guess, timing, gate_cache)
+
+
+def test_a_walk_cut_on_the_gpu_warms_only_the_steps_it_has_not_timed():
+    """fmha/flash_wgmma's GPU walk stopped after 11 steps (session 11): their forward timings are
+    recorded under the keys the walk looked up, so only the states from step 11 on are warmed."""
+    guess = guessed_walk(config.REPO_ROOT / "bench" / "walks" / "fmha_flash_wgmma.dry.json",
+                         corpus.kernel_entry("fmha/flash_wgmma").load())
+    untimed = untimed_states(corpus.problem_path("fmha"), guess, forward_timing_policy(DEFAULT_POLICY),
+                             GateCache(None, config.recorded_dir()), mode=GateMode.REPLAY)
+    assert untimed == {f for step in guess.transitions[11:] for f in (step.parent, step.child)}

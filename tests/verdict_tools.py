@@ -17,8 +17,8 @@ from klineage.kernel import KernelState
 
 def store_gpu_verdict(cache: GateCache, problem: Path, kernel: KernelState, policy: GatePolicy, status: str,
                       findings: tuple[Finding, ...] = (), store: VerdictStore | None = None,
-                      **sections) -> Verdict:
-    compiled = run_gate(problem, kernel, mode=GateMode.COMPILE_ONLY, cache=cache, policy=policy)
+                      against: KernelState | None = None, **sections) -> Verdict:
+    compiled = run_gate(problem, kernel, against=against, mode=GateMode.COMPILE_ONLY, cache=cache, policy=policy)
     parts = {k: v for k, v in compiled.provenance["key_parts"].items() if k != "version"}
     key, parts = verdict_key(**{**parts, "gpu": "NVIDIA H200", "mode": GateMode.GPU.value})
     data = compiled.to_dict()

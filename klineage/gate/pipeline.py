@@ -10,7 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from klineage import config, devices, expr
 from klineage.config import GateMode
@@ -73,25 +73,14 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     walk's states); a pass stored under it answers a timed gate's correctness when no exact twin
     is stored (`GatePolicy.passes_imply`)."""
     cache = cache or default_cache()
-    problem_path = Path(problem_path).resolve()
-    toolchain_key = _toolchain_key(mode)
-    gpu = {GateMode.GPU: execute.gpu_name, GateMode.REPLAY: config.replay_gpu}.get(mode, lambda: "none")()
-    problem_fp = execute.problem_fingerprint(problem_path)
     progress("probe", "reading the problem")
     timings: dict[str, float] = {}
     clock = time.monotonic()
-    probe = None
-    if mode is not GateMode.REPLAY or cases is None:
-        probe = execute.probe_problem(problem_path, config.cache_dir())
+    located = _locate(problem_path, kernel, against, cases, policy, mode)
+    problem_path, probe, device, judged, skipped, key, parts = located
+    if probe is not None:
         timings["probe"] = time.monotonic() - clock
-        if probe.numerics:
-            raise DocumentError(str(problem_path), "refused: " + "; ".join(probe.numerics))
-    device = devices.lookup(gpu) if mode is GateMode.GPU else devices.DEFAULT
-    judged, skipped = _cases(probe, kernel, cases, device)
-    key, parts = verdict_key(kernel=kernel.fingerprint, problem=problem_fp, cases=judged, gpu=gpu,
-                             toolchain=toolchain_key, policy=policy.fingerprint,
-                             against=against.fingerprint if against else "none",
-                             mode=GateMode.GPU.value if mode is GateMode.REPLAY else mode.value)  # replay serves GPU verdicts
+    problem_fp, toolchain_key = parts["problem"], parts["toolchain"]
     if mode is GateMode.REPLAY:
         verdict, origin = cache.replay(key, parts)
         return _served(verdict, origin)
@@ -273,6 +262,44 @@ def _sass_features_cached(cubin: bytes) -> dict[str, Any]:
     features = sass_features(cubin).to_dict()
     write_atomic(path, json.dumps(features))
     return features
+
+
+class _Located(NamedTuple):
+    """Where a gate's verdict is stored: its key, from the problem's probe and the kernel's domain."""
+    problem_path: Path
+    probe: Any
+    device: devices.DeviceSpec
+    judged: list[str]
+    skipped: list[str]
+    key: str
+    parts: dict[str, Any]
+
+
+def _locate(problem_path: str | Path, kernel: KernelState, against: KernelState | None, cases: list[str] | None,
+            policy: GatePolicy, mode: GateMode) -> _Located:
+    problem_path = Path(problem_path).resolve()
+    gpu = {GateMode.GPU: execute.gpu_name, GateMode.REPLAY: config.replay_gpu}.get(mode, lambda: "none")()
+    probe = None
+    if mode is not GateMode.REPLAY or cases is None:
+        probe = execute.probe_problem(problem_path, config.cache_dir())
+        if probe.numerics:
+            raise DocumentError(str(problem_path), "refused: " + "; ".join(probe.numerics))
+    device = devices.lookup(gpu) if mode is GateMode.GPU else devices.DEFAULT
+    judged, skipped = _cases(probe, kernel, cases, device)
+    key, parts = verdict_key(kernel=kernel.fingerprint, problem=execute.problem_fingerprint(problem_path),
+                             cases=judged, gpu=gpu, toolchain=_toolchain_key(mode), policy=policy.fingerprint,
+                             against=against.fingerprint if against else "none",
+                             mode=GateMode.GPU.value if mode is GateMode.REPLAY else mode.value)  # replay serves GPU verdicts
+    return _Located(problem_path, probe, device, judged, skipped, key, parts)
+
+
+def stored_verdict(problem_path: str | Path, kernel: KernelState, *, against: KernelState | None = None,
+                   policy: GatePolicy = GatePolicy(), mode: GateMode = GateMode.GPU,
+                   cache: GateCache | None = None) -> Verdict | None:
+    """The verdict `run_gate` would serve from a store for these arguments, running nothing (the
+    problem's probe aside); None where it would have to judge."""
+    found = (cache or default_cache()).lookup(_locate(problem_path, kernel, against, None, policy, mode).key)
+    return _served(*found) if found else None
 
 
 def _cases(probe, kernel: KernelState, requested: list[str] | None,

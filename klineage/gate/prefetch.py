@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +25,6 @@ from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy
-from klineage.gate.verdict import Verdict
 from klineage.kernel import KernelState
 
 Progress = Callable[[str, str], None]
@@ -52,7 +51,8 @@ def prefetch(problem: str | Path, states: Iterable[KernelState], policy: GatePol
     errors: list[str] = []
     say = progress or (lambda stage, message: None)
     with _threads_per_job(jobs), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(_judge, problem, state, policy, mode, cache): state for state in states}
+        futures = {pool.submit(run_gate, problem, state, policy=policy, mode=mode, cache=cache): state
+                   for state in states}
         for done, future in enumerate(as_completed(futures), 1):
             state = futures[future]
             try:
@@ -68,14 +68,18 @@ def prefetch(problem: str | Path, states: Iterable[KernelState], policy: GatePol
     return Prefetched(len(states), judged, tuple(errors))
 
 
-def _judge(problem: str | Path, state: KernelState, policy: GatePolicy, mode: GateMode, cache: GateCache) -> Verdict:
-    """Gate one state. A verdict served from a store compiled nothing on this machine, yet the
-    timed gates that follow (a walk's forward timings) compile their kernels one at a time: the
-    compile is warmed here, side by side, instead (an FMHA state takes 15-20 s)."""
-    verdict = run_gate(problem, state, policy=policy, mode=mode, cache=cache)
-    if mode is GateMode.GPU and verdict.provenance.get("served_from"):
-        compile_kernel(state, cache_dir=config.cache_dir())
-    return verdict
+@contextmanager
+def warming(states: Iterable[KernelState], jobs: int = 4) -> Iterator[list[Future]]:
+    """Compile `states` in the background, `jobs` at a time in the order given, while the caller
+    goes on. A walk resumed on a fresh GPU host finds its verdicts recorded, so no gate compiled
+    its states there, and each forward timing would compile its child first (an FMHA state takes
+    15-20 s); compiled ahead in walk order, they are ready when the walk reaches them. On leaving,
+    the compiles not yet begun are dropped; the caller compiles whatever it still needs itself."""
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="warm")
+    try:
+        yield [pool.submit(compile_kernel, state, cache_dir=config.cache_dir()) for state in states]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 @contextmanager
