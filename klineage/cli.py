@@ -140,7 +140,7 @@ def _walk(args: argparse.Namespace) -> int:
 
     with progress_display() as progress:
         ahead = _prefetch(args, problem, expert, mode, progress) if args.prefetch else []
-        with warming(ahead, args.jobs):
+        with warming(ahead):
             lineage = walk(problem, expert, rewriter, gate_mode=mode, max_steps=limits[0],
                            max_rejections=limits[1], progress=progress, record=args.record, transforms=transforms)
     out = Path(args.out) if args.out else config.data_dir() / "lineages" / f"{expert.name}-{mode.value}.json"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from klineage.errors import DocumentError
+from klineage.gate import compile as compile_module
 from klineage.gate.compile import (
     CompileResult,
     CompileStatus,
@@ -170,6 +171,19 @@ def test_concurrent_workers_share_one_entry(tmp_path):
     (shard,) = (tmp_path / "compile").iterdir()
     assert [p.name for p in shard.iterdir()] == [results[0].key]
     assert compile_kernel(state, tmp_path).cached
+
+
+def test_threads_of_one_process_run_nvcc_once_for_one_entry(tmp_path, monkeypatch):
+    """A walk's gate that needs a state the background warming is compiling waits for that compile
+    instead of running a second nvcc beside it."""
+    runs = []
+    real = compile_module._compile
+    monkeypatch.setattr(compile_module, "_compile", lambda *args: runs.append(args[3]) or real(*args))
+    state = kernel("warp_sum.cu", "warp_sum", arch="sm_90a")
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        results = list(pool.map(lambda _: compile_kernel(state, tmp_path), range(3)))
+    assert len(runs) == 1 and all(r.ok for r in results)
+    assert sum(not r.cached for r in results) == 1, "the threads that waited loaded the stored entry"
 
 
 def test_without_cache_keeps_cubins_in_memory_and_is_reproducible():

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -170,12 +171,26 @@ def compile_kernel(state: KernelState, cache_dir: Path | None = None, timeout_s:
     key = sha256_json({"version": RESULT_VERSION, "source": normalize_source(state.source),
                        "file": state.plan.source, "flags": flags, "targets": targets, "toolchain": toolchain.key})
     folder = Path(cache_dir) / "compile" / key[:2] / key if cache_dir is not None else None
-    if folder is not None and (folder / RESULT_FILE).is_file():
-        return _load(folder)
-    result = _compile(state, flags, targets, key, toolchain, timeout_s)
-    if folder is not None and result.status is not CompileStatus.TIMEOUT:
-        result = _store(result, folder)
-    return result
+    if folder is None:
+        return _compile(state, flags, targets, key, toolchain, timeout_s)
+    with _one_compile_of(folder):  # a walk's gate waits for the compile warming began, not a second nvcc
+        if (folder / RESULT_FILE).is_file():
+            return _load(folder)
+        result = _compile(state, flags, targets, key, toolchain, timeout_s)
+        return _store(result, folder) if result.status is not CompileStatus.TIMEOUT else result
+
+
+_ENTRY_LOCKS: dict[Path, threading.Lock] = {}
+_ENTRY_LOCKS_GUARD = threading.Lock()
+
+
+@contextmanager
+def _one_compile_of(folder: Path) -> Iterator[None]:
+    """Threads of this process compile one cache entry once: the later ones wait and load it."""
+    with _ENTRY_LOCKS_GUARD:
+        lock = _ENTRY_LOCKS.setdefault(folder, threading.Lock())
+    with lock:
+        yield
 
 
 def nvcc_flags(plan: LaunchPlan) -> tuple[str, ...]:

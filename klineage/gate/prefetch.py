@@ -28,6 +28,9 @@ from klineage.gate.policy import GatePolicy
 from klineage.kernel import KernelState
 
 Progress = Callable[[str, str], None]
+# Enough to stay ahead of a walk (one state per step of 35-50 s on FMHA, 15-20 s to compile one);
+# six at once beside the walk's own gate, its first step took 156 s on the H200 host (the next one 50 s).
+WARM_JOBS = 2
 
 
 @dataclass(frozen=True)
@@ -69,12 +72,13 @@ def prefetch(problem: str | Path, states: Iterable[KernelState], policy: GatePol
 
 
 @contextmanager
-def warming(states: Iterable[KernelState], jobs: int = 4) -> Iterator[list[Future]]:
+def warming(states: Iterable[KernelState], jobs: int = WARM_JOBS) -> Iterator[list[Future]]:
     """Compile `states` in the background, `jobs` at a time in the order given, while the caller
     goes on. A walk resumed on a fresh GPU host finds its verdicts recorded, so no gate compiled
     its states there, and each forward timing would compile its child first (an FMHA state takes
-    15-20 s); compiled ahead in walk order, they are ready when the walk reaches them. On leaving,
-    the compiles not yet begun are dropped; the caller compiles whatever it still needs itself."""
+    15-20 s); compiled ahead in walk order, they are ready when the walk reaches them (a gate
+    that needs one being compiled waits for it). On leaving, the compiles not yet begun are
+    dropped; the caller compiles whatever it still needs itself."""
     pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="warm")
     try:
         yield [pool.submit(compile_kernel, state, cache_dir=config.cache_dir()) for state in states]
