@@ -59,7 +59,7 @@ def test_cli_replays_a_gpu_walk_as_it_ran(tmp_path, capsys):
 
 # Walks begun on the H200 and cut by their calls' time limits (session 10), to be resumed: the
 # steps taken so far replay from the recorded verdicts alone.
-BEGUN = {"fmha/flash_wgmma": 11}
+BEGUN = {"fmha/flash_wgmma": 13}
 
 
 @pytest.mark.parametrize("name, steps", BEGUN.items())
