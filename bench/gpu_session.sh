@@ -5,7 +5,8 @@
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
 # Stages: smoke, suite, example, adversarial, cost, mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py; those $GPUTEST_K selects), multigpu,
-# walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk), sweep:NAME
+# walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk),
+# prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), sweep:NAME
 # (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, $ADMIT_JOBS
 # trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
@@ -31,12 +32,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
 echo "sanitizer: $(command -v compute-sanitizer)"
 mkdir -p "$OUT/lineages" "$OUT/results"
 
-walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json
-  local kernel=$1 name=${1//\//_} guess
+walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json; more arguments go to `klineage walk`
+  local kernel=$1 name=${1//\//_} guess; shift
   guess=bench/walks/$name.dry.json  # a dry walk with today's catalog (bench/walks/README.md), else the corpus's
   [ -f "$guess" ] || guess=corpus/lineages/$name.full.dry.json; [ -f "$guess" ] || guess=corpus/lineages/$name.dry.json
   timeout "${limit:-${WALK_TIMEOUT:-540}}" python3 -m klineage walk "$kernel" --gate gpu --record --prefetch "$guess" \
-    --jobs "${WALK_JOBS:-6}" --max-steps "${WALK_MAX_STEPS:-80}" --max-rejections 8 --out "$OUT/lineages/$name.gpu.json"
+    --jobs "${WALK_JOBS:-6}" --max-steps "${WALK_MAX_STEPS:-80}" --max-rejections 8 --out "$OUT/lineages/$name.gpu.json" "$@"
 }
 
 stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, sweeps, tests, gates)
@@ -61,6 +62,8 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     mmapeak) timeout "${limit:-120}" python3 bench/mma_peak.py --out "$OUT/results/mma-peak.json" ;;
     example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only "$1" ;;
     walk:*) walk "${1#walk:}" ;;
+    # each lane judges its share of the guessed states (lane i of n: states i, i+n, ...); no walk
+    prefetch:*) walk "${1#prefetch:}" --prefetch-only --prefetch-share "${LANE:-0}/${LANES:-1}" ;;
     sweep:*) timeout "${limit:-${SWEEP_TIMEOUT:-300}}" python3 bench/carrier_sweep.py "bench/sweeps/${1#sweep:}.toml" \
       --out "$OUT/results/sweep-${1#sweep:}.json" ;;
     admit) local library=$OUT/library${LANE:+-$LANE}.json  # join lanes: build --keep-trials A --keep-trials B
@@ -90,7 +93,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
 if [ "${1:-}" = --lanes ]; then
   shift; lanes=$#; cores=$(nproc); i=0
   for lane in "$@"; do
-    ( export CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$((cores / lanes)) LANE=$i
+    ( export CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$((cores / lanes)) LANE=$i LANES=$lanes
       for s in $lane; do stage "$s"; done ) > "$OUT/lane$i.txt" 2>&1 &
     i=$((i + 1))
   done

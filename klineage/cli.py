@@ -46,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="GPU walk: first gate the states of this earlier walk of the expert (e.g. its dry walk) "
                            "side by side; the walk then finds what the guess got right in the cache")
     walk.add_argument("--jobs", type=int, default=6, help="gates side by side while prefetching (default 6)")
+    walk.add_argument("--prefetch-share", metavar="I/N", type=_share, default=(0, 1),
+                      help="prefetch only states I, I+N, I+2N, ... of the guess (N GPUs share one prefetch)")
+    walk.add_argument("--prefetch-only", action="store_true",
+                      help="stop after the prefetch: no walk, no lineage (with --record, the verdicts are kept)")
     walk.add_argument("--as-in", metavar="LINEAGE",
                       help="walk with the transforms and limits of this earlier walk (to replay it: --gate replay)")
 
@@ -91,6 +95,14 @@ def _gate(args: argparse.Namespace) -> int:
     return 0 if verdict.status.value in ("passed", "compiled") else 1
 
 
+def _share(text: str) -> tuple[int, int]:
+    """`I/N` of --prefetch-share, with 0 <= I < N."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
+        raise argparse.ArgumentTypeError(f"'{text}' is not I/N with 0 <= I < N (e.g. 1/2: the second of two shares)")
+    return int(index), int(count)
+
+
 def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progress) -> list:
     """Judge the guessed walk's states side by side; give back the states to compile ahead of the
     walk: those of the guessed steps whose forward timing no store holds, in walk order."""
@@ -104,7 +116,9 @@ def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progres
         raise KLineageError("--prefetch speeds up a GPU walk; this walk's gate is " + mode.value)
     guess, cache = guessed_walk(args.prefetch, expert), default_cache()
     states = [state.kernel for state in guess.states]
-    done = prefetch(problem, states, DEFAULT_POLICY, cache, jobs=args.jobs, progress=progress, keep=args.record)
+    index, count = args.prefetch_share
+    done = prefetch(problem, states[index::count], DEFAULT_POLICY, cache, jobs=args.jobs, progress=progress,
+                    keep=args.record)
     console.print(f"prefetched {done.states} states: " + ", ".join(f"{n} {s}" for s, n in sorted(done.judged.items()))
                   + "".join(f"\n  could not judge {e}" for e in done.errors))
     untimed = untimed_states(problem, guess, forward_timing_policy(DEFAULT_POLICY), cache)
@@ -138,8 +152,12 @@ def _walk(args: argparse.Namespace) -> int:
         transforms, limits = transforms_named(earlier), (earlier.limits.max_steps, earlier.limits.max_rejections)
     from klineage.gate.prefetch import warming
 
+    if args.prefetch_only and not args.prefetch:
+        raise KLineageError("--prefetch-only needs --prefetch LINEAGE: the walk whose states to judge")
     with progress_display() as progress:
         ahead = _prefetch(args, problem, expert, mode, progress) if args.prefetch else []
+        if args.prefetch_only:
+            return 0
         with warming(ahead):
             lineage = walk(problem, expert, rewriter, gate_mode=mode, max_steps=limits[0],
                            max_rejections=limits[1], progress=progress, record=args.record, transforms=transforms)

@@ -143,3 +143,32 @@ def test_a_walk_cut_on_the_gpu_warms_only_the_steps_it_has_not_timed():
     untimed = untimed_states(corpus.problem_path("fmha"), guess, forward_timing_policy(DEFAULT_POLICY),
                              GateCache(None, config.recorded_dir()), mode=GateMode.REPLAY)
     assert untimed == {f for step in guess.transitions[13:] for f in (step.parent, step.child)}
+
+
+def test_a_share_of_the_prefetch_judges_only_its_states(gate_cache, monkeypatch, capsys):
+    """Two GPUs split one walk's prefetch: lane 1 of 3 judges states 1, 4, 7, ... and nothing else
+    (here each of them is served from the cache; a state outside the share would have to run, and
+    this machine has no GPU, and the module's recorded store holds none of them), then stops
+    without walking."""
+    monkeypatch.setenv("KLINEAGE_GPU_NAME", "NVIDIA H200")
+    monkeypatch.setenv("KLINEAGE_RECORDED_DIR", str(gate_cache.recorded.root))  # not the repo's H200 verdicts
+    states = guessed_states(DRY, corpus.kernel_entry("row_softmax/warp_vec4").load())
+    for state in states[1::3]:
+        store_gpu_verdict(gate_cache, SOFTMAX, state, DEFAULT_POLICY, "passed")
+    code = cli.main(["walk", "row_softmax/warp_vec4", "--gate", "gpu", "--prefetch", str(DRY),
+                     "--prefetch-share", "1/3", "--prefetch-only"])
+    assert code == 0
+    assert f"prefetched {len(states[1::3])} states: {len(states[1::3])} passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("share", ["2/2", "1", "a/3", "0/0"])
+def test_a_share_that_is_not_i_of_n_is_refused(share, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["walk", "row_softmax/warp_vec4", "--gate", "gpu", "--prefetch", str(DRY),
+                  "--prefetch-share", share])
+    assert exit_.value.code == 2 and f"'{share}' is not I/N" in capsys.readouterr().err
+
+
+def test_prefetch_only_needs_a_guess(capsys):
+    assert cli.main(["walk", "row_softmax/warp_vec4", "--gate", "gpu", "--prefetch-only"]) == 2
+    assert "--prefetch-only needs --prefetch" in capsys.readouterr().err
