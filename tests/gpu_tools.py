@@ -21,7 +21,7 @@ from klineage.gate.params import as_pycuda_words, pack_parameters, read_kernel_p
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.verdict import Status
-from klineage.kernel import KernelState, load_kernel
+from klineage.kernel import KernelState
 from klineage.toolchain import find_toolchain
 
 # ---------------------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def launch_probe(drv, module, cubin: bytes, name: str, args, pointers, maps, sha
 
 def kernel_named(name: str) -> KernelState:
     """A bundled kernel by name, or a kernel folder (a variant outside the corpus) by path."""
-    return load_kernel(Path(name)) if Path(name).is_dir() else corpus.kernel_entry(name).load()
+    return corpus.kernel_entry(name).load()
 
 
 def gate_cache(tmp_path_factory) -> GateCache:
