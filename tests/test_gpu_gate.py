@@ -43,6 +43,16 @@ def test_correct_kernel_passes_every_case_and_is_timed_against_vendor(cache):
     assert verdict.sanitizer["memcheck"]["status"] == "clean"
     assert verdict.sanitizer["racecheck"]["status"] == "clean"
     assert verdict.environment["gpu"].startswith("NVIDIA")
+    checked = verdict.environment["vendor_check"]  # the yardstick is itself right on every case
+    assert sorted(c["case"] for c in checked) == sorted(verdict.cases) and all(c["passed"] for c in checked)
+
+
+def test_an_untimed_gate_does_not_check_the_vendor(cache):
+    """The vendor is only a yardstick for timings (GDN's took 110-140 s of an untimed state gate)."""
+    verdict = gate("row_softmax/warp_vec4", cache, policy=GatePolicy(sanitize=Sanitize.NEVER, timing=False))
+    assert verdict.status is Status.PASSED, verdict.findings
+    assert verdict.environment["vendor_check"] == []
+    assert "run.vendor_check" not in verdict.timings
 
 
 @pytest.mark.parametrize("name, reason", [
