@@ -121,6 +121,8 @@ def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progres
                     keep=args.record)
     console.print(f"prefetched {done.states} states: " + ", ".join(f"{n} {s}" for s, n in sorted(done.judged.items()))
                   + "".join(f"\n  could not judge {e}" for e in done.errors))
+    if args.prefetch_only:
+        return []
     untimed = untimed_states(problem, guess, forward_timing_policy(DEFAULT_POLICY), cache)
     return [state for state in states if state.fingerprint in untimed]
 
@@ -128,6 +130,7 @@ def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progres
 def _walk(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from klineage.gate.prefetch import warming
     from klineage.lineage import Termination
     from klineage.report import console, progress_display, table
     from klineage.walk.walker import walk
@@ -150,8 +153,6 @@ def _walk(args: argparse.Namespace) -> int:
 
         earlier = LineageDocument.load(args.as_in)
         transforms, limits = transforms_named(earlier), (earlier.limits.max_steps, earlier.limits.max_rejections)
-    from klineage.gate.prefetch import warming
-
     if args.prefetch_only and not args.prefetch:
         raise KLineageError("--prefetch-only needs --prefetch LINEAGE: the walk whose states to judge")
     with progress_display() as progress:
