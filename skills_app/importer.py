@@ -200,9 +200,16 @@ class _KernelFile:
 
 
 def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None = None,
-                  cache_dir: Path | None = None) -> ImportReport:
-    """Import bundled problems and kernels (with the adversarial suite) and recorded verdicts."""
+                  cache_dir: Path | None = None, walks_root: Path | None = None) -> ImportReport:
+    """Import bundled problems and kernels (with the adversarial suite), their committed lineages
+    and recorded verdicts. `walks_root`: a folder of GPU walks kept beside the corpus until its
+    library is rebuilt from them (`*.gpu.json`; by default the checkout's `bench/walks/` when the
+    bundled corpus is imported, none for another corpus folder). They are shown like the corpus's
+    lineages; a card's evidence names its lineage's gate mode, so it never points into them."""
     started = time.monotonic()
+    if walks_root is None and corpus_root is None:
+        walks_root = config.REPO_ROOT / "bench" / "walks"
+    walks = sorted(Path(walks_root).glob("*.gpu.json")) if walks_root is not None else []
     corpus_root = Path(corpus_root or config.corpus_dir())
     recorded_root = Path(recorded_root or config.recorded_dir())
     cache_dir = Path(cache_dir or config.cache_dir())
@@ -211,7 +218,7 @@ def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None
     problems = _read_problems(corpus_root, cache_dir, report)
     kernels = _read_kernels(corpus_root)
     verdicts = _read_verdicts(VerdictStore(recorded_root))
-    lineages = _read_lineages(corpus_root)
+    lineages = _read_lineages([*sorted((corpus_root / "lineages").glob("*.json")), *walks])
 
     with transaction.atomic():
         _store_problems(problems, report)
@@ -437,10 +444,10 @@ def _store_lineage(document: Any, *, where: str, source_path: str = "") -> tuple
     return lineage, CREATED
 
 
-def _read_lineages(root: Path) -> list[tuple[dict[str, Any], str]]:
-    """Committed lineage files under corpus/lineages/, each checked before anything is written."""
+def _read_lineages(paths: list[Path]) -> list[tuple[dict[str, Any], str]]:
+    """Committed lineage files, each checked before anything is written."""
     found = []
-    for path in sorted((root / "lineages").glob("*.json")):
+    for path in paths:
         where = _display(path)
         document = read_json(path, where)
         _parse_lineage(document, where)

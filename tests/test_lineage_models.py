@@ -11,6 +11,7 @@ from django.contrib.auth.models import Group, Permission
 
 from klineage.lineage import Lineage as EngineLineage
 from lineage_data import dry_walk, with_rejections
+from skills_app.card_refs import resolve_refs
 from skills_app.importer import ImportRefused, export_lineage, import_corpus, import_lineage, lineage_id
 from skills_app.models import KernelState, Lineage, LineageStep, Review
 
@@ -107,6 +108,37 @@ def test_load_corpus_imports_committed_lineages():
     assert lineage.expert_state.kernel is not None and lineage.expert_state.kernel.name == "row_softmax/warp_vec4"
     again = import_corpus()
     assert again.counts["lineages"]["unchanged"] >= 1 and not again.changed
+
+
+def test_load_corpus_shows_the_gpu_walks_kept_beside_the_corpus():
+    """bench/walks/*.gpu.json, GPU walks the library is not built from yet, come in with the bundled
+    corpus, their states with the verdicts the H200 recorded for them; a card's evidence still
+    resolves into the walk the library was built from (its ref names the gate mode)."""
+    import_corpus()
+    walk = Lineage.objects.get(source_path="bench/walks/fmha_flash_mma.gpu.json")
+    assert walk.gate_mode == "gpu" and walk.accepted_count == 36 and walk.termination_kind == "complete"
+    assert walk.expert_state.kernel.name == "fmha/flash_mma"
+    first = walk.steps.get(kind=LineageStep.Kind.ACCEPTED, index=0)
+    assert first.child_state.verdicts.filter(status="passed").exists()
+    ref = {"lineage": f"fmha_flash_mma@{walk.expert_state.fingerprint[:12]}:compile", "kind": "transition", "index": 0}
+    (step,) = resolve_refs([ref]).values()
+    assert step.lineage.gate_mode == "compile" and step.lineage.source_path.startswith("corpus/lineages/")
+
+
+def test_another_corpus_folder_brings_no_walks_unless_named(tmp_path):
+    from klineage import config
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for part in ("problems", "kernels", "adversarial"):
+        (corpus / part).symlink_to(config.corpus_dir() / part)
+    (corpus / "lineages").mkdir()
+    import_corpus(corpus_root=corpus)
+    assert Lineage.objects.count() == 0
+    walks = config.REPO_ROOT / "bench" / "walks"
+    import_corpus(corpus_root=corpus, walks_root=walks)
+    assert sorted(Lineage.objects.values_list("source_path", flat=True)) == \
+        sorted(f"bench/walks/{p.name}" for p in walks.glob("*.gpu.json"))
 
 
 def test_a_malformed_committed_lineage_refuses_the_whole_corpus(tmp_path):

@@ -10,18 +10,22 @@ from skills_app.importer import CREATED, UNCHANGED, UPDATED, ImportRefused, impo
 
 class Command(BaseCommand):
     help = ("Import bundled problems (probed in the sandbox), kernels with the adversarial suite, committed "
-            "lineages (corpus/lineages/*.json), recorded verdicts and skill libraries (corpus/library/*.json). "
-            "Idempotent and quick when nothing changed; a malformed document "
-            "stores nothing and names its file.")
+            "lineages (corpus/lineages/*.json, and the GPU walks of bench/walks/*.gpu.json), recorded verdicts "
+            "and skill libraries (corpus/library/*.json). Idempotent and quick when nothing changed; a malformed "
+            "document stores nothing and names its file.")
 
     def add_arguments(self, parser):
         parser.add_argument("--corpus", type=Path, help="corpus folder (default: KLINEAGE_CORPUS_DIR or corpus/)")
         parser.add_argument("--recorded", type=Path,
                             help="recorded verdicts folder (default: KLINEAGE_RECORDED_DIR or recorded/)")
+        parser.add_argument("--walks", type=Path,
+                            help="GPU walks not yet in the library, *.gpu.json (default: bench/walks/ with the "
+                                 "bundled corpus)")
 
     def handle(self, *args, **options):
         try:
-            report = import_corpus(corpus_root=options["corpus"], recorded_root=options["recorded"])
+            report = import_corpus(corpus_root=options["corpus"], recorded_root=options["recorded"],
+                                   walks_root=options["walks"])
         except ImportRefused as exc:
             raise CommandError(f"nothing imported: {exc}") from None
         for line in report.lines():
