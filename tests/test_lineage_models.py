@@ -9,6 +9,7 @@ import json
 import pytest
 from django.contrib.auth.models import Group, Permission
 
+from klineage import config
 from klineage.lineage import Lineage as EngineLineage
 from lineage_data import dry_walk, with_rejections
 from skills_app.card_refs import resolve_refs
@@ -110,6 +111,16 @@ def test_load_corpus_imports_committed_lineages():
     assert again.counts["lineages"]["unchanged"] >= 1 and not again.changed
 
 
+def _corpus_without_lineages(tmp_path):
+    """The bundled corpus's problems and kernels in a folder of its own, with an empty lineages/."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for part in ("problems", "kernels", "adversarial"):
+        (corpus / part).symlink_to(config.corpus_dir() / part)
+    (corpus / "lineages").mkdir()
+    return corpus
+
+
 def test_load_corpus_shows_the_gpu_walks_kept_beside_the_corpus():
     """bench/walks/*.gpu.json, GPU walks the library is not built from yet, come in with the bundled
     corpus, their states with the verdicts the H200 recorded for them; a card's evidence still
@@ -126,13 +137,7 @@ def test_load_corpus_shows_the_gpu_walks_kept_beside_the_corpus():
 
 
 def test_another_corpus_folder_brings_no_walks_unless_named(tmp_path):
-    from klineage import config
-
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for part in ("problems", "kernels", "adversarial"):
-        (corpus / part).symlink_to(config.corpus_dir() / part)
-    (corpus / "lineages").mkdir()
+    corpus = _corpus_without_lineages(tmp_path)
     import_corpus(corpus_root=corpus)
     assert Lineage.objects.count() == 0
     walks = config.REPO_ROOT / "bench" / "walks"
@@ -142,13 +147,7 @@ def test_another_corpus_folder_brings_no_walks_unless_named(tmp_path):
 
 
 def test_a_malformed_committed_lineage_refuses_the_whole_corpus(tmp_path):
-    from klineage import config
-
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for part in ("problems", "kernels", "adversarial"):
-        (corpus / part).symlink_to(config.corpus_dir() / part)
-    (corpus / "lineages").mkdir()
+    corpus = _corpus_without_lineages(tmp_path)
     broken = dry_walk()
     broken["transitions"][0]["index"] = 5
     (corpus / "lineages" / "broken.json").write_text(json.dumps(broken))
