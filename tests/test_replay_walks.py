@@ -20,6 +20,7 @@ from klineage.config import GateMode
 from klineage.gate.cache import GateCache
 from klineage.lineage import ForwardStatus, Lineage, Termination
 from klineage.walk.walker import transforms_named, walk
+from begun_walks import BEGUN
 
 WALKS = sorted([*(config.corpus_dir() / "lineages").glob("*.gpu.json"),
                 *(config.REPO_ROOT / "bench" / "walks").glob("*.gpu.json")])
@@ -55,11 +56,6 @@ def test_cli_replays_a_gpu_walk_as_it_ran(tmp_path, capsys):
     assert main(["walk", "topk/radix_select", "--gate", "replay", "--max-steps", "40", "--max-rejections", "8",
                  "--out", str(tmp_path / "full.json")]) == 2
     assert "no recorded verdict" in capsys.readouterr().err
-
-
-# Walks begun on the H200 and cut by their calls' time limits (session 10), to be resumed: the
-# steps taken so far replay from the recorded verdicts alone.
-BEGUN = {"fmha/flash_wgmma": 13}
 
 
 @pytest.mark.parametrize("name, steps", BEGUN.items())
