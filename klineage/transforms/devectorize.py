@@ -36,7 +36,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from tree_sitter import Node
@@ -401,7 +404,8 @@ def scalar_type(parsed: cp.ParsedSource, text: str) -> str:
     return _SCALAR_SYNONYMS.get(text, text)
 
 
-def _aliases(parsed: cp.ParsedSource) -> dict[str, str]:
+@lru_cache(maxsize=16)  # asked once per vector access of a walk's every proposal: parse queries cost
+def _aliases(parsed: cp.ParsedSource) -> Mapping[str, str]:
     """`using A = T;` and `typedef T A;` outside structs: name -> aliased type text."""
     found = {}
     for node in cp.nodes_of_type(parsed.root, "alias_declaration", "type_definition"):
@@ -412,7 +416,7 @@ def _aliases(parsed: cp.ParsedSource) -> dict[str, str]:
         else:
             for declarator in node.children_by_field_name("declarator"):
                 found[parsed.text(declarator)] = parsed.text(node.child_by_field_name("type"))
-    return found
+    return MappingProxyType(found)
 
 
 def _specializations(parsed: cp.ParsedSource, template: str) -> list[str]:
