@@ -20,7 +20,10 @@ HOPPER = {"gemm_wgmma_tma": "gemm/wgmma_tma", "conv2d_implicit_wgmma": "conv2d/i
 # Walks that go further than the corpus's: gdn/chunked_mma's stopped at 40 steps (this one is not
 # cut), fmha/flash_mma's kept its cp.async ring (unpipeline now takes it).
 FURTHER = {"gdn_chunked_mma": "gdn/chunked_mma", "fmha_flash_mma": "fmha/flash_mma"}
-EXPERTS = HOPPER | FURTHER
+# The corpus's other experts, never walked before: the any-shape GEMM and conv2d, and FMHA's 32-rows
+# per warp kernel (the one that meets the mma.sync target).
+VARIANTS = {"gemm_mma_sync_any": "gemm/mma_sync_any"}
+EXPERTS = HOPPER | FURTHER | VARIANTS
 
 
 def test_the_walks_for_the_next_gpu_walks_are_these():
