@@ -22,7 +22,8 @@ HOPPER = {"gemm_wgmma_tma": "gemm/wgmma_tma", "conv2d_implicit_wgmma": "conv2d/i
 FURTHER = {"gdn_chunked_mma": "gdn/chunked_mma", "fmha_flash_mma": "fmha/flash_mma"}
 # The corpus's other experts, never walked before: the any-shape GEMM and conv2d, and FMHA's 32-rows
 # per warp kernel (the one that meets the mma.sync target).
-VARIANTS = {"gemm_mma_sync_any": "gemm/mma_sync_any"}
+VARIANTS = {"gemm_mma_sync_any": "gemm/mma_sync_any", "conv2d_implicit_gemm_any": "conv2d/implicit_gemm_any",
+            "fmha_flash_mma_r32": "fmha/flash_mma_r32"}
 EXPERTS = HOPPER | FURTHER | VARIANTS
 
 
