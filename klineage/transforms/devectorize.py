@@ -404,7 +404,7 @@ def scalar_type(parsed: cp.ParsedSource, text: str) -> str:
     return _SCALAR_SYNONYMS.get(text, text)
 
 
-@lru_cache(maxsize=16)  # asked once per vector access of a walk's every proposal: parse queries cost
+@lru_cache(maxsize=16)  # asked once per vector access of every proposal: one tree-sitter query each
 def _aliases(parsed: cp.ParsedSource) -> Mapping[str, str]:
     """`using A = T;` and `typedef T A;` outside structs: name -> aliased type text."""
     found = {}
