@@ -30,7 +30,7 @@ def test_gpu_walks_are_committed():
     assert {"row_softmax_warp_vec4.gpu.json", "topk_radix_select.gpu.json", "gemm_mma_sync.gpu.json",
             "conv2d_implicit_gemm.gpu.json", "gemm_wgmma_tma.gpu.json", "conv2d_implicit_wgmma.gpu.json",
             "fmha_flash_mma.gpu.json", "fmha_flash_wgmma.gpu.json", "gdn_chunked.gpu.json",
-            "gdn_chunked_mma.gpu.json"} <= names
+            "gdn_chunked_mma.gpu.json", "gemm_mma_sync_any.gpu.json", "conv2d_implicit_gemm_any.gpu.json"} <= names
 
 
 @pytest.mark.parametrize("path", WALKS, ids=lambda p: p.name)

@@ -136,7 +136,8 @@ def test_only_the_steps_whose_forward_timing_is_not_stored_are_warmed(gate_cache
 
 
 # The GPU walks made from bench/walks' dry walks, all complete.
-RESUMED = ("fmha/flash_mma", "fmha/flash_wgmma", "gemm/wgmma_tma", "conv2d/implicit_wgmma", "gdn/chunked_mma")
+RESUMED = ("fmha/flash_mma", "fmha/flash_wgmma", "gemm/wgmma_tma", "conv2d/implicit_wgmma", "gdn/chunked_mma",
+           "gemm/mma_sync_any", "conv2d/implicit_gemm_any")
 
 
 @pytest.mark.parametrize("name", RESUMED)
