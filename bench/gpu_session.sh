@@ -32,9 +32,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
 echo "sanitizer: $(command -v compute-sanitizer)"
 mkdir -p "$OUT/lineages" "$OUT/results"
 
+# The walk is written plain: it comes back inside results.tgz, compressed already, and goes into corpus/lineages/
+# as it is or into bench/walks/ gzip-compressed (bench/walks/README.md says how).
 walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json; more arguments go to `klineage walk`
   local kernel=$1 name=${1//\//_} guess; shift
-  guess=bench/walks/$name.dry.json  # a dry walk with today's catalog (bench/walks/README.md), else the corpus's
+  guess=bench/walks/$name.dry.json.gz  # a dry walk with today's catalog (bench/walks/README.md), else the corpus's
   [ -f "$guess" ] || guess=corpus/lineages/$name.full.dry.json; [ -f "$guess" ] || guess=corpus/lineages/$name.dry.json
   timeout "${limit:-${WALK_TIMEOUT:-540}}" python3 -m klineage walk "$kernel" --gate gpu --record --prefetch "$guess" \
     --jobs "${WALK_JOBS:-6}" --max-steps "${WALK_MAX_STEPS:-80}" --max-rejections 8 --out "$OUT/lineages/$name.gpu.json" "$@"

@@ -40,6 +40,12 @@ def corpus_dir() -> Path:
     return _path("KLINEAGE_CORPUS_DIR", REPO_ROOT / "corpus")
 
 
+def bench_walks_dir() -> Path:
+    """Walks kept beside the corpus, gzip-compressed: dry walks for the next GPU walks' prefetch and
+    the GPU walks made from them, which the library is not built from yet (bench/walks/README.md)."""
+    return _path("KLINEAGE_BENCH_WALKS_DIR", REPO_ROOT / "bench" / "walks")
+
+
 def gate_mode(default: GateMode | None = None) -> GateMode:
     value = os.environ.get("KLINEAGE_GATE", "").strip().lower()
     if not value:

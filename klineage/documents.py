@@ -4,12 +4,16 @@ The lineage, optimization and skill card documents check their fields with these
 malformed document is refused with the same wording wherever it is read: a `DocumentError` naming
 the field (`states[2].source: must be a non-empty string, not ''`). `Document` gives a document
 with `to_dict`/`from_dict` its canonical text (`fingerprint.document_text`: equal documents, equal
-bytes) and its file.
+bytes) and its file. A file whose name ends in `.gz` is stored gzip-compressed (the big walks kept
+in bench/walks/ are about a fifth of their size so) and read back transparently.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import math
+import zlib
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -100,11 +104,57 @@ def listed(value: Any, where: str) -> list[Any]:
 
 
 def save_document(data: Any, path: str | Path) -> Path:
-    """Write the canonical text of `data` to `path`, making its folder; returns the path."""
+    """Write the canonical text of `data` to `path` (gzip-compressed when it ends in `.gz`), making
+    its folder; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(document_text(data).encode("utf-8"))
+    raw = document_text(data).encode("utf-8")
+    if path.suffix == ".gz":
+        # No file name and mtime 0 in the header, so equal documents give equal files (a walk saved
+        # again shows no diff). GzipFile writes the same OS byte on every Python; gzip.compress does not.
+        buffer = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as packed:
+            packed.write(raw)
+        raw = buffer.getvalue()
+    path.write_bytes(raw)
     return path
+
+
+def read_document_text(path: str | Path, what: str = "document") -> str:
+    """The text of a document file, decompressed when its name ends in `.gz`. A missing, corrupt or
+    non-UTF-8 file raises DocumentError naming it (`what` says what kind of file was missing)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DocumentError(str(path), f"no such {what} file") from None
+    if path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError, zlib.error) as exc:  # bad header, cut short, bad data
+            raise DocumentError(str(path), f"not a readable gzip file ({str(exc) or type(exc).__name__})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(str(path), f"not UTF-8 text (byte {exc.start})") from None
+
+
+def document_files(folder: str | Path, pattern: str = "*.json") -> list[Path]:
+    """The files of `folder` matching `pattern`, plain or gzip-compressed (`pattern` + `.gz`), by
+    name. A document there in both forms is refused: it would be read twice, maybe differing."""
+    folder = Path(folder)
+    found = sorted([*folder.glob(pattern), *folder.glob(pattern + ".gz")])
+    names = {p.name for p in found}
+    both = [p.name for p in found if p.name + ".gz" in names]
+    if both:
+        raise DocumentError(str(folder), f"{', '.join(both)} stored both plain and as .gz: keep one")
+    return found
+
+
+def document_stem(path: str | Path, suffix: str) -> str:
+    """The file name without `suffix` and a `.gz` after it: `fmha_flash_mma.gpu.json.gz`, `.gpu.json`
+    -> `fmha_flash_mma`."""
+    return Path(path).name.removesuffix(".gz").removesuffix(suffix)
 
 
 class Document:
@@ -128,8 +178,4 @@ class Document:
     @classmethod
     def load(cls: type[D], path: str | Path) -> D:
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise DocumentError(str(path), f"no such {cls.document_name} file") from None
-        return cls.from_json(text, str(path))
+        return cls.from_json(read_document_text(path, cls.document_name), str(path))

@@ -34,7 +34,8 @@ from django.db.models import OuterRef, Subquery
 
 from klineage import config
 from klineage.corpus import KernelEntry, list_kernels, list_problems
-from klineage.errors import KLineageError
+from klineage.documents import document_files, read_document_text
+from klineage.errors import DocumentError, KLineageError
 from klineage.fingerprint import sha256_json
 from klineage.gate.cache import VerdictStore
 from klineage.gate.execute import problem_fingerprint, probe_problem
@@ -203,14 +204,18 @@ def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None
                   cache_dir: Path | None = None, walks_root: Path | None = None) -> ImportReport:
     """Import bundled problems and kernels (with the adversarial suite), their committed lineages
     and recorded verdicts. `walks_root`: a folder of GPU walks kept beside the corpus until its
-    library is rebuilt from them (`*.gpu.json`; by default the checkout's `bench/walks/` when the
-    bundled corpus is imported, none for another corpus folder). They are shown like the corpus's
-    lineages; a card's evidence names its lineage's gate mode, so it never points into them."""
+    library is rebuilt from them (`*.gpu.json`, plain or `.gz`; by default `config.bench_walks_dir()`
+    when the bundled corpus is imported, none for another corpus folder). They are shown like the
+    corpus's lineages; a card's evidence names its lineage's gate mode, so it never points into them."""
     started = time.monotonic()
     if walks_root is None and corpus_root is None:
-        walks_root = config.REPO_ROOT / "bench" / "walks"
-    walks = sorted(Path(walks_root).glob("*.gpu.json")) if walks_root is not None else []
+        walks_root = config.bench_walks_dir()
     corpus_root = Path(corpus_root or config.corpus_dir())
+    try:
+        walks = document_files(walks_root, "*.gpu.json") if walks_root is not None else []
+        lineage_files = [*document_files(corpus_root / "lineages"), *walks]
+    except DocumentError as exc:  # a walk stored both plain and as .gz
+        raise ImportRefused(_display(Path(exc.where)), _message(exc)) from None
     recorded_root = Path(recorded_root or config.recorded_dir())
     cache_dir = Path(cache_dir or config.cache_dir())
     report = ImportReport()
@@ -218,7 +223,7 @@ def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None
     problems = _read_problems(corpus_root, cache_dir, report)
     kernels = _read_kernels(corpus_root)
     verdicts = _read_verdicts(VerdictStore(recorded_root))
-    lineages = _read_lineages([*sorted((corpus_root / "lineages").glob("*.json")), *walks])
+    lineages = _read_lineages(lineage_files)
 
     with transaction.atomic():
         _store_problems(problems, report)
@@ -537,8 +542,10 @@ def engine_check(parse: Callable[[], T], where: str, what: str, lead: str = "",
 
 
 def read_json(path: Path, where: str) -> Any:
-    """A committed document file's JSON (checked by its caller)."""
+    """A committed document file's JSON (checked by its caller); a `.gz` file is decompressed."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return json.loads(read_document_text(path))
+    except DocumentError as exc:  # missing, a corrupt .gz, not UTF-8
+        raise ImportRefused(where, _message(exc)) from None
+    except json.JSONDecodeError as exc:
         raise ImportRefused(where, f"not JSON: {exc}") from None

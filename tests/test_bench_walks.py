@@ -11,10 +11,11 @@ import pytest
 
 from klineage import config, corpus
 from klineage.config import GateMode
+from klineage.documents import document_files, document_stem
 from klineage.lineage import Lineage, Termination
 from klineage.transforms import get
 
-WALKS = sorted((config.REPO_ROOT / "bench" / "walks").glob("*.dry.json"))
+WALKS = document_files(config.bench_walks_dir(), "*.dry.json")
 HOPPER = {"gemm_wgmma_tma": "gemm/wgmma_tma", "conv2d_implicit_wgmma": "conv2d/implicit_wgmma",
           "fmha_flash_wgmma": "fmha/flash_wgmma"}
 # Walks that go further than the corpus's: gdn/chunked_mma's stopped at 40 steps (this one is not
@@ -28,16 +29,21 @@ EXPERTS = HOPPER | FURTHER | VARIANTS
 
 
 def test_the_walks_for_the_next_gpu_walks_are_these():
-    assert sorted(p.name.removesuffix(".dry.json") for p in WALKS) == sorted(EXPERTS)
+    assert sorted(document_stem(p, ".dry.json") for p in WALKS) == sorted(EXPERTS)
+
+
+def test_the_walks_are_kept_compressed():
+    """Uncompressed they were 28 MB, and the tree copied to a GPU host may hold 64 MiB at most."""
+    assert not list(config.bench_walks_dir().glob("*.json"))
 
 
 @pytest.mark.parametrize("path", WALKS, ids=lambda p: p.name)
 def test_each_step_is_what_the_catalog_does_today(path: Path):
-    walk = Lineage.load(path)
-    expert = corpus.kernel_entry(EXPERTS[path.name.removesuffix(".dry.json")]).load()
+    walk, name = Lineage.load(path), document_stem(path, ".dry.json")
+    expert = corpus.kernel_entry(EXPERTS[name]).load()
     assert walk.gate is GateMode.COMPILE_ONLY and walk.termination.kind is Termination.COMPLETE
     assert walk.expert.fingerprint == expert.fingerprint
-    assert (walk.transitions[0].transform == "warp_mma") == (path.name.removesuffix(".dry.json") in HOPPER), "the Hopper walks start with warp_mma"
+    assert (walk.transitions[0].transform == "warp_mma") == (name in HOPPER), "the Hopper walks start with warp_mma"
     states = {s.fingerprint: s.kernel for s in walk.states}
     for step in walk.transitions:
         rewrite = get(step.transform).backward(states[step.parent], step.anchor)

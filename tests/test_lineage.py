@@ -4,13 +4,17 @@ states (the corpus's warp_vec4 and simplifications of it), no gate needed."""
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import random
+import re
+import time
 
 import pytest
 
 from klineage import corpus
 from klineage.config import GateMode
+from klineage.documents import document_files
 from klineage.errors import DocumentError
 from klineage.gate.verdict import Reason, Status
 from klineage.kernel import KernelState
@@ -80,6 +84,35 @@ def test_save_and_load(tmp_path):
     assert path.read_bytes() == lineage.to_json().encode("utf-8")
     with pytest.raises(DocumentError, match="no such lineage"):
         Lineage.load(tmp_path / "missing.json")
+
+
+def test_a_gz_path_is_saved_compressed_and_the_same_bytes_every_time(tmp_path):
+    """bench/walks/ keeps its walks gzip-compressed; saved twice (a second later: no timestamp in
+    the header), a walk gives the same file, so a re-saved walk shows no diff."""
+    lineage = build()
+    first = lineage.save(tmp_path / "a.gpu.json.gz").read_bytes()
+    time.sleep(1.1)
+    second = lineage.save(tmp_path / "b.gpu.json.gz").read_bytes()
+    assert first == second and first[:2] == b"\x1f\x8b"
+    assert gzip.decompress(first) == lineage.to_json().encode("utf-8")
+    assert Lineage.load(tmp_path / "a.gpu.json.gz") == lineage
+
+
+@pytest.mark.parametrize("damage", [lambda raw: raw[:len(raw) // 2], lambda raw: b"not gzip" + raw,
+                                    lambda raw: raw[:20] + bytes(40) + raw[60:]], ids=["cut", "header", "data"])
+def test_a_corrupt_gz_file_is_refused_by_name(tmp_path, damage):
+    path = build().save(tmp_path / "walk.gpu.json.gz")
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(DocumentError, match=f"^{re.escape(str(path))}: not a readable gzip file"):
+        Lineage.load(path)
+
+
+def test_a_folder_holding_a_walk_plain_and_compressed_is_refused(tmp_path):
+    build().save(tmp_path / "walk.gpu.json")
+    assert document_files(tmp_path) == [tmp_path / "walk.gpu.json"]
+    build().save(tmp_path / "walk.gpu.json.gz")
+    with pytest.raises(DocumentError, match="walk.gpu.json stored both plain and as .gz"):
+        document_files(tmp_path)
 
 
 def test_bytes_do_not_depend_on_key_order_or_construction():

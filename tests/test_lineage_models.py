@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 
 from klineage import config
+from klineage.documents import document_files
 from klineage.lineage import Lineage as EngineLineage
 from lineage_data import dry_walk, with_rejections
 from skills_app.card_refs import resolve_refs
@@ -122,11 +123,11 @@ def _corpus_without_lineages(tmp_path):
 
 
 def test_load_corpus_shows_the_gpu_walks_kept_beside_the_corpus():
-    """bench/walks/*.gpu.json, GPU walks the library is not built from yet, come in with the bundled
+    """bench/walks/*.gpu.json.gz, GPU walks the library is not built from yet, come in with the bundled
     corpus, their states with the verdicts the H200 recorded for them; a card's evidence still
     resolves into the walk the library was built from (its ref names the gate mode)."""
     import_corpus()
-    walk = Lineage.objects.get(source_path="bench/walks/fmha_flash_mma.gpu.json")
+    walk = Lineage.objects.get(source_path="bench/walks/fmha_flash_mma.gpu.json.gz")
     assert walk.gate_mode == "gpu" and walk.accepted_count == 36 and walk.termination_kind == "complete"
     assert walk.expert_state.kernel.name == "fmha/flash_mma"
     first = walk.steps.get(kind=LineageStep.Kind.ACCEPTED, index=0)
@@ -140,10 +141,10 @@ def test_another_corpus_folder_brings_no_walks_unless_named(tmp_path):
     corpus = _corpus_without_lineages(tmp_path)
     import_corpus(corpus_root=corpus)
     assert Lineage.objects.count() == 0
-    walks = config.REPO_ROOT / "bench" / "walks"
+    walks = config.bench_walks_dir()
     import_corpus(corpus_root=corpus, walks_root=walks)
     assert sorted(Lineage.objects.values_list("source_path", flat=True)) == \
-        sorted(f"bench/walks/{p.name}" for p in walks.glob("*.gpu.json"))
+        [f"bench/walks/{p.name}" for p in document_files(walks, "*.gpu.json")]
 
 
 def test_a_malformed_committed_lineage_refuses_the_whole_corpus(tmp_path):
@@ -153,6 +154,15 @@ def test_a_malformed_committed_lineage_refuses_the_whole_corpus(tmp_path):
     (corpus / "lineages" / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(ImportRefused, match="broken.json"):
         import_corpus(corpus_root=corpus)
+    assert Lineage.objects.count() == 0 and KernelState.objects.count() == 0
+
+
+def test_a_corrupt_compressed_walk_refuses_the_whole_corpus(tmp_path):
+    corpus, walks = _corpus_without_lineages(tmp_path), tmp_path / "walks"
+    walks.mkdir()
+    (walks / "broken.gpu.json.gz").write_bytes(b"\x1f\x8b\x08 cut short")
+    with pytest.raises(ImportRefused, match="broken.gpu.json.gz: not a readable gzip file"):
+        import_corpus(corpus_root=corpus, walks_root=walks)
     assert Lineage.objects.count() == 0 and KernelState.objects.count() == 0
 
 

@@ -1,4 +1,4 @@
-"""The committed GPU walks (corpus/lineages/*.gpu.json, and bench/walks/*.gpu.json: the Hopper experts
+"""The committed GPU walks (corpus/lineages/*.gpu.json, and bench/walks/*.gpu.json.gz: the Hopper experts
 walked with warp_mma, kept out of the corpus so far) replay from the recorded verdicts byte for
 byte: every state, step, timing and rejection comes back the same, with no GPU.
 
@@ -9,6 +9,7 @@ gives another kernel, a replay miss, and fails here."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -17,20 +18,20 @@ import pytest
 from klineage import config, corpus
 from klineage.cli import main
 from klineage.config import GateMode
+from klineage.documents import document_files, document_stem
 from klineage.gate.cache import GateCache
 from klineage.lineage import Lineage
 from klineage.walk.walker import transforms_named, walk
 
-WALKS = sorted([*(config.corpus_dir() / "lineages").glob("*.gpu.json"),
-                *(config.REPO_ROOT / "bench" / "walks").glob("*.gpu.json")])
+WALKS = sorted([*document_files(config.corpus_dir() / "lineages", "*.gpu.json"),
+                *document_files(config.bench_walks_dir(), "*.gpu.json")])
 
 
 def test_gpu_walks_are_committed():
-    names = {p.name for p in WALKS}
-    assert {"row_softmax_warp_vec4.gpu.json", "topk_radix_select.gpu.json", "gemm_mma_sync.gpu.json",
-            "conv2d_implicit_gemm.gpu.json", "gemm_wgmma_tma.gpu.json", "conv2d_implicit_wgmma.gpu.json",
-            "fmha_flash_mma.gpu.json", "fmha_flash_wgmma.gpu.json", "gdn_chunked.gpu.json",
-            "gdn_chunked_mma.gpu.json", "gemm_mma_sync_any.gpu.json", "conv2d_implicit_gemm_any.gpu.json"} <= names
+    names = {document_stem(p, ".gpu.json") for p in WALKS}
+    assert {"row_softmax_warp_vec4", "topk_radix_select", "gemm_mma_sync", "conv2d_implicit_gemm", "gemm_wgmma_tma",
+            "conv2d_implicit_wgmma", "fmha_flash_mma", "fmha_flash_wgmma", "gdn_chunked", "gdn_chunked_mma",
+            "gemm_mma_sync_any", "conv2d_implicit_gemm_any"} <= names
 
 
 @pytest.mark.parametrize("path", WALKS, ids=lambda p: p.name)
@@ -48,11 +49,12 @@ def test_gpu_walk_replays_byte_for_byte(path: Path, tmp_path):
 
 def test_cli_replays_a_gpu_walk_as_it_ran(tmp_path, capsys):
     """`--as-in` takes the walk's transforms and limits; the full catalog today would propose a step
-    (uncoarsen) that the GPU never judged, and replay refuses to guess."""
+    (uncoarsen) that the GPU never judged, and replay refuses to guess. Both paths may be .gz, as
+    in bench/walks/."""
     topk = config.corpus_dir() / "lineages" / "topk_radix_select.gpu.json"
-    out = tmp_path / "replayed.json"
-    assert main(["walk", "topk/radix_select", "--gate", "replay", "--as-in", str(topk), "--out", str(out)]) == 0
-    want, got = json.loads(topk.read_text()), json.loads(out.read_text())
+    as_in, out = Lineage.load(topk).save(tmp_path / "topk.gpu.json.gz"), tmp_path / "replayed.gpu.json.gz"
+    assert main(["walk", "topk/radix_select", "--gate", "replay", "--as-in", str(as_in), "--out", str(out)]) == 0
+    want, got = json.loads(topk.read_text()), json.loads(gzip.decompress(out.read_bytes()))
     assert (want.pop("gate"), got.pop("gate")) == ("gpu", "replay") and got == want
     assert main(["walk", "topk/radix_select", "--gate", "replay", "--max-steps", "40", "--max-rejections", "8",
                  "--out", str(tmp_path / "full.json")]) == 2

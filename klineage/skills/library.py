@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from klineage.documents import document_files
 from klineage.errors import DocumentError, KLineageError
 from klineage.files import write_atomic
 from klineage.fingerprint import document_text, parse_document
@@ -127,13 +128,14 @@ def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] |
 
 
 def _lineage_files(folder: str | Path | None) -> list[tuple[Path, Lineage]]:
-    """(path, lineage) for every JSON file of a folder (default: the bundled `corpus/lineages/`), by name."""
+    """(path, lineage) for every JSON file of a folder (default: the bundled `corpus/lineages/`),
+    plain or gzip-compressed (bench/walks/), by name."""
     from klineage import config
 
     folder = Path(folder) if folder is not None else config.corpus_dir() / "lineages"
     if not folder.is_dir():
         raise DocumentError(str(folder), "no such lineage folder")
-    return [(path, Lineage.load(path)) for path in sorted(folder.glob("*.json"))]
+    return [(path, Lineage.load(path)) for path in document_files(folder)]
 
 
 def corpus_lineages(folder: str | Path | None = None) -> tuple[list[Lineage], list[Path]]:

@@ -10,7 +10,7 @@ from skills_app.importer import CREATED, UNCHANGED, UPDATED, ImportRefused, impo
 
 class Command(BaseCommand):
     help = ("Import bundled problems (probed in the sandbox), kernels with the adversarial suite, committed "
-            "lineages (corpus/lineages/*.json, and the GPU walks of bench/walks/*.gpu.json), recorded verdicts "
+            "lineages (corpus/lineages/*.json, and the GPU walks of bench/walks/*.gpu.json.gz), recorded verdicts "
             "and skill libraries (corpus/library/*.json). Idempotent and quick when nothing changed; a malformed "
             "document stores nothing and names its file.")
 
@@ -19,8 +19,8 @@ class Command(BaseCommand):
         parser.add_argument("--recorded", type=Path,
                             help="recorded verdicts folder (default: KLINEAGE_RECORDED_DIR or recorded/)")
         parser.add_argument("--walks", type=Path,
-                            help="GPU walks not yet in the library, *.gpu.json (default: bench/walks/ with the "
-                                 "bundled corpus)")
+                            help="GPU walks not yet in the library, *.gpu.json or *.gpu.json.gz (default: "
+                                 "KLINEAGE_BENCH_WALKS_DIR or bench/walks/, with the bundled corpus)")
 
     def handle(self, *args, **options):
         try:
