@@ -83,8 +83,8 @@ def test_problem_detail(client, corpus):
     ("/api/kernels/?problem=gemm", {"gemm/mma_sync", "gemm/mma_sync_any", "gemm/naive", "gemm/wgmma_tma"}),
     ("/api/kernels/?problem=topk&status=passed", {"topk/radix_select"}),
     ("/api/kernels/?arch=sm_90a", {"gemm/wgmma_tma", "conv2d/implicit_wgmma", "fmha/flash_wgmma"}),
-    ("/api/kernels/?problem=gemm&status=none", {"gemm/mma_sync_any", "gemm/naive"}),
-    ("/api/kernels/?problem=gemm&status=passed", {"gemm/mma_sync", "gemm/wgmma_tma"}),
+    ("/api/kernels/?problem=gemm&status=none", {"gemm/naive"}),
+    ("/api/kernels/?problem=gemm&status=passed", {"gemm/mma_sync", "gemm/mma_sync_any", "gemm/wgmma_tma"}),
     ("/api/kernels/?arch=sm_90a&problem=topk", set()),
     ("/api/kernels/?problem=gdn", {"gdn/chunked", "gdn/chunked_mma", "gdn/recurrent"}),
     ("/api/kernels/?suite=adversarial&q=bounds", {"adversarial/read_out_of_bounds", "adversarial/write_out_of_bounds"}),
@@ -99,8 +99,9 @@ def test_status_none_lists_exactly_the_kernels_without_a_verdict(client, corpus)
     listed = {row["name"] for row in _get(client, "/api/kernels/?problem=conv2d&status=none")["results"]}
     unjudged = {k.name for k in Kernel.objects.filter(operator="conv2d")
                 if not Verdict.objects.filter(state=k.current_state).exists()}
-    assert listed == unjudged and {"conv2d/direct", "conv2d/implicit_gemm_any"} <= listed
-    assert "conv2d/implicit_gemm" not in listed  # its GPU walk's verdicts are recorded
+    assert listed == unjudged and "conv2d/direct" in listed
+    # their GPU walks' verdicts are recorded
+    assert not {"conv2d/implicit_gemm", "conv2d/implicit_gemm_any"} & listed
 
 
 def test_verdict_filters(client, corpus):
@@ -120,9 +121,11 @@ def test_problem_and_state_filters(client, corpus):
     current = _get(client, "/api/problems/?current=true")["results"]
     assert {row["operator"] for row in current} == set(
         Problem.objects.filter(current=True).values_list("operator", flat=True))
-    states = _get(client, "/api/kernel-states/?operator=gemm&arch=sm_90")["results"]
+    page = _get(client, "/api/kernel-states/?operator=gemm&arch=sm_90&page_size=500")
+    assert page["count"] <= 500, "the walks' states outgrew one page: filter further"
     # States a walk reached belong to no bundled kernel (kernel null); the bundled ones are all there.
-    assert {row["kernel"] for row in states} - {None} == {"gemm/mma_sync", "gemm/mma_sync_any", "gemm/naive"}
+    kernels = {row["kernel"] for row in page["results"]} - {None}
+    assert kernels == {"gemm/mma_sync", "gemm/mma_sync_any", "gemm/naive"}
 
 
 def test_ordering(client, corpus):

@@ -134,7 +134,7 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     stages = {"static": report.to_dict(), "compile": compiled.portable_dict(), "features": features}
 
     try:
-        candidate = _contender("candidate", kernel, compiled, probe, judged, device)
+        candidate = contender("candidate", kernel, compiled, probe, judged, device)
     except _PlanFailure as failure:
         return finish(Status.REJECTED, [failure.finding], **stages)
     if mode is GateMode.COMPILE_ONLY:
@@ -148,7 +148,7 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
         if not against_compiled.ok:
             raise KLineageError(f"the baseline kernel '{against.name}' does not compile "
                                 f"({against_compiled.status.value}): {_first_error(against_compiled.log)}")
-        contenders.append(_contender("baseline", against, against_compiled, probe, [timing_case], device))
+        contenders.append(contender("baseline", against, against_compiled, probe, [timing_case], device))
     twin = _judged_twin(cache, policy, parts, judged_under) if timing_case and not record else None
     if twin is not None and twin.status is Status.REJECTED:
         return finish(Status.REJECTED, list(twin.findings), twin=twin.provenance["key"], **stages,
@@ -223,7 +223,7 @@ class _PlanFailure(Exception):
         self.finding = finding
 
 
-def _contender(role: str, state: KernelState, compiled: CompileResult, probe, cases: list[str],
+def contender(role: str, state: KernelState, compiled: CompileResult, probe, cases: list[str],
                device: devices.DeviceSpec) -> Contender:
     """Resolve the plan for every case and check what can be checked without a GPU."""
     constants = state.constants

@@ -65,9 +65,24 @@ class Chromium:
         page.screenshot(path=str(self.screenshots / f"{name}-{width}.png"), full_page=True)
         overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         if overflow > 0:
-            wide = page.evaluate("""() => [...document.querySelectorAll('body *')]
-            .filter(e => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
-            .slice(0, 8).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))""")
+            # the culprits: elements and runs of text past the window's edge, not clipped by a box
+            # inside it that scrolls or hides them (a long unbroken word has no element of its own)
+            wide = page.evaluate("""() => {
+              const w = document.documentElement.clientWidth + 1;
+              const clipped = n => { for (let p = n.parentElement; p; p = p.parentElement)
+                if (getComputedStyle(p).overflowX !== 'visible' && p.getBoundingClientRect().right <= w) return true;
+                return false; };
+              const text = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+              const found = [];
+              for (let n = text.nextNode(); n && found.length < 8; n = text.nextNode()) {
+                const range = document.createRange(); range.selectNodeContents(n);
+                if (range.getBoundingClientRect().right > w && !clipped(n))
+                  found.push(n.parentElement.tagName + '.' + n.parentElement.className + ' "' + n.textContent.trim().slice(0, 60) + '"');
+              }
+              for (const e of document.querySelectorAll('body *'))
+                if (found.length < 8 && e.getBoundingClientRect().right > w && !clipped(e))
+                  found.push(e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right));
+              return found; }""")
             raise AssertionError(f"{name} at {width} px is {overflow} px wider than the window: {wide}")
 
 

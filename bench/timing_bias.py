@@ -1,0 +1,107 @@
+"""Does pairing move a timing? Two views of the gate's paired timing, for GPU walks.
+
+    python bench/timing_bias.py scan WALK.gpu.json... [--sass] [--tolerance 0.05]    (any machine)
+    python bench/timing_bias.py probe WALK.gpu.json STEP [STEP...]                   (GPU host)
+
+scan: from the recorded verdicts (no GPU), each inner state's two medians (as the baseline of the
+step before, as the candidate of its own step) and where they disagree; `--sass` compiles the
+disagreeing steps' parent and child here (a minute or more per big scalarized state on two cores)
+and says where they are the same machine code, so the ratio the walk recorded for them can only be
+the pairing's.
+probe: on the GPU, one runner process per row, the way the gate runs it, for a step's parent A and
+child B: A vs B as the walk timed them, with a second, separately loaded copy of A as a control;
+the roles swapped (B vs A, a copy of B); and A against a copy of itself. A sound pairing gives
+every control ratio 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from klineage import config, corpus, devices
+from klineage.gate import execute
+from klineage.gate.compile import compile_kernel
+from klineage.gate.pipeline import contender
+from klineage.gate.policy import GatePolicy
+from klineage.lineage import Lineage
+from klineage.walk.timing_audit import CodeIdentity, same_machine_code, state_timings, step_timings, with_code_identity
+
+
+def scan(paths: list[Path], tolerance: float, sass: bool) -> int:
+    print(f"{'walk':34s} {'states':>6s} {'disagree':>8s} {'worst':>6s}  steps judged on the same SASS")
+    for path in paths:
+        lineage = Lineage.load(path)
+        steps = step_timings(lineage)
+        states = state_timings(steps)
+        off = [s for s in states if s.disagrees(tolerance)]
+        worst = max(states, key=lambda s: abs(s.bias - 1.0)).bias if states else 1.0
+        same = ""
+        if sass and off:
+            # a step whose parent or child disagrees with itself: is its ratio the edit's or the pairing's?
+            suspect = {s.index for s in off} | {s.index - 1 for s in off}
+            checked = [s for s in with_code_identity(lineage, steps, suspect) if s.index in suspect]
+            same = ", ".join(f"{s.index} ({s.transform}, ratio {s.ratio:.3f})"
+                             for s in checked if s.code is CodeIdentity.SAME)
+        print(f"{path.name:34s} {len(states):6d} {len(off):8d} {worst:6.3f}  {same}")
+    return 0
+
+
+def probe(path: Path, indices: list[int]) -> int:
+    lineage = Lineage.load(path)
+    problem = corpus.problem_path(lineage.problem.operator)
+    probed = execute.probe_problem(problem, config.cache_dir())
+    device = devices.lookup(execute.gpu_name())
+    policy = GatePolicy.from_dict(lineage.policy["forward_timing"])
+    case = policy.timing_case or probed.info.headline
+    print(f"{path.name}: case {case}, {device.name}; medians in us, ratio = other / first")
+    print(f"{'step':>4s} {'row':14s} {'first':>10s} {'second':>10s} {'control':>10s} {'2nd/1st':>8s} {'ctl/1st':>8s}")
+    for index in indices:
+        parent, child = lineage.states[index].kernel, lineage.states[index + 1].kernel
+        same = same_machine_code(parent, child).value
+        rows = {"A, B, A copy": (parent, child, parent), "B, A, B copy": (child, parent, child),
+                "A, A copy": (parent, parent)}
+        for label, kernels in rows.items():
+            medians = _time(problem, probed, device, policy, case, kernels)
+            first = medians[0]
+            ratios = [m / first for m in medians[1:]]
+            cells = [f"{m:10.1f}" for m in medians] + [" " * 10] * (3 - len(medians))
+            print(f"{index:4d} {label:14s} {' '.join(cells)} " + " ".join(f"{r:8.3f}" for r in ratios)
+                  + (f"   (SASS {same})" if label.startswith("A, B") else ""))
+    return 0
+
+
+def _time(problem: Path, probed, device, policy: GatePolicy, case: str, kernels) -> list[float]:
+    """One runner process timing the kernels in this load order; each role's median."""
+    roles = ["candidate", "baseline", "control"][:len(kernels)]
+    contenders = [contender(role, kernel, compile_kernel(kernel, cache_dir=config.cache_dir()), probed, [case], device)
+                  for role, kernel in zip(roles, kernels)]
+    request = {"mode": "run", "problem": str(problem), "cases": [case], "seeds": [0], "timing_case": case,
+               "kernels": [c.spec for c in contenders]}
+    cubins = {c.role: c.compiled.cubin_bytes(c.state.plan.arch) for c in contenders}
+    outcome = execute.run_on_gpu(request, cubins, policy)
+    timed = outcome.result.get("profile", {}).get("contenders")
+    if not timed:
+        raise SystemExit(f"no timing came back: {outcome.findings or outcome.error or outcome.output_excerpt}")
+    return [float(timed[role]["median_us"]) for role in roles]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("scan", help="each state's two recorded medians, from the recorded verdicts")
+    s.add_argument("walks", nargs="+", type=Path)
+    s.add_argument("--tolerance", type=float, default=0.05, help="|bias - 1| above this disagrees (0.05)")
+    s.add_argument("--sass", action="store_true", help="compile the disagreeing steps and compare their SASS")
+    p = sub.add_parser("probe", help="time a step's parent and child with controls, on this GPU")
+    p.add_argument("walk", type=Path)
+    p.add_argument("steps", nargs="+", type=int)
+    args = parser.parse_args(argv)
+    if args.command == "scan":
+        return scan(args.walks, args.tolerance, args.sass)
+    return probe(args.walk, args.steps)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

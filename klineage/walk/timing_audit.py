@@ -1,0 +1,114 @@
+"""Whether a GPU walk's paired timings agree with themselves.
+
+Every inner state of a walk is timed twice: as the baseline of the step before it (against its
+parent) and as the candidate of its own step (against its child). Both are medians of the same
+machine code on the same GPU, so they should agree; where they do not, the pairing itself moved the
+number and the step's child/parent ratio measures the pairing, not the edit. Where a step leaves the
+machine code unchanged (a `restrict` nvcc ignores, an unroll it already did), the true ratio is 1 and
+any other measured ratio is that artifact. Everything here reads recorded verdicts (replay): no GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from klineage import config, corpus
+from klineage.config import GateMode
+from klineage.errors import DocumentError
+from klineage.features.sass import disassemble
+from klineage.gate.cache import GateCache
+from klineage.gate.compile import compile_kernel
+from klineage.gate.pipeline import run_gate
+from klineage.gate.policy import GatePolicy
+from klineage.kernel import KernelState
+from klineage.lineage import Lineage
+
+
+class CodeIdentity(str, Enum):
+    SAME = "same"  # parent and child compile to the same SASS: the true ratio is 1
+    DIFFERENT = "different"
+    UNCHECKED = "unchecked"
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """One forward timing: the parent (candidate) against its child (baseline), medians in us."""
+
+    index: int
+    transform: str
+    candidate_us: float
+    baseline_us: float
+    code: CodeIdentity = CodeIdentity.UNCHECKED
+
+    def __post_init__(self):
+        if self.candidate_us <= 0 or self.baseline_us <= 0:
+            raise DocumentError(f"step {self.index}", "timed medians must be > 0")
+
+    @property
+    def ratio(self) -> float:
+        """child time / parent time, as the walk judged it."""
+        return self.baseline_us / self.candidate_us
+
+
+@dataclass(frozen=True)
+class StateTiming:
+    """One inner state's two medians: as the baseline of step `index - 1`, as the candidate of `index`."""
+
+    index: int
+    as_baseline_us: float
+    as_candidate_us: float
+
+    @property
+    def bias(self) -> float:
+        """> 1: the state timed slower as the candidate; 1 is what sound pairing gives."""
+        return self.as_candidate_us / self.as_baseline_us
+
+    def disagrees(self, tolerance: float) -> bool:
+        return abs(self.bias - 1.0) > tolerance
+
+
+def step_timings(lineage: Lineage, cache: GateCache | None = None) -> list[StepTiming]:
+    """The recorded forward timings of a GPU walk, served from the recorded store like a replay."""
+    if lineage.gate is not GateMode.GPU:
+        raise DocumentError("lineage", f"a {lineage.gate.value} walk timed nothing; audit a GPU walk")
+    cache = cache or GateCache(None, config.recorded_dir())
+    problem = corpus.problem_path(lineage.problem.operator)
+    policy = GatePolicy.from_dict(lineage.policy["forward_timing"])
+    states = [state.kernel for state in lineage.states]
+    steps = []
+    for step in lineage.transitions:
+        verdict = run_gate(problem, states[step.index], against=states[step.index + 1], policy=policy,
+                           mode=GateMode.REPLAY, cache=cache)
+        contenders = verdict.profile.get("contenders", {})
+        if "baseline" not in contenders:
+            raise DocumentError(f"step {step.index}", "its recorded forward timing has no paired baseline")
+        steps.append(StepTiming(step.index, step.transform, float(contenders["candidate"]["median_us"]),
+                                float(contenders["baseline"]["median_us"])))
+    return steps
+
+
+def state_timings(steps: list[StepTiming]) -> list[StateTiming]:
+    """Each state timed in two consecutive steps, with both of its medians."""
+    by_index = {step.index: step for step in steps}
+    return [StateTiming(i, by_index[i - 1].baseline_us, by_index[i].candidate_us)
+            for i in sorted(by_index) if i - 1 in by_index]
+
+
+def same_machine_code(parent: KernelState, child: KernelState) -> CodeIdentity:
+    """Compile both (this machine's nvcc, the plan's arch) and compare every function's SASS."""
+    sass = []
+    for kernel in (parent, child):
+        compiled = compile_kernel(kernel, cache_dir=config.cache_dir())
+        if not compiled.ok:
+            return CodeIdentity.UNCHECKED
+        sass.append(disassemble(compiled.cubin_bytes(kernel.plan.arch)))
+    return CodeIdentity.SAME if sass[0] == sass[1] else CodeIdentity.DIFFERENT
+
+
+def with_code_identity(lineage: Lineage, steps: list[StepTiming], indices: set[int]) -> list[StepTiming]:
+    """`steps` with the SASS of the steps in `indices` compared (compiling costs seconds per state)."""
+    states = [state.kernel for state in lineage.states]
+    return [StepTiming(s.index, s.transform, s.candidate_us, s.baseline_us,
+                       same_machine_code(states[s.index], states[s.index + 1]))
+            if s.index in indices else s for s in steps]

@@ -1,0 +1,56 @@
+"""The timing audit reads a GPU walk's forward timings back from the recorded verdicts and finds
+where a state's two medians (as baseline, as candidate) disagree. The data are the committed
+measurements of session 13's conv2d/implicit_gemm_any walk on the H200; the SASS comparison runs
+this machine's nvcc and cuobjdump."""
+
+from __future__ import annotations
+
+import pytest
+
+from klineage import config
+from klineage.errors import DocumentError
+from klineage.lineage import Lineage
+from klineage.walk.timing_audit import CodeIdentity, StepTiming, same_machine_code, state_timings, step_timings
+
+CONV_ANY = config.bench_walks_dir() / "conv2d_implicit_gemm_any.gpu.json.gz"
+SOFTMAX = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.gpu.json"
+
+
+def test_each_inner_state_is_paired_with_its_own_two_medians():
+    steps = [StepTiming(0, "a", 10.0, 20.0), StepTiming(1, "b", 30.0, 40.0), StepTiming(2, "c", 40.0, 40.0)]
+    states = state_timings(steps)
+    assert [(s.index, s.as_baseline_us, s.as_candidate_us) for s in states] == [(1, 20.0, 30.0), (2, 40.0, 40.0)]
+    assert states[0].bias == 1.5 and states[0].disagrees(0.05) and not states[1].disagrees(0.05)
+    assert steps[0].ratio == 2.0  # child time / parent time, as the walk records it
+
+
+def test_a_median_must_be_positive():
+    with pytest.raises(DocumentError, match="step 3"):
+        StepTiming(3, "unroll", 0.0, 1.0)
+
+
+def test_the_recorded_conv_walk_times_the_same_states_differently_by_role():
+    walk = Lineage.load(CONV_ANY)
+    steps = step_timings(walk)
+    assert [s.index for s in steps] == list(range(len(walk.transitions)))
+    recorded = {t.index: t.forward.timing.overall for t in walk.transitions}
+    assert all(s.ratio == pytest.approx(recorded[s.index], rel=0.02) for s in steps)
+    by_state = {s.index: s for s in state_timings(steps)}
+    # the restrict steps: one kernel, about 376 us as a baseline and 543 us as a candidate
+    assert all(by_state[i].bias > 1.4 for i in range(13, 30))
+    # after the last big unroll goes, the two medians agree within 1%
+    assert all(not by_state[i].disagrees(0.01) for i in range(35, 43))
+
+
+def test_only_gpu_walks_are_audited():
+    dry = Lineage.load(config.bench_walks_dir() / "conv2d_implicit_gemm_any.dry.json.gz")
+    with pytest.raises(DocumentError, match="audit a GPU walk"):
+        step_timings(dry)
+
+
+def test_machine_code_identity_is_told_apart():
+    walk = Lineage.load(SOFTMAX)
+    kernels = [s.kernel for s in walk.states]
+    assert walk.transitions[0].transform == "devectorize" and walk.transitions[12].transform == "restrict"
+    assert same_machine_code(kernels[0], kernels[1]) is CodeIdentity.DIFFERENT
+    assert same_machine_code(kernels[12], kernels[13]) is CodeIdentity.SAME
