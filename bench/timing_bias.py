@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from klineage import config, corpus, devices
+from klineage.errors import KLineageError
 from klineage.gate import execute
 from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import contender
@@ -98,9 +99,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("walk", type=Path)
     p.add_argument("steps", nargs="+", type=int)
     args = parser.parse_args(argv)
-    if args.command == "scan":
-        return scan(args.walks, args.tolerance, args.sass)
-    return probe(args.walk, args.steps)
+    try:
+        if args.command == "scan":
+            return scan(args.walks, args.tolerance, args.sass)
+        return probe(args.walk, args.steps)
+    except KLineageError as exc:  # no GPU, a replay miss, a malformed walk: say so, no traceback
+        print(f"timing_bias: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
