@@ -5,8 +5,11 @@ this machine's nvcc and cuobjdump."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
+from bench_tools import bench_script
 from klineage import config
 from klineage.errors import DocumentError
 from klineage.lineage import Lineage
@@ -54,3 +57,16 @@ def test_machine_code_identity_is_told_apart():
     assert walk.transitions[0].transform == "devectorize" and walk.transitions[12].transform == "restrict"
     assert same_machine_code(kernels[0], kernels[1]) is CodeIdentity.DIFFERENT
     assert same_machine_code(kernels[12], kernels[13]) is CodeIdentity.SAME
+
+
+def test_the_scan_lists_each_walk_with_its_disagreeing_states(capsys):
+    assert bench_script("timing_bias").main(["scan", str(CONV_ANY), str(SOFTMAX)]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows["conv2d_implicit_gemm_any.gpu.json.gz"][:3] == ["42", "33", "1.504"]
+    assert rows["row_softmax_warp_vec4.gpu.json"][1] == "0"
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has a GPU")
+def test_the_probe_without_a_gpu_says_so(capsys):
+    assert bench_script("timing_bias").main(["probe", str(CONV_ANY), "13"]) == 2
+    assert "no GPU here" in capsys.readouterr().err
