@@ -27,7 +27,7 @@ from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import contender
 from klineage.gate.policy import GatePolicy
 from klineage.lineage import Lineage
-from klineage.walk.timing_audit import CodeIdentity, same_machine_code, state_timings, step_timings, with_code_identity
+from klineage.walk.timing_audit import CodeIdentity, same_machine_code, code_identities, state_timings, step_timings
 
 
 def scan(paths: list[Path], tolerance: float, sass: bool) -> int:
@@ -42,9 +42,8 @@ def scan(paths: list[Path], tolerance: float, sass: bool) -> int:
         if sass and off:
             # a step whose parent or child disagrees with itself: is its ratio the edit's or the pairing's?
             suspect = {s.index for s in off} | {s.index - 1 for s in off}
-            checked = [s for s in with_code_identity(lineage, steps, suspect) if s.index in suspect]
             same = ", ".join(f"{s.index} ({s.transform}, ratio {s.ratio:.3f})"
-                             for s in checked if s.code is CodeIdentity.SAME)
+                             for s in code_identities(lineage, steps, suspect) if s.code is CodeIdentity.SAME)
         print(f"{path.name:34s} {len(states):6d} {len(off):8d} {worst:6.3f}  {same}")
     return 0
 

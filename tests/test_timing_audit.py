@@ -13,7 +13,8 @@ from bench_tools import bench_script
 from klineage import config
 from klineage.errors import DocumentError
 from klineage.lineage import Lineage
-from klineage.walk.timing_audit import CodeIdentity, StepTiming, same_machine_code, state_timings, step_timings
+from klineage.walk.timing_audit import (CodeIdentity, StepTiming, code_identities, same_machine_code, state_timings,
+                                        step_timings)
 
 CONV_ANY = config.bench_walks_dir() / "conv2d_implicit_gemm_any.gpu.json.gz"
 SOFTMAX = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.gpu.json"
@@ -57,6 +58,9 @@ def test_machine_code_identity_is_told_apart():
     assert walk.transitions[0].transform == "devectorize" and walk.transitions[12].transform == "restrict"
     assert same_machine_code(kernels[0], kernels[1]) is CodeIdentity.DIFFERENT
     assert same_machine_code(kernels[12], kernels[13]) is CodeIdentity.SAME
+    checked = code_identities(walk, step_timings(walk), {0, 11, 12})
+    assert [(s.index, s.code) for s in checked] == [(0, CodeIdentity.DIFFERENT), (11, CodeIdentity.SAME),
+                                                    (12, CodeIdentity.SAME)]
 
 
 def test_the_scan_lists_each_walk_with_its_disagreeing_states(capsys):

@@ -95,20 +95,31 @@ def state_timings(steps: list[StepTiming]) -> list[StateTiming]:
             for i in sorted(by_index) if i - 1 in by_index]
 
 
+def machine_code(kernel: KernelState) -> dict[str, list[str]] | None:
+    """Every function's SASS, compiled here (this machine's nvcc, the plan's arch); None if it does not compile."""
+    compiled = compile_kernel(kernel, cache_dir=config.cache_dir())
+    return disassemble(compiled.cubin_bytes(kernel.plan.arch)) if compiled.ok else None
+
+
+def _identity(parent: dict[str, list[str]] | None, child: dict[str, list[str]] | None) -> CodeIdentity:
+    if parent is None or child is None:
+        return CodeIdentity.UNCHECKED
+    return CodeIdentity.SAME if parent == child else CodeIdentity.DIFFERENT
+
+
 def same_machine_code(parent: KernelState, child: KernelState) -> CodeIdentity:
-    """Compile both (this machine's nvcc, the plan's arch) and compare every function's SASS."""
-    sass = []
-    for kernel in (parent, child):
-        compiled = compile_kernel(kernel, cache_dir=config.cache_dir())
-        if not compiled.ok:
-            return CodeIdentity.UNCHECKED
-        sass.append(disassemble(compiled.cubin_bytes(kernel.plan.arch)))
-    return CodeIdentity.SAME if sass[0] == sass[1] else CodeIdentity.DIFFERENT
+    return _identity(machine_code(parent), machine_code(child))
 
 
-def with_code_identity(lineage: Lineage, steps: list[StepTiming], indices: set[int]) -> list[StepTiming]:
-    """`steps` with the SASS of the steps in `indices` compared (compiling costs seconds per state)."""
-    states = [state.kernel for state in lineage.states]
-    return [StepTiming(s.index, s.transform, s.candidate_us, s.baseline_us,
-                       same_machine_code(states[s.index], states[s.index + 1]))
-            if s.index in indices else s for s in steps]
+def code_identities(lineage: Lineage, steps: list[StepTiming], indices: set[int]) -> list[StepTiming]:
+    """The steps in `indices`, their parent's and child's SASS compared; each state is compiled and
+    disassembled once, though consecutive steps share it (seconds to minutes per state)."""
+    sass: dict[int, dict[str, list[str]] | None] = {}
+
+    def of(index: int) -> dict[str, list[str]] | None:
+        if index not in sass:
+            sass[index] = machine_code(lineage.states[index].kernel)
+        return sass[index]
+
+    return [StepTiming(s.index, s.transform, s.candidate_us, s.baseline_us, _identity(of(s.index), of(s.index + 1)))
+            for s in steps if s.index in indices]
