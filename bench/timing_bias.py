@@ -2,6 +2,7 @@
 
     python bench/timing_bias.py scan WALK.gpu.json... [--sass] [--tolerance 0.05]    (any machine)
     python bench/timing_bias.py probe WALK.gpu.json STEP [STEP...]                   (GPU host)
+    python bench/timing_bias.py placement WALK.gpu.json STEP                          (GPU host)
 
 scan: from the recorded verdicts (no GPU), each inner state's two medians (as the baseline of the
 step before, as the candidate of its own step) and where they disagree; `--sass` compiles the
@@ -12,12 +13,20 @@ probe: on the GPU, one runner process per row, the way the gate runs it, for a s
 child B: A vs B as the walk timed them, with a second, separately loaded copy of A as a control;
 the roles swapped (B vs A, a copy of B); and A against a copy of itself. A sound pairing gives
 every control ratio 1.
+placement: which loaded copy is slow, and why? Copies of the step's parent A, each row in a fresh
+process, with the order the modules are loaded and the order their buffers are allocated set apart
+(and a different module, the child B, loaded first and never timed, to shift where the copies
+land). It runs the runner's own loading and timing code in its process, not in the sandbox:
+corpus states only.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from klineage import config, corpus, devices
@@ -72,11 +81,78 @@ def probe(path: Path, indices: list[int]) -> int:
     return 0
 
 
+# label: (the modules in load order, the load indices timed in the order their buffers are allocated)
+PLACEMENT_ROWS = {
+    "A A": ("AA", (0, 1)),
+    "A A, buffers reversed": ("AA", (1, 0)),
+    "B untimed, A A": ("BAA", (1, 2)),
+    "A A A A": ("AAAA", (0, 1, 2, 3)),
+    "A A A A, buffers reversed": ("AAAA", (3, 2, 1, 0)),
+}
+
+
+def _contenders(probed, device, case: str, kernels) -> list:
+    roles = ["candidate", "baseline", "control"][:len(kernels)]
+    return [contender(role, kernel, compile_kernel(kernel, cache_dir=config.cache_dir()), probed, [case], device)
+            for role, kernel in zip(roles, kernels)]
+
+
+def placement(path: Path, index: int) -> int:
+    lineage = Lineage.load(path)
+    problem = corpus.problem_path(lineage.problem.operator)
+    probed = execute.probe_problem(problem, config.cache_dir())
+    device = devices.lookup(execute.gpu_name())
+    policy = GatePolicy.from_dict(lineage.policy["forward_timing"])
+    case = policy.timing_case or probed.info.headline
+    a, b = _contenders(probed, device, case, [lineage.states[index].kernel, lineage.states[index + 1].kernel])
+    print(f"{path.name} step {index}: copies of its parent A, case {case}, {device.name}; "
+          f"medians in us by load position, ratio = slowest / fastest")
+    with tempfile.TemporaryDirectory() as work:
+        specs = {}
+        for name, c in (("A", a), ("B", b)):
+            cubin = Path(work) / f"{name}.cubin"
+            cubin.write_bytes(c.compiled.cubin_bytes(c.state.plan.arch))
+            specs[name] = {**c.spec, "cubin": str(cubin)}
+        request = Path(work) / "request.json"
+        request.write_text(json.dumps({"problem": str(problem), "case": case, "policy": policy.to_dict(), "specs": specs}))
+        for label in PLACEMENT_ROWS:
+            out = subprocess.run([sys.executable, __file__, "_row", str(request), label], capture_output=True, text=True)
+            if out.returncode:
+                raise SystemExit(f"{label}: {out.stderr[-2000:]}")
+            medians = {int(k): v for k, v in json.loads(out.stdout.splitlines()[-1]).items()}
+            cells = " ".join(f"{k}:{v:8.1f}" for k, v in sorted(medians.items()))
+            print(f"  {label:28s} {cells}   {max(medians.values()) / min(medians.values()):6.3f}")
+    return 0
+
+
+def _row(request_path: Path, label: str) -> int:
+    """One placement row, in this process: load the modules, allocate the timed ones' buffers, time them."""
+    from klineage.gate import runner
+    from klineage.problem import load_problem
+
+    request = json.loads(request_path.read_text())
+    modules, timed = PLACEMENT_ROWS[label]
+    device = runner.Device(runner.Progress(None))
+    try:
+        roles = {index: "candidate" if index == timed[0] else f"m{index}" for index in timed}
+        loaded = [runner.LoadedKernel(device, {**request["specs"][name], "role": roles.get(i, "untimed")})
+                  for i, name in enumerate(modules)]
+        result: dict = {"findings": []}
+        runner.profile(device, load_problem(request["problem"]), [loaded[i] for i in timed], request["case"],
+                       {**request["policy"], "vendor": False}, result)
+        if result["findings"]:
+            raise SystemExit(str(result["findings"]))
+        medians = result["profile"]["contenders"]
+        print(json.dumps({i: medians[roles[i]]["median_us"] for i in timed}))
+    finally:
+        device.close()
+    return 0
+
+
 def _time(problem: Path, probed, device, policy: GatePolicy, case: str, kernels) -> list[float]:
     """One runner process timing the kernels in this load order; each role's median."""
-    roles = ["candidate", "baseline", "control"][:len(kernels)]
-    contenders = [contender(role, kernel, compile_kernel(kernel, cache_dir=config.cache_dir()), probed, [case], device)
-                  for role, kernel in zip(roles, kernels)]
+    contenders = _contenders(probed, device, case, kernels)
+    roles = [c.role for c in contenders]
     request = {"mode": "run", "problem": str(problem), "cases": [case], "seeds": [0], "timing_case": case,
                "kernels": [c.spec for c in contenders]}
     cubins = {c.role: c.compiled.cubin_bytes(c.state.plan.arch) for c in contenders}
@@ -97,10 +173,20 @@ def main(argv: list[str]) -> int:
     p = sub.add_parser("probe", help="time a step's parent and child with controls, on this GPU")
     p.add_argument("walk", type=Path)
     p.add_argument("steps", nargs="+", type=int)
+    q = sub.add_parser("placement", help="copies of a step's parent, loaded and allocated in different orders")
+    q.add_argument("walk", type=Path)
+    q.add_argument("step", type=int)
+    r = sub.add_parser("_row")  # one placement row, run by `placement` in a fresh process
+    r.add_argument("request", type=Path)
+    r.add_argument("label", choices=PLACEMENT_ROWS)
     args = parser.parse_args(argv)
     try:
         if args.command == "scan":
             return scan(args.walks, args.tolerance, args.sass)
+        if args.command == "placement":
+            return placement(args.walk, args.step)
+        if args.command == "_row":
+            return _row(args.request, args.label)
         return probe(args.walk, args.steps)
     except KLineageError as exc:  # no GPU, a replay miss, a malformed walk: say so, no traceback
         print(f"timing_bias: {exc}", file=sys.stderr)
