@@ -14,11 +14,11 @@ child B: A vs B as the walk timed them, with a second, separately loaded copy of
 the roles swapped (B vs A, a copy of B); and A against a copy of itself. A sound pairing gives
 every control ratio 1; `placement` is how much a kernel's time moved with where its code was loaded
 (the gate rotates its load order between trials since session 14).
-placement: which loaded copy is slow, and why? Copies of the step's parent A, each row in a fresh
-process, with the order the modules are loaded and the order their buffers are allocated set apart
-(and a different module, the child B, loaded first and never timed, to shift where the copies
-land). It runs the runner's own loading and timing code in its process, not in the sandbox:
-corpus states only.
+placement: which loaded copy is slow, and does reloading move it? Copies of the step's parent A,
+each row a script of loads, unloads and timings in a fresh process (the first version of this
+command, in bench/logs/gpu-session-s14.txt call 3, also set the buffers' allocation order apart
+from the load order: the slow copy followed the load order). It runs the runner's own loading
+and timing code in its process, not in the sandbox: corpus states only.
 """
 
 from __future__ import annotations
@@ -84,13 +84,16 @@ def probe(path: Path, indices: list[int]) -> int:
     return 0
 
 
-# label: (the modules in load order, the load indices timed in the order their buffers are allocated)
+# label: a script run in one fresh process: +X loads module X (A0, A1, ...: copies of the parent A;
+# B: the child), -X unloads it, T times every loaded module alone (a profile each, in load order)
 PLACEMENT_ROWS = {
-    "A A": ("AA", (0, 1)),
-    "A A, buffers reversed": ("AA", (1, 0)),
-    "B untimed, A A": ("BAA", (1, 2)),
-    "A A A A": ("AAAA", (0, 1, 2, 3)),
-    "A A A A, buffers reversed": ("AAAA", (3, 2, 1, 0)),
+    "A A": "+A0 +A1 T",
+    "B untimed, A A": "+B +A0 +A1 -B T",
+    "A A A A": "+A0 +A1 +A2 +A3 T",
+    "reload both, swapped": "+A0 +A1 T -A0 -A1 +A1 +A0 T",
+    "reload both, unloaded last first": "+A0 +A1 T -A1 -A0 +A1 +A0 T",
+    "reload the first": "+A0 +A1 T -A0 +A0 T",
+    "reload three, rotated": "+A0 +A1 +A2 T -A0 -A1 -A2 +A1 +A2 +A0 T",
 }
 
 
@@ -109,7 +112,7 @@ def placement(path: Path, index: int) -> int:
     case = policy.timing_case or probed.info.headline
     a, b = _contenders(probed, device, case, [lineage.states[index].kernel, lineage.states[index + 1].kernel])
     print(f"{path.name} step {index}: copies of its parent A, case {case}, {device.name}; "
-          f"medians in us by load position, ratio = slowest / fastest")
+          f"medians in us of each loaded module timed alone, in load order", flush=True)
     with tempfile.TemporaryDirectory() as work:
         specs = {}
         for name, c in (("A", a), ("B", b)):
@@ -122,31 +125,40 @@ def placement(path: Path, index: int) -> int:
             out = subprocess.run([sys.executable, __file__, "_row", str(request), label], capture_output=True, text=True)
             if out.returncode:
                 raise SystemExit(f"{label}: {out.stderr[-2000:]}")
-            medians = {int(k): v for k, v in json.loads(out.stdout.splitlines()[-1]).items()}
-            cells = " ".join(f"{k}:{v:8.1f}" for k, v in sorted(medians.items()))
-            print(f"  {label:28s} {cells}   {max(medians.values()) / min(medians.values()):6.3f}")
+            for medians in json.loads(out.stdout.splitlines()[-1]):
+                cells = " ".join(f"{k}:{v:8.1f}" for k, v in medians.items())
+                print(f"  {label:34s} {cells}", flush=True)
+                label = ""
     return 0
 
 
 def _row(request_path: Path, label: str) -> int:
-    """One placement row, in this process: load the modules, allocate the timed ones' buffers, time them."""
+    """One placement row, in this process: its script's loads, unloads and timings."""
     from klineage.gate import runner
     from klineage.problem import load_problem
 
     request = json.loads(request_path.read_text())
-    modules, timed = PLACEMENT_ROWS[label]
+    problem = load_problem(request["problem"])
+    policy = {**request["policy"], "vendor": False}
     device = runner.Device(runner.Progress(None))
+    loaded: dict[str, runner.LoadedKernel] = {}
+    timings = []
     try:
-        roles = {index: "candidate" if index == timed[0] else f"m{index}" for index in timed}
-        loaded = [runner.LoadedKernel(device, {**request["specs"][name], "role": roles.get(i, "untimed")})
-                  for i, name in enumerate(modules)]
-        result: dict = {"findings": []}
-        runner.profile(device, load_problem(request["problem"]), [loaded[i] for i in timed], request["case"],
-                       {**request["policy"], "vendor": False}, result)
-        if result["findings"]:
-            raise SystemExit(str(result["findings"]))
-        medians = result["profile"]["contenders"]
-        print(json.dumps({i: medians[roles[i]]["median_us"] for i in timed}))
+        for token in PLACEMENT_ROWS[label].split():
+            if token.startswith("+"):
+                loaded[token[1:]] = runner.LoadedKernel(device, {**request["specs"][token[1]], "role": "candidate"})
+            elif token.startswith("-"):
+                loaded.pop(token[1:]).unload()
+            else:
+                medians = {}
+                for name, kernel in loaded.items():
+                    result: dict = {"findings": []}
+                    runner.profile(device, problem, [kernel], request["case"], policy, result)
+                    if result["findings"]:
+                        raise SystemExit(str(result["findings"]))
+                    medians[name] = result["profile"]["contenders"]["candidate"]["median_us"]
+                timings.append(medians)
+        print(json.dumps(timings))
     finally:
         device.close()
     return 0
