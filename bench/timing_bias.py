@@ -12,8 +12,7 @@ the pairing's.
 probe: on the GPU, one runner process per row, the way the gate runs it, for a step's parent A and
 child B: A vs B as the walk timed them, with a second, separately loaded copy of A as a control;
 the roles swapped (B vs A, a copy of B); and A against a copy of itself. A sound pairing gives
-every control ratio 1; `placement` is how much a kernel's time moved with where its code was loaded
-(the gate rotates its load order between trials since session 14).
+every control ratio 1.
 placement: which loaded copy is slow, and does reloading move it? Copies of the step's parent A,
 each row a script of loads, unloads and timings in a fresh process (the first version of this
 command, in bench/logs/gpu-session-s14.txt call 3, also set the buffers' allocation order apart
@@ -36,7 +35,6 @@ from klineage.gate import execute
 from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import contender
 from klineage.gate.policy import GatePolicy
-from klineage.gate.timing import placement_spread
 from klineage.lineage import Lineage
 from klineage.walk.timing_audit import CodeIdentity, same_machine_code, code_identities, state_timings, step_timings
 
@@ -67,20 +65,19 @@ def probe(path: Path, indices: list[int]) -> int:
     policy = GatePolicy.from_dict(lineage.policy["forward_timing"])
     case = policy.timing_case or probed.info.headline
     print(f"{path.name}: case {case}, {device.name}; medians in us, ratio = other / first")
-    print(f"{'step':>4s} {'row':14s} {'first':>10s} {'second':>10s} {'control':>10s} {'2nd/1st':>8s} {'ctl/1st':>8s} "
-          f"{'placement':>9s}")
+    print(f"{'step':>4s} {'row':14s} {'first':>10s} {'second':>10s} {'control':>10s} {'2nd/1st':>8s} {'ctl/1st':>8s}")
     for index in indices:
         parent, child = lineage.states[index].kernel, lineage.states[index + 1].kernel
         same = same_machine_code(parent, child).value
         rows = {"A, B, A copy": (parent, child, parent), "B, A, B copy": (child, parent, child),
                 "A, A copy": (parent, parent)}
         for label, kernels in rows.items():
-            medians, moved = _time(problem, probed, device, policy, case, kernels)
+            medians = _time(problem, probed, device, policy, case, kernels)
             first = medians[0]
-            ratios = [m / first for m in medians[1:]] + [float("nan")] * (3 - len(medians))
+            ratios = [m / first for m in medians[1:]]
             cells = [f"{m:10.1f}" for m in medians] + [" " * 10] * (3 - len(medians))
             print(f"{index:4d} {label:14s} {' '.join(cells)} " + " ".join(f"{r:8.3f}" for r in ratios)
-                  + (f" {moved:9.3f}" if moved else " " * 10) + (f"   (SASS {same})" if label.startswith("A, B") else ""))
+                  + (f"   (SASS {same})" if label.startswith("A, B") else ""))
     return 0
 
 
@@ -164,9 +161,8 @@ def _row(request_path: Path, label: str) -> int:
     return 0
 
 
-def _time(problem: Path, probed, device, policy: GatePolicy, case: str, kernels) -> tuple[list[float], float | None]:
-    """One runner process timing the kernels in this (first) load order: each role's median, and
-    how much any of them moved with its load position (None: a runner that did not rotate it)."""
+def _time(problem: Path, probed, device, policy: GatePolicy, case: str, kernels) -> list[float]:
+    """One runner process timing the kernels in this load order; each role's median."""
     contenders = _contenders(probed, device, case, kernels)
     roles = [c.role for c in contenders]
     request = {"mode": "run", "problem": str(problem), "cases": [case], "seeds": [0], "timing_case": case,
@@ -176,7 +172,7 @@ def _time(problem: Path, probed, device, policy: GatePolicy, case: str, kernels)
     timed = outcome.result.get("profile", {}).get("contenders")
     if not timed:
         raise SystemExit(f"no timing came back: {outcome.findings or outcome.error or outcome.output_excerpt}")
-    return [float(timed[role]["median_us"]) for role in roles], placement_spread(outcome.result["profile"])
+    return [float(timed[role]["median_us"]) for role in roles]
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,6 @@ from typing import Any
 from klineage.config import GateMode
 from klineage.documents import Document, enum, has, need, nonnegative, text, whole
 from klineage.errors import DocumentError
-from klineage.gate.timing import PLACEMENT_TOLERANCE
 from klineage.gate.verdict import Reason, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
@@ -46,9 +45,6 @@ class ForwardStatus(str, Enum):
     SLOWER = "slower"  # the parent is not >= 0.99x the child's speed in the median and every trial
     FAILED = "failed"  # the forward rewrite does not give back the parent, or its timing could not be judged
     UNTIMED = "untimed"  # the forward gives back the parent, but the gate ran nothing (compile-only walk)
-    # the forward gives back the parent, but where their code was loaded moved a kernel's time more
-    # than the ratio's distance from what is required: no speed claim either way
-    PLACEMENT_SENSITIVE = "placement_sensitive"
 
 
 class RejectionCategory(str, Enum):
@@ -290,46 +286,30 @@ class FeatureChange:
 
 @dataclass(frozen=True)
 class PairedTiming:
-    """Paired timing of the forward step: child time / parent time, overall and per trial (per
-    round of trials, where the gate rotated its load order), and how much either kernel's time
-    moved with where its code was loaded (None: measured before the gate rotated it)."""
+    """Paired timing of the forward step: child time / parent time, overall and per trial."""
 
     overall: float
     per_trial: tuple[float, ...]
     required: float = DEFAULT_FORWARD_RATIO
-    placement_spread: float | None = None
 
     def __post_init__(self) -> None:
         numbers = (self.overall, self.required, *self.per_trial)
         if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in numbers):
             raise DocumentError("forward.timing", "ratios must be numbers")
-        spread = self.placement_spread
-        if spread is not None and (isinstance(spread, bool) or not isinstance(spread, (int, float)) or spread < 1):
-            raise DocumentError("forward.timing.placement_spread", "must be a number >= 1 (slowest / fastest)")
 
     @property
     def accepted(self) -> bool:
         return self.overall >= self.required and all(r >= self.required for r in self.per_trial)
 
-    @property
-    def placement_bound(self) -> bool:
-        """Placement moved a kernel by more than the tolerance, and the ratio is nearer to what is
-        required than that: within the placement's error, it could land on either side."""
-        spread = self.placement_spread
-        if spread is None or spread <= PLACEMENT_TOLERANCE:
-            return False
-        return self.overall / spread < self.required <= self.overall * spread
-
     def to_dict(self) -> dict[str, Any]:
-        data = {"overall": self.overall, "per_trial": list(self.per_trial), "required": self.required}
-        return data if self.placement_spread is None else {**data, "placement_spread": self.placement_spread}
+        return {"overall": self.overall, "per_trial": list(self.per_trial), "required": self.required}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "forward.timing") -> PairedTiming:
         data = has(data, ("overall", "per_trial", "required"), where)
         if not isinstance(data["per_trial"], list):
             raise DocumentError(f"{where}.per_trial", "must be a list")
-        return cls(data["overall"], tuple(data["per_trial"]), data["required"], data.get("placement_spread"))
+        return cls(data["overall"], tuple(data["per_trial"]), data["required"])
 
 
 @dataclass(frozen=True)
@@ -339,16 +319,10 @@ class ForwardCheck:
     timing: PairedTiming | None = None
 
     def __post_init__(self) -> None:
-        timing, bound = self.timing, self.timing is not None and self.timing.placement_bound
-        if self.status is ForwardStatus.VERIFIED and (timing is None or not timing.accepted or bound):
-            raise DocumentError("forward", "a verified forward step needs a paired timing that meets its ratio "
-                                           "beyond its placement's error")
-        if self.status is ForwardStatus.SLOWER and (timing is None or timing.accepted or bound):
-            raise DocumentError("forward", "a slower forward step needs a paired timing below its ratio "
-                                           "beyond its placement's error")
-        if self.status is ForwardStatus.PLACEMENT_SENSITIVE and not bound:
-            raise DocumentError("forward", "a placement-sensitive forward step needs a paired timing whose "
-                                           "placement spread straddles its ratio")
+        if self.status is ForwardStatus.VERIFIED and (self.timing is None or not self.timing.accepted):
+            raise DocumentError("forward", "a verified forward step needs a paired timing that meets its ratio")
+        if self.status is ForwardStatus.SLOWER and (self.timing is None or self.timing.accepted):
+            raise DocumentError("forward", "a slower forward step needs a paired timing below its ratio")
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status.value, "message": self.message,

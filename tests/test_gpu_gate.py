@@ -47,21 +47,6 @@ def test_correct_kernel_passes_every_case_and_is_timed_against_vendor(cache):
     assert sorted(c["case"] for c in checked) == sorted(verdict.cases) and all(c["passed"] for c in checked)
 
 
-def test_paired_kernels_are_timed_from_every_load_position(cache):
-    """Where a module's code lands moved the biggest kernels' times by 30-40% (docs/perf-notes.md):
-    the gate reloads its kernels in turn, so each is timed loaded first and loaded second."""
-    policy = GatePolicy(sanitize=Sanitize.NEVER, vendor=False)
-    verdict = gate("row_softmax/warp_vec4", cache, policy=policy, against=corpus.kernel_entry("row_softmax/naive").load())
-    assert verdict.status is Status.PASSED, verdict.findings
-    placements = verdict.profile["placements"]
-    assert set(placements) == {"candidate", "baseline"} and all(len(t) == 2 for t in placements.values())
-    trials = verdict.profile["contenders"]["candidate"]["trial_medians_us"]
-    assert len(trials) == 4  # three trials asked, rounded up to whole rounds of two load orders
-    assert len(verdict.profile["ratios"]["vs_baseline"]["per_trial"]) == 2  # one ratio per round
-    # the timed outputs of every trial are checked, the reloaded modules' included: a pass says they were right
-    assert max(placements["candidate"]) / min(placements["candidate"]) < 1.5
-
-
 def test_an_untimed_gate_does_not_check_the_vendor(cache):
     """The vendor is only a yardstick for timings (GDN's took 110-140 s of an untimed state gate)."""
     verdict = gate("row_softmax/warp_vec4", cache, policy=GatePolicy(sanitize=Sanitize.NEVER, timing=False))

@@ -274,31 +274,6 @@ def test_forward_status_and_timing_must_agree():
     assert ForwardCheck(ForwardStatus.SLOWER, "slow", PairedTiming(1.0, (1.0, 0.98, 1.0))).timing.accepted is False
 
 
-def test_a_ratio_within_its_placement_spread_claims_nothing():
-    # child / parent 0.745 while the kernels' times moved 1.37x with their load position (the
-    # conv2d implicit-GEMM shapes of docs/perf-notes.md): slower or not is within that error
-    bound = PairedTiming(0.745, (0.74, 0.75), placement_spread=1.37)
-    assert bound.placement_bound and not bound.accepted
-    assert ForwardCheck(ForwardStatus.PLACEMENT_SENSITIVE, "moved", bound).timing is bound
-    for status in (ForwardStatus.SLOWER, ForwardStatus.VERIFIED):
-        with pytest.raises(DocumentError, match="beyond its placement's error"):
-            ForwardCheck(status, "a claim", bound)
-    # far beyond the spread (mma.sync back, 11.5x), or a spread within tolerance: the usual test
-    assert ForwardCheck(ForwardStatus.VERIFIED, "clear", PairedTiming(11.5, (11.4, 11.6), placement_spread=1.37))
-    assert ForwardCheck(ForwardStatus.SLOWER, "clear", PairedTiming(0.6, (0.6, 0.6), placement_spread=1.37))
-    assert not PairedTiming(0.98, (0.98, 0.98), placement_spread=1.02).placement_bound
-    with pytest.raises(DocumentError, match="placement-sensitive forward step needs"):
-        ForwardCheck(ForwardStatus.PLACEMENT_SENSITIVE, "no spread", PairedTiming(0.98, (0.98,)))
-
-
-def test_placement_spread_is_kept_only_when_measured():
-    measured = PairedTiming(1.0, (1.0, 1.0), placement_spread=1.2)
-    assert PairedTiming.from_dict(measured.to_dict()) == measured
-    assert "placement_spread" not in PairedTiming(1.0, (1.0,)).to_dict()  # older walks read back byte for byte
-    with pytest.raises(DocumentError, match="placement_spread"):
-        PairedTiming(1.0, (1.0,), placement_spread=0.5)
-
-
 def test_verdict_summary_reason_follows_status():
     with pytest.raises(DocumentError, match="rejected verdict has a reason"):
         VerdictSummary(Status.REJECTED, None, ())

@@ -4,8 +4,7 @@ import math
 
 import pytest
 
-from klineage.gate.timing import (PairedRatio, TimingStats, percentile, placement_spread, placements, roofline_floor_us,
-                                  spread)
+from klineage.gate.timing import PairedRatio, TimingStats, percentile, roofline_floor_us, spread
 
 
 # percentile
@@ -136,36 +135,6 @@ def test_a_slower_candidate_is_a_ratio_below_one():
     ratio = PairedRatio.of(candidate=stats(20.0), reference=stats(10.0))
     assert ratio.overall == 0.5
     assert not ratio.accepts(1.0)
-
-
-# load positions: the runner reloads its kernels in a rotated order between trials
-
-
-def test_a_round_of_rotated_trials_gives_one_ratio_in_which_placement_cancels():
-    # the same code, 30% slower from load position 0: trial t loads the candidate at -t mod 2
-    candidate, reference = stats(13.0, 10.0, 13.0, 10.0), stats(10.0, 13.0, 10.0, 13.0)
-    ratio = PairedRatio.of(candidate, reference, positions=2)
-    assert ratio.per_trial == pytest.approx((1.0, 1.0))  # per trial: 0.77, 1.3, 0.77, 1.3
-    assert ratio.overall == pytest.approx(1.0)
-    assert PairedRatio.of(candidate, reference).per_trial == pytest.approx((10 / 13, 1.3, 10 / 13, 1.3))
-
-
-def test_a_short_last_round_is_its_own_geometric_mean():
-    ratio = PairedRatio.of(stats(10.0, 10.0, 10.0), stats(20.0, 5.0, 30.0), positions=2)
-    assert ratio.per_trial == pytest.approx((1.0, 3.0))
-
-
-def test_placements_group_a_kernels_trials_by_its_load_position():
-    timed = stats(13.0, 10.0, 13.2, 10.2, 12.8, 9.8)
-    assert placements(timed, index=0, positions=2) == pytest.approx([13.0, 10.0])  # loaded first in trials 0, 2, 4
-    assert placements(timed, index=1, positions=2) == pytest.approx([10.0, 13.0])
-    assert placements(timed, index=0, positions=1) == pytest.approx([11.5])
-
-
-def test_placement_spread_is_the_most_any_kernel_moved():
-    profile = {"placements": {"candidate": [13.0, 10.0], "baseline": [10.1, 10.0]}}
-    assert placement_spread(profile) == pytest.approx(1.3)
-    assert placement_spread({"contenders": {}}) is None  # measured before the gate rotated its load order
 
 
 # Roofline

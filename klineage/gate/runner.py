@@ -161,13 +161,14 @@ class LoadedKernel:
         self.load()
 
     def load(self) -> None:
-        """Load the module into the context: its code lands after what is loaded already."""
+        """Load the module into the context, after what is loaded already: where a module loads
+        moves the biggest kernels' times (docs/perf-notes.md, session 14)."""
         self.module = self.device.drv.module_from_buffer(self.cubin)
         self.functions = {entry: self.module.get_function(symbol) for entry, symbol in self.entries.items()}
         self._raised: set[tuple[str, int]] = set()
 
     def unload(self) -> None:
-        """Drop the module (pycuda unloads it with its last reference), freeing its place for the next load."""
+        """Drop the module (pycuda unloads it with its last reference) and free its place."""
         self.functions.clear()
         self.module = None
         gc.collect()
@@ -407,14 +408,9 @@ def _capture_vendor_graphs(torch, problem, params: dict[str, Any], sets: list[di
 
 def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str, policy: dict[str, Any],
             result: dict[str, Any]) -> None:
-    """Time candidate, baseline and vendor interleaved on fresh inputs, L2 flushed before each call.
-
-    Where a module's code lands moves the time of the biggest kernels (30-40% for 21-29 k
-    instructions on an H200, the same cubin loaded first vs second: docs/perf-notes.md), so the
-    kernels are reloaded in a rotated order between trials and each is timed from every load
-    position equally often; the times by position say how much placement moves each kernel."""
+    """Time candidate, baseline and vendor interleaved on fresh inputs, L2 flushed before each call."""
     import klineage.gate.correctness as c
-    from klineage.gate.timing import PairedRatio, TimingStats, placements, roofline_floor_us, spread
+    from klineage.gate.timing import PairedRatio, TimingStats, roofline_floor_us, spread
 
     torch = device.torch
     params = dict(problem.info.case(case_name).params)
@@ -461,20 +457,13 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         end.record()
         return start, end
 
-    def warm_up(roles: set[str]) -> None:  # module load, autotuning, caches
-        for role, make in contenders:
-            for i in range(policy["warmup"] if role in roles else 0):
-                timed_call(make, sets[i % len(sets)])
-        device.synchronize(f"warm-up {case_name}")
+    for role, make in contenders:  # warm-up: module load, autotuning, caches
+        for i in range(policy["warmup"]):
+            timed_call(make, sets[i % len(sets)])
+    device.synchronize(f"warm-up {case_name}")
 
-    warm_up({role for role, _ in contenders})
-    positions = len(kernels)
-    trials = -(-policy["trials"] // positions) * positions  # every kernel timed from every load position
     samples: dict[str, list[list[float]]] = {role: [] for role, _ in contenders}
-    for trial in range(trials):
-        if trial and positions > 1:
-            _reload(kernels[trial % positions:] + kernels[:trial % positions], case_name)
-            warm_up({kernel.role for kernel in kernels})
+    for trial in range(policy["trials"]):
         device.progress.emit(stage="profile", case=case_name, trial=trial)
         trial_samples: dict[str, list[float]] = {role: [] for role, _ in contenders}
         started = time.monotonic()
@@ -515,25 +504,13 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
     result["profile"] = {
         "case": case_name,
         "contenders": {role: s.to_dict() for role, s in stats.items()},
-        # role -> its median from each load position (trial t loads kernel k at (k - t) mod n)
-        "placements": {kernel.role: placements(stats[kernel.role], index, positions)
-                       for index, kernel in enumerate(kernels)},
-        "ratios": {f"vs_{role}": PairedRatio.of(stats["candidate"], s, positions).to_dict()
+        "ratios": {f"vs_{role}": PairedRatio.of(stats["candidate"], s).to_dict()
                    for role, s in stats.items() if role != "candidate"},
         "roofline": {"floor_us": floor, "flops": figures["flops"], "bytes": figures["bytes"],
                      "fraction": {role: floor / s.median_us for role, s in stats.items()},
                      "device_spec": spec.name},
         **({"notes": notes} if notes else {}),
     }
-
-
-def _reload(order: list[LoadedKernel], case_name: str) -> None:
-    """Unload every kernel, then load them back in this order (the device is idle between trials)."""
-    for kernel in order:
-        kernel.unload()
-    for kernel in order:
-        kernel.load()
-        kernel.prepare(case_name)
 
 
 class Phases:

@@ -1,13 +1,11 @@
 """Timing statistics and the paired acceptance test, independent of any GPU.
 
 Samples come from the runner: per contender, per trial, a list of kernel times in
-microseconds measured with device events after an L2 flush, contenders interleaved; the runner
-rotates the order its kernels are loaded in from one trial to the next (see `placements`).
+microseconds measured with device events after an L2 flush, contenders interleaved.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -73,32 +71,9 @@ class PairedRatio:
         return {"overall": self.overall, "per_trial": list(self.per_trial)}
 
     @classmethod
-    def of(cls, candidate: TimingStats, reference: TimingStats, positions: int = 1) -> PairedRatio:
-        """`per_trial` holds one ratio per round of `positions` consecutive trials (a round loads
-        every kernel once in every position): the geometric mean of its trials' ratios, so that a
-        kernel's luck in where its code landed cancels within the round."""
-        trials = [r / c for c, r in zip(candidate.trial_medians_us, reference.trial_medians_us)]
-        rounds = [trials[i:i + positions] for i in range(0, len(trials), positions)]
-        return cls(reference.median_us / candidate.median_us, tuple(math.prod(r) ** (1 / len(r)) for r in rounds))
-
-
-def placements(stats: TimingStats, index: int, positions: int) -> list[float]:
-    """The median of a kernel's trial medians from each load position, when trial t loaded the
-    kernel at list index `index` in position (index - t) mod `positions`."""
-    by_position: list[list[float]] = [[] for _ in range(positions)]
-    for trial, median in enumerate(stats.trial_medians_us):
-        by_position[(index - trial) % positions].append(median)
-    return [statistics.median(values) for values in by_position if values]
-
-
-PLACEMENT_TOLERANCE = 1.03  # a kernel whose time moves less than this with its load position is not placement-bound
-
-
-def placement_spread(profile: dict[str, Any]) -> float | None:
-    """The most any timed kernel's median moved with its load position (slowest / fastest), or
-    None for a profile measured before the gate rotated its load order."""
-    moved = [max(times) / min(times) for times in profile.get("placements", {}).values() if times]
-    return max(moved) if moved else None
+    def of(cls, candidate: TimingStats, reference: TimingStats) -> PairedRatio:
+        pairs = zip(candidate.trial_medians_us, reference.trial_medians_us)
+        return cls(reference.median_us / candidate.median_us, tuple(r / c for c, r in pairs))
 
 
 def roofline_floor_us(flops: float, nbytes: float, flops_per_s: float, bytes_per_s: float) -> float:

@@ -48,7 +48,6 @@ from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import default_cache, run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
-from klineage.gate.timing import placement_spread
 from klineage.gate.verdict import Reason, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import (DEFAULT_FORWARD_RATIO, Evidence, ForwardCheck, ForwardStatus, KernelRef, Limits,
@@ -320,13 +319,9 @@ class _Walk:
         ratio = verdict.profile.get("ratios", {}).get("vs_baseline")
         if not ratio:
             return ForwardCheck(ForwardStatus.FAILED, message + "; the timing gate gave no paired ratio vs the child")
-        timing = PairedTiming(float(ratio["overall"]), tuple(float(r) for r in ratio["per_trial"]), self.forward_ratio,
-                              placement_spread(verdict.profile))
+        timing = PairedTiming(float(ratio["overall"]), tuple(float(r) for r in ratio["per_trial"]), self.forward_ratio)
         trials = ", ".join(f"{r:.3f}" for r in timing.per_trial)
         speed = f"child time / parent time {timing.overall:.3f} (trials {trials}), required {timing.required}"
-        if timing.placement_bound:
-            return ForwardCheck(ForwardStatus.PLACEMENT_SENSITIVE, message + f"; {speed}; a kernel's time moved "
-                                f"{timing.placement_spread:.3f}x with where its code was loaded: no speed claim", timing)
         if not timing.accepted:
             return ForwardCheck(ForwardStatus.SLOWER, message + f"; {speed}", timing)
         return ForwardCheck(status, message + f"; {speed}", timing)
