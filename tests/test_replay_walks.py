@@ -31,7 +31,7 @@ def test_gpu_walks_are_committed():
     names = {document_stem(p, ".gpu.json") for p in WALKS}
     assert {"row_softmax_warp_vec4", "topk_radix_select", "gemm_mma_sync", "conv2d_implicit_gemm", "gemm_wgmma_tma",
             "conv2d_implicit_wgmma", "fmha_flash_mma", "fmha_flash_wgmma", "gdn_chunked", "gdn_chunked_mma",
-            "gemm_mma_sync_any", "conv2d_implicit_gemm_any"} <= names
+            "gemm_mma_sync_any", "conv2d_implicit_gemm_any", "fmha_flash_mma_r32"} <= names
 
 
 @pytest.mark.parametrize("path", WALKS, ids=lambda p: p.name)
