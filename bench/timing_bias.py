@@ -36,7 +36,8 @@ from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import contender
 from klineage.gate.policy import GatePolicy
 from klineage.lineage import Lineage
-from klineage.walk.timing_audit import CodeIdentity, same_machine_code, code_identities, state_timings, step_timings
+from klineage.walk.timing_audit import (PAIRING_TOLERANCE, CodeIdentity, code_identities, same_machine_code, state_timings,
+                                       step_timings)
 
 
 def scan(paths: list[Path], tolerance: float, sass: bool) -> int:
@@ -180,7 +181,8 @@ def main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("scan", help="each state's two recorded medians, from the recorded verdicts")
     s.add_argument("walks", nargs="+", type=Path)
-    s.add_argument("--tolerance", type=float, default=0.05, help="|bias - 1| above this disagrees (0.05)")
+    s.add_argument("--tolerance", type=float, default=PAIRING_TOLERANCE,
+                   help=f"|bias - 1| above this disagrees ({PAIRING_TOLERANCE})")
     s.add_argument("--sass", action="store_true", help="compile the disagreeing steps and compare their SASS")
     p = sub.add_parser("probe", help="time a step's parent and child with controls, on this GPU")
     p.add_argument("walk", type=Path)

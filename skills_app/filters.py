@@ -103,6 +103,8 @@ class LineageStepFilter(filters.FilterSet):
     kind = filters.ChoiceFilter(choices=LineageStep.Kind.choices)
     transform = filters.CharFilter()
     forward_status = filters.CharFilter(help_text="accepted steps: verified, untimed, slower ...")
+    pairing = filters.ChoiceFilter(choices=LineageStep._meta.get_field("pairing").choices,
+                                   help_text="GPU walks' accepted steps: consistent, biased, unchecked")
     category = filters.CharFilter(field_name="rejection_category", help_text="rejected attempts: compile_error ...")
     problem = filters.CharFilter(field_name="lineage__operator")
     reviewed = filters.BooleanFilter(field_name="reviews", lookup_expr="isnull", exclude=True, distinct=True,
@@ -110,7 +112,7 @@ class LineageStepFilter(filters.FilterSet):
 
     class Meta:
         model = LineageStep
-        fields = ["lineage", "kind", "transform", "forward_status", "category", "problem", "reviewed"]
+        fields = ["lineage", "kind", "transform", "forward_status", "pairing", "category", "problem", "reviewed"]
 
 
 class SkillCardFilter(filters.FilterSet):

@@ -33,17 +33,19 @@ from django.db import transaction
 from django.db.models import OuterRef, Subquery
 
 from klineage import config
+from klineage.config import GateMode
 from klineage.corpus import KernelEntry, list_kernels, list_problems
 from klineage.documents import document_files, read_document_text
 from klineage.errors import DocumentError, KLineageError
 from klineage.fingerprint import sha256_json
-from klineage.gate.cache import VerdictStore
+from klineage.gate.cache import GateCache, VerdictStore
 from klineage.gate.execute import problem_fingerprint, probe_problem
 from klineage.gate.verdict import Reason
 from klineage.gate.verdict import Verdict as EngineVerdict
 from klineage.kernel import KernelState as EngineKernelState
 from klineage.lineage import Lineage as EngineLineage
 from klineage.problem import ProblemInfo
+from klineage.walk.timing_audit import step_pairings
 from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Verdict
 
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -232,7 +234,7 @@ def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None
             _, action = store_verdict(key, document, served_from=Verdict.ServedFrom.RECORDED, where=where)
             report.count("verdicts", action)
         for document, where in lineages:
-            _, action = _store_lineage(document, where=where, source_path=where)
+            _, action = _store_lineage(document, where=where, source_path=where, recorded_root=recorded_root)
             report.count("lineages", action)
         link_verdicts()  # after the lineages: a GPU walk's verdicts name the states it reached
         unattached = Verdict.objects.filter(state__isnull=True)
@@ -392,18 +394,22 @@ def _parse_lineage(document: Any, where: str) -> EngineLineage:
     return engine_check(lambda: EngineLineage.from_dict(document), where, "lineage", "not a valid lineage: ")
 
 
-def _store_lineage(document: Any, *, where: str, source_path: str = "") -> tuple[Lineage, str]:
+def _store_lineage(document: Any, *, where: str, source_path: str = "",
+                   recorded_root: Path | None = None) -> tuple[Lineage, str]:
     parsed = _parse_lineage(document, where)
     data = parsed.to_dict()
     _require_json(data, where)
     key = lineage_id(parsed)
     existing = Lineage.objects.filter(id=key).first()
     if existing is not None:
+        action = UNCHANGED
         if source_path and existing.source_path != source_path:
             existing.source_path = source_path
             existing.save(update_fields=["source_path"])
-            return existing, UPDATED
-        return existing, UNCHANGED
+            action = UPDATED
+        if _store_pairings(existing, parsed, recorded_root, only_missing=True):  # imported before they were audited
+            action = UPDATED
+        return existing, action
     states: dict[str, KernelState] = {}
     for position, state in enumerate(parsed.states):
         stored, _ = store_kernel_state(state.kernel.to_dict(), where=f"{where}: states[{position}]")
@@ -446,7 +452,23 @@ def _store_lineage(document: Any, *, where: str, source_path: str = "") -> tuple
             rejection_reason=rejection.reason.value if rejection.reason else "",
             cases_failed=list(rejection.cases_failed), evidence=rejection.evidence.to_dict()))
     LineageStep.objects.bulk_create(steps)
+    _store_pairings(lineage, parsed, recorded_root)
     return lineage, CREATED
+
+
+def _store_pairings(lineage: Lineage, parsed: EngineLineage, recorded_root: Path | None,
+                    only_missing: bool = False) -> bool:
+    """A GPU walk's accepted steps, marked where a state timed differently in its two pairings
+    (their forward ratio then measures the pairing, not the edit: docs/perf-notes.md)."""
+    if parsed.gate is not GateMode.GPU:
+        return False
+    accepted = lineage.steps.filter(kind=LineageStep.Kind.ACCEPTED)
+    if only_missing and not accepted.filter(pairing="").exists():
+        return False
+    cache = GateCache(None, Path(recorded_root or config.recorded_dir()))
+    for found in step_pairings(parsed, cache):
+        accepted.filter(index=found.index).update(pairing=found.pairing.value, pairing_note=found.note)
+    return True
 
 
 def _read_lineages(paths: list[Path]) -> list[tuple[dict[str, Any], str]]:

@@ -19,6 +19,7 @@ from django.db import models
 from django.db.models import OuterRef, Q, Subquery
 
 from klineage.gate.verdict import Status
+from klineage.walk.timing_audit import Pairing
 
 FINGERPRINT_LENGTH = 64  # sha256, hex
 
@@ -310,6 +311,11 @@ class LineageStep(models.Model):
     forward_status = models.CharField(max_length=24, blank=True, default="")
     forward_message = models.TextField(blank=True, default="")
     forward_timing = models.JSONField(null=True, blank=True, help_text="overall, per_trial, required; null if untimed")
+    pairing = models.CharField(
+        max_length=10, blank=True, default="", choices=[(p.value, p.value) for p in Pairing],
+        help_text="GPU walks' accepted steps: whether the parent and child each timed alike in both of their "
+                  "pairings (klineage.walk.timing_audit); biased: the forward ratio is not evidence")
+    pairing_note = models.TextField(blank=True, default="")
     note = models.TextField(blank=True, default="")
     rejection_category = models.CharField(max_length=24, blank=True, default="")
     rejection_reason = models.CharField(max_length=40, blank=True, default="", help_text="the gate's reason, if any")

@@ -74,6 +74,17 @@ def test_step_list_filters_pagination_and_detail(client, lineages):
     assert "backward_diff" not in _get(client, "/api/lineage-steps/?page_size=1")["results"][0]
 
 
+def test_steps_filter_by_whether_their_timing_is_evidence(client, lineages):
+    conv = Lineage.objects.get(source_path="bench/walks/conv2d_implicit_gemm_any.gpu.json.gz")
+    biased = _get(client, f"/api/lineage-steps/?lineage={conv.id}&pairing=biased&page_size=100")
+    assert biased["count"] == conv.steps.filter(pairing="biased").count() > 30
+    assert all("as a candidate" in r["pairing_note"] for r in biased["results"])
+    everywhere = _get(client, "/api/lineage-steps/?pairing=biased&page_size=1")["count"]
+    assert everywhere == LineageStep.objects.filter(pairing="biased").count() > biased["count"]
+    response = client.get("/api/lineage-steps/?pairing=maybe")
+    assert response.status_code == 400 and "pairing" in response.json()
+
+
 def test_steps_are_read_only(client, lineages, django_user_model):
     step = LineageStep.objects.first()
     client.force_login(django_user_model.objects.create_user("ada", password="x" * 12))

@@ -137,6 +137,43 @@ def test_load_corpus_shows_the_gpu_walks_kept_beside_the_corpus():
     assert step.lineage.gate_mode == "compile" and step.lineage.source_path.startswith("corpus/lineages/")
 
 
+def test_gpu_walk_steps_say_whether_their_timing_is_evidence():
+    """conv2d/implicit_gemm_any's states 12-29 timed about 543 us as candidates and 376 us as
+    baselines (docs/perf-notes.md): their steps are marked biased with both medians; a walk whose
+    states agree is consistent but for its first and last step, whose end state was timed once."""
+    import_corpus()
+    conv = Lineage.objects.get(source_path="bench/walks/conv2d_implicit_gemm_any.gpu.json.gz")
+    step = conv.steps.get(kind=LineageStep.Kind.ACCEPTED, index=13)
+    assert step.pairing == "biased" and "state 13 timed 543.6 us as a candidate and 375.7 us as a baseline" in step.pairing_note
+    softmax = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.gpu.json")
+    pairings = list(softmax.steps.filter(kind=LineageStep.Kind.ACCEPTED).order_by("index").values_list("pairing", flat=True))
+    assert pairings[0] == pairings[-1] == "unchecked" and set(pairings[1:-1]) == {"consistent"}
+    dry = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.dry.json")
+    assert set(dry.steps.values_list("pairing", flat=True)) == {""}  # a compile gate timed nothing
+    assert not softmax.steps.filter(kind=LineageStep.Kind.REJECTED).exclude(pairing="").exists()
+
+
+def test_steps_imported_before_the_audit_get_it_on_the_next_import():
+    import_corpus()
+    LineageStep.objects.update(pairing="", pairing_note="")
+    report = import_corpus()
+    assert report.counts["lineages"]["updated"] >= 13
+    assert LineageStep.objects.filter(pairing="biased").count() > 0
+    assert not import_corpus().changed
+
+
+def test_a_gpu_walk_without_recorded_verdicts_is_unchecked(tmp_path):
+    walks = tmp_path / "walks"
+    walks.mkdir()
+    (walks / "row_softmax_warp_vec4.gpu.json").symlink_to(config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.gpu.json")
+    empty = tmp_path / "recorded"
+    empty.mkdir()
+    import_corpus(corpus_root=_corpus_without_lineages(tmp_path), walks_root=walks, recorded_root=empty)
+    steps = LineageStep.objects.filter(kind=LineageStep.Kind.ACCEPTED)
+    assert steps.exists() and set(steps.values_list("pairing", flat=True)) == {"unchecked"}
+    assert steps.first().pairing_note.startswith("no recorded timing to audit")
+
+
 def test_another_corpus_folder_brings_no_walks_unless_named(tmp_path):
     corpus = _corpus_without_lineages(tmp_path)
     import_corpus(corpus_root=corpus)

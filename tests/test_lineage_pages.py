@@ -132,6 +132,15 @@ def test_timing_bars_render_when_timed(client, corpus):
     assert "vendor not timed in this run" in step and "ratio-bars-vendor" not in step
 
 
+def test_a_biased_forward_timing_says_so_with_both_medians(client, corpus):
+    conv = Lineage.objects.get(source_path="bench/walks/conv2d_implicit_gemm_any.gpu.json.gz")
+    text = client.get(f"/lineages/{conv.id}/").content.decode()
+    step = _section(text, 'id="step-accepted-13"', 'id="step-accepted-14"')
+    assert "timing biased" in step and "state 13 timed 543.6 us as a candidate and 375.7 us as a baseline" in step
+    clean = _section(text, 'id="step-accepted-38"', 'id="step-accepted-39"')
+    assert "timing biased" not in clean and "forward " in clean
+
+
 def test_a_step_shows_its_childs_vendor_ratio_from_the_verdict_that_timed_it(client, dry):
     child = dry.steps.get(kind="accepted", index=2).child_state
     url = f"/lineages/{dry.id}/"

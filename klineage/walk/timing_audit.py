@@ -15,7 +15,7 @@ from enum import Enum
 
 from klineage import config, corpus
 from klineage.config import GateMode
-from klineage.errors import DocumentError
+from klineage.errors import DocumentError, KLineageError
 from klineage.features.sass import disassemble
 from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
@@ -23,6 +23,24 @@ from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy
 from klineage.kernel import KernelState
 from klineage.lineage import Lineage
+
+
+PAIRING_TOLERANCE = 0.05  # |median as candidate / median as baseline - 1| above this: the pairing moved it
+
+
+class Pairing(str, Enum):
+    """Whether a step's forward ratio is evidence, judged by its two states' own medians."""
+
+    CONSISTENT = "consistent"  # its parent and child each timed alike in both of their pairings
+    BIASED = "biased"  # its parent or child timed further apart than the tolerance: the ratio measures the pairing
+    UNCHECKED = "unchecked"  # a state timed in one pairing only (a walk's first or last), or no recorded timing
+
+
+@dataclass(frozen=True)
+class StepPairing:
+    index: int
+    pairing: Pairing
+    note: str
 
 
 class CodeIdentity(str, Enum):
@@ -93,6 +111,33 @@ def state_timings(steps: list[StepTiming]) -> list[StateTiming]:
     by_index = {step.index: step for step in steps}
     return [StateTiming(i, by_index[i - 1].baseline_us, by_index[i].candidate_us)
             for i in sorted(by_index) if i - 1 in by_index]
+
+
+def step_pairings(lineage: Lineage, cache: GateCache | None = None,
+                  tolerance: float = PAIRING_TOLERANCE) -> list[StepPairing]:
+    """Each accepted step of a GPU walk, with whether its parent and child agree with themselves."""
+    try:
+        steps = step_timings(lineage, cache)
+    except KLineageError as exc:  # a walk made elsewhere, whose verdicts are not recorded here
+        return [StepPairing(t.index, Pairing.UNCHECKED, f"no recorded timing to audit ({exc})")
+                for t in lineage.transitions]
+    states = {state.index: state for state in state_timings(steps)}
+    pairings = []
+    for step in steps:
+        around = [states.get(step.index), states.get(step.index + 1)]
+        off = [state for state in around if state is not None and state.disagrees(tolerance)]
+        if off:
+            pairings.append(StepPairing(step.index, Pairing.BIASED, "; ".join(
+                f"state {s.index} timed {s.as_candidate_us:.1f} us as a candidate and {s.as_baseline_us:.1f} us "
+                f"as a baseline" for s in off) + ": the ratio is within that error"))
+        elif None in around:
+            once = step.index if around[0] is None else step.index + 1
+            pairings.append(StepPairing(step.index, Pairing.UNCHECKED,
+                                        f"state {once} was timed in one pairing only (the walk's first or last)"))
+        else:
+            pairings.append(StepPairing(step.index, Pairing.CONSISTENT,
+                                        f"its parent and child each timed within {tolerance:.0%} in both pairings"))
+    return pairings
 
 
 def machine_code(kernel: KernelState) -> dict[str, list[str]] | None:
