@@ -104,7 +104,7 @@ class LineageStepFilter(filters.FilterSet):
     transform = filters.CharFilter()
     forward_status = filters.CharFilter(help_text="accepted steps: verified, untimed, slower ...")
     pairing = filters.ChoiceFilter(choices=LineageStep._meta.get_field("pairing").choices,
-                                   help_text="GPU walks' accepted steps: consistent, biased, unchecked")
+                                   help_text="GPU walks' accepted steps: consistent, biased, outweighed, unchecked")
     category = filters.CharFilter(field_name="rejection_category", help_text="rejected attempts: compile_error ...")
     problem = filters.CharFilter(field_name="lineage__operator")
     reviewed = filters.BooleanFilter(field_name="reviews", lookup_expr="isnull", exclude=True, distinct=True,

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET
 
 from klineage.skills import skillmd
 from klineage.skills.card import SkillCard as EngineCard
+from klineage.walk.timing_audit import Pairing
 from klineage_web.access import read_access
 from skills_app.filters import SkillCardFilter
 from skills_app.paging import paginate, query_without
@@ -73,7 +74,8 @@ def library(request):
 def card(request, short_id: str):
     row = get_object_or_404(SkillCard, short_id=short_id)
     document = row.document
-    steps = resolve_refs([*document["evidence"], *(ref for risk in document["risks"] for ref in risk["evidence"])])
+    steps = resolve_refs([*document["evidence"], *(ref for risk in document["risks"] for ref in risk["evidence"]),
+                          *(effect["source"] for effect in document["effects"])])
     anchor = document["anchor"]
     return render(request, "skills/card.html", {
         "card": row,
@@ -84,7 +86,7 @@ def card(request, short_id: str):
         else diff_lines(document["vector"]),
         "diff_layout": diff_layout(request),
         "preconditions": document["preconditions"],
-        "effects": effect_chart(document["effects"]),
+        "effects": effect_chart(document["effects"], steps),
         "risks": [{**risk, "links": [_link(ref, steps) for ref in risk["evidence"]]} for risk in document["risks"]],
         "evidence": [_link(ref, steps) for ref in document["evidence"]],
         "scope": document["scope"],
@@ -106,10 +108,12 @@ def card_skillmd(request, short_id: str):
     return response
 
 
-def effect_chart(effects: list[dict[str, Any]]) -> dict[str, Any] | None:
+def effect_chart(effects: list[dict[str, Any]], steps: dict[tuple[str, str, int], LineageStep] | None = None
+                 ) -> dict[str, Any] | None:
     """Per-case bars of the child/parent time ratio (> 1 is faster), the trials' range as a whisker
     and the 1.0 line, in SVG user units: a 320-wide view box, one 34-unit row per effect, its label
-    above its bar so long case names fit at any width."""
+    above its bar so long case names fit at any width. An effect whose step's timing is biased (its
+    states timed apart in their two pairings, `LineageStep.pairing`) is drawn hollow and listed."""
     if not effects:
         return None
     span, row_height = 250, 34
@@ -118,8 +122,12 @@ def effect_chart(effects: list[dict[str, Any]]) -> dict[str, Any] | None:
     for i, effect in enumerate(effects):
         trials = effect["per_trial"] or [effect["ratio"]]
         top = i * row_height
+        source = effect["source"]
+        step = (steps or {}).get((source["lineage"], source["kind"], source["index"]))
+        biased = step is not None and step.pairing == Pairing.BIASED.value
         bars.append({
             "label": f"{effect['operator']}/{effect['case']}",
+            "biased_note": step.pairing_note if biased else "",
             "ratio": effect["ratio"],
             "faster": effect["ratio"] >= 1.0,
             "label_y": top + 12,
@@ -131,7 +139,8 @@ def effect_chart(effects: list[dict[str, Any]]) -> dict[str, Any] | None:
             "value_x": round(span * max(effect["ratio"], *trials) / scale + 5, 1),
             "value_y": top + 26,
         })
-    return {"bars": bars, "one": round(span / scale, 1), "height": len(effects) * row_height + 4}
+    return {"bars": bars, "one": round(span / scale, 1), "height": len(effects) * row_height + 4,
+            "biased": [bar for bar in bars if bar["biased_note"]]}
 
 
 def _operators() -> list[str]:

@@ -145,6 +145,11 @@ def test_gpu_walk_steps_say_whether_their_timing_is_evidence():
     conv = Lineage.objects.get(source_path="bench/walks/conv2d_implicit_gemm_any.gpu.json.gz")
     step = conv.steps.get(kind=LineageStep.Kind.ACCEPTED, index=13)
     assert step.pairing == "biased" and "state 13 timed 543.6 us as a candidate and 375.7 us as a baseline" in step.pairing_note
+    # gemm/mma_sync's tensor-core step: its child timed 1.34x apart, but 58.9x clears 0.99 by far more
+    gemm = Lineage.objects.get(source_path="corpus/lineages/gemm_mma_sync.gpu.json")
+    mma = gemm.steps.get(kind=LineageStep.Kind.ACCEPTED, index=0)
+    assert mma.pairing == "outweighed" and "1.34x" in mma.pairing_note
+    assert gemm.steps.get(kind=LineageStep.Kind.ACCEPTED, index=1).pairing == "biased"  # ldmatrix, 0.812
     softmax = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.gpu.json")
     pairings = list(softmax.steps.filter(kind=LineageStep.Kind.ACCEPTED).order_by("index").values_list("pairing", flat=True))
     assert pairings[0] == pairings[-1] == "unchecked" and set(pairings[1:-1]) == {"consistent"}

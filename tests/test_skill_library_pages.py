@@ -10,7 +10,8 @@ from django.contrib.auth.models import User
 
 from klineage.skills.skillmd import parse
 from library_data import library_document, many_cards, real_cards, store_real_library, timed_lineage
-from skills_app.card_import import import_library
+from dashboard_data import corpus  # noqa: F401
+from skills_app.card_import import import_library, import_library_files
 from skills_app.importer import import_lineage
 from skills_app.models import LineageStep, Review, SkillCard
 
@@ -227,3 +228,15 @@ def test_a_card_page_tells_a_slower_trial_from_a_rejected_one(client):
     assert badges == [("slower", "slower: the mechanism did not pay there", "slower")] * 2 + \
         [("passed", "passed", "passed")]
     assert "passed at 0.939x, below the 0.990x" in page and "1.025x (required 0.990x)" in page
+
+
+def test_a_card_marks_the_effects_its_pairing_could_have_decided(client, corpus):
+    """The bundled library's ldmatrix card measured 0.812 on gemm/mma_sync, whose states there
+    timed up to 1.41x apart in their two pairings: the bar is hollow and the medians listed; its
+    other effect (conv2d) is drawn as before."""
+    import_library_files()
+    card = SkillCard.objects.get(short_id="367ea5337b52")
+    page = client.get(f"/library/{card.short_id}/").content.decode()
+    chart = page[page.index('class="effect-chart"'):page.index('aria-labelledby="risks"')]
+    assert chart.count("effect-bar") == 2 and chart.count('effect-biased"') == 1
+    assert "timing biased" in chart and "the ratio 0.812 is within that 1.41x" in chart

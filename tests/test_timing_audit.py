@@ -13,8 +13,9 @@ from bench_tools import bench_script
 from klineage import config
 from klineage.errors import DocumentError
 from klineage.lineage import Lineage
-from klineage.walk.timing_audit import (CodeIdentity, StepTiming, code_identities, same_machine_code, state_timings,
-                                        step_timings)
+from klineage.gate.cache import GateCache
+from klineage.walk.timing_audit import (CodeIdentity, Pairing, StepTiming, code_identities, same_machine_code,
+                                        state_timings, step_pairings, step_timings)
 
 CONV_ANY = config.bench_walks_dir() / "conv2d_implicit_gemm_any.gpu.json.gz"
 SOFTMAX = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.gpu.json"
@@ -44,6 +45,22 @@ def test_the_recorded_conv_walk_times_the_same_states_differently_by_role():
     assert all(by_state[i].bias > 1.4 for i in range(13, 30))
     # after the last big unroll goes, the two medians agree within 1%
     assert all(not by_state[i].disagrees(0.01) for i in range(35, 43))
+
+
+def test_a_step_is_biased_only_where_its_states_error_could_decide_it():
+    conv = step_pairings(Lineage.load(CONV_ANY))
+    assert conv[13].pairing is Pairing.BIASED and "0.691 is within that 1.45x" in conv[13].note
+    assert conv[0].pairing is Pairing.UNCHECKED and conv[-1].pairing is Pairing.UNCHECKED  # states timed once
+    assert {p.pairing for p in conv[36:-1]} == {Pairing.CONSISTENT}
+    # gemm/mma_sync's tensor-core step: 58.9x clears 0.99 by more than its child's 1.34x
+    gemm = step_pairings(Lineage.load(config.corpus_dir() / "lineages" / "gemm_mma_sync.gpu.json"))
+    assert gemm[0].pairing is Pairing.OUTWEIGHED and "58.852 clears 0.99" in gemm[0].note
+
+
+def test_a_walk_whose_verdicts_are_not_recorded_here_is_unchecked(tmp_path):
+    pairings = step_pairings(Lineage.load(SOFTMAX), GateCache(None, tmp_path))
+    assert {p.pairing for p in pairings} == {Pairing.UNCHECKED}
+    assert pairings[0].note.startswith("no recorded timing to audit")
 
 
 def test_only_gpu_walks_are_audited():

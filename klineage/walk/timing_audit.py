@@ -22,7 +22,7 @@ from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy
 from klineage.kernel import KernelState
-from klineage.lineage import Lineage
+from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
 
 
 PAIRING_TOLERANCE = 0.05  # |median as candidate / median as baseline - 1| above this: the pairing moved it
@@ -32,7 +32,10 @@ class Pairing(str, Enum):
     """Whether a step's forward ratio is evidence, judged by its two states' own medians."""
 
     CONSISTENT = "consistent"  # its parent and child each timed alike in both of their pairings
-    BIASED = "biased"  # its parent or child timed further apart than the tolerance: the ratio measures the pairing
+    # its parent or child timed further apart than the tolerance in its two pairings, and the ratio is
+    # nearer to the required one than that factor: verified or slower, the pairing could have decided it
+    BIASED = "biased"
+    OUTWEIGHED = "outweighed"  # a state timed apart too, but the ratio clears the required one by more
     UNCHECKED = "unchecked"  # a state timed in one pairing only (a walk's first or last), or no recorded timing
 
 
@@ -122,14 +125,22 @@ def step_pairings(lineage: Lineage, cache: GateCache | None = None,
         return [StepPairing(t.index, Pairing.UNCHECKED, f"no recorded timing to audit ({exc})")
                 for t in lineage.transitions]
     states = {state.index: state for state in state_timings(steps)}
+    required = {t.index: t.forward.timing.required for t in lineage.transitions if t.forward.timing is not None}
     pairings = []
     for step in steps:
         around = [states.get(step.index), states.get(step.index + 1)]
         off = [state for state in around if state is not None and state.disagrees(tolerance)]
         if off:
-            pairings.append(StepPairing(step.index, Pairing.BIASED, "; ".join(
-                f"state {s.index} timed {s.as_candidate_us:.1f} us as a candidate and {s.as_baseline_us:.1f} us "
-                f"as a baseline" for s in off) + ": the ratio is within that error"))
+            factor = max(max(s.bias, 1 / s.bias) for s in off)
+            need = required.get(step.index, DEFAULT_FORWARD_RATIO)
+            decided = step.ratio / factor >= need or step.ratio * factor < need
+            medians = "; ".join(f"state {s.index} timed {s.as_candidate_us:.1f} us as a candidate and "
+                                f"{s.as_baseline_us:.1f} us as a baseline" for s in off)
+            pairings.append(StepPairing(step.index, Pairing.OUTWEIGHED, f"{medians}: the ratio {step.ratio:.3f} clears "
+                                        f"{need} by more than that {factor:.2f}x, its size is uncertain by it")
+                            if decided else
+                            StepPairing(step.index, Pairing.BIASED, f"{medians}: the ratio {step.ratio:.3f} is within "
+                                        f"that {factor:.2f}x of the required {need}, not evidence either way"))
         elif None in around:
             once = step.index if around[0] is None else step.index + 1
             pairings.append(StepPairing(step.index, Pairing.UNCHECKED,
