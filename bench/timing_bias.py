@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -58,13 +59,18 @@ def scan(paths: list[Path], tolerance: float, sass: bool) -> int:
     return 0
 
 
-def probe(path: Path, indices: list[int]) -> int:
+def _walk_timing(path: Path):
+    """The walk, its problem (path and probe), this GPU and the walk's forward-timing policy and case."""
     lineage = Lineage.load(path)
     problem = corpus.problem_path(lineage.problem.operator)
     probed = execute.probe_problem(problem, config.cache_dir())
     device = devices.lookup(execute.gpu_name())
     policy = GatePolicy.from_dict(lineage.policy["forward_timing"])
-    case = policy.timing_case or probed.info.headline
+    return lineage, problem, probed, device, policy, policy.timing_case or probed.info.headline
+
+
+def probe(path: Path, indices: list[int]) -> int:
+    lineage, problem, probed, device, policy, case = _walk_timing(path)
     print(f"{path.name}: case {case}, {device.name}; medians in us, ratio = other / first")
     print(f"{'step':>4s} {'row':14s} {'first':>10s} {'second':>10s} {'control':>10s} {'2nd/1st':>8s} {'ctl/1st':>8s}")
     for index in indices:
@@ -92,7 +98,10 @@ PLACEMENT_ROWS = {
     "reload both, unloaded last first": "+A0 +A1 T -A1 -A0 +A1 +A0 T",
     "reload the first": "+A0 +A1 T -A0 +A0 T",
     "reload three, rotated": "+A0 +A1 +A2 T -A0 -A1 -A2 +A1 +A2 +A0 T",
+    "A A A A, eager module loading": "+A0 +A1 +A2 +A3 T",
 }
+# rows run with more environment: is it CUDA's lazy loading (the default since 12.2) that places them?
+PLACEMENT_ENV = {"A A A A, eager module loading": {"CUDA_MODULE_LOADING": "EAGER"}}
 
 
 def _contenders(probed, device, case: str, kernels) -> list:
@@ -102,12 +111,7 @@ def _contenders(probed, device, case: str, kernels) -> list:
 
 
 def placement(path: Path, index: int) -> int:
-    lineage = Lineage.load(path)
-    problem = corpus.problem_path(lineage.problem.operator)
-    probed = execute.probe_problem(problem, config.cache_dir())
-    device = devices.lookup(execute.gpu_name())
-    policy = GatePolicy.from_dict(lineage.policy["forward_timing"])
-    case = policy.timing_case or probed.info.headline
+    lineage, problem, probed, device, policy, case = _walk_timing(path)
     a, b = _contenders(probed, device, case, [lineage.states[index].kernel, lineage.states[index + 1].kernel])
     print(f"{path.name} step {index}: copies of its parent A, case {case}, {device.name}; "
           f"medians in us of each loaded module timed alone, in load order", flush=True)
@@ -120,7 +124,8 @@ def placement(path: Path, index: int) -> int:
         request = Path(work) / "request.json"
         request.write_text(json.dumps({"problem": str(problem), "case": case, "policy": policy.to_dict(), "specs": specs}))
         for label in PLACEMENT_ROWS:
-            out = subprocess.run([sys.executable, __file__, "_row", str(request), label], capture_output=True, text=True)
+            out = subprocess.run([sys.executable, __file__, "_row", str(request), label], capture_output=True, text=True,
+                                 env={**os.environ, **PLACEMENT_ENV.get(label, {})})
             if out.returncode:
                 raise SystemExit(f"{label}: {out.stderr[-2000:]}")
             for medians in json.loads(out.stdout.splitlines()[-1]):
