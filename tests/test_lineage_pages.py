@@ -139,6 +139,8 @@ def test_a_biased_forward_timing_says_so_with_both_medians(client, corpus):
     assert "timing biased" in step and "state 13 timed 543.6 us as a candidate and 375.7 us as a baseline" in step
     clean = _section(text, 'id="step-accepted-38"', 'id="step-accepted-39"')
     assert "timing biased" not in clean and "forward " in clean
+    queue = client.get(f"/review/?lineage={conv.id}&kind=accepted").content.decode()
+    assert 'class="badge badge-pairing-biased" title="state 13 timed 543.6 us as a candidate' in queue
 
 
 def test_a_step_shows_its_childs_vendor_ratio_from_the_verdict_that_timed_it(client, dry):
