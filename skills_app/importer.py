@@ -45,7 +45,7 @@ from klineage.gate.verdict import Verdict as EngineVerdict
 from klineage.kernel import KernelState as EngineKernelState
 from klineage.lineage import Lineage as EngineLineage
 from klineage.problem import ProblemInfo
-from klineage.walk.timing_audit import step_pairings
+from klineage.walk.timing_audit import Pairing, StepPairing, step_pairings
 from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Verdict
 
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -465,10 +465,19 @@ def _store_pairings(lineage: Lineage, parsed: EngineLineage, recorded_root: Path
     accepted = lineage.steps.filter(kind=LineageStep.Kind.ACCEPTED)
     if only_missing and not accepted.filter(pairing="").exists():
         return False
-    cache = GateCache(None, Path(recorded_root or config.recorded_dir()))
-    for found in step_pairings(parsed, cache):
+    root = Path(recorded_root or config.recorded_dir()).resolve()
+    memo = (lineage.id, str(root))
+    pairings = _PAIRINGS.get(memo) or step_pairings(parsed, GateCache(None, root))
+    # Kept for the process (the corpus is imported again and again in tests): an audit that found
+    # the walk's verdicts holds while they stand; one that found none is redone next time.
+    if any(found.pairing is not Pairing.UNCHECKED for found in pairings):
+        _PAIRINGS[memo] = pairings
+    for found in pairings:
         accepted.filter(index=found.index).update(pairing=found.pairing.value, pairing_note=found.note)
     return True
+
+
+_PAIRINGS: dict[tuple[str, str], list[StepPairing]] = {}  # (lineage id, recorded folder) -> its steps' pairings
 
 
 def _read_lineages(paths: list[Path]) -> list[tuple[dict[str, Any], str]]:
