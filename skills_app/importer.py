@@ -407,7 +407,7 @@ def _store_lineage(document: Any, *, where: str, source_path: str = "",
             existing.source_path = source_path
             existing.save(update_fields=["source_path"])
             action = UPDATED
-        if _store_pairings(existing, parsed, recorded_root, only_missing=True):  # imported before they were audited
+        if _fill_missing_pairings(existing, parsed, recorded_root):  # imported before steps were audited
             action = UPDATED
         return existing, action
     states: dict[str, KernelState] = {}
@@ -432,9 +432,11 @@ def _store_lineage(document: Any, *, where: str, source_path: str = "",
         source_path=source_path,
         document=data,
     )
+    pairings = _pairings(key, parsed, recorded_root)
     steps = []
     for transition in parsed.transitions:
         forward = transition.forward
+        pairing = pairings.get(transition.index)
         steps.append(LineageStep(
             lineage=lineage, kind=LineageStep.Kind.ACCEPTED, index=transition.index, branch_step=transition.index,
             transform=transition.transform, anchor=transition.anchor.to_dict(),
@@ -443,7 +445,8 @@ def _store_lineage(document: Any, *, where: str, source_path: str = "",
             features_removed=[f.to_dict() for f in transition.features_removed],
             features_added=[f.to_dict() for f in transition.features_added],
             forward_status=forward.status.value, forward_message=forward.message,
-            forward_timing=forward.timing.to_dict() if forward.timing else None, note=transition.note))
+            forward_timing=forward.timing.to_dict() if forward.timing else None, note=transition.note,
+            pairing=pairing.pairing.value if pairing else "", pairing_note=pairing.note if pairing else ""))
     for position, rejection in enumerate(parsed.rejections):
         steps.append(LineageStep(
             lineage=lineage, kind=LineageStep.Kind.REJECTED, index=position, branch_step=rejection.step,
@@ -452,29 +455,36 @@ def _store_lineage(document: Any, *, where: str, source_path: str = "",
             rejection_reason=rejection.reason.value if rejection.reason else "",
             cases_failed=list(rejection.cases_failed), evidence=rejection.evidence.to_dict()))
     LineageStep.objects.bulk_create(steps)
-    _store_pairings(lineage, parsed, recorded_root)
     return lineage, CREATED
 
 
-def _store_pairings(lineage: Lineage, parsed: EngineLineage, recorded_root: Path | None,
-                    only_missing: bool = False) -> bool:
-    """A GPU walk's accepted steps, marked where a state timed differently in its two pairings
-    (their forward ratio then measures the pairing, not the edit: docs/perf-notes.md)."""
+def _pairings(key: str, parsed: EngineLineage, recorded_root: Path | None) -> dict[int, StepPairing]:
+    """A GPU walk's accepted steps by index, each marked where its parent or child timed differently
+    in its two pairings (the forward ratio then measures the pairing: docs/perf-notes.md); none
+    for a walk that timed nothing."""
     if parsed.gate is not GateMode.GPU:
-        return False
-    accepted = lineage.steps.filter(kind=LineageStep.Kind.ACCEPTED)
-    if only_missing and not accepted.filter(pairing="").exists():
-        return False
+        return {}
     root = Path(recorded_root or config.recorded_dir()).resolve()
-    memo = (lineage.id, str(root))
+    memo = (key, str(root))
     pairings = _PAIRINGS.get(memo) or step_pairings(parsed, GateCache(None, root))
     # Kept for the process (the corpus is imported again and again in tests): an audit that found
     # the walk's verdicts holds while they stand; one that found none is redone next time.
     if any(found.pairing is not Pairing.UNCHECKED for found in pairings):
         _PAIRINGS[memo] = pairings
-    for found in pairings:
-        accepted.filter(index=found.index).update(pairing=found.pairing.value, pairing_note=found.note)
-    return True
+    return {found.index: found for found in pairings}
+
+
+def _fill_missing_pairings(lineage: Lineage, parsed: EngineLineage, recorded_root: Path | None) -> bool:
+    """Audit the accepted steps of a GPU walk stored before the audit existed; whether any were."""
+    if parsed.gate is not GateMode.GPU:
+        return False
+    missing = list(lineage.steps.filter(kind=LineageStep.Kind.ACCEPTED, pairing=""))
+    pairings = _pairings(lineage.id, parsed, recorded_root) if missing else {}
+    filled = [step for step in missing if step.index in pairings]
+    for step in filled:
+        step.pairing, step.pairing_note = pairings[step.index].pairing.value, pairings[step.index].note
+    LineageStep.objects.bulk_update(filled, ["pairing", "pairing_note"])
+    return bool(filled)
 
 
 _PAIRINGS: dict[tuple[str, str], list[StepPairing]] = {}  # (lineage id, recorded folder) -> its steps' pairings
