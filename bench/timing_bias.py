@@ -1,7 +1,7 @@
 """Does pairing move a timing? Two views of the gate's paired timing, for GPU walks.
 
     python bench/timing_bias.py scan WALK.gpu.json... [--sass] [--tolerance 0.05]    (any machine)
-    python bench/timing_bias.py probe WALK.gpu.json STEP [STEP...]                   (GPU host)
+    python bench/timing_bias.py probe WALK.gpu.json STEP [STEP...] [--placements N]  (GPU host)
     python bench/timing_bias.py placement WALK.gpu.json STEP                          (GPU host)
 
 scan: from the recorded verdicts (no GPU), each inner state's two medians (as the baseline of the
@@ -69,9 +69,11 @@ def _walk_timing(path: Path):
     return lineage, problem, probed, device, policy, policy.timing_case or probed.info.headline
 
 
-def probe(path: Path, indices: list[int]) -> int:
+def probe(path: Path, indices: list[int], placements: int) -> int:
     lineage, problem, probed, device, policy, case = _walk_timing(path)
-    print(f"{path.name}: case {case}, {device.name}; medians in us, ratio = other / first")
+    policy = policy.with_(placements=placements)
+    print(f"{path.name}: case {case}, {device.name}, {placements} placement(s) per kernel; "
+          f"medians in us, ratio = other / first")
     print(f"{'step':>4s} {'row':14s} {'first':>10s} {'second':>10s} {'control':>10s} {'2nd/1st':>8s} {'ctl/1st':>8s}")
     for index in indices:
         parent, child = lineage.states[index].kernel, lineage.states[index + 1].kernel
@@ -192,6 +194,7 @@ def main(argv: list[str]) -> int:
     p = sub.add_parser("probe", help="time a step's parent and child with controls, on this GPU")
     p.add_argument("walk", type=Path)
     p.add_argument("steps", nargs="+", type=int)
+    p.add_argument("--placements", type=int, default=1, help="copies of each kernel loaded, the fastest timed (1)")
     q = sub.add_parser("placement", help="copies of a step's parent, loaded and allocated in different orders")
     q.add_argument("walk", type=Path)
     q.add_argument("step", type=int)
@@ -206,7 +209,7 @@ def main(argv: list[str]) -> int:
             return placement(args.walk, args.step)
         if args.command == "_row":
             return _row(args.request, args.label)
-        return probe(args.walk, args.steps)
+        return probe(args.walk, args.steps, args.placements)
     except KLineageError as exc:  # no GPU, a replay miss, a malformed walk: say so, no traceback
         print(f"timing_bias: {exc}", file=sys.stderr)
         return 2

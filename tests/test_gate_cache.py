@@ -332,7 +332,8 @@ def test_verdict_optional_sections_default_to_empty():
 
 def test_policy_round_trip():
     for policy in (GatePolicy(), QUICK, STRICT, GatePolicy(seeds=16, trials=10, min_reps=1, max_reps=1,
-                                                           input_sets=8, require_ratio=1.2, timing_case="small")):
+                                                           input_sets=8, require_ratio=1.2, timing_case="small"),
+                   GatePolicy(placements=4)):
         data = json.loads(json.dumps(policy.to_dict()))
         assert GatePolicy.from_dict(data) == policy
         assert GatePolicy.from_dict(data).fingerprint == policy.fingerprint
@@ -346,10 +347,17 @@ def test_policy_fingerprint_changes_with_every_field():
     changes = {"seeds": 4, "timing": False, "timing_case": "x", "vendor": False, "warmup": 6, "trials": 4,
                "min_reps": 16, "max_reps": 201, "trial_seconds": 2.0, "spread_target": 0.1, "input_sets": 2,
                "sanitize": Sanitize.ALWAYS, "launch_timeout_s": 5.0, "run_timeout_s": 60.0, "output_cap": 1024,
-               "require_ratio": 1.1}
+               "require_ratio": 1.1, "placements": 2}
     assert set(changes) == set(GatePolicy.__dataclass_fields__)
     prints = {base.fingerprint} | {base.with_(**{k: v}).fingerprint for k, v in changes.items()}
     assert len(prints) == len(changes) + 1
+
+
+def test_one_placement_keeps_the_fingerprint_of_policies_from_before_placements():
+    """Every recorded verdict was judged before `placements` existed, with one copy per kernel."""
+    assert "placements" not in GatePolicy().to_dict() and GatePolicy(placements=2).to_dict()["placements"] == 2
+    # the default policy's fingerprint as it was before the field (commit e4822f5)
+    assert GatePolicy(placements=1).fingerprint == "d4642497efcbca045e3f78dccff534c9cbcd48f0e6d6afe6718458f911ecb222"
 
 
 def test_policy_with_returns_a_changed_copy():
@@ -368,6 +376,8 @@ def test_policy_with_returns_a_changed_copy():
         ({"min_reps": 50, "max_reps": 20}, "policy: need 1..10 trials and 1 <= min_reps <= max_reps"),
         ({"input_sets": 0}, "policy: input_sets must be between 1 and 8"),
         ({"input_sets": 9}, "policy: input_sets must be between 1 and 8"),
+        ({"placements": 0}, "policy: placements must be between 1 and 8"),
+        ({"placements": 9}, "policy: placements must be between 1 and 8"),
     ],
 )
 def test_policy_validation(values, message):

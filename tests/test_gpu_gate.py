@@ -75,3 +75,19 @@ def test_a_hang_is_a_timeout_and_the_next_kernel_still_runs(cache):
     assert time.monotonic() - started < 60
     after = gate("row_softmax/naive", cache, policy=policy, cases=["small"])
     assert after.status is Status.PASSED
+
+
+def test_placements_time_each_kernel_in_its_fastest_of_several_loaded_copies(cache):
+    """Where a module lands can move a big kernel's time (runner.place); each kernel is loaded
+    three times here, screened, and the paired trials time its fastest copy."""
+    policy = GatePolicy(sanitize=Sanitize.NEVER, vendor=False, placements=3)
+    verdict = gate("row_softmax/warp_vec4", cache, policy=policy, against=corpus.kernel_entry("row_softmax/naive").load())
+    assert verdict.status is Status.PASSED, verdict.findings
+    placed = verdict.profile["placements"]
+    assert set(placed) == {"candidate", "baseline"}
+    for role, screen in placed.items():
+        assert len(screen["screen_us"]) == 3 and all(t > 0 for t in screen["screen_us"])
+        assert screen["screen_us"][screen["chosen"]] == min(screen["screen_us"])
+        assert screen["spread"] == round(max(screen["screen_us"]) / min(screen["screen_us"]), 4)
+    # the trials time the chosen copies: the naive kernel is slower than the vectorised one
+    assert verdict.profile["ratios"]["vs_baseline"]["overall"] > 1.0

@@ -34,6 +34,9 @@ class GatePolicy:
     run_timeout_s: float = 900.0
     output_cap: int = 64 * 1024  # bytes of kernel output tolerated; more is a flood
     require_ratio: float = 0.0  # paired acceptance vs the baseline: 0 means not required
+    # copies of each timed kernel loaded, the fastest timed: where a module's code lands can move a
+    # big kernel's time by 1.4x (runner.place); 1 times the one copy wherever it landed
+    placements: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.seeds <= 16:
@@ -42,10 +45,14 @@ class GatePolicy:
             raise DocumentError("policy", "need 1..10 trials and 1 <= min_reps <= max_reps")
         if not 1 <= self.input_sets <= 8:
             raise DocumentError("policy", "input_sets must be between 1 and 8")
+        if not 1 <= self.placements <= 8:
+            raise DocumentError("policy", "placements must be between 1 and 8")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["sanitize"] = self.sanitize.value
+        if self.placements == 1:  # a policy from before placements existed keeps its fingerprint
+            del data["placements"]
         return data
 
     @classmethod
