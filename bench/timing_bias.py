@@ -81,17 +81,20 @@ def probe(path: Path, indices: list[int], placements: int) -> int:
         rows = {"A, B, A copy": (parent, child, parent), "B, A, B copy": (child, parent, child),
                 "A, A copy": (parent, parent)}
         for label, kernels in rows.items():
-            medians = _time(problem, probed, device, policy, case, kernels)
+            medians, placed = _time(problem, probed, device, policy, case, kernels)
             first = medians[0]
             ratios = [m / first for m in medians[1:]]
             cells = [f"{m:10.1f}" for m in medians] + [" " * 10] * (3 - len(medians))
             print(f"{index:4d} {label:14s} {' '.join(cells)} " + " ".join(f"{r:8.3f}" for r in ratios)
                   + (f"   (SASS {same})" if label.startswith("A, B") else ""))
+            for role, screen in placed.items():  # each copy's screening median, in load order
+                print(f"{'':19s}{role:9s} " + " ".join(f"{t:.1f}" + ("*" if i == screen["chosen"] else "")
+                                                       for i, t in enumerate(screen["screen_us"])))
     return 0
 
 
 # label: a script run in one fresh process: +X loads module X (A0, A1, ...: copies of the parent A;
-# B: the child), -X unloads it, T times every loaded module alone (a profile each, in load order)
+# B: the child; Z: the walk's last state, a small module that shifts the rest), -X unloads it, T times every loaded module alone (a profile each, in load order)
 PLACEMENT_ROWS = {
     "A A": "+A0 +A1 T",
     "B untimed, A A": "+B +A0 +A1 -B T",
@@ -101,6 +104,9 @@ PLACEMENT_ROWS = {
     "reload the first": "+A0 +A1 T -A0 +A0 T",
     "reload three, rotated": "+A0 +A1 +A2 T -A0 -A1 -A2 +A1 +A2 +A0 T",
     "A A A A, eager module loading": "+A0 +A1 +A2 +A3 T",
+    "eight copies": "+A0 +A1 +A2 +A3 +A4 +A5 +A6 +A7 T",
+    "Z untimed, eight copies": "+Z +A0 +A1 +A2 +A3 +A4 +A5 +A6 +A7 -Z T",
+    "swap places: reload in reverse": "+A0 +B T -A0 -B +B +A0 T",
 }
 # rows run with more environment: is it CUDA's lazy loading (the default since 12.2) that places them?
 PLACEMENT_ENV = {"A A A A, eager module loading": {"CUDA_MODULE_LOADING": "EAGER"}}
@@ -114,12 +120,12 @@ def _contenders(probed, device, case: str, kernels) -> list:
 
 def placement(path: Path, index: int) -> int:
     lineage, problem, probed, device, policy, case = _walk_timing(path)
-    a, b = _contenders(probed, device, case, [lineage.states[index].kernel, lineage.states[index + 1].kernel])
+    a, b, z = _contenders(probed, device, case, [lineage.states[i].kernel for i in (index, index + 1, -1)])
     print(f"{path.name} step {index}: copies of its parent A, case {case}, {device.name}; "
           f"medians in us of each loaded module timed alone, in load order", flush=True)
     with tempfile.TemporaryDirectory() as work:
         specs = {}
-        for name, c in (("A", a), ("B", b)):
+        for name, c in (("A", a), ("B", b), ("Z", z)):
             cubin = Path(work) / f"{name}.cubin"
             cubin.write_bytes(c.compiled.cubin_bytes(c.state.plan.arch))
             specs[name] = {**c.spec, "cubin": str(cubin)}
@@ -169,8 +175,9 @@ def _row(request_path: Path, label: str) -> int:
     return 0
 
 
-def _time(problem: Path, probed, device, policy: GatePolicy, case: str, kernels) -> list[float]:
-    """One runner process timing the kernels in this load order; each role's median."""
+def _time(problem: Path, probed, device, policy: GatePolicy, case: str, kernels) -> tuple[list[float], dict]:
+    """One runner process timing the kernels in this load order; each role's median, and where
+    the policy loads copies, each copy's screening median."""
     contenders = _contenders(probed, device, case, kernels)
     roles = [c.role for c in contenders]
     request = {"mode": "run", "problem": str(problem), "cases": [case], "seeds": [0], "timing_case": case,
@@ -180,7 +187,7 @@ def _time(problem: Path, probed, device, policy: GatePolicy, case: str, kernels)
     timed = outcome.result.get("profile", {}).get("contenders")
     if not timed:
         raise SystemExit(f"no timing came back: {outcome.findings or outcome.error or outcome.output_excerpt}")
-    return [float(timed[role]["median_us"]) for role in roles]
+    return [float(timed[role]["median_us"]) for role in roles], outcome.result["profile"].get("placements", {})
 
 
 def main(argv: list[str]) -> int:
