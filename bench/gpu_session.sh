@@ -6,8 +6,8 @@
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
 # Stages: smoke, suite, example, adversarial, cost, mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py; those $GPUTEST_K selects), multigpu,
 # walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk),
-# prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), bias:NAME:STEP,STEP[:PLACEMENTS] (bench/timing_bias.py
-# probe: a walk's steps timed with controls, each kernel the fastest of PLACEMENTS loaded copies; NAME as in bench/walks, e.g. conv2d_implicit_gemm_any:13,35), placement:NAME:STEP
+# prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), bias:NAME:STEP,STEP[:PLACEMENT] (bench/timing_bias.py
+# probe: a walk's steps timed with controls, as_loaded or exchanged; NAME as in bench/walks, e.g. conv2d_implicit_gemm_any:13,35), placement:NAME:STEP
 # (bench/timing_bias.py placement: copies of the step's parent loaded and allocated in different orders), sweep:NAME
 # (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, $ADMIT_JOBS
@@ -69,9 +69,9 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     # each lane judges its share of the guessed states (lane i of n: states i, i+n, ...); no walk
     prefetch:*) walk "${1#prefetch:}" --prefetch-only --prefetch-share "${LANE:-0}/${LANES:-1}" ;;
     bias:*) local spec=${1#bias:}; local rest=${spec#*:}  # bench/timing_bias.py probe on bench/walks/NAME.gpu.json.gz
-      local steps=${rest%%:*} places=1; [[ $rest == *:* ]] && places=${rest#*:}
+      local steps=${rest%%:*} placement=as_loaded; [[ $rest == *:* ]] && placement=${rest#*:}
       timeout "${limit:-300}" python3 bench/timing_bias.py probe "bench/walks/${spec%%:*}.gpu.json.gz" ${steps//,/ } \
-        --placements "$places" ;;
+        --placement "$placement" ;;
     placement:*) local spec=${1#placement:}
       timeout "${limit:-300}" python3 bench/timing_bias.py placement "bench/walks/${spec%%:*}.gpu.json.gz" "${spec#*:}" ;;
     sweep:*) timeout "${limit:-${SWEEP_TIMEOUT:-300}}" python3 bench/carrier_sweep.py "bench/sweeps/${1#sweep:}.toml" \

@@ -1,7 +1,7 @@
 """Does pairing move a timing? Two views of the gate's paired timing, for GPU walks.
 
     python bench/timing_bias.py scan WALK.gpu.json... [--sass] [--tolerance 0.05]    (any machine)
-    python bench/timing_bias.py probe WALK.gpu.json STEP [STEP...] [--placements N]  (GPU host)
+    python bench/timing_bias.py probe WALK.gpu.json STEP [STEP...] [--placement P]   (GPU host)
     python bench/timing_bias.py placement WALK.gpu.json STEP                          (GPU host)
 
 scan: from the recorded verdicts (no GPU), each inner state's two medians (as the baseline of the
@@ -35,7 +35,7 @@ from klineage.errors import KLineageError
 from klineage.gate import execute
 from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import contender
-from klineage.gate.policy import GatePolicy
+from klineage.gate.policy import GatePolicy, Placement
 from klineage.lineage import Lineage
 from klineage.walk.timing_audit import (PAIRING_TOLERANCE, CodeIdentity, code_identities, same_machine_code, state_timings,
                                        step_timings)
@@ -69,10 +69,10 @@ def _walk_timing(path: Path):
     return lineage, problem, probed, device, policy, policy.timing_case or probed.info.headline
 
 
-def probe(path: Path, indices: list[int], placements: int) -> int:
+def probe(path: Path, indices: list[int], placement: Placement) -> int:
     lineage, problem, probed, device, policy, case = _walk_timing(path)
-    policy = policy.with_(placements=placements)
-    print(f"{path.name}: case {case}, {device.name}, {placements} placement(s) per kernel; "
+    policy = policy.with_(placement=placement)
+    print(f"{path.name}: case {case}, {device.name}, kernels timed {placement.value}; "
           f"medians in us, ratio = other / first")
     print(f"{'step':>4s} {'row':14s} {'first':>10s} {'second':>10s} {'control':>10s} {'2nd/1st':>8s} {'ctl/1st':>8s}")
     for index in indices:
@@ -87,9 +87,8 @@ def probe(path: Path, indices: list[int], placements: int) -> int:
             cells = [f"{m:10.1f}" for m in medians] + [" " * 10] * (3 - len(medians))
             print(f"{index:4d} {label:14s} {' '.join(cells)} " + " ".join(f"{r:8.3f}" for r in ratios)
                   + (f"   (SASS {same})" if label.startswith("A, B") else ""))
-            for role, screen in placed.items():  # each copy's screening median, in load order
-                print(f"{'':19s}{role:9s} " + " ".join(f"{t:.1f}" + ("*" if i == screen["chosen"] else "")
-                                                       for i, t in enumerate(screen["screen_us"])))
+            for role, by_place in placed.get("medians_us", {}).items():  # exchanged: each arrangement's median
+                print(f"{'':19s}{role:9s} " + " ".join(f"{t:10.1f}" for t in by_place))
     return 0
 
 
@@ -176,8 +175,8 @@ def _row(request_path: Path, label: str) -> int:
 
 
 def _time(problem: Path, probed, device, policy: GatePolicy, case: str, kernels) -> tuple[list[float], dict]:
-    """One runner process timing the kernels in this load order; each role's median, and where
-    the policy loads copies, each copy's screening median."""
+    """One runner process timing the kernels in this load order; each role's median, and where the
+    policy exchanges their places, each role's median in each arrangement."""
     contenders = _contenders(probed, device, case, kernels)
     roles = [c.role for c in contenders]
     request = {"mode": "run", "problem": str(problem), "cases": [case], "seeds": [0], "timing_case": case,
@@ -187,7 +186,7 @@ def _time(problem: Path, probed, device, policy: GatePolicy, case: str, kernels)
     timed = outcome.result.get("profile", {}).get("contenders")
     if not timed:
         raise SystemExit(f"no timing came back: {outcome.findings or outcome.error or outcome.output_excerpt}")
-    return [float(timed[role]["median_us"]) for role in roles], outcome.result["profile"].get("placements", {})
+    return [float(timed[role]["median_us"]) for role in roles], outcome.result["profile"].get("placement", {})
 
 
 def main(argv: list[str]) -> int:
@@ -201,7 +200,8 @@ def main(argv: list[str]) -> int:
     p = sub.add_parser("probe", help="time a step's parent and child with controls, on this GPU")
     p.add_argument("walk", type=Path)
     p.add_argument("steps", nargs="+", type=int)
-    p.add_argument("--placements", type=int, default=1, help="copies of each kernel loaded, the fastest timed (1)")
+    p.add_argument("--placement", default=Placement.AS_LOADED.value, choices=[p.value for p in Placement],
+                   help="where the kernels are timed: as_loaded (the walks' gate) or exchanged")
     q = sub.add_parser("placement", help="copies of a step's parent, loaded and allocated in different orders")
     q.add_argument("walk", type=Path)
     q.add_argument("step", type=int)
@@ -216,7 +216,7 @@ def main(argv: list[str]) -> int:
             return placement(args.walk, args.step)
         if args.command == "_row":
             return _row(args.request, args.label)
-        return probe(args.walk, args.steps, args.placements)
+        return probe(args.walk, args.steps, Placement(args.placement))
     except KLineageError as exc:  # no GPU, a replay miss, a malformed walk: say so, no traceback
         print(f"timing_bias: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ import pytest
 
 from klineage.errors import DocumentError, KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache, VerdictStore, verdict_key
-from klineage.gate.policy import QUICK, STRICT, GatePolicy, Sanitize
+from klineage.gate.policy import QUICK, STRICT, GatePolicy, Placement, Sanitize
 from klineage.gate.timing import PairedRatio, TimingStats
 from klineage.gate.verdict import VERDICT_VERSION, Finding, Reason, Status, Verdict
 
@@ -333,7 +333,7 @@ def test_verdict_optional_sections_default_to_empty():
 def test_policy_round_trip():
     for policy in (GatePolicy(), QUICK, STRICT, GatePolicy(seeds=16, trials=10, min_reps=1, max_reps=1,
                                                            input_sets=8, require_ratio=1.2, timing_case="small"),
-                   GatePolicy(placements=4)):
+                   GatePolicy(placement=Placement.EXCHANGED)):
         data = json.loads(json.dumps(policy.to_dict()))
         assert GatePolicy.from_dict(data) == policy
         assert GatePolicy.from_dict(data).fingerprint == policy.fingerprint
@@ -347,17 +347,19 @@ def test_policy_fingerprint_changes_with_every_field():
     changes = {"seeds": 4, "timing": False, "timing_case": "x", "vendor": False, "warmup": 6, "trials": 4,
                "min_reps": 16, "max_reps": 201, "trial_seconds": 2.0, "spread_target": 0.1, "input_sets": 2,
                "sanitize": Sanitize.ALWAYS, "launch_timeout_s": 5.0, "run_timeout_s": 60.0, "output_cap": 1024,
-               "require_ratio": 1.1, "placements": 2}
+               "require_ratio": 1.1, "placement": Placement.EXCHANGED}
     assert set(changes) == set(GatePolicy.__dataclass_fields__)
     prints = {base.fingerprint} | {base.with_(**{k: v}).fingerprint for k, v in changes.items()}
     assert len(prints) == len(changes) + 1
 
 
-def test_one_placement_keeps_the_fingerprint_of_policies_from_before_placements():
-    """Every recorded verdict was judged before `placements` existed, with one copy per kernel."""
-    assert "placements" not in GatePolicy().to_dict() and GatePolicy(placements=2).to_dict()["placements"] == 2
+def test_kernels_timed_as_loaded_keep_the_fingerprint_of_policies_from_before_placement():
+    """Every recorded verdict was judged before `placement` existed, each kernel where it landed."""
+    assert "placement" not in GatePolicy().to_dict()
+    assert GatePolicy(placement=Placement.EXCHANGED).to_dict()["placement"] == "exchanged"
     # the default policy's fingerprint as it was before the field (commit e4822f5)
-    assert GatePolicy(placements=1).fingerprint == "d4642497efcbca045e3f78dccff534c9cbcd48f0e6d6afe6718458f911ecb222"
+    assert GatePolicy(placement=Placement.AS_LOADED).fingerprint == (
+        "d4642497efcbca045e3f78dccff534c9cbcd48f0e6d6afe6718458f911ecb222")
 
 
 def test_policy_with_returns_a_changed_copy():
@@ -376,8 +378,6 @@ def test_policy_with_returns_a_changed_copy():
         ({"min_reps": 50, "max_reps": 20}, "policy: need 1..10 trials and 1 <= min_reps <= max_reps"),
         ({"input_sets": 0}, "policy: input_sets must be between 1 and 8"),
         ({"input_sets": 9}, "policy: input_sets must be between 1 and 8"),
-        ({"placements": 0}, "policy: placements must be between 1 and 8"),
-        ({"placements": 9}, "policy: placements must be between 1 and 8"),
     ],
 )
 def test_policy_validation(values, message):
@@ -393,6 +393,8 @@ def test_policy_from_dict_refusals():
         GatePolicy.from_dict({"seed": 3, "retries": 1})
     with pytest.raises(DocumentError, match="^policy: sanitize must be one of never, on_pass, always, not 'sometimes'$"):
         GatePolicy.from_dict({"sanitize": "sometimes"})
+    with pytest.raises(DocumentError, match="^policy: placement must be one of as_loaded, exchanged, not 'best'$"):
+        GatePolicy.from_dict({"placement": "best"})
     with pytest.raises(DocumentError, match="^policy: "):
         GatePolicy.from_dict({"seeds": "3"})
     with pytest.raises(DocumentError, match="^policy: must be a table$"):

@@ -11,7 +11,7 @@ import pytest
 from klineage import corpus
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
-from klineage.gate.policy import GatePolicy, Sanitize
+from klineage.gate.policy import GatePolicy, Placement, Sanitize
 from klineage.gate.verdict import Reason, Status
 
 pytestmark = pytest.mark.gpu
@@ -77,17 +77,17 @@ def test_a_hang_is_a_timeout_and_the_next_kernel_still_runs(cache):
     assert after.status is Status.PASSED
 
 
-def test_placements_time_each_kernel_in_its_fastest_of_several_loaded_copies(cache):
-    """Where a module lands can move a big kernel's time (runner.place); each kernel is loaded
-    three times here, screened, and the paired trials time its fastest copy."""
-    policy = GatePolicy(sanitize=Sanitize.NEVER, vendor=False, placements=3)
+def test_exchanged_places_time_each_kernel_in_every_kernels_place(cache):
+    """Where a module lands can move a big kernel's time (docs/perf-notes.md, session 15); an
+    exchanged gate reloads the two kernels between trials, each in the other's place."""
+    policy = GatePolicy(sanitize=Sanitize.NEVER, vendor=False, placement=Placement.EXCHANGED)
     verdict = gate("row_softmax/warp_vec4", cache, policy=policy, against=corpus.kernel_entry("row_softmax/naive").load())
     assert verdict.status is Status.PASSED, verdict.findings
-    placed = verdict.profile["placements"]
-    assert set(placed) == {"candidate", "baseline"}
-    for role, screen in placed.items():
-        assert len(screen["screen_us"]) == 3 and all(t > 0 for t in screen["screen_us"])
-        assert screen["screen_us"][screen["chosen"]] == min(screen["screen_us"])
-        assert screen["spread"] == round(max(screen["screen_us"]) / min(screen["screen_us"]), 4)
-    # the trials time the chosen copies: the naive kernel is slower than the vectorised one
-    assert verdict.profile["ratios"]["vs_baseline"]["overall"] > 1.0
+    placed = verdict.profile["placement"]
+    assert placed["arrangements"] == [["candidate", "baseline"], ["baseline", "candidate"]]
+    assert set(placed["medians_us"]) == {"candidate", "baseline"}
+    assert all(len(m) == 2 and min(m) > 0 for m in placed["medians_us"].values())
+    ratio = verdict.profile["ratios"]["vs_baseline"]  # one paired ratio per round of both arrangements
+    assert len(ratio["per_trial"]) == policy.trials
+    assert verdict.profile["contenders"]["candidate"]["count"] >= 2 * policy.trials * policy.min_reps
+    assert ratio["overall"] > 1.0  # the naive kernel is slower than the vectorised one, in either place

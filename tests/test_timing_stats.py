@@ -86,6 +86,24 @@ def test_timing_stats_of_nothing():
         TimingStats.of([[], []])
 
 
+def test_exchanged_places_make_rounds_whose_median_is_the_geometric_mean_of_their_trials():
+    """Two kernels exchange places between trials: a round is one trial per arrangement."""
+    stats = TimingStats.of([[50.0, 52.0, 51.0], [36.0], [50.0], [37.0, 35.0], [49.0], [36.0]], arrangements=2)
+    assert stats.trial_medians_us == pytest.approx((math.sqrt(51.0 * 36.0), math.sqrt(50.0 * 36.0),
+                                                    math.sqrt(49.0 * 36.0)))
+    assert stats.median_us == pytest.approx(math.sqrt(50.0 * 36.0))
+    assert stats.count == 9
+    # a copy in the slow place and one in the fast place, exchanged: the same time, ratio 1
+    copy = TimingStats.of([[36.0], [51.0], [36.0], [50.0], [36.0], [49.0]], arrangements=2)
+    assert PairedRatio.of(stats, copy).per_trial == pytest.approx((1.0, 1.0, 1.0))
+
+
+@pytest.mark.parametrize("trials", [[[1.0], [2.0], [3.0]], [[1.0], [], [3.0], [4.0]]])
+def test_exchanged_places_need_whole_rounds(trials):
+    with pytest.raises(ValueError, match="need whole rounds of 2 trials"):
+        TimingStats.of(trials, arrangements=2)
+
+
 def test_timing_stats_round_trip():
     stats = TimingStats.of([[1.0, 2.0], [3.0, 4.0, 5.0]])
     data = stats.to_dict()

@@ -10,6 +10,14 @@ from klineage.errors import DocumentError
 from klineage.fingerprint import sha256_json
 
 
+class Placement(str, Enum):
+    """Where the timed kernels' modules sit while they are timed. Where a module's code lands can
+    move a big kernel's time by 1.4x (docs/perf-notes.md, session 15): a byte-identical copy of a
+    kernel ran 0.70x as fast as itself, only because it was loaded first."""
+    AS_LOADED = "as_loaded"  # each kernel wherever it landed: fine for kernels of a few thousand instructions
+    EXCHANGED = "exchanged"  # each round times every kernel in every kernel's place (runner.exchange_places)
+
+
 class Sanitize(str, Enum):
     NEVER = "never"
     ON_PASS = "on_pass"  # only kernels that passed correctness: catches latent races cheaply
@@ -34,9 +42,7 @@ class GatePolicy:
     run_timeout_s: float = 900.0
     output_cap: int = 64 * 1024  # bytes of kernel output tolerated; more is a flood
     require_ratio: float = 0.0  # paired acceptance vs the baseline: 0 means not required
-    # copies of each timed kernel loaded, the fastest timed: where a module's code lands can move a
-    # big kernel's time by 1.4x (runner.place); 1 times the one copy wherever it landed
-    placements: int = 1
+    placement: Placement = Placement.AS_LOADED
 
     def __post_init__(self) -> None:
         if not 1 <= self.seeds <= 16:
@@ -45,14 +51,13 @@ class GatePolicy:
             raise DocumentError("policy", "need 1..10 trials and 1 <= min_reps <= max_reps")
         if not 1 <= self.input_sets <= 8:
             raise DocumentError("policy", "input_sets must be between 1 and 8")
-        if not 1 <= self.placements <= 8:
-            raise DocumentError("policy", "placements must be between 1 and 8")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["sanitize"] = self.sanitize.value
-        if self.placements == 1:  # a policy from before placements existed keeps its fingerprint
-            del data["placements"]
+        data["placement"] = self.placement.value
+        if self.placement is Placement.AS_LOADED:  # a policy from before placement existed keeps its fingerprint
+            del data["placement"]
         return data
 
     @classmethod
@@ -63,12 +68,13 @@ class GatePolicy:
         if unknown:
             raise DocumentError("policy", f"unknown keys {sorted(unknown)}")
         values = dict(data)
-        if "sanitize" in values:
-            try:
-                values["sanitize"] = Sanitize(values["sanitize"])
-            except ValueError:
-                allowed = ", ".join(s.value for s in Sanitize)
-                raise DocumentError("policy", f"sanitize must be one of {allowed}, not {values['sanitize']!r}") from None
+        for key, kind in (("sanitize", Sanitize), ("placement", Placement)):
+            if key in values:
+                try:
+                    values[key] = kind(values[key])
+                except ValueError:
+                    allowed = ", ".join(k.value for k in kind)
+                    raise DocumentError("policy", f"{key} must be one of {allowed}, not {values[key]!r}") from None
         try:
             return cls(**values)
         except TypeError as exc:  # a value of the wrong type, e.g. seeds = "3"

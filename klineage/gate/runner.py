@@ -159,12 +159,7 @@ class LoadedKernel:
         self.launches_by_case = {case: [ResolvedLaunch.from_dict(x) for x in launches]
                                  for case, launches in spec["launches"].items()}
         self._packed: dict[tuple, list[Any]] = {}
-        self.spec = spec
         self.load()
-
-    def copy(self) -> LoadedKernel:
-        """The same cubin loaded once more, as a separate module placed after everything loaded."""
-        return LoadedKernel(self.device, self.spec)
 
     def load(self) -> None:
         """Load the module into the context, after what is loaded already: where a module loads
@@ -455,10 +450,6 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         end.record()
         return start, end
 
-    placements = {}
-    if policy.get("placements", 1) > 1:
-        kernels, placements = place(device, kernels, case_name, policy, sets, timed_call)
-
     contenders: list[tuple[str, Any]] = []
     notes: list[str] = []
     for kernel in kernels:
@@ -472,14 +463,23 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
             if graphs:
                 contenders.append(("vendor_graph", lambda s: ((lambda: None), graphs[id(s)].replay)))
 
-    for role, make in contenders:  # warm-up: module load, autotuning, caches
-        for i in range(policy["warmup"]):
-            timed_call(make, sets[i % len(sets)])
-    device.synchronize(f"warm-up {case_name}")
+    def warm_up() -> None:  # module load, autotuning, caches
+        for role, make in contenders:
+            for i in range(policy["warmup"]):
+                timed_call(make, sets[i % len(sets)])
+        device.synchronize(f"warm-up {case_name}")
 
+    warm_up()
+    # exchanged: each round times the kernels once in each arrangement of their places
+    arrangements = len(kernels) if policy.get("placement") == "exchanged" else 1
+    placed, orders = list(kernels), []
     samples: dict[str, list[list[float]]] = {role: [] for role, _ in contenders}
-    for trial in range(policy["trials"]):
+    for trial in range(policy["trials"] * arrangements):
         device.progress.emit(stage="profile", case=case_name, trial=trial)
+        if trial and arrangements > 1:
+            placed = exchange_places(placed, case_name)
+            warm_up()
+        orders.append([k.role for k in placed])
         trial_samples: dict[str, list[float]] = {role: [] for role, _ in contenders}
         started = time.monotonic()
         rep = 0
@@ -506,7 +506,7 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
                                                        f"{kernel.role}: {problem_found}", case_name, kernel=kernel.role))
                     return
 
-    stats = {role: TimingStats.of(trials) for role, trials in samples.items()}
+    stats = {role: TimingStats.of(trials, arrangements) for role, trials in samples.items()}
     figures = problem.info.roofline[case_name]
     from klineage import devices
 
@@ -524,54 +524,30 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         "roofline": {"floor_us": floor, "flops": figures["flops"], "bytes": figures["bytes"],
                      "fraction": {role: floor / s.median_us for role, s in stats.items()},
                      "device_spec": spec.name},
-        **({"placements": placements} if placements else {}),
+        **({"placement": _by_arrangement(orders, samples, arrangements)} if arrangements > 1 else {}),
         **({"notes": notes} if notes else {}),
     }
 
 
-def _thue_morse(n: int) -> int:
-    return bin(n).count("1") % 2
+def exchange_places(placed: list[LoadedKernel], case_name: str) -> list[LoadedKernel]:
+    """Unload the kernels in load order and load them again rotated by one, so each takes the
+    place of the kernel loaded before it (the first the last's). The driver hands freed places out
+    first freed, first reused (bench/logs/gpu-session-s15.txt: unloading A then B and loading B
+    then A swapped their times, 515/378 us for 525/377; unloading in the reverse order did not)."""
+    for kernel in placed:
+        kernel.unload()
+    rotated = placed[1:] + placed[:1]
+    for kernel in rotated:
+        kernel.load()
+        kernel.prepare(case_name)
+    return rotated
 
 
-def place(device: Device, kernels: list[LoadedKernel], case_name: str, policy: dict[str, Any], sets: list[dict],
-          timed_call) -> tuple[list[LoadedKernel], dict[str, Any]]:
-    """Each kernel's fastest of `placements` loaded copies, and every copy's screening median.
-
-    Where a module's code lands moves the biggest kernels' times by up to 1.4x (docs/perf-notes.md,
-    sessions 13-15): a copy of a kernel, byte for byte, ran 0.705x as fast as itself. Each kernel is
-    therefore loaded several times and timed in its fastest place, the place its code deserves. The
-    copies load in rounds whose order follows the Thue-Morse sequence, so neither kernel keeps the
-    earlier places; the screen is separate from the paired trials, so picking its fastest copy does
-    not lend the trials its luck."""
-    copies = {kernel.role: [kernel] for kernel in kernels}
-    for round_ in range(1, policy["placements"]):
-        order = kernels if not _thue_morse(round_) else kernels[::-1]
-        for kernel in order:
-            copies[kernel.role].append(kernel.copy())
-    times: dict[str, list[list[float]]] = {role: [[] for _ in loaded] for role, loaded in copies.items()}
-    calls = [(role, i, loaded) for role, copies_ in copies.items() for i, loaded in enumerate(copies_)]
-    for loaded in (k for _, _, k in calls):
-        loaded.prepare(case_name)
-
-    for rep in range(policy["warmup"] + policy["min_reps"]):
-        shift = rep % len(calls)
-        events = [(role, i, timed_call(_timed_launch(loaded, case_name), sets[rep % len(sets)]))
-                  for role, i, loaded in calls[shift:] + calls[:shift]]
-        device.synchronize(f"placement screen {rep}")
-        if rep >= policy["warmup"]:
-            for role, i, (start, end) in events:
-                times[role][i].append(start.elapsed_time(end) * 1000.0)
-    chosen, report = [], {}
-    for kernel in kernels:
-        medians = [statistics.median(t) for t in times[kernel.role]]
-        best = min(range(len(medians)), key=medians.__getitem__)
-        chosen.append(copies[kernel.role][best])
-        for i, loaded in enumerate(copies[kernel.role]):
-            if i != best:
-                loaded.unload()
-        report[kernel.role] = {"screen_us": [round(m, 3) for m in medians], "chosen": best,
-                               "spread": round(max(medians) / medians[best], 4)}
-    return chosen, report
+def _by_arrangement(orders: list[list[str]], samples: dict[str, list[list[float]]], arrangements: int) -> dict:
+    """Each arrangement's load order and each contender's median in it: how far places moved the times."""
+    return {"arrangements": orders[:arrangements],
+            "medians_us": {role: [statistics.median([v for t in trials[k::arrangements] for v in t])
+                                  for k in range(arrangements)] for role, trials in samples.items()}}
 
 
 class Phases:

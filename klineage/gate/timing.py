@@ -46,14 +46,22 @@ class TimingStats:
                    tuple(data["trial_medians_us"]))
 
     @classmethod
-    def of(cls, trials: list[list[float]]) -> TimingStats:
-        trials = [t for t in trials if t]
+    def of(cls, trials: list[list[float]], arrangements: int = 1) -> TimingStats:
+        """From each trial's samples. With `arrangements` > 1 the trials come in rounds of that
+        many, one per arrangement of the kernels' places; a round counts as one trial, its median
+        the geometric mean of its trials' medians, so every round weighs every place alike."""
+        if arrangements == 1:
+            trials = [t for t in trials if t]
+        elif any(not t for t in trials) or len(trials) % arrangements:
+            raise ValueError(f"need whole rounds of {arrangements} trials, each with samples")
         if not trials:
             raise ValueError("no timed samples")
         everything = [v for t in trials for v in t]
-        medians = tuple(statistics.median(t) for t in trials)
-        return cls(statistics.median(medians), percentile(everything, 10), percentile(everything, 90),
-                   len(everything), medians)
+        medians = [statistics.median(t) for t in trials]
+        rounds = tuple(medians) if arrangements == 1 else tuple(
+            statistics.geometric_mean(medians[i:i + arrangements]) for i in range(0, len(medians), arrangements))
+        return cls(statistics.median(rounds), percentile(everything, 10), percentile(everything, 90),
+                   len(everything), rounds)
 
 
 @dataclass(frozen=True)
