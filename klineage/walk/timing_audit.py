@@ -5,7 +5,9 @@ parent) and as the candidate of its own step (against its child). Both are media
 machine code on the same GPU, so they should agree; where they do not, the pairing itself moved the
 number and the step's child/parent ratio measures the pairing, not the edit. Where a step leaves the
 machine code unchanged (a `restrict` nvcc ignores, an unroll it already did), the true ratio is 1 and
-any other measured ratio is that artifact. Everything here reads recorded verdicts (replay): no GPU.
+any other measured ratio is that artifact. The cause is where each module's code lands (docs/perf-notes.md,
+session 15); a step re-timed with its two kernels exchanging places (`retime_step`, bench/retime.py on
+the GPU) has a ratio the places cannot move. Everything else here reads recorded verdicts (replay): no GPU.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from klineage.features.sass import disassemble
 from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import run_gate
-from klineage.gate.policy import GatePolicy
+from klineage.gate.policy import GatePolicy, Placement
+from klineage.gate.verdict import Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
 
@@ -37,6 +40,7 @@ class Pairing(str, Enum):
     BIASED = "biased"
     OUTWEIGHED = "outweighed"  # a state timed apart too, but the ratio clears the required one by more
     UNCHECKED = "unchecked"  # a state timed in one pairing only (a walk's first or last), or no recorded timing
+    EXCHANGED = "exchanged"  # re-timed with parent and child exchanging places: its ratio is evidence
 
 
 @dataclass(frozen=True)
@@ -89,10 +93,32 @@ class StateTiming:
         return abs(self.bias - 1.0) > tolerance
 
 
-def step_timings(lineage: Lineage, cache: GateCache | None = None) -> list[StepTiming]:
-    """The recorded forward timings of a GPU walk, served from the recorded store like a replay."""
+def retime_step(lineage: Lineage, index: int, mode: GateMode = GateMode.REPLAY, cache: GateCache | None = None,
+                record: bool = False) -> Verdict:
+    """Step `index`'s forward timing again, as the walk timed it but with parent and child exchanging
+    places between trials (GPU: bench/retime.py; replay: its recorded verdict, else ReplayMiss)."""
+    _require_gpu_walk(lineage)
+    policy = GatePolicy.from_dict(lineage.policy["forward_timing"]).with_(placement=Placement.EXCHANGED)
+    return run_gate(corpus.problem_path(lineage.problem.operator), lineage.states[index].kernel,
+                    against=lineage.states[index + 1].kernel, policy=policy, mode=mode,
+                    judged_under=GatePolicy.from_dict(lineage.policy["state"]),
+                    cache=cache or GateCache(None, config.recorded_dir()), record=record)
+
+
+def exchanged_ratio(verdict: Verdict) -> tuple[float, tuple[float, ...]] | None:
+    """child time / parent time of a passed re-timing, overall and per round; None where it gave none."""
+    ratio = verdict.profile.get("ratios", {}).get("vs_baseline") if verdict.status is Status.PASSED else None
+    return (float(ratio["overall"]), tuple(float(r) for r in ratio["per_trial"])) if ratio else None
+
+
+def _require_gpu_walk(lineage: Lineage) -> None:
     if lineage.gate is not GateMode.GPU:
         raise DocumentError("lineage", f"a {lineage.gate.value} walk timed nothing; audit a GPU walk")
+
+
+def step_timings(lineage: Lineage, cache: GateCache | None = None) -> list[StepTiming]:
+    """The recorded forward timings of a GPU walk, served from the recorded store like a replay."""
+    _require_gpu_walk(lineage)
     cache = cache or GateCache(None, config.recorded_dir())
     problem = corpus.problem_path(lineage.problem.operator)
     policy = GatePolicy.from_dict(lineage.policy["forward_timing"])
@@ -128,6 +154,10 @@ def step_pairings(lineage: Lineage, cache: GateCache | None = None,
     required = {t.index: t.forward.timing.required for t in lineage.transitions if t.forward.timing is not None}
     pairings = []
     for step in steps:
+        retimed = _retimed(lineage, step, cache, required.get(step.index, DEFAULT_FORWARD_RATIO))
+        if retimed:
+            pairings.append(retimed)
+            continue
         around = [states.get(step.index), states.get(step.index + 1)]
         off = [state for state in around if state is not None and state.disagrees(tolerance)]
         if off:
@@ -149,6 +179,21 @@ def step_pairings(lineage: Lineage, cache: GateCache | None = None,
             pairings.append(StepPairing(step.index, Pairing.CONSISTENT,
                                         f"its parent and child each timed within {tolerance:.0%} in both pairings"))
     return pairings
+
+
+def _retimed(lineage: Lineage, step: StepTiming, cache: GateCache | None, need: float) -> StepPairing | None:
+    try:
+        found = exchanged_ratio(retime_step(lineage, step.index, cache=cache))
+    except KLineageError:  # not re-timed (a replay miss): the walk's own pairing is all there is
+        return None
+    if found is None:
+        return None
+    overall, rounds = found
+    verdict = "clears" if overall >= need and min(rounds) >= need else "misses"
+    return StepPairing(step.index, Pairing.EXCHANGED,
+                       f"re-timed with parent and child exchanging places: {overall:.3f} (rounds "
+                       f"{', '.join(f'{r:.3f}' for r in rounds)}) {verdict} the required {need}; the walk's "
+                       f"pairing gave {step.ratio:.3f}")
 
 
 def machine_code(kernel: KernelState) -> dict[str, list[str]] | None:
