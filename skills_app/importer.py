@@ -407,7 +407,7 @@ def _store_lineage(document: Any, *, where: str, source_path: str = "",
             existing.source_path = source_path
             existing.save(update_fields=["source_path"])
             action = UPDATED
-        if _fill_missing_pairings(existing, parsed, recorded_root):  # imported before steps were audited
+        if _reaudit_pairings(existing, parsed, recorded_root):  # imported before the audit, or a step re-timed since
             action = UPDATED
         return existing, action
     states: dict[str, KernelState] = {}
@@ -446,7 +446,8 @@ def _store_lineage(document: Any, *, where: str, source_path: str = "",
             features_added=[f.to_dict() for f in transition.features_added],
             forward_status=forward.status.value, forward_message=forward.message,
             forward_timing=forward.timing.to_dict() if forward.timing else None, note=transition.note,
-            pairing=pairing.pairing.value if pairing else "", pairing_note=pairing.note if pairing else ""))
+            pairing=pairing.pairing.value if pairing else "", pairing_note=pairing.note if pairing else "",
+            retimed_ratio=pairing.ratio if pairing else None))
     for position, rejection in enumerate(parsed.rejections):
         steps.append(LineageStep(
             lineage=lineage, kind=LineageStep.Kind.REJECTED, index=position, branch_step=rejection.step,
@@ -474,17 +475,22 @@ def _pairings(key: str, parsed: EngineLineage, recorded_root: Path | None) -> di
     return {found.index: found for found in pairings}
 
 
-def _fill_missing_pairings(lineage: Lineage, parsed: EngineLineage, recorded_root: Path | None) -> bool:
-    """Audit the accepted steps of a GPU walk stored before the audit existed; whether any were."""
+def _reaudit_pairings(lineage: Lineage, parsed: EngineLineage, recorded_root: Path | None) -> bool:
+    """Audit again the accepted steps of a stored GPU walk that a recording can change: those stored
+    before the audit existed, and those whose timing was in doubt, the steps bench/retime.py re-times
+    (one re-timed since with its kernels exchanging places becomes `exchanged`); whether any changed."""
     if parsed.gate is not GateMode.GPU:
         return False
-    missing = list(lineage.steps.filter(kind=LineageStep.Kind.ACCEPTED, pairing=""))
-    pairings = _pairings(lineage.id, parsed, recorded_root) if missing else {}
-    filled = [step for step in missing if step.index in pairings]
-    for step in filled:
-        step.pairing, step.pairing_note = pairings[step.index].pairing.value, pairings[step.index].note
-    LineageStep.objects.bulk_update(filled, ["pairing", "pairing_note"])
-    return bool(filled)
+    doubtful = ["", Pairing.BIASED.value, Pairing.OUTWEIGHED.value]
+    candidates = list(lineage.steps.filter(kind=LineageStep.Kind.ACCEPTED, pairing__in=doubtful))
+    pairings = _pairings(lineage.id, parsed, recorded_root) if candidates else {}
+    changed = [step for step in candidates if step.index in pairings
+               and (step.pairing, step.retimed_ratio) != (pairings[step.index].pairing.value, pairings[step.index].ratio)]
+    for step in changed:
+        found = pairings[step.index]
+        step.pairing, step.pairing_note, step.retimed_ratio = found.pairing.value, found.note, found.ratio
+    LineageStep.objects.bulk_update(changed, ["pairing", "pairing_note", "retimed_ratio"])
+    return bool(changed)
 
 
 _PAIRINGS: dict[tuple[str, str], list[StepPairing]] = {}  # (lineage id, recorded folder) -> its steps' pairings

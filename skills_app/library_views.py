@@ -113,21 +113,28 @@ def effect_chart(effects: list[dict[str, Any]], steps: dict[tuple[str, str, int]
     """Per-case bars of the child/parent time ratio (> 1 is faster), the trials' range as a whisker
     and the 1.0 line, in SVG user units: a 320-wide view box, one 34-unit row per effect, its label
     above its bar so long case names fit at any width. An effect whose step's timing is biased (its
-    states timed apart in their two pairings, `LineageStep.pairing`) is drawn hollow and listed."""
+    states timed apart in their two pairings, `LineageStep.pairing`) is drawn hollow and listed; one
+    whose step was re-timed with its kernels exchanging places gets a tick at that ratio, listed too."""
     if not effects:
         return None
     span, row_height = 250, 34
-    scale = max([1.0, *(e["ratio"] for e in effects), *(r for e in effects for r in e["per_trial"])]) * 1.05
+    steps = steps or {}
+    step_of = [steps.get((e["source"]["lineage"], e["source"]["kind"], e["source"]["index"])) for e in effects]
+    retimed_ratios = [s.retimed_ratio for s in step_of if s is not None and s.retimed_ratio]
+    scale = max([1.0, *(e["ratio"] for e in effects), *(r for e in effects for r in e["per_trial"]),
+                 *retimed_ratios]) * 1.05
     bars = []
-    for i, effect in enumerate(effects):
+    for i, (effect, step) in enumerate(zip(effects, step_of)):
         trials = effect["per_trial"] or [effect["ratio"]]
         top = i * row_height
-        source = effect["source"]
-        step = (steps or {}).get((source["lineage"], source["kind"], source["index"]))
         biased = step is not None and step.pairing == Pairing.BIASED.value
+        retimed = step.retimed_ratio if step is not None and step.pairing == Pairing.EXCHANGED.value else None
         bars.append({
             "label": f"{effect['operator']}/{effect['case']}",
             "biased_note": step.pairing_note if biased else "",
+            "retimed": retimed,
+            "retimed_note": step.pairing_note if retimed else "",
+            "retimed_x": round(span * retimed / scale, 1) if retimed else 0,
             "ratio": effect["ratio"],
             "faster": effect["ratio"] >= 1.0,
             "label_y": top + 12,
@@ -140,7 +147,7 @@ def effect_chart(effects: list[dict[str, Any]], steps: dict[tuple[str, str, int]
             "value_y": top + 26,
         })
     return {"bars": bars, "one": round(span / scale, 1), "height": len(effects) * row_height + 4,
-            "biased": [bar for bar in bars if bar["biased_note"]]}
+            "biased": [bar for bar in bars if bar["biased_note"]], "retimed": [bar for bar in bars if bar["retimed"]]}
 
 
 def _operators() -> list[str]:

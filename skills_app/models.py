@@ -314,8 +314,11 @@ class LineageStep(models.Model):
     pairing = models.CharField(
         max_length=10, blank=True, default="", choices=[(p.value, p.value) for p in Pairing],
         help_text="GPU walks' accepted steps: whether the parent and child each timed alike in both of their "
-                  "pairings (klineage.walk.timing_audit); biased: the forward ratio is not evidence")
+                  "pairings (klineage.walk.timing_audit); biased: the forward ratio is not evidence; exchanged: "
+                  "re-timed with parent and child exchanging places, `retimed_ratio`")
     pairing_note = models.TextField(blank=True, default="")
+    retimed_ratio = models.FloatField(null=True, blank=True,
+                                      help_text="exchanged: the re-timed child time / parent time; null otherwise")
     note = models.TextField(blank=True, default="")
     rejection_category = models.CharField(max_length=24, blank=True, default="")
     rejection_reason = models.CharField(max_length=40, blank=True, default="", help_text="the gate's reason, if any")

@@ -141,6 +141,10 @@ def test_a_biased_forward_timing_says_so_with_both_medians(client, corpus):
     assert "timing biased" not in clean and "forward " in clean
     queue = client.get(f"/review/?lineage={conv.id}&kind=accepted").content.decode()
     assert 'class="badge badge-pairing-biased" title="state 13 timed 543.6 us as a candidate' in queue
+    # unpad_shared (step 7) was re-timed with its kernels exchanging places: 0.981, the walk said 0.692
+    retimed = _section(text, 'id="step-accepted-7"', 'id="step-accepted-8"')
+    assert "re-timed 0.981" in retimed and "the walk&#x27;s pairing gave 0.692" in retimed and "timing biased" not in retimed
+    assert 'class="badge badge-pairing-exchanged"' in queue
 
 
 def test_a_step_shows_its_childs_vendor_ratio_from_the_verdict_that_timed_it(client, dry):

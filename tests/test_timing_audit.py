@@ -14,8 +14,8 @@ from klineage import config
 from klineage.errors import DocumentError
 from klineage.lineage import Lineage
 from klineage.gate.cache import GateCache
-from klineage.walk.timing_audit import (CodeIdentity, Pairing, StepTiming, code_identities, same_machine_code,
-                                        state_timings, step_pairings, step_timings)
+from klineage.walk.timing_audit import (CodeIdentity, Pairing, StepTiming, code_identities, exchanged_ratio,
+                                       retime_step, same_machine_code, state_timings, step_pairings, step_timings)
 
 CONV_ANY = config.bench_walks_dir() / "conv2d_implicit_gemm_any.gpu.json.gz"
 SOFTMAX = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.gpu.json"
@@ -52,9 +52,26 @@ def test_a_step_is_biased_only_where_its_states_error_could_decide_it():
     assert conv[13].pairing is Pairing.BIASED and "0.691 is within that 1.45x" in conv[13].note
     assert conv[0].pairing is Pairing.UNCHECKED and conv[-1].pairing is Pairing.UNCHECKED  # states timed once
     assert {p.pairing for p in conv[36:-1]} == {Pairing.CONSISTENT}
-    # gemm/mma_sync's tensor-core step: 58.9x clears 0.99 by more than its child's 1.34x
-    gemm = step_pairings(Lineage.load(config.corpus_dir() / "lineages" / "gemm_mma_sync.gpu.json"))
-    assert gemm[0].pairing is Pairing.OUTWEIGHED and "58.852 clears 0.99" in gemm[0].note
+    assert conv[34].pairing is Pairing.OUTWEIGHED and "0.451 clears 0.99 by more than that 1.50x" in conv[34].note
+
+
+def test_a_step_re_timed_with_exchanged_places_is_judged_by_that_timing():
+    """bench/retime.py re-timed gemm/mma_sync's doubtful steps on the H200 (docs/perf-notes.md,
+    session 15): un-padding shared memory measured 0.848 with each kernel where it landed, 1.003
+    with the two exchanging places; ldmatrix's 0.812 stands at 0.802."""
+    walk = Lineage.load(config.corpus_dir() / "lineages" / "gemm_mma_sync.gpu.json")
+    gemm = step_pairings(walk)
+    assert gemm[7].pairing is Pairing.EXCHANGED and gemm[7].ratio == pytest.approx(1.003, abs=0.001)
+    assert "1.003 (rounds 1.008, 1.003, 0.999) clears the required 0.99; the walk's pairing gave 0.848" in gemm[7].note
+    assert gemm[1].pairing is Pairing.EXCHANGED and "0.802" in gemm[1].note and "misses the required 0.99" in gemm[1].note
+    assert gemm[0].pairing is Pairing.EXCHANGED and gemm[0].ratio > 50  # mma.sync: 60.6x
+    # the re-timing replays with no GPU, and shows why: the parent's own time moved with its place
+    verdict = retime_step(walk, 7)
+    placed = verdict.profile["placement"]
+    assert placed["arrangements"] == [["candidate", "baseline"], ["baseline", "candidate"]]
+    parent, child = placed["medians_us"]["candidate"], placed["medians_us"]["baseline"]
+    assert parent[0] / parent[1] > 1.15 and child[1] / child[0] > 1.15
+    assert exchanged_ratio(verdict)[0] == pytest.approx(gemm[7].ratio)
 
 
 def test_a_walk_whose_verdicts_are_not_recorded_here_is_unchecked(tmp_path):

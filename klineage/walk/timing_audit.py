@@ -48,6 +48,7 @@ class StepPairing:
     index: int
     pairing: Pairing
     note: str
+    ratio: float | None = None  # exchanged: the re-timed child time / parent time
 
 
 class CodeIdentity(str, Enum):
@@ -193,7 +194,7 @@ def _retimed(lineage: Lineage, step: StepTiming, cache: GateCache | None, need: 
     return StepPairing(step.index, Pairing.EXCHANGED,
                        f"re-timed with parent and child exchanging places: {overall:.3f} (rounds "
                        f"{', '.join(f'{r:.3f}' for r in rounds)}) {verdict} the required {need}; the walk's "
-                       f"pairing gave {step.ratio:.3f}")
+                       f"pairing gave {step.ratio:.3f}", overall)
 
 
 def machine_code(kernel: KernelState) -> dict[str, list[str]] | None:
