@@ -10,6 +10,9 @@ from typing import Any
 from klineage import __version__, config, corpus
 from klineage.config import GateMode
 from klineage.errors import KLineageError
+from klineage.gate.policy import GatePolicy, Placement
+
+PLACEMENTS = [p.value for p in Placement]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--no-timing", action="store_true")
     gate.add_argument("--sanitize", choices=["never", "on_pass", "always"], default="on_pass")
     gate.add_argument("--require", type=float, default=0.0, help="paired acceptance: candidate >= R x baseline")
+    gate.add_argument("--placement", choices=PLACEMENTS, default="as_loaded",
+                      help="where the timed kernels sit: as_loaded, or exchanged (each timed in every kernel's place between trials: "
+                           "for kernels whose time moves with where their code lands, docs/perf-notes.md)")
     gate.add_argument("--record", action="store_true", help="also store the verdict in the committed recorded store")
     gate.add_argument("--json", action="store_true", help="print the verdict as JSON")
 
@@ -50,8 +56,12 @@ def main(argv: list[str] | None = None) -> int:
                       help="prefetch only states I, I+N, I+2N, ... of the guess (N GPUs share one prefetch)")
     walk.add_argument("--prefetch-only", action="store_true",
                       help="stop after the prefetch: no walk, no lineage (with --record, the verdicts are kept)")
+    walk.add_argument("--placement", choices=PLACEMENTS, default="as_loaded",
+                      help="how forward steps are timed: " + "where the timed kernels sit: as_loaded, or exchanged (each timed in every kernel's place between trials: "
+                           "for kernels whose time moves with where their code lands, docs/perf-notes.md)")
     walk.add_argument("--as-in", metavar="LINEAGE",
-                      help="walk with the transforms and limits of this earlier walk (to replay it: --gate replay)")
+                      help="walk with the transforms, limits and timing placement of this earlier walk (to replay "
+                           "it: --gate replay)")
 
     problems = commands.add_parser("problems", help="list bundled problems")
     problems.add_argument("--json", action="store_true")
@@ -75,14 +85,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from klineage.gate.policy import GatePolicy, Sanitize
+    from klineage.gate.policy import Sanitize
     from klineage.gate.pipeline import run_gate
     from klineage.report import print_verdict, progress_display
 
     mode = GateMode.COMPILE_ONLY if args.compile_only else config.gate_mode(GateMode(args.gate) if args.gate else None)
     against = corpus.kernel_entry(args.against).load() if args.against and args.against != "vendor" else None
-    policy = GatePolicy(seeds=args.seeds, timing=not args.no_timing,
-                        sanitize=Sanitize(args.sanitize), require_ratio=args.require)
+    policy = GatePolicy(seeds=args.seeds, timing=not args.no_timing, sanitize=Sanitize(args.sanitize),
+                        require_ratio=args.require, placement=Placement(args.placement))
     kernel = corpus.kernel_entry(args.kernel).load()
     cases = [c.strip() for c in args.cases.split(",")] if args.cases else None
     with progress_display(enabled=not args.json) as progress:
@@ -103,7 +113,7 @@ def _share(text: str) -> tuple[int, int]:
     return int(index), int(count)
 
 
-def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progress) -> list:
+def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progress, placement) -> list:
     """Judge the guessed walk's states side by side; give back the states to compile ahead of the
     walk: those of the guessed steps whose forward timing no store holds, in walk order."""
     from klineage.gate.pipeline import default_cache
@@ -123,7 +133,7 @@ def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progres
                   + "".join(f"\n  could not judge {e}" for e in done.errors))
     if args.prefetch_only:
         return []
-    untimed = untimed_states(problem, guess, forward_timing_policy(DEFAULT_POLICY), cache)
+    untimed = untimed_states(problem, guess, forward_timing_policy(DEFAULT_POLICY, placement), cache)
     return [state for state in states if state.fingerprint in untimed]
 
 
@@ -146,22 +156,24 @@ def _walk(args: argparse.Namespace) -> int:
         rewriter = LLMRewriter()
     else:
         rewriter = None  # the rule rewriter over the catalog
-    transforms, limits = None, (args.max_steps, args.max_rejections)
+    transforms, limits, placement = None, (args.max_steps, args.max_rejections), Placement(args.placement)
     if args.as_in:
         from klineage.lineage import Lineage as LineageDocument
         from klineage.walk.walker import transforms_named
 
         earlier = LineageDocument.load(args.as_in)
         transforms, limits = transforms_named(earlier), (earlier.limits.max_steps, earlier.limits.max_rejections)
+        placement = GatePolicy.from_dict(earlier.policy["forward_timing"]).placement
     if args.prefetch_only and not args.prefetch:
         raise KLineageError("--prefetch-only needs --prefetch LINEAGE: the walk whose states to judge")
     with progress_display() as progress:
-        ahead = _prefetch(args, problem, expert, mode, progress) if args.prefetch else []
+        ahead = _prefetch(args, problem, expert, mode, progress, placement) if args.prefetch else []
         if args.prefetch_only:
             return 0
         with warming(ahead):
             lineage = walk(problem, expert, rewriter, gate_mode=mode, max_steps=limits[0],
-                           max_rejections=limits[1], progress=progress, record=args.record, transforms=transforms)
+                           max_rejections=limits[1], progress=progress, record=args.record, transforms=transforms,
+                           placement=placement)
     out = Path(args.out) if args.out else config.data_dir() / "lineages" / f"{expert.name}-{mode.value}.json"
     lineage.save(out)
 

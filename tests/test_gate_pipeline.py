@@ -157,6 +157,12 @@ def test_cli_gate_compile_only_json(tmp_path):
     assert done.returncode == 0, done.stderr
     verdict = json.loads(done.stdout)
     assert verdict["status"] == "compiled" and verdict["kernel"]["name"] == "row_softmax_naive"
+    assert "placement" not in verdict["policy"]
+    exchanged = _cli("gate", "row_softmax", "row_softmax/naive", "--compile-only", "--json", "--placement", "exchanged",
+                     env_cache=tmp_path)
+    assert exchanged.returncode == 0 and json.loads(exchanged.stdout)["policy"]["placement"] == "exchanged"
+    wrong = _cli("gate", "row_softmax", "row_softmax/naive", "--placement", "best", env_cache=tmp_path)
+    assert wrong.returncode == 2 and "--placement: invalid choice: 'best'" in wrong.stderr
 
 
 def test_cli_rejection_exits_1_and_error_exits_2(tmp_path):

@@ -289,7 +289,16 @@ def test_cli_dry_walk(tmp_path, monkeypatch, capsys):
     assert lineage.gate is GateMode.COMPILE_ONLY and lineage.problem.operator == "row_softmax"
     printed = capsys.readouterr().out
     assert "DRY WALK" in printed and lineage.termination.kind.value in printed
+    assert "placement" not in lineage.policy["forward_timing"]  # as loaded: the fingerprint of every recorded walk
     assert main(["walk", "row_softmax/warp_vec4", "--gate", "compile", "--max-rejections", "0"]) == 2
+    # a walk timed with exchanged places; --as-in repeats that with the earlier walk's transforms and limits
+    exchanged = tmp_path / "exchanged.json"
+    assert main(["walk", "row_softmax/warp_vec4", "--gate", "compile", "--max-steps", "1", "--placement", "exchanged",
+                 "--out", str(exchanged)]) == 0
+    assert Lineage.load(exchanged).policy["forward_timing"]["placement"] == "exchanged"
+    again = tmp_path / "again.json"
+    assert main(["walk", "row_softmax/warp_vec4", "--gate", "compile", "--as-in", str(exchanged), "--out", str(again)]) == 0
+    assert Lineage.load(again).policy == Lineage.load(exchanged).policy
 
 
 def test_catalog_order_puts_mechanisms_first_and_respects_after():

@@ -47,7 +47,7 @@ from klineage.config import GateMode
 from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import default_cache, run_gate
-from klineage.gate.policy import GatePolicy, Sanitize
+from klineage.gate.policy import GatePolicy, Placement, Sanitize
 from klineage.gate.verdict import Reason, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import (DEFAULT_FORWARD_RATIO, Evidence, ForwardCheck, ForwardStatus, KernelRef, Limits,
@@ -94,9 +94,10 @@ CATEGORY: dict[Reason, RejectionCategory] = {
 assert set(CATEGORY) == set(Reason), "every gate reason has a rejection category"
 
 
-def forward_timing_policy(state_policy: GatePolicy) -> GatePolicy:
-    """How a forward step is timed: against the child, one seed, no sanitizer (see the module doc)."""
-    return state_policy.with_(seeds=1, timing=True, vendor=False, sanitize=Sanitize.NEVER)
+def forward_timing_policy(state_policy: GatePolicy, placement: Placement = Placement.AS_LOADED) -> GatePolicy:
+    """How a forward step is timed: against the child, one seed, no sanitizer (see the module doc);
+    `exchanged` places for kernels big enough that where their code lands moves their time."""
+    return state_policy.with_(seeds=1, timing=True, vendor=False, sanitize=Sanitize.NEVER, placement=placement)
 
 
 def changed_lines(parent: KernelState, child: KernelState) -> tuple[tuple[str, ...], str]:
@@ -124,16 +125,18 @@ def walk(problem_path: str | Path, expert: KernelState, rewriter: Any = None, ga
          policy: GatePolicy = DEFAULT_POLICY, max_steps: int = 16, max_rejections: int = 4,
          cache: GateCache | None = None, progress: Progress | None = None,
          transforms: Iterable[Transform] | None = None,
-         forward_ratio: float = DEFAULT_FORWARD_RATIO, record: bool = False) -> Lineage:
+         forward_ratio: float = DEFAULT_FORWARD_RATIO, record: bool = False,
+         placement: Placement = Placement.AS_LOADED) -> Lineage:
     """Walk `expert` backward on the problem and return its lineage.
 
     `rewriter` defaults to the rule rewriter over `transforms` (the catalog when None); the same
-    transforms resolve proposal names for the audit and the forward check."""
+    transforms resolve proposal names for the audit and the forward check. `placement`: where the
+    forward timings keep the parent and child while timing them (`Placement`)."""
     limits = Limits(max_steps, max_rejections)
     pool = list(catalog().values() if transforms is None else transforms)
     rewriter = rewriter if rewriter is not None else RulesRewriter(pool)
     return _Walk(Path(problem_path), expert, rewriter, gate_mode, policy, limits, cache or default_cache(),
-                 progress or _quiet, {t.name: t for t in pool}, forward_ratio, record).run()
+                 progress or _quiet, {t.name: t for t in pool}, forward_ratio, record, placement).run()
 
 
 @dataclass
@@ -149,6 +152,7 @@ class _Walk:
     transforms: dict[str, Transform]
     forward_ratio: float
     record: bool
+    placement: Placement
     history: History = field(default_factory=History)
     states: list[State] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
@@ -161,7 +165,7 @@ class _Walk:
 
     @property
     def timing_policy(self) -> GatePolicy:
-        return forward_timing_policy(self.policy)
+        return forward_timing_policy(self.policy, self.placement)
 
     # the loop
 
