@@ -46,19 +46,19 @@ def main(argv: list[str]) -> int:
     print(f"{'step':>4s} {'transform':22s} {'walk':>7s} {'exchanged':>9s}  rounds; medians by place (us)", flush=True)
     cache = default_cache()
     for index in chosen:
-        started = time.monotonic()
+        started, row = time.monotonic(), f"{index:4d} {lineage.transitions[index].transform:22s}"
         try:
             verdict = retime_step(lineage, index, GateMode.GPU, cache, record=True)
         except KLineageError as exc:
-            print(f"{index:4d} {lineage.transitions[index].transform:22s} gate error: {exc}", flush=True)
+            print(f"{row} gate error: {exc}", flush=True)
             continue
         found = exchanged_ratio(verdict)
         if found is None:
-            print(f"{index:4d} {lineage.transitions[index].transform:22s} not timed: {verdict.describe()}", flush=True)
+            print(f"{row} not timed: {verdict.describe()}", flush=True)
             continue
         overall, rounds = found
         places = verdict.profile["placement"]["medians_us"]
-        print(f"{index:4d} {lineage.transitions[index].transform:22s} {ratios.get(index, float('nan')):7.3f} "
+        print(f"{row} {ratios.get(index, float('nan')):7.3f} "
               f"{overall:9.3f}  {', '.join(f'{r:.3f}' for r in rounds)}; parent "
               f"{'/'.join(f'{m:.1f}' for m in places['candidate'])} child "
               f"{'/'.join(f'{m:.1f}' for m in places['baseline'])} ({time.monotonic() - started:.0f} s)", flush=True)

@@ -93,7 +93,8 @@ def probe(path: Path, indices: list[int], placement: Placement) -> int:
 
 
 # label: a script run in one fresh process: +X loads module X (A0, A1, ...: copies of the parent A;
-# B: the child; Z: the walk's last state, a small module that shifts the rest), -X unloads it, T times every loaded module alone (a profile each, in load order)
+# B: the child; Z: the walk's last state, a small module that shifts the rest), -X unloads it,
+# T times every loaded module alone (a profile each, in load order)
 PLACEMENT_ROWS = {
     "A A": "+A0 +A1 T",
     "B untimed, A A": "+B +A0 +A1 -B T",

@@ -13,6 +13,8 @@ from klineage.errors import KLineageError
 from klineage.gate.policy import GatePolicy, Placement
 
 PLACEMENTS = [p.value for p in Placement]
+PLACEMENT_HELP = ("where the timed kernels sit: as_loaded, or exchanged (each timed in every kernel's place between "
+                  "trials: for kernels whose time moves with where their code lands, docs/perf-notes.md)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,9 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     gate.add_argument("--no-timing", action="store_true")
     gate.add_argument("--sanitize", choices=["never", "on_pass", "always"], default="on_pass")
     gate.add_argument("--require", type=float, default=0.0, help="paired acceptance: candidate >= R x baseline")
-    gate.add_argument("--placement", choices=PLACEMENTS, default="as_loaded",
-                      help="where the timed kernels sit: as_loaded, or exchanged (each timed in every kernel's place between trials: "
-                           "for kernels whose time moves with where their code lands, docs/perf-notes.md)")
+    gate.add_argument("--placement", choices=PLACEMENTS, default="as_loaded", help=PLACEMENT_HELP)
     gate.add_argument("--record", action="store_true", help="also store the verdict in the committed recorded store")
     gate.add_argument("--json", action="store_true", help="print the verdict as JSON")
 
@@ -57,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     walk.add_argument("--prefetch-only", action="store_true",
                       help="stop after the prefetch: no walk, no lineage (with --record, the verdicts are kept)")
     walk.add_argument("--placement", choices=PLACEMENTS, default="as_loaded",
-                      help="how forward steps are timed: " + "where the timed kernels sit: as_loaded, or exchanged (each timed in every kernel's place between trials: "
-                           "for kernels whose time moves with where their code lands, docs/perf-notes.md)")
+                      help="the forward timings: " + PLACEMENT_HELP)
     walk.add_argument("--as-in", metavar="LINEAGE",
                       help="walk with the transforms, limits and timing placement of this earlier walk (to replay "
                            "it: --gate replay)")

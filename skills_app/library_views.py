@@ -120,15 +120,14 @@ def effect_chart(effects: list[dict[str, Any]], steps: dict[tuple[str, str, int]
     span, row_height = 250, 34
     steps = steps or {}
     step_of = [steps.get((e["source"]["lineage"], e["source"]["kind"], e["source"]["index"])) for e in effects]
-    retimed_ratios = [s.retimed_ratio for s in step_of if s is not None and s.retimed_ratio]
+    retimed_of = [s.retimed_ratio if s is not None and s.pairing == Pairing.EXCHANGED.value else None for s in step_of]
     scale = max([1.0, *(e["ratio"] for e in effects), *(r for e in effects for r in e["per_trial"]),
-                 *retimed_ratios]) * 1.05
+                 *(r for r in retimed_of if r)]) * 1.05
     bars = []
-    for i, (effect, step) in enumerate(zip(effects, step_of)):
+    for i, (effect, step, retimed) in enumerate(zip(effects, step_of, retimed_of)):
         trials = effect["per_trial"] or [effect["ratio"]]
         top = i * row_height
         biased = step is not None and step.pairing == Pairing.BIASED.value
-        retimed = step.retimed_ratio if step is not None and step.pairing == Pairing.EXCHANGED.value else None
         bars.append({
             "label": f"{effect['operator']}/{effect['case']}",
             "biased_note": step.pairing_note if biased else "",

@@ -55,9 +55,10 @@ class GatePolicy:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["sanitize"] = self.sanitize.value
-        data["placement"] = self.placement.value
         if self.placement is Placement.AS_LOADED:  # a policy from before placement existed keeps its fingerprint
             del data["placement"]
+        else:
+            data["placement"] = self.placement.value
         return data
 
     @classmethod
