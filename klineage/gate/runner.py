@@ -463,13 +463,13 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
             if graphs:
                 contenders.append(("vendor_graph", lambda s: ((lambda: None), graphs[id(s)].replay)))
 
-    def warm_up() -> None:  # module load, autotuning, caches
+    def warm_up(roles: set[str]) -> None:  # module load, autotuning, caches
         for role, make in contenders:
-            for i in range(policy["warmup"]):
+            for i in range(policy["warmup"] if role in roles else 0):
                 timed_call(make, sets[i % len(sets)])
         device.synchronize(f"warm-up {case_name}")
 
-    warm_up()
+    warm_up({role for role, _ in contenders})
     # exchanged: each round times the kernels once in each arrangement of their places
     arrangements = len(kernels) if policy.get("placement") == "exchanged" else 1
     placed, orders = list(kernels), []
@@ -478,7 +478,7 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         device.progress.emit(stage="profile", case=case_name, trial=trial)
         if trial and arrangements > 1:
             placed = exchange_places(placed, case_name)
-            warm_up()
+            warm_up({k.role for k in placed})  # only the reloaded kernels: the vendor stays warm
         orders.append([k.role for k in placed])
         trial_samples: dict[str, list[float]] = {role: [] for role, _ in contenders}
         started = time.monotonic()
