@@ -1,17 +1,27 @@
-"""The bundled corpus imported once per test module, for the dashboard's tests.
+"""The bundled corpus imported once per test worker, for the dashboard's tests.
 
 `corpus` imports problems (probed in the sandbox; cached by fingerprint under the cache dir, so
 only a cold machine pays for it), kernels and recorded verdicts, and deletes them again when the
-module is done. Tests that read it also take `db`, so whatever they change is rolled back.
+module is done. On SQLite the first import in a worker is followed by a snapshot of the whole test
+database (sqlite3's backup API); later modules restore that snapshot instead of importing again
+and get the first import's report. Elsewhere (PostgreSQL) each module imports afresh.
+Tests that read it also take `db`, so whatever they change is rolled back.
 Test modules import the fixture: `from dashboard_data import corpus  # noqa: F401`.
 """
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
+from django.contrib.contenttypes.models import ContentType
+from django.db import connection
 
 from skills_app.importer import ImportReport, import_corpus
 from skills_app.models import Kernel, KernelState, Problem, Verdict
+
+# This worker's test database just after its first import, and that import's report.
+_snapshot: tuple[sqlite3.Connection, ImportReport] | None = None
 
 
 def clear_dashboard_rows() -> None:
@@ -23,9 +33,22 @@ def clear_dashboard_rows() -> None:
 
 @pytest.fixture(scope="module")
 def corpus(django_db_setup, django_db_blocker) -> ImportReport:
+    global _snapshot
+    # Module-scoped, so this runs outside any test's transaction (backup refuses a target in one).
     with django_db_blocker.unblock():
-        clear_dashboard_rows()
-        report = import_corpus()
+        if _snapshot is not None:
+            connection.ensure_connection()
+            _snapshot[0].backup(connection.connection)
+            # A transactional test's flush since the snapshot may have renumbered content types.
+            ContentType.objects.clear_cache()
+            report = _snapshot[1]
+        else:
+            clear_dashboard_rows()
+            report = import_corpus()
+            if connection.vendor == "sqlite":
+                copy = sqlite3.connect(":memory:")
+                connection.connection.backup(copy)
+                _snapshot = copy, report
     yield report
     with django_db_blocker.unblock():
         clear_dashboard_rows()
