@@ -11,7 +11,7 @@
 # (bench/timing_bias.py placement: copies of the step's parent loaded and allocated in different orders), retime:NAME
 # (bench/retime.py: a walk's biased and outweighed steps, or retime:NAME:STEP,STEP those, timed with places exchanged, each lane its share), sweep:NAME
 # (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
-# $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, $ADMIT_JOBS
+# $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, timed with places $ADMIT_PLACEMENT (as_loaded), $ADMIT_JOBS
 # trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
 # $OUT/library-N.json, joined into $OUT/library.json when all lanes are done), skills:SPEC (bench/skills_eval.py
 # --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET, each strategy run cut after $SKILLS_RUN_S seconds if set
@@ -91,6 +91,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       local admit_s=${limit:-${ADMIT_TIMEOUT:-300}}
       timeout "$admit_s" python3 -m klineage library admit --library "$library" --gate gpu --record \
         --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" \
+        --placement "${ADMIT_PLACEMENT:-as_loaded}" \
         $(for c in $cards; do printf -- '--card %s ' "$c"; done) ;;
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
       local lane_run_s=SKILLS_RUN_S_${LANE:-} lane_jobs=SKILLS_JOBS_${LANE:-} run_s

@@ -13,7 +13,7 @@ from klineage import corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache, verdict_key
 from klineage.gate.pipeline import _judged_twin, run_gate
-from klineage.gate.policy import GatePolicy, Sanitize
+from klineage.gate.policy import GatePolicy, Placement, Sanitize
 from klineage.gate.verdict import Finding, Reason, Status, Verdict
 from klineage.walk import walker
 from verdict_tools import store_gpu_verdict
@@ -34,6 +34,8 @@ def test_the_twin_is_the_same_checks_untimed():
     assert (twin.timing, twin.vendor, twin.timing_case, twin.require_ratio) == (False, False, "", 0.0)
     assert (twin.seeds, twin.sanitize, twin.output_cap) == (TIMED.seeds, TIMED.sanitize, TIMED.output_cap)
     assert twin.fingerprint != TIMED.fingerprint and twin.correctness_twin() == twin
+    # where the timed kernels sit changes no check: an exchanged gate shares the twin
+    assert TIMED.with_(placement=Placement.EXCHANGED).correctness_twin() == twin
 
 
 def _store_rejected_twin(cache: GateCache, kernel) -> Verdict:

@@ -90,9 +90,10 @@ class GatePolicy:
 
     def correctness_twin(self) -> GatePolicy:
         """The same checks without timing. Correctness and sanitizer findings do not depend on what
-        is timed, so a timed gate reuses its twin's verdict when one exists and runs only the timing;
-        twins of many kernels can be judged side by side (timings cannot)."""
-        return replace(self, timing=False, timing_case="", vendor=False, require_ratio=0.0)
+        is timed, nor where, so a timed gate reuses its twin's verdict when one exists and runs only
+        the timing; twins of many kernels can be judged side by side (timings cannot)."""
+        return replace(self, timing=False, timing_case="", vendor=False, require_ratio=0.0,
+                       placement=Placement.AS_LOADED)
 
     def passes_imply(self, other: GatePolicy) -> bool:
         """Whether a kernel that passed this policy's correctness checks also passes `other`'s: the

@@ -33,6 +33,7 @@ from klineage.config import GateMode
 from klineage.errors import KLineageError
 from klineage.gate import execute
 from klineage.gate.pipeline import Progress, default_cache, run_gate
+from klineage.gate.policy import Placement
 from klineage.gate.prefetch import prefetch
 from klineage.gate.verdict import Verdict
 from klineage.kernel import KernelState
@@ -66,10 +67,11 @@ class CardRun:
     seconds: float = 0.0
 
 
-def setting_for(mode: GateMode) -> GateSetting:
-    """The setting of the real gate in this mode on this machine (the GPU as the gate names it)."""
+def setting_for(mode: GateMode, placement: Placement = Placement.AS_LOADED) -> GateSetting:
+    """The setting of the real gate in this mode on this machine (the GPU as the gate names it),
+    its trials timed with the kernels `placement`d (exchanged: each in the other's place in turn)."""
     gpu = {GateMode.GPU: execute.gpu_name, GateMode.REPLAY: config.replay_gpu}.get(mode, lambda: "none")()
-    return GateSetting(mode, gpu, POLICY)
+    return GateSetting(mode, gpu, POLICY.with_(placement=placement))
 
 
 def gate_of(setting: GateSetting, progress: Progress, record: bool = False) -> Gate:

@@ -29,6 +29,7 @@ from klineage import expr
 from klineage.documents import enum, listed, need, nonblank, number, text, whole
 from klineage.errors import DocumentError, ExpressionError
 from klineage.features.feature import Feature
+from klineage.gate.policy import Placement
 from klineage.fingerprint import document_text, parse_document
 
 CARD_VERSION = 1
@@ -158,13 +159,16 @@ class Precondition:
 @dataclass(frozen=True)
 class Effect:
     """A measured paired speed ratio of the forward step on one case: child time / parent time
-    (> 1: the step makes the kernel faster), overall and per timing trial."""
+    (> 1: the step makes the kernel faster), overall and per timing trial. `placement`: exchanged
+    when the step was re-timed with parent and child exchanging places (the walk's own pairing can
+    be moved by where each module loads: klineage.walk.timing_audit), its rounds as the trials."""
 
     case: str
     operator: str
     ratio: float
     per_trial: tuple[float, ...]
     source: Ref
+    placement: Placement = Placement.AS_LOADED
 
     def __post_init__(self) -> None:
         nonblank(self.case, "effect.case")
@@ -175,6 +179,7 @@ class Effect:
             number(r, f"effect.per_trial[{i}]", positive=True)
         if not isinstance(self.source, Ref):
             raise DocumentError("effect.source", f"must be a Ref, not {self.source!r}")
+        object.__setattr__(self, "placement", enum(Placement, self.placement, "effect.placement"))
 
     @property
     def spread(self) -> float:
@@ -185,14 +190,17 @@ class Effect:
 
     def to_dict(self) -> dict[str, Any]:
         return {"case": self.case, "operator": self.operator, "ratio": self.ratio, "per_trial": list(self.per_trial),
-                "spread": self.spread, "source": self.source.to_dict()}
+                "spread": self.spread, "source": self.source.to_dict(),
+                # as loaded is left out: a library built before re-timings keeps its documents and digests
+                **({"placement": self.placement.value} if self.placement is not Placement.AS_LOADED else {})}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "effect") -> Effect:
-        data = need(data, ("case", "operator", "ratio", "per_trial", "source"), where, optional=("spread",))
+        data = need(data, ("case", "operator", "ratio", "per_trial", "source"), where, optional=("spread", "placement"))
         per_trial = tuple(listed(data["per_trial"], f"{where}.per_trial"))
         source = Ref.from_dict(data["source"], f"{where}.source")
-        return cls(data["case"], data["operator"], data["ratio"], per_trial, source)
+        placement = enum(Placement, data.get("placement", Placement.AS_LOADED.value), f"{where}.placement")
+        return cls(data["case"], data["operator"], data["ratio"], per_trial, source, placement)
 
 
 @dataclass(frozen=True)

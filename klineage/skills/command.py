@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 
 from klineage import config
 from klineage.config import GateMode
+from klineage.cli import PLACEMENT_HELP, PLACEMENTS
 from klineage.errors import KLineageError
+from klineage.gate.policy import Placement
 
 if TYPE_CHECKING:
     from klineage.skills.library import Library
@@ -64,6 +66,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     admit.add_argument("--rejudge", action="store_true",
                        help="run no gate: judge the chosen cards' timed trials again under today's rule, from the "
                             "paired ratios they recorded")
+    admit.add_argument("--placement", choices=PLACEMENTS, default="as_loaded", help="the trials' timing: " + PLACEMENT_HELP)
     admit.add_argument("--jobs", type=int, default=1,
                        help="GPU gate: judge the correctness of about this many cards' trial kernels side by side "
                             "before each trial times alone (default 1)")
@@ -80,6 +83,7 @@ def _build(args: argparse.Namespace) -> int:
     from klineage.lineage import Lineage
     from klineage.skills.library import (build_library, corpus_lineages, default_provenance, problem_infos,
                                          save_library)
+    from klineage.walk.timing_audit import retimed_effect
 
     if args.lineages:
         lineages, left_out = [Lineage.load(p) for p in args.lineages], []
@@ -88,7 +92,7 @@ def _build(args: argparse.Namespace) -> int:
     if not lineages:
         raise KLineageError("no lineage to build a library from")
     problems = problem_infos({lineage.problem.operator for lineage in lineages})
-    library = build_library(lineages, problems, default_provenance(lineages, args.note))
+    library = build_library(lineages, problems, default_provenance(lineages, args.note), retimed_effect)
     for earlier in args.keep_trials:
         from klineage.skills.admission import carry_trials
 
@@ -195,7 +199,7 @@ def _admit(args: argparse.Namespace) -> int:
     if args.rejudge:
         return _rejudge(library, chosen, out)
     mode = config.gate_mode(GateMode(args.gate) if args.gate else None)
-    setting = setting_for(mode)
+    setting = setting_for(mode, Placement(args.placement))
     lineages, _ = corpus_lineages()
     states = {entry.name: entry.load() for entry in corpus.list_kernels()}
     problems = problem_infos({s.plan.problem for s in states.values()} | {lin.problem.operator for lin in lineages})

@@ -42,12 +42,13 @@ Rules (each here, in one place):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from klineage.features.feature import Feature
 from klineage.features.source import FILE_LOCUS
+from klineage.gate.policy import Placement
 from klineage.lineage import (CaseOutcome, FeatureChange, FeatureLevel, ForwardStatus, Lineage, Rejection,
                               RejectionCategory, State, Transition)
 from klineage.problem import ProblemInfo
@@ -79,6 +80,8 @@ NOT_RISKS = frozenset({RejectionCategory.NO_CHANGE, RejectionCategory.GATE_ERROR
                        RejectionCategory.REPEATED})  # a repeat is the earlier rejection's evidence, not new
 
 Cases = Mapping[str, Mapping[str, Any]]  # case name -> parameters
+# (lineage, step index) -> the step's ratio and rounds re-timed with places exchanged, or None
+Retimed = Callable[[Lineage, int], "tuple[float, tuple[float, ...]] | None"]
 
 
 def lineage_id(lineage: Lineage) -> str:
@@ -280,7 +283,7 @@ def _intent(transform: str, steps: list[_Step]) -> str:
     return note.strip().splitlines()[0] if note.strip() else f"Put back the mechanism the '{transform}' step removed."
 
 
-def _effects(steps: list[_Step], problems: Mapping[str, Any] | None) -> list[Effect]:
+def _effects(steps: list[_Step], problems: Mapping[str, Any] | None, retimed: Retimed | None) -> list[Effect]:
     effects = []
     for step in steps:
         forward = step.transition.forward
@@ -288,8 +291,10 @@ def _effects(steps: list[_Step], problems: Mapping[str, Any] | None) -> list[Eff
             continue
         operator = step.lineage.problem.operator
         timing_case = str(step.lineage.policy.get("forward_timing", {}).get("timing_case", "") or "")
-        effects.append(Effect(timing_case or _headline(problems, operator), operator, forward.timing.overall,
-                              forward.timing.per_trial, step.ref))
+        case = timing_case or _headline(problems, operator)
+        again = retimed(step.lineage, step.transition.index) if retimed else None
+        effects.append(Effect(case, operator, *again, step.ref, Placement.EXCHANGED) if again else
+                       Effect(case, operator, forward.timing.overall, forward.timing.per_trial, step.ref))
     return effects
 
 
@@ -300,12 +305,15 @@ def _prior(steps: list[_Step]) -> set[str]:
     return prior
 
 
-def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None) -> list[SkillCard]:
+def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
+           retimed: Retimed | None = None) -> list[SkillCard]:
     """Cards from the accepted transitions of `lineages`, sorted by transform then id.
 
     `problems` maps an operator to its `ProblemInfo` (or to a table case name -> parameters); it
     supplies the case parameters that preconditions are searched over and the dtypes of the scope.
-    Without it, cards carry no searched preconditions."""
+    Without it, cards carry no searched preconditions. `retimed` gives a step's ratio and rounds
+    re-timed with parent and child exchanging places, if it was (`timing_audit.retimed_effect`):
+    that measurement, which placement cannot move, is the effect rather than the walk's own."""
     groups: dict[tuple[str, frozenset[Feature]], list[_Step]] = {}
     for lineage in lineages:
         for transition in lineage.transitions:
@@ -345,7 +353,7 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None) -
             transform=transform, intent=_intent(transform, steps),
             anchor=CardAnchor(anchor.kind, anchor.snippet, anchor.function, anchor.key),
             vector=representative.transition.forward_diff, scope=scope, carrier=_carrier(steps),
-            preconditions=tuple(preconditions), effects=tuple(_effects(steps, problems)), risks=tuple(risks),
+            preconditions=tuple(preconditions), effects=tuple(_effects(steps, problems, retimed)), risks=tuple(risks),
             requires=requires, provides=provides,
             conflicts=_conflicts(transform, steps, rejections, provides) - requires,
             evidence=tuple(s.ref for s in steps), status=CardStatus.CANDIDATE))

@@ -25,7 +25,7 @@ from klineage.fingerprint import document_text, parse_document
 from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
 from klineage.skills.card import CardStatus, SkillCard
-from klineage.skills.induction import induce, lineage_id
+from klineage.skills.induction import Retimed, induce, lineage_id
 from klineage.skills.skillmd import import_skillmd
 
 LIBRARY_VERSION = 1
@@ -112,9 +112,10 @@ def save_library(library: Library, path: str | Path) -> Path:
 
 
 def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] | None,
-                  provenance: dict[str, Any]) -> Library:
-    """The cards `induce` lifts from `lineages`, with the caller's provenance plus the source
-    lineage ids (`lineages`) and the gate modes they ran under (`gate_modes`)."""
+                  provenance: dict[str, Any], retimed: Retimed | None = None) -> Library:
+    """The cards `induce` lifts from `lineages` (effects re-timed where `retimed` says), with the
+    caller's provenance plus the source lineage ids (`lineages`) and the gate modes they ran under
+    (`gate_modes`)."""
     ids = [lineage_id(lineage) for lineage in lineages]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
@@ -124,7 +125,7 @@ def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] |
     if clash:
         raise KLineageError(f"provenance keys {clash} are filled in from the lineages; do not give them")
     facts = {"lineages": sorted(ids), "gate_modes": sorted({lineage.gate.value for lineage in lineages})}
-    return Library(tuple(induce(lineages, problems)), {**provenance, **facts})
+    return Library(tuple(induce(lineages, problems, retimed)), {**provenance, **facts})
 
 
 def _lineage_files(folder: str | Path | None) -> list[tuple[Path, Lineage]]:

@@ -112,6 +112,17 @@ def exchanged_ratio(verdict: Verdict) -> tuple[float, tuple[float, ...]] | None:
     return (float(ratio["overall"]), tuple(float(r) for r in ratio["per_trial"])) if ratio else None
 
 
+def retimed_effect(lineage: Lineage, index: int) -> tuple[float, tuple[float, ...]] | None:
+    """Step `index`'s recorded re-timing with places exchanged, overall and per round, if a GPU walk's
+    step has one (induction's `retimed`: the card's effect then is that measurement)."""
+    if lineage.gate is not GateMode.GPU:
+        return None
+    try:
+        return exchanged_ratio(retime_step(lineage, index))
+    except KLineageError:  # not re-timed: a replay miss
+        return None
+
+
 def _require_gpu_walk(lineage: Lineage) -> None:
     if lineage.gate is not GateMode.GPU:
         raise DocumentError("lineage", f"a {lineage.gate.value} walk timed nothing; audit a GPU walk")
