@@ -24,6 +24,7 @@ from klineage.cli import main
 from klineage.config import GateMode
 from klineage.gate.cache import verdict_key
 from klineage.gate.pipeline import run_gate
+from klineage.gate.policy import Placement
 from klineage.gate.verdict import Finding, Reason, Status
 from klineage.skills.admission import GateSetting, TrialOutcome, held_out_targets, required_ratio, trial_outcome
 from klineage.skills.admission_run import POLICY, CardOutcome, admit_cards, gate_of, setting_for
@@ -121,6 +122,31 @@ def test_a_run_stopped_by_the_budget_leaves_every_decision_so_far_in_the_file(wo
     assert "basis" not in dataclasses.replace(trial, basis=None).to_dict()  # older logs keep their bytes
 
 
+@pytest.mark.parametrize("jobs, deadline, outcomes", [
+    (6, 250.0, "TTL"),  # one window for all three: the second card's 50 s fit, though the first took 150
+    (2, 330.0, "TTL"),  # the third card opens a window again: its 50 s after the last window's 100 end at 350
+])
+def test_the_deadline_counts_a_side_by_side_window_once(world, tmp_path, monkeypatch, jobs, deadline, outcomes):
+    """On a GPU gate the first card of a window also judges the next cards' kernels side by side
+    (50 s per problem on this clock, the three cards' targets in two problems; the side-by-side runs
+    need a GPU, so a stand-in advances the clock), and each trial then costs 50 s. A deadline reads
+    the window as the window's cost, not the card's."""
+    now = [0.0]
+    monkeypatch.setattr("klineage.skills.admission_run.prefetch", lambda *args, **kwargs: now.__setitem__(0, now[0] + 50))
+    replay = gate_of(setting_for(GateMode.REPLAY), lambda stage, message: None)
+
+    def gate(*call):
+        now[0] += GATE_SECONDS
+        return replay(*call)
+
+    setting = GateSetting(GateMode.GPU, config.replay_gpu(), POLICY)
+    _, runs = _admit(world, world.library, tmp_path / "library.json", setting=setting, gate=gate, jobs=jobs, redo=True,
+                     deadline=deadline, clock=lambda: now[0])
+    letter = {CardOutcome.TRIALLED: "T", CardOutcome.LEFT_UNDECIDED: "L"}
+    assert "".join(letter[run.outcome] for run in runs) == outcomes
+    assert runs[0].seconds == 150.0 and runs[1].seconds == 50.0
+
+
 def test_a_rerun_skips_the_decided_cards_and_trials_the_rest(world, tmp_path):
     path = tmp_path / "library.json"
     _budgeted(world, path)
@@ -164,6 +190,8 @@ CHANGES = {  # what differs on the re-run -> keyword arguments and the library i
         {"setting": GateSetting(GateMode.REPLAY, "NVIDIA H100 80GB HBM3", POLICY)}, library),
     "the gate policy": lambda world, tmp_path, library: (
         {"setting": GateSetting(GateMode.REPLAY, config.replay_gpu(), POLICY.with_(seeds=1))}, library),
+    "the trials' placement": lambda world, tmp_path, library: (
+        {"setting": setting_for(GateMode.REPLAY, Placement.EXCHANGED)}, library),
     "the problem file": lambda world, tmp_path, library: ({"problem_for": _changed_problem(tmp_path)}, library),
     "the card's effects": lambda world, tmp_path, library: ({}, dataclasses.replace(library, cards=tuple(
         dataclasses.replace(c, effects=tuple(dataclasses.replace(e, ratio=e.ratio * 1.1) for e in c.effects))
