@@ -19,7 +19,7 @@ from django.db import transaction
 
 from klineage.errors import KLineageError
 from klineage.fingerprint import sha256_json
-from klineage.skills.admission import reading
+from klineage.skills.admission import card_digest, reading
 from klineage.skills.card import SHORT_ID
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.skills.library import Library
@@ -113,10 +113,18 @@ def store_card(card: EngineCard, *, library_created=None, where: str = "card") -
         existing.save()
         row, action = existing, UPDATED
         row.trials.all().delete()
+    content = card_digest(card)
     CardTrial.objects.bulk_create([
-        CardTrial(card=row, outcome=reading(t).value, target=t.state, ratio=t.ratio, message=t.message)
+        CardTrial(card=row, outcome=reading(t).value, target=t.state, ratio=t.ratio, message=t.message,
+                  judged=_judged(t, content))
         for t in card.verification_log])
     return action
+
+
+def _judged(trial, content: str) -> str:
+    if trial.basis is None:
+        return CardTrial.Judged.UNKNOWN
+    return CardTrial.Judged.CURRENT if trial.basis.card == content else CardTrial.Judged.EARLIER
 
 
 def _features(features) -> list[str]:

@@ -17,6 +17,7 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
+from klineage.gate.policy import Placement
 from klineage.skills import skillmd
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.walk.timing_audit import Pairing
@@ -26,7 +27,7 @@ from skills_app.paging import paginate, query_without
 from skills_app.highlight import highlight_lines
 from skills_app.lineage_views import diff_layout, diff_lines, split_rows
 from skills_app.card_refs import resolve_refs
-from skills_app.models import LineageStep, SkillCard
+from skills_app.models import CardTrial, LineageStep, SkillCard
 
 SORTS = {
     "gain": ("measured gain", [F("median_gain").desc(nulls_last=True), "transform", "card_id"]),
@@ -93,6 +94,7 @@ def card(request, short_id: str):
         "carrier": [(key, ", ".join(json.dumps(v) for v in (values if isinstance(values, list) else [values])))
                     for key, values in document["carrier"].items()],
         "trials": row.trials.order_by("created", "id"),
+        "history": row.trials.filter(judged=CardTrial.Judged.EARLIER).exists(),
         "reviews": sorted((review for step in steps.values() for review in step.reviews.all()),
                           key=lambda r: (r.created, r.id), reverse=True),
     })
@@ -113,27 +115,31 @@ def effect_chart(effects: list[dict[str, Any]], steps: dict[tuple[str, str, int]
     """Per-case bars of the child/parent time ratio (> 1 is faster), the trials' range as a whisker
     and the 1.0 line, in SVG user units: a 320-wide view box, one 34-unit row per effect, its label
     above its bar so long case names fit at any width. An effect whose step's timing is biased (its
-    states timed apart in their two pairings, `LineageStep.pairing`) is drawn hollow and listed; one
-    whose step was re-timed with its kernels exchanging places gets a tick at that ratio, listed too."""
+    states timed apart in their two pairings, `LineageStep.pairing`) is drawn hollow and listed. Where
+    the step was re-timed with its kernels exchanging places, a tick marks the measurement the bar is
+    not: the re-timed ratio beside the walk's (a library built before the re-timing), or the walk's
+    own beside an effect that is the re-timing (`placement` exchanged); either way it is listed."""
     if not effects:
         return None
     span, row_height = 250, 34
     steps = steps or {}
     step_of = [steps.get((e["source"]["lineage"], e["source"]["kind"], e["source"]["index"])) for e in effects]
-    retimed_of = [s.retimed_ratio if s is not None and s.pairing == Pairing.EXCHANGED.value else None for s in step_of]
+    ticks = [_other_measurement(e, s) for e, s in zip(effects, step_of)]
     scale = max([1.0, *(e["ratio"] for e in effects), *(r for e in effects for r in e["per_trial"]),
-                 *(r for r in retimed_of if r)]) * 1.05
+                 *(value for value, _ in filter(None, ticks))]) * 1.05
     bars = []
-    for i, (effect, step, retimed) in enumerate(zip(effects, step_of, retimed_of)):
+    for i, (effect, step, tick) in enumerate(zip(effects, step_of, ticks)):
         trials = effect["per_trial"] or [effect["ratio"]]
         top = i * row_height
         biased = step is not None and step.pairing == Pairing.BIASED.value
         bars.append({
             "label": f"{effect['operator']}/{effect['case']}",
             "biased_note": step.pairing_note if biased else "",
-            "retimed": retimed,
-            "retimed_note": step.pairing_note if retimed else "",
-            "retimed_x": round(span * retimed / scale, 1) if retimed else 0,
+            "retimed": step.retimed_ratio if tick else None,
+            "retimed_note": step.pairing_note if tick else "",
+            "tick": tick[0] if tick else None,
+            "tick_kind": tick[1] if tick else "",
+            "tick_x": round(span * tick[0] / scale, 1) if tick else 0,
             "ratio": effect["ratio"],
             "faster": effect["ratio"] >= 1.0,
             "label_y": top + 12,
@@ -145,8 +151,20 @@ def effect_chart(effects: list[dict[str, Any]], steps: dict[tuple[str, str, int]
             "value_x": round(span * max(effect["ratio"], *trials) / scale + 5, 1),
             "value_y": top + 26,
         })
+    kinds = {bar["tick_kind"] for bar in bars}
     return {"bars": bars, "one": round(span / scale, 1), "height": len(effects) * row_height + 4,
-            "biased": [bar for bar in bars if bar["biased_note"]], "retimed": [bar for bar in bars if bar["retimed"]]}
+            "biased": [bar for bar in bars if bar["biased_note"]], "retimed": [bar for bar in bars if bar["tick"]],
+            "retimed_ticks": "retimed" in kinds, "walked_ticks": "walked" in kinds}
+
+
+def _other_measurement(effect: dict[str, Any], step: LineageStep | None) -> tuple[float, str] | None:
+    """The ratio a tick marks beside the effect's bar and its kind, where the step was re-timed."""
+    if step is None or step.pairing != Pairing.EXCHANGED.value or not step.retimed_ratio:
+        return None
+    if effect.get("placement") == Placement.EXCHANGED.value:
+        walked = (step.forward_timing or {}).get("overall")
+        return (walked, "walked") if walked else None
+    return step.retimed_ratio, "retimed"
 
 
 def _operators() -> list[str]:

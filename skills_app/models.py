@@ -444,8 +444,16 @@ class CardTrial(models.Model):
     target = models.CharField(max_length=FINGERPRINT_LENGTH, help_text="the kernel state it was applied to")
     verdict_key = models.CharField(max_length=FINGERPRINT_LENGTH, blank=True, default="",
                                    help_text="the gate verdict on the result, when recorded")
+    class Judged(models.TextChoices):  # which content of the card the trial judged (its basis)
+        CURRENT = "current", "the card as it is"
+        EARLIER = "earlier", "an earlier content of the card: history, not its admission"
+        UNKNOWN = "unknown", "logged without a basis"
+
     ratio = models.FloatField(null=True, blank=True, help_text="child/parent time ratio; null if untimed")
     message = models.TextField(blank=True, default="")
+    judged = models.CharField(max_length=8, choices=Judged.choices, default=Judged.CURRENT,
+                              help_text="which content of the card the trial judged: a card whose effects or "
+                                        "preconditions changed keeps its earlier trials as history")
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -174,7 +174,7 @@ class LineageStepDetailSerializer(LineageStepSerializer):
 class CardTrialSerializer(serializers.ModelSerializer):
     class Meta:
         model = CardTrial
-        fields = ["outcome", "target", "verdict_key", "ratio", "message", "created"]
+        fields = ["outcome", "target", "verdict_key", "ratio", "message", "judged", "created"]
 
 
 class SkillCardSerializer(serializers.ModelSerializer):

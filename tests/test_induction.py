@@ -17,6 +17,7 @@ import pytest
 from klineage import corpus
 from klineage.config import GateMode
 from klineage.features.feature import Feature
+from klineage.gate.policy import Placement
 from klineage.gate.verdict import Status
 from klineage.lineage import (CaseOutcome, CaseResult, FeatureChange, FeatureLevel, ForwardCheck, ForwardStatus,
                               KernelRef, Limits, Lineage, Outcome, PairedTiming, ProblemRef, RejectionCategory, State,
@@ -25,6 +26,7 @@ from klineage.skills.card import CardStatus, RefKind
 from klineage.skills.induction import induce, lineage_id
 from klineage.skills.predicates import DIVISORS, Labelled, case_facts, separate
 from klineage.transforms.base import Anchor
+from klineage.walk.timing_audit import retimed_effect
 from library_data import ALIGNED, CASES, all_passed, unroll_rejection, with_rejections, with_timing
 from lineage_data import DRY_WALK
 
@@ -183,6 +185,35 @@ def test_effects_from_paired_forward_timing(dry):
     assert (effect.source.kind, effect.source.index) == (RefKind.TRANSITION, 0)
     (restrict,) = by_transform(cards, "restrict")
     assert [e.ratio for e in restrict.effects] == [0.97]  # a slower forward step is measured, not hidden
+
+
+def test_a_step_re_timed_with_places_exchanged_gives_its_effect_that_ratio(dry):
+    lineage = with_timing(all_passed(dry), {0: (1.08, 1.07, 1.08, 1.10), 6: (0.97, 0.96, 0.98, 0.97)})
+    asked = []
+
+    def retimed(walk, index):
+        asked.append(index)
+        return (1.001, (1.0, 1.001, 1.002)) if index == 6 else None
+
+    cards = induce([lineage], PROBLEMS, retimed)
+    (restrict,) = by_transform(cards, "restrict")
+    (effect,) = restrict.effects
+    assert (effect.ratio, effect.per_trial, effect.placement) == (1.001, (1.0, 1.001, 1.002), Placement.EXCHANGED)
+    (bounds,) = by_transform(cards, "launch_bounds")
+    assert bounds.effects[0].ratio == 1.08 and bounds.effects[0].placement is Placement.AS_LOADED
+    assert sorted(asked) == [0, 6]  # only timed steps are asked for
+    assert restrict.id == by_transform(induce([lineage], PROBLEMS), "restrict")[0].id  # the card stays the card
+
+
+def test_the_bundled_padding_card_is_measured_by_its_re_timing():
+    """gemm/mma_sync's padding step: 0.848 as the walk paired it, 1.003 with places exchanged
+    (recorded on the H200, session 15); the card's gemm effect is the re-timing."""
+    gemm = Lineage.load(ROOT / "corpus" / "lineages" / "gemm_mma_sync.gpu.json")
+    assert retimed_effect(gemm, 7)[0] == pytest.approx(1.003, abs=5e-4)
+    (card,) = [c for c in induce([gemm], None, retimed_effect) if c.transform == "unpad_shared"]
+    (effect,) = card.effects
+    assert effect.placement is Placement.EXCHANGED and effect.ratio == pytest.approx(1.003, abs=5e-4)
+    assert gemm.transitions[7].forward.timing.overall == pytest.approx(0.848, abs=5e-4)
 
 
 def test_risks_and_preconditions_from_rejections(dry):

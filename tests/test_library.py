@@ -20,6 +20,7 @@ from klineage.skills.induction import induce, lineage_id
 from klineage.skills.library import (LIBRARY_VERSION, Library, build_library, corpus_lineages, load_library,
                                      problem_infos, save_library)
 from klineage.skills.skillmd import export_skillmd
+from klineage.walk.timing_audit import retimed_effect
 
 ROOT = Path(__file__).resolve().parents[1]
 DRY = ROOT / "corpus" / "lineages" / "row_softmax_warp_vec4.dry.json"
@@ -128,7 +129,8 @@ def test_cli_build_show_and_export(tmp_path, capsys):
 
 def test_the_bundled_library_matches_its_lineages():
     """The bundled library is what the H200 built and admitted: its cards are exactly those its
-    named lineages induce, each with the roundtrip trials the admission logged."""
+    named lineages induce (effects re-timed with places exchanged where a step was), each with the
+    roundtrip trials the admission logged."""
     assert BUNDLED.is_file(), "no bundled library: run `klineage library build` and `admit` on a GPU host"
     bundled = load_library(BUNDLED)
     named = bundled.provenance["lineages"]
@@ -136,7 +138,7 @@ def test_the_bundled_library_matches_its_lineages():
     assert set(named) <= set(committed), "the bundled library names a lineage that is not committed"
     lineages = [committed[name] for name in named]
     problems = problem_infos({lin.problem.operator for lin in lineages})
-    rebuilt = build_library(lineages, problems, {}).cards
+    rebuilt = build_library(lineages, problems, {}, retimed_effect).cards
     untried = [dataclasses.replace(c, verification_log=(), status=CardStatus.CANDIDATE) for c in bundled.cards]
     assert untried == list(rebuilt), "corpus/library/library.json does not match the lineages it names"
     admitted = bundled.admitted()
@@ -171,9 +173,10 @@ def test_cli_admit_logs_every_trial_and_admits_nothing_without_timing(tmp_path, 
 SESSION_5 = ROOT / "bench" / "results" / "skills-parts" / "session-5" / "library.json"
 
 
-def test_a_rebuild_keeps_the_trials_of_unchanged_cards_only(tmp_path, capsys):
+def test_a_rebuild_keeps_every_trial_and_the_status_of_unchanged_cards_only(tmp_path, capsys):
     """The corpus's lineages rebuilt with the trials of an older H200-admitted library (session 5's,
-    from before conv2d's re-walk) carried over where a card is unchanged."""
+    from before conv2d's re-walk): an unchanged card keeps its trials and status; a changed one
+    keeps its trials as history and is a candidate again."""
     from klineage.skills.admission import card_digest, carry_trials
 
     admitted_on_gpu = load_library(SESSION_5)
@@ -181,13 +184,16 @@ def test_a_rebuild_keeps_the_trials_of_unchanged_cards_only(tmp_path, capsys):
     assert main(["library", "build", "--keep-trials", str(SESSION_5), "--out", str(out)]) == 0
     rebuilt = load_library(out)
     earlier = {c.id: c for c in admitted_on_gpu.cards}
-    kept = [c for c in rebuilt.cards if c.verification_log]
-    assert f"carried the trials of {len(kept)} unchanged card(s)" in capsys.readouterr().out
+    same = {c.id for c in rebuilt.cards if c.id in earlier and earlier[c.id].verification_log
+            and card_digest(earlier[c.id]) == card_digest(c)}
+    changed = {c.id for c in rebuilt.cards if c.id in earlier and earlier[c.id].verification_log} - same
+    assert same and changed
+    assert (f"carried the trials of {len(same)} unchanged card(s) over from {SESSION_5}; {len(changed)} changed "
+            f"card(s) keep theirs as history, candidates again") in capsys.readouterr().out
     for card in rebuilt.cards:
         old = earlier.get(card.id)
-        same = old is not None and bool(old.verification_log) and card_digest(old) == card_digest(card)
-        assert bool(card.verification_log) == same, card.short_id
-        assert card.status is (old.status if same else CardStatus.CANDIDATE)
+        assert card.verification_log == (old.verification_log if old else ()), card.short_id
+        assert card.status is (old.status if card.id in same else CardStatus.CANDIDATE)
     assert carry_trials(rebuilt, admitted_on_gpu)[0].cards == rebuilt.cards  # carrying twice changes nothing
 
 

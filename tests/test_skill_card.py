@@ -9,6 +9,7 @@ import pytest
 
 from klineage.errors import DocumentError
 from klineage.features.feature import Feature
+from klineage.gate.policy import Placement
 from klineage.skills.card import (CARD_VERSION, CardAnchor, CardStatus, Effect, Precondition, Ref, RefKind, Risk,
                                   Scope, SkillCard, Trial, card_id)
 
@@ -152,3 +153,14 @@ def test_effect_spread_and_ref_text():
     assert effect.spread == pytest.approx((1.27 - 1.24) / 1.25)
     assert str(effect.source) == f"{LINEAGE}#t3"
     assert Effect("h", "op", 1.0, (1.0,), effect.source).spread == 0.0
+
+
+def test_an_effect_re_timed_with_places_exchanged_says_so():
+    effect = make_card().effects[0]
+    assert "placement" not in effect.to_dict()  # as loaded: a library built before re-timings keeps its bytes
+    retimed = Effect("h", "op", 1.003, (1.008, 1.003, 0.999), effect.source, Placement.EXCHANGED)
+    assert retimed.to_dict()["placement"] == "exchanged" and Effect.from_dict(retimed.to_dict()) == retimed
+    assert Effect.from_dict(effect.to_dict()).placement is Placement.AS_LOADED
+    with pytest.raises(DocumentError, match=r"effect.placement.*unknown value 'swapped'"):
+        Effect.from_dict({**retimed.to_dict(), "placement": "swapped"})
+

@@ -228,13 +228,20 @@ def test_a_card_page_tells_a_slower_trial_from_a_rejected_one(client):
     assert badges == [("slower", "slower: the mechanism did not pay there", "slower")] * 2 + \
         [("passed", "passed", "passed")]
     assert "passed at 0.939x, below the 0.990x" in page and "1.025x (required 0.990x)" in page
+    # its effects were re-timed since (session 16): each trial judged the earlier content, and says so
+    assert page.count('class="badge badge-judged-earlier"') == 3 and "Trials marked <em>earlier content</em>" in page
+    assert "the card is a candidate until trialled as it is" in page
+    unchanged = client.get("/library/38bb8e9bd28d/").content.decode()
+    assert "badge-judged-" not in unchanged and "earlier content" not in unchanged
 
 
 def test_a_card_marks_the_effects_its_pairing_could_have_decided(client, corpus):
-    """The bundled library's ldmatrix card measured 0.812 on gemm/mma_sync, whose states there
-    timed up to 1.41x apart in their two pairings. Re-timed with the two kernels exchanging places
-    it is 0.802: a tick at that ratio, listed. Where a step is still biased, its bar is hollow and
-    the medians listed; the card's other effect (conv2d) is drawn as before either way."""
+    """The bundled library's ldmatrix card: on gemm/mma_sync the walk measured 0.812, its states
+    timed up to 1.41x apart in their two pairings; re-timed with the two kernels exchanging places it
+    is 0.802, and that is the card's effect (on conv2d likewise, 1.903 walked, 1.997 re-timed). Each
+    bar gets a grey tick at the walk's own ratio, listed. A library built before the re-timings
+    (effects as the walk paired them) gets a blue tick at the re-timed ratio instead. Where a step is
+    still biased, its bar is hollow and the medians listed; the other effect is drawn as before."""
     import_library_files()
     card = SkillCard.objects.get(short_id="367ea5337b52")
 
@@ -244,12 +251,25 @@ def test_a_card_marks_the_effects_its_pairing_could_have_decided(client, corpus)
 
     retimed = chart()
     assert retimed.count("effect-bar") == 2 and 'effect-biased"' not in retimed
-    assert retimed.count('class="effect-retimed"') == 1 and "re-timed 0.802" in retimed
-    assert "the walk&#x27;s pairing gave 0.812" in retimed
+    assert retimed.count('class="effect-walked"') == 2 and 'class="effect-retimed"' not in retimed
+    assert "the walk's own pairing: 0.812" in retimed and "0.802×" in retimed
+    assert "re-timed 0.802" in retimed and "the walk&#x27;s pairing gave 0.812" in retimed
+    assert "A grey tick" in retimed and "A blue tick" not in retimed
+
+    walked = [{key: value for key, value in e.items() if key != "placement"} for e in card.document["effects"]]
+    gemm = next(e for e in walked if e["operator"] == "gemm")
+    gemm["ratio"] = gemm["per_trial"][0] = 0.812
+    card.document = {**card.document, "effects": walked}
+    card.save()
+    older = chart()
+    assert older.count('class="effect-retimed"') == 2 and "re-timed with places exchanged: 0.802" in older
+    assert "0.812×" in older and "A blue tick" in older and "A grey tick" not in older
+
     step = LineageStep.objects.get(lineage__source_path="corpus/lineages/gemm_mma_sync.gpu.json",
                                    kind=LineageStep.Kind.ACCEPTED, index=1)
     step.pairing, step.pairing_note, step.retimed_ratio = "biased", "state 2 timed 1.41x apart", None
     step.save()
     biased = chart()
-    assert biased.count("effect-bar") == 2 and biased.count('effect-biased"') == 1 and "effect-retimed" not in biased
+    assert biased.count("effect-bar") == 2 and biased.count('effect-biased"') == 1
+    assert biased.count('class="effect-retimed"') == 1  # conv2d's: its step is still re-timed
     assert "timing biased" in biased and "state 2 timed 1.41x apart" in biased

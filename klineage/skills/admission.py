@@ -126,26 +126,44 @@ def card_digest(card: SkillCard) -> str:
     return sha256_json({k: v for k, v in card.to_dict().items() if k not in ("verification_log", "status")})
 
 
-def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int]:
-    """`rebuilt` with the trials and status of each card of `earlier` whose content is unchanged
-    (same id, same `card_digest`) and whose log is longer than the one `rebuilt` holds: a trial
-    judged that content, so it still stands, and carried from several libraries in turn (lanes that
-    trialled different cards of one library), each card keeps the longest log. A card whose
-    evidence changed starts again as a candidate. Also the number of cards carried over."""
+def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int, int]:
+    """`rebuilt` with each card's trials in `earlier` joined to its log: those it lacks appended in
+    `earlier`'s order. A trial stays evidence of the mechanism on its target whatever the card then
+    declared (its basis names the content it judged). Where `earlier` holds the card's very content
+    (same id and `card_digest`) and adds trials, its status comes too: a trial of that content
+    decided it. Joined from several libraries in turn (lanes that trialled different cards of one
+    library), each card gathers every lane's trials and the status of the lane that added some. A
+    card whose content changed keeps its earlier trials as history and stays a candidate: none of
+    them judged what it declares now. Also how many cards kept their status and how many only their
+    history."""
     known = {card.id: card for card in earlier.cards}
-    cards, carried = [], 0
+    cards, carried, history = [], 0, 0
     for card in rebuilt.cards:
         old = known.get(card.id)
-        if (old is not None and len(old.verification_log) > len(card.verification_log)
-                and card_digest(old) == card_digest(card)):
-            card = dataclasses.replace(card, verification_log=old.verification_log, status=old.status)
-            carried += 1
+        added = _missing(old.verification_log, card.verification_log) if old is not None else ()
+        if added:
+            same = card_digest(old) == card_digest(card)
+            card = dataclasses.replace(card, verification_log=card.verification_log + added,
+                                       status=old.status if same else card.status)
+            carried, history = carried + same, history + (not same)
         cards.append(card)
     provenance = dict(rebuilt.provenance)
-    if carried and "admission" in earlier.provenance:
+    if (carried or history) and "admission" in earlier.provenance:
         provenance["admission"] = (f"{earlier.provenance['admission']}; trials of {carried} unchanged card(s) "
-                                   f"carried over to this build")
-    return dataclasses.replace(rebuilt, cards=tuple(cards), provenance=provenance), carried
+                                   f"carried over to this build"
+                                   + (f", and of {history} changed one(s) as history" if history else ""))
+    return dataclasses.replace(rebuilt, cards=tuple(cards), provenance=provenance), carried, history
+
+
+def _missing(theirs: Sequence[Trial], mine: Sequence[Trial]) -> tuple[Trial, ...]:
+    """`theirs` less `mine`, counting repeats (a trial logged twice is two trials), in their order."""
+    left, missing = list(mine), []
+    for trial in theirs:
+        if trial in left:
+            left.remove(trial)
+        else:
+            missing.append(trial)
+    return tuple(missing)
 
 
 def trial_basis(card: SkillCard, target: Target, applied: Applied | None, setting: GateSetting,

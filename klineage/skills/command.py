@@ -96,8 +96,9 @@ def _build(args: argparse.Namespace) -> int:
     for earlier in args.keep_trials:
         from klineage.skills.admission import carry_trials
 
-        library, carried = carry_trials(library, _load(earlier))
-        print(f"carried the trials of {carried} unchanged card(s) over from {earlier}")
+        library, carried, history = carry_trials(library, _load(earlier))
+        print(f"carried the trials of {carried} unchanged card(s) over from {earlier}"
+              + (f"; {history} changed card(s) keep theirs as history, candidates again" if history else ""))
     out = save_library(library, args.out or default_path())
     for path in left_out:
         print(f"left out {path.name}: a GPU walk, or a longer walk, of the same expert is used")

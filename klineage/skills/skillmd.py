@@ -24,9 +24,11 @@ from typing import Any
 import yaml
 
 from klineage.errors import DocumentError
+from klineage.gate.policy import Placement
 from klineage.skills.card import SkillCard
 
 SKILL_FILE = "SKILL.md"
+EXCHANGED_NOTE = "; re-timed with parent and child exchanging places"
 _CARD_OPEN = "<!-- klineage-card"
 _CARD_BLOCK = re.compile(r"<!-- klineage-card\n(.*?)\n-->", re.DOTALL)
 
@@ -94,7 +96,8 @@ def render(card: SkillCard) -> str:
     if card.effects:
         overview += ["", "Measured effect (child time / parent time, > 1 is faster):"]
         overview += [f"- {e.operator}/{e.case}: {e.ratio:.3f}x (trials {', '.join(f'{r:.3f}' for r in e.per_trial)};"
-                     f" spread {e.spread:.3f}) from {e.source}" for e in card.effects]
+                     f" spread {e.spread:.3f}{EXCHANGED_NOTE if e.placement is Placement.EXCHANGED else ''})"
+                     f" from {e.source}" for e in card.effects]
     else:
         overview += ["", "No measured effect yet (untimed evidence)."]
     parts.append("## Overview\n\n" + "\n".join(overview) + "\n")
