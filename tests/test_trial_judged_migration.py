@@ -4,22 +4,14 @@ card's document on a real database migrated from 0010."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from klineage import config
 from klineage.skills.library import load_library
+from migration_tools import migrate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE, AFTER = [("skills_app", "0010_step_retimed")], [("skills_app", "0011_trial_judged")]
-
-
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
 
 
 def test_stored_trials_are_read_as_of_this_content_of_an_earlier_one_or_unknown():

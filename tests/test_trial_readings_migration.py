@@ -4,19 +4,11 @@ message and ratio, on a real database migrated from 0007."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+from migration_tools import migrate
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE, AFTER = [("skills_app", "0007_uploaded_by")], [("skills_app", "0008_trial_readings")]
-
-
-def migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
 
 
 def test_the_stored_outcomes_are_the_engines_readings():

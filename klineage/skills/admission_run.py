@@ -14,9 +14,10 @@ inconclusive trials. `redo` trials every chosen card.
 
 `deadline` (a `clock` reading) bounds the run for a wrapper's timeout: no card starts once the
 clock passes it, nor when it would end past it, judged by the longest card's trials so far plus,
-for a card that opens a window of side-by-side correctness checks, the last window's time (a card's
-trials are written only when they are all done). Cards not started are reported `left undecided`; cards with no
-held-out target or already decided cost no gate and are reported as such even then.
+for a card that opens a window of side-by-side correctness checks, the last window's time (a
+card's trials are written only when they are all done). Cards not started are reported `left
+undecided`; cards with no held-out target or already decided cost no gate and are reported as
+such even then.
 """
 
 from __future__ import annotations

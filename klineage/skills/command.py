@@ -66,7 +66,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     admit.add_argument("--rejudge", action="store_true",
                        help="run no gate: judge the chosen cards' timed trials again under today's rule, from the "
                             "paired ratios they recorded")
-    admit.add_argument("--placement", choices=PLACEMENTS, default="as_loaded", help="the trials' timing: " + PLACEMENT_HELP)
+    admit.add_argument("--placement", choices=PLACEMENTS, default="as_loaded",
+                       help="the trials' timing: " + PLACEMENT_HELP)
     admit.add_argument("--jobs", type=int, default=1,
                        help="GPU gate: judge the correctness of about this many cards' trial kernels side by side "
                             "before each trial times alone (default 1)")
