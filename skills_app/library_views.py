@@ -95,6 +95,7 @@ def card(request, short_id: str):
                     for key, values in document["carrier"].items()],
         "trials": row.trials.order_by("created", "id"),
         "history": row.trials.filter(judged=CardTrial.Judged.EARLIER).exists(),
+        "current_trials": row.trials.filter(judged=CardTrial.Judged.CURRENT).exists(),
         "reviews": sorted((review for step in steps.values() for review in step.reviews.all()),
                           key=lambda r: (r.created, r.id), reverse=True),
     })

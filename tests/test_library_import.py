@@ -132,11 +132,11 @@ def test_the_bundled_librarys_trials_read_passed_slower_rejected_or_inconclusive
     """Each trial is stored as what it says of the card: the pipeline card's pointwise conv2d trial
     passed the gate only slower (logged twice: the second admission run read the same verdict),
     its GEMM trial passed; a card whose source declares no effect has inconclusive trials. The
-    pipeline card's effects were re-timed since (session 16): its trials judged its earlier content,
-    kept as history, and it is a candidate until trialled as it is."""
+    pipeline card's effects were re-timed since (session 16): its trials judged its earlier content
+    (they asked the same 0.990x of a trial, so it stays admitted until trialled as it is)."""
     import_library_files()
     pipeline = SkillCard.objects.get(card_id__startswith="535855ae6206")
-    assert pipeline.status == "candidate"
+    assert pipeline.status == "admitted"
     assert list(pipeline.trials.order_by("id").values_list("outcome", "judged")) == \
         [("slower", "earlier"), ("slower", "earlier"), ("passed", "earlier")]
     assert set(SkillCard.objects.get(card_id__startswith="38bb8e9bd28d").trials.values_list("judged", flat=True)) \

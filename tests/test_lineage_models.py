@@ -139,21 +139,23 @@ def test_load_corpus_shows_the_gpu_walks_kept_beside_the_corpus():
 
 def test_gpu_walk_steps_say_whether_their_timing_is_evidence():
     """conv2d/implicit_gemm_any's states 12-29 timed about 543 us as candidates and 376 us as
-    baselines (docs/perf-notes.md): their steps are marked biased with both medians; a walk whose
-    states agree is consistent but for its first and last step, whose end state was timed once."""
+    baselines (docs/perf-notes.md): their steps were biased, and each was re-timed with its kernels
+    exchanging places (session 16), which is stored with the walk's own ratio; a walk whose states
+    agree is consistent but for its first and last step, whose end state was timed once."""
     import_corpus()
     conv = Lineage.objects.get(source_path="bench/walks/conv2d_implicit_gemm_any.gpu.json.gz")
     step = conv.steps.get(kind=LineageStep.Kind.ACCEPTED, index=13)
-    assert step.pairing == "biased" and "state 13 timed 543.6 us as a candidate and 375.7 us as a baseline" in step.pairing_note
-    # conv2d/implicit_gemm's first steps: state 2 timed 1.06x apart, but 1.903 and 0.729 are further from 0.99
+    assert step.pairing == "exchanged" and step.retimed_ratio == pytest.approx(0.992, abs=0.001)
+    assert "the walk's pairing gave 0.691" in step.pairing_note
+    assert not LineageStep.objects.filter(pairing__in=["biased", "outweighed"]).exists()
+    # conv2d/implicit_gemm's first steps: state 2 timed 1.06x apart (outweighed), re-timed 1.997 and 0.770
     plain = Lineage.objects.get(source_path="corpus/lineages/conv2d_implicit_gemm.gpu.json")
-    assert plain.steps.get(kind=LineageStep.Kind.ACCEPTED, index=1).pairing == "outweighed"
+    assert plain.steps.get(kind=LineageStep.Kind.ACCEPTED, index=1).retimed_ratio == pytest.approx(1.997, abs=0.001)
     # gemm/mma_sync's doubtful steps were re-timed with their kernels exchanging places (session 15)
     gemm = Lineage.objects.get(source_path="corpus/lineages/gemm_mma_sync.gpu.json")
     unpad = gemm.steps.get(kind=LineageStep.Kind.ACCEPTED, index=7)
     assert unpad.pairing == "exchanged" and unpad.retimed_ratio == pytest.approx(1.003, abs=0.001)
     assert "the walk's pairing gave 0.848" in unpad.pairing_note
-    assert not gemm.steps.filter(pairing__in=["biased", "outweighed"]).exists()
     softmax = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.gpu.json")
     pairings = list(softmax.steps.filter(kind=LineageStep.Kind.ACCEPTED).order_by("index").values_list("pairing", flat=True))
     assert pairings[0] == pairings[-1] == "unchecked" and set(pairings[1:-1]) == {"consistent"}

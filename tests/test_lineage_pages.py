@@ -11,6 +11,10 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from klineage import config
+from klineage.lineage import Lineage as LineageDocument
+from klineage.walk.timing_audit import step_pairings
+
 from dashboard_data import corpus  # noqa: F401
 from lineage_data import vendor_verdict, with_rejections
 from skills_app.importer import import_lineage, store_verdict
@@ -133,18 +137,29 @@ def test_timing_bars_render_when_timed(client, corpus):
 
 
 def test_a_biased_forward_timing_says_so_with_both_medians(client, corpus):
+    """conv2d/implicit_gemm_any's step 13 as its walk paired it was biased (state 13 timed 543.6 us
+    as a candidate, 375.7 us as a baseline); re-timed with its kernels exchanging places (session
+    16) it shows that ratio, and stored as the walk's pairing alone it shows both medians."""
     conv = Lineage.objects.get(source_path="bench/walks/conv2d_implicit_gemm_any.gpu.json.gz")
-    text = client.get(f"/lineages/{conv.id}/").content.decode()
-    step = _section(text, 'id="step-accepted-13"', 'id="step-accepted-14"')
-    assert "timing biased" in step and "state 13 timed 543.6 us as a candidate and 375.7 us as a baseline" in step
-    clean = _section(text, 'id="step-accepted-38"', 'id="step-accepted-39"')
+
+    def step_13() -> str:
+        return _section(client.get(f"/lineages/{conv.id}/").content.decode(), 'id="step-accepted-13"',
+                        'id="step-accepted-14"')
+
+    retimed = step_13()
+    assert "re-timed 0.992" in retimed and "the walk&#x27;s pairing gave 0.691" in retimed
+    assert "timing biased" not in retimed
+    walked = step_pairings(LineageDocument.load(config.REPO_ROOT / conv.source_path), retimings=False)[13]
+    conv.steps.filter(kind="accepted", index=13).update(pairing=walked.pairing.value, pairing_note=walked.note,
+                                                         retimed_ratio=None)
+    biased = step_13()
+    assert "timing biased" in biased and "state 13 timed 543.6 us as a candidate and 375.7 us as a baseline" in biased
+    clean = _section(client.get(f"/lineages/{conv.id}/").content.decode(), 'id="step-accepted-38"',
+                     'id="step-accepted-39"')
     assert "timing biased" not in clean and "forward " in clean
     queue = client.get(f"/review/?lineage={conv.id}&kind=accepted").content.decode()
     assert 'class="badge badge-pairing-biased" title="state 13 timed 543.6 us as a candidate' in queue
-    # unpad_shared (step 7) was re-timed with its kernels exchanging places: 0.981, the walk said 0.692
-    retimed = _section(text, 'id="step-accepted-7"', 'id="step-accepted-8"')
-    assert "re-timed 0.981" in retimed and "the walk&#x27;s pairing gave 0.692" in retimed and "timing biased" not in retimed
-    assert 'class="badge badge-pairing-exchanged"' in queue
+    assert 'class="badge badge-pairing-exchanged"' in queue  # step 7 and the others re-timed
 
 
 def test_a_step_shows_its_childs_vendor_ratio_from_the_verdict_that_timed_it(client, dry):

@@ -48,7 +48,8 @@ def test_list_and_detail(client, cards):
     assert detail["id"] == card.id and detail["status"] == "admitted"
     assert EngineCard.from_dict(detail["document"]) == card  # the whole card, as the engine reads it
     assert detail["trials"] == [{"outcome": "passed", "target": "a" * 64, "verdict_key": "", "ratio": 1.04,
-                                 "message": "gemm headline", "created": detail["trials"][0]["created"]}]
+                                 "message": "gemm headline", "judged": "unknown",  # a trial logged without a basis
+                                 "created": detail["trials"][0]["created"]}]
     assert detail["skillmd"] == f"/library/{row['short_id']}/SKILL.md"
     assert client.get("/api/cards/000000000000/").status_code == 404
 

@@ -230,7 +230,7 @@ def test_a_card_page_tells_a_slower_trial_from_a_rejected_one(client):
     assert "passed at 0.939x, below the 0.990x" in page and "1.025x (required 0.990x)" in page
     # its effects were re-timed since (session 16): each trial judged the earlier content, and says so
     assert page.count('class="badge badge-judged-earlier"') == 3 and "Trials marked <em>earlier content</em>" in page
-    assert "the card is a candidate until trialled as it is" in page
+    assert "only its measured effects changed and they ask a trial for the same ratio" in page
     unchanged = client.get("/library/38bb8e9bd28d/").content.decode()
     assert "badge-judged-" not in unchanged and "earlier content" not in unchanged
 

@@ -279,7 +279,27 @@ def test_merge_refuses_parts_that_do_not_fit(lineages, runs, tmp_path, capsys):
     shutil.copy(config.corpus_dir() / "library" / "library.json", tmp_path / "lib.json")
     err = refused(capsys, [*argv, str(runs["a"]), "--library", str(tmp_path / "lib.json")])
     assert f"the parts ran with library corpus/library/library.json, --library gives {tmp_path / 'lib.json'}" in err
+    b = json.loads(runs["b"].read_text())
+    b["admission_rate"]["admitted"] -= 1  # the library was admitted again between the two runs
+    other.write_text(json.dumps(b))
+    err = refused(capsys, [*argv, str(runs["a"]), str(other)])
+    assert "the parts ran with the library admitted differently" in err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_merge_keeps_the_admission_the_parts_ran_with(lineages, runs, tmp_path):
+    """The bundled library may be rebuilt and admitted again after the parts ran: the merge reports
+    the admission they recorded, not the library file's today."""
+    parts = []
+    for name in ("a", "b"):
+        doc = json.loads(runs[name].read_text())
+        doc["admission_rate"] = {**doc["admission_rate"], "how": "the admission the runs saw"}
+        parts.append(tmp_path / f"{name}.json")
+        parts[-1].write_text(json.dumps(doc))
+    out = tmp_path / "m.json"
+    assert skills.main(["--lineages", str(lineages), "--out", str(out), "--merge",
+                        *map(str, parts)]) == 0
+    assert json.loads(out.read_text())["admission_rate"]["how"] == "the admission the runs saw"
 
 
 def test_the_gpu_session_stage_runs_a_part(gate_cache, tmp_path):

@@ -131,28 +131,38 @@ def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int, int]
     `earlier`'s order. A trial stays evidence of the mechanism on its target whatever the card then
     declared (its basis names the content it judged). Where `earlier` holds the card's very content
     (same id and `card_digest`) and adds trials, its status comes too: a trial of that content
-    decided it. Joined from several libraries in turn (lanes that trialled different cards of one
-    library), each card gathers every lane's trials and the status of the lane that added some. A
-    card whose content changed keeps its earlier trials as history and stays a candidate: none of
-    them judged what it declares now. Also how many cards kept their status and how many only their
-    history."""
+    decided it; so it does where `judged_alike` (only the measured effects changed, asking a trial
+    for the same ratio). Joined from several libraries in turn (lanes that trialled different cards
+    of one library), each card gathers every lane's trials and the status of the lane that added
+    some. Any other changed card keeps its earlier trials as history and stays a candidate. Also
+    how many cards kept their status and how many only their history."""
     known = {card.id: card for card in earlier.cards}
     cards, carried, history = [], 0, 0
     for card in rebuilt.cards:
         old = known.get(card.id)
         added = _missing(old.verification_log, card.verification_log) if old is not None else ()
         if added:
-            same = card_digest(old) == card_digest(card)
+            same = card_digest(old) == card_digest(card) or judged_alike(old, card)
             card = dataclasses.replace(card, verification_log=card.verification_log + added,
                                        status=old.status if same else card.status)
             carried, history = carried + same, history + (not same)
         cards.append(card)
     provenance = dict(rebuilt.provenance)
     if (carried or history) and "admission" in earlier.provenance:
-        provenance["admission"] = (f"{earlier.provenance['admission']}; trials of {carried} unchanged card(s) "
-                                   f"carried over to this build"
+        provenance["admission"] = (f"{earlier.provenance['admission']}; trials of {carried} card(s) judged by the "
+                                   f"same rule carried over to this build"
                                    + (f", and of {history} changed one(s) as history" if history else ""))
     return dataclasses.replace(rebuilt, cards=tuple(cards), provenance=provenance), carried, history
+
+
+def judged_alike(earlier: SkillCard, card: SkillCard) -> bool:
+    """Whether a trial of `earlier` judged `card` by the same rule: they differ in their measured
+    effects alone (re-timed, say), and those ask a trial for the same ratio (`required_ratio`), so
+    the same target, kernel and gate give the same outcome. Its trials still name the earlier
+    content: the next admission trials the card as it is."""
+    def rest(c: SkillCard) -> dict:
+        return {k: v for k, v in c.to_dict().items() if k not in ("verification_log", "status", "effects")}
+    return rest(earlier) == rest(card) and required_ratio(earlier) == required_ratio(card)
 
 
 def _missing(theirs: Sequence[Trial], mine: Sequence[Trial]) -> tuple[Trial, ...]:

@@ -98,8 +98,9 @@ def _build(args: argparse.Namespace) -> int:
         from klineage.skills.admission import carry_trials
 
         library, carried, history = carry_trials(library, _load(earlier))
-        print(f"carried the trials of {carried} unchanged card(s) over from {earlier}"
-              + (f"; {history} changed card(s) keep theirs as history, candidates again" if history else ""))
+        print(f"carried the trials and status of {carried} card(s) over from {earlier} (unchanged, or changed "
+              f"only in effects that ask a trial the same ratio)"
+              + (f"; {history} changed card(s) keep their trials as history, candidates again" if history else ""))
     out = save_library(library, args.out or default_path())
     for path in left_out:
         print(f"left out {path.name}: a GPU walk, or a longer walk, of the same expert is used")

@@ -154,9 +154,11 @@ def state_timings(steps: list[StepTiming]) -> list[StateTiming]:
             for i in sorted(by_index) if i - 1 in by_index]
 
 
-def step_pairings(lineage: Lineage, cache: GateCache | None = None,
-                  tolerance: float = PAIRING_TOLERANCE) -> list[StepPairing]:
-    """Each accepted step of a GPU walk, with whether its parent and child agree with themselves."""
+def step_pairings(lineage: Lineage, cache: GateCache | None = None, tolerance: float = PAIRING_TOLERANCE,
+                  retimings: bool = True) -> list[StepPairing]:
+    """Each accepted step of a GPU walk, with whether its parent and child agree with themselves;
+    a step re-timed with places exchanged is judged by that, unless `retimings` is off (the walk's
+    own pairings alone: which steps were doubtful)."""
     try:
         steps = step_timings(lineage, cache)
     except KLineageError as exc:  # a walk made elsewhere, whose verdicts are not recorded here
@@ -166,7 +168,7 @@ def step_pairings(lineage: Lineage, cache: GateCache | None = None,
     required = {t.index: t.forward.timing.required for t in lineage.transitions if t.forward.timing is not None}
     pairings = []
     for step in steps:
-        retimed = _retimed(lineage, step, cache, required.get(step.index, DEFAULT_FORWARD_RATIO))
+        retimed = retimings and _retimed(lineage, step, cache, required.get(step.index, DEFAULT_FORWARD_RATIO))
         if retimed:
             pairings.append(retimed)
             continue
