@@ -446,12 +446,12 @@ class CardTrial(models.Model):
                                    help_text="the gate verdict on the result, when recorded")
     class Judged(models.TextChoices):  # which content of the card the trial judged (its basis)
         CURRENT = "current", "the card as it is"
-        EARLIER = "earlier", "an earlier content of the card: history, not its admission"
+        EARLIER = "earlier", "an earlier content of the card, as its basis names it"
         UNKNOWN = "unknown", "logged without a basis"
 
     ratio = models.FloatField(null=True, blank=True, help_text="child/parent time ratio; null if untimed")
     message = models.TextField(blank=True, default="")
-    judged = models.CharField(max_length=8, choices=Judged.choices, default=Judged.CURRENT,
+    judged = models.CharField(max_length=8, choices=Judged.choices, default=Judged.UNKNOWN,
                               help_text="which content of the card the trial judged: a card whose effects or "
                                         "preconditions changed keeps its earlier trials as history")
     created = models.DateTimeField(auto_now_add=True)

@@ -34,7 +34,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='cardtrial',
             name='judged',
-            field=models.CharField(choices=[('current', 'the card as it is'), ('earlier', 'an earlier content of the card: history, not its admission'), ('unknown', 'logged without a basis')], default='current', help_text='which content of the card the trial judged: a card whose effects or preconditions changed keeps its earlier trials as history', max_length=8),
+            field=models.CharField(choices=[('current', 'the card as it is'), ('earlier', 'an earlier content of the card, as its basis names it'), ('unknown', 'logged without a basis')], default='unknown', help_text='which content of the card the trial judged: a card whose effects or preconditions changed keeps its earlier trials as history', max_length=8),
         ),
         migrations.RunPython(judge_stored_trials, migrations.RunPython.noop),
     ]
