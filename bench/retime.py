@@ -21,9 +21,7 @@ from klineage.config import GateMode
 from klineage.errors import KLineageError
 from klineage.gate.pipeline import default_cache
 from klineage.lineage import Lineage
-from klineage.walk.timing_audit import Pairing, exchanged_ratio, retime_step, step_pairings
-
-DOUBTFUL = (Pairing.BIASED, Pairing.OUTWEIGHED)
+from klineage.walk.timing_audit import DOUBTFUL, exchanged_ratio, retime_step, step_pairings
 
 
 def main(argv: list[str]) -> int:

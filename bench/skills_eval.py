@@ -488,13 +488,15 @@ def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], libra
                     "parts": [{"file": _repo_relative(file), "partial": doc.get("partial"), **doc["provenance"]}
                               for file, doc in parts]})
     return {"provenance": provenance_, "admission_rate": admission_of(parts, library), **totals,
-            "definitions": DEFINITIONS, "workloads": merged, "not_run": not_run, "lineages_left_out": left_out_of(left_out)}
+            "definitions": DEFINITIONS, "workloads": merged, "not_run": not_run,
+            "lineages_left_out": left_out_of(left_out)}
 
 
 def admission_of(parts: list[tuple[str, dict[str, Any]]], library: Library) -> dict[str, Any]:
     """The admission of the library the parts ran with, as they recorded it (the library file may
     have been rebuilt since); the library given here only where no part recorded it."""
-    recorded = {json.dumps(doc["admission_rate"], sort_keys=True): file for file, doc in parts if "admission_rate" in doc}
+    recorded = {json.dumps(doc["admission_rate"], sort_keys=True): file
+                for file, doc in parts if "admission_rate" in doc}
     if len(recorded) > 1:
         raise MergeError("the parts ran with the library admitted differently: "
                          + "; ".join(f"{file}: {value}" for value, file in recorded.items()))

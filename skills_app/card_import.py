@@ -20,7 +20,7 @@ from django.db import transaction
 from klineage.errors import KLineageError
 from klineage.fingerprint import sha256_json
 from klineage.skills.admission import card_digest, reading
-from klineage.skills.card import SHORT_ID
+from klineage.skills.card import SHORT_ID, Trial
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.skills.library import Library
 from klineage import config
@@ -121,7 +121,8 @@ def store_card(card: EngineCard, *, library_created=None, where: str = "card") -
     return action
 
 
-def _judged(trial, content: str) -> str:
+def _judged(trial: Trial, content: str) -> str:
+    """Which content of the card the trial judged: its basis against the card's digest."""
     if trial.basis is None:
         return CardTrial.Judged.UNKNOWN
     return CardTrial.Judged.CURRENT if trial.basis.card == content else CardTrial.Judged.EARLIER

@@ -45,7 +45,7 @@ from klineage.gate.verdict import Verdict as EngineVerdict
 from klineage.kernel import KernelState as EngineKernelState
 from klineage.lineage import Lineage as EngineLineage
 from klineage.problem import ProblemInfo
-from klineage.walk.timing_audit import Pairing, StepPairing, step_pairings
+from klineage.walk.timing_audit import DOUBTFUL, Pairing, StepPairing, step_pairings
 from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, Verdict
 
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -481,8 +481,8 @@ def _reaudit_pairings(lineage: Lineage, parsed: EngineLineage, recorded_root: Pa
     (one re-timed since with its kernels exchanging places becomes `exchanged`); whether any changed."""
     if parsed.gate is not GateMode.GPU:
         return False
-    doubtful = ["", Pairing.BIASED.value, Pairing.OUTWEIGHED.value]
-    candidates = list(lineage.steps.filter(kind=LineageStep.Kind.ACCEPTED, pairing__in=doubtful))
+    candidates = list(lineage.steps.filter(kind=LineageStep.Kind.ACCEPTED,
+                                           pairing__in=["", *(p.value for p in DOUBTFUL)]))
     pairings = _pairings(lineage.id, parsed, recorded_root) if candidates else {}
     changed = [step for step in candidates if step.index in pairings
                and (step.pairing, step.retimed_ratio) != (pairings[step.index].pairing.value, pairings[step.index].ratio)]

@@ -43,6 +43,9 @@ class Pairing(str, Enum):
     EXCHANGED = "exchanged"  # re-timed with parent and child exchanging places: its ratio is evidence
 
 
+DOUBTFUL = frozenset({Pairing.BIASED, Pairing.OUTWEIGHED})  # what bench/retime.py re-times
+
+
 @dataclass(frozen=True)
 class StepPairing:
     index: int
@@ -112,13 +115,14 @@ def exchanged_ratio(verdict: Verdict) -> tuple[float, tuple[float, ...]] | None:
     return (float(ratio["overall"]), tuple(float(r) for r in ratio["per_trial"])) if ratio else None
 
 
-def retimed_effect(lineage: Lineage, index: int) -> tuple[float, tuple[float, ...]] | None:
+def retimed_effect(lineage: Lineage, index: int, cache: GateCache | None = None
+                   ) -> tuple[float, tuple[float, ...]] | None:
     """Step `index`'s recorded re-timing with places exchanged, overall and per round, if a GPU walk's
     step has one (induction's `retimed`: the card's effect then is that measurement)."""
     if lineage.gate is not GateMode.GPU:
         return None
     try:
-        return exchanged_ratio(retime_step(lineage, index))
+        return exchanged_ratio(retime_step(lineage, index, cache=cache))
     except KLineageError:  # not re-timed: a replay miss
         return None
 
@@ -196,11 +200,8 @@ def step_pairings(lineage: Lineage, cache: GateCache | None = None, tolerance: f
 
 
 def _retimed(lineage: Lineage, step: StepTiming, cache: GateCache | None, need: float) -> StepPairing | None:
-    try:
-        found = exchanged_ratio(retime_step(lineage, step.index, cache=cache))
-    except KLineageError:  # not re-timed (a replay miss): the walk's own pairing is all there is
-        return None
-    if found is None:
+    found = retimed_effect(lineage, step.index, cache)
+    if found is None:  # not re-timed: the walk's own pairing is all there is
         return None
     overall, rounds = found
     verdict = "clears" if overall >= need and min(rounds) >= need else "misses"
