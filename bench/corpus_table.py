@@ -1,5 +1,5 @@
 """The corpus's measured standing, from the verdicts recorded on the GPU host: one row per bundled
-kernel whose current source has a recorded, timed verdict (the newest one), with the issue's targets.
+kernel whose current source has a recorded, timed verdict (the newest one), with each expert's target.
 
     python bench/corpus_table.py            # writes bench/results/corpus.json, prints a table
 
@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# Minimum speed ratio against the vendor path on the headline case (issues 3 and 4).
+# Minimum speed ratio against the vendor path on the headline case.
 TARGETS = {"topk/radix_select": 3.0, "conv2d/implicit_gemm": 1.2, "conv2d/implicit_gemm_any": 1.2,
            "gemm/mma_sync": 0.70, "gemm/mma_sync_any": 0.70, "gemm/wgmma_tma": 0.95, "fmha/flash_mma": 0.55,
            "fmha/flash_mma_r32": 0.55, "fmha/flash_wgmma": 0.9, "conv2d/implicit_wgmma": 1.2, "gdn/chunked": 1.0,
