@@ -135,7 +135,7 @@ def test_tolerances():
     with pytest.raises(DocumentError, match="^t: missing atol, rel_l2$"):
         Tolerance.from_dict({"rtol": 0.01}, "t")
     with pytest.raises(DocumentError, match=r"^t: rtol must be a number in \[0, 1\), got 1\.5$"):
-        Tolerance.from_dict({"rtol": 1.5}, "t")
+        Tolerance.from_dict({"rtol": 1.5}, "t", base)
     with pytest.raises(DocumentError, match=r"unknown tolerance field\(s\) ulp"):
         Tolerance.from_dict({"rtol": 0.1, "ulp": 2}, "t")
 
