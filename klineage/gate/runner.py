@@ -564,7 +564,7 @@ class Phases:
 
 
 def run(request: dict[str, Any], result: dict[str, Any], progress: Progress) -> None:
-    from klineage.problem import load_problem
+    from klineage.problem_formats import load_problem
 
     phases = Phases(result)
     problem = load_problem(request["problem"])
@@ -619,7 +619,8 @@ def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, 
 
 def probe(request: dict[str, Any], result: dict[str, Any]) -> None:
     """Load and validate a problem file; report its info and the input names the plan can use."""
-    from klineage.problem import load_problem, validate_numerics
+    from klineage.problem import validate_numerics
+    from klineage.problem_formats import load_problem
 
     problem = load_problem(request["problem"])
     device = "cuda" if request.get("device") == "cuda" else "cpu"

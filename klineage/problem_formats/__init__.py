@@ -17,6 +17,7 @@ process and the web may call them; `load_problem` runs problem code and belongs 
 from __future__ import annotations
 
 import ast
+import os
 from enum import Enum
 from pathlib import Path
 
@@ -80,11 +81,10 @@ def fingerprint(path: str | Path) -> str:
     files = source_files(path)
     if len(files) == 1:
         return sha256_text(normalize_source(_read_text(files[0])))
-    root = files[0].parent
+    base = files[0].resolve().parent  # names relative to the definition: the same on every machine
     return sha256_json({
         "definition": sha256_text(normalize_source(_read_text(files[0]))),
-        "files": {str(f.relative_to(root) if f.is_relative_to(root) else f): sha256_bytes(f.read_bytes())
-                  for f in files[1:]},
+        "files": {os.path.relpath(f.resolve(), base): sha256_bytes(f.read_bytes()) for f in files[1:]},
     })
 
 
