@@ -75,11 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     from klineage.skills import command as library_command  # `klineage library` lives beside the library
 
     library_command.add_parser(commands)
+    from klineage import kernel_export  # `klineage kernel export` lives beside the folder writer
+
+    kernel_export.add_parser(commands)
 
     args = parser.parse_args(argv)
     try:
         return {"gate": _gate, "walk": _walk, "problems": _problems, "kernels": _kernels,
-                "optimize": optimize_command.run, "library": library_command.run}[args.command](args)
+                "optimize": optimize_command.run, "library": library_command.run,
+                "kernel": kernel_export.run}[args.command](args)
     except KLineageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

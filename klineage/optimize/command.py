@@ -66,6 +66,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                      help="stop gating candidates once the run has taken this long (stop: time_limit)")
     sub.add_argument("--out", help="where to write the result (default: var/optimizations/<kernel>-<strategy>-"
                                    "<gate>.json)")
+    sub.add_argument("--save", metavar="DIR", help="also write the best kernel as a kernel folder (kernel.cu + "
+                                                   "launch.toml) that `klineage gate` takes as it is")
     sub.add_argument("--json", action="store_true", help="print the result document instead of tables")
     return sub
 
@@ -96,10 +98,16 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else (config.data_dir() / "optimizations" /
                                            f"{start.name}-{strategy.value}-{mode.value}.json")
     result.save(out)
+    if args.save:
+        from klineage.kernel_export import write_kernel_folder
+
+        write_kernel_folder(result.best, args.save)
     if args.json:
         print(result.to_json(), end="")
     else:
         _print(result, out, console)
+        if args.save:
+            console.print(f"best kernel ({result.best.fingerprint[:12]}) saved as a kernel folder: {args.save}")
     return 1 if result.stop in (Stop.START_FAILED, Stop.GATE_ERROR) else 0
 
 
