@@ -13,8 +13,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import tomli_w
-
 from klineage import config, corpus
 from klineage.documents import read_document_text
 from klineage.errors import DocumentError, KLineageError
@@ -26,6 +24,8 @@ MIN_PREFIX = 8
 
 def plan_toml(state: KernelState) -> str:
     """The launch plan as launch.toml text (buffer arguments as plain names, as people write them)."""
+    import tomli_w  # here, not at import: the CLI loads this module for every command
+
     plan = state.plan.to_dict()
     for launch in plan["launch"]:
         launch["args"] = [a["buffer"] if set(a) == {"buffer"} else a for a in launch["args"]]

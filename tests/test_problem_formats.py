@@ -16,7 +16,6 @@ from klineage.config import GateMode
 from klineage.errors import DocumentError
 from klineage.gate.execute import probe_problem, problem_fingerprint
 from klineage.gate.pipeline import run_gate
-from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Status
 from klineage.kernel import load_kernel
 from klineage.problem_formats import ProblemFormat, detect, source_files
@@ -169,11 +168,3 @@ def test_each_format_gates_compile_only_with_a_matching_kernel(fixture, gate_cac
     verdict = run_gate(FORMATS / fixture, kernel, mode=GateMode.COMPILE_ONLY, cache=gate_cache)
     assert verdict.status is Status.COMPILED, [f.message for f in verdict.findings]
 
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("fixture", sorted(KERNELS))
-def test_each_format_gates_on_the_gpu(fixture, gate_cache):
-    kernel = load_kernel(FORMATS / "kernels" / KERNELS[fixture])
-    verdict = run_gate(FORMATS / fixture, kernel, policy=GatePolicy(timing=False), mode=GateMode.GPU,
-                       cache=gate_cache)
-    assert verdict.status is Status.PASSED, [f.message for f in verdict.findings]

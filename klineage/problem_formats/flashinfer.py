@@ -175,7 +175,6 @@ def trace_files(path: Path) -> list[Path]:
 
 def load(path: Path) -> Problem:
     import torch
-    from safetensors.torch import load_file
 
     where = str(path)
     definition = read_definition(path)
@@ -202,7 +201,11 @@ def load(path: Path) -> Problem:
             dtype, shape = getattr(torch, declared["dtype"]), shape_of(name, case)
             if spec["type"] == "safetensors":
                 file = tensor_file(root, spec["path"], where)
-                tensors = files.setdefault(file, load_file(str(file)))
+                if file not in files:
+                    from safetensors.torch import load_file  # only traces with tensor files need the package
+
+                    files[file] = load_file(str(file))
+                tensors = files[file]
                 if spec["tensor_key"] not in tensors:
                     raise DocumentError(str(file), f"no tensor '{spec['tensor_key']}' (input '{name}')")
                 tensor = tensors[spec["tensor_key"]]
