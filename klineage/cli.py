@@ -247,7 +247,8 @@ def _describe_problems(paths: list[str], as_json: bool) -> int:
         from klineage.report import table
 
         for d in described:
-            table(f"{d['path']} ({d['format']}: {d['operator']}; inputs on the smallest case)", ["", "name", "shape", "dtype"],
+            table(f"{d['path']} ({d['format']}: {d['operator']}; inputs on the smallest case)",
+                  ["", "name", "shape", "dtype"],
                   [["input", n, str(v["shape"]), v["dtype"]] for n, v in d["inputs"].items()]
                   + [["output", o["name"], str(o["shape"]), o["dtype"]] for o in d["outputs"]]
                   + [["case", c["name"], json.dumps(c["params"]), ""] for c in d["cases"]])

@@ -76,7 +76,8 @@ def test_each_card_carries_a_card_the_reference_loader_reads(exported):
         for section in ("## Overview", "## Precondition", "## Scope", "## Code Change Snippet", "### Before",
                         "### After"):
             assert section in card["body"]
-    assert reference_load(SKILLS / "reference-card" / "tile-smem" / SKILL_FILE)["skill_id"] == "stage_tiles_in_shared_memory"
+    theirs = reference_load(SKILLS / "reference-card" / "tile-smem" / SKILL_FILE)
+    assert theirs["skill_id"] == "stage_tiles_in_shared_memory"
 
 
 def test_export_import_export_is_byte_identical(exported, tmp_path):
@@ -107,7 +108,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_library_import_keeps_imported_cards_apart(exported, tmp_path):
-    library, first, files = exported
+    library, _, files = exported
     # A library without the first two cards; a folder with them, a reference card and a broken file.
     target = tmp_path / "library.json"
     save_library(Library(cards=library.cards[2:], provenance=library.provenance), target)

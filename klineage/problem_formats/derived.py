@@ -5,10 +5,14 @@ keyword defaults, and a traffic-only roofline. Runs problem code: only inside th
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 from klineage.errors import DocumentError
-from klineage.problem import DTYPES, Case, OutputSpec
+from klineage.fingerprint import normalize_source, sha256_text
+from klineage.problem import (DTYPES, REFERENCE_TOLERANCES, Case, OutputSpec, Problem, ProblemInfo,
+                              parse_tolerances)
 
 
 def dtype_name(dtype: Any) -> str:
@@ -108,3 +112,51 @@ def traffic_roofline(inputs: dict[str, Any], outputs: tuple) -> dict[str, float]
     """Bytes read and written once, and no flop count: these formats do not declare one."""
     tensors = [*inputs.values(), *outputs]
     return {"flops": 0.0, "bytes": float(sum(t.numel() * t.element_size() for t in tensors))}
+
+
+def module_problem(module: ModuleType, path: Path, cases: list[Case], make_inputs: Callable, run: Callable, *,
+                   source_format: str, what: str, vendor: bool = False) -> Problem:
+    """A Python-module problem of a foreign format: `run(inputs, case params)` gives its result tensors,
+    from which the outputs, any extra size parameters and the roofline are derived. `HEADLINE`,
+    `OPERATOR` and `TOLERANCES` beside the format's own names work as in this project's files."""
+    where = str(path)
+    roofline = {}
+
+    def shapes(case: Case) -> tuple:
+        inputs = make_inputs(case.params, 0, "cpu")
+        outputs = fake_run(lambda: run(inputs, case.params))
+        roofline[case.name] = traffic_roofline(inputs, outputs)
+        return outputs
+
+    try:
+        outputs, cases = infer_outputs(None, cases, shapes, where)
+    except DocumentError:
+        raise
+    except Exception as exc:
+        raise DocumentError(where, f"{what} raised {type(exc).__name__}: {exc}") from None
+    names = [o.name for o in outputs]
+
+    def reference(inputs: dict[str, Any], case: dict[str, Any] | None = None) -> dict[str, Any]:
+        return dict(zip(names, run(inputs, case or cases[0].params)))
+
+    headline = getattr(module, "HEADLINE", cases[0].name)
+    if headline not in {c.name for c in cases}:
+        raise DocumentError(where, f"HEADLINE '{headline}' is not one of the cases")
+    declared = getattr(module, "TOLERANCES", None)
+    info = ProblemInfo(
+        operator=str(getattr(module, "OPERATOR", path.stem)),
+        path=where,
+        fingerprint=sha256_text(normalize_source(path.read_text(encoding="utf-8"))),
+        cases=tuple(cases),
+        headline=headline,
+        outputs=outputs,
+        tolerances=dict(REFERENCE_TOLERANCES) if declared is None else parse_tolerances(declared, outputs, where),
+        roofline=roofline,
+        has_vendor=vendor,
+        has_check=False,
+        legacy=False,
+        description=(module.__doc__ or "").strip(),
+        source_format=source_format,
+    )
+    return Problem(info=info, make_inputs=make_inputs, reference=reference, vendor=reference if vendor else None,
+                   module=module)

@@ -8,9 +8,9 @@ Where the files are, as in both layouts: the definition at `ROOT/definitions/[OP
 workloads at `ROOT/workloads/[OP_TYPE/]NAME.jsonl` (or `NAME.jsonl` beside the definition), and safetensors
 paths relative to ROOT (the folder holding `definitions/`, else the definition's folder); a path that leaves
 ROOT is refused. Each workload is a case `w0`, `w1`, ... whose parameters are the const axes, the workload's
-var axes, its scalar inputs and `workload` (its line index). Random floats are standard normal, random integers uniform in [0, 64),
-drawn from the seed; safetensors inputs are the same for every seed. `run` gets the inputs by name and
-its results are the outputs in the definition's order. There is no vendor path.
+var axes, its scalar inputs and `workload` (its line index). Random floats are standard normal, random
+integers uniform in [0, 64), drawn from the seed; safetensors inputs are the same for every seed. `run`
+gets the inputs by name and its results are the outputs in the definition's order. There is no vendor path.
 
 A small reader rather than the `flashinfer-bench` package: that package brings FlashInfer and TVM-FFI into
 the runner to parse two JSON shapes; the fixtures in tests/fixtures/formats/flashinfer follow its schema.

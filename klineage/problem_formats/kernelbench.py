@@ -7,7 +7,7 @@
 
 The module's forward is the reference and the vendor path. The size constants (module-level ints,
 floats and bools) are the case parameters; `get_inputs()` gives the case's inputs, named `in0`, `in1`,
-... (a non-tensor entry stays a case parameter of that name), and the model's parameters and buffers
+... (a non-tensor entry is passed to forward as get_inputs gives it), and the model's parameters and buffers
 are inputs too, named `w_<name>` (dots as underscores), since a kernel must read the same weights.
 Without a `CASES` table (overrides of the constants) the file is one case, `default`. Inputs are drawn
 under `torch.manual_seed(seed)` on the CPU and moved to the device; the model is built under the same seed.
@@ -20,10 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from klineage.errors import DocumentError
-from klineage.fingerprint import normalize_source, sha256_text
-from klineage.problem import (REFERENCE_TOLERANCES, Case, Problem, ProblemInfo, VendorTiming, exec_module,
-                              parse_tolerances)
-from klineage.problem_formats.derived import fake_run, infer_outputs, result_tensors, traffic_roofline
+from klineage.problem import Case, Problem, exec_module
+from klineage.problem_formats.derived import module_problem, result_tensors
 
 DEFAULT_CASE = "default"
 
@@ -83,40 +81,5 @@ def load(path: Path) -> Problem:
         with torch.no_grad():
             return result_tensors(model(*args), where)
 
-    roofline = {}
-
-    def shapes(case: Case) -> tuple:
-        inputs = make_inputs(case.params, 0, "cpu")
-        outputs = fake_run(lambda: forward(inputs, case.params))
-        roofline[case.name] = traffic_roofline(inputs, outputs)
-        return outputs
-
-    try:
-        outputs, cases = infer_outputs(None, cases, shapes, where)
-    except DocumentError:
-        raise
-    except Exception as exc:
-        raise DocumentError(where, f"Model/get_inputs raised {type(exc).__name__}: {exc}") from None
-    names = [o.name for o in outputs]
-
-    def reference(inputs: dict[str, Any], case: dict[str, Any] | None = None) -> dict[str, Any]:
-        return dict(zip(names, forward(inputs, case or cases[0].params)))
-
-    tolerances = getattr(module, "TOLERANCES", None)
-    info = ProblemInfo(
-        operator=str(getattr(module, "OPERATOR", path.stem)),
-        path=where,
-        fingerprint=sha256_text(normalize_source(path.read_text(encoding="utf-8"))),
-        cases=tuple(cases),
-        headline=cases[0].name,
-        outputs=outputs,
-        tolerances=parse_tolerances(tolerances, outputs, where) if tolerances is not None else dict(REFERENCE_TOLERANCES),
-        roofline=roofline,
-        has_vendor=True,
-        has_check=False,
-        legacy=False,
-        description=(module.__doc__ or "").strip(),
-        vendor_timing=(VendorTiming.EAGER,),
-        source_format="kernelbench",
-    )
-    return Problem(info=info, make_inputs=make_inputs, reference=reference, vendor=reference, module=module)
+    return module_problem(module, path, cases, make_inputs, forward, source_format="kernelbench",
+                          what="Model/get_inputs", vendor=True)

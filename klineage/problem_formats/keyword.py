@@ -17,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from klineage.errors import DocumentError
-from klineage.fingerprint import normalize_source, sha256_text
-from klineage.problem import (REFERENCE_TOLERANCES, Case, Problem, ProblemInfo, exec_module, parse_tolerances)
-from klineage.problem_formats.derived import (as_argument, fake_run, infer_outputs, parameter_value, result_tensors,
-                                              traffic_roofline)
+from klineage.problem import Case, Problem, exec_module
+from klineage.problem_formats.derived import as_argument, module_problem, parameter_value, result_tensors
 
 DEFAULT_CASE = "default"
 _NOT_SIZES = ("seed", "device")
@@ -77,42 +75,5 @@ def load(path: Path) -> Problem:
     def run(inputs: dict[str, Any], case: dict[str, Any]) -> tuple:
         return result_tensors(ref(**inputs, **{k: as_argument(case[k]) for k in ref_params}), where)
 
-    roofline = {}
-
-    def shapes(case: Case) -> tuple:
-        inputs = make_inputs(case.params, 0, "cpu")
-        outputs = fake_run(lambda: run(inputs, case.params))
-        roofline[case.name] = traffic_roofline(inputs, outputs)
-        return outputs
-
-    try:
-        outputs, cases = infer_outputs(None, cases, shapes, where)
-    except DocumentError:
-        raise
-    except Exception as exc:
-        raise DocumentError(where, f"make_inputs/torch_ref raised {type(exc).__name__}: {exc}") from None
-    names = [o.name for o in outputs]
-
-    def reference(inputs: dict[str, Any], case: dict[str, Any] | None = None) -> dict[str, Any]:
-        return dict(zip(names, run(inputs, case or cases[0].params)))
-
-    headline = getattr(module, "HEADLINE", cases[0].name)
-    if headline not in {c.name for c in cases}:
-        raise DocumentError(where, f"HEADLINE '{headline}' is not one of the cases")
-    tolerances = getattr(module, "TOLERANCES", None)
-    info = ProblemInfo(
-        operator=str(getattr(module, "OPERATOR", path.stem)),
-        path=where,
-        fingerprint=sha256_text(normalize_source(path.read_text(encoding="utf-8"))),
-        cases=tuple(cases),
-        headline=headline,
-        outputs=outputs,
-        tolerances=parse_tolerances(tolerances, outputs, where) if tolerances is not None else dict(REFERENCE_TOLERANCES),
-        roofline=roofline,
-        has_vendor=False,
-        has_check=False,
-        legacy=False,
-        description=(module.__doc__ or "").strip(),
-        source_format="keyword",
-    )
-    return Problem(info=info, make_inputs=make_inputs, reference=reference, module=module)
+    return module_problem(module, path, cases, make_inputs, run, source_format="keyword",
+                          what="make_inputs/torch_ref")

@@ -90,14 +90,16 @@ def reference_card(card: SkillCard) -> str:
         "skill_id": card.id,
         "intent": " ".join(card.intent.split()),
         "preconditions": [p.sentence for p in card.preconditions] or ["none found in the evidence (any case in scope)"],
-        "scope": {"cases": list(scope.operators) or ["*"], "languages": [scope.language], "platforms": scope.platform.split(",")},
+        "scope": {"cases": list(scope.operators) or ["*"], "languages": [scope.language],
+                  "platforms": scope.platform.split(",")},
     }
     before, after = _before_after(card.vector)
     body = "\n\n".join([
         f"## Overview\n\n{card.intent}",
         "## Precondition\n\n" + "\n".join(f"- {p}" for p in head["preconditions"]),
         "## Scope\n\n" + "\n".join(f"- {k}: {', '.join(v)}" for k, v in head["scope"].items()),
-        "## Code Change Snippet\n\n### Before\n\n" + _fence(before, "cuda") + "\n\n### After\n\n" + _fence(after, "cuda"),
+        "## Code Change Snippet\n\n### Before\n\n" + _fence(before, "cuda")
+        + "\n\n### After\n\n" + _fence(after, "cuda"),
     ])
     return f"---\n{yaml.safe_dump(head, sort_keys=False, allow_unicode=True)}---\n\n{body}\n"
 

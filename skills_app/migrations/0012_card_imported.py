@@ -13,6 +13,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='skillcard',
             name='status',
-            field=models.CharField(choices=[('candidate', 'candidate'), ('admitted', 'admitted'), ('retired', 'retired'), ('imported', 'imported')], max_length=12),
+            field=models.CharField(choices=[('candidate', 'candidate'), ('admitted', 'admitted'), ('retired', 'retired'),
+                                            ('imported', 'imported')], max_length=12),
         ),
     ]
