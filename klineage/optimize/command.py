@@ -47,7 +47,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     sub.add_argument("--library", help=f"a library JSON file or a folder of SKILL.md (default: the bundled "
                                         f"{bundled_library().relative_to(config.REPO_ROOT)} when present)")
     sub.add_argument("--statuses", default="admitted",
-                     help="comma-separated card statuses to retrieve (admitted, candidate, retired); default admitted")
+                     help="comma-separated card statuses to retrieve (admitted, candidate, retired, imported); default "
+                          "admitted")
     sub.add_argument("--strategy", choices=[s.value for s in Strategy], default=Strategy.LIBRARY.value)
     sub.add_argument("--rewriter", choices=[r.value for r in RewriterKind], default=RewriterKind.RULES.value,
                      help="rules: the catalog's mechanical forwards; llm: the LLM rewriter applies each card")
