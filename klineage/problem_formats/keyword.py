@@ -7,7 +7,8 @@ The keyword parameters' defaults (of both functions, less `seed` and `device`) a
 launch plan can use; without a `CASES` table the file is one case, `default`. A `CASES` table beside it
 names cases that override some of those defaults, e.g. `CASES = {"small": {"batch": 2}}`; `HEADLINE` and
 `TOLERANCES` work as in this project's files. torch_ref receives the tensors by name and the keyword
-parameters it declares; its results are the outputs `out0`, `out1`, ...
+parameters it declares (every case parameter when it takes `**params`); its results are the outputs
+`out0`, `out1`, ...
 """
 
 from __future__ import annotations
@@ -72,8 +73,12 @@ def load(path: Path) -> Problem:
             raise DocumentError(where, "make_inputs must return a dict of name -> tensor")
         return inputs
 
+    # torch_ref(**tensors, **params): a reference taking **params gets every case parameter, else those it names.
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(ref).parameters.values())
+
     def run(inputs: dict[str, Any], case: dict[str, Any]) -> tuple:
-        return result_tensors(ref(**inputs, **{k: as_argument(case[k]) for k in ref_params}), where)
+        wanted = case if takes_all else {k: case[k] for k in ref_params}
+        return result_tensors(ref(**inputs, **{k: as_argument(v) for k, v in wanted.items()}), where)
 
     return module_problem(module, path, cases, make_inputs, run, source_format="keyword",
                           what="make_inputs/torch_ref")
