@@ -62,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="walk with the transforms, limits and timing placement of this earlier walk (to replay "
                            "it: --gate replay)")
 
-    problems = commands.add_parser("problems", help="list bundled problems")
+    problems = commands.add_parser("problems", help="list bundled problems, or describe problem files of any format")
+    problems.add_argument("paths", nargs="*", metavar="PATH",
+                          help="problem files (this project's, the reference's, KernelBench, FlashInfer definitions)")
     problems.add_argument("--json", action="store_true")
     kernels = commands.add_parser("kernels", help="list bundled kernels")
     kernels.add_argument("--adversarial", action="store_true", help="list the adversarial suite instead")
@@ -73,11 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     from klineage.skills import command as library_command  # `klineage library` lives beside the library
 
     library_command.add_parser(commands)
+    from klineage import kernel_export  # `klineage kernel export` lives beside the folder writer
+
+    kernel_export.add_parser(commands)
 
     args = parser.parse_args(argv)
     try:
         return {"gate": _gate, "walk": _walk, "problems": _problems, "kernels": _kernels,
-                "optimize": optimize_command.run, "library": library_command.run}[args.command](args)
+                "optimize": optimize_command.run, "library": library_command.run,
+                "kernel": kernel_export.run}[args.command](args)
     except KLineageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -202,6 +208,8 @@ def _walk(args: argparse.Namespace) -> int:
 def _problems(args: argparse.Namespace) -> int:
     from klineage.gate.execute import probe_problem
 
+    if args.paths:
+        return _describe_problems(args.paths, args.json)
     rows: list[dict[str, Any]] = []
     for path in corpus.list_problems():
         probe = probe_problem(path, config.cache_dir())
@@ -218,6 +226,33 @@ def _problems(args: argparse.Namespace) -> int:
           [[r["name"], r["operator"], r["headline"], ", ".join(r["cases"]), "yes" if r["vendor"] else "no"]
            for r in rows])
     return 0
+
+
+def _describe_problems(paths: list[str], as_json: bool) -> int:
+    """What a problem file loads as (probed in the sandbox): its inputs, outputs and cases."""
+    from klineage.gate.execute import probe_problem
+
+    described = []
+    for path in paths:
+        probe = probe_problem(corpus.problem_path(path), config.cache_dir())
+        info = probe.info
+        described.append({"path": path, "format": info.source_format, "operator": info.operator,
+                          "inputs": probe.inputs, "outputs": [o.to_dict() for o in info.outputs],
+                          "cases": [c.to_dict() for c in info.cases], "headline": info.headline,
+                          "vendor": info.has_vendor, "tolerances": {k: t.to_dict() for k, t in info.tolerances.items()},
+                          "numerics": list(probe.numerics)})
+    if as_json:
+        print(json.dumps(described, indent=1))
+    else:
+        from klineage.report import table
+
+        for d in described:
+            table(f"{d['path']} ({d['format']}: {d['operator']}; inputs on the smallest case)",
+                  ["", "name", "shape", "dtype"],
+                  [["input", n, str(v["shape"]), v["dtype"]] for n, v in d["inputs"].items()]
+                  + [["output", o["name"], str(o["shape"]), o["dtype"]] for o in d["outputs"]]
+                  + [["case", c["name"], json.dumps(c["params"]), ""] for c in d["cases"]])
+    return 0 if all(not d["numerics"] for d in described) else 1
 
 
 def _kernels(args: argparse.Namespace) -> int:

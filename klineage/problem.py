@@ -50,12 +50,20 @@ class Tolerance:
         return {"rtol": self.rtol, "atol": self.atol, "rel_l2": self.rel_l2}
 
     @classmethod
-    def from_dict(cls, data: Any, where: str) -> Tolerance:
-        if not isinstance(data, dict) or set(data) - {"rtol", "atol", "rel_l2"}:
+    def from_dict(cls, data: Any, where: str, base: Tolerance | None = None) -> Tolerance:
+        """A tolerance table; the fields it leaves out come from `base` (all are required without one)."""
+        fields = ("rtol", "atol", "rel_l2")
+        if not isinstance(data, dict):
             raise DocumentError(where, "a tolerance is a table of rtol, atol and rel_l2")
-        values = {k: data.get(k, DEFAULT_TOLERANCES["float32"].to_dict()[k]) for k in ("rtol", "atol", "rel_l2")}
+        unknown = sorted(str(k) for k in set(data) - set(fields))
+        if unknown:
+            raise DocumentError(where, f"unknown tolerance field(s) {', '.join(unknown)}: use rtol, atol, rel_l2")
+        missing = [k for k in fields if k not in data]
+        if missing and base is None:
+            raise DocumentError(where, f"missing {', '.join(missing)}")
+        values = {k: data[k] if k in data else base.to_dict()[k] for k in fields}
         for key, value in values.items():
-            if not isinstance(value, (int, float)) or not 0 <= value < 1:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
                 raise DocumentError(where, f"{key} must be a number in [0, 1), got {value!r}")
         return cls(**{k: float(v) for k, v in values.items()})
 
@@ -67,12 +75,54 @@ DEFAULT_TOLERANCES = {
     "bfloat16": Tolerance(rtol=2e-2, atol=2e-2, rel_l2=1e-2),
 }
 EXACT = Tolerance(rtol=0.0, atol=0.0, rel_l2=0.0)
+# The reference implementation judges with allclose(rtol=atol=1e-2): problems from other formats keep that.
+REFERENCE_TOLERANCES = {d: Tolerance(rtol=1e-2, atol=1e-2, rel_l2=1e-2) for d in ("float32", "float16", "bfloat16")}
 
 
-def tolerance_for(dtype: str, overrides: dict[str, Tolerance]) -> Tolerance:
+def tolerance_for(dtype: str, overrides: dict[str, Tolerance], output: str | None = None) -> Tolerance:
+    """The tolerance an output is judged with: its own entry, else its dtype's, else the dtype default."""
+    if output is not None and output in overrides:
+        return overrides[output]
     if dtype in overrides:
         return overrides[dtype]
     return DEFAULT_TOLERANCES.get(dtype, EXACT)
+
+
+def parse_tolerances(raw: Any, outputs: tuple[OutputSpec, ...], where: str) -> dict[str, Tolerance]:
+    """A problem's TOLERANCES: keys are float dtype names (every output of that dtype) or output names
+    (that output alone, e.g. a small-magnitude `lse` beside a large `out`). A partial entry fills the
+    rest from its dtype's own defaults; an output's entry from its dtype's (overridden) tolerance."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise DocumentError(where, "TOLERANCES must be a dict of dtype or output name -> {rtol, atol, rel_l2}")
+    by_output = {o.name: o for o in outputs}
+    clash = sorted(set(by_output) & set(DTYPES))
+    if clash:
+        raise DocumentError(where, f"output(s) named like a dtype ({', '.join(clash)}) cannot take a tolerance")
+    tolerances: dict[str, Tolerance] = {}
+    for key, entry in raw.items():
+        if key in DEFAULT_TOLERANCES:
+            tolerances[key] = Tolerance.from_dict(entry, f"{where}: TOLERANCES[{key!r}]", DEFAULT_TOLERANCES[key])
+        elif key in DTYPES:
+            raise DocumentError(where, f"TOLERANCES[{key!r}]: {key} outputs are compared exactly; a tolerance "
+                                       "would never be used")
+        elif key not in by_output:
+            raise DocumentError(where, f"TOLERANCES key {key!r} is neither a float dtype "
+                                       f"({', '.join(DEFAULT_TOLERANCES)}) nor an output ({', '.join(by_output)})")
+    for key, entry in raw.items():
+        if key in by_output:
+            tolerances[key] = _output_tolerance(by_output[key], entry, tolerances, f"{where}: TOLERANCES[{key!r}]")
+    return tolerances
+
+
+def _output_tolerance(out: OutputSpec, entry: Any, dtype_entries: dict[str, Tolerance], where: str) -> Tolerance:
+    if out.dtype not in DTYPES:  # the dtype is a case parameter: no single base to fill from
+        return Tolerance.from_dict(entry, f"{where} (its dtype comes from case parameter '{out.dtype}')")
+    if out.dtype not in DEFAULT_TOLERANCES:
+        raise DocumentError(where, f"output '{out.name}' is {out.dtype}, compared exactly; a tolerance would never "
+                                   "be used")
+    return Tolerance.from_dict(entry, where, dtype_entries.get(out.dtype, DEFAULT_TOLERANCES[out.dtype]))
 
 
 @dataclass(frozen=True)
@@ -141,6 +191,7 @@ class ProblemInfo:
     description: str = ""
     math: str = "fp32"  # the unit its flops run on, for the roofline: fp32 | tf32 | fp16 | bf16
     vendor_timing: tuple[VendorTiming, ...] = (VendorTiming.EAGER,)
+    source_format: str = "klineage"  # the file's format: klineage, keyword, kernelbench, flashinfer
 
     def case(self, name: str) -> Case:
         for case in self.cases:
@@ -164,6 +215,7 @@ class ProblemInfo:
             "description": self.description,
             "math": self.math,
             "vendor_timing": [t.value for t in self.vendor_timing],
+            "source_format": self.source_format,
         }
 
     @classmethod
@@ -183,6 +235,7 @@ class ProblemInfo:
             description=data.get("description", ""),
             math=data.get("math", "fp32"),
             vendor_timing=tuple(VendorTiming(t) for t in data.get("vendor_timing", ["eager"])),
+            source_format=data.get("source_format", "klineage"),
         )
 
 
@@ -208,13 +261,13 @@ def load_problem(path: str | Path) -> Problem:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise DocumentError(where, "problem file is not UTF-8") from None
-    module = _exec_module(path, where)
+    module = exec_module(path, where)
     if hasattr(module, "torch_ref") and not hasattr(module, "CASES"):
         return _load_legacy(module, path, text)
     return _load_modern(module, path, text)
 
 
-def _exec_module(path: Path, where: str) -> ModuleType:
+def exec_module(path: Path, where: str) -> ModuleType:
     name = f"klineage_problem_{sha256_text(str(path.resolve()))[:12]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -285,10 +338,7 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
             if min(dims) < 1:
                 raise DocumentError(where, f"case '{case.name}': output '{out.name}' has an empty shape {dims}")
 
-    tolerances = {
-        dtype: Tolerance.from_dict(tol, f"{where}: TOLERANCES[{dtype}]")
-        for dtype, tol in (getattr(module, "TOLERANCES", None) or {}).items()
-    }
+    tolerances = parse_tolerances(getattr(module, "TOLERANCES", None), outputs, where)
     make_inputs = _require_callable(module, "make_inputs", 3, where)
     # reference/vendor take (inputs) or (inputs, case) when the answer depends on a parameter (top-k's k).
     reference = _require_callable(module, "reference", (1, 2), where)
@@ -377,7 +427,7 @@ def _load_legacy(module: ModuleType, path: Path, text: str) -> Problem:
         cases=(Case(name=LEGACY_CASE, params={}),),
         headline=LEGACY_CASE,
         outputs=outputs,
-        tolerances={d: Tolerance(rtol=1e-2, atol=1e-2, rel_l2=1e-2) for d in ("float32", "float16", "bfloat16")},
+        tolerances=dict(REFERENCE_TOLERANCES),
         roofline={LEGACY_CASE: {"flops": 0.0, "bytes": float(nbytes)}},
         has_vendor=False,
         has_check=False,

@@ -384,6 +384,7 @@ class SkillCard(models.Model):
         CANDIDATE = "candidate", "candidate"
         ADMITTED = "admitted", "admitted"
         RETIRED = "retired", "retired"
+        IMPORTED = "imported", "imported"
 
     card_id = models.CharField(max_length=FINGERPRINT_LENGTH, unique=True, help_text="sha256 of the card's identity")
     short_id = models.CharField(max_length=12, unique=True)

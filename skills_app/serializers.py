@@ -180,7 +180,7 @@ class CardTrialSerializer(serializers.ModelSerializer):
 class SkillCardSerializer(serializers.ModelSerializer):
     id = serializers.CharField(source="card_id", read_only=True)
     # A plain string in the schema: an enum component named "status" would clash with verdicts'.
-    status = serializers.CharField(read_only=True, help_text="candidate, admitted or retired")
+    status = serializers.CharField(read_only=True, help_text="candidate, admitted, retired or imported")
     page = serializers.SerializerMethodField()
 
     class Meta:

@@ -130,10 +130,13 @@ def test_tolerances():
     assert tolerance_for("int32", {}) == EXACT
     custom = Tolerance(0.1, 0.1, 0.1)
     assert tolerance_for("float16", {"float16": custom}) is custom
-    assert Tolerance.from_dict({"rtol": 0.01}, "t") == Tolerance(0.01, 1e-5, 1e-5)  # the rest from fp32
+    base = DEFAULT_TOLERANCES["bfloat16"]
+    assert Tolerance.from_dict({"rtol": 0.01}, "t", base) == Tolerance(0.01, base.atol, base.rel_l2)  # rest from base
+    with pytest.raises(DocumentError, match="^t: missing atol, rel_l2$"):
+        Tolerance.from_dict({"rtol": 0.01}, "t")
     with pytest.raises(DocumentError, match=r"^t: rtol must be a number in \[0, 1\), got 1\.5$"):
-        Tolerance.from_dict({"rtol": 1.5}, "t")
-    with pytest.raises(DocumentError, match="a tolerance is a table of rtol, atol and rel_l2"):
+        Tolerance.from_dict({"rtol": 1.5}, "t", base)
+    with pytest.raises(DocumentError, match=r"unknown tolerance field\(s\) ulp"):
         Tolerance.from_dict({"rtol": 0.1, "ulp": 2}, "t")
 
 
@@ -314,7 +317,7 @@ def test_bad_math_unit(tmp_path):
 
 
 def test_bad_tolerance(tmp_path):
-    refused(tmp_path, variant('"rtol": 1e-3', '"rtol": 2'), "TOLERANCES[float16]", "rtol must be a number in [0, 1), got 2")
+    refused(tmp_path, variant('"rtol": 1e-3', '"rtol": 2'), "TOLERANCES['float16']", "rtol must be a number in [0, 1), got 2")
 
 
 def test_file_that_raises_at_import(tmp_path):

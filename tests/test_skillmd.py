@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -46,15 +47,20 @@ def test_export_layout_and_front_matter(cards, tmp_path):
     files = export_skillmd(cards, tmp_path)
     assert len(files) == len(cards)
     for card, path in zip(cards, files):
-        assert path == tmp_path / f"{card.transform}-{card.short_id}" / SKILL_FILE
+        name = f"{card.transform.replace('_', '-')}-{card.short_id}"
+        assert path == tmp_path / name / SKILL_FILE
         text = path.read_text(encoding="utf-8")
         head = yaml.safe_load(text.split("---\n")[1])
-        assert head["skill_id"] == card.id and head["intent"] == card.intent
-        assert head["name"] == f"{card.transform}-{card.short_id}" and head["description"].startswith(card.intent)
-        assert head["preconditions"] == [p.sentence for p in card.preconditions]
-        assert head["scope"]["language"] == "cuda" and head["scope"]["platform"] == "sm90"
-        assert head["status"] == "candidate"
-        assert head["provides"] == [f"{f.locus}/{f.name}" for f in sorted(card.provides)]
+        assert set(head) == {"name", "description", "metadata"}  # the Agent Skills rules: the rest in metadata
+        assert head["name"] == name and head["description"].startswith(card.intent)
+        meta = head["metadata"]
+        assert all(isinstance(v, str) for v in meta.values())
+        assert meta["skill_id"] == card.id and meta["intent"] == card.intent
+        assert json.loads(meta["preconditions"]) == [p.sentence for p in card.preconditions]
+        scope = json.loads(meta["scope"])
+        assert scope["language"] == "cuda" and scope["platform"] == "sm90"
+        assert meta["status"] == "candidate"
+        assert json.loads(meta["provides"]) == [f"{f.locus}/{f.name}" for f in sorted(card.provides)]
         for section in ("## Overview", "## Preconditions", "## Risks", "## Scope", "## Code Change",
                         "### Before", "### After", "## Evidence"):
             assert section in text
@@ -98,7 +104,7 @@ def test_front_matter_edits_are_refused_with_the_field(cards):
     with pytest.raises(DocumentError, match="no YAML front matter"):
         parse("# just markdown\n")
     with pytest.raises(DocumentError, match="front matter misses 'intent'"):
-        parse(text.replace(f"intent: {cards[0].intent}\n", "", 1))
+        parse(text.replace(f"  intent: {cards[0].intent}\n", "", 1))
 
 
 def test_embedded_card_is_validated(cards):

@@ -16,11 +16,11 @@ from typing import Any, Callable
 from klineage import config
 from klineage.errors import DocumentError, KLineageError
 from klineage.files import write_atomic
-from klineage.fingerprint import normalize_source, sha256_text
 from klineage.gate import sandbox
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Finding, Reason
 from klineage.problem import ProblemInfo
+from klineage.problem_formats import fingerprint
 
 PROBE_VERSION = 1
 
@@ -50,12 +50,8 @@ class RunOutcome:
 
 
 def problem_fingerprint(path: Path) -> str:
-    try:
-        return sha256_text(normalize_source(Path(path).read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        raise DocumentError(str(path), "problem file not found") from None
-    except UnicodeDecodeError:
-        raise DocumentError(str(path), "problem file is not UTF-8") from None
+    """The content fingerprint of a problem of any format (a trace's workloads and tensors included)."""
+    return fingerprint(path)
 
 
 def _runner_env(extra: dict[str, str] | None = None, home: Path | None = None) -> dict[str, str]:

@@ -336,7 +336,7 @@ def check_case(device: Device, problem, kernel: LoadedKernel, case_name: str, se
                         return fail(Reason.UNWRITTEN_OUTPUT, f"output '{name}': {unwritten} elements never written",
                                     seed=seed)
                     continue
-                tol = tolerance_for(str(got.dtype).removeprefix("torch."), problem.info.tolerances)
+                tol = tolerance_for(str(got.dtype).removeprefix("torch."), problem.info.tolerances, name)
                 comparison = c.compare(name, got, expected[name], tol)
                 seed_record["outputs"][name] = comparison.to_dict()
                 if not comparison.passed:
@@ -366,7 +366,7 @@ def check_vendor(device: Device, problem, case_name: str, seed: int) -> dict[str
     got = problem.vendor({k: v.clone() for k, v in inputs.items()}, params)
     checks = {}
     for name in expected:
-        tol = tolerance_for(str(expected[name].dtype).removeprefix("torch."), problem.info.tolerances)
+        tol = tolerance_for(str(expected[name].dtype).removeprefix("torch."), problem.info.tolerances, name)
         checks[name] = c.compare(name, got[name].to(expected[name].dtype), expected[name], tol).to_dict()
     return {"case": case_name, "outputs": checks, "passed": all(v["passed"] for v in checks.values())}
 
@@ -377,7 +377,7 @@ def _timed_output_problem(c, problem, params, inputs, outputs, expected) -> str 
     if problem.check is not None:
         return problem.check(params, inputs, outputs, expected)
     for name, got in outputs.items():
-        tol = tolerance_for(str(got.dtype).removeprefix("torch."), problem.info.tolerances)
+        tol = tolerance_for(str(got.dtype).removeprefix("torch."), problem.info.tolerances, name)
         comparison = c.compare(name, got, expected[name], tol)
         if not comparison.passed:
             return comparison.message
@@ -564,7 +564,7 @@ class Phases:
 
 
 def run(request: dict[str, Any], result: dict[str, Any], progress: Progress) -> None:
-    from klineage.problem import load_problem
+    from klineage.problem_formats import load_problem
 
     phases = Phases(result)
     problem = load_problem(request["problem"])
@@ -619,7 +619,8 @@ def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, 
 
 def probe(request: dict[str, Any], result: dict[str, Any]) -> None:
     """Load and validate a problem file; report its info and the input names the plan can use."""
-    from klineage.problem import load_problem, validate_numerics
+    from klineage.problem import validate_numerics
+    from klineage.problem_formats import load_problem
 
     problem = load_problem(request["problem"])
     device = "cuda" if request.get("device") == "cuda" else "cpu"

@@ -47,7 +47,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     sub.add_argument("--library", help=f"a library JSON file or a folder of SKILL.md (default: the bundled "
                                         f"{bundled_library().relative_to(config.REPO_ROOT)} when present)")
     sub.add_argument("--statuses", default="admitted",
-                     help="comma-separated card statuses to retrieve (admitted, candidate, retired); default admitted")
+                     help="comma-separated card statuses to retrieve (admitted, candidate, retired, imported); default "
+                          "admitted")
     sub.add_argument("--strategy", choices=[s.value for s in Strategy], default=Strategy.LIBRARY.value)
     sub.add_argument("--rewriter", choices=[r.value for r in RewriterKind], default=RewriterKind.RULES.value,
                      help="rules: the catalog's mechanical forwards; llm: the LLM rewriter applies each card")
@@ -66,6 +67,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                      help="stop gating candidates once the run has taken this long (stop: time_limit)")
     sub.add_argument("--out", help="where to write the result (default: var/optimizations/<kernel>-<strategy>-"
                                    "<gate>.json)")
+    sub.add_argument("--save", metavar="DIR", help="also write the best kernel as a kernel folder (kernel.cu + "
+                                                   "launch.toml) that `klineage gate` takes as it is")
     sub.add_argument("--json", action="store_true", help="print the result document instead of tables")
     return sub
 
@@ -96,10 +99,16 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else (config.data_dir() / "optimizations" /
                                            f"{start.name}-{strategy.value}-{mode.value}.json")
     result.save(out)
+    if args.save:
+        from klineage.kernel_export import write_kernel_folder
+
+        write_kernel_folder(result.best, args.save)
     if args.json:
         print(result.to_json(), end="")
     else:
         _print(result, out, console)
+        if args.save:
+            console.print(f"best kernel ({result.best.fingerprint[:12]}) saved as a kernel folder: {args.save}")
     return 1 if result.stop in (Stop.START_FAILED, Stop.GATE_ERROR) else 0
 
 

@@ -45,6 +45,7 @@ class CardStatus(str, Enum):
     CANDIDATE = "candidate"  # induced from lineages, not yet roundtrip-verified
     ADMITTED = "admitted"  # passed a held-out roundtrip
     RETIRED = "retired"  # withdrawn (a roundtrip or later evidence contradicted it)
+    IMPORTED = "imported"  # read from a SKILL.md folder; admitted only once a trial on this gate passes
 
 
 class RefKind(str, Enum):

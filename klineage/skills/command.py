@@ -1,10 +1,11 @@
-"""`klineage library build|show|export`: the skill library from the command line.
+"""`klineage library build|show|export|import`: the skill library from the command line.
 
 - build: induce cards from lineage files (default: the bundled `corpus/lineages/`, one walk per
   expert and gate mode, the longest) and write the library JSON (default:
   `corpus/library/library.json`) with its provenance;
 - show: the library's cards as a table, or one card (by id or short id) as JSON;
 - export: one SKILL.md folder per card, for coding agents;
+- import: the cards of a SKILL.md folder join a library as `imported` (a report line per file);
 - admit: held-out roundtrip trials of the cards (`admission_run.admit_cards`) on the bundled
   kernels and the other lineages' states, under the gate mode asked for (gpu on a GPU host; compile
   or replay here, where every trial is inconclusive), written back into the library with every
@@ -53,6 +54,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     export = actions.add_parser("export", help="write one <transform>-<short id>/SKILL.md per card")
     export.add_argument("folder")
     export.add_argument("--library", help="library JSON file or SKILL.md folder (default: the bundled library)")
+    take = actions.add_parser("import", help="add the cards of a SKILL.md folder to a library, as 'imported'")
+    take.add_argument("folder", help="a folder of SKILL.md files (this project's, the reference's, agent skills)")
+    take.add_argument("--library", help="library JSON file to add to (default: the bundled library)")
+    take.add_argument("--out", help="where to write the library (default: over the one read)")
+    take.add_argument("--json", action="store_true", help="print the per-file report as JSON")
     admit = actions.add_parser("admit", help="held-out roundtrip trials; admitted cards are written back")
     admit.add_argument("--library", help="library JSON file (default: the bundled library)")
     admit.add_argument("--card", action="append", default=[], help="a card id or prefix (repeatable; default: all)")
@@ -77,7 +83,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"build": _build, "show": _show, "export": _export, "admit": _admit}[args.library_command](args)
+    return {"build": _build, "show": _show, "export": _export, "import": _import, "admit": _admit}[
+        args.library_command](args)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -146,6 +153,39 @@ def _export(args: argparse.Namespace) -> int:
     written = export_skillmd(list(library.cards), args.folder)
     print(f"{len(written)} SKILL.md files written under {args.folder}")
     return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    """Cards read from SKILL.md files join the library as `imported`, without the trials they carry (those
+    were judged by another gate): only a trial on this gate admits them. A report line per file."""
+    import dataclasses
+
+    from klineage.skills.card import CardStatus
+    from klineage.skills.library import Library, save_library
+    from klineage.skills.skillmd import FileReport, ImportOutcome, read_folder
+
+    library = _load(args.library)
+    known = {c.id: c for c in library.cards}
+    reports, taken = [], []
+    for report in read_folder(args.folder):
+        if report.card is not None and report.card.id in known:
+            report = FileReport(report.path, report.form, ImportOutcome.REFUSED,
+                                f"card {report.card.short_id} is already in the library "
+                                f"({known[report.card.id].status.value})")
+        elif report.card is not None:
+            taken.append(dataclasses.replace(report.card, status=CardStatus.IMPORTED, verification_log=()))
+        reports.append(report)
+    out = Path(args.out or args.library or default_path())
+    if taken:
+        save_library(Library(cards=(*library.cards, *taken), provenance=library.provenance), out)
+    if args.json:
+        print(json.dumps([{"path": r.path, "form": r.form, "outcome": r.outcome.value, "message": r.message}
+                          for r in reports], indent=1))
+    else:
+        for r in reports:
+            print(f"{r.outcome.value:8} {r.form:12} {r.path}: {r.message}")
+        print(f"{len(taken)} card(s) imported into {out}" if taken else "nothing imported")
+    return 0 if taken or not reports else 1
 
 
 def _rejudge(library: Library, chosen: set[str], out: Path) -> int:

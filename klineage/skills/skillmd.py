@@ -1,10 +1,18 @@
-"""SKILL.md export and import: one folder per card, loadable by coding agents.
+"""SKILL.md export and import: one folder per card, loadable by coding agents and by the reference.
 
-Layout: `<folder>/<transform>-<short id>/SKILL.md`. Each file has YAML front matter (`name` and
-`description`, as agent skill loaders expect, then `skill_id, transform, intent, preconditions`
-(sentences), `predicates` (their expressions), `scope, status, requires, provides, conflicts`
-(features as `locus/name`)) and the sections Overview, Preconditions, Risks, Scope, Code Change
-(Before/After, from the vector diff) and Evidence.
+Layout: `<folder>/<name>/SKILL.md`, `name` being the transform with hyphens and the short id
+(`unroll-loop-1a2b3c4d5e6f`). The front matter follows the Agent Skills rules: `name` (lowercase letters,
+digits and single hyphens, at most 64 characters, the folder's name) and `description` (at most 1,024
+characters) at the top, everything else under `metadata` as strings (`skill_id, transform, intent, status`,
+and as JSON: `preconditions` (sentences), `predicates` (their expressions), `scope`, `requires`,
+`provides`, `conflicts` (features as `locus/name`)). The body has the sections Overview, Preconditions,
+Risks, Scope, Code Change (Before/After, from the vector diff) and Evidence.
+
+The reference implementation's loader (`load_skill`) wants a front matter of exactly `skill_id, intent,
+preconditions, scope` - the same place the Agent Skills rules give to `name` and `description`, so no
+one file satisfies both: each folder also holds `references/klineage-card.md` in the reference's card
+format (those four fields, scope as `cases, languages, platforms`; sections Overview, Precondition, Scope,
+Code Change Snippet), which its loader reads as it is and agents read on demand.
 
 Lossless import (decided): the full card JSON is embedded at the end of the file in an HTML
 comment (`<!-- klineage-card ... -->`, invisible when rendered), with every `>` escaped as
@@ -18,6 +26,8 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +38,8 @@ from klineage.gate.policy import Placement
 from klineage.skills.card import SkillCard
 
 SKILL_FILE = "SKILL.md"
+REFERENCE_CARD = Path("references") / "klineage-card.md"
+NAME_LIMIT, DESCRIPTION_LIMIT = 64, 1024
 EXCHANGED_NOTE = "; re-timed with parent and child exchanging places"
 _CARD_OPEN = "<!-- klineage-card"
 _CARD_BLOCK = re.compile(r"<!-- klineage-card\n(.*?)\n-->", re.DOTALL)
@@ -37,24 +49,59 @@ def _feature_list(features: Any) -> list[str]:
     return [f"{f.locus}/{f.name}" for f in sorted(features)]
 
 
+def skill_name(card: SkillCard) -> str:
+    """The Agent Skills name (and folder): lowercase letters, digits and single hyphens, <= 64 characters."""
+    stem = re.sub(r"[^a-z0-9]+", "-", card.transform.lower()).strip("-")[:NAME_LIMIT - len(card.short_id) - 1]
+    return f"{stem.rstrip('-')}-{card.short_id}"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
 def front_matter(card: SkillCard) -> dict[str, Any]:
-    """The front matter of a card's SKILL.md (the fields an agent reads before the body)."""
+    """The front matter of a card's SKILL.md: `name` and `description` for agents, the rest as string metadata."""
     first = card.preconditions[0].sentence if card.preconditions else ""
     description = card.intent + (f" Only when: {first}." if first else "")
+    if len(description) > DESCRIPTION_LIMIT:
+        description = description[:DESCRIPTION_LIMIT - 3].rstrip() + "..."
     return {
-        "name": f"{card.transform}-{card.short_id}",
+        "name": skill_name(card),
         "description": description,
-        "skill_id": card.id,
-        "transform": card.transform,
-        "intent": card.intent,
-        "preconditions": [p.sentence for p in card.preconditions],
-        "predicates": [p.expression for p in card.preconditions],
-        "scope": card.scope.to_dict(),
-        "status": card.status.value,
-        "requires": _feature_list(card.requires),
-        "provides": _feature_list(card.provides),
-        "conflicts": _feature_list(card.conflicts),
+        "metadata": {
+            "skill_id": card.id,
+            "transform": card.transform,
+            "intent": card.intent,
+            "status": card.status.value,
+            "preconditions": _json([p.sentence for p in card.preconditions]),
+            "predicates": _json([p.expression for p in card.preconditions]),
+            "scope": _json(card.scope.to_dict()),
+            "requires": _json(_feature_list(card.requires)),
+            "provides": _json(_feature_list(card.provides)),
+            "conflicts": _json(_feature_list(card.conflicts)),
+        },
     }
+
+
+def reference_card(card: SkillCard) -> str:
+    """The card in the reference implementation's format, which its `load_skill` reads as it is."""
+    scope = card.scope
+    head = {
+        "skill_id": card.id,
+        "intent": " ".join(card.intent.split()),
+        "preconditions": [p.sentence for p in card.preconditions] or ["none found in the evidence (any case in scope)"],
+        "scope": {"cases": list(scope.operators) or ["*"], "languages": [scope.language],
+                  "platforms": scope.platform.split(",")},
+    }
+    before, after = _before_after(card.vector)
+    body = "\n\n".join([
+        f"## Overview\n\n{card.intent}",
+        "## Precondition\n\n" + "\n".join(f"- {p}" for p in head["preconditions"]),
+        "## Scope\n\n" + "\n".join(f"- {k}: {', '.join(v)}" for k, v in head["scope"].items()),
+        "## Code Change Snippet\n\n### Before\n\n" + _fence(before, "cuda")
+        + "\n\n### After\n\n" + _fence(after, "cuda"),
+    ])
+    return f"---\n{yaml.safe_dump(head, sort_keys=False, allow_unicode=True)}---\n\n{body}\n"
 
 
 def _before_after(diff: str) -> tuple[str, str]:
@@ -84,7 +131,7 @@ def _fence(text: str, language: str) -> str:
 
 def render(card: SkillCard) -> str:
     """The SKILL.md text of one card."""
-    head = yaml.safe_dump(front_matter(card), sort_keys=False, allow_unicode=True, width=100)
+    head = yaml.safe_dump(front_matter(card), sort_keys=False, allow_unicode=True, width=float("inf"))
     parts = [f"---\n{head}---\n", f"# {card.transform} ({card.short_id})\n"]
     overview = [card.intent, "", f"Status: {card.status.value}. Acts on a `{card.anchor.kind}`"
                 + (f" (e.g. `{card.anchor.key}` in `{card.anchor.function}`)." if card.anchor.key else ".")]
@@ -142,23 +189,23 @@ def _did_not_pay(card: SkillCard) -> list[str]:
 
 
 def skill_dir(card: SkillCard) -> str:
-    return f"{card.transform}-{card.short_id}"
+    return skill_name(card)
 
 
 def export_skillmd(cards: list[SkillCard], folder: str | Path) -> list[Path]:
-    """Write one `<transform>-<short id>/SKILL.md` per card; returns the files written."""
+    """Write one `<name>/SKILL.md` (and its `references/klineage-card.md`) per card; returns the SKILL.md files."""
     folder = Path(folder)
     written = []
     for card in cards:
         path = folder / skill_dir(card) / SKILL_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.parent / REFERENCE_CARD).parent.mkdir(parents=True, exist_ok=True)
         path.write_text(render(card), encoding="utf-8")
+        (path.parent / REFERENCE_CARD).write_text(reference_card(card), encoding="utf-8")
         written.append(path)
     return written
 
 
-def parse(text: str, where: str = SKILL_FILE) -> SkillCard:
-    """The card a SKILL.md text carries, checked against its front matter."""
+def _front(text: str, where: str) -> dict[str, Any]:
     if not text.startswith("---\n"):
         raise DocumentError(where, "no YAML front matter (the file must start with '---')")
     end = text.find("\n---\n", 4)
@@ -170,23 +217,73 @@ def parse(text: str, where: str = SKILL_FILE) -> SkillCard:
         raise DocumentError(where, f"front matter is not YAML: {exc}") from None
     if not isinstance(head, dict):
         raise DocumentError(where, "front matter must be a mapping")
+    return head
+
+
+def parse(text: str, where: str = SKILL_FILE) -> SkillCard:
+    """The card a SKILL.md text carries, checked against its front matter."""
+    head = _front(text, where)
     found = _CARD_BLOCK.findall(text)
     if len(found) != 1:
         raise DocumentError(where, "no embedded card (<!-- klineage-card ... -->)" if not found
                             else "more than one embedded card")
     card = SkillCard.from_json(found[0], f"{where}: embedded card")
     expected = front_matter(card)
-    for key, value in expected.items():
-        if key not in head:
+    flat_head = {**{k: v for k, v in head.items() if k != "metadata"}, **(head.get("metadata") or {})}
+    for key, value in {**{k: v for k, v in expected.items() if k != "metadata"}, **expected["metadata"]}.items():
+        if key not in flat_head:
             raise DocumentError(where, f"front matter misses '{key}'")
-        if head[key] != value:
-            raise DocumentError(where, f"front matter '{key}' ({head[key]!r}) disagrees with the embedded card "
+        if flat_head[key] != value:
+            raise DocumentError(where, f"front matter '{key}' ({flat_head[key]!r}) disagrees with the embedded card "
                                        f"({value!r}); edit the card, not the front matter")
     return card
 
 
-def import_skillmd(folder: str | Path) -> list[SkillCard]:
-    """Every card under `folder` (each `*/SKILL.md`, or a single SKILL.md), sorted by transform and id."""
+class ImportOutcome(str, Enum):
+    TAKEN = "taken"
+    REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """What `read_folder` made of one SKILL.md: the card it took, or why it refused the file."""
+
+    path: str
+    form: str  # klineage | reference | agent_skill | unreadable
+    outcome: ImportOutcome
+    message: str
+    card: SkillCard | None = None
+
+
+REFERENCE_FIELDS = {"skill_id", "intent", "preconditions", "scope"}
+_NOT_MATERIALIZABLE = ("carries no KLineage card (transform, anchor, code vector): nothing this gate could "
+                       "materialize and trial")
+
+
+def _read_one(path: Path) -> FileReport:
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        head = _front(text, where)
+        if _CARD_OPEN in text:
+            card = parse(text, where)
+            return FileReport(where, "klineage", ImportOutcome.TAKEN, f"card {card.short_id} ({card.transform})", card)
+        if set(head) == REFERENCE_FIELDS:
+            return FileReport(where, "reference", ImportOutcome.REFUSED,
+                              f"reference card '{head['skill_id']}' ({head['intent']!r}, "
+                              f"{len(head['preconditions'] or [])} precondition(s)) {_NOT_MATERIALIZABLE}")
+        if "name" in head and "description" in head:
+            return FileReport(where, "agent_skill", ImportOutcome.REFUSED,
+                              f"agent skill '{head['name']}' {_NOT_MATERIALIZABLE}")
+        raise DocumentError(where, f"front matter fields {sorted(map(str, head))} are neither this project's, the "
+                                   "reference's (skill_id, intent, preconditions, scope) nor an agent skill's "
+                                   "(name, description)")
+    except (DocumentError, UnicodeDecodeError, OSError, KeyError, TypeError) as exc:
+        return FileReport(where, "unreadable", ImportOutcome.REFUSED, str(exc))
+
+
+def read_folder(folder: str | Path) -> list[FileReport]:
+    """A report per SKILL.md under `folder` (or for one file): one bad file never stops the rest."""
     folder = Path(folder)
     if folder.is_file():
         files = [folder]
@@ -194,9 +291,22 @@ def import_skillmd(folder: str | Path) -> list[SkillCard]:
         files = sorted(folder.rglob(SKILL_FILE))
     else:
         raise DocumentError(str(folder), "no such folder")
-    cards = [parse(path.read_text(encoding="utf-8"), str(path)) for path in files]
-    ids = [c.id for c in cards]
-    duplicates = sorted({i[:12] for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise DocumentError(str(folder), f"the same card appears more than once: {', '.join(duplicates)}")
-    return sorted(cards, key=lambda c: (c.transform, c.id))
+    reports, seen = [], set()
+    for path in files:
+        report = _read_one(path)
+        if report.card is not None and report.card.id in seen:
+            report = FileReport(report.path, report.form, ImportOutcome.REFUSED,
+                                f"card {report.card.short_id} appears more than once in the folder")
+        seen |= {report.card.id} if report.card is not None else set()
+        reports.append(report)
+    return reports
+
+
+def import_skillmd(folder: str | Path) -> list[SkillCard]:
+    """Every card under `folder` (each `*/SKILL.md`, or a single SKILL.md), sorted by transform and id;
+    the first file that is not this project's SKILL.md is an error (`read_folder` reports them all)."""
+    reports = read_folder(folder)
+    for report in reports:
+        if report.outcome is ImportOutcome.REFUSED:
+            raise DocumentError(report.path, report.message)
+    return sorted((r.card for r in reports), key=lambda c: (c.transform, c.id))
