@@ -24,8 +24,8 @@ from klineage.gate.cache import GateCache, verdict_key
 from klineage.gate.compile import CompileResult, CompileStatus, compile_kernel, resolve_entry
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.static import static_check
-from klineage.gate.timing import PairedRatio
-from klineage.gate.verdict import Finding, Reason, Status, Verdict
+from klineage.gate.timing import PairedRatio, Settlement
+from klineage.gate.verdict import GATE_VERSION, Finding, Reason, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.launch import resolve
 from klineage.toolchain import find_toolchain
@@ -95,7 +95,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
 
     def finish(status: Status, findings: list[Finding] = (), store: bool = True, twin: str = "",
                **stages: Any) -> Verdict:
-        provenance = {"origin": "measured", "key": key, "key_parts": parts, "git_commit": git_commit(),
+        provenance = {"origin": "measured", "key": key, "key_parts": parts, "gate_version": GATE_VERSION,
+                      "git_commit": git_commit(),
                       "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
         if twin:  # correctness and sanitizers were judged by this untimed verdict of the same kernel
             provenance["correctness_from"] = twin
@@ -185,11 +186,7 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
                                                                policy)
             timings[tool] = time.monotonic() - clock
             findings.extend(tool_findings)
-    if policy.require_ratio and not findings and "vs_baseline" in outcome.result.get("profile", {}).get("ratios", {}):
-        ratio = outcome.result["profile"]["ratios"]["vs_baseline"]
-        paired = PairedRatio(ratio["overall"], tuple(ratio["per_trial"]))
-        outcome.result["profile"]["acceptance"] = {"required": policy.require_ratio,
-                                                   "accepted": paired.accepts(policy.require_ratio)}
+    _decide_acceptance(outcome.result.get("profile", {}), policy, findings)
     status = Status.REJECTED if findings else Status.PASSED
     correctness = tuple(outcome.result.get("correctness", []))
     if twin is not None:  # the twin's records, and the timing run's own when it found a fault the twin did not
@@ -198,6 +195,16 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
                   profile=outcome.result.get("profile", {}), sanitizer=sanitizer,
                   environment={**outcome.result.get("environment", {}), "toolchain": toolchain_key,
                                "vendor_check": outcome.result.get("vendor_check", [])})
+
+
+def _decide_acceptance(profile: dict[str, Any], policy: GatePolicy, findings: list[Finding]) -> None:
+    """The paired test against the baseline, where the policy requires a ratio: only on a settled
+    timing (an unsettled one decides nothing; `profile.settlement` says why)."""
+    ratio = profile.get("ratios", {}).get("vs_baseline")
+    settled = (profile.get("settlement") or {}).get("state") == Settlement.SETTLED.value
+    if policy.require_ratio and not findings and ratio and settled:
+        paired = PairedRatio(ratio["overall"], tuple(ratio["per_trial"]))
+        profile["acceptance"] = {"required": policy.require_ratio, "accepted": paired.accepts(policy.require_ratio)}
 
 
 def _judged_twin(cache: GateCache, policy: GatePolicy, parts: dict[str, Any],
@@ -338,9 +345,13 @@ def _toolchain_key(mode: GateMode) -> str:
 
 
 def _served(verdict: Verdict, origin: str) -> Verdict:
-    """A verdict from a store says so: its provenance names where it came from."""
+    """A verdict from a store says so: its provenance names where it came from, and a verdict an
+    earlier gate version made (replay serves those as recorded) says that too."""
     data = verdict.to_dict()
     data["provenance"] = {**data["provenance"], "served_from": origin}
+    if verdict.gate_version < GATE_VERSION:
+        data["provenance"]["earlier_gate"] = (f"made by gate version {verdict.gate_version}; the gate is now version "
+                                              f"{GATE_VERSION}: served as recorded, not judged again")
     return Verdict.from_dict(data)
 
 
