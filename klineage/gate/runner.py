@@ -237,28 +237,35 @@ class CaseBuffers:
     def __init__(self, correctness, torch, outputs: dict[str, tuple[tuple[int, ...], Any]],
                  scratch: list[dict[str, Any]], device: str = "cuda"):
         self.c = correctness
+        self.made = 0  # buffers made so far: the next one's index, which picks its poison patterns
         self.inputs: dict[str, Any] = {}
-        self.outputs = {name: correctness.guarded_empty(shape, dtype, device) for name, (shape, dtype) in outputs.items()}
-        self.scratch = {s["name"]: (correctness.guarded_empty((s["count"],), getattr(torch, s["dtype"]), device), s["init"])
+        self.outputs = {name: correctness.guarded_empty(shape, dtype, device, self._index())
+                        for name, (shape, dtype) in outputs.items()}
+        self.scratch = {s["name"]: (correctness.guarded_empty((s["count"],), getattr(torch, s["dtype"]), device,
+                                                              self._index()), s["init"])
                         for s in scratch}
+
+    def _index(self) -> int:
+        self.made += 1
+        return self.made - 1
 
     def load_inputs(self, values: dict[str, Any]) -> None:
         for name, tensor in values.items():
             current = self.inputs.get(name)
             if current is None or current.data.shape != tensor.shape or current.data.dtype != tensor.dtype:
-                self.inputs[name] = self.c.guarded_like(tensor)
+                self.inputs[name] = self.c.guarded_like(tensor, self._index())
             else:
                 current.data.copy_(tensor)  # same pointer, new contents: defeats pointer-keyed caches
 
     def reset(self) -> None:
         """Poison outputs and initialise scratch before every run of the plan."""
         for buffer in self.outputs.values():
-            self.c.poison_(buffer.data)
+            buffer.poison()
         for buffer, init in self.scratch.values():
             if init == "zero":
                 buffer.data.zero_()
             else:
-                self.c.poison_(buffer.data)
+                buffer.poison()
 
     def pointers(self) -> dict[str, int]:
         named = {**self.inputs, **self.outputs, **{k: v for k, (v, _) in self.scratch.items()}}
