@@ -93,10 +93,11 @@ class GateCache:
 
     def replay(self, key: str, parts: dict[str, Any]) -> tuple[Verdict, str]:
         """The verdict stored for these facts by this gate version, else by the newest earlier one."""
-        for candidate in (key, *earlier_gate_keys(parts)):
-            found = self.lookup(candidate, final_only=False)
-            if found is not None:
-                return found
+        found = self.lookup(key, final_only=False)
+        if found is None:
+            found = next(filter(None, (self.lookup(k, final_only=False) for k in earlier_gate_keys(parts))), None)
+        if found is not None:
+            return found
         raise ReplayMiss(f"no recorded verdict for kernel {parts['kernel'][:12]} on problem {parts['problem'][:12]} "
                          f"(cases {', '.join(parts['cases'])}, GPU {parts['gpu']}, {parts['toolchain']}, "
                          f"policy {parts['policy'][:12]}): replay never guesses; run the gate on a GPU host "
