@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from bench_tools import bench_script
 
 from klineage import corpus
 from klineage.gate.cache import GateCache
@@ -26,41 +27,16 @@ pytestmark = pytest.mark.gpu
 CASES = ["mid_aligned", "small"]  # a kernel of about ten microseconds: where host time shows most
 POLICY = GatePolicy(sanitize=Sanitize.NEVER, seeds=1)
 
-# Appended to a copy of the bundled row_softmax problem; `vendor` is then the noisy one.
-NOISY_VENDOR = '''
-
-import random as _random
-import time as _time
-
-HEADLINE = "mid_aligned"
-_quiet_vendor = vendor
-
-
-def vendor(inputs: dict) -> dict:
-    """torch.softmax, after burning 0-2 ms of host time: a host-bound library path, exaggerated.{note}"""
-    {sync}_time.sleep(_random.uniform(0.0, 0.002))
-    return _quiet_vendor(inputs)
-'''
-
-
-def problem_copy(tmp_path: Path, name: str, tail: str) -> Path:
-    source = Path(corpus.problem_path("row_softmax")).read_text(encoding="utf-8")
-    path = tmp_path / f"{name}.py"
-    path.write_text(source + tail, encoding="utf-8")
-    return path
+FIDELITY = bench_script("timing_fidelity")  # the noisy problems are the benchmark's own
 
 
 @pytest.fixture(scope="module")
 def problems(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("problems")
-    return {
-        "quiet": problem_copy(root, "quiet", '\nHEADLINE = "mid_aligned"\n'),
-        "noisy": problem_copy(root, "noisy", NOISY_VENDOR.format(note="", sync="")),
-        # A host synchronisation inside the vendor: it cannot be captured in a CUDA graph.
-        "noisy_uncapturable": problem_copy(root, "noisy_uncapturable", NOISY_VENDOR.format(
-            note=" Synchronises first: no CUDA graph can hold it.",
-            sync="torch.cuda.synchronize() if inputs['x'].is_cuda else None\n    ")),
-    }
+    quiet = root / "quiet.py"
+    quiet.write_text(Path(corpus.problem_path("row_softmax")).read_text(encoding="utf-8") +
+                     '\nHEADLINE = "mid_aligned"\n', encoding="utf-8")
+    return {"quiet": quiet, **{name: FIDELITY.noisy_problem(root, name, "mid_aligned") for name in FIDELITY.NOISY}}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +49,7 @@ def expert():
 
 
 def test_a_host_bound_vendor_is_timed_from_a_graph_and_never_settles_eagerly(problems, cache):
-    noisy = run_gate(problems["noisy"], expert(), cases=CASES, policy=POLICY, cache=cache)
+    noisy = run_gate(problems["noisy_vendor"], expert(), cases=CASES, policy=POLICY, cache=cache)
     assert noisy.status is Status.PASSED, noisy.describe()
     launch = noisy.profile["vendor_launch"]
     assert launch["host_bound"] and launch["host_us_median"] > 100, launch
@@ -93,7 +69,7 @@ def test_a_host_bound_vendor_is_timed_from_a_graph_and_never_settles_eagerly(pro
 
 
 def test_a_vendor_that_cannot_be_captured_ends_unsettled_and_is_measured_again_later(problems, cache):
-    verdict = run_gate(problems["noisy_uncapturable"], expert(), cases=CASES, policy=POLICY, cache=cache)
+    verdict = run_gate(problems["noisy_vendor_uncapturable"], expert(), cases=CASES, policy=POLICY, cache=cache)
     assert verdict.status is Status.PASSED, verdict.describe()
     assert verdict.profile["vendor_launch"]["graph"].startswith("vendor not timed from a CUDA graph")
     assert "vendor_graph" not in verdict.profile["contenders"]

@@ -207,3 +207,24 @@ def test_the_gate_version_is_in_every_new_key_and_an_old_key_stays_what_it_was()
     old_key, old_parts = verdict_key(**FACTS, gate=1)
     assert parts["gate"] == GATE_VERSION == 2 and "gate" not in old_parts and new_key != old_key
     assert earlier_gate_keys(parts) == [old_key]
+
+
+def test_the_fidelity_summary_calls_a_settled_outlier_wrong_and_passes_over_unsettled_runs():
+    from bench_tools import bench_script
+
+    fidelity = bench_script("timing_fidelity")
+    rows = [{"vs": "vendor", "ratio": r, "settled": s} for r, s in
+            [(1.20, True), (1.22, True), (1.19, True), (3.85, False), (1.40, True)]]
+    result = fidelity.summary(rows)
+    assert result["settled_ratio"] == pytest.approx(1.21) and result["settled_runs"] == 4
+    assert result["wrong"] == [4] and result["met"] == 4  # 1.40 is settled and 16% off: a confident wrong ratio
+    assert fidelity.summary([{"vs": "vendor", "ratio": 2.0, "settled": False}])["settled_ratio"] is None
+
+
+def test_fidelity_rows_say_per_ratio_whether_it_settled():
+    from bench_tools import bench_script
+
+    verdict = timed_verdict("unsettled")
+    [row] = bench_script("timing_fidelity").rows_of(verdict, "row_softmax/mid_aligned", run=0)
+    assert row["vs"] == "baseline" and row["ratio"] == 1.3 and row["correct"] and not row["settled"]
+    assert row["verdict_settlement"] == "unsettled" and row["reasons"] == ["vendor spread 1.180 > 0.5"]
