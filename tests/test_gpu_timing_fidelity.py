@@ -123,7 +123,7 @@ def copy_kernel(root: Path, copy_past_end: int):
         problem = "row_softmax"
         source = "kernel.cu"
         arch = "sm_90"
-        description = "One thread per row{', plus a copy from past the end of x to past the end of y' if copy_past_end else ''}."
+        description = "One thread per row{', and a copy from past the end of x to past the end of y' * copy_past_end}."
         nvcc_flags = ["-O3"]
 
         [[launch]]

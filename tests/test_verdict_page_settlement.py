@@ -12,7 +12,8 @@ def timed() -> Verdict:
 
 def test_a_recorded_verdict_says_its_gate_did_not_check_settling(client, corpus, db):
     page = client.get(f"/verdicts/{timed().key}/").content.decode()
-    assert "<strong>Timing:</strong> <span class=\"muted\">not checked for settling (a verdict of an earlier gate)" in page
+    assert ('<strong>Timing:</strong> <span class="muted">not checked for settling (a verdict of an earlier gate)'
+            in page)
 
 
 def test_an_unsettled_timing_is_labelled_with_its_reasons(client, corpus, db):

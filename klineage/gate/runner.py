@@ -524,7 +524,8 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
             return
         samples, orders = measured
         stats = {role: TimingStats.of(values, arrangements) for role, values in samples.items()}
-        ratios = {f"vs_{role}": PairedRatio.of(stats["candidate"], s) for role, s in stats.items() if role != "candidate"}
+        ratios = {f"vs_{role}": PairedRatio.of(stats["candidate"], s)
+                  for role, s in stats.items() if role != "candidate"}
         attempts.append(Settling.of(stats, ratios))
         if attempts[-1].settlement is Settlement.SETTLED or len(attempts) > 1:
             break
