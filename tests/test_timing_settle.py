@@ -228,3 +228,18 @@ def test_fidelity_rows_say_per_ratio_whether_it_settled():
     [row] = bench_script("timing_fidelity").rows_of(verdict, "row_softmax/mid_aligned", run=0)
     assert row["vs"] == "baseline" and row["ratio"] == 1.3 and row["correct"] and not row["settled"]
     assert row["verdict_settlement"] == "unsettled" and row["reasons"] == ["vendor spread 1.180 > 0.5"]
+
+
+def test_a_recorded_unsettled_timing_gives_way_to_a_later_measurement(tmp_path):
+    """A GPU walk that met an unsettled timing, then measured the same facts again: replay must serve
+    what the walk went on with."""
+    key, _ = verdict_key(**FACTS)
+    cache = GateCache(tmp_path / "local", tmp_path / "recorded")
+    unsettled, settled = (dataclasses.replace(timed_verdict(state), provenance={"key": key, "gate_version": 2})
+                          for state in ("unsettled", "settled"))
+    cache.keep(unsettled)
+    assert cache.recorded.get(key).unsettled
+    cache.keep(settled)
+    assert cache.recorded.get(key).settlement is Settlement.SETTLED
+    cache.keep(unsettled)  # a settled recording is never replaced
+    assert cache.recorded.get(key).settlement is Settlement.SETTLED

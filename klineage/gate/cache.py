@@ -105,11 +105,13 @@ class GateCache:
 
     def keep(self, verdict: Verdict) -> None:
         """Put a verdict that was measured (now or earlier on this machine) into the recorded store,
-        as it was measured: the note of where it was served from is not part of it."""
+        as it was measured: the note of where it was served from is not part of it. A recorded
+        unsettled timing gives way to a later measurement of the same facts."""
         if self.recorded is None or verdict.status is Status.ERROR:  # an error judged nothing and is never cached
             return
         key = verdict.provenance["key"]
-        if self.recorded.get(key) is None:
+        recorded = self.recorded.get(key)
+        if recorded is None or recorded.unsettled:
             data = verdict.to_dict()
             data["provenance"] = {k: v for k, v in data["provenance"].items() if k not in SERVING_NOTES}
             self.recorded.put(key, Verdict.from_dict(data))
