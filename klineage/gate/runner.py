@@ -10,7 +10,9 @@ torch and pycuda are imported here only, never at engine import time.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import itertools
 import json
 import os
 import statistics
@@ -707,24 +709,91 @@ def probe(request: dict[str, Any], result: dict[str, Any]) -> None:
                         for name, t in sample.items()}
 
 
-def main(argv: list[str]) -> int:
-    request = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    result_path = Path(argv[2])
-    progress = Progress(request.get("progress"))
-    result: dict[str, Any] = {"findings": [], "correctness": [], "profile": {}}
+def serve(request: dict[str, Any], progress: Progress) -> None:
+    """A warm runner (klineage.gate.warm): load the problem and create the context once, then judge
+    the jobs that appear in the inbox as 0.json, 1.json, ... in order, each result in the outbox under
+    the same name and each job's printed output in its own file. It ends at a `stop` file in the
+    inbox, or after a job that found anything or failed: a fault may have left the context broken
+    (the parent judges such a candidate again in a cold runner)."""
+    from klineage.problem import load_problem
+
+    problem = load_problem(request["problem"])
+    device = Device(progress)
+    inbox, outbox = Path(request["inbox"]), Path(request["outbox"])
     try:
-        if request["mode"] == "probe":
-            probe(request, result)
-        else:
-            run(request, result, progress)
+        progress.emit(what="ready")
+        for number in itertools.count():
+            job_path = inbox / f"{number}.json"
+            while not job_path.is_file():
+                if (inbox / "stop").exists():
+                    return
+                time.sleep(0.02)
+            job = json.loads(job_path.read_text(encoding="utf-8"))
+            done: dict[str, Any] = {"findings": [], "correctness": [], "profile": {}}
+            with _output_to(Path(job["output"])):
+                _judge_job(device, problem, job, done)
+            gc.collect()  # the job's modules and buffers go with it
+            _write_result(outbox / f"{number}.json", done)
+            if done["findings"] or "error" in done:
+                return
+    finally:
+        device.close()
+
+
+def _judge_job(device: Device, problem, job: dict[str, Any], result: dict[str, Any]) -> None:
+    """One candidate in a warm runner: what `run` does after loading the problem and the device."""
+    def work() -> None:
+        result["environment"] = device.environment()  # this job's clocks, not the runner's first
+        _run_on(device, problem, job, result, Phases(result))
+
+    _reported(result, work)
+
+
+def _reported(result: dict[str, Any], work) -> None:
+    """Run `work`: a kernel fault becomes a finding, any other failure the result's error."""
+    try:
+        work()
     except KernelFault as fault:
         result["findings"].append(_finding(fault.reason, "run", str(fault)))
     except Exception as exc:  # the harness or the problem failed: report it, never guess a verdict
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()[-8000:]
-    temporary = result_path.with_suffix(".tmp")
+
+
+@contextlib.contextmanager
+def _output_to(path: Path):
+    """Send what this process prints (kernel printf included: it goes to file descriptor 1) to `path`
+    while a job runs, so the parent can hold each job to the output cap."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with path.open("wb") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def _write_result(path: Path, result: dict[str, Any]) -> None:
+    temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(result), encoding="utf-8")
-    os.replace(temporary, result_path)
+    os.replace(temporary, path)
+
+
+def main(argv: list[str]) -> int:
+    request = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    result_path = Path(argv[2])
+    progress = Progress(request.get("progress"))
+    result: dict[str, Any] = {"findings": [], "correctness": [], "profile": {}}
+    modes = {"probe": lambda: probe(request, result), "serve": lambda: serve(request, progress)}
+    _reported(result, modes.get(request["mode"], lambda: run(request, result, progress)))
+    _write_result(result_path, result)
     return 0
 
 
