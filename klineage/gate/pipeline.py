@@ -10,7 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol
 
 from klineage import config, devices, expr
 from klineage.config import GateMode
@@ -31,6 +31,13 @@ from klineage.launch import resolve
 from klineage.toolchain import find_toolchain
 
 Progress = Callable[[str, str], None]
+
+
+class Runner(Protocol):
+    """Runs a gate's request on the GPU: the `execute` module (a cold runner each time) or a warm runner."""
+
+    def run_on_gpu(self, request: dict[str, Any], cubins: dict[str, bytes], policy: GatePolicy,
+                   on_progress: Callable[[dict], None] | None = None) -> execute.RunOutcome: ...
 
 
 def _quiet(stage: str, message: str) -> None:
@@ -66,8 +73,10 @@ def git_commit() -> str:
 def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelState | None = None,
              cases: list[str] | None = None, policy: GatePolicy = GatePolicy(), mode: GateMode = GateMode.GPU,
              cache: GateCache | None = None, progress: Progress = _quiet, record: bool = False,
-             judged_under: GatePolicy | None = None) -> Verdict:
+             judged_under: GatePolicy | None = None, runner: Runner | None = None) -> Verdict:
     """Judge `kernel` on the problem. In replay mode only recorded verdicts are served.
+
+    `runner`: where the GPU run goes (a `warm.WarmRunner` for this problem); a cold runner by default.
 
     `judged_under`: a stronger untimed policy this kernel was probably judged under already (a
     walk's states); a pass stored under it answers a timed gate's correctness when no exact twin
@@ -163,7 +172,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
              f"correctness on {len(judged)} case(s) x {policy.seeds} seeds" +
              (f", timing on {timing_case}" if timing_case else ""))
     clock = time.monotonic()
-    outcome = execute.run_on_gpu(request, cubins, policy, on_progress=lambda e: progress("run", _describe(e)))
+    outcome = (runner or execute).run_on_gpu(request, cubins, policy,
+                                             on_progress=lambda e: progress("run", _describe(e)))
     timings["run"] = time.monotonic() - clock
     timings.update({f"run.{name}": float(sec) for name, sec in (outcome.result.get("phases") or {}).items()
                     if isinstance(sec, (int, float))})
