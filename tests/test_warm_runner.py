@@ -37,3 +37,14 @@ def test_other_problems_and_modes_go_to_a_cold_runner():
     with WarmRunner(PROBLEM) as runner:
         outcome = runner.run_on_gpu({**REQUEST, "problem": other}, {}, GatePolicy(timing=False))
         assert runner.started == 0 and outcome.error
+
+
+def test_the_gate_cost_summary_compares_mean_seconds_per_candidate():
+    from bench_tools import bench_script
+
+    rows = [{"workload": "gdn", "policy": "timed", "runner": runner, "seconds": seconds, "same_as_cold": same}
+            for runner, seconds, same in [("cold", 105.0, True), ("cold", 101.0, True), ("warm", 96.0, True),
+                                          ("warm", 6.0, False)]]
+    [line] = bench_script("gate_cost").summary(rows)
+    assert (line["cold_s"], line["warm_s"], line["candidates"]) == (103.0, 51.0, 2)
+    assert line["warm_over_cold"] == round(51 / 103, 3) and line["verdicts_agree"] is False
