@@ -4,7 +4,10 @@
 #   bash bench/gpu_session.sh COMMIT STAGE...                     stages in order, on GPU 0
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
-# Stages: smoke, suite, example, adversarial, cost, mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py; those $GPUTEST_K selects), multigpu,
+# Stages: smoke, suite, example, adversarial, cost, fidelity (bench/timing_fidelity.py: $FIDELITY_REPEATS (20) gates of a
+# short-kernel expert, each a fresh runner, then the noisy vendor; make it the first stage after the machine starts),
+# gatecost:WORKLOAD[,WORKLOAD] (bench/gate_cost.py: cold against warm runner per candidate, policies $GATECOST_POLICIES
+# (state,timed)), mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py; those $GPUTEST_K selects), multigpu,
 # walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk),
 # prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), bias:NAME:STEP,STEP[:PLACEMENT] (bench/timing_bias.py
 # probe: a walk's steps timed with controls, as_loaded or exchanged; NAME as in bench/walks, e.g. conv2d_implicit_gemm_any:13,35), placement:NAME:STEP
@@ -65,6 +68,10 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         --section LaunchStats --section MemoryWorkloadAnalysis python3 bench/profile_gemm.py --kernel "$name" \
         > "$OUT/results/profile-${name//\//_}.txt" 2>&1; grep -v "^==PROF==" "$OUT/results/profile-${name//\//_}.txt" | head -400 ;;
     mmapeak) timeout "${limit:-120}" python3 bench/mma_peak.py --out "$OUT/results/mma-peak.json" ;;
+    fidelity) timeout "${limit:-560}" python3 bench/timing_fidelity.py --repeats "${FIDELITY_REPEATS:-20}" \
+      --out "$OUT/results/timing_fidelity.json" ;;
+    gatecost:*) timeout "${limit:-560}" python3 bench/gate_cost.py --workloads "${1#gatecost:}" \
+      --policies "${GATECOST_POLICIES:-state,timed}" --out "$OUT/results/gate_cost_warm-${1#gatecost:}.json" ;;
     example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only "$1" ;;
     walk:*) walk "${1#walk:}" ;;
     # each lane judges its share of the guessed states (lane i of n: states i, i+n, ...); no walk

@@ -22,7 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"klineage {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    gate = commands.add_parser("gate", help="judge a kernel: static check, compile, correctness, profile")
+    gate = commands.add_parser("gate", help="judge a kernel: static check, compile, correctness, profile",
+                               epilog="exit status: 0 passed (or compiled); 1 rejected, or the gate failed; 2 bad "
+                                      "input; 3 passed, but the timing never settled: no speed decision (docs/gate.md)")
     gate.add_argument("problem", help="problem file, or the name of a bundled problem")
     gate.add_argument("kernel", help="kernel folder (with launch.toml), or a bundled kernel name")
     gate.add_argument("--against", help="a baseline kernel to time against, or 'vendor' (the problem's vendor path)")
@@ -107,7 +109,9 @@ def _gate(args: argparse.Namespace) -> int:
         print(json.dumps(verdict.to_dict(), indent=1))
     else:
         print_verdict(verdict)
-    return 0 if verdict.status.value in ("passed", "compiled") else 1
+    if verdict.status.value not in ("passed", "compiled"):
+        return 1
+    return 3 if verdict.unsettled else 0
 
 
 def _share(text: str) -> tuple[int, int]:

@@ -49,6 +49,19 @@ def progress_display(enabled: bool = True) -> Iterator[Callable[[str, str], None
         yield update
 
 
+def print_settlement(verdict: Verdict) -> None:
+    """One line: whether the timing settled (and may decide), or what kept it unsettled."""
+    settlement = verdict.profile.get("settlement")
+    if not settlement:
+        console.print("  [dim]timing: not checked for settling (a verdict of an earlier gate)[/dim]")
+    elif verdict.unsettled:
+        console.print(f"  [bold yellow]timing: unsettled[/] after {len(settlement['attempts'])} attempt(s): "
+                      f"{'; '.join(settlement['reasons'])}. No acceptance decision; not cached as final")
+    else:
+        console.print(f"  timing: settled ({settlement['trials']} trials, spread <= {settlement['limits']['spread']}, "
+                      f"trial ratios within {settlement['limits']['agreement']:.0%})")
+
+
 def print_verdict(verdict: Verdict) -> None:
     colour = {"passed": "green", "compiled": "cyan", "rejected": "red", "error": "yellow"}[verdict.status.value]
     origin = verdict.provenance.get("served_from", "measured")
@@ -78,10 +91,15 @@ def print_verdict(verdict: Verdict) -> None:
         rows = [[role, f"{s['median_us']:.1f}", f"{s['p10_us']:.1f}", f"{s['p90_us']:.1f}", str(s["count"]),
                  f"{fractions.get(role, 0):.0%}"] for role, s in profile["contenders"].items()]
         table(f"Timing, case {profile['case']} (us)", ["contender", "median", "p10", "p90", "count", "roofline"], rows)
+        by_ratio = (profile.get("settlement") or {}).get("ratios", {})
         for name, ratio in profile.get("ratios", {}).items():
             trials = ", ".join(f"{r:.3f}" for r in ratio["per_trial"])
-            console.print(f"  candidate {name}: [bold]{ratio['overall']:.3f}x[/] (trials {trials})")
+            state = f", {by_ratio[name]}" if name in by_ratio else ""
+            console.print(f"  candidate {name}: [bold]{ratio['overall']:.3f}x[/] (trials {trials}{state})")
+        print_settlement(verdict)
     for tool, report in verdict.sanitizer.items():
         console.print(f"  {tool}: {report.get('status')} ({report.get('errors')} errors)")
+    if verdict.provenance.get("earlier_gate"):
+        console.print(f"  [yellow]earlier gate:[/] {verdict.provenance['earlier_gate']}")
     if verdict.timings:
         console.print("  [dim]" + ", ".join(f"{k} {v:.2f} s" for k, v in verdict.timings.items()) + "[/dim]")

@@ -8,7 +8,7 @@ from klineage.errors import DocumentError, KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache, VerdictStore, verdict_key
 from klineage.gate.policy import QUICK, STRICT, GatePolicy, Placement, Sanitize
 from klineage.gate.timing import PairedRatio, TimingStats
-from klineage.gate.verdict import VERDICT_VERSION, Finding, Reason, Status, Verdict
+from klineage.gate.verdict import GATE_VERSION, VERDICT_VERSION, Finding, Reason, Status, Verdict
 
 KERNEL = "a" * 64
 PROBLEM = "b" * 64
@@ -65,7 +65,7 @@ def test_key_is_a_stable_sha256_and_keeps_its_parts():
     digest, parts = verdict_key(**KEY_PARTS)
     assert len(digest) == 64 and int(digest, 16) >= 0
     assert digest == verdict_key(**KEY_PARTS)[0]
-    assert parts == {"version": 1, **KEY_PARTS, "cases": ["headline", "small"]}
+    assert parts == {"version": 1, **KEY_PARTS, "cases": ["headline", "small"], "gate": GATE_VERSION}
 
 
 @pytest.mark.parametrize(

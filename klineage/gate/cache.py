@@ -1,8 +1,12 @@
 """The content-addressed gate cache, and the recorded store that replay mode serves.
 
 A verdict is keyed by everything that decides it: kernel, problem, cases, GPU model, toolchain,
-policy and the baseline it was timed against. Writes are atomic (temporary file, then rename),
-so concurrent workers never read half a verdict.
+policy, the baseline it was timed against and the gate's version. Writes are atomic (temporary
+file, then rename), so concurrent workers never read half a verdict.
+
+A live gate is served only final verdicts of its own version: an unsettled timing is stored (replay
+shows what was measured) but a later call measures again. Replay also serves what an earlier gate
+version recorded, and the verdict says so (`pipeline._served`).
 """
 
 from __future__ import annotations
@@ -14,17 +18,30 @@ from typing import Any
 from klineage.errors import DocumentError, ReplayMiss
 from klineage.files import write_atomic
 from klineage.fingerprint import sha256_json
-from klineage.gate.verdict import Status, Verdict
+from klineage.gate.verdict import GATE_VERSION, Status, Verdict
 
 KEY_VERSION = 1
 
 
 def verdict_key(*, kernel: str, problem: str, cases: list[str], gpu: str, toolchain: str, policy: str,
-                against: str, mode: str) -> tuple[str, dict[str, Any]]:
-    """The cache key and the facts it was made of (stored with the verdict, for provenance)."""
+                against: str, mode: str, gate: int = GATE_VERSION) -> tuple[str, dict[str, Any]]:
+    """The cache key and the facts it was made of (stored with the verdict, for provenance). Gate
+    version 1 had no gate part in its keys; leaving it out for version 1 keeps those keys, so its
+    recorded verdicts stay findable for replay, and every later version's keys differ from them."""
     parts = {"version": KEY_VERSION, "kernel": kernel, "problem": problem, "cases": sorted(cases), "gpu": gpu,
              "toolchain": toolchain, "policy": policy, "against": against, "mode": mode}
+    if gate != 1:
+        parts["gate"] = gate
     return sha256_json(parts), parts
+
+
+def earlier_gate_keys(parts: dict[str, Any]) -> list[str]:
+    """The keys the same facts had under each earlier gate version, newest first."""
+    facts = {k: v for k, v in parts.items() if k not in ("version", "gate")}
+    return [verdict_key(**facts, gate=version)[0] for version in range(parts.get("gate", 1) - 1, 0, -1)]
+
+
+SERVING_NOTES = ("served_from", "earlier_gate")  # what serving adds to a verdict's provenance; never stored
 
 
 class VerdictStore:
@@ -64,33 +81,39 @@ class GateCache:
         self.local = VerdictStore(local) if local else None
         self.recorded = VerdictStore(recorded) if recorded else None
 
-    def lookup(self, key: str) -> tuple[Verdict, str] | None:
-        """A verdict and where it came from ("cache" or "recorded")."""
+    def lookup(self, key: str, final_only: bool = True) -> tuple[Verdict, str] | None:
+        """A verdict and where it came from ("cache" or "recorded"). An unsettled timing is not final:
+        passed over unless `final_only` is off (replay serves what was measured)."""
         for origin, store in (("cache", self.local), ("recorded", self.recorded)):
             if store is not None:
                 verdict = store.get(key)
-                if verdict is not None:
+                if verdict is not None and not (final_only and verdict.unsettled):
                     return verdict, origin
         return None
 
     def replay(self, key: str, parts: dict[str, Any]) -> tuple[Verdict, str]:
-        found = self.lookup(key)
+        """The verdict stored for these facts by this gate version, else by the newest earlier one."""
+        found = self.lookup(key, final_only=False)
         if found is None:
-            raise ReplayMiss(f"no recorded verdict for kernel {parts['kernel'][:12]} on problem {parts['problem'][:12]} "
-                             f"(cases {', '.join(parts['cases'])}, GPU {parts['gpu']}, {parts['toolchain']}, "
-                             f"policy {parts['policy'][:12]}): replay never guesses; run the gate on a GPU host "
-                             f"and commit the recording")
-        return found
+            found = next(filter(None, (self.lookup(k, final_only=False) for k in earlier_gate_keys(parts))), None)
+        if found is not None:
+            return found
+        raise ReplayMiss(f"no recorded verdict for kernel {parts['kernel'][:12]} on problem {parts['problem'][:12]} "
+                         f"(cases {', '.join(parts['cases'])}, GPU {parts['gpu']}, {parts['toolchain']}, "
+                         f"policy {parts['policy'][:12]}): replay never guesses; run the gate on a GPU host "
+                         f"and commit the recording")
 
     def keep(self, verdict: Verdict) -> None:
         """Put a verdict that was measured (now or earlier on this machine) into the recorded store,
-        as it was measured: the note of where it was served from is not part of it."""
+        as it was measured: the note of where it was served from is not part of it. A recorded
+        unsettled timing gives way to a later measurement of the same facts."""
         if self.recorded is None or verdict.status is Status.ERROR:  # an error judged nothing and is never cached
             return
         key = verdict.provenance["key"]
-        if self.recorded.get(key) is None:
+        recorded = self.recorded.get(key)
+        if recorded is None or recorded.unsettled:
             data = verdict.to_dict()
-            data["provenance"] = {k: v for k, v in data["provenance"].items() if k != "served_from"}
+            data["provenance"] = {k: v for k, v in data["provenance"].items() if k not in SERVING_NOTES}
             self.recorded.put(key, Verdict.from_dict(data))
         twin = verdict.provenance.get("correctness_from")
         found = self.lookup(twin) if twin else None

@@ -36,6 +36,17 @@ _INT_BITS: dict[torch.dtype, torch.dtype] = {
 }
 _SENTINEL_BYTE = 0xA5
 
+# Every buffer and each of its two guards holds its own pattern, picked by a tag, so a kernel that
+# copies one element past its input into one past its output moves a pattern into a guard that holds
+# another (with one pattern for all, that copy left every guard as it was). A float tag varies the
+# NaN payload bits below: every pattern stays a NaN that no arithmetic produces, and `poisoned_mask`
+# knows them all. The canonical NaNs (CPU 0x7FC00000 family, CUDA all-ones payloads) are left out of
+# every family. Integer data keeps the one sentinel (every integer is a legal value, so only the
+# sentinel itself may be read as unwritten); integer guards vary it per byte.
+_TAG_BITS: dict[torch.dtype, int] = {torch.float64: 0xFFFF, torch.float32: 0xFFFF, torch.float16: 0xFF,
+                                     torch.bfloat16: 0x3F}
+_TAG_STRIDE = {0xFFFF: 0x1235, 0xFF: 0x35, 0x3F: 0x0B}  # coprime with the field's size - 1: distinct until it wraps
+
 ALIGN = 256  # bytes; what cudaMalloc guarantees and vectorized kernels may assume
 GUARD_BYTES = 4096  # default guard size: catches off-by-a-row overruns of small rows, not only off-by-one
 
@@ -62,17 +73,49 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.view(_bits_spec(tensor.dtype)[0])
 
 
-def poison_(tensor: torch.Tensor) -> torch.Tensor:
-    """Fill `tensor` in place with its dtype's poison pattern; returns it."""
-    bits, pattern = _bits_spec(tensor.dtype)
-    tensor.view(bits).fill_(pattern)
+def _vary(value: int, field: int, tag: int) -> int:
+    """The tag-th value in 1 .. field - 1 after `value` (tag 0: `value` itself); distinct for
+    field - 1 tags in a row, and neighbours differ in every byte of the field."""
+    return 1 + (value - 1 + tag * _TAG_STRIDE[field]) % (field - 1)
+
+
+def poison_pattern(dtype: torch.dtype, tag: int = 0) -> int:
+    """The bits of poison pattern `tag` of `dtype` (tag 0: the canonical pattern), in the integer view
+    `_bits_spec` gives."""
+    bits, canonical = _bits_spec(dtype)
+    if tag < 0:
+        raise ValueError(f"a poison tag is a count from 0, not {tag}")
+    if dtype in _TAG_BITS:
+        field = _TAG_BITS[dtype]
+        return canonical & ~field | _vary(canonical & field, field, tag)
+    size = torch.empty((), dtype=bits).element_size()
+    byte = _vary(_SENTINEL_BYTE, 0xFF, tag)
+    return int.from_bytes(bytes([byte]) * size, "little", signed=bits is not torch.uint8)
+
+
+def poison_tags(dtype: torch.dtype) -> int:
+    """How many distinct patterns `dtype` has: tags further apart than this may repeat one."""
+    _bits_spec(dtype)
+    return _TAG_BITS.get(dtype, 0xFF) - 1
+
+
+def poison_(tensor: torch.Tensor, tag: int = 0) -> torch.Tensor:
+    """Fill `tensor` in place with poison pattern `tag` of its dtype; returns it."""
+    bits, _ = _bits_spec(tensor.dtype)
+    tensor.view(bits).fill_(poison_pattern(tensor.dtype, tag))
     return tensor
 
 
 def poisoned_mask(tensor: torch.Tensor) -> torch.Tensor:
-    """True where an element still holds the poison pattern, bit for bit."""
+    """True where an element still holds a poison pattern, bit for bit: any tag's for floats (no
+    arithmetic makes those NaNs), the canonical sentinel for integers."""
     bits, pattern = _bits_spec(tensor.dtype)
-    return tensor.view(bits) == pattern
+    field = _TAG_BITS.get(tensor.dtype)
+    if field is None:
+        return tensor.view(bits) == pattern
+    view = tensor.view(bits)
+    low = view & field
+    return ((view & ~field) == (pattern & ~field)) & (low != 0) & (low != field)
 
 
 class GuardedBuffer:
@@ -81,11 +124,13 @@ class GuardedBuffer:
     The data starts 256-byte aligned (the raw allocation is over-sized and skewed: the CPU
     allocator only promises 64) and begins poisoned. The after-guard starts at the byte right
     after the last element, so an off-by-one write lands in it. For inputs the guards are what an
-    out-of-bounds read pulls in: NaN for floats.
+    out-of-bounds read pulls in: NaN for floats. Buffer number `index` of a case holds patterns
+    3 * index (data), 3 * index + 1 and 3 * index + 2 (the guards before and after): distinct from
+    every other buffer's of its dtype while the case has fewer than poison_tags(dtype) / 3 of them.
     """
 
     def __init__(self, shape: Sequence[int], dtype: torch.dtype, device: str | torch.device = "cpu",
-                 guard_bytes: int = GUARD_BYTES):
+                 guard_bytes: int = GUARD_BYTES, index: int = 0):
         if guard_bytes < ALIGN or guard_bytes % ALIGN:
             raise ValueError(f"guard_bytes must be a positive multiple of {ALIGN}, got {guard_bytes}")
         self.shape = tuple(int(d) for d in shape)
@@ -100,30 +145,37 @@ class GuardedBuffer:
         self._before = self._raw[skew:start]
         self._after = self._raw[end:end + guard_bytes]
         self.data = self._raw[start:end].view(dtype).view(self.shape)
-        poison_(self._before.view(dtype))
-        poison_(self._after.view(dtype))
-        poison_(self.data)
-        self._pattern = self._before.clone()
+        self.data_tag = 3 * index if dtype in _TAG_BITS else 0
+        poison_(self._before.view(dtype), 3 * index + 1)
+        poison_(self._after.view(dtype), 3 * index + 2)
+        self.poison()
+        self._patterns = (self._before.clone(), self._after.clone())
+
+    def poison(self) -> None:
+        """Poison the data with this buffer's own pattern (before every run of a plan)."""
+        poison_(self.data, self.data_tag)
 
     def data_ptr(self) -> int:
         return self.data.data_ptr()
 
     def damaged_guard_bytes(self) -> tuple[int, int]:
-        """Bytes of the (before, after) guards that no longer hold the guard pattern."""
-        return (int((self._before != self._pattern).sum()), int((self._after != self._pattern).sum()))
+        """Bytes of the (before, after) guards that no longer hold their patterns."""
+        before, after = self._patterns
+        return (int((self._before != before).sum()), int((self._after != after).sum()))
 
     def guards_intact(self) -> bool:
         return self.damaged_guard_bytes() == (0, 0)
 
 
-def guarded_empty(shape: Sequence[int], dtype: torch.dtype, device: str | torch.device = "cpu") -> GuardedBuffer:
-    """An output buffer: guarded, data poisoned."""
-    return GuardedBuffer(shape, dtype, device)
+def guarded_empty(shape: Sequence[int], dtype: torch.dtype, device: str | torch.device = "cpu",
+                  index: int = 0) -> GuardedBuffer:
+    """An output buffer: guarded, data poisoned (buffer `index` of its case: its own patterns)."""
+    return GuardedBuffer(shape, dtype, device, index=index)
 
 
-def guarded_like(tensor: torch.Tensor) -> GuardedBuffer:
+def guarded_like(tensor: torch.Tensor, index: int = 0) -> GuardedBuffer:
     """An input buffer: guarded, holding a contiguous copy of `tensor`'s values."""
-    buffer = GuardedBuffer(tensor.shape, tensor.dtype, tensor.device)
+    buffer = GuardedBuffer(tensor.shape, tensor.dtype, tensor.device, index=index)
     buffer.data.copy_(tensor)
     return buffer
 
@@ -187,8 +239,7 @@ class _Tally:
         if odd.any():
             at = odd.nonzero().squeeze(1)
             gs, es = g64[at], e64[at]
-            bits, pattern = _bits_spec(got.dtype)
-            poisoned = got.view(bits)[at] == pattern  # index the bits: indexing a bool normalizes it
+            poisoned = poisoned_mask(got)[at]  # the mask of the bits: indexing a bool first normalizes it
             if expected.dtype.is_floating_point:
                 # NaN where the reference has NaN, or the same Inf, matches; poison never does.
                 same = ((gs == es) | (gs.isnan() & es.isnan())) & ~poisoned

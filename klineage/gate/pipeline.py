@@ -10,7 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Protocol
 
 from klineage import config, devices, expr
 from klineage.config import GateMode
@@ -24,13 +24,20 @@ from klineage.gate.cache import GateCache, verdict_key
 from klineage.gate.compile import CompileResult, CompileStatus, compile_kernel, resolve_entry
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.static import static_check
-from klineage.gate.timing import PairedRatio
-from klineage.gate.verdict import Finding, Reason, Status, Verdict
+from klineage.gate.timing import PairedRatio, Settlement
+from klineage.gate.verdict import GATE_VERSION, Finding, Reason, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.launch import resolve
 from klineage.toolchain import find_toolchain
 
 Progress = Callable[[str, str], None]
+
+
+class Runner(Protocol):
+    """Runs a gate's request on the GPU: the `execute` module (a cold runner each time) or a warm runner."""
+
+    def run_on_gpu(self, request: dict[str, Any], cubins: dict[str, bytes], policy: GatePolicy,
+                   on_progress: Callable[[dict], None] | None = None) -> execute.RunOutcome: ...
 
 
 def _quiet(stage: str, message: str) -> None:
@@ -66,8 +73,10 @@ def git_commit() -> str:
 def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelState | None = None,
              cases: list[str] | None = None, policy: GatePolicy = GatePolicy(), mode: GateMode = GateMode.GPU,
              cache: GateCache | None = None, progress: Progress = _quiet, record: bool = False,
-             judged_under: GatePolicy | None = None) -> Verdict:
+             judged_under: GatePolicy | None = None, runner: Runner | None = None) -> Verdict:
     """Judge `kernel` on the problem. In replay mode only recorded verdicts are served.
+
+    `runner`: where the GPU run goes (a `warm.WarmRunner` for this problem); a cold runner by default.
 
     `judged_under`: a stronger untimed policy this kernel was probably judged under already (a
     walk's states); a pass stored under it answers a timed gate's correctness when no exact twin
@@ -95,7 +104,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
 
     def finish(status: Status, findings: list[Finding] = (), store: bool = True, twin: str = "",
                **stages: Any) -> Verdict:
-        provenance = {"origin": "measured", "key": key, "key_parts": parts, "git_commit": git_commit(),
+        provenance = {"origin": "measured", "key": key, "key_parts": parts, "gate_version": GATE_VERSION,
+                      "git_commit": git_commit(),
                       "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
         if twin:  # correctness and sanitizers were judged by this untimed verdict of the same kernel
             provenance["correctness_from"] = twin
@@ -162,7 +172,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
              f"correctness on {len(judged)} case(s) x {policy.seeds} seeds" +
              (f", timing on {timing_case}" if timing_case else ""))
     clock = time.monotonic()
-    outcome = execute.run_on_gpu(request, cubins, policy, on_progress=lambda e: progress("run", _describe(e)))
+    outcome = (runner or execute).run_on_gpu(request, cubins, policy,
+                                             on_progress=lambda e: progress("run", _describe(e)))
     timings["run"] = time.monotonic() - clock
     timings.update({f"run.{name}": float(sec) for name, sec in (outcome.result.get("phases") or {}).items()
                     if isinstance(sec, (int, float))})
@@ -185,11 +196,7 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
                                                                policy)
             timings[tool] = time.monotonic() - clock
             findings.extend(tool_findings)
-    if policy.require_ratio and not findings and "vs_baseline" in outcome.result.get("profile", {}).get("ratios", {}):
-        ratio = outcome.result["profile"]["ratios"]["vs_baseline"]
-        paired = PairedRatio(ratio["overall"], tuple(ratio["per_trial"]))
-        outcome.result["profile"]["acceptance"] = {"required": policy.require_ratio,
-                                                   "accepted": paired.accepts(policy.require_ratio)}
+    _decide_acceptance(outcome.result.get("profile", {}), policy, findings)
     status = Status.REJECTED if findings else Status.PASSED
     correctness = tuple(outcome.result.get("correctness", []))
     if twin is not None:  # the twin's records, and the timing run's own when it found a fault the twin did not
@@ -198,6 +205,16 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
                   profile=outcome.result.get("profile", {}), sanitizer=sanitizer,
                   environment={**outcome.result.get("environment", {}), "toolchain": toolchain_key,
                                "vendor_check": outcome.result.get("vendor_check", [])})
+
+
+def _decide_acceptance(profile: dict[str, Any], policy: GatePolicy, findings: list[Finding]) -> None:
+    """The paired test against the baseline, where the policy requires a ratio: only on a settled
+    timing (an unsettled one decides nothing; `profile.settlement` says why)."""
+    ratio = profile.get("ratios", {}).get("vs_baseline")
+    settled = (profile.get("settlement") or {}).get("state") == Settlement.SETTLED.value
+    if policy.require_ratio and not findings and ratio and settled:
+        paired = PairedRatio(ratio["overall"], tuple(ratio["per_trial"]))
+        profile["acceptance"] = {"required": policy.require_ratio, "accepted": paired.accepts(policy.require_ratio)}
 
 
 def _judged_twin(cache: GateCache, policy: GatePolicy, parts: dict[str, Any],
@@ -338,9 +355,13 @@ def _toolchain_key(mode: GateMode) -> str:
 
 
 def _served(verdict: Verdict, origin: str) -> Verdict:
-    """A verdict from a store says so: its provenance names where it came from."""
+    """A verdict from a store says so: its provenance names where it came from, and a verdict an
+    earlier gate version made (replay serves those as recorded) says that too."""
     data = verdict.to_dict()
     data["provenance"] = {**data["provenance"], "served_from": origin}
+    if verdict.gate_version < GATE_VERSION:
+        data["provenance"]["earlier_gate"] = (f"made by gate version {verdict.gate_version}; the gate is now version "
+                                              f"{GATE_VERSION}: served as recorded, not judged again")
     return Verdict.from_dict(data)
 
 

@@ -10,7 +10,9 @@ torch and pycuda are imported here only, never at engine import time.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import itertools
 import json
 import os
 import statistics
@@ -27,6 +29,8 @@ from klineage.launch import ResolvedLaunch
 from klineage.problem import VendorTiming
 
 HOST_COVER_CYCLES = 200_000  # about 100 us at H200 clocks: longer than any host dispatch we time
+HOST_BOUND_US = 50.0  # half the cover: an eager dispatch longer than this leaks host time into its events
+WARM_CLOCKS_S = 1.0  # busy work before an unsettled timing is measured again
 PACKED_CACHE = 64  # parameter buffers kept per kernel (tensor maps are encoded once per buffer address)
 
 
@@ -235,28 +239,35 @@ class CaseBuffers:
     def __init__(self, correctness, torch, outputs: dict[str, tuple[tuple[int, ...], Any]],
                  scratch: list[dict[str, Any]], device: str = "cuda"):
         self.c = correctness
+        self.made = 0  # buffers made so far: the next one's index, which picks its poison patterns
         self.inputs: dict[str, Any] = {}
-        self.outputs = {name: correctness.guarded_empty(shape, dtype, device) for name, (shape, dtype) in outputs.items()}
-        self.scratch = {s["name"]: (correctness.guarded_empty((s["count"],), getattr(torch, s["dtype"]), device), s["init"])
+        self.outputs = {name: correctness.guarded_empty(shape, dtype, device, self._index())
+                        for name, (shape, dtype) in outputs.items()}
+        self.scratch = {s["name"]: (correctness.guarded_empty((s["count"],), getattr(torch, s["dtype"]), device,
+                                                              self._index()), s["init"])
                         for s in scratch}
+
+    def _index(self) -> int:
+        self.made += 1
+        return self.made - 1
 
     def load_inputs(self, values: dict[str, Any]) -> None:
         for name, tensor in values.items():
             current = self.inputs.get(name)
             if current is None or current.data.shape != tensor.shape or current.data.dtype != tensor.dtype:
-                self.inputs[name] = self.c.guarded_like(tensor)
+                self.inputs[name] = self.c.guarded_like(tensor, self._index())
             else:
                 current.data.copy_(tensor)  # same pointer, new contents: defeats pointer-keyed caches
 
     def reset(self) -> None:
         """Poison outputs and initialise scratch before every run of the plan."""
         for buffer in self.outputs.values():
-            self.c.poison_(buffer.data)
+            buffer.poison()
         for buffer, init in self.scratch.values():
             if init == "zero":
                 buffer.data.zero_()
             else:
-                self.c.poison_(buffer.data)
+                buffer.poison()
 
     def pointers(self) -> dict[str, int]:
         named = {**self.inputs, **self.outputs, **{k: v for k, (v, _) in self.scratch.items()}}
@@ -418,9 +429,11 @@ def _timed_launch(kernel: LoadedKernel, case_name: str):
 
 def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str, policy: dict[str, Any],
             result: dict[str, Any]) -> None:
-    """Time candidate, baseline and vendor interleaved on fresh inputs, L2 flushed before each call."""
+    """Time candidate, baseline and vendor interleaved on fresh inputs, L2 flushed before each call.
+    A timing that does not settle is measured again after warming the clocks, with more trials; the
+    settle check of each attempt goes into the profile, and only a settled one may decide anything."""
     import klineage.gate.correctness as c
-    from klineage.gate.timing import PairedRatio, TimingStats, roofline_floor_us, spread
+    from klineage.gate.timing import RETRY_TRIALS, PairedRatio, Settlement, Settling, TimingStats, settle_record
 
     torch = device.torch
     params = dict(problem.info.case(case_name).params)
@@ -436,8 +449,9 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
             buffers.load_inputs(inputs)
             per_kernel[kernel.role] = buffers
         sets.append({"inputs": inputs, "expected": expected, "buffers": per_kernel})
+    host_us: dict[str, list[float]] = {}
 
-    def timed_call(make, s) -> tuple[Any, Any]:
+    def timed_call(role: str, make, s) -> tuple[Any, Any]:
         before, call = make(s)
         flush.zero_()
         before()
@@ -446,87 +460,150 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         torch.cuda._sleep(HOST_COVER_CYCLES)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
+        dispatched = time.perf_counter()
         call()
+        host_us.setdefault(role, []).append((time.perf_counter() - dispatched) * 1e6)
         end.record()
         return start, end
 
-    contenders: list[tuple[str, Any]] = []
+    contenders: list[tuple[str, Any]] = [(kernel.role, _timed_launch(kernel, case_name)) for kernel in kernels]
     notes: list[str] = []
-    for kernel in kernels:
-        contenders.append((kernel.role, _timed_launch(kernel, case_name)))
-    if policy["vendor"] and problem.vendor is not None:
-        def run_vendor(s):
-            return (lambda: None), (lambda: problem.vendor(s["inputs"], params))
-        contenders.append(("vendor", run_vendor))
-        if VendorTiming.GRAPH in problem.info.vendor_timing:
-            graphs = _capture_vendor_graphs(torch, problem, params, sets, notes)
-            if graphs:
-                contenders.append(("vendor_graph", lambda s: ((lambda: None), graphs[id(s)].replay)))
+    vendor_launch: dict[str, Any] = {}
 
     def warm_up(roles: set[str]) -> None:  # module load, autotuning, caches
         for role, make in contenders:
             for i in range(policy["warmup"] if role in roles else 0):
-                timed_call(make, sets[i % len(sets)])
+                timed_call(role, make, sets[i % len(sets)])
         device.synchronize(f"warm-up {case_name}")
 
-    warm_up({role for role, _ in contenders})
+    if policy["vendor"] and problem.vendor is not None:
+        def run_vendor(s):
+            return (lambda: None), (lambda: problem.vendor(s["inputs"], params))
+        contenders.append(("vendor", run_vendor))
+        warm_up({"vendor"})
+        vendor_launch = _vendor_launch(host_us.get("vendor", []), VendorTiming.GRAPH in problem.info.vendor_timing)
+        if vendor_launch["graph_wanted"]:
+            graphs = _capture_vendor_graphs(torch, problem, params, sets, notes)
+            vendor_launch["graph"] = "captured" if graphs else notes[-1]
+            if graphs:
+                contenders.append(("vendor_graph", lambda s: ((lambda: None), graphs[id(s)].replay)))
+    warm_up({role for role, _ in contenders if role != "vendor"})
     # exchanged: each round times the kernels once in each arrangement of their places
     arrangements = len(kernels) if policy.get("placement") == "exchanged" else 1
-    placed, orders = list(kernels), []
-    samples: dict[str, list[list[float]]] = {role: [] for role, _ in contenders}
-    for trial in range(policy["trials"] * arrangements):
-        device.progress.emit(stage="profile", case=case_name, trial=trial)
-        if trial and arrangements > 1:
-            placed = exchange_places(placed, case_name)
-            warm_up({k.role for k in placed})  # only the reloaded kernels: the vendor stays warm
-        orders.append([k.role for k in placed])
-        trial_samples: dict[str, list[float]] = {role: [] for role, _ in contenders}
-        started = time.monotonic()
-        rep = 0
-        while rep < policy["max_reps"]:
-            order = contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]
-            events = [(role, timed_call(make, sets[rep % len(sets)])) for role, make in order]
-            device.synchronize(f"timed round {rep} of trial {trial}")
-            for role, (start, end) in events:
-                trial_samples[role].append(start.elapsed_time(end) * 1000.0)
-            rep += 1
-            if rep >= policy["min_reps"] and rep % 5 == 0:
-                settled = all(spread(v) < policy["spread_target"] for v in trial_samples.values())
-                if settled or time.monotonic() - started > policy["trial_seconds"]:
-                    break
-        for role in samples:
-            samples[role].append(trial_samples[role])
-        # The timed calls' own outputs must be right: a kernel cannot behave differently when timed.
-        for s in sets:
-            for kernel in kernels:
-                outputs = {name: b.data for name, b in s["buffers"][kernel.role].outputs.items()}
-                problem_found = _timed_output_problem(c, problem, params, s["inputs"], outputs, s["expected"])
-                if problem_found:
-                    result["findings"].append(_finding(Reason.TIMED_OUTPUT_INCORRECT, "profile",
-                                                       f"{kernel.role}: {problem_found}", case_name, kernel=kernel.role))
-                    return
+    placed = list(kernels)
 
-    stats = {role: TimingStats.of(trials, arrangements) for role, trials in samples.items()}
-    figures = problem.info.roofline[case_name]
+    def measure(trials: int) -> tuple[dict[str, list[list[float]]], list[list[str]]] | None:
+        """`trials` rounds of interleaved samples, and each trial's load order; None when a timed
+        call's output was wrong (the finding is in the result)."""
+        nonlocal placed
+        orders: list[list[str]] = []
+        samples: dict[str, list[list[float]]] = {role: [] for role, _ in contenders}
+        for trial in range(trials * arrangements):
+            device.progress.emit(stage="profile", case=case_name, trial=trial)
+            if trial and arrangements > 1:
+                placed = exchange_places(placed, case_name)
+                warm_up({k.role for k in placed})  # only the reloaded kernels: the vendor stays warm
+            orders.append([k.role for k in placed])
+            for role, values in _trial_samples(device, contenders, sets, policy, trial, timed_call).items():
+                samples[role].append(values)
+            # The timed calls' own outputs must be right: a kernel cannot behave differently when timed.
+            for s in sets:
+                for kernel in kernels:
+                    outputs = {name: b.data for name, b in s["buffers"][kernel.role].outputs.items()}
+                    problem_found = _timed_output_problem(c, problem, params, s["inputs"], outputs, s["expected"])
+                    if problem_found:
+                        result["findings"].append(_finding(Reason.TIMED_OUTPUT_INCORRECT, "profile",
+                                                           f"{kernel.role}: {problem_found}", case_name,
+                                                           kernel=kernel.role))
+                        return None
+        return samples, orders
+
+    attempts: list[Settling] = []
+    trials = policy["trials"]
+    while True:
+        measured = measure(trials)
+        if measured is None:
+            return
+        samples, orders = measured
+        stats = {role: TimingStats.of(values, arrangements) for role, values in samples.items()}
+        ratios = {f"vs_{role}": PairedRatio.of(stats["candidate"], s)
+                  for role, s in stats.items() if role != "candidate"}
+        attempts.append(Settling.of(stats, ratios))
+        if attempts[-1].settlement is Settlement.SETTLED or len(attempts) > 1:
+            break
+        device.progress.emit(stage="profile", case=case_name, what="unsettled: warming the clocks, then more trials")
+        _warm_clocks(device)
+        trials = min(10, trials * RETRY_TRIALS)
+    result["profile"] = {
+        "case": case_name,
+        "contenders": {role: s.to_dict() for role, s in stats.items()},
+        "ratios": {name: r.to_dict() for name, r in ratios.items()},
+        "settlement": settle_record(attempts),
+        "roofline": _roofline(device, problem, case_name, stats),
+        **({"placement": _by_arrangement(orders, samples, arrangements)} if arrangements > 1 else {}),
+        **({"vendor_launch": vendor_launch} if vendor_launch else {}),
+        **({"notes": notes} if notes else {}),
+    }
+
+
+def _trial_samples(device: Device, contenders: list[tuple[str, Any]], sets: list[dict[str, Any]],
+                   policy: dict[str, Any], trial: int, timed_call) -> dict[str, list[float]]:
+    """One trial: rounds of every contender once, in a rotating order, until the samples settle
+    (spread under the target after min_reps), the trial's time is up, or max_reps."""
+    from klineage.gate.timing import spread
+
+    samples: dict[str, list[float]] = {role: [] for role, _ in contenders}
+    started = time.monotonic()
+    rep = 0
+    while rep < policy["max_reps"]:
+        order = contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]
+        events = [(role, timed_call(role, make, sets[rep % len(sets)])) for role, make in order]
+        device.synchronize(f"timed round {rep} of trial {trial}")
+        for role, (start, end) in events:
+            samples[role].append(start.elapsed_time(end) * 1000.0)
+        rep += 1
+        if rep >= policy["min_reps"] and rep % 5 == 0:
+            settled = all(spread(v) < policy["spread_target"] for v in samples.values())
+            if settled or time.monotonic() - started > policy["trial_seconds"]:
+                break
+    return samples
+
+
+def _vendor_launch(host_us: list[float], declared: bool) -> dict[str, Any]:
+    """How long the host takes to dispatch one eager vendor call (over the warm-up calls), and whether
+    the vendor is also timed from a CUDA graph: where the problem asks for it, or where the dispatch
+    outlasts half the GPU work that covers it (the events would then time the host too)."""
+    median = statistics.median(host_us) if host_us else 0.0
+    host_bound = median > HOST_BOUND_US
+    return {"host_us_median": round(median, 2), "host_bound": host_bound, "graph_wanted": declared or host_bound,
+            "graph": "not wanted"}
+
+
+def _warm_clocks(device: Device) -> None:
+    """Busy work on every SM for WARM_CLOCKS_S, so the next measurement starts at the clocks the GPU
+    holds under load (a first gate after the machine started timed the vendor at 3x its settled time)."""
+    torch = device.torch
+    a = torch.randn(4096, 4096, dtype=torch.float16, device="cuda")
+    started = time.monotonic()
+    while time.monotonic() - started < WARM_CLOCKS_S:
+        for _ in range(8):
+            a = torch.nn.functional.normalize(a @ a, dim=1).to(torch.float16)
+        device.synchronize("warming the clocks")
+
+
+def _roofline(device: Device, problem, case_name: str, stats: dict[str, Any]) -> dict[str, Any]:
     from klineage import devices
+    from klineage.gate.timing import roofline_floor_us
 
+    figures = problem.info.roofline[case_name]
     try:
         spec = devices.lookup(device.name)
     except Exception:
         spec = devices.DEFAULT
     floor = roofline_floor_us(figures["flops"], figures["bytes"], spec.flops_per_s.get(problem.info.math, 0.0),
                               spec.dram_bytes_per_s)
-    result["profile"] = {
-        "case": case_name,
-        "contenders": {role: s.to_dict() for role, s in stats.items()},
-        "ratios": {f"vs_{role}": PairedRatio.of(stats["candidate"], s).to_dict()
-                   for role, s in stats.items() if role != "candidate"},
-        "roofline": {"floor_us": floor, "flops": figures["flops"], "bytes": figures["bytes"],
-                     "fraction": {role: floor / s.median_us for role, s in stats.items()},
-                     "device_spec": spec.name},
-        **({"placement": _by_arrangement(orders, samples, arrangements)} if arrangements > 1 else {}),
-        **({"notes": notes} if notes else {}),
-    }
+    return {"floor_us": floor, "flops": figures["flops"], "bytes": figures["bytes"],
+            "fraction": {role: floor / s.median_us for role, s in stats.items()}, "device_spec": spec.name}
 
 
 def exchange_places(placed: list[LoadedKernel], case_name: str) -> list[LoadedKernel]:
@@ -633,24 +710,91 @@ def probe(request: dict[str, Any], result: dict[str, Any]) -> None:
                         for name, t in sample.items()}
 
 
-def main(argv: list[str]) -> int:
-    request = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    result_path = Path(argv[2])
-    progress = Progress(request.get("progress"))
-    result: dict[str, Any] = {"findings": [], "correctness": [], "profile": {}}
+def serve(request: dict[str, Any], progress: Progress) -> None:
+    """A warm runner (klineage.gate.warm): load the problem and create the context once, then judge
+    the jobs that appear in the inbox as 0.json, 1.json, ... in order, each result in the outbox under
+    the same name and each job's printed output in its own file. It ends at a `stop` file in the
+    inbox, or after a job that found anything or failed: a fault may have left the context broken
+    (the parent judges such a candidate again in a cold runner)."""
+    from klineage.problem import load_problem
+
+    problem = load_problem(request["problem"])
+    device = Device(progress)
+    inbox, outbox = Path(request["inbox"]), Path(request["outbox"])
     try:
-        if request["mode"] == "probe":
-            probe(request, result)
-        else:
-            run(request, result, progress)
+        progress.emit(what="ready")
+        for number in itertools.count():
+            job_path = inbox / f"{number}.json"
+            while not job_path.is_file():
+                if (inbox / "stop").exists():
+                    return
+                time.sleep(0.02)
+            job = json.loads(job_path.read_text(encoding="utf-8"))
+            done: dict[str, Any] = {"findings": [], "correctness": [], "profile": {}}
+            with _output_to(Path(job["output"])):
+                _judge_job(device, problem, job, done)
+            gc.collect()  # the job's modules and buffers go with it
+            _write_result(outbox / f"{number}.json", done)
+            if done["findings"] or "error" in done:
+                return
+    finally:
+        device.close()
+
+
+def _judge_job(device: Device, problem, job: dict[str, Any], result: dict[str, Any]) -> None:
+    """One candidate in a warm runner: what `run` does after loading the problem and the device."""
+    def work() -> None:
+        result["environment"] = device.environment()  # this job's clocks, not the runner's first
+        _run_on(device, problem, job, result, Phases(result))
+
+    _reported(result, work)
+
+
+def _reported(result: dict[str, Any], work) -> None:
+    """Run `work`: a kernel fault becomes a finding, any other failure the result's error."""
+    try:
+        work()
     except KernelFault as fault:
         result["findings"].append(_finding(fault.reason, "run", str(fault)))
     except Exception as exc:  # the harness or the problem failed: report it, never guess a verdict
         result["error"] = f"{type(exc).__name__}: {exc}"
         result["traceback"] = traceback.format_exc()[-8000:]
-    temporary = result_path.with_suffix(".tmp")
+
+
+@contextlib.contextmanager
+def _output_to(path: Path):
+    """Send what this process prints (kernel printf included: it goes to file descriptor 1) to `path`
+    while a job runs, so the parent can hold each job to the output cap."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with path.open("wb") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def _write_result(path: Path, result: dict[str, Any]) -> None:
+    temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(result), encoding="utf-8")
-    os.replace(temporary, result_path)
+    os.replace(temporary, path)
+
+
+def main(argv: list[str]) -> int:
+    request = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    result_path = Path(argv[2])
+    progress = Progress(request.get("progress"))
+    result: dict[str, Any] = {"findings": [], "correctness": [], "profile": {}}
+    modes = {"probe": lambda: probe(request, result), "serve": lambda: serve(request, progress)}
+    _reported(result, modes.get(request["mode"], lambda: run(request, result, progress)))
+    _write_result(result_path, result)
     return 0
 
 

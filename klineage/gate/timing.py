@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 
@@ -87,3 +88,77 @@ class PairedRatio:
 def roofline_floor_us(flops: float, nbytes: float, flops_per_s: float, bytes_per_s: float) -> float:
     """The time no implementation can beat: the larger of the compute and the memory floors."""
     return max(flops / flops_per_s if flops_per_s else 0.0, nbytes / bytes_per_s) * 1e6
+
+
+# When a timing may decide anything. Limits read from the H200 recordings (recorded/, 909 timed
+# verdicts): steady kernels' (p90 - p10) / median stays under 0.4 (conv2d's 450-us kernels
+# reach it with trial ratios agreeing to 4%), trial ratios against a baseline agree within 4%;
+# the eager vendors that misled (a host-bound launch) spread 1.1 to 3.5.
+SPREAD_LIMIT = 0.5  # a contender whose samples spread wider than this is not measured, only sampled
+AGREEMENT_LIMIT = 0.10  # (max - min) / overall of one ratio's per-trial values
+RETRY_TRIALS = 2  # an unsettled timing is measured again with this many times the trials (at most 10)
+
+
+class Settlement(str, Enum):
+    """How a timing ended: only a settled one may accept or refuse a kernel."""
+
+    SETTLED = "settled"
+    UNSETTLED = "unsettled"  # noisy even after warming the clocks and more trials: no decision
+
+
+@dataclass(frozen=True)
+class Settling:
+    """The settle check of one measurement: each contender's spread, each ratio's trial disagreement,
+    and what failed. A ratio against the eager vendor is excused where the vendor's CUDA graph settled
+    (the eager launch is host-bound; the graph times the same GPU work without the host)."""
+
+    settlement: Settlement
+    trials: int
+    spreads: dict[str, float]
+    disagreement: dict[str, float]
+    ratios: dict[str, Settlement]
+    reasons: tuple[str, ...]
+
+    @classmethod
+    def of(cls, stats: dict[str, TimingStats], ratios: dict[str, PairedRatio]) -> Settling:
+        spreads = {role: _stats_spread(s) for role, s in stats.items()}
+        disagreement = {name: (max(r.per_trial) - min(r.per_trial)) / r.overall if r.per_trial and r.overall > 0
+                        else float("inf") for name, r in ratios.items()}
+        reasons = [f"{role} spread {value:.3f} > {SPREAD_LIMIT}" for role, value in spreads.items()
+                   if not value <= SPREAD_LIMIT]
+        by_ratio = {}
+        for name, value in disagreement.items():
+            noisy = [r for r in ("candidate", name.removeprefix("vs_")) if not spreads.get(r, 0.0) <= SPREAD_LIMIT]
+            if not value <= AGREEMENT_LIMIT:
+                reasons.append(f"{name} trial ratios disagree by {value:.3f} > {AGREEMENT_LIMIT}")
+            by_ratio[name] = Settlement.SETTLED if value <= AGREEMENT_LIMIT and not noisy else Settlement.UNSETTLED
+        deciding = dict(by_ratio)
+        if deciding.get("vs_vendor_graph") is Settlement.SETTLED:
+            deciding.pop("vs_vendor", None)
+        candidate_settled = spreads.get("candidate", 0.0) <= SPREAD_LIMIT
+        settled = candidate_settled and all(s is Settlement.SETTLED for s in deciding.values())
+        if settled:
+            reasons = []
+        trials = max((len(s.trial_medians_us) for s in stats.values()), default=0)
+        return cls(Settlement.SETTLED if settled else Settlement.UNSETTLED, trials, spreads, disagreement, by_ratio,
+                   tuple(reasons))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"state": self.settlement.value, "trials": self.trials, "spreads": self.spreads,
+                "disagreement": {k: _json_number(v) for k, v in self.disagreement.items()},
+                "ratios": {k: v.value for k, v in self.ratios.items()}, "reasons": list(self.reasons)}
+
+
+def _stats_spread(stats: TimingStats) -> float:
+    return (stats.p90_us - stats.p10_us) / stats.median_us if stats.median_us > 0 else float("inf")
+
+
+def _json_number(value: float) -> float | None:
+    return value if value != float("inf") else None
+
+
+def settle_record(attempts: list[Settling]) -> dict[str, Any]:
+    """The verdict's `profile.settlement`: the last attempt decides; earlier ones are kept as evidence."""
+    last = attempts[-1]
+    return {**last.to_dict(), "limits": {"spread": SPREAD_LIMIT, "agreement": AGREEMENT_LIMIT},
+            "attempts": [a.to_dict() for a in attempts]}

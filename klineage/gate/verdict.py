@@ -8,8 +8,13 @@ from typing import Any
 
 from klineage.config import GateMode
 from klineage.errors import DocumentError
+from klineage.gate.timing import PairedRatio, Settlement
 
-VERDICT_VERSION = 1
+VERDICT_VERSION = 1  # the document's layout
+# What the gate checks and how it decides; part of every verdict key made by version 2 on (cache.py).
+# 1: the gate until issue 29 (keys without a gate part); 2: distinct poison patterns for every buffer
+# and guard, and timings that settle or say `unsettled` and decide nothing.
+GATE_VERSION = 2
 
 
 class Status(str, Enum):
@@ -109,6 +114,30 @@ class Verdict:
         return self.status is Status.PASSED
 
     @property
+    def gate_version(self) -> int:
+        """The version of the gate that made this verdict (provenance; absent: version 1)."""
+        return int(self.provenance.get("gate_version", 1))
+
+    @property
+    def settlement(self) -> Settlement | None:
+        """How the timing ended; None where nothing was timed, or the gate predates the settle check."""
+        state = (self.profile.get("settlement") or {}).get("state")
+        return Settlement(state) if state else None
+
+    @property
+    def unsettled(self) -> bool:
+        """Timed, but the timing never settled: no ratio of it may accept or refuse a kernel."""
+        return self.settlement is Settlement.UNSETTLED
+
+    def paired_ratio(self, name: str = "vs_baseline") -> PairedRatio | None:
+        """A ratio of the timing (reference time / candidate time) that may decide: None where it was
+        not measured or the timing is unsettled."""
+        found = self.profile.get("ratios", {}).get(name)
+        if not found or self.unsettled:
+            return None
+        return PairedRatio(float(found["overall"]), tuple(float(r) for r in found["per_trial"]))
+
+    @property
     def reason(self) -> Reason | None:
         return self.findings[0].reason if self.findings else None
 
@@ -122,6 +151,8 @@ class Verdict:
             return f"{self.status.value}, {first.reason.value}{where}: {message}"
         if self.status is Status.ERROR:
             return f"error: {str(self.environment.get('error', ''))[-400:]}"
+        if self.unsettled:
+            return f"{self.status.value}, timing: unsettled ({'; '.join(self.profile['settlement']['reasons'])})"
         return self.status.value
 
     def to_dict(self) -> dict[str, Any]:
@@ -159,6 +190,9 @@ class Verdict:
         for key in ("kernel", "problem", "cases", "policy"):
             if key not in data:
                 raise DocumentError("verdict", f"missing '{key}'")
+        state = ((data.get("profile") or {}).get("settlement") or {}).get("state")
+        if state is not None and state not in {s.value for s in Settlement}:
+            raise DocumentError("verdict", f"unknown timing settlement {state!r}")
         return cls(
             status=status,
             kernel=dict(data["kernel"]),

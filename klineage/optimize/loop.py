@@ -380,6 +380,8 @@ class _Run:
             return AttemptStatus.REJECTED, None, verdict.describe(300)
         if verdict.status is Status.COMPILED:
             return AttemptStatus.UNTIMED, None, "compiled; compile-only gate: not run, not timed, not accepted"
+        if verdict.unsettled:
+            return AttemptStatus.UNSETTLED, None, verdict.describe(300) + "; not accepted, not refused"
         found = verdict.profile.get("ratios", {}).get("vs_baseline")
         if not found:
             return AttemptStatus.NOT_FASTER, None, ("passed, but the gate gave no paired ratio against the best "

@@ -46,6 +46,7 @@ class AttemptStatus(str, Enum):
     FASTER = "faster"  # passed; best time / candidate time met the required ratio in the median and every trial
     NOT_FASTER = "not_faster"  # passed, but the paired ratio fell short (or the gate gave none: unknown fails)
     UNTIMED = "untimed"  # compile-only: compiled, nothing ran; never accepted
+    UNSETTLED = "unsettled"  # passed, but the timing never settled: no decision either way; never accepted
     REJECTED = "rejected"  # the gate refused the candidate
     GATE_ERROR = "gate_error"  # the gate could not judge (harness failure, replay miss); the run stops
     NOT_APPLICABLE = "not_applicable"  # no candidate kernel: the card or transform could not be applied here
@@ -310,8 +311,8 @@ class OptimizationResult(Document):
                     raise DocumentError(f"attempts[{position}]", f"evaluation {attempt.evaluation} does not follow "
                                                                  f"{last}: every gate call is counted, in order")
                 last = attempt.evaluation
-            if self.gate is GateMode.COMPILE_ONLY and attempt.status in (AttemptStatus.FASTER,
-                                                                        AttemptStatus.NOT_FASTER):
+            if self.gate is GateMode.COMPILE_ONLY and attempt.status in (AttemptStatus.FASTER, AttemptStatus.NOT_FASTER,
+                                                                        AttemptStatus.UNSETTLED):
                 raise DocumentError(f"attempts[{position}]", f"a compile-only run times nothing: {COMPILE_ONLY_NOTE}")
             if attempt.status is AttemptStatus.FASTER and not attempt.ratio.accepts(self.required_ratio):
                 raise DocumentError(f"attempts[{position}]", f"faster, but its ratio does not meet "

@@ -320,6 +320,8 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
     if verdict.status is not Status.PASSED:
         return record(TrialOutcome.INCONCLUSIVE, f"{where}; {verdict.status.value} verdict: nothing ran or was "
                                                  f"timed, so nothing is reproduced")
+    if verdict.unsettled:
+        return record(TrialOutcome.INCONCLUSIVE, f"{where}; {verdict.describe(240)}: nothing is reproduced or refuted")
     ratio = verdict.profile.get("ratios", {}).get("vs_baseline")
     if not ratio or not ratio.get("overall"):
         return record(TrialOutcome.INCONCLUSIVE, f"{where}; passed, but no paired ratio against the target")

@@ -110,9 +110,10 @@ def retime_step(lineage: Lineage, index: int, mode: GateMode = GateMode.REPLAY, 
 
 
 def exchanged_ratio(verdict: Verdict) -> tuple[float, tuple[float, ...]] | None:
-    """child time / parent time of a passed re-timing, overall and per round; None where it gave none."""
-    ratio = verdict.profile.get("ratios", {}).get("vs_baseline") if verdict.status is Status.PASSED else None
-    return (float(ratio["overall"]), tuple(float(r) for r in ratio["per_trial"])) if ratio else None
+    """child time / parent time of a passed re-timing, overall and per round; None where it gave none
+    or its timing did not settle."""
+    ratio = verdict.paired_ratio() if verdict.status is Status.PASSED else None
+    return (ratio.overall, ratio.per_trial) if ratio else None
 
 
 def retimed_effect(lineage: Lineage, index: int, cache: GateCache | None = None

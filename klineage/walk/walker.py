@@ -320,6 +320,9 @@ class _Walk:
             return ForwardCheck(ForwardStatus.FAILED, message + f"; the timing gate could not run: {exc}")
         if verdict.status is not Status.PASSED:
             return ForwardCheck(ForwardStatus.FAILED, message + f"; the timing gate did not pass: {verdict.describe()}")
+        if verdict.unsettled:  # unknown: the forward step is neither verified nor slower
+            return ForwardCheck(ForwardStatus.FAILED,
+                                message + f"; the timing could not be judged: {verdict.describe()}")
         ratio = verdict.profile.get("ratios", {}).get("vs_baseline")
         if not ratio:
             return ForwardCheck(ForwardStatus.FAILED, message + "; the timing gate gave no paired ratio vs the child")

@@ -11,6 +11,7 @@
   const stateUrl = root.dataset.stateUrl;
   const terminal = new Set(["succeeded", "failed", "cancelled"]);
   const OUTCOME_FILL = { faster: "var(--pass)", not_faster: "var(--baseline)", untimed: "var(--compiled)",
+                         unsettled: "var(--notice)",  // passed, but the timing never settled (no decision)
                          rejected: "var(--fail)", gate_error: "var(--error-tone)", not_applicable: "var(--line)",
                          duplicate: "var(--line)", passed_over: "var(--line)" };  // the last three cost no gate call
   let status = "";

@@ -1,0 +1,50 @@
+"""The warm runner's plumbing, on any machine: real sandboxed runner processes. A job the warm runner
+cannot judge cleanly (here: a request naming no kernel, which fails in every runner) is judged again
+by a cold runner, so the outcome is the cold runner's, and the next job gets a fresh warm runner."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from klineage import corpus
+from klineage.gate import execute
+from klineage.gate.policy import GatePolicy
+from klineage.gate.warm import WarmRunner
+
+PROBLEM = Path(corpus.problem_path("row_softmax")).resolve()
+REQUEST = {"mode": "run", "problem": str(PROBLEM), "cases": ["small"], "seeds": [0], "timing_case": "", "kernels": []}
+
+
+def test_a_failed_job_is_judged_again_cold_and_the_next_gets_a_fresh_runner(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the runners' private folders go here
+    policy = GatePolicy(timing=False)
+    cold = execute.run_on_gpu(dict(REQUEST), {}, policy)
+    assert cold.error  # the premise: no runner can judge this request
+    with WarmRunner(PROBLEM) as runner:
+        first = runner.run_on_gpu(dict(REQUEST), {}, policy)
+        assert runner.session is None and runner.started == 1
+        second = runner.run_on_gpu(dict(REQUEST), {}, policy)
+        assert runner.started == 2
+    for outcome in (first, second):
+        assert outcome.error.splitlines()[0] == cold.error.splitlines()[0]
+        assert outcome.findings == cold.findings
+    assert not list(tmp_path.glob("klineage-run-*"))  # every runner's private folder was given back
+
+
+def test_other_problems_and_modes_go_to_a_cold_runner():
+    other = str(Path(corpus.problem_path("gemm")).resolve())
+    with WarmRunner(PROBLEM) as runner:
+        outcome = runner.run_on_gpu({**REQUEST, "problem": other}, {}, GatePolicy(timing=False))
+        assert runner.started == 0 and outcome.error
+
+
+def test_the_gate_cost_summary_compares_mean_seconds_per_candidate():
+    from bench_tools import bench_script
+
+    rows = [{"workload": "gdn", "policy": "timed", "runner": runner, "seconds": seconds, "same_as_cold": same}
+            for runner, seconds, same in [("cold", 105.0, True), ("cold", 101.0, True), ("warm", 96.0, True),
+                                          ("warm", 6.0, False)]]
+    [line] = bench_script("gate_cost").summary(rows)
+    assert (line["cold_s"], line["warm_s"], line["candidates"]) == (103.0, 51.0, 2)
+    assert line["warm_over_cold"] == round(51 / 103, 3) and line["verdicts_agree"] is False
