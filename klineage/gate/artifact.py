@@ -40,7 +40,7 @@ from klineage.errors import DocumentError
 from klineage.features.sass import disassemble
 from klineage.files import write_atomic
 from klineage.gate.compile import CompileResult, preprocessed_markers
-from klineage.gate.static import LIBRARY_HEADER, SCRATCH_HINT, Rule, allowed_header
+from klineage.gate.static import LIBRARY_HEADER, SCRATCH_HINT, Rule, allowed_header, capped
 from klineage.gate.verdict import Finding, Reason
 from klineage.kernel import KernelState
 from klineage.toolchain import Toolchain, find_toolchain
@@ -121,7 +121,7 @@ def artifact_check(state: KernelState, compiled: CompileResult, cache_dir: Path 
             targets = f"{seen.evidence['target']}, {target}" if seen else target
             per_target[key] = ArtifactFinding(finding.rule, finding.message, {**finding.evidence, "target": targets})
     order = list(Rule)
-    report = ArtifactReport(tuple(sorted(per_target.values(), key=lambda f: (order.index(f.rule), f.message))))
+    report = ArtifactReport(capped(sorted(per_target.values(), key=lambda f: (order.index(f.rule), f.message))))
     if path is not None:
         write_atomic(path, json.dumps(report.to_dict(), indent=1, sort_keys=True))
     return report
@@ -146,6 +146,7 @@ def elf_findings(cubin: bytes) -> Iterator[ArtifactFinding]:
     for index, symbol in enumerate(symbols):
         kind, where = symbol["st_info"]["type"], relocations.get(index, "not relocated")
         if raw_other[index] & _STO_CUDA_MANAGED and kind == "STT_OBJECT":
+            in_state.add(symbol["st_shndx"])
             yield ArtifactFinding(Rule.MANAGED_MEMORY, f"symbol '{symbol.name}' is __managed__: memory shared with "
                                                        f"the host that outlives launches; use a [[scratch]] buffer",
                                   {"symbol": symbol.name, "relocation": where})
@@ -197,22 +198,25 @@ def sass_findings(functions: dict[str, list[str]]) -> Iterator[ArtifactFinding]:
 
 def include_findings(markers: list[str], source: str) -> Iterator[ArtifactFinding]:
     """Headers from the preprocessor's line markers: the direct includes of `source` against the
-    allow-list, and every file of the tree against the vendor libraries."""
-    for parent, header in include_edges(markers):
-        name = header_name(header)
+    allow-list, and every file of the tree against the vendor libraries (reported where the tree
+    enters a library, not for every file the library brings)."""
+    for chain, header in include_edges(markers):
+        name, parent = header_name(header), chain[-1] if chain else ""
         if parent == source and not allowed_header(name):
-            yield ArtifactFinding(Rule.INCLUDE, f"the source includes {header}, which is not an allowed header "
+            yield ArtifactFinding(Rule.INCLUDE, f"the source includes <{name}>, which is not an allowed header "
                                                 f"(see docs/kernel-policy.md)", {"header": header})
         library = _library_path(header)
-        if library:
-            yield ArtifactFinding(Rule.LIBRARY_DELEGATION, f"{header} (included by {parent}) belongs to a vendor "
-                                                           f"library ({library}): the kernel must do the work itself",
+        if library and not any(_library_path(outer) for outer in chain):
+            yield ArtifactFinding(Rule.LIBRARY_DELEGATION, f"<{name}> (included by {header_name(parent)}) belongs to "
+                                                           f"a vendor library ({library}): the kernel must do the "
+                                                           f"work itself",
                                   {"header": header, "included_by": parent})
 
 
-def include_edges(markers: list[str]) -> list[tuple[str, str]]:
-    """(includer, included) for every file the preprocessor entered, from gcc's line markers:
-    flag 1 enters a file, flag 2 returns to one, a marker without flags moves within one."""
+def include_edges(markers: list[str]) -> list[tuple[tuple[str, ...], str]]:
+    """(the chain of includers, outermost first; the included file) for every file the
+    preprocessor entered, from gcc's line markers: flag 1 enters a file, flag 2 returns to one, a
+    marker without flags moves within one."""
     stack: list[str] = []
     edges = []
     for line in markers:
@@ -221,7 +225,7 @@ def include_edges(markers: list[str]) -> list[tuple[str, str]]:
             continue
         name, flags = re.sub(r"\\(.)", r"\1", match.group(1)), match.group(2).split()
         if "1" in flags:
-            edges.append((stack[-1] if stack else "", name))
+            edges.append((tuple(stack), name))
             stack.append(name)
         elif "2" in flags:
             while stack and stack[-1] != name:

@@ -135,11 +135,12 @@ def static_check(state: KernelState) -> StaticReport:
     context = _Context(state, parsed, (_Code(parsed), *macros))
     findings = {finding for check in _CHECKS for finding in check(context)}
     order = list(Rule)
-    return StaticReport(_capped(sorted(findings, key=lambda f: (order.index(f.rule), f.line, f.message))))
+    return StaticReport(capped(sorted(findings, key=lambda f: (order.index(f.rule), f.line, f.message))))
 
 
-def _capped(findings: list[StaticFinding]) -> tuple[StaticFinding, ...]:
-    kept: list[StaticFinding] = []
+def capped(findings: list[Any]) -> tuple[Any, ...]:
+    """At most MAX_PER_RULE findings of each rule (findings sorted by rule; static or artifact ones)."""
+    kept: list[Any] = []
     for _, group in groupby(findings, key=lambda f: f.rule):
         group = list(group)
         kept += group[:MAX_PER_RULE]
