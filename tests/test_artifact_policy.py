@@ -109,7 +109,7 @@ def test_the_artifact_check_names_the_rule_and_its_evidence(cache_dir, name):
     report = artifact_check(state, compile_kernel(state, cache_dir), cache_dir)
     found = [f for f in report.findings if f.rule is RULES[name]]
     assert found, report.findings
-    assert EVIDENCE[RULES[name]] <= set(found[0].evidence) and found[0].evidence["target"] == "sm_90a"
+    assert EVIDENCE[RULES[name]] <= set(found[0].evidence) and found[0].evidence["target"] == "sm_90, sm_90a"
     assert ArtifactReport.from_dict(report.to_dict()) == report
 
 
