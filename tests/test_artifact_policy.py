@@ -19,7 +19,7 @@ from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
 from klineage.gate.nvcc_flags import refused_flags
 from klineage.gate.pipeline import run_gate
-from klineage.gate.static import Rule
+from klineage.gate.static import Rule, static_check
 from klineage.gate.verdict import Reason, Status
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
@@ -169,3 +169,15 @@ def test_include_edges_follow_the_preprocessors_line_markers():
     findings = list(include_findings(markers, "kernel.cu"))
     assert [(f.rule, f.evidence["header"]) for f in findings] == [
         (Rule.INCLUDE, "/cuda/include/cccl/cub/cub.cuh"), (Rule.LIBRARY_DELEGATION, "/cuda/include/cccl/cub/cub.cuh")]
+
+
+def test_a_name_with_a_dollar_is_refused_at_the_source():
+    """printf's format strings are `$str` symbols, which the artifact check lets through in a
+    module that prints; a C++ name with '$' could take that name, so the source check refuses '$'
+    outside comments and literals."""
+    plan = LaunchPlan.from_toml('name = "k"\nproblem = "p"\n[[launch]]\nentry = "k"\ngrid = [1]\nblock = [32]\n'
+                                'args = ["y"]\n')
+    source = ('// costs $0\n__attribute__((device)) char $str[8] = "a$";\n'
+              'extern "C" __global__ void k(char* y) { $str[0]++; y[0] = $str[0]; printf("$"); }\n')
+    findings = static_check(KernelState(source=source, plan=plan)).findings
+    assert [(f.rule, f.line) for f in findings] == [(Rule.PREPROCESSOR_TRICK, 2)]

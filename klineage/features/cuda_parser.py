@@ -157,9 +157,9 @@ def _parse_view(data: bytes) -> bytes:
     comment or a literal stays, and so does one whose parentheses do not close on the same line
     without a `;`, `{` or `}` (the grammar then sees it as written, and fails closed)."""
     view = bytearray(data)
-    hidden = _comments_and_literals(data)
+    hidden = comments_and_literals(data)
     for match in _UNPARSED_ATTRIBUTE.finditer(data):
-        if _inside(hidden, match.start()):
+        if inside(hidden, match.start()):
             continue
         depth, end = 0, match.end() - 1
         while end < len(data) and data[end] not in b"\n;{}":
@@ -175,13 +175,13 @@ def _parse_view(data: bytes) -> bytes:
 _HIDDEN = re.compile(rb'//(?:[^\n\\]|\\.)*|/\*.*?(?:\*/|\Z)|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'', re.DOTALL)
 
 
-def _comments_and_literals(data: bytes) -> list[tuple[int, int]]:
+def comments_and_literals(data: bytes) -> list[tuple[int, int]]:
     """(start, end) of every comment, string and character literal, in order. A `//` comment runs on
     past a backslash-newline, as the preprocessor splices it."""
     return [match.span() for match in _HIDDEN.finditer(data)]
 
 
-def _inside(spans: list[tuple[int, int]], offset: int) -> bool:
+def inside(spans: list[tuple[int, int]], offset: int) -> bool:
     index = bisect.bisect_right(spans, (offset, 1 << 62)) - 1
     return index >= 0 and spans[index][0] <= offset < spans[index][1]
 

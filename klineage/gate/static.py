@@ -351,6 +351,16 @@ def _pragmas(context: _Context) -> Iterator[StaticFinding]:
 
 
 def _preprocessor_tricks(context: _Context) -> Iterator[StaticFinding]:
+    data = context.parsed.data
+    hidden = cp.comments_and_literals(data)
+    dollar = data.find(b"$")
+    while dollar != -1 and cp.inside(hidden, dollar):
+        dollar = data.find(b"$", dollar + 1)
+    if dollar != -1:  # printf's format strings are `$str` symbols, which the artifact check lets through
+        yield StaticFinding(Rule.PREPROCESSOR_TRICK, "'$' in a name (a compiler extension) can take the name of a "
+                                                     "symbol the compiler makes, such as printf's format strings "
+                                                     "($str); write names without '$'",
+                            data.count(b"\n", 0, dollar) + 1)
     for node in cp.nodes_of_type(context.parsed.root, "preproc_include"):
         path = node.child_by_field_name("path")
         if path.type not in ("string_literal", "system_lib_string"):
