@@ -127,7 +127,9 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
         return finish(Status.REJECTED, [Finding(Reason.COMPILE_ERROR, "compile", _first_error(compiled.log),
                                                 evidence={"log": compiled.log[-4000:]})],
                       static=report.to_dict(), compile=compiled.portable_dict())
+    clock = time.monotonic()
     artifact = artifact_check(kernel, compiled, config.cache_dir())  # the policy on what nvcc produced
+    timings["artifact"] = time.monotonic() - clock
     if not artifact.ok:
         return finish(Status.REJECTED, [artifact.finding()], static=report.to_dict(), compile=compiled.portable_dict())
 
