@@ -46,6 +46,28 @@ EXPECTED_REASONS = {
     "modify_input": "input_modified",
     "low_precision": "incorrect",
     "hidden_library": "static_check",
+    # the evasion suite of the kernel policy on the artifact (tests/test_artifact_policy.py)
+    "copy_out_of_bounds": "out_of_bounds_write",
+    "evade_align_comment": "static_check",
+    "evade_attribute_device": "static_check",
+    "evade_attribute_managed": "static_check",
+    "evade_const_cast": "static_check",
+    "evade_device_malloc": "static_check",
+    "evade_flag_device": "static_check",
+    "evade_flag_pragma": "static_check",
+    "evade_flag_timer": "static_check",
+    "evade_include_splice": "static_check",
+    "evade_location_device": "static_check",
+    "evade_macro_device": "static_check",
+    "evade_ptx_global": "static_check",
+    "evade_static_local": "static_check",
+    "evade_timer_hex_escape": "static_check",
+    "evade_timer_line_splice": "static_check",
+    "evade_timer_octal_escape": "static_check",
+    "evade_timer_stringize": "static_check",
+    "evade_timer_unicode_escape": "static_check",
+    "plan_wrong_arity": "plan_error",
+    "plan_wrong_size": "plan_error",
 }
 
 

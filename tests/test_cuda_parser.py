@@ -16,6 +16,24 @@ def test_parse_is_cached_and_reads_text_from_the_original():
     assert parsed.text(declaration) == "__shared__ __align__(16) float s[4];"
 
 
+def test_attributes_are_blanked_only_in_code_and_never_across_lines():
+    """An `__align__(` in a comment once blanked everything up to the next `)`, hiding the code
+    between (issue 28): only an attribute in code, closed on its own line, is blanked."""
+    hidden = "__device__ float g_cache[64];"
+    source = f"// pack as __align__(\n{hidden}\n// )\n__global__ void k(float* y) {{ y[0] = g_cache[0]; }}\n"
+    view = cp._parse_view(source.encode()).decode()
+    assert hidden in view
+    (declaration,) = [d for d in cp.declarations(source) if d.name == "g_cache"]
+    assert "__device__" in declaration.specifiers
+    in_string = 'const char* s = "__align__(";\n' + hidden + "\n"
+    assert hidden in cp._parse_view(in_string.encode()).decode()
+    spliced = "// note \\\n__align__(\n" + hidden + "\n)\n"  # a // comment runs on past a line splice
+    assert hidden in cp._parse_view(spliced.encode()).decode()
+    open_in_code = "struct __align__(\n16) V { float a; };\n" + hidden + "\n"
+    assert cp._parse_view(open_in_code.encode()).decode() == open_in_code  # left to the grammar, which fails closed
+    assert cp._parse_view(b"struct __align__(16) V {};") == b"struct               V {};"
+
+
 def test_clean_source_has_no_syntax_errors():
     assert cp.syntax_errors(FIXTURE.read_text()) == []
 

@@ -8,6 +8,7 @@ Lines are 1-based; nodes keep their byte offsets into the UTF-8 source, so a rew
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 from dataclasses import dataclass, field
@@ -152,16 +153,37 @@ def parse_fragment(code: str) -> ParsedSource:
 
 
 def _parse_view(data: bytes) -> bytes:
+    """`data` with each attribute macro's `name(args)` blanked, where it is code: an occurrence in a
+    comment or a literal stays, and so does one whose parentheses do not close on the same line
+    without a `;`, `{` or `}` (the grammar then sees it as written, and fails closed)."""
     view = bytearray(data)
+    hidden = comments_and_literals(data)
     for match in _UNPARSED_ATTRIBUTE.finditer(data):
+        if inside(hidden, match.start()):
+            continue
         depth, end = 0, match.end() - 1
-        while end < len(data):
+        while end < len(data) and data[end] not in b"\n;{}":
             depth += {40: 1, 41: -1}.get(data[end], 0)  # ( and )
             end += 1
             if depth == 0:
                 break
-        view[match.start():end] = bytes(b if b == 10 else 32 for b in data[match.start():end])
+        if depth == 0:
+            view[match.start():end] = b" " * (end - match.start())
     return bytes(view)
+
+
+_HIDDEN = re.compile(rb'//(?:[^\n\\]|\\.)*|/\*.*?(?:\*/|\Z)|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'', re.DOTALL)
+
+
+def comments_and_literals(data: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every comment, string and character literal, in order. A `//` comment runs on
+    past a backslash-newline, as the preprocessor splices it."""
+    return [match.span() for match in _HIDDEN.finditer(data)]
+
+
+def inside(spans: list[tuple[int, int]], offset: int) -> bool:
+    index = bisect.bisect_right(spans, (offset, 1 << 62)) - 1
+    return index >= 0 and spans[index][0] <= offset < spans[index][1]
 
 
 @cache

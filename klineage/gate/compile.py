@@ -28,6 +28,7 @@ from typing import Any
 from klineage import config
 from klineage.errors import DocumentError, ToolchainError
 from klineage.fingerprint import normalize_source, sha256_bytes, sha256_json
+from klineage.gate.nvcc_flags import refusal, refused_flags
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.toolchain import Toolchain, demangle, find_toolchain, run_tool
@@ -194,9 +195,41 @@ def _one_compile_of(folder: Path) -> Iterator[None]:
 
 
 def nvcc_flags(plan: LaunchPlan) -> tuple[str, ...]:
-    """Every nvcc flag but the per-target -gencode, source and output."""
+    """Every nvcc flag but the per-target -gencode, source and output. A flag outside the
+    allow-list never reaches nvcc, whoever asks for the compile (DocumentError)."""
+    for flag in refused_flags(plan.nvcc_flags):
+        raise DocumentError(f"launch plan '{plan.name}'", refusal(flag))
     own_opt = any(f.startswith("-O") for f in plan.nvcc_flags)
     return (*BASE_FLAGS, *(() if own_opt else (DEFAULT_OPT,)), *plan.nvcc_flags)
+
+
+def preprocessed_markers(state: KernelState, toolchain: Toolchain | None = None,
+                         timeout_s: float | None = None) -> dict[str, list[str]]:
+    """Per target, the line markers (`# 1 "/path/header.h" 1 3`) of nvcc's own device-side
+    preprocessing of the state, with the flags its compile uses: the include tree as the
+    compiler walked it, whatever the source's spelling."""
+    timeout_s = config.compile_timeout_s() if timeout_s is None else timeout_s
+    toolchain = toolchain or find_toolchain()
+    targets = ARCH_TARGETS[state.plan.arch]
+    flags = tuple(f for f in nvcc_flags(state.plan) if f not in _NOT_PREPROCESSING) + ("-E",)
+    with _work_folder(f"E-{uuid.uuid4().hex}") as work:
+        source = Path(state.plan.source).name
+        (work / source).write_text(normalize_source(state.source), encoding="utf-8")
+        codes = _run_nvcc(toolchain, flags, targets, source, work, timeout_s, suffix="ii")
+        if codes is None:
+            raise ToolchainError(f"nvcc -E ran past {timeout_s:g} s")
+        failed = [t for t in targets if codes[t] != 0]
+        if failed:
+            raise ToolchainError(f"nvcc -E failed for {failed[0]} though the compile passed: "
+                                 f"{_read_capped(work / f'{failed[0]}.log', LOG_LIMIT)}")
+        markers = {}
+        for target in targets:
+            with open(work / f"{target}.ii", encoding="utf-8", errors="replace") as text:
+                markers[target] = [line.rstrip("\n") for line in text if line.startswith("# ")]
+        return markers
+
+
+_NOT_PREPROCESSING = ("-cubin", "-Xptxas", "-v", "-lineinfo")  # BASE_FLAGS that concern code generation only
 
 
 def gencode(target: str) -> str:
@@ -297,15 +330,16 @@ def _work_folder(key: str) -> Iterator[Path]:
 
 
 def _run_nvcc(toolchain: Toolchain, flags: tuple[str, ...], targets: tuple[str, ...], source: str,
-              work: Path, timeout_s: float) -> dict[str, int] | None:
-    """Run one nvcc per target at once (nvcc -cubin takes a single target); None on timeout."""
+              work: Path, timeout_s: float, suffix: str = "cubin") -> dict[str, int] | None:
+    """Run one nvcc per target at once (nvcc -cubin takes a single target), writing
+    `<target>.<suffix>`; None on timeout."""
     env = toolchain.environment(work)
     procs = {}
     for target in targets:
         with open(work / f"{target}.log", "wb") as log:
             procs[target] = subprocess.Popen(
                 # -x cu: the plan's file name need not end in .cu
-                [toolchain.nvcc, *flags, gencode(target), "-x", "cu", source, "-o", f"{target}.cubin"],
+                [toolchain.nvcc, *flags, gencode(target), "-x", "cu", source, "-o", f"{target}.{suffix}"],
                 cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)  # its own process group, so cicc and ptxas die with it
     deadline = time.monotonic() + timeout_s

@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from klineage.launch import TENSOR_MAP_DTYPES, TENSOR_MAP_L2_PROMOTIONS, TENSOR_MAP_SWIZZLES, TensorMap
+from klineage.errors import DocumentError
+from klineage.launch import TENSOR_MAP_DTYPES, TENSOR_MAP_L2_PROMOTIONS, TENSOR_MAP_SWIZZLES, Arg, ArgKind, TensorMap
 
 TENSOR_MAP_BYTES = 128  # sizeof(CUtensorMap)
 TENSOR_MAP_ALIGN = 64  # the alignment cuTensorMapEncodeTiled and a __grid_constant__ parameter need
@@ -100,6 +101,38 @@ def _parse_info(records: bytes) -> KernelParameters | None:
         return None
     ordered = [params[i] for i in range(len(params))]
     return KernelParameters(tuple(o for o, _ in ordered), tuple(s for _, s in ordered), total)
+
+
+def check_arguments(args: Sequence[Arg], declared: KernelParameters | None, entry: str) -> None:
+    """A plan's arguments for `entry` must match the parameters its cubin declares, one for one and
+    in size: otherwise the launch would pack them anyway and the kernel would read garbage.
+    DocumentError names the first argument that does not fit."""
+    where = f"launch of '{entry}'"
+    if declared is None:
+        if args:
+            raise DocumentError(where, f"the plan passes {len(args)} arguments, but the cubin declares no "
+                                       f"parameters for this entry")
+        return
+    if len(args) != len(declared.sizes):
+        extra = (f"; argument {len(declared.sizes)} ({_described(args[len(declared.sizes)])}) has no parameter"
+                 if len(args) > len(declared.sizes) else f"; parameter {len(args)} gets no argument")
+        raise DocumentError(where, f"the plan passes {len(args)} arguments; the kernel declares "
+                                   f"{len(declared.sizes)} parameters of {list(declared.sizes)} bytes{extra}")
+    for index, (arg, size) in enumerate(zip(args, declared.sizes)):
+        given = PARAMETER_ABI[_abi_kind(arg)][0]
+        if given != size:
+            raise DocumentError(where, f"argument {index} ({_described(arg)}) is {given} bytes; the kernel's "
+                                       f"parameter {index} is {size} bytes")
+
+
+def _abi_kind(arg: Arg) -> str:
+    return arg.type if arg.kind is ArgKind.SCALAR else arg.kind.value
+
+
+def _described(arg: Arg) -> str:
+    if arg.kind is ArgKind.SCALAR:
+        return f"scalar {arg.value!r} of type {arg.type}"
+    return f"{'buffer' if arg.kind is ArgKind.BUFFER else 'tensor map over'} '{arg.name}'"
 
 
 @dataclass(frozen=True)

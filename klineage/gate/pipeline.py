@@ -20,8 +20,10 @@ from klineage.fingerprint import sha256_bytes
 from klineage.features.sass import sass_features
 from klineage.features.source import source_features
 from klineage.gate import execute
+from klineage.gate.artifact import artifact_check
 from klineage.gate.cache import GateCache, verdict_key
 from klineage.gate.compile import CompileResult, CompileStatus, compile_kernel, resolve_entry
+from klineage.gate.params import check_arguments, read_kernel_parameters
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.static import static_check
 from klineage.gate.timing import PairedRatio, Settlement
@@ -135,6 +137,11 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
         return finish(Status.REJECTED, [Finding(Reason.COMPILE_ERROR, "compile", _first_error(compiled.log),
                                                 evidence={"log": compiled.log[-4000:]})],
                       static=report.to_dict(), compile=compiled.portable_dict())
+    clock = time.monotonic()
+    artifact = artifact_check(kernel, compiled, config.cache_dir())  # the policy on what nvcc produced
+    timings["artifact"] = time.monotonic() - clock
+    if not artifact.ok:
+        return finish(Status.REJECTED, [artifact.finding()], static=report.to_dict(), compile=compiled.portable_dict())
 
     progress("features", "source and SASS features")
     clock = time.monotonic()
@@ -250,6 +257,8 @@ def contender(role: str, state: KernelState, compiled: CompileResult, probe, cas
     try:
         for launch in state.plan.launches:
             entries[launch.entry] = resolve_entry(compiled, launch.entry)
+            declared = read_kernel_parameters(compiled.cubin_bytes(state.plan.arch), entries[launch.entry])
+            check_arguments(launch.args, declared, launch.entry)
             static_shared[launch.entry] = compiled.static_shared(launch.entry)
         for case_name in cases:
             params = dict(probe.info.case(case_name).params)

@@ -19,6 +19,7 @@ from tree_sitter import Node
 
 from klineage.errors import DocumentError
 from klineage.features import cuda_parser as cp
+from klineage.gate.nvcc_flags import refusal, refused_flags
 from klineage.kernel import KernelState
 
 MAX_BYTES = 512 * 1024
@@ -35,13 +36,13 @@ ALLOWED_PRAGMAS = ("unroll", "nounroll")
 _LIBRARY_PREFIXES = {"cublas": "cuBLAS", "cudnn": "cuDNN"}
 _LIBRARY_NAMESPACES = {"cutlass": "CUTLASS", "cute": "CuTe", "thrust": "Thrust", "torch": "PyTorch",
                        "at": "ATen", "c10": "PyTorch", "triton": "Triton"}
-_LIBRARY_HEADER = re.compile(
+LIBRARY_HEADER = re.compile(
     r"(?i)^(?:cublas|cudnn|cutlass/|cute/|thrust/|torch/|aten/|c10/|triton|cub/device/|cub/cub\.cuh)")
 _HOST_RUNTIME = re.compile(
     r"cudaLaunchDevice|cudaLaunchKernel\w*|cudaLaunchCooperativeKernel\w*|cudaStreamCreate\w*|cudaMalloc\w*"
     r"|cudaFree\w*|cudaMemcpy\w*|cudaMemset\w*|cudaDeviceSynchronize|cudaGraph\w*|cudaGetParameterBuffer\w*")
 _TOKENS = "[(identifier) (type_identifier) (namespace_identifier) (field_identifier)] @token"
-_SCRATCH_HINT = ("state that outlives a launch lets a kernel reuse results between calls; "
+SCRATCH_HINT = ("state that outlives a launch lets a kernel reuse results between calls; "
                  "declare a [[scratch]] buffer in the launch plan instead")
 
 
@@ -50,6 +51,7 @@ class Rule(StrEnum):
     SYNTAX = "syntax"
     GLOBAL_FUNCTION = "global_function"
     PLAN_ENTRY = "plan_entry"
+    NVCC_FLAG = "nvcc_flag"
     INCLUDE = "include"
     LIBRARY_DELEGATION = "library_delegation"
     HOST_RUNTIME = "host_runtime"
@@ -58,6 +60,7 @@ class Rule(StrEnum):
     MANAGED_MEMORY = "managed_memory"
     PRAGMA = "pragma"
     PREPROCESSOR_TRICK = "preprocessor_trick"
+    EXTERN_CALL = "extern_call"  # found on the artifact only: a call the cubin leaves to the driver to link
 
 
 @dataclass(frozen=True)
@@ -132,11 +135,12 @@ def static_check(state: KernelState) -> StaticReport:
     context = _Context(state, parsed, (_Code(parsed), *macros))
     findings = {finding for check in _CHECKS for finding in check(context)}
     order = list(Rule)
-    return StaticReport(_capped(sorted(findings, key=lambda f: (order.index(f.rule), f.line, f.message))))
+    return StaticReport(capped(sorted(findings, key=lambda f: (order.index(f.rule), f.line, f.message))))
 
 
-def _capped(findings: list[StaticFinding]) -> tuple[StaticFinding, ...]:
-    kept: list[StaticFinding] = []
+def capped(findings: list[Any]) -> tuple[Any, ...]:
+    """At most MAX_PER_RULE findings of each rule (findings sorted by rule; static or artifact ones)."""
+    kept: list[Any] = []
     for _, group in groupby(findings, key=lambda f: f.rule):
         group = list(group)
         kept += group[:MAX_PER_RULE]
@@ -224,6 +228,11 @@ def _strip_bracketed(text: str, opening: str, closing: str) -> str:
     return text
 
 
+def _nvcc_flags(context: _Context) -> Iterator[StaticFinding]:
+    for flag in refused_flags(context.state.plan.nvcc_flags):
+        yield StaticFinding(Rule.NVCC_FLAG, refusal(flag))
+
+
 def _includes(context: _Context) -> Iterator[StaticFinding]:
     for node in cp.nodes_of_type(context.parsed.root, "preproc_include", "preproc_call"):
         line = node.start_point.row + 1
@@ -237,13 +246,13 @@ def _includes(context: _Context) -> Iterator[StaticFinding]:
         if path.type == "string_literal":
             yield StaticFinding(Rule.INCLUDE, f"#include {text} reads a local file; a kernel is one self-contained "
                                               f"source (CUDA headers are included with angle brackets)", line)
-        elif path.type == "system_lib_string" and not _allowed_header(text[1:-1].strip()):
+        elif path.type == "system_lib_string" and not allowed_header(text[1:-1].strip()):
             yield StaticFinding(Rule.INCLUDE, f"#include {text} is not an allowed header (allowed: "
                                               f"{', '.join(sorted(ALLOWED_INCLUDES))}, and the headers under "
                                               f"{', '.join(ALLOWED_INCLUDE_DIRS)})", line)
 
 
-def _allowed_header(path: str) -> bool:
+def allowed_header(path: str) -> bool:
     if ".." in path:
         return False
     return path in ALLOWED_INCLUDES or (path.startswith(ALLOWED_INCLUDE_DIRS) and not path.endswith("/"))
@@ -256,7 +265,7 @@ def _library_delegation(context: _Context) -> Iterator[StaticFinding]:
 
     for node in cp.nodes_of_type(context.parsed.root, "preproc_include"):
         path = context.parsed.text(node.child_by_field_name("path")).strip('<>"')
-        if _LIBRARY_HEADER.match(path):
+        if LIBRARY_HEADER.match(path):
             yield finding(path.split("/")[0].split(".")[0], f"#include <{path}>", node.start_point.row + 1)
     for code in context.code:
         for node in code.tokens():
@@ -319,7 +328,7 @@ def _device_state(context: _Context) -> Iterator[StaticFinding]:
                 what = f"static local variable '{declaration.name}'"
             else:
                 continue
-            yield StaticFinding(Rule.DEVICE_STATE, f"{what}{code.where()}: {_SCRATCH_HINT}",
+            yield StaticFinding(Rule.DEVICE_STATE, f"{what}{code.where()}: {SCRATCH_HINT}",
                                 code.line(declaration.node))
 
 
@@ -342,6 +351,16 @@ def _pragmas(context: _Context) -> Iterator[StaticFinding]:
 
 
 def _preprocessor_tricks(context: _Context) -> Iterator[StaticFinding]:
+    data = context.parsed.data
+    hidden = cp.comments_and_literals(data)
+    dollar = data.find(b"$")
+    while dollar != -1 and cp.inside(hidden, dollar):
+        dollar = data.find(b"$", dollar + 1)
+    if dollar != -1:  # printf's format strings are `$str` symbols, which the artifact check lets through
+        yield StaticFinding(Rule.PREPROCESSOR_TRICK, "'$' in a name (a compiler extension) can take the name of a "
+                                                     "symbol the compiler makes, such as printf's format strings "
+                                                     "($str); write names without '$'",
+                            data.count(b"\n", 0, dollar) + 1)
     for node in cp.nodes_of_type(context.parsed.root, "preproc_include"):
         path = node.child_by_field_name("path")
         if path.type not in ("string_literal", "system_lib_string"):
@@ -361,6 +380,6 @@ def _preprocessor_tricks(context: _Context) -> Iterator[StaticFinding]:
 
 
 _CHECKS: tuple[Callable[[_Context], Iterator[StaticFinding]], ...] = (
-    _syntax, _global_function, _plan_entries, _includes, _library_delegation, _host_runtime, _timer,
+    _syntax, _global_function, _plan_entries, _nvcc_flags, _includes, _library_delegation, _host_runtime, _timer,
     _device_state, _managed_memory, _pragmas, _preprocessor_tricks,
 )
