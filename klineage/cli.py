@@ -84,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from klineage.gate.policy import Sanitize
     from klineage.gate.pipeline import run_gate
+    from klineage.gate.policy import Sanitize
+    from klineage.gate.verdict import Reason
     from klineage.report import print_verdict, progress_display
 
     mode = GateMode.COMPILE_ONLY if args.compile_only else config.gate_mode(GateMode(args.gate) if args.gate else None)
@@ -101,6 +102,10 @@ def _gate(args: argparse.Namespace) -> int:
         print(json.dumps(verdict.to_dict(), indent=1))
     else:
         print_verdict(verdict)
+    if verdict.findings and verdict.findings[0].reason is Reason.PLAN_ERROR:
+        # The plan given cannot be evaluated: bad input (exit 2), not a kernel the gate judged.
+        print(f"error: the launch plan cannot be evaluated: {verdict.findings[0].message}", file=sys.stderr)
+        return 2
     return 0 if verdict.status.value in ("passed", "compiled") else 1
 
 
