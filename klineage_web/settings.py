@@ -121,6 +121,7 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # and `manage.py serve`) under hashed names with year-long caching, and the source folders' files too,
 # so a checkout that never collected still works (klineage_web/staticfiles.py).
 STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns about a missing one; the data dir exists (env.load)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "klineage_web.staticfiles.HashedWhenCollected"},
