@@ -308,7 +308,8 @@ def reap(now: datetime | None = None) -> ReapReport:
     """Requeue running jobs whose lease expired before `now` (their worker is gone), or fail them
     once they have used max_attempts; a job whose cancel was requested is cancelled instead."""
     now = now or _now()
-    return _reap(Job.objects.filter(status=Job.Status.RUNNING, lease_expires_at__lt=now), now, "lease of {who} expired")
+    return _reap(Job.objects.filter(status=Job.Status.RUNNING, lease_expires_at__lt=now), now,
+                 requeued="lease of {who} expired", failed="lease expired after {tried} attempts (last worker {who})")
 
 
 def reap_worker(worker_id: str, now: datetime | None = None) -> ReapReport:
@@ -316,10 +317,13 @@ def reap_worker(worker_id: str, now: datetime | None = None) -> ReapReport:
     rather than when its lease runs out; the worker is marked stopped."""
     now = now or _now()
     worker_stopped(worker_id)
-    return _reap(Job.objects.filter(status=Job.Status.RUNNING, worker_id=worker_id), now, "worker {who} died")
+    return _reap(Job.objects.filter(status=Job.Status.RUNNING, worker_id=worker_id), now,
+                 requeued="worker {who} died", failed="worker {who} died on attempt {tried}, the last allowed")
 
 
-def _reap(running, now: datetime, cause: str) -> ReapReport:
+def _reap(running, now: datetime, *, requeued: str, failed: str) -> ReapReport:
+    """Requeue, fail or cancel the `running` jobs; the log says why in words formatted with the job's
+    worker (`who`) and attempts used (`tried`)."""
     report = ReapReport()
     rows = running.values("id", "worker_id", "attempts", "max_attempts", "cancel_requested", "needs")
     for row in list(rows):
@@ -333,10 +337,10 @@ def _reap(running, now: datetime, cause: str) -> ReapReport:
         elif tried < most:
             done = retrying(lambda: still.update(
                 status=Job.Status.QUEUED, worker_id="", lease_expires_at=None, heartbeat_at=None,
-                log=_append(f"{cause.format(who=who)}; queued again (attempt {tried} of {most} used)", now)))
+                log=_append(f"{requeued.format(who=who)}; queued again (attempt {tried} of {most} used)", now)))
             target = report.requeued
         else:
-            reason = f"{cause.format(who=who)} after {tried} attempts"
+            reason = failed.format(who=who, tried=tried)
             done = retrying(lambda: still.update(status=Job.Status.FAILED, error=reason, finished_at=now,
                                                  lease_expires_at=None, log=_append(reason, now)))
             target = report.failed

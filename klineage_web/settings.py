@@ -117,9 +117,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-# WhiteNoise serves static files from inside Django: collected ones (`collectstatic`, run by `make run`
-# and `manage.py serve`) under hashed names with year-long caching, and the source folders' files too,
-# so a checkout that never collected still works (klineage_web/staticfiles.py).
+# WhiteNoise serves static files from inside Django: collected ones (`collectstatic`, run by `make run`)
+# under hashed names with year-long caching, and the source folders' files too, so a checkout that never
+# collected still works (klineage_web/staticfiles.py).
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns about a missing one; the data dir exists (env.load)
 STORAGES = {

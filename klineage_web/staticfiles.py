@@ -1,6 +1,6 @@
 """Static files: hashed, compressed names once `collectstatic` has run, the sources' own names before.
 
-`make run` and `manage.py serve` run collectstatic, so pages link `klineage.<hash>.css` (cached for a
+`make run` runs collectstatic, so pages link `klineage.<hash>.css` (cached for a
 year, served pre-compressed by WhiteNoise). Without a collected manifest (a fresh checkout, the test
 suite), or with one older than a source file (a stale collect would point pages at old CSS), pages
 link the plain names, which WhiteNoise serves from the source folders (WHITENOISE_USE_FINDERS).
@@ -20,8 +20,7 @@ class HashedWhenCollected(CompressedManifestStaticFilesStorage):
         return (paths, digest) if paths and self.collected_is_current() else ({}, "")
 
     def collected_is_current(self) -> bool:
-        """Whether `collectstatic` ran since the last change to a source file (it takes seconds: the
-        serve command runs it only when this is false)."""
+        """Whether `collectstatic` ran since the last change to a source file."""
         manifest = Path(self.path(self.manifest_name))
         return manifest.is_file() and _newest_source() <= manifest.stat().st_mtime
 

@@ -103,12 +103,6 @@ class Command(BaseCommand):
         parser.add_argument("addrport", nargs="?", default="127.0.0.1:8000")
 
     def handle(self, *args, addrport: str, **options):
-        from django.contrib.staticfiles.storage import staticfiles_storage
-
-        # Hashed, compressed static files (klineage_web/staticfiles.py), collected again when a source changed.
-        if not staticfiles_storage.collected_is_current():
-            self.stdout.write("collecting static files (hashed names, compressed copies)...")
-            call_command("collectstatic", interactive=False, verbosity=0)
         try:
             gpu = ["--gpu", "0"] if gpu_name() else []
         except KLineageError:
