@@ -31,6 +31,11 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from web_server import gate_workers, send_until_answered, wait_for  # noqa: E402
+
 PASSWORD = "probe-password-for-olga-1"
 HUGE = 600 * 1024 * 1024
 SEND_CAP = 64 * 1024 * 1024  # the 600 MB probe never sends more than this
@@ -79,16 +84,7 @@ class Instance:
             self.server.kill()
 
     def workers(self) -> list[int]:
-        found = []
-        for status in Path("/proc").glob("[0-9]*/status"):
-            try:
-                text = status.read_text()
-                cmdline = (status.parent / "cmdline").read_text()
-            except OSError:
-                continue
-            if f"PPid:\t{self.server.pid}\n" in text and "gate_worker" in cmdline and "zombie" not in text:
-                found.append(int(status.parent.name))
-        return found
+        return gate_workers(self.server.pid)
 
 
 def _row(attack: str, expected: str, outcome: str, passed: bool) -> dict:
@@ -139,31 +135,7 @@ def probe_login(instance: Instance) -> dict:
 
 def _send_until_answered(instance: Instance, head: bytes, piece: bytes) -> tuple[int, bytes, float]:
     started = time.monotonic()
-    with socket.create_connection(("127.0.0.1", instance.port), timeout=10) as sock:
-        sock.sendall(head)
-        sock.setblocking(False)
-        sent, answer = 0, b""
-        while sent < SEND_CAP and time.monotonic() - started < 60:
-            try:
-                answer = sock.recv(65536)
-                break
-            except BlockingIOError:
-                pass
-            try:
-                sent += sock.send(piece)
-            except BlockingIOError:
-                time.sleep(0.005)
-            except OSError:
-                break
-        sock.settimeout(10)
-        try:
-            while b"\r\n\r\n" not in answer:
-                more = sock.recv(65536)
-                if not more:
-                    break
-                answer += more
-        except OSError:
-            pass
+    sent, answer = send_until_answered(instance.port, head, piece, cap=SEND_CAP)
     return sent, answer, time.monotonic() - started
 
 
@@ -211,7 +183,8 @@ def probe_plan(instance: Instance, token: str) -> list[dict]:
     plan = plan.replace('grid = ["rows"]', 'grid = ["(-8)**0.5"]')
     boundary = "klineageprobe"
     parts = []
-    for field, name, data in (("source", "kernel.cu", (kernel / "kernel.cu").read_text()), ("plan", "launch.toml", plan)):
+    files = (("source", "kernel.cu", (kernel / "kernel.cu").read_text()), ("plan", "launch.toml", plan))
+    for field, name, data in files:
         parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{field}"; filename="{name}"\r\n'
                      f"Content-Type: text/plain\r\n\r\n{data}\r\n")
     body = ("".join(parts) + f"--{boundary}--\r\n").encode()
@@ -235,12 +208,12 @@ def probe_worker_kill(instance: Instance) -> dict:
     from gate_app import queue
     from gate_app.models import Job
 
-    first = _wait(instance.workers, 60)
+    first = wait_for(instance.workers, 60)
     job_id = queue.enqueue("sleep", {"seconds": 3}).pk
-    running = _wait(lambda: Job.objects.filter(pk=job_id, status="running").first(), 60)
+    running = wait_for(lambda: Job.objects.filter(pk=job_id, status="running").first(), 60)
     os.kill(first[0], signal.SIGKILL)
     killed = time.monotonic()
-    done = _wait(lambda: Job.objects.filter(pk=job_id, status__in=Job.TERMINAL).first(), 90)
+    done = wait_for(lambda: Job.objects.filter(pk=job_id, status__in=Job.TERMINAL).first(), 90)
     took = time.monotonic() - killed
     again = [p for p in instance.workers() if p != first[0]]
     outcome = (f"job {job_id} {done.status if done else 'still ' + Job.objects.get(pk=job_id).status} "
@@ -267,16 +240,6 @@ def probe_locked_db(instance: Instance) -> dict:
                 f"{status} after {took:.1f} s: {text[:120]}", status == 503 and "database is busy" in text)
 
 
-def _wait(until, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = until()
-        if value:
-            return value
-        time.sleep(0.1)
-    return None
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the JSON here")
@@ -286,7 +249,6 @@ def main() -> int:
         os.environ.update({k: v for k, v in instance.env.items() if k.startswith("KLINEAGE_")})
         os.environ.pop("DATABASE_URL", None)
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "klineage_web.settings")
-        sys.path.insert(0, str(REPO))
         instance.start()
         import django
 

@@ -5,8 +5,9 @@ content-addressed by klineage.uploads, and probed by a CPU `probe` job whose chi
 sandboxed runner; the job records what the probe found, or its refusal, on the Problem row. A
 kernel's plan is parsed by the engine, its expressions are evaluated for every case of its problem
 (where the problem's cases are known: a bundled problem, or an uploaded one already probed), and its
-source passes the gate's static check before anything is stored; a refusal stores nothing and says why. Everything is checked before anything is written,
-so one bad file of an upload stores none of it; the same content uploaded again creates nothing new.
+source passes the gate's static check before anything is stored; a refusal stores nothing and says
+why. Everything is checked before anything is written, so one bad file of an upload stores none of it;
+the same content uploaded again creates nothing new.
 """
 
 from __future__ import annotations
@@ -219,8 +220,9 @@ def _check_plan_cases(state: EngineKernelState, problem: Problem | None) -> None
                 expr.evaluate_int(scratch.count, env)
             resolve(plan, env, buffers)
         except DocumentError as exc:
-            raise UploadRefused(f"the launch plan does not work for case '{case['name']}' "
-                                f"({', '.join(f'{k}={v}' for k, v in params.items())}) of {plan.problem}: {exc}") from None
+            values = ", ".join(f"{k}={v}" for k, v in params.items())
+            raise UploadRefused(f"the launch plan does not work for case '{case['name']}' ({values}) of "
+                                f"{plan.problem}: {exc}") from None
 
 
 # Storing ------------------------------------------------------------------------------------------

@@ -4,14 +4,13 @@ chunks of a body without a length) arrive, and by the ASGI middleware for server
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
 
 from klineage_web.body_limit import AsgiBodyLimit, largest_body
-from web_server import daphne_server
+from web_server import daphne_server, send_until_answered
 
 HUGE = 600 * 1024 * 1024
 CAP = 64 * 1024 * 1024  # the test never sends more than this; the server must answer long before
@@ -24,37 +23,8 @@ def server(tmp_path_factory):
         yield base
 
 
-def _send_until_answered(base: str, head: bytes, piece: bytes, limit_s: float = 60) -> tuple[int, bytes]:
-    """Send `head`, then `piece` over and over until the server answers (or CAP bytes, or the time
-    runs out); the bytes of body sent, and what the server said."""
-    host, port = base.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(head)
-        sock.setblocking(False)
-        sent, answer = 0, b""
-        deadline = time.monotonic() + limit_s
-        while sent < CAP and time.monotonic() < deadline:
-            try:
-                answer = sock.recv(65536)
-                break  # an answer, or the end of the stream
-            except BlockingIOError:
-                pass
-            try:
-                sent += sock.send(piece)
-            except BlockingIOError:
-                time.sleep(0.005)  # the server stopped reading: its answer is on the way
-            except (BrokenPipeError, ConnectionResetError):
-                break
-        sock.settimeout(10)
-        try:
-            while b"\r\n\r\n" not in answer:
-                more = sock.recv(65536)
-                if not more:
-                    break
-                answer += more
-        except OSError:
-            pass
-    return sent, answer
+def _send_until_answered(base: str, head: bytes, piece: bytes) -> tuple[int, bytes]:
+    return send_until_answered(int(base.rsplit(":", 1)[1]), head, piece, cap=CAP)
 
 
 def test_a_declared_600_mb_body_gets_413_before_the_body_is_read(server):

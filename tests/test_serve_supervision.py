@@ -9,13 +9,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from gate_app import queue
 from gate_app.models import Job
 from services import REPO, free_port, sqlite_job_database, sqlite_template  # noqa: F401  (fixtures)
+from web_server import gate_workers, wait_for
 
 LEASE_SECONDS = 30  # the worker's default: the requeue must come well before it would expire
 
@@ -25,28 +25,10 @@ def _test_handlers(settings):
     settings.KLINEAGE_JOB_TEST_HANDLERS = True
 
 
-def _workers(pid: int) -> list[int]:
-    found = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
-            cmdline = (status.parent / "cmdline").read_text()
-        except OSError:
-            continue
-        if fields.get("PPid", "").strip() == str(pid) and "gate_worker" in cmdline \
-                and "zombie" not in fields.get("State", ""):
-            found.append(int(status.parent.name))
-    return found
-
-
 def _wait(what: str, until, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = until()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not {what} within {timeout_s} s")
+    found = wait_for(until, timeout_s)
+    assert found, f"not {what} within {timeout_s} s"
+    return found
 
 
 def test_a_killed_worker_is_restarted_and_its_job_requeued_at_once(sqlite_job_database, tmp_path):  # noqa: F811
@@ -59,14 +41,14 @@ def test_a_killed_worker_is_restarted_and_its_job_requeued_at_once(sqlite_job_da
     reader = threading.Thread(target=lambda: lines.extend(server.stdout), daemon=True)
     reader.start()
     try:
-        first = _wait("a worker running", lambda: _workers(server.pid), 60)[0]
+        first = _wait("a worker running", lambda: gate_workers(server.pid), 60)[0]
         job_id = queue.enqueue("sleep", {"seconds": 3}).pk
         running = _wait("the job claimed", lambda: Job.objects.filter(pk=job_id, status="running").first(), 60)
         os.kill(first, signal.SIGKILL)
         killed_at = time.monotonic()
         _wait("the job requeued", lambda: f"worker {running.worker_id} died" in Job.objects.get(pk=job_id).log, 20)
         assert time.monotonic() - killed_at < LEASE_SECONDS / 2
-        second = _wait("another worker", lambda: [p for p in _workers(server.pid) if p != first], 30)[0]
+        second = _wait("another worker", lambda: [p for p in gate_workers(server.pid) if p != first], 30)[0]
         done = _wait("the job finished", lambda: Job.objects.filter(pk=job_id, status__in=Job.TERMINAL).first(), 60)
         assert done.status == Job.Status.SUCCEEDED, done.log
         assert done.attempts == 2 and done.result["worker_id"] != running.worker_id

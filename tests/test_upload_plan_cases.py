@@ -34,7 +34,8 @@ def _upload(grid: str):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
     assert 'grid = ["rows"]' in PLAN
-    plan = PLAN.replace('name = "row_softmax_naive"', 'name = "planned"').replace('grid = ["rows"]', f'grid = ["{grid}"]')
+    plan = PLAN.replace('name = "row_softmax_naive"', 'name = "planned"')
+    plan = plan.replace('grid = ["rows"]', f'grid = ["{grid}"]')
     files = {"source": SimpleUploadedFile("kernel.cu", SOURCE.encode()),
              "plan": SimpleUploadedFile("launch.toml", plan.encode())}
     return logged_in(make_user("olga", operator=True)).post("/upload/", files, follow=True).content.decode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -55,3 +56,60 @@ def wait_until_up(base: str, server: subprocess.Popen, timeout_s: float = 90) ->
         except OSError:
             time.sleep(0.3)
     raise RuntimeError(f"the server at {base} did not answer within {timeout_s} s")
+
+
+def send_until_answered(port: int, head: bytes, piece: bytes, *, cap: int, limit_s: float = 60) -> tuple[int, bytes]:
+    """Send `head`, then `piece` over and over until the server answers (or `cap` bytes of body went
+    out, or the time ran out): the bytes of body sent, and the start of the answer."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head)
+        sock.setblocking(False)
+        sent, answer = 0, b""
+        deadline = time.monotonic() + limit_s
+        while sent < cap and time.monotonic() < deadline:
+            try:
+                answer = sock.recv(65536)
+                break  # an answer, or the end of the stream
+            except BlockingIOError:
+                pass
+            try:
+                sent += sock.send(piece)
+            except BlockingIOError:
+                time.sleep(0.005)  # the server stopped reading: its answer is on the way
+            except OSError:
+                break
+        sock.settimeout(10)
+        try:
+            while b"\r\n\r\n" not in answer:
+                more = sock.recv(65536)
+                if not more:
+                    break
+                answer += more
+        except OSError:
+            pass
+    return sent, answer
+
+
+def gate_workers(parent: int) -> list[int]:
+    """The live `gate_worker` processes whose parent is `parent` (a `manage.py serve`)."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+            cmdline = (status.parent / "cmdline").read_text()
+        except OSError:
+            continue
+        if f"PPid:\t{parent}\n" in text and "gate_worker" in cmdline and "zombie" not in text:
+            found.append(int(status.parent.name))
+    return found
+
+
+def wait_for(until, timeout_s: float):
+    """`until()`'s first truthy value within the time, polled every 0.1 s; None if none came."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = until()
+        if value:
+            return value
+        time.sleep(0.1)
+    return None
