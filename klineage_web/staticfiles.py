@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.contrib.staticfiles import finders
+from django.contrib.staticfiles.storage import staticfiles_storage
 from whitenoise.storage import CompressedManifestStaticFilesStorage
 
 
@@ -34,3 +35,19 @@ def _newest_source() -> float:
         for path, storage in finder.list(ignore_patterns=[]):
             newest = max(newest, Path(storage.path(path)).stat().st_mtime)
     return newest
+
+
+class CollectedFinder(finders.BaseFinder):
+    """Finds the collected copies under their hashed names, for servers that look static files up
+    through the finders rather than WhiteNoise (the test suite's live server, DEBUG's runserver), so
+    that pages linking hashed names work there too. Lists nothing: collectstatic must not collect them."""
+
+    def find(self, path, find_all=False, **kwargs):
+        hashed = getattr(staticfiles_storage, "hashed_files", {})
+        found = staticfiles_storage.path(path) if path in hashed.values() else None
+        if find_all:
+            return [found] if found else []
+        return found or []
+
+    def list(self, ignore_patterns):
+        return []
