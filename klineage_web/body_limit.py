@@ -145,6 +145,7 @@ class _LimitMixin:
 
     def _refuse(self, size: int | None) -> None:
         from twisted.internet import reactor
+        from twisted.internet.interfaces import ISSLTransport
 
         self.refused = True
         if getattr(self, "content", None) is not None:
@@ -153,7 +154,10 @@ class _LimitMixin:
         transport = self.channel.transport
         transport.write(b"HTTP/1.1 413 Content Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
                         b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
-        # Half-close: the client reads the answer and an end of stream while its remaining bytes
-        # are drained (closing outright could reset the connection before it reads the 413).
-        transport.loseWriteConnection()
+        if ISSLTransport.providedBy(transport):
+            transport.loseConnection()  # TLS: flushes the answer, then close_notify (no half-close in TLS)
+        else:
+            # Half-close: the client reads the answer and an end of stream while its remaining bytes
+            # are drained (closing outright could reset the connection before it reads the 413).
+            transport.loseWriteConnection()
         reactor.callLater(LINGER_SECONDS, transport.abortConnection)

@@ -52,6 +52,15 @@ def test_a_chunked_body_without_a_length_is_cut_off_past_the_limit(server):
     assert largest_body() < sent < CAP
 
 
+def test_over_tls_the_413_arrives_too(tmp_path):
+    """Under TLS there is no half-close: the answer is flushed, then the connection closed."""
+    with daphne_server(tmp_path, tls=True) as base:
+        head = (b"POST /upload/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n\r\n" % HUGE)
+        sent, answer = send_until_answered(int(base.rsplit(":", 1)[1]), head, b"x" * CHUNK, cap=CAP, tls=True)
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert sent < CAP
+
+
 def test_a_body_within_the_limit_reaches_django(server):
     body = b"username=a&password=b"
     head = (b"POST /accounts/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n"

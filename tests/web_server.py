@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -17,19 +18,32 @@ from typing import Iterator
 
 from services import REPO, free_port
 
+# Only for the throw-away certificate of daphne_server(tls=True).
+UNVERIFIED = ssl.create_default_context()
+UNVERIFIED.check_hostname = False
+UNVERIFIED.verify_mode = ssl.CERT_NONE
+
 
 @contextmanager
-def daphne_server(data_dir: Path, **env_extra: str) -> Iterator[str]:
-    """The server's base URL, http://127.0.0.1:PORT."""
+def daphne_server(data_dir: Path, *, tls: bool = False, **env_extra: str) -> Iterator[str]:
+    """The server's base URL, http://127.0.0.1:PORT (https:// with `tls`: a throw-away self-signed
+    certificate, which clients must not verify)."""
     env = {**os.environ, "KLINEAGE_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1", **env_extra}
     for name in ("DATABASE_URL", "REDIS_URL"):
         env.pop(name, None)
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True, timeout=300)
     port = free_port()
+    if tls:
+        key, cert = data_dir / "tls.key", data_dir / "tls.crt"
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                        "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+        listen = ["-e", f"ssl:{port}:interface=127.0.0.1:privateKey={key}:certKey={cert}"]
+    else:
+        listen = ["-b", "127.0.0.1", "-p", str(port)]
     log = open(data_dir / "daphne.log", "w")
-    server = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                               "klineage_web.asgi:application"], cwd=REPO, env=env, stdout=log, stderr=log)
-    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "daphne", *listen, "klineage_web.asgi:application"], cwd=REPO,
+                              env=env, stdout=log, stderr=log)
+    base = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     try:
         wait_until_up(base, server)
         yield base
@@ -49,7 +63,7 @@ def wait_until_up(base: str, server: subprocess.Popen, timeout_s: float = 90) ->
         if server.poll() is not None:
             raise RuntimeError(f"the server exited with {server.returncode}")
         try:
-            urllib.request.urlopen(base + "/healthz", timeout=2).read()
+            urllib.request.urlopen(base + "/healthz", timeout=2, context=UNVERIFIED).read()
             return
         except urllib.error.HTTPError:
             return
@@ -58,10 +72,12 @@ def wait_until_up(base: str, server: subprocess.Popen, timeout_s: float = 90) ->
     raise RuntimeError(f"the server at {base} did not answer within {timeout_s} s")
 
 
-def send_until_answered(port: int, head: bytes, piece: bytes, *, cap: int, limit_s: float = 60) -> tuple[int, bytes]:
+def send_until_answered(port: int, head: bytes, piece: bytes, *, cap: int, limit_s: float = 60,
+                        tls: bool = False) -> tuple[int, bytes]:
     """Send `head`, then `piece` over and over until the server answers (or `cap` bytes of body went
     out, or the time ran out): the bytes of body sent, and the start of the answer."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with UNVERIFIED.wrap_socket(raw) if tls else raw as sock:
         sock.sendall(head)
         sock.setblocking(False)
         sent, answer = 0, b""
@@ -70,11 +86,11 @@ def send_until_answered(port: int, head: bytes, piece: bytes, *, cap: int, limit
             try:
                 answer = sock.recv(65536)
                 break  # an answer, or the end of the stream
-            except BlockingIOError:
+            except (BlockingIOError, ssl.SSLWantReadError):
                 pass
             try:
                 sent += sock.send(piece)
-            except BlockingIOError:
+            except (BlockingIOError, ssl.SSLWantWriteError):
                 time.sleep(0.005)  # the server stopped reading: its answer is on the way
             except OSError:
                 break
