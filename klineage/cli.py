@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from klineage.gate.pipeline import run_gate
     from klineage.gate.policy import Sanitize
+    from klineage.gate.pipeline import run_gate
     from klineage.gate.verdict import Reason
     from klineage.report import print_verdict, progress_display
 
