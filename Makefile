@@ -19,6 +19,7 @@ $(VENV)/.installed: pyproject.toml
 run: setup
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py load_corpus
+	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py serve 127.0.0.1:$(PORT)
 
 test: setup

@@ -308,13 +308,28 @@ def reap(now: datetime | None = None) -> ReapReport:
     """Requeue running jobs whose lease expired before `now` (their worker is gone), or fail them
     once they have used max_attempts; a job whose cancel was requested is cancelled instead."""
     now = now or _now()
+    return _reap(Job.objects.filter(status=Job.Status.RUNNING, lease_expires_at__lt=now), now,
+                 requeued="lease of {who} expired", failed="lease expired after {tried} attempts (last worker {who})")
+
+
+def reap_worker(worker_id: str, now: datetime | None = None) -> ReapReport:
+    """The same for the jobs of one worker known to be dead (its supervisor saw it exit), at once
+    rather than when its lease runs out; the worker is marked stopped."""
+    now = now or _now()
+    worker_stopped(worker_id)
+    return _reap(Job.objects.filter(status=Job.Status.RUNNING, worker_id=worker_id), now,
+                 requeued="worker {who} died", failed="worker {who} died on attempt {tried}, the last allowed")
+
+
+def _reap(running, now: datetime, *, requeued: str, failed: str) -> ReapReport:
+    """Requeue, fail or cancel the `running` jobs; the log says why in words formatted with the job's
+    worker (`who`) and attempts used (`tried`)."""
     report = ReapReport()
-    expired = Job.objects.filter(status=Job.Status.RUNNING, lease_expires_at__lt=now).values(
-        "id", "worker_id", "attempts", "max_attempts", "cancel_requested", "needs")
-    for row in list(expired):
+    rows = running.values("id", "worker_id", "attempts", "max_attempts", "cancel_requested", "needs")
+    for row in list(rows):
         pk, who, tried, most = row["id"], row["worker_id"], row["attempts"], row["max_attempts"]
-        # The same conditions again in the UPDATE: a heartbeat that came in meanwhile wins.
-        still = Job.objects.filter(pk=pk, status=Job.Status.RUNNING, worker_id=who, lease_expires_at__lt=now)
+        # The same conditions again in the UPDATE: a heartbeat or a finish that came in meanwhile wins.
+        still = running.filter(pk=pk, worker_id=who)
         if row["cancel_requested"]:
             done = retrying(lambda: still.update(status=Job.Status.CANCELLED, finished_at=now, lease_expires_at=None,
                                                  log=_append(f"cancelled (worker {who} gone)", now)))
@@ -322,10 +337,10 @@ def reap(now: datetime | None = None) -> ReapReport:
         elif tried < most:
             done = retrying(lambda: still.update(
                 status=Job.Status.QUEUED, worker_id="", lease_expires_at=None, heartbeat_at=None,
-                log=_append(f"lease of {who} expired; queued again (attempt {tried} of {most} used)", now)))
+                log=_append(f"{requeued.format(who=who)}; queued again (attempt {tried} of {most} used)", now)))
             target = report.requeued
         else:
-            reason = f"lease expired after {tried} attempts (last worker {who})"
+            reason = failed.format(who=who, tried=tried)
             done = retrying(lambda: still.update(status=Job.Status.FAILED, error=reason, finished_at=now,
                                                  lease_expires_at=None, log=_append(reason, now)))
             target = report.failed

@@ -3,9 +3,11 @@
 Nothing uploaded runs here. A problem file is checked as text only (size, UTF-8, its name), stored
 content-addressed by klineage.uploads, and probed by a CPU `probe` job whose child runs the
 sandboxed runner; the job records what the probe found, or its refusal, on the Problem row. A
-kernel's plan is parsed by the engine and its source passes the gate's static check before anything
-is stored; a refusal stores nothing and says why. Everything is checked before anything is written,
-so one bad file of an upload stores none of it; the same content uploaded again creates nothing new.
+kernel's plan is parsed by the engine, its expressions are evaluated for every case of its problem
+(where the problem's cases are known: a bundled problem, or an uploaded one already probed), and its
+source passes the gate's static check before anything is stored; a refusal stores nothing and says
+why. Everything is checked before anything is written, so one bad file of an upload stores none of it;
+the same content uploaded again creates nothing new.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ from django.db import transaction
 
 from gate_app import queue
 from gate_app.models import Job
-from klineage import uploads
+from klineage import devices, expr, uploads
 from klineage.errors import DocumentError
 from klineage.fingerprint import normalize_source, sha256_text
 from klineage.gate.execute import ProbeResult
 from klineage.gate.static import MAX_BYTES, StaticFinding, static_check
 from klineage.kernel import KernelState as EngineKernelState
-from klineage.launch import LaunchPlan
+from klineage.launch import ArgKind, LaunchPlan, numeric, resolve
 from skills_app.importer import store_kernel_state
 from skills_app.models import Kernel, Problem
 
@@ -165,6 +167,7 @@ def _check_kernel(source: File, plan_file: File, new_problem: _Problem | None) -
                             f"'{source.name}'")
     problem = _plan_problem(plan, new_problem)
     state = EngineKernelState(source_text, plan)
+    _check_plan_cases(state, problem)
     report = static_check(state)
     if not report.ok:
         raise UploadRefused(f"the gate's static check refused {name}: nothing was stored", report.findings)
@@ -195,6 +198,31 @@ def _plan_problem(plan: LaunchPlan, new_problem: _Problem | None) -> Problem | N
     uploaded = ", ".join(usable_problems()) or "none yet"
     raise UploadRefused(f"the launch plan names problem '{plan.problem}', which is neither a bundled problem "
                         f"({', '.join(bundled_problems())}) nor an uploaded one ({uploaded})")
+
+
+def _check_plan_cases(state: EngineKernelState, problem: Problem | None) -> None:
+    """Evaluate the plan as the gate will, for every case of the problem the plan supports (on the
+    default GPU's facts), so that a plan which cannot launch some case is refused now, naming the case
+    and the expression, rather than failing in a job later. Buffer names are checked by the gate,
+    which alone knows the problem's inputs."""
+    cases = (problem.info or {}).get("cases", []) if problem is not None else []
+    plan = state.plan
+    facts = {**state.constants, **devices.DEFAULT.facts()}
+    buffers = {arg.name for launch in plan.launches for arg in launch.args
+               if arg.kind in (ArgKind.BUFFER, ArgKind.TENSOR_MAP)}
+    for case in cases:
+        params = numeric(case["params"])
+        try:
+            if not plan.supports_case(params, facts):
+                continue
+            env = {**params, **facts}
+            for scratch in plan.scratch:
+                expr.evaluate_int(scratch.count, env)
+            resolve(plan, env, buffers)
+        except DocumentError as exc:
+            values = ", ".join(f"{k}={v}" for k, v in params.items())
+            raise UploadRefused(f"the launch plan does not work for case '{case['name']}' ({values}) of "
+                                f"{plan.problem}: {exc}") from None
 
 
 # Storing ------------------------------------------------------------------------------------------

@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 def _gate(args: argparse.Namespace) -> int:
     from klineage.gate.policy import Sanitize
     from klineage.gate.pipeline import run_gate
+    from klineage.gate.verdict import Reason
     from klineage.report import print_verdict, progress_display
 
     mode = GateMode.COMPILE_ONLY if args.compile_only else config.gate_mode(GateMode(args.gate) if args.gate else None)
@@ -109,6 +110,10 @@ def _gate(args: argparse.Namespace) -> int:
         print(json.dumps(verdict.to_dict(), indent=1))
     else:
         print_verdict(verdict)
+    if verdict.findings and verdict.findings[0].reason is Reason.PLAN_ERROR:
+        # The plan cannot be evaluated or does not fit the kernel: bad input (exit 2), not a kernel the gate judged.
+        print(f"error: the launch plan is wrong: {verdict.findings[0].message}", file=sys.stderr)
+        return 2
     if verdict.status.value not in ("passed", "compiled"):
         return 1
     return 3 if verdict.unsettled else 0

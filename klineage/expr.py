@@ -115,13 +115,26 @@ def evaluate(text: str | int | float, env: Mapping[str, Number]) -> Number:
         return text
     tree = parse(text)
     try:
-        return _eval(tree.body, env, text)
+        value = _eval(tree.body, env, text)
     except ExpressionError:
         raise
     except ZeroDivisionError:
         raise ExpressionError(text, "division by zero") from None
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise ExpressionError(text, str(exc)) from None
+    except OverflowError:
+        raise ExpressionError(text, "a value is too large for a number") from None
+    except (TypeError, ValueError) as exc:
+        raise ExpressionError(text, f"cannot be evaluated: {exc}") from None
+    return _real(value, text)
+
+
+def _real(value: Any, text: str) -> Number:
+    """A launch dimension, size or flag is a finite real number; anything else is the plan's error."""
+    if isinstance(value, complex):
+        raise ExpressionError(text, f"the result {value} is not a real number (a fractional power of a "
+                                    "negative number?)")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ExpressionError(text, f"the result {value} is not a finite number")
+    return value
 
 
 def evaluate_int(text: str | int, env: Mapping[str, Number]) -> int:
@@ -150,7 +163,7 @@ def _eval(node: ast.AST, env: Mapping[str, Number], text: str) -> Any:
         value = _BINARY[type(node.op)](left, right)
         if isinstance(value, int) and value.bit_length() > _MAX_BITS:
             raise ExpressionError(text, f"value too large (more than {_MAX_BITS} bits)")
-        return value
+        return _real(value, text)  # a complex or infinite part would only fail later, further from its cause
     if isinstance(node, ast.UnaryOp):
         return _UNARY[type(node.op)](_eval(node.operand, env, text))
     if isinstance(node, ast.BoolOp):

@@ -16,6 +16,8 @@ secret key generated on first start and kept in the data dir. An empty variable 
 - KLINEAGE_HTTPS                 boolean, default off: served over HTTPS, so cookies are secure
 - KLINEAGE_JOB_TEST_HANDLERS     boolean, default off: the test suite's `sleep` job kind
 - KLINEAGE_GPU_JOB_QUOTA         integer >= 1, default 4: GPU jobs one user may have queued or running
+- KLINEAGE_UNSAFE_NO_SANDBOX     read per request (unsafe_no_sandbox): while set, every page warns that
+                                 untrusted code runs without the sandbox
 """
 
 from __future__ import annotations
@@ -92,6 +94,13 @@ def env_bool(environ: Mapping[str, str], name: str, default: bool) -> bool:
     raise ImproperlyConfigured(
         f"{name}={raw!r} is not a boolean: use 1/true/yes/on or 0/false/no/off"
     )
+
+
+def unsafe_no_sandbox(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether untrusted code may run unsandboxed. Any value but an explicit off counts: the warning
+    errs toward showing, and a typo here must not take every page down."""
+    raw = _get(environ, "KLINEAGE_UNSAFE_NO_SANDBOX")
+    return raw is not None and raw.lower() not in _FALSE
 
 
 def env_positive_int(environ: Mapping[str, str], name: str, default: int) -> int:

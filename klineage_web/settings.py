@@ -1,7 +1,9 @@
 """Django settings. What varies between deployments comes from the environment, via env.py only."""
 
+from datetime import timedelta
+
 import klineage
-from klineage_web import env
+from klineage_web import env, security
 
 # Lower case keeps it out of django.conf.settings, so error pages never show it whole.
 web_env = env.load()
@@ -23,6 +25,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "axes",
     "django_filters",
     "drf_spectacular",
     "channels",
@@ -31,14 +34,21 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "klineage_web.body_limit.BodyLimitMiddleware",  # first: nothing may read an oversize body
+    "klineage_web.body_limit.BodyLimitMiddleware",  # first: nothing may read an oversize body (WSGI)
+    "klineage_web.head.HeadAsGetMiddleware",  # outside GZip: HEAD's Content-Length is the GET body's
     "django.middleware.security.SecurityMiddleware",
+    # Outside WhiteNoise, so static files served from source folders are compressed too (collected ones
+    # come pre-compressed, brotli or gzip). Django's gzip pads its header at random against BREACH.
+    "django.middleware.gzip.GZipMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",  # sends a policy only under KLINEAGE_HTTPS (security.py)
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires: turns a lockout into its page
 ]
 
 ROOT_URLCONF = "klineage_web.urls"
@@ -81,6 +91,21 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes): every password login (the login page, the admin's) goes through
+# authenticate(request=...), which the first backend refuses for a locked-out username and address.
+# Lift a lockout early with `manage.py axes_reset_username NAME` (or axes_reset_ip ADDRESS, axes_reset).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = 5
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]  # one client cannot lock a user out everywhere
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Behind a proxy, daphne --proxy-headers puts the client's address in REMOTE_ADDR (docs/deployment.md).
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "home"
@@ -92,11 +117,24 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-# Only for `collectstatic` behind a proxy; the ASGI/WSGI apps serve static files themselves.
+# WhiteNoise serves static files from inside Django: collected ones (`collectstatic`, run by `make run`)
+# under hashed names with year-long caching, and the source folders' files too, so a checkout that never
+# collected still works (klineage_web/staticfiles.py).
 STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns about a missing one; the data dir exists (env.load)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "klineage_web.staticfiles.HashedWhenCollected"},
+}
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "klineage_web.staticfiles.CollectedFinder",
+]
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
 
-# Security headers. Cookies turn secure only under HTTPS: a local-first tool is usually
-# reached as http://localhost, where secure cookies would make login impossible.
+# Security headers; those that hold only over HTTPS (secure cookies, HSTS, CSP) come from security.py.
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -104,8 +142,7 @@ SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
-SESSION_COOKIE_SECURE = web_env.https
-CSRF_COOKIE_SECURE = web_env.https
+globals().update(security.https_settings(web_env.https))
 
 _READ_PERMISSION = (
     "rest_framework.permissions.IsAuthenticatedOrReadOnly"
@@ -119,6 +156,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": [_READ_PERMISSION],
+    "DEFAULT_PARSER_CLASSES": [
+        "klineage_web.parsers.DepthCheckedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
         "rest_framework.filters.OrderingFilter",
