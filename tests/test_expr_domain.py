@@ -49,5 +49,5 @@ def test_cli_gate_exits_2_with_a_message_on_a_plan_that_cannot_be_evaluated(tmp_
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
-    assert "error: the launch plan cannot be evaluated" in done.stderr
+    assert "error: the launch plan is wrong" in done.stderr
     assert "(-8)**0.5" in done.stderr and "not a real number" in done.stderr
