@@ -20,7 +20,7 @@ from klineage.fingerprint import normalize_source, sha256_text
 from klineage.gate import sandbox
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Finding, Reason
-from klineage.problem import ProblemInfo
+from klineage.problem import ProblemInfo, contract_source
 
 PROBE_VERSION = 1
 
@@ -51,7 +51,7 @@ class RunOutcome:
 
 def problem_fingerprint(path: Path) -> str:
     try:
-        return sha256_text(normalize_source(Path(path).read_text(encoding="utf-8")))
+        return sha256_text(normalize_source(contract_source(Path(path).read_text(encoding="utf-8"))))
     except FileNotFoundError:
         raise DocumentError(str(path), "problem file not found") from None
     except UnicodeDecodeError:
@@ -78,8 +78,10 @@ def probe_problem(path: str | Path, cache_dir: Path | None = None, device: str =
                   timeout_s: float = 300) -> ProbeResult:
     """Load and validate a problem file in the sandbox (its code never runs in this process)."""
     path = Path(path).resolve()
-    fingerprint = problem_fingerprint(path)
-    cached = cache_dir / "problems" / f"{fingerprint}.json" if cache_dir else None
+    problem_fingerprint(path)  # a missing or undecodable file is named here
+    # by the whole text, SWEEP included (the fingerprint leaves it out): a changed sweep is probed again
+    whole = sha256_text(normalize_source(path.read_text(encoding="utf-8")))
+    cached = cache_dir / "problems" / f"{whole}.json" if cache_dir else None
     if cached and cached.is_file():
         probe = ProbeResult.from_dict(json.loads(cached.read_text(encoding="utf-8")))
         return ProbeResult(ProblemInfo.from_dict({**probe.info.to_dict(), "path": str(path)}), probe.numerics,
