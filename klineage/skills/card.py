@@ -114,13 +114,15 @@ class Precondition:
     `<param>_is_<value>` booleans for text parameters such as dtypes), one readable sentence, and
     the evidence that supports it: the cases where the step was sound and the predicate holds
     (`holds`), those where it was refused and the predicate fails (`fails`), and the source of
-    the labels ("correctness", "domain", "declared")."""
+    the labels ("correctness", "domain", "declared", or "timing": where the step paid, from per-case
+    effects, klineage.skills.when), and for a timing predicate its leave-one-case-out accuracy."""
 
     expression: str
     sentence: str
     holds: tuple[str, ...] = ()
     fails: tuple[str, ...] = ()
     source: str = "correctness"
+    loo_accuracy: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.expression, str) or not self.expression.strip():
@@ -133,6 +135,8 @@ class Precondition:
         nonblank(self.source, "precondition.source")
         object.__setattr__(self, "holds", tuple(self.holds))
         object.__setattr__(self, "fails", tuple(self.fails))
+        if self.loo_accuracy is not None and not 0.0 <= number(self.loo_accuracy, "precondition.loo_accuracy") <= 1.0:
+            raise DocumentError("precondition.loo_accuracy", f"must be between 0 and 1, not {self.loo_accuracy!r}")
 
     @property
     def names(self) -> set[str]:
@@ -144,14 +148,16 @@ class Precondition:
 
     def to_dict(self) -> dict[str, Any]:
         return {"expression": self.expression, "sentence": self.sentence, "holds": list(self.holds),
-                "fails": list(self.fails), "source": self.source}
+                "fails": list(self.fails), "source": self.source,
+                # absent unless measured: libraries written before timing predicates keep their bytes
+                **({"loo_accuracy": self.loo_accuracy} if self.loo_accuracy is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "precondition") -> Precondition:
-        data = need(data, ("expression", "sentence", "holds", "fails", "source"), where)
+        data = need(data, ("expression", "sentence", "holds", "fails", "source"), where, optional=("loo_accuracy",))
         try:
             return cls(data["expression"], data["sentence"], _texts(data["holds"], f"{where}.holds"),
-                       _texts(data["fails"], f"{where}.fails"), data["source"])
+                       _texts(data["fails"], f"{where}.fails"), data["source"], data.get("loo_accuracy"))
         except DocumentError as exc:
             raise DocumentError(where, str(exc)) from None
 
