@@ -123,6 +123,8 @@ class Precondition:
     fails: tuple[str, ...] = ()
     source: str = "correctness"
     loo_accuracy: float | None = None
+    # a timing predicate's names, valued on each measured case: what the card page draws its effects against
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.expression, str) or not self.expression.strip():
@@ -135,6 +137,8 @@ class Precondition:
         nonblank(self.source, "precondition.source")
         object.__setattr__(self, "holds", tuple(self.holds))
         object.__setattr__(self, "fails", tuple(self.fails))
+        if not isinstance(self.facts, dict) or not all(isinstance(v, dict) for v in self.facts.values()):
+            raise DocumentError("precondition.facts", "must map each case to its facts")
         if self.loo_accuracy is not None and not 0.0 <= number(self.loo_accuracy, "precondition.loo_accuracy") <= 1.0:
             raise DocumentError("precondition.loo_accuracy", f"must be between 0 and 1, not {self.loo_accuracy!r}")
 
@@ -150,14 +154,16 @@ class Precondition:
         return {"expression": self.expression, "sentence": self.sentence, "holds": list(self.holds),
                 "fails": list(self.fails), "source": self.source,
                 # absent unless measured: libraries written before timing predicates keep their bytes
-                **({"loo_accuracy": self.loo_accuracy} if self.loo_accuracy is not None else {})}
+                **({"loo_accuracy": self.loo_accuracy} if self.loo_accuracy is not None else {}),
+                **({"facts": self.facts} if self.facts else {})}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "precondition") -> Precondition:
-        data = need(data, ("expression", "sentence", "holds", "fails", "source"), where, optional=("loo_accuracy",))
+        data = need(data, ("expression", "sentence", "holds", "fails", "source"), where, optional=("loo_accuracy", "facts"))
         try:
             return cls(data["expression"], data["sentence"], _texts(data["holds"], f"{where}.holds"),
-                       _texts(data["fails"], f"{where}.fails"), data["source"], data.get("loo_accuracy"))
+                       _texts(data["fails"], f"{where}.fails"), data["source"], data.get("loo_accuracy"),
+                       data.get("facts", {}))
         except DocumentError as exc:
             raise DocumentError(where, str(exc)) from None
 

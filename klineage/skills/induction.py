@@ -55,7 +55,9 @@ from klineage.problem import ProblemInfo
 from klineage.skills.card import (CardAnchor, CardStatus, Effect, Precondition, Ref, RefKind, Risk, Scope,
                                   SkillCard)
 from klineage.skills.predicates import Labelled, separate
+from klineage.skills.when import WhenKind, case_facts, induce_when, launch_facts, per_case
 from klineage.walk.audit import MECHANISMS
+from klineage.walk.timing_audit import PerCaseTiming
 
 KERNEL_ROLE = "kernel"
 DEVICE_ROLE = "device"
@@ -82,6 +84,8 @@ NOT_RISKS = frozenset({RejectionCategory.NO_CHANGE, RejectionCategory.GATE_ERROR
 Cases = Mapping[str, Mapping[str, Any]]  # case name -> parameters
 # (lineage, step index) -> the step's ratio and rounds re-timed with places exchanged, or None
 Retimed = Callable[[Lineage, int], "tuple[float, tuple[float, ...]] | None"]
+# (lineage, step index) -> the step timed on every case (timing_audit.percase_timing), or None
+PerCase = Callable[[Lineage, int], "PerCaseTiming | None"]
 
 
 def lineage_id(lineage: Lineage) -> str:
@@ -198,7 +202,7 @@ def _case_table(problems: Mapping[str, Any] | None, operator: str) -> dict[str, 
         return None
     known = problems[operator]
     if isinstance(known, ProblemInfo):
-        return {c.name: dict(c.params) for c in known.cases}
+        return {c.name: dict(c.params) for c in known.cases + known.sweep}
     return {name: dict(params) for name, params in known.items()}
 
 
@@ -283,19 +287,53 @@ def _intent(transform: str, steps: list[_Step]) -> str:
     return note.strip().splitlines()[0] if note.strip() else f"Put back the mechanism the '{transform}' step removed."
 
 
-def _effects(steps: list[_Step], problems: Mapping[str, Any] | None, retimed: Retimed | None) -> list[Effect]:
+def _effects(steps: list[_Step], problems: Mapping[str, Any] | None, retimed: Retimed | None,
+             timed: Mapping[Ref, PerCaseTiming]) -> list[Effect]:
     effects = []
     for step in steps:
         forward = step.transition.forward
         if forward.timing is None or forward.status not in (ForwardStatus.VERIFIED, ForwardStatus.SLOWER):
             continue
         operator = step.lineage.problem.operator
+        every = timed.get(step.ref)
+        if every is not None:  # one effect a case the step was timed on
+            effects += [Effect(r.case, operator, r.ratio, r.per_trial, step.ref, every.placement)
+                        for r in every.rows if r.ratio is not None]
+            continue
         timing_case = str(step.lineage.policy.get("forward_timing", {}).get("timing_case", "") or "")
         case = timing_case or _headline(problems, operator)
         again = retimed(step.lineage, step.transition.index) if retimed else None
         effects.append(Effect(case, operator, *again, step.ref, Placement.EXCHANGED) if again else
                        Effect(case, operator, forward.timing.overall, forward.timing.per_trial, step.ref))
     return effects
+
+
+def _when(steps: list[_Step], effects: list[Effect], problems: Mapping[str, Any] | None,
+          timed: Mapping[Ref, PerCaseTiming]) -> Precondition | None:
+    """The timing precondition the card's per-case effects force (klineage.skills.when), if any. Each
+    effect's case is valued by its parameters, by what its step's parent kernel's launch plan makes of
+    them and by what ptxas said of that kernel where the step was timed on every case."""
+    by_ref = {s.ref: s for s in steps}
+    if not any(ref in timed for ref in by_ref):  # headline timings alone: one case an operator, nothing varies
+        return None
+    rows = []
+    for effect in effects:
+        table = _case_table(problems, effect.operator)
+        step = by_ref.get(effect.source)
+        if table is None or step is None or effect.case not in table:
+            continue
+        params = table[effect.case]
+        compiled = timed[effect.source].compiled if effect.source in timed else None
+        rows.append((f"{effect.operator}:{effect.case}", effect.ratio,
+                     case_facts(params, launch_facts(step.parent.kernel, params), compiled)))
+    when = induce_when(per_case(rows))
+    if when.kind is not WhenKind.PRECONDITION:
+        return None
+    found = when.precondition
+    names = sorted(found.names)
+    values = {row.case: {n: row.facts.get(n, False) for n in names} for row in when.cases}
+    return Precondition(found.expression, found.sentence, found.holds, found.fails, found.source,
+                        found.loo_accuracy, values)
 
 
 def _prior(steps: list[_Step]) -> set[str]:
@@ -306,14 +344,16 @@ def _prior(steps: list[_Step]) -> set[str]:
 
 
 def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
-           retimed: Retimed | None = None) -> list[SkillCard]:
+           retimed: Retimed | None = None, percase: PerCase | None = None) -> list[SkillCard]:
     """Cards from the accepted transitions of `lineages`, sorted by transform then id.
 
     `problems` maps an operator to its `ProblemInfo` (or to a table case name -> parameters); it
     supplies the case parameters that preconditions are searched over and the dtypes of the scope.
     Without it, cards carry no searched preconditions. `retimed` gives a step's ratio and rounds
     re-timed with parent and child exchanging places, if it was (`timing_audit.retimed_effect`):
-    that measurement, which placement cannot move, is the effect rather than the walk's own."""
+    that measurement, which placement cannot move, is the effect rather than the walk's own. `percase`
+    gives a step timed on every case (`timing_audit.percase_timing`): one effect a case, from which
+    the card's timing precondition is induced (klineage.skills.when)."""
     groups: dict[tuple[str, frozenset[Feature]], list[_Step]] = {}
     for lineage in lineages:
         for transition in lineage.transitions:
@@ -324,6 +364,12 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
         for position, rejection in enumerate(lineage.rejections):
             refused.setdefault(rejection.transform, []).append((lineage, position, rejection))
 
+    timed = {}
+    for steps in groups.values():
+        for step in steps:
+            every = percase(step.lineage, step.transition.index) if percase else None
+            if every is not None:
+                timed[step.ref] = every
     cards = []
     for (transform, provides), steps in groups.items():
         steps.sort(key=lambda s: (lineage_id(s.lineage), s.transition.index))
@@ -346,6 +392,10 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
             declared = _declared(steps)
             if declared is not None:
                 preconditions.append(declared)
+        effects = _effects(steps, problems, retimed, timed)
+        paying = _when(steps, effects, problems, timed)
+        if paying is not None:
+            preconditions.append(paying)
         scope = Scope(operators=tuple(sorted({s.lineage.problem.operator for s in steps})), language="cuda",
                       platform=_platform(steps), dtypes=tuple(sorted(_dtypes(steps, problems))),
                       prior_actions=tuple(sorted(_prior(steps))))
@@ -353,7 +403,7 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
             transform=transform, intent=_intent(transform, steps),
             anchor=CardAnchor(anchor.kind, anchor.snippet, anchor.function, anchor.key),
             vector=representative.transition.forward_diff, scope=scope, carrier=_carrier(steps),
-            preconditions=tuple(preconditions), effects=tuple(_effects(steps, problems, retimed)), risks=tuple(risks),
+            preconditions=tuple(preconditions), effects=tuple(effects), risks=tuple(risks),
             requires=requires, provides=provides,
             conflicts=_conflicts(transform, steps, rejections, provides) - requires,
             evidence=tuple(s.ref for s in steps), status=CardStatus.CANDIDATE))

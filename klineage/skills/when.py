@@ -38,8 +38,11 @@ from enum import Enum
 from itertools import combinations
 from typing import Any
 
-from klineage import expr
+from klineage import devices, expr
+from klineage.devices import DeviceSpec
 from klineage.errors import DocumentError, ExpressionError
+from klineage.kernel import KernelState
+from klineage.launch import numeric
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO, Precondition
 from klineage.skills.predicates import DIVISORS, case_facts as param_facts
 
@@ -94,6 +97,24 @@ def case_facts(params: Mapping[str, Any], launch: Mapping[str, Any] | None = Non
                compiled: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The names a timing predicate may use for one case: parameters, launch and compiled facts."""
     return {**param_facts(params), **(launch or {}), **(compiled or {})}
+
+
+def launch_facts(kernel: KernelState, params: Mapping[str, Any], device: DeviceSpec = devices.DEFAULT) -> dict[str, Any]:
+    """What `kernel`'s launch plan makes of a case on `device`: the largest launch's `blocks`, `waves`
+    (blocks / SMs: below 1 the grid leaves SMs idle), `threads` a block and `dynamic_shared` bytes;
+    {} where the plan does not resolve for the case."""
+    env = numeric({**params, **kernel.constants, **device.facts()})
+    best: dict[str, Any] = {}
+    try:
+        for launch in kernel.plan.launches:
+            blocks = math.prod(expr.evaluate_int(str(d), env) for d in launch.grid)
+            if blocks > best.get("blocks", 0):
+                best = {"blocks": blocks, "waves": round(blocks / device.num_sms, 4),
+                        "threads": math.prod(expr.evaluate_int(str(d), env) for d in launch.block),
+                        "dynamic_shared": expr.evaluate_int(str(launch.shared), env)}
+    except (ExpressionError, DocumentError, ZeroDivisionError):
+        return {}
+    return best
 
 
 def _numeric(value: Any) -> bool:

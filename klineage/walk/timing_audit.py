@@ -167,17 +167,38 @@ def case_ratios(verdict: Verdict) -> list[CaseRatio]:
     return rows
 
 
-def percase_effects(lineage: Lineage, index: int, cache: GateCache | None = None
-                    ) -> tuple[Verdict, Placement] | None:
+@dataclass(frozen=True)
+class PerCaseTiming:
+    """A step timed on every case: its cases, where its kernels sat, what ptxas said of its parent
+    (`registers`, `static_shared`: the largest over its entries) and the verdict's status (a rejected
+    one names the case its parent failed on: a measured risk)."""
+
+    rows: tuple[CaseRatio, ...]
+    placement: Placement
+    compiled: dict[str, int]
+    verdict: Verdict
+
+
+def compiled_facts(verdict: Verdict) -> dict[str, int]:
+    """Registers a thread and static shared bytes a block of the verdict's kernel, the largest over its entries."""
+    entries = [e for arch in (verdict.compile.get("resources") or {}).values() for e in arch.values()]
+    if not entries:
+        return {}
+    return {"registers": max(int(e.get("registers", 0)) for e in entries),
+            "static_shared": max(int(e.get("shared_bytes", 0)) for e in entries)}
+
+
+def percase_timing(lineage: Lineage, index: int, cache: GateCache | None = None) -> PerCaseTiming | None:
     """Step `index`'s recorded every-case timing, places exchanged if it was so timed, else as loaded;
     None where neither is recorded (induction's `percase`)."""
     if lineage.gate is not GateMode.GPU:
         return None
     for placement in (Placement.EXCHANGED, Placement.AS_LOADED):
         try:
-            return percase_step(lineage, index, cache=cache, placement=placement), placement
+            verdict = percase_step(lineage, index, cache=cache, placement=placement)
         except KLineageError:  # not recorded with this placement
             continue
+        return PerCaseTiming(tuple(case_ratios(verdict)), placement, compiled_facts(verdict), verdict)
     return None
 
 
