@@ -157,11 +157,13 @@ def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int, int]
 
 def judged_alike(earlier: SkillCard, card: SkillCard) -> bool:
     """Whether a trial of `earlier` judged `card` by the same rule: they differ in their measured
-    effects alone (re-timed, say), and those ask a trial for the same ratio (`required_ratio`), so
+    effects, risks and diagnostics alone (re-timed, say, or non-matches moved off the risks), and those ask a trial for the same ratio (`required_ratio`), so
     the same target, kernel and gate give the same outcome. Its trials still name the earlier
     content: the next admission trials the card as it is."""
     def rest(c: SkillCard) -> dict:
-        return {k: v for k, v in c.to_dict().items() if k not in ("verification_log", "status", "effects")}
+        # risks and diagnostics describe the card; no trial reads them (materialize applies the transform)
+        return {k: v for k, v in c.to_dict().items()
+                if k not in ("verification_log", "status", "effects", "risks", "diagnostics")}
     return rest(earlier) == rest(card) and required_ratio(earlier) == required_ratio(card)
 
 

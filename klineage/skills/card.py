@@ -217,7 +217,10 @@ class Effect:
 
 @dataclass(frozen=True)
 class Risk:
-    """A failure mode: the rejection category (or "inconsistent_evidence"), a description, the evidence."""
+    """A failure mode: the rejection category (or "inconsistent_evidence", or "slower": per-case timings
+    where the step made the kernel slower), a description, the evidence. On a card's `risks`, measured
+    failures only; a card's `diagnostics` use the same shape for what is no failure of the skill: its
+    transform did not apply (`not_applicable`) or applied without the declared removal (`audit_mismatch`)."""
 
     category: str
     description: str
@@ -371,6 +374,7 @@ class SkillCard:
     preconditions: tuple[Precondition, ...] = ()
     effects: tuple[Effect, ...] = ()
     risks: tuple[Risk, ...] = ()
+    diagnostics: tuple[Risk, ...] = ()  # rewriter non-matches: "did not apply here", never a risk
     requires: frozenset[Feature] = frozenset()
     provides: frozenset[Feature] = frozenset()
     conflicts: frozenset[Feature] = frozenset()
@@ -401,7 +405,8 @@ class SkillCard:
             object.__setattr__(self, "status", enum(CardStatus, self.status, "card.status"))
         if not isinstance(self.status, CardStatus):
             raise DocumentError("card.status", f"unknown value {self.status!r}")
-        checks = (("preconditions", Precondition), ("effects", Effect), ("risks", Risk), ("evidence", Ref),
+        checks = (("preconditions", Precondition), ("effects", Effect), ("risks", Risk), ("diagnostics", Risk),
+                  ("evidence", Ref),
                   ("verification_log", Trial))
         for name, kind in checks:
             value = tuple(getattr(self, name))
@@ -442,11 +447,13 @@ class SkillCard:
             "conflicts": [f.to_dict() for f in sorted(self.conflicts)],
             "evidence": [r.to_dict() for r in self.evidence],
             "verification_log": [t.to_dict() for t in self.verification_log], "status": self.status.value,
+            # absent when empty: a card without diagnostics keeps the bytes it had before they existed
+            **({"diagnostics": [d.to_dict() for d in self.diagnostics]} if self.diagnostics else {}),
         }
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "card") -> SkillCard:
-        data = need(data, _KEYS, where)
+        data = need(data, _KEYS, where, optional=("diagnostics",))
         if data["version"] != CARD_VERSION:
             raise DocumentError(where, f"unsupported version {data['version']!r} (this is {CARD_VERSION})")
         if not isinstance(data["carrier"], dict):
@@ -461,7 +468,8 @@ class SkillCard:
             anchor=CardAnchor.from_dict(data["anchor"], f"{where}.anchor"), vector=data["vector"],
             scope=Scope.from_dict(data["scope"], f"{where}.scope"), carrier=dict(data["carrier"]),
             preconditions=many("preconditions", Precondition), effects=many("effects", Effect),
-            risks=many("risks", Risk), requires=_features(data["requires"], f"{where}.requires"),
+            risks=many("risks", Risk), diagnostics=many("diagnostics", Risk) if "diagnostics" in data else (),
+            requires=_features(data["requires"], f"{where}.requires"),
             provides=_features(data["provides"], f"{where}.provides"),
             conflicts=_features(data["conflicts"], f"{where}.conflicts"), evidence=many("evidence", Ref),
             verification_log=many("verification_log", Trial),

@@ -25,8 +25,12 @@ Rules (each here, in one place):
 - effects: one per timed transition (forward status verified or slower): the paired ratio child
   time / parent time, overall and per trial, on the timing case (the policy's `timing_case`, else
   the problem's headline). Untimed (compile-only) transitions give none.
-- risks: the group's transform's rejections, one risk per (category, reason), naming the cases that
-  failed and linking every rejection; `no_change` and `gate_error` are not risks of the skill.
+- risks: measured failures only: the group's transform's gate-judged rejections, one risk per
+  (category, reason), naming the cases that failed and linking every rejection, and from steps timed
+  on every case the cases where the step made the kernel slower (by how much) and any case the gate
+  refused. diagnostics: the rewriter's non-matches (`not_applicable`, `audit_mismatch`), grouped the
+  same way: they say where the transform did not apply, not how the skill fails. `no_change`,
+  `gate_error` and `repeated` are neither.
 - preconditions (`predicates.separate`), where case parameters are known (`problems`): sound
   cases are those a state reached by the forward step passed; unsound ones those a refused
   proposal of the transform failed (incorrect or crash), and those the parent skipped as outside
@@ -52,8 +56,8 @@ from klineage.gate.policy import Placement
 from klineage.lineage import (CaseOutcome, FeatureChange, FeatureLevel, ForwardStatus, Lineage, Rejection,
                               RejectionCategory, State, Transition)
 from klineage.problem import ProblemInfo
-from klineage.skills.card import (CardAnchor, CardStatus, Effect, Precondition, Ref, RefKind, Risk, Scope,
-                                  SkillCard)
+from klineage.skills.card import (DEFAULT_REQUIRED_RATIO, CardAnchor, CardStatus, Effect, Precondition, Ref,
+                                  RefKind, Risk, Scope, SkillCard)
 from klineage.skills.predicates import Labelled, separate
 from klineage.skills.when import WhenKind, case_facts, induce_when, launch_facts, per_case
 from klineage.walk.audit import MECHANISMS
@@ -80,6 +84,10 @@ REFUSED = frozenset({RejectionCategory.COMPILE_ERROR, RejectionCategory.INCORREC
 UNSOUND = frozenset({RejectionCategory.INCORRECT, RejectionCategory.CRASH})
 NOT_RISKS = frozenset({RejectionCategory.NO_CHANGE, RejectionCategory.GATE_ERROR,
                        RejectionCategory.REPEATED})  # a repeat is the earlier rejection's evidence, not new
+# The rewriter declined, or applied without the declared removal: nothing was measured to fail. These are
+# diagnostics ("did not apply here"), kept apart from the risks.
+DIAGNOSTICS = frozenset({RejectionCategory.NOT_APPLICABLE, RejectionCategory.AUDIT_MISMATCH})
+SLOWER_RISK = "slower"
 
 Cases = Mapping[str, Mapping[str, Any]]  # case name -> parameters
 # (lineage, step index) -> the step's ratio and rounds re-timed with places exchanged, or None
@@ -177,10 +185,12 @@ def _conflicts(transform: str, steps: list[_Step], rejections: list[tuple[Lineag
     return frozenset(refused - accepted - provides)
 
 
-def _risks(rejections: list[tuple[Lineage, int, Rejection]]) -> list[Risk]:
+def _risks(rejections: list[tuple[Lineage, int, Rejection]], diagnostics: bool = False) -> list[Risk]:
+    """One risk per (category, reason) of the gate-judged rejections; with `diagnostics`, the same of
+    the rewriter's non-matches instead."""
     grouped: dict[tuple[str, str], list[tuple[Ref, Rejection]]] = {}
     for lineage, position, rejection in rejections:
-        if rejection.category in NOT_RISKS:
+        if rejection.category in NOT_RISKS or (rejection.category in DIAGNOSTICS) != diagnostics:
             continue
         key = (rejection.category.value, rejection.reason.value if rejection.reason else "")
         grouped.setdefault(key, []).append((Ref(lineage_id(lineage), RefKind.REJECTION, position), rejection))
@@ -188,12 +198,41 @@ def _risks(rejections: list[tuple[Lineage, int, Rejection]]) -> list[Risk]:
     for (category, reason), items in sorted(grouped.items()):
         cases = sorted({c for _, r in items for c in r.cases_failed})
         message = next((" ".join(r.evidence.message.split()) for _, r in items if r.evidence.message), "")
-        text = f"removing it was refused ({category}{', ' + reason if reason else ''}) {len(items)} time(s)"
+        text = (f"its transform did not apply here ({category}{', ' + reason if reason else ''}) {len(items)} time(s)"
+                if diagnostics else
+                f"removing it was refused ({category}{', ' + reason if reason else ''}) {len(items)} time(s)")
         if cases:
             text += f"; cases failed: {', '.join(cases)}"
         if message:
             text += f"; first evidence: {message[:240]}"
         risks.append(Risk(category, text, tuple(sorted(ref for ref, _ in items))))
+    return risks
+
+
+def _measured_risks(steps: list[_Step], timed: Mapping[Ref, PerCaseTiming]) -> list[Risk]:
+    """Failures the steps timed on every case measured: a case where the forward step made the kernel
+    slower than 1 / DEFAULT_REQUIRED_RATIO (by how much, on which case), and a parent the gate refused
+    on a case (its finding)."""
+    slower: list[tuple[str, float, Ref]] = []
+    refused: list[Risk] = []
+    for step in steps:
+        every = timed.get(step.ref)
+        if every is None:
+            continue
+        operator = step.lineage.problem.operator
+        slower += [(f"{operator}:{r.case}", r.ratio, step.ref) for r in every.rows
+                   if r.ratio is not None and r.ratio < 1.0 / DEFAULT_REQUIRED_RATIO]
+        for finding in every.verdict.findings:
+            refused.append(Risk(finding.reason.value, f"the forward step's kernel was refused on case "
+                                f"{operator}:{finding.case or '?'} when timed on every case ({finding.reason.value}): "
+                                f"{' '.join(finding.message.split())[:240]}", (step.ref,)))
+    risks = refused
+    if slower:
+        worst = sorted(slower, key=lambda s: s[1])
+        cases = "; ".join(f"{case} {ratio:.3f}x ({1 / ratio - 1:.1%} slower)" for case, ratio, _ in worst[:8])
+        risks.append(Risk(SLOWER_RISK, f"made the kernel slower on {len(slower)} case(s), child time / parent "
+                                       f"time: {cases}{' ...' if len(worst) > 8 else ''}",
+                          tuple(sorted({ref for _, _, ref in slower}))))
     return risks
 
 
@@ -378,7 +417,7 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
                                                    s.transition.index))
         anchor = representative.transition.anchor
         requires = frozenset.intersection(*(_requires(s) for s in steps))
-        risks = _risks(rejections)
+        risks = _risks(rejections) + _measured_risks(steps, timed)
         preconditions: list[Precondition] = []
         rows, source = _labels(steps, rejections, problems)
         if rows:
@@ -404,6 +443,7 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
             anchor=CardAnchor(anchor.kind, anchor.snippet, anchor.function, anchor.key),
             vector=representative.transition.forward_diff, scope=scope, carrier=_carrier(steps),
             preconditions=tuple(preconditions), effects=tuple(effects), risks=tuple(risks),
+            diagnostics=tuple(_risks(rejections, diagnostics=True)),
             requires=requires, provides=provides,
             conflicts=_conflicts(transform, steps, rejections, provides) - requires,
             evidence=tuple(s.ref for s in steps), status=CardStatus.CANDIDATE))

@@ -43,7 +43,7 @@ from klineage.devices import DeviceSpec
 from klineage.errors import DocumentError, ExpressionError
 from klineage.kernel import KernelState
 from klineage.launch import numeric
-from klineage.skills.card import DEFAULT_REQUIRED_RATIO, Precondition
+from klineage.skills.card import DEFAULT_REQUIRED_RATIO, Precondition, SkillCard
 from klineage.skills.predicates import DIVISORS, case_facts as param_facts
 
 MIN_SUPPORT = 2  # cases on each side of a written predicate
@@ -275,3 +275,24 @@ def per_case(effects: Sequence[tuple[str, float, Mapping[str, Any]]],
         facts = {k: v for k, v in first.items() if all(f.get(k) == v for _, f in items[1:])}
         rows.append(CaseEffect(case, facts, ratio, ratio >= required))
     return rows
+
+
+def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When:
+    """A card's *when* as its document states it: its timing precondition where induction wrote one,
+    else what its per-case effects show (uniform, never, or mixed with nothing forced). No search runs
+    here: what was not written at induction was not forced."""
+    rows = tuple(per_case([(f"{e.operator}:{e.case}", e.ratio, {}) for e in card.effects], required))
+    timing = next((p for p in card.preconditions if p.source == SOURCE), None)
+    if timing is not None:
+        return When(WhenKind.PRECONDITION, timing.sentence, rows, timing, timing.loo_accuracy, required)
+    paid = sum(r.paid for r in rows)
+    if not rows:
+        return When(WhenKind.UNMEASURED, "not timed on any case", rows, required=required)
+    if paid == len(rows):
+        return When(WhenKind.UNIFORM, f"paid on all {len(rows)} cases measured (each >= {required}x)", rows,
+                    required=required)
+    if not paid:
+        return When(WhenKind.NEVER, f"did not pay on any of the {len(rows)} cases measured (none reached "
+                                    f"{required}x)", rows, required=required)
+    return When(WhenKind.MIXED, f"paid on {paid} of {len(rows)} cases measured; no predicate over the case "
+                                f"facts was forced by them", rows, required=required)
