@@ -5,7 +5,9 @@ gate next, in which order. The loop (`klineage.optimize.loop`) gates them under 
 the strategies differ only here:
 
 - LIBRARY: the library's cards, ranked by retrieval (`klineage.skills.retrieval.retrieve`: the
-  card's requires/provides/conflicts, preconditions and scope against this kernel and problem),
+  card's requires/provides/conflicts, preconditions and scope against this kernel and problem; a card
+  whose timing precondition fails on the headline is offered first as `precondition_failed` kernels,
+  recorded and never gated),
   each materialized at every site its transform's forward can take, and at the anchors of the
   card's source transitions (with several sites, first at all of them at once; a card that is
   one mechanism with others, taken apart site by site by the walk, first together with them);
@@ -212,6 +214,7 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
         skipped: list = []
         matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses, lineages=lineages,
                            skipped=skipped)
+        yield from _skipped(skipped, cards, state, lineages)  # first: recorded whatever the budget leaves
         if rewriter is RewriterKind.RULES:
             yield from _paths(cards, state, problem, statuses, lineages, offered_paths)
         joined: set[str] = set()  # cards already offered as part of a whole mechanism
@@ -239,7 +242,6 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
             short = short_of(card, least)
             for rewrite in [r for r in (everywhere,) if r is not None] + rewrites:
                 yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, score=match.score, passed_over=short)
-        yield from _skipped(skipped, cards, state, lineages)
 
     return plan
 

@@ -152,9 +152,9 @@ def timing_failure(card: SkillCard, problem: ProblemInfo, state: KernelState | N
 
 
 def precondition_failure(card: SkillCard, problem: ProblemInfo, state: KernelState | None = None,
-                         case: str = "") -> str:
-    """'' when every soundness precondition holds on every case and the timing ones on the target's case
-    (`timing_failure`), else why not."""
+                         case: str = "", timing: bool = True) -> str:
+    """'' when every soundness precondition holds on every case and (with `timing`) the timing ones on
+    the target's case (`timing_failure`), else why not."""
     for precondition in card.preconditions:
         if precondition.source == "timing":
             continue
@@ -166,7 +166,7 @@ def precondition_failure(card: SkillCard, problem: ProblemInfo, state: KernelSta
                 return f"precondition {precondition.expression!r} cannot be decided on case {case_name}: {exc}"
             if not holds:
                 return f"precondition {precondition.expression!r} fails on case {case_name}"
-    failed = timing_failure(card, problem, state, case)
+    failed = timing_failure(card, problem, state, case) if timing else None
     return str(failed) if failed else ""
 
 
@@ -274,8 +274,10 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
 
 def fits(card: SkillCard, present: frozenset[Feature] | set[Feature], problem: ProblemInfo) -> bool:
     """Whether the card may go where `present` are the features: its requires are there, none of
-    its conflicts is, and its preconditions hold on every case of the problem."""
-    return card.requires <= present and not card.conflicts & present and not precondition_failure(card, problem)
+    its conflicts is, and its soundness preconditions hold on every case of the problem (where it pays
+    is `timing_failure`'s: a card that does not pay alone may within its walk's path)."""
+    return (card.requires <= present and not card.conflicts & present
+            and not precondition_failure(card, problem, timing=False))
 
 
 def _anchored(card: SkillCard, state: KernelState, lineages: Mapping[str, Lineage]) -> bool:
