@@ -214,7 +214,7 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
         skipped: list = []
         matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses, lineages=lineages,
                            skipped=skipped)
-        yield from _skipped(skipped, cards, state, lineages)  # first: recorded whatever the budget leaves
+        yield from skipped_candidates(skipped, cards, state, lineages)  # first: recorded whatever the budget leaves
         if rewriter is RewriterKind.RULES:
             yield from _paths(cards, state, problem, statuses, lineages, offered_paths)
         joined: set[str] = set()  # cards already offered as part of a whole mechanism
@@ -246,7 +246,7 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
     return plan
 
 
-def _skipped(skipped: Sequence[Any], cards: Sequence[SkillCard], state: KernelState,
+def skipped_candidates(skipped: Sequence[Any], cards: Sequence[SkillCard], state: KernelState,
              lineages: Mapping[str, Lineage]) -> Iterator[Candidate]:
     """The kernels of the cards retrieval skipped for a failed timing precondition, each recorded as
     `precondition_failed` and never gated: every one is a gate evaluation the precondition saved."""

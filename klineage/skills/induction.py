@@ -222,7 +222,7 @@ def _measured_risks(steps: list[_Step], timed: Mapping[Ref, PerCaseTiming]) -> l
         operator = step.lineage.problem.operator
         slower += [(f"{operator}:{r.case}", r.ratio, step.ref) for r in every.rows
                    if r.ratio is not None and r.ratio < 1.0 / DEFAULT_REQUIRED_RATIO]
-        for finding in every.verdict.findings:
+        for finding in every.findings:
             refused.append(Risk(finding.reason.value, f"the forward step's kernel was refused on case "
                                 f"{operator}:{finding.case or '?'} when timed on every case ({finding.reason.value}): "
                                 f"{' '.join(finding.message.split())[:240]}", (step.ref,)))

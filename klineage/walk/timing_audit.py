@@ -23,7 +23,7 @@ from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy, Placement, TimingScope
-from klineage.gate.verdict import Status, Verdict
+from klineage.gate.verdict import Finding, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
 
@@ -170,13 +170,14 @@ def case_ratios(verdict: Verdict) -> list[CaseRatio]:
 @dataclass(frozen=True)
 class PerCaseTiming:
     """A step timed on every case: its cases, where its kernels sat, what ptxas said of its parent
-    (`registers`, `static_shared`: the largest over its entries) and the verdict's status (a rejected
-    one names the case its parent failed on: a measured risk)."""
+    (`registers`, `static_shared`: the largest over its entries), the verdict's findings (a case its
+    parent failed on when timed: a measured risk) and the GPU it ran on."""
 
     rows: tuple[CaseRatio, ...]
     placement: Placement
     compiled: dict[str, int]
-    verdict: Verdict
+    findings: tuple[Finding, ...] = ()
+    gpu: str = ""
 
 
 def compiled_facts(verdict: Verdict) -> dict[str, int]:
@@ -198,7 +199,8 @@ def percase_timing(lineage: Lineage, index: int, cache: GateCache | None = None)
             verdict = percase_step(lineage, index, cache=cache, placement=placement)
         except KLineageError:  # not recorded with this placement
             continue
-        return PerCaseTiming(tuple(case_ratios(verdict)), placement, compiled_facts(verdict), verdict)
+        return PerCaseTiming(tuple(case_ratios(verdict)), placement, compiled_facts(verdict), verdict.findings,
+                             str(verdict.provenance.get("key_parts", {}).get("gpu", "")))
     return None
 
 
