@@ -2,6 +2,7 @@
 
     python bench/percase.py WALK.gpu.json [--steps 3,5,8 | --all] [--share I/N] [--placement exchanged]
     python bench/percase.py WALK.gpu.json --estimate      # no GPU: seconds each step will take, from its records
+    python bench/percase.py WALK... --lanes 8 [--per-card 1]  # no GPU: gpu_session.sh --lanes arguments, balanced
 
 A walk times each step's parent against its child on the headline case only: what the step buys there,
 not where it pays. Here each chosen step (by default those that are the source of an effect of a card
@@ -63,6 +64,30 @@ def estimate_s(lineage: Lineage, index: int, cases: int, placement: Placement) -
     return FIXED_S + correctness + profile * cut * cases * (2 if placement is Placement.EXCHANGED else 1)
 
 
+def plan_lanes(walks: list[Path], lanes: int, per_card: int, placement: Placement) -> int:
+    """gpu_session.sh --lanes arguments timing the walks' card steps on every case, the steps dealt out
+    longest first to the lane with the least estimated seconds (each lane's stages name their steps)."""
+    jobs = []
+    for path in walks:
+        lineage = Lineage.load(path)
+        cases = _case_count(lineage)
+        timed = {t.index for t in lineage.transitions if t.forward.timing is not None}
+        name = path.name.split(".gpu.json")[0]
+        jobs += [(estimate_s(lineage, i, cases, placement) or 60.0, name, i)
+                 for i in library_steps(lineage, per_card) if i in timed]
+    loads = [[0.0, {}] for _ in range(lanes)]
+    for seconds, name, index in sorted(jobs, reverse=True):
+        lane = min(loads, key=lambda load: load[0])
+        lane[0] += seconds
+        lane[1].setdefault(name, []).append(index)
+    for i, (seconds, steps) in enumerate(loads):
+        print(f"# lane {i}: about {seconds:.0f} s (compiles not counted); PERCASE_SHARE_{i}=0/1")
+    print("--lanes " + " ".join('"' + " ".join(f"percase:{name}:{','.join(map(str, sorted(idx)))}"
+                                                for name, idx in sorted(steps.items())) + '"'
+                                for _, steps in loads))
+    return 0
+
+
 def _case_count(lineage: Lineage) -> int:
     from klineage.gate.execute import probe_problem
 
@@ -72,14 +97,20 @@ def _case_count(lineage: Lineage) -> int:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("walk", type=Path)
+    parser.add_argument("walk", type=Path, nargs="+", help="one walk (several with --lanes)")
     parser.add_argument("--steps", default="", help="comma-separated step indices (default: the library's card steps)")
     parser.add_argument("--all", action="store_true", help="every step the walk timed")
     parser.add_argument("--per-card", type=int, default=0, help="at most this many of each card's steps (0: all)")
     parser.add_argument("--share", default="0/1", help="I/N: this lane's share of the steps")
     parser.add_argument("--placement", default=Placement.AS_LOADED.value, choices=[p.value for p in Placement])
     parser.add_argument("--estimate", action="store_true", help="print each step's expected GPU seconds; time nothing")
+    parser.add_argument("--lanes", type=int, default=0, help="print balanced gpu_session.sh lanes for the walks")
     args = parser.parse_args(argv)
+    if args.lanes:
+        return plan_lanes(args.walk, args.lanes, args.per_card, Placement(args.placement))
+    if len(args.walk) != 1:
+        parser.error("one walk (several only with --lanes)")
+    args.walk = args.walk[0]
     try:
         lane, lanes = (int(x) for x in args.share.split("/"))
         lineage = Lineage.load(args.walk)
