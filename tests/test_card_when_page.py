@@ -40,11 +40,21 @@ def _cards():
     return paying, uniform, rest
 
 
-def test_the_card_page_draws_where_the_card_pays(client):
+@pytest.fixture
+def imported():
     paying, uniform, rest = _cards()
     import_library(library_document([paying, uniform, *rest]))
+    return paying, uniform, rest
+
+
+def _section(page: str, name: str) -> str:
+    return page.split(f'<h2 id="{name}">', 1)[1].split("</section>", 1)[0]
+
+
+def test_the_card_page_draws_where_the_card_pays(client, imported):
+    paying = imported[0]
     page = client.get(f"/library/{paying.short_id}/").content.decode()
-    when = page.split('<h2 id="when">', 1)[1].split("</section>", 1)[0]
+    when = _section(page, "when")
     assert "badge-when-precondition" in when and "Pays where cols is at least 512" in when
     assert "<code>cols &gt;= 512</code>" in when and "leave-one-case-out accuracy 0.83" in when
     assert len(re.findall(r"<circle ", when)) == 6
@@ -56,24 +66,18 @@ def test_the_card_page_draws_where_the_card_pays(client):
     assert rows[-1] == ("row_softmax:c16384", "16384", "1.120", "paid", "holds")
     # the diagnostic is listed under its own heading, not among the risks
     assert "Did not apply here (diagnostics, not risks)" in when and "no_site" in when
-    risks = page.split('<h2 id="risks">', 1)[1].split("</section>", 1)[0]
-    assert "no_site" not in risks
+    assert "no_site" not in _section(page, "risks")
     # the timing precondition is not shown as a soundness one ("sound on ..., refused on ...")
-    preconditions = page.split('<h2 id="preconditions">', 1)[1].split("</section>", 1)[0]
-    assert "cols &gt;= 512" not in preconditions
+    assert "cols &gt;= 512" not in _section(page, "preconditions")
 
 
-def test_a_uniform_effect_is_stated_as_a_result(client):
-    paying, uniform, rest = _cards()
-    import_library(library_document([paying, uniform, *rest]))
-    page = client.get(f"/library/{uniform.short_id}/").content.decode()
-    when = page.split('<h2 id="when">', 1)[1].split("</section>", 1)[0]
+def test_a_uniform_effect_is_stated_as_a_result(client, imported):
+    when = _section(client.get(f"/library/{imported[1].short_id}/").content.decode(), "when")
     assert "badge-when-uniform" in when and "Paid on all 6 cases measured" in when
 
 
-def test_the_library_filters_to_cards_with_preconditions(client):
-    paying, uniform, rest = _cards()
-    import_library(library_document([paying, uniform, *rest]))
+def test_the_library_filters_to_cards_with_preconditions(client, imported):
+    paying, uniform, rest = imported
     listed = set(re.findall(r'href="/library/([0-9a-f]{12})/"', client.get("/library/?preconditions=true")
                             .content.decode()))
     everyone = [paying, uniform, *rest]
