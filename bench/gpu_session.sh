@@ -9,9 +9,11 @@
 # prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), bias:NAME:STEP,STEP[:PLACEMENT] (bench/timing_bias.py
 # probe: a walk's steps timed with controls, as_loaded or exchanged; NAME as in bench/walks, e.g. conv2d_implicit_gemm_any:13,35), placement:NAME:STEP
 # (bench/timing_bias.py placement: copies of the step's parent loaded and allocated in different orders), retime:NAME
-# (bench/retime.py: a walk's biased and outweighed steps, or retime:NAME:STEP,STEP those, timed with places exchanged, each lane its share), percase:NAME
+# (bench/retime.py: a walk's biased and outweighed steps, or retime:NAME:STEP,STEP those, timed with places exchanged,
+# each lane its share), percase:NAME
 # (bench/percase.py: the walk's steps behind the bundled library's cards, at most $PERCASE_PER_CARD a card when set, or
-# percase:NAME:STEP,STEP those, timed on every case and SWEEP case, places $PERCASE_PLACEMENT (as_loaded), each lane its share,
+# percase:NAME:STEP,STEP those, timed on every case and SWEEP case, places $PERCASE_PLACEMENT (as_loaded),
+# each lane its share,
 # or in lane N the share $PERCASE_SHARE_N, e.g. 0/1 for all: bench/percase.py --lanes prints balanced lanes), sweep:NAME
 # (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, timed with places $ADMIT_PLACEMENT (as_loaded), $ADMIT_JOBS

@@ -1,6 +1,6 @@
 """When the library's cards pay: their timing preconditions, uniform effects and what the preconditions save (CPU).
 
-    python bench/preconditions_report.py [--library corpus/library/library.json] [--out bench/results/preconditions.json]
+    python bench/preconditions_report.py [--library LIBRARY.json] [--out bench/results/preconditions.json]
 
 Reads a library (build it with `klineage library build` after bench/percase.py recorded per-case timings:
 induction then reads them, klineage.skills.when) and the recorded verdicts; runs nothing on a GPU.

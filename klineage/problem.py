@@ -5,9 +5,10 @@ A problem file is Python. It declares `OPERATOR`, named `CASES` (parameters and 
 `VENDOR_TIMING` (how the vendor path is timed: "eager", and "graph" for a CUDA-graph replay too),
 `TOLERANCES`, `check` (custom correctness) and `roofline(case)`, and an optional `SWEEP`: more named
 cases, timed only (a gate that times every case, `TimingScope.EVERY_CASE`), spanning the shapes where a
-mechanism starts or stops paying. A sweep case is checked by its timed outputs, not by the correctness
-seeds, and the `SWEEP` table is left out of the problem's fingerprint (`contract_source`): adding or
-changing one keeps every recorded verdict's key, and a gate that times it names its parameters instead. Files written for the reference
+mechanism starts or stops paying. A sweep case is checked by its timed outputs, not by the
+correctness seeds, and the `SWEEP` table is left out of the problem's fingerprint
+(`contract_source`): adding or changing one keeps every recorded verdict's key; a gate that times
+it names its parameters instead. Files written for the reference
 KLineage implementation (`make_inputs(seed, device)`, `torch_ref(*inputs)`) load too, as one case.
 
 Loading a problem executes its code: the gate does that only inside its sandboxed runner
@@ -365,7 +366,8 @@ def contract_source(text: str) -> str:
         return text
     lines = text.splitlines(keepends=True)
     for node in reversed(tree.body):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, ast.AnnAssign) else [])
         if any(isinstance(t, ast.Name) and t.id == "SWEEP" for t in targets) and _literal(node.value):
             end = node.end_lineno
             while end < len(lines) and not lines[end].strip():  # and the blank lines that set it apart

@@ -35,7 +35,8 @@ SORTS = {
     "transform": ("transform", ["transform", "card_id"]),
     "id": ("card id", ["card_id"]),
 }
-FILTERS = ("q", "status", "readmission", "operator", "surface", "platform", "intent", "feature", "preconditions", "sort")
+FILTERS = ("q", "status", "readmission", "operator", "surface", "platform", "intent", "feature", "preconditions",
+           "sort")
 READMISSION_CHOICES = [("true", "back to admission"), ("false", "standing")]
 STEP_KINDS = {"transition": LineageStep.Kind.ACCEPTED, "rejection": LineageStep.Kind.REJECTED}
 

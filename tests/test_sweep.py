@@ -107,6 +107,7 @@ def test_sweep_cases_resolve_for_the_expert_and_naive_plans(operator, tmp_path):
         verdict = run_gate(problem, state, policy=policy, mode=GateMode.COMPILE_ONLY, cache=cache)
         assert verdict.status is Status.COMPILED, (folder.name, verdict.findings)
         swept = [c for c in verdict.provenance["key_parts"]["cases"] if c.startswith("sweep:")]
-        supported = [c.name for c in info.sweep if state.plan.supports_case(c.params, {**state.constants, **devices.DEFAULT.facts()})]
+        facts = {**state.constants, **devices.DEFAULT.facts()}
+        supported = [c.name for c in info.sweep if state.plan.supports_case(c.params, facts)]
         assert {c.split(":")[1] for c in swept} == set(supported), folder.name
         assert len(supported) >= 6, f"{folder.name} supports only {supported} of the sweep"

@@ -291,8 +291,9 @@ def _locate(problem_path: str | Path, kernel: KernelState, against: KernelState 
     judged, skipped = _cases(probe, kernel, cases, device)
     swept = (sweep.supported(probe.info if probe else None, [kernel, against], device.facts())
              if policy.timing_scope is TimingScope.EVERY_CASE and policy.timing else [])
+    named = judged + sweep.key_names(probe.info, swept) if swept else judged
     key, parts = verdict_key(kernel=kernel.fingerprint, problem=execute.problem_fingerprint(problem_path),
-                             cases=judged + sweep.key_names(probe.info, swept) if swept else judged, gpu=gpu, toolchain=_toolchain_key(mode), policy=policy.fingerprint,
+                             cases=named, gpu=gpu, toolchain=_toolchain_key(mode), policy=policy.fingerprint,
                              against=against.fingerprint if against else "none",
                              mode=GateMode.GPU.value if mode is GateMode.REPLAY else mode.value)  # replay serves GPU verdicts
     return _Located(problem_path, probe, device, judged, skipped, key, parts, swept)

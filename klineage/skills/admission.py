@@ -157,7 +157,8 @@ def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int, int]
 
 def judged_alike(earlier: SkillCard, card: SkillCard) -> bool:
     """Whether a trial of `earlier` judged `card` by the same rule: they differ in their measured
-    effects, risks and diagnostics alone (re-timed, say, or non-matches moved off the risks), and those ask a trial for the same ratio (`required_ratio`), so
+    effects, risks and diagnostics alone (re-timed, say, or non-matches moved off the risks), and
+    those ask a trial for the same ratio (`required_ratio`), so
     the same target, kernel and gate give the same outcome. Its trials still name the earlier
     content: the next admission trials the card as it is."""
     def rest(c: SkillCard) -> dict:

@@ -159,7 +159,8 @@ class Precondition:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "precondition") -> Precondition:
-        data = need(data, ("expression", "sentence", "holds", "fails", "source"), where, optional=("loo_accuracy", "facts"))
+        data = need(data, ("expression", "sentence", "holds", "fails", "source"), where,
+                    optional=("loo_accuracy", "facts"))
         try:
             return cls(data["expression"], data["sentence"], _texts(data["holds"], f"{where}.holds"),
                        _texts(data["fails"], f"{where}.fails"), data["source"], data.get("loo_accuracy"),

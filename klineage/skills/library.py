@@ -112,7 +112,8 @@ def save_library(library: Library, path: str | Path) -> Path:
 
 
 def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] | None,
-                  provenance: dict[str, Any], retimed: Retimed | None = None, percase: PerCase | None = None) -> Library:
+                  provenance: dict[str, Any], retimed: Retimed | None = None,
+                  percase: PerCase | None = None) -> Library:
     """The cards `induce` lifts from `lineages` (effects re-timed where `retimed` says, per case where
     `percase` has a step timed on every case), with the
     caller's provenance plus the source lineage ids (`lineages`) and the gate modes they ran under

@@ -13,7 +13,7 @@ softmax compares them by waves, registers and dtype, not by K.
 Search (`search`), simplest first: one atom, then two joined by `and`. Atoms, in this order of families:
 text equality (`dtype_is_float16`), thresholds (`waves >= 1`, `cols <= 4096`, a round number between the
 last unpaid and the first paid case: `_between`), divisibility (`cols % 4 == 0`; after thresholds, since
-a few sizes share some divisor by chance, while an alignment rule shows where no threshold separates). An atom is a candidate
+a few sizes share some divisor by chance, while an alignment rule shows where no threshold does). An atom is a candidate
 when it holds on every paid case; it separates when it also fails on every unpaid one.
 
 What is written (`induce_when`), and why each rule:
@@ -99,7 +99,8 @@ def case_facts(params: Mapping[str, Any], launch: Mapping[str, Any] | None = Non
     return {**param_facts(params), **(launch or {}), **(compiled or {})}
 
 
-def launch_facts(kernel: KernelState, params: Mapping[str, Any], device: DeviceSpec = devices.DEFAULT) -> dict[str, Any]:
+def launch_facts(kernel: KernelState, params: Mapping[str, Any],
+                 device: DeviceSpec = devices.DEFAULT) -> dict[str, Any]:
     """What `kernel`'s launch plan makes of a case on `device`: the largest launch's `blocks`, `waves`
     (blocks / SMs: below 1 the grid leaves SMs idle), `threads` a block and `dynamic_shared` bytes;
     {} where the plan does not resolve for the case."""
