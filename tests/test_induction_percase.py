@@ -6,6 +6,8 @@ host (bench/percase.py); what is tested is what induction makes of them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from klineage import config
@@ -100,3 +102,27 @@ def test_without_per_case_timings_the_cards_are_as_before(walk, info):
     """Headline timings alone give one case an operator: no timing precondition is induced from them."""
     cards = induce([walk], {"row_softmax": info})
     assert not [p for c in cards for p in c.preconditions if p.source == SOURCE]
+
+
+def test_admission_asks_only_what_the_card_paid_where_it_holds(walk, info):
+    """The required ratio comes from the effects where the timing precondition holds; a trial on a case
+    where it fails is not fair (inconclusive, no gate call)."""
+    from klineage.skills.admission import Target, TrialOutcome, admit, required_ratio
+
+    cards = induce([walk], {"row_softmax": info}, percase=timings(info))
+    vector = card_of(cards, walk, VECTOR_STEP)
+    mine = dataclasses.replace(vector, effects=tuple(e for e in vector.effects if e.source.index == VECTOR_STEP))
+    held, everywhere = required_ratio(mine), required_ratio(dataclasses.replace(mine, preconditions=()))
+    assert held > 1.0 and held > everywhere  # the unaligned cases, 0.97x, ask nothing of a trial
+    child = walk.states[VECTOR_STEP + 1].kernel
+    calls = []
+
+    def gate(*args):
+        calls.append(args)
+        raise AssertionError("an unfair trial must not reach the gate")
+
+    target = Target("unaligned rows", "row_softmax", child, "cols_unaligned", (), "")
+    _, [trial] = admit(vector, [target], lambda op: str(config.corpus_dir() / "problems" / f"{op}.py"), gate,
+                       problems={"row_softmax": info})
+    assert trial.message.startswith(TrialOutcome.INCONCLUSIVE.value) and "cols % 4 == 0" in trial.message
+    assert not calls
