@@ -7,7 +7,10 @@ number and the step's child/parent ratio measures the pairing, not the edit. Whe
 machine code unchanged (a `restrict` nvcc ignores, an unroll it already did), the true ratio is 1 and
 any other measured ratio is that artifact. The cause is where each module's code lands (docs/perf-notes.md,
 session 15); a step re-timed with its two kernels exchanging places (`retime_step`, bench/retime.py on
-the GPU) has a ratio the places cannot move. Everything else here reads recorded verdicts (replay): no GPU.
+the GPU) has a ratio the places cannot move. A step timed on every case of its problem and its SWEEP cases
+(`percase_step`, bench/percase.py on the GPU) gives per-case effects (`percase_timing`), from which
+induction learns where a card pays (klineage.skills.when). Everything else here reads recorded verdicts
+(replay): no GPU.
 """
 
 from __future__ import annotations
