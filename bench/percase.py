@@ -81,7 +81,7 @@ def plan_lanes(walks: list[Path], lanes: int, per_card: int, placement: Placemen
         lane[0] += seconds
         lane[1].setdefault(name, []).append(index)
     for i, (seconds, steps) in enumerate(loads):
-        print(f"# lane {i}: about {seconds:.0f} s (compiles not counted); PERCASE_SHARE_{i}=0/1")
+        print(f"# lane {i}: about {seconds:.0f} s (compiles not counted)")
     print("--lanes " + " ".join('"' + " ".join(f"percase:{name}:{','.join(map(str, sorted(idx)))}"
                                                 for name, idx in sorted(steps.items())) + '"'
                                 for _, steps in loads))
