@@ -12,7 +12,11 @@
 # prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), bias:NAME:STEP,STEP[:PLACEMENT] (bench/timing_bias.py
 # probe: a walk's steps timed with controls, as_loaded or exchanged; NAME as in bench/walks, e.g. conv2d_implicit_gemm_any:13,35), placement:NAME:STEP
 # (bench/timing_bias.py placement: copies of the step's parent loaded and allocated in different orders), retime:NAME
-# (bench/retime.py: a walk's biased and outweighed steps, or retime:NAME:STEP,STEP those, timed with places exchanged, each lane its share), sweep:NAME
+# (bench/retime.py: a walk's biased and outweighed steps, or retime:NAME:STEP,STEP those, timed with places exchanged,
+# each lane its share), percase:NAME
+# (bench/percase.py: the walk's steps behind the bundled library's cards, at most $PERCASE_PER_CARD a card when set, or
+# percase:NAME:STEP,STEP all of those, timed on every case and SWEEP case, places $PERCASE_PLACEMENT (as_loaded);
+# without steps each lane its share, or in lane N the share $PERCASE_SHARE_N; bench/percase.py --lanes prints lanes), sweep:NAME
 # (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, timed with places $ADMIT_PLACEMENT (as_loaded), $ADMIT_JOBS
 # trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
@@ -84,6 +88,13 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       [[ $spec == *:* ]] && steps=${spec#*:}
       local walk=bench/walks/$name.gpu.json.gz; [ -f "$walk" ] || walk=corpus/lineages/$name.gpu.json
       timeout "${limit:-300}" python3 bench/retime.py "$walk" --share "${LANE:-0}/${LANES:-1}" ${steps:+--steps "$steps"} ;;
+    percase:*) local spec=${1#percase:}; local name=${spec%%:*} steps=""  # each lane its share of the steps
+      [[ $spec == *:* ]] && steps=${spec#*:}
+      local walk=corpus/lineages/$name.gpu.json; [ -f "$walk" ] || walk=bench/walks/$name.gpu.json.gz
+      local share_var=PERCASE_SHARE_${LANE:-} share=${LANE:-0}/${LANES:-1}  # named steps: all of them
+      [ -n "$steps" ] && share=0/1
+      timeout "${limit:-${PERCASE_TIMEOUT:-540}}" python3 bench/percase.py "$walk" --share "${!share_var:-$share}" \
+        --per-card "${PERCASE_PER_CARD:-0}" --placement "${PERCASE_PLACEMENT:-as_loaded}" ${steps:+--steps "$steps"} ;;
     placement:*) local spec=${1#placement:}
       timeout "${limit:-300}" python3 bench/timing_bias.py placement "bench/walks/${spec%%:*}.gpu.json.gz" "${spec#*:}" ;;
     sweep:*) timeout "${limit:-${SWEEP_TIMEOUT:-300}}" python3 bench/carrier_sweep.py "bench/sweeps/${1#sweep:}.toml" \

@@ -3,7 +3,12 @@
 A problem file is Python. It declares `OPERATOR`, named `CASES` (parameters and dtypes),
 `make_inputs(case, seed, device)`, `reference(inputs)` in PyTorch, `OUTPUTS`, optional `vendor`,
 `VENDOR_TIMING` (how the vendor path is timed: "eager", and "graph" for a CUDA-graph replay too),
-`TOLERANCES`, `check` (custom correctness) and `roofline(case)`. Files written for the reference
+`TOLERANCES`, `check` (custom correctness) and `roofline(case)`, and an optional `SWEEP`: more named
+cases, timed only (a gate that times every case, `TimingScope.EVERY_CASE`), spanning the shapes where a
+mechanism starts or stops paying. A sweep case is checked by its timed outputs, not by the
+correctness seeds, and the `SWEEP` table is left out of the problem's fingerprint
+(`contract_source`): adding or changing one keeps every recorded verdict's key; a gate that times
+it names its parameters instead. Files written for the reference
 KLineage implementation (`make_inputs(seed, device)`, `torch_ref(*inputs)`) load too, as one case.
 
 Loading a problem executes its code: the gate does that only inside its sandboxed runner
@@ -12,6 +17,7 @@ Loading a problem executes its code: the gate does that only inside its sandboxe
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import inspect
 import math
@@ -192,9 +198,10 @@ class ProblemInfo:
     math: str = "fp32"  # the unit its flops run on, for the roofline: fp32 | tf32 | fp16 | bf16
     vendor_timing: tuple[VendorTiming, ...] = (VendorTiming.EAGER,)
     source_format: str = "klineage"  # the file's format: klineage, keyword, kernelbench, flashinfer
+    sweep: tuple[Case, ...] = ()  # timing-only cases (SWEEP)
 
     def case(self, name: str) -> Case:
-        for case in self.cases:
+        for case in self.cases + self.sweep:
             if case.name == name:
                 return case
         raise DocumentError(self.operator, f"no case '{name}' (cases: {', '.join(c.name for c in self.cases)})")
@@ -216,6 +223,7 @@ class ProblemInfo:
             "math": self.math,
             "vendor_timing": [t.value for t in self.vendor_timing],
             "source_format": self.source_format,
+            **({"sweep": [c.to_dict() for c in self.sweep]} if self.sweep else {}),
         }
 
     @classmethod
@@ -236,6 +244,7 @@ class ProblemInfo:
             math=data.get("math", "fp32"),
             vendor_timing=tuple(VendorTiming(t) for t in data.get("vendor_timing", ["eager"])),
             source_format=data.get("source_format", "klineage"),
+            sweep=tuple(Case.from_dict(c) for c in data.get("sweep", [])),
         )
 
 
@@ -305,22 +314,8 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
     raw_cases = getattr(module, "CASES", None)
     if not isinstance(raw_cases, dict) or not raw_cases:
         raise DocumentError(where, "CASES must be a non-empty dict of case name -> parameters")
-    cases = []
-    for name, params in raw_cases.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise DocumentError(where, f"case name {name!r} must be an identifier")
-        if not isinstance(params, dict):
-            raise DocumentError(where, f"case '{name}' must be a dict of parameters")
-        for key, value in params.items():
-            if not isinstance(key, str) or not key.isidentifier():
-                raise DocumentError(where, f"case '{name}': parameter name {key!r} must be an identifier")
-            if isinstance(value, float) and not math.isfinite(value):
-                raise DocumentError(where, f"case '{name}': parameter '{key}' is not finite")
-            if not isinstance(value, (int, float, str, bool)):
-                raise DocumentError(where, f"case '{name}': parameter '{key}' must be a number, bool or string")
-            if isinstance(value, str) and key.endswith("dtype") and value not in DTYPES:
-                raise DocumentError(where, f"case '{name}': dtype {value!r} is not one of {', '.join(DTYPES)}")
-        cases.append(Case(name=name, params=dict(params)))
+    cases = [_case(name, params, where) for name, params in raw_cases.items()]
+    sweep = _sweep(getattr(module, "SWEEP", None), raw_cases, where)
     headline = getattr(module, "HEADLINE", cases[0].name)
     if headline not in raw_cases:
         raise DocumentError(where, f"HEADLINE '{headline}' is not one of the CASES")
@@ -329,7 +324,7 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
     if not isinstance(raw_outputs, dict) or not raw_outputs:
         raise DocumentError(where, "OUTPUTS must be a dict of output name -> {shape, dtype}")
     outputs = tuple(OutputSpec.from_dict(name, spec, f"{where}: OUTPUTS") for name, spec in raw_outputs.items())
-    for case in cases:
+    for case in cases + sweep:
         for out in outputs:
             try:
                 dims, _ = out.resolve(case.params)
@@ -346,7 +341,7 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
     check = _require_callable(module, "check", 4, where) if hasattr(module, "check") else None
     roofline_fn = _require_callable(module, "roofline", 1, where)
     roofline = {}
-    for case in cases:
+    for case in cases + sweep:
         try:
             figures = roofline_fn(dict(case.params))
         except Exception as exc:
@@ -363,7 +358,7 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
     info = ProblemInfo(
         operator=operator,
         path=str(path),
-        fingerprint=sha256_text(normalize_source(text)),
+        fingerprint=sha256_text(normalize_source(contract_source(text))),
         cases=tuple(cases),
         headline=headline,
         outputs=outputs,
@@ -375,9 +370,70 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
         description=(module.__doc__ or "").strip(),
         math=math_unit,
         vendor_timing=vendor_timing,
+        sweep=tuple(sweep),
     )
     return Problem(info=info, make_inputs=make_inputs, reference=_as_dict_fn(reference, outputs),
                    vendor=_as_dict_fn(vendor, outputs) if vendor else None, check=check, module=module)
+
+
+def _case(name: Any, params: Any, where: str) -> Case:
+    if not isinstance(name, str) or not name.isidentifier():
+        raise DocumentError(where, f"case name {name!r} must be an identifier")
+    if not isinstance(params, dict):
+        raise DocumentError(where, f"case '{name}' must be a dict of parameters")
+    for key, value in params.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise DocumentError(where, f"case '{name}': parameter name {key!r} must be an identifier")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DocumentError(where, f"case '{name}': parameter '{key}' is not finite")
+        if not isinstance(value, (int, float, str, bool)):
+            raise DocumentError(where, f"case '{name}': parameter '{key}' must be a number, bool or string")
+        if isinstance(value, str) and key.endswith("dtype") and value not in DTYPES:
+            raise DocumentError(where, f"case '{name}': dtype {value!r} is not one of {', '.join(DTYPES)}")
+    return Case(name=name, params=dict(params))
+
+
+def _sweep(raw: Any, raw_cases: dict[str, Any], where: str) -> list[Case]:
+    """The timing-only cases: named like CASES, none of them one of the CASES."""
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        raise DocumentError(where, "SWEEP must be a dict of case name -> parameters")
+    clash = sorted(set(raw) & set(raw_cases))
+    if clash:
+        raise DocumentError(where, f"SWEEP case(s) {', '.join(map(str, clash))} are also CASES: name them apart")
+    return [_case(name, params, f"{where}: SWEEP") for name, params in raw.items()]
+
+
+def contract_source(text: str) -> str:
+    """The problem file without its top-level `SWEEP = {literal}` statement and the blank lines after it
+    (write its comments inside the braces): what its fingerprint is taken of.
+    A sweep adds timing-only cases; it changes nothing a recorded verdict judged, so adding one must
+    not orphan them. A file that does not parse is fingerprinted whole (loading it fails anyway)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return text
+    lines = text.splitlines(keepends=True)
+    for node in reversed(tree.body):
+        targets = (node.targets if isinstance(node, ast.Assign) else
+                   [node.target] if isinstance(node, ast.AnnAssign) else [])
+        if any(isinstance(t, ast.Name) and t.id == "SWEEP" for t in targets) and _literal(node.value):
+            end = node.end_lineno
+            while end < len(lines) and not lines[end].strip():  # and the blank lines that set it apart
+                end += 1
+            del lines[node.lineno - 1:end]
+    return "".join(lines)
+
+
+def _literal(node: ast.expr | None) -> bool:
+    """Only a plain literal table is left out: a `SWEEP = ...` that runs code (`CASES.update(...)`) could
+    change what the problem judges, so it stays in the fingerprint."""
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, RecursionError):
+        return False
+    return node is not None
 
 
 def _vendor_timing(value: Any, has_vendor: bool, where: str) -> tuple[VendorTiming, ...]:

@@ -131,10 +131,19 @@ class SkillCardFilter(filters.FilterSet):
                            help_text="words that must all appear in the intent, anchor or transform")
     readmission = filters.BooleanFilter(method="filter_readmission",
                                         help_text="true: cards sent back to admission by a disputed step")
+    preconditions = filters.BooleanFilter(method="filter_preconditions",
+                                          help_text="true: cards that state a precondition (when they are sound or "
+                                                    "where they pay); false: cards with none")
 
     class Meta:
         model = SkillCard
-        fields = ["status", "operator", "surface", "platform", "transform", "intent", "feature", "q", "readmission"]
+        fields = ["status", "operator", "surface", "platform", "transform", "intent", "feature", "q", "readmission",
+                  "preconditions"]
+
+    def filter_preconditions(self, queryset: QuerySet, name: str, value: bool | None) -> QuerySet:
+        if value is None:
+            return queryset
+        return queryset.filter(precondition_count__gt=0) if value else queryset.filter(precondition_count=0)
 
     def filter_readmission(self, queryset: QuerySet, name: str, value: bool | None) -> QuerySet:
         if value is None:

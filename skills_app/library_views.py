@@ -27,6 +27,7 @@ from skills_app.paging import paginate, query_without
 from skills_app.highlight import highlight_lines
 from skills_app.lineage_views import diff_layout, diff_lines, split_rows
 from skills_app.card_refs import resolve_refs
+from skills_app.card_when import soundness_preconditions, when_chart
 from skills_app.models import CardTrial, LineageStep, SkillCard
 
 SORTS = {
@@ -34,7 +35,8 @@ SORTS = {
     "transform": ("transform", ["transform", "card_id"]),
     "id": ("card id", ["card_id"]),
 }
-FILTERS = ("q", "status", "readmission", "operator", "surface", "platform", "intent", "feature", "sort")
+FILTERS = ("q", "status", "readmission", "operator", "surface", "platform", "intent", "feature", "preconditions",
+           "sort")
 READMISSION_CHOICES = [("true", "back to admission"), ("false", "standing")]
 STEP_KINDS = {"transition": LineageStep.Kind.ACCEPTED, "rejection": LineageStep.Kind.REJECTED}
 
@@ -75,7 +77,9 @@ def library(request):
 def card(request, short_id: str):
     row = get_object_or_404(SkillCard, short_id=short_id)
     document = row.document
-    steps = resolve_refs([*document["evidence"], *(ref for risk in document["risks"] for ref in risk["evidence"]),
+    diagnostics = document.get("diagnostics", [])
+    steps = resolve_refs([*document["evidence"], *(ref for risk in document["risks"] + diagnostics
+                                                   for ref in risk["evidence"]),
                           *(effect["source"] for effect in document["effects"])])
     anchor = document["anchor"]
     return render(request, "skills/card.html", {
@@ -86,7 +90,9 @@ def card(request, short_id: str):
         "vector": split_rows(diff_lines(document["vector"])) if diff_layout(request) == "split"
         else diff_lines(document["vector"]),
         "diff_layout": diff_layout(request),
-        "preconditions": document["preconditions"],
+        "preconditions": soundness_preconditions(document),
+        "when": when_chart(document),
+        "diagnostics": [{**d, "links": [_link(ref, steps) for ref in d["evidence"]]} for d in diagnostics],
         "effects": effect_chart(document["effects"], steps),
         "risks": [{**risk, "links": [_link(ref, steps) for ref in risk["evidence"]]} for risk in document["risks"]],
         "evidence": [_link(ref, steps) for ref in document["evidence"]],

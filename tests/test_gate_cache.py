@@ -6,7 +6,7 @@ import pytest
 
 from klineage.errors import DocumentError, KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache, VerdictStore, verdict_key
-from klineage.gate.policy import QUICK, STRICT, GatePolicy, Placement, Sanitize
+from klineage.gate.policy import QUICK, STRICT, GatePolicy, Placement, Sanitize, TimingScope
 from klineage.gate.timing import PairedRatio, TimingStats
 from klineage.gate.verdict import GATE_VERSION, VERDICT_VERSION, Finding, Reason, Status, Verdict
 
@@ -347,7 +347,7 @@ def test_policy_fingerprint_changes_with_every_field():
     changes = {"seeds": 4, "timing": False, "timing_case": "x", "vendor": False, "warmup": 6, "trials": 4,
                "min_reps": 16, "max_reps": 201, "trial_seconds": 2.0, "spread_target": 0.1, "input_sets": 2,
                "sanitize": Sanitize.ALWAYS, "launch_timeout_s": 5.0, "run_timeout_s": 60.0, "output_cap": 1024,
-               "require_ratio": 1.1, "placement": Placement.EXCHANGED}
+               "require_ratio": 1.1, "placement": Placement.EXCHANGED, "timing_scope": TimingScope.EVERY_CASE}
     assert set(changes) == set(GatePolicy.__dataclass_fields__)
     prints = {base.fingerprint} | {base.with_(**{k: v}).fingerprint for k, v in changes.items()}
     assert len(prints) == len(changes) + 1

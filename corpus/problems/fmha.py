@@ -47,6 +47,16 @@ CASES = {
 }
 HEADLINE = "headline"
 
+SWEEP = {  # timed only (klineage.problem): sequence length, alignment to the tile, grid size, causality
+    "seq_short": {"B": 16, "H": 16, "S": 256, "D": 128, "causal": 0},  # short KV loops, many blocks
+    "seq_long": {"B": 1, "H": 8, "S": 8192, "D": 128, "causal": 0},  # long KV loops
+    "grid_small": {"B": 1, "H": 4, "S": 1024, "D": 128, "causal": 0},  # fewer query tiles than 132 SMs
+    "grid_small_causal": {"B": 1, "H": 8, "S": 1024, "D": 128, "causal": 1},
+    "seq_unaligned": {"B": 2, "H": 16, "S": 1500, "D": 128, "causal": 0},  # a partial last tile
+    "batch_large": {"B": 32, "H": 16, "S": 512, "D": 128, "causal": 0},
+    "long_causal": {"B": 1, "H": 16, "S": 4096, "D": 128, "causal": 1},
+}
+
 OUTPUTS = {"o": {"shape": ["B", "H", "S", "D"], "dtype": "float16"}}
 
 # Why these bounds. A correct kernel computes q k^T exactly enough (fp16 products are exact in the

@@ -58,6 +58,16 @@ CASES = {
 }
 HEADLINE = "headline"
 
+SWEEP = {  # timed only (klineage.problem): sequence length against the chunk, heads against 132 SMs
+    "t_short": {"B": 1, "T": 256, "H": 16, "HV": 48, "DK": 128, "DV": 128},  # four chunks
+    "t_long": {"B": 1, "T": 8192, "H": 4, "HV": 12, "DK": 128, "DV": 128},  # a long recurrence, few heads
+    "heads_few": {"B": 1, "T": 2048, "H": 2, "HV": 2, "DK": 128, "DV": 128},  # far fewer heads than SMs
+    "batch_large": {"B": 8, "T": 1024, "H": 16, "HV": 16, "DK": 128, "DV": 128},  # 128 heads in all
+    "t_unaligned": {"B": 1, "T": 1500, "H": 16, "HV": 48, "DK": 128, "DV": 128},  # a partial last chunk
+    "dk64": {"B": 2, "T": 2048, "H": 8, "HV": 8, "DK": 64, "DV": 64},  # half-size heads (zero-padded tiles)
+    "one_chunk": {"B": 4, "T": 64, "H": 16, "HV": 48, "DK": 128, "DV": 128},
+}
+
 OUTPUTS = {"o": {"shape": ["B", "T", "HV", "DV"], "dtype": "bfloat16"}}
 
 # Why these bounds. A kernel that keeps S in fp32 and rounds o to bf16 once differs from the fp64

@@ -42,6 +42,17 @@ CASES = {
 }
 HEADLINE = "headline"
 
+SWEEP = {  # timed only (klineage.problem): where tiles, waves and alignment change what pays
+    "grid_small": {"M": 1024, "N": 1024, "K": 4096},  # 64 output tiles of 128 x 128: fewer than 132 SMs
+    "grid_one_wave": {"M": 1536, "N": 1408, "K": 2048},  # 132 tiles: one wave
+    "grid_large": {"M": 8192, "N": 8192, "K": 1024},  # 4096 tiles, short K
+    "k_short": {"M": 4096, "N": 4096, "K": 64},  # one or two K tiles: the pipeline never fills
+    "k_long": {"M": 1024, "N": 1024, "K": 16384},  # a long reduction over few tiles
+    "k_unaligned": {"M": 2048, "N": 2048, "K": 2056},  # K % 8 == 0 but not a multiple of 16, 32 or 64
+    "mn_unaligned": {"M": 2047, "N": 2049, "K": 2048},  # partial tiles at both edges
+    "skinny_m64": {"M": 64, "N": 8192, "K": 4096},  # a small batch
+}
+
 OUTPUTS = {"y": {"shape": ["M", "N"], "dtype": "bfloat16"}}
 
 # Why these bounds. Products of two bf16 values are exact in fp32 (8-bit significands make a 16-bit

@@ -35,6 +35,17 @@ CASES = {
 }
 HEADLINE = "headline"
 
+SWEEP = {  # timed only (klineage.problem): row length, alignment and how many rows fill the GPU
+    "rows_few": {"rows": 64, "cols": 4096},  # far fewer rows than 132 SMs can take
+    "rows_many": {"rows": 65536, "cols": 1024},  # many waves of short-ish rows
+    "cols_short": {"rows": 16384, "cols": 64},  # two elements a lane
+    "cols_long": {"rows": 512, "cols": 32768},  # long reductions over few rows
+    "cols_unaligned": {"rows": 8192, "cols": 4095},  # not a multiple of 4: no float4 rows
+    "cols_odd_short": {"rows": 8192, "cols": 129},
+    "one_wave": {"rows": 1056, "cols": 4096},  # 132 x 8 rows
+    "cols_mid": {"rows": 4096, "cols": 2048},
+}
+
 OUTPUTS = {"y": {"shape": ["rows", "cols"], "dtype": "float32"}}
 
 # The fp32 defaults, written out so the problem says what it demands. A correct fp32 kernel lands

@@ -74,8 +74,10 @@ def probe_problem(path: str | Path, cache_dir: Path | None = None, device: str =
                   timeout_s: float = 300) -> ProbeResult:
     """Load and validate a problem file in the sandbox (its code never runs in this process)."""
     path = Path(path).resolve()
-    fingerprint = problem_fingerprint(path)
-    cached = cache_dir / "problems" / f"{fingerprint}.json" if cache_dir else None
+    problem_fingerprint(path)  # a missing or undecodable file is named here
+    # by the whole text, SWEEP included (the fingerprint leaves it out): a changed sweep is probed again
+    whole = sha256_text(normalize_source(path.read_text(encoding="utf-8")))
+    cached = cache_dir / "problems" / f"{whole}.json" if cache_dir else None
     if cached and cached.is_file():
         probe = ProbeResult.from_dict(json.loads(cached.read_text(encoding="utf-8")))
         return ProbeResult(ProblemInfo.from_dict({**probe.info.to_dict(), "path": str(path)}), probe.numerics,

@@ -19,12 +19,12 @@ from klineage.files import write_atomic
 from klineage.fingerprint import sha256_bytes
 from klineage.features.sass import sass_features
 from klineage.features.source import source_features
-from klineage.gate import execute
+from klineage.gate import execute, sweep
 from klineage.gate.artifact import artifact_check
 from klineage.gate.cache import GateCache, verdict_key
 from klineage.gate.compile import CompileResult, CompileStatus, compile_kernel, resolve_entry
 from klineage.gate.params import check_arguments, read_kernel_parameters
-from klineage.gate.policy import GatePolicy, Sanitize
+from klineage.gate.policy import GatePolicy, Sanitize, TimingScope
 from klineage.gate.static import static_check
 from klineage.gate.timing import PairedRatio, Settlement
 from klineage.gate.verdict import GATE_VERSION, Finding, Reason, Status, Verdict
@@ -88,7 +88,7 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     timings: dict[str, float] = {}
     clock = time.monotonic()
     located = _locate(problem_path, kernel, against, cases, policy, mode)
-    problem_path, probe, device, judged, skipped, key, parts = located
+    problem_path, probe, device, judged, skipped, key, parts, swept = located
     if probe is not None:
         timings["probe"] = time.monotonic() - clock
     problem_fp, toolchain_key = parts["problem"], parts["toolchain"]
@@ -151,7 +151,7 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     stages = {"static": report.to_dict(), "compile": compiled.portable_dict(), "features": features}
 
     try:
-        candidate = contender("candidate", kernel, compiled, probe, judged, device)
+        candidate = contender("candidate", kernel, compiled, probe, judged + swept, device)
     except _PlanFailure as failure:
         return finish(Status.REJECTED, [failure.finding], **stages)
     if mode is GateMode.COMPILE_ONLY:
@@ -159,13 +159,15 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
 
     timing_case = (policy.timing_case or probe.info.headline) if policy.timing else ""
     timing_case = timing_case if timing_case in judged else ""
+    every_case = policy.timing_scope is TimingScope.EVERY_CASE and timing_case
+    timed = [*judged, *swept] if every_case else [timing_case]
     contenders = [candidate]
     if against is not None and timing_case:
         against_compiled = compile_kernel(against, cache_dir=config.cache_dir())
         if not against_compiled.ok:
             raise KLineageError(f"the baseline kernel '{against.name}' does not compile "
                                 f"({against_compiled.status.value}): {_first_error(against_compiled.log)}")
-        contenders.append(contender("baseline", against, against_compiled, probe, [timing_case], device))
+        contenders.append(contender("baseline", against, against_compiled, probe, timed, device))
     twin = _judged_twin(cache, policy, parts, judged_under) if timing_case and not record else None
     if twin is not None and twin.status is Status.REJECTED:
         return finish(Status.REJECTED, list(twin.findings), twin=twin.provenance["key"], **stages,
@@ -173,7 +175,7 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     # With a passed twin only the timing runs (and re-checks the timing case once on the way).
     request = {"mode": "run", "problem": str(problem_path), "cases": [timing_case] if twin else judged,
                "seeds": [0] if twin else list(range(policy.seeds)), "timing_case": timing_case,
-               "kernels": [c.spec for c in contenders]}
+               "kernels": [c.spec for c in contenders], **({"timing_cases": timed} if every_case else {})}
     cubins = {c.role: c.compiled.cubin_bytes(c.state.plan.arch) for c in contenders}
     progress("run", f"timing on {timing_case} (correctness from its twin)" if twin else
              f"correctness on {len(judged)} case(s) x {policy.seeds} seeds" +
@@ -299,6 +301,7 @@ class _Located(NamedTuple):
     skipped: list[str]
     key: str
     parts: dict[str, Any]
+    swept: list[str]  # the sweep cases a gate timing every case times too (klineage.gate.sweep)
 
 
 def _locate(problem_path: str | Path, kernel: KernelState, against: KernelState | None, cases: list[str] | None,
@@ -312,11 +315,14 @@ def _locate(problem_path: str | Path, kernel: KernelState, against: KernelState 
             raise DocumentError(str(problem_path), "refused: " + "; ".join(probe.numerics))
     device = devices.lookup(gpu) if mode is GateMode.GPU else devices.DEFAULT
     judged, skipped = _cases(probe, kernel, cases, device)
+    swept = (sweep.supported(probe.info if probe else None, [kernel, against], device.facts())
+             if policy.timing_scope is TimingScope.EVERY_CASE and policy.timing else [])
+    named = judged + sweep.key_names(probe.info, swept) if swept else judged
     key, parts = verdict_key(kernel=kernel.fingerprint, problem=execute.problem_fingerprint(problem_path),
-                             cases=judged, gpu=gpu, toolchain=_toolchain_key(mode), policy=policy.fingerprint,
+                             cases=named, gpu=gpu, toolchain=_toolchain_key(mode), policy=policy.fingerprint,
                              against=against.fingerprint if against else "none",
                              mode=GateMode.GPU.value if mode is GateMode.REPLAY else mode.value)  # replay serves GPU verdicts
-    return _Located(problem_path, probe, device, judged, skipped, key, parts)
+    return _Located(problem_path, probe, device, judged, skipped, key, parts, swept)
 
 
 def stored_verdict(problem_path: str | Path, kernel: KernelState, *, against: KernelState | None = None,

@@ -18,6 +18,14 @@ class Placement(str, Enum):
     EXCHANGED = "exchanged"  # each round times every kernel in every kernel's place (runner.exchange_places)
 
 
+class TimingScope(str, Enum):
+    """Which cases a timed gate times. The headline alone says what a step buys on one shape; every
+    case (the problem's cases and its timing-only `SWEEP` cases) says where it pays and where it
+    does not, which is what a card's preconditions are induced from (klineage.skills.when)."""
+    HEADLINE = "headline"  # the policy's timing_case, else the problem's headline
+    EVERY_CASE = "every_case"  # each judged case and each sweep case the kernel supports, one after another
+
+
 class Sanitize(str, Enum):
     NEVER = "never"
     ON_PASS = "on_pass"  # only kernels that passed correctness: catches latent races cheaply
@@ -43,6 +51,7 @@ class GatePolicy:
     output_cap: int = 64 * 1024  # bytes of kernel output tolerated; more is a flood
     require_ratio: float = 0.0  # paired acceptance vs the baseline: 0 means not required
     placement: Placement = Placement.AS_LOADED
+    timing_scope: TimingScope = TimingScope.HEADLINE
 
     def __post_init__(self) -> None:
         if not 1 <= self.seeds <= 16:
@@ -59,6 +68,10 @@ class GatePolicy:
             del data["placement"]
         else:
             data["placement"] = self.placement.value
+        if self.timing_scope is TimingScope.HEADLINE:  # likewise: recorded verdicts keep their keys
+            del data["timing_scope"]
+        else:
+            data["timing_scope"] = self.timing_scope.value
         return data
 
     @classmethod
@@ -69,7 +82,7 @@ class GatePolicy:
         if unknown:
             raise DocumentError("policy", f"unknown keys {sorted(unknown)}")
         values = dict(data)
-        for key, kind in (("sanitize", Sanitize), ("placement", Placement)):
+        for key, kind in (("sanitize", Sanitize), ("placement", Placement), ("timing_scope", TimingScope)):
             if key in values:
                 try:
                     values[key] = kind(values[key])
@@ -93,7 +106,7 @@ class GatePolicy:
         is timed, nor where, so a timed gate reuses its twin's verdict when one exists and runs only
         the timing; twins of many kernels can be judged side by side (timings cannot)."""
         return replace(self, timing=False, timing_case="", vendor=False, require_ratio=0.0,
-                       placement=Placement.AS_LOADED)
+                       placement=Placement.AS_LOADED, timing_scope=TimingScope.HEADLINE)
 
     def passes_imply(self, other: GatePolicy) -> bool:
         """Whether a kernel that passed this policy's correctness checks also passes `other`'s: the

@@ -692,6 +692,37 @@ def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, 
         except KernelFault as fault:
             result["findings"].append(_finding(fault.reason, "profile", str(fault), timing_case))
         phases.lap("profile")
+        if request.get("timing_cases") and not result["findings"]:
+            time_every_case(device, problem, kernels, request["timing_cases"], policy, request["seeds"][:1], result)
+            phases.lap("profile_every_case")
+
+
+def time_every_case(device: Device, problem, kernels: list[LoadedKernel], cases: list[str], policy: dict[str, Any],
+                    seeds: list[int], result: dict[str, Any]) -> None:
+    """Time the kernels on each of `cases` as `profile` timed the headline (already in result["profile"]),
+    each case's profile under profile["per_case"]. A baseline wrong on a case (a sweep case its
+    problem never judged it on) leaves that case untimed, with the reason; the candidate's own timed
+    outputs are checked on every case, and a wrong one is a finding naming the case, as on the headline."""
+    headline = result["profile"].get("case")
+    per_case: dict[str, Any] = {headline: {k: v for k, v in result["profile"].items() if k != "per_case"}} \
+        if headline else {}
+    result["profile"]["per_case"] = per_case
+    for case_name in cases:
+        if case_name in per_case:
+            continue
+        try:
+            wrong = [b.role for b in kernels[1:] if
+                     not check_case(device, problem, b, case_name, seeds, {"correctness": [], "findings": []})]
+            if wrong:
+                per_case[case_name] = {"untimed": f"the {', '.join(wrong)} kernel is incorrect on this case"}
+                continue
+            own: dict[str, Any] = {"findings": [], "profile": {}}
+            profile(device, problem, kernels, case_name, policy, own)
+        except KernelFault as fault:  # the context may be dead: nothing more is timed in this process
+            result["findings"].append(_finding(fault.reason, "profile", str(fault), case_name))
+            return
+        result["findings"].extend(own["findings"])
+        per_case[case_name] = own["profile"] or {"untimed": "its timed outputs were wrong (see the findings)"}
 
 
 def probe(request: dict[str, Any], result: dict[str, Any]) -> None:

@@ -172,7 +172,8 @@ def _print(result: Any, out: Path, console: Any) -> None:
     stats = result.stats
     speed = "untimed" if result.speedup is None else f"{result.speedup:.3f}x over the start"
     console.print(f"[bold]{result.stop.value}[/]: {result.message}")
-    console.print(f"  {stats.evaluations} of {result.budget} gate evaluations ({stats.wasted} wasted), "
+    saved = f", {stats.saved} saved by failed timing preconditions" if stats.saved else ""
+    console.print(f"  {stats.evaluations} of {result.budget} gate evaluations ({stats.wasted} wasted{saved}), "
                   f"{stats.accepted} step(s) taken, best {result.best.fingerprint[:12]}: {speed}; "
                   f"written to {out}")
 

@@ -301,7 +301,7 @@ class _Run:
             if not window:
                 return
             fresh = {c.state.fingerprint: c.state for c in window
-                     if c.state is not None and not c.passed_over and c.state.fingerprint not in self.kernels}
+                     if c.state is not None and not c.not_gated and c.state.fingerprint not in self.kernels}
             if len(fresh) > 1:
                 self.progress("optimize", f"judging the correctness of {len(fresh)} candidates side by side",
                               self.fraction)
@@ -321,7 +321,7 @@ class _Run:
                     if candidate is not None:
                         return candidate
                     break
-                if candidate.rewrite is None or candidate.passed_over or candidate.state.fingerprint == first.fingerprint:
+                if candidate.rewrite is None or candidate.not_gated or candidate.state.fingerprint == first.fingerprint:
                     continue  # nothing to add on this stone: no gate call, no record
                 both = Rewrite(f"{stone.transform}+{candidate.transform}", Direction.FORWARD, candidate.rewrite.anchor,
                                candidate.state, adds=candidate.rewrite.adds, removes=candidate.rewrite.removes,
@@ -359,6 +359,9 @@ class _Run:
                     "a kernel of the path" if state.fingerprint in path else "a kernel already judged at this step")
             return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.DUPLICATE,
                                        message=f"the rewrite gives {what} ({state.fingerprint[:12]})"))
+        if candidate.precondition_failed:
+            return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.PRECONDITION_FAILED,
+                                       message=candidate.precondition_failed))
         if candidate.passed_over:
             return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.PASSED_OVER,
                                        message=candidate.passed_over))
@@ -443,7 +446,8 @@ class _Run:
             strategy=self.strategy, rewriter=self.rewriter, gate=self.mode, budget=self.budget, seed=self.seed,
             required_ratio=self.required, policy=self.policy.to_dict(), library=self.library,
             attempts=tuple(self.attempts), steps=tuple(self.steps), stop=stop, message=message,
-            stats=Stats(self.evaluations, gated - len(self.steps), len(self.steps), round(self.seconds, 3)),
+            stats=Stats(self.evaluations, gated - len(self.steps), len(self.steps), round(self.seconds, 3),
+                        sum(a.status is AttemptStatus.PRECONDITION_FAILED for a in self.attempts)),
             llm_usage=self.llm.spent.to_dict() if self.llm is not None else None)
 
 

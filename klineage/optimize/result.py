@@ -9,7 +9,8 @@ timing, and moves only on a paired improvement. The document stores
   and a message saying why it was or was not taken;
 - `steps`: the accepted path, start -> best, each with the kernel it reached and its forward diff;
 - `stop`: why the run ended, and `stats`: gate evaluations used, wasted ones (gated candidates not
-  taken), accepted steps and the gate time the verdicts report.
+  taken), accepted steps, the gate time the verdicts report, and `saved`: candidate kernels recorded
+  `precondition_failed` and not gated (their card was measured not to pay on such a case).
 
 The lineage document's parts are reused where they mean the same thing (`ProblemRef`,
 `VerdictSummary`, `Assurance`); the rest is this versioned document's own. It validates itself on
@@ -52,11 +53,13 @@ class AttemptStatus(str, Enum):
     NOT_APPLICABLE = "not_applicable"  # no candidate kernel: the card or transform could not be applied here
     DUPLICATE = "duplicate"  # the kernel was judged already at this best, or is a state of the path
     PASSED_OVER = "passed_over"  # not gated: its card's measured effects fall short of the required ratio
+    PRECONDITION_FAILED = "precondition_failed"  # not gated: its card was measured not to pay on such a case
 
     @property
     def gated(self) -> bool:
         """Whether it cost a gate evaluation."""
-        return self not in (AttemptStatus.NOT_APPLICABLE, AttemptStatus.DUPLICATE, AttemptStatus.PASSED_OVER)
+        return self not in (AttemptStatus.NOT_APPLICABLE, AttemptStatus.DUPLICATE, AttemptStatus.PASSED_OVER,
+                            AttemptStatus.PRECONDITION_FAILED)
 
 
 class Stop(str, Enum):
@@ -226,20 +229,21 @@ class Stats:
     wasted: int  # gated candidates that were not taken
     accepted: int
     seconds: float  # gate time as the verdicts report it
+    saved: int = 0  # candidate kernels not gated because their card's timing precondition failed here
 
     def __post_init__(self) -> None:
-        for name in ("evaluations", "wasted", "accepted"):
+        for name in ("evaluations", "wasted", "accepted", "saved"):
             whole(getattr(self, name), f"stats.{name}")
         nonnegative(self.seconds, "stats.seconds")
 
     def to_dict(self) -> dict[str, Any]:
         return {"evaluations": self.evaluations, "wasted": self.wasted, "accepted": self.accepted,
-                "seconds": self.seconds}
+                "seconds": self.seconds, **({"saved": self.saved} if self.saved else {})}  # absent at 0: old bytes
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "stats") -> Stats:
-        data = need(data, ("evaluations", "wasted", "accepted", "seconds"), where)
-        return cls(data["evaluations"], data["wasted"], data["accepted"], data["seconds"])
+        data = need(data, ("evaluations", "wasted", "accepted", "seconds"), where, optional=("saved",))
+        return cls(data["evaluations"], data["wasted"], data["accepted"], data["seconds"], data.get("saved", 0))
 
 
 _KEYS = ("version", "kind", "problem", "start", "start_verdict", "strategy", "rewriter", "gate", "assurance", "budget",
@@ -288,7 +292,8 @@ class OptimizationResult(Document):
         self._check_steps()
         gated = [a for a in self.attempts if a.status.gated]
         taken = {s.attempt for s in self.steps}
-        expected = Stats(1 + len(gated), len(gated) - len(taken), len(self.steps), self.stats.seconds)
+        saved = sum(a.status is AttemptStatus.PRECONDITION_FAILED for a in self.attempts)
+        expected = Stats(1 + len(gated), len(gated) - len(taken), len(self.steps), self.stats.seconds, saved)
         if self.stats != expected:
             raise DocumentError("optimization.stats", f"{self.stats.to_dict()} disagree with the attempts and steps "
                                                       f"(evaluations {expected.evaluations}, wasted "

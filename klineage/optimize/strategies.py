@@ -5,7 +5,9 @@ gate next, in which order. The loop (`klineage.optimize.loop`) gates them under 
 the strategies differ only here:
 
 - LIBRARY: the library's cards, ranked by retrieval (`klineage.skills.retrieval.retrieve`: the
-  card's requires/provides/conflicts, preconditions and scope against this kernel and problem),
+  card's requires/provides/conflicts, preconditions and scope against this kernel and problem; a card
+  whose timing precondition fails on the headline is offered first as `precondition_failed` kernels,
+  recorded and never gated),
   each materialized at every site its transform's forward can take, and at the anchors of the
   card's source transitions (with several sites, first at all of them at once; a card that is
   one mechanism with others, taken apart site by site by the walk, first together with them);
@@ -97,13 +99,14 @@ class Candidate:
     reason: str = ""
     score: float | None = None  # the retrieval score, for card candidates
     passed_over: str = ""  # why a candidate kernel is not worth a gate call (`short_of`); only with a rewrite
+    precondition_failed: str = ""  # its card's timing precondition fails here (retrieval.timing_failure); likewise
 
     def __post_init__(self) -> None:
         if not self.transform:
             raise DocumentError("candidate", "needs a transform name")
         if (self.rewrite is None) == (not self.reason):
             raise DocumentError("candidate", "carries either a rewrite or the reason there is none")
-        if self.passed_over and self.rewrite is None:
+        if self.not_gated and self.rewrite is None:
             raise DocumentError("candidate", "only a candidate kernel can be passed over")
         if self.rewrite is not None:
             if self.rewrite.direction is not Direction.FORWARD:
@@ -114,6 +117,11 @@ class Candidate:
     @property
     def state(self) -> KernelState | None:
         return self.rewrite.state if self.rewrite is not None else None
+
+    @property
+    def not_gated(self) -> str:
+        """Why this candidate kernel costs no gate evaluation, or ''."""
+        return self.precondition_failed or self.passed_over
 
     def __str__(self) -> str:
         where = f" at {self.anchor}" if self.anchor else ""
@@ -203,7 +211,10 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
     offered_paths: set[str] = set()  # the card sets of paths offered so far: each once a run
 
     def plan(state: KernelState) -> Iterator[Candidate]:
-        matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses, lineages=lineages)
+        skipped: list = []
+        matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses, lineages=lineages,
+                           skipped=skipped)
+        yield from skipped_candidates(skipped, cards, state, lineages)  # first: recorded whatever the budget leaves
         if rewriter is RewriterKind.RULES:
             yield from _paths(cards, state, problem, statuses, lineages, offered_paths)
         joined: set[str] = set()  # cards already offered as part of a whole mechanism
@@ -233,6 +244,23 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
                 yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, score=match.score, passed_over=short)
 
     return plan
+
+
+def skipped_candidates(skipped: Sequence[Any], cards: Sequence[SkillCard], state: KernelState,
+             lineages: Mapping[str, Lineage]) -> Iterator[Candidate]:
+    """The kernels of the cards retrieval skipped for a failed timing precondition, each recorded as
+    `precondition_failed` and never gated: every one is a gate evaluation the precondition saved."""
+    from klineage.skills.materialize import evidence_anchors, materialize
+
+    by_id = {card.id: card for card in cards}
+    for failed in skipped:
+        card = by_id[failed.card]
+        try:
+            rewrites = materialize(card, state, evidence_anchors(card, lineages, state))
+        except Exception:  # noqa: BLE001 - a card that does not materialize would not have been gated either
+            continue
+        for rewrite in rewrites:
+            yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, precondition_failed=str(failed))
 
 
 def _paths(cards: Sequence[SkillCard], state: KernelState, problem: ProblemInfo, statuses: tuple[CardStatus, ...],

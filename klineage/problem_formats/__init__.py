@@ -23,6 +23,7 @@ from pathlib import Path
 
 from klineage.errors import DocumentError
 from klineage.fingerprint import normalize_source, sha256_bytes, sha256_json, sha256_text
+from klineage.problem import contract_source
 
 
 class ProblemFormat(str, Enum):
@@ -79,8 +80,8 @@ def fingerprint(path: str | Path) -> str:
     """The problem's content fingerprint. A one-file problem keeps the fingerprint of its normalized
     source (recorded verdicts are keyed by it); a trace hashes its definition, workloads and tensors."""
     files = source_files(path)
-    if len(files) == 1:
-        return sha256_text(normalize_source(_read_text(files[0])))
+    if len(files) == 1:  # a Python file: its timing-only SWEEP literal is not part of the contract
+        return sha256_text(normalize_source(contract_source(_read_text(files[0]))))
     base = files[0].resolve().parent  # names relative to the definition: the same on every machine
     return sha256_json({
         "definition": sha256_text(normalize_source(_read_text(files[0]))),

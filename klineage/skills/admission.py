@@ -20,6 +20,8 @@ on, and a mechanism's gain depends on the regime (mma.sync measured 11.3x on con
 order of magnitude, not its size on another shape: at least half the smallest declared gain, in
 log terms, after that effect's spread (never less than `NOISE`) is taken off:
   required = max(DEFAULT_FORWARD_RATIO, sqrt(min over effects of ratio x (1 - max(spread, NOISE))))
+(with a timing precondition, over the effects on the cases where it holds: where the card was measured
+not to pay asks nothing of a trial, and a trial on a case where it fails is not fair, below).
 Outcomes:
 - PASSED: a timed passing verdict reaching `required`;
 - FAILED: the gate rejected the kernel, or it passed slower than `required`;
@@ -157,11 +159,14 @@ def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int, int]
 
 def judged_alike(earlier: SkillCard, card: SkillCard) -> bool:
     """Whether a trial of `earlier` judged `card` by the same rule: they differ in their measured
-    effects alone (re-timed, say), and those ask a trial for the same ratio (`required_ratio`), so
+    effects, risks and diagnostics alone (re-timed, say, or non-matches moved off the risks), and
+    those ask a trial for the same ratio (`required_ratio`), so
     the same target, kernel and gate give the same outcome. Its trials still name the earlier
     content: the next admission trials the card as it is."""
     def rest(c: SkillCard) -> dict:
-        return {k: v for k, v in c.to_dict().items() if k not in ("verification_log", "status", "effects")}
+        # risks and diagnostics describe the card; no trial reads them (materialize applies the transform)
+        return {k: v for k, v in c.to_dict().items()
+                if k not in ("verification_log", "status", "effects", "risks", "diagnostics")}
     return rest(earlier) == rest(card) and required_ratio(earlier) == required_ratio(card)
 
 
@@ -283,10 +288,16 @@ def _held_out_cases(card: SkillCard, source_lineages: Sequence[Lineage],
 
 
 def required_ratio(card: SkillCard) -> float | None:
-    """The paired ratio a trial must reach; None when the card declares no measured effect."""
-    if not card.effects:
+    """The paired ratio a trial must reach; None when the card declares no measured effect. With a
+    timing precondition, only the effects on cases where it holds count: a trial is fair only where
+    it holds, and the cases where the card was measured not to pay ask nothing of it."""
+    effects = card.effects
+    timing = next((p for p in card.preconditions if p.source == "timing"), None)
+    if timing is not None:
+        effects = tuple(e for e in effects if f"{e.operator}:{e.case}" in timing.holds) or effects
+    if not effects:
         return None
-    lower = min(e.ratio * (1.0 - max(e.spread, NOISE)) for e in card.effects)
+    lower = min(e.ratio * (1.0 - max(e.spread, NOISE)) for e in effects)
     return max(DEFAULT_FORWARD_RATIO, math.sqrt(lower))
 
 
@@ -301,7 +312,7 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
 
     info = (problems or {}).get(target.problem)
     if info is not None:
-        why = precondition_failure(card, info)
+        why = precondition_failure(card, info, target.state, target.case)
         if why:
             return record(TrialOutcome.INCONCLUSIVE, f"not a fair trial: {why}")
     if required_ratio(card) is None:  # checked before the gate: a trial that cannot admit costs no GPU time

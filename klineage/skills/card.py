@@ -115,13 +115,17 @@ class Precondition:
     `<param>_is_<value>` booleans for text parameters such as dtypes), one readable sentence, and
     the evidence that supports it: the cases where the step was sound and the predicate holds
     (`holds`), those where it was refused and the predicate fails (`fails`), and the source of
-    the labels ("correctness", "domain", "declared")."""
+    the labels ("correctness", "domain", "declared", or "timing": where the step paid, from per-case
+    effects, klineage.skills.when), and for a timing predicate its leave-one-case-out accuracy."""
 
     expression: str
     sentence: str
     holds: tuple[str, ...] = ()
     fails: tuple[str, ...] = ()
     source: str = "correctness"
+    loo_accuracy: float | None = None
+    # a timing predicate's names, valued on each measured case: what the card page draws its effects against
+    facts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.expression, str) or not self.expression.strip():
@@ -134,6 +138,10 @@ class Precondition:
         nonblank(self.source, "precondition.source")
         object.__setattr__(self, "holds", tuple(self.holds))
         object.__setattr__(self, "fails", tuple(self.fails))
+        if not isinstance(self.facts, dict) or not all(isinstance(v, dict) for v in self.facts.values()):
+            raise DocumentError("precondition.facts", "must map each case to its facts")
+        if self.loo_accuracy is not None and not 0.0 <= number(self.loo_accuracy, "precondition.loo_accuracy") <= 1.0:
+            raise DocumentError("precondition.loo_accuracy", f"must be between 0 and 1, not {self.loo_accuracy!r}")
 
     @property
     def names(self) -> set[str]:
@@ -145,14 +153,19 @@ class Precondition:
 
     def to_dict(self) -> dict[str, Any]:
         return {"expression": self.expression, "sentence": self.sentence, "holds": list(self.holds),
-                "fails": list(self.fails), "source": self.source}
+                "fails": list(self.fails), "source": self.source,
+                # absent unless measured: libraries written before timing predicates keep their bytes
+                **({"loo_accuracy": self.loo_accuracy} if self.loo_accuracy is not None else {}),
+                **({"facts": self.facts} if self.facts else {})}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "precondition") -> Precondition:
-        data = need(data, ("expression", "sentence", "holds", "fails", "source"), where)
+        data = need(data, ("expression", "sentence", "holds", "fails", "source"), where,
+                    optional=("loo_accuracy", "facts"))
         try:
             return cls(data["expression"], data["sentence"], _texts(data["holds"], f"{where}.holds"),
-                       _texts(data["fails"], f"{where}.fails"), data["source"])
+                       _texts(data["fails"], f"{where}.fails"), data["source"], data.get("loo_accuracy"),
+                       data.get("facts", {}))
         except DocumentError as exc:
             raise DocumentError(where, str(exc)) from None
 
@@ -206,7 +219,10 @@ class Effect:
 
 @dataclass(frozen=True)
 class Risk:
-    """A failure mode: the rejection category (or "inconsistent_evidence"), a description, the evidence."""
+    """A failure mode: the rejection category (or "inconsistent_evidence", or "slower": per-case timings
+    where the step made the kernel slower), a description, the evidence. On a card's `risks`, measured
+    failures only; a card's `diagnostics` use the same shape for what is no failure of the skill: its
+    transform did not apply (`not_applicable`) or applied without the declared removal (`audit_mismatch`)."""
 
     category: str
     description: str
@@ -360,6 +376,7 @@ class SkillCard:
     preconditions: tuple[Precondition, ...] = ()
     effects: tuple[Effect, ...] = ()
     risks: tuple[Risk, ...] = ()
+    diagnostics: tuple[Risk, ...] = ()  # rewriter non-matches: "did not apply here", never a risk
     requires: frozenset[Feature] = frozenset()
     provides: frozenset[Feature] = frozenset()
     conflicts: frozenset[Feature] = frozenset()
@@ -390,7 +407,8 @@ class SkillCard:
             object.__setattr__(self, "status", enum(CardStatus, self.status, "card.status"))
         if not isinstance(self.status, CardStatus):
             raise DocumentError("card.status", f"unknown value {self.status!r}")
-        checks = (("preconditions", Precondition), ("effects", Effect), ("risks", Risk), ("evidence", Ref),
+        checks = (("preconditions", Precondition), ("effects", Effect), ("risks", Risk), ("diagnostics", Risk),
+                  ("evidence", Ref),
                   ("verification_log", Trial))
         for name, kind in checks:
             value = tuple(getattr(self, name))
@@ -431,11 +449,13 @@ class SkillCard:
             "conflicts": [f.to_dict() for f in sorted(self.conflicts)],
             "evidence": [r.to_dict() for r in self.evidence],
             "verification_log": [t.to_dict() for t in self.verification_log], "status": self.status.value,
+            # absent when empty: a card without diagnostics keeps the bytes it had before they existed
+            **({"diagnostics": [d.to_dict() for d in self.diagnostics]} if self.diagnostics else {}),
         }
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "card") -> SkillCard:
-        data = need(data, _KEYS, where)
+        data = need(data, _KEYS, where, optional=("diagnostics",))
         if data["version"] != CARD_VERSION:
             raise DocumentError(where, f"unsupported version {data['version']!r} (this is {CARD_VERSION})")
         if not isinstance(data["carrier"], dict):
@@ -450,7 +470,8 @@ class SkillCard:
             anchor=CardAnchor.from_dict(data["anchor"], f"{where}.anchor"), vector=data["vector"],
             scope=Scope.from_dict(data["scope"], f"{where}.scope"), carrier=dict(data["carrier"]),
             preconditions=many("preconditions", Precondition), effects=many("effects", Effect),
-            risks=many("risks", Risk), requires=_features(data["requires"], f"{where}.requires"),
+            risks=many("risks", Risk), diagnostics=many("diagnostics", Risk) if "diagnostics" in data else (),
+            requires=_features(data["requires"], f"{where}.requires"),
             provides=_features(data["provides"], f"{where}.provides"),
             conflicts=_features(data["conflicts"], f"{where}.conflicts"), evidence=many("evidence", Ref),
             verification_log=many("verification_log", Trial),

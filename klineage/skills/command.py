@@ -91,7 +91,7 @@ def _build(args: argparse.Namespace) -> int:
     from klineage.lineage import Lineage
     from klineage.skills.library import (build_library, corpus_lineages, default_provenance, problem_infos,
                                          save_library)
-    from klineage.walk.timing_audit import retimed_effect
+    from klineage.walk.timing_audit import percase_timing, retimed_effect
 
     if args.lineages:
         lineages, left_out = [Lineage.load(p) for p in args.lineages], []
@@ -100,7 +100,8 @@ def _build(args: argparse.Namespace) -> int:
     if not lineages:
         raise KLineageError("no lineage to build a library from")
     problems = problem_infos({lineage.problem.operator for lineage in lineages})
-    library = build_library(lineages, problems, default_provenance(lineages, args.note), retimed_effect)
+    library = build_library(lineages, problems, default_provenance(lineages, args.note), retimed_effect,
+                            percase_timing)
     for earlier in args.keep_trials:
         from klineage.skills.admission import carry_trials
 

@@ -25,8 +25,12 @@ Rules (each here, in one place):
 - effects: one per timed transition (forward status verified or slower): the paired ratio child
   time / parent time, overall and per trial, on the timing case (the policy's `timing_case`, else
   the problem's headline). Untimed (compile-only) transitions give none.
-- risks: the group's transform's rejections, one risk per (category, reason), naming the cases that
-  failed and linking every rejection; `no_change` and `gate_error` are not risks of the skill.
+- risks: measured failures only: the group's transform's gate-judged rejections, one risk per
+  (category, reason), naming the cases that failed and linking every rejection, and from steps timed
+  on every case the cases where the step made the kernel slower (by how much) and any case the gate
+  refused. diagnostics: the rewriter's non-matches (`not_applicable`, `audit_mismatch`), grouped the
+  same way: they say where the transform did not apply, not how the skill fails. `no_change`,
+  `gate_error` and `repeated` are neither.
 - preconditions (`predicates.separate`), where case parameters are known (`problems`): sound
   cases are those a state reached by the forward step passed; unsound ones those a refused
   proposal of the transform failed (incorrect or crash), and those the parent skipped as outside
@@ -52,10 +56,12 @@ from klineage.gate.policy import Placement
 from klineage.lineage import (CaseOutcome, FeatureChange, FeatureLevel, ForwardStatus, Lineage, Rejection,
                               RejectionCategory, State, Transition)
 from klineage.problem import ProblemInfo
-from klineage.skills.card import (CardAnchor, CardStatus, Effect, Precondition, Ref, RefKind, Risk, Scope,
-                                  SkillCard)
+from klineage.skills.card import (DEFAULT_REQUIRED_RATIO, CardAnchor, CardStatus, Effect, Precondition, Ref,
+                                  RefKind, Risk, Scope, SkillCard)
 from klineage.skills.predicates import Labelled, separate
+from klineage.skills.when import WhenKind, case_facts, induce_when, launch_facts, per_case
 from klineage.walk.audit import MECHANISMS
+from klineage.walk.timing_audit import PerCaseTiming
 
 KERNEL_ROLE = "kernel"
 DEVICE_ROLE = "device"
@@ -78,10 +84,16 @@ REFUSED = frozenset({RejectionCategory.COMPILE_ERROR, RejectionCategory.INCORREC
 UNSOUND = frozenset({RejectionCategory.INCORRECT, RejectionCategory.CRASH})
 NOT_RISKS = frozenset({RejectionCategory.NO_CHANGE, RejectionCategory.GATE_ERROR,
                        RejectionCategory.REPEATED})  # a repeat is the earlier rejection's evidence, not new
+# The rewriter declined, or applied without the declared removal: nothing was measured to fail. These are
+# diagnostics ("did not apply here"), kept apart from the risks.
+DIAGNOSTICS = frozenset({RejectionCategory.NOT_APPLICABLE, RejectionCategory.AUDIT_MISMATCH})
+SLOWER_RISK = "slower"
 
 Cases = Mapping[str, Mapping[str, Any]]  # case name -> parameters
 # (lineage, step index) -> the step's ratio and rounds re-timed with places exchanged, or None
 Retimed = Callable[[Lineage, int], "tuple[float, tuple[float, ...]] | None"]
+# (lineage, step index) -> the step timed on every case (timing_audit.percase_timing), or None
+PerCase = Callable[[Lineage, int], "PerCaseTiming | None"]
 
 
 def lineage_id(lineage: Lineage) -> str:
@@ -173,10 +185,12 @@ def _conflicts(transform: str, steps: list[_Step], rejections: list[tuple[Lineag
     return frozenset(refused - accepted - provides)
 
 
-def _risks(rejections: list[tuple[Lineage, int, Rejection]]) -> list[Risk]:
+def _risks(rejections: list[tuple[Lineage, int, Rejection]], diagnostics: bool = False) -> list[Risk]:
+    """One risk per (category, reason) of the gate-judged rejections; with `diagnostics`, the same of
+    the rewriter's non-matches instead."""
     grouped: dict[tuple[str, str], list[tuple[Ref, Rejection]]] = {}
     for lineage, position, rejection in rejections:
-        if rejection.category in NOT_RISKS:
+        if rejection.category in NOT_RISKS or (rejection.category in DIAGNOSTICS) != diagnostics:
             continue
         key = (rejection.category.value, rejection.reason.value if rejection.reason else "")
         grouped.setdefault(key, []).append((Ref(lineage_id(lineage), RefKind.REJECTION, position), rejection))
@@ -184,7 +198,9 @@ def _risks(rejections: list[tuple[Lineage, int, Rejection]]) -> list[Risk]:
     for (category, reason), items in sorted(grouped.items()):
         cases = sorted({c for _, r in items for c in r.cases_failed})
         message = next((" ".join(r.evidence.message.split()) for _, r in items if r.evidence.message), "")
-        text = f"removing it was refused ({category}{', ' + reason if reason else ''}) {len(items)} time(s)"
+        text = (f"its transform did not apply here ({category}{', ' + reason if reason else ''}) {len(items)} time(s)"
+                if diagnostics else
+                f"removing it was refused ({category}{', ' + reason if reason else ''}) {len(items)} time(s)")
         if cases:
             text += f"; cases failed: {', '.join(cases)}"
         if message:
@@ -193,12 +209,39 @@ def _risks(rejections: list[tuple[Lineage, int, Rejection]]) -> list[Risk]:
     return risks
 
 
+def _measured_risks(steps: list[_Step], timed: Mapping[Ref, PerCaseTiming]) -> list[Risk]:
+    """Failures the steps timed on every case measured: a case where the forward step made the kernel
+    slower than 1 / DEFAULT_REQUIRED_RATIO (by how much, on which case), and a parent the gate refused
+    on a case (its finding)."""
+    slower: list[tuple[str, float, Ref]] = []
+    refused: list[Risk] = []
+    for step in steps:
+        every = timed.get(step.ref)
+        if every is None:
+            continue
+        operator = step.lineage.problem.operator
+        slower += [(f"{operator}:{r.case}", r.ratio, step.ref) for r in every.rows
+                   if r.ratio is not None and r.ratio < 1.0 / DEFAULT_REQUIRED_RATIO]
+        for finding in every.findings:
+            refused.append(Risk(finding.reason.value, f"the forward step's kernel was refused on case "
+                                f"{operator}:{finding.case or '?'} when timed on every case ({finding.reason.value}): "
+                                f"{' '.join(finding.message.split())[:240]}", (step.ref,)))
+    risks = refused
+    if slower:
+        worst = sorted(slower, key=lambda s: s[1])
+        cases = "; ".join(f"{case} {ratio:.3f}x ({1 / ratio - 1:.1%} slower)" for case, ratio, _ in worst[:8])
+        risks.append(Risk(SLOWER_RISK, f"made the kernel slower on {len(slower)} case(s), child time / parent "
+                                       f"time: {cases}{' ...' if len(worst) > 8 else ''}",
+                          tuple(sorted({ref for _, _, ref in slower}))))
+    return risks
+
+
 def _case_table(problems: Mapping[str, Any] | None, operator: str) -> dict[str, dict[str, Any]] | None:
     if not problems or operator not in problems:
         return None
     known = problems[operator]
     if isinstance(known, ProblemInfo):
-        return {c.name: dict(c.params) for c in known.cases}
+        return {c.name: dict(c.params) for c in known.cases + known.sweep}
     return {name: dict(params) for name, params in known.items()}
 
 
@@ -283,19 +326,53 @@ def _intent(transform: str, steps: list[_Step]) -> str:
     return note.strip().splitlines()[0] if note.strip() else f"Put back the mechanism the '{transform}' step removed."
 
 
-def _effects(steps: list[_Step], problems: Mapping[str, Any] | None, retimed: Retimed | None) -> list[Effect]:
+def _effects(steps: list[_Step], problems: Mapping[str, Any] | None, retimed: Retimed | None,
+             timed: Mapping[Ref, PerCaseTiming]) -> list[Effect]:
     effects = []
     for step in steps:
         forward = step.transition.forward
         if forward.timing is None or forward.status not in (ForwardStatus.VERIFIED, ForwardStatus.SLOWER):
             continue
         operator = step.lineage.problem.operator
+        every = timed.get(step.ref)
+        if every is not None:  # one effect a case the step was timed on
+            effects += [Effect(r.case, operator, r.ratio, r.per_trial, step.ref, every.placement)
+                        for r in every.rows if r.ratio is not None]
+            continue
         timing_case = str(step.lineage.policy.get("forward_timing", {}).get("timing_case", "") or "")
         case = timing_case or _headline(problems, operator)
         again = retimed(step.lineage, step.transition.index) if retimed else None
         effects.append(Effect(case, operator, *again, step.ref, Placement.EXCHANGED) if again else
                        Effect(case, operator, forward.timing.overall, forward.timing.per_trial, step.ref))
     return effects
+
+
+def _when(steps: list[_Step], effects: list[Effect], problems: Mapping[str, Any] | None,
+          timed: Mapping[Ref, PerCaseTiming]) -> Precondition | None:
+    """The timing precondition the card's per-case effects force (klineage.skills.when), if any. Each
+    effect's case is valued by its parameters, by what its step's parent kernel's launch plan makes of
+    them and by what ptxas said of that kernel where the step was timed on every case."""
+    by_ref = {s.ref: s for s in steps}
+    if not any(ref in timed for ref in by_ref):  # headline timings alone: one case an operator, nothing varies
+        return None
+    rows = []
+    for effect in effects:
+        table = _case_table(problems, effect.operator)
+        step = by_ref.get(effect.source)
+        if table is None or step is None or effect.case not in table:
+            continue
+        params = table[effect.case]
+        compiled = timed[effect.source].compiled if effect.source in timed else None
+        rows.append((f"{effect.operator}:{effect.case}", effect.ratio,
+                     case_facts(params, launch_facts(step.parent.kernel, params), compiled)))
+    when = induce_when(per_case(rows))
+    if when.kind is not WhenKind.PRECONDITION:
+        return None
+    found = when.precondition
+    names = sorted(found.names)
+    values = {row.case: {n: row.facts.get(n, False) for n in names} for row in when.cases}
+    return Precondition(found.expression, found.sentence, found.holds, found.fails, found.source,
+                        found.loo_accuracy, values)
 
 
 def _prior(steps: list[_Step]) -> set[str]:
@@ -306,14 +383,16 @@ def _prior(steps: list[_Step]) -> set[str]:
 
 
 def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
-           retimed: Retimed | None = None) -> list[SkillCard]:
+           retimed: Retimed | None = None, percase: PerCase | None = None) -> list[SkillCard]:
     """Cards from the accepted transitions of `lineages`, sorted by transform then id.
 
     `problems` maps an operator to its `ProblemInfo` (or to a table case name -> parameters); it
     supplies the case parameters that preconditions are searched over and the dtypes of the scope.
     Without it, cards carry no searched preconditions. `retimed` gives a step's ratio and rounds
     re-timed with parent and child exchanging places, if it was (`timing_audit.retimed_effect`):
-    that measurement, which placement cannot move, is the effect rather than the walk's own."""
+    that measurement, which placement cannot move, is the effect rather than the walk's own. `percase`
+    gives a step timed on every case (`timing_audit.percase_timing`): one effect a case, from which
+    the card's timing precondition is induced (klineage.skills.when)."""
     groups: dict[tuple[str, frozenset[Feature]], list[_Step]] = {}
     for lineage in lineages:
         for transition in lineage.transitions:
@@ -324,6 +403,12 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
         for position, rejection in enumerate(lineage.rejections):
             refused.setdefault(rejection.transform, []).append((lineage, position, rejection))
 
+    timed = {}
+    for steps in groups.values():
+        for step in steps:
+            every = percase(step.lineage, step.transition.index) if percase else None
+            if every is not None:
+                timed[step.ref] = every
     cards = []
     for (transform, provides), steps in groups.items():
         steps.sort(key=lambda s: (lineage_id(s.lineage), s.transition.index))
@@ -332,7 +417,7 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
                                                    s.transition.index))
         anchor = representative.transition.anchor
         requires = frozenset.intersection(*(_requires(s) for s in steps))
-        risks = _risks(rejections)
+        risks = _risks(rejections) + _measured_risks(steps, timed)
         preconditions: list[Precondition] = []
         rows, source = _labels(steps, rejections, problems)
         if rows:
@@ -346,6 +431,10 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
             declared = _declared(steps)
             if declared is not None:
                 preconditions.append(declared)
+        effects = _effects(steps, problems, retimed, timed)
+        paying = _when(steps, effects, problems, timed)
+        if paying is not None:
+            preconditions.append(paying)
         scope = Scope(operators=tuple(sorted({s.lineage.problem.operator for s in steps})), language="cuda",
                       platform=_platform(steps), dtypes=tuple(sorted(_dtypes(steps, problems))),
                       prior_actions=tuple(sorted(_prior(steps))))
@@ -353,7 +442,8 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
             transform=transform, intent=_intent(transform, steps),
             anchor=CardAnchor(anchor.kind, anchor.snippet, anchor.function, anchor.key),
             vector=representative.transition.forward_diff, scope=scope, carrier=_carrier(steps),
-            preconditions=tuple(preconditions), effects=tuple(_effects(steps, problems, retimed)), risks=tuple(risks),
+            preconditions=tuple(preconditions), effects=tuple(effects), risks=tuple(risks),
+            diagnostics=tuple(_risks(rejections, diagnostics=True)),
             requires=requires, provides=provides,
             conflicts=_conflicts(transform, steps, rejections, provides) - requires,
             evidence=tuple(s.ref for s in steps), status=CardStatus.CANDIDATE))

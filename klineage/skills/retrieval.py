@@ -2,8 +2,11 @@
 
 A card is a candidate for a state when its status is one asked for, its `requires` are present
 among the state's features, what it `provides` is not all there already, none of its
-`conflicts` is present, and each of its preconditions holds on every case of the problem (a
-predicate over names a case does not define fails: unknown fails). Features are named by role,
+`conflicts` is present, each of its soundness preconditions holds on every case of the problem (a
+predicate over names a case does not define fails: unknown fails), and its timing precondition (where
+it was measured to pay, klineage.skills.when) holds on the problem's headline, valued with the state's
+launch plan; one that fails there is skipped and reported (`PreconditionFailed`); one the target cannot
+value (registers before a compile) is undecided and skips nothing. Features are named by role,
 as induction names them (`kernel`, `device`, `<file>`): a kernel's own function names do not
 travel. A card that provides nothing visible at role level (its step added the mechanism at one
 more site of a function that already had it, e.g. one more `__restrict__` parameter) is kept
@@ -105,17 +108,66 @@ def _facts(params: Mapping, names: set[str]) -> dict:
     return facts
 
 
-def precondition_failure(card: SkillCard, problem: ProblemInfo) -> str:
-    """'' when every precondition holds on every case, else why not."""
+@dataclass(frozen=True)
+class PreconditionFailed:
+    """A card's timing precondition false on the case a target is judged on: where the card was measured
+    not to pay (klineage.skills.when), so a gate evaluation of it there would be spent for nothing."""
+
+    card: str
+    expression: str
+    case: str
+    facts: dict
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{k} = {v}" for k, v in sorted(self.facts.items()))
+        return (f"precondition_failed: card {self.card[:12]} pays where {self.expression}, which fails on case "
+                f"{self.case} ({shown})")
+
+
+def timing_failure(card: SkillCard, problem: ProblemInfo, state: KernelState | None = None,
+                   case: str = "") -> PreconditionFailed | None:
+    """The card's timing precondition on the target's case (`case`, else the problem's headline: what the
+    optimize loop times), valued with the case's parameters and what `state`'s launch plan makes of them.
+    A predicate naming a fact the target does not give (registers, before it is compiled) is undecided, and
+    an undecided one skips nothing: it says where the card pays, not whether it is sound, and the gate
+    measures anyway."""
+    from klineage.skills.when import SOURCE, case_facts, launch_facts
+
+    timing = [p for p in card.preconditions if p.source == SOURCE]
+    if not timing:
+        return None
+    name = case or problem.headline
+    params = dict(problem.case(name).params)
+    launch = launch_facts(state, params) if state is not None else {}
+    facts = case_facts(params, launch)
+    for precondition in timing:
+        try:
+            holds = precondition.check({**_facts(params, precondition.names), **launch})
+        except ExpressionError:
+            continue
+        if not holds:
+            return PreconditionFailed(card.id, precondition.expression, name,
+                                      {n: facts[n] for n in sorted(precondition.names) if n in facts})
+    return None
+
+
+def precondition_failure(card: SkillCard, problem: ProblemInfo, state: KernelState | None = None,
+                         case: str = "", timing: bool = True) -> str:
+    """'' when every soundness precondition holds on every case and (with `timing`) the timing ones on
+    the target's case (`timing_failure`), else why not."""
     for precondition in card.preconditions:
-        for case in problem.cases:
+        if precondition.source == "timing":
+            continue
+        for case_ in problem.cases:
+            case_name = case_.name
             try:
-                holds = precondition.check(_facts(case.params, precondition.names))
+                holds = precondition.check(_facts(case_.params, precondition.names))
             except ExpressionError as exc:
-                return f"precondition {precondition.expression!r} cannot be decided on case {case.name}: {exc}"
+                return f"precondition {precondition.expression!r} cannot be decided on case {case_name}: {exc}"
             if not holds:
-                return f"precondition {precondition.expression!r} fails on case {case.name}"
-    return ""
+                return f"precondition {precondition.expression!r} fails on case {case_name}"
+    failed = timing_failure(card, problem, state, case) if timing else None
+    return str(failed) if failed else ""
 
 
 def size_of(problem: ProblemInfo, case: str) -> float | None:
@@ -167,11 +219,13 @@ def gain_tier(card: SkillCard) -> tuple[Tier, str]:
 def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *, limit: int = 10,
              statuses: tuple[CardStatus, ...] = (CardStatus.ADMITTED,),
              problems: Mapping[str, ProblemInfo] | None = None,
-             lineages: Mapping[str, Lineage] | None = None) -> list[Match]:
+             lineages: Mapping[str, Lineage] | None = None,
+             skipped: list[PreconditionFailed] | None = None) -> list[Match]:
     """The cards that fit `state` on `problem`, best first, at most `limit`. `problems` (operator ->
     ProblemInfo) lets shape proximity compare with the cards' source problems; `lineages` (lineage
     id -> lineage) lend a card that provides nothing visible the sites of its evidence's anchors
-    too (a file-scope padding constant is no site a finder places afresh)."""
+    too (a file-scope padding constant is no site a finder places afresh). A card whose timing
+    precondition fails on the problem's headline (`timing_failure`) is left out, and added to `skipped`."""
     if limit < 0:
         raise DocumentError("retrieve.limit", f"must be >= 0, not {limit}")
     present = state_features(state)
@@ -180,6 +234,11 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
     matches = []  # (tier, match)
     for card in cards:
         if card.status not in statuses or not fits(card, present, problem):
+            continue
+        failed = timing_failure(card, problem, state)
+        if failed is not None:  # measured not to pay on the case the loop times
+            if skipped is not None:
+                skipped.append(failed)
             continue
         if card.provides and card.provides <= present:
             continue
@@ -215,8 +274,10 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
 
 def fits(card: SkillCard, present: frozenset[Feature] | set[Feature], problem: ProblemInfo) -> bool:
     """Whether the card may go where `present` are the features: its requires are there, none of
-    its conflicts is, and its preconditions hold on every case of the problem."""
-    return card.requires <= present and not card.conflicts & present and not precondition_failure(card, problem)
+    its conflicts is, and its soundness preconditions hold on every case of the problem (where it pays
+    is `timing_failure`'s: a card that does not pay alone may within its walk's path)."""
+    return (card.requires <= present and not card.conflicts & present
+            and not precondition_failure(card, problem, timing=False))
 
 
 def _anchored(card: SkillCard, state: KernelState, lineages: Mapping[str, Lineage]) -> bool:

@@ -6,7 +6,9 @@ digits and single hyphens, at most 64 characters, the folder's name) and `descri
 characters) at the top, everything else under `metadata` as strings (`skill_id, transform, intent, status`,
 and as JSON: `preconditions` (sentences), `predicates` (their expressions), `scope`, `requires`,
 `provides`, `conflicts` (features as `locus/name`)). The body has the sections Overview, Preconditions,
-Risks, Scope, Code Change (Before/After, from the vector diff) and Evidence.
+When it pays (its timing precondition, or what its per-case effects show: "paid on all N cases measured"),
+Risks (measured failures), Diagnostics (where its transform did not apply, when any), Scope, Code Change
+(Before/After, from the vector diff) and Evidence.
 
 The reference implementation's loader (`load_skill`) wants a front matter of exactly `skill_id, intent,
 preconditions, scope` - the same place the Agent Skills rules give to `name` and `description`, so no
@@ -35,7 +37,8 @@ import yaml
 
 from klineage.errors import DocumentError
 from klineage.gate.policy import Placement
-from klineage.skills.card import SkillCard
+from klineage.skills.card import Precondition, SkillCard
+from klineage.skills.when import SOURCE, card_when
 
 SKILL_FILE = "SKILL.md"
 REFERENCE_CARD = Path("references") / "klineage-card.md"
@@ -148,8 +151,7 @@ def render(card: SkillCard) -> str:
     else:
         overview += ["", "No measured effect yet (untimed evidence)."]
     parts.append("## Overview\n\n" + "\n".join(overview) + "\n")
-    pre = [f"- {p.sentence} (`{p.expression}`; sound on {len(p.holds)} case(s), refused on {len(p.fails)};"
-           f" from {p.source})" for p in card.preconditions] or ["- None found in the evidence."]
+    pre = [_precondition_line(p) for p in card.preconditions] or ["- None found in the evidence."]
     if card.requires:
         pre.append(f"- Requires present: {', '.join(_feature_list(card.requires))}")
     if card.provides:
@@ -157,8 +159,21 @@ def render(card: SkillCard) -> str:
     if card.conflicts:
         pre.append(f"- Conflicts with: {', '.join(_feature_list(card.conflicts))}")
     parts.append("## Preconditions\n\n" + "\n".join(pre) + "\n")
+    when = card_when(card)
+    paying = [f"{when.sentence[0].upper()}{when.sentence[1:]}."]
+    if when.cases:
+        held = set(when.precondition.holds) if when.precondition else set()
+        paying += ["", f"Per case (median child time / parent time over its steps; paid: >= {when.required}x):"]
+        paying += [f"- {r.case}: {r.ratio:.3f}x, {'paid' if r.paid else 'did not pay'}"
+                   + (f"; the precondition {'holds' if r.case in held else 'fails'}" if when.precondition else "")
+                   for r in when.cases]
+    parts.append("## When it pays\n\n" + "\n".join(paying) + "\n")
     risks = [f"- {r.category}: {r.description}" for r in card.risks] + _did_not_pay(card) or ["- None recorded."]
-    parts.append("## Risks\n\n" + "\n".join(risks) + "\n")
+    parts.append("## Risks\n\nMeasured failures: gate rejections, and cases where it made the kernel slower.\n\n"
+                 + "\n".join(risks) + "\n")
+    if card.diagnostics:
+        parts.append("## Diagnostics (did not apply; not failures)\n\n"
+                     + "\n".join(f"- {d.category}: {d.description}" for d in card.diagnostics) + "\n")
     scope = card.scope
     parts.append("## Scope\n\n" + "\n".join([
         f"- Operators: {', '.join(scope.operators)}", f"- Language: {scope.language}",
@@ -171,6 +186,14 @@ def render(card: SkillCard) -> str:
     embedded = card.to_json().replace(">", "\\u003e").rstrip("\n")
     parts.append(f"{_CARD_OPEN}\n{embedded}\n-->\n")
     return "\n".join(parts)
+
+
+def _precondition_line(p: Precondition) -> str:
+    if p.source == SOURCE:  # where it pays: its support is the cases measured on each side
+        return (f"- {p.sentence[0].upper()}{p.sentence[1:]} (`{p.expression}`; holds on {len(p.holds)} case(s): "
+                f"{', '.join(p.holds)}; fails on {len(p.fails)}: {', '.join(p.fails)}; from per-case timings)")
+    return (f"- {p.sentence} (`{p.expression}`; sound on {len(p.holds)} case(s), refused on {len(p.fails)};"
+            f" from {p.source})")
 
 
 def _did_not_pay(card: SkillCard) -> list[str]:

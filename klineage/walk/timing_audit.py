@@ -7,7 +7,10 @@ number and the step's child/parent ratio measures the pairing, not the edit. Whe
 machine code unchanged (a `restrict` nvcc ignores, an unroll it already did), the true ratio is 1 and
 any other measured ratio is that artifact. The cause is where each module's code lands (docs/perf-notes.md,
 session 15); a step re-timed with its two kernels exchanging places (`retime_step`, bench/retime.py on
-the GPU) has a ratio the places cannot move. Everything else here reads recorded verdicts (replay): no GPU.
+the GPU) has a ratio the places cannot move. A step timed on every case of its problem and its SWEEP cases
+(`percase_step`, bench/percase.py on the GPU) gives per-case effects (`percase_timing`), from which
+induction learns where a card pays (klineage.skills.when). Everything else here reads recorded verdicts
+(replay): no GPU.
 """
 
 from __future__ import annotations
@@ -22,12 +25,15 @@ from klineage.features.sass import disassemble
 from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import run_gate
-from klineage.gate.policy import GatePolicy, Placement
-from klineage.gate.verdict import Status, Verdict
+from klineage.gate.policy import GatePolicy, Placement, TimingScope
+from klineage.gate.verdict import Finding, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
 
 
+# A step timed on every case (percase_step) caps each trial at this many seconds: at the walk's 3 s, a
+# GEMM step's fourteen cases took about 80 s of GPU time (bench/percase.py --estimate), this cuts it near 30 s.
+PERCASE_TRIAL_SECONDS = 1.0
 PAIRING_TOLERANCE = 0.05  # |median as candidate / median as baseline - 1| above this: the pairing moved it
 
 
@@ -126,6 +132,80 @@ def retimed_effect(lineage: Lineage, index: int, cache: GateCache | None = None
         return exchanged_ratio(retime_step(lineage, index, cache=cache))
     except KLineageError:  # not re-timed: a replay miss
         return None
+
+
+@dataclass(frozen=True)
+class CaseRatio:
+    """One case of a step timed on every case: child time / parent time overall and per round, or
+    why the case was not timed (`untimed`)."""
+
+    case: str
+    ratio: float | None
+    per_trial: tuple[float, ...] = ()
+    untimed: str = ""
+
+
+def percase_step(lineage: Lineage, index: int, mode: GateMode = GateMode.REPLAY, cache: GateCache | None = None,
+                 record: bool = False, placement: Placement = Placement.AS_LOADED) -> Verdict:
+    """Step `index`'s forward timing on every case of its problem and every sweep case both kernels
+    support, paired and interleaved as the walk timed its headline, each trial cut at
+    PERCASE_TRIAL_SECONDS (GPU: bench/percase.py; replay: its recorded verdict, else ReplayMiss)."""
+    _require_gpu_walk(lineage)
+    walk = GatePolicy.from_dict(lineage.policy["forward_timing"])
+    policy = walk.with_(timing_scope=TimingScope.EVERY_CASE, placement=placement,
+                        trial_seconds=min(walk.trial_seconds, PERCASE_TRIAL_SECONDS))
+    return run_gate(corpus.problem_path(lineage.problem.operator), lineage.states[index].kernel,
+                    against=lineage.states[index + 1].kernel, policy=policy, mode=mode,
+                    judged_under=GatePolicy.from_dict(lineage.policy["state"]),
+                    cache=cache or GateCache(None, config.recorded_dir()), record=record)
+
+
+def case_ratios(verdict: Verdict) -> list[CaseRatio]:
+    """Each timed case of a verdict that timed every case, in the order timed. A rejected verdict keeps
+    the cases timed before its finding (the finding is then the step's measured failure)."""
+    rows = []
+    for case, profile in verdict.profile.get("per_case", {}).items():
+        ratio = profile.get("ratios", {}).get("vs_baseline")
+        rows.append(CaseRatio(case, float(ratio["overall"]), tuple(float(r) for r in ratio["per_trial"])) if ratio
+                    else CaseRatio(case, None, untimed=str(profile.get("untimed", "no paired ratio recorded"))))
+    return rows
+
+
+@dataclass(frozen=True)
+class PerCaseTiming:
+    """A step timed on every case: its cases, where its kernels sat, what ptxas said of its parent
+    (`registers`, `static_shared`: the largest over its entries), the verdict's findings (a case its
+    parent failed on when timed: a measured risk) and the GPU it ran on."""
+
+    rows: tuple[CaseRatio, ...]
+    placement: Placement
+    compiled: dict[str, int]
+    findings: tuple[Finding, ...] = ()
+    gpu: str = ""
+
+
+def compiled_facts(verdict: Verdict) -> dict[str, int]:
+    """Registers a thread and static shared bytes a block of the verdict's kernel, the largest over its entries."""
+    entries = [e for arch in (verdict.compile.get("resources") or {}).values() for e in arch.values()]
+    if not entries:
+        return {}
+    return {"registers": max(int(e.get("registers", 0)) for e in entries),
+            "static_shared": max(int(e.get("shared_bytes", 0)) for e in entries)}
+
+
+def percase_timing(lineage: Lineage, index: int, cache: GateCache | None = None) -> PerCaseTiming | None:
+    """Step `index`'s recorded every-case timing, places exchanged if it was so timed, else as loaded;
+    None where neither is recorded (induction's `percase`)."""
+    if lineage.gate is not GateMode.GPU:
+        return None
+    for placement in (Placement.EXCHANGED, Placement.AS_LOADED):
+        try:
+            verdict = percase_step(lineage, index, cache=cache, placement=placement)
+        except KLineageError:  # not recorded with this placement
+            continue
+        return PerCaseTiming(tuple(case_ratios(verdict)), placement, compiled_facts(verdict), verdict.findings,
+                             str(verdict.provenance.get("key_parts", {}).get("gpu", "")))
+    return None
 
 
 def _require_gpu_walk(lineage: Lineage) -> None:

@@ -1,0 +1,149 @@
+"""Re-time a GPU walk's steps on every case of its problem and every sweep case (GPU host), or estimate it.
+
+    python bench/percase.py WALK.gpu.json [--steps 3,5,8 | --all] [--share I/N] [--placement exchanged]
+    python bench/percase.py WALK.gpu.json --estimate      # no GPU: seconds each step will take, from its records
+    python bench/percase.py WALK... --lanes 8 [--per-card 1]  # no GPU: gpu_session.sh --lanes arguments, balanced
+
+A walk times each step's parent against its child on the headline case only: what the step buys there,
+not where it pays. Here each chosen step (by default those that are the source of an effect of a card
+of the bundled library, corpus/library/library.json) is timed again under the walk's forward-timing
+policy with `timing_scope = every_case` (each case, and each SWEEP case both kernels support, paired and
+interleaved as before), its verdict recorded (KLINEAGE_RECORDED_DIR): induction then reads per-case
+effects from the recordings with no GPU (klineage.skills.when). `--share I/N`: this lane's share.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from klineage import config, corpus
+from klineage.config import GateMode
+from klineage.errors import KLineageError
+from klineage.gate.cache import GateCache
+from klineage.gate.pipeline import default_cache, run_gate
+from klineage.gate.policy import GatePolicy, Placement
+from klineage.lineage import Lineage
+from klineage.skills.induction import lineage_id
+from klineage.walk.timing_audit import PERCASE_TRIAL_SECONDS, case_ratios, percase_step
+
+LIBRARY = config.REPO_ROOT / "corpus" / "library" / "library.json"
+FIXED_S = 6.0  # a runner's start, its problem's load and the device: what every recorded run shows (5-10 s)
+
+
+def library_steps(lineage: Lineage, per_card: int = 0, library: Path = LIBRARY) -> list[int]:
+    """The steps of `lineage` that are the source of an effect of a card in the library; with `per_card`,
+    at most that many a card, those whose headline effect was furthest from 1 first (what a card
+    buys is where its precondition matters)."""
+    me = lineage_id(lineage)
+    chosen: set[int] = set()
+    for card in json.loads(library.read_text(encoding="utf-8"))["cards"]:
+        mine = sorted((e for e in card["effects"] if e["source"]["lineage"] == me),
+                      key=lambda e: (-abs(math.log(e["ratio"])), e["source"]["index"]))
+        chosen |= {e["source"]["index"] for e in mine[:per_card or None]}
+    return sorted(chosen)
+
+
+def estimate_s(lineage: Lineage, index: int, cases: int, placement: Placement) -> float | None:
+    """Seconds step `index` will take timed on `cases` cases: the runner's fixed cost plus its recorded
+    headline profile once a case (twice with places exchanged); None where nothing is recorded."""
+    policy = GatePolicy.from_dict(lineage.policy["forward_timing"])
+    try:
+        verdict = run_gate(corpus.problem_path(lineage.problem.operator), lineage.states[index].kernel,
+                           against=lineage.states[index + 1].kernel, policy=policy, mode=GateMode.REPLAY,
+                           cache=GateCache(None, config.recorded_dir()))
+    except KLineageError:
+        return None
+    profile = float(verdict.timings.get("run.profile", 0.0))
+    correctness = float(verdict.timings.get("run.correctness", 0.0))
+    cut = min(1.0, PERCASE_TRIAL_SECONDS / policy.trial_seconds)  # a trial that ran to its limit runs to the new one
+    return FIXED_S + correctness + profile * cut * cases * (2 if placement is Placement.EXCHANGED else 1)
+
+
+def plan_lanes(walks: list[Path], lanes: int, per_card: int, placement: Placement) -> int:
+    """gpu_session.sh --lanes arguments timing the walks' card steps on every case, the steps dealt out
+    longest first to the lane with the least estimated seconds (each lane's stages name their steps)."""
+    jobs = []
+    for path in walks:
+        lineage = Lineage.load(path)
+        cases = _case_count(lineage)
+        timed = {t.index for t in lineage.transitions if t.forward.timing is not None}
+        name = path.name.split(".gpu.json")[0]
+        jobs += [(estimate_s(lineage, i, cases, placement) or 60.0, name, i)
+                 for i in library_steps(lineage, per_card) if i in timed]
+    loads = [[0.0, {}] for _ in range(lanes)]
+    for seconds, name, index in sorted(jobs, reverse=True):
+        lane = min(loads, key=lambda load: load[0])
+        lane[0] += seconds
+        lane[1].setdefault(name, []).append(index)
+    for i, (seconds, steps) in enumerate(loads):
+        print(f"# lane {i}: about {seconds:.0f} s (compiles not counted)")
+    print("--lanes " + " ".join('"' + " ".join(f"percase:{name}:{','.join(map(str, sorted(idx)))}"
+                                                for name, idx in sorted(steps.items())) + '"'
+                                for _, steps in loads))
+    return 0
+
+
+def _case_count(lineage: Lineage) -> int:
+    from klineage.gate.execute import probe_problem
+
+    info = probe_problem(corpus.problem_path(lineage.problem.operator), config.cache_dir()).info
+    return len(info.cases) + len(info.sweep)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("walk", type=Path, nargs="+", help="one walk (several with --lanes)")
+    parser.add_argument("--steps", default="", help="comma-separated step indices (default: the library's card steps)")
+    parser.add_argument("--all", action="store_true", help="every step the walk timed")
+    parser.add_argument("--per-card", type=int, default=0, help="at most this many of each card's steps (0: all)")
+    parser.add_argument("--share", default="0/1", help="I/N: this lane's share of the steps")
+    parser.add_argument("--placement", default=Placement.AS_LOADED.value, choices=[p.value for p in Placement])
+    parser.add_argument("--estimate", action="store_true", help="print each step's expected GPU seconds; time nothing")
+    parser.add_argument("--lanes", type=int, default=0, help="print balanced gpu_session.sh lanes for the walks")
+    args = parser.parse_args(argv)
+    if args.lanes:
+        return plan_lanes(args.walk, args.lanes, args.per_card, Placement(args.placement))
+    if len(args.walk) != 1:
+        parser.error("one walk (several only with --lanes)")
+    args.walk = args.walk[0]
+    try:
+        lane, lanes = (int(x) for x in args.share.split("/"))
+        lineage = Lineage.load(args.walk)
+        placement = Placement(args.placement)
+        timed = [t.index for t in lineage.transitions if t.forward.timing is not None]
+        chosen = ([int(x) for x in args.steps.split(",")] if args.steps else timed if args.all else
+                  [i for i in library_steps(lineage, args.per_card) if i in timed])[lane::lanes]
+    except (ValueError, KLineageError) as exc:
+        print(f"percase: {exc}", file=sys.stderr)
+        return 2
+    if args.estimate:
+        cases = _case_count(lineage)
+        estimates = {i: estimate_s(lineage, i, cases, placement) for i in chosen}
+        known = [s for s in estimates.values() if s is not None]
+        print(f"{args.walk.name}: {len(chosen)} step(s) x {cases} cases, {placement.value}: about "
+              f"{sum(known):.0f} s of GPU time ({len(known)} estimated from records; compiles not counted)")
+        print(" ".join(f"{i}:{s:.0f}s" if s is not None else f"{i}:?" for i, s in estimates.items()))
+        return 0
+    print(f"{args.walk.name}: {len(chosen)} step(s) timed on every case, {placement.value}; child time / parent time")
+    cache = default_cache()
+    for index in chosen:
+        started, row = time.monotonic(), f"{index:4d} {lineage.transitions[index].transform:22s}"
+        try:
+            verdict = percase_step(lineage, index, GateMode.GPU, cache, record=True, placement=placement)
+        except KLineageError as exc:
+            print(f"{row} gate error: {exc}", flush=True)
+            continue
+        rows = case_ratios(verdict)
+        cells = ", ".join(f"{r.case} {r.ratio:.3f}" if r.ratio is not None else f"{r.case} untimed" for r in rows)
+        print(f"{row} {verdict.status.value}: {cells or verdict.describe()} ({time.monotonic() - started:.0f} s)",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,134 @@
+"""When the library's cards pay: their timing preconditions, uniform effects and what the preconditions save (CPU).
+
+    python bench/preconditions_report.py [--library LIBRARY.json] [--out bench/results/preconditions.json]
+
+Reads a library (build it with `klineage library build` after bench/percase.py recorded per-case timings:
+induction then reads them, klineage.skills.when) and the recorded verdicts; runs nothing on a GPU.
+- cards / admitted: the library's cards, and those admitted. Every other count is over the admitted cards.
+- with_preconditions: admitted cards with a timing precondition false on at least one measured case;
+  uniform: admitted cards that paid on every case measured (klineage.skills.when.card_when).
+- loo_accuracy: leave-one-case-out accuracy pooled over every timing precondition (cases predicted
+  right / cases), null when there is none.
+- evaluations_saved: at each bundled kernel of each operator, the candidate kernels of cards whose
+  timing precondition fails on its problem's headline (what `klineage optimize --strategy library`
+  records `precondition_failed` and does not gate in its first round from that kernel).
+- rows: one per admitted card with a *when*: its precondition (or "paid on all N cases measured"),
+  the cases it holds and fails on, the share of paid cases where it holds, its leave-one-case-out accuracy.
+- provenance.gpu: the GPUs the per-case timings behind the cards ran on ("none": nothing timed per case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from klineage import config, corpus
+from klineage.errors import KLineageError
+from klineage.fingerprint import document_text
+from klineage.skills.card import CardStatus, SkillCard
+from klineage.skills.library import Library, lineage_index, load_library, problem_infos
+from klineage.skills.retrieval import retrieve
+from klineage.skills.when import WhenKind, card_when
+
+LIBRARY = config.REPO_ROOT / "corpus" / "library" / "library.json"
+OUT = config.REPO_ROOT / "bench" / "results" / "preconditions.json"
+
+
+def _row(card: SkillCard) -> dict[str, Any] | None:
+    when = card_when(card)
+    if when.kind is WhenKind.PRECONDITION:
+        p = when.precondition
+        paid = set(when.paid)
+        return {"card": card.short_id, "transform": card.transform, "precondition": p.expression,
+                "sentence": p.sentence, "holds_on": list(p.holds), "fails_on": list(p.fails),
+                "paid_where_held": round(len(paid & set(p.holds)) / len(p.holds), 4) if p.holds else None,
+                "loo_accuracy": p.loo_accuracy}
+    if when.kind is WhenKind.UNIFORM:
+        cases = [r.case for r in when.cases]
+        return {"card": card.short_id, "transform": card.transform, "precondition": when.sentence,
+                "sentence": when.sentence, "holds_on": cases, "fails_on": [], "paid_where_held": 1.0,
+                "loo_accuracy": None}
+    return None
+
+
+def _pooled(cards: list[SkillCard]) -> float | None:
+    right = total = 0.0
+    for card in cards:
+        when = card_when(card)
+        if when.kind is WhenKind.PRECONDITION and when.loo_accuracy is not None:
+            n = len(when.precondition.holds) + len(when.precondition.fails)
+            right, total = right + when.loo_accuracy * n, total + n
+    return round(right / total, 4) if total else None
+
+
+def evaluations_saved(library: Library) -> int:
+    """Candidate kernels the optimize loop's first round would record `precondition_failed` at each bundled kernel."""
+    from klineage.optimize.strategies import skipped_candidates
+
+    cards = list(library.admitted())
+    if not any(p.source == "timing" for c in cards for p in c.preconditions):
+        return 0
+    lineages = lineage_index()
+    kernels = corpus.list_kernels()
+    infos = problem_infos({entry.name.split("/")[0] for entry in kernels})
+    saved = 0
+    for entry in kernels:
+        info = infos.get(entry.name.split("/")[0])
+        if info is None:
+            continue
+        state = entry.load()
+        skipped: list = []
+        retrieve(state, info, cards, limit=max(1, len(cards)), skipped=skipped)
+        saved += sum(1 for _ in skipped_candidates(skipped, cards, state, lineages))
+    return saved
+
+
+def _gpus(library: Library) -> list[str]:
+    from klineage.walk.timing_audit import percase_timing
+
+    lineages = lineage_index()
+    found: set[str] = set()
+    refs = {e.source for c in library.cards for e in c.effects}
+    for ref in refs:
+        lineage = lineages.get(ref.lineage)
+        timed = percase_timing(lineage, ref.index) if lineage is not None else None
+        if timed is not None:
+            found.add(timed.gpu or "unknown")
+    return sorted(found)
+
+
+def report(library: Library) -> dict[str, Any]:
+    admitted = [c for c in library.cards if c.status is CardStatus.ADMITTED]
+    whens = {c.id: card_when(c) for c in admitted}
+    nontrivial = [c for c in admitted if whens[c.id].kind is WhenKind.PRECONDITION and whens[c.id].precondition.fails]
+    gpus = _gpus(library)
+    return {
+        "provenance": {"gpu": ", ".join(gpus) or "none", "library": library.provenance,
+                       "counted_over": "admitted cards", "built_by": "bench/preconditions_report.py"},
+        "cards": len(library.cards), "admitted": len(admitted), "with_preconditions": len(nontrivial),
+        "uniform": sum(w.kind is WhenKind.UNIFORM for w in whens.values()),
+        "loo_accuracy": _pooled(admitted), "evaluations_saved": evaluations_saved(library),
+        "rows": [row for row in (_row(c) for c in admitted) if row is not None],
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--library", type=Path, default=LIBRARY)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    try:
+        result = report(load_library(args.library))
+    except KLineageError as exc:
+        print(f"preconditions_report: {exc}", file=sys.stderr)
+        return 2
+    args.out.write_text(document_text(result), encoding="utf-8")
+    print(json.dumps({k: v for k, v in result.items() if k not in ("rows", "provenance")}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

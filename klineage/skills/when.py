@@ -1,0 +1,299 @@
+"""When a card pays: a predicate over case facts, induced from its per-case effects, that separates the
+cases where its forward step reached the required ratio from those where it did not.
+
+Input: one `CaseEffect` per measured case (`operator:case`): its facts and the step's paired ratio there
+(child time / parent time, > 1 faster; the median over the card's steps timed on that case). A case
+paid when that ratio reached `required` (DEFAULT_REQUIRED_RATIO, what the optimize loop needs to take a
+step). Facts (`case_facts`): the case's parameters (numbers; `<p>_is_<v>` for text, e.g. dtypes), what
+the step's parent kernel's launch plan makes of them (`blocks` of its largest launch, `waves` = blocks /
+SMs, `threads` a block, `dynamic_shared` bytes) and what ptxas said of it (`registers`,
+`static_shared`). Only facts every measured case defines are searched: a card measured on GEMM and on
+softmax compares them by waves, registers and dtype, not by K.
+
+Search (`search`), simplest first: one atom, then two joined by `and`. Atoms, in this order of families:
+text equality (`dtype_is_float16`), thresholds (`waves >= 1`, `cols <= 4096`, a round number between the
+last unpaid and the first paid case: `_between`), divisibility (`cols % 4 == 0`; after thresholds, since
+a few sizes share some divisor by chance, while an alignment rule shows where no threshold does). An atom is a candidate
+when it holds on every paid case; it separates when it also fails on every unpaid one.
+
+What is written (`induce_when`), and why each rule:
+- paid on every case: UNIFORM, "paid on all N cases measured", a result, not an empty field; never
+  paid: NEVER ("did not pay on any of the N cases measured").
+- a predicate separating them is written only when the data forced it: at least MIN_SUPPORT cases on
+  each side (a predicate is false somewhere the step did not pay, and true somewhere it paid), and a
+  leave-one-case-out accuracy of at least MIN_LOO: each case in turn is left out, the search re-run on
+  the others, and its prediction (the predicate found, else the others' majority) compared with what
+  was measured. A predicate that one case decides is noise fitted, not a precondition.
+- otherwise MIXED: "paid on k of N cases; nothing over the case facts separates them", with the
+  accuracy the best candidate reached, so a reader sees how far from a rule the evidence is.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from itertools import combinations
+from typing import Any
+
+from klineage import devices, expr
+from klineage.devices import DeviceSpec
+from klineage.errors import DocumentError, ExpressionError
+from klineage.kernel import KernelState
+from klineage.launch import numeric
+from klineage.skills.card import DEFAULT_REQUIRED_RATIO, Precondition, SkillCard
+from klineage.skills.predicates import DIVISORS, case_facts as param_facts
+
+MIN_SUPPORT = 2  # cases on each side of a written predicate
+MIN_LOO = 0.8  # leave-one-case-out accuracy a written predicate reaches
+SOURCE = "timing"  # a Precondition's source: it says where the step pays, not whether it is sound
+
+
+class WhenKind(str, Enum):
+    PRECONDITION = "precondition"  # paid where an induced predicate holds
+    UNIFORM = "uniform"  # paid on every case measured
+    NEVER = "never"  # paid on none
+    MIXED = "mixed"  # paid on some; nothing the data forced separates them
+    UNMEASURED = "unmeasured"  # no case timed
+
+
+@dataclass(frozen=True)
+class CaseEffect:
+    case: str  # "operator:case"
+    facts: Mapping[str, Any]
+    ratio: float
+    paid: bool
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.ratio, (int, float)) or not self.ratio > 0:
+            raise DocumentError(f"case effect {self.case}", f"ratio must be > 0, not {self.ratio!r}")
+
+
+@dataclass(frozen=True)
+class Atom:
+    expression: str
+    sentence: str  # completes "it paid where ..."
+    family: int  # 0 equality, 1 threshold, 2 divisibility
+
+
+@dataclass(frozen=True)
+class When:
+    kind: WhenKind
+    sentence: str
+    cases: tuple[CaseEffect, ...] = ()
+    precondition: Precondition | None = None
+    loo_accuracy: float | None = None
+    required: float = DEFAULT_REQUIRED_RATIO
+    candidates: tuple[str, ...] = field(default=())  # what the search considered and why it was not written
+
+    @property
+    def paid(self) -> tuple[str, ...]:
+        return tuple(c.case for c in self.cases if c.paid)
+
+
+def case_facts(params: Mapping[str, Any], launch: Mapping[str, Any] | None = None,
+               compiled: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The names a timing predicate may use for one case: parameters, launch and compiled facts."""
+    return {**param_facts(params), **(launch or {}), **(compiled or {})}
+
+
+def launch_facts(kernel: KernelState, params: Mapping[str, Any],
+                 device: DeviceSpec = devices.DEFAULT) -> dict[str, Any]:
+    """What `kernel`'s launch plan makes of a case on `device`: the largest launch's `blocks`, `waves`
+    (blocks / SMs: below 1 the grid leaves SMs idle), `threads` a block and `dynamic_shared` bytes;
+    {} where the plan does not resolve for the case."""
+    env = numeric({**params, **kernel.constants, **device.facts()})
+    best: dict[str, Any] = {}
+    try:
+        for launch in kernel.plan.launches:
+            blocks = math.prod(expr.evaluate_int(str(d), env) for d in launch.grid)
+            if blocks > best.get("blocks", 0):
+                best = {"blocks": blocks, "waves": round(blocks / device.num_sms, 4),
+                        "threads": math.prod(expr.evaluate_int(str(d), env) for d in launch.block),
+                        "dynamic_shared": expr.evaluate_int(str(launch.shared), env)}
+    except (ExpressionError, DocumentError, ZeroDivisionError):
+        return {}
+    return best
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.3g}"
+    return str(value)
+
+
+def _shared(rows: Sequence[CaseEffect]) -> dict[str, list[Any]]:
+    """Each fact every row defines, with its values in row order. A text equality `p_is_v` counts as
+    defined wherever `p` is (false where `p` has another value)."""
+    if not rows:
+        return {}
+    numbers = set.intersection(*({k for k in r.facts if "_is_" not in k} for r in rows))
+    texts = {k for r in rows for k in r.facts if "_is_" in k}
+    texts = {k for k in texts if all(any(f.startswith(k.split("_is_")[0] + "_is_") for f in r.facts) for r in rows)}
+    return {k: [r.facts.get(k, False) for r in rows] for k in sorted(numbers | texts)}
+
+
+def atoms(rows: Sequence[CaseEffect]) -> list[Atom]:
+    """Every atom true on every paid case of `rows` and false on at least one unpaid one, simplest first."""
+    paid = [r for r in rows if r.paid]
+    if not paid:
+        return []
+    table = _shared(rows)
+    found: list[Atom] = []
+    for key, values in table.items():  # 0: text equality
+        if "_is_" in key and all(v is True for v, r in zip(values, rows) if r.paid):
+            name, value = key.split("_is_", 1)
+            found.append(Atom(key, f"{name} is {value}", 0))
+    for key, values in table.items():  # 1: thresholds between the paid cases and the nearest unpaid ones
+        if "_is_" in key or not all(_numeric(v) for v in values):
+            continue
+        mine = [v for v, r in zip(values, rows) if r.paid]
+        theirs = [v for v, r in zip(values, rows) if not r.paid]
+        below = [v for v in theirs if v < min(mine)]
+        above = [v for v in theirs if v > max(mine)]
+        low = _between(max(below), min(mine)) if below else min(mine)
+        high = -_between(-min(above), -max(mine)) if above else max(mine)
+        found.append(Atom(f"{key} >= {_fmt(low)}", f"{key} is at least {_fmt(low)}", 1))
+        found.append(Atom(f"{key} <= {_fmt(high)}", f"{key} is at most {_fmt(high)}", 1))
+    for key, values in table.items():  # 2: divisibility, the largest divisor every paid case has
+        ints = [v for v, r in zip(values, rows) if r.paid]
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in values) and all(v > 0 for v in ints):
+            for d in sorted((d for d in DIVISORS if all(v % d == 0 for v in ints)), reverse=True):
+                found.append(Atom(f"{key} % {d} == 0", f"{key} is a multiple of {d}", 2))
+    return found
+
+
+def _between(lo: float, hi: float) -> float:
+    """A round threshold in (lo, hi]: the power of two nearest the geometric middle, else the middle with
+    the fewest significant digits, else hi. Between the last unpaid and the first paid case nothing was
+    measured; a round number near the middle reads as the rule it is and does not hug either case (a
+    threshold at the first paid case would call that case unpaid whenever it is left out)."""
+    middle = math.sqrt(lo * hi) if lo > 0 else (lo + hi) / 2
+    if middle > 0:
+        power = 2.0 ** round(math.log2(middle))
+        if lo < power <= hi:
+            return int(power) if power >= 1 else power
+    for digits in range(1, 4):
+        candidate = float(f"{middle:.{digits}g}")
+        if lo < candidate <= hi:
+            return int(candidate) if candidate.is_integer() else candidate
+    return hi
+
+
+def _holds(expression: str, row: CaseEffect) -> bool:
+    try:
+        return bool(expr.evaluate(expression, {**row.facts, **{n: False for n in expr.names(expression)
+                                                               if "_is_" in n and n not in row.facts}}))
+    except ExpressionError:
+        return False
+
+
+def search(rows: Sequence[CaseEffect]) -> Atom | None:
+    """The simplest predicate (an atom, else two joined by `and`) true on every paid case and false on
+    every unpaid one; None where there is none, or nothing to separate."""
+    paid = {r.case for r in rows if r.paid}
+    unpaid = {r.case for r in rows if not r.paid}
+    if not paid or not unpaid:
+        return None
+    found = atoms(rows)
+    truth = {a.expression: {r.case for r in rows if _holds(a.expression, r)} for a in found}
+    viable = [a for a in sorted(found, key=lambda a: a.family) if paid <= truth[a.expression]]
+    for atom in viable:
+        if not truth[atom.expression] & unpaid:
+            return atom
+    for first, second in sorted(combinations(viable, 2), key=lambda p: p[0].family + p[1].family):
+        if not truth[first.expression] & truth[second.expression] & unpaid:
+            return Atom(f"{first.expression} and {second.expression}", f"{first.sentence} and {second.sentence}",
+                        first.family + second.family)
+    return None
+
+
+def leave_one_out(rows: Sequence[CaseEffect]) -> float:
+    """How often the search on all cases but one predicts whether the left-out case paid: the predicate
+    found on the others, else the others' majority (ties: paid)."""
+    right = 0
+    for i, left in enumerate(rows):
+        others = [r for j, r in enumerate(rows) if j != i]
+        atom = search(others)
+        if atom is not None:
+            guess = _holds(atom.expression, left)
+        else:
+            guess = 2 * sum(r.paid for r in others) >= len(others)
+        right += guess == left.paid
+    return right / len(rows) if rows else 0.0
+
+
+def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_RATIO) -> When:
+    """The card's *when* from its per-case effects (see the module's rules)."""
+    rows = tuple(sorted(rows, key=lambda r: r.case))
+    if len({r.case for r in rows}) != len(rows):
+        raise DocumentError("induce_when", "one row per case: merge a case's steps first (`per_case`)")
+    n = len(rows)
+    paid = [r for r in rows if r.paid]
+    if not rows:
+        return When(WhenKind.UNMEASURED, "not timed on any case", rows, required=required)
+    if len(paid) == n:
+        return When(WhenKind.UNIFORM, f"paid on all {n} cases measured (each >= {required}x)", rows, required=required)
+    if not paid:
+        return When(WhenKind.NEVER, f"did not pay on any of the {n} cases measured (none reached {required}x)",
+                    rows, required=required)
+    atom = search(rows)
+    loo = leave_one_out(rows)
+    unpaid = n - len(paid)
+    if atom is not None and len(paid) >= MIN_SUPPORT and unpaid >= MIN_SUPPORT and loo >= MIN_LOO:
+        holds = tuple(r.case for r in rows if _holds(atom.expression, r))
+        fails = tuple(r.case for r in rows if not _holds(atom.expression, r))
+        sentence = (f"pays where {atom.sentence}: paid on all {len(holds)} case(s) where it holds, on none of the "
+                    f"{len(fails)} where it does not (leave-one-case-out {loo:.2f})")
+        return When(WhenKind.PRECONDITION, sentence, rows,
+                    Precondition(atom.expression, sentence, holds, fails, SOURCE, loo_accuracy=round(loo, 4)),
+                    loo, required)
+    why = ("no predicate over the facts every case shares separates them" if atom is None else
+           f"'{atom.expression}' separates them but is not forced (support {len(paid)} paid / {unpaid} not, "
+           f"leave-one-case-out {loo:.2f}; needs {MIN_SUPPORT} each side and {MIN_LOO})")
+    return When(WhenKind.MIXED, f"paid on {len(paid)} of {n} cases measured; {why}", rows, None, loo, required,
+                (atom.expression,) if atom else ())
+
+
+def per_case(effects: Sequence[tuple[str, float, Mapping[str, Any]]],
+             required: float = DEFAULT_REQUIRED_RATIO) -> list[CaseEffect]:
+    """One row per case from (case, ratio, facts) measurements, a case timed in several steps taking the
+    median ratio and the facts they share (a fact that differs between its steps, such as registers, is
+    left out for that case)."""
+    grouped: dict[str, list[tuple[float, Mapping[str, Any]]]] = {}
+    for case, ratio, facts in effects:
+        grouped.setdefault(case, []).append((ratio, facts))
+    rows = []
+    for case, items in sorted(grouped.items()):
+        ratio = statistics.median(r for r, _ in items)
+        first = items[0][1]
+        facts = {k: v for k, v in first.items() if all(f.get(k) == v for _, f in items[1:])}
+        rows.append(CaseEffect(case, facts, ratio, ratio >= required))
+    return rows
+
+
+def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When:
+    """A card's *when* as its document states it: its timing precondition where induction wrote one,
+    else what its per-case effects show (uniform, never, or mixed with nothing forced). No search runs
+    here: what was not written at induction was not forced."""
+    rows = tuple(per_case([(f"{e.operator}:{e.case}", e.ratio, {}) for e in card.effects], required))
+    timing = next((p for p in card.preconditions if p.source == SOURCE), None)
+    if timing is not None:
+        return When(WhenKind.PRECONDITION, timing.sentence, rows, timing, timing.loo_accuracy, required)
+    paid = sum(r.paid for r in rows)
+    if not rows:
+        return When(WhenKind.UNMEASURED, "not timed on any case", rows, required=required)
+    if paid == len(rows):
+        return When(WhenKind.UNIFORM, f"paid on all {len(rows)} cases measured (each >= {required}x)", rows,
+                    required=required)
+    if not paid:
+        return When(WhenKind.NEVER, f"did not pay on any of the {len(rows)} cases measured (none reached "
+                                    f"{required}x)", rows, required=required)
+    return When(WhenKind.MIXED, f"paid on {paid} of {len(rows)} cases measured; no predicate over the case "
+                                f"facts was forced by them", rows, required=required)

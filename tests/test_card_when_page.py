@@ -1,0 +1,90 @@
+"""The card page's "when it pays" (per-case effects against the timing precondition), diagnostics kept
+apart from risks, and the library filtered to cards with preconditions (page and API)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from klineage.skills.card import Effect, Precondition, Risk
+from klineage.skills.when import SOURCE
+from library_data import library_document, real_cards
+from skills_app.card_import import import_library
+
+pytestmark = pytest.mark.django_db
+
+COLS = {"c64": 64, "c256": 256, "c1024": 1024, "c4096": 4096, "c8192": 8192, "c16384": 16384}
+RATIOS = {"c64": 0.97, "c256": 0.99, "c1024": 1.04, "c4096": 1.08, "c8192": 1.1, "c16384": 1.12}
+
+
+def _cards():
+    cards = real_cards()
+    base = next(c for c in cards if c.effects and c.risks)
+    source = base.effects[0].source
+    effects = tuple(Effect(case, "row_softmax", ratio, (ratio, ratio), source) for case, ratio in RATIOS.items())
+    holds = tuple(f"row_softmax:{c}" for c in COLS if COLS[c] >= 1024)
+    fails = tuple(f"row_softmax:{c}" for c in COLS if COLS[c] < 1024)
+    timing = Precondition("cols >= 512", "pays where cols is at least 512: paid on all 4 case(s) where it holds, on "
+                          "none of the 2 where it does not (leave-one-case-out 0.83)", holds, fails, SOURCE, 0.8333,
+                          {f"row_softmax:{c}": {"cols": v} for c, v in COLS.items()})
+    diagnostic = Risk("not_applicable", "its transform did not apply here (not_applicable, no_site) 3 time(s)",
+                      base.risks[0].evidence)
+    paying = dataclasses.replace(base, effects=effects, preconditions=base.preconditions + (timing,),
+                                 diagnostics=(diagnostic,))
+    uniform = next(c for c in cards if c.id != base.id and c.effects)
+    uniform = dataclasses.replace(uniform, effects=tuple(
+        Effect(case, "row_softmax", 1.05, (1.05,), uniform.effects[0].source) for case in COLS), preconditions=())
+    rest = [c for c in cards if c.id not in (base.id, uniform.id)]
+    return paying, uniform, rest
+
+
+@pytest.fixture
+def imported():
+    paying, uniform, rest = _cards()
+    import_library(library_document([paying, uniform, *rest]))
+    return paying, uniform, rest
+
+
+def _section(page: str, name: str) -> str:
+    return page.split(f'<h2 id="{name}">', 1)[1].split("</section>", 1)[0]
+
+
+def test_the_card_page_draws_where_the_card_pays(client, imported):
+    paying = imported[0]
+    page = client.get(f"/library/{paying.short_id}/").content.decode()
+    when = _section(page, "when")
+    assert "badge-when-precondition" in when and "Pays where cols is at least 512" in when
+    assert "<code>cols &gt;= 512</code>" in when and "leave-one-case-out accuracy 0.83" in when
+    assert len(re.findall(r"<circle ", when)) == 6
+    assert len(re.findall(r'fill="#2a7"', when)) == 4  # the four paid cases filled
+    assert "cols &gt;= 512</text>" in when  # the threshold drawn and named
+    rows = re.findall(r'<td class="mono">(row_softmax:\w+)</td><td class="num">(\d+)</td><td class="num">([0-9.]+)×'
+                      r'</td><td>([a-z ]+)</td><td>(holds|fails)</td>', when)
+    assert rows[0] == ("row_softmax:c64", "64", "0.970", "did not pay", "fails")
+    assert rows[-1] == ("row_softmax:c16384", "16384", "1.120", "paid", "holds")
+    # the diagnostic is listed under its own heading, not among the risks
+    assert "Did not apply here (diagnostics, not risks)" in when and "no_site" in when
+    assert "no_site" not in _section(page, "risks")
+    # the timing precondition is not shown as a soundness one ("sound on ..., refused on ...")
+    assert "cols &gt;= 512" not in _section(page, "preconditions")
+
+
+def test_a_uniform_effect_is_stated_as_a_result(client, imported):
+    when = _section(client.get(f"/library/{imported[1].short_id}/").content.decode(), "when")
+    assert "badge-when-uniform" in when and "Paid on all 6 cases measured" in when
+
+
+def test_the_library_filters_to_cards_with_preconditions(client, imported):
+    paying, uniform, rest = imported
+    listed = set(re.findall(r'href="/library/([0-9a-f]{12})/"', client.get("/library/?preconditions=true")
+                            .content.decode()))
+    everyone = [paying, uniform, *rest]
+    assert listed == {c.short_id for c in everyone if c.preconditions} and paying.short_id in listed
+    without = set(re.findall(r'href="/library/([0-9a-f]{12})/"', client.get("/library/?preconditions=false")
+                             .content.decode()))
+    assert without == {c.short_id for c in everyone if not c.preconditions} and uniform.short_id in without
+    api = client.get("/api/cards/?preconditions=true").json()
+    names = {row["short_id"] for row in api.get("results", api)}
+    assert names == listed

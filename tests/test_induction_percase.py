@@ -1,0 +1,128 @@
+"""Induction from steps timed on every case: one effect a case, the timing precondition the cases force,
+measured risks (slower cases, refusals) and the cards' SKILL.md, on the real softmax GPU walk.
+
+The per-case timings here are given (`percase`), as the recorded every-case verdicts give them on a GPU
+host (bench/percase.py); what is tested is what induction makes of them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from klineage import config
+from klineage.gate.policy import Placement
+from klineage.gate.verdict import Finding, Reason
+from klineage.lineage import Lineage
+from klineage.skills.card import SkillCard
+from klineage.skills.induction import SLOWER_RISK, induce
+from klineage.skills.library import problem_infos
+from klineage.skills.skillmd import parse, render
+from klineage.skills.when import SOURCE, WhenKind, card_when
+from klineage.walk.timing_audit import CaseRatio, PerCaseTiming
+
+WALK = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.gpu.json"
+VECTOR_STEP = 2  # devectorize: the float4 loads; its forward pays where a row is whole float4s
+BOUNDS_STEP = 22  # launch_bounds
+
+
+@pytest.fixture(scope="module")
+def walk():
+    return Lineage.load(WALK)
+
+
+@pytest.fixture(scope="module")
+def info():
+    return problem_infos({"row_softmax"})["row_softmax"]
+
+
+def _all_cases(info):
+    return [(c.name, dict(c.params)) for c in info.cases + info.sweep]
+
+
+def timings(info, refused: bool = False):
+    def percase(lineage: Lineage, index: int) -> PerCaseTiming | None:
+        if index == VECTOR_STEP:
+            rows = tuple(CaseRatio(name, r, (r, r * 1.01, r * 0.99)) for name, p in _all_cases(info)
+                         for r in [1.06 if p["cols"] % 4 == 0 else 0.97])
+            findings = (Finding(Reason.INCORRECT, "profile", "max abs err 0.5", "cols_odd_short"),) if refused else ()
+            return PerCaseTiming(rows, Placement.AS_LOADED, {"registers": 40, "static_shared": 0}, findings, "H200")
+        if index == BOUNDS_STEP:
+            rows = tuple(CaseRatio(name, 1.08, (1.08, 1.07, 1.09)) for name, _ in _all_cases(info))
+            return PerCaseTiming(rows, Placement.EXCHANGED, {"registers": 32, "static_shared": 0}, (), "H200")
+        return None
+    return percase
+
+
+def card_of(cards: list[SkillCard], lineage: Lineage, index: int) -> SkillCard:
+    return next(c for c in cards if any(e.source.index == index and e.source.lineage.startswith(lineage.expert.name)
+                                        for e in c.effects))
+
+
+def test_a_step_timed_on_every_case_gives_one_effect_a_case_and_its_precondition(walk, info):
+    cards = induce([walk], {"row_softmax": info}, percase=timings(info))
+    vector = card_of(cards, walk, VECTOR_STEP)
+    mine = [e for e in vector.effects if e.source.index == VECTOR_STEP]
+    assert len(mine) == len(info.cases) + len(info.sweep) >= 14
+    [timing] = [p for p in vector.preconditions if p.source == SOURCE]
+    assert timing.expression == "cols % 4 == 0"
+    unaligned = {f"row_softmax:{n}" for n, p in _all_cases(info) if p["cols"] % 4}
+    assert set(timing.fails) == unaligned and timing.loo_accuracy >= 0.8
+    assert timing.facts["row_softmax:cols_unaligned"] == {"cols": 4095}
+    when = card_when(vector)
+    assert when.kind is WhenKind.PRECONDITION
+    # the slower cases are a measured risk, with how much slower and which step measured it
+    [slower] = [r for r in vector.risks if r.category == SLOWER_RISK]
+    assert "row_softmax:cols_unaligned 0.970x (3.1% slower)" in slower.description
+    assert all(ref.index == VECTOR_STEP for ref in slower.evidence)
+    text = render(vector)
+    assert parse(text) == vector
+    assert "Pays where cols is a multiple of 4" in text and "row_softmax:cols_unaligned: 0.970x, did not pay; " \
+                                                             "the precondition fails" in text
+
+
+def test_a_uniform_step_is_said_to_pay_everywhere(walk, info):
+    cards = induce([walk], {"row_softmax": info}, percase=timings(info))
+    bounds = card_of(cards, walk, BOUNDS_STEP)
+    assert not [p for p in bounds.preconditions if p.source == SOURCE]
+    when = card_when(bounds)
+    assert when.kind is WhenKind.UNIFORM and when.sentence.startswith(f"paid on all {len(_all_cases(info))} cases")
+    assert all(e.placement is Placement.EXCHANGED for e in bounds.effects if e.source.index == BOUNDS_STEP)
+
+
+def test_a_refusal_while_timed_is_a_risk_naming_its_case(walk, info):
+    cards = induce([walk], {"row_softmax": info}, percase=timings(info, refused=True))
+    vector = card_of(cards, walk, VECTOR_STEP)
+    [refused] = [r for r in vector.risks if r.category == "incorrect"
+                 and "when timed on every case" in r.description]
+    assert "row_softmax:cols_odd_short" in refused.description and "max abs err 0.5" in refused.description
+
+
+def test_without_per_case_timings_the_cards_are_as_before(walk, info):
+    """Headline timings alone give one case an operator: no timing precondition is induced from them."""
+    cards = induce([walk], {"row_softmax": info})
+    assert not [p for c in cards for p in c.preconditions if p.source == SOURCE]
+
+
+def test_admission_asks_only_what_the_card_paid_where_it_holds(walk, info):
+    """The required ratio comes from the effects where the timing precondition holds; a trial on a case
+    where it fails is not fair (inconclusive, no gate call)."""
+    from klineage.skills.admission import Target, TrialOutcome, admit, required_ratio
+
+    cards = induce([walk], {"row_softmax": info}, percase=timings(info))
+    vector = card_of(cards, walk, VECTOR_STEP)
+    mine = dataclasses.replace(vector, effects=tuple(e for e in vector.effects if e.source.index == VECTOR_STEP))
+    held, everywhere = required_ratio(mine), required_ratio(dataclasses.replace(mine, preconditions=()))
+    assert held > 1.0 and held > everywhere  # the unaligned cases, 0.97x, ask nothing of a trial
+    child = walk.states[VECTOR_STEP + 1].kernel
+    calls = []
+
+    def gate(*args):
+        calls.append(args)
+        raise AssertionError("an unfair trial must not reach the gate")
+
+    target = Target("unaligned rows", "row_softmax", child, "cols_unaligned", (), "")
+    _, [trial] = admit(vector, [target], lambda op: str(config.corpus_dir() / "problems" / f"{op}.py"), gate,
+                       problems={"row_softmax": info})
+    assert trial.message.startswith(TrialOutcome.INCONCLUSIVE.value) and "cols % 4 == 0" in trial.message
+    assert not calls

@@ -1,0 +1,99 @@
+"""Timing preconditions decide: retrieval and the optimize loop skip a card measured not to pay on the
+case a target is judged on, record it `precondition_failed` with the predicate and the case, and count
+the gate evaluations that saves."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from klineage import config, corpus
+from klineage.config import GateMode
+from klineage.lineage import Lineage
+from klineage.optimize import AttemptStatus, OptimizationResult, optimize
+from klineage.optimize.result import Stats
+from klineage.skills import induce
+from klineage.skills.card import CardStatus, Precondition
+from klineage.skills.library import Library, problem_infos
+from klineage.skills.retrieval import precondition_failure, retrieve, timing_failure
+from klineage.skills.when import SOURCE, launch_facts
+
+SOFTMAX = corpus.problem_path("row_softmax")
+DRY_LINEAGE = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.dry.json"
+CANDIDATES = (CardStatus.CANDIDATE,)
+
+
+@pytest.fixture(scope="module")
+def cards():
+    return induce([Lineage.load(DRY_LINEAGE)])
+
+
+@pytest.fixture(scope="module")
+def naive():
+    return corpus.kernel_entry("row_softmax/naive").load()
+
+
+@pytest.fixture(scope="module")
+def info():
+    return problem_infos({"row_softmax"})["row_softmax"]
+
+
+def timed(card, expression: str):
+    return dataclasses.replace(card, preconditions=card.preconditions + (
+        Precondition(expression, f"pays where {expression}", ("row_softmax:a",), ("row_softmax:b",), SOURCE,
+                     loo_accuracy=1.0),))
+
+
+def retrievable(cards, naive, info):
+    found = retrieve(naive, info, cards, limit=len(cards), statuses=CANDIDATES)
+    assert found, "the dry walk's cards retrieve on the naive softmax"
+    return found[0].card
+
+
+def test_a_failing_timing_precondition_skips_the_card_and_says_where(cards, naive, info):
+    card = retrievable(cards, naive, info)
+    headline = info.case(info.headline).params  # rows 16384, cols 4096
+    skipped: list = []
+    others = [c for c in cards if c.id != card.id]
+    found = retrieve(naive, info, others + [timed(card, "cols <= 1024")], limit=len(cards), statuses=CANDIDATES,
+                     skipped=skipped)
+    assert card.id not in {m.card.id for m in found}
+    [failed] = skipped
+    assert (failed.card, failed.expression, failed.case, failed.facts) == (card.id, "cols <= 1024", "headline",
+                                                                           {"cols": headline["cols"]})
+    assert str(failed).startswith("precondition_failed: ") and "fails on case headline (cols = 4096)" in str(failed)
+    held = retrieve(naive, info, others + [timed(card, "cols >= 1024")], limit=len(cards), statuses=CANDIDATES,
+                    skipped=skipped)
+    assert card.id in {m.card.id for m in held} and len(skipped) == 1
+
+
+def test_launch_facts_of_the_target_value_the_predicate(cards, naive, info):
+    card = retrievable(cards, naive, info)
+    facts = launch_facts(naive, info.case(info.headline).params)
+    assert facts["waves"] == round(facts["blocks"] / 132, 4) and facts["blocks"] >= 1
+    below = timing_failure(timed(card, f"waves >= {facts['waves'] * 2}"), info, naive)
+    assert below is not None and below.facts == {"waves": facts["waves"]}
+    assert timing_failure(timed(card, f"waves >= {facts['waves']}"), info, naive) is None
+    # without the state the launch is unknown: undecided, so it skips nothing
+    assert timing_failure(timed(card, f"waves >= {facts['waves'] * 2}"), info) is None
+
+
+def test_an_undecided_timing_precondition_skips_nothing(cards, naive, info):
+    """Registers are known only once the target is compiled: a timing predicate over them is undecided here."""
+    card = timed(retrievable(cards, naive, info), "registers <= 32")
+    assert timing_failure(card, info, naive) is None and precondition_failure(card, info, naive) == ""
+
+
+def test_the_loop_records_precondition_failed_and_counts_what_it_saved(cards, naive, info, gate_cache):
+    card = retrievable(cards, naive, info)
+    library = Library(tuple(c if c.id != card.id else timed(c, "cols <= 1024") for c in cards),
+                      {"lineages": ["row_softmax_warp_vec4 (dry)"]})
+    result = optimize(SOFTMAX, naive, strategy="library", library=library, budget=2,
+                      gate_mode=GateMode.COMPILE_ONLY, cache=gate_cache, statuses=CANDIDATES)
+    skipped = [a for a in result.attempts if a.status is AttemptStatus.PRECONDITION_FAILED]
+    assert skipped and all(a.card == card.id and "cols <= 1024" in a.message and "case headline" in a.message
+                           and a.evaluation is None for a in skipped)
+    assert result.stats.saved == len(skipped) and result.to_dict()["stats"]["saved"] == len(skipped)
+    assert OptimizationResult.from_json(result.to_json()) == result
+    assert "saved" not in Stats(1, 0, 0, 0.0).to_dict()  # a run that skipped nothing keeps its old bytes

@@ -1,0 +1,113 @@
+"""Induction of when a card pays, from per-case effects (klineage.skills.when), on synthetic shapes."""
+
+import pytest
+
+from klineage.errors import DocumentError
+from klineage.skills.card import Precondition
+from klineage.skills.when import (MIN_LOO, CaseEffect, WhenKind, case_facts, induce_when, leave_one_out, per_case,
+                                  search)
+
+REQUIRED = 1.01
+
+
+def rows(table: list[tuple[str, dict, float]]) -> list[CaseEffect]:
+    return [CaseEffect(name, case_facts(params), ratio, ratio >= REQUIRED) for name, params, ratio in table]
+
+
+def test_a_threshold_on_the_reduction_length():
+    """A pipeline pays on long reductions only: K >= 1024 separates, at the paid cases' extreme."""
+    table = [(f"gemm:k{k}", {"M": 2048, "N": 2048, "K": k}, 1.2 if k >= 1024 else 0.97)
+             for k in (64, 128, 256, 512, 1024, 2048, 4096, 8192)]
+    when = induce_when(rows(table))
+    assert when.kind is WhenKind.PRECONDITION
+    p = when.precondition
+    assert p.expression == "K >= 1024" and p.source == "timing"
+    assert set(p.holds) == {"gemm:k1024", "gemm:k2048", "gemm:k4096", "gemm:k8192"}
+    assert set(p.fails) == {"gemm:k64", "gemm:k128", "gemm:k256", "gemm:k512"}
+    assert p.loo_accuracy >= MIN_LOO and "K is at least 1024" in p.sentence and "paid on all 4" in p.sentence
+    assert Precondition.from_dict(p.to_dict()) == p
+
+
+def test_divisibility_beats_a_threshold():
+    """Vector loads pay where the row is a multiple of 4 floats, whatever its length."""
+    table = [(f"softmax:c{c}", {"rows": 4096, "cols": c}, 1.08 if c % 4 == 0 else 0.99)
+             for c in (64, 129, 1540, 3001, 4095, 4096, 8192, 9973)]
+    when = induce_when(rows(table))
+    assert when.kind is WhenKind.PRECONDITION
+    assert when.precondition.expression == "cols % 4 == 0"
+    assert set(when.precondition.fails) == {"softmax:c129", "softmax:c3001", "softmax:c4095", "softmax:c9973"}
+
+
+def test_a_dtype():
+    table = [(f"op:{d}{n}", {"n": n, "dtype": d}, 1.3 if d == "float16" else 1.0)
+             for d in ("float16", "float32") for n in (256, 1024, 4096)]
+    when = induce_when(rows(table))
+    assert when.kind is WhenKind.PRECONDITION and when.precondition.expression == "dtype_is_float16"
+    assert when.precondition.check({**case_facts({"dtype": "float16"})})
+
+
+def test_waves_from_the_launch():
+    """A fact of the launch, not of the parameters: the step pays once the grid fills the SMs."""
+    facts = [({"M": m}, {"blocks": m // 16, "waves": m / 16 / 132}) for m in (256, 1024, 2048, 4096, 8192, 16384)]
+    effects = [CaseEffect(f"g:{p['M']}", case_facts(p, launch), r, r >= REQUIRED)
+               for (p, launch), r in zip(facts, (0.95, 0.98, 1.0, 1.1, 1.2, 1.3))]
+    when = induce_when(effects)
+    assert when.kind is WhenKind.PRECONDITION
+    assert when.precondition.names <= {"M", "blocks", "waves"}
+    assert all(when.precondition.check(e.facts) == e.paid for e in effects)
+
+
+def test_uniform_is_a_result():
+    table = [(f"op:c{i}", {"n": 2 ** i}, 1.05 + i / 100) for i in range(9)]
+    when = induce_when(rows(table))
+    assert when.kind is WhenKind.UNIFORM and when.precondition is None
+    assert when.sentence.startswith("paid on all 9 cases measured")
+
+
+def test_never_paid_is_a_result():
+    when = induce_when(rows([(f"op:c{i}", {"n": i + 1}, 0.99) for i in range(8)]))
+    assert when.kind is WhenKind.NEVER and "any of the 8 cases" in when.sentence
+
+
+def test_noise_forces_nothing():
+    """Paid and unpaid cases interleaved along every fact: no predicate is written, and the summary
+    says how many paid and why nothing was written."""
+    table = [(f"op:c{n}", {"n": n, "m": 7 * n % 11 + 1}, r) for n, r in
+             zip((3, 5, 6, 9, 10, 12, 15, 17), (1.02, 0.99, 1.03, 0.98, 1.02, 0.99, 1.04, 0.98))]
+    when = induce_when(rows(table))
+    assert when.kind is WhenKind.MIXED and when.precondition is None
+    assert when.sentence.startswith("paid on 4 of 8 cases measured")
+
+
+def test_one_case_does_not_force_a_predicate():
+    """A single unpaid case: any threshold would be fitted to it, so none is written."""
+    table = [(f"op:c{n}", {"n": n}, 0.9 if n == 8 else 1.1) for n in (8, 16, 32, 64, 128, 256, 512, 1024)]
+    when = induce_when(rows(table))
+    assert search(rows(table)) is not None
+    assert when.kind is WhenKind.MIXED and "not forced" in when.sentence
+
+
+def test_leave_one_out_counts_each_case():
+    table = [(f"op:c{n}", {"n": n}, 1.2 if n >= 100 else 0.9) for n in (10, 20, 30, 100, 200, 300)]
+    assert leave_one_out(rows(table)) == 1.0
+    crossed = [(f"op:c{n}", {"n": n}, r) for n, r in zip((10, 20, 30, 100, 200, 300), (1.2, 0.9, 1.2, 0.9, 1.2, 0.9))]
+    assert leave_one_out(rows(crossed)) < MIN_LOO
+
+
+def test_facts_only_where_every_case_has_them():
+    """A card measured on GEMM and on softmax is not split by K, which softmax has not."""
+    effects = [CaseEffect("gemm:a", case_facts({"K": 4096}, {"waves": 4.0}), 1.2, True),
+               CaseEffect("gemm:b", case_facts({"K": 64}, {"waves": 3.0}), 1.2, True),
+               CaseEffect("softmax:a", case_facts({"cols": 30}, {"waves": 0.5}), 0.9, False),
+               CaseEffect("softmax:b", case_facts({"cols": 4096}, {"waves": 0.25}), 0.9, False)]
+    atom = search(effects)
+    assert atom is not None and atom.expression == "waves >= 1"
+
+
+def test_per_case_merges_steps():
+    merged = per_case([("g:a", 1.2, {"n": 1, "registers": 90}), ("g:a", 1.0, {"n": 1, "registers": 128}),
+                       ("g:a", 1.1, {"n": 1, "registers": 90}), ("g:b", 0.9, {"n": 2})])
+    assert [(r.case, round(r.ratio, 3), r.paid) for r in merged] == [("g:a", 1.1, True), ("g:b", 0.9, False)]
+    assert merged[0].facts == {"n": 1}  # registers differ between its steps
+    with pytest.raises(DocumentError, match="one row per case"):
+        induce_when(merged + merged[:1])
