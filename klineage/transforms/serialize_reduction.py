@@ -53,7 +53,8 @@ _PURE_CALLS = frozenset({
 _COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
                         r"gridDim|cooperative_groups|printf)\b")
-_SERIAL_LOOP = re.compile(r"^for\s*\(\s*int\s+(\w+)\s*=\s*0\s*;\s*\1\s*<\s*([\w.]+)\s*;\s*(?:\+\+\1|\1\+\+|\1\s*\+=\s*1)\s*\)")
+_SERIAL_LOOP = re.compile(r"^for\s*\(\s*int\s+(\w+)\s*=\s*0\s*;\s*\1\s*<\s*([\w.]+)\s*;"
+                          r"\s*(?:\+\+\1|\1\+\+|\1\s*\+=\s*1)\s*\)")
 _WARP_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*{LANE}\s*;\s*\1\s*<\s*([\w.]+)\s*;\s*\1\s*\+=\s*{WARP}\s*\)")
 _BUTTERFLY = re.compile(r"^for \(int offset = 16; offset > 0; offset /= 2\) (\w+) (?:\+= __shfl_xor_sync|= \w+\(\1, "
                         r"__shfl_xor_sync)")
