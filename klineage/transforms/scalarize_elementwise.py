@@ -34,7 +34,8 @@ from klineage.kernel import KernelState
 from klineage.launch import ArgKind, LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._edit import indentation, reindent, splice
-from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform, with_plan
+from klineage.transforms.base import (Anchor, Direction, NotApplicable, Placement, Rewrite, Transform,
+                                     with_plan)
 
 WIDTH = 4
 ELEMENT = "e"
@@ -71,6 +72,7 @@ class ScalarizeElementwise(Transform):
     intent = ("Give each thread four consecutive elements of an elementwise kernel and move them as 16-byte "
               "vector loads and stores, with a scalar path for the tail and for misaligned pointers.")
     removes = ("vector_type_float4",)
+    placement = Placement.ANALYSIS
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)

@@ -39,7 +39,8 @@ from klineage.kernel import KernelState, parse_constants
 from klineage.launch import LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._edit import Edit, indentation, own_lines, splice
-from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform, with_plan
+from klineage.transforms.base import (Anchor, Direction, NotApplicable, Placement, Rewrite, Transform,
+                                     with_plan)
 
 WARP = 32
 LANE = "lane"
@@ -96,6 +97,7 @@ class SerializeReduction(Transform):
     intent = ("Give each row a warp instead of a thread: lanes stride the row's loops and combine what the loops "
               "reduce with warp shuffles, so a row is read with coalesced loads.")
     removes = ("shfl",)
+    placement = Placement.ANALYSIS
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
