@@ -7,7 +7,7 @@ and every array is 16-byte aligned (checked at run time on the pointers) each ar
 loaded once as a `float4`/`int4`/`uint4`, the body runs once per component on registers, and each array
 it writes is stored once as a vector; otherwise (the tail where n is no multiple of 4, or a misaligned
 pointer) the body runs element by element over what is left of the four. The launch's first grid
-dimension becomes a quarter, rounded up: ceil(grid / 4) blocks still give every four elements a thread.
+dimension becomes a quarter, rounded up: cdiv(grid, 4) blocks still give every four elements a thread.
 
 Backward scalarizes the canonical form forward writes, from its element loop: one element per thread
 again, the grid back to what it was.
@@ -299,15 +299,16 @@ def _check_launch(state: KernelState, entry: str) -> None:
 
 
 def _scaled_plan(state: KernelState, entry: str, *, grow: bool) -> LaunchPlan:
+    """The plan with the entry's first grid dimension a quarter of what it was, rounded up (`cdiv(g, 4)`), or,
+    growing, that undone."""
     launches = []
-    suffix = f" + {WIDTH - 1}) / {WIDTH}"
     for launch in state.plan.launches:
         if launch.entry == entry:
             grid = str(launch.grid[0]).strip()
             if not grow:
-                grid = f"(({grid}){suffix}"
-            elif grid.startswith("((") and grid.endswith(")" + suffix):
-                grid = grid[2:-len(")" + suffix)]
+                grid = f"cdiv({grid}, {WIDTH})"
+            elif grid.startswith("cdiv(") and grid.endswith(f", {WIDTH})"):
+                grid = grid[len("cdiv("):-len(f", {WIDTH})")]
             else:
                 raise NotApplicable(f"{entry}'s grid {grid} is not a quarter of a serial grid")
             launch = type(launch)(launch.entry, (grid, *launch.grid[1:]), launch.block, launch.shared, launch.args)

@@ -11,7 +11,7 @@ forward stages a 32 x 32 tile in shared memory: a block of 32 x 8 threads reads 
 per thread, coalesced), waits at a barrier, and writes the tile's columns as rows of Y (coalesced). The
 tile is 32 x 33: the padding column puts the 32 elements of a tile column in 32 different banks. The
 bounds are checked per element, so R and C need not be multiples of 32. The plan's launch gets a block
-of (32, 8) and a grid of (ceil(C / 32), ceil(R / 32)), C and R read from the launch's arguments.
+of (32, 8) and a grid of (cdiv(C, 32), cdiv(R, 32)), C and R read from the launch's arguments.
 
 Backward writes the direct copy back from the canonical tiled form, with the grid one thread per
 element needs under the (32, 8) block.
@@ -211,8 +211,7 @@ def _plan(state: KernelState, function: cp.Function, copy: Copy, *, rows_per_blo
                 if arg.kind is not ArgKind.SCALAR:
                     raise NotApplicable(f"'{name}' is not passed as a scalar")
                 values[name] = str(arg.value)
-            grid = (f"({values[copy.columns]} + {TILE - 1}) / {TILE}",
-                    f"({values[copy.rows]} + {rows_per_block - 1}) / {rows_per_block}", 1)
+            grid = (f"cdiv({values[copy.columns]}, {TILE})", f"cdiv({values[copy.rows]}, {rows_per_block})", 1)
             launch = type(launch)(launch.entry, grid, (TILE, ROWS_PER_PASS, 1), launch.shared, launch.args)
         launches.append(launch)
     return with_plan(state, launches=tuple(launches))

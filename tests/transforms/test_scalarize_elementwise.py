@@ -45,7 +45,7 @@ def test_the_vector_path_is_guarded_and_the_tail_is_scalar(transform):
     vector = transform.forward(golden("scale", "after"), SITE).state
     assert "if (i + 3 < n && (((size_t)x | (size_t)y) & 15) == 0) {" in vector.source
     assert "for (int e = i; e < n && e < i + 4; ++e) y[e] = a * x[e] + b;" in vector.source
-    assert vector.plan.launches[0].grid[0] == "(((n + 255) / 256) + 3) / 4"
+    assert vector.plan.launches[0].grid[0] == "cdiv(cdiv(n, 256), 4)"
 
 
 PLAN = LaunchPlan.from_toml("""
@@ -53,7 +53,7 @@ name = "t"
 problem = "t"
 [[launch]]
 entry = "kernel"
-grid = ["(n + 255) / 256"]
+grid = ["cdiv(n, 256)"]
 block = [256]
 args = ["x", "y", { scalar = "n", type = "i32" }]
 """)

@@ -46,7 +46,7 @@ name = "t"
 problem = "t"
 [[launch]]
 entry = "kernel"
-grid = ["(rows + 127) / 128"]
+grid = ["cdiv(rows, 128)"]
 block = [128]
 args = ["x", "y", { scalar = "rows", type = "i32" }, { scalar = "n", type = "i32" }]
 """
@@ -89,4 +89,4 @@ def test_the_tail_of_a_row_is_the_loops_own_bound(transform):
     """n = 33: lane 0 takes columns 0 and 32, lanes 1..31 one column each: the strided loop keeps `j < n`."""
     rewritten = transform.forward(golden("softmax", "after"), Anchor("kernel", "function", "row")).state
     assert "for (int j = lane; j < n; j += 32)" in rewritten.source
-    assert rewritten.plan.launches[0].grid[0] == "((rows + 127) / 128) * 32"
+    assert rewritten.plan.launches[0].grid[0] == "(cdiv(rows, 128)) * 32"

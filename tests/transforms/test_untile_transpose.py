@@ -37,7 +37,7 @@ def test_forward_finds_the_naive_transpose_by_analysis(transform):
     tiled = transform.forward(golden("after"), SITE).state
     assert "__shared__ float tile[32][33];" in tiled.source
     assert tiled.plan.launches[0].block == (32, 8, 1)
-    assert tiled.plan.launches[0].grid[:2] == ("(cols + 31) / 32", "(rows + 31) / 32")
+    assert tiled.plan.launches[0].grid[:2] == ("cdiv(cols, 32)", "cdiv(rows, 32)")
 
 
 def _state(body: str, args: str = '"x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }'):
