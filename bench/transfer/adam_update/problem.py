@@ -17,7 +17,7 @@ CASES = {
 }
 HEADLINE = "headline"
 
-OUTPUTS = {"p_out": {"shape": ["n"], "dtype": "float32"}, "m_out": {"shape": ["n"], "dtype": "float32"}, "v_out": {"shape": ["n"], "dtype": "float32"}}
+OUTPUTS = {name: {"shape": ["n"], "dtype": "float32"} for name in ("p_out", "m_out", "v_out")}
 
 TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 1e-5, "rel_l2": 1e-5}}
 
@@ -25,8 +25,9 @@ TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 1e-5, "rel_l2": 1e-5}}
 def make_inputs(case: dict, seed: int, device) -> dict:
     gen = torch.Generator(device="cpu").manual_seed(0x7EA5 + int(seed))
     n = int(case["n"])
-    return {"p": torch.randn(n, generator=gen).to(device), "g": (torch.randn(n, generator=gen) * 0.1).to(device),
-            "m": (torch.randn(n, generator=gen) * 0.01).to(device), "v": (torch.rand(n, generator=gen) * 1e-3).to(device)}
+    p, g = torch.randn(n, generator=gen), torch.randn(n, generator=gen) * 0.1
+    m, v = torch.randn(n, generator=gen) * 0.01, torch.rand(n, generator=gen) * 1e-3
+    return {"p": p.to(device), "g": g.to(device), "m": m.to(device), "v": v.to(device)}
 
 
 def reference(inputs: dict) -> dict:
