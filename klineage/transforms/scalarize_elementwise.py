@@ -31,18 +31,17 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.launch import ArgKind, LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._edit import indentation, reindent, splice
-from klineage.transforms.base import (Anchor, Direction, NotApplicable, Placement, Rewrite, Transform,
-                                     with_plan)
+from klineage.transforms._naive import (SERIAL_INDEX, index_declaration, kernel, launches_of, parameters, rescaled_grid,
+                                       squash, statements)
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WIDTH = 4
 ELEMENT = "e"
 COMPONENTS = ("x", "y", "z", "w")
 VECTORS = {"float": "float4", "int": "int4", "unsigned": "uint4", "unsigned int": "uint4"}
-_SERIAL_INDEX = "blockIdx.x * blockDim.x + threadIdx.x"
-_VECTOR_INDEX = f"({_SERIAL_INDEX}) * {WIDTH}"
+_VECTOR_INDEX = f"({SERIAL_INDEX}) * {WIDTH}"
 _PURE_CALLS = frozenset({
     "expf", "__expf", "exp", "logf", "__logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "tanhf", "tanh",
     "fmaxf", "fminf", "max", "min", "fmaf", "__fdividef", "erff", "erf", "powf", "sinf", "cosf", "__ldg", "abs",
@@ -61,10 +60,6 @@ class Site:
     body: Node  # the guarded statement
     read: tuple[tuple[str, str], ...]  # (array, vector type), in order of first use
     written: tuple[tuple[str, str], ...]
-
-
-def _squash(text: str) -> str:
-    return " ".join(text.split())
 
 
 class ScalarizeElementwise(Transform):
@@ -98,7 +93,7 @@ class ScalarizeElementwise(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
-        site = _serial_site(state, parsed, _function(parsed, anchor))
+        site = _serial_site(state, parsed, kernel(parsed, anchor))
         if site.index != anchor.key:
             raise NotApplicable(f"{anchor}: the element index is '{site.index}'")
         data = parsed.data
@@ -129,7 +124,7 @@ class ScalarizeElementwise(Transform):
         edits = [(site.index_init.start_byte, site.index_init.end_byte, _VECTOR_INDEX),
                  (site.guard.start_byte, site.guard.end_byte, "\n".join(lines))]
         source = _apply(data, edits)
-        plan = _scaled_plan(state, site.function.name, grow=False)
+        plan = rescaled_grid(state, site.function.name, _quarter_grid)
         names = ", ".join(a for a in arrays)
         return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"width": WIDTH},
                             note=f"{site.function.name}: {WIDTH} elements per thread as 16-byte vectors of {names}, "
@@ -137,7 +132,7 @@ class ScalarizeElementwise(Transform):
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
-        function = _function(parsed, anchor)
+        function = kernel(parsed, anchor)
         index, init, guard = _vector_form(parsed, function)
         if index != anchor.key:
             raise NotApplicable(f"{anchor}: the element index is '{index}'")
@@ -150,14 +145,14 @@ class ScalarizeElementwise(Transform):
         indent = indentation(parsed.data, guard.start_byte)
         text = parsed.text(body)
         for subscript in sorted(cp.nodes_of_type(body, "subscript_expression"), key=lambda n: -n.start_byte):
-            if _squash(parsed.text(subscript.child_by_field_name("indices"))) in (f"[{ELEMENT}]", ELEMENT):
+            if squash(parsed.text(subscript.child_by_field_name("indices"))) in (f"[{ELEMENT}]", ELEMENT):
                 start = subscript.child_by_field_name("indices").start_byte - body.start_byte
                 end = subscript.child_by_field_name("indices").end_byte - body.start_byte
                 text = text[:start] + f"[{index}]" + text[end:]
         text = reindent(text, len(indentation(parsed.data, body.start_byte)), indent)[len(indent):]
-        edits = [(init.start_byte, init.end_byte, _SERIAL_INDEX),
+        edits = [(init.start_byte, init.end_byte, SERIAL_INDEX),
                  (guard.start_byte, guard.end_byte, f"if ({index} < {bound[1]}) {text}")]
-        source, plan = _apply(parsed.data, edits), _scaled_plan(state, function.name, grow=True)
+        source, plan = _apply(parsed.data, edits), rescaled_grid(state, function.name, _serial_grid)
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
                             note=f"{function.name}: one element per thread, scalar loads and stores")
 
@@ -166,60 +161,26 @@ def _apply(data: bytes, edits: list[tuple[int, int, str]]) -> str:
     return splice(data, edits)[0].decode("utf-8")
 
 
-def _function(parsed: cp.ParsedSource, anchor: Anchor) -> cp.Function:
-    for function in cp.functions(parsed):
-        if function.name == anchor.function and function.is_kernel:
-            return function
-    raise NotApplicable(f"no kernel {anchor.function}")
-
-
-def _index_declaration(parsed: cp.ParsedSource, body: Node, value: str) -> tuple[Node, Node, str]:
-    for statement in body.named_children:
-        if statement.type != "declaration":
-            continue
-        declarators = statement.children_by_field_name("declarator")
-        kind = statement.child_by_field_name("type")
-        if len(declarators) != 1 or declarators[0].type != "init_declarator" or kind is None:
-            continue
-        init = declarators[0].child_by_field_name("value")
-        if parsed.text(kind) == "int" and init is not None and _squash(parsed.text(init)) == value:
-            return statement, init, parsed.text(declarators[0].child_by_field_name("declarator"))
-    raise NotApplicable(f"no `int i = {value};`")
-
-
 def _pointer_types(parsed: cp.ParsedSource, function: cp.Function) -> dict[str, str]:
     """Pointer parameter name -> its element type (`const` and `__restrict__` dropped)."""
-    declarator = function.node.child_by_field_name("declarator")
-    while declarator is not None and declarator.type != "function_declarator":
-        declarator = declarator.child_by_field_name("declarator")
-    types = {}
-    for param in declarator.child_by_field_name("parameters").named_children:
-        kind, inner = param.child_by_field_name("type"), param.child_by_field_name("declarator")
-        if kind is None or inner is None or inner.type != "pointer_declarator":
-            continue
-        name = inner.child_by_field_name("declarator")
-        while name is not None and name.type != "identifier":
-            name = name.child_by_field_name("declarator")
-        if name is not None:
-            types[parsed.text(name)] = _squash(parsed.text(kind))
-    return types
+    return {name: kind for name, kind, pointer in parameters(parsed, function) if pointer}
 
 
 def _serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Site:
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is not a kernel")
-    _check_launch(state, function.name)
+    launches_of(state, function.name, dimensions=1)
     body = function.node.child_by_field_name("body")
-    declaration, init, index = _index_declaration(parsed, body, _SERIAL_INDEX)
-    statements = [c for c in body.named_children if c.type != "comment"]
-    guard = statements[-1]
+    declaration, init, index = index_declaration(parsed, body, SERIAL_INDEX)
+    listed = statements(body)
+    guard = listed[-1]
     if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name} does not end in `if ({index} < n) ...`")
     bound = re.fullmatch(rf"\(\s*{index}\s*<\s*([A-Za-z_]\w*)\s*\)",
-                         _squash(parsed.text(guard.child_by_field_name("condition"))))
+                         squash(parsed.text(guard.child_by_field_name("condition"))))
     if bound is None:
         raise NotApplicable(f"{function.name}'s guard is not `{index} < n`")
-    if statements.index(guard) != statements.index(declaration) + 1:
+    if listed.index(guard) != listed.index(declaration) + 1:
         raise NotApplicable(f"{function.name} has code between its element index and the guard")
     guarded = guard.child_by_field_name("consequence")
     text = parsed.text(guarded)
@@ -233,7 +194,7 @@ def _serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
     subscripts = sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=lambda n: n.start_byte)
     for node in subscripts:
         array = parsed.text(node.child_by_field_name("argument"))
-        if _squash(parsed.text(node.child_by_field_name("indices"))) not in (f"[{index}]", index):
+        if squash(parsed.text(node.child_by_field_name("indices"))) not in (f"[{index}]", index):
             raise NotApplicable(f"{function.name} reads `{parsed.text(node)}`, not element {index}")
         vector = VECTORS.get(types.get(array, "").removeprefix("const ").strip())
         if vector is None:
@@ -250,17 +211,13 @@ def _serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
         raise NotApplicable(f"{function.name} uses '{index}' beyond its subscripts")
     if cp.nodes_of_type(guarded, "pointer_expression") or "->" in text:
         raise NotApplicable(f"{function.name} dereferences a pointer expression")
-    top = _body_statements(guarded)
+    top = statements(guarded)
     for array in written:
-        if array not in read and not any(_squash(parsed.text(s)).startswith(f"{array}[{index}] =") for s in top):
+        if array not in read and not any(squash(parsed.text(s)).startswith(f"{array}[{index}] =") for s in top):
             raise NotApplicable(f"'{array}' is written only under a condition: a vector store would write garbage")
     if not read and not written:
         raise NotApplicable(f"{function.name} touches no array")
     return Site(function, index, init, guard, bound[1], guarded, tuple(read.items()), tuple(written.items()))
-
-
-def _body_statements(node: Node) -> list[Node]:
-    return [c for c in node.named_children if c.type != "comment"] if node.type == "compound_statement" else [node]
 
 
 def _subscripts(parsed: cp.ParsedSource, site: Site, replace) -> str:
@@ -277,43 +234,23 @@ def _vector_form(parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, N
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         raise NotApplicable(f"{function.name} is not a kernel")
-    _, init, index = _index_declaration(parsed, body, _VECTOR_INDEX)
+    _, init, index = index_declaration(parsed, body, _VECTOR_INDEX)
     for statement in body.named_children:
         condition = statement.child_by_field_name("condition") if statement.type == "if_statement" else None
-        if condition is not None and _squash(parsed.text(condition)).startswith(f"({index} + {WIDTH - 1} <") and \
+        if condition is not None and squash(parsed.text(condition)).startswith(f"({index} + {WIDTH - 1} <") and \
                 statement.child_by_field_name("alternative") is not None:
             return index, init, statement
     raise NotApplicable(f"{function.name} has no vector guard")
 
 
-def _check_launch(state: KernelState, entry: str) -> None:
-    launches = [launch for launch in state.plan.launches if launch.entry == entry]
-    if not launches:
-        raise NotApplicable(f"the plan never launches {entry}")
-    for launch in launches:
-        if [str(d).strip() for d in (*launch.grid[1:], *launch.block[1:])] != ["1"] * 4:
-            raise NotApplicable(f"{entry}'s launch is not one-dimensional")
-        buffers = [arg.name for arg in launch.args if arg.kind is ArgKind.BUFFER]
-        if len(buffers) != len(set(buffers)):
-            raise NotApplicable(f"{entry}'s launch passes one buffer twice")
+def _quarter_grid(grid: str) -> str:
+    return f"cdiv({grid}, {WIDTH})"
 
 
-def _scaled_plan(state: KernelState, entry: str, *, grow: bool) -> LaunchPlan:
-    """The plan with the entry's first grid dimension a quarter of what it was, rounded up (`cdiv(g, 4)`), or,
-    growing, that undone."""
-    launches = []
-    for launch in state.plan.launches:
-        if launch.entry == entry:
-            grid = str(launch.grid[0]).strip()
-            if not grow:
-                grid = f"cdiv({grid}, {WIDTH})"
-            elif grid.startswith("cdiv(") and grid.endswith(f", {WIDTH})"):
-                grid = grid[len("cdiv("):-len(f", {WIDTH})")]
-            else:
-                raise NotApplicable(f"{entry}'s grid {grid} is not a quarter of a serial grid")
-            launch = type(launch)(launch.entry, (grid, *launch.grid[1:]), launch.block, launch.shared, launch.args)
-        launches.append(launch)
-    return with_plan(state, launches=tuple(launches))
+def _serial_grid(grid: str) -> str:
+    if not (grid.startswith("cdiv(") and grid.endswith(f", {WIDTH})")):
+        raise NotApplicable(f"the grid {grid} is not a quarter of a serial grid")
+    return grid[len("cdiv("):-len(f", {WIDTH})")]
 
 
 register(ScalarizeElementwise())

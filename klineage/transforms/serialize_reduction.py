@@ -36,16 +36,15 @@ from klineage import expr
 from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
-from klineage.launch import LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._edit import Edit, indentation, own_lines, splice
-from klineage.transforms.base import (Anchor, Direction, NotApplicable, Placement, Rewrite, Transform,
-                                     with_plan)
+from klineage.transforms._naive import (SERIAL_INDEX, index_declaration, kernel, launches_of, rescaled_grid, squash,
+                                       statements)
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32
 LANE = "lane"
-_SERIAL_INDEX = "blockIdx.x * blockDim.x + threadIdx.x"
-_WARP_INDEX = f"({_SERIAL_INDEX}) / {WARP}"
+_WARP_INDEX = f"({SERIAL_INDEX}) / {WARP}"
 _LANE_LINE = f"const int {LANE} = threadIdx.x % {WARP};"
 _SHFL_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long"})
 _PURE_CALLS = frozenset({
@@ -84,14 +83,6 @@ class Site:
     loops: tuple[RowLoop, ...]
 
 
-def _squash(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _body_statements(node: Node) -> list[Node]:
-    return [c for c in node.named_children if c.type != "comment"] if node.type == "compound_statement" else [node]
-
-
 class SerializeReduction(Transform):
     name = "serialize_reduction"
     intent = ("Give each row a warp instead of a thread: lanes stride the row's loops and combine what the loops "
@@ -118,7 +109,7 @@ class SerializeReduction(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
-        function = self._function(parsed, anchor)
+        function = kernel(parsed, anchor)
         site = self._serial_site(state, parsed, function)
         if site.row != anchor.key:
             raise NotApplicable(f"{anchor}: the row variable is '{site.row}'")
@@ -137,7 +128,7 @@ class SerializeReduction(Transform):
             if butterflies:
                 edits.append(Edit(node.end_byte, node.end_byte, butterflies))
         source = splice(data, edits)[0].decode("utf-8")
-        plan = _scaled_plan(state, function.name, grow=True)
+        plan = rescaled_grid(state, function.name, _warp_grid)
         reduced = sorted(acc.name for loop in site.loops for acc in loop.accumulators)
         return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"warp": WARP},
                             note=f"one warp per row in {function.name}: {len(site.loops)} loop(s) strided over lanes, "
@@ -153,7 +144,7 @@ class SerializeReduction(Transform):
             raise NotApplicable(f"{function.name} synchronizes, shares memory or leaves loops early")
         if re.search(rf"\b(?:{LANE}|offset)\b", text):
             raise NotApplicable(f"{function.name} already names '{LANE}' or 'offset'")
-        row_declaration, row_init, row = _row_declaration(parsed, body, _SERIAL_INDEX)
+        row_declaration, row_init, row = index_declaration(parsed, body, SERIAL_INDEX)
         if text.count("threadIdx") != 1:
             raise NotApplicable(f"{function.name} uses threadIdx beyond its row index")
         for call in cp.nodes_of_type(body, "call_expression"):
@@ -177,18 +168,18 @@ class SerializeReduction(Transform):
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
-        function = self._function(parsed, anchor)
+        function = kernel(parsed, anchor)
         body = function.node.child_by_field_name("body")
-        declaration, init, row = _row_declaration(parsed, body, _WARP_INDEX)
+        declaration, init, row = index_declaration(parsed, body, _WARP_INDEX)
         if row != anchor.key:
             raise NotApplicable(f"{anchor}: the row variable is '{row}'")
         lane = declaration.next_named_sibling
-        if lane is None or _squash(parsed.text(lane)) != _LANE_LINE:
+        if lane is None or squash(parsed.text(lane)) != _LANE_LINE:
             raise NotApplicable(f"{anchor}: no `{_LANE_LINE}` after the row index")
-        edits = [Edit(init.start_byte, init.end_byte, _SERIAL_INDEX), Edit(*_line_span(parsed, lane))]
+        edits = [Edit(init.start_byte, init.end_byte, SERIAL_INDEX), Edit(*_line_span(parsed, lane))]
         for node in cp.nodes_of_type(body, "for_statement"):
-            header = _squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
-            if _BUTTERFLY.match(_squash(parsed.text(node))):
+            header = squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
+            if _BUTTERFLY.match(squash(parsed.text(node))):
                 edits.append(Edit(*_line_span(parsed, node)))
                 continue
             match = _WARP_LOOP.match(header)
@@ -198,7 +189,7 @@ class SerializeReduction(Transform):
             edits.append(Edit(node.start_byte, node.child_by_field_name("body").start_byte,
                               f"for (int {index} = 0; {index} < {bound}; ++{index}) "))
         source = splice(parsed.data, edits)[0].decode("utf-8")
-        plan = _scaled_plan(state, function.name, grow=False)
+        plan = rescaled_grid(state, function.name, _serial_grid)
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
                             note=f"one thread per row in {function.name}: loops serial, shuffles gone, grid /{WARP}")
 
@@ -206,48 +197,26 @@ class SerializeReduction(Transform):
         found = []
         for function in cp.functions(parsed):
             body = function.node.child_by_field_name("body")
-            if not function.is_kernel or body is None or _LANE_LINE not in _squash(parsed.text(body)):
+            if not function.is_kernel or body is None or _LANE_LINE not in squash(parsed.text(body)):
                 continue
             try:
-                found.append((function, _row_declaration(parsed, body, _WARP_INDEX)[2]))
+                found.append((function, index_declaration(parsed, body, _WARP_INDEX)[2]))
             except NotApplicable:
                 continue
         return found
 
-    @staticmethod
-    def _function(parsed: cp.ParsedSource, anchor: Anchor) -> cp.Function:
-        for function in cp.functions(parsed):
-            if function.name == anchor.function and function.node.child_by_field_name("body") is not None:
-                return function
-        raise NotApplicable(f"no kernel {anchor.function}")
-
-
 def _butterfly(acc: Accumulator) -> str:
     shuffled = f"__shfl_xor_sync(0xffffffffu, {acc.name}, offset)"
-    combined = f"{acc.name} += {shuffled}" if acc.combine == "+" else f"{acc.name} = {acc.combine}({acc.name}, {shuffled})"
+    combined = (f"{acc.name} += {shuffled}" if acc.combine == "+" else
+                f"{acc.name} = {acc.combine}({acc.name}, {shuffled})")
     return f"for (int offset = 16; offset > 0; offset /= 2) {combined};"
 
 
 def _line_span(parsed: cp.ParsedSource, node: Node) -> tuple[int, int]:
     span = own_lines(parsed, node)
     if span is None:
-        raise NotApplicable(f"`{_squash(parsed.text(node))[:60]}` shares its line with other code")
+        raise NotApplicable(f"`{squash(parsed.text(node))[:60]}` shares its line with other code")
     return span
-
-
-def _row_declaration(parsed: cp.ParsedSource, body: Node, index: str) -> tuple[Node, Node, str]:
-    """(declaration, its initializer, the row name) of `int row = <index>;` at the top of the body."""
-    for statement in _body_statements(body):
-        if statement.type != "declaration":
-            continue
-        declarators = statement.children_by_field_name("declarator")
-        kind = statement.child_by_field_name("type")
-        if len(declarators) != 1 or declarators[0].type != "init_declarator" or kind is None:
-            continue
-        value = declarators[0].child_by_field_name("value")
-        if parsed.text(kind) == "int" and value is not None and _squash(parsed.text(value)) == index:
-            return statement, value, parsed.text(declarators[0].child_by_field_name("declarator"))
-    raise NotApplicable(f"no `int row = {index};`")
 
 
 def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
@@ -257,19 +226,19 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
             raise NotApplicable("a loop nested in another loop")
         parent = parent.parent
     loop_body = node.child_by_field_name("body")
-    header = _squash(parsed.data[node.start_byte:loop_body.start_byte].decode())
+    header = squash(parsed.data[node.start_byte:loop_body.start_byte].decode())
     match = _SERIAL_LOOP.match(header)
     if match is None:
         raise NotApplicable(f"not a unit-step loop from 0: `{header}`")
     index = match[1]
     accumulators: dict[str, Accumulator] = {}
-    for statement in _body_statements(loop_body):
+    for statement in statements(loop_body):
         if statement.type == "declaration":
             continue
         assignment = statement.named_children[0] if statement.type == "expression_statement" and \
             statement.named_children else None
         if assignment is None or assignment.type != "assignment_expression":
-            raise NotApplicable(f"a loop statement that is no store or reduction: `{_squash(parsed.text(statement))}`")
+            raise NotApplicable(f"a loop statement that is no store or reduction: `{squash(parsed.text(statement))}`")
         left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
         operator = parsed.text(assignment.child_by_field_name("operator"))
         if left.type == "subscript_expression" and operator == "=":
@@ -278,7 +247,7 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
             continue
         accumulator = _reduction(parsed, left, operator, right)
         if accumulator is None:
-            raise NotApplicable(f"not a reduction: `{_squash(parsed.text(statement))}`")
+            raise NotApplicable(f"not a reduction: `{squash(parsed.text(statement))}`")
         accumulators[accumulator.name] = accumulator
     text = parsed.text(loop_body)
     for name in accumulators:
@@ -310,7 +279,7 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
         for declarator in statement.children_by_field_name("declarator"):
             if declarator.type == "init_declarator":
                 name = parsed.text(declarator.child_by_field_name("declarator"))
-                declared[name] = (_squash(parsed.text(kind)) if kind is not None else "",
+                declared[name] = (squash(parsed.text(kind)) if kind is not None else "",
                                   parsed.text(declarator.child_by_field_name("value")))
     for loop in loops:
         for acc in loop.accumulators:
@@ -354,13 +323,8 @@ def _inside(node: Node, ancestor: Node) -> bool:
 
 
 def _check_launch(state: KernelState, entry: str) -> None:
-    launches = [launch for launch in state.plan.launches if launch.entry == entry]
-    if not launches:
-        raise NotApplicable(f"the plan never launches {entry}")
     constants = parse_constants(state.source)
-    for launch in launches:
-        if [str(d).strip() for d in (*launch.grid[1:], *launch.block[1:])] != ["1"] * 4:
-            raise NotApplicable(f"{entry}'s launch is not one-dimensional")
+    for launch in launches_of(state, entry, dimensions=1):
         try:
             threads = expr.evaluate_int(str(launch.block[0]), constants)
         except ExpressionError:
@@ -369,20 +333,14 @@ def _check_launch(state: KernelState, entry: str) -> None:
             raise NotApplicable(f"{entry}'s block of {threads} threads is no multiple of {WARP}")
 
 
-def _scaled_plan(state: KernelState, entry: str, *, grow: bool) -> LaunchPlan:
-    launches = []
-    for launch in state.plan.launches:
-        if launch.entry == entry:
-            grid = str(launch.grid[0]).strip()
-            if grow:
-                grid = f"({grid}) * {WARP}"
-            elif grid.startswith("(") and grid.endswith(f") * {WARP}"):
-                grid = grid[1:-len(f") * {WARP}")]
-            else:
-                raise NotApplicable(f"{entry}'s grid {grid} is not (rows) * {WARP}")
-            launch = type(launch)(launch.entry, (grid, *launch.grid[1:]), launch.block, launch.shared, launch.args)
-        launches.append(launch)
-    return with_plan(state, launches=tuple(launches))
+def _warp_grid(grid: str) -> str:
+    return f"({grid}) * {WARP}"
+
+
+def _serial_grid(grid: str) -> str:
+    if not (grid.startswith("(") and grid.endswith(f") * {WARP}")):
+        raise NotApplicable(f"the grid {grid} is not (rows) * {WARP}")
+    return grid[1:-len(f") * {WARP}")]
 
 
 register(SerializeReduction())

@@ -34,6 +34,7 @@ from klineage.kernel import KernelState
 from klineage.launch import ArgKind, LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._edit import indentation, splice
+from klineage.transforms._naive import kernel, launches_of, parameters, squash
 from klineage.transforms.base import (Anchor, Direction, NotApplicable, Placement, Rewrite, Transform,
                                       with_plan)
 
@@ -61,10 +62,6 @@ class Copy:
     element: str
 
 
-def _squash(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _bounds(condition: str, row: str, column: str) -> tuple[str, str] | None:
     """(R, C) of `r < R && c < C` (either order)."""
     for first, second in ((row, column), (column, row)):
@@ -84,7 +81,7 @@ class UntileTranspose(Transform):
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
         return [Anchor(f.name, "function", KEY, parsed.text(f.node)[:200]) for f in cp.functions(parsed)
-                if f.is_kernel and _TILED.match(_squash(parsed.text(f.node.child_by_field_name("body"))))]
+                if f.is_kernel and _TILED.match(squash(parsed.text(f.node.child_by_field_name("body"))))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         parsed = cp.parse(state.source)
@@ -99,7 +96,7 @@ class UntileTranspose(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
-        function = _kernel(parsed, anchor)
+        function = kernel(parsed, anchor)
         copy = _naive_copy(state, parsed, function)
         body = function.node.child_by_field_name("body")
         indent = indentation(parsed.data, body.named_children[0].start_byte)
@@ -126,13 +123,13 @@ class UntileTranspose(Transform):
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
-        function = _kernel(parsed, anchor)
+        function = kernel(parsed, anchor)
         body = function.node.child_by_field_name("body")
-        match = _TILED.match(_squash(parsed.text(body)))
+        match = _TILED.match(squash(parsed.text(body)))
         if match is None:
             raise NotApplicable(f"{anchor}: not the tiled transpose forward writes")
         element, c, r, rows, columns, x = match.groups()
-        target = re.search(rf"\) (\w+)\[\({r}_out \+ k\) \* {rows} \+ {c}_out\] = {KEY}\[", _squash(parsed.text(body)))
+        target = re.search(rf"\) (\w+)\[\({r}_out \+ k\) \* {rows} \+ {c}_out\] = {KEY}\[", squash(parsed.text(body)))
         if target is None:
             raise NotApplicable(f"{anchor}: no store of the tile's columns")
         copy = Copy(c, r, rows, columns, x, target[1], element)
@@ -149,57 +146,27 @@ class UntileTranspose(Transform):
                             note=f"{function.name}: a direct transpose, one thread per element")
 
 
-def _kernel(parsed: cp.ParsedSource, anchor: Anchor) -> cp.Function:
-    for function in cp.functions(parsed):
-        if function.name == anchor.function and function.is_kernel:
-            return function
-    raise NotApplicable(f"no kernel {anchor.function}")
-
-
-def _parameters(parsed: cp.ParsedSource, function: cp.Function) -> list[tuple[str, str, bool]]:
-    """(name, type without const/restrict, is a pointer) of each parameter, in order."""
-    declarator = function.node.child_by_field_name("declarator")
-    while declarator is not None and declarator.type != "function_declarator":
-        declarator = declarator.child_by_field_name("declarator")
-    found = []
-    for param in declarator.child_by_field_name("parameters").named_children:
-        kind, inner = param.child_by_field_name("type"), param.child_by_field_name("declarator")
-        name = inner
-        while name is not None and name.type != "identifier":
-            name = name.child_by_field_name("declarator")
-        found.append((parsed.text(name) if name is not None else "", _squash(parsed.text(kind)) if kind else "",
-                      inner is not None and inner.type == "pointer_declarator"))
-    return found
-
-
 def _naive_copy(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Copy:
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is not a kernel")
-    body = _squash(parsed.text(function.node.child_by_field_name("body")))
+    body = squash(parsed.text(function.node.child_by_field_name("body")))
     match = _NAIVE.match(body)
     if match is None:
         raise NotApplicable(f"{function.name} is not a naive transpose")
     column, row, condition, target, rows, source, columns = match.groups()
     if _bounds(condition, row, column) != (rows, columns) or source == target:
         raise NotApplicable(f"{function.name}'s bounds do not match its indices")
-    params = {name: (kind, pointer) for name, kind, pointer in _parameters(parsed, function)}
+    params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
     if not all(params.get(p, ("", False))[1] for p in (source, target)) or \
             params[source][0].removeprefix("const ") != params[target][0] or \
             any(params.get(n, ("", True))[1] for n in (rows, columns)):
         raise NotApplicable(f"{function.name}: X and Y are not pointers to one type, or R and C not scalars")
-    launches = [launch for launch in state.plan.launches if launch.entry == function.name]
-    if not launches:
-        raise NotApplicable(f"the plan never launches {function.name}")
-    for launch in launches:
-        buffers = [arg.name for arg in launch.args if arg.kind is ArgKind.BUFFER]
-        if len(buffers) != len(set(buffers)) or str(launch.grid[2]).strip() != "1" or \
-                str(launch.block[2]).strip() != "1":
-            raise NotApplicable(f"{function.name}'s launch is not two-dimensional over distinct buffers")
+    launches_of(state, function.name, dimensions=2)
     return Copy(column, row, rows, columns, source, target, params[target][0])
 
 
 def _plan(state: KernelState, function: cp.Function, copy: Copy, *, rows_per_block: int) -> LaunchPlan:
-    names = [name for name, _, _ in _parameters(cp.parse(state.source), function)]
+    names = [name for name, _, _ in parameters(cp.parse(state.source), function)]
     launches = []
     for launch in state.plan.launches:
         if launch.entry == function.name:

@@ -54,7 +54,7 @@ def _state(body: str, args: str = '"x", "y", { scalar = "rows", type = "i32" }, 
     ("    if (r < cols && c < rows) y[c * rows + r] = x[r * cols + c];\n", None, "bounds do not match"),
     ("    if (r < rows && c < cols) y[c * rows + r] = x[r * cols + c];\n    y[0] = 0.0f;\n", None, "not a naive"),
     ("    if (r < rows && c < cols) y[c * rows + r] = x[r * cols + c];\n",
-     '"x", "x", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }', "distinct buffers"),
+     '"x", "x", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }', "one buffer twice"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, body, args, why):
     state = _state(body, args) if args else _state(body)
