@@ -21,7 +21,8 @@ OPERATORS = sorted(p.name for p in BENCH.iterdir() if (p / "problem.py").is_file
 # operator -> the analysis forwards that must find a site in its naive kernel (the rest must find none)
 EXPECTED = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_reduction"},
             "log_softmax": {"serialize_reduction"}, "l2_normalize": {"serialize_reduction"},
-            "batched_matvec": {"serialize_reduction"}, "gelu_mul": {"scalarize_elementwise"},
+            "batched_matvec": {"serialize_reduction"}, "cumsum": {"serialize_reduction"},
+            "gelu_mul": {"scalarize_elementwise"},
             "adam_update": {"scalarize_elementwise"}, "transpose": {"untile_transpose"},
             "scatter_add": {"scalarize_elementwise"}}  # its table-zeroing kernel
 

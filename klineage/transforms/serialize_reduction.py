@@ -6,11 +6,15 @@ row instead: the row index becomes the global thread index / 32, each lane takes
 j = lane, lane + 32, ... (the tail where n is no multiple of 32 is the loop's own bound), and every
 scalar a loop reduces into (`acc += e`, `acc = fmaxf(acc, e)`, `fminf`, `max`, `min`) is combined
 across the warp right after its loop by a butterfly of `__shfl_xor_sync`, which leaves every lane with
-the same value. The launch's grid grows 32-fold (the plan's first grid dimension times 32). On
+the same value. A loop that is a running sum stored per column (`acc += e; y[...j...] = acc;`, a scan)
+goes over the row in chunks of 32 columns instead: each lane takes one, an inclusive `__shfl_up_sync`
+scan adds up the chunk, and the total of the earlier chunks (the accumulator, equal in every lane,
+advanced by lane 31's value) is added to it. The launch's grid grows 32-fold (the plan's first grid dimension times 32). On
 memory-bound row kernels this turns 32 strided rows per warp into one coalesced row.
 
 Backward serializes the canonical form forward writes: the row index loses `/ 32`, the lane line and
-the butterflies go, the loops start at 0 again and step by one, the grid shrinks by 32.
+the butterflies go, the loops start at 0 again and step by one (a scan's chunks become
+`acc += e; target = acc;` again), the grid shrinks by 32.
 
 Legality (forward_sites), conservative, decided on the parse: the kernel's block is one-dimensional
 with a size that is a multiple of 32 (so a warp never straddles two rows), its grid one-dimensional; the
@@ -58,6 +62,10 @@ _SERIAL_LOOP = re.compile(r"^for\s*\(\s*int\s+(\w+)\s*=\s*0\s*;\s*\1\s*<\s*([\w.
 _WARP_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*{LANE}\s*;\s*\1\s*<\s*([\w.]+)\s*;\s*\1\s*\+=\s*{WARP}\s*\)")
 _BUTTERFLY = re.compile(r"^for \(int offset = 16; offset > 0; offset /= 2\) (\w+) (?:\+= __shfl_xor_sync|= \w+\(\1, "
                         r"__shfl_xor_sync)")
+_WARP_SCAN = re.compile(
+    rf"^for \(int scan_base = 0; scan_base < ([\w.]+); scan_base \+= {WARP}\) {{ const int (\w+) = scan_base \+ "
+    rf"{LANE}; [\w ]+ scan_value = 0; if \(\2 < \1\) scan_value = (.+?); for \(int offset = 1; .+? }} "
+    rf"if \(\2 < \1\) (.+?) = (\w+) \+ scan_value; \5 \+= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
 _ZERO = re.compile(r"^(?:0|0\.0*f?|0\.f|\.0f?|0[uUlL]*)$")
 
 
@@ -72,6 +80,16 @@ class RowLoop:
     node: Node
     index: str
     accumulators: tuple[Accumulator, ...]
+    scan: Scan | None = None  # set when the loop is a running sum stored per element
+
+
+@dataclass(frozen=True)
+class Scan:
+    """`acc += value; target = acc;`: the loop body of an inclusive prefix sum."""
+
+    accumulator: str
+    value: str
+    target: str
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,7 @@ class Site:
     row_init: Node  # the row declaration's initializer
     row_declaration: Node
     loops: tuple[RowLoop, ...]
+    types: dict[str, str]  # accumulator -> its declared type
 
 
 class SerializeReduction(Transform):
@@ -119,6 +138,11 @@ class SerializeReduction(Transform):
                  Edit(site.row_declaration.end_byte, site.row_declaration.end_byte, f"\n{indent}{_LANE_LINE}")]
         for loop in site.loops:
             node = loop.node
+            if loop.scan is not None:
+                bound = parsed.text(node.child_by_field_name("condition")).split("<", 1)[1].strip()
+                text = _warp_scan(loop, bound, site.types[loop.scan.accumulator], indentation(data, node.start_byte))
+                edits.append(Edit(node.start_byte, node.end_byte, text))
+                continue
             header_end = node.child_by_field_name("body").start_byte
             condition = parsed.text(node.child_by_field_name("condition"))
             edits.append(Edit(node.start_byte, header_end, f"for (int {loop.index} = {LANE}; {condition}; "
@@ -142,8 +166,8 @@ class SerializeReduction(Transform):
         text = parsed.text(body)
         if _FORBIDDEN.search(text):
             raise NotApplicable(f"{function.name} synchronizes, shares memory or leaves loops early")
-        if re.search(rf"\b(?:{LANE}|offset)\b", text):
-            raise NotApplicable(f"{function.name} already names '{LANE}' or 'offset'")
+        if re.search(rf"\b(?:{LANE}|offset|scan_\w+)\b", text):
+            raise NotApplicable(f"{function.name} already names '{LANE}', 'offset' or 'scan_...'")
         row_declaration, row_init, row = index_declaration(parsed, body, SERIAL_INDEX)
         if text.count("threadIdx") != 1:
             raise NotApplicable(f"{function.name} uses threadIdx beyond its row index")
@@ -160,9 +184,9 @@ class SerializeReduction(Transform):
             loops.append(loop)
         if not loops:
             raise NotApplicable(f"{function.name} has no loop over its row")
-        _check_accumulators(parsed, body, loops)
+        types = _check_accumulators(parsed, body, loops)
         _check_arrays(parsed, body)
-        return Site(function, row, row_init, row_declaration, tuple(loops))
+        return Site(function, row, row_init, row_declaration, tuple(loops), types)
 
     # -- backward -------------------------------------------------------------------------------
 
@@ -177,8 +201,17 @@ class SerializeReduction(Transform):
         if lane is None or squash(parsed.text(lane)) != _LANE_LINE:
             raise NotApplicable(f"{anchor}: no `{_LANE_LINE}` after the row index")
         edits = [Edit(init.start_byte, init.end_byte, SERIAL_INDEX), Edit(*_line_span(parsed, lane))]
-        for node in cp.nodes_of_type(body, "for_statement"):
+        for node in _outer_loops(body):
             header = squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
+            scan = _WARP_SCAN.match(squash(parsed.text(node)))
+            if scan is not None:
+                bound, index, value, target, accumulator = scan.groups()
+                indent = indentation(parsed.data, node.start_byte)
+                edits.append(Edit(node.start_byte, node.end_byte,
+                                  f"for (int {index} = 0; {index} < {bound}; ++{index}) {{\n"
+                                  f"{indent}    {accumulator} += {value};\n{indent}    {target} = {accumulator};\n"
+                                  f"{indent}}}"))
+                continue
             if _BUTTERFLY.match(squash(parsed.text(node))):
                 edits.append(Edit(*_line_span(parsed, node)))
                 continue
@@ -231,6 +264,11 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     if match is None:
         raise NotApplicable(f"not a unit-step loop from 0: `{header}`")
     index = match[1]
+    scan = _scan(parsed, loop_body)
+    if scan is not None:
+        if not re.search(rf"\b{index}\b", scan.target):
+            raise NotApplicable("a running sum stored where the loop index does not say")
+        return RowLoop(node, index, (Accumulator(scan.accumulator, "+"),), scan)
     accumulators: dict[str, Accumulator] = {}
     for statement in statements(loop_body):
         if statement.type == "declaration":
@@ -257,6 +295,57 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     return RowLoop(node, index, tuple(accumulators.values()))
 
 
+def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:
+    """The running sum of `acc += value; target[...] = acc;` (exactly these two statements), else None."""
+    listed = statements(loop_body)
+    if len(listed) != 2 or any(s.type != "expression_statement" or not s.named_children for s in listed):
+        return None
+    update, store = (s.named_children[0] for s in listed)
+    if update.type != "assignment_expression" or store.type != "assignment_expression":
+        return None
+    accumulator = update.child_by_field_name("left")
+    target, value = store.child_by_field_name("left"), store.child_by_field_name("right")
+    if (accumulator.type != "identifier" or parsed.text(update.child_by_field_name("operator")) != "+=" or
+            target.type != "subscript_expression" or parsed.text(store.child_by_field_name("operator")) != "=" or
+            parsed.text(value) != parsed.text(accumulator)):
+        return None
+    added = parsed.text(update.child_by_field_name("right"))
+    if re.search(rf"\b{parsed.text(accumulator)}\b", f"{added} {parsed.text(target)}"):
+        return None
+    return Scan(parsed.text(accumulator), squash(added), squash(parsed.text(target)))
+
+
+def _warp_scan(loop: RowLoop, bound: str, kind: str, indent: str) -> str:
+    """The loop as chunks of 32 columns: each lane takes one, an inclusive shuffle scan adds up the chunk,
+    and the running total of the earlier chunks (the accumulator, equal in every lane) is added to it."""
+    scan, index = loop.scan, loop.index
+    lines = [f"for (int scan_base = 0; scan_base < {bound}; scan_base += {WARP}) {{",
+             f"    const int {index} = scan_base + {LANE};",
+             f"    {kind} scan_value = 0;",
+             f"    if ({index} < {bound}) scan_value = {scan.value};",
+             f"    for (int offset = 1; offset < {WARP}; offset *= 2) {{",
+             f"        const {kind} scan_up = __shfl_up_sync(0xffffffffu, scan_value, offset);",
+             f"        if ({LANE} >= offset) scan_value += scan_up;",
+             "    }",
+             f"    if ({index} < {bound}) {scan.target} = {scan.accumulator} + scan_value;",
+             f"    {scan.accumulator} += __shfl_sync(0xffffffffu, scan_value, {WARP - 1});",
+             "}"]
+    return "\n".join(indent + line for line in lines)[len(indent):]
+
+
+def _outer_loops(body: Node) -> list[Node]:
+    """The body's for loops that no other loop holds."""
+    def nested(node: Node) -> bool:
+        parent = node.parent
+        while parent is not None and parent != body:
+            if parent.type == "for_statement":
+                return True
+            parent = parent.parent
+        return False
+
+    return [node for node in cp.nodes_of_type(body, "for_statement") if not nested(node)]
+
+
 def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) -> Accumulator | None:
     if left.type != "identifier":
         return None
@@ -270,7 +359,7 @@ def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) 
     return None
 
 
-def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop]) -> None:
+def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop]) -> dict[str, str]:
     """Each accumulator: a local of a shuffle type declared in the kernel body, a sum's from zero, assigned
     nowhere but in its loop."""
     declared = {}
@@ -292,6 +381,7 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
                                                                           or a.child_by_field_name("argument")))]
             if any(not _inside(a, loop.node) for a in assigned):
                 raise NotApplicable(f"'{acc.name}' is assigned outside its loop")
+    return {name: kind for name, (kind, _) in declared.items()}
 
 
 def _check_arrays(parsed: cp.ParsedSource, body: Node) -> None:

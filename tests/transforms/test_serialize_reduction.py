@@ -10,7 +10,7 @@ from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["softmax", "rowsum"]
+CASES = ["softmax", "rowsum", "cumsum"]
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,10 @@ HEAD = "__global__ void kernel(const float* x, float* y, int rows, int n) {\n" \
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = x[row * n + j] + threadIdx.x;\n", "threadIdx"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = foo(x[j]);\n", "calls foo"),
     ("    for (int j = 0; j < n; ++j) atomicAdd(y + row, x[row * n + j]);\n", "shares memory"),
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n] = s; }\n",
+     "loop index does not say"),
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j] * s; y[row * n + j] = s; }\n",
+     "read inside its loop"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, body, why):
     state = KernelState(source=HEAD + body + "}\n", plan=PLAN)
