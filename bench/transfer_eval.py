@@ -19,7 +19,12 @@ Writes one JSON document:
   gate measured none. torch.compile is not a path the gate can time, so it has no row.
 
 Numbers come from the gate's verdicts only. A gate mode that times nothing (compile) gives null ratios
-and null summaries, each with its reason. `--only op1,op2` runs some operators (a part; `partial` is set).
+and null summaries, each with its reason. `--only op1,op2` runs some operators (a part; `partial` is set);
+`--merge part1.json part2.json ... --out FILE` gates nothing: it joins the parts' rows and runs and computes
+the summaries again (null, with the reason, while some operator is in no part).
+
+    python bench/transfer_eval.py --gate gpu --budget 8 --jobs 4 --only rms_norm,layer_norm --out part1.json
+    python bench/transfer_eval.py --merge part1.json part2.json --out bench/results/transfer.json
 """
 
 from __future__ import annotations
@@ -137,6 +142,26 @@ def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names
     return out
 
 
+def merged(parts: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """One document from the parts: their rows and runs joined (an operator in two parts: ValueError)."""
+    rows, runs = [], {}
+    for part in parts:
+        twice = sorted(set(part["runs"]) & set(runs))
+        if twice:
+            raise ValueError(f"operator(s) {', '.join(twice)} are in two parts")
+        rows += part["rows"]
+        runs |= part["runs"]
+    ran = [name for name in names if name in runs]
+    document = {"provenance": parts[0]["provenance"] | {"merged_from": len(parts)}, "operators": len(ran),
+                **summaries(rows, runs, ran), "rows": rows, "runs": runs}
+    missing = sorted(set(names) - set(runs))
+    if missing:
+        document["partial"] = f"no part ran {', '.join(missing)}"
+        for key in ("library_geomean_vs_naive", "library_beats_eager_fraction", "vs_unconditioned_geomean"):
+            document[key], document[f"{key}_reason"] = None, "not every operator ran"
+    return document
+
+
 def write(path: Path, document: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -152,9 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--record", action="store_true", help="keep every verdict in the recorded store")
     parser.add_argument("--only", default="", help="comma-separated operators (default: all)")
+    parser.add_argument("--merge", nargs="+", default=[], metavar="PART", help="join these parts' documents")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "transfer.json"))
     args = parser.parse_args(argv)
     names = operators()
+    if args.merge:
+        document = merged([json.loads(Path(part).read_text(encoding="utf-8")) for part in args.merge], names)
+        write(Path(args.out), document)
+        print(json.dumps({k: v for k, v in document.items() if k not in ("rows", "runs")}, indent=1))
+        return 0
     chosen = [n.strip() for n in args.only.split(",") if n.strip()] or names
     unknown = sorted(set(chosen) - set(names))
     if unknown:

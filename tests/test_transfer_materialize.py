@@ -19,7 +19,7 @@ from tests.transforms.golden import compiles_without_spills
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "transfer"
 # kernel folder -> the analysis forward whose sites the library's cards must propose there
 EXPECTED = {"row_sum": "serialize_reduction", "layer_norm": "serialize_reduction", "scale": "scalarize_elementwise",
-            "gelu_mul": "scalarize_elementwise"}
+            "gelu_mul": "scalarize_elementwise", "transpose": "untile_transpose"}
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,8 @@ def test_cards_propose_the_structural_forward_and_each_candidate_compiles(name, 
             compiled.add(applied.state.fingerprint)
     # the new forward changes the launch consistently: a warp per row multiplies, four elements divide
     grid = str(apply_everywhere(proposing[0], state).state.plan.launches[0].grid[0])
-    assert grid.endswith(") * 32") if EXPECTED[name] == "serialize_reduction" else grid.startswith("cdiv(") and grid.endswith(", 4)")
+    assert {"serialize_reduction": grid.endswith(") * 32"), "scalarize_elementwise": grid.endswith(", 4)"),
+            "untile_transpose": grid == "cdiv(cols, 32)"}[EXPECTED[name]]
 
 
 def test_a_card_without_the_mechanism_proposes_no_structural_site(cards):

@@ -69,11 +69,13 @@ def _sites(transform: Transform, state: KernelState, card: SkillCard, anchors: S
 
 def structural_transforms(card: SkillCard) -> list[Transform]:
     """The catalog's transforms, other than the card's own, that place the card's mechanism by analysis: their
-    declared mechanism features meet those of the card's transform (or what the card provides)."""
+    declared mechanism features meet those of the card's transform (or what the card provides), or they name
+    the card's transform as their kin."""
     own = get(card.transform)
     mechanism = set(own.removes) | {feature.name for feature in card.provides}
     return [transform for name, transform in sorted(catalog().items()) if name != own.name
-            and transform.placement is Placement.ANALYSIS and mechanism & set(transform.removes)]
+            and transform.placement is Placement.ANALYSIS
+            and (mechanism & set(transform.removes) or own.name in transform.kin)]
 
 
 def card_sites(card: SkillCard, state: KernelState, anchors: Sequence[Anchor] = ()) -> list[tuple[Transform, Anchor]]:

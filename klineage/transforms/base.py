@@ -108,6 +108,9 @@ class Transform(ABC):
     # ANALYSIS: `forward_sites` places the mechanism on any kernel with the structure it needs, so a card
     # of another transform with the same mechanism proposes it there too (`skills.materialize.card_sites`).
     placement: Placement = Placement.ANCHORED
+    # Transforms of the same mechanism that share no feature name with this one (padding has none): their
+    # cards propose this transform's analysis sites too.
+    kin: tuple[str, ...] = ()
 
     @abstractmethod
     def find(self, state: KernelState) -> list[Anchor]:

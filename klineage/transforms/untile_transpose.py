@@ -77,6 +77,7 @@ class UntileTranspose(Transform):
               "of global memory are coalesced.")
     removes = ("shared_array",)
     placement = Placement.ANALYSIS
+    kin = ("unpad_shared", "unstage_shared")  # a padded shared tile is their mechanism too
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
