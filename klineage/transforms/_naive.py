@@ -92,3 +92,10 @@ def rescaled_grid(state: KernelState, entry: str, rescale: Callable[[str], str])
             launch = Launch(launch.entry, (grid, *launch.grid[1:]), launch.block, launch.shared, launch.args)
         launches.append(launch)
     return with_plan(state, launches=tuple(launches))
+
+
+def unwrapped(grid: str, before: str, after: str) -> str:
+    """The grid expression a forward wrapped as `before + grid + after`; NotApplicable when it is not so wrapped."""
+    if not (grid.startswith(before) and grid.endswith(after) and len(grid) > len(before) + len(after)):
+        raise NotApplicable(f"the grid {grid} is not {before}...{after}")
+    return grid[len(before):-len(after)]

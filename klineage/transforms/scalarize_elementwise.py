@@ -33,8 +33,8 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms._edit import indentation, reindent, splice
-from klineage.transforms._naive import (SERIAL_INDEX, index_declaration, kernel, launches_of, parameters, rescaled_grid,
-                                       squash, statements)
+from klineage.transforms._naive import (SERIAL_INDEX, index_declaration, kernel, launches_of, parameters,
+                                       rescaled_grid, squash, statements, unwrapped)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WIDTH = 4
@@ -248,9 +248,7 @@ def _quarter_grid(grid: str) -> str:
 
 
 def _serial_grid(grid: str) -> str:
-    if not (grid.startswith("cdiv(") and grid.endswith(f", {WIDTH})")):
-        raise NotApplicable(f"the grid {grid} is not a quarter of a serial grid")
-    return grid[len("cdiv("):-len(f", {WIDTH})")]
+    return unwrapped(grid, "cdiv(", f", {WIDTH})")
 
 
 register(ScalarizeElementwise())

@@ -9,8 +9,8 @@ across the warp right after its loop by a butterfly of `__shfl_xor_sync`, which 
 the same value. A loop that is a running sum stored per column (`acc += e; y[...j...] = acc;`, a scan)
 goes over the row in chunks of 32 columns instead: each lane takes one, an inclusive `__shfl_up_sync`
 scan adds up the chunk, and the total of the earlier chunks (the accumulator, equal in every lane,
-advanced by lane 31's value) is added to it. The launch's grid grows 32-fold (the plan's first grid dimension times 32). On
-memory-bound row kernels this turns 32 strided rows per warp into one coalesced row.
+advanced by lane 31's value) is added to it. The launch's grid grows 32-fold (the plan's first grid
+dimension times 32). On memory-bound row kernels this turns 32 strided rows per warp into one coalesced row.
 
 Backward serializes the canonical form forward writes: the row index loses `/ 32`, the lane line and
 the butterflies go, the loops start at 0 again and step by one (a scan's chunks become
@@ -43,7 +43,7 @@ from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
 from klineage.transforms._edit import Edit, indentation, own_lines, splice
 from klineage.transforms._naive import (SERIAL_INDEX, index_declaration, kernel, launches_of, rescaled_grid, squash,
-                                       statements)
+                                       statements, unwrapped)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32
@@ -428,9 +428,7 @@ def _warp_grid(grid: str) -> str:
 
 
 def _serial_grid(grid: str) -> str:
-    if not (grid.startswith("(") and grid.endswith(f") * {WARP}")):
-        raise NotApplicable(f"the grid {grid} is not (rows) * {WARP}")
-    return grid[1:-len(f") * {WARP}")]
+    return unwrapped(grid, "(", f") * {WARP}")
 
 
 register(SerializeReduction())
