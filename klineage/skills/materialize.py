@@ -6,7 +6,10 @@ the transform names where its forward could add the mechanism in another state
 intrinsics the evidence showed acceptable, ...) and its forward rewrite runs at each. The caller
 may add anchors: `evidence_anchors` gives those of the card's source transitions, which a state of
 the same lineage still names (a roundtrip from a walk's naive end), including sites no finder
-could place afresh (a scalarized MMA's emulation function). A site where the rewrite does not
+could place afresh (a scalarized MMA's emulation function). Retrieval by structure: a transform whose
+forward places its mechanism by analysis (`Placement.ANALYSIS`: a warp per row, 16-byte vectors) lends
+its sites to every card whose transform removes the same mechanism (`card_sites`), so a card learned on
+one operator proposes its mechanism wherever another kernel has the structure it needs. A site where the rewrite does not
 apply (`NotApplicable`) is skipped; a card whose transform has no mechanical forward, or no site in
 the state, materializes to nothing, and an LLM must do it.
 
@@ -30,8 +33,8 @@ from klineage.kernel import KernelState
 from klineage.lineage import Lineage
 from klineage.skills.card import Ref, RefKind, SkillCard
 from klineage.skills.replay import replay
-from klineage.transforms import get
-from klineage.transforms.base import Anchor, NotApplicable, Rewrite, Transform
+from klineage.transforms import catalog, get
+from klineage.transforms.base import Anchor, NotApplicable, Placement, Rewrite, Transform
 
 
 def forward_sites(transform: Transform, state: KernelState) -> list[Anchor]:
@@ -64,13 +67,33 @@ def _sites(transform: Transform, state: KernelState, card: SkillCard, anchors: S
     return found + [a for a in anchors if a not in found]
 
 
+def structural_transforms(card: SkillCard) -> list[Transform]:
+    """The catalog's transforms, other than the card's own, that place the card's mechanism by analysis: their
+    declared mechanism features meet those of the card's transform (or what the card provides), or they name
+    the card's transform as their kin."""
+    own = get(card.transform)
+    mechanism = set(own.removes) | {feature.name for feature in card.provides}
+    return [transform for name, transform in sorted(catalog().items()) if name != own.name
+            and transform.placement is Placement.ANALYSIS
+            and (mechanism & set(transform.removes) or own.name in transform.kin)]
+
+
+def card_sites(card: SkillCard, state: KernelState, anchors: Sequence[Anchor] = ()) -> list[tuple[Transform, Anchor]]:
+    """(transform, anchor) of every site where the card's mechanism could go in `state`: its own transform's
+    sites and `anchors`, then the sites that a structural transform's analysis finds."""
+    own = get(card.transform)
+    pairs = [(own, anchor) for anchor in _sites(own, state, card, anchors)]
+    for transform in structural_transforms(card):
+        pairs += [(transform, anchor) for anchor in transform.forward_sites(state, card.carrier)]
+    return pairs
+
+
 def materialize(card: SkillCard, state: KernelState, anchors: Sequence[Anchor] = ()) -> list[Rewrite]:
     """The card's transform's forward rewrite of `state` at every site where it applies, in site
     order (the transform's own sites, then `anchors`); carrier values from `card.carrier`. [] when
     there is none."""
-    transform = get(card.transform)
     rewrites = []
-    for anchor in _sites(transform, state, card, anchors):
+    for transform, anchor in card_sites(card, state, anchors):
         try:
             rewrites.append(transform.forward(state, anchor))
         except NotApplicable:
@@ -95,13 +118,12 @@ class Applied:
 def apply_everywhere(card: SkillCard, state: KernelState, extra: Sequence[Anchor] = ()) -> Applied | None:
     """`state` with the card's forward applied at each of its sites (and `extra` anchors) in turn
     (a site that no longer applies after the earlier rewrites is skipped); None when none applies."""
-    return _apply(card, state, _sites(get(card.transform), state, card, extra))
+    return _apply(card, state, card_sites(card, state, extra))
 
 
-def _apply(card: SkillCard, state: KernelState, sites: Sequence[Anchor]) -> Applied | None:
-    transform = get(card.transform)
+def _apply(card: SkillCard, state: KernelState, sites: Sequence[tuple[Transform, Anchor]]) -> Applied | None:
     current, anchors, notes = state, [], []
-    for anchor in sites:
+    for transform, anchor in sites:
         try:
             rewrite = transform.forward(current, anchor)
         except NotApplicable:
@@ -153,7 +175,8 @@ def apply_together(cards: Sequence[SkillCard], state: KernelState, lineages: Map
         # where the walk's own anchors apply (a roundtrip), there only: each with the carrier its step
         # recorded there, not one card's carrier at every site; else everywhere, else by replay
         evidence = evidence_anchors(card, lineages, current)
-        applied = _apply(card, current, evidence) or apply_everywhere(card, current, evidence)
+        own = get(card.transform)
+        applied = _apply(card, current, [(own, a) for a in evidence]) or apply_everywhere(card, current, evidence)
         if applied is None:
             replayed = replay(card, current, lineages)
             if not replayed:

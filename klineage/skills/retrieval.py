@@ -53,7 +53,7 @@ from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus, SkillCard
 from klineage.skills.induction import DEVICE_ROLE, KERNEL_ROLE
-from klineage.skills.materialize import evidence_anchors, materialize
+from klineage.skills.materialize import card_sites, evidence_anchors, materialize
 from klineage.skills.predicates import case_facts
 from klineage.transforms import catalog
 
@@ -243,7 +243,7 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
         if card.provides and card.provides <= present:
             continue
         transform = known.get(card.transform)
-        sites = transform.forward_sites(state, card.carrier) if transform is not None else []
+        sites = card_sites(card, state) if transform is not None else []
         if not card.provides and not sites and not (lineages and _anchored(card, state, lineages)):
             continue
         reasons = ["requires present" if card.requires else "requires nothing"]

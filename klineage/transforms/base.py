@@ -33,6 +33,13 @@ class Direction(str, Enum):
     FORWARD = "forward"  # add it back: naive -> expert
 
 
+class Placement(str, Enum):
+    """How a transform's forward finds where to go on a kernel it was never walked from."""
+
+    ANCHORED = "anchored"  # at the anchors of its walks, and the few sites `forward_sites` can name
+    ANALYSIS = "analysis"  # wherever an analysis of the kernel's structure shows the rewrite is legal
+
+
 class NotApplicable(KLineageError):
     """The transform cannot apply at this site; the message says why (it becomes walk evidence)."""
 
@@ -98,6 +105,12 @@ class Transform(ABC):
     # Mechanisms that must be removed first because they depend on this one (the walk's order:
     # ldmatrix and MMA before shared staging, pipelining before async copies).
     after: tuple[str, ...] = ()
+    # ANALYSIS: `forward_sites` places the mechanism on any kernel with the structure it needs, so a card
+    # of another transform with the same mechanism proposes it there too (`skills.materialize.card_sites`).
+    placement: Placement = Placement.ANCHORED
+    # Transforms of the same mechanism that share no feature name with this one (padding has none): their
+    # cards propose this transform's analysis sites too.
+    kin: tuple[str, ...] = ()
 
     @abstractmethod
     def find(self, state: KernelState) -> list[Anchor]:

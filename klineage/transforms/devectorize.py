@@ -34,20 +34,20 @@ space an address points into, a function's parameters, byte splicing and occurre
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any
 
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
-from klineage.features.source import source_features
 from klineage.kernel import KernelState
 from klineage.transforms import register
+from klineage.transforms._edit import (CASTS, LOAD_INTRINSICS, MAX_DEPTH, Scope, call_arguments, cast_name, contains,
+                                       function_feature_names, function_ranges, functions_named, make_key, occurrences,
+                                       operator, outer_parens, params, payload, splice, unparen, unwrap)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 
 # Concrete vector type -> (component type, lanes, bits, make function).
@@ -68,74 +68,22 @@ VECTOR_FEATURES = {"float4": "vector_type_float4", "float2": "vector_type_float2
                    "uint4": "vector_type_int4", "int2": "vector_type_int2", "uint2": "vector_type_int2",
                    "half2": "vector_type_half2", "__half2": "vector_type_half2",
                    "__nv_bfloat162": "vector_type_bf162", "nv_bfloat162": "vector_type_bf162"}
-LOAD_INTRINSICS = frozenset({"__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv"})
 _SCALAR_SYNONYMS = {"unsigned": "unsigned int", "uint32_t": "unsigned int", "uint": "unsigned int",
                     "int32_t": "int", "signed": "int", "half": "__half", "nv_bfloat16": "__nv_bfloat16"}
-_CASTS = frozenset({"reinterpret_cast", "static_cast", "const_cast"})
 _BODY_PARENTS = frozenset({"if_statement", "else_clause", "for_statement", "for_range_loop", "while_statement",
                            "do_statement"})
 _INDENT_UNIT = "    "  # where the function's own indentation cannot be read
 _LINE_LIMIT = 100  # a rebuilt vector longer than this gets one scalar load per line
-_MAX_DEPTH = 8
 
 
 # ------------------------------------------------------------------------------------------------
 # Shared helpers: parameters, memory spaces, splicing (also used by unswizzle_shared, unpad_shared)
 # ------------------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Param:
-    name: str
-    type: str  # the type specifier text: "float", "float4", "Vec"
-    indirection: str  # "*" for a pointer
-    node: Node = field(compare=False, repr=False)
-
-
-def unwrap(node: Node) -> Node:
-    """The expression under parentheses and casts (`(reinterpret_cast<T*>(p))` -> `p`)."""
-    while True:
-        if node.type == "parenthesized_expression" and node.named_child_count:
-            node = node.named_children[0]
-        elif node.type == "call_expression" and cast_name(node) in _CASTS and _arguments(node):
-            node = _arguments(node)[0]
-        elif node.type == "cast_expression" and node.child_by_field_name("value") is not None:
-            node = node.child_by_field_name("value")
-        else:
-            return node
-
-
-def unparen(node: Node) -> Node:
-    while node.type == "parenthesized_expression" and node.named_child_count:
-        node = node.named_children[0]
-    return node
-
-
-def outer_parens(node: Node) -> Node:
-    """`node` or the outermost parenthesized_expression that wraps it alone."""
-    while node.parent is not None and node.parent.type == "parenthesized_expression":
-        node = node.parent
-    return node
-
-
-def is_written(node: Node) -> bool:
-    """`node` (alone in any parentheses around it) is what an assignment or an increment writes."""
-    outer = outer_parens(node)
-    parent = outer.parent
-    return parent is not None and parent.type in ("assignment_expression", "update_expression") and \
-        (parent.child_by_field_name("left") or parent.child_by_field_name("argument")) == outer
-
-
-def cast_name(call: Node) -> str:
-    function = call.child_by_field_name("function")
-    if function is not None and function.type == "template_function":
-        name = function.child_by_field_name("name")
-        return name.text.decode() if name is not None else ""
-    return ""
-
 
 def cast_target(parsed: cp.ParsedSource, call: Node) -> tuple[str, str] | None:
     """For `reinterpret_cast<const T*>(x)`: ("T", "const "); None unless a cast to a pointer."""
-    if call.type != "call_expression" or cast_name(call) not in _CASTS:
+    if call.type != "call_expression" or cast_name(call) not in CASTS:
         return None
     arguments = call.child_by_field_name("function").child_by_field_name("arguments")
     descriptor = next((c for c in arguments.named_children if c.type == "type_descriptor"), None) if arguments else None
@@ -147,190 +95,6 @@ def cast_target(parsed: cp.ParsedSource, call: Node) -> tuple[str, str] | None:
     type_node = descriptor.child_by_field_name("type")
     qualifiers = " ".join(parsed.text(c) for c in descriptor.children if c.type == "type_qualifier")
     return parsed.text(type_node), (qualifiers + " " if qualifiers else "")
-
-
-def _arguments(call: Node) -> list[Node]:
-    arguments = call.child_by_field_name("arguments")
-    return [a for a in arguments.named_children if a.type != "comment"] if arguments is not None else []
-
-
-def operator(node: Node) -> str:
-    op = node.child_by_field_name("operator")
-    return op.type if op is not None else ""
-
-
-def params(parsed: cp.ParsedSource, function: Node) -> list[Param]:
-    """The parameters of a function definition (not of lambdas inside it)."""
-    declarator = function.child_by_field_name("declarator")
-    while declarator is not None and declarator.type != "function_declarator":
-        declarator = declarator.child_by_field_name("declarator")
-    if declarator is None:
-        return []
-    found = []
-    for node in declarator.child_by_field_name("parameters").named_children:
-        if node.type not in ("parameter_declaration", "optional_parameter_declaration"):
-            continue
-        inner, indirection = node.child_by_field_name("declarator"), ""
-        while inner is not None and inner.type not in ("identifier", "field_identifier"):
-            if inner.type == "pointer_declarator":
-                indirection += "*"
-            elif inner.type == "reference_declarator":
-                indirection += "&"
-            nested = inner.child_by_field_name("declarator")
-            inner = nested if nested is not None else next(
-                (c for c in reversed(inner.named_children) if c.type != "type_qualifier"), None)
-        type_node = node.child_by_field_name("type")
-        if inner is not None and type_node is not None:
-            found.append(Param(parsed.text(inner), parsed.text(type_node), indirection, node))
-    return found
-
-
-def contains(outer: Node, inner: Node) -> bool:
-    return outer.start_byte <= inner.start_byte and inner.end_byte <= outer.end_byte
-
-
-def functions_named(parsed: cp.ParsedSource, name: str) -> list[Node]:
-    return [f.node for f in cp.functions(parsed) if f.name == name]
-
-
-class Scope:
-    """Declarations, functions and calls of one parsed source, for name and memory-space lookups."""
-
-    def __init__(self, parsed: cp.ParsedSource):
-        self.parsed = parsed
-        self.declarations = cp.declarations(parsed)
-        self.functions = cp.functions(parsed)
-        self.calls: dict[str, list[Node]] = {}
-        for call in cp.nodes_of_type(parsed.root, "call_expression"):
-            self.calls.setdefault(cp.call_name(call), []).append(call)
-
-    def declaration(self, name: str, at: Node) -> cp.Declaration | None:
-        """The declaration of `name` visible at `at`: the last one before it in its function, else at
-        namespace scope."""
-        function = cp.enclosing_function(at)
-        local = [d for d in self.declarations if d.name == name and function is not None
-                 and contains(function, d.node) and d.node.start_byte < at.start_byte]
-        if local:
-            return local[-1]
-        return next((d for d in self.declarations if d.name == name and d.function is None), None)
-
-    def param(self, name: str, at: Node) -> tuple[Node, int, Param] | None:
-        function = cp.enclosing_function(at)
-        if function is None:
-            return None
-        for index, param in enumerate(params(self.parsed, function)):
-            if param.name == name:
-                return function, index, param
-        return None
-
-    def is_kernel(self, function: Node) -> bool:
-        return any(f.node == function and f.is_kernel for f in self.functions)
-
-    def memory_space(self, expression: Node, depth: int = 0) -> str | None:
-        """"global", "shared", "local" or None (unknown) for the memory an address expression points into."""
-        if depth > _MAX_DEPTH:
-            return None
-        node = unwrap(expression)
-        if node.type == "binary_expression" and operator(node) in ("+", "-"):
-            for side in ("left", "right"):
-                space = self.memory_space(node.child_by_field_name(side), depth + 1)
-                if space is not None:
-                    return space
-            return None
-        if node.type == "pointer_expression" and operator(node) == "&":
-            return self.memory_space(node.child_by_field_name("argument"), depth + 1)
-        if node.type == "subscript_expression":
-            return self.memory_space(node.child_by_field_name("argument"), depth + 1)
-        if node.type == "conditional_expression":
-            spaces = {self.memory_space(node.child_by_field_name(f), depth + 1) for f in ("consequence", "alternative")}
-            return spaces.pop() if len(spaces) == 1 else None
-        if node.type == "call_expression":
-            if cp.call_name(node) == "__cvta_generic_to_shared":
-                return "shared"
-            return self._lambda_space(node, depth)
-        if node.type == "identifier":
-            return self._name_space(node, depth)
-        return None
-
-    def _lambda_space(self, call: Node, depth: int) -> str | None:
-        """A call of a local lambda (`auto stage = [&](int s) { return base + s * BYTES; }`): where its
-        return values point."""
-        callee = call.child_by_field_name("function")
-        if callee is None or callee.type != "identifier":
-            return None
-        declaration = self.declaration(self.parsed.text(callee), call)
-        if declaration is None or declaration.init is None or declaration.init.type != "lambda_expression":
-            return None
-        returns = [r.named_children[0] for r in cp.nodes_of_type(declaration.init, "return_statement")
-                   if r.named_child_count]
-        spaces = {self.memory_space(r, depth + 1) for r in returns}
-        return spaces.pop() if len(spaces) == 1 else None
-
-    def _name_space(self, node: Node, depth: int) -> str | None:
-        name = self.parsed.text(node)
-        declaration = self.declaration(name, node)
-        found_param = self.param(name, node)
-        if declaration is not None and (found_param is None or declaration.function is not None):
-            specifiers = set(declaration.specifiers)
-            if "__shared__" in specifiers:
-                return "shared"
-            if declaration.function is None:
-                return "global" if "__device__" in specifiers or "__managed__" in specifiers else (
-                    "constant" if "__constant__" in specifiers else None)
-            if declaration.init is not None:
-                return self.memory_space(declaration.init, depth + 1)
-            return "local" if not declaration.indirection else None
-        if found_param is None:
-            return None
-        function, index, param = found_param
-        if self.is_kernel(function):
-            return "global" if param.indirection.startswith("*") else None
-        spaces = set()
-        for call in self.calls.get(cp.function_name(function), []):
-            arguments = _arguments(call)
-            if index >= len(arguments) or contains(function, call):
-                spaces.add(None)  # a default argument, or recursion: unknown
-                continue
-            spaces.add(self.memory_space(arguments[index], depth + 1))
-        return spaces.pop() if len(spaces) == 1 else None
-
-
-def splice(data: bytes, edits: list[tuple[int, int, str]]) -> tuple[bytes, list[int]]:
-    """Apply non-overlapping (start, end, text) edits; returns the new bytes and each edit's new start."""
-    order = sorted(range(len(edits)), key=lambda i: edits[i][0])
-    out, starts, position, shift = [], [0] * len(edits), 0, 0
-    for i in order:
-        start, end, text = edits[i]
-        if start < position:
-            raise NotApplicable("overlapping edits")
-        encoded = text.encode("utf-8")
-        out += [data[position:start], encoded]
-        starts[i] = start + shift
-        shift += len(encoded) - (end - start)
-        position = end
-    out.append(data[position:])
-    return b"".join(out), starts
-
-
-def occurrences(data: bytes, text: str, ranges: list[tuple[int, int]]) -> list[int]:
-    """Start offsets of `text` inside the byte ranges, in order; where the text begins or ends with a
-    name character, only where it does not continue a longer name (`c` is not found in `const`)."""
-    needle, found = text.encode("utf-8"), []
-    word = re.compile(rb"\w")
-    for start, end in ranges:
-        at = data.find(needle, start)
-        while at != -1 and at + len(needle) <= end:
-            before = data[at - 1:at] if at > 0 else b""
-            after = data[at + len(needle):at + len(needle) + 1]
-            if not (word.match(needle[:1]) and word.match(before)) and not (word.match(needle[-1:]) and
-                                                                             word.match(after)):
-                found.append(at)
-            at = data.find(needle, at + 1)
-    return found
-
-
-def function_ranges(parsed: cp.ParsedSource, name: str) -> list[tuple[int, int]]:
-    return [(n.start_byte, n.end_byte) for n in functions_named(parsed, name)]
 
 
 def line_indent(data: bytes, offset: int) -> str:
@@ -349,26 +113,6 @@ def fresh_name(taken: set[str], base: str) -> str:
         name, n = f"{base}{n}", n + 1
     taken.add(name)
     return name
-
-
-def payload(key: str) -> tuple[str, dict[str, Any]]:
-    """`"xv#0 {...}"` -> ("xv#0", {...}); a key without a payload gives an empty dict."""
-    head, _, rest = key.partition(" ")
-    if not rest:
-        return head, {}
-    try:
-        data = json.loads(rest)
-    except json.JSONDecodeError:
-        raise NotApplicable(f"anchor key {key[:60]!r} has a malformed payload") from None
-    return head, data if isinstance(data, dict) else {}
-
-
-def make_key(head: str, data: dict[str, Any]) -> str:
-    return f"{head} {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}"
-
-
-def function_feature_names(source: str, function: str) -> set[str]:
-    return {f.name for f in source_features(source) if f.locus == function}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -396,7 +140,7 @@ def _concrete(spelled: str, vector: str) -> VectorType:
 
 def scalar_type(parsed: cp.ParsedSource, text: str) -> str:
     text = " ".join(text.replace("const", " ").split())
-    for _ in range(_MAX_DEPTH):
+    for _ in range(MAX_DEPTH):
         alias = _aliases(parsed).get(text)
         if alias is None:
             break
@@ -445,7 +189,7 @@ def vector_type(parsed: cp.ParsedSource, spelled: str) -> VectorType | None:
     spelled = " ".join(spelled.replace("const", " ").split())
     text = spelled
     aliases = _aliases(parsed)
-    for _ in range(_MAX_DEPTH):
+    for _ in range(MAX_DEPTH):
         if text in VECTORS:
             return _concrete(spelled, text)
         match = _DEPENDENT.match(text)
@@ -558,7 +302,7 @@ class _Finder:
         init = unparen(declaration.init)
         if cast_target(self.parsed, init) is None:
             return None
-        operand = unparen(_arguments(init)[0])
+        operand = unparen(call_arguments(init)[0])
         if operand.type != "identifier":
             return None
         name = self.text(operand)
@@ -607,7 +351,7 @@ class _Finder:
             if holder is not None and holder.type in ("init_declarator", "assignment_expression") and \
                     holder.child_by_field_name(value_field) == outer_parens(call):
                 continue  # makes a view variable: its accesses are sites of the view
-            operand = _arguments(call)[0]
+            operand = call_arguments(call)[0]
             site = self._classify(function, call, vtype, self._root_name(operand), pointer=self.text(call), base=None,
                                   cast_operand=self.text(operand), view_decl="")
             if site is not None:
@@ -646,7 +390,7 @@ class _Finder:
             if parent is None:
                 return None
         if parent.type == "argument_list" and parent.parent.type == "call_expression" \
-                and cp.call_name(parent.parent) in LOAD_INTRINSICS and len(_arguments(parent.parent)) == 1:
+                and cp.call_name(parent.parent) in LOAD_INTRINSICS and len(call_arguments(parent.parent)) == 1:
             call = parent.parent
             return self._site(function, view, "load", vtype, call, None, cp.call_name(call), pointer, index, base,
                               cast_operand, view_decl)

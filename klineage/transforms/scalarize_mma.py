@@ -29,11 +29,11 @@ import re
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
+from klineage.transforms._asm import (FULL_MASK, LINE_WIDTH, asm_anchors, asm_site, check_names, lane_expression,
+                                      marker_groups, marker_line, operand_groups, read_asm, render_asm, restore_marked,
+                                      verbatim_lines, wrap)
+from klineage.transforms._edit import indentation, splice
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
-from klineage.transforms.scalarize_ldmatrix import (FULL_MASK, LINE_WIDTH, asm_anchors, asm_site, check_names,
-                                                    indentation, lane_expression, marker_groups, marker_line,
-                                                    operand_groups, read_asm, render_asm, restore_marked, splice,
-                                                    verbatim_lines, wrap)
 
 _OPCODE = re.compile(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.(?P<a>bf16|f16)\.(?P<b>bf16|f16)\.f32")
 _LOCALS = {"mma_lane", "mma_row_src", "mma_col_src", "mma_h", "mma_t", "mma_e", "mma_a_top", "mma_a_bottom",
@@ -107,7 +107,7 @@ class ScalarizeMma(Transform):
 
         text_of = [t for _, t in asm.operands]
         d, a, b, c = ([text_of[n] for n in g] for g in groups)
-        indent = indentation(parsed, asm.statement)
+        indent = indentation(parsed.data, asm.statement.start_byte)
         operands = f"{{{', '.join(d)}}}, {{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}}"
         # What forward will render from this marker; a statement laid out otherwise (the conv2d and
         # gdn experts split their template strings elsewhere) is recorded verbatim for forward to restore.
@@ -115,7 +115,7 @@ class ScalarizeMma(Transform):
         verbatim = verbatim_lines(parsed, asm, indent, canonical)
         text = (marker_line(asm, opcode, operands, indent, verbatim) + "\n"
                 + self._scalar_block(state, indent, kind, d, a, b, c))
-        source = splice(parsed, asm.statement.start_byte, asm.statement.end_byte, text)
+        source = splice(parsed.data, [(asm.statement.start_byte, asm.statement.end_byte, text)])[0].decode("utf-8")
         return self.rewrite(state, anchor, Direction.BACKWARD, source,
                             note=f"{opcode} -> 32 shuffles and 64 fp32 FMAs per lane ({kind} converted to float)")
 

@@ -42,9 +42,9 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
+from klineage.transforms._asm import function_node, lane_expression, thread_index, warp_expression
+from klineage.transforms._edit import indentation
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
-from klineage.transforms.scalarize_ldmatrix import (function_node, indentation, lane_expression, thread_index,
-                                                    warp_expression)
 
 _KINDS = {"__shfl_xor_sync": "xor", "__shfl_down_sync": "down", "__shfl_up_sync": "up", "__shfl_sync": "idx"}
 _STATEMENTS = ("expression_statement", "declaration")
@@ -239,7 +239,7 @@ class ShuffleToShared(Transform):
             edits += self._exchange(parsed, shuffle, row, lane, thread_index(state), body if braced else None,
                                     region)
         first = _site_node(region) if region is not None else site.statements[0]
-        indent = indentation(parsed, region if region is not None else first)
+        indent = indentation(parsed.data, (region if region is not None else first).start_byte)
         if parsed.data[_line_start(parsed, first):first.start_byte].strip():
             raise NotApplicable(f"the shuffle site at {anchor} does not start its line")
         lines = []
@@ -349,12 +349,12 @@ class ShuffleToShared(Transform):
                 + parsed.data[shuffle.call.end_byte:end].decode())
         if braceless_body is not None:  # `for (...) S;` -> `for (...) { ...; S'; ... }`
             own_line = not parsed.data[_line_start(parsed, statement):start].strip()
-            outer = indentation(parsed, statement) if own_line else indentation(parsed, loop)
+            outer = indentation(parsed.data, (statement if own_line else loop).start_byte)
             inner = outer + "    "
             text = (f"{{\n{inner}{row}[{lane}] = {value};\n{inner}__syncwarp({mask});\n{inner}{read}\n"
                     f"{inner}__syncwarp({mask});\n{outer}}}")
             return [(start, end, text)]
-        indent = indentation(parsed, statement)
+        indent = indentation(parsed.data, statement.start_byte)
         text = f"{row}[{lane}] = {value};\n{indent}__syncwarp({mask});\n{indent}{read}\n{indent}__syncwarp({mask});"
         return [(start, end, text)]
 

@@ -48,22 +48,16 @@ from dataclasses import dataclass, replace
 
 from tree_sitter import Node
 
-from klineage import expr
-from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
+from klineage.transforms._async_copy import (CALL_ROLES, COMMIT, COPY, COPY_ASM, WAIT, asm_operands, asm_roles,
+                                             async_roles, c_value, call_argument, direct_roles, parameter_names,
+                                             short_name)
+from klineage.transforms._edit import Edit, first_line, indentation, line_start, own_lines, splice
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
 
-COPY, COMMIT, WAIT = "copy", "commit", "wait"
-
-_COPY_ASM = re.compile(r"\bcp\.async\.c[ag]\b")
-_COMMIT_ASM = re.compile(r"\bcp\.async\.commit_group\b")
-_WAIT_ASM = re.compile(r"\bcp\.async\.wait_(?:group|all)\b")
 _GROUP_LINE = re.compile(r"^\s*cp\.async\.(?:commit_group|wait_all|wait_group\s+(?:\d+|%\d+))\s*;?\s*$")
-_WAIT_OPERAND = re.compile(r"\bcp\.async\.wait_group\s+%(\d+)")
-_CALL_ROLES = {"__pipeline_memcpy_async": COPY, "memcpy_async": COPY, "__pipeline_commit": COMMIT,
-               "__pipeline_wait_prior": WAIT}
 _CP_ASYNC = re.compile(
     r"^\s*cp\.async\.(?P<cache>ca|cg)\.shared(?:::cta)?\.global(?:\.L2::(?:64B|128B|256B))?\s+"
     r"\[\s*%(?P<dst>\d+)\s*\]\s*,\s*\[\s*%(?P<src>\d+)\s*\]\s*,\s*(?P<size>\d+|%\d+)\s*"
@@ -86,270 +80,14 @@ _LOADS = {"cg": "__ldcg", "ca": "__ldca"}
 # ---------------------------------------------------------------------------------------------
 
 
-def line_start(data: bytes, offset: int) -> int:
-    return data.rfind(b"\n", 0, offset) + 1
-
-
-def line_end(data: bytes, offset: int) -> int:
-    """Offset just past the newline that ends the line holding `offset` (the end of data if none)."""
-    end = data.find(b"\n", offset)
-    return len(data) if end < 0 else end + 1
-
-
-def own_lines(parsed: cp.ParsedSource, node: Node) -> tuple[int, int] | None:
-    """(start of the first line, end of the last line) when `node` stands alone on its lines: only
-    blanks before it, only blanks or a `//` comment after it; None when other code shares them."""
-    data = parsed.data
-    start = line_start(data, node.start_byte)
-    if data[start:node.start_byte].strip():
-        return None
-    end = line_end(data, max(node.end_byte - 1, node.start_byte))
-    rest = data[node.end_byte:end].strip()
-    if rest and not rest.startswith(b"//"):
-        return None
-    return start, end
-
-
-def indentation(data: bytes, offset: int) -> str:
-    start = line_start(data, offset)
-    text = data[start:offset].decode("utf-8", "replace")
-    return text[:len(text) - len(text.lstrip(" \t"))]
-
-
-def leading_start(parsed: cp.ParsedSource, node: Node) -> int:
-    """Start of the comment lines (and a `#pragma`) right above `node` with no blank line between,
-    or of the node's own line: the lines that travel with it when it moves or goes."""
-    data = parsed.data
-    start = line_start(data, node.start_byte)
-    previous = node.prev_sibling
-    while previous is not None and (previous.type == "comment" or cp.pragma_text(previous)):
-        span = own_lines(parsed, previous)
-        if span is None or span[1] != start:
-            break
-        start = span[0]
-        previous = previous.prev_sibling
-    return start
-
-
-def item_span(parsed: cp.ParsedSource, node: Node) -> tuple[int, int]:
-    """Whole lines of a statement with the comments and pragma above it; NotApplicable if it
-    shares a line with other code."""
-    span = own_lines(parsed, node)
-    if span is None:
-        raise NotApplicable(f"`{first_line(parsed, node)}` shares its line with other code")
-    return leading_start(parsed, node), span[1]
-
-
-def reindent(text: str, old: int, new: str) -> str:
-    """Move lines from indentation column `old` to indentation `new`: each line loses up to `old`
-    leading blanks and gains `new`; blank lines stay empty and `#` lines (pragmas) stay as they are."""
-    lines = []
-    for line in text.splitlines(keepends=True):
-        body = line.rstrip("\r\n")
-        if not body.strip() or body.lstrip().startswith("#"):
-            lines.append(line if body.strip() else line[len(body):])
-            continue
-        blanks = len(body) - len(body.lstrip(" \t"))
-        lines.append(new + line[min(blanks, old):])
-    return "".join(lines)
-
-
-def first_line(parsed: cp.ParsedSource, node: Node) -> str:
-    return parsed.text(node).strip().splitlines()[0][:80] if parsed.text(node).strip() else node.type
-
-
-@dataclass(frozen=True)
-class Edit:
-    start: int
-    end: int
-    text: str = ""
-
-
-def splice(data: bytes, edits: list[Edit]) -> str:
-    """Apply byte-range edits (insertions have start == end); they must not overlap."""
-    ordered = sorted(enumerate(edits), key=lambda e: (e[1].start, e[1].end, e[0]))
-    out, position = [], 0
-    for _, edit in ordered:
-        if edit.start < position:
-            raise NotApplicable("internal: overlapping edits")
-        out.append(data[position:edit.start])
-        out.append(edit.text.encode("utf-8"))
-        position = edit.end
-    out.append(data[position:])
-    return b"".join(out).decode("utf-8")
-
-
 # ---------------------------------------------------------------------------------------------
 # cp.async roles: which functions and macros copy, commit and wait (directly or through helpers)
 # ---------------------------------------------------------------------------------------------
 
 
-def asm_roles(code: str) -> set[str]:
-    roles = set()
-    if _COPY_ASM.search(code):
-        roles.add(COPY)
-    if _COMMIT_ASM.search(code):
-        roles.add(COMMIT)
-    if _WAIT_ASM.search(code):
-        roles.add(WAIT)
-    return roles
-
-
-def _direct_roles(parsed: cp.ParsedSource, node: Node) -> set[str]:
-    roles: set[str] = set()
-    for block in cp.nodes_of_type(node, "gnu_asm_expression"):
-        code = block.child_by_field_name("assembly_code")
-        roles |= asm_roles(cp.string_value(parsed, code) if code is not None else "")
-    for call in cp.nodes_of_type(node, "call_expression"):
-        role = _CALL_ROLES.get(cp.call_name(call))
-        if role:
-            roles.add(role)
-    return roles
-
-
-def _used_names(parsed: cp.ParsedSource, node: Node) -> set[str]:
-    names = {cp.call_name(call) for call in cp.nodes_of_type(node, "call_expression")}
-    return names | {parsed.text(n) for n in cp.nodes_of_type(node, "identifier")}
-
-
-def short_name(name: str) -> str:
-    return name.rsplit("::", 1)[-1]
-
-
-@dataclass(frozen=True)
-class AsyncRoles:
-    """Function and macro names -> the cp.async roles their code carries, through what they call."""
-
-    by_name: dict[str, frozenset[str]]
-    wait_params: dict[str, tuple[str, int]]  # wait helper -> ("template" | "argument", index) of its count
-
-    def of(self, parsed: cp.ParsedSource, node: Node) -> set[str]:
-        roles = _direct_roles(parsed, node)
-        for name in _used_names(parsed, node):
-            roles |= self.by_name.get(name, frozenset())
-        return roles
-
-
-def async_roles(parsed: cp.ParsedSource) -> AsyncRoles:
-    direct: dict[str, set[str]] = {}
-    uses: dict[str, set[str]] = {}
-    wait_params: dict[str, tuple[str, int]] = {}
-    for function in cp.functions(parsed):
-        name = short_name(function.name)
-        direct.setdefault(name, set()).update(_direct_roles(parsed, function.node))
-        uses.setdefault(name, set()).update(_used_names(parsed, function.node) - {name})
-        param = wait_parameter(parsed, function)
-        if param is not None:
-            wait_params[name] = param
-    for macro in cp.macros(parsed):
-        body = cp.parse_fragment(macro.body)
-        direct.setdefault(macro.name, set()).update(_direct_roles(body, body.root))
-        uses.setdefault(macro.name, set()).update(_used_names(body, body.root) - {macro.name})
-    roles = {name: set(found) for name, found in direct.items()}
-    changed = True
-    while changed:
-        changed = False
-        for name, used in uses.items():
-            before = len(roles[name])
-            for other in used:
-                roles[name] |= roles.get(other, set())
-            changed |= len(roles[name]) != before
-    return AsyncRoles({name: frozenset(found) for name, found in roles.items()}, wait_params)
-
-
-def asm_operands(parsed: cp.ParsedSource, block: Node) -> list[tuple[str, Node]]:
-    """(constraint, value) of an asm statement's operands, outputs first, numbered as %0, %1 ..."""
-    operands = []
-    for field_name in ("output_operands", "input_operands"):
-        operand_list = block.child_by_field_name(field_name)
-        if operand_list is None:
-            continue
-        for operand in operand_list.named_children:
-            constraint = operand.child_by_field_name("constraint")
-            value = operand.child_by_field_name("value")
-            if constraint is not None and value is not None:
-                operands.append((cp.string_value(parsed, constraint), value))
-    return operands
-
-
-def parameter_names(parsed: cp.ParsedSource, function: cp.Function) -> list[str]:
-    declarator = function.node.child_by_field_name("declarator")
-    while declarator is not None and declarator.type != "function_declarator":
-        declarator = declarator.child_by_field_name("declarator")
-    params = declarator.child_by_field_name("parameters") if declarator is not None else None
-    names = []
-    for param in params.named_children if params is not None else []:
-        identifiers = [n for n in cp.nodes_of_type(param, "identifier") if n.parent.type != "type_identifier"]
-        names.append(parsed.text(identifiers[-1]) if identifiers else "")
-    return names
-
-
-def wait_parameter(parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, int] | None:
-    """How a wait helper gets its pending-group count: ("template", i) when the asm's
-    `wait_group %k` operand is its i-th template parameter, ("argument", i) for a function parameter."""
-    template_names = [p.replace("...", " ").split()[-1] if p.split() else "" for p in function.template_params]
-    for block in cp.nodes_of_type(function.node, "gnu_asm_expression"):
-        code = block.child_by_field_name("assembly_code")
-        match = _WAIT_OPERAND.search(cp.string_value(parsed, code) if code is not None else "")
-        operands = asm_operands(parsed, block)
-        if match is None or int(match.group(1)) >= len(operands):
-            continue
-        value = parsed.text(operands[int(match.group(1))][1]).strip()
-        if value in template_names:
-            return "template", template_names.index(value)
-        params = parameter_names(parsed, function)
-        if value in params:
-            return "argument", params.index(value)
-    return None
-
-
-def call_argument(call: Node, kind: str, index: int) -> Node | None:
-    if kind == "template":
-        function = call.child_by_field_name("function")
-        if function is None or function.type != "template_function":
-            return None
-        args = [a for a in function.child_by_field_name("arguments").named_children if a.type != "comment"]
-    else:
-        args = [a for a in call.child_by_field_name("arguments").named_children if a.type != "comment"]
-    if index >= len(args):
-        return None
-    arg = args[index]
-    if arg.type == "type_descriptor" and arg.named_child_count == 1:  # `<N>` read as a type name
-        arg = arg.named_children[0]
-    return arg
-
-
-def wait_count(parsed: cp.ParsedSource, statement: Node, roles: AsyncRoles) -> Node | None:
-    """The expression that gives a wait statement's pending-group count, where there is one."""
-    for call in cp.nodes_of_type(statement, "call_expression"):
-        name = cp.call_name(call)
-        if name == "__pipeline_wait_prior":
-            return call_argument(call, "argument", 0)
-        if name in roles.wait_params:
-            return call_argument(call, *roles.wait_params[name])
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # Constant expressions of the source (template arguments, src-size operands)
 # ---------------------------------------------------------------------------------------------
-
-_INT_SUFFIX = re.compile(r"(?<![\w.])(0[xX][0-9a-fA-F]+|\d+)(?:[uU][lL]{0,2}|[lL]{1,2}[uU]?)\b")
-
-
-def c_value(text: str, constants: dict[str, int | float]) -> int | None:
-    """The integer value of a C constant expression over the file's constants, or None."""
-    text = _INT_SUFFIX.sub(r"\1", text.strip())
-    text = text.replace("&&", " and ").replace("||", " or ")
-    text = re.sub(r"!(?!=)", " not ", text)
-    text = re.sub(r"(?<!/)/(?!/)", "//", text)
-    try:
-        value = expr.evaluate(text, constants)
-    except (ExpressionError, RecursionError, TypeError, ValueError, ZeroDivisionError):
-        return None
-    if isinstance(value, bool):
-        return int(value)
-    return int(value) if isinstance(value, int) or (isinstance(value, float) and value.is_integer()) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -370,7 +108,7 @@ def _copy_form(parsed: cp.ParsedSource, statement: Node) -> str | None:
     inner = statement.named_children[0]
     if inner.type == "gnu_asm_expression":
         code = inner.child_by_field_name("assembly_code")
-        return "asm" if code is not None and _COPY_ASM.search(cp.string_value(parsed, code)) else None
+        return "asm" if code is not None and COPY_ASM.search(cp.string_value(parsed, code)) else None
     if inner.type == "call_expression":
         name = cp.call_name(inner)
         if name == "__pipeline_memcpy_async":
@@ -771,7 +509,7 @@ def _pure_group(parsed: cp.ParsedSource, statement: Node) -> bool | None:
             return False
         lines = [line for part in code.splitlines() for line in part.split(";") if line.strip()]
         return True if all(_GROUP_LINE.match(line) for line in lines) else None
-    if inner.type == "call_expression" and _CALL_ROLES.get(cp.call_name(inner)) in (COMMIT, WAIT):
+    if inner.type == "call_expression" and CALL_ROLES.get(cp.call_name(inner)) in (COMMIT, WAIT):
         return True
     return False
 
@@ -890,7 +628,7 @@ class SyncCopies(Transform):
         found = []
         for macro in cp.macros(parsed):
             body = cp.parse_fragment(macro.body)
-            if COPY in _direct_roles(body, body.root):
+            if COPY in direct_roles(body, body.root):
                 found.append(macro)
         return found
 
@@ -913,7 +651,8 @@ class SyncCopies(Transform):
         spec = (_asm_spec(parsed, site.statement, constants) if site.form == "asm"
                 else _call_spec(parsed, site.statement, constants))
         lines = sync_lines(parsed, site.function.node, spec, site.form)
-        source = splice(parsed.data, [self._replacement(parsed, site, lines, anchor.kind == "function")])
+        replacement = self._replacement(parsed, site, lines, anchor.kind == "function")
+        source = splice(parsed.data, [replacement])[0].decode("utf-8")
         anchor = Anchor(anchor.function, anchor.kind, anchor.key, _snippet(parsed, [site.function.node]))
         what = {"asm": f"cp.async.{spec.cache} of {spec.size} bytes", "pipeline": "__pipeline_memcpy_async",
                 "memcpy_async": "cuda::memcpy_async"}[site.form]
@@ -952,7 +691,7 @@ class SyncCopies(Transform):
                         _snippet(parsed, [group.definition]))
         what = ("the body of " + group.anchor.key if group.anchor.kind in ("function", "macro")
                 else f"`{first_line(parsed, group.statements[0])}` in {group.anchor.function}")
-        rewrite = self.rewrite(state, anchor, Direction.BACKWARD, splice(data, edits),
+        rewrite = self.rewrite(state, anchor, Direction.BACKWARD, splice(data, edits)[0].decode("utf-8"),
                                note=f"no cp.async copies are left: {what} (a cp.async commit/wait) went")
         return self._with(rewrite, self.group_removes, ())
 
@@ -1011,14 +750,14 @@ class SyncCopies(Transform):
             indent = indentation(parsed.data, site.statement.start_byte)
             edit = (Edit(span[0], span[1], _indent_lines(lines, indent)) if span is not None
                     else Edit(site.statement.start_byte, site.statement.end_byte, "{ " + _one_line(lines) + " }"))
-        rewrite = self.rewrite(state, anchor, Direction.FORWARD, splice(parsed.data, [edit]),
+        rewrite = self.rewrite(state, anchor, Direction.FORWARD, splice(parsed.data, [edit])[0].decode("utf-8"),
                                note="the synchronous copy became a cp.async again")
         return self._with(rewrite, self.copy_removes, self.adds)
 
     def _waits(self, parsed: cp.ParsedSource) -> bool:
         """Whether any code of the file waits for cp.async groups."""
         roles = async_roles(parsed)
-        return WAIT in _direct_roles(parsed, parsed.root) or any(
+        return WAIT in direct_roles(parsed, parsed.root) or any(
             WAIT in roles.of(parsed, call) for call in cp.nodes_of_type(parsed.root, "call_expression"))
 
     def _restore(self, parsed: cp.ParsedSource, anchor: Anchor) -> tuple[str, bool] | None:
@@ -1045,9 +784,9 @@ class SyncCopies(Transform):
                 raise NotApplicable(f"sync_copies: {name} is already as recorded; nothing to put back")
             edits.append(Edit(start, end, text))
             body = cp.parse_fragment(text) if kind == "macro" else recorded
-            copies |= bool(sites(recorded)) or (kind == "macro" and COPY in _direct_roles(body, node))
+            copies |= bool(sites(recorded)) or (kind == "macro" and COPY in direct_roles(body, node))
         grouped = any(site.form in ("asm", "pipeline") for site in sites(recorded))  # cuda:: copies use barriers
-        source = splice(parsed.data, edits)
+        source = splice(parsed.data, edits)[0].decode("utf-8")
         if grouped and not self._waits(cp.parse(source)):
             raise NotApplicable("sync_copies: the cp.async copy would have nothing waiting for it; put the "
                                 "commit/wait helpers back first (forward their steps)")

@@ -64,10 +64,9 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.launch import ArgKind
 from klineage.transforms import register
+from klineage.transforms._constants import check as check_constant
+from klineage.transforms._edit import Scope, cast_name, contains, is_written, operator, params, unparen, unwrap
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
-from klineage.transforms.devectorize import (Scope, cast_name, contains, is_written, operator, params, unparen,
-                                             unwrap)
-from klineage.transforms.tile_constant import check as check_constant
 
 _INT_LITERAL = re.compile(r"^(?P<digits>[1-9]\d*)(?P<suffix>[uUlL]*)$")
 _INT_TYPES = re.compile(r"^(?:(?:un)?signed\s+)?(?:int|long|long long|short|size_t|u?int(?:8|16|32|64)_t|unsigned)$")

@@ -35,8 +35,8 @@ from klineage.features import cuda_parser as cp
 from klineage.features.source import FILE_LOCUS
 from klineage.kernel import KernelState
 from klineage.transforms import register
+from klineage.transforms._edit import Scope, make_key, operator, payload, splice, unparen, unwrap
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
-from klineage.transforms.devectorize import Scope, make_key, operator, payload, splice, unparen, unwrap
 
 _PAD_NAME = re.compile(r"pad|skew", re.IGNORECASE)
 _ARITHMETIC = frozenset({"binary_expression", "parenthesized_expression", "cast_expression"})

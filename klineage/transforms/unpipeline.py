@@ -47,11 +47,10 @@ from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
+from klineage.transforms._async_copy import COMMIT, COPY, WAIT, AsyncRoles, async_roles, c_value, short_name, wait_count
+from klineage.transforms._edit import (Edit, first_line, indentation, item_span, leading_start, line_end, line_start,
+                                       own_lines, reindent, splice)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform, with_plan
-from klineage.transforms.sync_copies import (
-    COMMIT, COPY, WAIT, AsyncRoles, Edit, async_roles, c_value, first_line, indentation, item_span, leading_start,
-    line_end, line_start, own_lines, reindent, short_name, splice, wait_count,
-)
 
 _KEY = re.compile(r"^(?P<var>[^#:]+)#(?P<n>\d+):(?P<ring>\w+)$")
 _BARRIER_NOTE = "every warp is done reading the stage before it is refilled"
@@ -235,7 +234,7 @@ def _pure_declaration(parsed: cp.ParsedSource, node: Node) -> bool:
 def _text(parsed: cp.ParsedSource, start: int, end: int, replacements: list[Edit]) -> str:
     """Source bytes [start, end) with the replacements that fall inside applied."""
     inside = [Edit(e.start - start, e.end - start, e.text) for e in replacements if start <= e.start and e.end <= end]
-    return splice(parsed.data[start:end], inside)
+    return splice(parsed.data[start:end], inside)[0].decode("utf-8")
 
 
 def _depth_edits(parsed: cp.ParsedSource, depth: Node, statement: Node) -> list[Edit]:
@@ -492,9 +491,9 @@ class Unpipeline(Transform):
         else:
             edits += self._step(parsed, pipe, roles, constants)
         ring_edit = self._ring_constant(parsed, pipe)
-        one_stage = parse_constants(splice(parsed.data, [ring_edit]))
+        one_stage = parse_constants(splice(parsed.data, [ring_edit])[0].decode("utf-8"))
         assert_edits, needs = self._static_asserts(parsed, pipe, constants, one_stage)
-        source = splice(parsed.data, _tidy(parsed.data, edits + [ring_edit] + assert_edits))
+        source = splice(parsed.data, _tidy(parsed.data, edits + [ring_edit] + assert_edits))[0].decode("utf-8")
         plan = self._plan(state, pipe, constants, one_stage, needs)
         note = (f"{pipe.ring} {pipe.stages} -> 1: " + ("each tile is copied at the head of its iteration, waited for "
                                                        "(wait_group 0) and fenced by barriers"

@@ -70,16 +70,15 @@ from tree_sitter import Node
 from klineage import expr
 from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
+from klineage.features.mechanisms import MECHANISMS
 from klineage.kernel import KernelState
 from klineage.launch import ArgKind
 from klineage.lineage import FeatureLevel
 from klineage.transforms import register
+from klineage.transforms._constants import c_expression
+from klineage.transforms._edit import (LOAD_INTRINSICS, Scope, cast_name, contains, function_feature_names, is_written,
+                                       item_span, operator, outer_parens, own_lines, params, splice, unparen, unwrap)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
-from klineage.transforms.devectorize import (LOAD_INTRINSICS, Scope, cast_name, contains, function_feature_names,
-                                             is_written, operator, outer_parens, params, splice, unparen, unwrap)
-from klineage.transforms.sync_copies import item_span, own_lines
-from klineage.transforms.tile_constant import c_expression
-from klineage.walk.audit import MECHANISMS
 
 _VARYING_BUILTIN = "threadIdx"
 _INVARIANT_BUILTINS = frozenset({"blockIdx", "blockDim", "gridDim"})

@@ -48,11 +48,12 @@ import re
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
+from klineage.transforms._asm import (AsmStatement, Site, asm_anchors, asm_site, asm_sites, check_names,
+                                      lane_expression, marker_line, read_asm, restore_verbatim, split_operands,
+                                      verbatim_lines, warp_expression)
+from klineage.transforms._edit import indentation
+from klineage.transforms._wgmma_fragments import LOCALS, k_major_block, register_a_block
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
-from klineage.transforms.scalarize_ldmatrix import (AsmStatement, Site, asm_anchors, asm_site, asm_sites, check_names,
-                                                    indentation, lane_expression, marker_line, read_asm,
-                                                    restore_verbatim, split_operands, verbatim_lines, warp_expression)
-from klineage.transforms.wgmma_fragments import LOCALS, k_major_block, register_a_block
 
 MNEMONIC = "wgmma.mma_async"
 _SYNC = re.compile(r"^\s*wgmma\.(?:fence|commit_group|wait_group)\.sync\.aligned\b[^;]*;\s*$")
@@ -180,7 +181,7 @@ class WarpMma(Transform):
         asm = read_asm(parsed, site.asm)
         shape = WgmmaShape(asm)
         check_names(parsed, asm.operand_nodes, LOCALS, "warp_mma")
-        indent = indentation(parsed, asm.statement)
+        indent = indentation(parsed.data, asm.statement.start_byte)
         a = f"{{{', '.join(shape.a_registers)}}}" if shape.registers_a else shape.desc_a
         operands = f"{{{shape.accumulator}[0 .. {shape.n // 2 - 1}]}}, {a}, {shape.desc_b}, {shape.scale}"
         # No canonical layout: the predicate and the instruction are one template, recorded verbatim.
@@ -212,7 +213,7 @@ class WarpMma(Transform):
             if not block.verbatim:
                 raise NotApplicable(f"the marker of {block.opcode} records no statement to restore")
             edits.append((block.comment.start_byte, block.block.end_byte,
-                          restore_verbatim(block.verbatim, indentation(parsed, block.comment))))
+                          restore_verbatim(block.verbatim, indentation(parsed.data, block.comment.start_byte))))
         return self.rewrite(state, anchor, Direction.FORWARD, _apply(parsed, sorted(edits)),
                             note=f"restored {site.marked.opcode}" + (f" and {len(marked) - 1} fence/commit/wait "
                                                                       f"statement(s)" if len(marked) > 1 else ""))
@@ -235,7 +236,7 @@ def _sync_sites(parsed: cp.ParsedSource) -> list[Site]:
 def _idle(parsed: cp.ParsedSource, node) -> tuple[int, int, str]:
     """The edit that replaces a fence, commit or wait statement by its marker and an idle block."""
     asm = read_asm(parsed, node)
-    indent = indentation(parsed, asm.statement)
+    indent = indentation(parsed.data, asm.statement.start_byte)
     opcode = asm.template.strip().rstrip(";").split()[0]
     operands = ", ".join(text for _, text in asm.operands)
     text = (marker_line(asm, opcode, operands, indent, verbatim_lines(parsed, asm, indent, canonical=""))

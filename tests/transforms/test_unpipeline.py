@@ -30,7 +30,7 @@ from klineage.kernel import KernelState
 from klineage.launch import resolve
 from klineage.problem import load_problem
 from klineage.transforms import Anchor, NotApplicable, get
-from klineage.transforms.sync_copies import COMMIT, WAIT, async_roles, c_value, wait_count
+from klineage.transforms._async_copy import COMMIT, WAIT, async_roles, c_value, wait_count
 from tests.transforms.golden import HERE, check_golden, load
 
 EXPERTS = {

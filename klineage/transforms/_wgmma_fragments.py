@@ -21,7 +21,7 @@ traps on anything else.
 
 from __future__ import annotations
 
-from klineage.transforms.scalarize_ldmatrix import render_asm
+from klineage.transforms._asm import render_asm
 
 SWIZZLE = "auto wgmma_swizzle = [](unsigned wgmma_at) { return wgmma_at ^ (((wgmma_at >> 7) & 7) << 4); };"
 TRAP = "__trap();  // another swizzle mode, or a base offset: not emulated"

@@ -1,0 +1,48 @@
+"""Layer norm: y = (x - mean) / sqrt(var + 1e-5) * w + b over the rows of a 2-D fp32 tensor.
+
+Held out for the transfer benchmark (issue 27): no corpus walk or card has seen this operator; `library build`
+never reads bench/transfer/.
+"""
+
+from __future__ import annotations
+
+import torch
+
+OPERATOR = "layer_norm"
+
+CASES = {
+    "headline": {"rows": 16384, "cols": 2048},
+    "ragged": {"rows": 1000, "cols": 3001},
+    "narrow": {"rows": 4099, "cols": 30},
+    "small": {"rows": 33, "cols": 257},
+}
+HEADLINE = "headline"
+
+OUTPUTS = {"y": {"shape": ["rows", "cols"], "dtype": "float32"}}
+
+TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 1e-5, "rel_l2": 1e-5}}
+
+
+def make_inputs(case: dict, seed: int, device) -> dict:
+    gen = torch.Generator(device="cpu").manual_seed(0x7EA5 + int(seed))
+    rows, cols = int(case["rows"]), int(case["cols"])
+    x = torch.randn(rows, cols, generator=gen) * 2 + torch.randn(rows, 1, generator=gen) * 5
+    w = torch.rand(cols, generator=gen) + 0.5
+    b = torch.randn(cols, generator=gen)
+    return {"x": x.to(device), "w": w.to(device), "b": b.to(device)}
+
+
+def reference(inputs: dict) -> dict:
+    x = inputs["x"].double()
+    y = torch.nn.functional.layer_norm(x, (x.shape[-1],), inputs["w"].double(), inputs["b"].double(), 1e-5)
+    return {"y": y.float()}
+
+
+def vendor(inputs: dict) -> dict:
+    x = inputs["x"]
+    return {"y": torch.nn.functional.layer_norm(x, (x.shape[-1],), inputs["w"], inputs["b"], 1e-5)}
+
+
+def roofline(case: dict) -> dict:
+    n = int(case["rows"]) * int(case["cols"])
+    return {"flops": 7.0 * n, "bytes": 8.0 * n}

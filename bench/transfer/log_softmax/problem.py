@@ -1,0 +1,43 @@
+"""Log-softmax over the rows of a 2-D fp32 tensor: y = x - max - log(sum(exp(x - max))).
+
+Held out for the transfer benchmark (issue 27): no corpus walk or card has seen this operator; `library build`
+never reads bench/transfer/.
+"""
+
+from __future__ import annotations
+
+import torch
+
+OPERATOR = "log_softmax"
+
+CASES = {
+    "headline": {"rows": 16384, "cols": 2048},
+    "ragged": {"rows": 1000, "cols": 3001},
+    "narrow": {"rows": 4099, "cols": 30},
+    "small": {"rows": 33, "cols": 257},
+}
+HEADLINE = "headline"
+
+OUTPUTS = {"y": {"shape": ["rows", "cols"], "dtype": "float32"}}
+
+TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 1e-5, "rel_l2": 1e-5}}
+
+
+def make_inputs(case: dict, seed: int, device) -> dict:
+    gen = torch.Generator(device="cpu").manual_seed(0x7EA5 + int(seed))
+    rows, cols = int(case["rows"]), int(case["cols"])
+    x = torch.randn(rows, cols, generator=gen) * 4 + torch.randn(rows, 1, generator=gen) * 100
+    return {"x": x.to(device)}
+
+
+def reference(inputs: dict) -> dict:
+    return {"y": torch.log_softmax(inputs["x"].double(), dim=-1).float()}
+
+
+def vendor(inputs: dict) -> dict:
+    return {"y": torch.log_softmax(inputs["x"], dim=-1)}
+
+
+def roofline(case: dict) -> dict:
+    n = int(case["rows"]) * int(case["cols"])
+    return {"flops": 5.0 * n, "bytes": 8.0 * n}

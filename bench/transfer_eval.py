@@ -1,0 +1,215 @@
+"""Does the library help on kernels it has never seen? The transfer benchmark (issue 27).
+
+    python bench/transfer_eval.py --gate gpu --budget 24 --jobs 6 --out bench/results/transfer.json
+
+For every held-out operator in bench/transfer/ (a problem file and a naive kernel, one thread per output
+or per row; no corpus walk or card has seen them, and `library build` never reads the folder), optimize
+the naive kernel with the bundled library and with the two unconditioned strategies under the same
+budget of gate evaluations, then gate the library's best kernel once more against the naive kernel
+(a paired ratio, outside the budget) with the problem's vendor path (torch eager) timed beside it.
+Writes one JSON document:
+
+- operators: how many operators ran;
+- library_geomean_vs_naive: geometric mean over operators of naive time / library-best time (paired);
+- library_beats_eager_fraction: the fraction of operators where the library's best is faster than eager;
+- vs_unconditioned_geomean: geometric mean of the library's speedup over the naive kernel divided by the
+  better of the two unconditioned strategies' speedups (each from its own run);
+- rows: one per (operator, kernel, comparison): {"workload", "kernel", "vs", "ratio", "correct"}, ratio =
+  the other's time / this kernel's time (above 1: this kernel is faster), null with a "reason" when the
+  gate measured none. torch.compile is not a path the gate can time, so it has no row.
+
+Numbers come from the gate's verdicts only. A gate mode that times nothing (compile) gives null ratios
+and null summaries, each with its reason. `--only op1,op2` runs some operators (a part; `partial` is set);
+`--merge part1.json part2.json ... --out FILE` gates nothing: it joins the parts' rows and runs and computes
+the summaries again (null, with the reason, while some operator is in no part).
+
+    python bench/transfer_eval.py --gate gpu --budget 8 --jobs 4 --only rms_norm,layer_norm --out part1.json
+    python bench/transfer_eval.py --merge part1.json part2.json --out bench/results/transfer.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from klineage.config import GateMode  # noqa: E402
+from klineage.errors import KLineageError  # noqa: E402
+from klineage.gate.pipeline import git_commit, run_gate  # noqa: E402
+from klineage.gate.verdict import Status, Verdict  # noqa: E402
+from klineage.kernel import load_kernel  # noqa: E402
+from klineage.optimize import DEFAULT_POLICY, Strategy, optimize  # noqa: E402
+from klineage.optimize.command import bundled_library  # noqa: E402
+from klineage.skills.library import load_library  # noqa: E402
+
+BENCH = Path(__file__).resolve().parent / "transfer"
+STRATEGIES = (Strategy.LIBRARY, Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
+
+
+def operators() -> list[str]:
+    return sorted(p.name for p in BENCH.iterdir() if (p / "problem.py").is_file() and (p / "naive").is_dir())
+
+
+def ratio_of(verdict: Verdict | None, role: str) -> tuple[float | None, str]:
+    """The verdict's paired ratio against `role` ("baseline" or "vendor"): their time / the kernel's."""
+    if verdict is None:
+        return None, "not gated"
+    if verdict.status is not Status.PASSED:
+        return None, f"the gate said {verdict.status.value}"
+    ratio = verdict.profile.get("ratios", {}).get(f"vs_{role}")
+    return (float(ratio["overall"]), "") if ratio else (None, f"the gate timed no {role}")
+
+
+def gate(problem: Path, kernel: Any, mode: GateMode, against: Any = None) -> tuple[Verdict | None, str]:
+    try:
+        return run_gate(problem, kernel, against=against, policy=DEFAULT_POLICY, mode=mode), ""
+    except KLineageError as exc:
+        return None, f"the gate could not judge it: {exc}"
+
+
+def row(workload: str, kernel: str, vs: str, verdict: Verdict | None, role: str, why: str = "") -> dict[str, Any]:
+    ratio, reason = ratio_of(verdict, role) if verdict is not None else (None, why or "not gated")
+    # correct on every case only when the gate ran them all and passed; nothing ran under compile: unknown
+    correct = None if verdict is None or verdict.status is Status.COMPILED else verdict.status is Status.PASSED
+    return {"workload": workload, "kernel": kernel, "vs": vs, "ratio": ratio, "correct": correct} | (
+        {"reason": reason} if reason else {})
+
+
+def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[dict[str, Any]], dict[str, Any],
+                                                                         list[Verdict]]:
+    problem, naive = BENCH / name / "problem.py", load_kernel(BENCH / name / "naive")
+    mode = GateMode(args.gate)
+    runs: dict[str, Any] = {}
+    for strategy in STRATEGIES:
+        print(f"  {name}: {strategy.value}", file=sys.stderr)
+        try:
+            result = optimize(problem, naive, strategy=strategy, budget=args.budget, gate_mode=mode,
+                              library=library if strategy.uses_library else None, seed=args.seed,
+                              jobs=args.jobs, record=args.record)
+        except KLineageError as exc:
+            runs[strategy.value] = {"error": str(exc)}
+            continue
+        runs[strategy.value] = {"stop": result.stop.value, "evaluations": result.stats.evaluations,
+                                "steps": [s.transform for s in result.steps], "speedup": result.speedup,
+                                "best": result.best, "best_fingerprint": result.best.fingerprint}
+    verdicts: list[Verdict] = []
+    naive_verdict, why = gate(problem, naive, mode)
+    rows = [row(name, "naive", "eager", naive_verdict, "vendor", why)]
+    verdicts += [naive_verdict] if naive_verdict else []
+    best = runs.get(Strategy.LIBRARY.value, {}).get("best")
+    if best is None:
+        rows += [row(name, "library_best", vs, None, "", "the library strategy did not run")
+                 for vs in ("naive", "eager")]
+    else:
+        versus_naive, why = gate(problem, best, mode, against=naive)
+        verdicts += [versus_naive] if versus_naive else []
+        rows += [row(name, "library_best", "naive", versus_naive, "baseline", why),
+                 row(name, "library_best", "eager", versus_naive, "vendor", why)]
+    summary = {strategy: {k: v for k, v in run.items() if k != "best"} for strategy, run in runs.items()}
+    return rows, summary, verdicts
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """The three headline numbers, each null with its reason unless every operator gave its inputs."""
+    def ratios(kernel: str, vs: str) -> dict[str, float | None]:
+        return {r["workload"]: r["ratio"] for r in rows if r["kernel"] == kernel and r["vs"] == vs}
+
+    out: dict[str, Any] = {}
+    naive = ratios("library_best", "naive")
+    out["library_geomean_vs_naive"] = geomean(list(naive.values())) if naive and None not in naive.values() else None
+    eager = ratios("library_best", "eager")
+    out["library_beats_eager_fraction"] = (sum(r > 1.0 for r in eager.values()) / len(eager)
+                                           if eager and None not in eager.values() else None)
+    versus = []
+    for name in names:
+        speedups = [runs[name].get(s.value, {}).get("speedup") for s in STRATEGIES]
+        versus.append(speedups[0] / max(speedups[1:]) if None not in speedups else None)
+    out["vs_unconditioned_geomean"] = geomean(versus) if versus and None not in versus else None
+    for key, value in list(out.items()):
+        if value is None:
+            out[f"{key}_reason"] = "some operator has no ratio (its rows say why)"
+    return out
+
+
+def merged(parts: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """One document from the parts: their rows and runs joined (an operator in two parts: ValueError)."""
+    rows, runs = [], {}
+    for part in parts:
+        twice = sorted(set(part["runs"]) & set(runs))
+        if twice:
+            raise ValueError(f"operator(s) {', '.join(twice)} are in two parts")
+        rows += part["rows"]
+        runs |= part["runs"]
+    ran = [name for name in names if name in runs]
+    document = {"provenance": parts[0]["provenance"] | {"merged_from": len(parts)}, "operators": len(ran),
+                **summaries(rows, runs, ran), "rows": rows, "runs": runs}
+    missing = sorted(set(names) - set(runs))
+    if missing:
+        document["partial"] = f"no part ran {', '.join(missing)}"
+        for key in ("library_geomean_vs_naive", "library_beats_eager_fraction", "vs_unconditioned_geomean"):
+            document[key], document[f"{key}_reason"] = None, "not every operator ran"
+    return document
+
+
+def write(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    os.replace(temp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gate", choices=[m.value for m in (GateMode.GPU, GateMode.COMPILE_ONLY)], default="gpu")
+    parser.add_argument("--budget", type=int, default=24)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record", action="store_true", help="keep every verdict in the recorded store")
+    parser.add_argument("--only", default="", help="comma-separated operators (default: all)")
+    parser.add_argument("--merge", nargs="+", default=[], metavar="PART", help="join these parts' documents")
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "transfer.json"))
+    args = parser.parse_args(argv)
+    names = operators()
+    if args.merge:
+        document = merged([json.loads(Path(part).read_text(encoding="utf-8")) for part in args.merge], names)
+        write(Path(args.out), document)
+        print(json.dumps({k: v for k, v in document.items() if k not in ("rows", "runs")}, indent=1))
+        return 0
+    chosen = [n.strip() for n in args.only.split(",") if n.strip()] or names
+    unknown = sorted(set(chosen) - set(names))
+    if unknown:
+        parser.error(f"unknown operator(s) {', '.join(unknown)} (known: {', '.join(names)})")
+    library = load_library(bundled_library())
+    rows, runs, verdicts = [], {}, []
+    for name in chosen:
+        found, runs[name], gated = workload(name, args, library)
+        rows += found
+        verdicts += gated
+    env = next((v.environment for v in verdicts if v.environment.get("gpu")), {})
+    document = {"provenance": {"gpu": env.get("gpu", "none"), "driver": env.get("driver", "unknown"),
+                               "torch": env.get("torch", "unknown"), "git_commit": git_commit(),
+                               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                               "gate": args.gate, "budget": args.budget, "jobs": args.jobs, "seed": args.seed,
+                               "library": str(bundled_library().relative_to(Path(__file__).resolve().parent.parent)),
+                               "written_by": "bench/transfer_eval.py"},
+                "operators": len(chosen), **summaries(rows, runs, chosen), "rows": rows, "runs": runs}
+    if chosen != names:
+        document["partial"] = f"ran {len(chosen)} of {len(names)} operators"
+    write(Path(args.out), document)
+    print(json.dumps({k: v for k, v in document.items() if k not in ("rows", "runs")}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

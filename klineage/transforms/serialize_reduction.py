@@ -1,0 +1,434 @@
+"""serialize_reduction: a warp that shares one row's passes becomes one thread that makes them alone.
+
+The mechanism (forward): a kernel with one thread per row (`int row = blockIdx.x * blockDim.x +
+threadIdx.x;`) that walks its row in sequential loops (`for (int j = 0; j < n; ++j)`) gets one warp per
+row instead: the row index becomes the global thread index / 32, each lane takes the columns
+j = lane, lane + 32, ... (the tail where n is no multiple of 32 is the loop's own bound), and every
+scalar a loop reduces into (`acc += e`, `acc = fmaxf(acc, e)`, `fminf`, `max`, `min`) is combined
+across the warp right after its loop by a butterfly of `__shfl_xor_sync`, which leaves every lane with
+the same value. A loop that is a running sum stored per column (`acc += e; y[...j...] = acc;`, a scan)
+goes over the row in chunks of 32 columns instead: each lane takes one, an inclusive `__shfl_up_sync`
+scan adds up the chunk, and the total of the earlier chunks (the accumulator, equal in every lane,
+advanced by lane 31's value) is added to it. The launch's grid grows 32-fold (the plan's first grid
+dimension times 32). On memory-bound row kernels this turns 32 strided rows per warp into one coalesced row.
+
+Backward serializes the canonical form forward writes: the row index loses `/ 32`, the lane line and
+the butterflies go, the loops start at 0 again and step by one (a scan's chunks become
+`acc += e; target = acc;` again), the grid shrinks by 32.
+
+Legality (forward_sites), conservative, decided on the parse: the kernel's block is one-dimensional
+with a size that is a multiple of 32 (so a warp never straddles two rows), its grid one-dimensional; the
+row index is the only use of threadIdx; no shared memory, barrier, atomic, shuffle, inner loop,
+`break`/`continue`/`goto`, and no call outside a list of pure math functions; each row loop sits
+directly in the kernel's body (or in an `if` there) and its body only declares locals, stores
+`a[...j...] = e` to an array, or updates one of its accumulators; a sum accumulator starts at zero
+(the 32 partial sums each start from it); an accumulator is updated in one loop only; and an array
+the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry
+equal values, and no lane reads what another wrote). Anything else: no site.
+
+Anchor: the kernel, kind "function", key the row variable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from klineage import expr
+from klineage.errors import ExpressionError
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState, parse_constants
+from klineage.transforms import register
+from klineage.transforms._edit import Edit, indentation, own_lines, splice
+from klineage.transforms._naive import (SERIAL_INDEX, index_declaration, kernel, launches_of, rescaled_grid, squash,
+                                       statements, unwrapped)
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
+
+WARP = 32
+LANE = "lane"
+_WARP_INDEX = f"({SERIAL_INDEX}) / {WARP}"
+_LANE_LINE = f"const int {LANE} = threadIdx.x % {WARP};"
+_SHFL_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long"})
+_PURE_CALLS = frozenset({
+    "expf", "__expf", "exp", "exp2f", "logf", "__logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "tanhf",
+    "fmaxf", "fminf", "max", "min", "fmaf", "__ldg", "__fdividef", "erff", "powf", "sinf", "cosf", "__frcp_rn"})
+_COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
+_FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
+                        r"gridDim|cooperative_groups|printf)\b")
+_SERIAL_LOOP = re.compile(r"^for\s*\(\s*int\s+(\w+)\s*=\s*0\s*;\s*\1\s*<\s*([\w.]+)\s*;"
+                          r"\s*(?:\+\+\1|\1\+\+|\1\s*\+=\s*1)\s*\)")
+_WARP_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*{LANE}\s*;\s*\1\s*<\s*([\w.]+)\s*;\s*\1\s*\+=\s*{WARP}\s*\)")
+_BUTTERFLY = re.compile(r"^for \(int offset = 16; offset > 0; offset /= 2\) (\w+) (?:\+= __shfl_xor_sync|= \w+\(\1, "
+                        r"__shfl_xor_sync)")
+_WARP_SCAN = re.compile(
+    rf"^for \(int scan_base = 0; scan_base < ([\w.]+); scan_base \+= {WARP}\) {{ const int (\w+) = scan_base \+ "
+    rf"{LANE}; [\w ]+ scan_value = 0; if \(\2 < \1\) scan_value = (.+?); for \(int offset = 1; .+? }} "
+    rf"if \(\2 < \1\) (.+?) = (\w+) \+ scan_value; \5 \+= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
+_ZERO = re.compile(r"^(?:0|0\.0*f?|0\.f|\.0f?|0[uUlL]*)$")
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    name: str
+    combine: str  # "+" or the call that combines two values (fmaxf, ...)
+
+
+@dataclass(frozen=True)
+class RowLoop:
+    node: Node
+    index: str
+    accumulators: tuple[Accumulator, ...]
+    scan: Scan | None = None  # set when the loop is a running sum stored per element
+
+
+@dataclass(frozen=True)
+class Scan:
+    """`acc += value; target = acc;`: the loop body of an inclusive prefix sum."""
+
+    accumulator: str
+    value: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Site:
+    function: cp.Function
+    row: str
+    row_init: Node  # the row declaration's initializer
+    row_declaration: Node
+    loops: tuple[RowLoop, ...]
+    types: dict[str, str]  # accumulator -> its declared type
+
+
+class SerializeReduction(Transform):
+    name = "serialize_reduction"
+    intent = ("Give each row a warp instead of a thread: lanes stride the row's loops and combine what the loops "
+              "reduce with warp shuffles, so a row is read with coalesced loads.")
+    removes = ("shfl",)
+    placement = Placement.ANALYSIS
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        return [Anchor(f.name, "function", row, parsed.text(f.node)[:200]) for f, row in self._warp_kernels(parsed)]
+
+    def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        anchors = []
+        for function in cp.functions(parsed):
+            try:
+                site = self._serial_site(state, parsed, function)
+            except NotApplicable:
+                continue
+            anchors.append(Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200]))
+        return anchors
+
+    # -- forward --------------------------------------------------------------------------------
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        site = self._serial_site(state, parsed, function)
+        if site.row != anchor.key:
+            raise NotApplicable(f"{anchor}: the row variable is '{site.row}'")
+        data = parsed.data
+        indent = indentation(data, site.row_declaration.start_byte)
+        edits = [Edit(site.row_init.start_byte, site.row_init.end_byte, _WARP_INDEX),
+                 Edit(site.row_declaration.end_byte, site.row_declaration.end_byte, f"\n{indent}{_LANE_LINE}")]
+        for loop in site.loops:
+            node = loop.node
+            if loop.scan is not None:
+                bound = parsed.text(node.child_by_field_name("condition")).split("<", 1)[1].strip()
+                text = _warp_scan(loop, bound, site.types[loop.scan.accumulator], indentation(data, node.start_byte))
+                edits.append(Edit(node.start_byte, node.end_byte, text))
+                continue
+            header_end = node.child_by_field_name("body").start_byte
+            condition = parsed.text(node.child_by_field_name("condition"))
+            edits.append(Edit(node.start_byte, header_end, f"for (int {loop.index} = {LANE}; {condition}; "
+                                                           f"{loop.index} += {WARP}) "))
+            loop_indent = indentation(data, node.start_byte)
+            butterflies = "".join(f"\n{loop_indent}{_butterfly(acc)}" for acc in loop.accumulators)
+            if butterflies:
+                edits.append(Edit(node.end_byte, node.end_byte, butterflies))
+        source = splice(data, edits)[0].decode("utf-8")
+        plan = rescaled_grid(state, function.name, _warp_grid)
+        reduced = sorted(acc.name for loop in site.loops for acc in loop.accumulators)
+        return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"warp": WARP},
+                            note=f"one warp per row in {function.name}: {len(site.loops)} loop(s) strided over lanes, "
+                                 f"{', '.join(reduced) or 'nothing'} combined by shuffles, grid x{WARP}")
+
+    def _serial_site(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Site:
+        if not function.is_kernel:
+            raise NotApplicable(f"{function.name} is not a kernel")
+        _check_launch(state, function.name)
+        body = function.node.child_by_field_name("body")
+        text = parsed.text(body)
+        if _FORBIDDEN.search(text):
+            raise NotApplicable(f"{function.name} synchronizes, shares memory or leaves loops early")
+        if re.search(rf"\b(?:{LANE}|offset|scan_\w+)\b", text):
+            raise NotApplicable(f"{function.name} already names '{LANE}', 'offset' or 'scan_...'")
+        row_declaration, row_init, row = index_declaration(parsed, body, SERIAL_INDEX)
+        if text.count("threadIdx") != 1:
+            raise NotApplicable(f"{function.name} uses threadIdx beyond its row index")
+        for call in cp.nodes_of_type(body, "call_expression"):
+            if cp.call_name(call) not in _PURE_CALLS:
+                raise NotApplicable(f"{function.name} calls {cp.call_name(call)}, which may have effects")
+        loops, updated = [], set()
+        for node in cp.nodes_of_type(body, "for_statement"):
+            loop = _row_loop(parsed, body, node)
+            names = {acc.name for acc in loop.accumulators}
+            if names & updated:
+                raise NotApplicable(f"an accumulator of {function.name} is reduced in two loops")
+            updated |= names
+            loops.append(loop)
+        if not loops:
+            raise NotApplicable(f"{function.name} has no loop over its row")
+        types = _check_accumulators(parsed, body, loops)
+        _check_arrays(parsed, body)
+        return Site(function, row, row_init, row_declaration, tuple(loops), types)
+
+    # -- backward -------------------------------------------------------------------------------
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        body = function.node.child_by_field_name("body")
+        declaration, init, row = index_declaration(parsed, body, _WARP_INDEX)
+        if row != anchor.key:
+            raise NotApplicable(f"{anchor}: the row variable is '{row}'")
+        lane = declaration.next_named_sibling
+        if lane is None or squash(parsed.text(lane)) != _LANE_LINE:
+            raise NotApplicable(f"{anchor}: no `{_LANE_LINE}` after the row index")
+        edits = [Edit(init.start_byte, init.end_byte, SERIAL_INDEX), Edit(*_line_span(parsed, lane))]
+        for node in _outer_loops(body):
+            header = squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
+            scan = _WARP_SCAN.match(squash(parsed.text(node)))
+            if scan is not None:
+                bound, index, value, target, accumulator = scan.groups()
+                indent = indentation(parsed.data, node.start_byte)
+                edits.append(Edit(node.start_byte, node.end_byte,
+                                  f"for (int {index} = 0; {index} < {bound}; ++{index}) {{\n"
+                                  f"{indent}    {accumulator} += {value};\n{indent}    {target} = {accumulator};\n"
+                                  f"{indent}}}"))
+                continue
+            if _BUTTERFLY.match(squash(parsed.text(node))):
+                edits.append(Edit(*_line_span(parsed, node)))
+                continue
+            match = _WARP_LOOP.match(header)
+            if match is None:
+                raise NotApplicable(f"{anchor}: a loop that does not stride over lanes: `{header}`")
+            index, bound = match.groups()
+            edits.append(Edit(node.start_byte, node.child_by_field_name("body").start_byte,
+                              f"for (int {index} = 0; {index} < {bound}; ++{index}) "))
+        source = splice(parsed.data, edits)[0].decode("utf-8")
+        plan = rescaled_grid(state, function.name, _serial_grid)
+        return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
+                            note=f"one thread per row in {function.name}: loops serial, shuffles gone, grid /{WARP}")
+
+    def _warp_kernels(self, parsed: cp.ParsedSource) -> list[tuple[cp.Function, str]]:
+        found = []
+        for function in cp.functions(parsed):
+            body = function.node.child_by_field_name("body")
+            if not function.is_kernel or body is None or _LANE_LINE not in squash(parsed.text(body)):
+                continue
+            try:
+                found.append((function, index_declaration(parsed, body, _WARP_INDEX)[2]))
+            except NotApplicable:
+                continue
+        return found
+
+def _butterfly(acc: Accumulator) -> str:
+    shuffled = f"__shfl_xor_sync(0xffffffffu, {acc.name}, offset)"
+    combined = (f"{acc.name} += {shuffled}" if acc.combine == "+" else
+                f"{acc.name} = {acc.combine}({acc.name}, {shuffled})")
+    return f"for (int offset = 16; offset > 0; offset /= 2) {combined};"
+
+
+def _line_span(parsed: cp.ParsedSource, node: Node) -> tuple[int, int]:
+    span = own_lines(parsed, node)
+    if span is None:
+        raise NotApplicable(f"`{squash(parsed.text(node))[:60]}` shares its line with other code")
+    return span
+
+
+def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
+    parent = node.parent
+    while parent is not None and parent != body:
+        if parent.type not in ("compound_statement", "if_statement"):
+            raise NotApplicable("a loop nested in another loop")
+        parent = parent.parent
+    loop_body = node.child_by_field_name("body")
+    header = squash(parsed.data[node.start_byte:loop_body.start_byte].decode())
+    match = _SERIAL_LOOP.match(header)
+    if match is None:
+        raise NotApplicable(f"not a unit-step loop from 0: `{header}`")
+    index = match[1]
+    scan = _scan(parsed, loop_body)
+    if scan is not None:
+        if not re.search(rf"\b{index}\b", scan.target):
+            raise NotApplicable("a running sum stored where the loop index does not say")
+        return RowLoop(node, index, (Accumulator(scan.accumulator, "+"),), scan)
+    accumulators: dict[str, Accumulator] = {}
+    for statement in statements(loop_body):
+        if statement.type == "declaration":
+            continue
+        assignment = statement.named_children[0] if statement.type == "expression_statement" and \
+            statement.named_children else None
+        if assignment is None or assignment.type != "assignment_expression":
+            raise NotApplicable(f"a loop statement that is no store or reduction: `{squash(parsed.text(statement))}`")
+        left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
+        operator = parsed.text(assignment.child_by_field_name("operator"))
+        if left.type == "subscript_expression" and operator == "=":
+            if not re.search(rf"\b{index}\b", parsed.text(left)):
+                raise NotApplicable("a store inside a row loop whose index does not use the loop index")
+            continue
+        accumulator = _reduction(parsed, left, operator, right)
+        if accumulator is None:
+            raise NotApplicable(f"not a reduction: `{squash(parsed.text(statement))}`")
+        accumulators[accumulator.name] = accumulator
+    text = parsed.text(loop_body)
+    for name in accumulators:
+        uses = len(re.findall(rf"\b{name}\b", text))
+        if uses != 2 - (accumulators[name].combine == "+"):
+            raise NotApplicable(f"'{name}' is read inside its loop beyond its own update")
+    return RowLoop(node, index, tuple(accumulators.values()))
+
+
+def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:
+    """The running sum of `acc += value; target[...] = acc;` (exactly these two statements), else None."""
+    listed = statements(loop_body)
+    if len(listed) != 2 or any(s.type != "expression_statement" or not s.named_children for s in listed):
+        return None
+    update, store = (s.named_children[0] for s in listed)
+    if update.type != "assignment_expression" or store.type != "assignment_expression":
+        return None
+    accumulator = update.child_by_field_name("left")
+    target, value = store.child_by_field_name("left"), store.child_by_field_name("right")
+    if (accumulator.type != "identifier" or parsed.text(update.child_by_field_name("operator")) != "+=" or
+            target.type != "subscript_expression" or parsed.text(store.child_by_field_name("operator")) != "=" or
+            parsed.text(value) != parsed.text(accumulator)):
+        return None
+    added = parsed.text(update.child_by_field_name("right"))
+    if re.search(rf"\b{parsed.text(accumulator)}\b", f"{added} {parsed.text(target)}"):
+        return None
+    return Scan(parsed.text(accumulator), squash(added), squash(parsed.text(target)))
+
+
+def _warp_scan(loop: RowLoop, bound: str, kind: str, indent: str) -> str:
+    """The loop as chunks of 32 columns: each lane takes one, an inclusive shuffle scan adds up the chunk,
+    and the running total of the earlier chunks (the accumulator, equal in every lane) is added to it."""
+    scan, index = loop.scan, loop.index
+    lines = [f"for (int scan_base = 0; scan_base < {bound}; scan_base += {WARP}) {{",
+             f"    const int {index} = scan_base + {LANE};",
+             f"    {kind} scan_value = 0;",
+             f"    if ({index} < {bound}) scan_value = {scan.value};",
+             f"    for (int offset = 1; offset < {WARP}; offset *= 2) {{",
+             f"        const {kind} scan_up = __shfl_up_sync(0xffffffffu, scan_value, offset);",
+             f"        if ({LANE} >= offset) scan_value += scan_up;",
+             "    }",
+             f"    if ({index} < {bound}) {scan.target} = {scan.accumulator} + scan_value;",
+             f"    {scan.accumulator} += __shfl_sync(0xffffffffu, scan_value, {WARP - 1});",
+             "}"]
+    return "\n".join(indent + line for line in lines)[len(indent):]
+
+
+def _outer_loops(body: Node) -> list[Node]:
+    """The body's for loops that no other loop holds."""
+    def nested(node: Node) -> bool:
+        parent = node.parent
+        while parent is not None and parent != body:
+            if parent.type == "for_statement":
+                return True
+            parent = parent.parent
+        return False
+
+    return [node for node in cp.nodes_of_type(body, "for_statement") if not nested(node)]
+
+
+def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) -> Accumulator | None:
+    if left.type != "identifier":
+        return None
+    name = parsed.text(left)
+    if operator == "+=":
+        return Accumulator(name, "+")
+    if operator == "=" and right.type == "call_expression" and cp.call_name(right) in _COMBINE_CALLS:
+        arguments = right.child_by_field_name("arguments").named_children
+        if len(arguments) == 2 and parsed.text(arguments[0]) == name:
+            return Accumulator(name, cp.call_name(right))
+    return None
+
+
+def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop]) -> dict[str, str]:
+    """Each accumulator: a local of a shuffle type declared in the kernel body, a sum's from zero, assigned
+    nowhere but in its loop."""
+    declared = {}
+    for statement in cp.nodes_of_type(body, "declaration"):
+        kind = statement.child_by_field_name("type")
+        for declarator in statement.children_by_field_name("declarator"):
+            if declarator.type == "init_declarator":
+                name = parsed.text(declarator.child_by_field_name("declarator"))
+                declared[name] = (squash(parsed.text(kind)) if kind is not None else "",
+                                  parsed.text(declarator.child_by_field_name("value")))
+    for loop in loops:
+        for acc in loop.accumulators:
+            if acc.name not in declared or declared[acc.name][0] not in _SHFL_TYPES:
+                raise NotApplicable(f"accumulator '{acc.name}' is no initialized local of a shuffle type")
+            if acc.combine == "+" and not _ZERO.match(declared[acc.name][1].strip()):
+                raise NotApplicable(f"sum '{acc.name}' does not start at zero")
+            assigned = [a for a in cp.nodes_of_type(body, "assignment_expression", "update_expression")
+                        if re.fullmatch(rf"\(*{acc.name}\)*", parsed.text(a.child_by_field_name("left")
+                                                                          or a.child_by_field_name("argument")))]
+            if any(not _inside(a, loop.node) for a in assigned):
+                raise NotApplicable(f"'{acc.name}' is assigned outside its loop")
+    return {name: kind for name, (kind, _) in declared.items()}
+
+
+def _check_arrays(parsed: cp.ParsedSource, body: Node) -> None:
+    """No array the kernel stores to is read, and every store is a plain `a[...] = e`."""
+    written = set()
+    for node in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
+        target = node.child_by_field_name("left") or node.child_by_field_name("argument")
+        if target.type in ("subscript_expression", "pointer_expression"):
+            operator = node.child_by_field_name("operator")
+            if node.type == "update_expression" or parsed.text(operator) != "=":
+                raise NotApplicable("a read-modify-write of memory")
+            if target.type != "subscript_expression":
+                raise NotApplicable("a store through a pointer expression")
+            written.add(parsed.text(target.child_by_field_name("argument")))
+    for name in written:
+        if len(re.findall(rf"\b{re.escape(name)}\b", parsed.text(body))) != sum(
+                1 for n in cp.nodes_of_type(body, "assignment_expression")
+                if n.child_by_field_name("left").type == "subscript_expression"
+                and parsed.text(n.child_by_field_name("left").child_by_field_name("argument")) == name):
+            raise NotApplicable(f"'{name}' is both stored to and read")
+
+
+def _inside(node: Node, ancestor: Node) -> bool:
+    while node is not None:
+        if node == ancestor:
+            return True
+        node = node.parent
+    return False
+
+
+def _check_launch(state: KernelState, entry: str) -> None:
+    constants = parse_constants(state.source)
+    for launch in launches_of(state, entry, dimensions=1):
+        try:
+            threads = expr.evaluate_int(str(launch.block[0]), constants)
+        except ExpressionError:
+            raise NotApplicable(f"{entry}'s block size {launch.block[0]} is no constant") from None
+        if threads % WARP:
+            raise NotApplicable(f"{entry}'s block of {threads} threads is no multiple of {WARP}")
+
+
+def _warp_grid(grid: str) -> str:
+    return f"({grid}) * {WARP}"
+
+
+def _serial_grid(grid: str) -> str:
+    return unwrapped(grid, "(", f") * {WARP}")
+
+
+register(SerializeReduction())

@@ -1,0 +1,201 @@
+"""uncache_row: a row a warp keeps in registers across its passes is read from global memory in every pass.
+
+The mechanism (forward): a warp-per-row kernel (the form `serialize_reduction`'s forward writes: `lane`
+strides each row loop `for (int j = lane; j < n; j += 32)`) whose loops read the same row `a[j]` two or
+more times (a softmax or a norm: max, sum, store) keeps the row in a register array of CACHE values per
+lane when the row fits (n <= 32 * CACHE): each such loop runs fully unrolled over the array
+(`j = lane + 32 * t`, guarded by `j < n`), the first one loading it, the later ones reading registers
+only. A row that does not fit takes the loop as it was (kept verbatim in the `else` branch), so every n
+stays correct. CACHE is the carrier value `row_cache` (64 by default: 2048 columns).
+
+Backward drops the array and puts each loop back from its `else` branch.
+
+Legality (forward_sites), conservative: `a` is a `const float*` (parameter or local) that the kernel never
+moves, read in each strided loop only as `a[j]` of that loop's index; the loops sit in one block (the
+first, which loads, runs whenever a later one does) and share one bound; their bodies assign neither their
+index nor the bound; the kernel names no `row_cache` or `cache_t` of its own; the launch passes no buffer
+twice (no store can reach the cached row).
+
+Anchor: the kernel, kind "function", key the cached pointer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms import register
+from klineage.transforms._edit import Edit, indentation, own_lines, reindent, splice
+from klineage.transforms._naive import kernel, launches_of, squash
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Role, Transform
+
+CACHE = 64
+LANE, WARP = "lane", 32
+_STRIDED = re.compile(rf"^for \(int (\w+) = {LANE}; \1 < ([\w.]+); \1 \+= {WARP}\)")
+_CACHE_DECLARATION = re.compile(r"^float row_cache\[(\d+)\];$")
+
+
+@dataclass(frozen=True)
+class Pass:
+    node: Node
+    index: str
+
+
+class UncacheRow(Transform):
+    name = "uncache_row"
+    intent = ("Keep a row a warp reads in several passes in registers (fully unrolled over a fixed number of "
+              "values per lane), falling back to the passes as they were for rows that do not fit.")
+    placement = Placement.ANALYSIS
+    role = Role.MECHANISM
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        found = []
+        for function in cp.functions(parsed):
+            body = function.node.child_by_field_name("body")
+            if function.is_kernel and body is not None and _cache_declaration(parsed, body) is not None:
+                pointer = re.search(r"row_cache\[cache_t\] = (\w+)\[", parsed.text(body))
+                if pointer:
+                    found.append(Anchor(function.name, "function", pointer[1], parsed.text(function.node)[:200]))
+        return found
+
+    def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        anchors = []
+        for function in cp.functions(parsed):
+            body = function.node.child_by_field_name("body")
+            if not function.is_kernel or body is None:
+                continue
+            for pointer in _const_float_pointers(parsed, function):
+                try:
+                    launches_of(state, function.name, dimensions=3)
+                    _passes(parsed, body, pointer)
+                except NotApplicable:
+                    continue
+                anchors.append(Anchor(function.name, "function", pointer, parsed.text(function.node)[:200]))
+        return anchors
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        body = function.node.child_by_field_name("body")
+        if anchor.key not in _const_float_pointers(parsed, function):
+            raise NotApplicable(f"{anchor}: '{anchor.key}' is no const float pointer of the kernel")
+        launches_of(state, function.name, dimensions=3)  # distinct buffers: no store reaches the cached row
+        passes, bound = _passes(parsed, body, anchor.key)
+        data = parsed.data
+        first = passes[0].node
+        indent = indentation(data, first.start_byte)
+        edits = [Edit(first.start_byte, first.start_byte, f"float row_cache[{CACHE}];\n{indent}")]
+        for number, step in enumerate(passes):
+            edits.append(Edit(step.node.start_byte, step.node.end_byte,
+                              _cached(parsed, step, anchor.key, bound, indent, load=number == 0)))
+        source = splice(data, edits)[0].decode("utf-8")
+        return self.rewrite(state, anchor, Direction.FORWARD, source, carrier={"row_cache": CACHE},
+                            note=f"{function.name}: {anchor.key}'s row kept in {CACHE} registers per lane across "
+                                 f"{len(passes)} passes when {bound} <= {WARP * CACHE}")
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        body = function.node.child_by_field_name("body")
+        declaration = _cache_declaration(parsed, body)
+        if declaration is None:
+            raise NotApplicable(f"{anchor}: no row_cache")
+        span = own_lines(parsed, declaration)
+        if span is None:
+            raise NotApplicable(f"{anchor}: the row_cache declaration shares its line")
+        edits = [Edit(*span)]
+        for node in cp.nodes_of_type(body, "if_statement"):
+            condition = squash(parsed.text(node.child_by_field_name("condition")))
+            alternative = node.child_by_field_name("alternative")
+            if not re.fullmatch(rf"\(\w+ <= {WARP} \* \d+\)", condition) or alternative is None:
+                continue
+            kept = [c for c in cp.nodes_of_type(alternative, "for_statement") if c.parent.parent == alternative
+                    or c.parent == alternative]
+            if len(kept) != 1:
+                raise NotApplicable(f"{anchor}: an uncached branch without its loop")
+            indent = indentation(parsed.data, node.start_byte)
+            text = reindent(parsed.text(kept[0]), len(indent) + 4, indent)[len(indent):]
+            edits.append(Edit(node.start_byte, node.end_byte, text))
+        source = splice(parsed.data, edits)[0].decode("utf-8")
+        return self.rewrite(state, anchor, Direction.BACKWARD, source,
+                            note=f"{function.name}: {anchor.key}'s row read from memory in every pass")
+
+
+def _cache_declaration(parsed: cp.ParsedSource, body: Node) -> Node | None:
+    return next((s for s in body.named_children if s.type == "declaration"
+                 and _CACHE_DECLARATION.match(squash(parsed.text(s)))), None)
+
+
+def _const_float_pointers(parsed: cp.ParsedSource, function: cp.Function) -> list[str]:
+    text = parsed.text(function.node)
+    return list(dict.fromkeys(re.findall(r"\bconst\s+float\s*\*\s*(?:__restrict__\s+)?(\w+)", text)))
+
+
+def _passes(parsed: cp.ParsedSource, body: Node, pointer: str) -> tuple[list[Pass], str]:
+    """The strided loops that read `pointer[index]`, in order, and their shared bound; NotApplicable unless
+    there are two or more and every use of the pointer inside them is that read."""
+    text = parsed.text(body)
+    if re.search(r"\b(?:row_cache|cache_t)\b", text):
+        raise NotApplicable("the kernel already names row_cache or cache_t")
+    passes, bounds = [], set()
+    for node in cp.nodes_of_type(body, "for_statement"):
+        header = squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
+        match = _STRIDED.match(header)
+        loop_text = parsed.text(node.child_by_field_name("body"))
+        if match is None or not re.search(rf"\b{pointer}\b", loop_text):
+            continue
+        index, bound = match.groups()
+        uses = len(re.findall(rf"\b{pointer}\b", loop_text))
+        reads = [s for s in cp.nodes_of_type(node.child_by_field_name("body"), "subscript_expression")
+                 if parsed.text(s.child_by_field_name("argument")) == pointer
+                 and squash(parsed.text(s.child_by_field_name("indices"))) in (f"[{index}]", index)]
+        if uses != len(reads):
+            raise NotApplicable(f"a pass uses {pointer} other than as {pointer}[{index}]")
+        if re.search(rf"\b(?:{index}|{re.escape(bound)})\s*(?:[-+*/]?=[^=]|\+\+|--)", loop_text):
+            raise NotApplicable("a pass assigns its index or bound")
+        passes.append(Pass(node, index))
+        bounds.add(bound)
+    if len(passes) < 2:
+        raise NotApplicable(f"{pointer} is read in fewer than two passes")
+    if len({step.node.parent.id for step in passes}) != 1:
+        raise NotApplicable("the passes are not in one block: the first might not run")
+    for change in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
+        target = change.child_by_field_name("left") or change.child_by_field_name("argument")
+        if target is not None and squash(parsed.text(target)).strip("()") == pointer:
+            raise NotApplicable(f"the kernel moves {pointer} between passes")
+    if len(bounds) != 1:
+        raise NotApplicable("the passes have different bounds")
+    return passes, bounds.pop()
+
+
+def _cached(parsed: cp.ParsedSource, step: Pass, pointer: str, bound: str, indent: str, *, load: bool) -> str:
+    """The pass as a fully unrolled walk over the register array when the row fits, else as it was."""
+    body = step.node.child_by_field_name("body")
+    text, base = parsed.text(body), body.start_byte
+    for node in sorted(cp.nodes_of_type(body, "subscript_expression"), key=lambda n: -n.start_byte):
+        if parsed.text(node.child_by_field_name("argument")) == pointer:
+            text = text[:node.start_byte - base] + "row_cache[cache_t]" + text[node.end_byte - base:]
+    inner = indent + " " * 12
+    column = len(indentation(parsed.data, body.start_byte))
+    rebodied = inner + reindent(text, column, inner)[len(inner):]
+    lines = [f"if ({bound} <= {WARP} * {CACHE}) {{",
+             "    #pragma unroll",
+             f"    for (int cache_t = 0; cache_t < {CACHE}; ++cache_t) {{",
+             f"        const int {step.index} = {LANE} + {WARP} * cache_t;",
+             f"        if ({step.index} < {bound}) {{"]
+    head = "\n".join(indent + line for line in lines)[len(indent):]
+    loaded = f"{inner}row_cache[cache_t] = {pointer}[{step.index}];\n" if load else ""
+    original = reindent(parsed.text(step.node), len(indent), indent + "    ")
+    return (f"{head}\n{loaded}{rebodied}\n{indent}        }}\n{indent}    }}\n{indent}}} else {{\n{original}\n"
+            f"{indent}}}")
+
+
+register(UncacheRow())

@@ -1,0 +1,188 @@
+"""untile_transpose: a transpose staged through a padded shared-memory tile becomes a direct strided copy.
+
+The mechanism (forward): a naive 2-D transpose, one thread per element,
+
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < R && c < C) Y[c * R + r] = X[r * C + c];
+
+reads X along rows (coalesced) but writes Y with a stride of R elements (one transaction per thread). The
+forward stages a 32 x 32 tile in shared memory: a block of 32 x 8 threads reads the tile's rows (four
+per thread, coalesced), waits at a barrier, and writes the tile's columns as rows of Y (coalesced). The
+tile is 32 x 33: the padding column puts the 32 elements of a tile column in 32 different banks. The
+bounds are checked per element, so R and C need not be multiples of 32. The plan's launch gets a block
+of (32, 8) and a grid of (cdiv(C, 32), cdiv(R, 32)), C and R read from the launch's arguments.
+
+Backward writes the direct copy back from the canonical tiled form, with the grid one thread per
+element needs under the (32, 8) block.
+
+Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations and the
+guarded copy above (either order of the two bounds), X and Y distinct pointer parameters of one element
+type, R and C scalar parameters passed by the launch as scalars; the plan launches the kernel with a
+two-dimensional block and grid and passes no buffer twice. Anything else: no site.
+
+Anchor: the kernel, kind "function", key "tile".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.launch import ArgKind, LaunchPlan
+from klineage.transforms import register
+from klineage.transforms._edit import indentation, splice
+from klineage.transforms._naive import kernel, launches_of, parameters, squash
+from klineage.transforms.base import (Anchor, Direction, NotApplicable, Placement, Rewrite, Transform,
+                                      with_plan)
+
+TILE, ROWS_PER_PASS = 32, 8
+KEY = "tile"
+_ID = r"([A-Za-z_]\w*)"
+_NAIVE = re.compile(
+    rf"^{{ int {_ID} = blockIdx\.x \* blockDim\.x \+ threadIdx\.x; int {_ID} = blockIdx\.y \* blockDim\.y \+ "
+    rf"threadIdx\.y; if \((.+?)\) {_ID}\[\1 \* {_ID} \+ \2\] = {_ID}\[\2 \* {_ID} \+ \1\]; }}$")
+_TILED = re.compile(
+    rf"^{{ __shared__ {_ID} {KEY}\[{TILE}\]\[{TILE + 1}\]; int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; "
+    rf"int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; for \(int k = 0; k < {TILE}; k \+= {ROWS_PER_PASS}\) "
+    rf"if \(\3 \+ k < {_ID} && \2 < {_ID}\) {KEY}\[threadIdx\.y \+ k\]\[threadIdx\.x\] = {_ID}\[\(\3 \+ k\) \* \5 "
+    rf"\+ \2\]; __syncthreads\(\); int \2_out = ")
+
+
+@dataclass(frozen=True)
+class Copy:
+    column: str  # c: the index along X's rows
+    row: str  # r
+    rows: str  # R: X's row count
+    columns: str  # C
+    source: str  # X
+    target: str  # Y
+    element: str
+
+
+def _bounds(condition: str, row: str, column: str) -> tuple[str, str] | None:
+    """(R, C) of `r < R && c < C` (either order)."""
+    for first, second in ((row, column), (column, row)):
+        match = re.fullmatch(rf"{first} < {_ID} && {second} < {_ID}", condition)
+        if match:
+            return (match[1], match[2]) if first == row else (match[2], match[1])
+    return None
+
+
+class UntileTranspose(Transform):
+    name = "untile_transpose"
+    intent = ("Stage a transpose through a padded 32x33 shared-memory tile so that both the reads and the writes "
+              "of global memory are coalesced.")
+    removes = ("shared_array",)
+    placement = Placement.ANALYSIS
+    kin = ("unpad_shared", "unstage_shared")  # a padded shared tile is their mechanism too
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        return [Anchor(f.name, "function", KEY, parsed.text(f.node)[:200]) for f in cp.functions(parsed)
+                if f.is_kernel and _TILED.match(squash(parsed.text(f.node.child_by_field_name("body"))))]
+
+    def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        anchors = []
+        for function in cp.functions(parsed):
+            try:
+                _naive_copy(state, parsed, function)
+            except NotApplicable:
+                continue
+            anchors.append(Anchor(function.name, "function", KEY, parsed.text(function.node)[:200]))
+        return anchors
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        copy = _naive_copy(state, parsed, function)
+        body = function.node.child_by_field_name("body")
+        indent = indentation(parsed.data, body.named_children[0].start_byte)
+        c, r, rows, columns, x, y = copy.column, copy.row, copy.rows, copy.columns, copy.source, copy.target
+        passes = f"for (int k = 0; k < {TILE}; k += {ROWS_PER_PASS})"
+        lines = [f"__shared__ {copy.element} {KEY}[{TILE}][{TILE + 1}];",
+                 f"int {c} = blockIdx.x * {TILE} + threadIdx.x;",
+                 f"int {r} = blockIdx.y * {TILE} + threadIdx.y;",
+                 passes,
+                 f"    if ({r} + k < {rows} && {c} < {columns}) {KEY}[threadIdx.y + k][threadIdx.x] = "
+                 f"{x}[({r} + k) * {columns} + {c}];",
+                 "__syncthreads();",
+                 f"int {c}_out = blockIdx.y * {TILE} + threadIdx.x;",
+                 f"int {r}_out = blockIdx.x * {TILE} + threadIdx.y;",
+                 passes,
+                 f"    if ({r}_out + k < {columns} && {c}_out < {rows}) {y}[({r}_out + k) * {rows} + {c}_out] = "
+                 f"{KEY}[threadIdx.x][threadIdx.y + k];"]
+        text = "\n".join(indent + line for line in lines)[len(indent):]
+        start, end = body.named_children[0].start_byte, body.named_children[-1].end_byte
+        source = splice(parsed.data, [(start, end, text)])[0].decode("utf-8")
+        plan = _plan(state, function, copy, rows_per_block=TILE)
+        return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"tile": TILE},
+                            note=f"{function.name}: {TILE}x{TILE + 1} shared tile, block ({TILE}, {ROWS_PER_PASS})")
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        body = function.node.child_by_field_name("body")
+        match = _TILED.match(squash(parsed.text(body)))
+        if match is None:
+            raise NotApplicable(f"{anchor}: not the tiled transpose forward writes")
+        element, c, r, rows, columns, x = match.groups()
+        target = re.search(rf"\) (\w+)\[\({r}_out \+ k\) \* {rows} \+ {c}_out\] = {KEY}\[", squash(parsed.text(body)))
+        if target is None:
+            raise NotApplicable(f"{anchor}: no store of the tile's columns")
+        copy = Copy(c, r, rows, columns, x, target[1], element)
+        indent = indentation(parsed.data, body.named_children[0].start_byte)
+        lines = [f"int {c} = blockIdx.x * blockDim.x + threadIdx.x;",
+                 f"int {r} = blockIdx.y * blockDim.y + threadIdx.y;",
+                 f"if ({r} < {rows} && {c} < {columns}) {copy.target}[{c} * {rows} + {r}] = "
+                 f"{x}[{r} * {columns} + {c}];"]
+        text = "\n".join(indent + line for line in lines)[len(indent):]
+        start, end = body.named_children[0].start_byte, body.named_children[-1].end_byte
+        source = splice(parsed.data, [(start, end, text)])[0].decode("utf-8")
+        plan = _plan(state, function, copy, rows_per_block=ROWS_PER_PASS)
+        return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
+                            note=f"{function.name}: a direct transpose, one thread per element")
+
+
+def _naive_copy(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Copy:
+    if not function.is_kernel:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    body = squash(parsed.text(function.node.child_by_field_name("body")))
+    match = _NAIVE.match(body)
+    if match is None:
+        raise NotApplicable(f"{function.name} is not a naive transpose")
+    column, row, condition, target, rows, source, columns = match.groups()
+    if _bounds(condition, row, column) != (rows, columns) or source == target:
+        raise NotApplicable(f"{function.name}'s bounds do not match its indices")
+    params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
+    if not all(params.get(p, ("", False))[1] for p in (source, target)) or \
+            params[source][0].removeprefix("const ") != params[target][0] or \
+            any(params.get(n, ("", True))[1] for n in (rows, columns)):
+        raise NotApplicable(f"{function.name}: X and Y are not pointers to one type, or R and C not scalars")
+    launches_of(state, function.name, dimensions=2)
+    return Copy(column, row, rows, columns, source, target, params[target][0])
+
+
+def _plan(state: KernelState, function: cp.Function, copy: Copy, *, rows_per_block: int) -> LaunchPlan:
+    names = [name for name, _, _ in parameters(cp.parse(state.source), function)]
+    launches = []
+    for launch in state.plan.launches:
+        if launch.entry == function.name:
+            if len(launch.args) != len(names):
+                raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
+            values = {}
+            for name in (copy.rows, copy.columns):
+                arg = launch.args[names.index(name)]
+                if arg.kind is not ArgKind.SCALAR:
+                    raise NotApplicable(f"'{name}' is not passed as a scalar")
+                values[name] = str(arg.value)
+            grid = (f"cdiv({values[copy.columns]}, {TILE})", f"cdiv({values[copy.rows]}, {rows_per_block})", 1)
+            launch = type(launch)(launch.entry, grid, (TILE, ROWS_PER_PASS, 1), launch.shared, launch.args)
+        launches.append(launch)
+    return with_plan(state, launches=tuple(launches))
+
+
+register(UntileTranspose())

@@ -1,0 +1,116 @@
+"""The engine's import graph, read from the source with `ast`: no transform imports another transform (shared
+helpers live in the underscore modules of klineage/transforms/), and the module-level imports among klineage/
+modules form no cycle (a cycle makes import order matter and hides which module owns a concept)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "klineage"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _target(node: ast.ImportFrom, alias: str) -> str | None:
+    """The klineage module an import binds: `from a.b import c` is a.b.c when that is a module, else a.b."""
+    assert not node.level, "the engine uses absolute imports"
+    base = node.module or ""
+    if f"{base}.{alias}" in MODULES:
+        return f"{base}.{alias}"
+    return base if base in MODULES else None
+
+
+def imports(module: str, *, top_level: bool) -> set[str]:
+    """The klineage modules `module` imports: at module level only (`top_level`), or anywhere in it."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    nodes = tree.body if top_level else list(ast.walk(tree))
+    found = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in MODULES}
+        elif isinstance(node, ast.ImportFrom):
+            found |= {t for a in node.names if (t := _target(node, a.name)) is not None}
+    return found - {module}
+
+
+def is_transform(module: str) -> bool:
+    """A catalog transform: a module the catalog loads (not base, not an underscore helper, not the package)."""
+    prefix = "klineage.transforms."
+    return module.startswith(prefix) and module[len(prefix):] != "base" and not module[len(prefix):].startswith("_")
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph.get(node, ())):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_catalog_has_transforms_and_helpers():
+    transforms = [m for m in MODULES if is_transform(m)]
+    assert "klineage.transforms.devectorize" in transforms and "klineage.transforms._edit" not in transforms
+    assert len(transforms) >= 18
+
+
+def test_no_transform_imports_another_transform():
+    offenders = {m: sorted(t for t in imports(m, top_level=False) if is_transform(t))
+                 for m in MODULES if is_transform(m)}
+    assert {m: t for m, t in offenders.items() if t} == {}
+
+
+def test_helpers_import_no_transform_and_not_the_walk():
+    helpers = [m for m in MODULES if m.startswith("klineage.transforms.") and not is_transform(m)]
+    bad = {m: sorted(t for t in imports(m, top_level=False) if is_transform(t) or t.startswith("klineage.walk"))
+           for m in helpers + [m for m in MODULES if is_transform(m)]}
+    assert {m: t for m, t in bad.items() if t} == {}
+
+
+def test_no_import_cycles_among_engine_modules():
+    graph = {m: imports(m, top_level=True) for m in MODULES}
+    assert cycles(graph) == []
+
+
+@pytest.mark.parametrize("graph, expected", [
+    ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+    ({"a": {"b"}, "b": set(), "c": {"b"}}, []),
+])
+def test_the_cycle_finder_finds_cycles(graph, expected):
+    assert cycles(graph) == expected

@@ -1,0 +1,59 @@
+"""The transfer benchmark's held-out operators (bench/transfer/): every naive kernel passes the compile-only
+gate on its own problem (static check, nvcc, SASS features, the plan resolved for every case), and so
+does every kernel an analysis forward makes of it: a warp per row, 16-byte vectors, a shared tile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from klineage.config import GateMode
+from klineage.gate.cache import GateCache
+from klineage.gate.pipeline import run_gate
+from klineage.gate.verdict import Status
+from klineage.kernel import load_kernel
+from klineage.transforms import catalog
+from klineage.transforms.base import Placement
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer"
+OPERATORS = sorted(p.name for p in BENCH.iterdir() if (p / "problem.py").is_file())
+# operator -> the analysis forwards that must find a site in its naive kernel (the rest must find none)
+EXPECTED = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_reduction"},
+            "log_softmax": {"serialize_reduction"}, "l2_normalize": {"serialize_reduction"},
+            "batched_matvec": {"serialize_reduction"}, "cumsum": {"serialize_reduction"},
+            "gelu_mul": {"scalarize_elementwise"},
+            "adam_update": {"scalarize_elementwise"}, "transpose": {"untile_transpose"},
+            "scatter_add": {"scalarize_elementwise"}}  # its table-zeroing kernel
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("transfer-gate")
+    return GateCache(root / "cache", root / "recorded")
+
+
+def test_at_least_ten_held_out_operators_outside_the_corpus():
+    from klineage import config
+
+    assert len(OPERATORS) >= 10
+    corpus_operators = {p.stem for p in (config.corpus_dir() / "problems").glob("*.py")}
+    assert not corpus_operators & set(OPERATORS)
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_naive_and_analysis_forwards_pass_the_compile_only_gate(operator, cache):
+    problem = BENCH / operator / "problem.py"
+    naive = load_kernel(BENCH / operator / "naive")
+    verdict = run_gate(problem, naive, mode=GateMode.COMPILE_ONLY, cache=cache)
+    assert verdict.status is Status.COMPILED, verdict.findings
+    analysis = [t for t in catalog().values() if t.placement is Placement.ANALYSIS]
+    found = {}
+    for transform in analysis:
+        for anchor in transform.forward_sites(naive):
+            found.setdefault(transform.name, []).append(transform.forward(naive, anchor).state)
+    assert set(found) == EXPECTED.get(operator, set())
+    for states in found.values():
+        for state in states:
+            forwarded = run_gate(problem, state, mode=GateMode.COMPILE_ONLY, cache=cache)
+            assert forwarded.status is Status.COMPILED, forwarded.findings
