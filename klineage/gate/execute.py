@@ -16,11 +16,12 @@ from typing import Any, Callable
 from klineage import config
 from klineage.errors import DocumentError, KLineageError
 from klineage.files import write_atomic
+from klineage.fingerprint import sha256_bytes, sha256_text
 from klineage.gate import sandbox
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Finding, Reason
 from klineage.problem import ProblemInfo
-from klineage.problem_formats import fingerprint
+from klineage.problem_formats import fingerprint, source_files
 
 PROBE_VERSION = 1
 
@@ -75,8 +76,8 @@ def probe_problem(path: str | Path, cache_dir: Path | None = None, device: str =
     """Load and validate a problem file in the sandbox (its code never runs in this process)."""
     path = Path(path).resolve()
     problem_fingerprint(path)  # a missing or undecodable file is named here
-    # by the whole text, SWEEP included (the fingerprint leaves it out): a changed sweep is probed again
-    whole = sha256_text(normalize_source(path.read_text(encoding="utf-8")))
+    # by every byte of every source file, SWEEP included (the fingerprint leaves it out): a changed sweep is probed again
+    whole = sha256_text(" ".join(sha256_bytes(f.read_bytes()) for f in source_files(path)))
     cached = cache_dir / "problems" / f"{whole}.json" if cache_dir else None
     if cached and cached.is_file():
         probe = ProbeResult.from_dict(json.loads(cached.read_text(encoding="utf-8")))
