@@ -20,7 +20,7 @@ from klineage.errors import DocumentError, KLineageError
 from klineage.files import write_atomic
 from klineage.fingerprint import normalize_source, sha256_text
 from klineage.gate import sandbox
-from klineage.gate.jail import Access, Jail, python_path
+from klineage.gate.jail import Access, Jail, python_path, toolkit_trees
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Finding, Reason
 from klineage.problem import ProblemInfo
@@ -230,7 +230,7 @@ def sanitize(tool: str, request: dict[str, Any], cubins: dict[str, bytes], polic
         # Separate allocations, so memcheck knows each buffer's true bounds.
         run = run_on_gpu(request, cubins, policy, wrap=wrap, extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
                          timeout_s=max(600.0, policy.run_timeout_s), stall_s=max(120.0, 20 * policy.launch_timeout_s),
-                         readable=(Path(binary).resolve().parent.parent,), writable=(log_file.parent,))
+                         readable=toolkit_trees(binary), writable=(log_file.parent,))
         text = (_read_capped(log_file, RESULT_CAP) or b"").decode("utf-8", errors="replace")
     finally:
         shutil.rmtree(log_file.parent, ignore_errors=True)

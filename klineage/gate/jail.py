@@ -72,7 +72,8 @@ class Jail:
         for path in readable:
             args += ["--ro-bind", path, path]
         args += _masks(readable)
-        for path in _outermost([str(self.workdir), *map(str, self.writable)]):
+        scratch = [str(self.workdir), *map(str, self.writable)]
+        for path in _outermost(scratch):
             args += ["--bind", path, path]
         args += ["--proc", "/proc", "--dev", "/dev"]
         if self.access is Access.GPU:
@@ -80,7 +81,9 @@ class Jail:
             for node in sorted(glob.glob("/dev/nvidia*")):
                 args += ["--dev-bind", node, node]
         args += ["--chdir", str(self.workdir), "--clearenv"]
-        inner = {**env, "TMPDIR": "/tmp", "USER": "nobody", "LOGNAME": "nobody"}
+        tmpdir = env.get("TMPDIR", "/tmp")  # nvcc's may be its work folder: kept, so that cubins do not change
+        inner = {**env, "TMPDIR": tmpdir if any(_inside(tmpdir, s) for s in scratch) else "/tmp",
+                 "USER": "nobody", "LOGNAME": "nobody"}
         for key, value in sorted(inner.items()):
             args += ["--setenv", key, value]
         return [*args, "--", *argv], _launcher_env(binary), f"bubblewrap {binary} ({self.access.value})"
@@ -157,6 +160,16 @@ def runner_paths(python: str) -> tuple[str, ...]:
     entries = [Path(python).parent, Path(python).resolve().parent, config.REPO_ROOT]
     entries += [Path(p) for p in json.loads(done.stdout.splitlines()[-1]) if p and p != "/"]
     return tuple(str(p) for p in entries if p.is_absolute() and p.exists())
+
+
+def toolkit_trees(tool: str) -> tuple[Path, ...]:
+    """The CUDA toolkit a tool (nvcc, compute-sanitizer) belongs to: its folder's parent, and for the
+    pip layout (site-packages/nvidia/cuda_nvcc/bin/nvcc) every nvidia package beside it."""
+    trees = []
+    for path in dict.fromkeys((Path(tool).absolute(), Path(tool).resolve())):
+        root = path.parent.parent
+        trees.append(root.parent if root.parent.name == "nvidia" else root)
+    return tuple(trees)
 
 
 def python_path() -> str:
