@@ -80,7 +80,7 @@ class Jail:
             args += ["--ro-bind", "/sys", "/sys"]
             for node in sorted(glob.glob("/dev/nvidia*")):
                 args += ["--dev-bind", node, node]
-        args += ["--chdir", str(self.workdir), "--clearenv"]
+        args += ["--remount-ro", "/", "--chdir", str(self.workdir), "--clearenv"]  # the root's own tmpfs too
         tmpdir = env.get("TMPDIR", "/tmp")  # nvcc's may be its work folder: kept, so that cubins do not change
         inner = {**env, "TMPDIR": tmpdir if any(_inside(tmpdir, s) for s in scratch) else "/tmp",
                  "USER": "nobody", "LOGNAME": "nobody"}
