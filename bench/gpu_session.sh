@@ -4,7 +4,8 @@
 #   bash bench/gpu_session.sh COMMIT STAGE...                     stages in order, on GPU 0
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
-# Stages: smoke, suite, example, adversarial, cost, mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py; those $GPUTEST_K selects), multigpu,
+# Stages: smoke, suite, example, adversarial, cost, sandboxcost (bench/sandbox_cost.py --gpu: gates with and without
+# the sandbox, and one sanitized gate inside it), mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py; those $GPUTEST_K selects), multigpu,
 # walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk),
 # prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), bias:NAME:STEP,STEP[:PLACEMENT] (bench/timing_bias.py
 # probe: a walk's steps timed with controls, as_loaded or exchanged; NAME as in bench/walks, e.g. conv2d_implicit_gemm_any:13,35), placement:NAME:STEP
@@ -31,6 +32,9 @@ export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KLINEAGE_GIT_COMM
 export KLINEAGE_CACHE_DIR=/tmp/kcache KLINEAGE_RECORDED_DIR=$PWD/recorded NCCL_NVLS_ENABLE=0
 mkdir -p recorded/verdicts && touch /tmp/session-start
 export PATH=$PATH:/usr/local/cuda/bin
+# Untrusted code runs under bubblewrap (docs/sandbox.md): the host has none, so the carried one (with its libraries).
+if [ -f .hostbin/bwrap ]; then chmod +x .hostbin/bwrap; export KLINEAGE_BWRAP=$PWD/.hostbin/bwrap; fi
+python3 -c 'from klineage.gate.jail import launcher; print("sandbox:", launcher())' || echo "sandbox: UNAVAILABLE (see above)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
 echo "sanitizer: $(command -v compute-sanitizer)"
 mkdir -p "$OUT/lineages" "$OUT/results"
@@ -64,6 +68,8 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
         --section LaunchStats --section MemoryWorkloadAnalysis python3 bench/profile_gemm.py --kernel "$name" \
         > "$OUT/results/profile-${name//\//_}.txt" 2>&1; grep -v "^==PROF==" "$OUT/results/profile-${name//\//_}.txt" | head -400 ;;
+    sandboxcost) timeout "${limit:-540}" python3 bench/sandbox_cost.py --gpu --repeats "${SANDBOX_REPEATS:-3}" \
+      --out "$OUT/results/sandbox_cost_gpu.json" ;;
     mmapeak) timeout "${limit:-120}" python3 bench/mma_peak.py --out "$OUT/results/mma-peak.json" ;;
     example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only "$1" ;;
     walk:*) walk "${1#walk:}" ;;
