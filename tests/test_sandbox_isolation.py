@@ -324,3 +324,13 @@ def test_result_is_read_only_from_a_regular_capped_file_of_the_runner_shape(tmp_
     assert execute._read_result(tmp_path / "shape.json") is None
     (tmp_path / "list.json").write_text("[]")
     assert execute._read_result(tmp_path / "list.json") is None
+
+
+def test_memory_limit_holds_inside_the_job(tmp_path, instance, monkeypatch):
+    monkeypatch.setenv("KLINEAGE_SANDBOX_MEMORY_MB", "200")
+    result = in_jail(tmp_path, Access.CPU, "block = bytearray(600 << 20); print('allocated', len(block))")
+    if not any("memory" in words for words in result.isolation):
+        pytest.skip(f"no memory limit can be set on this host: {result.isolation}")
+    assert "allocated" not in result.output and result.returncode != 0, (result.output, result.isolation)
+    small = in_jail(tmp_path, Access.CPU, "block = bytearray(50 << 20); print('allocated', len(block))")
+    assert "allocated" in small.output

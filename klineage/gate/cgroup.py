@@ -66,6 +66,8 @@ def open_group(memory_bytes: int, pids: int) -> JobGroup | None:
 
 
 def _make(version: int, plan: list[tuple[Path, dict[str, int]]]) -> JobGroup | None:
+    for folder, _ in plan:
+        _sweep(folder.parent)
     made: list[Path] = []
     applied = []
     try:
@@ -85,6 +87,17 @@ def _make(version: int, plan: list[tuple[Path, dict[str, int]]]) -> JobGroup | N
                 pass
         return None
     return JobGroup(version, tuple(made), tuple(applied))
+
+
+def _sweep(parent: Path) -> None:
+    """Close the groups of KLineage processes that died before they could (killed with SIGKILL)."""
+    for stale in parent.glob("klineage-*-*"):
+        try:
+            os.kill(int(stale.name.split("-")[1]), 0)
+        except ProcessLookupError:
+            JobGroup(2 if (stale / "cgroup.kill").exists() else 1, (stale,), ()).close()
+        except (ValueError, PermissionError):
+            pass
 
 
 def _own(hierarchy: str) -> str | None:
