@@ -334,3 +334,9 @@ def test_memory_limit_holds_inside_the_job(tmp_path, instance, monkeypatch):
     assert "allocated" not in result.output and result.returncode != 0, (result.output, result.isolation)
     small = in_jail(tmp_path, Access.CPU, "block = bytearray(50 << 20); print('allocated', len(block))")
     assert "allocated" in small.output
+
+
+def test_a_crash_inside_the_sandbox_reads_as_the_signal_that_killed_it(tmp_path, instance):
+    result = in_jail(tmp_path, Access.CPU, "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert (result.exit, result.returncode) == (sandbox.Exit.SIGNALLED, -11)
+    assert (in_jail(tmp_path, Access.CPU, "raise SystemExit(3)").returncode) == 3
