@@ -183,6 +183,8 @@ def run_on_gpu(request: dict[str, Any], cubins: dict[str, bytes], policy: GatePo
                               on_progress=seen, jail=_jail(Access.GPU, work, readable, writable))
         _said(outcome)
         result = _read_result(work / "result.json") or {}
+        # Written by the parent, after the runner's own facts: the verdict says what held the run.
+        result["environment"] = {**result.get("environment", {}), "sandbox": "; ".join(outcome.isolation)}
         run = RunOutcome(result=result, seconds=outcome.seconds, output_excerpt=outcome.output[-4000:],
                          isolation=outcome.isolation)
         last = next((e for e in reversed(events) if "what" in e or "case" in e), {})
