@@ -324,6 +324,10 @@ def test_result_is_read_only_from_a_regular_capped_file_of_the_runner_shape(tmp_
     assert execute._read_result(tmp_path / "shape.json") is None
     (tmp_path / "list.json").write_text("[]")
     assert execute._read_result(tmp_path / "list.json") is None
+    os.mkfifo(tmp_path / "fifo.json")  # opening it for reading would wait for a writer forever
+    assert execute._read_result(tmp_path / "fifo.json") is None
+    (tmp_path / "progress.jsonl").symlink_to("/dev/zero")  # read whole, it would never end
+    assert sandbox._new_events(tmp_path / "progress.jsonl", 0) == ([], 0)
 
 
 def test_memory_limit_holds_inside_the_job(tmp_path, instance, monkeypatch):

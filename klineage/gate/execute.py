@@ -12,7 +12,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from stat import S_ISREG
 from typing import Any, Callable
 
 from klineage import config
@@ -76,20 +75,9 @@ def _workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="klineage-run-"))  # mode 0700: a private channel
 
 
-def _read_capped(path: Path, cap: int) -> bytes | None:
-    """A regular file the job wrote, never read through a link it planted, if no bigger than `cap`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        return handle.read(cap) if S_ISREG(info.st_mode) and info.st_size <= cap else None
-
-
 def _read_result(path: Path) -> dict[str, Any] | None:
     """The runner's result, if a capped regular file in the runner's shape; None otherwise."""
-    data = _read_capped(path, RESULT_CAP)
+    data = sandbox.read_capped(path, RESULT_CAP)
     try:
         result = json.loads(data.decode("utf-8")) if data is not None else None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
@@ -233,7 +221,7 @@ def sanitize(tool: str, request: dict[str, Any], cubins: dict[str, bytes], polic
         run = run_on_gpu(request, cubins, policy, wrap=wrap, extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
                          timeout_s=max(600.0, policy.run_timeout_s), stall_s=max(120.0, 20 * policy.launch_timeout_s),
                          readable=toolkit_trees(binary), writable=(log_file.parent,))
-        text = (_read_capped(log_file, RESULT_CAP) or b"").decode("utf-8", errors="replace")
+        text = (sandbox.read_capped(log_file, RESULT_CAP) or b"").decode("utf-8", errors="replace")
     finally:
         shutil.rmtree(log_file.parent, ignore_errors=True)
     summary = _ERROR_SUMMARY.search(text)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
+from stat import S_ISREG
 from typing import Callable
 
 from klineage import config
@@ -65,6 +66,7 @@ def minimal_env(extra: dict[str, str] | None = None, home: Path | None = None) -
 
 
 FILE_SIZE_LIMIT = 4 << 30
+PROGRESS_CAP = 64 << 20  # a progress file past this is a job flooding its parent: its events are no longer read
 
 
 def _limits(cpu_seconds: int, nproc: int | None, group: cgroup.JobGroup | None) -> Callable[[], None]:
@@ -183,16 +185,28 @@ def _supervise(argv: list[str], cwd: Path, env: dict[str, str], timeout_s: float
                          time.monotonic() - started, len(captured), isolation)
 
 
+def read_capped(path: Path, cap: int) -> bytes | None:
+    """A regular file a job wrote, if no bigger than `cap`; None for anything else. Never through a
+    link the job planted (it could point at a secret, or at /dev/zero), and never blocking on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        return handle.read(cap) if S_ISREG(info.st_mode) and info.st_size <= cap else None
+
+
 def _new_events(path: Path, skip: int) -> tuple[list[dict], int]:
     """Events in complete lines after the first `skip`, and how many complete lines were read.
 
     A line without its newline is still being written; a complete line that is not a JSON
     object is passed over rather than allowed to hide every later event from the watchdog.
     """
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+    data = read_capped(path, PROGRESS_CAP)
+    if data is None:
         return [], 0
+    text = data.decode("utf-8", errors="replace")
     complete = text.split("\n")[:-1]
     events = []
     for line in complete[skip:]:
