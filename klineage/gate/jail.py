@@ -81,9 +81,9 @@ class Jail:
             for node in sorted(glob.glob("/dev/nvidia*")):
                 args += ["--dev-bind", node, node]
         args += ["--remount-ro", "/", "--chdir", str(self.workdir), "--clearenv"]  # the root's own tmpfs too
-        tmpdir = env.get("TMPDIR", "/tmp")  # nvcc's may be its work folder: kept, so that cubins do not change
-        inner = {**env, "TMPDIR": tmpdir if any(_inside(tmpdir, s) for s in scratch) else "/tmp",
-                 "USER": "nobody", "LOGNAME": "nobody"}
+        # Temporary files go to the sandbox's own /tmp: every sandboxed process is pid 2 in its namespace,
+        # so two nvcc sharing a folder would write the same tmpxft_<pid>_* files over each other.
+        inner = {**env, "TMPDIR": "/tmp", "USER": "nobody", "LOGNAME": "nobody"}
         for key, value in sorted(inner.items()):
             args += ["--setenv", key, value]
         return [*args, "--", *argv], _launcher_env(binary), f"bubblewrap {binary} ({self.access.value})"
