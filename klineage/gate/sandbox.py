@@ -49,7 +49,6 @@ class SandboxResult:
     captured_bytes: int = -1
     isolation: tuple[str, ...] = ()  # the sandbox and the limits that applied, in words
 
-
     @property
     def flooded(self) -> bool:
         kept = self.captured_bytes if self.captured_bytes >= 0 else len(self.output.encode("utf-8", "replace"))
