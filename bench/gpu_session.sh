@@ -7,7 +7,8 @@
 # Stages: smoke, suite, example, adversarial, cost, fidelity (bench/timing_fidelity.py: $FIDELITY_REPEATS (20) gates of a
 # short-kernel expert, each a fresh runner, then the noisy vendor; make it the first stage after the machine starts),
 # gatecost:WORKLOAD[,WORKLOAD] (bench/gate_cost.py: cold against warm runner per candidate, policies $GATECOST_POLICIES
-# (state,timed)), mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py; those $GPUTEST_K selects), multigpu,
+# (state,timed)), sandboxcost (bench/sandbox_cost.py --gpu: gates with and without
+# the sandbox, and one sanitized gate inside it), mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py; those $GPUTEST_K selects), multigpu,
 # walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk),
 # prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), bias:NAME:STEP,STEP[:PLACEMENT] (bench/timing_bias.py
 # probe: a walk's steps timed with controls, as_loaded or exchanged; NAME as in bench/walks, e.g. conv2d_implicit_gemm_any:13,35), placement:NAME:STEP
@@ -38,6 +39,9 @@ export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KLINEAGE_GIT_COMM
 export KLINEAGE_CACHE_DIR=/tmp/kcache KLINEAGE_RECORDED_DIR=$PWD/recorded NCCL_NVLS_ENABLE=0
 mkdir -p recorded/verdicts && touch /tmp/session-start
 export PATH=$PATH:/usr/local/cuda/bin
+# Untrusted code runs under bubblewrap (docs/sandbox.md): the host has none, so the carried one (with its libraries).
+if [ -f .hostbin/bwrap ]; then chmod +x .hostbin/bwrap; export KLINEAGE_BWRAP=$PWD/.hostbin/bwrap; fi
+python3 -c 'from klineage.gate.jail import launcher; print("sandbox:", launcher())' || echo "sandbox: UNAVAILABLE (see above)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
 echo "sanitizer: $(command -v compute-sanitizer)"
 mkdir -p "$OUT/lineages" "$OUT/results"
@@ -71,6 +75,8 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
         --section LaunchStats --section MemoryWorkloadAnalysis python3 bench/profile_gemm.py --kernel "$name" \
         > "$OUT/results/profile-${name//\//_}.txt" 2>&1; grep -v "^==PROF==" "$OUT/results/profile-${name//\//_}.txt" | head -400 ;;
+    sandboxcost) timeout "${limit:-540}" python3 bench/sandbox_cost.py --gpu --repeats "${SANDBOX_REPEATS:-3}" \
+      --out "$OUT/results/sandbox_cost_gpu.json" ;;
     mmapeak) timeout "${limit:-120}" python3 bench/mma_peak.py --out "$OUT/results/mma-peak.json" ;;
     fidelity) timeout "${limit:-560}" python3 bench/timing_fidelity.py --repeats "${FIDELITY_REPEATS:-20}" \
       --out "$OUT/results/timing_fidelity.json" ;;

@@ -83,6 +83,37 @@ def sanitizer_path() -> str | None:
     return None
 
 
+UNSAFE_NO_SANDBOX = "KLINEAGE_UNSAFE_NO_SANDBOX"
+
+
+def bwrap_path() -> str | None:
+    """bubblewrap, which every process that runs untrusted code starts inside: KLINEAGE_BWRAP (used
+    as given, so a wrong path is refused rather than silently replaced), else `bwrap` on PATH."""
+    import shutil
+
+    return os.environ.get("KLINEAGE_BWRAP", "").strip() or shutil.which("bwrap")
+
+
+def sandbox_disabled() -> bool:
+    """KLINEAGE_UNSAFE_NO_SANDBOX=1: run untrusted code without bubblewrap. For a developer's own
+    machine only; the engine logs a warning on every sandboxed start and the dashboard shows a banner."""
+    value = os.environ.get(UNSAFE_NO_SANDBOX, "").strip()
+    if value not in ("", "0", "1"):
+        raise KLineageError(f"{UNSAFE_NO_SANDBOX} must be 1 (run untrusted code unsandboxed) or 0, not {value!r}")
+    return value == "1"
+
+
+def sandbox_memory_bytes() -> int:
+    """The memory one sandboxed job may use (a cgroup limit where one can be made); default half the RAM."""
+    default_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2 // (1 << 20)
+    return int(_number("KLINEAGE_SANDBOX_MEMORY_MB", default_mb, int) or default_mb) << 20
+
+
+def sandbox_pids() -> int:
+    """Processes and threads one sandboxed job may run (torch's pools count: a GPU runner uses ~100)."""
+    return int(_number("KLINEAGE_SANDBOX_PIDS", 1024, int) or 1024)
+
+
 def compile_timeout_s() -> float:
     """How long nvcc may run on one kernel. Running past it judges nothing (the limit depends on the
     machine and its load: six gates compiling side by side take several times longer)."""

@@ -28,6 +28,7 @@ from typing import Any
 from klineage import config
 from klineage.errors import DocumentError, ToolchainError
 from klineage.fingerprint import normalize_source, sha256_bytes, sha256_json
+from klineage.gate.jail import Access, Jail, toolkit_trees
 from klineage.gate.nvcc_flags import refusal, refused_flags
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
@@ -333,14 +334,16 @@ def _run_nvcc(toolchain: Toolchain, flags: tuple[str, ...], targets: tuple[str, 
               work: Path, timeout_s: float, suffix: str = "cubin") -> dict[str, int] | None:
     """Run one nvcc per target at once (nvcc -cubin takes a single target), writing
     `<target>.<suffix>`; None on timeout."""
-    env = toolchain.environment(work)
+    # In the sandbox: an #include (however spelt) reaches only the toolkit and the system's headers.
+    jail = Jail(Access.COMPILER, work, readable=toolkit_trees(toolchain.nvcc))
     procs = {}
     for target in targets:
+        # -x cu: the plan's file name need not end in .cu
+        argv, env, _ = jail.command([toolchain.nvcc, *flags, gencode(target), "-x", "cu", source, "-o",
+                                     f"{target}.{suffix}"], toolchain.environment(work))
         with open(work / f"{target}.log", "wb") as log:
             procs[target] = subprocess.Popen(
-                # -x cu: the plan's file name need not end in .cu
-                [toolchain.nvcc, *flags, gencode(target), "-x", "cu", source, "-o", f"{target}.{suffix}"],
-                cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True)  # its own process group, so cicc and ptxas die with it
     deadline = time.monotonic() + timeout_s
     try:

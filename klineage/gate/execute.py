@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import re
 import shutil
@@ -18,12 +19,19 @@ from klineage.errors import DocumentError, KLineageError
 from klineage.files import write_atomic
 from klineage.fingerprint import sha256_bytes, sha256_text
 from klineage.gate import sandbox
+from klineage.gate.jail import Access, Jail, python_path, toolkit_trees
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Finding, Reason
 from klineage.problem import ProblemInfo
 from klineage.problem_formats import fingerprint, source_files
 
 PROBE_VERSION = 1
+RESULT_CAP = 256 << 20  # bytes of a result file read at all; a bigger one is the job misbehaving
+# What a runner's result may hold at its top level, and of which type (klineage.gate.runner.main).
+RESULT_SHAPE = {"findings": list, "correctness": list, "profile": dict, "error": str, "traceback": str,
+                "problem": dict, "numerics": list, "inputs": dict, "environment": dict, "vendor_check": list,
+                "phases": dict}
+log = logging.getLogger("klineage.sandbox")
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,7 @@ class RunOutcome:
     error: str = ""  # the harness or problem failed: no judgement on the kernel
     seconds: float = 0.0
     output_excerpt: str = ""
+    isolation: tuple[str, ...] = ()  # the sandbox and limits it ran under (sandbox.SandboxResult.isolation)
 
 
 def problem_fingerprint(path: Path) -> str:
@@ -56,8 +65,7 @@ def problem_fingerprint(path: Path) -> str:
 
 
 def _runner_env(extra: dict[str, str] | None = None, home: Path | None = None) -> dict[str, str]:
-    path = [str(config.REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return sandbox.minimal_env({"PYTHONPATH": os.pathsep.join(path), **(extra or {})}, home=home)
+    return sandbox.minimal_env({"PYTHONPATH": python_path(), **(extra or {})}, home=home)
 
 
 def _workdir() -> Path:
@@ -65,10 +73,32 @@ def _workdir() -> Path:
 
 
 def _read_result(path: Path) -> dict[str, Any] | None:
+    """The runner's result, if a capped regular file in the runner's shape; None otherwise."""
+    data = sandbox.read_capped(path, RESULT_CAP)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
+        result = json.loads(data.decode("utf-8")) if data is not None else None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
+    if not isinstance(result, dict) or any(not isinstance(result.get(k, t()), t) for k, t in RESULT_SHAPE.items()):
+        return None
+    return result
+
+
+def _stage_problem(path: Path, work: Path) -> Path:
+    """A copy of the problem file in the job's scratch folder, under its own name: the sandbox shows
+    the runner no other folder of ours (an uploaded problem lives in the data dir)."""
+    staged = work / "problem" / path.name
+    staged.parent.mkdir()
+    shutil.copyfile(path, staged)
+    return staged
+
+
+def _jail(access: Access, work: Path, readable: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()) -> Jail:
+    return Jail(access, work, python=config.runner_python(), readable=readable, writable=writable)
+
+
+def _said(outcome: sandbox.SandboxResult) -> None:
+    log.info("runner: %s", "; ".join(outcome.isolation))
 
 
 def probe_problem(path: str | Path, cache_dir: Path | None = None, device: str = "cpu",
@@ -85,19 +115,23 @@ def probe_problem(path: str | Path, cache_dir: Path | None = None, device: str =
                            probe.inputs)
     work = _workdir()
     try:
-        request = {"mode": "probe", "problem": str(path), "device": device}
+        staged = _stage_problem(path, work)
+        request = {"mode": "probe", "problem": str(staged), "device": device}
         (work / "request.json").write_text(json.dumps(request), encoding="utf-8")
         outcome = sandbox.run([config.runner_python(), "-m", "klineage.gate.runner", "request.json", "result.json"],
-                              cwd=work, timeout_s=timeout_s, env=_runner_env(home=work))
+                              cwd=work, timeout_s=timeout_s, env=_runner_env(home=work),
+                              jail=_jail(Access.CPU if device == "cpu" else Access.GPU, work))
+        _said(outcome)
         result = _read_result(work / "result.json")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if result is None:
+    if result is None or not ("error" in result or {"problem", "numerics", "inputs"} <= result.keys()):
         raise DocumentError(str(path), f"loading the problem failed ({outcome.exit.value}, code "
-                                       f"{outcome.returncode}): {outcome.output[-2000:]}")
+                                       f"{outcome.returncode}): {outcome.output[-2000:].replace(str(staged), str(path))}")
     if "error" in result:
-        raise DocumentError(str(path), result["error"])
-    probe = ProbeResult(ProblemInfo.from_dict(result["problem"]), tuple(result["numerics"]), result["inputs"])
+        raise DocumentError(str(path), result["error"].replace(str(staged), str(path)))
+    info = ProblemInfo.from_dict({**result["problem"], "path": str(path)})  # the user's file, not the staged copy
+    probe = ProbeResult(info, tuple(result["numerics"]), result["inputs"])
     if cached:
         write_atomic(cached, json.dumps(probe.to_dict()))
     return probe
@@ -106,11 +140,16 @@ def probe_problem(path: str | Path, cache_dir: Path | None = None, device: str =
 def run_on_gpu(request: dict[str, Any], cubins: dict[str, bytes], policy: GatePolicy,
                on_progress: Callable[[dict], None] | None = None,
                wrap: list[str] | None = None, extra_env: dict[str, str] | None = None,
-               timeout_s: float | None = None, stall_s: float | None = None) -> RunOutcome:
+               timeout_s: float | None = None, stall_s: float | None = None,
+               readable: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()) -> RunOutcome:
     """Run the runner once. `cubins` maps kernel role -> cubin bytes; `wrap` prefixes the command
-    (compute-sanitizer). Everything the kernel could do to the process is turned into findings."""
+    (compute-sanitizer, whose trees `readable` and `writable` add to the sandbox's view).
+    Everything the kernel could do to the process is turned into findings."""
     work = _workdir()
     try:
+        problem = Path(request["problem"])
+        staged = _stage_problem(problem, work)
+        request = {**request, "problem": str(staged)}
         for spec in request["kernels"]:
             cubin = work / f"{spec['role']}.cubin"
             cubin.write_bytes(cubins[spec["role"]])
@@ -128,9 +167,13 @@ def run_on_gpu(request: dict[str, Any], cubins: dict[str, bytes], policy: GatePo
         outcome = sandbox.run(argv, cwd=work, timeout_s=timeout_s or policy.run_timeout_s,
                               env=_runner_env(extra_env, home=work), output_cap=policy.output_cap,
                               progress_file=work / "progress.jsonl", stall_s=stall_s or policy.launch_timeout_s,
-                              on_progress=seen)
+                              on_progress=seen, jail=_jail(Access.GPU, work, readable, writable))
+        _said(outcome)
         result = _read_result(work / "result.json") or {}
-        run = RunOutcome(result=result, seconds=outcome.seconds, output_excerpt=outcome.output[-4000:])
+        # Written by the parent, after the runner's own facts: the verdict says what held the run.
+        result["environment"] = {**result.get("environment", {}), "sandbox": "; ".join(outcome.isolation)}
+        run = RunOutcome(result=result, seconds=outcome.seconds, output_excerpt=outcome.output[-4000:],
+                         isolation=outcome.isolation)
         last = next((e for e in reversed(events) if "what" in e or "case" in e), {})
         case = last.get("case", "")
         if outcome.exit is sandbox.Exit.STALLED:
@@ -149,7 +192,7 @@ def run_on_gpu(request: dict[str, Any], cubins: dict[str, bytes], policy: GatePo
                                         f"{outcome.returncode}) during '{last.get('what', last.get('stage', '?'))}'",
                                         case, {"output": outcome.output[-2000:]}))
         if "error" in result and not run.findings:
-            run.error = result["error"] + "\n" + result.get("traceback", "")
+            run.error = (result["error"] + "\n" + result.get("traceback", "")).replace(str(staged), str(problem))
         return run
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -168,17 +211,18 @@ def sanitize(tool: str, request: dict[str, Any], cubins: dict[str, bytes], polic
     binary = config.sanitizer_path()
     if binary is None:
         return [], {"tool": tool, "status": "unavailable"}
-    log = Path(tempfile.mkdtemp(prefix="klineage-san-")) / "sanitizer.log"
-    wrap = [binary, "--tool", tool, "--log-file", str(log), "--print-limit", "20", "--error-exitcode", "86"]
+    log_file = Path(tempfile.mkdtemp(prefix="klineage-san-")) / "sanitizer.log"
+    wrap = [binary, "--tool", tool, "--log-file", str(log_file), "--print-limit", "20", "--error-exitcode", "86"]
     if tool == "racecheck":
         wrap += ["--racecheck-report", "hazard"]
     try:
         # Separate allocations, so memcheck knows each buffer's true bounds.
         run = run_on_gpu(request, cubins, policy, wrap=wrap, extra_env={"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"},
-                         timeout_s=max(600.0, policy.run_timeout_s), stall_s=max(120.0, 20 * policy.launch_timeout_s))
-        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+                         timeout_s=max(600.0, policy.run_timeout_s), stall_s=max(120.0, 20 * policy.launch_timeout_s),
+                         readable=toolkit_trees(binary), writable=(log_file.parent,))
+        text = (sandbox.read_capped(log_file, RESULT_CAP) or b"").decode("utf-8", errors="replace")
     finally:
-        shutil.rmtree(log.parent, ignore_errors=True)
+        shutil.rmtree(log_file.parent, ignore_errors=True)
     summary = _ERROR_SUMMARY.search(text)
     errors = int(summary.group(1) or summary.group(2)) if summary else None
     if tool == "racecheck" and not errors and _RACE.search(text):
