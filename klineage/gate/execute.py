@@ -85,12 +85,16 @@ def _read_result(path: Path) -> dict[str, Any] | None:
 
 
 def _stage_problem(path: Path, work: Path) -> Path:
-    """A copy of the problem file in the job's scratch folder, under its own name: the sandbox shows
-    the runner no other folder of ours (an uploaded problem lives in the data dir)."""
-    staged = work / "problem" / path.name
-    staged.parent.mkdir()
-    shutil.copyfile(path, staged)
-    return staged
+    """A copy of the problem's files in the job's scratch folder, laid out as beside the original (a
+    trace's workloads and tensors sit in folders next to its definition): the sandbox shows the runner
+    no other folder of ours (an uploaded problem lives in the data dir). Gives the staged first file."""
+    files = [f.resolve() for f in source_files(path)]
+    root = Path(os.path.commonpath([f.parent for f in files]))
+    for source in files:
+        staged = work / "problem" / source.relative_to(root)
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, staged)
+    return work / "problem" / files[0].relative_to(root)
 
 
 def _jail(access: Access, work: Path, readable: tuple[Path, ...] = (), writable: tuple[Path, ...] = ()) -> Jail:

@@ -17,6 +17,7 @@ cold one, in a thread of its own; the two talk through files in the runner's pri
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import Any, Callable
 from klineage import config
 from klineage.files import write_atomic
 from klineage.gate import execute, sandbox
+from klineage.gate.jail import Access
 from klineage.gate.policy import GatePolicy
 
 WARM_LIFE_S = 3600.0  # the sandbox's wall-clock limit for one warm runner; a new one starts before it runs out
@@ -37,6 +39,7 @@ class _Session:
 
     def __init__(self, problem: Path, policy: GatePolicy):
         self.work = execute._workdir()
+        problem = execute._stage_problem(problem, self.work)  # the sandbox shows the runner only its folder
         self.inbox, self.outbox = self.work / "inbox", self.work / "outbox"
         self.inbox.mkdir()
         self.outbox.mkdir()
@@ -55,7 +58,8 @@ class _Session:
         argv = [config.runner_python(), "-m", "klineage.gate.runner", "request.json", "result.json"]
         self.ended = sandbox.run(argv, cwd=self.work, timeout_s=WARM_LIFE_S, env=execute._runner_env(home=self.work),
                                  output_cap=policy.output_cap, progress_file=self.progress,
-                                 stall_s=policy.launch_timeout_s, on_progress=self._seen)
+                                 stall_s=policy.launch_timeout_s, on_progress=self._seen,
+                                 jail=execute._jail(Access.GPU, self.work))
 
     def _seen(self, event: dict) -> None:
         if self.listener is not None:
@@ -86,10 +90,12 @@ class _Session:
             time.sleep(0.05)
         self.listener = None
         result = execute._read_result(answer)
-        printed = output.stat().st_size if output.is_file() else 0
-        if result is None or result["findings"] or "error" in result or printed > policy.output_cap:
+        # read as the cold runner's files are: a capped regular file, never through a planted link
+        printed = sandbox.read_capped(output, policy.output_cap)
+        unreadable = printed is None and os.path.lexists(output)  # over the cap, a link, a FIFO: cold judges it
+        if result is None or result["findings"] or "error" in result or unreadable:
             return None
-        excerpt = output.read_bytes()[-4000:].decode("utf-8", "replace")
+        excerpt = (printed or b"")[-4000:].decode("utf-8", "replace")
         return execute.RunOutcome(result=result, seconds=time.monotonic() - clock, output_excerpt=excerpt)
 
     def close(self) -> None:
