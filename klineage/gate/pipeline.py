@@ -14,7 +14,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 
 from klineage import config, devices, expr
 from klineage.config import GateMode
-from klineage.errors import DocumentError, KLineageError
+from klineage.errors import DocumentError, KLineageError, ReplayMiss
 from klineage.files import write_atomic
 from klineage.fingerprint import sha256_bytes
 from klineage.features.sass import sass_features
@@ -92,10 +92,19 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     if probe is not None:
         timings["probe"] = time.monotonic() - clock
     problem_fp, toolchain_key = parts["problem"], parts["toolchain"]
+    # Replay serves recorded verdicts; on a miss it still decides what needs no GPU (the static check,
+    # nvcc, the policy on the artifact, the plan against the cubin): those rejections are the same on
+    # every machine. A kernel that passes them needs its GPU verdict, and the miss is raised.
+    missed: ReplayMiss | None = None
     if mode is GateMode.REPLAY:
-        verdict, origin = cache.replay(key, parts)
-        return _served(verdict, origin)
-    found = cache.lookup(key) if not record else None
+        try:
+            verdict, origin = cache.replay(key, parts)
+            return _served(verdict, origin)
+        except ReplayMiss as miss:
+            if probe is None:
+                raise
+            missed = miss
+    found = cache.lookup(key) if not record and missed is None else None
     if found is not None:
         return _served(*found)
 
@@ -106,14 +115,15 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
 
     def finish(status: Status, findings: list[Finding] = (), store: bool = True, twin: str = "",
                **stages: Any) -> Verdict:
-        provenance = {"origin": "measured", "key": key, "key_parts": parts, "gate_version": GATE_VERSION,
+        provenance = {"origin": "judged_without_gpu" if missed else "measured", "key": key, "key_parts": parts,
+                      "gate_version": GATE_VERSION,
                       "git_commit": git_commit(),
                       "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
         if twin:  # correctness and sanitizers were judged by this untimed verdict of the same kernel
             provenance["correctness_from"] = twin
         verdict = Verdict(status=status, findings=tuple(findings), timings=timings, provenance=provenance,
                           **base, **stages)
-        if store:
+        if store and missed is None:
             cache.store(key, verdict, record=record)
         progress("done", verdict.status.value)
         return verdict
@@ -154,6 +164,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
         candidate = contender("candidate", kernel, compiled, probe, judged + swept, device)
     except _PlanFailure as failure:
         return finish(Status.REJECTED, [failure.finding], **stages)
+    if missed is not None:
+        raise missed
     if mode is GateMode.COMPILE_ONLY:
         return finish(Status.COMPILED, **stages)
 
