@@ -583,7 +583,8 @@ def _warm_clocks(device: Device) -> None:
     """Busy work on every SM for WARM_CLOCKS_S, so the next measurement starts at the clocks the GPU
     holds under load (a first gate after the machine started timed the vendor at 3x its settled time)."""
     torch = device.torch
-    a = torch.randn(4096, 4096, dtype=torch.float16, device="cuda")
+    # no random numbers: after a vendor's failed graph capture the CUDA generator refuses to advance
+    a = torch.full((4096, 4096), 0.5, dtype=torch.float16, device="cuda")
     started = time.monotonic()
     while time.monotonic() - started < WARM_CLOCKS_S:
         for _ in range(8):
