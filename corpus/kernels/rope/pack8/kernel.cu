@@ -1,0 +1,98 @@
+// Rotary embedding, tuned for a memory-bound GPU: each thread rotates PACK = 8 element pairs at a
+// time with 16-byte loads and stores (eight bf16 of the first half, the matching eight of the second
+// half), float4 reads of the cos and sin tables, fp32 arithmetic, and a grid-stride loop over the
+// packs so that a grid sized to the GPU covers any tensor.
+//
+// Packs need d / 2 % 8 == 0: then every half-row, and every table row, starts 16-byte aligned.
+// Other head sizes take the scalar path: one pair per step of the same grid-stride loop.
+
+#include <cstdint>
+#include <cuda_bf16.h>
+
+constexpr int THREADS = 256;
+constexpr int PACK = 8;              // element pairs per thread step: 16 bytes of bf16 from each half
+constexpr int BLOCKS_PER_SM = 8;     // grid = num_sms * BLOCKS_PER_SM blocks, capped by the work
+constexpr int UNROLL = 2;            // packs in flight per thread
+
+union Pack16 {                       // 16 bytes: one vector load or store, eight bf16
+    uint4 raw;
+    __nv_bfloat162 pair[4];
+};
+
+// One rotation in fp32: (a, b) -> (a cos - b sin, b cos + a sin).
+__device__ __forceinline__ void rotate(float a, float b, float c, float sn, float& ra, float& rb)
+{
+    ra = fmaf(a, c, -b * sn);
+    rb = fmaf(b, c, a * sn);
+}
+
+__device__ __forceinline__ void rotate_pack(const __nv_bfloat16* __restrict__ x1p, const __nv_bfloat16* __restrict__ x2p,
+                                            const float* __restrict__ cp, const float* __restrict__ sp,
+                                            __nv_bfloat16* __restrict__ y1p, __nv_bfloat16* __restrict__ y2p)
+{
+    Pack16 a, b, ra, rb;
+    a.raw = __ldg(reinterpret_cast<const uint4*>(x1p));
+    b.raw = __ldg(reinterpret_cast<const uint4*>(x2p));
+    const float4 c0 = __ldg(reinterpret_cast<const float4*>(cp));
+    const float4 c1 = __ldg(reinterpret_cast<const float4*>(cp) + 1);
+    const float4 s0 = __ldg(reinterpret_cast<const float4*>(sp));
+    const float4 s1 = __ldg(reinterpret_cast<const float4*>(sp) + 1);
+    const float cs[PACK] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const float ss[PACK] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+    for (int p = 0; p < PACK / 2; ++p) {
+        const float2 av = __bfloat1622float2(a.pair[p]);
+        const float2 bv = __bfloat1622float2(b.pair[p]);
+        float r0, r1, q0, q1;
+        rotate(av.x, bv.x, cs[2 * p], ss[2 * p], r0, q0);
+        rotate(av.y, bv.y, cs[2 * p + 1], ss[2 * p + 1], r1, q1);
+        ra.pair[p] = __floats2bfloat162_rn(r0, r1);
+        rb.pair[p] = __floats2bfloat162_rn(q0, q1);
+    }
+    *reinterpret_cast<uint4*>(y1p) = ra.raw;
+    *reinterpret_cast<uint4*>(y2p) = rb.raw;
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+rope_pack8(const __nv_bfloat16* __restrict__ x, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+           __nv_bfloat16* __restrict__ y, int b, int s, int h, int d)
+{
+    const int half = d / 2;
+    const size_t rows = static_cast<size_t>(b) * s * h;
+    const size_t stride = static_cast<size_t>(gridDim.x) * THREADS;
+    const size_t first = static_cast<size_t>(blockIdx.x) * THREADS + threadIdx.x;
+
+    if (half % PACK == 0) {
+        // Vector path: item = (row, pack of 8 frequencies).
+        const int packs = half / PACK;
+        const size_t items = rows * packs;
+        for (size_t base = first; base < items; base += stride * UNROLL) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const size_t item = base + u * stride;
+                if (item < items) {
+                    const size_t row = item / packs;
+                    const int f = static_cast<int>(item - row * packs) * PACK;
+                    const size_t token = (row / h) % s;
+                    const size_t at = row * d + f;
+                    rotate_pack(x + at, x + at + half, cos_t + token * half + f, sin_t + token * half + f,
+                                y + at, y + at + half);
+                }
+            }
+        }
+    } else {
+        // Scalar path: item = (row, one frequency).
+        const size_t items = rows * half;
+        for (size_t item = first; item < items; item += stride) {
+            const size_t row = item / half;
+            const int f = static_cast<int>(item - row * half);
+            const size_t token = (row / h) % s;
+            const size_t at = row * d + f;
+            float r1, r2;
+            rotate(__bfloat162float(x[at]), __bfloat162float(x[at + half]), __ldg(cos_t + token * half + f),
+                   __ldg(sin_t + token * half + f), r1, r2);
+            y[at] = __float2bfloat16(r1);
+            y[at + half] = __float2bfloat16(r2);
+        }
+    }
+}
