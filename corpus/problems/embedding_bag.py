@@ -43,7 +43,9 @@ SWEEP = {  # timed only: row width against the block, bag length, bags against t
 
 OUTPUTS = {"out": {"shape": ["bags", "d"], "dtype": "float32"}}
 
-TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 1e-5, "rel_l2": 1e-5}}
+# A bag is an fp32 sum of up to 1024 rows of O(1) values: in any order it carries ~1e-4 of absolute
+# rounding error where the sum cancels, so atol is wider than the fp32 default; rel_l2 stays tight.
+TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 2e-3, "rel_l2": 1e-5}}
 
 MATH = "fp32"
 

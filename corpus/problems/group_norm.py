@@ -14,8 +14,9 @@ Cases:
 - one_group    3 x 40 x 1024, 1 group (layer norm over a sample).
 - small        2 x 6 x 37, 3 groups: the smallest; the sanitizer runs here.
 
-Inputs: per-(sample, group) offsets and scales (some groups offset by hundreds, where a one-pass
-sum-of-squares variance loses every digit), weight and bias drawn around 1 and 0.
+Inputs: per-(sample, group) offsets and scales (some groups offset by up to 120 standard deviations,
+where a one-pass fp32 sum-of-squares variance loses the digits the tolerance needs), weight and bias
+drawn around 1 and 0.
 """
 
 from __future__ import annotations
@@ -56,11 +57,12 @@ def make_inputs(case: dict, seed: int, device) -> dict:
     """x (n, c, hw), weight (c,), bias (c,): fp32, deterministic per seed on every device."""
     n, c, hw, groups = (int(case[k]) for k in ("n", "c", "hw", "groups"))
     gen = torch.Generator(device="cpu").manual_seed(0x6E0B0000 + int(seed))
-    scale = torch.empty(n, groups, 1).uniform_(0.1, 5.0, generator=gen)
-    # One group in four sits far from zero: a naive E[x^2] - E[x]^2 variance cancels there.
+    scale = torch.empty(n, groups, 1).uniform_(0.5, 5.0, generator=gen)
+    # One group in four sits far from zero (up to 120 standard deviations): a one-pass E[x^2] - E[x]^2
+    # variance in fp32 cancels there; a mean rounded to fp32 still leaves y within the tolerance.
     far = (torch.rand(n, groups, 1, generator=gen) < 0.25).float()
     offset = torch.empty(n, groups, 1).uniform_(-3.0, 3.0, generator=gen) + far * torch.empty(
-        n, groups, 1).uniform_(-400.0, 400.0, generator=gen)
+        n, groups, 1).uniform_(-60.0, 60.0, generator=gen)
     x = torch.randn(n, groups, (c // groups) * hw, generator=gen).mul_(scale).add_(offset).reshape(n, c, hw)
     weight = torch.empty(c).uniform_(0.5, 1.5, generator=gen)
     bias = torch.empty(c).uniform_(-0.5, 0.5, generator=gen)

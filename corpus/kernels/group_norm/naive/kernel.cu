@@ -1,7 +1,7 @@
 // Group norm, the plain way: one block per (sample, group), three scalar passes over the group
 // (mean, variance, write), each block-wide sum a shared-memory tree. The group is read three times.
 //
-// Sums are taken of x - pivot (the group's first element), not of x: a group offset by hundreds
+// Sums are taken of x - pivot (the group's first element), not of x: a group far from zero
 // would otherwise lose its deviations to rounding in the sum and in x - mean.
 
 constexpr int THREADS = 256;  // a power of two, as the tree reduction needs

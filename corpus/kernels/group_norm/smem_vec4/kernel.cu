@@ -9,7 +9,7 @@
 // group starts 16-byte aligned); other shapes take the scalar (V = 1) instantiation of the same code.
 //
 // Numerics: sums are of x - pivot (the group's first element), and deviations are (x - pivot) - d
-// with d = mean - pivot, so a group offset by hundreds keeps its digits (x - pivot is exact there).
+// with d = mean - pivot, so a group far from zero keeps its digits (x - pivot is exact there).
 
 #include <cstdint>
 
