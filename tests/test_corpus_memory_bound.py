@@ -160,7 +160,7 @@ def test_the_reference_catches_the_hard_cases():
     problem = _problem("group_norm")
     params = dict(problem.info.case("ragged").params)
     x = problem.make_inputs(params, 0, "cpu")["x"].reshape(params["n"], params["groups"], -1).double()
-    assert (x.mean(-1).abs() / x.std(-1)).max() > 40
+    assert (x.mean(-1).abs() / x.std(-1)).max() > 15
 
 
 # --- the kernels: plans and the compile-only gate ---------------------------------------------------
