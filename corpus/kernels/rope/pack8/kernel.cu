@@ -1,9 +1,9 @@
 // Rotary embedding, tuned for a memory-bound GPU: each thread rotates PACK = 8 element pairs at a
 // time with 16-byte loads and stores (eight bf16 of the first half, the matching eight of the second
-// half), float4 reads of the cos and sin tables, fp32 arithmetic, and a grid-stride loop over the
+// half), cached reads of the cos and sin tables, fp32 arithmetic, and a grid-stride loop over the
 // packs so that a grid sized to the GPU covers any tensor.
 //
-// Packs need d / 2 % 8 == 0: then every half-row, and every table row, starts 16-byte aligned.
+// Packs need d / 2 % 8 == 0: then every half-row starts 16-byte aligned.
 // Other head sizes take the scalar path: one pair per step of the same grid-stride loop.
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 constexpr int THREADS = 256;
 constexpr int PACK = 8;              // element pairs per thread step: 16 bytes of bf16 from each half
 constexpr int BLOCKS_PER_SM = 8;     // grid = num_sms * BLOCKS_PER_SM blocks, capped by the work
+static_assert(BLOCKS_PER_SM > 0, "the launch plan sizes the grid as num_sms * BLOCKS_PER_SM blocks");
 constexpr int UNROLL = 2;            // packs in flight per thread
 
 union Pack16 {                       // 16 bytes: one vector load or store, eight bf16
@@ -33,12 +34,13 @@ __device__ __forceinline__ void rotate_pack(const __nv_bfloat16* __restrict__ x1
     Pack16 a, b, ra, rb;
     a.raw = __ldg(reinterpret_cast<const uint4*>(x1p));
     b.raw = __ldg(reinterpret_cast<const uint4*>(x2p));
-    const float4 c0 = __ldg(reinterpret_cast<const float4*>(cp));
-    const float4 c1 = __ldg(reinterpret_cast<const float4*>(cp) + 1);
-    const float4 s0 = __ldg(reinterpret_cast<const float4*>(sp));
-    const float4 s1 = __ldg(reinterpret_cast<const float4*>(sp) + 1);
-    const float cs[PACK] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-    const float ss[PACK] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+    // The tables are small (s x d/2 floats, shared by every head and batch): cache hits, read as scalars.
+    float cs[PACK], ss[PACK];
+#pragma unroll
+    for (int k = 0; k < PACK; ++k) {
+        cs[k] = __ldg(cp + k);
+        ss[k] = __ldg(sp + k);
+    }
 #pragma unroll
     for (int p = 0; p < PACK / 2; ++p) {
         const float2 av = __bfloat1622float2(a.pair[p]);

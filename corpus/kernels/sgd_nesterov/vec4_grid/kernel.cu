@@ -5,6 +5,7 @@
 
 constexpr int THREADS = 256;
 constexpr int BLOCKS_PER_SM = 8;       // grid = num_sms * BLOCKS_PER_SM, capped by the work
+static_assert(BLOCKS_PER_SM > 0, "the launch plan sizes the grid as num_sms * BLOCKS_PER_SM blocks");
 constexpr int UNROLL = 2;              // float4 steps in flight per thread
 constexpr float LR = 0.01f;
 constexpr float MOMENTUM = 0.9f;
