@@ -14,69 +14,63 @@ constexpr int ROWS_PER_SPLIT = 128;   // rows one block reduces; the chunks are 
 constexpr int UNROLL = 8;             // row loads in flight per thread
 constexpr int MERGE_THREADS = 256;
 
-struct Best4 {                        // the running answer of four adjacent columns
-    float4 v;
-    int4 at;
-};
+template <int V> struct VecOf;
+template <> struct VecOf<1> { using type = float; using index = int; };
+template <> struct VecOf<4> { using type = float4; using index = int4; };
+
+__device__ __forceinline__ int splat(int r, int) { return r; }
+__device__ __forceinline__ int4 splat(int r, int4) { return make_int4(r, r, r, r); }
 
 __device__ __forceinline__ void take(float v, int r, float& best, int& at)
 {
     if (v > best) { best = v; at = r; }
 }
 
-__device__ __forceinline__ void take(const float4& v, int r, Best4& b)
+__device__ __forceinline__ void take(const float4& v, int r, float4& best, int4& at)
 {
-    take(v.x, r, b.v.x, b.at.x);
-    take(v.y, r, b.v.y, b.at.y);
-    take(v.z, r, b.v.z, b.at.z);
-    take(v.w, r, b.v.w, b.at.w);
+    take(v.x, r, best.x, at.x);
+    take(v.y, r, best.y, at.y);
+    take(v.z, r, best.z, at.z);
+    take(v.w, r, best.w, at.w);
+}
+
+// The best (value, row) of column vector t (V adjacent columns) over rows r0 .. r1 - 1, in row order.
+template <int V>
+__device__ __forceinline__ void reduce_chunk(const float* __restrict__ x, float* __restrict__ part_v,
+                                             int* __restrict__ part_i, int t, int r0, int r1, int cols, size_t out)
+{
+    using Vec = typename VecOf<V>::type;
+    using Index = typename VecOf<V>::index;
+    const int n = cols / V;  // column vectors per row (exact: V == 4 only when cols % 4 == 0)
+    if (t >= n) return;
+    const Vec* __restrict__ xv = reinterpret_cast<const Vec*>(x) + t;
+    Vec best = __ldg(xv + static_cast<size_t>(r0) * n);
+    Index at = splat(r0, Index());
+    int r = r0 + 1;
+    for (; r + UNROLL <= r1; r += UNROLL) {
+        Vec v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) v[u] = __ldg(xv + static_cast<size_t>(r + u) * n);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) take(v[u], r + u, best, at);
+    }
+    for (; r < r1; ++r) take(__ldg(xv + static_cast<size_t>(r) * n), r, best, at);
+    reinterpret_cast<Vec*>(part_v + out)[t] = best;
+    reinterpret_cast<Index*>(part_i + out)[t] = at;
 }
 
 // Launch 1: the best (value, row) of every column over one chunk of rows, into the scratch partials.
 extern "C" __global__ void __launch_bounds__(THREADS)
 column_max_split(const float* __restrict__ x, float* __restrict__ part_v, int* __restrict__ part_i, int rows, int cols)
 {
-    const int chunk = blockIdx.y;
-    const int r0 = chunk * ROWS_PER_SPLIT;
+    const int r0 = blockIdx.y * ROWS_PER_SPLIT;
     const int r1 = min(rows, r0 + ROWS_PER_SPLIT);
     const int t = blockIdx.x * THREADS + threadIdx.x;
-    const size_t out = static_cast<size_t>(chunk) * cols;
-
-    if (cols % 4 == 0) {  // vector path: thread t owns columns 4t .. 4t + 3
-        const int vcols = cols / 4;
-        if (t >= vcols) return;
-        const float4* __restrict__ xv = reinterpret_cast<const float4*>(x) + t;
-        Best4 b;
-        b.v = __ldg(xv + static_cast<size_t>(r0) * vcols);
-        b.at = make_int4(r0, r0, r0, r0);
-        int r = r0 + 1;
-        for (; r + UNROLL <= r1; r += UNROLL) {
-            float4 v[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) v[u] = __ldg(xv + static_cast<size_t>(r + u) * vcols);
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) take(v[u], r + u, b);
-        }
-        for (; r < r1; ++r) take(__ldg(xv + static_cast<size_t>(r) * vcols), r, b);
-        reinterpret_cast<float4*>(part_v + out)[t] = b.v;
-        reinterpret_cast<int4*>(part_i + out)[t] = b.at;
-    } else {  // scalar path: thread t owns column t
-        if (t >= cols) return;
-        const float* __restrict__ xc = x + t;
-        float best = __ldg(xc + static_cast<size_t>(r0) * cols);
-        int at = r0;
-        int r = r0 + 1;
-        for (; r + UNROLL <= r1; r += UNROLL) {
-            float v[UNROLL];
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) v[u] = __ldg(xc + static_cast<size_t>(r + u) * cols);
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u) take(v[u], r + u, best, at);
-        }
-        for (; r < r1; ++r) take(__ldg(xc + static_cast<size_t>(r) * cols), r, best, at);
-        part_v[out + t] = best;
-        part_i[out + t] = at;
-    }
+    const size_t out = static_cast<size_t>(blockIdx.y) * cols;
+    if (cols % 4 == 0)  // thread t owns columns 4t .. 4t + 3
+        reduce_chunk<4>(x, part_v, part_i, t, r0, r1, cols, out);
+    else                // thread t owns column t
+        reduce_chunk<1>(x, part_v, part_i, t, r0, r1, cols, out);
 }
 
 // Launch 2: merge the chunks of each column in order (strict >: the earlier chunk wins a tie).
