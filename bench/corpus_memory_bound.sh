@@ -3,10 +3,11 @@
 # every naive and expert kernel of the nine problems in tests/test_corpus_memory_bound.py.
 #   1. correctness: each kernel on every case x 3 seeds, untimed, $JOBS gates side by side (the gate is
 #      host-bound), each verdict recorded;
-#   2. timing: one kernel at a time on the headline case (1 seed), against the vendor, recorded.
+#   2. timing: one expert at a time on the headline case (1 seed), against its naive kernel; the gate
+#      times the vendor path beside them (torch eager), recorded: the expert's ratios to both, paired.
 # Usage, on the GPU host from the repo root with klineage importable (bench/gpu_session.sh sets that up):
 #   bash bench/corpus_memory_bound.sh OUT_DIR        or the gpu_session stage: corpus_mb
-# Writes OUT_DIR/corpus_mb/<problem>_<kernel>.{correct,timed}.json (the verdicts) and
+# Writes OUT_DIR/corpus_mb/<problem>_<kernel>.correct.json (every kernel) and .timed.json (the experts), and
 # OUT_DIR/corpus_memory_bound.json (one row per kernel: status, cases passed, headline ratio vs the vendor,
 # medians, roofline fraction, whether the timing settled). Env: JOBS (4), GATE_S (seconds a gate, 240),
 # CORPUS_MB_SHARE (I/N: this lane's share of the kernels, for gpu_session --lanes).
@@ -36,7 +37,9 @@ for kernel in "${mine[@]}"; do
   if (( running >= ${JOBS:-4} )); then wait -n; running=$((running - 1)); fi
 done
 wait
-echo "== timing on the headline against the vendor, one at a time ($(date -u +%T))"
-for kernel in "${mine[@]}"; do gate "$kernel" timed --against vendor --cases headline --seeds 1; done
+echo "== timing on the headline: each expert against its naive kernel and the vendor, one at a time ($(date -u +%T))"
+for kernel in "${mine[@]}"; do
+  [ "${kernel#*/}" = naive ] || gate "$kernel" timed --against "${kernel%%/*}/naive" --cases headline --seeds 1
+done
 echo "== done ($(date -u +%T))"
 $py bench/corpus_memory_bound.py "$out/corpus_mb" --out "$out/corpus_memory_bound${CORPUS_MB_SHARE:+-$lane}.json"
