@@ -55,28 +55,27 @@ __device__ __forceinline__ void rotate_pack(const __nv_bfloat16* __restrict__ x1
     *reinterpret_cast<uint4*>(y2p) = rb.raw;
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
-rope_pack8(const __nv_bfloat16* __restrict__ x, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
-           __nv_bfloat16* __restrict__ y, int b, int s, int h, int d)
+// The packs (vector path) or pairs (scalar path) from `first` on, `stride` apart. Index is 32-bit when
+// every element index fits: 64-bit division is a long instruction sequence, and there are three per pack.
+template <typename Index>
+__device__ __forceinline__ void rotate_all(const __nv_bfloat16* __restrict__ x, const float* __restrict__ cos_t,
+                                           const float* __restrict__ sin_t, __nv_bfloat16* __restrict__ y,
+                                           Index rows, Index s, Index h, Index d, Index first, Index stride)
 {
-    const int half = d / 2;
-    const size_t rows = static_cast<size_t>(b) * s * h;
-    const size_t stride = static_cast<size_t>(gridDim.x) * THREADS;
-    const size_t first = static_cast<size_t>(blockIdx.x) * THREADS + threadIdx.x;
-
+    const Index half = d / 2;
     if (half % PACK == 0) {
         // Vector path: item = (row, pack of 8 frequencies).
-        const int packs = half / PACK;
-        const size_t items = rows * packs;
-        for (size_t base = first; base < items; base += stride * UNROLL) {
+        const Index packs = half / PACK;
+        const Index items = rows * packs;
+        for (Index base = first; base < items; base += stride * UNROLL) {
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
-                const size_t item = base + u * stride;
+                const Index item = base + u * stride;
                 if (item < items) {
-                    const size_t row = item / packs;
-                    const int f = static_cast<int>(item - row * packs) * PACK;
-                    const size_t token = (row / h) % s;
-                    const size_t at = row * d + f;
+                    const Index row = item / packs;
+                    const Index f = (item - row * packs) * PACK;
+                    const Index token = (row / h) % s;
+                    const Index at = row * d + f;
                     rotate_pack(x + at, x + at + half, cos_t + token * half + f, sin_t + token * half + f,
                                 y + at, y + at + half);
                 }
@@ -84,12 +83,12 @@ rope_pack8(const __nv_bfloat16* __restrict__ x, const float* __restrict__ cos_t,
         }
     } else {
         // Scalar path: item = (row, one frequency).
-        const size_t items = rows * half;
-        for (size_t item = first; item < items; item += stride) {
-            const size_t row = item / half;
-            const int f = static_cast<int>(item - row * half);
-            const size_t token = (row / h) % s;
-            const size_t at = row * d + f;
+        const Index items = rows * half;
+        for (Index item = first; item < items; item += stride) {
+            const Index row = item / half;
+            const Index f = item - row * half;
+            const Index token = (row / h) % s;
+            const Index at = row * d + f;
             float r1, r2;
             rotate(__bfloat162float(x[at]), __bfloat162float(x[at + half]), __ldg(cos_t + token * half + f),
                    __ldg(sin_t + token * half + f), r1, r2);
@@ -97,4 +96,19 @@ rope_pack8(const __nv_bfloat16* __restrict__ x, const float* __restrict__ cos_t,
             y[at + half] = __float2bfloat16(r2);
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+rope_pack8(const __nv_bfloat16* __restrict__ x, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+           __nv_bfloat16* __restrict__ y, int b, int s, int h, int d)
+{
+    const size_t rows = static_cast<size_t>(b) * s * h;
+    const size_t stride = static_cast<size_t>(gridDim.x) * THREADS;
+    const size_t first = static_cast<size_t>(blockIdx.x) * THREADS + threadIdx.x;
+    // 32-bit indices when the element count, plus one grid stride of overshoot, stays below 2^32.
+    if (rows * d + stride * UNROLL < (size_t(1) << 32))
+        rotate_all<unsigned>(x, cos_t, sin_t, y, unsigned(rows), unsigned(s), unsigned(h), unsigned(d), unsigned(first),
+                             unsigned(stride));
+    else
+        rotate_all<size_t>(x, cos_t, sin_t, y, rows, size_t(s), size_t(h), size_t(d), first, stride);
 }
