@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -23,12 +24,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from klineage import corpus
+from klineage import corpus, expr
 from klineage.devices import H200
 from klineage.gate.correctness import compare
 from klineage.kernel import load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for, validate_numerics
+from klineage.toolchain import find_toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -236,3 +238,101 @@ def test_expert_names_its_mechanisms(name):
     assert re.search(r"\b(float4|uint4)\b", source) or {"TILE", "PAD"} <= set(expert.constants)
     naive = corpus.kernel_entry(f"{name}/{WORKLOADS[name][0]}").load().source
     assert not re.search(r"\b(float4|uint4|__shfl_\w+)\b", naive), "the naive kernel is scalar and shuffle-free"
+
+
+# --- the kernels' own source on the CPU (tests/memory_bound_emulator.cpp) -------------------------------
+# Small shapes that reach every path: the scalar and the vector one, rows past a register or shared-memory
+# cache, bags and rows past a block, a partial last tile or chunk.
+EMULATED = {
+    "group_norm": [{"n": 2, "c": 6, "hw": 37, "groups": 3}, {"n": 1, "c": 8, "hw": 4100, "groups": 2}],
+    "causal_softmax": [{"bh": 3, "sq": 7, "sk": 33, "scale": 0.125}, {"bh": 1, "sq": 3, "sk": 2064, "scale": 0.125}],
+    "rope": [{"b": 1, "s": 5, "h": 2, "d": 6}, {"b": 1, "s": 3, "h": 2, "d": 32}],
+    "column_max": [{"rows": 33, "cols": 65}, {"rows": 300, "cols": 12}],
+    "logcumsumexp": [{"rows": 3, "cols": 257}, {"rows": 2, "cols": 4100}],
+    "nchw_to_nhwc": [{"n": 2, "c": 5, "hw": 33}, {"n": 1, "c": 40, "hw": 70}],
+    "embedding_bag": [{"bags": 5, "bag": 3, "d": 33, "num": 11}, {"bags": 2, "bag": 130, "d": 520, "num": 50}],
+    "sgd_nesterov": [{"n": 7}, {"n": 4099}],
+    "add_rms_norm": [{"rows": 3, "d": 257}, {"rows": 2, "d": 8200}],
+}
+EMULATOR = Path(__file__).resolve().parent / "memory_bound_emulator.cpp"
+
+
+def _emulated_source(kernel: str) -> str:
+    """The kernel's source in a namespace of its own, its dynamic shared memory the emulator's smem."""
+    source = corpus.kernel_entry(kernel).load().source
+    source = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = reinterpret_cast<\1*>(smem);", source)
+    space = "k_" + kernel.replace("/", "_")
+    return f"namespace {space} {{\n{source}\n}}  // namespace {space}\nusing namespace {space};\n"
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory) -> Path:
+    """One CPU build of every kernel (nvcc as the host compiler's driver, as tests/cuda_tools.py builds)."""
+    work = tmp_path_factory.mktemp("mb-emulator")
+    (work / "kernels_emu.inc").write_text("".join(_emulated_source(k) for k in KERNELS))
+    shutil.copy(EMULATOR, work / "emulator.cpp")  # a quoted include is found beside the file that includes it
+    toolchain = find_toolchain()
+    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-O2", "-w", f"-I{EMULATOR.parent}",
+                            '-DKERNEL_SOURCE="kernels_emu.inc"', "-o", "emulator", "emulator.cpp"], cwd=work,
+                           capture_output=True, text=True, env=toolchain.environment(work), timeout=600)
+    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
+    return work / "emulator"
+
+
+def emulate(binary: Path, work: Path, kernel: str, params: dict, inputs: dict, order: str = "random") -> tuple[dict, str]:
+    """Run the kernel's plan for `params` on the emulator: (outputs by name, "") or ({}, the complaint)."""
+    import struct
+
+    name = kernel.split("/")[0]
+    state = corpus.kernel_entry(kernel).load()
+    problem = _problem(name)
+    env = {**params, **state.constants, **H200.facts()}
+    launches = resolve(state.plan, env, _buffers(name, state))
+    lines = []
+    for key, tensor in inputs.items():
+        (work / f"{key}.bin").write_bytes(tensor.contiguous().view(torch.uint8).numpy().tobytes())
+        lines.append(f"buffer {key} {str(tensor.dtype).removeprefix('torch.')} {tensor.numel()} input")
+    shapes = {}
+    for out in problem.info.outputs:
+        shapes[out.name] = out.resolve(params)
+        lines.append(f"buffer {out.name} {shapes[out.name][1]} {math.prod(shapes[out.name][0])} output")
+    for scratch in state.plan.scratch:
+        lines.append(f"buffer {scratch.name} {scratch.dtype} {expr.evaluate_int(scratch.count, env)} scratch")
+    for launch in launches:
+        args = []
+        for kind, value, type_name in launch.args:
+            if kind == "buffer":
+                args.append(f"buf:{value}")
+            elif type_name == "f32":  # the float's bits, as the emulator's i32 argument
+                args.append(f"i32:{struct.unpack('<i', struct.pack('<f', float(value)))[0]}")
+            else:
+                args.append(f"i32:{int(value)}")
+        lines.append(" ".join(["launch", launch.entry, *map(str, launch.grid), *map(str, launch.block),
+                               str(launch.shared), *args]))
+    (work / "plan.txt").write_text("\n".join(lines) + "\n")
+    run = subprocess.run([str(binary), str(work), order, "7", "eager"], capture_output=True, text=True, timeout=300)
+    if run.returncode:
+        return {}, run.stderr.strip() or f"exit {run.returncode}"
+    outputs = {}
+    for out, (shape, dtype) in shapes.items():
+        raw = bytearray((work / f"{out}.bin").read_bytes())
+        outputs[out] = torch.frombuffer(raw, dtype=getattr(torch, dtype)).reshape(shape)
+    return outputs, ""
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_kernel_source_computes_the_reference_on_the_cpu_emulator(kernel, emulator, tmp_path):
+    name = kernel.split("/")[0]
+    problem = _problem(name)
+    for index, params in enumerate(EMULATED[name]):
+        inputs = problem.make_inputs(dict(params), 3, "cpu")
+        expected = problem.reference({k: v.clone() for k, v in inputs.items()}, dict(params))
+        for order in ("random", "warps_reverse"):
+            work = tmp_path / f"{index}-{order}"
+            work.mkdir()
+            got, complaint = emulate(emulator, work, kernel, params, inputs, order)
+            assert not complaint, (params, order, complaint)
+            for out in problem.info.outputs:
+                result = compare(out.name, got[out.name], expected[out.name],
+                                 tolerance_for(out.resolve(params)[1], problem.info.tolerances))
+                assert result.passed, (params, order, result.message)

@@ -18,15 +18,21 @@ constexpr int MIN_BLOCKS_PER_SM = 4;    // occupancy target for __launch_bounds_
 constexpr float EPS = 1e-6f;
 constexpr unsigned FULL_MASK = 0xffffffffu;
 
-struct Pack16 {                         // 16 bytes: one vector access, eight bf16 as four pairs
+struct Pack16 {                         // 16 bytes: one vector access, eight bf16 as four 32-bit pairs
     uint4 raw;
+    __device__ __forceinline__ unsigned& word(int k) { return k == 0 ? raw.x : k == 1 ? raw.y : k == 2 ? raw.z : raw.w; }
+    __device__ __forceinline__ unsigned word(int k) const { return k == 0 ? raw.x : k == 1 ? raw.y : k == 2 ? raw.z : raw.w; }
     __device__ __forceinline__ float2 get(int k) const
     {
-        return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x + k));
+        const unsigned w = word(k);
+        __nv_bfloat162 pair;
+        memcpy(&pair, &w, sizeof w);  // a bit copy: no pointer cast between unrelated types
+        return __bfloat1622float2(pair);
     }
     __device__ __forceinline__ void set(int k, float a, float b)
     {
-        *reinterpret_cast<__nv_bfloat162*>(&raw.x + k) = __floats2bfloat162_rn(a, b);
+        const __nv_bfloat162 pair = __floats2bfloat162_rn(a, b);
+        memcpy(&word(k), &pair, sizeof pair);
     }
 };
 
