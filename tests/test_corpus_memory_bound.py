@@ -257,19 +257,18 @@ EMULATED = {
 EMULATOR = Path(__file__).resolve().parent / "memory_bound_emulator.cpp"
 
 
-def _emulated_source(kernel: str) -> str:
+def _emulated_source(kernel: str, source: str | None = None) -> str:
     """The kernel's source in a namespace of its own, its dynamic shared memory the emulator's smem."""
-    source = corpus.kernel_entry(kernel).load().source
+    source = source if source is not None else corpus.kernel_entry(kernel).load().source
     source = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1* \2 = reinterpret_cast<\1*>(smem);", source)
     space = "k_" + kernel.replace("/", "_")
     return f"namespace {space} {{\n{source}\n}}  // namespace {space}\nusing namespace {space};\n"
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory) -> Path:
-    """One CPU build of every kernel (nvcc as the host compiler's driver, as tests/cuda_tools.py builds)."""
-    work = tmp_path_factory.mktemp("mb-emulator")
-    (work / "kernels_emu.inc").write_text("".join(_emulated_source(k) for k in KERNELS))
+def build_emulator(work: Path, sources: dict[str, str | None]) -> Path:
+    """One CPU build of the kernels `sources` names (their corpus source where the value is None), with
+    nvcc driving the host compiler as tests/cuda_tools.py builds its emulators."""
+    (work / "kernels_emu.inc").write_text("".join(_emulated_source(k, s) for k, s in sources.items()))
     shutil.copy(EMULATOR, work / "emulator.cpp")  # a quoted include is found beside the file that includes it
     toolchain = find_toolchain()
     build = subprocess.run([toolchain.nvcc, "-std=c++17", "-O2", "-w", f"-I{EMULATOR.parent}",
@@ -277,6 +276,11 @@ def emulator(tmp_path_factory) -> Path:
                            capture_output=True, text=True, env=toolchain.environment(work), timeout=600)
     assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
     return work / "emulator"
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory) -> Path:
+    return build_emulator(tmp_path_factory.mktemp("mb-emulator"), dict.fromkeys(KERNELS))
 
 
 def emulate(binary: Path, work: Path, kernel: str, params: dict, inputs: dict, order: str = "random") -> tuple[dict, str]:
@@ -336,3 +340,31 @@ def test_the_kernel_source_computes_the_reference_on_the_cpu_emulator(kernel, em
                 result = compare(out.name, got[out.name], expected[out.name],
                                  tolerance_for(out.resolve(params)[1], problem.info.tolerances))
                 assert result.passed, (params, order, result.message)
+
+
+# Mutants the emulator must catch: a barrier removed lets a warp read shared memory other warps have not
+# written yet (the transpose tile) or overwrite totals others still read (the scan's next tile).
+MUTANTS = {
+    "nchw_to_nhwc/smem_tile": ("    __syncthreads();\n", ""),
+    "logcumsumexp/block_scan": ("        __syncthreads();  // warp_total is rewritten by the next tile\n", ""),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(MUTANTS))
+def test_the_emulator_catches_a_missing_barrier(kernel, tmp_path):
+    source = corpus.kernel_entry(kernel).load().source
+    old, new = MUTANTS[kernel]
+    assert source.count(old) == 1
+    binary = build_emulator(tmp_path, dict.fromkeys(KERNELS) | {kernel: source.replace(old, new)})
+    name = kernel.split("/")[0]
+    problem = _problem(name)
+    params = EMULATED[name][1]
+    inputs = problem.make_inputs(dict(params), 3, "cpu")
+    expected = problem.reference({k: v.clone() for k, v in inputs.items()}, dict(params))
+    (tmp_path / "run").mkdir()
+    got, complaint = emulate(binary, tmp_path / "run", kernel, params, inputs, "warps")
+    assert not complaint, complaint
+    out = problem.info.outputs[0]
+    result = compare(out.name, got[out.name], expected[out.name],
+                     tolerance_for(out.resolve(params)[1], problem.info.tolerances))
+    assert not result.passed, "the mutant passed: the emulator would not see this bug"
