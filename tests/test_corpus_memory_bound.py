@@ -368,3 +368,13 @@ def test_the_emulator_catches_a_missing_barrier(kernel, tmp_path):
     result = compare(out.name, got[out.name], expected[out.name],
                      tolerance_for(out.resolve(params)[1], problem.info.tolerances))
     assert not result.passed, "the mutant passed: the emulator would not see this bug"
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_each_expert_has_a_dry_walk_of_its_current_source(name):
+    """corpus/lineages/<problem>_<expert>.dry.json walks the expert and problem as they are now."""
+    expert = WORKLOADS[name][1]
+    walk = json.loads((ROOT / "corpus" / "lineages" / f"{name}_{expert}.dry.json").read_text())
+    assert walk["gate"] == "compile" and walk["transitions"]
+    assert walk["expert"]["fingerprint"] == corpus.kernel_entry(f"{name}/{expert}").load().fingerprint
+    assert walk["problem"]["fingerprint"] == _problem(name).info.fingerprint
