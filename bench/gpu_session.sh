@@ -4,7 +4,8 @@
 #   bash bench/gpu_session.sh COMMIT STAGE...                     stages in order, on GPU 0
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
 # A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
-# Stages: smoke, suite, example, adversarial, cost, fidelity (bench/timing_fidelity.py: $FIDELITY_REPEATS (20) gates of a
+# Stages: smoke, suite, example, adversarial, cost, corpus_mb (bench/corpus_memory_bound.sh: the memory-bound corpus gated,
+# recorded), fidelity (bench/timing_fidelity.py: $FIDELITY_REPEATS (20) gates of a
 # short-kernel expert, each a fresh runner, then the noisy vendor; make it the first stage after the machine starts),
 # gatecost:WORKLOAD[,WORKLOAD] (bench/gate_cost.py: cold against warm runner per candidate, policies $GATECOST_POLICIES
 # (state,timed)), sandboxcost (bench/sandbox_cost.py --gpu: gates with and without
@@ -77,6 +78,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         > "$OUT/results/profile-${name//\//_}.txt" 2>&1; grep -v "^==PROF==" "$OUT/results/profile-${name//\//_}.txt" | head -400 ;;
     sandboxcost) timeout "${limit:-540}" python3 bench/sandbox_cost.py --gpu --repeats "${SANDBOX_REPEATS:-3}" \
       --out "$OUT/results/sandbox_cost_gpu.json" ;;
+    corpus_mb) CORPUS_MB_SHARE=${LANE:+$LANE/$LANES} timeout "${limit:-600}" bash bench/corpus_memory_bound.sh "$OUT/results" ;;
     mmapeak) timeout "${limit:-120}" python3 bench/mma_peak.py --out "$OUT/results/mma-peak.json" ;;
     fidelity) timeout "${limit:-560}" python3 bench/timing_fidelity.py --repeats "${FIDELITY_REPEATS:-20}" \
       --out "$OUT/results/timing_fidelity.json" ;;
