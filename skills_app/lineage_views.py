@@ -12,6 +12,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db.models import F, Prefetch
+from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.html import escape
@@ -21,7 +22,9 @@ from django.views.decorators.http import require_GET, require_POST
 from klineage_web.access import read_access
 from skills_app.filters import LineageFilter
 from skills_app.paging import paginate, query_without
+from gate_app.models import Job
 from skills_app.highlight import highlight_lines
+from skills_app.lineage_overview import speedup_chart, step_row
 from skills_app.models import Lineage, LineageStep, Review, Verdict
 
 REVIEW_PERMISSION = "skills_app.add_review"
@@ -185,34 +188,56 @@ def lineages(request):
     })
 
 
+def lineage_or_404(lineage_id: str, queryset=None) -> Lineage:
+    """A lineage by its full id or by the 12-hex short id pages show (a prefix naming one lineage only)."""
+    queryset = queryset if queryset is not None else Lineage.objects.all()
+    if len(lineage_id) >= 64:
+        return get_object_or_404(queryset, id=lineage_id)
+    found = list(queryset.filter(id__startswith=lineage_id.lower())[:2]) if len(lineage_id) >= 12 else []
+    if len(found) != 1:
+        raise Http404(f"no single lineage has an id starting {lineage_id}")
+    return found[0]
+
+
+ORDERS = {"backward": "expert → naive (the walk's order)", "forward": "naive → expert (the skills' order)"}
+
+
 @require_GET
 @read_access
 def lineage(request, lineage_id: str):
-    found = get_object_or_404(Lineage.objects.select_related("expert_state__kernel", "problem"), id=lineage_id)
+    found = lineage_or_404(lineage_id, Lineage.objects.select_related("expert_state__kernel", "problem"))
+    if found.id != lineage_id:
+        return redirect(reverse("skills:lineage", args=[found.id]) + (f"?{request.GET.urlencode()}" if request.GET else ""))
     document = found.document
     states = _state_summaries(document)
-    steps = list(found.steps.select_related("parent_state", "child_state").prefetch_related(
-        Prefetch("reviews", queryset=Review.objects.select_related("reviewer"))))
+    # Diffs load on demand (step_diff) and the states' sources are read from nowhere here.
+    steps = list(found.steps.defer("backward_diff", "forward_diff", *(f"{state}__{column}" for state in (
+        "parent_state", "child_state") for column in ("source", "plan"))).select_related("parent_state", "child_state")
+                 .prefetch_related(Prefetch("reviews", queryset=Review.objects.select_related("reviewer"))))
     accepted = [s for s in steps if s.accepted]
     rejected = [s for s in steps if not s.accepted]
     branches: dict[int, list[dict[str, Any]]] = {}
     for step in rejected:
-        branches.setdefault(step.branch_step, []).append({"step": step, "evidence": _evidence(step)})
+        branches.setdefault(step.branch_step, []).append({"step": step})
+    rows = [step_row(step, states) for step in steps]
+    by_step = {(row["step"].kind, row["step"].index): row for row in rows}
     timeline = []
-    layout = diff_layout(request)
     vendor = vendor_timing([found.expert_state_id, *(step.child_state_id for step in accepted)])
     for step in accepted:
         child = states.get(step.child_state.fingerprint, {})
-        rows = diff_lines(step.backward_diff, step.features_removed, step.features_added)
         timeline.append({
             "step": step,
-            "diff": split_rows(rows) if layout == "split" else rows,
+            "row": by_step[(step.kind, step.index)],
             "verdict": child.get("verdict", {}),
             "timing": timing_rows(step.forward_timing),
             "vendor": vendor.get(step.child_state_id),
             "rejected": branches.get(step.index, []),
             "review": step.latest_review,
         })
+    order = request.GET.get("order") if request.GET.get("order") in ORDERS else "backward"
+    if order == "forward":
+        timeline.reverse()
+        rows.reverse()
     expert = states.get(found.expert_state.fingerprint, {})
     last = accepted[-1].child_state if accepted else found.expert_state
     return render(request, "skills/lineage.html", {
@@ -221,12 +246,69 @@ def lineage(request, lineage_id: str):
         "expert_verdict": expert.get("verdict", {}),
         "expert_vendor": vendor.get(found.expert_state_id),
         "timeline": timeline,
+        "rows": rows,
+        "chart": speedup_chart([row for row in rows if row["accepted"]]),
+        "order": order,
+        "orders": ORDERS,
         "after_last": branches.get(len(accepted), []),
         "last_state": last,
         "limits": document.get("limits", {}),
         "can_review": _reviewable(request.user),
-        "diff_layout": layout,
+        "diff_layout": diff_layout(request),
+        "made_by": _made_by(found),
     })
+
+
+@require_GET
+@read_access
+def step_diff(request, lineage_id: str, index: int):
+    """One accepted step's forward diff (simpler kernel -> with the mechanism), as a fragment the
+    lineage page loads when its diff is opened; linked from the page, it also reads on its own."""
+    step = get_object_or_404(LineageStep.objects.select_related("parent_state", "child_state"),
+                             lineage_id=lineage_or_404(lineage_id).id, kind=LineageStep.Kind.ACCEPTED, index=index)
+    rows = forward_diff_rows(step)
+    layout = diff_layout(request)
+    fragment = request.headers.get("X-Fragment") == "1"
+    return render(request, "skills/_step_diff.html" if fragment else "skills/step_diff.html", {
+        "step": step, "rows": split_rows(rows) if layout == "split" else rows, "diff_layout": layout,
+    })
+
+
+@require_GET
+@read_access
+def rejected_attempt(request, lineage_id: str, index: int):
+    """One rejected attempt's evidence (reason, stage, worst error, log excerpt), as a fragment the lineage
+    page loads when the attempt is opened; linked from the page, it also reads on its own."""
+    step = get_object_or_404(LineageStep, lineage_id=lineage_or_404(lineage_id).id, kind=LineageStep.Kind.REJECTED,
+                             index=index)
+    fragment = request.headers.get("X-Fragment") == "1"
+    return render(request, "skills/_rejected_body.html" if fragment else "skills/rejected_attempt.html",
+                  {"step": step, "evidence": _evidence(step)})
+
+
+def forward_diff_rows(step: LineageStep) -> list[dict[str, Any]]:
+    """The step in the forward direction, as cards show theirs: what the walk removed reads as added."""
+    return forward_headers(diff_lines(step.forward_diff, step.features_added, step.features_removed))
+
+
+FORWARD_HEADERS = {"--- child/kernel.cu": "--- without the step (the walk's child)",
+                   "+++ parent/kernel.cu": "+++ with the step (the walk's parent)"}
+
+
+def forward_headers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A forward diff's file headers in words: which side lacks the mechanism and which has it."""
+    for row in rows:
+        if row["kind"] == "file" and str(row["code"]) in FORWARD_HEADERS:
+            row["code"] = FORWARD_HEADERS[str(row["code"])]
+    return rows
+
+
+def _made_by(found: Lineage) -> dict[str, Any] | None:
+    """The job that walked this lineage, when a job did: who started it and when."""
+    job = (Job.objects.filter(kind=Job.Kind.WALK, result__lineage=found.id).select_related("owner")
+           .order_by("-created_at").first())
+    return {"job": job, "owner": job.owner.get_username() if job and job.owner else "", "when": job.created_at} \
+        if job else None
 
 
 @require_GET

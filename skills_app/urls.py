@@ -17,6 +17,8 @@ urlpatterns = [
     path("verdicts/<str:key>/", views.verdict, name="verdict"),
     path("lineages/", lineage_views.lineages, name="lineages"),
     path("lineages/<str:lineage_id>/", lineage_views.lineage, name="lineage"),
+    path("lineages/<str:lineage_id>/steps/<int:index>/diff", lineage_views.step_diff, name="step-diff"),
+    path("lineages/<str:lineage_id>/rejected/<int:index>/", lineage_views.rejected_attempt, name="rejected-attempt"),
     path("review/", lineage_views.review_queue, name="review"),
     path("review/<int:step_id>/", lineage_views.review_step, name="review-step"),
 ]
