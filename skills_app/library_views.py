@@ -24,6 +24,7 @@ from klineage.walk.timing_audit import Pairing
 from klineage_web.access import read_access
 from skills_app.filters import SkillCardFilter
 from skills_app.paging import paginate, query_without
+from skills_app.short_ids import SHORT, one_or_404
 from skills_app.highlight import highlight_lines
 from skills_app.lineage_views import diff_layout, diff_lines, forward_headers, split_rows
 from skills_app.card_refs import resolve_refs
@@ -124,7 +125,8 @@ def card_skillmd(request, short_id: str):
 
 def card_or_404(ident: str) -> SkillCard:
     """A card by the short id pages show or by its full content id."""
-    return get_object_or_404(SkillCard, **({"card_id": ident} if len(ident) > 12 else {"short_id": ident}))
+    return one_or_404(SkillCard.objects.all(), "card_id", ident) if len(ident) > SHORT \
+        else get_object_or_404(SkillCard, short_id=ident)
 
 
 def effect_chart(effects: list[dict[str, Any]], steps: dict[tuple[str, str, int], LineageStep] | None = None

@@ -12,7 +12,6 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required, permission_required
 from django.db.models import F, Prefetch
-from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.html import escape
@@ -22,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from klineage_web.access import read_access
 from skills_app.filters import LineageFilter
 from skills_app.paging import paginate, query_without
+from skills_app.short_ids import one_or_404
 from gate_app.models import Job
 from skills_app.highlight import highlight_lines
 from skills_app.lineage_overview import speedup_chart, step_row
@@ -189,14 +189,8 @@ def lineages(request):
 
 
 def lineage_or_404(lineage_id: str, queryset=None) -> Lineage:
-    """A lineage by its full id or by the 12-hex short id pages show (a prefix naming one lineage only)."""
-    queryset = queryset if queryset is not None else Lineage.objects.all()
-    if len(lineage_id) >= 64:
-        return get_object_or_404(queryset, id=lineage_id)
-    found = list(queryset.filter(id__startswith=lineage_id.lower())[:2]) if len(lineage_id) >= 12 else []
-    if len(found) != 1:
-        raise Http404(f"no single lineage has an id starting {lineage_id}")
-    return found[0]
+    """A lineage by its full id or by the 12-hex short id pages show."""
+    return one_or_404(queryset if queryset is not None else Lineage.objects.all(), "id", lineage_id)
 
 
 ORDERS = {"backward": "expert → naive (the walk's order)", "forward": "naive → expert (the skills' order)"}
