@@ -76,7 +76,7 @@ def speedup_chart(accepted: list[dict[str, Any]]) -> dict[str, Any] | None:
         if overall:
             running *= float(overall)
         points.append({"label": f"step {row['step'].index}: {row['verb']}", "value": running, "timed": bool(overall),
-                       "step": row["step"].index, "anchor_id": row["anchor_id"]})
+                       "step": row["step"].index, "href": row.get("href", f"#{row['anchor_id']}")})
     if not any(p["timed"] for p in points[1:]):
         return None
     logs = [math.log10(p["value"]) for p in points]

@@ -193,6 +193,7 @@ def lineage_or_404(lineage_id: str, queryset=None) -> Lineage:
     return one_or_404(queryset if queryset is not None else Lineage.objects.all(), "id", lineage_id)
 
 
+STEPS_PER_PART = 24  # accepted steps drawn in full per page of a lineage; the overview table lists all
 ORDERS = {"backward": "expert → naive (the walk's order)", "forward": "naive → expert (the skills' order)"}
 
 
@@ -213,11 +214,21 @@ def lineage(request, lineage_id: str):
     branches: dict[int, list[dict[str, Any]]] = {}
     for step in rejected:
         branches.setdefault(step.branch_step, []).append({"step": step})
+    order = request.GET.get("order") if request.GET.get("order") in ORDERS else "backward"
+    sequence = accepted if order == "backward" else accepted[::-1]
+    parts = max(1, -(-len(sequence) // STEPS_PER_PART))
+    part = min(max(1, _number(request.GET.get("part"))), parts)
+    part_of = {step.index: i // STEPS_PER_PART + 1 for i, step in enumerate(sequence)}
+    part_of[len(accepted)] = parts if order == "backward" else 1  # attempts at the simplest state
     rows = [step_row(step, states) for step in steps]
+    for row in rows:
+        at = part_of[row["step"].branch_step]
+        row["href"] = f"#{row['anchor_id']}" if at == part else f"?order={order}&part={at}#{row['anchor_id']}"
+    shown = sequence[(part - 1) * STEPS_PER_PART:part * STEPS_PER_PART]
     by_step = {(row["step"].kind, row["step"].index): row for row in rows}
+    vendor = vendor_timing([found.expert_state_id, *(step.child_state_id for step in shown)])
     timeline = []
-    vendor = vendor_timing([found.expert_state_id, *(step.child_state_id for step in accepted)])
-    for step in accepted:
+    for step in shown:
         child = states.get(step.child_state.fingerprint, {})
         timeline.append({
             "step": step,
@@ -228,9 +239,7 @@ def lineage(request, lineage_id: str):
             "rejected": branches.get(step.index, []),
             "review": step.latest_review,
         })
-    order = request.GET.get("order") if request.GET.get("order") in ORDERS else "backward"
     if order == "forward":
-        timeline.reverse()
         rows.reverse()
     expert = states.get(found.expert_state.fingerprint, {})
     last = accepted[-1].child_state if accepted else found.expert_state
@@ -244,6 +253,15 @@ def lineage(request, lineage_id: str):
         "chart": speedup_chart([row for row in rows if row["accepted"]]),
         "order": order,
         "orders": ORDERS,
+        "part": part,
+        "parts": range(1, parts + 1),
+        "part_count": parts,
+        "part_steps": (shown[0].index, shown[-1].index) if shown else None,
+        # the expert opens the walk's order and closes the skills'; the simplest state the reverse
+        "expert_at": "start" if order == "backward" and part == 1 else "end" if order == "forward" and part == parts
+        else "",
+        "simplest_at": "end" if order == "backward" and part == parts else "start" if order == "forward" and part == 1
+        else "",
         "after_last": branches.get(len(accepted), []),
         "last_state": last,
         "limits": document.get("limits", {}),
@@ -278,6 +296,13 @@ def rejected_attempt(request, lineage_id: str, index: int):
     fragment = request.headers.get("X-Fragment") == "1"
     return render(request, "skills/_rejected_body.html" if fragment else "skills/rejected_attempt.html",
                   {"step": step, "evidence": _evidence(step)})
+
+
+def _number(text: str | None) -> int:
+    try:
+        return int(text or 1)
+    except ValueError:
+        return 1
 
 
 def forward_diff_rows(step: LineageStep) -> list[dict[str, Any]]:

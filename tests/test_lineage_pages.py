@@ -167,7 +167,7 @@ def test_a_biased_forward_timing_says_so_with_both_medians(client, corpus):
                                                          retimed_ratio=None)
     biased = step_13()
     assert "timing biased" in biased and "state 13 timed 543.6 us as a candidate and 375.7 us as a baseline" in biased
-    clean = _section(client.get(f"/lineages/{conv.id}/").content.decode(), 'id="step-accepted-38"',
+    clean = _section(client.get(f"/lineages/{conv.id}/?part=2").content.decode(), 'id="step-accepted-38"',
                      'id="step-accepted-39"')
     assert "timing biased" not in clean and "forward " in clean
     queue = client.get(f"/review/?lineage={conv.id}&kind=accepted").content.decode()
@@ -378,3 +378,21 @@ def test_a_lineage_made_by_a_job_says_who_started_it_and_when(client, dry, djang
     job = Job.objects.create(kind=Job.Kind.WALK, owner=owner, params={}, result={"lineage": dry.id})
     text = client.get(f"/lineages/{dry.id}/").content.decode()
     assert f'<a href="/jobs/{job.id}/">job #{job.id}</a>, started by ada' in text
+
+
+def test_a_long_lineage_draws_its_timeline_in_parts_and_the_table_links_across(client, corpus):
+    gdn = Lineage.objects.get(source_path="bench/walks/gdn_chunked_mma.gpu.json.gz")
+    assert gdn.accepted_count == 64
+    first = client.get(f"/lineages/{gdn.id}/").content.decode()
+    drawn = [int(i) for i in re.findall(r'id="step-accepted-(\d+)"', first)]
+    assert drawn == list(range(24)) and "part 1 of 3" in first and "tl-expert" in first and "tl-naive" not in first
+    table = _section(first, 'id="step-table"', "</table>")
+    assert table.count('<tr data-kind="accepted"') == 64 and table.count('<tr data-kind="rejected"') == 117
+    assert 'href="#step-accepted-23"' in table and 'href="?order=backward&amp;part=3#step-accepted-63"' in table
+    last = client.get(f"/lineages/{gdn.id}/?part=3").content.decode()
+    assert [int(i) for i in re.findall(r'id="step-accepted-(\d+)"', last)] == list(range(48, 64))
+    assert "tl-naive" in last and "tl-expert" not in last
+    forward = client.get(f"/lineages/{gdn.id}/?order=forward").content.decode()
+    assert [int(i) for i in re.findall(r'id="step-accepted-(\d+)"', forward)] == list(range(63, 39, -1))
+    assert "tl-naive" in forward and forward.index("tl-naive") < forward.index('id="step-accepted-63"')
+    assert client.get(f"/lineages/{gdn.id}/?part=x").status_code == 200  # an odd part is the first
