@@ -330,22 +330,42 @@ def _made_by(found: Lineage) -> dict[str, Any] | None:
         if job else None
 
 
+WALKS = {"gpu": ("GPU walks", Lineage.Assurance.GPU_VERIFIED), "dry": ("dry walks (compile only, unverified)",
+                                                                     Lineage.Assurance.UNVERIFIED), "all": ("all walks", None)}
+
+
 @require_GET
 @read_access
 def review_queue(request):
-    pending = (LineageStep.objects.filter(reviews__isnull=True).select_related("lineage", "parent_state")
-               .defer("lineage__document").order_by("lineage__operator", "lineage_id", "branch_step", "-kind",
-                                                     "index"))
+    """Steps nobody has reviewed: by default those of GPU walks, whose timing a reviewer can judge; a dry
+    walk's steps were only compiled and wait in a list of their own (?walks=dry)."""
+    pending = (LineageStep.objects.filter(reviews__isnull=True).select_related("lineage", "parent_state", "child_state")
+               .defer("lineage__document", "backward_diff", "forward_diff", "parent_state__source",
+                      "child_state__source")
+               .order_by("lineage__operator", "lineage_id", "branch_step", "-kind", "index"))
     # Narrow the queue to one operator, one lineage or one kind of step (unknown values match nothing).
-    selected = {key: request.GET.get(key, "").strip() for key in ("operator", "lineage", "kind")}
+    selected = {key: request.GET.get(key, "").strip() for key in ("operator", "lineage", "kind", "walks")}
+    if selected["walks"] not in WALKS:
+        selected["walks"] = "all" if selected["lineage"] else "gpu"
     field = {"operator": "lineage__operator", "lineage": "lineage_id", "kind": "kind"}
-    pending = pending.filter(**{field[key]: value for key, value in selected.items() if value})
+    pending = pending.filter(**{field[key]: selected[key] for key in field if selected[key]})
+    apart = pending.filter(lineage__assurance=Lineage.Assurance.UNVERIFIED).count() \
+        if selected["walks"] == "gpu" else 0
+    assurance = WALKS[selected["walks"]][1]
+    if assurance is not None:
+        pending = pending.filter(lineage__assurance=assurance)
     page = paginate(request, pending)
+    for step in page.object_list:
+        step.row = step_row(step, {})
     recent = Review.objects.select_related("step__lineage", "reviewer").defer("step__lineage__document")[:20]
     return render(request, "skills/review.html", {
         "page": page,
         "query": query_without(request.GET),
         "selected": selected,
+        "walks": [(key, label) for key, (label, _) in WALKS.items()],
+        "walks_label": WALKS[selected["walks"]][0],
+        "apart": apart,
+        "apart_query": query_without(request.GET, "walks"),
         "operators": Lineage.objects.order_by("operator").values_list("operator", flat=True).distinct(),
         "kinds": LineageStep.Kind.choices,
         "recent": recent,

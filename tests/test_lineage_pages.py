@@ -228,8 +228,12 @@ def test_the_expert_shows_the_vendor_ratio_of_its_own_gate_verdict(client, dry):
 
 def test_review_queue_lists_unreviewed_steps(client, branched, dry):
     text = client.get("/review/").content.decode()
-    total = LineageStep.objects.count()
-    assert f"{total} steps waiting" in text
+    # GPU walks' steps first; a dry walk's steps were only compiled and wait in a list of their own
+    gpu = LineageStep.objects.filter(lineage__assurance=Lineage.Assurance.GPU_VERIFIED).count()
+    dry_steps = LineageStep.objects.filter(lineage__assurance=Lineage.Assurance.UNVERIFIED).count()
+    assert f"{gpu} steps waiting" in text and f"{dry_steps} steps of dry walks wait apart" in text
+    assert f"{dry_steps} steps waiting" in client.get("/review/?walks=dry").content.decode()
+    assert f"{gpu + dry_steps} steps waiting" in client.get("/review/?walks=all").content.decode()
     assert "Log in</a> as a reviewer" in text
     assert 'name="verdict"' not in text
 
@@ -396,3 +400,14 @@ def test_a_long_lineage_draws_its_timeline_in_parts_and_the_table_links_across(c
     assert [int(i) for i in re.findall(r'id="step-accepted-(\d+)"', forward)] == list(range(63, 39, -1))
     assert "tl-naive" in forward and forward.index("tl-naive") < forward.index('id="step-accepted-63"')
     assert client.get(f"/lineages/{gdn.id}/?part=x").status_code == 200  # an odd part is the first
+
+
+def test_a_queued_step_shows_its_ratio_with_trials_and_its_diff(client, corpus):
+    gpu = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.gpu.json")
+    step = gpu.steps.get(kind="accepted", index=0)
+    text = client.get(f"/review/?lineage={gpu.id}&kind=accepted").content.decode()
+    item = _section(text, f'id="review-{step.id}"', "</li>")
+    timing = step.forward_timing
+    assert f'{timing["overall"]:.3f}x</span> child/parent time' in item
+    assert ", ".join(f"{v:.3f}x" for v in timing["per_trial"]) in item
+    assert f'data-src="/lineages/{gpu.id}/steps/0/diff"' in item and "vectorize global accesses" in item
