@@ -11,6 +11,7 @@ import re
 import pytest
 
 from accounts import make_user
+from skills_app.card_import import import_library_files
 from skills_app.importer import import_corpus
 from skills_app.models import Lineage
 
@@ -23,6 +24,7 @@ FIRST_SCREEN_LIMIT = 150_000
 def site(live_server, transactional_db):
     """ORM work before the browser starts (Playwright's sync API runs an event loop)."""
     import_corpus()
+    import_library_files()
     make_user("bob")
     gdn = Lineage.objects.get(source_path="bench/walks/gdn_chunked_mma.gpu.json.gz")
     return {"url": live_server.url, "gdn": gdn.id, "gdn_steps": gdn.accepted_count + gdn.rejected_count}
@@ -55,7 +57,7 @@ def test_the_largest_lineage_overview(site, chromium):
 
         step = page.locator("#step-accepted-0")
         step.locator("details.diff-details summary").click()
-        assert step.locator("table.diff tr.diff-add").count() > 0
+        step.locator("table.diff tr.diff-add").first.wait_for()  # fetched when opened
         assert "without the step" in step.locator("table.diff").inner_text()
         chromium.shoot(page, "lineage-overview-filtered", width)
 
