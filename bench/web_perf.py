@@ -206,7 +206,7 @@ def browser_lineage(loads: int) -> dict:
         "time_to_first_byte_ms_p50": percentile([s["ttfb"] for s in samples], 0.5),
         "first_paint_ms_p50": percentile(first_paint, 0.5), "first_paint_ms_max": round(max(first_paint), 1),
         "first_contentful_paint_ms_p50": percentile([s["fcp"] for s in samples], 0.5),
-        "diffs_in_first_screen": html.count('class="diff-'), "server": "wsgiref (threaded) on 127.0.0.1, one process",
+        "diff_rows_in_first_screen": html.count('<tr class="diff-'), "server": "wsgiref (threaded) on 127.0.0.1, one process",
         "targets": {"first_paint_ms": FIRST_PAINT_TARGET_MS, "first_screen_compressed_bytes": FIRST_SCREEN_TARGET_BYTES},
     }
 
