@@ -173,7 +173,8 @@ def browser_lineage(loads: int) -> dict:
                 page.goto(url, wait_until="load")
                 sample = page.evaluate("""() => {
                     const nav = performance.getEntriesByType('navigation')[0];
-                    const paint = Object.fromEntries(performance.getEntriesByType('paint').map(p => [p.name, p.startTime]));
+                    const paint = Object.fromEntries(
+                        performance.getEntriesByType('paint').map(p => [p.name, p.startTime]));
                     const resources = performance.getEntriesByType('resource');
                     return {transfer: nav.transferSize, encoded: nav.encodedBodySize, decoded: nav.decodedBodySize,
                             first_screen: nav.transferSize + resources.reduce((n, r) => n + r.transferSize, 0),
@@ -206,8 +207,10 @@ def browser_lineage(loads: int) -> dict:
         "time_to_first_byte_ms_p50": percentile([s["ttfb"] for s in samples], 0.5),
         "first_paint_ms_p50": percentile(first_paint, 0.5), "first_paint_ms_max": round(max(first_paint), 1),
         "first_contentful_paint_ms_p50": percentile([s["fcp"] for s in samples], 0.5),
-        "diff_rows_in_first_screen": html.count('<tr class="diff-'), "server": "wsgiref (threaded) on 127.0.0.1, one process",
-        "targets": {"first_paint_ms": FIRST_PAINT_TARGET_MS, "first_screen_compressed_bytes": FIRST_SCREEN_TARGET_BYTES},
+        "diff_rows_in_first_screen": html.count('<tr class="diff-'),
+        "server": "wsgiref (threaded) on 127.0.0.1, one process",
+        "targets": {"first_paint_ms": FIRST_PAINT_TARGET_MS,
+                    "first_screen_compressed_bytes": FIRST_SCREEN_TARGET_BYTES},
     }
 
 

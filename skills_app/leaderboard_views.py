@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import F
-from django.http import Http404
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from klineage.skills.standing import ratio_text
 from klineage_web.access import read_access
 from skills_app.models import Problem, Verdict
+from skills_app.views import current_problem_or_404
 
 
 def leaderboard_rows(problem: Problem) -> dict[str, list[dict[str, Any]]]:
@@ -47,7 +47,5 @@ def leaderboard_rows(problem: Problem) -> dict[str, list[dict[str, Any]]]:
 @require_GET
 @read_access
 def leaderboard(request, operator: str):
-    problem = Problem.objects.filter(operator=operator, current=True).first()
-    if problem is None:
-        raise Http404(f"no current problem '{operator}'")
+    problem = current_problem_or_404(operator)
     return render(request, "skills/leaderboard.html", {"problem": problem, "cases": leaderboard_rows(problem)})

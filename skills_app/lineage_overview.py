@@ -19,7 +19,9 @@ from skills_app.models import LineageStep
 
 CHART_WIDTH, CHART_HEIGHT, PAD = 640, 220, 36
 # grid multipliers by the decades the chart spans: over one, a few; within a few percent, fine ones
-TICKS_COARSE, TICKS_MEDIUM, TICKS_FINE = (1, 2, 5), (1, 1.2, 1.5, 2, 3, 5, 7), (1, 1.02, 1.05, 1.1, 1.2, 1.5, 2, 3, 5, 7)
+TICKS_COARSE = (1, 2, 5)
+TICKS_MEDIUM = (1, 1.2, 1.5, 2, 3, 5, 7)
+TICKS_FINE = (1, 1.02, 1.05, 1.1, 1.2, 1.5, 2, 3, 5, 7)
 
 
 def sass_totals(state: dict[str, Any]) -> Counter[str]:

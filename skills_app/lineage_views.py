@@ -202,7 +202,8 @@ ORDERS = {"backward": "expert â†’ naive (the walk's order)", "forward": "naive â
 def lineage(request, lineage_id: str):
     found = lineage_or_404(lineage_id, Lineage.objects.select_related("expert_state__kernel", "problem"))
     if found.id != lineage_id:
-        return redirect(reverse("skills:lineage", args=[found.id]) + (f"?{request.GET.urlencode()}" if request.GET else ""))
+        query = f"?{request.GET.urlencode()}" if request.GET else ""
+        return redirect(reverse("skills:lineage", args=[found.id]) + query)
     document = found.document
     states = _state_summaries(document)
     # Diffs load on demand (step_diff) and the states' sources are read from nowhere here.
@@ -330,8 +331,9 @@ def _made_by(found: Lineage) -> dict[str, Any] | None:
         if job else None
 
 
-WALKS = {"gpu": ("GPU walks", Lineage.Assurance.GPU_VERIFIED), "dry": ("dry walks (compile only, unverified)",
-                                                                     Lineage.Assurance.UNVERIFIED), "all": ("all walks", None)}
+WALKS = {"gpu": ("GPU walks", Lineage.Assurance.GPU_VERIFIED),
+         "dry": ("dry walks (compile only, unverified)", Lineage.Assurance.UNVERIFIED),
+         "all": ("all walks", None)}
 
 
 @require_GET

@@ -76,7 +76,8 @@ def library_glance() -> dict[str, Any]:
     counts = dict(SkillCard.objects.order_by().values_list("status").annotate(n=Count("id")))
     admitted = SkillCard.objects.filter(status=SkillCard.Status.ADMITTED, median_gain__isnull=False)
     timed = admitted if admitted.exists() else SkillCard.objects.filter(median_gain__isnull=False)
-    best = (timed.order_by("-median_gain", "transform", "card_id").only("short_id", "transform", "intent", "median_gain")
+    best = (timed.order_by("-median_gain", "transform", "card_id")
+            .only("short_id", "transform", "intent", "median_gain")
             .annotate(anchor=F("document__anchor"), effects=F("document__effects")).first())
     if best is not None:
         best.title = title_of(best, best.anchor)

@@ -81,12 +81,17 @@ def problems(request):
     return render(request, "skills/problems.html", {"problems": rows, "earlier": earlier})
 
 
-@require_GET
-@read_access
-def problem(request, operator: str):
+def current_problem_or_404(operator: str) -> Problem:
     found = Problem.objects.filter(operator=operator, current=True).first()
     if found is None:
         raise Http404(f"no current problem '{operator}'")
+    return found
+
+
+@require_GET
+@read_access
+def problem(request, operator: str):
+    found = current_problem_or_404(operator)
     info = found.info
     kernel_rows = (Kernel.objects.with_latest_verdict().filter(operator=operator)
                    .select_related("current_state").order_by("adversarial", "name"))
