@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db.models import Count, F, Prefetch
+from django.db.models import Count, F
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -47,15 +47,11 @@ def library(request):
     sort = request.GET.get("sort") if request.GET.get("sort") in SORTS else "gain"
     queryset = SkillCard.objects.only("card_id", "short_id", "status", "transform", "intent", "surface", "platform",
                                       "operators", "median_gain", "precondition_count", "risk_count", "readmission",
-                                      "intent").annotate(
-        anchor=F("document__anchor"), effects=F("document__effects")).prefetch_related(
-        Prefetch("trials", queryset=CardTrial.objects.only("card_id", "outcome", "ratio", "judged")))
+                                      "intent")
     found = SkillCardFilter(request.GET, queryset=queryset)
     rows = found.qs.order_by(*SORTS[sort][1]) if found.is_valid() else queryset.none()
     page = paginate(request, rows)
-    for row in page.object_list:
-        row.title = title_of(row, row.anchor)
-        row.standing = standing_of(row, row.effects, row.trials.all())
+    _words(page.object_list)
     without_status = request.GET.copy()
     without_status.pop("status", None)
     by_status = SkillCardFilter(without_status, queryset=SkillCard.objects.all())
@@ -121,6 +117,20 @@ def card_skillmd(request, short_id: str):
     response = HttpResponse(skillmd.render(engine_card), content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{skillmd.skill_dir(engine_card)}-SKILL.md"'
     return response
+
+
+def _words(cards: list[SkillCard]) -> None:
+    """Each listed card's title and standing, from its anchor, effects and trials read for this page only
+    (read with the list, the documents' parts would be extracted for every card the filter matched)."""
+    parts = dict((pk, (anchor, effects)) for pk, anchor, effects in SkillCard.objects.filter(
+        pk__in=[c.pk for c in cards]).values_list("pk", "document__anchor", "document__effects"))
+    trials: dict[int, list[CardTrial]] = {}
+    for trial in CardTrial.objects.filter(card__in=cards).only("card_id", "outcome", "ratio", "judged"):
+        trials.setdefault(trial.card_id, []).append(trial)
+    for card in cards:
+        anchor, effects = parts[card.pk]
+        card.title = title_of(card, anchor)
+        card.standing = standing_of(card, effects, trials.get(card.pk, []))
 
 
 def card_or_404(ident: str) -> SkillCard:
