@@ -132,7 +132,12 @@ def optimize(request):
 
 
 def _optimize_context(request, forms) -> dict:
+    # A refused form's errors, also at the top of the page: the form itself may be a screen further down.
+    refused = [{"kind": kind, "errors": [f"{form.fields[name].label}: {error}" if name in form.fields else error
+                                         for name, errors in form.errors.items() for error in errors]}
+               for kind, form in forms.items() if form.is_bound and form.errors]
     return {"optimize_form": forms["optimize"], "walk_form": forms["walk"], "gate_form": forms["gate"],
+            "refused": refused,
             "gpu_jobs": submit.gpu_jobs_held(request.user), "quota": settings.KLINEAGE_GPU_JOB_QUOTA,
             "recent": Job.objects.filter(owner=request.user, kind__in=list(forms)).order_by("-id")[:10]}
 

@@ -65,3 +65,15 @@ def test_an_operator_runs_a_job_again_with_its_parameters():
 
 def test_the_walk_form_defaults_to_enough_steps_for_row_softmax():
     assert WalkForm.base_fields["max_steps"].initial >= 23
+
+
+def test_a_refused_form_says_so_at_the_top_of_the_page():
+    client = logged_in(make_user("ada", operator=True))
+    response = client.post("/optimize/", {"action": "walk", "walk-kernel": "row_softmax/warp_vec4",
+                                          "walk-mode": "compile", "walk-max_steps": "999",
+                                          "walk-max_rejections": "4"})
+    page = response.content.decode()
+    assert response.status_code == 400
+    top = page[page.index('id="refused-walk"'):page.index('id="optimize-heading"')]
+    assert "Nothing was started" in top and "Most steps: Ensure this value is less than or equal to 64." in top
+    assert 'href="#walk-heading"' in top
