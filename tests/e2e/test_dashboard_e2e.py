@@ -9,6 +9,7 @@ import gzip
 import re
 
 import pytest
+from django.contrib.auth.models import Group
 
 from accounts import make_user
 from skills_app.card_import import import_library_files
@@ -26,6 +27,7 @@ def site(live_server, transactional_db):
     import_corpus()
     import_library_files()
     make_user("bob")
+    make_user("grace").groups.add(Group.objects.get(name="reviewer"))
     gdn = Lineage.objects.get(source_path="bench/walks/gdn_chunked_mma.gpu.json.gz")
     return {"url": live_server.url, "gdn": gdn.id, "gdn_steps": gdn.accepted_count + gdn.rejected_count}
 
@@ -107,4 +109,33 @@ def test_dead_ends_lead_somewhere(site, chromium):
         page.fill('input[name="password"]', "pw-bob-1")
         page.locator("main form button[type=submit]").click()
         page.wait_for_url(re.compile(r"/library/\?status=admitted$"))
+        page.locator("form[action='/accounts/logout/'] button").click()
+
+
+def test_compare_leaderboard_and_a_review_with_the_diff_inline(site, chromium):
+    for width, page in chromium.pages():
+        page.goto(site["url"] + "/problems/row_softmax/")
+        page.get_by_role("link", name="Leaderboard").click()
+        page.wait_for_url(re.compile(r"/problems/row_softmax/leaderboard/$"))
+        first = page.locator("table.leaderboard").first.locator("tbody tr")
+        assert first.count() > 3 and "µs" in first.first.inner_text()
+        chromium.shoot(page, "leaderboard", width)
+        first.nth(1).get_by_role("link", name="compare with #1").click()
+        page.wait_for_url(re.compile(r"/compare/\?a=[0-9a-f]{64}&b=[0-9a-f]{64}$"))
+        assert page.locator("#sass-compare tbody tr").count() > 1
+        chromium.shoot(page, "compare", width)
+
+        page.goto(site["url"] + "/accounts/login/?next=/review/")
+        page.fill('input[name="username"]', "grace")
+        page.fill('input[name="password"]', "pw-grace-1")
+        page.locator("main form button[type=submit]").click()
+        page.wait_for_url(re.compile(r"/review/$"))
+        item = page.locator(".review-item").first
+        item.locator("table.diff tr.diff-add").first.wait_for()  # the forward diff, fetched inline
+        assert "child/parent time" in item.inner_text()
+        chromium.shoot(page, "review-queue", width)
+        item.get_by_role("button", name="Confirm").click()
+        page.wait_for_url(re.compile(r"/review/$"))
+        assert page.locator(".messages li").count() == 1  # once, not twice
+        assert "Recorded: confirm" in page.locator(".messages").inner_text()
         page.locator("form[action='/accounts/logout/'] button").click()
