@@ -171,6 +171,8 @@ def browser_lineage(loads: int) -> dict:
                 context = browser.new_context(viewport={"width": 1280, "height": 900})
                 page = context.new_page()
                 page.goto(url, wait_until="load")
+                # under load the first frame can come after "load": its paint entries with it
+                page.wait_for_function("performance.getEntriesByType('paint').length >= 2")
                 sample = page.evaluate("""() => {
                     const nav = performance.getEntriesByType('navigation')[0];
                     const paint = Object.fromEntries(
