@@ -410,4 +410,4 @@ def test_a_queued_step_shows_its_ratio_with_trials_and_its_diff(client, corpus):
     timing = step.forward_timing
     assert f'{timing["overall"]:.3f}x</span> child/parent time' in item
     assert ", ".join(f"{v:.3f}x" for v in timing["per_trial"]) in item
-    assert f'data-src="/lineages/{gpu.id}/steps/0/diff"' in item and "vectorize global accesses" in item
+    assert f'data-src="/lineages/{gpu.id}/steps/0/diff"' in item and "Vectorize global accesses" in item
