@@ -18,6 +18,7 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
+from klineage.skills.standing import ratio_text
 from klineage_web.access import read_access
 from skills_app.filters import LineageFilter
 from skills_app.paging import paginate, query_without
@@ -105,12 +106,12 @@ def _feature(change: dict[str, Any]) -> str:
 
 def ratio_bars(overall: float, per_trial: list[float], mark: float, label: str) -> dict[str, Any]:
     """A paired ratio, overall and per trial, as bar widths on one scale with `mark` drawn across them;
-    a bar short of the mark is drawn slow."""
+    a bar short of the mark is drawn slow, and its text never reads equal to the mark."""
     scale = max([mark, overall, *per_trial, 1.0]) * 1.1
-    bars = [{"label": label, "ratio": overall, "width": round(100 * overall / scale, 1), "ok": overall >= mark,
-             "overall": True}]
-    bars += [{"label": f"trial {i + 1}", "ratio": v, "width": round(100 * v / scale, 1), "ok": v >= mark}
-             for i, v in enumerate(per_trial)]
+    bars = [{"label": label, "ratio": overall, "text": ratio_text(overall, mark),
+             "width": round(100 * overall / scale, 1), "ok": overall >= mark, "overall": True}]
+    bars += [{"label": f"trial {i + 1}", "ratio": v, "text": ratio_text(v, mark), "width": round(100 * v / scale, 1),
+              "ok": v >= mark} for i, v in enumerate(per_trial)]
     return {"bars": bars, "mark": mark, "mark_at": round(100 * mark / scale, 1)}
 
 
