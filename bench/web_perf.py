@@ -15,6 +15,14 @@ page draws vendor bars for half its steps and says "not timed" for the rest.
 Each page is requested a few times to warm up, then --requests times; the whole request (URL
 resolution, queries, template rendering) is timed. Writes bench/results/web_perf.json with
 p50/p95 per page, the library pages' p95 over all their requests, and the machine it ran on.
+
+Then, in Chromium (Playwright, /usr/bin/chromium), the largest committed lineage, the GPU walk of
+gdn_chunked_mma (bench/walks/, 64 steps and 117 rejected attempts), is loaded --loads times from a
+live server on this machine: the navigation's transferred bytes (what came over the wire, compressed
+if the server compressed it), its decoded size, the bytes of every request of the first screen
+(the page, its CSS and scripts; diffs are fetched only when opened), the gzip size of the HTML (what
+a compressing server sends) and the time to first paint and first contentful paint (Paint Timing),
+each from the browser's own performance entries. `--no-browser` leaves this part out.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.request import urlopen
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -37,6 +46,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "klineage_web.settings")
 LIBRARY_TARGET_MS = 200
 LINEAGE_TARGET_MS = 300
 STEPS = 40
+FIRST_PAINT_TARGET_MS = 500
+FIRST_SCREEN_TARGET_BYTES = 150_000
+LARGEST_WALK = "bench/walks/gdn_chunked_mma.gpu.json.gz"
+CHROMIUM = "/usr/bin/chromium"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -125,6 +138,84 @@ def measure(client, url: str, requests: int) -> tuple[list[float], int]:
     return times, len(response.content)
 
 
+def browser_lineage(loads: int) -> dict:
+    """The largest committed walk's lineage page in Chromium, from a live server (module docstring)."""
+    import gzip
+    import threading
+    from socketserver import ThreadingMixIn
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from django.contrib.staticfiles.handlers import StaticFilesHandler
+    from django.core.wsgi import get_wsgi_application
+    from playwright.sync_api import sync_playwright
+
+    from skills_app.importer import import_lineage, read_json
+
+    lineage, _ = import_lineage(read_json(REPO / LARGEST_WALK, LARGEST_WALK), source_path=LARGEST_WALK)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    class Threading(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+
+    server = make_server("127.0.0.1", 0, StaticFilesHandler(get_wsgi_application()), Threading, Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/lineages/{lineage.id}/"
+    samples = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
+            for i in range(loads + 2):  # two to warm up
+                context = browser.new_context(viewport={"width": 1280, "height": 900})
+                page = context.new_page()
+                page.goto(url, wait_until="load")
+                # under load the first frame can come after "load": its paint entries with it
+                page.wait_for_function("performance.getEntriesByType('paint').length >= 2")
+                sample = page.evaluate("""() => {
+                    const nav = performance.getEntriesByType('navigation')[0];
+                    const paint = Object.fromEntries(
+                        performance.getEntriesByType('paint').map(p => [p.name, p.startTime]));
+                    const resources = performance.getEntriesByType('resource');
+                    return {transfer: nav.transferSize, encoded: nav.encodedBodySize, decoded: nav.decodedBodySize,
+                            first_screen: nav.transferSize + resources.reduce((n, r) => n + r.transferSize, 0),
+                            requests: 1 + resources.length, ttfb: nav.responseStart,
+                            fp: paint['first-paint'], fcp: paint['first-contentful-paint']}; }""")
+                html = page.content()
+                context.close()
+                if i >= 2:
+                    samples.append(sample)
+            browser.close()
+        with urlopen(url) as response:
+            body = response.read()
+    finally:
+        server.shutdown()
+        server.server_close()
+    first_paint = [s["fp"] for s in samples]
+    last = samples[-1]
+    compressed = last["transfer"] < last["decoded"]
+    html_gzip = len(gzip.compress(body, compresslevel=6))
+    return {
+        "lineage": LARGEST_WALK, "url_path": f"/lineages/{lineage.id}/", "steps": lineage.accepted_count,
+        "rejected_attempts": lineage.rejected_count, "loads": len(samples),
+        "transferred_bytes": samples[-1]["transfer"], "decoded_bytes": samples[-1]["decoded"],
+        "first_screen_transferred_bytes": samples[-1]["first_screen"], "first_screen_requests": samples[-1]["requests"],
+        "html_gzip_bytes": html_gzip, "html_bytes": len(body), "compressed_by_server": compressed,
+        # over the wire compressed: as sent where the server compressed; else the HTML gzipped plus the
+        # static files as they came (uncompressed, so an upper bound)
+        "first_screen_compressed_bytes": last["first_screen"] if compressed
+        else html_gzip + last["first_screen"] - last["transfer"],
+        "time_to_first_byte_ms_p50": percentile([s["ttfb"] for s in samples], 0.5),
+        "first_paint_ms_p50": percentile(first_paint, 0.5), "first_paint_ms_max": round(max(first_paint), 1),
+        "first_contentful_paint_ms_p50": percentile([s["fcp"] for s in samples], 0.5),
+        "diff_rows_in_first_screen": html.count('<tr class="diff-'),
+        "server": "wsgiref (threaded) on 127.0.0.1, one process",
+        "targets": {"first_paint_ms": FIRST_PAINT_TARGET_MS,
+                    "first_screen_compressed_bytes": FIRST_SCREEN_TARGET_BYTES},
+    }
+
+
 def provenance(args, database: str) -> dict:
     from klineage.gate.pipeline import git_commit
 
@@ -154,6 +245,8 @@ def main() -> int:
     parser.add_argument("--cards", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "web_perf.json")
+    parser.add_argument("--loads", type=int, default=10, help="Chromium loads of the largest lineage page")
+    parser.add_argument("--no-browser", action="store_true", help="leave the Chromium measurement out")
     args = parser.parse_args()
 
     data_dir = tempfile.mkdtemp(prefix="klineage-web-perf-")
@@ -197,14 +290,22 @@ def main() -> int:
         print(f"{name:42s} p50 {rows[-1]['p50_ms']:7.1f} ms  p95 {rows[-1]['p95_ms']:7.1f} ms  {size} bytes",
               flush=True)
     lineage_row = next(r for r in rows if r["group"] == "lineage")
+    browser = None if args.no_browser else browser_lineage(args.loads)
+    if browser:
+        print(json.dumps(browser), flush=True)
     document = {
         "provenance": provenance(args, database),
         "summary": {"cards": filled["cards"], "card_import_s": filled["import_s"],
                     "library_p50_ms": percentile(library_times, 0.5), "library_p95_ms": percentile(library_times, 0.95),
                     "library_within_target": percentile(library_times, 0.95) < LIBRARY_TARGET_MS,
                     "lineage_p95_ms": lineage_row["p95_ms"],
-                    "lineage_within_target": lineage_row["p95_ms"] < LINEAGE_TARGET_MS},
+                    "lineage_within_target": lineage_row["p95_ms"] < LINEAGE_TARGET_MS,
+                    **({"largest_lineage_first_paint_ms": browser["first_paint_ms_p50"],
+                        "largest_lineage_first_screen_compressed_bytes": browser["first_screen_compressed_bytes"],
+                        "largest_lineage_within_target": browser["first_paint_ms_p50"] < FIRST_PAINT_TARGET_MS
+                        and browser["first_screen_compressed_bytes"] < FIRST_SCREEN_TARGET_BYTES} if browser else {})},
         "rows": rows,
+        **({"browser": browser} if browser else {}),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")

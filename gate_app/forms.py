@@ -72,7 +72,8 @@ class WalkForm(_JobForm):
     problem = forms.ChoiceField(required=False)
     rewriter = forms.ChoiceField()
     mode = forms.ChoiceField(label="Gate", choices=MODE_CHOICES, initial="compile")
-    max_steps = forms.IntegerField(label="Most steps", initial=16, min_value=submit.WALK_LIMITS["max_steps"][0],
+    # 40, the limit the committed walks ran under: enough for row_softmax/warp_vec4's 23 steps and gemm's 31
+    max_steps = forms.IntegerField(label="Most steps", initial=40, min_value=submit.WALK_LIMITS["max_steps"][0],
                                    max_value=submit.WALK_LIMITS["max_steps"][1])
     max_rejections = forms.IntegerField(label="Most rejections in a row", initial=4,
                                         min_value=submit.WALK_LIMITS["max_rejections"][0],

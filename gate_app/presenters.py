@@ -44,6 +44,31 @@ def optimization(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def gate_verdict(result: dict[str, Any]) -> dict[str, Any]:
+    """A finished gate job's verdict: its status and reason, and its page where the verdict is stored."""
+    from skills_app.models import Verdict
+
+    key = (result.get("provenance") or {}).get("key") or ""
+    stored = bool(key) and Verdict.objects.filter(key=key).exists()
+    return {"key": key, "status": result.get("status", ""), "reason": result.get("reason") or "",
+            "url": reverse("skills:verdict", args=[key]) if stored else ""}
+
+
+def walk_steps(lineage_id: str) -> list[dict[str, Any]]:
+    """The accepted steps of a walk job's lineage, as the lineage overview's table shows them."""
+    from skills_app.lineage_overview import step_row
+    from skills_app.models import Lineage, LineageStep
+
+    lineage = Lineage.objects.filter(id=lineage_id).first()
+    if lineage is None:
+        return []
+    states = {s["fingerprint"]: s for s in lineage.document.get("states", [])}
+    steps = (LineageStep.objects.filter(lineage=lineage, kind=LineageStep.Kind.ACCEPTED)
+             .defer("backward_diff", "forward_diff", "parent_state__source", "child_state__source")
+             .select_related("parent_state", "child_state").order_by("index"))
+    return [step_row(step, states) for step in steps]
+
+
 def upload_lines(outcome) -> list[str]:
     """What an upload (gate_app.uploads.Outcome) stored, one message each."""
     lines = []

@@ -62,10 +62,31 @@ def job_detail(request, job_id: int):
     result = json.dumps(state["result"], indent=1) if state["result"] is not None else ""
     finished = job.status == Job.Status.SUCCEEDED and isinstance(job.result, dict)
     can_cancel = not job.finished and (request.user.is_staff or (job.owner_id and job.owner_id == request.user.pk))
+    walk = job.result if finished and job.kind == Job.Kind.WALK else None
     return render(request, "gate_app/job.html", {
-        "job": state, "result_json": result, "can_cancel": can_cancel,
+        "job": state, "result_json": result, "can_cancel": can_cancel, "ended": job.finished,
+        "can_run_again": job.kind in AGAIN and request.user.has_perm(SUBMIT_PERMISSION),
         "optimization": presenters.optimization(job.result) if finished and job.kind == Job.Kind.OPTIMIZE else None,
-        "walk": job.result if finished and job.kind == Job.Kind.WALK else None})
+        "verdict": presenters.gate_verdict(job.result) if finished and job.kind == Job.Kind.GATE else None,
+        "walk": walk, "walk_steps": presenters.walk_steps(walk["lineage"]) if walk else None})
+
+
+AGAIN = (Job.Kind.GATE, Job.Kind.WALK, Job.Kind.OPTIMIZE)  # the kinds the optimize page submits
+
+
+@login_required
+@permission_required(SUBMIT_PERMISSION, raise_exception=True)
+@require_POST
+def run_again(request, job_id: int):
+    """Queue a job again with the parameters it ran with, for whoever asks (operators only)."""
+    job = get_object_or_404(Job, pk=job_id, kind__in=AGAIN)
+    try:
+        again = submit.submit(job.kind, job.params, owner=request.user)
+    except QueueError as exc:
+        messages.error(request, f"Job {job.pk} was not queued again: {exc}")
+        return redirect("gate:job", job.pk)
+    messages.success(request, f"Queued again as job {again.pk}, with the parameters of job {job.pk}.")
+    return redirect("gate:job", again.pk)
 
 
 @login_required
@@ -111,7 +132,12 @@ def optimize(request):
 
 
 def _optimize_context(request, forms) -> dict:
+    # A refused form's errors, also at the top of the page: the form itself may be a screen further down.
+    refused = [{"kind": kind, "errors": [f"{form.fields[name].label}: {error}" if name in form.fields else error
+                                         for name, errors in form.errors.items() for error in errors]}
+               for kind, form in forms.items() if form.is_bound and form.errors]
     return {"optimize_form": forms["optimize"], "walk_form": forms["walk"], "gate_form": forms["gate"],
+            "refused": refused,
             "gpu_jobs": submit.gpu_jobs_held(request.user), "quota": settings.KLINEAGE_GPU_JOB_QUOTA,
             "recent": Job.objects.filter(owner=request.user, kind__in=list(forms)).order_by("-id")[:10]}
 

@@ -31,3 +31,7 @@ urlpatterns = [
     path("", include("skills_app.urls")),
     path("", include("gate_app.urls")),
 ]
+
+handler404 = "klineage_web.error_views.not_found"
+handler403 = "klineage_web.error_views.forbidden"
+handler500 = "klineage_web.error_views.server_error"

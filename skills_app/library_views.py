@@ -24,10 +24,12 @@ from klineage.walk.timing_audit import Pairing
 from klineage_web.access import read_access
 from skills_app.filters import SkillCardFilter
 from skills_app.paging import paginate, query_without
+from skills_app.short_ids import SHORT, one_or_404
 from skills_app.highlight import highlight_lines
-from skills_app.lineage_views import diff_layout, diff_lines, split_rows
+from skills_app.lineage_views import diff_layout, diff_lines, forward_headers, split_rows
 from skills_app.card_refs import resolve_refs
 from skills_app.card_when import soundness_preconditions, when_chart
+from skills_app.card_words import effective_status, standing_of, title_of
 from skills_app.models import CardTrial, LineageStep, SkillCard
 
 SORTS = {
@@ -46,10 +48,12 @@ STEP_KINDS = {"transition": LineageStep.Kind.ACCEPTED, "rejection": LineageStep.
 def library(request):
     sort = request.GET.get("sort") if request.GET.get("sort") in SORTS else "gain"
     queryset = SkillCard.objects.only("card_id", "short_id", "status", "transform", "intent", "surface", "platform",
-                                      "operators", "median_gain", "precondition_count", "risk_count", "readmission")
+                                      "operators", "median_gain", "precondition_count", "risk_count", "readmission",
+                                      "intent")
     found = SkillCardFilter(request.GET, queryset=queryset)
     rows = found.qs.order_by(*SORTS[sort][1]) if found.is_valid() else queryset.none()
     page = paginate(request, rows)
+    _words(page.object_list)
     without_status = request.GET.copy()
     without_status.pop("status", None)
     by_status = SkillCardFilter(without_status, queryset=SkillCard.objects.all())
@@ -75,20 +79,23 @@ def library(request):
 @require_GET
 @read_access
 def card(request, short_id: str):
-    row = get_object_or_404(SkillCard, short_id=short_id)
+    row = card_or_404(short_id)
     document = row.document
     diagnostics = document.get("diagnostics", [])
     steps = resolve_refs([*document["evidence"], *(ref for risk in document["risks"] + diagnostics
                                                    for ref in risk["evidence"]),
                           *(effect["source"] for effect in document["effects"])])
     anchor = document["anchor"]
+    trials = list(row.trials.order_by("created", "id"))
     return render(request, "skills/card.html", {
         "card": row,
+        "title": title_of(row, anchor),
+        "standing": standing_of(row, document["effects"], trials),
         "document": document,
         "anchor": anchor,
         "snippet": highlight_lines(anchor["snippet"]) if anchor["snippet"] else [],
-        "vector": split_rows(diff_lines(document["vector"])) if diff_layout(request) == "split"
-        else diff_lines(document["vector"]),
+        "vector": split_rows(forward_headers(diff_lines(document["vector"]))) if diff_layout(request) == "split"
+        else forward_headers(diff_lines(document["vector"])),
         "diff_layout": diff_layout(request),
         "preconditions": soundness_preconditions(document),
         "when": when_chart(document),
@@ -99,7 +106,7 @@ def card(request, short_id: str):
         "scope": document["scope"],
         "carrier": [(key, ", ".join(json.dumps(v) for v in (values if isinstance(values, list) else [values])))
                     for key, values in document["carrier"].items()],
-        "trials": row.trials.order_by("created", "id"),
+        "trials": trials,
         "history": row.trials.filter(judged=CardTrial.Judged.EARLIER).exists(),
         "current_trials": row.trials.filter(judged=CardTrial.Judged.CURRENT).exists(),
         "reviews": sorted((review for step in steps.values() for review in step.reviews.all()),
@@ -110,11 +117,32 @@ def card(request, short_id: str):
 @require_GET
 @read_access
 def card_skillmd(request, short_id: str):
-    row = get_object_or_404(SkillCard, short_id=short_id)
-    engine_card = EngineCard.from_dict(row.to_document())
+    row = card_or_404(short_id)
+    # A card sent back to admission by a dispute reads as the candidate an optimization treats it as.
+    engine_card = EngineCard.from_dict({**row.to_document(), "status": effective_status(row)})
     response = HttpResponse(skillmd.render(engine_card), content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{skillmd.skill_dir(engine_card)}-SKILL.md"'
     return response
+
+
+def _words(cards: list[SkillCard]) -> None:
+    """Each listed card's title and standing, from its anchor, effects and trials read for this page only
+    (read with the list, the documents' parts would be extracted for every card the filter matched)."""
+    parts = dict((pk, (anchor, effects)) for pk, anchor, effects in SkillCard.objects.filter(
+        pk__in=[c.pk for c in cards]).values_list("pk", "document__anchor", "document__effects"))
+    trials: dict[int, list[CardTrial]] = {}
+    for trial in CardTrial.objects.filter(card__in=cards).only("card_id", "outcome", "ratio", "judged"):
+        trials.setdefault(trial.card_id, []).append(trial)
+    for card in cards:
+        anchor, effects = parts[card.pk]
+        card.title = title_of(card, anchor)
+        card.standing = standing_of(card, effects, trials.get(card.pk, []))
+
+
+def card_or_404(ident: str) -> SkillCard:
+    """A card by the short id pages show or by its full content id."""
+    return one_or_404(SkillCard.objects.all(), "card_id", ident) if len(ident) > SHORT \
+        else get_object_or_404(SkillCard, short_id=ident)
 
 
 def effect_chart(effects: list[dict[str, Any]], steps: dict[tuple[str, str, int], LineageStep] | None = None

@@ -8,6 +8,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from skills_app.card_words import effective_status
 from skills_app.models import CardTrial, Kernel, KernelState, Lineage, LineageStep, Problem, Review, SkillCard, Verdict
 
 
@@ -181,16 +182,22 @@ class SkillCardSerializer(serializers.ModelSerializer):
     id = serializers.CharField(source="card_id", read_only=True)
     # A plain string in the schema: an enum component named "status" would clash with verdicts'.
     status = serializers.CharField(read_only=True, help_text="candidate, admitted, retired or imported")
+    effective_status = serializers.SerializerMethodField(
+        help_text="the status an optimization acts on: candidate while a disputed step sends an admitted card "
+                  "back to admission (`readmission` says why), else `status`")
     page = serializers.SerializerMethodField()
 
     class Meta:
         model = SkillCard
         fields = ["id", "short_id", "status", "transform", "intent", "surface", "platform", "operators", "dtypes",
                   "requires", "provides", "conflicts", "median_gain", "precondition_count", "risk_count", "readmission",
-                  "page", "imported_at", "updated_at"]
+                  "effective_status", "page", "imported_at", "updated_at"]
 
     def get_page(self, card: SkillCard) -> str:
         return reverse("skills:card", args=[card.short_id])
+
+    def get_effective_status(self, card: SkillCard) -> str:
+        return effective_status(card)
 
 
 class SkillCardDetailSerializer(SkillCardSerializer):

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count
+from django.db.models import Count, F
 
 from klineage.gate.verdict import Status
 from skills_app import evidence
+from skills_app.card_words import title_of
 from gate_app.models import Job
 from skills_app.models import Kernel, Problem, SkillCard, Verdict
 
@@ -75,7 +76,12 @@ def library_glance() -> dict[str, Any]:
     counts = dict(SkillCard.objects.order_by().values_list("status").annotate(n=Count("id")))
     admitted = SkillCard.objects.filter(status=SkillCard.Status.ADMITTED, median_gain__isnull=False)
     timed = admitted if admitted.exists() else SkillCard.objects.filter(median_gain__isnull=False)
-    best = timed.order_by("-median_gain", "transform", "card_id").only("short_id", "transform", "median_gain").first()
+    best = (timed.order_by("-median_gain", "transform", "card_id")
+            .only("short_id", "transform", "intent", "median_gain")
+            .annotate(anchor=F("document__anchor"), effects=F("document__effects")).first())
+    if best is not None:
+        best.title = title_of(best, best.anchor)
+        best.cases = [f"{e['operator']}/{e['case']}" for e in best.effects]
     trialled = SkillCard.objects.filter(trials__isnull=False).distinct().count()
     operators = sorted({op for ops in SkillCard.objects.values_list("operators", flat=True) for op in ops})
     total = sum(counts.values())

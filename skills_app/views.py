@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import Count
 from django.http import Http404
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET
 
 from klineage.launch import ARCHES
@@ -18,6 +18,7 @@ from klineage_web.access import read_access
 from skills_app import presenters
 from skills_app.filters import LATEST_STATUS_CHOICES, SUITE_CHOICES, KernelFilter, VerdictFilter
 from skills_app.paging import paginate, query_without
+from skills_app.short_ids import one_or_404
 from skills_app.highlight import highlight_lines
 from skills_app.models import Kernel, KernelState, Problem, Verdict
 
@@ -80,12 +81,17 @@ def problems(request):
     return render(request, "skills/problems.html", {"problems": rows, "earlier": earlier})
 
 
-@require_GET
-@read_access
-def problem(request, operator: str):
+def current_problem_or_404(operator: str) -> Problem:
     found = Problem.objects.filter(operator=operator, current=True).first()
     if found is None:
         raise Http404(f"no current problem '{operator}'")
+    return found
+
+
+@require_GET
+@read_access
+def problem(request, operator: str):
+    found = current_problem_or_404(operator)
     info = found.info
     kernel_rows = (Kernel.objects.with_latest_verdict().filter(operator=operator)
                    .select_related("current_state").order_by("adversarial", "name"))
@@ -123,7 +129,9 @@ def verdicts(request):
 @require_GET
 @read_access
 def verdict(request, key: str):
-    found = get_object_or_404(Verdict.objects.select_related("state__kernel", "problem"), key=key)
+    found = one_or_404(Verdict.objects.select_related("state__kernel", "problem"), "key", key)
+    if found.key != key:
+        return redirect("skills:verdict", found.key)
     document = found.document
     against = _state_names({found.against} if found.against else set())
     findings = [{**f, "evidence_items": _evidence_items(f.get("evidence") or {})} for f in document.get("findings", [])]

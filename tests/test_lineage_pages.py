@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 
 from klineage import config
 from klineage.lineage import Lineage as LineageDocument
+from klineage.skills.titles import anchor_where
 from klineage.walk.timing_audit import step_pairings
 
 from dashboard_data import corpus  # noqa: F401
@@ -78,12 +79,18 @@ def test_timeline_shows_each_step_with_its_diff(client, dry):
     assert positions == sorted(positions)  # expert first, then each step in order
     first = steps[0]
     assert "forward untimed" in text
-    assert first.anchor["key"] in text.replace("&#x27;", "'")
-    # The diff: highlighted lines with +/- gutters, the removed feature on the changed line.
-    assert '<tr class="diff-del"><td class="diff-gutter" aria-hidden="true">-</td>' in text
-    assert '<tr class="diff-add"><td class="diff-gutter" aria-hidden="true">+</td>' in text
-    assert '<span class="tok-cuda">__launch_bounds__</span>' in text
-    assert "removes source row_softmax_warp_vec4:launch_bounds" in text
+    assert anchor_where(first.anchor) in text.replace("&#x27;", "'")
+    # Diffs load when opened: the page names where each comes from and carries none.
+    url = f"/lineages/{dry.id}/steps/{first.index}/diff"
+    assert f'data-src="{url}"' in text and '<tr class="diff-' not in text
+    diff = client.get(url, HTTP_X_FRAGMENT="1").content.decode()
+    assert "<html" not in diff and "without the step (the walk&#x27;s child)" in diff
+    # Forward, as cards show theirs: the bound the walk removed is an added line, noted as such.
+    assert '<tr class="diff-add"><td class="diff-gutter" aria-hidden="true">+</td>' in diff
+    assert '<span class="tok-cuda">__launch_bounds__</span>' in diff
+    assert "adds source row_softmax_warp_vec4:launch_bounds" in diff
+    assert "<html" in client.get(url).content.decode()  # opened on its own, a page
+    assert client.get(f"/lineages/{dry.id}/steps/999/diff").status_code == 404
     # Per-case verdict of the child.
     assert 'class="case-chip case-not_run" title="headline: not_run"' in text
 
@@ -110,11 +117,14 @@ def test_rejected_attempts_branch_off_their_step(client, branched):
     step2 = text.index('id="step-accepted-2"')
     compile_error = text.index('id="step-rejected-0"')
     assert step1 < compile_error < step2
-    assert "identifier &quot;v4&quot; is undefined" in text
     assert "<details class=\"rejected-attempt\"" in text
     last = text.index('id="step-rejected-1"')
     assert last > text.index(f'id="step-accepted-{branched.accepted_count - 1}"')
-    assert "still present" in text  # the audit detail
+    # Each attempt's evidence loads when it is opened.
+    evidence = [client.get(f"/lineages/{branched.id}/rejected/{i}/", HTTP_X_FRAGMENT="1").content.decode()
+                for i in (0, 1)]
+    assert "identifier &quot;v4&quot; is undefined" in evidence[0] and "identifier" not in text
+    assert "still present" in evidence[1]  # the audit detail
 
 
 def _section(text: str, start: str, end: str) -> str:
@@ -131,7 +141,10 @@ def test_timing_bars_render_when_timed(client, corpus):
     step = _section(text, 'id="step-accepted-0"', 'id="step-accepted-1"')
     parent = step[step.index('aria-label="child time / parent time"'):]
     assert parent.count('class="ratio-row"') == 4 and "vs parent" in parent
-    assert "ratio-fill ratio-slow" in parent and "0.950" in parent and "forward slower" in step
+    assert "ratio-fill ratio-slow" in parent and "0.950" in parent
+    # The badge says what failed, and the sentence every ratio against the required one.
+    assert "below 0.99x on the median" in step
+    assert "child/parent time 0.970x (trials 0.980x, 1.010x, 0.950x): the median at 0.970x" in step
     # A walk times steps against their parent only: no vendor number for this step's child.
     assert "vendor not timed in this run" in step and "ratio-bars-vendor" not in step
 
@@ -154,7 +167,7 @@ def test_a_biased_forward_timing_says_so_with_both_medians(client, corpus):
                                                          retimed_ratio=None)
     biased = step_13()
     assert "timing biased" in biased and "state 13 timed 543.6 us as a candidate and 375.7 us as a baseline" in biased
-    clean = _section(client.get(f"/lineages/{conv.id}/").content.decode(), 'id="step-accepted-38"',
+    clean = _section(client.get(f"/lineages/{conv.id}/?part=2").content.decode(), 'id="step-accepted-38"',
                      'id="step-accepted-39"')
     assert "timing biased" not in clean and "forward " in clean
     queue = client.get(f"/review/?lineage={conv.id}&kind=accepted").content.decode()
@@ -215,8 +228,12 @@ def test_the_expert_shows_the_vendor_ratio_of_its_own_gate_verdict(client, dry):
 
 def test_review_queue_lists_unreviewed_steps(client, branched, dry):
     text = client.get("/review/").content.decode()
-    total = LineageStep.objects.count()
-    assert f"{total} steps waiting" in text
+    # GPU walks' steps first; a dry walk's steps were only compiled and wait in a list of their own
+    gpu = LineageStep.objects.filter(lineage__assurance=Lineage.Assurance.GPU_VERIFIED).count()
+    dry_steps = LineageStep.objects.filter(lineage__assurance=Lineage.Assurance.UNVERIFIED).count()
+    assert f"{gpu} steps waiting" in text and f"{dry_steps} steps of dry walks wait apart" in text
+    assert f"{dry_steps} steps waiting" in client.get("/review/?walks=dry").content.decode()
+    assert f"{gpu + dry_steps} steps waiting" in client.get("/review/?walks=all").content.decode()
     assert "Log in</a> as a reviewer" in text
     assert 'name="verdict"' not in text
 
@@ -308,9 +325,89 @@ def test_diffs_side_by_side_pair_removed_with_added_lines(client, dry):
                      ("ctx", "ctx", "ctx"), ("pair", "del", "add"), ("pair", "del", None), ("ctx", "ctx", "ctx"),
                      ("pair", "del", None)]
     assert "old1" in str(split[4]["left"]["code"]) and "new1" in str(split[4]["right"]["code"])
-    unified = client.get(f"/lineages/{dry.id}/").content.decode()
-    side = client.get(f"/lineages/{dry.id}/?diff=split").content.decode()
+    page = client.get(f"/lineages/{dry.id}/?diff=split").content.decode()
+    assert '<a href="?diff=split" aria-current="true">side by side</a>' in page
+    assert f'data-src="/lineages/{dry.id}/steps/0/diff?diff=split"' in page
+    unified = client.get(f"/lineages/{dry.id}/steps/0/diff", HTTP_X_FRAGMENT="1").content.decode()
+    side = client.get(f"/lineages/{dry.id}/steps/0/diff?diff=split", HTTP_X_FRAGMENT="1").content.decode()
     assert 'class="diff diff-split"' in side and 'class="diff diff-split"' not in unified
-    assert '<tr class="diff-pair">' in side and '<tr class="diff-del">' in unified
-    assert side.count('class="diff-note diff-note-del"') == unified.count('class="diff-note diff-note-del"') > 0
-    assert '<a href="?diff=split" aria-current="true">side by side</a>' in side
+    assert '<tr class="diff-pair">' in side and '<tr class="diff-add">' in unified
+    assert side.count('class="diff-note diff-note-add"') == unified.count('class="diff-note diff-note-add"') > 0
+
+
+def test_overview_table_and_speedup_chart_of_a_gpu_walk(client, corpus):
+    """row_softmax/warp_vec4's GPU walk: one table row per step with its ratio, trials and verdict in
+    words, a cumulative speedup chart naive -> expert, and both orders."""
+    gpu = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.gpu.json")
+    text = client.get(f"/lineages/{gpu.id}/").content.decode()
+    table = _section(text, 'id="step-table"', "</table>")
+    steps = list(gpu.steps.filter(kind="accepted").order_by("index"))
+    assert table.count('<tr data-kind="accepted"') == len(steps) == 23
+    first = steps[0].forward_timing
+    assert f'{first["overall"]:.3f}x' in table and "trials " + ", ".join(f"{v:.3f}x" for v in first["per_trial"]) \
+        in table
+    # "verified" is never the word: a step is faster by some percent or not slower than its mark
+    assert "verified" not in table and "not slower than 0.99x" in table and "faster by " in table
+    chart = _section(text, '<figure class="speedup-chart">', "</figure>")
+    assert chart.count('<circle class="chart-point') == len(steps) + 1
+    product = 1.0
+    for step in steps:
+        product *= step.forward_timing["overall"]
+    assert f"expert ({product:.3f}x)" in chart and "estimates the end-to-end speedup" in chart
+    assert "bundled with the corpus" in text
+    backward = [int(i) for i in re.findall(r'id="step-accepted-(\d+)"', text)]
+    forward = [int(i) for i in re.findall(r'id="step-accepted-(\d+)"',
+                                          client.get(f"/lineages/{gpu.id}/?order=forward").content.decode())]
+    assert backward == sorted(backward) and forward == backward[::-1]
+
+
+def test_a_dry_walk_has_no_chart_and_says_why(client, dry):
+    text = client.get(f"/lineages/{dry.id}/").content.decode()
+    assert "speedup-chart" not in text and "a dry walk only compiles" in text
+
+
+def test_short_ids_shown_on_pages_work_in_urls(client, dry):
+    short = dry.id[:12]
+    response = client.get(f"/lineages/{short}/?order=forward")
+    assert response.status_code == 302 and response["Location"] == f"/lineages/{dry.id}/?order=forward"
+    assert client.get(f"/lineages/{short}/steps/0/diff").status_code == 200
+    assert client.get(f"/lineages/{short[:8]}/").status_code == 404  # too short to name one lineage
+    assert client.get("/lineages/ffffffffffff/").status_code == 404
+
+
+def test_a_lineage_made_by_a_job_says_who_started_it_and_when(client, dry, django_user_model):
+    from gate_app.models import Job
+
+    owner = django_user_model.objects.create_user("ada", password="pw-for-tests")
+    job = Job.objects.create(kind=Job.Kind.WALK, owner=owner, params={}, result={"lineage": dry.id})
+    text = client.get(f"/lineages/{dry.id}/").content.decode()
+    assert f'<a href="/jobs/{job.id}/">job #{job.id}</a>, started by ada' in text
+
+
+def test_a_long_lineage_draws_its_timeline_in_parts_and_the_table_links_across(client, corpus):
+    gdn = Lineage.objects.get(source_path="bench/walks/gdn_chunked_mma.gpu.json.gz")
+    assert gdn.accepted_count == 64
+    first = client.get(f"/lineages/{gdn.id}/").content.decode()
+    drawn = [int(i) for i in re.findall(r'id="step-accepted-(\d+)"', first)]
+    assert drawn == list(range(24)) and "part 1 of 3" in first and "tl-expert" in first and "tl-naive" not in first
+    table = _section(first, 'id="step-table"', "</table>")
+    assert table.count('<tr data-kind="accepted"') == 64 and table.count('<tr data-kind="rejected"') == 117
+    assert 'href="#step-accepted-23"' in table and 'href="?order=backward&amp;part=3#step-accepted-63"' in table
+    last = client.get(f"/lineages/{gdn.id}/?part=3").content.decode()
+    assert [int(i) for i in re.findall(r'id="step-accepted-(\d+)"', last)] == list(range(48, 64))
+    assert "tl-naive" in last and "tl-expert" not in last
+    forward = client.get(f"/lineages/{gdn.id}/?order=forward").content.decode()
+    assert [int(i) for i in re.findall(r'id="step-accepted-(\d+)"', forward)] == list(range(63, 39, -1))
+    assert "tl-naive" in forward and forward.index("tl-naive") < forward.index('id="step-accepted-63"')
+    assert client.get(f"/lineages/{gdn.id}/?part=x").status_code == 200  # an odd part is the first
+
+
+def test_a_queued_step_shows_its_ratio_with_trials_and_its_diff(client, corpus):
+    gpu = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.gpu.json")
+    step = gpu.steps.get(kind="accepted", index=0)
+    text = client.get(f"/review/?lineage={gpu.id}&kind=accepted").content.decode()
+    item = _section(text, f'id="review-{step.id}"', "</li>")
+    timing = step.forward_timing
+    assert f'{timing["overall"]:.3f}x</span> child/parent time' in item
+    assert ", ".join(f"{v:.3f}x" for v in timing["per_trial"]) in item
+    assert f'data-src="/lineages/{gpu.id}/steps/0/diff"' in item and "Vectorize global accesses" in item

@@ -9,6 +9,8 @@ from typing import Any
 
 from django import template
 
+from klineage.skills.standing import ratio_text
+
 register = template.Library()
 
 
@@ -63,6 +65,13 @@ def percent(value: Any) -> str:
 def ratio(value: Any) -> str:
     number = _number(value)
     return "–" if number is None else f"{number:.2f}×"
+
+
+@register.filter
+def times(value: Any) -> str:
+    """A ratio with three decimals and its unit, 0.9949 as 0.995x (`ratio` rounds to two)."""
+    number = _number(value)
+    return "–" if number is None else ratio_text(number)
 
 
 @register.filter

@@ -1,0 +1,72 @@
+"""A card's title in the forward direction ("use mma.sync") and where it acts ("mma_f16_16816").
+
+Transforms are named for the walk's backward step (`scalarize_mma` removes tensor-core MMAs), but a
+card teaches the forward one, which the catalog states as each transform's `intent`. The verb
+phrases below shorten those intents; `tests/test_card_titles.py` holds every catalog entry to one
+and each phrase to a term its intent uses, so a new transform without a title fails there rather
+than showing a backward name. Several cards share one transform: the anchor's function and key
+tell them apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# transform name -> (forward verb phrase, a term of the transform's intent the phrase stands for)
+FORWARD: dict[str, tuple[str, str]] = {
+    "block_swizzle": ("group blocks by tile rows for L2 reuse", "groups of tile rows"),
+    "devectorize": ("vectorize global accesses", "widest aligned vector accesses"),
+    "fast_math": ("use fast math intrinsics", "fast hardware approximation"),
+    "launch_bounds": ("bound the block size (__launch_bounds__)", "block size"),
+    "ldg": ("load read-only data with __ldg", "__ldg"),
+    "restrict": ("restrict-qualify pointers", "__restrict__"),
+    "scalarize_ldmatrix": ("use ldmatrix", "ldmatrix"),
+    "scalarize_mma": ("use mma.sync", "mma.sync"),
+    "shuffle_to_shared": ("exchange lanes with warp shuffles", "register shuffles"),
+    "sync_copies": ("copy to shared memory with cp.async", "cp.async"),
+    "tile_constant": ("tune a tile constant", "tile, vector, warp, thread or stage count"),
+    "uncoarsen": ("coarsen threads", "small fixed batch"),
+    "unpad_shared": ("pad shared-memory rows", "Pad the row stride"),
+    "unpipeline": ("pipeline copies through shared-memory stages", "ring of STAGES"),
+    "unroll": ("unroll a loop", "unroll"),
+    "unstage_shared": ("stage a tile in shared memory", "Stage a tile"),
+    "unswizzle_shared": ("swizzle shared-memory tiles", "XOR swizzle"),
+    "warp_mma": ("use wgmma", "wgmma"),
+}
+
+
+@dataclass(frozen=True)
+class CardTitle:
+    """`verb` in `where`: "restrict-qualify pointers" in "store_tile: y"; `where` is code, shown as such."""
+
+    verb: str
+    where: str
+
+    def __str__(self) -> str:
+        return f"{self.verb} in {self.where}" if self.where else self.verb
+
+
+def forward_verb(transform: str, intent: str = "") -> str:
+    """The forward phrase for a transform; one outside the table reads as its intent's first clause."""
+    if transform in FORWARD:
+        return FORWARD[transform][0]
+    clause = intent.split(" (")[0].split(":")[0].split(",")[0].rstrip(".").strip()
+    return clause[:1].lower() + clause[1:] if clause else transform
+
+
+def anchor_where(anchor: dict[str, Any]) -> str:
+    """The site, short: the function, and the key's name where it is not the function itself. Keys
+    carry a JSON tail on some transforms (`xv#0 {"dir": ...}`), a kind suffix (`i#0:unroll`) or
+    arguments (`launch_bounds(THREADS, 2)`): only the name before them is shown."""
+    function = anchor.get("function", "") or ""
+    key = (anchor.get("key", "") or "").split(" ", 1)[0].split(":", 1)[0].split("(", 1)[0]
+    if function in ("", "<file>"):
+        return key
+    if key in ("", function):
+        return function
+    return f"{function}: {key}"
+
+
+def card_title(transform: str, anchor: dict[str, Any], intent: str = "") -> CardTitle:
+    return CardTitle(forward_verb(transform, intent), anchor_where(anchor))

@@ -1,0 +1,32 @@
+"""What a card row reads as on a page: its forward title and its status beside its measurements
+(`klineage.skills.titles`, `klineage.skills.standing`), for the library list, the card page and
+the home page alike."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from klineage.skills.standing import Standing, standing
+from klineage.skills.titles import CardTitle, card_title
+from skills_app.models import CardTrial, SkillCard
+
+
+def title_of(card: SkillCard, anchor: dict[str, Any]) -> CardTitle:
+    return card_title(card.transform, anchor, card.intent)
+
+
+def standing_of(card: SkillCard, effects: Iterable[dict[str, Any]], trials: Iterable[CardTrial]) -> Standing:
+    """Every trial counts, those that judged an earlier content of the card too: they measured the same
+    mechanism on their targets, and the trial table marks which they are."""
+    return standing(card.status, [(f"{e['operator']}/{e['case']}", e["ratio"]) for e in effects],
+                    [(t.outcome, t.ratio) for t in trials],
+                    card.readmission)
+
+
+def effective_status(card: SkillCard) -> str:
+    """The status an optimization acts on: an admitted card with a disputed step behind it counts as a
+    candidate until it passes admission again (`skills_app.readmission`)."""
+    if card.readmission and card.status == SkillCard.Status.ADMITTED:
+        return SkillCard.Status.CANDIDATE.value
+    return card.status

@@ -1,0 +1,68 @@
+"""The pages a kernel engineer reaches for next: two kernel states side by side, a problem's
+leaderboard against the vendor, and the library and a lineage's steps exported as CSV and JSON, on
+the bundled corpus and its recorded verdicts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+import pytest
+
+from dashboard_data import corpus  # noqa: F401
+from skills_app.card_import import import_library_files
+from skills_app.models import Lineage, SkillCard, Verdict
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def softmax(corpus) -> Lineage:
+    return Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.gpu.json")
+
+
+def test_compare_two_states_source_and_sass(client, softmax):
+    simplest = softmax.steps.filter(kind="accepted").order_by("-index").first().child_state
+    expert = softmax.expert_state
+    page = client.get(f"/compare/?a={simplest.fingerprint[:12]}&b={expert.fingerprint}").content.decode()
+    sass = page[page.index('id="sass-compare"'):page.index("</table>", page.index('id="sass-compare"'))]
+    # the expert's 128-bit loads and shuffles are there, the simplest state's are not
+    row = re.search(r'<td class="mono">ldg_128</td><td class="num">(\d+)</td><td class="num">(\d+)</td>', sass)
+    assert row and int(row.group(1)) == 0 and int(row.group(2)) > 0
+    assert '<tr class="diff-add">' in page and "__restrict__" in page  # the expert's qualifiers come back
+    lineage_page = client.get(f"/lineages/{softmax.id}/").content.decode()
+    assert f"/compare/?a={simplest.fingerprint}&amp;b={expert.fingerprint}" in lineage_page
+    assert client.get("/compare/").status_code == 200
+    assert client.get("/compare/?a=ffffffffffff&b=ffffffffffff").status_code == 404
+
+
+def test_a_problems_leaderboard_ranks_timed_states_beside_the_vendor(client, corpus):
+    page = client.get("/problems/row_softmax/leaderboard/").content.decode()
+    headline = page[page.index("Case <code>headline</code>"):]
+    headline = headline[:headline.index("</table>")]
+    times = [float(t) for t in re.findall(r'<td class="num">([0-9.]+) µs</td>', headline)]
+    assert len(times) > 3 and times == sorted(times)
+    expert = Verdict.objects.get(key__startswith="3de6f1143b0c")  # warp_vec4's gate verdict that timed the vendor
+    ratio = expert.document["profile"]["ratios"]["vs_vendor"]["overall"]
+    assert f"{ratio:.3f}x" in headline and "compare with #1" in headline
+    assert 'href="/problems/row_softmax/leaderboard/"' in client.get("/problems/row_softmax/").content.decode()
+    assert client.get("/problems/no_such/leaderboard/").status_code == 404
+
+
+def test_exports_of_the_library_and_of_a_lineages_steps(client, softmax):
+    import_library_files()
+    rows = list(csv.DictReader(io.StringIO(client.get("/library/export.csv").content.decode())))
+    assert len(rows) == SkillCard.objects.count()
+    unpipeline = next(r for r in rows if r["short_id"] == "535855ae6206")
+    assert unpipeline["standing"] == "admitted · slower on 1 of 1 case, 2 of 3 trials slower"
+    assert unpipeline["title"] == "pipeline copies through shared-memory stages in conv2d_implicit_gemm: kt#0"
+    cards = client.get("/library/export.json").json()
+    assert {c["short_id"] for c in cards} == set(SkillCard.objects.values_list("short_id", flat=True))
+    steps = client.get(f"/lineages/{softmax.id[:12]}/steps.json").json()
+    assert len(steps) == softmax.steps.count() == 23
+    first = softmax.steps.get(kind="accepted", index=0)
+    assert steps[0]["ratio_x"] == first.forward_timing["overall"] and steps[0]["forward"] == "vectorize global accesses"
+    response = client.get(f"/lineages/{softmax.id}/steps.csv")
+    assert response["Content-Type"].startswith("text/csv") and "attachment" in response["Content-Disposition"]
+    assert client.get(f"/lineages/{softmax.id}/steps.xml").status_code == 404
