@@ -33,3 +33,20 @@ def test_a_kernel_that_would_run_still_needs_its_recording(empty):
     with pytest.raises(ReplayMiss, match="replay never guesses"):
         run_gate(SOFTMAX, corpus.kernel_entry("adversarial/copy_out_of_bounds").load(), mode=GateMode.REPLAY,
                  cache=empty, policy=GatePolicy(sanitize=Sanitize.ALWAYS))
+
+
+def test_a_timed_gate_without_the_vendor_is_answered_by_a_recording_that_timed_it_too(tmp_path):
+    """The optimizer times without the vendor; the kernels list shows row_softmax/naive's recorded
+    verdicts, which timed the vendor as well. Replay answers with one and says so."""
+    from klineage import config
+    from klineage.optimize import DEFAULT_POLICY
+
+    recorded = GateCache(tmp_path / "local", config.recorded_dir())
+    verdict = run_gate(SOFTMAX, corpus.kernel_entry("row_softmax/naive").load(), mode=GateMode.REPLAY,
+                       cache=recorded, policy=DEFAULT_POLICY)
+    assert verdict.status is Status.PASSED
+    assert verdict.provenance["answered_by"].startswith("a recorded verdict of the same checks")
+    assert verdict.policy["vendor"] is True and DEFAULT_POLICY.vendor is False
+    with pytest.raises(ReplayMiss):  # nothing wider is recorded for a kernel that never ran
+        run_gate(SOFTMAX, corpus.kernel_entry("row_softmax/warp_vec4").load(), mode=GateMode.REPLAY,
+                 cache=GateCache(tmp_path / "other", tmp_path / "no-recordings"), policy=DEFAULT_POLICY)
