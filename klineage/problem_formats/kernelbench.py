@@ -70,13 +70,26 @@ def load(path: Path) -> Problem:
         state = {f"w_{k.replace('.', '_')}": t.detach().to(device) for k, t in model.state_dict().items()}
         return {**named, **state}
 
+    built: dict[str, tuple[list, Any, dict[str, str], list]] = {}
+
     def forward(inputs: dict[str, Any], case: dict[str, Any]) -> tuple:
         import torch
 
-        values, model = drawn(case, 0)
-        keys = {f"w_{k.replace('.', '_')}": k for k in model.state_dict()}
-        model = model.to(next(iter(inputs.values())).device)
-        model.load_state_dict({keys[n]: t for n, t in inputs.items() if n in keys})
+        # The module is built once per case and device, and its weights loaded again only when the
+        # weight inputs changed: as the vendor path this is timed, and rebuilding it (drawing its
+        # inputs on the CPU, moving it to the GPU) in every call timed the host at 2,000x the forward.
+        device = next(iter(inputs.values())).device
+        key = repr((sorted(case.items()), str(device)))
+        if key not in built:
+            values, model = drawn(case, 0)
+            keys = {f"w_{k.replace('.', '_')}": k for k in model.state_dict()}
+            built[key] = (values, model.to(device), keys, [None])
+        values, model, keys, loaded = built[key]
+        weights = {n: t for n, t in inputs.items() if n in keys}
+        stamp = tuple((n, t.data_ptr(), t._version) for n, t in sorted(weights.items()))
+        if stamp != loaded[0]:
+            model.load_state_dict({keys[n]: t for n, t in weights.items()})
+            loaded[0] = stamp
         args = [inputs[f"in{i}"] if isinstance(v, torch.Tensor) else v for i, v in enumerate(values)]
         with torch.no_grad():
             return result_tensors(model(*args), where)
