@@ -9,17 +9,15 @@ makes it fail.
 import json
 import os
 import re
-import socket
-import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from hostile import Listener, hostile_problem, plant_instance, processes_with, report
 
 from klineage import config
 from klineage.errors import DocumentError, KLineageError
@@ -37,26 +35,18 @@ ROW_SOFTMAX = config.REPO_ROOT / "corpus" / "problems" / "row_softmax.py"
 def instance(tmp_path, monkeypatch):
     """A data dir with a secret key and a SQLite database holding a session token, a cache dir, a
     secret in this process's environment, and a file in the repository's var/ (the default data dir)."""
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "secret_key").write_text(SECRET)
-    database = data / "klineage.sqlite3"
-    with sqlite3.connect(database) as db:
-        db.execute("create table session (token text)")
-        db.execute("insert into session values (?)", (SECRET,))
-    cache = tmp_path / "cache"
-    cache.mkdir()
+    planted_instance = plant_instance(tmp_path, SECRET)
     var = config.REPO_ROOT / "var"
     var.mkdir(exist_ok=True)
     planted = var / f"test-secret-{uuid.uuid4().hex[:8]}"
     planted.write_text(SECRET)
-    monkeypatch.setenv("KLINEAGE_DATA_DIR", str(data))
-    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(cache))
+    monkeypatch.setenv("KLINEAGE_DATA_DIR", str(planted_instance["data"]))
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(planted_instance["cache"]))
     monkeypatch.delenv(config.UNSAFE_NO_SANDBOX, raising=False)
     monkeypatch.delenv("KLINEAGE_BWRAP", raising=False)
     # Another process of this host with an API key in its environment (a web server, a worker).
     neighbour = subprocess.Popen(["sleep", "600"], env={"OPENAI_API_KEY": SECRET})
-    yield {"data": data, "database": database, "cache": cache, "planted": planted}
+    yield {**planted_instance, "planted": planted}
     neighbour.kill()
     neighbour.wait()
     planted.unlink()
@@ -65,88 +55,14 @@ def instance(tmp_path, monkeypatch):
 @pytest.fixture
 def listener():
     """A TCP server on this host's loopback that records every connection it accepts."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.settimeout(0.2)
-    accepted: list[bool] = []
-    stop = threading.Event()
-
-    def serve():
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                continue
-            accepted.append(True)
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], accepted
-    stop.set()
-    thread.join()
-    server.close()
+    with Listener() as server:
+        yield server.port, server.accepted
 
 
-def hostile_problem(path: Path, targets: dict) -> Path:
-    """A problem file that tries everything at import and raises a report of what worked."""
-    code = f"""
-    import json, os, socket, subprocess, sys
-    targets = json.loads({json.dumps(json.dumps(targets))})
-    seen = {{"uid": os.getuid(), "read": {{}}, "wrote": {{}}, "environ_secrets": [], "pids": []}}
-    for name, path in targets["read"].items():
-        try:
-            with open(path, "rb") as handle:
-                seen["read"][name] = targets["secret"] in handle.read().decode("latin-1")
-        except OSError as exc:
-            seen["read"][name] = type(exc).__name__
-    for name, folder in targets["write"].items():
-        try:
-            with open(os.path.join(folder, "forged.json"), "w") as handle:
-                handle.write("{{}}")
-            seen["wrote"][name] = True
-        except OSError as exc:
-            seen["wrote"][name] = type(exc).__name__
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            seen["pids"].append(int(pid))
-            try:
-                with open(f"/proc/{{pid}}/environ", "rb") as handle:
-                    if targets["secret"].encode() in handle.read():
-                        seen["environ_secrets"].append(int(pid))
-            except OSError:
-                pass
-    try:
-        socket.create_connection(("127.0.0.1", targets["port"]), timeout=3).close()
-        seen["loopback"] = "connected"
-    except OSError as exc:
-        seen["loopback"] = type(exc).__name__
-    # A grandchild in a session of its own, whose parent exits at once: it must still end with the job.
-    subprocess.Popen([sys.executable, "-c", "import os, time; pid = os.fork(); pid and os._exit(0); os.setsid(); time.sleep(600)",
-                      targets["marker"]], start_new_session=True, stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    raise RuntimeError("REPORT" + json.dumps(seen) + "TROPER")
-    """
-    path.write_text(textwrap.dedent(code), encoding="utf-8")
-    return path
-
-
-def report(error: Exception) -> dict:
-    found = re.search(r"REPORT(.*)TROPER", str(error))
-    assert found, f"the hostile problem did not report: {error}"
-    return json.loads(found.group(1))
-
-
-def processes_with(marker: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
-                pids.append(int(entry.name))
-        except OSError:
-            pass
-    return pids
+def _report(error: Exception) -> dict:
+    seen = report(str(error))
+    assert seen is not None, f"the hostile problem did not report: {error}"
+    return seen
 
 
 def attack(tmp_path: Path, instance: dict, port: int) -> tuple[dict, str]:
@@ -160,7 +76,7 @@ def attack(tmp_path: Path, instance: dict, port: int) -> tuple[dict, str]:
     problem = hostile_problem(tmp_path / "hostile.py", targets)
     with pytest.raises(DocumentError) as raised:
         execute.probe_problem(problem, config.cache_dir())
-    return report(raised.value), marker
+    return _report(raised.value), marker
 
 
 @pytest.mark.parametrize("with_cgroup", [True, False], ids=["cgroup", "namespaces-alone"])
