@@ -25,7 +25,13 @@ FURTHER = {"gdn_chunked_mma": "gdn/chunked_mma", "fmha_flash_mma": "fmha/flash_m
 # per warp kernel (the one that meets the mma.sync target).
 VARIANTS = {"gemm_mma_sync_any": "gemm/mma_sync_any", "conv2d_implicit_gemm_any": "conv2d/implicit_gemm_any",
             "fmha_flash_mma_r32": "fmha/flash_mma_r32"}
-EXPERTS = HOPPER | FURTHER | VARIANTS
+# The memory-bound experts (docs/corpus.md), kept here rather than in corpus/lineages until their
+# GPU walks: the library is built from corpus/lineages, and compile-only steps carry no effect.
+MEMORY_BOUND = {name.replace("/", "_"): name for name in (
+    "group_norm/smem_vec4", "causal_softmax/warp_vec4", "rope/pack8", "column_max/split_vec4",
+    "logcumsumexp/block_scan", "nchw_to_nhwc/smem_tile", "embedding_bag/gather_vec4", "sgd_nesterov/vec4_grid",
+    "add_rms_norm/pack8_regs")}
+EXPERTS = HOPPER | FURTHER | VARIANTS | MEMORY_BOUND
 
 
 def test_the_walks_for_the_next_gpu_walks_are_these():
