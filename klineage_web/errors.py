@@ -12,7 +12,8 @@ import sys
 
 from django.db import OperationalError
 from django.http import HttpResponse
-from django.views.defaults import server_error
+
+from klineage_web.error_views import server_error
 
 RETRY_AFTER_SECONDS = 5
 

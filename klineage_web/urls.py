@@ -8,9 +8,6 @@ from drf_spectacular.views import SpectacularAPIView
 from klineage_web import views
 from skills_app.api import router as api_router
 
-# A locked SQLite database answers 503 with a message; any other error the usual 500 page.
-handler500 = "klineage_web.errors.handler500"
-
 admin.site.site_header = "KLineage administration"
 admin.site.site_title = "KLineage"
 
@@ -34,4 +31,5 @@ urlpatterns = [
 
 handler404 = "klineage_web.error_views.not_found"
 handler403 = "klineage_web.error_views.forbidden"
-handler500 = "klineage_web.error_views.server_error"
+# A locked SQLite database answers 503 with a message; any other error the styled 500 page.
+handler500 = "klineage_web.errors.handler500"

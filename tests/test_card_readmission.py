@@ -42,9 +42,10 @@ def test_a_dispute_marks_the_card_and_a_confirmation_clears_it(client, stored, r
     assert all(_mark(other) == "" for other in stored["others"]), "only the cards standing on that step"
     page = client.get(f"/library/{card.short_id}/").content.decode()
     assert "Back to admission:" in page and "disputed by grace" in page
-    assert "re-admit" in client.get("/library/").content.decode()
+    # the list's badge says what an optimization acts on: a candidate again, back to admission
+    assert "candidate · back to admission" in client.get("/library/").content.decode()
     listed = client.get("/library/?readmission=true").content.decode()
-    assert f'href="/library/{card.short_id}/"' in listed and listed.count('class="badge badge-disputed"') == 1
+    assert f'href="/library/{card.short_id}/"' in listed and listed.count(">candidate · back to admission<") == 1
     marked = client.get("/api/cards/?readmission=true").json()["results"]
     assert [c["short_id"] for c in marked] == [card.short_id]
     assert client.get("/api/cards/?readmission=false").json()["count"] == len(stored["others"])
