@@ -70,10 +70,11 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -89,8 +90,8 @@ from klineage.gate.policy import GatePolicy  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import KernelState  # noqa: E402
 from klineage.launch import LaunchPlan, resolve  # noqa: E402
-from klineage.transforms import Anchor, Direction, NotApplicable, Rewrite, get as get_transform  # noqa: E402
-from klineage.transforms import tile_constant  # noqa: E402
+from klineage.transforms import Anchor, Direction, NotApplicable, Rewrite, tile_constant  # noqa: E402
+from klineage.transforms import get as get_transform  # noqa: E402
 
 # The sweep's gate policy: a short timing, still paired with the vendor path and checked on every case.
 DEFAULT_POLICY = {"seeds": 1, "sanitize": "never", "vendor": True, "timing": True, "trials": 3,
@@ -614,7 +615,7 @@ def provenance(sweep: Sweep, measured: Verdict | None, mode: GateMode) -> dict[s
                     "sweep_sha256": sweep.sha256, "problem": sweep.problem, "kernel": sweep.kernel,
                     "expert_fingerprint": sweep.expert.fingerprint, "policy": sweep.policy.to_dict(),
                     "against_expert": sweep.against_expert, "device_limits": SM90,
-                    "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                    "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
 
 
 def run_sweep(sweep: Sweep, *, out: Path | None, compile_only: bool = False, max_variants: int | None = None,

@@ -39,7 +39,7 @@ def provenance(verdict: Verdict | None) -> dict:
     return {"gpu": env.get("gpu", "unknown"), "driver": env.get("driver", "unknown"),
             "cuda": env.get("cuda_runtime", "unknown"), "torch": env.get("torch", "unknown"),
             "toolchain": env.get("toolchain", "unknown"), "git_commit": git_commit(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "written_by": "bench/gate_suite.py"}
 
 

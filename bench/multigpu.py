@@ -121,9 +121,9 @@ def _overlaps(intervals: list[tuple[float, float]]) -> int:
 
 def run_batch(database, *, label: str, gpus: list[str], jobs: list[tuple[str, str, dict]], env: dict[str, str],
               sampler: GpuSampler, timeout_s: float) -> dict:
-    import services
     from django.db import transaction
 
+    import services
     from gate_app import handlers
     from gate_app.models import Job
 
@@ -280,7 +280,7 @@ def provenance(gpu_count: int, jobs: list, versions: dict) -> dict:
 
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.splitlines()
-    return {"written_by": "bench/multigpu.py", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    return {"written_by": "bench/multigpu.py", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "git_commit": git_commit(), "gpus": smi, "gpu_count": gpu_count, "cpus": os.cpu_count(),
             "host": platform.platform(), "python": platform.python_version(), "toolchain": find_toolchain().key,
             "services": versions, "batch": [{"problem": p, "kernel": k, "policy": pol} for p, k, pol in jobs]}

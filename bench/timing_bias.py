@@ -37,8 +37,14 @@ from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import contender
 from klineage.gate.policy import GatePolicy, Placement
 from klineage.lineage import Lineage
-from klineage.walk.timing_audit import (PAIRING_TOLERANCE, CodeIdentity, code_identities, same_machine_code, state_timings,
-                                       step_timings)
+from klineage.walk.timing_audit import (
+    PAIRING_TOLERANCE,
+    CodeIdentity,
+    code_identities,
+    same_machine_code,
+    state_timings,
+    step_timings,
+)
 
 
 def scan(paths: list[Path], tolerance: float, sass: bool) -> int:

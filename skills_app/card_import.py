@@ -17,16 +17,24 @@ from typing import Any
 
 from django.db import transaction
 
+from klineage import config
 from klineage.errors import KLineageError
 from klineage.fingerprint import sha256_json
 from klineage.skills.admission import card_digest, reading
 from klineage.skills.card import SHORT_ID, Trial
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.skills.library import Library
-from klineage import config
 from skills_app import readmission
-from skills_app.importer import (CREATED, UNCHANGED, UPDATED, _display, _require_json, _timestamp, engine_check,
-                                read_json)
+from skills_app.importer import (
+    CREATED,
+    UNCHANGED,
+    UPDATED,
+    _display,
+    _require_json,
+    _timestamp,
+    engine_check,
+    read_json,
+)
 from skills_app.models import CardTrial, Review, SkillCard
 
 STALE = "stale"  # an older library's copy of a card stored from a newer one: left as it is

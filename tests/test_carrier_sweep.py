@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from bench_tools import bench_script
 from klineage import corpus
 from klineage.errors import DocumentError
 from klineage.kernel import parse_constants
-
-from bench_tools import bench_script
 
 REPO = Path(__file__).resolve().parent.parent
 sweep_tool = bench_script("carrier_sweep")

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from cuda_tools import sass_mnemonics
 from klineage.devices import H200
 from klineage.gate.compile import compile_kernel
 from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for, validate_numerics
-from cuda_tools import sass_mnemonics
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "conv2d.py"

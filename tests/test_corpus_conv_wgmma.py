@@ -38,18 +38,27 @@ from pathlib import Path
 import pytest
 import torch
 
+from corpus_tools import SMEM_LIMIT
+from cuda_tools import (
+    MBarrier,
+    assert_compiles_up_to_the_gpu,
+    cdiv,
+    count,
+    ptx_wgmma_d,
+    run_host_harness,
+    sass_mnemonics,
+    sass_opcodes,
+    sm90a_resources,
+    swizzle_128b,
+)
 from klineage.devices import H200
 from klineage.errors import DocumentError
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
-from klineage.gate.params import (KernelParameters, check_tensor_map_buffer, pack_parameters,
-                                  read_kernel_parameters)
+from klineage.gate.params import KernelParameters, check_tensor_map_buffer, pack_parameters, read_kernel_parameters
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import load_problem, tolerance_for
-from corpus_tools import SMEM_LIMIT
-from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
-                        sass_mnemonics, sass_opcodes, sm90a_resources, swizzle_128b)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "conv2d.py"

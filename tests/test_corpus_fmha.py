@@ -23,16 +23,30 @@ import numpy as np
 import pytest
 import torch
 
+from corpus_tools import SMEM_LIMIT
+from cuda_tools import ptx_a, ptx_b, ptx_c, sass_opcodes
+from fmha_tools import (
+    FlashModel,
+    buffers,
+    check_epilogue,
+    check_kv_fragments,
+    check_loader,
+    check_q_fragments,
+    check_score_repack,
+    check_swizzle,
+    check_swizzle_table,
+    env_for,
+    kernel,
+    kernel_helper_tables,
+    problem,
+    tile_reader,
+    tolerance,
+)
 from klineage.features.sass import sass_features
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
 from klineage.launch import resolve
 from klineage.problem import validate_numerics
-from cuda_tools import ptx_a, ptx_b, ptx_c, sass_opcodes
-from corpus_tools import SMEM_LIMIT
-from fmha_tools import (FlashModel, buffers, check_epilogue, check_kv_fragments, check_loader,
-                        check_q_fragments, check_score_repack, check_swizzle, check_swizzle_table, env_for,
-                        kernel, kernel_helper_tables, problem, tile_reader, tolerance)
 
 ALL = ("naive", "flash_mma")
 ENTRIES = {"naive": "fmha_naive", "flash_mma": "fmha_flash_mma"}

@@ -40,18 +40,27 @@ import numpy as np
 import pytest
 import torch
 
+from corpus_tools import SMEM_LIMIT
+from cuda_tools import (
+    MBarrier,
+    assert_compiles_up_to_the_gpu,
+    cdiv,
+    count,
+    ptx_wgmma_d,
+    run_host_harness,
+    sass_mnemonics,
+    sm90a_resources,
+    swizzle_128b,
+)
+from fmha_tools import KERNELS, PROBLEM, buffers, problem, tolerance
 from klineage.devices import H200
 from klineage.errors import DocumentError
+from klineage.features.sass import disassemble
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
 from klineage.gate.params import KernelParameters, pack_parameters, read_kernel_parameters
-from klineage.features.sass import disassemble
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
-from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
-                        sass_mnemonics, sm90a_resources, swizzle_128b)
-from corpus_tools import SMEM_LIMIT
-from fmha_tools import KERNELS, PROBLEM, buffers, problem, tolerance
 
 EXPERT = KERNELS / "flash_wgmma"
 ENTRY = "fmha_flash_wgmma"

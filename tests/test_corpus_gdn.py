@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cuda_tools import sass_mnemonics
 from klineage import expr
 from klineage.devices import H200
 from klineage.gate.compile import compile_kernel
@@ -32,7 +33,6 @@ from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import VendorTiming, load_problem, tolerance_for, validate_numerics
-from cuda_tools import sass_mnemonics
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"

@@ -27,6 +27,8 @@ import numpy as np
 import pytest
 import torch
 
+from cuda_tools import build_mma_emulator, ptx_helper_bodies, run_mma_emulator, sass_mnemonics
+from gdn_mma_model import chunked_mma, prep_scratch, scratch_mismatch
 from klineage import expr
 from klineage.devices import H200
 from klineage.gate.compile import compile_kernel
@@ -34,8 +36,6 @@ from klineage.gate.correctness import compare
 from klineage.kernel import load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for
-from cuda_tools import build_mma_emulator, ptx_helper_bodies, run_mma_emulator, sass_mnemonics
-from gdn_mma_model import chunked_mma, prep_scratch, scratch_mismatch
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"
@@ -325,7 +325,8 @@ def test_emulated_launch_1_writes_the_model_scratch(problem, state, emulator, sh
 
 
 def prep_scratch_unscaled(x: dict) -> np.ndarray:
-    from gdn_mma_model import bf16, prep_scratch as model
+    from gdn_mma_model import bf16
+    from gdn_mma_model import prep_scratch as model
 
     beta = torch.ones_like(x["beta"])
     return bf16(model(x["q"], x["k"], x["g"], beta)[0])

@@ -33,16 +33,30 @@ from pathlib import Path
 import pytest
 import torch
 
+from corpus_tools import SMEM_LIMIT, buffer_names
+from cuda_tools import (
+    MBarrier,
+    assert_compiles_up_to_the_gpu,
+    bank_groups,
+    cdiv,
+    count,
+    ldmatrix_x4,
+    ptx_a,
+    ptx_b,
+    ptx_c,
+    ptx_wgmma_d,
+    run_host_harness,
+    sass_mnemonics,
+    sass_opcodes,
+    sm90a_resources,
+    swizzle_128b,
+)
 from klineage.devices import H200
 from klineage.errors import DocumentError
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import Tolerance, load_problem, tolerance_for, validate_numerics
-from corpus_tools import SMEM_LIMIT, buffer_names
-from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, bank_groups, cdiv, count, ldmatrix_x4, ptx_a, ptx_b,
-                        ptx_c, ptx_wgmma_d, run_host_harness, sass_mnemonics, sass_opcodes, sm90a_resources,
-                        swizzle_128b)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "gemm.py"

@@ -12,8 +12,8 @@ from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
 from klineage.gate.policy import Placement
-from klineage.lineage import ForwardStatus, Termination
 from klineage.gate.prefetch import prefetch
+from klineage.lineage import ForwardStatus, Termination
 from klineage.walk.prefetch import guessed_states
 from klineage.walk.walker import DEFAULT_POLICY, walk
 

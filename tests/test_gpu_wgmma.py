@@ -19,11 +19,18 @@ import struct
 
 import pytest
 
+from gpu_tools import (
+    assert_clean_under_the_sanitizers,
+    assert_passes_every_case,
+    assert_reaches_target,
+    gate_fixtures,
+    probe_driver,
+    timing_ratios,
+)
+from gpu_tools import launch_probe as launch
 from klineage import corpus
 from klineage.gate.params import TensorMapError, encode_tensor_map
 from klineage.launch import TensorMap
-from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
-                       gate_fixtures, launch_probe as launch, probe_driver, timing_ratios)
 
 pytestmark = pytest.mark.gpu
 GEMM = corpus.problem_path("gemm")

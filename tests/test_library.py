@@ -17,8 +17,15 @@ from klineage.errors import DocumentError, KLineageError
 from klineage.lineage import Lineage
 from klineage.skills.card import CardStatus
 from klineage.skills.induction import induce, lineage_id
-from klineage.skills.library import (LIBRARY_VERSION, Library, build_library, corpus_lineages, load_library,
-                                     problem_infos, save_library)
+from klineage.skills.library import (
+    LIBRARY_VERSION,
+    Library,
+    build_library,
+    corpus_lineages,
+    load_library,
+    problem_infos,
+    save_library,
+)
 from klineage.skills.skillmd import export_skillmd
 from klineage.walk.timing_audit import retimed_effect
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bench_tools import bench_script
 from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
@@ -29,8 +30,6 @@ from klineage.optimize import DEFAULT_POLICY, OptimizationResult
 from klineage.optimize.result import AttemptStatus
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import corpus_lineages
-
-from bench_tools import bench_script
 
 FOLDER = config.REPO_ROOT / "bench" / "results" / "skills-parts"
 PARTS = sorted(FOLDER.glob("*/skills-*.json"))

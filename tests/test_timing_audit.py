@@ -12,10 +12,20 @@ import pytest
 from bench_tools import bench_script
 from klineage import config
 from klineage.errors import DocumentError
-from klineage.lineage import Lineage
 from klineage.gate.cache import GateCache
-from klineage.walk.timing_audit import (CodeIdentity, Pairing, StepTiming, code_identities, exchanged_ratio,
-                                       retime_step, same_machine_code, state_timings, step_pairings, step_timings)
+from klineage.lineage import Lineage
+from klineage.walk.timing_audit import (
+    CodeIdentity,
+    Pairing,
+    StepTiming,
+    code_identities,
+    exchanged_ratio,
+    retime_step,
+    same_machine_code,
+    state_timings,
+    step_pairings,
+    step_timings,
+)
 
 CONV_ANY = config.bench_walks_dir() / "conv2d_implicit_gemm_any.gpu.json.gz"
 SOFTMAX = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.gpu.json"

@@ -19,13 +19,13 @@ from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.validation import validate_schema
 from rest_framework.authtoken.models import Token
 
+import test_uploads
 from accounts import logged_in, make_user
 from gate_app import queue, submit
 from gate_app.models import Job
 from gate_app.uploads import LIMITS, record_probe
 from skills_app.apps import REVIEWER_GROUP
 from skills_app.models import Kernel, KernelState, Problem
-import test_uploads
 from test_uploads import BINARY, PROBLEM, SOURCE, _stored_nothing, files, plan
 
 pytestmark = pytest.mark.django_db

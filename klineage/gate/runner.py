@@ -22,8 +22,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from klineage.gate.params import (TensorMapError, as_pycuda_words, check_tensor_map_buffer, encode_tensor_map,
-                                  pack_parameters, parameter_layout, read_kernel_parameters)
+from klineage.gate.params import (
+    TensorMapError,
+    as_pycuda_words,
+    check_tensor_map_buffer,
+    encode_tensor_map,
+    pack_parameters,
+    parameter_layout,
+    read_kernel_parameters,
+)
 from klineage.gate.verdict import Reason
 from klineage.launch import ResolvedLaunch
 from klineage.problem import VendorTiming

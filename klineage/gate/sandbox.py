@@ -14,11 +14,11 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from stat import S_ISREG
-from typing import Callable
 
 from klineage import config
 from klineage.gate import cgroup

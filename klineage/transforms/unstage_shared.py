@@ -76,8 +76,22 @@ from klineage.launch import ArgKind
 from klineage.lineage import FeatureLevel
 from klineage.transforms import register
 from klineage.transforms._constants import c_expression
-from klineage.transforms._edit import (LOAD_INTRINSICS, Scope, cast_name, contains, function_feature_names, is_written,
-                                       item_span, operator, outer_parens, own_lines, params, splice, unparen, unwrap)
+from klineage.transforms._edit import (
+    LOAD_INTRINSICS,
+    Scope,
+    cast_name,
+    contains,
+    function_feature_names,
+    is_written,
+    item_span,
+    operator,
+    outer_parens,
+    own_lines,
+    params,
+    splice,
+    unparen,
+    unwrap,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 
 _VARYING_BUILTIN = "threadIdx"
