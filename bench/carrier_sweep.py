@@ -33,7 +33,8 @@ in any order that the transform accepts; where constants are tied by an assert s
 change can come first (fmha's BLOCK_M == WARPS * 16), the remaining changes are made together and
 held to the same check (`tile_constant.check`) from the state before them to the state after them.
 `launch_bounds` removes the kernel's attribute and adds the new one through the launch_bounds
-transform (backward, then forward), after the constants (the removal is checked at the new block size). nvcc ignores -maxrregcount for a kernel with __launch_bounds__,
+transform (backward, then forward), after the constants (the removal is checked at the new block size). nvcc
+ignores -maxrregcount for a kernel with __launch_bounds__,
 so a register cap needs `launch_bounds = "THREADS, 2"` (min blocks per SM), not a flag.
 
 Then every variant is compiled here (all at once, in parallel, into the gate's compile cache) and

@@ -2,7 +2,8 @@
 
 The document is checked by the engine's `Library.from_dict` (each card by `SkillCard.from_dict`,
 which also checks that its id matches its content) before anything is written; a malformed
-document refuses the whole import with a message naming the card and field, and stores nothing. Cards are keyed by id: importing the same
+document refuses the whole import with a message naming the card and field, and stores nothing. Cards are
+keyed by id: importing the same
 document again changes nothing; a card whose document changed (it gathered evidence, was admitted)
 is updated, unless the library it comes from is older (`provenance.date`) than the one that
 stored it. A card's trials are its `verification_log`, replaced whenever the card is updated.

@@ -484,8 +484,12 @@ def _reaudit_pairings(lineage: Lineage, parsed: EngineLineage, recorded_root: Pa
     candidates = list(lineage.steps.filter(kind=LineageStep.Kind.ACCEPTED,
                                            pairing__in=["", *(p.value for p in DOUBTFUL)]))
     pairings = _pairings(lineage.id, parsed, recorded_root) if candidates else {}
-    changed = [step for step in candidates if step.index in pairings
-               and (step.pairing, step.retimed_ratio) != (pairings[step.index].pairing.value, pairings[step.index].ratio)]
+    changed = [
+        step
+        for step in candidates
+        if step.index in pairings
+        and (step.pairing, step.retimed_ratio) != (pairings[step.index].pairing.value, pairings[step.index].ratio)
+    ]
     for step in changed:
         found = pairings[step.index]
         step.pairing, step.pairing_note, step.retimed_ratio = found.pairing.value, found.note, found.ratio

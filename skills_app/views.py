@@ -77,7 +77,9 @@ def problems(request):
     rows = (Problem.objects.filter(current=True)
             .annotate(kernel_count=Count("kernels", distinct=True), verdict_count=Count("verdicts", distinct=True))
             .order_by("operator"))
-    earlier = dict(Problem.objects.filter(current=False, upload_name="").values_list("operator").annotate(n=Count("id")))
+    earlier = dict(
+        Problem.objects.filter(current=False, upload_name="").values_list("operator").annotate(n=Count("id"))
+    )
     return render(request, "skills/problems.html", {"problems": rows, "earlier": earlier})
 
 

@@ -159,7 +159,9 @@ def test_plan_resolves_for_every_case(name):
         else:
             assert launch.grid[0] == math.ceil(p["S"] / c["BLOCK_M"])
             assert launch.block == (c["THREADS"], 1, 1) and c["THREADS"] == 32 * c["WARPS"]
-            assert launch.shared == c["SMEM_BYTES"] == (c["BLOCK_M"] + 2 * c["STAGES"] * c["BLOCK_N"]) * c["HEAD_DIM"] * 2
+            assert (
+                launch.shared == c["SMEM_BYTES"] == (c["BLOCK_M"] + 2 * c["STAGES"] * c["BLOCK_N"]) * c["HEAD_DIM"] * 2
+            )
 
 
 def test_mechanism_constants():
@@ -581,7 +583,7 @@ int main()
     }
     return 0;
 }
-"""
+"""  # noqa: E501  (C++ harness source, kept as written)
 
 
 @pytest.fixture(scope="module")

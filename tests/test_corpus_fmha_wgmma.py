@@ -131,7 +131,8 @@ def test_mechanism_constants():
     assert (c["THREADS"], c["CONSUMER_WARPGROUPS"], c["WG_M"], c["S_N"], c["O_N"]) == (384, 2, 64, 128, 128)
     assert (c["S_REGS"], c["O_REGS"], c["P_REGS"], c["QK_STEPS"], c["PV_STEPS"]) == (64, 64, 32, 8, 8)
     assert c["SPAN"] == 64 and c["D_SPANS"] == 2 and c["SWIZZLE_ATOM_BYTES"] == 1024
-    assert c["Q_TILE_BYTES"] == c["BLOCK_M"] * c["HEAD_DIM"] * 2 and c["KV_TILE_BYTES"] == c["BLOCK_N"] * c["HEAD_DIM"] * 2
+    assert c["Q_TILE_BYTES"] == c["BLOCK_M"] * c["HEAD_DIM"] * 2
+    assert c["KV_TILE_BYTES"] == c["BLOCK_N"] * c["HEAD_DIM"] * 2
     assert c["STAGE_ROW_BYTES"] == 272 and c["WG_O_BYTES"] == 64 * 272
     assert c["TILES_BYTES"] == c["Q_TILE_BYTES"] + 2 * c["STAGES"] * c["KV_TILE_BYTES"] + 2 * c["WG_O_BYTES"]
     assert c["SMEM_BYTES"] == c["SMEM_ALIGN"] + c["TILES_BYTES"] + 8 * (2 + 4 * c["STAGES"]) <= SMEM_LIMIT
@@ -415,7 +416,7 @@ int main()
     }
     return 0;
 }
-"""
+"""  # noqa: E501  (C++ harness source, kept as written)
 
 
 @pytest.fixture(scope="module")
@@ -623,7 +624,8 @@ def test_key_tiles_run_last_first_and_only_the_first_can_need_a_mask(tables):
         assert n == len(needed) and key0 == (n - 1 - i) * bn and key0 // bn in needed
         # A tile is masked exactly when some key of it is masked for some row of the CTA (rows
         # past S included: they are computed, never stored).
-        any_masked = any(key >= s_len or (causal and key > r) for r in range(q0, q0 + bm) for key in range(key0, key0 + bn))
+        any_masked = any(key >= s_len or (causal and key > r)
+                         for r in range(q0, q0 + bm) for key in range(key0, key0 + bn))
         assert needs == int(any_masked)
         if i > 0:
             assert not needs  # with BLOCK_M == BLOCK_N only the first (last) key tile is ever masked
@@ -691,7 +693,8 @@ def test_tile_order_is_head_major_or_heaviest_first_and_balanced(tables):
         assert n == cdiv(min(q0 + c["BLOCK_M"], s_len) if causal else s_len, c["BLOCK_N"])
         by_shape.setdefault((s_len, heads, causal), []).append((t, q_tile, head, n))
     for (s_len, heads, causal), rows in by_shape.items():
-        assert sorted((q, h) for _, q, h, _ in rows) == sorted((q, h) for q in range(cdiv(s_len, 128)) for h in range(heads))
+        assert sorted((q, h) for _, q, h, _ in rows) == sorted((q, h) for q in range(cdiv(s_len, 128))
+                                                               for h in range(heads))
         if causal:
             costs = [n for _, _, _, n in sorted(rows)]
             assert costs == sorted(costs, reverse=True)
@@ -742,7 +745,8 @@ def test_kernel_source_orders_the_pipeline_as_modelled():
     """The consumer's and producer's orders are inline code, not callable helpers: check the source
     says what the pipeline model and the CTA emulation below assume."""
     source = state().source
-    body = source[source.index("__device__ __forceinline__ void consume_tile("):source.index("// The kernel: a 1-D grid")]
+    start = source.index("__device__ __forceinline__ void consume_tile(")
+    body = source[start:source.index("// The kernel: a 1-D grid")]
     order = ["mbar_wait(sm.q_full, static_cast<uint32_t>(round & 1));",
              "mbar_wait(sm.k_full + MBAR_BYTES * ks, ring_parity(ring));", "schedule_wait(consumer);",
              "issue_scores(s, sm.q, consumer, sm.k + ks * KV_TILE_BYTES);", "schedule_pass(consumer);",
@@ -776,7 +780,8 @@ def test_kernel_source_orders_the_pipeline_as_modelled():
              "mbar_wait(sm.q_empty, static_cast<uint32_t>(round & 1) ^ 1);",
              "mbar_arrive_expect_tx(sm.q_full, Q_TILE_BYTES);", "for (int i = 0; i <= t.n_tiles; ++i) {",
              "load_kv_tile(sm.k, sm.k_full, sm.k_empty, map_k, ring + i, key_tile_start(i, t.n_tiles), t.head);",
-             "load_kv_tile(sm.v, sm.v_full, sm.v_empty, map_v, ring + i - 1, key_tile_start(i - 1, t.n_tiles), t.head);",
+             "load_kv_tile(sm.v, sm.v_full, sm.v_empty, map_v, ring + i - 1, "
+             "key_tile_start(i - 1, t.n_tiles), t.head);",
              "ring += t.n_tiles;"]
     at = 0
     for line in order:
@@ -818,7 +823,8 @@ class Layouts:
             pack[i] = (lo, hi)
         # P registers -> the A matrix of P V: value v of k16 step kk of thread t, from pack_p's source.
         cells = [(t, pack[c["P_REGS_PER_STEP"] * kk + v // 2][v % 2], isa_register_a(t, v)[0],
-                  16 * kk + isa_register_a(t, v)[1]) for t in range(128) for kk in range(c["PV_STEPS"]) for v in range(8)]
+                  16 * kk + isa_register_a(t, v)[1])
+                 for t in range(128) for kk in range(c["PV_STEPS"]) for v in range(8)]
         self.pack_t, self.pack_src, self.pack_row, self.pack_col = (np.array(x) for x in zip(*cells))
         self.q_desc, self.k_desc, self.v_desc = kernel_descriptor_tables(tables)
         stage = {(row, d): off for row, d, off in tables["stage"]}
@@ -907,7 +913,8 @@ class EmulatedCTA:
                 self.tma_tile(at, c["KV_SPAN_BYTES"], k, key0, bn)  # the producer's load of K_i
                 acc = np.zeros((64, bn))
                 for ks in range(c["QK_STEPS"]):
-                    acc += self.read(lay.q_desc[(consumer, ks)], base, "k", 64) @ self.read(lay.k_desc[ks], at, "k", bn).T
+                    acc += (self.read(lay.q_desc[(consumer, ks)], base, "k", 64)
+                            @ self.read(lay.k_desc[ks], at, "k", bn).T)
                 s = acc.astype(np.float32)[lay.acc_row, lay.acc_col]  # registers as the hardware leaves them
                 if key0 + bn > s_len or (causal and key0 + bn - 1 > q0):  # tile_needs_mask, mask_scores
                     key = key0 + lay.acc_col
@@ -1038,8 +1045,8 @@ def consumer_program(c: int, ns: list[int], *, last_pass: bool = False, early_re
             steps += q_release
         for i in range(1, n):
             j = ring + i
-            steps += [("wait_full", "k", j), ("sched_wait",), ("issue", [("k", j), ("q", r)]), ("wait_full", "v", j - 1),
-                      ("issue", [("v", j - 1)]), ("sched_pass",)]
+            steps += [("wait_full", "k", j), ("sched_wait",), ("issue", [("k", j), ("q", r)]),
+                      ("wait_full", "v", j - 1), ("issue", [("v", j - 1)]), ("sched_pass",)]
             last_s = q_release if i == n - 1 and not early_q_release else []
             if early_release:
                 steps += [("release", "k", j), ("release", "v", j - 1), *last_s, ("wait_groups", 0)]

@@ -402,7 +402,8 @@ def emulate_chunked(constants: dict, launch, inputs: dict, calls: list | None = 
     """The chunked kernel, CTA by CTA and phase by phase, in numpy fp32: the same staging (zeros past T and
     past DK / DV), the same sequential in-chunk gate sum, the same forward substitution in place, the same
     bf16 roundings (X, beta e^G k, beta v, W, U, S as an operand, Vn, P, k e^(G_last - G)), and each mma
-    operand gathered through the kernel's own strides: A(m, k) = A[m * a_m + k * a_k], B(k, n) = B[k * b_k + n * b_n]."""
+    operand gathered through the kernel's own strides: A(m, k) = A[m * a_m + k * a_k],
+    B(k, n) = B[k * b_k + n * b_n]."""
     import numpy as np
 
     c = constants
@@ -451,7 +452,9 @@ def emulate_chunked(constants: dict, launch, inputs: dict, calls: list | None = 
             # L, KB, beta v
             kk = mma(k_s, DKM, 1, k_s, 1, DKM, C, C, DKM)
             with np.errstate(over="ignore"):
-                L = np.where(i_idx > j_idx, beta_s[:, None] * kk * np.exp(g_s[:, None] - g_s[None, :]), f32(0)).astype(f32)
+                L = np.where(i_idx > j_idx, beta_s[:, None] * kk * np.exp(g_s[:, None] - g_s[None, :]), f32(0)).astype(
+                    f32
+                )
             kb_s = bf16_np(beta_s[:, None] * np.exp(g_s)[:, None] * k_s)
             v_s = bf16_np(beta_s[:, None] * v_s)
             # solve, in place over L: row i from rows < i

@@ -352,9 +352,18 @@ def mutant_outcome(tmp_path, problem, state, mutant: str) -> list[str]:
 MUTANTS = {
     "no cp.async wait": ("        cp_async_wait_all();  // the next chunk's stage\n", ""),
     "no __syncwarp before the output stores": ("        __syncwarp();\n", ""),
-    "B fragment halves swapped in Xb R": ("mma_bf16(vn[2 * np], a, bm[0], bm[1]);", "mma_bf16(vn[2 * np], a, bm[1], bm[0]);"),
-    "prefetch into the stage being read": ("load_chunk(smem + ((c + 1) & 1) * STAGE_BYTES", "load_chunk(smem + (c & 1) * STAGE_BYTES"),
-    "diagonal solve skips the last row": ("for (int i = 0; i < SUB; ++i) {\n            float s", "for (int i = 0; i < SUB - 1; ++i) {\n            float s"),
+    "B fragment halves swapped in Xb R": (
+        "mma_bf16(vn[2 * np], a, bm[0], bm[1]);",
+        "mma_bf16(vn[2 * np], a, bm[1], bm[0]);",
+    ),
+    "prefetch into the stage being read": (
+        "load_chunk(smem + ((c + 1) & 1) * STAGE_BYTES",
+        "load_chunk(smem + (c & 1) * STAGE_BYTES",
+    ),
+    "diagonal solve skips the last row": (
+        "for (int i = 0; i < SUB; ++i) {\n            float s",
+        "for (int i = 0; i < SUB - 1; ++i) {\n            float s",
+    ),
 }
 
 

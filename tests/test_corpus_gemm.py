@@ -682,8 +682,8 @@ int main()
 {
     for (int row = 0; row < BLOCK_N; ++row)
         for (int c = 0; c < CHUNKS_PER_ROW; ++c) printf("swizzle %d %d %u\n", row, c, swizzle_offset(row, c));
-""" + PRINT_TILES + r"""    const int cases[][5] = {{100, 200, 72, 0, 0}, {1999, 3001, 2056, 1920, 2816}, {64, 80, 96, 0, 0},
-                            {300, 600, 77, 256, 512}};
+""" + PRINT_TILES + r"""    const int cases[][5] = {{100, 200, 72, 0, 0}, {1999, 3001, 2056, 1920, 2816},
+                            {64, 80, 96, 0, 0}, {300, 600, 77, 256, 512}};
     for (const auto& c : cases)
         for (int tid = 0; tid < THREADS; ++tid) {
             const TileLoader ld = make_tile_loader(xs, ws, c[0], c[1], c[2], c[3], c[4], tid);
@@ -878,7 +878,7 @@ int main()
         }
     return 0;
 }
-"""
+"""  # noqa: E501  (C++ harness source, kept as written)
 
 
 @pytest.fixture(scope="module")

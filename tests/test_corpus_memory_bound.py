@@ -284,7 +284,9 @@ def emulator(tmp_path_factory) -> Path:
     return build_emulator(tmp_path_factory.mktemp("mb-emulator"), dict.fromkeys(KERNELS))
 
 
-def emulate(binary: Path, work: Path, kernel: str, params: dict, inputs: dict, order: str = "random") -> tuple[dict, str]:
+def emulate(
+    binary: Path, work: Path, kernel: str, params: dict, inputs: dict, order: str = "random"
+) -> tuple[dict, str]:
     """Run the kernel's plan for `params` on the emulator: (outputs by name, "") or ({}, the complaint)."""
     import struct
 

@@ -141,7 +141,9 @@ def test_the_bundled_library_matches_its_lineages():
     assert BUNDLED.is_file(), "no bundled library: run `klineage library build` and `admit` on a GPU host"
     bundled = load_library(BUNDLED)
     named = bundled.provenance["lineages"]
-    committed = {lineage_id(lin): lin for lin in map(Lineage.load, sorted((ROOT / "corpus" / "lineages").glob("*.json")))}
+    committed = {
+        lineage_id(lin): lin for lin in map(Lineage.load, sorted((ROOT / "corpus" / "lineages").glob("*.json")))
+    }
     assert set(named) <= set(committed), "the bundled library names a lineage that is not committed"
     lineages = [committed[name] for name in named]
     problems = problem_infos({lin.problem.operator for lin in lineages})

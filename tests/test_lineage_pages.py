@@ -286,7 +286,9 @@ def test_review_queue_filters(client, dry, branched, reviewer):
     client.force_login(reviewer)
 
     def steps(query: str) -> set[int]:
-        return {int(n) for n in re.findall(r'action="/review/(\d+)/"', client.get(f"/review/?{query}").content.decode())}
+        return {
+            int(n) for n in re.findall(r'action="/review/(\d+)/"', client.get(f"/review/?{query}").content.decode())
+        }
 
     branched_rejected = set(branched.steps.filter(kind="rejected").values_list("id", flat=True))
     assert steps(f"lineage={branched.id}&kind=rejected") == branched_rejected != set()

@@ -110,7 +110,9 @@ def test_the_headline_is_the_merge_of_the_parts_it_names(tmp_path):
     """bench/results/skills.json is what --merge makes of the parts HEADLINE lists, nothing added."""
     names = [line for line in HEADLINE.read_text().splitlines() if line and not line.startswith("#")]
     out = tmp_path / "merged.json"
-    assert bench_script("skills_eval").main(["--merge", *(str(FOLDER / name) for name in names), "--out", str(out)]) == 0
+    assert (
+        bench_script("skills_eval").main(["--merge", *(str(FOLDER / name) for name in names), "--out", str(out)]) == 0
+    )
     merged = json.loads(out.read_text())
     committed = json.loads((FOLDER.parent / "skills.json").read_text())
     for document in (merged, committed):

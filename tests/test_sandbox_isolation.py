@@ -127,7 +127,7 @@ def hostile_problem(path: Path, targets: dict) -> Path:
                       targets["marker"]], start_new_session=True, stdin=subprocess.DEVNULL,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     raise RuntimeError("REPORT" + json.dumps(seen) + "TROPER")
-    """
+    """  # noqa: E501  (the hostile problem's source, kept as written)
     path.write_text(textwrap.dedent(code), encoding="utf-8")
     return path
 
@@ -171,7 +171,9 @@ def test_every_attack_of_a_hostile_problem_fails_in_the_sandbox(tmp_path, instan
     seen, marker = attack(tmp_path, instance, port)
     assert seen["uid"] == 65534
     assert all(outcome in ("FileNotFoundError", "PermissionError") for outcome in seen["read"].values()), seen
-    assert all(outcome in ("FileNotFoundError", "PermissionError", "OSError") for outcome in seen["wrote"].values()), seen
+    assert all(outcome in ("FileNotFoundError", "PermissionError", "OSError") for outcome in seen["wrote"].values()), (
+        seen
+    )
     assert not list(instance["cache"].iterdir()) and not (tmp_path / "forged.json").exists()
     assert seen["environ_secrets"] == [] and max(seen["pids"]) < 50  # its own few processes, none of ours
     assert seen["loopback"] != "connected" and not accepted

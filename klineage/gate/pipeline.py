@@ -331,10 +331,16 @@ def _locate(problem_path: str | Path, kernel: KernelState, against: KernelState 
     swept = (sweep.supported(probe.info if probe else None, [kernel, against], device.facts())
              if policy.timing_scope is TimingScope.EVERY_CASE and policy.timing else [])
     named = judged + sweep.key_names(probe.info, swept) if swept else judged
-    key, parts = verdict_key(kernel=kernel.fingerprint, problem=execute.problem_fingerprint(problem_path),
-                             cases=named, gpu=gpu, toolchain=_toolchain_key(mode), policy=policy.fingerprint,
-                             against=against.fingerprint if against else "none",
-                             mode=GateMode.GPU.value if mode is GateMode.REPLAY else mode.value)  # replay serves GPU verdicts
+    key, parts = verdict_key(
+        kernel=kernel.fingerprint,
+        problem=execute.problem_fingerprint(problem_path),
+        cases=named,
+        gpu=gpu,
+        toolchain=_toolchain_key(mode),
+        policy=policy.fingerprint,
+        against=against.fingerprint if against else "none",
+        mode=GateMode.GPU.value if mode is GateMode.REPLAY else mode.value,
+    )  # replay serves GPU verdicts
     return _Located(problem_path, probe, device, judged, skipped, key, parts, swept)
 
 

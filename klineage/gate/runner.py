@@ -452,7 +452,9 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         per_kernel = {}
         for kernel in kernels:
             kernel.prepare(case_name)
-            buffers = CaseBuffers(c, torch, _output_specs(problem, params, torch), kernel.scratch_by_case.get(case_name, []))
+            buffers = CaseBuffers(
+                c, torch, _output_specs(problem, params, torch), kernel.scratch_by_case.get(case_name, [])
+            )
             buffers.load_inputs(inputs)
             per_kernel[kernel.role] = buffers
         sets.append({"inputs": inputs, "expected": expected, "buffers": per_kernel})

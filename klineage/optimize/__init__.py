@@ -21,5 +21,5 @@ from klineage.optimize.result import (
 from klineage.optimize.strategies import Candidate, RewriterKind, Selection, Strategy
 
 __all__ = ["Attempt", "AttemptStatus", "COMPILE_ONLY_NOTE", "Candidate", "DEFAULT_POLICY", "DEFAULT_REQUIRED_RATIO",
-           "EventKind", "LibraryRef", "Lookahead", "OptimizationEvent", "OptimizationResult", "RewriterKind", "Selection", "Step",
-           "Stop", "Strategy", "optimize"]
+           "EventKind", "LibraryRef", "Lookahead", "OptimizationEvent", "OptimizationResult", "RewriterKind",
+           "Selection", "Step", "Stop", "Strategy", "optimize"]
