@@ -150,7 +150,7 @@ def main() -> None:
     cublas: list[float] = []
     for _ in range(args.rounds):
         cublas.append(timed(lambda: torch.matmul(x, w.T)))
-        for name, tile, ctas in CONFIGS:
+        for name, _tile, ctas in CONFIGS:
             rows.setdefault(f"{name} x{ctas}", []).append(timed(kernel_launch(name, ctas)))
     cublas_us = statistics.median(cublas)
     cublas_tflops = 2.0 * GEMM ** 3 / cublas_us / 1e6

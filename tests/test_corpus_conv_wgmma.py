@@ -443,7 +443,7 @@ def test_patches_cover_every_output_pixel_once(tables):
         assert (case.patches_p, case.patches_q) == (cdiv(case.P, 8), cdiv(case.Q, 8))
         assert case.patches == p["N"] * case.patches_p * case.patches_q == len(case.origin)
         pixels = Counter()
-        for patch, (n, p0, q0) in case.origin.items():
+        for _patch, (n, p0, q0) in case.origin.items():
             assert p0 % 8 == 0 and q0 % 8 == 0 and 0 <= n < p["N"] and p0 < case.P and q0 < case.Q
             for dp in range(8):
                 for dq in range(8):
@@ -571,7 +571,7 @@ def test_wgmma_reads_what_tma_wrote(tables):
                             want = box_base + tma_box_offset((16 * ks + kk, m % 8, r + m // 8, 0), box)
                             assert got == want, (name, kb, j, ks, m, kk)
         b_box = (64, 1, 128)
-        for stage, (addr, desc) in case.bop.items():
+        for _stage, (addr, desc) in case.bop.items():
             fields = decode_descriptor(desc)
             assert fields["start"] == addr and addr % 1024 == 0 and fields["sbo"] == 1024
             for ks in range(c["K_STEPS"]):

@@ -299,7 +299,7 @@ def online_softmax_attention(q, k, v, causal: bool, round_p: bool = False, block
         qt = np.zeros((block_m, d), np.float32)
         qt[: min(block_m, s_len - q0)] = q[q0: q0 + block_m]  # zero-filled rows past S
         m = np.full(block_m, -np.inf, np.float32)
-        l = np.zeros(block_m, np.float32)
+        row_sum = np.zeros(block_m, np.float32)
         o = np.zeros((block_m, d), np.float32)
         last_row_end = min(q0 + block_m, s_len)
         n_tiles = -(-(last_row_end if causal else s_len) // block_n)
@@ -320,11 +320,11 @@ def online_softmax_attention(q, k, v, causal: bool, round_p: bool = False, block
                 alpha = np.exp2(m * c - m_scaled)
                 p = np.exp2(s * c - m_scaled[:, None])
             m = m_new
-            l = l * alpha + p.sum(axis=1)
+            row_sum = row_sum * alpha + p.sum(axis=1)
             if round_p:
                 p = p.astype(np.float16).astype(np.float32)
             o = o * alpha[:, None] + p @ vt
-        inv = np.where(l > 0, 1 / np.where(l > 0, l, 1), 0).astype(np.float32)
+        inv = np.where(row_sum > 0, 1 / np.where(row_sum > 0, row_sum, 1), 0).astype(np.float32)
         out[q0: last_row_end] = (o * inv[:, None])[: last_row_end - q0]
     return out
 

@@ -102,7 +102,7 @@ def test_plan_resolves_for_every_case():
         assert launch.block == (c["THREADS"], 1, 1) == (384, 1, 1)
         assert launch.shared == c["SMEM_BYTES"] <= SMEM_LIMIT
         maps = launch.args[:3]
-        for (kind, name, spec), rows in zip(maps, (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_N"])):
+        for (kind, _name, spec), rows in zip(maps, (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_N"])):
             assert kind == "tensor_map"
             assert spec == TensorMap("f16", (d, s, b * h), (2 * d, 2 * s * d), (c["SPAN"], rows, 1), "128B", "256B")
             assert spec.extent_bytes == b * h * s * d * 2  # exactly the input buffer
@@ -492,7 +492,7 @@ def test_descriptors_match_the_isa(tables):
     for address, k_desc, v_desc in tables["desc"]:
         assert k_desc == isa_descriptor(address, c["DESC_K_LBO_BYTES"], 1024), hex(address)
         assert v_desc == isa_descriptor(address, c["KV_SPAN_BYTES"], 1024), hex(address)
-    for cons, ks, address, desc in tables["qaddr"]:
+    for _cons, _ks, address, desc in tables["qaddr"]:
         assert desc == isa_descriptor(address, c["DESC_K_LBO_BYTES"], 1024)
     for rows, lbo in ((tables["kaddr"], c["DESC_K_LBO_BYTES"]), (tables["vaddr"], c["KV_SPAN_BYTES"])):
         for _, address, desc in rows:
@@ -654,7 +654,7 @@ def test_epilogue_staging_is_conflict_free_and_covers_the_tile(tables):
             assert len(banks) == 32, (warp, i)
     chunks = Counter()
     passes: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for warp, lane, p, row, chunk in tables["out"]:
+    for warp, _lane, p, row, chunk in tables["out"]:
         assert warp * 16 <= row < warp * 16 + 16  # a warp reads back only rows it staged
         chunks[(row, chunk)] += 1
         passes.setdefault((warp, p), []).append((row, chunk))
@@ -714,14 +714,14 @@ def test_online_softmax_for_one_thread(tables):
     a row of masked keys keeps m = -inf, alpha 0 and p 0, with no NaN."""
     c = np.float32(as_float(tables["scale"][0][0]))
     m = np.array([-np.inf, -np.inf], np.float32)
-    l = np.zeros(2, np.float32)
+    row_sum = np.zeros(2, np.float32)
     for rnd, m0, m1, l0, l1, a0, a1, *sbits in tables["softmax"]:
         s = np.array([((i * 37 + rnd * 11) % 23) - 11.0 + 4.0 * rnd * ((i % 4) // 2) for i in range(64)], np.float32)
         if rnd == 2:
             s[::3] = -np.inf
         if rnd == 3:
             s[[i for i in range(64) if (i % 4) // 2 == 1]] = -np.inf
-            m[1], l[1] = -np.inf, 0
+            m[1], row_sum[1] = -np.inf, 0
         got = np.array([as_float(b) for b in sbits], np.float32)
         for r in range(2):
             idx = [i for i in range(64) if (i % 4) // 2 == r]
@@ -733,8 +733,8 @@ def test_online_softmax_for_one_thread(tables):
             assert np.allclose(got[idx], p, rtol=1e-6, atol=0) and not np.isnan(got[idx]).any()
             assert np.isclose(as_float((a0, a1)[r]), alpha, rtol=1e-6, atol=0)
             assert as_float((m0, m1)[r]) == m_new
-            l[r] = l[r] * alpha + p.sum()
-            assert np.isclose(as_float((l0, l1)[r]), l[r], rtol=1e-5)
+            row_sum[r] = row_sum[r] * alpha + p.sum()
+            assert np.isclose(as_float((l0, l1)[r]), row_sum[r], rtol=1e-5)
             m[r] = m_new
         if rnd == 3:
             assert as_float(m1) == -np.inf and as_float(a1) == 0 and as_float(l1) == 0
@@ -904,7 +904,7 @@ class EmulatedCTA:
             row_top = q0 + consumer * c["WG_M"] + (np.arange(128) // 32) * 16 + lane // 4
             o = np.zeros((128, 64), np.float32)
             m = np.full((128, 2), -np.inf, np.float32)
-            l = np.zeros((128, 2), np.float32)
+            row_sum = np.zeros((128, 2), np.float32)
             alpha = np.ones((128, 2), np.float32)
 
             def scores(i: int):
@@ -933,7 +933,7 @@ class EmulatedCTA:
                         alpha[:, r] = np.exp2((m[:, r] * scale).astype(np.float32) - ref)
                         s[:, idx] = np.exp2(s[:, idx] * scale - ref[:, None])
                     m[:, r] = m_new
-                    l[:, r] = l[:, r] * alpha[:, r] + s[:, idx].sum(axis=1)
+                    row_sum[:, r] = row_sum[:, r] * alpha[:, r] + s[:, idx].sum(axis=1)
                 return s
 
             def pack(s):
@@ -962,7 +962,7 @@ class EmulatedCTA:
             pv(n - 1, p_mat)
 
             # store_output: normalise, stage in the warpgroup's own block, read back 16 bytes, store.
-            total = np.repeat(l.reshape(32, 4, 2).sum(axis=1), 4, axis=0)
+            total = np.repeat(row_sum.reshape(32, 4, 2).sum(axis=1), 4, axis=0)
             inv = np.where(total > 0, 1 / np.where(total > 0, total, 1), 0).astype(np.float32)
             staging = (base + c["O_STAGE_OFFSET"] + consumer * c["WG_O_BYTES"]) // 2
             smem[staging + lay.stage_elem] = (o * inv[:, (np.arange(64) % 4) // 2]).astype(np.float16)

@@ -436,8 +436,11 @@ def emulate_chunked(constants: dict, launch, inputs: dict, calls: list | None = 
         for t0 in range(0, T, C):
             # stage_chunk
             n_tok = min(C, T - t0)
-            k_s = np.zeros((C, DKM), f32); q_s = np.zeros((C, DKM), f32); v_s = np.zeros((C, DVM), f32)
-            g_s = np.zeros(C, f32); beta_s = np.zeros(C, f32)
+            k_s = np.zeros((C, DKM), f32)
+            q_s = np.zeros((C, DKM), f32)
+            v_s = np.zeros((C, DVM), f32)
+            g_s = np.zeros(C, f32)
+            beta_s = np.zeros(C, f32)
             k_s[:n_tok, :DK] = k[b, t0:t0 + n_tok, hq]
             q_s[:n_tok, :DK] = q[b, t0:t0 + n_tok, hq]
             v_s[:n_tok, :DV] = v[b, t0:t0 + n_tok, hv]

@@ -1028,7 +1028,7 @@ def emulate_wgmma_cta(c: dict, tables: dict, x: torch.Tensor, w: torch.Tensor, t
             for i, value in enumerate(regs):
                 row = rows[(t // 32, t % 32)] + (c["ACC_ROW_HALF"] if i % 4 >= 2 else 0)
                 staged[row, cols[(i // 4, t % 32)] + i % 2] = value
-        for t, p, row, col in tables["chunk"]:
+        for _t, _p, row, col in tables["chunk"]:
             gm, gn = m0 + consumer * c["WG_M"] + row, n0 + col
             if gm < M and gn < N:
                 assert not y[gm, gn:gn + c["VEC"]].isfinite().any()  # each element of y written once
@@ -1083,7 +1083,7 @@ def simulate_mbarrier_pipeline(k_tiles: int, stages: int, seed: int, consumer_wa
             s, rnd = producer % stages, producer // stages
             if empty[s].ready((rnd & 1) ^ 1 ^ (1 - producer_parity), rnd - 1 if rnd else -1):
                 actions.append(("produce", s))
-        for stage, tile in copying.items():
+        for stage in copying:
             actions.append(("land", stage))
         for i, wp in enumerate(warps):
             if wp["done"]:

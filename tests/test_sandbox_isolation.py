@@ -263,17 +263,17 @@ def test_gpu_view_only_for_gpu_work(tmp_path, instance):
 
 def test_the_job_folder_is_its_only_writable_place_on_the_host(tmp_path, instance):
     private = Path("/tmp") / f"klineage-private-{uuid.uuid4().hex}"
-    code = """
+    code = f"""
     import os
-    open('result.json', 'w').write('{}')
-    open('/tmp/%s', 'w').write('gone with the job')
-    for folder in ('/usr', '/etc', %r):
+    open('result.json', 'w').write('{{}}')
+    open('/tmp/{private.name}', 'w').write('gone with the job')
+    for folder in ('/usr', '/etc', {str(config.REPO_ROOT)!r}):
         try:
             open(os.path.join(folder, 'x'), 'w')
             print('wrote', folder)
         except OSError as exc:
             print('refused', folder, type(exc).__name__)
-    """ % (private.name, str(config.REPO_ROOT))
+    """
     result = in_jail(tmp_path, Access.CPU, code)
     assert (tmp_path / "result.json").read_text() == "{}"
     assert result.output.count("refused") == 3, result.output

@@ -92,7 +92,7 @@ class Device:
         torch, drv = self.torch, self.drv
         env = {
             "gpu": self.name,
-            "compute_capability": "%d.%d" % self.device.compute_capability(),
+            "compute_capability": ".".join(map(str, self.device.compute_capability())),
             "driver": _driver_version(),
             "cuda_driver_api": drv.get_driver_version(),
             "cuda_runtime": torch.version.cuda,

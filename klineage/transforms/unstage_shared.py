@@ -496,7 +496,7 @@ class _Tile:
                 self.refuse(f"two tile indices are the same variable {key}: the index map is not invertible")
             self.vars.append(key)
             self.offsets.append((sign, offset))
-        for sign, offset in self.offsets:
+        for _sign, offset in self.offsets:
             if offset is not None and self._varying(offset):
                 self.refuse(f"the tile index offset `{self.a.text(offset)}` varies between threads")
         value = unparen(self.store.child_by_field_name("right"))
