@@ -22,5 +22,7 @@ run: setup
 	$(PY) manage.py collectstatic --noinput -v0
 	$(PY) manage.py serve 127.0.0.1:$(PORT)
 
+# Lint first: a ruff finding fails `make test`, and so CI (.ci/run), before the suite runs.
 test: setup
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q

@@ -33,7 +33,8 @@ in any order that the transform accepts; where constants are tied by an assert s
 change can come first (fmha's BLOCK_M == WARPS * 16), the remaining changes are made together and
 held to the same check (`tile_constant.check`) from the state before them to the state after them.
 `launch_bounds` removes the kernel's attribute and adds the new one through the launch_bounds
-transform (backward, then forward), after the constants (the removal is checked at the new block size). nvcc ignores -maxrregcount for a kernel with __launch_bounds__,
+transform (backward, then forward), after the constants (the removal is checked at the new block size). nvcc
+ignores -maxrregcount for a kernel with __launch_bounds__,
 so a register cap needs `launch_bounds = "THREADS, 2"` (min blocks per SM), not a flag.
 
 Then every variant is compiled here (all at once, in parallel, into the gate's compile cache) and
@@ -70,10 +71,11 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -89,8 +91,8 @@ from klineage.gate.policy import GatePolicy  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import KernelState  # noqa: E402
 from klineage.launch import LaunchPlan, resolve  # noqa: E402
-from klineage.transforms import Anchor, Direction, NotApplicable, Rewrite, get as get_transform  # noqa: E402
-from klineage.transforms import tile_constant  # noqa: E402
+from klineage.transforms import Anchor, Direction, NotApplicable, Rewrite, tile_constant  # noqa: E402
+from klineage.transforms import get as get_transform  # noqa: E402
 
 # The sweep's gate policy: a short timing, still paired with the vendor path and checked on every case.
 DEFAULT_POLICY = {"seeds": 1, "sanitize": "never", "vendor": True, "timing": True, "trials": 3,
@@ -614,7 +616,7 @@ def provenance(sweep: Sweep, measured: Verdict | None, mode: GateMode) -> dict[s
                     "sweep_sha256": sweep.sha256, "problem": sweep.problem, "kernel": sweep.kernel,
                     "expert_fingerprint": sweep.expert.fingerprint, "policy": sweep.policy.to_dict(),
                     "against_expert": sweep.against_expert, "device_limits": SM90,
-                    "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                    "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
 
 
 def run_sweep(sweep: Sweep, *, out: Path | None, compile_only: bool = False, max_variants: int | None = None,

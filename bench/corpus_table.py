@@ -89,7 +89,7 @@ def main() -> int:
     first = rows[0] if rows else {}
     document = {
         "provenance": {"written_by": "bench/corpus_table.py", "git_commit": git_commit(),
-                       "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                       "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                        "gpu": first.get("gpu"), "driver": first.get("driver"), "torch": first.get("torch"),
                        "source": "recorded gate verdicts (recorded/); each row names its verdict and commit"},
         "rows": rows, "unmeasured": unmeasured,

@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(POLICIES))
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="gate-cost-"))
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     rows: list[dict[str, Any]] = []
     for workload in args.workloads.split(","):
         for policy in args.policies.split(","):

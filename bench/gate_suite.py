@@ -39,7 +39,7 @@ def provenance(verdict: Verdict | None) -> dict:
     return {"gpu": env.get("gpu", "unknown"), "driver": env.get("driver", "unknown"),
             "cuda": env.get("cuda_runtime", "unknown"), "torch": env.get("torch", "unknown"),
             "toolchain": env.get("toolchain", "unknown"), "git_commit": git_commit(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "written_by": "bench/gate_suite.py"}
 
 
@@ -164,7 +164,7 @@ def main() -> int:
         verdict = verdicts[-1]
         write(out, "example.json", verdict, rows)
         summary += [f"example  {r['kernel']['name']:<28} vs {str(r['vs']):<9} "
-                    f"{'%.3fx' % r['ratio'] if r['ratio'] else '-':>8}  {r['status']}" for r in rows]
+                    f"{format(r['ratio'], '.3f') + 'x' if r['ratio'] else '-':>8}  {r['status']}" for r in rows]
     if "adversarial" in parts:
         def save(rows: list[dict], measured: Verdict | None) -> None:
             write(out, "adversarial.json", measured, rows,

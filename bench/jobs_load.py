@@ -61,9 +61,9 @@ def warm_caches(env: dict[str, str]) -> None:
 
 def run_once(database, *, scenario: str, jobs: int, workers: int, lease: float, data_dir: Path,
              cache_dir: Path, timeout_s: float) -> dict:
-    import services
     from django.db import connection, transaction
 
+    import services
     from gate_app import handlers
     from gate_app.models import Job
 
@@ -154,7 +154,7 @@ def provenance(databases: list[str], args) -> dict:
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "gate_app", "bench/jobs_load.py"], cwd=REPO,
                            capture_output=True, text=True).stdout.strip()
     return {
-        "written_by": "bench/jobs_load.py", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "written_by": "bench/jobs_load.py", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(), "queue_code_modified": bool(dirty),
         "machine": {"host": platform.node(), "cpu": cpu, "cpus": os.cpu_count(), "os": platform.platform(),
                     "python": platform.python_version()},

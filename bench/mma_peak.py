@@ -150,7 +150,7 @@ def main() -> None:
     cublas: list[float] = []
     for _ in range(args.rounds):
         cublas.append(timed(lambda: torch.matmul(x, w.T)))
-        for name, tile, ctas in CONFIGS:
+        for name, _tile, ctas in CONFIGS:
             rows.setdefault(f"{name} x{ctas}", []).append(timed(kernel_launch(name, ctas)))
     cublas_us = statistics.median(cublas)
     cublas_tflops = 2.0 * GEMM ** 3 / cublas_us / 1e6
@@ -161,7 +161,7 @@ def main() -> None:
         table.append({"kernel": name, "ctas_per_sm": ctas, "median_us": round(us, 2),
                       "tflops": round(tflops, 1), "vs_cublas": round(tflops / cublas_tflops, 3)})
     provenance = {"written_by": "bench/mma_peak.py", "git_commit": git_commit(), "gpu": torch.cuda.get_device_name(0),
-                  "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                  "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
     result = {"provenance": provenance, "gpu": provenance["gpu"], "sms": sms, "torch": torch.__version__,
               "cuda": torch.version.cuda, "iters": args.iters, "rounds": args.rounds,
               "cublas_4096_us": round(cublas_us, 2), "cublas_tflops": round(cublas_tflops, 1), "rows": table}

@@ -71,7 +71,9 @@ class GpuSampler:
         self._thread = threading.Thread(target=self._loop, daemon=True)
         bus = subprocess.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=60).stdout
-        self.index_of_bus = {b.strip(): i.strip() for i, b in (line.split(",") for line in bus.splitlines() if "," in line)}
+        self.index_of_bus = {
+            b.strip(): i.strip() for i, b in (line.split(",") for line in bus.splitlines() if "," in line)
+        }
 
     def __enter__(self) -> GpuSampler:
         self._thread.start()
@@ -121,9 +123,9 @@ def _overlaps(intervals: list[tuple[float, float]]) -> int:
 
 def run_batch(database, *, label: str, gpus: list[str], jobs: list[tuple[str, str, dict]], env: dict[str, str],
               sampler: GpuSampler, timeout_s: float) -> dict:
-    import services
     from django.db import transaction
 
+    import services
     from gate_app import handlers
     from gate_app.models import Job
 
@@ -193,7 +195,11 @@ def _median_timings(timings: list[dict[str, float]]) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=1, help="policy variants per kernel, minus one (default 1)")
-    parser.add_argument("--no-cold", action="store_true", help="skip the run with a cold compile cache (compile the batch first instead)")
+    parser.add_argument(
+        "--no-cold",
+        action="store_true",
+        help="skip the run with a cold compile cache (compile the batch first instead)",
+    )
     parser.add_argument("--timeout", type=float, default=400.0, help="seconds allowed for one run")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "multigpu.json")
     args = parser.parse_args()
@@ -248,8 +254,10 @@ def main() -> int:
     for row in rows:
         print(f"{row['label']:8} {row['gpus']:>4} {row['jobs_per_min']:>9} {str(row['efficiency']):>10} "
               f"{json.dumps(row['busy_share_by_jobs']):>24}", file=sys.stderr)
-    bad = any(r["failed"] or r["overlapping_jobs_on_one_gpu"] or r["ran_more_than_once"] or set(r["verdicts"]) != {"passed"}
-              for r in rows)
+    bad = any(
+        r["failed"] or r["overlapping_jobs_on_one_gpu"] or r["ran_more_than_once"] or set(r["verdicts"]) != {"passed"}
+        for r in rows
+    )
     return 1 if bad else 0
 
 
@@ -280,7 +288,7 @@ def provenance(gpu_count: int, jobs: list, versions: dict) -> dict:
 
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.splitlines()
-    return {"written_by": "bench/multigpu.py", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    return {"written_by": "bench/multigpu.py", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "git_commit": git_commit(), "gpus": smi, "gpu_count": gpu_count, "cpus": os.cpu_count(),
             "host": platform.platform(), "python": platform.python_version(), "toolchain": find_toolchain().key,
             "services": versions, "batch": [{"problem": p, "kernel": k, "policy": pol} for p, k, pol in jobs]}

@@ -80,7 +80,7 @@ def plan_lanes(walks: list[Path], lanes: int, per_card: int, placement: Placemen
         lane = min(loads, key=lambda load: load[0])
         lane[0] += seconds
         lane[1].setdefault(name, []).append(index)
-    for i, (seconds, steps) in enumerate(loads):
+    for i, (seconds, _steps) in enumerate(loads):
         print(f"# lane {i}: about {seconds:.0f} s (compiles not counted)")
     print("--lanes " + " ".join('"' + " ".join(f"percase:{name}:{','.join(map(str, sorted(idx)))}"
                                                 for name, idx in sorted(steps.items())) + '"'

@@ -25,8 +25,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -99,7 +99,7 @@ def provenance(args: argparse.Namespace, isolation: tuple[str, ...], gpu: dict |
     bwrap = config.bwrap_path()
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True).stdout.strip() if bwrap else None
     return {"written_by": "bench/sandbox_cost.py", "git_commit": git_commit(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "host": platform.node(),
             "cpus": os.cpu_count(), "load_average": os.getloadavg(), "bwrap": bwrap, "bwrap_version": version,
             "isolation": list(isolation), "repeats": args.repeats, "python": sys.version.split()[0],
             "gpu": (gpu or {}).get("environment", {}).get("gpu", "none")}

@@ -287,7 +287,7 @@ def _setup_accounts() -> str:
 def _provenance() -> dict:
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     return {"script": "bench/security_web.py", "commit": commit, "host": socket.gethostname(),
-            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "server": "manage.py serve (daphne, SQLite, one supervised worker) on 127.0.0.1"}
 
 

@@ -61,8 +61,7 @@ from klineage.errors import KLineageError  # noqa: E402
 from klineage.gate.pipeline import default_cache, git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.lineage import Lineage  # noqa: E402
-from klineage.optimize import (DEFAULT_POLICY, AttemptStatus, OptimizationResult, RewriterKind, Stop,  # noqa: E402
-                               Strategy, optimize)
+from klineage.optimize import DEFAULT_POLICY, AttemptStatus, OptimizationResult, RewriterKind, Stop, Strategy, optimize  # noqa: E402
 from klineage.optimize.command import bundled_library, seconds  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
@@ -314,7 +313,7 @@ def geomean(values: list[float]) -> float:
 
 
 def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def provenance(verdicts: list[Verdict], args: argparse.Namespace, library: str) -> dict[str, Any]:

@@ -37,8 +37,14 @@ from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import contender
 from klineage.gate.policy import GatePolicy, Placement
 from klineage.lineage import Lineage
-from klineage.walk.timing_audit import (PAIRING_TOLERANCE, CodeIdentity, code_identities, same_machine_code, state_timings,
-                                       step_timings)
+from klineage.walk.timing_audit import (
+    PAIRING_TOLERANCE,
+    CodeIdentity,
+    code_identities,
+    same_machine_code,
+    state_timings,
+    step_timings,
+)
 
 
 def scan(paths: list[Path], tolerance: float, sass: bool) -> int:
@@ -130,10 +136,16 @@ def placement(path: Path, index: int) -> int:
             cubin.write_bytes(c.compiled.cubin_bytes(c.state.plan.arch))
             specs[name] = {**c.spec, "cubin": str(cubin)}
         request = Path(work) / "request.json"
-        request.write_text(json.dumps({"problem": str(problem), "case": case, "policy": policy.to_dict(), "specs": specs}))
+        request.write_text(
+            json.dumps({"problem": str(problem), "case": case, "policy": policy.to_dict(), "specs": specs})
+        )
         for label in PLACEMENT_ROWS:
-            out = subprocess.run([sys.executable, __file__, "_row", str(request), label], capture_output=True, text=True,
-                                 env={**os.environ, **PLACEMENT_ENV.get(label, {})})
+            out = subprocess.run(
+                [sys.executable, __file__, "_row", str(request), label],
+                capture_output=True,
+                text=True,
+                env={**os.environ, **PLACEMENT_ENV.get(label, {})},
+            )
             if out.returncode:
                 raise SystemExit(f"{label}: {out.stderr[-2000:]}")
             for medians in json.loads(out.stdout.splitlines()[-1]):

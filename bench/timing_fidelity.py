@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="timing-fidelity-"))
     rows: list[dict[str, Any]] = []
     measured: Verdict | None = None
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     for run in range(args.repeats):  # first: the first gate after the machine started meets cold clocks
         verdict, seconds = gate(corpus.problem_path("row_softmax"), policy, cases, scratch)
         measured = verdict if verdict.environment.get("gpu") else measured
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         "provenance": {"gpu": env.get("gpu", "unknown"), "driver": env.get("driver", "unknown"),
                        "torch": env.get("torch", "unknown"), "sm_clock_mhz_at_start": env.get("sm_clock_mhz"),
                        "git_commit": git_commit(), "gate_version": GATE_VERSION, "started": started,
-                       "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                       "finished": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                        "limits": {"spread": SPREAD_LIMIT, "agreement": AGREEMENT_LIMIT},
                        "policy": policy.to_dict(), "cases": cases,
                        "note": "each gate a fresh runner process with an empty verdict cache; the repeated "

@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     env = next((v.environment for v in verdicts if v.environment.get("gpu")), {})
     document = {"provenance": {"gpu": env.get("gpu", "none"), "driver": env.get("driver", "unknown"),
                                "torch": env.get("torch", "unknown"), "git_commit": git_commit(),
-                               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                               "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                                "gate": args.gate, "budget": args.budget, "jobs": args.jobs, "seed": args.seed,
                                "library": str(bundled_library().relative_to(Path(__file__).resolve().parent.parent)),
                                "written_by": "bench/transfer_eval.py"},

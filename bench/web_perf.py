@@ -227,7 +227,7 @@ def provenance(args, database: str) -> dict:
     import django
 
     return {
-        "written_by": "bench/web_perf.py", "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "written_by": "bench/web_perf.py", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
         "machine": {"host": platform.node(), "cpu": cpu, "cpus": os.cpu_count(), "os": platform.platform(),
                     "python": platform.python_version(), "django": django.get_version(),

@@ -42,10 +42,12 @@ class QuotaReached(APIException):
 class JobSubmissionSerializer(serializers.Serializer):
     # A plain field: a choice field named "kind" would share its enum's name with the lineage steps'.
     kind = serializers.CharField(help_text=f"one of: {', '.join(sorted(CHECKS))}")
-    params = serializers.DictField(help_text="kernel (a bundled kernel's name, or uploaded/<name>) and the options of the kind: "
-                                             "walk: problem, rewriter, mode, max_steps, max_rejections; optimize: "
-                                             "problem, rewriter, strategy, statuses, scope, budget, mode, seed, "
-                                             "time_limit_s (optional)")
+    params = serializers.DictField(
+        help_text="kernel (a bundled kernel's name, or uploaded/<name>) and the options of the kind: "
+        "walk: problem, rewriter, mode, max_steps, max_rejections; optimize: "
+        "problem, rewriter, strategy, statuses, scope, budget, mode, seed, "
+        "time_limit_s (optional)"
+    )
     id = serializers.IntegerField(read_only=True)
     status = serializers.CharField(read_only=True)
     needs = serializers.CharField(read_only=True)
@@ -107,7 +109,9 @@ class StaticFindingSerializer(serializers.Serializer):
 
 class UploadRefusalSerializer(serializers.Serializer):
     detail = serializers.CharField(help_text="what was refused and why; nothing of the upload was stored")
-    findings = StaticFindingSerializer(many=True, help_text="the gate's static check's findings, when it refused the kernel")
+    findings = StaticFindingSerializer(
+        many=True, help_text="the gate's static check's findings, when it refused the kernel"
+    )
 
 
 class UploadFilesSerializer(serializers.Serializer):

@@ -15,7 +15,8 @@ import re
 import subprocess
 import sys
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from gate_app.childproc import guard
 
@@ -169,9 +170,9 @@ def main() -> int:
         payload = json.loads(sys.stdin.read())
         result = RUNNERS[payload["kind"]](payload, channel)
     except Exception as exc:  # reported to the worker, which fails the job with it
-        from klineage.errors import KLineageError
-
         import traceback
+
+        from klineage.errors import KLineageError
 
         if not isinstance(exc, KLineageError):
             traceback.print_exc()

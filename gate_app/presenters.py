@@ -22,7 +22,9 @@ def _ratio(value: dict[str, Any] | None) -> float | None:
 def optimization(result: dict[str, Any]) -> dict[str, Any]:
     steps = result["steps"]
     best = steps[-1]["state"] if steps else result["start"]
-    named = {s["card"][:SHORT] for s in steps if s["card"]} | {a["card"][:SHORT] for a in result["attempts"] if a["card"]}
+    named = {s["card"][:SHORT] for s in steps if s["card"]} | {
+        a["card"][:SHORT] for a in result["attempts"] if a["card"]
+    }
     known = set(SkillCard.objects.filter(short_id__in=named).values_list("short_id", flat=True))
 
     def card(card_id: str) -> dict[str, str] | None:

@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction

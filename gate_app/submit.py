@@ -114,7 +114,9 @@ def gate_job_params(kernel: str, *, problem: str | None = None, against: str | N
                     mode: str = "gpu") -> dict[str, Any]:
     """Checked parameters of one gate run of a kernel (bundled or uploaded), optionally timed against
     a baseline kernel besides the vendor path."""
-    return gate_params(_problem(problem, kernel), kernel, against=against or None, mode=_choice("mode", mode, GATE_MODES))
+    return gate_params(
+        _problem(problem, kernel), kernel, against=against or None, mode=_choice("mode", mode, GATE_MODES)
+    )
 
 
 def walk_params(kernel: str, *, problem: str | None = None, rewriter: str = "rules", mode: str = "gpu",
@@ -154,11 +156,18 @@ def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = 
         raise queue.QueueError(f"statuses must name at least one of {', '.join(CARD_STATUSES)}")
     for status in statuses:
         _choice("each of statuses", status, CARD_STATUSES)
-    return {"problem": _problem(problem, kernel), "kernel": kernel, "rewriter": rewriter, "strategy": strategy,
-            "statuses": sorted(set(statuses), key=CARD_STATUSES.index), "scope": _choice("scope", scope, tuple(LIBRARY_SCOPES)),
-            "budget": _whole("budget", budget, *BUDGET_LIMITS), "mode": _choice("mode", mode, GATE_MODES),
-            "seed": _whole("seed", seed, 0, 2**31 - 1),
-            "time_limit_s": None if time_limit_s is None else _whole("time_limit_s", time_limit_s, *TIME_LIMITS_S)}
+    return {
+        "problem": _problem(problem, kernel),
+        "kernel": kernel,
+        "rewriter": rewriter,
+        "strategy": strategy,
+        "statuses": sorted(set(statuses), key=CARD_STATUSES.index),
+        "scope": _choice("scope", scope, tuple(LIBRARY_SCOPES)),
+        "budget": _whole("budget", budget, *BUDGET_LIMITS),
+        "mode": _choice("mode", mode, GATE_MODES),
+        "seed": _whole("seed", seed, 0, 2**31 - 1),
+        "time_limit_s": None if time_limit_s is None else _whole("time_limit_s", time_limit_s, *TIME_LIMITS_S),
+    }
 
 
 def submit(kind: str, params: dict[str, Any], *, owner) -> Job:

@@ -19,8 +19,9 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from django.conf import settings
 from django.db import DatabaseError, connection

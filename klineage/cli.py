@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from klineage.gate.policy import Sanitize
     from klineage.gate.pipeline import run_gate
+    from klineage.gate.policy import Sanitize
     from klineage.gate.verdict import Reason
     from klineage.report import print_verdict, progress_display
 
@@ -131,8 +131,8 @@ def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progres
     """Judge the guessed walk's states side by side; give back the states to compile ahead of the
     walk: those of the guessed steps whose forward timing no store holds, in walk order."""
     from klineage.gate.pipeline import default_cache
-    from klineage.report import console
     from klineage.gate.prefetch import prefetch
+    from klineage.report import console
     from klineage.walk.prefetch import guessed_walk, untimed_states
     from klineage.walk.walker import DEFAULT_POLICY, forward_timing_policy
 

@@ -22,15 +22,17 @@ import importlib.util
 import inspect
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from klineage import expr
 from klineage.errors import DocumentError
 from klineage.fingerprint import normalize_source, sha256_text
+
 
 class VendorTiming(str, Enum):
     """How the profile times a problem's vendor path. EAGER calls it as a user would; GRAPH replays

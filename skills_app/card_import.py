@@ -2,7 +2,8 @@
 
 The document is checked by the engine's `Library.from_dict` (each card by `SkillCard.from_dict`,
 which also checks that its id matches its content) before anything is written; a malformed
-document refuses the whole import with a message naming the card and field, and stores nothing. Cards are keyed by id: importing the same
+document refuses the whole import with a message naming the card and field, and stores nothing. Cards are
+keyed by id: importing the same
 document again changes nothing; a card whose document changed (it gathered evidence, was admitted)
 is updated, unless the library it comes from is older (`provenance.date`) than the one that
 stored it. A card's trials are its `verification_log`, replaced whenever the card is updated.
@@ -17,16 +18,24 @@ from typing import Any
 
 from django.db import transaction
 
+from klineage import config
 from klineage.errors import KLineageError
 from klineage.fingerprint import sha256_json
 from klineage.skills.admission import card_digest, reading
 from klineage.skills.card import SHORT_ID, Trial
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.skills.library import Library
-from klineage import config
 from skills_app import readmission
-from skills_app.importer import (CREATED, UNCHANGED, UPDATED, _display, _require_json, _timestamp, engine_check,
-                                read_json)
+from skills_app.importer import (
+    CREATED,
+    UNCHANGED,
+    UPDATED,
+    _display,
+    _require_json,
+    _timestamp,
+    engine_check,
+    read_json,
+)
 from skills_app.models import CardTrial, Review, SkillCard
 
 STALE = "stale"  # an older library's copy of a card stored from a newer one: left as it is

@@ -174,9 +174,14 @@ def _skills(e: Evidence, data: dict[str, Any]) -> None:
     e.rows = []
     for row in data.get("workloads") or []:
         ran = row.get("strategies") or {}
-        e.rows.append([row.get("lineage", "").split("@")[0], _num(row.get("vs_expert"), "{:.3f}"),
-                       *(_num((ran.get(s) or {}).get("speedup"), "{:.2f}x") for s in strategies),
-                       "{wasted}/{evaluations}".format(**ran["library"]) if "wasted" in ran.get("library", {}) else "–"])
+        e.rows.append(
+            [
+                row.get("lineage", "").split("@")[0],
+                _num(row.get("vs_expert"), "{:.3f}"),
+                *(_num((ran.get(s) or {}).get("speedup"), "{:.2f}x") for s in strategies),
+                "{wasted}/{evaluations}".format(**ran["library"]) if "wasted" in ran.get("library", {}) else "–",
+            ]
+        )
     e.chart = skills_chart(data.get("workloads") or [])
 
 
@@ -225,8 +230,12 @@ def _multigpu(e: Evidence, data: dict[str, Any]) -> None:
     rows = data.get("rows", [])
     best = max((r for r in rows if isinstance(r.get("efficiency"), (int, float))), key=lambda r: r["gpus"],
                default=None)
-    e.headline = (f"{best['gpus']} GPUs at {best['efficiency']:.2f} efficiency ({_num(best.get('jobs_per_min'), '{:.1f}')}"
-                  f" jobs/min)" if best else f"{len(rows)} rows")
+    e.headline = (
+        f"{best['gpus']} GPUs at {best['efficiency']:.2f} efficiency ({_num(best.get('jobs_per_min'), '{:.1f}')}"
+        f" jobs/min)"
+        if best
+        else f"{len(rows)} rows"
+    )
     e.columns = ["run", "GPUs", "jobs/min", "efficiency", "failed", "ran twice"]
     e.rows = [[r.get("label", ""), r.get("gpus", ""), _num(r.get("jobs_per_min"), "{:.2f}"),
                _num(r.get("efficiency"), "{:.3f}"), r.get("failed", ""), r.get("ran_more_than_once", "")] for r in rows]

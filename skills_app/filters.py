@@ -126,7 +126,9 @@ class SkillCardFilter(filters.FilterSet):
     transform = filters.CharFilter()
     intent = filters.CharFilter(lookup_expr="icontains", help_text="part of the intent sentence")
     feature = filters.CharFilter(
-        method="filter_feature", help_text="a feature (locus/name, e.g. kernel/launch_bounds) the card requires or provides")
+        method="filter_feature",
+        help_text="a feature (locus/name, e.g. kernel/launch_bounds) the card requires or provides",
+    )
     q = filters.CharFilter(method="filter_search",
                            help_text="words that must all appear in the intent, anchor or transform")
     readmission = filters.BooleanFilter(method="filter_readmission",

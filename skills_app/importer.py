@@ -39,7 +39,7 @@ from klineage.documents import document_files, read_document_text
 from klineage.errors import DocumentError, KLineageError
 from klineage.fingerprint import sha256_json
 from klineage.gate.cache import GateCache, VerdictStore
-from klineage.gate.execute import problem_fingerprint, probe_problem
+from klineage.gate.execute import probe_problem, problem_fingerprint
 from klineage.gate.verdict import Reason
 from klineage.gate.verdict import Verdict as EngineVerdict
 from klineage.kernel import KernelState as EngineKernelState
@@ -484,8 +484,12 @@ def _reaudit_pairings(lineage: Lineage, parsed: EngineLineage, recorded_root: Pa
     candidates = list(lineage.steps.filter(kind=LineageStep.Kind.ACCEPTED,
                                            pairing__in=["", *(p.value for p in DOUBTFUL)]))
     pairings = _pairings(lineage.id, parsed, recorded_root) if candidates else {}
-    changed = [step for step in candidates if step.index in pairings
-               and (step.pairing, step.retimed_ratio) != (pairings[step.index].pairing.value, pairings[step.index].ratio)]
+    changed = [
+        step
+        for step in candidates
+        if step.index in pairings
+        and (step.pairing, step.retimed_ratio) != (pairings[step.index].pairing.value, pairings[step.index].ratio)
+    ]
     for step in changed:
         found = pairings[step.index]
         step.pairing, step.pairing_note, step.retimed_ratio = found.pairing.value, found.note, found.ratio
@@ -549,7 +553,7 @@ def _timestamp(value: Any, where: str) -> dt.datetime | None:
         stamp = dt.datetime.fromisoformat(str(value))
     except ValueError:
         raise ImportRefused(where, f"provenance.created {value!r} is not an ISO 8601 time") from None
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.timezone.utc)
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=dt.UTC)
 
 
 def _display(path: Path) -> str:

@@ -18,15 +18,15 @@ from django.utils.html import escape
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
+from gate_app.models import Job
 from klineage.skills.standing import ratio_text
 from klineage_web.access import read_access
 from skills_app.filters import LineageFilter
-from skills_app.paging import paginate, query_without
-from skills_app.short_ids import one_or_404
-from gate_app.models import Job
 from skills_app.highlight import highlight_lines
 from skills_app.lineage_overview import speedup_chart, step_row
 from skills_app.models import Lineage, LineageStep, Review, Verdict
+from skills_app.paging import paginate, query_without
+from skills_app.short_ids import one_or_404
 
 REVIEW_PERMISSION = "skills_app.add_review"
 TERMINATIONS = ("complete", "step_limit", "rejection_limit", "unknown")

@@ -159,8 +159,8 @@ class LineageStepSerializer(serializers.ModelSerializer):
         model = LineageStep
         fields = ["id", "lineage", "kind", "index", "branch_step", "transform", "anchor", "parent", "child",
                   "features_removed", "features_added", "forward_status", "forward_message", "forward_timing",
-                  "pairing", "pairing_note", "retimed_ratio", "note", "rejection_category", "rejection_reason", "cases_failed", "evidence", "disputed",
-                  "reviews"]
+                  "pairing", "pairing_note", "retimed_ratio", "note", "rejection_category", "rejection_reason",
+                  "cases_failed", "evidence", "disputed", "reviews"]
 
 
 class LineageStepDetailSerializer(LineageStepSerializer):

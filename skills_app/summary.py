@@ -7,10 +7,10 @@ from typing import Any
 
 from django.db.models import Count, F
 
+from gate_app.models import Job
 from klineage.gate.verdict import Status
 from skills_app import evidence
 from skills_app.card_words import title_of
-from gate_app.models import Job
 from skills_app.models import Kernel, Problem, SkillCard, Verdict
 
 

@@ -17,10 +17,10 @@ from klineage.launch import ARCHES
 from klineage_web.access import read_access
 from skills_app import presenters
 from skills_app.filters import LATEST_STATUS_CHOICES, SUITE_CHOICES, KernelFilter, VerdictFilter
-from skills_app.paging import paginate, query_without
-from skills_app.short_ids import one_or_404
 from skills_app.highlight import highlight_lines
 from skills_app.models import Kernel, KernelState, Problem, Verdict
+from skills_app.paging import paginate, query_without
+from skills_app.short_ids import one_or_404
 
 
 @require_GET
@@ -77,7 +77,9 @@ def problems(request):
     rows = (Problem.objects.filter(current=True)
             .annotate(kernel_count=Count("kernels", distinct=True), verdict_count=Count("verdicts", distinct=True))
             .order_by("operator"))
-    earlier = dict(Problem.objects.filter(current=False, upload_name="").values_list("operator").annotate(n=Count("id")))
+    earlier = dict(
+        Problem.objects.filter(current=False, upload_name="").values_list("operator").annotate(n=Count("id"))
+    )
     return render(request, "skills/problems.html", {"problems": rows, "earlier": earlier})
 
 

@@ -1,5 +1,6 @@
 """Host-side CUDA helpers the kernel tests share: build and run a host harness that prints integer
-tables; build and run the CPU emulators of mma.sync kernels (tests/*_mma_emulator.cpp); count the SASS mnemonics and opcodes of a cubin; the build checks and the compile-only gate
+tables; build and run the CPU emulators of mma.sync kernels (tests/*_mma_emulator.cpp); count the SASS
+mnemonics and opcodes of a cubin; the build checks and the compile-only gate
 of the sm_90a (wgmma) experts; and the PTX ISA as models (the 128B swizzle and where TMA puts a
 box's elements with it, the wgmma accumulator and register-A layouts, the wgmma descriptor and the
 K-major / MN-major B it reads through it, the mma.m16n8k16 and ldmatrix fragment layouts, an

@@ -10,11 +10,11 @@ from collections import Counter
 from functools import cache
 from pathlib import Path
 
+from corpus_tools import buffer_names
+from cuda_tools import bank_groups, ldmatrix_x4, ptx_a, ptx_b, ptx_c, run_host_harness
 from klineage.devices import H200
 from klineage.kernel import KernelState, load_kernel
 from klineage.problem import load_problem, tolerance_for
-from corpus_tools import buffer_names
-from cuda_tools import bank_groups, ldmatrix_x4, ptx_a, ptx_b, ptx_c, run_host_harness
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "fmha.py"

@@ -17,8 +17,18 @@ from typing import Any
 
 from klineage.config import GateMode
 from klineage.gate.verdict import Reason, Status
-from klineage.lineage import (CaseOutcome, CaseResult, Evidence, ForwardCheck, ForwardStatus, Lineage, PairedTiming,
-                              Rejection, RejectionCategory, VerdictSummary)
+from klineage.lineage import (
+    CaseOutcome,
+    CaseResult,
+    Evidence,
+    ForwardCheck,
+    ForwardStatus,
+    Lineage,
+    PairedTiming,
+    Rejection,
+    RejectionCategory,
+    VerdictSummary,
+)
 from klineage.skills.card import SkillCard
 from klineage.skills.induction import induce
 from klineage.transforms.base import Anchor

@@ -65,8 +65,19 @@ def vendor_verdict(fingerprint: str, name: str, overall: float, per_trial: list[
     document["kernel"] = {"fingerprint": fingerprint, "name": name}
     document["profile"]["ratios"]["vs_vendor"] = {"overall": overall, "per_trial": list(per_trial)}
     if rejected:
-        document.update(status="rejected", reason="race", findings=[
-            {"reason": "race", "stage": "sanitizer", "message": "racecheck: 1 hazard", "case": "small", "evidence": {}}])
+        document.update(
+            status="rejected",
+            reason="race",
+            findings=[
+                {
+                    "reason": "race",
+                    "stage": "sanitizer",
+                    "message": "racecheck: 1 hazard",
+                    "case": "small",
+                    "evidence": {},
+                }
+            ],
+        )
     key = sha256_text(json.dumps([fingerprint, overall, per_trial, created, rejected]))
     document["provenance"].update(key=key, created=created)
     return key, document

@@ -132,7 +132,9 @@ def test_the_deadline_counts_a_side_by_side_window_once(world, tmp_path, monkeyp
     need a GPU, so a stand-in advances the clock), and each trial then costs 50 s. A deadline reads
     the window as the window's cost, not the card's."""
     now = [0.0]
-    monkeypatch.setattr("klineage.skills.admission_run.prefetch", lambda *args, **kwargs: now.__setitem__(0, now[0] + 50))
+    monkeypatch.setattr(
+        "klineage.skills.admission_run.prefetch", lambda *args, **kwargs: now.__setitem__(0, now[0] + 50)
+    )
     replay = gate_of(setting_for(GateMode.REPLAY), lambda stage, message: None)
 
     def gate(*call):

@@ -136,7 +136,9 @@ def test_ordering(client, corpus):
     newest = [row["created"] for row in _get(client, "/api/verdicts/?page_size=100")["results"]]
     assert newest == sorted(newest, reverse=True)  # the default: newest first
     # A field not offered for ordering is ignored rather than leaking internals.
-    plain = [row["name"] for row in _get(client, "/api/kernels/?ordering=current_state__source&page_size=100")["results"]]
+    plain = [
+        row["name"] for row in _get(client, "/api/kernels/?ordering=current_state__source&page_size=100")["results"]
+    ]
     assert plain == [row["name"] for row in _get(client, "/api/kernels/?page_size=100")["results"]]
 
 

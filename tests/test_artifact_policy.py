@@ -130,7 +130,8 @@ def test_printf_and_clock_stay_allowed(tmp_path):
               '    if (threadIdx.x == 0) printf("n=%d\\n", n);\n'
               '    y[threadIdx.x] = static_cast<float>(clock64() - start);\n}\n')
     plan = LaunchPlan.from_toml('name = "k"\nproblem = "p"\narch = "sm_90a"\n'
-                                '[[launch]]\nentry = "k"\ngrid = [1]\nblock = [32]\nargs = ["y", {scalar = 1, type = "i32"}]\n')
+                                '[[launch]]\nentry = "k"\ngrid = [1]\nblock = [32]\n'
+                                'args = ["y", {scalar = 1, type = "i32"}]\n')
     state = KernelState(source=source, plan=plan)
     report = artifact_check(state, compile_kernel(state, tmp_path), tmp_path)
     assert report.ok, report.findings
@@ -158,7 +159,8 @@ def test_include_edges_follow_the_preprocessors_line_markers():
     markers = ['# 0 "kernel.cu"', '# 0 "<command-line>"', '# 1 "/cuda/include/cuda_runtime.h" 1 3 4',
                '# 12 "/cuda/include/cuda_runtime.h" 3 4', '# 1 "/cuda/include/crt/host_defines.h" 1 3 4',
                '# 13 "/cuda/include/cuda_runtime.h" 2 3 4', '# 0 "<command-line>" 2', '# 1 "kernel.cu"',
-               '# 1 "/cuda/include/cccl/cub/cub.cuh" 1 3 4', '# 1 "/cuda/include/cccl/cub/device/device_reduce.cuh" 1 3 4',
+               '# 1 "/cuda/include/cccl/cub/cub.cuh" 1 3 4',
+               '# 1 "/cuda/include/cccl/cub/device/device_reduce.cuh" 1 3 4',
                '# 2 "/cuda/include/cccl/cub/cub.cuh" 2 3 4', '# 3 "kernel.cu" 2',
                '# 1 "/cuda/include/cuda_fp16.h" 1 3 4', '# 4 "kernel.cu" 2']
     edges = include_edges(markers)

@@ -103,7 +103,9 @@ class PragmaUnroll(Transform):
             raise NotApplicable(f"{self.name}: the loop at {anchor} already has a pragma")
         data = cp.parse(state.source).data
         start = _line_start(data, loop.node.start_byte)
-        return self.rewrite(state, anchor, Direction.FORWARD, (data[:start] + b"#pragma unroll\n" + data[start:]).decode())
+        return self.rewrite(
+            state, anchor, Direction.FORWARD, (data[:start] + b"#pragma unroll\n" + data[start:]).decode()
+        )
 
 
 class RestrictRemover(Transform):

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from bench_tools import bench_script
 from klineage import corpus
 from klineage.errors import DocumentError
 from klineage.kernel import parse_constants
-
-from bench_tools import bench_script
 
 REPO = Path(__file__).resolve().parent.parent
 sweep_tool = bench_script("carrier_sweep")
@@ -83,7 +82,8 @@ launch_bounds = "THREADS,   2"
     (CONV + "[[variant]]\nconstant = { STAGES = 3 }\n", "unknown keys ['constant']"),
     (CONV, "needs at least one [[variant]]"),
     (CONV + "[[variant]]\nconstants = { STAGES = 4 }\n", "changes nothing"),
-    (CONV + "[[variant]]\nname = \"a\"\nconstants = { STAGES = 3 }\n[[variant]]\nname = \"a\"\nconstants = { STAGES = 5 }\n",
+    (CONV + "[[variant]]\nname = \"a\"\nconstants = { STAGES = 3 }\n"
+     "[[variant]]\nname = \"a\"\nconstants = { STAGES = 5 }\n",
      "name 'a' is used twice"),
     (CONV + "[[variant]]\nconstants = { STAGES = 3 }\n[[variant]]\nname = \"b\"\nconstants = { STAGES = 3 }\n",
      "the same changes as variant 'STAGES=3'"),
@@ -116,7 +116,8 @@ def test_a_variant_is_a_chain_of_tile_constant_rewrites_of_the_real_kernel(tmp_p
     assert built.state is not None and built.reason == ""
     constants = parse_constants(built.state.source)
     assert (constants["BLOCK_M"], constants["WARPS_M"]) == (96, 2)
-    assert (constants["THREADS"], constants["WARP_TILE_M"], constants["A_PASSES"]) == (128, 48, 6)  # derived ones follow
+    # the derived ones follow
+    assert (constants["THREADS"], constants["WARP_TILE_M"], constants["A_PASSES"]) == (128, 48, 6)
     # BLOCK_M = 96 under 4 warps makes 24-row warp tiles (an assert fails): WARPS_M had to change first.
     assert [s["note"] for s in built.steps] == ["WARPS_M: 4 -> 2", "BLOCK_M: 192 -> 96"]
     assert all(s["transform"] == "tile_constant" for s in built.steps) and built.mode == "sequential"
@@ -316,7 +317,8 @@ def test_the_gpu_path_turns_verdicts_into_timed_rows(tmp_path, monkeypatch):
     assert expert["timing"]["vs_vendor"] == pytest.approx(vendor) and expert["timing"]["vs_expert"] == 1.0
     assert s3["timing"]["vs_expert"] == 1.1 and s3["timing"]["vs_expert_how"] == "paired"
     assert expert["timing"]["median_us"] == recorded["profile"]["contenders"]["candidate"]["median_us"]
-    assert expert["compile"]["registers"] == recorded["compile"]["resources"]["sm_90"]["conv2d_implicit_gemm"]["registers"]
+    resources = recorded["compile"]["resources"]["sm_90"]["conv2d_implicit_gemm"]
+    assert expert["compile"]["registers"] == resources["registers"]
     assert expert["compile"]["ctas"] == 131 and expert["compile"]["ctas_per_sm"] == 1
     assert all(c["passed"] and c["worst_rel_l2"] is not None for c in expert["correctness"])
     assert document["provenance"]["gpu"] == recorded["environment"]["gpu"]
@@ -342,5 +344,6 @@ def test_without_a_gpu_the_gpu_path_stops_before_building_anything(tmp_path, mon
 
 def test_estimate_only_prints_gpu_seconds_and_runs_nothing(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sweep_tool, "run_sweep", lambda *a, **k: pytest.fail("ran the sweep"))
-    assert sweep_tool.main([str(REPO / "bench" / "sweeps" / "gemm.toml"), "--estimate-only", "--max-variants", "3"]) == 0
+    sweep = str(REPO / "bench" / "sweeps" / "gemm.toml")
+    assert sweep_tool.main([sweep, "--estimate-only", "--max-variants", "3"]) == 0
     assert "3 variant(s) x ~" in capsys.readouterr().out

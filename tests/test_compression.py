@@ -4,7 +4,6 @@ plain names before (a fresh checkout, the test suite)."""
 
 from __future__ import annotations
 
-import brotli
 import gzip
 import os
 import re
@@ -12,6 +11,7 @@ import subprocess
 import sys
 import urllib.request
 
+import brotli
 import pytest
 from django.contrib.staticfiles import finders
 from django.test import Client, override_settings

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from cuda_tools import sass_mnemonics
 from klineage.devices import H200
 from klineage.gate.compile import compile_kernel
 from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for, validate_numerics
-from cuda_tools import sass_mnemonics
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "conv2d.py"
@@ -366,7 +366,9 @@ def emulate_implicit_gemm(source_constants: dict, launch, inputs: dict, aligned:
                         inside = (er[:, None] < R) & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
                         src = base + (er[:, None] * W + es[:, None]) * C + ec[:, None]
                         assert (src[inside] >= 0).all() and (src[inside] < x.numel()).all()
-                        a_vals[:, :, e] = torch.where(inside, x[torch.where(inside, src, 0)], torch.zeros((), dtype=torch.float16))
+                        a_vals[:, :, e] = torch.where(
+                            inside, x[torch.where(inside, src, 0)], torch.zeros((), dtype=torch.float16)
+                        )
                         ek, ec = ek + 1, ec + 1
                         wrap_c = ec == C
                         ec, es = torch.where(wrap_c, 0, ec), torch.where(wrap_c, es + 1, es)
@@ -376,7 +378,9 @@ def emulate_implicit_gemm(source_constants: dict, launch, inputs: dict, aligned:
                     kk = tk[:, None, None] + torch.arange(VEC)
                     b_inside = (f[..., None] < F) & (kk < K)
                     b_src = f[..., None] * K + kk
-                    b_vals = torch.where(b_inside, w[torch.where(b_inside, b_src, 0)], torch.zeros((), dtype=torch.float16))
+                    b_vals = torch.where(
+                        b_inside, w[torch.where(b_inside, b_src, 0)], torch.zeros((), dtype=torch.float16)
+                    )
                     hw.write16(b_addr, b_vals)
 
             def advance():

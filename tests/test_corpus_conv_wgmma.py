@@ -10,7 +10,8 @@
   descriptors against the PTX ISA's format; patches cover every output pixel once; the rotated K
   order visits every K block once, and the loops' division-free walk (next_k_block_tap) is that
   order; its first `boxes` steps read each halo box once (first_read_of_box), every A operand inside
-  the box whose barrier is waited on, one barrier per (consumer, box); for every tap, k16 step and element the wgmma operand address is
+  the box whose barrier is waited on, one barrier per (consumer, box); for every tap, k16 step and element
+  the wgmma operand address is
   where the 128B-swizzled TMA box put that input element (the mechanism the kernel rests on); the
   accumulator layout follows the ISA's m64nNk16 D layout through a conflict-free epilogue.
 - Whole launches emulated from the tensor maps to y for every supported case (TMA boxes with zero
@@ -38,18 +39,27 @@ from pathlib import Path
 import pytest
 import torch
 
+from corpus_tools import SMEM_LIMIT
+from cuda_tools import (
+    MBarrier,
+    assert_compiles_up_to_the_gpu,
+    cdiv,
+    count,
+    ptx_wgmma_d,
+    run_host_harness,
+    sass_mnemonics,
+    sass_opcodes,
+    sm90a_resources,
+    swizzle_128b,
+)
 from klineage.devices import H200
 from klineage.errors import DocumentError
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
-from klineage.gate.params import (KernelParameters, check_tensor_map_buffer, pack_parameters,
-                                  read_kernel_parameters)
+from klineage.gate.params import KernelParameters, check_tensor_map_buffer, pack_parameters, read_kernel_parameters
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import load_problem, tolerance_for
-from corpus_tools import SMEM_LIMIT
-from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
-                        sass_mnemonics, sass_opcodes, sm90a_resources, swizzle_128b)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "conv2d.py"
@@ -328,7 +338,7 @@ int main()
     }
     return 0;
 }
-"""
+"""  # noqa: E501  (C++ harness source, kept as written)
 
 # Every supported case of the problem, and shapes at the corners of the domain: two 64-channel chunks
 # (1x1) with F over two 128-filter tiles, an even 2x2 filter with pad 0, a 5x1 filter (R != S), 14 K
@@ -433,7 +443,7 @@ def test_patches_cover_every_output_pixel_once(tables):
         assert (case.patches_p, case.patches_q) == (cdiv(case.P, 8), cdiv(case.Q, 8))
         assert case.patches == p["N"] * case.patches_p * case.patches_q == len(case.origin)
         pixels = Counter()
-        for patch, (n, p0, q0) in case.origin.items():
+        for _patch, (n, p0, q0) in case.origin.items():
             assert p0 % 8 == 0 and q0 % 8 == 0 and 0 <= n < p["N"] and p0 < case.P and q0 < case.Q
             for dp in range(8):
                 for dq in range(8):
@@ -561,7 +571,7 @@ def test_wgmma_reads_what_tma_wrote(tables):
                             want = box_base + tma_box_offset((16 * ks + kk, m % 8, r + m // 8, 0), box)
                             assert got == want, (name, kb, j, ks, m, kk)
         b_box = (64, 1, 128)
-        for stage, (addr, desc) in case.bop.items():
+        for _stage, (addr, desc) in case.bop.items():
             fields = decode_descriptor(desc)
             assert fields["start"] == addr and addr % 1024 == 0 and fields["sbo"] == 1024
             for ks in range(c["K_STEPS"]):
@@ -592,7 +602,9 @@ def test_accumulators_and_epilogue(tables):
     for warp in range(4):
         for g in range(c["ACC_REGS"] // 4):
             for half in range(2):
-                words = [((rows[(warp, lane)] + half * 8) * c["EPI_STRIDE"] + cols[(g, lane)]) // 2 for lane in range(32)]
+                words = [
+                    ((rows[(warp, lane)] + half * 8) * c["EPI_STRIDE"] + cols[(g, lane)]) // 2 for lane in range(32)
+                ]
                 assert len({w % 32 for w in words}) == 32
     # 16-byte chunks: each once; a warp's pass is two whole output pixels (512 contiguous bytes of y
     # when the two pixels are neighbours along q); 8 lanes at a time read 8 different bank groups.
@@ -679,7 +691,9 @@ def emulate(case: Case, tables: dict, inputs: dict, launch, pad_error: int = 0, 
             gf = f0 + torch.arange(128)[:, None]
             gc = 64 * chunk + torch.arange(64)[None, :]
             inside = (gf < F) & (gc < C)
-            values = torch.where(inside, w[gf.clamp(max=F - 1), r, s, gc.clamp(max=C - 1)], torch.zeros((), dtype=torch.float64))
+            values = torch.where(
+                inside, w[gf.clamp(max=F - 1), r, s, gc.clamp(max=C - 1)], torch.zeros((), dtype=torch.float64)
+            )
             stages[kb, b_local.reshape(-1)] = values.reshape(-1)
         acc = torch.zeros(patches, 64, 128, dtype=torch.float64)
         for step in range(case.k_blocks):

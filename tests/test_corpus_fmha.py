@@ -23,16 +23,30 @@ import numpy as np
 import pytest
 import torch
 
+from corpus_tools import SMEM_LIMIT
+from cuda_tools import ptx_a, ptx_b, ptx_c, sass_opcodes
+from fmha_tools import (
+    FlashModel,
+    buffers,
+    check_epilogue,
+    check_kv_fragments,
+    check_loader,
+    check_q_fragments,
+    check_score_repack,
+    check_swizzle,
+    check_swizzle_table,
+    env_for,
+    kernel,
+    kernel_helper_tables,
+    problem,
+    tile_reader,
+    tolerance,
+)
 from klineage.features.sass import sass_features
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
 from klineage.launch import resolve
 from klineage.problem import validate_numerics
-from cuda_tools import ptx_a, ptx_b, ptx_c, sass_opcodes
-from corpus_tools import SMEM_LIMIT
-from fmha_tools import (FlashModel, buffers, check_epilogue, check_kv_fragments, check_loader,
-                        check_q_fragments, check_score_repack, check_swizzle, check_swizzle_table, env_for,
-                        kernel, kernel_helper_tables, problem, tile_reader, tolerance)
 
 ALL = ("naive", "flash_mma")
 ENTRIES = {"naive": "fmha_naive", "flash_mma": "fmha_flash_mma"}
@@ -145,7 +159,9 @@ def test_plan_resolves_for_every_case(name):
         else:
             assert launch.grid[0] == math.ceil(p["S"] / c["BLOCK_M"])
             assert launch.block == (c["THREADS"], 1, 1) and c["THREADS"] == 32 * c["WARPS"]
-            assert launch.shared == c["SMEM_BYTES"] == (c["BLOCK_M"] + 2 * c["STAGES"] * c["BLOCK_N"]) * c["HEAD_DIM"] * 2
+            assert (
+                launch.shared == c["SMEM_BYTES"] == (c["BLOCK_M"] + 2 * c["STAGES"] * c["BLOCK_N"]) * c["HEAD_DIM"] * 2
+            )
 
 
 def test_mechanism_constants():
@@ -283,7 +299,7 @@ def online_softmax_attention(q, k, v, causal: bool, round_p: bool = False, block
         qt = np.zeros((block_m, d), np.float32)
         qt[: min(block_m, s_len - q0)] = q[q0: q0 + block_m]  # zero-filled rows past S
         m = np.full(block_m, -np.inf, np.float32)
-        l = np.zeros(block_m, np.float32)
+        row_sum = np.zeros(block_m, np.float32)
         o = np.zeros((block_m, d), np.float32)
         last_row_end = min(q0 + block_m, s_len)
         n_tiles = -(-(last_row_end if causal else s_len) // block_n)
@@ -304,11 +320,11 @@ def online_softmax_attention(q, k, v, causal: bool, round_p: bool = False, block
                 alpha = np.exp2(m * c - m_scaled)
                 p = np.exp2(s * c - m_scaled[:, None])
             m = m_new
-            l = l * alpha + p.sum(axis=1)
+            row_sum = row_sum * alpha + p.sum(axis=1)
             if round_p:
                 p = p.astype(np.float16).astype(np.float32)
             o = o * alpha[:, None] + p @ vt
-        inv = np.where(l > 0, 1 / np.where(l > 0, l, 1), 0).astype(np.float32)
+        inv = np.where(row_sum > 0, 1 / np.where(row_sum > 0, row_sum, 1), 0).astype(np.float32)
         out[q0: last_row_end] = (o * inv[:, None])[: last_row_end - q0]
     return out
 
@@ -567,7 +583,7 @@ int main()
     }
     return 0;
 }
-"""
+"""  # noqa: E501  (C++ harness source, kept as written)
 
 
 @pytest.fixture(scope="module")

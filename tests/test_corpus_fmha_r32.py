@@ -39,17 +39,32 @@ import numpy as np
 import pytest
 import torch
 
+from corpus_tools import SMEM_LIMIT
+from cuda_tools import build_mma_emulator, ptx_helper_bodies, run_mma_emulator, sass_opcodes
+from fmha_tools import (
+    KERNELS,
+    ROOT,
+    FlashModel,
+    buffers,
+    check_epilogue,
+    check_kv_fragments,
+    check_loader,
+    check_q_fragments,
+    check_score_repack,
+    check_swizzle,
+    check_swizzle_table,
+    env_for,
+    kernel_helper_tables,
+    problem,
+    tile_reader,
+    tolerance,
+)
+from fmha_tools import kernel as fmha_kernel
 from klineage.features.sass import sass_features
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
 from klineage.kernel import KernelState
 from klineage.launch import resolve
-from cuda_tools import build_mma_emulator, ptx_helper_bodies, run_mma_emulator, sass_opcodes
-from corpus_tools import SMEM_LIMIT
-from fmha_tools import (KERNELS, ROOT, FlashModel, buffers, check_epilogue, check_kv_fragments,
-                        check_loader, check_q_fragments, check_score_repack, check_swizzle, check_swizzle_table,
-                        env_for, kernel_helper_tables, problem, tile_reader, tolerance)
-from fmha_tools import kernel as fmha_kernel
 
 NAME = "flash_mma_r32"
 ENTRY = "fmha_flash_mma_r32"

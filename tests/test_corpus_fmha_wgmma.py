@@ -40,18 +40,27 @@ import numpy as np
 import pytest
 import torch
 
+from corpus_tools import SMEM_LIMIT
+from cuda_tools import (
+    MBarrier,
+    assert_compiles_up_to_the_gpu,
+    cdiv,
+    count,
+    ptx_wgmma_d,
+    run_host_harness,
+    sass_mnemonics,
+    sm90a_resources,
+    swizzle_128b,
+)
+from fmha_tools import KERNELS, PROBLEM, buffers, problem, tolerance
 from klineage.devices import H200
 from klineage.errors import DocumentError
+from klineage.features.sass import disassemble
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
 from klineage.gate.params import KernelParameters, pack_parameters, read_kernel_parameters
-from klineage.features.sass import disassemble
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
-from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, cdiv, count, ptx_wgmma_d, run_host_harness,
-                        sass_mnemonics, sm90a_resources, swizzle_128b)
-from corpus_tools import SMEM_LIMIT
-from fmha_tools import KERNELS, PROBLEM, buffers, problem, tolerance
 
 EXPERT = KERNELS / "flash_wgmma"
 ENTRY = "fmha_flash_wgmma"
@@ -93,7 +102,7 @@ def test_plan_resolves_for_every_case():
         assert launch.block == (c["THREADS"], 1, 1) == (384, 1, 1)
         assert launch.shared == c["SMEM_BYTES"] <= SMEM_LIMIT
         maps = launch.args[:3]
-        for (kind, name, spec), rows in zip(maps, (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_N"])):
+        for (kind, _name, spec), rows in zip(maps, (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_N"])):
             assert kind == "tensor_map"
             assert spec == TensorMap("f16", (d, s, b * h), (2 * d, 2 * s * d), (c["SPAN"], rows, 1), "128B", "256B")
             assert spec.extent_bytes == b * h * s * d * 2  # exactly the input buffer
@@ -122,7 +131,8 @@ def test_mechanism_constants():
     assert (c["THREADS"], c["CONSUMER_WARPGROUPS"], c["WG_M"], c["S_N"], c["O_N"]) == (384, 2, 64, 128, 128)
     assert (c["S_REGS"], c["O_REGS"], c["P_REGS"], c["QK_STEPS"], c["PV_STEPS"]) == (64, 64, 32, 8, 8)
     assert c["SPAN"] == 64 and c["D_SPANS"] == 2 and c["SWIZZLE_ATOM_BYTES"] == 1024
-    assert c["Q_TILE_BYTES"] == c["BLOCK_M"] * c["HEAD_DIM"] * 2 and c["KV_TILE_BYTES"] == c["BLOCK_N"] * c["HEAD_DIM"] * 2
+    assert c["Q_TILE_BYTES"] == c["BLOCK_M"] * c["HEAD_DIM"] * 2
+    assert c["KV_TILE_BYTES"] == c["BLOCK_N"] * c["HEAD_DIM"] * 2
     assert c["STAGE_ROW_BYTES"] == 272 and c["WG_O_BYTES"] == 64 * 272
     assert c["TILES_BYTES"] == c["Q_TILE_BYTES"] + 2 * c["STAGES"] * c["KV_TILE_BYTES"] + 2 * c["WG_O_BYTES"]
     assert c["SMEM_BYTES"] == c["SMEM_ALIGN"] + c["TILES_BYTES"] + 8 * (2 + 4 * c["STAGES"]) <= SMEM_LIMIT
@@ -406,7 +416,7 @@ int main()
     }
     return 0;
 }
-"""
+"""  # noqa: E501  (C++ harness source, kept as written)
 
 
 @pytest.fixture(scope="module")
@@ -482,7 +492,7 @@ def test_descriptors_match_the_isa(tables):
     for address, k_desc, v_desc in tables["desc"]:
         assert k_desc == isa_descriptor(address, c["DESC_K_LBO_BYTES"], 1024), hex(address)
         assert v_desc == isa_descriptor(address, c["KV_SPAN_BYTES"], 1024), hex(address)
-    for cons, ks, address, desc in tables["qaddr"]:
+    for _cons, _ks, address, desc in tables["qaddr"]:
         assert desc == isa_descriptor(address, c["DESC_K_LBO_BYTES"], 1024)
     for rows, lbo in ((tables["kaddr"], c["DESC_K_LBO_BYTES"]), (tables["vaddr"], c["KV_SPAN_BYTES"])):
         for _, address, desc in rows:
@@ -614,7 +624,8 @@ def test_key_tiles_run_last_first_and_only_the_first_can_need_a_mask(tables):
         assert n == len(needed) and key0 == (n - 1 - i) * bn and key0 // bn in needed
         # A tile is masked exactly when some key of it is masked for some row of the CTA (rows
         # past S included: they are computed, never stored).
-        any_masked = any(key >= s_len or (causal and key > r) for r in range(q0, q0 + bm) for key in range(key0, key0 + bn))
+        any_masked = any(key >= s_len or (causal and key > r)
+                         for r in range(q0, q0 + bm) for key in range(key0, key0 + bn))
         assert needs == int(any_masked)
         if i > 0:
             assert not needs  # with BLOCK_M == BLOCK_N only the first (last) key tile is ever masked
@@ -643,7 +654,7 @@ def test_epilogue_staging_is_conflict_free_and_covers_the_tile(tables):
             assert len(banks) == 32, (warp, i)
     chunks = Counter()
     passes: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for warp, lane, p, row, chunk in tables["out"]:
+    for warp, _lane, p, row, chunk in tables["out"]:
         assert warp * 16 <= row < warp * 16 + 16  # a warp reads back only rows it staged
         chunks[(row, chunk)] += 1
         passes.setdefault((warp, p), []).append((row, chunk))
@@ -682,7 +693,8 @@ def test_tile_order_is_head_major_or_heaviest_first_and_balanced(tables):
         assert n == cdiv(min(q0 + c["BLOCK_M"], s_len) if causal else s_len, c["BLOCK_N"])
         by_shape.setdefault((s_len, heads, causal), []).append((t, q_tile, head, n))
     for (s_len, heads, causal), rows in by_shape.items():
-        assert sorted((q, h) for _, q, h, _ in rows) == sorted((q, h) for q in range(cdiv(s_len, 128)) for h in range(heads))
+        assert sorted((q, h) for _, q, h, _ in rows) == sorted((q, h) for q in range(cdiv(s_len, 128))
+                                                               for h in range(heads))
         if causal:
             costs = [n for _, _, _, n in sorted(rows)]
             assert costs == sorted(costs, reverse=True)
@@ -702,14 +714,14 @@ def test_online_softmax_for_one_thread(tables):
     a row of masked keys keeps m = -inf, alpha 0 and p 0, with no NaN."""
     c = np.float32(as_float(tables["scale"][0][0]))
     m = np.array([-np.inf, -np.inf], np.float32)
-    l = np.zeros(2, np.float32)
+    row_sum = np.zeros(2, np.float32)
     for rnd, m0, m1, l0, l1, a0, a1, *sbits in tables["softmax"]:
         s = np.array([((i * 37 + rnd * 11) % 23) - 11.0 + 4.0 * rnd * ((i % 4) // 2) for i in range(64)], np.float32)
         if rnd == 2:
             s[::3] = -np.inf
         if rnd == 3:
             s[[i for i in range(64) if (i % 4) // 2 == 1]] = -np.inf
-            m[1], l[1] = -np.inf, 0
+            m[1], row_sum[1] = -np.inf, 0
         got = np.array([as_float(b) for b in sbits], np.float32)
         for r in range(2):
             idx = [i for i in range(64) if (i % 4) // 2 == r]
@@ -721,8 +733,8 @@ def test_online_softmax_for_one_thread(tables):
             assert np.allclose(got[idx], p, rtol=1e-6, atol=0) and not np.isnan(got[idx]).any()
             assert np.isclose(as_float((a0, a1)[r]), alpha, rtol=1e-6, atol=0)
             assert as_float((m0, m1)[r]) == m_new
-            l[r] = l[r] * alpha + p.sum()
-            assert np.isclose(as_float((l0, l1)[r]), l[r], rtol=1e-5)
+            row_sum[r] = row_sum[r] * alpha + p.sum()
+            assert np.isclose(as_float((l0, l1)[r]), row_sum[r], rtol=1e-5)
             m[r] = m_new
         if rnd == 3:
             assert as_float(m1) == -np.inf and as_float(a1) == 0 and as_float(l1) == 0
@@ -733,7 +745,8 @@ def test_kernel_source_orders_the_pipeline_as_modelled():
     """The consumer's and producer's orders are inline code, not callable helpers: check the source
     says what the pipeline model and the CTA emulation below assume."""
     source = state().source
-    body = source[source.index("__device__ __forceinline__ void consume_tile("):source.index("// The kernel: a 1-D grid")]
+    start = source.index("__device__ __forceinline__ void consume_tile(")
+    body = source[start:source.index("// The kernel: a 1-D grid")]
     order = ["mbar_wait(sm.q_full, static_cast<uint32_t>(round & 1));",
              "mbar_wait(sm.k_full + MBAR_BYTES * ks, ring_parity(ring));", "schedule_wait(consumer);",
              "issue_scores(s, sm.q, consumer, sm.k + ks * KV_TILE_BYTES);", "schedule_pass(consumer);",
@@ -767,7 +780,8 @@ def test_kernel_source_orders_the_pipeline_as_modelled():
              "mbar_wait(sm.q_empty, static_cast<uint32_t>(round & 1) ^ 1);",
              "mbar_arrive_expect_tx(sm.q_full, Q_TILE_BYTES);", "for (int i = 0; i <= t.n_tiles; ++i) {",
              "load_kv_tile(sm.k, sm.k_full, sm.k_empty, map_k, ring + i, key_tile_start(i, t.n_tiles), t.head);",
-             "load_kv_tile(sm.v, sm.v_full, sm.v_empty, map_v, ring + i - 1, key_tile_start(i - 1, t.n_tiles), t.head);",
+             "load_kv_tile(sm.v, sm.v_full, sm.v_empty, map_v, ring + i - 1, "
+             "key_tile_start(i - 1, t.n_tiles), t.head);",
              "ring += t.n_tiles;"]
     at = 0
     for line in order:
@@ -809,7 +823,8 @@ class Layouts:
             pack[i] = (lo, hi)
         # P registers -> the A matrix of P V: value v of k16 step kk of thread t, from pack_p's source.
         cells = [(t, pack[c["P_REGS_PER_STEP"] * kk + v // 2][v % 2], isa_register_a(t, v)[0],
-                  16 * kk + isa_register_a(t, v)[1]) for t in range(128) for kk in range(c["PV_STEPS"]) for v in range(8)]
+                  16 * kk + isa_register_a(t, v)[1])
+                 for t in range(128) for kk in range(c["PV_STEPS"]) for v in range(8)]
         self.pack_t, self.pack_src, self.pack_row, self.pack_col = (np.array(x) for x in zip(*cells))
         self.q_desc, self.k_desc, self.v_desc = kernel_descriptor_tables(tables)
         stage = {(row, d): off for row, d, off in tables["stage"]}
@@ -889,7 +904,7 @@ class EmulatedCTA:
             row_top = q0 + consumer * c["WG_M"] + (np.arange(128) // 32) * 16 + lane // 4
             o = np.zeros((128, 64), np.float32)
             m = np.full((128, 2), -np.inf, np.float32)
-            l = np.zeros((128, 2), np.float32)
+            row_sum = np.zeros((128, 2), np.float32)
             alpha = np.ones((128, 2), np.float32)
 
             def scores(i: int):
@@ -898,7 +913,8 @@ class EmulatedCTA:
                 self.tma_tile(at, c["KV_SPAN_BYTES"], k, key0, bn)  # the producer's load of K_i
                 acc = np.zeros((64, bn))
                 for ks in range(c["QK_STEPS"]):
-                    acc += self.read(lay.q_desc[(consumer, ks)], base, "k", 64) @ self.read(lay.k_desc[ks], at, "k", bn).T
+                    acc += (self.read(lay.q_desc[(consumer, ks)], base, "k", 64)
+                            @ self.read(lay.k_desc[ks], at, "k", bn).T)
                 s = acc.astype(np.float32)[lay.acc_row, lay.acc_col]  # registers as the hardware leaves them
                 if key0 + bn > s_len or (causal and key0 + bn - 1 > q0):  # tile_needs_mask, mask_scores
                     key = key0 + lay.acc_col
@@ -917,7 +933,7 @@ class EmulatedCTA:
                         alpha[:, r] = np.exp2((m[:, r] * scale).astype(np.float32) - ref)
                         s[:, idx] = np.exp2(s[:, idx] * scale - ref[:, None])
                     m[:, r] = m_new
-                    l[:, r] = l[:, r] * alpha[:, r] + s[:, idx].sum(axis=1)
+                    row_sum[:, r] = row_sum[:, r] * alpha[:, r] + s[:, idx].sum(axis=1)
                 return s
 
             def pack(s):
@@ -946,7 +962,7 @@ class EmulatedCTA:
             pv(n - 1, p_mat)
 
             # store_output: normalise, stage in the warpgroup's own block, read back 16 bytes, store.
-            total = np.repeat(l.reshape(32, 4, 2).sum(axis=1), 4, axis=0)
+            total = np.repeat(row_sum.reshape(32, 4, 2).sum(axis=1), 4, axis=0)
             inv = np.where(total > 0, 1 / np.where(total > 0, total, 1), 0).astype(np.float32)
             staging = (base + c["O_STAGE_OFFSET"] + consumer * c["WG_O_BYTES"]) // 2
             smem[staging + lay.stage_elem] = (o * inv[:, (np.arange(64) % 4) // 2]).astype(np.float16)
@@ -1029,8 +1045,8 @@ def consumer_program(c: int, ns: list[int], *, last_pass: bool = False, early_re
             steps += q_release
         for i in range(1, n):
             j = ring + i
-            steps += [("wait_full", "k", j), ("sched_wait",), ("issue", [("k", j), ("q", r)]), ("wait_full", "v", j - 1),
-                      ("issue", [("v", j - 1)]), ("sched_pass",)]
+            steps += [("wait_full", "k", j), ("sched_wait",), ("issue", [("k", j), ("q", r)]),
+                      ("wait_full", "v", j - 1), ("issue", [("v", j - 1)]), ("sched_pass",)]
             last_s = q_release if i == n - 1 and not early_q_release else []
             if early_release:
                 steps += [("release", "k", j), ("release", "v", j - 1), *last_s, ("wait_groups", 0)]

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cuda_tools import sass_mnemonics
 from klineage import expr
 from klineage.devices import H200
 from klineage.gate.compile import compile_kernel
@@ -32,7 +33,6 @@ from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import VendorTiming, load_problem, tolerance_for, validate_numerics
-from cuda_tools import sass_mnemonics
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"
@@ -402,7 +402,8 @@ def emulate_chunked(constants: dict, launch, inputs: dict, calls: list | None = 
     """The chunked kernel, CTA by CTA and phase by phase, in numpy fp32: the same staging (zeros past T and
     past DK / DV), the same sequential in-chunk gate sum, the same forward substitution in place, the same
     bf16 roundings (X, beta e^G k, beta v, W, U, S as an operand, Vn, P, k e^(G_last - G)), and each mma
-    operand gathered through the kernel's own strides: A(m, k) = A[m * a_m + k * a_k], B(k, n) = B[k * b_k + n * b_n]."""
+    operand gathered through the kernel's own strides: A(m, k) = A[m * a_m + k * a_k],
+    B(k, n) = B[k * b_k + n * b_n]."""
     import numpy as np
 
     c = constants
@@ -435,8 +436,11 @@ def emulate_chunked(constants: dict, launch, inputs: dict, calls: list | None = 
         for t0 in range(0, T, C):
             # stage_chunk
             n_tok = min(C, T - t0)
-            k_s = np.zeros((C, DKM), f32); q_s = np.zeros((C, DKM), f32); v_s = np.zeros((C, DVM), f32)
-            g_s = np.zeros(C, f32); beta_s = np.zeros(C, f32)
+            k_s = np.zeros((C, DKM), f32)
+            q_s = np.zeros((C, DKM), f32)
+            v_s = np.zeros((C, DVM), f32)
+            g_s = np.zeros(C, f32)
+            beta_s = np.zeros(C, f32)
             k_s[:n_tok, :DK] = k[b, t0:t0 + n_tok, hq]
             q_s[:n_tok, :DK] = q[b, t0:t0 + n_tok, hq]
             v_s[:n_tok, :DV] = v[b, t0:t0 + n_tok, hv]
@@ -451,7 +455,9 @@ def emulate_chunked(constants: dict, launch, inputs: dict, calls: list | None = 
             # L, KB, beta v
             kk = mma(k_s, DKM, 1, k_s, 1, DKM, C, C, DKM)
             with np.errstate(over="ignore"):
-                L = np.where(i_idx > j_idx, beta_s[:, None] * kk * np.exp(g_s[:, None] - g_s[None, :]), f32(0)).astype(f32)
+                L = np.where(i_idx > j_idx, beta_s[:, None] * kk * np.exp(g_s[:, None] - g_s[None, :]), f32(0)).astype(
+                    f32
+                )
             kb_s = bf16_np(beta_s[:, None] * np.exp(g_s)[:, None] * k_s)
             v_s = bf16_np(beta_s[:, None] * v_s)
             # solve, in place over L: row i from rows < i

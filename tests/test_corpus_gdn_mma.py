@@ -27,6 +27,8 @@ import numpy as np
 import pytest
 import torch
 
+from cuda_tools import build_mma_emulator, ptx_helper_bodies, run_mma_emulator, sass_mnemonics
+from gdn_mma_model import chunked_mma, prep_scratch, scratch_mismatch
 from klineage import expr
 from klineage.devices import H200
 from klineage.gate.compile import compile_kernel
@@ -34,8 +36,6 @@ from klineage.gate.correctness import compare
 from klineage.kernel import load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for
-from cuda_tools import build_mma_emulator, ptx_helper_bodies, run_mma_emulator, sass_mnemonics
-from gdn_mma_model import chunked_mma, prep_scratch, scratch_mismatch
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"
@@ -325,7 +325,8 @@ def test_emulated_launch_1_writes_the_model_scratch(problem, state, emulator, sh
 
 
 def prep_scratch_unscaled(x: dict) -> np.ndarray:
-    from gdn_mma_model import bf16, prep_scratch as model
+    from gdn_mma_model import bf16
+    from gdn_mma_model import prep_scratch as model
 
     beta = torch.ones_like(x["beta"])
     return bf16(model(x["q"], x["k"], x["g"], beta)[0])
@@ -351,9 +352,18 @@ def mutant_outcome(tmp_path, problem, state, mutant: str) -> list[str]:
 MUTANTS = {
     "no cp.async wait": ("        cp_async_wait_all();  // the next chunk's stage\n", ""),
     "no __syncwarp before the output stores": ("        __syncwarp();\n", ""),
-    "B fragment halves swapped in Xb R": ("mma_bf16(vn[2 * np], a, bm[0], bm[1]);", "mma_bf16(vn[2 * np], a, bm[1], bm[0]);"),
-    "prefetch into the stage being read": ("load_chunk(smem + ((c + 1) & 1) * STAGE_BYTES", "load_chunk(smem + (c & 1) * STAGE_BYTES"),
-    "diagonal solve skips the last row": ("for (int i = 0; i < SUB; ++i) {\n            float s", "for (int i = 0; i < SUB - 1; ++i) {\n            float s"),
+    "B fragment halves swapped in Xb R": (
+        "mma_bf16(vn[2 * np], a, bm[0], bm[1]);",
+        "mma_bf16(vn[2 * np], a, bm[1], bm[0]);",
+    ),
+    "prefetch into the stage being read": (
+        "load_chunk(smem + ((c + 1) & 1) * STAGE_BYTES",
+        "load_chunk(smem + (c & 1) * STAGE_BYTES",
+    ),
+    "diagonal solve skips the last row": (
+        "for (int i = 0; i < SUB; ++i) {\n            float s",
+        "for (int i = 0; i < SUB - 1; ++i) {\n            float s",
+    ),
 }
 
 

@@ -33,16 +33,30 @@ from pathlib import Path
 import pytest
 import torch
 
+from corpus_tools import SMEM_LIMIT, buffer_names
+from cuda_tools import (
+    MBarrier,
+    assert_compiles_up_to_the_gpu,
+    bank_groups,
+    cdiv,
+    count,
+    ldmatrix_x4,
+    ptx_a,
+    ptx_b,
+    ptx_c,
+    ptx_wgmma_d,
+    run_host_harness,
+    sass_mnemonics,
+    sass_opcodes,
+    sm90a_resources,
+    swizzle_128b,
+)
 from klineage.devices import H200
 from klineage.errors import DocumentError
 from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import Tolerance, load_problem, tolerance_for, validate_numerics
-from corpus_tools import SMEM_LIMIT, buffer_names
-from cuda_tools import (MBarrier, assert_compiles_up_to_the_gpu, bank_groups, cdiv, count, ldmatrix_x4, ptx_a, ptx_b,
-                        ptx_c, ptx_wgmma_d, run_host_harness, sass_mnemonics, sass_opcodes, sm90a_resources,
-                        swizzle_128b)
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "gemm.py"
@@ -668,8 +682,8 @@ int main()
 {
     for (int row = 0; row < BLOCK_N; ++row)
         for (int c = 0; c < CHUNKS_PER_ROW; ++c) printf("swizzle %d %d %u\n", row, c, swizzle_offset(row, c));
-""" + PRINT_TILES + r"""    const int cases[][5] = {{100, 200, 72, 0, 0}, {1999, 3001, 2056, 1920, 2816}, {64, 80, 96, 0, 0},
-                            {300, 600, 77, 256, 512}};
+""" + PRINT_TILES + r"""    const int cases[][5] = {{100, 200, 72, 0, 0}, {1999, 3001, 2056, 1920, 2816},
+                            {64, 80, 96, 0, 0}, {300, 600, 77, 256, 512}};
     for (const auto& c : cases)
         for (int tid = 0; tid < THREADS; ++tid) {
             const TileLoader ld = make_tile_loader(xs, ws, c[0], c[1], c[2], c[3], c[4], tid);
@@ -864,7 +878,7 @@ int main()
         }
     return 0;
 }
-"""
+"""  # noqa: E501  (C++ harness source, kept as written)
 
 
 @pytest.fixture(scope="module")
@@ -1014,7 +1028,7 @@ def emulate_wgmma_cta(c: dict, tables: dict, x: torch.Tensor, w: torch.Tensor, t
             for i, value in enumerate(regs):
                 row = rows[(t // 32, t % 32)] + (c["ACC_ROW_HALF"] if i % 4 >= 2 else 0)
                 staged[row, cols[(i // 4, t % 32)] + i % 2] = value
-        for t, p, row, col in tables["chunk"]:
+        for _t, _p, row, col in tables["chunk"]:
             gm, gn = m0 + consumer * c["WG_M"] + row, n0 + col
             if gm < M and gn < N:
                 assert not y[gm, gn:gn + c["VEC"]].isfinite().any()  # each element of y written once
@@ -1069,7 +1083,7 @@ def simulate_mbarrier_pipeline(k_tiles: int, stages: int, seed: int, consumer_wa
             s, rnd = producer % stages, producer // stages
             if empty[s].ready((rnd & 1) ^ 1 ^ (1 - producer_parity), rnd - 1 if rnd else -1):
                 actions.append(("produce", s))
-        for stage, tile in copying.items():
+        for stage in copying:
             actions.append(("land", stage))
         for i, wp in enumerate(warps):
             if wp["done"]:

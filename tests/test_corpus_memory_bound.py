@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -28,8 +28,8 @@ from klineage import corpus, expr
 from klineage.devices import H200
 from klineage.gate.correctness import compare
 from klineage.kernel import load_kernel
-from klineage.lineage import Lineage
 from klineage.launch import resolve
+from klineage.lineage import Lineage
 from klineage.problem import load_problem, tolerance_for, validate_numerics
 from klineage.toolchain import find_toolchain
 
@@ -52,13 +52,13 @@ HEADLINE_MIN_BYTES = 64 * 2**20  # the headline must be bandwidth-bound, far abo
 VENDOR_CHECK_MAX_BYTES = 32 * 2**20  # cases (by roofline traffic) the CPU reference and vendor finish in a blink
 
 
-@lru_cache(maxsize=None)
+@cache
 def _problem(name: str):
     return load_problem(corpus.problem_path(name))
 
 
 def _sweep(name: str) -> dict:
-    return getattr(_problem(name).module, "SWEEP")
+    return _problem(name).module.SWEEP
 
 
 def _traffic(name: str, params: dict) -> float:
@@ -284,7 +284,9 @@ def emulator(tmp_path_factory) -> Path:
     return build_emulator(tmp_path_factory.mktemp("mb-emulator"), dict.fromkeys(KERNELS))
 
 
-def emulate(binary: Path, work: Path, kernel: str, params: dict, inputs: dict, order: str = "random") -> tuple[dict, str]:
+def emulate(
+    binary: Path, work: Path, kernel: str, params: dict, inputs: dict, order: str = "random"
+) -> tuple[dict, str]:
     """Run the kernel's plan for `params` on the emulator: (outputs by name, "") or ({}, the complaint)."""
     import struct
 

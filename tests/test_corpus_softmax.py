@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tomllib
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import pytest
@@ -80,7 +80,7 @@ def _problem():
     return load_problem(PROBLEM_FILE)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _input_names(case: str) -> frozenset[str]:
     problem = _problem()
     return frozenset(problem.make_inputs(dict(problem.info.case(case).params), 0, "cpu"))

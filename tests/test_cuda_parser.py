@@ -113,13 +113,13 @@ def test_loops_with_their_pragmas_and_functions():
         "}\n"
     )
     loops = cp.loops(source)
-    assert [(l.kind, l.pragma, l.lines[0]) for l in loops] == [
+    assert [(loop.kind, loop.pragma, loop.lines[0]) for loop in loops] == [
         (cp.LoopKind.FOR, "unroll 4", 3),
         (cp.LoopKind.WHILE, "nounroll", 6),
         (cp.LoopKind.DO, "", 7),
         (cp.LoopKind.RANGE_FOR, "", 9),
     ]
-    assert {l.function for l in loops} == {"f"}
+    assert {loop.function for loop in loops} == {"f"}
     assert cp.line_range(loops[0].pragma_node) == (2, 2)
     assert loops[2].pragma_node is None
 

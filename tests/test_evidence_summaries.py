@@ -75,11 +75,15 @@ def test_results_without_numbers_say_so(tmp_path):
     (tmp_path / "sweep-x.json").write_text(json.dumps({"rows": [{"variant": {"name": "v"}, "status": "incorrect"}]}),
                                            encoding="utf-8")
     (tmp_path / "corpus.json").write_text(json.dumps({"rows": []}), encoding="utf-8")
-    (tmp_path / "mma-peak.json").write_text(json.dumps({"rows": [{"kernel": "k", "vs_cublas": None}]}), encoding="utf-8")
+    (tmp_path / "mma-peak.json").write_text(
+        json.dumps({"rows": [{"kernel": "k", "vs_cublas": None}]}), encoding="utf-8"
+    )
     found = _by_name(tmp_path)
     assert found["mma-peak.json"].headline == "no rows" and not found["mma-peak.json"].rows
     assert found["skills.json"].headline == "admission unknown; roundtrip not measured; vs unconditioned not measured"
-    assert found["sweep-x.json"].headline == "1 variants, none timed" and found["sweep-x.json"].rows[0][1] == "incorrect"
+    assert (
+        found["sweep-x.json"].headline == "1 variants, none timed" and found["sweep-x.json"].rows[0][1] == "incorrect"
+    )
     assert found["corpus.json"].headline == "0 of 0 targets met"
 
 

@@ -391,7 +391,9 @@ def test_policy_validation(values, message):
 def test_policy_from_dict_refusals():
     with pytest.raises(DocumentError, match=r"^policy: unknown keys \['retries', 'seed'\]$"):
         GatePolicy.from_dict({"seed": 3, "retries": 1})
-    with pytest.raises(DocumentError, match="^policy: sanitize must be one of never, on_pass, always, not 'sometimes'$"):
+    with pytest.raises(
+        DocumentError, match="^policy: sanitize must be one of never, on_pass, always, not 'sometimes'$"
+    ):
         GatePolicy.from_dict({"sanitize": "sometimes"})
     with pytest.raises(DocumentError, match="^policy: placement must be one of as_loaded, exchanged, not 'best'$"):
         GatePolicy.from_dict({"placement": "best"})

@@ -46,7 +46,10 @@ def _store_rejected_twin(cache: GateCache, kernel) -> Verdict:
 
 
 def test_a_rejected_twin_decides_the_timed_gate_without_running_it(cache):
-    kernel, parent = corpus.kernel_entry("row_softmax/naive").load(), corpus.kernel_entry("row_softmax/warp_vec4").load()
+    kernel, parent = (
+        corpus.kernel_entry("row_softmax/naive").load(),
+        corpus.kernel_entry("row_softmax/warp_vec4").load(),
+    )
     twin = _store_rejected_twin(cache, kernel)
     verdict = run_gate(SOFTMAX, kernel, against=parent, mode=GateMode.GPU, cache=cache, policy=TIMED)
     assert verdict.status is Status.REJECTED and verdict.reason is Reason.INCORRECT
@@ -58,7 +61,10 @@ def test_a_rejected_twin_decides_the_timed_gate_without_running_it(cache):
 
 
 def test_keeping_a_verdict_keeps_the_twin_it_reports(cache):
-    kernel, parent = corpus.kernel_entry("row_softmax/naive").load(), corpus.kernel_entry("row_softmax/warp_vec4").load()
+    kernel, parent = (
+        corpus.kernel_entry("row_softmax/naive").load(),
+        corpus.kernel_entry("row_softmax/warp_vec4").load(),
+    )
     twin = _store_rejected_twin(cache, kernel)
     verdict = run_gate(SOFTMAX, kernel, against=parent, mode=GateMode.GPU, cache=cache, policy=TIMED)
     cache.keep(verdict)

@@ -18,8 +18,7 @@ import pytest
 from gate_app import handlers, queue
 from gate_app.childproc import alive, kill_tree
 from gate_app.models import Job
-from services import (  # noqa: F401  (fixtures)
-    REPO, job_database, postgres_server, postgres_template, sqlite_template)
+from services import REPO, job_database, postgres_server, postgres_template, sqlite_template  # noqa: F401  (fixtures)
 
 LEASE = "2"  # seconds: short, so a dead worker's job comes back quickly
 

@@ -17,11 +17,18 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_tools import (
+    assert_clean_under_the_sanitizers,
+    assert_passes_every_case,
+    assert_reaches_target,
+    gate_fixtures,
+    launch_probe,
+    probe_driver,
+    timing_ratios,
+)
 from klineage import corpus
 from klineage.gate.params import encode_tensor_map
 from klineage.launch import TensorMap
-from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
-                       gate_fixtures, launch_probe, probe_driver, timing_ratios)
 from test_corpus_conv_wgmma import SUPPORTED, tma_box_offset
 
 pytestmark = pytest.mark.gpu
@@ -65,7 +72,7 @@ extern "C" __global__ void halo_box(const __grid_constant__ TensorMap map, unsig
                      : "=r"(done) : "r"(bar_addr) : "memory");
     for (int i = threadIdx.x; i < BOX_BYTES / 2; i += blockDim.x) out[i] = tile[i];
 }
-"""
+"""  # noqa: E501  (CUDA source, kept as written)
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import os
 
 import pytest
 
+from gpu_tools import assert_passes_every_case, gate_cache, kernel_named, timed_gate, timing_ratios
 from klineage import corpus
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
-from gpu_tools import assert_passes_every_case, gate_cache, kernel_named, timed_gate, timing_ratios
 from test_corpus_memory_bound import WORKLOADS
 
 pytestmark = pytest.mark.gpu

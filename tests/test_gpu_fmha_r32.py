@@ -21,9 +21,16 @@ from pathlib import Path
 
 import pytest
 
+from gpu_tools import (
+    assert_clean_under_the_sanitizers,
+    assert_passes_every_case,
+    assert_reaches_target,
+    gate_fixtures,
+    launch_probe,
+    probe_driver,
+    timing_ratios,
+)
 from klineage import corpus
-from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
-                       gate_fixtures, launch_probe, probe_driver, timing_ratios)
 
 pytestmark = pytest.mark.gpu
 FMHA = corpus.problem_path("fmha")

@@ -23,11 +23,18 @@ from pathlib import Path
 
 import pytest
 
+from gpu_tools import (
+    assert_clean_under_the_sanitizers,
+    assert_passes_every_case,
+    assert_reaches_target,
+    gate_fixtures,
+    launch_probe,
+    probe_driver,
+    timing_ratios,
+)
 from klineage import corpus
 from klineage.gate.params import encode_tensor_map
 from klineage.launch import TensorMap
-from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
-                       gate_fixtures, launch_probe, probe_driver, timing_ratios)
 from test_corpus_fmha_wgmma import tma_offset
 
 pytestmark = pytest.mark.gpu
@@ -133,7 +140,7 @@ extern "C" __global__ void pv_probe(const __grid_constant__ TensorMap map_v, con
     fence_registers(o);
     for (int i = 0; i < O_REGS; ++i) o_out[accumulator_row(warp, lane, i) * O_N + accumulator_col(lane, i)] = o[i];
 }
-"""
+"""  # noqa: E501  (CUDA source, kept as written)
 PROBE_SHARED = 1024 + 32 * 1024 + 32 * 1024  # alignment slack, a Q tile and a K tile
 PROBE_FLAGS = ("-O3", "--ftz=true")
 

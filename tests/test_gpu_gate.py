@@ -81,7 +81,9 @@ def test_exchanged_places_time_each_kernel_in_every_kernels_place(cache):
     """Where a module lands can move a big kernel's time (docs/perf-notes.md, session 15); an
     exchanged gate reloads the two kernels between trials, each in the other's place."""
     policy = GatePolicy(sanitize=Sanitize.NEVER, vendor=False, placement=Placement.EXCHANGED)
-    verdict = gate("row_softmax/warp_vec4", cache, policy=policy, against=corpus.kernel_entry("row_softmax/naive").load())
+    verdict = gate(
+        "row_softmax/warp_vec4", cache, policy=policy, against=corpus.kernel_entry("row_softmax/naive").load()
+    )
     assert verdict.status is Status.PASSED, verdict.findings
     placed = verdict.profile["placement"]
     assert placed["arrangements"] == [["candidate", "baseline"], ["baseline", "candidate"]]

@@ -20,6 +20,14 @@ import numpy as np
 import pytest
 import torch
 
+from gdn_mma_model import chunked_mma, prep_scratch, scratch_mismatch
+from gpu_tools import (
+    assert_clean_under_the_sanitizers,
+    assert_passes_every_case,
+    assert_reaches_target,
+    gate_fixtures,
+    timing_ratios,
+)
 from klineage import corpus, expr
 from klineage.devices import H200
 from klineage.gate.compile import compile_kernel
@@ -27,9 +35,6 @@ from klineage.gate.correctness import compare
 from klineage.gate.params import as_pycuda_words, pack_parameters, read_kernel_parameters
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for
-from gdn_mma_model import chunked_mma, prep_scratch, scratch_mismatch
-from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
-                       gate_fixtures, timing_ratios)
 
 pytestmark = pytest.mark.gpu
 GDN = corpus.problem_path("gdn")

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from gpu_tools import (
+    assert_clean_under_the_sanitizers,
+    assert_passes_every_case,
+    assert_reaches_target,
+    gate_fixtures,
+    timing_ratios,
+)
 from klineage import config, corpus
-from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
-                       gate_fixtures, timing_ratios)
 
 pytestmark = pytest.mark.gpu
 GEMM = corpus.problem_path("gemm")

@@ -13,8 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from bench_tools import bench_script
 
+from bench_tools import bench_script
 from klineage import corpus
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate

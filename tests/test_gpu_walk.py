@@ -12,8 +12,8 @@ from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
 from klineage.gate.policy import Placement
-from klineage.lineage import ForwardStatus, Termination
 from klineage.gate.prefetch import prefetch
+from klineage.lineage import ForwardStatus, Termination
 from klineage.walk.prefetch import guessed_states
 from klineage.walk.walker import DEFAULT_POLICY, walk
 
@@ -34,7 +34,11 @@ def test_gpu_walk_is_timed_recorded_and_replays(tmp_path, placement):
     assert lineage.termination.kind is Termination.STEP_LIMIT, lineage.termination
     assert len(lineage.transitions) == 3
     for step in lineage.transitions:
-        assert step.forward.status in (ForwardStatus.VERIFIED, ForwardStatus.SLOWER, ForwardStatus.NO_MECHANICAL_FORWARD)
+        assert step.forward.status in (
+            ForwardStatus.VERIFIED,
+            ForwardStatus.SLOWER,
+            ForwardStatus.NO_MECHANICAL_FORWARD,
+        )
         if step.forward.status is not ForwardStatus.NO_MECHANICAL_FORWARD:
             assert step.forward.timing is not None and len(step.forward.timing.per_trial) == DEFAULT_POLICY.trials
 

@@ -19,11 +19,18 @@ import struct
 
 import pytest
 
+from gpu_tools import (
+    assert_clean_under_the_sanitizers,
+    assert_passes_every_case,
+    assert_reaches_target,
+    gate_fixtures,
+    probe_driver,
+    timing_ratios,
+)
+from gpu_tools import launch_probe as launch
 from klineage import corpus
 from klineage.gate.params import TensorMapError, encode_tensor_map
 from klineage.launch import TensorMap
-from gpu_tools import (assert_clean_under_the_sanitizers, assert_passes_every_case, assert_reaches_target,
-                       gate_fixtures, launch_probe as launch, probe_driver, timing_ratios)
 
 pytestmark = pytest.mark.gpu
 GEMM = corpus.problem_path("gemm")
@@ -76,7 +83,7 @@ extern "C" __global__ void tma_box(const __grid_constant__ TensorMap map, unsign
                      : "=r"(done) : "r"(bar_addr) : "memory");
     for (int i = threadIdx.x; i < 512; i += blockDim.x) out[i] = tile[i];
 }
-"""
+"""  # noqa: E501  (CUDA source, kept as written)
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,27 @@ from klineage.config import GateMode
 from klineage.features.feature import Feature
 from klineage.gate.policy import Placement
 from klineage.gate.verdict import Status
-from klineage.lineage import (CaseOutcome, CaseResult, FeatureChange, FeatureLevel, ForwardCheck, ForwardStatus,
-                              KernelRef, Limits, Lineage, Outcome, PairedTiming, ProblemRef, RejectionCategory, State,
-                              Stats, Termination, Transition, VerdictSummary, unified_diff)
+from klineage.lineage import (
+    CaseOutcome,
+    CaseResult,
+    FeatureChange,
+    FeatureLevel,
+    ForwardCheck,
+    ForwardStatus,
+    KernelRef,
+    Limits,
+    Lineage,
+    Outcome,
+    PairedTiming,
+    ProblemRef,
+    RejectionCategory,
+    State,
+    Stats,
+    Termination,
+    Transition,
+    VerdictSummary,
+    unified_diff,
+)
 from klineage.skills.card import CardStatus, RefKind
 from klineage.skills.induction import induce, lineage_id
 from klineage.skills.predicates import DIVISORS, Labelled, case_facts, separate

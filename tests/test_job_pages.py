@@ -53,7 +53,7 @@ def test_an_operator_runs_a_job_again_with_its_parameters():
     owner = make_user("ada", operator=True)
     done = Job.objects.create(kind=Job.Kind.GATE, params=GATE_PARAMS, status=Job.Status.FAILED, owner=owner)
     client = logged_in(owner)
-    assert 'action="/jobs/%d/again"' % done.pk in client.get(f"/jobs/{done.pk}/").content.decode()
+    assert f'action="/jobs/{done.pk}/again"' in client.get(f"/jobs/{done.pk}/").content.decode()
     response = client.post(f"/jobs/{done.pk}/again")
     again = Job.objects.exclude(pk=done.pk).get()
     assert response.status_code == 302 and response["Location"] == f"/jobs/{again.pk}/"

@@ -20,8 +20,7 @@ from channels.testing import WebsocketCommunicator
 from gate_app import progress, queue
 from gate_app.models import Job
 from klineage_web.asgi import application
-from services import (  # noqa: F401  (fixtures)
-    REPO, redis_url, sqlite_job_database, sqlite_template)
+from services import REPO, redis_url, sqlite_job_database, sqlite_template  # noqa: F401  (fixtures)
 
 ORIGIN = [(b"origin", b"http://localhost")]
 

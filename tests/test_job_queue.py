@@ -20,8 +20,7 @@ from gate_app import handlers, queue
 from gate_app.childproc import alive
 from gate_app.models import Job
 from gate_app.worker import Capabilities, JobWorker
-from services import (  # noqa: F401  (fixtures)
-    REPO, job_database, postgres_server, postgres_template, sqlite_template)
+from services import REPO, job_database, postgres_server, postgres_template, sqlite_template  # noqa: F401  (fixtures)
 
 CPU = Capabilities(("cpu",), "", "", "test")
 

@@ -14,8 +14,7 @@ from django.test import Client
 from gate_app import queue, submit
 from gate_app.apps import OPERATOR_GROUP
 from gate_app.models import Job
-from services import (  # noqa: F401  (fixtures)
-    job_database, postgres_server, postgres_template, sqlite_template)
+from services import job_database, postgres_server, postgres_template, sqlite_template  # noqa: F401  (fixtures)
 
 WALK = {"action": "walk", "walk-kernel": "row_softmax/warp_vec4", "walk-problem": "", "walk-rewriter": "rules",
         "walk-mode": "gpu", "walk-max_steps": "3", "walk-max_rejections": "2"}

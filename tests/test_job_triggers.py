@@ -15,9 +15,18 @@ pytestmark = pytest.mark.django_db
 
 WALK = {"action": "walk", "walk-kernel": "row_softmax/warp_vec4", "walk-problem": "", "walk-rewriter": "rules",
         "walk-mode": "compile", "walk-max_steps": "3", "walk-max_rejections": "2"}
-OPTIMIZE = {"action": "optimize", "optimize-kernel": "row_softmax/naive", "optimize-problem": "",
-            "optimize-strategy": "library", "optimize-rewriter": "rules", "optimize-statuses": ["admitted", "candidate"],
-            "optimize-scope": "all", "optimize-budget": "8", "optimize-mode": "compile", "optimize-seed": "0"}
+OPTIMIZE = {
+    "action": "optimize",
+    "optimize-kernel": "row_softmax/naive",
+    "optimize-problem": "",
+    "optimize-strategy": "library",
+    "optimize-rewriter": "rules",
+    "optimize-statuses": ["admitted", "candidate"],
+    "optimize-scope": "all",
+    "optimize-budget": "8",
+    "optimize-mode": "compile",
+    "optimize-seed": "0",
+}
 
 
 def _operator(name: str = "olga") -> User:

@@ -18,8 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from klineage.gate.params import (KernelParameters, Slot, TensorMapError, as_pycuda_words, check_tensor_map_buffer,
-                                  natural_layout, pack_parameters, parameter_layout, read_kernel_parameters)
+from klineage.gate.params import (
+    KernelParameters,
+    Slot,
+    TensorMapError,
+    as_pycuda_words,
+    check_tensor_map_buffer,
+    natural_layout,
+    pack_parameters,
+    parameter_layout,
+    read_kernel_parameters,
+)
 from klineage.launch import TensorMap
 from klineage.toolchain import find_toolchain, run_tool
 

@@ -460,7 +460,7 @@ args = [
     { tensor_map = "x", dtype = "bf16", dims = ["K", "M", 2], strides = ["K * 2", "K * M * 2"], box = [32, 128, 1], swizzle = "64B", l2_promotion = "none" },
     "y",
 ]
-"""
+"""  # noqa: E501  (TOML: an inline table must stay on one line)
     plan = LaunchPlan.from_toml(text)
     arg = plan.launches[0].args[0]
     assert (arg.dims, arg.strides, arg.box, arg.swizzle, arg.l2_promotion) == \

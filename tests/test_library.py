@@ -17,8 +17,15 @@ from klineage.errors import DocumentError, KLineageError
 from klineage.lineage import Lineage
 from klineage.skills.card import CardStatus
 from klineage.skills.induction import induce, lineage_id
-from klineage.skills.library import (LIBRARY_VERSION, Library, build_library, corpus_lineages, load_library,
-                                     problem_infos, save_library)
+from klineage.skills.library import (
+    LIBRARY_VERSION,
+    Library,
+    build_library,
+    corpus_lineages,
+    load_library,
+    problem_infos,
+    save_library,
+)
 from klineage.skills.skillmd import export_skillmd
 from klineage.walk.timing_audit import retimed_effect
 
@@ -134,7 +141,9 @@ def test_the_bundled_library_matches_its_lineages():
     assert BUNDLED.is_file(), "no bundled library: run `klineage library build` and `admit` on a GPU host"
     bundled = load_library(BUNDLED)
     named = bundled.provenance["lineages"]
-    committed = {lineage_id(lin): lin for lin in map(Lineage.load, sorted((ROOT / "corpus" / "lineages").glob("*.json")))}
+    committed = {
+        lineage_id(lin): lin for lin in map(Lineage.load, sorted((ROOT / "corpus" / "lineages").glob("*.json")))
+    }
     assert set(named) <= set(committed), "the bundled library names a lineage that is not committed"
     lineages = [committed[name] for name in named]
     problems = problem_infos({lin.problem.operator for lin in lineages})

@@ -18,9 +18,30 @@ from klineage.documents import document_files
 from klineage.errors import DocumentError
 from klineage.gate.verdict import Reason, Status
 from klineage.kernel import KernelState
-from klineage.lineage import (Assurance, CaseOutcome, CaseResult, Evidence, FeatureChange, FeatureLevel, ForwardCheck,
-                              ForwardStatus, KernelRef, Limits, Lineage, Outcome, PairedTiming, ProblemRef, Rejection,
-                              RejectionCategory, State, Stats, Termination, Transition, VerdictSummary, unified_diff)
+from klineage.lineage import (
+    Assurance,
+    CaseOutcome,
+    CaseResult,
+    Evidence,
+    FeatureChange,
+    FeatureLevel,
+    ForwardCheck,
+    ForwardStatus,
+    KernelRef,
+    Limits,
+    Lineage,
+    Outcome,
+    PairedTiming,
+    ProblemRef,
+    Rejection,
+    RejectionCategory,
+    State,
+    Stats,
+    Termination,
+    Transition,
+    VerdictSummary,
+    unified_diff,
+)
 from klineage.transforms.base import Anchor
 
 PASSED = VerdictSummary(Status.PASSED, None, (CaseResult("headline", CaseOutcome.PASSED),

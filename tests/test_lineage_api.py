@@ -80,7 +80,9 @@ def test_steps_filter_by_whether_their_timing_is_evidence(client, lineages):
     # every doubtful step re-timed: 34 here, 21 in two GEMM walks, 2 in conv2d/implicit_gemm
     assert everywhere == LineageStep.objects.filter(pairing="exchanged").count() == 57
     retimed = _get(client, f"/api/lineage-steps/?lineage={conv.id}&pairing=exchanged&page_size=100")["results"]
-    assert len(retimed) == 34 and all(r["retimed_ratio"] > 0 and "exchanging places" in r["pairing_note"] for r in retimed)
+    assert len(retimed) == 34 and all(
+        r["retimed_ratio"] > 0 and "exchanging places" in r["pairing_note"] for r in retimed
+    )
     assert _get(client, "/api/lineage-steps/?pairing=biased")["count"] == 0
     conv.steps.filter(kind="accepted", index__in=[13, 14]).update(pairing="biased", pairing_note="timed apart")
     biased = _get(client, f"/api/lineage-steps/?lineage={conv.id}&pairing=biased&page_size=100")["results"]

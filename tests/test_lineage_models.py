@@ -157,7 +157,9 @@ def test_gpu_walk_steps_say_whether_their_timing_is_evidence():
     assert unpad.pairing == "exchanged" and unpad.retimed_ratio == pytest.approx(1.003, abs=0.001)
     assert "the walk's pairing gave 0.848" in unpad.pairing_note
     softmax = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.gpu.json")
-    pairings = list(softmax.steps.filter(kind=LineageStep.Kind.ACCEPTED).order_by("index").values_list("pairing", flat=True))
+    pairings = list(
+        softmax.steps.filter(kind=LineageStep.Kind.ACCEPTED).order_by("index").values_list("pairing", flat=True)
+    )
     assert pairings[0] == pairings[-1] == "unchecked" and set(pairings[1:-1]) == {"consistent"}
     dry = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.dry.json")
     assert set(dry.steps.values_list("pairing", flat=True)) == {""}  # a compile gate timed nothing
@@ -165,7 +167,10 @@ def test_gpu_walk_steps_say_whether_their_timing_is_evidence():
     # steps stored before the audit existed get it on the next import, and a biased step re-timed since
     # (its recording added after the import) becomes exchanged
     def marks():
-        return {i: (pairing, ratio) for i, pairing, ratio in LineageStep.objects.values_list("id", "pairing", "retimed_ratio")}
+        return {
+            i: (pairing, ratio)
+            for i, pairing, ratio in LineageStep.objects.values_list("id", "pairing", "retimed_ratio")
+        }
 
     marked = marks()
     LineageStep.objects.exclude(pairing="exchanged").update(pairing="", pairing_note="")
@@ -177,7 +182,9 @@ def test_gpu_walk_steps_say_whether_their_timing_is_evidence():
 def test_a_gpu_walk_without_recorded_verdicts_is_unchecked(tmp_path):
     walks = tmp_path / "walks"
     walks.mkdir()
-    (walks / "row_softmax_warp_vec4.gpu.json").symlink_to(config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.gpu.json")
+    (walks / "row_softmax_warp_vec4.gpu.json").symlink_to(
+        config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.gpu.json"
+    )
     empty = tmp_path / "recorded"
     empty.mkdir()
     import_corpus(corpus_root=_corpus_without_lineages(tmp_path), walks_root=walks, recorded_root=empty)

@@ -11,12 +11,11 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from dashboard_data import corpus  # noqa: F401
 from klineage import config
 from klineage.lineage import Lineage as LineageDocument
 from klineage.skills.titles import anchor_where
 from klineage.walk.timing_audit import step_pairings
-
-from dashboard_data import corpus  # noqa: F401
 from lineage_data import vendor_verdict, with_rejections
 from skills_app.importer import import_lineage, store_verdict
 from skills_app.lineage_views import diff_lines
@@ -287,7 +286,9 @@ def test_review_queue_filters(client, dry, branched, reviewer):
     client.force_login(reviewer)
 
     def steps(query: str) -> set[int]:
-        return {int(n) for n in re.findall(r'action="/review/(\d+)/"', client.get(f"/review/?{query}").content.decode())}
+        return {
+            int(n) for n in re.findall(r'action="/review/(\d+)/"', client.get(f"/review/?{query}").content.decode())
+        }
 
     branched_rejected = set(branched.steps.filter(kind="rejected").values_list("id", flat=True))
     assert steps(f"lineage={branched.id}&kind=rejected") == branched_rejected != set()

@@ -11,8 +11,15 @@ from klineage.errors import KLineageError
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.rewriters.base import Attempt, AttemptOutcome, History, Proposal, Rewriter
-from klineage.rewriters.llm import (FAILED_TRANSFORM, SCHEMA_NAME, BudgetExhausted, LLMProposal, LLMRewriter,
-                                    Materialization, answer_schema)
+from klineage.rewriters.llm import (
+    FAILED_TRANSFORM,
+    SCHEMA_NAME,
+    BudgetExhausted,
+    LLMProposal,
+    LLMRewriter,
+    Materialization,
+    answer_schema,
+)
 from klineage.rewriters.llm_budget import Budget, Ledger, Prices
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Role, Transform
 from llm_server import ScriptedLLMServer

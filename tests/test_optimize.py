@@ -17,8 +17,16 @@ from klineage.gate.cache import GateCache
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Status
 from klineage.lineage import Lineage
-from klineage.optimize import (COMPILE_ONLY_NOTE, AttemptStatus, EventKind, OptimizationResult, RewriterKind, Stop,
-                               Strategy, optimize)
+from klineage.optimize import (
+    COMPILE_ONLY_NOTE,
+    AttemptStatus,
+    EventKind,
+    OptimizationResult,
+    RewriterKind,
+    Stop,
+    Strategy,
+    optimize,
+)
 from klineage.rewriters.llm import LLMRewriter
 from klineage.rewriters.llm_budget import Budget, Prices
 from klineage.skills import induce

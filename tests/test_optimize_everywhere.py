@@ -12,8 +12,6 @@ from klineage.skills.library import lineage_index, load_library, problem_infos
 from klineage.skills.materialize import apply_everywhere, evidence_anchors, materialize
 from klineage.transforms import catalog
 
-
-
 ROOT = config.REPO_ROOT
 
 

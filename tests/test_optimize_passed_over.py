@@ -15,6 +15,7 @@ import json
 
 import pytest
 
+from bench_tools import bench_script
 from klineage import config
 from klineage.lineage import Lineage
 from klineage.optimize.result import AttemptStatus
@@ -22,8 +23,6 @@ from klineage.optimize.strategies import RewriterKind, Strategy, planner, short_
 from klineage.skills.card import CardStatus, Trial
 from klineage.skills.library import lineage_index, load_library, problem_infos
 from klineage.transforms import catalog
-
-from bench_tools import bench_script
 
 ROOT = config.REPO_ROOT
 LIBRARY = ROOT / "corpus" / "library" / "library.json"

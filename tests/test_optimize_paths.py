@@ -97,8 +97,16 @@ def test_a_kernel_of_an_operator_no_walk_covers_borrows_another_operators_path(l
     where they fit and apply here (cp.async, ldmatrix, vectorized accesses, launch bounds), the rest
     are passed over, and the kernel compiles. Without the fallback it would get single cards only."""
     others = {name: lin for name, lin in lineage_index().items() if lin.problem.operator != "conv2d"}
-    plan = planner(Strategy.LIBRARY, RewriterKind.RULES, cards=library.cards,
-                   problem=problem_infos({"conv2d"})["conv2d"], statuses=ADMITTED, transforms=list(catalog().values()), seed=0, lineages=others)
+    plan = planner(
+        Strategy.LIBRARY,
+        RewriterKind.RULES,
+        cards=library.cards,
+        problem=problem_infos({"conv2d"})["conv2d"],
+        statuses=ADMITTED,
+        transforms=list(catalog().values()),
+        seed=0,
+        lineages=others,
+    )
     first = next(plan(_walk("conv2d").states[-1].kernel))
     assert first.rewrite.note.startswith("a path of ") and "gemm_mma_sync" in first.rewrite.note
     assert {"launch_bounds", "devectorize", "sync_copies", "scalarize_ldmatrix"} <= set(first.transform.split("+"))

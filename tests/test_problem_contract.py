@@ -115,7 +115,8 @@ def test_optional_declarations_may_be_absent(tmp_path):
 
 def test_a_problem_may_define_dataclasses(tmp_path):
     # With postponed annotations, @dataclass looks the class's module up in sys.modules.
-    text = "from __future__ import annotations\nfrom dataclasses import dataclass\n\n@dataclass\nclass Shape:\n    rows: int\n\n" + MODERN
+    text = ("from __future__ import annotations\nfrom dataclasses import dataclass\n\n"
+            "@dataclass\nclass Shape:\n    rows: int\n\n" + MODERN)
     assert load_problem(write(tmp_path, text)).info.operator == "scaled_add"
 
 
@@ -267,7 +268,8 @@ def test_vendor_and_check_arity(tmp_path):
 
 def test_vendor_timing_defaults_to_eager_and_may_add_a_graph_replay(tmp_path):
     assert load_problem(write(tmp_path, MODERN)).info.vendor_timing == (VendorTiming.EAGER,)
-    info = load_problem(write(tmp_path, variant('MATH = "fp16"\n', 'MATH = "fp16"\nVENDOR_TIMING = ("eager", "graph")\n'))).info
+    both = variant('MATH = "fp16"\n', 'MATH = "fp16"\nVENDOR_TIMING = ("eager", "graph")\n')
+    info = load_problem(write(tmp_path, both)).info
     assert info.vendor_timing == (VendorTiming.EAGER, VendorTiming.GRAPH)
     assert ProblemInfo.from_dict(json.loads(json.dumps(info.to_dict()))) == info
 
@@ -279,11 +281,13 @@ def test_vendor_timing_defaults_to_eager_and_may_add_a_graph_replay(tmp_path):
     ('("graph", "graph")', "names a mode twice"),
 ])
 def test_malformed_vendor_timing_is_refused(tmp_path, value, fragment):
-    refused(tmp_path, variant('MATH = "fp16"\n', f'MATH = "fp16"\nVENDOR_TIMING = {value}\n'), "VENDOR_TIMING", fragment)
+    refused(tmp_path, variant('MATH = "fp16"\n', f'MATH = "fp16"\nVENDOR_TIMING = {value}\n'), "VENDOR_TIMING",
+            fragment)
 
 
 def test_vendor_timing_needs_a_vendor(tmp_path):
-    text = variant("def vendor(", "def _vendor(", variant('MATH = "fp16"\n', 'MATH = "fp16"\nVENDOR_TIMING = ("graph",)\n'))
+    text = variant("def vendor(", "def _vendor(",
+                   variant('MATH = "fp16"\n', 'MATH = "fp16"\nVENDOR_TIMING = ("graph",)\n'))
     refused(tmp_path, text, "VENDOR_TIMING is set but the problem has no vendor function")
 
 
@@ -298,7 +302,8 @@ def test_roofline_returning_negative_bytes(tmp_path):
 
 def test_roofline_returning_zero_bytes_or_negative_flops(tmp_path):
     refused(tmp_path, variant('"bytes": 3 * n * size', '"bytes": 0'), "roofline(small) must give positive bytes")
-    refused(tmp_path, variant('"flops": 2 * n', '"flops": -1'), "roofline(small) must give positive bytes and non-negative flops")
+    refused(tmp_path, variant('"flops": 2 * n', '"flops": -1'),
+            "roofline(small) must give positive bytes and non-negative flops")
 
 
 def test_roofline_returning_the_wrong_shape(tmp_path):
@@ -308,7 +313,8 @@ def test_roofline_returning_the_wrong_shape(tmp_path):
 
 
 def test_roofline_that_raises(tmp_path):
-    refused(tmp_path, variant("    n = case", "    if case['dtype'] == 'float16':\n        raise KeyError('k')\n    n = case"),
+    refused(tmp_path,
+            variant("    n = case", "    if case['dtype'] == 'float16':\n        raise KeyError('k')\n    n = case"),
             "roofline(wide) raised KeyError: 'k'")
 
 
@@ -317,7 +323,8 @@ def test_bad_math_unit(tmp_path):
 
 
 def test_bad_tolerance(tmp_path):
-    refused(tmp_path, variant('"rtol": 1e-3', '"rtol": 2'), "TOLERANCES['float16']", "rtol must be a number in [0, 1), got 2")
+    refused(tmp_path, variant('"rtol": 1e-3', '"rtol": 2'), "TOLERANCES['float16']",
+            "rtol must be a number in [0, 1), got 2")
 
 
 def test_file_that_raises_at_import(tmp_path):
@@ -498,6 +505,7 @@ def test_reference_may_take_the_case(tmp_path):
     text = variant("def reference(inputs)", "def reference(inputs, case)")
     problem = load_problem(write(tmp_path, text))
     sample = problem.make_inputs(dict(problem.info.case("small").params), 0, "cpu")
-    assert set(problem.reference(sample, dict(problem.info.case("small").params))) == {o.name for o in problem.info.outputs}
+    outputs = problem.reference(sample, dict(problem.info.case("small").params))
+    assert set(outputs) == {o.name for o in problem.info.outputs}
     with pytest.raises(DocumentError, match="takes the case parameters"):
         problem.reference(sample)

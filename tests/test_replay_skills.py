@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bench_tools import bench_script
 from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
@@ -29,8 +30,6 @@ from klineage.optimize import DEFAULT_POLICY, OptimizationResult
 from klineage.optimize.result import AttemptStatus
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import corpus_lineages
-
-from bench_tools import bench_script
 
 FOLDER = config.REPO_ROOT / "bench" / "results" / "skills-parts"
 PARTS = sorted(FOLDER.glob("*/skills-*.json"))
@@ -111,7 +110,9 @@ def test_the_headline_is_the_merge_of_the_parts_it_names(tmp_path):
     """bench/results/skills.json is what --merge makes of the parts HEADLINE lists, nothing added."""
     names = [line for line in HEADLINE.read_text().splitlines() if line and not line.startswith("#")]
     out = tmp_path / "merged.json"
-    assert bench_script("skills_eval").main(["--merge", *(str(FOLDER / name) for name in names), "--out", str(out)]) == 0
+    assert (
+        bench_script("skills_eval").main(["--merge", *(str(FOLDER / name) for name in names), "--out", str(out)]) == 0
+    )
     merged = json.loads(out.read_text())
     committed = json.loads((FOLDER.parent / "skills.json").read_text())
     for document in (merged, committed):

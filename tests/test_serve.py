@@ -50,4 +50,6 @@ def test_serve_runs_the_dashboard_and_a_worker_and_stops_both(tmp_path):
         output = server.communicate(timeout=60)[0]
     assert "gate worker started" in output
     time.sleep(1)
-    assert not Path(f"/proc/{workers[0]}").exists() or "zombie" in Path(f"/proc/{workers[0]}/status").read_text().lower()
+    assert (
+        not Path(f"/proc/{workers[0]}").exists() or "zombie" in Path(f"/proc/{workers[0]}/status").read_text().lower()
+    )

@@ -10,8 +10,20 @@ import pytest
 from klineage.errors import DocumentError
 from klineage.features.feature import Feature
 from klineage.gate.policy import Placement
-from klineage.skills.card import (CARD_VERSION, CardAnchor, CardStatus, Effect, Precondition, Ref, RefKind, Risk,
-                                  Scope, SkillCard, Trial, card_id)
+from klineage.skills.card import (
+    CARD_VERSION,
+    CardAnchor,
+    CardStatus,
+    Effect,
+    Precondition,
+    Ref,
+    RefKind,
+    Risk,
+    Scope,
+    SkillCard,
+    Trial,
+    card_id,
+)
 
 LINEAGE = "warp_vec4@0123456789ab:gpu"
 

@@ -8,9 +8,9 @@ import re
 import pytest
 from django.contrib.auth.models import User
 
+from dashboard_data import corpus  # noqa: F401
 from klineage.skills.skillmd import parse
 from library_data import library_document, many_cards, real_cards, store_real_library, timed_lineage
-from dashboard_data import corpus  # noqa: F401
 from skills_app.card_import import import_library, import_library_files
 from skills_app.importer import import_lineage
 from skills_app.models import LineageStep, Review, SkillCard

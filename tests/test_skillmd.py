@@ -11,8 +11,18 @@ import yaml
 
 from klineage.errors import DocumentError
 from klineage.gate.verdict import Reason, Status
-from klineage.lineage import (CaseOutcome, CaseResult, Evidence, ForwardCheck, ForwardStatus, Lineage, PairedTiming,
-                              Rejection, RejectionCategory, VerdictSummary)
+from klineage.lineage import (
+    CaseOutcome,
+    CaseResult,
+    Evidence,
+    ForwardCheck,
+    ForwardStatus,
+    Lineage,
+    PairedTiming,
+    Rejection,
+    RejectionCategory,
+    VerdictSummary,
+)
 from klineage.skills import SkillCard, export_skillmd, import_skillmd, induce
 from klineage.skills.card import CardAnchor, Precondition, Scope
 from klineage.skills.skillmd import SKILL_FILE, front_matter, parse, render

@@ -13,13 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from bench_tools import bench_script
 from klineage import config
 from klineage.errors import DocumentError
 from klineage.lineage import Lineage
 from klineage.optimize import Strategy
 from klineage.skills.induction import lineage_id
-
-from bench_tools import bench_script
 
 REPO = Path(__file__).resolve().parent.parent
 skills = bench_script("skills_eval")

@@ -12,10 +12,20 @@ import pytest
 from bench_tools import bench_script
 from klineage import config
 from klineage.errors import DocumentError
-from klineage.lineage import Lineage
 from klineage.gate.cache import GateCache
-from klineage.walk.timing_audit import (CodeIdentity, Pairing, StepTiming, code_identities, exchanged_ratio,
-                                       retime_step, same_machine_code, state_timings, step_pairings, step_timings)
+from klineage.lineage import Lineage
+from klineage.walk.timing_audit import (
+    CodeIdentity,
+    Pairing,
+    StepTiming,
+    code_identities,
+    exchanged_ratio,
+    retime_step,
+    same_machine_code,
+    state_timings,
+    step_pairings,
+    step_timings,
+)
 
 CONV_ANY = config.bench_walks_dir() / "conv2d_implicit_gemm_any.gpu.json.gz"
 SOFTMAX = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.gpu.json"
@@ -71,7 +81,9 @@ def test_a_step_re_timed_with_exchanged_places_is_judged_by_that_timing():
     gemm = step_pairings(walk)
     assert gemm[7].pairing is Pairing.EXCHANGED and gemm[7].ratio == pytest.approx(1.003, abs=0.001)
     assert "1.003 (rounds 1.008, 1.003, 0.999) clears the required 0.99; the walk's pairing gave 0.848" in gemm[7].note
-    assert gemm[1].pairing is Pairing.EXCHANGED and "0.802" in gemm[1].note and "misses the required 0.99" in gemm[1].note
+    assert (
+        gemm[1].pairing is Pairing.EXCHANGED and "0.802" in gemm[1].note and "misses the required 0.99" in gemm[1].note
+    )
     assert gemm[0].pairing is Pairing.EXCHANGED and gemm[0].ratio > 50  # mma.sync: 60.6x
     # the re-timing replays with no GPU, and shows why: the parent's own time moved with its place
     verdict = retime_step(walk, 7)

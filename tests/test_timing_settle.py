@@ -9,13 +9,20 @@ import random
 from types import SimpleNamespace
 
 import pytest
-from test_admission import cards  # noqa: F401  (the admission tests' cards fixture)
 
 from klineage.gate.cache import GateCache, earlier_gate_keys, verdict_key
 from klineage.gate.policy import GatePolicy
-from klineage.gate.timing import (AGREEMENT_LIMIT, SPREAD_LIMIT, PairedRatio, Settlement, Settling, TimingStats,
-                                  settle_record)
+from klineage.gate.timing import (
+    AGREEMENT_LIMIT,
+    SPREAD_LIMIT,
+    PairedRatio,
+    Settlement,
+    Settling,
+    TimingStats,
+    settle_record,
+)
 from klineage.gate.verdict import GATE_VERSION, Status, Verdict
+from test_admission import cards  # noqa: F401  (the admission tests' cards fixture)
 
 FACTS = dict(kernel="a" * 64, problem="b" * 64, cases=["small"], gpu="NVIDIA H200", toolchain="t",
              policy=GatePolicy().fingerprint, against="none", mode="gpu")
@@ -186,10 +193,9 @@ def test_the_optimizer_neither_takes_nor_refuses_an_unsettled_candidate():
 
 def test_admission_calls_an_unsettled_trial_inconclusive(cards, gate_cache):
     """The real compile-only verdict of the trial, with the timing an unsettled GPU gate reports."""
-    from test_admission import compile_gate, tiny_target, with_effect
-
     from klineage import corpus
     from klineage.skills.admission import TrialOutcome, admit, trial_outcome
+    from test_admission import compile_gate, tiny_target, with_effect
 
     def gate(problem_path, kernel, against, case=""):
         verdict = compile_gate(gate_cache)(problem_path, kernel, against, case)

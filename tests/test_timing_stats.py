@@ -6,7 +6,6 @@ import pytest
 
 from klineage.gate.timing import PairedRatio, TimingStats, percentile, roofline_floor_us, spread
 
-
 # percentile
 
 

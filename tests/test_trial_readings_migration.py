@@ -4,6 +4,7 @@ message and ratio, on a real database migrated from 0007."""
 from __future__ import annotations
 
 import pytest
+
 from migration_tools import migrate
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from gate_app import handlers, queue
 from accounts import logged_in, make_user
+from gate_app import handlers, queue
 from gate_app.models import Job
 from klineage import config
 from klineage.gate.execute import probe_problem

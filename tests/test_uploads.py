@@ -12,8 +12,8 @@ from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from gate_app import handlers, queue, submit
 from accounts import logged_in, make_user
+from gate_app import handlers, queue, submit
 from gate_app.models import Job
 from gate_app.uploads import record_probe
 from klineage import config

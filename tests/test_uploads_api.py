@@ -19,13 +19,13 @@ from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.validation import validate_schema
 from rest_framework.authtoken.models import Token
 
+import test_uploads
 from accounts import logged_in, make_user
 from gate_app import queue, submit
 from gate_app.models import Job
 from gate_app.uploads import LIMITS, record_probe
 from skills_app.apps import REVIEWER_GROUP
 from skills_app.models import Kernel, KernelState, Problem
-import test_uploads
 from test_uploads import BINARY, PROBLEM, SOURCE, _stored_nothing, files, plan
 
 pytestmark = pytest.mark.django_db
@@ -103,7 +103,9 @@ def test_the_uploader_is_the_requests_user_and_no_field_names_another(operator, 
     assert answered["problem"]["uploaded_by"] == "olga" and answered["kernel"]["uploaded_by"] == "olga"
     # The same content again, from another operator's token: nothing new, the first uploader stays.
     key = Token.objects.create(user=nina).key
-    again = Client(enforce_csrf_checks=True).post(URL, files(PROBLEM, SOURCE, plan()), HTTP_AUTHORIZATION=f"Token {key}")
+    again = Client(enforce_csrf_checks=True).post(
+        URL, files(PROBLEM, SOURCE, plan()), HTTP_AUTHORIZATION=f"Token {key}"
+    )
     assert again.status_code == 200 and again.json()["kernel"]["uploaded_by"] == "olga"
     second = Client().post(URL, files(source=SOURCE, launch=plan("second")), HTTP_AUTHORIZATION=f"Token {key}")
     assert second.json()["kernel"]["uploaded_by"] == "nina"
@@ -364,7 +366,9 @@ def test_listing_filters_and_orders_by_uploader(operator):
     nina = make_user("nina", operator=True)
     logged_in(nina).post(URL, files(source=SOURCE, launch=plan("second")))
     logged_in(nina).post(URL, files(b"OPERATOR = 'x'\n", problem_name="broken.py"))
-    Kernel.objects.filter(name="uploaded/my_softmax").update(uploaded_by=None)  # uploaded before uploaders were recorded
+    Kernel.objects.filter(name="uploaded/my_softmax").update(
+        uploaded_by=None
+    )  # uploaded before uploaders were recorded
 
     listed = {row["name"]: row["uploaded_by"] for row in operator.get(URL).json()["results"]}
     assert listed == {"uploaded/softmax_copy": "olga", "uploaded/my_softmax": None, "uploaded/second": "nina",

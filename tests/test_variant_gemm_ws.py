@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from corpus_tools import SMEM_LIMIT, buffer_names
+from cuda_tools import MBarrier, cdiv
 from klineage.devices import H200
 from klineage.features.sass import SassFeatures, disassemble
 from klineage.gate import pipeline
@@ -27,8 +29,6 @@ from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem
-from corpus_tools import SMEM_LIMIT, buffer_names
-from cuda_tools import MBarrier, cdiv
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "bench" / "variants" / "gemm_mma_sync_ws"

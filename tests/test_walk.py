@@ -297,7 +297,10 @@ def test_cli_dry_walk(tmp_path, monkeypatch, capsys):
                  "--out", str(exchanged)]) == 0
     assert Lineage.load(exchanged).policy["forward_timing"]["placement"] == "exchanged"
     again = tmp_path / "again.json"
-    assert main(["walk", "row_softmax/warp_vec4", "--gate", "compile", "--as-in", str(exchanged), "--out", str(again)]) == 0
+    assert (
+        main(["walk", "row_softmax/warp_vec4", "--gate", "compile", "--as-in", str(exchanged), "--out", str(again)])
+        == 0
+    )
     assert Lineage.load(again).policy == Lineage.load(exchanged).policy
 
 

@@ -27,7 +27,9 @@ DRY_LINEAGE = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.dry.json
 
 def dry_library() -> dict:
     """Cards induced from the bundled dry walk (candidates: nothing in a dry walk was timed)."""
-    return Library(tuple(induce([EngineLineage.load(DRY_LINEAGE)])), {"lineages": ["row_softmax_warp_vec4 (dry)"]}).to_dict()
+    return Library(
+        tuple(induce([EngineLineage.load(DRY_LINEAGE)])), {"lineages": ["row_softmax_warp_vec4 (dry)"]}
+    ).to_dict()
 
 
 def _finished(job_id: int, timeout_s: float) -> Job:

@@ -17,8 +17,8 @@ from klineage.gate.cache import GateCache
 from klineage.gate.compile import RESULT_FILE
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy
-from klineage.gate.verdict import Status, Verdict
 from klineage.gate.prefetch import Prefetched, prefetch, warming
+from klineage.gate.verdict import Status, Verdict
 from klineage.walk.prefetch import guessed_states, guessed_walk, untimed_states
 from klineage.walk.walker import DEFAULT_POLICY, forward_timing_policy
 from verdict_tools import store_gpu_verdict

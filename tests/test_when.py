@@ -4,8 +4,7 @@ import pytest
 
 from klineage.errors import DocumentError
 from klineage.skills.card import Precondition
-from klineage.skills.when import (MIN_LOO, CaseEffect, WhenKind, case_facts, induce_when, leave_one_out, per_case,
-                                  search)
+from klineage.skills.when import MIN_LOO, CaseEffect, WhenKind, case_facts, induce_when, leave_one_out, per_case, search
 
 REQUIRED = 1.01
 

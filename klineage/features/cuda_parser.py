@@ -148,7 +148,7 @@ def parse(source: str) -> ParsedSource:
 @lru_cache(maxsize=1024)  # apart from parse(), so that a file's many macros do not evict the file
 def parse_fragment(code: str) -> ParsedSource:
     """Parse a code fragment (a macro body) as the body of a function named FRAGMENT_FUNCTION."""
-    data = f"void {FRAGMENT_FUNCTION}() {{\n{code}\n;}}".encode("utf-8")
+    data = f"void {FRAGMENT_FUNCTION}() {{\n{code}\n;}}".encode()
     return ParsedSource(data.decode("utf-8"), data, _parser().parse(_parse_view(data)))
 
 

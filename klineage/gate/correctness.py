@@ -302,8 +302,19 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol: Tolerance
     if tuple(got.shape) != shape or got.dtype != expected.dtype:
         got_desc = f"{str(got.dtype).removeprefix('torch.')} {tuple(got.shape)}"
         exp_desc = f"{str(expected.dtype).removeprefix('torch.')} {shape}"
-        return Comparison(name, False, Reason.INCORRECT, f"output '{name}': got {got_desc}, the reference is {exp_desc}",
-                          numel, numel, 0, 0, math.inf, math.inf, None)
+        return Comparison(
+            name,
+            False,
+            Reason.INCORRECT,
+            f"output '{name}': got {got_desc}, the reference is {exp_desc}",
+            numel,
+            numel,
+            0,
+            0,
+            math.inf,
+            math.inf,
+            None,
+        )
     _bits_spec(expected.dtype)  # refuse unsupported dtypes before any work
     g_flat = got.to(expected.device).reshape(-1)
     e_flat = expected.reshape(-1)
@@ -338,7 +349,9 @@ def compare(name: str, got: torch.Tensor, expected: torch.Tensor, tol: Tolerance
         head = f"{numel} elements match"
     detail = f"max abs err {max_err:.3g}, rel L2 {rel_l2:.3g}"
     if worst is not None and reason is not None:
-        detail = f"worst at {worst}: got {_show(got, worst)}, expected {_show(expected, worst, candidate=False)}; {detail}"
+        detail = (
+            f"worst at {worst}: got {_show(got, worst)}, expected {_show(expected, worst, candidate=False)}; {detail}"
+        )
     return Comparison(name, reason is None, reason, f"output '{name}': {head}; {detail}", numel, tally.bad,
                       tally.unwritten, tally.nonfinite, max_err, rel_l2, worst)
 

@@ -10,9 +10,10 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from klineage import config
 from klineage.errors import DocumentError, KLineageError
@@ -110,7 +111,8 @@ def probe_problem(path: str | Path, cache_dir: Path | None = None, device: str =
     """Load and validate a problem file in the sandbox (its code never runs in this process)."""
     path = Path(path).resolve()
     problem_fingerprint(path)  # a missing or undecodable file is named here
-    # by every byte of every source file, SWEEP included (the fingerprint leaves it out): a changed sweep is probed again
+    # by every byte of every source file, SWEEP included (the fingerprint leaves it out): a changed sweep is probed
+    # again
     whole = sha256_text(" ".join(sha256_bytes(f.read_bytes()) for f in source_files(path)))
     cached = cache_dir / "problems" / f"{whole}.json" if cache_dir else None
     if cached and cached.is_file():
@@ -130,8 +132,11 @@ def probe_problem(path: str | Path, cache_dir: Path | None = None, device: str =
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if result is None or not ("error" in result or {"problem", "numerics", "inputs"} <= result.keys()):
-        raise DocumentError(str(path), f"loading the problem failed ({outcome.exit.value}, code "
-                                       f"{outcome.returncode}): {outcome.output[-2000:].replace(str(staged), str(path))}")
+        raise DocumentError(
+            str(path),
+            f"loading the problem failed ({outcome.exit.value}, code "
+            f"{outcome.returncode}): {outcome.output[-2000:].replace(str(staged), str(path))}",
+        )
     if "error" in result:
         raise DocumentError(str(path), result["error"].replace(str(staged), str(path)))
     info = ProblemInfo.from_dict({**result["problem"], "path": str(path)})  # the user's file, not the staged copy
@@ -184,8 +189,9 @@ def run_on_gpu(request: dict[str, Any], cubins: dict[str, bytes], policy: GatePo
             run.findings.append(Finding(Reason.TIMEOUT, "run", f"'{last.get('what', 'a launch')}' did not finish "
                                         f"within {stall_s or policy.launch_timeout_s:.0f} s", case))
         elif outcome.exit is sandbox.Exit.TIMEOUT:
-            run.findings.append(Finding(Reason.TIMEOUT, "run", f"the run exceeded {timeout_s or policy.run_timeout_s:.0f} s",
-                                        case))
+            run.findings.append(
+                Finding(Reason.TIMEOUT, "run", f"the run exceeded {timeout_s or policy.run_timeout_s:.0f} s", case)
+            )
         if outcome.flooded:
             run.findings.append(Finding(Reason.OUTPUT_FLOOD, "run", f"printed {outcome.output_bytes} bytes; the limit "
                                         f"is {policy.output_cap}", case, {"excerpt": outcome.output[:500]}))
@@ -210,7 +216,9 @@ _ERROR_SUMMARY = re.compile(r"(?:ERROR SUMMARY:\s*(\d+)\s+error|RACECHECK SUMMAR
 _RACE = re.compile(r"Potential \w+ hazard detected|Race reported", re.IGNORECASE)
 
 
-def sanitize(tool: str, request: dict[str, Any], cubins: dict[str, bytes], policy: GatePolicy) -> tuple[list[Finding], dict]:
+def sanitize(
+    tool: str, request: dict[str, Any], cubins: dict[str, bytes], policy: GatePolicy
+) -> tuple[list[Finding], dict]:
     """Run the candidate once under compute-sanitizer (memcheck or racecheck) on one small case."""
     binary = config.sanitizer_path()
     if binary is None:
@@ -246,8 +254,15 @@ def sanitize(tool: str, request: dict[str, Any], cubins: dict[str, bytes], polic
             findings.append(Finding(Reason.RACE, "sanitizer", f"racecheck found {errors} shared-memory hazard(s)",
                                     request["cases"][0], {"excerpt": text[:1500]}))
         else:
-            findings.append(Finding(Reason.MEMCHECK if tool == "memcheck" else Reason.RACE, "sanitizer",
-                                    f"{tool} reported {errors} error(s)", request["cases"][0], {"excerpt": text[:1500]}))
+            findings.append(
+                Finding(
+                    Reason.MEMCHECK if tool == "memcheck" else Reason.RACE,
+                    "sanitizer",
+                    f"{tool} reported {errors} error(s)",
+                    request["cases"][0],
+                    {"excerpt": text[:1500]},
+                )
+            )
     return findings, report
 
 
@@ -276,7 +291,9 @@ def _smi_gpu_name(visible: str) -> str:
     """Asked once per process and device: every gate call needs it, and nvidia-smi can take seconds."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        raise KLineageError("no GPU here (nvidia-smi not found): use --compile-only, or --gate replay for recorded verdicts")
+        raise KLineageError(
+            "no GPU here (nvidia-smi not found): use --compile-only, or --gate replay for recorded verdicts"
+        )
     import subprocess
 
     args = [smi, "--query-gpu=name", "--format=csv,noheader"] + (["-i", visible] if visible.isdigit() else [])

@@ -8,17 +8,18 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from klineage import config, devices, expr
 from klineage.config import GateMode
 from klineage.errors import DocumentError, KLineageError, ReplayMiss
-from klineage.files import write_atomic
-from klineage.fingerprint import sha256_bytes
 from klineage.features.sass import sass_features
 from klineage.features.source import source_features
+from klineage.files import write_atomic
+from klineage.fingerprint import sha256_bytes
 from klineage.gate import execute, sweep
 from klineage.gate.artifact import artifact_check
 from klineage.gate.cache import GateCache, verdict_key
@@ -121,7 +122,7 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
         provenance = {"origin": "judged_without_gpu" if missed else "measured", "key": key, "key_parts": parts,
                       "gate_version": GATE_VERSION,
                       "git_commit": git_commit(),
-                      "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                      "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
         if twin:  # correctness and sanitizers were judged by this untimed verdict of the same kernel
             provenance["correctness_from"] = twin
         verdict = Verdict(status=status, findings=tuple(findings), timings=timings, provenance=provenance,
@@ -333,10 +334,16 @@ def _locate(problem_path: str | Path, kernel: KernelState, against: KernelState 
     swept = (sweep.supported(probe.info if probe else None, [kernel, against], device.facts())
              if policy.timing_scope is TimingScope.EVERY_CASE and policy.timing else [])
     named = judged + sweep.key_names(probe.info, swept) if swept else judged
-    key, parts = verdict_key(kernel=kernel.fingerprint, problem=execute.problem_fingerprint(problem_path),
-                             cases=named, gpu=gpu, toolchain=_toolchain_key(mode), policy=policy.fingerprint,
-                             against=against.fingerprint if against else "none",
-                             mode=GateMode.GPU.value if mode is GateMode.REPLAY else mode.value)  # replay serves GPU verdicts
+    key, parts = verdict_key(
+        kernel=kernel.fingerprint,
+        problem=execute.problem_fingerprint(problem_path),
+        cases=named,
+        gpu=gpu,
+        toolchain=_toolchain_key(mode),
+        policy=policy.fingerprint,
+        against=against.fingerprint if against else "none",
+        mode=GateMode.GPU.value if mode is GateMode.REPLAY else mode.value,
+    )  # replay serves GPU verdicts
     return _Located(problem_path, probe, device, judged, skipped, key, parts, swept)
 
 

@@ -22,8 +22,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from klineage.gate.params import (TensorMapError, as_pycuda_words, check_tensor_map_buffer, encode_tensor_map,
-                                  pack_parameters, parameter_layout, read_kernel_parameters)
+from klineage.gate.params import (
+    TensorMapError,
+    as_pycuda_words,
+    check_tensor_map_buffer,
+    encode_tensor_map,
+    pack_parameters,
+    parameter_layout,
+    read_kernel_parameters,
+)
 from klineage.gate.verdict import Reason
 from klineage.launch import ResolvedLaunch
 from klineage.problem import VendorTiming
@@ -85,7 +92,7 @@ class Device:
         torch, drv = self.torch, self.drv
         env = {
             "gpu": self.name,
-            "compute_capability": "%d.%d" % self.device.compute_capability(),
+            "compute_capability": ".".join(map(str, self.device.compute_capability())),
             "driver": _driver_version(),
             "cuda_driver_api": drv.get_driver_version(),
             "cuda_runtime": torch.version.cuda,
@@ -445,7 +452,9 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         per_kernel = {}
         for kernel in kernels:
             kernel.prepare(case_name)
-            buffers = CaseBuffers(c, torch, _output_specs(problem, params, torch), kernel.scratch_by_case.get(case_name, []))
+            buffers = CaseBuffers(
+                c, torch, _output_specs(problem, params, torch), kernel.scratch_by_case.get(case_name, [])
+            )
             buffers.load_inputs(inputs)
             per_kernel[kernel.role] = buffers
         sets.append({"inputs": inputs, "expected": expected, "buffers": per_kernel})

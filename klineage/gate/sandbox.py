@@ -14,11 +14,11 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from stat import S_ISREG
-from typing import Callable
 
 from klineage import config
 from klineage.gate import cgroup
@@ -125,8 +125,19 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], ou
     cpu_seconds = int(timeout_s) + 30
     nproc = _process_limit(config.sandbox_pids()) if jail is not None else None
     try:
-        result = _supervise(argv, cwd, env, timeout_s, output_cap, progress_file, stall_s, on_progress,
-                            _limits(cpu_seconds, nproc, group), started, _isolation(sandboxed, group, cpu_seconds, nproc))
+        result = _supervise(
+            argv,
+            cwd,
+            env,
+            timeout_s,
+            output_cap,
+            progress_file,
+            stall_s,
+            on_progress,
+            _limits(cpu_seconds, nproc, group),
+            started,
+            _isolation(sandboxed, group, cpu_seconds, nproc),
+        )
         if sandboxed.startswith("bubblewrap") and result.exit is Exit.FINISHED and 128 < result.returncode <= 192:
             # bwrap exits with 128 + N for a child that signal N killed
             result = replace(result, exit=Exit.SIGNALLED, returncode=128 - result.returncode)

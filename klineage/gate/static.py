@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from itertools import groupby
 from enum import StrEnum
+from itertools import groupby
 from typing import Any
 
 from tree_sitter import Node

@@ -21,8 +21,9 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from klineage import config
 from klineage.files import write_atomic

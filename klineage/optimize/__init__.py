@@ -6,10 +6,20 @@
 """
 
 from klineage.optimize.loop import DEFAULT_POLICY, Lookahead, optimize
-from klineage.optimize.result import (COMPILE_ONLY_NOTE, DEFAULT_REQUIRED_RATIO, Attempt, AttemptStatus, EventKind,
-                                      LibraryRef, OptimizationEvent, OptimizationResult, Step, Stop)
+from klineage.optimize.result import (
+    COMPILE_ONLY_NOTE,
+    DEFAULT_REQUIRED_RATIO,
+    Attempt,
+    AttemptStatus,
+    EventKind,
+    LibraryRef,
+    OptimizationEvent,
+    OptimizationResult,
+    Step,
+    Stop,
+)
 from klineage.optimize.strategies import Candidate, RewriterKind, Selection, Strategy
 
 __all__ = ["Attempt", "AttemptStatus", "COMPILE_ONLY_NOTE", "Candidate", "DEFAULT_POLICY", "DEFAULT_REQUIRED_RATIO",
-           "EventKind", "LibraryRef", "Lookahead", "OptimizationEvent", "OptimizationResult", "RewriterKind", "Selection", "Step",
-           "Stop", "Strategy", "optimize"]
+           "EventKind", "LibraryRef", "Lookahead", "OptimizationEvent", "OptimizationResult", "RewriterKind",
+           "Selection", "Step", "Stop", "Strategy", "optimize"]

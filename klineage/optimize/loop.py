@@ -54,14 +54,25 @@ from klineage.documents import choice
 from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import default_cache, run_gate
-from klineage.gate.prefetch import prefetch
 from klineage.gate.policy import GatePolicy, Sanitize
+from klineage.gate.prefetch import prefetch
 from klineage.gate.timing import PairedRatio
 from klineage.gate.verdict import Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import Lineage, ProblemRef, VerdictSummary, unified_diff
-from klineage.optimize.result import (COMPILE_ONLY_NOTE, DEFAULT_REQUIRED_RATIO, Attempt, AttemptStatus, EventKind,
-                                      LibraryRef, OptimizationEvent, OptimizationResult, Stats, Step, Stop)
+from klineage.optimize.result import (
+    COMPILE_ONLY_NOTE,
+    DEFAULT_REQUIRED_RATIO,
+    Attempt,
+    AttemptStatus,
+    EventKind,
+    LibraryRef,
+    OptimizationEvent,
+    OptimizationResult,
+    Stats,
+    Step,
+    Stop,
+)
 from klineage.optimize.strategies import Candidate, RewriterKind, Selection, Strategy, planner
 from klineage.rewriters.llm_budget import BudgetExhausted
 from klineage.skills.card import CardStatus

@@ -270,7 +270,8 @@ def _paths(cards: Sequence[SkillCard], state: KernelState, problem: ProblemInfo,
     forward order, each card applied where it fits the state the cards before it leave
     (`retrieval.fits`: a vectorized load has no site until `__ldg` is back) and applies, the others
     passed over: a mechanism measured slower alone (a pipeline, a swizzle without the rest) may pay
-    among the others, and a whole path costs one gate evaluation. A path of two or more cards, each card set once a run (a rejected path is not
+    among the others, and a whole path costs one gate evaluation. A path of two or more cards, each card set
+    once a run (a rejected path is not
     offered again from the next best kernel)."""
     from klineage.skills.materialize import apply_together, lineage_paths
     from klineage.skills.retrieval import fits, state_features

@@ -5,14 +5,14 @@ keyword defaults, and a traffic-only roofline. Runs problem code: only inside th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from klineage.errors import DocumentError
 from klineage.fingerprint import normalize_source, sha256_text
-from klineage.problem import (DTYPES, REFERENCE_TOLERANCES, Case, OutputSpec, Problem, ProblemInfo,
-                              parse_tolerances)
+from klineage.problem import DTYPES, REFERENCE_TOLERANCES, Case, OutputSpec, Problem, ProblemInfo, parse_tolerances
 
 
 def dtype_name(dtype: Any) -> str:

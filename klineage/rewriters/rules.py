@@ -4,7 +4,8 @@ At a state, a transform is eligible when every transform named in its `after` ha
 (names in `after` that the catalog does not hold are ignored: they cannot have sites). Carrier
 transforms (tile sizes, vector widths) are never proposed. Eligible transforms come in `PRIORITY`
 order; a transform the list does not name comes after the listed substantive mechanisms and before
-the micro-optimizations (`MICRO_OPTIMIZATIONS`), by name; each one's sites in `find` order. Pairs already dealt with at this
+the micro-optimizations (`MICRO_OPTIMIZATIONS`), by name; each one's sites in `find` order. Pairs already
+dealt with at this
 state (the history) are skipped. A transform that refuses a site yields its reason; one that
 crashes yields the crash as the reason, so one broken transform cannot stop a walk.
 """

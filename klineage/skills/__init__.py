@@ -11,8 +11,20 @@
 """
 
 from klineage.skills.admission import Target, TrialOutcome, admit, held_out_targets, required_ratio, trial_outcome
-from klineage.skills.card import (CARD_VERSION, CardAnchor, CardStatus, Effect, Precondition, Ref, RefKind, Risk,
-                                  Scope, SkillCard, Trial, card_id)
+from klineage.skills.card import (
+    CARD_VERSION,
+    CardAnchor,
+    CardStatus,
+    Effect,
+    Precondition,
+    Ref,
+    RefKind,
+    Risk,
+    Scope,
+    SkillCard,
+    Trial,
+    card_id,
+)
 from klineage.skills.induction import induce, lineage_id
 from klineage.skills.library import LIBRARY_VERSION, Library, build_library, load_library, save_library
 from klineage.skills.materialize import Applied, apply_everywhere, forward_sites, materialize

@@ -40,8 +40,19 @@ from klineage.gate.prefetch import prefetch
 from klineage.gate.verdict import Verdict
 from klineage.kernel import KernelState
 from klineage.problem import ProblemInfo
-from klineage.skills.admission import (DEFAULT_LIMIT, Gate, GateSetting, Target, TrialOutcome, admit, applied_to,
-                                       required_ratio, trial_basis, trial_outcome, trial_policy)
+from klineage.skills.admission import (
+    DEFAULT_LIMIT,
+    Gate,
+    GateSetting,
+    Target,
+    TrialOutcome,
+    admit,
+    applied_to,
+    required_ratio,
+    trial_basis,
+    trial_outcome,
+    trial_policy,
+)
 from klineage.skills.card import SkillCard, Trial
 from klineage.skills.library import Library
 from klineage.walk.walker import DEFAULT_POLICY

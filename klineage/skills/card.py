@@ -29,8 +29,8 @@ from klineage import expr
 from klineage.documents import enum, listed, need, nonblank, number, text, whole
 from klineage.errors import DocumentError, ExpressionError
 from klineage.features.feature import Feature
-from klineage.gate.policy import Placement
 from klineage.fingerprint import document_text, parse_document
+from klineage.gate.policy import Placement
 
 CARD_VERSION = 1
 SHORT_ID = 12

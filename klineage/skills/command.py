@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from klineage import config
-from klineage.config import GateMode
 from klineage.cli import PLACEMENT_HELP, PLACEMENTS
+from klineage.config import GateMode
 from klineage.errors import KLineageError
 from klineage.gate.policy import Placement
 
@@ -89,8 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from klineage.lineage import Lineage
-    from klineage.skills.library import (build_library, corpus_lineages, default_provenance, problem_infos,
-                                         save_library)
+    from klineage.skills.library import build_library, corpus_lineages, default_provenance, problem_infos, save_library
     from klineage.walk.timing_audit import percase_timing, retimed_effect
 
     if args.lineages:
@@ -212,7 +211,7 @@ def _rejudge(library: Library, chosen: set[str], out: Path) -> int:
         cards.append(card)
     provenance = dict(library.provenance)
     if changed or decided:
-        when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         provenance["admission"] = (f"{provenance.get('admission', 'roundtrip trials')}; {changed} trial(s) "
                                    f"re-judged from their recorded ratios and {decided} status(es) decided again "
                                    f"on {when} (no gate ran)")
@@ -247,7 +246,7 @@ def _admit(args: argparse.Namespace) -> int:
     lineages, _ = corpus_lineages()
     states = {entry.name: entry.load() for entry in corpus.list_kernels()}
     problems = problem_infos({s.plan.problem for s in states.values()} | {lin.problem.operator for lin in lineages})
-    when = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     where = f" on an {setting.gpu}" if mode is GateMode.GPU else ""
     library = dataclasses.replace(library, provenance={
         **library.provenance, "admission": f"roundtrip trials under the {mode.value} gate{where} on {when}"})

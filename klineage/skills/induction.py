@@ -53,11 +53,30 @@ from typing import Any
 from klineage.features.feature import Feature
 from klineage.features.source import FILE_LOCUS
 from klineage.gate.policy import Placement
-from klineage.lineage import (CaseOutcome, FeatureChange, FeatureLevel, ForwardStatus, Lineage, Rejection,
-                              RejectionCategory, State, Transition)
+from klineage.lineage import (
+    CaseOutcome,
+    FeatureChange,
+    FeatureLevel,
+    ForwardStatus,
+    Lineage,
+    Rejection,
+    RejectionCategory,
+    State,
+    Transition,
+)
 from klineage.problem import ProblemInfo
-from klineage.skills.card import (DEFAULT_REQUIRED_RATIO, CardAnchor, CardStatus, Effect, Precondition, Ref,
-                                  RefKind, Risk, Scope, SkillCard)
+from klineage.skills.card import (
+    DEFAULT_REQUIRED_RATIO,
+    CardAnchor,
+    CardStatus,
+    Effect,
+    Precondition,
+    Ref,
+    RefKind,
+    Risk,
+    Scope,
+    SkillCard,
+)
 from klineage.skills.predicates import Labelled, separate
 from klineage.skills.when import WhenKind, case_facts, induce_when, launch_facts, per_case
 from klineage.walk.audit import MECHANISMS

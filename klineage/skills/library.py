@@ -188,7 +188,7 @@ def default_provenance(lineages: list[Lineage], note: str = "") -> dict[str, Any
         toolchain = "unknown"
     dry = all(lineage.gate is GateMode.COMPILE_ONLY for lineage in lineages)
     facts = {"built_by": "klineage library build", "git_commit": git_commit(),
-             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "toolchain": toolchain,
+             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "toolchain": toolchain,
              "gpu": "none: compile-only walks, nothing ran or was timed" if dry else "see the lineages' verdicts",
              "admission": "no roundtrip trials were run: every card is a candidate" if dry else ""}
     if note:

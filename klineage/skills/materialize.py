@@ -9,7 +9,8 @@ the same lineage still names (a roundtrip from a walk's naive end), including si
 could place afresh (a scalarized MMA's emulation function). Retrieval by structure: a transform whose
 forward places its mechanism by analysis (`Placement.ANALYSIS`: a warp per row, 16-byte vectors) lends
 its sites to every card whose transform removes the same mechanism (`card_sites`), so a card learned on
-one operator proposes its mechanism wherever another kernel has the structure it needs. A site where the rewrite does not
+one operator proposes its mechanism wherever another kernel has the structure it needs. A site where the
+rewrite does not
 apply (`NotApplicable`) is skipped; a card whose transform has no mechanical forward, or no site in
 the state, materializes to nothing, and an LLM must do it.
 

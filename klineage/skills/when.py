@@ -44,7 +44,8 @@ from klineage.errors import DocumentError, ExpressionError
 from klineage.kernel import KernelState
 from klineage.launch import numeric
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO, Precondition, SkillCard
-from klineage.skills.predicates import DIVISORS, case_facts as param_facts
+from klineage.skills.predicates import DIVISORS
+from klineage.skills.predicates import case_facts as param_facts
 
 MIN_SUPPORT = 2  # cases on each side of a written predicate
 MIN_LOO = 0.8  # leave-one-case-out accuracy a written predicate reaches

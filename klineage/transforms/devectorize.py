@@ -45,9 +45,27 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._edit import (CASTS, LOAD_INTRINSICS, MAX_DEPTH, Scope, call_arguments, cast_name, contains,
-                                       function_feature_names, function_ranges, functions_named, make_key, occurrences,
-                                       operator, outer_parens, params, payload, splice, unparen, unwrap)
+from klineage.transforms._edit import (
+    CASTS,
+    LOAD_INTRINSICS,
+    MAX_DEPTH,
+    Scope,
+    call_arguments,
+    cast_name,
+    contains,
+    function_feature_names,
+    function_ranges,
+    functions_named,
+    make_key,
+    occurrences,
+    operator,
+    outer_parens,
+    params,
+    payload,
+    splice,
+    unparen,
+    unwrap,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 
 # Concrete vector type -> (component type, lanes, bits, make function).

@@ -33,8 +33,17 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms._edit import indentation, reindent, splice
-from klineage.transforms._naive import (SERIAL_INDEX, index_declaration, kernel, launches_of, parameters,
-                                       rescaled_grid, squash, statements, unwrapped)
+from klineage.transforms._naive import (
+    SERIAL_INDEX,
+    index_declaration,
+    kernel,
+    launches_of,
+    parameters,
+    rescaled_grid,
+    squash,
+    statements,
+    unwrapped,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WIDTH = 4

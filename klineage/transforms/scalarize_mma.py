@@ -29,9 +29,22 @@ import re
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._asm import (FULL_MASK, LINE_WIDTH, asm_anchors, asm_site, check_names, lane_expression,
-                                      marker_groups, marker_line, operand_groups, read_asm, render_asm, restore_marked,
-                                      verbatim_lines, wrap)
+from klineage.transforms._asm import (
+    FULL_MASK,
+    LINE_WIDTH,
+    asm_anchors,
+    asm_site,
+    check_names,
+    lane_expression,
+    marker_groups,
+    marker_line,
+    operand_groups,
+    read_asm,
+    render_asm,
+    restore_marked,
+    verbatim_lines,
+    wrap,
+)
 from klineage.transforms._edit import indentation, splice
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
 

@@ -42,8 +42,16 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
 from klineage.transforms._edit import Edit, indentation, own_lines, splice
-from klineage.transforms._naive import (SERIAL_INDEX, index_declaration, kernel, launches_of, rescaled_grid, squash,
-                                       statements, unwrapped)
+from klineage.transforms._naive import (
+    SERIAL_INDEX,
+    index_declaration,
+    kernel,
+    launches_of,
+    rescaled_grid,
+    squash,
+    statements,
+    unwrapped,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32

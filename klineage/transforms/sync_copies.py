@@ -51,9 +51,21 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._async_copy import (CALL_ROLES, COMMIT, COPY, COPY_ASM, WAIT, asm_operands, asm_roles,
-                                             async_roles, c_value, call_argument, direct_roles, parameter_names,
-                                             short_name)
+from klineage.transforms._async_copy import (
+    CALL_ROLES,
+    COMMIT,
+    COPY,
+    COPY_ASM,
+    WAIT,
+    asm_operands,
+    asm_roles,
+    async_roles,
+    c_value,
+    call_argument,
+    direct_roles,
+    parameter_names,
+    short_name,
+)
 from klineage.transforms._edit import Edit, first_line, indentation, line_start, own_lines, splice
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
 

@@ -339,7 +339,7 @@ class _Analysis:
                 listed = [n for n in parent.child_by_field_name("indices").named_children if n.type != "comment"]
                 index = unparen(listed[0]) if len(listed) == 1 else None
                 declared = self.declaration_of(index) if index is not None and index.type == "identifier" else None
-                ok = declared is not None and id(declared) in {id(d) for d in (l.index for l in self.loops)} and \
+                ok = declared is not None and id(declared) in {id(d) for d in (loop.index for loop in self.loops)} and \
                     any(contains(loop.loop, node) for loop in self.loops if loop.index is declared)
             if not ok:
                 self.refuse(f"the register array {array.name} is used at {self.where(node)} other than as the "
@@ -576,7 +576,7 @@ class _Analysis:
             if target.type != "identifier" and self.scope.memory_space(target) != "local":
                 self.refuse(f"the kernel {cp.function_name(function)} writes memory outside its item loops "
                             f"({self.where(node)}): every thread of a wider launch would write it")
-        outside = [c for c in cp.nodes_of_type(body, "call_expression") if not any(contains(l, c) for l in loops)]
+        outside = [c for c in cp.nodes_of_type(body, "call_expression") if not any(contains(loop, c) for loop in loops)]
         for call in outside:
             self._check_calls(call, f"the kernel {cp.function_name(function)}", set())
         return ""

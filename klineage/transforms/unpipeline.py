@@ -48,8 +48,18 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
 from klineage.transforms._async_copy import COMMIT, COPY, WAIT, AsyncRoles, async_roles, c_value, short_name, wait_count
-from klineage.transforms._edit import (Edit, first_line, indentation, item_span, leading_start, line_end, line_start,
-                                       own_lines, reindent, splice)
+from klineage.transforms._edit import (
+    Edit,
+    first_line,
+    indentation,
+    item_span,
+    leading_start,
+    line_end,
+    line_start,
+    own_lines,
+    reindent,
+    splice,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform, with_plan
 
 _KEY = re.compile(r"^(?P<var>[^#:]+)#(?P<n>\d+):(?P<ring>\w+)$")

@@ -76,8 +76,22 @@ from klineage.launch import ArgKind
 from klineage.lineage import FeatureLevel
 from klineage.transforms import register
 from klineage.transforms._constants import c_expression
-from klineage.transforms._edit import (LOAD_INTRINSICS, Scope, cast_name, contains, function_feature_names, is_written,
-                                       item_span, operator, outer_parens, own_lines, params, splice, unparen, unwrap)
+from klineage.transforms._edit import (
+    LOAD_INTRINSICS,
+    Scope,
+    cast_name,
+    contains,
+    function_feature_names,
+    is_written,
+    item_span,
+    operator,
+    outer_parens,
+    own_lines,
+    params,
+    splice,
+    unparen,
+    unwrap,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 
 _VARYING_BUILTIN = "threadIdx"
@@ -198,8 +212,13 @@ class _Analysis:
         root = found.root
         function = cp.enclosing_function(declaration.node)
         if "extern" in root.specifiers:
-            others = [d for d in self.scope.declarations if d is not root and {"extern", "__shared__"} <= set(d.specifiers)
-                      and d.function in (None, root.function)]
+            others = [
+                d
+                for d in self.scope.declarations
+                if d is not root
+                and {"extern", "__shared__"} <= set(d.specifiers)
+                and d.function in (None, root.function)
+            ]
             if others:
                 raise _Refused(f"{where}: dynamic shared memory is also declared as {others[0].name} "
                                f"(line {others[0].line}): it aliases {root.name}")
@@ -214,12 +233,18 @@ class _Analysis:
             if carved.root is root:
                 views[id(other)] = (other, carved)
         for use in cp.nodes_of_type(function, "identifier"):
-            if self.text(use) != root.name or contains(root.node, use) or self.scope.declaration(root.name, use) is not root:
+            if (
+                self.text(use) != root.name
+                or contains(root.node, use)
+                or self.scope.declaration(root.name, use) is not root
+            ):
                 continue
             holder = next((d for d, _ in views.values() if contains(d.init, use)), None)
             if holder is None:
-                raise _Refused(f"{where}: {root.name} is also used at line {self.line(use)} (`{self.source_line(use)}`), "
-                               "not as a view at a constant offset: that use could reach the view's bytes")
+                raise _Refused(
+                    f"{where}: {root.name} is also used at line {self.line(use)} (`{self.source_line(use)}`), "
+                    "not as a view at a constant offset: that use could reach the view's bytes"
+                )
         offsets: dict[int, cp.Declaration] = {}
         for other, carved in sorted(views.values(), key=lambda v: v[0].node.start_byte):
             if carved.offset in offsets:
@@ -250,7 +275,10 @@ class _Analysis:
                 node, offsets = unwrap(bases[0]), [t for t in terms if t is not bases[0]]
         elif node.type == "pointer_expression" and operator(node) == "&":
             inner = unparen(node.child_by_field_name("argument"))
-            if inner.type == "subscript_expression" and unwrap(inner.child_by_field_name("argument")).type == "identifier":
+            if (
+                inner.type == "subscript_expression"
+                and unwrap(inner.child_by_field_name("argument")).type == "identifier"
+            ):
                 listed = [n for n in inner.child_by_field_name("indices").named_children if n.type != "comment"]
                 if len(listed) == 1:
                     node, offsets = unwrap(inner.child_by_field_name("argument")), [listed[0]]
@@ -468,7 +496,7 @@ class _Tile:
                 self.refuse(f"two tile indices are the same variable {key}: the index map is not invertible")
             self.vars.append(key)
             self.offsets.append((sign, offset))
-        for sign, offset in self.offsets:
+        for _sign, offset in self.offsets:
             if offset is not None and self._varying(offset):
                 self.refuse(f"the tile index offset `{self.a.text(offset)}` varies between threads")
         value = unparen(self.store.child_by_field_name("right"))

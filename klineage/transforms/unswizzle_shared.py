@@ -37,8 +37,20 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._edit import (Scope, contains, function_feature_names, function_ranges, make_key, occurrences,
-                                       operator, params, payload, splice, unparen, unwrap)
+from klineage.transforms._edit import (
+    Scope,
+    contains,
+    function_feature_names,
+    function_ranges,
+    make_key,
+    occurrences,
+    operator,
+    params,
+    payload,
+    splice,
+    unparen,
+    unwrap,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 
 _PRIMARY = frozenset({"identifier", "field_expression", "subscript_expression", "number_literal",

@@ -35,8 +35,7 @@ from klineage.launch import ArgKind, LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._edit import indentation, splice
 from klineage.transforms._naive import kernel, launches_of, parameters, squash
-from klineage.transforms.base import (Anchor, Direction, NotApplicable, Placement, Rewrite, Transform,
-                                      with_plan)
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform, with_plan
 
 TILE, ROWS_PER_PASS = 32, 8
 KEY = "tile"

@@ -48,9 +48,21 @@ import re
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._asm import (AsmStatement, Site, asm_anchors, asm_site, asm_sites, check_names,
-                                      lane_expression, marker_line, read_asm, restore_verbatim, split_operands,
-                                      verbatim_lines, warp_expression)
+from klineage.transforms._asm import (
+    AsmStatement,
+    Site,
+    asm_anchors,
+    asm_site,
+    asm_sites,
+    check_names,
+    lane_expression,
+    marker_line,
+    read_asm,
+    restore_verbatim,
+    split_operands,
+    verbatim_lines,
+    warp_expression,
+)
 from klineage.transforms._edit import indentation
 from klineage.transforms._wgmma_fragments import LOCALS, k_major_block, register_a_block
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform

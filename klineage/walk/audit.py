@@ -45,7 +45,8 @@ from klineage.errors import DocumentError
 from klineage.features import cuda_parser as cp
 from klineage.features.mechanisms import MECHANISMS
 from klineage.features.sass import FEATURES as SASS_FEATURES
-from klineage.features.source import FEATURE_NAMES as SOURCE_FEATURES, FILE_LOCUS
+from klineage.features.source import FEATURE_NAMES as SOURCE_FEATURES
+from klineage.features.source import FILE_LOCUS
 from klineage.gate.verdict import Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import FeatureChange, FeatureLevel

@@ -30,7 +30,6 @@ from klineage.gate.verdict import Finding, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
 
-
 # A step timed on every case (percase_step) caps each trial at this many seconds: at the walk's 3 s, a
 # GEMM step's fourteen cases took about 80 s of GPU time (bench/percase.py --estimate), this cuts it near 30 s.
 PERCASE_TRIAL_SECONDS = 1.0

@@ -50,9 +50,25 @@ from klineage.gate.pipeline import default_cache, run_gate
 from klineage.gate.policy import GatePolicy, Placement, Sanitize
 from klineage.gate.verdict import Reason, Status, Verdict
 from klineage.kernel import KernelState
-from klineage.lineage import (DEFAULT_FORWARD_RATIO, Evidence, ForwardCheck, ForwardStatus, KernelRef, Limits,
-                              Lineage, Outcome, PairedTiming, ProblemRef, Rejection, RejectionCategory, State, Stats,
-                              Termination, Transition, unified_diff)
+from klineage.lineage import (
+    DEFAULT_FORWARD_RATIO,
+    Evidence,
+    ForwardCheck,
+    ForwardStatus,
+    KernelRef,
+    Limits,
+    Lineage,
+    Outcome,
+    PairedTiming,
+    ProblemRef,
+    Rejection,
+    RejectionCategory,
+    State,
+    Stats,
+    Termination,
+    Transition,
+    unified_diff,
+)
 from klineage.rewriters.base import Attempt, AttemptOutcome, History, Proposal
 from klineage.rewriters.rules import RulesRewriter
 from klineage.transforms import catalog

@@ -82,7 +82,7 @@ class Chromium:
               for (const e of document.querySelectorAll('body *'))
                 if (found.length < 8 && e.getBoundingClientRect().right > w && !clipped(e))
                   found.push(e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right));
-              return found; }""")
+              return found; }""")  # noqa: E501  (JavaScript run in the page, kept as written)
             raise AssertionError(f"{name} at {width} px is {overflow} px wider than the window: {wide}")
 
 

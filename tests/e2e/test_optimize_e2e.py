@@ -55,9 +55,9 @@ def server(sqlite_job_database, tmp_path):
         try:
             urllib.request.urlopen(url + "/healthz", timeout=2)
             break
-        except OSError:
+        except OSError as exc:
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise AssertionError((tmp_path / "serve.log").read_text())
+                raise AssertionError((tmp_path / "serve.log").read_text()) from exc
             time.sleep(0.3)
     yield url
     proc.send_signal(signal.SIGTERM)

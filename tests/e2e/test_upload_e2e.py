@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 
 import pytest
+from test_optimize_e2e import PASSWORD, server  # noqa: F401  (fixture)
 
 from gate_app.models import Job
 from services import sqlite_job_database, sqlite_template  # noqa: F401  (fixtures)
-from test_optimize_e2e import PASSWORD, server  # noqa: F401  (fixture)
 from test_uploads import SOURCE, plan
 
 pytestmark = pytest.mark.e2e

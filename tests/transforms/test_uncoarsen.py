@@ -165,7 +165,8 @@ def plan_for(source: str, plan: dict | None = None) -> KernelState:
      r"the item loop at line 7 of kernel calls __syncthreads\(\) \(line 9 of kernel\): a collective"),
     (chunk("        if (e < n) y[e] = x[e] + y[e > 0 ? e - 1 : 0];"), None,
      r"the items write `y\[e\]` \(line 9 of kernel\) and read `y\[e > 0 \? e - 1 : 0\]`"),
-    (chunk(), SAME_BUFFER, r"the items write `y\[e\]` \(line 9 of kernel\) and read `x\[e\]` \(line 9 of kernel\) in the same memory"),
+    (chunk(), SAME_BUFFER,
+     r"the items write `y\[e\]` \(line 9 of kernel\) and read `x\[e\]` \(line 9 of kernel\) in the same memory"),
     (chunk(), GRID_FIXED, r"the launch of kernel does not scale with ITEMS \(its grid \['cdiv\(n, 1024\)', 1, 1\] "
                           r"names no ITEMS\)"),
     (chunk(), GRID_THREADS, r"with ITEMS = 1 the launch of kernel gives \d+ threads for \d+ items"),
@@ -177,9 +178,10 @@ def plan_for(source: str, plan: dict | None = None) -> KernelState:
      None, r"SPAN is derived from it \(line 4\)"),
     (chunk().replace("constexpr int ITEMS = 4;", "constexpr int ITEMS = 4;\nstatic_assert(ITEMS % 2 == 0, \"pairs\");"),
      None, r"ITEMS = 1 breaks static_assert\(ITEMS % 2 == 0\) \"pairs\""),
-    (batch(extra="        row[i0] = 0.0f;\n"), None, r"the stride loop at line 7 of kernel does more than its item loops "
-                                                      r"\(`row\[i0\] = 0.0f;` at line 8\)"),
-    (batch("if (i < n) row[i] = x[i]; else break;"), None, r"the item loop at line 8 of kernel is not its items' index declarations and one guarded statement"),
+    (batch(extra="        row[i0] = 0.0f;\n"), None,
+     r"the stride loop at line 7 of kernel does more than its item loops \(`row\[i0\] = 0.0f;` at line 8\)"),
+    (batch("if (i < n) row[i] = x[i]; else break;"), None,
+     r"the item loop at line 8 of kernel is not its items' index declarations and one guarded statement"),
     (batch("if (i < n) { row[i] = x[i]; if (x[i] < 0.0f) break; }"), None,
      r"the item loop at line 8 of kernel has `break`"),
     (batch("if (i < n) row[i] = row[i] + x[i];"), None,
@@ -218,8 +220,9 @@ def test_a_batch_whose_launch_scales_must_span_the_grid(uncoarsen):
 
 def test_a_stride_loop_without_item_loops_is_refused(uncoarsen):
     # with LOAD_BATCH = 1 the second loop would visit every element instead of every fourth
-    source = batch().replace("    __syncthreads();\n", "    for (int j0 = threadIdx.x; j0 < n; j0 += THREADS * LOAD_BATCH) "
-                                                    "row[j0] = 0.0f;\n    __syncthreads();\n")
+    source = batch().replace("    __syncthreads();\n",
+                             "    for (int j0 = threadIdx.x; j0 < n; j0 += THREADS * LOAD_BATCH) "
+                             "row[j0] = 0.0f;\n    __syncthreads();\n")
     assert uncoarsen.refusals(plan_for(source)) == [
         ("LOAD_BATCH", "LOAD_BATCH: steps the loop at line 13 of kernel, which holds no loop over LOAD_BATCH items")]
 

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from cuda_tools import run_host_harness
 from klineage.corpus import kernel_entry
 from klineage.features import cuda_parser as cp
 from klineage.features.source import FILE_LOCUS
@@ -15,7 +16,6 @@ from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
 from klineage.transforms import Anchor, Direction, NotApplicable, get
 from tests.transforms.golden import HERE, check_golden, load
-from cuda_tools import run_host_harness
 
 CASES = ["constant", "array"]
 

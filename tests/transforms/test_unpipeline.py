@@ -396,7 +396,9 @@ def test_a_group_older_than_the_ring_keeps_its_wait(unpipeline):
     without = variant("pinned", "    load_weights(weights_smem, w, M, row0);\n    cp_async_commit();\n", "")
     with pytest.raises(NotApplicable, match=r"unexpected wait `cp_async_wait<STAGES - 1>\(\);"):
         unpipeline.backward(without, ANCHOR)
-    early = variant("pinned", "cp_async_wait<STAGES - 1>();  // the weights", "cp_async_wait<STAGES - 2>();  // the weights")
+    early = variant(
+        "pinned", "cp_async_wait<STAGES - 1>();  // the weights", "cp_async_wait<STAGES - 2>();  // the weights"
+    )
     with pytest.raises(NotApplicable, match="a wait for the first tile between the prologue and a main loop"):
         unpipeline.backward(early, ANCHOR)
 

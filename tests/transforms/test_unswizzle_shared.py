@@ -11,6 +11,7 @@ from functools import cache
 
 import pytest
 
+from cuda_tools import run_host_harness
 from klineage.corpus import kernel_entry
 from klineage.features import cuda_parser as cp
 from klineage.features.feature import Feature
@@ -20,7 +21,6 @@ from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
 from klineage.transforms import Anchor, Direction, NotApplicable, get
 from tests.transforms.golden import HERE, check_golden, load
-from cuda_tools import run_host_harness
 
 CASES = ["helper", "inline", "family"]
 

@@ -20,8 +20,15 @@ from klineage import corpus
 from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
 from klineage.transforms import NotApplicable, get
-from tests.cuda_tools import (assert_wgmma_d, feature_counts, ldmatrix_x4, mma_pair_into, mma_pair_operands, ptx_a,
-                              swizzle_128b)
+from tests.cuda_tools import (
+    assert_wgmma_d,
+    feature_counts,
+    ldmatrix_x4,
+    mma_pair_into,
+    mma_pair_operands,
+    ptx_a,
+    swizzle_128b,
+)
 from tests.transforms.golden import HERE, check_golden, load
 
 EXPERTS = {"gemm/wgmma_tma": 256, "conv2d/implicit_wgmma": 128, "fmha/flash_wgmma": 128}

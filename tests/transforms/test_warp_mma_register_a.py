@@ -20,8 +20,19 @@ from klineage import corpus
 from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
 from klineage.transforms import NotApplicable, get
-from tests.cuda_tools import (assert_wgmma_d, feature_counts, ldmatrix_x4, mma_pair_into, mma_pair_operands, ptx_a,
-                              ptx_wgmma_a, swizzle_128b, tma_box_128b, wgmma_b_address, wgmma_descriptor)
+from tests.cuda_tools import (
+    assert_wgmma_d,
+    feature_counts,
+    ldmatrix_x4,
+    mma_pair_into,
+    mma_pair_operands,
+    ptx_a,
+    ptx_wgmma_a,
+    swizzle_128b,
+    tma_box_128b,
+    wgmma_b_address,
+    wgmma_descriptor,
+)
 from tests.transforms.golden import HERE, check_golden, load
 
 KEYS = 64  # k rows of the test's B tile: four k16 steps
