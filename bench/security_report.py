@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-from hostile import (
+# tests/ holds the hostile problem file the report shares with the sandbox test: path first
+from hostile import (  # noqa: E402
     Listener,
     hostile_problem,
     is_superuser,
@@ -41,12 +42,11 @@ from hostile import (
     processes_with,
     report,
 )
-
-from klineage import config, corpus
-from klineage.errors import KLineageError
-from klineage.gate import execute
-from klineage.gate.compile import CompileStatus, compile_kernel
-from klineage.gate.pipeline import git_commit
+from klineage import config, corpus  # noqa: E402
+from klineage.errors import KLineageError  # noqa: E402
+from klineage.gate import execute  # noqa: E402
+from klineage.gate.compile import CompileStatus, compile_kernel  # noqa: E402
+from klineage.gate.pipeline import git_commit  # noqa: E402
 
 REFUSED = "refused"
 ADVERSARIAL = REPO / "bench" / "results" / "adversarial.json"

@@ -140,7 +140,7 @@ def hostile_problem(path: Path, targets: dict) -> Path:
                       targets["marker"]], start_new_session=True, stdin=subprocess.DEVNULL,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     raise RuntimeError("REPORT" + json.dumps(seen) + "TROPER")
-    """
+    """  # noqa: E501  (the hostile code is kept as it runs, one statement a line)
     path.write_text(textwrap.dedent(code), encoding="utf-8")
     return path
 

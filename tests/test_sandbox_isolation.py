@@ -17,8 +17,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from hostile import Listener, hostile_problem, plant_instance, processes_with, report
 
+from hostile import Listener, hostile_problem, plant_instance, processes_with, report
 from klineage import config
 from klineage.errors import DocumentError, KLineageError
 from klineage.gate import execute, sandbox
@@ -87,7 +87,8 @@ def test_every_attack_of_a_hostile_problem_fails_in_the_sandbox(tmp_path, instan
     seen, marker = attack(tmp_path, instance, port)
     assert seen["uid"] == 65534
     assert all(outcome in ("FileNotFoundError", "PermissionError") for outcome in seen["read"].values()), seen
-    assert all(outcome in ("FileNotFoundError", "PermissionError", "OSError") for outcome in seen["wrote"].values()), seen
+    refusals = ("FileNotFoundError", "PermissionError", "OSError")
+    assert all(outcome in refusals for outcome in seen["wrote"].values()), seen
     assert not list(instance["cache"].iterdir()) and not (tmp_path / "forged.json").exists()
     assert seen["environ_secrets"] == [] and max(seen["pids"]) < 50  # its own few processes, none of ours
     assert seen["loopback"] != "connected" and not accepted
@@ -177,17 +178,17 @@ def test_gpu_view_only_for_gpu_work(tmp_path, instance):
 
 def test_the_job_folder_is_its_only_writable_place_on_the_host(tmp_path, instance):
     private = Path("/tmp") / f"klineage-private-{uuid.uuid4().hex}"
-    code = """
+    code = f"""
     import os
-    open('result.json', 'w').write('{}')
-    open('/tmp/%s', 'w').write('gone with the job')
-    for folder in ('/usr', '/etc', %r):
+    open('result.json', 'w').write('{{}}')
+    open('/tmp/{private.name}', 'w').write('gone with the job')
+    for folder in ('/usr', '/etc', {str(config.REPO_ROOT)!r}):
         try:
             open(os.path.join(folder, 'x'), 'w')
             print('wrote', folder)
         except OSError as exc:
             print('refused', folder, type(exc).__name__)
-    """ % (private.name, str(config.REPO_ROOT))
+    """
     result = in_jail(tmp_path, Access.CPU, code)
     assert (tmp_path / "result.json").read_text() == "{}"
     assert result.output.count("refused") == 3, result.output

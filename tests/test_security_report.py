@@ -4,8 +4,8 @@ that the report fails when the sandbox is off."""
 import json
 
 import pytest
-from bench_tools import bench_script
 
+from bench_tools import bench_script
 from klineage import config, corpus
 
 security_report = bench_script("security_report")
