@@ -59,14 +59,3 @@ def api_docs(request):
         if method in _HTTP_METHODS
     ]
     return render(request, "api_docs.html", {"info": schema["info"], "operations": operations})
-
-
-def pending_section(title, summary):
-    """A page for a section not built yet: says what will be there and shows no data."""
-
-    @require_GET
-    @read_access
-    def view(request):
-        return render(request, "pending.html", {"title": title, "summary": summary})
-
-    return view
