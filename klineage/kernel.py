@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,12 @@ def parse_constants(source: str) -> dict[str, int | float]:
     Later definitions may use earlier ones; anything that is not a plain arithmetic expression
     (casts, calls, templates) is skipped, since a plan cannot depend on it anyway.
     """
+    return dict(_constants_of(source))  # a copy: callers may add to it
+
+
+# Walks, audits and imports ask for the same sources' constants thousands of times.
+@functools.lru_cache(maxsize=512)
+def _constants_of(source: str) -> tuple[tuple[str, int | float], ...]:
     found: list[tuple[int, str, str]] = []
     for pattern in (_CONSTEXPR, _DEFINE):
         for match in pattern.finditer(source):
@@ -55,7 +62,7 @@ def parse_constants(source: str) -> dict[str, int | float]:
             continue
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             constants[name] = value
-    return constants
+    return tuple(constants.items())
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class KernelState:
     def name(self) -> str:
         return self.plan.name
 
-    @property
+    @functools.cached_property  # asked for by every lookup; source and plan never change
     def fingerprint(self) -> str:
         return sha256_json({"source": normalize_source(self.source), "plan": self.plan.to_dict()})
 

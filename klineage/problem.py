@@ -18,6 +18,7 @@ Loading a problem executes its code: the gate does that only inside its sandboxe
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import inspect
 import math
@@ -407,6 +408,7 @@ def _sweep(raw: Any, raw_cases: dict[str, Any], where: str) -> list[Case]:
     return [_case(name, params, f"{where}: SWEEP") for name, params in raw.items()]
 
 
+@functools.lru_cache(maxsize=64)  # every gate lookup fingerprints its problem; the text rarely changes
 def contract_source(text: str) -> str:
     """The problem file without its top-level `SWEEP = {literal}` statement and the blank lines after it
     (write its comments inside the braces): what its fingerprint is taken of.

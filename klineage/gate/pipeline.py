@@ -99,12 +99,8 @@ def run_gate(problem_path: str | Path, kernel: KernelState, *, against: KernelSt
     missed: ReplayMiss | None = None
     if mode is GateMode.REPLAY:
         try:
-            verdict, origin = cache.replay(key, parts)
-            return _served(verdict, origin)
+            return _replayed(located, kernel, against, cases, policy, cache)
         except ReplayMiss as miss:
-            answered = _replay_with_vendor(problem_path, kernel, against, cases, policy, cache)
-            if answered is not None:
-                return answered
             if probe is None:
                 raise
             missed = miss
@@ -354,6 +350,27 @@ def stored_verdict(problem_path: str | Path, kernel: KernelState, *, against: Ke
     problem's probe aside); None where it would have to judge."""
     found = (cache or default_cache()).lookup(_locate(problem_path, kernel, against, None, policy, mode).key)
     return _served(*found) if found else None
+
+
+def recorded_verdict(problem_path: str | Path, kernel: KernelState, *, against: KernelState | None = None,
+                     policy: GatePolicy = GatePolicy(), cache: GateCache | None = None) -> Verdict:
+    """What replay serves for these arguments, judging nothing on a miss (ReplayMiss): lookups of
+    recorded evidence (re-timings, per-case timings) must not compile hundreds of kernels to learn
+    that they were never measured."""
+    cache = cache or default_cache()
+    located = _locate(problem_path, kernel, against, None, policy, GateMode.REPLAY)
+    return _replayed(located, kernel, against, None, policy, cache)
+
+
+def _replayed(located: _Located, kernel: KernelState, against: KernelState | None, cases: list[str] | None,
+              policy: GatePolicy, cache: GateCache) -> Verdict:
+    try:
+        return _served(*cache.replay(located.key, located.parts))
+    except ReplayMiss:
+        answered = _replay_with_vendor(located.problem_path, kernel, against, cases, policy, cache)
+        if answered is None:
+            raise
+        return answered
 
 
 def _cases(probe, kernel: KernelState, requested: list[str] | None,

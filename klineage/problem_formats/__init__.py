@@ -17,6 +17,7 @@ process and the web may call them; `load_problem` runs problem code and belongs 
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from enum import Enum
 from pathlib import Path
@@ -51,9 +52,14 @@ def detect(path: str | Path) -> ProblemFormat:
     if path.suffix != ".py":
         raise DocumentError(str(path), "a problem is a Python file (.py) or a FlashInfer trace definition (.json)")
     try:
-        tree = ast.parse(text, filename=str(path))
+        return _python_format(text)
     except SyntaxError as exc:
         raise DocumentError(str(path), f"not valid Python: {exc.msg} (line {exc.lineno})") from None
+
+
+@functools.lru_cache(maxsize=64)  # every gate lookup asks again of the same few files
+def _python_format(text: str) -> ProblemFormat:
+    tree = ast.parse(text)
     functions = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
     if "Model" in classes and "get_inputs" in functions:

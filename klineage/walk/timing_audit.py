@@ -24,7 +24,7 @@ from klineage.errors import DocumentError, KLineageError
 from klineage.features.sass import disassemble
 from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
-from klineage.gate.pipeline import run_gate
+from klineage.gate.pipeline import recorded_verdict, run_gate
 from klineage.gate.policy import GatePolicy, Placement, TimingScope
 from klineage.gate.verdict import Finding, Status, Verdict
 from klineage.kernel import KernelState
@@ -108,10 +108,20 @@ def retime_step(lineage: Lineage, index: int, mode: GateMode = GateMode.REPLAY, 
     places between trials (GPU: bench/retime.py; replay: its recorded verdict, else ReplayMiss)."""
     _require_gpu_walk(lineage)
     policy = GatePolicy.from_dict(lineage.policy["forward_timing"]).with_(placement=Placement.EXCHANGED)
-    return run_gate(corpus.problem_path(lineage.problem.operator), lineage.states[index].kernel,
-                    against=lineage.states[index + 1].kernel, policy=policy, mode=mode,
-                    judged_under=GatePolicy.from_dict(lineage.policy["state"]),
-                    cache=cache or GateCache(None, config.recorded_dir()), record=record)
+    return _step_gate(lineage, index, policy, mode, cache, record)
+
+
+def _step_gate(lineage: Lineage, index: int, policy: GatePolicy, mode: GateMode, cache: GateCache | None,
+               record: bool) -> Verdict:
+    """Step `index`'s forward gated under `policy`: measured on a GPU, or in replay what is recorded
+    (nothing judged on a miss: ReplayMiss)."""
+    problem, kernel, against = (corpus.problem_path(lineage.problem.operator), lineage.states[index].kernel,
+                                lineage.states[index + 1].kernel)
+    cache = cache or GateCache(None, config.recorded_dir())
+    if mode is GateMode.REPLAY:
+        return recorded_verdict(problem, kernel, against=against, policy=policy, cache=cache)
+    return run_gate(problem, kernel, against=against, policy=policy, mode=mode,
+                    judged_under=GatePolicy.from_dict(lineage.policy["state"]), cache=cache, record=record)
 
 
 def exchanged_ratio(verdict: Verdict) -> tuple[float, tuple[float, ...]] | None:
@@ -153,10 +163,7 @@ def percase_step(lineage: Lineage, index: int, mode: GateMode = GateMode.REPLAY,
     walk = GatePolicy.from_dict(lineage.policy["forward_timing"])
     policy = walk.with_(timing_scope=TimingScope.EVERY_CASE, placement=placement,
                         trial_seconds=min(walk.trial_seconds, PERCASE_TRIAL_SECONDS))
-    return run_gate(corpus.problem_path(lineage.problem.operator), lineage.states[index].kernel,
-                    against=lineage.states[index + 1].kernel, policy=policy, mode=mode,
-                    judged_under=GatePolicy.from_dict(lineage.policy["state"]),
-                    cache=cache or GateCache(None, config.recorded_dir()), record=record)
+    return _step_gate(lineage, index, policy, mode, cache, record)
 
 
 def case_ratios(verdict: Verdict) -> list[CaseRatio]:
@@ -221,8 +228,8 @@ def step_timings(lineage: Lineage, cache: GateCache | None = None) -> list[StepT
     states = [state.kernel for state in lineage.states]
     steps = []
     for step in lineage.transitions:
-        verdict = run_gate(problem, states[step.index], against=states[step.index + 1], policy=policy,
-                           mode=GateMode.REPLAY, cache=cache)
+        verdict = recorded_verdict(problem, states[step.index], against=states[step.index + 1], policy=policy,
+                                   cache=cache)
         contenders = verdict.profile.get("contenders", {})
         if "baseline" not in contenders:
             raise DocumentError(f"step {step.index}", "its recorded forward timing has no paired baseline")
