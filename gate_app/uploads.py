@@ -23,11 +23,11 @@ from gate_app import queue
 from gate_app.models import Job
 from klineage import devices, expr, uploads
 from klineage.errors import DocumentError
-from klineage.fingerprint import normalize_source, sha256_text
 from klineage.gate.execute import ProbeResult
 from klineage.gate.static import MAX_BYTES, StaticFinding, static_check
 from klineage.kernel import KernelState as EngineKernelState
 from klineage.launch import ArgKind, LaunchPlan, numeric, resolve
+from klineage.problem_formats import python_fingerprint
 from skills_app.importer import store_kernel_state
 from skills_app.models import Kernel, Problem
 
@@ -144,7 +144,7 @@ def _name(name: str, what: str) -> str:
 def _check_problem(upload: File) -> _Problem:
     text = _text(upload, "problem file")
     name = _name(PurePath(upload.name).stem, "problem file")
-    fingerprint = sha256_text(normalize_source(text))
+    fingerprint = python_fingerprint(text)
     same = Problem.objects.filter(fingerprint=fingerprint).first()
     if same is not None and same.upload_name != name:
         known = same.upload_name or f"the {'bundled' if same.bundled else 'stored'} problem {same.operator}"

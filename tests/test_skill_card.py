@@ -88,7 +88,7 @@ def test_given_id_must_match_content():
 def test_unknown_status_is_named():
     data = make_card().to_dict()
     data["status"] = "approved"
-    message = r"card.status: unknown value 'approved' \(one of: candidate, admitted, retired\)"
+    message = r"card.status: unknown value 'approved' \(one of: candidate, admitted, retired, imported\)"
     with pytest.raises(DocumentError, match=message):
         SkillCard.from_dict(data)
     with pytest.raises(DocumentError, match="card.status"):

@@ -17,7 +17,7 @@ from gate_app import handlers, queue, submit
 from gate_app.models import Job
 from gate_app.uploads import record_probe
 from klineage import config
-from klineage.fingerprint import normalize_source, sha256_text
+from klineage.problem_formats import python_fingerprint
 from skills_app.models import Kernel, KernelState, Problem
 
 pytestmark = pytest.mark.django_db
@@ -309,7 +309,7 @@ def test_duplicate_names_and_contents_are_refused(operator, data_dir):
 
 
 def test_a_copy_of_a_bundled_problem_is_refused_by_name(operator, data_dir):
-    Problem.objects.create(operator="row_softmax", fingerprint=sha256_text(normalize_source(PROBLEM.decode())),
+    Problem.objects.create(operator="row_softmax", fingerprint=python_fingerprint(PROBLEM.decode()),
                            info={}, path="corpus/problems/row_softmax.py", bundled=True, current=True)
     assert "has the same content as the bundled problem row_softmax: use that name" in _refusal(
         operator.post("/upload/", files(PROBLEM)))

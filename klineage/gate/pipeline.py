@@ -347,8 +347,14 @@ def stored_verdict(problem_path: str | Path, kernel: KernelState, *, against: Ke
                    policy: GatePolicy = GatePolicy(), mode: GateMode = GateMode.GPU,
                    cache: GateCache | None = None) -> Verdict | None:
     """The verdict `run_gate` would serve from a store for these arguments, running nothing (the
-    problem's probe aside); None where it would have to judge."""
-    found = (cache or default_cache()).lookup(_locate(problem_path, kernel, against, None, policy, mode).key)
+    problem's probe aside); None where it would have to judge (in replay: where nothing is recorded)."""
+    cache = cache or default_cache()
+    if mode is GateMode.REPLAY:
+        try:
+            return recorded_verdict(problem_path, kernel, against=against, policy=policy, cache=cache)
+        except ReplayMiss:
+            return None
+    found = cache.lookup(_locate(problem_path, kernel, against, None, policy, mode).key)
     return _served(*found) if found else None
 
 

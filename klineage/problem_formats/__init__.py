@@ -86,13 +86,19 @@ def fingerprint(path: str | Path) -> str:
     """The problem's content fingerprint. A one-file problem keeps the fingerprint of its normalized
     source (recorded verdicts are keyed by it); a trace hashes its definition, workloads and tensors."""
     files = source_files(path)
-    if len(files) == 1:  # a Python file: its timing-only SWEEP literal is not part of the contract
-        return sha256_text(normalize_source(contract_source(_read_text(files[0]))))
+    if len(files) == 1:
+        return python_fingerprint(_read_text(files[0]))
     base = files[0].resolve().parent  # names relative to the definition: the same on every machine
     return sha256_json({
         "definition": sha256_text(normalize_source(_read_text(files[0]))),
         "files": {os.path.relpath(f.resolve(), base): sha256_bytes(f.read_bytes()) for f in files[1:]},
     })
+
+
+def python_fingerprint(text: str) -> str:
+    """The fingerprint of a one-file (Python) problem from its text: its timing-only SWEEP literal is
+    not part of the contract."""
+    return sha256_text(normalize_source(contract_source(text)))
 
 
 def load_problem(path: str | Path):

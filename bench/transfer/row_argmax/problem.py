@@ -20,7 +20,7 @@ HEADLINE = "headline"
 
 OUTPUTS = {"value": {"shape": ["rows"], "dtype": "float32"}, "index": {"shape": ["rows"], "dtype": "int64"}}
 
-TOLERANCES = {"float32": {"rtol": 0.0, "atol": 0.0, "rel_l2": 0.0}, "int64": {"rtol": 0.0, "atol": 0.0, "rel_l2": 0.0}}
+TOLERANCES = {"float32": {"rtol": 0.0, "atol": 0.0, "rel_l2": 0.0}}  # int64 outputs are compared exactly
 
 
 def make_inputs(case: dict, seed: int, device) -> dict:

@@ -13,7 +13,8 @@
   const OUTCOME_FILL = { faster: "var(--pass)", not_faster: "var(--baseline)", untimed: "var(--compiled)",
                          unsettled: "var(--notice)",  // passed, but the timing never settled (no decision)
                          rejected: "var(--fail)", gate_error: "var(--error-tone)", not_applicable: "var(--line)",
-                         duplicate: "var(--line)", passed_over: "var(--line)" };  // the last three cost no gate call
+                         duplicate: "var(--line)", passed_over: "var(--line)",
+                         precondition_failed: "var(--line)" };  // the last four cost no gate call
   let status = "";
 
   function field(name) { return root.querySelector('[data-field="' + name + '"]'); }
