@@ -87,7 +87,8 @@ def test_problem_detail(client, corpus):
     ("/api/kernels/?problem=gemm&status=passed", {"gemm/mma_sync", "gemm/mma_sync_any", "gemm/wgmma_tma"}),
     ("/api/kernels/?arch=sm_90a&problem=topk", set()),
     ("/api/kernels/?problem=gdn", {"gdn/chunked", "gdn/chunked_mma", "gdn/recurrent"}),
-    ("/api/kernels/?suite=adversarial&q=bounds", {"adversarial/read_out_of_bounds", "adversarial/write_out_of_bounds"}),
+    ("/api/kernels/?suite=adversarial&q=bounds", {"adversarial/read_out_of_bounds", "adversarial/write_out_of_bounds",
+                                                   "adversarial/copy_out_of_bounds"}),
 ])
 def test_kernel_filters(client, corpus, url, expected):
     assert {row["name"] for row in _get(client, url)["results"]} == expected
@@ -113,7 +114,8 @@ def test_verdict_filters(client, corpus):
     by_name = _get(client, "/api/verdicts/?kernel=row_softmax_warp_vec4&page_size=500")["results"]
     assert {row["key"] for row in by_name} > {row["key"] for row in by_kernel}
     assert _get(client, "/api/verdicts/?created_after=2100-01-01T00:00:00Z")["count"] == 0
-    assert _get(client, "/api/verdicts/?gpu=NVIDIA%20H200")["count"] == Verdict.objects.count()
+    assert _get(client, "/api/verdicts/?gpu=NVIDIA%20H200")["count"] == Verdict.objects.filter(gpu="NVIDIA H200").count()
+    assert _get(client, "/api/verdicts/?gpu=none")["count"] == Verdict.objects.filter(gpu="none").count() > 0
     assert client.get("/api/verdicts/?status=sideways").status_code == 400
 
 
