@@ -39,9 +39,12 @@ def test_replay_serves_an_earlier_gates_verdict_as_what_it_is(recorded):
 
 
 def test_a_live_lookup_never_finds_another_versions_verdict(recorded):
-    """What a GPU gate would be served for the same facts: nothing, so it measures."""
+    """What a GPU gate would be served for the same facts (a lookup by this version's key): nothing, so
+    it measures. Replay, and so `stored_verdict` asked in replay, serves the earlier version's verdict
+    and says so."""
     assert recorded.lookup(_locate(SOFTMAX, naive(), None, None, GatePolicy(), GateMode.REPLAY).key) is None
-    assert stored_verdict(SOFTMAX, naive(), policy=GatePolicy(), mode=GateMode.REPLAY, cache=recorded) is None
+    replayed = stored_verdict(SOFTMAX, naive(), policy=GatePolicy(), mode=GateMode.REPLAY, cache=recorded)
+    assert replayed.gate_version < GATE_VERSION and "earlier_gate" in replayed.provenance
 
 
 def test_keeping_a_replayed_verdict_stores_it_without_the_serving_notes(recorded, tmp_path):
