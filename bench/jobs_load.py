@@ -64,7 +64,7 @@ def run_once(database, *, scenario: str, jobs: int, workers: int, lease: float, 
     from django.db import connection, transaction
 
     import services
-    from gate_app import handlers
+    from gate_app import submit
     from gate_app.models import Job
 
     services.migrate(database.config)
@@ -79,7 +79,7 @@ def run_once(database, *, scenario: str, jobs: int, workers: int, lease: float, 
             load_before = os.getloadavg()[0]
             clock = time.monotonic()
             with transaction.atomic():  # one commit: every job is there when the clock starts
-                ids = [handlers.enqueue_gate(PROBLEM, KERNELS[n % len(KERNELS)], mode="compile", max_attempts=3).pk
+                ids = [submit.enqueue_gate(PROBLEM, KERNELS[n % len(KERNELS)], mode="compile", max_attempts=3).pk
                        for n in range(jobs)]
             enqueue_s = time.monotonic() - clock
             killed = None

@@ -126,7 +126,7 @@ def run_batch(database, *, label: str, gpus: list[str], jobs: list[tuple[str, st
     from django.db import transaction
 
     import services
-    from gate_app import handlers
+    from gate_app import submit
     from gate_app.models import Job
 
     with services.use_database(database.config):
@@ -136,7 +136,7 @@ def run_batch(database, *, label: str, gpus: list[str], jobs: list[tuple[str, st
             for worker in pool:
                 worker.wait_ready(timeout_s=120)
             with transaction.atomic():  # every job is queued before any worker can claim one
-                ids = [handlers.enqueue_gate(problem, kernel, policy=policy, max_attempts=1).pk
+                ids = [submit.enqueue_gate(problem, kernel, policy=policy, max_attempts=1).pk
                        for problem, kernel, policy in jobs]
             window = [time.monotonic(), time.monotonic() + timeout_s]
             while time.monotonic() < window[1]:

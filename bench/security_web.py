@@ -55,7 +55,7 @@ class Instance:
         self.data_dir = data_dir
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "KLINEAGE_DATA_DIR": str(data_dir), "KLINEAGE_JOB_TEST_HANDLERS": "1",
+        self.env = {**os.environ, "KLINEAGE_DATA_DIR": str(data_dir), "KLINEAGE_JOB_KINDS_MODULE": "tests.job_kinds",
                     "PYTHONUNBUFFERED": "1"}
         for name in ("DATABASE_URL", "REDIS_URL", "KLINEAGE_HTTPS"):
             self.env.pop(name, None)

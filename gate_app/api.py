@@ -1,10 +1,10 @@
-"""POST /api/jobs/: submit a walk or an optimization, as the /optimize/ page does (same checks,
-same quota), for scripts holding a session or a token of an operator; and /api/uploads/: upload a
-problem file and/or a kernel as the /upload/ page does (POST, operators), or list the uploads (GET)."""
+"""POST /api/jobs/: submit a job of a kind offered to the API (gate_app.kinds: walks and optimizations), as
+the /optimize/ page does (same checks, same quota), for scripts holding a session or a token of an
+operator; and /api/uploads/: upload a problem file and/or a kernel as the /upload/ page does (POST,
+operators), or list the uploads (GET)."""
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from django.db.models import CharField, F, IntegerField, OuterRef, Subquery, Value
@@ -17,14 +17,16 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.response import Response
 
-from gate_app import presenters, submit, uploads
+from gate_app import kinds, presenters, submit, uploads
 from gate_app.apps import SUBMIT_PERMISSION
 from gate_app.models import Job
 from gate_app.queue import QueueError
 from skills_app.api import Pagination, ReadAccess
 from skills_app.models import Kernel, Problem
 
-CHECKS = {Job.Kind.WALK.value: submit.walk_params, Job.Kind.OPTIMIZE.value: submit.optimize_params}
+
+def _offered() -> dict[str, kinds.JobKind]:
+    return kinds.offered(kinds.Offered.PAGE_AND_API)
 
 
 class CanOperate(BasePermission):
@@ -41,12 +43,10 @@ class QuotaReached(APIException):
 
 class JobSubmissionSerializer(serializers.Serializer):
     # A plain field: a choice field named "kind" would share its enum's name with the lineage steps'.
-    kind = serializers.CharField(help_text=f"one of: {', '.join(sorted(CHECKS))}")
+    kind = serializers.CharField(help_text=f"one of: {', '.join(sorted(_offered()))}")
     params = serializers.DictField(
-        help_text="kernel (a bundled kernel's name, or uploaded/<name>) and the options of the kind: "
-        "walk: problem, rewriter, mode, max_steps, max_rejections; optimize: "
-        "problem, rewriter, strategy, statuses, scope, budget, mode, seed, "
-        "time_limit_s (optional)"
+        help_text="kernel (a bundled kernel's name, or uploaded/<name>) and the options of the kind, each "
+        "optional: " + "; ".join(f"{name}: {', '.join(kind.options())}" for name, kind in _offered().items())
     )
     id = serializers.IntegerField(read_only=True)
     status = serializers.CharField(read_only=True)
@@ -57,22 +57,22 @@ class JobSubmissionSerializer(serializers.Serializer):
         return reverse("gate:job", args=[job.pk])
 
     def validate_kind(self, value: str) -> str:
-        if value not in CHECKS:
-            raise serializers.ValidationError(f"must be one of: {', '.join(sorted(CHECKS))}")
+        if value not in _offered():
+            raise serializers.ValidationError(f"must be one of: {', '.join(sorted(_offered()))}")
         return value
 
     def validate(self, data: dict[str, Any]) -> dict[str, Any]:
-        check = CHECKS[data["kind"]]
+        kind = _offered()[data["kind"]]
         options = dict(data["params"])
         kernel = options.pop("kernel", None)
-        allowed = set(inspect.signature(check).parameters) - {"kernel"}
+        allowed = set(kind.options())
         unknown = sorted(set(options) - allowed)
         if not isinstance(kernel, str) or unknown:
             raise serializers.ValidationError({"params": f"needs kernel (a bundled or uploaded kernel's name) and only "
                                                          f"{', '.join(sorted(allowed))}" +
                                                          (f"; unknown: {', '.join(unknown)}" if unknown else "")})
         try:
-            data["params"] = check(kernel, **options)
+            data["params"] = kind.check_params(kernel, **options)
         except QueueError as exc:
             raise serializers.ValidationError({"params": str(exc)}) from None
         return data
@@ -85,7 +85,8 @@ class JobSubmissionSerializer(serializers.Serializer):
 
 
 class JobSubmitView(generics.CreateAPIView):
-    """Queue a walk or an optimization for the signed-in operator; 429 past the GPU job quota."""
+    """Queue a walk or an optimization (a kind offered to the API) for the signed-in operator; 429 past the GPU
+    job quota."""
 
     serializer_class = JobSubmissionSerializer
     permission_classes = [CanOperate]

@@ -9,12 +9,11 @@ from typing import Any
 from django import forms
 
 from gate_app import submit, uploads
-from gate_app.handlers import GATE_MODES
 from gate_app.queue import QueueError
 
 MODE_CHOICES = [("compile", "compile only (no GPU; a dry run, unverified)"),
                 ("replay", "replay recorded verdicts (no GPU)"), ("gpu", "GPU (a GPU worker runs it)")]
-assert {value for value, _ in MODE_CHOICES} == set(GATE_MODES)
+assert {value for value, _ in MODE_CHOICES} == set(submit.GATE_MODES)
 
 
 def _rewriters() -> list[tuple[str, str]]:
@@ -25,7 +24,7 @@ def _rewriters() -> list[tuple[str, str]]:
 
 
 class _JobForm(forms.Form):
-    kind = ""
+    """A kind's form (gate_app.kinds names it), made with the kind's name as its prefix."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -35,6 +34,10 @@ class _JobForm(forms.Form):
         if "rewriter" in self.fields:
             self.fields["rewriter"].choices = _rewriters()
         self.params: dict[str, Any] = {}
+
+    @property
+    def kind(self) -> str:
+        return self.prefix
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -50,7 +53,6 @@ class _JobForm(forms.Form):
 
 
 class GateForm(_JobForm):
-    kind = "gate"
     kernel = forms.ChoiceField(label="Kernel", help_text="judged on every case of its problem, then timed")
     problem = forms.ChoiceField(required=False)
     against = forms.ChoiceField(label="Baseline", required=False,
@@ -67,7 +69,6 @@ class GateForm(_JobForm):
 
 
 class WalkForm(_JobForm):
-    kind = "walk"
     kernel = forms.ChoiceField(label="Expert kernel", help_text="walked backward, one gated simplification at a time")
     problem = forms.ChoiceField(required=False)
     rewriter = forms.ChoiceField()
@@ -86,7 +87,6 @@ class WalkForm(_JobForm):
 
 
 class OptimizeForm(_JobForm):
-    kind = "optimize"
     kernel = forms.ChoiceField(label="Start kernel", help_text="the kernel the optimization starts from")
     problem = forms.ChoiceField(required=False)
     strategy = forms.ChoiceField(initial="library")

@@ -1,17 +1,14 @@
-"""What each kind of job does, and the context a handler runs in.
+"""The context a job's handler runs in, and the worker's table of handlers (one per kind of
+gate_app.kinds; those of the built-in kinds are in gate_app.work).
 
 A handler never runs engine work in the worker's own process: it hands a payload to a child
 (`python -m gate_app.child`) in a session of its own, reads its progress as it goes, and the
 worker can stop the child's whole process tree at any moment (cancel, lost lease, shutdown).
-
-`gate`, `walk`, `optimize` and `probe` have handlers; a walk's lineage, an optimization's result and
-an uploaded problem's probe are stored in the database by the worker itself, once its child has
-produced them. The test-only
-`sleep` kind exists only when KLINEAGE_JOB_TEST_HANDLERS is on.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -23,12 +20,11 @@ from typing import Any
 
 from django.conf import settings
 
+from gate_app import kinds, queue
 from gate_app import progress as progress_events
-from gate_app import queue
 from gate_app.childproc import PARENT_ENV, kill_tree, wait_gone
 from gate_app.models import Job
 
-TEST_KINDS = ("sleep",)
 _LINE_LIMIT = 2000  # characters kept of one line of a child's stderr
 _WRITE_EVERY_S = 0.5  # progress reaches the database at most this often (stage changes at once)
 _WEB_SECRETS = ("DATABASE_URL", "REDIS_URL", "KLINEAGE_SECRET_KEY", "DJANGO_SETTINGS_MODULE")
@@ -44,14 +40,6 @@ class JobAborted(Exception):
     def __init__(self, reason: str):
         super().__init__(reason)
         self.reason = reason
-
-
-def test_handlers_enabled() -> bool:
-    return bool(getattr(settings, "KLINEAGE_JOB_TEST_HANDLERS", False))
-
-
-def known_kinds() -> set[str]:
-    return set(Job.Kind.values) | (set(TEST_KINDS) if test_handlers_enabled() else set())
 
 
 class JobContext:
@@ -129,8 +117,9 @@ class JobContext:
             self.killed_pids.extend(pids)
 
     def run_child(self, payload: dict[str, Any], on_event: Callable[[dict[str, Any]], None] | None = None) -> Any:
-        """Run `payload` in `python -m gate_app.child`; its result, or JobError / JobAborted.
-        `on_event` gets each {"event": ...} the child sends (an optimization's attempts)."""
+        """Run `payload` in `python -m gate_app.child`, by the runner of the job's kind; its result, or
+        JobError / JobAborted. `on_event` gets each {"event": ...} the child sends (an optimization's attempts)."""
+        payload = {**payload, "kind": self.job.kind}
         # The child runs engine code only: it never needs the web server's secrets.
         env = {k: v for k, v in os.environ.items() if k not in _WEB_SECRETS}
         env.update({**self.child_env, PARENT_ENV: str(os.getpid())})
@@ -205,95 +194,14 @@ class JobContext:
         return result
 
 
-# Gate -----------------------------------------------------------------------------------------
-
-GATE_MODES = ("gpu", "replay", "compile")
-GATE_STAGES = {"probe": 0.05, "static": 0.1, "compile": 0.2, "features": 0.4, "run": 0.5, "sanitize": 0.85,
-               "done": 1.0}
-_GATE_KEYS = {"problem", "kernel", "against", "mode", "cases", "policy", "record"}
-
-
-def gate_needs(mode: str) -> str:
-    """Compile-only and replayed gates run anywhere; only a real run needs a GPU."""
-    return Job.Needs.GPU if mode == "gpu" else Job.Needs.CPU
-
-
-def gate_params(problem: str, kernel: str, *, against: str | None = None, mode: str = "gpu",
-                cases: list[str] | None = None, policy: dict[str, Any] | None = None,
-                record: bool = False) -> dict[str, Any]:
-    """Checked parameters of a gate job: bundled corpus names or uploaded ones (`uploaded/<name>`,
-    checked against the database here, resolved from the data dir in the child), a known mode, a
-    valid policy."""
-    from gate_app import uploads
-    from klineage import corpus
-    from klineage.errors import KLineageError
-    from klineage.gate.policy import GatePolicy
-    from klineage.uploads import is_uploaded
-
-    if mode not in GATE_MODES:
-        raise queue.QueueError(f"mode must be one of {GATE_MODES}, not {mode!r}")
-    try:
-        if is_uploaded(problem):
-            uploads.check_problem(problem)
-        else:
-            corpus.problem_path(problem)
-        for name in filter(None, (kernel, against)):
-            if is_uploaded(name):
-                uploads.kernel_problem(name)
-            else:
-                corpus.kernel_entry(name)
-        GatePolicy.from_dict(policy or {})
-    except KLineageError as exc:
-        raise queue.QueueError(str(exc)) from None
-    if cases is not None and (not isinstance(cases, list) or not all(isinstance(c, str) for c in cases)):
-        raise queue.QueueError("cases must be a list of case names")
-    params: dict[str, Any] = {"problem": problem, "kernel": kernel, "mode": mode}
-    if against:
-        params["against"] = against
-    if cases:
-        params["cases"] = cases
-    if policy:
-        params["policy"] = policy
-    if record:
-        params["record"] = True
-    return params
-
-
-def enqueue_gate(problem: str, kernel: str, *, against: str | None = None, mode: str = "gpu",
-                 cases: list[str] | None = None, policy: dict[str, Any] | None = None, record: bool = False,
-                 owner=None, idempotency_key: str | None = None, max_attempts: int = 3) -> Job:
-    params = gate_params(problem, kernel, against=against, mode=mode, cases=cases, policy=policy, record=record)
-    return queue.enqueue(Job.Kind.GATE, params, owner=owner, needs=gate_needs(mode),
-                         idempotency_key=idempotency_key, max_attempts=max_attempts)
-
-
-def run_gate_job(ctx: JobContext) -> dict[str, Any]:
-    """Judge a kernel on a problem (bundled or uploaded); the result is the verdict's dictionary."""
-    params = ctx.params
-    unknown = set(params) - _GATE_KEYS
-    if unknown:
-        raise JobError(f"unknown gate parameters: {sorted(unknown)}")
-    if params.get("mode", "gpu") not in GATE_MODES:
-        raise JobError(f"unknown gate mode {params.get('mode')!r}")
-    ctx.stage_fractions = GATE_STAGES
-    ctx.progress("start", f"{params.get('kernel')} on {params.get('problem')} ({params.get('mode', 'gpu')})", 0.01)
-    return ctx.run_child({"kind": "gate", **params})
-
-
-def run_sleep_job(ctx: JobContext) -> dict[str, Any]:
-    """Test only: a child that sleeps, optionally beside a grandchild in its own session."""
-    keys = ("seconds", "steps", "grandchild", "fail", "echo")
-    result = ctx.run_child({"kind": "sleep", **{k: ctx.params[k] for k in keys if k in ctx.params}})
-    return {**result, "worker_id": ctx.worker_id}
-
-
 def handlers() -> dict[str, Callable[[JobContext], Any]]:
-    from gate_app.work import run_optimize_job, run_probe_job, run_walk_job
+    """Each kind's handler, by name; a job's parameters are checked against its kind's first."""
+    return {name: functools.partial(_handle, kind) for name, kind in kinds.registry().items()}
 
-    found: dict[str, Callable[[JobContext], Any]] = {Job.Kind.GATE.value: run_gate_job,
-                                                     Job.Kind.WALK.value: run_walk_job,
-                                                     Job.Kind.OPTIMIZE.value: run_optimize_job,
-                                                     Job.Kind.PROBE.value: run_probe_job}
-    if test_handlers_enabled():
-        found["sleep"] = run_sleep_job
-    return found
+
+def _handle(kind: kinds.JobKind, ctx: JobContext) -> Any:
+    try:
+        kind.check_keys(ctx.params)
+    except kinds.KindError as exc:
+        raise JobError(str(exc)) from None
+    return kind.handle(ctx)

@@ -13,6 +13,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from gate_app import kinds
+
 LOG_LIMIT = 64 * 1024  # characters of a job's log kept; older lines are dropped first
 
 
@@ -21,11 +23,8 @@ def _empty_progress() -> dict:
 
 
 class Job(models.Model):
-    class Kind(models.TextChoices):
-        GATE = "gate", "gate"
-        WALK = "walk", "backward walk"
-        OPTIMIZE = "optimize", "optimize"
-        PROBE = "probe", "problem probe"
+    # The built-in kinds of gate_app.kinds: Job.Kind.WALK and so on.
+    Kind = models.TextChoices("Kind", kinds.choices())
 
     class Status(models.TextChoices):
         QUEUED = "queued", "queued"
@@ -35,12 +34,12 @@ class Job(models.Model):
         CANCELLED = "cancelled", "cancelled"
 
     class Needs(models.TextChoices):
-        CPU = "cpu", "any worker"  # compile-only and replayed work
-        GPU = "gpu", "a GPU worker"
+        CPU = kinds.Needs.CPU.value, "any worker"  # compile-only and replayed work
+        GPU = kinds.Needs.GPU.value, "a GPU worker"
 
     TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
-    # Not limited to Kind's values: a test-only kind is stored the same way (see handlers.py).
+    # Not limited to Kind's values: a kind a test adds (gate_app.kinds) is stored the same way.
     kind = models.CharField(max_length=32, choices=Kind.choices)
     params = models.JSONField(default=dict, blank=True)
     needs = models.CharField(max_length=8, choices=Needs.choices, default=Needs.CPU)

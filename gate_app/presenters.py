@@ -1,6 +1,7 @@
-"""A finished optimization's document as the job page shows it: the best kernel (highlighted
-source), the skills applied on the way with their diffs, and every attempt; and the upload page's
-messages and lists."""
+"""What the page of a finished job shows of its result, by kind (the presenters gate_app.kinds names: each
+takes the result and gives the page's context): a gate's verdict; a walk's accepted steps; an
+optimization's document, with the best kernel (highlighted source), the skills applied on the way with
+their diffs, and every attempt. And the upload page's messages and lists."""
 
 from __future__ import annotations
 
@@ -69,6 +70,18 @@ def walk_steps(lineage_id: str) -> list[dict[str, Any]]:
              .defer("backward_diff", "forward_diff", "parent_state__source", "child_state__source")
              .select_related("parent_state", "child_state").order_by("index"))
     return [step_row(step, states) for step in steps]
+
+
+def gate_job(result: dict[str, Any]) -> dict[str, Any]:
+    return {"verdict": gate_verdict(result)}
+
+
+def walk_job(result: dict[str, Any]) -> dict[str, Any]:
+    return {"walk": result, "walk_steps": walk_steps(result["lineage"])}
+
+
+def optimize_job(result: dict[str, Any]) -> dict[str, Any]:
+    return {"optimization": optimization(result)}
 
 
 def upload_lines(outcome) -> list[str]:

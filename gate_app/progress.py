@@ -1,7 +1,8 @@
 """Job progress over the channel layer: every event for job N goes to the group `job-N`, which
 the WebSocket consumer of each open page joins. Only a cross-process layer (Redis) carries events
 from a worker process to the web server; with the in-memory layer pages poll the job's state
-instead. Publishing never fails a job: the database row is the truth, events are a courtesy.
+instead. Publishing never fails a job: the database row is the truth, events are a courtesy. (A job's whole
+state, after a change of status, is published by gate_app.queue.)
 """
 
 from __future__ import annotations
@@ -51,13 +52,3 @@ async def apublish(job_id: int, event: dict[str, Any]) -> bool:
     await layer.group_send(group_name(job_id), _message(event))
     return True
 
-
-def publish_state(job_id: int) -> bool:
-    """The job's whole state as it now is in the database (after a status change)."""
-    from gate_app.models import Job
-    from gate_app.queue import describe
-
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        return False
-    return publish(job_id, {"type": "state", "job": describe(job, log=False)})

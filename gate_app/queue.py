@@ -28,6 +28,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Concat, Right
 from django.utils import timezone
 
+from gate_app import kinds, progress
 from gate_app.models import LOG_LIMIT, Job, Worker
 
 log = logging.getLogger(__name__)
@@ -97,17 +98,18 @@ def retrying(action: Callable[[], T], attempts: int = 10) -> T:
 # Submitting ---------------------------------------------------------------------------------
 
 
-def enqueue(kind: str, params: dict[str, Any] | None = None, *, owner=None, needs: str = Job.Needs.CPU,
+def enqueue(kind: str, params: dict[str, Any] | None = None, *, owner=None, needs: str | None = None,
             idempotency_key: str | None = None, max_attempts: int = 3) -> Job:
-    """Queue a job, or give back the job already queued under `idempotency_key`.
+    """Queue a job, or give back the job already queued under `idempotency_key`. It needs what its kind
+    says for its parameters (gate_app.kinds) unless `needs` says otherwise.
 
     The row is written in the caller's transaction, so work and the records it refers to commit
     together; idle workers are woken once it commits (transaction.on_commit).
     """
-    from gate_app.handlers import known_kinds
-
-    if kind not in known_kinds():
-        raise QueueError(f"unknown job kind {kind!r} (known: {', '.join(sorted(known_kinds()))})")
+    try:
+        needs = needs or kinds.get(kind).needs(params or {})
+    except kinds.KindError as exc:
+        raise QueueError(str(exc)) from None
     if needs not in Job.Needs.values:
         raise QueueError(f"needs must be one of {Job.Needs.values}, not {needs!r}")
     if max_attempts < 1:
@@ -355,9 +357,15 @@ def _reap(running, now: datetime, *, requeued: str, failed: str) -> ReapReport:
 
 def _publish(pk: int) -> None:
     """Tell open pages the job's new state, once the change is committed."""
-    from gate_app import progress
+    transaction.on_commit(lambda: publish_state(pk))
 
-    transaction.on_commit(lambda: progress.publish_state(pk))
+
+def publish_state(job_id: int) -> bool:
+    """Send open pages the job's whole state as it now is in the database (after a status change)."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return False
+    return progress.publish(job_id, {"type": "state", "job": describe(job, log=False)})
 
 
 # Workers ------------------------------------------------------------------------------------

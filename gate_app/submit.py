@@ -1,5 +1,6 @@
-"""Walks and optimizations as people submit them (the /optimize/ page and POST /api/jobs/): checked
-parameters, and a per-user quota of GPU jobs enforced in the database.
+"""Gates, walks and optimizations as people submit them (the /optimize/ page and POST /api/jobs/; a
+kind's entry in gate_app.kinds names its check here): checked parameters, and a per-user quota of GPU
+jobs enforced in the database.
 
 The quota is counted inside the transaction that queues the job, after locking the submitter's
 user row, so two submissions racing each other are counted one after the other: on PostgreSQL
@@ -15,10 +16,10 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from gate_app import queue
-from gate_app.handlers import GATE_MODES, gate_needs, gate_params
+from gate_app import kinds, queue, uploads
 from gate_app.models import Job
 
+GATE_MODES = ("gpu", "replay", "compile")
 REWRITERS = ("rules", "llm")
 WALK_LIMITS = {"max_steps": (1, 64), "max_rejections": (1, 32)}
 BUDGET_LIMITS = (2, 256)  # gate evaluations, the start kernel's included
@@ -40,42 +41,25 @@ def llm_configured() -> bool:
     return bool(config.llm_model())
 
 
-def bundled_kernels() -> list[str]:
-    from klineage import corpus
-
-    return [entry.name for entry in corpus.list_kernels()]
-
-
-def bundled_problems() -> list[str]:
-    from klineage import corpus
-
-    return [path.stem for path in corpus.list_problems()]
-
-
 def kernel_choices() -> list[str]:
     """The kernels a walk or an optimization may start from: bundled, then uploaded."""
-    from gate_app import uploads
-
-    return bundled_kernels() + uploads.kernel_names()
+    return uploads.bundled_kernels() + uploads.kernel_names()
 
 
 def problem_choices() -> list[str]:
-    from gate_app import uploads
-
-    return bundled_problems() + uploads.usable_problems()
+    return uploads.bundled_problems() + uploads.usable_problems()
 
 
 def _problem(problem: str | None, kernel: str) -> str:
     """The problem's name, checked with the kernel's (by name only: never a path on the server);
     default: the problem the kernel's plan names. Uploaded names are checked in the database."""
-    from gate_app import uploads
     from klineage import corpus
     from klineage.errors import KLineageError
     from klineage.uploads import is_uploaded
 
     if is_uploaded(kernel):
         default = uploads.kernel_problem(kernel)
-    elif kernel in bundled_kernels():
+    elif kernel in uploads.bundled_kernels():
         try:
             default = problem or corpus.kernel_entry(kernel).load().plan.problem
         except KLineageError as exc:
@@ -85,8 +69,8 @@ def _problem(problem: str | None, kernel: str) -> str:
     problem = problem or default
     if is_uploaded(problem):
         uploads.check_problem(problem)
-    elif problem not in bundled_problems():
-        raise queue.QueueError(f"no bundled problem {problem!r} (bundled: {', '.join(bundled_problems())})")
+    elif problem not in uploads.bundled_problems():
+        raise queue.QueueError(f"no bundled problem {problem!r} (bundled: {', '.join(uploads.bundled_problems())})")
     return problem
 
 
@@ -108,6 +92,54 @@ def _rewriter(value: Any) -> str:
         raise queue.QueueError("the LLM rewriter is not configured here (set KLINEAGE_LLM_MODEL and "
                                "KLINEAGE_LLM_BASE_URL where the web server and workers run); use rules")
     return rewriter
+
+
+def gate_params(problem: str, kernel: str, *, against: str | None = None, mode: str = "gpu",
+                cases: list[str] | None = None, policy: dict[str, Any] | None = None,
+                record: bool = False) -> dict[str, Any]:
+    """Checked parameters of a gate job: bundled corpus names or uploaded ones (`uploaded/<name>`,
+    checked against the database here, resolved from the data dir in the child), a known mode, a
+    valid policy."""
+    from klineage import corpus
+    from klineage.errors import KLineageError
+    from klineage.gate.policy import GatePolicy
+    from klineage.uploads import is_uploaded
+
+    if mode not in GATE_MODES:
+        raise queue.QueueError(f"mode must be one of {GATE_MODES}, not {mode!r}")
+    try:
+        if is_uploaded(problem):
+            uploads.check_problem(problem)
+        else:
+            corpus.problem_path(problem)
+        for name in filter(None, (kernel, against)):
+            if is_uploaded(name):
+                uploads.kernel_problem(name)
+            else:
+                corpus.kernel_entry(name)
+        GatePolicy.from_dict(policy or {})
+    except KLineageError as exc:
+        raise queue.QueueError(str(exc)) from None
+    if cases is not None and (not isinstance(cases, list) or not all(isinstance(c, str) for c in cases)):
+        raise queue.QueueError("cases must be a list of case names")
+    params: dict[str, Any] = {"problem": problem, "kernel": kernel, "mode": mode}
+    if against:
+        params["against"] = against
+    if cases:
+        params["cases"] = cases
+    if policy:
+        params["policy"] = policy
+    if record:
+        params["record"] = True
+    return params
+
+
+def enqueue_gate(problem: str, kernel: str, *, against: str | None = None, mode: str = "gpu",
+                 cases: list[str] | None = None, policy: dict[str, Any] | None = None, record: bool = False,
+                 owner=None, idempotency_key: str | None = None, max_attempts: int = 3) -> Job:
+    params = gate_params(problem, kernel, against=against, mode=mode, cases=cases, policy=policy, record=record)
+    return queue.enqueue(Job.Kind.GATE, params, owner=owner, idempotency_key=idempotency_key,
+                         max_attempts=max_attempts)
 
 
 def gate_job_params(kernel: str, *, problem: str | None = None, against: str | None = None,
@@ -173,7 +205,7 @@ def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = 
 def submit(kind: str, params: dict[str, Any], *, owner) -> Job:
     """Queue a checked gate run, walk or optimization for `owner`; QuotaExceeded when a GPU job would take
     them past KLINEAGE_GPU_JOB_QUOTA jobs queued or running."""
-    needs = gate_needs(params["mode"])
+    needs = kinds.get(kind).needs(params)
     with transaction.atomic():
         if needs == Job.Needs.GPU:
             list(get_user_model().objects.select_for_update().filter(pk=owner.pk).values_list("pk", flat=True))

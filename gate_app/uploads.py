@@ -21,7 +21,7 @@ from django.db import transaction
 
 from gate_app import queue
 from gate_app.models import Job
-from klineage import devices, expr, uploads
+from klineage import corpus, devices, expr, uploads
 from klineage.errors import DocumentError
 from klineage.gate.execute import ProbeResult
 from klineage.gate.static import MAX_BYTES, StaticFinding, static_check
@@ -182,8 +182,6 @@ def _check_kernel(source: File, plan_file: File, new_problem: _Problem | None) -
 
 def _plan_problem(plan: LaunchPlan, new_problem: _Problem | None) -> Problem | None:
     """The Problem row of the problem the plan names (bundled or uploaded); refused when it names none."""
-    from gate_app.submit import bundled_problems
-
     if new_problem is not None and plan.problem == new_problem.name:
         return None
     if uploads.is_uploaded(plan.problem):
@@ -263,7 +261,15 @@ def _store_kernel(checked: _Kernel, owner, outcome: Outcome) -> None:
         state.save(update_fields=["kernel"])
 
 
-# What jobs may name -------------------------------------------------------------------------------
+# What jobs may name: bundled problems and kernels, and uploaded ones -------------------------------
+
+
+def bundled_kernels() -> list[str]:
+    return [entry.name for entry in corpus.list_kernels()]
+
+
+def bundled_problems() -> list[str]:
+    return [path.stem for path in corpus.list_problems()]
 
 
 def usable_problems() -> list[str]:

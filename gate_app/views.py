@@ -11,9 +11,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from gate_app import presenters, queue, submit, uploads
+from gate_app import kinds, presenters, queue, submit, uploads
 from gate_app.apps import SUBMIT_PERMISSION
-from gate_app.forms import GateForm, OptimizeForm, UploadForm, WalkForm
+from gate_app.forms import UploadForm
 from gate_app.models import Job, Worker
 from gate_app.queue import QueueError, describe
 from klineage_web.access import read_access
@@ -62,16 +62,16 @@ def job_detail(request, job_id: int):
     result = json.dumps(state["result"], indent=1) if state["result"] is not None else ""
     finished = job.status == Job.Status.SUCCEEDED and isinstance(job.result, dict)
     can_cancel = not job.finished and (request.user.is_staff or (job.owner_id and job.owner_id == request.user.pk))
-    walk = job.result if finished and job.kind == Job.Kind.WALK else None
+    kind = kinds.registry().get(job.kind)
     return render(request, "gate_app/job.html", {
         "job": state, "result_json": result, "can_cancel": can_cancel, "ended": job.finished,
-        "can_run_again": job.kind in AGAIN and request.user.has_perm(SUBMIT_PERMISSION),
-        "optimization": presenters.optimization(job.result) if finished and job.kind == Job.Kind.OPTIMIZE else None,
-        "verdict": presenters.gate_verdict(job.result) if finished and job.kind == Job.Kind.GATE else None,
-        "walk": walk, "walk_steps": presenters.walk_steps(walk["lineage"]) if walk else None})
+        "can_run_again": job.kind in _submitted() and request.user.has_perm(SUBMIT_PERMISSION),
+        **(kind.present(job.result) if finished and kind is not None else {})})
 
 
-AGAIN = (Job.Kind.GATE, Job.Kind.WALK, Job.Kind.OPTIMIZE)  # the kinds the optimize page submits
+def _submitted() -> dict[str, kinds.JobKind]:
+    """The kinds the optimize page submits (and runs again)."""
+    return kinds.offered(kinds.Offered.PAGE, kinds.Offered.PAGE_AND_API)
 
 
 @login_required
@@ -79,7 +79,7 @@ AGAIN = (Job.Kind.GATE, Job.Kind.WALK, Job.Kind.OPTIMIZE)  # the kinds the optim
 @require_POST
 def run_again(request, job_id: int):
     """Queue a job again with the parameters it ran with, for whoever asks (operators only)."""
-    job = get_object_or_404(Job, pk=job_id, kind__in=AGAIN)
+    job = get_object_or_404(Job, pk=job_id, kind__in=list(_submitted()))
     try:
         again = submit.submit(job.kind, job.params, owner=request.user)
     except QueueError as exc:
@@ -113,7 +113,7 @@ def optimize(request):
     """Submit an optimization, a backward walk or a gate run (operators only); each form's errors, the
     quota's included, are shown against it. ?kernel= preselects the kernel in all three."""
     initial = {"kernel": request.GET.get("kernel", "")}
-    forms = {form.kind: form(prefix=form.kind, initial=initial) for form in (OptimizeForm, WalkForm, GateForm)}
+    forms = {name: kind.form_class(prefix=name, initial=initial) for name, kind in _submitted().items()}
     status = 200
     if request.method == "POST":
         kind = request.POST.get("action", "")
@@ -136,8 +136,7 @@ def _optimize_context(request, forms) -> dict:
     refused = [{"kind": kind, "errors": [f"{form.fields[name].label}: {error}" if name in form.fields else error
                                          for name, errors in form.errors.items() for error in errors]}
                for kind, form in forms.items() if form.is_bound and form.errors]
-    return {"optimize_form": forms["optimize"], "walk_form": forms["walk"], "gate_form": forms["gate"],
-            "refused": refused,
+    return {**{f"{kind}_form": form for kind, form in forms.items()}, "refused": refused,
             "gpu_jobs": submit.gpu_jobs_held(request.user), "quota": settings.KLINEAGE_GPU_JOB_QUOTA,
             "recent": Job.objects.filter(owner=request.user, kind__in=list(forms)).order_by("-id")[:10]}
 

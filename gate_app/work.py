@@ -1,4 +1,8 @@
-"""The handlers of walks and optimizations (the worker's side; the engine work runs in the child).
+"""The worker's side of the built-in kinds of job (gate_app.kinds names them): gates, walks,
+optimizations and probes; the engine work runs in the child (gate_app.runners). The worker has checked
+a job's parameter keys against its kind before its handler runs.
+
+A gate's child returns the verdict's document, kept as the job's result.
 
 A walk's child returns the lineage document; the worker imports it here (skills_app's importer),
 so it is on the lineage pages, and keeps a summary as the job's result. An optimization gets the
@@ -14,18 +18,21 @@ import time
 from typing import Any
 
 from gate_app.handlers import JobContext, JobError
+from gate_app.submit import GATE_MODES
 
-WALK_KEYS = {"problem", "kernel", "rewriter", "mode", "max_steps", "max_rejections"}
-PROBE_KEYS = {"problem"}
-OPTIMIZE_KEYS = {"problem", "kernel", "rewriter", "strategy", "statuses", "scope", "budget", "mode", "seed"}
-OPTIMIZE_OPTIONAL = frozenset({"time_limit_s"})  # absent from jobs queued before it existed
 RECENT_ATTEMPTS = 8  # attempts listed live on the job page
+GATE_STAGES = {"probe": 0.05, "static": 0.1, "compile": 0.2, "features": 0.4, "run": 0.5, "sanitize": 0.85,
+               "done": 1.0}
 
 
-def _check_keys(params: dict[str, Any], keys: set[str], kind: str, optional: frozenset[str] = frozenset()) -> None:
-    if not keys <= set(params) <= keys | optional:
-        raise JobError(f"{kind} parameters must be exactly {sorted(keys)}"
-                       + (f" (and optionally {sorted(optional)})" if optional else "") + f", not {sorted(params)}")
+def run_gate_job(ctx: JobContext) -> dict[str, Any]:
+    """Judge a kernel on a problem (bundled or uploaded); the result is the verdict's dictionary."""
+    params = ctx.params
+    if params.get("mode", "gpu") not in GATE_MODES:
+        raise JobError(f"unknown gate mode {params.get('mode')!r}")
+    ctx.stage_fractions = GATE_STAGES
+    ctx.progress("start", f"{params.get('kernel')} on {params.get('problem')} ({params.get('mode', 'gpu')})", 0.01)
+    return ctx.run_child(params)
 
 
 def run_walk_job(ctx: JobContext) -> dict[str, Any]:
@@ -36,10 +43,9 @@ def run_walk_job(ctx: JobContext) -> dict[str, Any]:
     from skills_app.importer import ImportRefused, import_lineage
 
     params = ctx.params
-    _check_keys(params, WALK_KEYS, "walk")
     ctx.progress("start", f"walk {params['kernel']} on {params['problem']} ({params['mode']} gate, "
                           f"{params['rewriter']} rewriter)", 0.01)
-    document = ctx.run_child({"kind": "walk", **params})
+    document = ctx.run_child(params)
     ctx.progress("import", "storing the lineage", 0.97)
     try:
         lineage, action = import_lineage(document, where=f"job {ctx.job.pk}'s lineage")
@@ -102,7 +108,6 @@ def run_optimize_job(ctx: JobContext) -> dict[str, Any]:
     from klineage.optimize.strategies import Strategy
 
     params = ctx.params
-    _check_keys(params, OPTIMIZE_KEYS, "optimize", OPTIMIZE_OPTIONAL)
     library = library_document() if Strategy(params["strategy"]).uses_library else None
     ctx.progress("start", f"{params['strategy']} optimization of {params['kernel']} on {params['problem']} "
                           f"({params['mode']} gate, {params['rewriter']} rewriter, budget {params['budget']})"
@@ -115,7 +120,7 @@ def run_optimize_job(ctx: JobContext) -> dict[str, Any]:
         line = chart.add(event)
         ctx.progress(event["kind"], line, event["evaluations"] / event["budget"], log=False)
 
-    return ctx.run_child({"kind": "optimize", **params, "library": library}, on_event=on_event)
+    return ctx.run_child({**params, "library": library}, on_event=on_event)
 
 
 def run_probe_job(ctx: JobContext) -> dict[str, Any]:
@@ -124,9 +129,8 @@ def run_probe_job(ctx: JobContext) -> dict[str, Any]:
     from gate_app.uploads import record_probe
 
     params = ctx.params
-    _check_keys(params, PROBE_KEYS, "probe")
     ctx.progress("start", f"probe {params['problem']}", 0.01)
-    outcome = ctx.run_child({"kind": "probe", **params})
+    outcome = ctx.run_child(params)
     problem = record_probe(params["problem"], outcome.get("probe"), outcome.get("refused", ""))
     ctx.log(f"{params['problem']}: {problem.get_probe_display()}")
     return {"problem": params["problem"], "probe": problem.probe, "operator": problem.operator,

@@ -14,7 +14,8 @@ secret key generated on first start and kept in the data dir. An empty variable 
 - KLINEAGE_READ_OPEN             boolean, default on: reading needs no login
 - KLINEAGE_CSRF_TRUSTED_ORIGINS  comma-separated origins, e.g. https://klineage.example.org
 - KLINEAGE_HTTPS                 boolean, default off: served over HTTPS, so cookies are secure
-- KLINEAGE_JOB_TEST_HANDLERS     boolean, default off: the test suite's `sleep` job kind
+- KLINEAGE_JOB_KINDS_MODULE      a module adding job kinds (the test suite's tests.job_kinds); read by
+                                 gate_app.kinds itself, since the jobs' children run without settings
 - KLINEAGE_GPU_JOB_QUOTA         integer >= 1, default 4: GPU jobs one user may have queued or running
 - KLINEAGE_UNSAFE_NO_SANDBOX     read per request (unsafe_no_sandbox): while set, every page warns that
                                  untrusted code runs without the sandbox
@@ -53,7 +54,6 @@ class WebEnv:
     read_open: bool
     csrf_trusted_origins: list[str]
     https: bool
-    job_test_handlers: bool = False
     gpu_job_quota: int = 4
 
 
@@ -72,7 +72,6 @@ def load(environ: Mapping[str, str] = os.environ) -> WebEnv:
         read_open=env_bool(environ, "KLINEAGE_READ_OPEN", True),
         csrf_trusted_origins=env_list(environ, "KLINEAGE_CSRF_TRUSTED_ORIGINS", ""),
         https=env_bool(environ, "KLINEAGE_HTTPS", False),
-        job_test_handlers=env_bool(environ, "KLINEAGE_JOB_TEST_HANDLERS", False),
         gpu_job_quota=env_positive_int(environ, "KLINEAGE_GPU_JOB_QUOTA", 4),
     )
 

@@ -80,8 +80,6 @@ KLINEAGE_CHANNEL_LAYER = web_env.channel_layer_kind
 # without it pages poll instead.
 KLINEAGE_CROSS_PROCESS_PROGRESS = web_env.channel_layer_kind == "redis"
 KLINEAGE_READ_OPEN = web_env.read_open
-# Only for the test suite: registers the `sleep` job kind (gate_app/handlers.py).
-KLINEAGE_JOB_TEST_HANDLERS = web_env.job_test_handlers
 # GPU jobs (walks, optimizations, gates on a GPU) one user may have queued or running at once.
 KLINEAGE_GPU_JOB_QUOTA = web_env.gpu_job_quota
 

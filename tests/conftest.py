@@ -55,3 +55,13 @@ def gate_cache(tmp_path_factory, build_cache):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
         yield GateCache(root / "cache", root / "recorded")
+
+
+@pytest.fixture
+def sleep_kind(monkeypatch):
+    """The test-only `sleep` job kind (tests/job_kinds.py), known to this process and to every process it
+    starts (workers, their jobs' children) for the test."""
+    from job_kinds import ENV
+
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)

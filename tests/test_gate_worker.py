@@ -15,23 +15,22 @@ from pathlib import Path
 
 import pytest
 
-from gate_app import handlers, queue
+from gate_app import queue, submit
 from gate_app.childproc import alive, kill_tree
 from gate_app.models import Job
+from job_kinds import ENV
 from services import REPO, job_database, postgres_server, postgres_template, sqlite_template  # noqa: F401  (fixtures)
 
 LEASE = "2"  # seconds: short, so a dead worker's job comes back quickly
 
 
-@pytest.fixture(autouse=True)
-def _test_handlers(settings):
-    settings.KLINEAGE_JOB_TEST_HANDLERS = True
+pytestmark = pytest.mark.usefixtures("sleep_kind")  # tests/job_kinds.py
 
 
 class WorkerProcess:
     def __init__(self, database, data_dir: Path, *args: str, env: dict[str, str] | None = None):
         env = {**os.environ, "DATABASE_URL": database.url, "KLINEAGE_DATA_DIR": str(data_dir),
-               "KLINEAGE_JOB_TEST_HANDLERS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+               **ENV, "PYTHONUNBUFFERED": "1", **(env or {})}
         env.pop("REDIS_URL", None)
         self.proc = subprocess.Popen([sys.executable, "manage.py", "gate_worker", "--json-log", *args], cwd=REPO,
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -127,7 +126,7 @@ def _gone(pids, timeout_s: float = 10) -> bool:
 
 
 def test_compile_only_gate_jobs_with_real_nvcc(start_worker):
-    gpu_job = handlers.enqueue_gate("row_softmax", "row_softmax/naive", mode="gpu")
+    gpu_job = submit.enqueue_gate("row_softmax", "row_softmax/naive", mode="gpu")
     worker = start_worker("--lease-seconds", "10")
     ready = worker.event("ready")
     has_gpu = "gpu" in ready["capabilities"]
@@ -135,7 +134,7 @@ def test_compile_only_gate_jobs_with_real_nvcc(start_worker):
         assert worker.event("gpu_waiting")["count"] == 1, "a worker without a GPU says which jobs wait for one"
     started = time.monotonic()
     kernels = ["row_softmax/naive", "row_softmax/warp_vec4"]
-    jobs = [handlers.enqueue_gate("row_softmax", kernel, mode="compile").pk for kernel in kernels]
+    jobs = [submit.enqueue_gate("row_softmax", kernel, mode="compile").pk for kernel in kernels]
     for job_id, kernel in zip(jobs, kernels):
         job = _finished(job_id, timeout_s=60)
         assert job.status == Job.Status.SUCCEEDED, job.error + job.log

@@ -1,6 +1,8 @@
-"""The engine's import graph, read from the source with `ast`: no transform imports another transform (shared
-helpers live in the underscore modules of klineage/transforms/), and the module-level imports among klineage/
-modules form no cycle (a cycle makes import order matter and hides which module owns a concept)."""
+"""The import graphs of the engine and of the web apps, read from the source with `ast`: no transform imports
+another transform (shared helpers live in the underscore modules of klineage/transforms/); the module-level
+imports among klineage/ modules form no cycle; and the imports among the modules of gate_app, skills_app and
+klineage_web, those inside functions included, form none either (a cycle makes import order matter and hides
+which module owns a concept; an import moved into a function only hides the cycle)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "klineage"
 
 
 def module_name(path: Path) -> str:
@@ -18,28 +19,36 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+def modules_of(*packages: str) -> dict[str, Path]:
+    """Every module of the packages (directories under the repository root), by dotted name."""
+    return {module_name(path): path for package in packages for path in sorted((ROOT / package).rglob("*.py"))}
 
 
-def _target(node: ast.ImportFrom, alias: str) -> str | None:
-    """The klineage module an import binds: `from a.b import c` is a.b.c when that is a module, else a.b."""
-    assert not node.level, "the engine uses absolute imports"
+MODULES = modules_of("klineage")
+APP_PACKAGES = ("gate_app", "skills_app", "klineage_web")
+APP_MODULES = modules_of(*APP_PACKAGES)
+
+
+def _target(node: ast.ImportFrom, alias: str, modules: dict[str, Path]) -> str | None:
+    """The module of `modules` an import binds: `from a.b import c` is a.b.c when that is a module, else a.b."""
+    assert not node.level, "the engine and the apps use absolute imports"
     base = node.module or ""
-    if f"{base}.{alias}" in MODULES:
+    if f"{base}.{alias}" in modules:
         return f"{base}.{alias}"
-    return base if base in MODULES else None
+    return base if base in modules else None
 
 
-def imports(module: str, *, top_level: bool) -> set[str]:
-    """The klineage modules `module` imports: at module level only (`top_level`), or anywhere in it."""
-    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+def imports(module: str, *, top_level: bool, modules: dict[str, Path] = MODULES) -> set[str]:
+    """The modules of `modules` (the engine's unless told) that `module` imports: at module level only
+    (`top_level`), or anywhere in it."""
+    tree = ast.parse(modules[module].read_text(encoding="utf-8"))
     nodes = tree.body if top_level else list(ast.walk(tree))
     found = set()
     for node in nodes:
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name in MODULES}
+            found |= {a.name for a in node.names if a.name in modules}
         elif isinstance(node, ast.ImportFrom):
-            found |= {t for a in node.names if (t := _target(node, a.name)) is not None}
+            found |= {t for a in node.names if (t := _target(node, a.name, modules)) is not None}
     return found - {module}
 
 
@@ -105,6 +114,16 @@ def test_helpers_import_no_transform_and_not_the_walk():
 
 def test_no_import_cycles_among_engine_modules():
     graph = {m: imports(m, top_level=True) for m in MODULES}
+    assert cycles(graph) == []
+
+
+def test_the_apps_modules_are_all_read():
+    assert {"gate_app.kinds", "gate_app.queue", "skills_app.models", "klineage_web.settings"} <= set(APP_MODULES)
+
+
+def test_no_import_cycles_among_the_apps_modules():
+    """Imports inside functions count: a cycle through one still makes each module depend on the other."""
+    graph = {m: imports(m, top_level=False, modules=APP_MODULES) for m in APP_MODULES}
     assert cycles(graph) == []
 
 

@@ -19,15 +19,14 @@ from channels.testing import WebsocketCommunicator
 
 from gate_app import progress, queue
 from gate_app.models import Job
+from job_kinds import ENV
 from klineage_web.asgi import application
 from services import REPO, redis_url, sqlite_job_database, sqlite_template  # noqa: F401  (fixtures)
 
 ORIGIN = [(b"origin", b"http://localhost")]
 
 
-@pytest.fixture(autouse=True)
-def _test_handlers(settings):
-    settings.KLINEAGE_JOB_TEST_HANDLERS = True
+pytestmark = pytest.mark.usefixtures("sleep_kind")  # tests/job_kinds.py
 
 
 @pytest.fixture(params=["in-memory", "redis"])
@@ -127,7 +126,7 @@ def test_events_from_a_worker_process_reach_the_page_through_redis(sqlite_job_da
     channel_layers.backends = {}
     job = queue.enqueue("sleep", {"seconds": 1.0, "steps": 4})
     env = {**os.environ, "DATABASE_URL": sqlite_job_database.url, "REDIS_URL": redis_url,
-           "KLINEAGE_DATA_DIR": str(tmp_path / "data"), "KLINEAGE_JOB_TEST_HANDLERS": "1"}
+           "KLINEAGE_DATA_DIR": str(tmp_path / "data"), **ENV}
 
     async def scenario():
         communicator = WebsocketCommunicator(application, f"/ws/jobs/{job.pk}/", headers=ORIGIN)

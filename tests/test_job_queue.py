@@ -16,18 +16,18 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from gate_app import handlers, queue
+from gate_app import queue, submit
 from gate_app.childproc import alive
+from gate_app.kinds import MODULE_ENV
 from gate_app.models import Job
 from gate_app.worker import Capabilities, JobWorker
+from job_kinds import ENV
 from services import REPO, job_database, postgres_server, postgres_template, sqlite_template  # noqa: F401  (fixtures)
 
 CPU = Capabilities(("cpu",), "", "", "test")
 
 
-@pytest.fixture(autouse=True)
-def _test_handlers(settings):
-    settings.KLINEAGE_JOB_TEST_HANDLERS = True
+pytestmark = pytest.mark.usefixtures("sleep_kind")  # tests/job_kinds.py
 
 
 def _jobs(count: int, **fields) -> list[int]:
@@ -83,8 +83,7 @@ print(json.dumps(got))
 
 def test_claim_is_exclusive_across_processes(job_database, tmp_path):
     ids = _jobs(200)
-    env = {**os.environ, "DATABASE_URL": job_database.url, "KLINEAGE_DATA_DIR": str(tmp_path),
-           "KLINEAGE_JOB_TEST_HANDLERS": "1"}
+    env = {**os.environ, "DATABASE_URL": job_database.url, "KLINEAGE_DATA_DIR": str(tmp_path), **ENV}
     procs = [subprocess.Popen([sys.executable, "-c", _CLAIMER, f"p{n}"], cwd=REPO, env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(4)]
     for proc in procs:  # every process set up and connected before any claims
@@ -122,19 +121,19 @@ def test_claim_only_kinds_the_worker_handles(job_database):
     assert "runs 'walk' jobs" in queue.waiting_reason(walk)
 
 
-def test_enqueue_rejects_unknown_kind_and_bad_gate_params(job_database, settings):
-    settings.KLINEAGE_JOB_TEST_HANDLERS = False
+def test_enqueue_rejects_unknown_kind_and_bad_gate_params(job_database, monkeypatch):
+    monkeypatch.delenv(MODULE_ENV)  # no test kinds: sleep is unknown
     with pytest.raises(queue.QueueError, match="unknown job kind"):
         queue.enqueue("sleep", {})
     with pytest.raises(queue.QueueError, match="no such"):
-        handlers.enqueue_gate("row_softmax", "row_softmax/no_such_kernel", mode="compile")
+        submit.enqueue_gate("row_softmax", "row_softmax/no_such_kernel", mode="compile")
     with pytest.raises(queue.QueueError, match="mode"):
-        handlers.enqueue_gate("row_softmax", "row_softmax/naive", mode="fast")
-    job = handlers.enqueue_gate("row_softmax", "row_softmax/naive", mode="compile")
+        submit.enqueue_gate("row_softmax", "row_softmax/naive", mode="fast")
+    job = submit.enqueue_gate("row_softmax", "row_softmax/naive", mode="compile")
     assert job.needs == "cpu" and job.params == {"problem": "row_softmax", "kernel": "row_softmax/naive",
                                                  "mode": "compile"}
-    assert handlers.enqueue_gate("row_softmax", "row_softmax/naive", mode="gpu").needs == "gpu"
-    assert handlers.enqueue_gate("row_softmax", "row_softmax/naive", mode="replay").needs == "cpu"
+    assert submit.enqueue_gate("row_softmax", "row_softmax/naive", mode="gpu").needs == "gpu"
+    assert submit.enqueue_gate("row_softmax", "row_softmax/naive", mode="replay").needs == "cpu"
 
 
 def test_idempotency_key_returns_the_existing_job(job_database):

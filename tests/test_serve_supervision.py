@@ -14,15 +14,14 @@ import pytest
 
 from gate_app import queue
 from gate_app.models import Job
+from job_kinds import ENV
 from services import REPO, free_port, sqlite_job_database, sqlite_template  # noqa: F401  (fixtures)
 from web_server import gate_workers, wait_for
 
 LEASE_SECONDS = 30  # the worker's default: the requeue must come well before it would expire
 
 
-@pytest.fixture(autouse=True)
-def _test_handlers(settings):
-    settings.KLINEAGE_JOB_TEST_HANDLERS = True
+pytestmark = pytest.mark.usefixtures("sleep_kind")  # tests/job_kinds.py
 
 
 def _wait(what: str, until, timeout_s: float):
@@ -33,7 +32,7 @@ def _wait(what: str, until, timeout_s: float):
 
 def test_a_killed_worker_is_restarted_and_its_job_requeued_at_once(sqlite_job_database, tmp_path):  # noqa: F811
     env = {**os.environ, "DATABASE_URL": sqlite_job_database.url, "KLINEAGE_DATA_DIR": str(tmp_path),
-           "KLINEAGE_JOB_TEST_HANDLERS": "1", "PYTHONUNBUFFERED": "1"}
+           **ENV, "PYTHONUNBUFFERED": "1"}
     env.pop("REDIS_URL", None)
     server = subprocess.Popen([sys.executable, "manage.py", "serve", f"127.0.0.1:{free_port()}"], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

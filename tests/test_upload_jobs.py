@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from accounts import logged_in, make_user
-from gate_app import handlers, queue
+from gate_app import queue, submit
 from gate_app.models import Job
 from klineage import config
 from klineage.gate.execute import probe_problem
@@ -22,8 +22,7 @@ from test_uploads import PROBLEM, SOURCE, files, plan
 
 
 @pytest.fixture
-def worker(sqlite_job_database, tmp_path, monkeypatch, settings):
-    settings.KLINEAGE_JOB_TEST_HANDLERS = True
+def worker(sqlite_job_database, tmp_path, monkeypatch, sleep_kind):
     monkeypatch.setenv("KLINEAGE_DATA_DIR", str(tmp_path / "data"))  # the web side and the worker share it
     process = WorkerProcess(sqlite_job_database, tmp_path / "data", "--cpu-only", "--poll-interval", "0.1")
     yield process
@@ -61,12 +60,12 @@ def test_a_problem_that_fails_to_load_is_refused_with_the_reason(worker, operato
     assert problem.probe_error == ("uploaded/broken: raised RuntimeError while loading: no GPU kernels for you")
     assert job.result["refused"] == problem.probe_error
     with pytest.raises(queue.QueueError, match="refused by its probe"):
-        handlers.gate_params("uploaded/broken", "row_softmax/naive", mode="compile")
+        submit.gate_params("uploaded/broken", "row_softmax/naive", mode="compile")
 
 
 def test_a_compile_mode_gate_job_of_an_uploaded_kernel(worker, operator):
     operator.post("/upload/", files(PROBLEM, SOURCE, plan(problem="uploaded/softmax_copy")))
-    gate = handlers.enqueue_gate("uploaded/softmax_copy", "uploaded/my_softmax", mode="compile")
+    gate = submit.enqueue_gate("uploaded/softmax_copy", "uploaded/my_softmax", mode="compile")
     job = _finished(gate.pk, timeout_s=180)
     assert job.status == Job.Status.SUCCEEDED, f"{job.error}\n{job.log}"
     assert job.result["status"] == "compiled" and job.result["compile"]["status"] == "ok"

@@ -13,7 +13,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from accounts import logged_in, make_user
-from gate_app import handlers, queue, submit
+from gate_app import queue, submit
 from gate_app.models import Job
 from gate_app.uploads import record_probe
 from klineage import config
@@ -200,7 +200,7 @@ def test_uploaded_names_on_the_optimize_page_and_in_jobs(operator):
     assert walk["problem"] == "uploaded/softmax_copy"  # the plan's problem by default
     assert submit.optimize_params("uploaded/my_softmax", problem="row_softmax", mode="compile")["problem"] == \
         "row_softmax"
-    gate = handlers.gate_params("uploaded/softmax_copy", "uploaded/my_softmax", against="row_softmax/naive",
+    gate = submit.gate_params("uploaded/softmax_copy", "uploaded/my_softmax", against="row_softmax/naive",
                                 mode="compile")
     assert gate == {"problem": "uploaded/softmax_copy", "kernel": "uploaded/my_softmax",
                     "against": "row_softmax/naive", "mode": "compile"}
@@ -208,8 +208,8 @@ def test_uploaded_names_on_the_optimize_page_and_in_jobs(operator):
     for call, message in [
         (lambda: submit.walk_params("uploaded/nope", mode="compile"), "no uploaded kernel 'uploaded/nope'"),
         (lambda: submit.walk_params("uploaded/my_softmax", problem="uploaded/nope"), "no uploaded problem"),
-        (lambda: handlers.gate_params("uploaded/nope", "row_softmax/naive"), "no uploaded problem"),
-        (lambda: handlers.gate_params("row_softmax", "uploaded/../../etc"), "no uploaded kernel"),
+        (lambda: submit.gate_params("uploaded/nope", "row_softmax/naive"), "no uploaded problem"),
+        (lambda: submit.gate_params("row_softmax", "uploaded/../../etc"), "no uploaded kernel"),
         (lambda: submit.walk_params("row_softmax/none"), "no bundled kernel"),
         (lambda: submit.walk_params("row_softmax/naive", problem="softmax_copy"), "no bundled problem"),
     ]:
@@ -218,7 +218,7 @@ def test_uploaded_names_on_the_optimize_page_and_in_jobs(operator):
 
     record_probe("uploaded/softmax_copy", None, "raised ValueError while loading: no")
     with pytest.raises(queue.QueueError, match="was refused by its probe: raised ValueError"):
-        handlers.gate_params("uploaded/softmax_copy", "uploaded/my_softmax", mode="compile")
+        submit.gate_params("uploaded/softmax_copy", "uploaded/my_softmax", mode="compile")
     refused = operator.post("/upload/", files(source=SOURCE, launch=plan("third", problem="uploaded/softmax_copy")))
     assert "which its probe refused" in _refusal(refused)
 

@@ -173,7 +173,8 @@ def test_an_optimization_stops_at_its_time_limit_in_the_child():
     """The child hands the job's time limit to the loop: past it, no candidate is gated."""
     import io
 
-    from gate_app.child import Channel, run_optimize_payload
+    from gate_app.child import Channel
+    from gate_app.runners import run_optimize_payload
 
     params = submit.optimize_params("row_softmax/naive", strategy="unconditioned_random", budget=6, mode="compile",
                                     time_limit_s=10)
@@ -185,14 +186,14 @@ def test_an_optimization_stops_at_its_time_limit_in_the_child():
 
 
 def test_an_optimization_queued_before_time_limits_still_runs_its_checks():
-    from gate_app.handlers import JobError
-    from gate_app.work import OPTIMIZE_KEYS, OPTIMIZE_OPTIONAL, _check_keys
+    from gate_app import kinds
 
-    older = {key: None for key in OPTIMIZE_KEYS}  # a job stored before time_limit_s existed
-    _check_keys(older, OPTIMIZE_KEYS, "optimize", OPTIMIZE_OPTIONAL)
-    _check_keys({**older, "time_limit_s": 60}, OPTIMIZE_KEYS, "optimize", OPTIMIZE_OPTIONAL)
-    with pytest.raises(JobError, match="and optionally"):
-        _check_keys({**older, "deadline": 60}, OPTIMIZE_KEYS, "optimize", OPTIMIZE_OPTIONAL)
+    optimize = kinds.get("optimize")
+    older = {key: None for key in optimize.required}  # a job stored before time_limit_s existed
+    optimize.check_keys(older)
+    optimize.check_keys({**older, "time_limit_s": 60})
+    with pytest.raises(kinds.KindError, match="and optionally"):
+        optimize.check_keys({**older, "deadline": 60})
 
 
 def test_the_outcome_chart_has_a_colour_for_every_attempt_status():
