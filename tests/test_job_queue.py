@@ -114,7 +114,7 @@ def test_claim_takes_oldest_first_and_respects_needs(job_database):
 
 
 def test_claim_only_kinds_the_worker_handles(job_database):
-    walk = queue.enqueue("walk", {})
+    walk = queue.enqueue("walk", {"mode": "compile"})  # a CPU job, as its kind says for a compile-only gate
     assert queue.claim("w", ["cpu"], kinds=["gate", "sleep"]) is None
     queue.register_worker("w", host="h", pid=1, gpu="", gpu_name="", capabilities=["cpu"], kinds=["gate"])
     walk.refresh_from_db()
