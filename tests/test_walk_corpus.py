@@ -5,8 +5,8 @@ tensor-core, async-copy, pipeline and vector-memory mechanism the catalog can re
 LDGSTS, 128-bit global loads or stores in the SASS, no shuffle where shuffle_to_shared still finds a
 site. What remains is printed as a table (run with `-s` to see it) and asserted where it is known.
 
-The gate cache is the module's own (`gate_cache`: compiled states shared with the worker's other
-modules), so each state compiles once; a cold run compiles about 110 states (minutes on a busy machine). KLINEAGE_WALK_CORPUS_CACHE names a
+The gate cache is one temporary folder shared by the whole module, so each state compiles once; a
+cold run compiles about 110 states (minutes on a busy machine). KLINEAGE_WALK_CORPUS_CACHE names a
 folder to keep the cache in between runs instead.
 """
 
@@ -51,12 +51,9 @@ KNOWN_LEFT: dict[str, set[str]] = {
 
 
 @pytest.fixture(scope="module")
-def cache(request):
+def cache(tmp_path_factory):
     kept = os.environ.get("KLINEAGE_WALK_CORPUS_CACHE")
-    if not kept:
-        yield request.getfixturevalue("gate_cache")
-        return
-    root = Path(kept)
+    root = Path(kept) if kept else tmp_path_factory.mktemp("corpus_walks")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
         yield GateCache(root / "cache", root / "recorded")
