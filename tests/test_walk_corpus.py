@@ -76,8 +76,9 @@ def _sass_counts(problem, state: KernelState, cache: GateCache) -> dict[str, int
 
 
 # The tensor-core experts take about 4 minutes each from a cold cache (the scalarized MMA states
-# are large): they run with `pytest -m slow`, and in every GPU session; the default suite walks the rest.
-SLOW = {"gemm/mma_sync", "conv2d/implicit_gemm"}
+# are large), topk's 1024-thread radix select about 1.5: they run with `pytest -m slow`, and in every
+# GPU session; the default suite walks row_softmax's expert.
+SLOW = {"gemm/mma_sync", "conv2d/implicit_gemm", "topk/radix_select"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in EXPERTS])
