@@ -1,4 +1,5 @@
-"""Formatting for measurements and fingerprints on the dashboard's pages, and their filter controls."""
+"""Formatting for measurements and fingerprints on both apps' pages, and their filter controls (the `klineage`
+tag library, registered in settings.TEMPLATES)."""
 
 from __future__ import annotations
 
