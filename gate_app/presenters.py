@@ -10,9 +10,8 @@ from django.urls import reverse
 
 from klineage_web.cuda_highlight import highlight_lines
 from klineage_web.diff_rows import diff_lines
+from klineage_web.short_ids import SHORT
 from skills_app.models import Kernel, Problem, SkillCard
-
-SHORT = 12  # characters of a card id the library's pages go by
 
 
 def _ratio(value: dict[str, Any] | None) -> float | None:

@@ -11,6 +11,7 @@ from typing import Any
 from django import template
 
 from klineage.skills.standing import ratio_text
+from klineage_web.short_ids import SHORT
 
 register = template.Library()
 
@@ -22,7 +23,7 @@ def _number(value: Any) -> float | None:
 
 
 @register.filter
-def short(fingerprint: Any, length: int = 12) -> str:
+def short(fingerprint: Any, length: int = SHORT) -> str:
     """The first characters of a fingerprint or key."""
     return str(fingerprint or "")[: int(length)]
 

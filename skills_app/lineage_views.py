@@ -21,10 +21,10 @@ from klineage.skills.standing import ratio_text
 from klineage_web.access import read_access
 from klineage_web.diff_rows import diff_layout, diff_lines, split_rows
 from klineage_web.pagination import paginate, query_without
+from klineage_web.short_ids import one_or_404
 from skills_app.filters import LineageFilter
 from skills_app.lineage_overview import speedup_chart, step_row
 from skills_app.models import Lineage, LineageStep, Review, Verdict
-from skills_app.short_ids import one_or_404
 
 REVIEW_PERMISSION = "skills_app.add_review"
 TERMINATIONS = ("complete", "step_limit", "rejection_limit", "unknown")
