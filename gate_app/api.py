@@ -21,7 +21,8 @@ from gate_app import kinds, presenters, submit, uploads
 from gate_app.apps import SUBMIT_PERMISSION
 from gate_app.models import Job
 from gate_app.queue import QueueError
-from skills_app.api import Pagination, ReadAccess
+from klineage_web.access import ReadAccess
+from klineage_web.pagination import Pagination
 from skills_app.models import Kernel, Problem
 
 

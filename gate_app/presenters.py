@@ -9,11 +9,10 @@ from typing import Any
 
 from django.urls import reverse
 
-from skills_app.highlight import highlight_lines
-from skills_app.lineage_views import diff_lines
+from klineage_web.cuda_highlight import highlight_lines
+from klineage_web.diff_rows import diff_lines
+from klineage_web.short_ids import SHORT
 from skills_app.models import Kernel, Problem, SkillCard
-
-SHORT = 12  # characters of a card id the library's pages go by
 
 
 def _ratio(value: dict[str, Any] | None) -> float | None:

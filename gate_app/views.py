@@ -17,7 +17,7 @@ from gate_app.forms import UploadForm
 from gate_app.models import Job, Worker
 from gate_app.queue import QueueError, describe
 from klineage_web.access import read_access
-from skills_app.paging import paginate, query_without
+from klineage_web.pagination import paginate, query_without
 
 
 @require_GET

@@ -67,6 +67,11 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "klineage_web.context_processors.site",
             ],
+            # Project-level tag libraries: `klineage` formats both apps' pages; `walk_jobs` ties a lineage to its job.
+            "libraries": {
+                "klineage": "klineage_web.template_filters",
+                "walk_jobs": "klineage_web.walk_jobs",
+            },
         },
     },
 ]

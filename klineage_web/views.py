@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET
 from drf_spectacular.generators import SchemaGenerator
 
 import klineage
+from gate_app.models import Job
 from klineage_web.access import read_access
 from skills_app.summary import dashboard
 
@@ -18,7 +19,9 @@ _HTTP_METHODS = ("get", "post", "put", "patch", "delete")
 @require_GET
 @read_access
 def home(request):
-    return render(request, "home.html", dashboard())
+    # The home page shows both apps: the corpus and library from skills_app, the latest jobs from gate_app.
+    jobs = Job.objects.select_related("owner").order_by("-created_at")[:5]
+    return render(request, "home.html", {**dashboard(), "jobs": jobs})
 
 
 @require_GET

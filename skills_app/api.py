@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.db.models import F, Prefetch
 from rest_framework import mixins, viewsets
-from rest_framework.pagination import PageNumberPagination
-from rest_framework.permissions import SAFE_METHODS, BasePermission
+from rest_framework.permissions import BasePermission
 from rest_framework.routers import DefaultRouter
 
+from klineage_web.access import ReadAccess
+from klineage_web.pagination import Pagination
 from skills_app import filters, serializers
 from skills_app.models import CardTrial, Kernel, KernelState, Lineage, LineageStep, Problem, Review, SkillCard, Verdict
 
 # A kernel's name is a corpus path such as row_softmax/naive: slashes allowed, dots not.
 KERNEL_NAME_PATTERN = r"[A-Za-z0-9_\-]+(?:/[A-Za-z0-9_\-]+)*"
-
-
-class ReadAccess(BasePermission):
-    """Reading follows KLINEAGE_READ_OPEN, looked up per request like the pages' read_access."""
-
-    message = "Sign in to read: this instance is not open for reading."
-
-    def has_permission(self, request, view) -> bool:
-        if request.method not in SAFE_METHODS:
-            return False
-        return bool(settings.KLINEAGE_READ_OPEN or (request.user and request.user.is_authenticated))
-
-
-class Pagination(PageNumberPagination):
-    page_size_query_param = "page_size"
-    max_page_size = 500
 
 
 class _ReadOnly(viewsets.ReadOnlyModelViewSet):

@@ -14,10 +14,10 @@ from klineage.kernel import KernelState as EngineState
 from klineage.launch import LaunchPlan
 from klineage.lineage import unified_diff
 from klineage_web.access import read_access
+from klineage_web.diff_rows import diff_layout, diff_lines, split_rows
+from klineage_web.short_ids import one_or_404
 from skills_app.lineage_overview import sass_totals
-from skills_app.lineage_views import diff_layout, diff_lines, split_rows
 from skills_app.models import KernelState, Lineage, Verdict
-from skills_app.short_ids import one_or_404
 
 
 def sass_counts(state: KernelState) -> tuple[Counter[str], str]:

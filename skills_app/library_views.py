@@ -22,15 +22,16 @@ from klineage.skills import skillmd
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.walk.timing_audit import Pairing
 from klineage_web.access import read_access
+from klineage_web.cuda_highlight import highlight_lines
+from klineage_web.diff_rows import diff_layout, diff_lines, split_rows
+from klineage_web.pagination import paginate, query_without
+from klineage_web.short_ids import SHORT, one_or_404
 from skills_app.card_refs import resolve_refs
 from skills_app.card_when import soundness_preconditions, when_chart
 from skills_app.card_words import effective_status, standing_of, title_of
 from skills_app.filters import SkillCardFilter
-from skills_app.highlight import highlight_lines
-from skills_app.lineage_views import diff_layout, diff_lines, forward_headers, split_rows
+from skills_app.lineage_views import forward_headers
 from skills_app.models import CardTrial, LineageStep, SkillCard
-from skills_app.paging import paginate, query_without
-from skills_app.short_ids import SHORT, one_or_404
 
 SORTS = {
     "gain": ("measured gain", [F("median_gain").desc(nulls_last=True), "transform", "card_id"]),

@@ -1,8 +1,9 @@
 """Lineage pages (list and timeline) and the review queue.
 
 A lineage page reads the stored document and its step rows only: diffs are highlighted on the
-server with the CUDA highlighter, one line at a time, with +/- gutters; the first line of each
-run of removed (added) lines carries the features the step removes (adds).
+server with the CUDA highlighter, one line at a time, with +/- gutters (klineage_web.diff_rows); the
+first line of each run of removed (added) lines carries the features the step removes (adds). The job
+that made a lineage, if one did, is gate_app's to know: the page's template asks klineage_web.walk_jobs.
 """
 
 from __future__ import annotations
@@ -14,94 +15,19 @@ from django.contrib.auth.decorators import login_required, permission_required
 from django.db.models import F, Prefetch
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils.html import escape
-from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_POST
 
-from gate_app.models import Job
 from klineage.skills.standing import ratio_text
 from klineage_web.access import read_access
+from klineage_web.diff_rows import diff_layout, diff_lines, split_rows
+from klineage_web.pagination import paginate, query_without
+from klineage_web.short_ids import one_or_404
 from skills_app.filters import LineageFilter
-from skills_app.highlight import highlight_lines
 from skills_app.lineage_overview import speedup_chart, step_row
 from skills_app.models import Lineage, LineageStep, Review, Verdict
-from skills_app.paging import paginate, query_without
-from skills_app.short_ids import one_or_404
 
 REVIEW_PERMISSION = "skills_app.add_review"
 TERMINATIONS = ("complete", "step_limit", "rejection_limit", "unknown")
-
-
-def diff_lines(diff: str, removed: list[dict[str, Any]] | None = None,
-               added: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """A unified diff as rows: kind (file, hunk, del, add, ctx), gutter, highlighted code, and
-    the feature notes on the first line of each hunk's first run of removed / added lines."""
-    notes = {"del": [_feature(f) for f in removed or []], "add": [_feature(f) for f in added or []]}
-    rows: list[dict[str, Any]] = []
-    noted: set[str] = set()
-    previous = ""
-    for line in diff.splitlines():
-        if line.startswith(("--- ", "+++ ")):
-            rows.append({"kind": "file", "gutter": "", "code": line})
-            previous = ""
-            continue
-        if line.startswith("@@"):
-            rows.append({"kind": "hunk", "gutter": "", "code": line})
-            noted, previous = set(), ""
-            continue
-        gutter, text = (line[:1], line[1:]) if line[:1] in ("+", "-", " ") else (" ", line)
-        kind = {"+": "add", "-": "del"}.get(gutter, "ctx")
-        highlighted = highlight_lines(text)
-        code = highlighted[0] if highlighted else mark_safe("")
-        row = {"kind": kind, "gutter": gutter, "code": code, "notes": []}
-        if kind in notes and kind != previous and kind not in noted:
-            row["notes"] = notes[kind]
-            noted.add(kind)
-        rows.append(row)
-        previous = kind
-    for row in rows:  # headers are plain text, escaped here
-        if row["kind"] in ("file", "hunk"):
-            row["code"] = escape(row["code"])
-    return rows
-
-
-def split_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Unified rows side by side: headers span both sides, context sits on both, and each run of
-    removed lines is paired line by line with the run of added lines that follows it (the
-    shorter side padded with blanks)."""
-    out: list[dict[str, Any]] = []
-    removed: list[dict[str, Any]] = []
-    added: list[dict[str, Any]] = []
-
-    def flush() -> None:
-        for i in range(max(len(removed), len(added))):
-            out.append({"kind": "pair", "left": removed[i] if i < len(removed) else None,
-                        "right": added[i] if i < len(added) else None})
-        removed.clear()
-        added.clear()
-
-    for row in rows:
-        if row["kind"] == "del":
-            if added:  # a removal after additions starts a new run
-                flush()
-            removed.append(row)
-        elif row["kind"] == "add":
-            added.append(row)
-        else:
-            flush()
-            out.append({"kind": row["kind"], "left": row, "right": row})
-    flush()
-    return out
-
-
-def diff_layout(request) -> str:
-    """"split" (side by side) when the page was asked for it, else "unified"."""
-    return "split" if request.GET.get("diff") == "split" else "unified"
-
-
-def _feature(change: dict[str, Any]) -> str:
-    locus = f"{change.get('locus')}:" if change.get("locus") else ""
-    return f"{change.get('level', '')} {locus}{change.get('name', '')}".strip()
 
 
 def ratio_bars(overall: float, per_trial: list[float], mark: float, label: str) -> dict[str, Any]:
@@ -269,7 +195,6 @@ def lineage(request, lineage_id: str):
         "limits": document.get("limits", {}),
         "can_review": _reviewable(request.user),
         "diff_layout": diff_layout(request),
-        "made_by": _made_by(found),
     })
 
 
@@ -322,14 +247,6 @@ def forward_headers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if row["kind"] == "file" and str(row["code"]) in FORWARD_HEADERS:
             row["code"] = FORWARD_HEADERS[str(row["code"])]
     return rows
-
-
-def _made_by(found: Lineage) -> dict[str, Any] | None:
-    """The job that walked this lineage, when a job did: who started it and when."""
-    job = (Job.objects.filter(kind=Job.Kind.WALK, result__lineage=found.id).select_related("owner")
-           .order_by("-created_at").first())
-    return {"job": job, "owner": job.owner.get_username() if job and job.owner else "", "when": job.created_at} \
-        if job else None
 
 
 WALKS = {"gpu": ("GPU walks", Lineage.Assurance.GPU_VERIFIED),

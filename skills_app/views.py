@@ -15,12 +15,12 @@ from django.views.decorators.http import require_GET
 
 from klineage.launch import ARCHES
 from klineage_web.access import read_access
+from klineage_web.cuda_highlight import highlight_lines
+from klineage_web.pagination import paginate, query_without
+from klineage_web.short_ids import one_or_404
 from skills_app import presenters
 from skills_app.filters import LATEST_STATUS_CHOICES, SUITE_CHOICES, KernelFilter, VerdictFilter
-from skills_app.highlight import highlight_lines
 from skills_app.models import Kernel, KernelState, Problem, Verdict
-from skills_app.paging import paginate, query_without
-from skills_app.short_ids import one_or_404
 
 
 @require_GET

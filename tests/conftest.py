@@ -32,26 +32,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-# What nvcc, the artifact policy, disassembly and the problem probe produced, keyed by content: the
-# same kernel compiles to the same entry in every module, so the modules of one test worker share it.
-# Verdicts are never shared: each module judges from an empty verdict cache.
-_BUILD_PARTS = ("compile", "artifact", "sass", "problems")
-
-
-@pytest.fixture(scope="session")
-def build_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("build_cache")
-
-
 @pytest.fixture(scope="module")
-def gate_cache(tmp_path_factory, build_cache):
-    """A gate cache of the module's own, with no verdict in it and nothing recorded (compiled artifacts
-    shared within the worker); KLINEAGE_CACHE_DIR points into it."""
+def gate_cache(tmp_path_factory):
+    """A gate cache of the module's own, empty and with nothing recorded; KLINEAGE_CACHE_DIR points into it."""
     root = tmp_path_factory.mktemp("gate_cache")
-    (root / "cache").mkdir()
-    for part in _BUILD_PARTS:
-        (build_cache / part).mkdir(exist_ok=True)
-        (root / "cache" / part).symlink_to(build_cache / part, target_is_directory=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
         yield GateCache(root / "cache", root / "recorded")

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from dashboard_data import clear_dashboard_rows, corpus  # noqa: F401
-from skills_app.highlight import highlight_lines, tokenize
+from klineage_web.cuda_highlight import highlight_lines, tokenize
 from skills_app.models import Kernel, Lineage, Problem, Verdict
 
 pytestmark = pytest.mark.django_db
@@ -136,7 +136,7 @@ def test_kernel_page_shows_tma_tensor_map_arguments_readably(client, corpus):
 
 def test_plan_arg_filter():
     from klineage.launch import Arg
-    from skills_app.templatetags.klineage import plan_arg
+    from klineage_web.template_filters import plan_arg
 
     rank1 = Arg.from_dict({"tensor_map": "v", "dtype": "f32", "dims": ["N"], "box": [256]}, "args").to_dict()
     assert plan_arg(rank1) == "tensor_map(v: f32, dims [N], box [256], swizzle none, L2 promotion 256B)"

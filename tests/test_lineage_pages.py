@@ -16,9 +16,9 @@ from klineage import config
 from klineage.lineage import Lineage as LineageDocument
 from klineage.skills.titles import anchor_where
 from klineage.walk.timing_audit import step_pairings
+from klineage_web.diff_rows import diff_lines
 from lineage_data import vendor_verdict, with_rejections
 from skills_app.importer import import_lineage, store_verdict
-from skills_app.lineage_views import diff_lines
 from skills_app.models import Lineage, LineageStep, Review, Verdict
 
 pytestmark = pytest.mark.django_db
@@ -317,7 +317,7 @@ def test_pages_follow_read_access(client, dry, settings):
 
 
 def test_diffs_side_by_side_pair_removed_with_added_lines(client, dry):
-    from skills_app.lineage_views import diff_lines, split_rows
+    from klineage_web.diff_rows import diff_lines, split_rows
 
     rows = diff_lines("--- a\n+++ b\n@@ -1,4 +1,4 @@\n ctx\n-old1\n-old2\n+new1\n tail\n-gone\n")
     split = split_rows(rows)

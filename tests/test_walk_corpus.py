@@ -5,8 +5,8 @@ tensor-core, async-copy, pipeline and vector-memory mechanism the catalog can re
 LDGSTS, 128-bit global loads or stores in the SASS, no shuffle where shuffle_to_shared still finds a
 site. What remains is printed as a table (run with `-s` to see it) and asserted where it is known.
 
-The gate cache is the module's own (`gate_cache`: compiled states shared with the worker's other
-modules), so each state compiles once; a cold run compiles about 110 states (minutes on a busy machine). KLINEAGE_WALK_CORPUS_CACHE names a
+The gate cache is one temporary folder shared by the whole module, so each state compiles once; a
+cold run compiles about 110 states (minutes on a busy machine). KLINEAGE_WALK_CORPUS_CACHE names a
 folder to keep the cache in between runs instead.
 """
 
@@ -51,12 +51,9 @@ KNOWN_LEFT: dict[str, set[str]] = {
 
 
 @pytest.fixture(scope="module")
-def cache(request):
+def cache(tmp_path_factory):
     kept = os.environ.get("KLINEAGE_WALK_CORPUS_CACHE")
-    if not kept:
-        yield request.getfixturevalue("gate_cache")
-        return
-    root = Path(kept)
+    root = Path(kept) if kept else tmp_path_factory.mktemp("corpus_walks")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
         yield GateCache(root / "cache", root / "recorded")
@@ -79,8 +76,9 @@ def _sass_counts(problem, state: KernelState, cache: GateCache) -> dict[str, int
 
 
 # The tensor-core experts take about 4 minutes each from a cold cache (the scalarized MMA states
-# are large): they run with `pytest -m slow`, and in every GPU session; the default suite walks the rest.
-SLOW = {"gemm/mma_sync", "conv2d/implicit_gemm"}
+# are large), topk's 1024-thread radix select about 1.5: they run with `pytest -m slow`, and in every
+# GPU session; the default suite walks row_softmax's expert.
+SLOW = {"gemm/mma_sync", "conv2d/implicit_gemm", "topk/radix_select"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in EXPERTS])

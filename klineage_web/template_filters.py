@@ -1,4 +1,5 @@
-"""Formatting for measurements and fingerprints on the dashboard's pages, and their filter controls."""
+"""Formatting for measurements and fingerprints on both apps' pages, and their filter controls (the `klineage`
+tag library, registered in settings.TEMPLATES)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from django import template
 
 from klineage.skills.standing import ratio_text
+from klineage_web.short_ids import SHORT
 
 register = template.Library()
 
@@ -21,7 +23,7 @@ def _number(value: Any) -> float | None:
 
 
 @register.filter
-def short(fingerprint: Any, length: int = 12) -> str:
+def short(fingerprint: Any, length: int = SHORT) -> str:
     """The first characters of a fingerprint or key."""
     return str(fingerprint or "")[: int(length)]
 

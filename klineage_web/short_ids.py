@@ -1,4 +1,4 @@
-"""Ids as pages show them: the first 12 hex digits of a content id, or the whole id, name one row."""
+"""Ids as both apps' pages show them: the first 12 hex digits of a content id, or the whole id, name one row."""
 
 from __future__ import annotations
 
