@@ -11,7 +11,7 @@ becomes a grid-stride loop, `for (int i = <same>; i < n; i += gridDim.x * blockD
 the kernel gets a grid of cdiv(grid, factor) blocks: each thread handles about `factor` elements, a whole grid's
 width apart, so that a warp's accesses stay coalesced and the loop condition is the guard of the tail. The loop
 covers every element for any grid size, so the factor is a pure tuning value (the carrier `factor`, 4 unless a
-card names others).
+card names others: this transform's cards as `factor`, uncoarsen's as `old`).
 
 Legality (forward_sites), decided on the parse and the plan: the kernel is launched one-dimensionally, passing
 no buffer twice; the element index is declared (not `const`) right before its guard, and the guard ends the
@@ -19,7 +19,9 @@ kernel (the `if (i < n)` form) or everything after it is the element's work (the
 work has no loop (a kernel that walks a row per thread is no elementwise kernel), no barrier, warp collective,
 shared memory, `asm`, `return`, `break` or `goto`, names no thread or block coordinate (its meaning would change
 with the element), and never assigns the index; the kernel names `gridDim` nowhere. Elements are independent:
-the threads of the naive kernel run in no order, and the loop is one such order.
+the threads of the naive kernel run in no order, and the loop is one such order. Known limit: an `int` index
+steps past INT_MAX (and wraps) when n is within a grid's width of 2^31; the naive `int` kernel already fails
+at 2^31 elements.
 
 Backward writes the `if (i < n)` form from the loop, its grid multiplied back (the plan's `cdiv(grid, factor)`
 unwrapped); a kernel that came from the `return` form gets the `if` form, which computes the same.
@@ -39,7 +41,7 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._edit import indentation, is_written, operator, reindent, splice
+from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
 from klineage.transforms._naive import (
     SERIAL_INDEX,
     index_declaration,
@@ -97,8 +99,9 @@ class UncoarsenGridStride(Transform):
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        factors = [int(f) for f in self.carrier_values(carrier, "factor") if str(f).isdigit() and int(f) > 1] or \
-            [FACTOR]
+        # this transform's own cards name `factor`; uncoarsen's (kin) name the factor they took away `old`
+        named = self.carrier_values(carrier, "factor") + self.carrier_values(carrier, "old")
+        factors = list(dict.fromkeys(int(f) for f in named if str(f).isdigit() and int(f) > 1)) or [FACTOR]
         anchors = []
         for function in cp.functions(parsed):
             try:
@@ -181,16 +184,15 @@ def _serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
     if at + 1 >= len(listed) or listed[at + 1].type != "if_statement":
         raise NotApplicable(f"{function.name}: no guard right after its element index")
     guard = listed[at + 1]
-    condition = cp.nodes_of_type(guard.child_by_field_name("condition"), "binary_expression")
-    comparison = condition[0] if condition else None
-    if comparison is None or parsed.text(comparison.child_by_field_name("left")) != index or \
+    condition = guard.child_by_field_name("condition")
+    comparison = unparen(condition.child_by_field_name("value") or condition)
+    relation = operator(comparison) if comparison.type == "binary_expression" else ""
+    if relation not in ("<", ">=") or parsed.text(comparison.child_by_field_name("left")) != index or \
             guard.child_by_field_name("alternative") is not None:
-        raise NotApplicable(f"{function.name}'s guard does not compare '{index}'")
-    relation = operator(comparison)
-    bound = comparison.child_by_field_name("right")
-    if squash(parsed.text(guard.child_by_field_name("condition"))) != f"({squash(parsed.text(comparison))})" or \
-            not _simple(bound):
         raise NotApplicable(f"{function.name}'s guard is not `{index} < n` or `{index} >= n`")
+    bound = comparison.child_by_field_name("right")
+    if not _simple(bound):
+        raise NotApplicable(f"{function.name}'s bound `{parsed.text(bound)}` is no plain arithmetic")
     consequence = guard.child_by_field_name("consequence")
     if relation == "<" and at + 2 == len(listed):
         work_nodes, work = [consequence], parsed.text(consequence)
