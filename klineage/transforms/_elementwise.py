@@ -27,6 +27,7 @@ from klineage.transforms._edit import indentation, reindent, splice
 from klineage.transforms._naive import (
     SERIAL_INDEX,
     index_declaration,
+    kernel,
     launches_of,
     parameters,
     rescaled_grid,
@@ -34,7 +35,6 @@ from klineage.transforms._naive import (
     statements,
     unwrapped,
 )
-from klineage.transforms._naive import kernel
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 ELEMENT = "e"  # the tail loop's element index

@@ -31,7 +31,17 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import ArgKind
 from klineage.transforms import register
-from klineage.transforms._edit import Scope, call_arguments, is_written, operator, outer_parens, params, splice, unparen
+from klineage.transforms._edit import (
+    Scope,
+    call_arguments,
+    contains,
+    is_written,
+    operator,
+    outer_parens,
+    params,
+    splice,
+    unparen,
+)
 from klineage.transforms._naive import kernel, squash
 from klineage.transforms._readonly import LDG_TYPES
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
@@ -124,7 +134,7 @@ def _const_pointers(parsed: cp.ParsedSource, function: cp.Function) -> dict[str,
         else:
             declared.setdefault(param.name, []).extend([None, None])
     for declaration in cp.declarations(parsed):
-        if declaration.function != function.name or not _within(function.node, declaration.node):
+        if declaration.function != function.name or not contains(function.node, declaration.node):
             continue
         pointer = declaration.indirection == "*" and "const" in declaration.specifiers and \
             squash(declaration.type) in LDG_TYPES and declaration.init is not None
@@ -136,14 +146,10 @@ def _pointee_const(parsed: cp.ParsedSource, declaration: Node) -> bool:
     return any(c.type == "type_qualifier" and parsed.text(c) == "const" for c in declaration.children)
 
 
-def _within(outer: Node, inner: Node) -> bool:
-    return outer.start_byte <= inner.start_byte and inner.end_byte <= outer.end_byte
-
-
 def _uses(parsed: cp.ParsedSource, body: Node, name: str) -> list[Node]:
     """The identifiers `name` in the body other than where a declaration names what it declares."""
-    return [n for n in cp.nodes_of_type(body, "identifier") if parsed.text(n) == name and
-            not (n.parent is not None and n.parent.type in _DECLARATORS and n.parent.child_by_field_name("declarator") == n)]
+    return [n for n in cp.nodes_of_type(body, "identifier") if parsed.text(n) == name and not (
+        n.parent is not None and n.parent.type in _DECLARATORS and n.parent.child_by_field_name("declarator") == n)]
 
 
 _DECLARATORS = frozenset({"pointer_declarator", "init_declarator", "declaration", "array_declarator",
