@@ -7,10 +7,9 @@ from __future__ import annotations
 import pytest
 
 from klineage.kernel import KernelState
-from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.cuda_tools import feature_counts
-from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
 CASES = ["row_scale", "table_lookup"]
 
@@ -43,15 +42,7 @@ def test_forward_sites_are_the_read_only_arrays(transform):
     assert [a.key for a in transform.find(golden("row_scale", "before"))] == ["in"]
 
 
-PLAN = """
-name = "t"
-problem = "t"
-[[launch]]
-entry = "kernel"
-grid = ["cdiv(n, 256)"]
-block = [256]
-args = ["x", "y", { scalar = "n", type = "i32" }]
-"""
+PLAN = plan_of('"x", "y", { scalar = "n", type = "i32" }')
 KERNEL = """__global__ void kernel(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = 2.0f * x[i];
@@ -63,7 +54,7 @@ SITE = Anchor("kernel", "array", "x")
 def test_a_pointer_without_restrict_reads_through_the_read_only_cache(transform, cache):
     """Without __restrict__ nvcc cannot prove that the stores to y miss x and loads x coherently; the plan passes
     distinct buffers, so __ldg(&x[i]) is legal and compiles to LDG...CONSTANT."""
-    naive = KernelState(source=KERNEL, plan=LaunchPlan.from_toml(PLAN))
+    naive = KernelState(source=KERNEL, plan=PLAN)
     assert transform.forward_sites(naive) == [SITE]
     cached = transform.forward(naive, SITE).state
     assert "y[i] = 2.0f * __ldg(&x[i]);" in cached.source
@@ -80,7 +71,7 @@ def test_a_pointer_without_restrict_reads_through_the_read_only_cache(transform,
 ])
 def test_no_site_where_the_data_may_change_or_is_not_global(transform, edit, why):
     assert edit[0] in KERNEL
-    state = KernelState(source=KERNEL.replace(*edit), plan=LaunchPlan.from_toml(PLAN))
+    state = KernelState(source=KERNEL.replace(*edit), plan=PLAN)
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
@@ -95,12 +86,12 @@ def test_no_site_where_the_data_may_change_or_is_not_global(transform, edit, why
 def test_const_locals_are_sites_only_over_read_only_global_data(transform, edit, keys):
     """A const local starting at a read-only parameter is a site; one over shared memory, or over an array the
     kernel writes, is not."""
-    state = KernelState(source=KERNEL.replace(*edit), plan=LaunchPlan.from_toml(PLAN))
+    state = KernelState(source=KERNEL.replace(*edit), plan=PLAN)
     assert [a.key for a in transform.forward_sites(state)] == keys
 
 
 def test_no_site_when_the_launch_passes_the_buffer_twice(transform):
-    state = KernelState(source=KERNEL, plan=LaunchPlan.from_toml(PLAN.replace('"x", "y"', '"y", "y"')))
+    state = KernelState(source=KERNEL, plan=plan_of('"y", "y", { scalar = "n", type = "i32" }'))
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match="passes one buffer to it twice"):
         transform.forward(state, SITE)

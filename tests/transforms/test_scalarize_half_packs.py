@@ -8,11 +8,10 @@ import pytest
 import torch
 
 from klineage.kernel import KernelState
-from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.cuda_tools import feature_counts
 from tests.transforms import emulate
-from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
 CASES = ["axpy_half", "silu_mul_bf16", "scale_in_place"]
 SITE = Anchor("kernel", "function", "i")
@@ -60,15 +59,7 @@ def test_the_pack_path_is_guarded_and_the_tail_is_scalar(transform):
     assert packed.plan.launches[0].grid[0] == "cdiv(cdiv(n, 256), 8)"
 
 
-PLAN = LaunchPlan.from_toml("""
-name = "t"
-problem = "t"
-[[launch]]
-entry = "kernel"
-grid = ["cdiv(n, 256)"]
-block = [256]
-args = ["x", "y", { scalar = "n", type = "i32" }]
-""")
+PLAN = plan_of('"x", "y", { scalar = "n", type = "i32" }')
 HEAD = ("#include <cuda_fp16.h>\n__global__ void kernel(const __half* x, __half* y, int n) {\n"
         "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n")
 
@@ -93,8 +84,8 @@ def test_no_site_for_mixed_widths_or_a_buffer_passed_twice(transform):
                         plan=PLAN)
     with pytest.raises(NotApplicable, match="__half or __nv_bfloat16"):
         transform.forward(mixed, SITE)
-    plan = (HERE / "scalarize_half_packs" / "scale_in_place" / "after.toml").read_text().replace('"x", "y"', '"y", "y"')
-    twice = KernelState(source=golden("scale_in_place", "after").source, plan=LaunchPlan.from_toml(plan))
+    twice = KernelState(source=golden("scale_in_place", "after").source,
+                        plan=plan_of('"y", "y", { scalar = "a", type = "f32" }, { scalar = "n", type = "i32" }'))
     with pytest.raises(NotApplicable, match="one buffer twice"):
         transform.forward(twice, SITE)
 

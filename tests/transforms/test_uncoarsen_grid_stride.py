@@ -11,7 +11,7 @@ from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.transforms import emulate
-from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
 SITE = Anchor("kernel", "function", "i*4")
 
@@ -52,15 +52,8 @@ __global__ void kernel(const float* __restrict__ table, const int* __restrict__ 
     out[i] = table[(long long)idx[r] * cols + c];
 }
 """
-GATHER_PLAN = LaunchPlan.from_toml("""
-name = "t"
-problem = "t"
-[[launch]]
-entry = "kernel"
-grid = ["cdiv(rows * cols, 128)"]
-block = [128]
-args = ["table", "idx", "out", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }]
-""")
+GATHER_PLAN = plan_of('"table", "idx", "out", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
+                      "cdiv(rows * cols, 128)", 128)
 
 
 def test_the_return_form_becomes_a_loop_over_the_rest_of_the_kernel(transform, cache):
@@ -75,15 +68,7 @@ def test_the_return_form_becomes_a_loop_over_the_rest_of_the_kernel(transform, c
 
 
 HEAD = "__global__ void kernel(const float* x, float* y, int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-PLAN = LaunchPlan.from_toml("""
-name = "t"
-problem = "t"
-[[launch]]
-entry = "kernel"
-grid = ["cdiv(n, 256)"]
-block = [256]
-args = ["x", "y", { scalar = "n", type = "i32" }]
-""")
+PLAN = plan_of('"x", "y", { scalar = "n", type = "i32" }')
 
 
 @pytest.mark.parametrize("body, why", [
