@@ -43,24 +43,24 @@ def test_forward_finds_the_naive_kernel_by_analysis_with_the_cards_factors(trans
     assert eight.plan.launches[0].grid[0] == "cdiv(cdiv(n, 256), 8)"
 
 
-GATHER = """// out[i] = table[idx[i / cols] * cols + i % cols]; one thread per output element.
-__global__ void kernel(const float* __restrict__ table, const int* __restrict__ idx, float* __restrict__ out,
+OUTER = """// out[r][c] = x[r] * w[c], a rows x cols outer product; one thread per output element.
+__global__ void kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ out,
                        int rows, int cols) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)rows * cols) return;
-    int r = i / cols, c = i % cols;
-    out[i] = table[(long long)idx[r] * cols + c];
+    const int r = i / cols, c = i % cols;
+    out[i] = x[r] * w[c];
 }
 """
-GATHER_PLAN = plan_of('"table", "idx", "out", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
+OUTER_PLAN = plan_of('"x", "w", "out", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
                       "cdiv(rows * cols, 128)", 128)
 
 
 def test_the_return_form_becomes_a_loop_over_the_rest_of_the_kernel(transform, cache):
-    naive = KernelState(source=GATHER, plan=GATHER_PLAN)
+    naive = KernelState(source=OUTER, plan=OUTER_PLAN)
     coarse = transform.forward(naive, SITE).state
     assert ("    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)rows * cols; "
-            "i += gridDim.x * blockDim.x) {\n        int r = i / cols, c = i % cols;\n") in coarse.source
+            "i += gridDim.x * blockDim.x) {\n        const int r = i / cols, c = i % cols;\n") in coarse.source
     assert coarse.plan.launches[0].grid[0] == "cdiv(cdiv(rows * cols, 128), 4)"
     compiles_without_spills(coarse, cache)
     back = transform.backward(coarse, SITE).state  # the `if` form, which computes the same
@@ -99,11 +99,10 @@ def test_no_site_on_a_two_dimensional_launch(transform):
 def test_the_loop_computes_the_naive_kernels_bits_on_the_cpu(transform, tmp_path):
     cases = {"leaky": (golden("after"), lambda n, g: ({"n": n}, {"x": torch.randn(n, generator=g)},
                                                        {"y": (torch.float32, n)})),
-             "gather": (KernelState(source=GATHER, plan=GATHER_PLAN),
-                        lambda n, g: ({"rows": n, "cols": 3}, {"table": torch.randn(7 * 3, generator=g),
-                                                               "idx": torch.randint(0, 7, (n,), generator=g,
-                                                                                    dtype=torch.int32)},
-                                      {"out": (torch.float32, 3 * n)}))}
+             "outer": (KernelState(source=OUTER, plan=OUTER_PLAN),
+                       lambda n, g: ({"rows": n, "cols": 3}, {"x": torch.randn(n, generator=g),
+                                                              "w": torch.randn(3, generator=g)},
+                                     {"out": (torch.float32, 3 * n)}))}
     for name, (naive, make) in cases.items():
         forms = {"naive": naive, **{f"x{k}": transform.forward(naive, Anchor("kernel", "function", f"i*{k}")).state
                                      for k in (3, 4)}}
