@@ -18,13 +18,16 @@ from klineage.transforms.base import Placement
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer"
 OPERATORS = sorted(p.name for p in BENCH.iterdir() if (p / "problem.py").is_file())
-# operator -> the analysis forwards that must find a site in its naive kernel (the rest must find none)
-EXPECTED = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_reduction"},
+# operator -> the analysis forwards that must find a site in its naive kernel (the rest must find none); every
+# naive kernel reads a const array it never writes (ldg_subscript); their data is 32-bit (no scalarize_half_packs)
+_BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_reduction"},
             "log_softmax": {"serialize_reduction"}, "l2_normalize": {"serialize_reduction"},
             "batched_matvec": {"serialize_reduction"}, "cumsum": {"serialize_reduction"},
-            "gelu_mul": {"scalarize_elementwise"},
-            "adam_update": {"scalarize_elementwise"}, "transpose": {"untile_transpose"},
-            "scatter_add": {"scalarize_elementwise"}}  # its table-zeroing kernel
+            "gelu_mul": {"scalarize_elementwise", "uncoarsen_grid_stride"},
+            "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride"}, "transpose": {"untile_transpose"},
+            "gather_rows": {"uncoarsen_grid_stride"},
+            "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride"}}  # its table-zeroing kernel, both
+EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}
 
 
 @pytest.fixture(scope="module")

@@ -37,17 +37,17 @@ def kernel(parsed: cp.ParsedSource, anchor: Anchor) -> cp.Function:
     raise NotApplicable(f"no kernel {anchor.function}")
 
 
-def index_declaration(parsed: cp.ParsedSource, body: Node, value: str) -> tuple[Node, Node, str]:
-    """(declaration, its initializer, the name) of `int name = <value>;` among the body's statements."""
+def index_declaration(parsed: cp.ParsedSource, body: Node, value: str, kind: str = "int") -> tuple[Node, Node, str]:
+    """(declaration, its initializer, the name) of `<kind> name = <value>;` among the body's statements."""
     for statement in statements(body):
         declarators = statement.children_by_field_name("declarator") if statement.type == "declaration" else []
-        kind = statement.child_by_field_name("type")
-        if len(declarators) != 1 or declarators[0].type != "init_declarator" or kind is None:
+        declared = statement.child_by_field_name("type")
+        if len(declarators) != 1 or declarators[0].type != "init_declarator" or declared is None:
             continue
         init = declarators[0].child_by_field_name("value")
-        if parsed.text(kind) == "int" and init is not None and squash(parsed.text(init)) == value:
+        if squash(parsed.text(declared)) == kind and init is not None and squash(parsed.text(init)) == value:
             return statement, init, parsed.text(declarators[0].child_by_field_name("declarator"))
-    raise NotApplicable(f"no `int i = {value};`")
+    raise NotApplicable(f"no `{kind} i = {value};`")
 
 
 def parameters(parsed: cp.ParsedSource, function: cp.Function) -> list[tuple[str, str, bool]]:

@@ -25,6 +25,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import ArgKind
 from klineage.transforms import register
+from klineage.transforms._readonly import LDG_TYPES
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
 
 _KEY = re.compile(r"^(?P<ptr>.+)#(?P<n>\d+)$", re.DOTALL)
@@ -147,14 +148,6 @@ class Ldg(Transform):
                 continue
             anchors.append(Anchor(load.function, "call", key, parsed.text(load.replace)))
         return anchors
-
-
-# The element types `__ldg` has overloads for.
-LDG_TYPES = frozenset({"char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int",
-                       "unsigned", "long", "unsigned long", "long long", "unsigned long long", "float", "double",
-                       "char2", "char4", "uchar2", "uchar4", "short2", "short4", "ushort2", "ushort4", "int2", "int4",
-                       "uint2", "uint4", "longlong2", "ulonglong2", "float2", "float4", "double2", "__half", "__half2",
-                       "__nv_bfloat16", "__nv_bfloat162"})
 
 
 def _const_pointers(parsed: cp.ParsedSource) -> set[tuple[str, str]]:

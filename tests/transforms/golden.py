@@ -26,6 +26,12 @@ block = [128]
 """
 
 
+def plan_of(args: str, grid: str = "cdiv(n, 256)", block: int = 256) -> LaunchPlan:
+    """A one-launch plan of `kernel` for a test's own small kernel: its TOML argument list, grid and block."""
+    return LaunchPlan.from_toml(f'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["{grid}"]\n'
+                                f"block = [{block}]\nargs = [{args}]\n")
+
+
 def load(case: Path, which: str, entry: str) -> KernelState:
     plan_file = case / f"{which}.toml"
     plan_text = plan_file.read_text() if plan_file.is_file() else DEFAULT_PLAN.format(entry=entry)

@@ -1,0 +1,283 @@
+"""Shared analysis and rewriting for the forwards that pack an elementwise kernel's elements into 16-byte
+vectors (scalarize_elementwise: four 32-bit elements per `float4`; scalarize_half_packs: eight 16-bit
+`__half`/`__nv_bfloat16` elements per `uint4`).
+
+Both read the same naive form (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) <body>`, the body
+touching arrays only at `[i]`) and write the same vector form: `i` becomes the thread index times the width;
+where the width's elements are in bounds and every array is 16-byte aligned each array the body reads is
+loaded once as a pack, the body runs once per lane on registers and each array it writes is stored once;
+otherwise a scalar element loop covers what is left. A `Packing` says how one transform names a pack, its
+lanes and the element types it packs; the rest is here, so the two stay one mechanism at two widths.
+
+The leading underscore keeps the catalog from loading this module as a transform.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.launch import LaunchPlan
+from klineage.transforms._edit import indentation, reindent, splice
+from klineage.transforms._naive import (
+    SERIAL_INDEX,
+    index_declaration,
+    kernel,
+    launches_of,
+    parameters,
+    rescaled_grid,
+    squash,
+    statements,
+    unwrapped,
+)
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
+
+ELEMENT = "e"  # the tail loop's element index
+PURE_CALLS = frozenset({
+    "expf", "__expf", "exp", "logf", "__logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "tanhf", "tanh",
+    "fmaxf", "fminf", "max", "min", "fmaf", "__fdividef", "erff", "erf", "powf", "sinf", "cosf", "__ldg", "abs",
+    "__saturatef", "normcdff", "erfcf", "log1pf", "expm1f", "floorf", "ceilf", "roundf", "truncf", "copysignf"})
+_FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|for|return|"
+                        r"gridDim|printf|asm)\b")
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How one transform packs elements: `width` per 16 bytes, the pack type of each element type it accepts
+    (`const` and `__restrict__` dropped), how a lane of an array's pack is written, the declarations that
+    load (or, for an array only written, declare) the pack, and the names the body must not use already."""
+
+    width: int
+    packs: Mapping[str, str]  # element type -> pack type
+    kinds: str  # the accepted element types, for messages: "float, int or unsigned"
+    pure: frozenset[str]  # calls the body may make (no effects)
+    taken: str  # a regular expression of the names the rewrite declares
+    lane: Callable[[str, int], str]  # (array, lane) -> the lane's expression
+    # (array, element type, pack type, index, read, written) -> the lines that load or declare the array's pack
+    declare: Callable[[str, str, str, str, bool, bool], list[str]]
+
+    def name(self, array: str) -> str:
+        return f"{array}{self.width}"
+
+
+@dataclass(frozen=True)
+class Site:
+    function: cp.Function
+    index: str
+    index_init: Node
+    guard: Node  # the `if (i < n)` statement
+    bound: str
+    body: Node  # the guarded statement
+    read: tuple[tuple[str, str], ...]  # (array, element type), in order of first use
+    written: tuple[tuple[str, str], ...]
+
+
+def vector_index(packing: Packing) -> str:
+    return f"({SERIAL_INDEX}) * {packing.width}"
+
+
+def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, packing: Packing) -> Site:
+    """The naive elementwise form in `function`, or NotApplicable with the reason."""
+    if not function.is_kernel:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    launches_of(state, function.name, dimensions=1)
+    body = function.node.child_by_field_name("body")
+    declaration, init, index = index_declaration(parsed, body, SERIAL_INDEX)
+    listed = statements(body)
+    guard = listed[-1]
+    if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
+        raise NotApplicable(f"{function.name} does not end in `if ({index} < n) ...`")
+    bound = re.fullmatch(rf"\(\s*{index}\s*<\s*([A-Za-z_]\w*)\s*\)",
+                         squash(parsed.text(guard.child_by_field_name("condition"))))
+    if bound is None:
+        raise NotApplicable(f"{function.name}'s guard is not `{index} < n`")
+    if listed.index(guard) != listed.index(declaration) + 1:
+        raise NotApplicable(f"{function.name} has code between its element index and the guard")
+    guarded = guard.child_by_field_name("consequence")
+    text = parsed.text(guarded)
+    if _FORBIDDEN.search(text) or "threadIdx" in text or re.search(rf"\b(?:{ELEMENT}|{packing.taken})\b", text):
+        raise NotApplicable(f"{function.name}'s element body loops, synchronizes, returns or names '{ELEMENT}'")
+    for call in cp.nodes_of_type(guarded, "call_expression"):
+        if cp.call_name(call) not in packing.pure:
+            raise NotApplicable(f"{function.name} calls {cp.call_name(call)}, which may have effects")
+    types = {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
+             if pointer}
+    read, written = {}, {}
+    subscripts = sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=_evaluated)
+    for node in subscripts:
+        array = parsed.text(node.child_by_field_name("argument"))
+        if squash(parsed.text(node.child_by_field_name("indices"))) not in (f"[{index}]", index):
+            raise NotApplicable(f"{function.name} reads `{parsed.text(node)}`, not element {index}")
+        element = types.get(array, "")
+        if element not in packing.packs:
+            raise NotApplicable(f"'{array}' is no pointer parameter to {packing.kinds}")
+        parent = node.parent
+        stored = parent.type == "assignment_expression" and parent.child_by_field_name("left") == node
+        if stored and parsed.text(parent.child_by_field_name("operator")) != "=":
+            read.setdefault(array, element)
+        if not stored and array in written and array not in read:
+            raise NotApplicable(f"'{array}' is read after it is written")
+        (written if stored else read).setdefault(array, element)
+    uses = len(re.findall(rf"\b{index}\b", text))
+    if uses != len(subscripts):
+        raise NotApplicable(f"{function.name} uses '{index}' beyond its subscripts")
+    if cp.nodes_of_type(guarded, "pointer_expression") or "->" in text:
+        raise NotApplicable(f"{function.name} dereferences a pointer expression")
+    top = statements(guarded)
+    for array in written:
+        if array not in read and not any(squash(parsed.text(s)).startswith(f"{array}[{index}] =") for s in top):
+            raise NotApplicable(f"'{array}' is written only under a condition: a vector store would write garbage")
+    if not read and not written:
+        raise NotApplicable(f"{function.name} touches no array")
+    return Site(function, index, init, guard, bound[1], guarded, tuple(read.items()), tuple(written.items()))
+
+
+def packed(state: KernelState, parsed: cp.ParsedSource, site: Site, packing: Packing) -> tuple[str, LaunchPlan]:
+    """(source, plan) of the vector form of `site`: packs loaded, the body once per lane, packs stored, the
+    scalar tail; the grid divided by the width."""
+    data, width = parsed.data, packing.width
+    indent = indentation(data, site.guard.start_byte)
+    inner = indent + "    "
+    read, written = dict(site.read), dict(site.written)
+    arrays = read | written
+    aligned = " | ".join(f"(size_t){a}" for a in arrays)
+    lines = [f"if ({site.index} + {width - 1} < {site.bound} && (({aligned}) & 15) == 0) {{"]
+    for array, element in arrays.items():
+        declared = packing.declare(array, element, packing.packs[element], site.index, array in read,
+                                   array in written)
+        lines += [inner + line for line in declared]
+    column = len(indentation(data, site.body.start_byte))
+    for lane in range(width):
+        text = _subscripts(parsed, site, lambda a, k=lane: packing.lane(a, k))
+        block = text if site.body.type == "compound_statement" else f"{{ {text} }}"
+        lines.append(inner + reindent(block, column, inner)[len(inner):])
+    for array, element in site.written:
+        lines.append(f"{inner}*reinterpret_cast<{packing.packs[element]}*>({array} + {site.index}) = "
+                     f"{packing.name(array)};")
+    tail_body = _subscripts(parsed, site, lambda a: f"{a}[{ELEMENT}]")
+    lines.append(f"{indent}}} else {{")
+    lines.append(f"{inner}for (int {ELEMENT} = {site.index}; {ELEMENT} < {site.bound} && {ELEMENT} < "
+                 f"{site.index} + {width}; ++{ELEMENT}) " + reindent(tail_body, column, inner)[len(inner):])
+    lines.append(f"{indent}}}")
+    edits = [(site.index_init.start_byte, site.index_init.end_byte, vector_index(packing)),
+             (site.guard.start_byte, site.guard.end_byte, "\n".join(lines))]
+    plan = rescaled_grid(state, site.function.name, lambda grid: f"cdiv({grid}, {width})")
+    return _apply(data, edits), plan
+
+
+def unpacked(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, index: str,
+             packing: Packing) -> tuple[str, LaunchPlan]:
+    """(source, plan) of the naive form of a kernel in the vector form: its element loop, one element per
+    thread, the grid as it was."""
+    found, init, guard = vector_form(parsed, function, packing)
+    if found != index:
+        raise NotApplicable(f"{function.name}: the element index is '{found}'")
+    alternative = guard.child_by_field_name("alternative")
+    tail = next(c for c in cp.nodes_of_type(alternative, "for_statement"))
+    bound = re.match(rf"\s*{ELEMENT}\s*<\s*([\w.]+)", parsed.text(tail.child_by_field_name("condition")))
+    if bound is None:
+        raise NotApplicable(f"{function.name}: the element loop has no bound")
+    body = tail.child_by_field_name("body")
+    indent = indentation(parsed.data, guard.start_byte)
+    text = parsed.text(body)
+    for subscript in sorted(cp.nodes_of_type(body, "subscript_expression"), key=lambda n: -n.start_byte):
+        if squash(parsed.text(subscript.child_by_field_name("indices"))) in (f"[{ELEMENT}]", ELEMENT):
+            start = subscript.child_by_field_name("indices").start_byte - body.start_byte
+            end = subscript.child_by_field_name("indices").end_byte - body.start_byte
+            text = text[:start] + f"[{index}]" + text[end:]
+    text = reindent(text, len(indentation(parsed.data, body.start_byte)), indent)[len(indent):]
+    edits = [(init.start_byte, init.end_byte, SERIAL_INDEX),
+             (guard.start_byte, guard.end_byte, f"if ({index} < {bound[1]}) {text}")]
+    plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "cdiv(", f", {packing.width})"))
+    return _apply(parsed.data, edits), plan
+
+
+def vector_form(parsed: cp.ParsedSource, function: cp.Function, packing: Packing) -> tuple[str, Node, Node]:
+    """(index, its initializer, the vector guard) of a kernel in the form `packed` writes."""
+    body = function.node.child_by_field_name("body")
+    if not function.is_kernel or body is None:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    _, init, index = index_declaration(parsed, body, vector_index(packing))
+    for statement in body.named_children:
+        condition = statement.child_by_field_name("condition") if statement.type == "if_statement" else None
+        if condition is not None and squash(parsed.text(condition)).startswith(
+                f"({index} + {packing.width - 1} <") and statement.child_by_field_name("alternative") is not None:
+            return index, init, statement
+    raise NotApplicable(f"{function.name} has no vector guard")
+
+
+def _evaluated(subscript: Node) -> int:
+    """Where an access happens in evaluation order: a store once its assignment's value is computed (`y[i] =
+    f(y[i])` reads y first), any other access where it stands."""
+    parent = subscript.parent
+    if parent.type == "assignment_expression" and parent.child_by_field_name("left") == subscript:
+        return parent.end_byte
+    return subscript.start_byte
+
+
+def _apply(data: bytes, edits: list[tuple[int, int, str]]) -> str:
+    return splice(data, edits)[0].decode("utf-8")
+
+
+def _subscripts(parsed: cp.ParsedSource, site: Site, replace: Callable[[str], str]) -> str:
+    """The guarded statement's text with each `a[i]` replaced by `replace(a)`."""
+    text, base = parsed.text(site.body), site.body.start_byte
+    for node in sorted(cp.nodes_of_type(site.body, "subscript_expression"), key=lambda n: -n.start_byte):
+        array = parsed.text(node.child_by_field_name("argument"))
+        text = text[:node.start_byte - base] + replace(array) + text[node.end_byte - base:]
+    return text
+
+
+class PackedElementwise(Transform):
+    """A transform whose forward packs an elementwise kernel's elements as `packing` says; subclasses set the
+    class attributes of a Transform, `packing`, and the words their notes use for an element and a pack."""
+
+    packing: Packing
+    element: str  # "element", "16-bit element"
+    pack: str  # "vectors", "packs"
+    placement = Placement.ANALYSIS
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        found = []
+        for function in cp.functions(parsed):
+            try:
+                index, _, _ = vector_form(parsed, function, self.packing)
+            except NotApplicable:
+                continue
+            found.append(Anchor(function.name, "function", index, parsed.text(function.node)[:200]))
+        return found
+
+    def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        anchors = []
+        for function in cp.functions(parsed):
+            try:
+                site = serial_site(state, parsed, function, self.packing)
+            except NotApplicable:
+                continue
+            anchors.append(Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200]))
+        return anchors
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        site = serial_site(state, parsed, kernel(parsed, anchor), self.packing)
+        if site.index != anchor.key:
+            raise NotApplicable(f"{anchor}: the element index is '{site.index}'")
+        source, plan = packed(state, parsed, site, self.packing)
+        names, width = ", ".join(dict(site.read) | dict(site.written)), self.packing.width
+        return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"width": width},
+                            note=f"{site.function.name}: {width} {self.element}s per thread as 16-byte {self.pack} "
+                                 f"of {names}, scalar tail; grid / {width}")
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        source, plan = unpacked(state, parsed, function, anchor.key, self.packing)
+        return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
+                            note=f"{function.name}: one {self.element} per thread, scalar loads and stores")

@@ -1,0 +1,243 @@
+"""uncoarsen_grid_stride: a grid-stride loop over elements, on a grid shrunk by a factor, becomes one element per
+thread; forward finds its sites by analysis.
+
+The mechanism (forward): an elementwise kernel, one thread per element, in either naive form
+
+    int i = blockIdx.x * blockDim.x + threadIdx.x;          long long i = (long long)blockIdx.x * blockDim.x + ...;
+    if (i < n) <body>                                       if (i >= n) return;
+                                                            <rest of the kernel>
+
+becomes a grid-stride loop, `for (int i = <same>; i < n; i += gridDim.x * blockDim.x) <body>`, and every launch of
+the kernel gets a grid of cdiv(grid, factor) blocks: each thread handles about `factor` elements, a whole grid's
+width apart, so that a warp's accesses stay coalesced and the loop condition is the guard of the tail. The loop
+covers every element for any grid size, so the factor is a pure tuning value (the carrier `factor`, 4 unless a
+card names others: this transform's cards as `factor`, uncoarsen's as `old`).
+
+Legality (forward_sites), decided on the parse and the plan: the kernel is launched one-dimensionally, passing
+no buffer twice; the element index is declared (not `const`) right before its guard, and the guard ends the
+kernel (the `if (i < n)` form) or everything after it is the element's work (the `return` form); the element's
+work has no loop (a kernel that walks a row per thread is no elementwise kernel), no barrier, warp collective,
+shared memory, `asm`, `return`, `break` or `goto`, names no thread or block coordinate (its meaning would change
+with the element), and never assigns the index; the kernel names `gridDim` nowhere. Elements are independent:
+the threads of the naive kernel run in no order, and the loop is one such order. Known limit: an `int` index
+steps past INT_MAX (and wraps) when n is within a grid's width of 2^31; the naive `int` kernel already fails
+at 2^31 elements.
+
+Backward writes the `if (i < n)` form from the loop, its grid multiplied back (the plan's `cdiv(grid, factor)`
+unwrapped); a kernel that came from the `return` form gets the `if` form, which computes the same.
+
+Anchor: the kernel, kind "function", key `<index>*<factor>`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms import register
+from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
+from klineage.transforms._naive import (
+    SERIAL_INDEX,
+    index_declaration,
+    kernel,
+    launches_of,
+    rescaled_grid,
+    squash,
+    statements,
+    unwrapped,
+)
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
+
+FACTOR = 4
+STRIDE = "gridDim.x * blockDim.x"
+_INDEXES = (("int", SERIAL_INDEX), ("long long", f"(long long){SERIAL_INDEX}"))
+_KEY = re.compile(r"^(?P<index>[A-Za-z_]\w*)\*(?P<factor>[1-9]\d*)$")
+_FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"
+                        r"__activemask|__match\w*|__reduce\w*|asm|goto|break|return|for|while|do|threadIdx|blockIdx|"
+                        r"blockDim|gridDim|this_grid|grid_group)\b")
+# a bound `n` of `i < n` that needs no parentheses there: names, numbers, calls, casts and arithmetic
+_BOUND_TYPES = frozenset({"identifier", "number_literal", "field_expression", "call_expression", "cast_expression",
+                          "parenthesized_expression", "subscript_expression"})
+
+
+@dataclass(frozen=True)
+class Site:
+    function: cp.Function
+    kind: str  # the index's type
+    index: str
+    init: str  # its initializer, as written
+    bound: str
+    start: int  # bytes [start, end) of the index declaration through the element's work
+    end: int
+    work: str  # the loop's body, as it will be written
+
+
+class UncoarsenGridStride(Transform):
+    name = "uncoarsen_grid_stride"
+    intent = ("Give each thread several elements of an elementwise kernel in a grid-stride loop and launch "
+              "proportionally fewer blocks; the loop condition guards the tail.")
+    placement = Placement.ANALYSIS
+    kin = ("uncoarsen",)  # its cards coarsen threads through a constant; this places coarsening afresh
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        found = []
+        for function in cp.functions(parsed):
+            try:
+                loop, index, _ = _loop(parsed, function)
+                factor = _factor(state, function.name)
+            except NotApplicable:
+                continue
+            found.append(Anchor(function.name, "function", f"{index}*{factor}", parsed.text(loop)[:200]))
+        return found
+
+    def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        # this transform's own cards name `factor`; uncoarsen's (kin) name the factor they took away `old`
+        named = self.carrier_values(carrier, "factor") + self.carrier_values(carrier, "old")
+        factors = list(dict.fromkeys(int(f) for f in named if str(f).isdigit() and int(f) > 1)) or [FACTOR]
+        anchors = []
+        for function in cp.functions(parsed):
+            try:
+                site = _serial_site(state, parsed, function)
+            except NotApplicable:
+                continue
+            anchors += [Anchor(function.name, "function", f"{site.index}*{factor}",
+                               parsed.data[site.start:site.end].decode("utf-8")[:200]) for factor in factors]
+        return anchors
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        index, factor = _key(anchor)
+        parsed = cp.parse(state.source)
+        site = _serial_site(state, parsed, kernel(parsed, anchor))
+        if site.index != index:
+            raise NotApplicable(f"{anchor}: the element index is '{site.index}'")
+        loop = f"for ({site.kind} {index} = {site.init}; {index} < {site.bound}; {index} += {STRIDE}) {site.work}"
+        source = splice(parsed.data, [(site.start, site.end, loop)])[0].decode("utf-8")
+        plan = rescaled_grid(state, site.function.name, lambda grid: f"cdiv({grid}, {factor})")
+        return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"factor": factor},
+                            note=f"{site.function.name}: a grid-stride loop over {index}, about {factor} elements "
+                                 f"per thread; grid / {factor}")
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        index, factor = _key(anchor)
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        loop, found, (kind, init, bound) = _loop(parsed, function)
+        if found != index or _factor(state, function.name) != factor:
+            raise NotApplicable(f"{anchor}: the loop is over '{found}' on a grid / {_factor(state, function.name)}")
+        indent = indentation(parsed.data, loop.start_byte)
+        body = parsed.text(loop.child_by_field_name("body"))
+        text = f"{kind} {index} = {init};\n{indent}if ({index} < {bound}) {body}"
+        source = splice(parsed.data, [(loop.start_byte, loop.end_byte, text)])[0].decode("utf-8")
+        plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "cdiv(", f", {factor})"))
+        return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
+                            note=f"{function.name}: one element per thread, grid * {factor}")
+
+
+def _key(anchor: Anchor) -> tuple[str, int]:
+    match = _KEY.match(anchor.key)
+    if anchor.kind != "function" or match is None:
+        raise NotApplicable(f"uncoarsen_grid_stride needs a function anchor keyed `<index>*<factor>`, not {anchor}")
+    return match["index"], int(match["factor"])
+
+
+def _factor(state: KernelState, entry: str) -> int:
+    """The factor every launch of `entry` divides its grid by (`cdiv(grid, k)`)."""
+    factors = {re.fullmatch(r"cdiv\((.+), ([1-9]\d*)\)", str(launch.grid[0]).strip())
+               for launch in launches_of(state, entry, dimensions=1)}
+    values = {int(f[2]) for f in factors if f is not None}
+    if None in factors or len(values) != 1:
+        raise NotApplicable(f"the launches of {entry} do not all divide their grid by one factor")
+    return values.pop()
+
+
+def _declared_index(parsed: cp.ParsedSource, body: Node) -> tuple[Node, str, str, str]:
+    """(declaration, type, name, initializer) of the thread's element index, not `const`."""
+    for kind, value in _INDEXES:
+        try:
+            declaration, init, index = index_declaration(parsed, body, value, kind)
+        except NotApplicable:
+            continue
+        if any(c.type == "type_qualifier" for c in declaration.children):
+            raise NotApplicable(f"the element index '{index}' is const")
+        return declaration, kind, index, parsed.text(init)
+    raise NotApplicable("no element index `int i = blockIdx.x * blockDim.x + threadIdx.x;`")
+
+
+def _serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Site:
+    if not function.is_kernel or function.node.child_by_field_name("body") is None:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    launches_of(state, function.name, dimensions=1)
+    body = function.node.child_by_field_name("body")
+    if "gridDim" in parsed.text(body):
+        raise NotApplicable(f"{function.name} names gridDim already")
+    declaration, kind, index, init = _declared_index(parsed, body)
+    listed = statements(body)
+    at = listed.index(declaration)
+    if at + 1 >= len(listed) or listed[at + 1].type != "if_statement":
+        raise NotApplicable(f"{function.name}: no guard right after its element index")
+    guard = listed[at + 1]
+    condition = guard.child_by_field_name("condition")
+    comparison = unparen(condition.child_by_field_name("value") or condition)
+    relation = operator(comparison) if comparison.type == "binary_expression" else ""
+    if relation not in ("<", ">=") or parsed.text(comparison.child_by_field_name("left")) != index or \
+            guard.child_by_field_name("alternative") is not None:
+        raise NotApplicable(f"{function.name}'s guard is not `{index} < n` or `{index} >= n`")
+    bound = comparison.child_by_field_name("right")
+    if not _simple(bound):
+        raise NotApplicable(f"{function.name}'s bound `{parsed.text(bound)}` is no plain arithmetic")
+    consequence = guard.child_by_field_name("consequence")
+    if relation == "<" and at + 2 == len(listed):
+        work_nodes, work = [consequence], parsed.text(consequence)
+    elif relation == ">=" and squash(parsed.text(consequence)) in ("return;", "{ return; }") and at + 2 < len(listed):
+        work_nodes = listed[at + 2:]
+        column = len(indentation(parsed.data, work_nodes[0].start_byte))
+        inner = indentation(parsed.data, declaration.start_byte) + "    "
+        lines = parsed.data[work_nodes[0].start_byte:work_nodes[-1].end_byte].decode("utf-8")
+        work = "{\n" + inner + reindent(lines, column, inner)[len(inner):] + "\n" + inner[:-4] + "}"
+    else:
+        raise NotApplicable(f"{function.name}: the guard neither ends the kernel (`if ({index} < n)`) nor returns "
+                            f"(`if ({index} >= n) return;`)")
+    for node in work_nodes:
+        text = parsed.text(node)
+        if _FORBIDDEN.search(text):
+            raise NotApplicable(f"{function.name}'s element work loops, synchronizes, returns or names a thread "
+                                f"coordinate")
+        if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(node, "identifier")) or \
+                re.search(rf"&\s*{index}\b", text):
+            raise NotApplicable(f"{function.name} changes its element index '{index}'")
+    end = work_nodes[-1].end_byte
+    return Site(function, kind, index, init, parsed.text(bound), declaration.start_byte, end, work)
+
+
+def _simple(bound: Node) -> bool:
+    if bound.type == "binary_expression":
+        return operator(bound) in ("*", "+", "-", "/", "%") and all(
+            _simple(bound.child_by_field_name(side)) for side in ("left", "right"))
+    return bound.type in _BOUND_TYPES
+
+
+def _loop(parsed: cp.ParsedSource, function: cp.Function) -> tuple[Node, str, tuple[str, str, str]]:
+    """(the loop, its index, (index type, initializer, bound)) of a kernel in the form forward writes."""
+    body = function.node.child_by_field_name("body")
+    if not function.is_kernel or body is None:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    for statement in statements(body):
+        if statement.type != "for_statement":
+            continue
+        header = re.fullmatch(r"for \((int|long long) ([A-Za-z_]\w*) = (.+?); \2 < (.+?); \2 \+= "
+                              + re.escape(STRIDE) + r"\)", squash(parsed.text(statement)[:statement.child_by_field_name(
+                                  "body").start_byte - statement.start_byte]))
+        if header is not None and dict(_INDEXES).get(header[1]) == header[3]:
+            return statement, header[2], (header[1], header[3], header[4])
+    raise NotApplicable(f"{function.name} has no grid-stride loop over its elements")
+
+
+register(UncoarsenGridStride())

@@ -1,0 +1,41 @@
+"""Run a golden elementwise kernel on the CPU (tests/transforms/elementwise_emulator.cpp over tests/mma_emulator.h):
+build it once per source, run its plan for some parameters, read its output buffers back."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from klineage.kernel import KernelState
+from klineage.launch import resolve
+from tests.cuda_tools import build_mma_emulator, run_mma_emulator
+
+EMULATOR = Path(__file__).resolve().parent / "elementwise_emulator.cpp"
+
+
+def build(work: Path, state: KernelState) -> Path:
+    work.mkdir(parents=True, exist_ok=True)
+    return build_mma_emulator(work, EMULATOR, state.source, ())
+
+
+def run(binary: Path, work: Path, state: KernelState, params: dict, inputs: dict[str, torch.Tensor],
+        outputs: dict[str, tuple[torch.dtype, int]], shift: int = 0, order: str = "random") -> dict[str, torch.Tensor]:
+    """The outputs (name -> dtype, count) of the state's plan for `params` on `inputs`, every buffer argument
+    `shift` elements into its buffer (the first `shift` elements of each buffer are padding)."""
+    work.mkdir(parents=True, exist_ok=True)
+    launches = []
+    for launch in resolve(state.plan, dict(params), set(inputs) | set(outputs)):
+        args = tuple(("scalar", struct.unpack("<i", struct.pack("<f", float(value)))[0], "i32")
+                     if kind == "scalar" and kind_type == "f32" else (kind, value, kind_type)
+                     for kind, value, kind_type in launch.args)
+        launches.append(replace(launch, args=args))
+    padded = {name: torch.cat([torch.zeros(shift, dtype=t.dtype), t]) for name, t in inputs.items()}
+    buffers = [f"{name} {str(dtype).removeprefix('torch.')} {count + shift} output"
+               for name, (dtype, count) in outputs.items()]
+    complaint = run_mma_emulator(binary, work, padded, buffers, launches, order, 7, shift)
+    assert not complaint, complaint
+    return {name: torch.frombuffer(bytearray((work / f"{name}.bin").read_bytes()), dtype=dtype)[shift:]
+            for name, (dtype, _) in outputs.items()}
