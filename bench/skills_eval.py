@@ -62,10 +62,10 @@ from klineage.gate.pipeline import default_cache, git_commit, run_gate  # noqa: 
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.lineage import Lineage  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, AttemptStatus, OptimizationResult, RewriterKind, Stop, Strategy, optimize  # noqa: E402
-from klineage.optimize.command import bundled_library, seconds  # noqa: E402
+from klineage.optimize.command import seconds  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
-from klineage.skills.library import Library, corpus_lineages, lineage_index, load_library  # noqa: E402
+from klineage.skills.library import Library, bundled_library, corpus_lineages, lineage_index, load_library  # noqa: E402
 
 NO_TIMING = "the {mode} gate times nothing (no GPU): no ratio can be measured, none is invented"
 UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)

@@ -46,8 +46,7 @@ from klineage.gate.pipeline import git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import load_kernel  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, Strategy, optimize  # noqa: E402
-from klineage.optimize.command import bundled_library  # noqa: E402
-from klineage.skills.library import load_library  # noqa: E402
+from klineage.skills.library import bundled_library, load_library  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent / "transfer"
 STRATEGIES = (Strategy.LIBRARY, Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)

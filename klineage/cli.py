@@ -7,81 +7,72 @@ import json
 import sys
 from typing import Any
 
-from klineage import __version__, config, corpus
+from klineage import __version__, cli_options, config, corpus, kernel_export
 from klineage.config import GateMode
 from klineage.errors import KLineageError
 from klineage.gate.policy import GatePolicy, Placement
-
-PLACEMENTS = [p.value for p in Placement]
-PLACEMENT_HELP = ("where the timed kernels sit: as_loaded, or exchanged (each timed in every kernel's place between "
-                  "trials: for kernels whose time moves with where their code lands, docs/perf-notes.md)")
+from klineage.optimize import command as optimize_command  # `klineage optimize` lives beside its loop
+from klineage.skills import command as library_command  # `klineage library` lives beside the library
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="klineage", description="Learn when GPU-kernel optimizations are sound.")
-    parser.add_argument("--version", action="version", version=f"klineage {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+def parser() -> argparse.ArgumentParser:
+    """The `klineage` command line; `klineage kernel export` lives beside the folder writer."""
+    top = argparse.ArgumentParser(prog="klineage", description="Learn when GPU-kernel optimizations are sound.")
+    top.add_argument("--version", action="version", version=f"klineage {__version__}")
+    commands = top.add_subparsers(dest="command", required=True)
 
-    gate = commands.add_parser("gate", help="judge a kernel: static check, compile, correctness, profile",
-                               epilog="exit status: 0 passed (or compiled); 1 rejected, or the gate failed; 2 bad "
-                                      "input; 3 passed, but the timing never settled: no speed decision (docs/gate.md)")
-    gate.add_argument("problem", help="problem file, or the name of a bundled problem")
-    gate.add_argument("kernel", help="kernel folder (with launch.toml), or a bundled kernel name")
+    gate = commands.add_parser(
+        "gate", help="judge a kernel: static check, compile, correctness, profile",
+        parents=[cli_options.problem(), cli_options.kernel(), cli_options.gate(), cli_options.placement(),
+                 cli_options.record("the verdict"), cli_options.json_output("the verdict")],
+        epilog="exit status: 0 passed (or compiled); 1 rejected, or the gate failed; 2 bad input; 3 passed, but the "
+               "timing never settled: no speed decision (docs/gate.md)")
     gate.add_argument("--against", help="a baseline kernel to time against, or 'vendor' (the problem's vendor path)")
     gate.add_argument("--compile-only", action="store_true", help="static check, compile and features; run nothing")
-    gate.add_argument("--gate", choices=[m.value for m in GateMode], help="gpu, replay (recorded verdicts) or compile")
     gate.add_argument("--cases", help="comma-separated case names (default: every case the kernel supports)")
     gate.add_argument("--seeds", type=int, default=3)
     gate.add_argument("--no-timing", action="store_true")
     gate.add_argument("--sanitize", choices=["never", "on_pass", "always"], default="on_pass")
+    # Not optimize's --require: here 0 (the default) asks nothing, there unset means DEFAULT_REQUIRED_RATIO.
     gate.add_argument("--require", type=float, default=0.0, help="paired acceptance: candidate >= R x baseline")
-    gate.add_argument("--placement", choices=PLACEMENTS, default="as_loaded", help=PLACEMENT_HELP)
-    gate.add_argument("--record", action="store_true", help="also store the verdict in the committed recorded store")
-    gate.add_argument("--json", action="store_true", help="print the verdict as JSON")
 
-    walk = commands.add_parser("walk", help="walk an expert kernel backward, one gated simplification at a time")
-    walk.add_argument("kernel", help="kernel folder (with launch.toml), or a bundled kernel name")
+    walk = commands.add_parser(
+        "walk", help="walk an expert kernel backward, one gated simplification at a time",
+        parents=[cli_options.kernel(), cli_options.gate("a dry walk: unverified"),
+                 cli_options.placement("the forward timings"),
+                 cli_options.record("every verdict the walk used", scope="GPU walk"),
+                 cli_options.jobs(6, "this many states of the guessed walk", "while prefetching"),
+                 cli_options.out("the lineage JSON", "var/lineages/<kernel>-<gate>.json")])
     walk.add_argument("--problem", help="problem file or bundled problem (default: the plan's problem)")
+    # Not optimize's --rewriter: the same two choices, but optimize's are its RewriterKind, which the walk has not.
     walk.add_argument("--rewriter", choices=["rules", "llm"], default="rules")
-    walk.add_argument("--gate", choices=[m.value for m in GateMode],
-                      help="gpu, replay (recorded verdicts) or compile (a dry walk: unverified)")
     walk.add_argument("--max-steps", type=int, default=16)
     walk.add_argument("--max-rejections", type=int, default=4)
-    walk.add_argument("--out", help="where to write the lineage JSON (default: var/lineages/<kernel>-<gate>.json)")
-    walk.add_argument("--record", action="store_true",
-                      help="GPU walk: keep every verdict it used in the recorded store, so that it replays whole")
     walk.add_argument("--prefetch", metavar="LINEAGE",
                       help="GPU walk: first gate the states of this earlier walk of the expert (e.g. its dry walk) "
                            "side by side; the walk then finds what the guess got right in the cache")
-    walk.add_argument("--jobs", type=int, default=6, help="gates side by side while prefetching (default 6)")
     walk.add_argument("--prefetch-share", metavar="I/N", type=_share, default=(0, 1),
                       help="prefetch only states I, I+N, I+2N, ... of the guess (N GPUs share one prefetch)")
     walk.add_argument("--prefetch-only", action="store_true",
                       help="stop after the prefetch: no walk, no lineage (with --record, the verdicts are kept)")
-    walk.add_argument("--placement", choices=PLACEMENTS, default="as_loaded",
-                      help="the forward timings: " + PLACEMENT_HELP)
     walk.add_argument("--as-in", metavar="LINEAGE",
                       help="walk with the transforms, limits and timing placement of this earlier walk (to replay "
                            "it: --gate replay)")
 
-    problems = commands.add_parser("problems", help="list bundled problems, or describe problem files of any format")
+    problems = commands.add_parser("problems", help="list bundled problems, or describe problem files of any format",
+                                   parents=[cli_options.json_output("the list, or the descriptions,")])
     problems.add_argument("paths", nargs="*", metavar="PATH",
                           help="problem files (this project's, the reference's, KernelBench, FlashInfer definitions)")
-    problems.add_argument("--json", action="store_true")
-    kernels = commands.add_parser("kernels", help="list bundled kernels")
+    kernels = commands.add_parser("kernels", help="list bundled kernels", parents=[cli_options.json_output("the list")])
     kernels.add_argument("--adversarial", action="store_true", help="list the adversarial suite instead")
-    kernels.add_argument("--json", action="store_true")
-    from klineage.optimize import command as optimize_command  # `klineage optimize` lives beside its loop
-
     optimize_command.add_parser(commands)
-    from klineage.skills import command as library_command  # `klineage library` lives beside the library
-
     library_command.add_parser(commands)
-    from klineage import kernel_export  # `klineage kernel export` lives beside the folder writer
-
     kernel_export.add_parser(commands)
+    return top
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     try:
         return {"gate": _gate, "walk": _walk, "problems": _problems, "kernels": _kernels,
                 "optimize": optimize_command.run, "library": library_command.run,

@@ -10,6 +10,7 @@ class DocumentError(KLineageError, ValueError):
 
     def __init__(self, where: str, message: str):
         self.where = where
+        self.message = message
         super().__init__(f"{where}: {message}")
 
 

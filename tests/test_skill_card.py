@@ -138,7 +138,7 @@ def test_malformed_documents_are_named():
         (lambda d: d["provides"].append({"locus": "kernel"}), r"card.provides\[1\]"),
         (lambda d: d["scope"].update(operators=[]), "scope.operators: a card comes from at least one operator"),
         (lambda d: d.update(carrier=[1]), "card.carrier: must be an object"),
-        (lambda d: d["risks"][0].update(description=""), "risk.description"),
+        (lambda d: d["risks"][0].update(description=""), r"card.risks\[0\].description: must be a non-empty"),
     ]
     for mutate, message in cases:
         data = copy.deepcopy(good)

@@ -14,15 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from klineage import config, corpus
+from klineage import cli_options, config, corpus
 from klineage.config import GateMode
 from klineage.errors import KLineageError
 
 DEFAULT_BUDGET = 16
-
-
-def bundled_library() -> Path:
-    return config.corpus_dir() / "library" / "library.json"
 
 
 def seconds(text: str) -> float:
@@ -39,13 +35,15 @@ def seconds(text: str) -> float:
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     from klineage.optimize.strategies import RewriterKind, Strategy
 
-    sub = commands.add_parser("optimize", help="optimize a kernel with skill cards under the gate (or a baseline "
-                                               "strategy, same budget)")
-    sub.add_argument("problem", help="problem file, or the name of a bundled problem")
+    sub = commands.add_parser(
+        "optimize", help="optimize a kernel with skill cards under the gate (or a baseline strategy, same budget)",
+        parents=[cli_options.problem(), cli_options.library(folders=True),
+                 cli_options.gate("nothing runs: nothing can be accepted"),
+                 cli_options.jobs(1, "the correctness of this many candidates", "before timing each alone"),
+                 cli_options.out("the result", "var/optimizations/<kernel>-<strategy>-<gate>.json"),
+                 cli_options.json_output("the result document")])
     sub.add_argument("--from", dest="start", required=True, metavar="KERNEL",
                      help="the kernel to start from: a folder with launch.toml, or a bundled kernel name")
-    sub.add_argument("--library", help=f"a library JSON file or a folder of SKILL.md (default: the bundled "
-                                        f"{bundled_library().relative_to(config.REPO_ROOT)} when present)")
     sub.add_argument("--statuses", default="admitted",
                      help="comma-separated card statuses to retrieve (admitted, candidate, retired, imported); default "
                           "admitted")
@@ -54,22 +52,14 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                      help="rules: the catalog's mechanical forwards; llm: the LLM rewriter applies each card")
     sub.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
                      help=f"gate evaluations, the start kernel's included (default {DEFAULT_BUDGET})")
-    sub.add_argument("--gate", choices=[m.value for m in GateMode],
-                     help="gpu, replay (recorded verdicts) or compile (nothing runs: nothing can be accepted)")
     sub.add_argument("--seed", type=int, default=0, help="the random order of unconditioned_random")
     sub.add_argument("--require", type=float, help="paired improvement needed to take a candidate (default 1.01)")
     sub.add_argument("--lookahead", choices=["pairs", "none"], default="pairs",
                      help="pairs (default): when no single candidate is faster, try two in a row as one step")
-    sub.add_argument("--jobs", type=int, default=1,
-                     help="GPU gate: judge the correctness of this many candidates side by side before timing "
-                          "each alone (default 1)")
     sub.add_argument("--time-limit-s", type=seconds, metavar="SECONDS",
                      help="stop gating candidates once the run has taken this long (stop: time_limit)")
-    sub.add_argument("--out", help="where to write the result (default: var/optimizations/<kernel>-<strategy>-"
-                                   "<gate>.json)")
     sub.add_argument("--save", metavar="DIR", help="also write the best kernel as a kernel folder (kernel.cu + "
                                                    "launch.toml) that `klineage gate` takes as it is")
-    sub.add_argument("--json", action="store_true", help="print the result document instead of tables")
     return sub
 
 
@@ -78,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from klineage.optimize.result import DEFAULT_REQUIRED_RATIO, Stop
     from klineage.optimize.strategies import Strategy
     from klineage.report import console
+    from klineage.skills.library import bundled_library
 
     mode = config.gate_mode(GateMode(args.gate) if args.gate else None)
     problem = corpus.problem_path(args.problem)
@@ -178,4 +169,4 @@ def _print(result: Any, out: Path, console: Any) -> None:
                   f"written to {out}")
 
 
-__all__ = ["DEFAULT_BUDGET", "add_parser", "bundled_library", "run"]
+__all__ = ["DEFAULT_BUDGET", "add_parser", "run"]

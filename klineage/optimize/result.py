@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from klineage import codec
 from klineage.config import GateMode
 from klineage.documents import Document, enum, need, nonnegative, number, text, whole
 from klineage.errors import DocumentError
@@ -223,27 +224,20 @@ class LibraryRef:
                    data["cards"], data["eligible"])
 
 
+@codec.part("stats")
 @dataclass(frozen=True)
 class Stats:
     evaluations: int  # gate calls, the start's included
     wasted: int  # gated candidates that were not taken
     accepted: int
     seconds: float  # gate time as the verdicts report it
-    saved: int = 0  # candidate kernels not gated because their card's timing precondition failed here
+    # candidate kernels not gated because their card's timing precondition failed here; absent at 0: old bytes
+    saved: int = codec.omitted(0)
 
     def __post_init__(self) -> None:
         for name in ("evaluations", "wasted", "accepted", "saved"):
             whole(getattr(self, name), f"stats.{name}")
         nonnegative(self.seconds, "stats.seconds")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"evaluations": self.evaluations, "wasted": self.wasted, "accepted": self.accepted,
-                "seconds": self.seconds, **({"saved": self.saved} if self.saved else {})}  # absent at 0: old bytes
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "stats") -> Stats:
-        data = need(data, ("evaluations", "wasted", "accepted", "seconds"), where, optional=("saved",))
-        return cls(data["evaluations"], data["wasted"], data["accepted"], data["seconds"], data.get("saved", 0))
 
 
 _KEYS = ("version", "kind", "problem", "start", "start_verdict", "strategy", "rewriter", "gate", "assurance", "budget",

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from klineage import expr
+from klineage import codec, expr
 from klineage.documents import enum, listed, need, nonblank, number, text, whole
 from klineage.errors import DocumentError, ExpressionError
 from klineage.features.feature import Feature
@@ -57,6 +57,7 @@ def _texts(value: Any, where: str) -> tuple[str, ...]:
     return tuple(nonblank(v, f"{where}[{i}]") for i, v in enumerate(listed(value, where)))
 
 
+@codec.part("ref")
 @dataclass(frozen=True, order=True)
 class Ref:
     """A pointer into a lineage: transition `index` (or rejection position `index`) of lineage `lineage`.
@@ -75,16 +76,8 @@ class Ref:
     def __str__(self) -> str:
         return f"{self.lineage}#{'t' if self.kind is RefKind.TRANSITION else 'r'}{self.index}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"lineage": self.lineage, "kind": self.kind.value, "index": self.index}
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "ref") -> Ref:
-        data = need(data, ("lineage", "kind", "index"), where)
-        return cls(nonblank(data["lineage"], f"{where}.lineage"), enum(RefKind, data["kind"], f"{where}.kind"),
-                   whole(data["index"], f"{where}.index"))
-
-
+@codec.part("anchor")
 @dataclass(frozen=True)
 class CardAnchor:
     """The code surface the forward step acts on: the anchor kind ("loop", "function", "parameter" ...),
@@ -99,14 +92,6 @@ class CardAnchor:
         nonblank(self.kind, "anchor.kind")
         for name in ("snippet", "function", "key"):
             text(getattr(self, name), f"anchor.{name}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "snippet": self.snippet, "function": self.function, "key": self.key}
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "anchor") -> CardAnchor:
-        data = need(data, ("kind", "snippet", "function", "key"), where)
-        return cls(data["kind"], data["snippet"], data["function"], data["key"])
 
 
 @dataclass(frozen=True)
@@ -217,6 +202,7 @@ class Effect:
         return cls(data["case"], data["operator"], data["ratio"], per_trial, source, placement)
 
 
+@codec.part("risk")
 @dataclass(frozen=True)
 class Risk:
     """A failure mode: the rejection category (or "inconsistent_evidence", or "slower": per-case timings
@@ -234,17 +220,6 @@ class Risk:
         object.__setattr__(self, "evidence", tuple(self.evidence))
         if not all(isinstance(r, Ref) for r in self.evidence):
             raise DocumentError("risk.evidence", "must be Refs")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"category": self.category, "description": self.description,
-                "evidence": [r.to_dict() for r in self.evidence]}
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "risk") -> Risk:
-        data = need(data, ("category", "description", "evidence"), where)
-        return cls(data["category"], data["description"],
-                   tuple(Ref.from_dict(r, f"{where}.evidence[{i}]") for i, r in
-                         enumerate(listed(data["evidence"], f"{where}.evidence"))))
 
 
 @dataclass(frozen=True)
@@ -277,9 +252,7 @@ class Scope:
                    _texts(data["dtypes"], f"{where}.dtypes"), _texts(data["prior_actions"], f"{where}.prior_actions"))
 
 
-_BASIS_KEYS = ("gate", "gpu", "policy", "problem", "card", "candidate")
-
-
+@codec.part("basis")
 @dataclass(frozen=True)
 class TrialBasis:
     """What a trial's outcome rests on besides its target: the gate mode, the GPU ("none" when
@@ -296,19 +269,12 @@ class TrialBasis:
     candidate: str = ""
 
     def __post_init__(self) -> None:
-        for key in _BASIS_KEYS[:-1]:
+        for key in ("gate", "gpu", "policy", "problem", "card"):
             nonblank(getattr(self, key), f"basis.{key}")
         text(self.candidate, "basis.candidate")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in _BASIS_KEYS}
 
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "basis") -> TrialBasis:
-        data = need(data, _BASIS_KEYS, where)
-        return cls(*(data[key] for key in _BASIS_KEYS))
-
-
+@codec.part("trial")
 @dataclass(frozen=True)
 class Trial:
     """One roundtrip trial: the card materialized on `state` (a fingerprint outside its source
@@ -318,7 +284,7 @@ class Trial:
     passed: bool
     ratio: float | None = None
     message: str = ""
-    basis: TrialBasis | None = None
+    basis: TrialBasis | None = codec.omitted(None)  # absent, not null: logs written before bases keep their bytes
 
     def __post_init__(self) -> None:
         nonblank(self.state, "trial.state")
@@ -329,18 +295,6 @@ class Trial:
         text(self.message, "trial.message")
         if self.basis is not None and not isinstance(self.basis, TrialBasis):
             raise DocumentError("trial.basis", f"must be a TrialBasis, not {self.basis!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {"state": self.state, "passed": self.passed, "ratio": self.ratio, "message": self.message}
-        if self.basis is not None:  # absent, not null: logs written before bases keep their bytes
-            data["basis"] = self.basis.to_dict()
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str = "trial") -> Trial:
-        data = need(data, ("state", "passed", "ratio", "message"), where, optional=("basis",))
-        basis = TrialBasis.from_dict(data["basis"], f"{where}.basis") if "basis" in data else None
-        return cls(data["state"], data["passed"], data["ratio"], data["message"], basis)
 
 
 def _features(value: Any, where: str) -> frozenset[Feature]:

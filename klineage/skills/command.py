@@ -21,8 +21,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from klineage import config
-from klineage.cli import PLACEMENT_HELP, PLACEMENTS
+from klineage import cli_options, config
 from klineage.config import GateMode
 from klineage.errors import KLineageError
 from klineage.gate.policy import Placement
@@ -31,52 +30,44 @@ if TYPE_CHECKING:
     from klineage.skills.library import Library
 
 
-def default_path() -> Path:
-    return config.corpus_dir() / "library" / "library.json"
-
-
 def add_parser(commands: argparse._SubParsersAction) -> None:
     library = commands.add_parser("library", help="build, show or export the skill library")
     actions = library.add_subparsers(dest="library_command", required=True)
-    build = actions.add_parser("build", help="induce the cards of lineage files into a library JSON")
+    build = actions.add_parser("build", help="induce the cards of lineage files into a library JSON",
+                               parents=[cli_options.out("the library", "corpus/library/library.json")])
     build.add_argument("lineages", nargs="*", help="lineage JSON files (default: corpus/lineages/, longest walk "
                                                    "per expert and gate mode)")
-    build.add_argument("--out", help="library file to write (default: corpus/library/library.json)")
     build.add_argument("--note", default="", help="a sentence for the provenance")
     build.add_argument("--keep-trials", metavar="LIBRARY", action="append", default=[],
                        help="carry the admission trials (and status) of this library's unchanged cards over; "
                             "repeatable: of several, each card keeps the longest log (lanes that trialled "
                             "different cards join)")
-    show = actions.add_parser("show", help="list the library's cards, or print one")
+    show = actions.add_parser("show", help="list the library's cards, or print one",
+                              parents=[cli_options.library(folders=True),
+                                       cli_options.json_output("the whole library document")])
     show.add_argument("card", nargs="?", help="a card id or unique id prefix: print that card as JSON")
-    show.add_argument("--library", help="library JSON file or SKILL.md folder (default: the bundled library)")
-    show.add_argument("--json", action="store_true", help="print the whole library document")
-    export = actions.add_parser("export", help="write one <transform>-<short id>/SKILL.md per card")
+    export = actions.add_parser("export", help="write one <transform>-<short id>/SKILL.md per card",
+                                parents=[cli_options.library(folders=True)])
     export.add_argument("folder")
-    export.add_argument("--library", help="library JSON file or SKILL.md folder (default: the bundled library)")
-    take = actions.add_parser("import", help="add the cards of a SKILL.md folder to a library, as 'imported'")
+    written_over = cli_options.out("the library", "over the one read")
+    take = actions.add_parser("import", help="add the cards of a SKILL.md folder to a library, as 'imported'",
+                              parents=[cli_options.library(folders=False, role="to add to"), written_over,
+                                       cli_options.json_output("the per-file report")])
     take.add_argument("folder", help="a folder of SKILL.md files (this project's, the reference's, agent skills)")
-    take.add_argument("--library", help="library JSON file to add to (default: the bundled library)")
-    take.add_argument("--out", help="where to write the library (default: over the one read)")
-    take.add_argument("--json", action="store_true", help="print the per-file report as JSON")
-    admit = actions.add_parser("admit", help="held-out roundtrip trials; admitted cards are written back")
-    admit.add_argument("--library", help="library JSON file (default: the bundled library)")
+    admit = actions.add_parser(
+        "admit", help="held-out roundtrip trials; admitted cards are written back",
+        parents=[cli_options.library(folders=False), written_over, cli_options.gate(),
+                 cli_options.placement("the trials' timing"),
+                 cli_options.record("every trial's verdict", scope="GPU gate"),
+                 cli_options.jobs(1, "the correctness of about this many cards' trial kernels",
+                                  "before each trial times alone")])
     admit.add_argument("--card", action="append", default=[], help="a card id or prefix (repeatable; default: all)")
-    admit.add_argument("--gate", choices=[m.value for m in GateMode], help="gpu, replay or compile")
     admit.add_argument("--limit", type=int, default=3, help="targets gated per card")
-    admit.add_argument("--out", help="where to write the library (default: over the one read)")
     admit.add_argument("--redo", action="store_true",
                        help="trial every chosen card, also those the library already decides on the same evidence")
-    admit.add_argument("--record", action="store_true",
-                       help="GPU gate: also keep every trial's verdict in the recorded store (commit it for replay)")
     admit.add_argument("--rejudge", action="store_true",
                        help="run no gate: judge the chosen cards' timed trials again under today's rule, from the "
                             "paired ratios they recorded")
-    admit.add_argument("--placement", choices=PLACEMENTS, default="as_loaded",
-                       help="the trials' timing: " + PLACEMENT_HELP)
-    admit.add_argument("--jobs", type=int, default=1,
-                       help="GPU gate: judge the correctness of about this many cards' trial kernels side by side "
-                            "before each trial times alone (default 1)")
     admit.add_argument("--budget-s", type=float, metavar="SECONDS",
                        help="start no card once this many seconds have passed, nor one that would end past them "
                             "(judged by the longest card so far); the rest are left undecided for a re-run")
@@ -89,7 +80,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from klineage.lineage import Lineage
-    from klineage.skills.library import build_library, corpus_lineages, default_provenance, problem_infos, save_library
+    from klineage.skills.library import (
+        build_library,
+        bundled_library,
+        corpus_lineages,
+        default_provenance,
+        problem_infos,
+        save_library,
+    )
     from klineage.walk.timing_audit import percase_timing, retimed_effect
 
     if args.lineages:
@@ -108,7 +106,7 @@ def _build(args: argparse.Namespace) -> int:
         print(f"carried the trials and status of {carried} card(s) over from {earlier} (unchanged, or changed "
               f"only in effects that ask a trial the same ratio)"
               + (f"; {history} changed card(s) keep their trials as history, candidates again" if history else ""))
-    out = save_library(library, args.out or default_path())
+    out = save_library(library, args.out or bundled_library())
     for path in left_out:
         print(f"left out {path.name}: a GPU walk, or a longer walk, of the same expert is used")
     statuses = {}
@@ -120,9 +118,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _load(path: str | None):
-    from klineage.skills.library import load_library
+    from klineage.skills.library import bundled_library, load_library
 
-    return load_library(path or default_path())
+    return load_library(path or bundled_library())
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -161,7 +159,7 @@ def _import(args: argparse.Namespace) -> int:
     import dataclasses
 
     from klineage.skills.card import CardStatus
-    from klineage.skills.library import Library, save_library
+    from klineage.skills.library import Library, bundled_library, save_library
     from klineage.skills.skillmd import FileReport, ImportOutcome, read_folder
 
     library = _load(args.library)
@@ -175,7 +173,7 @@ def _import(args: argparse.Namespace) -> int:
         elif report.card is not None:
             taken.append(dataclasses.replace(report.card, status=CardStatus.IMPORTED, verification_log=()))
         reports.append(report)
-    out = Path(args.out or args.library or default_path())
+    out = Path(args.out or args.library or bundled_library())
     if taken:
         save_library(Library(cards=(*library.cards, *taken), provenance=library.provenance), out)
     if args.json:
@@ -230,12 +228,12 @@ def _admit(args: argparse.Namespace) -> int:
     from klineage.report import progress_display
     from klineage.skills.admission import held_out_targets, trial_outcome
     from klineage.skills.admission_run import CardOutcome, CardRun, admit_cards, gate_of, setting_for
-    from klineage.skills.library import corpus_lineages, problem_infos, save_library
+    from klineage.skills.library import bundled_library, corpus_lineages, problem_infos, save_library
 
     started = time.monotonic()  # the budget counts from here: a wrapper's timeout counts loading too
     if args.budget_s is not None and args.budget_s < 0:
         raise KLineageError(f"--budget-s must be 0 or more seconds, not {args.budget_s:g}")
-    source = Path(args.library) if args.library else default_path()
+    source = Path(args.library) if args.library else bundled_library()
     out = Path(args.out) if args.out else source
     library = _load(str(source))
     chosen = {library.by_id(c).id for c in args.card} or {c.id for c in library.cards}

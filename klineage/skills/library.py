@@ -95,6 +95,13 @@ class Library:
         return cls(cards, dict(data["provenance"]), data["version"])
 
 
+def bundled_library() -> Path:
+    """The library the corpus ships (`klineage library build` writes it): what a command reads without --library."""
+    from klineage import config
+
+    return config.corpus_dir() / "library" / "library.json"
+
+
 def load_library(path: str | Path) -> Library:
     """A library JSON file, or a folder of SKILL.md files (its provenance names the folder)."""
     path = Path(path)
