@@ -21,10 +21,11 @@ from django.db import transaction
 from klineage import config
 from klineage.errors import KLineageError
 from klineage.fingerprint import sha256_json
-from klineage.skills.admission import card_digest, reading
+from klineage.skills.admission import card_digest
 from klineage.skills.card import SHORT_ID, Trial
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.skills.library import Library
+from klineage.skills.trial_reading import reading
 from skills_app import readmission
 from skills_app.importer import (
     CREATED,

@@ -24,22 +24,11 @@ from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Finding, Reason, Status
 from klineage.kernel import load_kernel
 from klineage.lineage import Lineage
-from klineage.skills.admission import (
-    Reading,
-    Target,
-    TrialOutcome,
-    admit,
-    applied_to,
-    card_digest,
-    held_out_targets,
-    reading,
-    rejudge,
-    required_ratio,
-    trial_outcome,
-)
+from klineage.skills.admission import Target, admit, applied_to, card_digest, held_out_targets, rejudge, required_ratio
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import problem_infos
+from klineage.skills.trial_reading import Reading, TrialOutcome, reading, trial_outcome
 from library_data import dry_cards_by_transform
 from lineage_data import DRY_WALK
 

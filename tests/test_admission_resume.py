@@ -26,11 +26,12 @@ from klineage.gate.cache import verdict_key
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import Placement
 from klineage.gate.verdict import Finding, Reason, Status
-from klineage.skills.admission import GateSetting, TrialOutcome, held_out_targets, required_ratio, trial_outcome
+from klineage.skills.admission import GateSetting, held_out_targets, required_ratio
 from klineage.skills.admission_run import POLICY, CardOutcome, admit_cards, gate_of, setting_for
 from klineage.skills.card import CardStatus, Trial
 from klineage.skills.library import corpus_lineages, load_library, save_library
 from klineage.skills.materialize import apply_everywhere
+from klineage.skills.trial_reading import TrialOutcome, trial_outcome
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = ROOT / "corpus" / "library" / "library.json"

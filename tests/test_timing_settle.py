@@ -194,7 +194,8 @@ def test_the_optimizer_neither_takes_nor_refuses_an_unsettled_candidate():
 def test_admission_calls_an_unsettled_trial_inconclusive(cards, gate_cache):
     """The real compile-only verdict of the trial, with the timing an unsettled GPU gate reports."""
     from klineage import corpus
-    from klineage.skills.admission import TrialOutcome, admit, trial_outcome
+    from klineage.skills.admission import admit
+    from klineage.skills.trial_reading import TrialOutcome, trial_outcome
     from test_admission import compile_gate, tiny_target, with_effect
 
     def gate(problem_path, kernel, against, case=""):

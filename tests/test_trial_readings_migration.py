@@ -13,7 +13,7 @@ BEFORE, AFTER = [("skills_app", "0007_uploaded_by")], [("skills_app", "0008_tria
 
 
 def test_the_stored_outcomes_are_the_engines_readings():
-    from klineage.skills.admission import Reading
+    from klineage.skills.trial_reading import Reading
     from skills_app.models import CardTrial
 
     assert [c.value for c in CardTrial.Outcome] == [r.value for r in Reading]

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import os
 from enum import Enum
 from pathlib import Path
 
 from klineage.errors import DocumentError
-from klineage.fingerprint import normalize_source, sha256_bytes, sha256_json, sha256_text
+from klineage.fingerprint import normalize_source, sha256_text
 from klineage.problem import contract_source
 
 
@@ -85,14 +84,12 @@ def source_files(path: str | Path) -> list[Path]:
 def fingerprint(path: str | Path) -> str:
     """The problem's content fingerprint. A one-file problem keeps the fingerprint of its normalized
     source (recorded verdicts are keyed by it); a trace hashes its definition, workloads and tensors."""
-    files = source_files(path)
-    if len(files) == 1:
-        return python_fingerprint(_read_text(files[0]))
-    base = files[0].resolve().parent  # names relative to the definition: the same on every machine
-    return sha256_json({
-        "definition": sha256_text(normalize_source(_read_text(files[0]))),
-        "files": {os.path.relpath(f.resolve(), base): sha256_bytes(f.read_bytes()) for f in files[1:]},
-    })
+    path = Path(path)
+    if detect(path) is ProblemFormat.FLASHINFER:
+        from klineage.problem_formats.flashinfer import trace_fingerprint
+
+        return trace_fingerprint(path)
+    return python_fingerprint(_read_text(path))
 
 
 def python_fingerprint(text: str) -> str:

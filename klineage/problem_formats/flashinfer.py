@@ -19,14 +19,14 @@ the runner to parse two JSON shapes; the fixtures in tests/fixtures/formats/flas
 from __future__ import annotations
 
 import json
+import os
 import types
 from pathlib import Path
 from typing import Any
 
 from klineage.errors import DocumentError
-from klineage.fingerprint import sha256_text
+from klineage.fingerprint import normalize_source, sha256_bytes, sha256_json, sha256_text
 from klineage.problem import REFERENCE_TOLERANCES, Case, OutputSpec, Problem, ProblemInfo
-from klineage.problem_formats import fingerprint
 from klineage.problem_formats.derived import result_tensors
 
 # The schema's dtypes that the contract can hold (the float8/float4 ones cannot be compared here yet).
@@ -173,6 +173,17 @@ def trace_files(path: Path) -> list[Path]:
     return [path, source, *tensors]
 
 
+def trace_fingerprint(path: Path) -> str:
+    """A trace's content fingerprint: its normalized definition and the bytes of every file it reads,
+    named relative to the definition (the same on every machine)."""
+    files = trace_files(path)
+    base = files[0].resolve().parent
+    return sha256_json({
+        "definition": sha256_text(normalize_source(files[0].read_text(encoding="utf-8"))),
+        "files": {os.path.relpath(f.resolve(), base): sha256_bytes(f.read_bytes()) for f in files[1:]},
+    })
+
+
 def load(path: Path) -> Problem:
     import torch
 
@@ -247,7 +258,7 @@ def load(path: Path) -> Problem:
     info = ProblemInfo(
         operator=str(definition["name"]).replace("-", "_"),
         path=where,
-        fingerprint=fingerprint(path),
+        fingerprint=trace_fingerprint(path),
         cases=tuple(cases),
         headline=cases[0].name,
         outputs=outputs,

@@ -10,7 +10,7 @@
 - `admission`: held-out roundtrip trials that admit (or retire) a card.
 """
 
-from klineage.skills.admission import Target, TrialOutcome, admit, held_out_targets, required_ratio, trial_outcome
+from klineage.skills.admission import Target, admit, held_out_targets, required_ratio
 from klineage.skills.card import (
     CARD_VERSION,
     CardAnchor,
@@ -30,6 +30,7 @@ from klineage.skills.library import LIBRARY_VERSION, Library, build_library, loa
 from klineage.skills.materialize import Applied, apply_everywhere, forward_sites, materialize
 from klineage.skills.retrieval import Match, retrieve, state_features
 from klineage.skills.skillmd import export_skillmd, import_skillmd
+from klineage.skills.trial_reading import TrialOutcome, trial_outcome
 
 __all__ = ["Applied", "CARD_VERSION", "CardAnchor", "CardStatus", "Effect", "LIBRARY_VERSION", "Library", "Match",
            "Precondition", "Ref", "RefKind", "Risk", "Scope", "SkillCard", "Target", "Trial", "TrialOutcome",

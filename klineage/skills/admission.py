@@ -48,7 +48,6 @@ import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
 from klineage import devices
@@ -69,6 +68,7 @@ from klineage.skills.library import Library
 from klineage.skills.materialize import Applied, apply_everywhere
 from klineage.skills.replay import replay_diff
 from klineage.skills.retrieval import precondition_failure, size_of, state_features
+from klineage.skills.trial_reading import Reading, TrialOutcome, reading
 from klineage.transforms.base import Anchor
 
 NOISE = 0.05  # the least relative spread assumed of a declared effect
@@ -76,12 +76,6 @@ DEFAULT_LIMIT = 3  # targets gated per admission
 
 # gate(problem path, kernel, against, timed case: "" for the headline) -> verdict
 Gate = Callable[[str | Path, KernelState, KernelState | None, str], Verdict]
-
-
-class TrialOutcome(str, Enum):
-    PASSED = "passed"
-    FAILED = "failed"
-    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -192,15 +186,6 @@ def trial_basis(card: SkillCard, target: Target, applied: Applied | None, settin
 def trial_policy(policy: GatePolicy, case: str) -> GatePolicy:
     """The gate policy of a trial timed on `case` (a target's held-out case; "" for the headline)."""
     return policy.with_(timing_case=case) if case else policy
-
-
-def trial_outcome(trial: Trial) -> TrialOutcome:
-    """The outcome a recorded trial's message starts with."""
-    head = trial.message.split(":", 1)[0].strip()
-    try:
-        return TrialOutcome(head)
-    except ValueError:
-        raise DocumentError("trial.message", f"does not start with an outcome ({head!r})") from None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -358,27 +343,6 @@ def admit(card: SkillCard, targets: Sequence[Target], problem_for: Callable[[str
     updated = dataclasses.replace(card, verification_log=card.verification_log + tuple(trials),
                                   status=_status_after(card.status, trials))
     return updated, trials
-
-
-class Reading(str, Enum):
-    """What a recorded trial says of the card, FAILED told apart by why."""
-
-    PASSED = "passed"
-    SLOWER = "slower"  # the gate passed the kernel; it was slower than required: the mechanism did not pay there
-    REJECTED = "rejected"  # the gate rejected the kernel: the card was unsound on that target
-    INCONCLUSIVE = "inconclusive"
-
-
-def reading(trial: Trial) -> Reading:
-    """A trial logged without an outcome in its message (written by hand, or by an older tool) reads
-    as passed when it says it passed, else inconclusive: what it did is unknown."""
-    try:
-        outcome = trial_outcome(trial)
-    except DocumentError:
-        return Reading.PASSED if trial.passed else Reading.INCONCLUSIVE
-    if outcome is TrialOutcome.FAILED:
-        return Reading.SLOWER if trial.ratio is not None else Reading.REJECTED
-    return Reading(outcome.value)
 
 
 def _status_after(status: CardStatus, trials: Sequence[Trial]) -> CardStatus:

@@ -45,16 +45,15 @@ from klineage.skills.admission import (
     Gate,
     GateSetting,
     Target,
-    TrialOutcome,
     admit,
     applied_to,
     required_ratio,
     trial_basis,
-    trial_outcome,
     trial_policy,
 )
 from klineage.skills.card import SkillCard, Trial
 from klineage.skills.library import Library
+from klineage.skills.trial_reading import TrialOutcome, trial_outcome
 from klineage.walk.walker import DEFAULT_POLICY
 
 # The walk's correctness gate (every case x 3 seeds, sanitizers on a pass) plus paired timing

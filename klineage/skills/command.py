@@ -190,8 +190,9 @@ def _rejudge(library: Library, chosen: set[str], out: Path) -> int:
     import dataclasses
     import datetime as dt
 
-    from klineage.skills.admission import rejudge, trial_outcome
+    from klineage.skills.admission import rejudge
     from klineage.skills.library import save_library
+    from klineage.skills.trial_reading import trial_outcome
 
     cards, changed, decided = [], 0, 0
     for card in library.cards:
@@ -226,9 +227,10 @@ def _admit(args: argparse.Namespace) -> int:
 
     from klineage import corpus
     from klineage.report import progress_display
-    from klineage.skills.admission import held_out_targets, trial_outcome
+    from klineage.skills.admission import held_out_targets
     from klineage.skills.admission_run import CardOutcome, CardRun, admit_cards, gate_of, setting_for
     from klineage.skills.library import bundled_library, corpus_lineages, problem_infos, save_library
+    from klineage.skills.trial_reading import trial_outcome
 
     started = time.monotonic()  # the budget counts from here: a wrapper's timeout counts loading too
     if args.budget_s is not None and args.budget_s < 0:

@@ -38,6 +38,7 @@ import yaml
 from klineage.errors import DocumentError
 from klineage.gate.policy import Placement
 from klineage.skills.card import Precondition, SkillCard
+from klineage.skills.trial_reading import Reading, reading
 from klineage.skills.when import SOURCE, card_when
 
 SKILL_FILE = "SKILL.md"
@@ -199,8 +200,6 @@ def _precondition_line(p: Precondition) -> str:
 def _did_not_pay(card: SkillCard) -> list[str]:
     """Held-out trials the gate passed only slower than the card's effects ask: where the mechanism
     did not pay (each target once; a resumed admission may log the same reading again)."""
-    from klineage.skills.admission import Reading, reading
-
     lines = []
     for trial in card.verification_log:
         if reading(trial) is Reading.SLOWER:
