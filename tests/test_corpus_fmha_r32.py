@@ -626,6 +626,7 @@ def sweep_variants():
     return sweep, tool
 
 
+@pytest.mark.slow  # run before a GPU session spends time on the sweep (`pytest -m slow`)
 def test_every_sweep_variant_is_correct_on_the_emulator(tmp_path):
     """Before a variant of the carrier sweep costs GPU time: its source (BLOCK_N 32, deeper rings, 256-row
     CTAs of 8 warps), built by tile_constant, runs the ragged causal edge shape and the small case on
