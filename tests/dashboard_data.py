@@ -5,7 +5,8 @@ only a cold machine pays for it), kernels and recorded verdicts, and deletes the
 module is done. On SQLite the first import in a worker is followed by a snapshot of the whole test
 database (sqlite3's backup API); later modules restore that snapshot instead of importing again
 and get the first import's report. Elsewhere (PostgreSQL) each module imports afresh.
-Tests that read it also take `db`, so whatever they change is rolled back.
+Tests that read it also take `db`, so whatever they change is rolled back. The first import in a
+worker fails if it compiles a kernel: it reads recorded evidence and must judge nothing.
 Test modules import the fixture: `from dashboard_data import corpus  # noqa: F401`.
 """
 
@@ -17,11 +18,20 @@ import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 
+from klineage.gate import pipeline
+from klineage.walk import timing_audit
 from skills_app.importer import ImportReport, import_corpus
 from skills_app.models import Kernel, KernelState, Problem, Verdict
 
 # This worker's test database just after its first import, and that import's report.
 _snapshot: tuple[sqlite3.Connection, ImportReport] | None = None
+
+
+def _no_compile(state, *args, **kwargs):
+    """An import reads recorded evidence; on a clean machine every compile here cost seconds (hundreds
+    of them ran CI out of time once), so one is an error wherever it comes from."""
+    raise AssertionError(f"importing the corpus compiled {state.name}: a lookup of recorded evidence must "
+                         f"judge nothing")
 
 
 def clear_dashboard_rows() -> None:
@@ -44,7 +54,10 @@ def corpus(django_db_setup, django_db_blocker) -> ImportReport:
             report = _snapshot[1]
         else:
             clear_dashboard_rows()
-            report = import_corpus()
+            with pytest.MonkeyPatch.context() as patch:
+                for module in (pipeline, timing_audit):
+                    patch.setattr(module, "compile_kernel", _no_compile)
+                report = import_corpus()
             if connection.vendor == "sqlite":
                 copy = sqlite3.connect(":memory:")
                 connection.connection.backup(copy)
