@@ -416,7 +416,7 @@ def contract_source(text: str) -> str:
     not orphan them. A file that does not parse is fingerprinted whole (loading it fails anyway)."""
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # hostile nesting: read, not parsed
         return text
     lines = text.splitlines(keepends=True)
     for node in reversed(tree.body):

@@ -316,6 +316,16 @@ def test_a_copy_of_a_bundled_problem_is_refused_by_name(operator, data_dir):
     assert Problem.objects.count() == 1 and not Job.objects.exists() and not (data_dir / "uploads").exists()
 
 
+def test_a_problem_nested_past_the_parser_is_a_clear_answer_not_a_server_error(operator, data_dir):
+    """The web side only reads a problem file (its fingerprint parses it); nesting that makes Python's
+    parser give up (RecursionError, MemoryError) must not reach the user as a 500."""
+    for body in (b"x = " + b"a" + b"[0]" * 60000 + b"\n", b"x = " + b"-" * 200000 + b"1\n"):
+        response = operator.post("/upload/", files(body, problem_name="nested.py"))
+        assert response.status_code in (302, 400), response.status_code
+        Problem.objects.all().delete()
+        Job.objects.all().delete()
+
+
 # Cancel on the job page ----------------------------------------------------------------------------
 
 

@@ -54,6 +54,8 @@ def detect(path: str | Path) -> ProblemFormat:
         return _python_format(text)
     except SyntaxError as exc:
         raise DocumentError(str(path), f"not valid Python: {exc.msg} (line {exc.lineno})") from None
+    except (RecursionError, MemoryError):  # the parser gives up on hostile nesting before it finds an error
+        raise DocumentError(str(path), "not readable: nested too deeply for Python's parser") from None
 
 
 @functools.lru_cache(maxsize=64)  # every gate lookup asks again of the same few files
