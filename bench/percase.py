@@ -19,20 +19,23 @@ import json
 import math
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.errors import KLineageError
 from klineage.gate.cache import GateCache
+from klineage.gate.compile import compile_kernel
 from klineage.gate.pipeline import default_cache, run_gate
 from klineage.gate.policy import GatePolicy, Placement
+from klineage.gate.warm import WarmRunner
 from klineage.lineage import Lineage
 from klineage.skills.induction import lineage_id
 from klineage.walk.timing_audit import PERCASE_TRIAL_SECONDS, case_ratios, percase_step
 
 LIBRARY = config.REPO_ROOT / "corpus" / "library" / "library.json"
-FIXED_S = 6.0  # a runner's start, its problem's load and the device: what every recorded run shows (5-10 s)
+FIXED_S = 1.0  # a step through the warm runner: its two kernels loaded, the inputs made (a cold runner: 5-10 s)
 
 
 def library_steps(lineage: Lineage, per_card: int = 0, library: Path = LIBRARY) -> list[int]:
@@ -88,6 +91,22 @@ def plan_lanes(walks: list[Path], lanes: int, per_card: int, placement: Placemen
     return 0
 
 
+def precompile(lineage: Lineage, steps: list[int], jobs: int) -> None:
+    """Compile every state the steps time, `jobs` side by side, into the compile cache the gate reads:
+    the gate compiles one kernel at a time, and nvcc for a fresh machine's hundred states would
+    otherwise hold the GPU idle for minutes. A kernel that fails to compile is left for its gate to report."""
+    states = {lineage.states[i].fingerprint: lineage.states[i] for step in steps for i in (step, step + 1)}
+
+    def build(state):
+        try:
+            compile_kernel(state, cache_dir=config.cache_dir())
+        except KLineageError:
+            pass
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(build, states.values()))
+
+
 def _case_count(lineage: Lineage) -> int:
     from klineage.gate.execute import probe_problem
 
@@ -103,6 +122,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--per-card", type=int, default=0, help="at most this many of each card's steps (0: all)")
     parser.add_argument("--share", default="0/1", help="I/N: this lane's share of the steps")
     parser.add_argument("--placement", default=Placement.AS_LOADED.value, choices=[p.value for p in Placement])
+    parser.add_argument("--jobs", type=int, default=8, help="kernels compiled side by side before any is timed")
     parser.add_argument("--estimate", action="store_true", help="print each step's expected GPU seconds; time nothing")
     parser.add_argument("--lanes", type=int, default=0, help="print balanced gpu_session.sh lanes for the walks")
     args = parser.parse_args(argv)
@@ -131,17 +151,23 @@ def main(argv: list[str]) -> int:
         return 0
     print(f"{args.walk.name}: {len(chosen)} step(s) timed on every case, {placement.value}; child time / parent time")
     cache = default_cache()
-    for index in chosen:
-        started, row = time.monotonic(), f"{index:4d} {lineage.transitions[index].transform:22s}"
-        try:
-            verdict = percase_step(lineage, index, GateMode.GPU, cache, record=True, placement=placement)
-        except KLineageError as exc:
-            print(f"{row} gate error: {exc}", flush=True)
-            continue
-        rows = case_ratios(verdict)
-        cells = ", ".join(f"{r.case} {r.ratio:.3f}" if r.ratio is not None else f"{r.case} untimed" for r in rows)
-        print(f"{row} {verdict.status.value}: {cells or verdict.describe()} ({time.monotonic() - started:.0f} s)",
-              flush=True)
+    precompile(lineage, chosen, args.jobs)
+    # one warm runner for the walk's problem: torch, the problem and its inputs loaded once, not per step
+    with WarmRunner(corpus.problem_path(lineage.problem.operator)) as runner:
+        for index in chosen:
+            started, row = time.monotonic(), f"{index:4d} {lineage.transitions[index].transform:22s}"
+            try:
+                verdict = percase_step(lineage, index, GateMode.GPU, cache, record=True, placement=placement,
+                                       runner=runner)
+            except KLineageError as exc:
+                print(f"{row} gate error: {exc}", flush=True)
+                continue
+            rows = case_ratios(verdict)
+            cells = ", ".join(f"{r.case} {r.ratio:.3f}" if r.ratio is not None else f"{r.case} untimed"
+                              for r in rows)
+            print(f"{row} {verdict.status.value}: {cells or verdict.describe()} "
+                  f"({time.monotonic() - started:.0f} s)", flush=True)
+        print(f"warm runners started: {runner.started}")
     return 0
 
 

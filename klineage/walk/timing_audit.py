@@ -24,15 +24,18 @@ from klineage.errors import DocumentError, KLineageError
 from klineage.features.sass import disassemble
 from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
-from klineage.gate.pipeline import recorded_verdict, run_gate
+from klineage.gate.pipeline import Runner, recorded_verdict, run_gate
 from klineage.gate.policy import GatePolicy, Placement, TimingScope
 from klineage.gate.verdict import Finding, Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
 
-# A step timed on every case (percase_step) caps each trial at this many seconds: at the walk's 3 s, a
-# GEMM step's fourteen cases took about 80 s of GPU time (bench/percase.py --estimate), this cuts it near 30 s.
-PERCASE_TRIAL_SECONDS = 1.0
+# A step timed on every case (percase_step) caps each trial at this many seconds (a trial ends sooner
+# once its spread settles): at the walk's 3 s a GEMM step's fourteen cases took about 80 s of GPU time
+# (bench/percase.py --estimate), at 1 s about 30 s; the library's 53 card steps then needed about 970 s,
+# more than one device call. A trial of a kernel under a millisecond still runs hundreds of launches in
+# 0.5 s, and a case whose timing does not settle is re-measured with more trials by the gate itself.
+PERCASE_TRIAL_SECONDS = 0.5
 PAIRING_TOLERANCE = 0.05  # |median as candidate / median as baseline - 1| above this: the pairing moved it
 
 
@@ -112,16 +115,17 @@ def retime_step(lineage: Lineage, index: int, mode: GateMode = GateMode.REPLAY, 
 
 
 def _step_gate(lineage: Lineage, index: int, policy: GatePolicy, mode: GateMode, cache: GateCache | None,
-               record: bool) -> Verdict:
-    """Step `index`'s forward gated under `policy`: measured on a GPU, or in replay what is recorded
-    (nothing judged on a miss: ReplayMiss)."""
+               record: bool, runner: Runner | None = None) -> Verdict:
+    """Step `index`'s forward gated under `policy`: measured on a GPU (through `runner`, a warm runner
+    of the walk's problem, when given), or in replay what is recorded (nothing judged on a miss: ReplayMiss)."""
     problem, kernel, against = (corpus.problem_path(lineage.problem.operator), lineage.states[index].kernel,
                                 lineage.states[index + 1].kernel)
     cache = cache or GateCache(None, config.recorded_dir())
     if mode is GateMode.REPLAY:
         return recorded_verdict(problem, kernel, against=against, policy=policy, cache=cache)
     return run_gate(problem, kernel, against=against, policy=policy, mode=mode,
-                    judged_under=GatePolicy.from_dict(lineage.policy["state"]), cache=cache, record=record)
+                    judged_under=GatePolicy.from_dict(lineage.policy["state"]), cache=cache, record=record,
+                    runner=runner)
 
 
 def exchanged_ratio(verdict: Verdict) -> tuple[float, tuple[float, ...]] | None:
@@ -155,7 +159,8 @@ class CaseRatio:
 
 
 def percase_step(lineage: Lineage, index: int, mode: GateMode = GateMode.REPLAY, cache: GateCache | None = None,
-                 record: bool = False, placement: Placement = Placement.AS_LOADED) -> Verdict:
+                 record: bool = False, placement: Placement = Placement.AS_LOADED,
+                 runner: Runner | None = None) -> Verdict:
     """Step `index`'s forward timing on every case of its problem and every sweep case both kernels
     support, paired and interleaved as the walk timed its headline, each trial cut at
     PERCASE_TRIAL_SECONDS (GPU: bench/percase.py; replay: its recorded verdict, else ReplayMiss)."""
@@ -163,7 +168,7 @@ def percase_step(lineage: Lineage, index: int, mode: GateMode = GateMode.REPLAY,
     walk = GatePolicy.from_dict(lineage.policy["forward_timing"])
     policy = walk.with_(timing_scope=TimingScope.EVERY_CASE, placement=placement,
                         trial_seconds=min(walk.trial_seconds, PERCASE_TRIAL_SECONDS))
-    return _step_gate(lineage, index, policy, mode, cache, record)
+    return _step_gate(lineage, index, policy, mode, cache, record, runner)
 
 
 def case_ratios(verdict: Verdict) -> list[CaseRatio]:
