@@ -95,7 +95,8 @@ def precompile(lineage: Lineage, steps: list[int], jobs: int) -> None:
     """Compile every state the steps time, `jobs` side by side, into the compile cache the gate reads:
     the gate compiles one kernel at a time, and nvcc for a fresh machine's hundred states would
     otherwise hold the GPU idle for minutes. A kernel that fails to compile is left for its gate to report."""
-    states = {lineage.states[i].fingerprint: lineage.states[i] for step in steps for i in (step, step + 1)}
+    kernels = [lineage.states[i].kernel for step in steps for i in (step, step + 1)]
+    states = {kernel.fingerprint: kernel for kernel in kernels}
 
     def build(state):
         try:
