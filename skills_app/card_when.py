@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from klineage.skills.card import SkillCard as EngineCard
-from klineage.skills.when import SOURCE, card_when
+from klineage.skills.when import REPEATABILITY, SOURCE, card_when
 
 WIDTH, HEIGHT = 320, 180
 LEFT, RIGHT, TOP, BOTTOM = 44, 312, 10, 150
@@ -40,7 +40,8 @@ def when_chart(document: dict[str, Any]) -> dict[str, Any]:
     p = when.precondition
     out: dict[str, Any] = {"kind": when.kind.value, "sentence": when.sentence, "required": when.required,
                            "precondition": p.to_dict() if p else None, "loo": when.loo_accuracy,
-                           "cases": len(when.cases), "paid": len(when.paid), "points": [], "chart": None}
+                           "cases": len(when.cases), "paid": len(when.paid), "points": [], "chart": None,
+                           "spread": f"{REPEATABILITY:.1%}"}
     if not when.cases:
         return out
     held = set(p.holds) if p else set()
@@ -48,7 +49,8 @@ def when_chart(document: dict[str, Any]) -> dict[str, Any]:
     axis = next((n for n in names if all(isinstance((p.facts.get(r.case) or {}).get(n), (int, float))
                                          and not isinstance((p.facts.get(r.case) or {}).get(n), bool)
                                          for r in when.cases)), None)
-    rows = [{"case": r.case, "ratio": r.ratio, "paid": r.paid, "holds": r.case in held if p else None,
+    rows = [{"case": r.case, "ratio": r.ratio, "paid": r.paid, "outcome": r.outcome.value,
+             "holds": r.case in held if p else None,
              "facts": (p.facts.get(r.case) or {}) if p else {}, "x_value": (p.facts.get(r.case) or {}).get(axis)
              if axis else None} for r in when.cases]
     rows.sort(key=lambda r: (r["x_value"] if axis else r["ratio"], r["case"]))

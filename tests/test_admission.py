@@ -24,7 +24,16 @@ from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Finding, Reason, Status
 from klineage.kernel import load_kernel
 from klineage.lineage import Lineage
-from klineage.skills.admission import Target, admit, applied_to, card_digest, held_out_targets, rejudge, required_ratio
+from klineage.skills.admission import (
+    Target,
+    admit,
+    applied_to,
+    card_digest,
+    held_out_targets,
+    judged_alike,
+    rejudge,
+    required_ratio,
+)
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import problem_infos
@@ -185,6 +194,24 @@ def test_rejudge_reads_the_recorded_ratios_of_this_content_again(cards):
     kept_out = dataclasses.replace(card, verification_log=(first, slow))  # read under an older status rule
     decided, none_changed = rejudge(kept_out)
     assert none_changed == [] and decided.status is CardStatus.ADMITTED  # the status is decided again all the same
+
+
+def test_effects_that_move_the_ask_past_no_trial_are_judged_alike(cards):
+    """Timed on every case, a card's effects ask trials less (a 12x headline gain with an 8x case); a
+    log whose timed trials all clear both asks reads the same under either, so its status carries.
+    One trial between the two asks would read otherwise: not alike, the card is tried again."""
+    before, after = with_effect(cards["launch_bounds"], 12.0), with_effect(cards["launch_bounds"], 8.0)
+    assert required_ratio(after) < required_ratio(before)
+    basis = TrialBasis("gpu", "NVIDIA H200", "p" * 64, "q" * 64, card_digest(before), "c" * 64)
+    log = (Trial("a" * 64, True, 9.5, "passed: t1", basis), Trial("b" * 64, False, 1.2, "failed: t2: 1.200x", basis),
+           Trial("e" * 64, False, None, "failed: t3: rejected (incorrect)", basis))
+    assert judged_alike(dataclasses.replace(before, verification_log=log), after)
+    between = Trial("f" * 64, False, 3.0, "failed: t4: passed at 3.000x, below the 3.376x", basis)
+    assert required_ratio(after) < 3.0 < required_ratio(before)
+    assert not judged_alike(dataclasses.replace(before, verification_log=log + (between,)), after)
+    declared = dataclasses.replace(after, preconditions=(Precondition("n >= 4", "n is at least 4", ("a",), ("b",),
+                                                                      "timing"),))
+    assert not judged_alike(dataclasses.replace(before, verification_log=log), declared)  # more than effects
 
 
 def test_a_rejected_kernel_fails_the_trial(cards, gate_cache):

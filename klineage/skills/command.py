@@ -42,6 +42,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                        help="carry the admission trials (and status) of this library's unchanged cards over; "
                             "repeatable: of several, each card keeps the longest log (lanes that trialled "
                             "different cards join)")
+    build.add_argument("--per-case", choices=["use", "ignore"], default="use",
+                       help="use the steps' recorded per-case timings (bench/percase.py) as the cards' effects and "
+                            "to induce when they pay, or ignore them (a library admitted before they were measured "
+                            "stays reproducible until it is admitted again); recorded in the provenance")
     show = actions.add_parser("show", help="list the library's cards, or print one",
                               parents=[cli_options.library(folders=True),
                                        cli_options.json_output("the whole library document")])
@@ -97,14 +101,15 @@ def _build(args: argparse.Namespace) -> int:
     if not lineages:
         raise KLineageError("no lineage to build a library from")
     problems = problem_infos({lineage.problem.operator for lineage in lineages})
-    library = build_library(lineages, problems, default_provenance(lineages, args.note), retimed_effect,
-                            percase_timing)
+    provenance = {**default_provenance(lineages, args.note), "per_case": args.per_case}
+    library = build_library(lineages, problems, provenance, retimed_effect,
+                            percase_timing if args.per_case == "use" else None)
     for earlier in args.keep_trials:
         from klineage.skills.admission import carry_trials
 
         library, carried, history = carry_trials(library, _load(earlier))
         print(f"carried the trials and status of {carried} card(s) over from {earlier} (unchanged, or changed "
-              f"only in effects that ask a trial the same ratio)"
+              f"only in effects under which every recorded trial reads the same)"
               + (f"; {history} changed card(s) keep their trials as history, candidates again" if history else ""))
     out = save_library(library, args.out or bundled_library())
     for path in left_out:

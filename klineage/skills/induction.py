@@ -374,6 +374,9 @@ def _when(steps: list[_Step], effects: list[Effect], problems: Mapping[str, Any]
     by_ref = {s.ref: s for s in steps}
     if not any(ref in timed for ref in by_ref):  # headline timings alone: one case an operator, nothing varies
         return None
+    # A parameter's name means something only inside its own problem (conv2d's N is a batch, GEMM's N a
+    # width): across operators, cases are compared by what the launch and ptxas make of them alone.
+    across = len({e.operator for e in effects if e.source in by_ref}) > 1
     rows = []
     for effect in effects:
         table = _case_table(problems, effect.operator)
@@ -383,7 +386,7 @@ def _when(steps: list[_Step], effects: list[Effect], problems: Mapping[str, Any]
         params = table[effect.case]
         compiled = timed[effect.source].compiled if effect.source in timed else None
         rows.append((f"{effect.operator}:{effect.case}", effect.ratio,
-                     case_facts(params, launch_facts(step.parent.kernel, params), compiled)))
+                     case_facts({} if across else params, launch_facts(step.parent.kernel, params), compiled)))
     when = induce_when(per_case(rows))
     if when.kind is not WhenKind.PRECONDITION:
         return None

@@ -39,7 +39,7 @@ from klineage.errors import DocumentError
 from klineage.gate.policy import Placement
 from klineage.skills.card import Precondition, SkillCard
 from klineage.skills.trial_reading import Reading, reading
-from klineage.skills.when import SOURCE, card_when
+from klineage.skills.when import REPEATABILITY, SOURCE, card_when
 
 SKILL_FILE = "SKILL.md"
 REFERENCE_CARD = Path("references") / "klineage-card.md"
@@ -164,8 +164,10 @@ def render(card: SkillCard) -> str:
     paying = [f"{when.sentence[0].upper()}{when.sentence[1:]}."]
     if when.cases:
         held = set(when.precondition.holds) if when.precondition else set()
-        paying += ["", f"Per case (median child time / parent time over its steps; paid: >= {when.required}x):"]
-        paying += [f"- {r.case}: {r.ratio:.3f}x, {'paid' if r.paid else 'did not pay'}"
+        paying += ["", f"Per case (median child time / parent time over its steps; paid: >= {when.required}x with "
+                       f"room for the gate's {REPEATABILITY:.1%} run-to-run spread, undecided: above {when.required}x "
+                       f"by less):"]
+        paying += [f"- {r.case}: {r.ratio:.3f}x, {r.outcome.value}"
                    + (f"; the precondition {'holds' if r.case in held else 'fails'}" if when.precondition else "")
                    for r in when.cases]
     parts.append("## When it pays\n\n" + "\n".join(paying) + "\n")
