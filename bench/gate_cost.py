@@ -5,10 +5,14 @@ For each workload, its candidates are gated one after another with an empty verd
 through one warm runner (klineage.gate.warm), under two policies: a walk state's (untimed) and a
 timed gate against the vendor (where GDN's vendor builds its Triton kernels: once per runner).
 
-    python bench/gate_cost.py --out bench/results/gate_cost_warm.json [--workloads row_softmax,gemm,gdn]
+    python bench/gate_cost.py --out PART.json [--workloads row_softmax,gemm,gdn]
+    python bench/gate_cost.py --merge PART.json... --into bench/results/gate_cost.json   # no GPU
 
 Rows: {workload, candidate, policy, runner, seconds, status, same_as_cold, phases}; `summary` per
-workload and policy: the mean seconds per candidate cold and warm, and warm / cold.
+workload and policy: the mean seconds per candidate cold; warm, its first candidate (which starts the
+runner: torch, the problem, and for GDN FLA's Triton build) and the rest (steady), each over cold;
+whether the warm verdicts agree with the cold ones. `--merge` joins parts measured in separate
+calls into the `warm_runner` entry of the gate suite's gate_cost.json (its other entries kept).
 """
 
 from __future__ import annotations
@@ -87,25 +91,52 @@ def row(workload: str, name: str, policy: str, runner: str, verdict: Verdict, se
 
 
 def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Mean seconds per candidate, cold and warm, per workload and policy (the warm runner's start
-    counted in its first candidate)."""
+    """Per workload and policy: mean seconds per candidate cold, the warm runner's first candidate
+    (its start counted there) and its later ones (steady), each over cold; a warm stream cut short
+    (by a stage's time limit) says how many of its candidates ran."""
     out = []
     for workload, policy in sorted({(r["workload"], r["policy"]) for r in rows}):
         mine = [r for r in rows if r["workload"] == workload and r["policy"] == policy]
-        cold = statistics.mean(r["seconds"] for r in mine if r["runner"] == "cold")
-        warm = statistics.mean(r["seconds"] for r in mine if r["runner"] == "warm")
-        out.append({"workload": workload, "policy": policy, "candidates": len(mine) // 2, "cold_s": round(cold, 2),
-                    "warm_s": round(warm, 2), "warm_over_cold": round(warm / cold, 3),
+        cold = [r["seconds"] for r in mine if r["runner"] == "cold"]
+        warm = [r["seconds"] for r in mine if r["runner"] == "warm"]
+        mean_cold = statistics.mean(cold)
+        steady = statistics.mean(warm[1:]) if len(warm) > 1 else None
+        out.append({"workload": workload, "policy": policy, "cold_candidates": len(cold),
+                    "warm_candidates": len(warm), "cold_s": round(mean_cold, 2),
+                    "warm_first_s": round(warm[0], 2) if warm else None,
+                    "warm_steady_s": round(steady, 2) if steady is not None else None,
+                    "steady_over_cold": round(steady / mean_cold, 3) if steady is not None else None,
+                    "warm_over_cold": round(statistics.mean(warm) / mean_cold, 3) if warm else None,
+                    "complete": len(warm) == len(cold),
                     "verdicts_agree": all(r["same_as_cold"] for r in mine)})
     return out
 
 
+def merge(parts: list[Path], into: Path) -> int:
+    """Join parts measured in separate device calls into `into`'s `warm_runner` entry."""
+    documents = [json.loads(p.read_text(encoding="utf-8")) for p in parts]
+    rows = [r for d in documents for r in d["rows"]]
+    target = json.loads(into.read_text(encoding="utf-8")) if into.is_file() else {}
+    target["warm_runner"] = {"provenance": {"parts": [{"file": p.name, **d["provenance"]}
+                                                      for p, d in zip(parts, documents)]},
+                             "summary": summary(rows), "rows": rows}
+    into.write_text(json.dumps(target, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(target["warm_runner"]["summary"], indent=1))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--merge", type=Path, nargs="+", help="parts written by --out, joined; no GPU")
+    parser.add_argument("--into", type=Path, default=Path("bench/results/gate_cost.json"))
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--policies", default=",".join(POLICIES))
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.into)
+    if args.out is None:
+        parser.error("--out (measure) or --merge (join parts)")
     scratch = Path(tempfile.mkdtemp(prefix="gate-cost-"))
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     rows: list[dict[str, Any]] = []

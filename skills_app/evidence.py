@@ -107,6 +107,11 @@ def _gate_cost(e: Evidence, data: dict[str, Any]) -> None:
     rows = data.get("rows", [])
     e.headline = ", ".join(f"{r['kernel']['name']}: full gate {r.get('full_gate_s', 0):.1f} s, "
                            f"cached verdict {1000 * r.get('cached_verdict_s', 0):.0f} ms" for r in rows)
+    warm = [w for w in (data.get("warm_runner") or {}).get("summary", []) if w.get("warm_steady_s") is not None]
+    if warm:  # bench/gate_cost.py: a stream of candidates through one runner against a new runner for each
+        e.headline += "; warm runner, per candidate after its first: " + ", ".join(
+            f"{w['workload']} {w['policy']} {w['warm_steady_s']:.1f} s against {w['cold_s']:.1f} s cold "
+            f"({w['steady_over_cold']:.2f}x)" for w in warm)
     e.columns = ["kernel", "cold compile s", "full gate s", "GPU run s", "cached verdict ms"]
     e.rows = [[r["kernel"]["name"], _num(r.get("cold_compile_s"), "{:.2f}"), _num(r.get("full_gate_s"), "{:.1f}"),
                _num(r.get("gpu_run_s"), "{:.1f}"),
