@@ -1,13 +1,13 @@
 """The kinds of job, one entry each: everything that differs from one kind to another.
 
 An entry says what a kind takes (the keys of its parameters, and the function that checks what people
-submit), whether it needs a GPU, and the functions that do its work in each process: the worker's
-handler, the child's runner and the job page's presenter. Those are named "module:function" and
-imported when first used, so this module imports neither Django nor any other module of the app: the
-job's child (which never imports Django) finds its runner here, and the modules holding the functions
-may import this one without closing a circle.
+submit), whether it needs a GPU, the functions that do its work in each process (the worker's
+handler, the child's runner and the job page's presenter) and the template of its job page. The functions
+are named "module:function" and imported when first used, so this module imports neither Django nor any
+other module of the app: the job's child (which never imports Django) finds its runner here, and the
+modules holding the functions may import this one without closing a circle.
 
-Adding a kind is adding an entry to BUILT_IN (with the functions it names). Tests add kinds of their own
+Adding a kind is adding an entry to BUILT_IN (with the functions and the page it names). Tests add kinds of their own
 without touching it: the module that KLINEAGE_JOB_KINDS_MODULE names (importable, with a KINDS tuple of
 JobKind) joins its kinds to these wherever the registry is read - the web server, a worker, the job's
 child, which all inherit the variable. Only the built-in kinds are the database's choices.
@@ -77,6 +77,7 @@ class JobKind:
     check: str = ""  # "module:function": check(kernel, **options) -> the checked parameters of a submission
     form: str = ""  # "module:FormClass": its form on the /optimize/ page
     presenter: str = ""  # "module:function": present(result) -> what a finished job's page adds to its context
+    page: str = ""  # its job page's template, which extends gate_app/job.html (that page itself when empty)
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier() or not self.name.islower():
@@ -87,6 +88,8 @@ class JobKind:
                 raise KindError(f"job kind {self.name}: {field} must be 'module:name', not {ref!r}")
         if self.required & self.optional:
             raise KindError(f"job kind {self.name}: {sorted(self.required & self.optional)} both required and optional")
+        if self.page and not self.page.endswith(".html"):
+            raise KindError(f"job kind {self.name}: page must name a template (.html), not {self.page!r}")
         if (self.offered is not Offered.NOWHERE) != bool(self.check and self.form):
             raise KindError(f"job kind {self.name}: a kind people submit has a check and a form, and only such a kind")
 
@@ -132,18 +135,20 @@ BUILT_IN = (
             runner="gate_app.runners:run_gate_payload", required=frozenset({"problem", "kernel"}),
             optional=frozenset({"against", "mode", "cases", "policy", "record"}), offered=Offered.PAGE,
             check="gate_app.submit:gate_job_params", form="gate_app.forms:GateForm",
-            presenter="gate_app.presenters:gate_job"),
+            presenter="gate_app.presenters:gate_job", page="gate_app/kinds/gate.html"),
     JobKind("walk", "backward walk", Device.GATE_MODE, handler="gate_app.work:run_walk_job",
             runner="gate_app.runners:run_walk_payload", required=_REWRITING_KEYS | {"max_steps", "max_rejections"},
             offered=Offered.PAGE_AND_API, check="gate_app.submit:walk_params", form="gate_app.forms:WalkForm",
-            presenter="gate_app.presenters:walk_job"),
+            presenter="gate_app.presenters:walk_job", page="gate_app/kinds/walk.html"),
     JobKind("optimize", "optimize", Device.GATE_MODE, handler="gate_app.work:run_optimize_job",
             runner="gate_app.runners:run_optimize_payload",
             required=_REWRITING_KEYS | {"strategy", "statuses", "scope", "budget", "seed"},
             optional=frozenset({"time_limit_s"}), offered=Offered.PAGE_AND_API, check="gate_app.submit:optimize_params",
-            form="gate_app.forms:OptimizeForm", presenter="gate_app.presenters:optimize_job"),
+            form="gate_app.forms:OptimizeForm", presenter="gate_app.presenters:optimize_job",
+            page="gate_app/kinds/optimize.html"),
     JobKind("probe", "problem probe", Device.CPU, handler="gate_app.work:run_probe_job",
-            runner="gate_app.runners:run_probe_payload", required=frozenset({"problem"})),
+            runner="gate_app.runners:run_probe_payload", required=frozenset({"problem"}),
+            page="gate_app/kinds/probe.html"),
 )
 
 

@@ -63,7 +63,8 @@ def job_detail(request, job_id: int):
     finished = job.status == Job.Status.SUCCEEDED and isinstance(job.result, dict)
     can_cancel = not job.finished and (request.user.is_staff or (job.owner_id and job.owner_id == request.user.pk))
     kind = kinds.registry().get(job.kind)
-    return render(request, "gate_app/job.html", {
+    page = kind.page if kind is not None and kind.page else "gate_app/job.html"
+    return render(request, page, {
         "job": state, "result_json": result, "can_cancel": can_cancel, "ended": job.finished,
         "can_run_again": job.kind in _submitted() and request.user.has_perm(SUBMIT_PERMISSION),
         **(kind.present(job.result) if finished and kind is not None else {})})

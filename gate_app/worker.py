@@ -121,8 +121,7 @@ class JobWorker:
     def __init__(self, *, capabilities: Capabilities, worker_id: str | None = None, lease_seconds: float = 30.0,
                  poll_interval: float = 0.5, heartbeat_seconds: float | None = None,
                  reap_seconds: float | None = None, drain_seconds: float = 10.0, once: bool = False,
-                 json_log: bool = False, out: TextIO = sys.stdout, install_signals: bool = True,
-                 handler_table: dict[str, Callable[[JobContext], Any]] | None = None):
+                 json_log: bool = False, out: TextIO = sys.stdout, install_signals: bool = True):
         self.capabilities = capabilities
         self.worker_id = worker_id or default_worker_id(capabilities.gpu)
         self.lease_seconds = lease_seconds
@@ -135,7 +134,7 @@ class JobWorker:
         self.json_log = json_log
         self.out = out
         self.install_signals = install_signals
-        self.handlers = handler_table if handler_table is not None else handlers()
+        self.handlers = handlers()
         self.child_env = _child_env(capabilities)
         # Without a cross-process layer (Redis) nobody outside this process hears events.
         self.publish = bool(getattr(settings, "KLINEAGE_CROSS_PROCESS_PROGRESS", False))

@@ -1,55 +1,18 @@
-"""The import graphs of the engine and of the web apps, read from the source with `ast`: no transform imports
-another transform (shared helpers live in the underscore modules of klineage/transforms/); the module-level
-imports among klineage/ modules form no cycle; and the imports among the modules of gate_app, skills_app and
+"""The import graphs of the engine and of the web apps, read from the source by tests/import_reader.py: no
+transform imports another transform (shared helpers live in the underscore modules of klineage/transforms/);
+the imports among klineage/ modules form no cycle; and the imports among the modules of gate_app, skills_app and
 klineage_web, those inside functions included, form none either (a cycle makes import order matter and hides
 which module owns a concept; an import moved into a function only hides the cycle)."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def modules_of(*packages: str) -> dict[str, Path]:
-    """Every module of the packages (directories under the repository root), by dotted name."""
-    return {module_name(path): path for package in packages for path in sorted((ROOT / package).rglob("*.py"))}
-
+from import_reader import imports, modules_of
 
 MODULES = modules_of("klineage")
 APP_PACKAGES = ("gate_app", "skills_app", "klineage_web")
 APP_MODULES = modules_of(*APP_PACKAGES)
-
-
-def _target(node: ast.ImportFrom, alias: str, modules: dict[str, Path]) -> str | None:
-    """The module of `modules` an import binds: `from a.b import c` is a.b.c when that is a module, else a.b."""
-    assert not node.level, "the engine and the apps use absolute imports"
-    base = node.module or ""
-    if f"{base}.{alias}" in modules:
-        return f"{base}.{alias}"
-    return base if base in modules else None
-
-
-def imports(module: str, *, top_level: bool, modules: dict[str, Path] = MODULES) -> set[str]:
-    """The modules of `modules` (the engine's unless told) that `module` imports: at module level only
-    (`top_level`), or anywhere in it."""
-    tree = ast.parse(modules[module].read_text(encoding="utf-8"))
-    nodes = tree.body if top_level else list(ast.walk(tree))
-    found = set()
-    for node in nodes:
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name in modules}
-        elif isinstance(node, ast.ImportFrom):
-            found |= {t for a in node.names if (t := _target(node, a.name, modules)) is not None}
-    return found - {module}
 
 
 def is_transform(module: str) -> bool:
@@ -100,14 +63,14 @@ def test_the_catalog_has_transforms_and_helpers():
 
 
 def test_no_transform_imports_another_transform():
-    offenders = {m: sorted(t for t in imports(m, top_level=False) if is_transform(t))
+    offenders = {m: sorted(t for t in imports(m, MODULES) if is_transform(t))
                  for m in MODULES if is_transform(m)}
     assert {m: t for m, t in offenders.items() if t} == {}
 
 
 def test_helpers_import_no_transform_and_not_the_walk():
     helpers = [m for m in MODULES if m.startswith("klineage.transforms.") and not is_transform(m)]
-    bad = {m: sorted(t for t in imports(m, top_level=False) if is_transform(t) or t.startswith("klineage.walk"))
+    bad = {m: sorted(t for t in imports(m, MODULES) if is_transform(t) or t.startswith("klineage.walk"))
            for m in helpers + [m for m in MODULES if is_transform(m)]}
     assert {m: t for m, t in bad.items() if t} == {}
 
@@ -115,7 +78,7 @@ def test_helpers_import_no_transform_and_not_the_walk():
 def test_no_import_cycles_among_engine_modules():
     """Imports inside functions count: a deferred import that closes a circle (as `cli.main` importing
     `skills.command` once did) still makes each module depend on the other."""
-    graph = {m: imports(m, top_level=False) for m in MODULES}
+    graph = {m: imports(m, MODULES) for m in MODULES}
     assert cycles(graph) == []
 
 
@@ -125,7 +88,7 @@ def test_the_apps_modules_are_all_read():
 
 def test_no_import_cycles_among_the_apps_modules():
     """Imports inside functions count: a cycle through one still makes each module depend on the other."""
-    graph = {m: imports(m, top_level=False, modules=APP_MODULES) for m in APP_MODULES}
+    graph = {m: imports(m, APP_MODULES) for m in APP_MODULES}
     assert cycles(graph) == []
 
 

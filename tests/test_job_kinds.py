@@ -1,7 +1,7 @@
-"""The registry of job kinds (gate_app/kinds.py): every entry names functions that exist, the database's choices
-are the built-in entries (no migration), a malformed entry or an unknown kind is refused with its reason, a
-module named by KLINEAGE_JOB_KINDS_MODULE adds kinds (and may not redefine one), and the job's child runs
-only the kinds the registry knows."""
+"""The registry of job kinds (gate_app/kinds.py): every entry names functions (and a job page) that exist, the
+database's choices are the built-in entries (no migration), a malformed entry or an unknown kind is refused with
+its reason, a module named by KLINEAGE_JOB_KINDS_MODULE adds kinds (and may not redefine one), and the job's child
+runs only the kinds the registry knows."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import sys
 
 import pytest
 from django.core.management import call_command
+from django.template.loader import get_template
 
 from gate_app import forms, kinds
 from gate_app.kinds import MODULE_ENV, Device, JobKind, KindError, Offered
@@ -29,6 +30,8 @@ def test_every_built_in_kind_names_functions_that_exist(kind):
         assert kind.options() and "kernel" not in kind.options()
     if kind.presenter:
         assert callable(kinds._load(kind.presenter))
+    if kind.page:  # a page of its own, filling the job page's kind_ blocks
+        assert get_template(kind.page).template.source.startswith('{% extends "gate_app/job.html" %}')
 
 
 @pytest.mark.django_db
@@ -69,6 +72,7 @@ def test_a_job_parameters_are_checked_against_its_kind():
     ({"required": frozenset({"a"}), "optional": frozenset({"a"})}, "both required and optional"),
     ({"offered": Offered.PAGE}, "a check and a form"),
     ({"check": "gate_app.submit:walk_params", "form": "gate_app.forms:WalkForm"}, "a check and a form"),
+    ({"page": "gate_app/kinds/walk"}, "page must name a template"),
 ])
 def test_a_malformed_entry_is_refused(fields, message):
     entry = {"name": "stroll", "label": "stroll", "device": Device.CPU, "handler": "m:h", "runner": "m:r", **fields}

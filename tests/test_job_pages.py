@@ -1,13 +1,18 @@
 """Job pages that end where they should: a finished job shows no progress bar or attempt count, a gate
-job links its verdict, a walk job shows its steps as a table, the jobs list names each job's target,
-an operator can run a job again, and the walk form's default step limit walks row_softmax/warp_vec4."""
+job links its verdict, a walk job shows its steps as a table, each kind's own parts come from the page its
+registry entry names (a new kind adds its parts without editing gate_app/job.html), the jobs list names each
+job's target, an operator can run a job again, and the walk form's default step limit walks
+row_softmax/warp_vec4."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from accounts import logged_in, make_user
 from gate_app.forms import WalkForm
+from gate_app.kinds import MODULE_ENV
 from gate_app.models import Job
 from lineage_data import vendor_verdict
 from skills_app.importer import store_verdict
@@ -40,6 +45,49 @@ def test_a_finished_gate_job_links_its_verdict(client):
     unknown = {**result, "provenance": {**result["provenance"], "key": "b" * 64}}
     job = Job.objects.create(kind=Job.Kind.GATE, params=GATE_PARAMS, status=Job.Status.SUCCEEDED, result=unknown)
     assert "not among the dashboard's stored verdicts" in client.get(f"/jobs/{job.pk}/").content.decode()
+
+
+PROBE_NOTE = "the uploaded problem up_prob, loaded in the sandboxed runner"
+RESULT_OPEN = re.compile(r"<details open>\s*<summary>Result document</summary>")
+
+
+@pytest.mark.usefixtures("sleep_kind")  # tests/job_kinds.py: a kind with no page of its own
+@pytest.mark.parametrize("kind, params, parts", [
+    ("gate", GATE_PARAMS, {"result open"}),
+    ("walk", {**GATE_PARAMS, "max_steps": 2}, set()),
+    ("optimize", {**GATE_PARAMS, "budget": 8}, {"run"}),
+    ("probe", {"problem": "up_prob"}, {"note"}),
+    ("sleep", {"seconds": 1}, set()),
+])
+def test_each_kind_s_page_shows_its_own_parts_only(client, kind, params, parts):
+    page = client.get(f"/jobs/{Job.objects.create(kind=kind, params=params).pk}/").content.decode()
+    shown = {"note": PROBE_NOTE in page, "run": 'id="optimize-run"' in page,
+             "result open": bool(RESULT_OPEN.search(page))}
+    assert {part for part, there in shown.items() if there} == parts
+    assert "<summary>Result document</summary>" in page and "<summary>Log</summary>" in page
+
+
+def test_a_new_kind_fills_the_job_page_from_its_own_page(client, monkeypatch, tmp_path, settings):
+    """A kind's page extends gate_app/job.html and fills its kind_ blocks, so a new kind adds its parts
+    (a note under the status, its sections, the result document open) with no edit to the job page."""
+    (tmp_path / "nap_kind.py").write_text(
+        "from gate_app.kinds import Device, JobKind\n"
+        "KINDS = (JobKind('nap', 'nap', Device.CPU, handler='m:h', runner='m:r', page='nap_job.html'),)\n")
+    (tmp_path / "nap_job.html").write_text(
+        '{% extends "gate_app/job.html" %}'
+        '{% block kind_note %}<p id="nap-note">a nap of {{ job.params.minutes }} min</p>{% endblock %}'
+        '{% block kind_sections %}<section id="nap-dreams">no dreams yet</section>{% endblock %}'
+        '{% block kind_result_open %} open{% endblock %}')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(MODULE_ENV, "nap_kind")
+    engine = settings.TEMPLATES[0]
+    settings.TEMPLATES = [{**engine, "DIRS": [*engine["DIRS"], tmp_path]}]
+    page = client.get(f"/jobs/{Job.objects.create(kind='nap', params={'minutes': 5}).pk}/").content.decode()
+    assert '<span class="muted">nap</span>' in page and "Status: <strong data-field=\"status\">queued" in page
+    note, dreams, log = (page.index(s) for s in ('<p id="nap-note">a nap of 5 min</p>',
+                                                  '<section id="nap-dreams">', "<summary>Log</summary>"))
+    assert page.index('data-field="status"') < note < page.index('data-field="transport"') < dreams < log
+    assert RESULT_OPEN.search(page)
 
 
 def test_the_jobs_list_names_each_target(client):
