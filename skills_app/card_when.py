@@ -44,13 +44,12 @@ def when_chart(document: dict[str, Any]) -> dict[str, Any]:
                            "spread": f"{REPEATABILITY:.1%}"}
     if not when.cases:
         return out
-    held = set(p.holds) if p else set()
     names = sorted(p.names) if p else []
     axis = next((n for n in names if all(isinstance((p.facts.get(r.case) or {}).get(n), (int, float))
                                          and not isinstance((p.facts.get(r.case) or {}).get(n), bool)
                                          for r in when.cases)), None)
     rows = [{"case": r.case, "ratio": r.ratio, "paid": r.paid, "outcome": r.outcome.value,
-             "holds": r.case in held if p else None,
+             "holds": p.holds_on(r.case) if p else None,
              "facts": (p.facts.get(r.case) or {}) if p else {}, "x_value": (p.facts.get(r.case) or {}).get(axis)
              if axis else None} for r in when.cases]
     rows.sort(key=lambda r: (r["x_value"] if axis else r["ratio"], r["case"]))

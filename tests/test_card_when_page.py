@@ -88,3 +88,23 @@ def test_the_library_filters_to_cards_with_preconditions(client, imported):
     api = client.get("/api/cards/?preconditions=true").json()
     names = {row["short_id"] for row in api.get("results", api)}
     assert names == listed
+
+
+def test_an_undecided_case_shows_where_the_precondition_holds(client, db, tmp_path):
+    """A case that gained under the gate's spread is in neither `holds` nor `fails` (it was no evidence),
+    yet the precondition is true on it: the page and SKILL.md say "undecided" and "holds", never
+    "fails" (what it said when it read only the two lists)."""
+    from klineage.skills.skillmd import render
+
+    paying, uniform, rest = _cards()
+    timing = next(p for p in paying.preconditions if p.source == SOURCE)
+    facts = {**timing.facts, "row_softmax:c512": {"cols": 512}}
+    extra = Effect("c512", "row_softmax", 1.015, (1.015, 1.014), paying.effects[0].source)
+    paying = dataclasses.replace(paying, effects=paying.effects + (extra,), preconditions=tuple(
+        dataclasses.replace(p, facts=facts) if p is timing else p for p in paying.preconditions))
+    import_library(library_document([paying, uniform, *rest]))
+    when = _section(client.get(f"/library/{paying.short_id}/").content.decode(), "when")
+    assert re.search(r'<td class="mono">row_softmax:c512</td><td class="num">512</td><td class="num">1.015×</td>'
+                     r'<td>undecided</td><td>holds</td>', when)
+    assert 'stroke="#888"' in when  # drawn grey, neither paid nor unpaid
+    assert "- row_softmax:c512: 1.015x, undecided; the precondition holds" in render(paying)

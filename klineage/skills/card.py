@@ -136,6 +136,17 @@ class Precondition:
         """Whether the predicate holds for a case's facts (see `predicates.case_facts`)."""
         return bool(expr.evaluate(self.expression, facts))
 
+    def holds_on(self, case: str) -> bool | None:
+        """Whether it holds on a measured case: from the facts recorded for it (a timing predicate
+        records every case it was induced over, the undecided ones too, which are in neither `holds`
+        nor `fails`), else from those two lists; None for a case it says nothing about."""
+        if case in self.facts:
+            try:
+                return self.check(self.facts[case])
+            except ExpressionError:
+                return None
+        return True if case in self.holds else False if case in self.fails else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"expression": self.expression, "sentence": self.sentence, "holds": list(self.holds),
                 "fails": list(self.fails), "source": self.source,

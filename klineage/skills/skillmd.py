@@ -163,12 +163,11 @@ def render(card: SkillCard) -> str:
     when = card_when(card)
     paying = [f"{when.sentence[0].upper()}{when.sentence[1:]}."]
     if when.cases:
-        held = set(when.precondition.holds) if when.precondition else set()
         paying += ["", f"Per case (median child time / parent time over its steps; paid: >= {when.required}x with "
                        f"room for the gate's {REPEATABILITY:.1%} run-to-run spread, undecided: above {when.required}x "
                        f"by less):"]
         paying += [f"- {r.case}: {r.ratio:.3f}x, {r.outcome.value}"
-                   + (f"; the precondition {'holds' if r.case in held else 'fails'}" if when.precondition else "")
+                   + _held_clause(when.precondition, r.case)
                    for r in when.cases]
     parts.append("## When it pays\n\n" + "\n".join(paying) + "\n")
     risks = [f"- {r.category}: {r.description}" for r in card.risks] + _did_not_pay(card) or ["- None recorded."]
@@ -334,3 +333,8 @@ def import_skillmd(folder: str | Path) -> list[SkillCard]:
         if report.outcome is ImportOutcome.REFUSED:
             raise DocumentError(report.path, report.message)
     return sorted((r.card for r in reports), key=lambda c: (c.transform, c.id))
+
+
+def _held_clause(precondition: Precondition | None, case: str) -> str:
+    held = precondition.holds_on(case) if precondition else None
+    return "" if held is None else f"; the precondition {'holds' if held else 'fails'}"
