@@ -665,7 +665,14 @@ def run(request: dict[str, Any], result: dict[str, Any], progress: Progress) -> 
         device.close()
 
 
-def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, Any], phases: Phases) -> None:
+VENDOR_SEED = 4242  # the vendor path is checked on one seed a case: it is the yardstick, not the candidate
+
+
+def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, Any], phases: Phases,
+            vendor_checks: dict[str, dict[str, Any]] | None = None) -> None:
+    """Judge one request's candidate. `vendor_checks`: a warm runner's vendor checks by case, kept
+    across its candidates (the check judges the vendor path on fixed inputs, so it is made once a
+    case per runner; a cold runner makes it for its one candidate)."""
     kernels = [LoadedKernel(device, spec) for spec in request["kernels"]]
     phases.lap("load_kernels")
     candidate = kernels[0]
@@ -685,7 +692,11 @@ def _run_on(device: Device, problem, request: dict[str, Any], result: dict[str, 
     # The vendor is checked where it is a yardstick: an untimed gate compares nothing with it (and
     # GDN's vendor, Triton kernels built in each new process, took 110-140 s of a 150-s state gate).
     if problem.vendor is not None and policy["vendor"] and timing_case:
-        result["vendor_check"] = [check_vendor(device, problem, case_name, 4242) for case_name in cases]
+        checked = {} if vendor_checks is None else vendor_checks
+        for case_name in cases:
+            if case_name not in checked:
+                checked[case_name] = check_vendor(device, problem, case_name, VENDOR_SEED)
+        result["vendor_check"] = [checked[case_name] for case_name in cases]
         phases.lap("vendor_check")
     if timing_case:
         for baseline in kernels[1:]:  # a baseline must itself be right before it is a yardstick
@@ -761,6 +772,7 @@ def serve(request: dict[str, Any], progress: Progress) -> None:
 
     problem = load_problem(request["problem"])
     device = Device(progress)
+    vendor_checks: dict[str, dict[str, Any]] = {}  # made once a case for every candidate this runner judges
     inbox, outbox = Path(request["inbox"]), Path(request["outbox"])
     try:
         progress.emit(what="ready")
@@ -773,7 +785,7 @@ def serve(request: dict[str, Any], progress: Progress) -> None:
             job = json.loads(job_path.read_text(encoding="utf-8"))
             done: dict[str, Any] = {"findings": [], "correctness": [], "profile": {}}
             with _output_to(Path(job["output"])):
-                _judge_job(device, problem, job, done)
+                _judge_job(device, problem, job, done, vendor_checks)
             gc.collect()  # the job's modules and buffers go with it
             _write_result(outbox / f"{number}.json", done)
             if done["findings"] or "error" in done:
@@ -782,11 +794,12 @@ def serve(request: dict[str, Any], progress: Progress) -> None:
         device.close()
 
 
-def _judge_job(device: Device, problem, job: dict[str, Any], result: dict[str, Any]) -> None:
+def _judge_job(device: Device, problem, job: dict[str, Any], result: dict[str, Any],
+               vendor_checks: dict[str, dict[str, Any]]) -> None:
     """One candidate in a warm runner: what `run` does after loading the problem and the device."""
     def work() -> None:
         result["environment"] = device.environment()  # this job's clocks, not the runner's first
-        _run_on(device, problem, job, result, Phases(result))
+        _run_on(device, problem, job, result, Phases(result), vendor_checks)
 
     _reported(result, work)
 
