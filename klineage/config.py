@@ -103,6 +103,15 @@ def sandbox_disabled() -> bool:
     return value == "1"
 
 
+def warm_runners() -> bool:
+    """KLINEAGE_WARM_RUNNER=0: walks and optimizations gate every kernel in a fresh runner, as
+    before warm runners (klineage.gate.warm); 1, the default, keeps one runner per run and problem."""
+    value = os.environ.get("KLINEAGE_WARM_RUNNER", "1").strip()
+    if value not in ("0", "1"):
+        raise KLineageError(f"KLINEAGE_WARM_RUNNER must be 1 (keep a warm runner) or 0, not {value!r}")
+    return value == "1"
+
+
 def sandbox_memory_bytes() -> int:
     """The memory one sandboxed job may use (a cgroup limit where one can be made); default half the RAM."""
     default_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2 // (1 << 20)

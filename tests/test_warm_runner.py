@@ -8,6 +8,8 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from klineage import corpus
 from klineage.gate import execute
 from klineage.gate.policy import GatePolicy
@@ -71,3 +73,26 @@ def test_gate_cost_parts_join_into_the_gate_suites_file(tmp_path, capsys):
     assert joined["rows"] == [] and joined["warm_runner"]["summary"][0]["warm_steady_s"] == 14.0
     [cost] = [e for e in load_all(tmp_path) if e.title == "Gate cost"]
     assert "gdn timed 14.0 s against 119.0 s cold (0.12x)" in cost.headline
+
+
+def test_walks_and_optimizations_keep_a_warm_runner_on_the_gpu_only(monkeypatch):
+    """`serial_runner` (what walk() and optimize() gate their one-at-a-time kernels through): a warm
+    runner of the problem on the GPU gate, started at its first candidate and closed with the run;
+    none where the gate runs nothing, or where KLINEAGE_WARM_RUNNER=0 asks for cold runners."""
+    from klineage.config import GateMode
+    from klineage.errors import KLineageError
+    from klineage.gate.warm import serial_runner
+
+    for mode in (GateMode.REPLAY, GateMode.COMPILE_ONLY):
+        with serial_runner(PROBLEM, mode) as runner:
+            assert runner is None
+    with serial_runner(PROBLEM, GateMode.GPU) as runner:
+        assert isinstance(runner, WarmRunner) and runner.problem == Path(PROBLEM).resolve()
+        assert runner.started == 0 and runner.session is None  # nothing runs before a candidate comes
+    monkeypatch.setenv("KLINEAGE_WARM_RUNNER", "0")
+    with serial_runner(PROBLEM, GateMode.GPU) as runner:
+        assert runner is None
+    monkeypatch.setenv("KLINEAGE_WARM_RUNNER", "yes")
+    with pytest.raises(KLineageError, match="KLINEAGE_WARM_RUNNER must be 1"):
+        with serial_runner(PROBLEM, GateMode.GPU):
+            pass

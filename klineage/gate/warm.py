@@ -21,11 +21,13 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from klineage import config
+from klineage.config import GateMode
 from klineage.files import write_atomic
 from klineage.gate import execute, sandbox
 from klineage.gate.jail import Access
@@ -142,3 +144,16 @@ class WarmRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@contextmanager
+def serial_runner(problem_path: str | Path, mode: GateMode) -> Iterator[WarmRunner | None]:
+    """The warm runner for a walk's or an optimization's one-at-a-time gates (every timing, and the
+    states no prefetch judged) on the GPU; None where the gate runs nothing (replay, compile) or
+    KLINEAGE_WARM_RUNNER=0. Prefetch threads keep their cold runners: a warm runner judges one
+    candidate at a time, and correctness judged side by side needs a process each."""
+    if mode is not GateMode.GPU or not config.warm_runners():
+        yield None
+        return
+    with WarmRunner(problem_path) as runner:
+        yield runner

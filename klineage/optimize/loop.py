@@ -53,11 +53,12 @@ from klineage.config import GateMode
 from klineage.documents import choice
 from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
-from klineage.gate.pipeline import default_cache, run_gate
+from klineage.gate.pipeline import Runner, default_cache, run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.prefetch import prefetch
 from klineage.gate.timing import PairedRatio
 from klineage.gate.verdict import Status, Verdict
+from klineage.gate.warm import serial_runner
 from klineage.kernel import KernelState
 from klineage.lineage import Lineage, ProblemRef, VerdictSummary, unified_diff
 from klineage.optimize.result import (
@@ -166,10 +167,11 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     plan = planner(strategy, rewriter, cards=cards, problem=problem, statuses=allowed,
                    transforms=list(catalog().values() if transforms is None else transforms), seed=seed, llm=llm,
                    lineages=lineages, required_ratio=required_ratio)
-    run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
-               progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm,
-               choice(Lookahead, lookahead, "lookahead"), record, jobs, time_limit_s)
-    return run.go()
+    with serial_runner(problem_path, gate_mode) as runner:
+        run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
+                   progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm,
+                   choice(Lookahead, lookahead, "lookahead"), record, jobs, time_limit_s, runner=runner)
+        return run.go()
 
 
 def _statuses(values: Sequence[CardStatus | str]) -> tuple[CardStatus, ...]:
@@ -205,6 +207,7 @@ class _Run:
     keep_verdicts: bool = False  # optimize(record=...); `record` names the attempt log
     jobs: int = 1
     time_limit_s: float | None = None
+    runner: Runner | None = None  # the warm runner of this run's one-at-a-time gates (klineage.gate.warm)
     began: float = field(default_factory=time.monotonic)
     attempts: list[Attempt] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
@@ -436,7 +439,7 @@ class _Run:
         self.evaluations += 1
         try:
             verdict = run_gate(self.problem, kernel, against=against, policy=self.policy, mode=self.mode,
-                               cache=self.cache, progress=forward)
+                               cache=self.cache, progress=forward, runner=self.runner)
         except ReplayMiss as miss:
             raise _GateFailed(f"no recorded verdict for {role} ({kernel.fingerprint[:12]}"
                               + (f" against {against.fingerprint[:12]}" if against else "") + f"): {miss}") from None

@@ -46,9 +46,10 @@ from typing import Any
 from klineage.config import GateMode
 from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
-from klineage.gate.pipeline import default_cache, run_gate
+from klineage.gate.pipeline import Runner, default_cache, run_gate
 from klineage.gate.policy import GatePolicy, Placement, Sanitize
 from klineage.gate.verdict import Reason, Status, Verdict
+from klineage.gate.warm import serial_runner
 from klineage.kernel import KernelState
 from klineage.lineage import (
     DEFAULT_FORWARD_RATIO,
@@ -151,8 +152,9 @@ def walk(problem_path: str | Path, expert: KernelState, rewriter: Any = None, ga
     limits = Limits(max_steps, max_rejections)
     pool = list(catalog().values() if transforms is None else transforms)
     rewriter = rewriter if rewriter is not None else RulesRewriter(pool)
-    return _Walk(Path(problem_path), expert, rewriter, gate_mode, policy, limits, cache or default_cache(),
-                 progress or _quiet, {t.name: t for t in pool}, forward_ratio, record, placement).run()
+    with serial_runner(problem_path, gate_mode) as runner:
+        return _Walk(Path(problem_path), expert, rewriter, gate_mode, policy, limits, cache or default_cache(),
+                     progress or _quiet, {t.name: t for t in pool}, forward_ratio, record, placement, runner).run()
 
 
 @dataclass
@@ -169,6 +171,7 @@ class _Walk:
     forward_ratio: float
     record: bool
     placement: Placement
+    runner: Runner | None  # the warm runner of its one-at-a-time gates (klineage.gate.warm); None: cold ones
     history: History = field(default_factory=History)
     states: list[State] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
@@ -358,7 +361,8 @@ class _Walk:
 
         try:
             verdict = run_gate(self.problem, kernel, against=against, policy=policy or self.policy, mode=self.mode,
-                               cache=self.cache, progress=forward_progress, judged_under=judged_under)
+                               cache=self.cache, progress=forward_progress, judged_under=judged_under,
+                               runner=self.runner)
         except ReplayMiss as miss:
             raise ReplayMiss(f"replay walk of '{self.expert.name}' ({self.expert.fingerprint[:12]}): no recorded "
                              f"verdict for {role}, kernel '{kernel.name}' {kernel.fingerprint[:12]}"
