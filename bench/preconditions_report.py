@@ -12,8 +12,11 @@ induction then reads them, klineage.skills.when) and the recorded verdicts; runs
 - evaluations_saved: at each bundled kernel of each operator, the candidate kernels of cards whose
   timing precondition fails on its problem's headline (what `klineage optimize --strategy library`
   records `precondition_failed` and does not gate in its first round from that kernel).
+- whens: how many admitted cards' *when* is each kind (precondition, uniform, never, mixed, unmeasured).
 - rows: one per admitted card with a *when*: its precondition (or "paid on all N cases measured"),
   the cases it holds and fails on, the share of paid cases where it holds, its leave-one-case-out accuracy.
+- pending: the same for cards that are not admitted (a card that gains a precondition is a candidate
+  until it is admitted again on it), each with its status.
 - provenance.gpu: the GPUs the per-case timings behind the cards ran on ("none": nothing timed per case).
 """
 
@@ -111,7 +114,11 @@ def report(library: Library) -> dict[str, Any]:
         "cards": len(library.cards), "admitted": len(admitted), "with_preconditions": len(nontrivial),
         "uniform": sum(w.kind is WhenKind.UNIFORM for w in whens.values()),
         "loo_accuracy": _pooled(admitted), "evaluations_saved": evaluations_saved(library),
+        "whens": {kind.value: sum(w.kind is kind for w in whens.values()) for kind in WhenKind},
         "rows": [row for row in (_row(c) for c in admitted) if row is not None],
+        # candidates with a *when* of their own: a new precondition makes a card a candidate until admitted again
+        "pending": [{**row, "status": c.status.value} for c in library.cards if c.status is not CardStatus.ADMITTED
+                    for row in [_row(c)] if row is not None],
     }
 
 
@@ -126,7 +133,7 @@ def main(argv: list[str]) -> int:
         print(f"preconditions_report: {exc}", file=sys.stderr)
         return 2
     args.out.write_text(document_text(result), encoding="utf-8")
-    print(json.dumps({k: v for k, v in result.items() if k not in ("rows", "provenance")}))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("rows", "pending", "provenance")}))
     return 0
 
 
