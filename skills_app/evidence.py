@@ -277,7 +277,22 @@ def _mma_peak(e: Evidence, data: dict[str, Any]) -> None:
               for r in rows]
 
 
-_SUMMARIES = {"adversarial.json": _adversarial, "example.json": _example, "gate_cost.json": _gate_cost,
+def _preconditions(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "When cards pay (per-case timings)"
+    whens = data.get("whens") or {}
+    pending = data.get("pending") or []
+    e.headline = (f"of {data.get('admitted', '?')} admitted cards, {data.get('with_preconditions', '?')} with a timing "
+                  f"precondition, {whens.get('uniform', data.get('uniform', '?'))} paid on every case measured, "
+                  f"{whens.get('never', '?')} paid on none, {whens.get('mixed', '?')} mixed with nothing forced; "
+                  f"{len(pending)} card(s) with a new precondition await admission")
+    e.columns = ["card", "transform", "status", "when", "holds on", "fails on", "leave-one-case-out"]
+    e.rows = [[r["card"], r["transform"], r.get("status", "admitted"), r["sentence"], len(r["holds_on"]),
+               len(r["fails_on"]), _num(r.get("loo_accuracy"), "{:.2f}")]
+              for r in [*data.get("rows", []), *pending]]
+
+
+_SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _preconditions, "example.json": _example,
+              "gate_cost.json": _gate_cost,
               "jobs.json": _jobs, "web_perf.json": _web_perf, "corpus.json": _corpus, "skills.json": _skills,
               "skills-passed-over-replay.json": _skills_replayed, "mma-peak.json": _mma_peak,
               "multigpu.json": _multigpu}

@@ -62,6 +62,15 @@ def test_committed_results_have_headlines():
     widest = max(runs, key=lambda r: r["gpus"])
     assert found["multigpu.json"].headline.startswith(f"{widest['gpus']} GPUs at {widest['efficiency']:.2f} efficiency")
 
+    when, report = found["preconditions.json"], data("preconditions.json")
+    assert when.title == "When cards pay (per-case timings)" and when.where == report["provenance"]["gpu"]
+    assert when.headline == (f"of {report['admitted']} admitted cards, {report['with_preconditions']} with a timing "
+                             f"precondition, {report['whens']['uniform']} paid on every case measured, "
+                             f"{report['whens']['never']} paid on none, {report['whens']['mixed']} mixed with nothing "
+                             f"forced; {len(report['pending'])} card(s) with a new precondition await admission")
+    assert [r[:3] for r in when.rows] == [[r["card"], r["transform"], r.get("status", "admitted")]
+                                          for r in report["rows"] + report["pending"]]
+
     sweep_rows = [r for r in data("sweep-conv2d.json")["rows"] if r.get("timing")]
     best = max(sweep_rows, key=lambda r: r["timing"]["vs_vendor"])
     sweep = found["sweep-conv2d.json"]
