@@ -147,3 +147,14 @@ def test_per_case_merges_steps():
     assert merged[0].facts == {"n": 1}  # registers differ between its steps
     with pytest.raises(DocumentError, match="one row per case"):
         induce_when(merged + merged[:1])
+
+
+def test_paid_wherever_decided_is_not_called_inseparable():
+    """Every decided case paid and the rest gained under the spread: the sentence says the undecided
+    ones are too close to tell apart, not that no predicate separates anything."""
+    table = [(f"op:c{n}", {"n": n}, r) for n, r in zip((1, 2, 3, 4, 5, 6), (1.05, 1.06, 1.012, 1.015, 1.04, 1.02))]
+    when = induce_when(rows(table))
+    assert when.kind is WhenKind.MIXED and when.precondition is None
+    assert when.sentence == ("paid on 3 of 6 cases measured, did not pay on 0, 3 undecided (at 1.01x but by under "
+                             "1.5%, the gate's run-to-run spread); every decided case paid: the undecided ones are "
+                             "too close to 1.01x to tell apart")

@@ -285,10 +285,15 @@ def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_R
         return When(WhenKind.PRECONDITION, sentence, rows,
                     Precondition(atom.expression, sentence, holds, fails, SOURCE, loo_accuracy=round(loo, 4)),
                     loo, required)
-    why = ("no predicate over the facts every case shares separates them" if atom is None else
+    why = (_too_close(required) if not unpaid
+           else "no predicate over the facts every case shares separates them" if atom is None else
            f"'{atom.expression}' separates them but is not forced (support {paid} paid / {unpaid} not, "
            f"leave-one-case-out {loo:.2f}; needs {MIN_SUPPORT} decided cases each side and {MIN_LOO})")
     return When(WhenKind.MIXED, f"{sentence}; {why}", rows, None, loo, required, (atom.expression,) if atom else ())
+
+
+def _too_close(required: float) -> str:
+    return f"every decided case paid: the undecided ones are too close to {required}x to tell apart"
 
 
 def _undecided_clause(rows: Sequence[CaseEffect], required: float) -> str:
@@ -343,5 +348,6 @@ def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When
         return When(WhenKind.PRECONDITION, timing.sentence, rows, timing, timing.loo_accuracy, required)
     kind, sentence = _tally(rows, required)
     if kind is WhenKind.MIXED:
-        sentence += "; no predicate over the case facts was forced by them"
+        unpaid = any(r.outcome is Outcome.DID_NOT_PAY for r in rows)
+        sentence += "; " + ("no predicate over the case facts was forced by them" if unpaid else _too_close(required))
     return When(kind, sentence, rows, required=required)
