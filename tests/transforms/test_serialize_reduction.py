@@ -152,10 +152,11 @@ def _runs(forms: dict[str, KernelState], case: str, tmp_path) -> dict[str, dict[
         for n in (1, 5, 33, 70):
             x = _hard_rows(n, torch.Generator().manual_seed(n))
             rows = x.shape[0]
+            inputs = {"x": x.flatten(), **({"w": torch.ones(n)} if case == "argmax" else {})}  # x * 1 is x
             outputs = {"peak": (torch.float32, rows), "where": (torch.int64, rows)} if case == "argmax" else \
                 {"low_at": (torch.int32, rows), "total": (torch.float32, rows)}
             runs[form][n] = emulate.run(binary, tmp_path / f"{form}-{n}", state, {"rows": rows, "n": n},
-                                        {"x": x.flatten()}, outputs)
+                                        inputs, outputs)
     return runs
 
 

@@ -1,14 +1,14 @@
-// Row argmax, one thread per row: the row's largest value and the first column that holds it.
-__global__ void kernel(const float* __restrict__ x, float* __restrict__ peak, long long* __restrict__ where,
-                       int rows, int n) {
+// Weighted row argmax, one thread per row: the row's largest x[j] * w[j] and the first column that holds it.
+__global__ void kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ peak,
+                       long long* __restrict__ where, int rows, int n) {
     int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
     const int lane = threadIdx.x % 32;
     if (row >= rows) return;
     const float* in = x + (long long)row * n;
-    float top = in[0];
+    float top = in[0] * w[0];
     long long top_at = 0;
     for (int j = 1 + lane; j < n; j += 32) {
-        const float v = in[j];
+        const float v = in[j] * w[j];
         if (v > top) {
             top = v;
             top_at = j;
