@@ -9,19 +9,24 @@ across the warp right after its loop by a butterfly of `__shfl_xor_sync`, which 
 the same value. A loop that is a running sum stored per column (`acc += e; y[...j...] = acc;`, a scan)
 goes over the row in chunks of 32 columns instead: each lane takes one, an inclusive `__shfl_up_sync`
 scan adds up the chunk, and the total of the earlier chunks (the accumulator, equal in every lane,
-advanced by lane 31's value) is added to it. The launch's grid grows 32-fold (the plan's first grid
-dimension times 32). On memory-bound row kernels this turns 32 strided rows per warp into one coalesced row.
+advanced by lane 31's value) is added to it. A loop that keeps the best value and its column (`if (e > best)
+{ best = e; at = j; }`, or `<`; it may start past column 0, as an argmax seeded with column 0 does) strides the
+same way and its (value, index) pair is combined by a shuffle butterfly that gives the sequential loop's answer
+to the bit, ties and NaNs included (klineage/transforms/_arg_reduction.py says why). The launch's grid grows
+32-fold (the plan's first grid dimension times 32). On memory-bound row kernels this turns 32 strided rows per
+warp into one coalesced row.
 
 Backward serializes the canonical form forward writes: the row index loses `/ 32`, the lane line and
-the butterflies go, the loops start at 0 again and step by one (a scan's chunks become
-`acc += e; target = acc;` again), the grid shrinks by 32.
+the butterflies go, the loops start where they started (0, or an arg reduction's first column) and step by
+one (a scan's chunks become `acc += e; target = acc;` again), the grid shrinks by 32.
 
 Legality (forward_sites), conservative, decided on the parse: the kernel's block is one-dimensional
 with a size that is a multiple of 32 (so a warp never straddles two rows), its grid one-dimensional; the
 row index is the only use of threadIdx; no shared memory, barrier, atomic, shuffle, inner loop,
 `break`/`continue`/`goto`, and no call outside a list of pure math functions; each row loop sits
 directly in the kernel's body (or in an `if` there) and its body only declares locals, stores
-`a[...j...] = e` to an array, or updates one of its accumulators; a sum accumulator starts at zero
+`a[...j...] = e` to an array, or updates one of its accumulators (or is an arg reduction: the one `if` after
+its declarations, a strict compare, the value and the loop index taken together); a sum accumulator starts at zero
 (the 32 partial sums each start from it); an accumulator is updated in one loop only; and an array
 the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry
 equal values, and no lane reads what another wrote). Anything else: no site.
