@@ -120,7 +120,7 @@ def test_the_tail_of_a_row_is_the_loops_own_bound(transform):
 
 # --- an arg reduction, on the CPU: the warp's (value, index) is the naive loop's, bit for bit --------------
 
-def _hard_rows(n: int, g: torch.Generator) -> torch.Tensor:
+def hard_rows(n: int, g: torch.Generator) -> torch.Tensor:
     """Rows of n columns that a (value, index) combine can get wrong: ties within and across lanes, NaNs at the
     start and inside, infinities, signed zeros, the best in the last column."""
     randn, nan, inf = (lambda: torch.randn(n, generator=g)), float("nan"), float("inf")
@@ -150,7 +150,7 @@ def _runs(forms: dict[str, KernelState], case: str, tmp_path) -> dict[str, dict[
         binary = emulate.build(tmp_path / form, state)
         runs[form] = {}
         for n in (1, 5, 33, 70):
-            x = _hard_rows(n, torch.Generator().manual_seed(n))
+            x = hard_rows(n, torch.Generator().manual_seed(n))
             rows = x.shape[0]
             inputs = {"x": x.flatten(), **({"w": torch.ones(n)} if case == "argmax" else {})}  # x * 1 is x
             outputs = {"peak": (torch.float32, rows), "where": (torch.int64, rows)} if case == "argmax" else \
@@ -169,10 +169,10 @@ def test_the_warp_arg_reduction_gives_the_naive_loops_bits(case, tmp_path):
     naive = runs["naive"][70]
     if case == "argmax":  # the rows say what they test: a NaN start stays, ties go to the first column
         assert torch.isnan(naive["peak"][3]) and naive["where"][3] == 0 and naive["where"][8] == 0
-        assert naive["where"][1] == int(torch.argmax((_hard_rows(70, torch.Generator().manual_seed(70))[1] == 2)
+        assert naive["where"][1] == int(torch.argmax((hard_rows(70, torch.Generator().manual_seed(70))[1] == 2)
                                                      .int()))
         assert naive["where"][9] == 69 and torch.signbit(naive["peak"][7]) == torch.signbit(
-            _hard_rows(70, torch.Generator().manual_seed(70))[7][0])
+            hard_rows(70, torch.Generator().manual_seed(70))[7][0])
 
 
 @pytest.mark.parametrize("mutant", [("pair_index < top_at", "pair_index > top_at"),
