@@ -23,6 +23,7 @@ OPERATORS = sorted(p.name for p in BENCH.iterdir() if (p / "problem.py").is_file
 _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_reduction"},
             "log_softmax": {"serialize_reduction"}, "l2_normalize": {"serialize_reduction"},
             "batched_matvec": {"serialize_reduction"}, "cumsum": {"serialize_reduction"},
+            "row_argmax": {"serialize_reduction"},
             "gelu_mul": {"scalarize_elementwise", "uncoarsen_grid_stride"},
             "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride"}, "transpose": {"untile_transpose"},
             "gather_rows": {"uncoarsen_grid_stride"},

@@ -9,19 +9,24 @@ across the warp right after its loop by a butterfly of `__shfl_xor_sync`, which 
 the same value. A loop that is a running sum stored per column (`acc += e; y[...j...] = acc;`, a scan)
 goes over the row in chunks of 32 columns instead: each lane takes one, an inclusive `__shfl_up_sync`
 scan adds up the chunk, and the total of the earlier chunks (the accumulator, equal in every lane,
-advanced by lane 31's value) is added to it. The launch's grid grows 32-fold (the plan's first grid
-dimension times 32). On memory-bound row kernels this turns 32 strided rows per warp into one coalesced row.
+advanced by lane 31's value) is added to it. A loop that keeps the best value and its column (`if (e > best)
+{ best = e; at = j; }`, or `<`; it may start past column 0, as an argmax seeded with column 0 does) strides the
+same way and its (value, index) pair is combined by a shuffle butterfly that gives the sequential loop's answer
+to the bit, ties and NaNs included (klineage/transforms/_arg_reduction.py says why). The launch's grid grows
+32-fold (the plan's first grid dimension times 32). On memory-bound row kernels this turns 32 strided rows per
+warp into one coalesced row.
 
 Backward serializes the canonical form forward writes: the row index loses `/ 32`, the lane line and
-the butterflies go, the loops start at 0 again and step by one (a scan's chunks become
-`acc += e; target = acc;` again), the grid shrinks by 32.
+the butterflies go, the loops start where they started (0, or an arg reduction's first column) and step by
+one (a scan's chunks become `acc += e; target = acc;` again), the grid shrinks by 32.
 
 Legality (forward_sites), conservative, decided on the parse: the kernel's block is one-dimensional
 with a size that is a multiple of 32 (so a warp never straddles two rows), its grid one-dimensional; the
 row index is the only use of threadIdx; no shared memory, barrier, atomic, shuffle, inner loop,
 `break`/`continue`/`goto`, and no call outside a list of pure math functions; each row loop sits
 directly in the kernel's body (or in an `if` there) and its body only declares locals, stores
-`a[...j...] = e` to an array, or updates one of its accumulators; a sum accumulator starts at zero
+`a[...j...] = e` to an array, or updates one of its accumulators (or is an arg reduction: the one `if` after
+its declarations, a strict compare, the value and the loop index taken together); a sum accumulator starts at zero
 (the 32 partial sums each start from it); an accumulator is updated in one loop only; and an array
 the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry
 equal values, and no lane reads what another wrote). Anything else: no site.
@@ -41,6 +46,7 @@ from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
+from klineage.transforms._arg_reduction import ArgBest, arg_best, is_pair_butterfly, pair_butterfly
 from klineage.transforms._edit import Edit, indentation, own_lines, splice
 from klineage.transforms._naive import (
     SERIAL_INDEX,
@@ -65,9 +71,10 @@ _PURE_CALLS = frozenset({
 _COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
                         r"gridDim|cooperative_groups|printf)\b")
-_SERIAL_LOOP = re.compile(r"^for\s*\(\s*int\s+(\w+)\s*=\s*0\s*;\s*\1\s*<\s*([\w.]+)\s*;"
+_SERIAL_LOOP = re.compile(r"^for\s*\(\s*int\s+(\w+)\s*=\s*(\d+)\s*;\s*\1\s*<\s*([\w.]+)\s*;"
                           r"\s*(?:\+\+\1|\1\+\+|\1\s*\+=\s*1)\s*\)")
-_WARP_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*{LANE}\s*;\s*\1\s*<\s*([\w.]+)\s*;\s*\1\s*\+=\s*{WARP}\s*\)")
+_WARP_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*(?:(\d+) \+ )?{LANE}\s*;\s*\1\s*<\s*([\w.]+)\s*;"
+                        rf"\s*\1\s*\+=\s*{WARP}\s*\)")
 _BUTTERFLY = re.compile(r"^for \(int offset = 16; offset > 0; offset /= 2\) (\w+) (?:\+= __shfl_xor_sync|= \w+\(\1, "
                         r"__shfl_xor_sync)")
 _WARP_SCAN = re.compile(
@@ -89,6 +96,8 @@ class RowLoop:
     index: str
     accumulators: tuple[Accumulator, ...]
     scan: Scan | None = None  # set when the loop is a running sum stored per element
+    arg: ArgBest | None = None  # set when the loop keeps the best value and its index
+    start: str = "0"  # the first column (an arg reduction may start past the value it starts from)
 
 
 @dataclass(frozen=True)
@@ -153,10 +162,16 @@ class SerializeReduction(Transform):
                 continue
             header_end = node.child_by_field_name("body").start_byte
             condition = parsed.text(node.child_by_field_name("condition"))
-            edits.append(Edit(node.start_byte, header_end, f"for (int {loop.index} = {LANE}; {condition}; "
+            first = LANE if loop.start == "0" else f"{loop.start} + {LANE}"
+            edits.append(Edit(node.start_byte, header_end, f"for (int {loop.index} = {first}; {condition}; "
                                                            f"{loop.index} += {WARP}) "))
             loop_indent = indentation(data, node.start_byte)
-            butterflies = "".join(f"\n{loop_indent}{_butterfly(acc)}" for acc in loop.accumulators)
+            if loop.arg is not None:
+                arg = loop.arg
+                butterflies = f"\n{loop_indent}" + pair_butterfly(arg, site.types[arg.value], site.types[arg.index],
+                                                                   loop_indent)
+            else:
+                butterflies = "".join(f"\n{loop_indent}{_butterfly(acc)}" for acc in loop.accumulators)
             if butterflies:
                 edits.append(Edit(node.end_byte, node.end_byte, butterflies))
         source = splice(data, edits)[0].decode("utf-8")
@@ -174,8 +189,8 @@ class SerializeReduction(Transform):
         text = parsed.text(body)
         if _FORBIDDEN.search(text):
             raise NotApplicable(f"{function.name} synchronizes, shares memory or leaves loops early")
-        if re.search(rf"\b(?:{LANE}|offset|scan_\w+)\b", text):
-            raise NotApplicable(f"{function.name} already names '{LANE}', 'offset' or 'scan_...'")
+        if re.search(rf"\b(?:{LANE}|offset|scan_\w+|pair_\w+)\b", text):
+            raise NotApplicable(f"{function.name} already names '{LANE}', 'offset', 'scan_...' or 'pair_...'")
         row_declaration, row_init, row = index_declaration(parsed, body, SERIAL_INDEX)
         if text.count("threadIdx") != 1:
             raise NotApplicable(f"{function.name} uses threadIdx beyond its row index")
@@ -220,15 +235,15 @@ class SerializeReduction(Transform):
                                   f"{indent}    {accumulator} += {value};\n{indent}    {target} = {accumulator};\n"
                                   f"{indent}}}"))
                 continue
-            if _BUTTERFLY.match(squash(parsed.text(node))):
+            if _BUTTERFLY.match(squash(parsed.text(node))) or is_pair_butterfly(parsed.text(node)):
                 edits.append(Edit(*_line_span(parsed, node)))
                 continue
             match = _WARP_LOOP.match(header)
             if match is None:
                 raise NotApplicable(f"{anchor}: a loop that does not stride over lanes: `{header}`")
-            index, bound = match.groups()
+            index, start, bound = match.groups()
             edits.append(Edit(node.start_byte, node.child_by_field_name("body").start_byte,
-                              f"for (int {index} = 0; {index} < {bound}; ++{index}) "))
+                              f"for (int {index} = {start or 0}; {index} < {bound}; ++{index}) "))
         source = splice(parsed.data, edits)[0].decode("utf-8")
         plan = rescaled_grid(state, function.name, _serial_grid)
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
@@ -270,8 +285,17 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     header = squash(parsed.data[node.start_byte:loop_body.start_byte].decode())
     match = _SERIAL_LOOP.match(header)
     if match is None:
-        raise NotApplicable(f"not a unit-step loop from 0: `{header}`")
-    index = match[1]
+        raise NotApplicable(f"not a unit-step loop from a constant: `{header}`")
+    index, start = match[1], match[2]
+    arg = arg_best(parsed, loop_body, index)
+    if arg is not None:
+        return RowLoop(node, index, (Accumulator(arg.value, arg.compare), Accumulator(arg.index, "index")), arg=arg,
+                       start=start)
+    if any(statement.type == "if_statement" for statement in statements(loop_body)):
+        raise NotApplicable("an `if` in a row loop that is no arg reduction (a strict compare that takes the value "
+                            "and the loop index together, alone in the loop)")
+    if start != "0":
+        raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction may start later): `{header}`")
     scan = _scan(parsed, loop_body)
     if scan is not None:
         if not re.search(rf"\b{index}\b", scan.target):

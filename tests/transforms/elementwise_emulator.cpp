@@ -1,9 +1,10 @@
-// Elementwise kernels of the transform tests (tests/transforms/test_scalarize_half_packs.py,
-// test_uncoarsen_grid_stride.py) run on the CPU: the kernel `kernel` of KERNEL_SOURCE, every CUDA thread a fiber
+// Elementwise and row kernels of the transform tests (tests/transforms/test_scalarize_half_packs.py,
+// test_uncoarsen_grid_stride.py, test_serialize_reduction.py) run on the CPU: the kernel `kernel` of KERNEL_SOURCE, every CUDA thread a fiber
 // (tests/mma_emulator.h), its arguments taken from the plan by the kernel's own parameter types (a pointer to
-// float, int, __half or __nv_bfloat16 is a buffer of float32, int32, float16 or bfloat16; a float scalar
+// float, int, long long, __half or __nv_bfloat16 is a buffer of float32, int32, int64, float16 or bfloat16; a float scalar
 // travels as the i32 of its bits). Usage: emulator <dir> <order> <seed> <shift>: every buffer argument starts
 // <shift> elements into its buffer, so an odd shift makes every pointer of 16-bit data miss 16-byte alignment.
+// __shfl_xor_sync exchanges a value of any type of at most 8 bytes (the header's takes a float), bits unchanged.
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -16,6 +17,29 @@
 
 #define __ldg(p) (*(p))
 
+namespace row {
+
+uint64_t exchanged[32][32];  // __shfl_xor_sync's exchange, per warp and lane
+
+template <typename T> T shfl_xor(unsigned mask, T x, int offset)
+{
+    static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffle moves at most 8 bytes");
+    if (mask != 0xffffffffu) emu::die("__shfl_xor_sync with mask %#x (the kernels' shuffles are warp-wide)", mask);
+    if (offset < 1 || offset > 31) emu::die("__shfl_xor_sync lane offset %d", offset);
+    const int w = emu::cur->warp, l = emu::cur->lane;
+    std::memcpy(&exchanged[w][l], &x, sizeof(T));
+    emu::collective(emu::SYNCWARP);  // every lane has written
+    T y;
+    std::memcpy(&y, &exchanged[w][l ^ offset], sizeof(T));
+    emu::collective(emu::SYNCWARP);  // every lane has read before any lane writes again
+    return y;
+}
+
+}  // namespace row
+
+#undef __shfl_xor_sync
+#define __shfl_xor_sync(mask, x, offset) row::shfl_xor(mask, x, offset)
+
 #include KERNEL_SOURCE
 
 namespace {
@@ -26,12 +50,14 @@ size_t dtype_size(const std::string& name, const std::string& dtype)
 {
     if (dtype == "float16" || dtype == "bfloat16") return 2;
     if (dtype == "float32" || dtype == "int32") return 4;
+    if (dtype == "int64") return 8;
     emu::die("unknown dtype %s for buffer %s", dtype.c_str(), name.c_str());
 }
 
 template <typename T> const char* dtype_of();
 template <> const char* dtype_of<float>() { return "float32"; }
 template <> const char* dtype_of<int>() { return "int32"; }
+template <> const char* dtype_of<long long>() { return "int64"; }
 template <> const char* dtype_of<__half>() { return "float16"; }
 template <> const char* dtype_of<__nv_bfloat16>() { return "bfloat16"; }
 

@@ -1,16 +1,21 @@
 """serialize_reduction: one warp per row (lanes stride the row, shuffles combine the reductions) becomes one
-thread per row; forward finds its sites by analysis on any kernel where the rewrite is legal."""
+thread per row; forward finds its sites by analysis on any kernel where the rewrite is legal. An arg reduction
+(the best value and its first column) is combined by a (value, index) shuffle that gives the naive loop's bits,
+checked on the CPU emulator (tests/transforms/elementwise_emulator.cpp) with ties, NaNs, infinities and signed
+zeros."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
+from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["softmax", "rowsum", "cumsum"]
+CASES = ["softmax", "rowsum", "cumsum", "argmax", "argmin"]
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +61,9 @@ HEAD = "__global__ void kernel(const float* x, float* y, int rows, int n) {\n" \
        "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= rows) return;\n"
 
 
+ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < n; ++j) {{ if ({cmp}) {{ {then} }} }}\n"
+
+
 @pytest.mark.parametrize("body, why", [
     ("    float s = 1.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n", "zero"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    s += 1.0f;\n    y[row] = s;\n",
@@ -73,6 +81,20 @@ HEAD = "__global__ void kernel(const float* x, float* y, int rows, int n) {\n" \
      "loop index does not say"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j] * s; y[row * n + j] = s; }\n",
      "read inside its loop"),
+    # arg reductions: a strict compare, the value and the loop index taken together, nothing else
+    (ARG.format(cmp="x[row * n + j] >= b", then="b = x[row * n + j]; a = j;"), "no arg reduction"),
+    (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j + 1;"), "no arg reduction"),
+    (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j];"), "no arg reduction"),
+    (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j] + 1.0f; a = j;"), "no arg reduction"),
+    (ARG.format(cmp="x[row * n + j] + a > b", then="b = x[row * n + j] + a; a = j;"), "no arg reduction"),
+    (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j; y[row] = b;"), "no arg reduction"),
+    (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j; } else { a = 0;"),
+     "no arg reduction"),
+    (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j;") + "    a += 1;\n", "outside"),
+    (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j;").replace("long long a", "short a"),
+     "shuffle type"),
+    ("    int pair_value = 0;\n" + ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j;"),
+     "pair_"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, body, why):
     state = KernelState(source=HEAD + body + "}\n", plan=PLAN)
@@ -94,3 +116,70 @@ def test_the_tail_of_a_row_is_the_loops_own_bound(transform):
     rewritten = transform.forward(golden("softmax", "after"), Anchor("kernel", "function", "row")).state
     assert "for (int j = lane; j < n; j += 32)" in rewritten.source
     assert rewritten.plan.launches[0].grid[0] == "(cdiv(rows, 128)) * 32"
+
+
+# --- an arg reduction, on the CPU: the warp's (value, index) is the naive loop's, bit for bit --------------
+
+def hard_rows(n: int, g: torch.Generator) -> torch.Tensor:
+    """Rows of n columns that a (value, index) combine can get wrong: ties within and across lanes, NaNs at the
+    start and inside, infinities, signed zeros, the best in the last column."""
+    randn, nan, inf = (lambda: torch.randn(n, generator=g)), float("nan"), float("inf")
+    ties = torch.randint(0, 3, (n,), generator=g).float()
+    nan_first, nan_inside, late = randn(), randn(), torch.full((n,), -1.0)
+    nan_first[0], nan_inside[::7], late[-1] = nan, nan, 5.0
+    zeros = torch.where(torch.rand(n, generator=g) < 0.5, -0.0, 0.0)
+    lone = torch.full((n,), -inf)
+    lone[-1] = -3.0
+    infinities = torch.where(torch.rand(n, generator=g) < 0.3, inf, -inf)
+    return torch.stack([randn(), ties, -ties, nan_first, nan_inside, torch.full((n,), -inf), lone, zeros,
+                        torch.full((n,), nan), late, infinities, torch.zeros(n)])
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int32) if t.dtype == torch.float32 else t
+
+
+ARG_OUTPUTS = {"argmax": {"peak": torch.float32, "where": torch.int64}, "argmin": {"low_at": torch.int32}}
+
+
+def _runs(forms: dict[str, KernelState], case: str, tmp_path) -> dict[str, dict[int, dict[str, torch.Tensor]]]:
+    """form -> n -> output -> tensor, each form run on the same hard rows for n columns (one, a few, past a
+    warp, no multiple of 32)."""
+    runs = {}
+    for form, state in forms.items():
+        binary = emulate.build(tmp_path / form, state)
+        runs[form] = {}
+        for n in (1, 5, 33, 70):
+            x = hard_rows(n, torch.Generator().manual_seed(n))
+            rows = x.shape[0]
+            inputs = {"x": x.flatten(), **({"w": torch.ones(n)} if case == "argmax" else {})}  # x * 1 is x
+            outputs = {"peak": (torch.float32, rows), "where": (torch.int64, rows)} if case == "argmax" else \
+                {"low_at": (torch.int32, rows), "total": (torch.float32, rows)}
+            runs[form][n] = emulate.run(binary, tmp_path / f"{form}-{n}", state, {"rows": rows, "n": n},
+                                        inputs, outputs)
+    return runs
+
+
+@pytest.mark.parametrize("case", ["argmax", "argmin"])
+def test_the_warp_arg_reduction_gives_the_naive_loops_bits(case, tmp_path):
+    runs = _runs({"naive": golden(case, "after"), "warp": golden(case, "before")}, case, tmp_path)
+    for n, naive in runs["naive"].items():
+        for out in ARG_OUTPUTS[case]:
+            assert torch.equal(_bits(runs["warp"][n][out]), _bits(naive[out])), (case, n, out)
+    naive = runs["naive"][70]
+    if case == "argmax":  # the rows say what they test: a NaN start stays, ties go to the first column
+        assert torch.isnan(naive["peak"][3]) and naive["where"][3] == 0 and naive["where"][8] == 0
+        assert naive["where"][1] == int(torch.argmax((hard_rows(70, torch.Generator().manual_seed(70))[1] == 2)
+                                                     .int()))
+        assert naive["where"][9] == 69 and torch.signbit(naive["peak"][7]) == torch.signbit(
+            hard_rows(70, torch.Generator().manual_seed(70))[7][0])
+
+
+@pytest.mark.parametrize("mutant", [("pair_index < top_at", "pair_index > top_at"),
+                                    (" || (pair_value == top && pair_index < top_at)", "")])
+def test_a_combine_that_breaks_ties_otherwise_is_caught(mutant, tmp_path):
+    warp = golden("argmax", "before")
+    assert mutant[0] in warp.source
+    broken = KernelState(source=warp.source.replace(mutant[0], mutant[1]), plan=warp.plan)
+    runs = _runs({"naive": golden("argmax", "after"), "mutant": broken}, "argmax", tmp_path)
+    assert any(not torch.equal(runs["mutant"][n]["where"], runs["naive"][n]["where"]) for n in runs["naive"])
