@@ -152,6 +152,11 @@ def store_verdict(key: str, document: dict[str, Any], *, served_from: str = Verd
     parts = provenance.get("key_parts") if isinstance(provenance.get("key_parts"), dict) else {}
     environment = data["environment"]
     against = parts.get("against", "")
+    digest, created = sha256_json(data), _timestamp(provenance.get("created"), where)
+    # Checked before the state and problem are looked up: a re-import finds most verdicts unchanged.
+    existing = Verdict.objects.filter(key=key).first()
+    if existing is not None and existing.digest == digest and existing.served_from == served_from:
+        return existing, UNCHANGED
     values = {
         "state": KernelState.objects.filter(fingerprint=kernel["fingerprint"]).first(),
         "problem": Problem.objects.filter(fingerprint=problem["fingerprint"]).first(),
@@ -170,14 +175,11 @@ def store_verdict(key: str, document: dict[str, Any], *, served_from: str = Verd
         "policy": data["policy"],
         "git_commit": str(provenance.get("git_commit", "")),
         "document": data,
-        "digest": sha256_json(data),
+        "digest": digest,
         "served_from": served_from,
-        "created": _timestamp(provenance.get("created"), where),
+        "created": created,
     }
-    existing = Verdict.objects.filter(key=key).first()
-    if existing is not None and existing.digest == values["digest"] and existing.served_from == served_from:
-        return existing, UNCHANGED
-    return _upsert(Verdict, {"key": key}, values)
+    return _write(Verdict, existing, {"key": key}, values)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -516,7 +518,11 @@ def _read_lineages(paths: list[Path]) -> list[tuple[dict[str, Any], str]]:
 
 def _upsert(model, lookup: dict[str, Any], values: dict[str, Any]):
     """Create, update or leave a row; says which. Compares before writing, so reruns write nothing."""
-    row = model.objects.filter(**lookup).first()
+    return _write(model, model.objects.filter(**lookup).first(), lookup, values)
+
+
+def _write(model, row, lookup: dict[str, Any], values: dict[str, Any]):
+    """`_upsert` given the row `lookup` finds (None: there is none yet), read once by the caller."""
     if row is None:
         return model.objects.create(**lookup, **values), CREATED
     changed = [name for name, value in values.items() if _field_value(row, name) != _comparable(value)]

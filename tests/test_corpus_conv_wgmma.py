@@ -189,8 +189,9 @@ def test_static_check():
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> CompileResult:
-    return compile_kernel(kernel(), tmp_path_factory.mktemp("conv-wgmma-compile"))
+def compiled(gate_cache) -> CompileResult:
+    # Into the gate cache's compile folder, so that the compile-only gate below loads this result.
+    return compile_kernel(kernel(), gate_cache.local.root)
 
 
 def test_compiles_for_sm90a_without_spills(compiled):

@@ -154,8 +154,9 @@ def test_static_check():
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> CompileResult:
-    return compile_kernel(state(), tmp_path_factory.mktemp("fmha-wgmma-compile"))
+def compiled(gate_cache) -> CompileResult:
+    # Into the gate cache's compile folder, so that the compile-only gate below loads this result.
+    return compile_kernel(state(), gate_cache.local.root)
 
 
 def test_the_plan_packs_into_the_cubin_parameter_layout(compiled):

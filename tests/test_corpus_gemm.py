@@ -813,8 +813,9 @@ def test_wgmma_static_check():
 
 
 @pytest.fixture(scope="module")
-def wgmma_compiled(tmp_path_factory) -> CompileResult:
-    return compile_kernel(kernel(WGMMA), tmp_path_factory.mktemp("wgmma-compile"))
+def wgmma_compiled(gate_cache) -> CompileResult:
+    # Into the gate cache's compile folder, so that the compile-only gate below loads this result.
+    return compile_kernel(kernel(WGMMA), gate_cache.local.root)
 
 
 def test_wgmma_compiles_for_sm90a_without_spills(wgmma_compiled):
