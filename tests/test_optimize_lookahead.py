@@ -16,6 +16,7 @@ from klineage import corpus
 from klineage.config import GateMode
 from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Status
+from klineage.gate.warm import WarmRunner
 from klineage.optimize import AttemptStatus, Lookahead, OptimizationResult, Stop, Strategy, loop, optimize
 
 SOFTMAX = corpus.problem_path("row_softmax")
@@ -28,11 +29,17 @@ def scripted_time(source: str, start: str) -> float:
     return time * 0.7 if fast > 0 and unroll > 0 else time
 
 
+RUNNERS: list = []  # the runner each scripted gate call was handed
+
+
 @pytest.fixture
 def scripted_gpu(monkeypatch, gate_cache):
     start = corpus.kernel_entry("row_softmax/naive").load()
 
-    def gate(problem, kernel, *, against=None, policy, mode, cache, progress):
+    RUNNERS.clear()
+
+    def gate(problem, kernel, *, against=None, policy, mode, cache, progress, runner):
+        RUNNERS.append(runner)
         verdict = run_gate(problem, kernel, against=against, policy=policy, mode=GateMode.COMPILE_ONLY, cache=cache)
         profile = {}
         if against is not None:
@@ -55,6 +62,8 @@ def test_single_steps_that_only_pay_together_stall_without_lookahead(scripted_gp
     result = go(scripted_gpu, gate_cache, Lookahead.NONE)
     assert result.stop is Stop.NO_IMPROVEMENT and not result.steps
     assert {a.status for a in result.attempts if a.status.gated} == {AttemptStatus.NOT_FASTER}
+    # on the GPU gate every one-at-a-time gate of the run goes through the run's one warm runner
+    assert RUNNERS and all(isinstance(r, WarmRunner) for r in RUNNERS) and len({id(r) for r in RUNNERS}) == 1
 
 
 def test_a_composite_of_two_slower_candidates_is_taken_as_one_step(scripted_gpu, gate_cache):
