@@ -92,20 +92,21 @@ def plan_lanes(walks: list[Path], lanes: int, per_card: int, placement: Placemen
 
 
 def precompile(lineage: Lineage, steps: list[int], jobs: int) -> None:
-    """Compile every state the steps time, `jobs` side by side, into the compile cache the gate reads:
-    the gate compiles one kernel at a time, and nvcc for a fresh machine's hundred states would
-    otherwise hold the GPU idle for minutes. A kernel that fails to compile is left for its gate to report."""
-    kernels = [lineage.states[i].kernel for step in steps for i in (step, step + 1)]
-    states = {kernel.fingerprint: kernel for kernel in kernels}
+    """Compile the kernel of every state the steps time, `jobs` side by side, into the compile cache the
+    gate reads: the gate compiles one kernel at a time, and nvcc for a fresh machine's hundred states
+    would otherwise hold the GPU idle for minutes. A kernel that fails to compile is left for its gate
+    to report."""
+    kernels = {lineage.states[i].kernel.fingerprint: lineage.states[i].kernel for step in steps
+               for i in (step, step + 1)}
 
-    def build(state):
+    def build(kernel):
         try:
-            compile_kernel(state, cache_dir=config.cache_dir())
+            compile_kernel(kernel, cache_dir=config.cache_dir())
         except KLineageError:
             pass
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(build, states.values()))
+        list(pool.map(build, kernels.values()))
 
 
 def _case_count(lineage: Lineage) -> int:

@@ -16,6 +16,9 @@ from typing import Any
 
 from django.conf import settings
 
+from klineage.skills.card import DEFAULT_REQUIRED_RATIO
+from klineage.skills.when import REPEATABILITY
+
 
 def results_dir() -> Path:
     return Path(getattr(settings, "KLINEAGE_EVIDENCE_DIR", Path(settings.BASE_DIR) / "bench" / "results"))
@@ -284,7 +287,9 @@ def _preconditions(e: Evidence, data: dict[str, Any]) -> None:
     e.headline = (f"of {data.get('admitted', '?')} admitted cards, {data.get('with_preconditions', '?')} with a timing "
                   f"precondition, {whens.get('uniform', data.get('uniform', '?'))} paid on every case measured, "
                   f"{whens.get('never', '?')} paid on none, {whens.get('mixed', '?')} mixed with nothing forced; "
-                  f"{len(pending)} card(s) with a new precondition await admission")
+                  f"{len(pending)} card(s) with a new precondition await admission (paid: the forward step's "
+                  f"paired time ratio to its parent reached {DEFAULT_REQUIRED_RATIO}x by more than the gate's "
+                  f"{REPEATABILITY:.1%} run-to-run spread, per case of its problem)")
     e.columns = ["card", "transform", "status", "when", "holds on", "fails on", "leave-one-case-out"]
     e.rows = [[r["card"], r["transform"], r.get("status", "admitted"), r["sentence"], len(r["holds_on"]),
                len(r["fails_on"]), _num(r.get("loo_accuracy"), "{:.2f}")]

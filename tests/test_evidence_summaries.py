@@ -67,7 +67,9 @@ def test_committed_results_have_headlines():
     assert when.headline == (f"of {report['admitted']} admitted cards, {report['with_preconditions']} with a timing "
                              f"precondition, {report['whens']['uniform']} paid on every case measured, "
                              f"{report['whens']['never']} paid on none, {report['whens']['mixed']} mixed with nothing "
-                             f"forced; {len(report['pending'])} card(s) with a new precondition await admission")
+                             f"forced; {len(report['pending'])} card(s) with a new precondition await admission "
+                             f"(paid: the forward step's paired time ratio to its parent reached 1.01x by more than "
+                             f"the gate's 1.5% run-to-run spread, per case of its problem)")
     assert [r[:3] for r in when.rows] == [[r["card"], r["transform"], r.get("status", "admitted")]
                                           for r in report["rows"] + report["pending"]]
 
