@@ -113,9 +113,17 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def merge(parts: list[Path], into: Path) -> int:
-    """Join parts measured in separate device calls into `into`'s `warm_runner` entry."""
+    """Join parts measured in separate device calls into `into`'s `warm_runner` entry. A later part's
+    rows replace an earlier part's of the same workload and policy (a re-measurement on newer code);
+    the earlier part stays in the provenance, marked with what was replaced."""
     documents = [json.loads(p.read_text(encoding="utf-8")) for p in parts]
-    rows = [r for d in documents for r in d["rows"]]
+    latest = {(r["workload"], r["policy"]): i for i, d in enumerate(documents) for r in d["rows"]}
+    rows = [r for i, d in enumerate(documents) for r in d["rows"] if latest[(r["workload"], r["policy"])] == i]
+    for i, d in enumerate(documents):
+        replaced = sorted({f"{w} {p}" for w, p in ((r["workload"], r["policy"]) for r in d["rows"])
+                           if latest[(w, p)] != i})
+        if replaced:
+            d["provenance"] = {**d["provenance"], "replaced_by_later_parts": replaced}
     target = json.loads(into.read_text(encoding="utf-8")) if into.is_file() else {}
     target["warm_runner"] = {"provenance": {"parts": [{"file": p.name, **d["provenance"]}
                                                       for p, d in zip(parts, documents)]},

@@ -130,10 +130,12 @@ def timing_ratios(timed, expert: str, vendor: str, baseline: str, case: str | No
     if case is not None:
         assert profile["case"] == case
     expected = {"candidate", "baseline", "vendor"} | ({"vendor_graph"} if graph else set())
-    assert set(profile["contenders"]) == expected, profile.get("notes")
+    # the gate adds the graph replay by itself where the eager vendor launch proved host-bound
+    assert expected <= set(profile["contenders"]) <= expected | {"vendor_graph"}, profile.get("notes")
     vs_vendor = profile["ratios"]["vs_vendor"]["overall"]
     vs_baseline = profile["ratios"]["vs_baseline"]["overall"]
-    from_graph = f", {profile['ratios']['vs_vendor_graph']['overall']:.3f}x from a CUDA graph" if graph else ""
+    graph_ratio = profile["ratios"].get("vs_vendor_graph")
+    from_graph = f", {graph_ratio['overall']:.3f}x from a CUDA graph" if graph_ratio else ""
     medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
     print(f"\n{expert} on {timed.environment.get('gpu')}: median us {medians}; "
           f"{vs_vendor:.3f}x {vendor}{from_graph}, {vs_baseline:.3f}x {baseline}; "

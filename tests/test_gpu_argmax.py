@@ -57,7 +57,8 @@ def test_the_warp_per_row_argmax_gives_the_naive_kernels_bits_on_hard_rows(tmp_p
     import numpy as np
 
     naive, warp = _forms()
-    source = naive.source + warp.source.replace("row_argmax(", "row_argmax_warp(")
+    # C linkage, so that pycuda finds both kernels by their plain names
+    source = 'extern "C" {\n' + naive.source + warp.source.replace("row_argmax(", "row_argmax_warp(") + "\n}\n"
     with probe_driver(tmp_path, source, "-O3") as (drv, torch, module, _):
         for n in (1, 5, 33, 70, 2048):
             x = hard_rows(n, torch.Generator().manual_seed(n)).repeat(40, 1).cuda()  # 480 rows: several blocks

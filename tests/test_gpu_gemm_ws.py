@@ -33,6 +33,9 @@ def test_the_variant_is_timed_against_cublas_and_the_expert(timed):
     timing_ratios(timed, VARIANT, "cuBLAS", BASELINE, case=None)
 
 
+# A negative result kept as evidence: on the H200 the variant is 0.624x cuBLAS and 0.981x gemm/mma_sync
+# (bench/logs/gpu-session-s20.txt; 0.625x in gpu-session-s14.txt). Strict: reaching the target fails it.
+@pytest.mark.xfail(strict=True, reason="warp specialisation over mma.sync: 0.624x cuBLAS, under 0.70x")
 def test_the_variant_reaches_the_cublas_target(timed):
     assert_reaches_target(timed, TARGET_VS_CUBLAS)
 

@@ -75,6 +75,28 @@ def test_gate_cost_parts_join_into_the_gate_suites_file(tmp_path, capsys):
     assert "gdn timed 14.0 s against 119.0 s cold (0.12x)" in cost.headline
 
 
+def test_a_later_part_replaces_an_earlier_parts_rows_of_the_same_workload_and_policy(tmp_path):
+    """A re-measurement on newer code supersedes the old stream of that workload and policy only; the
+    old part stays in the provenance, saying what of it was replaced."""
+    from bench_tools import bench_script
+
+    def part(name, streams):
+        rows = [{"workload": w, "policy": p, "runner": r, "seconds": s, "same_as_cold": True}
+                for w, p, s in streams for r in ("cold", "warm")]
+        (tmp_path / name).write_text(json.dumps({"provenance": {"gpu": "NVIDIA H200"}, "rows": rows}))
+        return str(tmp_path / name)
+
+    old = part("old.json", [("gemm", "state", 10.0), ("row_softmax", "timed", 8.0)])
+    new = part("new.json", [("row_softmax", "timed", 4.0)])
+    into = tmp_path / "gate_cost.json"
+    assert bench_script("gate_cost").main(["--merge", old, new, "--into", str(into)]) == 0
+    joined = json.loads(into.read_text())["warm_runner"]
+    kept = sorted((r["workload"], r["policy"], r["seconds"]) for r in joined["rows"])
+    assert kept == [("gemm", "state", 10.0), ("gemm", "state", 10.0), ("row_softmax", "timed", 4.0),
+                    ("row_softmax", "timed", 4.0)]
+    assert [p.get("replaced_by_later_parts") for p in joined["provenance"]["parts"]] == [["row_softmax timed"], None]
+
+
 def test_walks_and_optimizations_keep_a_warm_runner_on_the_gpu_only(monkeypatch):
     """`serial_runner` (what walk() and optimize() gate their one-at-a-time kernels through): a warm
     runner of the problem on the GPU gate, started at its first candidate and closed with the run;
