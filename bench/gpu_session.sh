@@ -18,6 +18,7 @@
 # each lane its share), percase:NAME
 # (bench/percase.py: the walk's steps behind the bundled library's cards, at most $PERCASE_PER_CARD a card when set, or
 # percase:NAME:STEP,STEP all of those, timed on every case and SWEEP case, places $PERCASE_PLACEMENT (as_loaded);
+# the cards of $PERCASE_LIBRARY when set, else of the bundled library;
 # without steps each lane its share, or in lane N the share $PERCASE_SHARE_N; bench/percase.py --lanes prints lanes), sweep:NAME
 # (bench/sweeps/NAME.toml), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
 # $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, timed with places $ADMIT_PLACEMENT (as_loaded), $ADMIT_JOBS
@@ -102,7 +103,8 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       local share_var=PERCASE_SHARE_${LANE:-} share=${LANE:-0}/${LANES:-1}  # named steps: all of them
       [ -n "$steps" ] && share=0/1
       timeout "${limit:-${PERCASE_TIMEOUT:-540}}" python3 bench/percase.py "$walk" --share "${!share_var:-$share}" \
-        --per-card "${PERCASE_PER_CARD:-0}" --placement "${PERCASE_PLACEMENT:-as_loaded}" ${steps:+--steps "$steps"} ;;
+        --per-card "${PERCASE_PER_CARD:-0}" --placement "${PERCASE_PLACEMENT:-as_loaded}" ${steps:+--steps "$steps"} \
+        ${PERCASE_LIBRARY:+--library "$PERCASE_LIBRARY"} ;;
     placement:*) local spec=${1#placement:}
       timeout "${limit:-300}" python3 bench/timing_bias.py placement "bench/walks/${spec%%:*}.gpu.json.gz" "${spec#*:}" ;;
     sweep:*) timeout "${limit:-${SWEEP_TIMEOUT:-300}}" python3 bench/carrier_sweep.py "bench/sweeps/${1#sweep:}.toml" \

@@ -6,7 +6,7 @@
 
 A walk times each step's parent against its child on the headline case only: what the step buys there,
 not where it pays. Here each chosen step (by default those that are the source of an effect of a card
-of the bundled library, corpus/library/library.json) is timed again under the walk's forward-timing
+of the bundled library, corpus/library/library.json, or of `--library`) is timed again under the walk's forward-timing
 policy with `timing_scope = every_case` (each case, and each SWEEP case both kernels support, paired and
 interleaved as before), its verdict recorded (KLINEAGE_RECORDED_DIR): induction then reads per-case
 effects from the recordings with no GPU (klineage.skills.when). `--share I/N`: this lane's share.
@@ -67,7 +67,7 @@ def estimate_s(lineage: Lineage, index: int, cases: int, placement: Placement) -
     return FIXED_S + correctness + profile * cut * cases * (2 if placement is Placement.EXCHANGED else 1)
 
 
-def plan_lanes(walks: list[Path], lanes: int, per_card: int, placement: Placement) -> int:
+def plan_lanes(walks: list[Path], lanes: int, per_card: int, placement: Placement, library: Path = LIBRARY) -> int:
     """gpu_session.sh --lanes arguments timing the walks' card steps on every case, the steps dealt out
     longest first to the lane with the least estimated seconds (each lane's stages name their steps)."""
     jobs = []
@@ -77,7 +77,7 @@ def plan_lanes(walks: list[Path], lanes: int, per_card: int, placement: Placemen
         timed = {t.index for t in lineage.transitions if t.forward.timing is not None}
         name = path.name.split(".gpu.json")[0]
         jobs += [(estimate_s(lineage, i, cases, placement) or 60.0, name, i)
-                 for i in library_steps(lineage, per_card) if i in timed]
+                 for i in library_steps(lineage, per_card, library) if i in timed]
     loads = [[0.0, {}] for _ in range(lanes)]
     for seconds, name, index in sorted(jobs, reverse=True):
         lane = min(loads, key=lambda load: load[0])
@@ -127,9 +127,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=8, help="kernels compiled side by side before any is timed")
     parser.add_argument("--estimate", action="store_true", help="print each step's expected GPU seconds; time nothing")
     parser.add_argument("--lanes", type=int, default=0, help="print balanced gpu_session.sh lanes for the walks")
+    parser.add_argument("--library", type=Path, default=LIBRARY,
+                        help="the library whose card steps are timed (default: the bundled one)")
     args = parser.parse_args(argv)
     if args.lanes:
-        return plan_lanes(args.walk, args.lanes, args.per_card, Placement(args.placement))
+        return plan_lanes(args.walk, args.lanes, args.per_card, Placement(args.placement), args.library)
     if len(args.walk) != 1:
         parser.error("one walk (several only with --lanes)")
     args.walk = args.walk[0]
@@ -139,7 +141,7 @@ def main(argv: list[str]) -> int:
         placement = Placement(args.placement)
         timed = [t.index for t in lineage.transitions if t.forward.timing is not None]
         chosen = ([int(x) for x in args.steps.split(",")] if args.steps else timed if args.all else
-                  [i for i in library_steps(lineage, args.per_card) if i in timed])[lane::lanes]
+                  [i for i in library_steps(lineage, args.per_card, args.library) if i in timed])[lane::lanes]
     except (ValueError, KLineageError) as exc:
         print(f"percase: {exc}", file=sys.stderr)
         return 2

@@ -127,3 +127,25 @@ def test_admission_asks_only_what_the_card_paid_where_it_holds(walk, info):
                        problems={"row_softmax": info})
     assert trial.message.startswith(TrialOutcome.INCONCLUSIVE.value) and "cols % 4 == 0" in trial.message
     assert not calls
+
+
+def test_percase_times_the_card_steps_of_the_library_it_is_given(walk, tmp_path):
+    """bench/percase.py picks the steps behind the cards of `--library` (a library built from more walks
+    than the bundled one, before it is admitted): every source step of this walk by default, and with
+    `per_card` the ones whose headline effect lies furthest from 1 first."""
+    import json
+
+    from bench_tools import bench_script
+    from klineage.skills.induction import lineage_id
+
+    def effect(index, ratio):
+        return {"ratio": ratio, "source": {"lineage": lineage_id(walk), "index": index}}
+
+    library = tmp_path / "library.json"
+    library.write_text(json.dumps({"cards": [{"effects": [effect(3, 1.02), effect(5, 0.80)]},
+                                             {"effects": [effect(9, 1.30), {**effect(9, 1.3), "source": {
+                                                 "lineage": "another_walk@0", "index": 4}}]}]}))
+    steps = bench_script("percase").library_steps
+    assert steps(walk, 0, library) == [3, 5, 9]
+    assert steps(walk, 1, library) == [5, 9]
+    assert steps(walk, 0) != [3, 5, 9]  # the bundled library's own card steps otherwise
