@@ -108,7 +108,7 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     types = {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
              if pointer}
     read, written = {}, {}
-    subscripts = sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=_evaluated)
+    subscripts = sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=evaluation_order)
     for node in subscripts:
         array = parsed.text(node.child_by_field_name("argument"))
         if squash(parsed.text(node.child_by_field_name("indices"))) not in (f"[{index}]", index):
@@ -211,7 +211,7 @@ def vector_form(parsed: cp.ParsedSource, function: cp.Function, packing: Packing
     raise NotApplicable(f"{function.name} has no vector guard")
 
 
-def _evaluated(subscript: Node) -> int:
+def evaluation_order(subscript: Node) -> int:
     """Where an access happens in evaluation order: a store once its assignment's value is computed (`y[i] =
     f(y[i])` reads y first), any other access where it stands."""
     parent = subscript.parent
