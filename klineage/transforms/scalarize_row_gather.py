@@ -162,9 +162,10 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
     if work.kind != "long long":
         raise NotApplicable(f"{name}'s element index '{index}' is 32-bit `{work.kind}`: a thread's first element, "
                             f"{index} times the width, may wrap where {index} did not (declare it `long long`)")
-    if len(work.nodes) == 1 and work.nodes[0].type != "compound_statement":
+    guarded = work.nodes[0].parent.type == "if_statement"  # the `if (i < n) <work>` form: the work is one statement
+    if guarded and work.nodes[0].type != "compound_statement":
         raise NotApplicable(f"{name}'s guarded work is one statement: it has no row/column split")
-    listed = statements(work.nodes[0]) if len(work.nodes) == 1 else list(work.nodes)
+    listed = statements(work.nodes[0]) if guarded else list(work.nodes)
     count, divisor, row, column = _split(parsed, listed, index)
     lanes = listed[count:]
     if not lanes:
