@@ -24,8 +24,11 @@ to what it was.
 
 Legality (forward_sites), decided on the parse and the plan; anything else is no site, with the reason:
 - the naive form `element_work` reads (a 1-D launch passing no buffer twice, so no two arrays alias; the work has
-  no loop, barrier, collective, early exit or thread coordinate and never changes the index), with a 64-bit
-  (`long long`) index: an `int` index times the width may wrap where the index did not;
+  no loop, barrier, collective, early exit or thread coordinate and never changes the index). An `int` index
+  times the width may wrap where the index did not, so the vector form's index is `long long` either way, the
+  thread index (exact in 32 unsigned bits) widened before it is scaled; the work names the index only in its
+  split and at `[i]`, where a 64-bit index gives the values the 32-bit one gave wherever the naive kernel's own
+  index did not wrap;
 - the work starts by declaring its row `r = i / C` and column `c = i % C` (one declaration or two), C a literal
   (that must divide by the width) or a scalar parameter the kernel never assigns; neither r nor c is assigned;
 - every subscript of the rest is element `[i]`, a row's column `[Y * C + c]` (Y names neither i nor c), or a
@@ -53,6 +56,7 @@ from klineage.transforms._edit import indentation, is_written, operator, reinden
 from klineage.transforms._elementwise import ELEMENT, Packing, evaluation_order
 from klineage.transforms._naive import (
     INDEXES,
+    SERIAL_INDEX,
     ElementWork,
     element_work,
     index_declaration,
@@ -68,6 +72,10 @@ from klineage.transforms.scalarize_elementwise import PACKING as WORDS
 from klineage.transforms.scalarize_half_packs import PACKING as HALVES
 
 WIDE_INDEX = dict(INDEXES)["long long"]
+# the vector form's first element, from each naive index type: a 32-bit index is widened (the thread index is
+# exact in 32 unsigned bits: fewer than 2^32 threads), so that the index times the width cannot wrap
+_SCALED = {"long long": lambda width: f"({WIDE_INDEX}) * {width}",
+           "int": lambda width: f"(long long)({SERIAL_INDEX}) * {width}"}
 PACKINGS = (WORDS, HALVES)
 _FEATURES = {"float4": "vector_type_float4", "int4": "vector_type_int4", "uint4": "vector_type_int4"}
 _SPLIT_TYPES = frozenset({"int", "long long", "long", "unsigned", "unsigned int", "size_t", "int64_t", "long int"})
@@ -159,9 +167,6 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
     """The naive row-gather form in `function`, or NotApplicable with the reason."""
     work = element_work(state, parsed, function)
     name, index = function.name, work.index
-    if work.kind != "long long":
-        raise NotApplicable(f"{name}'s element index '{index}' is 32-bit `{work.kind}`: a thread's first element, "
-                            f"{index} times the width, may wrap where {index} did not (declare it `long long`)")
     guarded = work.nodes[0].parent.type == "if_statement"  # the `if (i < n) <work>` form: the work is one statement
     if guarded and work.nodes[0].type != "compound_statement":
         raise NotApplicable(f"{name}'s guarded work is one statement: it has no row/column split")
@@ -272,7 +277,7 @@ def _condition(site: RowSite) -> str:
 
 def _tail_header(site: RowSite) -> str:
     index, width = site.work.index, site.packing.width
-    return (f"for ({site.work.kind} {ELEMENT} = {index}; {ELEMENT} < {site.work.bound} && {ELEMENT} < {index} + "
+    return (f"for (long long {ELEMENT} = {index}; {ELEMENT} < {site.work.bound} && {ELEMENT} < {index} + "
             f"{width}; ++{ELEMENT})")
 
 
@@ -301,7 +306,8 @@ def packed(state: KernelState, parsed: cp.ParsedSource, site: RowSite) -> tuple[
     scalar = _renamed(parsed, site.steps, site.work.index, ELEMENT)
     lines += [f"{indent}}} else {{", f"{inner}{_tail_header(site)} {{",
               reindent(scalar, column, inner + "    "), f"{inner}}}", f"{indent}}}"]
-    edits = [(site.work.init_node.start_byte, site.work.init_node.end_byte, f"({WIDE_INDEX}) * {width}"),
+    edits = [(site.work.start, site.work.init_node.end_byte, f"long long {site.work.index} = "
+                                                             f"{_SCALED[site.work.kind](width)}"),
              (start, end, "\n".join(lines))]
     plan = rescaled_grid(state, site.work.function.name, lambda grid: f"cdiv({grid}, {width})")
     return splice(data, edits)[0].decode("utf-8"), plan
@@ -312,15 +318,15 @@ def _features(text: str) -> tuple[str, ...]:
     return tuple(sorted({_FEATURES[t] for t in re.findall(r"\b(float4|u?int4)\b", text)}))
 
 
-def _vector_form(parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, Node, Node, Node, int]:
-    """(index, its initializer, the vector if/else, the scalar loop, the width) of a kernel in the form `packed`
-    writes."""
+def _vector_form(parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, str, Node, Node, Node, int]:
+    """(index, the naive index's type, the index declaration, the vector if/else, the scalar loop, the width) of a
+    kernel in the form `packed` writes."""
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         raise NotApplicable(f"{function.name} is not a kernel")
-    for packing in PACKINGS:
+    for (kind, scaled), packing in ((k, p) for k in _SCALED.items() for p in PACKINGS):
         try:
-            _, init, index = index_declaration(parsed, body, f"({WIDE_INDEX}) * {packing.width}", "long long")
+            declaration, _, index = index_declaration(parsed, body, scaled(packing.width), "long long")
         except NotApplicable:
             continue
         width = packing.width
@@ -332,7 +338,7 @@ def _vector_form(parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, N
             loops = [n for n in cp.nodes_of_type(alternative, "for_statement") if squash(parsed.text(n)).startswith(
                 f"for (long long {ELEMENT} = {index}; {ELEMENT} < ")]
             if loops and loops[0].child_by_field_name("body").type == "compound_statement":
-                return index, init, statement, loops[0], width
+                return index, kind, declaration, statement, loops[0], width
     raise NotApplicable(f"{function.name} has no row gather moved in 16-byte packs")
 
 
@@ -350,7 +356,7 @@ class ScalarizeRowGather(Transform):
         found = []
         for function in cp.functions(parsed):
             try:
-                index, _, guard, _, _ = _vector_form(parsed, function)
+                index, _, _, guard, _, _ = _vector_form(parsed, function)
             except NotApplicable:
                 continue
             found.append(Anchor(function.name, "function", index, parsed.text(guard)[:200]))
@@ -385,14 +391,15 @@ class ScalarizeRowGather(Transform):
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
-        index, init, guard, loop, width = _vector_form(parsed, function)
+        index, kind, declaration, guard, loop, width = _vector_form(parsed, function)
         if index != anchor.key:
             raise NotApplicable(f"{anchor}: the element index is '{index}'")
         steps = tuple(c for c in loop.child_by_field_name("body").named_children)
         indent = indentation(parsed.data, guard.start_byte)
         text = _renamed(parsed, steps, ELEMENT, index)
         text = reindent(text, len(indentation(parsed.data, steps[0].start_byte)), indent)[len(indent):]
-        edits = [(init.start_byte, init.end_byte, WIDE_INDEX), (guard.start_byte, guard.end_byte, text)]
+        naive = f"{kind} {index} = {dict(INDEXES)[kind]};"
+        edits = [(declaration.start_byte, declaration.end_byte, naive), (guard.start_byte, guard.end_byte, text)]
         source = splice(parsed.data, edits)[0].decode("utf-8")
         plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "cdiv(", f", {width})"))
         rewrite = self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,

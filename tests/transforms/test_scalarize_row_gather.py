@@ -20,7 +20,7 @@ from tests.cuda_tools import feature_counts
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
-CASES = ["embedding_float", "gather_half", "scatter_rows_int"]
+CASES = ["embedding_float", "gather_half", "scatter_rows_int", "select_rows_int_index"]
 SITE = Anchor("kernel", "function", "i")
 FOLDER = HERE / "scalarize_row_gather"
 
@@ -76,10 +76,19 @@ def test_the_bundled_devectorize_cards_lend_it_their_sites():
     assert all("scalarize_row_gather" in {t.name for t in structural_transforms(c)} for c in cards)
 
 
-def test_a_32_bit_element_index_is_refused_with_its_reason(transform):
-    state = load(FOLDER / "refused_int_index", "after", "kernel")
+def test_a_32_bit_element_index_is_widened_before_it_is_scaled(transform):
+    """`int i` times four may wrap where i did not: the vector form's index is 64-bit, from the exact 32-bit
+    thread index, and backward gives the `int` index back."""
+    packed = transform.forward(golden("select_rows_int_index", "after"), SITE).state.source
+    assert "    long long i = (long long)(blockIdx.x * blockDim.x + threadIdx.x) * 4;\n" in packed
+    assert "int i" not in packed
+
+
+def test_a_column_broadcast_is_refused_with_its_reason(transform):
+    state = load(FOLDER / "refused_column_bias", "after", "kernel")
     assert transform.forward_sites(state) == []
-    with pytest.raises(NotApplicable, match=r"'i' is 32-bit `int`: .* may wrap"):
+    with pytest.raises(NotApplicable, match=r"`bias\[c\]` is neither element i, a row's column `Y \* cols \+ c`, "
+                                            r"nor one value for the whole row"):
         transform.forward(state, SITE)
 
 
@@ -151,6 +160,12 @@ def _inputs(case: str, rows: int, cols: int, tail: int) -> tuple[dict, dict, dic
         return ({"n_tokens": rows, "dim": cols},
                 {"weight": torch.randn(vocab * cols, generator=generator),
                  "tokens": torch.randint(0, vocab, (rows,), generator=generator, dtype=torch.int64)},
+                {"out": (torch.float32, rows * cols)})
+    if case == "select_rows_int_index":
+        table = 13
+        return ({"rows": rows, "cols": cols},
+                {"table": torch.randn(table * cols, generator=generator),
+                 "idx": torch.randint(0, table, (rows,), generator=generator, dtype=torch.int32)},
                 {"out": (torch.float32, rows * cols)})
     if case == "gather_half":
         table = 9
