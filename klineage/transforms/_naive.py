@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tree_sitter import Node
 
@@ -54,6 +55,20 @@ def squash(text: str) -> str:
 def statements(node: Node) -> list[Node]:
     """The statements a block holds, comments left out; a lone statement is its own list."""
     return [c for c in node.named_children if c.type != "comment"] if node.type == "compound_statement" else [node]
+
+
+T = TypeVar("T")
+
+
+def readable(parsed: cp.ParsedSource, read: Callable[[cp.Function], T]) -> list[tuple[cp.Function, T]]:
+    """(function, what `read` finds in it) for every function of `parsed` that `read` does not refuse."""
+    found = []
+    for function in cp.functions(parsed):
+        try:
+            found.append((function, read(function)))
+        except NotApplicable:
+            continue
+    return found
 
 
 def kernel(parsed: cp.ParsedSource, anchor: Anchor) -> cp.Function:

@@ -62,6 +62,7 @@ from klineage.transforms._naive import (
     index_declaration,
     kernel,
     parameters,
+    readable,
     rescaled_grid,
     squash,
     statements,
@@ -252,6 +253,11 @@ def _region(site: RowSite) -> tuple[int, int]:
     return site.steps[0].start_byte, site.steps[-1].end_byte
 
 
+def _work_text(parsed: cp.ParsedSource, site: RowSite) -> str:
+    start, end = _region(site)
+    return parsed.data[start:end].decode("utf-8")
+
+
 def _lane_text(parsed: cp.ParsedSource, site: RowSite, lane: int) -> str:
     """The statements after the split with every packed subscript replaced by its lane of the pack."""
     start, end = site.lanes[0].start_byte, site.lanes[-1].end_byte
@@ -353,27 +359,14 @@ class ScalarizeRowGather(Transform):
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        found = []
-        for function in cp.functions(parsed):
-            try:
-                index, _, _, guard, _, _ = _vector_form(parsed, function)
-            except NotApplicable:
-                continue
-            found.append(Anchor(function.name, "function", index, parsed.text(guard)[:200]))
-        return found
+        return [Anchor(function.name, "function", form[0], parsed.text(form[3])[:200])
+                for function, form in readable(parsed, lambda f: _vector_form(parsed, f))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        anchors = []
-        for function in cp.functions(parsed):
-            try:
-                site = row_site(state, parsed, function)
-            except NotApplicable:
-                continue
-            start, end = _region(site)
-            anchors.append(Anchor(function.name, "function", site.work.index,
-                                  parsed.data[start:end].decode("utf-8")[:200]))
-        return anchors
+        sites = readable(parsed, lambda f: row_site(state, parsed, f))
+        return [Anchor(function.name, "function", site.work.index, _work_text(parsed, site)[:200])
+                for function, site in sites]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
@@ -386,7 +379,8 @@ class ScalarizeRowGather(Transform):
                                note=f"{site.work.function.name}: {width} elements of a row per thread as 16-byte "
                                     f"packs of {moved} (row length divisible by {width}, 16-byte aligned), scalar "
                                     f"path otherwise; grid / {width}")
-        return replace(rewrite, removes=(), adds=tuple(sorted({_FEATURES[site.packing.packs[p.element]] for p in site.packs})))
+        shown = {_FEATURES[site.packing.packs[pack.element]] for pack in site.packs}
+        return replace(rewrite, removes=(), adds=tuple(sorted(shown)))
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
