@@ -184,7 +184,7 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
             divisor not in {p for p, _, pointer in params if not pointer} or divisor in written_names):
         raise NotApplicable(f"the row length '{divisor}' is no literal and no scalar parameter the kernel keeps")
     text = "\n".join(parsed.text(s) for s in lanes)
-    if re.search(rf"\b(?:{ELEMENT}|{WORDS.taken}|{HALVES.taken})\b", text):
+    if re.search(rf"\b(?:{ELEMENT}|{WORDS.taken}|{HALVES.taken})\b", "\n".join(parsed.text(s) for s in listed)):
         raise NotApplicable(f"{name}'s work names '{ELEMENT}' or a name a pack would take")
     if {row, column} & written_names:
         raise NotApplicable(f"{name} assigns its row '{row}' or column '{column}'")

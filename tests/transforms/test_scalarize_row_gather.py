@@ -114,6 +114,8 @@ ROW = "table[(long long)idx[r] * cols + c]"
     (SPLIT + "    out[i] = *(table + (long long)idx[r] * cols + c);\n", "dereferences a pointer"),
     (SPLIT + f"    out[i] = {ROW};\n    cols = 0;\n", "no literal and no scalar parameter the kernel keeps"),
     (SPLIT + f"    float e = {ROW};\n    out[i] = e;\n", "names 'e'"),
+    ("    int r = i / cols, e = i % cols;\n    out[i] = table[(long long)idx[r] * cols + e];\n", "names 'e'"),
+    ("    int r = i / cols, c4 = i % cols;\n    out[i] = table[(long long)idx[r] * cols + c4];\n", "a pack would take"),
     ("    out[i] = table[i];\n", "does not start by splitting 'i'"),
     ("    int r = i / cols, c = i % rows;\n    out[i] = table[(long long)idx[r] * cols + c];\n",
      "does not start by splitting"),
