@@ -95,7 +95,6 @@ class Pack:
 class RowSite:
     work: ElementWork
     divisor: str  # C of `r = i / C, c = i % C`
-    column: str
     steps: tuple[Node, ...]  # the work's statements: the row/column split first
     lanes: tuple[Node, ...]  # the statements after the split: what runs once per lane
     packing: Packing
@@ -103,7 +102,8 @@ class RowSite:
     places: tuple[tuple[Node, str], ...]  # each packed subscript and its array
 
 
-def _place(parsed: cp.ParsedSource, subscript: Node) -> Node:
+def _place(subscript: Node) -> Node:
+    """The index expression of `a[...]`."""
     indices = subscript.child_by_field_name("indices")
     return indices.named_children[0] if indices.type == "subscript_argument_list" else indices
 
@@ -196,7 +196,7 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
     uses = {index: 0, column: 0}
     subscripts = sorted((n for s in lanes for n in cp.nodes_of_type(s, "subscript_expression")), key=evaluation_order)
     for node in subscripts:
-        array, place = parsed.text(node.child_by_field_name("argument")), _place(parsed, node)
+        array, place = parsed.text(node.child_by_field_name("argument")), _place(node)
         where = squash(parsed.text(place))
         if array not in pointers:
             raise NotApplicable(f"'{array}' is no pointer parameter")
@@ -246,7 +246,7 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
                 unparen(s.named_children[0]).type == "assignment_expression" for s in lanes):
             raise NotApplicable(f"'{pack.array}' is written only under a condition: a vector store would write "
                                 f"garbage")
-    return RowSite(work, divisor, column, tuple(listed), tuple(lanes), packing, tuple(packs.values()), tuple(places))
+    return RowSite(work, divisor, tuple(listed), tuple(lanes), packing, tuple(packs.values()), tuple(places))
 
 
 def _region(site: RowSite) -> tuple[int, int]:
