@@ -26,7 +26,7 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             "row_argmax": {"serialize_reduction"},
             "gelu_mul": {"scalarize_elementwise", "uncoarsen_grid_stride"},
             "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride"}, "transpose": {"untile_transpose"},
-            "gather_rows": {"uncoarsen_grid_stride"},
+            "gather_rows": {"uncoarsen_grid_stride", "scalarize_row_gather"},
             "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride"}}  # its table-zeroing kernel, both
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}
 

@@ -30,6 +30,7 @@ from klineage.transforms._naive import (
     kernel,
     launches_of,
     parameters,
+    readable,
     rescaled_grid,
     squash,
     statements,
@@ -108,7 +109,7 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     types = {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
              if pointer}
     read, written = {}, {}
-    subscripts = sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=_evaluated)
+    subscripts = sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=evaluation_order)
     for node in subscripts:
         array = parsed.text(node.child_by_field_name("argument"))
         if squash(parsed.text(node.child_by_field_name("indices"))) not in (f"[{index}]", index):
@@ -211,7 +212,7 @@ def vector_form(parsed: cp.ParsedSource, function: cp.Function, packing: Packing
     raise NotApplicable(f"{function.name} has no vector guard")
 
 
-def _evaluated(subscript: Node) -> int:
+def evaluation_order(subscript: Node) -> int:
     """Where an access happens in evaluation order: a store once its assignment's value is computed (`y[i] =
     f(y[i])` reads y first), any other access where it stands."""
     parent = subscript.parent
@@ -244,25 +245,13 @@ class PackedElementwise(Transform):
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        found = []
-        for function in cp.functions(parsed):
-            try:
-                index, _, _ = vector_form(parsed, function, self.packing)
-            except NotApplicable:
-                continue
-            found.append(Anchor(function.name, "function", index, parsed.text(function.node)[:200]))
-        return found
+        return [Anchor(function.name, "function", form[0], parsed.text(function.node)[:200])
+                for function, form in readable(parsed, lambda f: vector_form(parsed, f, self.packing))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        anchors = []
-        for function in cp.functions(parsed):
-            try:
-                site = serial_site(state, parsed, function, self.packing)
-            except NotApplicable:
-                continue
-            anchors.append(Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200]))
-        return anchors
+        return [Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200])
+                for function, site in readable(parsed, lambda f: serial_site(state, parsed, f, self.packing))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)

@@ -1,22 +1,50 @@
 """Shared analysis for the forwards that place a mechanism on naive kernels (one thread per element or row):
-which kernel an anchor names, the thread-index declaration, the parameters' types, the launches that run a
-kernel and the plan with its first grid dimension rescaled.
+which kernel an anchor names, the thread-index declaration, an element's work after its guard (either naive
+form), the parameters' types, the launches that run a kernel and the plan with its first grid dimension rescaled.
 
 The leading underscore keeps the catalog from loading this module as a transform.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import ArgKind, Launch, LaunchPlan
+from klineage.transforms._edit import indentation, is_written, operator, reindent, unparen
 from klineage.transforms.base import Anchor, NotApplicable, with_plan
 
 SERIAL_INDEX = "blockIdx.x * blockDim.x + threadIdx.x"  # one thread per element or row
+INDEXES = (("int", SERIAL_INDEX), ("long long", f"(long long){SERIAL_INDEX}"))  # (type, initializer)
+# what an element's work may not hold: a loop, a barrier or collective, an early exit, a thread coordinate
+_FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"
+                        r"__activemask|__match\w*|__reduce\w*|asm|goto|break|return|for|while|do|threadIdx|blockIdx|"
+                        r"blockDim|gridDim|this_grid|grid_group)\b")
+# a bound `n` of `i < n` that needs no parentheses there: names, numbers, calls, casts and arithmetic
+_BOUND_TYPES = frozenset({"identifier", "number_literal", "field_expression", "call_expression", "cast_expression",
+                          "parenthesized_expression", "subscript_expression"})
+
+
+@dataclass(frozen=True)
+class ElementWork:
+    """A 1-D kernel's element index, its guard and the work it guards, in either naive form."""
+
+    function: cp.Function
+    kind: str  # the index's type
+    index: str
+    init: str  # its initializer, as written
+    init_node: Node
+    bound: str
+    start: int  # bytes [start, end) of the index declaration through the element's work
+    end: int
+    work: str  # the element's work as one block (the guarded statement, or the statements after the return)
+    nodes: tuple[Node, ...]  # the guarded statement (`if (i < n) ...`) or the statements after `return`
 
 
 def squash(text: str) -> str:
@@ -27,6 +55,20 @@ def squash(text: str) -> str:
 def statements(node: Node) -> list[Node]:
     """The statements a block holds, comments left out; a lone statement is its own list."""
     return [c for c in node.named_children if c.type != "comment"] if node.type == "compound_statement" else [node]
+
+
+T = TypeVar("T")
+
+
+def readable(parsed: cp.ParsedSource, read: Callable[[cp.Function], T]) -> list[tuple[cp.Function, T]]:
+    """(function, what `read` finds in it) for every function of `parsed` that `read` does not refuse."""
+    found = []
+    for function in cp.functions(parsed):
+        try:
+            found.append((function, read(function)))
+        except NotApplicable:
+            continue
+    return found
 
 
 def kernel(parsed: cp.ParsedSource, anchor: Anchor) -> cp.Function:
@@ -99,3 +141,73 @@ def unwrapped(grid: str, before: str, after: str) -> str:
     if not (grid.startswith(before) and grid.endswith(after) and len(grid) > len(before) + len(after)):
         raise NotApplicable(f"the grid {grid} is not {before}...{after}")
     return grid[len(before):-len(after)]
+
+
+def _declared_index(parsed: cp.ParsedSource, body: Node) -> tuple[Node, Node, str, str]:
+    """(declaration, initializer, type, name) of the thread's element index, not `const`."""
+    for kind, value in INDEXES:
+        try:
+            declaration, init, index = index_declaration(parsed, body, value, kind)
+        except NotApplicable:
+            continue
+        if any(c.type == "type_qualifier" for c in declaration.children):
+            raise NotApplicable(f"the element index '{index}' is const")
+        return declaration, init, kind, index
+    raise NotApplicable("no element index `int i = blockIdx.x * blockDim.x + threadIdx.x;`")
+
+
+def element_work(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> ElementWork:
+    """The element work of a 1-D elementwise kernel, `if (i < n) <work>` ending the kernel or `if (i >= n)
+    return;` followed by it; NotApplicable with the reason for any other kernel, or work that loops,
+    synchronizes, returns, names a thread coordinate or changes the index. The launch passes no buffer twice."""
+    if not function.is_kernel or function.node.child_by_field_name("body") is None:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    launches_of(state, function.name, dimensions=1)
+    body = function.node.child_by_field_name("body")
+    if "gridDim" in parsed.text(body):
+        raise NotApplicable(f"{function.name} names gridDim already")
+    declaration, init, kind, index = _declared_index(parsed, body)
+    listed = statements(body)
+    at = listed.index(declaration)
+    if at + 1 >= len(listed) or listed[at + 1].type != "if_statement":
+        raise NotApplicable(f"{function.name}: no guard right after its element index")
+    guard = listed[at + 1]
+    condition = guard.child_by_field_name("condition")
+    comparison = unparen(condition.child_by_field_name("value") or condition)
+    relation = operator(comparison) if comparison.type == "binary_expression" else ""
+    if relation not in ("<", ">=") or parsed.text(comparison.child_by_field_name("left")) != index or \
+            guard.child_by_field_name("alternative") is not None:
+        raise NotApplicable(f"{function.name}'s guard is not `{index} < n` or `{index} >= n`")
+    bound = comparison.child_by_field_name("right")
+    if not _simple(bound):
+        raise NotApplicable(f"{function.name}'s bound `{parsed.text(bound)}` is no plain arithmetic")
+    consequence = guard.child_by_field_name("consequence")
+    if relation == "<" and at + 2 == len(listed):
+        work_nodes, work = [consequence], parsed.text(consequence)
+    elif relation == ">=" and squash(parsed.text(consequence)) in ("return;", "{ return; }") and at + 2 < len(listed):
+        work_nodes = listed[at + 2:]
+        column = len(indentation(parsed.data, work_nodes[0].start_byte))
+        inner = indentation(parsed.data, declaration.start_byte) + "    "
+        lines = parsed.data[work_nodes[0].start_byte:work_nodes[-1].end_byte].decode("utf-8")
+        work = "{\n" + inner + reindent(lines, column, inner)[len(inner):] + "\n" + inner[:-4] + "}"
+    else:
+        raise NotApplicable(f"{function.name}: the guard neither ends the kernel (`if ({index} < n)`) nor returns "
+                            f"(`if ({index} >= n) return;`)")
+    for node in work_nodes:
+        text = parsed.text(node)
+        if _FORBIDDEN.search(text):
+            raise NotApplicable(f"{function.name}'s element work loops, synchronizes, returns or names a thread "
+                                f"coordinate")
+        if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(node, "identifier")) or \
+                re.search(rf"&\s*{index}\b", text):
+            raise NotApplicable(f"{function.name} changes its element index '{index}'")
+    end = work_nodes[-1].end_byte
+    return ElementWork(function, kind, index, parsed.text(init), init, parsed.text(bound), declaration.start_byte,
+                       end, work, tuple(work_nodes))
+
+
+def _simple(bound: Node) -> bool:
+    if bound.type == "binary_expression":
+        return operator(bound) in ("*", "+", "-", "/", "%") and all(
+            _simple(bound.child_by_field_name(side)) for side in ("left", "right"))
+    return bound.type in _BOUND_TYPES

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from tree_sitter import Node
@@ -41,10 +40,10 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
+from klineage.transforms._edit import indentation, splice
 from klineage.transforms._naive import (
-    SERIAL_INDEX,
-    index_declaration,
+    INDEXES,
+    element_work,
     kernel,
     launches_of,
     rescaled_grid,
@@ -56,26 +55,7 @@ from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement
 
 FACTOR = 4
 STRIDE = "gridDim.x * blockDim.x"
-_INDEXES = (("int", SERIAL_INDEX), ("long long", f"(long long){SERIAL_INDEX}"))
 _KEY = re.compile(r"^(?P<index>[A-Za-z_]\w*)\*(?P<factor>[1-9]\d*)$")
-_FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"
-                        r"__activemask|__match\w*|__reduce\w*|asm|goto|break|return|for|while|do|threadIdx|blockIdx|"
-                        r"blockDim|gridDim|this_grid|grid_group)\b")
-# a bound `n` of `i < n` that needs no parentheses there: names, numbers, calls, casts and arithmetic
-_BOUND_TYPES = frozenset({"identifier", "number_literal", "field_expression", "call_expression", "cast_expression",
-                          "parenthesized_expression", "subscript_expression"})
-
-
-@dataclass(frozen=True)
-class Site:
-    function: cp.Function
-    kind: str  # the index's type
-    index: str
-    init: str  # its initializer, as written
-    bound: str
-    start: int  # bytes [start, end) of the index declaration through the element's work
-    end: int
-    work: str  # the loop's body, as it will be written
 
 
 class UncoarsenGridStride(Transform):
@@ -105,7 +85,7 @@ class UncoarsenGridStride(Transform):
         anchors = []
         for function in cp.functions(parsed):
             try:
-                site = _serial_site(state, parsed, function)
+                site = element_work(state, parsed, function)
             except NotApplicable:
                 continue
             anchors += [Anchor(function.name, "function", f"{site.index}*{factor}",
@@ -115,7 +95,7 @@ class UncoarsenGridStride(Transform):
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         index, factor = _key(anchor)
         parsed = cp.parse(state.source)
-        site = _serial_site(state, parsed, kernel(parsed, anchor))
+        site = element_work(state, parsed, kernel(parsed, anchor))
         if site.index != index:
             raise NotApplicable(f"{anchor}: the element index is '{site.index}'")
         loop = f"for ({site.kind} {index} = {site.init}; {index} < {site.bound}; {index} += {STRIDE}) {site.work}"
@@ -158,72 +138,6 @@ def _factor(state: KernelState, entry: str) -> int:
     return values.pop()
 
 
-def _declared_index(parsed: cp.ParsedSource, body: Node) -> tuple[Node, str, str, str]:
-    """(declaration, type, name, initializer) of the thread's element index, not `const`."""
-    for kind, value in _INDEXES:
-        try:
-            declaration, init, index = index_declaration(parsed, body, value, kind)
-        except NotApplicable:
-            continue
-        if any(c.type == "type_qualifier" for c in declaration.children):
-            raise NotApplicable(f"the element index '{index}' is const")
-        return declaration, kind, index, parsed.text(init)
-    raise NotApplicable("no element index `int i = blockIdx.x * blockDim.x + threadIdx.x;`")
-
-
-def _serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Site:
-    if not function.is_kernel or function.node.child_by_field_name("body") is None:
-        raise NotApplicable(f"{function.name} is not a kernel")
-    launches_of(state, function.name, dimensions=1)
-    body = function.node.child_by_field_name("body")
-    if "gridDim" in parsed.text(body):
-        raise NotApplicable(f"{function.name} names gridDim already")
-    declaration, kind, index, init = _declared_index(parsed, body)
-    listed = statements(body)
-    at = listed.index(declaration)
-    if at + 1 >= len(listed) or listed[at + 1].type != "if_statement":
-        raise NotApplicable(f"{function.name}: no guard right after its element index")
-    guard = listed[at + 1]
-    condition = guard.child_by_field_name("condition")
-    comparison = unparen(condition.child_by_field_name("value") or condition)
-    relation = operator(comparison) if comparison.type == "binary_expression" else ""
-    if relation not in ("<", ">=") or parsed.text(comparison.child_by_field_name("left")) != index or \
-            guard.child_by_field_name("alternative") is not None:
-        raise NotApplicable(f"{function.name}'s guard is not `{index} < n` or `{index} >= n`")
-    bound = comparison.child_by_field_name("right")
-    if not _simple(bound):
-        raise NotApplicable(f"{function.name}'s bound `{parsed.text(bound)}` is no plain arithmetic")
-    consequence = guard.child_by_field_name("consequence")
-    if relation == "<" and at + 2 == len(listed):
-        work_nodes, work = [consequence], parsed.text(consequence)
-    elif relation == ">=" and squash(parsed.text(consequence)) in ("return;", "{ return; }") and at + 2 < len(listed):
-        work_nodes = listed[at + 2:]
-        column = len(indentation(parsed.data, work_nodes[0].start_byte))
-        inner = indentation(parsed.data, declaration.start_byte) + "    "
-        lines = parsed.data[work_nodes[0].start_byte:work_nodes[-1].end_byte].decode("utf-8")
-        work = "{\n" + inner + reindent(lines, column, inner)[len(inner):] + "\n" + inner[:-4] + "}"
-    else:
-        raise NotApplicable(f"{function.name}: the guard neither ends the kernel (`if ({index} < n)`) nor returns "
-                            f"(`if ({index} >= n) return;`)")
-    for node in work_nodes:
-        text = parsed.text(node)
-        if _FORBIDDEN.search(text):
-            raise NotApplicable(f"{function.name}'s element work loops, synchronizes, returns or names a thread "
-                                f"coordinate")
-        if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(node, "identifier")) or \
-                re.search(rf"&\s*{index}\b", text):
-            raise NotApplicable(f"{function.name} changes its element index '{index}'")
-    end = work_nodes[-1].end_byte
-    return Site(function, kind, index, init, parsed.text(bound), declaration.start_byte, end, work)
-
-
-def _simple(bound: Node) -> bool:
-    if bound.type == "binary_expression":
-        return operator(bound) in ("*", "+", "-", "/", "%") and all(
-            _simple(bound.child_by_field_name(side)) for side in ("left", "right"))
-    return bound.type in _BOUND_TYPES
-
-
 def _loop(parsed: cp.ParsedSource, function: cp.Function) -> tuple[Node, str, tuple[str, str, str]]:
     """(the loop, its index, (index type, initializer, bound)) of a kernel in the form forward writes."""
     body = function.node.child_by_field_name("body")
@@ -235,7 +149,7 @@ def _loop(parsed: cp.ParsedSource, function: cp.Function) -> tuple[Node, str, tu
         header = re.fullmatch(r"for \((int|long long) ([A-Za-z_]\w*) = (.+?); \2 < (.+?); \2 \+= "
                               + re.escape(STRIDE) + r"\)", squash(parsed.text(statement)[:statement.child_by_field_name(
                                   "body").start_byte - statement.start_byte]))
-        if header is not None and dict(_INDEXES).get(header[1]) == header[3]:
+        if header is not None and dict(INDEXES).get(header[1]) == header[3]:
             return statement, header[2], (header[1], header[3], header[4])
     raise NotApplicable(f"{function.name} has no grid-stride loop over its elements")
 

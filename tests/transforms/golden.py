@@ -65,3 +65,13 @@ def compiles_without_spills(state: KernelState, cache: Path):
         resources = result.resources_for(launch.entry)
         assert not resources.spills, f"{launch.entry} spills: {resources}"
     return result
+
+
+def assert_packs_are_128_bit(naive: KernelState, packed: KernelState, cache: Path) -> None:
+    """Both forms compile without spills; the packed one moves global memory in 128-bit loads and stores (SASS
+    LDG.E.128 and STG.E.128), the naive one in none."""
+    from tests.cuda_tools import feature_counts
+
+    before, after = (feature_counts(compiles_without_spills(state, cache)) for state in (naive, packed))
+    assert before.get("ldg_128", 0) == 0 and before.get("stg_128", 0) == 0
+    assert after.get("ldg_128", 0) >= 1 and after.get("stg_128", 0) >= 1

@@ -1,0 +1,404 @@
+"""scalarize_row_gather: a thread's 16 bytes of a row, found through a computed row base and moved as one vector,
+become one element per thread; forward finds its sites by analysis.
+
+The mechanism (forward): a kernel of one thread per output element that splits the element index into a row and
+a column and reaches a row through a computed base (an embedding lookup, a gather, `index_select`, a permute of
+rows by an index array):
+
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)rows * cols) return;                        (or `if (i < n) { ... }`)
+    int r = i / cols, c = i % cols;
+    out[i] = table[(long long)idx[r] * cols + c];
+
+gets the 16 bytes of one row per thread (four 32-bit or eight 16-bit elements: scalarize_elementwise's and
+scalarize_half_packs's packings): `i` becomes the thread index times the width; where the row length divides by
+the width, the width's elements are in bounds and every packed array is 16-byte aligned (checked at run time on
+the pointers) the row and column are split once, each array is loaded once as a pack at its place (`[i]` or
+`[Y * cols + c]`: with `cols` and `c` multiples of the width, both start a 16-byte block), the work runs once per
+lane on registers and each written array is stored once as a pack; otherwise (a row length that does not divide,
+a misaligned pointer, the tail) a scalar loop runs the naive work for each element of the width. The index array
+is read once per pack instead of once per element. The launch's first grid dimension becomes cdiv(grid, width).
+
+Backward scalarizes the form forward writes, from its element loop: one element per thread again, the grid back
+to what it was.
+
+Legality (forward_sites), decided on the parse and the plan; anything else is no site, with the reason:
+- the naive form `element_work` reads (a 1-D launch passing no buffer twice, so no two arrays alias; the work has
+  no loop, barrier, collective, early exit or thread coordinate and never changes the index). An `int` index
+  times the width may wrap where the index did not, so the vector form's index is `long long` either way, the
+  thread index (exact in 32 unsigned bits) widened before it is scaled; the work names the index only in its
+  split and at `[i]`, where a 64-bit index gives the values the 32-bit one gave wherever the naive kernel's own
+  index did not wrap;
+- the work starts by declaring its row `r = i / C` and column `c = i % C` (one declaration or two), C a literal
+  (that must divide by the width) or a scalar parameter the kernel never assigns; neither r nor c is assigned;
+- every subscript of the rest is element `[i]`, a row's column `[Y * C + c]` (Y names neither i nor c), or a
+  value the whole row shares (names neither i nor c: `idx[r]`); i and c appear nowhere else;
+- an array at `[i]` or `[Y * C + c]` is a pointer parameter to 32-bit float/int/unsigned data, or all are to
+  16-bit `__half`/`__nv_bfloat16`, each at one place only; one it writes is not read after it is written and,
+  unless it is read first, is written by a statement of the work's top level (every lane gets a value);
+- an array read at a row-wide place is a pointer parameter the work never writes and packs nowhere;
+- no pointer dereference, no call but the packing's pure math, and no name `e` or a pack's name in the work.
+
+Anchor: the kernel, kind "function", key the element index.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms import register
+from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
+from klineage.transforms._elementwise import ELEMENT, Packing, evaluation_order
+from klineage.transforms._naive import (
+    INDEXES,
+    SERIAL_INDEX,
+    ElementWork,
+    element_work,
+    index_declaration,
+    kernel,
+    parameters,
+    readable,
+    rescaled_grid,
+    squash,
+    statements,
+    unwrapped,
+)
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
+from klineage.transforms.scalarize_elementwise import PACKING as WORDS
+from klineage.transforms.scalarize_half_packs import PACKING as HALVES
+
+WIDE_INDEX = dict(INDEXES)["long long"]
+# the vector form's first element, from each naive index type: a 32-bit index is widened (the thread index is
+# exact in 32 unsigned bits: fewer than 2^32 threads), so that the index times the width cannot wrap
+_SCALED = {"long long": lambda width: f"({WIDE_INDEX}) * {width}",
+           "int": lambda width: f"(long long)({SERIAL_INDEX}) * {width}"}
+PACKINGS = (WORDS, HALVES)
+_FEATURES = {"float4": "vector_type_float4", "int4": "vector_type_int4", "uint4": "vector_type_int4"}
+_SPLIT_TYPES = frozenset({"int", "long long", "long", "unsigned", "unsigned int", "size_t", "int64_t", "long int"})
+
+
+@dataclass(frozen=True)
+class Pack:
+    array: str
+    element: str  # the array's element type
+    place: str  # its subscript, as written: `i` or `(long long)idx[r] * cols + c`
+    read: bool
+    written: bool
+
+
+@dataclass(frozen=True)
+class RowSite:
+    work: ElementWork
+    divisor: str  # C of `r = i / C, c = i % C`
+    steps: tuple[Node, ...]  # the work's statements: the row/column split first
+    lanes: tuple[Node, ...]  # the statements after the split: what runs once per lane
+    packing: Packing
+    packs: tuple[Pack, ...]
+    places: tuple[tuple[Node, str], ...]  # each packed subscript and its array
+
+
+def _place(subscript: Node) -> Node:
+    """The index expression of `a[...]`."""
+    indices = subscript.child_by_field_name("indices")
+    return indices.named_children[0] if indices.type == "subscript_argument_list" else indices
+
+
+def _names(parsed: cp.ParsedSource, node: Node) -> list[str]:
+    return [parsed.text(n) for n in cp.nodes_of_type(node, "identifier")]
+
+
+def _split(parsed: cp.ParsedSource, listed: list[Node], index: str) -> tuple[int, str, str, str]:
+    """(how many leading statements split the index, C, the row's name, the column's name)."""
+    found: dict[str, tuple[str, str]] = {}  # operator -> (name, divisor)
+    count = 0
+    for statement in listed:
+        if statement.type != "declaration" or len(found) == 2:
+            break
+        kind = squash(parsed.text(statement.child_by_field_name("type")))
+        words = parsed.data[statement.start_byte:statement.child_by_field_name("type").start_byte].decode().split()
+        if kind not in _SPLIT_TYPES or set(words) - {"const"}:
+            break
+        parts = []
+        for declarator in statement.children_by_field_name("declarator"):
+            value = declarator.child_by_field_name("value") if declarator.type == "init_declarator" else None
+            value = unparen(value) if value is not None else None
+            if value is None or value.type != "binary_expression" or operator(value) not in ("/", "%") or \
+                    squash(parsed.text(value.child_by_field_name("left"))) != index or \
+                    value.child_by_field_name("right").type not in ("identifier", "number_literal") or \
+                    declarator.child_by_field_name("declarator").type != "identifier":
+                break
+            parts.append((operator(value), parsed.text(declarator.child_by_field_name("declarator")),
+                          parsed.text(value.child_by_field_name("right"))))
+        else:
+            if not parts or any(op in found for op, _, _ in parts):
+                break
+            found |= {op: (name, divisor) for op, name, divisor in parts}
+            count += 1
+            continue
+        break
+    if set(found) != {"/", "%"} or found["/"][1] != found["%"][1]:
+        raise NotApplicable(f"the work does not start by splitting '{index}' into a row `r = {index} / C` and a "
+                            f"column `c = {index} % C`")
+    return count, found["/"][1], found["/"][0], found["%"][0]
+
+
+def _row_column(parsed: cp.ParsedSource, place: Node, column: str, divisor: str, index: str) -> bool:
+    """`place` is `Y * C + c` (either order of each), Y naming neither the index nor the column."""
+    place = unparen(place)
+    if place.type != "binary_expression" or operator(place) != "+":
+        return False
+    left, right = (unparen(place.child_by_field_name(side)) for side in ("left", "right"))
+    base = left if parsed.text(right) == column else right if parsed.text(left) == column else None
+    if base is None or base.type != "binary_expression" or operator(base) != "*":
+        return False
+    factors = [base.child_by_field_name(side) for side in ("left", "right")]
+    texts = [squash(parsed.text(unparen(f))) for f in factors]
+    if divisor not in texts:
+        return False
+    other = factors[1 - texts.index(divisor)]
+    return not {index, column} & set(_names(parsed, other))
+
+
+def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> RowSite:
+    """The naive row-gather form in `function`, or NotApplicable with the reason."""
+    work = element_work(state, parsed, function)
+    name, index = function.name, work.index
+    guarded = work.nodes[0].parent.type == "if_statement"  # the `if (i < n) <work>` form: the work is one statement
+    if guarded and work.nodes[0].type != "compound_statement":
+        raise NotApplicable(f"{name}'s guarded work is one statement: it has no row/column split")
+    listed = statements(work.nodes[0]) if guarded else list(work.nodes)
+    count, divisor, row, column = _split(parsed, listed, index)
+    lanes = listed[count:]
+    if not lanes:
+        raise NotApplicable(f"{name} splits '{index}' but does nothing with the row")
+    params = parameters(parsed, function)
+    pointers = {p: kind.removeprefix("const ").strip() for p, kind, pointer in params if pointer}
+    body = function.node.child_by_field_name("body")
+    written_names = {parsed.text(n) for n in cp.nodes_of_type(body, "identifier") if is_written(n)}
+    if not re.fullmatch(r"[1-9]\d*", divisor) and (
+            divisor not in {p for p, _, pointer in params if not pointer} or divisor in written_names):
+        raise NotApplicable(f"the row length '{divisor}' is no literal and no scalar parameter the kernel keeps")
+    text = "\n".join(parsed.text(s) for s in lanes)
+    if re.search(rf"\b(?:{ELEMENT}|{WORDS.taken}|{HALVES.taken})\b", "\n".join(parsed.text(s) for s in listed)):
+        raise NotApplicable(f"{name}'s work names '{ELEMENT}' or a name a pack would take")
+    if {row, column} & written_names:
+        raise NotApplicable(f"{name} assigns its row '{row}' or column '{column}'")
+    if any(cp.nodes_of_type(s, "pointer_expression") for s in lanes) or "->" in text:
+        raise NotApplicable(f"{name} dereferences a pointer expression")
+    packs: dict[str, Pack] = {}
+    places: list[tuple[Node, str]] = []
+    shared_reads: set[str] = set()
+    uses = {index: 0, column: 0}
+    subscripts = sorted((n for s in lanes for n in cp.nodes_of_type(s, "subscript_expression")), key=evaluation_order)
+    for node in subscripts:
+        array, place = parsed.text(node.child_by_field_name("argument")), _place(node)
+        where = squash(parsed.text(place))
+        if array not in pointers:
+            raise NotApplicable(f"'{array}' is no pointer parameter")
+        parent = node.parent
+        stored = parent.type == "assignment_expression" and parent.child_by_field_name("left") == node
+        if where == index or _row_column(parsed, place, column, divisor, index):
+            uses[index if where == index else column] += 1
+            if array in packs and squash(packs[array].place) != where:
+                raise NotApplicable(f"'{array}' is accessed at two places, `{packs[array].place}` and `{where}`: "
+                                    f"one pack per array is all this form moves")
+            known = packs.get(array)
+            if not stored and known is not None and known.written and not known.read:
+                raise NotApplicable(f"'{array}' is read after it is written")
+            updated = stored and parsed.text(parent.child_by_field_name("operator")) != "="
+            packs[array] = Pack(array, pointers[array], parsed.text(place),
+                                (known is not None and known.read) or not stored or updated,
+                                (known is not None and known.written) or stored)
+            places.append((node, array))
+        elif {index, column} & set(_names(parsed, place)):
+            raise NotApplicable(f"`{parsed.text(node)}` is neither element {index}, a row's column `Y * {divisor} + "
+                                f"{column}`, nor one value for the whole row")
+        elif stored or is_written(node):
+            raise NotApplicable(f"'{array}' is written at `{parsed.text(node)}`, a place the whole row shares")
+        else:
+            shared_reads.add(array)
+    if not packs:
+        raise NotApplicable(f"{name} moves no array at element {index} or at a row's column {column}")
+    for used, count_used in uses.items():
+        if len(re.findall(rf"\b{used}\b", text)) != count_used:
+            raise NotApplicable(f"{name} uses '{used}' beyond its subscripts")
+    both = shared_reads & set(packs)
+    if both:
+        raise NotApplicable(f"'{sorted(both)[0]}' is read at a row-wide place and moved as a pack")
+    packing = next((p for p in PACKINGS if all(pack.element in p.packs for pack in packs.values())), None)
+    if packing is None:
+        raise NotApplicable(f"the packed arrays {', '.join(packs)} are not all pointers to 32-bit float, int or "
+                            f"unsigned, nor all to 16-bit __half or __nv_bfloat16")
+    if divisor.isdigit() and int(divisor) % packing.width:
+        raise NotApplicable(f"the row length {divisor} does not divide by the width {packing.width}: no row "
+                            f"starts a 16-byte block")
+    for call in (c for s in lanes for c in cp.nodes_of_type(s, "call_expression")):
+        if cp.call_name(call) not in packing.pure:
+            raise NotApplicable(f"{name} calls {cp.call_name(call)}, which may have effects")
+    for pack in packs.values():
+        if pack.written and not pack.read and not any(
+                s.type == "expression_statement" and squash(parsed.text(s)).startswith(f"{pack.array}[") and
+                unparen(s.named_children[0]).type == "assignment_expression" for s in lanes):
+            raise NotApplicable(f"'{pack.array}' is written only under a condition: a vector store would write "
+                                f"garbage")
+    return RowSite(work, divisor, tuple(listed), tuple(lanes), packing, tuple(packs.values()), tuple(places))
+
+
+def _region(site: RowSite) -> tuple[int, int]:
+    return site.steps[0].start_byte, site.steps[-1].end_byte
+
+
+def _work_text(parsed: cp.ParsedSource, site: RowSite) -> str:
+    start, end = _region(site)
+    return parsed.data[start:end].decode("utf-8")
+
+
+def _lane_text(parsed: cp.ParsedSource, site: RowSite, lane: int) -> str:
+    """The statements after the split with every packed subscript replaced by its lane of the pack."""
+    start, end = site.lanes[0].start_byte, site.lanes[-1].end_byte
+    edits = [(node.start_byte - start, node.end_byte - start, site.packing.lane(array, lane))
+             for node, array in site.places]
+    text = parsed.data[start:end]
+    return splice(text, edits)[0].decode("utf-8")
+
+
+def _renamed(parsed: cp.ParsedSource, nodes: tuple[Node, ...], old: str, new: str) -> str:
+    """The text from the first node to the last with the identifier `old` named `new`."""
+    start, end = nodes[0].start_byte, nodes[-1].end_byte
+    edits = [(n.start_byte - start, n.end_byte - start, new) for node in nodes
+             for n in cp.nodes_of_type(node, "identifier") if parsed.text(n) == old]
+    return splice(parsed.data[start:end], edits)[0].decode("utf-8")
+
+
+def _condition(site: RowSite) -> str:
+    width, index = site.packing.width, site.work.index
+    aligned = " | ".join(f"(size_t){pack.array}" for pack in site.packs)
+    return f"{site.divisor} % {width} == 0 && {index} + {width - 1} < {site.work.bound} && (({aligned}) & 15) == 0"
+
+
+def _tail_header(site: RowSite) -> str:
+    index, width = site.work.index, site.packing.width
+    return (f"for (long long {ELEMENT} = {index}; {ELEMENT} < {site.work.bound} && {ELEMENT} < {index} + "
+            f"{width}; ++{ELEMENT})")
+
+
+def packed(state: KernelState, parsed: cp.ParsedSource, site: RowSite) -> tuple[str, object]:
+    """(source, plan) of the vector form: the split once, packs loaded, the work once per lane on registers, packs
+    stored; the scalar loop otherwise; the grid divided by the width."""
+    data, packing, width = parsed.data, site.packing, site.packing.width
+    start, end = _region(site)
+    indent = indentation(data, start)
+    inner, column = indent + "    ", len(indent)
+    split = data[start:site.lanes[0].start_byte].decode("utf-8").rstrip()
+    lines = [f"if ({_condition(site)}) {{", reindent(split, column, inner)]
+    for pack in site.packs:
+        at = site.work.index if pack.place == site.work.index else f"({pack.place})"
+        lines += [inner + line for line in packing.declare(pack.array, pack.element, packing.packs[pack.element], at,
+                                                             pack.read, pack.written)]
+    for lane in range(width):
+        text = _lane_text(parsed, site, lane)
+        if len(site.lanes) > 1:  # the lane's statements in a block of their own
+            text = "{\n" + reindent(text, column, " " * (column + 4)) + "\n" + " " * column + "}"
+        lines.append(reindent(text, column, inner))
+    for pack in (p for p in site.packs if p.written):
+        at = site.work.index if pack.place == site.work.index else f"({pack.place})"
+        lines.append(f"{inner}*reinterpret_cast<{packing.packs[pack.element]}*>({pack.array} + {at}) = "
+                     f"{packing.name(pack.array)};")
+    scalar = _renamed(parsed, site.steps, site.work.index, ELEMENT)
+    lines += [f"{indent}}} else {{", f"{inner}{_tail_header(site)} {{",
+              reindent(scalar, column, inner + "    "), f"{inner}}}", f"{indent}}}"]
+    edits = [(site.work.start, site.work.init_node.end_byte, f"long long {site.work.index} = "
+                                                             f"{_SCALED[site.work.kind](width)}"),
+             (start, end, "\n".join(lines))]
+    plan = rescaled_grid(state, site.work.function.name, lambda grid: f"cdiv({grid}, {width})")
+    return splice(data, edits)[0].decode("utf-8"), plan
+
+
+def _features(text: str) -> tuple[str, ...]:
+    """The vector type features a pack shows in `text`: `float4` for 32-bit floats, the `int4`/`uint4` pack else."""
+    return tuple(sorted({_FEATURES[t] for t in re.findall(r"\b(float4|u?int4)\b", text)}))
+
+
+def _vector_form(parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, str, Node, Node, Node, int]:
+    """(index, the naive index's type, the index declaration, the vector if/else, the scalar loop, the width) of a
+    kernel in the form `packed` writes."""
+    body = function.node.child_by_field_name("body")
+    if not function.is_kernel or body is None:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    for (kind, scaled), packing in ((k, p) for k in _SCALED.items() for p in PACKINGS):
+        try:
+            declaration, _, index = index_declaration(parsed, body, scaled(packing.width), "long long")
+        except NotApplicable:
+            continue
+        width = packing.width
+        for statement in cp.nodes_of_type(body, "if_statement"):
+            condition = squash(parsed.text(statement.child_by_field_name("condition")))
+            alternative = statement.child_by_field_name("alternative")
+            if not re.match(rf"\(\S+ % {width} == 0 && {index} \+ {width - 1} < ", condition) or alternative is None:
+                continue
+            loops = [n for n in cp.nodes_of_type(alternative, "for_statement") if squash(parsed.text(n)).startswith(
+                f"for (long long {ELEMENT} = {index}; {ELEMENT} < ")]
+            if loops and loops[0].child_by_field_name("body").type == "compound_statement":
+                return index, kind, declaration, statement, loops[0], width
+    raise NotApplicable(f"{function.name} has no row gather moved in 16-byte packs")
+
+
+class ScalarizeRowGather(Transform):
+    name = "scalarize_row_gather"
+    intent = ("Move 16 bytes of a row per thread in a gather or copy through a computed row base (an index array, a "
+              "permutation) as one vector load and store, reading the row base once per vector, where the row "
+              "length divides by the width and the pointers are 16-byte aligned; a scalar path otherwise.")
+    removes = ("vector_type_float4", "vector_type_int4")  # one of them at each site: float4 or the uint4/int4 pack
+    placement = Placement.ANALYSIS
+    kin = ("scalarize_elementwise", "scalarize_half_packs")  # the same packs, on elements at [i] alone
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        return [Anchor(function.name, "function", form[0], parsed.text(form[3])[:200])
+                for function, form in readable(parsed, lambda f: _vector_form(parsed, f))]
+
+    def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        sites = readable(parsed, lambda f: row_site(state, parsed, f))
+        return [Anchor(function.name, "function", site.work.index, _work_text(parsed, site)[:200])
+                for function, site in sites]
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        site = row_site(state, parsed, kernel(parsed, anchor))
+        if site.work.index != anchor.key:
+            raise NotApplicable(f"{anchor}: the element index is '{site.work.index}'")
+        source, plan = packed(state, parsed, site)
+        width, moved = site.packing.width, ", ".join(p.array for p in site.packs)
+        rewrite = self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"width": width},
+                               note=f"{site.work.function.name}: {width} elements of a row per thread as 16-byte "
+                                    f"packs of {moved} (row length divisible by {width}, 16-byte aligned), scalar "
+                                    f"path otherwise; grid / {width}")
+        shown = {_FEATURES[site.packing.packs[pack.element]] for pack in site.packs}
+        return replace(rewrite, removes=(), adds=tuple(sorted(shown)))
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        index, kind, declaration, guard, loop, width = _vector_form(parsed, function)
+        if index != anchor.key:
+            raise NotApplicable(f"{anchor}: the element index is '{index}'")
+        steps = tuple(c for c in loop.child_by_field_name("body").named_children)
+        indent = indentation(parsed.data, guard.start_byte)
+        text = _renamed(parsed, steps, ELEMENT, index)
+        text = reindent(text, len(indentation(parsed.data, steps[0].start_byte)), indent)[len(indent):]
+        naive = f"{kind} {index} = {dict(INDEXES)[kind]};"
+        edits = [(declaration.start_byte, declaration.end_byte, naive), (guard.start_byte, guard.end_byte, text)]
+        source = splice(parsed.data, edits)[0].decode("utf-8")
+        plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "cdiv(", f", {width})"))
+        rewrite = self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
+                               note=f"{function.name}: one element of a row per thread, scalar loads and stores")
+        return replace(rewrite, removes=_features(parsed.text(guard)), adds=())
+
+
+register(ScalarizeRowGather())

@@ -1,0 +1,213 @@
+"""scalarize_row_gather: 16 bytes of a row per thread, reached through a computed row base (an index array, a
+permutation) and moved as one vector where the row length divides and the pointers are aligned, a scalar path
+otherwise, become one element per thread; forward finds its sites by analysis and refuses, with the reason,
+where it cannot show the rewrite legal; what it writes computes the naive kernel's bits (CPU emulator: row
+lengths that divide and that do not, aligned and misaligned pointers, a tail)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from klineage.config import GateMode
+from klineage.gate.cache import GateCache
+from klineage.gate.pipeline import run_gate
+from klineage.gate.verdict import Status
+from klineage.kernel import KernelState
+from klineage.skills.materialize import structural_transforms
+from klineage.transforms import Anchor, NotApplicable, get
+from tests.transforms import emulate
+from tests.transforms.golden import HERE, assert_packs_are_128_bit, check_golden, load, plan_of
+
+CASES = ["embedding_float", "gather_half", "scatter_rows_int", "select_rows_int_index"]
+SITE = Anchor("kernel", "function", "i")
+FOLDER = HERE / "scalarize_row_gather"
+
+
+@pytest.fixture(scope="module")
+def transform():
+    return get("scalarize_row_gather")
+
+
+def golden(case: str, which: str) -> KernelState:
+    return load(FOLDER / case, which, "kernel")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case):
+    check_golden("scalarize_row_gather", case)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_kernels_compile_without_spills_and_the_packs_are_128_bit(case, cache):
+    assert_packs_are_128_bit(golden(case, "after"), golden(case, "before"), cache)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_forward_finds_the_naive_kernel_by_analysis(transform, case):
+    assert [a.key for a in transform.forward_sites(golden(case, "after"))] == ["i"]
+    assert transform.forward_sites(golden(case, "before")) == []
+    assert transform.find(golden(case, "after")) == []
+
+
+def test_the_pack_path_is_guarded_the_row_base_read_once_and_the_rest_scalar(transform):
+    rewrite = transform.forward(golden("embedding_float", "after"), SITE)
+    source = rewrite.state.source
+    assert "if (dim % 4 == 0 && i + 3 < (long long)n_tokens * dim && (((size_t)weight | (size_t)out) & 15) == 0) {" \
+        in source
+    assert source.count("tokens[t]") == 2  # once for the pack, once in the scalar loop
+    assert "for (long long e = i; e < (long long)n_tokens * dim && e < i + 4; ++e) {" in source
+    assert rewrite.state.plan.launches[0].grid[0] == "cdiv(cdiv(n_tokens * dim, 256), 4)"
+    assert rewrite.adds == ("vector_type_float4",) and rewrite.carrier == {"width": 4}
+    half = transform.forward(golden("gather_half", "after"), SITE)
+    assert half.adds == ("vector_type_int4",) and half.carrier == {"width": 8}
+    assert half.state.plan.launches[0].grid[0] == "cdiv(cdiv(n, 128), 8)"
+
+
+def test_the_bundled_devectorize_cards_lend_it_their_sites():
+    """A card of devectorize (16-byte vector accesses) proposes this transform's sites: retrieval by structure."""
+    from klineage.skills.library import bundled_library, load_library
+
+    cards = [c for c in load_library(bundled_library()).cards if c.transform == "devectorize"]
+    assert cards
+    assert all("scalarize_row_gather" in {t.name for t in structural_transforms(c)} for c in cards)
+
+
+def test_a_32_bit_element_index_is_widened_before_it_is_scaled(transform):
+    """`int i` times four may wrap where i did not: the vector form's index is 64-bit, from the exact 32-bit
+    thread index, and backward gives the `int` index back."""
+    packed = transform.forward(golden("select_rows_int_index", "after"), SITE).state.source
+    assert "    long long i = (long long)(blockIdx.x * blockDim.x + threadIdx.x) * 4;\n" in packed
+    assert "int i" not in packed
+
+
+def test_a_column_broadcast_is_refused_with_its_reason(transform):
+    state = load(FOLDER / "refused_column_bias", "after", "kernel")
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=r"`bias\[c\]` is neither element i, a row's column `Y \* cols \+ c`, "
+                                            r"nor one value for the whole row"):
+        transform.forward(state, SITE)
+
+
+PLAN = plan_of('"table", "idx", "out", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
+               grid="cdiv(rows * cols, 256)")
+HEAD = ("__global__ void kernel(const float* table, const int* idx, float* out, int rows, int cols) {\n"
+        "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i >= (long long)rows * cols) return;\n")
+SPLIT = "    int r = i / cols, c = i % cols;\n"
+ROW = "table[(long long)idx[r] * cols + c]"
+
+
+@pytest.mark.parametrize("body, why", [
+    ("    int r = i / 6, c = i % 6;\n    out[i] = table[(long long)idx[r] * 6 + c];\n",
+     "row length 6 does not divide by the width 4"),
+    (SPLIT + f"    out[i] = {ROW} * idx[c];\n", r"`idx\[c\]` is neither element i"),
+    (SPLIT + "    out[i] = table[(long long)idx[r] * cols + c + 1];\n", "is neither element i"),
+    (SPLIT + "    out[i] = table[(long long)idx[r] * (cols + 1) + c];\n", "is neither element i"),
+    (SPLIT + f"    out[i] = {ROW} + c;\n", "uses 'c' beyond its subscripts"),
+    (SPLIT + f"    out[i] = {ROW} - table[i];\n", "'table' is accessed at two places"),
+    (SPLIT + f"    idx[r] = 0;\n    out[i] = {ROW};\n", "a place the whole row shares"),
+    (SPLIT + "    out[i] = table[(long long)out[r] * cols + c];\n", "'out' is read at a row-wide place"),
+    (SPLIT + f"    out[i] = foo({ROW});\n", "calls foo"),
+    (SPLIT + f"    if (idx[r] >= 0) out[i] = {ROW};\n", "written only under a condition"),
+    (SPLIT + "    r = idx[r];\n    out[i] = table[(long long)r * cols + c];\n", "assigns its row 'r'"),
+    (SPLIT + "    out[i] = *(table + (long long)idx[r] * cols + c);\n", "dereferences a pointer"),
+    (SPLIT + f"    out[i] = {ROW};\n    cols = 0;\n", "no literal and no scalar parameter the kernel keeps"),
+    (SPLIT + f"    float e = {ROW};\n    out[i] = e;\n", "names 'e'"),
+    ("    int r = i / cols, e = i % cols;\n    out[i] = table[(long long)idx[r] * cols + e];\n", "names 'e'"),
+    ("    int r = i / cols, c4 = i % cols;\n    out[i] = table[(long long)idx[r] * cols + c4];\n", "a pack would take"),
+    ("    out[i] = table[i];\n", "does not start by splitting 'i'"),
+    ("    int r = i / cols, c = i % rows;\n    out[i] = table[(long long)idx[r] * cols + c];\n",
+     "does not start by splitting"),
+    (SPLIT + f"    for (int k = 0; k < 2; ++k) out[i] = {ROW};\n", "loops"),
+])
+def test_no_site_where_it_would_not_be_legal(transform, body, why):
+    state = KernelState(source=HEAD + body + "}\n", plan=PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+def test_no_site_for_data_it_cannot_pack_or_a_buffer_passed_twice(transform):
+    mixed = KernelState(source=HEAD.replace("float* out", "double* out") + SPLIT + f"    out[i] = {ROW};\n}}\n",
+                        plan=PLAN)
+    with pytest.raises(NotApplicable, match="not all pointers to 32-bit float, int or unsigned, nor all to 16-bit"):
+        transform.forward(mixed, SITE)
+    twice = KernelState(source=HEAD + SPLIT + f"    out[i] = {ROW};\n}}\n",
+                        plan=plan_of('"table", "idx", "table", { scalar = "rows", type = "i32" }, '
+                                     '{ scalar = "cols", type = "i32" }', grid="cdiv(rows * cols, 256)"))
+    with pytest.raises(NotApplicable, match="one buffer twice"):
+        transform.forward(twice, SITE)
+
+
+def test_the_forwarded_embedding_passes_the_compile_only_gate_on_its_problem(tmp_path):
+    """Its own problem (the GPU test's): the static check, nvcc and the plan resolved for every case."""
+    cache = GateCache(tmp_path / "cache", tmp_path / "recorded")
+    verdict = run_gate(FOLDER / "embedding_float" / "problem.py", golden("embedding_float", "before"),
+                       mode=GateMode.COMPILE_ONLY, cache=cache)
+    assert verdict.status is Status.COMPILED, verdict.findings
+
+
+# --- what the packs compute, on the CPU ---------------------------------------------------------------------
+
+def _inputs(case: str, rows: int, cols: int, tail: int) -> tuple[dict, dict, dict]:
+    """(params, inputs, outputs) of a golden case: `rows` rows of `cols`, `tail` elements short of the whole
+    where the case's bound is its own parameter."""
+    generator = torch.Generator().manual_seed(rows * 1000 + cols)
+    if case == "embedding_float":
+        vocab = 11
+        return ({"n_tokens": rows, "dim": cols},
+                {"weight": torch.randn(vocab * cols, generator=generator),
+                 "tokens": torch.randint(0, vocab, (rows,), generator=generator, dtype=torch.int64)},
+                {"out": (torch.float32, rows * cols)})
+    if case == "select_rows_int_index":
+        table = 13
+        return ({"rows": rows, "cols": cols},
+                {"table": torch.randn(table * cols, generator=generator),
+                 "idx": torch.randint(0, table, (rows,), generator=generator, dtype=torch.int32)},
+                {"out": (torch.float32, rows * cols)})
+    if case == "gather_half":
+        table = 9
+        return ({"gain": 0.75, "n": rows * cols - tail, "width": cols},
+                {"src": torch.randn(table * cols, generator=generator).half(),
+                 "perm": torch.randint(0, table, (rows,), generator=generator, dtype=torch.int32)},
+                {"dst": (torch.float16, rows * cols)})
+    return ({"rows": rows, "cols": cols},
+            {"src": torch.randint(-1000, 1000, (rows * cols,), generator=generator, dtype=torch.int32),
+             "dest": torch.randperm(rows, generator=generator).to(torch.int32),
+             "keep": torch.randint(0, 2, (rows,), generator=generator, dtype=torch.int32)},
+            {"out": (torch.int32, rows * cols)})
+
+
+def _emulated(tmp_path, case: str, sources: dict[str, KernelState]) -> list[str]:
+    """Where the forms of `sources` compute other bits than the naive kernel (empty when nowhere): row lengths
+    that divide by the width and that do not, a tail, aligned and misaligned (shift 1) pointers."""
+    naive = golden(case, "after")
+    binaries = {name: emulate.build(tmp_path / name, state) for name, state in {"naive": naive, **sources}.items()}
+    differences = []
+    for rows, cols, tail in ((5, 16, 0), (37, 24, 3), (6, 13, 5), (3, 1, 0)):
+        params, inputs, outputs = _inputs(case, rows, cols, tail)
+        for shift in (0, 1):
+            folder = f"{rows}x{cols}-{shift}"
+            want = emulate.run(binaries["naive"], tmp_path / f"naive-{folder}", naive, params, inputs, outputs, shift)
+            for name, state in sources.items():
+                got = emulate.run(binaries[name], tmp_path / f"{name}-{folder}", state, params, inputs, outputs, shift)
+                differences += [f"{name} {rows}x{cols} tail={tail} shift={shift} {out}" for out in outputs
+                                if not torch.equal(got[out].view(torch.uint8), want[out].view(torch.uint8))]
+    return differences
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_packed_kernel_computes_the_naive_kernels_bits_on_the_cpu(case, tmp_path):
+    assert _emulated(tmp_path, case, {"packed": golden(case, "before")}) == []
+
+
+def test_the_emulation_sees_a_lane_out_of_place(tmp_path):
+    """The check can fail: a pack whose lanes 1 and 2 trade places computes other bits where the pack path runs
+    (rows that divide by four, aligned pointers) and nowhere else."""
+    packed = golden("embedding_float", "before")
+    swapped = packed.source.replace("out4.y = weight4.y", "out4.y = weight4.z").replace(
+        "out4.z = weight4.z", "out4.z = weight4.y")
+    assert swapped != packed.source
+    differences = _emulated(tmp_path, "embedding_float", {"swapped": KernelState(source=swapped, plan=packed.plan)})
+    assert differences and all("shift=0" in d and ("x16 " in d or "x24 " in d) for d in differences), differences
