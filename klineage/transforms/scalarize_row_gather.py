@@ -112,8 +112,9 @@ def _names(parsed: cp.ParsedSource, node: Node) -> list[str]:
     return [parsed.text(n) for n in cp.nodes_of_type(node, "identifier")]
 
 
-def _split(parsed: cp.ParsedSource, listed: list[Node], index: str) -> tuple[int, str, str, str]:
-    """(how many leading statements split the index, C, the row's name, the column's name)."""
+def _split(parsed: cp.ParsedSource, listed: list[Node], index: str) -> tuple[int, set[str], str | None, str | None]:
+    """(how many leading statements split the index, the Cs they split by, the row's name, the column's name): a
+    row `r = i / C`, a column `c = i % C` or both, declared first; None for what is not declared."""
     found: dict[str, tuple[str, str]] = {}  # operator -> (name, divisor)
     count = 0
     for statement in listed:
@@ -141,19 +142,34 @@ def _split(parsed: cp.ParsedSource, listed: list[Node], index: str) -> tuple[int
             count += 1
             continue
         break
-    if set(found) != {"/", "%"} or found["/"][1] != found["%"][1]:
-        raise NotApplicable(f"the work does not start by splitting '{index}' into a row `r = {index} / C` and a "
-                            f"column `c = {index} % C`")
-    return count, found["/"][1], found["/"][0], found["%"][0]
+    named = {op: name for op, (name, _) in found.items()}
+    return count, {divisor for _, divisor in found.values()}, named.get("/"), named.get("%")
 
 
-def _row_column(parsed: cp.ParsedSource, place: Node, column: str, divisor: str, index: str) -> bool:
+def _inline_column(parsed: cp.ParsedSource, node: Node, index: str) -> str | None:
+    """C where `node` is `i % C` (C a name or a literal), else None."""
+    node = unparen(node)
+    if node.type != "binary_expression" or operator(node) != "%" or \
+            squash(parsed.text(node.child_by_field_name("left"))) != index:
+        return None
+    right = node.child_by_field_name("right")
+    return parsed.text(right) if right.type in ("identifier", "number_literal") else None
+
+
+def _is_column(parsed: cp.ParsedSource, node: Node, column: str | None, divisor: str, index: str) -> bool:
+    """`node` is the column: its declared name, or `i % C` written out."""
+    return (column is not None and parsed.text(unparen(node)) == column) or \
+        _inline_column(parsed, node, index) == divisor
+
+
+def _row_column(parsed: cp.ParsedSource, place: Node, column: str | None, divisor: str, index: str) -> bool:
     """`place` is `Y * C + c` (either order of each), Y naming neither the index nor the column."""
     place = unparen(place)
     if place.type != "binary_expression" or operator(place) != "+":
         return False
     left, right = (unparen(place.child_by_field_name(side)) for side in ("left", "right"))
-    base = left if parsed.text(right) == column else right if parsed.text(left) == column else None
+    base = left if _is_column(parsed, right, column, divisor, index) else \
+        right if _is_column(parsed, left, column, divisor, index) else None
     if base is None or base.type != "binary_expression" or operator(base) != "*":
         return False
     factors = [base.child_by_field_name(side) for side in ("left", "right")]
@@ -164,18 +180,29 @@ def _row_column(parsed: cp.ParsedSource, place: Node, column: str, divisor: str,
     return not {index, column} & set(_names(parsed, other))
 
 
+def _divisor(parsed: cp.ParsedSource, lanes: list[Node], index: str, declared: set[str]) -> str:
+    """The one row length C of the split and of every `i % C` the work writes out."""
+    written = {_inline_column(parsed, n, index) for s in lanes for n in cp.nodes_of_type(s, "binary_expression")}
+    found = (declared | written) - {None}
+    if len(found) != 1:
+        raise NotApplicable(f"the work does not split '{index}' by one row length C into a row `r = {index} / C` "
+                            f"or a column `c = {index} % C`" + (f" (it names {', '.join(sorted(found))})" if found
+                                                                 else ""))
+    return found.pop()
+
+
 def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> RowSite:
-    """The naive row-gather form in `function`, or NotApplicable with the reason."""
+    """The naive row form in `function` (a gather through a row base, a column broadcast, or both), or
+    NotApplicable with the reason."""
     work = element_work(state, parsed, function)
     name, index = function.name, work.index
     guarded = work.nodes[0].parent.type == "if_statement"  # the `if (i < n) <work>` form: the work is one statement
-    if guarded and work.nodes[0].type != "compound_statement":
-        raise NotApplicable(f"{name}'s guarded work is one statement: it has no row/column split")
     listed = statements(work.nodes[0]) if guarded else list(work.nodes)
-    count, divisor, row, column = _split(parsed, listed, index)
+    count, declared, row, column = _split(parsed, listed, index)
     lanes = listed[count:]
     if not lanes:
         raise NotApplicable(f"{name} splits '{index}' but does nothing with the row")
+    divisor = _divisor(parsed, lanes, index, declared)
     params = parameters(parsed, function)
     pointers = {p: kind.removeprefix("const ").strip() for p, kind, pointer in params if pointer}
     body = function.node.child_by_field_name("body")
@@ -186,14 +213,16 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
     text = "\n".join(parsed.text(s) for s in lanes)
     if re.search(rf"\b(?:{ELEMENT}|{WORDS.taken}|{HALVES.taken})\b", "\n".join(parsed.text(s) for s in listed)):
         raise NotApplicable(f"{name}'s work names '{ELEMENT}' or a name a pack would take")
-    if {row, column} & written_names:
-        raise NotApplicable(f"{name} assigns its row '{row}' or column '{column}'")
+    assigned = sorted({row, column} & written_names - {None})
+    if assigned:
+        raise NotApplicable(f"{name} assigns its row or column '{assigned[0]}'")
     if any(cp.nodes_of_type(s, "pointer_expression") for s in lanes) or "->" in text:
         raise NotApplicable(f"{name} dereferences a pointer expression")
     packs: dict[str, Pack] = {}
     places: list[tuple[Node, str]] = []
     shared_reads: set[str] = set()
-    uses = {index: 0, column: 0}
+    uses = dict.fromkeys({index, column} - {None}, 0)
+    shown_column = column or f"{index} % {divisor}"
     subscripts = sorted((n for s in lanes for n in cp.nodes_of_type(s, "subscript_expression")), key=evaluation_order)
     for node in subscripts:
         array, place = parsed.text(node.child_by_field_name("argument")), _place(node)
@@ -202,8 +231,14 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
             raise NotApplicable(f"'{array}' is no pointer parameter")
         parent = node.parent
         stored = parent.type == "assignment_expression" and parent.child_by_field_name("left") == node
-        if where == index or _row_column(parsed, place, column, divisor, index):
-            uses[index if where == index else column] += 1
+        broadcast = _is_column(parsed, place, column, divisor, index)
+        if where == index or broadcast or _row_column(parsed, place, column, divisor, index):
+            if broadcast and is_written(node):
+                raise NotApplicable(f"'{array}' is written at column `{where}`, an element every row writes")
+            if is_written(node) and not stored:
+                raise NotApplicable(f"`{parsed.text(parent)}` changes an element in place")
+            for used in (n for n in _names(parsed, place) if n in uses):
+                uses[used] += 1
             if array in packs and squash(packs[array].place) != where:
                 raise NotApplicable(f"'{array}' is accessed at two places, `{packs[array].place}` and `{where}`: "
                                     f"one pack per array is all this form moves")
@@ -215,15 +250,15 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
                                 (known is not None and known.read) or not stored or updated,
                                 (known is not None and known.written) or stored)
             places.append((node, array))
-        elif {index, column} & set(_names(parsed, place)):
-            raise NotApplicable(f"`{parsed.text(node)}` is neither element {index}, a row's column `Y * {divisor} + "
-                                f"{column}`, nor one value for the whole row")
+        elif set(uses) & set(_names(parsed, place)):
+            raise NotApplicable(f"`{parsed.text(node)}` is neither element {index}, a column `{shown_column}`, a "
+                                f"row's column `Y * {divisor} + {shown_column}`, nor one value for the whole row")
         elif stored or is_written(node):
             raise NotApplicable(f"'{array}' is written at `{parsed.text(node)}`, a place the whole row shares")
         else:
             shared_reads.add(array)
     if not packs:
-        raise NotApplicable(f"{name} moves no array at element {index} or at a row's column {column}")
+        raise NotApplicable(f"{name} moves no array at element {index}, at a column or at a row's column")
     for used, count_used in uses.items():
         if len(re.findall(rf"\b{used}\b", text)) != count_used:
             raise NotApplicable(f"{name} uses '{used}' beyond its subscripts")
@@ -281,6 +316,11 @@ def _condition(site: RowSite) -> str:
     return f"{site.divisor} % {width} == 0 && {index} + {width - 1} < {site.work.bound} && (({aligned}) & 15) == 0"
 
 
+def _offset(pack: Pack) -> str:
+    """The pack's place as an offset to add to its array: a name as it is, an expression in parentheses."""
+    return pack.place if re.fullmatch(r"\w+", pack.place) else f"({pack.place})"
+
+
 def _tail_header(site: RowSite) -> str:
     index, width = site.work.index, site.packing.width
     return (f"for (long long {ELEMENT} = {index}; {ELEMENT} < {site.work.bound} && {ELEMENT} < {index} + "
@@ -294,20 +334,18 @@ def packed(state: KernelState, parsed: cp.ParsedSource, site: RowSite) -> tuple[
     start, end = _region(site)
     indent = indentation(data, start)
     inner, column = indent + "    ", len(indent)
-    split = data[start:site.lanes[0].start_byte].decode("utf-8").rstrip()
-    lines = [f"if ({_condition(site)}) {{", reindent(split, column, inner)]
+    split = data[start:site.lanes[0].start_byte].decode("utf-8").rstrip()  # empty where the work writes `i % C`
+    lines = [f"if ({_condition(site)}) {{"] + ([reindent(split, column, inner)] if split else [])
     for pack in site.packs:
-        at = site.work.index if pack.place == site.work.index else f"({pack.place})"
-        lines += [inner + line for line in packing.declare(pack.array, pack.element, packing.packs[pack.element], at,
-                                                             pack.read, pack.written)]
+        lines += [inner + line for line in packing.declare(pack.array, pack.element, packing.packs[pack.element],
+                                                             _offset(pack), pack.read, pack.written)]
     for lane in range(width):
         text = _lane_text(parsed, site, lane)
         if len(site.lanes) > 1:  # the lane's statements in a block of their own
             text = "{\n" + reindent(text, column, " " * (column + 4)) + "\n" + " " * column + "}"
         lines.append(reindent(text, column, inner))
     for pack in (p for p in site.packs if p.written):
-        at = site.work.index if pack.place == site.work.index else f"({pack.place})"
-        lines.append(f"{inner}*reinterpret_cast<{packing.packs[pack.element]}*>({pack.array} + {at}) = "
+        lines.append(f"{inner}*reinterpret_cast<{packing.packs[pack.element]}*>({pack.array} + {_offset(pack)}) = "
                      f"{packing.name(pack.array)};")
     scalar = _renamed(parsed, site.steps, site.work.index, ELEMENT)
     lines += [f"{indent}}} else {{", f"{inner}{_tail_header(site)} {{",
