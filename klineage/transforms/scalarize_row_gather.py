@@ -3,21 +3,25 @@ become one element per thread; forward finds its sites by analysis.
 
 The mechanism (forward): a kernel of one thread per output element that splits the element index into a row and
 a column and reaches a row through a computed base (an embedding lookup, a gather, `index_select`, a permute of
-rows by an index array):
+rows by an index array), reads an operand once per column (a column broadcast: a bias add, the scale and shift
+after a normalization, a per-channel scale) or once per row, or all of these:
 
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)rows * cols) return;                        (or `if (i < n) { ... }`)
     int r = i / cols, c = i % cols;
-    out[i] = table[(long long)idx[r] * cols + c];
+    out[i] = table[(long long)idx[r] * cols + c];                   (or `out[i] = x[i] * gamma[c] + beta[i % cols]`)
 
 gets the 16 bytes of one row per thread (four 32-bit or eight 16-bit elements: scalarize_elementwise's and
 scalarize_half_packs's packings): `i` becomes the thread index times the width; where the row length divides by
 the width, the width's elements are in bounds and every packed array is 16-byte aligned (checked at run time on
-the pointers) the row and column are split once, each array is loaded once as a pack at its place (`[i]` or
-`[Y * cols + c]`: with `cols` and `c` multiples of the width, both start a 16-byte block), the work runs once per
-lane on registers and each written array is stored once as a pack; otherwise (a row length that does not divide,
-a misaligned pointer, the tail) a scalar loop runs the naive work for each element of the width. The index array
-is read once per pack instead of once per element. The launch's first grid dimension becomes cdiv(grid, width).
+the pointers) the row and column are split once, each array is loaded once as a pack at its place (`[i]`,
+`[Y * cols + c]` or the column `[c]`: with `cols` and `c` multiples of the width, the width's elements share one
+row and each of these starts a 16-byte block), the work runs once per lane on registers and each written array
+is stored once as a pack; otherwise (a row length that does not divide, a misaligned pointer, the tail) a scalar
+loop runs the naive work for each element of the width. The index array is read once per pack instead of once per
+element. The launch's first grid dimension becomes cdiv(grid, width). Where the naive work is one statement under
+`if (i < n)` the vector if/else is that statement (`if (i < n) if (...) { ... } else { ... }`), so backward gives
+the naive text back exactly.
 
 Backward scalarizes the form forward writes, from its element loop: one element per thread again, the grid back
 to what it was.
@@ -29,11 +33,13 @@ Legality (forward_sites), decided on the parse and the plan; anything else is no
   thread index (exact in 32 unsigned bits) widened before it is scaled; the work names the index only in its
   split and at `[i]`, where a 64-bit index gives the values the 32-bit one gave wherever the naive kernel's own
   index did not wrap;
-- the work starts by declaring its row `r = i / C` and column `c = i % C` (one declaration or two), C a literal
-  (that must divide by the width) or a scalar parameter the kernel never assigns; neither r nor c is assigned;
-- every subscript of the rest is element `[i]`, a row's column `[Y * C + c]` (Y names neither i nor c), or a
-  value the whole row shares (names neither i nor c: `idx[r]`); i and c appear nowhere else;
-- an array at `[i]` or `[Y * C + c]` is a pointer parameter to 32-bit float/int/unsigned data, or all are to
+- the work may start by declaring its row `r = i / C`, its column `c = i % C` or both (one declaration or two)
+  and may write the column out as `i % C`; one C in all, a literal (that must divide by the width) or a scalar
+  parameter the kernel never assigns; neither r nor c is assigned;
+- every subscript of the rest is element `[i]`, a row's column `[Y * C + c]` (Y names neither i nor c), the
+  column `[c]` (read only: every row reads it), or a value the whole row shares (names neither i nor c:
+  `idx[r]`); i and c appear nowhere else, so an operand at its column and anywhere else is refused;
+- an array at `[i]`, `[Y * C + c]` or `[c]` is a pointer parameter to 32-bit float/int/unsigned data, or all are to
   16-bit `__half`/`__nv_bfloat16`, each at one place only; one it writes is not read after it is written and,
   unless it is read first, is written by a statement of the work's top level (every lane gets a value);
 - an array read at a row-wide place is a pointer parameter the work never writes and packs nowhere;
@@ -389,8 +395,9 @@ def _vector_form(parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, s
 class ScalarizeRowGather(Transform):
     name = "scalarize_row_gather"
     intent = ("Move 16 bytes of a row per thread in a gather or copy through a computed row base (an index array, a "
-              "permutation) as one vector load and store, reading the row base once per vector, where the row "
-              "length divides by the width and the pointers are 16-byte aligned; a scalar path otherwise.")
+              "permutation) or an elementwise kernel with per-column operands (a bias, a scale and shift) as one "
+              "vector load and store per operand, reading the row base once per vector, where the row length "
+              "divides by the width and the pointers are 16-byte aligned; a scalar path otherwise.")
     removes = ("vector_type_float4", "vector_type_int4")  # one of them at each site: float4 or the uint4/int4 pack
     placement = Placement.ANALYSIS
     kin = ("scalarize_elementwise", "scalarize_half_packs")  # the same packs, on elements at [i] alone

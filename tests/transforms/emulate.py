@@ -4,8 +4,8 @@ build it once per source, run its plan for some parameters, read its output buff
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
