@@ -1,8 +1,10 @@
-"""scalarize_row_gather's forward on a real GPU (sm_90; skipped elsewhere): an embedding lookup written for the
-transform's tests (tests/transforms/scalarize_row_gather/embedding_float, its own problem, not a corpus or
-transfer operator), forwarded to 16 bytes of a row per thread, passes the full gate on every case of its problem
-(a row length of 1024 that takes the vector path, one of 769 that takes the scalar path, a small one), timed
-against the naive kernel it was made from and torch's embedding; the ratios are printed (run with -s).
+"""scalarize_row_gather's forward on a real GPU (sm_90; skipped elsewhere), on two kernels written for the
+transform's tests (tests/transforms/scalarize_row_gather/<case>, each with its own problem, not a corpus or transfer
+operator): an embedding lookup forwarded to 16 bytes of a row per thread (rows of 1024 that take the vector path,
+769 that take the scalar path, a small case), and a bias add, GELU and per-channel scale whose bias and scale are
+column broadcasts, forwarded to 16-byte packs of x, bias, scale and out (rows of 4096, 1001, 8). Each passes the
+full gate on every case of its problem, timed against the naive kernel it was made from and torch eager
+(`embedding`, `gelu(x + bias) * scale`); the ratios are printed (run with -s).
 
     python -m pytest tests/test_gpu_row_gather.py -v -s -n 0
 """
@@ -20,7 +22,7 @@ from klineage.transforms import Anchor, get
 from tests.transforms.golden import HERE, load
 
 pytestmark = pytest.mark.gpu
-CASE = HERE / "scalarize_row_gather" / "embedding_float"
+FOLDER = HERE / "scalarize_row_gather"
 
 
 @pytest.fixture(scope="module")
@@ -28,16 +30,19 @@ def cache(tmp_path_factory):
     return gate_cache(tmp_path_factory)
 
 
-def test_the_forwarded_embedding_passes_every_case_and_beats_the_naive_kernel(cache):
-    naive = load(CASE, "after", "kernel")
+@pytest.mark.parametrize("case, what", [
+    ("embedding_float", "embedding_rows, 16 bytes of a row per thread"),
+    ("bias_gelu_float", "bias_gelu_scale, 16-byte packs, bias and scale per column"),
+])
+def test_the_forwarded_kernel_passes_every_case_and_beats_the_naive_kernel(cache, case, what):
+    naive = load(FOLDER / case, "after", "kernel")
     packed = get("scalarize_row_gather").forward(naive, Anchor("kernel", "function", "i")).state
-    assert packed == load(CASE, "before", "kernel")
-    verdict = run_gate(CASE / "problem.py", packed, against=naive, cache=cache,
+    assert packed == load(FOLDER / case, "before", "kernel")
+    verdict = run_gate(FOLDER / case / "problem.py", packed, against=naive, cache=cache,
                        policy=GatePolicy(sanitize=Sanitize.NEVER), record=bool(os.environ.get("KLINEAGE_RECORDED_DIR")))
     assert_passes_every_case(verdict, {"headline", "odd", "small"})
     ratios = verdict.profile["ratios"]
     medians = {role: round(c["median_us"], 1) for role, c in verdict.profile["contenders"].items()}
-    print(f"\nembedding_rows, 16 bytes of a row per thread, on the headline: median us {medians}; "
-          f"{ratios['vs_baseline']['overall']:.3f}x the naive kernel, "
-          f"{ratios['vs_vendor']['overall']:.3f}x torch.nn.functional.embedding")
+    print(f"\n{what}, on the headline: median us {medians}; {ratios['vs_baseline']['overall']:.3f}x the naive "
+          f"kernel, {ratios['vs_vendor']['overall']:.3f}x torch eager")
     assert ratios["vs_baseline"]["overall"] > 1.0

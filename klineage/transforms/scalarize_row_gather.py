@@ -3,21 +3,25 @@ become one element per thread; forward finds its sites by analysis.
 
 The mechanism (forward): a kernel of one thread per output element that splits the element index into a row and
 a column and reaches a row through a computed base (an embedding lookup, a gather, `index_select`, a permute of
-rows by an index array):
+rows by an index array), reads an operand once per column (a column broadcast: a bias add, the scale and shift
+after a normalization, a per-channel scale) or once per row, or all of these:
 
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)rows * cols) return;                        (or `if (i < n) { ... }`)
     int r = i / cols, c = i % cols;
-    out[i] = table[(long long)idx[r] * cols + c];
+    out[i] = table[(long long)idx[r] * cols + c];                   (or `out[i] = x[i] * gamma[c] + beta[i % cols]`)
 
 gets the 16 bytes of one row per thread (four 32-bit or eight 16-bit elements: scalarize_elementwise's and
 scalarize_half_packs's packings): `i` becomes the thread index times the width; where the row length divides by
 the width, the width's elements are in bounds and every packed array is 16-byte aligned (checked at run time on
-the pointers) the row and column are split once, each array is loaded once as a pack at its place (`[i]` or
-`[Y * cols + c]`: with `cols` and `c` multiples of the width, both start a 16-byte block), the work runs once per
-lane on registers and each written array is stored once as a pack; otherwise (a row length that does not divide,
-a misaligned pointer, the tail) a scalar loop runs the naive work for each element of the width. The index array
-is read once per pack instead of once per element. The launch's first grid dimension becomes cdiv(grid, width).
+the pointers) the row and column are split once, each array is loaded once as a pack at its place (`[i]`,
+`[Y * cols + c]` or the column `[c]`: with `cols` and `c` multiples of the width, the width's elements share one
+row and each of these starts a 16-byte block), the work runs once per lane on registers and each written array
+is stored once as a pack; otherwise (a row length that does not divide, a misaligned pointer, the tail) a scalar
+loop runs the naive work for each element of the width. The index array is read once per pack instead of once per
+element. The launch's first grid dimension becomes cdiv(grid, width). Where the naive work is one statement under
+`if (i < n)` the vector if/else is that statement (`if (i < n) if (...) { ... } else { ... }`), so backward gives
+the naive text back exactly.
 
 Backward scalarizes the form forward writes, from its element loop: one element per thread again, the grid back
 to what it was.
@@ -29,11 +33,13 @@ Legality (forward_sites), decided on the parse and the plan; anything else is no
   thread index (exact in 32 unsigned bits) widened before it is scaled; the work names the index only in its
   split and at `[i]`, where a 64-bit index gives the values the 32-bit one gave wherever the naive kernel's own
   index did not wrap;
-- the work starts by declaring its row `r = i / C` and column `c = i % C` (one declaration or two), C a literal
-  (that must divide by the width) or a scalar parameter the kernel never assigns; neither r nor c is assigned;
-- every subscript of the rest is element `[i]`, a row's column `[Y * C + c]` (Y names neither i nor c), or a
-  value the whole row shares (names neither i nor c: `idx[r]`); i and c appear nowhere else;
-- an array at `[i]` or `[Y * C + c]` is a pointer parameter to 32-bit float/int/unsigned data, or all are to
+- the work may start by declaring its row `r = i / C`, its column `c = i % C` or both (one declaration or two)
+  and may write the column out as `i % C`; one C in all, a literal (that must divide by the width) or a scalar
+  parameter the kernel never assigns; neither r nor c is assigned;
+- every subscript of the rest is element `[i]`, a row's column `[Y * C + c]` (Y names neither i nor c), the
+  column `[c]` (read only: every row reads it), or a value the whole row shares (names neither i nor c:
+  `idx[r]`); i and c appear nowhere else, so an operand at its column and anywhere else is refused;
+- an array at `[i]`, `[Y * C + c]` or `[c]` is a pointer parameter to 32-bit float/int/unsigned data, or all are to
   16-bit `__half`/`__nv_bfloat16`, each at one place only; one it writes is not read after it is written and,
   unless it is read first, is written by a statement of the work's top level (every lane gets a value);
 - an array read at a row-wide place is a pointer parameter the work never writes and packs nowhere;
@@ -112,8 +118,9 @@ def _names(parsed: cp.ParsedSource, node: Node) -> list[str]:
     return [parsed.text(n) for n in cp.nodes_of_type(node, "identifier")]
 
 
-def _split(parsed: cp.ParsedSource, listed: list[Node], index: str) -> tuple[int, str, str, str]:
-    """(how many leading statements split the index, C, the row's name, the column's name)."""
+def _split(parsed: cp.ParsedSource, listed: list[Node], index: str) -> tuple[int, set[str], str | None, str | None]:
+    """(how many leading statements split the index, the Cs they split by, the row's name, the column's name): a
+    row `r = i / C`, a column `c = i % C` or both, declared first; None for what is not declared."""
     found: dict[str, tuple[str, str]] = {}  # operator -> (name, divisor)
     count = 0
     for statement in listed:
@@ -141,19 +148,34 @@ def _split(parsed: cp.ParsedSource, listed: list[Node], index: str) -> tuple[int
             count += 1
             continue
         break
-    if set(found) != {"/", "%"} or found["/"][1] != found["%"][1]:
-        raise NotApplicable(f"the work does not start by splitting '{index}' into a row `r = {index} / C` and a "
-                            f"column `c = {index} % C`")
-    return count, found["/"][1], found["/"][0], found["%"][0]
+    named = {op: name for op, (name, _) in found.items()}
+    return count, {divisor for _, divisor in found.values()}, named.get("/"), named.get("%")
 
 
-def _row_column(parsed: cp.ParsedSource, place: Node, column: str, divisor: str, index: str) -> bool:
+def _inline_column(parsed: cp.ParsedSource, node: Node, index: str) -> str | None:
+    """C where `node` is `i % C` (C a name or a literal), else None."""
+    node = unparen(node)
+    if node.type != "binary_expression" or operator(node) != "%" or \
+            squash(parsed.text(node.child_by_field_name("left"))) != index:
+        return None
+    right = node.child_by_field_name("right")
+    return parsed.text(right) if right.type in ("identifier", "number_literal") else None
+
+
+def _is_column(parsed: cp.ParsedSource, node: Node, column: str | None, divisor: str, index: str) -> bool:
+    """`node` is the column: its declared name, or `i % C` written out."""
+    return (column is not None and parsed.text(unparen(node)) == column) or \
+        _inline_column(parsed, node, index) == divisor
+
+
+def _row_column(parsed: cp.ParsedSource, place: Node, column: str | None, divisor: str, index: str) -> bool:
     """`place` is `Y * C + c` (either order of each), Y naming neither the index nor the column."""
     place = unparen(place)
     if place.type != "binary_expression" or operator(place) != "+":
         return False
     left, right = (unparen(place.child_by_field_name(side)) for side in ("left", "right"))
-    base = left if parsed.text(right) == column else right if parsed.text(left) == column else None
+    base = left if _is_column(parsed, right, column, divisor, index) else \
+        right if _is_column(parsed, left, column, divisor, index) else None
     if base is None or base.type != "binary_expression" or operator(base) != "*":
         return False
     factors = [base.child_by_field_name(side) for side in ("left", "right")]
@@ -164,18 +186,29 @@ def _row_column(parsed: cp.ParsedSource, place: Node, column: str, divisor: str,
     return not {index, column} & set(_names(parsed, other))
 
 
+def _divisor(parsed: cp.ParsedSource, lanes: list[Node], index: str, declared: set[str]) -> str:
+    """The one row length C of the split and of every `i % C` the work writes out."""
+    written = {_inline_column(parsed, n, index) for s in lanes for n in cp.nodes_of_type(s, "binary_expression")}
+    found = (declared | written) - {None}
+    if len(found) != 1:
+        raise NotApplicable(f"the work does not split '{index}' by one row length C into a row `r = {index} / C` "
+                            f"or a column `c = {index} % C`" + (f" (it names {', '.join(sorted(found))})" if found
+                                                                 else ""))
+    return found.pop()
+
+
 def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> RowSite:
-    """The naive row-gather form in `function`, or NotApplicable with the reason."""
+    """The naive row form in `function` (a gather through a row base, a column broadcast, or both), or
+    NotApplicable with the reason."""
     work = element_work(state, parsed, function)
     name, index = function.name, work.index
     guarded = work.nodes[0].parent.type == "if_statement"  # the `if (i < n) <work>` form: the work is one statement
-    if guarded and work.nodes[0].type != "compound_statement":
-        raise NotApplicable(f"{name}'s guarded work is one statement: it has no row/column split")
     listed = statements(work.nodes[0]) if guarded else list(work.nodes)
-    count, divisor, row, column = _split(parsed, listed, index)
+    count, declared, row, column = _split(parsed, listed, index)
     lanes = listed[count:]
     if not lanes:
         raise NotApplicable(f"{name} splits '{index}' but does nothing with the row")
+    divisor = _divisor(parsed, lanes, index, declared)
     params = parameters(parsed, function)
     pointers = {p: kind.removeprefix("const ").strip() for p, kind, pointer in params if pointer}
     body = function.node.child_by_field_name("body")
@@ -186,14 +219,16 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
     text = "\n".join(parsed.text(s) for s in lanes)
     if re.search(rf"\b(?:{ELEMENT}|{WORDS.taken}|{HALVES.taken})\b", "\n".join(parsed.text(s) for s in listed)):
         raise NotApplicable(f"{name}'s work names '{ELEMENT}' or a name a pack would take")
-    if {row, column} & written_names:
-        raise NotApplicable(f"{name} assigns its row '{row}' or column '{column}'")
+    assigned = sorted({row, column} & written_names - {None})
+    if assigned:
+        raise NotApplicable(f"{name} assigns its row or column '{assigned[0]}'")
     if any(cp.nodes_of_type(s, "pointer_expression") for s in lanes) or "->" in text:
         raise NotApplicable(f"{name} dereferences a pointer expression")
     packs: dict[str, Pack] = {}
     places: list[tuple[Node, str]] = []
     shared_reads: set[str] = set()
-    uses = {index: 0, column: 0}
+    uses = dict.fromkeys({index, column} - {None}, 0)
+    shown_column = column or f"{index} % {divisor}"
     subscripts = sorted((n for s in lanes for n in cp.nodes_of_type(s, "subscript_expression")), key=evaluation_order)
     for node in subscripts:
         array, place = parsed.text(node.child_by_field_name("argument")), _place(node)
@@ -202,8 +237,14 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
             raise NotApplicable(f"'{array}' is no pointer parameter")
         parent = node.parent
         stored = parent.type == "assignment_expression" and parent.child_by_field_name("left") == node
-        if where == index or _row_column(parsed, place, column, divisor, index):
-            uses[index if where == index else column] += 1
+        broadcast = _is_column(parsed, place, column, divisor, index)
+        if where == index or broadcast or _row_column(parsed, place, column, divisor, index):
+            if broadcast and is_written(node):
+                raise NotApplicable(f"'{array}' is written at column `{where}`, an element every row writes")
+            if is_written(node) and not stored:
+                raise NotApplicable(f"`{parsed.text(parent)}` changes an element in place")
+            for used in (n for n in _names(parsed, place) if n in uses):
+                uses[used] += 1
             if array in packs and squash(packs[array].place) != where:
                 raise NotApplicable(f"'{array}' is accessed at two places, `{packs[array].place}` and `{where}`: "
                                     f"one pack per array is all this form moves")
@@ -215,15 +256,15 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
                                 (known is not None and known.read) or not stored or updated,
                                 (known is not None and known.written) or stored)
             places.append((node, array))
-        elif {index, column} & set(_names(parsed, place)):
-            raise NotApplicable(f"`{parsed.text(node)}` is neither element {index}, a row's column `Y * {divisor} + "
-                                f"{column}`, nor one value for the whole row")
+        elif set(uses) & set(_names(parsed, place)):
+            raise NotApplicable(f"`{parsed.text(node)}` is neither element {index}, a column `{shown_column}`, a "
+                                f"row's column `Y * {divisor} + {shown_column}`, nor one value for the whole row")
         elif stored or is_written(node):
             raise NotApplicable(f"'{array}' is written at `{parsed.text(node)}`, a place the whole row shares")
         else:
             shared_reads.add(array)
     if not packs:
-        raise NotApplicable(f"{name} moves no array at element {index} or at a row's column {column}")
+        raise NotApplicable(f"{name} moves no array at element {index}, at a column or at a row's column")
     for used, count_used in uses.items():
         if len(re.findall(rf"\b{used}\b", text)) != count_used:
             raise NotApplicable(f"{name} uses '{used}' beyond its subscripts")
@@ -281,6 +322,11 @@ def _condition(site: RowSite) -> str:
     return f"{site.divisor} % {width} == 0 && {index} + {width - 1} < {site.work.bound} && (({aligned}) & 15) == 0"
 
 
+def _offset(pack: Pack) -> str:
+    """The pack's place as an offset to add to its array: a name as it is, an expression in parentheses."""
+    return pack.place if re.fullmatch(r"\w+", pack.place) else f"({pack.place})"
+
+
 def _tail_header(site: RowSite) -> str:
     index, width = site.work.index, site.packing.width
     return (f"for (long long {ELEMENT} = {index}; {ELEMENT} < {site.work.bound} && {ELEMENT} < {index} + "
@@ -294,20 +340,18 @@ def packed(state: KernelState, parsed: cp.ParsedSource, site: RowSite) -> tuple[
     start, end = _region(site)
     indent = indentation(data, start)
     inner, column = indent + "    ", len(indent)
-    split = data[start:site.lanes[0].start_byte].decode("utf-8").rstrip()
-    lines = [f"if ({_condition(site)}) {{", reindent(split, column, inner)]
+    split = data[start:site.lanes[0].start_byte].decode("utf-8").rstrip()  # empty where the work writes `i % C`
+    lines = [f"if ({_condition(site)}) {{"] + ([reindent(split, column, inner)] if split else [])
     for pack in site.packs:
-        at = site.work.index if pack.place == site.work.index else f"({pack.place})"
-        lines += [inner + line for line in packing.declare(pack.array, pack.element, packing.packs[pack.element], at,
-                                                             pack.read, pack.written)]
+        lines += [inner + line for line in packing.declare(pack.array, pack.element, packing.packs[pack.element],
+                                                             _offset(pack), pack.read, pack.written)]
     for lane in range(width):
         text = _lane_text(parsed, site, lane)
         if len(site.lanes) > 1:  # the lane's statements in a block of their own
             text = "{\n" + reindent(text, column, " " * (column + 4)) + "\n" + " " * column + "}"
         lines.append(reindent(text, column, inner))
     for pack in (p for p in site.packs if p.written):
-        at = site.work.index if pack.place == site.work.index else f"({pack.place})"
-        lines.append(f"{inner}*reinterpret_cast<{packing.packs[pack.element]}*>({pack.array} + {at}) = "
+        lines.append(f"{inner}*reinterpret_cast<{packing.packs[pack.element]}*>({pack.array} + {_offset(pack)}) = "
                      f"{packing.name(pack.array)};")
     scalar = _renamed(parsed, site.steps, site.work.index, ELEMENT)
     lines += [f"{indent}}} else {{", f"{inner}{_tail_header(site)} {{",
@@ -351,8 +395,9 @@ def _vector_form(parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, s
 class ScalarizeRowGather(Transform):
     name = "scalarize_row_gather"
     intent = ("Move 16 bytes of a row per thread in a gather or copy through a computed row base (an index array, a "
-              "permutation) as one vector load and store, reading the row base once per vector, where the row "
-              "length divides by the width and the pointers are 16-byte aligned; a scalar path otherwise.")
+              "permutation) or an elementwise kernel with per-column operands (a bias, a scale and shift) as one "
+              "vector load and store per operand, reading the row base once per vector, where the row length "
+              "divides by the width and the pointers are 16-byte aligned; a scalar path otherwise.")
     removes = ("vector_type_float4", "vector_type_int4")  # one of them at each site: float4 or the uint4/int4 pack
     placement = Placement.ANALYSIS
     kin = ("scalarize_elementwise", "scalarize_half_packs")  # the same packs, on elements at [i] alone

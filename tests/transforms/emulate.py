@@ -4,6 +4,7 @@ build it once per source, run its plan for some parameters, read its output buff
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,3 +40,21 @@ def run(binary: Path, work: Path, state: KernelState, params: dict, inputs: dict
     assert not complaint, complaint
     return {name: torch.frombuffer(bytearray((work / f"{name}.bin").read_bytes()), dtype=dtype)[shift:]
             for name, (dtype, _) in outputs.items()}
+
+
+def differences(work: Path, naive: KernelState, sources: dict[str, KernelState], shapes: tuple[tuple[int, ...], ...],
+                inputs_of: Callable[..., tuple[dict, dict, dict]]) -> list[str]:
+    """Where the forms of `sources` compute other bits than `naive` (empty when nowhere), for each shape (the
+    arguments of `inputs_of`, which gives (params, inputs, outputs)) on aligned and misaligned (shift 1) pointers."""
+    binaries = {name: build(work / name, state) for name, state in {"naive": naive, **sources}.items()}
+    found = []
+    for shape in shapes:
+        params, inputs, outputs = inputs_of(*shape)
+        for shift in (0, 1):
+            folder = "x".join(map(str, shape)) + f"-{shift}"
+            want = run(binaries["naive"], work / f"naive-{folder}", naive, params, inputs, outputs, shift)
+            for name, state in sources.items():
+                got = run(binaries[name], work / f"{name}-{folder}", state, params, inputs, outputs, shift)
+                found += [f"{name} {folder} {out}" for out in outputs
+                          if not torch.equal(got[out].view(torch.uint8), want[out].view(torch.uint8))]
+    return found

@@ -1,8 +1,9 @@
 """scalarize_row_gather: 16 bytes of a row per thread, reached through a computed row base (an index array, a
-permutation) and moved as one vector where the row length divides and the pointers are aligned, a scalar path
-otherwise, become one element per thread; forward finds its sites by analysis and refuses, with the reason,
-where it cannot show the rewrite legal; what it writes computes the naive kernel's bits (CPU emulator: row
-lengths that divide and that do not, aligned and misaligned pointers, a tail)."""
+permutation) or read once per column (a column broadcast: `bias[c]`, `gamma[i % cols]`) and moved as one vector
+where the row length divides and the pointers are aligned, a scalar path otherwise, become one element per thread;
+forward finds its sites by analysis and refuses, with the reason, where it cannot show the rewrite legal; what it
+writes computes the naive kernel's bits (CPU emulator: row lengths that divide and that do not, aligned and
+misaligned pointers, a tail)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,11 @@ from klineage.transforms import Anchor, NotApplicable, get
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, assert_packs_are_128_bit, check_golden, load, plan_of
 
-CASES = ["embedding_float", "gather_half", "scatter_rows_int", "select_rows_int_index"]
+# case -> the arrays its pack path loads (each one LDG.E.128 in SASS); the last four read column broadcasts
+CASES = {"embedding_float": ("weight",), "gather_half": ("src",), "scatter_rows_int": ("src",),
+         "select_rows_int_index": ("table",), "bias_gelu_float": ("x", "bias", "scale"),
+         "scale_shift_float": ("x", "gamma", "beta"), "bias_residual_half": ("x", "residual", "bias"),
+         "gather_column_bias": ("table", "bias")}
 SITE = Anchor("kernel", "function", "i")
 FOLDER = HERE / "scalarize_row_gather"
 
@@ -40,7 +45,9 @@ def test_golden(case):
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden_kernels_compile_without_spills_and_the_packs_are_128_bit(case, cache):
-    assert_packs_are_128_bit(golden(case, "after"), golden(case, "before"), cache)
+    """The naive kernel has no 128-bit access; the packed one loads each array it packs (broadcast ones too) as one
+    LDG.E.128 and stores as STG.E.128, without spills."""
+    assert_packs_are_128_bit(golden(case, "after"), golden(case, "before"), cache, loads=len(CASES[case]))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -48,6 +55,7 @@ def test_forward_finds_the_naive_kernel_by_analysis(transform, case):
     assert [a.key for a in transform.forward_sites(golden(case, "after"))] == ["i"]
     assert transform.forward_sites(golden(case, "before")) == []
     assert transform.find(golden(case, "after")) == []
+    assert [a.key for a in transform.find(golden(case, "before"))] == ["i"]
 
 
 def test_the_pack_path_is_guarded_the_row_base_read_once_and_the_rest_scalar(transform):
@@ -81,14 +89,6 @@ def test_a_32_bit_element_index_is_widened_before_it_is_scaled(transform):
     assert "int i" not in packed
 
 
-def test_a_column_broadcast_is_refused_with_its_reason(transform):
-    state = load(FOLDER / "refused_column_bias", "after", "kernel")
-    assert transform.forward_sites(state) == []
-    with pytest.raises(NotApplicable, match=r"`bias\[c\]` is neither element i, a row's column `Y \* cols \+ c`, "
-                                            r"nor one value for the whole row"):
-        transform.forward(state, SITE)
-
-
 PLAN = plan_of('"table", "idx", "out", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
                grid="cdiv(rows * cols, 256)")
 HEAD = ("__global__ void kernel(const float* table, const int* idx, float* out, int rows, int cols) {\n"
@@ -101,7 +101,7 @@ ROW = "table[(long long)idx[r] * cols + c]"
 @pytest.mark.parametrize("body, why", [
     ("    int r = i / 6, c = i % 6;\n    out[i] = table[(long long)idx[r] * 6 + c];\n",
      "row length 6 does not divide by the width 4"),
-    (SPLIT + f"    out[i] = {ROW} * idx[c];\n", r"`idx\[c\]` is neither element i"),
+    (SPLIT + f"    out[i] = {ROW} * idx[c];\n", "'idx' is read at a row-wide place and moved as a pack"),
     (SPLIT + "    out[i] = table[(long long)idx[r] * cols + c + 1];\n", "is neither element i"),
     (SPLIT + "    out[i] = table[(long long)idx[r] * (cols + 1) + c];\n", "is neither element i"),
     (SPLIT + f"    out[i] = {ROW} + c;\n", "uses 'c' beyond its subscripts"),
@@ -110,15 +110,15 @@ ROW = "table[(long long)idx[r] * cols + c]"
     (SPLIT + "    out[i] = table[(long long)out[r] * cols + c];\n", "'out' is read at a row-wide place"),
     (SPLIT + f"    out[i] = foo({ROW});\n", "calls foo"),
     (SPLIT + f"    if (idx[r] >= 0) out[i] = {ROW};\n", "written only under a condition"),
-    (SPLIT + "    r = idx[r];\n    out[i] = table[(long long)r * cols + c];\n", "assigns its row 'r'"),
+    (SPLIT + "    r = idx[r];\n    out[i] = table[(long long)r * cols + c];\n", "assigns its row or column 'r'"),
     (SPLIT + "    out[i] = *(table + (long long)idx[r] * cols + c);\n", "dereferences a pointer"),
     (SPLIT + f"    out[i] = {ROW};\n    cols = 0;\n", "no literal and no scalar parameter the kernel keeps"),
     (SPLIT + f"    float e = {ROW};\n    out[i] = e;\n", "names 'e'"),
     ("    int r = i / cols, e = i % cols;\n    out[i] = table[(long long)idx[r] * cols + e];\n", "names 'e'"),
     ("    int r = i / cols, c4 = i % cols;\n    out[i] = table[(long long)idx[r] * cols + c4];\n", "a pack would take"),
-    ("    out[i] = table[i];\n", "does not start by splitting 'i'"),
+    ("    out[i] = table[i];\n", "does not split 'i' by one row length C"),
     ("    int r = i / cols, c = i % rows;\n    out[i] = table[(long long)idx[r] * cols + c];\n",
-     "does not start by splitting"),
+     r"by one row length C .* \(it names cols, rows\)"),
     (SPLIT + f"    for (int k = 0; k < 2; ++k) out[i] = {ROW};\n", "loops"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, body, why):
@@ -140,20 +140,128 @@ def test_no_site_for_data_it_cannot_pack_or_a_buffer_passed_twice(transform):
         transform.forward(twice, SITE)
 
 
-def test_the_forwarded_embedding_passes_the_compile_only_gate_on_its_problem(tmp_path):
+@pytest.mark.parametrize("case", ["embedding_float", "bias_gelu_float"])
+def test_the_forwarded_kernel_passes_the_compile_only_gate_on_its_problem(case, tmp_path):
     """Its own problem (the GPU test's): the static check, nvcc and the plan resolved for every case."""
     cache = GateCache(tmp_path / "cache", tmp_path / "recorded")
-    verdict = run_gate(FOLDER / "embedding_float" / "problem.py", golden("embedding_float", "before"),
-                       mode=GateMode.COMPILE_ONLY, cache=cache)
+    verdict = run_gate(FOLDER / case / "problem.py", golden(case, "before"), mode=GateMode.COMPILE_ONLY, cache=cache)
     assert verdict.status is Status.COMPILED, verdict.findings
+
+
+# --- column broadcasts -------------------------------------------------------------------------------------
+
+def test_the_broadcast_pack_starts_at_the_column_and_is_aligned_at_run_time(transform):
+    rewrite = transform.forward(golden("bias_gelu_float", "after"), SITE)
+    source = rewrite.state.source
+    assert "if (cols % 4 == 0 && i + 3 < n && (((size_t)x | (size_t)bias | (size_t)scale | (size_t)out) & 15) " \
+           "== 0) {" in source
+    assert "const float4 bias4 = *reinterpret_cast<const float4*>(bias + c);" in source
+    assert "    long long i = (long long)(blockIdx.x * blockDim.x + threadIdx.x) * 4;\n" in source  # int widened
+    assert rewrite.adds == ("vector_type_float4",) and rewrite.carrier == {"width": 4}
+    inline = transform.forward(golden("scale_shift_float", "after"), SITE).state.source
+    assert "const float4 gamma4 = *reinterpret_cast<const float4*>(gamma + (i % cols));" in inline
+    half = transform.forward(golden("bias_residual_half", "after"), SITE)
+    assert "const uint4 bias8 = *reinterpret_cast<const uint4*>(bias + h);" in half.state.source
+    assert half.adds == ("vector_type_int4",) and half.state.plan.launches[0].grid[0] == \
+        "cdiv(cdiv(tokens * hidden, 128), 8)"
+
+
+def test_an_operand_at_its_column_and_elsewhere_is_refused_with_its_reason(transform):
+    state = golden("refused_affine_one_array", "after")
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=r"`affine\[cols \+ c\]` is neither element i, a column `c`, a row's "
+                                            r"column `Y \* cols \+ c`, nor one value for the whole row"):
+        transform.forward(state, SITE)
+
+
+BROADCAST_PLAN = plan_of('"x", "bias", "out", { scalar = "n", type = "i32" }, { scalar = "cols", type = "i32" }')
+BROADCAST_HEAD = ("__global__ void kernel(const float* x, const float* bias, float* out, int n, int cols) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i < n) {\n")
+COLUMN = "        int c = i % cols;\n"
+
+
+@pytest.mark.parametrize("body, why", [
+    (COLUMN + "        out[i] = x[i] + bias[c] + bias[i];\n", "'bias' is accessed at two places, `c` and `i`"),
+    (COLUMN + "        out[i] = x[i] * bias[c] + bias[0];\n", "'bias' is read at a row-wide place and moved as a pack"),
+    (COLUMN + "        out[i] = x[i] + bias[c + 1];\n", r"`bias\[c \+ 1\]` is neither element i, a column `c`"),
+    (COLUMN + "        bias[c] = x[i];\n        out[i] = x[i];\n", "'bias' is written at column `c`, an element every "
+                                                                   "row writes"),
+    (COLUMN + "        out[i] = x[i];\n        bias[c] += x[i];\n", "'bias' is written at column `c`"),
+    ("        out[i] = x[i];\n        bias[i % cols] = 0.0f;\n", r"written at column `i % cols`"),
+    (COLUMN + "        out[i] = x[i] * bias[c] + c;\n", "uses 'c' beyond its subscripts"),
+    ("        out[i] = x[i] + bias[i % cols] * (i % cols);\n", "uses 'i' beyond its subscripts"),
+    ("        out[i] = x[i] + bias[i % cols] + bias[i % 8];\n", r"by one row length C .* \(it names 8, cols\)"),
+    ("        out[i] = x[i] + bias[i % 6];\n", "row length 6 does not divide by the width 4"),
+    ("        out[i] = x[i] + bias[(i + 1) % cols];\n", "by one row length C"),
+    (COLUMN + "        out[i]++;\n        out[i] = x[i] * bias[c];\n", r"`out\[i\]\+\+` changes an element in place"),
+    (COLUMN + "        cols = 4;\n        out[i] = x[i] * bias[c];\n", "no literal and no scalar parameter"),
+    (COLUMN + "        if (x[i] > 0.0f) out[i] = x[i] * bias[c];\n", "written only under a condition"),
+])
+def test_no_site_where_a_broadcast_would_not_be_legal(transform, body, why):
+    state = KernelState(source=BROADCAST_HEAD + body + "    }\n}\n", plan=BROADCAST_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+def test_no_site_for_a_broadcast_of_other_width_or_a_buffer_passed_twice(transform):
+    mixed = KernelState(source=BROADCAST_HEAD.replace("const float* bias", "const __half* bias") + COLUMN +
+                        "        out[i] = x[i] + __half2float(bias[c]);\n    }\n}\n", plan=BROADCAST_PLAN)
+    with pytest.raises(NotApplicable, match="not all pointers to 32-bit float, int or unsigned, nor all to 16-bit"):
+        transform.forward(mixed, SITE)
+    halves = KernelState(source="#include <cuda_fp16.h>\n" + BROADCAST_HEAD.replace("float*", "__half*") +
+                         "        out[i] = __hadd(x[i], bias[i % 4]);\n    }\n}\n", plan=BROADCAST_PLAN)
+    with pytest.raises(NotApplicable, match="row length 4 does not divide by the width 8"):
+        transform.forward(halves, SITE)
+    twice = KernelState(source=BROADCAST_HEAD + COLUMN + "        out[i] = x[i] + bias[c];\n    }\n}\n",
+                        plan=plan_of('"x", "x", "out", { scalar = "n", type = "i32" }, '
+                                     '{ scalar = "cols", type = "i32" }'))
+    with pytest.raises(NotApplicable, match="one buffer twice"):
+        transform.forward(twice, SITE)
 
 
 # --- what the packs compute, on the CPU ---------------------------------------------------------------------
 
+# a row-wide operand (one value per row, `inv[r]`) beside a broadcast one, the row length a literal: written here
+ROW_SCALE = KernelState(
+    source="__global__ void kernel(const float* x, const float* inv, const float* gamma, float* out, int n) {\n"
+           "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "    if (i < n) {\n"
+           "        int r = i / 16, c = i % 16;\n"
+           "        out[i] = x[i] * inv[r] * gamma[c];\n"
+           "    }\n"
+           "}\n",
+    plan=plan_of('"x", "inv", "gamma", "out", { scalar = "rows * 16", type = "i32" }', grid="cdiv(rows * 16, 64)",
+                 block=64))
+
+
 def _inputs(case: str, rows: int, cols: int, tail: int) -> tuple[dict, dict, dict]:
     """(params, inputs, outputs) of a golden case: `rows` rows of `cols`, `tail` elements short of the whole
-    where the case's bound is its own parameter."""
+    where the case's bound is its own parameter (the broadcast cases' bound is rows * cols: a row length that
+    does not divide by the width makes their tail)."""
     generator = torch.Generator().manual_seed(rows * 1000 + cols)
+
+    def randn(count: int, dtype=torch.float32) -> torch.Tensor:
+        return torch.randn(count, generator=generator).to(dtype)
+
+    n = rows * cols
+    broadcast = {"bias_gelu_float": ({"rows": rows, "cols": cols},
+                                     {"x": randn(n), "bias": randn(cols), "scale": randn(cols)}),
+                 "scale_shift_float": ({"rows": rows, "cols": cols},
+                                       {"x": randn(n), "gamma": randn(cols), "beta": randn(cols)}),
+                 "gather_column_bias": ({"rows": rows, "cols": cols},
+                                        {"table": randn(7 * cols), "bias": randn(cols),
+                                         "idx": torch.randint(0, 7, (rows,), generator=generator, dtype=torch.int32)})}
+    if case in broadcast:
+        return (*broadcast[case], {"out": (torch.float32, n)})
+    if case == "bias_residual_half":
+        return ({"tokens": rows, "hidden": cols},
+                {"x": randn(n, torch.half), "residual": randn(n, torch.half), "bias": randn(cols, torch.half)},
+                {"y": (torch.float16, n)})
+    if case == "row_scale":
+        return ({"rows": rows}, {"x": randn(rows * 16), "inv": randn(rows), "gamma": randn(16)},
+                {"out": (torch.float32, rows * 16)})
     if case == "embedding_float":
         vocab = 11
         return ({"n_tokens": rows, "dim": cols},
@@ -179,22 +287,15 @@ def _inputs(case: str, rows: int, cols: int, tail: int) -> tuple[dict, dict, dic
             {"out": (torch.int32, rows * cols)})
 
 
-def _emulated(tmp_path, case: str, sources: dict[str, KernelState]) -> list[str]:
-    """Where the forms of `sources` compute other bits than the naive kernel (empty when nowhere): row lengths
-    that divide by the width and that do not, a tail, aligned and misaligned (shift 1) pointers."""
-    naive = golden(case, "after")
-    binaries = {name: emulate.build(tmp_path / name, state) for name, state in {"naive": naive, **sources}.items()}
-    differences = []
-    for rows, cols, tail in ((5, 16, 0), (37, 24, 3), (6, 13, 5), (3, 1, 0)):
-        params, inputs, outputs = _inputs(case, rows, cols, tail)
-        for shift in (0, 1):
-            folder = f"{rows}x{cols}-{shift}"
-            want = emulate.run(binaries["naive"], tmp_path / f"naive-{folder}", naive, params, inputs, outputs, shift)
-            for name, state in sources.items():
-                got = emulate.run(binaries[name], tmp_path / f"{name}-{folder}", state, params, inputs, outputs, shift)
-                differences += [f"{name} {rows}x{cols} tail={tail} shift={shift} {out}" for out in outputs
-                                if not torch.equal(got[out].view(torch.uint8), want[out].view(torch.uint8))]
-    return differences
+SHAPES = ((5, 16, 0), (37, 24, 3), (6, 13, 5), (3, 1, 0))  # rows, cols (dividing by the width and not), tail
+
+
+def _emulated(tmp_path, case: str, sources: dict[str, KernelState], naive: KernelState | None = None) -> list[str]:
+    """Where the forms of `sources` compute other bits than the naive kernel (the case's golden unless given; empty
+    when nowhere): row lengths that divide by the width and that do not, a tail, aligned and misaligned (shift 1)
+    pointers."""
+    return emulate.differences(tmp_path, naive or golden(case, "after"), sources, SHAPES,
+                               lambda rows, cols, tail: _inputs(case, rows, cols, tail))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -202,12 +303,20 @@ def test_the_packed_kernel_computes_the_naive_kernels_bits_on_the_cpu(case, tmp_
     assert _emulated(tmp_path, case, {"packed": golden(case, "before")}) == []
 
 
-def test_the_emulation_sees_a_lane_out_of_place(tmp_path):
-    """The check can fail: a pack whose lanes 1 and 2 trade places computes other bits where the pack path runs
-    (rows that divide by four, aligned pointers) and nowhere else."""
-    packed = golden("embedding_float", "before")
-    swapped = packed.source.replace("out4.y = weight4.y", "out4.y = weight4.z").replace(
-        "out4.z = weight4.z", "out4.z = weight4.y")
-    assert swapped != packed.source
-    differences = _emulated(tmp_path, "embedding_float", {"swapped": KernelState(source=swapped, plan=packed.plan)})
-    assert differences and all("shift=0" in d and ("x16 " in d or "x24 " in d) for d in differences), differences
+def test_a_row_wide_operand_beside_a_broadcast_one_computes_the_naive_bits(transform, tmp_path):
+    packed = transform.forward(ROW_SCALE, SITE).state
+    assert "const float4 gamma4 = *reinterpret_cast<const float4*>(gamma + c);" in packed.source
+    assert "inv[r]" in packed.source and "inv4" not in packed.source  # read once per pack, never packed
+    assert _emulated(tmp_path, "row_scale", {"packed": packed}, naive=ROW_SCALE) == []
+
+
+@pytest.mark.parametrize("case, lanes", [("embedding_float", ("out4.y = weight4.", "out4.z = weight4.")),
+                                         ("bias_gelu_float", ("x4.y + bias4.", "x4.z + bias4."))])
+def test_the_emulation_sees_two_lanes_traded(tmp_path, case, lanes):
+    """The check can fail: a pack whose lanes 1 and 2 trade places (the gathered row's, the broadcast bias's) computes
+    other bits where the pack path runs (rows that divide by four, aligned pointers) and nowhere else."""
+    packed = golden(case, "before")
+    swapped = packed.source.replace(lanes[0] + "y", lanes[0] + "z").replace(lanes[1] + "z", lanes[1] + "y")
+    assert swapped.count(lanes[0] + "z") == swapped.count(lanes[1] + "y") == 1
+    differences = _emulated(tmp_path, case, {"swapped": KernelState(source=swapped, plan=packed.plan)})
+    assert differences and all(d.split()[1] in ("5x16x0-0", "37x24x3-0") for d in differences), differences

@@ -1,5 +1,5 @@
-// A gather plus a bias shared by every row (a position embedding): bias[c] names the column alone, a place the
-// analysis cannot show to start a 16-byte block of its own, so scalarize_row_gather must refuse and say why.
+// A gather plus a bias shared by every row (a position embedding): the row through the index, the bias at the column
+// alone (a column broadcast); both are 16-byte packs where cols divides by four.
 __global__ void kernel(const float* __restrict__ table, const int* __restrict__ idx, const float* __restrict__ bias,
                        float* __restrict__ out, int rows, int cols) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
