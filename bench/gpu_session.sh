@@ -9,7 +9,7 @@
 # short-kernel expert, each a fresh runner, then the noisy vendor; make it the first stage after the machine starts),
 # gatecost:WORKLOAD[,WORKLOAD] (bench/gate_cost.py: cold against warm runner per candidate, policies $GATECOST_POLICIES
 # (state,timed)), sandboxcost (bench/sandbox_cost.py --gpu: gates with and without
-# the sandbox, and one sanitized gate inside it), mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME (tests/test_gpu_NAME.py; those $GPUTEST_K selects), multigpu,
+# the sandbox, and one sanitized gate inside it), mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME[:K] (tests/test_gpu_NAME.py; those -k K, else $GPUTEST_K, selects), multigpu,
 # walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk),
 # prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), bias:NAME:STEP,STEP[:PLACEMENT] (bench/timing_bias.py
 # probe: a walk's steps timed with controls, as_loaded or exchanged; NAME as in bench/walks, e.g. conv2d_implicit_gemm_any:13,35), placement:NAME:STEP
@@ -70,8 +70,10 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       PATH=/tmp/site/pgserver/pginstall/bin:$PWD/.hostbin:$PATH timeout 540 python3 bench/multigpu.py ${MULTIGPU_ARGS:-} --out "$OUT/results/multigpu.json" ;;
     # -v: one line per test as it ends, so a run cut by the timeout still shows what passed
     gputests) timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest tests/test_gpu_*.py -v -n 0 -p no:django -p no:cacheprovider -rA ;;
-    gputest:*) timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest "tests/test_gpu_${1#gputest:}.py" -v -n 0 -p no:django \
-      -p no:cacheprovider -rA ${GPUTEST_K:+-k "$GPUTEST_K"} ;;
+    gputest:*) local name=${1#gputest:} select=${GPUTEST_K:-}  # gputest:NAME:K selects with -k K (no spaces)
+      [[ $name == *:* ]] && select=${name#*:} && name=${name%%:*}
+      timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest "tests/test_gpu_${name}.py" -v -n 0 -p no:django \
+      -p no:cacheprovider -rA ${select:+-k "$select"} ;;
     profile:*) local name=${1#profile:}  # Nsight Compute on one launch of a GEMM expert beside cuBLAS
       timeout "${limit:-240}" ncu --profile-from-start off --clock-control none --section SpeedOfLight \
         --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section Occupancy \
