@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from klineage.gate.cache import GateCache
-from shared_cache import share, shared_root
+from shared_cache import DERIVED, share, shared_root
 
 
 @functools.cache
@@ -41,11 +41,12 @@ def shared_cache(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def gate_cache(tmp_path_factory, shared_cache):
+def gate_cache(request, tmp_path_factory, shared_cache):
     """A gate cache of the module's own, with no verdict and nothing recorded; KLINEAGE_CACHE_DIR points
-    into it. Its problem probes, compiles, SASS features and artifact reports are the run's (shared_cache)."""
+    into it. Its problem probes, compiles, SASS features and artifact reports are the run's (shared_cache),
+    or only the parts a module names in SHARED_CACHE (one that empties or counts its compiles keeps them)."""
     root = tmp_path_factory.mktemp("gate_cache")
-    share(root / "cache", shared_cache)
+    share(root / "cache", shared_cache, getattr(request.module, "SHARED_CACHE", DERIVED))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
         yield GateCache(root / "cache", root / "recorded")
