@@ -69,19 +69,28 @@ def parse(text: str) -> ast.Expression:
     """Parse and vet an expression; raise ExpressionError naming what is not allowed."""
     if not isinstance(text, str) or not text.strip():
         raise ExpressionError(repr(text), "an expression must be a non-empty string")
-    return _parse(text)
+    tree = _parse(text)
+    if isinstance(tree, tuple):
+        raise ExpressionError(*tree)
+    return tree
 
 
+# Refusals are kept too: a kernel's constants are tried one by one, and most `constexpr` texts (casts,
+# templates) are refused, the same ones thousands of times over a walk or a corpus import.
 @lru_cache(maxsize=4096)
-def _parse(text: str) -> ast.Expression:
-    if len(text) > _MAX_LENGTH:
-        raise ExpressionError(text[:40] + "...", f"longer than {_MAX_LENGTH} characters")
+def _parse(text: str) -> ast.Expression | tuple[str, str]:
+    """The vetted tree, or where and why it is refused."""
     try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ExpressionError(text, f"syntax error: {exc.msg}") from None
-    for node in ast.walk(tree):
-        _vet(node, text)
+        if len(text) > _MAX_LENGTH:
+            raise ExpressionError(text[:40] + "...", f"longer than {_MAX_LENGTH} characters")
+        try:
+            tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxError as exc:
+            raise ExpressionError(text, f"syntax error: {exc.msg}") from None
+        for node in ast.walk(tree):
+            _vet(node, text)
+    except ExpressionError as exc:
+        return exc.where, exc.message
     return tree
 
 

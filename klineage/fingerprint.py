@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def canonical_json(value: Any, *, allow_nan: bool = True) -> str:
+    """allow_nan False: NaN and Infinity, which JSON cannot hold, raise ValueError."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan)
 
 
 def sha256_text(text: str) -> str:

@@ -20,6 +20,7 @@ reproduces the document byte for byte.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 from dataclasses import dataclass, field
 from enum import Enum
@@ -243,7 +244,7 @@ class State:
         if not isinstance(self.features, dict):
             raise DocumentError(f"{where}.features", "must be an object")
 
-    @property
+    @functools.cached_property  # parsed and fingerprinted once: audits and imports ask for it at every step
     def kernel(self) -> KernelState:
         return KernelState(source=self.source, plan=LaunchPlan.from_dict(self.plan, "state plan"))
 

@@ -37,7 +37,7 @@ from klineage.config import GateMode
 from klineage.corpus import KernelEntry, list_kernels, list_problems
 from klineage.documents import document_files, read_document_text
 from klineage.errors import DocumentError, KLineageError
-from klineage.fingerprint import sha256_json
+from klineage.fingerprint import canonical_json, sha256_text
 from klineage.gate.cache import GateCache, VerdictStore
 from klineage.gate.execute import probe_problem, problem_fingerprint
 from klineage.gate.verdict import Reason
@@ -125,11 +125,24 @@ def store_kernel_state(document: dict[str, Any], *, kernel: Kernel | None = None
             existing.save(update_fields=["kernel"])
             return existing, UPDATED
         return existing, UNCHANGED
-    plan = state.plan.to_dict()
-    created = KernelState.objects.create(fingerprint=state.fingerprint, source=state.source, plan=plan,
-                                         kernel=kernel, name=state.plan.name, operator=state.plan.problem,
-                                         arch=state.plan.arch)
+    created = _state_row(state, kernel)
+    created.save()
     return created, CREATED
+
+
+def _state_row(state: EngineKernelState, kernel: Kernel | None = None) -> KernelState:
+    return KernelState(fingerprint=state.fingerprint, source=state.source, plan=state.plan.to_dict(), kernel=kernel,
+                       name=state.plan.name, operator=state.plan.problem, arch=state.plan.arch)
+
+
+def _store_states(kernels: list[EngineKernelState]) -> dict[str, KernelState]:
+    """Checked kernel states by fingerprint, the new ones stored: a lineage holds dozens, so those
+    already stored are read in one query and the rest written in one batch."""
+    wanted = {kernel.fingerprint: kernel for kernel in kernels}
+    stored = KernelState.objects.in_bulk(list(wanted), field_name="fingerprint")
+    new = [_state_row(kernel) for fingerprint, kernel in wanted.items() if fingerprint not in stored]
+    stored.update((row.fingerprint, row) for row in KernelState.objects.bulk_create(new))
+    return stored
 
 
 def store_verdict(key: str, document: dict[str, Any], *, served_from: str = Verdict.ServedFrom.RECORDED,
@@ -138,8 +151,20 @@ def store_verdict(key: str, document: dict[str, Any], *, served_from: str = Verd
     if not isinstance(key, str) or not _KEY.fullmatch(key):
         raise ImportRefused(where, f"verdict key {key!r} is not a sha256 hex digest")
     verdict = engine_check(lambda: EngineVerdict.from_dict(document), where, "verdict")
+    values = _verdict_values(key, verdict, served_from, where)
+    # Checked before the state and problem are looked up: a re-import finds most verdicts unchanged.
+    existing = Verdict.objects.filter(key=key).first()
+    if _verdict_unchanged(existing, values):
+        return existing, UNCHANGED
+    values["state"] = KernelState.objects.filter(fingerprint=values["kernel_fingerprint"]).first()
+    values["problem"] = Problem.objects.filter(fingerprint=values["problem_fingerprint"]).first()
+    return _write(Verdict, existing, {"key": key}, values)
+
+
+def _verdict_values(key: str, verdict: EngineVerdict, served_from: str, where: str) -> dict[str, Any]:
+    """A checked verdict's row, less its links to a stored state and problem."""
     data = verdict.to_dict()
-    _require_json(data, where)
+    text = _json_text(data, where)
     provenance = data["provenance"]
     if provenance.get("key") not in (None, key):
         raise ImportRefused(where, f"stored under key {key[:12]} but its provenance names key "
@@ -152,14 +177,7 @@ def store_verdict(key: str, document: dict[str, Any], *, served_from: str = Verd
     parts = provenance.get("key_parts") if isinstance(provenance.get("key_parts"), dict) else {}
     environment = data["environment"]
     against = parts.get("against", "")
-    digest, created = sha256_json(data), _timestamp(provenance.get("created"), where)
-    # Checked before the state and problem are looked up: a re-import finds most verdicts unchanged.
-    existing = Verdict.objects.filter(key=key).first()
-    if existing is not None and existing.digest == digest and existing.served_from == served_from:
-        return existing, UNCHANGED
-    values = {
-        "state": KernelState.objects.filter(fingerprint=kernel["fingerprint"]).first(),
-        "problem": Problem.objects.filter(fingerprint=problem["fingerprint"]).first(),
+    return {
         "kernel_fingerprint": kernel["fingerprint"],
         "kernel_name": kernel["name"],
         "problem_fingerprint": problem["fingerprint"],
@@ -175,11 +193,38 @@ def store_verdict(key: str, document: dict[str, Any], *, served_from: str = Verd
         "policy": data["policy"],
         "git_commit": str(provenance.get("git_commit", "")),
         "document": data,
-        "digest": digest,
+        "digest": sha256_text(text),  # sha256_json(data), from the text already made
         "served_from": served_from,
-        "created": created,
+        "created": _timestamp(provenance.get("created"), where),
     }
-    return _write(Verdict, existing, {"key": key}, values)
+
+
+def _verdict_unchanged(row: Verdict | None, values: dict[str, Any]) -> bool:
+    return row is not None and row.digest == values["digest"] and row.served_from == values["served_from"]
+
+
+def _store_verdicts(verdicts: list[tuple[str, EngineVerdict, str]], served_from: str, report: ImportReport) -> None:
+    """`store_verdict` for many checked verdicts at once: a corpus import meets thousands, so the rows
+    they may replace and the states and problems they name are read in a few queries, and the new
+    rows are written in batches rather than one statement each."""
+    existing = Verdict.objects.in_bulk([key for key, _, _ in verdicts], field_name="key")
+    states = dict(KernelState.objects.values_list("fingerprint", "id"))
+    problems = dict(Problem.objects.values_list("fingerprint", "id"))
+    new = []
+    for key, verdict, where in verdicts:
+        values = _verdict_values(key, verdict, served_from, where)
+        row = existing.get(key)
+        if _verdict_unchanged(row, values):
+            report.count("verdicts", UNCHANGED)
+            continue
+        values["state_id"] = states.get(values["kernel_fingerprint"])
+        values["problem_id"] = problems.get(values["problem_fingerprint"])
+        if row is None:
+            new.append(Verdict(key=key, **values))
+            report.count("verdicts", CREATED)
+        else:
+            report.count("verdicts", _write(Verdict, row, {"key": key}, values)[1])
+    Verdict.objects.bulk_create(new, batch_size=500)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,9 +277,7 @@ def import_corpus(*, corpus_root: Path | None = None, recorded_root: Path | None
     with transaction.atomic():
         _store_problems(problems, report)
         _store_kernels(kernels, report)
-        for key, document, where in verdicts:
-            _, action = store_verdict(key, document, served_from=Verdict.ServedFrom.RECORDED, where=where)
-            report.count("verdicts", action)
+        _store_verdicts(verdicts, Verdict.ServedFrom.RECORDED, report)
         for document, where in lineages:
             _, action = _store_lineage(document, where=where, source_path=where, recorded_root=recorded_root)
             report.count("lineages", action)
@@ -301,7 +344,7 @@ def _read_kernels(root: Path) -> list[_KernelFile]:
     return files
 
 
-def _read_verdicts(store: VerdictStore) -> list[tuple[str, dict[str, Any], str]]:
+def _read_verdicts(store: VerdictStore) -> list[tuple[str, EngineVerdict, str]]:
     found = []
     for path in sorted((store.root / "verdicts").glob("*/*.json")):
         key, where = path.stem, _display(path)
@@ -313,7 +356,7 @@ def _read_verdicts(store: VerdictStore) -> list[tuple[str, dict[str, Any], str]]
             verdict = store.get(key)
         except KLineageError as exc:
             raise ImportRefused(where, _message(exc)) from None
-        found.append((key, verdict.to_dict(), where))
+        found.append((key, verdict, where))
     return found
 
 
@@ -412,10 +455,7 @@ def _store_lineage(document: Any, *, where: str, source_path: str = "",
         if _reaudit_pairings(existing, parsed, recorded_root):  # imported before the audit, or a step re-timed since
             action = UPDATED
         return existing, action
-    states: dict[str, KernelState] = {}
-    for position, state in enumerate(parsed.states):
-        stored, _ = store_kernel_state(state.kernel.to_dict(), where=f"{where}: states[{position}]")
-        states[state.fingerprint] = stored
+    states = _store_states([state.kernel for state in parsed.states])  # checked by the parse above
     lineage = Lineage.objects.create(
         id=key,
         expert_state=states[parsed.expert.fingerprint],
@@ -544,8 +584,13 @@ def _comparable(value: Any) -> Any:
 
 
 def _require_json(document: Any, where: str) -> None:
+    _json_text(document, where)
+
+
+def _json_text(document: Any, where: str) -> str:
+    """The document's canonical JSON text; refused where JSON (and PostgreSQL) cannot store it."""
     try:
-        json.dumps(document, allow_nan=False)
+        return canonical_json(document, allow_nan=False)
     except ValueError:
         raise ImportRefused(where, "holds NaN or Infinity, which JSON (and PostgreSQL) cannot store") from None
     except TypeError as exc:

@@ -1,13 +1,15 @@
 """Shared test setup: GPU tests run only where a GPU, torch with CUDA and pycuda are present; a gate
-cache of its own for each module that runs the gate."""
+cache of its own for each module that runs the gate (its probes and compiles shared by the run)."""
 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 
 from klineage.gate.cache import GateCache
+from shared_cache import DERIVED, share, shared_root
 
 
 @functools.cache
@@ -32,10 +34,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def shared_cache(tmp_path_factory) -> Path:
+    """The run's shared probes and compiles (tests/shared_cache.py)."""
+    return shared_root(tmp_path_factory.getbasetemp())
+
+
 @pytest.fixture(scope="module")
-def gate_cache(tmp_path_factory):
-    """A gate cache of the module's own, empty and with nothing recorded; KLINEAGE_CACHE_DIR points into it."""
+def gate_cache(request, tmp_path_factory, shared_cache):
+    """A gate cache of the module's own, with no verdict and nothing recorded; KLINEAGE_CACHE_DIR points
+    into it. Its problem probes, compiles, SASS features and artifact reports are the run's (shared_cache),
+    or only the parts a module names in SHARED_CACHE (one that empties or counts its compiles keeps them)."""
     root = tmp_path_factory.mktemp("gate_cache")
+    share(root / "cache", shared_cache, getattr(request.module, "SHARED_CACHE", DERIVED))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
         yield GateCache(root / "cache", root / "recorded")

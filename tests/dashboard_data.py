@@ -7,7 +7,8 @@ database (sqlite3's backup API); later modules restore that snapshot instead of 
 and get the first import's report. Elsewhere (PostgreSQL) each module imports afresh.
 Tests that read it also take `db`, so whatever they change is rolled back. The first import in a
 worker fails if it compiles a kernel: it reads recorded evidence and must judge nothing.
-Test modules import the fixture: `from dashboard_data import corpus  # noqa: F401`.
+Test modules import the fixture: `from dashboard_data import corpus  # noqa: F401`; end-to-end tests
+(transactional, a live server) call `corpus_rows()` instead.
 """
 
 from __future__ import annotations
@@ -41,27 +42,35 @@ def clear_dashboard_rows() -> None:
     Problem.objects.all().delete()
 
 
+def corpus_rows() -> ImportReport:
+    """The corpus in the test database, and the report of its import: restored from this worker's
+    snapshot, or (the first time) imported and then snapshotted. Needs database access and no open
+    transaction (backup refuses a target in one): a module fixture's unblocked database, or a
+    `transactional_db` test's (the end-to-end tests, whose live server reads the same database)."""
+    global _snapshot
+    if _snapshot is not None:
+        connection.ensure_connection()
+        _snapshot[0].backup(connection.connection)
+        # A transactional test's flush since the snapshot may have renumbered content types.
+        ContentType.objects.clear_cache()
+        return _snapshot[1]
+    clear_dashboard_rows()
+    with pytest.MonkeyPatch.context() as patch:
+        for module in (pipeline, timing_audit):
+            patch.setattr(module, "compile_kernel", _no_compile)
+        report = import_corpus()
+    if connection.vendor == "sqlite":
+        copy = sqlite3.connect(":memory:")
+        connection.connection.backup(copy)
+        _snapshot = copy, report
+    return report
+
+
 @pytest.fixture(scope="module")
 def corpus(django_db_setup, django_db_blocker) -> ImportReport:
-    global _snapshot
-    # Module-scoped, so this runs outside any test's transaction (backup refuses a target in one).
+    # Module-scoped, so this runs outside any test's transaction.
     with django_db_blocker.unblock():
-        if _snapshot is not None:
-            connection.ensure_connection()
-            _snapshot[0].backup(connection.connection)
-            # A transactional test's flush since the snapshot may have renumbered content types.
-            ContentType.objects.clear_cache()
-            report = _snapshot[1]
-        else:
-            clear_dashboard_rows()
-            with pytest.MonkeyPatch.context() as patch:
-                for module in (pipeline, timing_audit):
-                    patch.setattr(module, "compile_kernel", _no_compile)
-                report = import_corpus()
-            if connection.vendor == "sqlite":
-                copy = sqlite3.connect(":memory:")
-                connection.connection.backup(copy)
-                _snapshot = copy, report
+        report = corpus_rows()
     yield report
     with django_db_blocker.unblock():
         clear_dashboard_rows()

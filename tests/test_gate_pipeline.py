@@ -18,13 +18,17 @@ from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Reason, Status
 from klineage.kernel import load_kernel
+from shared_cache import PROBES, share
 
 REPO = Path(__file__).resolve().parent.parent
 SOFTMAX = corpus.problem_path("row_softmax")
 
 
 @pytest.fixture()
-def cache(tmp_path, monkeypatch) -> GateCache:
+def cache(tmp_path, monkeypatch, shared_cache) -> GateCache:
+    """The test's own cache; its compiles are judged afresh (one runs past its time limit), its problem
+    probes are the run's."""
+    share(tmp_path / "cache", shared_cache, PROBES)
     monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
     return GateCache(tmp_path / "cache", tmp_path / "recorded")
 
@@ -146,38 +150,44 @@ def test_problem_with_near_zero_outputs_is_refused(cache, tmp_path):
         run_gate(problem, corpus.kernel_entry("row_softmax/naive").load(), mode=GateMode.COMPILE_ONLY, cache=cache)
 
 
+@pytest.fixture()
+def cli_cache(tmp_path, shared_cache) -> Path:
+    """The CLI's cache for one test, its problem probes the run's."""
+    return share(tmp_path, shared_cache, PROBES)
+
+
 def _cli(*args: str, env_cache: Path) -> subprocess.CompletedProcess:
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "KLINEAGE_CACHE_DIR": str(env_cache), "HOME": str(env_cache)}
     return subprocess.run([sys.executable, "-m", "klineage", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
-def test_cli_gate_compile_only_json(tmp_path):
-    done = _cli("gate", "row_softmax", "row_softmax/naive", "--compile-only", "--json", env_cache=tmp_path)
+def test_cli_gate_compile_only_json(cli_cache):
+    done = _cli("gate", "row_softmax", "row_softmax/naive", "--compile-only", "--json", env_cache=cli_cache)
     assert done.returncode == 0, done.stderr
     verdict = json.loads(done.stdout)
     assert verdict["status"] == "compiled" and verdict["kernel"]["name"] == "row_softmax_naive"
     assert "placement" not in verdict["policy"]
     exchanged = _cli("gate", "row_softmax", "row_softmax/naive", "--compile-only", "--json", "--placement", "exchanged",
-                     env_cache=tmp_path)
+                     env_cache=cli_cache)
     assert exchanged.returncode == 0 and json.loads(exchanged.stdout)["policy"]["placement"] == "exchanged"
-    wrong = _cli("gate", "row_softmax", "row_softmax/naive", "--placement", "best", env_cache=tmp_path)
+    wrong = _cli("gate", "row_softmax", "row_softmax/naive", "--placement", "best", env_cache=cli_cache)
     assert wrong.returncode == 2 and "--placement: invalid choice: 'best'" in wrong.stderr
 
 
-def test_cli_rejection_exits_1_and_error_exits_2(tmp_path):
-    rejected = _cli("gate", "row_softmax", "adversarial/hidden_library", "--compile-only", env_cache=tmp_path)
+def test_cli_rejection_exits_1_and_error_exits_2(cli_cache):
+    rejected = _cli("gate", "row_softmax", "adversarial/hidden_library", "--compile-only", env_cache=cli_cache)
     assert rejected.returncode == 1 and "static_check" in rejected.stdout
-    missing = _cli("gate", "no_such_problem", "row_softmax/naive", "--compile-only", env_cache=tmp_path)
+    missing = _cli("gate", "no_such_problem", "row_softmax/naive", "--compile-only", env_cache=cli_cache)
     assert missing.returncode == 2 and "no_such_problem" in missing.stderr
 
 
-def test_cli_lists_kernels_and_the_adversarial_suite(tmp_path):
-    done = _cli("kernels", "--adversarial", "--json", env_cache=tmp_path)
+def test_cli_lists_kernels_and_the_adversarial_suite(cli_cache):
+    done = _cli("kernels", "--adversarial", "--json", env_cache=cli_cache)
     assert done.returncode == 0, done.stderr
     rows = json.loads(done.stdout)
     assert {r["expected"] for r in rows} >= {"timeout", "memcheck", "race", "unwritten_output", "static_check"}
     assert len(rows) >= 12
-    problems = _cli("problems", "--json", env_cache=tmp_path)
+    problems = _cli("problems", "--json", env_cache=cli_cache)
     assert problems.returncode == 0, problems.stderr
     assert "row_softmax" in {r["name"] for r in json.loads(problems.stdout)}

@@ -21,10 +21,14 @@ from klineage.gate.prefetch import Prefetched, prefetch, warming
 from klineage.gate.verdict import Status, Verdict
 from klineage.walk.prefetch import guessed_states, guessed_walk, untimed_states
 from klineage.walk.walker import DEFAULT_POLICY, forward_timing_policy
+from shared_cache import PROBES
 from verdict_tools import store_gpu_verdict
 
 SOFTMAX = corpus.problem_path("row_softmax")
 DRY = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.full.dry.json"
+# gate_cache shares the run's probes only: a test empties this module's compile cache and counts what
+# warming puts there.
+SHARED_CACHE = PROBES
 
 
 def test_keep_copies_a_cached_verdict_into_the_recorded_store_as_measured(gate_cache):

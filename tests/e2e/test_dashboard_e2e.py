@@ -12,8 +12,8 @@ import pytest
 from django.contrib.auth.models import Group
 
 from accounts import make_user
+from dashboard_data import corpus_rows
 from skills_app.card_import import import_library_files
-from skills_app.importer import import_corpus
 from skills_app.models import Lineage
 
 pytestmark = pytest.mark.e2e
@@ -24,7 +24,7 @@ FIRST_SCREEN_LIMIT = 150_000
 @pytest.fixture
 def site(live_server, transactional_db):
     """ORM work before the browser starts (Playwright's sync API runs an event loop)."""
-    import_corpus()
+    corpus_rows()  # this worker's snapshot of an import, once one was made
     import_library_files()
     make_user("bob")
     make_user("grace").groups.add(Group.objects.get(name="reviewer"))

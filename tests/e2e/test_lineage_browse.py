@@ -9,8 +9,9 @@ import re
 import pytest
 from django.contrib.auth.models import Group, User
 
+from dashboard_data import corpus_rows
 from lineage_data import with_rejections
-from skills_app.importer import import_corpus, import_lineage
+from skills_app.importer import import_lineage
 from skills_app.models import Lineage, Review
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +22,7 @@ PASSWORD = "reviewer-pw-2026"
 @pytest.fixture
 def site(live_server, transactional_db):
     """ORM work before the browser starts (Playwright's sync API runs an event loop)."""
-    import_corpus()
+    corpus_rows()  # this worker's snapshot of an import, once one was made
     dry = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.dry.json")
     branched, _ = import_lineage(with_rejections())
     user = User.objects.create_user("grace", password=PASSWORD)
