@@ -86,15 +86,16 @@ def gate_cache(tmp_path_factory) -> GateCache:
     return GateCache(tmp_path_factory.mktemp("gate-cache"), recorded or None)
 
 
-def timed_gate(problem: Path, expert: str, baseline: str, cache: GateCache):
+def timed_gate(problem: Path, expert: str, baseline: str, cache: GateCache, record: bool = True):
     """The full gate on `expert` with timing against the vendor and `baseline`; sanitizers run
-    separately (assert_clean_under_the_sanitizers)."""
+    separately (assert_clean_under_the_sanitizers). Recorded where KLINEAGE_RECORDED_DIR is set and
+    `record` (off for kernels outside the corpus: the importer links every recording to a corpus kernel)."""
     return run_gate(problem, kernel_named(expert), against=kernel_named(baseline),
                     cache=cache, policy=GatePolicy(sanitize=Sanitize.NEVER),
-                    record=bool(os.environ.get("KLINEAGE_RECORDED_DIR")))
+                    record=record and bool(os.environ.get("KLINEAGE_RECORDED_DIR")))
 
 
-def gate_fixtures(problem: Path, expert: str, baseline: str):
+def gate_fixtures(problem: Path, expert: str, baseline: str, record: bool = True):
     """A test module's fixtures `cache` (gate_cache) and `timed` (timed_gate of `expert` against the
     vendor and `baseline`), both module-scoped: `cache, timed = gate_fixtures(...)` at module level."""
 
@@ -106,7 +107,7 @@ def gate_fixtures(problem: Path, expert: str, baseline: str):
     @pytest.fixture(scope="module", name="timed")
     def timed_fixture(cache):
         """The full gate with timing against the vendor and the baseline; sanitizers run separately."""
-        return timed_gate(problem, expert, baseline, cache)
+        return timed_gate(problem, expert, baseline, cache, record)
 
     return cache_fixture, timed_fixture
 
