@@ -25,22 +25,8 @@ Anchor: the kernel, kind "function", key the element index.
 from __future__ import annotations
 
 from klineage.transforms import register
-from klineage.transforms._elementwise import PURE_CALLS, PackedElementwise, Packing
-
-WIDTH = 4
-COMPONENTS = ("x", "y", "z", "w")
-VECTORS = {"float": "float4", "int": "int4", "unsigned": "uint4", "unsigned int": "uint4"}
-
-
-def _declare(array: str, element: str, vector: str, index: str, read: bool, written: bool) -> list[str]:
-    if not read:
-        return [f"{vector} {array}{WIDTH};"]
-    const = "" if written else "const "
-    return [f"{const}{vector} {array}{WIDTH} = *reinterpret_cast<const {vector}*>({array} + {index});"]
-
-
-PACKING = Packing(WIDTH, VECTORS, "float, int or unsigned", PURE_CALLS, rf"\w+{WIDTH}",
-                  lambda array, lane: f"{array}{WIDTH}.{COMPONENTS[lane]}", _declare)
+from klineage.transforms._elementwise import PackedElementwise
+from klineage.transforms._packings import WORDS
 
 
 class ScalarizeElementwise(PackedElementwise):
@@ -48,7 +34,7 @@ class ScalarizeElementwise(PackedElementwise):
     intent = ("Give each thread four consecutive elements of an elementwise kernel and move them as 16-byte "
               "vector loads and stores, with a scalar path for the tail and for misaligned pointers.")
     removes = ("vector_type_float4",)
-    packing = PACKING
+    packing = WORDS
     element = "element"
     pack = "vectors"
 

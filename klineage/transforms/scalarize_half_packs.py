@@ -23,31 +23,8 @@ Anchor: the kernel, kind "function", key the element index.
 from __future__ import annotations
 
 from klineage.transforms import register
-from klineage.transforms._elementwise import PURE_CALLS, PackedElementwise, Packing
-
-WIDTH = 8
-PACK = "uint4"
-HALVES = dict.fromkeys(("__half", "half", "__nv_bfloat16", "nv_bfloat16"), PACK)
-# conversions and arithmetic on 16-bit values (cuda_fp16.h, cuda_bf16.h): pure, like the math functions
-_HALF_CALLS = frozenset({
-    "__half2float", "__float2half", "__float2half_rn", "__bfloat162float", "__float2bfloat16",
-    "__float2bfloat16_rn", "__hadd", "__hsub", "__hmul", "__hdiv", "__hfma", "__hneg", "__habs", "__hmax", "__hmin",
-    "hexp", "hlog", "hsqrt", "hrsqrt", "htanh", "__hgt", "__hlt", "__hge", "__hle", "__heq"})
-
-
-def _view(array: str) -> str:
-    return f"{array}{WIDTH}h"
-
-
-def _declare(array: str, element: str, pack: str, index: str, read: bool, written: bool) -> list[str]:
-    const = "" if written else "const "
-    load = f" = *reinterpret_cast<const {pack}*>({array} + {index})" if read else ""
-    return [f"{const}{pack} {array}{WIDTH}{load};",
-            f"{const}{element}* {_view(array)} = reinterpret_cast<{const}{element}*>(&{array}{WIDTH});"]
-
-
-PACKING = Packing(WIDTH, HALVES, "__half or __nv_bfloat16", PURE_CALLS | _HALF_CALLS, rf"\w+{WIDTH}h?",
-                  lambda array, lane: f"{_view(array)}[{lane}]", _declare)
+from klineage.transforms._elementwise import PackedElementwise
+from klineage.transforms._packings import HALVES
 
 
 class ScalarizeHalfPacks(PackedElementwise):
@@ -56,7 +33,7 @@ class ScalarizeHalfPacks(PackedElementwise):
               "them as 16-byte loads and stores, with a scalar path for the tail and for misaligned pointers.")
     removes = ("vector_type_int4",)
     kin = ("scalarize_elementwise",)  # its cards are this mechanism at 32-bit width
-    packing = PACKING
+    packing = HALVES
     element = "16-bit element"
     pack = "packs"
 

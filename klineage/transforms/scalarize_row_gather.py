@@ -74,9 +74,8 @@ from klineage.transforms._naive import (
     statements,
     unwrapped,
 )
+from klineage.transforms._packings import HALVES, WORDS
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
-from klineage.transforms.scalarize_elementwise import PACKING as WORDS
-from klineage.transforms.scalarize_half_packs import PACKING as HALVES
 
 WIDE_INDEX = dict(INDEXES)["long long"]
 # the vector form's first element, from each naive index type: a 32-bit index is widened (the thread index is
