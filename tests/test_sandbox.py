@@ -281,3 +281,13 @@ def test_a_garbage_progress_line_does_not_blind_the_watchdog(tmp_path):
                  env=minimal_env(), progress_file=progress, stall_s=1.0)
     assert result.exit is Exit.STALLED
     assert result.seconds < 10
+
+
+def test_a_carried_launcher_is_named_relative_to_the_checkout():
+    """Verdicts say which bwrap isolated a run: a carried one (a GPU host's .hostbin/bwrap) by its place in the
+    checkout, never by one machine's absolute path; a system one as it is."""
+    from klineage import config
+    from klineage.gate.jail import _shown
+
+    assert _shown(str(config.REPO_ROOT / ".hostbin" / "bwrap")) == ".hostbin/bwrap"
+    assert _shown("/usr/bin/bwrap") == "/usr/bin/bwrap"
