@@ -21,13 +21,13 @@ STREAM = ["row_softmax/naive", "row_softmax/warp_vec4", "adversarial/write_zeros
 
 
 def content(verdict: Verdict) -> dict:
-    """Everything a verdict decides and checks; not its times, clocks or provenance."""
+    """Everything a verdict decides and checks, and what held the run; not its times or clocks."""
     profile = verdict.profile
     return {"status": verdict.status, "findings": [(f.reason, f.stage, f.case, f.message) for f in verdict.findings],
             "cases": verdict.cases, "correctness": verdict.correctness, "domain": verdict.domain,
             "vendor_check": verdict.environment.get("vendor_check"), "profile": sorted(profile),
             "contenders": sorted(profile.get("contenders", {})), "ratios": sorted(profile.get("ratios", {})),
-            "gpu": verdict.environment.get("gpu")}
+            "gpu": verdict.environment.get("gpu"), "sandbox": verdict.environment.get("sandbox")}
 
 
 @pytest.mark.parametrize("policy", [GatePolicy(sanitize=Sanitize.NEVER, timing=False),

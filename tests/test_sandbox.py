@@ -291,3 +291,10 @@ def test_a_carried_launcher_is_named_relative_to_the_checkout():
 
     assert _shown(str(config.REPO_ROOT / ".hostbin" / "bwrap")) == ".hostbin/bwrap"
     assert _shown("/usr/bin/bwrap") == "/usr/bin/bwrap"
+
+
+def test_on_start_hears_the_isolation_the_result_reports(tmp_path):
+    """A long-lived child (a warm runner) reports results before it ends: its isolation is known at the start."""
+    heard = []
+    result = run([PY, "-c", "pass"], cwd=tmp_path, timeout_s=20, env=minimal_env(), on_start=heard.append)
+    assert heard == [result.isolation] and any(w.startswith("rlimit cpu=") for w in result.isolation)

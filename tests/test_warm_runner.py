@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,27 @@ def test_a_failed_job_is_judged_again_cold_and_the_next_gets_a_fresh_runner(tmp_
         assert outcome.error.splitlines()[0] == cold.error.splitlines()[0]
         assert outcome.findings == cold.findings
     assert not list(tmp_path.glob("klineage-run-*"))  # every runner's private folder was given back
+
+
+def test_a_warm_runner_knows_what_holds_it_while_it_runs(tmp_path, monkeypatch):
+    """Its verdicts name the sandbox as a cold runner's do (execute.held_by), from the isolation the
+    sandbox announced when it started the runner, not from its end."""
+    from klineage.gate.jail import launcher
+    from klineage.gate.warm import _Session
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    session = _Session(PROBLEM, GatePolicy(timing=False))
+    try:
+        deadline = time.monotonic() + 30
+        while not session.isolation and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert session.thread.is_alive() or session.ended is not None
+        words = "; ".join(session.isolation)
+        assert "rlimit cpu=" in words
+        if launcher():
+            assert words.startswith("bubblewrap ")
+    finally:
+        session.close()
 
 
 def test_other_problems_and_modes_go_to_a_cold_runner():

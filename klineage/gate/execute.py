@@ -60,6 +60,11 @@ class RunOutcome:
     isolation: tuple[str, ...] = ()  # the sandbox and limits it ran under (sandbox.SandboxResult.isolation)
 
 
+def held_by(result: dict[str, Any], isolation: tuple[str, ...]) -> None:
+    """Written by the parent, after the runner's own facts: the verdict says what held the run."""
+    result["environment"] = {**result.get("environment", {}), "sandbox": "; ".join(isolation)}
+
+
 def problem_fingerprint(path: Path) -> str:
     """The content fingerprint of a problem of any format (a trace's workloads and tensors included)."""
     return fingerprint(path)
@@ -179,8 +184,7 @@ def run_on_gpu(request: dict[str, Any], cubins: dict[str, bytes], policy: GatePo
                               on_progress=seen, jail=_jail(Access.GPU, work, readable, writable))
         _said(outcome)
         result = _read_result(work / "result.json") or {}
-        # Written by the parent, after the runner's own facts: the verdict says what held the run.
-        result["environment"] = {**result.get("environment", {}), "sandbox": "; ".join(outcome.isolation)}
+        held_by(result, outcome.isolation)
         run = RunOutcome(result=result, seconds=outcome.seconds, output_excerpt=outcome.output[-4000:],
                          isolation=outcome.isolation)
         last = next((e for e in reversed(events) if "what" in e or "case" in e), {})

@@ -109,9 +109,11 @@ def _isolation(sandboxed: str, group: cgroup.JobGroup | None, cpu_seconds: int, 
 
 def run(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], output_cap: int = 64 * 1024,
         progress_file: Path | None = None, stall_s: float | None = None,
-        on_progress: Callable[[dict], None] | None = None, jail: Jail | None = None) -> SandboxResult:
+        on_progress: Callable[[dict], None] | None = None, jail: Jail | None = None,
+        on_start: Callable[[tuple[str, ...]], None] | None = None) -> SandboxResult:
     """Run `argv` to completion or until a limit; always leaves no process of its group behind
-    (with a `jail`, none of its sandbox or control group either).
+    (with a `jail`, none of its sandbox or control group either). `on_start` hears the isolation, in
+    words, before the child starts: a long-lived child's results are reported while it still runs.
 
     With `progress_file` and `stall_s`, the child appends JSON lines; one saying
     {"waiting": true} starts a stall clock that the next line stops (a launch that never
@@ -124,6 +126,9 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], ou
         group = cgroup.open_group(config.sandbox_memory_bytes(), config.sandbox_pids())
     cpu_seconds = int(timeout_s) + 30
     nproc = _process_limit(config.sandbox_pids()) if jail is not None else None
+    isolation = _isolation(sandboxed, group, cpu_seconds, nproc)
+    if on_start is not None:
+        on_start(isolation)
     try:
         result = _supervise(
             argv,
@@ -136,7 +141,7 @@ def run(argv: list[str], *, cwd: Path, timeout_s: float, env: dict[str, str], ou
             on_progress,
             _limits(cpu_seconds, nproc, group),
             started,
-            _isolation(sandboxed, group, cpu_seconds, nproc),
+            isolation,
         )
         if sandboxed.startswith("bubblewrap") and result.exit is Exit.FINISHED and 128 < result.returncode <= 192:
             # bwrap exits with 128 + N for a child that signal N killed

@@ -54,6 +54,7 @@ class _Session:
         self.listener: Callable[[dict], None] | None = None
         self.started = time.monotonic()
         self.ended: sandbox.SandboxResult | None = None
+        self.isolation: tuple[str, ...] = ()  # what holds the runner, in words, once the sandbox has started it
         self.thread = threading.Thread(target=self._serve, args=(policy,), daemon=True)
         self.thread.start()
 
@@ -62,7 +63,10 @@ class _Session:
         self.ended = sandbox.run(argv, cwd=self.work, timeout_s=WARM_LIFE_S, env=execute._runner_env(home=self.work),
                                  output_cap=policy.output_cap, progress_file=self.progress,
                                  stall_s=policy.launch_timeout_s, on_progress=self._seen,
-                                 jail=execute._jail(Access.GPU, self.work))
+                                 jail=execute._jail(Access.GPU, self.work), on_start=self._held)
+
+    def _held(self, isolation: tuple[str, ...]) -> None:
+        self.isolation = isolation
 
     def _seen(self, event: dict) -> None:
         if self.listener is not None:
@@ -99,7 +103,9 @@ class _Session:
         if result is None or result["findings"] or "error" in result or unreadable:
             return None
         excerpt = (printed or b"")[-4000:].decode("utf-8", "replace")
-        return execute.RunOutcome(result=result, seconds=time.monotonic() - clock, output_excerpt=excerpt)
+        execute.held_by(result, self.isolation)
+        return execute.RunOutcome(result=result, seconds=time.monotonic() - clock, output_excerpt=excerpt,
+                                  isolation=self.isolation)
 
     def close(self) -> None:
         """Ask the runner to end, and give its folder back. A runner that does not answer is left to
