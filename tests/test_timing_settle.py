@@ -19,6 +19,8 @@ from klineage.gate.timing import (
     Settlement,
     Settling,
     TimingStats,
+    cover_s,
+    keep_covered,
     settle_record,
 )
 from klineage.gate.verdict import GATE_VERSION, Status, Verdict
@@ -117,6 +119,37 @@ def test_a_vendor_burning_random_host_time_never_gives_a_confident_wrong_ratio(s
     true = vendor_us / kernel_us
     assert check.settlement is Settlement.UNSETTLED or abs(ratio.overall / true - 1) <= 0.05, (
         burn, ratio.overall, true, check.to_dict())
+
+
+def test_exposed_samples_are_left_out_unless_they_are_most_of_a_trial():
+    assert keep_covered([10.0, 10.1, 10.2], [30.0, 45.0]) == [10.0, 10.1, 10.2]
+    assert keep_covered([10.0], [30.0, 45.0]) == [10.0, 30.0, 45.0]  # host-bound: the settle check judges all
+    assert keep_covered([], []) == []
+    assert cover_s(300_000) == pytest.approx(100e-6)  # the least a cover lasts: at 3 GHz, above any SM clock
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_vendor_exposed_after_a_long_round_settles_once_its_exposed_calls_are_left_out(seed):
+    """The s21 pattern: beside a 149-ms naive GEMM, the vendor's call that opens a round (the host just
+    waited out the last one) sometimes outlasts the cover; its events then time the host too. Unmarked,
+    those samples make the vendor unsettled; marked exposed and left out, the rest give its true time."""
+    rng = random.Random(seed)
+    vendor_us, cover_us = 200.0, 100.0
+    trials_kept, trials_all = [], []
+    for _ in range(3):
+        covered, exposed = [], []
+        for rep in range(20):
+            host = rng.uniform(0, 400) if rep % 2 == 0 else rng.uniform(0, 20)  # opens every other round
+            sample = vendor_us * (1 + rng.gauss(0, 0.01)) + max(0.0, host - cover_us)
+            (exposed if host > cover_us else covered).append(sample)
+        trials_kept.append(keep_covered(covered, exposed))
+        trials_all.append(covered + exposed)
+    candidate = measured(149_000.0, reps=20, seed=seed)
+    kept = settle(candidate=candidate, vendor=trials_kept)
+    assert kept.settlement is Settlement.SETTLED
+    assert settle(candidate=candidate, vendor=trials_all).settlement is Settlement.UNSETTLED  # the premise
+    assert TimingStats.of(trials_kept).median_us == pytest.approx(vendor_us, rel=0.02)
+    assert TimingStats.of(trials_all).median_us > TimingStats.of(trials_kept).median_us
 
 
 def test_no_ratio_and_no_trials_is_unsettled_not_a_crash():

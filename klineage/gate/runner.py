@@ -36,6 +36,7 @@ from klineage.launch import ResolvedLaunch
 from klineage.problem import VendorTiming
 
 HOST_COVER_CYCLES = 200_000  # about 100 us at H200 clocks: longer than any host dispatch we time
+IDLE_COVER = 4  # the cover, in HOST_COVER_CYCLES, where the GPU has nothing queued ahead of a timed call
 HOST_BOUND_US = 50.0  # half the cover: an eager dispatch longer than this leaks host time into its events
 WARM_CLOCKS_S = 1.0  # busy work before an unsettled timing is measured again
 PACKED_CACHE = 64  # parameter buffers kept per kernel (tensor maps are encoded once per buffer address)
@@ -440,7 +441,15 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
     A timing that does not settle is measured again after warming the clocks, with more trials; the
     settle check of each attempt goes into the profile, and only a settled one may decide anything."""
     import klineage.gate.correctness as c
-    from klineage.gate.timing import RETRY_TRIALS, PairedRatio, Settlement, Settling, TimingStats, settle_record
+    from klineage.gate.timing import (
+        RETRY_TRIALS,
+        PairedRatio,
+        Settlement,
+        Settling,
+        TimingStats,
+        cover_s,
+        settle_record,
+    )
 
     torch = device.torch
     params = dict(problem.info.case(case_name).params)
@@ -460,20 +469,31 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         sets.append({"inputs": inputs, "expected": expected, "buffers": per_kernel})
     host_us: dict[str, list[float]] = {}
 
-    def timed_call(role: str, make, s) -> tuple[Any, Any]:
+    stream = torch.cuda.current_stream()
+
+    def timed_call(role: str, make, s) -> tuple[Any, Any, bool]:
+        """Queue one timed call; also whether the host may have been timed (`exposed`)."""
         before, call = make(s)
+        # Nothing queued ahead (a round's first call: the host just waited out the last round, and after a
+        # long kernel it can be slow to dispatch again): a longer cover, and a dispatch that still outlasts
+        # it is marked exposed, since the events may then have timed the host (bench/logs/gpu-session-s21.txt:
+        # cuBLAS beside a 149-ms naive GEMM spread 0.94, its trial medians 185 to 244 us).
+        idle = stream.query()
+        cycles = HOST_COVER_CYCLES * (IDLE_COVER if idle else 1)
         flush.zero_()
         before()
+        covered = time.perf_counter()  # before the cover is queued: the GPU cannot start it earlier
         # Keep the GPU busy while the host dispatches the call, so the events time the GPU work
         # and not the host's launch path (which differs between pycuda and a library call).
-        torch.cuda._sleep(HOST_COVER_CYCLES)
+        torch.cuda._sleep(cycles)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         dispatched = time.perf_counter()
         call()
-        host_us.setdefault(role, []).append((time.perf_counter() - dispatched) * 1e6)
+        done = time.perf_counter()
+        host_us.setdefault(role, []).append((done - dispatched) * 1e6)
         end.record()
-        return start, end
+        return start, end, idle and done - covered > cover_s(cycles)
 
     contenders: list[tuple[str, Any]] = [(kernel.role, _timed_launch(kernel, case_name)) for kernel in kernels]
     notes: list[str] = []
@@ -507,14 +527,17 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         nonlocal placed
         orders: list[list[str]] = []
         samples: dict[str, list[list[float]]] = {role: [] for role, _ in contenders}
+        exposed.clear()
         for trial in range(trials * arrangements):
             device.progress.emit(stage="profile", case=case_name, trial=trial)
             if trial and arrangements > 1:
                 placed = exchange_places(placed, case_name)
                 warm_up({k.role for k in placed})  # only the reloaded kernels: the vendor stays warm
             orders.append([k.role for k in placed])
-            for role, values in _trial_samples(device, contenders, sets, policy, trial, timed_call).items():
+            kept, dropped = _trial_samples(device, contenders, sets, policy, trial, timed_call)
+            for role, values in kept.items():
                 samples[role].append(values)
+                exposed[role] = exposed.get(role, 0) + dropped[role]
             # The timed calls' own outputs must be right: a kernel cannot behave differently when timed.
             for s in sets:
                 for kernel in kernels:
@@ -527,6 +550,7 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
                         return None
         return samples, orders
 
+    exposed: dict[str, int] = {}  # each contender's samples left out of its last attempt: the host may be in them
     attempts: list[Settling] = []
     trials = policy["trials"]
     while True:
@@ -551,31 +575,39 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         "roofline": _roofline(device, problem, case_name, stats),
         **({"placement": _by_arrangement(orders, samples, arrangements)} if arrangements > 1 else {}),
         **({"vendor_launch": vendor_launch} if vendor_launch else {}),
+        **({"host_exposed": exposed} if any(exposed.values()) else {}),
         **({"notes": notes} if notes else {}),
     }
 
 
 def _trial_samples(device: Device, contenders: list[tuple[str, Any]], sets: list[dict[str, Any]],
-                   policy: dict[str, Any], trial: int, timed_call) -> dict[str, list[float]]:
+                   policy: dict[str, Any], trial: int, timed_call) -> tuple[dict[str, list[float]], dict[str, int]]:
     """One trial: rounds of every contender once, in a rotating order, until the samples settle
-    (spread under the target after min_reps), the trial's time is up, or max_reps."""
-    from klineage.gate.timing import spread
+    (spread under the target after min_reps), the trial's time is up, or max_reps. Each contender's
+    samples, and how many were left out because the host may be in them (`timing.keep_covered`)."""
+    from klineage.gate.timing import keep_covered, spread
 
-    samples: dict[str, list[float]] = {role: [] for role, _ in contenders}
+    covered: dict[str, list[float]] = {role: [] for role, _ in contenders}
+    exposed: dict[str, list[float]] = {role: [] for role, _ in contenders}
+
+    def kept() -> dict[str, list[float]]:
+        return {role: keep_covered(covered[role], exposed[role]) for role in covered}
+
     started = time.monotonic()
     rep = 0
     while rep < policy["max_reps"]:
         order = contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]
         events = [(role, timed_call(role, make, sets[rep % len(sets)])) for role, make in order]
         device.synchronize(f"timed round {rep} of trial {trial}")
-        for role, (start, end) in events:
-            samples[role].append(start.elapsed_time(end) * 1000.0)
+        for role, (start, end, host_seen) in events:
+            (exposed if host_seen else covered)[role].append(start.elapsed_time(end) * 1000.0)
         rep += 1
         if rep >= policy["min_reps"] and rep % 5 == 0:
-            settled = all(spread(v) < policy["spread_target"] for v in samples.values())
+            settled = all(spread(v) < policy["spread_target"] for v in kept().values())
             if settled or time.monotonic() - started > policy["trial_seconds"]:
                 break
-    return samples
+    samples = kept()
+    return samples, {role: len(covered[role]) + len(exposed[role]) - len(samples[role]) for role in samples}
 
 
 def _vendor_launch(host_us: list[float], declared: bool) -> dict[str, Any]:

@@ -99,6 +99,24 @@ AGREEMENT_LIMIT = 0.10  # (max - min) / overall of one ratio's per-trial values
 RETRY_TRIALS = 2  # an unsettled timing is measured again with this many times the trials (at most 10)
 
 
+# A timed call is covered by a GPU sleep of a number of SM cycles queued before it; no GPU's SM clock
+# reaches this, so the sleep lasts at least cycles / FASTEST_SM_HZ seconds.
+FASTEST_SM_HZ = 3.0e9
+
+
+def cover_s(cycles: int) -> float:
+    """The least time a cover of `cycles` SM cycles keeps the GPU busy."""
+    return cycles / FASTEST_SM_HZ
+
+
+def keep_covered(covered: list[float], exposed: list[float]) -> list[float]:
+    """One contender's samples of a trial: those whose dispatch the cover hid, without the exposed ones
+    (the host was slower than the cover, so the events may have timed the host too). Where most were
+    exposed, the contender is host-bound, not unlucky: every sample stays, and the settle check judges
+    them (a host-bound eager vendor is then timed from its CUDA graph)."""
+    return list(covered) if len(covered) >= len(exposed) else list(covered) + list(exposed)
+
+
 class Settlement(str, Enum):
     """How a timing ended: only a settled one may accept or refuse a kernel."""
 
