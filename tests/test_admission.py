@@ -33,11 +33,13 @@ from klineage.skills.admission import (
     judged_alike,
     rejudge,
     required_ratio,
+    when_allows,
 )
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import problem_infos
 from klineage.skills.trial_reading import Reading, TrialOutcome, reading, trial_outcome
+from klineage.skills.when import unpaid_when
 from library_data import dry_cards_by_transform
 from lineage_data import DRY_WALK
 
@@ -81,6 +83,50 @@ def with_effect(card, ratio: float):
     ref = Ref(lineage_id(Lineage.load(DRY_WALK)), RefKind.TRANSITION, 0)
     return dataclasses.replace(card, effects=(Effect("headline", "row_softmax", ratio, (ratio, ratio * 1.01,
                                                                                         ratio * 0.99), ref),))
+
+
+def with_case_effects(card, ratios: list[float]):
+    """The card timed on one case per ratio (as bench/percase.py times a step on every case)."""
+    ref = Ref(lineage_id(Lineage.load(DRY_WALK)), RefKind.TRANSITION, 0)
+    return dataclasses.replace(card, effects=tuple(Effect(f"case{i}", "row_softmax", r, (r, r, r), ref)
+                                                   for i, r in enumerate(ratios)))
+
+
+@pytest.mark.parametrize("ratios, kind, status", [
+    ([1.0] * 6, "never", CardStatus.RETIRED),  # timed on six cases, paid on none: contradicted
+    ([1.2] * 4 + [0.98] * 4, "mixed", CardStatus.CANDIDATE),  # pays somewhere, nothing says where
+    ([1.2] * 7, "uniform", CardStatus.CANDIDATE),  # paid on every case, but on fewer than eight
+])
+def test_a_card_whose_cases_do_not_say_where_it_pays_is_not_admitted(cards, ratios, kind, status):
+    """A card timed per case is admitted only where its cases say where it pays (a forced precondition, or
+    paid on every one of eight cases or more). A trial of a card they keep out costs no gate, and an
+    admitted one is retired (paid nowhere) or a candidate again."""
+    card = with_case_effects(cards["launch_bounds"], ratios)
+    assert unpaid_when(card).kind.value == kind
+
+    def gate(problem_path, kernel, against, case=""):
+        raise AssertionError("a trial that cannot admit must not spend a gate evaluation")
+
+    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, gate)
+    assert trial_outcome(trial) is TrialOutcome.INCONCLUSIVE and "do not say where it pays" in trial.message
+    assert updated.status is CardStatus.CANDIDATE
+    assert when_allows(card, CardStatus.ADMITTED) is status
+    admitted, _ = admit(dataclasses.replace(card, status=CardStatus.ADMITTED), [tiny_target()], corpus.problem_path,
+                        gate)
+    assert admitted.status is status
+
+
+def test_paid_on_every_case_or_timed_on_headlines_alone_the_trial_decides(cards, gate_cache):
+    """Paid on all of eight cases says where the card pays; a card timed on its steps' headlines alone (one
+    case a step, as a library built before per-case timing) cannot say, so its trials decide as before."""
+    ref = Ref(lineage_id(Lineage.load(DRY_WALK)), RefKind.TRANSITION, 0)
+    headlines = dataclasses.replace(cards["launch_bounds"], effects=tuple(
+        Effect("headline", op, 1.0, (1.0, 1.0, 1.0), dataclasses.replace(ref, index=i))
+        for i, op in enumerate(("row_softmax", "gemm", "topk", "conv2d"))))
+    for card in (with_case_effects(cards["launch_bounds"], [1.2] * 8), headlines):
+        assert unpaid_when(card) is None
+        updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 1.2))
+        assert trial_outcome(trial) is TrialOutcome.PASSED and updated.status is CardStatus.ADMITTED
 
 
 def test_held_out_targets_skip_the_source_lineage_and_need_a_site(cards, lineages):

@@ -187,7 +187,7 @@ def test_a_rebuild_keeps_every_trial_and_the_status_of_unchanged_cards_only(tmp_
     from before conv2d's re-walk): a card unchanged, or changed only in effects that ask a trial the
     same ratio, keeps its trials and status; any other changed one keeps its trials as history and
     is a candidate again."""
-    from klineage.skills.admission import card_digest, carry_trials, judged_alike
+    from klineage.skills.admission import card_digest, carry_trials, judged_alike, when_allows
 
     admitted_on_gpu = load_library(SESSION_5)
     out = tmp_path / "rebuilt.json"
@@ -198,13 +198,20 @@ def test_a_rebuild_keeps_every_trial_and_the_status_of_unchanged_cards_only(tmp_
     same = {c.id for c in tried if card_digest(earlier[c.id]) == card_digest(c) or judged_alike(earlier[c.id], c)}
     changed = {c.id for c in tried} - same
     assert same and changed and any(card_digest(earlier[i]) != card_digest(rebuilt.by_id(i)) for i in same)
+    printed = capsys.readouterr().out
     assert (f"carried the trials and status of {len(same)} card(s) over from {SESSION_5} (unchanged, or changed "
             f"only in effects under which every recorded trial reads the same); {len(changed)} changed card(s) "
-            f"keep their trials as history, candidates again") in capsys.readouterr().out
+            f"keep their trials as history, candidates again") in printed
+    kept_out = 0
     for card in rebuilt.cards:
         old = earlier.get(card.id)
         assert card.verification_log == (old.verification_log if old else ()), card.short_id
-        assert card.status is (old.status if card.id in same else CardStatus.CANDIDATE)
+        # a carried status stands unless the card's per-case effects keep it out of admission
+        assert card.status is (when_allows(card, old.status) if card.id in same else CardStatus.CANDIDATE)
+        if card.id in same and card.status is not old.status:
+            kept_out += 1
+            assert f"{card.short_id} {card.transform:20s} admitted -> {card.status.value}: " in printed
+    assert kept_out  # the corpus's per-case timings show cards that pay on none of their cases
     assert carry_trials(rebuilt, admitted_on_gpu)[0].cards == rebuilt.cards  # carrying twice changes nothing
 
 

@@ -37,8 +37,12 @@ gate's `GateSetting`). Status: admitted when some new trial PASSED and none was 
 slower than required (`Reading.SLOWER`) says where the mechanism does not pay, not that the card is
 wrong, so it does not keep out a card that reproduced its effect elsewhere (it stays in the log,
 which the card's page and SKILL.md show); an admitted card with a FAILED trial and no PASSED one is
-retired; otherwise the status stays (a retired card stays). `klineage.skills.admission_run` admits a
-whole library card by card.
+retired; otherwise the status stays (a retired card stays). Above all that, "admitted" says where the
+card pays: a card timed per case is admitted only where its cases say so (`when.unpaid_when`: a forced
+precondition, or paid on all of at least eight cases); otherwise it is not trialled (no gate runs) and an
+admitted one is retired where it paid on none of its cases, a candidate again where it paid on some with
+nothing saying where (`when_allows`; also applied to the status a rebuild carries over).
+`klineage.skills.admission_run` admits a whole library card by card.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from klineage.skills.materialize import Applied, apply_everywhere
 from klineage.skills.replay import replay_diff
 from klineage.skills.retrieval import precondition_failure, size_of, state_features
 from klineage.skills.trial_reading import Reading, TrialOutcome, reading
+from klineage.skills.when import WhenKind, unpaid_when
 from klineage.transforms.base import Anchor
 
 NOISE = 0.05  # the least relative spread assumed of a declared effect
@@ -140,7 +145,7 @@ def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int, int]
         if added:
             same = card_digest(old) == card_digest(card) or judged_alike(old, card)
             card = dataclasses.replace(card, verification_log=card.verification_log + added,
-                                       status=old.status if same else card.status)
+                                       status=when_allows(card, old.status) if same else card.status)
             carried, history = carried + same, history + (not same)
         cards.append(card)
     provenance = dict(rebuilt.provenance)
@@ -313,6 +318,9 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
             return record(TrialOutcome.INCONCLUSIVE, f"not a fair trial: {why}")
     if required_ratio(card) is None:  # checked before the gate: a trial that cannot admit costs no GPU time
         return record(TrialOutcome.INCONCLUSIVE, "the card declares no measured effect to reproduce")
+    unpaid = unpaid_when(card)
+    if unpaid is not None:  # likewise: its per-case effects keep it out whatever the trial shows
+        return record(TrialOutcome.INCONCLUSIVE, f"its per-case effects do not say where it pays: {unpaid.sentence}")
     if applied is None:
         return record(TrialOutcome.INCONCLUSIVE, "no forward site applies")
     where = f"{len(applied.anchors)} site(s) -> {applied.state.fingerprint[:12]}"
@@ -352,19 +360,30 @@ def admit(card: SkillCard, targets: Sequence[Target], problem_for: Callable[[str
         raise KLineageError(f"admission needs at least one trial, not limit={limit}")
     trials = [_trial(card, target, problem_for, gate, problems, setting) for target in list(targets)[:limit]]
     updated = dataclasses.replace(card, verification_log=card.verification_log + tuple(trials),
-                                  status=_status_after(card.status, trials))
+                                  status=_status_after(card, trials))
     return updated, trials
 
 
-def _status_after(status: CardStatus, trials: Sequence[Trial]) -> CardStatus:
+def _status_after(card: SkillCard, trials: Sequence[Trial]) -> CardStatus:
     readings = {reading(t) for t in trials}
+    status = card.status
     if status is not CardStatus.RETIRED:
         if Reading.PASSED in readings and Reading.REJECTED not in readings:
-            return CardStatus.ADMITTED
+            status = CardStatus.ADMITTED
         failed = readings & {Reading.SLOWER, Reading.REJECTED}
         if failed and Reading.PASSED not in readings and status is CardStatus.ADMITTED:
-            return CardStatus.RETIRED
-    return status
+            status = CardStatus.RETIRED
+    return when_allows(card, status)
+
+
+def when_allows(card: SkillCard, status: CardStatus) -> CardStatus:
+    """`status`, unless the card's per-case effects keep it from being admitted (`when.unpaid_when`): then
+    an admitted card is retired where it paid on none of its cases (the measurements contradict it) and
+    a candidate again where it paid on some with nothing saying where (admission waits for its *when*)."""
+    unpaid = unpaid_when(card)
+    if unpaid is None or status is not CardStatus.ADMITTED:
+        return status
+    return CardStatus.RETIRED if unpaid.kind is WhenKind.NEVER else CardStatus.CANDIDATE
 
 
 def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
@@ -392,5 +411,5 @@ def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
                 changed.append(trial)
         log.append(trial)
     same = [t for t in log if t.basis is not None and t.basis.card == digest]
-    status = _status_after(card.status, same) if same else card.status
+    status = _status_after(card, same) if same else when_allows(card, card.status)
     return dataclasses.replace(card, verification_log=tuple(log), status=status), changed

@@ -107,10 +107,12 @@ def _build(args: argparse.Namespace) -> int:
     for earlier in args.keep_trials:
         from klineage.skills.admission import carry_trials
 
-        library, carried, history = carry_trials(library, _load(earlier))
+        before = _load(earlier)
+        library, carried, history = carry_trials(library, before)
         print(f"carried the trials and status of {carried} card(s) over from {earlier} (unchanged, or changed "
               f"only in effects under which every recorded trial reads the same)"
               + (f"; {history} changed card(s) keep their trials as history, candidates again" if history else ""))
+        _say_kept_out(library, before)
     out = save_library(library, args.out or bundled_library())
     for path in left_out:
         print(f"left out {path.name}: a GPU walk, or a longer walk, of the same expert is used")
@@ -120,6 +122,18 @@ def _build(args: argparse.Namespace) -> int:
     print(f"{len(library.cards)} cards ({', '.join(f'{n} {s}' for s, n in sorted(statuses.items())) or 'none'}) "
           f"from {len(lineages)} lineages written to {out}")
     return 0
+
+
+def _say_kept_out(library, earlier) -> None:
+    """Each card admitted in `earlier` that its per-case effects now keep out (admission.when_allows)."""
+    from klineage.skills.card import CardStatus
+    from klineage.skills.when import unpaid_when
+
+    was = {card.id: card.status for card in earlier.cards}
+    for card in library.cards:
+        unpaid = unpaid_when(card)
+        if was.get(card.id) is CardStatus.ADMITTED and card.status is not CardStatus.ADMITTED and unpaid is not None:
+            print(f"{card.short_id} {card.transform:20s} admitted -> {card.status.value}: {unpaid.sentence}")
 
 
 def _load(path: str | None):

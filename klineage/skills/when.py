@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from itertools import combinations
 from typing import Any
@@ -62,6 +63,7 @@ MIN_SUPPORT = 2  # decided cases on each side of a written predicate
 # (bench/results/timing_fidelity.json, H200).
 REPEATABILITY = 0.015
 MIN_LOO = 0.8  # leave-one-case-out accuracy a written predicate reaches
+MIN_WHEN_CASES = 8  # distinct cases a card must have paid on before "paid on all N cases" admits it
 SOURCE = "timing"  # a Precondition's source: it says where the step pays, not whether it is sound
 
 
@@ -351,3 +353,21 @@ def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When
         unpaid = any(r.outcome is Outcome.DID_NOT_PAY for r in rows)
         sentence += "; " + ("no predicate over the case facts was forced by them" if unpaid else _too_close(required))
     return When(kind, sentence, rows, required=required)
+
+
+def unpaid_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When | None:
+    """The card's *when* where it keeps the card from being admitted, or None where the card may be
+    admitted on its trials. A card timed per case (some step of it timed on more than one case) must say
+    where it pays: a forced precondition, or paid on every case of at least MIN_WHEN_CASES. Paid on
+    none, on some with nothing saying where, or on all of too few cases keeps it out. A card timed on
+    its steps' headlines alone (a library built before per-case timing) cannot tell "never pays" from
+    "not measured where it pays": its trials decide, as before."""
+    steps = Counter((e.source.lineage, e.source.index) for e in card.effects)
+    if not any(n > 1 for n in steps.values()):
+        return None
+    when = card_when(card, required)
+    if when.kind is WhenKind.PRECONDITION or (when.kind is WhenKind.UNIFORM and len(when.cases) >= MIN_WHEN_CASES):
+        return None
+    if when.kind is WhenKind.UNIFORM:
+        return replace(when, sentence=f"{when.sentence}; fewer than the {MIN_WHEN_CASES} cases that saying so needs")
+    return when
