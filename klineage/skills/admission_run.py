@@ -54,6 +54,7 @@ from klineage.skills.admission import (
 from klineage.skills.card import SkillCard, Trial
 from klineage.skills.library import Library
 from klineage.skills.trial_reading import TrialOutcome, trial_outcome
+from klineage.skills.when import unpaid_when
 from klineage.walk.walker import DEFAULT_POLICY
 
 # The walk's correctness gate (every case x 3 seeds, sanitizers on a pass) plus paired timing
@@ -193,7 +194,7 @@ class _Ahead:
             self.done.add(each.id)
             for target in its_targets:
                 applied = applied_to(each, target)
-                if applied is not None and required_ratio(each) is not None:
+                if applied is not None and required_ratio(each) is not None and unpaid_when(each) is None:
                     by_problem.setdefault(str(self.problem_for(target.problem)), {})[applied.state.fingerprint] = \
                         applied.state
                     count += 1
