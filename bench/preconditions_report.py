@@ -15,6 +15,8 @@ induction then reads them, klineage.skills.when) and the recorded verdicts; runs
 - whens: how many admitted cards' *when* is each kind (precondition, uniform, never, mixed, unmeasured).
 - rows: one per admitted card with a *when*: its precondition (or "paid on all N cases measured"),
   the cases it holds and fails on, the share of paid cases where it holds, its leave-one-case-out accuracy.
+- kept_out: the cards that are not admitted because their per-case effects do not say where they pay
+  (klineage.skills.when.unpaid_when), counted by the kind of their *when* (never, mixed, uniform on too few cases).
 - pending: the same for cards that are not admitted (a card that gains a precondition is a candidate
   until it is admitted again on it), each with its status.
 - provenance.gpu: the GPUs the per-case timings behind the cards ran on ("none": nothing timed per case).
@@ -34,7 +36,7 @@ from klineage.fingerprint import document_text
 from klineage.skills.card import CardStatus, SkillCard
 from klineage.skills.library import Library, lineage_index, load_library, problem_infos
 from klineage.skills.retrieval import retrieve
-from klineage.skills.when import WhenKind, card_when
+from klineage.skills.when import WhenKind, card_when, unpaid_when
 
 LIBRARY = config.REPO_ROOT / "corpus" / "library" / "library.json"
 OUT = config.REPO_ROOT / "bench" / "results" / "preconditions.json"
@@ -115,11 +117,17 @@ def report(library: Library) -> dict[str, Any]:
         "uniform": sum(w.kind is WhenKind.UNIFORM for w in whens.values()),
         "loo_accuracy": _pooled(admitted), "evaluations_saved": evaluations_saved(library),
         "whens": {kind.value: sum(w.kind is kind for w in whens.values()) for kind in WhenKind},
+        "kept_out": _kept_out(library),
         "rows": [row for row in (_row(c) for c in admitted) if row is not None],
         # candidates with a *when* of their own: a new precondition makes a card a candidate until admitted again
         "pending": [{**row, "status": c.status.value} for c in library.cards if c.status is not CardStatus.ADMITTED
                     for row in [_row(c)] if row is not None],
     }
+
+
+def _kept_out(library: Library) -> dict[str, int]:
+    held = [w for c in library.cards if c.status is not CardStatus.ADMITTED for w in [unpaid_when(c)] if w is not None]
+    return {kind.value: n for kind in WhenKind for n in [sum(w.kind is kind for w in held)] if n}
 
 
 def main(argv: list[str]) -> int:

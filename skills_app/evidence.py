@@ -287,7 +287,8 @@ def _preconditions(e: Evidence, data: dict[str, Any]) -> None:
     e.headline = (f"of {data.get('admitted', '?')} admitted cards, {data.get('with_preconditions', '?')} with a timing "
                   f"precondition, {whens.get('uniform', data.get('uniform', '?'))} paid on every case measured, "
                   f"{whens.get('never', '?')} paid on none, {whens.get('mixed', '?')} mixed with nothing forced; "
-                  f"{len(pending)} card(s) with a new precondition await admission (paid: the forward step's "
+                  f"{len(pending)} card(s) with a new precondition await admission; {_kept_out_words(data)} "
+                  f"(a case paid where the forward step's "
                   f"paired time ratio to its parent reached {DEFAULT_REQUIRED_RATIO}x by more than the gate's "
                   f"{REPEATABILITY:.1%} run-to-run spread, per case of its problem)")
     e.columns = ["card", "transform", "status", "when", "holds on", "fails on", "leave-one-case-out"]
@@ -295,6 +296,17 @@ def _preconditions(e: Evidence, data: dict[str, Any]) -> None:
                len(r["fails_on"]), _num(r.get("loo_accuracy"), "{:.2f}")]
               for r in [*data.get("rows", []), *pending]]
 
+
+def _kept_out_words(data: dict[str, Any]) -> str:
+    kept = data.get("kept_out") or {}
+    if not kept:
+        return "no card kept out by its per-case effects"
+    return (f"{sum(kept.values())} kept out because their per-case effects do not say where they pay: "
+            + ", ".join(f"{n} {_KEPT_OUT.get(kind, kind)}" for kind, n in sorted(kept.items())))
+
+
+_KEPT_OUT = {"never": "paid on none of their cases", "mixed": "paid on some with nothing saying where",
+             "uniform": "paid on all of fewer than eight cases"}
 
 _SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _preconditions, "example.json": _example,
               "gate_cost.json": _gate_cost,

@@ -63,13 +63,18 @@ def test_committed_results_have_headlines():
     assert found["multigpu.json"].headline.startswith(f"{widest['gpus']} GPUs at {widest['efficiency']:.2f} efficiency")
 
     when, report = found["preconditions.json"], data("preconditions.json")
+    kept = report["kept_out"]
+    assert kept  # the committed report keeps cards out: its library was built with every per-case timing
     assert when.title == "When cards pay (per-case timings)" and when.where == report["provenance"]["gpu"]
     assert when.headline == (f"of {report['admitted']} admitted cards, {report['with_preconditions']} with a timing "
                              f"precondition, {report['whens']['uniform']} paid on every case measured, "
                              f"{report['whens']['never']} paid on none, {report['whens']['mixed']} mixed with nothing "
-                             f"forced; {len(report['pending'])} card(s) with a new precondition await admission "
-                             f"(paid: the forward step's paired time ratio to its parent reached 1.01x by more than "
-                             f"the gate's 1.5% run-to-run spread, per case of its problem)")
+                             f"forced; {len(report['pending'])} card(s) with a new precondition await admission; "
+                             f"{sum(kept.values())} kept out because their per-case effects do not say where they pay: "
+                             f"{kept.get('mixed', 0)} paid on some with nothing saying where, {kept.get('never', 0)} "
+                             f"paid on none of their cases (a case paid where the forward step's paired time ratio to "
+                             f"its parent reached 1.01x by more than the gate's 1.5% run-to-run spread, per case "
+                             f"of its problem)")
     assert [r[:3] for r in when.rows] == [[r["card"], r["transform"], r.get("status", "admitted")]
                                           for r in report["rows"] + report["pending"]]
 
