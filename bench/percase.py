@@ -19,7 +19,7 @@ import json
 import math
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from klineage import config, corpus
@@ -91,22 +91,27 @@ def plan_lanes(walks: list[Path], lanes: int, per_card: int, placement: Placemen
     return 0
 
 
-def precompile(lineage: Lineage, steps: list[int], jobs: int) -> None:
-    """Compile the kernel of every state the steps time, `jobs` side by side, into the compile cache the
-    gate reads: the gate compiles one kernel at a time, and nvcc for a fresh machine's hundred states
-    would otherwise hold the GPU idle for minutes. A kernel that fails to compile is left for its gate
-    to report."""
-    kernels = {lineage.states[i].kernel.fingerprint: lineage.states[i].kernel for step in steps
-               for i in (step, step + 1)}
-
+def precompile(lineage: Lineage, steps: list[int], pool: ThreadPoolExecutor) -> dict[int, list[Future]]:
+    """Start compiling the kernels of the states the steps time, in step order, on `pool` (side by side),
+    into the compile cache the gate reads; each step's builds, so that a step is timed as soon as its two
+    kernels are built while later ones compile. The gate compiles one kernel at a time: nvcc for a fresh
+    machine's hundred states would otherwise hold the GPU idle for minutes, and a stage cut by its time
+    limit before the last compile would time nothing (conv2d_implicit_gemm_any, whose states take up to
+    26 s each, timed no step in 120 s when every compile came first). A kernel that fails to compile is
+    left for its gate to report."""
     def build(kernel):
         try:
             compile_kernel(kernel, cache_dir=config.cache_dir())
         except KLineageError:
             pass
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(build, kernels.values()))
+    started: dict[str, Future] = {}
+    for step in steps:
+        for i in (step, step + 1):
+            kernel = lineage.states[i].kernel
+            if kernel.fingerprint not in started:
+                started[kernel.fingerprint] = pool.submit(build, kernel)
+    return {step: [started[lineage.states[i].kernel.fingerprint] for i in (step, step + 1)] for step in steps}
 
 
 def _case_count(lineage: Lineage) -> int:
@@ -155,10 +160,12 @@ def main(argv: list[str]) -> int:
         return 0
     print(f"{args.walk.name}: {len(chosen)} step(s) timed on every case, {placement.value}; child time / parent time")
     cache = default_cache()
-    precompile(lineage, chosen, args.jobs)
     # one warm runner for the walk's problem: torch, the problem and its inputs loaded once, not per step
-    with WarmRunner(corpus.problem_path(lineage.problem.operator)) as runner:
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool, \
+            WarmRunner(corpus.problem_path(lineage.problem.operator)) as runner:
+        builds = precompile(lineage, chosen, pool)
         for index in chosen:
+            wait(builds[index])
             started, row = time.monotonic(), f"{index:4d} {lineage.transitions[index].transform:22s}"
             try:
                 verdict = percase_step(lineage, index, GateMode.GPU, cache, record=True, placement=placement,

@@ -149,3 +149,24 @@ def test_percase_times_the_card_steps_of_the_library_it_is_given(walk, tmp_path)
     assert steps(walk, 0, library) == [3, 5, 9]
     assert steps(walk, 1, library) == [5, 9]
     assert steps(walk, 0) != [3, 5, 9]  # the bundled library's own card steps otherwise
+
+
+def test_percase_times_a_step_once_its_two_kernels_are_built_while_later_ones_compile(tmp_path, monkeypatch):
+    """bench/percase.py's builds are started in step order and handed out per step: a state two steps share
+    is built once, and each step waits for its own two kernels only (a stage cut by its time limit still
+    timed its first steps)."""
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    from bench_tools import bench_script
+    from klineage.gate.compile import compile_kernel
+
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path))  # a compile cache of its own: nothing built before
+    walk = Lineage.load(WALK)
+    assert not compile_kernel(walk.states[3].kernel, cache_dir=tmp_path / "probe").cached
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        builds = bench_script("percase").precompile(walk, [3, 4], pool)
+        assert sorted(builds) == [3, 4] and builds[3][1] is builds[4][0]  # state 4: step 3's child, step 4's parent
+        wait(builds[3])
+        assert all(f.done() and f.exception() is None for f in builds[3])
+    for index in (3, 4, 5):
+        assert compile_kernel(walk.states[index].kernel, cache_dir=config.cache_dir()).cached
