@@ -36,3 +36,15 @@ def test_a_settled_timing_says_what_settled_means(client, corpus, db):
     page = " ".join(client.get(f"/verdicts/{verdict.key}/").content.decode().split())
     assert ("settled (3 trials; each contender's p10–p90 range at most 50% of its median, trial ratios within "
             "10%).") in page
+
+
+def test_samples_the_host_may_be_in_are_counted_where_they_were_left_out(client, corpus, db):
+    verdict = timed()
+    verdict.document["profile"]["host_exposed"] = {"vendor": 7, "candidate": 1}
+    verdict.save()
+    page = " ".join(client.get(f"/verdicts/{verdict.key}/").content.decode().split())
+    assert ("<strong>Left out:</strong> 7 vendor samples, 1 candidate sample: the host dispatched each of those calls "
+            "later than the GPU work queued ahead of it could cover, so their events may have timed the host too.") in page
+    del verdict.document["profile"]["host_exposed"]
+    verdict.save()
+    assert "Left out:" not in client.get(f"/verdicts/{verdict.key}/").content.decode()
