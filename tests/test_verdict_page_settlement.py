@@ -44,7 +44,8 @@ def test_samples_the_host_may_be_in_are_counted_where_they_were_left_out(client,
     verdict.save()
     page = " ".join(client.get(f"/verdicts/{verdict.key}/").content.decode().split())
     assert ("<strong>Left out:</strong> 7 vendor samples, 1 candidate sample: the host dispatched each of those calls "
-            "later than the GPU work queued ahead of it could cover, so their events may have timed the host too.") in page
+            "later than the GPU work queued ahead of it could cover, so their events may have timed the host "
+            "too.") in page
     del verdict.document["profile"]["host_exposed"]
     verdict.save()
     assert "Left out:" not in client.get(f"/verdicts/{verdict.key}/").content.decode()
