@@ -43,7 +43,7 @@ mkdir -p recorded/verdicts && touch /tmp/session-start
 export PATH=$PATH:/usr/local/cuda/bin
 # Untrusted code runs under bubblewrap (docs/sandbox.md): the host has none, so the carried one (with its libraries).
 if [ -f .hostbin/bwrap ]; then chmod +x .hostbin/bwrap; export KLINEAGE_BWRAP=$PWD/.hostbin/bwrap; fi
-python3 -c 'from klineage.gate.jail import launcher; print("sandbox:", launcher())' || echo "sandbox: UNAVAILABLE (see above)"
+python3 -c 'from klineage.gate.jail import launcher, shown_launcher; b = launcher(); print("sandbox:", b and shown_launcher(b))' || echo "sandbox: UNAVAILABLE (see above)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
 echo "sanitizer: $(command -v compute-sanitizer)"
 mkdir -p "$OUT/lineages" "$OUT/results"
@@ -69,10 +69,10 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     multigpu) chmod -R a+rX /tmp/site
       PATH=/tmp/site/pgserver/pginstall/bin:$PWD/.hostbin:$PATH timeout 540 python3 bench/multigpu.py ${MULTIGPU_ARGS:-} --out "$OUT/results/multigpu.json" ;;
     # -v: one line per test as it ends, so a run cut by the timeout still shows what passed
-    gputests) timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest tests/test_gpu_*.py -v -n 0 -p no:django -p no:cacheprovider -rA ;;
+    gputests) timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest tests/test_gpu_*.py -v --no-header -n 0 -p no:django -p no:cacheprovider -rA ;;
     gputest:*) local name=${1#gputest:} select=${GPUTEST_K:-}  # gputest:NAME:K selects with -k K (no spaces)
       [[ $name == *:* ]] && select=${name#*:} && name=${name%%:*}
-      timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest "tests/test_gpu_${name}.py" -v -n 0 -p no:django \
+      timeout "${limit:-${TESTS_TIMEOUT:-420}}" python3 -m pytest "tests/test_gpu_${name}.py" -v --no-header -n 0 -p no:django \
       -p no:cacheprovider -rA ${select:+-k "$select"} ;;
     profile:*) local name=${1#profile:}  # Nsight Compute on one launch of a GEMM expert beside cuBLAS
       timeout "${limit:-240}" ncu --profile-from-start off --clock-control none --section SpeedOfLight \

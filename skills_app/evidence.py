@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO
-from klineage.skills.when import REPEATABILITY
+from klineage.skills.when import MIN_WHEN_CASES, REPEATABILITY
 
 
 def results_dir() -> Path:
@@ -306,7 +306,7 @@ def _kept_out_words(data: dict[str, Any]) -> str:
 
 
 _KEPT_OUT = {"never": "paid on none of their cases", "mixed": "paid on some with nothing saying where",
-             "uniform": "paid on all of fewer than eight cases"}
+             "uniform": f"paid on all of fewer than {MIN_WHEN_CASES} cases"}
 
 _SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _preconditions, "example.json": _example,
               "gate_cost.json": _gate_cost,

@@ -287,10 +287,10 @@ def test_a_carried_launcher_is_named_relative_to_the_checkout():
     """Verdicts say which bwrap isolated a run: a carried one (a GPU host's .hostbin/bwrap) by its place in the
     checkout, never by one machine's absolute path; a system one as it is."""
     from klineage import config
-    from klineage.gate.jail import _shown
+    from klineage.gate.jail import shown_launcher
 
-    assert _shown(str(config.REPO_ROOT / ".hostbin" / "bwrap")) == ".hostbin/bwrap"
-    assert _shown("/usr/bin/bwrap") == "/usr/bin/bwrap"
+    assert shown_launcher(str(config.REPO_ROOT / ".hostbin" / "bwrap")) == ".hostbin/bwrap"
+    assert shown_launcher("/usr/bin/bwrap") == "/usr/bin/bwrap"
 
 
 def test_on_start_hears_the_isolation_the_result_reports(tmp_path):

@@ -86,10 +86,10 @@ class Jail:
         inner = {**env, "TMPDIR": "/tmp", "USER": "nobody", "LOGNAME": "nobody"}
         for key, value in sorted(inner.items()):
             args += ["--setenv", key, value]
-        return [*args, "--", *argv], _launcher_env(binary), f"bubblewrap {_shown(binary)} ({self.access.value})"
+        return [*args, "--", *argv], _launcher_env(binary), f"bubblewrap {shown_launcher(binary)} ({self.access.value})"
 
 
-def _shown(binary: str) -> str:
+def shown_launcher(binary: str) -> str:
     """The launcher as verdicts name it: a binary carried in the checkout (a GPU host's `.hostbin/bwrap`)
     relative to it, so recorded verdicts do not carry one machine's checkout path; a system one as it is."""
     path = Path(binary).resolve()

@@ -521,13 +521,14 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
     arrangements = len(kernels) if policy.get("placement") == "exchanged" else 1
     placed = list(kernels)
 
-    def measure(trials: int) -> tuple[dict[str, list[list[float]]], list[list[str]]] | None:
-        """`trials` rounds of interleaved samples, and each trial's load order; None when a timed
-        call's output was wrong (the finding is in the result)."""
+    def measure(trials: int) -> tuple[dict[str, list[list[float]]], list[list[str]], dict[str, int]] | None:
+        """`trials` rounds of interleaved samples, each trial's load order and each contender's samples
+        left out (the host may be in them); None when a timed call's output was wrong (the finding is in
+        the result)."""
         nonlocal placed
         orders: list[list[str]] = []
         samples: dict[str, list[list[float]]] = {role: [] for role, _ in contenders}
-        exposed.clear()
+        exposed: dict[str, int] = {role: 0 for role, _ in contenders}
         for trial in range(trials * arrangements):
             device.progress.emit(stage="profile", case=case_name, trial=trial)
             if trial and arrangements > 1:
@@ -537,7 +538,7 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
             kept, dropped = _trial_samples(device, contenders, sets, policy, trial, timed_call)
             for role, values in kept.items():
                 samples[role].append(values)
-                exposed[role] = exposed.get(role, 0) + dropped[role]
+                exposed[role] += dropped[role]
             # The timed calls' own outputs must be right: a kernel cannot behave differently when timed.
             for s in sets:
                 for kernel in kernels:
@@ -548,16 +549,15 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
                                                            f"{kernel.role}: {problem_found}", case_name,
                                                            kernel=kernel.role))
                         return None
-        return samples, orders
+        return samples, orders, exposed
 
-    exposed: dict[str, int] = {}  # each contender's samples left out of its last attempt: the host may be in them
     attempts: list[Settling] = []
     trials = policy["trials"]
     while True:
         measured = measure(trials)
         if measured is None:
             return
-        samples, orders = measured
+        samples, orders, exposed = measured
         stats = {role: TimingStats.of(values, arrangements) for role, values in samples.items()}
         ratios = {f"vs_{role}": PairedRatio.of(stats["candidate"], s)
                   for role, s in stats.items() if role != "candidate"}
@@ -575,7 +575,7 @@ def profile(device: Device, problem, kernels: list[LoadedKernel], case_name: str
         "roofline": _roofline(device, problem, case_name, stats),
         **({"placement": _by_arrangement(orders, samples, arrangements)} if arrangements > 1 else {}),
         **({"vendor_launch": vendor_launch} if vendor_launch else {}),
-        **({"host_exposed": exposed} if any(exposed.values()) else {}),
+        **({"host_exposed": {role: n for role, n in exposed.items() if n}} if any(exposed.values()) else {}),
         **({"notes": notes} if notes else {}),
     }
 

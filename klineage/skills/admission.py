@@ -379,7 +379,8 @@ def _status_after(card: SkillCard, trials: Sequence[Trial]) -> CardStatus:
 def when_allows(card: SkillCard, status: CardStatus) -> CardStatus:
     """`status`, unless the card's per-case effects keep it from being admitted (`when.unpaid_when`): then
     an admitted card is retired where it paid on none of its cases (the measurements contradict it) and
-    a candidate again where it paid on some with nothing saying where (admission waits for its *when*)."""
+    a candidate again where it paid on some with nothing saying where, or on all of too few cases
+    (admission waits for its *when*)."""
     unpaid = unpaid_when(card)
     if unpaid is None or status is not CardStatus.ADMITTED:
         return status
