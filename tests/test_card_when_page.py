@@ -65,7 +65,7 @@ def test_the_card_page_draws_where_the_card_pays(client, imported):
     assert rows[0] == ("row_softmax:c64", "64", "0.970", "did not pay", "fails")
     assert rows[-1] == ("row_softmax:c16384", "16384", "1.120", "paid", "holds")
     # the diagnostic is listed under its own heading, not among the risks
-    assert "Did not apply here (diagnostics, not risks)" in when and "no_site" in when
+    assert "Diagnostics, not risks: did not apply here" in when and "no_site" in when
     assert "no_site" not in _section(page, "risks")
     # the timing precondition is not shown as a soundness one ("sound on ..., refused on ...")
     assert "cols &gt;= 512" not in _section(page, "preconditions")

@@ -15,7 +15,7 @@ from klineage.gate.policy import Placement
 from klineage.gate.verdict import Finding, Reason
 from klineage.lineage import Lineage
 from klineage.skills.card import SkillCard
-from klineage.skills.induction import SLOWER_RISK, induce
+from klineage.skills.induction import PLACEMENT_DOUBT, SLOWER_RISK, induce
 from klineage.skills.library import problem_infos
 from klineage.skills.skillmd import parse, render
 from klineage.skills.when import SOURCE, WhenKind, card_when
@@ -170,3 +170,22 @@ def test_percase_times_a_step_once_its_two_kernels_are_built_while_later_ones_co
         assert all(f.done() and f.exception() is None for f in builds[3])
     for index in (3, 4, 5):
         assert compile_kernel(walk.states[index].kernel, cache_dir=config.cache_dir()).cached
+
+
+def test_a_case_timing_the_pairing_moved_is_left_out_of_the_card_and_said_in_its_diagnostics(walk, info):
+    plain = timings(info)
+
+    def doubted(lineage: Lineage, index: int) -> PerCaseTiming | None:
+        found = plain(lineage, index)
+        if index != VECTOR_STEP:
+            return found
+        rows = tuple(dataclasses.replace(r, doubt="state 3 timed 12.0 us as a parent and 9.0 us as a child")
+                     if r.case == "narrow" else r for r in found.rows)
+        return dataclasses.replace(found, rows=rows)
+
+    vector = card_of(induce([walk], {"row_softmax": info}, percase=doubted), walk, VECTOR_STEP)
+    assert "narrow" not in {e.case for e in vector.effects}
+    assert "row_softmax:narrow" not in {c.case for c in card_when(vector).cases}
+    [doubt] = [d for d in vector.diagnostics if d.category == PLACEMENT_DOUBT]
+    assert "row_softmax:narrow" in doubt.description and "12.0 us as a parent" in doubt.description
+    assert "## Diagnostics" in render(vector) and "row_softmax:narrow" in render(vector)

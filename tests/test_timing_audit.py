@@ -15,11 +15,16 @@ from klineage.errors import DocumentError
 from klineage.gate.cache import GateCache
 from klineage.lineage import Lineage
 from klineage.walk.timing_audit import (
+    CaseRatio,
     CodeIdentity,
     Pairing,
     StepTiming,
+    audit_cases,
+    case_ratios,
     code_identities,
     exchanged_ratio,
+    percase_step,
+    percase_timing,
     retime_step,
     same_machine_code,
     state_timings,
@@ -128,3 +133,43 @@ def test_the_scan_lists_each_walk_with_its_disagreeing_states(capsys):
 def test_the_probe_without_a_gpu_says_so(capsys):
     assert bench_script("timing_bias").main(["probe", str(CONV_ANY), "13"]) == 2
     assert "no GPU here" in capsys.readouterr().err
+
+
+GEMM = config.corpus_dir() / "lineages" / "gemm_mma_sync.gpu.json"
+
+
+def _cases(lineage: Lineage, index: int) -> dict[str, CaseRatio]:
+    return {r.case: r for r in percase_timing(lineage, index).rows}
+
+
+def test_a_case_timing_the_pairing_moved_across_the_required_ratio_is_no_evidence():
+    # Recorded on the H200 (session 19): GEMM steps 7 and 8 timed as loaded on every case. State 8
+    # timed 2,833.5 us as step 8's parent and 1,726.0 us as step 7's child on grid_one_wave: 1.64x.
+    gemm = Lineage.load(GEMM)
+    devectorize = _cases(gemm, 8)
+    assert devectorize["grid_one_wave"].ratio == pytest.approx(0.843, abs=0.001)
+    assert not devectorize["grid_one_wave"].evidence
+    assert "state 8 timed 2833.5 us as a parent and 1726.0 us as a child" in devectorize["grid_one_wave"].doubt
+    # skinny: state 8 timed alike in both pairings, so the 1.017 stands
+    assert devectorize["skinny"].evidence and not devectorize["skinny"].doubt
+
+
+def test_a_case_that_clears_the_required_ratio_by_more_than_the_pairings_disagreement_stands():
+    gemm = Lineage.load(GEMM)
+    # state 1 timed 6.6% apart on the headline in steps 0 and 1; ldmatrix's 1.515 clears 0.99 by more
+    ldmatrix = _cases(gemm, 1)["headline"]
+    assert ldmatrix.evidence and ldmatrix.ratio == pytest.approx(1.515, abs=0.001)
+    before, mine = (percase_step(gemm, i).profile["per_case"]["headline"]["contenders"] for i in (0, 1))
+    assert abs(mine["candidate"]["median_us"] / before["baseline"]["median_us"] - 1) > 0.05
+
+
+def test_a_case_timing_is_doubted_only_against_a_neighbour_that_disagrees_by_more_than_the_tolerance():
+    gemm = Lineage.load(GEMM)
+    verdict = percase_step(gemm, 8)
+    rows = case_ratios(verdict)
+    assert audit_cases(gemm, 8, verdict, rows, tolerance=1.0) == rows  # no state timed 2x apart
+    softmax = Lineage.load(SOFTMAX)  # a step whose neighbours were not timed on every case is unchecked
+    timed = [i for i in range(len(softmax.transitions)) if percase_timing(softmax, i) is not None]
+    alone = next(i for i in timed if i - 1 not in timed and i + 1 not in timed)
+    verdict = percase_step(softmax, alone)
+    assert audit_cases(softmax, alone, verdict, case_ratios(verdict), tolerance=0.0) == case_ratios(verdict)

@@ -107,6 +107,7 @@ NOT_RISKS = frozenset({RejectionCategory.NO_CHANGE, RejectionCategory.GATE_ERROR
 # diagnostics ("did not apply here"), kept apart from the risks.
 DIAGNOSTICS = frozenset({RejectionCategory.NOT_APPLICABLE, RejectionCategory.AUDIT_MISMATCH})
 SLOWER_RISK = "slower"
+PLACEMENT_DOUBT = "placement_doubt"  # a diagnostic: a case timing the pairing moved, not evidence
 
 Cases = Mapping[str, Mapping[str, Any]]  # case name -> parameters
 # (lineage, step index) -> the step's ratio and rounds re-timed with places exchanged, or None
@@ -240,7 +241,7 @@ def _measured_risks(steps: list[_Step], timed: Mapping[Ref, PerCaseTiming]) -> l
             continue
         operator = step.lineage.problem.operator
         slower += [(f"{operator}:{r.case}", r.ratio, step.ref) for r in every.rows
-                   if r.ratio is not None and r.ratio < 1.0 / DEFAULT_REQUIRED_RATIO]
+                   if r.evidence and r.ratio < 1.0 / DEFAULT_REQUIRED_RATIO]
         for finding in every.findings:
             refused.append(Risk(finding.reason.value, f"the forward step's kernel was refused on case "
                                 f"{operator}:{finding.case or '?'} when timed on every case ({finding.reason.value}): "
@@ -253,6 +254,21 @@ def _measured_risks(steps: list[_Step], timed: Mapping[Ref, PerCaseTiming]) -> l
                                        f"time: {cases}{' ...' if len(worst) > 8 else ''}",
                           tuple(sorted({ref for _, _, ref in slower}))))
     return risks
+
+
+def _doubted(steps: list[_Step], timed: Mapping[Ref, PerCaseTiming]) -> list[Risk]:
+    """A case timing the pairing audit found moved by where the modules loaded (`timing_audit.audit_cases`):
+    left out of the card's effects, its risks and its *when*, and said here, one line a step."""
+    found = []
+    for step in steps:
+        every = timed.get(step.ref)
+        doubted = [r for r in every.rows if r.doubt] if every is not None else []
+        if doubted:
+            operator = step.lineage.problem.operator
+            found.append(Risk(PLACEMENT_DOUBT, "left out of the effects, timed as loaded on every case: "
+                              + "; ".join(f"{operator}:{r.case} {r.ratio:.3f}x ({r.doubt})" for r in doubted),
+                              (step.ref,)))
+    return found
 
 
 def _case_table(problems: Mapping[str, Any] | None, operator: str) -> dict[str, dict[str, Any]] | None:
@@ -356,7 +372,7 @@ def _effects(steps: list[_Step], problems: Mapping[str, Any] | None, retimed: Re
         every = timed.get(step.ref)
         if every is not None:  # one effect a case the step was timed on
             effects += [Effect(r.case, operator, r.ratio, r.per_trial, step.ref, every.placement)
-                        for r in every.rows if r.ratio is not None]
+                        for r in every.rows if r.evidence]
             continue
         timing_case = str(step.lineage.policy.get("forward_timing", {}).get("timing_case", "") or "")
         case = timing_case or _headline(problems, operator)
@@ -465,7 +481,7 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
             anchor=CardAnchor(anchor.kind, anchor.snippet, anchor.function, anchor.key),
             vector=representative.transition.forward_diff, scope=scope, carrier=_carrier(steps),
             preconditions=tuple(preconditions), effects=tuple(effects), risks=tuple(risks),
-            diagnostics=tuple(_risks(rejections, diagnostics=True)),
+            diagnostics=tuple(_risks(rejections, diagnostics=True) + _doubted(steps, timed)),
             requires=requires, provides=provides,
             conflicts=_conflicts(transform, steps, rejections, provides) - requires,
             evidence=tuple(s.ref for s in steps), status=CardStatus.CANDIDATE))

@@ -7,8 +7,8 @@ characters) at the top, everything else under `metadata` as strings (`skill_id, 
 and as JSON: `preconditions` (sentences), `predicates` (their expressions), `scope`, `requires`,
 `provides`, `conflicts` (features as `locus/name`)). The body has the sections Overview, Preconditions,
 When it pays (its timing precondition, or what its per-case effects show: "paid on all N cases measured"),
-Risks (measured failures), Diagnostics (where its transform did not apply, when any), Scope, Code Change
-(Before/After, from the vector diff) and Evidence.
+Risks (measured failures), Diagnostics (where its transform did not apply, or a case timing that is not
+evidence, when any), Scope, Code Change (Before/After, from the vector diff) and Evidence.
 
 The reference implementation's loader (`load_skill`) wants a front matter of exactly `skill_id, intent,
 preconditions, scope` - the same place the Agent Skills rules give to `name` and `description`, so no
@@ -174,7 +174,7 @@ def render(card: SkillCard) -> str:
     parts.append("## Risks\n\nMeasured failures: gate rejections, and cases where it made the kernel slower.\n\n"
                  + "\n".join(risks) + "\n")
     if card.diagnostics:
-        parts.append("## Diagnostics (did not apply; not failures)\n\n"
+        parts.append("## Diagnostics (did not apply, or a timing that is not evidence; not failures)\n\n"
                      + "\n".join(f"- {d.category}: {d.description}" for d in card.diagnostics) + "\n")
     scope = card.scope
     parts.append("## Scope\n\n" + "\n".join([

@@ -15,7 +15,7 @@ induction learns where a card pays (klineage.skills.when). Everything else here 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from klineage import config, corpus
@@ -150,12 +150,19 @@ def retimed_effect(lineage: Lineage, index: int, cache: GateCache | None = None
 @dataclass(frozen=True)
 class CaseRatio:
     """One case of a step timed on every case: child time / parent time overall and per round, or
-    why the case was not timed (`untimed`)."""
+    why the case was not timed (`untimed`). `doubt`: why the ratio is not evidence, where the pairing
+    moved it (`audit_cases`): a state timed apart on this case in its two pairings by more than
+    the ratio's distance from the required one."""
 
     case: str
     ratio: float | None
     per_trial: tuple[float, ...] = ()
     untimed: str = ""
+    doubt: str = ""
+
+    @property
+    def evidence(self) -> bool:
+        return self.ratio is not None and not self.doubt
 
 
 def percase_step(lineage: Lineage, index: int, mode: GateMode = GateMode.REPLAY, cache: GateCache | None = None,
@@ -214,9 +221,62 @@ def percase_timing(lineage: Lineage, index: int, cache: GateCache | None = None)
             verdict = percase_step(lineage, index, cache=cache, placement=placement)
         except KLineageError:  # not recorded with this placement
             continue
-        return PerCaseTiming(tuple(case_ratios(verdict)), placement, compiled_facts(verdict), verdict.findings,
+        rows = case_ratios(verdict)
+        if placement is Placement.AS_LOADED:  # exchanged places cannot move a ratio: nothing to audit
+            rows = audit_cases(lineage, index, verdict, rows, cache)
+        return PerCaseTiming(tuple(rows), placement, compiled_facts(verdict), verdict.findings,
                              str(verdict.provenance.get("key_parts", {}).get("gpu", "")))
     return None
+
+
+def _case_medians(verdict: Verdict) -> dict[str, dict[str, float]]:
+    """case -> contender ("candidate": the step's parent, "baseline": its child) -> median us."""
+    return {case: {name: float(c["median_us"]) for name, c in profile.get("contenders", {}).items()}
+            for case, profile in verdict.profile.get("per_case", {}).items()}
+
+
+def _neighbour(lineage: Lineage, index: int, cache: GateCache | None) -> dict[str, dict[str, float]]:
+    """Step `index`'s as-loaded per-case medians; empty where it was not timed on every case."""
+    if not 0 <= index < len(lineage.states) - 1:
+        return {}
+    try:
+        return _case_medians(percase_step(lineage, index, cache=cache))
+    except KLineageError:  # not timed on every case: nothing to compare with
+        return {}
+
+
+def audit_cases(lineage: Lineage, index: int, verdict: Verdict, rows: list[CaseRatio],
+                cache: GateCache | None = None, tolerance: float = PAIRING_TOLERANCE) -> list[CaseRatio]:
+    """The rows of step `index` timed as loaded on every case, each case's pairing checked as
+    `step_pairings` checks the headline: the step's parent was also the child of step `index - 1`,
+    its child the parent of step `index + 1`. Where those steps were timed on every case too, each
+    state has two medians on the case; where they differ by more than `tolerance`, where the modules
+    loaded moved the number, by that factor. A ratio within that factor of the required one could be
+    either side of it: its row gets a `doubt` and is no evidence of where the step pays. A ratio that
+    clears it (or misses it) by more keeps its side; a case no neighbour timed stays unchecked."""
+    mine = _case_medians(verdict)
+    before, after = _neighbour(lineage, index - 1, cache), _neighbour(lineage, index + 1, cache)
+    timing = next((t.forward.timing for t in lineage.transitions if t.index == index), None)
+    need = timing.required if timing is not None else DEFAULT_FORWARD_RATIO
+    audited = []
+    for row in rows:
+        here = mine.get(row.case, {})
+        pairs = [(index, before.get(row.case, {}).get("baseline"), here.get("candidate")),
+                 (index + 1, here.get("baseline"), after.get(row.case, {}).get("candidate"))]
+        off = [(state, base, cand) for state, base, cand in pairs
+               if base and cand and abs(cand / base - 1.0) > tolerance]
+        if row.ratio is None or not off:
+            audited.append(row)
+            continue
+        factor = max(max(cand / base, base / cand) for _, base, cand in off)
+        if row.ratio / factor >= need or row.ratio * factor < need:
+            audited.append(row)  # outweighed: its side of the required ratio stands
+            continue
+        medians = "; ".join(f"state {state} timed {cand:.1f} us as a parent and {base:.1f} us as a child"
+                            for state, base, cand in off)
+        audited.append(replace(row, doubt=f"{medians} on this case: the ratio {row.ratio:.3f} is within that "
+                                          f"{factor:.2f}x of the required {need}, not evidence either way"))
+    return audited
 
 
 def _require_gpu_walk(lineage: Lineage) -> None:
