@@ -157,8 +157,7 @@ def test_the_bundled_library_matches_its_lineages():
     assert all(c.status in (CardStatus.CANDIDATE, CardStatus.ADMITTED) for c in bundled.cards)
 
 
-def test_cli_admit_logs_every_trial_and_admits_nothing_without_timing(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+def test_cli_admit_logs_every_trial_and_admits_nothing_without_timing(tmp_path, monkeypatch, capsys, gate_cache):
     monkeypatch.delenv("KLINEAGE_GATE", raising=False)
     bundled = load_library(BUNDLED)
     # an admitted restrict card: its one trial compiles a small kernel (the first admitted card's, a GEMM, took 30 s)

@@ -13,6 +13,7 @@ with one id (the same expert walked twice under one gate mode would count its ev
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,8 +207,14 @@ def default_provenance(lineages: list[Lineage], note: str = "") -> dict[str, Any
 def problem_infos(operators: set[str] | list[str]) -> dict[str, ProblemInfo]:
     """operator -> ProblemInfo of the bundled problem of that name (their case parameters are what
     induction searches preconditions over, and what retrieval compares shapes with)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from klineage import config, corpus
     from klineage.gate.execute import probe_problem
 
-    return {operator: probe_problem(corpus.problem_path(operator), config.cache_dir()).info
-            for operator in sorted(set(operators))}
+    names = sorted(set(operators))
+    # Each probe not cached yet is a sandboxed process importing torch (about 1.7 s): side by side, the
+    # sixteen corpus problems take a few seconds on a cold cache, not half a minute.
+    with ThreadPoolExecutor(max_workers=max(1, min(len(names), os.cpu_count() or 1))) as pool:
+        infos = list(pool.map(lambda name: probe_problem(corpus.problem_path(name), config.cache_dir()).info, names))
+    return dict(zip(names, infos, strict=True))
