@@ -53,6 +53,16 @@ def gate_cache(request, tmp_path_factory, shared_cache):
 
 
 @pytest.fixture
+def back_to_the_latest_migration():
+    """A test that moves the database to an older migration leaves it at the newest one again: the next
+    test on the same worker (a live server's, whose tables are not re-created) needs every column."""
+    yield
+    from migration_tools import latest, migrate
+
+    migrate(latest())
+
+
+@pytest.fixture
 def sleep_kind(monkeypatch):
     """The test-only `sleep` job kind (tests/job_kinds.py), known to this process and to every process it
     starts (workers, their jobs' children) for the test."""

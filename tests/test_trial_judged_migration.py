@@ -9,7 +9,7 @@ from klineage import config
 from klineage.skills.library import load_library
 from migration_tools import migrate
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("back_to_the_latest_migration")]
 
 BEFORE, AFTER = [("skills_app", "0010_step_retimed")], [("skills_app", "0011_trial_judged")]
 

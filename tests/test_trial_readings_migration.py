@@ -7,7 +7,7 @@ import pytest
 
 from migration_tools import migrate
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("back_to_the_latest_migration")]
 
 BEFORE, AFTER = [("skills_app", "0007_uploaded_by")], [("skills_app", "0008_trial_readings")]
 
