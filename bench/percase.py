@@ -3,6 +3,7 @@
     python bench/percase.py WALK.gpu.json [--steps 3,5,8 | --all] [--share I/N] [--placement exchanged]
     python bench/percase.py WALK.gpu.json --estimate      # no GPU: seconds each step will take, from its records
     python bench/percase.py WALK... --lanes 8 [--per-card 1]  # no GPU: gpu_session.sh --lanes arguments, balanced
+    python bench/percase.py WALK.gpu.json --audit [--steps ...]  # no GPU: the recorded cases the pairing moved
 
 A walk times each step's parent against its child on the headline case only: what the step buys there,
 not where it pays. Here each chosen step (by default those that are the source of an effect of a card
@@ -32,7 +33,7 @@ from klineage.gate.policy import GatePolicy, Placement
 from klineage.gate.warm import WarmRunner
 from klineage.lineage import Lineage
 from klineage.skills.induction import lineage_id
-from klineage.walk.timing_audit import PERCASE_TRIAL_SECONDS, case_ratios, percase_step
+from klineage.walk.timing_audit import PERCASE_TRIAL_SECONDS, case_ratios, percase_step, percase_timing
 
 LIBRARY = config.REPO_ROOT / "corpus" / "library" / "library.json"
 FIXED_S = 1.0  # a step through the warm runner: its two kernels loaded, the inputs made (a cold runner: 5-10 s)
@@ -114,6 +115,35 @@ def precompile(lineage: Lineage, steps: list[int], pool: ThreadPoolExecutor) -> 
     return {step: [started[lineage.states[i].kernel.fingerprint] for i in (step, step + 1)] for step in steps}
 
 
+def audit(lineage: Lineage, steps: list[int]) -> int:
+    """Each step's recorded per-case timing with the cases its pairing moved (timing_audit.audit_cases),
+    and the steps to time again with places exchanged: those with a moved case, and those no neighbouring
+    step was timed beside on every case (nothing to check them against)."""
+    again = []
+    for index in steps:
+        row = f"{index:4d} {lineage.transitions[index].transform:22s}"
+        timing = percase_timing(lineage, index)
+        if timing is None:
+            print(f"{row} not timed on every case")
+            continue
+        moved = [r for r in timing.rows if r.doubt]
+        checked = any(percase_timing(lineage, i) is not None for i in (index - 1, index + 1)
+                      if 0 <= i < len(lineage.transitions))
+        if timing.placement is Placement.EXCHANGED:
+            print(f"{row} places exchanged: evidence on all {len(timing.rows)} cases")
+        elif moved:
+            again.append(index)
+            print(f"{row} {len(moved)} of {len(timing.rows)} cases moved by the pairing: "
+                  + "; ".join(f"{r.case} {r.ratio:.3f} ({r.doubt})" for r in moved))
+        elif not checked:
+            again.append(index)
+            print(f"{row} unchecked: no neighbouring step was timed on every case")
+        else:
+            print(f"{row} consistent on all {len(timing.rows)} cases")
+    print(f"time again with places exchanged: {','.join(map(str, again)) or 'none'}")
+    return 0
+
+
 def _case_count(lineage: Lineage) -> int:
     from klineage.gate.execute import probe_problem
 
@@ -132,6 +162,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, default=8, help="kernels compiled side by side before any is timed")
     parser.add_argument("--estimate", action="store_true", help="print each step's expected GPU seconds; time nothing")
     parser.add_argument("--lanes", type=int, default=0, help="print balanced gpu_session.sh lanes for the walks")
+    parser.add_argument("--audit", action="store_true",
+                        help="print the recorded cases the pairing moved, and the steps to time with places exchanged")
     parser.add_argument("--library", type=Path, default=LIBRARY,
                         help="the library whose card steps are timed (default: the bundled one)")
     args = parser.parse_args(argv)
@@ -150,6 +182,8 @@ def main(argv: list[str]) -> int:
     except (ValueError, KLineageError) as exc:
         print(f"percase: {exc}", file=sys.stderr)
         return 2
+    if args.audit:
+        return audit(lineage, chosen)
     if args.estimate:
         cases = _case_count(lineage)
         estimates = {i: estimate_s(lineage, i, cases, placement) for i in chosen}

@@ -189,3 +189,17 @@ def test_a_case_timing_the_pairing_moved_is_left_out_of_the_card_and_said_in_its
     [doubt] = [d for d in vector.diagnostics if d.category == PLACEMENT_DOUBT]
     assert "row_softmax:narrow" in doubt.description and "12.0 us as a parent" in doubt.description
     assert "## Diagnostics" in render(vector) and "row_softmax:narrow" in render(vector)
+
+
+def test_percase_audit_names_the_moved_cases_and_the_steps_to_time_with_places_exchanged(capsys):
+    """bench/percase.py --audit on the GEMM walk's recorded per-case timings (H200, session 19), no GPU:
+    step 0's states timed alike beside steps 1, step 3 had no neighbour timed per case, and step 7's
+    child timed 1.64x apart on grid_one_wave as the next step's parent."""
+    from bench_tools import bench_script
+
+    gemm = config.corpus_dir() / "lineages" / "gemm_mma_sync.gpu.json"
+    assert bench_script("percase").main([str(gemm), "--audit", "--steps", "0,3,7"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "consistent on all 12 cases" in out[0] and "unchecked" in out[1]
+    assert "7 of 12 cases moved by the pairing" in out[2] and "grid_one_wave" in out[2]
+    assert out[-1] == "time again with places exchanged: 3,7"
