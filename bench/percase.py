@@ -119,16 +119,17 @@ def audit(lineage: Lineage, steps: list[int]) -> int:
     """Each step's recorded per-case timing with the cases its pairing moved (timing_audit.audit_cases),
     and the steps to time again with places exchanged: those with a moved case, and those no neighbouring
     step was timed beside on every case (nothing to check them against)."""
+    near = sorted({i for s in steps for i in (s - 1, s, s + 1) if 0 <= i < len(lineage.transitions)})
+    timings = {i: percase_timing(lineage, i) for i in near}  # each read once: a step and its neighbours
     again = []
     for index in steps:
         row = f"{index:4d} {lineage.transitions[index].transform:22s}"
-        timing = percase_timing(lineage, index)
+        timing = timings[index]
         if timing is None:
             print(f"{row} not timed on every case")
             continue
         moved = [r for r in timing.rows if r.doubt]
-        checked = any(percase_timing(lineage, i) is not None for i in (index - 1, index + 1)
-                      if 0 <= i < len(lineage.transitions))
+        checked = any(timings.get(i) is not None for i in (index - 1, index + 1))
         if timing.placement is Placement.EXCHANGED:
             print(f"{row} places exchanged: evidence on all {len(timing.rows)} cases")
         elif moved:
