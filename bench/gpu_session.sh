@@ -22,7 +22,7 @@
 # without steps each lane its share, or in lane N the share $PERCASE_SHARE_N; bench/percase.py --lanes prints lanes), sweep:NAME
 # (bench/sweeps/NAME.toml), transfer:OP,OP (bench/transfer_eval.py on the GPU, each operator its own part
 # results/transfer/OP.json and its own time limit, budget $TRANSFER_BUDGET (24), $TRANSFER_JOBS (6); join with --merge), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
-# $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, timed with places $ADMIT_PLACEMENT (as_loaded), $ADMIT_JOBS
+# $ADMIT_CARDS names when set, and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, timed with places $ADMIT_PLACEMENT (as_loaded), the walks $ADMIT_LINEAGES (a glob) read besides corpus/lineages, $ADMIT_JOBS
 # trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
 # $OUT/library-N.json, joined into $OUT/library.json when all lanes are done), skills:SPEC (bench/skills_eval.py
 # --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET, each strategy run cut after $SKILLS_RUN_S seconds if set
@@ -122,7 +122,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       local admit_s=${limit:-${ADMIT_TIMEOUT:-300}}
       timeout "$admit_s" python3 -m klineage library admit --library "$library" --gate gpu --record \
         --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" \
-        --placement "${ADMIT_PLACEMENT:-as_loaded}" \
+        --placement "${ADMIT_PLACEMENT:-as_loaded}" ${ADMIT_LINEAGES:+--lineages $ADMIT_LINEAGES} \
         $(for c in $cards; do printf -- '--card %s ' "$c"; done) ;;
     transfer:*) local ops=${1#transfer:} op  # a part per operator, written when it ends: a cut keeps the earlier ones
       for op in ${ops//,/ }; do  # the limit is each operator's

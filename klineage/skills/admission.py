@@ -265,8 +265,12 @@ def held_out_targets(card: SkillCard, lineages: Sequence[Lineage], corpus_states
 def _held_out_cases(card: SkillCard, source_lineages: Sequence[Lineage],
                     problems: Mapping[str, ProblemInfo]) -> list[Target]:
     """The children of the card's source transitions, each on the largest case of its problem that
-    none of the card's effects was measured on and that the kernel supports."""
+    none of the card's effects was measured on and that the kernel supports. Where every such case
+    was measured (the step was timed per case), the largest measured case where the card says it pays
+    (its timing precondition holds; any case of a card without one), named a replication: a fresh
+    measurement of an effect the card claims, since no case is left that it has not seen."""
     measured = {(e.operator, e.case) for e in card.effects}
+    timing = next((p for p in card.preconditions if p.source == "timing"), None)
     by_id = {lineage_id(lin): lin for lin in source_lineages}
     targets, seen = [], set()
     for ref in sorted(card.evidence):
@@ -275,15 +279,22 @@ def _held_out_cases(card: SkillCard, source_lineages: Sequence[Lineage],
         if info is None or ref.kind is not RefKind.TRANSITION or ref.index + 1 >= len(lineage.states):
             continue
         child = lineage.states[ref.index + 1].kernel
+        if child.fingerprint in seen:
+            continue
         facts = {**child.constants, **devices.DEFAULT.facts()}
-        held = [c for c in info.cases if (info.operator, c.name) not in measured and c.name != info.headline
-                and child.plan.supports_case(c.params, facts) and size_of(info, c.name)]
-        if not held or child.fingerprint in seen:
+        supported = [c for c in info.cases if c.name != info.headline and child.plan.supports_case(c.params, facts)
+                     and size_of(info, c.name)]
+        held = [c for c in supported if (info.operator, c.name) not in measured]
+        label = ""
+        if not held:
+            held = [c for c in supported if timing is None or timing.holds_on(f"{info.operator}:{c.name}")]
+            label = " (measured per case already: a replication)"
+        if not held:
             continue
         seen.add(child.fingerprint)
         case = max(held, key=lambda c: (size_of(info, c.name), c.name)).name
         step = lineage.transitions[ref.index]
-        targets.append(Target(f"{ref.lineage}@{ref.index + 1} on case {case}", info.operator, child, case,
+        targets.append(Target(f"{ref.lineage}@{ref.index + 1} on case {case}{label}", info.operator, child, case,
                               (step.anchor,), step.forward_diff))
     return targets
 

@@ -65,6 +65,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                  cli_options.record("every trial's verdict", scope="GPU gate"),
                  cli_options.jobs(1, "the correctness of about this many cards' trial kernels",
                                   "before each trial times alone")])
+    admit.add_argument("--lineages", nargs="+", default=[], metavar="WALK",
+                       help="lineage files the library was built from besides corpus/lineages (e.g. "
+                            "bench/walks/*.gpu.json.gz): their steps give the held-out cases of the cards they source")
     admit.add_argument("--card", action="append", default=[], help="a card id or prefix (repeatable; default: all)")
     admit.add_argument("--limit", type=int, default=3, help="targets gated per card")
     admit.add_argument("--redo", action="store_true",
@@ -248,6 +251,8 @@ def _admit(args: argparse.Namespace) -> int:
     from klineage.report import progress_display
     from klineage.skills.admission import held_out_targets
     from klineage.skills.admission_run import CardOutcome, CardRun, admit_cards, gate_of, setting_for
+    from klineage.lineage import Lineage
+    from klineage.skills.induction import lineage_id
     from klineage.skills.library import bundled_library, corpus_lineages, problem_infos, save_library
     from klineage.skills.trial_reading import trial_outcome
 
@@ -263,6 +268,8 @@ def _admit(args: argparse.Namespace) -> int:
     mode = config.gate_mode(GateMode(args.gate) if args.gate else None)
     setting = setting_for(mode, Placement(args.placement))
     lineages, _ = corpus_lineages()
+    given = {lineage_id(lin): lin for lin in map(Lineage.load, args.lineages)}
+    lineages = [lin for lin in lineages if lineage_id(lin) not in given] + list(given.values())
     states = {entry.name: entry.load() for entry in corpus.list_kernels()}
     problems = problem_infos({s.plan.problem for s in states.values()} | {lin.problem.operator for lin in lineages})
     when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
