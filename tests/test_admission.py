@@ -319,6 +319,32 @@ def test_held_out_cases_come_after_the_other_targets_and_avoid_measured_cases(ca
     assert {t.case for t in with_cases[len(without):]} == {max(sizes, key=sizes.get)}
 
 
+def test_a_card_timed_on_every_case_is_replicated_on_its_largest_case_where_it_says_it_pays(cards, lineages):
+    """No case is left unmeasured once a step is timed per case: admission then times the card again on
+    the largest measured case, and with a timing precondition only where that precondition holds."""
+    walk = lineages[0]
+    info = problem_infos({walk.problem.operator})[walk.problem.operator]
+    ref = Ref(lineage_id(walk), RefKind.TRANSITION, 0)
+    every = [c.name for c in info.cases]
+    card = dataclasses.replace(cards["restrict"], evidence=(ref,), effects=tuple(
+        Effect(case, info.operator, 1.1, (1.1, 1.1, 1.1), ref) for case in every))
+    problems = {info.operator: info}
+    sizes = {c.name: info.roofline[c.name]["bytes"] for c in info.cases if c.name != info.headline}
+    [target] = held_out_targets(card, [walk], {}, limit=50, problems=problems)
+    assert target.case == max(sizes, key=sizes.get) and target.name.endswith("(measured per case already: a replication)")
+    assert target.state == walk.states[1].kernel
+    smaller = min(sizes, key=sizes.get)
+    timing = Precondition(f"case_is_{smaller}", f"pays on {smaller} alone", holds=(f"{info.operator}:{smaller}",),
+                          fails=tuple(f"{info.operator}:{c}" for c in sizes if c != smaller), source="timing",
+                          loo_accuracy=1.0)
+    [target] = held_out_targets(dataclasses.replace(card, preconditions=(timing,)), [walk], {}, limit=50,
+                                problems=problems)
+    assert target.case == smaller  # the largest case where it holds, not the largest case
+    nowhere = dataclasses.replace(timing, holds=(), fails=tuple(f"{info.operator}:{c}" for c in sizes))
+    assert held_out_targets(dataclasses.replace(card, preconditions=(nowhere,)), [walk], {}, limit=50,
+                            problems=problems) == []
+
+
 def test_a_held_out_case_trial_is_timed_on_that_case(cards, lineages, gate_cache):
     card = with_effect(cards["restrict"], 1.1)
     target = held_out_targets(card, lineages, {}, limit=50, problems=problem_infos({"row_softmax", "topk"}))[-1]
