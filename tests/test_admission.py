@@ -331,7 +331,8 @@ def test_a_card_timed_on_every_case_is_replicated_on_its_largest_case_where_it_s
     problems = {info.operator: info}
     sizes = {c.name: info.roofline[c.name]["bytes"] for c in info.cases if c.name != info.headline}
     [target] = held_out_targets(card, [walk], {}, limit=50, problems=problems)
-    assert target.case == max(sizes, key=sizes.get) and target.name.endswith("(measured per case already: a replication)")
+    assert target.case == max(sizes, key=sizes.get)
+    assert target.name.endswith("(measured per case already: a replication)")
     assert target.state == walk.states[1].kernel
     smaller = min(sizes, key=sizes.get)
     timing = Precondition(f"case_is_{smaller}", f"pays on {smaller} alone", holds=(f"{info.operator}:{smaller}",),

@@ -248,10 +248,10 @@ def _admit(args: argparse.Namespace) -> int:
     import time
 
     from klineage import corpus
+    from klineage.lineage import Lineage
     from klineage.report import progress_display
     from klineage.skills.admission import held_out_targets
     from klineage.skills.admission_run import CardOutcome, CardRun, admit_cards, gate_of, setting_for
-    from klineage.lineage import Lineage
     from klineage.skills.induction import lineage_id
     from klineage.skills.library import bundled_library, corpus_lineages, problem_infos, save_library
     from klineage.skills.trial_reading import trial_outcome
