@@ -18,3 +18,26 @@ def bench_script(name: str) -> ModuleType:
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def session_stage(spec: str, tmp: Path, env: dict[str, str], timeout: int = 300):
+    """One stage of bench/gpu_session.sh run here: its functions without the install and GPU checks, and
+    python3 a shim that turns `--gate gpu` into the compile gate (no GPU here) and keeps its arguments.
+    The finished process, and the arguments of the last python3 call; $OUT is tmp/out."""
+    import os
+    import subprocess
+
+    text = (BENCH / "gpu_session.sh").read_text()
+    functions = text[text.index("walk() {"):text.index('if [ "${1:-}" = --lanes ]')]
+    shims = tmp / "bin"
+    shims.mkdir(exist_ok=True)
+    (shims / "python3").write_text(
+        f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "{tmp}/argv"\nargs=(); prev=""\n'
+        f'for a in "$@"; do [ "$prev" = --gate ] && a=compile; args+=("$a"); prev=$a; done\n'
+        f'exec "{sys.executable}" "${{args[@]}}"\n')
+    (shims / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "OUT": str(tmp / "out"), **env}
+    done = subprocess.run(["bash", "-c", f"{functions}\nstage {spec}"], cwd=BENCH.parent, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    argv = (tmp / "argv").read_text().split("\n") if (tmp / "argv").exists() else []
+    return done, argv

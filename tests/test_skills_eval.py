@@ -5,15 +5,13 @@ lineages at budget 2; the merge's arithmetic is checked on parts whose speedups 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from bench_tools import bench_script
+from bench_tools import bench_script, session_stage
 from klineage import config
 from klineage.errors import DocumentError
 from klineage.lineage import Lineage
@@ -304,24 +302,11 @@ def test_merge_keeps_the_admission_the_parts_ran_with(lineages, runs, tmp_path):
 def test_the_gpu_session_stage_runs_a_part(gate_cache, tmp_path):
     """The skills:SPEC stage's own function and command line, with python3 a shim that turns its GPU
     gate into the compile gate (no GPU here) and notes the arguments it was given."""
-    script = REPO / "bench" / "gpu_session.sh"
-    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    text = script.read_text()
-    functions = text[text.index("walk() {"):text.index('if [ "${1:-}" = --lanes ]')]
-    shims = tmp_path / "bin"
-    shims.mkdir()
-    (shims / "python3").write_text(
-        f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "{tmp_path}/argv"\nargs=(); prev=""\n'
-        f'for a in "$@"; do [ "$prev" = --gate ] && a=compile; args+=("$a"); prev=$a; done\n'
-        f'exec "{sys.executable}" "${{args[@]}}"\n')
-    (shims / "python3").chmod(0o755)
-    env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"),
-           "SKILLS_BUDGET": "2", "SKILLS_RUN_S": "100", "SKILLS_JOBS": "6", "LANE": "1", "SKILLS_JOBS_1": "2"}
-    done = subprocess.run(["bash", "-c", functions + "\nstage skills:topk:library@300"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    assert subprocess.run(["bash", "-n", str(REPO / "bench" / "gpu_session.sh")]).returncode == 0
+    done, argv = session_stage("skills:topk:library@300", tmp_path, {
+        "SKILLS_BUDGET": "2", "SKILLS_RUN_S": "100", "SKILLS_JOBS": "6", "LANE": "1", "SKILLS_JOBS_1": "2"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "=== skills:topk:library" in done.stdout and "limit 300 s" in done.stdout
-    argv = (tmp_path / "argv").read_text().split("\n")
     assert argv[:6] == ["bench/skills_eval.py", "--gate", "gpu", "--record", "--only", "topk:library"]
     assert argv[argv.index("--budget") + 1] == "2" and argv[argv.index("--time-limit-s") + 1] == "100"
     assert argv[argv.index("--jobs") + 1] == "2", "lane 1's own SKILLS_JOBS_1 before SKILLS_JOBS"

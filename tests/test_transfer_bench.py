@@ -4,10 +4,12 @@ does every kernel an analysis forward makes of it: a warp per row, 16-byte vecto
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from bench_tools import session_stage
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
@@ -61,3 +63,21 @@ def test_naive_and_analysis_forwards_pass_the_compile_only_gate(operator, cache)
         for state in states:
             forwarded = run_gate(problem, state, mode=GateMode.COMPILE_ONLY, cache=cache)
             assert forwarded.status is Status.COMPILED, forwarded.findings
+
+
+def test_the_gpu_session_transfer_stage_writes_a_part_per_operator(gate_cache, tmp_path):
+    """transfer:OP,OP runs bench/transfer_eval.py once an operator, each its own part, with the session's
+    budget and jobs (python3 a shim that turns the GPU gate into the compile gate: no GPU here)."""
+    done, argv = session_stage("transfer:gelu_mul,rms_norm@200", tmp_path,
+                               {"TRANSFER_BUDGET": "3", "TRANSFER_JOBS": "2"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "=== transfer:gelu_mul,rms_norm" in done.stdout and "limit 200 s" in done.stdout
+    assert argv[:5] == ["bench/transfer_eval.py", "--gate", "gpu", "--record", "--budget"]
+    assert argv[argv.index("--budget") + 1] == "3" and argv[argv.index("--jobs") + 1] == "2"
+    parts = tmp_path / "out" / "results" / "transfer"
+    assert sorted(p.name for p in parts.iterdir()) == ["gelu_mul.json", "rms_norm.json"]
+    for name in ("gelu_mul", "rms_norm"):
+        part = json.loads((parts / f"{name}.json").read_text())
+        assert list(part["runs"]) == [name] and part["provenance"]["budget"] == 3
+        assert part["partial"] == f"ran 1 of {len(OPERATORS)} operators"
+        assert {r["workload"] for r in part["rows"]} == {name}
