@@ -193,6 +193,20 @@ def test_ties_within_a_tier_go_by_id(bundled, cards, problems):
         assert ids(matches) == [gaining.id, untimed.id, *sorted([neutral.id, twin.id])]
 
 
+def test_within_a_tier_an_admitted_card_comes_before_a_candidate_whatever_their_scores(cards, problems):
+    """Asked for admitted and candidate cards, a run tries what a held-out trial confirmed first; the gain tier
+    still sorts before the status (a candidate's measured gain before an admitted card's noise)."""
+    base = cards["launch_bounds"]  # same operator: a score the other-operator cards below cannot reach
+    candidate = variant(base, effects=(effect(1.3),))
+    admitted = variant(base, effects=(effect(1.3),), status=CardStatus.ADMITTED,
+                       scope=Scope(("topk",), dtypes=("int64",)))
+    noise = variant(base, effects=(effect(1.0),), status=CardStatus.ADMITTED, scope=Scope(("gemm",), platform="sm100"))
+    retired = variant(base, effects=(effect(1.3),), status=CardStatus.RETIRED, scope=Scope(("gemm",), platform="sm89"))
+    matches = retrieve(tiny(), problems["row_softmax"], [retired, noise, candidate, admitted], statuses=ANY)
+    assert matches[1].score > matches[0].score  # the score alone would put the candidate first
+    assert ids(matches) == [admitted.id, candidate.id, retired.id, noise.id]
+
+
 def test_ties_go_by_id_and_limit_cuts(cards, problems):
     a = variant(cards["launch_bounds"], intent="One.", scope=Scope(("row_softmax",), platform="sm90a"))
     b = cards["launch_bounds"]

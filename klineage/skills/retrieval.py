@@ -30,7 +30,10 @@ Within a tier, one score with the terms in this order of weight:
    source problem's headline), known when `problems` holds the card's source problem; else 0;
 3. measured gain: log2 of the median paired ratio of the card's effects (1.0 when untimed),
    clamped to [-1, 1].
-Ties go by card id, so the order is deterministic: the sort key is (tier, -score, id).
+Within a tier, where several statuses are asked for, verified cards come first: admitted, then candidates,
+imported, retired (STATUS_ORDER), so a run that also retrieves candidates spends its gate evaluations on
+what a held-out trial confirmed before what none has yet. Ties go by card id, so the order is
+deterministic: the sort key is (tier, status, -score, id).
 
 Source features only: a plain kernel state has no SASS until it is compiled, so a card whose
 requires name a SASS-only feature is not retrieved here.
@@ -216,6 +219,9 @@ def gain_tier(card: SkillCard) -> tuple[Tier, str]:
     return Tier.NEUTRAL, f"measured slower: {gain:.3f}x, a stepping stone"
 
 
+STATUS_ORDER = (CardStatus.ADMITTED, CardStatus.CANDIDATE, CardStatus.IMPORTED, CardStatus.RETIRED)
+
+
 def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *, limit: int = 10,
              statuses: tuple[CardStatus, ...] = (CardStatus.ADMITTED,),
              problems: Mapping[str, ProblemInfo] | None = None,
@@ -268,7 +274,7 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
         gain = max(-1.0, min(1.0, math.log2(_gain(card))))
         score = OPERATOR_WEIGHT * similarity + SHAPE_WEIGHT * proximity + gain
         matches.append((tier, Match(card, score, tuple(reasons))))
-    matches.sort(key=lambda tm: (tm[0], -tm[1].score, tm[1].card.id))
+    matches.sort(key=lambda tm: (tm[0], STATUS_ORDER.index(tm[1].card.status), -tm[1].score, tm[1].card.id))
     return [m for _, m in matches[:limit]]
 
 
