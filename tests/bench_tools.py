@@ -36,6 +36,8 @@ def session_stage(spec: str, tmp: Path, env: dict[str, str], timeout: int = 300)
         f'for a in "$@"; do [ "$prev" = --gate ] && a=compile; args+=("$a"); prev=$a; done\n'
         f'exec "{sys.executable}" "${{args[@]}}"\n')
     (shims / "python3").chmod(0o755)
+    for folder in ("results", "lineages"):  # as the session makes them before its stages
+        (tmp / "out" / folder).mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PATH": f"{shims}:{os.environ['PATH']}", "OUT": str(tmp / "out"), **env}
     done = subprocess.run(["bash", "-c", f"{functions}\nstage {spec}"], cwd=BENCH.parent, env=env,
                           capture_output=True, text=True, timeout=timeout)

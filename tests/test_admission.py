@@ -12,10 +12,12 @@ verdicts)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
+from bench_tools import session_stage
 from klineage import corpus
 from klineage.config import GateMode
 from klineage.errors import DocumentError, KLineageError
@@ -378,3 +380,22 @@ def test_a_card_without_a_mechanical_forward_is_trialled_by_replaying_its_step()
         applied = applied_to(card, target)
         assert applied.state.fingerprint == walk.states[int(step) - 1].kernel.fingerprint
     assert applied_to(card, dataclasses.replace(targets[0], forward_diff="")) is None
+
+
+def test_the_gpu_session_admits_a_card_of_a_bench_walk_on_a_replication(gate_cache, tmp_path):
+    """The admit stage, given the percase library and the walks it was built from (ADMIT_LINEAGES), finds the
+    warp_mma card of conv2d_implicit_wgmma's walk a target: that walk's step on its largest case, measured per
+    case already (python3 a shim that turns the GPU gate into the compile gate: trials are inconclusive here)."""
+    walk = ROOT / "bench" / "walks" / "conv2d_implicit_wgmma.gpu.json.gz"
+    done, argv = session_stage("admit@240", tmp_path, {
+        "ADMIT_FROM": "bench/results/percase/library.json", "ADMIT_CARDS": "713b836a4adc", "ADMIT_LIMIT": "2",
+        "ADMIT_LINEAGES": "bench/walks/conv2d_implicit_wgmma.gpu.json.gz", "ADMIT_JOBS": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert argv[argv.index("--lineages") + 1] == str(walk.relative_to(ROOT))
+    library = json.loads((tmp_path / "out" / "library.json").read_text())
+    [card] = [c for c in library["cards"] if c["id"].startswith("713b836a4adc")]
+    messages = [t["message"] for t in card["verification_log"]]
+    wgmma = lineage_id(Lineage.load(walk))
+    assert any(m.startswith(f"inconclusive: {wgmma}@") and "(measured per case already: a replication)" in m
+               for m in messages), messages
+    assert card["status"] == "candidate"
