@@ -73,7 +73,7 @@ from klineage.skills.materialize import Applied, apply_everywhere
 from klineage.skills.replay import replay_diff
 from klineage.skills.retrieval import precondition_failure, size_of, state_features
 from klineage.skills.trial_reading import Reading, TrialOutcome, reading
-from klineage.skills.when import WhenKind, unpaid_when
+from klineage.skills.when import WhenKind, timing_precondition, unpaid_when
 from klineage.transforms.base import Anchor
 
 NOISE = 0.05  # the least relative spread assumed of a declared effect
@@ -270,7 +270,7 @@ def _held_out_cases(card: SkillCard, source_lineages: Sequence[Lineage],
     (its timing precondition holds; any case of a card without one), named a replication: a fresh
     measurement of an effect the card claims, since no case is left that it has not seen."""
     measured = {(e.operator, e.case) for e in card.effects}
-    timing = next((p for p in card.preconditions if p.source == "timing"), None)
+    timing = timing_precondition(card)
     by_id = {lineage_id(lin): lin for lin in source_lineages}
     targets, seen = [], set()
     for ref in sorted(card.evidence):
@@ -304,7 +304,7 @@ def required_ratio(card: SkillCard) -> float | None:
     timing precondition, only the effects on cases where it holds count: a trial is fair only where
     it holds, and the cases where the card was measured not to pay ask nothing of it."""
     effects = card.effects
-    timing = next((p for p in card.preconditions if p.source == "timing"), None)
+    timing = timing_precondition(card)
     if timing is not None:
         effects = tuple(e for e in effects if f"{e.operator}:{e.case}" in timing.holds) or effects
     if not effects:

@@ -340,12 +340,17 @@ def per_case(effects: Sequence[tuple[str, float, Mapping[str, Any]]],
     return rows
 
 
+def timing_precondition(card: SkillCard) -> Precondition | None:
+    """The card's timing precondition (where it was measured to pay), if induction wrote one."""
+    return next((p for p in card.preconditions if p.source == SOURCE), None)
+
+
 def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When:
     """A card's *when* as its document states it: its timing precondition where induction wrote one,
     else what its per-case effects show (uniform, never, or mixed with nothing forced). No search runs
     here: what was not written at induction was not forced."""
     rows = tuple(per_case([(f"{e.operator}:{e.case}", e.ratio, {}) for e in card.effects], required))
-    timing = next((p for p in card.preconditions if p.source == SOURCE), None)
+    timing = timing_precondition(card)
     if timing is not None:
         return When(WhenKind.PRECONDITION, timing.sentence, rows, timing, timing.loo_accuracy, required)
     kind, sentence = _tally(rows, required)
