@@ -5,8 +5,9 @@
 For every held-out operator in bench/transfer/ (a problem file and a naive kernel, one thread per output
 or per row; no corpus walk or card has seen them, and `library build` never reads the folder), optimize
 the naive kernel with the bundled library and with the two unconditioned strategies under the same
-budget of gate evaluations, then gate the library's best kernel once more against the naive kernel
-(a paired ratio, outside the budget) with the problem's vendor path (torch eager) timed beside it.
+budget of gate evaluations, then gate the naive kernel, and the library's best kernel once more against the
+naive kernel (a paired ratio, outside the budget), each with the problem's vendor path (torch eager) timed
+beside it: the search itself times no vendor.
 Writes one JSON document:
 
 - operators: how many operators ran;
@@ -14,6 +15,8 @@ Writes one JSON document:
 - library_beats_eager_fraction: the fraction of operators where the library's best is faster than eager;
 - vs_unconditioned_geomean: geometric mean of the library's speedup over the naive kernel divided by the
   better of the two unconditioned strategies' speedups (each from its own run);
+- where_measured: the same three over the operators that gave theirs, named ("operators", out of "of"):
+  what a partial run measured, kept apart from the headline numbers, which stay null until every operator did;
 - rows: one per (operator, kernel, comparison): {"workload", "kernel", "vs", "ratio", "correct"}, ratio =
   the other's time / this kernel's time (above 1: this kernel is faster), null with a "reason" when the
   gate measured none. torch.compile is not a path the gate can time, so it has no row.
@@ -46,10 +49,17 @@ from klineage.gate.pipeline import git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import load_kernel  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, Strategy, optimize  # noqa: E402
+from klineage.optimize.result import Stop  # noqa: E402
 from klineage.skills.library import bundled_library, load_library  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent / "transfer"
 STRATEGIES = (Strategy.LIBRARY, Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
+# The search times candidates against their parent only; the two judging gates also time torch eager beside them,
+# which is what the eager rows compare with.
+JUDGE_POLICY = DEFAULT_POLICY.with_(vendor=True)
+# What a part must share with the others to be merged: its numbers answer the same question only then.
+SETTINGS = ("gpu", "gate", "budget", "seed", "library")
+SUMMARIES = ("library_geomean_vs_naive", "library_beats_eager_fraction", "vs_unconditioned_geomean")
 
 
 def operators() -> list[str]:
@@ -62,13 +72,15 @@ def ratio_of(verdict: Verdict | None, role: str) -> tuple[float | None, str]:
         return None, "not gated"
     if verdict.status is not Status.PASSED:
         return None, f"the gate said {verdict.status.value}"
-    ratio = verdict.profile.get("ratios", {}).get(f"vs_{role}")
-    return (float(ratio["overall"]), "") if ratio else (None, f"the gate timed no {role}")
+    if f"vs_{role}" not in verdict.profile.get("ratios", {}):
+        return None, f"the gate timed no {role}"
+    ratio = verdict.paired_ratio(f"vs_{role}")  # None where the timing never settled: no ratio to report
+    return (ratio.overall, "") if ratio else (None, "the timing did not settle")
 
 
 def gate(problem: Path, kernel: Any, mode: GateMode, against: Any = None) -> tuple[Verdict | None, str]:
     try:
-        return run_gate(problem, kernel, against=against, policy=DEFAULT_POLICY, mode=mode), ""
+        return run_gate(problem, kernel, against=against, policy=JUDGE_POLICY, mode=mode), ""
     except KLineageError as exc:
         return None, f"the gate could not judge it: {exc}"
 
@@ -95,7 +107,8 @@ def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[di
         except KLineageError as exc:
             runs[strategy.value] = {"error": str(exc)}
             continue
-        runs[strategy.value] = {"stop": result.stop.value, "evaluations": result.stats.evaluations,
+        runs[strategy.value] = {"stop": result.stop.value, "message": result.message,
+                                "evaluations": result.stats.evaluations,
                                 "steps": [s.transform for s in result.steps], "speedup": result.speedup,
                                 "best": result.best, "best_fingerprint": result.best.fingerprint}
     verdicts: list[Verdict] = []
@@ -119,32 +132,46 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:
-    """The three headline numbers, each null with its reason unless every operator gave its inputs."""
+def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names: list[str],
+              of: int | None = None) -> dict[str, Any]:
+    """The three headline numbers, each null with its reason unless every operator gave its inputs; and
+    under "where_measured" the same three over the operators that did, named, so a partial run still
+    says what it measured without passing for the whole benchmark."""
     def ratios(kernel: str, vs: str) -> dict[str, float | None]:
         return {r["workload"]: r["ratio"] for r in rows if r["kernel"] == kernel and r["vs"] == vs}
 
+    def versus_unconditioned(name: str) -> float | None:
+        # a run that could not gate its starting kernel measured nothing: its speedup of 1 is no ratio
+        speedups = [None if run.get("stop") == Stop.START_FAILED.value else run.get("speedup")
+                    for run in (runs[name].get(s.value, {}) for s in STRATEGIES)]
+        return speedups[0] / max(speedups[1:]) if None not in speedups else None
+
+    inputs = {"library_geomean_vs_naive": (ratios("library_best", "naive"), geomean),
+              "library_beats_eager_fraction": (ratios("library_best", "eager"),
+                                               lambda values: sum(v > 1.0 for v in values) / len(values)),
+              "vs_unconditioned_geomean": ({name: versus_unconditioned(name) for name in names}, geomean)}
     out: dict[str, Any] = {}
-    naive = ratios("library_best", "naive")
-    out["library_geomean_vs_naive"] = geomean(list(naive.values())) if naive and None not in naive.values() else None
-    eager = ratios("library_best", "eager")
-    out["library_beats_eager_fraction"] = (sum(r > 1.0 for r in eager.values()) / len(eager)
-                                           if eager and None not in eager.values() else None)
-    versus = []
-    for name in names:
-        speedups = [runs[name].get(s.value, {}).get("speedup") for s in STRATEGIES]
-        versus.append(speedups[0] / max(speedups[1:]) if None not in speedups else None)
-    out["vs_unconditioned_geomean"] = geomean(versus) if versus and None not in versus else None
-    for key, value in list(out.items()):
-        if value is None:
+    measured: dict[str, Any] = {}
+    for key, (by_operator, summary) in inputs.items():
+        known = {name: value for name, value in by_operator.items() if value is not None}
+        everyone = bool(by_operator) and len(known) == len(by_operator) == len(names)
+        out[key] = summary(list(known.values())) if everyone else None
+        if not everyone:
             out[f"{key}_reason"] = "some operator has no ratio (its rows say why)"
-    return out
+        measured[key] = {"value": summary(list(known.values())) if known else None, "operators": sorted(known),
+                         "of": of or len(names)}
+    return out | {"where_measured": measured}
 
 
 def merged(parts: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
     """One document from the parts: their rows and runs joined (an operator in two parts: ValueError)."""
     rows, runs = [], {}
     for part in parts:
+        first, this = parts[0]["provenance"], part["provenance"]
+        differs = [f"{k} {this.get(k)!r}, not {first.get(k)!r}" for k in SETTINGS if this.get(k) != first.get(k)]
+        if differs:
+            raise ValueError(f"the part of {', '.join(part['runs'])} ran with other settings ({'; '.join(differs)}): "
+                             "its numbers do not answer the same question")
         twice = sorted(set(part["runs"]) & set(runs))
         if twice:
             raise ValueError(f"operator(s) {', '.join(twice)} are in two parts")
@@ -152,11 +179,11 @@ def merged(parts: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
         runs |= part["runs"]
     ran = [name for name in names if name in runs]
     document = {"provenance": parts[0]["provenance"] | {"merged_from": len(parts)}, "operators": len(ran),
-                **summaries(rows, runs, ran), "rows": rows, "runs": runs}
+                **summaries(rows, runs, ran, of=len(names)), "rows": rows, "runs": runs}
     missing = sorted(set(names) - set(runs))
     if missing:
         document["partial"] = f"no part ran {', '.join(missing)}"
-        for key in ("library_geomean_vs_naive", "library_beats_eager_fraction", "vs_unconditioned_geomean"):
+        for key in SUMMARIES:
             document[key], document[f"{key}_reason"] = None, "not every operator ran"
     return document
 
@@ -177,11 +204,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="keep every verdict in the recorded store")
     parser.add_argument("--only", default="", help="comma-separated operators (default: all)")
     parser.add_argument("--merge", nargs="+", default=[], metavar="PART", help="join these parts' documents")
+    parser.add_argument("--note", default="", help="with --merge: a note on how the parts ran, kept in provenance")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "transfer.json"))
     args = parser.parse_args(argv)
     names = operators()
     if args.merge:
         document = merged([json.loads(Path(part).read_text(encoding="utf-8")) for part in args.merge], names)
+        if args.note:
+            document["provenance"]["note"] = args.note
         write(Path(args.out), document)
         print(json.dumps({k: v for k, v in document.items() if k not in ("rows", "runs")}, indent=1))
         return 0

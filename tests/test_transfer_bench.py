@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_tools import session_stage
+from bench_tools import bench_script, session_stage
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
@@ -81,3 +81,35 @@ def test_the_gpu_session_transfer_stage_writes_a_part_per_operator(gate_cache, t
         assert list(part["runs"]) == [name] and part["provenance"]["budget"] == 3
         assert part["partial"] == f"ran 1 of {len(OPERATORS)} operators"
         assert {r["workload"] for r in part["rows"]} == {name}
+
+
+def _part(name: str, library: float | None, unconditioned: float, budget: int = 8, stop: str = "no_candidate"):
+    """A part as bench/transfer_eval.py writes it for one operator (rows and runs; what merge reads)."""
+    runs = {"library": {"stop": stop, "speedup": library or 1.0},
+            "unconditioned_random": {"stop": stop, "speedup": unconditioned},
+            "unconditioned_greedy": {"stop": stop, "speedup": 1.0}}
+    rows = [{"workload": name, "kernel": "library_best", "vs": vs, "ratio": ratio, "correct": library is not None}
+            for vs, ratio in (("naive", library), ("eager", None))]
+    return {"provenance": {"gpu": "NVIDIA H200", "gate": "gpu", "budget": budget, "seed": 0,
+                           "library": "corpus/library/library.json"}, "rows": rows, "runs": {name: runs}}
+
+
+def test_a_partial_merge_keeps_the_headline_null_and_says_what_it_measured():
+    transfer = bench_script("transfer_eval")
+    parts = [_part("rms_norm", 8.0, 4.0), _part("gelu_mul", 2.0, 2.0),
+             _part("adam_update", None, 1.0, stop="start_failed")]
+    document = transfer.merged(parts, OPERATORS)
+    assert document["library_geomean_vs_naive"] is None and document["vs_unconditioned_geomean"] is None
+    measured = document["where_measured"]
+    assert measured["library_geomean_vs_naive"] == {"value": pytest.approx(4.0), "of": len(OPERATORS),
+                                                   "operators": ["gelu_mul", "rms_norm"]}
+    # a run that could not gate its start kernel measured no speedup: it is left out, not counted as 1
+    assert measured["vs_unconditioned_geomean"]["operators"] == ["gelu_mul", "rms_norm"]
+    assert measured["vs_unconditioned_geomean"]["value"] == pytest.approx(2 ** 0.5)
+    assert measured["library_beats_eager_fraction"] == {"value": None, "operators": [], "of": len(OPERATORS)}
+
+
+def test_parts_run_with_other_settings_are_not_merged():
+    transfer = bench_script("transfer_eval")
+    with pytest.raises(ValueError, match=r"the part of gelu_mul ran with other settings \(budget 12, not 8\)"):
+        transfer.merged([_part("rms_norm", 8.0, 4.0), _part("gelu_mul", 2.0, 2.0, budget=12)], OPERATORS)
