@@ -20,7 +20,9 @@ HEADLINE = "headline"
 
 OUTPUTS = {"y": {"shape": ["rows", "cols"], "dtype": "float32"}}
 
-TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 1e-5, "rel_l2": 1e-5}}
+# fp32 sums over a row of thousands leave about 2e-5 absolute near zero outputs (the naive kernel's worst on the
+# H200: 1.9e-5; relative L2 about 1e-6), so atol 1e-4 as for the other row reductions here.
+TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 1e-4, "rel_l2": 1e-5}}
 
 
 def make_inputs(case: dict, seed: int, device) -> dict:
