@@ -3,7 +3,8 @@
 A problem file is Python. It declares `OPERATOR`, named `CASES` (parameters and dtypes),
 `make_inputs(case, seed, device)`, `reference(inputs)` in PyTorch, `OUTPUTS`, optional `vendor`,
 `VENDOR_TIMING` (how the vendor path is timed: "eager", and "graph" for a CUDA-graph replay too),
-`TOLERANCES`, `check` (custom correctness) and `roofline(case)`, and an optional `SWEEP`: more named
+`TOLERANCES`, `check` (custom correctness), `RUN_TO_RUN` (whether two runs must match bit for bit: `RunToRun`)
+and `roofline(case)`, and an optional `SWEEP`: more named
 cases, timed only (a gate that times every case, `TimingScope.EVERY_CASE`), spanning the shapes where a
 mechanism starts or stops paying. A sweep case is checked by its timed outputs, not by the
 correctness seeds, and the `SWEEP` table is left out of the problem's fingerprint
@@ -42,6 +43,16 @@ class VendorTiming(str, Enum):
 
     EAGER = "eager"
     GRAPH = "graph"
+
+
+class RunToRun(str, Enum):
+    """What two runs of a kernel on the same inputs must agree on. BITWISE (the default) catches races that
+    happen to land within tolerance; WITHIN_TOLERANCE is for operators whose right answer has no single bit
+    pattern, such as a scatter-add by floating-point atomics (the vendor path's order varies too): each run
+    is judged against the reference on its own."""
+
+    BITWISE = "bitwise"
+    WITHIN_TOLERANCE = "within_tolerance"
 
 
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
@@ -202,6 +213,7 @@ class ProblemInfo:
     vendor_timing: tuple[VendorTiming, ...] = (VendorTiming.EAGER,)
     source_format: str = "klineage"  # the file's format: klineage, keyword, kernelbench, flashinfer
     sweep: tuple[Case, ...] = ()  # timing-only cases (SWEEP)
+    run_to_run: RunToRun = RunToRun.BITWISE
 
     def case(self, name: str) -> Case:
         for case in self.cases + self.sweep:
@@ -227,6 +239,8 @@ class ProblemInfo:
             "vendor_timing": [t.value for t in self.vendor_timing],
             "source_format": self.source_format,
             **({"sweep": [c.to_dict() for c in self.sweep]} if self.sweep else {}),
+            # only when it differs: every recorded problem description keeps its bytes
+            **({"run_to_run": self.run_to_run.value} if self.run_to_run is not RunToRun.BITWISE else {}),
         }
 
     @classmethod
@@ -248,6 +262,7 @@ class ProblemInfo:
             vendor_timing=tuple(VendorTiming(t) for t in data.get("vendor_timing", ["eager"])),
             source_format=data.get("source_format", "klineage"),
             sweep=tuple(Case.from_dict(c) for c in data.get("sweep", [])),
+            run_to_run=RunToRun(data.get("run_to_run", RunToRun.BITWISE.value)),
         )
 
 
@@ -358,6 +373,10 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
     if math_unit not in ("fp32", "tf32", "fp16", "bf16"):
         raise DocumentError(where, f"MATH must be fp32, tf32, fp16 or bf16, not {math_unit!r}")
     vendor_timing = _vendor_timing(getattr(module, "VENDOR_TIMING", ("eager",)), vendor is not None, where)
+    run_to_run = getattr(module, "RUN_TO_RUN", RunToRun.BITWISE.value)
+    if not isinstance(run_to_run, str) or run_to_run not in {r.value for r in RunToRun}:
+        raise DocumentError(where, f"RUN_TO_RUN must be one of {', '.join(repr(r.value) for r in RunToRun)}, "
+                                   f"not {run_to_run!r}")
     info = ProblemInfo(
         operator=operator,
         path=str(path),
@@ -374,6 +393,7 @@ def _load_modern(module: ModuleType, path: Path, text: str) -> Problem:
         math=math_unit,
         vendor_timing=vendor_timing,
         sweep=tuple(sweep),
+        run_to_run=RunToRun(run_to_run),
     )
     return Problem(info=info, make_inputs=make_inputs, reference=_as_dict_fn(reference, outputs),
                    vendor=_as_dict_fn(vendor, outputs) if vendor else None, check=check, module=module)

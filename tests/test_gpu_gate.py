@@ -93,3 +93,20 @@ def test_exchanged_places_time_each_kernel_in_every_kernels_place(cache):
     assert len(ratio["per_trial"]) == policy.trials
     assert verdict.profile["contenders"]["candidate"]["count"] >= 2 * policy.trials * policy.min_reps
     assert ratio["overall"] > 1.0  # the naive kernel is slower than the vectorised one, in either place
+
+
+def test_float_atomics_pass_where_the_problem_allows_run_to_run_differences(cache, tmp_path):
+    """The held-out scatter-add adds with fp32 atomics: judged run by run against the reference it passes; the
+    same contract demanding bit-identical runs (the default) rejects it as nondeterministic."""
+    from pathlib import Path
+
+    from klineage.kernel import load_kernel
+
+    folder = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "scatter_add"
+    naive, untimed = load_kernel(folder / "naive"), GatePolicy(timing=False, sanitize=Sanitize.NEVER)
+    verdict = run_gate(folder / "problem.py", naive, cache=cache, policy=untimed)
+    assert verdict.status is Status.PASSED, verdict.findings
+    strict = tmp_path / "problem.py"
+    strict.write_text((folder / "problem.py").read_text().replace('RUN_TO_RUN = "within_tolerance"', ""))
+    verdict = run_gate(strict, naive, cache=cache, policy=untimed)
+    assert verdict.status is Status.REJECTED and verdict.reason is Reason.NONDETERMINISTIC, verdict.findings

@@ -13,6 +13,7 @@ from klineage.problem import (
     LEGACY_CASE,
     OutputSpec,
     ProblemInfo,
+    RunToRun,
     Tolerance,
     VendorTiming,
     load_problem,
@@ -283,6 +284,19 @@ def test_vendor_timing_defaults_to_eager_and_may_add_a_graph_replay(tmp_path):
 def test_malformed_vendor_timing_is_refused(tmp_path, value, fragment):
     refused(tmp_path, variant('MATH = "fp16"\n', f'MATH = "fp16"\nVENDOR_TIMING = {value}\n'), "VENDOR_TIMING",
             fragment)
+
+
+def test_run_to_run_defaults_to_bitwise_and_may_allow_differences_within_tolerance(tmp_path):
+    info = load_problem(write(tmp_path, MODERN)).info
+    assert info.run_to_run is RunToRun.BITWISE and "run_to_run" not in info.to_dict()  # old descriptions keep bytes
+    loose = load_problem(write(tmp_path, MODERN + 'RUN_TO_RUN = "within_tolerance"\n', "loose.py")).info
+    assert loose.run_to_run is RunToRun.WITHIN_TOLERANCE and loose.fingerprint != info.fingerprint
+    assert ProblemInfo.from_dict(json.loads(json.dumps(loose.to_dict()))) == loose
+
+
+@pytest.mark.parametrize("value", ['"loose"', '"Bitwise"', "True", '["bitwise"]'])
+def test_an_unknown_run_to_run_is_refused(tmp_path, value):
+    refused(tmp_path, MODERN + f"RUN_TO_RUN = {value}\n", "RUN_TO_RUN must be one of 'bitwise', 'within_tolerance'")
 
 
 def test_vendor_timing_needs_a_vendor(tmp_path):

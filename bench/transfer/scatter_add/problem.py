@@ -21,6 +21,9 @@ HEADLINE = "headline"
 OUTPUTS = {"out": {"shape": ["table", "cols"], "dtype": "float32"}}
 
 TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 1e-4, "rel_l2": 1e-5}}
+# fp32 atomics add in whatever order the hardware takes them (index_add_ on CUDA too): two runs may differ in
+# the last bits, so each run is judged against the reference rather than against the other bit for bit.
+RUN_TO_RUN = "within_tolerance"
 
 
 def make_inputs(case: dict, seed: int, device) -> dict:
