@@ -97,3 +97,29 @@ def test_the_loop_records_precondition_failed_and_counts_what_it_saved(cards, na
     assert result.stats.saved == len(skipped) and result.to_dict()["stats"]["saved"] == len(skipped)
     assert OptimizationResult.from_json(result.to_json()) == result
     assert "saved" not in Stats(1, 0, 0, 0.0).to_dict()  # a run that skipped nothing keeps its old bytes
+
+
+def test_a_failing_timing_precondition_does_not_decide_a_site_another_transform_lends():
+    """A card learned on kernels with a block per row (blocks >= 512 over row_softmax's cases) is lent
+    serialize_reduction's warp per row on a held-out rms_norm whose naive kernel runs a thread per row in 128
+    blocks: its precondition speaks of the kernels its own transform rewrote, so the lent site is gated."""
+    from pathlib import Path
+
+    from klineage.kernel import load_kernel
+    from klineage.optimize.strategies import RewriterKind, Strategy, planner
+    from klineage.problem import load_problem
+    from klineage.skills.library import bundled_library, load_library
+    from klineage.transforms import catalog
+
+    transfer = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "rms_norm"
+    target, start = load_problem(transfer / "problem.py").info, load_kernel(transfer / "naive")
+    assert launch_facts(start, target.case(target.headline).params)["blocks"] < 512
+    shuffle = next(c for c in load_library(bundled_library()).cards if c.transform == "shuffle_to_shared")
+    card = dataclasses.replace(shuffle, preconditions=(Precondition(
+        "blocks >= 512", "pays where blocks >= 512", ("row_softmax:a",), ("row_softmax:b",), SOURCE,
+        loo_accuracy=1.0),))
+    assert timing_failure(card, target, start) is not None
+    plan = planner(Strategy.LIBRARY, RewriterKind.RULES, cards=[card], problem=target, statuses=[card.status],
+                   transforms=list(catalog().values()), seed=0)
+    offered = [c for c in plan(start) if c.rewrite is not None]
+    assert [(c.card, c.rewrite.transform, c.not_gated) for c in offered] == [(card.id, "serialize_reduction", "")]

@@ -242,14 +242,14 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
             short = short_of(card, least)
             for rewrite in [r for r in (everywhere,) if r is not None] + rewrites:
                 yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, score=match.score, passed_over=short)
+        if rewriter is RewriterKind.RULES:
+            yield from lent_candidates(skipped, cards, state, lineages)
 
     return plan
 
 
-def skipped_candidates(skipped: Sequence[Any], cards: Sequence[SkillCard], state: KernelState,
-             lineages: Mapping[str, Lineage]) -> Iterator[Candidate]:
-    """The kernels of the cards retrieval skipped for a failed timing precondition, each recorded as
-    `precondition_failed` and never gated: every one is a gate evaluation the precondition saved."""
+def _skipped_rewrites(skipped: Sequence[Any], cards: Sequence[SkillCard], state: KernelState,
+                      lineages: Mapping[str, Lineage]) -> Iterator[tuple[SkillCard, Any, Rewrite]]:
     from klineage.skills.materialize import evidence_anchors, materialize
 
     by_id = {card.id: card for card in cards}
@@ -259,8 +259,29 @@ def skipped_candidates(skipped: Sequence[Any], cards: Sequence[SkillCard], state
             rewrites = materialize(card, state, evidence_anchors(card, lineages, state))
         except Exception:  # noqa: BLE001 - a card that does not materialize would not have been gated either
             continue
-        for rewrite in rewrites:
+        yield from ((card, failed, rewrite) for rewrite in rewrites)
+
+
+def skipped_candidates(skipped: Sequence[Any], cards: Sequence[SkillCard], state: KernelState,
+                       lineages: Mapping[str, Lineage]) -> Iterator[Candidate]:
+    """The kernels of the cards retrieval skipped for a failed timing precondition, at their own transform's
+    sites, each recorded as `precondition_failed` and never gated: every one is a gate evaluation the
+    precondition saved. Sites another transform lends the card are `lent_candidates`."""
+    for card, failed, rewrite in _skipped_rewrites(skipped, cards, state, lineages):
+        if rewrite.transform == card.transform:
             yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, precondition_failed=str(failed))
+
+
+def lent_candidates(skipped: Sequence[Any], cards: Sequence[SkillCard], state: KernelState,
+                    lineages: Mapping[str, Lineage]) -> Iterator[Candidate]:
+    """The kernels of skipped cards at sites another transform's analysis lends them
+    (`materialize.structural_transforms`), gated after the retrieved cards': a timing precondition was
+    induced from the launch facts of the kernels the card's own transform rewrote, and a lent site is a
+    kernel of another shape (a thread per row, where the evidence had a block per row), whose blocks or
+    waves say nothing about it."""
+    for card, _failed, rewrite in _skipped_rewrites(skipped, cards, state, lineages):
+        if rewrite.transform != card.transform:
+            yield Candidate(card.transform, card.id, rewrite.anchor, rewrite)
 
 
 def _paths(cards: Sequence[SkillCard], state: KernelState, problem: ProblemInfo, statuses: tuple[CardStatus, ...],
