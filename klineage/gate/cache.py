@@ -121,6 +121,45 @@ class VerdictStore:
     def _write(self, key: str, verdict: Verdict) -> Path:
         return write_atomic_bytes(self.path(key), verdict_bytes(verdict))
 
+    def compact(self) -> tuple[int, list[tuple[Path, str]]]:
+        """Rewrite every plain verdict file as .json.gz: how many were, and each one left as it was,
+        with the reason."""
+        converted, left = 0, []
+        for plain in (p for p in self.files() if p.name.endswith(PLAIN)):
+            reason = self._compact_one(plain)
+            if reason:
+                left.append((plain, reason))
+            else:
+                converted += 1
+        return converted, left
+
+    def _compact_one(self, plain: Path) -> str | None:
+        """Rewrite one plain verdict file as .json.gz, removing it only once the .json.gz reads back the
+        same document; else say why it stays."""
+        key = verdict_file_key(plain)
+        if plain != self.path(key, PLAIN):
+            return f"misplaced: a verdict with key {key[:12]} belongs in {key[:2]}/"
+        try:
+            data = read_verdict_file(plain)
+            verdict = verdict_of(data, plain)
+        except DocumentError as exc:
+            return exc.message
+        rewritten = verdict.to_dict()
+        changed = sorted(k for k in data.keys() | rewritten.keys() if data.get(k) != rewritten.get(k))
+        if changed:  # a verdict drops parts it does not know and fills in those it lacks
+            return f"rewriting it through the store would change {', '.join(changed)}"
+        packed = self.path(key)
+        if not packed.exists():
+            self._write(key, verdict)
+        try:
+            same = read_verdict_file(packed) == data
+        except DocumentError as exc:
+            return f"{packed.name} beside it: {exc.message}"
+        if not same:  # get serves the .json.gz: which of the two is right is for a person to say
+            return f"{packed.name} beside it holds a different verdict: keep one"
+        plain.unlink()
+        return None
+
 
 class GateCache:
     """This machine's cache in front of the committed recorded store."""
