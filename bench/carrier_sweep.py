@@ -60,7 +60,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import glob
 import hashlib
 import json
 import math
@@ -85,7 +84,7 @@ from klineage import config, corpus, devices  # noqa: E402
 from klineage.config import GateMode  # noqa: E402
 from klineage.errors import DocumentError, KLineageError  # noqa: E402
 from klineage.features import cuda_parser as cp  # noqa: E402
-from klineage.gate.cache import GateCache  # noqa: E402
+from klineage.gate.cache import GateCache, VerdictStore, read_verdict_file  # noqa: E402
 from klineage.gate.compile import CompileResult, compile_kernel  # noqa: E402
 from klineage.gate.policy import GatePolicy  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
@@ -557,12 +556,12 @@ def timing_facts(profile: dict[str, Any], is_expert: bool, expert_row: dict | No
 def recorded_basis(kernel_name: str) -> dict[str, Any] | None:
     """The newest recorded GPU verdict of the kernel (any version) with stage timings."""
     newest = None
-    folders = {str(config.recorded_dir()), str(REPO / "recorded")}
+    folders = {config.recorded_dir(), REPO / "recorded"}
     for folder in folders:
-        for path in glob.glob(os.path.join(folder, "verdicts", "*", "*.json")):
+        for path in VerdictStore(folder).files():
             try:
-                data = json.loads(Path(path).read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
+                data = read_verdict_file(path)
+            except (OSError, DocumentError):
                 continue
             if data.get("kernel", {}).get("name") != kernel_name or "run" not in data.get("timings", {}):
                 continue

@@ -27,7 +27,9 @@ TARGETS = {"topk/radix_select": 3.0, "conv2d/implicit_gemm": 1.2, "conv2d/implic
 
 
 def recorded_verdicts(folder: Path) -> list[dict]:
-    return [json.loads(path.read_text(encoding="utf-8")) for path in sorted(folder.glob("verdicts/*/*.json"))]
+    from klineage.gate.cache import VerdictStore, read_verdict_file
+
+    return [read_verdict_file(path) for path in VerdictStore(folder).files()]
 
 
 def newest_timed(verdicts: list[dict], of_kernel) -> dict | None:

@@ -10,6 +10,7 @@ from typing import Any
 from klineage import __version__, cli_options, config, corpus, kernel_export
 from klineage.config import GateMode
 from klineage.errors import KLineageError
+from klineage.gate import recorded_command  # `klineage recorded` lives beside the store
 from klineage.gate.policy import GatePolicy, Placement
 from klineage.optimize import command as optimize_command  # `klineage optimize` lives beside its loop
 from klineage.skills import command as library_command  # `klineage library` lives beside the library
@@ -68,6 +69,7 @@ def parser() -> argparse.ArgumentParser:
     optimize_command.add_parser(commands)
     library_command.add_parser(commands)
     kernel_export.add_parser(commands)
+    recorded_command.add_parser(commands)
     return top
 
 
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"gate": _gate, "walk": _walk, "problems": _problems, "kernels": _kernels,
                 "optimize": optimize_command.run, "library": library_command.run,
-                "kernel": kernel_export.run}[args.command](args)
+                "kernel": kernel_export.run, "recorded": recorded_command.run}[args.command](args)
     except KLineageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

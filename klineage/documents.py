@@ -109,15 +109,18 @@ def save_document(data: Any, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = document_text(data).encode("utf-8")
-    if path.suffix == ".gz":
-        # No file name and mtime 0 in the header, so equal documents give equal files (a walk saved
-        # again shows no diff). GzipFile writes the same OS byte on every Python; gzip.compress does not.
-        buffer = io.BytesIO()
-        with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as packed:
-            packed.write(raw)
-        raw = buffer.getvalue()
-    path.write_bytes(raw)
+    path.write_bytes(gzip_packed(raw) if path.suffix == ".gz" else raw)
     return path
+
+
+def gzip_packed(raw: bytes) -> bytes:
+    """`raw` gzip-compressed, the same bytes every time: no file name and mtime 0 in the header, so
+    equal documents give equal files (a walk saved again shows no diff). GzipFile writes the same OS
+    byte on every Python; gzip.compress does not."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as packed:
+        packed.write(raw)
+    return buffer.getvalue()
 
 
 def read_document_text(path: str | Path, what: str = "document") -> str:
@@ -128,6 +131,12 @@ def read_document_text(path: str | Path, what: str = "document") -> str:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise DocumentError(str(path), f"no such {what} file") from None
+    return unpacked_text(raw, path)
+
+
+def unpacked_text(raw: bytes, path: Path) -> str:
+    """The text of the bytes read from `path`, decompressed when its name ends in `.gz`. Corrupt or
+    non-UTF-8 bytes raise DocumentError naming `path`."""
     if path.suffix == ".gz":
         try:
             raw = gzip.decompress(raw)

@@ -38,7 +38,7 @@ from klineage.corpus import KernelEntry, list_kernels, list_problems
 from klineage.documents import document_files, read_document_text
 from klineage.errors import DocumentError, KLineageError
 from klineage.fingerprint import canonical_json, sha256_text
-from klineage.gate.cache import GateCache, VerdictStore
+from klineage.gate.cache import GateCache, VerdictStore, load_verdict_file, verdict_file_key
 from klineage.gate.execute import probe_problem, problem_fingerprint
 from klineage.gate.verdict import Reason
 from klineage.gate.verdict import Verdict as EngineVerdict
@@ -345,19 +345,23 @@ def _read_kernels(root: Path) -> list[_KernelFile]:
 
 
 def _read_verdicts(store: VerdictStore) -> list[tuple[str, EngineVerdict, str]]:
-    found = []
-    for path in sorted((store.root / "verdicts").glob("*/*.json")):
-        key, where = path.stem, _display(path)
+    """Every verdict file of the store, checked; a key stored both plain and as .json.gz is read once."""
+    found: dict[str, tuple[str, EngineVerdict, str]] = {}
+    for path in store.files():
+        key, where = verdict_file_key(path), _display(path)
         if not _KEY.fullmatch(key):
             raise ImportRefused(where, "a recorded verdict's file name must be its key (64 hex digits)")
         if path.parent.name != key[:2]:
             raise ImportRefused(where, f"misplaced: a verdict with key {key[:12]} belongs in {key[:2]}/")
         try:
-            verdict = store.get(key)
+            verdict = load_verdict_file(path)
         except KLineageError as exc:
             raise ImportRefused(where, _message(exc)) from None
-        found.append((key, verdict, where))
-    return found
+        if key in found and found[key][1] != verdict:  # two verdicts of one key: a person keeps one
+            raise ImportRefused(where, f"differs from {found[key][2]}, the same key's other file: keep one "
+                                       f"(`klineage recorded compact` names the pair)")
+        found.setdefault(key, (key, verdict, where))
+    return list(found.values())
 
 
 def _store_problems(files: list[_ProblemFile], report: ImportReport) -> None:

@@ -13,9 +13,10 @@ from typing import Any
 from django.conf import settings
 
 from klineage.fingerprint import sha256_text
+from klineage.gate.cache import VerdictStore, read_verdict_file
 
 DRY_WALK = Path(settings.BASE_DIR) / "corpus" / "lineages" / "row_softmax_warp_vec4.dry.json"
-RECORDED = Path(settings.BASE_DIR) / "recorded" / "verdicts"
+RECORDED = VerdictStore(Path(settings.BASE_DIR) / "recorded")
 
 
 def dry_walk() -> dict[str, Any]:
@@ -47,13 +48,13 @@ def with_rejections(document: dict[str, Any] | None = None) -> dict[str, Any]:
 
 @functools.cache
 def _vendor_timed() -> str:
-    """The text of a committed passed verdict whose profile timed the vendor beside its kernel."""
-    for path in sorted(RECORDED.glob("*/*.json")):
-        text = path.read_text(encoding="utf-8")
-        document = json.loads(text)
+    """A committed passed verdict whose profile timed the vendor beside its kernel, as JSON text (each
+    caller parses a copy of its own)."""
+    for path in RECORDED.files():
+        document = read_verdict_file(path)
         if document["status"] == "passed" and "vs_vendor" in (document.get("profile") or {}).get("ratios", {}):
-            return text
-    raise LookupError(f"no recorded verdict under {RECORDED} timed the vendor")
+            return json.dumps(document)
+    raise LookupError(f"no recorded verdict under {RECORDED.root} timed the vendor")
 
 
 def vendor_verdict(fingerprint: str, name: str, overall: float, per_trial: list[float], *,

@@ -12,6 +12,7 @@ import pytest
 from bench_tools import bench_script
 from klineage import corpus
 from klineage.errors import DocumentError
+from klineage.gate.cache import VerdictStore, read_verdict_file
 from klineage.kernel import parse_constants
 
 REPO = Path(__file__).resolve().parent.parent
@@ -276,7 +277,7 @@ def test_every_corpus_expert_in_the_sweeps_is_a_corpus_kernel():
 
 
 def _recorded_conv2d_verdict() -> dict | None:
-    found = [json.loads(p.read_text()) for p in (REPO / "recorded" / "verdicts").glob("*/*.json")]
+    found = [read_verdict_file(p) for p in VerdictStore(REPO / "recorded").files()]
     found = [v for v in found if v["kernel"]["name"] == "conv2d_implicit_gemm" and v.get("profile", {}).get("ratios")
              and v["provenance"]["key_parts"].get("against") == "none"]
     return max(found, key=lambda v: v["provenance"]["created"], default=None)

@@ -59,6 +59,7 @@ EXPECTED = {
     "library admit": {"--library": None, "--out": None, "--gate": None, "--placement": "as_loaded",
                       "--record": False, "--jobs": 1},
     "kernel export": {},
+    "recorded compact": {},
 }
 
 

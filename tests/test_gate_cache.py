@@ -1,11 +1,13 @@
 """The gate's verdict cache, its recorded store for replay, verdict documents and the gate policy."""
 
+import gzip
 import json
 
 import pytest
 
+from klineage.documents import gzip_packed
 from klineage.errors import DocumentError, KLineageError, ReplayMiss
-from klineage.gate.cache import GateCache, VerdictStore, verdict_key
+from klineage.gate.cache import PLAIN, GateCache, VerdictStore, verdict_key
 from klineage.gate.policy import QUICK, STRICT, GatePolicy, Placement, Sanitize, TimingScope
 from klineage.gate.timing import PairedRatio, TimingStats
 from klineage.gate.verdict import GATE_VERSION, VERDICT_VERSION, Finding, Reason, Status, Verdict
@@ -104,7 +106,7 @@ def test_store_round_trips_a_realistic_verdict(tmp_path):
     verdict = rejected()
     digest = key()
     path = store.put(digest, verdict)
-    assert path == tmp_path / "verdicts" / digest[:2] / f"{digest}.json"
+    assert path == tmp_path / "verdicts" / digest[:2] / f"{digest}.json.gz"
     assert path.is_file()
     again = store.get(digest)
     assert again == verdict
@@ -113,7 +115,7 @@ def test_store_round_trips_a_realistic_verdict(tmp_path):
     assert again.findings[2].evidence == {"max_abs": 0.032, "index": [17, 4001], "seed": 1}
     assert TimingStats.from_dict(again.profile["headline"]["candidate"]).median_us == pytest.approx(10.3)
     assert again.profile["headline"]["ratio"]["overall"] == pytest.approx(20.5 / 10.3)  # medians of trial medians
-    on_disk = json.loads(path.read_text(encoding="utf-8"))
+    on_disk = json.loads(gzip.decompress(path.read_bytes()))
     assert on_disk["version"] == VERDICT_VERSION
     assert on_disk["status"] == "rejected" and on_disk["reason"] == "static_check"
 
@@ -136,7 +138,7 @@ def test_atomic_write_leaves_no_temporary_file(tmp_path):
     for gpu in ("a", "b", "c"):
         store.put(key(gpu=gpu), rejected())
     files = sorted(p.name for p in (tmp_path / "verdicts").rglob("*") if p.is_file())
-    assert files == sorted(f"{key(gpu=g)}.json" for g in ("a", "b", "c"))
+    assert files == sorted(f"{key(gpu=g)}.json.gz" for g in ("a", "b", "c"))
     assert not list(tmp_path.rglob("*.tmp"))
 
 
@@ -144,7 +146,7 @@ def test_put_replaces_a_file_that_a_reader_holds_open(tmp_path):
     # Rename, not rewrite: a reader that opened the old verdict keeps reading a whole document.
     store = VerdictStore(tmp_path)
     path = store.put(key(), rejected())
-    with open(path, encoding="utf-8") as old:
+    with gzip.open(path, "rt", encoding="utf-8") as old:
         store.put(key(), passed())
         assert json.loads(old.read())["status"] == "rejected"
     assert store.get(key()).status is Status.PASSED
@@ -158,11 +160,10 @@ def test_put_replaces_a_file_that_a_reader_holds_open(tmp_path):
         "not json at all",
     ],
 )
-def test_corrupt_file_names_the_path(tmp_path, content):
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gz"])
+def test_corrupt_file_names_the_path(tmp_path, content, packed):
+    path = _stored_raw(tmp_path, content.encode("utf-8"), packed)
     store = VerdictStore(tmp_path)
-    path = store.path(key())
-    path.parent.mkdir(parents=True)
-    path.write_text(content, encoding="utf-8")
     with pytest.raises(DocumentError) as info:
         store.get(key())
     assert info.value.where == str(path)
@@ -180,15 +181,83 @@ def test_corrupt_file_names_the_path(tmp_path, content):
          "corrupt verdict"),
     ],
 )
-def test_valid_json_that_is_not_a_verdict_names_the_path(tmp_path, content, fragment):
+@pytest.mark.parametrize("packed", [False, True], ids=["plain", "gz"])
+def test_valid_json_that_is_not_a_verdict_names_the_path(tmp_path, content, fragment, packed):
+    path = _stored_raw(tmp_path, content, packed)
     store = VerdictStore(tmp_path)
-    path = store.path(key())
-    path.parent.mkdir(parents=True)
-    path.write_bytes(content)
     with pytest.raises(DocumentError) as info:
         store.get(key())
     assert info.value.where == str(path)
     assert fragment in str(info.value)
+
+
+def _stored_raw(root, content: bytes, packed: bool):
+    """`content` as the file of key() in the store at `root`: gzip-compressed in a .json.gz, or a plain .json."""
+    store = VerdictStore(root)
+    path = store.path(key()) if packed else store.path(key(), PLAIN)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(gzip_packed(content) if packed else content)
+    return path
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: raw[: len(raw) // 2],  # cut short
+        lambda raw: b"not gzip" + raw,  # bad header
+        lambda raw: raw[:20] + bytes(b ^ 0xFF for b in raw[20:40]) + raw[40:],  # bad data
+        lambda raw: raw[:-8] + bytes(8),  # bad checksum and length
+    ],
+    ids=["cut short", "bad header", "bad data", "bad checksum"],
+)
+def test_a_corrupt_gzip_file_names_the_path(tmp_path, damage):
+    store = VerdictStore(tmp_path)
+    path = store.put(key(), rejected())
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(DocumentError) as info:
+        store.get(key())
+    assert info.value.where == str(path)
+    assert str(info.value).startswith(f"{path}: corrupt verdict: ")
+
+
+def test_put_writes_the_same_bytes_for_the_same_verdict(tmp_path):
+    first = VerdictStore(tmp_path / "a").put(key(), rejected()).read_bytes()
+    second = VerdictStore(tmp_path / "b").put(key(), rejected()).read_bytes()
+    assert first == second
+    # Equal within a second is not enough: the gzip header holds no time and no file name.
+    assert first[4:8] == bytes(4) and not first[3] & 0x08
+    text = gzip.decompress(first).decode("utf-8")
+    assert text == json.dumps(rejected().to_dict(), indent=1, sort_keys=True) + "\n"
+
+
+def test_get_reads_a_plain_verdict_file_too(tmp_path):
+    store = VerdictStore(tmp_path)
+    store.put(key(), rejected())
+    plain = store.path(key(gpu="other"), PLAIN)
+    plain.parent.mkdir(parents=True, exist_ok=True)
+    plain.write_text(json.dumps(passed().to_dict()), encoding="utf-8")
+    assert store.get(key()) == rejected()
+    assert store.get(key(gpu="other")) == passed()
+
+
+def test_a_key_stored_in_both_spellings_lists_once_and_serves_the_gz(tmp_path):
+    store = VerdictStore(tmp_path)
+    packed = store.put(key(), rejected())
+    plain = store.path(key(), PLAIN)
+    plain.write_text(json.dumps(passed().to_dict()), encoding="utf-8")
+    assert store.files() == [plain, packed]
+    assert store.keys() == [key()]
+    assert store.get(key()) == rejected()
+
+
+def test_put_replaces_a_plain_file_of_the_key(tmp_path):
+    store = VerdictStore(tmp_path)
+    plain = store.path(key(), PLAIN)
+    plain.parent.mkdir(parents=True)
+    plain.write_text(json.dumps(rejected().to_dict()), encoding="utf-8")
+    store.put(key(), passed())
+    assert not plain.exists() and store.files() == [store.path(key())]
+    assert store.get(key()) == passed()
 
 
 # The two-level cache

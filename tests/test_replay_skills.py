@@ -22,7 +22,7 @@ import pytest
 from bench_tools import bench_script
 from klineage import config, corpus
 from klineage.config import GateMode
-from klineage.gate.cache import GateCache
+from klineage.gate.cache import GateCache, VerdictStore, read_verdict_file
 from klineage.gate.pipeline import default_cache, run_gate
 from klineage.gate.verdict import Status
 from klineage.lineage import Lineage, VerdictSummary
@@ -133,7 +133,7 @@ def test_each_workload_start_and_vs_expert_are_recorded(row):
         return
     # The library's best kernel against the expert (its state may be in no document that came back).
     best = row["strategies"]["library"]["best"]
-    against = [v for v in map(json.loads, map(Path.read_text, (config.recorded_dir() / "verdicts").glob("*/*.json")))
+    against = [v for v in map(read_verdict_file, VerdictStore(config.recorded_dir()).files())
                if v["kernel"]["fingerprint"] == best and v["provenance"]["key_parts"]["against"] == expert.fingerprint
                and v["provenance"]["key_parts"]["policy"] == DEFAULT_POLICY.fingerprint]
     assert len(against) == 1 and against[0]["profile"]["ratios"]["vs_baseline"]["overall"] == row["vs_expert"]

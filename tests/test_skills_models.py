@@ -12,7 +12,8 @@ from django.core.management import CommandError, call_command
 from dashboard_data import clear_dashboard_rows, corpus  # noqa: F401
 from klineage import config
 from klineage.corpus import list_kernels, list_problems
-from klineage.gate.cache import VerdictStore
+from klineage.documents import gzip_packed
+from klineage.gate.cache import PLAIN, VerdictStore, read_verdict_file, verdict_file_key
 from klineage.gate.verdict import Status
 from klineage.gate.verdict import Verdict as EngineVerdict
 from klineage.kernel import KernelState as EngineKernelState
@@ -37,6 +38,11 @@ def _recorded_copy(tmp_path: Path) -> Path:
     return target
 
 
+def _overwrite(recorded: Path, key: str, text: str) -> None:
+    """Put `text` in a recorded store's file of `key`, gzip-compressed as the store writes it."""
+    VerdictStore(recorded).path(key).write_bytes(gzip_packed(text.encode("utf-8")))
+
+
 def _corpus_copy(tmp_path: Path) -> Path:
     target = tmp_path / "corpus"
     shutil.copytree(config.corpus_dir(), target)
@@ -45,12 +51,11 @@ def _corpus_copy(tmp_path: Path) -> Path:
 
 def _a_recorded_verdict() -> tuple[str, dict]:
     """The first recorded verdict of a bundled kernel (optimization candidates are states of no kernel)."""
-    store = VerdictStore(config.recorded_dir())
     bundled = {entry.load().fingerprint for entry in list_kernels()}
-    for key in store.keys():
-        document = json.loads(store.path(key).read_text(encoding="utf-8"))
+    for path in VerdictStore(config.recorded_dir()).files():
+        document = read_verdict_file(path)
         if document["kernel"]["fingerprint"] in bundled:
-            return key, document
+            return verdict_file_key(path), document
     raise AssertionError("no recorded verdict of a bundled kernel")
 
 
@@ -155,8 +160,7 @@ def test_a_malformed_verdict_refuses_the_whole_import(tmp_path, damage):
     clear_dashboard_rows()  # an empty database: anything stored would show
     recorded = _recorded_copy(tmp_path)
     key, document = _a_recorded_verdict()
-    path = VerdictStore(recorded).path(key)
-    path.write_text(BROKEN_VERDICTS[damage](document), encoding="utf-8")
+    _overwrite(recorded, key, BROKEN_VERDICTS[damage](document))
 
     with pytest.raises(ImportRefused) as refused:
         import_corpus(recorded_root=recorded)
@@ -169,7 +173,7 @@ def test_a_misnamed_or_misplaced_verdict_is_refused(tmp_path):
     recorded = _recorded_copy(tmp_path)
     key, document = _a_recorded_verdict()
     other = "f" * 64
-    misnamed = VerdictStore(recorded).path(other)
+    misnamed = VerdictStore(recorded).path(other, PLAIN)  # plain files are imported too
     misnamed.parent.mkdir(parents=True, exist_ok=True)
     misnamed.write_text(json.dumps(document), encoding="utf-8")  # provenance names another key
     with pytest.raises(ImportRefused, match="provenance names key"):
@@ -179,6 +183,24 @@ def test_a_misnamed_or_misplaced_verdict_is_refused(tmp_path):
     misplaced.parent.mkdir(parents=True, exist_ok=True)
     misplaced.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(ImportRefused, match="misplaced"):
+        import_corpus(recorded_root=recorded)
+    assert _counts()["Verdict"] == 0
+
+
+def test_a_key_stored_both_plain_and_compressed_imports_once_unless_the_two_differ(tmp_path):
+    clear_dashboard_rows()
+    recorded = _recorded_copy(tmp_path)
+    key, document = _a_recorded_verdict()
+    store = VerdictStore(recorded)
+    store.put(key, EngineVerdict.from_dict(document))
+    plain = store.path(key, PLAIN)
+    plain.write_text(json.dumps(document), encoding="utf-8")
+    import_corpus(recorded_root=recorded)
+    assert Verdict.objects.filter(key=key).count() == 1 and _counts()["Verdict"] == RECORDED
+
+    clear_dashboard_rows()
+    plain.write_text(json.dumps({**document, "timings": {**document["timings"], "run": 1.0}}), encoding="utf-8")
+    with pytest.raises(ImportRefused, match="differs from .*the same key's other file: keep one"):
         import_corpus(recorded_root=recorded)
     assert _counts()["Verdict"] == 0
 
@@ -207,7 +229,7 @@ def test_a_refused_import_leaves_earlier_data_untouched(corpus, tmp_path):
     documents = dict(Verdict.objects.values_list("key", "digest"))
     recorded = _recorded_copy(tmp_path)
     key, document = _a_recorded_verdict()
-    VerdictStore(recorded).path(key).write_text(json.dumps({**document, "status": "maybe"}), encoding="utf-8")
+    _overwrite(recorded, key, json.dumps({**document, "status": "maybe"}))
     (recorded / "verdicts" / "ab").mkdir(exist_ok=True)
     with pytest.raises(ImportRefused):
         import_corpus(recorded_root=recorded)
@@ -250,6 +272,6 @@ def test_load_corpus_command(corpus, tmp_path, capsys):
     assert "new problem files read through the sandboxed probe: 0" in out
     recorded = _recorded_copy(tmp_path)
     key, document = _a_recorded_verdict()
-    VerdictStore(recorded).path(key).write_text("[]", encoding="utf-8")
+    _overwrite(recorded, key, "[]")
     with pytest.raises(CommandError, match=f"nothing imported: .*{key}"):
         call_command("load_corpus", "--recorded", str(recorded))

@@ -15,8 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from klineage.documents import gzip_packed, unpacked_text
 from klineage.errors import DocumentError, ReplayMiss
-from klineage.files import write_atomic
+from klineage.files import write_atomic_bytes
 from klineage.fingerprint import sha256_json
 from klineage.gate.verdict import GATE_VERSION, Status, Verdict
 
@@ -44,34 +45,120 @@ def earlier_gate_keys(parts: dict[str, Any]) -> list[str]:
 SERVING_NOTES = ("served_from", "earlier_gate")  # what serving adds to a verdict's provenance; never stored
 
 
+COMPRESSED, PLAIN = ".json.gz", ".json"
+# The order get reads them in: the spelling put writes, then the plain one that older checkouts (and
+# GPU hosts running them) write.
+SPELLINGS = (COMPRESSED, PLAIN)
+
+
+def verdict_file_key(path: Path) -> str:
+    """The key a verdict file's name gives, whatever its spelling."""
+    return next(path.name.removesuffix(s) for s in SPELLINGS if path.name.endswith(s))
+
+
+def read_verdict_file(path: Path) -> Any:
+    """The JSON of one verdict file, whatever its spelling. A missing file raises FileNotFoundError;
+    one that is not readable JSON raises DocumentError ("corrupt verdict: ...") naming it."""
+    raw = path.read_bytes()
+    try:
+        return json.loads(unpacked_text(raw, path))
+    except DocumentError as exc:  # bad gzip, or not UTF-8
+        raise DocumentError(str(path), f"corrupt verdict: {exc.message}") from None
+    except json.JSONDecodeError as exc:
+        raise DocumentError(str(path), f"corrupt verdict: {exc}") from None
+
+
+def load_verdict_file(path: Path) -> Verdict:
+    """The verdict of one verdict file, whatever its spelling; raises as `read_verdict_file` does, and
+    DocumentError for JSON that is not a verdict."""
+    return verdict_of(read_verdict_file(path), path)
+
+
+def verdict_of(data: Any, path: Path) -> Verdict:
+    """The verdict that the JSON read from `path` holds; DocumentError naming `path` if it holds none."""
+    try:
+        return Verdict.from_dict(data)
+    except (DocumentError, KeyError, TypeError, ValueError) as exc:  # valid JSON, but not a verdict
+        raise DocumentError(str(path), f"corrupt verdict: {exc}") from None
+
+
+def verdict_bytes(verdict: Verdict) -> bytes:
+    """What a .json.gz verdict file holds: the same bytes for the same verdict."""
+    return gzip_packed((json.dumps(verdict.to_dict(), indent=1, sort_keys=True) + "\n").encode("utf-8"))
+
+
 class VerdictStore:
-    """One folder of verdicts: `<root>/verdicts/<ab>/<key>.json`."""
+    """One folder of verdicts: `<root>/verdicts/<ab>/<key>.json.gz`, or a plain `<key>.json` as older
+    checkouts wrote them. Every reader of the folder finds its files through `files()`."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
 
-    def path(self, key: str) -> Path:
-        return self.root / "verdicts" / key[:2] / f"{key}.json"
+    def path(self, key: str, spelling: str = COMPRESSED) -> Path:
+        return self.root / "verdicts" / key[:2] / f"{key}{spelling}"
 
-    def get(self, key: str) -> Verdict | None:
-        path = self.path(key)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DocumentError(str(path), f"corrupt verdict: {exc}") from None
-        try:
-            return Verdict.from_dict(data)
-        except (DocumentError, KeyError, TypeError, ValueError) as exc:  # valid JSON, but not a verdict
-            raise DocumentError(str(path), f"corrupt verdict: {exc}") from None
-
-    def put(self, key: str, verdict: Verdict) -> Path:
-        path = self.path(key)
-        return write_atomic(path, json.dumps(verdict.to_dict(), indent=1, sort_keys=True) + "\n")
+    def files(self) -> list[Path]:
+        """Every verdict file, of either spelling, by path; a key stored in both has two."""
+        return sorted(p for spelling in SPELLINGS for p in (self.root / "verdicts").glob(f"*/*{spelling}"))
 
     def keys(self) -> list[str]:
-        return sorted(p.stem for p in (self.root / "verdicts").glob("*/*.json"))
+        return sorted({verdict_file_key(p) for p in self.files()})
+
+    def get(self, key: str) -> Verdict | None:
+        for spelling in SPELLINGS:
+            try:
+                return load_verdict_file(self.path(key, spelling))
+            except FileNotFoundError:
+                continue
+        return None
+
+    def put(self, key: str, verdict: Verdict) -> Path:
+        """Store `verdict` as the key's verdict; a plain file of the key held an older one, so it goes."""
+        path = self._write(key, verdict)
+        self.path(key, PLAIN).unlink(missing_ok=True)
+        return path
+
+    def _write(self, key: str, verdict: Verdict) -> Path:
+        return write_atomic_bytes(self.path(key), verdict_bytes(verdict))
+
+    def compact(self) -> tuple[int, list[tuple[Path, str]]]:
+        """Rewrite every plain verdict file as .json.gz: how many were, and each one left as it was,
+        with the reason."""
+        converted, left = 0, []
+        for plain in (p for p in self.files() if p.name.endswith(PLAIN)):
+            reason = self._compact_one(plain)
+            if reason:
+                left.append((plain, reason))
+            else:
+                converted += 1
+        return converted, left
+
+    def _compact_one(self, plain: Path) -> str | None:
+        """Rewrite one plain verdict file as .json.gz, removing it only once the .json.gz reads back the
+        same document; else say why it stays."""
+        key = verdict_file_key(plain)
+        if plain != self.path(key, PLAIN):
+            return f"misplaced: a verdict with key {key[:12]} belongs in {key[:2]}/"
+        try:
+            data = read_verdict_file(plain)
+            verdict = verdict_of(data, plain)
+        except DocumentError as exc:
+            return exc.message
+        rewritten = verdict.to_dict()
+        changed = sorted(k for k in data.keys() | rewritten.keys() if data.get(k) != rewritten.get(k))
+        if changed:  # a verdict drops parts it does not know and fills in those it lacks
+            return f"rewriting it through the store would change {', '.join(changed)}"
+        packed = self.path(key)
+        if not packed.exists():
+            self._write(key, verdict)
+        try:
+            same = read_verdict_file(packed) == data
+        except DocumentError as exc:
+            return f"{packed.name} beside it: {exc.message}"
+        if not same:  # get serves the .json.gz: which of the two is right is for a person to say
+            return f"{packed.name} beside it holds a different verdict: keep one"
+        plain.unlink()
+        return None
 
 
 class GateCache:
