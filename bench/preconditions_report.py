@@ -10,8 +10,9 @@ induction then reads them, klineage.skills.when) and the recorded verdicts; runs
 - loo_accuracy: leave-one-case-out accuracy pooled over every timing precondition (cases predicted
   right / cases), null when there is none.
 - evaluations_saved: at each bundled kernel of each operator, the candidate kernels of cards whose
-  timing precondition fails on its problem's headline, at the card's own transform's sites (what `klineage optimize --strategy library`
-  records `precondition_failed` and does not gate in its first round from that kernel).
+  timing precondition fails on its problem's headline, at the card's own transform's sites (what
+  `klineage optimize --strategy library` records `precondition_failed` and does not gate in its first round
+  from that kernel).
 - whens: how many admitted cards' *when* is each kind (precondition, uniform, never, mixed, unmeasured).
 - rows: one per admitted card with a *when*: its precondition (or "paid on all N cases measured"),
   the cases it holds and fails on, the share of paid cases where it holds, its leave-one-case-out accuracy.
