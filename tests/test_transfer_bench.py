@@ -69,16 +69,16 @@ def test_the_gpu_session_transfer_stage_writes_a_part_per_operator(gate_cache, t
     """transfer:OP,OP runs bench/transfer_eval.py once an operator, each its own part, with the session's
     budget and jobs (python3 a shim that turns the GPU gate into the compile gate: no GPU here)."""
     done, argv = session_stage("transfer:gelu_mul,rms_norm@200", tmp_path,
-                               {"TRANSFER_BUDGET": "3", "TRANSFER_JOBS": "2"})
+                               {"TRANSFER_BUDGET": "1", "TRANSFER_JOBS": "2"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert "=== transfer:gelu_mul,rms_norm" in done.stdout and "limit 200 s" in done.stdout
     assert argv[:5] == ["bench/transfer_eval.py", "--gate", "gpu", "--record", "--budget"]
-    assert argv[argv.index("--budget") + 1] == "3" and argv[argv.index("--jobs") + 1] == "2"
+    assert argv[argv.index("--budget") + 1] == "1" and argv[argv.index("--jobs") + 1] == "2"
     parts = tmp_path / "out" / "results" / "transfer"
     assert sorted(p.name for p in parts.iterdir()) == ["gelu_mul.json", "rms_norm.json"]
     for name in ("gelu_mul", "rms_norm"):
         part = json.loads((parts / f"{name}.json").read_text())
-        assert list(part["runs"]) == [name] and part["provenance"]["budget"] == 3
+        assert list(part["runs"]) == [name] and part["provenance"]["budget"] == 1
         assert part["partial"] == f"ran 1 of {len(OPERATORS)} operators"
         assert {r["workload"] for r in part["rows"]} == {name}
 
