@@ -214,7 +214,8 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
         skipped: list = []
         matches = retrieve(state, problem, cards, limit=max(1, len(cards)), statuses=statuses, lineages=lineages,
                            skipped=skipped)
-        yield from skipped_candidates(skipped, cards, state, lineages)  # first: recorded whatever the budget leaves
+        found = _skipped_rewrites(skipped, cards, state, lineages)  # materialized once for both uses below
+        yield from _failed(found)  # first: recorded whatever the budget leaves
         if rewriter is RewriterKind.RULES:
             yield from _paths(cards, state, problem, statuses, lineages, offered_paths)
         joined: set[str] = set()  # cards already offered as part of a whole mechanism
@@ -243,43 +244,49 @@ def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardSta
             for rewrite in [r for r in (everywhere,) if r is not None] + rewrites:
                 yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, score=match.score, passed_over=short)
         if rewriter is RewriterKind.RULES:
-            yield from lent_candidates(skipped, cards, state, lineages)
+            yield from _lent(found)
 
     return plan
 
 
 def _skipped_rewrites(skipped: Sequence[Any], cards: Sequence[SkillCard], state: KernelState,
-                      lineages: Mapping[str, Lineage]) -> Iterator[tuple[SkillCard, Any, Rewrite]]:
+                      lineages: Mapping[str, Lineage]) -> list[tuple[SkillCard, Any, Rewrite]]:
+    """(card, its failed precondition, rewrite) for every site of every card retrieval skipped."""
     from klineage.skills.materialize import evidence_anchors, materialize
 
     by_id = {card.id: card for card in cards}
+    found = []
     for failed in skipped:
         card = by_id[failed.card]
         try:
             rewrites = materialize(card, state, evidence_anchors(card, lineages, state))
         except Exception:  # noqa: BLE001 - a card that does not materialize would not have been gated either
             continue
-        yield from ((card, failed, rewrite) for rewrite in rewrites)
+        found += [(card, failed, rewrite) for rewrite in rewrites]
+    return found
 
 
 def skipped_candidates(skipped: Sequence[Any], cards: Sequence[SkillCard], state: KernelState,
                        lineages: Mapping[str, Lineage]) -> Iterator[Candidate]:
     """The kernels of the cards retrieval skipped for a failed timing precondition, at their own transform's
     sites, each recorded as `precondition_failed` and never gated: every one is a gate evaluation the
-    precondition saved. Sites another transform lends the card are `lent_candidates`."""
-    for card, failed, rewrite in _skipped_rewrites(skipped, cards, state, lineages):
+    precondition saved. Sites another transform lends the card are `_lent`'s."""
+    return _failed(_skipped_rewrites(skipped, cards, state, lineages))
+
+
+def _failed(found: list[tuple[SkillCard, Any, Rewrite]]) -> Iterator[Candidate]:
+    for card, failed, rewrite in found:
         if rewrite.transform == card.transform:
             yield Candidate(card.transform, card.id, rewrite.anchor, rewrite, precondition_failed=str(failed))
 
 
-def lent_candidates(skipped: Sequence[Any], cards: Sequence[SkillCard], state: KernelState,
-                    lineages: Mapping[str, Lineage]) -> Iterator[Candidate]:
+def _lent(found: list[tuple[SkillCard, Any, Rewrite]]) -> Iterator[Candidate]:
     """The kernels of skipped cards at sites another transform's analysis lends them
     (`materialize.structural_transforms`), gated after the retrieved cards': a timing precondition was
     induced from the launch facts of the kernels the card's own transform rewrote, and a lent site is a
     kernel of another shape (a thread per row, where the evidence had a block per row), whose blocks or
     waves say nothing about it."""
-    for card, _failed, rewrite in _skipped_rewrites(skipped, cards, state, lineages):
+    for card, _failed_precondition, rewrite in found:
         if rewrite.transform != card.transform:
             yield Candidate(card.transform, card.id, rewrite.anchor, rewrite)
 
