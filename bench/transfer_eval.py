@@ -24,10 +24,13 @@ Writes one JSON document:
 Numbers come from the gate's verdicts only. A gate mode that times nothing (compile) gives null ratios
 and null summaries, each with its reason. `--only op1,op2` runs some operators (a part; `partial` is set);
 `--merge part1.json part2.json ... --out FILE` gates nothing: it joins the parts' rows and runs and computes
-the summaries again (null, with the reason, while some operator is in no part).
+the summaries again (null, with the reason, while some operator is in no part). An operator in two parts is
+refused, unless `--replace`: then the later part's measurement stands (re-measured operators merged into an earlier
+result). The merged provenance lists under "parts" which commit measured which operators, and when.
 
     python bench/transfer_eval.py --gate gpu --budget 8 --jobs 4 --only rms_norm,layer_norm --out part1.json
     python bench/transfer_eval.py --merge part1.json part2.json --out bench/results/transfer.json
+    python bench/transfer_eval.py --merge bench/results/transfer.json part3.json --replace --out bench/results/transfer.json
 """
 
 from __future__ import annotations
@@ -163,23 +166,35 @@ def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names
     return out | {"where_measured": measured}
 
 
-def merged(parts: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
-    """One document from the parts: their rows and runs joined (an operator in two parts: ValueError)."""
-    rows, runs = [], {}
+def sources(part: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where a part's operators were measured: one entry per run of the script (a merged part keeps its list)."""
+    provenance = part["provenance"]
+    return provenance.get("parts") or [{"operators": sorted(part["runs"]), "git_commit": provenance.get("git_commit"),
+                                        "date": provenance.get("date")}]
+
+
+def merged(parts: list[dict[str, Any]], names: list[str], replace: bool = False) -> dict[str, Any]:
+    """One document from the parts: their rows and runs joined. An operator in two parts is a ValueError, unless
+    `replace`: then the later part's measurement replaces the earlier one (a re-measured operator)."""
+    rows, runs, measured_in = [], {}, []
     for part in parts:
         first, this = parts[0]["provenance"], part["provenance"]
         differs = [f"{k} {this.get(k)!r}, not {first.get(k)!r}" for k in SETTINGS if this.get(k) != first.get(k)]
         if differs:
             raise ValueError(f"the part of {', '.join(part['runs'])} ran with other settings ({'; '.join(differs)}): "
                              "its numbers do not answer the same question")
-        twice = sorted(set(part["runs"]) & set(runs))
-        if twice:
-            raise ValueError(f"operator(s) {', '.join(twice)} are in two parts")
-        rows += part["rows"]
-        runs |= part["runs"]
+        twice = set(part["runs"]) & set(runs)
+        if twice and not replace:
+            raise ValueError(f"operator(s) {', '.join(sorted(twice))} are in two parts (--replace takes the later)")
+        rows = [r for r in rows if r["workload"] not in twice] + part["rows"]
+        runs = {name: run for name, run in runs.items() if name not in twice} | part["runs"]
+        measured_in = [s | {"operators": [o for o in s["operators"] if o not in twice]} for s in measured_in]
+        measured_in = [s for s in measured_in if s["operators"]] + sources(part)
     ran = [name for name in names if name in runs]
-    document = {"provenance": parts[0]["provenance"] | {"merged_from": len(parts)}, "operators": len(ran),
-                **summaries(rows, runs, ran, of=len(names)), "rows": rows, "runs": runs}
+    # the settings all parts share; where and when each operator was measured is in "parts"
+    shared = {k: v for k, v in parts[0]["provenance"].items() if k not in ("git_commit", "date", "note", "parts")}
+    document = {"provenance": shared | {"merged_from": len(measured_in), "parts": measured_in},
+                "operators": len(ran), **summaries(rows, runs, ran, of=len(names)), "rows": rows, "runs": runs}
     missing = sorted(set(names) - set(runs))
     if missing:
         document["partial"] = f"no part ran {', '.join(missing)}"
@@ -204,12 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="keep every verdict in the recorded store")
     parser.add_argument("--only", default="", help="comma-separated operators (default: all)")
     parser.add_argument("--merge", nargs="+", default=[], metavar="PART", help="join these parts' documents")
+    parser.add_argument("--replace", action="store_true",
+                        help="with --merge: an operator in two parts takes the later part's measurement")
     parser.add_argument("--note", default="", help="with --merge: a note on how the parts ran, kept in provenance")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "transfer.json"))
     args = parser.parse_args(argv)
     names = operators()
     if args.merge:
-        document = merged([json.loads(Path(part).read_text(encoding="utf-8")) for part in args.merge], names)
+        document = merged([json.loads(Path(part).read_text(encoding="utf-8")) for part in args.merge], names,
+                          replace=args.replace)
         if args.note:
             document["provenance"]["note"] = args.note
         write(Path(args.out), document)

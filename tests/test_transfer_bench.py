@@ -83,7 +83,8 @@ def test_the_gpu_session_transfer_stage_writes_a_part_per_operator(gate_cache, t
         assert {r["workload"] for r in part["rows"]} == {name}
 
 
-def _part(name: str, library: float | None, unconditioned: float, budget: int = 8, stop: str = "no_candidate"):
+def _part(name: str, library: float | None, unconditioned: float, budget: int = 8, stop: str = "no_candidate",
+          commit: str = "aaaaaaa"):
     """A part as bench/transfer_eval.py writes it for one operator (rows and runs; what merge reads)."""
     runs = {"library": {"stop": stop, "speedup": library or 1.0},
             "unconditioned_random": {"stop": stop, "speedup": unconditioned},
@@ -91,7 +92,8 @@ def _part(name: str, library: float | None, unconditioned: float, budget: int = 
     rows = [{"workload": name, "kernel": "library_best", "vs": vs, "ratio": ratio, "correct": library is not None}
             for vs, ratio in (("naive", library), ("eager", None))]
     return {"provenance": {"gpu": "NVIDIA H200", "gate": "gpu", "budget": budget, "seed": 0,
-                           "library": "corpus/library/library.json"}, "rows": rows, "runs": {name: runs}}
+                           "library": "corpus/library/library.json", "git_commit": commit, "date": "2026-12-02"},
+            "rows": rows, "runs": {name: runs}}
 
 
 def test_a_partial_merge_keeps_the_headline_null_and_says_what_it_measured():
@@ -113,3 +115,19 @@ def test_parts_run_with_other_settings_are_not_merged():
     transfer = bench_script("transfer_eval")
     with pytest.raises(ValueError, match=r"the part of gelu_mul ran with other settings \(budget 12, not 8\)"):
         transfer.merged([_part("rms_norm", 8.0, 4.0), _part("gelu_mul", 2.0, 2.0, budget=12)], OPERATORS)
+
+
+def test_a_remeasured_operator_replaces_the_earlier_one_only_when_asked():
+    transfer = bench_script("transfer_eval")
+    earlier = transfer.merged([_part("rms_norm", 8.0, 4.0), _part("gelu_mul", 2.0, 2.0)], OPERATORS)
+    again = _part("rms_norm", 6.0, 3.0, commit="bbbbbbb")
+    with pytest.raises(ValueError, match=r"operator\(s\) rms_norm are in two parts \(--replace takes the later\)"):
+        transfer.merged([earlier, again], OPERATORS)
+    document = transfer.merged([earlier, again], OPERATORS, replace=True)
+    assert [r["ratio"] for r in document["rows"] if r["workload"] == "rms_norm" and r["vs"] == "naive"] == [6.0]
+    assert document["runs"]["rms_norm"]["library"]["speedup"] == 6.0
+    assert document["where_measured"]["library_geomean_vs_naive"]["value"] == pytest.approx(12 ** 0.5)
+    # which commit measured which operator survives the merge of a merged document
+    assert document["provenance"]["parts"] == [
+        {"operators": ["gelu_mul"], "git_commit": "aaaaaaa", "date": "2026-12-02"},
+        {"operators": ["rms_norm"], "git_commit": "bbbbbbb", "date": "2026-12-02"}]
