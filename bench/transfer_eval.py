@@ -30,7 +30,7 @@ result). The merged provenance lists under "parts" which commit measured which o
 
     python bench/transfer_eval.py --gate gpu --budget 8 --jobs 4 --only rms_norm,layer_norm --out part1.json
     python bench/transfer_eval.py --merge part1.json part2.json --out bench/results/transfer.json
-    python bench/transfer_eval.py --merge bench/results/transfer.json part3.json --replace --out bench/results/transfer.json
+    python bench/transfer_eval.py --merge bench/results/transfer.json part3.json --replace --out OUT.json
 """
 
 from __future__ import annotations
