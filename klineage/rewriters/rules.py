@@ -26,11 +26,12 @@ from klineage.transforms.base import Anchor, NotApplicable, Role, Transform
 # software pipeline, then the async copies it overlapped (sync_copies declares `after` unpipeline),
 # the shared layout (swizzle, padding), the shared staging itself (unstage_shared, once its tiles are
 # plain element stores: it declares `after` the tensor cores, the pipeline and the async copies),
-# vector widths and warp shuffles, thread coarsening (uncoarsen: a fixed batch of independent items
-# per thread becomes one), the CTA order, and last the
-# micro-optimizations (fast math, read-only loads, restrict, unroll pragmas, launch bounds), of which
-# an expert has many sites and which change no algorithm. `after` overrides this order where a
-# transform needs it.
+# a row kept in registers across passes (uncache_row: before the vector widths, which rewrite the loads that
+# fill the register array into per-element copies it no longer recognizes), vector widths and warp
+# shuffles, thread coarsening (uncoarsen: a fixed batch of independent items per thread becomes one),
+# the CTA order, and last the micro-optimizations (fast math, read-only loads, restrict, unroll pragmas,
+# launch bounds), of which an expert has many sites and which change no algorithm. `after` overrides
+# this order where a transform needs it.
 PRIORITY: tuple[str, ...] = (
     "warp_mma",
     "scalarize_mma",
@@ -40,6 +41,7 @@ PRIORITY: tuple[str, ...] = (
     "unswizzle_shared",
     "unpad_shared",
     "unstage_shared",
+    "uncache_row",
     "devectorize",
     "shuffle_to_shared",
     "uncoarsen",

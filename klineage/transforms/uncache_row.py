@@ -17,6 +17,12 @@ index nor the bound; the kernel names no `row_cache` or `cache_t` of its own; th
 twice (no store can reach the cached row).
 
 Anchor: the kernel, kind "function", key the cached pointer.
+
+Hand-written kernels spell the mechanism their own way: a per-thread array filled in one pass over its size
+and read in later ones (`_register_cache` says which spelling is matched). There the backward makes the
+later passes load again and the forward puts the register reads back; anchor: the function holding the
+array (a kernel or a device function), kind "array", key the array's name. A card learned from such a
+walk places the mechanism on new kernels through the canonical forward above (`forward_sites`).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
+from klineage.transforms import _register_cache as rc
 from klineage.transforms import register
 from klineage.transforms._edit import Edit, indentation, own_lines, reindent, splice
 from klineage.transforms._naive import kernel, launches_of, squash
@@ -63,6 +70,10 @@ class UncacheRow(Transform):
                 pointer = re.search(r"row_cache\[cache_t\] = (\w+)\[", parsed.text(body))
                 if pointer:
                     found.append(Anchor(function.name, "function", pointer[1], parsed.text(function.node)[:200]))
+        for function in cp.functions(parsed):
+            body = function.node.child_by_field_name("body")
+            found += [Anchor(function.name, "array", cache.name, parsed.text(cache.declaration))
+                      for cache in (rc.caches(parsed, body) if body is not None else [])]
         return found
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
@@ -83,6 +94,11 @@ class UncacheRow(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
+        if anchor.kind == "array":
+            body = _holding(parsed, anchor)
+            source = splice(parsed.data, rc.recache_edits(parsed, body, anchor.key))[0].decode("utf-8")
+            return self.rewrite(state, anchor, Direction.FORWARD, source,
+                                note=f"{anchor.function}: the later passes read {anchor.key} from registers")
         function = kernel(parsed, anchor)
         body = function.node.child_by_field_name("body")
         if anchor.key not in _const_float_pointers(parsed, function):
@@ -103,6 +119,13 @@ class UncacheRow(Transform):
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
+        if anchor.kind == "array":
+            body = _holding(parsed, anchor)
+            cache = rc.named(parsed, body, anchor.key)
+            source = splice(parsed.data, rc.uncache_edits(parsed, cache))[0].decode("utf-8")
+            return self.rewrite(state, anchor, Direction.BACKWARD, source,
+                                note=f"{anchor.function}: the later passes load {cache.reload} again instead of "
+                                     f"reading {anchor.key} from registers")
         function = kernel(parsed, anchor)
         body = function.node.child_by_field_name("body")
         declaration = _cache_declaration(parsed, body)
@@ -127,6 +150,16 @@ class UncacheRow(Transform):
         source = splice(parsed.data, edits)[0].decode("utf-8")
         return self.rewrite(state, anchor, Direction.BACKWARD, source,
                             note=f"{function.name}: {anchor.key}'s row read from memory in every pass")
+
+
+def _holding(parsed: cp.ParsedSource, anchor: Anchor) -> Node:
+    """The body of the function named by the anchor that declares its array (names may be overloaded)."""
+    for function in cp.functions(parsed):
+        body = function.node.child_by_field_name("body")
+        if function.name == anchor.function and body is not None \
+                and any(name == anchor.key for name, _, _ in rc.arrays(parsed, body)):
+            return body
+    raise NotApplicable(f"{anchor}: no function {anchor.function} declares {anchor.key}")
 
 
 def _cache_declaration(parsed: cp.ParsedSource, body: Node) -> Node | None:

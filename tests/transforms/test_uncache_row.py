@@ -3,9 +3,11 @@ otherwise) is read from memory in every pass; forward finds its sites by analysi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from klineage.kernel import KernelState
+from klineage.kernel import KernelState, load_kernel
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
@@ -55,3 +57,64 @@ def test_no_site_where_it_would_not_be_legal(transform, edit, why):
         a.key != "in" for a in transform.forward_sites(changed))
     with pytest.raises(NotApplicable, match=why):
         transform.forward(changed, SITE)
+
+
+# The spelling of hand-written kernels: a per-thread register array filled in one pass, read in later ones.
+ARRAY = Anchor("kernel", "array", "held")
+
+
+def array_golden(which: str) -> KernelState:
+    return load(HERE / "uncache_row" / "register_array", which, "kernel")
+
+
+def test_golden_register_array():
+    check_golden("uncache_row", "register_array")
+
+
+def test_golden_register_array_kernels_compile(cache):
+    for which in ("before", "after"):
+        compiles_without_spills(array_golden(which), cache)
+
+
+def test_the_array_site_is_in_the_function_that_declares_it(transform):
+    """Moved into a device function (as the corpus's softmax experts have it), the site follows it there."""
+    state = array_golden("before")
+    source = state.source.replace('extern "C" __global__ void kernel(', "__device__ void rows(").replace(
+        "\n}\n", "\n}\n", 1) + ('\nextern "C" __global__ void kernel(const float* __restrict__ x, '
+                               "float* __restrict__ y, int n) { rows(x, y, n); }\n")
+    moved = KernelState(source=source, plan=state.plan)
+    assert [a for a in transform.find(moved) if a.kind == "array"] == [Anchor("rows", "array", "held")]
+    uncached = transform.backward(moved, Anchor("rows", "array", "held")).state
+    assert uncached.source.count("(row[c])") == 3
+    assert transform.forward(uncached, Anchor("rows", "array", "held")).state == moved
+
+
+@pytest.mark.parametrize("edit, why", [
+    (("            sum += held[k];\n", "            sum += row[c];\n"), "does not read it: it is consumed once"),
+    (("    const float mean =", "    row += n;\n    const float mean ="), "'row', which the stored value depends on"),
+    (("    float squares = 0.0f;\n#pragma unroll\n    for (int k = 0; k < PER_THREAD; ++k) {\n"
+      "        const int c = k * THREADS + tid;",
+      "    float squares = 0.0f;\n#pragma unroll\n    for (int k = 0; k < PER_THREAD; ++k) {\n"
+      "        const int c = k * THREADS + tid + 1;"), "'c' of the stored value is not declared alike"),
+    (("if (c < n) out[c] = (held[k] - mean) * rstd;", "if (c < n) held[k] = (held[k] - mean) * rstd;"),
+     "not stored exactly once"),
+    (("    const float mean =", "    held[0] += 1.0f;\n    const float mean ="), "used other than as held"),
+])
+def test_no_array_site_where_uncaching_would_change_what_is_read(transform, edit, why):
+    state = array_golden("before")
+    assert edit[0] in state.source
+    changed = KernelState(source=state.source.replace(edit[0], edit[1]), plan=state.plan)
+    assert [a for a in transform.find(changed) if a.kind == "array"] == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.backward(changed, ARRAY)
+
+
+@pytest.mark.parametrize("expert", ["row_softmax/warp_vec4", "causal_softmax/warp_vec4"])
+def test_the_corpus_softmax_experts_keep_their_row_in_a_register_array(transform, expert):
+    """What a walk of these experts can now take apart: the later passes load the row again, exactly undone."""
+    state = load_kernel(Path(__file__).resolve().parents[2] / "corpus" / "kernels" / expert)
+    site = Anchor("softmax_row", "array", "cache")
+    assert [a for a in transform.find(state) if a.kind == "array"] == [site]
+    uncached = transform.backward(state, site).state
+    assert "(__ldg(xv + j))" in uncached.source
+    assert transform.forward(uncached, site).state == state
