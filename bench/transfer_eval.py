@@ -15,14 +15,20 @@ Writes one JSON document:
 - library_beats_eager_fraction: the fraction of operators where the library's best is faster than eager;
 - vs_unconditioned_geomean: geometric mean of the library's speedup over the naive kernel divided by the
   better of the two unconditioned strategies' speedups (each from its own run);
+- ceiling_geomean_vs_naive: geometric mean over operators of the roofline floor's speedup over the naive kernel
+  (1 / the naive kernel's floor_fraction): what library_geomean_vs_naive would be were every best kernel at the
+  memory (or math) bound;
 - where_measured: the same three over the operators that gave theirs, named ("operators", out of "of"):
   what a partial run measured, kept apart from the headline numbers, which stay null until every operator did;
-- rows: one per (operator, kernel, comparison): {"workload", "kernel", "vs", "ratio", "correct"}, ratio =
-  the other's time / this kernel's time (above 1: this kernel is faster), null with a "reason" when the
-  gate measured none. torch.compile is not a path the gate can time, so it has no row.
+- rows: one per (operator, kernel, comparison): {"workload", "kernel", "vs", "ratio", "correct", "floor_fraction"},
+  ratio = the other's time / this kernel's time (above 1: this kernel is faster), null with a "reason" when the
+  gate measured none; floor_fraction = the roofline floor's time / this kernel's time on the headline case.
+  torch.compile is not a path the gate can time, so it has no row.
 
 Numbers come from the gate's verdicts only. A gate mode that times nothing (compile) gives null ratios
-and null summaries, each with its reason. `--only op1,op2` runs some operators (a part; `partial` is set);
+and null summaries, each with its reason. With `--record` every verdict (the searches' and the judging gates')
+is kept in the recorded store, so `--gate replay` gives the same document again with no GPU, as long as the
+code proposes the same kernels. `--only op1,op2` runs some operators (a part; `partial` is set);
 `--merge part1.json part2.json ... --out FILE` gates nothing: it joins the parts' rows and runs and computes
 the summaries again (null, with the reason, while some operator is in no part). An operator in two parts is
 refused, unless `--replace`: then the later part's measurement stands (re-measured operators merged into an earlier
@@ -62,7 +68,8 @@ STRATEGIES = (Strategy.LIBRARY, Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDIT
 JUDGE_POLICY = DEFAULT_POLICY.with_(vendor=True)
 # What a part must share with the others to be merged: its numbers answer the same question only then.
 SETTINGS = ("gpu", "gate", "budget", "seed", "library")
-SUMMARIES = ("library_geomean_vs_naive", "library_beats_eager_fraction", "vs_unconditioned_geomean")
+SUMMARIES = ("library_geomean_vs_naive", "library_beats_eager_fraction", "vs_unconditioned_geomean",
+             "ceiling_geomean_vs_naive")
 
 
 def operators() -> list[str]:
@@ -81,19 +88,28 @@ def ratio_of(verdict: Verdict | None, role: str) -> tuple[float | None, str]:
     return (ratio.overall, "") if ratio else (None, "the timing did not settle")
 
 
-def gate(problem: Path, kernel: Any, mode: GateMode, against: Any = None) -> tuple[Verdict | None, str]:
+def gate(problem: Path, kernel: Any, mode: GateMode, record: bool, against: Any = None) -> tuple[Verdict | None, str]:
+    """A judging gate, recorded with the search's verdicts when `record` (so --gate replay gives its rows back)."""
     try:
-        return run_gate(problem, kernel, against=against, policy=JUDGE_POLICY, mode=mode), ""
+        return run_gate(problem, kernel, against=against, policy=JUDGE_POLICY, mode=mode, record=record), ""
     except KLineageError as exc:
         return None, f"the gate could not judge it: {exc}"
+
+
+def floor_fraction(verdict: Verdict | None) -> float | None:
+    """The gated kernel's share of the problem's roofline floor on the timed case (floor time / its median time):
+    1.0 would be the memory (or math) bound itself. None where the gate timed nothing or the timing never settled."""
+    if verdict is None or verdict.status is not Status.PASSED or verdict.unsettled:
+        return None
+    return verdict.profile.get("roofline", {}).get("fraction", {}).get("candidate")
 
 
 def row(workload: str, kernel: str, vs: str, verdict: Verdict | None, role: str, why: str = "") -> dict[str, Any]:
     ratio, reason = ratio_of(verdict, role) if verdict is not None else (None, why or "not gated")
     # correct on every case only when the gate ran them all and passed; nothing ran under compile: unknown
     correct = None if verdict is None or verdict.status is Status.COMPILED else verdict.status is Status.PASSED
-    return {"workload": workload, "kernel": kernel, "vs": vs, "ratio": ratio, "correct": correct} | (
-        {"reason": reason} if reason else {})
+    return {"workload": workload, "kernel": kernel, "vs": vs, "ratio": ratio, "correct": correct,
+            "floor_fraction": floor_fraction(verdict)} | ({"reason": reason} if reason else {})
 
 
 def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[dict[str, Any]], dict[str, Any],
@@ -115,7 +131,7 @@ def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[di
                                 "steps": [s.transform for s in result.steps], "speedup": result.speedup,
                                 "best": result.best, "best_fingerprint": result.best.fingerprint}
     verdicts: list[Verdict] = []
-    naive_verdict, why = gate(problem, naive, mode)
+    naive_verdict, why = gate(problem, naive, mode, args.record)
     rows = [row(name, "naive", "eager", naive_verdict, "vendor", why)]
     verdicts += [naive_verdict] if naive_verdict else []
     best = runs.get(Strategy.LIBRARY.value, {}).get("best")
@@ -123,7 +139,7 @@ def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[di
         rows += [row(name, "library_best", vs, None, "", "the library strategy did not run")
                  for vs in ("naive", "eager")]
     else:
-        versus_naive, why = gate(problem, best, mode, against=naive)
+        versus_naive, why = gate(problem, best, mode, args.record, against=naive)
         verdicts += [versus_naive] if versus_naive else []
         rows += [row(name, "library_best", "naive", versus_naive, "baseline", why),
                  row(name, "library_best", "eager", versus_naive, "vendor", why)]
@@ -149,10 +165,14 @@ def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names
                     for run in (runs[name].get(s.value, {}) for s in STRATEGIES)]
         return speedups[0] / max(speedups[1:]) if None not in speedups else None
 
+    # the most any kernel could gain over the naive one: the roofline floor over the naive kernel's time
+    ceilings = {r["workload"]: 1.0 / r["floor_fraction"] if r.get("floor_fraction") else None
+                for r in rows if r["kernel"] == "naive" and r["vs"] == "eager"}
     inputs = {"library_geomean_vs_naive": (ratios("library_best", "naive"), geomean),
               "library_beats_eager_fraction": (ratios("library_best", "eager"),
                                                lambda values: sum(v > 1.0 for v in values) / len(values)),
-              "vs_unconditioned_geomean": ({name: versus_unconditioned(name) for name in names}, geomean)}
+              "vs_unconditioned_geomean": ({name: versus_unconditioned(name) for name in names}, geomean),
+              "ceiling_geomean_vs_naive": (ceilings, geomean)}
     out: dict[str, Any] = {}
     measured: dict[str, Any] = {}
     for key, (by_operator, summary) in inputs.items():
@@ -212,7 +232,8 @@ def write(path: Path, document: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gate", choices=[m.value for m in (GateMode.GPU, GateMode.COMPILE_ONLY)], default="gpu")
+    parser.add_argument("--gate", choices=[m.value for m in (GateMode.GPU, GateMode.REPLAY, GateMode.COMPILE_ONLY)],
+                        default="gpu", help="gpu; replay: the recorded verdicts (no GPU); compile: nothing timed")
     parser.add_argument("--budget", type=int, default=24)
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)

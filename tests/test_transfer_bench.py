@@ -131,3 +131,20 @@ def test_a_remeasured_operator_replaces_the_earlier_one_only_when_asked():
     assert document["provenance"]["parts"] == [
         {"operators": ["gelu_mul"], "git_commit": "aaaaaaa", "date": "2026-12-02"},
         {"operators": ["rms_norm"], "git_commit": "bbbbbbb", "date": "2026-12-02"}]
+
+
+def test_the_ceiling_is_the_roofline_floor_over_the_naive_kernels_time():
+    """What a kernel at the memory bound would gain over naive, per operator, in the geometric mean; null in the
+    headline while some operator's naive kernel has no settled timing."""
+    transfer = bench_script("transfer_eval")
+    parts = [_part("rms_norm", 8.0, 4.0), _part("gelu_mul", 2.0, 2.0)]
+    for part, fraction in zip(parts, (0.125, 0.5)):
+        name = next(iter(part["runs"]))
+        part["rows"].append({"workload": name, "kernel": "naive", "vs": "eager", "ratio": 0.5, "correct": True,
+                             "floor_fraction": fraction})
+    measured = transfer.merged(parts, OPERATORS)["where_measured"]["ceiling_geomean_vs_naive"]
+    assert measured == {"value": pytest.approx(4.0), "operators": ["gelu_mul", "rms_norm"], "of": len(OPERATORS)}
+    whole = transfer.merged(parts, ["gelu_mul", "rms_norm"])
+    assert whole["ceiling_geomean_vs_naive"] == pytest.approx(4.0)
+    parts[0]["rows"][-1]["floor_fraction"] = None  # unsettled: no ceiling for rms_norm
+    assert transfer.merged(parts, ["gelu_mul", "rms_norm"])["ceiling_geomean_vs_naive"] is None
