@@ -314,10 +314,10 @@ def test_catalog_order_puts_mechanisms_first_and_respects_after():
             if before in order and transform.name in order:
                 assert order.index(before) < order.index(transform.name), (before, transform.name)
     listed = [name for name in ("scalarize_mma", "scalarize_ldmatrix", "unpipeline", "sync_copies", "unswizzle_shared",
-                                "unpad_shared", "unstage_shared", "devectorize", "shuffle_to_shared")
+                                "unpad_shared", "unstage_shared", "uncache_row", "devectorize", "shuffle_to_shared")
               if name in order]
     assert listed == sorted(listed, key=order.index), \
-        "tensor cores, pipeline, copies, layout, staging, vectors, shuffles"
+        "tensor cores, pipeline, copies, layout, staging, register rows, vectors, shuffles"
     micro = [name for name in order if name in MICRO_OPTIMIZATIONS]
     assert order[len(order) - len(micro):] == micro, "micro-optimizations come last"
     assert len(set(PRIORITY)) == len(PRIORITY)
