@@ -19,17 +19,24 @@ def transform():
     return get("uncache_row")
 
 
-def golden(which: str) -> KernelState:
-    return load(HERE / "uncache_row" / "softmax", which, "kernel")
+# softmax: the canonical form the forward writes; register_array: the spelling of hand-written kernels, a
+# per-thread array filled in one pass and read in later ones
+CASES = ("softmax", "register_array")
 
 
-def test_golden():
-    check_golden("uncache_row", "softmax")
+def golden(which: str, case: str = "softmax") -> KernelState:
+    return load(HERE / "uncache_row" / case, which, "kernel")
 
 
-def test_golden_kernels_compile(cache):
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case):
+    check_golden("uncache_row", case)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_kernels_compile(cache, case):
     for which in ("before", "after"):
-        compiles_without_spills(golden(which), cache)
+        compiles_without_spills(golden(which, case), cache)
 
 
 def test_forward_follows_serialize_reduction_on_a_naive_softmax(transform):
@@ -59,26 +66,12 @@ def test_no_site_where_it_would_not_be_legal(transform, edit, why):
         transform.forward(changed, SITE)
 
 
-# The spelling of hand-written kernels: a per-thread register array filled in one pass, read in later ones.
 ARRAY = Anchor("kernel", "array", "held")
-
-
-def array_golden(which: str) -> KernelState:
-    return load(HERE / "uncache_row" / "register_array", which, "kernel")
-
-
-def test_golden_register_array():
-    check_golden("uncache_row", "register_array")
-
-
-def test_golden_register_array_kernels_compile(cache):
-    for which in ("before", "after"):
-        compiles_without_spills(array_golden(which), cache)
 
 
 def test_the_array_site_is_in_the_function_that_declares_it(transform):
     """Moved into a device function (as the corpus's softmax experts have it), the site follows it there."""
-    state = array_golden("before")
+    state = golden("before", "register_array")
     source = state.source.replace('extern "C" __global__ void kernel(', "__device__ void rows(").replace(
         "\n}\n", "\n}\n", 1) + ('\nextern "C" __global__ void kernel(const float* __restrict__ x, '
                                "float* __restrict__ y, int n) { rows(x, y, n); }\n")
@@ -101,7 +94,7 @@ def test_the_array_site_is_in_the_function_that_declares_it(transform):
     (("    const float mean =", "    held[0] += 1.0f;\n    const float mean ="), "used other than as held"),
 ])
 def test_no_array_site_where_uncaching_would_change_what_is_read(transform, edit, why):
-    state = array_golden("before")
+    state = golden("before", "register_array")
     assert edit[0] in state.source
     changed = KernelState(source=state.source.replace(edit[0], edit[1]), plan=state.plan)
     assert [a for a in transform.find(changed) if a.kind == "array"] == []
