@@ -38,6 +38,8 @@ set -u
 commit=${1:-unknown}; shift || true
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KLINEAGE_GIT_COMMIT=$commit
+# A wheel missing from .whl fails every stage alike: stop at once and name it (bench/README.md lists the wheels).
+python3 -c 'import klineage.gate.pipeline, klineage.cli' || { echo "the engine does not import here: carry the missing wheel in .whl"; exit 1; }
 # Verdicts are recorded into the checkout (so a walk finds earlier recordings); the new ones go back in $OUT.
 export KLINEAGE_CACHE_DIR=/tmp/kcache KLINEAGE_RECORDED_DIR=$PWD/recorded NCCL_NVLS_ENABLE=0
 mkdir -p recorded/verdicts && touch /tmp/session-start
