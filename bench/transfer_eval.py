@@ -89,9 +89,11 @@ def ratio_of(verdict: Verdict | None, role: str) -> tuple[float | None, str]:
 
 
 def gate(problem: Path, kernel: Any, mode: GateMode, record: bool, against: Any = None) -> tuple[Verdict | None, str]:
-    """A judging gate, recorded with the search's verdicts when `record` (so --gate replay gives its rows back)."""
+    """A judging gate, recorded with the search's verdicts when `record` on the GPU gate (so --gate replay gives
+    its rows back); as the search does, a compile-only gate records nothing."""
     try:
-        return run_gate(problem, kernel, against=against, policy=JUDGE_POLICY, mode=mode, record=record), ""
+        return run_gate(problem, kernel, against=against, policy=JUDGE_POLICY, mode=mode,
+                        record=record and mode is GateMode.GPU), ""
     except KLineageError as exc:
         return None, f"the gate could not judge it: {exc}"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench_tools import bench_script, session_stage
-from klineage.config import GateMode
+from klineage.config import GateMode, recorded_dir
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Status
@@ -68,9 +68,12 @@ def test_naive_and_analysis_forwards_pass_the_compile_only_gate(operator, cache)
 def test_the_gpu_session_transfer_stage_writes_a_part_per_operator(gate_cache, tmp_path):
     """transfer:OP,OP runs bench/transfer_eval.py once an operator, each its own part, with the session's
     budget and jobs (python3 a shim that turns the GPU gate into the compile gate: no GPU here)."""
+    recorded = set(recorded_dir().rglob("*.json*"))
     done, argv = session_stage("transfer:gelu_mul,rms_norm@200", tmp_path,
                                {"TRANSFER_BUDGET": "1", "TRANSFER_JOBS": "2"})
     assert done.returncode == 0, done.stdout + done.stderr
+    # --record keeps GPU verdicts only: a compile-only gate (the shim's) leaves the committed store alone
+    assert set(recorded_dir().rglob("*.json*")) == recorded
     assert "=== transfer:gelu_mul,rms_norm" in done.stdout and "limit 200 s" in done.stdout
     assert argv[:5] == ["bench/transfer_eval.py", "--gate", "gpu", "--record", "--budget"]
     assert argv[argv.index("--budget") + 1] == "1" and argv[argv.index("--jobs") + 1] == "2"
