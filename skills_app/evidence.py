@@ -194,11 +194,9 @@ def _skills(e: Evidence, data: dict[str, Any]) -> None:
 
 
 def skills_chart(workloads: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Per workload that ran the library, on one log scale from 1x: the library's speedup over the
-    naive end, the better unconditioned strategy's at the same budget (where skills_eval compared
-    them: library speedup / vs_unconditioned), and a tick
-    where the expert stands (library speedup / best-over-expert). SVG user units: a 320-wide view
-    box, 46 units a workload, the label above its two bars."""
+    """Per workload that ran the library: its speedup over the naive end, the better unconditioned strategy's at
+    the same budget (where skills_eval compared them: library speedup / vs_unconditioned), and a tick where the
+    expert stands (library speedup / best-over-expert)."""
     measured = []
     for row in workloads:
         ran = row.get("strategies") or {}
@@ -210,6 +208,17 @@ def skills_chart(workloads: list[dict[str, Any]]) -> dict[str, Any] | None:
         unconditioned = library / versus if _positive(versus) else None
         expert = library / row["vs_expert"] if _positive(row.get("vs_expert")) else None
         measured.append((row.get("lineage", "").split("@")[0], library, unconditioned, expert))
+    return speedup_chart(measured, kind="skills", tick="the expert",
+                         caption="Speedup over each walk's naive end, log scale from 1×: the library (dark), the "
+                                 "better unconditioned search at the same budget (light), the tick where the expert "
+                                 "stands.")
+
+
+def speedup_chart(measured: list[tuple[str, float, float | None, float | None]], *, kind: str, tick: str,
+                  caption: str) -> dict[str, Any] | None:
+    """(label, library, unconditioned, tick) speedups over a naive start on one log scale from 1x, drawn by
+    templates/_skills_chart.html: two bars and a tick per label. SVG user units: a 320-wide view box, 46 units
+    a label, the label above its two bars."""
     if not measured:
         return None
     span, height = 250, 46
@@ -220,13 +229,63 @@ def skills_chart(workloads: list[dict[str, Any]]) -> dict[str, Any] | None:
 
     bars = []
     for i, (label, library, unconditioned, expert) in enumerate(measured):
-        y, tick = i * height, x(expert) if expert else 0.0
+        y, at = i * height, x(expert) if expert else 0.0
         bars.append({"label": label, "label_y": y + 11, "y": y,  # values start right of their bar and the tick
-                     "library": library, "library_w": x(library), "library_text_x": max(x(library), tick) + 4,
+                     "library": library, "library_w": x(library), "library_text_x": max(x(library), at) + 4,
                      "unconditioned": unconditioned, "unconditioned_w": x(unconditioned) if unconditioned else None,
-                     "unconditioned_text_x": max(x(unconditioned), tick) + 4 if unconditioned else None,
+                     "unconditioned_text_x": max(x(unconditioned), at) + 4 if unconditioned else None,
                      "expert": expert, "expert_x": x(expert) if expert else None})
-    return {"bars": bars, "height": len(measured) * height + 4}
+    return {"bars": bars, "height": len(measured) * height + 4, "kind": kind, "tick": tick, "caption": caption}
+
+
+def _transfer(e: Evidence, data: dict[str, Any]) -> None:
+    e.title = "Transfer to held-out operators"
+    prov = data.get("provenance") or {}
+    parts = prov.get("parts") or []  # a merged document: which commit measured which operators, and when
+    if parts:
+        e.commit = ", ".join(sorted({str(p.get("git_commit", ""))[:12] for p in parts if p.get("git_commit")}))
+        latest = max((str(p.get("date", "")) for p in parts), default="")
+        e.date, e.sort_key = _format_date(latest), latest
+    measured = data.get("where_measured") or {}
+    words = []
+    for key, say in (("library_geomean_vs_naive", "library {value:.2f}x the naive kernel (geometric mean over {over})"),
+                     ("vs_unconditioned_geomean", "{value:.2f}x the better unconditioned search at the same budget "
+                                                  "(geometric mean over {over})"),
+                     ("library_beats_eager_fraction", "faster than torch eager on {beats} of the {over} timed "
+                                                      "against it")):
+        where = measured.get(key) or {}
+        n = len(where.get("operators") or [])
+        if where.get("value") is None:
+            words.append(f"{key.replace('_', ' ')}: not measured")
+            continue
+        # a number over fewer operators than the benchmark has says so: it is not the headline
+        over = f"{n} operators" if n == where.get("of", n) else f"{n} operators (of {where['of']})"
+        words.append(say.format(value=where["value"], over=over, beats=round(where["value"] * n)))
+    e.headline = (f"budget {prov.get('budget', '?')} gate evaluations, naive time / best time on each operator's "
+                  f"headline case, paired, a ratio only where the timing settled: " + "; ".join(words))
+    ratio = {(r["workload"], r["kernel"], r["vs"]): r.get("ratio") for r in data.get("rows", [])}
+    e.columns = ["operator", "library vs naive", "library vs torch eager", "better unconditioned vs naive",
+                 "library evaluations", "library steps"]
+    e.rows, drawn = [], []
+    for name, runs in sorted((data.get("runs") or {}).items()):
+        library = runs.get("library") or {}
+        searches = [run.get("speedup") for s, run in runs.items() if s.startswith("unconditioned")
+                    and run.get("stop") != "start_failed" and _positive(run.get("speedup"))]
+        better = max(searches) if searches else None
+        naive_vs_eager = ratio.get((name, "naive", "eager"))  # eager time / naive time
+        e.rows.append([name, _num(ratio.get((name, "library_best", "naive")), "{:.2f}x"),
+                       _num(ratio.get((name, "library_best", "eager")), "{:.2f}x"), _num(better, "{:.2f}x"),
+                       library.get("evaluations", "–"), " → ".join(library.get("steps") or []) or "–"])
+        versus_naive = ratio.get((name, "library_best", "naive"))
+        if _positive(versus_naive):
+            # the scale starts at 1x: eager slower than the naive kernel gets no tick (the table has its ratio)
+            eager = 1 / naive_vs_eager if _positive(naive_vs_eager) else None
+            drawn.append((name, versus_naive, better, eager if eager and eager >= 1 else None))
+    e.chart = speedup_chart(drawn, kind="transfer", tick="torch eager",
+                            caption="Speedup over each held-out operator's naive kernel, log scale from 1×: the "
+                                    "library's best (dark), the better unconditioned search at the same budget "
+                                    "(light), the tick where torch eager stands (where it was timed and is faster than "
+                                    "the naive kernel).")
 
 
 def _positive(value: Any) -> bool:
@@ -312,7 +371,7 @@ _SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _precondit
               "gate_cost.json": _gate_cost,
               "jobs.json": _jobs, "web_perf.json": _web_perf, "corpus.json": _corpus, "skills.json": _skills,
               "skills-passed-over-replay.json": _skills_replayed, "mma-peak.json": _mma_peak,
-              "multigpu.json": _multigpu}
+              "multigpu.json": _multigpu, "transfer.json": _transfer}
 
 
 def _num(value: Any, fmt: str) -> str:

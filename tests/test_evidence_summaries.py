@@ -154,3 +154,41 @@ def test_no_chart_without_a_library_speedup():
     refused = {"lineage": "x@1:gpu", "vs_unconditioned": None, "vs_unconditioned_reason": "not at one budget: ...",
                "strategies": {"library": {"speedup": 2.0}, "unconditioned_random": {"speedup": 1.5}}}
     assert skills_chart([refused])["bars"][0]["unconditioned"] is None  # no bar where the budgets differed
+
+
+def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_them(client, db):
+    """From the committed transfer.json: each number says over how many operators it was measured, each operator
+    has a row, the commits that measured them are named, and the chart draws every library ratio."""
+    import re
+
+    data = json.loads((Path(settings.BASE_DIR) / "bench" / "results" / "transfer.json").read_text(encoding="utf-8"))
+    card = _by_name()["transfer.json"]
+    assert card.title == "Transfer to held-out operators"
+    measured = data["where_measured"]
+    library = measured["library_geomean_vs_naive"]
+    assert f"library {library['value']:.2f}x the naive kernel (geometric mean over {len(library['operators'])}" \
+        in card.headline
+    eager = measured["library_beats_eager_fraction"]
+    if eager["value"] is not None and len(eager["operators"]) < eager["of"]:
+        n = len(eager["operators"])
+        assert f"on {round(eager['value'] * n)} of the {n} operators (of {eager['of']}) timed against it" \
+            in card.headline
+    assert card.commit == ", ".join(sorted({p["git_commit"] for p in data["provenance"]["parts"]}))
+    assert [r[0] for r in card.rows] == sorted(data["runs"])
+    versus_naive = {r["workload"]: r["ratio"] for r in data["rows"] if r["kernel"] == "library_best"
+                    and r["vs"] == "naive"}
+    for row in card.rows:
+        assert row[1] == f"{versus_naive[row[0]]:.2f}x"
+    drawn = {b["label"]: b for b in card.chart["bars"]}
+    assert set(drawn) == {name for name, ratio in versus_naive.items() if ratio}
+    assert all(b["expert"] is None or b["expert"] >= 1 for b in drawn.values()), "no eager tick below the 1x scale"
+    page = client.get("/").content.decode()
+    assert page.count('<g class="transfer-row"') == len(drawn)
+    assert re.search(r"<title>torch eager: [\d.]+×</title>", page)
+
+
+def test_a_transfer_file_without_numbers_says_what_was_not_measured(tmp_path):
+    (tmp_path / "transfer.json").write_text(json.dumps({"provenance": {"gpu": "none", "budget": 8}, "rows": [],
+                                                        "runs": {}, "where_measured": {}}))
+    card = _by_name(tmp_path)["transfer.json"]
+    assert "library geomean vs naive: not measured" in card.headline and card.chart is None and card.rows == []
