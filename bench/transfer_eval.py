@@ -53,6 +53,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from klineage.config import GateMode  # noqa: E402
+from klineage.fingerprint import sha256_json  # noqa: E402
 from klineage.errors import KLineageError  # noqa: E402
 from klineage.gate.pipeline import git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
@@ -67,7 +68,7 @@ STRATEGIES = (Strategy.LIBRARY, Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDIT
 # which is what the eager rows compare with.
 JUDGE_POLICY = DEFAULT_POLICY.with_(vendor=True)
 # What a part must share with the others to be merged: its numbers answer the same question only then.
-SETTINGS = ("gpu", "gate", "budget", "seed", "library")
+SETTINGS = ("gpu", "gate", "budget", "seed", "library", "library_fingerprint")
 SUMMARIES = ("library_geomean_vs_naive", "library_beats_eager_fraction", "vs_unconditioned_geomean",
              "ceiling_geomean_vs_naive")
 
@@ -225,6 +226,12 @@ def merged(parts: list[dict[str, Any]], names: list[str], replace: bool = False)
     return document
 
 
+def shown_path(path: Path) -> str:
+    """The library's path as the document names it: relative to the checkout where it lies inside it."""
+    root = Path(__file__).resolve().parent.parent
+    return str(path.resolve().relative_to(root)) if path.resolve().is_relative_to(root) else str(path)
+
+
 def write(path: Path, document: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -245,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replace", action="store_true",
                         help="with --merge: an operator in two parts takes the later part's measurement")
     parser.add_argument("--note", default="", help="with --merge: a note on how the parts ran, kept in provenance")
+    parser.add_argument("--library", default=str(bundled_library()),
+                        help="the library the library strategy draws on (default: the bundled one)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "transfer.json"))
     args = parser.parse_args(argv)
     names = operators()
@@ -260,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(chosen) - set(names))
     if unknown:
         parser.error(f"unknown operator(s) {', '.join(unknown)} (known: {', '.join(names)})")
-    library = load_library(bundled_library())
+    library = load_library(args.library)
     rows, runs, verdicts = [], {}, []
     for name in chosen:
         found, runs[name], gated = workload(name, args, library)
@@ -271,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
                                "torch": env.get("torch", "unknown"), "git_commit": git_commit(),
                                "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                                "gate": args.gate, "budget": args.budget, "jobs": args.jobs, "seed": args.seed,
-                               "library": str(bundled_library().relative_to(Path(__file__).resolve().parent.parent)),
+                               "library": shown_path(Path(args.library)),
+                               # what the cards were, not where they lay: parts drawn from different cards never merge
+                               "library_fingerprint": sha256_json(library.to_dict()),
                                "written_by": "bench/transfer_eval.py"},
                 "operators": len(chosen), **summaries(rows, runs, chosen), "rows": rows, "runs": runs}
     if chosen != names:
