@@ -53,8 +53,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from klineage.config import GateMode  # noqa: E402
-from klineage.fingerprint import sha256_json  # noqa: E402
 from klineage.errors import KLineageError  # noqa: E402
+from klineage.fingerprint import sha256_json  # noqa: E402
 from klineage.gate.pipeline import git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import load_kernel  # noqa: E402
