@@ -123,8 +123,13 @@ class Device:
 
 
 def _classify_cuda_error(text: str) -> Reason:
+    """The driver's words as a reason. A resource limit is what the GPU cannot grant; a wrong address space
+    ("operation not supported on global/shared address space": a global load of a local or shared address)
+    is the kernel's fault, though its words name shared memory."""
     lowered = text.lower()
-    if "too many resources" in lowered or "out of resources" in lowered or "shared" in lowered:
+    if "address space" in lowered:
+        return Reason.CRASH
+    if "too many resources" in lowered or "out of resources" in lowered or "shared data" in lowered:
         return Reason.RESOURCE_LIMIT
     if "launch" in lowered and ("invalid" in lowered or "failed" in lowered) and "illegal" not in lowered:
         return Reason.LAUNCH_ERROR

@@ -11,7 +11,8 @@ stays correct. CACHE is the carrier value `row_cache` (64 by default: 2048 colum
 Backward drops the array and puts each loop back from its `else` branch.
 
 Legality (forward_sites), conservative: `a` is a `const float*` (parameter or local) that the kernel never
-moves, read in each strided loop only as `a[j]` of that loop's index; the loops sit in one block (the
+moves, read in each strided loop only as `a[j]` of that loop's index (or `__ldg(&a[j])`, which becomes the
+register read whole: no other address of the row is taken); the loops sit in one block (the
 first, which loads, runs whenever a later one does) and share one bound; their bodies assign neither their
 index nor the bound; the kernel names no `row_cache` or `cache_t` of its own; the launch passes no buffer
 twice (no store can reach the cached row).
@@ -192,6 +193,8 @@ def _passes(parsed: cp.ParsedSource, body: Node, pointer: str) -> tuple[list[Pas
                  and squash(parsed.text(s.child_by_field_name("indices"))) in (f"[{index}]", index)]
         if uses != len(reads):
             raise NotApplicable(f"a pass uses {pointer} other than as {pointer}[{index}]")
+        for read in reads:
+            _read(parsed, read)
         if re.search(rf"\b(?:{index}|{re.escape(bound)})\s*(?:[-+*/]?=[^=]|\+\+|--)", loop_text):
             raise NotApplicable("a pass assigns its index or bound")
         passes.append(Pass(node, index))
@@ -209,13 +212,32 @@ def _passes(parsed: cp.ParsedSource, body: Node, pointer: str) -> tuple[list[Pas
     return passes, bounds.pop()
 
 
+def _read(parsed: cp.ParsedSource, subscript: Node) -> Node:
+    """The expression that reads `a[j]`: the subscript itself, or the whole `__ldg(&a[j])` around it (a
+    global load through the read-only path; of a register it would be a load of a local address, which
+    the GPU faults on). NotApplicable where the address escapes otherwise."""
+    parent = subscript.parent
+    while parent is not None and parent.type == "parenthesized_expression":
+        parent = parent.parent
+    if parent is None or parent.type != "pointer_expression" \
+            or parsed.text(parent.child_by_field_name("operator")) != "&":
+        return subscript
+    arguments = parent.parent
+    call = arguments.parent if arguments is not None and arguments.type == "argument_list" else None
+    if call is None or call.type != "call_expression" or arguments.named_child_count != 1 \
+            or parsed.text(call.child_by_field_name("function")) != "__ldg":
+        raise NotApplicable(f"a pass takes the address of {parsed.text(subscript)} other than to __ldg it")
+    return call
+
+
 def _cached(parsed: cp.ParsedSource, step: Pass, pointer: str, bound: str, indent: str, *, load: bool) -> str:
     """The pass as a fully unrolled walk over the register array when the row fits, else as it was."""
     body = step.node.child_by_field_name("body")
     text, base = parsed.text(body), body.start_byte
-    for node in sorted(cp.nodes_of_type(body, "subscript_expression"), key=lambda n: -n.start_byte):
-        if parsed.text(node.child_by_field_name("argument")) == pointer:
-            text = text[:node.start_byte - base] + "row_cache[cache_t]" + text[node.end_byte - base:]
+    reads = [_read(parsed, node) for node in cp.nodes_of_type(body, "subscript_expression")
+             if parsed.text(node.child_by_field_name("argument")) == pointer]
+    for node in sorted(reads, key=lambda n: -n.start_byte):
+        text = text[:node.start_byte - base] + "row_cache[cache_t]" + text[node.end_byte - base:]
     inner = indent + " " * 12
     column = len(indentation(parsed.data, body.start_byte))
     rebodied = inner + reindent(text, column, inner)[len(inner):]

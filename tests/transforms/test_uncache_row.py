@@ -111,3 +111,31 @@ def test_the_corpus_softmax_experts_keep_their_row_in_a_register_array(transform
     uncached = transform.backward(state, site).state
     assert "(__ldg(xv + j))" in uncached.source
     assert transform.forward(uncached, site).state == state
+
+
+def test_a_row_read_through_ldg_becomes_a_register_read_whole(transform):
+    """`__ldg(&in[j])` (the ldg card's spelling) must not become `__ldg(&row_cache[cache_t])`: a global load of
+    a local address, which the H200 faulted on ("operation not supported on global/shared address space")."""
+    state = golden("after")
+    ldg = KernelState(source=state.source.replace("in[j]", "__ldg(&in[j])"), plan=state.plan)
+    assert ldg.source.count("__ldg(&in[j])") == 3
+    assert transform.forward_sites(ldg) == [SITE]
+    cached = transform.forward(ldg, SITE).state.source
+    assert "row_cache[cache_t] = in[j];" in cached and "&row_cache" not in cached
+    assert cached.count("__ldg(&in[j])") == 3  # the rows that do not fit keep their passes verbatim
+
+
+def test_no_site_where_a_pass_takes_the_rows_address(transform):
+    state = golden("after")
+    escaped = KernelState(source=state.source.replace("m = fmaxf(m, in[j]);", "m = fmaxf(m, *(&in[j]));"),
+                          plan=state.plan)
+    assert escaped.source != state.source
+    assert transform.forward_sites(escaped) == []
+    with pytest.raises(NotApplicable, match="takes the address of in"):
+        transform.forward(escaped, SITE)
+
+
+def test_ldg_then_row_cache_compiles_without_spills(transform, cache):
+    state = golden("after")
+    ldg = KernelState(source=state.source.replace("in[j]", "__ldg(&in[j])"), plan=state.plan)
+    compiles_without_spills(transform.forward(ldg, SITE).state, cache)
