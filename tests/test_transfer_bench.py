@@ -15,6 +15,7 @@ from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Status
 from klineage.kernel import load_kernel
+from klineage.skills.library import bundled_library
 from klineage.transforms import catalog
 from klineage.transforms.base import Placement
 
@@ -118,6 +119,31 @@ def test_parts_run_with_other_settings_are_not_merged():
     transfer = bench_script("transfer_eval")
     with pytest.raises(ValueError, match=r"the part of gelu_mul ran with other settings \(budget 12, not 8\)"):
         transfer.merged([_part("rms_norm", 8.0, 4.0), _part("gelu_mul", 2.0, 2.0, budget=12)], OPERATORS)
+
+
+def test_parts_drawn_from_different_cards_are_not_merged():
+    """Two libraries at one path (a library file rebuilt or admitted again) differ by their content fingerprint."""
+    transfer = bench_script("transfer_eval")
+    first, second = _part("rms_norm", 8.0, 4.0), _part("gelu_mul", 2.0, 2.0)
+    first["provenance"]["library_fingerprint"], second["provenance"]["library_fingerprint"] = "a" * 64, "b" * 64
+    with pytest.raises(ValueError, match=r"the part of gelu_mul ran with other settings \(library_fingerprint 'bbb"):
+        transfer.merged([first, second], OPERATORS)
+
+
+def test_a_run_records_the_library_it_drew_on_and_its_fingerprint(tmp_path):
+    """--library: the path as given (relative inside the checkout) and what its cards were."""
+    from klineage.fingerprint import sha256_json
+    from klineage.skills.library import load_library
+
+    transfer = bench_script("transfer_eval")
+    library = BENCH.parent / "results" / "transfer-library.json"
+    out = tmp_path / "part.json"
+    assert transfer.main(["--gate", "compile", "--budget", "1", "--only", "gelu_mul", "--library", str(library),
+                          "--out", str(out)]) == 0
+    provenance = json.loads(out.read_text())["provenance"]
+    assert provenance["library"] == "bench/results/transfer-library.json"
+    assert provenance["library_fingerprint"] == sha256_json(load_library(library).to_dict())
+    assert provenance["library_fingerprint"] != sha256_json(load_library(bundled_library()).to_dict())
 
 
 def test_a_remeasured_operator_replaces_the_earlier_one_only_when_asked():
