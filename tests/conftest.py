@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from klineage.gate.cache import GateCache
-from shared_cache import DERIVED, share, shared_root
+from shared_cache import BUILDS_ENV, DERIVED, share, shared_root
 
 
 @functools.cache
@@ -32,6 +32,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_emulator_builds(tmp_path_factory):
+    """The run's CPU emulator builds, shared by content (tests/cuda_tools.py `build_mma_emulator`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(BUILDS_ENV, str(shared_root(tmp_path_factory.getbasetemp()) / "emulators"))
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,8 @@ mbarrier for the pipeline protocol simulations)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from klineage.features.sass import sass_features
 from klineage.toolchain import find_toolchain, run_tool
+from shared_cache import BUILDS_ENV
 
 
 def run_host_harness(work: Path, arch: str = "sm_90") -> dict[str, list[list[int]]]:
@@ -62,17 +65,52 @@ def emulator_source(source: str, names) -> str:
 
 def build_mma_emulator(work: Path, emulator: Path, source: str, names, *defines: str) -> Path:
     """Build `emulator` in `work` with the kernel `source`, minus its PTX wrappers `names`, spliced in at
-    KERNEL_SOURCE and the macros `defines` (NAME=VALUE); the emulator's folder holds mma_emulator.h."""
+    KERNEL_SOURCE and the macros `defines` (NAME=VALUE); the emulator's folder holds mma_emulator.h.
+    A build of the same bytes earlier in the run (the naive kernel of every parametrized case, a golden
+    state several tests emulate) is that build's binary: see `_built`."""
     toolchain = find_toolchain()
+    included = emulator_source(source, names)
     # -O1: a build (about 2.2 s against 3.1 s at -O2) costs more than the small runs a test makes of it
-    (work / "kernel_emu.inc").write_text(emulator_source(source, names))
+    command = [toolchain.nvcc, "-std=c++17", "-O1", "-w", f"-I{emulator.parent}",
+               '-DKERNEL_SOURCE="kernel_emu.inc"', *(f"-D{d}" for d in defines), "-o", "emulator", "emulator.cpp"]
+    key = _build_key(command, emulator, included)
+    built = _built(key)
+    if built is not None:
+        return built
+    (work / "kernel_emu.inc").write_text(included)
     shutil.copy(emulator, work / "emulator.cpp")
-    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-O1", "-w", f"-I{emulator.parent}",
-                            '-DKERNEL_SOURCE="kernel_emu.inc"', *(f"-D{d}" for d in defines), "-o", "emulator",
-                            "emulator.cpp"], cwd=work, capture_output=True, text=True,
-                           env=toolchain.environment(work), timeout=600)
+    build = subprocess.run(command, cwd=work, capture_output=True, text=True, env=toolchain.environment(work),
+                           timeout=600)
     assert build.returncode == 0, build.stdout + build.stderr
-    return work / "emulator"
+    return _keep_build(key, work / "emulator")
+
+
+# The key is every byte the build reads (the command, the emulator, every header of tests/, the spliced kernel),
+# so a binary kept under it is the binary that building again would make.
+def _build_key(command: list[str], emulator: Path, included: str) -> str:
+    digest = hashlib.sha256("\0".join(command).encode())
+    for part in (emulator, *sorted(Path(__file__).resolve().parent.rglob("*.h"))):
+        digest.update(str(part.name).encode() + b"\0" + part.read_bytes())
+    digest.update(included.encode())
+    return digest.hexdigest()
+
+
+def _built(key: str) -> Path | None:
+    folder = os.environ.get(BUILDS_ENV)
+    found = Path(folder) / key if folder else None
+    return found if found is not None and found.is_file() else None
+
+
+def _keep_build(key: str, binary: Path) -> Path:
+    folder = os.environ.get(BUILDS_ENV)
+    if not folder:
+        return binary
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    kept = Path(folder) / key
+    partial = kept.with_name(f"{key}.{os.getpid()}.partial")  # two workers may build one key: the rename is whole
+    shutil.copy2(binary, partial)
+    os.replace(partial, kept)
+    return kept
 
 
 def run_mma_emulator(binary: Path, work: Path, inputs: dict, buffers: list[str], launches, *args) -> str:

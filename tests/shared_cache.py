@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 PROBES = ("problems",)
+BUILDS_ENV = "KLINEAGE_TEST_BUILDS"  # where tests/cuda_tools.py keeps the run's CPU emulator builds, by content
 DERIVED = ("problems", "compile", "sass", "artifact")
 
 
