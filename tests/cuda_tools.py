@@ -8,6 +8,7 @@ mbarrier for the pipeline protocol simulations)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -89,10 +90,19 @@ def build_mma_emulator(work: Path, emulator: Path, source: str, names, *defines:
 # so a binary kept under it is the binary that building again would make.
 def _build_key(command: list[str], emulator: Path, included: str) -> str:
     digest = hashlib.sha256("\0".join(command).encode())
-    for part in (emulator, *sorted(Path(__file__).resolve().parent.rglob("*.h"))):
-        digest.update(str(part.name).encode() + b"\0" + part.read_bytes())
-    digest.update(included.encode())
+    digest.update(_file_digest(emulator).encode() + _headers_digest().encode() + included.encode())
     return digest.hexdigest()
+
+
+@functools.cache
+def _file_digest(path: Path) -> str:  # the test sources do not change during a run: read once a process
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@functools.cache
+def _headers_digest() -> str:
+    headers = sorted(Path(__file__).resolve().parent.rglob("*.h"))
+    return hashlib.sha256("".join(f"{h.name}:{_file_digest(h)}" for h in headers).encode()).hexdigest()
 
 
 def _built(key: str) -> Path | None:

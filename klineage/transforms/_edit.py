@@ -87,6 +87,31 @@ def operator(node: Node) -> str:
     return op.type if op is not None else ""
 
 
+@dataclass(frozen=True)
+class LdgCall:
+    """`__ldg(&a[k])`: the call and the subscript it loads."""
+
+    node: Node
+    subscript: Node
+
+
+def ldg_calls(parsed: cp.ParsedSource, scope: Node) -> list[LdgCall]:
+    """Every `__ldg(&a[k])` of the scope whose array is a plain name (parentheses around either are fine)."""
+    found = []
+    for call in cp.nodes_of_type(scope, "call_expression"):
+        arguments = call_arguments(call)
+        if cp.call_name(call) != "__ldg" or len(arguments) != 1:
+            continue
+        address = unparen(arguments[0])
+        if address.type != "pointer_expression" or operator(address) != "&":
+            continue
+        subscript = unparen(address.child_by_field_name("argument"))
+        if subscript.type == "subscript_expression" and \
+                subscript.child_by_field_name("argument").type == "identifier":
+            found.append(LdgCall(call, subscript))
+    return found
+
+
 def params(parsed: cp.ParsedSource, function: Node) -> list[Param]:
     """The parameters of a function definition (not of lambdas inside it)."""
     declarator = function.child_by_field_name("declarator")

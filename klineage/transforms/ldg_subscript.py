@@ -33,9 +33,9 @@ from klineage.launch import ArgKind
 from klineage.transforms import register
 from klineage.transforms._edit import (
     Scope,
-    call_arguments,
     contains,
     is_written,
+    ldg_calls,
     operator,
     outer_parens,
     params,
@@ -59,7 +59,7 @@ class LdgSubscript(Transform):
         found = []
         for function in cp.functions(parsed):
             arrays: dict[str, Node] = {}
-            for call in _ldg_calls(parsed, function.node):
+            for call in ldg_calls(parsed, function.node):
                 arrays.setdefault(parsed.text(call.subscript.child_by_field_name("argument")), call.node)
             found += [Anchor(function.name, "array", name, parsed.text(node)) for name, node in arrays.items()]
         return found
@@ -68,7 +68,7 @@ class LdgSubscript(Transform):
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         edits = [(call.node.start_byte, call.node.end_byte, parsed.text(call.subscript))
-                 for call in _ldg_calls(parsed, function.node)
+                 for call in ldg_calls(parsed, function.node)
                  if parsed.text(call.subscript.child_by_field_name("argument")) == anchor.key]
         if not edits:
             raise NotApplicable(f"{anchor}: no __ldg(&{anchor.key}[...])")
@@ -99,29 +99,6 @@ class LdgSubscript(Transform):
                 if reads:
                     anchors.append(Anchor(function.name, "array", name, parsed.text(reads[0])))
         return anchors
-
-
-class _LdgCall:
-    """`__ldg(&a[k])`: the call and the subscript it loads."""
-
-    def __init__(self, node: Node, subscript: Node):
-        self.node, self.subscript = node, subscript
-
-
-def _ldg_calls(parsed: cp.ParsedSource, scope: Node) -> list[_LdgCall]:
-    found = []
-    for call in cp.nodes_of_type(scope, "call_expression"):
-        arguments = call_arguments(call)
-        if cp.call_name(call) != "__ldg" or len(arguments) != 1:
-            continue
-        address = unparen(arguments[0])
-        if address.type != "pointer_expression" or operator(address) != "&":
-            continue
-        subscript = unparen(address.child_by_field_name("argument"))
-        if subscript.type == "subscript_expression" and \
-                subscript.child_by_field_name("argument").type == "identifier":
-            found.append(_LdgCall(call, subscript))
-    return found
 
 
 def _const_pointers(parsed: cp.ParsedSource, function: cp.Function) -> dict[str, Node | None]:
@@ -185,7 +162,7 @@ def _read_only_arrays(state: KernelState, parsed: cp.ParsedSource, function: cp.
         return {}
     pointers = _const_pointers(parsed, function)
     scope = Scope(parsed)
-    loaded = {(call.subscript.start_byte, call.subscript.end_byte) for call in _ldg_calls(parsed, body)}
+    loaded = {(call.subscript.start_byte, call.subscript.end_byte) for call in ldg_calls(parsed, body)}
     starts: dict[str, str] = {}  # a const local -> the pointer it starts at
     for name, init in pointers.items():
         if init is not None:

@@ -39,7 +39,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import _register_cache as rc
 from klineage.transforms import register
-from klineage.transforms._edit import Edit, indentation, own_lines, reindent, splice
+from klineage.transforms._edit import Edit, indentation, ldg_calls, operator, outer_parens, own_lines, reindent, splice
 from klineage.transforms._naive import kernel, launches_of, squash
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Role, Transform
 
@@ -193,8 +193,7 @@ def _passes(parsed: cp.ParsedSource, body: Node, pointer: str) -> tuple[list[Pas
                  and squash(parsed.text(s.child_by_field_name("indices"))) in (f"[{index}]", index)]
         if uses != len(reads):
             raise NotApplicable(f"a pass uses {pointer} other than as {pointer}[{index}]")
-        for read in reads:
-            _read(parsed, read)
+        _reads(parsed, node.child_by_field_name("body"), pointer)
         if re.search(rf"\b(?:{index}|{re.escape(bound)})\s*(?:[-+*/]?=[^=]|\+\+|--)", loop_text):
             raise NotApplicable("a pass assigns its index or bound")
         passes.append(Pass(node, index))
@@ -212,31 +211,28 @@ def _passes(parsed: cp.ParsedSource, body: Node, pointer: str) -> tuple[list[Pas
     return passes, bounds.pop()
 
 
-def _read(parsed: cp.ParsedSource, subscript: Node) -> Node:
-    """The expression that reads `a[j]`: the subscript itself, or the whole `__ldg(&a[j])` around it (a
-    global load through the read-only path; of a register it would be a load of a local address, which
-    the GPU faults on). NotApplicable where the address escapes otherwise."""
-    parent = subscript.parent
-    while parent is not None and parent.type == "parenthesized_expression":
-        parent = parent.parent
-    if parent is None or parent.type != "pointer_expression" \
-            or parsed.text(parent.child_by_field_name("operator")) != "&":
-        return subscript
-    arguments = parent.parent
-    call = arguments.parent if arguments is not None and arguments.type == "argument_list" else None
-    if call is None or call.type != "call_expression" or arguments.named_child_count != 1 \
-            or parsed.text(call.child_by_field_name("function")) != "__ldg":
-        raise NotApplicable(f"a pass takes the address of {parsed.text(subscript)} other than to __ldg it")
-    return call
+def _reads(parsed: cp.ParsedSource, scope: Node, pointer: str) -> list[Node]:
+    """Each expression of the scope that reads `pointer[k]`: the subscript, or the whole `__ldg(&pointer[k])`
+    around it (of a register, `__ldg` would be a global load of a local address, which the GPU faults on).
+    NotApplicable where the row's address is taken otherwise."""
+    through_ldg = {call.subscript.id: call.node for call in ldg_calls(parsed, scope)}
+    found = []
+    for node in cp.nodes_of_type(scope, "subscript_expression"):
+        if parsed.text(node.child_by_field_name("argument")) != pointer:
+            continue
+        around = outer_parens(node).parent
+        if node.id not in through_ldg and around is not None and around.type == "pointer_expression" \
+                and operator(around) == "&":
+            raise NotApplicable(f"a pass takes the address of {parsed.text(node)} other than to __ldg it")
+        found.append(through_ldg.get(node.id, node))
+    return found
 
 
 def _cached(parsed: cp.ParsedSource, step: Pass, pointer: str, bound: str, indent: str, *, load: bool) -> str:
     """The pass as a fully unrolled walk over the register array when the row fits, else as it was."""
     body = step.node.child_by_field_name("body")
     text, base = parsed.text(body), body.start_byte
-    reads = [_read(parsed, node) for node in cp.nodes_of_type(body, "subscript_expression")
-             if parsed.text(node.child_by_field_name("argument")) == pointer]
-    for node in sorted(reads, key=lambda n: -n.start_byte):
+    for node in sorted(_reads(parsed, body, pointer), key=lambda n: -n.start_byte):
         text = text[:node.start_byte - base] + "row_cache[cache_t]" + text[node.end_byte - base:]
     inner = indent + " " * 12
     column = len(indentation(parsed.data, body.start_byte))
