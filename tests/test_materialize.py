@@ -149,8 +149,9 @@ def test_launch_bounds_needs_a_known_block_size(cards):
     plan["launch"][0]["block"] = ["cols"]
     by_case = KernelState(state.source, LaunchPlan.from_dict(plan, "case-sized block"))
     assert forward_sites(get("launch_bounds"), by_case) == []
+    # The walk's minimum blocks per SM is tuning for its own kernel's registers: never placed afresh.
     keys = [a.key for a in get("launch_bounds").forward_sites(state, {"launch_bounds": [["THREADS", "2"]]})]
-    assert keys == ["launch_bounds(THREADS, 2)"]
+    assert keys == ["launch_bounds(THREADS)"]
     assert [r.anchor.key for r in materialize(cards["launch_bounds"], state)] == ["launch_bounds(THREADS)"]
 
 

@@ -156,12 +156,14 @@ class LaunchBounds(Transform):
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
         """Kernels without the attribute that the plan launches, every time, with a block size known
         from the source: the bound is that block size (the constant's name when a single launch
-        names one, else the number), so the kernel stays launchable. A minimum-blocks argument comes
-        from the carrier when the first argument list it shows has a literal one."""
+        names one, else the number), so the kernel stays launchable.
+
+        The carrier's minimum-blocks argument is never placed here. It is an occupancy target chosen
+        for the register use of the kernel the card was walked from; on another kernel it moves the
+        compiler's register budget blindly (a minimum of 1 lets it take up to 255 registers: 80 -> 167
+        on a warp-per-row log-softmax, halving the blocks an SM holds)."""
         parsed = cp.parse(state.source)
         constants = state.constants
-        minimum = next((str(args[1]).strip() for args in self.carrier_values(carrier, "launch_bounds")
-                        if isinstance(args, list) and len(args) > 1 and str(args[1]).strip().isdigit()), "")
         anchors = []
         for function in self._kernels(parsed):
             launches = [launch for launch in state.plan.launches
@@ -183,9 +185,8 @@ class LaunchBounds(Transform):
             bound = str(max(sizes))
             if len(launches) == 1 and len(named) == 1 and str(named[0]) in constants:
                 bound = str(named[0])
-            args = f"{bound}, {minimum}" if minimum else bound
-            anchors.append(Anchor(function.name, "function", f"launch_bounds({args})",
-                                  f"__launch_bounds__({args})"))
+            anchors.append(Anchor(function.name, "function", f"launch_bounds({bound})",
+                                  f"__launch_bounds__({bound})"))
         return anchors
 
 
