@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO
+from klineage.skills.library import bundled_library
 from klineage.skills.when import MIN_WHEN_CASES, REPEATABILITY
 
 
@@ -239,8 +240,10 @@ def speedup_chart(measured: list[tuple[str, float, float | None, float | None]],
 
 
 def _transfer(e: Evidence, data: dict[str, Any]) -> None:
-    e.title = "Transfer to held-out operators"
     prov = data.get("provenance") or {}
+    library = str(prov.get("library") or "")
+    # a run drawing on another library than the bundled one says which: its numbers answer for those cards
+    e.title = "Transfer to held-out operators" + (f" ({library})" if library and not _bundled(library) else "")
     parts = prov.get("parts") or []  # a merged document: which commit measured which operators, and when
     if parts:
         e.commit = ", ".join(sorted({str(p.get("git_commit", ""))[:12] for p in parts if p.get("git_commit")}))
@@ -283,9 +286,15 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
             drawn.append((name, versus_naive, better, eager if eager and eager >= 1 else None))
     e.chart = speedup_chart(drawn, kind="transfer", tick="torch eager",
                             caption="Speedup over each held-out operator's naive kernel, log scale from 1×: the "
-                                    "library's best (dark), the better unconditioned search at the same budget "
-                                    "(light), the tick where torch eager stands (where it was timed and is faster than "
-                                    "the naive kernel).")
+                                    "library's best as the judging gate paired it with the naive kernel (dark), the "
+                                    "better unconditioned search's speedup as its own run measured it, at the same "
+                                    "budget (light), the tick where torch eager stands (where it was timed and is "
+                                    "faster than the naive kernel).")
+
+
+def _bundled(library: str) -> bool:
+    """Whether a run's recorded library path (relative to the checkout, or absolute) is the bundled library."""
+    return (Path(settings.BASE_DIR) / library).resolve() == bundled_library().resolve()
 
 
 def _positive(value: Any) -> bool:
@@ -371,7 +380,7 @@ _SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _precondit
               "gate_cost.json": _gate_cost,
               "jobs.json": _jobs, "web_perf.json": _web_perf, "corpus.json": _corpus, "skills.json": _skills,
               "skills-passed-over-replay.json": _skills_replayed, "mma-peak.json": _mma_peak,
-              "multigpu.json": _multigpu, "transfer.json": _transfer}
+              "multigpu.json": _multigpu, "transfer.json": _transfer, "transfer-library-run.json": _transfer}
 
 
 def _num(value: Any, fmt: str) -> str:

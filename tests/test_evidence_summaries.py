@@ -183,8 +183,21 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     assert set(drawn) == {name for name, ratio in versus_naive.items() if ratio}
     assert all(b["expert"] is None or b["expert"] >= 1 for b in drawn.values()), "no eager tick below the 1x scale"
     page = client.get("/").content.decode()
-    assert page.count('<g class="transfer-row"') == len(drawn)
+    # every transfer card on the page draws its rows (the transfer library's run has its own)
+    transfer_cards = [c for c in _by_name().values() if c.title.startswith("Transfer to held-out operators")]
+    assert len(transfer_cards) == 2
+    assert page.count('<g class="transfer-row"') == sum(len(c.chart["bars"]) for c in transfer_cards)
     assert re.search(r"<title>torch eager: [\d.]+×</title>", page)
+
+
+def test_a_transfer_run_on_another_library_names_it_and_counts_its_operators():
+    """The transfer library's run (four of twelve operators): its title names the library it drew on, and each of
+    its numbers says it covers four operators of twelve, never the headline's twelve."""
+    card = _by_name()["transfer-library-run.json"]
+    assert card.title == "Transfer to held-out operators (bench/results/transfer-library.json)"
+    assert "(geometric mean over 4 operators (of 12))" in card.headline
+    assert [r[0] for r in card.rows] == ["l2_normalize", "layer_norm", "log_softmax", "rms_norm"]
+    assert "judging gate paired it" in card.chart["caption"] and "its own run measured it" in card.chart["caption"]
 
 
 def test_a_transfer_file_without_numbers_says_what_was_not_measured(tmp_path):
