@@ -191,17 +191,13 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
 
 
 def test_a_transfer_run_on_another_library_names_it_and_counts_its_operators():
-    """The transfer library's run (four of twelve operators): its title names the library it drew on, and each of
-    its numbers says it covers four operators of twelve, never the headline's twelve."""
+    """The transfer library's run (some of the twelve operators): its title names the library it drew on, and each
+    of its numbers says over how many of the twelve it was measured, never as the headline."""
+    data = json.loads((Path(settings.BASE_DIR) / "bench" / "results" / "transfer-library-run.json").read_text())
     card = _by_name()["transfer-library-run.json"]
     assert card.title == "Transfer to held-out operators (bench/results/transfer-library.json)"
-    assert "(geometric mean over 4 operators (of 12))" in card.headline
-    assert [r[0] for r in card.rows] == ["l2_normalize", "layer_norm", "log_softmax", "rms_norm"]
+    measured = data["where_measured"]["library_geomean_vs_naive"]
+    assert len(measured["operators"]) < measured["of"] and data["library_geomean_vs_naive"] is None
+    assert f"(geometric mean over {len(measured['operators'])} operators (of {measured['of']}))" in card.headline
+    assert [r[0] for r in card.rows] == sorted(data["runs"])
     assert "judging gate paired it" in card.chart["caption"] and "its own run measured it" in card.chart["caption"]
-
-
-def test_a_transfer_file_without_numbers_says_what_was_not_measured(tmp_path):
-    (tmp_path / "transfer.json").write_text(json.dumps({"provenance": {"gpu": "none", "budget": 8}, "rows": [],
-                                                        "runs": {}, "where_measured": {}}))
-    card = _by_name(tmp_path)["transfer.json"]
-    assert "library geomean vs naive: not measured" in card.headline and card.chart is None and card.rows == []
