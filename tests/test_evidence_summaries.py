@@ -201,3 +201,10 @@ def test_a_transfer_run_on_another_library_names_it_and_counts_its_operators():
     assert f"(geometric mean over {len(measured['operators'])} operators (of {measured['of']}))" in card.headline
     assert [r[0] for r in card.rows] == sorted(data["runs"])
     assert "judging gate paired it" in card.chart["caption"] and "its own run measured it" in card.chart["caption"]
+
+
+def test_a_transfer_file_without_numbers_says_what_was_not_measured(tmp_path):
+    (tmp_path / "transfer.json").write_text(json.dumps({"provenance": {"gpu": "none", "budget": 8}, "rows": [],
+                                                        "runs": {}, "where_measured": {}}))
+    card = _by_name(tmp_path)["transfer.json"]
+    assert "library geomean vs naive: not measured" in card.headline and card.chart is None and card.rows == []
