@@ -69,6 +69,9 @@ from klineage.skills.library import Library, bundled_library, corpus_lineages, l
 
 NO_TIMING = "the {mode} gate times nothing (no GPU): no ratio can be measured, none is invented"
 UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
+# The roundtrip's strategies: the paper's comparison. library_then_catalog is the product's library with the
+# catalog after it; against the unconditioned searches it would measure the catalog twice.
+STRATEGIES = (Strategy.LIBRARY, *UNCONDITIONED, Strategy.GENERATED_ONLY, Strategy.NO_LIBRARY)
 PARTIAL_NOTE = ("the summaries cover only the workloads and strategies this document holds: not the headline "
                 "(join the parts with --merge; a run that is not complete was cut short)")
 DOCUMENTS = "docs"  # next to a part: its optimization documents, as bench/results/skills-parts keeps them
@@ -111,13 +114,13 @@ def select(specs: list[str], lineages: list[Lineage]) -> dict[str, set[Strategy]
 
     chosen: dict[str, set[Strategy]] = {}
     for spec in specs:
-        found, strategies = matching(spec), set(Strategy)
+        found, strategies = matching(spec), set(STRATEGIES)
         if not found and ":" in spec:  # a lineage id holds a colon itself: only a suffix that is no id names a strategy
             workload, _, strategy = spec.rpartition(":")
             found = matching(workload)
-            if found and strategy not in {s.value for s in Strategy}:
+            if found and strategy not in {s.value for s in STRATEGIES}:
                 raise ValueError(f"--only {spec}: no strategy '{strategy}' (strategies: "
-                                 f"{', '.join(s.value for s in Strategy)})")
+                                 f"{', '.join(s.value for s in STRATEGIES)})")
             strategies = {Strategy(strategy)} if found else strategies
         if not found:
             known = sorted({lin.problem.operator for lin in lineages} | {lin.expert.name for lin in lineages})
@@ -237,7 +240,7 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
     measured = None  # (ratio, reason) of the library's best against the expert, once the library ran
     if args.hold_out_operator:
         library, index = held_out(library, index, lineage.problem.operator)
-    for strategy in (s for s in Strategy if s in strategies):
+    for strategy in (s for s in STRATEGIES if s in strategies):
         verdicts: list[Verdict] = []
         if strategy is Strategy.NO_LIBRARY and rewriter is RewriterKind.RULES:
             row["strategies"][strategy.value] = {"skipped": "the rewriter alone needs --rewriter llm"}
@@ -369,7 +372,7 @@ def evaluate(args: argparse.Namespace, library: Library, library_ref: str, linea
             continue
         print(f"workload {name}", file=sys.stderr)
         row: dict[str, Any] = {}
-        for row, found in workload(lineage, library, args, documents, index, set(Strategy) if chosen is None
+        for row, found in workload(lineage, library, args, documents, index, set(STRATEGIES) if chosen is None
                                    else chosen[name]):
             verdicts += found
             write(Path(args.out), document(rows + [row], complete=False))
@@ -451,10 +454,10 @@ def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], libra
     merged = []
     for name in (n for n in corpus_ids if n in rows):
         row = rows[name]
-        row["strategies"] = {s.value: row["strategies"][s.value] for s in Strategy if s.value in row["strategies"]}
+        row["strategies"] = {s.value: row["strategies"][s.value] for s in STRATEGIES if s.value in row["strategies"]}
         compare(row, mode, measured.get(name))
         merged.append(row)
-    expected = [s.value for s in Strategy  # the rule rewriter alone is no strategy (skipped by design)
+    expected = [s.value for s in STRATEGIES  # the rule rewriter alone is no strategy (skipped by design)
                 if not (s is Strategy.NO_LIBRARY and facts["rewriter"] == RewriterKind.RULES.value)]
     ran = {n: rows[n]["strategies"] if n in rows else {} for n in corpus_ids}
     not_run = [{"lineage": n, "strategies": [s for s in expected if s not in ran[n]]}

@@ -65,7 +65,7 @@ def refused(capsys, argv: list[str]) -> str:
 
 def test_only_selects_workloads_and_strategies(lineages):
     found, _ = skills.corpus_lineages(lineages)
-    every = set(Strategy)
+    every = set(skills.STRATEGIES)
     assert skills.select(["topk"], found) == {TOPK: every}
     assert skills.select(["row_softmax_warp_vec4", "topk:library", "topk:unconditioned_greedy"], found) == {
         SOFTMAX: every, TOPK: {Strategy.LIBRARY, Strategy.UNCONDITIONED_GREEDY}}
@@ -91,7 +91,7 @@ def test_a_part_holds_its_strategies_and_says_it_is_a_part(runs):
     assert a["partial"]["only"] == ["row_softmax", "topk:library"] and a["partial"]["complete"] is True
     assert "not the headline" in a["partial"]["note"]
     assert [(w["lineage"], list(w["strategies"])) for w in a["workloads"]] == [
-        (SOFTMAX, [s.value for s in Strategy]), (TOPK, ["library"])]
+        (SOFTMAX, [s.value for s in skills.STRATEGIES]), (TOPK, ["library"])]
     [topk] = b["workloads"]
     assert list(topk["strategies"]) == ["unconditioned_random", "unconditioned_greedy", "generated_only", "no_library"]
     assert topk["strategies"]["no_library"] == {"skipped": "the rewriter alone needs --rewriter llm"}
@@ -115,7 +115,7 @@ def test_a_run_cut_short_keeps_every_workload_that_finished(lineages, gate_cache
     document = json.loads(out.read_text())
     assert document["partial"] == {"only": [], "complete": False, "note": skills.PARTIAL_NOTE}
     [softmax] = document["workloads"]
-    assert softmax["lineage"] == SOFTMAX and list(softmax["strategies"]) == [s.value for s in Strategy]
+    assert softmax["lineage"] == SOFTMAX and list(softmax["strategies"]) == [s.value for s in skills.STRATEGIES]
     ran = {s: r for s, r in softmax["strategies"].items() if s != "no_library"}
     assert all(1 <= r["evaluations"] <= 2 and r["stop"] for r in ran.values())  # a library may run out of cards
     assert ran["unconditioned_random"]["evaluations"] == ran["unconditioned_greedy"]["evaluations"] == 2
@@ -247,7 +247,7 @@ def test_a_time_limit_stops_the_run_between_gate_calls(gate_cache):
 def test_a_workload_no_part_ran_makes_the_summaries_unknown(lineages, runs, tmp_path):
     merged = merge(lineages, tmp_path / "merged.json", runs["b"])
     # The rule rewriter alone (no_library) is skipped by design, so it is never missing.
-    assert merged["not_run"] == [{"lineage": SOFTMAX, "strategies": [s.value for s in Strategy
+    assert merged["not_run"] == [{"lineage": SOFTMAX, "strategies": [s.value for s in skills.STRATEGIES
                                                                       if s is not Strategy.NO_LIBRARY]},
                                  {"lineage": TOPK, "strategies": ["library"]}]
     for key in ("roundtrip_min_vs_expert", "vs_unconditioned_geomean"):

@@ -160,7 +160,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
         from klineage.gate.execute import probe_problem
 
         problem = probe_problem(problem_path, config.cache_dir()).info
-    if lineages is None and strategy is Strategy.LIBRARY:
+    if lineages is None and strategy.lends_walks:
         from klineage.skills.library import lineage_index
 
         lineages = lineage_index()
@@ -352,11 +352,14 @@ class _Run:
     def nothing_applies(self) -> str:
         if not self.strategy.uses_library:
             return "no transform applies"
+        said = "no card applies"
         if self.library is not None and not self.library.eligible:
             allowed = ", ".join(s.value for s in self.library.statuses)
-            return (f"none of the library's {self.library.cards} card(s) has an allowed status ({allowed}); "
+            said = (f"none of the library's {self.library.cards} card(s) has an allowed status ({allowed}); "
                     f"allow more statuses (e.g. admitted,candidate)")
-        return "no card applies"
+        if self.strategy is Strategy.LIBRARY_THEN_CATALOG:
+            return f"{said}, and no catalog transform applies"
+        return said
 
     def attempt(self, index: int, parent: KernelState, candidate: Candidate, path: set[str],
                 judged: set[str]) -> Attempt:

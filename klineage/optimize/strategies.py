@@ -15,6 +15,10 @@ the strategies differ only here:
   or by the LLM rewriter. Before the single cards, the cards of each walk of the operator as
   one path, in that walk's forward order, each where it fits the state the cards before it leave
   (the paths of retrieval).
+- LIBRARY_THEN_CATALOG: the LIBRARY strategy's candidates first, then the unconditioned pool in the
+  catalog's order (first improvement), leaving out any kernel a card already proposed: the library
+  decides what is tried first, and a kernel none of its cards fits still gets the catalog's analysis
+  forwards with the budget the cards leave.
 - GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
   preconditions, risks), retrieved and materialized at the transforms' own sites only (no anchors
   to place or diffs to replay): the paper's ablation.
@@ -51,6 +55,7 @@ MAX_ASKS_PER_ROUND = 8  # NO_LIBRARY: model answers per best kernel before the r
 
 class Strategy(str, Enum):
     LIBRARY = "library"
+    LIBRARY_THEN_CATALOG = "library_then_catalog"
     UNCONDITIONED_RANDOM = "unconditioned_random"
     UNCONDITIONED_GREEDY = "unconditioned_greedy"
     GENERATED_ONLY = "generated_only"
@@ -58,7 +63,12 @@ class Strategy(str, Enum):
 
     @property
     def uses_library(self) -> bool:
-        return self in (Strategy.LIBRARY, Strategy.GENERATED_ONLY)
+        return self in (Strategy.LIBRARY, Strategy.LIBRARY_THEN_CATALOG, Strategy.GENERATED_ONLY)
+
+    @property
+    def lends_walks(self) -> bool:
+        """Its cards keep what the lineages taught: their walks' anchors, paths and measured effects."""
+        return self in (Strategy.LIBRARY, Strategy.LIBRARY_THEN_CATALOG)
 
     @property
     def selection(self) -> Selection:
@@ -171,9 +181,12 @@ def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[Skill
         pool = [strip(c) for c in cards] if strategy is Strategy.GENERATED_ONLY else list(cards)
         if problem is None:
             raise KLineageError(f"strategy {strategy.value} needs the problem's description for retrieval")
-        lent = lineages if strategy is Strategy.LIBRARY and lineages else {}
-        least = required_ratio if strategy is Strategy.LIBRARY else None
-        return _cards(pool, problem, tuple(statuses), rewriter, llm, lent, least)
+        lent = lineages if strategy.lends_walks and lineages else {}
+        least = required_ratio if strategy.lends_walks else None
+        cards_plan = _cards(pool, problem, tuple(statuses), rewriter, llm, lent, least)
+        if strategy is Strategy.LIBRARY_THEN_CATALOG:
+            return _then(cards_plan, _unconditioned(forward_pool(transforms), rewriter, llm, None))
+        return cards_plan
     if strategy is Strategy.NO_LIBRARY:
         if rewriter is RewriterKind.RULES:
             raise KLineageError("strategy no_library is the rewriter alone, and the rule rewriter has no forward "
@@ -367,6 +380,23 @@ def _everywhere(card: SkillCard, state: KernelState, rewrites: Sequence[Rewrite]
                    removes=tuple(dict.fromkeys(f for r in rewrites for f in r.removes)),
                    adds=tuple(dict.fromkeys(f for r in rewrites for f in r.adds)),
                    note=f"at all {len(applied.anchors)} sites: " + ", ".join(map(str, applied.anchors)))
+
+
+def _then(first: Planner, after: Planner) -> Planner:
+    """`first`'s candidates, then `after`'s whose kernel `first` has not proposed at this state (a catalog
+    forward that rebuilds a card's kernel would cost a second gate call for one kernel)."""
+
+    def plan(state: KernelState) -> Iterator[Candidate]:
+        proposed: set[str] = set()
+        for candidate in first(state):
+            if candidate.state is not None:
+                proposed.add(candidate.state.fingerprint)
+            yield candidate
+        for candidate in after(state):
+            if candidate.state is None or candidate.state.fingerprint not in proposed:
+                yield candidate
+
+    return plan
 
 
 def _unconditioned(pool: list[Transform], rewriter: RewriterKind, llm: Any, order: random.Random | None) -> Planner:

@@ -1,0 +1,75 @@
+"""LIBRARY_THEN_CATALOG: the library's candidates first, then the catalog's analysis forwards with the
+budget its cards leave.
+
+No GPU here, so the gate is the real compile-only gate with a stand-in for the GPU's timing: a kernel is
+faster by 20% for each `__expf` it adds to the start kernel (fast_math's forward), and as fast as the start
+otherwise. The planner, the transforms, the library and the budget are the real ones."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from klineage import corpus
+from klineage.config import GateMode
+from klineage.gate.pipeline import run_gate
+from klineage.gate.verdict import Status
+from klineage.optimize import AttemptStatus, OptimizationResult, Stop, Strategy, loop, optimize
+from klineage.skills.library import Library, bundled_library, load_library
+
+SOFTMAX = corpus.problem_path("row_softmax")
+
+
+@pytest.fixture
+def scripted_gpu(monkeypatch, gate_cache):
+    start = corpus.kernel_entry("row_softmax/naive").load()
+
+    def seconds(source: str) -> float:
+        return 0.8 ** (source.count("__expf(") - start.source.count("__expf("))
+
+    def gate(problem, kernel, *, against=None, policy, mode, cache, progress, runner):
+        verdict = run_gate(problem, kernel, against=against, policy=policy, mode=GateMode.COMPILE_ONLY, cache=cache)
+        profile = {}
+        if against is not None:
+            ratio = seconds(against.source) / seconds(kernel.source)
+            profile = {"ratios": {"vs_baseline": {"overall": ratio, "per_trial": [ratio] * 3}}}
+        return dataclasses.replace(verdict, status=Status.PASSED, profile=profile)
+
+    monkeypatch.setattr(loop, "run_gate", gate)
+    return start
+
+
+def run(start, cache, strategy: Strategy, library: Library, budget: int) -> OptimizationResult:
+    result = optimize(SOFTMAX, start, strategy=strategy, library=library, budget=budget, gate_mode=GateMode.GPU,
+                      cache=cache)
+    assert OptimizationResult.from_json(result.to_json()) == result
+    return result
+
+
+def test_a_library_with_no_card_for_the_kernel_goes_on_with_the_catalog(scripted_gpu, gate_cache):
+    empty = Library(())
+    alone = run(scripted_gpu, gate_cache, Strategy.LIBRARY, empty, budget=12)
+    assert alone.stop is Stop.NO_CANDIDATE and not alone.steps
+    assert alone.message.endswith("none of the library's 0 card(s) has an allowed status (admitted); allow more "
+                                  "statuses (e.g. admitted,candidate)")
+    then = run(scripted_gpu, gate_cache, Strategy.LIBRARY_THEN_CATALOG, empty, budget=12)
+    assert then.steps and {step.transform for step in then.steps} == {"fast_math"}  # one step per site
+    assert then.speedup == pytest.approx(1 / 0.8 ** len(then.steps))
+    assert all(not a.card for a in then.attempts)
+
+
+def test_the_cards_come_first_and_the_catalog_never_gates_a_kernel_a_card_proposed(scripted_gpu, gate_cache):
+    library = load_library(bundled_library())
+    result = run(scripted_gpu, gate_cache, Strategy.LIBRARY_THEN_CATALOG, library, budget=40)
+    first_round = [a for a in result.attempts if a.round == 0 and a.parent == scripted_gpu.fingerprint]
+    from_cards = [i for i, a in enumerate(first_round) if a.card]
+    from_catalog = [i for i, a in enumerate(first_round) if not a.card]
+    assert from_cards and from_catalog and max(from_cards) < min(from_catalog)
+    card_kernels = {a.candidate for a in first_round if a.card and a.candidate}
+    catalog_kernels = [a.candidate for a in first_round if not a.card and a.candidate]
+    assert catalog_kernels and not card_kernels & set(catalog_kernels), "the catalog proposed a card's kernel again"
+    # the catalog's fast_math is what pays here; no admitted card of the bundled library teaches it
+    assert "fast_math" in [step.transform for step in result.steps]
+    assert {a.status for a in first_round if a.card and a.status.gated} <= {AttemptStatus.NOT_FASTER,
+                                                                             AttemptStatus.REJECTED}
