@@ -34,6 +34,9 @@ the summaries again (null, with the reason, while some operator is in no part). 
 refused, unless `--replace`: then the later part's measurement stands (re-measured operators merged into an earlier
 result). The merged provenance lists under "parts" which commit measured which operators, and when.
 
+`--library-strategy library_then_catalog` runs the library with the catalog's forwards after its cards in place of
+the library alone; the part records which (`provenance.library_strategy`), and parts of two strategies never merge.
+
     python bench/transfer_eval.py --gate gpu --budget 8 --jobs 4 --only rms_norm,layer_norm --out part1.json
     python bench/transfer_eval.py --merge part1.json part2.json --out bench/results/transfer.json
     python bench/transfer_eval.py --merge bench/results/transfer.json part3.json --replace --out OUT.json
@@ -60,15 +63,18 @@ from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import load_kernel  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, Strategy, optimize  # noqa: E402
 from klineage.optimize.result import Stop  # noqa: E402
+from klineage.optimize.strategies import LIBRARY_STRATEGIES  # noqa: E402
 from klineage.skills.library import bundled_library, load_library  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent / "transfer"
-STRATEGIES = (Strategy.LIBRARY, Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
+UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
 # The search times candidates against their parent only; the two judging gates also time torch eager beside them,
 # which is what the eager rows compare with.
 JUDGE_POLICY = DEFAULT_POLICY.with_(vendor=True)
 # What a part must share with the others to be merged: its numbers answer the same question only then.
-SETTINGS = ("gpu", "gate", "budget", "seed", "library", "library_fingerprint")
+SETTINGS = ("gpu", "gate", "budget", "seed", "library", "library_fingerprint", "library_strategy")
+# A setting older parts did not record, read as the value they ran with.
+SETTING_DEFAULTS = {"library_strategy": Strategy.LIBRARY.value}
 SUMMARIES = ("library_geomean_vs_naive", "library_beats_eager_fraction", "vs_unconditioned_geomean",
              "ceiling_geomean_vs_naive")
 
@@ -120,7 +126,7 @@ def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[di
     problem, naive = BENCH / name / "problem.py", load_kernel(BENCH / name / "naive")
     mode = GateMode(args.gate)
     runs: dict[str, Any] = {}
-    for strategy in STRATEGIES:
+    for strategy in (Strategy(args.library_strategy), *UNCONDITIONED):
         print(f"  {name}: {strategy.value}", file=sys.stderr)
         try:
             result = optimize(problem, naive, strategy=strategy, budget=args.budget, gate_mode=mode,
@@ -137,7 +143,7 @@ def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[di
     naive_verdict, why = gate(problem, naive, mode, args.record)
     rows = [row(name, "naive", "eager", naive_verdict, "vendor", why)]
     verdicts += [naive_verdict] if naive_verdict else []
-    best = runs.get(Strategy.LIBRARY.value, {}).get("best")
+    best = runs.get(args.library_strategy, {}).get("best")
     if best is None:
         rows += [row(name, "library_best", vs, None, "", "the library strategy did not run")
                  for vs in ("naive", "eager")]
@@ -164,8 +170,9 @@ def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names
 
     def versus_unconditioned(name: str) -> float | None:
         # a run that could not gate its starting kernel measured nothing: its speedup of 1 is no ratio
+        ran = runs[name]
         speedups = [None if run.get("stop") == Stop.START_FAILED.value else run.get("speedup")
-                    for run in (runs[name].get(s.value, {}) for s in STRATEGIES)]
+                    for run in (library_run(ran), *(ran.get(s.value, {}) for s in UNCONDITIONED))]
         return speedups[0] / max(speedups[1:]) if None not in speedups else None
 
     # the most any kernel could gain over the naive one: the roofline floor over the naive kernel's time
@@ -189,6 +196,11 @@ def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names
     return out | {"where_measured": measured}
 
 
+def library_run(runs: dict[str, Any]) -> dict[str, Any]:
+    """An operator's run of the library strategy the part measured (`--library-strategy`), {} if none ran."""
+    return next((runs[s.value] for s in LIBRARY_STRATEGIES if s.value in runs), {})
+
+
 def sources(part: dict[str, Any]) -> list[dict[str, Any]]:
     """Where a part's operators were measured: one entry per run of the script (a merged part keeps its list)."""
     provenance = part["provenance"]
@@ -202,7 +214,8 @@ def merged(parts: list[dict[str, Any]], names: list[str], replace: bool = False)
     rows, runs, measured_in = [], {}, []
     for part in parts:
         first, this = parts[0]["provenance"], part["provenance"]
-        differs = [f"{k} {this.get(k)!r}, not {first.get(k)!r}" for k in SETTINGS if this.get(k) != first.get(k)]
+        differs = [f"{k} {this.get(k, SETTING_DEFAULTS.get(k))!r}, not {first.get(k, SETTING_DEFAULTS.get(k))!r}"
+                   for k in SETTINGS if this.get(k, SETTING_DEFAULTS.get(k)) != first.get(k, SETTING_DEFAULTS.get(k))]
         if differs:
             raise ValueError(f"the part of {', '.join(part['runs'])} ran with other settings ({'; '.join(differs)}): "
                              "its numbers do not answer the same question")
@@ -254,6 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--note", default="", help="with --merge: a note on how the parts ran, kept in provenance")
     parser.add_argument("--library", default=str(bundled_library()),
                         help="the library the library strategy draws on (default: the bundled one)")
+    parser.add_argument("--library-strategy", choices=[s.value for s in LIBRARY_STRATEGIES],
+                        default=Strategy.LIBRARY.value,
+                        help="library: its cards alone; library_then_catalog: the catalog's forwards with the budget "
+                             "the cards leave")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "transfer.json"))
     args = parser.parse_args(argv)
     names = operators()
@@ -283,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                                "library": shown_path(Path(args.library)),
                                # what the cards were, not where they lay: parts drawn from different cards never merge
                                "library_fingerprint": sha256_json(library.to_dict()),
+                               "library_strategy": args.library_strategy,
                                "written_by": "bench/transfer_eval.py"},
                 "operators": len(chosen), **summaries(rows, runs, chosen), "rows": rows, "runs": runs}
     if chosen != names:

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
+from klineage.optimize.strategies import LIBRARY_STRATEGIES
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO
 from klineage.skills.library import bundled_library
 from klineage.skills.when import MIN_WHEN_CASES, REPEATABILITY
@@ -271,7 +272,7 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
                  "library evaluations", "library steps"]
     e.rows, drawn = [], []
     for name, runs in sorted((data.get("runs") or {}).items()):
-        library = runs.get("library") or {}
+        library = next((runs[s.value] for s in LIBRARY_STRATEGIES if s.value in runs), {})
         searches = [run.get("speedup") for s, run in runs.items() if s.startswith("unconditioned")
                     and run.get("stop") != "start_failed" and _positive(run.get("speedup"))]
         better = max(searches) if searches else None

@@ -177,3 +177,30 @@ def test_the_ceiling_is_the_roofline_floor_over_the_naive_kernels_time():
     assert whole["ceiling_geomean_vs_naive"] == pytest.approx(4.0)
     parts[0]["rows"][-1]["floor_fraction"] = None  # unsettled: no ceiling for rms_norm
     assert transfer.merged(parts, ["gelu_mul", "rms_norm"])["ceiling_geomean_vs_naive"] is None
+
+
+def test_the_library_strategy_is_a_setting_of_the_part(tmp_path):
+    """--library-strategy library_then_catalog: its run is the library's row and the part says which strategy
+    it was; parts of two strategies never merge, and a part from before the setting reads as `library`."""
+    transfer = bench_script("transfer_eval")
+    out = tmp_path / "part.json"
+    assert transfer.main(["--gate", "compile", "--budget", "2", "--only", "gelu_mul",
+                          "--library-strategy", "library_then_catalog", "--out", str(out)]) == 0
+    part = json.loads(out.read_text())
+    assert part["provenance"]["library_strategy"] == "library_then_catalog"
+    assert list(part["runs"]["gelu_mul"]) == ["library_then_catalog", "unconditioned_random", "unconditioned_greedy"]
+    # its best kernel went to the judging gate (compile-only here: no ratio, and the rows say why)
+    assert [r["reason"] for r in part["rows"] if r["kernel"] == "library_best"] == ["the gate said compiled"] * 2
+
+    older, library = _part("rms_norm", 8.0, 4.0), _part("gelu_mul", 2.0, 2.0)
+    library["provenance"]["library_strategy"] = "library"
+    assert transfer.merged([older, library], OPERATORS)["where_measured"]["library_geomean_vs_naive"]["value"] \
+        == pytest.approx(4.0)
+    then = _part("gelu_mul", 2.0, 2.0)
+    then["provenance"]["library_strategy"] = "library_then_catalog"
+    then["runs"]["gelu_mul"]["library_then_catalog"] = then["runs"]["gelu_mul"].pop("library")
+    with pytest.raises(ValueError, match=r"library_strategy 'library_then_catalog', not 'library'"):
+        transfer.merged([older, then], OPERATORS)
+    # the summaries read the run of the strategy the part measured
+    alone = transfer.merged([then], OPERATORS)["where_measured"]["vs_unconditioned_geomean"]
+    assert alone == {"value": pytest.approx(1.0), "operators": ["gelu_mul"], "of": len(OPERATORS)}

@@ -68,7 +68,7 @@ class Strategy(str, Enum):
     @property
     def lends_walks(self) -> bool:
         """Its cards keep what the lineages taught: their walks' anchors, paths and measured effects."""
-        return self in (Strategy.LIBRARY, Strategy.LIBRARY_THEN_CATALOG)
+        return self in LIBRARY_STRATEGIES
 
     @property
     def selection(self) -> Selection:
@@ -77,6 +77,10 @@ class Strategy(str, Enum):
     @classmethod
     def parse(cls, value: Any) -> Strategy:
         return choice(cls, value, "strategy")
+
+
+# The strategies that are the library as a user runs it (the others are baselines and ablations).
+LIBRARY_STRATEGIES = (Strategy.LIBRARY, Strategy.LIBRARY_THEN_CATALOG)
 
 
 class Selection(str, Enum):
@@ -455,5 +459,5 @@ def _asked(llm: Any, state: KernelState, card_like: dict[str, Any], transform: s
     return Candidate(name, card, done.anchor, done.rewrite, score=score)
 
 
-__all__ = ["Candidate", "LLM_ANY", "MAX_ASKS_PER_ROUND", "Planner", "RewriterKind", "Selection", "Strategy",
-           "card_brief", "forward_pool", "planner", "strip"]
+__all__ = ["Candidate", "LIBRARY_STRATEGIES", "LLM_ANY", "MAX_ASKS_PER_ROUND", "Planner", "RewriterKind", "Selection",
+           "Strategy", "card_brief", "forward_pool", "planner", "strip"]
