@@ -14,7 +14,11 @@ Writes one JSON document:
 - library_geomean_vs_naive: geometric mean over operators of naive time / library-best time (paired);
 - library_beats_eager_fraction: the fraction of operators where the library's best is faster than eager;
 - vs_unconditioned_geomean: geometric mean of the library's speedup over the naive kernel divided by the
-  better of the two unconditioned strategies' speedups (each from its own run);
+  better of the two unconditioned strategies' speedups (each from its own run: a product of the step ratios along
+  its own path, so two runs ending on one kernel can differ by the noise of their paths);
+- vs_unconditioned_paired_geomean: the same comparison from the judging gates, paired: the library's best over
+  naive divided by the better unconditioned search's best over naive, both gated against the naive kernel in the
+  same way (1 where both ended on the same kernel);
 - ceiling_geomean_vs_naive: geometric mean over operators of the roofline floor's speedup over the naive kernel
   (1 / the naive kernel's floor_fraction): what library_geomean_vs_naive would be were every best kernel at the
   memory (or math) bound;
@@ -76,7 +80,7 @@ SETTINGS = ("gpu", "gate", "budget", "seed", "library", "library_fingerprint", "
 # A setting older parts did not record, read as the value they ran with.
 SETTING_DEFAULTS = {"library_strategy": Strategy.LIBRARY.value}
 SUMMARIES = ("library_geomean_vs_naive", "library_beats_eager_fraction", "vs_unconditioned_geomean",
-             "ceiling_geomean_vs_naive")
+             "vs_unconditioned_paired_geomean", "ceiling_geomean_vs_naive")
 
 
 def operators() -> list[str]:
@@ -152,8 +156,24 @@ def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[di
         verdicts += [versus_naive] if versus_naive else []
         rows += [row(name, "library_best", "naive", versus_naive, "baseline", why),
                  row(name, "library_best", "eager", versus_naive, "vendor", why)]
+    searched = better_unconditioned(runs)
+    if searched is None:
+        rows.append(row(name, "unconditioned_best", "naive", None, "", "no unconditioned search measured a speedup"))
+    else:
+        # the same judging gate as the library's best: the two are compared as paired ratios over one naive kernel
+        versus_naive, why = gate(problem, searched["best"], mode, args.record, against=naive)
+        verdicts += [versus_naive] if versus_naive else []
+        rows.append(row(name, "unconditioned_best", "naive", versus_naive, "baseline", why))
     summary = {strategy: {k: v for k, v in run.items() if k != "best"} for strategy, run in runs.items()}
     return rows, summary, verdicts
+
+
+def better_unconditioned(runs: dict[str, Any]) -> dict[str, Any] | None:
+    """The unconditioned run that reached the larger speedup in its own run; None where none measured one (a gate
+    that times nothing, or a start that failed: its speedup of 1 measured nothing)."""
+    ran = [runs[s.value] for s in UNCONDITIONED if s.value in runs and runs[s.value].get("best") is not None
+           and runs[s.value].get("stop") != Stop.START_FAILED.value and runs[s.value].get("speedup") is not None]
+    return max(ran, key=lambda run: run["speedup"], default=None)
 
 
 def geomean(values: list[float]) -> float:
@@ -175,6 +195,11 @@ def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names
                     for run in (library_run(ran), *(ran.get(s.value, {}) for s in UNCONDITIONED))]
         return speedups[0] / max(speedups[1:]) if None not in speedups else None
 
+    def versus_paired() -> dict[str, float | None]:
+        library, searched = ratios("library_best", "naive"), ratios("unconditioned_best", "naive")
+        return {name: library[name] / searched[name] if library.get(name) and searched.get(name) else None
+                for name in names}
+
     # the most any kernel could gain over the naive one: the roofline floor over the naive kernel's time
     ceilings = {r["workload"]: 1.0 / r["floor_fraction"] if r.get("floor_fraction") else None
                 for r in rows if r["kernel"] == "naive" and r["vs"] == "eager"}
@@ -182,6 +207,7 @@ def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names
               "library_beats_eager_fraction": (ratios("library_best", "eager"),
                                                lambda values: sum(v > 1.0 for v in values) / len(values)),
               "vs_unconditioned_geomean": ({name: versus_unconditioned(name) for name in names}, geomean),
+              "vs_unconditioned_paired_geomean": (versus_paired(), geomean),
               "ceiling_geomean_vs_naive": (ceilings, geomean)}
     out: dict[str, Any] = {}
     measured: dict[str, Any] = {}

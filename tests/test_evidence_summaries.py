@@ -200,7 +200,26 @@ def test_a_transfer_run_on_another_library_names_it_and_counts_its_operators():
     assert len(measured["operators"]) < measured["of"] and data["library_geomean_vs_naive"] is None
     assert f"(geometric mean over {len(measured['operators'])} operators (of {measured['of']}))" in card.headline
     assert [r[0] for r in card.rows] == sorted(data["runs"])
-    assert "judging gate paired it" in card.chart["caption"] and "its own run measured it" in card.chart["caption"]
+    assert "judging gate paired it" in card.chart["caption"] and "its own run measured" in card.chart["caption"]
+
+
+def test_a_transfer_bar_of_the_search_is_the_paired_ratio_where_the_judging_gate_timed_it(tmp_path):
+    """Both bars from one gate where it paired both best kernels with the naive kernel; the search's own speedup
+    (a product along its path) only where it did not."""
+    rows = [{"workload": op, "kernel": "library_best", "vs": "naive", "ratio": 9.0, "correct": True}
+            for op in ("a_op", "b_op")]
+    rows.append({"workload": "a_op", "kernel": "unconditioned_best", "vs": "naive", "ratio": 9.5, "correct": True})
+    search = {"library": {"speedup": 9.1, "steps": []}, "unconditioned_random": {"speedup": 10.2},
+              "unconditioned_greedy": {"speedup": 10.0}}
+    where = {"vs_unconditioned_paired_geomean": {"value": 9.0 / 9.5, "operators": ["a_op"], "of": 2}}
+    (tmp_path / "transfer.json").write_text(json.dumps({"provenance": {"gpu": "H200", "budget": 8}, "rows": rows,
+                                                        "runs": {"a_op": search, "b_op": search},
+                                                        "where_measured": where}))
+    card = _by_name(tmp_path)["transfer.json"]
+    assert [row[3] for row in card.rows] == ["9.50x", "10.20x"]
+    assert {b["label"]: b["unconditioned"] for b in card.chart["bars"]} == {"a_op": 9.5, "b_op": 10.2}
+    assert "0.95x the better unconditioned search's best kernel, both paired with the naive kernel by the judging " \
+           "gate (geometric mean over 1 operators (of 2))" in card.headline
 
 
 def test_a_transfer_file_without_numbers_says_what_was_not_measured(tmp_path):

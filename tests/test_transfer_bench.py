@@ -204,3 +204,37 @@ def test_the_library_strategy_is_a_setting_of_the_part(tmp_path):
     # the summaries read the run of the strategy the part measured
     alone = transfer.merged([then], OPERATORS)["where_measured"]["vs_unconditioned_geomean"]
     assert alone == {"value": pytest.approx(1.0), "operators": ["gelu_mul"], "of": len(OPERATORS)}
+
+
+def test_the_paired_comparison_divides_the_judging_gates_ratios():
+    """vs_unconditioned_paired_geomean: library best / naive over the better search's best / naive, both from the
+    judging gate; an operator whose search's best was not judged has no paired ratio (unknown, not 1)."""
+    transfer = bench_script("transfer_eval")
+    judged, unjudged = _part("rms_norm", 9.0, 10.0), _part("gelu_mul", 2.0, 2.0)
+    judged["rows"].append({"workload": "rms_norm", "kernel": "unconditioned_best", "vs": "naive", "ratio": 9.5,
+                           "correct": True})
+    document = transfer.merged([judged, unjudged], OPERATORS)
+    paired = document["where_measured"]["vs_unconditioned_paired_geomean"]
+    assert paired == {"value": pytest.approx(9.0 / 9.5), "operators": ["rms_norm"], "of": len(OPERATORS)}
+    # each search's own speedup is still reported beside it, as before
+    assert document["where_measured"]["vs_unconditioned_geomean"]["value"] == pytest.approx((0.9 * 1.0) ** 0.5)
+
+
+def test_the_better_search_is_unknown_where_no_search_measured_a_speedup(tmp_path):
+    """Under the compile gate neither search times anything: no search is "the better" one, and its row says so
+    instead of judging an arbitrary one."""
+    transfer = bench_script("transfer_eval")
+    out = tmp_path / "part.json"
+    assert transfer.main(["--gate", "compile", "--budget", "2", "--only", "gelu_mul", "--out", str(out)]) == 0
+    rows = [r for r in json.loads(out.read_text())["rows"] if r["kernel"] == "unconditioned_best"]
+    assert [(r["vs"], r["ratio"], r["reason"]) for r in rows] == [
+        ("naive", None, "no unconditioned search measured a speedup")]
+
+
+def test_the_better_search_is_the_one_with_the_larger_speedup_of_those_that_measured_one():
+    transfer = bench_script("transfer_eval")
+    runs = {"unconditioned_random": {"stop": "budget", "speedup": 3.0, "best": "r"},
+            "unconditioned_greedy": {"stop": "budget", "speedup": 4.0, "best": "g"}}
+    assert transfer.better_unconditioned(runs)["best"] == "g"
+    runs["unconditioned_greedy"]["stop"] = "start_failed"
+    assert transfer.better_unconditioned(runs)["best"] == "r"
