@@ -63,12 +63,12 @@ from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.lineage import Lineage  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, AttemptStatus, OptimizationResult, RewriterKind, Stop, Strategy, optimize  # noqa: E402
 from klineage.optimize.command import seconds  # noqa: E402
+from klineage.optimize.strategies import UNCONDITIONED  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
 from klineage.skills.library import Library, bundled_library, corpus_lineages, lineage_index, load_library  # noqa: E402
 
 NO_TIMING = "the {mode} gate times nothing (no GPU): no ratio can be measured, none is invented"
-UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
 # The roundtrip's strategies: the paper's comparison. library_then_catalog is the product's library with the
 # catalog after it; against the unconditioned searches it would measure the catalog twice.
 STRATEGIES = (Strategy.LIBRARY, *UNCONDITIONED, Strategy.GENERATED_ONLY, Strategy.NO_LIBRARY)

@@ -66,12 +66,11 @@ from klineage.gate.pipeline import git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import load_kernel  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, Strategy, optimize  # noqa: E402
-from klineage.optimize.result import Stop  # noqa: E402
-from klineage.optimize.strategies import LIBRARY_STRATEGIES  # noqa: E402
+from klineage.optimize.result import Stop, better_unconditioned, library_run  # noqa: E402
+from klineage.optimize.strategies import LIBRARY_STRATEGIES, UNCONDITIONED  # noqa: E402
 from klineage.skills.library import bundled_library, load_library  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent / "transfer"
-UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
 # The search times candidates against their parent only; the two judging gates also time torch eager beside them,
 # which is what the eager rows compare with.
 JUDGE_POLICY = DEFAULT_POLICY.with_(vendor=True)
@@ -168,14 +167,6 @@ def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[di
     return rows, summary, verdicts
 
 
-def better_unconditioned(runs: dict[str, Any]) -> dict[str, Any] | None:
-    """The unconditioned run that reached the larger speedup in its own run; None where none measured one (a gate
-    that times nothing, or a start that failed: its speedup of 1 measured nothing)."""
-    ran = [runs[s.value] for s in UNCONDITIONED if s.value in runs and runs[s.value].get("best") is not None
-           and runs[s.value].get("stop") != Stop.START_FAILED.value and runs[s.value].get("speedup") is not None]
-    return max(ran, key=lambda run: run["speedup"], default=None)
-
-
 def geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
@@ -222,9 +213,8 @@ def summaries(rows: list[dict[str, Any]], runs: dict[str, dict[str, Any]], names
     return out | {"where_measured": measured}
 
 
-def library_run(runs: dict[str, Any]) -> dict[str, Any]:
-    """An operator's run of the library strategy the part measured (`--library-strategy`), {} if none ran."""
-    return next((runs[s.value] for s in LIBRARY_STRATEGIES if s.value in runs), {})
+def setting(provenance: dict[str, Any], key: str) -> Any:
+    return provenance.get(key, SETTING_DEFAULTS.get(key))
 
 
 def sources(part: dict[str, Any]) -> list[dict[str, Any]]:
@@ -240,8 +230,8 @@ def merged(parts: list[dict[str, Any]], names: list[str], replace: bool = False)
     rows, runs, measured_in = [], {}, []
     for part in parts:
         first, this = parts[0]["provenance"], part["provenance"]
-        differs = [f"{k} {this.get(k, SETTING_DEFAULTS.get(k))!r}, not {first.get(k, SETTING_DEFAULTS.get(k))!r}"
-                   for k in SETTINGS if this.get(k, SETTING_DEFAULTS.get(k)) != first.get(k, SETTING_DEFAULTS.get(k))]
+        differs = [f"{k} {setting(this, k)!r}, not {setting(first, k)!r}" for k in SETTINGS
+                   if setting(this, k) != setting(first, k)]
         if differs:
             raise ValueError(f"the part of {', '.join(part['runs'])} ran with other settings ({'; '.join(differs)}): "
                              "its numbers do not answer the same question")

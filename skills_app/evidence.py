@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from klineage.optimize.strategies import LIBRARY_STRATEGIES
+from klineage.optimize.result import better_unconditioned, library_run
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO
 from klineage.skills.library import bundled_library
 from klineage.skills.when import MIN_WHEN_CASES, REPEATABILITY
@@ -276,12 +276,10 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
                  "library evaluations", "library steps"]
     e.rows, drawn = [], []
     for name, runs in sorted((data.get("runs") or {}).items()):
-        library = next((runs[s.value] for s in LIBRARY_STRATEGIES if s.value in runs), {})
-        searches = [run.get("speedup") for s, run in runs.items() if s.startswith("unconditioned")
-                    and run.get("stop") != "start_failed" and _positive(run.get("speedup"))]
+        library, searched = library_run(runs), better_unconditioned(runs)
         # where the judging gate paired the search's best with the naive kernel too, both bars come from it
         paired = ratio.get((name, "unconditioned_best", "naive"))
-        better = paired if _positive(paired) else (max(searches) if searches else None)
+        better = paired if _positive(paired) else (searched["speedup"] if searched else None)
         naive_vs_eager = ratio.get((name, "naive", "eager"))  # eager time / naive time
         e.rows.append([name, _num(ratio.get((name, "library_best", "naive")), "{:.2f}x"),
                        _num(ratio.get((name, "library_best", "eager")), "{:.2f}x"), _num(better, "{:.2f}x"),

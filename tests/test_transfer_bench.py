@@ -232,9 +232,14 @@ def test_the_better_search_is_unknown_where_no_search_measured_a_speedup(tmp_pat
 
 
 def test_the_better_search_is_the_one_with_the_larger_speedup_of_those_that_measured_one():
-    transfer = bench_script("transfer_eval")
-    runs = {"unconditioned_random": {"stop": "budget", "speedup": 3.0, "best": "r"},
+    from klineage.optimize.result import better_unconditioned, library_run
+
+    runs = {"library_then_catalog": {"stop": "budget", "speedup": 5.0},
+            "unconditioned_random": {"stop": "budget", "speedup": 3.0, "best": "r"},
             "unconditioned_greedy": {"stop": "budget", "speedup": 4.0, "best": "g"}}
-    assert transfer.better_unconditioned(runs)["best"] == "g"
+    assert library_run(runs) == {"stop": "budget", "speedup": 5.0} and library_run({}) == {}
+    assert better_unconditioned(runs)["best"] == "g"
     runs["unconditioned_greedy"]["stop"] = "start_failed"
-    assert transfer.better_unconditioned(runs)["best"] == "r"
+    assert better_unconditioned(runs)["best"] == "r"
+    runs["unconditioned_random"]["speedup"] = None  # the compile gate measures none
+    assert better_unconditioned(runs) is None

@@ -22,6 +22,7 @@ ran, nothing was timed: unknown fails) accepts nothing.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -33,7 +34,7 @@ from klineage.errors import DocumentError
 from klineage.gate.timing import PairedRatio
 from klineage.kernel import KernelState
 from klineage.lineage import Assurance, ProblemRef, VerdictSummary
-from klineage.optimize.strategies import RewriterKind, Strategy
+from klineage.optimize.strategies import LIBRARY_STRATEGIES, UNCONDITIONED, RewriterKind, Strategy
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus
 from klineage.transforms.base import Anchor
 
@@ -444,5 +445,22 @@ class OptimizationEvent:
                 "budget": self.budget, "steps": self.steps, "best": self.best, "speedup": self.speedup}
 
 
+# A benchmark's runs of one kernel, by strategy name: each run's summary ("stop", "speedup", ...), as the transfer
+# benchmark writes them and the dashboard reads them back.
+def library_run(runs: Mapping[str, Any]) -> dict[str, Any]:
+    """The run of whichever library strategy the benchmark measured; {} where none ran."""
+    return next((runs[s.value] for s in LIBRARY_STRATEGIES if s.value in runs), {})
+
+
+def better_unconditioned(runs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The unconditioned run with the larger speedup of those that measured one; None where none did (a gate that
+    times nothing, or a start that failed: its speedup of 1 measured nothing)."""
+    measured = [runs[s.value] for s in UNCONDITIONED if s.value in runs
+                and runs[s.value].get("stop") != Stop.START_FAILED.value
+                and isinstance(runs[s.value].get("speedup"), (int, float)) and runs[s.value]["speedup"] > 0]
+    return max(measured, key=lambda run: run["speedup"], default=None)
+
+
 __all__ = ["Attempt", "AttemptStatus", "COMPILE_ONLY_NOTE", "DEFAULT_REQUIRED_RATIO", "EventKind", "LibraryRef",
-           "OPTIMIZATION_VERSION", "OptimizationEvent", "OptimizationResult", "Step", "Stats", "Stop"]
+           "OPTIMIZATION_VERSION", "OptimizationEvent", "OptimizationResult", "Step", "Stats", "Stop",
+           "better_unconditioned", "library_run"]

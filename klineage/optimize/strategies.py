@@ -79,8 +79,9 @@ class Strategy(str, Enum):
         return choice(cls, value, "strategy")
 
 
-# The strategies that are the library as a user runs it (the others are baselines and ablations).
+# The strategies that are the library as a user runs it, and the searches without cards it is held against.
 LIBRARY_STRATEGIES = (Strategy.LIBRARY, Strategy.LIBRARY_THEN_CATALOG)
+UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
 
 
 class Selection(str, Enum):
@@ -460,4 +461,4 @@ def _asked(llm: Any, state: KernelState, card_like: dict[str, Any], transform: s
 
 
 __all__ = ["Candidate", "LIBRARY_STRATEGIES", "LLM_ANY", "MAX_ASKS_PER_ROUND", "Planner", "RewriterKind", "Selection",
-           "Strategy", "card_brief", "forward_pool", "planner", "strip"]
+           "Strategy", "UNCONDITIONED", "card_brief", "forward_pool", "planner", "strip"]
