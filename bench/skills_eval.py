@@ -61,8 +61,9 @@ from klineage.errors import KLineageError  # noqa: E402
 from klineage.gate.pipeline import default_cache, git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.lineage import Lineage  # noqa: E402
-from klineage.optimize import DEFAULT_POLICY, AttemptStatus, OptimizationResult, RewriterKind, Stop, Strategy, optimize  # noqa: E402
+from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, Strategy, optimize  # noqa: E402
 from klineage.optimize.command import seconds  # noqa: E402
+from klineage.optimize.result import ENDED, run_speedup_within  # noqa: E402
 from klineage.optimize.strategies import UNCONDITIONED  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
@@ -178,9 +179,6 @@ def compare(row: dict[str, Any], mode: GateMode, expert: tuple[float | None, str
             row["vs_unconditioned_budgets"] = budgets
 
 
-ENDED = (Stop.NO_CANDIDATE.value, Stop.NO_IMPROVEMENT.value)  # a run that ended on its own: more budget changes nothing
-
-
 def at_one_budget(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, float | None, int | None, str]:
     """Two strategy runs' speedups at the budget they share, that budget (None: both ended on their
     own), and why they cannot be compared ('' when they can). A run cut after N evaluations (its time
@@ -189,7 +187,7 @@ def at_one_budget(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, f
     shared = min((r["evaluations"] for r in (a, b) if r["stop"] not in ENDED), default=None)
     if shared is None:
         return a["speedup"], b["speedup"], None, ""
-    mine, theirs = within(a, shared), within(b, shared)
+    mine, theirs = run_speedup_within(a, shared), run_speedup_within(b, shared)
     if mine is None or theirs is None:
         late = a if mine is None else b
         return None, None, shared, (f"not at one budget: a run was cut after {shared} evaluation(s), another "
@@ -198,29 +196,11 @@ def at_one_budget(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, f
     return mine, theirs, shared, ""
 
 
-def within(run: dict[str, Any], budget: int) -> float | None:
-    """A run's speedup under `budget` evaluations; None when its row cannot tell."""
-    if run["evaluations"] <= budget and (run["stop"] in ENDED or run["evaluations"] == budget):
-        return run["speedup"]
-    if run["evaluations"] < budget or "speedups_by_budget" not in run:
-        return None
-    return next((speedup for n, speedup in reversed(run["speedups_by_budget"]) if n <= budget), 1.0)
-
-
 def strategy_row(result: OptimizationResult) -> dict[str, Any]:
     return {"stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
             "wasted": result.stats.wasted, "steps": [s.transform for s in result.steps], "speedup": result.speedup,
             "best": result.best.fingerprint, "llm_usage": result.llm_usage,
-            "speedups_by_budget": by_budget(result)}
-
-
-def by_budget(result: OptimizationResult) -> list[list[float]]:
-    """[N, speedup under a budget of N] wherever that changes (1.0 before the first): what lets a run
-    that went further be compared with one cut after N evaluations."""
-    if result.speedup is None:
-        return []
-    changes = sorted({a.evaluation for a in result.attempts if a.status is AttemptStatus.FASTER})
-    return [[n, result.speedup_within(n)] for n in changes]
+            "speedups_by_budget": result.speedups_by_budget()}
 
 
 def workload(lineage: Lineage, library: Library, args: argparse.Namespace, documents: Path | None,
@@ -396,7 +376,7 @@ def with_budgets(run: dict[str, Any], document: Path) -> dict[str, Any]:
     if (result.stats.evaluations, result.stop.value, result.best.fingerprint, result.speedup) != (
             run["evaluations"], run["stop"], run["best"], run["speedup"]):
         raise MergeError(f"{document} is not the run its part's row describes")
-    return run | {"speedups_by_budget": by_budget(result)}
+    return run | {"speedups_by_budget": result.speedups_by_budget()}
 
 
 def merge(files: list[str], lineages: list[Lineage], left_out: list[Path], library: Library,

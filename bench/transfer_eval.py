@@ -22,6 +22,9 @@ Writes one JSON document:
 - ceiling_geomean_vs_naive: geometric mean over operators of the roofline floor's speedup over the naive kernel
   (1 / the naive kernel's floor_fraction): what library_geomean_vs_naive would be were every best kernel at the
   memory (or math) bound;
+- by_budget: at each budget N from 1 to the runs' own, the geometric mean over operators of each strategy's speedup
+  had it stopped after N gate evaluations (read off the run's speedups_by_budget), and of the library's over the
+  better unconditioned search's then ("vs_unconditioned"): how soon the cards pay, not only where the runs end;
 - where_measured: the same three over the operators that gave theirs, named ("operators", out of "of"):
   what a partial run measured, kept apart from the headline numbers, which stay null until every operator did;
 - rows: one per (operator, kernel, comparison): {"workload", "kernel", "vs", "ratio", "correct", "floor_fraction"},
@@ -37,6 +40,9 @@ code proposes the same kernels. `--only op1,op2` runs some operators (a part; `p
 the summaries again (null, with the reason, while some operator is in no part). An operator in two parts is
 refused, unless `--replace`: then the later part's measurement stands (re-measured operators merged into an earlier
 result). The merged provenance lists under "parts" which commit measured which operators, and when.
+
+`--merge ... --replay-budgets --library LIB` gives runs of parts written before runs kept speedups_by_budget theirs:
+each search is replayed off its recorded verdicts and taken only where the replay is the run its part describes.
 
 `--library-strategy library_then_catalog` runs the library with the catalog's forwards after its cards in place of
 the library alone; the part records which (`provenance.library_strategy`), and parts of two strategies never merge.
@@ -66,7 +72,7 @@ from klineage.gate.pipeline import git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import load_kernel  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, Strategy, optimize  # noqa: E402
-from klineage.optimize.result import Stop, better_unconditioned, library_run  # noqa: E402
+from klineage.optimize.result import Stop, better_unconditioned, library_run, run_speedup_within  # noqa: E402
 from klineage.optimize.strategies import LIBRARY_STRATEGIES, UNCONDITIONED  # noqa: E402
 from klineage.skills.library import bundled_library, load_library  # noqa: E402
 
@@ -124,6 +130,78 @@ def row(workload: str, kernel: str, vs: str, verdict: Verdict | None, role: str,
             "floor_fraction": floor_fraction(verdict)} | ({"reason": reason} if reason else {})
 
 
+def search(name: str, strategy: Strategy, mode: GateMode, budget: int, seed: int, jobs: int, library: Any,
+           record: bool = False) -> dict[str, Any]:
+    """One strategy's run from the operator's naive kernel, summarised (its best kernel under "best")."""
+    problem, naive = BENCH / name / "problem.py", load_kernel(BENCH / name / "naive")
+    result = optimize(problem, naive, strategy=strategy, budget=budget, gate_mode=mode,
+                      library=library if strategy.uses_library else None, seed=seed, jobs=jobs, record=record)
+    return {"stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
+            "steps": [s.transform for s in result.steps], "speedup": result.speedup,
+            "speedups_by_budget": result.speedups_by_budget(), "best": result.best,
+            "best_fingerprint": result.best.fingerprint}
+
+
+def with_budgets(document: dict[str, Any], library: Any) -> dict[str, Any]:
+    """The document with speedups_by_budget on every search run that lacks them (parts written before runs kept
+    them), from the same search replayed off its recorded verdicts: taken only where the replay is that very run
+    (same evaluations, stop, best kernel and speedup), else a ValueError naming the run."""
+    prov = document["provenance"]
+    for name, runs in document["runs"].items():
+        for strategy, run in runs.items():
+            if "speedups_by_budget" in run or "evaluations" not in run:
+                continue  # a run with them already, or one that failed to start
+            try:
+                again = search(name, Strategy(strategy), GateMode.REPLAY, prov["budget"], prov.get("seed", 0),
+                               prov.get("jobs", 1), library)
+            except KLineageError as exc:
+                raise ValueError(f"{name} {strategy}: its search does not replay ({exc})") from None
+            keys = ("evaluations", "stop", "best_fingerprint", "speedup")
+            differs = [f"{k} {again[k]!r}, not {run[k]!r}" for k in keys if again[k] != run[k]]
+            if differs:
+                raise ValueError(f"{name} {strategy}: the replay is not the run its part describes "
+                                 f"({', '.join(differs)})")
+            run["speedups_by_budget"] = again["speedups_by_budget"]
+    return document
+
+
+def replayed_library(part: dict[str, Any], path: str) -> Any:
+    """The library at `path`, refused unless it is the one the part's library strategy drew on."""
+    library = load_library(path)
+    drew_on = part["provenance"].get("library_fingerprint")
+    if drew_on != sha256_json(library.to_dict()):
+        raise ValueError(f"the part of {', '.join(part['runs'])} drew on library {str(drew_on)[:12]}, not on "
+                         f"{path}: --library must name the library the part ran with")
+    return library
+
+
+def by_budget(runs: dict[str, dict[str, Any]], names: list[str], budget: int) -> list[dict[str, Any]]:
+    """At each budget from 1 to the runs' own: the geometric mean over operators of each strategy's speedup had it
+    stopped there, and of the library's over the better unconditioned search's; null with the reason where some
+    operator's run cannot tell (a part written before runs kept their speedups_by_budget)."""
+    curve = []
+    for n in range(1, budget + 1):
+        point: dict[str, Any] = {"budget": n}
+        # a failed run, or one whose start failed, measured nothing at any budget
+        at = {name: {s: (run_speedup_within(run, n) if "evaluations" in run
+                         and run.get("stop") != Stop.START_FAILED.value else None)
+                     for s, run in runs[name].items()} for name in names}
+        strategies = sorted({s for name in names for s in at[name]})
+        for s in strategies:
+            values = [at[name].get(s) for name in names]
+            point[s] = geomean(values) if names and None not in values else None
+        versus = []
+        for name in names:
+            mine = next((at[name][s.value] for s in LIBRARY_STRATEGIES if s.value in at[name]), None)
+            theirs = [at[name].get(s.value) for s in UNCONDITIONED]
+            versus.append(mine / max(theirs) if mine and None not in theirs else None)
+        point["vs_unconditioned"] = geomean(versus) if names and None not in versus else None
+        if None in point.values():
+            point["reason"] = "some operator's run cannot tell its speedup at this budget"
+        curve.append(point)
+    return curve
+
+
 def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[dict[str, Any]], dict[str, Any],
                                                                          list[Verdict]]:
     problem, naive = BENCH / name / "problem.py", load_kernel(BENCH / name / "naive")
@@ -132,16 +210,9 @@ def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[di
     for strategy in (Strategy(args.library_strategy), *UNCONDITIONED):
         print(f"  {name}: {strategy.value}", file=sys.stderr)
         try:
-            result = optimize(problem, naive, strategy=strategy, budget=args.budget, gate_mode=mode,
-                              library=library if strategy.uses_library else None, seed=args.seed,
-                              jobs=args.jobs, record=args.record)
+            runs[strategy.value] = search(name, strategy, mode, args.budget, args.seed, args.jobs, library, args.record)
         except KLineageError as exc:
             runs[strategy.value] = {"error": str(exc)}
-            continue
-        runs[strategy.value] = {"stop": result.stop.value, "message": result.message,
-                                "evaluations": result.stats.evaluations,
-                                "steps": [s.transform for s in result.steps], "speedup": result.speedup,
-                                "best": result.best, "best_fingerprint": result.best.fingerprint}
     verdicts: list[Verdict] = []
     naive_verdict, why = gate(problem, naive, mode, args.record)
     rows = [row(name, "naive", "eager", naive_verdict, "vendor", why)]
@@ -246,7 +317,9 @@ def merged(parts: list[dict[str, Any]], names: list[str], replace: bool = False)
     # the settings all parts share; where and when each operator was measured is in "parts"
     shared = {k: v for k, v in parts[0]["provenance"].items() if k not in ("git_commit", "date", "note", "parts")}
     document = {"provenance": shared | {"merged_from": len(measured_in), "parts": measured_in},
-                "operators": len(ran), **summaries(rows, runs, ran, of=len(names)), "rows": rows, "runs": runs}
+                "operators": len(ran), **summaries(rows, runs, ran, of=len(names)),
+                "by_budget": by_budget(runs, ran, setting(parts[0]["provenance"], "budget")),
+                "rows": rows, "runs": runs}
     missing = sorted(set(names) - set(runs))
     if missing:
         document["partial"] = f"no part ran {', '.join(missing)}"
@@ -280,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", nargs="+", default=[], metavar="PART", help="join these parts' documents")
     parser.add_argument("--replace", action="store_true",
                         help="with --merge: an operator in two parts takes the later part's measurement")
+    parser.add_argument("--replay-budgets", action="store_true",
+                        help="with --merge: give runs written before they kept speedups_by_budget theirs, by "
+                             "replaying each search off its recorded verdicts (checked to be the same run)")
     parser.add_argument("--note", default="", help="with --merge: a note on how the parts ran, kept in provenance")
     parser.add_argument("--library", default=str(bundled_library()),
                         help="the library the library strategy draws on (default: the bundled one)")
@@ -291,8 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     names = operators()
     if args.merge:
-        document = merged([json.loads(Path(part).read_text(encoding="utf-8")) for part in args.merge], names,
-                          replace=args.replace)
+        parts = [json.loads(Path(part).read_text(encoding="utf-8")) for part in args.merge]
+        try:
+            if args.replay_budgets:
+                parts = [with_budgets(part, replayed_library(part, args.library)) for part in parts]
+            document = merged(parts, names, replace=args.replace)
+        except ValueError as exc:
+            parser.error(str(exc))
         if args.note:
             document["provenance"]["note"] = args.note
         write(Path(args.out), document)
@@ -318,7 +399,8 @@ def main(argv: list[str] | None = None) -> int:
                                "library_fingerprint": sha256_json(library.to_dict()),
                                "library_strategy": args.library_strategy,
                                "written_by": "bench/transfer_eval.py"},
-                "operators": len(chosen), **summaries(rows, runs, chosen), "rows": rows, "runs": runs}
+                "operators": len(chosen), **summaries(rows, runs, chosen),
+                "by_budget": by_budget(runs, chosen, args.budget), "rows": rows, "runs": runs}
     if chosen != names:
         document["partial"] = f"ran {len(chosen)} of {len(names)} operators"
     write(Path(args.out), document)

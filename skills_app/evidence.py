@@ -20,6 +20,7 @@ from klineage.optimize.result import better_unconditioned, library_run
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO
 from klineage.skills.library import bundled_library
 from klineage.skills.when import MIN_WHEN_CASES, REPEATABILITY
+from skills_app.budget_curve import budget_curve
 
 
 def results_dir() -> Path:
@@ -40,6 +41,7 @@ class Evidence:
     sort_key: str = ""
     error: str = ""
     chart: dict[str, Any] | None = None  # skills.json: `skills_chart`, drawn by templates/_skills_chart.html
+    curve: dict[str, Any] | None = None  # transfer: `budget_curve`, drawn by templates/_budget_curve.html
 
     @property
     def provenance_label(self) -> str:
@@ -296,6 +298,22 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
                                     "the same way where the judging gate timed it, else the speedup its own run "
                                     "measured; the tick where torch eager stands (where it was timed and is faster "
                                     "than the naive kernel).")
+    points = data.get("by_budget") or []
+    e.curve = budget_curve(points, caption=(
+        "Geometric mean over the operators of each run's speedup over the naive kernel (its own: the product of its "
+        "step ratios) had it stopped after N gate evaluations, N from 1 (the naive kernel's own gate) to the budget; "
+        "log scale from 1×. " + _budget_words(points)))
+
+
+def _budget_words(points: list[dict[str, Any]]) -> str:
+    """Where the library's lead over the better unconditioned search is largest, and where it ends."""
+    known = [p for p in points if isinstance(p.get("vs_unconditioned"), (int, float))]
+    if not known:
+        return ""
+    best, last = max(known, key=lambda p: p["vs_unconditioned"]), known[-1]
+    return (f"The library over the better search (per operator, then the geometric mean): "
+            f"{best['vs_unconditioned']:.2f}× at {best['budget']} evaluations, {last['vs_unconditioned']:.2f}× at "
+            f"{last['budget']}.")
 
 
 def _bundled(library: str) -> bool:

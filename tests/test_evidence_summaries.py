@@ -190,17 +190,43 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     assert re.search(r"<title>torch eager: [\d.]+×</title>", page)
 
 
-def test_a_transfer_run_on_another_library_names_it_and_counts_its_operators():
-    """The transfer library's run (some of the twelve operators): its title names the library it drew on, and each
-    of its numbers says over how many of the twelve it was measured, never as the headline."""
+def test_a_transfer_run_on_another_library_names_it_and_draws_its_budget_curve(client, db):
+    """The transfer library's run: its title names the library it drew on, its numbers are over all twelve
+    operators, and its budget curve draws the library and both searches at every budget, the caption saying where
+    the library leads the better search most."""
     data = json.loads((Path(settings.BASE_DIR) / "bench" / "results" / "transfer-library-run.json").read_text())
     card = _by_name()["transfer-library-run.json"]
     assert card.title == "Transfer to held-out operators (bench/results/transfer-library.json)"
     measured = data["where_measured"]["library_geomean_vs_naive"]
-    assert len(measured["operators"]) < measured["of"] and data["library_geomean_vs_naive"] is None
-    assert f"(geometric mean over {len(measured['operators'])} operators (of {measured['of']}))" in card.headline
+    assert len(measured["operators"]) == measured["of"] == 12
+    assert f"library {data['library_geomean_vs_naive']:.2f}x the naive kernel (geometric mean over 12 operators)" \
+        in card.headline
     assert [r[0] for r in card.rows] == sorted(data["runs"])
     assert "judging gate paired it" in card.chart["caption"] and "its own run measured" in card.chart["caption"]
+    points = data["by_budget"]
+    assert [s["name"] for s in card.curve["series"]] == ["greedy search", "random search", "library"]
+    for series, key in zip(card.curve["series"], ("unconditioned_greedy", "unconditioned_random", "library")):
+        assert [m["value"] for m in series["marks"]] == [p[key] for p in points]
+        heights = [m["y"] for m in series["marks"]]
+        # a speedup that never falls as the budget grows: a line that never drops (SVG y grows downward)
+        assert heights == sorted(heights, reverse=True)
+    lead = max(points, key=lambda p: p["vs_unconditioned"])
+    assert f"{lead['vs_unconditioned']:.2f}× at {lead['budget']} evaluations" in card.curve["caption"]
+    page = client.get("/").content.decode()
+    assert page.count('<g class="curve-series"') == 3 and "library, 8 evaluations: " in page
+
+
+def test_a_budget_curve_leaves_out_a_strategy_it_cannot_draw_whole():
+    """A strategy unknown at some budget is not drawn (a gap would read as a fall); nothing drawn at all, no chart."""
+    from skills_app.budget_curve import budget_curve
+
+    points = [{"budget": 1, "library": 1.0, "unconditioned_random": 1.0, "unconditioned_greedy": None},
+              {"budget": 2, "library": 3.0, "unconditioned_random": 2.0, "unconditioned_greedy": 2.5}]
+    curve = budget_curve(points, caption="c")
+    assert [s["name"] for s in curve["series"]] == ["random search", "library"]
+    assert curve["series"][1]["points"].startswith("34.0,118.0 312.0,")  # 1x at the bottom left
+    assert budget_curve([{**p, "library": None, "unconditioned_random": None} for p in points], caption="c") is None
+    assert budget_curve(points[:1], caption="c") is None
 
 
 def test_a_transfer_bar_of_the_search_is_the_paired_ratio_where_the_judging_gate_timed_it(tmp_path):

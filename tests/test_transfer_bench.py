@@ -243,3 +243,64 @@ def test_the_better_search_is_the_one_with_the_larger_speedup_of_those_that_meas
     assert better_unconditioned(runs)["best"] == "r"
     runs["unconditioned_random"]["speedup"] = None  # the compile gate measures none
     assert better_unconditioned(runs) is None
+
+
+def _run(stop: str, evaluations: int, speedup: float, by_budget: list[list[float]]) -> dict:
+    return {"stop": stop, "evaluations": evaluations, "speedup": speedup, "speedups_by_budget": by_budget}
+
+
+def test_the_budget_curve_reads_each_run_as_if_it_had_stopped_at_every_smaller_budget():
+    """The library ended on its own after 2 evaluations at 4x; random search reached 2x at its 3rd and 5x at its 6th;
+    greedy 3x at its 7th. At each budget: each strategy's speedup then, and the library over the better search."""
+    transfer = bench_script("transfer_eval")
+    runs = {"rms_norm": {"library": _run("no_candidate", 2, 4.0, [[2, 4.0]]),
+                         "unconditioned_random": _run("budget", 8, 5.0, [[3, 2.0], [6, 5.0]]),
+                         "unconditioned_greedy": _run("budget", 8, 3.0, [[7, 3.0]])}}
+    curve = {p["budget"]: p for p in transfer.by_budget(runs, ["rms_norm"], 8)}
+    assert [curve[n]["library"] for n in range(1, 9)] == pytest.approx([1.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0, 4.0])
+    assert [curve[n]["unconditioned_random"] for n in range(1, 9)] == pytest.approx([1, 1, 2, 2, 2, 5, 5, 5])
+    assert [curve[n]["vs_unconditioned"] for n in (1, 2, 3, 6, 7, 8)] == pytest.approx([1, 4, 2, 0.8, 0.8, 0.8])
+    assert all("reason" not in p for p in curve.values())
+
+
+def test_the_budget_curve_is_unknown_where_a_run_cannot_tell_its_speedup_then():
+    """A run cut by its time limit after 3 evaluations, from a part that kept no speedups_by_budget, says nothing of
+    budgets 1-2 (it may have improved at either) nor past 3; nor does a run whose start failed."""
+    transfer = bench_script("transfer_eval")
+    runs = {"gelu_mul": {"library": {"stop": "time_limit", "evaluations": 3, "speedup": 1.3},
+                         "unconditioned_random": _run("budget", 4, 1.2, [[2, 1.2]]),
+                         "unconditioned_greedy": {"stop": "start_failed", "evaluations": 1, "speedup": 1.0}}}
+    curve = transfer.by_budget(runs, ["gelu_mul"], 4)
+    assert [p["library"] for p in curve] == [None, None, 1.3, None]
+    assert all(p["unconditioned_greedy"] is None and p["vs_unconditioned"] is None for p in curve)
+    assert all(p["reason"] == "some operator's run cannot tell its speedup at this budget" for p in curve)
+
+
+LIBRARY_RUN = BENCH.parent / "results" / "transfer-library-run.json"
+PARTS = BENCH.parent / "results" / "transfer-library-parts"
+
+
+def test_a_parts_runs_get_their_budgets_by_replaying_the_recorded_searches():
+    """The committed gelu_mul part (H200, written before runs kept speedups_by_budget): each search replays off the
+    committed verdicts to the very run the part describes, and gives the curve the committed merge holds."""
+    transfer = bench_script("transfer_eval")
+    part = json.loads((PARTS / "gelu_mul.json").read_text())
+    assert all("speedups_by_budget" not in run for run in part["runs"]["gelu_mul"].values())
+    library = transfer.replayed_library(part, str(BENCH.parent / "results" / "transfer-library.json"))
+    runs = transfer.with_budgets(part, library)["runs"]["gelu_mul"]
+    committed = json.loads(LIBRARY_RUN.read_text())["runs"]["gelu_mul"]
+    assert {s: r["speedups_by_budget"] for s, r in runs.items()} == \
+        {s: r["speedups_by_budget"] for s, r in committed.items()}
+    assert runs["library"]["speedups_by_budget"][-1] == [2, pytest.approx(runs["library"]["speedup"])]
+
+
+def test_a_replay_that_is_not_the_parts_run_or_another_library_is_refused():
+    transfer = bench_script("transfer_eval")
+    part = json.loads((PARTS / "gelu_mul.json").read_text())
+    with pytest.raises(ValueError, match=r"drew on library d4e44b0915c0, not on .*library\.json: --library must"):
+        transfer.replayed_library(part, str(bundled_library()))
+    library = transfer.replayed_library(part, str(BENCH.parent / "results" / "transfer-library.json"))
+    part["runs"]["gelu_mul"]["unconditioned_greedy"]["evaluations"] = 5
+    with pytest.raises(ValueError, match=r"gelu_mul unconditioned_greedy: the replay is not the run its part "
+                                         r"describes \(evaluations 7, not 5\)"):
+        transfer.with_budgets(part, library)

@@ -369,6 +369,14 @@ class OptimizationResult(Document):
                 best[a.round] = max(best.get(a.round, 0.0), a.ratio.overall)
         return math.prod(best.values())
 
+    def speedups_by_budget(self) -> list[list[float]]:
+        """[N, speedup under a budget of N] wherever that changes (1.0 before the first): what lets a run
+        that went further be compared with one cut after N evaluations. Empty where nothing was timed."""
+        if self.speedup is None:
+            return []
+        changes = sorted({a.evaluation for a in self.attempts if a.status is AttemptStatus.FASTER})
+        return [[n, self.speedup_within(n)] for n in changes]
+
     @property
     def note(self) -> str:
         return COMPILE_ONLY_NOTE if self.gate is GateMode.COMPILE_ONLY else ""
@@ -452,6 +460,21 @@ def library_run(runs: Mapping[str, Any]) -> dict[str, Any]:
     return next((runs[s.value] for s in LIBRARY_STRATEGIES if s.value in runs), {})
 
 
+# a run that ended on its own: more budget would have changed nothing
+ENDED = (Stop.NO_CANDIDATE.value, Stop.NO_IMPROVEMENT.value)
+
+
+def run_speedup_within(run: Mapping[str, Any], budget: int) -> float | None:
+    """A run summary's speedup under `budget` gate evaluations: its own when it ended on its own within the budget
+    or used exactly that many, else read off its speedups_by_budget (the attempts it had made by then); None when
+    the summary cannot tell (it stopped short of `budget` for another reason, or keeps no speedups_by_budget)."""
+    if run["evaluations"] <= budget and (run["stop"] in ENDED or run["evaluations"] == budget):
+        return run["speedup"]
+    if run["evaluations"] < budget or "speedups_by_budget" not in run:
+        return None
+    return next((speedup for n, speedup in reversed(run["speedups_by_budget"]) if n <= budget), 1.0)
+
+
 def better_unconditioned(runs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The unconditioned run with the larger speedup of those that measured one; None where none did (a gate that
     times nothing, or a start that failed: its speedup of 1 measured nothing)."""
@@ -462,5 +485,5 @@ def better_unconditioned(runs: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 __all__ = ["Attempt", "AttemptStatus", "COMPILE_ONLY_NOTE", "DEFAULT_REQUIRED_RATIO", "EventKind", "LibraryRef",
-           "OPTIMIZATION_VERSION", "OptimizationEvent", "OptimizationResult", "Step", "Stats", "Stop",
-           "better_unconditioned", "library_run"]
+           "ENDED", "OPTIMIZATION_VERSION", "OptimizationEvent", "OptimizationResult", "Step", "Stats", "Stop",
+           "better_unconditioned", "library_run", "run_speedup_within"]
