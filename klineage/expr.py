@@ -113,9 +113,14 @@ def _vet(node: ast.AST, text: str) -> None:
 
 def names(text: str) -> set[str]:
     """The free variable names an expression uses (function names excluded)."""
+    return set(_names(text))
+
+
+@lru_cache(maxsize=4096)  # a plan's few expressions are asked for their names once per case, per gate
+def _names(text: str) -> frozenset[str]:
     tree = parse(text)
     called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called
+    return frozenset({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called)
 
 
 def evaluate(text: str | int | float, env: Mapping[str, Number]) -> Number:

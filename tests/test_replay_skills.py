@@ -13,6 +13,7 @@ its documents; and each workload's start gate and library-best-vs-expert ratio, 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -47,6 +48,12 @@ def _rows(runs: Path | None = None):
 
 def _runs_of(document: Path) -> Path:
     return document.parent.parent if document.parent.name == "docs" else document.parent.parent.parent
+
+
+@functools.cache
+def _recorded() -> list[dict]:
+    """Every recorded verdict's JSON, read once a test process (the rows search them all)."""
+    return [read_verdict_file(path) for path in VerdictStore(config.recorded_dir()).files()]
 
 
 def _lineage(name: str) -> Lineage:
@@ -133,7 +140,7 @@ def test_each_workload_start_and_vs_expert_are_recorded(row):
         return
     # The library's best kernel against the expert (its state may be in no document that came back).
     best = row["strategies"]["library"]["best"]
-    against = [v for v in map(read_verdict_file, VerdictStore(config.recorded_dir()).files())
+    against = [v for v in _recorded()
                if v["kernel"]["fingerprint"] == best and v["provenance"]["key_parts"]["against"] == expert.fingerprint
                and v["provenance"]["key_parts"]["policy"] == DEFAULT_POLICY.fingerprint]
     assert len(against) == 1 and against[0]["profile"]["ratios"]["vs_baseline"]["overall"] == row["vs_expert"]

@@ -16,6 +16,7 @@ from klineage import config
 from klineage.errors import DocumentError
 from klineage.lineage import Lineage
 from klineage.optimize import Strategy
+from klineage.optimize.result import run_speedup_within
 from klineage.skills.induction import lineage_id
 
 REPO = Path(__file__).resolve().parent.parent
@@ -207,8 +208,8 @@ def test_a_run_that_went_further_is_read_at_the_cut_runs_budget():
     row["strategies"]["unconditioned_random"] = run_row("time_limit", 2, 1.25)
     skills.compare(row, skills.GateMode.GPU, (1.0, ""))
     assert row["vs_unconditioned"] == pytest.approx(0.8)  # 1.0 / 1.25: random was ahead after 2
-    assert skills.within(library, 10) == 5.0, "it ended on its own: more budget changes nothing"
-    assert skills.within(run_row("time_limit", 7, 2.0), 10) is None, "past its own end a cut run cannot tell"
+    assert run_speedup_within(library, 10) == 5.0, "it ended on its own: more budget changes nothing"
+    assert run_speedup_within(run_row("time_limit", 7, 2.0), 10) is None, "past its own end a cut run cannot tell"
 
 
 def test_unconditioned_runs_at_different_budgets_each_compare_with_the_library():

@@ -11,10 +11,11 @@ from __future__ import annotations
 import bisect
 import re
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cache, lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import tree_sitter_cuda
 from tree_sitter import Language, Node, Parser, Query, QueryCursor, Tree
@@ -26,6 +27,7 @@ _UNPARSED_ATTRIBUTE = re.compile(rb"\b(?:__align__|__cluster_dims__|__maxnreg__)
 FRAGMENT_FUNCTION = "__klineage_fragment__"
 _BODY_FIELDS = ("body", "consequence", "alternative")
 _NAME_TYPES = ("identifier", "qualified_identifier", "field_identifier")
+T = TypeVar("T")
 _ESCAPES = {"\\n": "\n", "\\t": "\t", "\\r": "\r", '\\"': '"', "\\'": "'", "\\\\": "\\"}
 
 
@@ -51,10 +53,19 @@ class ParsedSource:
     source: str
     data: bytes  # the original source as UTF-8; node byte offsets index it
     tree: Tree = field(compare=False, repr=False)
+    # whole-source views (functions, loops, ...) made once per tree: a walk asks for them thousands of times
+    _views: dict[str, tuple] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def root(self) -> Node:
         return self.tree.root_node
+
+    def view(self, name: str, make: Callable[[ParsedSource], Iterable[T]]) -> list[T]:
+        """`make(self)`, made on the first call for `name` and kept with the tree; a fresh list each call, so
+        that a caller sorting or extending it changes nothing the next caller sees."""
+        if name not in self._views:
+            self._views[name] = tuple(make(self))
+        return list(self._views[name])
 
     def text(self, node: Node) -> str:
         return self.data[node.start_byte:node.end_byte].decode("utf-8", "replace")
@@ -302,7 +313,10 @@ def pragma_text(node: Node) -> str:
 
 
 def functions(source: str | ParsedSource) -> list[Function]:
-    parsed = _parsed(source)
+    return _parsed(source).view("functions", _functions)
+
+
+def _functions(parsed: ParsedSource) -> list[Function]:
     found = []
     for node in nodes_of_type(parsed.root, "function_definition"):
         skipped = {"type", "declarator", "body"}
@@ -340,7 +354,10 @@ def _ancestors(node: Node):
 
 
 def loops(source: str | ParsedSource) -> list[Loop]:
-    parsed = _parsed(source)
+    return _parsed(source).view("loops", _loops)
+
+
+def _loops(parsed: ParsedSource) -> list[Loop]:
     found = []
     for node in nodes_of_type(parsed.root, *_LOOPS):
         pragma = node.prev_named_sibling
@@ -353,7 +370,10 @@ def loops(source: str | ParsedSource) -> list[Loop]:
 
 
 def declarations(source: str | ParsedSource) -> list[Declaration]:
-    parsed = _parsed(source)
+    return _parsed(source).view("declarations", _declarations)
+
+
+def _declarations(parsed: ParsedSource) -> list[Declaration]:
     found = []
     for node in nodes_of_type(parsed.root, "declaration"):
         specifiers = tuple(parsed.text(child) for child in node.children
@@ -403,7 +423,10 @@ def _variable(parsed: ParsedSource, declarator: Node,
 
 
 def asm_blocks(source: str | ParsedSource) -> list[AsmBlock]:
-    parsed = _parsed(source)
+    return _parsed(source).view("asm_blocks", _asm_blocks)
+
+
+def _asm_blocks(parsed: ParsedSource) -> list[AsmBlock]:
     found = []
     for node in nodes_of_type(parsed.root, "gnu_asm_expression"):
         code = node.child_by_field_name("assembly_code")
@@ -421,7 +444,10 @@ def string_value(parsed: ParsedSource, node: Node) -> str:
 
 
 def macros(source: str | ParsedSource) -> list[Macro]:
-    parsed = _parsed(source)
+    return _parsed(source).view("macros", _macros)
+
+
+def _macros(parsed: ParsedSource) -> list[Macro]:
     found = []
     for node in nodes_of_type(parsed.root, "preproc_def", "preproc_function_def"):
         params = node.child_by_field_name("parameters")
