@@ -65,6 +65,7 @@ from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
 from klineage.kernel import KernelState
 from klineage.launch import resolve
+from sampled import sampled
 
 NAME = "flash_mma_r32"
 ENTRY = "fmha_flash_mma_r32"
@@ -562,7 +563,7 @@ SCHEDULES = [("forward", "eager"), ("reverse", "late"), ("random", "late"), ("wa
              ("warps_reverse", "eager")]
 
 
-@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("shape", sampled(SHAPES, keep=("small", "edge")))  # ragged and causal ones: -m slow
 def test_emulated_kernel_reproduces_the_reference(emulators, shape):
     params = dict(SHAPES[shape])
     x = problem().make_inputs(dict(params), 1, "cpu")
@@ -682,7 +683,8 @@ MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("mutant", list(MUTANTS))
+@pytest.mark.parametrize("mutant", sampled(MUTANTS, keep=("no barrier before a key tile",
+                                                      "waits one cp.async group short")))
 def test_the_emulator_catches_known_bugs(tmp_path, mutant):
     old, new = MUTANTS[mutant]
     source = kernel().source

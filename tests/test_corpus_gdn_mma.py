@@ -36,6 +36,7 @@ from klineage.gate.correctness import compare
 from klineage.kernel import load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for
+from sampled import sampled
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"
@@ -288,7 +289,7 @@ SCHEDULES = [("forward", "eager"), ("reverse", "late"), ("random", "late"), ("wa
              ("warps_reverse", "eager")]
 
 
-@pytest.mark.parametrize("shape", ["small", "mid", "batch", "narrow"])
+@pytest.mark.parametrize("shape", sampled(["small", "mid", "batch", "narrow"], keep=("small", "narrow")))
 def test_emulated_kernel_reproduces_the_reference(problem, state, emulator, shape):
     named = {"mid": MID, "batch": BATCH, "narrow": NARROW}
     params = dict(named[shape]) if shape in named else dict(problem.info.case(shape).params)
@@ -367,7 +368,8 @@ MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("mutant", list(MUTANTS))
+@pytest.mark.parametrize("mutant", sampled(MUTANTS, keep=("no cp.async wait",
+                                                      "no __syncwarp before the output stores")))
 def test_the_emulator_catches_known_bugs(tmp_path, problem, state, mutant):
     old, new = MUTANTS[mutant]
     assert state.source.count(old) == 1
