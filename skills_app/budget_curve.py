@@ -30,7 +30,7 @@ def budget_curve(points: list[dict[str, Any]], caption: str) -> dict[str, Any] |
         return round(LEFT + (RIGHT - LEFT) * (budget - budgets[0]) / (budgets[-1] - budgets[0]), 1)
 
     def y(value: float) -> float:
-        return round(BOTTOM - (BOTTOM - TOP) * math.log(max(value, 1.0)) / top, 1) if top > 0 else BOTTOM
+        return round(BOTTOM - (BOTTOM - TOP) * math.log(max(value, 1.0)) / top, 1)  # top >= log(1.15) > 0
 
     ticks = [v for v in (1, 2, 4, 8, 16, 32) if math.log(v) <= top]
     series = [{"name": name, "css": css,

@@ -300,9 +300,10 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
                                     "than the naive kernel).")
     points = data.get("by_budget") or []
     e.curve = budget_curve(points, caption=(
-        "Geometric mean over the operators of each run's speedup over the naive kernel (its own: the product of its "
-        "step ratios) had it stopped after N gate evaluations, N from 1 (the naive kernel's own gate) to the budget; "
-        "log scale from 1×. " + _budget_words(points)))
+        "Geometric mean over the operators of each run's speedup over the naive kernel on the operator's headline "
+        "case (its own: the product of its accepted steps' paired ratios, each timed in one process and settled) had "
+        "it stopped after N gate evaluations, N from 1 (the naive kernel's own gate) to the budget; log scale from "
+        "1×. " + _budget_words(points)))
 
 
 def _budget_words(points: list[dict[str, Any]]) -> str:
