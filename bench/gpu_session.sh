@@ -11,6 +11,8 @@
 # (state,timed)), sandboxcost (bench/sandbox_cost.py --gpu: gates with and without
 # the sandbox, and one sanitized gate inside it), mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME[:K] (tests/test_gpu_NAME.py; those -k K, else $GPUTEST_K, selects), multigpu,
 # walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk),
+# walkcase:KERNEL (that walk, then $PERCASE_PER_CARD (1) steps of each card induced from it alone timed on every case, furthest from 1 first,
+# within $PERCASE_TIMEOUT (240) s),
 # prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), bias:NAME:STEP,STEP[:PLACEMENT] (bench/timing_bias.py
 # probe: a walk's steps timed with controls, as_loaded or exchanged; NAME as in bench/walks, e.g. conv2d_implicit_gemm_any:13,35), placement:NAME:STEP
 # (bench/timing_bias.py placement: copies of the step's parent loaded and allocated in different orders), retime:NAME
@@ -63,6 +65,15 @@ walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json; more a
     --jobs "${WALK_JOBS:-6}" --max-steps "${WALK_MAX_STEPS:-80}" --max-rejections 8 --out "$OUT/lineages/$name.gpu.json" "$@"
 }
 
+walkcase() {  # walkcase:problem/kernel: its walk (limit: the stage's), then steps of each of its cards timed per case
+  local name=${1//\//_}
+  walk "$1" || return
+  python3 -m klineage library build "$OUT/lineages/$name.gpu.json" --out "/tmp/$name.cards.json" \
+    --per-case ignore --note "the cards of one walk: which of its steps to time on every case" > /dev/null || return
+  timeout "${PERCASE_TIMEOUT:-240}" python3 bench/percase.py "$OUT/lineages/$name.gpu.json" \
+    --per-card "${PERCASE_PER_CARD:-1}" --by-effect --placement "${PERCASE_PLACEMENT:-as_loaded}" --library "/tmp/$name.cards.json"
+}
+
 stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, sweeps, tests, gates)
   local limit="" spec
   # only a number after the last @ is a limit: a lineage id holds an @ of its own
@@ -94,6 +105,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       --policies "${GATECOST_POLICIES:-state,timed}" --out "$OUT/results/gate_cost_warm-${1#gatecost:}.json" ;;
     example|adversarial|cost) timeout 500 python3 bench/gate_suite.py --out "$OUT/results" --only "$1" ;;
     walk:*) walk "${1#walk:}" ;;
+    walkcase:*) walkcase "${1#walkcase:}" ;;
     # each lane judges its share of the guessed states (lane i of n: states i, i+n, ...); no walk
     prefetch:*) walk "${1#prefetch:}" --prefetch-only --prefetch-share "${LANE:-0}/${LANES:-1}" ;;
     bias:*) local spec=${1#bias:}; local rest=${spec#*:}  # bench/timing_bias.py probe on bench/walks/NAME.gpu.json.gz

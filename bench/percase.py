@@ -39,17 +39,18 @@ LIBRARY = config.REPO_ROOT / "corpus" / "library" / "library.json"
 FIXED_S = 1.0  # a step through the warm runner: its two kernels loaded, the inputs made (a cold runner: 5-10 s)
 
 
-def library_steps(lineage: Lineage, per_card: int = 0, library: Path = LIBRARY) -> list[int]:
+def library_steps(lineage: Lineage, per_card: int = 0, library: Path = LIBRARY, by_effect: bool = False) -> list[int]:
     """The steps of `lineage` that are the source of an effect of a card in the library; with `per_card`,
     at most that many a card, those whose headline effect was furthest from 1 first (what a card
-    buys is where its precondition matters)."""
+    buys is where its precondition matters). In step order, or with `by_effect` in that same order
+    over all cards (a stage cut by its time limit has timed the steps that moved their headline most)."""
     me = lineage_id(lineage)
-    chosen: set[int] = set()
+    chosen: dict[int, float] = {}
     for card in json.loads(library.read_text(encoding="utf-8"))["cards"]:
         mine = sorted((e for e in card["effects"] if e["source"]["lineage"] == me),
                       key=lambda e: (-abs(math.log(e["ratio"])), e["source"]["index"]))
-        chosen |= {e["source"]["index"] for e in mine[:per_card or None]}
-    return sorted(chosen)
+        chosen.update({e["source"]["index"]: abs(math.log(e["ratio"])) for e in mine[:per_card or None]})
+    return sorted(chosen, key=lambda i: (-chosen[i], i) if by_effect else (0, i))
 
 
 def estimate_s(lineage: Lineage, index: int, cases: int, placement: Placement) -> float | None:
@@ -158,6 +159,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", default="", help="comma-separated step indices (default: the library's card steps)")
     parser.add_argument("--all", action="store_true", help="every step the walk timed")
     parser.add_argument("--per-card", type=int, default=0, help="at most this many of each card's steps (0: all)")
+    parser.add_argument("--by-effect", action="store_true",
+                        help="the library's card steps furthest from 1 on their headline first (default: step order)")
     parser.add_argument("--share", default="0/1", help="I/N: this lane's share of the steps")
     parser.add_argument("--placement", default=Placement.AS_LOADED.value, choices=[p.value for p in Placement])
     parser.add_argument("--jobs", type=int, default=8, help="kernels compiled side by side before any is timed")
@@ -178,8 +181,8 @@ def main(argv: list[str]) -> int:
         lineage = Lineage.load(args.walk)
         placement = Placement(args.placement)
         timed = [t.index for t in lineage.transitions if t.forward.timing is not None]
-        chosen = ([int(x) for x in args.steps.split(",")] if args.steps else timed if args.all else
-                  [i for i in library_steps(lineage, args.per_card, args.library) if i in timed])[lane::lanes]
+        cards = [i for i in library_steps(lineage, args.per_card, args.library, args.by_effect) if i in timed]
+        chosen = ([int(x) for x in args.steps.split(",")] if args.steps else timed if args.all else cards)[lane::lanes]
     except (ValueError, KLineageError) as exc:
         print(f"percase: {exc}", file=sys.stderr)
         return 2

@@ -148,6 +148,7 @@ def test_percase_times_the_card_steps_of_the_library_it_is_given(walk, tmp_path)
     steps = bench_script("percase").library_steps
     assert steps(walk, 0, library) == [3, 5, 9]
     assert steps(walk, 1, library) == [5, 9]
+    assert steps(walk, 0, library, by_effect=True) == [9, 5, 3]  # |log 1.30| > |log 0.80| > |log 1.02|
     assert steps(walk, 0) != [3, 5, 9]  # the bundled library's own card steps otherwise
 
 

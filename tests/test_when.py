@@ -13,8 +13,10 @@ from klineage.skills.when import (
     induce_when,
     leave_one_out,
     outcome_of,
+    paid_recall,
     per_case,
     search,
+    work_facts,
 )
 
 REQUIRED = 1.01
@@ -158,3 +160,41 @@ def test_paid_wherever_decided_is_not_called_inseparable():
     assert when.sentence == ("paid on 3 of 6 cases measured, did not pay on 0, 3 undecided (at 1.01x but by under "
                              "1.5%, the gate's run-to-run spread); every decided case paid: the undecided ones are "
                              "too close to 1.01x to tell apart")
+
+
+def test_work_per_thread_from_the_roofline_separates_cards_measured_on_two_operators():
+    """Across operators the parameters are left out; the traffic a thread has to hide its latency behind is
+    comparable, and says where the step paid (a softmax row of 64 floats on 256 threads pays nothing)."""
+    def effect(case, moved, blocks, ratio):
+        launch = {"blocks": blocks, "threads": 256}
+        return CaseEffect(case, case_facts({}, launch, roofline={"bytes": moved, "flops": moved / 4}), ratio,
+                          outcome_of(ratio, REQUIRED))
+
+    effects = [effect("softmax:narrow", 4099 * 240, 4099, 0.98), effect("softmax:short", 16384 * 512, 16384, 1.0),
+               effect("softmax:small", 33 * 2056, 33, 0.99), effect("softmax:long", 512 * 262144, 512, 1.25),
+               effect("softmax:mid", 4096 * 16384, 4096, 1.2), effect("norm:wide", 1024 * 65536, 1024, 1.15),
+               effect("norm:rows", 8192 * 32768, 8192, 1.1), effect("norm:tiny", 2048 * 128, 2048, 1.0)]
+    when = induce_when(effects)
+    assert when.kind is WhenKind.PRECONDITION
+    assert when.precondition.expression.startswith("bytes_per_thread >= ")
+    assert set(when.precondition.fails) == {"softmax:narrow", "softmax:short", "softmax:small", "norm:tiny"}
+
+
+def test_work_facts_need_the_roofline_and_the_launch_for_work_per_thread():
+    assert work_facts(None, {"blocks": 4, "threads": 128}) == {}
+    assert work_facts({"bytes": 2e6, "flops": 1e6}, {}) == {"megabytes": 2.0, "intensity": 0.5}
+    assert work_facts({"bytes": 2e6, "flops": 0.0}, {"blocks": 4, "threads": 125})["bytes_per_thread"] == 4000.0
+
+
+def test_two_paid_cases_among_many_unpaid_are_not_a_precondition_when_the_search_loses_them_left_out():
+    """Leave-one-case-out accuracy is high whatever is said of two paid cases among ten unpaid ones; a
+    predicate fitted to the two (each paid case, left out, called unpaid) is not written."""
+    facts = [(256, 13), (48, 5), (16, 1), (32, 8), (96, 13), (48, 1), (16, 3), (16, 2), (16, 13), (128, 8),
+             (16, 1), (96, 5)]
+    table = [(f"op:c{i}", {"a": a, "b": b}, 1.2 if i in (3, 8) else 0.98) for i, (a, b) in enumerate(facts)]
+    assert search(rows(table)).expression == "a <= 40 and b >= 8"
+    assert leave_one_out(rows(table)) >= MIN_LOO and paid_recall(rows(table)) == 0.0
+    when = induce_when(rows(table))
+    assert when.kind is WhenKind.MIXED and "paid cases kept 0.00" in when.sentence
+    clean = [(f"op:c{n}", {"n": n}, 1.2 if n >= 100 else 0.9) for n in (10, 20, 30, 100, 200, 300)]
+    assert paid_recall(rows(clean)) == 1.0

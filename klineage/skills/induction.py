@@ -401,8 +401,11 @@ def _when(steps: list[_Step], effects: list[Effect], problems: Mapping[str, Any]
             continue
         params = table[effect.case]
         compiled = timed[effect.source].compiled if effect.source in timed else None
+        known = problems.get(effect.operator) if problems else None
+        roofline = known.roofline.get(effect.case) if isinstance(known, ProblemInfo) else None
         rows.append((f"{effect.operator}:{effect.case}", effect.ratio,
-                     case_facts({} if across else params, launch_facts(step.parent.kernel, params), compiled)))
+                     case_facts({} if across else params, launch_facts(step.parent.kernel, params), compiled,
+                                roofline)))
     when = induce_when(per_case(rows))
     if when.kind is not WhenKind.PRECONDITION:
         return None

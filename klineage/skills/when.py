@@ -14,8 +14,9 @@ when left out. Without the band, steps whose effect is 1.00x give or take a per 
 
 Facts (`case_facts`): the case's parameters (numbers; `<p>_is_<v>` for text, e.g. dtypes), what
 the step's parent kernel's launch plan makes of them (`blocks` of its largest launch, `waves` = blocks /
-SMs, `threads` a block, `dynamic_shared` bytes) and what ptxas said of it (`registers`,
-`static_shared`). Only facts every measured case defines are searched, and a card measured on several
+SMs, `threads` a block, `dynamic_shared` bytes), what ptxas said of it (`registers`,
+`static_shared`) and the work the problem's roofline figures give the case (`megabytes`, `intensity`,
+`bytes_per_thread`: `work_facts`). Only facts every measured case defines are searched, and a card measured on several
 operators leaves their parameters out (induction's `_when`): conv2d's N is a batch, GEMM's N a width, so
 GEMM and conv2d cases are compared by blocks, waves, threads, shared memory and registers alone.
 
@@ -32,7 +33,9 @@ What is written (`induce_when`), and why each rule:
   each side (a predicate is false somewhere the step did not pay, and true somewhere it paid), and a
   leave-one-case-out accuracy of at least MIN_LOO: each case in turn is left out, the search re-run on
   the others, and its prediction (the predicate found, else the others' majority) compared with what
-  was measured. A predicate that one case decides is noise fitted, not a precondition.
+  was measured. A predicate that one case decides is noise fitted, not a precondition. And since two
+  paid cases among thirty unpaid ones give a high accuracy whatever is said of the two, the search
+  without a paid case must still call it paid on at least MIN_RECALL of them (`paid_recall`).
 - otherwise MIXED: "paid on k of N cases; nothing over the case facts separates them", with the
   accuracy the best candidate reached, so a reader sees how far from a rule the evidence is.
 """
@@ -63,6 +66,7 @@ MIN_SUPPORT = 2  # decided cases on each side of a written predicate
 # (bench/results/timing_fidelity.json, H200).
 REPEATABILITY = 0.015
 MIN_LOO = 0.8  # leave-one-case-out accuracy a written predicate reaches
+MIN_RECALL = 0.5  # share of its paid cases it still predicts paid when each is left out (`paid_recall`)
 MIN_WHEN_CASES = 8  # distinct cases a card must have paid on before "paid on all N cases" admits it
 SOURCE = "timing"  # a Precondition's source: it says where the step pays, not whether it is sound
 
@@ -130,9 +134,27 @@ class When:
 
 
 def case_facts(params: Mapping[str, Any], launch: Mapping[str, Any] | None = None,
-               compiled: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The names a timing predicate may use for one case: parameters, launch and compiled facts."""
-    return {**param_facts(params), **(launch or {}), **(compiled or {})}
+               compiled: Mapping[str, Any] | None = None,
+               roofline: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The names a timing predicate may use for one case: parameters, launch, compiled and work facts."""
+    return {**param_facts(params), **(launch or {}), **(compiled or {}), **work_facts(roofline, launch or {})}
+
+
+def work_facts(roofline: Mapping[str, float] | None, launch: Mapping[str, Any]) -> dict[str, Any]:
+    """What a case asks of the kernel in units every operator shares, from the problem's roofline figures
+    for it: `megabytes` (the least traffic the case needs, 1e6 bytes), `intensity` (flops per byte of it)
+    and, where the launch is known, `bytes_per_thread` (that traffic over the threads of the largest
+    launch: how much work each thread has to hide its latency behind). Parameters name different things in
+    different problems (conv2d's N is a batch, GEMM's N a width); these do not, so a card measured on several
+    operators can still be told where it pays by size and by work per thread. {} without figures."""
+    if not roofline or not roofline.get("bytes"):
+        return {}
+    moved = float(roofline["bytes"])
+    facts = {"megabytes": round(moved / 1e6, 4), "intensity": round(float(roofline.get("flops", 0.0)) / moved, 4)}
+    threads = launch.get("blocks", 0) * launch.get("threads", 0)
+    if threads:
+        facts["bytes_per_thread"] = round(moved / threads, 2)
+    return facts
 
 
 def launch_facts(kernel: KernelState, params: Mapping[str, Any],
@@ -250,19 +272,30 @@ def search(rows: Sequence[CaseEffect]) -> Atom | None:
     return None
 
 
-def leave_one_out(rows: Sequence[CaseEffect]) -> float:
-    """How often the search on all cases but one predicts whether the left-out case paid: the predicate
-    found on the others, else the others' majority (ties: paid)."""
-    right = 0
+def _left_out_guesses(rows: Sequence[CaseEffect]) -> list[bool]:
+    """For each case, whether the search on all cases but it predicts it paid: the predicate found on the
+    others, else the others' majority (ties: paid)."""
+    guesses = []
     for i, left in enumerate(rows):
         others = [r for j, r in enumerate(rows) if j != i]
         atom = search(others)
-        if atom is not None:
-            guess = _holds(atom.expression, left)
-        else:
-            guess = 2 * sum(r.paid for r in others) >= len(others)
-        right += guess == left.paid
-    return right / len(rows) if rows else 0.0
+        guesses.append(_holds(atom.expression, left) if atom is not None
+                       else 2 * sum(r.paid for r in others) >= len(others))
+    return guesses
+
+
+def leave_one_out(rows: Sequence[CaseEffect]) -> float:
+    """How often the search on all cases but one predicts whether the left-out case paid."""
+    guesses = _left_out_guesses(rows)
+    return sum(g == r.paid for g, r in zip(guesses, rows)) / len(rows) if rows else 0.0
+
+
+def paid_recall(rows: Sequence[CaseEffect]) -> float:
+    """Of the paid cases, the share the search on the others still predicts paid. Where few cases paid among
+    many that did not, leave-one-case-out accuracy is high whatever the predicate says of the paid ones; a
+    predicate that calls its own paid cases unpaid once each is left out was fitted to them."""
+    guesses = [g for g, r in zip(_left_out_guesses(rows), rows) if r.paid]
+    return sum(guesses) / len(guesses) if guesses else 0.0
 
 
 def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_RATIO) -> When:
@@ -278,7 +311,8 @@ def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_R
     unpaid = len(decided) - paid
     atom = search(decided)
     loo = leave_one_out(decided)
-    if atom is not None and paid >= MIN_SUPPORT and unpaid >= MIN_SUPPORT and loo >= MIN_LOO:
+    recall = paid_recall(decided)
+    if atom is not None and paid >= MIN_SUPPORT and unpaid >= MIN_SUPPORT and loo >= MIN_LOO and recall >= MIN_RECALL:
         holds = tuple(r.case for r in decided if _holds(atom.expression, r))
         fails = tuple(r.case for r in decided if not _holds(atom.expression, r))
         sentence = (f"pays where {atom.sentence}: paid on all {len(holds)} decided case(s) where it holds, on none "
@@ -290,7 +324,8 @@ def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_R
     why = (_too_close(required) if not unpaid
            else "no predicate over the facts every case shares separates them" if atom is None else
            f"'{atom.expression}' separates them but is not forced (support {paid} paid / {unpaid} not, "
-           f"leave-one-case-out {loo:.2f}; needs {MIN_SUPPORT} decided cases each side and {MIN_LOO})")
+           f"leave-one-case-out {loo:.2f}, paid cases kept {recall:.2f}; needs {MIN_SUPPORT} decided cases "
+           f"each side, {MIN_LOO} and {MIN_RECALL})")
     return When(WhenKind.MIXED, f"{sentence}; {why}", rows, None, loo, required, (atom.expression,) if atom else ())
 
 
