@@ -401,3 +401,33 @@ def test_the_gpu_session_admits_a_card_of_a_bench_walk_on_a_replication(gate_cac
     before = json.loads((ROOT / "bench" / "results" / "percase" / "library.json").read_text())
     [was] = [c for c in before["cards"] if c["id"] == card["id"]]
     assert card["status"] == was["status"]  # an inconclusive trial decides nothing
+
+
+def test_a_trial_that_shows_no_gain_does_not_admit_a_card_of_a_small_gain(cards, gate_cache):
+    """A 1.03x card asks a trial for the gain the optimize loop takes a step on (1.01x), not for "no more
+    than 1% slower": 0.999x on a held-out target has not reproduced the mechanism's gain."""
+    card = with_effect(cards["launch_bounds"], 1.03)
+    assert required_ratio(card) == pytest.approx(1.01)
+    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 0.999))
+    assert trial_outcome(trial) is TrialOutcome.FAILED and "below the 1.010x" in trial.message
+    assert updated.status is not CardStatus.ADMITTED
+
+
+def test_a_card_that_says_where_it_pays_is_tried_on_a_case_where_that_holds(cards):
+    """On another kernel of the problem, a card measured to pay on long rows only is timed on the largest
+    case whose rows are long, not on the headline, where it says it does not pay; where no case of the
+    problem holds, the kernel is no target for it."""
+    from klineage.skills.admission import fair_case
+
+    info = problem_infos({"row_softmax"})["row_softmax"]
+
+    def paying_where(expression):
+        return dataclasses.replace(cards["launch_bounds"], preconditions=(
+            Precondition(expression, f"pays where {expression}", ("row_softmax:long_rows",), ("row_softmax:headline",),
+                         "timing", loo_accuracy=1.0),))
+
+    target = fair_case(paying_where("cols >= 8000"), tiny_target(), info)
+    wide = [c.name for c in info.cases if c.params["cols"] >= 8000]
+    assert target is not None and target.case in wide and "where the card says it pays" in target.name
+    assert fair_case(paying_where("cols >= 1000000000"), tiny_target(), info) is None
+    assert fair_case(paying_where("cols >= 16"), tiny_target(), info) == tiny_target()  # the headline holds

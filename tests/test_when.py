@@ -151,15 +151,17 @@ def test_per_case_merges_steps():
         induce_when(merged + merged[:1])
 
 
-def test_paid_wherever_decided_is_not_called_inseparable():
-    """Every decided case paid and the rest gained under the spread: the sentence says the undecided
-    ones are too close to tell apart, not that no predicate separates anything."""
+def test_paid_wherever_decided_is_uniform_and_says_how_many_cases_were_decided():
+    """Every decided case paid and the rest reached 1.01x by under the spread: nothing fell below it, so
+    there is nothing to separate; the effect is uniform, and the sentence counts the decided cases apart."""
     table = [(f"op:c{n}", {"n": n}, r) for n, r in zip((1, 2, 3, 4, 5, 6), (1.05, 1.06, 1.012, 1.015, 1.04, 1.02))]
     when = induce_when(rows(table))
-    assert when.kind is WhenKind.MIXED and when.precondition is None
-    assert when.sentence == ("paid on 3 of 6 cases measured, did not pay on 0, 3 undecided (at 1.01x but by under "
-                             "1.5%, the gate's run-to-run spread); every decided case paid: the undecided ones are "
-                             "too close to 1.01x to tell apart")
+    assert when.kind is WhenKind.UNIFORM and when.precondition is None and len(when.paid) == 3
+    assert when.sentence == ("paid on all 3 decided cases of 6 measured (each beyond 1.01x by more than 1.5%); the "
+                             "other 3 reached 1.01x by under 1.5%, the gate's run-to-run spread, and none fell "
+                             "below it")
+    slipped = table[:-1] + [("op:c6", {"n": 6}, 0.99)]
+    assert induce_when(rows(slipped)).kind is not WhenKind.UNIFORM
 
 
 def test_work_per_thread_from_the_roofline_separates_cards_measured_on_two_operators():

@@ -19,9 +19,14 @@ on, and a mechanism's gain depends on the regime (mma.sync measured 11.3x on con
 58.9x on GEMM's, 7.1x on conv2d's pointwise case), so a trial must show the effect in kind and in
 order of magnitude, not its size on another shape: at least half the smallest declared gain, in
 log terms, after that effect's spread (never less than `NOISE`) is taken off:
-  required = max(DEFAULT_FORWARD_RATIO, sqrt(min over effects of ratio x (1 - max(spread, NOISE))))
+  required = max(DEFAULT_REQUIRED_RATIO, sqrt(min over effects of ratio x (1 - max(spread, NOISE))))
 (with a timing precondition, over the effects on the cases where it holds: where the card was measured
-not to pay asks nothing of a trial, and a trial on a case where it fails is not fair, below).
+not to pay asks nothing of a trial, and a trial on a case where it fails is not fair, below). The floor
+is the gain the optimize loop needs to take a step: a trial that only shows the kernel no slower than
+before (0.999x) has not reproduced a gain, and "admitted" must not rest on it.
+A card with a timing precondition is tried on a target's case where the precondition holds: the
+target problem's headline where it holds there, else its largest case where it does (`fair_case`); a
+target with no such case is no target for it.
 Outcomes:
 - PASSED: a timed passing verdict reaching `required`;
 - FAILED: the gate rejected the kernel, or it passed slower than `required`;
@@ -64,14 +69,14 @@ from klineage.gate.execute import problem_fingerprint
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Status, Verdict
 from klineage.kernel import KernelState
-from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
+from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
-from klineage.skills.card import CardStatus, RefKind, SkillCard, Trial, TrialBasis
+from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus, RefKind, SkillCard, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import Library
 from klineage.skills.materialize import Applied, apply_everywhere
 from klineage.skills.replay import replay_diff
-from klineage.skills.retrieval import precondition_failure, size_of, state_features
+from klineage.skills.retrieval import precondition_failure, size_of, state_features, timing_failure
 from klineage.skills.trial_reading import Reading, TrialOutcome, reading
 from klineage.skills.when import WhenKind, timing_precondition, unpaid_when
 from klineage.transforms.base import Anchor
@@ -223,6 +228,23 @@ def applied_to(card: SkillCard, target: Target) -> Applied | None:
     return applied
 
 
+def fair_case(card: SkillCard, target: Target, info: ProblemInfo | None) -> Target | None:
+    """The target timed on a case where the card's timing precondition holds: as it is where the
+    precondition holds on its case (or the card has none, or the problem is not known here), else on the
+    largest case of its problem the kernel supports where it holds; None where it holds on none."""
+    if info is None or timing_precondition(card) is None:
+        return target
+    if timing_failure(card, info, target.state, target.case) is None:
+        return target
+    facts = {**target.state.constants, **devices.DEFAULT.facts()}
+    fair = [c for c in info.cases if target.state.plan.supports_case(c.params, facts)
+            and timing_failure(card, info, target.state, c.name) is None]
+    if not fair:
+        return None
+    case = max(fair, key=lambda c: (size_of(info, c.name) or 0.0, c.name)).name
+    return dataclasses.replace(target, name=f"{target.name} on case {case} (where the card says it pays)", case=case)
+
+
 def _qualifies(card: SkillCard, target: Target) -> bool:
     present = _features(target.state)
     return card.requires <= present and not card.conflicts & present and applied_to(card, target) is not None
@@ -250,7 +272,9 @@ def held_out_targets(card: SkillCard, lineages: Sequence[Lineage], corpus_states
         if target.state.fingerprint in seen:
             continue
         seen.add(target.state.fingerprint)
-        if _qualifies(card, target):
+        if problems:
+            target = fair_case(card, target, problems.get(target.problem))
+        if target is not None and _qualifies(card, target):
             targets.append(target)
             if len(targets) == limit:
                 return targets
@@ -310,7 +334,7 @@ def required_ratio(card: SkillCard) -> float | None:
     if not effects:
         return None
     lower = min(e.ratio * (1.0 - max(e.spread, NOISE)) for e in effects)
-    return max(DEFAULT_FORWARD_RATIO, math.sqrt(lower))
+    return max(DEFAULT_REQUIRED_RATIO, math.sqrt(lower))
 
 
 def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | Path], gate: Gate,

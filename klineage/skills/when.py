@@ -321,16 +321,11 @@ def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_R
         return When(WhenKind.PRECONDITION, sentence, rows,
                     Precondition(atom.expression, sentence, holds, fails, SOURCE, loo_accuracy=round(loo, 4)),
                     loo, required)
-    why = (_too_close(required) if not unpaid
-           else "no predicate over the facts every case shares separates them" if atom is None else
+    why = ("no predicate over the facts every case shares separates them" if atom is None else
            f"'{atom.expression}' separates them but is not forced (support {paid} paid / {unpaid} not, "
            f"leave-one-case-out {loo:.2f}, paid cases kept {recall:.2f}; needs {MIN_SUPPORT} decided cases "
            f"each side, {MIN_LOO} and {MIN_RECALL})")
     return When(WhenKind.MIXED, f"{sentence}; {why}", rows, None, loo, required, (atom.expression,) if atom else ())
-
-
-def _too_close(required: float) -> str:
-    return f"every decided case paid: the undecided ones are too close to {required}x to tell apart"
 
 
 def _undecided_clause(rows: Sequence[CaseEffect], required: float) -> str:
@@ -354,6 +349,10 @@ def _tally(rows: Sequence[CaseEffect], required: float) -> tuple[WhenKind, str]:
     if not paid:
         parts = [f"{unpaid} below {required}x"] * bool(unpaid) + [f"{undecided} {band}"] * bool(undecided)
         return WhenKind.NEVER, f"did not pay on any of the {n} cases measured ({'; '.join(parts)})"
+    if not unpaid:  # nothing to separate: it reached the ratio everywhere, some cases by less than the spread
+        return WhenKind.UNIFORM, (f"paid on all {paid} decided cases of {n} measured (each beyond {required}x by "
+                                  f"more than {spread}); the other {undecided} reached {required}x by under {spread}, "
+                                  f"the gate's run-to-run spread, and none fell below it")
     return WhenKind.MIXED, (f"paid on {paid} of {n} cases measured, did not pay on {unpaid}"
                             + (f", {undecided} undecided ({band})" if undecided else ""))
 
@@ -390,8 +389,7 @@ def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When
         return When(WhenKind.PRECONDITION, timing.sentence, rows, timing, timing.loo_accuracy, required)
     kind, sentence = _tally(rows, required)
     if kind is WhenKind.MIXED:
-        unpaid = any(r.outcome is Outcome.DID_NOT_PAY for r in rows)
-        sentence += "; " + ("no predicate over the case facts was forced by them" if unpaid else _too_close(required))
+        sentence += "; no predicate over the case facts was forced by them"
     return When(kind, sentence, rows, required=required)
 
 
@@ -406,7 +404,7 @@ def unpaid_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> Wh
     if not any(n > 1 for n in steps.values()):
         return None
     when = card_when(card, required)
-    if when.kind is WhenKind.PRECONDITION or (when.kind is WhenKind.UNIFORM and len(when.cases) >= MIN_WHEN_CASES):
+    if when.kind is WhenKind.PRECONDITION or (when.kind is WhenKind.UNIFORM and len(when.paid) >= MIN_WHEN_CASES):
         return None
     if when.kind is WhenKind.UNIFORM:
         return replace(when, sentence=f"{when.sentence}; fewer than the {MIN_WHEN_CASES} cases that saying so needs")
