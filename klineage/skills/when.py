@@ -284,18 +284,20 @@ def _left_out_guesses(rows: Sequence[CaseEffect]) -> list[bool]:
     return guesses
 
 
-def leave_one_out(rows: Sequence[CaseEffect]) -> float:
-    """How often the search on all cases but one predicts whether the left-out case paid."""
-    guesses = _left_out_guesses(rows)
+def leave_one_out(rows: Sequence[CaseEffect], guesses: Sequence[bool] | None = None) -> float:
+    """How often the search on all cases but one predicts whether the left-out case paid (`guesses`: the
+    rows' `_left_out_guesses`, when already made)."""
+    guesses = _left_out_guesses(rows) if guesses is None else guesses
     return sum(g == r.paid for g, r in zip(guesses, rows)) / len(rows) if rows else 0.0
 
 
-def paid_recall(rows: Sequence[CaseEffect]) -> float:
+def paid_recall(rows: Sequence[CaseEffect], guesses: Sequence[bool] | None = None) -> float:
     """Of the paid cases, the share the search on the others still predicts paid. Where few cases paid among
     many that did not, leave-one-case-out accuracy is high whatever the predicate says of the paid ones; a
     predicate that calls its own paid cases unpaid once each is left out was fitted to them."""
-    guesses = [g for g, r in zip(_left_out_guesses(rows), rows) if r.paid]
-    return sum(guesses) / len(guesses) if guesses else 0.0
+    guesses = _left_out_guesses(rows) if guesses is None else guesses
+    kept = [g for g, r in zip(guesses, rows) if r.paid]
+    return sum(kept) / len(kept) if kept else 0.0
 
 
 def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_RATIO) -> When:
@@ -310,8 +312,8 @@ def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_R
     paid = sum(r.paid for r in decided)
     unpaid = len(decided) - paid
     atom = search(decided)
-    loo = leave_one_out(decided)
-    recall = paid_recall(decided)
+    guesses = _left_out_guesses(decided)  # each case left out once: both measures read the same searches
+    loo, recall = leave_one_out(decided, guesses), paid_recall(decided, guesses)
     if atom is not None and paid >= MIN_SUPPORT and unpaid >= MIN_SUPPORT and loo >= MIN_LOO and recall >= MIN_RECALL:
         holds = tuple(r.case for r in decided if _holds(atom.expression, r))
         fails = tuple(r.case for r in decided if not _holds(atom.expression, r))
