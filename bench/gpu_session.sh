@@ -3,7 +3,8 @@
 # Usage (on the GPU host, from the repo root):
 #   bash bench/gpu_session.sh COMMIT STAGE...                     stages in order, on GPU 0
 #   bash bench/gpu_session.sh COMMIT --lanes "STAGE..." "STAGE..."  lane i on GPU i, lanes side by side
-# A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200).
+# A stage may end in @SECONDS, its own time limit (e.g. walk:fmha/flash_mma@540 sweep:gemm@200). DEADLINE_S=SECONDS
+# (the device time the call has, less its start) caps every limit so that the archives below are still written.
 # Stages: smoke, suite, example, adversarial, cost, corpus_mb (bench/corpus_memory_bound.sh: the memory-bound corpus gated,
 # recorded), fidelity (bench/timing_fidelity.py: $FIDELITY_REPEATS (20) gates of a
 # short-kernel expert, each a fresh runner, then the noisy vendor; make it the first stage after the machine starts),
@@ -40,6 +41,7 @@
 # redis-server in .hostbin (carried).
 set -u
 commit=${1:-unknown}; shift || true
+[ -n "${DEADLINE_S:-}" ] && export DEADLINE=$(( $(date +%s) + DEADLINE_S ))  # see stage()
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 KLINEAGE_GIT_COMMIT=$commit
 # A wheel missing from .whl fails every stage alike: stop at once and name it (bench/README.md lists the wheels).
@@ -78,6 +80,13 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
   local limit="" spec
   # only a number after the last @ is a limit: a lineage id holds an @ of its own
   if [[ $1 =~ ^(.*)@([0-9]+)$ ]]; then limit=${BASH_REMATCH[2]}; set -- "${BASH_REMATCH[1]}"; fi
+  # DEADLINE (epoch seconds; DEADLINE_S sets it from the session's start): no limit runs past it less
+  # $DEADLINE_MARGIN (30) s for the archives after the stages, which a call cut by the device's own limit never writes
+  if [ -n "${DEADLINE:-}" ]; then
+    local left=$(( DEADLINE - $(date +%s) - ${DEADLINE_MARGIN:-30} ))
+    if (( left < 10 )); then echo "=== $1 skipped: ${left} s left before the deadline"; return; fi
+    if [ -z "$limit" ] || (( limit > left )); then limit=$left; fi
+  fi
   echo "=== $1 ($(date -u +%T))${limit:+, limit ${limit} s}"
   case $1 in
     smoke) timeout 240 python3 -m klineage gate row_softmax row_softmax/naive --sanitize never ;;
