@@ -287,3 +287,26 @@ def test_the_cli_stops_at_its_budget_resumes_and_redoes(world, tmp_path, capsys)
 
     assert main(admit + ["--budget-s", "-1"]) == 2
     assert "--budget-s must be 0 or more" in capsys.readouterr().err
+
+
+def test_a_card_its_cases_keep_out_costs_no_target_search_and_loses_an_admitted_status(world, tmp_path):
+    """A card timed per case that paid nowhere (or nowhere in particular) cannot be admitted by any trial:
+    its held-out targets are not sought (on the H200 that search took 100 s and more for one card), nothing
+    is logged, and an admitted one whose cases contradict it is retired in the file."""
+    from klineage.skills.card import Effect
+
+    card = world.cards[0]
+    source = card.effects[0].source
+    never = dataclasses.replace(card, status=CardStatus.ADMITTED, effects=tuple(
+        Effect(f"case{i}", "row_softmax", 0.99, (0.99, 0.99), source) for i in range(6)))
+    library = dataclasses.replace(world.library, cards=tuple(never if c.id == card.id else c
+                                                             for c in world.library.cards))
+    sought = []
+    path = tmp_path / "library.json"
+    updated, runs = admit_cards(library, {never.id}, lambda c: sought.append(c) or world.targets[c.id],
+                                corpus.problem_path, gate_of(setting_for(GateMode.REPLAY), lambda s, m: None),
+                                setting_for(GateMode.REPLAY), lambda partial: save_library(partial, path), limit=1)
+    assert [run.outcome for run in runs] == [CardOutcome.KEPT_OUT] and not sought
+    assert updated.by_id(never.id).status is CardStatus.RETIRED
+    assert updated.by_id(never.id).verification_log == never.verification_log
+    assert load_library(path).by_id(never.id).status is CardStatus.RETIRED

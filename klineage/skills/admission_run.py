@@ -50,6 +50,7 @@ from klineage.skills.admission import (
     required_ratio,
     trial_basis,
     trial_policy,
+    when_allows,
 )
 from klineage.skills.card import SkillCard, Trial
 from klineage.skills.library import Library
@@ -66,6 +67,7 @@ class CardOutcome(str, Enum):
     TRIALLED = "trialled"
     ALREADY_DECIDED = "already decided"
     NO_TARGET = "no held-out target"
+    KEPT_OUT = "kept out by its per-case effects"  # they do not say where it pays (when.unpaid_when)
     LEFT_UNDECIDED = "left undecided"  # the deadline came before the card
 
 
@@ -144,9 +146,17 @@ def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable
     for position, i in enumerate(order, 1):
         card = cards[i]
         label = f"[{position}/{len(order)}] {card.short_id} {card.transform}"
-        progress("admit", f"{label}: finding held-out targets")
-        targets = targets_of(card)
-        if not targets:
+        kept_out = unpaid_when(card) is not None  # no trial could admit it: its targets are not sought
+        if not kept_out:
+            progress("admit", f"{label}: finding held-out targets")
+        targets = [] if kept_out else targets_of(card)
+        if kept_out:
+            status = when_allows(card, card.status)  # an admitted card its cases contradict loses the status
+            if status is not card.status:
+                cards[i] = card = dataclasses.replace(card, status=status)
+                save(dataclasses.replace(library, cards=tuple(cards)))
+            run = CardRun(card, CardOutcome.KEPT_OUT)
+        elif not targets:
             run = CardRun(card, CardOutcome.NO_TARGET)
         elif not redo and already_decided(card, targets, setting, problem_for):
             run = CardRun(card, CardOutcome.ALREADY_DECIDED)
@@ -156,8 +166,8 @@ def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable
             started = clock()
             if ahead.opens_window(card):
                 ahead.before(card, targets, ((cards[j], targets_of(cards[j])) for j in order[position:]  # lazy
-                                             if redo or not already_decided(cards[j], targets_of(cards[j]), setting,
-                                                                            problem_for)))
+                                             if unpaid_when(cards[j]) is None and (redo or not already_decided(
+                                                 cards[j], targets_of(cards[j]), setting, problem_for))))
                 window = clock() - started
             trialling = clock()
             progress("admit", f"{label}: {len(targets)} trial(s)")
