@@ -181,8 +181,12 @@ def main(argv: list[str]) -> int:
         lineage = Lineage.load(args.walk)
         placement = Placement(args.placement)
         timed = [t.index for t in lineage.transitions if t.forward.timing is not None]
-        cards = [i for i in library_steps(lineage, args.per_card, args.library, args.by_effect) if i in timed]
-        chosen = ([int(x) for x in args.steps.split(",")] if args.steps else timed if args.all else cards)[lane::lanes]
+        if args.steps:
+            chosen = [int(x) for x in args.steps.split(",")]
+        else:
+            chosen = timed if args.all else [i for i in library_steps(lineage, args.per_card, args.library,
+                                                                       args.by_effect) if i in timed]
+        chosen = chosen[lane::lanes]
     except (ValueError, KLineageError) as exc:
         print(f"percase: {exc}", file=sys.stderr)
         return 2
