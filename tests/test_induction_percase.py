@@ -204,3 +204,25 @@ def test_percase_audit_names_the_moved_cases_and_the_steps_to_time_with_places_e
     assert "consistent on all 12 cases" in out[0] and "unchecked" in out[1]
     assert "7 of 12 cases moved by the pairing" in out[2] and "grid_one_wave" in out[2]
     assert out[-1] == "time again with places exchanged: 3,7"
+
+
+def test_a_case_timed_on_two_kernels_is_a_row_for_each_with_its_own_compiled_facts(walk, info):
+    """The same step timed on two kernels of one operator: one pays everywhere at 40 registers, the other
+    nowhere at 200. Merged into one row a case, the registers they differ in would be lost (and the median of
+    1.15x and 0.97x paid everywhere); a row for each kernel keeps them, and they say where the step pays."""
+    twin = dataclasses.replace(walk, expert=dataclasses.replace(walk.expert, name="row_softmax_twin"))
+
+    def percase(lineage: Lineage, index: int) -> PerCaseTiming | None:  # every vectorizing step, every case
+        if lineage.transitions[index].transform != walk.transitions[VECTOR_STEP].transform:
+            return None
+        ratio, registers = (0.97, 200) if lineage.expert.name == "row_softmax_twin" else (1.15, 40)
+        rows = tuple(CaseRatio(name, ratio, (ratio, ratio * 1.01, ratio * 0.99)) for name, _ in _all_cases(info))
+        return PerCaseTiming(rows, Placement.AS_LOADED, {"registers": registers, "static_shared": 0}, (), "H200")
+
+    vector = card_of(induce([walk, twin], {"row_softmax": info}, percase=percase), walk, VECTOR_STEP)
+    [timing] = [p for p in vector.preconditions if p.source == SOURCE]
+    assert timing.expression == "registers <= 100"
+    assert "row_softmax:headline@row_softmax_twin" in timing.fails and timing.loo_accuracy == 1.0
+    assert timing.holds_on(f"row_softmax:headline@{walk.expert.name}") is True
+    assert timing.holds_on("row_softmax:headline") is None  # it holds on one kernel's run of the case only
+    assert timing.held("row_softmax:headline") and not timing.held("row_softmax:nowhere")

@@ -200,3 +200,21 @@ def test_two_paid_cases_among_many_unpaid_are_not_a_precondition_when_the_search
     assert when.kind is WhenKind.MIXED and "paid cases kept 0.00" in when.sentence
     clean = [(f"op:c{n}", {"n": n}, 1.2 if n >= 100 else 0.9) for n in (10, 20, 30, 100, 200, 300)]
     assert paid_recall(rows(clean)) == 1.0
+
+
+def test_a_case_measured_on_two_kernels_is_left_out_with_both_its_rows():
+    """Each kernel's row of a case is its own row, but leaving the case out leaves out both: the twin would
+    otherwise tell the search the answer. Two cases, each on two kernels: nothing is left to predict from."""
+    table = [("op:a@k1", {"n": 10}, 1.2), ("op:a@k2", {"n": 10}, 1.2),
+             ("op:b@k1", {"n": 1}, 0.9), ("op:b@k2", {"n": 1}, 0.9)]
+    assert search(rows(table)).expression == "n >= 4"
+    assert leave_one_out(rows(table)) == 0.0
+    assert leave_one_out(rows([(c.replace("@", "_"), p, r) for c, p, r in table])) == 1.0
+
+
+def test_a_precondition_holds_on_a_case_where_it_holds_on_every_kernels_row_of_it():
+    facts = {"op:a@k1": {"n": 10}, "op:a@k2": {"n": 12}, "op:b@k1": {"n": 1}, "op:b@k2": {"n": 10}}
+    p = Precondition("n >= 4", "n is at least 4", ("op:a@k1", "op:a@k2"), ("op:b@k1",), "timing", 1.0, facts)
+    assert p.holds_on("op:a") is True and p.holds_on("op:a@k2") is True
+    assert p.holds_on("op:b") is None and p.holds_on("op:c") is None
+    assert p.held("op:a") and not p.held("op:b")

@@ -330,7 +330,7 @@ def required_ratio(card: SkillCard) -> float | None:
     effects = card.effects
     timing = timing_precondition(card)
     if timing is not None:
-        effects = tuple(e for e in effects if f"{e.operator}:{e.case}" in timing.holds) or effects
+        effects = tuple(e for e in effects if timing.held(f"{e.operator}:{e.case}")) or effects
     if not effects:
         return None
     lower = min(e.ratio * (1.0 - max(e.spread, NOISE)) for e in effects)

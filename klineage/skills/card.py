@@ -39,6 +39,13 @@ SHORT_ID = 12
 # its effects reaches it. Defined here, not in klineage.optimize.result, because klineage.optimize
 # imports klineage.skills (retrieval importing optimize would close an import cycle).
 DEFAULT_REQUIRED_RATIO = 1.01
+# "operator:case@kernel": one kernel's measurement of a case that a card's steps timed on several kernels
+KERNEL_MARK = "@"
+
+
+def measured_case(key: str) -> str:
+    """The "operator:case" a measured row names, without the kernel a card timed on several adds."""
+    return key.split(KERNEL_MARK, 1)[0]
 
 
 class CardStatus(str, Enum):
@@ -145,7 +152,17 @@ class Precondition:
                 return self.check(self.facts[case])
             except ExpressionError:
                 return None
-        return True if case in self.holds else False if case in self.fails else None
+        if case in self.holds or case in self.fails:
+            return case in self.holds
+        # a case measured on several kernels: it holds there where it holds on every kernel's row
+        kernels = [k for k in (*self.facts, *self.holds, *self.fails) if k != case and measured_case(k) == case]
+        answers = {self.holds_on(k) for k in kernels}
+        return answers.pop() if len(answers) == 1 else None
+
+    def held(self, case: str) -> bool:
+        """Whether `case` ("operator:case") is among those where the predicate holds and the step paid,
+        on some kernel it was measured on."""
+        return any(measured_case(k) == case for k in self.holds)
 
     def to_dict(self) -> dict[str, Any]:
         return {"expression": self.expression, "sentence": self.sentence, "holds": list(self.holds),

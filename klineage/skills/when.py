@@ -56,7 +56,7 @@ from klineage.devices import DeviceSpec
 from klineage.errors import DocumentError, ExpressionError
 from klineage.kernel import KernelState
 from klineage.launch import numeric
-from klineage.skills.card import DEFAULT_REQUIRED_RATIO, Precondition, SkillCard
+from klineage.skills.card import DEFAULT_REQUIRED_RATIO, Precondition, SkillCard, measured_case
 from klineage.skills.predicates import DIVISORS
 from klineage.skills.predicates import case_facts as param_facts
 
@@ -95,7 +95,7 @@ class WhenKind(str, Enum):
 
 @dataclass(frozen=True)
 class CaseEffect:
-    case: str  # "operator:case"
+    case: str  # "operator:case", or "operator:case@kernel" for one kernel's row of a case timed on several
     facts: Mapping[str, Any]
     ratio: float
     outcome: Outcome
@@ -274,10 +274,11 @@ def search(rows: Sequence[CaseEffect]) -> Atom | None:
 
 def _left_out_guesses(rows: Sequence[CaseEffect]) -> list[bool]:
     """For each case, whether the search on all cases but it predicts it paid: the predicate found on the
-    others, else the others' majority (ties: paid)."""
+    others, else the others' majority (ties: paid). A case measured on several kernels is left out with
+    all its rows: its twin on another kernel would otherwise tell the search the answer."""
     guesses = []
-    for i, left in enumerate(rows):
-        others = [r for j, r in enumerate(rows) if j != i]
+    for left in rows:
+        others = [r for r in rows if measured_case(r.case) != measured_case(left.case)]
         atom = search(others)
         guesses.append(_holds(atom.expression, left) if atom is not None
                        else 2 * sum(r.paid for r in others) >= len(others))
