@@ -1,6 +1,7 @@
 """When the library's cards pay: their timing preconditions, uniform effects and what the preconditions save (CPU).
 
     python bench/preconditions_report.py [--library LIBRARY.json] [--out bench/results/preconditions.json]
+    python bench/preconditions_report.py --library LIBRARY.json --untried   (the cards to trial first: `untried`)
 
 Reads a library (build it with `klineage library build` after bench/percase.py recorded per-case timings:
 induction then reads them, klineage.skills.when) and the recorded verdicts; runs nothing on a GPU.
@@ -34,10 +35,10 @@ from typing import Any
 from klineage import config, corpus
 from klineage.errors import KLineageError
 from klineage.fingerprint import document_text
-from klineage.skills.card import CardStatus, SkillCard
+from klineage.skills.card import CardStatus, SkillCard, measured_case
 from klineage.skills.library import Library, lineage_index, load_library, problem_infos
 from klineage.skills.retrieval import retrieve
-from klineage.skills.when import WhenKind, card_when, unpaid_when
+from klineage.skills.when import MIN_WHEN_CASES, WhenKind, card_when, unpaid_when
 
 LIBRARY = config.REPO_ROOT / "corpus" / "library" / "library.json"
 OUT = config.REPO_ROOT / "bench" / "results" / "preconditions.json"
@@ -50,7 +51,8 @@ def _row(card: SkillCard) -> dict[str, Any] | None:
         paid = set(when.paid)
         return {"card": card.short_id, "transform": card.transform, "precondition": p.expression,
                 "sentence": p.sentence, "holds_on": list(p.holds), "fails_on": list(p.fails),
-                "paid_where_held": round(len(paid & set(p.holds)) / len(p.holds), 4) if p.holds else None,
+                "paid_where_held": round(sum(measured_case(h) in paid for h in p.holds) / len(p.holds), 4)
+                if p.holds else None,
                 "loo_accuracy": p.loo_accuracy}
     if when.kind is WhenKind.UNIFORM:
         cases = [r.case for r in when.cases]
@@ -131,12 +133,29 @@ def _kept_out(library: Library) -> dict[str, int]:
     return {kind.value: n for kind in WhenKind for n in [sum(w.kind is kind for w in held)] if n}
 
 
+def untried(library: Library) -> list[str]:
+    """Cards no trial has judged whose per-case effects say where they pay (a timing precondition, or paid on
+    every decided case of at least MIN_WHEN_CASES): what an admission run on the GPU should take first. Cards
+    timed on their headline alone are left out: one case says nothing of where they pay."""
+    def says_where(card: SkillCard) -> bool:
+        when = card_when(card)
+        return (len(when.cases) > 1 and unpaid_when(card) is None and
+                (when.kind is WhenKind.PRECONDITION or len(when.paid) >= MIN_WHEN_CASES))
+    return [c.short_id for c in library.cards if c.status is not CardStatus.ADMITTED and not c.verification_log
+            and says_where(c)]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--library", type=Path, default=LIBRARY)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--untried", action="store_true",
+                        help="print the ids of the cards to trial first (`untried`) on one line and write nothing")
     args = parser.parse_args(argv)
     try:
+        if args.untried:
+            print(" ".join(untried(load_library(args.library))))
+            return 0
         result = report(load_library(args.library))
     except KLineageError as exc:
         print(f"preconditions_report: {exc}", file=sys.stderr)

@@ -3,6 +3,8 @@ re-timings recorded on the H200 (bench/results/percase/library.json), read with 
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import json
 
 from bench_tools import BENCH, bench_script
@@ -37,3 +39,39 @@ def test_the_committed_report_is_what_the_script_writes_now(tmp_path):
     assert bench_script("preconditions_report").main(["--library", str(PERCASE), "--out", str(out)]) == 0
     written, committed = (json.loads(p.read_text()) for p in (out, BENCH / "results" / "preconditions.json"))
     assert written == committed
+
+
+def test_the_untried_cards_say_where_they_pay_and_no_trial_has_judged_them():
+    report = bench_script("preconditions_report")
+    library = load_library(PERCASE)
+    fresh = dataclasses.replace(library, cards=tuple(
+        dataclasses.replace(c, verification_log=(), status=CardStatus.CANDIDATE) for c in library.cards))
+    listed = report.untried(fresh)
+    whens = {c.short_id: card_when(c) for c in fresh.cards}
+    assert listed and all(whens[i].kind in (WhenKind.PRECONDITION, WhenKind.UNIFORM) and len(whens[i].cases) > 1
+                          for i in listed)
+    assert {"6c2e9d996336", "70f2dab87f0c"} <= set(listed)  # restrict's precondition; scalarize_mma on 33 cases
+    headline_only = [i for i, w in whens.items() if len(w.cases) == 1]
+    assert headline_only and not set(headline_only) & set(listed)
+    assert report.untried(library) == [i for i in listed if not library.by_id(i).verification_log
+                                       and library.by_id(i).status is not CardStatus.ADMITTED]
+
+
+def test_the_gpu_session_rebuilds_a_library_from_the_walks_it_names_and_admits_only_what_is_untried(tmp_path):
+    """The rebuild stage builds $OUT/library.json from REBUILD_LINEAGES (and the walks the call wrote), keeping
+    ADMIT_FROM's trials; admit with ADMIT_CARDS=untried then trials nothing where nothing is untried."""
+    from bench_tools import session_stage
+
+    walked = tmp_path / "out" / "lineages" / "nchw_to_nhwc_smem_tile.gpu.json"  # as a walk of the call leaves it
+    walked.parent.mkdir(parents=True)
+    walked.write_bytes(gzip.decompress((BENCH / "walks" / "nchw_to_nhwc_smem_tile.gpu.json.gz").read_bytes()))
+    done, argv = session_stage("rebuild", tmp_path, {
+        "REBUILD_LINEAGES": "bench/walks/embedding_bag_*.gpu.json.gz", "ADMIT_FROM": str(PERCASE)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert argv[argv.index("--keep-trials") + 1] == str(PERCASE)
+    built = load_library(tmp_path / "out" / "library.json")
+    assert {o for c in built.cards for o in c.scope.operators} == {"nchw_to_nhwc", "embedding_bag"}
+    done, argv = session_stage("admit", tmp_path, {"ADMIT_FROM": "corpus/library/library.json",
+                                                   "ADMIT_CARDS": "untried"})
+    assert "admit: no untried card says where it pays" in done.stdout
+    assert "admit" not in argv  # no admission ran
