@@ -13,7 +13,7 @@
 # the sandbox, and one sanitized gate inside it), mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME[:K] (tests/test_gpu_NAME.py; those -k K, else $GPUTEST_K, selects), multigpu,
 # walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk),
 # rebuild ($OUT/library.json: `library build` over the walks $REBUILD_LINEAGES names (globs) and those this call wrote,
-# the trials of $ADMIT_FROM kept; then admit with ADMIT_FROM=$OUT/library.json),
+# the trials of the library $REBUILD_TRIALS kept; an admit stage after it admits from it),
 # walkcase:KERNEL (that walk, then $PERCASE_PER_CARD (1) steps of each card induced from it alone timed on every case, furthest from 1 first,
 # within $PERCASE_TIMEOUT (240) s),
 # prefetch:KERNEL (that prefetch alone, recorded, each lane its share of the states), bias:NAME:STEP,STEP[:PLACEMENT] (bench/timing_bias.py
@@ -28,7 +28,7 @@
 # (bench/sweeps/NAME.toml), transfer:OP,OP (bench/transfer_eval.py on the GPU, each operator its own part
 # results/transfer/OP.json and its own time limit, budget $TRANSFER_BUDGET (24), $TRANSFER_JOBS (6), the library strategy
 # $TRANSFER_STRATEGY (library; or library_then_catalog), the library
-# $TRANSFER_LIBRARY (default: the bundled one; $OUT/library.json is the one an admit stage before it wrote); join with --merge), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume; the cards
+# $TRANSFER_LIBRARY (default: the bundled one; $OUT/library.json is the one an admit stage before it wrote); join with --merge), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume, or the one a rebuild stage before it wrote; the cards
 # $ADMIT_CARDS names when set (untried: those no trial has judged whose per-case effects say where they pay), and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, timed with places $ADMIT_PLACEMENT (as_loaded), the walks $ADMIT_LINEAGES (a glob) read besides corpus/lineages, $ADMIT_JOBS
 # trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
 # $OUT/library-N.json, joined into $OUT/library.json when all lanes are done), skills:SPEC (bench/skills_eval.py
@@ -146,6 +146,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       [ "${ADMIT_CARDS:-}" = untried ] && cards=$(python3 bench/preconditions_report.py --library "${ADMIT_FROM:-$library}" --untried)
       [ "${ADMIT_CARDS:-}" = untried ] && [ -z "${cards// /}" ] && { echo "admit: no untried card says where it pays"; return; }
       if [ -n "${ADMIT_FROM:-}" ]; then [ "$ADMIT_FROM" -ef "$library" ] || cp "$ADMIT_FROM" "$library"  # resume a library an earlier run cut short
+      elif [ -f "$library" ]; then :  # a rebuild (or an admit) stage before this one wrote it
       else python3 -m klineage library build --out "$library" --keep-trials corpus/library/library.json \
         --note "built on the GPU host from corpus/lineages"; fi  # unchanged cards keep their trials: admit resumes
       # the budget stops starting cards a margin before the timeout, so that it never kills a card halfway
@@ -155,7 +156,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         --placement "${ADMIT_PLACEMENT:-as_loaded}" ${ADMIT_LINEAGES:+--lineages $ADMIT_LINEAGES} \
         $(for c in $cards; do printf -- '--card %s ' "$c"; done) ;;
     rebuild) python3 -m klineage library build $REBUILD_LINEAGES $(compgen -G "$OUT/lineages/*.gpu.json") --out "$OUT/library.json" \
-      ${ADMIT_FROM:+--keep-trials "$ADMIT_FROM"} --note "${REBUILD_NOTE:-built on the GPU host from the walks REBUILD_LINEAGES names and those of this call}" ;;
+      ${REBUILD_TRIALS:+--keep-trials "$REBUILD_TRIALS"} --note "${REBUILD_NOTE:-built on the GPU host from the walks REBUILD_LINEAGES names and those of this call}" ;;
     transfer:*) local ops=${1#transfer:} op  # a part per operator, written when it ends: a cut keeps the earlier ones
       for op in ${ops//,/ }; do  # the limit is each operator's
         timeout "${limit:-540}" python3 bench/transfer_eval.py --gate gpu --record --budget "${TRANSFER_BUDGET:-24}" \

@@ -59,14 +59,14 @@ def test_the_untried_cards_say_where_they_pay_and_no_trial_has_judged_them():
 
 def test_the_gpu_session_rebuilds_a_library_from_the_walks_it_names_and_admits_only_what_is_untried(tmp_path):
     """The rebuild stage builds $OUT/library.json from REBUILD_LINEAGES (and the walks the call wrote), keeping
-    ADMIT_FROM's trials; admit with ADMIT_CARDS=untried then trials nothing where nothing is untried."""
+    REBUILD_TRIALS's trials; admit with ADMIT_CARDS=untried then trials nothing where nothing is untried."""
     from bench_tools import session_stage
 
     walked = tmp_path / "out" / "lineages" / "nchw_to_nhwc_smem_tile.gpu.json"  # as a walk of the call leaves it
     walked.parent.mkdir(parents=True)
     walked.write_bytes(gzip.decompress((BENCH / "walks" / "nchw_to_nhwc_smem_tile.gpu.json.gz").read_bytes()))
     done, argv = session_stage("rebuild", tmp_path, {
-        "REBUILD_LINEAGES": "bench/walks/embedding_bag_*.gpu.json.gz", "ADMIT_FROM": str(PERCASE)})
+        "REBUILD_LINEAGES": "bench/walks/embedding_bag_*.gpu.json.gz", "REBUILD_TRIALS": str(PERCASE)})
     assert done.returncode == 0, done.stdout + done.stderr
     assert argv[argv.index("--keep-trials") + 1] == str(PERCASE)
     built = load_library(tmp_path / "out" / "library.json")
