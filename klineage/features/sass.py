@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections import Counter
+import threading
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from klineage.errors import DocumentError
 from klineage.features.feature import Feature
+from klineage.fingerprint import sha256_bytes
 from klineage.toolchain import Toolchain, demangle, find_toolchain, run_tool
 
 # Feature name -> pattern over the opcode with its modifiers (e.g. "LDG.E.128.CONSTANT"), as nvcc 13
@@ -90,10 +92,34 @@ class SassFeatures:
         return cls(counts)
 
 
+# The listings of the cubins this process disassembled last, by content and tools: a compile's cubin is read by
+# the artifact check and again for its features (the same bytes, the same listing), so the second read is this.
+_LISTINGS: OrderedDict[tuple[str, str, str | None, str | None], dict[str, list[str]]] = OrderedDict()
+_LISTINGS_KEPT = 64
+_LISTINGS_LOCK = threading.Lock()
+
+
 def disassemble(cubin: bytes | Path, toolchain: Toolchain | None = None) -> dict[str, list[str]]:
     """Function (demangled where possible) -> its SASS instructions, e.g. "@P0 LDG.E.128 R4, [R2.64]"."""
     toolchain = toolchain or find_toolchain()
     toolchain.require_nvdisasm()
+    if not isinstance(cubin, bytes):
+        return _disassemble(cubin, toolchain)
+    key = (sha256_bytes(cubin), toolchain.cuobjdump, toolchain.nvdisasm, toolchain.demangler)
+    with _LISTINGS_LOCK:
+        listing = _LISTINGS.get(key)
+        if listing is not None:
+            _LISTINGS.move_to_end(key)
+    if listing is None:
+        listing = _disassemble(cubin, toolchain)
+        with _LISTINGS_LOCK:
+            _LISTINGS[key] = listing
+            while len(_LISTINGS) > _LISTINGS_KEPT:
+                _LISTINGS.popitem(last=False)
+    return {name: list(instructions) for name, instructions in listing.items()}  # the caller's own copy
+
+
+def _disassemble(cubin: bytes | Path, toolchain: Toolchain) -> dict[str, list[str]]:
     with tempfile.TemporaryDirectory(prefix="klineage-sass-") as tmp:
         work = Path(tmp)
         if isinstance(cubin, bytes):
