@@ -20,6 +20,7 @@ from gate_app.childproc import alive, kill_tree
 from gate_app.models import Job
 from job_kinds import ENV
 from services import REPO, job_database, postgres_server, postgres_template, sqlite_template  # noqa: F401  (fixtures)
+from shared_cache import PROBES, share
 
 LEASE = "2"  # seconds: short, so a dead worker's job comes back quickly
 
@@ -125,9 +126,11 @@ def _gone(pids, timeout_s: float = 10) -> bool:
     return False
 
 
-def test_compile_only_gate_jobs_with_real_nvcc(start_worker):
+def test_compile_only_gate_jobs_with_real_nvcc(start_worker, tmp_path, shared_cache):
     gpu_job = submit.enqueue_gate("row_softmax", "row_softmax/naive", mode="gpu")
-    worker = start_worker("--lease-seconds", "10")
+    # the problem's probe is the run's (tests/shared_cache.py); the compiles are this worker's own, with nvcc
+    cache = share(tmp_path / "data" / "cache", shared_cache, PROBES)
+    worker = start_worker("--lease-seconds", "10", env={"KLINEAGE_CACHE_DIR": str(cache)})
     ready = worker.event("ready")
     has_gpu = "gpu" in ready["capabilities"]
     if not has_gpu:

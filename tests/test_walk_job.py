@@ -18,6 +18,7 @@ from klineage.lineage import Lineage as EngineLineage
 from klineage.skills import induce
 from klineage.skills.library import Library
 from services import sqlite_job_database, sqlite_template  # noqa: F401  (fixtures)
+from shared_cache import share
 from skills_app.card_import import import_library
 from skills_app.models import Lineage, LineageStep, SkillCard
 from test_gate_worker import WorkerProcess
@@ -43,8 +44,13 @@ def _finished(job_id: int, timeout_s: float) -> Job:
 
 
 @pytest.fixture
-def worker(sqlite_job_database, tmp_path):
-    process = WorkerProcess(sqlite_job_database, tmp_path / "data", "--cpu-only", "--poll-interval", "0.1")
+def worker(sqlite_job_database, tmp_path, shared_cache):
+    """A worker whose gates keep their verdicts in its own data folder and take their problem probes,
+    compiles, SASS features and artifact reports from the run's (tests/shared_cache.py): no test here
+    counts what its walks compile."""
+    cache = share(tmp_path / "data" / "cache", shared_cache)
+    process = WorkerProcess(sqlite_job_database, tmp_path / "data", "--cpu-only", "--poll-interval", "0.1",
+                            env={"KLINEAGE_CACHE_DIR": str(cache)})
     yield process
     process.cleanup()
 

@@ -18,6 +18,7 @@ from klineage.kernel import KernelState
 from klineage.skills.materialize import structural_transforms
 from klineage.transforms import Anchor, NotApplicable, get
 from sampled import sampled
+from shared_cache import share
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, assert_packs_are_128_bit, check_golden, load, plan_of
 
@@ -142,9 +143,9 @@ def test_no_site_for_data_it_cannot_pack_or_a_buffer_passed_twice(transform):
 
 
 @pytest.mark.parametrize("case", ["embedding_float", "bias_gelu_float"])
-def test_the_forwarded_kernel_passes_the_compile_only_gate_on_its_problem(case, tmp_path):
+def test_the_forwarded_kernel_passes_the_compile_only_gate_on_its_problem(case, tmp_path, shared_cache):
     """Its own problem (the GPU test's): the static check, nvcc and the plan resolved for every case."""
-    cache = GateCache(tmp_path / "cache", tmp_path / "recorded")
+    cache = GateCache(share(tmp_path / "cache", shared_cache), tmp_path / "recorded")  # probes, compiles: the run's
     verdict = run_gate(FOLDER / case / "problem.py", golden(case, "before"), mode=GateMode.COMPILE_ONLY, cache=cache)
     assert verdict.status is Status.COMPILED, verdict.findings
 

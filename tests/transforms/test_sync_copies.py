@@ -26,6 +26,7 @@ from klineage.lineage import ForwardStatus, Termination
 from klineage.transforms import Anchor, Direction, NotApplicable, get
 from klineage.walk.walker import walk
 from sampled import sampled
+from shared_cache import share
 from tests.transforms.golden import DEFAULT_PLAN, HERE, check_golden, load
 from tests.transforms.test_unpipeline import EXPERTS, expert, family, run_schedule, unpipelined
 
@@ -366,11 +367,12 @@ def test_experts_without_unpipeline_first_still_rewrite(sync_copies, cache):
     assert kernel_entry("conv2d/implicit_gemm").load().source == state.source
 
 
-def test_compile_only_walk_accepts_every_step(tmp_path, monkeypatch):
+def test_compile_only_walk_accepts_every_step(tmp_path, monkeypatch, shared_cache):
     """The walk end to end on the GEMM expert with these two transforms: the gate (compile-only),
     the step audit (one mechanism at one locus, declared features gone, LDGSTS fewer) and the
-    forward check accept unpipeline, then the copy, the commit and the wait."""
-    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+    forward check accept unpipeline, then the copy, the commit and the wait. Its verdicts are its own, its
+    probes and compiles the run's (tests/shared_cache.py)."""
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path / "cache", shared_cache)))
     lineage = walk(corpus.problem_path("gemm"), expert("gemm/mma_sync"), gate_mode=GateMode.COMPILE_ONLY,
                    cache=GateCache(tmp_path / "cache", tmp_path / "recorded"),
                    transforms=[get("unpipeline"), get("sync_copies")])

@@ -21,8 +21,9 @@ CASES = ["constant", "array"]
 
 
 @pytest.fixture(scope="module")
-def compile_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("compile-cache")
+def compile_cache(cache):
+    """The transform tests' compile cache (tests/transforms/conftest.py: the run's compiles)."""
+    return cache
 
 
 @pytest.fixture(scope="module")

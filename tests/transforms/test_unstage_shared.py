@@ -24,6 +24,7 @@ from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, Direction, NotApplicable, get
+from shared_cache import share
 from tests.transforms.golden import DEFAULT_PLAN, HERE, check_golden, load
 
 CASES = ["gemm", "gemm_last", "stencil", "ragged", "dynamic", "views", "view_chain", "view_last"]
@@ -485,14 +486,14 @@ args = ["x", "W", "y", { scalar = "M", type = "i32" }, { scalar = "N", type = "i
 """
 
 
-def test_compile_only_walk_accepts_every_step(tmp_path, monkeypatch, unstage):
+def test_compile_only_walk_accepts_every_step(tmp_path, monkeypatch, unstage, shared_cache):
     from klineage import corpus
     from klineage.config import GateMode
     from klineage.gate.cache import GateCache
     from klineage.lineage import ForwardStatus, Termination
     from klineage.walk.walker import walk
 
-    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path / "cache", shared_cache)))  # compiles: the run's
     expert = KernelState(source=TILED_GEMM, plan=LaunchPlan.from_toml(TILED_PLAN))
     lineage = walk(corpus.problem_path("gemm"), expert, gate_mode=GateMode.COMPILE_ONLY,
                    cache=GateCache(tmp_path / "cache", tmp_path / "recorded"), transforms=[unstage])
@@ -561,14 +562,14 @@ args = ["x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "
 """
 
 
-def test_compile_only_walk_unstages_a_view(tmp_path, monkeypatch, unstage):
+def test_compile_only_walk_unstages_a_view(tmp_path, monkeypatch, unstage, shared_cache):
     from klineage import corpus
     from klineage.config import GateMode
     from klineage.gate.cache import GateCache
     from klineage.lineage import ForwardStatus, Termination
     from klineage.walk.walker import walk
 
-    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path / "cache", shared_cache)))  # compiles: the run's
     expert = KernelState(source=VIEW_SOFTMAX, plan=LaunchPlan.from_toml(VIEW_SOFTMAX_PLAN))
     lineage = walk(corpus.problem_path("row_softmax"), expert, gate_mode=GateMode.COMPILE_ONLY,
                    cache=GateCache(tmp_path / "cache", tmp_path / "recorded"), transforms=[unstage])
