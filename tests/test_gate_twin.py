@@ -2,8 +2,9 @@
 
 The GPU half (a passed twin: only the timing runs) is tests/test_gpu_twin.py. Here the GPU gate is
 driven as far as it goes without one: KLINEAGE_GPU_NAME names the GPU, so the gate probes,
-compiles and reads features for real, and a rejected twin must decide the verdict before anything
-would need a GPU (reaching the runner here would fail the test with an error verdict)."""
+compiles and reads features for real (probes and compiles shared by the run: tests/shared_cache.py),
+and a rejected twin must decide the verdict before anything would need a GPU (reaching the runner
+here would fail the test with an error verdict)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from klineage.gate.pipeline import _judged_twin, run_gate
 from klineage.gate.policy import GatePolicy, Placement, Sanitize
 from klineage.gate.verdict import Finding, Reason, Status, Verdict
 from klineage.walk import walker
+from shared_cache import share
 from verdict_tools import store_gpu_verdict
 
 SOFTMAX = corpus.problem_path("row_softmax")
@@ -23,8 +25,9 @@ TIMED = GatePolicy(seeds=3, timing=True, vendor=False, sanitize=Sanitize.ON_PASS
 
 
 @pytest.fixture()
-def cache(tmp_path, monkeypatch) -> GateCache:
-    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+def cache(tmp_path, monkeypatch, shared_cache) -> GateCache:
+    """The test's own verdicts; its probes, compiles and features the run's (tests/shared_cache.py)."""
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path / "cache", shared_cache)))
     monkeypatch.setenv("KLINEAGE_GPU_NAME", "NVIDIA H200")
     return GateCache(tmp_path / "cache", tmp_path / "recorded")
 

@@ -47,6 +47,7 @@ from klineage.transforms.base import Anchor
 from klineage.walk.timing_audit import retimed_effect
 from library_data import ALIGNED, CASES, all_passed, unroll_rejection, with_rejections, with_timing
 from lineage_data import DRY_WALK
+from shared_cache import share
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = {"row_softmax": CASES}
@@ -375,8 +376,9 @@ def test_sass_changes_sit_at_kernel_entries():
 
 
 @pytest.fixture(scope="module")
-def walked(tmp_path_factory) -> Lineage:
-    """A fresh compile-only walk of warp_vec4 with the catalog as it is today (real nvcc, gate and audit)."""
+def walked(tmp_path_factory, shared_cache) -> Lineage:
+    """A fresh compile-only walk of warp_vec4 with the catalog as it is today (real nvcc, gate and audit): its
+    verdicts its own, its probes and compiles the run's (tests/shared_cache.py)."""
     from klineage.gate.cache import GateCache
     from klineage.toolchain import find_toolchain
     from klineage.walk.walker import walk
@@ -387,7 +389,7 @@ def walked(tmp_path_factory) -> Lineage:
         pytest.skip(f"no CUDA toolchain: {exc}")
     root = tmp_path_factory.mktemp("skills-walk")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("KLINEAGE_CACHE_DIR", str(root / "cache"))
+        patch.setenv("KLINEAGE_CACHE_DIR", str(share(root / "cache", shared_cache)))
         return walk(corpus.problem_path("row_softmax"), corpus.kernel_entry("row_softmax/warp_vec4").load(),
                     gate_mode=GateMode.COMPILE_ONLY, max_steps=4, cache=GateCache(root / "cache", root / "recorded"))
 

@@ -21,6 +21,7 @@ from klineage.rewriters.rules import RulesRewriter, ordered
 from klineage.transforms import catalog
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 from klineage.walk.walker import walk
+from shared_cache import share
 from tests.test_audit import PragmaUnroll, RestrictRemover, probe_state
 
 SOFTMAX = corpus.problem_path("row_softmax")
@@ -158,8 +159,9 @@ def test_same_walk_twice_gives_the_same_bytes(gate_cache):
     assert first.termination.kind is Termination.STEP_LIMIT
 
 
-def test_replay_walk_without_recordings_names_the_kernel(tmp_path, monkeypatch):
-    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+def test_replay_walk_without_recordings_names_the_kernel(tmp_path, monkeypatch, shared_cache):
+    # no verdict of its own, none recorded; the problem's probe is the run's (tests/shared_cache.py)
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path / "cache", shared_cache)))
     empty = GateCache(tmp_path / "cache", tmp_path / "recorded")
     expert = corpus.kernel_entry("row_softmax/warp_vec4").load()
     with pytest.raises(ReplayMiss, match="row_softmax_warp_vec4") as raised:
@@ -278,10 +280,11 @@ def test_a_failing_rewriter_ends_the_walk_but_keeps_the_lineage(gate_cache):
     assert len(lineage.transitions) == 1
 
 
-def test_cli_dry_walk(tmp_path, monkeypatch, capsys):
+def test_cli_dry_walk(tmp_path, monkeypatch, capsys, shared_cache):
     from klineage.cli import main
 
-    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(tmp_path / "cache"))
+    # the walks' verdicts are the test's own, their probes and compiles the run's (tests/shared_cache.py)
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path / "cache", shared_cache)))
     out = tmp_path / "lineage.json"
     code = main(["walk", "row_softmax/warp_vec4", "--gate", "compile", "--max-steps", "1", "--out", str(out)])
     assert code == 0
