@@ -19,6 +19,7 @@ from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Status
 from klineage.kernel import load_kernel
 from klineage.problem_formats import ProblemFormat, detect, source_files
+from shared_cache import PROBES, share
 
 FORMATS = Path(__file__).parent / "fixtures" / "formats"
 TRACES = FORMATS / "flashinfer"
@@ -74,12 +75,19 @@ KERNELS = {
 }
 
 
+@pytest.fixture(scope="module")
+def probes(tmp_path_factory, shared_cache) -> Path:
+    """The run's problem probes (tests/shared_cache.py, content-addressed: what the sandboxed runner made of
+    these very bytes), which the compile-only gates below find too: each fixture is run in the sandbox once."""
+    return share(tmp_path_factory.mktemp("format-probes"), shared_cache, PROBES)
+
+
 @pytest.mark.parametrize("fixture", sorted(EXPECTED))
-def test_each_fixture_loads_in_the_sandboxed_runner(fixture):
+def test_each_fixture_loads_in_the_sandboxed_runner(fixture, probes):
     kind, operator, inputs, outputs, cases = EXPECTED[fixture]
     path = FORMATS / fixture
     assert detect(path) is kind
-    probe = probe_problem(path)  # the runner subprocess executes the file; this process only parses it
+    probe = probe_problem(path, probes)  # the runner subprocess executes the file; this process only parses it
     info = probe.info
     assert probe.numerics == (), probe.numerics
     assert (info.source_format, info.operator) == (kind.value, operator)
@@ -98,10 +106,10 @@ def test_problem_code_is_not_run_by_detection(tmp_path):
         probe_problem(path)  # the runner executes it and says how it failed
 
 
-def test_multi_output_tolerances_and_vendor():
-    add_and_diff = probe_problem(FORMATS / "keyword/add_and_diff.py").info
+def test_multi_output_tolerances_and_vendor(probes):
+    add_and_diff = probe_problem(FORMATS / "keyword/add_and_diff.py", probes).info
     assert add_and_diff.tolerances["out1"].atol == 1e-6  # the small output's own atol
-    kernelbench = probe_problem(FORMATS / "kernelbench/linear_relu_pair.py").info
+    kernelbench = probe_problem(FORMATS / "kernelbench/linear_relu_pair.py", probes).info
     assert kernelbench.has_vendor and kernelbench.tolerances["float32"].rtol == 1e-2  # the reference's allclose
 
 
