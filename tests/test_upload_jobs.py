@@ -16,6 +16,7 @@ from gate_app.models import Job
 from klineage import config
 from klineage.gate.execute import probe_problem
 from services import sqlite_job_database, sqlite_template  # noqa: F401  (fixtures)
+from shared_cache import PROBES, share
 from skills_app.models import Problem
 from test_gate_worker import WorkerProcess, _finished, _wait_job
 from test_uploads import PROBLEM, SOURCE, files, plan
@@ -34,11 +35,13 @@ def operator() -> Client:
     return logged_in(make_user("olga", operator=True))
 
 
-def test_an_uploaded_problem_is_probed_by_a_real_worker(worker, operator):
+def test_an_uploaded_problem_is_probed_by_a_real_worker(worker, operator, shared_cache, tmp_path):
     assert operator.post("/upload/", files(PROBLEM)).status_code == 302
     job = _finished(Job.objects.get(kind="probe").pk, timeout_s=180)
     assert job.status == Job.Status.SUCCEEDED, f"{job.error}\n{job.log}"
-    bundled = probe_problem(config.corpus_dir() / "problems" / "row_softmax.py").info
+    # what the bundled problem probes to: the run's probe of it (tests/shared_cache.py)
+    probes = share(tmp_path / "probes", shared_cache, PROBES)
+    bundled = probe_problem(config.corpus_dir() / "problems" / "row_softmax.py", probes).info
     problem = Problem.objects.get(upload_name="uploaded/softmax_copy")
     assert (problem.probe, problem.operator, problem.probe_error, problem.numerics) == ("sound", "row_softmax", "", [])
     assert [c["name"] for c in problem.cases] == [c.name for c in bundled.cases]

@@ -8,6 +8,7 @@ import pytest
 from accounts import logged_in, make_user
 from klineage import config
 from klineage.gate import execute
+from shared_cache import PROBES, share
 from skills_app.models import Kernel, Problem
 
 pytestmark = pytest.mark.django_db
@@ -18,9 +19,11 @@ PLAN = (CORPUS / "kernels" / "row_softmax" / "naive" / "launch.toml").read_text(
 
 
 @pytest.fixture(scope="module")
-def probed(tmp_path_factory):
-    """What the sandboxed probe finds in the bundled row_softmax problem: its real cases."""
-    return execute.probe_problem(CORPUS / "problems" / "row_softmax.py", tmp_path_factory.mktemp("cache"))
+def probed(tmp_path_factory, shared_cache):
+    """What the sandboxed probe finds in the bundled row_softmax problem: its real cases (the run's probe of it,
+    tests/shared_cache.py)."""
+    cache = share(tmp_path_factory.mktemp("cache"), shared_cache, PROBES)
+    return execute.probe_problem(CORPUS / "problems" / "row_softmax.py", cache)
 
 
 @pytest.fixture(autouse=True)
