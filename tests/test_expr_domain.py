@@ -9,6 +9,7 @@ import pytest
 
 from klineage import expr
 from klineage.errors import ExpressionError
+from shared_cache import share
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,14 +38,15 @@ def test_real_results_still_pass():
     assert expr.evaluate_int("cdiv(N, 3)", {"N": 8}) == 3
 
 
-def test_cli_gate_exits_2_with_a_message_on_a_plan_that_cannot_be_evaluated(tmp_path):
+def test_cli_gate_exits_2_with_a_message_on_a_plan_that_cannot_be_evaluated(tmp_path, shared_cache):
     kernel = tmp_path / "kernel"
     kernel.mkdir()
     plan = (REPO / "corpus/kernels/row_softmax/naive/launch.toml").read_text()
     assert 'grid = ["rows"]' in plan
     (kernel / "launch.toml").write_text(plan.replace('grid = ["rows"]', 'grid = ["(-8)**0.5"]'))
     (kernel / "kernel.cu").write_text((REPO / "corpus/kernels/row_softmax/naive/kernel.cu").read_text())
-    env = {**os.environ, "KLINEAGE_CACHE_DIR": str(tmp_path / "cache")}
+    # no verdict of its own; the problem's probe and the compile are the run's (tests/shared_cache.py)
+    env = {**os.environ, "KLINEAGE_CACHE_DIR": str(share(tmp_path / "cache", shared_cache))}
     done = subprocess.run([sys.executable, "-m", "klineage", "gate", "row_softmax", str(kernel), "--compile-only"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2, done.stderr
