@@ -30,7 +30,8 @@
 # $TRANSFER_STRATEGY (library; or library_then_catalog), the library
 # $TRANSFER_LIBRARY (default: the bundled one; $OUT/library.json is the one an admit stage before it wrote); join with --merge), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume, or the one a rebuild stage before it wrote; the cards
 # $ADMIT_CARDS names when set (untried: those no trial has judged whose per-case effects say where they pay), and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, timed with places $ADMIT_PLACEMENT (as_loaded), the walks $ADMIT_LINEAGES (a glob) and those this call wrote read besides corpus/lineages, $ADMIT_JOBS
-# trial kernels' correctness side by side: $OUT/library.json, written after every card; lanes write
+# trial kernels' correctness side by side, the earlier trials of the libraries $ADMIT_MEASUREMENTS names read where they
+# measured the same kernel on the same target, case, policy and GPU: $OUT/library.json, written after every card; lanes write
 # $OUT/library-N.json, joined into $OUT/library.json when all lanes are done), skills:SPEC (bench/skills_eval.py
 # --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET, each strategy run cut after $SKILLS_RUN_S seconds if set
 # (in lane N, $SKILLS_RUN_S_N first),
@@ -154,7 +155,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       walks=$(echo ${ADMIT_LINEAGES:-} $(compgen -G "$OUT/lineages/*.gpu.json"))
       timeout "$admit_s" python3 -m klineage library admit --library "$library" --gate gpu --record \
         --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" \
-        --placement "${ADMIT_PLACEMENT:-as_loaded}" ${walks:+--lineages $walks} \
+        --placement "${ADMIT_PLACEMENT:-as_loaded}" ${walks:+--lineages $walks} ${ADMIT_MEASUREMENTS:+--measurements $ADMIT_MEASUREMENTS} \
         $(for c in $cards; do printf -- '--card %s ' "$c"; done) ;;
     rebuild) python3 -m klineage library build $REBUILD_LINEAGES $(compgen -G "$OUT/lineages/*.gpu.json") --out "$OUT/library.json" \
       ${REBUILD_TRIALS:+--keep-trials "$REBUILD_TRIALS"} --note "${REBUILD_NOTE:-built on the GPU host from the walks REBUILD_LINEAGES names and those of this call}" ;;

@@ -27,19 +27,22 @@ from klineage.gate.verdict import Finding, Reason, Status
 from klineage.kernel import load_kernel
 from klineage.lineage import Lineage
 from klineage.skills.admission import (
+    GateSetting,
     Target,
     admit,
     applied_to,
     card_digest,
     held_out_targets,
     judged_alike,
+    measurements,
     rejudge,
     required_ratio,
     when_allows,
 )
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
-from klineage.skills.library import problem_infos
+from klineage.skills.admission_run import POLICY
+from klineage.skills.library import Library, problem_infos
 from klineage.skills.trial_reading import Reading, TrialOutcome, reading, trial_outcome
 from klineage.skills.when import unpaid_when
 from library_data import dry_cards_by_transform
@@ -431,3 +434,35 @@ def test_a_card_that_says_where_it_pays_is_tried_on_a_case_where_that_holds(card
     assert target is not None and target.case in wide and "where the card says it pays" in target.name
     assert fair_case(paying_where("cols >= 1000000000"), tiny_target(), info) is None
     assert fair_case(paying_where("cols >= 16"), tiny_target(), info) == tiny_target()  # the headline holds
+
+
+def test_a_card_renamed_by_a_new_walk_reads_the_measurement_its_kernel_already_has(cards, gate_cache):
+    """A card whose content changed (here its effect) makes the same kernel of the same target: the trial reads
+    the earlier trial's paired ratio and judges it against the new card's own required ratio, with no gate
+    call. A rejection is read alike; another GPU, or a trial that measured nothing, is not the same
+    measurement."""
+    setting = GateSetting(GateMode.GPU, "NVIDIA H200", POLICY)
+    first, [measured] = admit(with_effect(cards["launch_bounds"], 1.2), [tiny_target()], corpus.problem_path,
+                              timed_gate(gate_cache, 1.06), setting=setting)
+    earlier = measurements([Library((first,))])
+
+    def no_gate(*args):
+        raise AssertionError("a measured kernel is not gated again")
+
+    for effect, outcome in ((1.03, TrialOutcome.PASSED), (1.3, TrialOutcome.FAILED)):  # asks 1.01x, then ~1.11x
+        renamed = with_effect(cards["launch_bounds"], effect)
+        updated, [trial] = admit(renamed, [tiny_target()], corpus.problem_path, no_gate, setting=setting,
+                                 measured=earlier)
+        assert trial_outcome(trial) is outcome and trial.ratio == 1.06 and "measured by an earlier trial" in trial.message
+        assert trial.basis.card == card_digest(renamed) != measured.basis.card
+    rejected, [refused] = admit(with_effect(cards["launch_bounds"], 1.2), [tiny_target()], corpus.problem_path,
+                                timed_gate(gate_cache, None, Status.REJECTED), setting=setting)
+    _, [trial] = admit(with_effect(cards["launch_bounds"], 1.03), [tiny_target()], corpus.problem_path, no_gate,
+                       setting=setting, measured=measurements([Library((rejected,))]))
+    assert trial_outcome(trial) is TrialOutcome.FAILED and "rejected" in trial.message and trial.ratio is None
+    elsewhere = GateSetting(GateMode.GPU, "NVIDIA H100 80GB HBM3", POLICY)
+    _, [timed] = admit(with_effect(cards["launch_bounds"], 1.03), [tiny_target()], corpus.problem_path,
+                       timed_gate(gate_cache, 1.02), setting=elsewhere, measured=earlier)
+    assert timed.ratio == 1.02 and "earlier trial" not in timed.message
+    inconclusive = dataclasses.replace(measured, ratio=None, passed=False, message="inconclusive: x: nothing timed")
+    assert measurements([Library((dataclasses.replace(first, verification_log=(inconclusive,)),))]) == {}

@@ -55,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -337,8 +337,35 @@ def required_ratio(card: SkillCard) -> float | None:
     return max(DEFAULT_REQUIRED_RATIO, math.sqrt(lower))
 
 
+# A trial's measurement: the target, the GPU, the gate policy (with the case timed), the problem file and the
+# kernel the card made of the target. Not the card: two cards that make one kernel of one target are timed alike.
+MeasurementKey = tuple[str, str, str, str, str]
+
+
+def measurement_key(trial: Trial) -> MeasurementKey | None:
+    """What `trial` measured, where it measured something a later trial may read instead of timing again: a
+    paired ratio, or a rejection, judged on a GPU (live or replayed from recorded verdicts); else None."""
+    if trial.ratio is None and reading(trial) is not Reading.REJECTED:
+        return None
+    return measured_as(trial.state, trial.basis)
+
+
+def measured_as(state: str, basis: TrialBasis | None) -> MeasurementKey | None:
+    """What a trial of `state` on `basis` measures (None: nothing on a GPU, or no kernel made)."""
+    if basis is None or basis.gpu == "none" or not basis.candidate:
+        return None
+    return (state, basis.gpu, basis.policy, basis.problem, basis.candidate)
+
+
+def measurements(libraries: Iterable[Library]) -> dict[MeasurementKey, Trial]:
+    """Every trial's measurement in `libraries`, the later one where two measured the same (a re-run)."""
+    return {key: trial for library in libraries for card in library.cards for trial in card.verification_log
+            for key in [measurement_key(trial)] if key is not None}
+
+
 def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | Path], gate: Gate,
-           problems: Mapping[str, ProblemInfo] | None, setting: GateSetting | None) -> Trial:
+           problems: Mapping[str, ProblemInfo] | None, setting: GateSetting | None,
+           measured: Mapping[MeasurementKey, Trial] | None = None) -> Trial:
     applied = applied_to(card, target)
     basis = trial_basis(card, target, applied, setting, problem_for) if setting else None
 
@@ -359,6 +386,15 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
     if applied is None:
         return record(TrialOutcome.INCONCLUSIVE, "no forward site applies")
     where = f"{len(applied.anchors)} site(s) -> {applied.state.fingerprint[:12]}"
+    earlier = (measured or {}).get(measured_as(target.state.fingerprint, basis))
+    if earlier is not None:  # this very kernel, target, case, policy and GPU were timed for another card's trial
+        said = f"measured by an earlier trial of this kernel on this target, case, policy and GPU ({earlier.message})"
+        if earlier.ratio is None:
+            return record(TrialOutcome.FAILED, f"{where}; rejected, {said}")
+        required = required_ratio(card)
+        outcome = TrialOutcome.PASSED if earlier.ratio >= required else TrialOutcome.FAILED
+        return record(outcome, f"{where}; {earlier.ratio:.3f}x against the {required:.3f}x required, {said}",
+                      earlier.ratio)
     try:
         verdict = gate(problem_for(target.problem), applied.state, target.state, target.case)
     except KLineageError as exc:
@@ -385,15 +421,18 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
 
 def admit(card: SkillCard, targets: Sequence[Target], problem_for: Callable[[str], str | Path], gate: Gate, *,
           problems: Mapping[str, ProblemInfo] | None = None, limit: int = DEFAULT_LIMIT,
-          setting: GateSetting | None = None) -> tuple[SkillCard, list[Trial]]:
+          setting: GateSetting | None = None,
+          measured: Mapping[MeasurementKey, Trial] | None = None) -> tuple[SkillCard, list[Trial]]:
     """Trial the card on at most `limit` targets; the card with every trial logged and its new
     status, and the trials. `problem_for` maps a problem name to its file; `problems` (operator ->
     ProblemInfo) lets a trial check the card's preconditions on the target problem's cases;
     `setting` names the gate behind `gate`, so that each trial records its basis (without it, a
-    trial's evidence is unknown and a resumed admission trials the card again)."""
+    trial's evidence is unknown and a resumed admission trials the card again); `measured` (`measurements`)
+    holds earlier trials whose measurement a trial reads, judged against this card's required ratio, instead
+    of timing the same kernel on the same target again (a card renamed by a new walk keeps its evidence)."""
     if limit < 1:
         raise KLineageError(f"admission needs at least one trial, not limit={limit}")
-    trials = [_trial(card, target, problem_for, gate, problems, setting) for target in list(targets)[:limit]]
+    trials = [_trial(card, target, problem_for, gate, problems, setting, measured) for target in list(targets)[:limit]]
     updated = dataclasses.replace(card, verification_log=card.verification_log + tuple(trials),
                                   status=_status_after(card, trials))
     return updated, trials

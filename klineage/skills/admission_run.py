@@ -44,9 +44,11 @@ from klineage.skills.admission import (
     DEFAULT_LIMIT,
     Gate,
     GateSetting,
+    MeasurementKey,
     Target,
     admit,
     applied_to,
+    measured_as,
     required_ratio,
     trial_basis,
     trial_policy,
@@ -121,12 +123,15 @@ def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable
                 save: Callable[[Library], object], *, problems: Mapping[str, ProblemInfo] | None = None,
                 limit: int = DEFAULT_LIMIT, redo: bool = False, deadline: float | None = None,
                 clock: Callable[[], float] = time.monotonic, progress: Progress = lambda stage, message: None,
-                on_card: Callable[[CardRun], None] = lambda run: None, jobs: int = 1) -> tuple[Library, list[CardRun]]:
+                on_card: Callable[[CardRun], None] = lambda run: None, jobs: int = 1,
+                measured: Mapping[MeasurementKey, Trial] | None = None) -> tuple[Library, list[CardRun]]:
     """Admit the chosen cards (ids) of the library in its order, `save`-ing the library after each
     card trialled; the library with every card as it ended, and what became of each chosen card
     (also given to `on_card` as it happens). `gate` must be the gate `setting` names. With `jobs` > 1
     on the GPU gate, the correctness of the next cards' trial kernels (about `jobs` of them) is
-    judged side by side first (`klineage.gate.prefetch`), so that each trial's gate call only times."""
+    judged side by side first (`klineage.gate.prefetch`), so that each trial's gate call only times.
+    `measured` (`admission.measurements`): earlier trials a trial of the same kernel, target, case, policy
+    and GPU reads instead of gating it again."""
     if limit < 1:
         raise KLineageError(f"admission needs at least one trial per card, not limit={limit}")
     cards = list(library.cards)
@@ -142,7 +147,7 @@ def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable
             found[card.id] = list(targets_for(card))[:limit]
         return found[card.id]
 
-    ahead = _Ahead(jobs if setting.mode is GateMode.GPU else 1, setting, problem_for, progress)
+    ahead = _Ahead(jobs if setting.mode is GateMode.GPU else 1, setting, problem_for, progress, measured or {})
     for position, i in enumerate(order, 1):
         card = cards[i]
         label = f"[{position}/{len(order)}] {card.short_id} {card.transform}"
@@ -171,7 +176,8 @@ def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable
                 window = clock() - started
             trialling = clock()
             progress("admit", f"{label}: {len(targets)} trial(s)")
-            card, trials = admit(card, targets, problem_for, gate, problems=problems, limit=limit, setting=setting)
+            card, trials = admit(card, targets, problem_for, gate, problems=problems, limit=limit, setting=setting,
+                                 measured=measured)
             cards[i] = card
             save(dataclasses.replace(library, cards=tuple(cards)))
             run = CardRun(card, CardOutcome.TRIALLED, tuple(trials), clock() - started)
@@ -189,6 +195,7 @@ class _Ahead:
     setting: GateSetting
     problem_for: Callable[[str], str | Path]
     progress: Progress
+    measured: Mapping[MeasurementKey, Trial]  # kernels an earlier trial measured: nothing to judge
     done: set[str] = dataclasses.field(default_factory=set)  # card ids whose kernels were prefetched
 
     def opens_window(self, card: SkillCard) -> bool:
@@ -204,7 +211,9 @@ class _Ahead:
             self.done.add(each.id)
             for target in its_targets:
                 applied = applied_to(each, target)
-                if applied is not None and required_ratio(each) is not None and unpaid_when(each) is None:
+                if (applied is not None and required_ratio(each) is not None and unpaid_when(each) is None
+                        and measured_as(target.state.fingerprint, trial_basis(
+                            each, target, applied, self.setting, self.problem_for)) not in self.measured):
                     by_problem.setdefault(str(self.problem_for(target.problem)), {})[applied.state.fingerprint] = \
                         applied.state
                     count += 1

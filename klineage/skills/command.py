@@ -75,6 +75,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     admit.add_argument("--rejudge", action="store_true",
                        help="run no gate: judge the chosen cards' timed trials again under today's rule, from the "
                             "paired ratios they recorded")
+    admit.add_argument("--measurements", nargs="+", default=[], metavar="LIBRARY",
+                       help="earlier libraries whose trials a trial of the same kernel on the same target, case, "
+                            "policy and GPU reads instead of gating it again (a card a new walk renamed keeps its "
+                            "evidence), judged against the card's own required ratio")
     admit.add_argument("--budget-s", type=float, metavar="SECONDS",
                        help="start no card once this many seconds have passed, nor one that would end past them "
                             "(judged by the longest card so far); the rest are left undecided for a re-run")
@@ -250,7 +254,7 @@ def _admit(args: argparse.Namespace) -> int:
     from klineage import corpus
     from klineage.lineage import Lineage
     from klineage.report import progress_display
-    from klineage.skills.admission import held_out_targets
+    from klineage.skills.admission import held_out_targets, measurements
     from klineage.skills.admission_run import CardOutcome, CardRun, admit_cards, gate_of, setting_for
     from klineage.skills.induction import lineage_id
     from klineage.skills.library import bundled_library, corpus_lineages, problem_infos, save_library
@@ -274,8 +278,12 @@ def _admit(args: argparse.Namespace) -> int:
     problems = problem_infos({s.plan.problem for s in states.values()} | {lin.problem.operator for lin in lineages})
     when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     where = f" on an {setting.gpu}" if mode is GateMode.GPU else ""
+    earlier = [_load(path) for path in args.measurements]
+    read = {"measurements_read": [lib.provenance.get("admission", path)
+                                  for lib, path in zip(earlier, args.measurements)]}
     library = dataclasses.replace(library, provenance={
-        **library.provenance, "admission": f"roundtrip trials under the {mode.value} gate{where} on {when}"})
+        **library.provenance, "admission": f"roundtrip trials under the {mode.value} gate{where} on {when}",
+        **(read if earlier else {})})
     counts: dict[str, int] = {}
     reported: list[CardRun] = []
 
@@ -304,7 +312,8 @@ def _admit(args: argparse.Namespace) -> int:
             gate_of(setting, progress, args.record), setting, lambda partial: save_library(partial, out),
             problems=problems,
             limit=args.limit, redo=args.redo, deadline=None if args.budget_s is None else started + args.budget_s,
-            progress=progress, on_card=report, jobs=args.jobs)
+            progress=progress, on_card=report, jobs=args.jobs,
+            measured=measurements(earlier))
     save_library(updated, out)
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no card"
     print(f"{summary}; admitted cards {len(library.admitted())} -> {len(updated.admitted())}; written to {out}")
