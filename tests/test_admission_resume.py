@@ -310,3 +310,15 @@ def test_a_card_its_cases_keep_out_costs_no_target_search_and_loses_an_admitted_
     assert updated.by_id(never.id).status is CardStatus.RETIRED
     assert updated.by_id(never.id).verification_log == never.verification_log
     assert load_library(path).by_id(never.id).status is CardStatus.RETIRED
+
+
+def test_cards_named_one_by_one_are_trialled_in_the_order_named(world, tmp_path):
+    """`library admit --card C --card A` wants C first: a budget that runs out after one card must have spent
+    it on C. A set of ids (every card) goes in the library's order."""
+    first, _, third = world.cards
+    setting = setting_for(GateMode.REPLAY)
+    gate = gate_of(setting, lambda stage, message: None)
+    for chosen, expected in (([third.id, first.id], [third, first]), ({first.id, third.id}, [first, third])):
+        _, runs = admit_cards(world.library, chosen, lambda card: world.targets[card.id], corpus.problem_path, gate,
+                              setting, lambda partial: save_library(partial, tmp_path / "library.json"), limit=1)
+        assert [run.card.id for run in runs] == [c.id for c in expected]

@@ -125,8 +125,8 @@ def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable
                 clock: Callable[[], float] = time.monotonic, progress: Progress = lambda stage, message: None,
                 on_card: Callable[[CardRun], None] = lambda run: None, jobs: int = 1,
                 measured: Mapping[MeasurementKey, Trial] | None = None) -> tuple[Library, list[CardRun]]:
-    """Admit the chosen cards (ids) of the library in its order, `save`-ing the library after each
-    card trialled; the library with every card as it ended, and what became of each chosen card
+    """Admit the chosen cards (ids) of the library in its order (a sequence of ids: in theirs), `save`-ing the
+    library after each card trialled; the library with every card as it ended, and what became of each chosen card
     (also given to `on_card` as it happens). `gate` must be the gate `setting` names. With `jobs` > 1
     on the GPU gate, the correctness of the next cards' trial kernels (about `jobs` of them) is
     judged side by side first (`klineage.gate.prefetch`), so that each trial's gate call only times.
@@ -136,6 +136,8 @@ def admit_cards(library: Library, chosen: Collection[str], targets_for: Callable
         raise KLineageError(f"admission needs at least one trial per card, not limit={limit}")
     cards = list(library.cards)
     order = [i for i, card in enumerate(cards) if card.id in chosen]
+    if isinstance(chosen, Sequence):  # named one by one: the order they were named in, the first most wanted
+        order.sort(key=lambda i: chosen.index(cards[i].id))
     runs: list[CardRun] = []
     # A deadline is kept by the longest card's own trials, plus a side-by-side window where the
     # card opens one: a window judges the next cards' kernels too, so it is not one card's cost.

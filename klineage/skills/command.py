@@ -27,6 +27,8 @@ from klineage.errors import KLineageError
 from klineage.gate.policy import Placement
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from klineage.skills.library import Library
 
 
@@ -212,7 +214,7 @@ def _import(args: argparse.Namespace) -> int:
     return 0 if taken or not reports else 1
 
 
-def _rejudge(library: Library, chosen: set[str], out: Path) -> int:
+def _rejudge(library: Library, chosen: Collection[str], out: Path) -> int:
     import dataclasses
     import datetime as dt
 
@@ -266,7 +268,8 @@ def _admit(args: argparse.Namespace) -> int:
     source = Path(args.library) if args.library else bundled_library()
     out = Path(args.out) if args.out else source
     library = _load(str(source))
-    chosen = {library.by_id(c).id for c in args.card} or {c.id for c in library.cards}
+    named = list(dict.fromkeys(library.by_id(c).id for c in args.card))  # in the order given, each once
+    chosen = named or {c.id for c in library.cards}
     if args.rejudge:
         return _rejudge(library, chosen, out)
     mode = config.gate_mode(GateMode(args.gate) if args.gate else None)
