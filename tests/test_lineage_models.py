@@ -173,7 +173,7 @@ def test_reviewer_group_holds_the_review_permission():
 def test_disputed_follows_the_latest_review(django_user_model):
     lineage, _ = import_lineage(dry_walk())
     step = lineage.steps.get(kind="accepted", index=2)
-    user = django_user_model.objects.create_user("ada", password="x")
+    user = django_user_model.objects.create_user("ada")  # a reviewer who never logs in: no password
     assert not step.disputed and step.latest_review is None
     Review.objects.create(step=step, reviewer=user, verdict="dispute", comment="the unroll changed the order")
     assert LineageStep.objects.get(pk=step.pk).disputed
