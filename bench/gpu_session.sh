@@ -31,7 +31,7 @@
 # $TRANSFER_LIBRARY (default: the bundled one; $OUT/library.json is the one an admit stage before it wrote); join with --merge), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume, or the one a rebuild stage before it wrote; the cards
 # $ADMIT_CARDS names when set (untried: those no trial has judged whose per-case effects say where they pay), and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, timed with places $ADMIT_PLACEMENT (as_loaded), the walks $ADMIT_LINEAGES (a glob) and those this call wrote read besides corpus/lineages, $ADMIT_JOBS
 # trial kernels' correctness side by side, the earlier trials of the libraries $ADMIT_MEASUREMENTS names read where they
-# measured the same kernel on the same target, case, policy and GPU: $OUT/library.json, written after every card; lanes write
+# measured the same kernel on the same target, case, policy and GPU (default: $REBUILD_TRIALS): $OUT/library.json, written after every card; lanes write
 # $OUT/library-N.json, joined into $OUT/library.json when all lanes are done), skills:SPEC (bench/skills_eval.py
 # --only SPEC on the GPU gate, recorded, budget $SKILLS_BUDGET, each strategy run cut after $SKILLS_RUN_S seconds if set
 # (in lane N, $SKILLS_RUN_S_N first),
@@ -152,10 +152,12 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         --note "built on the GPU host from corpus/lineages"; fi  # unchanged cards keep their trials: admit resumes
       # the budget stops starting cards a margin before the timeout, so that it never kills a card halfway
       local admit_s=${limit:-${ADMIT_TIMEOUT:-300}} walks  # the walks this call wrote source cards too
+      # a card the rebuild renamed reads its trials' measurements from the library it was rebuilt from
+      local measured=${ADMIT_MEASUREMENTS:-${REBUILD_TRIALS:-}}
       walks=$(echo ${ADMIT_LINEAGES:-} $(compgen -G "$OUT/lineages/*.gpu.json"))
       timeout "$admit_s" python3 -m klineage library admit --library "$library" --gate gpu --record \
         --limit "${ADMIT_LIMIT:-2}" --jobs "${ADMIT_JOBS:-6}" --budget-s "$(( admit_s - ${ADMIT_MARGIN:-30} ))" \
-        --placement "${ADMIT_PLACEMENT:-as_loaded}" ${walks:+--lineages $walks} ${ADMIT_MEASUREMENTS:+--measurements $ADMIT_MEASUREMENTS} \
+        --placement "${ADMIT_PLACEMENT:-as_loaded}" ${walks:+--lineages $walks} ${measured:+--measurements $measured} \
         $(for c in $cards; do printf -- '--card %s ' "$c"; done) ;;
     rebuild) python3 -m klineage library build $REBUILD_LINEAGES $(compgen -G "$OUT/lineages/*.gpu.json") --out "$OUT/library.json" \
       ${REBUILD_TRIALS:+--keep-trials "$REBUILD_TRIALS"} --note "${REBUILD_NOTE:-built on the GPU host from the walks REBUILD_LINEAGES names and those of this call}" ;;

@@ -392,9 +392,12 @@ def test_the_gpu_session_admits_a_card_of_a_bench_walk_on_a_replication(gate_cac
     walk = ROOT / "bench" / "walks" / "conv2d_implicit_wgmma.gpu.json.gz"
     done, argv = session_stage("admit@240", tmp_path, {
         "ADMIT_FROM": "bench/results/percase/library.json", "ADMIT_CARDS": "713b836a4adc", "ADMIT_LIMIT": "2",
-        "ADMIT_LINEAGES": "bench/walks/conv2d_implicit_wgmma.gpu.json.gz", "ADMIT_JOBS": "1"})
+        "ADMIT_LINEAGES": "bench/walks/conv2d_implicit_wgmma.gpu.json.gz", "ADMIT_JOBS": "1",
+        "REBUILD_TRIALS": "bench/results/percase/library.json"})
     assert done.returncode == 0, done.stdout + done.stderr
     assert argv[argv.index("--lineages") + 1] == str(walk.relative_to(ROOT))
+    # the library a rebuild kept the trials of is where a renamed card's measurements are
+    assert argv[argv.index("--measurements") + 1] == "bench/results/percase/library.json"
     library = json.loads((tmp_path / "out" / "library.json").read_text())
     [card] = [c for c in library["cards"] if c["id"].startswith("713b836a4adc")]
     messages = [t["message"] for t in card["verification_log"]]
