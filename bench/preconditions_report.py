@@ -16,7 +16,9 @@ induction then reads them, klineage.skills.when) and the recorded verdicts; runs
   from that kernel).
 - whens: how many admitted cards' *when* is each kind (precondition, uniform, never, mixed, unmeasured).
 - rows: one per admitted card with a *when*: its precondition (or "paid on all N cases measured"),
-  the cases it holds and fails on, the share of paid cases where it holds, its leave-one-case-out accuracy.
+  the cases it holds and fails on, the share of paid cases where it holds, its leave-one-case-out accuracy,
+  and the held-out trials that decided it (target, paired ratio on the trial's case, outcome): where a
+  uniform card was tried beyond the cases it was measured on.
 - kept_out: the cards that are not admitted because their per-case effects do not say where they pay
   (klineage.skills.when.unpaid_when), counted by the kind of their *when* (never, mixed, uniform on too few cases).
 - pending: the same for cards that are not admitted (a card that gains a precondition is a candidate
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,16 +38,38 @@ from typing import Any
 from klineage import config, corpus
 from klineage.errors import KLineageError
 from klineage.fingerprint import document_text
+from klineage.skills.admission import card_digest
 from klineage.skills.card import CardStatus, SkillCard, measured_case
 from klineage.skills.library import Library, lineage_index, load_library, problem_infos
 from klineage.skills.retrieval import retrieve
+from klineage.skills.trial_reading import trial_outcome
 from klineage.skills.when import MIN_WHEN_CASES, WhenKind, card_when, unpaid_when
 
 LIBRARY = config.REPO_ROOT / "corpus" / "library" / "library.json"
 OUT = config.REPO_ROOT / "bench" / "results" / "preconditions.json"
 
 
+def _trials(card: SkillCard) -> list[dict[str, Any]]:
+    """The held-out trials that decided the card (those of its present content): each one's target, its paired
+    ratio (target time over the card's kernel's, on one case; null where the gate rejected or timed nothing)
+    and its outcome."""
+    digest = card_digest(card)
+    return [{"target": named.group(1) if (named := _TARGET.match(t.message)) else t.state[:12],
+             "ratio": round(t.ratio, 4) if t.ratio is not None else None, "outcome": trial_outcome(t).value}
+            for t in card.verification_log if t.basis is not None and t.basis.card == digest]
+
+
+# "<outcome>: <target>: <n> site(s) -> ...": a target's name may hold ": " itself ("(measured per case already:
+# a replication)"), the site count never
+_TARGET = re.compile(r"^[a-z]+: (.+?): \d+ site\(s\)")
+
+
 def _row(card: SkillCard) -> dict[str, Any] | None:
+    row = _when_row(card)
+    return None if row is None else {**row, "trials": _trials(card)}
+
+
+def _when_row(card: SkillCard) -> dict[str, Any] | None:
     when = card_when(card)
     if when.kind is WhenKind.PRECONDITION:
         p = when.precondition

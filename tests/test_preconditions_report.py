@@ -75,3 +75,16 @@ def test_the_gpu_session_rebuilds_a_library_from_the_walks_it_names_and_admits_o
                                                    "ADMIT_CARDS": "untried"})
     assert "admit: no untried card says where it pays" in done.stdout
     assert "admit" not in argv  # no admission ran
+
+
+def test_each_admitted_row_names_the_held_out_trials_that_decided_it():
+    """A uniform card's cases are its own walks'; its trials say how it did beyond them (fast_math's __expf: paid
+    on every logcumsumexp case, 1.042x on causal_softmax's naive kernel, 1.003x on fmha's)."""
+    result = bench_script("preconditions_report").report(load_library(PERCASE))
+    for row in result["rows"]:
+        assert row["trials"] and any(t["outcome"] == "passed" for t in row["trials"])  # admitted on a passed trial
+    [expf] = [row for row in result["rows"] if row["card"] == "d96b27d56dce"]
+    assert expf["trials"] == [{"target": "causal_softmax/naive", "ratio": 1.0421, "outcome": "passed"},
+                              {"target": "fmha/naive", "ratio": 1.003, "outcome": "failed"}]
+    [replicated] = [row for row in result["rows"] if row["card"] == "9845da347823"]
+    assert replicated["trials"][0]["target"].endswith("(measured per case already: a replication)")
