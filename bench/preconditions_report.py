@@ -9,7 +9,7 @@ induction then reads them, klineage.skills.when) and the recorded verdicts; runs
 - with_preconditions: admitted cards with a timing precondition false on at least one measured case;
   uniform: admitted cards that paid on every case measured (klineage.skills.when.card_when).
 - loo_accuracy: leave-one-case-out accuracy pooled over every timing precondition (cases predicted
-  right / cases), null when there is none.
+  right / cases), null when there is none; loo_accuracy_every_card: the same over every card's, admitted or not.
 - evaluations_saved: at each bundled kernel of each operator, the candidate kernels of cards whose
   timing precondition fails on its problem's headline, at the card's own transform's sites (what
   `klineage optimize --strategy library` records `precondition_failed` and does not gate in its first round
@@ -143,7 +143,8 @@ def report(library: Library) -> dict[str, Any]:
                        "counted_over": "admitted cards", "built_by": "bench/preconditions_report.py"},
         "cards": len(library.cards), "admitted": len(admitted), "with_preconditions": len(nontrivial),
         "uniform": sum(w.kind is WhenKind.UNIFORM for w in whens.values()),
-        "loo_accuracy": _pooled(admitted), "evaluations_saved": evaluations_saved(library),
+        "loo_accuracy": _pooled(admitted), "loo_accuracy_every_card": _pooled(list(library.cards)),
+        "evaluations_saved": evaluations_saved(library),
         "whens": {kind.value: sum(w.kind is kind for w in whens.values()) for kind in WhenKind},
         "kept_out": _kept_out(library),
         "rows": [row for row in (_row(c) for c in admitted) if row is not None],

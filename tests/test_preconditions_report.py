@@ -32,6 +32,7 @@ def test_the_report_counts_every_admitted_cards_when_and_lists_the_pending_ones(
         assert when.kind is WhenKind.PRECONDITION and row["precondition"] == when.precondition.expression
         assert row["paid_where_held"] == 1.0 and row["fails_on"] and row["loo_accuracy"] >= 0.8
     assert result["with_preconditions"] == sum(c.status is CardStatus.ADMITTED for c in gained)
+    assert result["loo_accuracy_every_card"] >= 0.8 and result["loo_accuracy"] >= 0.8
 
 
 def test_the_committed_report_is_what_the_script_writes_now(tmp_path):
