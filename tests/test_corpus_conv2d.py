@@ -23,6 +23,7 @@ from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for, validate_numerics
+from shared_cache import share
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "conv2d.py"
@@ -44,8 +45,8 @@ def states() -> dict[str, KernelState]:
 
 
 @pytest.fixture(scope="module")
-def compiled(states, tmp_path_factory):
-    cache = tmp_path_factory.mktemp("conv2d-compile")
+def compiled(states, tmp_path_factory, shared_cache):
+    cache = share(tmp_path_factory.mktemp("conv2d-compile"), shared_cache)  # the run's compiles
     return {name: compile_kernel(state, cache) for name, state in states.items()}
 
 

@@ -47,6 +47,7 @@ from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.gate.correctness import compare
 from klineage.launch import resolve
 from klineage.problem import validate_numerics
+from shared_cache import share
 
 ALL = ("naive", "flash_mma")
 ENTRIES = {"naive": "fmha_naive", "flash_mma": "fmha_flash_mma"}
@@ -180,8 +181,8 @@ def test_static_check(name):
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> dict[str, CompileResult]:
-    cache_dir = tmp_path_factory.mktemp("fmha-compile")
+def compiled(tmp_path_factory, shared_cache) -> dict[str, CompileResult]:
+    cache_dir = share(tmp_path_factory.mktemp("fmha-compile"), shared_cache)  # the run's compiles
     return {name: compile_kernel(kernel(name), cache_dir=cache_dir) for name in ALL}
 
 

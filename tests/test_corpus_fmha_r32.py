@@ -66,6 +66,7 @@ from klineage.gate.correctness import compare
 from klineage.kernel import KernelState
 from klineage.launch import resolve
 from sampled import sampled
+from shared_cache import share
 
 NAME = "flash_mma_r32"
 ENTRY = "fmha_flash_mma_r32"
@@ -136,8 +137,8 @@ def test_static_check():
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> dict[str, CompileResult]:
-    cache_dir = tmp_path_factory.mktemp("fmha-r32-compile")
+def compiled(tmp_path_factory, shared_cache) -> dict[str, CompileResult]:
+    cache_dir = share(tmp_path_factory.mktemp("fmha-r32-compile"), shared_cache)  # the run's compiles
     return {name: compile_kernel(kernel(name), cache_dir=cache_dir) for name in (NAME, BASELINE)}
 
 

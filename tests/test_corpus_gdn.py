@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from klineage.gate.correctness import compare
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import resolve
 from klineage.problem import VendorTiming, load_problem, tolerance_for, validate_numerics
+from shared_cache import share
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"
@@ -55,9 +55,9 @@ def states() -> dict[str, KernelState]:
 
 
 @pytest.fixture(scope="module")
-def compiled(states):
-    with tempfile.TemporaryDirectory() as cache:
-        yield {name: compile_kernel(state, cache_dir=Path(cache)) for name, state in states.items()}
+def compiled(states, tmp_path_factory, shared_cache):
+    cache = share(tmp_path_factory.mktemp("gdn-compile"), shared_cache)  # the run's compiles
+    return {name: compile_kernel(state, cache_dir=cache) for name, state in states.items()}
 
 
 def plan_for(problem, state: KernelState, case_name: str):

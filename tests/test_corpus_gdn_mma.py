@@ -37,6 +37,7 @@ from klineage.kernel import load_kernel
 from klineage.launch import resolve
 from klineage.problem import load_problem, tolerance_for
 from sampled import sampled
+from shared_cache import share
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEM = ROOT / "corpus" / "problems" / "gdn.py"
@@ -147,9 +148,9 @@ def test_static_check(state):
 # ---- the compiled kernel ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def compiled(state):
-    with tempfile.TemporaryDirectory() as cache:
-        yield compile_kernel(state, cache_dir=Path(cache))
+def compiled(state, tmp_path_factory, shared_cache):
+    cache = share(tmp_path_factory.mktemp("gdn-mma-compile"), shared_cache)  # the run's compiles
+    return compile_kernel(state, cache_dir=cache)
 
 
 def test_compiles_without_spills(compiled, state):

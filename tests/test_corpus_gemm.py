@@ -57,6 +57,7 @@ from klineage.gate.compile import CompileResult, compile_kernel
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import TensorMap, resolve
 from klineage.problem import Tolerance, load_problem, tolerance_for, validate_numerics
+from shared_cache import share
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "corpus" / "problems" / "gemm.py"
@@ -207,8 +208,8 @@ def test_static_check(name):
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> dict[str, CompileResult]:
-    cache_dir = tmp_path_factory.mktemp("gemm-compile")
+def compiled(tmp_path_factory, shared_cache) -> dict[str, CompileResult]:
+    cache_dir = share(tmp_path_factory.mktemp("gemm-compile"), shared_cache)  # the run's compiles
     return {name: compile_kernel(kernel(name), cache_dir) for name in ALL}
 
 
