@@ -39,9 +39,9 @@ from klineage.skills.admission import (
     required_ratio,
     when_allows,
 )
+from klineage.skills.admission_run import POLICY
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
-from klineage.skills.admission_run import POLICY
 from klineage.skills.library import Library, problem_infos
 from klineage.skills.trial_reading import Reading, TrialOutcome, reading, trial_outcome
 from klineage.skills.when import unpaid_when
@@ -456,7 +456,8 @@ def test_a_card_renamed_by_a_new_walk_reads_the_measurement_its_kernel_already_h
         renamed = with_effect(cards["launch_bounds"], effect)
         updated, [trial] = admit(renamed, [tiny_target()], corpus.problem_path, no_gate, setting=setting,
                                  measured=earlier)
-        assert trial_outcome(trial) is outcome and trial.ratio == 1.06 and "measured by an earlier trial" in trial.message
+        assert trial_outcome(trial) is outcome and trial.ratio == 1.06
+        assert "measured by an earlier trial" in trial.message
         assert trial.basis.card == card_digest(renamed) != measured.basis.card
     rejected, [refused] = admit(with_effect(cards["launch_bounds"], 1.2), [tiny_target()], corpus.problem_path,
                                 timed_gate(gate_cache, None, Status.REJECTED), setting=setting)
