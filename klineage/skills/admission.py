@@ -388,13 +388,10 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
     where = f"{len(applied.anchors)} site(s) -> {applied.state.fingerprint[:12]}"
     earlier = (measured or {}).get(measured_as(target.state.fingerprint, basis))
     if earlier is not None:  # this very kernel, target, case, policy and GPU were timed for another card's trial
-        said = f"measured by an earlier trial of this kernel on this target, case, policy and GPU ({earlier.message})"
+        said = f"; measured by an earlier trial of this kernel on this target, case, policy and GPU ({earlier.message})"
         if earlier.ratio is None:
-            return record(TrialOutcome.FAILED, f"{where}; rejected, {said}")
-        required = required_ratio(card)
-        outcome = TrialOutcome.PASSED if earlier.ratio >= required else TrialOutcome.FAILED
-        return record(outcome, f"{where}; {earlier.ratio:.3f}x against the {required:.3f}x required, {said}",
-                      earlier.ratio)
+            return record(TrialOutcome.FAILED, f"{where}; rejected{said}")
+        return _judged(card, earlier.ratio, where, record, said)
     try:
         verdict = gate(problem_for(target.problem), applied.state, target.state, target.case)
     except KLineageError as exc:
@@ -411,12 +408,17 @@ def _trial(card: SkillCard, target: Target, problem_for: Callable[[str], str | P
     ratio = verdict.profile.get("ratios", {}).get("vs_baseline")
     if not ratio or not ratio.get("overall"):
         return record(TrialOutcome.INCONCLUSIVE, f"{where}; passed, but no paired ratio against the target")
-    overall = float(ratio["overall"])
+    return _judged(card, float(ratio["overall"]), where, record)
+
+
+def _judged(card: SkillCard, ratio: float, where: str, record: Callable[..., Trial], said: str = "") -> Trial:
+    """A timed trial's reading of its paired `ratio` against what the card requires (`said`: where the
+    ratio was measured, when not by this trial's own gate call)."""
     required = required_ratio(card)
-    if overall < required:
-        return record(TrialOutcome.FAILED, f"{where}; passed at {overall:.3f}x, below the {required:.3f}x the "
-                                           f"card's effects require", overall)
-    return record(TrialOutcome.PASSED, f"{where}; {overall:.3f}x (required {required:.3f}x)", overall)
+    if ratio < required:
+        return record(TrialOutcome.FAILED, f"{where}; passed at {ratio:.3f}x, below the {required:.3f}x the "
+                                           f"card's effects require{said}", ratio)
+    return record(TrialOutcome.PASSED, f"{where}; {ratio:.3f}x (required {required:.3f}x){said}", ratio)
 
 
 def admit(card: SkillCard, targets: Sequence[Target], problem_for: Callable[[str], str | Path], gate: Gate, *,

@@ -276,12 +276,15 @@ def _left_out_guesses(rows: Sequence[CaseEffect]) -> list[bool]:
     """For each case, whether the search on all cases but it predicts it paid: the predicate found on the
     others, else the others' majority (ties: paid). A case measured on several kernels is left out with
     all its rows: its twin on another kernel would otherwise tell the search the answer."""
+    searched: dict[str, tuple[Atom | None, bool]] = {}  # a case's rows share one search over the others
     guesses = []
     for left in rows:
-        others = [r for r in rows if measured_case(r.case) != measured_case(left.case)]
-        atom = search(others)
-        guesses.append(_holds(atom.expression, left) if atom is not None
-                       else 2 * sum(r.paid for r in others) >= len(others))
+        case = measured_case(left.case)
+        if case not in searched:
+            others = [r for r in rows if measured_case(r.case) != case]
+            searched[case] = (search(others), 2 * sum(r.paid for r in others) >= len(others))
+        atom, majority = searched[case]
+        guesses.append(_holds(atom.expression, left) if atom is not None else majority)
     return guesses
 
 
