@@ -39,7 +39,7 @@ from klineage import config, corpus
 from klineage.errors import KLineageError
 from klineage.fingerprint import document_text
 from klineage.skills.admission import card_digest
-from klineage.skills.card import CardStatus, SkillCard, measured_case
+from klineage.skills.card import CardStatus, SkillCard
 from klineage.skills.library import Library, lineage_index, load_library, problem_infos
 from klineage.skills.retrieval import retrieve
 from klineage.skills.trial_reading import trial_outcome
@@ -76,7 +76,7 @@ def _when_row(card: SkillCard) -> dict[str, Any] | None:
         paid = set(when.paid)
         return {"card": card.short_id, "transform": card.transform, "precondition": p.expression,
                 "sentence": p.sentence, "holds_on": list(p.holds), "fails_on": list(p.fails),
-                "paid_where_held": round(sum(measured_case(h) in paid for h in p.holds) / len(p.holds), 4)
+                "paid_where_held": round(sum(h in paid for h in p.holds) / len(p.holds), 4)
                 if p.holds else None,
                 "loo_accuracy": p.loo_accuracy}
     if when.kind is WhenKind.UNIFORM:

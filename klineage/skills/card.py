@@ -108,7 +108,9 @@ class Precondition:
     the evidence that supports it: the cases where the step was sound and the predicate holds
     (`holds`), those where it was refused and the predicate fails (`fails`), and the source of
     the labels ("correctness", "domain", "declared", or "timing": where the step paid, from per-case
-    effects, klineage.skills.when), and for a timing predicate its leave-one-case-out accuracy."""
+    effects, klineage.skills.when), and for a timing predicate its leave-one-case-out accuracy. A timing
+    predicate may have exceptions (its sentence counts them): its `holds` are all the decided cases where
+    it holds and its `fails` all those where it fails, paid or not."""
 
     expression: str
     sentence: str

@@ -14,30 +14,38 @@ when left out. Without the band, steps whose effect is 1.00x give or take a per 
 
 Facts (`case_facts`): the case's parameters (numbers; `<p>_is_<v>` for text, e.g. dtypes), what
 the step's parent kernel's launch plan makes of them (`blocks` of its largest launch, `waves` = blocks /
-SMs, `threads` a block, `dynamic_shared` bytes), what ptxas said of it (`registers`,
-`static_shared`) and the work the problem's roofline figures give the case (`megabytes`, `intensity`,
-`bytes_per_thread`: `work_facts`). Only facts every measured case defines are searched, and a card measured on several
-operators leaves their parameters out (induction's `_when`): conv2d's N is a batch, GEMM's N a width, so
-GEMM and conv2d cases are compared by blocks, waves, threads, shared memory and registers alone.
+SMs, `threads` a block, `dynamic_shared` bytes), what ptxas said of it (`registers`, `static_shared`,
+`stack_bytes`, `spill_bytes`) and the work the problem's roofline figures give the case (`megabytes`,
+`intensity`, `bytes_per_thread`: `work_facts`). A fact is searched where more than half of the cases
+define it (a step timed on its headline alone has no ptxas facts); an atom fails where its fact is
+missing (unknown fails). A card measured on several operators leaves their parameters out (induction's
+`_when`): conv2d's N is a batch, GEMM's N a width, so GEMM and conv2d cases are compared by blocks,
+waves, threads, shared memory, registers, spills and work alone.
 
-Search (`search`), simplest first: one atom, then two joined by `and`. Atoms, in this order of families:
-text equality (`dtype_is_float16`), thresholds (`waves >= 1`, `cols <= 4096`, a round number between the
-last unpaid and the first paid case: `_between`), divisibility (`cols % 4 == 0`; after thresholds, since
-a few sizes share some divisor by chance, while an alignment rule shows where no threshold does). An atom is a candidate
-when it holds on every paid case; it separates when it also fails on every unpaid one.
+Search (`search`): the predicate that calls fewest decided cases wrongly (paid where it fails, unpaid
+where it holds), one atom, else two joined by `and` where that calls fewer wrongly. Atoms, in this
+order of families: text equality (`dtype_is_float16`), thresholds (`waves >= 1`, `cols <= 4096`: a
+round number between two neighbouring values, `_between`), divisibility (`cols % 4 == 0`; after
+thresholds, since a few sizes share some divisor by chance, while an alignment rule shows where no
+threshold does). Ties go to a range of one fact over two facts, then to simpler families.
+Measurements are noisy and kernels differ in ways no fact names, so a predicate may have exceptions;
+what keeps one from being fitted to noise is the rules below, each checked on held-out cases.
 
 What is written (`induce_when`), and why each rule:
 - paid on every case: UNIFORM, "paid on all N cases measured", a result, not an empty field; never
   paid: NEVER ("did not pay on any of the N cases measured").
-- a predicate separating them is written only when the data forced it: at least MIN_SUPPORT cases on
-  each side (a predicate is false somewhere the step did not pay, and true somewhere it paid), and a
-  leave-one-case-out accuracy of at least MIN_LOO: each case in turn is left out, the search re-run on
-  the others, and its prediction (the predicate found, else the others' majority) compared with what
-  was measured. A predicate that one case decides is noise fitted, not a precondition. And since two
-  paid cases among thirty unpaid ones give a high accuracy whatever is said of the two, the search
-  without a paid case must still call it paid on at least MIN_RECALL of them (`paid_recall`).
-- otherwise MIXED: "paid on k of N cases; nothing over the case facts separates them", with the
-  accuracy the best candidate reached, so a reader sees how far from a rule the evidence is.
+- a predicate is written only when the data forced it: at least MIN_SUPPORT cases on each side (true
+  somewhere it paid, false somewhere it did not); at least MIN_PRECISION of the decided cases where it
+  holds paid ("pays where ..." must be mostly true); and a leave-one-case-out accuracy of at least
+  MIN_LOO and of at least the share of the commoner outcome: each case in turn is left out, the search
+  re-run on the others (its thresholds placed between their values), and its prediction (the predicate
+  found, where it reaches MIN_PRECISION on them, else the others' majority) compared with what was
+  measured. A predicate that one case decides is noise fitted, not a precondition. And since two paid
+  cases among thirty unpaid ones give a high accuracy whatever is said of the two, the search without a
+  paid case must still call it paid on at least MIN_RECALL of them (`paid_recall`). Its sentence counts
+  the exceptions ("paid on 12 of the 13 decided cases where it holds, on 1 of the 20 where it does not").
+- otherwise MIXED: "paid on k of N cases", with the best split and the measures it fell short on, so a
+  reader sees how far from a rule the evidence is.
 """
 
 from __future__ import annotations
@@ -45,18 +53,19 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from itertools import combinations
 from typing import Any
+
+import numpy as np
 
 from klineage import devices, expr
 from klineage.devices import DeviceSpec
 from klineage.errors import DocumentError, ExpressionError
 from klineage.kernel import KernelState
 from klineage.launch import numeric
-from klineage.skills.card import DEFAULT_REQUIRED_RATIO, Precondition, SkillCard, measured_case
+from klineage.skills.card import DEFAULT_REQUIRED_RATIO, KERNEL_MARK, Effect, Precondition, SkillCard, measured_case
 from klineage.skills.predicates import DIVISORS
 from klineage.skills.predicates import case_facts as param_facts
 
@@ -67,6 +76,8 @@ MIN_SUPPORT = 2  # decided cases on each side of a written predicate
 REPEATABILITY = 0.015
 MIN_LOO = 0.8  # leave-one-case-out accuracy a written predicate reaches
 MIN_RECALL = 0.5  # share of its paid cases it still predicts paid when each is left out (`paid_recall`)
+MIN_PRECISION = 0.8  # share of the decided cases where a written predicate holds on which the step paid
+BEAM = 200  # atoms missing fewest paid cases, paired with one another
 MIN_WHEN_CASES = 8  # distinct cases a card must have paid on before "paid on all N cases" admits it
 SOURCE = "timing"  # a Precondition's source: it says where the step pays, not whether it is sound
 
@@ -186,45 +197,73 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _shared(rows: Sequence[CaseEffect]) -> dict[str, list[Any]]:
-    """Each fact every row defines, with its values in row order. A text equality `p_is_v` counts as
-    defined wherever `p` is (false where `p` has another value)."""
-    if not rows:
-        return {}
-    numbers = set.intersection(*({k for k in r.facts if "_is_" not in k} for r in rows))
-    texts = {k for r in rows for k in r.facts if "_is_" in k}
-    texts = {k for k in texts if all(any(f.startswith(k.split("_is_")[0] + "_is_") for f in r.facts) for r in rows)}
-    return {k: [r.facts.get(k, False) for r in rows] for k in sorted(numbers | texts)}
+@dataclass(frozen=True)
+class _Facts:
+    """The rows' facts as columns: numbers (NaN where a row lacks the fact) and text equalities (false
+    where a row lacks the parameter). Only facts more than half of the rows define: a step timed on its
+    headline alone has no ptxas facts, while a fact most rows lack tells which operator or kernel a row
+    is rather than what its case asks. An atom over a fact a row lacks fails there (unknown fails)."""
+
+    numbers: dict[str, np.ndarray]
+    texts: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, rows: Sequence[CaseEffect]) -> _Facts:
+        counts = Counter(k for r in rows for k, v in r.facts.items() if "_is_" not in k and _numeric(v))
+        numbers = {k: np.array([float(r.facts[k]) if _numeric(r.facts.get(k)) else np.nan for r in rows])
+                   for k, n in sorted(counts.items()) if 2 * n > len(rows)}
+        params = Counter(p for r in rows for p in {k.split("_is_")[0] for k in r.facts if "_is_" in k})
+        texts = {k: np.array([r.facts.get(k) is True for r in rows])
+                 for k in sorted({k for r in rows for k in r.facts if "_is_" in k})
+                 if 2 * params[k.split("_is_")[0]] > len(rows)}
+        return cls(numbers, texts)
 
 
-def atoms(rows: Sequence[CaseEffect]) -> list[Atom]:
-    """Every atom true on every paid case of `rows` and false on at least one unpaid one, simplest first."""
-    paid = [r for r in rows if r.paid]
-    if not paid:
-        return []
-    table = _shared(rows)
-    found: list[Atom] = []
-    for key, values in table.items():  # 0: text equality
-        if "_is_" in key and all(v is True for v, r in zip(values, rows) if r.paid):
-            name, value = key.split("_is_", 1)
-            found.append(Atom(key, f"{name} is {value}", 0))
-    for key, values in table.items():  # 1: thresholds between the paid cases and the nearest unpaid ones
-        if "_is_" in key or not all(_numeric(v) for v in values):
-            continue
-        mine = [v for v, r in zip(values, rows) if r.paid]
-        theirs = [v for v, r in zip(values, rows) if not r.paid]
-        below = [v for v in theirs if v < min(mine)]
-        above = [v for v in theirs if v > max(mine)]
-        low = _between(max(below), min(mine)) if below else min(mine)
-        high = -_between(-min(above), -max(mine)) if above else max(mine)
-        found.append(Atom(f"{key} >= {_fmt(low)}", f"{key} is at least {_fmt(low)}", 1))
-        found.append(Atom(f"{key} <= {_fmt(high)}", f"{key} is at most {_fmt(high)}", 1))
-    for key, values in table.items():  # 2: divisibility, the largest divisor every paid case has
-        ints = [v for v, r in zip(values, rows) if r.paid]
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in values) and all(v > 0 for v in ints):
-            for d in sorted((d for d in DIVISORS if all(v % d == 0 for v in ints)), reverse=True):
-                found.append(Atom(f"{key} % {d} == 0", f"{key} is a multiple of {d}", 2))
-    return found
+def _cut(lo: float, hi: float) -> tuple[str, str]:
+    """Thresholds between two neighbouring values, as written: `>= a` true from `hi` up and `<= b` true
+    from `lo` down, each a round number between them (`_between`) where its written form stays there."""
+    def written(value: float, inside: Callable[[float], bool]) -> str:
+        for text in (_fmt(value), f"{value:.6g}", repr(float(value))):
+            if inside(float(text)):
+                return text
+        return repr(float(value))
+
+    return (written(_between(lo, hi), lambda t: lo < t <= hi),
+            written(-_between(-hi, -lo), lambda t: lo <= t < hi))
+
+
+def _candidates(facts: _Facts, train: np.ndarray) -> tuple[list[Atom], np.ndarray]:
+    """Every atom over the facts, formed from the `train` rows' values, with the rows (all of them) it
+    holds on, simplest first: text equalities, then a threshold between each two neighbouring values of a
+    number, then divisibility. Of atoms that hold on the same rows only the first is kept; one that holds
+    on every training row or on none says nothing of them."""
+    found: list[tuple[Atom, np.ndarray]] = []
+    for key, column in facts.texts.items():  # 0: text equality
+        name, value = key.split("_is_", 1)
+        found.append((Atom(key, f"{name} is {value}", 0), column))
+    with np.errstate(invalid="ignore"):
+        for key, column in facts.numbers.items():  # 1: thresholds between neighbouring values
+            steps = np.unique(column[train & ~np.isnan(column)])
+            for lo, hi in zip(steps, steps[1:]):
+                low, high = _cut(float(lo), float(hi))
+                found.append((Atom(f"{key} >= {low}", f"{key} is at least {low}", 1), column >= float(low)))
+                found.append((Atom(f"{key} <= {high}", f"{key} is at most {high}", 1), column <= float(high)))
+        for key, column in facts.numbers.items():  # 2: divisibility
+            defined = column[~np.isnan(column)]
+            if defined.size and np.all(defined > 0) and np.all(defined == np.round(defined)):
+                for d in sorted(DIVISORS, reverse=True):
+                    found.append((Atom(f"{key} % {d} == 0", f"{key} is a multiple of {d}", 2),
+                                  ~np.isnan(column) & (np.fmod(column, d) == 0)))
+    atoms_: list[Atom] = []
+    masks: list[np.ndarray] = []
+    seen: set[bytes] = set()
+    for atom, mask in found:
+        key = np.packbits(mask).tobytes()
+        if key not in seen and (mask & train).any() and (~mask & train).any():
+            seen.add(key)
+            atoms_.append(atom)
+            masks.append(mask)
+    return atoms_, np.array(masks, dtype=bool).reshape(len(masks), len(train))
 
 
 def _between(lo: float, hi: float) -> float:
@@ -252,40 +291,67 @@ def _holds(expression: str, row: CaseEffect) -> bool:
         return False
 
 
-def search(rows: Sequence[CaseEffect]) -> Atom | None:
-    """The simplest predicate (an atom, else two joined by `and`) true on every paid case and false on
-    every unpaid one; None where there is none, or nothing to separate."""
-    paid = {r.case for r in rows if r.paid}
-    unpaid = {r.case for r in rows if not r.paid}
-    if not paid or not unpaid:
+def _best(atoms_: Sequence[Atom], masks: np.ndarray, paid: np.ndarray,
+          unpaid: np.ndarray) -> tuple[Atom, np.ndarray] | None:
+    """The predicate calling fewest of the `paid` and `unpaid` cases wrongly (paid where it fails, unpaid
+    where it holds): one atom, else two joined by `and` where that calls fewer wrongly; ties go to a range
+    of one fact over two facts, then to the simpler families, then to the earlier atoms. Pairs are formed
+    among the BEAM atoms that miss fewest paid cases (a conjunction only narrows). Only a predicate true on
+    some paid case and false on some unpaid one is a candidate; None without one."""
+    if not paid.any() or not unpaid.any() or not len(atoms_):
         return None
-    found = atoms(rows)
-    truth = {a.expression: {r.case for r in rows if _holds(a.expression, r)} for a in found}
-    viable = [a for a in sorted(found, key=lambda a: a.family) if paid <= truth[a.expression]]
-    for atom in viable:
-        if not truth[atom.expression] & unpaid:
-            return atom
-    for first, second in sorted(combinations(viable, 2), key=lambda p: p[0].family + p[1].family):
-        if not truth[first.expression] & truth[second.expression] & unpaid:
-            return Atom(f"{first.expression} and {second.expression}", f"{first.sentence} and {second.sentence}",
-                        first.family + second.family)
-    return None
+    errors = (~masks & paid).sum(1) + (masks & unpaid).sum(1)
+    useful = np.flatnonzero((masks & paid).any(1) & (~masks & unpaid).any(1))
+    if not useful.size:
+        return None
+    families = np.array([a.family for a in atoms_])
+    one = useful[np.lexsort((useful, families[useful], errors[useful]))[0]]
+    best, least = (atoms_[one], masks[one]), errors[one]
+    missed = (~masks[useful] & paid).sum(1)
+    wrong = (masks[useful] & unpaid).sum(1)
+    beam = useful[np.lexsort((useful, wrong, missed))[:BEAM]]
+    both = masks[beam][:, None, :] & masks[beam][None, :, :]
+    pair_errors = (~both & paid).sum(2) + (both & unpaid).sum(2)
+    upper = np.triu(np.ones((len(beam), len(beam)), dtype=bool), 1) & (both & paid).any(2)
+    i, j = np.nonzero(upper & (pair_errors < least))
+    if i.size:
+        # a range of one fact reads simpler than two facts joined; then the simpler families, then the earlier atoms
+        facts = np.array([atoms_[k].expression.split()[0] for k in beam])
+        order = np.lexsort((beam[j], beam[i], families[beam[i]] + families[beam[j]], facts[i] != facts[j],
+                            pair_errors[i, j]))
+        i, j = i[order[0]], j[order[0]]
+        first, second = (atoms_[k] for k in sorted((beam[i], beam[j])))
+        best = (Atom(f"{first.expression} and {second.expression}", f"{first.sentence} and {second.sentence}",
+                     first.family + second.family), both[i, j])
+    return best
+
+
+def search(rows: Sequence[CaseEffect]) -> Atom | None:
+    """The predicate over the rows' facts that calls fewest of their cases wrongly (`_best`); None where
+    there is nothing to separate or no atom to separate it with."""
+    paid = np.array([r.paid for r in rows], dtype=bool)
+    everyone = np.ones(len(rows), dtype=bool)
+    found = _best(*_candidates(_Facts.of(rows), everyone), paid, ~paid)
+    return found[0] if found else None
 
 
 def _left_out_guesses(rows: Sequence[CaseEffect]) -> list[bool]:
     """For each case, whether the search on all cases but it predicts it paid: the predicate found on the
-    others, else the others' majority (ties: paid). A case measured on several kernels is left out with
-    all its rows: its twin on another kernel would otherwise tell the search the answer."""
-    searched: dict[str, tuple[Atom | None, bool]] = {}  # a case's rows share one search over the others
-    guesses = []
-    for left in rows:
-        case = measured_case(left.case)
-        if case not in searched:
-            others = [r for r in rows if measured_case(r.case) != case]
-            searched[case] = (search(others), 2 * sum(r.paid for r in others) >= len(others))
-        atom, majority = searched[case]
-        guesses.append(_holds(atom.expression, left) if atom is not None else majority)
-    return guesses
+    others (its thresholds placed between their values), else the others' majority (ties: paid). A case
+    measured on several kernels is left out with all its rows: its twin on another kernel would otherwise
+    tell the search the answer."""
+    facts = _Facts.of(rows)
+    paid = np.array([r.paid for r in rows], dtype=bool)
+    cases = [measured_case(r.case) for r in rows]
+    guesses: dict[str, np.ndarray | bool] = {}  # a case's rows share one search over the others
+    for case in dict.fromkeys(cases):
+        keep = np.array([c != case for c in cases])
+        found = _best(*_candidates(facts, keep), paid & keep, ~paid & keep)
+        if found is not None and (found[1] & paid & keep).sum() >= MIN_PRECISION * (found[1] & keep).sum():
+            guesses[case] = found[1]
+        else:  # what induction would not write predicts nothing: the majority does
+            guesses[case] = bool(2 * (paid & keep).sum() >= keep.sum())
+    return [bool(g[i]) if isinstance(g := guesses[case], np.ndarray) else g for i, case in enumerate(cases)]
 
 
 def leave_one_out(rows: Sequence[CaseEffect], guesses: Sequence[bool] | None = None) -> float:
@@ -313,25 +379,68 @@ def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_R
     if kind is not WhenKind.MIXED:
         return When(kind, sentence, rows, required=required)
     decided = [r for r in rows if r.outcome is not Outcome.UNDECIDED]
-    paid = sum(r.paid for r in decided)
-    unpaid = len(decided) - paid
     atom = search(decided)
     guesses = _left_out_guesses(decided)  # each case left out once: both measures read the same searches
     loo, recall = leave_one_out(decided, guesses), paid_recall(decided, guesses)
-    if atom is not None and paid >= MIN_SUPPORT and unpaid >= MIN_SUPPORT and loo >= MIN_LOO and recall >= MIN_RECALL:
-        holds = tuple(r.case for r in decided if _holds(atom.expression, r))
-        fails = tuple(r.case for r in decided if not _holds(atom.expression, r))
-        sentence = (f"pays where {atom.sentence}: paid on all {len(holds)} decided case(s) where it holds, on none "
-                    f"of the {len(fails)} where it does not (leave-one-case-out {loo:.2f})"
-                    + _undecided_clause(rows, required))
+    if atom is None:
+        return When(WhenKind.MIXED, f"{sentence}; no predicate over the facts the cases share separates them",
+                    rows, None, loo, required)
+    split = _Split.of(atom, decided)
+    majority = max(split.paid, split.unpaid) / len(decided)
+    if (split.paid_held >= MIN_SUPPORT and split.unpaid_failed >= MIN_SUPPORT and split.precision >= MIN_PRECISION
+            and loo >= max(MIN_LOO, majority) and recall >= MIN_RECALL):
+        sentence = f"pays where {atom.sentence}: {split.tally()} (leave-one-case-out {loo:.2f})" + \
+            _undecided_clause(rows, required)
         return When(WhenKind.PRECONDITION, sentence, rows,
-                    Precondition(atom.expression, sentence, holds, fails, SOURCE, loo_accuracy=round(loo, 4)),
-                    loo, required)
-    why = ("no predicate over the facts every case shares separates them" if atom is None else
-           f"'{atom.expression}' separates them but is not forced (support {paid} paid / {unpaid} not, "
-           f"leave-one-case-out {loo:.2f}, paid cases kept {recall:.2f}; needs {MIN_SUPPORT} decided cases "
-           f"each side, {MIN_LOO} and {MIN_RECALL})")
-    return When(WhenKind.MIXED, f"{sentence}; {why}", rows, None, loo, required, (atom.expression,) if atom else ())
+                    Precondition(atom.expression, sentence, split.holds, split.fails, SOURCE,
+                                 loo_accuracy=round(loo, 4)), loo, required)
+    why = (f"the best split, '{atom.expression}', is not forced ({split.tally()}; leave-one-case-out {loo:.2f} "
+           f"against {majority:.2f} for always saying the commoner outcome, paid cases kept {recall:.2f}; it needs "
+           f"{MIN_SUPPORT} decided cases each side, {MIN_PRECISION:.0%} paid where it holds, {MIN_LOO} and "
+           f"{MIN_RECALL})")
+    return When(WhenKind.MIXED, f"{sentence}; {why}", rows, None, loo, required, (atom.expression,))
+
+
+@dataclass(frozen=True)
+class _Split:
+    """How a predicate divides the decided cases: where it holds and where it fails, and which paid."""
+
+    holds: tuple[str, ...]
+    fails: tuple[str, ...]
+    paid_held: int
+    paid_failed: int
+
+    @classmethod
+    def of(cls, atom: Atom, decided: Sequence[CaseEffect]) -> _Split:
+        held = [r for r in decided if _holds(atom.expression, r)]
+        failed = [r for r in decided if not _holds(atom.expression, r)]
+        return cls(tuple(r.case for r in held), tuple(r.case for r in failed),
+                   sum(r.paid for r in held), sum(r.paid for r in failed))
+
+    @property
+    def paid(self) -> int:
+        return self.paid_held + self.paid_failed
+
+    @property
+    def unpaid(self) -> int:
+        return len(self.holds) + len(self.fails) - self.paid
+
+    @property
+    def unpaid_failed(self) -> int:
+        return len(self.fails) - self.paid_failed
+
+    @property
+    def precision(self) -> float:
+        return self.paid_held / len(self.holds) if self.holds else 0.0
+
+    def tally(self) -> str:
+        """"paid on all 4 decided case(s) where it holds, on none of the 9 where it does not", with the
+        exceptions counted where there are any."""
+        held = (f"paid on all {len(self.holds)} decided case(s) where it holds" if self.paid_held == len(self.holds)
+                else f"paid on {self.paid_held} of the {len(self.holds)} decided cases where it holds")
+        failed = (f"on none of the {len(self.fails)} where it does not" if not self.paid_failed
+                  else f"on {self.paid_failed} of the {len(self.fails)} where it does not")
+        return f"{held}, {failed}"
 
 
 def _undecided_clause(rows: Sequence[CaseEffect], required: float) -> str:
@@ -385,14 +494,28 @@ def timing_precondition(card: SkillCard) -> Precondition | None:
     return next((p for p in card.preconditions if p.source == SOURCE), None)
 
 
+def kernel_rows(card: SkillCard) -> list[tuple[str, Effect]]:
+    """The card's effects keyed as induction's rows: "operator:case", or "operator:case@kernel" where its
+    steps timed that operator on several kernels (a lineage id starts with its expert's name)."""
+    def kernel(effect: Effect) -> str:
+        return effect.source.lineage.split(KERNEL_MARK, 1)[0]
+
+    kernels: dict[str, set[str]] = {}
+    for effect in card.effects:
+        kernels.setdefault(effect.operator, set()).add(kernel(effect))
+    return [(f"{e.operator}:{e.case}" + (f"{KERNEL_MARK}{kernel(e)}" if len(kernels[e.operator]) > 1 else ""), e)
+            for e in card.effects]
+
+
 def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When:
     """A card's *when* as its document states it: its timing precondition where induction wrote one,
     else what its per-case effects show (uniform, never, or mixed with nothing forced). No search runs
     here: what was not written at induction was not forced."""
-    rows = tuple(per_case([(f"{e.operator}:{e.case}", e.ratio, {}) for e in card.effects], required))
     timing = timing_precondition(card)
-    if timing is not None:
+    if timing is not None:  # its rows as induction had them, one a kernel where a case was timed on several
+        rows = tuple(per_case([(key, e.ratio, {}) for key, e in kernel_rows(card)], required))
         return When(WhenKind.PRECONDITION, timing.sentence, rows, timing, timing.loo_accuracy, required)
+    rows = tuple(per_case([(f"{e.operator}:{e.case}", e.ratio, {}) for e in card.effects], required))
     kind, sentence = _tally(rows, required)
     if kind is WhenKind.MIXED:
         sentence += "; no predicate over the case facts was forced by them"

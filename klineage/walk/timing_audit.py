@@ -192,7 +192,7 @@ def case_ratios(verdict: Verdict) -> list[CaseRatio]:
 @dataclass(frozen=True)
 class PerCaseTiming:
     """A step timed on every case: its cases, where its kernels sat, what ptxas said of its parent
-    (`registers`, `static_shared`: the largest over its entries), the verdict's findings (a case its
+    (`compiled_facts`), the verdict's findings (a case its
     parent failed on when timed: a measured risk) and the GPU it ran on."""
 
     rows: tuple[CaseRatio, ...]
@@ -203,12 +203,16 @@ class PerCaseTiming:
 
 
 def compiled_facts(verdict: Verdict) -> dict[str, int]:
-    """Registers a thread and static shared bytes a block of the verdict's kernel, the largest over its entries."""
+    """What ptxas said of the verdict's kernel, the largest over its entries: registers a thread, static
+    shared bytes a block, the stack frame a thread (local arrays and spills) and the bytes it spills
+    (stores and loads): a step that adds registers pays differently where the kernel already spills."""
     entries = [e for arch in (verdict.compile.get("resources") or {}).values() for e in arch.values()]
     if not entries:
         return {}
     return {"registers": max(int(e.get("registers", 0)) for e in entries),
-            "static_shared": max(int(e.get("shared_bytes", 0)) for e in entries)}
+            "static_shared": max(int(e.get("shared_bytes", 0)) for e in entries),
+            "stack_bytes": max(int(e.get("stack_bytes", 0)) for e in entries),
+            "spill_bytes": max(int(e.get("spill_store_bytes", 0)) + int(e.get("spill_load_bytes", 0)) for e in entries)}
 
 
 def percase_timing(lineage: Lineage, index: int, cache: GateCache | None = None) -> PerCaseTiming | None:
