@@ -56,6 +56,8 @@ class RunToRun(str, Enum):
 
 
 DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
+DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+               "uint8": 1, "bool": 1}
 
 
 @dataclass(frozen=True)

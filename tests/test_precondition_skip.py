@@ -17,7 +17,7 @@ from klineage.skills import induce
 from klineage.skills.card import CardStatus, Precondition
 from klineage.skills.library import Library, problem_infos
 from klineage.skills.retrieval import precondition_failure, retrieve, timing_failure
-from klineage.skills.when import SOURCE, launch_facts
+from klineage.skills.when import SOURCE, launch_facts, layout_facts
 
 SOFTMAX = corpus.problem_path("row_softmax")
 DRY_LINEAGE = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.dry.json"
@@ -123,3 +123,15 @@ def test_a_failing_timing_precondition_does_not_decide_a_site_another_transform_
                    transforms=list(catalog().values()), seed=0)
     offered = [c for c in plan(start) if c.rewrite is not None]
     assert [(c.card, c.rewrite.transform, c.not_gated) for c in offered] == [(card.id, "serialize_reduction", "")]
+
+
+def test_the_rows_a_case_writes_value_an_alignment_predicate(cards, naive, info):
+    """row_softmax's outputs are float32 rows of `cols`: its headline (4096) writes 16384-byte rows, aligned
+    to 128 bytes; a 1025-column case's rows are aligned to 4 bytes only, where a 16-byte pack cannot line up."""
+    card = retrievable(cards, naive, info)
+    assert layout_facts(info.outputs, {"rows": 8, "cols": 4096}) == {"row_bytes": 16384, "row_align": 128}
+    assert layout_facts(info.outputs, {"rows": 8, "cols": 1025}) == {"row_bytes": 4100, "row_align": 4}
+    assert layout_facts(info.outputs, {"rows": 8}) == {}  # a shape that does not resolve says nothing
+    assert timing_failure(timed(card, "row_align >= 16"), info, naive) is None
+    failed = timing_failure(timed(card, "row_align >= 256"), info, naive)
+    assert failed is not None and failed.facts == {"row_align": 128}

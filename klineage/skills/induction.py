@@ -79,7 +79,7 @@ from klineage.skills.card import (
     SkillCard,
 )
 from klineage.skills.predicates import Labelled, separate
-from klineage.skills.when import WhenKind, case_facts, induce_when, launch_facts, per_case
+from klineage.skills.when import WhenKind, case_facts, induce_when, launch_facts, layout_facts, per_case
 from klineage.walk.audit import MECHANISMS
 from klineage.walk.timing_audit import PerCaseTiming
 
@@ -411,9 +411,10 @@ def _when(steps: list[_Step], effects: list[Effect], problems: Mapping[str, Any]
         compiled = timed[effect.source].compiled if effect.source in timed else None
         known = problems.get(effect.operator) if problems else None
         roofline = known.roofline.get(effect.case) if isinstance(known, ProblemInfo) else None
+        layout = layout_facts(known.outputs, params) if isinstance(known, ProblemInfo) else None
         rows.append((f"{effect.operator}:{effect.case}{on}", effect.ratio,
                      case_facts({} if across else params, launch_facts(step.parent.kernel, params), compiled,
-                                roofline)))
+                                roofline, layout)))
     when = induce_when(per_case(rows))
     if when.kind is not WhenKind.PRECONDITION:
         return None

@@ -134,7 +134,7 @@ def timing_failure(card: SkillCard, problem: ProblemInfo, state: KernelState | N
     A predicate naming a fact the target does not give (registers, before it is compiled) is undecided, and
     an undecided one skips nothing: it says where the card pays, not whether it is sound, and the gate
     measures anyway."""
-    from klineage.skills.when import SOURCE, case_facts, launch_facts, work_facts
+    from klineage.skills.when import SOURCE, case_facts, launch_facts, layout_facts, work_facts
 
     timing = [p for p in card.preconditions if p.source == SOURCE]
     if not timing:
@@ -142,11 +142,11 @@ def timing_failure(card: SkillCard, problem: ProblemInfo, state: KernelState | N
     name = case or problem.headline
     params = dict(problem.case(name).params)
     launch = launch_facts(state, params) if state is not None else {}
-    work = work_facts(problem.roofline.get(name), launch)
-    facts = {**case_facts(params, launch), **work}
+    shared = {**work_facts(problem.roofline.get(name), launch), **layout_facts(problem.outputs, params)}
+    facts = {**case_facts(params, launch), **shared}
     for precondition in timing:
         try:
-            holds = precondition.check({**_facts(params, precondition.names), **launch, **work})
+            holds = precondition.check({**_facts(params, precondition.names), **launch, **shared})
         except ExpressionError:
             continue
         if not holds:

@@ -15,12 +15,13 @@ when left out. Without the band, steps whose effect is 1.00x give or take a per 
 Facts (`case_facts`): the case's parameters (numbers; `<p>_is_<v>` for text, e.g. dtypes), what
 the step's parent kernel's launch plan makes of them (`blocks` of its largest launch, `waves` = blocks /
 SMs, `threads` a block, `dynamic_shared` bytes), what ptxas said of it (`registers`, `static_shared`,
-`stack_bytes`, `spill_bytes`) and the work the problem's roofline figures give the case (`megabytes`,
-`intensity`, `bytes_per_thread`: `work_facts`). A fact is searched where more than half of the cases
+`stack_bytes`, `spill_bytes`), the work the problem's roofline figures give the case (`megabytes`,
+`intensity`, `bytes_per_thread`: `work_facts`) and the rows its outputs are written in (`row_bytes`,
+`row_align`: `layout_facts`). A fact is searched where more than half of the cases
 define it (a step timed on its headline alone has no ptxas facts); an atom fails where its fact is
 missing (unknown fails). A card measured on several operators leaves their parameters out (induction's
 `_when`): conv2d's N is a batch, GEMM's N a width, so GEMM and conv2d cases are compared by blocks,
-waves, threads, shared memory, registers, spills and work alone.
+waves, threads, shared memory, registers, spills, work and row layout alone.
 
 Search (`search`): the predicate that calls fewest decided cases wrongly (paid where it fails, unpaid
 where it holds), one atom, else two joined by `and` where that calls fewer wrongly. Atoms, in this
@@ -65,6 +66,7 @@ from klineage.devices import DeviceSpec
 from klineage.errors import DocumentError, ExpressionError
 from klineage.kernel import KernelState
 from klineage.launch import numeric
+from klineage.problem import DTYPE_BYTES, OutputSpec
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO, KERNEL_MARK, Effect, Precondition, SkillCard, measured_case
 from klineage.skills.predicates import DIVISORS
 from klineage.skills.predicates import case_facts as param_facts
@@ -146,9 +148,29 @@ class When:
 
 def case_facts(params: Mapping[str, Any], launch: Mapping[str, Any] | None = None,
                compiled: Mapping[str, Any] | None = None,
-               roofline: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """The names a timing predicate may use for one case: parameters, launch, compiled and work facts."""
-    return {**param_facts(params), **(launch or {}), **(compiled or {}), **work_facts(roofline, launch or {})}
+               roofline: Mapping[str, float] | None = None,
+               layout: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The names a timing predicate may use for one case: parameters, launch, compiled, work and layout facts."""
+    return {**param_facts(params), **(launch or {}), **(compiled or {}), **work_facts(roofline, launch or {}),
+            **(layout or {})}
+
+
+def layout_facts(outputs: Sequence[OutputSpec], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The contiguous rows a case writes, in units every operator shares: `row_bytes`, the shortest
+    innermost row of its outputs in bytes, and `row_align`, the largest power of two up to 128 dividing
+    every output's row. Whether 16-byte vector accesses line up row after row depends on it (a row of
+    4100 bfloat16 values is 8200 bytes: aligned to 8, not 16), and a parameter's name cannot say so
+    across operators. {} where an output's shape does not resolve for the case."""
+    rows = []
+    for output in outputs:
+        try:
+            dims, dtype = output.resolve(dict(params))
+        except (DocumentError, ExpressionError):
+            return {}
+        rows.append(dims[-1] * DTYPE_BYTES[dtype])
+    if not rows or min(rows) <= 0:
+        return {}
+    return {"row_bytes": min(rows), "row_align": min(math.gcd(r, 128) for r in rows)}
 
 
 def work_facts(roofline: Mapping[str, float] | None, launch: Mapping[str, Any]) -> dict[str, Any]:
