@@ -252,3 +252,16 @@ def test_a_split_wrong_on_too_many_cases_is_not_written():
              zip(range(1, 13), (0.97, 0.98, 0.96, 0.99, 1.2, 0.98, 1.2, 1.2, 0.97, 1.2, 0.98, 1.2))]
     when = induce_when(rows(table))
     assert when.kind is WhenKind.MIXED and "is not forced" in when.sentence
+
+
+def test_a_case_that_lacks_the_predicates_fact_reads_where_induction_put_it():
+    """A row timed on its headline alone has no ptxas facts: induction counted the predicate failing there
+    (unknown fails), and the card says so rather than valuing the missing fact as 0 or false."""
+    p = Precondition("spill_bytes <= 10000", "pays where spill_bytes is at most 10000", ("op:a",), ("op:b", "op:c"),
+                     "timing", 1.0, {"op:a": {"spill_bytes": 0}, "op:b": {"spill_bytes": 13164}, "op:c": {}})
+    assert p.holds_on("op:a") is True and p.holds_on("op:b") is False and p.holds_on("op:c") is False
+    effects = [CaseEffect(f"op:c{i}", {"spill_bytes": s} if s is not None else {}, r, outcome_of(r, REQUIRED))
+               for i, (s, r) in enumerate([(0, 1.2), (64, 1.2), (0, 1.2), (13000, 0.95), (14000, 0.96), (None, 1.2),
+                                           (12000, 0.97), (0, 1.3)])]
+    when = induce_when(effects)
+    assert when.kind is WhenKind.PRECONDITION and "op:c5" in when.precondition.fails

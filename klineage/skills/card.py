@@ -148,12 +148,13 @@ class Precondition:
     def holds_on(self, case: str) -> bool | None:
         """Whether it holds on a measured case: from the facts recorded for it (a timing predicate
         records every case it was induced over, the undecided ones too, which are in neither `holds`
-        nor `fails`), else from those two lists; None for a case it says nothing about."""
+        nor `fails`), else (and where a fact it names is missing there) from those two lists; None for a case
+        it says nothing about."""
         if case in self.facts:
             try:
                 return self.check(self.facts[case])
-            except ExpressionError:
-                return None
+            except ExpressionError:  # a fact the case lacks: where induction put it says (unknown fails)
+                pass
         if case in self.holds or case in self.fails:
             return case in self.holds
         # a case measured on several kernels: it holds there where it holds on every kernel's row

@@ -420,7 +420,9 @@ def _when(steps: list[_Step], effects: list[Effect], problems: Mapping[str, Any]
         return None
     found = when.precondition
     names = sorted(found.names)
-    values = {row.case: {n: row.facts.get(n, False) for n in names} for row in when.cases}
+    # a text equality a case lacks is false there; a number it lacks stays unknown (the predicate failed there)
+    values = {row.case: {n: row.facts.get(n, False) for n in names if n in row.facts or "_is_" in n}
+              for row in when.cases}
     return Precondition(found.expression, found.sentence, found.holds, found.fails, found.source,
                         found.loo_accuracy, values)
 
