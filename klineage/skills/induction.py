@@ -67,7 +67,6 @@ from klineage.lineage import (
 from klineage.problem import ProblemInfo
 from klineage.skills.card import (
     DEFAULT_REQUIRED_RATIO,
-    KERNEL_MARK,
     CardAnchor,
     CardStatus,
     Effect,
@@ -79,7 +78,15 @@ from klineage.skills.card import (
     SkillCard,
 )
 from klineage.skills.predicates import Labelled, separate
-from klineage.skills.when import WhenKind, case_facts, induce_when, launch_facts, layout_facts, per_case
+from klineage.skills.when import (
+    WhenKind,
+    case_facts,
+    induce_when,
+    kernel_rows,
+    launch_facts,
+    layout_facts,
+    per_case,
+)
 from klineage.walk.audit import MECHANISMS
 from klineage.walk.timing_audit import PerCaseTiming
 
@@ -396,25 +403,19 @@ def _when(steps: list[_Step], effects: list[Effect], problems: Mapping[str, Any]
     across = len({e.operator for e in effects if e.source in by_ref}) > 1
     # Launch and ptxas facts belong to a kernel: where an operator's case was timed on several kernels'
     # steps, each kernel's measurement of it is its own row, so that none loses the facts they differ in.
-    kernels: dict[str, set[str]] = {}
-    for effect in effects:
-        if effect.source in by_ref:
-            kernels.setdefault(effect.operator, set()).add(by_ref[effect.source].lineage.expert.name)
     rows = []
-    for effect in effects:
+    for key, effect in kernel_rows([e for e in effects if e.source in by_ref]):
         table = _case_table(problems, effect.operator)
-        step = by_ref.get(effect.source)
-        if table is None or step is None or effect.case not in table:
+        step = by_ref[effect.source]
+        if table is None or effect.case not in table:
             continue
-        on = f"{KERNEL_MARK}{step.lineage.expert.name}" if len(kernels[effect.operator]) > 1 else ""
         params = table[effect.case]
         compiled = timed[effect.source].compiled if effect.source in timed else None
         known = problems.get(effect.operator) if problems else None
         roofline = known.roofline.get(effect.case) if isinstance(known, ProblemInfo) else None
         layout = layout_facts(known.outputs, params) if isinstance(known, ProblemInfo) else None
-        rows.append((f"{effect.operator}:{effect.case}{on}", effect.ratio,
-                     case_facts({} if across else params, launch_facts(step.parent.kernel, params), compiled,
-                                roofline, layout)))
+        rows.append((key, effect.ratio, case_facts({} if across else params, launch_facts(step.parent.kernel, params),
+                                                   compiled, roofline, layout)))
     when = induce_when(per_case(rows))
     if when.kind is not WhenKind.PRECONDITION:
         return None

@@ -516,17 +516,17 @@ def timing_precondition(card: SkillCard) -> Precondition | None:
     return next((p for p in card.preconditions if p.source == SOURCE), None)
 
 
-def kernel_rows(card: SkillCard) -> list[tuple[str, Effect]]:
-    """The card's effects keyed as induction's rows: "operator:case", or "operator:case@kernel" where its
-    steps timed that operator on several kernels (a lineage id starts with its expert's name)."""
+def kernel_rows(effects: Sequence[Effect]) -> list[tuple[str, Effect]]:
+    """Effects keyed as induction's rows: "operator:case", or "operator:case@kernel" where they time that
+    operator on several kernels (a lineage id starts with its expert's name)."""
     def kernel(effect: Effect) -> str:
         return effect.source.lineage.split(KERNEL_MARK, 1)[0]
 
     kernels: dict[str, set[str]] = {}
-    for effect in card.effects:
+    for effect in effects:
         kernels.setdefault(effect.operator, set()).add(kernel(effect))
     return [(f"{e.operator}:{e.case}" + (f"{KERNEL_MARK}{kernel(e)}" if len(kernels[e.operator]) > 1 else ""), e)
-            for e in card.effects]
+            for e in effects]
 
 
 def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When:
@@ -535,7 +535,7 @@ def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When
     here: what was not written at induction was not forced."""
     timing = timing_precondition(card)
     if timing is not None:  # its rows as induction had them, one a kernel where a case was timed on several
-        rows = tuple(per_case([(key, e.ratio, {}) for key, e in kernel_rows(card)], required))
+        rows = tuple(per_case([(key, e.ratio, {}) for key, e in kernel_rows(card.effects)], required))
         return When(WhenKind.PRECONDITION, timing.sentence, rows, timing, timing.loo_accuracy, required)
     rows = tuple(per_case([(f"{e.operator}:{e.case}", e.ratio, {}) for e in card.effects], required))
     kind, sentence = _tally(rows, required)
