@@ -10,13 +10,16 @@ induction then reads them, klineage.skills.when) and the recorded verdicts; runs
   uniform: admitted cards that paid on every case measured (klineage.skills.when.card_when).
 - loo_accuracy: leave-one-case-out accuracy pooled over every timing precondition (cases predicted
   right / cases), null when there is none; loo_accuracy_every_card: the same over every card's, admitted or not.
+- kernel_loo_accuracy: the same with each kernel left out with all its cases instead (how a precondition
+  carries to a kernel it was not induced on), pooled over the admitted preconditions measured on several kernels.
 - evaluations_saved: at each bundled kernel of each operator, the candidate kernels of cards whose
   timing precondition fails on its problem's headline, at the card's own transform's sites (what
   `klineage optimize --strategy library` records `precondition_failed` and does not gate in its first round
   from that kernel).
 - whens: how many admitted cards' *when* is each kind (precondition, uniform, never, mixed, unmeasured).
 - rows: one per admitted card with a *when*: its precondition (or "paid on all N cases measured"),
-  the cases it holds and fails on, the share of paid cases where it holds, its leave-one-case-out accuracy,
+  the cases it holds and fails on, the share of paid cases where it holds, its leave-one-case-out and
+  leave-one-kernel-out accuracies,
   and the held-out trials that decided it (target, paired ratio on the trial's case, outcome): where a
   uniform card was tried beyond the cases it was measured on.
 - kept_out: the cards that are not admitted because their per-case effects do not say where they pay
@@ -78,22 +81,24 @@ def _when_row(card: SkillCard) -> dict[str, Any] | None:
                 "sentence": p.sentence, "holds_on": list(p.holds), "fails_on": list(p.fails),
                 "paid_where_held": round(sum(h in paid for h in p.holds) / len(p.holds), 4)
                 if p.holds else None,
-                "loo_accuracy": p.loo_accuracy}
+                "loo_accuracy": p.loo_accuracy, "kernel_loo_accuracy": p.kernel_loo_accuracy}
     if when.kind is WhenKind.UNIFORM:
         cases = [r.case for r in when.cases]
         return {"card": card.short_id, "transform": card.transform, "precondition": when.sentence,
                 "sentence": when.sentence, "holds_on": cases, "fails_on": [], "paid_where_held": 1.0,
-                "loo_accuracy": None}
+                "loo_accuracy": None, "kernel_loo_accuracy": None}
     return None
 
 
-def _pooled(cards: list[SkillCard]) -> float | None:
+def _pooled(cards: list[SkillCard], measure: str = "loo_accuracy") -> float | None:
+    """A precondition measure (`loo_accuracy`, `kernel_loo_accuracy`) pooled over the cards' timing
+    preconditions that have it, each weighted by its decided cases."""
     right = total = 0.0
     for card in cards:
         when = card_when(card)
-        if when.kind is WhenKind.PRECONDITION and when.loo_accuracy is not None:
+        if when.kind is WhenKind.PRECONDITION and getattr(when.precondition, measure) is not None:
             n = len(when.precondition.holds) + len(when.precondition.fails)
-            right, total = right + when.loo_accuracy * n, total + n
+            right, total = right + getattr(when.precondition, measure) * n, total + n
     return round(right / total, 4) if total else None
 
 
@@ -144,6 +149,7 @@ def report(library: Library) -> dict[str, Any]:
         "cards": len(library.cards), "admitted": len(admitted), "with_preconditions": len(nontrivial),
         "uniform": sum(w.kind is WhenKind.UNIFORM for w in whens.values()),
         "loo_accuracy": _pooled(admitted), "loo_accuracy_every_card": _pooled(list(library.cards)),
+        "kernel_loo_accuracy": _pooled(admitted, "kernel_loo_accuracy"),
         "evaluations_saved": evaluations_saved(library),
         "whens": {kind.value: sum(w.kind is kind for w in whens.values()) for kind in WhenKind},
         "kept_out": _kept_out(library),

@@ -384,9 +384,10 @@ def _preconditions(e: Evidence, data: dict[str, Any]) -> None:
                   f"(a case paid where the forward step's "
                   f"paired time ratio to its parent reached {DEFAULT_REQUIRED_RATIO}x by more than the gate's "
                   f"{REPEATABILITY:.1%} run-to-run spread, per case of its problem)")
-    e.columns = ["card", "transform", "status", "when", "holds on", "fails on", "leave-one-case-out"]
+    e.columns = ["card", "transform", "status", "when", "holds on", "fails on", "leave-one-case-out",
+                 "leave-one-kernel-out"]
     e.rows = [[r["card"], r["transform"], r.get("status", "admitted"), r["sentence"], len(r["holds_on"]),
-               len(r["fails_on"]), _num(r.get("loo_accuracy"), "{:.2f}")]
+               len(r["fails_on"]), _num(r.get("loo_accuracy"), "{:.2f}"), _num(r.get("kernel_loo_accuracy"), "{:.2f}")]
               for r in [*data.get("rows", []), *pending]]
 
 

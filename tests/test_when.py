@@ -11,6 +11,7 @@ from klineage.skills.when import (
     WhenKind,
     case_facts,
     induce_when,
+    kernel_facts,
     leave_one_out,
     outcome_of,
     paid_recall,
@@ -265,3 +266,61 @@ def test_a_case_that_lacks_the_predicates_fact_reads_where_induction_put_it():
                                            (12000, 0.97), (0, 1.3)])]
     when = induce_when(effects)
     assert when.kind is WhenKind.PRECONDITION and "op:c5" in when.precondition.fails
+
+
+def sass(**counts: int) -> dict:
+    """A state's `features` with these SASS feature counts, split over two functions of the kernel."""
+    return {"sass": {"counts": [{"name": name, "locus": f"k{i % 2}", "count": n}
+                                for i, (name, n) in enumerate(counts.items())]}}
+
+
+def test_kernel_facts_sum_sass_counts_into_names_every_operator_shares():
+    facts = kernel_facts(sass(ldg_32=6, ldg_128=2, ldg_const=4, lds=3, ldsm=1, bar_sync=2, shfl=5, hmma=8))
+    assert facts["global_loads"] == 8 and facts["vector_load_share"] == 0.25 and facts["readonly_load_share"] == 0.5
+    assert facts["shared_accesses"] == 4 and facts["barriers"] == 2 and facts["shuffles"] == 5
+    assert facts["tensor_ops"] == 8 and facts["atomics"] == 0
+    assert "vector_load_share" not in kernel_facts(sass(stg_128=1))  # no global load: no share of them
+    assert kernel_facts({"source": []}) == {}  # SASS not read: nothing, not zeros
+
+
+def kernel_rows_table(kernels: dict[str, tuple[int, float]], sizes=(1024, 4096, 16384)) -> list[CaseEffect]:
+    """One operator measured on several kernels ("op:case@kernel"): each kernel's barrier count and the
+    ratio the step paid there on every case."""
+    return [CaseEffect(f"op:n{n}@{k}", case_facts({"n": n}, kernel=kernel_facts(sass(bar_sync=b, ldg_32=4))),
+                       ratio, outcome_of(ratio, REQUIRED))
+            for k, (b, ratio) in kernels.items() for n in sizes]
+
+
+def test_a_kernel_fact_that_only_names_the_kernels_measured_is_not_written():
+    """Two kernels, one paid on every case and one on none: `barriers` separates them with every case left
+    out in turn, but with a kernel left out the other alone says nothing of it."""
+    when = induce_when(kernel_rows_table({"k1": (1, 1.2), "k2": (6, 0.98)}), REQUIRED)
+    assert when.kind is WhenKind.MIXED and when.precondition is None
+    assert when.candidates and "barriers" in when.candidates[0]
+    assert "leave-one-kernel-out 0.00 over 2 kernels" in when.sentence
+
+
+def test_a_kernel_fact_that_carries_to_kernels_left_out_is_written_with_both_measures():
+    """Six kernels: those with at most one barrier paid, those with more did not. With a kernel left out the
+    others place the threshold between their own values: without the 2-barrier kernel it falls at 2 and
+    calls that kernel paid, so 15 of the 18 rows are predicted right."""
+    table = {"a": (0, 1.2), "b": (1, 1.15), "c": (1, 1.3), "d": (2, 0.97), "e": (4, 0.99), "f": (8, 0.95)}
+    when = induce_when(kernel_rows_table(table), REQUIRED)
+    assert when.kind is WhenKind.PRECONDITION
+    p = when.precondition
+    assert p.expression == "barriers <= 1"  # a count's threshold is a whole number
+    assert p.loo_accuracy == 1.0 and p.kernel_loo_accuracy == round(15 / 18, 4)
+    assert "leave-one-kernel-out 0.83 over 6 kernels" in p.sentence
+    assert Precondition.from_dict(p.to_dict()) == p
+
+
+def test_a_case_rule_is_found_where_a_kernel_fact_fails_with_kernels_left_out():
+    """The step paid on long rows on both kernels, and a little more on one: the kernel fact that names that
+    kernel fails with it left out, and the search without kernel facts finds the case rule."""
+    table = [CaseEffect(f"op:n{n}@{k}", case_facts({"n": n}, kernel=kernel_facts(sass(bar_sync=b))),
+                        ratio, outcome_of(ratio, REQUIRED))
+             for k, b in (("k1", 1), ("k2", 6)) for n in (256, 512, 1024, 4096, 8192, 16384)
+             for ratio in [1.2 if n >= 4096 else 0.97]]
+    when = induce_when(table, REQUIRED)
+    assert when.kind is WhenKind.PRECONDITION and when.precondition.expression == "n >= 2048"
+    assert when.precondition.kernel_loo_accuracy == 1.0

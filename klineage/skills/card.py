@@ -120,6 +120,9 @@ class Precondition:
     loo_accuracy: float | None = None
     # a timing predicate's names, valued on each measured case: what the card page draws its effects against
     facts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # leave-one-case-out accuracy with each kernel left out with all its cases instead: how the search carries
+    # to a kernel it never saw; None where the card was measured on one kernel
+    kernel_loo_accuracy: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.expression, str) or not self.expression.strip():
@@ -134,8 +137,10 @@ class Precondition:
         object.__setattr__(self, "fails", tuple(self.fails))
         if not isinstance(self.facts, dict) or not all(isinstance(v, dict) for v in self.facts.values()):
             raise DocumentError("precondition.facts", "must map each case to its facts")
-        if self.loo_accuracy is not None and not 0.0 <= number(self.loo_accuracy, "precondition.loo_accuracy") <= 1.0:
-            raise DocumentError("precondition.loo_accuracy", f"must be between 0 and 1, not {self.loo_accuracy!r}")
+        for name in ("loo_accuracy", "kernel_loo_accuracy"):
+            value = getattr(self, name)
+            if value is not None and not 0.0 <= number(value, f"precondition.{name}") <= 1.0:
+                raise DocumentError(f"precondition.{name}", f"must be between 0 and 1, not {value!r}")
 
     @property
     def names(self) -> set[str]:
@@ -172,16 +177,17 @@ class Precondition:
                 "fails": list(self.fails), "source": self.source,
                 # absent unless measured: libraries written before timing predicates keep their bytes
                 **({"loo_accuracy": self.loo_accuracy} if self.loo_accuracy is not None else {}),
+                **({"kernel_loo_accuracy": self.kernel_loo_accuracy} if self.kernel_loo_accuracy is not None else {}),
                 **({"facts": self.facts} if self.facts else {})}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "precondition") -> Precondition:
         data = need(data, ("expression", "sentence", "holds", "fails", "source"), where,
-                    optional=("loo_accuracy", "facts"))
+                    optional=("loo_accuracy", "kernel_loo_accuracy", "facts"))
         try:
             return cls(data["expression"], data["sentence"], _texts(data["holds"], f"{where}.holds"),
                        _texts(data["fails"], f"{where}.fails"), data["source"], data.get("loo_accuracy"),
-                       data.get("facts", {}))
+                       data.get("facts", {}), data.get("kernel_loo_accuracy"))
         except DocumentError as exc:
             raise DocumentError(where, str(exc)) from None
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from klineage.features.feature import Feature
@@ -82,6 +82,7 @@ from klineage.skills.when import (
     WhenKind,
     case_facts,
     induce_when,
+    kernel_facts,
     kernel_rows,
     launch_facts,
     layout_facts,
@@ -415,7 +416,7 @@ def _when(steps: list[_Step], effects: list[Effect], problems: Mapping[str, Any]
         roofline = known.roofline.get(effect.case) if isinstance(known, ProblemInfo) else None
         layout = layout_facts(known.outputs, params) if isinstance(known, ProblemInfo) else None
         rows.append((key, effect.ratio, case_facts({} if across else params, launch_facts(step.parent.kernel, params),
-                                                   compiled, roofline, layout)))
+                                                   compiled, roofline, layout, kernel_facts(step.child.features))))
     when = induce_when(per_case(rows))
     if when.kind is not WhenKind.PRECONDITION:
         return None
@@ -424,8 +425,7 @@ def _when(steps: list[_Step], effects: list[Effect], problems: Mapping[str, Any]
     # a text equality a case lacks is false there; a number it lacks stays unknown (the predicate failed there)
     values = {row.case: {n: row.facts.get(n, False) for n in names if n in row.facts or "_is_" in n}
               for row in when.cases}
-    return Precondition(found.expression, found.sentence, found.holds, found.fails, found.source,
-                        found.loo_accuracy, values)
+    return replace(found, facts=values)
 
 
 def _prior(steps: list[_Step]) -> set[str]:

@@ -16,8 +16,9 @@ Facts (`case_facts`): the case's parameters (numbers; `<p>_is_<v>` for text, e.g
 the step's parent kernel's launch plan makes of them (`blocks` of its largest launch, `waves` = blocks /
 SMs, `threads` a block, `dynamic_shared` bytes), what ptxas said of it (`registers`, `static_shared`,
 `stack_bytes`, `spill_bytes`), the work the problem's roofline figures give the case (`megabytes`,
-`intensity`, `bytes_per_thread`: `work_facts`) and the rows its outputs are written in (`row_bytes`,
-`row_align`: `layout_facts`). A fact is searched where more than half of the cases
+`intensity`, `bytes_per_thread`: `work_facts`), the rows its outputs are written in (`row_bytes`,
+`row_align`: `layout_facts`) and what the kernel the step starts from is made of, from its SASS
+(`barriers`, `shuffles`, `vector_load_share` ...: `kernel_facts`). A fact is searched where more than half of the cases
 define it (a step timed on its headline alone has no ptxas facts); an atom fails where its fact is
 missing (unknown fails). A card measured on several operators leaves their parameters out (induction's
 `_when`): conv2d's N is a batch, GEMM's N a width, so GEMM and conv2d cases are compared by blocks,
@@ -41,7 +42,11 @@ What is written (`induce_when`), and why each rule:
   MIN_LOO and of at least the share of the commoner outcome: each case in turn is left out, the search
   re-run on the others (its thresholds placed between their values), and its prediction (the predicate
   found, where it reaches MIN_PRECISION on them, else the others' majority) compared with what was
-  measured. A predicate that one case decides is noise fitted, not a precondition. And since two paid
+  measured. A predicate that one case decides is noise fitted, not a precondition. Where the cases span
+  several kernels, the same is measured with each kernel left out with all its cases
+  (`kernel_loo_accuracy`: how the rule carries to a kernel never measured, what a user's kernel is), and
+  a predicate naming a kernel fact must reach the same bar that way: such a fact is one value for all of
+  a kernel's cases, so with cases left out it can name the kernels that paid without saying why. And since two paid
   cases among thirty unpaid ones give a high accuracy whatever is said of the two, the search without a
   paid case must still call it paid on at least MIN_RECALL of them (`paid_recall`). Its sentence counts
   the exceptions ("paid on 12 of the 13 decided cases where it holds, on 1 of the 20 where it does not").
@@ -149,10 +154,50 @@ class When:
 def case_facts(params: Mapping[str, Any], launch: Mapping[str, Any] | None = None,
                compiled: Mapping[str, Any] | None = None,
                roofline: Mapping[str, float] | None = None,
-               layout: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The names a timing predicate may use for one case: parameters, launch, compiled, work and layout facts."""
+               layout: Mapping[str, Any] | None = None,
+               kernel: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The names a timing predicate may use for one case: parameters, launch, compiled, work, layout and
+    kernel facts."""
     return {**param_facts(params), **(launch or {}), **(compiled or {}), **work_facts(roofline, launch or {}),
-            **(layout or {})}
+            **(layout or {}), **(kernel or {})}
+
+
+# Kernel facts: SASS feature counts summed into what a kernel engineer reads a kernel by, in names that
+# mean the same in every operator. Static counts (an instruction in a loop counts once).
+_KERNEL_COUNTS = {
+    "shared_accesses": ("lds", "sts", "ldsm", "stsm"),
+    "barriers": ("bar_sync",),
+    "shuffles": ("shfl",),
+    "tensor_ops": ("hmma", "hgmma", "imma"),
+    "async_copies": ("ldgsts", "utmaldg"),
+    "special_functions": ("mufu",),
+    "local_accesses": ("ldl", "stl"),
+    "atomics": ("atom", "red", "atoms"),
+    "global_loads": ("ldg_32", "ldg_64", "ldg_128"),
+}
+
+
+KERNEL_FACTS = frozenset({*_KERNEL_COUNTS, "vector_load_share", "readonly_load_share"})
+
+
+def kernel_facts(features: Mapping[str, Any]) -> dict[str, Any]:
+    """What the kernel a forward step starts from is made of, from its SASS feature counts (a state's
+    `features`): the counts of `_KERNEL_COUNTS`, and of its global loads the share that are 8 or 16
+    bytes wide (`vector_load_share`) and the share on the read-only path (`readonly_load_share`). These
+    tell kernels of one operator apart where no case fact can (a tiled and a plain kernel of one
+    convolution time the same cases). {} where the kernel's SASS was not read."""
+    sass = features.get("sass") if isinstance(features, Mapping) else None
+    if not isinstance(sass, Mapping) or "counts" not in sass:
+        return {}
+    totals: Counter[str] = Counter()
+    for count in sass["counts"]:
+        totals[str(count["name"])] += int(count["count"])
+    facts: dict[str, Any] = {name: sum(totals[n] for n in names) for name, names in _KERNEL_COUNTS.items()}
+    loads = facts["global_loads"]
+    if loads:
+        facts["vector_load_share"] = round((totals["ldg_64"] + totals["ldg_128"]) / loads, 3)
+        facts["readonly_load_share"] = round(totals["ldg_const"] / loads, 3)
+    return facts
 
 
 def layout_facts(outputs: Sequence[OutputSpec], params: Mapping[str, Any]) -> dict[str, Any]:
@@ -250,8 +295,10 @@ def _cut(lo: float, hi: float) -> tuple[str, str]:
                 return text
         return repr(float(value))
 
-    return (written(_between(lo, hi), lambda t: lo < t <= hi),
-            written(-_between(-hi, -lo), lambda t: lo <= t < hi))
+    at_least, at_most = _between(lo, hi), -_between(-hi, -lo)
+    if float(lo).is_integer() and float(hi).is_integer():  # counts: "barriers <= 1", not "<= 1.5"
+        at_least, at_most = math.ceil(at_least), math.floor(at_most)
+    return (written(at_least, lambda t: lo < t <= hi), written(at_most, lambda t: lo <= t < hi))
 
 
 def _candidates(facts: _Facts, train: np.ndarray) -> tuple[list[Atom], np.ndarray]:
@@ -357,23 +404,31 @@ def search(rows: Sequence[CaseEffect]) -> Atom | None:
     return found[0] if found else None
 
 
-def _left_out_guesses(rows: Sequence[CaseEffect]) -> list[bool]:
-    """For each case, whether the search on all cases but it predicts it paid: the predicate found on the
-    others (its thresholds placed between their values), else the others' majority (ties: paid). A case
-    measured on several kernels is left out with all its rows: its twin on another kernel would otherwise
-    tell the search the answer."""
+def measured_kernel(key: str) -> str:
+    """The kernel a row was measured on: its operator, and the kernel a card timed on several adds."""
+    operator = key.split(":", 1)[0]
+    return operator + (KERNEL_MARK + key.split(KERNEL_MARK, 1)[1] if KERNEL_MARK in key else "")
+
+
+def _left_out_guesses(rows: Sequence[CaseEffect], fold: Callable[[str], str] = measured_case) -> list[bool]:
+    """For each fold of rows (`fold`: a row's case key -> its fold), whether the search on all other rows
+    predicts each of its rows paid: the predicate found on the others (its thresholds placed between their
+    values), else the others' majority (ties: paid). By case (the default), a case measured on several
+    kernels is left out with all its rows: its twin on another kernel would otherwise tell the search the
+    answer. By kernel (`measured_kernel`), a kernel is left out with all its cases: what a kernel fact
+    claims is that it tells a kernel never measured apart, and only a kernel left out can show that."""
     facts = _Facts.of(rows)
     paid = np.array([r.paid for r in rows], dtype=bool)
-    cases = [measured_case(r.case) for r in rows]
-    guesses: dict[str, np.ndarray | bool] = {}  # a case's rows share one search over the others
-    for case in dict.fromkeys(cases):
-        keep = np.array([c != case for c in cases])
+    folds = [fold(r.case) for r in rows]
+    guesses: dict[str, np.ndarray | bool] = {}  # a fold's rows share one search over the others
+    for key in dict.fromkeys(folds):
+        keep = np.array([f != key for f in folds])
         found = _best(*_candidates(facts, keep), paid & keep, ~paid & keep)
         if found is not None and (found[1] & paid & keep).sum() >= MIN_PRECISION * (found[1] & keep).sum():
-            guesses[case] = found[1]
+            guesses[key] = found[1]
         else:  # what induction would not write predicts nothing: the majority does
-            guesses[case] = bool(2 * (paid & keep).sum() >= keep.sum())
-    return [bool(g[i]) if isinstance(g := guesses[case], np.ndarray) else g for i, case in enumerate(cases)]
+            guesses[key] = bool(2 * (paid & keep).sum() >= keep.sum()) if keep.any() else False
+    return [bool(g[i]) if isinstance(g := guesses[key], np.ndarray) else g for i, key in enumerate(folds)]
 
 
 def leave_one_out(rows: Sequence[CaseEffect], guesses: Sequence[bool] | None = None) -> float:
@@ -393,13 +448,30 @@ def paid_recall(rows: Sequence[CaseEffect], guesses: Sequence[bool] | None = Non
 
 
 def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_RATIO) -> When:
-    """The card's *when* from its per-case effects (see the module's rules)."""
+    """The card's *when* from its per-case effects (see the module's rules). Where the best predicate
+    names a kernel fact and is not written, the search runs again without kernel facts: a kernel fact
+    that told the measured kernels apart but failed with each left out must not hide a case rule."""
     rows = tuple(sorted(rows, key=lambda r: r.case))
     if len({r.case for r in rows}) != len(rows):
         raise DocumentError("induce_when", "one row per case: merge a case's steps first (`per_case`)")
     kind, sentence = _tally(rows, required)
     if kind is not WhenKind.MIXED:
         return When(kind, sentence, rows, required=required)
+    when = _judge(rows, sentence, required)
+    if when.kind is WhenKind.PRECONDITION or not when.candidates or \
+            not KERNEL_FACTS & expr.names(when.candidates[0]):
+        return when
+    plain = tuple(replace(r, facts={k: v for k, v in r.facts.items() if k not in KERNEL_FACTS}) for r in rows)
+    again = _judge(plain, sentence, required)
+    return replace(again, cases=rows, candidates=(*when.candidates, *again.candidates))
+
+
+def _judge(rows: tuple[CaseEffect, ...], sentence: str, required: float) -> When:
+    """The best predicate over the rows' decided cases, written where it meets every rule of the module.
+    Where the cases span several kernels it is also judged with each kernel left out, and a predicate
+    naming a kernel fact must meet the accuracy and recall rules that way too: a kernel fact is the same
+    on every case of a kernel, so leaving cases out cannot show it is more than a name for the kernels
+    that paid."""
     decided = [r for r in rows if r.outcome is not Outcome.UNDECIDED]
     atom = search(decided)
     guesses = _left_out_guesses(decided)  # each case left out once: both measures read the same searches
@@ -409,17 +481,26 @@ def induce_when(rows: Sequence[CaseEffect], required: float = DEFAULT_REQUIRED_R
                     rows, None, loo, required)
     split = _Split.of(atom, decided)
     majority = max(split.paid, split.unpaid) / len(decided)
+    measures, kernel_loo, enough = f"leave-one-case-out {loo:.2f}", None, loo >= max(MIN_LOO, majority)
+    kernels = len({measured_kernel(r.case) for r in decided})
+    if kernels > 1:
+        by_kernel = _left_out_guesses(decided, measured_kernel)
+        kernel_loo = leave_one_out(decided, by_kernel)
+        measures += f", leave-one-kernel-out {kernel_loo:.2f} over {kernels} kernels"
+        if KERNEL_FACTS & expr.names(atom.expression):
+            enough = enough and kernel_loo >= max(MIN_LOO, majority) and paid_recall(decided, by_kernel) >= MIN_RECALL
     if (split.paid_held >= MIN_SUPPORT and split.unpaid_failed >= MIN_SUPPORT and split.precision >= MIN_PRECISION
-            and loo >= max(MIN_LOO, majority) and recall >= MIN_RECALL):
-        sentence = f"pays where {atom.sentence}: {split.tally()} (leave-one-case-out {loo:.2f})" + \
-            _undecided_clause(rows, required)
+            and enough and recall >= MIN_RECALL):
+        sentence = f"pays where {atom.sentence}: {split.tally()} ({measures})" + _undecided_clause(rows, required)
         return When(WhenKind.PRECONDITION, sentence, rows,
                     Precondition(atom.expression, sentence, split.holds, split.fails, SOURCE,
-                                 loo_accuracy=round(loo, 4)), loo, required)
-    why = (f"the best split, '{atom.expression}', is not forced ({split.tally()}; leave-one-case-out {loo:.2f} "
+                                 loo_accuracy=round(loo, 4),
+                                 kernel_loo_accuracy=None if kernel_loo is None else round(kernel_loo, 4)),
+                    loo, required)
+    why = (f"the best split, '{atom.expression}', is not forced ({split.tally()}; {measures} "
            f"against {majority:.2f} for always saying the commoner outcome, paid cases kept {recall:.2f}; it needs "
            f"{MIN_SUPPORT} decided cases each side, {MIN_PRECISION:.0%} paid where it holds, {MIN_LOO} and "
-           f"{MIN_RECALL})")
+           f"{MIN_RECALL}, with each kernel left out too where it names a kernel fact)")
     return When(WhenKind.MIXED, f"{sentence}; {why}", rows, None, loo, required, (atom.expression,))
 
 
