@@ -11,7 +11,7 @@
 # gatecost:WORKLOAD[,WORKLOAD] (bench/gate_cost.py: cold against warm runner per candidate, policies $GATECOST_POLICIES
 # (state,timed)), sandboxcost (bench/sandbox_cost.py --gpu: gates with and without
 # the sandbox, and one sanitized gate inside it), mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME[:K] (tests/test_gpu_NAME.py; those -k K, else $GPUTEST_K, selects), multigpu,
-# walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps, prefetched from the kernel's committed dry walk),
+# walk:KERNEL (a recorded GPU walk of at most $WALK_MAX_STEPS (80) steps and $WALK_MAX_REJECTIONS (8) refusals, prefetched from the kernel's committed dry walk),
 # rebuild ($OUT/library.json: `library build` over the walks $REBUILD_LINEAGES names (globs) and those this call wrote,
 # the trials of the library $REBUILD_TRIALS kept; an admit stage after it admits from it),
 # walkcase:KERNEL (that walk, then $PERCASE_PER_CARD (1) steps of each card induced from it alone timed on every case, furthest from 1 first,
@@ -67,7 +67,7 @@ walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json; more a
   guess=bench/walks/$name.dry.json.gz  # a dry walk with today's catalog (bench/walks/README.md), else the corpus's
   [ -f "$guess" ] || guess=corpus/lineages/$name.full.dry.json; [ -f "$guess" ] || guess=corpus/lineages/$name.dry.json
   timeout "${limit:-${WALK_TIMEOUT:-540}}" python3 -m klineage walk "$kernel" --gate gpu --record --prefetch "$guess" \
-    --jobs "${WALK_JOBS:-6}" --max-steps "${WALK_MAX_STEPS:-80}" --max-rejections 8 --out "$OUT/lineages/$name.gpu.json" "$@"
+    --jobs "${WALK_JOBS:-6}" --max-steps "${WALK_MAX_STEPS:-80}" --max-rejections "${WALK_MAX_REJECTIONS:-8}" --out "$OUT/lineages/$name.gpu.json" "$@"
 }
 
 walkcase() {  # walkcase:problem/kernel: its walk (limit: the stage's), then steps of each of its cards timed per case
