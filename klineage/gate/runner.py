@@ -183,7 +183,7 @@ class LoadedKernel:
         moves the biggest kernels' times (docs/perf-notes.md, session 14)."""
         self.module = self.device.drv.module_from_buffer(self.cubin)
         self.functions = {entry: self.module.get_function(symbol) for entry, symbol in self.entries.items()}
-        self._raised: set[tuple[str, int]] = set()
+        self._raised: dict[str, int] = {}  # entry -> the dynamic shared memory limit set on it
 
     def unload(self) -> None:
         """Drop the module (pycuda unloads it with its last reference) and free its place."""
@@ -199,13 +199,16 @@ class LoadedKernel:
             if total > limit:
                 raise KernelFault(Reason.RESOURCE_LIMIT,
                                   f"{launch.entry} asks for {total} bytes of shared memory; the GPU allows {limit}")
-            if launch.shared > 48 * 1024 and (launch.entry, launch.shared) not in self._raised:
+            # The attribute is the function's limit, not a grant per size: setting it for a case that asks
+            # less lowers it for every larger case after (65,520 bytes set after 65,536 made the next
+            # 65,536-byte launch fail "invalid argument"), so it is only ever raised.
+            if launch.shared > max(48 * 1024, self._raised.get(launch.entry, 0)):
                 attr = self.device.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES
                 try:
                     self.functions[launch.entry].set_attribute(attr, launch.shared)
                 except self.device.drv.Error as exc:
                     raise KernelFault(Reason.RESOURCE_LIMIT, f"{launch.entry}: {exc}") from None
-                self._raised.add((launch.entry, launch.shared))
+                self._raised[launch.entry] = launch.shared
 
     def launch(self, case: str, pointers: dict[str, int], extents: dict[str, tuple[int, str]] | None = None) -> None:
         """Run the case's launches on the named buffers; `extents` (bytes and dtype by name) are
