@@ -39,7 +39,7 @@ def test_a_case_asking_more_shared_memory_than_the_case_before_it_still_launches
     """group_norm's smem_vec4 asks 65,536 bytes of dynamic shared memory on its headline, 65,520 on the SWEEP
     case hw_unaligned and 65,536 again on one_wave, timed after it: the limit set for one case must not
     stand lower than a later case asks (it did: one_wave's launch failed, "invalid argument")."""
-    cache = GateCache(tmp_path / "cache")
+    cache = GateCache(tmp_path / "cache", None)
     policy = GatePolicy(seeds=1, sanitize=Sanitize.NEVER, vendor=False, trial_seconds=0.5,
                         timing_scope=TimingScope.EVERY_CASE)
     expert, naive = (corpus.kernel_entry(f"group_norm/{name}").load() for name in ("smem_vec4", "naive"))
