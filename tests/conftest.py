@@ -3,13 +3,17 @@ cache of its own for each module that runs the gate (its probes and compiles sha
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
+from threads import one_thread_per_worker
 
-import pytest
+one_thread_per_worker()  # before anything below imports torch or numpy (tests/threads.py)
 
-from klineage.gate.cache import GateCache
-from shared_cache import BUILDS_ENV, DERIVED, share, shared_root
+import functools  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from klineage.gate.cache import GateCache  # noqa: E402
+from shared_cache import BUILDS_ENV, DERIVED, share, shared_root  # noqa: E402
 
 
 @functools.cache

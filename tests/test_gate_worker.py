@@ -21,6 +21,7 @@ from gate_app.models import Job
 from job_kinds import ENV
 from services import REPO, job_database, postgres_server, postgres_template, sqlite_template  # noqa: F401  (fixtures)
 from shared_cache import PROBES, share
+from threads import worker_environ
 
 LEASE = "2"  # seconds: short, so a dead worker's job comes back quickly
 
@@ -30,7 +31,9 @@ pytestmark = pytest.mark.usefixtures("sleep_kind")  # tests/job_kinds.py
 
 class WorkerProcess:
     def __init__(self, database, data_dir: Path, *args: str, env: dict[str, str] | None = None):
-        env = {**os.environ, "DATABASE_URL": database.url, "KLINEAGE_DATA_DIR": str(data_dir),
+        # the run's environment before tests/threads.py pinned the thread pools: a GPU worker picks its jobs'
+        # share of the cores itself unless OMP_NUM_THREADS was given (test_gpu_worker_takes_gpu_work_first_on_its_gpu)
+        env = {**worker_environ(), "DATABASE_URL": database.url, "KLINEAGE_DATA_DIR": str(data_dir),
                **ENV, "PYTHONUNBUFFERED": "1", **(env or {})}
         env.pop("REDIS_URL", None)
         self.proc = subprocess.Popen([sys.executable, "manage.py", "gate_worker", "--json-log", *args], cwd=REPO,
