@@ -42,6 +42,11 @@ def when_chart(document: dict[str, Any]) -> dict[str, Any]:
                            "precondition": p.to_dict() if p else None, "loo": when.loo_accuracy,
                            "cases": len(when.cases), "paid": len(when.paid), "points": [], "chart": None,
                            "spread": f"{REPEATABILITY:.1%}"}
+    if p is not None:  # how the decided cases fall on each side, counted from the measurements, exceptions too
+        paid = set(when.paid)
+        out["split"] = {"held": len(p.holds), "held_paid": sum(c in paid for c in p.holds),
+                        "failed": len(p.fails), "failed_paid": sum(c in paid for c in p.fails),
+                        "kernel_loo": p.kernel_loo_accuracy}
     if not when.cases:
         return out
     names = sorted(p.names) if p else []

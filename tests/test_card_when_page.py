@@ -57,6 +57,8 @@ def test_the_card_page_draws_where_the_card_pays(client, imported):
     when = _section(page, "when")
     assert "badge-when-precondition" in when and "Pays where cols is at least 512" in when
     assert "<code>cols &gt;= 512</code>" in when and "leave-one-case-out accuracy 0.83" in when
+    assert "holds on 4 decided cases, paid on 4 · fails on 2, paid on 0" in when
+    assert "measured on one kernel: how it carries to another is not measured" in when
     assert len(re.findall(r"<circle ", when)) == 6
     assert len(re.findall(r'fill="#2a7"', when)) == 4  # the four paid cases filled
     assert "cols &gt;= 512</text>" in when  # the threshold drawn and named
@@ -108,3 +110,21 @@ def test_an_undecided_case_shows_where_the_precondition_holds(client, db, tmp_pa
                      r'<td>undecided</td><td>holds</td>', when)
     assert 'stroke="#888"' in when  # drawn grey, neither paid nor unpaid
     assert "- row_softmax:c512: 1.015x, undecided; the precondition holds" in render(paying)
+
+
+def test_a_precondition_with_exceptions_counts_them_and_says_how_it_carries_to_other_kernels(client, db):
+    """A predicate may hold where the step did not pay: the line under the sentence counts the decided cases
+    on each side from the measurements, never "paid on all of them" by fiat, and gives the accuracy with
+    each kernel left out where the card was measured on several."""
+    paying, uniform, rest = _cards()
+    timing = next(p for p in paying.preconditions if p.source == SOURCE)
+    # c1024 holds but did not pay (0.99x): an exception on the holding side
+    effects = tuple(dataclasses.replace(e, ratio=0.99, per_trial=(0.99, 0.99)) if e.case == "c1024" else e
+                    for e in paying.effects)
+    timing = dataclasses.replace(timing, kernel_loo_accuracy=0.6667)
+    paying = dataclasses.replace(paying, effects=effects, preconditions=tuple(
+        timing if p.source == SOURCE else p for p in paying.preconditions))
+    import_library(library_document([paying, uniform, *rest]))
+    when = _section(client.get(f"/library/{paying.short_id}/").content.decode(), "when")
+    assert "holds on 4 decided cases, paid on 3 · fails on 2, paid on 0" in when
+    assert "leave-one-kernel-out accuracy 0.67" in when
