@@ -383,7 +383,10 @@ def _preconditions(e: Evidence, data: dict[str, Any]) -> None:
                   f"{len(pending)} card(s) with a new precondition await admission; {_kept_out_words(data)} "
                   f"(a case paid where the forward step's "
                   f"paired time ratio to its parent reached {DEFAULT_REQUIRED_RATIO}x by more than the gate's "
-                  f"{REPEATABILITY:.1%} run-to-run spread, per case of its problem)")
+                  f"{REPEATABILITY:.1%} run-to-run spread, per case of its problem); the admitted preconditions "
+                  f"predict {_num(data.get('loo_accuracy'), '{:.2f}')} of their cases with each case left out and "
+                  f"{_num(data.get('kernel_loo_accuracy'), '{:.2f}')} with each kernel left out: how they carry "
+                  f"to a kernel not measured")
     e.columns = ["card", "transform", "status", "when", "holds on", "fails on", "leave-one-case-out",
                  "leave-one-kernel-out"]
     e.rows = [[r["card"], r["transform"], r.get("status", "admitted"), r["sentence"], len(r["holds_on"]),

@@ -72,9 +72,11 @@ def test_committed_results_have_headlines():
                              f"forced; {len(report['pending'])} card(s) with a new precondition await admission; "
                              f"{sum(kept.values())} kept out because their per-case effects do not say where they pay: "
                              f"{kept.get('mixed', 0)} paid on some with nothing saying where, {kept.get('never', 0)} "
-                             f"paid on none of their cases (a case paid where the forward step's paired time ratio to "
-                             f"its parent reached 1.01x by more than the gate's 1.5% run-to-run spread, per case "
-                             f"of its problem)")
+                             f"paid on none of their cases (a case paid where the forward step's paired time ratio "
+                             f"to its parent reached 1.01x by more than the gate's 1.5% run-to-run spread, per case "
+                             f"of its problem); the admitted preconditions predict {report['loo_accuracy']:.2f} of "
+                             f"their cases with each case left out and {report['kernel_loo_accuracy']:.2f} with each "
+                             f"kernel left out: how they carry to a kernel not measured")
     assert [r[:3] for r in when.rows] == [[r["card"], r["transform"], r.get("status", "admitted")]
                                           for r in report["rows"] + report["pending"]]
 
