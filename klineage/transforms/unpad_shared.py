@@ -25,7 +25,7 @@ SASS feature shows padding, so the rewrite declares no removed feature.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,9 +128,21 @@ class _Analysis:
     def _uses(self, name: str, declaration: cp.Declaration) -> list[Node]:
         within = cp.enclosing_function(declaration.node) or self.parsed.root
         inside = declaration.node
-        return [n for n in cp.nodes_of_type(within, "identifier")
-                if self.text(n) == name and not (inside.start_byte <= n.start_byte < inside.end_byte)
+        return [n for n in self._identifiers(within).get(name, ())
+                if not (inside.start_byte <= n.start_byte < inside.end_byte)
                 and self.scope.declaration(name, n) in (declaration, None)]
+
+    def _identifiers(self, within: Node) -> dict[str, tuple[Node, ...]]:
+        """The identifiers under `within` by their text, each name's in source order: made once per tree and
+        function, since a walk asks for each constant's uses at every step (kept with the parse)."""
+        def by_name(parsed: cp.ParsedSource) -> Iterator[tuple[str, tuple[Node, ...]]]:
+            found: dict[str, list[Node]] = {}
+            for node in cp.nodes_of_type(within, "identifier"):
+                found.setdefault(parsed.text(node), []).append(node)
+            return ((text, tuple(nodes)) for text, nodes in found.items())
+
+        return dict(self.parsed.view(f"unpad_shared.identifiers {within.type} {within.start_byte} {within.end_byte}",
+                                     by_name))
 
     def _stride_problem(self, declaration: cp.Declaration, depth: int = 0) -> str:
         """"" when every use of the constant is a shared-memory stride or a size; else why not."""
