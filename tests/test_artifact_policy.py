@@ -23,6 +23,7 @@ from klineage.gate.static import Rule, static_check
 from klineage.gate.verdict import Reason, Status
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
+from shared_cache import share
 
 SOFTMAX = corpus.problem_path("row_softmax")
 # Folder -> the policy rule the cubin (or, for a flag, the plan) breaks. Folders whose rule the
@@ -51,10 +52,11 @@ def _state(name: str) -> KernelState:
 
 
 @pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory) -> Path:
+def cache_dir(tmp_path_factory, shared_cache) -> Path:
     """One cache for the module (the gate's too), its compiles and artifact reports made two at a
-    time up front."""
-    folder = tmp_path_factory.mktemp("artifact-cache")
+    time up front; its problem probe, compiles and artifact reports are the run's (tests/shared_cache.py),
+    its verdicts its own."""
+    folder = share(tmp_path_factory.mktemp("artifact-cache"), shared_cache)
 
     def judge(name: str) -> None:
         state = _state(name)

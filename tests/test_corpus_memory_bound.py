@@ -32,6 +32,7 @@ from klineage.launch import resolve
 from klineage.lineage import Lineage
 from klineage.problem import load_problem, tolerance_for, validate_numerics
 from klineage.toolchain import find_toolchain
+from shared_cache import share
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -201,10 +202,11 @@ def _gate_compile_only(kernel: str, cache: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory) -> dict[str, dict]:
+def verdicts(tmp_path_factory, shared_cache) -> dict[str, dict]:
     """The compile-only gate of every kernel, side by side (each gate is mostly waiting on nvcc and the
-    sandbox), into one fresh gate cache."""
-    cache = tmp_path_factory.mktemp("corpus-mb-cache")
+    sandbox), into one gate cache with no verdict: its problem probes and compiles are the run's
+    (tests/shared_cache.py; the library tests probe every bundled problem too, about 3 s of CPU each)."""
+    cache = share(tmp_path_factory.mktemp("corpus-mb-cache"), shared_cache)
     # One kernel per problem first, side by side (each probes its own problem in the sandbox), so that
     # the second kernel of a problem finds its probe cached.
     waves = [[f"{name}/{pair[wave]}" for name, pair in WORKLOADS.items()] for wave in (0, 1)]
