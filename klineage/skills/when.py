@@ -491,7 +491,8 @@ def _judge(rows: tuple[CaseEffect, ...], sentence: str, required: float) -> When
             enough = enough and kernel_loo >= max(MIN_LOO, majority) and paid_recall(decided, by_kernel) >= MIN_RECALL
     if (split.paid_held >= MIN_SUPPORT and split.unpaid_failed >= MIN_SUPPORT and split.precision >= MIN_PRECISION
             and enough and recall >= MIN_RECALL):
-        sentence = f"pays where {atom.sentence}: {split.tally()} ({measures})" + _undecided_clause(rows, required)
+        sentence = (f"pays where {atom.sentence}: {split.tally()} ({measures}; always saying the commoner outcome "
+                    f"scores {majority:.2f})" + _undecided_clause(rows, required))
         return When(WhenKind.PRECONDITION, sentence, rows,
                     Precondition(atom.expression, sentence, split.holds, split.fails, SOURCE,
                                  loo_accuracy=round(loo, 4),
