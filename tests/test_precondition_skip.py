@@ -14,7 +14,8 @@ from klineage.lineage import Lineage
 from klineage.optimize import AttemptStatus, OptimizationResult, optimize
 from klineage.optimize.result import Stats
 from klineage.skills import induce
-from klineage.skills.card import CardStatus, Precondition
+from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind
+from klineage.skills.induction import lineage_id
 from klineage.skills.library import Library, problem_infos
 from klineage.skills.retrieval import precondition_failure, retrieve, timing_failure
 from klineage.skills.when import SOURCE, launch_facts, layout_facts
@@ -39,10 +40,12 @@ def info():
     return problem_infos({"row_softmax"})["row_softmax"]
 
 
-def timed(card, expression: str):
+def timed(card, expression: str, kernel_loo: float | None = 1.0):
+    """The card with a timing precondition; by default one shown to carry to kernels left out (it decides on
+    any kernel)."""
     return dataclasses.replace(card, preconditions=card.preconditions + (
         Precondition(expression, f"pays where {expression}", ("row_softmax:a",), ("row_softmax:b",), SOURCE,
-                     loo_accuracy=1.0),))
+                     loo_accuracy=1.0, kernel_loo_accuracy=kernel_loo),))
 
 
 def retrievable(cards, naive, info):
@@ -117,7 +120,7 @@ def test_a_failing_timing_precondition_does_not_decide_a_site_another_transform_
     shuffle = next(c for c in load_library(bundled_library()).cards if c.transform == "shuffle_to_shared")
     card = dataclasses.replace(shuffle, preconditions=(Precondition(
         "blocks >= 512", "pays where blocks >= 512", ("row_softmax:a",), ("row_softmax:b",), SOURCE,
-        loo_accuracy=1.0),))
+        loo_accuracy=1.0, kernel_loo_accuracy=1.0),))
     assert timing_failure(card, target, start) is not None
     plan = planner(Strategy.LIBRARY, RewriterKind.RULES, cards=[card], problem=target, statuses=[card.status],
                    transforms=list(catalog().values()), seed=0)
@@ -135,3 +138,33 @@ def test_the_rows_a_case_writes_value_an_alignment_predicate(cards, naive, info)
     assert timing_failure(timed(card, "row_align >= 16"), info, naive) is None
     failed = timing_failure(timed(card, "row_align >= 256"), info, naive)
     assert failed is not None and failed.facts == {"row_align": 128}
+
+
+def _measured_on(card, lineage: Lineage, ratios: dict[str, float]):
+    """The card with per-case effects measured on `lineage`'s kernel (one step of it)."""
+    source = Ref(lineage_id(lineage), RefKind.TRANSITION, 0)
+    return dataclasses.replace(card, effects=tuple(Effect(case, "row_softmax", r, (r, r), source)
+                                                   for case, r in ratios.items()))
+
+
+def test_a_rule_not_shown_to_carry_decides_only_on_the_kernels_it_was_measured_on(cards, info):
+    """A timing precondition measured on one kernel (no leave-one-kernel-out), or one whose left-out kernels
+    it does not predict better than always saying the commoner outcome, skips its card on the states of the
+    walks it was measured on and nowhere else: on another kernel the gate measures it."""
+    lineage = Lineage.load(DRY_LINEAGE)
+    own = lineage.states[-1].kernel  # the dry walk's simplest kernel: one the card was measured on
+    card = retrievable(cards, own, info)
+    others = [c for c in cards if c.id != card.id]
+    ratios = {"a": 1.2, "b": 0.97, "c": 0.98, "d": 0.99}
+    for kernel_loo in (None, 0.7):  # one kernel; several, left-out ones predicted worse than "did not pay" (0.75)
+        narrow = _measured_on(timed(card, "cols <= 1024", kernel_loo), lineage, ratios)
+        skipped: list = []
+        found = retrieve(own, info, others + [narrow], limit=len(cards), statuses=CANDIDATES, skipped=skipped)
+        assert card.id in {m.card.id for m in found} and not skipped  # without the walks: not its kernel
+        found = retrieve(own, info, others + [narrow], limit=len(cards), statuses=CANDIDATES, skipped=skipped,
+                         lineages={lineage_id(lineage): lineage})
+        assert card.id not in {m.card.id for m in found} and [f.card for f in skipped] == [card.id]
+    carrying = _measured_on(timed(card, "cols <= 1024", 0.8), lineage, ratios)  # 0.8 >= MIN_LOO and > 0.75
+    skipped = []
+    retrieve(own, info, others + [carrying], limit=len(cards), statuses=CANDIDATES, skipped=skipped)
+    assert [f.card for f in skipped] == [card.id]

@@ -5,7 +5,8 @@ among the state's features, what it `provides` is not all there already, none of
 `conflicts` is present, each of its soundness preconditions holds on every case of the problem (a
 predicate over names a case does not define fails: unknown fails), and its timing precondition (where
 it was measured to pay, klineage.skills.when) holds on the problem's headline, valued with the state's
-launch plan; one that fails there is skipped and reported (`PreconditionFailed`); one the target cannot
+launch plan; one that fails there is skipped and reported (`PreconditionFailed`), on the kernels it
+was measured on, or anywhere where it carries to kernels left out (`decides_on`); one the target cannot
 value (registers before a compile) is undecided and skips nothing. Features are named by role,
 as induction names them (`kernel`, `device`, `<file>`): a kernel's own function names do not
 travel. A card that provides nothing visible at role level (its step added the mechanism at one
@@ -155,6 +156,20 @@ def timing_failure(card: SkillCard, problem: ProblemInfo, state: KernelState | N
     return None
 
 
+def decides_on(card: SkillCard, state: KernelState, lineages: Mapping[str, Lineage] | None) -> bool:
+    """Whether the card's timing precondition may skip it on `state`: anywhere where the rule is shown to
+    carry to kernels left out (`when.carries`), else on the kernels it was measured on alone (a state of a
+    walk behind its effects, given the lineages). On any other kernel, a rule the measured kernels do not
+    carry to one another says nothing of it: the gate measures the card there."""
+    from klineage.skills.when import carries
+
+    if carries(card):
+        return True
+    walks = {e.source.lineage for e in card.effects}
+    return bool(lineages) and any(state.fingerprint == s.fingerprint for w in walks if w in lineages
+                                  for s in lineages[w].states)
+
+
 def precondition_failure(card: SkillCard, problem: ProblemInfo, state: KernelState | None = None,
                          case: str = "", timing: bool = True) -> str:
     """'' when every soundness precondition holds on every case and (with `timing`) the timing ones on
@@ -243,7 +258,7 @@ def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard
         if card.status not in statuses or not fits(card, present, problem):
             continue
         failed = timing_failure(card, problem, state)
-        if failed is not None:  # measured not to pay on the case the loop times
+        if failed is not None and decides_on(card, state, lineages):  # measured not to pay on the case timed
             if skipped is not None:
                 skipped.append(failed)
             continue

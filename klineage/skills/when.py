@@ -626,6 +626,20 @@ def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When
     return When(kind, sentence, rows, required=required)
 
 
+def carries(card: SkillCard) -> bool:
+    """Whether the card's timing precondition is shown to carry to a kernel it was not induced on: its
+    leave-one-kernel-out accuracy reaches MIN_LOO and beats always saying the commoner outcome of its
+    decided cases. One measured on a single kernel, or whose rule the other kernels do not place where
+    a left-out kernel needs it, speaks of the kernels measured alone."""
+    timing = timing_precondition(card)
+    if timing is None or timing.kernel_loo_accuracy is None:
+        return False
+    decided = [r for r in card_when(card).cases if r.outcome is not Outcome.UNDECIDED]
+    paid = sum(r.paid for r in decided)
+    majority = max(paid, len(decided) - paid) / len(decided) if decided else 0.0
+    return timing.kernel_loo_accuracy >= max(MIN_LOO, majority)
+
+
 def unpaid_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When | None:
     """The card's *when* where it keeps the card from being admitted, or None where the card may be
     admitted on its trials. A card timed per case (some step of it timed on more than one case) must say
