@@ -13,7 +13,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from klineage.gate.cache import GateCache  # noqa: E402
-from shared_cache import BUILDS_ENV, DERIVED, share, shared_root  # noqa: E402
+from shared_cache import BUILDS_ENV, DERIVED, SHARED_ENV, share, shared_root  # noqa: E402
 
 
 @functools.cache
@@ -40,9 +40,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_emulator_builds(tmp_path_factory):
-    """The run's CPU emulator builds, shared by content (tests/cuda_tools.py `build_mma_emulator`)."""
+    """The run's CPU emulator builds, shared by content (tests/cuda_tools.py `build_mma_emulator`), and the
+    run's shared folder (tests/dashboard_data.py's import of the corpus)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(BUILDS_ENV, str(shared_root(tmp_path_factory.getbasetemp()) / "emulators"))
+        patch.setenv(SHARED_ENV, str(shared_root(tmp_path_factory.getbasetemp())))
         yield
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 PROBES = ("problems",)
 BUILDS_ENV = "KLINEAGE_TEST_BUILDS"  # where tests/cuda_tools.py keeps the run's CPU emulator builds, by content
+SHARED_ENV = "KLINEAGE_TEST_SHARED"  # the run's shared folder (tests/dashboard_data.py keeps its corpus import there)
 DERIVED = ("problems", "compile", "sass", "artifact")
 
 
