@@ -13,7 +13,8 @@ induction then reads them, klineage.skills.when) and the recorded verdicts; runs
 - kernel_loo_accuracy: the same with each kernel left out with all its cases instead (how a precondition
   carries to a kernel it was not induced on), pooled over the admitted preconditions measured on several kernels.
 - evaluations_saved: at each bundled kernel of each operator, the candidate kernels of cards whose
-  timing precondition fails on its problem's headline, at the card's own transform's sites (what
+  timing precondition fails on its problem's headline and decides there (a kernel of a walk it was measured on,
+  or any kernel where it carries to kernels left out: retrieval.decides_on), at the card's own transform's sites (what
   `klineage optimize --strategy library` records `precondition_failed` and does not gate in its first round
   from that kernel).
 - whens: how many admitted cards' *when* is each kind (precondition, uniform, never, mixed, unmeasured).
@@ -119,7 +120,7 @@ def evaluations_saved(library: Library) -> int:
             continue
         state = entry.load()
         skipped: list = []
-        retrieve(state, info, cards, limit=max(1, len(cards)), skipped=skipped)
+        retrieve(state, info, cards, limit=max(1, len(cards)), lineages=lineages, skipped=skipped)
         saved += sum(1 for _ in skipped_candidates(skipped, cards, state, lineages))
     return saved
 
