@@ -44,8 +44,9 @@ result). The merged provenance lists under "parts" which commit measured which o
 `--merge ... --replay-budgets --library LIB` gives runs of parts written before runs kept speedups_by_budget theirs:
 each search is replayed off its recorded verdicts and taken only where the replay is the run its part describes.
 
-`--library-strategy library_then_catalog` runs the library with the catalog's forwards after its cards in place of
-the library alone; the part records which (`provenance.library_strategy`), and parts of two strategies never merge.
+The library's row is the strategy `klineage optimize` runs by default (library_then_catalog: the cards, then the
+catalog's forwards with the budget they leave); `--library-strategy library` measures the cards alone instead. The
+part records which (`provenance.library_strategy`), and parts of two strategies never merge.
 
     python bench/transfer_eval.py --gate gpu --budget 8 --jobs 4 --only rms_norm,layer_norm --out part1.json
     python bench/transfer_eval.py --merge part1.json part2.json --out bench/results/transfer.json
@@ -73,7 +74,7 @@ from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import load_kernel  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, Strategy, optimize  # noqa: E402
 from klineage.optimize.result import Stop, better_unconditioned, library_run, run_speedup_within  # noqa: E402
-from klineage.optimize.strategies import LIBRARY_STRATEGIES, UNCONDITIONED  # noqa: E402
+from klineage.optimize.strategies import DEFAULT_STRATEGY, LIBRARY_STRATEGIES, UNCONDITIONED  # noqa: E402
 from klineage.skills.library import bundled_library, load_library  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent / "transfer"
@@ -360,9 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--library", default=str(bundled_library()),
                         help="the library the library strategy draws on (default: the bundled one)")
     parser.add_argument("--library-strategy", choices=[s.value for s in LIBRARY_STRATEGIES],
-                        default=Strategy.LIBRARY.value,
-                        help="library: its cards alone; library_then_catalog: the catalog's forwards with the budget "
-                             "the cards leave")
+                        default=DEFAULT_STRATEGY.value,
+                        help="library_then_catalog (optimize's default): the catalog's forwards with the budget the "
+                             "cards leave; library: its cards alone")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "transfer.json"))
     args = parser.parse_args(argv)
     names = operators()

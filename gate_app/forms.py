@@ -89,7 +89,7 @@ class WalkForm(_JobForm):
 class OptimizeForm(_JobForm):
     kernel = forms.ChoiceField(label="Start kernel", help_text="the kernel the optimization starts from")
     problem = forms.ChoiceField(required=False)
-    strategy = forms.ChoiceField(initial="library")
+    strategy = forms.ChoiceField(initial=submit.default_strategy)
     rewriter = forms.ChoiceField()
     statuses = forms.MultipleChoiceField(label="Cards with status", initial=["admitted"],
                                          choices=[(s, s) for s in submit.CARD_STATUSES],

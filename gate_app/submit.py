@@ -172,14 +172,21 @@ def strategies() -> tuple[str, ...]:
     return tuple(s.value for s in Strategy)
 
 
+def default_strategy() -> str:
+    """The strategy `klineage optimize` runs when none is named: the dashboard and the API offer the same."""
+    from klineage.optimize.strategies import DEFAULT_STRATEGY
+
+    return DEFAULT_STRATEGY.value
+
+
 def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = "rules",
-                    strategy: str = "library", statuses: list[str] | tuple[str, ...] = ("admitted",),
+                    strategy: str | None = None, statuses: list[str] | tuple[str, ...] = ("admitted",),
                     scope: str = "all", budget: int = 16, mode: str = "gpu", seed: int = 0,
                     time_limit_s: int | None = None) -> dict[str, Any]:
     """Checked parameters of an optimization of a kernel (bundled or uploaded) with the database's
     skill library; `time_limit_s` (whole seconds, optional) stops it gating candidates after that
     long, so that a GPU worker is not held longer than its owner wants."""
-    strategy = _choice("strategy", strategy, strategies())
+    strategy = _choice("strategy", strategy or default_strategy(), strategies())
     rewriter = _rewriter(rewriter)
     if strategy == "no_library" and rewriter == "rules":
         raise queue.QueueError("the no_library strategy needs the LLM rewriter: the rule rewriter has no forward "

@@ -73,3 +73,16 @@ def test_the_cards_come_first_and_the_catalog_never_gates_a_kernel_a_card_propos
     assert "fast_math" in [step.transform for step in result.steps]
     assert {a.status for a in first_round if a.card and a.status.gated} <= {AttemptStatus.NOT_FASTER,
                                                                              AttemptStatus.REJECTED}
+
+
+def test_what_optimize_runs_unless_told_otherwise_is_the_cards_then_the_catalog(db):
+    """The command line, the dashboard's form and a job submitted without a strategy all default to it."""
+    from gate_app import forms, submit
+    from klineage.cli import parser
+
+    args = parser().parse_args(["optimize", "p", "--from", "k"])
+    assert args.strategy == Strategy.LIBRARY_THEN_CATALOG.value
+    assert forms.OptimizeForm().get_initial_for_field(forms.OptimizeForm.base_fields["strategy"], "strategy") == \
+        "library_then_catalog"
+    assert submit.optimize_params("row_softmax/naive", mode="compile")["strategy"] == "library_then_catalog"
+    assert submit.optimize_params("row_softmax/naive", mode="compile", strategy="library")["strategy"] == "library"

@@ -33,7 +33,7 @@ def seconds(text: str) -> float:
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    from klineage.optimize.strategies import RewriterKind, Strategy
+    from klineage.optimize.strategies import DEFAULT_STRATEGY, RewriterKind, Strategy
 
     sub = commands.add_parser(
         "optimize", help="optimize a kernel with skill cards under the gate (or a baseline strategy, same budget)",
@@ -47,7 +47,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     sub.add_argument("--statuses", default="admitted",
                      help="comma-separated card statuses to retrieve (admitted, candidate, retired, imported); default "
                           "admitted")
-    sub.add_argument("--strategy", choices=[s.value for s in Strategy], default=Strategy.LIBRARY.value)
+    sub.add_argument("--strategy", choices=[s.value for s in Strategy], default=DEFAULT_STRATEGY.value,
+                     help=f"where candidates come from (default {DEFAULT_STRATEGY.value}: the cards, then the "
+                          "catalog's forwards with the budget they leave)")
     sub.add_argument("--rewriter", choices=[r.value for r in RewriterKind], default=RewriterKind.RULES.value,
                      help="rules: the catalog's mechanical forwards; llm: the LLM rewriter applies each card")
     sub.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
