@@ -242,11 +242,19 @@ def speedup_chart(measured: list[tuple[str, float, float | None, float | None]],
     return {"bars": bars, "height": len(measured) * height + 4, "kind": kind, "tick": tick, "caption": caption}
 
 
+STRATEGY_WORDS = {"library": "the cards alone", "library_then_catalog": "the cards, then the catalog's forwards with "
+                                                                  "the budget they leave: optimize's default"}
+
+
 def _transfer(e: Evidence, data: dict[str, Any]) -> None:
     prov = data.get("provenance") or {}
     library = str(prov.get("library") or "")
-    # a run drawing on another library than the bundled one says which: its numbers answer for those cards
-    e.title = "Transfer to held-out operators" + (f" ({library})" if library and not _bundled(library) else "")
+    strategy = prov.get("library_strategy", "library")  # parts written before it was recorded ran the cards alone
+    # a run drawing on another library than the bundled one, or not as optimize runs by default, says so: its
+    # numbers answer for those cards, run that way
+    named = [library] if library and not _bundled(library) else []
+    named += ["cards alone"] if strategy == "library" else []
+    e.title = "Transfer to held-out operators" + (f" ({', '.join(named)})" if named else "")
     parts = prov.get("parts") or []  # a merged document: which commit measured which operators, and when
     if parts:
         e.commit = ", ".join(sorted({str(p.get("git_commit", ""))[:12] for p in parts if p.get("git_commit")}))
@@ -270,7 +278,8 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
         # a number over fewer operators than the benchmark has says so: it is not the headline
         over = f"{n} operators" if n == where.get("of", n) else f"{n} operators (of {where['of']})"
         words.append(say.format(value=where["value"], over=over, beats=round(where["value"] * n)))
-    e.headline = (f"budget {prov.get('budget', '?')} gate evaluations, naive time / best time on each operator's "
+    e.headline = (f"strategy {strategy} ({STRATEGY_WORDS.get(strategy, strategy)}), "
+                  f"budget {prov.get('budget', '?')} gate evaluations, naive time / best time on each operator's "
                   f"headline case, paired, a ratio only where the timing settled: " + "; ".join(words))
     ratio = {(r["workload"], r["kernel"], r["vs"]): r.get("ratio") for r in data.get("rows", [])}
     e.columns = ["operator", "library vs naive", "library vs torch eager",
@@ -409,7 +418,8 @@ _SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _precondit
               "gate_cost.json": _gate_cost,
               "jobs.json": _jobs, "web_perf.json": _web_perf, "corpus.json": _corpus, "skills.json": _skills,
               "skills-passed-over-replay.json": _skills_replayed, "mma-peak.json": _mma_peak,
-              "multigpu.json": _multigpu, "transfer.json": _transfer, "transfer-library-run.json": _transfer}
+              "multigpu.json": _multigpu, "transfer.json": _transfer, "transfer-library-run.json": _transfer,
+              "transfer-cards-alone.json": _transfer}
 
 
 def _num(value: Any, fmt: str) -> str:

@@ -166,6 +166,8 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     data = json.loads((Path(settings.BASE_DIR) / "bench" / "results" / "transfer.json").read_text(encoding="utf-8"))
     card = _by_name()["transfer.json"]
     assert card.title == "Transfer to held-out operators"
+    assert card.headline.startswith(f"strategy {data['provenance']['library_strategy']} (")
+    assert _by_name()["transfer-cards-alone.json"].title == "Transfer to held-out operators (cards alone)"
     measured = data["where_measured"]
     library = measured["library_geomean_vs_naive"]
     assert f"library {library['value']:.2f}x the naive kernel (geometric mean over {len(library['operators'])}" \
@@ -187,7 +189,7 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     page = client.get("/").content.decode()
     # every transfer card on the page draws its rows (the transfer library's run has its own)
     transfer_cards = [c for c in _by_name().values() if c.title.startswith("Transfer to held-out operators")]
-    assert len(transfer_cards) == 2
+    assert len(transfer_cards) == 3
     assert page.count('<g class="transfer-row"') == sum(len(c.chart["bars"]) for c in transfer_cards)
     assert re.search(r"<title>torch eager: [\d.]+×</title>", page)
 
@@ -198,7 +200,7 @@ def test_a_transfer_run_on_another_library_names_it_and_draws_its_budget_curve(c
     the library leads the better search most."""
     data = json.loads((Path(settings.BASE_DIR) / "bench" / "results" / "transfer-library-run.json").read_text())
     card = _by_name()["transfer-library-run.json"]
-    assert card.title == "Transfer to held-out operators (bench/results/transfer-library.json)"
+    assert card.title == "Transfer to held-out operators (bench/results/transfer-library.json, cards alone)"
     measured = data["where_measured"]["library_geomean_vs_naive"]
     assert len(measured["operators"]) == measured["of"] == 12
     assert f"library {data['library_geomean_vs_naive']:.2f}x the naive kernel (geometric mean over 12 operators)" \
@@ -215,7 +217,9 @@ def test_a_transfer_run_on_another_library_names_it_and_draws_its_budget_curve(c
     lead = max(points, key=lambda p: p["vs_unconditioned"])
     assert f"{lead['vs_unconditioned']:.2f}× at {lead['budget']} evaluations" in card.curve["caption"]
     page = client.get("/").content.decode()
-    assert page.count('<g class="curve-series"') == 3 and "library, 8 evaluations: " in page
+    curves = [c.curve for c in _by_name().values() if c.curve]  # the default strategy's run has one too
+    assert len(curves) == 2 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
+    assert "library, 8 evaluations: " in page and "library, then catalog, 8 evaluations: " in page
 
 
 def test_a_budget_curve_leaves_out_a_strategy_it_cannot_draw_whole():
