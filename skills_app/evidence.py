@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from klineage.optimize.result import better_unconditioned, library_run
+from klineage.optimize.strategies import DEFAULT_STRATEGY, Strategy
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO
 from klineage.skills.library import bundled_library
 from klineage.skills.when import MIN_WHEN_CASES, REPEATABILITY
@@ -242,18 +243,20 @@ def speedup_chart(measured: list[tuple[str, float, float | None, float | None]],
     return {"bars": bars, "height": len(measured) * height + 4, "kind": kind, "tick": tick, "caption": caption}
 
 
-STRATEGY_WORDS = {"library": "the cards alone", "library_then_catalog": "the cards, then the catalog's forwards with "
-                                                                  "the budget they leave: optimize's default"}
+STRATEGY_WORDS = {"library": "cards alone", "library_then_catalog": "the cards, then the catalog's forwards with the "
+                                                                "budget they leave"}
 
 
 def _transfer(e: Evidence, data: dict[str, Any]) -> None:
     prov = data.get("provenance") or {}
     library = str(prov.get("library") or "")
-    strategy = prov.get("library_strategy", "library")  # parts written before it was recorded ran the cards alone
+    # parts written before the strategy was recorded ran the cards alone
+    strategy = prov.get("library_strategy", Strategy.LIBRARY.value)
     # a run drawing on another library than the bundled one, or not as optimize runs by default, says so: its
     # numbers answer for those cards, run that way
     named = [library] if library and not _bundled(library) else []
-    named += ["cards alone"] if strategy == "library" else []
+    default = strategy == DEFAULT_STRATEGY.value
+    named += [] if default else [STRATEGY_WORDS.get(strategy, strategy)]
     e.title = "Transfer to held-out operators" + (f" ({', '.join(named)})" if named else "")
     parts = prov.get("parts") or []  # a merged document: which commit measured which operators, and when
     if parts:
@@ -278,7 +281,8 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
         # a number over fewer operators than the benchmark has says so: it is not the headline
         over = f"{n} operators" if n == where.get("of", n) else f"{n} operators (of {where['of']})"
         words.append(say.format(value=where["value"], over=over, beats=round(where["value"] * n)))
-    e.headline = (f"strategy {strategy} ({STRATEGY_WORDS.get(strategy, strategy)}), "
+    said = STRATEGY_WORDS.get(strategy, strategy) + (": optimize's default" if default else "")
+    e.headline = (f"strategy {strategy} ({said}), "
                   f"budget {prov.get('budget', '?')} gate evaluations, naive time / best time on each operator's "
                   f"headline case, paired, a ratio only where the timing settled: " + "; ".join(words))
     ratio = {(r["workload"], r["kernel"], r["vs"]): r.get("ratio") for r in data.get("rows", [])}
