@@ -11,12 +11,16 @@ import dataclasses
 
 import pytest
 
-from klineage import corpus
+from klineage import config, corpus
 from klineage.config import GateMode
+from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Status
-from klineage.optimize import AttemptStatus, OptimizationResult, Stop, Strategy, loop, optimize
+from klineage.kernel import load_kernel
+from klineage.optimize import AttemptStatus, OptimizationResult, Stop, Strategy, loop, optimize, strategies
+from klineage.optimize.strategies import Candidate
 from klineage.skills.library import Library, bundled_library, load_library
+from klineage.transforms.base import Anchor, Direction, Rewrite
 
 SOFTMAX = corpus.problem_path("row_softmax")
 
@@ -59,16 +63,16 @@ def test_a_library_with_no_card_for_the_kernel_goes_on_with_the_catalog(scripted
     assert all(not a.card for a in then.attempts)
 
 
-def test_the_cards_come_first_and_the_catalog_never_gates_a_kernel_a_card_proposed(scripted_gpu, gate_cache):
+def test_the_cards_come_first_and_the_catalog_never_gates_a_kernel_a_card_gated(scripted_gpu, gate_cache):
     library = load_library(bundled_library())
     result = run(scripted_gpu, gate_cache, Strategy.LIBRARY_THEN_CATALOG, library, budget=40)
     first_round = [a for a in result.attempts if a.round == 0 and a.parent == scripted_gpu.fingerprint]
     from_cards = [i for i, a in enumerate(first_round) if a.card]
     from_catalog = [i for i, a in enumerate(first_round) if not a.card]
     assert from_cards and from_catalog and max(from_cards) < min(from_catalog)
-    card_kernels = {a.candidate for a in first_round if a.card and a.candidate}
+    card_kernels = {a.candidate for a in first_round if a.card and a.status.gated}
     catalog_kernels = [a.candidate for a in first_round if not a.card and a.candidate]
-    assert catalog_kernels and not card_kernels & set(catalog_kernels), "the catalog proposed a card's kernel again"
+    assert catalog_kernels and not card_kernels & set(catalog_kernels), "the catalog gated a card's kernel again"
     # the catalog's fast_math is what pays here; no admitted card of the bundled library teaches it
     assert "fast_math" in [step.transform for step in result.steps]
     assert {a.status for a in first_round if a.card and a.status.gated} <= {AttemptStatus.NOT_FASTER,
@@ -86,3 +90,44 @@ def test_what_optimize_runs_unless_told_otherwise_is_the_cards_then_the_catalog(
         "library_then_catalog"
     assert submit.optimize_params("row_softmax/naive", mode="compile")["strategy"] == "library_then_catalog"
     assert submit.optimize_params("row_softmax/naive", mode="compile", strategy="library")["strategy"] == "library"
+
+
+def _candidate(state, suffix: str, **why) -> Candidate:
+    kernel = state.with_source(state.source + f"\n// {suffix}\n")
+    rewrite = Rewrite("ldg", Direction.FORWARD, Anchor("k", "function", suffix), kernel)
+    return Candidate("ldg", "c" * 64 if why else "", rewrite=rewrite, **why)
+
+
+def test_the_catalog_gates_a_kernel_a_card_passed_over_last_and_one_a_precondition_kept_out_never():
+    start = corpus.kernel_entry("row_softmax/naive").load()
+    gated, passed, kept, fresh = (_candidate(start, s, **w) for s, w in (
+        ("gated", {}), ("passed", {"passed_over": "alone: never a step"}),
+        ("kept", {"precondition_failed": "cols <= 64 fails on headline"}), ("fresh", {})))
+    gated_by_card = dataclasses.replace(gated, card="c" * 64)
+    cards = lambda state: iter([gated_by_card, passed, kept])  # noqa: E731
+    catalog = lambda state: iter([_catalog(c) for c in (passed, kept, gated, fresh)])  # noqa: E731
+    plan = strategies._then(cards, catalog)
+    order = [(c.card != "", c.state.source.rsplit("// ", 1)[1].strip()) for c in plan(start)]
+    assert order == [(True, "gated"), (True, "passed"), (True, "kept"), (False, "fresh"), (False, "passed")]
+
+
+def _catalog(candidate: Candidate) -> Candidate:
+    return Candidate(candidate.transform, rewrite=candidate.rewrite)
+
+
+def test_a_kernel_the_ldg_card_passed_over_is_what_the_catalog_takes_last_on_l2_normalize(gate_cache):
+    """Replayed off the H200's recorded verdicts (bench/transfer, session 34): after the row cache the one
+    candidate left is the ldg card's kernel, which its card passes over (alone it never reached 1.01x on the
+    walks' kernels); the catalog's ldg_subscript gates the same kernel last and it pays here."""
+    transfer = config.REPO_ROOT / "bench" / "transfer" / "l2_normalize"
+    result = optimize(transfer / "problem.py", load_kernel(transfer / "naive"), strategy=Strategy.LIBRARY_THEN_CATALOG,
+                      library=load_library(bundled_library()), budget=8, gate_mode=GateMode.REPLAY, jobs=6,
+                      cache=GateCache(None, config.recorded_dir()))
+    assert [s.transform for s in result.steps][-2:] == ["uncache_row", "ldg_subscript"]
+    last = result.steps[-1]
+    round_ = [a for a in result.attempts if a.parent == last.parent]
+    passed_over = [a for a in round_ if a.status is AttemptStatus.PASSED_OVER]
+    assert passed_over and passed_over[0].card and passed_over[0].candidate == last.state.fingerprint
+    taken = next(a for a in round_ if a.index == last.attempt)
+    assert not taken.card and taken is round_[-1] and taken.status is AttemptStatus.FASTER
+    assert result.speedup > 9
