@@ -16,6 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
+from klineage.config import GateMode
 from klineage.optimize.result import better_unconditioned, library_run
 from klineage.optimize.strategies import DEFAULT_STRATEGY, Strategy
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO
@@ -282,7 +283,9 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
         over = f"{n} operators" if n == where.get("of", n) else f"{n} operators (of {where['of']})"
         words.append(say.format(value=where["value"], over=over, beats=round(where["value"] * n)))
     said = STRATEGY_WORDS.get(strategy, strategy) + (": optimize's default" if default else "")
-    e.headline = (f"strategy {strategy} ({said}), "
+    # a replayed document's every verdict was measured on a GPU host earlier; say so, since no gate ran for it
+    replayed = ", replayed off recorded verdicts" if prov.get("gate") == GateMode.REPLAY.value else ""
+    e.headline = (f"strategy {strategy} ({said}){replayed}, "
                   f"budget {prov.get('budget', '?')} gate evaluations, naive time / best time on each operator's "
                   f"headline case, paired, a ratio only where the timing settled: " + "; ".join(words))
     ratio = {(r["workload"], r["kernel"], r["vs"]): r.get("ratio") for r in data.get("rows", [])}
