@@ -7,11 +7,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 dir=${VARIANTS_DIR:-/tmp/transfer_vec4}
-if [ -z "${MAKE_ONLY:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site PATH=$PATH:/usr/local/cuda/bin KLINEAGE_CACHE_DIR=/tmp/kc
-  chmod +x .hostbin/bwrap; export KLINEAGE_BWRAP=$PWD/.hostbin/bwrap
-fi
+. "$(dirname "$0")/../gpu_host.sh"
 py=${PYTHON:-python3}
 for op in rms_norm layer_norm; do
   $py -m klineage optimize "bench/transfer/$op/problem.py" --from "bench/transfer/$op/naive" --gate replay \
