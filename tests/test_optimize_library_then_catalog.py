@@ -92,27 +92,22 @@ def test_what_optimize_runs_unless_told_otherwise_is_the_cards_then_the_catalog(
     assert submit.optimize_params("row_softmax/naive", mode="compile", strategy="library")["strategy"] == "library"
 
 
-def _candidate(state, suffix: str, **why) -> Candidate:
+def _candidate(state, suffix: str, card: str = "", **why) -> Candidate:
     kernel = state.with_source(state.source + f"\n// {suffix}\n")
-    rewrite = Rewrite("ldg", Direction.FORWARD, Anchor("k", "function", suffix), kernel)
-    return Candidate("ldg", "c" * 64 if why else "", rewrite=rewrite, **why)
+    return Candidate("ldg", card, rewrite=Rewrite("ldg", Direction.FORWARD, Anchor("k", "function", suffix), kernel),
+                     **why)
 
 
 def test_the_catalog_gates_a_kernel_a_card_passed_over_last_and_one_a_precondition_kept_out_never():
     start = corpus.kernel_entry("row_softmax/naive").load()
-    gated, passed, kept, fresh = (_candidate(start, s, **w) for s, w in (
-        ("gated", {}), ("passed", {"passed_over": "alone: never a step"}),
-        ("kept", {"precondition_failed": "cols <= 64 fails on headline"}), ("fresh", {})))
-    gated_by_card = dataclasses.replace(gated, card="c" * 64)
-    cards = lambda state: iter([gated_by_card, passed, kept])  # noqa: E731
-    catalog = lambda state: iter([_catalog(c) for c in (passed, kept, gated, fresh)])  # noqa: E731
-    plan = strategies._then(cards, catalog)
+    card = "c" * 64
+    from_cards = [_candidate(start, "gated", card),
+                  _candidate(start, "passed", card, passed_over="alone: never a step"),
+                  _candidate(start, "kept", card, precondition_failed="cols <= 64 fails on headline")]
+    from_catalog = [_candidate(start, suffix) for suffix in ("passed", "kept", "gated", "fresh")]
+    plan = strategies._then(lambda state: iter(from_cards), lambda state: iter(from_catalog))
     order = [(c.card != "", c.state.source.rsplit("// ", 1)[1].strip()) for c in plan(start)]
     assert order == [(True, "gated"), (True, "passed"), (True, "kept"), (False, "fresh"), (False, "passed")]
-
-
-def _catalog(candidate: Candidate) -> Candidate:
-    return Candidate(candidate.transform, rewrite=candidate.rewrite)
 
 
 def test_a_kernel_the_ldg_card_passed_over_is_what_the_catalog_takes_last_on_l2_normalize(gate_cache):

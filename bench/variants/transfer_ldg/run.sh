@@ -5,8 +5,8 @@
 # is gated against its operator's library kernel, paired on the headline case. MAKE_ONLY=1 stops after making them.
 set -eu
 dir=${VARIANTS_DIR:-/tmp/transfer_ldg}
-. "$(dirname "$0")/../gpu_host.sh"
 py=${PYTHON:-python3}
+. "$(dirname "$0")/../gpu_host.sh"
 for op in layer_norm l2_normalize; do
   # the library's search cut at 3 evaluations: its kernel as session 34 measured it (since the catalog gates passed-over
   # kernels last, l2_normalize's search goes on to fill the row cache through __ldg itself)
@@ -21,16 +21,5 @@ cp -r "$dir/layer_norm_lib" "$dir/layer_norm_no_ldg" && sed -i -E 's/__ldg\(&([a
 [ -n "${MAKE_ONLY:-}" ] && exit 0
 for v in layer_norm_no_lb layer_norm_no_ldg layer_norm_unc l2_normalize_no_lb l2_normalize_unc; do
   op=${v%_no_lb}; op=${op%_no_ldg}; op=${op%_unc}
-  timeout 100 $py -m klineage gate "bench/transfer/$op/problem.py" "$dir/$v" --against "$dir/${op}_lib" \
-    --sanitize never --json > "/tmp/$v.json" 2>"/tmp/$v.err" || true
-  $py - "$v" <<'PY'
-import json, sys
-v = sys.argv[1]
-try:
-    d = json.load(open(f"/tmp/{v}.json"))
-except ValueError as exc:
-    print(v, "no verdict:", exc, open(f"/tmp/{v}.err").read()[-400:]); raise SystemExit
-r = (d.get("profile") or {}).get("ratios", {}).get("vs_baseline", {})
-print(f"{v:22s} {d.get('status')} lib_time/variant_time={r.get('overall')} trials={r.get('per_trial')}")
-PY
+  judge "$v" "bench/transfer/$op/problem.py" "$dir/$v" "$dir/${op}_lib" --sanitize never
 done
