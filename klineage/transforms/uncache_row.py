@@ -61,6 +61,7 @@ class UncacheRow(Transform):
               "values per lane), falling back to the passes as they were for rows that do not fit.")
     placement = Placement.ANALYSIS
     role = Role.MECHANISM
+    after = ("scalarize_row_cache",)  # its 16-byte fill and write live on this cache: taken apart first
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
