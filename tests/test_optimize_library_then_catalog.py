@@ -110,19 +110,32 @@ def test_the_catalog_gates_a_kernel_a_card_passed_over_last_and_one_a_preconditi
     assert order == [(True, "gated"), (True, "passed"), (True, "kept"), (False, "fresh"), (False, "passed")]
 
 
-def test_a_kernel_the_ldg_card_passed_over_is_what_the_catalog_takes_last_on_l2_normalize(gate_cache):
-    """Replayed off the H200's recorded verdicts (bench/transfer, session 34): after the row cache the one
-    candidate left is the ldg card's kernel, which its card passes over (alone it never reached 1.01x on the
-    walks' kernels); the catalog's ldg_subscript gates the same kernel last and it pays here."""
-    transfer = config.REPO_ROOT / "bench" / "transfer" / "l2_normalize"
-    result = optimize(transfer / "problem.py", load_kernel(transfer / "naive"), strategy=Strategy.LIBRARY_THEN_CATALOG,
-                      library=load_library(bundled_library()), budget=8, gate_mode=GateMode.REPLAY, jobs=6,
-                      cache=GateCache(None, config.recorded_dir()))
-    assert [s.transform for s in result.steps][-2:] == ["uncache_row", "ldg_subscript"]
+def _transfer_replay(operator: str) -> OptimizationResult:
+    """The default search of a bench/transfer operator, replayed off the H200's recorded verdicts."""
+    transfer = config.REPO_ROOT / "bench" / "transfer" / operator
+    return optimize(transfer / "problem.py", load_kernel(transfer / "naive"), strategy=Strategy.LIBRARY_THEN_CATALOG,
+                    library=load_library(bundled_library()), budget=8, gate_mode=GateMode.REPLAY, jobs=6,
+                    cache=GateCache(None, config.recorded_dir()))
+
+
+def test_a_kernel_the_unroll_cards_passed_over_is_gated_last_by_the_catalog_on_cumsum():
+    """After the warp scan, three unroll cards propose one kernel and pass it over (alone they never reached a
+    step's ratio on the walks' kernels); the catalog's unroll gates that kernel last in the round (here it does
+    not pay: the run ends with it)."""
+    result = _transfer_replay("cumsum")
+    passed_over = [a for a in result.attempts if a.status is AttemptStatus.PASSED_OVER]
+    assert len(passed_over) == 3 and all(a.card and a.transform == "unroll" for a in passed_over)
+    assert len({a.candidate for a in passed_over}) == 1
+    gated = [a for a in result.attempts if a.candidate == passed_over[0].candidate and a not in passed_over]
+    assert len(gated) == 1 and not gated[0].card and gated[0].status is AttemptStatus.NOT_FASTER
+    assert gated[0] is [a for a in result.attempts if a.parent == gated[0].parent][-1]
+
+
+def test_the_devectorize_cards_propose_the_16_byte_row_cache_on_l2_normalize():
+    """Once the catalog has put the register row cache in, a devectorize card (16-byte vectors) proposes filling
+    and writing it as float4 (scalarize_row_cache's analysis site), and it is taken."""
+    result = _transfer_replay("l2_normalize")
+    assert [s.transform for s in result.steps][-2:] == ["uncache_row", "devectorize"]
     last = result.steps[-1]
-    round_ = [a for a in result.attempts if a.parent == last.parent]
-    passed_over = [a for a in round_ if a.status is AttemptStatus.PASSED_OVER]
-    assert passed_over and passed_over[0].card and passed_over[0].candidate == last.state.fingerprint
-    taken = next(a for a in round_ if a.index == last.attempt)
-    assert not taken.card and taken is round_[-1] and taken.status is AttemptStatus.FASTER
-    assert result.speedup > 9
+    assert last.card and "const bool row_vec4 = cols % 4 == 0" in last.state.source
+    assert result.speedup > 10
