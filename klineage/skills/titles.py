@@ -27,7 +27,6 @@ FORWARD: dict[str, tuple[str, str]] = {
     "scalarize_ldmatrix": ("use ldmatrix", "ldmatrix"),
     "scalarize_mma": ("use mma.sync", "mma.sync"),
     "scalarize_row_cache": ("fill and write a row cache 16 bytes a lane at a time", "16 bytes a lane at a time"),
-    "scalarize_row_loop": ("walk a row four columns a lane at a time", "four consecutive columns a lane at a time"),
     "scalarize_row_gather": ("move 16 bytes of a gathered row per thread", "16 bytes of a row per thread"),
     "serialize_reduction": ("reduce each row across a warp", "warp shuffles"),
     "shuffle_to_shared": ("exchange lanes with warp shuffles", "register shuffles"),
