@@ -1,13 +1,12 @@
-"""Shared analysis and rewriting for the forwards that move a warp's walk over a row 16 bytes a lane at a time:
-`scalarize_row_cache` (uncache_row's register cache, its passes) and `scalarize_row_loop` (a strided warp loop over
-a row read in one pass).
+"""The 16-byte vector step of a warp's walk over a row, for `scalarize_row_cache` (uncache_row's register cache,
+its passes): how a pass is read and how its vector form is written.
 
-Both read a pass whose statements run once per column `j` and write the same vector step: a lane takes four
+A pass's statements run once per column `j`; its vector step: a lane takes four
 consecutive columns (`J4 = 4 * (...)`); every float array the statements read at `[j]` or `[X + j]` is loaded once
 per step as a `float4` (through `__ldg` where the statements read it so or the kernel cannot write it), the
 statements run once per column on registers (`j = J4 + K`), and every float array they write at `[X + j]` is
 stored once per step as a `float4`, after the four columns ran. That is exact only where the row length divides by
-4 and every vectorized pointer, and every offset X, is 16-byte aligned: each transform checks those at run time
+4 and every vectorized pointer, and every offset X, is 16-byte aligned: the transform checks those at run time
 and keeps the scalar walk verbatim for the rest.
 
 The leading underscore keeps the catalog from loading this module as a transform.
