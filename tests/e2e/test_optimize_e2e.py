@@ -31,7 +31,9 @@ from skills_app.card_import import import_library
 pytestmark = pytest.mark.e2e
 
 PASSWORD = "operator-pw-2026"
-BUDGETS = {1280: 8, 390: 4}  # gate evaluations, by window width
+# gate evaluations, by window width: apart, so each job's page names its own; the claim holds for any budget, and
+# every evaluation of the first job is a real compile-only gate
+BUDGETS = {1280: 4, 390: 3}
 DRY_LINEAGE = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.dry.json"
 
 
