@@ -42,7 +42,7 @@ from klineage.kernel import KernelState
 from klineage.transforms import _row_vectors as rv
 from klineage.transforms import register
 from klineage.transforms._edit import Edit, indentation, own_lines, splice
-from klineage.transforms._naive import kernel, launches_of, parameters, squash
+from klineage.transforms._naive import kernel, launches_of, parameters, readable, squash
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 FLAG = "row_vec4"
@@ -86,16 +86,8 @@ class ScalarizeRowCache(Transform):
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        anchors = []
-        for function in cp.functions(parsed):
-            if not function.is_kernel:
-                continue
-            try:
-                _site(state, parsed, function)
-            except NotApplicable:
-                continue
-            anchors.append(Anchor(function.name, "function", KEY, parsed.text(function.node)[:200]))
-        return anchors
+        return [Anchor(function.name, "function", KEY, parsed.text(function.node)[:200])
+                for function, _ in readable(parsed, lambda function: _site(state, parsed, function))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
@@ -149,7 +141,7 @@ def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) ->
     body = function.node.child_by_field_name("body")
     declaration = next((node for node in (body.named_children if body is not None else ())
                         if node.type == "declaration" and _CACHE.match(squash(parsed.text(node)))), None)
-    if declaration is None:
+    if not function.is_kernel or declaration is None:
         raise NotApplicable(f"{function.name} keeps no canonical row_cache")
     if _OWN_NAMES.search(parsed.text(function.node)):
         raise NotApplicable(f"{function.name} already names {FLAG} or one of the cache_ names the forward declares")
