@@ -18,6 +18,17 @@ CASES = {
 }
 HEADLINE = "headline"
 
+SWEEP = {
+    # Timed only, by a gate that times every case (bench/row_cache_when.py): rows whose length divides by 4 or
+    # not, short and long, a grid under one wave of the H200's SMs, a row too long for a 2,048-column cache.
+    "cols64": {"rows": 131072, "cols": 64},
+    "cols256": {"rows": 32768, "cols": 256},
+    "cols1000": {"rows": 8192, "cols": 1000},
+    "cols1026": {"rows": 8192, "cols": 1026},
+    "cols2048_few": {"rows": 256, "cols": 2048},
+    "cols2052": {"rows": 4096, "cols": 2052},
+}
+
 OUTPUTS = {"y": {"shape": ["rows", "cols"], "dtype": "float32"}}
 
 # fp32 sums over a row of thousands leave about 2e-5 absolute near zero outputs (the naive kernel's worst on the
