@@ -63,13 +63,14 @@ def measure(operator: str, mode: GateMode, cache: GateCache) -> dict:
     verdict = run_gate(problem, vector, against=parent, policy=POLICY, mode=mode, cache=cache,
                        record=mode is GateMode.GPU)
     rows = []
-    for timed in case_ratios(verdict):
+    for timed in sorted(case_ratios(verdict), key=lambda timed: timed.case):
         params = dict(info.case(timed.case).params)
         launch = launch_facts(parent, params, devices.DEFAULT)
         facts = case_facts(params, launch, roofline=info.roofline.get(timed.case),
                            layout=layout_facts(info.outputs, params))
+        attempts = verdict.profile["per_case"][timed.case].get("settlement", {}).get("attempts") or [{}]
         rows.append({"case": timed.case, "params": params, "ratio": timed.ratio, "per_trial": list(timed.per_trial),
-                     "untimed": timed.untimed, "facts": facts})
+                     "settled": attempts[-1].get("state") == "settled", "untimed": timed.untimed, "facts": facts})
     return {"operator": operator, "status": verdict.status.value, "gpu": verdict.environment.get("gpu", "none"),
             "parent": parent.fingerprint[:12],
             "vector": vector.fingerprint[:12], "findings": [str(f) for f in verdict.findings], "cases": rows}
@@ -107,6 +108,8 @@ def main() -> int:
     print(f"when: {when.kind.value}: {when.sentence}")
     for row in document["when"]["cases"]:
         print(f"  {row['case']:28s} {row['ratio']:.3f} {row['outcome']}")
+    unsettled = [f"{o['operator']}:{c['case']}" for o in operators for c in o["cases"] if not c["settled"]]
+    print("timing settled on every case" if not unsettled else f"timing NOT settled on {', '.join(unsettled)}")
     return 0
 
 
