@@ -61,7 +61,6 @@ class UncacheRow(Transform):
               "values per lane), falling back to the passes as they were for rows that do not fit.")
     placement = Placement.ANALYSIS
     role = Role.MECHANISM
-    after = ("scalarize_row_cache",)  # its 16-byte fill and write live on this cache: taken apart first
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
@@ -133,6 +132,9 @@ class UncacheRow(Transform):
         declaration = _cache_declaration(parsed, body)
         if declaration is None:
             raise NotApplicable(f"{anchor}: no row_cache")
+        if re.search(r"\brow_vec4\b", parsed.text(body)):  # its vector branches read the cache too
+            raise NotApplicable(f"{anchor}: the cache is filled 16 bytes a lane at a time (row_vec4): "
+                                f"scalarize_row_cache takes that apart first")
         span = own_lines(parsed, declaration)
         if span is None:
             raise NotApplicable(f"{anchor}: the row_cache declaration shares its line")

@@ -157,3 +157,16 @@ def test_the_emulation_sees_the_vector_path_store_its_lanes_in_order(tmp_path):
     wrong = {(n, shift) for (n, shift), got in runs.items()
              if not torch.allclose(got["broken"], got["scalar"], rtol=1e-5, atol=1e-6, equal_nan=True)}
     assert wrong == {(4, 0), (32, 0), (128, 0), (2048, 0)}
+
+
+def test_uncache_row_leaves_a_vector_filled_cache_to_this_transform_first(transform):
+    """Backward, the 16-byte fill comes off first: uncache_row refuses while the vector branches read the cache,
+    then takes the scalar cache apart as ever."""
+    vector = golden("softmax", "before")
+    uncache = get("uncache_row")
+    site = Anchor("kernel", "function", "in")
+    with pytest.raises(NotApplicable, match="filled 16 bytes a lane at a time"):
+        uncache.backward(vector, site)
+    scalar = transform.backward(vector, SITE).state
+    assert uncache.backward(scalar, site).state.source == load(HERE / "uncache_row" / "softmax", "after",
+                                                                 "kernel").source
