@@ -6,16 +6,14 @@ from dashboard_data import corpus  # noqa: F401
 from skills_app.models import Verdict
 
 
-def timed(*, settlement: bool | None = None) -> Verdict:
-    """The first timed verdict by key; with `settlement` False, the first whose gate predates the settling check."""
+def timed(before_settling: bool = False) -> Verdict:
+    """The first timed verdict by key; `before_settling`: the first whose gate predates the settling check."""
     verdicts = Verdict.objects.filter(document__profile__has_key="contenders").order_by("key")
-    if settlement is False:
-        verdicts = verdicts.exclude(document__profile__has_key="settlement")
-    return verdicts.first()
+    return (verdicts.exclude(document__profile__has_key="settlement") if before_settling else verdicts).first()
 
 
 def test_a_recorded_verdict_says_its_gate_did_not_check_settling(client, corpus, db):
-    page = client.get(f"/verdicts/{timed(settlement=False).key}/").content.decode()
+    page = client.get(f"/verdicts/{timed(before_settling=True).key}/").content.decode()
     assert ('<strong>Timing:</strong> <span class="muted">not checked for settling (a verdict of an earlier gate)'
             in page)
 
