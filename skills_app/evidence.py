@@ -22,6 +22,8 @@ from klineage.optimize.strategies import DEFAULT_STRATEGY, Strategy
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO
 from klineage.skills.library import bundled_library
 from klineage.skills.when import MIN_WHEN_CASES, REPEATABILITY
+from klineage.transforms._row_vectors import WIDTH
+from klineage.transforms.uncache_row import CACHE
 from skills_app.budget_curve import budget_curve
 
 
@@ -410,6 +412,27 @@ def _preconditions(e: Evidence, data: dict[str, Any]) -> None:
               for r in [*data.get("rows", []), *pending]]
 
 
+def _row_cache_when(e: Evidence, data: dict[str, Any]) -> None:
+    """bench/row_cache_when.py: one forward step timed on every case of four operators, and its induced when."""
+    e.title = "Where the 16-byte row cache pays (per case)"
+    operators = [o for o in data.get("operators", []) if isinstance(o, dict)]
+    cases = {c["case"]: c for o in operators for c in o.get("cases", [])}
+    ratios = {(o["operator"], c["case"]): c for o in operators for c in o.get("cases", [])}
+    timed = [c for c in ratios.values() if isinstance(c.get("ratio"), (int, float))]
+    unsettled = [f"{o}:{c}" for (o, c), row in ratios.items() if row.get("settled") is False]
+    when = data.get("when") or {}
+    settled = "every timing settled" if not unsettled else f"not settled on {', '.join(unsettled)}"
+    e.headline = (f"{when.get('sentence', 'no when induced')} (scalarize_row_cache's step against the scalar cache it "
+                  f"came from: parent time / its time, paired, on {len(timed)} cases of {len(operators)} operators; "
+                  f"{settled})")
+    e.columns = ["case", "rows x cols", "path the flag takes", *(o["operator"] for o in operators)]
+    for name, case in sorted(cases.items(), key=lambda item: (item[1]["params"].get("cols", 0), item[0])):
+        rows, cols = case["params"].get("rows"), case["params"].get("cols")
+        vector = isinstance(cols, int) and cols % WIDTH == 0 and cols <= 32 * CACHE  # the forward's flag, sizes only
+        e.rows.append([name, f"{rows:,} x {cols:,}", "16-byte" if vector else "scalar",
+                       *(_num(ratios.get((o["operator"], name), {}).get("ratio"), "{:.2f}x") for o in operators)])
+
+
 def _kept_out_words(data: dict[str, Any]) -> str:
     kept = data.get("kept_out") or {}
     if not kept:
@@ -426,7 +449,7 @@ _SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _precondit
               "jobs.json": _jobs, "web_perf.json": _web_perf, "corpus.json": _corpus, "skills.json": _skills,
               "skills-passed-over-replay.json": _skills_replayed, "mma-peak.json": _mma_peak,
               "multigpu.json": _multigpu, "transfer.json": _transfer, "transfer-library-run.json": _transfer,
-              "transfer-cards-alone.json": _transfer}
+              "transfer-cards-alone.json": _transfer, "row_cache_when.json": _row_cache_when}
 
 
 def _num(value: Any, fmt: str) -> str:

@@ -264,3 +264,32 @@ def test_a_transfer_file_without_numbers_says_what_was_not_measured(tmp_path):
                                                         "runs": {}, "where_measured": {}}))
     card = _by_name(tmp_path)["transfer.json"]
     assert "library geomean vs naive: not measured" in card.headline and card.chart is None and card.rows == []
+
+
+def test_the_row_cache_card_states_its_when_and_every_case_from_the_file():
+    """bench/results/row_cache_when.json: the induced sentence, how many cases, whether they settled, and one row a
+    case with each operator's ratio (read from the file, not copied)."""
+    card = _by_name()["row_cache_when.json"]
+    data = json.loads((Path(settings.BASE_DIR) / "bench" / "results" / "row_cache_when.json").read_text())
+    operators = [o["operator"] for o in data["operators"]]
+    cases = {c["case"]: c for o in data["operators"] for c in o["cases"]}
+    assert card.headline.startswith(data["when"]["sentence"])
+    assert f"on {sum(len(o['cases']) for o in data['operators'])} cases of {len(operators)} operators" in card.headline
+    assert "every timing settled" in card.headline and card.where == data["provenance"]["gpu"]
+    assert card.columns[3:] == operators and {row[0] for row in card.rows} == set(cases)
+    for row in card.rows:
+        for operator, shown in zip(operators, row[3:]):
+            ratio = next(c["ratio"] for o in data["operators"] if o["operator"] == operator for c in o["cases"]
+                         if c["case"] == row[0])
+            assert shown == f"{ratio:.2f}x"
+    paths = {row[0]: row[2] for row in card.rows}
+    assert paths["headline"] == "16-byte" and paths["ragged"] == paths["narrow"] == paths["cols2052"] == "scalar"
+
+
+def test_a_row_cache_case_that_did_not_settle_is_named(tmp_path):
+    data = json.loads((Path(settings.BASE_DIR) / "bench" / "results" / "row_cache_when.json").read_text())
+    data["operators"][0]["cases"][0]["settled"] = False
+    (tmp_path / "row_cache_when.json").write_text(json.dumps(data))
+    card = _by_name(tmp_path)["row_cache_when.json"]
+    first = data["operators"][0]
+    assert f"not settled on {first['operator']}:{first['cases'][0]['case']}" in card.headline
