@@ -4,11 +4,11 @@ when is what induction makes of its rows."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
+from bench_tools import bench_script
 from klineage import config
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
@@ -19,10 +19,7 @@ DOCUMENT = config.REPO_ROOT / "bench" / "results" / "row_cache_when.json"
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("row_cache_when", config.REPO_ROOT / "bench" / "row_cache_when.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("row_cache_when")
 
 
 @pytest.fixture(scope="module")

@@ -63,22 +63,22 @@ class Pass:
     accesses: tuple[Access, ...]
 
 
-def read_pass(parsed: cp.ParsedSource, body: Node, column: str, cached: tuple[str, str] | None = None) -> Pass:
+def read_pass(parsed: cp.ParsedSource, body: Node, column: str, cached: tuple[str, str]) -> Pass:
     """The pass's row accesses; NotApplicable where four columns a lane would not compute the same. `cached`:
-    (array, index) of a register array the pass may use, at that index only."""
+    (array, index) of the register array the pass may use, at that index only."""
     text = parsed.text(body)
     if _FORBIDDEN.search(text):
         raise NotApplicable(f"a pass holds `{_FORBIDDEN.search(text)[0]}`")
     for change in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
         target = change.child_by_field_name("left") or change.child_by_field_name("argument")
-        if target is not None and squash(parsed.text(target)).strip("()") in (column, *(cached or ())[1:]):
+        if target is not None and squash(parsed.text(target)).strip("()") in (column, cached[1]):
             raise NotApplicable(f"a pass assigns {squash(parsed.text(target))}")
     through_ldg = {call.subscript.id: call.node for call in ldg_calls(parsed, body)}
     found = []
     for node in cp.nodes_of_type(body, "subscript_expression"):
         array = parsed.text(node.child_by_field_name("argument"))
         indices = squash(parsed.text(node.child_by_field_name("indices"))).removeprefix("[").removesuffix("]")
-        if cached and array == cached[0]:
+        if array == cached[0]:
             if indices != cached[1]:
                 raise NotApplicable(f"a pass reads {array} at [{indices}]")
             continue
