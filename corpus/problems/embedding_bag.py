@@ -39,6 +39,14 @@ SWEEP = {  # timed only: row width against the block, bag length, bags against t
     "rows_wide": {"bags": 2048, "bag": 8, "d": 4096, "num": 20000},
     "rows_unaligned": {"bags": 8192, "bag": 16, "d": 511, "num": 100000},  # no float4 rows
     "bag_long": {"bags": 512, "bag": 256, "d": 256, "num": 100000},
+    # The headline's bags at other widths, and bag counts between the few and the many: where the
+    # float4 path and the scalar one part ways, and from how many blocks on either pays.
+    "width_384": {"bags": 8192, "bag": 16, "d": 384, "num": 100000},
+    "width_1024": {"bags": 8192, "bag": 16, "d": 1024, "num": 100000},
+    "width_257": {"bags": 16384, "bag": 8, "d": 257, "num": 100000},  # scalar path
+    "width_256": {"bags": 16384, "bag": 8, "d": 256, "num": 100000},
+    "bags_1k": {"bags": 1024, "bag": 16, "d": 256, "num": 100000},
+    "lookup_many": {"bags": 65536, "bag": 1, "d": 64, "num": 100000},
 }
 
 OUTPUTS = {"out": {"shape": ["bags", "d"], "dtype": "float32"}}

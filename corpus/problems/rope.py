@@ -38,6 +38,14 @@ SWEEP = {  # timed only: head size against the 16-byte pack, and how many packs 
     "head_large": {"b": 2, "s": 4096, "h": 8, "d": 256},
     "head_unaligned": {"b": 8, "s": 2048, "h": 32, "d": 100},  # half 50: no packs
     "one_wave": {"b": 1, "s": 1056, "h": 32, "d": 128},
+    # Head sizes whose half is not a multiple of 8 at full size, and packable heads on a handful of
+    # tokens: which of the two (alignment, too little work) decides whether the packs pay.
+    "head_72": {"b": 8, "s": 2048, "h": 32, "d": 72},  # half 36
+    "head_120": {"b": 4, "s": 4096, "h": 16, "d": 120},  # half 60
+    "head_40": {"b": 8, "s": 4096, "h": 32, "d": 40},  # half 20
+    "tokens_tiny": {"b": 1, "s": 16, "h": 8, "d": 128},  # 1024 packs: four blocks
+    "decode_small": {"b": 4, "s": 1, "h": 32, "d": 64},  # 512 packs
+    "decode_batch": {"b": 64, "s": 1, "h": 32, "d": 128},  # 16384 packs, one token each
 }
 
 OUTPUTS = {"y": {"shape": ["b", "s", "h", "d"], "dtype": "bfloat16"}}
