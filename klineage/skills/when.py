@@ -29,7 +29,8 @@ where it holds), one atom, else two joined by `and` where that calls fewer wrong
 order of families: text equality (`dtype_is_float16`), thresholds (`waves >= 1`, `cols <= 4096`: a
 round number between two neighbouring values, `_between`), divisibility (`cols % 4 == 0`; after
 thresholds, since a few sizes share some divisor by chance, while an alignment rule shows where no
-threshold does). Ties go to a range of one fact over two facts, then to simpler families.
+threshold does; of the case's sizes and row bytes only: a register count or a grid that divides by 3
+says nothing). Ties go to a range of one fact over two facts, then to simpler families.
 Measurements are noisy and kernels differ in ways no fact names, so a predicate may have exceptions;
 what keeps one from being fitted to noise is the rules below, each checked on held-out cases.
 
@@ -178,6 +179,12 @@ _KERNEL_COUNTS = {
 
 
 KERNEL_FACTS = frozenset({*_KERNEL_COUNTS, "vector_load_share", "readonly_load_share"})
+# Facts measured or derived rather than chosen by the caller: a register count, a grid or a traffic
+# figure that happens to be a multiple of 3 says nothing about the kernel, so these get thresholds only.
+# Divisibility is searched over the case's own sizes and its row bytes, where alignment lives.
+_NOT_DIVISIBLE = KERNEL_FACTS | {"blocks", "waves", "threads", "dynamic_shared", "registers", "static_shared",
+                                 "stack_bytes", "spill_bytes", "megabytes", "intensity", "bytes_per_thread",
+                                 "row_align"}
 
 
 def kernel_facts(features: Mapping[str, Any]) -> dict[str, Any]:
@@ -317,7 +324,9 @@ def _candidates(facts: _Facts, train: np.ndarray) -> tuple[list[Atom], np.ndarra
                 low, high = _cut(float(lo), float(hi))
                 found.append((Atom(f"{key} >= {low}", f"{key} is at least {low}", 1), column >= float(low)))
                 found.append((Atom(f"{key} <= {high}", f"{key} is at most {high}", 1), column <= float(high)))
-        for key, column in facts.numbers.items():  # 2: divisibility
+        for key, column in facts.numbers.items():  # 2: divisibility, of sizes alone
+            if key in _NOT_DIVISIBLE:
+                continue
             defined = column[~np.isnan(column)]
             if defined.size and np.all(defined > 0) and np.all(defined == np.round(defined)):
                 for d in sorted(DIVISORS, reverse=True):
@@ -336,13 +345,14 @@ def _candidates(facts: _Facts, train: np.ndarray) -> tuple[list[Atom], np.ndarra
 
 
 def _between(lo: float, hi: float) -> float:
-    """A round threshold in (lo, hi]: the power of two nearest the geometric middle, else the middle with
-    the fewest significant digits, else hi. Between the last unpaid and the first paid case nothing was
+    """A round threshold in (lo, hi]: the power of two nearest the geometric middle (the upper one where
+    the middle sits halfway, as it does between two powers of two: "row_align >= 32", not ">= 20"), else
+    the middle with the fewest significant digits, else hi. Between the last unpaid and the first paid case nothing was
     measured; a round number near the middle reads as the rule it is and does not hug either case (a
     threshold at the first paid case would call that case unpaid whenever it is left out)."""
     middle = math.sqrt(lo * hi) if lo > 0 else (lo + hi) / 2
     if middle > 0:
-        power = 2.0 ** round(math.log2(middle))
+        power = 2.0 ** math.floor(math.log2(middle) + 0.5)
         if lo < power <= hi:
             return int(power) if power >= 1 else power
     for digits in range(1, 4):
