@@ -51,6 +51,27 @@ def test_divisibility_beats_a_threshold():
     assert set(when.precondition.fails) == {"softmax:c129", "softmax:c3001", "softmax:c4095", "softmax:c9973"}
 
 
+def test_a_measured_count_that_divides_by_chance_is_not_a_rule():
+    """Registers a thread are what ptxas made of the kernel, not a size anyone chose: where the paid cases'
+    counts happen to share a divisor and no threshold separates them, nothing is written; the same
+    numbers as a case's own size give the divisibility rule."""
+    counts = (30, 31, 33, 34, 36, 37, 39, 40, 42, 43)
+    measured = [CaseEffect(f"op:r{r}", case_facts({}, compiled={"registers": r}), 1.1 if r % 3 == 0 else 0.99,
+                           outcome_of(1.1 if r % 3 == 0 else 0.99, REQUIRED)) for r in counts]
+    when = induce_when(measured)
+    assert when.kind is WhenKind.MIXED and not any("%" in c for c in when.candidates)
+    sized = induce_when(rows([(f"op:n{r}", {"n": r}, 1.1 if r % 3 == 0 else 0.99) for r in counts]))
+    assert sized.kind is WhenKind.PRECONDITION and sized.precondition.expression == "n % 3 == 0"
+
+
+def test_an_alignment_threshold_between_two_powers_of_two_is_the_upper_one():
+    """Row alignments are powers of two: between 16 and 32 the rule reads "at least 32", not "at least 20"."""
+    aligns = (4, 8, 16, 16, 32, 64, 128, 32)
+    when = induce_when([CaseEffect(f"op:c{i}", {"row_align": a}, 1.2 if a >= 32 else 1.0,
+                                   outcome_of(1.2 if a >= 32 else 1.0, REQUIRED)) for i, a in enumerate(aligns)])
+    assert when.kind is WhenKind.PRECONDITION and when.precondition.expression == "row_align >= 32"
+
+
 def test_a_dtype():
     table = [(f"op:{d}{n}", {"n": n, "dtype": d}, 1.3 if d == "float16" else 1.0)
              for d in ("float16", "float32") for n in (256, 1024, 4096)]
