@@ -7,6 +7,14 @@ from threads import one_thread_per_worker
 
 one_thread_per_worker()  # before anything below imports torch or numpy (tests/threads.py)
 
+import sys  # noqa: E402
+
+# pytest caches its assertion rewrite of each test module as bytecode (tests/__pycache__, ignored by git), checked
+# against the source's size and mtime, but only where bytecode may be written: under PYTHONDONTWRITEBYTECODE (set
+# on the development VMs) each xdist worker rewrote and compiled every module of tests/ on every run, collection
+# 27 s a worker against 7 s from the cache. The processes the tests start keep the variable as found.
+sys.dont_write_bytecode = False
+
 import functools  # noqa: E402
 from pathlib import Path  # noqa: E402
 
