@@ -36,8 +36,9 @@ from klineage.gate.policy import TimingScope  # noqa: E402
 from klineage.kernel import KernelState, load_kernel  # noqa: E402
 from klineage.optimize import Strategy, optimize  # noqa: E402
 from klineage.optimize.loop import DEFAULT_POLICY  # noqa: E402
+from klineage.skills.facts import case_facts, launch_facts, layout_facts  # noqa: E402
 from klineage.skills.library import bundled_library, load_library  # noqa: E402
-from klineage.skills.when import case_facts, induce_when, launch_facts, layout_facts, per_case  # noqa: E402
+from klineage.skills.when import induce_when, per_case  # noqa: E402
 from klineage.transforms import get  # noqa: E402
 from klineage.walk.timing_audit import PERCASE_TRIAL_SECONDS, case_ratios  # noqa: E402
 

@@ -15,10 +15,11 @@ from klineage.optimize import AttemptStatus, OptimizationResult, optimize
 from klineage.optimize.result import Stats
 from klineage.skills import induce
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind
+from klineage.skills.facts import launch_facts, layout_facts
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import Library, problem_infos
 from klineage.skills.retrieval import precondition_failure, retrieve, timing_failure
-from klineage.skills.when import SOURCE, launch_facts, layout_facts
+from klineage.skills.when import SOURCE
 
 SOFTMAX = corpus.problem_path("row_softmax")
 DRY_LINEAGE = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.dry.json"

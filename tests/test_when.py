@@ -4,20 +4,18 @@ import pytest
 
 from klineage.errors import DocumentError
 from klineage.skills.card import Precondition
+from klineage.skills.facts import case_facts, kernel_facts, work_facts
 from klineage.skills.when import (
     MIN_LOO,
     CaseEffect,
     Outcome,
     WhenKind,
-    case_facts,
     induce_when,
-    kernel_facts,
     leave_one_out,
     outcome_of,
     paid_recall,
     per_case,
     search,
-    work_facts,
 )
 
 REQUIRED = 1.01

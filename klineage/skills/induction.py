@@ -77,17 +77,9 @@ from klineage.skills.card import (
     Scope,
     SkillCard,
 )
+from klineage.skills.facts import case_facts, kernel_facts, launch_facts, layout_facts
 from klineage.skills.predicates import Labelled, separate
-from klineage.skills.when import (
-    WhenKind,
-    case_facts,
-    induce_when,
-    kernel_facts,
-    kernel_rows,
-    launch_facts,
-    layout_facts,
-    per_case,
-)
+from klineage.skills.when import WhenKind, induce_when, kernel_rows, per_case
 from klineage.walk.audit import MECHANISMS
 from klineage.walk.timing_audit import PerCaseTiming
 

@@ -135,7 +135,8 @@ def timing_failure(card: SkillCard, problem: ProblemInfo, state: KernelState | N
     A predicate naming a fact the target does not give (registers, before it is compiled) is undecided, and
     an undecided one skips nothing: it says where the card pays, not whether it is sound, and the gate
     measures anyway."""
-    from klineage.skills.when import SOURCE, case_facts, launch_facts, layout_facts, work_facts
+    from klineage.skills.facts import case_facts, launch_facts, layout_facts, work_facts
+    from klineage.skills.when import SOURCE
 
     timing = [p for p in card.preconditions if p.source == SOURCE]
     if not timing:

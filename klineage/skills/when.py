@@ -12,7 +12,7 @@ a gain no re-run takes back, while a case at 1.00x that a re-run might lift to 1
 when left out. Without the band, steps whose effect is 1.00x give or take a per cent got
 "preconditions" fitted to which side of 1.01x the noise put two cases on.
 
-Facts (`case_facts`): the case's parameters (numbers; `<p>_is_<v>` for text, e.g. dtypes), what
+Facts (klineage.skills.facts, `case_facts`): the case's parameters (numbers; `<p>_is_<v>` for text, e.g. dtypes), what
 the step's parent kernel's launch plan makes of them (`blocks` of its largest launch, `waves` = blocks /
 SMs, `threads` a block, `dynamic_shared` bytes), what ptxas said of it (`registers`, `static_shared`,
 `stack_bytes`, `spill_bytes`), the work the problem's roofline figures give the case (`megabytes`,
@@ -67,15 +67,11 @@ from typing import Any
 
 import numpy as np
 
-from klineage import devices, expr
-from klineage.devices import DeviceSpec
+from klineage import expr
 from klineage.errors import DocumentError, ExpressionError
-from klineage.kernel import KernelState
-from klineage.launch import numeric
-from klineage.problem import DTYPE_BYTES, OutputSpec
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO, KERNEL_MARK, Effect, Precondition, SkillCard, measured_case
+from klineage.skills.facts import KERNEL_FACTS, MEASURED_FACTS
 from klineage.skills.predicates import DIVISORS
-from klineage.skills.predicates import case_facts as param_facts
 
 MIN_SUPPORT = 2  # decided cases on each side of a written predicate
 # How far one paired ratio moves between fresh gates of the same pair: 20 of them, each a new runner,
@@ -152,115 +148,6 @@ class When:
         return tuple(c.case for c in self.cases if c.paid)
 
 
-def case_facts(params: Mapping[str, Any], launch: Mapping[str, Any] | None = None,
-               compiled: Mapping[str, Any] | None = None,
-               roofline: Mapping[str, float] | None = None,
-               layout: Mapping[str, Any] | None = None,
-               kernel: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The names a timing predicate may use for one case: parameters, launch, compiled, work, layout and
-    kernel facts."""
-    return {**param_facts(params), **(launch or {}), **(compiled or {}), **work_facts(roofline, launch or {}),
-            **(layout or {}), **(kernel or {})}
-
-
-# Kernel facts: SASS feature counts summed into what a kernel engineer reads a kernel by, in names that
-# mean the same in every operator. Static counts (an instruction in a loop counts once).
-_KERNEL_COUNTS = {
-    "shared_accesses": ("lds", "sts", "ldsm", "stsm"),
-    "barriers": ("bar_sync",),
-    "shuffles": ("shfl",),
-    "tensor_ops": ("hmma", "hgmma", "imma"),
-    "async_copies": ("ldgsts", "utmaldg"),
-    "special_functions": ("mufu",),
-    "local_accesses": ("ldl", "stl"),
-    "atomics": ("atom", "red", "atoms"),
-    "global_loads": ("ldg_32", "ldg_64", "ldg_128"),
-}
-
-
-KERNEL_FACTS = frozenset({*_KERNEL_COUNTS, "vector_load_share", "readonly_load_share"})
-# Facts measured or derived rather than chosen by the caller: a register count, a grid or a traffic
-# figure that happens to be a multiple of 3 says nothing about the kernel, so these get thresholds only.
-# Divisibility is searched over the case's own sizes and its row bytes, where alignment lives.
-_NOT_DIVISIBLE = KERNEL_FACTS | {"blocks", "waves", "threads", "dynamic_shared", "registers", "static_shared",
-                                 "stack_bytes", "spill_bytes", "megabytes", "intensity", "bytes_per_thread",
-                                 "row_align"}
-
-
-def kernel_facts(features: Mapping[str, Any]) -> dict[str, Any]:
-    """What the kernel a forward step starts from is made of, from its SASS feature counts (a state's
-    `features`): the counts of `_KERNEL_COUNTS`, and of its global loads the share that are 8 or 16
-    bytes wide (`vector_load_share`) and the share on the read-only path (`readonly_load_share`). These
-    tell kernels of one operator apart where no case fact can (a tiled and a plain kernel of one
-    convolution time the same cases). {} where the kernel's SASS was not read."""
-    sass = features.get("sass") if isinstance(features, Mapping) else None
-    if not isinstance(sass, Mapping) or "counts" not in sass:
-        return {}
-    totals: Counter[str] = Counter()
-    for count in sass["counts"]:
-        totals[str(count["name"])] += int(count["count"])
-    facts: dict[str, Any] = {name: sum(totals[n] for n in names) for name, names in _KERNEL_COUNTS.items()}
-    loads = facts["global_loads"]
-    if loads:
-        facts["vector_load_share"] = round((totals["ldg_64"] + totals["ldg_128"]) / loads, 3)
-        facts["readonly_load_share"] = round(totals["ldg_const"] / loads, 3)
-    return facts
-
-
-def layout_facts(outputs: Sequence[OutputSpec], params: Mapping[str, Any]) -> dict[str, Any]:
-    """The contiguous rows a case writes, in units every operator shares: `row_bytes`, the shortest
-    innermost row of its outputs in bytes, and `row_align`, the largest power of two up to 128 dividing
-    every output's row. Whether 16-byte vector accesses line up row after row depends on it (a row of
-    4100 bfloat16 values is 8200 bytes: aligned to 8, not 16), and a parameter's name cannot say so
-    across operators. {} where an output's shape does not resolve for the case."""
-    rows = []
-    for output in outputs:
-        try:
-            dims, dtype = output.resolve(dict(params))
-        except (DocumentError, ExpressionError):
-            return {}
-        rows.append(dims[-1] * DTYPE_BYTES[dtype])
-    if not rows or min(rows) <= 0:
-        return {}
-    return {"row_bytes": min(rows), "row_align": min(math.gcd(r, 128) for r in rows)}
-
-
-def work_facts(roofline: Mapping[str, float] | None, launch: Mapping[str, Any]) -> dict[str, Any]:
-    """What a case asks of the kernel in units every operator shares, from the problem's roofline figures
-    for it: `megabytes` (the least traffic the case needs, 1e6 bytes), `intensity` (flops per byte of it)
-    and, where the launch is known, `bytes_per_thread` (that traffic over the threads of the largest
-    launch: how much work each thread has to hide its latency behind). Parameters name different things in
-    different problems (conv2d's N is a batch, GEMM's N a width); these do not, so a card measured on several
-    operators can still be told where it pays by size and by work per thread. {} without figures."""
-    if not roofline or not roofline.get("bytes"):
-        return {}
-    moved = float(roofline["bytes"])
-    facts = {"megabytes": round(moved / 1e6, 4), "intensity": round(float(roofline.get("flops", 0.0)) / moved, 4)}
-    threads = launch.get("blocks", 0) * launch.get("threads", 0)
-    if threads:
-        facts["bytes_per_thread"] = round(moved / threads, 2)
-    return facts
-
-
-def launch_facts(kernel: KernelState, params: Mapping[str, Any],
-                 device: DeviceSpec = devices.DEFAULT) -> dict[str, Any]:
-    """What `kernel`'s launch plan makes of a case on `device`: the largest launch's `blocks`, `waves`
-    (blocks / SMs: below 1 the grid leaves SMs idle), `threads` a block and `dynamic_shared` bytes;
-    {} where the plan does not resolve for the case."""
-    env = numeric({**params, **kernel.constants, **device.facts()})
-    best: dict[str, Any] = {}
-    try:
-        for launch in kernel.plan.launches:
-            blocks = math.prod(expr.evaluate_int(str(d), env) for d in launch.grid)
-            if blocks > best.get("blocks", 0):
-                best = {"blocks": blocks, "waves": round(blocks / device.num_sms, 4),
-                        "threads": math.prod(expr.evaluate_int(str(d), env) for d in launch.block),
-                        "dynamic_shared": expr.evaluate_int(str(launch.shared), env)}
-    except (ExpressionError, DocumentError, ZeroDivisionError):
-        return {}
-    return best
-
-
 def _numeric(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -325,7 +212,7 @@ def _candidates(facts: _Facts, train: np.ndarray) -> tuple[list[Atom], np.ndarra
                 found.append((Atom(f"{key} >= {low}", f"{key} is at least {low}", 1), column >= float(low)))
                 found.append((Atom(f"{key} <= {high}", f"{key} is at most {high}", 1), column <= float(high)))
         for key, column in facts.numbers.items():  # 2: divisibility, of sizes alone
-            if key in _NOT_DIVISIBLE:
+            if key in MEASURED_FACTS:
                 continue
             defined = column[~np.isnan(column)]
             if defined.size and np.all(defined > 0) and np.all(defined == np.round(defined)):
