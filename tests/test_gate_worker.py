@@ -36,8 +36,11 @@ class WorkerProcess:
         env = {**worker_environ(), "DATABASE_URL": database.url, "KLINEAGE_DATA_DIR": str(data_dir),
                **ENV, "PYTHONUNBUFFERED": "1", **(env or {})}
         env.pop("REDIS_URL", None)
-        self.proc = subprocess.Popen([sys.executable, "manage.py", "gate_worker", "--json-log", *args], cwd=REPO,
-                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # --skip-checks: Django's system checks import every view for the URL check, about 0.8 s of each of the
+        # file's twenty starts before `ready`; a worker that runs them is started by
+        # test_gpu_worker_without_a_gpu_refuses_to_start, tests/test_job_progress.py and `serve` (tests/test_serve.py)
+        self.proc = subprocess.Popen([sys.executable, "manage.py", "gate_worker", "--skip-checks", "--json-log", *args],
+                                     cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self.events: list[dict] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
