@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from klineage.skills.card import SkillCard as EngineCard
+from klineage.skills.facts import meaning
 from klineage.skills.when import REPEATABILITY, SOURCE, card_when
 
 WIDTH, HEIGHT = 320, 180
@@ -43,6 +44,8 @@ def when_chart(document: dict[str, Any]) -> dict[str, Any]:
                            "cases": len(when.cases), "paid": len(when.paid), "points": [], "chart": None,
                            "spread": f"{REPEATABILITY:.1%}"}
     if p is not None:  # how the decided cases fall on each side, counted from the measurements, exceptions too
+        out["terms"] = [{"name": n, "meaning": meaning(n, document["scope"].get("operators", ()))}
+                        for n in sorted(p.names)]
         paid = set(when.paid)
         out["split"] = {"held": len(p.holds), "held_paid": sum(c in paid for c in p.holds),
                         "failed": len(p.fails), "failed_paid": sum(c in paid for c in p.fails),

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from klineage.skills.card import Effect, Precondition, Risk
+from klineage.skills.skillmd import render
 from klineage.skills.when import SOURCE
 from library_data import library_document, real_cards
 from skills_app.card_import import import_library
@@ -59,6 +60,10 @@ def test_the_card_page_draws_where_the_card_pays(client, imported):
     assert "<code>cols &gt;= 512</code>" in when and "leave-one-case-out accuracy 0.83" in when
     assert "holds on 4 decided cases, paid on 4 · fails on 2, paid on 0" in when
     assert "measured on one kernel: how it carries to another is not measured" in when
+    # what the predicate names, in words: a reader need not know the fact's short name
+    operators = ", ".join(paying.scope.operators)
+    assert f"<dt><code>cols</code></dt><dd>A parameter of the {operators} cases</dd>" in when
+    assert f"). Where cols: a parameter of the {operators} cases." in render(paying)
     assert len(re.findall(r"<circle ", when)) == 6
     assert len(re.findall(r'fill="#2a7"', when)) == 4  # the four paid cases filled
     assert "cols &gt;= 512</text>" in when  # the threshold drawn and named
@@ -96,7 +101,6 @@ def test_an_undecided_case_shows_where_the_precondition_holds(client, db, tmp_pa
     """A case that gained under the gate's spread is in neither `holds` nor `fails` (it was no evidence),
     yet the precondition is true on it: the page and SKILL.md say "undecided" and "holds", never
     "fails" (what it said when it read only the two lists)."""
-    from klineage.skills.skillmd import render
 
     paying, uniform, rest = _cards()
     timing = next(p for p in paying.preconditions if p.source == SOURCE)

@@ -128,3 +128,39 @@ def launch_facts(kernel: KernelState, params: Mapping[str, Any],
     except (ExpressionError, DocumentError, ZeroDivisionError):
         return {}
     return best
+
+
+# What each fact a predicate may name means, for whoever reads the precondition (SKILL.md, the card page):
+# names like `row_align` are short to keep predicates readable, not because a reader knows them.
+_MEANINGS = {
+    "blocks": "thread blocks in the kernel's largest launch",
+    "waves": "those blocks over the GPU's SMs (below 1, SMs sit idle)",
+    "threads": "threads in a block",
+    "dynamic_shared": "dynamic shared memory a block, in bytes",
+    "registers": "registers a thread, as ptxas reports them",
+    "static_shared": "static shared memory a block, in bytes, as ptxas reports it",
+    "stack_bytes": "the stack frame a thread, in bytes, as ptxas reports it",
+    "spill_bytes": "bytes a thread spills to local memory and loads back, as ptxas reports them",
+    "megabytes": "the least memory traffic the case needs, in units of 1e6 bytes",
+    "intensity": "flops per byte of that least traffic",
+    "bytes_per_thread": "that least traffic over the threads of the largest launch",
+    "row_bytes": "bytes in the shortest innermost row the case writes",
+    "row_align": "the largest power of two, up to 128, dividing the bytes of every row the case writes",
+    "vector_load_share": "the share of the kernel's global loads that are 8 or 16 bytes wide",
+    "readonly_load_share": "the share of the kernel's global loads on the read-only path",
+    **{name: f"{name.replace('_', ' ')} in the kernel's SASS, counted once per instruction"
+       for name in _KERNEL_COUNTS},
+}
+
+
+def meaning(name: str, operators: Sequence[str] = ()) -> str:
+    """What fact `name` is, in words: a derived fact's definition, else a parameter of the operators' cases
+    (`dtype_is_float16`: their dtype parameter is float16)."""
+    if name in _MEANINGS:
+        return _MEANINGS[name]
+    where = f"the {', '.join(operators)} cases" if operators else "the problem's cases"
+    if "_is_" in name:
+        param, value = name.split("_is_", 1)
+        return f"true where the {param} parameter of {where} is {value}"
+    return f"a parameter of {where}"
+

@@ -38,6 +38,7 @@ import yaml
 from klineage.errors import DocumentError
 from klineage.gate.policy import Placement
 from klineage.skills.card import Precondition, SkillCard
+from klineage.skills.facts import meaning
 from klineage.skills.trial_reading import Reading, reading
 from klineage.skills.when import REPEATABILITY, SOURCE, card_when
 
@@ -152,7 +153,7 @@ def render(card: SkillCard) -> str:
     else:
         overview += ["", "No measured effect yet (untimed evidence)."]
     parts.append("## Overview\n\n" + "\n".join(overview) + "\n")
-    pre = [_precondition_line(p) for p in card.preconditions] or ["- None found in the evidence."]
+    pre = [_precondition_line(p, card.scope.operators) for p in card.preconditions] or ["- None found in the evidence."]
     if card.requires:
         pre.append(f"- Requires present: {', '.join(_feature_list(card.requires))}")
     if card.provides:
@@ -190,10 +191,12 @@ def render(card: SkillCard) -> str:
     return "\n".join(parts)
 
 
-def _precondition_line(p: Precondition) -> str:
-    if p.source == SOURCE:  # where it pays: its support is the cases measured on each side
+def _precondition_line(p: Precondition, operators: tuple[str, ...]) -> str:
+    if p.source == SOURCE:  # where it pays: its support is the cases measured on each side, and what it names
+        terms = "; ".join(f"{name}: {meaning(name, operators)}" for name in sorted(p.names))
         return (f"- {p.sentence[0].upper()}{p.sentence[1:]} (`{p.expression}`; holds on {len(p.holds)} case(s): "
-                f"{', '.join(p.holds)}; fails on {len(p.fails)}: {', '.join(p.fails)}; from per-case timings)")
+                f"{', '.join(p.holds)}; fails on {len(p.fails)}: {', '.join(p.fails)}; from per-case timings). "
+                f"Where {terms}.")
     return (f"- {p.sentence} (`{p.expression}`; sound on {len(p.holds)} case(s), refused on {len(p.fails)};"
             f" from {p.source})")
 
