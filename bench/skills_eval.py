@@ -134,7 +134,7 @@ def select(specs: list[str], lineages: list[Lineage]) -> dict[str, set[Strategy]
 
 def versus_expert(problem: Path, best: Any, expert: Any, mode: GateMode,
                   record: bool = False) -> tuple[float | None, str, Verdict | None]:
-    """Expert time / best time, paired; None with the reason when it cannot be measured."""
+    """Expert time / best time, paired and settled; None with the reason when it cannot be measured."""
     if mode is GateMode.COMPILE_ONLY:
         return None, NO_TIMING.format(mode=mode.value), None
     try:
@@ -143,10 +143,10 @@ def versus_expert(problem: Path, best: Any, expert: Any, mode: GateMode,
         return None, f"the gate could not time the best kernel against the expert: {exc}", None
     if record and mode is GateMode.GPU:
         default_cache().keep(verdict)  # as optimize(record=True) does: replay serves the headline's ratio too
-    ratio = verdict.profile.get("ratios", {}).get("vs_baseline")
-    if verdict.status is not Status.PASSED or not ratio:
-        return None, f"the best kernel against the expert: {verdict.status.value}, no paired ratio", verdict
-    return float(ratio["overall"]), "", verdict
+    ratio = verdict.paired_ratio()  # None where the timing never settled: such a ratio is no measurement
+    if verdict.status is not Status.PASSED or ratio is None:
+        return None, f"the best kernel against the expert: {verdict.describe()}, no settled paired ratio", verdict
+    return ratio.overall, "", verdict
 
 
 def started(problem: Path, start: Any, mode: GateMode) -> Verdict:

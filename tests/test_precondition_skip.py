@@ -169,3 +169,25 @@ def test_a_rule_not_shown_to_carry_decides_only_on_the_kernels_it_was_measured_o
     skipped = []
     retrieve(own, info, others + [carrying], limit=len(cards), statuses=CANDIDATES, skipped=skipped)
     assert [f.card for f in skipped] == [card.id]
+
+
+def test_every_derived_fact_a_predicate_may_name_is_said_in_words_and_kept_from_divisibility(naive, info):
+    """Each fact the case, launch, ptxas, work, layout and SASS families give has its own meaning in the
+    glossary (a new fact without one would read as "a parameter"); of them only row bytes may get a
+    divisibility rule, the parameters always may."""
+    from types import SimpleNamespace
+
+    from klineage.skills.facts import MEASURED_FACTS, case_facts, kernel_facts, meaning
+    from klineage.walk.timing_audit import compiled_facts
+
+    params = dict(info.case(info.headline).params)
+    launch = launch_facts(naive, params)
+    ptxas = compiled_facts(SimpleNamespace(compile={"resources": {"sm_90": {"k": {"registers": 40}}}}))
+    kernel = kernel_facts({"sass": {"counts": [{"name": "ldg_128", "locus": "k", "count": 2}]}})
+    facts = case_facts(params, launch, ptxas, info.roofline[info.headline], layout_facts(info.outputs, params), kernel)
+    derived = set(facts) - set(params)
+    assert {"blocks", "registers", "megabytes", "row_align", "barriers", "vector_load_share"} <= derived
+    for name in derived:
+        assert not meaning(name, ("row_softmax",)).startswith("a parameter"), name
+    assert derived - MEASURED_FACTS == {"row_bytes"} and not set(params) & MEASURED_FACTS
+    assert meaning("cols", ("row_softmax",)) == "a parameter of the row_softmax cases"

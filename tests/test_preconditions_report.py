@@ -8,9 +8,10 @@ import gzip
 import json
 
 from bench_tools import BENCH, bench_script
+from klineage.cli import main
 from klineage.skills.card import CardStatus
 from klineage.skills.library import load_library
-from klineage.skills.when import MIN_PRECISION, WhenKind, card_when
+from klineage.skills.when import MIN_LOO, MIN_PRECISION, WhenKind, card_when
 
 PERCASE = BENCH / "results" / "percase" / "library.json"
 
@@ -92,12 +93,10 @@ def test_each_admitted_row_names_the_held_out_trials_that_decided_it():
 
 
 def test_rope_walks_recorded_timings_rebuild_its_16_byte_store_rule(tmp_path):
-    """The rope walk's card steps as recorded on the H200 on all 18 cases (session 37): rebuilt from them
+    """The rope walk's card steps as recorded on the H200 on all 18 cases: rebuilt from them
     alone with no GPU, the 16-byte store's card pays where rows are 32-byte aligned and there are at least
     70 tokens, as the committed per-case library says; the six unaligned heads and the five packable
     cases with few tokens are where it did not pay."""
-    from klineage.cli import main
-
     out = tmp_path / "rope.json"
     assert main(["library", "build", str(BENCH / "walks" / "rope_pack8.gpu.json.gz"), "--per-case", "use",
                  "--out", str(out)]) == 0
@@ -105,7 +104,7 @@ def test_rope_walks_recorded_timings_rebuild_its_16_byte_store_rule(tmp_path):
     [committed] = [c for c in load_library(PERCASE).cards if c.id == card.id]
     assert card.preconditions == committed.preconditions
     [rule] = card.preconditions
-    assert rule.expression == "row_align >= 32 and s >= 70" and rule.loo_accuracy >= 0.8
+    assert rule.expression == "row_align >= 32 and s >= 70" and rule.loo_accuracy >= MIN_LOO
     unaligned = {"unaligned", "small", "head_unaligned", "head_72", "head_120", "head_40"}
     few_tokens = {"decode", "decode_batch", "decode_small", "tokens_few", "tokens_tiny"}
     assert {case.split(":")[1] for case in rule.fails} == unaligned | few_tokens

@@ -390,3 +390,23 @@ def test_merge_reads_a_rows_budgets_off_its_document_and_refuses_another(tmp_pat
     document.write_text(json.dumps(doc))
     with pytest.raises(SystemExit):
         skills.main(["--merge", str(tmp_path / library), str(tmp_path / random), "--out", str(out)])
+
+
+def test_the_expert_comparison_reports_no_ratio_from_a_timing_that_never_settled(monkeypatch):
+    """A recorded H200 verdict (rope's walk step 3 timed on every case) stands for the best-vs-expert gate:
+    as recorded, settled, its ratio is the row's vs_expert; marked unsettled, the same ratio is no
+    measurement and the row says why instead."""
+    import dataclasses
+
+    from klineage.config import GateMode
+    from klineage.walk.timing_audit import percase_step
+
+    recorded = percase_step(Lineage.load(config.REPO_ROOT / "bench" / "walks" / "rope_pack8.gpu.json.gz"), 3)
+    expected = recorded.profile["ratios"]["vs_baseline"]["overall"]
+    settlement = {**recorded.profile["settlement"], "state": "unsettled", "reasons": ["spread 0.7 > 0.5"]}
+    unsettled = dataclasses.replace(recorded, profile={**recorded.profile, "settlement": settlement})
+    for verdict, ratio in ((recorded, expected), (unsettled, None)):
+        monkeypatch.setattr(skills, "run_gate", lambda *args, verdict=verdict, **kwargs: verdict)
+        got, reason, _ = skills.versus_expert(Path("problem.py"), None, None, GateMode.GPU)
+        assert got == ratio
+        assert (reason == "") if ratio else ("unsettled" in reason and "no settled paired ratio" in reason)

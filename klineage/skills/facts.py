@@ -48,12 +48,6 @@ _KERNEL_COUNTS = {
 
 
 KERNEL_FACTS = frozenset({*_KERNEL_COUNTS, "vector_load_share", "readonly_load_share"})
-# Facts measured or derived rather than chosen by the caller: a register count, a grid or a traffic
-# figure that happens to be a multiple of 3 says nothing about the kernel, so these get thresholds only.
-# Divisibility is searched over the case's own sizes and its row bytes, where alignment lives.
-MEASURED_FACTS = KERNEL_FACTS | {"blocks", "waves", "threads", "dynamic_shared", "registers", "static_shared",
-                                 "stack_bytes", "spill_bytes", "megabytes", "intensity", "bytes_per_thread",
-                                 "row_align"}
 
 
 def kernel_facts(features: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,6 +145,10 @@ _MEANINGS = {
     **{name: f"{name.replace('_', ' ')} in the kernel's SASS, counted once per instruction"
        for name in _KERNEL_COUNTS},
 }
+# Facts measured or derived rather than chosen by the caller: a register count, a grid or a traffic
+# figure that happens to be a multiple of 3 says nothing about the kernel, so these get thresholds only.
+# Divisibility is searched over the case's own sizes and its row bytes, where alignment lives.
+MEASURED_FACTS = frozenset(_MEANINGS) - {"row_bytes"}
 
 
 def meaning(name: str, operators: Sequence[str] = ()) -> str:
