@@ -167,14 +167,16 @@ def _kept_out(library: Library) -> dict[str, int]:
 
 
 def untried(library: Library) -> list[str]:
-    """Cards no trial has judged whose per-case effects say where they pay (a timing precondition, or paid on
-    every decided case of at least MIN_WHEN_CASES): what an admission run on the GPU should take first. Cards
-    timed on their headline alone are left out: one case says nothing of where they pay."""
+    """Cards no trial of their present content has judged (one of an earlier content, before the card
+    gained its precondition, judged another claim) whose per-case effects say where they pay (a timing
+    precondition, or paid on every decided case of at least MIN_WHEN_CASES): what an admission run on the
+    GPU should take first. Cards timed on their headline alone are left out: one case says nothing of
+    where they pay."""
     def says_where(card: SkillCard) -> bool:
         when = card_when(card)
         return (len(when.cases) > 1 and unpaid_when(card) is None and
                 (when.kind is WhenKind.PRECONDITION or len(when.paid) >= MIN_WHEN_CASES))
-    return [c.short_id for c in library.cards if c.status is not CardStatus.ADMITTED and not c.verification_log
+    return [c.short_id for c in library.cards if c.status is not CardStatus.ADMITTED and not _trials(c)
             and says_where(c)]
 
 

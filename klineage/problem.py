@@ -9,7 +9,9 @@ cases, timed only (a gate that times every case, `TimingScope.EVERY_CASE`), span
 mechanism starts or stops paying. A sweep case is checked by its timed outputs, not by the
 correctness seeds, and the `SWEEP` table is left out of the problem's fingerprint
 (`contract_source`): adding or changing one keeps every recorded verdict's key; a gate that times
-it names its parameters instead. Files written for the reference
+it names its parameters instead. Append new sweep cases at the end of the table: a step timed while
+it was shorter keeps serving the cases it timed (`pipeline.earlier_sweep_verdict`), so only the steps
+a new case is meant to decide need timing again. Files written for the reference
 KLineage implementation (`make_inputs(seed, device)`, `torch_ref(*inputs)`) load too, as one case.
 
 Loading a problem executes its code: the gate does that only inside its sandboxed runner

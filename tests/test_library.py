@@ -212,6 +212,9 @@ def test_a_rebuild_keeps_every_trial_and_the_status_of_unchanged_cards_only(tmp_
             assert f"{card.short_id} {card.transform:20s} admitted -> {card.status.value}: " in printed
     assert kept_out  # the corpus's per-case timings show cards that pay on none of their cases
     assert carry_trials(rebuilt, admitted_on_gpu)[0].cards == rebuilt.cards  # carrying twice changes nothing
+    twice = tmp_path / "twice.json"  # rebuilt again keeping the rebuilt library's trials: its provenance says
+    assert main(["library", "build", "--keep-trials", str(out), "--out", str(twice)]) == 0  # what it carried once
+    assert load_library(twice).provenance["admission"].count("carried over to this build") == 1
 
 
 def test_the_bundled_library_is_the_corpus_rebuilt_with_its_own_trials(tmp_path):

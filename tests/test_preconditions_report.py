@@ -55,8 +55,12 @@ def test_the_untried_cards_say_where_they_pay_and_no_trial_has_judged_them():
     assert {"a4ed55765512", "70f2dab87f0c"} <= set(listed)  # the spill precondition; scalarize_mma on 33 cases
     headline_only = [i for i, w in whens.items() if len(w.cases) == 1]
     assert headline_only and not set(headline_only) & set(listed)
-    assert report.untried(library) == [i for i in listed if not library.by_id(i).verification_log
-                                       and library.by_id(i).status is not CardStatus.ADMITTED]
+    now = report.untried(library)
+    assert now == [i for i in listed if not report._trials(library.by_id(i))
+                   and library.by_id(i).status is not CardStatus.ADMITTED]
+    # trialled before they gained their preconditions (rejected at 1.000x on kernels where the rule is false):
+    # no trial has judged the claim they make now
+    assert {"7b1f2a11fcb4", "c60c9c0bff90"} <= set(now)
 
 
 def test_the_gpu_session_rebuilds_a_library_from_the_walks_it_names_and_admits_only_what_is_untried(tmp_path):

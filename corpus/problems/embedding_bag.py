@@ -47,6 +47,14 @@ SWEEP = {  # timed only: row width against the block, bag length, bags against t
     "width_256": {"bags": 16384, "bag": 8, "d": 256, "num": 100000},
     "bags_1k": {"bags": 1024, "bag": 16, "d": 256, "num": 100000},
     "lookup_many": {"bags": 65536, "bag": 1, "d": 64, "num": 100000},
+    # The headline's bags and width with bags from one row to 32, a narrower row at its bag length, and
+    # long bags on the scalar path: whether the length of a bag decides where independent loads pay.
+    "bag_1": {"bags": 8192, "bag": 1, "d": 512, "num": 100000},
+    "bag_4": {"bags": 8192, "bag": 4, "d": 512, "num": 100000},
+    "bag_8": {"bags": 8192, "bag": 8, "d": 512, "num": 100000},
+    "bag_32": {"bags": 8192, "bag": 32, "d": 512, "num": 100000},
+    "narrow_bag16": {"bags": 8192, "bag": 16, "d": 128, "num": 100000},
+    "unaligned_bag64": {"bags": 2048, "bag": 64, "d": 511, "num": 100000},
 }
 
 OUTPUTS = {"out": {"shape": ["bags", "d"], "dtype": "float32"}}

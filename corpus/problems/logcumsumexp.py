@@ -40,6 +40,10 @@ SWEEP = {  # timed only: row length against the tile, alignment, and rows agains
     "cols_tile": {"rows": 8192, "cols": 2048},  # exactly one tile per row
     "cols_unaligned": {"rows": 16384, "cols": 4095},  # no float4 rows
     "one_wave": {"rows": 1056, "cols": 8192},
+    # A handful of rows, down to one: a launch whose work is a single short scan chain.
+    "one_row": {"rows": 1, "cols": 64},
+    "rows_tiny": {"rows": 4, "cols": 256},
+    "one_long_row": {"rows": 1, "cols": 8192},
 }
 
 OUTPUTS = {"y": {"shape": ["rows", "cols"], "dtype": "float32"}}

@@ -36,6 +36,11 @@ SWEEP = {  # timed only: tile fill on either side, samples against the SMs
     "channels_many": {"n": 8, "c": 4096, "hw": 256},
     "unaligned": {"n": 32, "c": 255, "hw": 8191},
     "square": {"n": 4, "c": 4096, "hw": 4096},
+    # Images with 2, 6 and 8 channels: output rows of 8, 24 and 32 bytes, around the 12 and 16 of rgb
+    # and channels_few, where the rows are too short for the tile to write whole sectors.
+    "channels_two": {"n": 64, "c": 2, "hw": 50176},
+    "channels_six": {"n": 32, "c": 6, "hw": 50176},
+    "channels_eight": {"n": 32, "c": 8, "hw": 50176},
 }
 
 OUTPUTS = {"y": {"shape": ["n", "hw", "c"], "dtype": "float32"}}

@@ -317,7 +317,9 @@ class _Located(NamedTuple):
 
 
 def _locate(problem_path: str | Path, kernel: KernelState, against: KernelState | None, cases: list[str] | None,
-            policy: GatePolicy, mode: GateMode) -> _Located:
+            policy: GatePolicy, mode: GateMode, sweep_cut: int | None = None) -> _Located:
+    """Where the gate's verdict is stored; `sweep_cut`: keyed as if the problem's SWEEP table held only its
+    first that many cases the kernels support (`earlier_sweep_verdict`)."""
     problem_path = Path(problem_path).resolve()
     gpu = {GateMode.GPU: execute.gpu_name, GateMode.REPLAY: config.replay_gpu}.get(mode, lambda: "none")()
     probe = None
@@ -328,7 +330,7 @@ def _locate(problem_path: str | Path, kernel: KernelState, against: KernelState 
     device = devices.lookup(gpu) if mode is GateMode.GPU else devices.DEFAULT
     judged, skipped = _cases(probe, kernel, cases, device)
     swept = (sweep.supported(probe.info if probe else None, [kernel, against], device.facts())
-             if policy.timing_scope is TimingScope.EVERY_CASE and policy.timing else [])
+             if policy.timing_scope is TimingScope.EVERY_CASE and policy.timing else [])[:sweep_cut]
     named = judged + sweep.key_names(probe.info, swept) if swept else judged
     key, parts = verdict_key(
         kernel=kernel.fingerprint,
@@ -366,6 +368,25 @@ def recorded_verdict(problem_path: str | Path, kernel: KernelState, *, against: 
     cache = cache or default_cache()
     located = _locate(problem_path, kernel, against, None, policy, GateMode.REPLAY)
     return _replayed(located, kernel, against, None, policy, cache)
+
+
+def earlier_sweep_verdict(problem_path: str | Path, kernel: KernelState, *, against: KernelState | None = None,
+                          policy: GatePolicy = GatePolicy(), cache: GateCache | None = None) -> Verdict:
+    """What replay serves for a gate timing every case (`recorded_verdict`), or on a miss the verdict
+    recorded while the problem's SWEEP table held fewer cases: a sweep grows by appending cases
+    (klineage.problem), so the longest earlier table whose verdict is recorded is a prefix of today's.
+    Its cases stay measurements of what they timed; the cases added since are simply not among them."""
+    cache = cache or default_cache()
+    located = _locate(problem_path, kernel, against, None, policy, GateMode.REPLAY)
+    try:
+        return _served(*cache.replay(located.key, located.parts))
+    except ReplayMiss:
+        for cut in range(len(located.swept) - 1, -1, -1):
+            earlier = _locate(problem_path, kernel, against, None, policy, GateMode.REPLAY, sweep_cut=cut)
+            found = cache.lookup(earlier.key, final_only=False)
+            if found is not None:
+                return _served(*found)
+        raise
 
 
 def _replayed(located: _Located, kernel: KernelState, against: KernelState | None, cases: list[str] | None,

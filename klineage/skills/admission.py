@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,10 +156,15 @@ def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int, int]
         cards.append(card)
     provenance = dict(rebuilt.provenance)
     if (carried or history) and "admission" in earlier.provenance:
-        provenance["admission"] = (f"{earlier.provenance['admission']}; trials of {carried} card(s) judged by the "
+        how = _CARRIED.sub("", earlier.provenance["admission"])  # what a rebuild before this one carried is recounted
+        provenance["admission"] = (f"{how}; trials of {carried} card(s) judged by the "
                                    f"same rule carried over to this build"
                                    + (f", and of {history} changed one(s) as history" if history else ""))
     return dataclasses.replace(rebuilt, cards=tuple(cards), provenance=provenance), carried, history
+
+
+_CARRIED = re.compile(r"; trials of \d+ card\(s\) judged by the same rule carried over to this build"
+                      r"(, and of \d+ changed one\(s\) as history)?")
 
 
 def judged_alike(earlier: SkillCard, card: SkillCard) -> bool:

@@ -24,7 +24,7 @@ from klineage.errors import DocumentError, KLineageError
 from klineage.features.sass import disassemble
 from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
-from klineage.gate.pipeline import Runner, recorded_verdict, run_gate
+from klineage.gate.pipeline import Runner, earlier_sweep_verdict, recorded_verdict, run_gate
 from klineage.gate.policy import GatePolicy, Placement, TimingScope
 from klineage.gate.verdict import Finding, Status, Verdict
 from klineage.kernel import KernelState
@@ -117,12 +117,13 @@ def retime_step(lineage: Lineage, index: int, mode: GateMode = GateMode.REPLAY, 
 def _step_gate(lineage: Lineage, index: int, policy: GatePolicy, mode: GateMode, cache: GateCache | None,
                record: bool, runner: Runner | None = None) -> Verdict:
     """Step `index`'s forward gated under `policy`: measured on a GPU (through `runner`, a warm runner
-    of the walk's problem, when given), or in replay what is recorded (nothing judged on a miss: ReplayMiss)."""
+    of the walk's problem, when given), or in replay what is recorded (nothing judged on a miss: ReplayMiss;
+    timed on every case, the verdict of an earlier, shorter sweep where none covers today's)."""
     problem, kernel, against = (corpus.problem_path(lineage.problem.operator), lineage.states[index].kernel,
                                 lineage.states[index + 1].kernel)
     cache = cache or GateCache(None, config.recorded_dir())
     if mode is GateMode.REPLAY:
-        return recorded_verdict(problem, kernel, against=against, policy=policy, cache=cache)
+        return earlier_sweep_verdict(problem, kernel, against=against, policy=policy, cache=cache)
     return run_gate(problem, kernel, against=against, policy=policy, mode=mode,
                     judged_under=GatePolicy.from_dict(lineage.policy["state"]), cache=cache, record=record,
                     runner=runner)
