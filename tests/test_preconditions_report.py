@@ -9,6 +9,7 @@ import json
 
 from bench_tools import BENCH, bench_script
 from klineage.cli import main
+from klineage.skills.admission import card_digest
 from klineage.skills.card import CardStatus
 from klineage.skills.library import load_library
 from klineage.skills.when import MIN_LOO, MIN_PRECISION, WhenKind, card_when
@@ -55,12 +56,14 @@ def test_the_untried_cards_say_where_they_pay_and_no_trial_has_judged_them():
     assert {"a4ed55765512", "70f2dab87f0c"} <= set(listed)  # the spill precondition; scalarize_mma on 33 cases
     headline_only = [i for i, w in whens.items() if len(w.cases) == 1]
     assert headline_only and not set(headline_only) & set(listed)
-    now = report.untried(library)
-    assert now == [i for i in listed if not report._trials(library.by_id(i))
-                   and library.by_id(i).status is not CardStatus.ADMITTED]
-    # trialled before they gained their preconditions (rejected at 1.000x on kernels where the rule is false):
-    # no trial has judged the claim they make now
-    assert {"7b1f2a11fcb4", "c60c9c0bff90"} <= set(now)
+    assert report.untried(library) == [i for i in listed if not report._trials(library.by_id(i))
+                                       and library.by_id(i).status is not CardStatus.ADMITTED]
+    # a trial of an earlier content judged another claim: unroll's, before its intensity rule, does not
+    # count; the trials of its rule (1.000x on column_max's wide_short, where the rule holds) do
+    unroll = library.by_id("c60c9c0bff90")
+    assert report.untried(dataclasses.replace(library, cards=(dataclasses.replace(unroll, verification_log=tuple(
+        t for t in unroll.verification_log if t.basis.card != card_digest(unroll))),))) == ["c60c9c0bff90"]
+    assert unroll.short_id not in report.untried(library)
 
 
 def test_the_gpu_session_rebuilds_a_library_from_the_walks_it_names_and_admits_only_what_is_untried(tmp_path):
@@ -90,8 +93,11 @@ def test_each_admitted_row_names_the_held_out_trials_that_decided_it():
     for row in result["rows"]:
         assert row["trials"] and any(t["outcome"] == "passed" for t in row["trials"])  # admitted on a passed trial
     [expf] = [row for row in result["rows"] if row["card"] == "d96b27d56dce"]
-    assert expf["trials"] == [{"target": "causal_softmax/naive", "ratio": 1.0421, "outcome": "passed"},
-                              {"target": "fmha/naive", "ratio": 1.003, "outcome": "failed"}]
+    # timed on three more logcumsumexp cases since (paid on each), it carries the status those trials gave it
+    assert expf["trials"] == [{"target": "causal_softmax/naive", "ratio": 1.0421, "outcome": "passed",
+                               "this_content": False},
+                              {"target": "fmha/naive", "ratio": 1.003, "outcome": "failed", "this_content": False}]
+    assert any(t["this_content"] for row in result["rows"] for t in row["trials"])
     [replicated] = [row for row in result["rows"] if row["card"] == "9845da347823"]
     assert replicated["trials"][0]["target"].endswith("(measured per case already: a replication)")
 
