@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from bench_tools import BENCH
+from bench_tools import BENCH, bench_script
 from klineage import corpus
 from klineage.errors import ReplayMiss
 from klineage.gate.pipeline import earlier_sweep_verdict, recorded_verdict
-from klineage.gate.policy import GatePolicy, TimingScope
+from klineage.gate.policy import GatePolicy, Placement, TimingScope
 from klineage.lineage import Lineage
-from klineage.walk.timing_audit import PERCASE_TRIAL_SECONDS
+from klineage.walk.timing_audit import PERCASE_TRIAL_SECONDS, percase_step
 
 STEP = 3  # the 16-byte store of the second half-row: timed on all 18 cases (6 judged, 12 sweep)
 RECORDED = {"headline", "head_large", "decode_batch", "head_40", "tokens_tiny"}  # some of the 18
@@ -71,3 +71,16 @@ def test_a_step_never_timed_on_any_table_is_a_miss(walk):
     problem, kernel = str(corpus.problem_path("rope")), walk.states[STEP].kernel
     with pytest.raises(ReplayMiss):
         earlier_sweep_verdict(problem, kernel, against=kernel, policy=_every_case(walk))
+
+
+def test_the_estimate_of_a_step_timed_before_is_what_that_timing_took_scaled_to_the_cases(walk):
+    """bench/percase.py plans a call from what a step's earlier every-case timing took: the headline model
+    says about 18 s for rope step 3 on 18 cases, where the gate took more than 25."""
+    percase = bench_script("percase")
+    recorded = percase_step(walk, STEP)
+    took = sum(v for stage, v in recorded.timings.items() if "." not in stage)
+    assert percase.estimate_s(walk, STEP, 18, Placement.AS_LOADED) == pytest.approx(took)
+    per_case = recorded.timings["run.profile_every_case"] / 18
+    assert percase.estimate_s(walk, STEP, 24, Placement.AS_LOADED) == pytest.approx(took + 6 * per_case)
+    assert percase.estimate_s(walk, STEP, 18, Placement.EXCHANGED) == pytest.approx(took + 18 * per_case)
+    assert took > 25
