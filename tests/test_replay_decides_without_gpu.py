@@ -10,12 +10,16 @@ from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import GateMode, run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.verdict import Reason, Status
+from shared_cache import share
 
 SOFTMAX = corpus.problem_path("row_softmax")
 
 
 @pytest.fixture()
-def empty(tmp_path) -> GateCache:
+def empty(tmp_path, shared_cache, monkeypatch) -> GateCache:
+    """No verdict, recorded or not; the compiles and artifact reports replay judges by are the run's
+    (tests/shared_cache.py), as tests/test_artifact_policy.py makes them for the same adversarial kernels."""
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path / "cache", shared_cache)))
     return GateCache(tmp_path / "local", tmp_path / "no-recordings")
 
 

@@ -12,12 +12,17 @@ from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.verdict import Status
+from shared_cache import share
 
 SOFTMAX = corpus.problem_path("row_softmax")
 
 
 @pytest.fixture()
-def recorded(tmp_path) -> GateCache:
+def recorded(tmp_path, shared_cache, monkeypatch) -> GateCache:
+    """No verdict of its own; the probes, compiles, SASS features and artifact reports that replay makes to
+    reject an adversarial kernel without a GPU are the run's (tests/shared_cache.py): tests/test_artifact_policy.py
+    compiles and checks the same evasion suite."""
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path / "cache", shared_cache)))
     return GateCache(tmp_path / "empty-local-cache", config.recorded_dir())
 
 
