@@ -380,13 +380,14 @@ def earlier_sweep_verdict(problem_path: str | Path, kernel: KernelState, *, agai
     located = _locate(problem_path, kernel, against, None, policy, GateMode.REPLAY)
     try:
         return _served(*cache.replay(located.key, located.parts))
-    except ReplayMiss:
+    except ReplayMiss as missed:
         for cut in range(len(located.swept) - 1, -1, -1):
             earlier = _locate(problem_path, kernel, against, None, policy, GateMode.REPLAY, sweep_cut=cut)
-            found = cache.lookup(earlier.key, final_only=False)
-            if found is not None:
-                return _served(*found)
-        raise
+            try:  # as replay serves any key: recorded by this gate version, else by the newest earlier one
+                return _served(*cache.replay(earlier.key, earlier.parts))
+            except ReplayMiss:
+                continue
+        raise missed
 
 
 def _replayed(located: _Located, kernel: KernelState, against: KernelState | None, cases: list[str] | None,
