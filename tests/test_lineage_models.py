@@ -101,16 +101,6 @@ def test_not_a_document_is_refused():
     assert _counts() == (0, 0, 0)
 
 
-def test_load_corpus_imports_committed_lineages():
-    report = import_corpus()
-    assert report.counts["lineages"]["created"] >= 1
-    lineage = Lineage.objects.get(source_path="corpus/lineages/row_softmax_warp_vec4.dry.json")
-    assert lineage.problem is not None and lineage.problem.operator == "row_softmax"
-    assert lineage.expert_state.kernel is not None and lineage.expert_state.kernel.name == "row_softmax/warp_vec4"
-    again = import_corpus()
-    assert again.counts["lineages"]["unchanged"] >= 1 and not again.changed
-
-
 def _corpus_without_lineages(tmp_path):
     """The bundled corpus's problems and kernels in a folder of its own, with an empty lineages/."""
     corpus = tmp_path / "corpus"
