@@ -166,6 +166,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
         timeout "${limit:-540}" python3 bench/transfer_eval.py --gate gpu --record --budget "${TRANSFER_BUDGET:-24}" \
           ${TRANSFER_STRATEGY:+--library-strategy "$TRANSFER_STRATEGY"} \
           --jobs "${TRANSFER_JOBS:-6}" --only "$op" --out "$OUT/results/transfer/$op.json" \
+          --log "$OUT/results/transfer/$op.log.jsonl" \
           ${TRANSFER_LIBRARY:+--library "$TRANSFER_LIBRARY"}
       done ;;
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
@@ -174,6 +175,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       timeout "${limit:-${SKILLS_TIMEOUT:-540}}" python3 bench/skills_eval.py --gate gpu --record --only "$spec" \
         --budget "${SKILLS_BUDGET:-12}" --jobs "${!lane_jobs:-${SKILLS_JOBS:-6}}" \
         --out "$OUT/results/skills-${spec//:/-}${SKILLS_HOLD_OUT:+-held-out}.json" \
+        --log "$OUT/results/skills-${spec//:/-}${SKILLS_HOLD_OUT:+-held-out}.log.jsonl" \
         ${run_s:+--time-limit-s "$run_s"} ${SKILLS_HOLD_OUT:+--hold-out-operator} \
         --documents "$OUT/results/skills-docs${SKILLS_HOLD_OUT:+-held-out}" ;;
     *:*) timeout "${limit:-${GATE_TIMEOUT:-200}}" python3 -m klineage gate "${1%%:*}" "${1#*:}" --sanitize never --record ;;

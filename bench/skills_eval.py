@@ -64,6 +64,7 @@ from klineage.lineage import Lineage  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, Strategy, optimize  # noqa: E402
 from klineage.optimize.command import seconds  # noqa: E402
 from klineage.optimize.result import ENDED, run_speedup_within  # noqa: E402
+from klineage.optimize.run_log import LOG_HELP, RunLog  # noqa: E402
 from klineage.optimize.strategies import UNCONDITIONED  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
@@ -226,11 +227,13 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
             row["strategies"][strategy.value] = {"skipped": "the rewriter alone needs --rewriter llm"}
         else:
             print(f"  {lineage.problem.operator}: {strategy.value}", file=sys.stderr)
+            log = RunLog(Path(args.log), workload=name, strategy=strategy.value) if args.log else None
             try:
                 result = optimize(problem, naive, strategy=strategy, budget=args.budget, gate_mode=mode,
                                   library=library if strategy.uses_library else None, rewriter=rewriter,
                                   seed=args.seed, statuses=args.statuses, lineages=index, record=args.record,
-                                  jobs=args.jobs, time_limit_s=args.time_limit_s)
+                                  jobs=args.jobs, time_limit_s=args.time_limit_s,
+                                  progress=log.progress if log else None, on_event=log.event if log else None)
             except KLineageError as exc:
                 row["strategies"][strategy.value] = {"error": str(exc)}
             else:
@@ -496,6 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lineages", default=str(config.corpus_dir() / "lineages"), help="folder of lineage JSON")
     parser.add_argument("--documents", help="also write every optimization document into this folder")
     parser.add_argument("--out", default=str(config.REPO_ROOT / "bench" / "results" / "skills.json"))
+    parser.add_argument("--log", metavar="FILE", help=LOG_HELP)
     parser.add_argument("--time-limit-s", type=seconds, metavar="SECONDS",
                         help="each strategy run stops gating once it has taken this long: a run cut after N "
                              "evaluations compares only with runs that ended on their own within N")

@@ -317,6 +317,17 @@ def test_the_gpu_session_stage_runs_a_part(gate_cache, tmp_path):
     assert topk["operator"] == "topk" and topk["lineage_gate"] == "gpu"
     assert [p.name for p in (tmp_path / "out" / "results" / "skills-docs").iterdir()] == [
         f"{topk['lineage'].replace('@', '-').replace(':', '-')}-library.json"]
+    # what the run heard, line by line as it happened: a run killed before its row is written says how far it got
+    log = [json.loads(line) for line in (tmp_path / "out" / "results" / "skills-topk-library.log.jsonl").open()]
+    assert {(line["workload"], line["strategy"]) for line in log} == {(topk["lineage"], "library")}
+    assert "gating the start kernel" in log[0]["message"]
+    assert [line["seconds"] for line in log] == sorted(line["seconds"] for line in log)
+    events = [line for line in log if "event" in line]
+    run = topk["strategies"]["library"]
+    assert events and events[-1]["evaluations"] == run["evaluations"]
+    assert [e["attempt"]["index"] for e in events if e["event"] == "attempt"] == list(range(len(
+        [e for e in events if e["event"] == "attempt"])))
+    assert log[-1]["message"].startswith(run["stop"])
 
 
 @pytest.mark.parametrize("stop", ["gate_error", "llm_budget", "start_failed"])

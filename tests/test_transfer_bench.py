@@ -79,12 +79,18 @@ def test_the_gpu_session_transfer_stage_writes_a_part_per_operator(gate_cache, t
     assert argv[:5] == ["bench/transfer_eval.py", "--gate", "gpu", "--record", "--budget"]
     assert argv[argv.index("--budget") + 1] == "1" and argv[argv.index("--jobs") + 1] == "2"
     parts = tmp_path / "out" / "results" / "transfer"
-    assert sorted(p.name for p in parts.iterdir()) == ["gelu_mul.json", "rms_norm.json"]
+    assert sorted(p.name for p in parts.iterdir()) == ["gelu_mul.json", "gelu_mul.log.jsonl", "rms_norm.json",
+                                                       "rms_norm.log.jsonl"]
     for name in ("gelu_mul", "rms_norm"):
         part = json.loads((parts / f"{name}.json").read_text())
         assert list(part["runs"]) == [name] and part["provenance"]["budget"] == 1
         assert part["partial"] == f"ran 1 of {len(OPERATORS)} operators"
         assert {r["workload"] for r in part["rows"]} == {name}
+        # each run's progress as it happened, beside its part: the strategies that ran, each from its start kernel
+        log = [json.loads(line) for line in (parts / f"{name}.log.jsonl").open()]
+        assert {line["workload"] for line in log} == {name}
+        assert {line["strategy"] for line in log} == set(part["runs"][name])
+        assert sum("gating the start kernel" in line.get("message", "") for line in log) == len(part["runs"][name])
 
 
 def _part(name: str, library: float | None, unconditioned: float, budget: int = 8, stop: str = "no_candidate",
