@@ -22,14 +22,14 @@ from klineage.gate.verdict import Status, Verdict
 from klineage.lineage import Lineage
 from klineage.walk.prefetch import guessed_states, guessed_walk, untimed_states
 from klineage.walk.walker import DEFAULT_POLICY, forward_timing_policy
-from shared_cache import PROBES
+from shared_cache import PROBES, share
 from verdict_tools import store_gpu_verdict
 
 SOFTMAX = corpus.problem_path("row_softmax")
 DRY = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.full.dry.json"
-# gate_cache shares the run's probes only: a test empties this module's compile cache and counts what
-# warming puts there.
-SHARED_CACHE = PROBES
+# gate_cache takes the run's probes, compiles, SASS features and artifact reports (tests/shared_cache.py): the
+# walk's first states are row_softmax kernels that other modules compile too. The test that empties the compile
+# cache and counts what warming puts there has a compile cache of its own.
 
 
 def test_keep_copies_a_cached_verdict_into_the_recorded_store_as_measured(gate_cache):
@@ -107,16 +107,19 @@ def test_cli_prefetch_needs_a_gpu_walk(tmp_path, capsys):
     assert not (tmp_path / "l.json").exists()
 
 
-def test_states_are_compiled_ahead_of_the_walk_in_the_background(gate_cache, monkeypatch):
+def test_states_are_compiled_ahead_of_the_walk_in_the_background(gate_cache, monkeypatch, tmp_path, shared_cache):
     """A walk resumed on a fresh GPU host finds its states' verdicts recorded, so prefetch compiles
     nothing there; its forward timings would then compile the states one at a time. `warming`
     compiles them in the background, in the order given, while the walk goes on."""
     monkeypatch.setenv("KLINEAGE_GPU_NAME", "NVIDIA H200")
+    # compiles of its own (emptied and counted below); the verdicts stay the module's gate cache's
+    monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path / "cache", shared_cache, PROBES)))
     states = guessed_states(DRY, corpus.kernel_entry("row_softmax/warp_vec4").load())[5:7]
     recorded = [store_gpu_verdict(gate_cache, SOFTMAX, state, DEFAULT_POLICY, "passed", store=gate_cache.recorded)
                 for state in states]
     compiles = config.cache_dir() / "compile"
-    shutil.rmtree(compiles)  # the compile-only gates that made the verdicts filled it
+    if compiles.exists():  # the compile-only gates that made the verdicts filled it, unless their verdicts were
+        shutil.rmtree(compiles)  # the module's already (an earlier test gated the same states)
     done = prefetch(SOFTMAX, states, DEFAULT_POLICY, gate_cache, jobs=2, mode=GateMode.GPU)
     assert done == Prefetched(2, {"passed": 2}, ())
     assert not compiles.exists() or not list(compiles.rglob(RESULT_FILE)), "served verdicts compile nothing"
