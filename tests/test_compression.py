@@ -4,12 +4,15 @@ plain names before (a fresh checkout, the test suite)."""
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import brotli
 import pytest
@@ -17,6 +20,7 @@ from django.contrib.staticfiles import finders
 from django.test import Client, override_settings
 
 from services import REPO
+from shared_cache import SHARED_ENV
 from web_server import daphne_server
 
 pytestmark = pytest.mark.django_db
@@ -38,14 +42,33 @@ def _fetch(url: str, encoding: str = "") -> tuple[dict, bytes]:
         return dict(response.headers), response.read()
 
 
-@pytest.fixture(scope="module")
-def collected(tmp_path_factory):
-    """A data dir after `collectstatic` (as `make run` leaves it)."""
-    data = tmp_path_factory.mktemp("collected")
+def _collectstatic(data: Path) -> None:
     env = {**os.environ, "KLINEAGE_DATA_DIR": str(data)}
     env.pop("DATABASE_URL", None)
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=REPO, env=env, check=True,
                    timeout=600)
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    """A data dir after `collectstatic` (as `make run` leaves it), made once a run in the run's shared folder
+    (tests/shared_cache.py): xdist's work stealing splits this module over both workers, and each ran
+    collectstatic (about 5 s) for the same files. A worker that finds it under way waits for it; the one
+    test that serves it (a daphne server, its database and log in the folder) runs once."""
+    shared = os.environ.get(SHARED_ENV)
+    if not shared:
+        data = tmp_path_factory.mktemp("collected")
+        _collectstatic(data)
+        return data
+    data = Path(shared) / "collected"
+    with open(Path(shared) / "collected.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not data.is_dir():
+            partial = Path(shared) / f"collected.{os.getpid()}.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir()
+            _collectstatic(partial)
+            partial.rename(data)  # whole, or not there
     return data
 
 
