@@ -17,11 +17,13 @@ from skills_app.views import current_problem_or_404
 
 def leaderboard_rows(problem: Problem) -> dict[str, list[dict[str, Any]]]:
     """Per timed case, one row per kernel state, fastest first: its newest passed timed verdict that timed
-    the vendor beside it, else its newest (a walk times a step against its parent only)."""
+    the vendor beside it, else its newest (a walk times a step against its parent only). `state` is None
+    for a kernel only recorded verdicts know (an optimization's candidate, say): its source is not stored,
+    so there is nothing to compare."""
     found = (Verdict.objects.filter(problem_fingerprint=problem.fingerprint, status=Verdict.StatusChoices.PASSED,
                                     document__profile__contenders__has_key="candidate")
              .order_by("kernel_fingerprint", F("created").desc(nulls_last=True), "-id")
-             .values("key", "kernel_name", "kernel_fingerprint", "gpu", "created", "state__kernel__name",
+             .values("key", "kernel_name", "kernel_fingerprint", "gpu", "created", "state", "state__kernel__name",
                      case=F("document__profile__case"), contenders=F("document__profile__contenders"),
                      ratios=F("document__profile__ratios")))
     chosen: dict[tuple[str, str], dict[str, Any]] = {}

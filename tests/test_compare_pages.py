@@ -50,6 +50,11 @@ def test_a_problems_leaderboard_ranks_timed_states_beside_the_vendor(client, cor
               .order_by("-created", "-id").first())
     ratio = expert.document["profile"]["ratios"]["vs_vendor"]["overall"]
     assert f"{ratio:.3f}x" in headline and "compare with #1" in headline
+    # every comparison offered opens; a kernel only recorded verdicts name (a roundtrip's composite, its
+    # source stored nowhere here) is ranked but offers none, and says why
+    links = re.findall(r'href="(/compare/\?a=[0-9a-f]{64}&amp;b=[0-9a-f]{64})"', headline)
+    assert links and all(client.get(link.replace("&amp;", "&")).status_code == 200 for link in links)
+    assert "source not stored: no comparison" in headline
     assert 'href="/problems/row_softmax/leaderboard/"' in client.get("/problems/row_softmax/").content.decode()
     assert client.get("/problems/no_such/leaderboard/").status_code == 404
 
