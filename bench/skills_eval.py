@@ -64,7 +64,7 @@ from klineage.lineage import Lineage  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, Strategy, optimize  # noqa: E402
 from klineage.optimize.command import seconds  # noqa: E402
 from klineage.optimize.result import ENDED, run_speedup_within  # noqa: E402
-from klineage.optimize.run_log import LOG_HELP, RunLog  # noqa: E402
+from klineage.optimize.run_log import LOG_HELP, logged  # noqa: E402
 from klineage.optimize.strategies import UNCONDITIONED  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
@@ -227,13 +227,12 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
             row["strategies"][strategy.value] = {"skipped": "the rewriter alone needs --rewriter llm"}
         else:
             print(f"  {lineage.problem.operator}: {strategy.value}", file=sys.stderr)
-            log = RunLog(Path(args.log), workload=name, strategy=strategy.value) if args.log else None
             try:
                 result = optimize(problem, naive, strategy=strategy, budget=args.budget, gate_mode=mode,
                                   library=library if strategy.uses_library else None, rewriter=rewriter,
                                   seed=args.seed, statuses=args.statuses, lineages=index, record=args.record,
                                   jobs=args.jobs, time_limit_s=args.time_limit_s,
-                                  progress=log.progress if log else None, on_event=log.event if log else None)
+                                  **logged(args.log, workload=name, strategy=strategy.value))
             except KLineageError as exc:
                 row["strategies"][strategy.value] = {"error": str(exc)}
             else:

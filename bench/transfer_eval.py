@@ -74,7 +74,7 @@ from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import load_kernel  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, Strategy, optimize  # noqa: E402
 from klineage.optimize.result import Stop, better_unconditioned, library_run, run_speedup_within  # noqa: E402
-from klineage.optimize.run_log import LOG_HELP, RunLog  # noqa: E402
+from klineage.optimize.run_log import LOG_HELP, logged  # noqa: E402
 from klineage.optimize.strategies import DEFAULT_STRATEGY, LIBRARY_STRATEGIES, UNCONDITIONED  # noqa: E402
 from klineage.skills.library import bundled_library, load_library  # noqa: E402
 
@@ -133,14 +133,13 @@ def row(workload: str, kernel: str, vs: str, verdict: Verdict | None, role: str,
 
 
 def search(name: str, strategy: Strategy, mode: GateMode, budget: int, seed: int, jobs: int, library: Any,
-           record: bool = False, log: Path | None = None) -> dict[str, Any]:
+           record: bool = False, log: str | None = None) -> dict[str, Any]:
     """One strategy's run from the operator's naive kernel, summarised (its best kernel under "best");
     its progress and events appended to `log` as they happen, when given."""
     problem, naive = BENCH / name / "problem.py", load_kernel(BENCH / name / "naive")
-    heard = RunLog(log, workload=name, strategy=strategy.value) if log else None
     result = optimize(problem, naive, strategy=strategy, budget=budget, gate_mode=mode,
                       library=library if strategy.uses_library else None, seed=seed, jobs=jobs, record=record,
-                      progress=heard.progress if heard else None, on_event=heard.event if heard else None)
+                      **logged(log, workload=name, strategy=strategy.value))
     return {"stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
             "steps": [s.transform for s in result.steps], "speedup": result.speedup,
             "speedups_by_budget": result.speedups_by_budget(), "best": result.best,
@@ -216,7 +215,7 @@ def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[di
         print(f"  {name}: {strategy.value}", file=sys.stderr)
         try:
             runs[strategy.value] = search(name, strategy, mode, args.budget, args.seed, args.jobs, library, args.record,
-                                          Path(args.log) if args.log else None)
+                                          args.log)
         except KLineageError as exc:
             runs[strategy.value] = {"error": str(exc)}
     verdicts: list[Verdict] = []

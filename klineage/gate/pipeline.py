@@ -317,9 +317,7 @@ class _Located(NamedTuple):
 
 
 def _locate(problem_path: str | Path, kernel: KernelState, against: KernelState | None, cases: list[str] | None,
-            policy: GatePolicy, mode: GateMode, sweep_cut: int | None = None) -> _Located:
-    """Where the gate's verdict is stored; `sweep_cut`: keyed as if the problem's SWEEP table held only its
-    first that many cases the kernels support (`earlier_sweep_verdict`)."""
+            policy: GatePolicy, mode: GateMode) -> _Located:
     problem_path = Path(problem_path).resolve()
     gpu = {GateMode.GPU: execute.gpu_name, GateMode.REPLAY: config.replay_gpu}.get(mode, lambda: "none")()
     probe = None
@@ -330,7 +328,7 @@ def _locate(problem_path: str | Path, kernel: KernelState, against: KernelState 
     device = devices.lookup(gpu) if mode is GateMode.GPU else devices.DEFAULT
     judged, skipped = _cases(probe, kernel, cases, device)
     swept = (sweep.supported(probe.info if probe else None, [kernel, against], device.facts())
-             if policy.timing_scope is TimingScope.EVERY_CASE and policy.timing else [])[:sweep_cut]
+             if policy.timing_scope is TimingScope.EVERY_CASE and policy.timing else [])
     named = judged + sweep.key_names(probe.info, swept) if swept else judged
     key, parts = verdict_key(
         kernel=kernel.fingerprint,
@@ -381,10 +379,11 @@ def earlier_sweep_verdict(problem_path: str | Path, kernel: KernelState, *, agai
     try:
         return _served(*cache.replay(located.key, located.parts))
     except ReplayMiss as missed:
-        for cut in range(len(located.swept) - 1, -1, -1):
-            earlier = _locate(problem_path, kernel, against, None, policy, GateMode.REPLAY, sweep_cut=cut)
+        facts = {k: v for k, v in located.parts.items() if k not in ("version", "gate")}
+        for cut in range(len(located.swept) - 1, -1, -1):  # the key as if the table held its first `cut` cases
+            named = located.judged + sweep.key_names(located.probe.info, located.swept[:cut])
             try:  # as replay serves any key: recorded by this gate version, else by the newest earlier one
-                return _served(*cache.replay(earlier.key, earlier.parts))
+                return _served(*cache.replay(*verdict_key(**{**facts, "cases": named})))
             except ReplayMiss:
                 continue
         raise missed

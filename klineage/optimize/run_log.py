@@ -49,3 +49,11 @@ class RunLog:
                 "seconds": round(time.monotonic() - self.began, 3), **self.labels, **record}
         with self.path.open("a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
+
+
+def logged(path: str | Path | None, **labels: str) -> dict[str, Any]:
+    """`optimize`'s progress and on_event arguments that append to `path` (`RunLog`); none without a path."""
+    if not path:
+        return {}
+    log = RunLog(Path(path), **labels)
+    return {"progress": log.progress, "on_event": log.event}
