@@ -95,7 +95,9 @@ class OptimizeForm(_JobForm):
                                          choices=[(s, s) for s in submit.CARD_STATUSES],
                                          # .filters sizes inputs to their column: not a checkbox
                                          widget=forms.CheckboxSelectMultiple(attrs={"style": "width: auto"}))
-    scope = forms.ChoiceField(label="Library", initial="all", choices=list(submit.LIBRARY_SCOPES.items()))
+    library = forms.ChoiceField(label="Skill library", required=False,
+                                help_text="whose cards it draws on (libraries are told apart on the Library page)")
+    scope = forms.ChoiceField(label="Cards", initial="all", choices=list(submit.LIBRARY_SCOPES.items()))
     budget = forms.IntegerField(label="Gate budget", initial=16, min_value=submit.BUDGET_LIMITS[0],
                                 max_value=submit.BUDGET_LIMITS[1], help_text="gate evaluations, the start's included")
     mode = forms.ChoiceField(label="Gate", choices=MODE_CHOICES, initial="compile")
@@ -107,13 +109,16 @@ class OptimizeForm(_JobForm):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fields["strategy"].choices = [(s, s.replace("_", " ")) for s in submit.strategies()]
+        self.fields["library"].choices = [(name, name) for name in submit.library_choices()]
 
     def check(self, data: dict[str, Any]) -> dict[str, Any]:
+        # The library select always sends a name; a strategy that draws on no library takes none.
+        library = (data["library"] or None) if submit.draws_on_library(data["strategy"]) else None
         return submit.optimize_params(data["kernel"], problem=data["problem"] or None, rewriter=data["rewriter"],
                                       strategy=data["strategy"], statuses=data["statuses"], scope=data["scope"],
                                       budget=data["budget"], mode=data["mode"], seed=data["seed"],
                                       time_limit_s=None if data["time_limit_min"] is None
-                                      else data["time_limit_min"] * 60)
+                                      else data["time_limit_min"] * 60, library=library)
 
 
 class UploadForm(forms.Form):

@@ -76,7 +76,7 @@ class JobKind:
     offered: Offered = Offered.NOWHERE
     check: str = ""  # "module:function": check(kernel, **options) -> the checked parameters of a submission
     form: str = ""  # "module:FormClass": its form on the /optimize/ page
-    presenter: str = ""  # "module:function": present(result) -> what a finished job's page adds to its context
+    presenter: str = ""  # "module:function": present(result, params) -> what a finished job's page adds to its context
     page: str = ""  # its job page's template, which extends gate_app/job.html (that page itself when empty)
 
     def __post_init__(self) -> None:
@@ -123,9 +123,9 @@ class JobKind:
     def form_class(self) -> type:
         return _load(self.form)
 
-    def present(self, result: Any) -> dict[str, Any]:
+    def present(self, result: Any, params: dict[str, Any]) -> dict[str, Any]:
         """What the page of a job of this kind that succeeded shows beyond its result (nothing without a presenter)."""
-        return _load(self.presenter)(result) if self.presenter else {}
+        return _load(self.presenter)(result, params) if self.presenter else {}
 
 
 _REWRITING_KEYS = frozenset({"problem", "kernel", "rewriter", "mode"})  # walks and optimizations
@@ -143,7 +143,8 @@ BUILT_IN = (
     JobKind("optimize", "optimize", Device.GATE_MODE, handler="gate_app.work:run_optimize_job",
             runner="gate_app.runners:run_optimize_payload",
             required=_REWRITING_KEYS | {"strategy", "statuses", "scope", "budget", "seed"},
-            optional=frozenset({"time_limit_s"}), offered=Offered.PAGE_AND_API, check="gate_app.submit:optimize_params",
+            optional=frozenset({"time_limit_s", "library"}), offered=Offered.PAGE_AND_API,
+            check="gate_app.submit:optimize_params",
             form="gate_app.forms:OptimizeForm", presenter="gate_app.presenters:optimize_job",
             page="gate_app/kinds/optimize.html"),
     JobKind("probe", "problem probe", Device.CPU, handler="gate_app.work:run_probe_job",

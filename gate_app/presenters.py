@@ -12,26 +12,29 @@ from django.urls import reverse
 from klineage_web.cuda_highlight import highlight_lines
 from klineage_web.diff_rows import diff_lines
 from klineage_web.short_ids import SHORT
-from skills_app.models import Kernel, Problem, SkillCard
+from skills_app.models import Kernel, Problem, SkillCard, SkillLibrary
 
 
 def _ratio(value: dict[str, Any] | None) -> float | None:
     return value["overall"] if value else None
 
 
-def optimization(result: dict[str, Any]) -> dict[str, Any]:
+def optimization(result: dict[str, Any], library: str | None = None) -> dict[str, Any]:
+    """`library`: the name of the library the run drew on (the default one where the job named none)."""
     steps = result["steps"]
     best = steps[-1]["state"] if steps else result["start"]
     named = {s["card"][:SHORT] for s in steps if s["card"]} | {
         a["card"][:SHORT] for a in result["attempts"] if a["card"]
     }
-    known = set(SkillCard.objects.filter(short_id__in=named).values_list("short_id", flat=True))
+    drawn_on = SkillLibrary.objects.filter(name=library).first() if library else SkillLibrary.objects.default()
+    known = set(SkillCard.objects.filter(library=drawn_on, short_id__in=named).values_list("short_id", flat=True))
 
     def card(card_id: str) -> dict[str, str] | None:
         if not card_id:
             return None
         short = card_id[:SHORT]
-        return {"short": short, "url": reverse("skills:card", args=[short]) if short in known else ""}
+        return {"short": short,
+                "url": reverse("skills:library-card", args=[drawn_on.name, short]) if short in known else ""}
 
     return {
         "best": result["best"], "source": highlight_lines(best["source"]), "speedup": result["speedup"],
@@ -71,16 +74,16 @@ def walk_steps(lineage_id: str) -> list[dict[str, Any]]:
     return [step_row(step, states) for step in steps]
 
 
-def gate_job(result: dict[str, Any]) -> dict[str, Any]:
+def gate_job(result: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     return {"verdict": gate_verdict(result)}
 
 
-def walk_job(result: dict[str, Any]) -> dict[str, Any]:
+def walk_job(result: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
     return {"walk": result, "walk_steps": walk_steps(result["lineage"])}
 
 
-def optimize_job(result: dict[str, Any]) -> dict[str, Any]:
-    return {"optimization": optimization(result)}
+def optimize_job(result: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    return {"optimization": optimization(result, params.get("library"))}
 
 
 def upload_lines(outcome) -> list[str]:

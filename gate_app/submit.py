@@ -182,10 +182,11 @@ def default_strategy() -> str:
 def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = "rules",
                     strategy: str | None = None, statuses: list[str] | tuple[str, ...] = ("admitted",),
                     scope: str = "all", budget: int = 16, mode: str = "gpu", seed: int = 0,
-                    time_limit_s: int | None = None) -> dict[str, Any]:
-    """Checked parameters of an optimization of a kernel (bundled or uploaded) with the database's
-    skill library; `time_limit_s` (whole seconds, optional) stops it gating candidates after that
-    long, so that a GPU worker is not held longer than its owner wants."""
+                    time_limit_s: int | None = None, library: str | None = None) -> dict[str, Any]:
+    """Checked parameters of an optimization of a kernel (bundled or uploaded) with one of the
+    database's skill libraries (`library`, by name; the default one where unnamed, recorded by name so
+    the job says which it drew on); `time_limit_s` (whole seconds, optional) stops it gating
+    candidates after that long, so that a GPU worker is not held longer than its owner wants."""
     strategy = _choice("strategy", strategy or default_strategy(), strategies())
     rewriter = _rewriter(rewriter)
     if strategy == "no_library" and rewriter == "rules":
@@ -206,7 +207,42 @@ def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = 
         "mode": _choice("mode", mode, GATE_MODES),
         "seed": _whole("seed", seed, 0, 2**31 - 1),
         "time_limit_s": None if time_limit_s is None else _whole("time_limit_s", time_limit_s, *TIME_LIMITS_S),
+        **_library_param(strategy, library),
     }
+
+
+def draws_on_library(strategy: str) -> bool:
+    from klineage.optimize.strategies import Strategy
+
+    return Strategy(strategy).uses_library
+
+
+def _library_param(strategy: str, library: str | None) -> dict[str, str]:
+    """The library a strategy that draws on one reads, by name; nothing for one that draws on none."""
+    if not draws_on_library(strategy):
+        if library is not None:
+            raise queue.QueueError(f"the {strategy} strategy draws on no skill library: leave library unset")
+        return {}
+    return {"library": _library(library)} if library is not None or library_choices() else {}
+
+
+def library_choices() -> list[str]:
+    """The names of the stored skill libraries, the default one first."""
+    from skills_app.models import SkillLibrary
+
+    default = SkillLibrary.objects.default()
+    names = list(SkillLibrary.objects.order_by("name").values_list("name", flat=True))
+    return sorted(names, key=lambda name: name != default.name) if default else names
+
+
+def _library(name: str | None) -> str:
+    names = library_choices()
+    if name is None:
+        return names[0]
+    if not isinstance(name, str) or name not in names:
+        raise queue.QueueError(f"library must be one of {', '.join(names) or '(none stored)'}: "
+                               f"no skill library named {name!r} is stored")
+    return name
 
 
 def submit(kind: str, params: dict[str, Any], *, owner) -> Job:

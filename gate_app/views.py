@@ -67,7 +67,7 @@ def job_detail(request, job_id: int):
     return render(request, page, {
         "job": state, "result_json": result, "can_cancel": can_cancel, "ended": job.finished,
         "can_run_again": job.kind in _submitted() and request.user.has_perm(SUBMIT_PERMISSION),
-        **(kind.present(job.result) if finished and kind is not None else {})})
+        **(kind.present(job.result, job.params) if finished and kind is not None else {})})
 
 
 def _submitted() -> dict[str, kinds.JobKind]:

@@ -57,15 +57,19 @@ def run_walk_job(ctx: JobContext) -> dict[str, Any]:
             "assurance": lineage.assurance, "termination": document["termination"], "stats": document["stats"]}
 
 
-def library_document() -> dict[str, Any]:
-    """Every card of the database's library, as a library document for the child (which filters
-    by status and scope itself, so the result counts the cards it was offered)."""
-    from skills_app.models import SkillCard
+def library_document(name: str | None = None) -> dict[str, Any]:
+    """Every card of the database's library `name` (the default one where None), as a library document
+    for the child (which filters by status and scope itself, so the result counts the cards it was
+    offered)."""
+    from skills_app.models import SkillCard, SkillLibrary
 
+    library = SkillLibrary.objects.filter(name=name).first() if name else SkillLibrary.objects.default()
+    rows = SkillCard.objects.filter(library=library).order_by("card_id").values_list("document", "readmission")
     # A card sent back to admission (a disputed step behind it) is offered as a candidate only.
     cards = [{**document, "status": "candidate"} if marked and document["status"] == "admitted" else document
-             for document, marked in SkillCard.objects.order_by("card_id").values_list("document", "readmission")]
-    return {"version": 1, "provenance": {"path": f"the dashboard's library ({len(cards)} cards)"}, "cards": cards}
+             for document, marked in rows]
+    where = f"the dashboard's library {library.name}" if library else "the dashboard's library (none stored)"
+    return {"version": 1, "provenance": {"path": f"{where} ({len(cards)} cards)"}, "cards": cards}
 
 
 class Chart:
@@ -108,7 +112,7 @@ def run_optimize_job(ctx: JobContext) -> dict[str, Any]:
     from klineage.optimize.strategies import Strategy
 
     params = ctx.params
-    library = library_document() if Strategy(params["strategy"]).uses_library else None
+    library = library_document(params.get("library")) if Strategy(params["strategy"]).uses_library else None
     ctx.progress("start", f"{params['strategy']} optimization of {params['kernel']} on {params['problem']} "
                           f"({params['mode']} gate, {params['rewriter']} rewriter, budget {params['budget']})"
                  + (f"; {len(library['cards'])} cards in the library" if library is not None else ""), 0.01)
@@ -120,6 +124,7 @@ def run_optimize_job(ctx: JobContext) -> dict[str, Any]:
         line = chart.add(event)
         ctx.progress(event["kind"], line, event["evaluations"] / event["budget"], log=False)
 
+    # The child is sent the library itself, in place of its name.
     return ctx.run_child({**params, "library": library}, on_event=on_event)
 
 

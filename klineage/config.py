@@ -46,6 +46,17 @@ def bench_walks_dir() -> Path:
     return _path("KLINEAGE_BENCH_WALKS_DIR", REPO_ROOT / "bench" / "walks")
 
 
+def bench_library_files() -> list[Path]:
+    """Skill libraries built beside the corpus that the dashboard shows with it: the per-case library
+    (cards with preconditions) and the transfer library; KLINEAGE_BENCH_LIBRARIES lists others instead,
+    separated by the path separator."""
+    value = os.environ.get("KLINEAGE_BENCH_LIBRARIES", "").strip()
+    if value:
+        return [Path(part).expanduser() for part in value.split(os.pathsep) if part.strip()]
+    results = REPO_ROOT / "bench" / "results"
+    return [results / "percase" / "library.json", results / "transfer-library.json"]
+
+
 def gate_mode(default: GateMode | None = None) -> GateMode:
     value = os.environ.get("KLINEAGE_GATE", "").strip().lower()
     if not value:

@@ -10,6 +10,7 @@ from rest_framework.routers import DefaultRouter
 from klineage_web.access import ReadAccess
 from klineage_web.pagination import Pagination
 from skills_app import filters, serializers
+from skills_app.libraries import card_anywhere_or_404
 from skills_app.models import CardTrial, Kernel, KernelState, Lineage, LineageStep, Problem, Review, SkillCard, Verdict
 
 # A kernel's name is a corpus path such as row_softmax/naive: slashes allowed, dots not.
@@ -146,10 +147,11 @@ router.register("reviews", ReviewViewSet, basename="review")
 
 
 class SkillCardViewSet(_ReadOnly):
-    """Skill cards by short id (the first 12 hex digits of the card id); the detail holds the whole card
-    document and its verification trials."""
+    """Skill cards by short id (the first 12 hex digits of the card id), of every library unless `library`
+    names one; the detail holds the whole card document and its verification trials. A card id two
+    libraries hold is read from the default library unless `library` says which."""
 
-    queryset = SkillCard.objects.all()
+    queryset = SkillCard.objects.select_related("library")
     serializer_class = serializers.SkillCardSerializer
     detail_serializer_class = serializers.SkillCardDetailSerializer
     filterset_class = filters.SkillCardFilter
@@ -163,6 +165,13 @@ class SkillCardViewSet(_ReadOnly):
         if self.action == "list":
             return queryset.defer("document", "search_text")
         return queryset.prefetch_related(Prefetch("trials", queryset=CardTrial.objects.order_by("created", "id")))
+
+    def get_object(self):
+        if self.request.query_params.get("library"):
+            return super().get_object()
+        card = card_anywhere_or_404(self.kwargs["short_id"])
+        self.check_object_permissions(self.request, card)
+        return self.get_queryset().get(pk=card.pk)
 
 
 router.register("cards", SkillCardViewSet, basename="card")

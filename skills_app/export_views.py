@@ -15,9 +15,10 @@ from django.views.decorators.http import require_GET
 
 from klineage_web.access import read_access
 from skills_app.card_words import effective_status, standing_of, title_of
+from skills_app.libraries import cards_of, library_or_404
 from skills_app.lineage_overview import step_row
 from skills_app.lineage_views import lineage_or_404
-from skills_app.models import CardTrial, SkillCard
+from skills_app.models import CardTrial
 
 FORMATS = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
 
@@ -41,8 +42,9 @@ def _respond(rows: list[dict[str, Any]], name: str, fmt: str) -> HttpResponse:
 
 @require_GET
 @read_access
-def library_export(request, fmt: str):
-    cards = (SkillCard.objects.order_by("transform", "card_id")
+def library_export(request, fmt: str, library: str | None = None):
+    shown = library_or_404(library)
+    cards = (cards_of(shown).order_by("transform", "card_id")
              .annotate(anchor=F("document__anchor"), effects=F("document__effects"))
              .prefetch_related(Prefetch("trials", queryset=CardTrial.objects.only("card_id", "outcome", "ratio",
                                                                                   "judged"))))
@@ -59,7 +61,7 @@ def library_export(request, fmt: str):
             "effects": [{"case": f"{e['operator']}/{e['case']}", "ratio_x": e["ratio"], "trials_x": e["per_trial"]}
                         for e in card.effects],
         })
-    return _respond(rows, "klineage-library", fmt)
+    return _respond(rows, f"klineage-library-{shown.name}" if shown else "klineage-library", fmt)
 
 
 @require_GET

@@ -118,6 +118,8 @@ class LineageStepFilter(filters.FilterSet):
 class SkillCardFilter(filters.FilterSet):
     """List fields (operators, features) are JSON lists of texts: a value matches as a whole JSON string."""
 
+    library = filters.CharFilter(field_name="library__name",
+                                 help_text="the library's name (corpus, percase ...); every library where unset")
     status = filters.ChoiceFilter(choices=SkillCard.Status.choices)
     operator = filters.CharFilter(method="filter_listed", field_name="operators",
                                   help_text="an operator in the card's scope, e.g. row_softmax")
@@ -139,8 +141,8 @@ class SkillCardFilter(filters.FilterSet):
 
     class Meta:
         model = SkillCard
-        fields = ["status", "operator", "surface", "platform", "transform", "intent", "feature", "q", "readmission",
-                  "preconditions"]
+        fields = ["library", "status", "operator", "surface", "platform", "transform", "intent", "feature", "q",
+                  "readmission", "preconditions"]
 
     def filter_preconditions(self, queryset: QuerySet, name: str, value: bool | None) -> QuerySet:
         if value is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.models import Count, F
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
@@ -25,11 +25,11 @@ from klineage_web.access import read_access
 from klineage_web.cuda_highlight import highlight_lines
 from klineage_web.diff_rows import diff_layout, diff_lines, split_rows
 from klineage_web.pagination import paginate, query_without
-from klineage_web.short_ids import SHORT, one_or_404
 from skills_app.card_refs import resolve_refs
 from skills_app.card_when import soundness_preconditions, when_chart
 from skills_app.card_words import effective_status, standing_of, title_of
 from skills_app.filters import SkillCardFilter
+from skills_app.libraries import addressed_card, cards_of, libraries_with_counts, library_or_404
 from skills_app.lineage_views import forward_headers
 from skills_app.models import CardTrial, LineageStep, SkillCard
 
@@ -46,41 +46,47 @@ STEP_KINDS = {"transition": LineageStep.Kind.ACCEPTED, "rejection": LineageStep.
 
 @require_GET
 @read_access
-def library(request):
+def library(request, library: str | None = None):
+    shown = library_or_404(library)
+    cards = cards_of(shown)
     sort = request.GET.get("sort") if request.GET.get("sort") in SORTS else "gain"
-    queryset = SkillCard.objects.only("card_id", "short_id", "status", "transform", "intent", "surface", "platform",
-                                      "operators", "median_gain", "precondition_count", "risk_count", "readmission",
-                                      "intent")
+    queryset = cards.only("card_id", "short_id", "status", "transform", "intent", "surface", "platform",
+                          "operators", "median_gain", "precondition_count", "risk_count", "readmission", "intent")
     found = SkillCardFilter(request.GET, queryset=queryset)
     rows = found.qs.order_by(*SORTS[sort][1]) if found.is_valid() else queryset.none()
     page = paginate(request, rows)
     _words(page.object_list)
+    for row in page.object_list:
+        row.library = shown  # every listed card is the shown library's: its address needs no query
     without_status = request.GET.copy()
     without_status.pop("status", None)
-    by_status = SkillCardFilter(without_status, queryset=SkillCard.objects.all())
+    by_status = SkillCardFilter(without_status, queryset=cards)
     counts = dict(by_status.qs.order_by().values_list("status").annotate(n=Count("id"))) if by_status.is_valid() else {}
     return render(request, "skills/library.html", {
+        "library": shown,
+        "exports": {fmt: shown.export_url(fmt) for fmt in ("csv", "json")} if shown else {},
+        "libraries": libraries_with_counts(),
         "filter": found,
         "page": page,
         "query": query_without(request.GET),
         "status_query": query_without(request.GET, "status"),
         "status_counts": [{"status": value, "count": counts.get(value, 0)} for value, _ in SkillCard.Status.choices],
-        "operators": _operators(),
-        "surfaces": SkillCard.objects.order_by("surface").values_list("surface", flat=True).distinct(),
-        "platforms": SkillCard.objects.order_by("platform").values_list("platform", flat=True).distinct(),
+        "operators": _operators(cards),
+        "surfaces": cards.order_by("surface").values_list("surface", flat=True).distinct(),
+        "platforms": cards.order_by("platform").values_list("platform", flat=True).distinct(),
         "statuses": SkillCard.Status.choices,
         "readmission_choices": READMISSION_CHOICES,
         "sorts": [(key, label) for key, (label, _) in SORTS.items()],
         "sort": sort,
         "selected": {key: request.GET.get(key, "") for key in FILTERS},
-        "total": SkillCard.objects.count(),
+        "total": cards.count(),
     })
 
 
 @require_GET
 @read_access
-def card(request, short_id: str):
-    row = card_or_404(short_id)
+def card(request, short_id: str, library: str | None = None):
+    row = addressed_card(short_id, library)
     document = row.document
     diagnostics = document.get("diagnostics", [])
     steps = resolve_refs([*document["evidence"], *(ref for risk in document["risks"] + diagnostics
@@ -110,6 +116,8 @@ def card(request, short_id: str):
         "trials": trials,
         "history": row.trials.filter(judged=CardTrial.Judged.EARLIER).exists(),
         "current_trials": row.trials.filter(judged=CardTrial.Judged.CURRENT).exists(),
+        "elsewhere": SkillCard.objects.filter(card_id=row.card_id).exclude(pk=row.pk).select_related("library")
+        .order_by("library__name"),
         "reviews": sorted((review for step in steps.values() for review in step.reviews.all()),
                           key=lambda r: (r.created, r.id), reverse=True),
     })
@@ -117,8 +125,8 @@ def card(request, short_id: str):
 
 @require_GET
 @read_access
-def card_skillmd(request, short_id: str):
-    row = card_or_404(short_id)
+def card_skillmd(request, short_id: str, library: str | None = None):
+    row = addressed_card(short_id, library)
     # A card sent back to admission by a dispute reads as the candidate an optimization treats it as.
     engine_card = EngineCard.from_dict({**row.to_document(), "status": effective_status(row)})
     response = HttpResponse(skillmd.render(engine_card), content_type="text/markdown; charset=utf-8")
@@ -138,12 +146,6 @@ def _words(cards: list[SkillCard]) -> None:
         anchor, effects = parts[card.pk]
         card.title = title_of(card, anchor)
         card.standing = standing_of(card, effects, trials.get(card.pk, []))
-
-
-def card_or_404(ident: str) -> SkillCard:
-    """A card by the short id pages show or by its full content id."""
-    return one_or_404(SkillCard.objects.all(), "card_id", ident) if len(ident) > SHORT \
-        else get_object_or_404(SkillCard, short_id=ident)
 
 
 def effect_chart(effects: list[dict[str, Any]], steps: dict[tuple[str, str, int], LineageStep] | None = None
@@ -203,9 +205,9 @@ def _other_measurement(effect: dict[str, Any], step: LineageStep | None) -> tupl
     return step.retimed_ratio, "retimed"
 
 
-def _operators() -> list[str]:
+def _operators(cards) -> list[str]:
     """Every operator named in some card's scope (cards usually share a handful of scope lists)."""
-    lists = SkillCard.objects.order_by().values_list("operators", flat=True).distinct()
+    lists = cards.order_by().values_list("operators", flat=True).distinct()
     return sorted({name for names in lists for name in names})
 
 

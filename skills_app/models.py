@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import OuterRef, Q, Subquery
+from django.urls import reverse
 
 from klineage.gate.verdict import Status
 from klineage.walk.timing_audit import Pairing
@@ -376,9 +377,53 @@ class Review(models.Model):
 # The skill library: cards lifted from lineages, and the roundtrip trials that admit them.
 
 
+class SkillLibraryQuerySet(models.QuerySet):
+    def default(self) -> SkillLibrary | None:
+        """The library pages and optimizations use where none is named: the bundled corpus's, else
+        the first stored by name."""
+        return self.filter(name=DEFAULT_LIBRARY).first() or self.order_by("name").first()
+
+
+DEFAULT_LIBRARY = "corpus"  # the name of corpus/library/library.json (skills_app.card_import.library_name)
+
+
+class SkillLibrary(models.Model):
+    """One skill library document (`{"version", "provenance", "cards"}`), named for its file. Cards
+    are stored per library: two libraries built from the same walks may hold the same card id with
+    different effects, preconditions and status, and each keeps its own."""
+
+    name = models.SlugField(max_length=60, unique=True, help_text="from the file: corpus, percase ...")
+    source = models.CharField(max_length=300, help_text="the file it was imported from, as the import named it")
+    note = models.TextField(blank=True, default="", help_text="the provenance's note: how it was built")
+    provenance = models.JSONField(default=dict)
+    created = models.DateTimeField(null=True, blank=True, help_text="when the library document was written")
+    imported_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = SkillLibraryQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "skill libraries"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_default(self) -> bool:
+        return self.name == DEFAULT_LIBRARY
+
+    def get_absolute_url(self) -> str:
+        return reverse("skills:library") if self.is_default else reverse("skills:library-named", args=[self.name])
+
+    def export_url(self, fmt: str) -> str:
+        return (reverse("skills:library-export", args=[fmt]) if self.is_default
+                else reverse("skills:library-named-export", args=[self.name, fmt]))
+
+
 class SkillCard(models.Model):
-    """A skill card (klineage.skills.card.SkillCard), whole, keyed by its content id, with what the
-    library filters and sorts on lifted out of it. Features are `locus/name` texts."""
+    """A skill card (klineage.skills.card.SkillCard), whole, keyed by its library and content id, with
+    what the library filters and sorts on lifted out of it. Features are `locus/name` texts."""
 
     class Status(models.TextChoices):
         CANDIDATE = "candidate", "candidate"
@@ -386,8 +431,9 @@ class SkillCard(models.Model):
         RETIRED = "retired", "retired"
         IMPORTED = "imported", "imported"
 
-    card_id = models.CharField(max_length=FINGERPRINT_LENGTH, unique=True, help_text="sha256 of the card's identity")
-    short_id = models.CharField(max_length=12, unique=True)
+    library = models.ForeignKey(SkillLibrary, on_delete=models.CASCADE, related_name="cards")
+    card_id = models.CharField(max_length=FINGERPRINT_LENGTH, help_text="sha256 of the card's identity")
+    short_id = models.CharField(max_length=12)
     status = models.CharField(max_length=12, choices=Status.choices)
     transform = models.CharField(max_length=100)
     intent = models.TextField()
@@ -415,6 +461,10 @@ class SkillCard(models.Model):
 
     class Meta:
         ordering = [models.F("median_gain").desc(nulls_last=True), "transform", "card_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["library", "card_id"], name="skills_card_unique_in_library"),
+            models.UniqueConstraint(fields=["library", "short_id"], name="skills_card_short_unique_in_library"),
+        ]
         indexes = [
             models.Index(fields=["status", "transform"], name="skills_card_status"),
             models.Index(fields=["surface"], name="skills_card_surface"),
@@ -429,6 +479,17 @@ class SkillCard(models.Model):
     def to_document(self) -> dict[str, Any]:
         """The engine's SkillCard.to_dict(); SkillCard.from_dict accepts it."""
         return dict(self.document)
+
+    # The default library's cards keep the short addresses they had before libraries were told apart.
+    def get_absolute_url(self) -> str:
+        if self.library.is_default:
+            return reverse("skills:card", args=[self.short_id])
+        return reverse("skills:library-card", args=[self.library.name, self.short_id])
+
+    def skillmd_url(self) -> str:
+        if self.library.is_default:
+            return reverse("skills:card-skillmd", args=[self.short_id])
+        return reverse("skills:library-card-skillmd", args=[self.library.name, self.short_id])
 
 
 class CardTrial(models.Model):

@@ -186,15 +186,17 @@ class SkillCardSerializer(serializers.ModelSerializer):
         help_text="the status an optimization acts on: candidate while a disputed step sends an admitted card "
                   "back to admission (`readmission` says why), else `status`")
     page = serializers.SerializerMethodField()
+    library = serializers.CharField(source="library.name", read_only=True,
+                                    help_text="the library holding this copy of the card")
 
     class Meta:
         model = SkillCard
-        fields = ["id", "short_id", "status", "transform", "intent", "surface", "platform", "operators", "dtypes",
-                  "requires", "provides", "conflicts", "median_gain", "precondition_count", "risk_count", "readmission",
-                  "effective_status", "page", "imported_at", "updated_at"]
+        fields = ["id", "short_id", "library", "status", "transform", "intent", "surface", "platform", "operators",
+                  "dtypes", "requires", "provides", "conflicts", "median_gain", "precondition_count", "risk_count",
+                  "readmission", "effective_status", "page", "imported_at", "updated_at"]
 
     def get_page(self, card: SkillCard) -> str:
-        return reverse("skills:card", args=[card.short_id])
+        return card.get_absolute_url()
 
     def get_effective_status(self, card: SkillCard) -> str:
         return effective_status(card)
@@ -208,4 +210,4 @@ class SkillCardDetailSerializer(SkillCardSerializer):
         fields = [*SkillCardSerializer.Meta.fields, "skillmd", "trials", "document"]
 
     def get_skillmd(self, card: SkillCard) -> str:
-        return reverse("skills:card-skillmd", args=[card.short_id])
+        return card.skillmd_url()

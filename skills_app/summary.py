@@ -11,7 +11,7 @@ from django.db.models import Count, F
 from klineage.gate.verdict import Status
 from skills_app import evidence
 from skills_app.card_words import title_of
-from skills_app.models import Kernel, Problem, SkillCard, Verdict
+from skills_app.models import Kernel, Problem, SkillCard, SkillLibrary, Verdict
 
 
 @dataclass
@@ -72,21 +72,25 @@ def verdicts_by_status() -> list[dict[str, Any]]:
 
 
 def library_glance() -> dict[str, Any]:
-    """Cards by status and the best measured gain among admitted cards (or any, before admission)."""
-    counts = dict(SkillCard.objects.order_by().values_list("status").annotate(n=Count("id")))
-    admitted = SkillCard.objects.filter(status=SkillCard.Status.ADMITTED, median_gain__isnull=False)
-    timed = admitted if admitted.exists() else SkillCard.objects.filter(median_gain__isnull=False)
-    best = (timed.order_by("-median_gain", "transform", "card_id")
-            .only("short_id", "transform", "intent", "median_gain")
+    """The default library's cards by status and the best measured gain among its admitted cards (or
+    any, before admission); how many libraries there are."""
+    library = SkillLibrary.objects.default()
+    cards = SkillCard.objects.filter(library=library)
+    counts = dict(cards.order_by().values_list("status").annotate(n=Count("id")))
+    admitted = cards.filter(status=SkillCard.Status.ADMITTED, median_gain__isnull=False)
+    timed = admitted if admitted.exists() else cards.filter(median_gain__isnull=False)
+    best = (timed.order_by("-median_gain", "transform", "card_id").select_related("library")
+            .only("short_id", "transform", "intent", "median_gain", "library__name")
             .annotate(anchor=F("document__anchor"), effects=F("document__effects")).first())
     if best is not None:
         best.title = title_of(best, best.anchor)
         best.cases = [f"{e['operator']}/{e['case']}" for e in best.effects]
-    trialled = SkillCard.objects.filter(trials__isnull=False).distinct().count()
-    operators = sorted({op for ops in SkillCard.objects.values_list("operators", flat=True) for op in ops})
+    trialled = cards.filter(trials__isnull=False).distinct().count()
+    operators = sorted({op for ops in cards.values_list("operators", flat=True) for op in ops})
     total = sum(counts.values())
     admitted_count = counts.get(SkillCard.Status.ADMITTED, 0)
-    return {"total": total, **{s: counts.get(s, 0) for s in SkillCard.Status.values}, "best": best,
+    return {"name": library.name if library else "", "others": max(SkillLibrary.objects.count() - 1, 0),
+            "total": total, **{s: counts.get(s, 0) for s in SkillCard.Status.values}, "best": best,
             "trialled": trialled, "admission_rate": admitted_count / total if trialled and total else None,
             "operators": operators}
 

@@ -9,6 +9,11 @@ urlpatterns = [
     path("library/export.<str:fmt>", export_views.library_export, name="library-export"),
     path("library/<str:short_id>/", library_views.card, name="card"),
     path("library/<str:short_id>/SKILL.md", library_views.card_skillmd, name="card-skillmd"),
+    # The same pages within a named library (library/ reads the default one, skills_app.libraries).
+    path("libraries/<slug:library>/", library_views.library, name="library-named"),
+    path("libraries/<slug:library>/export.<str:fmt>", export_views.library_export, name="library-named-export"),
+    path("libraries/<slug:library>/<str:short_id>/", library_views.card, name="library-card"),
+    path("libraries/<slug:library>/<str:short_id>/SKILL.md", library_views.card_skillmd, name="library-card-skillmd"),
     path("kernels/", views.kernels, name="kernels"),
     # Kernel names are corpus paths (row_softmax/naive, adversarial/hang).
     path("kernels/<path:name>/", views.kernel, name="kernel"),

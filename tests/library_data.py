@@ -134,3 +134,11 @@ def many_cards(count: int) -> list[dict[str, Any]]:
             effects=tuple(dataclasses.replace(e, operator=operator, ratio=ratio) for e in template.effects))
         out.append(card.to_dict())
     return out
+
+
+def corpus_cards():
+    """The stored cards of the bundled corpus's library (import_library's default name), not those of the
+    libraries built beside it that import_library_files brings in as well."""
+    from skills_app.models import DEFAULT_LIBRARY, SkillCard
+
+    return SkillCard.objects.filter(library__name=DEFAULT_LIBRARY)

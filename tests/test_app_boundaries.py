@@ -26,6 +26,8 @@ ALLOWED = {
     "gate_app.uploads": {"skills_app.importer", "skills_app.models"},
     # A walk's lineage is imported by the lineage importer; an optimization is offered the stored card library.
     "gate_app.work": {"skills_app.importer", "skills_app.models"},
+    # An optimization names the stored library it draws on.
+    "gate_app.submit": {"skills_app.models"},
     # create_user --reviewer puts the account in the reviewer group, which skills_app's AppConfig keeps.
     "gate_app.management.commands.create_user": {"skills_app.apps"},
 }

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from klineage.skills.skillmd import parse
+from library_data import corpus_cards
 from skills_app.card_import import import_library_files
-from skills_app.models import SkillCard
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ def test_the_unpipeline_card_says_where_it_did_not_pay(client, bundled):
 def test_the_library_lists_forward_titles_with_their_sites(client, bundled):
     page = client.get("/library/?status=admitted").content.decode()
     assert ">use mma.sync</a>" in page and "scalarize_mma" in page
-    restricts = SkillCard.objects.filter(transform="restrict")
+    restricts = corpus_cards().filter(transform="restrict")
     for card in restricts:  # same transform, told apart by the site
         anchor = card.document["anchor"]
         assert f'<code class="card-where">{anchor["function"]}: {anchor["key"]}</code>' in page or card.status != \
@@ -49,8 +49,8 @@ def test_the_home_page_says_what_its_best_gain_compares(client, bundled):
 
 
 def test_a_card_sent_back_to_admission_is_a_candidate_everywhere(client, bundled):
-    card = SkillCard.objects.get(short_id="74abd4d35370")
-    SkillCard.objects.filter(pk=card.pk).update(readmission="gemm_mma_sync step 3 disputed by grace")
+    card = corpus_cards().get(short_id="74abd4d35370")
+    corpus_cards().filter(pk=card.pk).update(readmission="gemm_mma_sync step 3 disputed by grace")
     page = client.get(f"/library/{card.short_id}/").content.decode()
     assert ">candidate · back to admission</span>" in page and ">admitted" not in page
     api = client.get(f"/api/cards/{card.short_id}/").json()
@@ -60,7 +60,7 @@ def test_a_card_sent_back_to_admission_is_a_candidate_everywhere(client, bundled
 
 
 def test_cards_answer_to_their_full_id_too(client, bundled):
-    card = SkillCard.objects.get(short_id=UNPIPELINE)
+    card = corpus_cards().get(short_id=UNPIPELINE)
     assert client.get(f"/library/{card.card_id}/").status_code == 200
     assert client.get(f"/library/{card.card_id}/SKILL.md").status_code == 200
     assert client.get(f"/library/{'0' * 64}/").status_code == 404

@@ -11,8 +11,9 @@ import re
 import pytest
 
 from dashboard_data import corpus  # noqa: F401
+from library_data import corpus_cards
 from skills_app.card_import import import_library_files
-from skills_app.models import Lineage, SkillCard, Verdict
+from skills_app.models import Lineage, Verdict
 
 pytestmark = pytest.mark.django_db
 
@@ -62,12 +63,12 @@ def test_a_problems_leaderboard_ranks_timed_states_beside_the_vendor(client, cor
 def test_exports_of_the_library_and_of_a_lineages_steps(client, softmax):
     import_library_files()
     rows = list(csv.DictReader(io.StringIO(client.get("/library/export.csv").content.decode())))
-    assert len(rows) == SkillCard.objects.count()
+    assert len(rows) == corpus_cards().count()
     unpipeline = next(r for r in rows if r["short_id"] == "535855ae6206")
     assert unpipeline["standing"] == "admitted · slower on 1 of 1 case, 2 of 3 trials slower"
     assert unpipeline["title"] == "pipeline copies through shared-memory stages in conv2d_implicit_gemm: kt#0"
     cards = client.get("/library/export.json").json()
-    assert {c["short_id"] for c in cards} == set(SkillCard.objects.values_list("short_id", flat=True))
+    assert {c["short_id"] for c in cards} == set(corpus_cards().values_list("short_id", flat=True))
     steps = client.get(f"/lineages/{softmax.id[:12]}/steps.json").json()
     assert len(steps) == softmax.steps.count() == 23
     first = softmax.steps.get(kind="accepted", index=0)

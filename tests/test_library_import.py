@@ -11,10 +11,10 @@ import pytest
 from django.core.management import call_command
 
 from klineage.skills.card import CardStatus, Trial
-from library_data import library_document, real_cards
+from library_data import corpus_cards, library_document, real_cards
 from skills_app.card_import import STALE, import_library, import_library_files
 from skills_app.importer import CREATED, UNCHANGED, UPDATED, ImportRefused
-from skills_app.models import CardTrial, SkillCard
+from skills_app.models import CardTrial
 
 pytestmark = pytest.mark.django_db
 
@@ -26,9 +26,9 @@ def cards():
 
 def test_import_lifts_what_the_library_filters_on(cards):
     assert import_library(library_document(cards)) == {CREATED: len(cards)}
-    assert SkillCard.objects.count() == len(cards) == 4
+    assert corpus_cards().count() == len(cards) == 4
     for card in cards:
-        row = SkillCard.objects.get(card_id=card.id)
+        row = corpus_cards().get(card_id=card.id)
         assert row.short_id == card.short_id and row.transform == card.transform
         assert row.status == "candidate" and row.surface == card.anchor.kind and row.platform == "sm90"
         assert row.operators == ["row_softmax"]
@@ -38,7 +38,7 @@ def test_import_lifts_what_the_library_filters_on(cards):
         assert (row.precondition_count, row.risk_count) == (len(card.preconditions), len(card.risks))
         assert row.to_document() == card.to_dict()
         assert type(card).from_dict(row.to_document()) == card
-    gains = sorted(g for g in SkillCard.objects.values_list("median_gain", flat=True) if g is not None)
+    gains = sorted(g for g in corpus_cards().values_list("median_gain", flat=True) if g is not None)
     assert gains == [0.97, 1.02, 1.08]
 
 
@@ -46,7 +46,7 @@ def test_importing_twice_creates_no_duplicates(cards):
     document = library_document(cards)
     import_library(document)
     assert import_library(copy.deepcopy(document)) == {UNCHANGED: len(cards)}
-    assert SkillCard.objects.count() == len(cards)
+    assert corpus_cards().count() == len(cards)
 
 
 def test_a_newer_document_of_a_card_updates_it_and_its_trials(cards):
@@ -57,20 +57,20 @@ def test_a_newer_document_of_a_card_updates_it_and_its_trials(cards):
     assert admitted.id == first.id  # status and trials do not change who the card is
     counts = import_library(library_document([admitted, *cards[1:]], date="2026-11-30T08:00:00+00:00"))
     assert counts == {UPDATED: 1, UNCHANGED: len(cards) - 1}
-    row = SkillCard.objects.get(card_id=first.id)
-    assert row.status == CardStatus.ADMITTED.value and SkillCard.objects.count() == len(cards)
+    row = corpus_cards().get(card_id=first.id)
+    assert row.status == CardStatus.ADMITTED.value and corpus_cards().count() == len(cards)
     # a trial logged with no outcome in its message: what it did is unknown
     assert list(row.trials.order_by("id").values_list("outcome", "ratio")) == [("passed", 1.05), ("inconclusive", None)]
     # The older library's copy does not overwrite it.
     assert import_library(library_document(cards[:1], date="2026-11-29T00:00:00+00:00")) == {STALE: 1}
-    assert SkillCard.objects.get(card_id=first.id).status == "admitted"
+    assert corpus_cards().get(card_id=first.id).status == "admitted"
     assert CardTrial.objects.filter(card=row).count() == 2
 
 
 def _refused(document) -> str:
     with pytest.raises(ImportRefused) as info:
         import_library(document, where="library.json")
-    assert SkillCard.objects.count() == 0 and CardTrial.objects.count() == 0
+    assert corpus_cards().count() == 0 and CardTrial.objects.count() == 0
     return str(info.value)
 
 
@@ -98,12 +98,12 @@ def test_malformed_documents_are_refused_whole(cards):
 
 def test_a_refused_document_leaves_stored_cards_as_they_were(cards):
     import_library(library_document(cards[:2]))
-    before = list(SkillCard.objects.order_by("id").values_list("card_id", "digest"))
+    before = list(corpus_cards().order_by("id").values_list("card_id", "digest"))
     document = library_document(cards)
     document["cards"][3]["intent"] = " "
     with pytest.raises(ImportRefused, match=r"cards\[3\]: card.intent: a card needs an intent"):
         import_library(document)
-    assert list(SkillCard.objects.order_by("id").values_list("card_id", "digest")) == before
+    assert list(corpus_cards().order_by("id").values_list("card_id", "digest")) == before
 
 
 def test_load_corpus_reads_the_corpus_library(cards, tmp_path, settings):
@@ -114,7 +114,7 @@ def test_load_corpus_reads_the_corpus_library(cards, tmp_path, settings):
     (tmp_path / "library" / "zz-broken.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(ImportRefused, match="zz-broken.json: not JSON"):
         import_library_files(tmp_path)
-    assert SkillCard.objects.count() == len(cards)
+    assert corpus_cards().count() == len(cards)
 
 
 def test_load_corpus_command_imports_the_library(cards, tmp_path):
@@ -125,7 +125,7 @@ def test_load_corpus_command_imports_the_library(cards, tmp_path):
     out = io.StringIO()
     call_command("load_corpus", corpus=tmp_path, recorded=tmp_path / "recorded", stdout=out)
     assert f"skill cards: {len(cards)} ({len(cards)} new, 0 updated" in out.getvalue()
-    assert SkillCard.objects.count() == len(cards)
+    assert corpus_cards().count() == len(cards)
 
 
 def test_the_bundled_librarys_trials_read_passed_slower_rejected_or_inconclusive():
@@ -135,12 +135,12 @@ def test_the_bundled_librarys_trials_read_passed_slower_rejected_or_inconclusive
     pipeline card's effects were re-timed since (session 16): its trials judged its earlier content
     (they asked the same 0.990x of a trial, so it stays admitted until trialled as it is)."""
     import_library_files()
-    pipeline = SkillCard.objects.get(card_id__startswith="535855ae6206")
+    pipeline = corpus_cards().get(card_id__startswith="535855ae6206")
     assert pipeline.status == "admitted"
     assert list(pipeline.trials.order_by("id").values_list("outcome", "judged")) == \
         [("slower", "earlier"), ("slower", "earlier"), ("passed", "earlier")]
-    assert set(SkillCard.objects.get(card_id__startswith="38bb8e9bd28d").trials.values_list("judged", flat=True)) \
+    assert set(corpus_cards().get(card_id__startswith="38bb8e9bd28d").trials.values_list("judged", flat=True)) \
         == {"current"}
-    assert set(SkillCard.objects.get(card_id__startswith="6567dea5216b").trials.values_list("outcome", flat=True)) \
+    assert set(corpus_cards().get(card_id__startswith="6567dea5216b").trials.values_list("outcome", flat=True)) \
         == {"inconclusive"}
     assert not CardTrial.objects.filter(outcome="failed").exists()

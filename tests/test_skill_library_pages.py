@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 
 from dashboard_data import corpus  # noqa: F401
 from klineage.skills.skillmd import parse
-from library_data import library_document, many_cards, real_cards, store_real_library, timed_lineage
+from library_data import corpus_cards, library_document, many_cards, real_cards, store_real_library, timed_lineage
 from skills_app.card_import import import_library, import_library_files
 from skills_app.importer import import_lineage
 from skills_app.models import LineageStep, Review, SkillCard
@@ -38,7 +38,7 @@ def _by(library, transform: str, provides: bool | None = None):
 def test_library_lists_cards_by_measured_gain(client, library):
     ids = _short_ids(client)
     assert len(ids) == 4
-    gains = [SkillCard.objects.get(short_id=i).median_gain for i in ids]
+    gains = [corpus_cards().get(short_id=i).median_gain for i in ids]
     assert gains[:3] == [1.08, 1.02, 0.97] and gains[3] is None  # untimed cards last
     page = client.get("/library/").content.decode()
     assert "1.08×" in page and 'data-count="candidate">4<' in page and 'data-count="admitted">0<' in page
@@ -70,23 +70,23 @@ def test_filters_and_search(client, library):
 
 def test_sort_and_pagination(client, library):
     import_library(library_document(many_cards(130)))
-    total = SkillCard.objects.count()
+    total = corpus_cards().count()
     assert total == 134
     first = _short_ids(client)
     second = _short_ids(client, "page=2")
     third = _short_ids(client, "page=3")
     assert (len(first), len(second), len(third)) == (50, 50, total - 100)
     assert not set(first) & set(second)
-    gains = [SkillCard.objects.get(short_id=i).median_gain for i in first + second + third]
+    gains = [corpus_cards().get(short_id=i).median_gain for i in first + second + third]
     timed = [g for g in gains if g is not None]
     assert timed == sorted(timed, reverse=True) and gains.index(None) == len(timed)
     by_transform = _short_ids(client, "sort=transform")
-    rows = [SkillCard.objects.get(short_id=i) for i in by_transform]
+    rows = [corpus_cards().get(short_id=i) for i in by_transform]
     assert [(r.transform, r.card_id) for r in rows] == sorted((r.transform, r.card_id) for r in rows)
-    by_id = [SkillCard.objects.get(short_id=i).card_id for i in _short_ids(client, "sort=id")]
-    assert by_id == sorted(SkillCard.objects.values_list("card_id", flat=True))[:50]
+    by_id = [corpus_cards().get(short_id=i).card_id for i in _short_ids(client, "sort=id")]
+    assert by_id == sorted(corpus_cards().values_list("card_id", flat=True))[:50]
     # Filters survive paging; the status counts follow the other filters.
-    gemm = SkillCard.objects.filter(operators__icontains='"gemm"')
+    gemm = corpus_cards().filter(operators__icontains='"gemm"')
     assert len(_short_ids(client, "operator=gemm&page=1")) == min(50, gemm.count())
     page = client.get("/library/?operator=gemm").content.decode()
     for status in ("candidate", "admitted", "retired"):
@@ -174,7 +174,7 @@ def test_home_shows_the_admission_rate_and_recent_jobs(client, library, django_u
     from gate_app.models import Job
     from skills_app.models import CardTrial
 
-    card = SkillCard.objects.order_by("card_id").first()
+    card = corpus_cards().order_by("card_id").first()
     card.status = SkillCard.Status.ADMITTED
     card.save()
     CardTrial.objects.create(card=card, outcome=CardTrial.Outcome.PASSED, target="f" * 64, ratio=1.02,
@@ -243,7 +243,7 @@ def test_a_card_marks_the_effects_its_pairing_could_have_decided(client, corpus)
     (effects as the walk paired them) gets a blue tick at the re-timed ratio instead. Where a step is
     still biased, its bar is hollow and the medians listed; the other effect is drawn as before."""
     import_library_files()
-    card = SkillCard.objects.get(short_id="367ea5337b52")
+    card = corpus_cards().get(short_id="367ea5337b52")
 
     def chart() -> str:
         page = client.get(f"/library/{card.short_id}/").content.decode()

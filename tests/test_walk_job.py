@@ -116,7 +116,8 @@ def test_optimize_job_in_compile_mode_keeps_its_chart_and_result(worker, client)
 
     result = job.result
     assert result["kind"] == "optimization" and result["gate"] == "compile" and result["strategy"] == "library"
-    assert result["library"] == {"path": f"the dashboard's library ({cards} cards)", "statuses": ["candidate"],
+    assert params["library"] == "corpus"  # the default library, named in the job it queued
+    assert result["library"] == {"path": f"the dashboard's library corpus ({cards} cards)", "statuses": ["candidate"],
                                  "cards": cards, "eligible": cards}
     assert result["speedup"] is None and result["steps"] == []  # compile-only: nothing timed, nothing taken
     assert result["best"]["name"] == "row_softmax_naive" and result["stats"]["evaluations"] <= 6
