@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.urls import reverse
 
 from klineage.config import GateMode
 from klineage.optimize.result import better_unconditioned, library_run
@@ -25,6 +26,7 @@ from klineage.skills.when import MIN_WHEN_CASES, REPEATABILITY
 from klineage.transforms._row_vectors import WIDTH
 from klineage.transforms.uncache_row import CACHE
 from skills_app.budget_curve import budget_curve
+from skills_app.models import SkillLibrary
 
 
 def results_dir() -> Path:
@@ -46,6 +48,7 @@ class Evidence:
     error: str = ""
     chart: dict[str, Any] | None = None  # skills.json: `skills_chart`, drawn by templates/_skills_chart.html
     curve: dict[str, Any] | None = None  # transfer: `budget_curve`, drawn by templates/_budget_curve.html
+    link: dict[str, str] | None = None  # {"url", "label"}: where the dashboard shows what the file is about
 
     @property
     def provenance_label(self) -> str:
@@ -407,9 +410,25 @@ def _preconditions(e: Evidence, data: dict[str, Any]) -> None:
                   f"to a kernel not measured")
     e.columns = ["card", "transform", "status", "when", "holds on", "fails on", "leave-one-case-out",
                  "leave-one-kernel-out"]
-    e.rows = [[r["card"], r["transform"], r.get("status", "admitted"), r["sentence"], len(r["holds_on"]),
+    library = _stored_library((data.get("provenance") or {}).get("library"))
+    stored = set(library.cards.values_list("short_id", flat=True)) if library else set()
+
+    def card(short_id: str) -> Any:
+        if short_id not in stored:
+            return short_id
+        return {"text": short_id, "url": reverse("skills:library-card", args=[library.name, short_id])}
+    if library is not None:
+        e.link = {"url": library.get_absolute_url(), "label": f"these cards in the {library.name} library"}
+    e.rows = [[card(r["card"]), r["transform"], r.get("status", "admitted"), r["sentence"], len(r["holds_on"]),
                len(r["fails_on"]), _num(r.get("loo_accuracy"), "{:.2f}"), _num(r.get("kernel_loo_accuracy"), "{:.2f}")]
               for r in [*data.get("rows", []), *pending]]
+
+
+def _stored_library(provenance: Any) -> SkillLibrary | None:
+    """The stored library a report was computed from: the one whose provenance is the report's, whole."""
+    if not isinstance(provenance, dict) or not provenance:
+        return None
+    return SkillLibrary.objects.filter(provenance=provenance).order_by("name").first()
 
 
 def _row_cache_when(e: Evidence, data: dict[str, Any]) -> None:

@@ -11,6 +11,8 @@ from django.conf import settings
 
 from skills_app.evidence import load_all
 
+pytestmark = pytest.mark.django_db  # a report computed from a stored library links to its cards
+
 
 def _by_name(folder=None):
     return {e.name: e for e in load_all(folder)}
@@ -79,6 +81,7 @@ def test_committed_results_have_headlines():
                              f"kernel left out: how they carry to a kernel not measured")
     assert [r[:3] for r in when.rows] == [[r["card"], r["transform"], r.get("status", "admitted")]
                                           for r in report["rows"] + report["pending"]]
+    assert when.link is None  # the library it was computed from is not stored here
 
     sweep_rows = [r for r in data("sweep-conv2d.json")["rows"] if r.get("timing")]
     best = max(sweep_rows, key=lambda r: r["timing"]["vs_vendor"])
@@ -293,3 +296,13 @@ def test_a_row_cache_case_that_did_not_settle_is_named(tmp_path):
     card = _by_name(tmp_path)["row_cache_when.json"]
     first = data["operators"][0]
     assert f"not settled on {first['operator']}:{first['cases'][0]['case']}" in card.headline
+
+
+def test_the_preconditions_report_links_the_cards_of_the_stored_library_it_was_computed_from():
+    from skills_app.card_import import import_library_files
+
+    import_library_files()
+    when = _by_name()["preconditions.json"]
+    assert when.link == {"url": "/libraries/percase/", "label": "these cards in the percase library"}
+    first = when.rows[0][0]
+    assert first == {"text": first["text"], "url": f"/libraries/percase/{first['text']}/"}

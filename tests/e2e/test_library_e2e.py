@@ -34,7 +34,7 @@ def test_filter_open_a_card_and_follow_a_risk(site, chromium):
         page.goto(site["url"] + "/")
         page.get_by_role("navigation", name="Main").get_by_role("link", name="Library").click()
         page.wait_for_url(re.compile(r"/library/$"))
-        assert page.locator("h1").inner_text() == "Library"
+        assert page.locator("h1").inner_text() == "Library corpus"  # the default library's name
         assert page.locator("#card-count").inner_text() == "84 of 84 cards"
         chromium.shoot(page, "library", width)
 
@@ -72,3 +72,29 @@ def test_filter_open_a_card_and_follow_a_risk(site, chromium):
         top = page.evaluate("document.getElementById('step-rejected-0').getBoundingClientRect().top")
         assert -1 < top < 900  # scrolled to the attempt (its top may land a sub-pixel above the window)
         chromium.shoot(page, "card-risk-lineage", width)
+
+
+@pytest.fixture
+def two_libraries(live_server, transactional_db):
+    cards = real_cards()
+    import_library(library_document(cards))
+    import_library(library_document(cards[:2], date="2026-12-01T12:00:00+00:00"), name="second")
+    return {"url": live_server.url, "card": cards[0]}
+
+
+def test_switch_libraries_and_reach_a_cards_copy_in_the_other(two_libraries, chromium):
+    card = two_libraries["card"]
+    for width, page in chromium.pages():
+        page.goto(two_libraries["url"] + "/library/")
+        switch = page.get_by_role("navigation", name="Skill libraries")
+        assert "second 2 cards" in switch.inner_text()
+        switch.get_by_role("link", name=re.compile("^second")).click()
+        page.wait_for_url(re.compile(r"/libraries/second/$"))
+        assert page.locator("h1").inner_text() == "Library second"
+        assert page.locator("#card-count").inner_text() == "2 of 2 cards"
+        page.locator(f'a.card-link[href="/libraries/second/{card.short_id}/"]').click()
+        page.wait_for_url(re.compile(f"/libraries/second/{card.short_id}/$"))
+        page.locator(".card-elsewhere a").click()  # its copy in the default library
+        page.wait_for_url(re.compile(f"/library/{card.short_id}/$"))
+        assert page.locator(".crumbs").inner_text().startswith("Library / corpus /")
+        chromium.shoot(page, "card-other-library", width)
