@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from klineage.skills.card import Effect, Precondition
 from klineage.skills.standing import Standing, standing
 from klineage.skills.titles import CardTitle, card_title
+from klineage.skills.when import ruled_out
 from skills_app.models import CardTrial, SkillCard
 
 
@@ -16,12 +18,15 @@ def title_of(card: SkillCard, anchor: dict[str, Any]) -> CardTitle:
     return card_title(card.transform, anchor, card.intent)
 
 
-def standing_of(card: SkillCard, effects: Iterable[dict[str, Any]], trials: Iterable[CardTrial]) -> Standing:
+def standing_of(card: SkillCard, effects: Iterable[dict[str, Any]], trials: Iterable[CardTrial],
+                preconditions: Iterable[dict[str, Any]] = ()) -> Standing:
     """Every trial counts, those that judged an earlier content of the card too: they measured the same
-    mechanism on their targets, and the trial table marks which they are."""
+    mechanism on their targets, and the trial table marks which they are. `preconditions` (the card
+    document's): where its timing precondition fails, a slower case is what it says, not against it."""
+    effects = list(effects)
+    out = ruled_out([Effect.from_dict(e) for e in effects], [Precondition.from_dict(p) for p in preconditions])
     return standing(card.status, [(f"{e['operator']}/{e['case']}", e["ratio"]) for e in effects],
-                    [(t.outcome, t.ratio) for t in trials],
-                    card.readmission)
+                    [(t.outcome, t.ratio) for t in trials], card.readmission, out)
 
 
 def effective_status(card: SkillCard) -> str:

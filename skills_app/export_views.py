@@ -45,13 +45,14 @@ def _respond(rows: list[dict[str, Any]], name: str, fmt: str) -> HttpResponse:
 def library_export(request, fmt: str, library: str | None = None):
     shown = library_or_404(library)
     cards = (cards_of(shown).order_by("transform", "card_id")
-             .annotate(anchor=F("document__anchor"), effects=F("document__effects"))
+             .annotate(anchor=F("document__anchor"), effects=F("document__effects"),
+                       preconditions=F("document__preconditions"))
              .prefetch_related(Prefetch("trials", queryset=CardTrial.objects.only("card_id", "outcome", "ratio",
                                                                                   "judged"))))
     rows = []
     for card in cards:
         title = title_of(card, card.anchor)
-        standing = standing_of(card, card.effects, card.trials.all())
+        standing = standing_of(card, card.effects, card.trials.all(), card.preconditions)
         rows.append({
             "card_id": card.card_id, "short_id": card.short_id, "title": str(title), "transform": card.transform,
             "site": title.where, "status": card.status, "effective_status": effective_status(card),

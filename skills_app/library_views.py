@@ -97,7 +97,7 @@ def card(request, short_id: str, library: str | None = None):
     return render(request, "skills/card.html", {
         "card": row,
         "title": title_of(row, anchor),
-        "standing": standing_of(row, document["effects"], trials),
+        "standing": standing_of(row, document["effects"], trials, document["preconditions"]),
         "document": document,
         "anchor": anchor,
         "snippet": highlight_lines(anchor["snippet"]) if anchor["snippet"] else [],
@@ -137,15 +137,15 @@ def card_skillmd(request, short_id: str, library: str | None = None):
 def _words(cards: list[SkillCard]) -> None:
     """Each listed card's title and standing, from its anchor, effects and trials read for this page only
     (read with the list, the documents' parts would be extracted for every card the filter matched)."""
-    parts = dict((pk, (anchor, effects)) for pk, anchor, effects in SkillCard.objects.filter(
-        pk__in=[c.pk for c in cards]).values_list("pk", "document__anchor", "document__effects"))
+    parts = {pk: rest for pk, *rest in SkillCard.objects.filter(pk__in=[c.pk for c in cards]).values_list(
+        "pk", "document__anchor", "document__effects", "document__preconditions")}
     trials: dict[int, list[CardTrial]] = {}
     for trial in CardTrial.objects.filter(card__in=cards).only("card_id", "outcome", "ratio", "judged"):
         trials.setdefault(trial.card_id, []).append(trial)
     for card in cards:
-        anchor, effects = parts[card.pk]
+        anchor, effects, preconditions = parts[card.pk]
         card.title = title_of(card, anchor)
-        card.standing = standing_of(card, effects, trials.get(card.pk, []))
+        card.standing = standing_of(card, effects, trials.get(card.pk, []), preconditions)
 
 
 def effect_chart(effects: list[dict[str, Any]], steps: dict[tuple[str, str, int], LineageStep] | None = None

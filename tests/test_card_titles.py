@@ -83,3 +83,37 @@ def test_a_disputed_card_reads_as_the_candidate_it_is_treated_as():
     disputed = standing("admitted", [("a", 1.2)], readmission="gemm step 3 disputed by grace")
     assert disputed.status == "candidate" and disputed.badge == "candidate · back to admission"
     assert "gemm step 3 disputed by grace" in disputed.sentence
+
+
+def test_a_card_slower_only_where_its_precondition_fails_reads_as_its_precondition_says():
+    """rope's 16-byte store: faster on the aligned, long cases its precondition holds on; the 0.989x case
+    is one it rules out, where an optimization does not apply it."""
+    effects = [("rope/headline", 1.125), ("rope/long_seq", 1.241), ("rope/decode_batch", 0.989), ("rope/small", 1.0)]
+    conditioned = standing("admitted", effects, ruled_out=[False, False, True, True])
+    assert conditioned.badge == "admitted · faster where its precondition holds" and conditioned.tone == "ok"
+    assert conditioned.sentence == ("Faster on rope/headline (1.125x), rope/long_seq (1.241x) where its precondition "
+                                    "holds. Its precondition rules out 2 cases of 4, where it is not applied; slower "
+                                    "on 1 of them.")
+    # slower where it holds still counts, over the cases it holds on
+    held_slower = standing("admitted", effects, ruled_out=[False, True, False, True])
+    assert held_slower.badge == "admitted · slower on 1 of 2 cases where its precondition holds"
+    assert held_slower.tone == "mixed"
+    assert standing("admitted", effects).badge == "admitted · slower on 1 of 4 cases"  # no precondition
+    with pytest.raises(ValueError, match="2 flags for 4 effects"):
+        standing("admitted", effects, ruled_out=[True, False])
+
+
+def test_the_flags_come_from_the_cards_timing_precondition_case_by_case():
+    from klineage import config
+    from klineage.skills.library import load_library
+    from klineage.skills.when import kernel_rows, ruled_out, timing_precondition
+
+    library = load_library(config.REPO_ROOT / "bench" / "results" / "percase" / "library.json")
+    store = library.by_id("b9f2b940a428")  # rope's 16-byte store: row_align >= 32 and s >= 70
+    timing = timing_precondition(store)
+    keys = [key for key, _ in kernel_rows(store.effects)]
+    flags = dict(zip(keys, ruled_out(store.effects, store.preconditions)))
+    assert set(timing.fails) <= {key for key, out in flags.items() if out}
+    assert not set(timing.holds) & {key for key, out in flags.items() if out}
+    uniform = library.by_id("9845da347823")  # fast_math: paid on all 15 cases, no precondition
+    assert ruled_out(uniform.effects, uniform.preconditions) == [False] * len(uniform.effects)

@@ -102,21 +102,35 @@ class Standing:
 
 
 def standing(status: str, effects: Iterable[tuple[str, float]], trials: Iterable[tuple[str, float | None]] = (),
-             readmission: str = "") -> Standing:
+             readmission: str = "", ruled_out: Sequence[bool] = ()) -> Standing:
     """`effects`: (case label, child/parent ratio) where the card was learned; `trials`: (outcome, ratio)
-    of its roundtrip trials on other kernels; `readmission`: why it is back to admission, if it is."""
+    of its roundtrip trials on other kernels; `readmission`: why it is back to admission, if it is;
+    `ruled_out`: per effect, whether the card's timing precondition fails on that case (an optimization
+    does not apply it there), so that a card slower only where its precondition says it does not pay
+    reads as its precondition says, and the badge counts the cases it holds on."""
     effects = list(effects)
     trials = list(trials)
     if readmission:  # an optimization treats an admitted card as a candidate until it passes again
         shown = "candidate" if status == "admitted" else status
         return Standing(shown, f"{shown} · back to admission", "mixed",
                         f"Back to admission: {readmission}. Until it passes again it is treated as a candidate.")
-    faster = [(case, r) for case, r in effects if pace(r) is Pace.FASTER]
-    slower = [(case, r) for case, r in effects if pace(r) is Pace.SLOWER]
+    flags = list(ruled_out) or [False] * len(effects)
+    if len(flags) != len(effects):
+        raise ValueError(f"ruled_out has {len(flags)} flags for {len(effects)} effects")
+    excluded = [effect for effect, out in zip(effects, flags) if out]
+    applied = [effect for effect, out in zip(effects, flags) if not out]
+    faster = [(case, r) for case, r in applied if pace(r) is Pace.FASTER]
+    slower = [(case, r) for case, r in applied if pace(r) is Pace.SLOWER]
     slow_trials = [r for outcome, r in trials if outcome == "slower"]
-    within = len(effects) - len(faster) - len(slower)
+    within = len(applied) - len(faster) - len(slower)
+    where = " where its precondition holds" if excluded else ""
     parts = [_listed("Faster", faster), _listed("Slower", slower),
-             f"Within 1% on {within} of {len(effects)} case{'s' if len(effects) != 1 else ''}" if within else ""]
+             f"Within 1% on {within} of {_cases(len(applied))}" if within else ""]
+    if excluded:
+        slow_out = [(case, r) for case, r in excluded if pace(r) is Pace.SLOWER]
+        parts[0:3] = [p + where if p else p for p in parts[0:3]]
+        parts.append(f"Its precondition rules out {_cases(len(excluded))} of {len(effects)}, where it is not applied"
+                     + (f"; slower on {len(slow_out)} of them" if slow_out else ""))
     if trials:
         shown = ", ".join(ratio_text(r) for r in slow_trials if r is not None)
         parts.append(f"{len(slow_trials)} of {len(trials)} trial{'s' if len(trials) != 1 else ''} on other kernels "
@@ -125,13 +139,17 @@ def standing(status: str, effects: Iterable[tuple[str, float]], trials: Iterable
     if not effects:
         return Standing(status, status, "none", sentence)
     if not slower and not slow_trials:
-        qualifier = "faster" if faster else "no measured gain"
+        qualifier = ("faster" if faster else "no measured gain") + where
         return Standing(status, f"{status} · {qualifier}", "ok" if faster else "none", sentence)
-    counted = f"slower on {len(slower)} of {len(effects)} case{'s' if len(effects) != 1 else ''}" if slower else ""
+    counted = f"slower on {len(slower)} of {_cases(len(applied))}{where}" if slower else ""
     trialled = f"{len(slow_trials)} of {len(trials)} trials slower" if slow_trials else ""
     qualifier = ", ".join(filter(None, [counted, trialled]))
-    tone = "slower" if len(slower) == len(effects) else "mixed"
+    tone = "slower" if len(slower) == len(applied) else "mixed"
     return Standing(status, f"{status} · {qualifier}", tone, sentence)
+
+
+def _cases(n: int) -> str:
+    return f"{n} case{'s' if n != 1 else ''}"
 
 
 def _listed(label: str, cases: list[tuple[str, float]]) -> str:

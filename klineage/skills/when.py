@@ -492,7 +492,21 @@ def per_case(effects: Sequence[tuple[str, float, Mapping[str, Any]]],
 
 def timing_precondition(card: SkillCard) -> Precondition | None:
     """The card's timing precondition (where it was measured to pay), if induction wrote one."""
-    return next((p for p in card.preconditions if p.source == SOURCE), None)
+    return _timing(card.preconditions)
+
+
+def _timing(preconditions: Sequence[Precondition]) -> Precondition | None:
+    return next((p for p in preconditions if p.source == SOURCE), None)
+
+
+def ruled_out(effects: Sequence[Effect], preconditions: Sequence[Precondition]) -> list[bool]:
+    """Per effect, whether the card's timing precondition fails on its case (the case keyed as induction
+    keyed it, `kernel_rows`): where an optimization would not apply the card. A case it says nothing
+    about is not ruled out."""
+    timing = _timing(preconditions)
+    if timing is None:
+        return [False] * len(effects)
+    return [timing.holds_on(key) is False for key, _ in kernel_rows(effects)]
 
 
 def kernel_rows(effects: Sequence[Effect]) -> list[tuple[str, Effect]]:
