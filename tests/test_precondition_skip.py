@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from bench_tools import bench_script
 from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.lineage import Lineage
@@ -101,6 +102,8 @@ def test_the_loop_records_precondition_failed_and_counts_what_it_saved(cards, na
     assert result.stats.saved == len(skipped) and result.to_dict()["stats"]["saved"] == len(skipped)
     assert OptimizationResult.from_json(result.to_json()) == result
     assert "saved" not in Stats(1, 0, 0, 0.0).to_dict()  # a run that skipped nothing keeps its old bytes
+    row = bench_script("skills_eval").strategy_row(result)  # what the roundtrip benchmark records of it
+    assert row["saved"] == len(skipped)
 
 
 def test_a_failing_timing_precondition_does_not_decide_a_site_another_transform_lends():

@@ -227,9 +227,9 @@ def test_unconditioned_runs_at_different_budgets_each_compare_with_the_library()
 
 def test_library_waste_counts_every_evaluation_and_the_candidates_alone():
     rows = [{"strategies": {"library": run_row("no_candidate", 2, 3.0, wasted=0)}},
-            {"strategies": {"library": run_row("no_improvement", 6, 1.0, wasted=5)}}]
+            {"strategies": {"library": {**run_row("no_improvement", 6, 1.0, wasted=5), "saved": 3}}}]
     assert skills.wasted(rows) == {"value": 5 / 8, "wasted": 5, "evaluations": 8, "candidate_evaluations": 6,
-                                   "of_candidates": 5 / 6, "reason": ""}
+                                   "of_candidates": 5 / 6, "saved": 3, "reason": ""}
     rows.append({"strategies": {"unconditioned_random": run_row("budget", 4, 1.0, wasted=3)}})
     assert skills.wasted(rows)["value"] is None
 
