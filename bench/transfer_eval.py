@@ -31,6 +31,8 @@ Writes one JSON document:
   ratio = the other's time / this kernel's time (above 1: this kernel is faster), null with a "reason" when the
   gate measured none; floor_fraction = the roofline floor's time / this kernel's time on the headline case.
   torch.compile is not a path the gate can time, so it has no row.
+- runs: per operator and strategy, the run's stop, evaluations, steps and speedups; `saved` (absent at 0): the
+  candidates it did not gate because their card's timing precondition failed on the operator's problem.
 
 Numbers come from the gate's verdicts only. A gate mode that times nothing (compile) gives null ratios
 and null summaries, each with its reason. With `--record` every verdict (the searches' and the judging gates')
@@ -141,6 +143,8 @@ def search(name: str, strategy: Strategy, mode: GateMode, budget: int, seed: int
                       library=library if strategy.uses_library else None, seed=seed, jobs=jobs, record=record,
                       **logged(log, workload=name, strategy=strategy.value))
     return {"stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
+            # candidates a failed timing precondition kept from the gate; absent at 0, as in the stats
+            **({"saved": result.stats.saved} if result.stats.saved else {}),
             "steps": [s.transform for s in result.steps], "speedup": result.speedup,
             "speedups_by_budget": result.speedups_by_budget(), "best": result.best,
             "best_fingerprint": result.best.fingerprint}
