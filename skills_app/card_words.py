@@ -4,6 +4,7 @@ the home page alike."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,9 +25,23 @@ def standing_of(card: SkillCard, effects: Iterable[dict[str, Any]], trials: Iter
     mechanism on their targets, and the trial table marks which they are. `preconditions` (the card
     document's): where its timing precondition fails, a slower case is what it says, not against it."""
     effects = list(effects)
-    out = ruled_out([Effect.from_dict(e) for e in effects], [Precondition.from_dict(p) for p in preconditions])
     return standing(card.status, [(f"{e['operator']}/{e['case']}", e["ratio"]) for e in effects],
-                    [(t.outcome, t.ratio) for t in trials], card.readmission, out)
+                    [(t.outcome, t.ratio) for t in trials], card.readmission, ruled_out_of(effects, preconditions))
+
+
+def ruled_out_of(effects: Iterable[dict[str, Any]], preconditions: Iterable[dict[str, Any]]) -> list[bool]:
+    """Per effect of a card document, whether its timing precondition fails on that case."""
+    return ruled_out([Effect.from_dict(e) for e in effects], [Precondition.from_dict(p) for p in preconditions])
+
+
+def gain_where_held(effects: list[dict[str, Any]], preconditions: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The median child/parent ratio over the cases the card's timing precondition holds on, where it
+    rules some out (the median over every case mixes in cases an optimization does not apply it to)."""
+    flags = ruled_out_of(effects, preconditions)
+    held = [e["ratio"] for e, out in zip(effects, flags) if not out]
+    if not any(flags) or not held:
+        return None
+    return {"ratio": statistics.median(held), "cases": len(held)}
 
 
 def effective_status(card: SkillCard) -> str:

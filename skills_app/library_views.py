@@ -27,7 +27,7 @@ from klineage_web.diff_rows import diff_layout, diff_lines, split_rows
 from klineage_web.pagination import paginate, query_without
 from skills_app.card_refs import resolve_refs
 from skills_app.card_when import soundness_preconditions, when_chart
-from skills_app.card_words import effective_status, standing_of, title_of
+from skills_app.card_words import effective_status, gain_where_held, standing_of, title_of
 from skills_app.filters import SkillCardFilter
 from skills_app.libraries import addressed_card, cards_of, libraries_with_counts, library_or_404
 from skills_app.lineage_views import forward_headers
@@ -98,6 +98,7 @@ def card(request, short_id: str, library: str | None = None):
         "card": row,
         "title": title_of(row, anchor),
         "standing": standing_of(row, document["effects"], trials, document["preconditions"]),
+        "held_gain": gain_where_held(document["effects"], document["preconditions"]),
         "document": document,
         "anchor": anchor,
         "snippet": highlight_lines(anchor["snippet"]) if anchor["snippet"] else [],

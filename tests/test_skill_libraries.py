@@ -11,6 +11,7 @@ import pytest
 
 from gate_app import queue, submit
 from klineage.skills.library import load_library
+from klineage.skills.when import ruled_out
 from library_data import corpus_cards, library_document, real_cards
 from skills_app.card_import import ImportRefused, import_library_files, library_name
 from skills_app.models import SkillCard, SkillLibrary
@@ -86,6 +87,11 @@ def test_a_card_page_reads_its_librarys_copy_and_links_the_others(client, bundle
     assert not corpus_cards().filter(short_id=CONDITIONED).exists()
     page = client.get(f"/library/{CONDITIONED}/").content.decode()
     assert "row_align" in page and 'href="/libraries/percase/"' in page
+    # its badge and gain read where its precondition holds: the median over all 18 cases is about 1.00x
+    card = _percase().by_id(CONDITIONED)
+    held = sorted(e.ratio for e, out in zip(card.effects, ruled_out(card.effects, card.preconditions)) if not out)
+    assert len(held) == 7 and f"<span data-held-gain>{held[3]:.2f}×</span>" in page
+    assert "admitted · faster where its precondition holds" in page
     assert client.get(f"/libraries/corpus/{CONDITIONED}/").status_code == 404
 
 
