@@ -15,8 +15,8 @@ measurement, not a search step). Writes one JSON document:
 - vs_unconditioned_geomean: the geometric mean, over workloads, of the library's speedup over the
   naive end divided by the better of the two unconditioned strategies' speedups;
 - library_wasted: the library strategy's gate evaluations on candidates it did not take, as a
-  fraction of all its evaluations (and of its candidates' alone); `saved`: the candidates it did not
-  gate because their card's timing precondition failed on the problem (`precondition_failed`);
+  fraction of all its evaluations (and of its candidates' alone); `saved` (absent at 0, as in the runs'
+  stats): the candidates it did not gate because their card's timing precondition failed on the problem;
 - workloads: per workload and strategy the stop, evaluations, wasted evaluations, steps,
   speedup (start time / best time, the product of the path's paired ratios) and
   speedups_by_budget (what the run had reached under each smaller budget: what compares a run that
@@ -89,8 +89,7 @@ DEFINITIONS = {
                                 "with the other run's speedup under N: its own if it ended on its own within N, "
                                 "else read off its speedups_by_budget; each row's vs_unconditioned_budgets)",
     "library_wasted": "the library strategy's evaluations on candidates it did not take / all its evaluations "
-                      "(of_candidates: / its evaluations of candidates, the start kernel's left out; saved: "
-                      "candidates not gated because their card's timing precondition failed)",
+                      "(of_candidates: / its evaluations of candidates, the start kernel's left out)",
     "speedup": "start time / best time: the product of the accepted steps' paired ratios"}
 
 
@@ -280,7 +279,7 @@ def wasted(rows: list[dict[str, Any]]) -> dict[str, Any]:
     candidates = spent - len(runs)  # each run's first evaluation gates its start kernel
     return {"value": lost / spent, "wasted": lost, "evaluations": spent, "candidate_evaluations": candidates,
             "of_candidates": lost / candidates if candidates else None,
-            "saved": sum(r.get("saved", 0) for r in runs), "reason": ""}
+            **({"saved": saved} if (saved := sum(r.get("saved", 0) for r in runs)) else {}), "reason": ""}
 
 
 def held_out(library: Library, index: dict[str, Lineage], operator: str) -> tuple[Library, dict[str, Lineage]]:

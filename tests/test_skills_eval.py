@@ -230,6 +230,7 @@ def test_library_waste_counts_every_evaluation_and_the_candidates_alone():
             {"strategies": {"library": {**run_row("no_improvement", 6, 1.0, wasted=5), "saved": 3}}}]
     assert skills.wasted(rows) == {"value": 5 / 8, "wasted": 5, "evaluations": 8, "candidate_evaluations": 6,
                                    "of_candidates": 5 / 6, "saved": 3, "reason": ""}
+    assert "saved" not in skills.wasted(rows[:1])  # absent at 0, as the runs' stats keep it
     rows.append({"strategies": {"unconditioned_random": run_row("budget", 4, 1.0, wasted=3)}})
     assert skills.wasted(rows)["value"] is None
 
