@@ -31,6 +31,7 @@ from klineage.skills.card import SHORT_ID, Trial
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.skills.library import Library
 from klineage.skills.trial_reading import reading
+from klineage.skills.when import card_when, when_label
 from skills_app import readmission
 from skills_app.importer import (
     CREATED,
@@ -137,6 +138,7 @@ def store_card(card: EngineCard, *, library: SkillLibrary, library_created=None,
         "conflicts": _features(card.conflicts),
         "median_gain": statistics.median(e.ratio for e in card.effects) if card.effects else None,
         "precondition_count": len(card.preconditions),
+        **when_columns(card),
         "risk_count": len(card.risks),
         "search_text": " ".join((card.intent, card.anchor.snippet, card.anchor.key, card.transform)).lower(),
         "document": data,
@@ -157,6 +159,12 @@ def store_card(card: EngineCard, *, library: SkillLibrary, library_created=None,
                   judged=_judged(t, content))
         for t in card.verification_log])
     return action
+
+
+def when_columns(card: EngineCard) -> dict[str, str]:
+    """What the library filters and lists of a card's *when* (klineage.skills.when.card_when)."""
+    when = card_when(card)
+    return {"when_kind": when.kind.value, "when_label": when_label(when)[:300]}
 
 
 def _judged(trial: Trial, content: str) -> str:

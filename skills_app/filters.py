@@ -8,7 +8,7 @@ import django_filters as filters
 from django.db.models import Q, QuerySet
 
 from klineage.launch import ARCHES
-from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, SkillCard, Verdict
+from skills_app.models import Kernel, KernelState, Lineage, LineageStep, Problem, SkillCard, Verdict, When
 
 NO_VERDICT = "none"
 LATEST_STATUS_CHOICES = [*Verdict.StatusChoices.choices, (NO_VERDICT, "no verdict yet")]
@@ -135,6 +135,9 @@ class SkillCardFilter(filters.FilterSet):
                            help_text="words that must all appear in the intent, anchor or transform")
     readmission = filters.BooleanFilter(method="filter_readmission",
                                         help_text="true: cards sent back to admission by a disputed step")
+    when = filters.ChoiceFilter(field_name="when_kind", choices=When.choices,
+                                help_text="where its per-case effects say it pays: precondition (a timing "
+                                          "precondition says where), uniform, mixed, never or unmeasured")
     preconditions = filters.BooleanFilter(method="filter_preconditions",
                                           help_text="true: cards that state a precondition (when they are sound or "
                                                     "where they pay); false: cards with none")
@@ -142,7 +145,7 @@ class SkillCardFilter(filters.FilterSet):
     class Meta:
         model = SkillCard
         fields = ["library", "status", "operator", "surface", "platform", "transform", "intent", "feature", "q",
-                  "readmission", "preconditions"]
+                  "readmission", "when", "preconditions"]
 
     def filter_preconditions(self, queryset: QuerySet, name: str, value: bool | None) -> QuerySet:
         if value is None:

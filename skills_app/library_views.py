@@ -31,15 +31,15 @@ from skills_app.card_words import effective_status, gain_where_held, standing_of
 from skills_app.filters import SkillCardFilter
 from skills_app.libraries import addressed_card, cards_of, libraries_with_counts, library_or_404
 from skills_app.lineage_views import forward_headers
-from skills_app.models import CardTrial, LineageStep, SkillCard
+from skills_app.models import CardTrial, LineageStep, SkillCard, When
 
 SORTS = {
     "gain": ("measured gain", [F("median_gain").desc(nulls_last=True), "transform", "card_id"]),
     "transform": ("transform", ["transform", "card_id"]),
     "id": ("card id", ["card_id"]),
 }
-FILTERS = ("q", "status", "readmission", "operator", "surface", "platform", "intent", "feature", "preconditions",
-           "sort")
+FILTERS = ("q", "status", "readmission", "when", "operator", "surface", "platform", "intent", "feature",
+           "preconditions", "sort")
 READMISSION_CHOICES = [("true", "back to admission"), ("false", "standing")]
 STEP_KINDS = {"transition": LineageStep.Kind.ACCEPTED, "rejection": LineageStep.Kind.REJECTED}
 
@@ -51,7 +51,8 @@ def library(request, library: str | None = None):
     cards = cards_of(shown)
     sort = request.GET.get("sort") if request.GET.get("sort") in SORTS else "gain"
     queryset = cards.only("card_id", "short_id", "status", "transform", "intent", "surface", "platform",
-                          "operators", "median_gain", "precondition_count", "risk_count", "readmission", "intent")
+                          "operators", "median_gain", "precondition_count", "risk_count", "readmission",
+                          "when_kind", "when_label")
     found = SkillCardFilter(request.GET, queryset=queryset)
     rows = found.qs.order_by(*SORTS[sort][1]) if found.is_valid() else queryset.none()
     page = paginate(request, rows)
@@ -75,6 +76,7 @@ def library(request, library: str | None = None):
         "surfaces": cards.order_by("surface").values_list("surface", flat=True).distinct(),
         "platforms": cards.order_by("platform").values_list("platform", flat=True).distinct(),
         "statuses": SkillCard.Status.choices,
+        "whens": When.choices,
         "readmission_choices": READMISSION_CHOICES,
         "sorts": [(key, label) for key, (label, _) in SORTS.items()],
         "sort": sort,

@@ -421,6 +421,14 @@ class SkillLibrary(models.Model):
                 else reverse("skills:library-named-export", args=[self.name, fmt]))
 
 
+class When(models.TextChoices):  # klineage.skills.when.WhenKind
+    PRECONDITION = "precondition", "pays where its timing precondition holds"
+    UNIFORM = "uniform", "paid on every case measured"
+    MIXED = "mixed", "paid on some cases, nothing forced says where"
+    NEVER = "never", "paid on no case measured"
+    UNMEASURED = "unmeasured", "not timed on any case"
+
+
 class SkillCard(models.Model):
     """A skill card (klineage.skills.card.SkillCard), whole, keyed by its library and content id, with
     what the library filters and sorts on lifted out of it. Features are `locus/name` texts."""
@@ -447,6 +455,10 @@ class SkillCard(models.Model):
     median_gain = models.FloatField(null=True, blank=True,
                                     help_text="median child/parent time ratio over the effects; null if untimed")
     precondition_count = models.PositiveIntegerField(default=0)
+    when_kind = models.CharField(max_length=12, choices=When.choices, default=When.UNMEASURED,
+                                 help_text="where its per-case effects say it pays (klineage.skills.when.card_when)")
+    when_label = models.CharField(max_length=300, blank=True, default="",
+                                  help_text="that in a few words: its timing precondition, or how many cases paid")
     risk_count = models.PositiveIntegerField(default=0)
     search_text = models.TextField(help_text="intent, anchor snippet and transform, lower case, for search")
     document = models.JSONField(help_text="SkillCard.to_dict(), whole")
@@ -468,6 +480,7 @@ class SkillCard(models.Model):
         indexes = [
             models.Index(fields=["status", "transform"], name="skills_card_status"),
             models.Index(fields=["surface"], name="skills_card_surface"),
+            models.Index(fields=["library", "when_kind"], name="skills_card_when"),
             models.Index(fields=["platform"], name="skills_card_platform"),
             models.Index(fields=["transform", "card_id"], name="skills_card_transform"),
             models.Index(fields=["-median_gain", "transform", "card_id"], name="skills_card_gain"),

@@ -193,7 +193,7 @@ class SkillCardSerializer(serializers.ModelSerializer):
         model = SkillCard
         fields = ["id", "short_id", "library", "status", "transform", "intent", "surface", "platform", "operators",
                   "dtypes", "requires", "provides", "conflicts", "median_gain", "precondition_count", "risk_count",
-                  "readmission", "effective_status", "page", "imported_at", "updated_at"]
+                  "when_kind", "when_label", "readmission", "effective_status", "page", "imported_at", "updated_at"]
 
     def get_page(self, card: SkillCard) -> str:
         return card.get_absolute_url()

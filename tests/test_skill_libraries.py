@@ -6,6 +6,7 @@ read; the optimize form and API name the library a job draws on."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -119,3 +120,19 @@ def test_an_optimization_names_the_library_it_draws_on(bundled):
     sent = library_document("percase")
     assert len(sent["cards"]) == SkillCard.objects.filter(library__name="percase").count()
     assert sent["provenance"]["path"].startswith("the dashboard's library percase")
+
+
+def test_the_library_lists_and_filters_each_cards_when(client, bundled):
+    from klineage.skills.when import WhenKind, card_when
+
+    percase = _percase()
+    kinds = {card.id[:12]: card_when(card).kind for card in percase.cards}
+    conditioned = sorted(short for short, kind in kinds.items() if kind is WhenKind.PRECONDITION)
+    page = client.get("/libraries/percase/?when=precondition").content.decode()
+    assert sorted(re.findall(r'href="/libraries/percase/([0-9a-f]{12})/"', page)) == conditioned
+    assert "<code>where row_align &gt;= 32 and s &gt;= 70</code>" in page
+    uniform = client.get("/libraries/percase/?when=uniform").content.decode()
+    assert "paid on all 15 cases" in uniform and "paid on all 10 decided of 12 cases" in uniform
+    assert client.get("/api/cards/?library=percase&when=mixed").json()["count"] == \
+        sum(kind is WhenKind.MIXED for kind in kinds.values())
+    assert "not understood" in client.get("/libraries/percase/?when=sometimes").content.decode()

@@ -537,6 +537,21 @@ def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When
     return When(kind, sentence, rows, required=required)
 
 
+def when_label(when: When) -> str:
+    """A card's *when* in a few words, for a list: its timing precondition, or how many cases paid."""
+    decided = [c for c in when.cases if c.outcome is not Outcome.UNDECIDED]
+    n = len(when.cases)
+    if when.kind is WhenKind.PRECONDITION:
+        return f"where {when.precondition.expression}"
+    if when.kind is WhenKind.UNIFORM:
+        return f"paid on all {n} cases" if len(decided) == n else f"paid on all {len(decided)} decided of {n} cases"
+    if when.kind is WhenKind.NEVER:
+        return f"paid on none of {n} cases"
+    if when.kind is WhenKind.MIXED:
+        return f"paid on {len(when.paid)} of {n} cases, nothing forced says where"
+    return "not timed on any case"
+
+
 def carries(card: SkillCard) -> bool:
     """Whether the card's timing precondition is shown to carry to a kernel it was not induced on: its
     leave-one-kernel-out accuracy reaches MIN_LOO and beats always saying the commoner outcome of its
