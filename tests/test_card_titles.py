@@ -92,8 +92,8 @@ def test_a_card_slower_only_where_its_precondition_fails_reads_as_its_preconditi
     conditioned = standing("admitted", effects, ruled_out=[False, False, True, True])
     assert conditioned.badge == "admitted · faster where its precondition holds" and conditioned.tone == "ok"
     assert conditioned.sentence == ("Faster on rope/headline (1.125x), rope/long_seq (1.241x) where its precondition "
-                                    "holds. Its precondition rules out 2 cases of 4, where it is not applied; slower "
-                                    "on 1 of them.")
+                                    "holds. Its precondition rules out 2 of the 4 cases, where an optimization does "
+                                    "not apply it; it was slower on 1 of those.")
     # slower where it holds still counts, over the cases it holds on
     held_slower = standing("admitted", effects, ruled_out=[False, True, False, True])
     assert held_slower.badge == "admitted · slower on 1 of 2 cases where its precondition holds"

@@ -129,8 +129,9 @@ def standing(status: str, effects: Iterable[tuple[str, float]], trials: Iterable
     if excluded:
         slow_out = [(case, r) for case, r in excluded if pace(r) is Pace.SLOWER]
         parts[0:3] = [p + where if p else p for p in parts[0:3]]
-        parts.append(f"Its precondition rules out {_cases(len(excluded))} of {len(effects)}, where it is not applied"
-                     + (f"; slower on {len(slow_out)} of them" if slow_out else ""))
+        parts.append(f"Its precondition rules out {len(excluded)} of the {_cases(len(effects))}, where an "
+                     f"optimization does not apply it" + (f"; it was slower on {len(slow_out)} of those"
+                                                          if slow_out else ""))
     if trials:
         shown = ", ".join(ratio_text(r) for r in slow_trials if r is not None)
         parts.append(f"{len(slow_trials)} of {len(trials)} trial{'s' if len(trials) != 1 else ''} on other kernels "
