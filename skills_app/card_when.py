@@ -66,12 +66,21 @@ def when_chart(document: dict[str, Any]) -> dict[str, Any]:
     log_x = bool(axis) and positive and max(xs) / min(xs) > 8
     place_x = _scale(xs, LEFT, RIGHT, log_x)
     ratios = [r["ratio"] for r in rows] + [when.required, 1.0]
-    place_y = _scale([max(ratios) * 1.02, min(ratios) / 1.02], TOP, BOTTOM, True)
+    low_up = _scale([max(ratios) * 1.02, min(ratios) / 1.02], TOP, BOTTOM, True)
+
+    def place_y(ratio: float) -> float:  # faster (a larger ratio) is higher: SVG's y grows downwards
+        return round(TOP + BOTTOM - low_up(ratio), 1)
     for row, x in zip(rows, xs):
         row.update(x=place_x(x), y=place_y(row["ratio"]))
+    top, bottom = max(r["ratio"] for r in rows), min(r["ratio"] for r in rows)
     chart = {"width": WIDTH, "height": HEIGHT, "left": LEFT, "right": RIGHT, "top": TOP, "bottom": BOTTOM,
              "axis": axis or "", "log_x": log_x, "required_y": place_y(when.required), "one_y": place_y(1.0),
-             "threshold": None}
+             "threshold": None,
+             # the extremes labelled on each axis, so the picture reads without the table
+             "y_labels": [{"y": place_y(v), "text": f"{v:.2f}×"} for v in dict.fromkeys((top, bottom))
+                          if abs(place_y(v) - place_y(when.required)) > 8],
+             "x_labels": [{"x": place_x(v), "text": f"{v:g}"} for v in dict.fromkeys((min(xs), max(xs)))]
+             if axis else []}
     match = _THRESHOLD.match(p.expression) if p else None
     if match and axis == match.group(1):
         value = float(match.group(3))

@@ -67,6 +67,13 @@ def test_the_card_page_draws_where_the_card_pays(client, imported):
     assert len(re.findall(r"<circle ", when)) == 6
     assert len(re.findall(r'fill="#2a7"', when)) == 4  # the four paid cases filled
     assert "cols &gt;= 512</text>" in when  # the threshold drawn and named
+    # faster is higher: the points' heights follow their ratios (SVG's y grows downwards)
+    points = re.findall(r'<circle [^>]*cy="([0-9.]+)"[^>]*><title>row_softmax:\w+: ([0-9.]+)x', when)
+    assert len(points) == 6
+    by_ratio = sorted(points, key=lambda p: float(p[1]))
+    assert [float(y) for y, _ in by_ratio] == sorted((float(y) for y, _ in points), reverse=True)
+    assert ">1.12×</text>" in when and ">0.97×</text>" in when  # the extremes labelled on the y axis
+    assert ">64</text>" in when and ">16384</text>" in when  # and on the x axis
     rows = re.findall(r'<td class="mono">(row_softmax:\w+)</td><td class="num">(\d+)</td><td class="num">([0-9.]+)×'
                       r'</td><td>([a-z ]+)</td><td>(holds|fails)</td>', when)
     assert rows[0] == ("row_softmax:c64", "64", "0.970", "did not pay", "fails")
