@@ -293,3 +293,14 @@ def test_lanes_that_trialled_different_cards_join_by_the_longest_log(tmp_path):
         assert joined[card.id].verification_log == trialled(card).verification_log
     untouched = next(c for c in bundled.cards if c.verification_log and c.id not in (first.id, second.id))
     assert joined[untouched.id].verification_log == untouched.verification_log
+
+
+def test_cli_show_lists_each_cards_median_and_when(capsys, monkeypatch):
+    """A card timed per case has dozens of effects: the listing gives their median and the card's when."""
+    monkeypatch.setenv("COLUMNS", "240")
+    percase = ROOT / "bench" / "results" / "percase" / "library.json"
+    assert main(["library", "show", "--library", str(percase)]) == 0
+    listing = capsys.readouterr().out
+    store = next(line for line in listing.splitlines() if line.startswith("│ b9f2b940a428"))
+    assert "1.00x of 18" in store and "where row_align >= 32 and s >= 70" in store
+    assert "paid on all 15 cases" in listing and "paid on none of 1 case " in listing

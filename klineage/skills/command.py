@@ -159,13 +159,18 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(library.to_dict(), indent=1, sort_keys=True))
         return 0
-    from klineage.report import console, table
+    import statistics
 
+    from klineage.report import console, table
+    from klineage.skills.when import card_when, when_label
+
+    # A card timed per case has dozens of effects: the median and the *when* say what they do.
     table(f"Skill library ({len(library.cards)} cards)", ["id", "transform", "status", "operators", "provides",
-                                                          "effects", "evidence"],
+                                                          "median of effects", "when it pays", "evidence"],
           [[c.short_id, c.transform, c.status.value, ", ".join(c.scope.operators),
             ", ".join(map(str, sorted(c.provides))) or "-",
-            ", ".join(f"{e.ratio:.2f}x" for e in c.effects) or "untimed", str(len(c.evidence))]
+            f"{statistics.median(e.ratio for e in c.effects):.2f}x of {len(c.effects)}" if c.effects else "untimed",
+            when_label(card_when(c)), str(len(c.evidence))]
            for c in library.cards])
     for key, value in sorted(library.provenance.items()):
         console.print(f"  {key}: {value}")

@@ -541,14 +541,15 @@ def when_label(when: When) -> str:
     """A card's *when* in a few words, for a list: its timing precondition, or how many cases paid."""
     decided = [c for c in when.cases if c.outcome is not Outcome.UNDECIDED]
     n = len(when.cases)
+    cases = f"{n} case{'s' if n != 1 else ''}"
     if when.kind is WhenKind.PRECONDITION:
         return f"where {when.precondition.expression}"
     if when.kind is WhenKind.UNIFORM:
-        return f"paid on all {n} cases" if len(decided) == n else f"paid on all {len(decided)} decided of {n} cases"
+        return f"paid on all {cases}" if len(decided) == n else f"paid on all {len(decided)} decided of {cases}"
     if when.kind is WhenKind.NEVER:
-        return f"paid on none of {n} cases"
+        return f"paid on none of {cases}"
     if when.kind is WhenKind.MIXED:
-        return f"paid on {len(when.paid)} of {n} cases, nothing forced says where"
+        return f"paid on {len(when.paid)} of {cases}, nothing forced says where"
     return "not timed on any case"
 
 
