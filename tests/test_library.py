@@ -297,7 +297,9 @@ def test_lanes_that_trialled_different_cards_join_by_the_longest_log(tmp_path):
 
 def test_cli_show_lists_each_cards_median_and_when(capsys, monkeypatch):
     """A card timed per case has dozens of effects: the listing gives their median and the card's when."""
-    monkeypatch.setenv("COLUMNS", "240")
+    from klineage import report
+
+    monkeypatch.setattr(report.console, "width", 240)  # made once a process, maybe by another test first
     percase = ROOT / "bench" / "results" / "percase" / "library.json"
     assert main(["library", "show", "--library", str(percase)]) == 0
     listing = capsys.readouterr().out
