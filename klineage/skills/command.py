@@ -52,6 +52,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                               parents=[cli_options.library(folders=True),
                                        cli_options.json_output("the whole library document")])
     show.add_argument("card", nargs="?", help="a card id or unique id prefix: print that card as JSON")
+    fit = actions.add_parser("fit", help="which cards would act on a kernel, and why each other card would not "
+                                         "(retrieval, without a compile or a gate)",
+                             parents=[cli_options.kernel(), cli_options.library(folders=True),
+                                      cli_options.json_output("every card's fit")])
+    fit.add_argument("--problem", help="problem file or bundled problem name (default: the one the kernel's plan "
+                                       "names)")
+    fit.add_argument("--statuses", default="admitted",
+                     help="comma-separated card statuses to consider (default admitted)")
+    fit.add_argument("--all", action="store_true", help="list the cards that would not act too, with why")
     export = actions.add_parser("export", help="write one <transform>-<short id>/SKILL.md per card",
                                 parents=[cli_options.library(folders=True)])
     export.add_argument("folder")
@@ -87,7 +96,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"build": _build, "show": _show, "export": _export, "import": _import, "admit": _admit}[
+    return {"build": _build, "show": _show, "fit": _fit, "export": _export, "import": _import, "admit": _admit}[
         args.library_command](args)
 
 
@@ -174,6 +183,43 @@ def _show(args: argparse.Namespace) -> int:
            for c in library.cards])
     for key, value in sorted(library.provenance.items()):
         console.print(f"  {key}: {value}")
+    return 0
+
+
+def _fit(args: argparse.Namespace) -> int:
+    """Every card's fit on the kernel (`retrieval.assess`): the proposed ones in the order the optimizer
+    would try them, then, with --all, the others with why. The problem is probed in the sandbox."""
+    from klineage import config, corpus
+    from klineage.gate.execute import probe_problem
+    from klineage.report import console, table
+    from klineage.skills.card import CardStatus
+    from klineage.skills.library import lineage_index
+    from klineage.skills.retrieval import Fit, assess
+    from klineage.skills.when import card_when, when_label
+
+    library = _load(args.library)
+    state = corpus.kernel_entry(args.kernel).load()
+    problem = probe_problem(corpus.problem_path(args.problem or state.plan.problem), config.cache_dir()).info
+    statuses = tuple(CardStatus(s.strip()) for s in args.statuses.split(",") if s.strip())
+    found = assess(state, problem, library.cards, statuses=statuses, lineages=lineage_index())
+    if args.json:
+        print(json.dumps([{"card": a.card.id, "transform": a.card.transform, "fit": a.fit.value, "why": a.why,
+                           "sites": a.sites, "reasons": list(a.match.reasons) if a.match else []}
+                          for a in found], indent=1))
+        return 0
+    proposed = [a for a in found if a.fit is Fit.PROPOSED]
+    table(f"{len(proposed)} of {len(found)} cards would act on {state.name} ({problem.operator}, headline "
+          f"{problem.headline}; a card with no forward site found here is tried at its walks' anchors)",
+          ["#", "card", "transform", "status", "when it pays", "sites", "why"],
+          [[str(i), a.card.short_id, a.card.transform, a.card.status.value, when_label(card_when(a.card)),
+            str(a.sites) if a.sites else "none found", "; ".join(a.match.reasons)]
+           for i, a in enumerate(proposed, 1)])
+    if args.all:
+        others = [a for a in found if a.fit is not Fit.PROPOSED]
+        table("the other cards, and why not", ["card", "transform", "fit", "why"],
+              [[a.card.short_id, a.card.transform, a.fit.value, a.why] for a in others])
+    else:
+        console.print(f"  {len(found) - len(proposed)} other card(s) would not act here: --all says why")
     return 0
 
 

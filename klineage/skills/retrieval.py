@@ -47,7 +47,7 @@ import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
+from enum import Enum, IntEnum
 
 from klineage.errors import DocumentError, ExpressionError
 from klineage.features.feature import Feature
@@ -239,68 +239,132 @@ def gain_tier(card: SkillCard) -> tuple[Tier, str]:
 STATUS_ORDER = (CardStatus.ADMITTED, CardStatus.CANDIDATE, CardStatus.IMPORTED, CardStatus.RETIRED)
 
 
+class Fit(str, Enum):
+    """What retrieval makes of a card on a target, in the order it decides."""
+
+    PROPOSED = "proposed"  # retrieved: its mechanism is offered here, in rank order
+    STATUS = "status"  # not of a status asked for
+    UNFIT = "unfit"  # a require missing, a conflict present, or a soundness precondition failing on a case
+    NOT_PAYING = "precondition_failed"  # its timing precondition fails on the case timed, and decides here
+    PRESENT = "present"  # what it provides is there already
+    NO_SITE = "no_site"  # provides nothing visible, and its transform finds no site here
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One card's fit on a target: `match` and `tier` where PROPOSED, else `why` it is not."""
+
+    card: SkillCard
+    fit: Fit
+    why: str = ""
+    match: Match | None = None
+    tier: Tier | None = None
+    failed: PreconditionFailed | None = None  # the timing precondition's failure, where NOT_PAYING
+    sites: int = 0  # forward sites its transform finds in the target, where PROPOSED (0: none found here)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fit, Fit):
+            raise DocumentError("assessment.fit", f"must be a Fit, not {self.fit!r}")
+        if (self.match is not None) != (self.fit is Fit.PROPOSED):
+            raise DocumentError("assessment.match", "a proposed card has a match, and only it")
+
+
+def assess(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *,
+           statuses: tuple[CardStatus, ...] = (CardStatus.ADMITTED,),
+           problems: Mapping[str, ProblemInfo] | None = None,
+           lineages: Mapping[str, Lineage] | None = None) -> list[Assessment]:
+    """Every card's fit on `state` and `problem` (see the module's rules), the proposed ones best first, then
+    the others in the library's order: what `retrieve` offers, and why each other card is not offered."""
+    present = state_features(state)
+    known = catalog()  # a card of a transform outside the catalog has no mechanical forward sites
+    mine = _dtypes(problem)
+    found = [_assess(card, state, problem, present, known, mine, statuses, problems or {}, lineages)
+             for card in cards]
+    proposed = sorted((a for a in found if a.fit is Fit.PROPOSED),
+                      key=lambda a: (a.tier, STATUS_ORDER.index(a.card.status), -a.match.score, a.card.id))
+    return proposed + [a for a in found if a.fit is not Fit.PROPOSED]
+
+
+def _assess(card: SkillCard, state: KernelState, problem: ProblemInfo, present: frozenset[Feature],
+            known: Mapping, mine: set[str], statuses: tuple[CardStatus, ...],
+            problems: Mapping[str, ProblemInfo], lineages: Mapping[str, Lineage] | None) -> Assessment:
+    if card.status not in statuses:
+        return Assessment(card, Fit.STATUS, f"{card.status.value}, not among {', '.join(s.value for s in statuses)}")
+    unfit = unfit_reason(card, present, problem)
+    if unfit:
+        return Assessment(card, Fit.UNFIT, unfit)
+    failed = timing_failure(card, problem, state)
+    if failed is not None and decides_on(card, state, lineages):  # measured not to pay on the case timed
+        return Assessment(card, Fit.NOT_PAYING, str(failed), failed=failed)
+    if card.provides and card.provides <= present:
+        shown = ", ".join(sorted(map(str, card.provides)))
+        return Assessment(card, Fit.PRESENT, f"what it provides is here already: {shown}")
+    transform = known.get(card.transform)
+    sites = card_sites(card, state) if transform is not None else []
+    if not card.provides and not sites and not (lineages and _anchored(card, state, lineages)):
+        return Assessment(card, Fit.NO_SITE, f"its transform {card.transform} finds no site here" if transform
+                          else f"{card.transform} is not in the catalog: no forward site")
+    reasons = ["requires present" if card.requires else "requires nothing"]
+    new = sorted(map(str, card.provides - present))
+    reasons.append(f"adds {', '.join(new)}" if new else f"adds its mechanism at {len(sites)} more site(s)")
+    if card.preconditions:
+        reasons.append(f"preconditions hold on all {len(problem.cases)} cases")
+    if failed is not None:
+        reasons.append(f"its timing precondition fails on {failed.case}, but is not shown to carry to this kernel")
+    if problem.operator in card.scope.operators:
+        similarity, why = 1.0, f"same operator ({problem.operator})"
+    elif mine & set(card.scope.dtypes):
+        similarity, why = 0.5, f"same dtype family ({', '.join(sorted(mine & set(card.scope.dtypes)))})"
+    else:
+        similarity, why = 0.0, f"other operator ({', '.join(card.scope.operators)})"
+    reasons.append(why)
+    proximity, shape = _proximity(card, problem, problems)
+    if shape:
+        reasons.append(shape)
+    tier, why = gain_tier(card)
+    reasons.append(why)
+    if sites:
+        reasons.append(f"{len(sites)} forward site(s)")
+    gain = max(-1.0, min(1.0, math.log2(_gain(card))))
+    score = OPERATOR_WEIGHT * similarity + SHAPE_WEIGHT * proximity + gain
+    return Assessment(card, Fit.PROPOSED, match=Match(card, score, tuple(reasons)), tier=tier, sites=len(sites))
+
+
 def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *, limit: int = 10,
              statuses: tuple[CardStatus, ...] = (CardStatus.ADMITTED,),
              problems: Mapping[str, ProblemInfo] | None = None,
              lineages: Mapping[str, Lineage] | None = None,
              skipped: list[PreconditionFailed] | None = None) -> list[Match]:
-    """The cards that fit `state` on `problem`, best first, at most `limit`. `problems` (operator ->
-    ProblemInfo) lets shape proximity compare with the cards' source problems; `lineages` (lineage
-    id -> lineage) lend a card that provides nothing visible the sites of its evidence's anchors
-    too (a file-scope padding constant is no site a finder places afresh). A card whose timing
-    precondition fails on the problem's headline (`timing_failure`) is left out, and added to `skipped`."""
+    """The cards that fit `state` on `problem`, best first, at most `limit` (`assess`'s proposed ones).
+    `problems` (operator -> ProblemInfo) lets shape proximity compare with the cards' source problems;
+    `lineages` (lineage id -> lineage) lend a card that provides nothing visible the sites of its
+    evidence's anchors too (a file-scope padding constant is no site a finder places afresh). A card
+    whose timing precondition fails on the problem's headline (`timing_failure`) is left out, and added
+    to `skipped`."""
     if limit < 0:
         raise DocumentError("retrieve.limit", f"must be >= 0, not {limit}")
-    present = state_features(state)
-    known = catalog()  # a card of a transform outside the catalog has no mechanical forward sites
-    mine = _dtypes(problem)
-    matches = []  # (tier, match)
-    for card in cards:
-        if card.status not in statuses or not fits(card, present, problem):
-            continue
-        failed = timing_failure(card, problem, state)
-        if failed is not None and decides_on(card, state, lineages):  # measured not to pay on the case timed
-            if skipped is not None:
-                skipped.append(failed)
-            continue
-        if card.provides and card.provides <= present:
-            continue
-        transform = known.get(card.transform)
-        sites = card_sites(card, state) if transform is not None else []
-        if not card.provides and not sites and not (lineages and _anchored(card, state, lineages)):
-            continue
-        reasons = ["requires present" if card.requires else "requires nothing"]
-        new = sorted(map(str, card.provides - present))
-        reasons.append(f"adds {', '.join(new)}" if new else f"adds its mechanism at {len(sites)} more site(s)")
-        if card.preconditions:
-            reasons.append(f"preconditions hold on all {len(problem.cases)} cases")
-        if problem.operator in card.scope.operators:
-            similarity, why = 1.0, f"same operator ({problem.operator})"
-        elif mine & set(card.scope.dtypes):
-            similarity, why = 0.5, f"same dtype family ({', '.join(sorted(mine & set(card.scope.dtypes)))})"
-        else:
-            similarity, why = 0.0, f"other operator ({', '.join(card.scope.operators)})"
-        reasons.append(why)
-        proximity, shape = _proximity(card, problem, problems or {})
-        if shape:
-            reasons.append(shape)
-        tier, why = gain_tier(card)
-        reasons.append(why)
-        if sites:
-            reasons.append(f"{len(sites)} forward site(s)")
-        gain = max(-1.0, min(1.0, math.log2(_gain(card))))
-        score = OPERATOR_WEIGHT * similarity + SHAPE_WEIGHT * proximity + gain
-        matches.append((tier, Match(card, score, tuple(reasons))))
-    matches.sort(key=lambda tm: (tm[0], STATUS_ORDER.index(tm[1].card.status), -tm[1].score, tm[1].card.id))
-    return [m for _, m in matches[:limit]]
+    found = assess(state, problem, cards, statuses=statuses, problems=problems, lineages=lineages)
+    if skipped is not None:
+        skipped.extend(a.failed for a in found if a.fit is Fit.NOT_PAYING)
+    return [a.match for a in found if a.fit is Fit.PROPOSED][:limit]
 
 
 def fits(card: SkillCard, present: frozenset[Feature] | set[Feature], problem: ProblemInfo) -> bool:
-    """Whether the card may go where `present` are the features: its requires are there, none of
-    its conflicts is, and its soundness preconditions hold on every case of the problem (where it pays
-    is `timing_failure`'s: a card that does not pay alone may within its walk's path)."""
-    return (card.requires <= present and not card.conflicts & present
-            and not precondition_failure(card, problem, timing=False))
+    """Whether the card may go where `present` are the features (`unfit_reason` says nothing against it)."""
+    return not unfit_reason(card, present, problem)
+
+
+def unfit_reason(card: SkillCard, present: frozenset[Feature] | set[Feature], problem: ProblemInfo) -> str:
+    """'' where the card may go where `present` are the features: its requires are there, none of its
+    conflicts is, and its soundness preconditions hold on every case of the problem (where it pays is
+    `timing_failure`'s: a card that does not pay alone may within its walk's path); else why not."""
+    missing = sorted(map(str, card.requires - set(present)))
+    if missing:
+        return f"requires {', '.join(missing)}, not here"
+    clashing = sorted(map(str, card.conflicts & set(present)))
+    if clashing:
+        return f"conflicts with {', '.join(clashing)}, here"
+    return precondition_failure(card, problem, timing=False)
 
 
 def _anchored(card: SkillCard, state: KernelState, lineages: Mapping[str, Lineage]) -> bool:
