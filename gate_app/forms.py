@@ -121,6 +121,23 @@ class OptimizeForm(_JobForm):
                                       else data["time_limit_min"] * 60, library=library)
 
 
+class FitForm(_JobForm):
+    kernel = forms.ChoiceField(label="Kernel", help_text="the kernel to match the cards against")
+    problem = forms.ChoiceField(required=False)
+    library = forms.ChoiceField(label="Skill library")
+    statuses = forms.MultipleChoiceField(label="Cards with status", initial=["admitted"],
+                                         choices=[(s, s) for s in submit.CARD_STATUSES],
+                                         widget=forms.CheckboxSelectMultiple(attrs={"style": "width: auto"}))
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["library"].choices = [(name, name) for name in submit.library_choices()]
+
+    def check(self, data: dict[str, Any]) -> dict[str, Any]:
+        return submit.fit_params(data["kernel"], problem=data["problem"] or None, library=data["library"],
+                                 statuses=data["statuses"])
+
+
 class UploadForm(forms.Form):
     problem = forms.FileField(required=False, label="Problem file (.py)",
                               help_text="uploaded/<file name>; probed in the sandboxed runner by a job")

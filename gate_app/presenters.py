@@ -86,6 +86,20 @@ def optimize_job(result: dict[str, Any], params: dict[str, Any]) -> dict[str, An
     return {"optimization": optimization(result, params.get("library"))}
 
 
+def fit_job(result: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """The fit report with each card linked to its page in the library the job read (where still stored)."""
+    library = SkillLibrary.objects.filter(name=params["library"]).first()
+    stored = set(library.cards.values_list("card_id", flat=True)) if library else set()
+
+    def row(fit: dict[str, Any]) -> dict[str, Any]:
+        short = fit["card"][:SHORT]
+        url = reverse("skills:library-card", args=[library.name, short]) if fit["card"] in stored else ""
+        return {**fit, "short": short, "url": url}
+    rows = [row(fit) for fit in result["fits"]]
+    return {"fit": {**result, "library": params["library"], "proposed": [r for r in rows if r["fit"] == "proposed"],
+                    "others": [r for r in rows if r["fit"] != "proposed"]}}
+
+
 def upload_lines(outcome) -> list[str]:
     """What an upload (gate_app.uploads.Outcome) stored, one message each."""
     lines = []

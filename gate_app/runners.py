@@ -86,6 +86,30 @@ def run_optimize_payload(payload: dict[str, Any], channel: Channel) -> dict[str,
     return result.to_dict()
 
 
+def run_fit_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    """Every card's fit on the kernel (klineage.skills.retrieval.assess): the proposed ones in the order the
+    optimizer would try them, then the others with why; no compile, no gate."""
+    from klineage import config, uploads
+    from klineage.gate.execute import probe_problem
+    from klineage.skills.card import CardStatus
+    from klineage.skills.library import Library, lineage_index
+    from klineage.skills.retrieval import assess
+    from klineage.skills.when import card_when, when_label
+
+    library = Library.from_dict(payload["library"])
+    state = uploads.kernel_entry(payload["kernel"]).load()
+    channel.progress("probe", f"probing {payload['problem']} in the sandboxed runner")
+    problem = probe_problem(uploads.problem_path(payload["problem"]), config.cache_dir()).info
+    channel.progress("fit", f"matching {len(library.cards)} cards against {state.name}")
+    found = assess(state, problem, library.cards, statuses=tuple(CardStatus(s) for s in payload["statuses"]),
+                   lineages=lineage_index())
+    return {"kernel": state.name, "operator": problem.operator, "headline": problem.headline,
+            "cards": len(library.cards),
+            "fits": [{"card": a.card.id, "transform": a.card.transform, "status": a.card.status.value,
+                      "fit": a.fit.value, "why": a.why, "sites": a.sites, "when": when_label(card_when(a.card)),
+                      "reasons": list(a.match.reasons) if a.match else []} for a in found]}
+
+
 def run_probe_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
     """Probe an uploaded problem file in the sandboxed runner: {"probe": ...}, or {"refused": why}
     when its file does not load or breaks the problem contract."""

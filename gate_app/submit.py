@@ -192,16 +192,12 @@ def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = 
     if strategy == "no_library" and rewriter == "rules":
         raise queue.QueueError("the no_library strategy needs the LLM rewriter: the rule rewriter has no forward "
                                "plan without cards")
-    if not isinstance(statuses, (list, tuple)) or not statuses:
-        raise queue.QueueError(f"statuses must name at least one of {', '.join(CARD_STATUSES)}")
-    for status in statuses:
-        _choice("each of statuses", status, CARD_STATUSES)
     return {
         "problem": _problem(problem, kernel),
         "kernel": kernel,
         "rewriter": rewriter,
         "strategy": strategy,
-        "statuses": sorted(set(statuses), key=CARD_STATUSES.index),
+        "statuses": _statuses(statuses),
         "scope": _choice("scope", scope, tuple(LIBRARY_SCOPES)),
         "budget": _whole("budget", budget, *BUDGET_LIMITS),
         "mode": _choice("mode", mode, GATE_MODES),
@@ -209,6 +205,22 @@ def optimize_params(kernel: str, *, problem: str | None = None, rewriter: str = 
         "time_limit_s": None if time_limit_s is None else _whole("time_limit_s", time_limit_s, *TIME_LIMITS_S),
         **_library_param(strategy, library),
     }
+
+
+def fit_params(kernel: str, *, problem: str | None = None, library: str | None = None,
+               statuses: list[str] | tuple[str, ...] = ("admitted",)) -> dict[str, Any]:
+    """Checked parameters of a fit report: which cards of a stored library (the default one where
+    unnamed) would act on a kernel (bundled or uploaded), and why each other card would not."""
+    return {"problem": _problem(problem, kernel), "kernel": kernel, "library": _library(library),
+            "statuses": _statuses(statuses)}
+
+
+def _statuses(statuses: list[str] | tuple[str, ...]) -> list[str]:
+    if not isinstance(statuses, (list, tuple)) or not statuses:
+        raise queue.QueueError(f"statuses must name at least one of {', '.join(CARD_STATUSES)}")
+    for status in statuses:
+        _choice("each of statuses", status, CARD_STATUSES)
+    return sorted(set(statuses), key=CARD_STATUSES.index)
 
 
 def draws_on_library(strategy: str) -> bool:
@@ -237,6 +249,8 @@ def library_choices() -> list[str]:
 
 def _library(name: str | None) -> str:
     names = library_choices()
+    if not names:
+        raise queue.QueueError("no skill library is stored: import one (manage.py load_corpus)")
     if name is None:
         return names[0]
     if not isinstance(name, str) or name not in names:

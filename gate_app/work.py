@@ -128,6 +128,16 @@ def run_optimize_job(ctx: JobContext) -> dict[str, Any]:
     return ctx.run_child({**params, "library": library}, on_event=on_event)
 
 
+def run_fit_job(ctx: JobContext) -> dict[str, Any]:
+    """Which cards of the library would act on the kernel, worked out in the child (the kernel's source is
+    read and its problem probed there); the result lists every card's fit."""
+    params = ctx.params
+    library = library_document(params["library"])
+    ctx.progress("start", f"fit of {len(library['cards'])} cards of {params['library']} on {params['kernel']}", 0.01)
+    # The child is sent the library itself, in place of its name.
+    return ctx.run_child({**params, "library": library})
+
+
 def run_probe_job(ctx: JobContext) -> dict[str, Any]:
     """Probe an uploaded problem in the child (the sandboxed runner loads it there), then record on
     its Problem row what the probe found, or why it refused the file."""

@@ -43,8 +43,8 @@ def test_the_database_choices_are_the_built_in_entries_and_need_no_migration():
 
 
 def test_what_people_submit_where():
-    assert set(kinds.offered(Offered.PAGE_AND_API)) == {"walk", "optimize"}
-    assert set(kinds.offered(Offered.PAGE, Offered.PAGE_AND_API)) == {"gate", "walk", "optimize"}
+    assert set(kinds.offered(Offered.PAGE_AND_API)) == {"walk", "optimize", "fit"}
+    assert set(kinds.offered(Offered.PAGE, Offered.PAGE_AND_API)) == {"gate", "walk", "optimize", "fit"}
     assert kinds.get("probe").offered is Offered.NOWHERE
 
 
@@ -52,7 +52,7 @@ def test_what_people_submit_where():
                                            ({"mode": "replay"}, "cpu"), ({}, "gpu")])
 def test_a_gate_mode_kind_needs_a_gpu_only_for_a_gpu_gate(params, needs):
     assert kinds.get("walk").needs(params) == kinds.get("gate").needs(params) == needs
-    assert kinds.get("probe").needs(params) == "cpu"
+    assert kinds.get("probe").needs(params) == kinds.get("fit").needs(params) == "cpu"
 
 
 def test_a_job_parameters_are_checked_against_its_kind():
@@ -82,10 +82,10 @@ def test_a_malformed_entry_is_refused(fields, message):
 
 def test_a_module_named_in_the_environment_adds_kinds_and_may_not_redefine_one(monkeypatch, tmp_path):
     monkeypatch.delenv(MODULE_ENV, raising=False)
-    with pytest.raises(KindError, match=r"unknown job kind 'sleep' \(known: gate, optimize, probe, walk\)"):
+    with pytest.raises(KindError, match=r"unknown job kind 'sleep' \(known: fit, gate, optimize, probe, walk\)"):
         kinds.get("sleep")
     monkeypatch.setenv(MODULE_ENV, ENV[MODULE_ENV])
-    assert list(kinds.registry()) == ["gate", "walk", "optimize", "probe", "sleep"]
+    assert list(kinds.registry()) == ["gate", "walk", "optimize", "fit", "probe", "sleep"]
     assert kinds.get("sleep").needs({}) == "cpu" and kinds.get("sleep").offered is Offered.NOWHERE
 
     (tmp_path / "walk_again.py").write_text(
@@ -107,7 +107,7 @@ def test_the_child_runs_only_the_kinds_the_registry_knows(monkeypatch):
     monkeypatch.delenv(MODULE_ENV, raising=False)
     plain = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     refused = _child({"kind": "sleep", "seconds": 0}, plain)
-    assert refused[-1] == {"error": "unknown job kind 'sleep' (known: gate, optimize, probe, walk)",
+    assert refused[-1] == {"error": "unknown job kind 'sleep' (known: fit, gate, optimize, probe, walk)",
                            "type": "KindError"}
     slept = _child({"kind": "sleep", "seconds": 0, "steps": 1, "echo": "hi"}, {**plain, **ENV})
     assert slept[0]["progress"]["stage"] == "sleep" and slept[-1]["result"]["echo"] == "hi"
