@@ -54,6 +54,7 @@ EXPECTED = {
     "optimize": {"problem": None, "--library": None, "--gate": None, "--jobs": 1, "--out": None, "--json": False},
     "library build": {"--out": None},
     "library show": {"--library": None, "--json": False},
+    "library fit": {"kernel": None, "--library": None, "--json": False},
     "library export": {"--library": None},
     "library import": {"--library": None, "--out": None, "--json": False},
     "library admit": {"--library": None, "--out": None, "--gate": None, "--placement": "as_loaded",
