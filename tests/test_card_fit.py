@@ -52,4 +52,4 @@ def test_cli_fit_on_a_real_kernel_and_library(capsys):
     assert fits["7229554fad89"]["fit"] == "status"  # a candidate, not asked for
     assert main(["library", "fit", "row_softmax/naive", "--library", str(percase), "--all"]) == 0
     listing = capsys.readouterr().out
-    assert "cards would act on row_softmax_naive" in listing and "the other cards, and why not" in listing
+    assert "cards would be tried on row_softmax_naive" in listing and "the other cards, and why not" in listing

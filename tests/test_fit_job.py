@@ -39,7 +39,7 @@ def test_a_fit_job_lists_the_cards_that_would_act_and_why_the_others_would_not(w
     assert all(f["why"] and not f["reasons"] for f in others)
 
     shown = client.get(f"/jobs/{job.pk}/").content.decode()
-    assert f"{len(proposed)} of {cards} cards would act on <code>row_softmax_naive</code>" in shown
+    assert f"{len(proposed)} of {cards} cards would be tried on <code>row_softmax_naive</code>" in shown
     first = proposed[0]
     assert f'<a href="/libraries/dry/{first["card"][:12]}/">{first["transform"]}</a>' in shown
     if others:

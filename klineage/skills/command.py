@@ -208,7 +208,7 @@ def _fit(args: argparse.Namespace) -> int:
                           for a in found], indent=1))
         return 0
     proposed = [a for a in found if a.fit is Fit.PROPOSED]
-    table(f"{len(proposed)} of {len(found)} cards would act on {state.name} ({problem.operator}, headline "
+    table(f"{len(proposed)} of {len(found)} cards would be tried on {state.name} ({problem.operator}, headline "
           f"{problem.headline}; a card with no forward site found here is tried at its walks' anchors)",
           ["#", "card", "transform", "status", "when it pays", "sites", "why"],
           [[str(i), a.card.short_id, a.card.transform, a.card.status.value, when_label(card_when(a.card)),
@@ -219,7 +219,7 @@ def _fit(args: argparse.Namespace) -> int:
         table("the other cards, and why not", ["card", "transform", "fit", "why"],
               [[a.card.short_id, a.card.transform, a.fit.value, a.why] for a in others])
     else:
-        console.print(f"  {len(found) - len(proposed)} other card(s) would not act here: --all says why")
+        console.print(f"  {len(found) - len(proposed)} other card(s) would not be tried here: --all says why")
     return 0
 
 
