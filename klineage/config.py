@@ -48,13 +48,15 @@ def bench_walks_dir() -> Path:
 
 def bench_library_files() -> list[Path]:
     """Skill libraries built beside the corpus that the dashboard shows with it: the per-case library
-    (cards with preconditions) and the transfer library; KLINEAGE_BENCH_LIBRARIES lists others instead,
-    separated by the path separator."""
+    (cards with preconditions) and the transfer library, where this checkout has them;
+    KLINEAGE_BENCH_LIBRARIES lists others instead, separated by the path separator."""
     value = os.environ.get("KLINEAGE_BENCH_LIBRARIES", "").strip()
     if value:
         return [Path(part).expanduser() for part in value.split(os.pathsep) if part.strip()]
     results = REPO_ROOT / "bench" / "results"
-    return [results / "percase" / "library.json", results / "transfer-library.json"]
+    # A default a checkout lacks is no error; a file the variable names must be there.
+    return [path for path in (results / "percase" / "library.json", results / "transfer-library.json")
+            if path.is_file()]
 
 
 def gate_mode(default: GateMode | None = None) -> GateMode:

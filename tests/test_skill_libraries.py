@@ -136,3 +136,13 @@ def test_the_library_lists_and_filters_each_cards_when(client, bundled):
     assert client.get("/api/cards/?library=percase&when=mixed").json()["count"] == \
         sum(kind is WhenKind.MIXED for kind in kinds.values())
     assert "not understood" in client.get("/libraries/percase/?when=sometimes").content.decode()
+
+
+def test_a_library_file_the_setting_names_must_be_there(monkeypatch, tmp_path):
+    from klineage import config
+
+    monkeypatch.setenv("KLINEAGE_BENCH_LIBRARIES", str(tmp_path / "gone.json"))
+    assert config.bench_library_files() == [tmp_path / "gone.json"]
+    with pytest.raises(ImportRefused, match="gone.json"):
+        import_library_files()
+    assert not SkillLibrary.objects.exists()  # nothing stored, the corpus's library neither
