@@ -56,7 +56,8 @@ def library_export(request, fmt: str, library: str | None = None):
         rows.append({
             "card_id": card.card_id, "short_id": card.short_id, "title": str(title), "transform": card.transform,
             "site": title.where, "status": card.status, "effective_status": effective_status(card),
-            "standing": standing.badge, "measurements": standing.sentence,
+            "standing": standing.badge, "measurements": standing.sentence, "library": shown.name if shown else "",
+            "when_kind": card.when_kind, "when": card.when_label,
             "median_gain_x": card.median_gain, "operators": card.operators, "surface": card.surface,
             "platform": card.platform, "readmission": card.readmission,
             "effects": [{"case": f"{e['operator']}/{e['case']}", "ratio_x": e["ratio"], "trials_x": e["per_trial"]}

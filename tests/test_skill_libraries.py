@@ -146,3 +146,14 @@ def test_a_library_file_the_setting_names_must_be_there(monkeypatch, tmp_path):
     with pytest.raises(ImportRefused, match="gone.json"):
         import_library_files()
     assert not SkillLibrary.objects.exists()  # nothing stored, the corpus's library neither
+
+
+def test_a_librarys_export_names_it_and_each_cards_when(client, bundled):
+    rows = client.get("/libraries/percase/export.json").json()
+    assert len(rows) == SkillCard.objects.filter(library__name="percase").count()
+    store = next(r for r in rows if r["short_id"] == CONDITIONED)
+    assert (store["library"], store["when_kind"], store["when"]) == \
+        ("percase", "precondition", "where row_align >= 32 and s >= 70")
+    assert store["standing"] == "admitted · faster where its precondition holds"
+    response = client.get("/libraries/percase/export.csv")
+    assert 'filename="klineage-library-percase.csv"' in response["Content-Disposition"]
