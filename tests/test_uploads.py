@@ -143,6 +143,7 @@ def test_a_kernel_for_a_bundled_problem_is_stored_after_the_static_check(operato
 
     page = operator.get("/kernels/uploaded/my_softmax/").content.decode()
     assert 'href="/optimize/?kernel=uploaded/my_softmax#optimize-heading">Optimize from here</a>' in page
+    assert 'href="/optimize/?kernel=uploaded/my_softmax#fit-heading">Which cards fit?</a>' in page
     assert 'href="/optimize/?kernel=uploaded/my_softmax#walk-heading">Walk</a>' in page
     viewer = logged_in(make_user("vic")).get("/kernels/uploaded/my_softmax/").content.decode()
     assert "Optimize from here" not in viewer and "uploaded/my_softmax" in viewer
