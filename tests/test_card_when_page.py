@@ -74,6 +74,7 @@ def test_the_card_page_draws_where_the_card_pays(client, imported):
     assert [float(y) for y, _ in by_ratio] == sorted((float(y) for y, _ in points), reverse=True)
     assert ">1.12×</text>" in when and ">0.97×</text>" in when  # the extremes labelled on the y axis
     assert ">64</text>" in when and ">16384</text>" in when  # and on the x axis
+    assert len(re.findall(r'opacity="0.4"><title>[^<]*ruled out by the precondition', when)) == 2  # the 2 it fails on
     rows = re.findall(r'<td class="mono">(row_softmax:\w+)</td><td class="num">(\d+)</td><td class="num">([0-9.]+)×'
                       r'</td><td>([a-z ]+)</td><td>(holds|fails)</td>', when)
     assert rows[0] == ("row_softmax:c64", "64", "0.970", "did not pay", "fails")
