@@ -12,7 +12,7 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404
 
 from klineage_web.short_ids import SHORT, one_or_404
-from skills_app.models import SkillCard, SkillLibrary
+from skills_app.models import SkillCard, SkillLibrary, When
 
 
 def library_or_404(name: str | None) -> SkillLibrary | None:
@@ -56,7 +56,7 @@ def libraries_with_counts() -> list[SkillLibrary]:
     return list(SkillLibrary.objects.annotate(
         card_total=Count("cards"),
         admitted=Count("cards", filter=Q(cards__status=SkillCard.Status.ADMITTED)),
-        conditioned=Count("cards", filter=Q(cards__precondition_count__gt=0)),
+        conditioned=Count("cards", filter=Q(cards__when_kind=When.PRECONDITION)),
     ).order_by("name"))
 
 
