@@ -158,3 +158,16 @@ def test_a_librarys_export_names_it_and_each_cards_when(client, bundled):
     assert store["standing"] == "admitted · faster where its precondition holds"
     response = client.get("/libraries/percase/export.csv")
     assert 'filename="klineage-library-percase.csv"' in response["Content-Disposition"]
+
+
+def test_an_optimizations_cards_link_to_the_library_it_drew_on(bundled):
+    from gate_app.presenters import optimization
+
+    attempt = {"index": 0, "round": 1, "transform": "devectorize", "card": _percase().by_id(CONDITIONED).id,
+               "status": "untimed", "ratio": None, "message": ""}
+    result = {"steps": [], "attempts": [attempt], "start": {"source": "__global__ void k() {}"}, "best": {},
+              "speedup": None, "stop": "budget", "message": "", "note": "", "stats": {}, "strategy": "library",
+              "gate": "compile", "budget": 2, "library": None}
+    assert optimization(result, "percase")["attempts"][0]["card"] == {
+        "short": CONDITIONED, "url": f"/libraries/percase/{CONDITIONED}/"}
+    assert optimization(result)["attempts"][0]["card"]["url"] == ""  # the default library does not hold it
