@@ -94,7 +94,6 @@ def run_fit_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]
     from klineage.skills.card import CardStatus
     from klineage.skills.library import Library, lineage_index
     from klineage.skills.retrieval import assess
-    from klineage.skills.when import card_when, when_label
 
     library = Library.from_dict(payload["library"])
     state = uploads.kernel_entry(payload["kernel"]).load()
@@ -105,9 +104,7 @@ def run_fit_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]
                    lineages=lineage_index())
     return {"kernel": state.name, "operator": problem.operator, "headline": problem.headline,
             "cards": len(library.cards),
-            "fits": [{"card": a.card.id, "transform": a.card.transform, "status": a.card.status.value,
-                      "fit": a.fit.value, "why": a.why, "sites": a.sites, "when": when_label(card_when(a.card)),
-                      "reasons": list(a.match.reasons) if a.match else []} for a in found]}
+            "fits": [a.to_dict() for a in found]}
 
 
 def run_probe_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:

@@ -203,9 +203,7 @@ def _fit(args: argparse.Namespace) -> int:
     statuses = tuple(CardStatus(s.strip()) for s in args.statuses.split(",") if s.strip())
     found = assess(state, problem, library.cards, statuses=statuses, lineages=lineage_index())
     if args.json:
-        print(json.dumps([{"card": a.card.id, "transform": a.card.transform, "fit": a.fit.value, "why": a.why,
-                           "sites": a.sites, "reasons": list(a.match.reasons) if a.match else []}
-                          for a in found], indent=1))
+        print(json.dumps([a.to_dict() for a in found], indent=1))
         return 0
     proposed = [a for a in found if a.fit is Fit.PROPOSED]
     table(f"{len(proposed)} of {len(found)} cards would be tried on {state.name} ({problem.operator}, headline "

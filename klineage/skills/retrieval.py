@@ -268,6 +268,14 @@ class Assessment:
         if (self.match is not None) != (self.fit is Fit.PROPOSED):
             raise DocumentError("assessment.match", "a proposed card has a match, and only it")
 
+    def to_dict(self) -> dict:
+        """What a report lists of it, the card's *when* in words among it."""
+        from klineage.skills.when import card_when, when_label
+
+        return {"card": self.card.id, "transform": self.card.transform, "status": self.card.status.value,
+                "fit": self.fit.value, "why": self.why, "sites": self.sites, "when": when_label(card_when(self.card)),
+                "reasons": list(self.match.reasons) if self.match else []}
+
 
 def assess(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *,
            statuses: tuple[CardStatus, ...] = (CardStatus.ADMITTED,),
