@@ -37,6 +37,13 @@ def test_each_card_not_offered_says_why(cards, naive, info):  # noqa: F811
     [skipped] = assess(naive, info, [not_paying], statuses=CANDIDATES)
     assert skipped.fit is Fit.NOT_PAYING and "pays where cols <= 1024, which fails on case headline" in skipped.why
     assert skipped.failed is not None and skipped.match is None
+    # every case of the problem its rule rules out is named, not only the headline retrieval judges on
+    wide = {case.name for case in info.cases if case.params["cols"] > 1024}
+    assert "headline" in wide and set(skipped.fails_on) == wide and skipped.to_dict()["fails_on"] == list(
+        skipped.fails_on)
+    [offered] = assess(naive, info, [timed(card, "cols <= 1024", kernel_loo=None)], statuses=CANDIDATES)
+    assert offered.fit is Fit.PROPOSED and set(offered.fails_on) == wide  # not shown to carry here: tried, flagged
+    assert "not shown to carry to this kernel" in "; ".join(offered.match.reasons)
     with pytest.raises(Exception, match="a proposed card has a match"):
         Assessment(card, Fit.PROPOSED)
 

@@ -209,7 +209,8 @@ def _fit(args: argparse.Namespace) -> int:
     table(f"{len(proposed)} of {len(found)} cards would be tried on {state.name} ({problem.operator}, headline "
           f"{problem.headline}; a card with no forward site found here is tried at its walks' anchors)",
           ["#", "card", "transform", "status", "when it pays", "sites", "why"],
-          [[str(i), a.card.short_id, a.card.transform, a.card.status.value, when_label(card_when(a.card)),
+          [[str(i), a.card.short_id, a.card.transform, a.card.status.value,
+            when_label(card_when(a.card)) + (f"; ruled out on {', '.join(a.fails_on)}" if a.fails_on else ""),
             str(a.sites) if a.sites else "none found", "; ".join(a.match.reasons)]
            for i, a in enumerate(proposed, 1)])
     if args.all:

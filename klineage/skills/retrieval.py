@@ -261,6 +261,9 @@ class Assessment:
     tier: Tier | None = None
     failed: PreconditionFailed | None = None  # the timing precondition's failure, where NOT_PAYING
     sites: int = 0  # forward sites its transform finds in the target, where PROPOSED (0: none found here)
+    # the problem's cases its timing precondition fails on (where it was measured not to pay), where PROPOSED or
+    # NOT_PAYING: retrieval judges on the headline, and a user's own sizes may be among the others
+    fails_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.fit, Fit):
@@ -274,7 +277,7 @@ class Assessment:
 
         return {"card": self.card.id, "transform": self.card.transform, "status": self.card.status.value,
                 "fit": self.fit.value, "why": self.why, "sites": self.sites, "when": when_label(card_when(self.card)),
-                "reasons": list(self.match.reasons) if self.match else []}
+                "fails_on": list(self.fails_on), "reasons": list(self.match.reasons) if self.match else []}
 
 
 def assess(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *,
@@ -302,8 +305,9 @@ def _assess(card: SkillCard, state: KernelState, problem: ProblemInfo, present: 
     if unfit:
         return Assessment(card, Fit.UNFIT, unfit)
     failed = timing_failure(card, problem, state)
+    fails_on = tuple(c.name for c in problem.cases if timing_failure(card, problem, state, c.name) is not None)
     if failed is not None and decides_on(card, state, lineages):  # measured not to pay on the case timed
-        return Assessment(card, Fit.NOT_PAYING, str(failed), failed=failed)
+        return Assessment(card, Fit.NOT_PAYING, str(failed), failed=failed, fails_on=fails_on)
     if card.provides and card.provides <= present:
         shown = ", ".join(sorted(map(str, card.provides)))
         return Assessment(card, Fit.PRESENT, f"what it provides is here already: {shown}")
@@ -335,7 +339,8 @@ def _assess(card: SkillCard, state: KernelState, problem: ProblemInfo, present: 
         reasons.append(f"{len(sites)} forward site(s)")
     gain = max(-1.0, min(1.0, math.log2(_gain(card))))
     score = OPERATOR_WEIGHT * similarity + SHAPE_WEIGHT * proximity + gain
-    return Assessment(card, Fit.PROPOSED, match=Match(card, score, tuple(reasons)), tier=tier, sites=len(sites))
+    return Assessment(card, Fit.PROPOSED, match=Match(card, score, tuple(reasons)), tier=tier, sites=len(sites),
+                      fails_on=fails_on)
 
 
 def retrieve(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *, limit: int = 10,
