@@ -125,6 +125,7 @@ def test_load_corpus_command_imports_the_library(cards, tmp_path):
     out = io.StringIO()
     call_command("load_corpus", corpus=tmp_path, recorded=tmp_path / "recorded", stdout=out)
     assert f"skill cards: {len(cards)} ({len(cards)} new, 0 updated" in out.getvalue()
+    assert f"skill libraries: corpus ({len(cards)} cards, from " in out.getvalue()
     assert corpus_cards().count() == len(cards)
 
 

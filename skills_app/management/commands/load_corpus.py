@@ -3,9 +3,11 @@
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Count
 
 from skills_app.card_import import STALE, import_library_files
 from skills_app.importer import CREATED, UNCHANGED, UPDATED, ImportRefused, import_corpus
+from skills_app.models import SkillLibrary
 
 
 class Command(BaseCommand):
@@ -40,3 +42,6 @@ class Command(BaseCommand):
             raise CommandError(f"no skill cards imported (the corpus above was): {exc}") from None
         self.stdout.write(f"skill cards: {sum(cards.values())} ({cards[CREATED]} new, {cards[UPDATED]} updated, "
                           f"{cards[UNCHANGED]} unchanged, {cards[STALE]} older than stored)")
+        stored = SkillLibrary.objects.annotate(n=Count("cards")).order_by("name")
+        self.stdout.write("skill libraries: " + (", ".join(f"{lib.name} ({lib.n} cards, from {lib.source})"
+                                                           for lib in stored) or "none"))
