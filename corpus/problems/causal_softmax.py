@@ -41,6 +41,12 @@ SWEEP = {  # timed only: row length against the register cache, alignment, and r
     "keys_short": {"bh": 1024, "sq": 64, "sk": 64, "scale": 0.125},
     "keys_unaligned": {"bh": 64, "sq": 1023, "sk": 1023, "scale": 0.125},  # no float4 rows
     "decode": {"bh": 1024, "sq": 1, "sk": 2048, "scale": 0.125},  # one query per map
+    # Rows between the few and the many, at keys the register cache holds: where a block-wide
+    # reduction starts to pay against the rows' count (it paid at 6,144 rows and more, not at 1,024).
+    "rows_2k": {"bh": 4, "sq": 512, "sk": 1024, "scale": 0.125},
+    "rows_4k": {"bh": 8, "sq": 512, "sk": 1024, "scale": 0.125},
+    "rows_16k": {"bh": 16, "sq": 1024, "sk": 1024, "scale": 0.125},
+    "rows_32k_short": {"bh": 64, "sq": 512, "sk": 256, "scale": 0.125},
 }
 
 OUTPUTS = {"y": {"shape": ["bh", "sq", "sk"], "dtype": "float32"}}

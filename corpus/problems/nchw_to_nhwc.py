@@ -41,6 +41,14 @@ SWEEP = {  # timed only: tile fill on either side, samples against the SMs
     "channels_two": {"n": 64, "c": 2, "hw": 50176},
     "channels_six": {"n": 32, "c": 6, "hw": 50176},
     "channels_eight": {"n": 32, "c": 8, "hw": 50176},
+    # Few channels at other sizes: whether short rows pay on their own or only on large images (the
+    # one small case, 5 channels on 33 pixels, did not), and rows of 4, 20 and 28 bytes.
+    "channels_one": {"n": 64, "c": 1, "hw": 50176},
+    "channels_five": {"n": 32, "c": 5, "hw": 50176},
+    "channels_seven": {"n": 32, "c": 7, "hw": 50176},
+    "rgb_small": {"n": 2, "c": 3, "hw": 1024},
+    "channels_four_mid": {"n": 4, "c": 4, "hw": 4096},
+    "channels_two_mid": {"n": 8, "c": 2, "hw": 12544},
 }
 
 OUTPUTS = {"y": {"shape": ["n", "hw", "c"], "dtype": "float32"}}
