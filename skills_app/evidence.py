@@ -418,7 +418,9 @@ def _preconditions(e: Evidence, data: dict[str, Any]) -> None:
             return short_id
         return {"text": short_id, "url": reverse("skills:library-card", args=[library.name, short_id])}
     if library is not None:
-        e.link = {"url": library.get_absolute_url(), "label": f"these cards in the {library.name} library"}
+        # the report's rows are the admitted cards (and those pending admission on a new precondition)
+        e.link = {"url": library.get_absolute_url() + "?status=admitted",
+                  "label": f"the admitted cards in the {library.name} library"}
     e.rows = [[card(r["card"]), r["transform"], r.get("status", "admitted"), r["sentence"], len(r["holds_on"]),
                len(r["fails_on"]), _num(r.get("loo_accuracy"), "{:.2f}"), _num(r.get("kernel_loo_accuracy"), "{:.2f}")]
               for r in [*data.get("rows", []), *pending]]

@@ -303,6 +303,7 @@ def test_the_preconditions_report_links_the_cards_of_the_stored_library_it_was_c
 
     import_library_files()
     when = _by_name()["preconditions.json"]
-    assert when.link == {"url": "/libraries/percase/", "label": "these cards in the percase library"}
+    assert when.link == {"url": "/libraries/percase/?status=admitted",
+                         "label": "the admitted cards in the percase library"}
     first = when.rows[0][0]
     assert first == {"text": first["text"], "url": f"/libraries/percase/{first['text']}/"}
