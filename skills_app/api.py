@@ -10,7 +10,7 @@ from rest_framework.routers import DefaultRouter
 from klineage_web.access import ReadAccess
 from klineage_web.pagination import Pagination
 from skills_app import filters, serializers
-from skills_app.libraries import card_anywhere_or_404
+from skills_app.libraries import card_anywhere_or_404, libraries_with_counts
 from skills_app.models import CardTrial, Kernel, KernelState, Lineage, LineageStep, Problem, Review, SkillCard, Verdict
 
 # A kernel's name is a corpus path such as row_softmax/naive: slashes allowed, dots not.
@@ -175,3 +175,19 @@ class SkillCardViewSet(_ReadOnly):
 
 
 router.register("cards", SkillCardViewSet, basename="card")
+
+
+class SkillLibraryViewSet(_ReadOnly):
+    """Skill libraries by name, each with its card counts; their cards are `/api/cards/?library=<name>`."""
+
+    serializer_class = serializers.SkillLibrarySerializer
+    lookup_field = "name"
+    lookup_value_regex = "[-a-zA-Z0-9_]+"
+    ordering_fields = ["name", "created"]
+    ordering = ["name"]
+
+    def get_queryset(self):
+        return libraries_with_counts()
+
+
+router.register("libraries", SkillLibraryViewSet, basename="library")

@@ -51,13 +51,13 @@ def _ident(ident: str) -> Q:
     return Q(short_id=ident)
 
 
-def libraries_with_counts() -> list[SkillLibrary]:
-    """Every library with its card and admitted counts, for the switcher on library pages."""
-    return list(SkillLibrary.objects.annotate(
+def libraries_with_counts() -> QuerySet:
+    """Every library with its card, admitted and timing-precondition counts (library pages, the API)."""
+    return SkillLibrary.objects.annotate(
         card_total=Count("cards"),
         admitted=Count("cards", filter=Q(cards__status=SkillCard.Status.ADMITTED)),
         conditioned=Count("cards", filter=Q(cards__when_kind=When.PRECONDITION)),
-    ).order_by("name"))
+    ).order_by("name")
 
 
 def addressed_card(ident: str, library: str | None) -> SkillCard:

@@ -9,7 +9,18 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from skills_app.card_words import effective_status
-from skills_app.models import CardTrial, Kernel, KernelState, Lineage, LineageStep, Problem, Review, SkillCard, Verdict
+from skills_app.models import (
+    CardTrial,
+    Kernel,
+    KernelState,
+    Lineage,
+    LineageStep,
+    Problem,
+    Review,
+    SkillCard,
+    SkillLibrary,
+    Verdict,
+)
 
 
 class ProblemSerializer(serializers.ModelSerializer):
@@ -211,3 +222,19 @@ class SkillCardDetailSerializer(SkillCardSerializer):
 
     def get_skillmd(self, card: SkillCard) -> str:
         return card.skillmd_url()
+
+
+class SkillLibrarySerializer(serializers.ModelSerializer):
+    cards = serializers.IntegerField(source="card_total", read_only=True, help_text="cards it holds")
+    admitted = serializers.IntegerField(read_only=True, help_text="of them, admitted")
+    with_timing_precondition = serializers.IntegerField(source="conditioned", read_only=True,
+                                                        help_text="of them, cards whose when is a timing precondition")
+    page = serializers.SerializerMethodField()
+
+    class Meta:
+        model = SkillLibrary
+        fields = ["name", "source", "note", "created", "cards", "admitted", "with_timing_precondition", "page",
+                  "provenance", "imported_at", "updated_at"]
+
+    def get_page(self, library: SkillLibrary) -> str:
+        return library.get_absolute_url()

@@ -171,3 +171,14 @@ def test_an_optimizations_cards_link_to_the_library_it_drew_on(bundled):
     assert optimization(result, "percase")["attempts"][0]["card"] == {
         "short": CONDITIONED, "url": f"/libraries/percase/{CONDITIONED}/"}
     assert optimization(result)["attempts"][0]["card"]["url"] == ""  # the default library does not hold it
+
+
+def test_the_api_lists_each_library_with_its_counts(client, bundled):
+    listed = {row["name"]: row for row in client.get("/api/libraries/").json()["results"]}
+    assert list(listed) == ["corpus", "percase", "transfer-library"]
+    percase = listed["percase"]
+    assert (percase["cards"], percase["admitted"], percase["with_timing_precondition"]) == (44, 10, 4)
+    assert percase["source"] == "bench/results/percase/library.json" and percase["page"] == "/libraries/percase/"
+    one = client.get("/api/libraries/percase/").json()
+    assert one["name"] == "percase" and one["provenance"] == _percase().provenance
+    assert client.get("/api/libraries/nope/").status_code == 404
