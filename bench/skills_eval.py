@@ -199,9 +199,8 @@ def at_one_budget(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, f
 
 
 def strategy_row(result: OptimizationResult) -> dict[str, Any]:
-    # `saved` (candidates a failed timing precondition kept from the gate) is absent at 0, as in the stats.
     return {"stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
-            "wasted": result.stats.wasted, **({"saved": result.stats.saved} if result.stats.saved else {}),
+            "wasted": result.stats.wasted, **result.stats.saved_entry(),
             "steps": [s.transform for s in result.steps], "speedup": result.speedup,
             "best": result.best.fingerprint, "llm_usage": result.llm_usage,
             "speedups_by_budget": result.speedups_by_budget()}

@@ -143,8 +143,7 @@ def search(name: str, strategy: Strategy, mode: GateMode, budget: int, seed: int
                       library=library if strategy.uses_library else None, seed=seed, jobs=jobs, record=record,
                       **logged(log, workload=name, strategy=strategy.value))
     return {"stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
-            # candidates a failed timing precondition kept from the gate; absent at 0, as in the stats
-            **({"saved": result.stats.saved} if result.stats.saved else {}),
+            **result.stats.saved_entry(),  # candidates a failed timing precondition kept from the gate
             "steps": [s.transform for s in result.steps], "speedup": result.speedup,
             "speedups_by_budget": result.speedups_by_budget(), "best": result.best,
             "best_fingerprint": result.best.fingerprint}

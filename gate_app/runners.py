@@ -101,7 +101,7 @@ def run_fit_payload(payload: dict[str, Any], channel: Channel) -> dict[str, Any]
     problem = probe_problem(uploads.problem_path(payload["problem"]), config.cache_dir()).info
     channel.progress("fit", f"matching {len(library.cards)} cards against {state.name}")
     found = assess(state, problem, library.cards, statuses=tuple(CardStatus(s) for s in payload["statuses"]),
-                   lineages=lineage_index())
+                   lineages=lineage_index(), every_case=True)
     return {"kernel": state.name, "operator": problem.operator, "headline": problem.headline,
             "cards": len(library.cards),
             "fits": [a.to_dict() for a in found]}

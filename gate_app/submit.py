@@ -254,7 +254,7 @@ def _library(name: str | None) -> str:
     if name is None:
         return names[0]
     if not isinstance(name, str) or name not in names:
-        raise queue.QueueError(f"library must be one of {', '.join(names) or '(none stored)'}: "
+        raise queue.QueueError(f"library must be one of {', '.join(names)}: "
                                f"no skill library named {name!r} is stored")
     return name
 

@@ -34,16 +34,20 @@ def test_each_card_not_offered_says_why(cards, naive, info):  # noqa: F811
     assert retired.fit is Fit.STATUS and retired.why == "retired, not among candidate"
     [unfit] = assess(naive, info, [missing], statuses=CANDIDATES)
     assert unfit.fit is Fit.UNFIT and unfit.why == "requires kernel:wgmma, not here"
-    [skipped] = assess(naive, info, [not_paying], statuses=CANDIDATES)
+    [skipped] = assess(naive, info, [not_paying], statuses=CANDIDATES, every_case=True)
     assert skipped.fit is Fit.NOT_PAYING and "pays where cols <= 1024, which fails on case headline" in skipped.why
     assert skipped.failed is not None and skipped.match is None
     # every case of the problem its rule rules out is named, not only the headline retrieval judges on
     wide = {case.name for case in info.cases if case.params["cols"] > 1024}
     assert "headline" in wide and set(skipped.fails_on) == wide and skipped.to_dict()["fails_on"] == list(
         skipped.fails_on)
-    [offered] = assess(naive, info, [timed(card, "cols <= 1024", kernel_loo=None)], statuses=CANDIDATES)
+    [offered] = assess(naive, info, [timed(card, "cols <= 1024", kernel_loo=None)], statuses=CANDIDATES,
+                       every_case=True)
     assert offered.fit is Fit.PROPOSED and set(offered.fails_on) == wide  # not shown to carry here: tried, flagged
     assert "not shown to carry to this kernel" in "; ".join(offered.match.reasons)
+    # the optimize loop's retrieval judges the headline alone: no case-by-case work on its path
+    [headline_only] = assess(naive, info, [not_paying], statuses=CANDIDATES)
+    assert headline_only.fit is Fit.NOT_PAYING and headline_only.fails_on == ()
     with pytest.raises(Exception, match="a proposed card has a match"):
         Assessment(card, Fit.PROPOSED)
 

@@ -240,6 +240,10 @@ class Stats:
             whole(getattr(self, name), f"stats.{name}")
         nonnegative(self.seconds, "stats.seconds")
 
+    def saved_entry(self) -> dict[str, int]:
+        """`saved` as a benchmark row keeps it: absent at 0, as in these stats' own bytes."""
+        return {"saved": self.saved} if self.saved else {}
+
 
 _KEYS = ("version", "kind", "problem", "start", "start_verdict", "strategy", "rewriter", "gate", "assurance", "budget",
          "seed", "required_ratio", "policy", "library", "attempts", "steps", "best", "stop", "message", "stats",

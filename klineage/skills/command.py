@@ -192,31 +192,30 @@ def _fit(args: argparse.Namespace) -> int:
     from klineage import config, corpus
     from klineage.gate.execute import probe_problem
     from klineage.report import console, table
-    from klineage.skills.card import CardStatus
+    from klineage.skills.card import SHORT_ID, CardStatus
     from klineage.skills.library import lineage_index
     from klineage.skills.retrieval import Fit, assess
-    from klineage.skills.when import card_when, when_label
 
     library = _load(args.library)
     state = corpus.kernel_entry(args.kernel).load()
     problem = probe_problem(corpus.problem_path(args.problem or state.plan.problem), config.cache_dir()).info
     statuses = tuple(CardStatus(s.strip()) for s in args.statuses.split(",") if s.strip())
-    found = assess(state, problem, library.cards, statuses=statuses, lineages=lineage_index())
+    found = [a.to_dict() for a in assess(state, problem, library.cards, statuses=statuses, lineages=lineage_index(),
+                                         every_case=True)]
     if args.json:
-        print(json.dumps([a.to_dict() for a in found], indent=1))
+        print(json.dumps(found, indent=1))
         return 0
-    proposed = [a for a in found if a.fit is Fit.PROPOSED]
+    proposed = [a for a in found if a["fit"] == Fit.PROPOSED.value]
     table(f"{len(proposed)} of {len(found)} cards would be tried on {state.name} ({problem.operator}, headline "
           f"{problem.headline}; a card with no forward site found here is tried at its walks' anchors)",
           ["#", "card", "transform", "status", "when it pays", "sites", "why"],
-          [[str(i), a.card.short_id, a.card.transform, a.card.status.value,
-            when_label(card_when(a.card)) + (f"; ruled out on {', '.join(a.fails_on)}" if a.fails_on else ""),
-            str(a.sites) if a.sites else "none found", "; ".join(a.match.reasons)]
+          [[str(i), a["card"][:SHORT_ID], a["transform"], a["status"],
+            a["when"] + (f"; ruled out on {', '.join(a['fails_on'])}" if a["fails_on"] else ""),
+            str(a["sites"]) if a["sites"] else "none found", "; ".join(a["reasons"])]
            for i, a in enumerate(proposed, 1)])
     if args.all:
-        others = [a for a in found if a.fit is not Fit.PROPOSED]
         table("the other cards, and why not", ["card", "transform", "fit", "why"],
-              [[a.card.short_id, a.card.transform, a.fit.value, a.why] for a in others])
+              [[a["card"][:SHORT_ID], a["transform"], a["fit"], a["why"]] for a in found if a not in proposed])
     else:
         console.print(f"  {len(found) - len(proposed)} other card(s) would not be tried here: --all says why")
     return 0

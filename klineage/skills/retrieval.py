@@ -261,8 +261,8 @@ class Assessment:
     tier: Tier | None = None
     failed: PreconditionFailed | None = None  # the timing precondition's failure, where NOT_PAYING
     sites: int = 0  # forward sites its transform finds in the target, where PROPOSED (0: none found here)
-    # the problem's cases its timing precondition fails on (where it was measured not to pay), where PROPOSED or
-    # NOT_PAYING: retrieval judges on the headline, and a user's own sizes may be among the others
+    # with `assess(every_case=True)`, the problem's cases its timing precondition fails on (where it was measured
+    # not to pay), where PROPOSED or NOT_PAYING: retrieval judges on the headline, a user's sizes may be others
     fails_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -283,13 +283,15 @@ class Assessment:
 def assess(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard], *,
            statuses: tuple[CardStatus, ...] = (CardStatus.ADMITTED,),
            problems: Mapping[str, ProblemInfo] | None = None,
-           lineages: Mapping[str, Lineage] | None = None) -> list[Assessment]:
+           lineages: Mapping[str, Lineage] | None = None, every_case: bool = False) -> list[Assessment]:
     """Every card's fit on `state` and `problem` (see the module's rules), the proposed ones best first, then
-    the others in the library's order: what `retrieve` offers, and why each other card is not offered."""
+    the others in the library's order: what `retrieve` offers, and why each other card is not offered.
+    `every_case`: also judge each card's timing precondition on every case of the problem (`fails_on`), for a
+    report; the optimize loop, which retrieves every round, judges on the headline alone."""
     present = state_features(state)
     known = catalog()  # a card of a transform outside the catalog has no mechanical forward sites
     mine = _dtypes(problem)
-    found = [_assess(card, state, problem, present, known, mine, statuses, problems or {}, lineages)
+    found = [_assess(card, state, problem, present, known, mine, statuses, problems or {}, lineages, every_case)
              for card in cards]
     proposed = sorted((a for a in found if a.fit is Fit.PROPOSED),
                       key=lambda a: (a.tier, STATUS_ORDER.index(a.card.status), -a.match.score, a.card.id))
@@ -298,14 +300,17 @@ def assess(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard],
 
 def _assess(card: SkillCard, state: KernelState, problem: ProblemInfo, present: frozenset[Feature],
             known: Mapping, mine: set[str], statuses: tuple[CardStatus, ...],
-            problems: Mapping[str, ProblemInfo], lineages: Mapping[str, Lineage] | None) -> Assessment:
+            problems: Mapping[str, ProblemInfo], lineages: Mapping[str, Lineage] | None,
+            every_case: bool) -> Assessment:
     if card.status not in statuses:
         return Assessment(card, Fit.STATUS, f"{card.status.value}, not among {', '.join(s.value for s in statuses)}")
     unfit = unfit_reason(card, present, problem)
     if unfit:
         return Assessment(card, Fit.UNFIT, unfit)
     failed = timing_failure(card, problem, state)
-    fails_on = tuple(c.name for c in problem.cases if timing_failure(card, problem, state, c.name) is not None)
+    fails_on = tuple(c.name for c in problem.cases if (failed if c.name == problem.headline else
+                                                       timing_failure(card, problem, state, c.name)) is not None
+                     ) if every_case else ()
     if failed is not None and decides_on(card, state, lineages):  # measured not to pay on the case timed
         return Assessment(card, Fit.NOT_PAYING, str(failed), failed=failed, fails_on=fails_on)
     if card.provides and card.provides <= present:
