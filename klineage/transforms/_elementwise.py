@@ -23,9 +23,12 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
+from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, reindent, splice
 from klineage.transforms._naive import (
+    INDEXES,
     SERIAL_INDEX,
+    declared_index,
     index_declaration,
     kernel,
     launches_of,
@@ -69,6 +72,7 @@ class Packing:
 @dataclass(frozen=True)
 class Site:
     function: cp.Function
+    kind: str  # the index's type: int or long long
     index: str
     index_init: Node
     guard: Node  # the `if (i < n)` statement
@@ -78,8 +82,8 @@ class Site:
     written: tuple[tuple[str, str], ...]
 
 
-def vector_index(packing: Packing) -> str:
-    return f"({SERIAL_INDEX}) * {packing.width}"
+def vector_index(packing: Packing, kind: str) -> str:
+    return f"({dict(INDEXES)[kind]}) * {packing.width}"
 
 
 def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, packing: Packing) -> Site:
@@ -88,7 +92,7 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
         raise NotApplicable(f"{function.name} is not a kernel")
     launches_of(state, function.name, dimensions=1)
     body = function.node.child_by_field_name("body")
-    declaration, init, index = index_declaration(parsed, body, SERIAL_INDEX)
+    declaration, init, kind, index = declared_index(parsed, body)
     listed = statements(body)
     guard = listed[-1]
     if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
@@ -135,7 +139,7 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
             raise NotApplicable(f"'{array}' is written only under a condition: a vector store would write garbage")
     if not read and not written:
         raise NotApplicable(f"{function.name} touches no array")
-    return Site(function, index, init, guard, bound[1], guarded, tuple(read.items()), tuple(written.items()))
+    return Site(function, kind, index, init, guard, bound[1], guarded, tuple(read.items()), tuple(written.items()))
 
 
 def packed(state: KernelState, parsed: cp.ParsedSource, site: Site, packing: Packing) -> tuple[str, LaunchPlan]:
@@ -162,10 +166,10 @@ def packed(state: KernelState, parsed: cp.ParsedSource, site: Site, packing: Pac
                      f"{packing.name(array)};")
     tail_body = _subscripts(parsed, site, lambda a: f"{a}[{ELEMENT}]")
     lines.append(f"{indent}}} else {{")
-    lines.append(f"{inner}for (int {ELEMENT} = {site.index}; {ELEMENT} < {site.bound} && {ELEMENT} < "
+    lines.append(f"{inner}for ({site.kind} {ELEMENT} = {site.index}; {ELEMENT} < {site.bound} && {ELEMENT} < "
                  f"{site.index} + {width}; ++{ELEMENT}) " + reindent(tail_body, column, inner)[len(inner):])
     lines.append(f"{indent}}}")
-    edits = [(site.index_init.start_byte, site.index_init.end_byte, vector_index(packing)),
+    edits = [(site.index_init.start_byte, site.index_init.end_byte, vector_index(packing, site.kind)),
              (site.guard.start_byte, site.guard.end_byte, "\n".join(lines))]
     plan = rescaled_grid(state, site.function.name, lambda grid: f"cdiv({grid}, {width})")
     return _apply(data, edits), plan
@@ -175,7 +179,7 @@ def unpacked(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
              packing: Packing) -> tuple[str, LaunchPlan]:
     """(source, plan) of the naive form of a kernel in the vector form: its element loop, one element per
     thread, the grid as it was."""
-    found, init, guard = vector_form(parsed, function, packing)
+    found, init, kind, guard = vector_form(parsed, function, packing)
     if found != index:
         raise NotApplicable(f"{function.name}: the element index is '{found}'")
     alternative = guard.child_by_field_name("alternative")
@@ -192,24 +196,29 @@ def unpacked(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
             end = subscript.child_by_field_name("indices").end_byte - body.start_byte
             text = text[:start] + f"[{index}]" + text[end:]
     text = reindent(text, len(indentation(parsed.data, body.start_byte)), indent)[len(indent):]
-    edits = [(init.start_byte, init.end_byte, SERIAL_INDEX),
+    edits = [(init.start_byte, init.end_byte, dict(INDEXES)[kind]),
              (guard.start_byte, guard.end_byte, f"if ({index} < {bound[1]}) {text}")]
     plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "cdiv(", f", {packing.width})"))
     return _apply(parsed.data, edits), plan
 
 
-def vector_form(parsed: cp.ParsedSource, function: cp.Function, packing: Packing) -> tuple[str, Node, Node]:
-    """(index, its initializer, the vector guard) of a kernel in the form `packed` writes."""
+def vector_form(parsed: cp.ParsedSource, function: cp.Function, packing: Packing) -> tuple[str, Node, str, Node]:
+    """(index, its initializer, its type, the vector guard) of a kernel in the form `packed` writes."""
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         raise NotApplicable(f"{function.name} is not a kernel")
-    _, init, index = index_declaration(parsed, body, vector_index(packing))
-    for statement in body.named_children:
-        condition = statement.child_by_field_name("condition") if statement.type == "if_statement" else None
-        if condition is not None and squash(parsed.text(condition)).startswith(
-                f"({index} + {packing.width - 1} <") and statement.child_by_field_name("alternative") is not None:
-            return index, init, statement
-    raise NotApplicable(f"{function.name} has no vector guard")
+    for kind, _ in INDEXES:
+        try:
+            _, init, index = index_declaration(parsed, body, vector_index(packing, kind), kind)
+        except NotApplicable:
+            continue
+        for statement in body.named_children:
+            condition = statement.child_by_field_name("condition") if statement.type == "if_statement" else None
+            if condition is not None and squash(parsed.text(condition)).startswith(
+                    f"({index} + {packing.width - 1} <") and statement.child_by_field_name("alternative") is not None:
+                return index, init, kind, statement
+        raise NotApplicable(f"{function.name} has no vector guard")
+    raise NotApplicable(f"{function.name} has no vector index `int i = ({SERIAL_INDEX}) * {packing.width};`")
 
 
 def evaluation_order(subscript: Node) -> int:
@@ -249,11 +258,13 @@ class PackedElementwise(Transform):
                 for function, form in readable(parsed, lambda f: vector_form(parsed, f, self.packing))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200])
                 for function, site in readable(parsed, lambda f: serial_site(state, parsed, f, self.packing))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
         site = serial_site(state, parsed, kernel(parsed, anchor), self.packing)
         if site.index != anchor.key:

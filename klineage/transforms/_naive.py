@@ -17,11 +17,12 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import ArgKind, Launch, LaunchPlan
+from klineage.transforms._canonical import NARROW, WIDE, canonical_index
 from klineage.transforms._edit import indentation, is_written, operator, reindent, unparen
 from klineage.transforms.base import Anchor, NotApplicable, with_plan
 
-SERIAL_INDEX = "blockIdx.x * blockDim.x + threadIdx.x"  # one thread per element or row
-INDEXES = (("int", SERIAL_INDEX), ("long long", f"(long long){SERIAL_INDEX}"))  # (type, initializer)
+SERIAL_INDEX = canonical_index(NARROW)  # one thread per element or row
+INDEXES = ((NARROW, SERIAL_INDEX), (WIDE, canonical_index(WIDE)))  # (type, initializer)
 # what an element's work may not hold: a loop, a barrier or collective, an early exit, a thread coordinate
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"
                         r"__activemask|__match\w*|__reduce\w*|asm|goto|break|return|for|while|do|threadIdx|blockIdx|"
@@ -143,7 +144,7 @@ def unwrapped(grid: str, before: str, after: str) -> str:
     return grid[len(before):-len(after)]
 
 
-def _declared_index(parsed: cp.ParsedSource, body: Node) -> tuple[Node, Node, str, str]:
+def declared_index(parsed: cp.ParsedSource, body: Node) -> tuple[Node, Node, str, str]:
     """(declaration, initializer, type, name) of the thread's element index, not `const`."""
     for kind, value in INDEXES:
         try:
@@ -166,7 +167,7 @@ def element_work(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
     body = function.node.child_by_field_name("body")
     if "gridDim" in parsed.text(body):
         raise NotApplicable(f"{function.name} names gridDim already")
-    declaration, init, kind, index = _declared_index(parsed, body)
+    declaration, init, kind, index = declared_index(parsed, body)
     listed = statements(body)
     at = listed.index(declaration)
     if at + 1 >= len(listed) or listed[at + 1].type != "if_statement":

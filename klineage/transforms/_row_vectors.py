@@ -87,7 +87,7 @@ def read_pass(parsed: cp.ParsedSource, body: Node, column: str, cached: tuple[st
         written = is_written(node)
         if written and not _plain_store(node, body):
             raise NotApplicable(f"a pass writes {array} other than by one `{array}[...] = ...;` that always runs")
-        found.append(Access(through_ldg.get(node.id, node), array, _offset(indices, column, array), written,
+        found.append(Access(through_ldg.get(node.id, node), array, offset_of(indices, column, array), written,
                             node.id in through_ldg))
     for array in {a.array for a in found if a.written}:
         if len([a for a in found if a.array == array]) != 1 or len(re.findall(rf"\b{array}\b", text)) != 1:
@@ -95,7 +95,7 @@ def read_pass(parsed: cp.ParsedSource, body: Node, column: str, cached: tuple[st
     return Pass(body, column, tuple(found))
 
 
-def _offset(indices: str, index: str, array: str) -> str:
+def offset_of(indices: str, index: str, array: str) -> str:
     """X of `X + j` ("" for `j`); NotApplicable for any other index that uses j."""
     if indices == index:
         return ""

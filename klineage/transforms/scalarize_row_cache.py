@@ -132,15 +132,16 @@ class ScalarizeRowCache(Transform):
 
 def _flag(parsed: cp.ParsedSource, function: cp.Function) -> Node | None:
     body = function.node.child_by_field_name("body")
-    return next((node for node in (body.named_children if body is not None else ()) if node.type == "declaration"
-                 and squash(parsed.text(node)).startswith(f"const bool {FLAG} =")), None)
+    return next((node for node in (cp.nodes_of_type(body, "declaration") if body is not None else ())
+                 if squash(parsed.text(node)).startswith(f"const bool {FLAG} =")), None)
 
 
 def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Site:
     """The kernel's row cache and its passes, or NotApplicable saying why the forward may not vectorize them."""
     body = function.node.child_by_field_name("body")
-    declaration = next((node for node in (body.named_children if body is not None else ())
-                        if node.type == "declaration" and _CACHE.match(squash(parsed.text(node)))), None)
+    # the cache may sit in a block (`if (row < rows) { ... }`) as well as in the kernel's body
+    declaration = next((node for node in (cp.nodes_of_type(body, "declaration") if body is not None else ())
+                        if _CACHE.match(squash(parsed.text(node)))), None)
     if not function.is_kernel or declaration is None:
         raise NotApplicable(f"{function.name} keeps no canonical row_cache")
     if _OWN_NAMES.search(parsed.text(function.node)):
@@ -156,7 +157,7 @@ def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) ->
     bounds = {cached.bound for cached in passes}
     if len(bounds) != 1:
         raise NotApplicable("the passes over the cache have different bounds")
-    available = _available(parsed, function, body, declaration.start_byte)
+    available = _available(parsed, function, body, declaration)
     floats = rv.float_pointers(parsed, function)
     for access in (access for cached in passes for access in cached.step.accesses):
         if access.array not in floats:
@@ -191,15 +192,20 @@ def _pass(parsed: cp.ParsedSource, node: Node, size: int) -> CachePass:
     return CachePass(node, bound, column[2], rv.read_pass(parsed, block, column[1], cached=(KEY, "cache_t")))
 
 
-def _available(parsed: cp.ParsedSource, function: cp.Function, body: Node, before: int) -> set[str]:
-    """Names the kernel fixes before `before` and never assigns: its parameters and the body's own declarations."""
+def _available(parsed: cp.ParsedSource, function: cp.Function, body: Node, cache: Node) -> set[str]:
+    """Names the kernel fixes before the cache's declaration and never assigns: its parameters and what the blocks
+    around the cache declare before it."""
     names = {name for name, _, _ in parameters(parsed, function)}
-    for node in body.named_children:
-        if node.type == "declaration" and node.end_byte <= before:
+    block = cache.parent
+    while block is not None and block.start_byte >= body.start_byte:
+        for node in block.named_children:
+            if node.type != "declaration" or node.end_byte > cache.start_byte:
+                continue
             for declarator in node.children_by_field_name("declarator"):
                 while declarator.child_by_field_name("declarator") is not None:
                     declarator = declarator.child_by_field_name("declarator")
                 names.add(parsed.text(declarator))
+        block = block.parent
     for change in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
         target = change.child_by_field_name("left") or change.child_by_field_name("argument")
         names.discard(squash(parsed.text(target)).strip("()") if target is not None else "")

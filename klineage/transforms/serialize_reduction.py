@@ -27,9 +27,11 @@ row index is the only use of threadIdx; no shared memory, barrier, atomic, shuff
 directly in the kernel's body (or in an `if` there) and its body only declares locals, stores
 `a[...j...] = e` to an array, or updates one of its accumulators (or is an arg reduction: the one `if` after
 its declarations, a strict compare, the value and the loop index taken together); a sum accumulator starts at zero
-(the 32 partial sums each start from it); an accumulator is updated in one loop only; and an array
-the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry
-equal values, and no lane reads what another wrote). Anything else: no site.
+(the 32 partial sums each start from it); an accumulator is updated in one loop only, and outside it only
+after it (`mean /= n`: every lane then holds the combined value); and an array the kernel writes is never
+read (32 lanes now run the code outside the loops: their stores carry equal values, and no lane reads what
+another wrote). Anything else: no site. The row index may be spelled any way `_canonical.py` reads as
+`int row = blockIdx.x * blockDim.x + threadIdx.x;`.
 
 Anchor: the kernel, kind "function", key the row variable.
 """
@@ -47,6 +49,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
 from klineage.transforms._arg_reduction import ArgBest, arg_best, is_pair_butterfly, pair_butterfly
+from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import Edit, indentation, own_lines, splice
 from klineage.transforms._naive import (
     SERIAL_INDEX,
@@ -131,6 +134,7 @@ class SerializeReduction(Transform):
         return [Anchor(f.name, "function", row, parsed.text(f.node)[:200]) for f, row in self._warp_kernels(parsed)]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
         anchors = []
         for function in cp.functions(parsed):
@@ -144,6 +148,7 @@ class SerializeReduction(Transform):
     # -- forward --------------------------------------------------------------------------------
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         site = self._serial_site(state, parsed, function)
@@ -393,7 +398,7 @@ def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) 
 
 def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop]) -> dict[str, str]:
     """Each accumulator: a local of a shuffle type declared in the kernel body, a sum's from zero, assigned
-    nowhere but in its loop."""
+    nowhere before its loop but in it."""
     declared = {}
     for statement in cp.nodes_of_type(body, "declaration"):
         kind = statement.child_by_field_name("type")
@@ -411,8 +416,10 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
             assigned = [a for a in cp.nodes_of_type(body, "assignment_expression", "update_expression")
                         if re.fullmatch(rf"\(*{acc.name}\)*", parsed.text(a.child_by_field_name("left")
                                                                           or a.child_by_field_name("argument")))]
-            if any(not _inside(a, loop.node) for a in assigned):
-                raise NotApplicable(f"'{acc.name}' is assigned outside its loop")
+            # after its loop and the butterfly every lane holds the combined value, so a later update (`mean /=
+            # n`) is the same in all 32; before the loop it would be counted once a lane
+            if any(not _inside(a, loop.node) and a.start_byte < loop.node.end_byte for a in assigned):
+                raise NotApplicable(f"'{acc.name}' is assigned before its loop")
     return {name: kind for name, (kind, _) in declared.items()}
 
 

@@ -11,11 +11,12 @@ stays correct. CACHE is the carrier value `row_cache` (64 by default: 2048 colum
 Backward drops the array and puts each loop back from its `else` branch.
 
 Legality (forward_sites), conservative: `a` is a `const float*` (parameter or local) that the kernel never
-moves, read in each strided loop only as `a[j]` of that loop's index (or `__ldg(&a[j])`, which becomes the
-register read whole: no other address of the row is taken); the loops sit in one block (the
-first, which loads, runs whenever a later one does) and share one bound; their bodies assign neither their
-index nor the bound; the kernel names no `row_cache` or `cache_t` of its own; the launch passes no buffer
-twice (no store can reach the cached row).
+moves, read in each strided loop only as `a[j]` of that loop's index, or `a[X + j]` with one X in every pass
+whose names the kernel never assigns (`x[row * n + j]`: the row is the same in every pass), or through
+`__ldg(&...)`, which becomes the register read whole: no other address of the row is taken; the loops sit in
+one block (the first, which loads, runs whenever a later one does) and share one bound; their bodies assign
+neither their index nor the bound; the kernel names no `row_cache` or `cache_t` of its own; the launch passes
+no buffer twice (no store can reach the cached row).
 
 Anchor: the kernel, kind "function", key the cached pointer.
 
@@ -38,6 +39,7 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import _register_cache as rc
+from klineage.transforms import _row_vectors as rv
 from klineage.transforms import register
 from klineage.transforms._edit import Edit, indentation, ldg_calls, operator, outer_parens, own_lines, reindent, splice
 from klineage.transforms._naive import kernel, launches_of, squash
@@ -53,6 +55,7 @@ _CACHE_DECLARATION = re.compile(r"^float row_cache\[(\d+)\];$")
 class Pass:
     node: Node
     index: str
+    offset: str  # X of the pass's reads `a[X + j]`, "" for `a[j]`
 
 
 class UncacheRow(Transform):
@@ -167,8 +170,9 @@ def _holding(parsed: cp.ParsedSource, anchor: Anchor) -> Node:
 
 
 def _cache_declaration(parsed: cp.ParsedSource, body: Node) -> Node | None:
-    return next((s for s in body.named_children if s.type == "declaration"
-                 and _CACHE_DECLARATION.match(squash(parsed.text(s)))), None)
+    """The forward's `float row_cache[N];`, in the body or a block of it (`if (row < rows) { ... }`)."""
+    return next((s for s in cp.nodes_of_type(body, "declaration")
+                 if _CACHE_DECLARATION.match(squash(parsed.text(s)))), None)
 
 
 def _const_float_pointers(parsed: cp.ParsedSource, function: cp.Function) -> list[str]:
@@ -192,23 +196,29 @@ def _passes(parsed: cp.ParsedSource, body: Node, pointer: str) -> tuple[list[Pas
         index, bound = match.groups()
         uses = len(re.findall(rf"\b{pointer}\b", loop_text))
         reads = [s for s in cp.nodes_of_type(node.child_by_field_name("body"), "subscript_expression")
-                 if parsed.text(s.child_by_field_name("argument")) == pointer
-                 and squash(parsed.text(s.child_by_field_name("indices"))) in (f"[{index}]", index)]
+                 if parsed.text(s.child_by_field_name("argument")) == pointer]
         if uses != len(reads):
-            raise NotApplicable(f"a pass uses {pointer} other than as {pointer}[{index}]")
+            raise NotApplicable(f"a pass uses {pointer} other than as {pointer}[{index}] or {pointer}[X + {index}]")
+        offsets = {rv.offset_of(squash(parsed.text(s.child_by_field_name("indices"))).strip("[]").strip(), index,
+                                pointer) for s in reads}
+        if len(offsets) != 1:
+            raise NotApplicable(f"a pass reads {pointer} at two offsets: {' and '.join(sorted(offsets))}")
         _reads(parsed, node.child_by_field_name("body"), pointer)
         if re.search(rf"\b(?:{index}|{re.escape(bound)})\s*(?:[-+*/]?=[^=]|\+\+|--)", loop_text):
             raise NotApplicable("a pass assigns its index or bound")
-        passes.append(Pass(node, index))
+        passes.append(Pass(node, index, offsets.pop()))
         bounds.add(bound)
     if len(passes) < 2:
         raise NotApplicable(f"{pointer} is read in fewer than two passes")
     if len({step.node.parent.id for step in passes}) != 1:
         raise NotApplicable("the passes are not in one block: the first might not run")
+    if len({step.offset for step in passes}) != 1:
+        raise NotApplicable(f"the passes read {pointer} at different offsets: not one row")
+    fixed = {pointer} | set(re.findall(r"\b[A-Za-z_]\w*\b", passes[0].offset))
     for change in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
         target = change.child_by_field_name("left") or change.child_by_field_name("argument")
-        if target is not None and squash(parsed.text(target)).strip("()") == pointer:
-            raise NotApplicable(f"the kernel moves {pointer} between passes")
+        if target is not None and squash(parsed.text(target)).strip("()") in fixed:
+            raise NotApplicable(f"the kernel moves {pointer}'s row ({squash(parsed.text(target))}) between passes")
     if len(bounds) != 1:
         raise NotApplicable("the passes have different bounds")
     return passes, bounds.pop()
@@ -246,7 +256,8 @@ def _cached(parsed: cp.ParsedSource, step: Pass, pointer: str, bound: str, inden
              f"        const int {step.index} = {LANE} + {WARP} * cache_t;",
              f"        if ({step.index} < {bound}) {{"]
     head = "\n".join(indent + line for line in lines)[len(indent):]
-    loaded = f"{inner}row_cache[cache_t] = {pointer}[{step.index}];\n" if load else ""
+    at = f"{step.offset} + {step.index}" if step.offset else step.index
+    loaded = f"{inner}row_cache[cache_t] = {pointer}[{at}];\n" if load else ""
     original = reindent(parsed.text(step.node), len(indent), indent + "    ")
     return (f"{head}\n{loaded}{rebodied}\n{indent}        }}\n{indent}    }}\n{indent}}} else {{\n{original}\n"
             f"{indent}}}")

@@ -40,6 +40,7 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
+from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, splice
 from klineage.transforms._naive import (
     INDEXES,
@@ -78,6 +79,7 @@ class UncoarsenGridStride(Transform):
         return found
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
         # this transform's own cards name `factor`; uncoarsen's (kin) name the factor they took away `old`
         named = self.carrier_values(carrier, "factor") + self.carrier_values(carrier, "old")
@@ -94,6 +96,7 @@ class UncoarsenGridStride(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         index, factor = _key(anchor)
+        state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
         site = element_work(state, parsed, kernel(parsed, anchor))
         if site.index != index:

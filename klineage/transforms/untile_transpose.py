@@ -33,6 +33,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import ArgKind, LaunchPlan
 from klineage.transforms import register
+from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, splice
 from klineage.transforms._naive import kernel, launches_of, parameters, squash
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform, with_plan
@@ -84,6 +85,7 @@ class UntileTranspose(Transform):
                 if f.is_kernel and _TILED.match(squash(parsed.text(f.node.child_by_field_name("body"))))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
         anchors = []
         for function in cp.functions(parsed):
@@ -95,6 +97,7 @@ class UntileTranspose(Transform):
         return anchors
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         copy = _naive_copy(state, parsed, function)

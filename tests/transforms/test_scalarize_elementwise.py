@@ -10,7 +10,7 @@ from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["scale", "gelu_mul"]
+CASES = ["scale", "scale_wide", "gelu_mul"]
 SITE = Anchor("kernel", "function", "i")
 
 

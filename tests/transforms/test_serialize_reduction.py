@@ -66,8 +66,8 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
 
 @pytest.mark.parametrize("body, why", [
     ("    float s = 1.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n", "zero"),
-    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    s += 1.0f;\n    y[row] = s;\n",
-     "outside"),
+    ("    float s = 0.0f;\n    s += 1.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n",
+     "before its loop"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row] = s; }\n", "index"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = y[row * n + j] * 2.0f;\n", "both stored"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s = s * 0.5f + x[row * n + j];\n", "reduction"),
@@ -90,7 +90,8 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j; y[row] = b;"), "no arg reduction"),
     (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j; } else { a = 0;"),
      "no arg reduction"),
-    (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j;") + "    a += 1;\n", "outside"),
+    ("    long long a = 0;\n    a += 1;\n" + ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j;")
+     .replace("    long long a = 0;\n", "", 1), "before its loop"),
     (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j;").replace("long long a", "short a"),
      "shuffle type"),
     ("    int pair_value = 0;\n" + ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j;"),
@@ -101,6 +102,20 @@ def test_no_site_where_it_would_not_be_legal(transform, body, why):
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, Anchor("kernel", "function", "row"))
+
+
+def test_an_accumulator_updated_after_its_loop_is_combined_first(transform, cache):
+    """`mean /= n` after the loop: the butterfly right after the loop leaves every lane the row's sum, so the
+    update and everything after it are the same in all 32 lanes."""
+    body = ("    float mean = 0.0f;\n    for (int j = 0; j < n; ++j) mean += x[row * n + j];\n    mean /= n;\n"
+            "    float squares = 0.0f;\n    for (int j = 0; j < n; ++j) {\n        float d = x[row * n + j] - mean;\n"
+            "        squares += d * d;\n    }\n    y[row] = squares / n;\n")
+    state = KernelState(source=HEAD + body + "}\n", plan=PLAN)
+    assert transform.forward_sites(state) == [Anchor("kernel", "function", "row")]
+    warp = transform.forward(state, Anchor("kernel", "function", "row")).state
+    butterfly = "for (int offset = 16; offset > 0; offset /= 2) mean += __shfl_xor_sync(0xffffffffu, mean, offset);"
+    assert warp.source.index(butterfly) < warp.source.index("mean /= n;")
+    compiles_without_spills(warp, cache)
 
 
 def test_no_site_when_a_warp_would_straddle_rows(transform):

@@ -1,0 +1,162 @@
+"""Canonical spellings of a naive kernel's thread index, so that the analysis forwards read a kernel however its
+author spelled that index.
+
+The forwards that place a mechanism on naive kernels (`_naive.py`) recognise one thread per element or row by one
+declaration, `int i = blockIdx.x * blockDim.x + threadIdx.x;` or its 64-bit form `long long i = (long long)
+blockIdx.x * blockDim.x + threadIdx.x;`. People write the same index many ways: the terms in another order
+(`threadIdx.x + blockIdx.x * blockDim.x`, `blockDim.x * blockIdx.x + ...`), in parentheses, `const`, with the
+widening cast on either factor or as `static_cast<int64_t>(...)`, declared `int32_t`, `int64_t`, `size_t`,
+`unsigned` or `auto`. `canonical` rewrites each such declaration to the canonical one before a forward reads the
+kernel, so the forward's output carries the canonical spelling.
+
+Each rewrite keeps the index's value for every launch on which the original does not overflow:
+- the order of a sum or product of integers, parentheses and `const` on a local never change a value;
+- a 64-bit index (signed or not, cast on either factor of the product) becomes `long long` with the cast on
+  `blockIdx.x`: the product is formed in 64 bits either way; a 64-bit declaration with no cast at all forms the
+  sum in 32 unsigned bits first, the same value wherever that sum does not wrap past 2^32 threads;
+- an unsigned index becomes a signed one of its width only where every use reads the value as a non-negative
+  number: a subscript, a comparison, a call argument or an initializer, reached from the index through `+`, `*`,
+  `/` and `%` only (no subtraction, negation, shift or bit operation, whose results differ between the two), and
+  the index is never assigned. Known limit, the one of every naive `int` kernel: a 32-bit product of the index
+  past INT_MAX, which unsigned arithmetic would wrap at 2^32 instead.
+Anything else is left as written, and the forwards find no site there, as before.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms._edit import call_arguments, cast_name, is_written, operator, splice, unparen
+
+NARROW, WIDE = "int", "long long"
+_SIGNED = {"int": NARROW, "signed": NARROW, "signed int": NARROW, "int32_t": NARROW,
+           "long long": WIDE, "long long int": WIDE, "signed long long": WIDE, "long": WIDE, "long int": WIDE,
+           "int64_t": WIDE, "ptrdiff_t": WIDE}
+_UNSIGNED = {"unsigned": NARROW, "unsigned int": NARROW, "uint32_t": NARROW,
+             "size_t": WIDE, "unsigned long long": WIDE, "unsigned long": WIDE, "uint64_t": WIDE}
+_WIDE_CASTS = frozenset(t for t, width in {**_SIGNED, **_UNSIGNED}.items() if width == WIDE)
+_VALUE_PRESERVING = frozenset({"+", "*", "/", "%"})  # on non-negative operands, signed and unsigned agree
+_READS = frozenset({"subscript_argument_list", "subscript_expression", "argument_list", "init_declarator"})
+_COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+
+
+def canonical(state: KernelState) -> KernelState:
+    """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
+    it (the same state when there is none)."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for function in cp.functions(parsed):
+        body = function.node.child_by_field_name("body")
+        if not function.is_kernel or body is None:
+            continue
+        for statement in body.named_children:
+            replacement = _canonical_declaration(parsed, body, statement)
+            if replacement is not None:
+                edits.append((statement.start_byte, statement.end_byte, replacement))
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _canonical_declaration(parsed: cp.ParsedSource, body: Node, statement: Node) -> str | None:
+    if statement.type != "declaration":
+        return None
+    declarators = statement.children_by_field_name("declarator")
+    declared = statement.child_by_field_name("type")
+    if len(declarators) != 1 or declarators[0].type != "init_declarator" or declared is None:
+        return None
+    name_node, init = declarators[0].child_by_field_name("declarator"), declarators[0].child_by_field_name("value")
+    if name_node is None or name_node.type != "identifier" or init is None:
+        return None
+    name, kind = parsed.text(name_node), " ".join(parsed.text(declared).split())
+    found = _index_width(parsed, init)
+    if found is None:
+        return None
+    width, axis = found
+    if kind == "auto":  # deduced from the initializer: unsigned int, or the widening cast's type
+        kind = "unsigned" if width == NARROW else _cast_type(parsed, init)
+    if kind in _SIGNED:
+        target = _SIGNED[kind]
+    elif kind in _UNSIGNED and _read_as_non_negative(parsed, body, statement, name):
+        target = _UNSIGNED[kind]
+    else:
+        return None
+    if target == NARROW and width == WIDE:
+        return None  # a 64-bit product narrowed into 32 bits: kept as written
+    text = f"{target} {name} = {canonical_index(target, axis)};"
+    return None if " ".join(parsed.text(statement).split()) == text else text
+
+
+def canonical_index(width: str, axis: str = "x") -> str:
+    """The canonical global index along one axis, formed in 32 bits (NARROW) or 64 (WIDE)."""
+    widen = "(long long)" if width == WIDE else ""
+    return f"{widen}blockIdx.{axis} * blockDim.{axis} + threadIdx.{axis}"
+
+
+def _index_width(parsed: cp.ParsedSource, init: Node) -> tuple[str, str] | None:
+    """(NARROW or WIDE, the axis) when `init` is blockIdx.a * blockDim.a + threadIdx.a in any order and
+    parentheses along one axis a, WIDE when a 64-bit cast widens a factor of the product; else None."""
+    total = unparen(init)
+    if total.type != "binary_expression" or operator(total) != "+":
+        return None
+    terms = [unparen(total.child_by_field_name(side)) for side in ("left", "right")]
+    products = [t for t in terms if t.type == "binary_expression" and operator(t) == "*"]
+    thread = _coordinate(parsed, terms[1 - terms.index(products[0])]) if len(products) == 1 else None
+    if thread is None or thread[1] or not thread[0].startswith("threadIdx."):
+        return None
+    axis = thread[0][-1]
+    factors = [_coordinate(parsed, unparen(products[0].child_by_field_name(side))) for side in ("left", "right")]
+    if None in factors or sorted(f[0] for f in factors) != [f"blockDim.{axis}", f"blockIdx.{axis}"]:
+        return None
+    return WIDE if any(widened for _, widened in factors) else NARROW, axis
+
+
+def _coordinate(parsed: cp.ParsedSource, node: Node) -> tuple[str, bool] | None:
+    """(`blockIdx.x`-like name, whether a 64-bit cast widens it) for a coordinate, cast or not; else None."""
+    widened = False
+    if node.type == "cast_expression":
+        widened = " ".join(parsed.text(node.child_by_field_name("type")).split()) in _WIDE_CASTS
+        node = unparen(node.child_by_field_name("value"))
+        if not widened:
+            return None
+    elif node.type == "call_expression" and cast_name(node) == "static_cast":
+        arguments = node.child_by_field_name("function").child_by_field_name("arguments")
+        if arguments is None or " ".join(parsed.text(arguments).strip("<>").split()) not in _WIDE_CASTS:
+            return None
+        widened, node = True, unparen(call_arguments(node)[0])
+    text = "".join(parsed.text(node).split())
+    return (text, widened) if re.fullmatch(r"(?:blockIdx|blockDim|threadIdx)\.[xyz]", text) else None
+
+
+def _cast_type(parsed: cp.ParsedSource, init: Node) -> str:
+    for node in cp.nodes_of_type(init, "type_descriptor"):
+        return " ".join(parsed.text(node).split())
+    return ""
+
+
+def _read_as_non_negative(parsed: cp.ParsedSource, body: Node, declaration: Node, name: str) -> bool:
+    """Every use of `name` after its declaration reads it, through +, *, / and % only, where signed and unsigned
+    arithmetic give one value: a subscript, a comparison, a call argument or an initializer; it is never
+    assigned."""
+    for use in cp.nodes_of_type(body, "identifier"):
+        if parsed.text(use) != name or use.start_byte < declaration.end_byte:
+            continue
+        if is_written(use):
+            return False
+        node = use
+        while True:
+            parent = node.parent
+            if parent.type in ("parenthesized_expression", "cast_expression"):
+                node = parent
+            elif parent.type == "binary_expression" and operator(parent) in _VALUE_PRESERVING and (
+                    operator(parent) in ("+", "*") or parent.child_by_field_name("left") == node):
+                node = parent
+            elif parent.type == "binary_expression" and operator(parent) in _COMPARISONS or parent.type in _READS:
+                break
+            else:
+                return False
+    return True

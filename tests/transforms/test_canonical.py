@@ -1,0 +1,112 @@
+"""The canonical thread index (klineage/transforms/_canonical.py): every equivalent spelling of a naive kernel's
+index reads as the canonical one, so each analysis forward finds the same site and writes the same kernel
+however the index was spelled; spellings whose value could differ are left as written."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from klineage.kernel import KernelState
+from klineage.transforms import get
+from klineage.transforms._canonical import canonical
+from tests.transforms.golden import HERE, compiles_without_spills, load, plan_of
+
+PLAN = plan_of('"x", "y", { scalar = "n", type = "i32" }')
+NARROW = "int i = blockIdx.x * blockDim.x + threadIdx.x;"
+WIDE = "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"
+
+
+def _index_line(declaration: str, use: str = "if (i < n) y[i] = x[i] * 2.0f;") -> str:
+    state = KernelState(source=f"__global__ void kernel(const float* x, float* y, int n) {{\n    {declaration}\n"
+                               f"    {use}\n}}\n", plan=PLAN)
+    return canonical(state).source.splitlines()[1].strip()
+
+
+@pytest.mark.parametrize("spelled, canonical_line", [
+    ("int i = threadIdx.x + blockIdx.x * blockDim.x;", NARROW),
+    ("int i = blockDim.x * blockIdx.x + threadIdx.x;", NARROW),
+    ("const int i = (blockIdx.x * blockDim.x) + threadIdx.x;", NARROW),
+    ("int32_t i = threadIdx.x + (blockDim.x * blockIdx.x);", NARROW),
+    ("unsigned i = blockIdx.x * blockDim.x + threadIdx.x;", NARROW),
+    ("auto i = threadIdx.x + blockIdx.x * blockDim.x;", NARROW),
+    ("size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;", WIDE),
+    ("size_t i = blockIdx.x * blockDim.x + threadIdx.x;", WIDE),
+    ("const int64_t i = static_cast<int64_t>(blockDim.x) * blockIdx.x + threadIdx.x;", WIDE),
+    ("long i = blockIdx.x * (long)blockDim.x + threadIdx.x;", WIDE),
+    ("auto i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;", WIDE),
+])
+def test_equivalent_spellings_become_the_canonical_index(spelled, canonical_line):
+    assert _index_line(spelled) == canonical_line
+
+
+@pytest.mark.parametrize("spelled, use", [
+    # an unsigned index read where signed arithmetic gives another value: left as written
+    ("unsigned i = blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[i - 1];"),
+    ("size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[(i >> 1)];"),
+    ("unsigned i = blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) { i += 1; y[i] = x[i]; }"),
+    ("auto i = blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[n / 2 % i];"),
+    # a 64-bit product narrowed into 32 bits, mixed axes, a term too many or a stride that is no block's width
+    ("int i = (long long)blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[i];"),
+    ("int i = blockIdx.y * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[i];"),
+    ("int i = blockIdx.x * blockDim.x + threadIdx.x + 1;", "if (i < n) y[i] = x[i];"),
+    ("int i = blockIdx.x * 256 + threadIdx.x;", "if (i < n) y[i] = x[i];"),
+    ("float i = blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[0] = x[0];"),
+])
+def test_spellings_that_could_mean_another_value_are_left_alone(spelled, use):
+    assert _index_line(spelled, use) == spelled
+
+
+def test_a_kernel_already_canonical_is_the_same_state():
+    state = load(HERE / "scalarize_elementwise" / "scale", "after", "kernel")
+    assert canonical(state) is state
+
+
+def _respelled(state: KernelState, spellings: dict[str, str]) -> KernelState:
+    source = state.source
+    for canonical_init, spelled in spellings.items():
+        source, count = re.subn(rf"(?:int|long long) (\w+) = {re.escape(canonical_init)};",
+                                lambda m: spelled.format(m[1]), source)
+        assert count, (canonical_init, state.source)
+    return KernelState(source=source, plan=state.plan)
+
+
+X = "blockIdx.x * blockDim.x + threadIdx.x"
+X_WIDE = "(long long)blockIdx.x * blockDim.x + threadIdx.x"
+Y = "blockIdx.y * blockDim.y + threadIdx.y"
+SPELLINGS = {
+    "order": {X: "int {} = threadIdx.x + blockIdx.x * blockDim.x;", X_WIDE: "int64_t {} = threadIdx.x + "
+              "blockIdx.x * (long long)blockDim.x;", Y: "int {} = threadIdx.y + blockDim.y * blockIdx.y;"},
+    "qualified": {X: "const unsigned {} = blockDim.x * blockIdx.x + threadIdx.x;",
+                  X_WIDE: "const size_t {} = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;",
+                  Y: "const auto {} = (blockIdx.y * blockDim.y) + threadIdx.y;"},
+}
+# (transform, its naive golden, the canonical indexes it declares), one per analysis forward that reads the index
+NAIVE = [("serialize_reduction", "serialize_reduction/softmax", (X,)),
+         ("serialize_reduction", "serialize_reduction/argmax", (X,)),
+         ("scalarize_elementwise", "scalarize_elementwise/scale", (X,)),
+         ("scalarize_elementwise", "scalarize_elementwise/scale_wide", (X_WIDE,)),
+         ("scalarize_half_packs", "scalarize_half_packs/axpy_half", (X,)),
+         ("uncoarsen_grid_stride", "uncoarsen_grid_stride/leaky_relu", (X,)),
+         ("scalarize_row_gather", "scalarize_row_gather/embedding_float", (X_WIDE,)),
+         ("untile_transpose", "untile_transpose/float", (X, Y))]
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+@pytest.mark.parametrize("name, folder, indexes", NAIVE, ids=[f"{n}-{f.split('/')[1]}" for n, f, _ in NAIVE])
+def test_each_forward_writes_the_same_kernel_from_a_respelled_index(name, folder, indexes, spelling):
+    transform, naive = get(name), load(HERE / folder, "after", "kernel")
+    respelled = _respelled(naive, {index: SPELLINGS[spelling][index] for index in indexes})
+    assert respelled.source != naive.source
+    sites = transform.forward_sites(naive)
+    assert sites and transform.forward_sites(respelled) == sites
+    for site in sites:
+        assert transform.forward(respelled, site).state == transform.forward(naive, site).state
+
+
+def test_the_wide_vector_form_compiles_and_steps_its_tail_in_64_bits(cache):
+    vector = load(HERE / "scalarize_elementwise" / "scale_wide", "before", "kernel")
+    assert "long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;" in vector.source
+    assert "for (long long e = i; e < n && e < i + 4; ++e)" in vector.source
+    compiles_without_spills(vector, cache)
