@@ -29,6 +29,7 @@ from klineage.transforms._naive import (
     INDEXES,
     SERIAL_INDEX,
     declared_index,
+    if_form,
     index_declaration,
     kernel,
     launches_of,
@@ -258,13 +259,13 @@ class PackedElementwise(Transform):
                 for function, form in readable(parsed, lambda f: vector_form(parsed, f, self.packing))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = canonical(state)  # the index as the naive forms spell it
+        state = if_form(canonical(state))  # the index and the guard as the naive form spells them
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200])
                 for function, site in readable(parsed, lambda f: serial_site(state, parsed, f, self.packing))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = canonical(state)  # the index as the naive forms spell it
+        state = if_form(canonical(state))  # the index and the guard as the naive form spells them
         parsed = cp.parse(state.source)
         site = serial_site(state, parsed, kernel(parsed, anchor), self.packing)
         if site.index != anchor.key:

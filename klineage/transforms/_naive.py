@@ -18,7 +18,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import ArgKind, Launch, LaunchPlan
 from klineage.transforms._canonical import NARROW, WIDE, canonical_index
-from klineage.transforms._edit import indentation, is_written, operator, reindent, unparen
+from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
 from klineage.transforms.base import Anchor, NotApplicable, with_plan
 
 SERIAL_INDEX = canonical_index(NARROW)  # one thread per element or row
@@ -205,6 +205,22 @@ def element_work(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
     end = work_nodes[-1].end_byte
     return ElementWork(function, kind, index, parsed.text(init), init, parsed.text(bound), declaration.start_byte,
                        end, work, tuple(work_nodes))
+
+
+def if_form(state: KernelState) -> KernelState:
+    """`state` with each elementwise kernel in the `return` form (`if (i >= n) return;` and the element's work
+    after it) rewritten to the `if` form (`if (i < n) { the work }`), which computes the same: the work is the
+    rest of the kernel. The same state when no kernel is in the `return` form."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for _, work in readable(parsed, lambda f: element_work(state, parsed, f)):
+        guard = work.nodes[0].prev_named_sibling  # of the `if` form's work: the if's own condition
+        if guard is None or guard.type != "if_statement":
+            continue
+        edits.append((guard.start_byte, work.end, f"if ({work.index} < {work.bound}) {work.work}"))
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
 
 
 def _simple(bound: Node) -> bool:

@@ -5,6 +5,7 @@ however the index was spelled; spellings whose value could differ are left as wr
 from __future__ import annotations
 
 import re
+import textwrap
 
 import pytest
 
@@ -109,4 +110,26 @@ def test_the_wide_vector_form_compiles_and_steps_its_tail_in_64_bits(cache):
     vector = load(HERE / "scalarize_elementwise" / "scale_wide", "before", "kernel")
     assert "long long i = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;" in vector.source
     assert "for (long long e = i; e < n && e < i + 4; ++e)" in vector.source
+    compiles_without_spills(vector, cache)
+
+
+@pytest.mark.parametrize("name, folder", [("scalarize_elementwise", "scale"), ("scalarize_elementwise", "gelu_mul"),
+                                          ("scalarize_half_packs", "axpy_half")])
+def test_the_packed_forwards_read_the_return_form_as_the_if_form(name, folder, cache):
+    """`if (i >= n) return;` and the work after it is `if (i < n) { work }` to the packed forwards: the same site
+    and the same vector kernel, which compiles."""
+    naive = load(HERE / name / folder, "after", "kernel")
+    guard = re.search(r"\n( +)if \(i < n\) (.*)\n}\n$", naive.source, re.S)
+    assert guard, naive.source
+    indent, work = guard[1], guard[2].strip()
+    work = textwrap.indent(textwrap.dedent(work[1:-1].rstrip().strip("\n")) if work.startswith("{") else work, indent)
+    head = naive.source[:guard.start()]
+    returning = KernelState(source=f"{head}\n{indent}if (i >= n) return;\n{work}\n}}\n", plan=naive.plan)
+    blocked = KernelState(source=f"{head}\n{indent}if (i < n) {{\n{re.sub('(?m)^', '    ', work)}\n{indent}}}\n}}\n",
+                          plan=naive.plan)
+    transform = get(name)
+    sites = transform.forward_sites(blocked)
+    assert sites and transform.forward_sites(returning) == sites
+    vector = transform.forward(returning, sites[0]).state
+    assert vector == transform.forward(blocked, sites[0]).state
     compiles_without_spills(vector, cache)
