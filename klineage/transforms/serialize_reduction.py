@@ -50,7 +50,7 @@ from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
 from klineage.transforms._arg_reduction import ArgBest, arg_best, is_pair_butterfly, pair_butterfly
 from klineage.transforms._canonical import canonical
-from klineage.transforms._edit import Edit, indentation, own_lines, splice
+from klineage.transforms._edit import Edit, indentation, own_lines, splice, unparen
 from klineage.transforms._naive import (
     SERIAL_INDEX,
     index_declaration,
@@ -307,6 +307,7 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
             raise NotApplicable("a running sum stored where the loop index does not say")
         return RowLoop(node, index, (Accumulator(scan.accumulator, "+"),), scan)
     accumulators: dict[str, Accumulator] = {}
+    in_updates: dict[str, int] = {}  # how often each accumulator is named by its own updates
     for statement in statements(loop_body):
         if statement.type == "declaration":
             continue
@@ -323,11 +324,14 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
         accumulator = _reduction(parsed, left, operator, right)
         if accumulator is None:
             raise NotApplicable(f"not a reduction: `{squash(parsed.text(statement))}`")
+        if accumulators.get(accumulator.name, accumulator) != accumulator:
+            raise NotApplicable(f"'{accumulator.name}' is combined two ways in one loop")
         accumulators[accumulator.name] = accumulator
+        in_updates[accumulator.name] = in_updates.get(accumulator.name, 0) + len(
+            re.findall(rf"\b{accumulator.name}\b", parsed.text(statement)))
     text = parsed.text(loop_body)
     for name in accumulators:
-        uses = len(re.findall(rf"\b{name}\b", text))
-        if uses != 2 - (accumulators[name].combine == "+"):
+        if len(re.findall(rf"\b{name}\b", text)) != in_updates[name]:
             raise NotApplicable(f"'{name}' is read inside its loop beyond its own update")
     return RowLoop(node, index, tuple(accumulators.values()))
 
@@ -384,15 +388,37 @@ def _outer_loops(body: Node) -> list[Node]:
 
 
 def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) -> Accumulator | None:
+    """The accumulator an update combines into, as any of `acc += e`, `acc = acc + e`, `acc = e + acc`,
+    `acc = fmaf(a, b, acc)` (a sum), `acc = f(acc, e)` or `acc = f(e, acc)` for f of _COMBINE_CALLS; e never
+    naming acc. Else None."""
     if left.type != "identifier":
         return None
     name = parsed.text(left)
+
+    def bare(node: Node) -> bool:
+        return parsed.text(unparen(node)) == name
+
+    def free(node: Node) -> bool:
+        return not re.search(rf"\b{name}\b", parsed.text(node))
+
+    right = unparen(right)
     if operator == "+=":
-        return Accumulator(name, "+")
-    if operator == "=" and right.type == "call_expression" and cp.call_name(right) in _COMBINE_CALLS:
+        return Accumulator(name, "+")  # an e that names acc: the loop's count of uses refuses it
+    if operator != "=":
+        return None
+    if right.type == "binary_expression" and parsed.text(right.child_by_field_name("operator")) == "+":
+        terms = [right.child_by_field_name(side) for side in ("left", "right")]
+        if any(bare(t) for t in terms) and sum(free(t) for t in terms) == 1:
+            return Accumulator(name, "+")
+    if right.type == "call_expression":
         arguments = right.child_by_field_name("arguments").named_children
-        if len(arguments) == 2 and parsed.text(arguments[0]) == name:
-            return Accumulator(name, cp.call_name(right))
+        call = cp.call_name(right)
+        if call == "fmaf" and len(arguments) == 3 and bare(arguments[2]) and free(arguments[0]) and \
+                free(arguments[1]):
+            return Accumulator(name, "+")
+        if call in _COMBINE_CALLS and len(arguments) == 2 and any(bare(a) for a in arguments) and \
+                sum(free(a) for a in arguments) == 1:
+            return Accumulator(name, call)
     return None
 
 

@@ -71,6 +71,9 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row] = s; }\n", "index"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = y[row * n + j] * 2.0f;\n", "both stored"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s = s * 0.5f + x[row * n + j];\n", "reduction"),
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s = s + s * x[row * n + j];\n", "not a reduction"),
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; s = fmaxf(s, x[j]); }\n",
+     "combined two ways"),
     ("    for (int j = 1; j < n; ++j) y[row * n + j] = x[row * n + j];\n", "unit-step"),
     ("    for (int j = 0; j < n; ++j) for (int k = 0; k < n; ++k) y[row * n + j] = x[k];\n", "no store or reduction"),
     ("    __shared__ float t[32];\n    for (int j = 0; j < n; ++j) y[row * n + j] = x[j];\n", "shares memory"),
@@ -102,6 +105,22 @@ def test_no_site_where_it_would_not_be_legal(transform, body, why):
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, Anchor("kernel", "function", "row"))
+
+
+@pytest.mark.parametrize("update, combine", [
+    ("s = s + x[row * n + j];", "s += __shfl_xor_sync(0xffffffffu, s, offset)"),
+    ("s = x[row * n + j] + s;", "s += __shfl_xor_sync(0xffffffffu, s, offset)"),
+    ("s = fmaf(x[row * n + j], x[row * n + j], s);", "s += __shfl_xor_sync(0xffffffffu, s, offset)"),
+    ("s = fmaxf(x[row * n + j], s);", "s = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, offset))"),
+    ("s = min(s, x[row * n + j]);", "s = min(s, __shfl_xor_sync(0xffffffffu, s, offset))"),
+])
+def test_a_reduction_spelled_any_common_way_is_combined_by_its_operation(transform, update, combine):
+    start = "0.0f" if "+" in combine else "x[row * n]"
+    state = KernelState(source=HEAD + f"    float s = {start};\n    for (int j = 0; j < n; ++j) {update}\n"
+                                      "    y[row] = s;\n}\n", plan=PLAN)
+    assert transform.forward_sites(state) == [Anchor("kernel", "function", "row")]
+    assert f"for (int offset = 16; offset > 0; offset /= 2) {combine};" in \
+        transform.forward(state, Anchor("kernel", "function", "row")).state.source
 
 
 def test_an_accumulator_updated_after_its_loop_is_combined_first(transform, cache):
