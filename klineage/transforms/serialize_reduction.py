@@ -4,7 +4,8 @@ The mechanism (forward): a kernel with one thread per row (`int row = blockIdx.x
 threadIdx.x;`) that walks its row in sequential loops (`for (int j = 0; j < n; ++j)`) gets one warp per
 row instead: the row index becomes the global thread index / 32, each lane takes the columns
 j = lane, lane + 32, ... (the tail where n is no multiple of 32 is the loop's own bound), and every
-scalar a loop reduces into (`acc += e`, `acc = fmaxf(acc, e)`, `fminf`, `max`, `min`) is combined
+scalar a loop reduces into (a sum: `acc += e`, `acc = acc + e`, `acc = e + acc`, `acc = fmaf(a, b, acc)`;
+`acc = fmaxf(acc, e)` or `fmaxf(e, acc)`, `fminf`, `max`, `min`) is combined
 across the warp right after its loop by a butterfly of `__shfl_xor_sync`, which leaves every lane with
 the same value. A loop that is a running sum stored per column (`acc += e; y[...j...] = acc;`, a scan)
 goes over the row in chunks of 32 columns instead: each lane takes one, an inclusive `__shfl_up_sync`
