@@ -5,7 +5,7 @@ threadIdx.x;`) that walks its row in sequential loops (`for (int j = 0; j < n; +
 row instead: the row index becomes the global thread index / 32, each lane takes the columns
 j = lane, lane + 32, ... (the tail where n is no multiple of 32 is the loop's own bound), and every
 scalar a loop reduces into (a sum: `acc += e`, `acc = acc + e`, `acc = e + acc`, `acc = fmaf(a, b, acc)`;
-`acc = fmaxf(acc, e)` or `fmaxf(e, acc)`, `fminf`, `max`, `min`) is combined
+`acc = fmaxf(acc, e)` or `fmaxf(e, acc)`, `fminf`, `max`, `min`; `if (e > acc) acc = e;`, by `max`) is combined
 across the warp right after its loop by a butterfly of `__shfl_xor_sync`, which leaves every lane with
 the same value. A loop that is a running sum stored per column (`acc += e; y[...j...] = acc;`, a scan)
 goes over the row in chunks of 32 columns instead: each lane takes one, an inclusive `__shfl_up_sync`
@@ -297,9 +297,10 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     if arg is not None:
         return RowLoop(node, index, (Accumulator(arg.value, arg.compare), Accumulator(arg.index, "index")), arg=arg,
                        start=start)
-    if any(statement.type == "if_statement" for statement in statements(loop_body)):
+    if any(statement.type == "if_statement" and _kept_extreme(parsed, statement) is None
+           for statement in statements(loop_body)):
         raise NotApplicable("an `if` in a row loop that is no arg reduction (a strict compare that takes the value "
-                            "and the loop index together, alone in the loop)")
+                            "and the loop index together, alone in the loop) and no kept extreme (`if (e > m) m = e;`)")
     if start != "0":
         raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction may start later): `{header}`")
     scan = _scan(parsed, loop_body)
@@ -314,15 +315,18 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
             continue
         assignment = statement.named_children[0] if statement.type == "expression_statement" and \
             statement.named_children else None
-        if assignment is None or assignment.type != "assignment_expression":
+        if statement.type == "if_statement":
+            accumulator = _kept_extreme(parsed, statement)
+        elif assignment is None or assignment.type != "assignment_expression":
             raise NotApplicable(f"a loop statement that is no store or reduction: `{squash(parsed.text(statement))}`")
-        left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
-        operator = parsed.text(assignment.child_by_field_name("operator"))
-        if left.type == "subscript_expression" and operator == "=":
-            if not re.search(rf"\b{index}\b", parsed.text(left)):
-                raise NotApplicable("a store inside a row loop whose index does not use the loop index")
-            continue
-        accumulator = _reduction(parsed, left, operator, right)
+        else:
+            left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
+            operator = parsed.text(assignment.child_by_field_name("operator"))
+            if left.type == "subscript_expression" and operator == "=":
+                if not re.search(rf"\b{index}\b", parsed.text(left)):
+                    raise NotApplicable("a store inside a row loop whose index does not use the loop index")
+                continue
+            accumulator = _reduction(parsed, left, operator, right)
         if accumulator is None:
             raise NotApplicable(f"not a reduction: `{squash(parsed.text(statement))}`")
         if accumulators.get(accumulator.name, accumulator) != accumulator:
@@ -421,6 +425,31 @@ def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) 
                 sum(free(a) for a in arguments) == 1:
             return Accumulator(name, call)
     return None
+
+
+def _kept_extreme(parsed: cp.ParsedSource, statement: Node) -> Accumulator | None:
+    """`if (e > m) m = e;` (or `m < e`, `>=`; braces or not, no else): m keeps the largest value, combined across
+    the warp by `max`; `<` the smallest, by `min`. A NaN e is never taken, as `max` never takes one, and a NaN start
+    stays in every lane. Else None."""
+    condition = statement.child_by_field_name("condition")
+    compare = unparen(condition.child_by_field_name("value") or condition)
+    consequence = statement.child_by_field_name("consequence")
+    listed = statements(consequence) if consequence is not None else []
+    if statement.child_by_field_name("alternative") is not None or compare.type != "binary_expression" or \
+            len(listed) != 1 or listed[0].type != "expression_statement" or not listed[0].named_children:
+        return None
+    assignment = listed[0].named_children[0]
+    if assignment.type != "assignment_expression" or parsed.text(assignment.child_by_field_name("operator")) != "=" \
+            or assignment.child_by_field_name("left").type != "identifier":
+        return None
+    name, value = parsed.text(assignment.child_by_field_name("left")), squash(parsed.text(
+        unparen(assignment.child_by_field_name("right"))))
+    left, right = (squash(parsed.text(unparen(compare.child_by_field_name(side)))) for side in ("left", "right"))
+    relation = parsed.text(compare.child_by_field_name("operator"))
+    if re.search(rf"\b{name}\b", value) or {left, right} != {name, value} or relation not in ("<", "<=", ">", ">="):
+        return None
+    larger = (relation in (">", ">=")) == (left == value)  # `e > m` and `m < e` keep the larger value
+    return Accumulator(name, "max" if larger else "min")
 
 
 def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop]) -> dict[str, str]:

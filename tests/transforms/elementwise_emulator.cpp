@@ -40,6 +40,17 @@ template <typename T> T shfl_xor(unsigned mask, T x, int offset)
 #undef __shfl_xor_sync
 #define __shfl_xor_sync(mask, x, offset) row::shfl_xor(mask, x, offset)
 
+// CUDA's device library overloads max and min: float and double as fmaxf/fminf and fmax/fmin (a NaN operand gives
+// the other), integers by comparison. Host C++ has only std::max and std::min, which kernels do not name.
+inline float max(float a, float b) { return fmaxf(a, b); }
+inline float min(float a, float b) { return fminf(a, b); }
+inline double max(double a, double b) { return fmax(a, b); }
+inline double min(double a, double b) { return fmin(a, b); }
+inline int max(int a, int b) { return a < b ? b : a; }
+inline int min(int a, int b) { return b < a ? b : a; }
+inline long long max(long long a, long long b) { return a < b ? b : a; }
+inline long long min(long long a, long long b) { return b < a ? b : a; }
+
 #include KERNEL_SOURCE
 
 namespace {

@@ -217,3 +217,34 @@ def test_a_combine_that_breaks_ties_otherwise_is_caught(mutant, tmp_path):
     broken = KernelState(source=warp.source.replace(mutant[0], mutant[1]), plan=warp.plan)
     runs = _runs({"naive": golden("argmax", "after"), "mutant": broken}, "argmax", tmp_path)
     assert any(not torch.equal(runs["mutant"][n]["where"], runs["naive"][n]["where"]) for n in runs["naive"])
+
+
+KEPT = """__global__ void kernel(const float* x, float* y, int rows, int n) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    float hi = -INFINITY, lo = INFINITY;
+    for (int j = 0; j < n; ++j) {
+        float v = x[row * n + j];
+        if (v > hi) hi = v;
+        if (lo > v) { lo = v; }
+    }
+    y[2 * row] = hi;
+    y[2 * row + 1] = lo;
+}
+"""
+
+
+def test_a_kept_extreme_gives_the_naive_loops_values_with_nans_and_infinities(transform, tmp_path):
+    """`if (v > hi) hi = v;` keeps the largest value and never takes a NaN; the warp combines lanes by max and
+    min, which never take one either: the naive values on every hard row (signed zeros compare equal)."""
+    naive = KernelState(source=KEPT, plan=PLAN)
+    warp = transform.forward(naive, Anchor("kernel", "function", "row")).state
+    assert "hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, offset));" in warp.source
+    assert "lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, offset));" in warp.source
+    binaries = {"naive": emulate.build(tmp_path / "naive", naive), "warp": emulate.build(tmp_path / "warp", warp)}
+    for n in (1, 5, 33, 70):
+        x = hard_rows(n, torch.Generator().manual_seed(n))
+        runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}", {"naive": naive, "warp": warp}[form],
+                                  {"rows": x.shape[0], "n": n}, {"x": x.flatten()},
+                                  {"y": (torch.float32, 2 * x.shape[0])})["y"] for form, binary in binaries.items()}
+        torch.testing.assert_close(runs["warp"], runs["naive"], rtol=0, atol=0, equal_nan=True, msg=f"n={n}")
