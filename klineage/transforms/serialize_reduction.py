@@ -18,8 +18,8 @@ to the bit, ties and NaNs included (klineage/transforms/_arg_reduction.py says w
 warp into one coalesced row.
 
 Backward serializes the canonical form forward writes: the row index loses `/ 32`, the lane line and
-the butterflies go, the loops start where they started (0, or an arg reduction's first column) and step by
-one (a scan's chunks become `acc += e; target = acc;` again), the grid shrinks by 32.
+the butterflies go, the loops start where they started (0, or the later column a loop with no sum may start
+at) and step by one (a scan's chunks become `acc += e; target = acc;` again), the grid shrinks by 32.
 
 Legality (forward_sites), conservative, decided on the parse: the kernel's block is one-dimensional
 with a size that is a multiple of 32 (so a warp never straddles two rows), its grid one-dimensional; the
@@ -101,7 +101,7 @@ class RowLoop:
     accumulators: tuple[Accumulator, ...]
     scan: Scan | None = None  # set when the loop is a running sum stored per element
     arg: ArgBest | None = None  # set when the loop keeps the best value and its index
-    start: str = "0"  # the first column (an arg reduction may start past the value it starts from)
+    start: str = "0"  # the first column (a loop with no sum may start past the value it starts from)
 
 
 @dataclass(frozen=True)
@@ -301,9 +301,10 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
            for statement in statements(loop_body)):
         raise NotApplicable("an `if` in a row loop that is no arg reduction (a strict compare that takes the value "
                             "and the loop index together, alone in the loop) and no kept extreme (`if (e > m) m = e;`)")
-    if start != "0":
-        raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction may start later): `{header}`")
     scan = _scan(parsed, loop_body)
+    if start != "0" and scan is not None:
+        raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction or an extreme may start later): "
+                            f"`{header}`")
     if scan is not None:
         if not re.search(rf"\b{index}\b", scan.target):
             raise NotApplicable("a running sum stored where the loop index does not say")
@@ -338,7 +339,11 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     for name in accumulators:
         if len(re.findall(rf"\b{name}\b", text)) != in_updates[name]:
             raise NotApplicable(f"'{name}' is read inside its loop beyond its own update")
-    return RowLoop(node, index, tuple(accumulators.values()))
+    # every lane starts from the accumulator's first value: a max or min takes it again harmlessly, a sum 32 times
+    if start != "0" and any(acc.combine not in _COMBINE_CALLS for acc in accumulators.values()):
+        raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction or an extreme may start later): "
+                            f"`{header}`")
+    return RowLoop(node, index, tuple(accumulators.values()), start=start)
 
 
 def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:
@@ -394,8 +399,8 @@ def _outer_loops(body: Node) -> list[Node]:
 
 def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) -> Accumulator | None:
     """The accumulator an update combines into, as any of `acc += e`, `acc = acc + e`, `acc = e + acc`,
-    `acc = fmaf(a, b, acc)` (a sum), `acc = f(acc, e)` or `acc = f(e, acc)` for f of _COMBINE_CALLS; e never
-    naming acc. Else None."""
+    `acc = fmaf(a, b, acc)` (a sum), `acc = f(acc, e)` or `acc = f(e, acc)` for f of _COMBINE_CALLS, `acc = e > acc
+    ? e : acc` (the larger: max; `<`, min); e never naming acc. Else None."""
     if left.type != "identifier":
         return None
     name = parsed.text(left)
@@ -415,6 +420,9 @@ def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) 
         terms = [right.child_by_field_name(side) for side in ("left", "right")]
         if any(bare(t) for t in terms) and sum(free(t) for t in terms) == 1:
             return Accumulator(name, "+")
+    if right.type == "conditional_expression" and bare(right.child_by_field_name("alternative")):
+        return _extreme(parsed, unparen(right.child_by_field_name("condition")), name,
+                        unparen(right.child_by_field_name("consequence")))  # `m = e > m ? e : m`
     if right.type == "call_expression":
         arguments = right.child_by_field_name("arguments").named_children
         call = cp.call_name(right)
@@ -435,20 +443,29 @@ def _kept_extreme(parsed: cp.ParsedSource, statement: Node) -> Accumulator | Non
     compare = unparen(condition.child_by_field_name("value") or condition)
     consequence = statement.child_by_field_name("consequence")
     listed = statements(consequence) if consequence is not None else []
-    if statement.child_by_field_name("alternative") is not None or compare.type != "binary_expression" or \
-            len(listed) != 1 or listed[0].type != "expression_statement" or not listed[0].named_children:
+    if statement.child_by_field_name("alternative") is not None or len(listed) != 1 or \
+            listed[0].type != "expression_statement" or not listed[0].named_children:
         return None
     assignment = listed[0].named_children[0]
     if assignment.type != "assignment_expression" or parsed.text(assignment.child_by_field_name("operator")) != "=" \
             or assignment.child_by_field_name("left").type != "identifier":
         return None
-    name, value = parsed.text(assignment.child_by_field_name("left")), squash(parsed.text(
-        unparen(assignment.child_by_field_name("right"))))
+    name = parsed.text(assignment.child_by_field_name("left"))
+    return _extreme(parsed, compare, name, unparen(assignment.child_by_field_name("right")))
+
+
+def _extreme(parsed: cp.ParsedSource, compare: Node, name: str, value: Node) -> Accumulator | None:
+    """The accumulator `name` when taking `value` where `compare` (of value and name) holds keeps the larger
+    value (`e > m`, `m < e`: by `max`) or the smaller (by `min`); else None. The value is taken where the compare
+    holds, so a NaN value is never taken."""
+    if compare.type != "binary_expression":
+        return None
+    taken = squash(parsed.text(value))
     left, right = (squash(parsed.text(unparen(compare.child_by_field_name(side)))) for side in ("left", "right"))
     relation = parsed.text(compare.child_by_field_name("operator"))
-    if re.search(rf"\b{name}\b", value) or {left, right} != {name, value} or relation not in ("<", "<=", ">", ">="):
+    if re.search(rf"\b{name}\b", taken) or {left, right} != {name, taken} or relation not in ("<", "<=", ">", ">="):
         return None
-    larger = (relation in (">", ">=")) == (left == value)  # `e > m` and `m < e` keep the larger value
+    larger = (relation in (">", ">=")) == (left == taken)  # `e > m` and `m < e` keep the larger value
     return Accumulator(name, "max" if larger else "min")
 
 

@@ -72,9 +72,12 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = y[row * n + j] * 2.0f;\n", "both stored"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s = s * 0.5f + x[row * n + j];\n", "reduction"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s = s + s * x[row * n + j];\n", "not a reduction"),
+    # the larger value where the compare fails: a NaN would be taken, which max never takes
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s = s > x[row * n + j] ? s : x[row * n + j];\n",
+     "not a reduction"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; s = fmaxf(s, x[j]); }\n",
      "combined two ways"),
-    ("    for (int j = 1; j < n; ++j) y[row * n + j] = x[row * n + j];\n", "unit-step"),
+    ("    float s = 0.0f;\n    for (int j = 1; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n", "unit-step"),
     ("    for (int j = 0; j < n; ++j) for (int k = 0; k < n; ++k) y[row * n + j] = x[k];\n", "no store or reduction"),
     ("    __shared__ float t[32];\n    for (int j = 0; j < n; ++j) y[row * n + j] = x[j];\n", "shares memory"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = x[row * n + j] + threadIdx.x;\n", "threadIdx"),
@@ -87,7 +90,6 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     # arg reductions: a strict compare, the value and the loop index taken together, nothing else
     (ARG.format(cmp="x[row * n + j] >= b", then="b = x[row * n + j]; a = j;"), "no arg reduction"),
     (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j + 1;"), "no arg reduction"),
-    (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j];"), "no arg reduction"),
     (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j] + 1.0f; a = j;"), "no arg reduction"),
     (ARG.format(cmp="x[row * n + j] + a > b", then="b = x[row * n + j] + a; a = j;"), "no arg reduction"),
     (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j; y[row] = b;"), "no arg reduction"),
@@ -113,6 +115,8 @@ def test_no_site_where_it_would_not_be_legal(transform, body, why):
     ("s = fmaf(x[row * n + j], x[row * n + j], s);", "s += __shfl_xor_sync(0xffffffffu, s, offset)"),
     ("s = fmaxf(x[row * n + j], s);", "s = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, offset))"),
     ("s = min(s, x[row * n + j]);", "s = min(s, __shfl_xor_sync(0xffffffffu, s, offset))"),
+    ("if (x[row * n + j] > s) s = x[row * n + j];", "s = max(s, __shfl_xor_sync(0xffffffffu, s, offset))"),
+    ("s = s < x[row * n + j] ? x[row * n + j] : s;", "s = max(s, __shfl_xor_sync(0xffffffffu, s, offset))"),
 ])
 def test_a_reduction_spelled_any_common_way_is_combined_by_its_operation(transform, update, combine):
     start = "0.0f" if "+" in combine else "x[row * n]"
@@ -222,29 +226,33 @@ def test_a_combine_that_breaks_ties_otherwise_is_caught(mutant, tmp_path):
 KEPT = """__global__ void kernel(const float* x, float* y, int rows, int n) {
     int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= rows) return;
-    float hi = -INFINITY, lo = INFINITY;
+    float hi = -INFINITY, lo = INFINITY, mid = -INFINITY;
     for (int j = 0; j < n; ++j) {
         float v = x[row * n + j];
         if (v > hi) hi = v;
         if (lo > v) { lo = v; }
+        mid = v > mid ? v : mid;
     }
-    y[2 * row] = hi;
-    y[2 * row + 1] = lo;
+    y[3 * row] = hi;
+    y[3 * row + 1] = lo;
+    y[3 * row + 2] = mid;
 }
 """
 
 
 def test_a_kept_extreme_gives_the_naive_loops_values_with_nans_and_infinities(transform, tmp_path):
-    """`if (v > hi) hi = v;` keeps the largest value and never takes a NaN; the warp combines lanes by max and
-    min, which never take one either: the naive values on every hard row (signed zeros compare equal)."""
+    """`if (v > hi) hi = v;` (and `mid = v > mid ? v : mid`) keeps the largest value and never takes a NaN; the warp
+    combines lanes by max and min, which never take one either: the naive values on every hard row (signed zeros
+    compare equal)."""
     naive = KernelState(source=KEPT, plan=PLAN)
     warp = transform.forward(naive, Anchor("kernel", "function", "row")).state
     assert "hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, offset));" in warp.source
     assert "lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, offset));" in warp.source
+    assert "mid = max(mid, __shfl_xor_sync(0xffffffffu, mid, offset));" in warp.source
     binaries = {"naive": emulate.build(tmp_path / "naive", naive), "warp": emulate.build(tmp_path / "warp", warp)}
     for n in (1, 5, 33, 70):
         x = hard_rows(n, torch.Generator().manual_seed(n))
         runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}", {"naive": naive, "warp": warp}[form],
                                   {"rows": x.shape[0], "n": n}, {"x": x.flatten()},
-                                  {"y": (torch.float32, 2 * x.shape[0])})["y"] for form, binary in binaries.items()}
+                                  {"y": (torch.float32, 3 * x.shape[0])})["y"] for form, binary in binaries.items()}
         torch.testing.assert_close(runs["warp"], runs["naive"], rtol=0, atol=0, equal_nan=True, msg=f"n={n}")
