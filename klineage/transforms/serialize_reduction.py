@@ -53,6 +53,7 @@ from klineage.transforms._arg_reduction import ArgBest, arg_best, is_pair_butter
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import Edit, indentation, own_lines, splice, unparen
 from klineage.transforms._naive import (
+    LOOP_INDEX_TYPES,
     SERIAL_INDEX,
     index_declaration,
     kernel,
@@ -75,10 +76,10 @@ _PURE_CALLS = frozenset({
 _COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
                         r"gridDim|cooperative_groups|printf)\b")
-_SERIAL_LOOP = re.compile(r"^for\s*\(\s*int\s+(\w+)\s*=\s*(\d+)\s*;\s*\1\s*<\s*([\w.]+)\s*;"
-                          r"\s*(?:\+\+\1|\1\+\+|\1\s*\+=\s*1)\s*\)")
-_WARP_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*(?:(\d+) \+ )?{LANE}\s*;\s*\1\s*<\s*([\w.]+)\s*;"
-                        rf"\s*\1\s*\+=\s*{WARP}\s*\)")
+_SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*([\w.]+)\s*;"
+                          r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
+_WARP_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(?:(\d+) \+ )?{LANE}\s*;\s*\2\s*<\s*"
+                        rf"([\w.]+)\s*;\s*\2\s*\+=\s*{WARP}\s*\)")
 _BUTTERFLY = re.compile(r"^for \(int offset = 16; offset > 0; offset /= 2\) (\w+) (?:\+= __shfl_xor_sync|= \w+\(\1, "
                         r"__shfl_xor_sync)")
 _WARP_SCAN = re.compile(
@@ -102,6 +103,7 @@ class RowLoop:
     scan: Scan | None = None  # set when the loop is a running sum stored per element
     arg: ArgBest | None = None  # set when the loop keeps the best value and its index
     start: str = "0"  # the first column (a loop with no sum may start past the value it starts from)
+    kind: str = "int"  # the loop index's type, kept
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ class SerializeReduction(Transform):
             header_end = node.child_by_field_name("body").start_byte
             condition = parsed.text(node.child_by_field_name("condition"))
             first = LANE if loop.start == "0" else f"{loop.start} + {LANE}"
-            edits.append(Edit(node.start_byte, header_end, f"for (int {loop.index} = {first}; {condition}; "
+            edits.append(Edit(node.start_byte, header_end, f"for ({loop.kind} {loop.index} = {first}; {condition}; "
                                                            f"{loop.index} += {WARP}) "))
             loop_indent = indentation(data, node.start_byte)
             if loop.arg is not None:
@@ -247,9 +249,9 @@ class SerializeReduction(Transform):
             match = _WARP_LOOP.match(header)
             if match is None:
                 raise NotApplicable(f"{anchor}: a loop that does not stride over lanes: `{header}`")
-            index, start, bound = match.groups()
+            kind, index, start, bound = match.groups()
             edits.append(Edit(node.start_byte, node.child_by_field_name("body").start_byte,
-                              f"for (int {index} = {start or 0}; {index} < {bound}; ++{index}) "))
+                              f"for ({kind} {index} = {start or 0}; {index} < {bound}; ++{index}) "))
         source = splice(parsed.data, edits)[0].decode("utf-8")
         plan = rescaled_grid(state, function.name, _serial_grid)
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
@@ -292,11 +294,11 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     match = _SERIAL_LOOP.match(header)
     if match is None:
         raise NotApplicable(f"not a unit-step loop from a constant: `{header}`")
-    index, start = match[1], match[2]
+    kind, index, start = match[1], match[2], match[3]
     arg = arg_best(parsed, loop_body, index)
     if arg is not None:
         return RowLoop(node, index, (Accumulator(arg.value, arg.compare), Accumulator(arg.index, "index")), arg=arg,
-                       start=start)
+                       start=start, kind=kind)
     if any(statement.type == "if_statement" and _kept_extreme(parsed, statement) is None
            for statement in statements(loop_body)):
         raise NotApplicable("an `if` in a row loop that is no arg reduction (a strict compare that takes the value "
@@ -305,6 +307,8 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     if start != "0" and scan is not None:
         raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction or an extreme may start later): "
                             f"`{header}`")
+    if scan is not None and kind != "int":
+        raise NotApplicable(f"a running sum over a {kind} index (its chunks count in int)")
     if scan is not None:
         if not re.search(rf"\b{index}\b", scan.target):
             raise NotApplicable("a running sum stored where the loop index does not say")
@@ -343,7 +347,7 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     if start != "0" and any(acc.combine not in _COMBINE_CALLS for acc in accumulators.values()):
         raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction or an extreme may start later): "
                             f"`{header}`")
-    return RowLoop(node, index, tuple(accumulators.values()), start=start)
+    return RowLoop(node, index, tuple(accumulators.values()), start=start, kind=kind)
 
 
 def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:

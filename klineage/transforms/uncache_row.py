@@ -42,12 +42,12 @@ from klineage.transforms import _register_cache as rc
 from klineage.transforms import _row_vectors as rv
 from klineage.transforms import register
 from klineage.transforms._edit import Edit, indentation, ldg_calls, operator, outer_parens, own_lines, reindent, splice
-from klineage.transforms._naive import kernel, launches_of, squash
+from klineage.transforms._naive import LOOP_INDEX_TYPES, kernel, launches_of, squash
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Role, Transform
 
 CACHE = 64
 LANE, WARP = "lane", 32
-_STRIDED = re.compile(rf"^for \(int (\w+) = {LANE}; \1 < ([\w.]+); \1 \+= {WARP}\)")
+_STRIDED = re.compile(rf"^for \((?:{LOOP_INDEX_TYPES}) (\w+) = {LANE}; \1 < ([\w.]+); \1 \+= {WARP}\)")
 _CACHE_DECLARATION = re.compile(r"^float row_cache\[(\d+)\];$")
 
 

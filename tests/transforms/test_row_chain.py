@@ -1,8 +1,8 @@
 """A naive row kernel spelled as people write it (no row pointer: `x[(long long)row * n + j]`; the row's work in
 `if (row < rows) { ... }`; the index as `threadIdx.x + blockIdx.x * blockDim.x`; sums as `mean = mean + e` and
-`fmaf(d, d, squares)`; the mean normalized after its loop) climbs the whole row chain by analysis:
-serialize_reduction (a warp per row), uncache_row (the row in registers across its passes), scalarize_row_cache
-(the cache filled 16 bytes a lane at a time). Each step is run on the CPU emulator
+`fmaf(d, d, squares)`; a `size_t` column index; the mean normalized after its loop) climbs the whole row chain
+by analysis: serialize_reduction (a warp per row), uncache_row (the row in registers across its passes),
+scalarize_row_cache (the cache filled 16 bytes a lane at a time). Each step is run on the CPU emulator
 (tests/transforms/elementwise_emulator.cpp) against the naive kernel: row lengths short of a warp, past it, not
 divisible by 4, divisible, longer than the cache, on misaligned pointers too."""
 
@@ -25,7 +25,7 @@ __global__ void kernel(const float* x, float* y, float* var, int rows, int n) {
         for (int j = 0; j < n; ++j) mean = mean + x[(long long)row * n + j];
         mean /= n;
         float squares = 0.0f;
-        for (int j = 0; j < n; j++) {
+        for (size_t j = 0; j < n; j++) {
             float d = x[(long long)row * n + j] - mean;
             squares = fmaf(d, d, squares);
             y[(long long)row * n + j] = d;

@@ -127,6 +127,14 @@ def test_a_reduction_spelled_any_common_way_is_combined_by_its_operation(transfo
         transform.forward(state, Anchor("kernel", "function", "row")).state.source
 
 
+def test_a_row_loop_keeps_its_index_type_both_ways(transform):
+    naive = KernelState(source=HEAD + "    float s = 0.0f;\n    for (size_t j = 0; j < n; j++) s += x[row * n + j];\n"
+                                      "    y[row] = s;\n}\n", plan=PLAN)
+    warp = transform.forward(naive, Anchor("kernel", "function", "row")).state
+    assert "for (size_t j = lane; j < n; j += 32)" in warp.source
+    assert "for (size_t j = 0; j < n; ++j)" in transform.backward(warp, transform.find(warp)[0]).state.source
+
+
 def test_an_accumulator_updated_after_its_loop_is_combined_first(transform, cache):
     """`mean /= n` after the loop: the butterfly right after the loop leaves every lane the row's sum, so the
     update and everything after it are the same in all 32 lanes."""
