@@ -98,8 +98,9 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     guard = listed[-1]
     if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name} does not end in `if ({index} < n) ...`")
-    bound = re.fullmatch(rf"\(\s*{index}\s*<\s*([A-Za-z_]\w*)\s*\)",
-                         squash(parsed.text(guard.child_by_field_name("condition"))))
+    condition = squash(parsed.text(guard.child_by_field_name("condition")))
+    bound = re.fullmatch(rf"\(\s*{index}\s*<\s*([A-Za-z_]\w*)\s*\)", condition) or \
+        re.fullmatch(rf"\(\s*([A-Za-z_]\w*)\s*>\s*{index}\s*\)", condition)  # `n > i` is `i < n`
     if bound is None:
         raise NotApplicable(f"{function.name}'s guard is not `{index} < n`")
     if listed.index(guard) != listed.index(declaration) + 1:

@@ -178,10 +178,13 @@ def element_work(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
     condition = guard.child_by_field_name("condition")
     comparison = unparen(condition.child_by_field_name("value") or condition)
     relation = operator(comparison) if comparison.type == "binary_expression" else ""
-    if relation not in ("<", ">=") or parsed.text(comparison.child_by_field_name("left")) != index or \
+    sides = [comparison.child_by_field_name(side) for side in ("left", "right")] if relation else []
+    if relation in (">", "<=") and parsed.text(sides[1]) == index:  # `n > i` is `i < n`, `n <= i` is `i >= n`
+        relation, sides = {">": "<", "<=": ">="}[relation], sides[::-1]
+    if relation not in ("<", ">=") or parsed.text(sides[0]) != index or \
             guard.child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name}'s guard is not `{index} < n` or `{index} >= n`")
-    bound = comparison.child_by_field_name("right")
+    bound = sides[1]
     if not _simple(bound):
         raise NotApplicable(f"{function.name}'s bound `{parsed.text(bound)}` is no plain arithmetic")
     consequence = guard.child_by_field_name("consequence")

@@ -133,3 +133,17 @@ def test_the_packed_forwards_read_the_return_form_as_the_if_form(name, folder, c
     vector = transform.forward(returning, sites[0]).state
     assert vector == transform.forward(blocked, sites[0]).state
     compiles_without_spills(vector, cache)
+
+
+@pytest.mark.parametrize("name", ["scalarize_elementwise", "uncoarsen_grid_stride"])
+def test_a_guard_with_the_bound_first_reads_as_the_index_first(name):
+    """`if (n > i) work` is `if (i < n) work`, and `if (n <= i) return;` is `if (i >= n) return;`."""
+    naive = load(HERE / "scalarize_elementwise" / "scale", "after", "kernel")
+    work = "y[i] = a * x[i] + b;"
+    assert f"if (i < n) {work}" in naive.source
+    forms = {spelled: KernelState(source=naive.source.replace(f"if (i < n) {work}", spelled), plan=naive.plan)
+             for spelled in (f"if (i < n) {{\n        {work}\n    }}", f"if (n > i) {{\n        {work}\n    }}",
+                             f"if (n <= i) return;\n    {work}", f"if (i >= n) return;\n    {work}")}
+    transform = get(name)
+    written = {transform.forward(state, transform.forward_sites(state)[0]).state for state in forms.values()}
+    assert len(written) == 1
