@@ -26,7 +26,7 @@ HALF_WIDTH = 8
 HALF_PACK = "uint4"
 HALF_PACKS = dict.fromkeys(("__half", "half", "__nv_bfloat16", "nv_bfloat16"), HALF_PACK)
 # conversions and arithmetic on 16-bit values (cuda_fp16.h, cuda_bf16.h): pure, like the math functions
-_HALF_CALLS = frozenset({
+HALF_CALLS = frozenset({
     "__half2float", "__float2half", "__float2half_rn", "__bfloat162float", "__float2bfloat16",
     "__float2bfloat16_rn", "__hadd", "__hsub", "__hmul", "__hdiv", "__hfma", "__hneg", "__habs", "__hmax", "__hmin",
     "hexp", "hlog", "hsqrt", "hrsqrt", "htanh", "__hgt", "__hlt", "__hge", "__hle", "__heq"})
@@ -43,5 +43,5 @@ def _declare_halves(array: str, element: str, pack: str, index: str, read: bool,
             f"{const}{element}* {_half_view(array)} = reinterpret_cast<{const}{element}*>(&{array}{HALF_WIDTH});"]
 
 
-HALVES = Packing(HALF_WIDTH, HALF_PACKS, "__half or __nv_bfloat16", PURE_CALLS | _HALF_CALLS, rf"\w+{HALF_WIDTH}h?",
+HALVES = Packing(HALF_WIDTH, HALF_PACKS, "__half or __nv_bfloat16", PURE_CALLS | HALF_CALLS, rf"\w+{HALF_WIDTH}h?",
                  lambda array, lane: f"{_half_view(array)}[{lane}]", _declare_halves)

@@ -24,8 +24,8 @@ at) and step by one (a scan's chunks become `acc += e; target = acc;` again), th
 Legality (forward_sites), conservative, decided on the parse: the kernel's block is one-dimensional
 with a size that is a multiple of 32 (so a warp never straddles two rows), its grid one-dimensional; the
 row index is the only use of threadIdx; no shared memory, barrier, atomic, shuffle, inner loop,
-`break`/`continue`/`goto`, and no call outside a list of pure math functions; each row loop sits
-directly in the kernel's body (or in an `if` there) and its body only declares locals, stores
+`break`/`continue`/`goto`, and no call outside a list of pure math functions (with the 16-bit
+conversions); each row loop sits directly in the kernel's body (or in an `if` there) and its body only declares locals, stores
 `a[...j...] = e` to an array, or updates one of its accumulators (or is an arg reduction: the one `if` after
 its declarations, a strict compare, the value and the loop index taken together); a sum accumulator starts at zero
 (the 32 partial sums each start from it); an accumulator is updated in one loop only, and outside it only
@@ -63,6 +63,7 @@ from klineage.transforms._naive import (
     statements,
     unwrapped,
 )
+from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32
@@ -72,7 +73,8 @@ _LANE_LINE = f"const int {LANE} = threadIdx.x % {WARP};"
 _SHFL_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long"})
 _PURE_CALLS = frozenset({
     "expf", "__expf", "exp", "exp2f", "logf", "__logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "tanhf",
-    "fmaxf", "fminf", "max", "min", "fmaf", "__ldg", "__fdividef", "erff", "powf", "sinf", "cosf", "__frcp_rn"})
+    "fmaxf", "fminf", "max", "min", "fmaf", "__ldg", "__fdividef", "erff", "powf", "sinf", "cosf", "__frcp_rn"}) | \
+    HALF_CALLS  # a row of __half or __nv_bfloat16 read through its conversions, summed in float
 _COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
                         r"gridDim|cooperative_groups|printf)\b")

@@ -264,3 +264,14 @@ def test_a_kept_extreme_gives_the_naive_loops_values_with_nans_and_infinities(tr
                                   {"rows": x.shape[0], "n": n}, {"x": x.flatten()},
                                   {"y": (torch.float32, 3 * x.shape[0])})["y"] for form, binary in binaries.items()}
         torch.testing.assert_close(runs["warp"], runs["naive"], rtol=0, atol=0, equal_nan=True, msg=f"n={n}")
+
+
+def test_a_half_precision_row_is_read_through_its_conversions(transform, cache):
+    """A row of __half summed in float: the conversions are pure calls, the float sum is shuffled."""
+    source = ("#include <cuda_fp16.h>\n" + HEAD.replace("const float* x", "const __half* x") +
+              "    float s = 0.0f;\n    for (int j = 0; j < n; ++j) {\n"
+              "        float v = __half2float(x[row * n + j]);\n        s += v * v;\n    }\n"
+              "    y[row] = rsqrtf(s / n + 1e-6f);\n}\n")
+    state = KernelState(source=source, plan=PLAN)
+    assert transform.forward_sites(state) == [Anchor("kernel", "function", "row")]
+    compiles_without_spills(transform.forward(state, Anchor("kernel", "function", "row")).state, cache)
