@@ -29,7 +29,11 @@ WIDTH = 4
 UNIT = "    "
 _FORBIDDEN = re.compile(r"\b(?:__shfl\w*|__sync\w*|atomic\w*|return|break|continue|goto|asm)\b")
 _OFFSET = re.compile(r"^[\w\s()*+\-]+$")  # names, numbers, casts and integer arithmetic
-_FLOAT_POINTER = re.compile(r"\bfloat\s*\*\s*(?:const\s+)?(?:__restrict__\s+)?(\w+)")
+# a float pointer's declaration however it is qualified (`const float* __restrict__ p`, `float const* const p`),
+# and one to const floats: the name is the group
+_QUALIFIERS = r"\s*\*\s*(?:(?:const|__restrict__)\s+)*(\w+)"
+_FLOAT_POINTER = re.compile(rf"\bfloat(?:\s+const)?{_QUALIFIERS}")
+CONST_FLOAT_POINTER = re.compile(rf"\b(?:const\s+float|float\s+const){_QUALIFIERS}")
 _TYPE_WORDS = {"long", "int", "unsigned"}
 
 
@@ -130,9 +134,9 @@ def read_only(parsed: cp.ParsedSource, function: cp.Function) -> frozenset[str]:
     if "const_cast" in parsed.text(function.node):
         return frozenset()
     constant = {param.name for param in params(parsed, function.node)
-                if param.indirection == "*" and re.match(r"const float\b", squash(parsed.text(param.node)))}
+                if param.indirection == "*" and CONST_FLOAT_POINTER.match(squash(parsed.text(param.node)))}
     for node in cp.nodes_of_type(function.node.child_by_field_name("body"), "declaration"):
-        local = re.match(r"^const float\s*\*\s*(?:__restrict__\s+)?(\w+) = \(?(\w+)\b", squash(parsed.text(node)))
+        local = re.match(rf"{CONST_FLOAT_POINTER.pattern} = &?\(?(\w+)\b", squash(parsed.text(node)))
         if local and local[2] in constant:
             constant.add(local[1])
     return frozenset(constant)

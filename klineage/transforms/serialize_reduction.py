@@ -21,17 +21,22 @@ Backward serializes the canonical form forward writes: the row index loses `/ 32
 the butterflies go, the loops start where they started (0, or the later column a loop with no sum may start
 at) and step by one (a scan's chunks become `acc += e; target = acc;` again), the grid shrinks by 32.
 
-Legality (forward_sites), conservative, decided on the parse: the kernel's block is one-dimensional
-with a size that is a multiple of 32 (so a warp never straddles two rows), its grid one-dimensional; the
-row index is the only use of threadIdx; no shared memory, barrier, atomic, shuffle, inner loop,
-`break`/`continue`/`goto`, and no call outside a list of pure math functions (with the 16-bit
-conversions); each row loop sits directly in the kernel's body (or in an `if` there) and its body only declares locals, stores
-`a[...j...] = e` to an array, or updates one of its accumulators (or is an arg reduction: the one `if` after
-its declarations, a strict compare, the value and the loop index taken together); a sum accumulator starts at zero
-(the 32 partial sums each start from it); an accumulator is updated in one loop only, and outside it only
-after it (`mean /= n`: every lane then holds the combined value); and an array the kernel writes is never
-read (32 lanes now run the code outside the loops: their stores carry equal values, and no lane reads what
-another wrote). Anything else: no site. The row index may be spelled any way `_canonical.py` reads as
+Legality (forward_sites), conservative, decided on the parse:
+- the kernel's block is one-dimensional with a size that is a multiple of 32 (so a warp never straddles two
+  rows), its grid one-dimensional, and the row index is the only use of threadIdx;
+- no shared memory, barrier, atomic, shuffle, inner loop or `break`/`continue`/`goto`, and no call outside a
+  list of pure math functions (with the 16-bit conversions);
+- each row loop sits directly in the kernel's body (or in an `if` there), and its body only declares locals,
+  stores `a[...j...] = e` to an array, or updates one of its accumulators (a reduction, a kept extreme, or an
+  arg reduction: the one `if` after its declarations, a strict compare, the value and the loop index taken
+  together);
+- a sum accumulator starts at zero (the 32 partial sums each start from it), and only a loop with no sum may
+  start past column 0;
+- an accumulator is updated in one loop only, and outside it only after it (`mean /= n`: every lane then
+  holds the combined value);
+- an array the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry
+  equal values, and no lane reads what another wrote).
+Anything else: no site. The row index may be spelled any way `_canonical.py` reads as
 `int row = blockIdx.x * blockDim.x + threadIdx.x;`.
 
 Anchor: the kernel, kind "function", key the row variable.

@@ -177,7 +177,7 @@ def _cache_declaration(parsed: cp.ParsedSource, body: Node) -> Node | None:
 
 def _const_float_pointers(parsed: cp.ParsedSource, function: cp.Function) -> list[str]:
     text = parsed.text(function.node)
-    return list(dict.fromkeys(re.findall(r"\bconst\s+float\s*\*\s*(?:__restrict__\s+)?(\w+)", text)))
+    return list(dict.fromkeys(rv.CONST_FLOAT_POINTER.findall(text)))
 
 
 def _passes(parsed: cp.ParsedSource, body: Node, pointer: str) -> tuple[list[Pass], str]:

@@ -139,3 +139,21 @@ def test_ldg_then_row_cache_compiles_without_spills(transform, cache):
     state = golden("after")
     ldg = KernelState(source=state.source.replace("in[j]", "__ldg(&in[j])"), plan=state.plan)
     compiles_without_spills(transform.forward(ldg, SITE).state, cache)
+
+
+@pytest.mark.parametrize("declared", ["float const* in = x + (long long)row * n;",
+                                      "const float* const in = x + (long long)row * n;",
+                                      "const float *__restrict__ in = &x[(long long)row * n];"])
+def test_the_row_pointer_may_be_qualified_any_way(transform, declared):
+    """A pointer to const floats however it is spelled is cached, and then filled 16 bytes a lane at a time
+    through the read-only path (it points into a const parameter)."""
+    naive = golden("after")
+    assert "const float* in = x + (long long)row * n;" in naive.source
+    state = KernelState(source=naive.source.replace("const float* in = x + (long long)row * n;", declared),
+                        plan=naive.plan)
+    assert transform.forward_sites(state) == [SITE]
+    cached = transform.forward(state, SITE).state
+    assert cached.source.count("row_cache[cache_t] = in[j];") == 1
+    vector = get("scalarize_row_cache")
+    packed = vector.forward(cached, vector.forward_sites(cached)[0]).state
+    assert "__ldg(reinterpret_cast<const float4*>(&in[cache_j4]))" in packed.source
