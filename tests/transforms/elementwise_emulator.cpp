@@ -1,5 +1,5 @@
 // Elementwise and row kernels of the transform tests (tests/transforms/test_scalarize_half_packs.py,
-// test_uncoarsen_grid_stride.py, test_serialize_reduction.py) run on the CPU: the kernel `kernel` of KERNEL_SOURCE, every CUDA thread a fiber
+// test_uncoarsen_grid_stride.py, test_serialize_reduction.py, test_untile_matmul.py, ...) run on the CPU: the kernel `kernel` of KERNEL_SOURCE, every CUDA thread a fiber
 // (tests/mma_emulator.h), its arguments taken from the plan by the kernel's own parameter types (a pointer to
 // float, int, long long, __half or __nv_bfloat16 is a buffer of float32, int32, int64, float16 or bfloat16; a float scalar
 // travels as the i32 of its bits). Usage: emulator <dir> <order> <seed> <shift>: every buffer argument starts
@@ -39,6 +39,12 @@ template <typename T> T shfl_xor(unsigned mask, T x, int offset)
 
 #undef __shfl_xor_sync
 #define __shfl_xor_sync(mask, x, offset) row::shfl_xor(mask, x, offset)
+
+// A kernel's static `__shared__` array is one per block; blocks run one at a time here (tests/mma_emulator.h), so
+// one function-static array, which every thread (fiber) of the block sees, serves. Host compilation would make it
+// an ordinary local, one per thread.
+#undef __shared__
+#define __shared__ static
 
 // CUDA's device library overloads max and min: float and double as fmaxf/fminf and fmax/fmin (a NaN operand gives
 // the other), integers by comparison. Host C++ has only std::max and std::min, which kernels do not name.

@@ -91,7 +91,8 @@ NAIVE = [("serialize_reduction", "serialize_reduction/softmax", (X,)),
          ("scalarize_half_packs", "scalarize_half_packs/axpy_half", (X,)),
          ("uncoarsen_grid_stride", "uncoarsen_grid_stride/leaky_relu", (X,)),
          ("scalarize_row_gather", "scalarize_row_gather/embedding_float", (X_WIDE,)),
-         ("untile_transpose", "untile_transpose/float", (X, Y))]
+         ("untile_transpose", "untile_transpose/float", (X, Y)),
+         ("untile_matmul", "untile_matmul/bias_relu", (X, Y))]
 
 
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))

@@ -1,0 +1,257 @@
+"""untile_matmul: an inner product that stages its operands through shared-memory tiles reads them from global
+memory directly, one thread per output.
+
+The mechanism (forward): a naive matrix product, one thread per output element,
+
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < M && c < N) {
+        float acc = 0.0f;
+        for (int k = 0; k < K; ++k) acc += A[r * K + k] * B[k * N + c];
+        <epilogue: statements that use acc, r and c, such as C[r * N + c] = alpha * acc + bias[c];>
+    }
+
+reads each element of A and B from global memory once per output it feeds (N and M times). The forward makes a
+block of 16 x 16 threads load a 16 x 16 tile of A and one of B into shared memory per step of 16 along k, each
+thread one element of each, wait at a barrier, and take its 16 products from the tiles: every global element is
+read once per block instead of once per thread. Loads past the matrix edges give 0 and are never summed (the
+product loop stops at K), so M, N and K need not be multiples of 16, and the products are summed in the naive
+kernel's order: the result is the naive kernel's to the bit. The epilogue runs as it was, under the same bounds.
+The plan's launch gets a block of (16, 16) and a grid of (cdiv(N, 16), cdiv(M, 16)), M and N read from the
+launch's arguments.
+
+Backward writes the naive product back from the canonical tiled form, under the same (16, 16) block and grid.
+
+Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations and the guarded
+block above (either order of the two bounds), the accumulator a float starting at zero, the loop body the one
+update (`A[...] * B[...]` in either order); A and B distinct float pointer parameters, M, N and K scalar
+parameters passed by the launch as scalars; the epilogue names the accumulator and none of A, B, the loop index,
+a thread or block coordinate, a barrier, a loop or a jump; the plan launches the kernel with a two-dimensional
+block and grid and passes no buffer twice. Anything else: no site.
+
+Anchor: the kernel, kind "function", key "tile".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.launch import ArgKind, LaunchPlan
+from klineage.transforms import register
+from klineage.transforms._canonical import canonical
+from klineage.transforms._edit import indentation, reindent, splice
+from klineage.transforms._naive import kernel, launches_of, parameters, squash
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform, with_plan
+
+TILE = 16
+KEY = "tile"
+_ID = r"([A-Za-z_]\w*)"
+_ZERO = r"(?:0|0\.0*f?|0\.f|\.0f?)"
+_NAIVE = re.compile(
+    rf"^{{ int {_ID} = blockIdx\.x \* blockDim\.x \+ threadIdx\.x; int {_ID} = blockIdx\.y \* blockDim\.y \+ "
+    rf"threadIdx\.y; if \((.+?)\) {{ float {_ID} = {_ZERO}; for \(int {_ID} = 0; \5 < {_ID}; (?:\+\+\5|\5\+\+)\) "
+    rf"(?:{{ )?(\4 (?:\+)?= .+?);(?: }})? (.+) }} }}$")
+_TILED = re.compile(
+    rf"^{{ __shared__ float {KEY}_a\[{TILE}\]\[{TILE}\]; __shared__ float {KEY}_b\[{TILE}\]\[{TILE}\]; "
+    rf"int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; "
+    rf"float {_ID} = {_ZERO}; for \(int {KEY}_k = 0; {KEY}_k < {_ID}; {KEY}_k \+= {TILE}\) {{ "
+    rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = \2 < {_ID} && {KEY}_k \+ threadIdx\.x < \4 \? {_ID}\[\2 \* \4 "
+    rf"\+ {KEY}_k \+ threadIdx\.x\] : 0\.0f; {KEY}_b\[threadIdx\.y\]\[threadIdx\.x\] = {KEY}_k \+ threadIdx\.y < \4 "
+    rf"&& \1 < {_ID} \? {_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \7 \+ \1\] : 0\.0f; __syncthreads\(\); "
+    rf"for \(int {_ID} = 0; \9 < {TILE} && {KEY}_k \+ \9 < \4; \+\+\9\) (\3 (?:\+)?= .+?); __syncthreads\(\); }} "
+    rf"if \(\2 < \5 && \1 < \7\) {{ (.+) }} }}$")
+_EPILOGUE_FORBIDDEN = r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__syncthreads\w*|__shfl\w*|for|while|do|goto|" \
+                      r"return|break|continue|asm)\b"
+
+
+@dataclass(frozen=True)
+class Product:
+    column: str  # c
+    row: str  # r
+    accumulator: str
+    index: str  # k
+    rows: str  # M
+    columns: str  # N
+    depth: str  # K
+    left: str  # A: rows x K
+    right: str  # B: K x columns
+    zero: str  # the accumulator's first value, as written
+    update: str  # the loop's one statement, as written (`acc += A[...] * B[...]` or `acc = fmaf(..., acc)`)
+
+    def reads(self) -> dict[str, str]:
+        """Each operand read of the naive update, and its read from the tiles."""
+        return {f"{self.left}[{self.row} * {self.depth} + {self.index}]": f"{KEY}_a[threadIdx.y][{self.index}]",
+                f"{self.right}[{self.index} * {self.columns} + {self.column}]": f"{KEY}_b[{self.index}][threadIdx.x]"}
+
+
+class UntileMatmul(Transform):
+    name = "untile_matmul"
+    intent = ("Stage a matrix product's operands through 16x16 shared-memory tiles, so that a block reads each "
+              "element of A and B once per tile step instead of once per thread.")
+    removes = ("shared_array",)
+    placement = Placement.ANALYSIS
+    kin = ("unstage_shared",)  # operands staged in shared memory for a product are that mechanism too
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        return [Anchor(f.name, "function", KEY, parsed.text(f.node)[:200]) for f in cp.functions(parsed)
+                if f.is_kernel and _TILED.match(squash(parsed.text(f.node.child_by_field_name("body"))))]
+
+    def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        state = canonical(state)  # the index as the naive forms spell it
+        parsed = cp.parse(state.source)
+        anchors = []
+        for function in cp.functions(parsed):
+            try:
+                _naive_product(state, parsed, function)
+            except NotApplicable:
+                continue
+            anchors.append(Anchor(function.name, "function", KEY, parsed.text(function.node)[:200]))
+        return anchors
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        state = canonical(state)  # the index as the naive forms spell it
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        product, epilogue = _naive_product(state, parsed, function)
+        p, t = product, f"{KEY}_k"
+        lines = [f"__shared__ float {KEY}_a[{TILE}][{TILE}];",
+                 f"__shared__ float {KEY}_b[{TILE}][{TILE}];",
+                 f"int {p.column} = blockIdx.x * {TILE} + threadIdx.x;",
+                 f"int {p.row} = blockIdx.y * {TILE} + threadIdx.y;",
+                 f"float {p.accumulator} = {p.zero};",
+                 f"for (int {t} = 0; {t} < {p.depth}; {t} += {TILE}) {{",
+                 f"    {KEY}_a[threadIdx.y][threadIdx.x] = {p.row} < {p.rows} && {t} + threadIdx.x < {p.depth} ? "
+                 f"{p.left}[{p.row} * {p.depth} + {t} + threadIdx.x] : 0.0f;",
+                 f"    {KEY}_b[threadIdx.y][threadIdx.x] = {t} + threadIdx.y < {p.depth} && {p.column} < {p.columns} ? "
+                 f"{p.right}[({t} + threadIdx.y) * {p.columns} + {p.column}] : 0.0f;",
+                 "    __syncthreads();",
+                 f"    for (int {p.index} = 0; {p.index} < {TILE} && {t} + {p.index} < {p.depth}; ++{p.index}) "
+                 f"{_replaced(p.update, p.reads())};",
+                 "    __syncthreads();",
+                 "}",
+                 f"if ({p.row} < {p.rows} && {p.column} < {p.columns}) {{"]
+        return self._write(state, parsed, function, lines, epilogue, _plan(state, function, product),
+                           f"{function.name}: {TILE}x{TILE} shared tiles of {p.left} and {p.right}, block "
+                           f"({TILE}, {TILE})")
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        body = function.node.child_by_field_name("body")
+        match = _TILED.match(squash(parsed.text(body)))
+        if match is None:
+            raise NotApplicable(f"{anchor}: not the tiled product forward writes")
+        c, r, acc, depth, rows, left, columns, right, index, tiled = match.groups()[:10]
+        zero = re.search(rf"float {acc} = ({_ZERO});", squash(parsed.text(body)))[1]
+        product = Product(c, r, acc, index, rows, columns, depth, left, right, zero, "")
+        update = _replaced(tiled, {tile: operand for operand, tile in product.reads().items()})
+        lines = [f"int {c} = blockIdx.x * blockDim.x + threadIdx.x;",
+                 f"int {r} = blockIdx.y * blockDim.y + threadIdx.y;",
+                 f"if ({r} < {rows} && {c} < {columns}) {{",
+                 f"    float {acc} = {zero};",
+                 f"    for (int {index} = 0; {index} < {depth}; ++{index}) {update};"]
+        guard = body.named_children[-1].child_by_field_name("consequence")
+        epilogue = [node for node in guard.named_children if node.type != "comment"]
+        return self._write(state, parsed, function, lines, epilogue, state.plan,
+                           f"{function.name}: a direct product, one thread per output", Direction.BACKWARD)
+
+    def _write(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function, lines: list[str],
+               epilogue: list[Node], plan: LaunchPlan, note: str, direction: Direction = Direction.FORWARD) -> Rewrite:
+        """The kernel's body as `lines`, then the epilogue's statements re-indented one level in, closing the guard
+        `lines` open."""
+        body = function.node.child_by_field_name("body")
+        indent = indentation(parsed.data, body.named_children[0].start_byte)
+        first, last = epilogue[0], epilogue[-1]
+        text = reindent(parsed.data[first.start_byte:last.end_byte].decode("utf-8"),
+                        len(indentation(parsed.data, first.start_byte)), indent + "    ")
+        source_lines = [indent + line for line in lines] + [text, indent + "}"]
+        start, end = body.named_children[0].start_byte, body.named_children[-1].end_byte
+        source = splice(parsed.data, [(start, end, "\n".join(source_lines)[len(indent):])])[0].decode("utf-8")
+        return self.rewrite(state, Anchor(function.name, "function", KEY), direction, source, plan=plan,
+                            carrier={"tile": TILE}, note=note)
+
+
+def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[Product, list[Node]]:
+    """(the product, the epilogue's statements: the guarded block's after the loop) of a naive product kernel."""
+    if not function.is_kernel:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    body = function.node.child_by_field_name("body")
+    match = _NAIVE.match(squash(parsed.text(body)))
+    if match is None:
+        raise NotApplicable(f"{function.name} is not a naive matrix product")
+    column, row, condition, accumulator, index, depth, update, epilogue = match.groups()
+    bounds = _bounds(condition, row, column)
+    terms = next((m for m in (p.fullmatch(update) for p in _PRODUCTS) if m), None)
+    if bounds is None or terms is None or terms["acc"] != accumulator:
+        raise NotApplicable(f"{function.name}'s bounds or update do not read as a product")
+    rows, columns = bounds
+    reads = {terms["x"]: terms["at_x"], terms["y"]: terms["at_y"]}
+    left = next((a for a, at in reads.items() if at == f"{row} * {depth} + {index}"), None)
+    right = next((a for a, at in reads.items() if at == f"{index} * {columns} + {column}"), None)
+    if left is None or right is None or left == right:
+        raise NotApplicable(f"{function.name} does not read A[r * K + k] and B[k * N + c]")
+    params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
+    # A and B are only read here (the epilogue never names them), and the launch passes no buffer twice
+    if any(params.get(a) != ("float", True) for a in (left, right)) or \
+            any(params.get(n, ("", True))[1] for n in (rows, columns, depth)):
+        raise NotApplicable(f"{function.name}: A and B are not float pointer parameters, or M, N and K not scalars")
+    if not re.search(rf"\b{accumulator}\b", epilogue) or re.search(_EPILOGUE_FORBIDDEN, epilogue) or \
+            re.search(rf"\b(?:{left}|{right}|{index})\b", epilogue):
+        raise NotApplicable(f"{function.name}'s epilogue does not only finish the accumulator")
+    launches_of(state, function.name, dimensions=2)
+    zero = re.search(rf"float {accumulator} = ({_ZERO});", squash(parsed.text(body)))[1]
+    guard = body.named_children[-1].child_by_field_name("consequence")
+    listed = [node for node in guard.named_children if node.type != "comment"]
+    after = listed[next(i for i, node in enumerate(listed) if node.type == "for_statement") + 1:]
+    return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update), after
+
+
+# the update of a product loop: a sum of the operands' product, the fused form included, either operand first
+_OPERAND = r"(?P<{0}>[A-Za-z_]\w*)\[(?P<at_{0}>[^][]+)\]"
+_PRODUCTS = (re.compile(rf"(?P<acc>[A-Za-z_]\w*) \+= {_OPERAND.format('x')} \* {_OPERAND.format('y')}"),
+             re.compile(rf"(?P<acc>[A-Za-z_]\w*) = fmaf\({_OPERAND.format('x')}, {_OPERAND.format('y')}, (?P=acc)\)"))
+
+
+def _replaced(text: str, reads: dict[str, str]) -> str:
+    for old, new in reads.items():
+        if text.count(old) != 1:
+            raise NotApplicable(f"`{text}` does not read {old} once")
+        text = text.replace(old, new)
+    return text
+
+
+def _bounds(condition: str, row: str, column: str) -> tuple[str, str] | None:
+    """(M, N) of `r < M && c < N` (either order)."""
+    for first, second in ((row, column), (column, row)):
+        match = re.fullmatch(rf"{first} < {_ID} && {second} < {_ID}", condition)
+        if match:
+            return (match[1], match[2]) if first == row else (match[2], match[1])
+    return None
+
+
+def _plan(state: KernelState, function: cp.Function, product: Product) -> LaunchPlan:
+    names = [name for name, _, _ in parameters(cp.parse(state.source), function)]
+    launches = []
+    for launch in state.plan.launches:
+        if launch.entry == function.name:
+            if len(launch.args) != len(names):
+                raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
+            values = {}
+            for name in (product.rows, product.columns):
+                arg = launch.args[names.index(name)]
+                if arg.kind is not ArgKind.SCALAR:
+                    raise NotApplicable(f"'{name}' is not passed as a scalar")
+                values[name] = str(arg.value)
+            grid = (f"cdiv({values[product.columns]}, {TILE})", f"cdiv({values[product.rows]}, {TILE})", 1)
+            launch = type(launch)(launch.entry, grid, (TILE, TILE, 1), launch.shared, launch.args)
+        launches.append(launch)
+    return with_plan(state, launches=tuple(launches))
+
+
+register(UntileMatmul())

@@ -1,0 +1,97 @@
+"""untile_matmul: a matrix product staged through 16 x 16 shared tiles of A and B becomes one thread per output
+reading both operands from global memory; forward finds its sites by analysis. The tiled form sums the products in
+the naive kernel's order, so the CPU emulator (tests/transforms/elementwise_emulator.cpp) must see the naive
+kernel's bits, for sizes that 16 divides and sizes it does not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from klineage.kernel import KernelState
+from klineage.launch import LaunchPlan
+from klineage.transforms import Anchor, NotApplicable, get
+from tests.transforms import emulate
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
+
+SITE = Anchor("kernel", "function", "tile")
+
+
+@pytest.fixture(scope="module")
+def transform():
+    return get("untile_matmul")
+
+
+def golden(which: str) -> KernelState:
+    return load(HERE / "untile_matmul" / "bias_relu", which, "kernel")
+
+
+def test_golden():
+    check_golden("untile_matmul", "bias_relu")
+
+
+def test_golden_kernels_compile(cache):
+    for which in ("before", "after"):
+        compiles_without_spills(golden(which), cache)
+
+
+def test_forward_finds_the_naive_product_by_analysis(transform):
+    assert transform.forward_sites(golden("after")) == [SITE]
+    assert transform.forward_sites(golden("before")) == []
+    assert transform.find(golden("after")) == []
+    tiled = transform.forward(golden("after"), SITE).state
+    assert tiled.plan.launches[0].block == (16, 16, 1)
+    assert tiled.plan.launches[0].grid[:2] == ("cdiv(n, 16)", "cdiv(m, 16)")
+
+
+UPDATE = "acc += A[r * K + k] * B[k * N + c];"
+
+
+@pytest.mark.parametrize("update", [UPDATE, "acc += B[k * N + c] * A[r * K + k];",
+                                    "acc = fmaf(A[r * K + k], B[k * N + c], acc);"])
+def test_the_tiles_give_the_naive_kernels_bits_on_the_cpu(transform, update, tmp_path):
+    """The product loop's statement as written (either operand first, or fused) is the tiled loop's, on tiles."""
+    naive = KernelState(source=golden("after").source.replace(UPDATE, update), plan=golden("after").plan)
+    tiled = transform.forward(naive, SITE).state
+    assert update.replace("A[r * K + k]", "tile_a[threadIdx.y][k]").replace("B[k * N + c]", "tile_b[k][threadIdx.x]") \
+        in tiled.source
+    assert transform.backward(tiled, SITE).state == naive
+    binaries = {"naive": emulate.build(tmp_path / "naive", naive), "tiled": emulate.build(tmp_path / "tiled", tiled)}
+    positive = 0
+    for m, n, k in ((1, 1, 1), (5, 7, 3), (16, 16, 16), (33, 17, 40), (20, 50, 70)):
+        g = torch.Generator().manual_seed(m * 10000 + n * 100 + k)
+        inputs = {"A": torch.randn(m * k, generator=g), "B": torch.randn(k * n, generator=g),
+                  "bias": torch.randn(n, generator=g)}
+        params = {"m": m, "n": n, "k": k, "alpha": 0.75}
+        runs = {form: emulate.run(binary, tmp_path / f"{form}-{m}x{n}x{k}", {"naive": naive, "tiled": tiled}[form],
+                                  params, inputs, {"C": (torch.float32, m * n)})["C"]
+                for form, binary in binaries.items()}
+        assert torch.equal(runs["tiled"].view(torch.int32), runs["naive"].view(torch.int32)), (m, n, k)
+        positive += int((runs["naive"] > 0).sum())
+    assert positive > 500  # relu keeps about half of the 1,853 outputs: their bits were compared
+
+
+@pytest.mark.parametrize("edit, why", [
+    (("acc += A[r * K + k] * B[k * N + c];", "acc += A[r * K + k] * B[k * N + c] + 1.0f;"), "product"),
+    (("acc += A[r * K + k] * B[k * N + c];", "acc += A[k * K + r] * B[k * N + c];"), "A\\[r \\* K \\+ k\\]"),
+    (("float acc = 0.0f;", "float acc = 1.0f;"), "not a naive matrix product"),
+    (("float v = alpha * acc + bias[c];", "float v = alpha * acc + A[c];"), "epilogue"),
+    (("float v = alpha * acc + bias[c];", "float v = alpha * acc + bias[threadIdx.x];"), "epilogue"),
+    (("float v = alpha * acc + bias[c];", "float v = alpha + bias[c];"), "epilogue"),
+    (("if (r < M && c < N) {", "if (r < M && c < K) {"), "A\\[r \\* K \\+ k\\]"),
+])
+def test_no_site_where_it_would_not_be_legal(transform, edit, why):
+    naive = golden("after")
+    assert edit[0] in naive.source
+    state = KernelState(source=naive.source.replace(edit[0], edit[1]), plan=naive.plan)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+def test_no_site_on_a_three_dimensional_launch(transform):
+    naive = golden("after")
+    plan = (HERE / "untile_matmul" / "bias_relu" / "after.toml").read_text().replace("block = [16, 16]",
+                                                                                   "block = [16, 16, 2]")
+    state = KernelState(source=naive.source, plan=LaunchPlan.from_toml(plan))
+    assert transform.forward_sites(state) == []
