@@ -22,8 +22,9 @@ launch's arguments.
 
 Backward writes the naive product back from the canonical tiled form, under the same (16, 16) block and grid.
 
-Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations and the guarded
-block above (either order of the two bounds), the accumulator a float starting at zero, the loop body the one
+Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations (either order)
+and the guarded block above (either order of the two bounds; or `if (r >= M || c >= N) return;` and the block's
+statements after it), the accumulator a float starting at zero, the loop body the one
 update (`A[...] * B[...]` in either order); A and B distinct float pointer parameters, M, N and K scalar
 parameters passed by the launch as scalars; the epilogue names the accumulator and none of A, B, the loop index,
 a thread or block coordinate, a barrier, a loop or a jump; the plan launches the kernel with a two-dimensional
@@ -45,17 +46,13 @@ from klineage.launch import ArgKind, LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, reindent, splice
-from klineage.transforms._naive import kernel, launches_of, parameters, squash
+from klineage.transforms._naive import kernel, launches_of, parameters, squash, statements
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform, with_plan
 
 TILE = 16
 KEY = "tile"
 _ID = r"([A-Za-z_]\w*)"
 _ZERO = r"(?:0|0\.0*f?|0\.f|\.0f?)"
-_NAIVE = re.compile(
-    rf"^{{ int {_ID} = blockIdx\.x \* blockDim\.x \+ threadIdx\.x; int {_ID} = blockIdx\.y \* blockDim\.y \+ "
-    rf"threadIdx\.y; if \((.+?)\) {{ float {_ID} = {_ZERO}; for \(int {_ID} = 0; \5 < {_ID}; (?:\+\+\5|\5\+\+)\) "
-    rf"(?:{{ )?(\4 (?:\+)?= .+?);(?: }})? (.+) }} }}$")
 _TILED = re.compile(
     rf"^{{ __shared__ float {KEY}_a\[{TILE}\]\[{TILE}\]; __shared__ float {KEY}_b\[{TILE}\]\[{TILE}\]; "
     rf"int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; "
@@ -178,19 +175,39 @@ class UntileMatmul(Transform):
 
 
 def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[Product, list[Node]]:
-    """(the product, the epilogue's statements: the guarded block's after the loop) of a naive product kernel."""
+    """(the product, the epilogue's statements: those after the loop) of a naive product kernel: the two index
+    declarations in either order, then `if (r < M && c < N) { ... }` ending the kernel or `if (r >= M || c >= N)
+    return;` and the same statements after it."""
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is not a kernel")
-    body = function.node.child_by_field_name("body")
-    match = _NAIVE.match(squash(parsed.text(body)))
-    if match is None:
-        raise NotApplicable(f"{function.name} is not a naive matrix product")
-    column, row, condition, accumulator, index, depth, update, epilogue = match.groups()
-    bounds = _bounds(condition, row, column)
-    terms = next((m for m in (p.fullmatch(update) for p in _PRODUCTS) if m), None)
-    if bounds is None or terms is None or terms["acc"] != accumulator:
-        raise NotApplicable(f"{function.name}'s bounds or update do not read as a product")
+    listed = statements(function.node.child_by_field_name("body"))
+    indexes = dict(_index(parsed, node) for node in listed[:2])
+    if len(listed) < 3 or set(indexes) != {"x", "y"} or listed[2].type != "if_statement" or \
+            listed[2].child_by_field_name("alternative") is not None:
+        raise NotApplicable(f"{function.name} is not a naive matrix product: two indexes and a guard")
+    column, row = indexes["x"], indexes["y"]
+    guard = listed[2]
+    condition = squash(parsed.text(guard.child_by_field_name("condition")))[1:-1]
+    consequence = guard.child_by_field_name("consequence")
+    if len(listed) == 3 and consequence.type == "compound_statement":
+        bounds, work = _bounds(condition, row, column, "<", "&&"), statements(consequence)
+    elif squash(parsed.text(consequence)) in ("return;", "{ return; }"):
+        bounds, work = _bounds(condition, row, column, ">=", "||"), listed[3:]
+    else:
+        bounds, work = None, []
+    if bounds is None or len(work) < 3:
+        raise NotApplicable(f"{function.name}'s guard is not `r < M && c < N` (or `r >= M || c >= N` returning)")
     rows, columns = bounds
+    first = re.fullmatch(rf"float {_ID} = ({_ZERO});", squash(parsed.text(work[0])))
+    loop = re.fullmatch(rf"for \(int {_ID} = 0; \1 < {_ID}; (?:\+\+\1|\1\+\+)\) (?:{{ )?(.+?);(?: }})?",
+                        squash(parsed.text(work[1]))) if work[1].type == "for_statement" else None
+    if first is None or loop is None:
+        raise NotApplicable(f"{function.name} is not a naive matrix product: no zeroed float and loop over k")
+    accumulator, zero = first.groups()
+    index, depth, update = loop.groups()
+    terms = next((m for m in (p.fullmatch(update) for p in _PRODUCTS) if m), None)
+    if terms is None or terms["acc"] != accumulator:
+        raise NotApplicable(f"{function.name}'s loop does not sum a product into {accumulator}")
     reads = {terms["x"]: terms["at_x"], terms["y"]: terms["at_y"]}
     left = next((a for a, at in reads.items() if at == f"{row} * {depth} + {index}"), None)
     right = next((a for a, at in reads.items() if at == f"{index} * {columns} + {column}"), None)
@@ -201,15 +218,18 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     if any(params.get(a) != ("float", True) for a in (left, right)) or \
             any(params.get(n, ("", True))[1] for n in (rows, columns, depth)):
         raise NotApplicable(f"{function.name}: A and B are not float pointer parameters, or M, N and K not scalars")
+    epilogue = " ".join(squash(parsed.text(node)) for node in work[2:])
     if not re.search(rf"\b{accumulator}\b", epilogue) or re.search(_EPILOGUE_FORBIDDEN, epilogue) or \
             re.search(rf"\b(?:{left}|{right}|{index})\b", epilogue):
         raise NotApplicable(f"{function.name}'s epilogue does not only finish the accumulator")
     launches_of(state, function.name, dimensions=2)
-    zero = re.search(rf"float {accumulator} = ({_ZERO});", squash(parsed.text(body)))[1]
-    guard = body.named_children[-1].child_by_field_name("consequence")
-    listed = [node for node in guard.named_children if node.type != "comment"]
-    after = listed[next(i for i, node in enumerate(listed) if node.type == "for_statement") + 1:]
-    return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update), after
+    return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update), work[2:]
+
+
+def _index(parsed: cp.ParsedSource, node: Node) -> tuple[str, str]:
+    """(axis, name) of `int name = blockIdx.a * blockDim.a + threadIdx.a;`, else ("", "")."""
+    match = re.fullmatch(rf"int {_ID} = blockIdx\.([xy]) \* blockDim\.\2 \+ threadIdx\.\2;", squash(parsed.text(node)))
+    return (match[2], match[1]) if match else ("", "")
 
 
 # the update of a product loop: a sum of the operands' product, the fused form included, either operand first
@@ -226,10 +246,10 @@ def _replaced(text: str, reads: dict[str, str]) -> str:
     return text
 
 
-def _bounds(condition: str, row: str, column: str) -> tuple[str, str] | None:
-    """(M, N) of `r < M && c < N` (either order)."""
+def _bounds(condition: str, row: str, column: str, relation: str, joined: str) -> tuple[str, str] | None:
+    """(M, N) of `r < M && c < N` (relation `<`, joined `&&`; either order), or of `r >= M || c >= N`."""
     for first, second in ((row, column), (column, row)):
-        match = re.fullmatch(rf"{first} < {_ID} && {second} < {_ID}", condition)
+        match = re.fullmatch(rf"{first} {relation} {_ID} {re.escape(joined)} {second} {relation} {_ID}", condition)
         if match:
             return (match[1], match[2]) if first == row else (match[2], match[1])
     return None

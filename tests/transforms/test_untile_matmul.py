@@ -5,6 +5,8 @@ kernel's bits, for sizes that 16 divides and sizes it does not."""
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 import torch
 
@@ -95,3 +97,20 @@ def test_no_site_on_a_three_dimensional_launch(transform):
                                                                                    "block = [16, 16, 2]")
     state = KernelState(source=naive.source, plan=LaunchPlan.from_toml(plan))
     assert transform.forward_sites(state) == []
+
+
+def test_the_naive_product_may_declare_its_row_first_and_return_past_the_edge(transform):
+    """The two indexes in either order, and `if (r >= M || c >= N) return;` before the work: the same tiled
+    kernel as from the golden's own spelling."""
+    naive = golden("after").source
+    x = "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    y = "    int r = blockIdx.y * blockDim.y + threadIdx.y;\n"
+    guarded = naive[naive.index("    if (r < M && c < N) {\n"):naive.rindex("    }\n}")]
+    work = textwrap.dedent(guarded.split("\n", 1)[1])
+    spellings = [naive.replace(x + y, y + x),
+                 naive.replace(guarded + "    }\n", "    if (c >= N || r >= M) return;\n" +
+                               textwrap.indent(work, "    "))]
+    for source in spellings:
+        state = KernelState(source=source, plan=golden("after").plan)
+        assert transform.forward_sites(state) == [SITE], source
+        assert transform.forward(state, SITE).state == golden("before"), source
