@@ -11,14 +11,21 @@ The mechanism (forward): a naive matrix product, one thread per output element,
         <epilogue: statements that use acc, r and c, such as C[r * N + c] = alpha * acc + bias[c];>
     }
 
-reads each element of A and B from global memory once per output it feeds (N and M times). The forward makes a
-block of 16 x 16 threads load a 16 x 16 tile of A and one of B into shared memory per step of 16 along k, each
-thread one element of each, wait at a barrier, and take its 16 products from the tiles: every global element is
-read once per block instead of once per thread. Loads past the matrix edges give 0 and are never summed (the
-product loop stops at K), so M, N and K need not be multiples of 16, and the products are summed in the naive
-kernel's order: the result is the naive kernel's to the bit. The epilogue runs as it was, under the same bounds.
-The plan's launch gets a block of (16, 16) and a grid of (cdiv(N, 16), cdiv(M, 16)), M and N read from the
-launch's arguments.
+reads each element of A and B from global memory once per output it feeds (N and M times).
+
+The forward makes a block of 16 x 16 threads load a 16 x 16 tile of A and one of B into shared memory per step
+of 16 along k, each thread one element of each, wait at a barrier, and take its 16 products from the tiles:
+every global element is read once per block instead of once per thread.
+- Loads past the matrix edges give 0 and are never summed (the product loop stops at K), so M, N and K need not
+  be multiples of 16.
+- The products are summed in the naive kernel's order, with the loop's own statement: the result is the naive
+  kernel's to the bit.
+- The epilogue runs as it was, under the same bounds.
+- The plan's launch gets a block of (16, 16) and a grid of (cdiv(N, 16), cdiv(M, 16)), M and N read from the
+  launch's arguments.
+- B may be stored N x K instead, read at `B[c * K + k]` (a linear layer's weight). Its tile is then loaded along
+  k, a row of B across the lanes, and stored down a column of a 16 x 17 tile (the padding spreads the column over
+  the banks).
 
 Backward writes the naive product back from the canonical tiled form, under the same (16, 16) block and grid.
 
@@ -53,15 +60,28 @@ TILE = 16
 KEY = "tile"
 _ID = r"([A-Za-z_]\w*)"
 _ZERO = r"(?:0|0\.0*f?|0\.f|\.0f?)"
-_TILED = re.compile(
-    rf"^{{ __shared__ float {KEY}_a\[{TILE}\]\[{TILE}\]; __shared__ float {KEY}_b\[{TILE}\]\[{TILE}\]; "
-    rf"int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; "
-    rf"float {_ID} = {_ZERO}; for \(int {KEY}_k = 0; {KEY}_k < {_ID}; {KEY}_k \+= {TILE}\) {{ "
-    rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = \2 < {_ID} && {KEY}_k \+ threadIdx\.x < \4 \? {_ID}\[\2 \* \4 "
-    rf"\+ {KEY}_k \+ threadIdx\.x\] : 0\.0f; {KEY}_b\[threadIdx\.y\]\[threadIdx\.x\] = {KEY}_k \+ threadIdx\.y < \4 "
-    rf"&& \1 < {_ID} \? {_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \7 \+ \1\] : 0\.0f; __syncthreads\(\); "
-    rf"for \(int {_ID} = 0; \9 < {TILE} && {KEY}_k \+ \9 < \4; \+\+\9\) (\3 (?:\+)?= .+?); __syncthreads\(\); }} "
-    rf"if \(\2 < \5 && \1 < \7\) {{ (.+) }} }}$")
+_B_ROWS = (rf"{KEY}_b\[threadIdx\.y\]\[threadIdx\.x\] = {KEY}_k \+ threadIdx\.y < \4 && \1 < {_ID} \? "
+           rf"{_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \7 \+ \1\] : 0\.0f;")
+# B stored N x K (a linear layer's weight): lanes along k load a row of B, stored across the padded tile
+_B_TRANSPOSED = (rf"{KEY}_b\[threadIdx\.x\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.x < \4 && blockIdx\.x \* {TILE} \+ "
+                 rf"threadIdx\.y < {_ID} \? {_ID}\[\(blockIdx\.x \* {TILE} \+ threadIdx\.y\) \* \4 \+ {KEY}_k \+ "
+                 rf"threadIdx\.x\] : 0\.0f;")
+
+
+def _tiled(transposed: bool) -> re.Pattern:
+    """The squashed body forward writes; groups: c, r, acc, K, M, A, N, B, k, the tiled update, the epilogue."""
+    width, load = (TILE + 1, _B_TRANSPOSED) if transposed else (TILE, _B_ROWS)
+    return re.compile(
+        rf"^{{ __shared__ float {KEY}_a\[{TILE}\]\[{TILE}\]; __shared__ float {KEY}_b\[{TILE}\]\[{width}\]; "
+        rf"int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; "
+        rf"float {_ID} = {_ZERO}; for \(int {KEY}_k = 0; {KEY}_k < {_ID}; {KEY}_k \+= {TILE}\) {{ "
+        rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = \2 < {_ID} && {KEY}_k \+ threadIdx\.x < \4 \? {_ID}\[\2 \* \4 "
+        rf"\+ {KEY}_k \+ threadIdx\.x\] : 0\.0f; {load} __syncthreads\(\); "
+        rf"for \(int {_ID} = 0; \9 < {TILE} && {KEY}_k \+ \9 < \4; \+\+\9\) (\3 (?:\+)?= .+?); __syncthreads\(\); }} "
+        rf"if \(\2 < \5 && \1 < \7\) {{ (.+) }} }}$")
+
+
+_TILED = {transposed: _tiled(transposed) for transposed in (False, True)}
 _EPILOGUE_FORBIDDEN = r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__syncthreads\w*|__shfl\w*|for|while|do|goto|" \
                       r"return|break|continue|asm)\b"
 
@@ -79,11 +99,14 @@ class Product:
     right: str  # B: K x columns
     zero: str  # the accumulator's first value, as written
     update: str  # the loop's one statement, as written (`acc += A[...] * B[...]` or `acc = fmaf(..., acc)`)
+    transposed: bool  # B is stored N x K and read at B[c * K + k]
 
     def reads(self) -> dict[str, str]:
         """Each operand read of the naive update, and its read from the tiles."""
+        right = f"{self.column} * {self.depth} + {self.index}" if self.transposed else \
+            f"{self.index} * {self.columns} + {self.column}"
         return {f"{self.left}[{self.row} * {self.depth} + {self.index}]": f"{KEY}_a[threadIdx.y][{self.index}]",
-                f"{self.right}[{self.index} * {self.columns} + {self.column}]": f"{KEY}_b[{self.index}][threadIdx.x]"}
+                f"{self.right}[{right}]": f"{KEY}_b[{self.index}][threadIdx.x]"}
 
 
 class UntileMatmul(Transform):
@@ -97,7 +120,8 @@ class UntileMatmul(Transform):
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
         return [Anchor(f.name, "function", KEY, parsed.text(f.node)[:200]) for f in cp.functions(parsed)
-                if f.is_kernel and _TILED.match(squash(parsed.text(f.node.child_by_field_name("body"))))]
+                if f.is_kernel and any(pattern.match(squash(parsed.text(f.node.child_by_field_name("body"))))
+                                       for pattern in _TILED.values())]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         state = canonical(state)  # the index as the naive forms spell it
@@ -117,16 +141,24 @@ class UntileMatmul(Transform):
         function = kernel(parsed, anchor)
         product, epilogue = _naive_product(state, parsed, function)
         p, t = product, f"{KEY}_k"
+        if p.transposed:  # lanes along k read a row of B (coalesced) and store it down a padded tile column
+            width = TILE + 1
+            load_b = (f"    {KEY}_b[threadIdx.x][threadIdx.y] = {t} + threadIdx.x < {p.depth} && blockIdx.x * {TILE} + "
+                      f"threadIdx.y < {p.columns} ? {p.right}[(blockIdx.x * {TILE} + threadIdx.y) * {p.depth} + {t} + "
+                      f"threadIdx.x] : 0.0f;")
+        else:
+            width = TILE
+            load_b = (f"    {KEY}_b[threadIdx.y][threadIdx.x] = {t} + threadIdx.y < {p.depth} && {p.column} < "
+                      f"{p.columns} ? {p.right}[({t} + threadIdx.y) * {p.columns} + {p.column}] : 0.0f;")
         lines = [f"__shared__ float {KEY}_a[{TILE}][{TILE}];",
-                 f"__shared__ float {KEY}_b[{TILE}][{TILE}];",
+                 f"__shared__ float {KEY}_b[{TILE}][{width}];",
                  f"int {p.column} = blockIdx.x * {TILE} + threadIdx.x;",
                  f"int {p.row} = blockIdx.y * {TILE} + threadIdx.y;",
                  f"float {p.accumulator} = {p.zero};",
                  f"for (int {t} = 0; {t} < {p.depth}; {t} += {TILE}) {{",
                  f"    {KEY}_a[threadIdx.y][threadIdx.x] = {p.row} < {p.rows} && {t} + threadIdx.x < {p.depth} ? "
                  f"{p.left}[{p.row} * {p.depth} + {t} + threadIdx.x] : 0.0f;",
-                 f"    {KEY}_b[threadIdx.y][threadIdx.x] = {t} + threadIdx.y < {p.depth} && {p.column} < {p.columns} ? "
-                 f"{p.right}[({t} + threadIdx.y) * {p.columns} + {p.column}] : 0.0f;",
+                 load_b,
                  "    __syncthreads();",
                  f"    for (int {p.index} = 0; {p.index} < {TILE} && {t} + {p.index} < {p.depth}; ++{p.index}) "
                  f"{_replaced(p.update, p.reads())};",
@@ -141,12 +173,13 @@ class UntileMatmul(Transform):
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         body = function.node.child_by_field_name("body")
-        match = _TILED.match(squash(parsed.text(body)))
-        if match is None:
+        matches = {transposed: pattern.match(squash(parsed.text(body))) for transposed, pattern in _TILED.items()}
+        transposed = next((t for t, m in matches.items() if m), None)
+        if transposed is None:
             raise NotApplicable(f"{anchor}: not the tiled product forward writes")
-        c, r, acc, depth, rows, left, columns, right, index, tiled = match.groups()[:10]
+        c, r, acc, depth, rows, left, columns, right, index, tiled = matches[transposed].groups()[:10]
         zero = re.search(rf"float {acc} = ({_ZERO});", squash(parsed.text(body)))[1]
-        product = Product(c, r, acc, index, rows, columns, depth, left, right, zero, "")
+        product = Product(c, r, acc, index, rows, columns, depth, left, right, zero, "", transposed)
         update = _replaced(tiled, {tile: operand for operand, tile in product.reads().items()})
         lines = [f"int {c} = blockIdx.x * blockDim.x + threadIdx.x;",
                  f"int {r} = blockIdx.y * blockDim.y + threadIdx.y;",
@@ -211,8 +244,11 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     reads = {terms["x"]: terms["at_x"], terms["y"]: terms["at_y"]}
     left = next((a for a, at in reads.items() if at == f"{row} * {depth} + {index}"), None)
     right = next((a for a, at in reads.items() if at == f"{index} * {columns} + {column}"), None)
+    transposed = right is None
+    if transposed:
+        right = next((a for a, at in reads.items() if at == f"{column} * {depth} + {index}"), None)
     if left is None or right is None or left == right:
-        raise NotApplicable(f"{function.name} does not read A[r * K + k] and B[k * N + c]")
+        raise NotApplicable(f"{function.name} does not read A[r * K + k] and B[k * N + c] (or B[c * K + k])")
     params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
     # A and B are only read here (the epilogue never names them), and the launch passes no buffer twice
     if any(params.get(a) != ("float", True) for a in (left, right)) or \
@@ -223,7 +259,8 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
             re.search(rf"\b(?:{left}|{right}|{index})\b", epilogue):
         raise NotApplicable(f"{function.name}'s epilogue does not only finish the accumulator")
     launches_of(state, function.name, dimensions=2)
-    return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update), work[2:]
+    return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update,
+                   transposed), work[2:]
 
 
 def _index(parsed: cp.ParsedSource, node: Node) -> tuple[str, str]:

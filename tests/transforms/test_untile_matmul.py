@@ -24,17 +24,23 @@ def transform():
     return get("untile_matmul")
 
 
-def golden(which: str) -> KernelState:
-    return load(HERE / "untile_matmul" / "bias_relu", which, "kernel")
+# bias_relu: B stored K x N; linear: B stored N x K (a linear layer's weight), loaded across a padded tile
+CASES = ("bias_relu", "linear")
 
 
-def test_golden():
-    check_golden("untile_matmul", "bias_relu")
+def golden(which: str, case: str = "bias_relu") -> KernelState:
+    return load(HERE / "untile_matmul" / case, which, "kernel")
 
 
-def test_golden_kernels_compile(cache):
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case):
+    check_golden("untile_matmul", case)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_kernels_compile(cache, case):
     for which in ("before", "after"):
-        compiles_without_spills(golden(which), cache)
+        compiles_without_spills(golden(which, case), cache)
 
 
 def test_forward_finds_the_naive_product_by_analysis(transform):
@@ -58,19 +64,30 @@ def test_the_tiles_give_the_naive_kernels_bits_on_the_cpu(transform, update, tmp
     assert update.replace("A[r * K + k]", "tile_a[threadIdx.y][k]").replace("B[k * N + c]", "tile_b[k][threadIdx.x]") \
         in tiled.source
     assert transform.backward(tiled, SITE).state == naive
+    _same_bits(naive, tiled, tmp_path, lambda m, n, k, g: {"A": torch.randn(m * k, generator=g),
+                                                          "B": torch.randn(k * n, generator=g),
+                                                          "bias": torch.randn(n, generator=g)}, "C", alpha=0.75)
+
+
+def test_the_linear_layers_tiles_give_the_naive_kernels_bits_on_the_cpu(tmp_path):
+    _same_bits(golden("after", "linear"), golden("before", "linear"), tmp_path,
+               lambda m, n, k, g: {"x": torch.randn(m * k, generator=g), "w": torch.randn(n * k, generator=g),
+                                   "b": torch.randn(n, generator=g)}, "y")
+
+
+def _same_bits(naive: KernelState, tiled: KernelState, tmp_path, inputs_of, output: str, **scalars) -> None:
+    """The tiled kernel's output bits are the naive kernel's, for sizes 16 does and does not divide."""
     binaries = {"naive": emulate.build(tmp_path / "naive", naive), "tiled": emulate.build(tmp_path / "tiled", tiled)}
-    positive = 0
+    nonzero = 0
     for m, n, k in ((1, 1, 1), (5, 7, 3), (16, 16, 16), (33, 17, 40), (20, 50, 70)):
-        g = torch.Generator().manual_seed(m * 10000 + n * 100 + k)
-        inputs = {"A": torch.randn(m * k, generator=g), "B": torch.randn(k * n, generator=g),
-                  "bias": torch.randn(n, generator=g)}
-        params = {"m": m, "n": n, "k": k, "alpha": 0.75}
+        inputs = inputs_of(m, n, k, torch.Generator().manual_seed(m * 10000 + n * 100 + k))
+        params = {"m": m, "n": n, "k": k, **scalars}
         runs = {form: emulate.run(binary, tmp_path / f"{form}-{m}x{n}x{k}", {"naive": naive, "tiled": tiled}[form],
-                                  params, inputs, {"C": (torch.float32, m * n)})["C"]
+                                  params, inputs, {output: (torch.float32, m * n)})[output]
                 for form, binary in binaries.items()}
         assert torch.equal(runs["tiled"].view(torch.int32), runs["naive"].view(torch.int32)), (m, n, k)
-        positive += int((runs["naive"] > 0).sum())
-    assert positive > 500  # relu keeps about half of the 1,853 outputs: their bits were compared
+        nonzero += int((runs["naive"] != 0).sum())
+    assert nonzero > 500  # of the 1,853 outputs (a relu zeroes about half): their bits were compared
 
 
 @pytest.mark.parametrize("edit, why", [
