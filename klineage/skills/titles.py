@@ -39,6 +39,7 @@ FORWARD: dict[str, tuple[str, str]] = {
     "unpipeline": ("pipeline copies through shared-memory stages", "ring of STAGES"),
     "unroll": ("unroll a loop", "unroll"),
     "unstage_shared": ("stage a tile in shared memory", "Stage a tile"),
+    "untile_matmul": ("stage a matrix product's operands in shared-memory tiles", "16x16 shared-memory tiles"),
     "untile_transpose": ("transpose through a padded shared-memory tile", "padded 32x33 shared-memory tile"),
     "unswizzle_shared": ("swizzle shared-memory tiles", "XOR swizzle"),
     "warp_mma": ("use wgmma", "wgmma"),
