@@ -139,6 +139,28 @@ def rescaled_grid(state: KernelState, entry: str, rescale: Callable[[str], str])
     return with_plan(state, launches=tuple(launches))
 
 
+def tiled_plan(state: KernelState, function: cp.Function, rows: str, columns: str, tile: tuple[int, int],
+               block: tuple[int, int]) -> LaunchPlan:
+    """The plan with every launch of `function` given `block` and the grid (cdiv(C, tile[0]), cdiv(R, tile[1])),
+    C and R the values the launch passes for the kernel's scalar parameters `columns` and `rows`."""
+    names = [name for name, _, _ in parameters(cp.parse(state.source), function)]
+    launches = []
+    for launch in state.plan.launches:
+        if launch.entry == function.name:
+            if len(launch.args) != len(names):
+                raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
+            values = {}
+            for name in (rows, columns):
+                arg = launch.args[names.index(name)]
+                if arg.kind is not ArgKind.SCALAR:
+                    raise NotApplicable(f"'{name}' is not passed as a scalar")
+                values[name] = str(arg.value)
+            grid = (f"cdiv({values[columns]}, {tile[0]})", f"cdiv({values[rows]}, {tile[1]})", 1)
+            launch = Launch(launch.entry, grid, (*block, 1), launch.shared, launch.args)
+        launches.append(launch)
+    return with_plan(state, launches=tuple(launches))
+
+
 def unwrapped(grid: str, before: str, after: str) -> str:
     """The grid expression a forward wrapped as `before + grid + after`; NotApplicable when it is not so wrapped."""
     if not (grid.startswith(before) and grid.endswith(after) and len(grid) > len(before) + len(after)):

@@ -49,12 +49,12 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.launch import ArgKind, LaunchPlan
+from klineage.launch import LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, reindent, splice
-from klineage.transforms._naive import kernel, launches_of, parameters, squash, statements
-from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform, with_plan
+from klineage.transforms._naive import kernel, launches_of, parameters, readable, squash, statements, tiled_plan
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 TILE = 16
 KEY = "tile"
@@ -126,14 +126,8 @@ class UntileMatmul(Transform):
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
-        anchors = []
-        for function in cp.functions(parsed):
-            try:
-                _naive_product(state, parsed, function)
-            except NotApplicable:
-                continue
-            anchors.append(Anchor(function.name, "function", KEY, parsed.text(function.node)[:200]))
-        return anchors
+        return [Anchor(function.name, "function", KEY, parsed.text(function.node)[:200])
+                for function, _ in readable(parsed, lambda f: _naive_product(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         state = canonical(state)  # the index as the naive forms spell it
@@ -165,7 +159,8 @@ class UntileMatmul(Transform):
                  "    __syncthreads();",
                  "}",
                  f"if ({p.row} < {p.rows} && {p.column} < {p.columns}) {{"]
-        return self._write(state, parsed, function, lines, epilogue, _plan(state, function, product),
+        plan = tiled_plan(state, function, product.rows, product.columns, (TILE, TILE), (TILE, TILE))
+        return self._write(state, parsed, function, lines, epilogue, plan,
                            f"{function.name}: {TILE}x{TILE} shared tiles of {p.left} and {p.right}, block "
                            f"({TILE}, {TILE})")
 
@@ -290,25 +285,6 @@ def _bounds(condition: str, row: str, column: str, relation: str, joined: str) -
         if match:
             return (match[1], match[2]) if first == row else (match[2], match[1])
     return None
-
-
-def _plan(state: KernelState, function: cp.Function, product: Product) -> LaunchPlan:
-    names = [name for name, _, _ in parameters(cp.parse(state.source), function)]
-    launches = []
-    for launch in state.plan.launches:
-        if launch.entry == function.name:
-            if len(launch.args) != len(names):
-                raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
-            values = {}
-            for name in (product.rows, product.columns):
-                arg = launch.args[names.index(name)]
-                if arg.kind is not ArgKind.SCALAR:
-                    raise NotApplicable(f"'{name}' is not passed as a scalar")
-                values[name] = str(arg.value)
-            grid = (f"cdiv({values[product.columns]}, {TILE})", f"cdiv({values[product.rows]}, {TILE})", 1)
-            launch = type(launch)(launch.entry, grid, (TILE, TILE, 1), launch.shared, launch.args)
-        launches.append(launch)
-    return with_plan(state, launches=tuple(launches))
 
 
 register(UntileMatmul())

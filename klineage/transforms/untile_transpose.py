@@ -31,12 +31,11 @@ from dataclasses import dataclass
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.launch import ArgKind, LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, splice
-from klineage.transforms._naive import kernel, launches_of, parameters, squash
-from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform, with_plan
+from klineage.transforms._naive import kernel, launches_of, parameters, readable, squash, tiled_plan
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 TILE, ROWS_PER_PASS = 32, 8
 KEY = "tile"
@@ -87,14 +86,8 @@ class UntileTranspose(Transform):
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
-        anchors = []
-        for function in cp.functions(parsed):
-            try:
-                _naive_copy(state, parsed, function)
-            except NotApplicable:
-                continue
-            anchors.append(Anchor(function.name, "function", KEY, parsed.text(function.node)[:200]))
-        return anchors
+        return [Anchor(function.name, "function", KEY, parsed.text(function.node)[:200])
+                for function, _ in readable(parsed, lambda f: _naive_copy(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         state = canonical(state)  # the index as the naive forms spell it
@@ -120,7 +113,7 @@ class UntileTranspose(Transform):
         text = "\n".join(indent + line for line in lines)[len(indent):]
         start, end = body.named_children[0].start_byte, body.named_children[-1].end_byte
         source = splice(parsed.data, [(start, end, text)])[0].decode("utf-8")
-        plan = _plan(state, function, copy, rows_per_block=TILE)
+        plan = tiled_plan(state, function, copy.rows, copy.columns, (TILE, TILE), (TILE, ROWS_PER_PASS))
         return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"tile": TILE},
                             note=f"{function.name}: {TILE}x{TILE + 1} shared tile, block ({TILE}, {ROWS_PER_PASS})")
 
@@ -144,7 +137,7 @@ class UntileTranspose(Transform):
         text = "\n".join(indent + line for line in lines)[len(indent):]
         start, end = body.named_children[0].start_byte, body.named_children[-1].end_byte
         source = splice(parsed.data, [(start, end, text)])[0].decode("utf-8")
-        plan = _plan(state, function, copy, rows_per_block=ROWS_PER_PASS)
+        plan = tiled_plan(state, function, copy.rows, copy.columns, (TILE, ROWS_PER_PASS), (TILE, ROWS_PER_PASS))
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
                             note=f"{function.name}: a direct transpose, one thread per element")
 
@@ -166,25 +159,6 @@ def _naive_copy(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
         raise NotApplicable(f"{function.name}: X and Y are not pointers to one type, or R and C not scalars")
     launches_of(state, function.name, dimensions=2)
     return Copy(column, row, rows, columns, source, target, params[target][0])
-
-
-def _plan(state: KernelState, function: cp.Function, copy: Copy, *, rows_per_block: int) -> LaunchPlan:
-    names = [name for name, _, _ in parameters(cp.parse(state.source), function)]
-    launches = []
-    for launch in state.plan.launches:
-        if launch.entry == function.name:
-            if len(launch.args) != len(names):
-                raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
-            values = {}
-            for name in (copy.rows, copy.columns):
-                arg = launch.args[names.index(name)]
-                if arg.kind is not ArgKind.SCALAR:
-                    raise NotApplicable(f"'{name}' is not passed as a scalar")
-                values[name] = str(arg.value)
-            grid = (f"cdiv({values[copy.columns]}, {TILE})", f"cdiv({values[copy.rows]}, {rows_per_block})", 1)
-            launch = type(launch)(launch.entry, grid, (TILE, ROWS_PER_PASS, 1), launch.shared, launch.args)
-        launches.append(launch)
-    return with_plan(state, launches=tuple(launches))
 
 
 register(UntileTranspose())
