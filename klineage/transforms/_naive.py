@@ -25,6 +25,7 @@ SERIAL_INDEX = canonical_index(NARROW)  # one thread per element or row
 INDEXES = ((NARROW, SERIAL_INDEX), (WIDE, canonical_index(WIDE)))  # (type, initializer)
 # the integer types a row loop's index may be declared with (`for (size_t j = 0; ...)`); the forwards keep it
 LOOP_INDEX_TYPES = r"int|unsigned|unsigned int|uint32_t|size_t|uint64_t|long long|int64_t|long"
+FLOAT_ZERO = r"(?:0|0\.0*f?|0\.f|\.0f?)"  # a float zero as people write it: 0, 0.0, 0.f, .0f, ...
 # what an element's work may not hold: a loop, a barrier or collective, an early exit, a thread coordinate
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"
                         r"__activemask|__match\w*|__reduce\w*|asm|goto|break|return|for|while|do|threadIdx|blockIdx|"

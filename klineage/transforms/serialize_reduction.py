@@ -58,6 +58,7 @@ from klineage.transforms._arg_reduction import ArgBest, arg_best, is_pair_butter
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import Edit, indentation, own_lines, splice, unparen
 from klineage.transforms._naive import (
+    FLOAT_ZERO,
     LOOP_INDEX_TYPES,
     SERIAL_INDEX,
     index_declaration,
@@ -93,7 +94,7 @@ _WARP_SCAN = re.compile(
     rf"^for \(int scan_base = 0; scan_base < ([\w.]+); scan_base \+= {WARP}\) {{ const int (\w+) = scan_base \+ "
     rf"{LANE}; [\w ]+ scan_value = 0; if \(\2 < \1\) scan_value = (.+?); for \(int offset = 1; .+? }} "
     rf"if \(\2 < \1\) (.+?) = (\w+) \+ scan_value; \5 \+= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
-_ZERO = re.compile(r"^(?:0|0\.0*f?|0\.f|\.0f?|0[uUlL]*)$")
+_ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
 
 
 @dataclass(frozen=True)

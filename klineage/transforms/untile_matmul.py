@@ -53,13 +53,21 @@ from klineage.launch import LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, reindent, splice
-from klineage.transforms._naive import kernel, launches_of, parameters, readable, squash, statements, tiled_plan
+from klineage.transforms._naive import (
+    FLOAT_ZERO,
+    kernel,
+    launches_of,
+    parameters,
+    readable,
+    squash,
+    statements,
+    tiled_plan,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 TILE = 16
 KEY = "tile"
 _ID = r"([A-Za-z_]\w*)"
-_ZERO = r"(?:0|0\.0*f?|0\.f|\.0f?)"
 _B_ROWS = (rf"{KEY}_b\[threadIdx\.y\]\[threadIdx\.x\] = {KEY}_k \+ threadIdx\.y < \4 && \1 < {_ID} \? "
            rf"{_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \7 \+ \1\] : 0\.0f;")
 # B stored N x K (a linear layer's weight): lanes along k load a row of B, stored across the padded tile
@@ -74,7 +82,7 @@ def _tiled(transposed: bool) -> re.Pattern:
     return re.compile(
         rf"^{{ __shared__ float {KEY}_a\[{TILE}\]\[{TILE}\]; __shared__ float {KEY}_b\[{TILE}\]\[{width}\]; "
         rf"int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; "
-        rf"float {_ID} = {_ZERO}; for \(int {KEY}_k = 0; {KEY}_k < {_ID}; {KEY}_k \+= {TILE}\) {{ "
+        rf"float {_ID} = {FLOAT_ZERO}; for \(int {KEY}_k = 0; {KEY}_k < {_ID}; {KEY}_k \+= {TILE}\) {{ "
         rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = \2 < {_ID} && {KEY}_k \+ threadIdx\.x < \4 \? {_ID}\[\2 \* \4 "
         rf"\+ {KEY}_k \+ threadIdx\.x\] : 0\.0f; {load} __syncthreads\(\); "
         rf"for \(int {_ID} = 0; \9 < {TILE} && {KEY}_k \+ \9 < \4; \+\+\9\) (\3 (?:\+)?= .+?); __syncthreads\(\); }} "
@@ -173,7 +181,7 @@ class UntileMatmul(Transform):
         if transposed is None:
             raise NotApplicable(f"{anchor}: not the tiled product forward writes")
         c, r, acc, depth, rows, left, columns, right, index, tiled = matches[transposed].groups()[:10]
-        zero = re.search(rf"float {acc} = ({_ZERO});", squash(parsed.text(body)))[1]
+        zero = re.search(rf"float {acc} = ({FLOAT_ZERO});", squash(parsed.text(body)))[1]
         product = Product(c, r, acc, index, rows, columns, depth, left, right, zero, "", transposed)
         update = _replaced(tiled, {tile: operand for operand, tile in product.reads().items()})
         lines = [f"int {c} = blockIdx.x * blockDim.x + threadIdx.x;",
@@ -226,7 +234,7 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     if bounds is None or len(work) < 3:
         raise NotApplicable(f"{function.name}'s guard is not `r < M && c < N` (or `r >= M || c >= N` returning)")
     rows, columns = bounds
-    first = re.fullmatch(rf"float {_ID} = ({_ZERO});", squash(parsed.text(work[0])))
+    first = re.fullmatch(rf"float {_ID} = ({FLOAT_ZERO});", squash(parsed.text(work[0])))
     loop = re.fullmatch(rf"for \(int {_ID} = 0; \1 < {_ID}; (?:\+\+\1|\1\+\+)\) (?:{{ )?(.+?);(?: }})?",
                         squash(parsed.text(work[1]))) if work[1].type == "for_statement" else None
     if first is None or loop is None:
