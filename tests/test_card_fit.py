@@ -64,3 +64,20 @@ def test_cli_fit_on_a_real_kernel_and_library(capsys):
     assert main(["library", "fit", "row_softmax/naive", "--library", str(percase), "--all"]) == 0
     listing = capsys.readouterr().out
     assert "cards would be tried on row_softmax_naive" in listing and "the other cards, and why not" in listing
+
+
+def test_a_card_whose_forward_reads_no_site_says_why(capsys):
+    """The naive softmax runs a block per row, sharing memory: the warp-shuffle forward's analysis refuses it,
+    and the fit says so in the kernel's own terms rather than only "finds no site"."""
+    percase = config.REPO_ROOT / "bench" / "results" / "percase" / "library.json"
+    assert main(["library", "fit", "row_softmax/naive", "--library", str(percase), "--statuses",
+                 "admitted,candidate", "--json"]) == 0
+    fits = {a["card"][:12]: a for a in json.loads(capsys.readouterr().out)}
+    unpad = fits["521ae0f0f630"]  # unpad_shared: its forward pads a naive transpose's tile
+    assert unpad["fit"] == "no_site" and unpad["why"] == (
+        "its transform unpad_shared finds no site here (not read as a site: row_softmax_naive: row_softmax_naive is "
+        "not a naive transpose)")
+    anchored = fits["db9443ff2ffa"]  # shuffle_to_shared: no site of its own here, tried at its walks' anchors
+    assert anchored["fit"] == "proposed" and anchored["sites"] == 0
+    assert "no forward site (not read as a site: row_softmax_naive: row_softmax_naive synchronizes, shares memory " \
+           "or leaves loops early): tried at its walks' anchors" in anchored["reasons"]

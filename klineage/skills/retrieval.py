@@ -59,7 +59,7 @@ from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus, SkillCard
 from klineage.skills.induction import DEVICE_ROLE, KERNEL_ROLE
 from klineage.skills.materialize import card_sites, evidence_anchors, materialize
 from klineage.skills.predicates import case_facts
-from klineage.transforms import catalog
+from klineage.transforms import catalog, refusals
 
 OPERATOR_WEIGHT = 10.0
 SHAPE_WEIGHT = 2.0
@@ -317,9 +317,11 @@ def _assess(card: SkillCard, state: KernelState, problem: ProblemInfo, present: 
         shown = ", ".join(sorted(map(str, card.provides)))
         return Assessment(card, Fit.PRESENT, f"what it provides is here already: {shown}")
     transform = known.get(card.transform)
-    sites = card_sites(card, state) if transform is not None else []
+    with refusals() as refused:  # why its forwards read no site here: a spelling they do not read, or a misfit
+        sites = card_sites(card, state) if transform is not None else []
+    unread = f" (not read as a site: {'; '.join(refused)})" if refused and not sites else ""
     if not card.provides and not sites and not (lineages and _anchored(card, state, lineages)):
-        return Assessment(card, Fit.NO_SITE, f"its transform {card.transform} finds no site here" if transform
+        return Assessment(card, Fit.NO_SITE, f"its transform {card.transform} finds no site here{unread}" if transform
                           else f"{card.transform} is not in the catalog: no forward site")
     reasons = ["requires present" if card.requires else "requires nothing"]
     new = sorted(map(str, card.provides - present))
@@ -342,6 +344,8 @@ def _assess(card: SkillCard, state: KernelState, problem: ProblemInfo, present: 
     reasons.append(why)
     if sites:
         reasons.append(f"{len(sites)} forward site(s)")
+    elif unread:
+        reasons.append(f"no forward site{unread}: tried at its walks' anchors")
     gain = max(-1.0, min(1.0, math.log2(_gain(card))))
     score = OPERATOR_WEIGHT * similarity + SHAPE_WEIGHT * proximity + gain
     return Assessment(card, Fit.PROPOSED, match=Match(card, score, tuple(reasons)), tier=tier, sites=len(sites),

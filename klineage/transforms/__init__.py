@@ -7,7 +7,7 @@ vocabulary shared by the walk, the skill cards and the LLM rewriter's prompt.
 from __future__ import annotations
 
 from klineage.errors import KLineageError
-from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform, refusals
 
 CATALOG: dict[str, Transform] = {}
 
@@ -45,4 +45,4 @@ def _load() -> None:
 
 
 __all__ = ["Anchor", "CATALOG", "Direction", "NotApplicable", "Rewrite", "Role", "Transform", "catalog", "get",
-           "register"]
+           "refusals", "register"]

@@ -19,7 +19,7 @@ from klineage.kernel import KernelState
 from klineage.launch import ArgKind, Launch, LaunchPlan
 from klineage.transforms._canonical import NARROW, WIDE, canonical_index
 from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
-from klineage.transforms.base import Anchor, NotApplicable, with_plan
+from klineage.transforms.base import Anchor, NotApplicable, refused, with_plan
 
 SERIAL_INDEX = canonical_index(NARROW)  # one thread per element or row
 INDEXES = ((NARROW, SERIAL_INDEX), (WIDE, canonical_index(WIDE)))  # (type, initializer)
@@ -70,8 +70,8 @@ def readable(parsed: cp.ParsedSource, read: Callable[[cp.Function], T]) -> list[
     for function in cp.functions(parsed):
         try:
             found.append((function, read(function)))
-        except NotApplicable:
-            continue
+        except NotApplicable as error:
+            refused(function, error)
     return found
 
 

@@ -10,13 +10,15 @@ and a stable key (a variable, a helper's name, the n-th loop over an index), nev
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
 from klineage.errors import DocumentError, KLineageError
-from klineage.features.cuda_parser import syntax_errors
+from klineage.features.cuda_parser import Function, syntax_errors
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 
@@ -42,6 +44,28 @@ class Placement(str, Enum):
 
 class NotApplicable(KLineageError):
     """The transform cannot apply at this site; the message says why (it becomes walk evidence)."""
+
+
+# where a caller asked (`refusals`), why each kernel was not read as a site: what a user whose kernel got no
+# site from a forward needs to see, so that they can tell a spelling the forward does not read from a real misfit
+_REFUSALS: ContextVar[list[str] | None] = ContextVar("refusals", default=None)
+
+
+@contextmanager
+def refusals() -> Iterator[list[str]]:
+    """Collects, while the block runs, "kernel: why" for every kernel a forward's site search refused."""
+    token = _REFUSALS.set(collected := [])
+    try:
+        yield collected
+    finally:
+        _REFUSALS.reset(token)
+
+
+def refused(function: Function, error: NotApplicable) -> None:
+    """Notes why `function` is no site, where a caller collects refusals (a helper function is no site by design)."""
+    collected = _REFUSALS.get()
+    if collected is not None and function.is_kernel and (why := f"{function.name}: {error}") not in collected:
+        collected.append(why)
 
 
 @dataclass(frozen=True)

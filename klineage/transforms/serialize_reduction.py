@@ -64,6 +64,7 @@ from klineage.transforms._naive import (
     index_declaration,
     kernel,
     launches_of,
+    readable,
     rescaled_grid,
     squash,
     statements,
@@ -147,14 +148,8 @@ class SerializeReduction(Transform):
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         state = canonical(state)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
-        anchors = []
-        for function in cp.functions(parsed):
-            try:
-                site = self._serial_site(state, parsed, function)
-            except NotApplicable:
-                continue
-            anchors.append(Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200]))
-        return anchors
+        return [Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200])
+                for function, site in readable(parsed, lambda f: self._serial_site(state, parsed, f))]
 
     # -- forward --------------------------------------------------------------------------------
 

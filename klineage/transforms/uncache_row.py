@@ -43,7 +43,7 @@ from klineage.transforms import _row_vectors as rv
 from klineage.transforms import register
 from klineage.transforms._edit import Edit, indentation, ldg_calls, operator, outer_parens, own_lines, reindent, splice
 from klineage.transforms._naive import LOOP_INDEX_TYPES, kernel, launches_of, squash
-from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Role, Transform
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Role, Transform, refused
 
 CACHE = 64
 LANE, WARP = "lane", 32
@@ -91,7 +91,8 @@ class UncacheRow(Transform):
                 try:
                     launches_of(state, function.name, dimensions=3)
                     _passes(parsed, body, pointer)
-                except NotApplicable:
+                except NotApplicable as error:
+                    refused(function, error)
                     continue
                 anchors.append(Anchor(function.name, "function", pointer, parsed.text(function.node)[:200]))
         return anchors

@@ -47,6 +47,7 @@ from klineage.transforms._naive import (
     element_work,
     kernel,
     launches_of,
+    readable,
     rescaled_grid,
     squash,
     statements,
@@ -84,15 +85,9 @@ class UncoarsenGridStride(Transform):
         # this transform's own cards name `factor`; uncoarsen's (kin) name the factor they took away `old`
         named = self.carrier_values(carrier, "factor") + self.carrier_values(carrier, "old")
         factors = list(dict.fromkeys(int(f) for f in named if str(f).isdigit() and int(f) > 1)) or [FACTOR]
-        anchors = []
-        for function in cp.functions(parsed):
-            try:
-                site = element_work(state, parsed, function)
-            except NotApplicable:
-                continue
-            anchors += [Anchor(function.name, "function", f"{site.index}*{factor}",
-                               parsed.data[site.start:site.end].decode("utf-8")[:200]) for factor in factors]
-        return anchors
+        return [Anchor(function.name, "function", f"{site.index}*{factor}",
+                       parsed.data[site.start:site.end].decode("utf-8")[:200])
+                for function, site in readable(parsed, lambda f: element_work(state, parsed, f)) for factor in factors]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         index, factor = _key(anchor)
