@@ -2,12 +2,12 @@
 vectors (scalarize_elementwise: four 32-bit elements per `float4`; scalarize_half_packs: eight 16-bit
 `__half`/`__nv_bfloat16` elements per `uint4`).
 
-Both read the same naive form (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) <body>`, the body
-touching arrays only at `[i]`) and write the same vector form: `i` becomes the thread index times the width;
-where the width's elements are in bounds and every array is 16-byte aligned each array the body reads is
-loaded once as a pack, the body runs once per lane on registers and each array it writes is stored once;
-otherwise a scalar element loop covers what is left. A `Packing` says how one transform names a pack, its
-lanes and the element types it packs; the rest is here, so the two stay one mechanism at two widths.
+Both read the same naive form (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) <body>`, the body writing
+arrays only at `[i]`; an array it only reads may be read elsewhere too) and write the same vector form: `i` becomes
+the thread index times the width; where the width's elements are in bounds and every array is 16-byte aligned each
+array the body reads is loaded once as a pack, the body runs once per lane on registers and each array it writes is
+stored once; otherwise a scalar element loop covers what is left. A `Packing` says how one transform names a pack,
+its lanes and the element types it packs; the rest is here, so the two stay one mechanism at two widths.
 
 The leading underscore keeps the catalog from loading this module as a transform.
 """
@@ -24,7 +24,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms._canonical import canonical
-from klineage.transforms._edit import indentation, reindent, splice
+from klineage.transforms._edit import indentation, is_written, reindent, splice
 from klineage.transforms._naive import (
     INDEXES,
     SERIAL_INDEX,
@@ -114,25 +114,32 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
             raise NotApplicable(f"{function.name} calls {cp.call_name(call)}, which may have effects")
     types = {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
              if pointer}
-    read, written = {}, {}
-    subscripts = sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=evaluation_order)
-    for node in subscripts:
+    read, written, gathered = {}, {}, set()
+    for node in sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=evaluation_order):
         array = parsed.text(node.child_by_field_name("argument"))
-        if squash(parsed.text(node.child_by_field_name("indices"))) not in (f"[{index}]", index):
-            raise NotApplicable(f"{function.name} reads `{parsed.text(node)}`, not element {index}")
+        stored = is_written(node)
+        if not _at_element(parsed, node, index):  # a gather or broadcast (`b[i % cols]`): each lane reads its own
+            if array not in types or stored:
+                raise NotApplicable(f"{function.name} {'writes' if stored else 'reads'} `{parsed.text(node)}`, "
+                                    f"not element {index} of a pointer parameter it only reads")
+            gathered.add(array)
+            continue
         element = types.get(array, "")
         if element not in packing.packs:
             raise NotApplicable(f"'{array}' is no pointer parameter to {packing.kinds}")
         parent = node.parent
-        stored = parent.type == "assignment_expression" and parent.child_by_field_name("left") == node
-        if stored and parsed.text(parent.child_by_field_name("operator")) != "=":
+        if stored and (parent.type != "assignment_expression" or parsed.text(parent.child_by_field_name("operator"))
+                       != "="):
             read.setdefault(array, element)
         if not stored and array in written and array not in read:
             raise NotApplicable(f"'{array}' is read after it is written")
         (written if stored else read).setdefault(array, element)
-    uses = len(re.findall(rf"\b{index}\b", text))
-    if uses != len(subscripts):
-        raise NotApplicable(f"{function.name} uses '{index}' beyond its subscripts")
+    if gathered & set(written):
+        raise NotApplicable(f"'{sorted(gathered & set(written))[0]}' is written and read at other elements than "
+                            f"{index}: a lane could read what another lane writes")
+    for use in _index_uses(parsed, guarded, index):
+        if is_written(use) or use.parent.type in ("init_declarator", "declaration", "parameter_declaration"):
+            raise NotApplicable(f"{function.name} writes or declares '{index}' in its element body")
     if cp.nodes_of_type(guarded, "pointer_expression") or "->" in text:
         raise NotApplicable(f"{function.name} dereferences a pointer expression")
     top = statements(guarded)
@@ -160,13 +167,14 @@ def packed(state: KernelState, parsed: cp.ParsedSource, site: Site, packing: Pac
         lines += [inner + line for line in declared]
     column = len(indentation(data, site.body.start_byte))
     for lane in range(width):
-        text = _subscripts(parsed, site, lambda a, k=lane: packing.lane(a, k))
+        text = _per_element(parsed, site, lambda a, k=lane: packing.lane(a, k), f"({site.index} + {lane})" if lane
+                            else site.index)
         block = text if site.body.type == "compound_statement" else f"{{ {text} }}"
         lines.append(inner + reindent(block, column, inner)[len(inner):])
     for array, element in site.written:
         lines.append(f"{inner}*reinterpret_cast<{packing.packs[element]}*>({array} + {site.index}) = "
                      f"{packing.name(array)};")
-    tail_body = _subscripts(parsed, site, lambda a: f"{a}[{ELEMENT}]")
+    tail_body = _per_element(parsed, site, lambda a: f"{a}[{ELEMENT}]", ELEMENT)
     lines.append(f"{indent}}} else {{")
     lines.append(f"{inner}for ({site.kind} {ELEMENT} = {site.index}; {ELEMENT} < {site.bound} && {ELEMENT} < "
                  f"{site.index} + {width}; ++{ELEMENT}) " + reindent(tail_body, column, inner)[len(inner):])
@@ -191,12 +199,10 @@ def unpacked(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
         raise NotApplicable(f"{function.name}: the element loop has no bound")
     body = tail.child_by_field_name("body")
     indent = indentation(parsed.data, guard.start_byte)
-    text = parsed.text(body)
-    for subscript in sorted(cp.nodes_of_type(body, "subscript_expression"), key=lambda n: -n.start_byte):
-        if squash(parsed.text(subscript.child_by_field_name("indices"))) in (f"[{ELEMENT}]", ELEMENT):
-            start = subscript.child_by_field_name("indices").start_byte - body.start_byte
-            end = subscript.child_by_field_name("indices").end_byte - body.start_byte
-            text = text[:start] + f"[{index}]" + text[end:]
+    # the tail names the element `e` wherever the naive body named its index (the body may not name `e` itself)
+    text = splice(parsed.data[body.start_byte:body.end_byte],
+                  [(use.start_byte - body.start_byte, use.end_byte - body.start_byte, index)
+                   for use in _index_uses(parsed, body, ELEMENT)])[0].decode("utf-8")
     text = reindent(text, len(indentation(parsed.data, body.start_byte)), indent)[len(indent):]
     edits = [(init.start_byte, init.end_byte, dict(INDEXES)[kind]),
              (guard.start_byte, guard.end_byte, f"if ({index} < {bound[1]}) {text}")]
@@ -236,13 +242,24 @@ def _apply(data: bytes, edits: list[tuple[int, int, str]]) -> str:
     return splice(data, edits)[0].decode("utf-8")
 
 
-def _subscripts(parsed: cp.ParsedSource, site: Site, replace: Callable[[str], str]) -> str:
-    """The guarded statement's text with each `a[i]` replaced by `replace(a)`."""
-    text, base = parsed.text(site.body), site.body.start_byte
-    for node in sorted(cp.nodes_of_type(site.body, "subscript_expression"), key=lambda n: -n.start_byte):
-        array = parsed.text(node.child_by_field_name("argument"))
-        text = text[:node.start_byte - base] + replace(array) + text[node.end_byte - base:]
-    return text
+def _at_element(parsed: cp.ParsedSource, subscript: Node, index: str) -> bool:
+    return squash(parsed.text(subscript.child_by_field_name("indices"))) in (f"[{index}]", index)
+
+
+def _index_uses(parsed: cp.ParsedSource, node: Node, index: str) -> list[Node]:
+    return [use for use in cp.nodes_of_type(node, "identifier") if parsed.text(use) == index]
+
+
+def _per_element(parsed: cp.ParsedSource, site: Site, element: Callable[[str], str], index: str) -> str:
+    """The guarded statement's text for one element: each `a[i]` replaced by `element(a)` (a lane of a pack, or
+    `a[e]`), and every other use of the index (a gather's subscript, a value) by `index`."""
+    base = site.body.start_byte
+    at = [n for n in cp.nodes_of_type(site.body, "subscript_expression") if _at_element(parsed, n, site.index)]
+    edits = [(n.start_byte - base, n.end_byte - base, element(parsed.text(n.child_by_field_name("argument"))))
+             for n in at]
+    edits += [(use.start_byte - base, use.end_byte - base, index) for use in _index_uses(parsed, site.body, site.index)
+              if not any(n.start_byte <= use.start_byte < n.end_byte for n in at)]
+    return splice(parsed.data[base:site.body.end_byte], edits)[0].decode("utf-8")
 
 
 class PackedElementwise(Transform):

@@ -1,23 +1,25 @@
 """scalarize_elementwise: a thread's four elements, read and written as 16-byte vectors, become one element.
 
 The mechanism (forward): an elementwise kernel, one thread per element (`int i = blockIdx.x * blockDim.x +
-threadIdx.x; if (i < n) <body>` where the body reads and writes arrays only at `[i]`), gets four
-consecutive elements per thread: `i` becomes the thread index times 4, and where the four are in bounds
-and every array is 16-byte aligned (checked at run time on the pointers) each array the body reads is
-loaded once as a `float4`/`int4`/`uint4`, the body runs once per component on registers, and each array
-it writes is stored once as a vector; otherwise (the tail where n is no multiple of 4, or a misaligned
-pointer) the body runs element by element over what is left of the four. The launch's first grid
-dimension becomes a quarter, rounded up: cdiv(grid, 4) blocks still give every four elements a thread.
+threadIdx.x; if (i < n) <body>` where the body writes arrays only at `[i]`), gets four consecutive elements per
+thread: `i` becomes the thread index times 4, and where the four are in bounds and every array is 16-byte aligned
+(checked at run time on the pointers) each array the body reads at `[i]` is loaded once as a
+`float4`/`int4`/`uint4`, the body runs once per component on registers (a read elsewhere, a neighbour `x[i + 1]` or
+a gather `t[idx[i]]`, and any other use of the index, read with that component's own index), and each array it
+writes is stored once as a vector; otherwise (the tail where n is no multiple of 4, or a misaligned pointer) the
+body runs element by element over what is left of the four. The launch's first grid dimension becomes a quarter,
+rounded up: cdiv(grid, 4) blocks still give every four elements a thread.
 
 Backward scalarizes the canonical form forward writes, from its element loop: one element per thread
 again, the grid back to what it was.
 
-Legality (forward_sites), conservative, decided on the parse: the element index is the only use of
-threadIdx and is used only as the subscript `[i]` (and in the bound `i < n`); every array the body
-touches is a pointer parameter to `float`, `int` or `unsigned`; the body has no loop, barrier, shared
-memory, atomic, shuffle, `return` or call outside a list of pure math functions; an array the body writes
-is read before (its vector is loaded) or written by a statement of the body's top level (every component
-gets a value); the launch is one-dimensional and passes no buffer twice. Anything else: no site.
+Legality (forward_sites), conservative, decided on the parse: the element index is the only use of threadIdx, and
+the body never writes or declares it; every array the body touches at `[i]` is a pointer parameter to `float`,
+`int` or `unsigned`; an array it touches anywhere else is a pointer parameter the body only reads (a lane could
+otherwise read what another lane's store has not yet written); the body has no loop, barrier, shared memory,
+atomic, shuffle, `return` or call outside a list of pure math functions; an array the body writes is read before
+(its vector is loaded) or written by a statement of the body's top level (every component gets a value); the launch
+is one-dimensional and passes no buffer twice. Anything else: no site.
 
 Anchor: the kernel, kind "function", key the element index.
 """

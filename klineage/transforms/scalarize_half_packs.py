@@ -2,7 +2,7 @@
 
 The mechanism (forward): scalarize_elementwise's, at the width of 16-bit data. An elementwise kernel over
 `__half` or `__nv_bfloat16` arrays, one thread per element (`int i = blockIdx.x * blockDim.x + threadIdx.x;
-if (i < n) <body>`, the body touching arrays only at `[i]`), gets eight consecutive elements per thread: where
+if (i < n) <body>`, the body writing arrays only at `[i]`), gets eight consecutive elements per thread: where
 the eight are in bounds and every array is 16-byte aligned (checked at run time on the pointers) each array the
 body reads is loaded once as a `uint4` and read through an element view of it (`const __half* x8h`), the body
 runs once per element on registers and each array it writes is stored once as a `uint4`; otherwise (the tail
@@ -13,7 +13,7 @@ Backward scalarizes the form forward writes, from its element loop: one element 
 back to what it was.
 
 Legality (forward_sites) is scalarize_elementwise's analysis (`_elementwise.serial_site`) with 16-bit element
-types: every array the body touches is a pointer parameter to `__half`, `half`, `__nv_bfloat16` or
+types: every array the body touches at `[i]` is a pointer parameter to `__half`, `half`, `__nv_bfloat16` or
 `nv_bfloat16` (mixed 16-bit types pack alike); the body calls only pure math and the 16-bit conversion and
 arithmetic intrinsics. A kernel over 32-bit data is scalarize_elementwise's, not this one's.
 

@@ -4,13 +4,15 @@ misaligned pointers) become one element per thread; forward finds its sites by a
 from __future__ import annotations
 
 import pytest
+import torch
 
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
+from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["scale", "scale_wide", "gelu_mul"]
+CASES = ["scale", "scale_wide", "gelu_mul", "stencil"]
 SITE = Anchor("kernel", "function", "i")
 
 
@@ -61,13 +63,14 @@ HEAD = "__global__ void kernel(const float* x, float* y, int n) {\n    int i = b
 
 
 @pytest.mark.parametrize("body, why", [
-    ("    if (i < n) y[i] = x[i + 1];\n", "not element i"),
-    ("    if (i < n) y[i] = x[i] * i;\n", "beyond its subscripts"),
+    ("    if (i < n) y[i + 1] = x[i];\n", r"writes `y\[i \+ 1\]`, not element i"),
+    ("    if (i < n) y[i] = y[i + 1];\n", "'y' is written and read at other elements than i"),
+    ("    if (i < n) { y[i] = x[i]; i = i + 1; }\n", "writes or declares 'i'"),
     ("    if (i < n && x[i] > 0) y[i] = x[i];\n", "guard is not"),
     ("    if (i < n) { if (x[i] > 0.0f) y[i] = x[i]; }\n", "only under a condition"),
     ("    if (i < n) atomicAdd(y, x[i]);\n", "loops, synchronizes"),
     ("    if (i < n) y[i] = foo(x[i]);\n", "calls foo"),
-    ("    if (i < n) y[i] = *(x + i);\n", "beyond its subscripts"),
+    ("    if (i < n) y[i] = *(x + i);\n", "dereferences a pointer expression"),
     ("    float s = 2.0f;\n    if (i < n) y[i] = s * x[i];\n", "between its element index"),
     ("    if (i < n) { y[i] = x[i]; y[i] = y[i] * 2.0f; }\n", "read after it is written"),
 ])
@@ -87,3 +90,33 @@ def test_no_site_for_halves_or_a_buffer_passed_twice(transform):
     twice = KernelState(source=golden("scale", "after").source, plan=LaunchPlan.from_toml(plan))
     with pytest.raises(NotApplicable, match="one buffer twice"):
         transform.forward(twice, SITE)
+
+
+def _stencil_bits(tmp_path, packed: KernelState) -> list[str]:
+    """Where `packed` computes other bits than the naive stencil, for sizes with and without a tail, on aligned
+    and misaligned (shift 1) pointers: each lane's neighbours are its own, at both ends of the array."""
+    naive = golden("stencil", "after")
+    binaries = {name: emulate.build(tmp_path / name, state) for name, state in (("naive", naive), ("packed", packed))}
+    differences = []
+    for n in (1, 5, 64, 2053):
+        x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        for shift in (0, 1):
+            got, want = (emulate.run(binaries[name], tmp_path / f"{name}-{n}-{shift}", state, {"n": n}, {"x": x},
+                                     {"y": (torch.float32, n)}, shift)["y"]
+                         for name, state in (("packed", packed), ("naive", naive)))
+            if not torch.equal(got.view(torch.int32), want.view(torch.int32)):
+                differences.append(f"n={n} shift={shift}")
+    return differences
+
+
+def test_each_lane_gathers_its_own_neighbours_on_the_cpu(tmp_path):
+    assert _stencil_bits(tmp_path, golden("stencil", "before")) == []
+
+
+def test_the_emulation_sees_a_lane_reading_another_lanes_neighbour(tmp_path):
+    """The check can fail: lane 2 reading lane 1's right neighbour computes other bits on the vector path."""
+    packed = golden("stencil", "before")
+    wrong = packed.source.replace("(i + 2) + 1 < n ? x[(i + 2) + 1]", "(i + 1) + 1 < n ? x[(i + 1) + 1]")
+    assert wrong != packed.source
+    differences = _stencil_bits(tmp_path, KernelState(source=wrong, plan=packed.plan))
+    assert differences and all("shift=0" in d for d in differences), differences

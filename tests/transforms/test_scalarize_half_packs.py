@@ -62,8 +62,8 @@ HEAD = ("#include <cuda_fp16.h>\n__global__ void kernel(const __half* x, __half*
 
 
 @pytest.mark.parametrize("body, why", [
-    ("    if (i < n) y[i] = x[i + 1];\n", "not element i"),
-    ("    if (i < n) y[i] = __float2half(__half2float(x[i]) * i);\n", "beyond its subscripts"),
+    ("    if (i < n) y[i + 1] = x[i];\n", r"writes `y\[i \+ 1\]`, not element i"),
+    ("    if (i < n) { y[i] = x[i]; ++i; }\n", "writes or declares 'i'"),
     ("    if (i < n) { if (__half2float(x[i]) > 0.0f) y[i] = x[i]; }\n", "only under a condition"),
     ("    if (i < n) y[i] = foo(x[i]);\n", "calls foo"),
     ("    if (i < n) { __half x8 = x[i]; y[i] = x8; }\n", "names 'e'"),
