@@ -28,7 +28,8 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             "batched_matvec": {"serialize_reduction"}, "cumsum": {"serialize_reduction"},
             "row_argmax": {"serialize_reduction"},
             "gelu_mul": {"scalarize_elementwise", "uncoarsen_grid_stride"},
-            "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride"}, "transpose": {"untile_transpose"},
+            "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride"},
+            "transpose": {"untile_transpose", "uncoarsen_grid_stride"},  # its 2-D copy read flat (`_flatten`)
             "gather_rows": {"uncoarsen_grid_stride", "scalarize_row_gather"},
             "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride"}}  # its table-zeroing kernel, both
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}

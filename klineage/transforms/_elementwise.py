@@ -25,6 +25,7 @@ from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, reindent, splice
+from klineage.transforms._flatten import flattened
 from klineage.transforms._naive import (
     INDEXES,
     SERIAL_INDEX,
@@ -47,6 +48,8 @@ PURE_CALLS = frozenset({
     "expf", "__expf", "exp", "logf", "__logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "tanhf", "tanh",
     "fmaxf", "fminf", "max", "min", "fmaf", "__fdividef", "erff", "erf", "powf", "sinf", "cosf", "__ldg", "abs",
     "__saturatef", "normcdff", "erfcf", "log1pf", "expm1f", "floorf", "ceilf", "roundf", "truncf", "copysignf"})
+# a bound `n` of `i < n`: a name, or a product or sum of names (`rows * cols`), which `i + 3 < n` reads alike
+_BOUND = r"[A-Za-z_]\w*(?:\s*[*+]\s*[A-Za-z_]\w*)*"
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|for|return|"
                         r"gridDim|printf|asm)\b")
 
@@ -99,8 +102,8 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name} does not end in `if ({index} < n) ...`")
     condition = squash(parsed.text(guard.child_by_field_name("condition")))
-    bound = re.fullmatch(rf"\(\s*{index}\s*<\s*([A-Za-z_]\w*)\s*\)", condition) or \
-        re.fullmatch(rf"\(\s*([A-Za-z_]\w*)\s*>\s*{index}\s*\)", condition)  # `n > i` is `i < n`
+    bound = re.fullmatch(rf"\(\s*{index}\s*<\s*({_BOUND})\s*\)", condition) or \
+        re.fullmatch(rf"\(\s*({_BOUND})\s*>\s*{index}\s*\)", condition)  # `n > i` is `i < n`
     if bound is None:
         raise NotApplicable(f"{function.name}'s guard is not `{index} < n`")
     if listed.index(guard) != listed.index(declaration) + 1:
@@ -277,13 +280,13 @@ class PackedElementwise(Transform):
                 for function, form in readable(parsed, lambda f: vector_form(parsed, f, self.packing))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = if_form(canonical(state))  # the index and the guard as the naive form spells them
+        state = if_form(flattened(canonical(state)))  # index and guard as the naive form spells them, 1-D
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200])
                 for function, site in readable(parsed, lambda f: serial_site(state, parsed, f, self.packing))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = if_form(canonical(state))  # the index and the guard as the naive form spells them
+        state = if_form(flattened(canonical(state)))  # index and guard as the naive form spells them, 1-D
         parsed = cp.parse(state.source)
         site = serial_site(state, parsed, kernel(parsed, anchor), self.packing)
         if site.index != anchor.key:

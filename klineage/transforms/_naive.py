@@ -27,7 +27,7 @@ INDEXES = ((NARROW, SERIAL_INDEX), (WIDE, canonical_index(WIDE)))  # (type, init
 LOOP_INDEX_TYPES = r"int|unsigned|unsigned int|uint32_t|size_t|uint64_t|long long|int64_t|long"
 FLOAT_ZERO = r"(?:0|0\.0*f?|0\.f|\.0f?)"  # a float zero as people write it: 0, 0.0, 0.f, .0f, ...
 # what an element's work may not hold: a loop, a barrier or collective, an early exit, a thread coordinate
-_FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"
+FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"
                         r"__activemask|__match\w*|__reduce\w*|asm|goto|break|return|for|while|do|threadIdx|blockIdx|"
                         r"blockDim|gridDim|this_grid|grid_group)\b")
 # a bound `n` of `i < n` that needs no parentheses there: names, numbers, calls, casts and arithmetic
@@ -224,7 +224,7 @@ def element_work(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
                             f"(`if ({index} >= n) return;`)")
     for node in work_nodes:
         text = parsed.text(node)
-        if _FORBIDDEN.search(text):
+        if FORBIDDEN.search(text):
             raise NotApplicable(f"{function.name}'s element work loops, synchronizes, returns or names a thread "
                                 f"coordinate")
         if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(node, "identifier")) or \
@@ -256,3 +256,20 @@ def _simple(bound: Node) -> bool:
         return operator(bound) in ("*", "+", "-", "/", "%") and all(
             _simple(bound.child_by_field_name(side)) for side in ("left", "right"))
     return bound.type in _BOUND_TYPES
+
+
+def grid_index(parsed: cp.ParsedSource, node: Node) -> tuple[str, str]:
+    """(axis, name) of `int name = blockIdx.a * blockDim.a + threadIdx.a;` (canonical, `_canonical`), else ("", "")."""
+    match = re.fullmatch(r"int ([A-Za-z_]\w*) = blockIdx\.([xyz]) \* blockDim\.\2 \+ threadIdx\.\2;",
+                         squash(parsed.text(node)))
+    return (match[2], match[1]) if match else ("", "")
+
+
+def bounds_2d(condition: str, row: str, column: str, relation: str = "<", joined: str = "&&") -> tuple[str, str] | None:
+    """(M, N) of `r < M && c < N` (relation `<`, joined `&&`; either order), or of `r >= M || c >= N`; else None."""
+    for first, second in ((row, column), (column, row)):
+        match = re.fullmatch(rf"{first} {relation} ([A-Za-z_]\w*) {re.escape(joined)} {second} {relation} "
+                             rf"([A-Za-z_]\w*)", condition)
+        if match:
+            return (match[1], match[2]) if first == row else (match[2], match[1])
+    return None

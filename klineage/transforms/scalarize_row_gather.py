@@ -61,6 +61,7 @@ from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
 from klineage.transforms._elementwise import ELEMENT, Packing, evaluation_order
+from klineage.transforms._flatten import flattened
 from klineage.transforms._naive import (
     INDEXES,
     SERIAL_INDEX,
@@ -408,14 +409,14 @@ class ScalarizeRowGather(Transform):
                 for function, form in readable(parsed, lambda f: _vector_form(parsed, f))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = canonical(state)  # the index as the naive forms spell it
+        state = flattened(canonical(state))  # the index as the naive forms spell it, on one axis
         parsed = cp.parse(state.source)
         sites = readable(parsed, lambda f: row_site(state, parsed, f))
         return [Anchor(function.name, "function", site.work.index, _work_text(parsed, site)[:200])
                 for function, site in sites]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = canonical(state)  # the index as the naive forms spell it
+        state = flattened(canonical(state))  # the index as the naive forms spell it, on one axis
         parsed = cp.parse(state.source)
         site = row_site(state, parsed, kernel(parsed, anchor))
         if site.work.index != anchor.key:

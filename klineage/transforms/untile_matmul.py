@@ -55,6 +55,8 @@ from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, reindent, splice
 from klineage.transforms._naive import (
     FLOAT_ZERO,
+    bounds_2d,
+    grid_index,
     kernel,
     launches_of,
     parameters,
@@ -217,7 +219,7 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is not a kernel")
     listed = statements(function.node.child_by_field_name("body"))
-    indexes = dict(_index(parsed, node) for node in listed[:2])
+    indexes = dict(grid_index(parsed, node) for node in listed[:2])
     if len(listed) < 3 or set(indexes) != {"x", "y"} or listed[2].type != "if_statement" or \
             listed[2].child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name} is not a naive matrix product: two indexes and a guard")
@@ -226,9 +228,9 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     condition = squash(parsed.text(guard.child_by_field_name("condition")))[1:-1]
     consequence = guard.child_by_field_name("consequence")
     if len(listed) == 3 and consequence.type == "compound_statement":
-        bounds, work = _bounds(condition, row, column, "<", "&&"), statements(consequence)
+        bounds, work = bounds_2d(condition, row, column, "<", "&&"), statements(consequence)
     elif squash(parsed.text(consequence)) in ("return;", "{ return; }"):
-        bounds, work = _bounds(condition, row, column, ">=", "||"), listed[3:]
+        bounds, work = bounds_2d(condition, row, column, ">=", "||"), listed[3:]
     else:
         bounds, work = None, []
     if bounds is None or len(work) < 3:
@@ -266,12 +268,6 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
                    transposed), work[2:]
 
 
-def _index(parsed: cp.ParsedSource, node: Node) -> tuple[str, str]:
-    """(axis, name) of `int name = blockIdx.a * blockDim.a + threadIdx.a;`, else ("", "")."""
-    match = re.fullmatch(rf"int {_ID} = blockIdx\.([xy]) \* blockDim\.\2 \+ threadIdx\.\2;", squash(parsed.text(node)))
-    return (match[2], match[1]) if match else ("", "")
-
-
 # the update of a product loop: a sum of the operands' product, the fused form included, either operand first
 _OPERAND = r"(?P<{0}>[A-Za-z_]\w*)\[(?P<at_{0}>[^][]+)\]"
 _PRODUCTS = (re.compile(rf"(?P<acc>[A-Za-z_]\w*) \+= {_OPERAND.format('x')} \* {_OPERAND.format('y')}"),
@@ -284,15 +280,6 @@ def _replaced(text: str, reads: dict[str, str]) -> str:
             raise NotApplicable(f"`{text}` does not read {old} once")
         text = text.replace(old, new)
     return text
-
-
-def _bounds(condition: str, row: str, column: str, relation: str, joined: str) -> tuple[str, str] | None:
-    """(M, N) of `r < M && c < N` (relation `<`, joined `&&`; either order), or of `r >= M || c >= N`."""
-    for first, second in ((row, column), (column, row)):
-        match = re.fullmatch(rf"{first} {relation} {_ID} {re.escape(joined)} {second} {relation} {_ID}", condition)
-        if match:
-            return (match[1], match[2]) if first == row else (match[2], match[1])
-    return None
 
 
 register(UntileMatmul())

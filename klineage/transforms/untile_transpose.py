@@ -34,7 +34,7 @@ from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, splice
-from klineage.transforms._naive import kernel, launches_of, parameters, readable, squash, tiled_plan
+from klineage.transforms._naive import bounds_2d, kernel, launches_of, parameters, readable, squash, tiled_plan
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 TILE, ROWS_PER_PASS = 32, 8
@@ -59,15 +59,6 @@ class Copy:
     source: str  # X
     target: str  # Y
     element: str
-
-
-def _bounds(condition: str, row: str, column: str) -> tuple[str, str] | None:
-    """(R, C) of `r < R && c < C` (either order)."""
-    for first, second in ((row, column), (column, row)):
-        match = re.fullmatch(rf"{first} < {_ID} && {second} < {_ID}", condition)
-        if match:
-            return (match[1], match[2]) if first == row else (match[2], match[1])
-    return None
 
 
 class UntileTranspose(Transform):
@@ -150,7 +141,7 @@ def _naive_copy(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     if match is None:
         raise NotApplicable(f"{function.name} is not a naive transpose")
     column, row, condition, target, rows, source, columns = match.groups()
-    if _bounds(condition, row, column) != (rows, columns) or source == target:
+    if bounds_2d(condition, row, column) != (rows, columns) or source == target:
         raise NotApplicable(f"{function.name}'s bounds do not match its indices")
     params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
     if not all(params.get(p, ("", False))[1] for p in (source, target)) or \

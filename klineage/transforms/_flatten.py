@@ -1,0 +1,228 @@
+"""A naive elementwise kernel over a matrix, written on a 2-D launch, read as the 1-D form the elementwise forwards
+read (one thread per element, `if (i < n) <work>`).
+
+People often write a matrix's elementwise kernels (a bias add, a masked fill, a per-row scale) on a 2-D launch,
+in one of two spellings:
+
+    int col = blockIdx.x * blockDim.x + threadIdx.x;       int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y;                                  int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (col < cols) <work>                                 if (row < rows && col < cols) <work>
+    (grid (cdiv(cols, B), rows), block B)                  (grid (cdiv(cols, Bx), cdiv(rows, By)), block (Bx, By))
+
+with the declarations in either order, the guard's bounds in either order, or the guard as `if (col >= cols)
+return;` (`if (row >= rows || col >= cols) return;`) and the work after it. `flattened` rewrites such a kernel as
+
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < rows * cols) {
+        int row = i / cols;
+        int col = i % cols;
+        <work>
+    }
+
+on a 1-D launch of the same threads per block, cdiv(R * C, threads) blocks (R and C what the launch passes for
+`rows` and `cols`). Every (row, col) the 2-D launch guarded in is visited once, with the same row and col, so the
+work computes what it did. The forwards then read the work as they read any 1-D kernel: scalarize_row_gather packs
+a row's columns (`bias[col]` once per 16 bytes), scalarize_elementwise packs `[i]` and gathers the rest, and
+uncoarsen_grid_stride strides over the elements.
+
+Legal only where the work cannot tell the launches apart: it names no thread coordinate, block size, barrier,
+shared memory, warp collective, loop or early exit (the same list as `_naive`'s element work) and never assigns
+row or col. In the first spelling the kernel must take the row count as a scalar parameter that the launch passes
+the grid's y extent as, since the 1-D bound needs it. The index is 64-bit (`long long`) where the kernel names a
+64-bit type (its author sized it for large matrices), else `int`, whose `rows * cols` wraps where the kernel's own
+`row * cols + col` did. Anything else is left as written.
+
+The leading underscore keeps the catalog from loading this module as a transform.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.launch import ArgKind, Launch
+from klineage.transforms._canonical import NARROW, WIDE, canonical_index
+from klineage.transforms._edit import indentation, is_written, reindent, splice
+from klineage.transforms._naive import FORBIDDEN, bounds_2d, grid_index, launches_of, parameters, squash, statements
+from klineage.transforms.base import NotApplicable, refused, with_plan
+
+_ROW_BLOCK = re.compile(r"(?:const )?((?:unsigned |signed )?(?:int|long long|long|size_t|int64_t|int32_t|"
+                        r"uint32_t|unsigned)) ([A-Za-z_]\w*) = blockIdx\.y;")
+_WIDE_TYPES = re.compile(r"\b(?:long|size_t|int64_t|uint64_t|ptrdiff_t)\b")
+_NAMES = ("i", "idx", "element", "flat_index")  # the 1-D index: the first the kernel does not name already
+
+
+@dataclass(frozen=True)
+class _Matrix:
+    column: str
+    row: str
+    row_type: str
+    columns: str  # N, a kernel parameter or expression
+    rows: str  # M, a kernel scalar parameter
+    work: tuple[Node, ...]
+    tiled: bool  # the row is blockIdx.y * blockDim.y + threadIdx.y (else blockIdx.y alone)
+
+
+def flattened(state: KernelState) -> KernelState:
+    """`state` with every 2-D elementwise kernel (see the module's docstring) in the 1-D form; the same state when
+    there is none."""
+    parsed = cp.parse(state.source)
+    edits, flat = [], state
+    for function in cp.functions(parsed):
+        body = function.node.child_by_field_name("body")
+        if not function.is_kernel or body is None:
+            continue
+        try:
+            matrix = _matrix(state, parsed, function)
+            text = _rewrite(parsed, function, matrix)
+            flat = KernelState(source=flat.source, plan=with_plan(flat, launches=_flat_launches(flat, parsed,
+                                                                                                   function, matrix)))
+        except NotApplicable as error:
+            if "blockIdx.y" in parsed.text(body):  # a 2-D kernel not read as a matrix's elements: say why
+                refused(function, error)
+            continue
+        listed = statements(body)
+        edits.append((listed[0].start_byte, listed[-1].end_byte, text))
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=flat.plan)
+
+
+def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Matrix:
+    listed = statements(function.node.child_by_field_name("body"))
+    if len(listed) < 3:
+        raise NotApplicable(f"{function.name} is no 2-D elementwise kernel: two indexes and a guard")
+    column = row = row_type = ""
+    tiled = False
+    for node in listed[:2]:
+        axis, name = grid_index(parsed, node)
+        blocks = _ROW_BLOCK.fullmatch(squash(parsed.text(node)))
+        if axis == "x":
+            column = name
+        elif axis == "y":
+            row, row_type, tiled = name, "int", True
+        elif blocks:
+            row_type, row = blocks.groups()
+    if not column or not row:
+        raise NotApplicable(f"{function.name} does not start with a column index along x and a row along y")
+    guard = listed[2]
+    if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
+        raise NotApplicable(f"{function.name} has no guard after its indexes")
+    condition = squash(parsed.text(guard.child_by_field_name("condition")))[1:-1]
+    consequence = guard.child_by_field_name("consequence")
+    returns = squash(parsed.text(consequence)) in ("return;", "{ return; }")
+    if returns and len(listed) > 3:
+        work = tuple(listed[3:])
+    elif not returns and len(listed) == 3:
+        work = (consequence,)
+    else:
+        raise NotApplicable(f"{function.name}: the guard neither ends the kernel nor returns")
+    launches = launches_of(state, function.name, dimensions=2)
+    if not tiled and any(str(launch.block[1]).strip() != "1" for launch in launches):
+        raise NotApplicable(f"{function.name} takes its row from blockIdx.y alone on a block more than one row high")
+    relation, joined = (">=", "||") if returns else ("<", "&&")
+    if tiled:
+        bounds = bounds_2d(condition, row, column, relation, joined)
+        if bounds is None:
+            raise NotApplicable(f"{function.name}'s guard is not `{row} {relation} M {joined} {column} {relation} N`")
+        rows, columns = bounds
+    else:
+        bound = re.fullmatch(rf"{column} {relation} ([A-Za-z_]\w*)", condition)
+        if bound is None:
+            raise NotApplicable(f"{function.name}'s guard is not `{column} {relation} N`")
+        columns, rows = bound[1], _grid_rows(state, parsed, function)
+    for node in work:
+        text = parsed.text(node)
+        if FORBIDDEN.search(text):
+            raise NotApplicable(f"{function.name}'s work loops, synchronizes, returns or names a thread coordinate")
+        if any(parsed.text(n) in (row, column) and is_written(n) for n in cp.nodes_of_type(node, "identifier")):
+            raise NotApplicable(f"{function.name} changes its row or column")
+    return _Matrix(column, row, row_type, columns, rows, work, tiled)
+
+
+def _grid_rows(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> str:
+    """The kernel's scalar parameter every launch passes its grid's y extent as (`rows` where the grid is (..., rows)
+    and `rows` is passed for the parameter `rows`): the row count, which the 1-D bound must name."""
+    names = [(name, pointer) for name, _, pointer in parameters(parsed, function)]
+    found: set[str] | None = None
+    for launch in state.plan.launches:
+        if launch.entry != function.name:
+            continue
+        if len(launch.args) != len(names):
+            raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
+        extent = str(launch.grid[1]).strip()
+        passed = {name for (name, pointer), arg in zip(names, launch.args, strict=True)
+                  if not pointer and arg.kind is ArgKind.SCALAR and str(arg.value).strip() == extent}
+        found = passed if found is None else found & passed
+    if not found:
+        raise NotApplicable(f"{function.name} takes no scalar parameter that every launch passes its grid's y "
+                            f"extent as: the row count the 1-D bound needs")
+    return sorted(found)[0]
+
+
+def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) -> str:
+    """The kernel's body in the 1-D form (its braces left out)."""
+    body = function.node.child_by_field_name("body")
+    named = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier")}
+    index = next((n for n in _NAMES if n not in named), None)
+    if index is None:
+        raise NotApplicable(f"{function.name} names every index name the flat form could use")
+    wide = bool(_WIDE_TYPES.search(parsed.text(function.node)))
+    kind = WIDE if wide else NARROW
+    total = f"(long long){matrix.rows} * {matrix.columns}" if wide else f"{matrix.rows} * {matrix.columns}"
+    indent = indentation(parsed.data, statements(body)[0].start_byte)
+    inner = indent + "    "
+    nodes = list(matrix.work)
+    if len(nodes) == 1 and nodes[0].type == "compound_statement":  # the `if` form's block: its statements
+        nodes = statements(nodes[0])
+    work = ""
+    if nodes:
+        start, end = nodes[0].start_byte, nodes[-1].end_byte
+        # the element `row * cols + col` (any order) is the flat index itself
+        element = {f"{matrix.row} * {matrix.columns} + {matrix.column}", f"{matrix.columns} * {matrix.row} + "
+                   f"{matrix.column}", f"{matrix.column} + {matrix.row} * {matrix.columns}",
+                   f"{matrix.column} + {matrix.columns} * {matrix.row}"}
+        edits = [(n.start_byte - start, n.end_byte - start, index) for node in nodes
+                 for n in cp.nodes_of_type(node, "binary_expression")
+                 if squash(parsed.text(n)) in element and n.parent.type == "subscript_argument_list"]
+        work = splice(parsed.data[start:end], edits)[0].decode("utf-8")
+        work = reindent(work, len(indentation(parsed.data, start)), inner)[len(inner):]
+    lines = [f"{kind} {index} = {canonical_index(kind)};",
+             f"if ({index} < {total}) {{",
+             f"    {matrix.row_type} {matrix.row} = {index} / {matrix.columns};",
+             f"    int {matrix.column} = {index} % {matrix.columns};"]
+    text = "\n".join(indent + line for line in lines)[len(indent):] + (f"\n{inner}{work}" if work else "") + \
+        f"\n{indent}}}"
+    return text
+
+
+def _flat_launches(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                   matrix: _Matrix) -> tuple[Launch, ...]:
+    """Every launch of the kernel one-dimensional: its threads per block kept, cdiv(M * N, threads) blocks."""
+    names = [name for name, _, _ in parameters(parsed, function)]
+    launches = []
+    for launch in state.plan.launches:
+        if launch.entry == function.name:
+            values = {}
+            for name in (matrix.rows, matrix.columns):
+                arg = launch.args[names.index(name)] if name in names and len(launch.args) == len(names) else None
+                if arg is None or arg.kind is not ArgKind.SCALAR:
+                    raise NotApplicable(f"'{name}' is not passed to {function.name} as a scalar")
+                values[name] = str(arg.value)
+            threads = _threads(launch)
+            rows, columns = (v if v.isidentifier() else f"({v})" for v in (values[matrix.rows], values[matrix.columns]))
+            grid = (f"cdiv({rows} * {columns}, {threads})", 1, 1)
+            launch = Launch(launch.entry, grid, (threads, 1, 1), launch.shared, launch.args)
+        launches.append(launch)
+    return tuple(launches)
+
+
+def _threads(launch: Launch) -> int:
+    sizes = [str(d).strip() for d in launch.block[:2]]
+    if not all(s.isdigit() for s in sizes):
+        raise NotApplicable(f"{launch.entry}'s block ({', '.join(sizes)}) is not a fixed size")
+    return int(sizes[0]) * int(sizes[1])

@@ -1,0 +1,139 @@
+"""A matrix's elementwise kernel on a 2-D launch read as the 1-D naive form (klineage/transforms/_flatten.py): the
+golden flat forms, the bits the flat kernel and the forwards' rewrites of it compute on the CPU against the 2-D
+kernel's, and the kernels left as written, each with its reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from klineage.kernel import KernelState
+from klineage.launch import LaunchPlan
+from klineage.transforms import get, refusals
+from klineage.transforms._canonical import canonical
+from klineage.transforms._flatten import flattened
+from tests.transforms import emulate
+from tests.transforms.golden import HERE, compiles_without_spills
+
+CASES = ["rows_on_y", "tiles"]
+SHAPES = [(3, 5), (4, 64), (7, 130)]  # (rows, cols): a ragged row, rows of whole packs, a tail in every row
+
+
+def _state(case: str, which: str) -> KernelState:
+    folder = HERE / "flatten" / case
+    return KernelState(source=(folder / f"{which}.cu").read_text(),
+                       plan=LaunchPlan.from_toml((folder / f"{which}.toml").read_text()))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_flat_forms(case):
+    flat = flattened(canonical(_state(case, "matrix")))
+    assert flat.source == _state(case, "flat").source
+    assert flat.plan == _state(case, "flat").plan
+    assert flattened(flat) == flat  # a 1-D kernel is left as it is
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_flat_kernels_compile(case, cache):
+    compiles_without_spills(_state(case, "flat"), cache)
+
+
+def _inputs(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
+    generator = torch.Generator().manual_seed(rows * 1000 + cols)
+    x = torch.randn(rows * cols, generator=generator)
+    if case == "rows_on_y":
+        inputs = {"x": x, "b": torch.randn(cols, generator=generator)}
+    else:
+        inputs = {"x": x, "scale": torch.randn(rows, generator=generator),
+                  "shift": torch.randn(cols, generator=generator)}
+    return {"rows": rows, "cols": cols}, inputs, {"y": (torch.float32, rows * cols)}
+
+
+def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> list[str]:
+    """Where each of `forms` computes other bits than the 2-D kernel, on aligned and misaligned pointers."""
+    matrix = _state(case, "matrix")
+    binaries = {name: emulate.build(tmp_path / name, state) for name, state in {"matrix": matrix, **forms}.items()}
+    differences = []
+    for rows, cols in SHAPES:
+        params, inputs, outputs = _inputs(case, rows, cols)
+        for shift in (0, 1):
+            want = emulate.run(binaries["matrix"], tmp_path / f"m-{rows}-{cols}-{shift}", matrix, params, inputs,
+                               outputs, shift)["y"]
+            for name, state in forms.items():
+                got = emulate.run(binaries[name], tmp_path / f"{name}-{rows}-{cols}-{shift}", state, params, inputs,
+                                  outputs, shift)["y"]
+                if not torch.equal(got.view(torch.int32), want.view(torch.int32)):
+                    differences.append(f"{name} {rows}x{cols} shift={shift}")
+    return differences
+
+
+def test_the_flat_kernel_and_the_forwards_on_it_compute_the_2d_kernels_bits(tmp_path):
+    """rows_on_y flat, then packed by scalarize_row_gather (b at its column), by scalarize_elementwise (b gathered
+    by each lane) and strided by uncoarsen_grid_stride, each from the 2-D kernel as a user wrote it."""
+    matrix = _state("rows_on_y", "matrix")
+    forms = {"flat": _state("rows_on_y", "flat")}
+    for name in ("scalarize_row_gather", "scalarize_elementwise", "uncoarsen_grid_stride"):
+        transform = get(name)
+        [site] = transform.forward_sites(matrix)[:1]
+        forms[name] = transform.forward(matrix, site).state
+    assert "const float4 b4 = *reinterpret_cast<const float4*>(b + col);" in forms["scalarize_row_gather"].source
+    assert _differences(tmp_path, "rows_on_y", forms) == []
+
+
+def test_the_tiled_kernel_flattened_computes_its_bits(tmp_path):
+    assert _differences(tmp_path, "tiles", {"flat": _state("tiles", "flat")}) == []
+
+
+def test_the_emulation_sees_a_row_and_column_split_the_wrong_way(tmp_path):
+    """The check can fail: a flat form that takes the row as i % cols computes other bits."""
+    flat = _state("rows_on_y", "flat")
+    wrong = flat.source.replace("int row = i / cols;\n        int col = i % cols;",
+                                "int row = i % cols;\n        int col = i / cols;")
+    wrong = wrong.replace("x[i] + b[col]", "x[row * cols + col] + b[col]")
+    assert wrong != flat.source
+    assert _differences(tmp_path, "rows_on_y", {"wrong": KernelState(source=wrong, plan=flat.plan)})
+
+
+ARGS = '"x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }'
+HEAD = "__global__ void kernel(const float* x, float* y, int rows, int cols) {\n"
+ROWS_ON_Y = "    int col = blockIdx.x * blockDim.x + threadIdx.x;\n    int row = blockIdx.y;\n"
+
+
+def _plan(grid: str = '"cdiv(cols, 256)", "rows"', block: str = "256") -> LaunchPlan:
+    return LaunchPlan.from_toml(f'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = [{grid}]\n'
+                                f"block = [{block}]\nargs = [{ARGS}]\n")
+
+
+@pytest.mark.parametrize("body, plan, why", [
+    (ROWS_ON_Y + "    if (col < cols) for (int k = 0; k < 2; ++k) y[row * cols + col] += x[k];\n", _plan(),
+     "loops, synchronizes"),
+    (ROWS_ON_Y + "    if (col < cols) y[row * cols + col] = x[row * cols + col];\n", _plan('"cdiv(cols, 256)", "8"'),
+     "no scalar parameter that every launch passes its grid's y extent as"),
+    (ROWS_ON_Y + "    if (col < cols) y[row * cols + col] = x[row * cols + col];\n", _plan(block="256, 4"),
+     "on a block more than one row high"),
+    (ROWS_ON_Y + "    if (col < cols) { row = row + 1; y[row * cols + col] = x[col]; }\n", _plan(),
+     "changes its row or column"),
+    (ROWS_ON_Y + "    if (col < cols) y[row * cols + col] = x[row * cols + col] * threadIdx.y;\n", _plan(),
+     "names a thread coordinate"),
+    ("    int col = blockIdx.x * blockDim.x + threadIdx.x;\n    int row = blockIdx.y * blockDim.y + threadIdx.y;\n"
+     "    if (row < rows || col < cols) y[row * cols + col] = x[row * cols + col];\n",
+     _plan('"cdiv(cols, 16)", "cdiv(rows, 16)"', "16, 16"), r"guard is not `row < M && col < N`"),
+])
+def test_left_as_written_with_the_reason(body, plan, why):
+    state = KernelState(source=HEAD + body + "}\n", plan=plan)
+    with refusals() as refused:
+        assert flattened(canonical(state)) == canonical(state)
+    assert any(why in line for line in refused), refused
+
+
+def test_a_naive_transpose_stays_2d_for_its_tiling_forward():
+    """A transpose writes y at the transposed place: the elementwise forwards refuse its flat form, and
+    untile_transpose still finds the 2-D kernel it tiles."""
+    folder = HERE / "untile_transpose"
+    naive = next(p for p in folder.rglob("after.cu"))
+    state = KernelState(source=naive.read_text(), plan=LaunchPlan.from_toml(naive.with_suffix(".toml").read_text()))
+    assert get("untile_transpose").forward_sites(state)
+    assert get("scalarize_elementwise").forward_sites(state) == []
+    assert get("scalarize_row_gather").forward_sites(state) == []
