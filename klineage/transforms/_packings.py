@@ -8,7 +8,10 @@ from klineage.transforms._elementwise import PURE_CALLS, Packing
 
 WORD_WIDTH = 4
 COMPONENTS = ("x", "y", "z", "w")
-VECTORS = {"float": "float4", "int": "int4", "unsigned": "uint4", "unsigned int": "uint4"}
+# 32-bit elements four to a 16-byte vector, and 8-bit ones (a mask, a quantized value) four to the 4-byte vector
+# that rides beside them: the vector path's 16-byte alignment check covers theirs
+VECTORS = {"float": "float4", "int": "int4", "unsigned": "uint4", "unsigned int": "uint4",
+           **dict.fromkeys(("unsigned char", "uint8_t"), "uchar4"), **dict.fromkeys(("signed char", "int8_t"), "char4")}
 
 
 def _declare_words(array: str, element: str, vector: str, index: str, read: bool, written: bool) -> list[str]:
@@ -18,7 +21,7 @@ def _declare_words(array: str, element: str, vector: str, index: str, read: bool
     return [f"{const}{vector} {array}{WORD_WIDTH} = *reinterpret_cast<const {vector}*>({array} + {index});"]
 
 
-WORDS = Packing(WORD_WIDTH, VECTORS, "float, int or unsigned", PURE_CALLS, rf"\w+{WORD_WIDTH}",
+WORDS = Packing(WORD_WIDTH, VECTORS, "float, int, unsigned or 8-bit integers", PURE_CALLS, rf"\w+{WORD_WIDTH}",
                 lambda array, lane: f"{array}{WORD_WIDTH}.{COMPONENTS[lane]}", _declare_words)
 
 # 16-bit elements, eight to a pack, reached through an element view of the pack

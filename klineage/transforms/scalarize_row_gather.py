@@ -275,7 +275,7 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
     packing = next((p for p in PACKINGS if all(pack.element in p.packs for pack in packs.values())), None)
     if packing is None:
         raise NotApplicable(f"the packed arrays {', '.join(packs)} are not all pointers to 32-bit float, int or "
-                            f"unsigned, nor all to 16-bit __half or __nv_bfloat16")
+                            f"unsigned (or 8-bit integers beside them), nor all to 16-bit __half or __nv_bfloat16")
     if divisor.isdigit() and int(divisor) % packing.width:
         raise NotApplicable(f"the row length {divisor} does not divide by the width {packing.width}: no row "
                             f"starts a 16-byte block")

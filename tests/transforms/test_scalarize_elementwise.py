@@ -12,7 +12,7 @@ from klineage.transforms import Anchor, NotApplicable, get
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["scale", "scale_wide", "gelu_mul", "stencil"]
+CASES = ["scale", "scale_wide", "gelu_mul", "stencil", "dropout"]
 SITE = Anchor("kernel", "function", "i")
 
 
@@ -84,7 +84,7 @@ def test_no_site_where_it_would_not_be_legal(transform, body, why):
 def test_no_site_for_halves_or_a_buffer_passed_twice(transform):
     half = KernelState(source="#include <cuda_fp16.h>\n" + HEAD.replace("float*", "__half*") +
                        "    if (i < n) y[i] = x[i];\n}\n", plan=PLAN)
-    with pytest.raises(NotApplicable, match="float, int or unsigned"):
+    with pytest.raises(NotApplicable, match="float, int, unsigned or 8-bit integers"):
         transform.forward(half, SITE)
     plan = (HERE / "scalarize_elementwise" / "scale" / "after.toml").read_text().replace('"y"', '"x"')
     twice = KernelState(source=golden("scale", "after").source, plan=LaunchPlan.from_toml(plan))
@@ -92,16 +92,25 @@ def test_no_site_for_halves_or_a_buffer_passed_twice(transform):
         transform.forward(twice, SITE)
 
 
-def _stencil_bits(tmp_path, packed: KernelState) -> list[str]:
-    """Where `packed` computes other bits than the naive stencil, for sizes with and without a tail, on aligned
-    and misaligned (shift 1) pointers: each lane's neighbours are its own, at both ends of the array."""
-    naive = golden("stencil", "after")
+def _inputs(case: str, n: int) -> tuple[dict, dict]:
+    generator = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=generator)
+    if case == "dropout":
+        mask = (torch.rand(n, generator=generator) < 0.5).to(torch.uint8)
+        return {"n": n, "scale": 2.0}, {"x": x, "mask": mask}
+    return {"n": n}, {"x": x}
+
+
+def _bits(tmp_path, case: str, packed: KernelState) -> list[str]:
+    """Where `packed` computes other bits than the case's naive kernel, for sizes with and without a tail, on
+    aligned and misaligned (shift 1) pointers."""
+    naive = golden(case, "after")
     binaries = {name: emulate.build(tmp_path / name, state) for name, state in (("naive", naive), ("packed", packed))}
     differences = []
     for n in (1, 5, 64, 2053):
-        x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        params, inputs = _inputs(case, n)
         for shift in (0, 1):
-            got, want = (emulate.run(binaries[name], tmp_path / f"{name}-{n}-{shift}", state, {"n": n}, {"x": x},
+            got, want = (emulate.run(binaries[name], tmp_path / f"{name}-{n}-{shift}", state, params, inputs,
                                      {"y": (torch.float32, n)}, shift)["y"]
                          for name, state in (("packed", packed), ("naive", naive)))
             if not torch.equal(got.view(torch.int32), want.view(torch.int32)):
@@ -109,14 +118,20 @@ def _stencil_bits(tmp_path, packed: KernelState) -> list[str]:
     return differences
 
 
-def test_each_lane_gathers_its_own_neighbours_on_the_cpu(tmp_path):
-    assert _stencil_bits(tmp_path, golden("stencil", "before")) == []
+@pytest.mark.parametrize("case", ["stencil", "dropout"])
+def test_the_packed_kernel_computes_the_naive_kernels_bits_on_the_cpu(tmp_path, case):
+    """stencil: each lane gathers its own neighbours; dropout: a byte mask packed four to a uchar4 beside floats."""
+    assert _bits(tmp_path, case, golden(case, "before")) == []
 
 
-def test_the_emulation_sees_a_lane_reading_another_lanes_neighbour(tmp_path):
-    """The check can fail: lane 2 reading lane 1's right neighbour computes other bits on the vector path."""
-    packed = golden("stencil", "before")
-    wrong = packed.source.replace("(i + 2) + 1 < n ? x[(i + 2) + 1]", "(i + 1) + 1 < n ? x[(i + 1) + 1]")
+@pytest.mark.parametrize("case, old, new", [
+    ("stencil", "(i + 2) + 1 < n ? x[(i + 2) + 1]", "(i + 1) + 1 < n ? x[(i + 1) + 1]"),  # another lane's neighbour
+    ("dropout", "y4.z = mask4.z ?", "y4.z = mask4.y ?"),  # another lane's mask byte
+])
+def test_the_emulation_sees_a_lane_reading_another_lanes_data(tmp_path, case, old, new):
+    """The check can fail: a lane reading what belongs to another computes other bits on the vector path."""
+    packed = golden(case, "before")
+    wrong = packed.source.replace(old, new)
     assert wrong != packed.source
-    differences = _stencil_bits(tmp_path, KernelState(source=wrong, plan=packed.plan))
+    differences = _bits(tmp_path, case, KernelState(source=wrong, plan=packed.plan))
     assert differences and all("shift=0" in d for d in differences), differences
