@@ -54,6 +54,8 @@ def canonical(state: KernelState) -> KernelState:
         if not function.is_kernel or body is None:
             continue
         for statement in body.named_children:
+            if statement.type == "for_statement":  # a grid-stride loop declares its index in its initializer
+                statement = statement.child_by_field_name("initializer") or statement
             replacement = _canonical_declaration(parsed, body, statement)
             if replacement is not None:
                 edits.append((statement.start_byte, statement.end_byte, replacement))

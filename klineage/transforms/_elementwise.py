@@ -27,6 +27,7 @@ from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, reindent, splice
 from klineage.transforms._flatten import flattened
 from klineage.transforms._naive import (
+    BOUND,
     INDEXES,
     SERIAL_INDEX,
     declared_index,
@@ -48,8 +49,6 @@ PURE_CALLS = frozenset({
     "expf", "__expf", "exp", "logf", "__logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "tanhf", "tanh",
     "fmaxf", "fminf", "max", "min", "fmaf", "__fdividef", "erff", "erf", "powf", "sinf", "cosf", "__ldg", "abs",
     "__saturatef", "normcdff", "erfcf", "log1pf", "expm1f", "floorf", "ceilf", "roundf", "truncf", "copysignf"})
-# a bound `n` of `i < n`: a name, or a product or sum of names (`rows * cols`), which `i + 3 < n` reads alike
-_BOUND = r"[A-Za-z_]\w*(?:\s*[*+]\s*[A-Za-z_]\w*)*"
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|for|return|"
                         r"gridDim|printf|asm)\b")
 
@@ -102,8 +101,8 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name} does not end in `if ({index} < n) ...`")
     condition = squash(parsed.text(guard.child_by_field_name("condition")))
-    bound = re.fullmatch(rf"\(\s*{index}\s*<\s*({_BOUND})\s*\)", condition) or \
-        re.fullmatch(rf"\(\s*({_BOUND})\s*>\s*{index}\s*\)", condition)  # `n > i` is `i < n`
+    bound = re.fullmatch(rf"\(\s*{index}\s*<\s*({BOUND})\s*\)", condition) or \
+        re.fullmatch(rf"\(\s*({BOUND})\s*>\s*{index}\s*\)", condition)  # `n > i` is `i < n`
     if bound is None:
         raise NotApplicable(f"{function.name}'s guard is not `{index} < n`")
     if listed.index(guard) != listed.index(declaration) + 1:

@@ -1,8 +1,8 @@
-"""A naive elementwise kernel over a matrix, written on a 2-D launch, read as the 1-D form the elementwise forwards
-read (one thread per element, `if (i < n) <work>`).
+"""Elementwise kernels people write in other shapes than one thread per element, read as that form (`int i =
+blockIdx.x * blockDim.x + threadIdx.x; if (i < n) <work>` on a 1-D launch), which the elementwise forwards read.
 
-People often write a matrix's elementwise kernels (a bias add, a masked fill, a per-row scale) on a 2-D launch,
-in one of two spellings:
+A matrix's elementwise kernel (a bias add, a masked fill, a per-row scale) is often written on a 2-D launch, in one
+of two spellings:
 
     int col = blockIdx.x * blockDim.x + threadIdx.x;       int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y;                                  int row = blockIdx.y * blockDim.y + threadIdx.y;
@@ -16,21 +16,27 @@ return;` (`if (row >= rows || col >= cols) return;`) and the work after it. `fla
     if (i < rows * cols) {
         int row = i / cols;
         int col = i % cols;
-        <work>
+        <work, each subscript `row * cols + col` written `i`>
     }
 
 on a 1-D launch of the same threads per block, cdiv(R * C, threads) blocks (R and C what the launch passes for
 `rows` and `cols`). Every (row, col) the 2-D launch guarded in is visited once, with the same row and col, so the
-work computes what it did. The forwards then read the work as they read any 1-D kernel: scalarize_row_gather packs
-a row's columns (`bias[col]` once per 16 bytes), scalarize_elementwise packs `[i]` and gathers the rest, and
-uncoarsen_grid_stride strides over the elements.
+work computes what it did. Legal only where the work cannot tell the launches apart: it names no thread coordinate,
+block size, barrier, shared memory, warp collective, loop or early exit (the same list as `_naive`'s element work)
+and never assigns row or col. In the first spelling the kernel must take the row count as a scalar parameter that
+the launch passes the grid's y extent as, since the 1-D bound needs it, and the block must be one row high. The
+index is 64-bit (`long long`) where the kernel names a 64-bit type (its author sized it for large matrices), else
+`int`, whose `rows * cols` wraps where the kernel's own `row * cols + col` did.
 
-Legal only where the work cannot tell the launches apart: it names no thread coordinate, block size, barrier,
-shared memory, warp collective, loop or early exit (the same list as `_naive`'s element work) and never assigns
-row or col. In the first spelling the kernel must take the row count as a scalar parameter that the launch passes
-the grid's y extent as, since the 1-D bound needs it. The index is 64-bit (`long long`) where the kernel names a
-64-bit type (its author sized it for large matrices), else `int`, whose `rows * cols` wraps where the kernel's own
-`row * cols + col` did. Anything else is left as written.
+A kernel that is one grid-stride loop over elements (`for (int i = <global index>; i < n; i += blockDim.x *
+gridDim.x) <work>`, the stride maybe declared first) becomes `if (i < n) <work>` on cdiv(n, threads) blocks: the loop
+visits every element below n once whatever the grid, and so does one thread per element. The work may not name the
+grid, a thread coordinate, a barrier, a collective or a jump, nor change the index; n names scalar parameters only.
+
+The forwards then read the work as they read any 1-D kernel: scalarize_row_gather packs a row's columns
+(`bias[col]` once per 16 bytes), scalarize_elementwise packs `[i]` and gathers the rest, uncoarsen_grid_stride
+strides over the elements with its own factor. Anything else is left as written; where a kernel looked like one of
+these shapes (it names `blockIdx.y` or `gridDim`), why it was not read is noted for `library fit` (`refusals`).
 
 The leading underscore keeps the catalog from loading this module as a transform.
 """
@@ -45,9 +51,19 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import ArgKind, Launch
-from klineage.transforms._canonical import NARROW, WIDE, canonical_index
+from klineage.transforms._canonical import NARROW, WIDE, canonical, canonical_index
 from klineage.transforms._edit import indentation, is_written, reindent, splice
-from klineage.transforms._naive import FORBIDDEN, bounds_2d, grid_index, launches_of, parameters, squash, statements
+from klineage.transforms._naive import (
+    BOUND,
+    FORBIDDEN,
+    LOOP_INDEX_TYPES,
+    bounds_2d,
+    grid_index,
+    launches_of,
+    parameters,
+    squash,
+    statements,
+)
 from klineage.transforms.base import NotApplicable, refused, with_plan
 
 _ROW_BLOCK = re.compile(r"(?:const )?((?:unsigned |signed )?(?:int|long long|long|size_t|int64_t|int32_t|"
@@ -68,28 +84,77 @@ class _Matrix:
 
 
 def flattened(state: KernelState) -> KernelState:
-    """`state` with every 2-D elementwise kernel (see the module's docstring) in the 1-D form; the same state when
-    there is none."""
+    """`state` with every 2-D elementwise kernel and every grid-stride loop over elements (see the module's
+    docstring) in the 1-D form of one thread per element; the same state when there is none."""
     parsed = cp.parse(state.source)
     edits, flat = [], state
     for function in cp.functions(parsed):
         body = function.node.child_by_field_name("body")
         if not function.is_kernel or body is None:
             continue
+        strided = "gridDim" in parsed.text(body)
         try:
-            matrix = _matrix(state, parsed, function)
-            text = _rewrite(parsed, function, matrix)
-            flat = KernelState(source=flat.source, plan=with_plan(flat, launches=_flat_launches(flat, parsed,
-                                                                                                   function, matrix)))
+            if strided:
+                text, launches = _destrided(flat, parsed, function)
+            else:
+                matrix = _matrix(state, parsed, function)
+                text = _rewrite(parsed, function, matrix)
+                launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {matrix.columns}", 2)
+            flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
         except NotApplicable as error:
-            if "blockIdx.y" in parsed.text(body):  # a 2-D kernel not read as a matrix's elements: say why
+            if strided or "blockIdx.y" in parsed.text(body):  # not read as elements where it looked so: say why
                 refused(function, error)
             continue
         listed = statements(body)
         edits.append((listed[0].start_byte, listed[-1].end_byte, text))
     if not edits:
         return state
-    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=flat.plan)
+    return canonical(KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=flat.plan))
+
+
+def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, tuple[Launch, ...]]:
+    """A kernel that is one grid-stride loop over elements (`for (int i = <global index>; i < n; i += blockDim.x *
+    gridDim.x) <work>`, the stride maybe declared first) as one thread per element: `if (i < n) <work>` on
+    cdiv(n, threads) blocks. The loop visits every element below n once, whatever the grid, so one thread per
+    element visits the same ones; the work may not name the grid, a thread coordinate, a barrier, a collective or a
+    jump, nor change the index."""
+    listed = statements(function.node.child_by_field_name("body"))
+    stride_names = {"blockDim.x * gridDim.x", "gridDim.x * blockDim.x"}
+    if len(listed) == 2:
+        declared = re.fullmatch(r"(?:const )?(?:int|unsigned|unsigned int|size_t|long long) ([A-Za-z_]\w*) = "
+                                r"\(?(blockDim\.x \* gridDim\.x|gridDim\.x \* blockDim\.x)\)?;",
+                                squash(parsed.text(listed[0])))
+        if declared is None:
+            raise NotApplicable(f"{function.name} declares more than its stride before its grid-stride loop")
+        stride_names.add(declared[1])
+    elif len(listed) != 1:
+        raise NotApplicable(f"{function.name} is not one grid-stride loop over elements")
+    loop = listed[-1]
+    if loop.type != "for_statement":
+        raise NotApplicable(f"{function.name} is not one grid-stride loop over elements")
+    init = squash(parsed.text(loop.child_by_field_name("initializer")))
+    declaration = re.fullmatch(rf"((?:{LOOP_INDEX_TYPES})) ([A-Za-z_]\w*) = (\(?(?:\((?:{LOOP_INDEX_TYPES})\))?"
+                               r"blockIdx\.x\)? \* blockDim\.x \+ threadIdx\.x);", init)
+    condition = squash(parsed.text(loop.child_by_field_name("condition") or loop))
+    update = squash(parsed.text(loop.child_by_field_name("update") or loop))
+    if declaration is None:
+        raise NotApplicable(f"{function.name}'s loop does not start at the global thread index")
+    kind, index, start = declaration.groups()
+    bound = re.fullmatch(rf"{index} < ({BOUND})", condition)
+    steps = {f"{index} += {name}" for name in stride_names} | {f"{index} = {index} + {name}" for name in stride_names}
+    if bound is None or update not in steps | {s.replace("blockDim.x * gridDim.x", "(blockDim.x * gridDim.x)")
+                                                   for s in steps}:
+        raise NotApplicable(f"{function.name}'s loop is not `{index} < n; {index} += blockDim.x * gridDim.x`")
+    work = loop.child_by_field_name("body")
+    text = parsed.text(work)
+    if FORBIDDEN.search(text):
+        raise NotApplicable(f"{function.name}'s loop body loops, synchronizes, jumps or names the grid or a thread")
+    if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(work, "identifier")):
+        raise NotApplicable(f"{function.name} changes its element index '{index}' in the loop body")
+    indent = indentation(parsed.data, listed[0].start_byte)
+    body = reindent(text, len(indentation(parsed.data, loop.start_byte)), indent)[len(indent):]
+    source = f"{kind} {index} = {start};\n{indent}if ({index} < {bound[1]}) {body}"
+    return source, _element_launches(state, parsed, function, bound[1], 1)
 
 
 def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Matrix:
@@ -147,17 +212,12 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) 
 def _grid_rows(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> str:
     """The kernel's scalar parameter every launch passes its grid's y extent as (`rows` where the grid is (..., rows)
     and `rows` is passed for the parameter `rows`): the row count, which the 1-D bound must name."""
-    names = [(name, pointer) for name, _, pointer in parameters(parsed, function)]
     found: set[str] | None = None
     for launch in state.plan.launches:
-        if launch.entry != function.name:
-            continue
-        if len(launch.args) != len(names):
-            raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
-        extent = str(launch.grid[1]).strip()
-        passed = {name for (name, pointer), arg in zip(names, launch.args, strict=True)
-                  if not pointer and arg.kind is ArgKind.SCALAR and str(arg.value).strip() == extent}
-        found = passed if found is None else found & passed
+        if launch.entry == function.name:
+            extent = str(launch.grid[1]).strip()
+            passed = {name for name, value in _scalars(parsed, function, launch).items() if value == extent}
+            found = passed if found is None else found & passed
     if not found:
         raise NotApplicable(f"{function.name} takes no scalar parameter that every launch passes its grid's y "
                             f"extent as: the row count the 1-D bound needs")
@@ -200,25 +260,38 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
     return text
 
 
-def _flat_launches(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
-                   matrix: _Matrix) -> tuple[Launch, ...]:
-    """Every launch of the kernel one-dimensional: its threads per block kept, cdiv(M * N, threads) blocks."""
-    names = [name for name, _, _ in parameters(parsed, function)]
+def _element_launches(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, bound: str,
+                      dimensions: int) -> tuple[Launch, ...]:
+    """Every launch of the kernel (each of at most `dimensions` dimensions) one-dimensional: its threads per block
+    kept, cdiv(n, threads) blocks, n the launch's values for the scalar parameters `bound` names."""
+    launches_of(state, function.name, dimensions=dimensions)
     launches = []
     for launch in state.plan.launches:
         if launch.entry == function.name:
-            values = {}
-            for name in (matrix.rows, matrix.columns):
-                arg = launch.args[names.index(name)] if name in names and len(launch.args) == len(names) else None
-                if arg is None or arg.kind is not ArgKind.SCALAR:
-                    raise NotApplicable(f"'{name}' is not passed to {function.name} as a scalar")
-                values[name] = str(arg.value)
             threads = _threads(launch)
-            rows, columns = (v if v.isidentifier() else f"({v})" for v in (values[matrix.rows], values[matrix.columns]))
-            grid = (f"cdiv({rows} * {columns}, {threads})", 1, 1)
+            grid = (f"cdiv({_in_plan(bound, _scalars(parsed, function, launch), function.name)}, {threads})", 1, 1)
             launch = Launch(launch.entry, grid, (threads, 1, 1), launch.shared, launch.args)
         launches.append(launch)
     return tuple(launches)
+
+
+def _scalars(parsed: cp.ParsedSource, function: cp.Function, launch: Launch) -> dict[str, str]:
+    """The kernel's scalar parameters -> what `launch` passes for each."""
+    names = [(name, pointer) for name, _, pointer in parameters(parsed, function)]
+    if len(launch.args) != len(names):
+        raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
+    return {name: str(arg.value).strip() for (name, pointer), arg in zip(names, launch.args, strict=True)
+            if not pointer and arg.kind is ArgKind.SCALAR}
+
+
+def _in_plan(bound: str, values: dict[str, str], entry: str) -> str:
+    """`bound` (names of the kernel's scalar parameters) written in the plan's terms: each name as its launch value."""
+    def value(match: re.Match) -> str:
+        if match[0] not in values:
+            raise NotApplicable(f"the bound names '{match[0]}', which {entry}'s launch passes no scalar for")
+        return values[match[0]] if values[match[0]].isidentifier() else f"({values[match[0]]})"
+
+    return re.sub(r"[A-Za-z_]\w*", value, bound)
 
 
 def _threads(launch: Launch) -> int:

@@ -25,6 +25,8 @@ SERIAL_INDEX = canonical_index(NARROW)  # one thread per element or row
 INDEXES = ((NARROW, SERIAL_INDEX), (WIDE, canonical_index(WIDE)))  # (type, initializer)
 # the integer types a row loop's index may be declared with (`for (size_t j = 0; ...)`); the forwards keep it
 LOOP_INDEX_TYPES = r"int|unsigned|unsigned int|uint32_t|size_t|uint64_t|long long|int64_t|long"
+# a bound `n` of `i < n` a forward may copy into `i + 3 < n`: a name, or a product or sum of names (`rows * cols`)
+BOUND = r"[A-Za-z_]\w*(?:\s*[*+]\s*[A-Za-z_]\w*)*"
 FLOAT_ZERO = r"(?:0|0\.0*f?|0\.f|\.0f?)"  # a float zero as people write it: 0, 0.0, 0.f, .0f, ...
 # what an element's work may not hold: a loop, a barrier or collective, an early exit, a thread coordinate
 FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"

@@ -1,6 +1,6 @@
-"""A matrix's elementwise kernel on a 2-D launch read as the 1-D naive form (klineage/transforms/_flatten.py): the
-golden flat forms, the bits the flat kernel and the forwards' rewrites of it compute on the CPU against the 2-D
-kernel's, and the kernels left as written, each with its reason."""
+"""Elementwise kernels written on a 2-D launch or as a grid-stride loop, read as one thread per element on a 1-D
+launch (klineage/transforms/_flatten.py): the golden flat forms, the bits the flat kernel and the forwards' rewrites
+of it compute on the CPU against the kernel as written, and the kernels left as written, each with its reason."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ from klineage.transforms._flatten import flattened
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, compiles_without_spills
 
-CASES = ["rows_on_y", "tiles"]
-SHAPES = [(3, 5), (4, 64), (7, 130)]  # (rows, cols): a ragged row, rows of whole packs, a tail in every row
+CASES = ["rows_on_y", "tiles", "grid_stride"]
+# (rows, cols): a ragged row, rows of whole packs, a tail in every row; grid_stride reads n = rows * cols, and its
+# grid of 128 threads strides over the larger ones
+SHAPES = [(3, 5), (4, 64), (7, 130)]
 
 
 def _state(case: str, which: str) -> KernelState:
@@ -29,7 +31,7 @@ def _state(case: str, which: str) -> KernelState:
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden_flat_forms(case):
-    flat = flattened(canonical(_state(case, "matrix")))
+    flat = flattened(canonical(_state(case, "written")))
     assert flat.source == _state(case, "flat").source
     assert flat.plan == _state(case, "flat").plan
     assert flattened(flat) == flat  # a 1-D kernel is left as it is
@@ -42,7 +44,9 @@ def test_the_flat_kernels_compile(case, cache):
 
 def _inputs(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
     generator = torch.Generator().manual_seed(rows * 1000 + cols)
-    x = torch.randn(rows * cols, generator=generator)
+    x = torch.randn(rows * cols, generator=generator) * 8
+    if case == "grid_stride":
+        return {"n": rows * cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
     if case == "rows_on_y":
         inputs = {"x": x, "b": torch.randn(cols, generator=generator)}
     else:
@@ -52,14 +56,14 @@ def _inputs(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
 
 
 def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> list[str]:
-    """Where each of `forms` computes other bits than the 2-D kernel, on aligned and misaligned pointers."""
-    matrix = _state(case, "matrix")
-    binaries = {name: emulate.build(tmp_path / name, state) for name, state in {"matrix": matrix, **forms}.items()}
+    """Where each of `forms` computes other bits than the kernel as written, on aligned and misaligned pointers."""
+    written = _state(case, "written")
+    binaries = {name: emulate.build(tmp_path / name, state) for name, state in {"written": written, **forms}.items()}
     differences = []
     for rows, cols in SHAPES:
         params, inputs, outputs = _inputs(case, rows, cols)
         for shift in (0, 1):
-            want = emulate.run(binaries["matrix"], tmp_path / f"m-{rows}-{cols}-{shift}", matrix, params, inputs,
+            want = emulate.run(binaries["written"], tmp_path / f"w-{rows}-{cols}-{shift}", written, params, inputs,
                                outputs, shift)["y"]
             for name, state in forms.items():
                 got = emulate.run(binaries[name], tmp_path / f"{name}-{rows}-{cols}-{shift}", state, params, inputs,
@@ -69,21 +73,29 @@ def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> li
     return differences
 
 
-def test_the_flat_kernel_and_the_forwards_on_it_compute_the_2d_kernels_bits(tmp_path):
-    """rows_on_y flat, then packed by scalarize_row_gather (b at its column), by scalarize_elementwise (b gathered
-    by each lane) and strided by uncoarsen_grid_stride, each from the 2-D kernel as a user wrote it."""
-    matrix = _state("rows_on_y", "matrix")
-    forms = {"flat": _state("rows_on_y", "flat")}
-    for name in ("scalarize_row_gather", "scalarize_elementwise", "uncoarsen_grid_stride"):
+@pytest.mark.parametrize("case, forwards", [
+    # b at its column (row_gather), b gathered by each lane (elementwise), strided (grid_stride)
+    ("rows_on_y", ("scalarize_row_gather", "scalarize_elementwise", "uncoarsen_grid_stride")),
+    ("tiles", ("uncoarsen_grid_stride",)),  # y written at `at`, not [i]: no pack
+    ("grid_stride", ("scalarize_elementwise", "uncoarsen_grid_stride")),
+])
+def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits(tmp_path, case, forwards):
+    """Each forward from the kernel as a user wrote it: it finds exactly these sites, and every rewrite computes
+    the written kernel's bits."""
+    written = _state(case, "written")
+    found = {name for name in ANALYSIS if get(name).forward_sites(written)}
+    assert found == set(forwards)
+    forms = {"flat": _state(case, "flat")}
+    for name in forwards:
         transform = get(name)
-        [site] = transform.forward_sites(matrix)[:1]
-        forms[name] = transform.forward(matrix, site).state
-    assert "const float4 b4 = *reinterpret_cast<const float4*>(b + col);" in forms["scalarize_row_gather"].source
-    assert _differences(tmp_path, "rows_on_y", forms) == []
+        forms[name] = transform.forward(written, transform.forward_sites(written)[0]).state
+    if case == "rows_on_y":
+        assert "const float4 b4 = *reinterpret_cast<const float4*>(b + col);" in forms["scalarize_row_gather"].source
+    assert _differences(tmp_path, case, forms) == []
 
 
-def test_the_tiled_kernel_flattened_computes_its_bits(tmp_path):
-    assert _differences(tmp_path, "tiles", {"flat": _state("tiles", "flat")}) == []
+ANALYSIS = ("scalarize_elementwise", "scalarize_half_packs", "scalarize_row_gather", "uncoarsen_grid_stride",
+            "serialize_reduction", "untile_transpose", "untile_matmul")
 
 
 def test_the_emulation_sees_a_row_and_column_split_the_wrong_way(tmp_path):
@@ -137,3 +149,23 @@ def test_a_naive_transpose_stays_2d_for_its_tiling_forward():
     assert get("untile_transpose").forward_sites(state)
     assert get("scalarize_elementwise").forward_sites(state) == []
     assert get("scalarize_row_gather").forward_sites(state) == []
+
+
+STRIDE_PLAN = LaunchPlan.from_toml('name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["264"]\n'
+                                   'block = [256]\nargs = ["x", "y", { scalar = "n", type = "i32" }]\n')
+STRIDE_HEAD = "__global__ void kernel(const float* x, float* y, int n) {\n"
+LOOP = "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)"
+
+
+@pytest.mark.parametrize("body, why", [
+    (LOOP + " y[i] = x[i] * gridDim.x;\n", "names the grid or a thread"),
+    (LOOP.replace("+= blockDim", "+= 2 * blockDim") + " y[i] = x[i];\n", "is not `i < n; i += blockDim.x * gridDim.x`"),
+    (LOOP + " { y[i] = x[i]; i += 1; }\n", "changes its element index 'i'"),
+    ("    float s = 0.0f;\n" + LOOP + " s += x[i];\n    y[0] = s;\n", "is not one grid-stride loop over elements"),
+    (LOOP.replace("i < n", "i < n - 1") + " y[i] = x[i];\n", "is not `i < n"),
+])
+def test_a_grid_stride_loop_left_as_written_with_the_reason(body, why):
+    state = KernelState(source=STRIDE_HEAD + body + "}\n", plan=STRIDE_PLAN)
+    with refusals() as refused:
+        assert flattened(canonical(state)) == canonical(state)
+    assert any(why in line for line in refused), refused
