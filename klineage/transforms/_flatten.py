@@ -35,8 +35,9 @@ grid, a thread coordinate, a barrier, a collective or a jump, nor change the ind
 
 The forwards then read the work as they read any 1-D kernel: scalarize_row_gather packs a row's columns
 (`bias[col]` once per 16 bytes), scalarize_elementwise packs `[i]` and gathers the rest, uncoarsen_grid_stride
-strides over the elements with its own factor. Anything else is left as written; where a kernel looked like one of
-these shapes (it names `blockIdx.y` or `gridDim`), why it was not read is noted for `library fit` (`refusals`).
+strides a flat matrix's elements (a grid-stride loop is its own form, which it leaves alone). Anything else is left
+as written; where a kernel looked like one of these shapes (it names `blockIdx.y` or `gridDim`), why it was not
+read is noted for `library fit` (`refusals`).
 
 The leading underscore keeps the catalog from loading this module as a transform.
 """
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from enum import Enum
 
 from tree_sitter import Node
 
@@ -83,9 +85,15 @@ class _Matrix:
     tiled: bool  # the row is blockIdx.y * blockDim.y + threadIdx.y (else blockIdx.y alone)
 
 
-def flattened(state: KernelState) -> KernelState:
-    """`state` with every 2-D elementwise kernel and every grid-stride loop over elements (see the module's
-    docstring) in the 1-D form of one thread per element; the same state when there is none."""
+class Shape(Enum):
+    MATRIX = "matrix"  # a 2-D launch over a matrix's elements
+    GRID_STRIDE = "grid_stride"  # one grid-stride loop over elements
+
+
+def flattened(state: KernelState, shapes: frozenset[Shape] = frozenset(Shape)) -> KernelState:
+    """`state` with every kernel of one of `shapes` (see the module's docstring) in the 1-D form of one thread per
+    element; the same state when there is none. The grid-stride forward reads matrices only: a grid-stride loop is
+    its own form, which it does not stride again."""
     parsed = cp.parse(state.source)
     edits, flat = [], state
     for function in cp.functions(parsed):
@@ -93,6 +101,8 @@ def flattened(state: KernelState) -> KernelState:
         if not function.is_kernel or body is None:
             continue
         strided = "gridDim" in parsed.text(body)
+        if (Shape.GRID_STRIDE if strided else Shape.MATRIX) not in shapes:
+            continue
         try:
             if strided:
                 text, launches = _destrided(flat, parsed, function)

@@ -42,7 +42,7 @@ from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, splice
-from klineage.transforms._flatten import flattened
+from klineage.transforms._flatten import Shape, flattened
 from klineage.transforms._naive import (
     INDEXES,
     element_work,
@@ -81,7 +81,7 @@ class UncoarsenGridStride(Transform):
         return found
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
-        state = flattened(canonical(state))  # the index as the naive forms spell it, on one axis
+        state = flattened(canonical(state), frozenset({Shape.MATRIX}))  # the naive index, on one axis
         parsed = cp.parse(state.source)
         # this transform's own cards name `factor`; uncoarsen's (kin) name the factor they took away `old`
         named = self.carrier_values(carrier, "factor") + self.carrier_values(carrier, "old")
@@ -92,7 +92,7 @@ class UncoarsenGridStride(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         index, factor = _key(anchor)
-        state = flattened(canonical(state))  # the index as the naive forms spell it, on one axis
+        state = flattened(canonical(state), frozenset({Shape.MATRIX}))  # the naive index, on one axis
         parsed = cp.parse(state.source)
         site = element_work(state, parsed, kernel(parsed, anchor))
         if site.index != index:
