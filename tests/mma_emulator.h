@@ -466,9 +466,10 @@ struct Launch {
     std::vector<Arg> args;
 };
 
-// <dir>/plan.txt: "buffer <name> <dtype> <count> <input|output|scratch>" and
+// <dir>/plan.txt: "buffer <name> <dtype> <count> <input|output|inout|scratch>" and
 // "launch <entry> gx gy gz bx by bz shared <args...>" with args "buf:<name>" or "i32:<value>". Inputs are
-// read from <dir>/<name>.bin; outputs and scratch buffers are written back there by finish(). Every buffer
+// read from <dir>/<name>.bin, and so are inout outputs (an accumulator's start); outputs and scratch buffers are
+// written back there by finish(). Every buffer
 // sits 256-byte aligned between guards of 0xFF bytes.
 struct Plan {
     static constexpr size_t GUARD = 4096;
@@ -501,9 +502,11 @@ struct Plan {
                 start += (256 - reinterpret_cast<uintptr_t>(start) % 256) % 256;
                 data[name] = start;
                 meta[name] = {dtype, bytes};
-                if (role == "input") {
+                if (role == "input" || role == "inout") {  // an inout output starts from its file's values
                     std::ifstream f(dir + "/" + name + ".bin", std::ios::binary);
                     if (!f.read(reinterpret_cast<char*>(start), bytes)) die("cannot read %s.bin", name.c_str());
+                }
+                if (role == "input") {
                     inputs.push_back(name);
                     emu::inputs.push_back({start, bytes});
                 } else {

@@ -36,10 +36,20 @@ template <typename T> T shfl_xor(unsigned mask, T x, int offset)
     return y;
 }
 
+// The emulated threads are fibers that switch only at a barrier or a shuffle, so a plain add is atomic; the old
+// value is returned as CUDA's atomicAdd returns it. The order of the adds follows the fibers' run order.
+template <typename T, typename V> T atomic_add(T* address, V value)
+{
+    const T old = *address;
+    *address = old + T(value);
+    return old;
+}
+
 }  // namespace row
 
 #undef __shfl_xor_sync
 #define __shfl_xor_sync(mask, x, offset) row::shfl_xor(mask, x, offset)
+#define atomicAdd(address, value) row::atomic_add(address, value)
 
 // A kernel's static `__shared__` array is one per block; blocks run one at a time here (tests/mma_emulator.h), so
 // one function-static array, which every thread (fiber) of the block sees, serves. Host compilation would make it

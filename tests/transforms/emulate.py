@@ -23,9 +23,11 @@ def build(work: Path, state: KernelState) -> Path:
 
 
 def run(binary: Path, work: Path, state: KernelState, params: dict, inputs: dict[str, torch.Tensor],
-        outputs: dict[str, tuple[torch.dtype, int]], shift: int = 0, order: str = "random") -> dict[str, torch.Tensor]:
+        outputs: dict[str, tuple[torch.dtype, int]], shift: int = 0, order: str = "random",
+        starting: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """The outputs (name -> dtype, count) of the state's plan for `params` on `inputs`, every buffer argument
-    `shift` elements into its buffer (the first `shift` elements of each buffer are padding)."""
+    `shift` elements into its buffer (the first `shift` elements of each buffer are padding); an output named in
+    `starting` starts from those values (else every byte is 0xFF)."""
     work.mkdir(parents=True, exist_ok=True)
     launches = []
     for launch in resolve(state.plan, dict(params), set(inputs) | set(outputs)):
@@ -34,8 +36,11 @@ def run(binary: Path, work: Path, state: KernelState, params: dict, inputs: dict
                      for kind, value, kind_type in launch.args)
         launches.append(replace(launch, args=args))
     padded = {name: torch.cat([torch.zeros(shift, dtype=t.dtype), t]) for name, t in inputs.items()}
-    buffers = [f"{name} {str(dtype).removeprefix('torch.')} {count + shift} output"
-               for name, (dtype, count) in outputs.items()]
+    for name, values in (starting or {}).items():  # outputs a kernel adds to start from these, not from 0xFF bytes
+        start = torch.cat([torch.zeros(shift, dtype=values.dtype), values])
+        (work / f"{name}.bin").write_bytes(start.contiguous().view(torch.uint8).numpy().tobytes())
+    buffers = [f"{name} {str(dtype).removeprefix('torch.')} {count + shift} "
+               f"{'inout' if name in (starting or {}) else 'output'}" for name, (dtype, count) in outputs.items()]
     complaint = run_mma_emulator(binary, work, padded, buffers, launches, order, 7, shift)
     assert not complaint, complaint
     return {name: torch.frombuffer(bytearray((work / f"{name}.bin").read_bytes()), dtype=dtype)[shift:]

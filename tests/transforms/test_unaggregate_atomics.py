@@ -1,0 +1,120 @@
+"""unaggregate_atomics: a warp's atomic adds, summed by shuffles and made once per warp, become one atomic add per
+thread; forward finds its sites by analysis. Goldens, the sums on the CPU, and the kernels it refuses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from klineage.kernel import KernelState
+from klineage.transforms import Anchor, NotApplicable, get
+from tests.transforms import emulate
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
+
+CASES = ["mse", "count"]
+SITE = Anchor("kernel", "function", "warp_total")
+
+
+@pytest.fixture(scope="module")
+def transform():
+    return get("unaggregate_atomics")
+
+
+def golden(case: str, which: str) -> KernelState:
+    return load(HERE / "unaggregate_atomics" / case, which, "kernel")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case):
+    check_golden("unaggregate_atomics", case)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_kernels_compile(case, cache):
+    for which in ("before", "after"):
+        compiles_without_spills(golden(case, which), cache)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_forward_finds_the_naive_kernel_by_analysis(transform, case):
+    assert transform.forward_sites(golden(case, "after")) == [SITE]
+    assert transform.forward_sites(golden(case, "before")) == []
+    assert transform.find(golden(case, "after")) == []
+
+
+def test_the_return_form_and_another_spelling_give_the_same_kernel(transform):
+    naive = golden("count", "after")
+    spelled = KernelState(source=naive.source.replace("blockIdx.x * blockDim.x + threadIdx.x",
+                                                      "threadIdx.x + blockDim.x * blockIdx.x").replace(
+        "    if (i < n) {\n        if (x[i] > threshold) atomicAdd(&count[0], 1);\n    }",
+        "    if (i >= n) return;\n    if (x[i] > threshold) atomicAdd(&count[0], 1);"), plan=naive.plan)
+    assert spelled.source != naive.source
+    assert transform.forward(spelled, SITE).state.source == golden("count", "before").source
+
+
+def _inputs(case: str, n: int) -> tuple[dict, dict, dict, dict]:
+    """(params, inputs, outputs, the outputs' starting values: the sums start from zero)."""
+    generator = torch.Generator().manual_seed(n)
+    if case == "mse":
+        a, b = (torch.randn(n, generator=generator) for _ in range(2))
+        return {"n": n}, {"a": a, "b": b}, {"out": (torch.float32, 1)}, {"out": torch.zeros(1)}
+    x = torch.randint(-100, 100, (n,), generator=generator, dtype=torch.int32)
+    return ({"n": n, "threshold": 7}, {"x": x}, {"count": (torch.int32, 1)},
+            {"count": torch.zeros(1, dtype=torch.int32)})
+
+
+def _sums(tmp_path, case: str, state: KernelState) -> list:
+    binary = emulate.build(tmp_path / "bin", state)
+    found = []
+    for n in (1, 5, 64, 2053):
+        params, inputs, outputs, starting = _inputs(case, n)
+        for shift in (0, 1):
+            [result] = emulate.run(binary, tmp_path / f"{n}-{shift}", state, params, inputs, outputs, shift,
+                                   starting=starting).values()
+            found.append(result)
+    return found
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_warp_sums_add_up_to_the_naive_sums_on_the_cpu(tmp_path, case):
+    """The integer count is exact; the float mean differs only by the rounding of another order of adds."""
+    naive, aggregated = (_sums(tmp_path / which, case, golden(case, which)) for which in ("after", "before"))
+    assert all(torch.isfinite(want).all() for want in naive)
+    for want, got in zip(naive, aggregated, strict=True):
+        if case == "count":
+            assert torch.equal(got, want)
+        else:
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_sums_see_a_butterfly_that_misses_a_lane(tmp_path):
+    """The check can fail: a butterfly starting at offset 8 leaves each half-warp's sum apart, and lane 0 adds only
+    its half's."""
+    aggregated = golden("count", "before")
+    short = KernelState(source=aggregated.source.replace("int offset = 16", "int offset = 8"), plan=aggregated.plan)
+    assert short.source != aggregated.source
+    naive, wrong = (_sums(tmp_path / name, "count", state)
+                    for name, state in (("naive", golden("count", "after")), ("short", short)))
+    assert any(not torch.equal(a, b) for a, b in zip(naive, wrong, strict=True))
+
+
+PLAN = plan_of('"x", "out", { scalar = "n", type = "i32" }')
+HEAD = ("__global__ void kernel(const float* x, float* out, int n) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n")
+
+
+@pytest.mark.parametrize("body, plan, why", [
+    ("    if (i < n) atomicAdd(out, x[i]);\n", plan_of('"x", "out", { scalar = "n", type = "i32" }', block=100),
+     "no whole number of warps"),
+    ("    if (i < n) atomicAdd(&out[i % 4], x[i]);\n", PLAN, "names more than its parameters"),
+    ("    if (i < n) { atomicAdd(out, x[i]); atomicAdd(out + 1, 1.0f); }\n", PLAN, "add to 2 places"),
+    ("    if (i < n) { float old = atomicAdd(out, x[i]); }\n", PLAN, "uses one's old value"),
+    ("    if (i < n) { atomicAdd(out, x[i]); atomicMax((int*)out, 1); }\n", PLAN, "other atomics"),
+    ("    if (i < n) atomicAdd(out, x[i] + out[1]);\n", PLAN, "touches 'out' beyond its atomic adds"),
+    ("    if (i < n) y[i] = x[i];\n", PLAN, "makes no atomicAdd"),
+])
+def test_no_site_where_it_would_not_be_legal(transform, body, plan, why):
+    state = KernelState(source=HEAD + body + "}\n", plan=plan)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
