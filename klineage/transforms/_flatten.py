@@ -157,6 +157,8 @@ def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Functio
         raise NotApplicable(f"{function.name}'s loop is not `{index} < n; {index} += blockDim.x * gridDim.x`")
     work = loop.child_by_field_name("body")
     text = parsed.text(work)
+    if len(listed) == 2 and re.search(rf"\b{declared[1]}\b", text):
+        raise NotApplicable(f"{function.name}'s loop body uses its stride '{declared[1]}'")
     if FORBIDDEN.search(text):
         raise NotApplicable(f"{function.name}'s loop body loops, synchronizes, jumps or names the grid or a thread")
     if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(work, "identifier")):

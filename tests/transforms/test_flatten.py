@@ -149,6 +149,8 @@ LOOP = "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += bloc
     (LOOP + " { y[i] = x[i]; i += 1; }\n", "changes its element index 'i'"),
     ("    float s = 0.0f;\n" + LOOP + " s += x[i];\n    y[0] = s;\n", "is not one grid-stride loop over elements"),
     (LOOP.replace("i < n", "i < n - 1") + " y[i] = x[i];\n", "is not `i < n"),
+    ("    int step = blockDim.x * gridDim.x;\n" + LOOP.replace("blockDim.x * gridDim.x", "step") +
+     " y[i] = x[i] * step;\n", "uses its stride 'step'"),
 ])
 def test_a_grid_stride_loop_left_as_written_with_the_reason(body, why):
     state = KernelState(source=STRIDE_HEAD + body + "}\n", plan=STRIDE_PLAN)
