@@ -31,7 +31,11 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride"},
             "transpose": {"untile_transpose", "uncoarsen_grid_stride"},  # its 2-D copy read flat (`_flatten`)
             "gather_rows": {"uncoarsen_grid_stride", "scalarize_row_gather"},
-            "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride"}}  # its table-zeroing kernel, both
+            "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride"},  # its table-zeroing kernel, both
+            "bias_relu": {"scalarize_elementwise", "scalarize_row_gather", "uncoarsen_grid_stride"},  # 2-D, read flat
+            "mse_loss": {"unaggregate_atomics", "uncoarsen_grid_stride"}, "masked_scale": {"scalarize_elementwise",
+                                                                                     "uncoarsen_grid_stride"},
+            "softplus": {"scalarize_elementwise"}}  # a grid-stride loop, read as one thread per element
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}
 
 
