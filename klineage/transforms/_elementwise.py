@@ -109,8 +109,10 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
         raise NotApplicable(f"{function.name} has code between its element index and the guard")
     guarded = guard.child_by_field_name("consequence")
     text = parsed.text(guarded)
-    if _FORBIDDEN.search(text) or "threadIdx" in text or re.search(rf"\b(?:{ELEMENT}|{packing.taken})\b", text):
-        raise NotApplicable(f"{function.name}'s element body loops, synchronizes, returns or names '{ELEMENT}'")
+    found = _FORBIDDEN.search(text) or re.search(rf"\b(?:threadIdx|{ELEMENT}|{packing.taken})\b", text)
+    if found:
+        raise NotApplicable(f"{function.name}'s element body loops, synchronizes, returns or names '{ELEMENT}' "
+                            f"(`{found[0]}`)")
     for call in cp.nodes_of_type(guarded, "call_expression"):
         if cp.call_name(call) not in packing.pure:
             raise NotApplicable(f"{function.name} calls {cp.call_name(call)}, which may have effects")

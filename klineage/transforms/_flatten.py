@@ -159,8 +159,9 @@ def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Functio
     text = parsed.text(work)
     if len(listed) == 2 and re.search(rf"\b{declared[1]}\b", text):
         raise NotApplicable(f"{function.name}'s loop body uses its stride '{declared[1]}'")
-    if FORBIDDEN.search(text):
-        raise NotApplicable(f"{function.name}'s loop body loops, synchronizes, jumps or names the grid or a thread")
+    if found := FORBIDDEN.search(text):
+        raise NotApplicable(f"{function.name}'s loop body loops, synchronizes, jumps or names the grid or a thread "
+                            f"(`{found[0]}`)")
     if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(work, "identifier")):
         raise NotApplicable(f"{function.name} changes its element index '{index}' in the loop body")
     indent = indentation(parsed.data, listed[0].start_byte)
@@ -214,8 +215,9 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) 
         columns, rows = bound[1], _grid_rows(state, parsed, function)
     for node in work:
         text = parsed.text(node)
-        if FORBIDDEN.search(text):
-            raise NotApplicable(f"{function.name}'s work loops, synchronizes, returns or names a thread coordinate")
+        if found := FORBIDDEN.search(text):
+            raise NotApplicable(f"{function.name}'s work loops, synchronizes, returns or names a thread coordinate "
+                                f"(`{found[0]}`)")
         if any(parsed.text(n) in (row, column) and is_written(n) for n in cp.nodes_of_type(node, "identifier")):
             raise NotApplicable(f"{function.name} changes its row or column")
     return _Matrix(column, row, row_type, columns, rows, work, tiled)

@@ -226,9 +226,9 @@ def element_work(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
                             f"(`if ({index} >= n) return;`)")
     for node in work_nodes:
         text = parsed.text(node)
-        if FORBIDDEN.search(text):
+        if found := FORBIDDEN.search(text):
             raise NotApplicable(f"{function.name}'s element work loops, synchronizes, returns or names a thread "
-                                f"coordinate")
+                                f"coordinate (`{found[0]}`)")
         if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(node, "identifier")) or \
                 re.search(rf"&\s*{index}\b", text):
             raise NotApplicable(f"{function.name} changes its element index '{index}'")

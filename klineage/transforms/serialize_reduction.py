@@ -198,8 +198,8 @@ class SerializeReduction(Transform):
         _check_launch(state, function.name)
         body = function.node.child_by_field_name("body")
         text = parsed.text(body)
-        if _FORBIDDEN.search(text):
-            raise NotApplicable(f"{function.name} synchronizes, shares memory or leaves loops early")
+        if found := _FORBIDDEN.search(text):
+            raise NotApplicable(f"{function.name} synchronizes, shares memory or leaves loops early (`{found[0]}`)")
         if re.search(rf"\b(?:{LANE}|offset|scan_\w+|pair_\w+)\b", text):
             raise NotApplicable(f"{function.name} already names '{LANE}', 'offset', 'scan_...' or 'pair_...'")
         row_declaration, row_init, row = index_declaration(parsed, body, SERIAL_INDEX)
