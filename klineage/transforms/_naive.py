@@ -144,8 +144,9 @@ def rescaled_grid(state: KernelState, entry: str, rescale: Callable[[str], str])
 
 def tiled_plan(state: KernelState, function: cp.Function, rows: str, columns: str, tile: tuple[int, int],
                block: tuple[int, int]) -> LaunchPlan:
-    """The plan with every launch of `function` given `block` and the grid (cdiv(C, tile[0]), cdiv(R, tile[1])),
-    C and R the values the launch passes for the kernel's scalar parameters `columns` and `rows`."""
+    """The plan with every launch of `function` given `block` and the grid (cdiv(C, tile[0]), cdiv(R, tile[1]), Z),
+    C and R the values the launch passes for the kernel's scalar parameters `columns` and `rows`, Z the launch's own
+    third dimension (a batch's matrices)."""
     names = [name for name, _, _ in parameters(cp.parse(state.source), function)]
     launches = []
     for launch in state.plan.launches:
@@ -158,7 +159,7 @@ def tiled_plan(state: KernelState, function: cp.Function, rows: str, columns: st
                 if arg.kind is not ArgKind.SCALAR:
                     raise NotApplicable(f"'{name}' is not passed as a scalar")
                 values[name] = str(arg.value)
-            grid = (f"cdiv({values[columns]}, {tile[0]})", f"cdiv({values[rows]}, {tile[1]})", 1)
+            grid = (f"cdiv({values[columns]}, {tile[0]})", f"cdiv({values[rows]}, {tile[1]})", launch.grid[2])
             launch = Launch(launch.entry, grid, (*block, 1), launch.shared, launch.args)
         launches.append(launch)
     return with_plan(state, launches=tuple(launches))

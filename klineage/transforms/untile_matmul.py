@@ -27,6 +27,11 @@ every global element is read once per block instead of once per thread.
   k, a row of B across the lanes, and stored down a column of a 16 x 17 tile (the padding spreads the column over
   the banks).
 
+A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`), each
+operand read at its batch's start (`A[X + r * K + k]`, `B[Y + k * N + c]`, X and Y naming only the batch index
+and scalar parameters: `b * M * K`). The tiled form moves the operand pointers to those starts first (`A += X;`),
+then is the unbatched one; the grid keeps its third dimension, one layer of blocks per matrix.
+
 Backward writes the naive product back from the canonical tiled form, under the same (16, 16) block and grid.
 
 Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations (either order)
@@ -35,7 +40,8 @@ statements after it), the accumulator a float starting at zero, the loop body th
 update (`A[...] * B[...]` in either order); A and B distinct float pointer parameters, M, N and K scalar
 parameters passed by the launch as scalars; the epilogue names the accumulator and none of A, B, the loop index,
 a thread or block coordinate, a barrier, a loop or a jump; the plan launches the kernel with a two-dimensional
-block and grid and passes no buffer twice. Anything else: no site.
+block and grid (a three-dimensional grid for a batch) and passes no buffer twice; an operand with a start is not
+a `const` pointer (its start is added to it). Anything else: no site.
 
 Anchor: the kernel, kind "function", key "tile".
 """
@@ -70,6 +76,7 @@ from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement
 TILE = 16
 KEY = "tile"
 _ID = r"([A-Za-z_]\w*)"
+_BATCH_INDEX = r"int [A-Za-z_]\w* = blockIdx\.z;"  # a batched product's batch: one block layer per matrix
 _B_ROWS = (rf"{KEY}_b\[threadIdx\.y\]\[threadIdx\.x\] = {KEY}_k \+ threadIdx\.y < \4 && \1 < {_ID} \? "
            rf"{_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \7 \+ \1\] : 0\.0f;")
 # B stored N x K (a linear layer's weight): lanes along k load a row of B, stored across the padded tile
@@ -83,6 +90,7 @@ def _tiled(transposed: bool) -> re.Pattern:
     width, load = (TILE + 1, _B_TRANSPOSED) if transposed else (TILE, _B_ROWS)
     return re.compile(
         rf"^{{ __shared__ float {KEY}_a\[{TILE}\]\[{TILE}\]; __shared__ float {KEY}_b\[{TILE}\]\[{width}\]; "
+        rf"(?:{_BATCH_INDEX} )?(?:[A-Za-z_]\w* \+= [^;]+; ){{0,2}}"
         rf"int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; "
         rf"float {_ID} = {FLOAT_ZERO}; for \(int {KEY}_k = 0; {KEY}_k < {_ID}; {KEY}_k \+= {TILE}\) {{ "
         rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = \2 < {_ID} && {KEY}_k \+ threadIdx\.x < \4 \? {_ID}\[\2 \* \4 "
@@ -110,13 +118,27 @@ class Product:
     zero: str  # the accumulator's first value, as written
     update: str  # the loop's one statement, as written (`acc += A[...] * B[...]` or `acc = fmaf(..., acc)`)
     transposed: bool  # B is stored N x K and read at B[c * K + k]
+    batch: str = ""  # the batch index's declaration (`int b = blockIdx.z;`) of a batched product, else ""
+    left_offset: str = ""  # X of `A[X + r * K + k]`: where a batch's (or a view's) A starts, else ""
+    right_offset: str = ""  # Y of `B[Y + k * N + c]` (or `B[Y + c * K + k]`), else ""
 
     def reads(self) -> dict[str, str]:
         """Each operand read of the naive update, and its read from the tiles."""
         right = f"{self.column} * {self.depth} + {self.index}" if self.transposed else \
             f"{self.index} * {self.columns} + {self.column}"
-        return {f"{self.left}[{self.row} * {self.depth} + {self.index}]": f"{KEY}_a[threadIdx.y][{self.index}]",
-                f"{self.right}[{right}]": f"{KEY}_b[{self.index}][threadIdx.x]"}
+        left = f"{self.row} * {self.depth} + {self.index}"
+        return {f"{self.left}[{_offset(self.left_offset)}{left}]": f"{KEY}_a[threadIdx.y][{self.index}]",
+                f"{self.right}[{_offset(self.right_offset)}{right}]": f"{KEY}_b[{self.index}][threadIdx.x]"}
+
+    def starts(self) -> list[str]:
+        """The batched form's first statements: the batch index, and each operand pointer moved to its start."""
+        return ([self.batch] if self.batch else []) + [f"{operand} += {offset};" for operand, offset in
+                                                       ((self.left, self.left_offset), (self.right, self.right_offset))
+                                                       if offset]
+
+
+def _offset(offset: str) -> str:
+    return f"{offset} + " if offset else ""
 
 
 class UntileMatmul(Transform):
@@ -156,6 +178,7 @@ class UntileMatmul(Transform):
                       f"{p.columns} ? {p.right}[({t} + threadIdx.y) * {p.columns} + {p.column}] : 0.0f;")
         lines = [f"__shared__ float {KEY}_a[{TILE}][{TILE}];",
                  f"__shared__ float {KEY}_b[{TILE}][{width}];",
+                 *p.starts(),
                  f"int {p.column} = blockIdx.x * {TILE} + threadIdx.x;",
                  f"int {p.row} = blockIdx.y * {TILE} + threadIdx.y;",
                  f"float {p.accumulator} = {p.zero};",
@@ -183,11 +206,16 @@ class UntileMatmul(Transform):
         if transposed is None:
             raise NotApplicable(f"{anchor}: not the tiled product forward writes")
         c, r, acc, depth, rows, left, columns, right, index, tiled = matches[transposed].groups()[:10]
-        zero = re.search(rf"float {acc} = ({FLOAT_ZERO});", squash(parsed.text(body)))[1]
-        product = Product(c, r, acc, index, rows, columns, depth, left, right, zero, "", transposed)
+        text = squash(parsed.text(body))
+        zero = re.search(rf"float {acc} = ({FLOAT_ZERO});", text)[1]
+        batch = re.search(_BATCH_INDEX, text)
+        offsets = [re.search(rf"\b{operand} \+= ([^;]+);", text) for operand in (left, right)]
+        product = Product(c, r, acc, index, rows, columns, depth, left, right, zero, "", transposed,
+                          batch[0] if batch else "", *(found[1] if found else "" for found in offsets))
         update = _replaced(tiled, {tile: operand for operand, tile in product.reads().items()})
         lines = [f"int {c} = blockIdx.x * blockDim.x + threadIdx.x;",
                  f"int {r} = blockIdx.y * blockDim.y + threadIdx.y;",
+                 *([product.batch] if product.batch else []),
                  f"if ({r} < {rows} && {c} < {columns}) {{",
                  f"    float {acc} = {zero};",
                  f"    for (int {index} = 0; {index} < {depth}; ++{index}) {update};"]
@@ -219,6 +247,10 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is not a kernel")
     listed = statements(function.node.child_by_field_name("body"))
+    # a batched product declares its batch among its indexes: one layer of blocks per matrix
+    batched = [node for node in listed[:3] if re.fullmatch(_BATCH_INDEX, squash(parsed.text(node)))]
+    batch = squash(parsed.text(batched[0])) if batched else ""
+    listed = [node for node in listed if node not in batched]
     indexes = dict(grid_index(parsed, node) for node in listed[:2])
     if len(listed) < 3 or set(indexes) != {"x", "y"} or listed[2].type != "if_statement" or \
             listed[2].child_by_field_name("alternative") is not None:
@@ -246,15 +278,26 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     terms = next((m for m in (p.fullmatch(update) for p in _PRODUCTS) if m), None)
     if terms is None or terms["acc"] != accumulator:
         raise NotApplicable(f"{function.name}'s loop does not sum a product into {accumulator}")
-    reads = {terms["x"]: terms["at_x"], terms["y"]: terms["at_y"]}
-    left = next((a for a, at in reads.items() if at == f"{row} * {depth} + {index}"), None)
-    right = next((a for a, at in reads.items() if at == f"{index} * {columns} + {column}"), None)
+    params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
+    batch_name = batch.split()[1] if batch else ""
+    reads = {terms["x"]: _at(terms["at_x"]), terms["y"]: _at(terms["at_y"])}
+    left, left_offset = next(((a, x) for a, (x, at) in reads.items() if at == f"{row} * {depth} + {index}"),
+                             (None, ""))
+    right, right_offset = next(((a, x) for a, (x, at) in reads.items() if at == f"{index} * {columns} + {column}"),
+                               (None, ""))
     transposed = right is None
     if transposed:
-        right = next((a for a, at in reads.items() if at == f"{column} * {depth} + {index}"), None)
+        right, right_offset = next(((a, x) for a, (x, at) in reads.items()
+                                    if at == f"{column} * {depth} + {index}"), (None, ""))
     if left is None or right is None or left == right:
         raise NotApplicable(f"{function.name} does not read A[r * K + k] and B[k * N + c] (or B[c * K + k])")
-    params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
+    for operand, offset in ((left, left_offset), (right, right_offset)):  # where a batch's matrix starts
+        names = set(re.findall(r"[A-Za-z_]\w*", offset))
+        if any(name != batch_name and params.get(name, ("", True))[1] for name in names) or \
+                re.search(rf"\*\s*const\s+{operand}\b", parsed.text(function.node.child_by_field_name(
+                    "declarator"))):
+            raise NotApplicable(f"{function.name} offsets {operand} by `{offset}`, which names more than the batch "
+                                f"and scalar parameters, or {operand} is a const pointer")
     # A and B are only read here (the epilogue never names them), and the launch passes no buffer twice
     if any(params.get(a) != ("float", True) for a in (left, right)) or \
             any(params.get(n, ("", True))[1] for n in (rows, columns, depth)):
@@ -263,9 +306,18 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     if not re.search(rf"\b{accumulator}\b", epilogue) or re.search(_EPILOGUE_FORBIDDEN, epilogue) or \
             re.search(rf"\b(?:{left}|{right}|{index})\b", epilogue):
         raise NotApplicable(f"{function.name}'s epilogue does not only finish the accumulator")
-    launches_of(state, function.name, dimensions=2)
-    return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update,
-                   transposed), work[2:]
+    for launch in launches_of(state, function.name, dimensions=3 if batch else 2):
+        if str(launch.block[2]).strip() != "1":
+            raise NotApplicable(f"{function.name}'s block is three-dimensional")
+    return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update, transposed,
+                   batch, left_offset, right_offset), work[2:]
+
+
+def _at(subscript: str) -> tuple[str, str]:
+    """(X, the rest) of a subscript `X + r * K + k` (X: a batch's or a view's start), or ("", subscript) where none
+    leads: the rest is its last two terms."""
+    terms = subscript.split(" + ")
+    return (" + ".join(terms[:-2]), " + ".join(terms[-2:])) if len(terms) > 2 else ("", subscript)
 
 
 # the update of a product loop: a sum of the operands' product, the fused form included, either operand first

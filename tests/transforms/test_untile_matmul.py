@@ -24,8 +24,9 @@ def transform():
     return get("untile_matmul")
 
 
-# bias_relu: B stored K x N; linear: B stored N x K (a linear layer's weight), loaded across a padded tile
-CASES = ("bias_relu", "linear")
+# bias_relu: B stored K x N; linear: B stored N x K (a linear layer's weight), loaded across a padded tile;
+# batched: a batch of small products, one layer of blocks per matrix (blockIdx.z), each operand at its batch's start
+CASES = ("bias_relu", "linear", "batched")
 
 
 def golden(which: str, case: str = "bias_relu") -> KernelState:
@@ -75,15 +76,34 @@ def test_the_linear_layers_tiles_give_the_naive_kernels_bits_on_the_cpu(tmp_path
                                    "b": torch.randn(n, generator=g)}, "y")
 
 
-def _same_bits(naive: KernelState, tiled: KernelState, tmp_path, inputs_of, output: str, **scalars) -> None:
-    """The tiled kernel's output bits are the naive kernel's, for sizes 16 does and does not divide."""
+def test_the_batched_tiles_give_the_naive_kernels_bits_on_the_cpu(tmp_path):
+    _same_bits(golden("after", "batched"), golden("before", "batched"), tmp_path,
+               lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g), "B": torch.randn(3 * k * n, generator=g)},
+               "C", batch=3)
+
+
+def test_the_emulation_sees_a_batch_started_at_the_wrong_matrix(tmp_path):
+    """The check can fail: B moved to batch b + 1's start (or past the end) gives other bits."""
+    tiled = golden("before", "batched")
+    wrong = KernelState(source=tiled.source.replace("B += b * K * N;", "B += (b + 1) % 3 * K * N;"), plan=tiled.plan)
+    assert wrong.source != tiled.source
+    with pytest.raises(AssertionError, match=r"\(\d+, \d+, \d+\)"):  # the bits' check, naming its sizes
+        _same_bits(golden("after", "batched"), wrong, tmp_path,
+                   lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g),
+                                       "B": torch.randn(3 * k * n, generator=g)}, "C", batch=3)
+
+
+def _same_bits(naive: KernelState, tiled: KernelState, tmp_path, inputs_of, output: str, batch: int = 1,
+               **scalars) -> None:
+    """The tiled kernel's output bits are the naive kernel's, for sizes 16 does and does not divide (and, with
+    `batch`, for every matrix of a batch)."""
     binaries = {"naive": emulate.build(tmp_path / "naive", naive), "tiled": emulate.build(tmp_path / "tiled", tiled)}
     nonzero = 0
     for m, n, k in ((1, 1, 1), (5, 7, 3), (16, 16, 16), (33, 17, 40), (20, 50, 70)):
         inputs = inputs_of(m, n, k, torch.Generator().manual_seed(m * 10000 + n * 100 + k))
-        params = {"m": m, "n": n, "k": k, **scalars}
+        params = {"m": m, "n": n, "k": k, "batch": batch, **scalars}
         runs = {form: emulate.run(binary, tmp_path / f"{form}-{m}x{n}x{k}", {"naive": naive, "tiled": tiled}[form],
-                                  params, inputs, {output: (torch.float32, m * n)})[output]
+                                  params, inputs, {output: (torch.float32, batch * m * n)})[output]
                 for form, binary in binaries.items()}
         assert torch.equal(runs["tiled"].view(torch.int32), runs["naive"].view(torch.int32)), (m, n, k)
         nonzero += int((runs["naive"] != 0).sum())
@@ -103,6 +123,22 @@ def test_no_site_where_it_would_not_be_legal(transform, edit, why):
     naive = golden("after")
     assert edit[0] in naive.source
     state = KernelState(source=naive.source.replace(edit[0], edit[1]), plan=naive.plan)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+@pytest.mark.parametrize("edit, why", [
+    (("A[b * M * K + r * K + k]", "A[r * M * K + r * K + k]"), "offsets A by `r \\* M \\* K`"),
+    (("const float* __restrict__ A", "const float* const A"), "A is a const pointer"),
+    (("block = [16, 16]", "block = [16, 16, 2]"), "three-dimensional"),
+    (("int b = blockIdx.z;\n", ""), "offsets A by `b"),  # no batch index: b names no parameter
+])
+def test_no_site_on_a_batched_product_where_it_would_not_be_legal(transform, edit, why):
+    naive = golden("after", "batched")
+    toml = (HERE / "untile_matmul" / "batched" / "after.toml").read_text()
+    assert edit[0] in naive.source + toml
+    state = KernelState(source=naive.source.replace(*edit), plan=LaunchPlan.from_toml(toml.replace(*edit)))
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
