@@ -35,7 +35,8 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             "bias_relu": {"scalarize_elementwise", "scalarize_row_gather", "uncoarsen_grid_stride"},  # 2-D, read flat
             "mse_loss": {"unaggregate_atomics", "uncoarsen_grid_stride"}, "masked_scale": {"scalarize_elementwise",
                                                                                      "uncoarsen_grid_stride"},
-            "softplus": {"scalarize_elementwise"}}  # a grid-stride loop, read as one thread per element
+            "softplus": {"scalarize_elementwise"},  # a grid-stride loop, read as one thread per element
+            "bmm_small": {"untile_matmul"}}  # a batch of small products, one layer of blocks per matrix
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}
 
 
