@@ -71,6 +71,7 @@ from klineage.transforms._naive import (
     statements,
     tiled_plan,
 )
+from klineage.transforms._pointers import inlined
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 TILE = 16
@@ -156,13 +157,13 @@ class UntileMatmul(Transform):
                                        for pattern in _TILED.values())]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = canonical(state)  # the index as the naive forms spell it
+        state = inlined(canonical(state))  # the index as the naive forms spell it, the operands by name
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", KEY, parsed.text(function.node)[:200])
                 for function, _ in readable(parsed, lambda f: _naive_product(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = canonical(state)  # the index as the naive forms spell it
+        state = inlined(canonical(state))  # the index as the naive forms spell it, the operands by name
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         product, epilogue = _naive_product(state, parsed, function)

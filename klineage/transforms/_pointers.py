@@ -1,0 +1,104 @@
+"""Local pointers into a parameter read as subscripts of the parameter itself, so that a forward that reads
+operands as `A[<index>]` reads a kernel however its author named a row or a batch's start.
+
+People often name the start of what a thread reads:
+
+    const float* a_row = A + r * K;                  const float* Ab = A + b * M * K;
+    for (int k = 0; k < K; ++k) acc += a_row[k] * ...    ... Ab[r * K + k] ...
+
+`inlined` rewrites each use `p[X]` of such a pointer as `A[E + X]` and drops its declaration, where `p = A + E;`
+declares a pointer (const or not, `__restrict__` or not) that the kernel never assigns nor uses but through
+subscripts, A is a pointer parameter the kernel never assigns, and E is integer arithmetic over names the
+declaration can see. `p[X]` and `A[E + X]` name one element, so the kernel computes what it did. Anything else is
+left as written.
+
+The leading underscore keeps the catalog from loading this module as a transform.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms._edit import is_written, splice
+from klineage.transforms._naive import parameters, squash
+from klineage.transforms.base import NotApplicable
+
+_DECLARATION = re.compile(r"(?:const )?[A-Za-z_][\w ]*\* (?:const )?(?:__restrict__ )?([A-Za-z_]\w*) = "
+                          r"([A-Za-z_]\w*) \+ (.+);")
+_SIMPLE = re.compile(r"[\w\s*+\-()]+")  # integer arithmetic over names: no call, subscript, comparison or comma
+
+
+def inlined(state: KernelState) -> KernelState:
+    """`state` with every such local pointer (see the module's docstring) read through its parameter; the same state
+    when there is none. A pointer declared from another (`a_row = Ab + r * K`, `Ab = A + b * M * K`) is read
+    through the parameter once the first is: each pass folds one level."""
+    for _ in range(_MAX_LEVELS):
+        parsed = cp.parse(state.source)
+        edits = []
+        for function in cp.functions(parsed):
+            body = function.node.child_by_field_name("body")
+            if function.is_kernel and body is not None:
+                edits += _edits(parsed, function, body)
+        if not edits:
+            return state
+        try:
+            state = KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+        except NotApplicable:  # a local pointer's use inside another's subscript: kept as written
+            return state
+    return state
+
+
+_MAX_LEVELS = 4  # pointers declared from pointers, folded one level a pass
+
+
+def _edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[tuple[int, int, str]]:
+    pointers = {name for name, _, pointer in parameters(parsed, function) if pointer}
+    written = {parsed.text(node) for node in cp.nodes_of_type(body, "identifier") if is_written(node)}
+    edits = []
+    for declaration in cp.nodes_of_type(body, "declaration"):
+        found = _DECLARATION.fullmatch(squash(parsed.text(declaration)))
+        if found is None or declaration.parent.type != "compound_statement":
+            continue
+        local, base, offset = found.groups()
+        declared = [node for node in cp.nodes_of_type(function.node, "identifier") if parsed.text(node) == local
+                    and node.parent.type in ("init_declarator", "pointer_declarator", "parameter_declaration",
+                                             "declaration")]
+        if base not in pointers or base in written or local in written or not _SIMPLE.fullmatch(offset) or \
+                len(declared) != 1:  # assigned, or declared again in an inner scope
+            continue
+        uses = [node for node in cp.nodes_of_type(declaration.parent, "identifier")
+                if parsed.text(node) == local and node.start_byte > declaration.end_byte]
+        subscripts = [node.parent for node in uses if node.parent.type == "subscript_expression"
+                      and node.parent.child_by_field_name("argument") == node]
+        bases = [node for node in uses if _declares_from(parsed, node)]  # `q = p + E2`: q is read through A too
+        if not uses or len(subscripts) + len(bases) != len(uses):
+            continue  # used as a pointer somewhere (`*p`, `p + 1`, an argument): kept
+        edits.append((declaration.start_byte, _line_end(parsed, declaration), ""))
+        edits += [(node.start_byte, node.end_byte, f"{base} + {offset}") for node in bases]
+        for subscript in subscripts:
+            index = parsed.text(subscript.child_by_field_name("indices"))[1:-1].strip()
+            index = index if _SIMPLE.fullmatch(index) and "(" not in index else f"({index})"
+            edits.append((subscript.start_byte, subscript.end_byte, f"{base}[{offset} + {index}]"))
+    return edits
+
+
+def _declares_from(parsed: cp.ParsedSource, use: Node) -> bool:
+    """`use` is the base of another local pointer's declaration `q = <use> + E`."""
+    expression = use.parent
+    if expression.type != "binary_expression" or expression.child_by_field_name("left") != use:
+        return False
+    declarator = expression.parent
+    return declarator.type == "init_declarator" and declarator.child_by_field_name("value") == expression and \
+        _DECLARATION.fullmatch(squash(parsed.text(declarator.parent))) is not None
+
+
+def _line_end(parsed: cp.ParsedSource, node: Node) -> int:
+    """Past the declaration and the whitespace up to the next statement: the line goes with it."""
+    end = node.end_byte
+    while end < len(parsed.data) and parsed.data[end:end + 1] in (b" ", b"\t", b"\r", b"\n"):
+        end += 1
+    return end

@@ -1,0 +1,64 @@
+"""Local pointers into a parameter read through the parameter (klineage/transforms/_pointers.py): a matrix product
+that names its row and its batch's start reads as the product untile_matmul tiles, and computes the same bits;
+pointers used as pointers, assigned or declared again stay as written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from klineage.kernel import KernelState
+from klineage.launch import LaunchPlan
+from klineage.transforms import Anchor, get
+from klineage.transforms._pointers import inlined
+from tests.transforms.golden import HERE, load
+from tests.transforms.test_untile_matmul import _same_bits
+
+BATCHED = load(HERE / "untile_matmul" / "batched", "after", "kernel")
+NAMED = BATCHED.source.replace(
+    "    int b = blockIdx.z;\n",
+    "    int b = blockIdx.z;\n    const float* Ab = A + b * M * K;\n    const float* __restrict__ Bb = B + b * K * N;\n"
+).replace(
+    "        float acc = 0.0f;\n",
+    "        const float* a_row = Ab + r * K;\n        float acc = 0.0f;\n"
+).replace("A[b * M * K + r * K + k] * B[b * K * N + k * N + c]", "a_row[k] * Bb[k * N + c]")
+
+
+def test_named_starts_read_as_the_batched_product():
+    named = KernelState(source=NAMED, plan=BATCHED.plan)
+    assert named.source != BATCHED.source and "a_row[k] * Bb[k * N + c]" in named.source
+    assert inlined(named).source == BATCHED.source
+    tile = get("untile_matmul")
+    site = Anchor("kernel", "function", "tile")
+    assert tile.forward_sites(named) == [site]
+    assert tile.forward(named, site).state == tile.forward(BATCHED, site).state
+
+
+def test_the_tiles_of_the_named_kernel_give_its_bits_on_the_cpu(tmp_path):
+    named = KernelState(source=NAMED, plan=BATCHED.plan)
+    tiled = get("untile_matmul").forward(named, Anchor("kernel", "function", "tile")).state
+    _same_bits(named, tiled, tmp_path, lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g),
+                                                           "B": torch.randn(3 * k * n, generator=g)}, "C", batch=3)
+
+
+PLAN = LaunchPlan.from_toml('name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["cdiv(n, 256)"]\n'
+                            'block = [256]\nargs = ["x", "y", { scalar = "n", type = "i32" }]\n')
+HEAD = "__global__ void kernel(const float* x, float* y, int n) {\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+
+
+@pytest.mark.parametrize("body", [
+    "    const float* p = x + 1;\n    y[i] = *p;\n",  # dereferenced
+    "    const float* p = x + 1;\n    y[i] = p[i] + p[0];\n    p = x;\n",  # assigned
+    "    const float* p = x + 1;\n    if (i < n) { const float* p = x + 2; y[i] = p[i]; }\n",  # declared again
+    "    const float* p = x + n;\n    x = y;\n    y[i] = p[i];\n",  # its parameter assigned
+    "    const float* p = x + (n > 4 ? 1 : 0);\n    y[i] = p[i];\n",  # an offset that is no plain arithmetic
+])
+def test_a_pointer_the_kernel_uses_otherwise_stays_as_written(body):
+    state = KernelState(source=HEAD + body + "}\n", plan=PLAN)
+    assert inlined(state) == state
+
+
+def test_a_pointer_read_only_through_subscripts_is_inlined_with_its_index_kept_whole():
+    body = "    const float* p = x + 2 * n;\n    if (i < n) y[i] = p[i] + p[n - i - 1];\n}\n"
+    state = KernelState(source=HEAD + body, plan=PLAN)
+    assert inlined(state).source == HEAD + "    if (i < n) y[i] = x[2 * n + i] + x[2 * n + n - i - 1];\n}\n"
