@@ -33,6 +33,12 @@ gridDim.x) <work>`, the stride maybe declared first) becomes `if (i < n) <work>`
 visits every element below n once whatever the grid, and so does one thread per element. The work may not name the
 grid, a thread coordinate, a barrier, a collective or a jump, nor change the index; n names scalar parameters only.
 
+A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`) becomes one thread per row,
+`if (row < rows) { <the rest> }` on blocks of THREADS: with one thread a block nothing but the row told the threads
+apart, so the rest may loop (a row's work) but may not name a coordinate, the grid, a barrier, shared memory or a
+collective; rows is the scalar parameter every launch passes its grid as. serialize_reduction reads this shape
+only (then gives the row a warp).
+
 The forwards then read the work as they read any 1-D kernel: scalarize_row_gather packs a row's columns
 (`bias[col]` once per 16 bytes), scalarize_elementwise packs `[i]` and gathers the rest, uncoarsen_grid_stride
 strides a flat matrix's elements (a grid-stride loop is its own form, which it leaves alone). Anything else is left
@@ -71,6 +77,11 @@ from klineage.transforms.base import NotApplicable, refused, with_plan
 _ROW_BLOCK = re.compile(r"(?:const )?((?:unsigned |signed )?(?:int|long long|long|size_t|int64_t|int32_t|"
                         r"uint32_t|unsigned)) ([A-Za-z_]\w*) = blockIdx\.y;")
 _WIDE_TYPES = re.compile(r"\b(?:long|size_t|int64_t|uint64_t|ptrdiff_t)\b")
+_BLOCK_ROW = re.compile(r"(?:const )?(int|unsigned|unsigned int|size_t|long long|long|int64_t) ([A-Za-z_]\w*) = "
+                        r"blockIdx\.x;")
+_BLOCK_FORBIDDEN = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__syncthreads\w*|__syncwarp|__shared__|"
+                              r"__shfl\w*|__ballot\w*|__any_sync|__all_sync|__activemask|__match\w*|__reduce\w*|asm)\b")
+THREADS = 256  # the threads per block of a kernel read as one thread per row
 _NAMES = ("i", "idx", "element", "flat_index")  # the 1-D index: the first the kernel does not name already
 
 
@@ -88,6 +99,7 @@ class _Matrix:
 class Shape(Enum):
     MATRIX = "matrix"  # a 2-D launch over a matrix's elements
     GRID_STRIDE = "grid_stride"  # one grid-stride loop over elements
+    ONE_THREAD_BLOCKS = "one_thread_blocks"  # a block of one thread per row (`<<<rows, 1>>>`, `row = blockIdx.x`)
 
 
 def flattened(state: KernelState, shapes: frozenset[Shape] = frozenset(Shape)) -> KernelState:
@@ -100,11 +112,13 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = frozenset(Shape)) -
         body = function.node.child_by_field_name("body")
         if not function.is_kernel or body is None:
             continue
-        strided = "gridDim" in parsed.text(body)
-        if (Shape.GRID_STRIDE if strided else Shape.MATRIX) not in shapes:
+        shape = _shape(parsed, body)
+        if shape not in shapes:
             continue
         try:
-            if strided:
+            if shape is Shape.ONE_THREAD_BLOCKS:
+                text, launches = _threaded(flat, parsed, function)
+            elif shape is Shape.GRID_STRIDE:
                 text, launches = _destrided(flat, parsed, function)
             else:
                 matrix = _matrix(state, parsed, function)
@@ -112,7 +126,7 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = frozenset(Shape)) -
                 launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {matrix.columns}", 2)
             flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
         except NotApplicable as error:
-            if strided or "blockIdx.y" in parsed.text(body):  # not read as elements where it looked so: say why
+            if shape is not Shape.MATRIX or "blockIdx.y" in parsed.text(body):  # it looked so: say why not
                 refused(function, error)
             continue
         listed = statements(body)
@@ -120,6 +134,44 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = frozenset(Shape)) -
     if not edits:
         return state
     return canonical(KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=flat.plan))
+
+
+def _shape(parsed: cp.ParsedSource, body: Node) -> Shape:
+    """The shape a kernel's body looks like (whether it is one is for its reader to say)."""
+    listed = statements(body)
+    if listed and _BLOCK_ROW.fullmatch(squash(parsed.text(listed[0]))):
+        return Shape.ONE_THREAD_BLOCKS
+    return Shape.GRID_STRIDE if "gridDim" in parsed.text(body) else Shape.MATRIX
+
+
+def _threaded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, tuple[Launch, ...]]:
+    """A kernel launched as blocks of one thread, its row `blockIdx.x` (`<<<rows, 1>>>`), as one thread per row on
+    blocks of THREADS: `int row = <global index>; if (row < rows) { <the rest> }` on cdiv(rows, THREADS) blocks, rows
+    the scalar parameter every launch passes its grid as. The rest may loop and return (a row's own work), but not
+    name a thread or block coordinate, the grid, a barrier, shared memory or a warp collective, nor change the
+    row: with one thread a block, none of those meant anything but the row."""
+    listed = statements(function.node.child_by_field_name("body"))
+    kind, row = _BLOCK_ROW.fullmatch(squash(parsed.text(listed[0]))).groups()
+    launches = launches_of(state, function.name, dimensions=1)
+    if any(str(launch.block[0]).strip() != "1" for launch in launches):
+        raise NotApplicable(f"{function.name} takes its row from blockIdx.x on blocks of more than one thread")
+    rest = listed[1:]
+    if not rest:
+        raise NotApplicable(f"{function.name} does nothing with its row")
+    text = parsed.data[rest[0].start_byte:rest[-1].end_byte].decode("utf-8")
+    if found := _BLOCK_FORBIDDEN.search(text):
+        raise NotApplicable(f"{function.name}'s row work names a thread or block coordinate, the grid, a barrier or "
+                            f"a collective (`{found[0]}`)")
+    if any(parsed.text(n) == row and is_written(n) for node in rest for n in cp.nodes_of_type(node, "identifier")):
+        raise NotApplicable(f"{function.name} changes its row '{row}'")
+    rows = _grid_extent(state, parsed, function, 0)
+    indent = indentation(parsed.data, listed[0].start_byte)
+    work = reindent(text, len(indentation(parsed.data, rest[0].start_byte)), indent + "    ")
+    source = f"{kind} {row} = {canonical_index(NARROW)};\n{indent}if ({row} < {rows}) {{\n{work}\n{indent}}}"
+    launches = tuple(Launch(launch.entry, (f"cdiv({_in_plan(rows, _scalars(parsed, function, launch), launch.entry)}"
+                                           f", {THREADS})", 1, 1), (THREADS, 1, 1), launch.shared, launch.args)
+                     if launch.entry == function.name else launch for launch in state.plan.launches)
+    return source, launches
 
 
 def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, tuple[Launch, ...]]:
@@ -212,7 +264,7 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) 
         bound = re.fullmatch(rf"{column} {relation} ([A-Za-z_]\w*)", condition)
         if bound is None:
             raise NotApplicable(f"{function.name}'s guard is not `{column} {relation} N`")
-        columns, rows = bound[1], _grid_rows(state, parsed, function)
+        columns, rows = bound[1], _grid_extent(state, parsed, function, 1)
     for node in work:
         text = parsed.text(node)
         if found := FORBIDDEN.search(text):
@@ -223,18 +275,18 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) 
     return _Matrix(column, row, row_type, columns, rows, work, tiled)
 
 
-def _grid_rows(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> str:
-    """The kernel's scalar parameter every launch passes its grid's y extent as (`rows` where the grid is (..., rows)
-    and `rows` is passed for the parameter `rows`): the row count, which the 1-D bound must name."""
+def _grid_extent(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, axis: int) -> str:
+    """The kernel's scalar parameter every launch passes its grid's extent along `axis` as (`rows` where the grid
+    is (..., rows) and `rows` is passed for the parameter `rows`): the row count, which the 1-D bound must name."""
     found: set[str] | None = None
     for launch in state.plan.launches:
         if launch.entry == function.name:
-            extent = str(launch.grid[1]).strip()
+            extent = str(launch.grid[axis]).strip()
             passed = {name for name, value in _scalars(parsed, function, launch).items() if value == extent}
             found = passed if found is None else found & passed
     if not found:
-        raise NotApplicable(f"{function.name} takes no scalar parameter that every launch passes its grid's y "
-                            f"extent as: the row count the 1-D bound needs")
+        raise NotApplicable(f"{function.name} takes no scalar parameter that every launch passes its grid's "
+                            f"{'xyz'[axis]} extent as: the row count the 1-D bound needs")
     return sorted(found)[0]
 
 

@@ -57,6 +57,7 @@ from klineage.transforms import register
 from klineage.transforms._arg_reduction import ArgBest, arg_best, is_pair_butterfly, pair_butterfly
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import Edit, indentation, own_lines, splice, unparen
+from klineage.transforms._flatten import Shape, flattened
 from klineage.transforms._naive import (
     FLOAT_ZERO,
     LOOP_INDEX_TYPES,
@@ -95,6 +96,7 @@ _WARP_SCAN = re.compile(
     rf"^for \(int scan_base = 0; scan_base < ([\w.]+); scan_base \+= {WARP}\) {{ const int (\w+) = scan_base \+ "
     rf"{LANE}; [\w ]+ scan_value = 0; if \(\2 < \1\) scan_value = (.+?); for \(int offset = 1; .+? }} "
     rf"if \(\2 < \1\) (.+?) = (\w+) \+ scan_value; \5 \+= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
+ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS})  # `<<<rows, 1>>>` kernels read as one thread per row
 _ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
 
 
@@ -146,7 +148,7 @@ class SerializeReduction(Transform):
         return [Anchor(f.name, "function", row, parsed.text(f.node)[:200]) for f, row in self._warp_kernels(parsed)]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = canonical(state)  # the index as the naive forms spell it
+        state = flattened(canonical(state), ROW_THREADS)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200])
                 for function, site in readable(parsed, lambda f: self._serial_site(state, parsed, f))]
@@ -154,7 +156,7 @@ class SerializeReduction(Transform):
     # -- forward --------------------------------------------------------------------------------
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = canonical(state)  # the index as the naive forms spell it
+        state = flattened(canonical(state), ROW_THREADS)  # the index as the naive forms spell it
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         site = self._serial_site(state, parsed, function)

@@ -1,6 +1,7 @@
-"""Elementwise kernels written on a 2-D launch or as a grid-stride loop, read as one thread per element on a 1-D
-launch (klineage/transforms/_flatten.py): the golden flat forms, the bits the flat kernel and the forwards' rewrites
-of it compute on the CPU against the kernel as written, and the kernels left as written, each with its reason."""
+"""Elementwise kernels written on a 2-D launch or as a grid-stride loop, and row kernels on blocks of one thread, read
+as one thread per element or row on a 1-D launch (klineage/transforms/_flatten.py): the golden flat forms, the bits
+the flat kernel and the forwards' rewrites of it compute on the CPU against the kernel as written, and the kernels
+left as written, each with its reason."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from klineage.transforms._flatten import flattened
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, compiles_without_spills
 
-CASES = ["rows_on_y", "tiles", "grid_stride"]
+CASES = ["rows_on_y", "tiles", "grid_stride", "one_thread_blocks"]
 # (rows, cols): a ragged row, rows of whole packs, a tail in every row; grid_stride reads n = rows * cols, and its
 # grid of 128 threads strides over the larger ones
 SHAPES = [(3, 5), (4, 64), (7, 130)]
@@ -47,6 +48,8 @@ def _inputs(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
     x = torch.randn(rows * cols, generator=generator) * 8
     if case == "grid_stride":
         return {"n": rows * cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
+    if case == "one_thread_blocks":  # a row's largest element: any order of the compares gives its bits
+        return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows)}
     if case == "rows_on_y":
         inputs = {"x": x, "b": torch.randn(cols, generator=generator)}
     else:
@@ -56,9 +59,14 @@ def _inputs(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
 
 
 def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> list[str]:
-    """Where each of `forms` computes other bits than the kernel as written, on aligned and misaligned pointers."""
-    return emulate.differences(tmp_path, _state(case, "written"), forms, tuple(SHAPES),
-                               lambda rows, cols: _inputs(case, rows, cols))
+    """Where each of `forms` computes other bits than the kernel as written, on aligned and misaligned pointers.
+    The emulator runs whole warps only: blocks of one thread are judged against their flat form instead, which runs
+    each row's code as written, one thread a row."""
+    if case == "one_thread_blocks":
+        reference, forms = _state(case, "flat"), {name: form for name, form in forms.items() if name != "flat"}
+    else:
+        reference = _state(case, "written")
+    return emulate.differences(tmp_path, reference, forms, tuple(SHAPES), lambda rows, cols: _inputs(case, rows, cols))
 
 
 @pytest.mark.parametrize("case, forwards", [
@@ -66,6 +74,7 @@ def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> li
     ("rows_on_y", ("scalarize_row_gather", "scalarize_elementwise", "uncoarsen_grid_stride")),
     ("tiles", ("uncoarsen_grid_stride",)),  # y written at `at`, not [i]: no pack
     ("grid_stride", ("scalarize_elementwise",)),  # a grid-stride loop is uncoarsen_grid_stride's own form
+    ("one_thread_blocks", ("serialize_reduction",)),  # `<<<rows, 1>>>`: a thread per row, then a warp per row
 ])
 def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits(tmp_path, case, forwards):
     """Each forward from the kernel as a user wrote it: it finds exactly these sites, and every rewrite computes
@@ -154,6 +163,28 @@ LOOP = "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += bloc
 ])
 def test_a_grid_stride_loop_left_as_written_with_the_reason(body, why):
     state = KernelState(source=STRIDE_HEAD + body + "}\n", plan=STRIDE_PLAN)
+    with refusals() as refused:
+        assert flattened(canonical(state)) == canonical(state)
+    assert any(why in line for line in refused), refused
+
+
+def _row_plan(grid: str = "rows", block: int = 1) -> LaunchPlan:
+    return LaunchPlan.from_toml(f'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["{grid}"]\n'
+                                f'block = [{block}]\nargs = ["x", "y", {{ scalar = "rows", type = "i32" }}]\n')
+
+
+ROW_HEAD = "__global__ void kernel(const float* x, float* y, int rows) {\n    int row = blockIdx.x;\n"
+
+
+@pytest.mark.parametrize("body, plan, why", [
+    ("    y[row] = x[row] * threadIdx.x;\n", _row_plan(), "names a thread or block coordinate"),
+    ("    __shared__ float s[1];\n    s[0] = x[row];\n    y[row] = s[0];\n", _row_plan(), "`__shared__`"),
+    ("    row += 1;\n    y[row] = x[row];\n", _row_plan(), "changes its row 'row'"),
+    ("    y[row] = x[row];\n", _row_plan(block=32), "blocks of more than one thread"),
+    ("    y[row] = x[row];\n", _row_plan(grid="rows + 1"), "grid's x extent"),
+])
+def test_blocks_of_one_thread_left_as_written_with_the_reason(body, plan, why):
+    state = KernelState(source=ROW_HEAD + body + "}\n", plan=plan)
     with refusals() as refused:
         assert flattened(canonical(state)) == canonical(state)
     assert any(why in line for line in refused), refused
