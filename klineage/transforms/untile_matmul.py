@@ -23,6 +23,8 @@ every global element is read once per block instead of once per thread.
 - The epilogue runs as it was, under the same bounds.
 - The plan's launch gets a block of (16, 16) and a grid of (cdiv(N, 16), cdiv(M, 16)), M and N read from the
   launch's arguments.
+- Operands may be 16-bit (`__half`, `__nv_bfloat16`) read through their conversion (`__half2float(A[...])`): the
+  tiles then hold the operands' own elements and the update converts them as the naive loop did, to the bit.
 - B may be stored N x K instead, read at `B[c * K + k]` (a linear layer's weight). Its tile is then loaded along
   k, a row of B across the lanes, and stored down a column of a 16 x 17 tile (the padding spreads the column over
   the banks).
@@ -37,7 +39,8 @@ Backward writes the naive product back from the canonical tiled form, under the 
 Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations (either order)
 and the guarded block above (either order of the two bounds; or `if (r >= M || c >= N) return;` and the block's
 statements after it), the accumulator a float starting at zero, the loop body the one
-update (`A[...] * B[...]` in either order); A and B distinct float pointer parameters, M, N and K scalar
+update (`A[...] * B[...]` in either order); A and B distinct pointer parameters to float, or to a 16-bit type
+read through its own conversion, M, N and K scalar
 parameters passed by the launch as scalars; the epilogue names the accumulator and none of A, B, the loop index,
 a thread or block coordinate, a barrier, a loop or a jump; the plan launches the kernel with a two-dimensional
 block and grid (a three-dimensional grid for a batch) and passes no buffer twice; an operand with a start is not
@@ -78,24 +81,30 @@ TILE = 16
 KEY = "tile"
 _ID = r"([A-Za-z_]\w*)"
 _BATCH_INDEX = r"int [A-Za-z_]\w* = blockIdx\.z;"  # a batched product's batch: one block layer per matrix
+# an operand's element type -> the conversion its naive update reads it through ("" for float, read as it is)
+CONVERSIONS = {"float": "", **dict.fromkeys(("__half", "half"), "__half2float"),
+               **dict.fromkeys(("__nv_bfloat16", "nv_bfloat16"), "__bfloat162float")}
+_TILE_TYPE = rf"(?:{'|'.join(CONVERSIONS)})"  # a tile holds its operand's own elements: the update converts them
+_TILE_ZERO = rf"(?:0\.0f|{_TILE_TYPE}\(0\.0f\))"
 _B_ROWS = (rf"{KEY}_b\[threadIdx\.y\]\[threadIdx\.x\] = {KEY}_k \+ threadIdx\.y < \4 && \1 < {_ID} \? "
-           rf"{_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \7 \+ \1\] : 0\.0f;")
+           rf"{_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \7 \+ \1\] : {_TILE_ZERO};")
 # B stored N x K (a linear layer's weight): lanes along k load a row of B, stored across the padded tile
 _B_TRANSPOSED = (rf"{KEY}_b\[threadIdx\.x\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.x < \4 && blockIdx\.x \* {TILE} \+ "
                  rf"threadIdx\.y < {_ID} \? {_ID}\[\(blockIdx\.x \* {TILE} \+ threadIdx\.y\) \* \4 \+ {KEY}_k \+ "
-                 rf"threadIdx\.x\] : 0\.0f;")
+                 rf"threadIdx\.x\] : {_TILE_ZERO};")
 
 
 def _tiled(transposed: bool) -> re.Pattern:
     """The squashed body forward writes; groups: c, r, acc, K, M, A, N, B, k, the tiled update, the epilogue."""
     width, load = (TILE + 1, _B_TRANSPOSED) if transposed else (TILE, _B_ROWS)
     return re.compile(
-        rf"^{{ __shared__ float {KEY}_a\[{TILE}\]\[{TILE}\]; __shared__ float {KEY}_b\[{TILE}\]\[{width}\]; "
+        rf"^{{ __shared__ {_TILE_TYPE} {KEY}_a\[{TILE}\]\[{TILE}\]; "
+        rf"__shared__ {_TILE_TYPE} {KEY}_b\[{TILE}\]\[{width}\]; "
         rf"(?:{_BATCH_INDEX} )?(?:[A-Za-z_]\w* \+= [^;]+; ){{0,2}}"
         rf"int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; "
         rf"float {_ID} = {FLOAT_ZERO}; for \(int {KEY}_k = 0; {KEY}_k < {_ID}; {KEY}_k \+= {TILE}\) {{ "
         rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = \2 < {_ID} && {KEY}_k \+ threadIdx\.x < \4 \? {_ID}\[\2 \* \4 "
-        rf"\+ {KEY}_k \+ threadIdx\.x\] : 0\.0f; {load} __syncthreads\(\); "
+        rf"\+ {KEY}_k \+ threadIdx\.x\] : {_TILE_ZERO}; {load} __syncthreads\(\); "
         rf"for \(int {_ID} = 0; \9 < {TILE} && {KEY}_k \+ \9 < \4; \+\+\9\) (\3 (?:\+)?= .+?); __syncthreads\(\); }} "
         rf"if \(\2 < \5 && \1 < \7\) {{ (.+) }} }}$")
 
@@ -122,6 +131,13 @@ class Product:
     batch: str = ""  # the batch index's declaration (`int b = blockIdx.z;`) of a batched product, else ""
     left_offset: str = ""  # X of `A[X + r * K + k]`: where a batch's (or a view's) A starts, else ""
     right_offset: str = ""  # Y of `B[Y + k * N + c]` (or `B[Y + c * K + k]`), else ""
+    left_type: str = "float"  # A's element type: a 16-bit one is read through its conversion to float
+    right_type: str = "float"
+
+    @staticmethod
+    def edge(element: str) -> str:
+        """What a tile of `element` holds past the matrix's edge."""
+        return "0.0f" if element == "float" else f"{element}(0.0f)"
 
     def reads(self) -> dict[str, str]:
         """Each operand read of the naive update, and its read from the tiles."""
@@ -172,20 +188,21 @@ class UntileMatmul(Transform):
             width = TILE + 1
             load_b = (f"    {KEY}_b[threadIdx.x][threadIdx.y] = {t} + threadIdx.x < {p.depth} && blockIdx.x * {TILE} + "
                       f"threadIdx.y < {p.columns} ? {p.right}[(blockIdx.x * {TILE} + threadIdx.y) * {p.depth} + {t} + "
-                      f"threadIdx.x] : 0.0f;")
+                      f"threadIdx.x] : {p.edge(p.right_type)};")
         else:
             width = TILE
             load_b = (f"    {KEY}_b[threadIdx.y][threadIdx.x] = {t} + threadIdx.y < {p.depth} && {p.column} < "
-                      f"{p.columns} ? {p.right}[({t} + threadIdx.y) * {p.columns} + {p.column}] : 0.0f;")
-        lines = [f"__shared__ float {KEY}_a[{TILE}][{TILE}];",
-                 f"__shared__ float {KEY}_b[{TILE}][{width}];",
+                      f"{p.columns} ? {p.right}[({t} + threadIdx.y) * {p.columns} + {p.column}] : "
+                      f"{p.edge(p.right_type)};")
+        lines = [f"__shared__ {p.left_type} {KEY}_a[{TILE}][{TILE}];",
+                 f"__shared__ {p.right_type} {KEY}_b[{TILE}][{width}];",
                  *p.starts(),
                  f"int {p.column} = blockIdx.x * {TILE} + threadIdx.x;",
                  f"int {p.row} = blockIdx.y * {TILE} + threadIdx.y;",
                  f"float {p.accumulator} = {p.zero};",
                  f"for (int {t} = 0; {t} < {p.depth}; {t} += {TILE}) {{",
                  f"    {KEY}_a[threadIdx.y][threadIdx.x] = {p.row} < {p.rows} && {t} + threadIdx.x < {p.depth} ? "
-                 f"{p.left}[{p.row} * {p.depth} + {t} + threadIdx.x] : 0.0f;",
+                 f"{p.left}[{p.row} * {p.depth} + {t} + threadIdx.x] : {p.edge(p.left_type)};",
                  load_b,
                  "    __syncthreads();",
                  f"    for (int {p.index} = 0; {p.index} < {TILE} && {t} + {p.index} < {p.depth}; ++{p.index}) "
@@ -300,9 +317,13 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
             raise NotApplicable(f"{function.name} offsets {operand} by `{offset}`, which names more than the batch "
                                 f"and scalar parameters, or {operand} is a const pointer")
     # A and B are only read here (the epilogue never names them), and the launch passes no buffer twice
-    if any(params.get(a) != ("float", True) for a in (left, right)) or \
+    conversions = {terms["x"]: terms["cvt_x"] or "", terms["y"]: terms["cvt_y"] or ""}
+    types = {a: params.get(a, ("", False))[0].removeprefix("const ").strip() for a in (left, right)}
+    if any(not params.get(a, ("", False))[1] or types[a] not in CONVERSIONS or
+           f"{CONVERSIONS[types[a]]}(" != f"{conversions[a][:-1]}(" for a in (left, right)) or \
             any(params.get(n, ("", True))[1] for n in (rows, columns, depth)):
-        raise NotApplicable(f"{function.name}: A and B are not float pointer parameters, or M, N and K not scalars")
+        raise NotApplicable(f"{function.name}: A and B are not pointers to float (or to __half or __nv_bfloat16 read "
+                            f"through their conversion to float), or M, N and K not scalars")
     epilogue = " ".join(squash(parsed.text(node)) for node in work[2:])
     if not re.search(rf"\b{accumulator}\b", epilogue) or re.search(_EPILOGUE_FORBIDDEN, epilogue) or \
             re.search(rf"\b(?:{left}|{right}|{index})\b", epilogue):
@@ -311,7 +332,7 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         if str(launch.block[2]).strip() != "1":
             raise NotApplicable(f"{function.name}'s block is three-dimensional")
     return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update, transposed,
-                   batch, left_offset, right_offset), work[2:]
+                   batch, left_offset, right_offset, types[left], types[right]), work[2:]
 
 
 def _at(subscript: str) -> tuple[str, str]:
@@ -322,7 +343,8 @@ def _at(subscript: str) -> tuple[str, str]:
 
 
 # the update of a product loop: a sum of the operands' product, the fused form included, either operand first
-_OPERAND = r"(?P<{0}>[A-Za-z_]\w*)\[(?P<at_{0}>[^][]+)\]"
+_OPERAND = (r"(?P<cvt_{0}>(?:__half2float|__bfloat162float)\()?(?P<{0}>[A-Za-z_]\w*)\[(?P<at_{0}>[^][]+)\]"
+            r"(?(cvt_{0})\))")
 _PRODUCTS = (re.compile(rf"(?P<acc>[A-Za-z_]\w*) \+= {_OPERAND.format('x')} \* {_OPERAND.format('y')}"),
              re.compile(rf"(?P<acc>[A-Za-z_]\w*) = fmaf\({_OPERAND.format('x')}, {_OPERAND.format('y')}, (?P=acc)\)"))
 

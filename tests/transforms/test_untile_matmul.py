@@ -25,8 +25,9 @@ def transform():
 
 
 # bias_relu: B stored K x N; linear: B stored N x K (a linear layer's weight), loaded across a padded tile;
-# batched: a batch of small products, one layer of blocks per matrix (blockIdx.z), each operand at its batch's start
-CASES = ("bias_relu", "linear", "batched")
+# batched: a batch of small products, one layer of blocks per matrix (blockIdx.z), each operand at its batch's start;
+# half: __half operands read through __half2float, tiled in their own type
+CASES = ("bias_relu", "linear", "batched", "half")
 
 
 def golden(which: str, case: str = "bias_relu") -> KernelState:
@@ -80,6 +81,37 @@ def test_the_batched_tiles_give_the_naive_kernels_bits_on_the_cpu(tmp_path):
     _same_bits(golden("after", "batched"), golden("before", "batched"), tmp_path,
                lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g), "B": torch.randn(3 * k * n, generator=g)},
                "C", batch=3)
+
+
+HALF_UPDATE = "acc += __half2float(A[r * K + k]) * __half2float(B[k * N + c]);"
+
+
+@pytest.mark.parametrize("spelling", ["half", "bfloat16"])
+def test_16_bit_tiles_give_the_naive_kernels_bits_on_the_cpu(transform, spelling, tmp_path):
+    """The tiles hold the operands' own 16-bit elements, and the update converts them as the naive loop did."""
+    naive = golden("after", "half")
+    dtype = torch.float16
+    if spelling == "bfloat16":  # the other 16-bit type, and the fused spelling of the update
+        naive = KernelState(source=naive.source.replace("#include <cuda_fp16.h>", "#include <cuda_bf16.h>").replace(
+            "__half*", "__nv_bfloat16*").replace(
+            HALF_UPDATE, "acc = fmaf(__bfloat162float(A[r * K + k]), __bfloat162float(B[k * N + c]), acc);"),
+            plan=naive.plan)
+        dtype = torch.bfloat16
+    tiled = transform.forward(naive, SITE).state
+    assert f"__shared__ {'__half' if dtype == torch.float16 else '__nv_bfloat16'} tile_a[16][16];" in tiled.source
+    assert transform.backward(tiled, SITE).state == naive
+    _same_bits(naive, tiled, tmp_path, lambda m, n, k, g: {"A": torch.randn(m * k, generator=g).to(dtype),
+                                                          "B": torch.randn(k * n, generator=g).to(dtype)}, "C")
+
+
+def test_no_site_where_a_16_bit_operand_is_read_without_its_conversion(transform):
+    naive = golden("after", "half")
+    for update in ("acc += __half2float(A[r * K + k]) * B[k * N + c];",
+                   "acc += __bfloat162float(A[r * K + k]) * __half2float(B[k * N + c]);"):
+        state = KernelState(source=naive.source.replace(HALF_UPDATE, update), plan=naive.plan)
+        assert state.source != naive.source and transform.forward_sites(state) == []
+        with pytest.raises(NotApplicable, match="read through their conversion to float"):
+            transform.forward(state, SITE)
 
 
 def test_the_emulation_sees_a_batch_started_at_the_wrong_matrix(tmp_path):
