@@ -58,7 +58,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.launch import ArgKind, Launch
+from klineage.launch import Launch
 from klineage.transforms._canonical import NARROW, WIDE, canonical, canonical_index
 from klineage.transforms._edit import indentation, is_written, reindent, splice
 from klineage.transforms._naive import (
@@ -67,8 +67,8 @@ from klineage.transforms._naive import (
     LOOP_INDEX_TYPES,
     bounds_2d,
     grid_index,
+    launch_scalars,
     launches_of,
-    parameters,
     squash,
     statements,
 )
@@ -168,10 +168,7 @@ def _threaded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
     indent = indentation(parsed.data, listed[0].start_byte)
     work = reindent(text, len(indentation(parsed.data, rest[0].start_byte)), indent + "    ")
     source = f"{kind} {row} = {canonical_index(NARROW)};\n{indent}if ({row} < {rows}) {{\n{work}\n{indent}}}"
-    launches = tuple(Launch(launch.entry, (f"cdiv({_in_plan(rows, _scalars(parsed, function, launch), launch.entry)}"
-                                           f", {THREADS})", 1, 1), (THREADS, 1, 1), launch.shared, launch.args)
-                     if launch.entry == function.name else launch for launch in state.plan.launches)
-    return source, launches
+    return source, _element_launches(state, parsed, function, rows, 1, THREADS)
 
 
 def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, tuple[Launch, ...]]:
@@ -282,7 +279,7 @@ def _grid_extent(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
     for launch in state.plan.launches:
         if launch.entry == function.name:
             extent = str(launch.grid[axis]).strip()
-            passed = {name for name, value in _scalars(parsed, function, launch).items() if value == extent}
+            passed = {name for name, value in launch_scalars(parsed, function, launch).items() if value == extent}
             found = passed if found is None else found & passed
     if not found:
         raise NotApplicable(f"{function.name} takes no scalar parameter that every launch passes its grid's "
@@ -327,27 +324,20 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
 
 
 def _element_launches(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, bound: str,
-                      dimensions: int) -> tuple[Launch, ...]:
-    """Every launch of the kernel (each of at most `dimensions` dimensions) one-dimensional: its threads per block
-    kept, cdiv(n, threads) blocks, n the launch's values for the scalar parameters `bound` names."""
+                      dimensions: int, threads: int | None = None) -> tuple[Launch, ...]:
+    """Every launch of the kernel (each of at most `dimensions` dimensions) one-dimensional: `threads` per block
+    (default: its own threads per block kept), cdiv(n, threads) blocks, n the launch's values for the scalar
+    parameters `bound` names."""
     launches_of(state, function.name, dimensions=dimensions)
     launches = []
     for launch in state.plan.launches:
         if launch.entry == function.name:
-            threads = _threads(launch)
-            grid = (f"cdiv({_in_plan(bound, _scalars(parsed, function, launch), function.name)}, {threads})", 1, 1)
-            launch = Launch(launch.entry, grid, (threads, 1, 1), launch.shared, launch.args)
+            block = threads or _threads(launch)
+            total = _in_plan(bound, launch_scalars(parsed, function, launch), function.name)
+            grid = (f"cdiv({total}, {block})", 1, 1)
+            launch = Launch(launch.entry, grid, (block, 1, 1), launch.shared, launch.args)
         launches.append(launch)
     return tuple(launches)
-
-
-def _scalars(parsed: cp.ParsedSource, function: cp.Function, launch: Launch) -> dict[str, str]:
-    """The kernel's scalar parameters -> what `launch` passes for each."""
-    names = [(name, pointer) for name, _, pointer in parameters(parsed, function)]
-    if len(launch.args) != len(names):
-        raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
-    return {name: str(arg.value).strip() for (name, pointer), arg in zip(names, launch.args, strict=True)
-            if not pointer and arg.kind is ArgKind.SCALAR}
 
 
 def _in_plan(bound: str, values: dict[str, str], entry: str) -> str:

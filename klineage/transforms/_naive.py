@@ -147,22 +147,26 @@ def tiled_plan(state: KernelState, function: cp.Function, rows: str, columns: st
     """The plan with every launch of `function` given `block` and the grid (cdiv(C, tile[0]), cdiv(R, tile[1]), Z),
     C and R the values the launch passes for the kernel's scalar parameters `columns` and `rows`, Z the launch's own
     third dimension (a batch's matrices)."""
-    names = [name for name, _, _ in parameters(cp.parse(state.source), function)]
+    parsed = cp.parse(state.source)
     launches = []
     for launch in state.plan.launches:
         if launch.entry == function.name:
-            if len(launch.args) != len(names):
-                raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
-            values = {}
-            for name in (rows, columns):
-                arg = launch.args[names.index(name)]
-                if arg.kind is not ArgKind.SCALAR:
-                    raise NotApplicable(f"'{name}' is not passed as a scalar")
-                values[name] = str(arg.value)
+            values = launch_scalars(parsed, function, launch)
+            if rows not in values or columns not in values:
+                raise NotApplicable(f"'{rows}' or '{columns}' is not passed to {function.name} as a scalar")
             grid = (f"cdiv({values[columns]}, {tile[0]})", f"cdiv({values[rows]}, {tile[1]})", launch.grid[2])
             launch = Launch(launch.entry, grid, (*block, 1), launch.shared, launch.args)
         launches.append(launch)
     return with_plan(state, launches=tuple(launches))
+
+
+def launch_scalars(parsed: cp.ParsedSource, function: cp.Function, launch: Launch) -> dict[str, str]:
+    """The kernel's scalar parameters -> what `launch` passes for each, as written."""
+    names = [(name, pointer) for name, _, pointer in parameters(parsed, function)]
+    if len(launch.args) != len(names):
+        raise NotApplicable(f"{function.name}'s launch passes {len(launch.args)} arguments")
+    return {name: str(arg.value).strip() for (name, pointer), arg in zip(names, launch.args, strict=True)
+            if not pointer and arg.kind is ArgKind.SCALAR}
 
 
 def unwrapped(grid: str, before: str, after: str) -> str:

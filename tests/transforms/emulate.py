@@ -63,3 +63,21 @@ def differences(work: Path, naive: KernelState, sources: dict[str, KernelState],
                 found += [f"{name} {folder} {out}" for out in outputs
                           if not torch.equal(got[out].view(torch.uint8), want[out].view(torch.uint8))]
     return found
+
+
+def same_product_bits(naive: KernelState, tiled: KernelState, tmp_path, inputs_of, output: str, batch: int = 1,
+                      **scalars) -> None:
+    """For a matrix product (parameters m, n, k; `inputs_of(m, n, k, generator)` its inputs): the tiled kernel's
+    output bits are the naive kernel's, for sizes 16 does and does not divide (and, with `batch`, for every matrix
+    of a batch)."""
+    binaries = {"naive": build(tmp_path / "naive", naive), "tiled": build(tmp_path / "tiled", tiled)}
+    nonzero = 0
+    for m, n, k in ((1, 1, 1), (5, 7, 3), (16, 16, 16), (33, 17, 40), (20, 50, 70)):
+        inputs = inputs_of(m, n, k, torch.Generator().manual_seed(m * 10000 + n * 100 + k))
+        params = {"m": m, "n": n, "k": k, "batch": batch, **scalars}
+        runs = {form: run(binary, tmp_path / f"{form}-{m}x{n}x{k}", {"naive": naive, "tiled": tiled}[form],
+                                  params, inputs, {output: (torch.float32, batch * m * n)})[output]
+                for form, binary in binaries.items()}
+        assert torch.equal(runs["tiled"].view(torch.int32), runs["naive"].view(torch.int32)), (m, n, k)
+        nonzero += int((runs["naive"] != 0).sum())
+    assert nonzero > 500  # of the 1,853 outputs (a relu zeroes about half): their bits were compared

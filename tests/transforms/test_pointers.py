@@ -11,8 +11,8 @@ from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, get
 from klineage.transforms._pointers import inlined
+from tests.transforms import emulate
 from tests.transforms.golden import HERE, load
-from tests.transforms.test_untile_matmul import _same_bits
 
 BATCHED = load(HERE / "untile_matmul" / "batched", "after", "kernel")
 NAMED = BATCHED.source.replace(
@@ -37,7 +37,7 @@ def test_named_starts_read_as_the_batched_product():
 def test_the_tiles_of_the_named_kernel_give_its_bits_on_the_cpu(tmp_path):
     named = KernelState(source=NAMED, plan=BATCHED.plan)
     tiled = get("untile_matmul").forward(named, Anchor("kernel", "function", "tile")).state
-    _same_bits(named, tiled, tmp_path, lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g),
+    emulate.same_product_bits(named, tiled, tmp_path, lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g),
                                                            "B": torch.randn(3 * k * n, generator=g)}, "C", batch=3)
 
 

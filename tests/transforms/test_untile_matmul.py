@@ -66,19 +66,19 @@ def test_the_tiles_give_the_naive_kernels_bits_on_the_cpu(transform, update, tmp
     assert update.replace("A[r * K + k]", "tile_a[threadIdx.y][k]").replace("B[k * N + c]", "tile_b[k][threadIdx.x]") \
         in tiled.source
     assert transform.backward(tiled, SITE).state == naive
-    _same_bits(naive, tiled, tmp_path, lambda m, n, k, g: {"A": torch.randn(m * k, generator=g),
+    emulate.same_product_bits(naive, tiled, tmp_path, lambda m, n, k, g: {"A": torch.randn(m * k, generator=g),
                                                           "B": torch.randn(k * n, generator=g),
                                                           "bias": torch.randn(n, generator=g)}, "C", alpha=0.75)
 
 
 def test_the_linear_layers_tiles_give_the_naive_kernels_bits_on_the_cpu(tmp_path):
-    _same_bits(golden("after", "linear"), golden("before", "linear"), tmp_path,
+    emulate.same_product_bits(golden("after", "linear"), golden("before", "linear"), tmp_path,
                lambda m, n, k, g: {"x": torch.randn(m * k, generator=g), "w": torch.randn(n * k, generator=g),
                                    "b": torch.randn(n, generator=g)}, "y")
 
 
 def test_the_batched_tiles_give_the_naive_kernels_bits_on_the_cpu(tmp_path):
-    _same_bits(golden("after", "batched"), golden("before", "batched"), tmp_path,
+    emulate.same_product_bits(golden("after", "batched"), golden("before", "batched"), tmp_path,
                lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g), "B": torch.randn(3 * k * n, generator=g)},
                "C", batch=3)
 
@@ -100,8 +100,9 @@ def test_16_bit_tiles_give_the_naive_kernels_bits_on_the_cpu(transform, spelling
     tiled = transform.forward(naive, SITE).state
     assert f"__shared__ {'__half' if dtype == torch.float16 else '__nv_bfloat16'} tile_a[16][16];" in tiled.source
     assert transform.backward(tiled, SITE).state == naive
-    _same_bits(naive, tiled, tmp_path, lambda m, n, k, g: {"A": torch.randn(m * k, generator=g).to(dtype),
-                                                          "B": torch.randn(k * n, generator=g).to(dtype)}, "C")
+    emulate.same_product_bits(naive, tiled, tmp_path,
+                              lambda m, n, k, g: {"A": torch.randn(m * k, generator=g).to(dtype),
+                                                  "B": torch.randn(k * n, generator=g).to(dtype)}, "C")
 
 
 def test_no_site_where_a_16_bit_operand_is_read_without_its_conversion(transform):
@@ -120,26 +121,9 @@ def test_the_emulation_sees_a_batch_started_at_the_wrong_matrix(tmp_path):
     wrong = KernelState(source=tiled.source.replace("B += b * K * N;", "B += (b + 1) % 3 * K * N;"), plan=tiled.plan)
     assert wrong.source != tiled.source
     with pytest.raises(AssertionError, match=r"\(\d+, \d+, \d+\)"):  # the bits' check, naming its sizes
-        _same_bits(golden("after", "batched"), wrong, tmp_path,
+        emulate.same_product_bits(golden("after", "batched"), wrong, tmp_path,
                    lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g),
                                        "B": torch.randn(3 * k * n, generator=g)}, "C", batch=3)
-
-
-def _same_bits(naive: KernelState, tiled: KernelState, tmp_path, inputs_of, output: str, batch: int = 1,
-               **scalars) -> None:
-    """The tiled kernel's output bits are the naive kernel's, for sizes 16 does and does not divide (and, with
-    `batch`, for every matrix of a batch)."""
-    binaries = {"naive": emulate.build(tmp_path / "naive", naive), "tiled": emulate.build(tmp_path / "tiled", tiled)}
-    nonzero = 0
-    for m, n, k in ((1, 1, 1), (5, 7, 3), (16, 16, 16), (33, 17, 40), (20, 50, 70)):
-        inputs = inputs_of(m, n, k, torch.Generator().manual_seed(m * 10000 + n * 100 + k))
-        params = {"m": m, "n": n, "k": k, "batch": batch, **scalars}
-        runs = {form: emulate.run(binary, tmp_path / f"{form}-{m}x{n}x{k}", {"naive": naive, "tiled": tiled}[form],
-                                  params, inputs, {output: (torch.float32, batch * m * n)})[output]
-                for form, binary in binaries.items()}
-        assert torch.equal(runs["tiled"].view(torch.int32), runs["naive"].view(torch.int32)), (m, n, k)
-        nonzero += int((runs["naive"] != 0).sum())
-    assert nonzero > 500  # of the 1,853 outputs (a relu zeroes about half): their bits were compared
 
 
 @pytest.mark.parametrize("edit, why", [
