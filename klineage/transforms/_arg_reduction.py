@@ -25,10 +25,8 @@ from klineage.transforms._naive import squash, statements
 _BETTER = {">": "max", "<": "min"}
 _MIRROR = {">": "<", "<": ">"}
 PAIR_VALUE, PAIR_INDEX = "pair_value", "pair_index"
-_PAIR_BUTTERFLY = re.compile(
-    rf"^for \(int offset = 16; offset > 0; offset /= 2\) \{{ const ([\w ]+?) {PAIR_VALUE} = __shfl_xor_sync\("
-    rf"0xffffffffu, (\w+), offset\); const ([\w ]+?) {PAIR_INDEX} = __shfl_xor_sync\(0xffffffffu, (\w+), offset\); "
-    rf"if \({PAIR_VALUE} ([<>]) ")
+# the butterfly over a whole warp; a layout whose lanes share a row in groups passes its own header and mask
+WARP_BUTTERFLY, FULL_MASK = "for (int offset = 16; offset > 0; offset /= 2)", "0xffffffffu"
 
 
 @dataclass(frozen=True)
@@ -93,12 +91,13 @@ def _assignments(parsed: cp.ParsedSource, node: Node) -> dict[str, str] | None:
     return found
 
 
-def pair_butterfly(arg: ArgBest, value_type: str, index_type: str, indent: str) -> str:
-    """The butterfly that leaves every lane with the warp's best (value, index): the better value, on equal
-    values the smaller index."""
-    lines = ["for (int offset = 16; offset > 0; offset /= 2) {",
-             f"    const {value_type} {PAIR_VALUE} = __shfl_xor_sync(0xffffffffu, {arg.value}, offset);",
-             f"    const {index_type} {PAIR_INDEX} = __shfl_xor_sync(0xffffffffu, {arg.index}, offset);",
+def pair_butterfly(arg: ArgBest, value_type: str, index_type: str, indent: str, header: str = WARP_BUTTERFLY,
+                   mask: str = FULL_MASK) -> str:
+    """The butterfly (`header`, over the lanes of `mask`) that leaves every lane with its lanes' best (value, index):
+    the better value, on equal values the smaller index."""
+    lines = [f"{header} {{",
+             f"    const {value_type} {PAIR_VALUE} = __shfl_xor_sync({mask}, {arg.value}, offset);",
+             f"    const {index_type} {PAIR_INDEX} = __shfl_xor_sync({mask}, {arg.index}, offset);",
              f"    if ({PAIR_VALUE} {arg.compare} {arg.value} || ({PAIR_VALUE} == {arg.value} && {PAIR_INDEX} < "
              f"{arg.index})) {{",
              f"        {arg.value} = {PAIR_VALUE};",
@@ -108,10 +107,13 @@ def pair_butterfly(arg: ArgBest, value_type: str, index_type: str, indent: str) 
     return "\n".join(indent + line for line in lines)[len(indent):]
 
 
-def is_pair_butterfly(text: str) -> bool:
-    """Whether `text` (a for statement) is exactly what pair_butterfly writes."""
-    match = _PAIR_BUTTERFLY.match(squash(text))
+def is_pair_butterfly(text: str, header: str = WARP_BUTTERFLY, mask: str = FULL_MASK) -> bool:
+    """Whether `text` (a for statement) is exactly what pair_butterfly writes with this header and mask."""
+    match = re.match(rf"^{re.escape(header)} \{{ const ([\w ]+?) {PAIR_VALUE} = __shfl_xor_sync\({re.escape(mask)}, "
+                     rf"(\w+), offset\); const ([\w ]+?) {PAIR_INDEX} = __shfl_xor_sync\({re.escape(mask)}, (\w+), "
+                     rf"offset\); if \({PAIR_VALUE} ([<>]) ", squash(text))
     if match is None:
         return False
     value_type, value, index_type, index, compare = match.groups()
-    return squash(text) == squash(pair_butterfly(ArgBest(value, index, compare), value_type, index_type, ""))
+    return squash(text) == squash(pair_butterfly(ArgBest(value, index, compare), value_type, index_type, "", header,
+                                                 mask))

@@ -6,11 +6,14 @@ declaration, `int i = blockIdx.x * blockDim.x + threadIdx.x;` or its 64-bit form
 blockIdx.x * blockDim.x + threadIdx.x;`. People write the same index many ways: the terms in another order
 (`threadIdx.x + blockIdx.x * blockDim.x`, `blockDim.x * blockIdx.x + ...`), in parentheses, `const`, with the
 widening cast on either factor or as `static_cast<int64_t>(...)`, declared `int32_t`, `int64_t`, `size_t`,
-`unsigned` or `auto`. `canonical` rewrites each such declaration to the canonical one before a forward reads the
+`unsigned` or `auto`. A kernel may also name its block size by a
+constant (`blockIdx.x * THREADS + threadIdx.x`, THREADS a `constexpr` or `#define` that every launch of the kernel
+passes as its block). `canonical` rewrites each such declaration to the canonical one before a forward reads the
 kernel, so the forward's output carries the canonical spelling.
 
 Each rewrite keeps the index's value for every launch on which the original does not overflow:
 - the order of a sum or product of integers, parentheses and `const` on a local never change a value;
+- a constant equal to the block size of every launch of the kernel is blockDim.x wherever the kernel runs;
 - a 64-bit index (signed or not, cast on either factor of the product) becomes `long long` with the cast on
   `blockIdx.x`: the product is formed in 64 bits either way; a 64-bit declaration with no cast at all forms the
   sum in 32 unsigned bits first, the same value wherever that sum does not wrap past 2^32 threads;
@@ -28,8 +31,10 @@ import re
 
 from tree_sitter import Node
 
+from klineage import expr
+from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
-from klineage.kernel import KernelState
+from klineage.kernel import KernelState, parse_constants
 from klineage.transforms._edit import call_arguments, cast_name, is_written, operator, splice, unparen
 
 NARROW, WIDE = "int", "long long"
@@ -53,10 +58,11 @@ def canonical(state: KernelState) -> KernelState:
         body = function.node.child_by_field_name("body")
         if not function.is_kernel or body is None:
             continue
+        block = _block_constants(state, parsed, function)
         for statement in body.named_children:
             if statement.type == "for_statement":  # a grid-stride loop declares its index in its initializer
                 statement = statement.child_by_field_name("initializer") or statement
-            replacement = _canonical_declaration(parsed, body, statement)
+            replacement = _canonical_declaration(parsed, body, statement, block)
             if replacement is not None:
                 edits.append((statement.start_byte, statement.end_byte, replacement))
     if not edits:
@@ -64,7 +70,28 @@ def canonical(state: KernelState) -> KernelState:
     return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
 
 
-def _canonical_declaration(parsed: cp.ParsedSource, body: Node, statement: Node) -> str | None:
+def _block_constants(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> frozenset[str]:
+    """The source's integer constants that equal the x block size of every launch of the kernel (none where it is
+    not launched) and that the kernel does not declare a name of its own for."""
+    constants = parse_constants(state.source)
+    sizes = set()
+    for launch in (launch for launch in state.plan.launches if launch.entry == function.name):
+        try:
+            sizes.add(expr.evaluate_int(str(launch.block[0]), constants))
+        except ExpressionError:
+            return frozenset()
+    if len(sizes) != 1:
+        return frozenset()
+    size = sizes.pop()
+    own = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")
+           if node.parent is not None and node.parent.type in ("init_declarator", "parameter_declaration",
+                                                                "declaration", "pointer_declarator")}
+    return frozenset(name for name, value in constants.items()
+                     if isinstance(value, int) and value == size and name not in own)
+
+
+def _canonical_declaration(parsed: cp.ParsedSource, body: Node, statement: Node,
+                           block: frozenset[str] = frozenset()) -> str | None:
     if statement.type != "declaration":
         return None
     declarators = statement.children_by_field_name("declarator")
@@ -75,7 +102,7 @@ def _canonical_declaration(parsed: cp.ParsedSource, body: Node, statement: Node)
     if name_node is None or name_node.type != "identifier" or init is None:
         return None
     name, kind = parsed.text(name_node), " ".join(parsed.text(declared).split())
-    found = _index_width(parsed, init)
+    found = _index_width(parsed, init, block)
     if found is None:
         return None
     width, axis = found
@@ -99,9 +126,10 @@ def canonical_index(width: str, axis: str = "x") -> str:
     return f"{widen}blockIdx.{axis} * blockDim.{axis} + threadIdx.{axis}"
 
 
-def _index_width(parsed: cp.ParsedSource, init: Node) -> tuple[str, str] | None:
+def _index_width(parsed: cp.ParsedSource, init: Node, block: frozenset[str] = frozenset()) -> tuple[str, str] | None:
     """(NARROW or WIDE, the axis) when `init` is blockIdx.a * blockDim.a + threadIdx.a in any order and
-    parentheses along one axis a, WIDE when a 64-bit cast widens a factor of the product; else None."""
+    parentheses along one axis a (along x, a name in `block` may stand for blockDim.x), WIDE when a 64-bit cast
+    widens a factor of the product; else None."""
     total = unparen(init)
     if total.type != "binary_expression" or operator(total) != "+":
         return None
@@ -111,14 +139,16 @@ def _index_width(parsed: cp.ParsedSource, init: Node) -> tuple[str, str] | None:
     if thread is None or thread[1] or not thread[0].startswith("threadIdx."):
         return None
     axis = thread[0][-1]
-    factors = [_coordinate(parsed, unparen(products[0].child_by_field_name(side))) for side in ("left", "right")]
+    factors = [_coordinate(parsed, unparen(products[0].child_by_field_name(side)), block if axis == "x" else
+                           frozenset()) for side in ("left", "right")]
     if None in factors or sorted(f[0] for f in factors) != [f"blockDim.{axis}", f"blockIdx.{axis}"]:
         return None
     return WIDE if any(widened for _, widened in factors) else NARROW, axis
 
 
-def _coordinate(parsed: cp.ParsedSource, node: Node) -> tuple[str, bool] | None:
-    """(`blockIdx.x`-like name, whether a 64-bit cast widens it) for a coordinate, cast or not; else None."""
+def _coordinate(parsed: cp.ParsedSource, node: Node, block: frozenset[str] = frozenset()) -> tuple[str, bool] | None:
+    """(`blockIdx.x`-like name, whether a 64-bit cast widens it) for a coordinate, cast or not (a name of `block`
+    is blockDim.x); else None."""
     widened = False
     if node.type == "cast_expression":
         widened = " ".join(parsed.text(node.child_by_field_name("type")).split()) in _WIDE_CASTS
@@ -131,6 +161,8 @@ def _coordinate(parsed: cp.ParsedSource, node: Node) -> tuple[str, bool] | None:
             return None
         widened, node = True, unparen(call_arguments(node)[0])
     text = "".join(parsed.text(node).split())
+    if text in block:
+        return "blockDim.x", widened
     return (text, widened) if re.fullmatch(r"(?:blockIdx|blockDim|threadIdx)\.[xyz]", text) else None
 
 

@@ -54,6 +54,17 @@ def unparen(node: Node) -> Node:
     return node
 
 
+def summands(parsed: cp.ParsedSource, node: Node) -> list[Node]:
+    """The terms an expression adds (`(long long)r * n + c` -> [`(long long)r * n`, `c`]), each without its
+    parentheses and casts; a difference's right side is a term of its own."""
+    node = unparen(node)
+    while node.type == "cast_expression":
+        node = unparen(node.child_by_field_name("value"))
+    if node.type == "binary_expression" and parsed.text(node.child_by_field_name("operator")) in ("+", "-"):
+        return summands(parsed, node.child_by_field_name("left")) + summands(parsed, node.child_by_field_name("right"))
+    return [node]
+
+
 def outer_parens(node: Node) -> Node:
     """`node` or the outermost parenthesized_expression that wraps it alone."""
     while node.parent is not None and node.parent.type == "parenthesized_expression":

@@ -54,7 +54,14 @@ from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
-from klineage.transforms._arg_reduction import ArgBest, arg_best, is_pair_butterfly, pair_butterfly
+from klineage.transforms._arg_reduction import (
+    FULL_MASK,
+    WARP_BUTTERFLY,
+    ArgBest,
+    arg_best,
+    is_pair_butterfly,
+    pair_butterfly,
+)
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import Edit, indentation, own_lines, splice, unparen
 from klineage.transforms._flatten import Shape, flattened
@@ -75,29 +82,85 @@ from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32
-LANE = "lane"
-_WARP_INDEX = f"({SERIAL_INDEX}) / {WARP}"
-_LANE_LINE = f"const int {LANE} = threadIdx.x % {WARP};"
+LANE, SLICE, SLICE_MASK = "lane", "slice", "slice_mask"
 _SHFL_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long"})
 _PURE_CALLS = frozenset({
     "expf", "__expf", "exp", "exp2f", "logf", "__logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "tanhf",
-    "fmaxf", "fminf", "max", "min", "fmaf", "__ldg", "__fdividef", "erff", "powf", "sinf", "cosf", "__frcp_rn"}) | \
+    "fmaxf", "fminf", "max", "min", "fmaf", "__ldg", "__fdividef", "erff", "powf", "sinf", "cosf", "__frcp_rn",
+    "static_cast"}) | \
     HALF_CALLS  # a row of __half or __nv_bfloat16 read through its conversions, summed in float
 _COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
                         r"gridDim|cooperative_groups|printf)\b")
+_OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+)\b")  # what warp forms declare
 _SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*([\w.]+)\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
-_WARP_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(?:(\d+) \+ )?{LANE}\s*;\s*\2\s*<\s*"
-                        rf"([\w.]+)\s*;\s*\2\s*\+=\s*{WARP}\s*\)")
-_BUTTERFLY = re.compile(r"^for \(int offset = 16; offset > 0; offset /= 2\) (\w+) (?:\+= __shfl_xor_sync|= \w+\(\1, "
-                        r"__shfl_xor_sync)")
 _WARP_SCAN = re.compile(
     rf"^for \(int scan_base = 0; scan_base < ([\w.]+); scan_base \+= {WARP}\) {{ const int (\w+) = scan_base \+ "
     rf"{LANE}; [\w ]+ scan_value = 0; if \(\2 < \1\) scan_value = (.+?); for \(int offset = 1; .+? }} "
     rf"if \(\2 < \1\) (.+?) = (\w+) \+ scan_value; \5 \+= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
 ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS})  # `<<<rows, 1>>>` kernels read as one thread per row
 _ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which lanes of a warp share a row: the warp holds `group` consecutive rows, lanes g, g + group, g + 2 * group,
+    ... take row g and stride its loops by the 32 / group lanes that share it, and the shuffles that combine a row
+    stay among those lanes. 1 is a warp a row; a larger group keeps consecutive rows (columns, where the loop walks
+    down a matrix) in consecutive lanes, so a loop's load is `group` adjacent elements of 32 / group rows."""
+
+    group: int
+
+    def __post_init__(self):
+        if self.group not in (1, 2, 4, 8, 16):
+            raise ValueError(f"a warp shares its lanes among 1, 2, 4, 8 or 16 rows, not {self.group}")
+
+    @property
+    def sharing(self) -> int:
+        """Lanes a row has: its loops' stride, the grid's growth."""
+        return WARP // self.group
+
+    @property
+    def lane(self) -> str:
+        return LANE if self.group == 1 else SLICE
+
+    @property
+    def index(self) -> str:
+        """The row index's initializer."""
+        warp_index = f"({SERIAL_INDEX}) / {WARP}"
+        return warp_index if self.group == 1 else f"{warp_index} * {self.group} + threadIdx.x % {self.group}"
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """What follows the row index: the lane's place among its row's lanes (and the mask of those lanes)."""
+        if self.group == 1:
+            return (f"const int {LANE} = threadIdx.x % {WARP};",)
+        bits = sum(1 << (k * self.group) for k in range(self.sharing))
+        return (f"const int {SLICE} = threadIdx.x % {WARP} / {self.group};",
+                f"const unsigned {SLICE_MASK} = {bits:#010x}u << (threadIdx.x % {self.group});")
+
+    @property
+    def mask(self) -> str:
+        return FULL_MASK if self.group == 1 else SLICE_MASK
+
+    @property
+    def butterfly(self) -> str:
+        """The header of the loop over the shuffle offsets that combine a row's lanes."""
+        return WARP_BUTTERFLY if self.group == 1 else f"for (int offset = 16; offset >= {self.group}; offset /= 2)"
+
+    def loop(self) -> re.Pattern:
+        """A loop header as the forward writes it: (index type, index, first column or None, bound)."""
+        return re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(?:(\d+) \+ )?{self.lane}\s*;\s*\2\s*<\s*"
+                          rf"([\w.]+)\s*;\s*\2\s*\+=\s*{self.sharing}\s*\)")
+
+    def is_butterfly(self, text: str) -> bool:
+        """Whether `text` (squashed) is a butterfly `_butterfly` writes for this layout."""
+        return re.match(rf"^{re.escape(self.butterfly)} (\w+) (?:\+= __shfl_xor_sync|= \w+\(\1, __shfl_xor_sync)\("
+                        rf"{re.escape(self.mask)}, ", text) is not None
+
+
+ROWS = Layout(1)
 
 
 @dataclass(frozen=True)
@@ -142,6 +205,7 @@ class SerializeReduction(Transform):
               "reduce with warp shuffles, so a row is read with coalesced loads.")
     removes = ("shfl",)
     placement = Placement.ANALYSIS
+    layout = ROWS
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
@@ -164,8 +228,10 @@ class SerializeReduction(Transform):
             raise NotApplicable(f"{anchor}: the row variable is '{site.row}'")
         data = parsed.data
         indent = indentation(data, site.row_declaration.start_byte)
-        edits = [Edit(site.row_init.start_byte, site.row_init.end_byte, _WARP_INDEX),
-                 Edit(site.row_declaration.end_byte, site.row_declaration.end_byte, f"\n{indent}{_LANE_LINE}")]
+        layout = self.layout
+        lines = "".join(f"\n{indent}{line}" for line in layout.lines)
+        edits = [Edit(site.row_init.start_byte, site.row_init.end_byte, layout.index),
+                 Edit(site.row_declaration.end_byte, site.row_declaration.end_byte, lines)]
         for loop in site.loops:
             node = loop.node
             if loop.scan is not None:
@@ -175,24 +241,25 @@ class SerializeReduction(Transform):
                 continue
             header_end = node.child_by_field_name("body").start_byte
             condition = parsed.text(node.child_by_field_name("condition"))
-            first = LANE if loop.start == "0" else f"{loop.start} + {LANE}"
+            first = layout.lane if loop.start == "0" else f"{loop.start} + {layout.lane}"
             edits.append(Edit(node.start_byte, header_end, f"for ({loop.kind} {loop.index} = {first}; {condition}; "
-                                                           f"{loop.index} += {WARP}) "))
+                                                           f"{loop.index} += {layout.sharing}) "))
             loop_indent = indentation(data, node.start_byte)
             if loop.arg is not None:
                 arg = loop.arg
                 butterflies = f"\n{loop_indent}" + pair_butterfly(arg, site.types[arg.value], site.types[arg.index],
-                                                                   loop_indent)
+                                                                   loop_indent, layout.butterfly, layout.mask)
             else:
-                butterflies = "".join(f"\n{loop_indent}{_butterfly(acc)}" for acc in loop.accumulators)
+                butterflies = "".join(f"\n{loop_indent}{_butterfly(acc, layout)}" for acc in loop.accumulators)
             if butterflies:
                 edits.append(Edit(node.end_byte, node.end_byte, butterflies))
         source = splice(data, edits)[0].decode("utf-8")
-        plan = rescaled_grid(state, function.name, _warp_grid)
+        plan = rescaled_grid(state, function.name, lambda grid: f"({grid}) * {layout.sharing}")
         reduced = sorted(acc.name for loop in site.loops for acc in loop.accumulators)
         return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"warp": WARP},
-                            note=f"one warp per row in {function.name}: {len(site.loops)} loop(s) strided over lanes, "
-                                 f"{', '.join(reduced) or 'nothing'} combined by shuffles, grid x{WARP}")
+                            note=f"{layout.sharing} lanes per {site.row} in {function.name}: {len(site.loops)} loop(s) "
+                                 f"strided over lanes, {', '.join(reduced) or 'nothing'} combined by shuffles, "
+                                 f"grid x{layout.sharing}")
 
     def _serial_site(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Site:
         if not function.is_kernel:
@@ -202,8 +269,9 @@ class SerializeReduction(Transform):
         text = parsed.text(body)
         if found := _FORBIDDEN.search(text):
             raise NotApplicable(f"{function.name} synchronizes, shares memory or leaves loops early (`{found[0]}`)")
-        if re.search(rf"\b(?:{LANE}|offset|scan_\w+|pair_\w+)\b", text):
-            raise NotApplicable(f"{function.name} already names '{LANE}', 'offset', 'scan_...' or 'pair_...'")
+        if _OWN_NAMES.search(text):
+            raise NotApplicable(f"{function.name} already names '{LANE}', '{SLICE}', 'offset', 'scan_...' or "
+                                f"'pair_...'")
         row_declaration, row_init, row = index_declaration(parsed, body, SERIAL_INDEX)
         if text.count("threadIdx") != 1:
             raise NotApplicable(f"{function.name} uses threadIdx beyond its row index")
@@ -222,7 +290,11 @@ class SerializeReduction(Transform):
             raise NotApplicable(f"{function.name} has no loop over its row")
         types = _check_accumulators(parsed, body, loops)
         _check_arrays(parsed, body)
+        self._check_direction(parsed, row, loops)
         return Site(function, row, row_init, row_declaration, tuple(loops), types)
+
+    def _check_direction(self, parsed: cp.ParsedSource, row: str, loops: list[RowLoop]) -> None:
+        """A warp a row suits a loop along its row and, where few rows exist, one down a column: no check."""
 
     # -- backward -------------------------------------------------------------------------------
 
@@ -230,16 +302,20 @@ class SerializeReduction(Transform):
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         body = function.node.child_by_field_name("body")
-        declaration, init, row = index_declaration(parsed, body, _WARP_INDEX)
+        layout = self.layout
+        declaration, init, row = index_declaration(parsed, body, layout.index)
         if row != anchor.key:
             raise NotApplicable(f"{anchor}: the row variable is '{row}'")
-        lane = declaration.next_named_sibling
-        if lane is None or squash(parsed.text(lane)) != _LANE_LINE:
-            raise NotApplicable(f"{anchor}: no `{_LANE_LINE}` after the row index")
-        edits = [Edit(init.start_byte, init.end_byte, SERIAL_INDEX), Edit(*_line_span(parsed, lane))]
+        edits = [Edit(init.start_byte, init.end_byte, SERIAL_INDEX)]
+        line = declaration
+        for expected in layout.lines:
+            line = line.next_named_sibling
+            if line is None or squash(parsed.text(line)) != expected:
+                raise NotApplicable(f"{anchor}: no `{expected}` after the row index")
+            edits.append(Edit(*_line_span(parsed, line)))
         for node in _outer_loops(body):
             header = squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
-            scan = _WARP_SCAN.match(squash(parsed.text(node)))
+            scan = _WARP_SCAN.match(squash(parsed.text(node))) if layout == ROWS else None
             if scan is not None:
                 bound, index, value, target, accumulator = scan.groups()
                 indent = indentation(parsed.data, node.start_byte)
@@ -248,37 +324,39 @@ class SerializeReduction(Transform):
                                   f"{indent}    {accumulator} += {value};\n{indent}    {target} = {accumulator};\n"
                                   f"{indent}}}"))
                 continue
-            if _BUTTERFLY.match(squash(parsed.text(node))) or is_pair_butterfly(parsed.text(node)):
+            if layout.is_butterfly(squash(parsed.text(node))) or \
+                    is_pair_butterfly(parsed.text(node), layout.butterfly, layout.mask):
                 edits.append(Edit(*_line_span(parsed, node)))
                 continue
-            match = _WARP_LOOP.match(header)
+            match = layout.loop().match(header)
             if match is None:
                 raise NotApplicable(f"{anchor}: a loop that does not stride over lanes: `{header}`")
             kind, index, start, bound = match.groups()
             edits.append(Edit(node.start_byte, node.child_by_field_name("body").start_byte,
                               f"for ({kind} {index} = {start or 0}; {index} < {bound}; ++{index}) "))
         source = splice(parsed.data, edits)[0].decode("utf-8")
-        plan = rescaled_grid(state, function.name, _serial_grid)
+        plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "(", f") * {layout.sharing}"))
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
-                            note=f"one thread per row in {function.name}: loops serial, shuffles gone, grid /{WARP}")
+                            note=f"one thread per {row} in {function.name}: loops serial, shuffles gone, "
+                                 f"grid /{layout.sharing}")
 
     def _warp_kernels(self, parsed: cp.ParsedSource) -> list[tuple[cp.Function, str]]:
         found = []
         for function in cp.functions(parsed):
             body = function.node.child_by_field_name("body")
-            if not function.is_kernel or body is None or _LANE_LINE not in squash(parsed.text(body)):
+            if not function.is_kernel or body is None or self.layout.lines[0] not in squash(parsed.text(body)):
                 continue
             try:
-                found.append((function, index_declaration(parsed, body, _WARP_INDEX)[2]))
+                found.append((function, index_declaration(parsed, body, self.layout.index)[2]))
             except NotApplicable:
                 continue
         return found
 
-def _butterfly(acc: Accumulator) -> str:
-    shuffled = f"__shfl_xor_sync(0xffffffffu, {acc.name}, offset)"
+def _butterfly(acc: Accumulator, layout: Layout) -> str:
+    shuffled = f"__shfl_xor_sync({layout.mask}, {acc.name}, offset)"
     combined = (f"{acc.name} += {shuffled}" if acc.combine == "+" else
                 f"{acc.name} = {acc.combine}({acc.name}, {shuffled})")
-    return f"for (int offset = 16; offset > 0; offset /= 2) {combined};"
+    return f"{layout.butterfly} {combined};"
 
 
 def _line_span(parsed: cp.ParsedSource, node: Node) -> tuple[int, int]:
@@ -542,14 +620,6 @@ def _check_launch(state: KernelState, entry: str) -> None:
             raise NotApplicable(f"{entry}'s block size {launch.block[0]} is no constant") from None
         if threads % WARP:
             raise NotApplicable(f"{entry}'s block of {threads} threads is no multiple of {WARP}")
-
-
-def _warp_grid(grid: str) -> str:
-    return f"({grid}) * {WARP}"
-
-
-def _serial_grid(grid: str) -> str:
-    return unwrapped(grid, "(", f") * {WARP}")
 
 
 register(SerializeReduction())

@@ -6,6 +6,9 @@
 // travels as the i32 of its bits). Usage: emulator <dir> <order> <seed> <shift>: every buffer argument starts
 // <shift> elements into its buffer, so an odd shift makes every pointer of 16-bit data miss 16-byte alignment.
 // __shfl_xor_sync exchanges a value of any type of at most 8 bytes (the header's takes a float), bits unchanged.
+// A shuffle whose mask names only some lanes (the lanes that share a column: serialize_column_reduction) waits for
+// exactly those lanes; a lane that shuffles with a lane outside its mask, or whose mask names a lane that has left
+// the kernel, is an error.
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -22,12 +25,43 @@ namespace row {
 
 uint64_t exchanged[32][32];  // __shfl_xor_sync's exchange, per warp and lane
 
+uint64_t written[32][32], taken[32][32];  // per warp and lane: partial-mask shuffles written to and read from
+
+// Yield until every lane of `mask` in warp w has counted `round` in `count`.
+void wait_for(int w, unsigned mask, uint64_t round, uint64_t (&count)[32][32])
+{
+    for (long spins = 0;; ++spins) {
+        bool all = true;
+        for (int k = 0; k < 32; ++k) {
+            if (!(mask >> k & 1u) || count[w][k] >= round) continue;
+            if (emu::fibers[w * 32 + k].state == emu::DONE)
+                emu::die("warp %d: lane %d left the kernel before a shuffle with mask %#x", w, k, mask);
+            all = false;
+        }
+        if (all) return;
+        if (spins > 100000000) emu::die("warp %d: a shuffle with mask %#x never completes", w, mask);
+        emu::cur->state = emu::READY;
+        emu::yield();
+    }
+}
+
 template <typename T> T shfl_xor(unsigned mask, T x, int offset)
 {
     static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffle moves at most 8 bytes");
-    if (mask != 0xffffffffu) emu::die("__shfl_xor_sync with mask %#x (the kernels' shuffles are warp-wide)", mask);
     if (offset < 1 || offset > 31) emu::die("__shfl_xor_sync lane offset %d", offset);
     const int w = emu::cur->warp, l = emu::cur->lane;
+    if (mask != 0xffffffffu) {
+        if (!(mask >> l & 1u) || !(mask >> (l ^ offset) & 1u))
+            emu::die("warp %d: lane %d shuffles with lane %d outside its mask %#x", w, l, l ^ offset, mask);
+        std::memcpy(&exchanged[w][l], &x, sizeof(T));
+        const uint64_t round = ++written[w][l];
+        wait_for(w, mask, round, written);
+        T y;
+        std::memcpy(&y, &exchanged[w][l ^ offset], sizeof(T));
+        ++taken[w][l];
+        wait_for(w, mask, round, taken);  // every lane has read before any lane writes again
+        return y;
+    }
     std::memcpy(&exchanged[w][l], &x, sizeof(T));
     emu::collective(emu::SYNCWARP);  // every lane has written
     T y;

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from klineage.kernel import KernelState
+from klineage.kernel import KernelState, parse_constants
 from klineage.launch import resolve
 from tests.cuda_tools import build_mma_emulator, run_mma_emulator
 
@@ -30,7 +30,7 @@ def run(binary: Path, work: Path, state: KernelState, params: dict, inputs: dict
     `starting` starts from those values (else every byte is 0xFF)."""
     work.mkdir(parents=True, exist_ok=True)
     launches = []
-    for launch in resolve(state.plan, dict(params), set(inputs) | set(outputs)):
+    for launch in resolve(state.plan, {**parse_constants(state.source), **params}, set(inputs) | set(outputs)):
         args = tuple(("scalar", struct.unpack("<i", struct.pack("<f", float(value)))[0], "i32")
                      if kind == "scalar" and kind_type == "f32" else (kind, value, kind_type)
                      for kind, value, kind_type in launch.args)
