@@ -23,7 +23,7 @@ from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.kernel import KernelState, load_kernel
 from klineage.transforms import get
-from tests.transforms.test_serialize_reduction import hard_rows
+from tests.transforms.emulate import hard_rows
 
 pytestmark = pytest.mark.gpu
 OPERATOR = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "row_argmax"

@@ -25,8 +25,8 @@ OPERATORS = sorted(p.name for p in BENCH.iterdir() if (p / "problem.py").is_file
 # naive kernel reads a const array it never writes (ldg_subscript); their data is 32-bit (no scalarize_half_packs)
 _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_reduction"},
             "log_softmax": {"serialize_reduction"}, "l2_normalize": {"serialize_reduction"},
-            "batched_matvec": {"serialize_reduction"}, "cumsum": {"serialize_reduction"},
-            "row_argmax": {"serialize_reduction"},
+            "batched_matvec": {"serialize_reduction", "unsplit_reduction"}, "cumsum": {"serialize_reduction"},
+            "row_argmax": {"serialize_reduction", "unsplit_reduction"},  # one loop each: its chunks can be split
             "gelu_mul": {"scalarize_elementwise", "uncoarsen_grid_stride"},
             "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride"},
             "transpose": {"untile_transpose", "uncoarsen_grid_stride"},  # its 2-D copy read flat (`_flatten`)
@@ -36,7 +36,8 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             "mse_loss": {"unaggregate_atomics", "uncoarsen_grid_stride"}, "masked_scale": {"scalarize_elementwise",
                                                                                      "uncoarsen_grid_stride"},
             "softplus": {"scalarize_elementwise"},  # a grid-stride loop, read as one thread per element
-            "bmm_small": {"untile_matmul"}}  # a batch of small products, one layer of blocks per matrix
+            "bmm_small": {"untile_matmul"},  # a batch of small products, one layer of blocks per matrix
+            "bias_grad": {"serialize_column_reduction", "serialize_reduction", "unsplit_reduction"}}  # down columns
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}
 
 

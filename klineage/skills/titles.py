@@ -36,6 +36,7 @@ FORWARD: dict[str, tuple[str, str]] = {
     "uncache_row": ("keep a row in registers across passes", "in registers"),
     "uncoarsen": ("coarsen threads", "small fixed batch"),
     "uncoarsen_grid_stride": ("loop grid-stride over elements on fewer blocks", "grid-stride loop"),
+    "unsplit_reduction": ("split a long reduction into chunks merged by a second launch", "chunks of rows"),
     "unaggregate_atomics": ("add once per warp after a shuffle sum", "single atomic add per warp"),
     "unpad_shared": ("pad shared-memory rows", "Pad the row stride"),
     "unpipeline": ("pipeline copies through shared-memory stages", "ring of STAGES"),

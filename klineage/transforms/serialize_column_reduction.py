@@ -12,7 +12,8 @@ read 32 rows of one column: more lanes for very few columns, a sector per elemen
 the gate and the cards' preconditions say which pays where.
 
 The column is serialize_reduction's row seen the other way, so the reading, the legality and the rewrite are
-that transform's (klineage/transforms/serialize_reduction.py) with a warp laid out as 8 columns of 4 lanes, plus:
+that transform's (klineage/transforms/_warp_reduction.py, described in serialize_reduction.py) with a warp laid out
+as 8 columns of 4 lanes, plus:
 - every subscript in a loop that names both the loop index and the column adds the column as a term of its own
   (`x[(long long)r * cols + c]`) and never the loop index alone (a walk down a column, not along a row), and at
   least one does;
@@ -33,11 +34,11 @@ import re
 from klineage.features import cuda_parser as cp
 from klineage.transforms import register
 from klineage.transforms._edit import summands
+from klineage.transforms._warp_reduction import Layout, RowLoop, WarpReduction
 from klineage.transforms.base import NotApplicable
-from klineage.transforms.serialize_reduction import Layout, RowLoop, SerializeReduction
 
 
-class SerializeColumnReduction(SerializeReduction):
+class SerializeColumnReduction(WarpReduction):
     name = "serialize_column_reduction"
     intent = ("Give each column four lanes instead of one thread: a warp walks 8 adjacent columns down 4 rows at a "
               "time and combines each column's reductions with shuffles among its lanes, so a column-wise reduction "

@@ -18,8 +18,11 @@ EMULATOR = Path(__file__).resolve().parent / "elementwise_emulator.cpp"
 
 
 def build(work: Path, state: KernelState) -> Path:
+    """The emulator of the state's kernel `kernel` and, where its plan launches one more entry, that one."""
     work.mkdir(parents=True, exist_ok=True)
-    return build_mma_emulator(work, EMULATOR, state.source, ())
+    others = sorted({launch.entry for launch in state.plan.launches} - {"kernel"})
+    assert len(others) <= 1, f"the emulator runs `kernel` and at most one more entry, not {others}"
+    return build_mma_emulator(work, EMULATOR, state.source, (), *(f"SECOND_ENTRY={name}" for name in others))
 
 
 def run(binary: Path, work: Path, state: KernelState, params: dict, inputs: dict[str, torch.Tensor],
@@ -81,3 +84,18 @@ def same_product_bits(naive: KernelState, tiled: KernelState, tmp_path, inputs_o
         assert torch.equal(runs["tiled"].view(torch.int32), runs["naive"].view(torch.int32)), (m, n, k)
         nonzero += int((runs["naive"] != 0).sum())
     assert nonzero > 500  # of the 1,853 outputs (a relu zeroes about half): their bits were compared
+
+
+def hard_rows(n: int, g: torch.Generator) -> torch.Tensor:
+    """Rows of n columns that a (value, index) combine can get wrong: ties within and across lanes, NaNs at the
+    start and inside, infinities, signed zeros, the best in the last column."""
+    randn, nan, inf = (lambda: torch.randn(n, generator=g)), float("nan"), float("inf")
+    ties = torch.randint(0, 3, (n,), generator=g).float()
+    nan_first, nan_inside, late = randn(), randn(), torch.full((n,), -1.0)
+    nan_first[0], nan_inside[::7], late[-1] = nan, nan, 5.0
+    zeros = torch.where(torch.rand(n, generator=g) < 0.5, -0.0, 0.0)
+    lone = torch.full((n,), -inf)
+    lone[-1] = -3.0
+    infinities = torch.where(torch.rand(n, generator=g) < 0.3, inf, -inf)
+    return torch.stack([randn(), ties, -ties, nan_first, nan_inside, torch.full((n,), -inf), lone, zeros,
+                        torch.full((n,), nan), late, infinities, torch.zeros(n)])

@@ -11,8 +11,8 @@ import torch
 from klineage.kernel import KernelState
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.transforms import emulate
+from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
-from tests.transforms.test_serialize_reduction import hard_rows
 
 CASES = ["colmean", "colargmax"]
 

@@ -13,6 +13,7 @@ from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.transforms import emulate
+from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
 CASES = ["softmax", "rowsum", "cumsum", "argmax", "argmin"]
@@ -165,21 +166,6 @@ def test_the_tail_of_a_row_is_the_loops_own_bound(transform):
 
 
 # --- an arg reduction, on the CPU: the warp's (value, index) is the naive loop's, bit for bit --------------
-
-def hard_rows(n: int, g: torch.Generator) -> torch.Tensor:
-    """Rows of n columns that a (value, index) combine can get wrong: ties within and across lanes, NaNs at the
-    start and inside, infinities, signed zeros, the best in the last column."""
-    randn, nan, inf = (lambda: torch.randn(n, generator=g)), float("nan"), float("inf")
-    ties = torch.randint(0, 3, (n,), generator=g).float()
-    nan_first, nan_inside, late = randn(), randn(), torch.full((n,), -1.0)
-    nan_first[0], nan_inside[::7], late[-1] = nan, nan, 5.0
-    zeros = torch.where(torch.rand(n, generator=g) < 0.5, -0.0, 0.0)
-    lone = torch.full((n,), -inf)
-    lone[-1] = -3.0
-    infinities = torch.where(torch.rand(n, generator=g) < 0.3, inf, -inf)
-    return torch.stack([randn(), ties, -ties, nan_first, nan_inside, torch.full((n,), -inf), lone, zeros,
-                        torch.full((n,), nan), late, infinities, torch.zeros(n)])
-
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int32) if t.dtype == torch.float32 else t

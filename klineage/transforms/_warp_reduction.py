@@ -1,0 +1,592 @@
+"""A thread's sequential reduction given to lanes of a warp: the reading, the legality and both rewrites that
+serialize_reduction (a warp per row) and serialize_column_reduction (4 lanes per column) share, each with its own
+`Layout` of the warp. serialize_reduction.py describes the mechanism and its legality.
+
+The leading underscore keeps the catalog from loading this module as a transform.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from klineage import expr
+from klineage.errors import ExpressionError
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState, parse_constants
+from klineage.transforms._arg_reduction import (
+    FULL_MASK,
+    WARP_BUTTERFLY,
+    ArgBest,
+    arg_best,
+    is_pair_butterfly,
+    pair_butterfly,
+)
+from klineage.transforms._canonical import canonical
+from klineage.transforms._edit import Edit, indentation, own_lines, splice, unparen
+from klineage.transforms._flatten import Shape, flattened
+from klineage.transforms._naive import (
+    FLOAT_ZERO,
+    LOOP_INDEX_TYPES,
+    SERIAL_INDEX,
+    index_declaration,
+    kernel,
+    launches_of,
+    readable,
+    rescaled_grid,
+    squash,
+    statements,
+    unwrapped,
+)
+from klineage.transforms._packings import HALF_CALLS
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
+
+WARP = 32
+LANE, SLICE, SLICE_MASK = "lane", "slice", "slice_mask"
+_SHFL_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long"})
+_PURE_CALLS = frozenset({
+    "expf", "__expf", "exp", "exp2f", "logf", "__logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "tanhf",
+    "fmaxf", "fminf", "max", "min", "fmaf", "__ldg", "__fdividef", "erff", "powf", "sinf", "cosf", "__frcp_rn",
+    "static_cast"}) | \
+    HALF_CALLS  # a row of __half or __nv_bfloat16 read through its conversions, summed in float
+_COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
+_FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
+                        r"gridDim|cooperative_groups|printf)\b")
+_OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+)\b")  # what warp forms declare
+_SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*([\w.]+)\s*;"
+                          r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
+_WARP_SCAN = re.compile(
+    rf"^for \(int scan_base = 0; scan_base < ([\w.]+); scan_base \+= {WARP}\) {{ const int (\w+) = scan_base \+ "
+    rf"{LANE}; [\w ]+ scan_value = 0; if \(\2 < \1\) scan_value = (.+?); for \(int offset = 1; .+? }} "
+    rf"if \(\2 < \1\) (.+?) = (\w+) \+ scan_value; \5 \+= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
+ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS})  # `<<<rows, 1>>>` kernels read as one thread per row
+_ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which lanes of a warp share a row: the warp holds `group` consecutive rows, lanes g, g + group, g + 2 * group,
+    ... take row g and stride its loops by the 32 / group lanes that share it, and the shuffles that combine a row
+    stay among those lanes. 1 is a warp a row; a larger group keeps consecutive rows (columns, where the loop walks
+    down a matrix) in consecutive lanes, so a loop's load is `group` adjacent elements of 32 / group rows."""
+
+    group: int
+
+    def __post_init__(self):
+        if self.group not in (1, 2, 4, 8, 16):
+            raise ValueError(f"a warp shares its lanes among 1, 2, 4, 8 or 16 rows, not {self.group}")
+
+    @property
+    def sharing(self) -> int:
+        """Lanes a row has: its loops' stride, the grid's growth."""
+        return WARP // self.group
+
+    @property
+    def lane(self) -> str:
+        return LANE if self.group == 1 else SLICE
+
+    @property
+    def index(self) -> str:
+        """The row index's initializer."""
+        warp_index = f"({SERIAL_INDEX}) / {WARP}"
+        return warp_index if self.group == 1 else f"{warp_index} * {self.group} + threadIdx.x % {self.group}"
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """What follows the row index: the lane's place among its row's lanes (and the mask of those lanes)."""
+        if self.group == 1:
+            return (f"const int {LANE} = threadIdx.x % {WARP};",)
+        bits = sum(1 << (k * self.group) for k in range(self.sharing))
+        return (f"const int {SLICE} = threadIdx.x % {WARP} / {self.group};",
+                f"const unsigned {SLICE_MASK} = {bits:#010x}u << (threadIdx.x % {self.group});")
+
+    @property
+    def mask(self) -> str:
+        return FULL_MASK if self.group == 1 else SLICE_MASK
+
+    @property
+    def butterfly(self) -> str:
+        """The header of the loop over the shuffle offsets that combine a row's lanes."""
+        return WARP_BUTTERFLY if self.group == 1 else f"for (int offset = 16; offset >= {self.group}; offset /= 2)"
+
+    def loop(self) -> re.Pattern:
+        """A loop header as the forward writes it: (index type, index, first column or None, bound)."""
+        return re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(?:(\d+) \+ )?{self.lane}\s*;\s*\2\s*<\s*"
+                          rf"([\w.]+)\s*;\s*\2\s*\+=\s*{self.sharing}\s*\)")
+
+    def is_butterfly(self, text: str) -> bool:
+        """Whether `text` (squashed) is a butterfly `_butterfly` writes for this layout."""
+        return re.match(rf"^{re.escape(self.butterfly)} (\w+) (?:\+= __shfl_xor_sync|= \w+\(\1, __shfl_xor_sync)\("
+                        rf"{re.escape(self.mask)}, ", text) is not None
+
+
+ROWS = Layout(1)
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    name: str
+    combine: str  # "+" or the call that combines two values (fmaxf, ...)
+
+
+@dataclass(frozen=True)
+class RowLoop:
+    node: Node
+    index: str
+    accumulators: tuple[Accumulator, ...]
+    scan: Scan | None = None  # set when the loop is a running sum stored per element
+    arg: ArgBest | None = None  # set when the loop keeps the best value and its index
+    start: str = "0"  # the first column (a loop with no sum may start past the value it starts from)
+    kind: str = "int"  # the loop index's type, kept
+
+
+@dataclass(frozen=True)
+class Scan:
+    """`acc += value; target = acc;`: the loop body of an inclusive prefix sum."""
+
+    accumulator: str
+    value: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Site:
+    function: cp.Function
+    row: str
+    row_init: Node  # the row declaration's initializer
+    row_declaration: Node
+    loops: tuple[RowLoop, ...]
+    types: dict[str, str]  # accumulator -> its declared type
+
+
+class WarpReduction(Transform):
+    """The reading, legality and rewrites of a thread's sequential reduction given to lanes of a warp, in a
+    layout each transform that uses it names (its name, intent and layout)."""
+
+    removes = ("shfl",)
+    placement = Placement.ANALYSIS
+    layout: Layout
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        return [Anchor(f.name, "function", row, parsed.text(f.node)[:200]) for f, row in self._warp_kernels(parsed)]
+
+    def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        state = flattened(canonical(state), ROW_THREADS)  # the index as the naive forms spell it
+        parsed = cp.parse(state.source)
+        return [Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200])
+                for function, site in readable(parsed, lambda f: self._serial_site(state, parsed, f))]
+
+    # -- forward --------------------------------------------------------------------------------
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        state = flattened(canonical(state), ROW_THREADS)  # the index as the naive forms spell it
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        site = self._serial_site(state, parsed, function)
+        if site.row != anchor.key:
+            raise NotApplicable(f"{anchor}: the row variable is '{site.row}'")
+        data = parsed.data
+        indent = indentation(data, site.row_declaration.start_byte)
+        layout = self.layout
+        lines = "".join(f"\n{indent}{line}" for line in layout.lines)
+        edits = [Edit(site.row_init.start_byte, site.row_init.end_byte, layout.index),
+                 Edit(site.row_declaration.end_byte, site.row_declaration.end_byte, lines)]
+        for loop in site.loops:
+            node = loop.node
+            if loop.scan is not None:
+                bound = parsed.text(node.child_by_field_name("condition")).split("<", 1)[1].strip()
+                text = _warp_scan(loop, bound, site.types[loop.scan.accumulator], indentation(data, node.start_byte))
+                edits.append(Edit(node.start_byte, node.end_byte, text))
+                continue
+            header_end = node.child_by_field_name("body").start_byte
+            condition = parsed.text(node.child_by_field_name("condition"))
+            first = layout.lane if loop.start == "0" else f"{loop.start} + {layout.lane}"
+            edits.append(Edit(node.start_byte, header_end, f"for ({loop.kind} {loop.index} = {first}; {condition}; "
+                                                           f"{loop.index} += {layout.sharing}) "))
+            loop_indent = indentation(data, node.start_byte)
+            if loop.arg is not None:
+                arg = loop.arg
+                butterflies = f"\n{loop_indent}" + pair_butterfly(arg, site.types[arg.value], site.types[arg.index],
+                                                                   loop_indent, layout.butterfly, layout.mask)
+            else:
+                butterflies = "".join(f"\n{loop_indent}{_butterfly(acc, layout)}" for acc in loop.accumulators)
+            if butterflies:
+                edits.append(Edit(node.end_byte, node.end_byte, butterflies))
+        source = splice(data, edits)[0].decode("utf-8")
+        plan = rescaled_grid(state, function.name, lambda grid: f"({grid}) * {layout.sharing}")
+        reduced = sorted(acc.name for loop in site.loops for acc in loop.accumulators)
+        return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"warp": WARP},
+                            note=f"{layout.sharing} lanes per {site.row} in {function.name}: {len(site.loops)} loop(s) "
+                                 f"strided over lanes, {', '.join(reduced) or 'nothing'} combined by shuffles, "
+                                 f"grid x{layout.sharing}")
+
+    def _serial_site(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Site:
+        if not function.is_kernel:
+            raise NotApplicable(f"{function.name} is not a kernel")
+        _check_launch(state, function.name)
+        site = serial_site(parsed, function)
+        self._check_direction(parsed, site.row, list(site.loops))
+        return site
+
+    def _check_direction(self, parsed: cp.ParsedSource, row: str, loops: list[RowLoop]) -> None:
+        """A warp a row suits a loop along its row and, where few rows exist, one down a column: no check."""
+
+    # -- backward -------------------------------------------------------------------------------
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        body = function.node.child_by_field_name("body")
+        layout = self.layout
+        declaration, init, row = index_declaration(parsed, body, layout.index)
+        if row != anchor.key:
+            raise NotApplicable(f"{anchor}: the row variable is '{row}'")
+        edits = [Edit(init.start_byte, init.end_byte, SERIAL_INDEX)]
+        line = declaration
+        for expected in layout.lines:
+            line = line.next_named_sibling
+            if line is None or squash(parsed.text(line)) != expected:
+                raise NotApplicable(f"{anchor}: no `{expected}` after the row index")
+            edits.append(Edit(*_line_span(parsed, line)))
+        for node in _outer_loops(body):
+            header = squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
+            scan = _WARP_SCAN.match(squash(parsed.text(node))) if layout == ROWS else None
+            if scan is not None:
+                bound, index, value, target, accumulator = scan.groups()
+                indent = indentation(parsed.data, node.start_byte)
+                edits.append(Edit(node.start_byte, node.end_byte,
+                                  f"for (int {index} = 0; {index} < {bound}; ++{index}) {{\n"
+                                  f"{indent}    {accumulator} += {value};\n{indent}    {target} = {accumulator};\n"
+                                  f"{indent}}}"))
+                continue
+            if layout.is_butterfly(squash(parsed.text(node))) or \
+                    is_pair_butterfly(parsed.text(node), layout.butterfly, layout.mask):
+                edits.append(Edit(*_line_span(parsed, node)))
+                continue
+            match = layout.loop().match(header)
+            if match is None:
+                raise NotApplicable(f"{anchor}: a loop that does not stride over lanes: `{header}`")
+            kind, index, start, bound = match.groups()
+            edits.append(Edit(node.start_byte, node.child_by_field_name("body").start_byte,
+                              f"for ({kind} {index} = {start or 0}; {index} < {bound}; ++{index}) "))
+        source = splice(parsed.data, edits)[0].decode("utf-8")
+        plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "(", f") * {layout.sharing}"))
+        return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
+                            note=f"one thread per {row} in {function.name}: loops serial, shuffles gone, "
+                                 f"grid /{layout.sharing}")
+
+    def _warp_kernels(self, parsed: cp.ParsedSource) -> list[tuple[cp.Function, str]]:
+        found = []
+        for function in cp.functions(parsed):
+            body = function.node.child_by_field_name("body")
+            if not function.is_kernel or body is None or self.layout.lines[0] not in squash(parsed.text(body)):
+                continue
+            try:
+                found.append((function, index_declaration(parsed, body, self.layout.index)[2]))
+            except NotApplicable:
+                continue
+        return found
+
+def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
+    """The kernel's one thread per row (or column) and the loops that reduce along it, each legal to share among
+    lanes or chunks that start from the same values (the legality serialize_reduction.py lists but the launch's)."""
+    body = function.node.child_by_field_name("body")
+    text = parsed.text(body)
+    if found := _FORBIDDEN.search(text):
+        raise NotApplicable(f"{function.name} synchronizes, shares memory or leaves loops early (`{found[0]}`)")
+    if _OWN_NAMES.search(text):
+        raise NotApplicable(f"{function.name} already names '{LANE}', '{SLICE}', 'offset', 'scan_...' or "
+                            f"'pair_...'")
+    row_declaration, row_init, row = index_declaration(parsed, body, SERIAL_INDEX)
+    if text.count("threadIdx") != 1:
+        raise NotApplicable(f"{function.name} uses threadIdx beyond its row index")
+    for call in cp.nodes_of_type(body, "call_expression"):
+        if cp.call_name(call) not in _PURE_CALLS:
+            raise NotApplicable(f"{function.name} calls {cp.call_name(call)}, which may have effects")
+    loops, updated = [], set()
+    for node in cp.nodes_of_type(body, "for_statement"):
+        loop = _row_loop(parsed, body, node)
+        names = {acc.name for acc in loop.accumulators}
+        if names & updated:
+            raise NotApplicable(f"an accumulator of {function.name} is reduced in two loops")
+        updated |= names
+        loops.append(loop)
+    if not loops:
+        raise NotApplicable(f"{function.name} has no loop over its row")
+    types = _check_accumulators(parsed, body, loops)
+    _check_arrays(parsed, body)
+    return Site(function, row, row_init, row_declaration, tuple(loops), types)
+
+
+def _butterfly(acc: Accumulator, layout: Layout) -> str:
+    shuffled = f"__shfl_xor_sync({layout.mask}, {acc.name}, offset)"
+    combined = (f"{acc.name} += {shuffled}" if acc.combine == "+" else
+                f"{acc.name} = {acc.combine}({acc.name}, {shuffled})")
+    return f"{layout.butterfly} {combined};"
+
+
+def _line_span(parsed: cp.ParsedSource, node: Node) -> tuple[int, int]:
+    span = own_lines(parsed, node)
+    if span is None:
+        raise NotApplicable(f"`{squash(parsed.text(node))[:60]}` shares its line with other code")
+    return span
+
+
+def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
+    parent = node.parent
+    while parent is not None and parent != body:
+        if parent.type not in ("compound_statement", "if_statement"):
+            raise NotApplicable("a loop nested in another loop")
+        parent = parent.parent
+    loop_body = node.child_by_field_name("body")
+    header = squash(parsed.data[node.start_byte:loop_body.start_byte].decode())
+    match = _SERIAL_LOOP.match(header)
+    if match is None:
+        raise NotApplicable(f"not a unit-step loop from a constant: `{header}`")
+    kind, index, start = match[1], match[2], match[3]
+    arg = arg_best(parsed, loop_body, index)
+    if arg is not None:
+        return RowLoop(node, index, (Accumulator(arg.value, arg.compare), Accumulator(arg.index, "index")), arg=arg,
+                       start=start, kind=kind)
+    if any(statement.type == "if_statement" and _kept_extreme(parsed, statement) is None
+           for statement in statements(loop_body)):
+        raise NotApplicable("an `if` in a row loop that is no arg reduction (a strict compare that takes the value "
+                            "and the loop index together, alone in the loop) and no kept extreme (`if (e > m) m = e;`)")
+    scan = _scan(parsed, loop_body)
+    if start != "0" and scan is not None:
+        raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction or an extreme may start later): "
+                            f"`{header}`")
+    if scan is not None and kind != "int":
+        raise NotApplicable(f"a running sum over a {kind} index (its chunks count in int)")
+    if scan is not None:
+        if not re.search(rf"\b{index}\b", scan.target):
+            raise NotApplicable("a running sum stored where the loop index does not say")
+        return RowLoop(node, index, (Accumulator(scan.accumulator, "+"),), scan)
+    accumulators: dict[str, Accumulator] = {}
+    in_updates: dict[str, int] = {}  # how often each accumulator is named by its own updates
+    for statement in statements(loop_body):
+        if statement.type == "declaration":
+            continue
+        assignment = statement.named_children[0] if statement.type == "expression_statement" and \
+            statement.named_children else None
+        if statement.type == "if_statement":
+            accumulator = _kept_extreme(parsed, statement)
+        elif assignment is None or assignment.type != "assignment_expression":
+            raise NotApplicable(f"a loop statement that is no store or reduction: `{squash(parsed.text(statement))}`")
+        else:
+            left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
+            operator = parsed.text(assignment.child_by_field_name("operator"))
+            if left.type == "subscript_expression" and operator == "=":
+                if not re.search(rf"\b{index}\b", parsed.text(left)):
+                    raise NotApplicable("a store inside a row loop whose index does not use the loop index")
+                continue
+            accumulator = _reduction(parsed, left, operator, right)
+        if accumulator is None:
+            raise NotApplicable(f"not a reduction: `{squash(parsed.text(statement))}`")
+        if accumulators.get(accumulator.name, accumulator) != accumulator:
+            raise NotApplicable(f"'{accumulator.name}' is combined two ways in one loop")
+        accumulators[accumulator.name] = accumulator
+        in_updates[accumulator.name] = in_updates.get(accumulator.name, 0) + len(
+            re.findall(rf"\b{accumulator.name}\b", parsed.text(statement)))
+    text = parsed.text(loop_body)
+    for name in accumulators:
+        if len(re.findall(rf"\b{name}\b", text)) != in_updates[name]:
+            raise NotApplicable(f"'{name}' is read inside its loop beyond its own update")
+    # every lane starts from the accumulator's first value: a max or min takes it again harmlessly, a sum 32 times
+    if start != "0" and any(acc.combine not in _COMBINE_CALLS for acc in accumulators.values()):
+        raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction or an extreme may start later): "
+                            f"`{header}`")
+    return RowLoop(node, index, tuple(accumulators.values()), start=start, kind=kind)
+
+
+def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:
+    """The running sum of `acc += value; target[...] = acc;` (exactly these two statements), else None."""
+    listed = statements(loop_body)
+    if len(listed) != 2 or any(s.type != "expression_statement" or not s.named_children for s in listed):
+        return None
+    update, store = (s.named_children[0] for s in listed)
+    if update.type != "assignment_expression" or store.type != "assignment_expression":
+        return None
+    accumulator = update.child_by_field_name("left")
+    target, value = store.child_by_field_name("left"), store.child_by_field_name("right")
+    if (accumulator.type != "identifier" or parsed.text(update.child_by_field_name("operator")) != "+=" or
+            target.type != "subscript_expression" or parsed.text(store.child_by_field_name("operator")) != "=" or
+            parsed.text(value) != parsed.text(accumulator)):
+        return None
+    added = parsed.text(update.child_by_field_name("right"))
+    if re.search(rf"\b{parsed.text(accumulator)}\b", f"{added} {parsed.text(target)}"):
+        return None
+    return Scan(parsed.text(accumulator), squash(added), squash(parsed.text(target)))
+
+
+def _warp_scan(loop: RowLoop, bound: str, kind: str, indent: str) -> str:
+    """The loop as chunks of 32 columns: each lane takes one, an inclusive shuffle scan adds up the chunk,
+    and the running total of the earlier chunks (the accumulator, equal in every lane) is added to it."""
+    scan, index = loop.scan, loop.index
+    lines = [f"for (int scan_base = 0; scan_base < {bound}; scan_base += {WARP}) {{",
+             f"    const int {index} = scan_base + {LANE};",
+             f"    {kind} scan_value = 0;",
+             f"    if ({index} < {bound}) scan_value = {scan.value};",
+             f"    for (int offset = 1; offset < {WARP}; offset *= 2) {{",
+             f"        const {kind} scan_up = __shfl_up_sync(0xffffffffu, scan_value, offset);",
+             f"        if ({LANE} >= offset) scan_value += scan_up;",
+             "    }",
+             f"    if ({index} < {bound}) {scan.target} = {scan.accumulator} + scan_value;",
+             f"    {scan.accumulator} += __shfl_sync(0xffffffffu, scan_value, {WARP - 1});",
+             "}"]
+    return "\n".join(indent + line for line in lines)[len(indent):]
+
+
+def _outer_loops(body: Node) -> list[Node]:
+    """The body's for loops that no other loop holds."""
+    def nested(node: Node) -> bool:
+        parent = node.parent
+        while parent is not None and parent != body:
+            if parent.type == "for_statement":
+                return True
+            parent = parent.parent
+        return False
+
+    return [node for node in cp.nodes_of_type(body, "for_statement") if not nested(node)]
+
+
+def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) -> Accumulator | None:
+    """The accumulator an update combines into, as any of `acc += e`, `acc = acc + e`, `acc = e + acc`,
+    `acc = fmaf(a, b, acc)` (a sum), `acc = f(acc, e)` or `acc = f(e, acc)` for f of _COMBINE_CALLS, `acc = e > acc
+    ? e : acc` (the larger: max; `<`, min); e never naming acc. Else None."""
+    if left.type != "identifier":
+        return None
+    name = parsed.text(left)
+
+    def bare(node: Node) -> bool:
+        return parsed.text(unparen(node)) == name
+
+    def free(node: Node) -> bool:
+        return not re.search(rf"\b{name}\b", parsed.text(node))
+
+    right = unparen(right)
+    if operator == "+=":
+        return Accumulator(name, "+")  # an e that names acc: the loop's count of uses refuses it
+    if operator != "=":
+        return None
+    if right.type == "binary_expression" and parsed.text(right.child_by_field_name("operator")) == "+":
+        terms = [right.child_by_field_name(side) for side in ("left", "right")]
+        if any(bare(t) for t in terms) and sum(free(t) for t in terms) == 1:
+            return Accumulator(name, "+")
+    if right.type == "conditional_expression" and bare(right.child_by_field_name("alternative")):
+        return _extreme(parsed, unparen(right.child_by_field_name("condition")), name,
+                        unparen(right.child_by_field_name("consequence")))  # `m = e > m ? e : m`
+    if right.type == "call_expression":
+        arguments = right.child_by_field_name("arguments").named_children
+        call = cp.call_name(right)
+        if call == "fmaf" and len(arguments) == 3 and bare(arguments[2]) and free(arguments[0]) and \
+                free(arguments[1]):
+            return Accumulator(name, "+")
+        if call in _COMBINE_CALLS and len(arguments) == 2 and any(bare(a) for a in arguments) and \
+                sum(free(a) for a in arguments) == 1:
+            return Accumulator(name, call)
+    return None
+
+
+def _kept_extreme(parsed: cp.ParsedSource, statement: Node) -> Accumulator | None:
+    """`if (e > m) m = e;` (or `m < e`, `>=`; braces or not, no else): m keeps the largest value, combined across
+    the warp by `max`; `<` the smallest, by `min`. A NaN e is never taken, as `max` never takes one, and a NaN start
+    stays in every lane. Else None."""
+    condition = statement.child_by_field_name("condition")
+    compare = unparen(condition.child_by_field_name("value") or condition)
+    consequence = statement.child_by_field_name("consequence")
+    listed = statements(consequence) if consequence is not None else []
+    if statement.child_by_field_name("alternative") is not None or len(listed) != 1 or \
+            listed[0].type != "expression_statement" or not listed[0].named_children:
+        return None
+    assignment = listed[0].named_children[0]
+    if assignment.type != "assignment_expression" or parsed.text(assignment.child_by_field_name("operator")) != "=" \
+            or assignment.child_by_field_name("left").type != "identifier":
+        return None
+    name = parsed.text(assignment.child_by_field_name("left"))
+    return _extreme(parsed, compare, name, unparen(assignment.child_by_field_name("right")))
+
+
+def _extreme(parsed: cp.ParsedSource, compare: Node, name: str, value: Node) -> Accumulator | None:
+    """The accumulator `name` when taking `value` where `compare` (of value and name) holds keeps the larger
+    value (`e > m`, `m < e`: by `max`) or the smaller (by `min`); else None. The value is taken where the compare
+    holds, so a NaN value is never taken."""
+    if compare.type != "binary_expression":
+        return None
+    taken = squash(parsed.text(value))
+    left, right = (squash(parsed.text(unparen(compare.child_by_field_name(side)))) for side in ("left", "right"))
+    relation = parsed.text(compare.child_by_field_name("operator"))
+    if re.search(rf"\b{name}\b", taken) or {left, right} != {name, taken} or relation not in ("<", "<=", ">", ">="):
+        return None
+    larger = (relation in (">", ">=")) == (left == taken)  # `e > m` and `m < e` keep the larger value
+    return Accumulator(name, "max" if larger else "min")
+
+
+def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop]) -> dict[str, str]:
+    """Each accumulator: a local of a shuffle type declared in the kernel body, a sum's from zero, assigned
+    nowhere before its loop but in it."""
+    declared = {}
+    for statement in cp.nodes_of_type(body, "declaration"):
+        kind = statement.child_by_field_name("type")
+        for declarator in statement.children_by_field_name("declarator"):
+            if declarator.type == "init_declarator":
+                name = parsed.text(declarator.child_by_field_name("declarator"))
+                declared[name] = (squash(parsed.text(kind)) if kind is not None else "",
+                                  parsed.text(declarator.child_by_field_name("value")))
+    for loop in loops:
+        for acc in loop.accumulators:
+            if acc.name not in declared or declared[acc.name][0] not in _SHFL_TYPES:
+                raise NotApplicable(f"accumulator '{acc.name}' is no initialized local of a shuffle type")
+            if acc.combine == "+" and not _ZERO.match(declared[acc.name][1].strip()):
+                raise NotApplicable(f"sum '{acc.name}' does not start at zero")
+            assigned = [a for a in cp.nodes_of_type(body, "assignment_expression", "update_expression")
+                        if re.fullmatch(rf"\(*{acc.name}\)*", parsed.text(a.child_by_field_name("left")
+                                                                          or a.child_by_field_name("argument")))]
+            # after its loop and the butterfly every lane holds the combined value, so a later update (`mean /=
+            # n`) is the same in all 32; before the loop it would be counted once a lane
+            if any(not _inside(a, loop.node) and a.start_byte < loop.node.end_byte for a in assigned):
+                raise NotApplicable(f"'{acc.name}' is assigned before its loop")
+    return {name: kind for name, (kind, _) in declared.items()}
+
+
+def _check_arrays(parsed: cp.ParsedSource, body: Node) -> None:
+    """No array the kernel stores to is read, and every store is a plain `a[...] = e`."""
+    written = set()
+    for node in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
+        target = node.child_by_field_name("left") or node.child_by_field_name("argument")
+        if target.type in ("subscript_expression", "pointer_expression"):
+            operator = node.child_by_field_name("operator")
+            if node.type == "update_expression" or parsed.text(operator) != "=":
+                raise NotApplicable("a read-modify-write of memory")
+            if target.type != "subscript_expression":
+                raise NotApplicable("a store through a pointer expression")
+            written.add(parsed.text(target.child_by_field_name("argument")))
+    for name in written:
+        if len(re.findall(rf"\b{re.escape(name)}\b", parsed.text(body))) != sum(
+                1 for n in cp.nodes_of_type(body, "assignment_expression")
+                if n.child_by_field_name("left").type == "subscript_expression"
+                and parsed.text(n.child_by_field_name("left").child_by_field_name("argument")) == name):
+            raise NotApplicable(f"'{name}' is both stored to and read")
+
+
+def _inside(node: Node, ancestor: Node) -> bool:
+    while node is not None:
+        if node == ancestor:
+            return True
+        node = node.parent
+    return False
+
+
+def _check_launch(state: KernelState, entry: str) -> None:
+    constants = parse_constants(state.source)
+    for launch in launches_of(state, entry, dimensions=1):
+        try:
+            threads = expr.evaluate_int(str(launch.block[0]), constants)
+        except ExpressionError:
+            raise NotApplicable(f"{entry}'s block size {launch.block[0]} is no constant") from None
+        if threads % WARP:
+            raise NotApplicable(f"{entry}'s block of {threads} threads is no multiple of {WARP}")
+

@@ -1,0 +1,323 @@
+"""unsplit_reduction: a reduction split into chunks of rows, each chunk's partial kept and merged by a second
+launch, becomes the one loop of one thread.
+
+The mechanism (forward): a kernel of one thread per output (a column sum, a column argmax, the norm of few long
+rows) whose one loop reduces a long range (`for (int r = 0; r < rows; ++r) s += x[r * cols + c];`) has as many
+threads as outputs: where outputs are few (64 columns of 262,144 rows) one block does all the work. Forward splits
+the loop's range into chunks of SPLIT (128) steps on a second grid dimension: block (x, y) runs the kernel's
+threads over chunk y, each from the values its accumulators start with, and stores what it reduced to scratch
+(`split_<accumulator>[y * outputs + c]`) instead of running the code after the loop. A second launch,
+`<kernel>_merge`, runs the kernel once more per output with the loop replaced by a walk over the chunks in order,
+combining their partials (a sum adds them, an extreme takes the extreme, a (value, index) pair keeps the better
+value and on equal values the smaller index), then the code after the loop as written. As in
+serialize_reduction's lanes, every chunk starts from the same values: a sum from zero, an extreme or an arg
+reduction from its start (which each chunk takes again harmlessly, and whose pair a chunk keeps only where no
+step beat it strictly, so the merged pair is the sequential loop's, ties and NaNs included).
+
+Legality: what serialize_reduction reads (klineage/transforms/_warp_reduction.py: one thread per row, its
+accumulators, pure calls, no shared memory or barrier), plus:
+- exactly one loop, which only reduces (no store, no running sum), directly in the kernel's body or in its guard;
+- the guard is `if (row >= N) return;` before the loop or `if (row < N) { ... }` around it, N a name the plan
+  can say (a scalar parameter or a constant), and the loop's bound is such a name too;
+- code after the loop (which the merge runs) exists and nothing follows the guard's block;
+- the kernel's one launch is one-dimensional and no name of the kernel starts with `split`.
+
+Backward writes the merge kernel back as the kernel, with the chunk walk replaced by the loop of the chunk
+kernel over its whole range; the chunk kernel, the constant and the scratch go.
+
+Anchor: the kernel, kind "function", key the row variable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState, parse_constants
+from klineage.launch import Arg, ArgKind, Launch, Scratch
+from klineage.transforms import register
+from klineage.transforms._canonical import canonical
+from klineage.transforms._edit import Edit, indentation, line_start, splice, unparen
+from klineage.transforms._naive import kernel, launch_scalars, launches_of, readable, squash, statements
+from klineage.transforms._warp_reduction import RowLoop, Site, serial_site
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
+
+SPLIT, SPLIT_STEPS = "SPLIT", 128
+_MERGE = "_merge"
+_DTYPES = {"float": "float32", "double": "float64", "int": "int32", "unsigned": "uint32", "unsigned int": "uint32",
+           "long long": "int64"}
+_SPLIT_LOOP = re.compile(r"^for \((.+?) split = 0; split < \((.+?) \+ SPLIT - 1\) / SPLIT; \+\+split\)")
+_CHUNK_HEADER = re.compile(r"^for \((.+?) (\w+) = (split_first|split_first < (\w+) \? \4 : split_first); \2 < (.+?) && "
+                           r"\2 < split_first \+ SPLIT; \+\+\2\)")
+
+
+@dataclass(frozen=True)
+class Split:
+    site: Site
+    loop: RowLoop
+    bound: str  # the loop's bound
+    outputs: str  # N of the guard: how many rows (outputs) there are
+    after: tuple[Node, ...]  # the statements after the loop, which the merge runs
+
+
+class UnsplitReduction(Transform):
+    name = "unsplit_reduction"
+    intent = ("Split a thread's long reduction loop into chunks on a second grid dimension, keep each chunk's "
+              "partial in scratch and merge the partials in order in a second launch, so a reduction with few "
+              "outputs fills the GPU.")
+    removes = ()
+    placement = Placement.ANALYSIS
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        names = {f.name for f in cp.functions(parsed)}
+        found = []
+        for function in cp.functions(parsed):
+            if function.is_kernel and f"{function.name}{_MERGE}" in names:
+                for declaration in cp.nodes_of_type(function.node, "declaration"):
+                    if squash(parsed.text(declaration)).startswith("const ") and "split_first" in parsed.text(
+                            declaration):
+                        found.append(Anchor(function.name, "function", _row_of(parsed, function),
+                                            parsed.text(declaration)))
+        return found
+
+    def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        state = canonical(state)
+        parsed = cp.parse(state.source)
+        return [Anchor(function.name, "function", split.site.row, parsed.text(split.loop.node)[:200])
+                for function, split in readable(parsed, lambda f: _split(state, parsed, f))]
+
+    # -- forward --------------------------------------------------------------------------------
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        state = canonical(state)
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        split = _split(state, parsed, function)
+        if split.site.row != anchor.key:
+            raise NotApplicable(f"{anchor}: the row variable is '{split.site.row}'")
+        data, loop, row = parsed.data, split.loop, split.site.row
+        accumulators = [acc.name for acc in loop.accumulators]
+        types = {name: split.site.types[name] for name in accumulators}
+        params_end = _declarator(function, "parameters").end_byte - 1  # before `)`
+        indent = indentation(data, loop.node.start_byte)
+        header_end = loop.node.child_by_field_name("body").start_byte
+        chunk = [Edit(params_end, params_end, "".join(f", {types[a]}* __restrict__ split_{a}" for a in accumulators)),
+                 Edit(loop.node.start_byte, loop.node.start_byte,
+                      f"const {loop.kind} split_first = ({loop.kind})blockIdx.y * {SPLIT};\n{indent}"),
+                 Edit(loop.node.start_byte, header_end,
+                      f"for ({loop.kind} {loop.index} = {_chunk_start(loop.start)}; "
+                      f"{loop.index} < {split.bound} && {loop.index} < split_first + {SPLIT}; ++{loop.index}) "),
+                 Edit(split.after[0].start_byte, split.after[-1].end_byte,
+                      f"\n{indent}".join(f"split_{a}[(size_t)blockIdx.y * {split.outputs} + {row}] = {a};"
+                                         for a in accumulators))]
+        merge = [Edit(params_end, params_end,
+                      "".join(f", const {types[a]}* __restrict__ split_{a}" for a in accumulators)),
+                 Edit(loop.node.start_byte, loop.node.end_byte, _merge_loop(loop, split, types, indent))]
+        name = _declarator(function, "declarator")
+        merge.append(Edit(name.end_byte, name.end_byte, _MERGE))
+        start, end = line_start(data, function.node.start_byte), function.node.end_byte
+        chunk_text = splice(data[start:end], [e._replace(start=e.start - start, end=e.end - start) for e in chunk])[0]
+        merge_text = splice(data[start:end], [e._replace(start=e.start - start, end=e.end - start) for e in merge])[0]
+        source = (data[:start] + f"constexpr int {SPLIT} = {SPLIT_STEPS};  // the steps a chunk reduces\n\n".encode()
+                  + chunk_text + b"\n\n" + merge_text + data[end:]).decode("utf-8")
+        plan = _split_plan(state, parsed, function, split, types)
+        return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan,
+                            note=f"{function.name}'s loop over {split.bound} in chunks of {SPLIT_STEPS} on grid y, "
+                                 f"{', '.join(accumulators)} merged in chunk order by {function.name}{_MERGE}")
+
+    # -- backward -------------------------------------------------------------------------------
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        parsed = cp.parse(state.source)
+        chunk = kernel(parsed, anchor)
+        merge = next((f for f in cp.functions(parsed) if f.name == f"{chunk.name}{_MERGE}"), None)
+        if merge is None:
+            raise NotApplicable(f"{anchor}: no {chunk.name}{_MERGE}")
+        data = parsed.data
+        chunk_loop = _only_loop(chunk, lambda node: _CHUNK_HEADER.match(_header(parsed, node)))
+        kind, index, _, start, bound = _CHUNK_HEADER.match(_header(parsed, chunk_loop)).groups()
+        start = start or "0"
+        merge_loop = _only_loop(merge, lambda node: _SPLIT_LOOP.match(_header(parsed, node)))
+        indent = indentation(data, merge_loop.start_byte)
+        body = parsed.text(chunk_loop.child_by_field_name("body"))
+        loop_text = f"for ({kind} {index} = {start}; {index} < {bound}; ++{index}) {body}"
+        if indentation(data, chunk_loop.start_byte) != indent:
+            raise NotApplicable(f"{anchor}: the chunk loop and the merge's walk sit at other depths")
+        params = _declarator(merge, "parameters")
+        scratch = [p for p in params.named_children if re.search(r"\bsplit_\w+\s*$", parsed.text(p))]
+        if not scratch:
+            raise NotApplicable(f"{anchor}: {merge.name} takes no split_ scratch")
+        name = _declarator(merge, "declarator")
+        edits = [Edit(name.start_byte, name.end_byte, chunk.name),
+                 Edit(scratch[0].prev_sibling.start_byte, scratch[-1].end_byte, ""),
+                 Edit(merge_loop.start_byte, merge_loop.end_byte, loop_text)]
+        start, end = line_start(data, merge.node.start_byte), merge.node.end_byte
+        merge_text = splice(data[start:end], [e._replace(start=e.start - start, end=e.end - start) for e in edits])[0]
+        constant = re.search(rb"constexpr int " + SPLIT.encode() + rb" = \d+;[^\n]*\n\n", data)
+        if constant is None or constant.end() > chunk.node.start_byte:
+            raise NotApplicable(f"{anchor}: no `constexpr int {SPLIT}` before {chunk.name}")
+        chunk_start = line_start(data, chunk.node.start_byte)
+        source = (data[:constant.start()] + data[constant.end():chunk_start] + merge_text + data[end:]).decode()
+        plan = _unsplit_plan(state, chunk.name)
+        return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
+                            note=f"{chunk.name}'s chunks and {merge.name} merged back into one loop over {bound}")
+
+
+def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Split:
+    if not function.is_kernel:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    body = function.node.child_by_field_name("body")
+    if re.search(r"\b(?:split\w*|SPLIT)\b", parsed.text(function.node)) or \
+            any(f.name == f"{function.name}{_MERGE}" for f in cp.functions(parsed)):
+        raise NotApplicable(f"{function.name} already names split... or has a {_MERGE} kernel")
+    launches = launches_of(state, function.name, dimensions=1)
+    if len(launches) != 1:
+        raise NotApplicable(f"{function.name} is launched {len(launches)} times")
+    site = serial_site(parsed, function)
+    if len(site.loops) != 1:
+        raise NotApplicable(f"{function.name} has {len(site.loops)} loops (one chunk merge per kernel)")
+    loop = site.loops[0]
+    if loop.scan is not None:
+        raise NotApplicable(f"{function.name}'s loop is a running sum")
+    if any(n.child_by_field_name("left").type == "subscript_expression"
+           for n in cp.nodes_of_type(loop.node, "assignment_expression")):
+        raise NotApplicable(f"{function.name}'s loop stores to memory (a chunk may only reduce)")
+    bound = squash(parsed.text(loop.node.child_by_field_name("condition"))).split("<", 1)[1].strip()
+    outputs, block = _guard(parsed, body, site.row, loop.node)
+    scalars = launch_scalars(parsed, function, launches[0])
+    constants = parse_constants(state.source)
+    for name in (bound, outputs):
+        if name not in scalars and name not in constants:
+            raise NotApplicable(f"'{name}' is neither a scalar parameter nor a constant the plan can name")
+    listed = statements(block)
+    after = tuple(listed[listed.index(next(s for s in listed if s == loop.node)) + 1:]) if loop.node in listed else ()
+    if not after:
+        raise NotApplicable(f"nothing after {function.name}'s loop uses what it reduced")
+    return Split(site, loop, bound, outputs, after)
+
+
+def _guard(parsed: cp.ParsedSource, body: Node, row: str, loop: Node) -> tuple[str, Node]:
+    """(N, the block the loop sits in) for `if (row >= N) return;` before a loop in the body, or a loop in the
+    block of the body's last statement `if (row < N) { ... }` (no else)."""
+    listed = statements(body)
+    if loop.parent == body:
+        for statement in listed[:listed.index(loop)]:
+            if statement.type == "if_statement" and statement.child_by_field_name("alternative") is None:
+                then = statements(statement.child_by_field_name("consequence"))
+                bound = _compared(parsed, statement, row, (">=", "<="))
+                if bound and len(then) == 1 and squash(parsed.text(then[0])) == "return;":
+                    return bound, body
+        raise NotApplicable(f"no `if ({row} >= N) return;` before the loop")
+    guard = listed[-1] if listed else None
+    if guard is None or guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None or \
+            loop.parent != guard.child_by_field_name("consequence"):
+        raise NotApplicable(f"the loop is neither in the kernel's body nor in its last statement, `if ({row} < N)`")
+    bound = _compared(parsed, guard, row, ("<", ">"))
+    if bound is None:
+        raise NotApplicable(f"the loop's guard is not `{row} < N`")
+    return bound, loop.parent
+
+
+def _compared(parsed: cp.ParsedSource, statement: Node, row: str, relations: tuple[str, str]) -> str | None:
+    """N of `row R N` (R relations[0]) or `N R' row` (R' relations[1]) in the if statement's condition."""
+    condition = statement.child_by_field_name("condition")
+    compare = unparen(condition.child_by_field_name("value") or condition)
+    if compare.type != "binary_expression":
+        return None
+    left, right = (squash(parsed.text(unparen(compare.child_by_field_name(s)))) for s in ("left", "right"))
+    relation = parsed.text(compare.child_by_field_name("operator"))
+    if left == row and relation == relations[0] and re.fullmatch(r"\w+", right):
+        return right
+    if right == row and relation == relations[1] and re.fullmatch(r"\w+", left):
+        return left
+    return None
+
+
+def _chunk_start(start: str) -> str:
+    """Where a chunk's steps begin: its first step, or the loop's first where that comes later."""
+    return "split_first" if start == "0" else f"split_first < {start} ? {start} : split_first"
+
+
+def _merge_loop(loop: RowLoop, split: Split, types: dict[str, str], indent: str) -> str:
+    at = f"(size_t)split * {split.outputs} + {split.site.row}"
+    if loop.arg is not None:
+        arg = loop.arg
+        lines = [f"const {types[arg.value]} split_value = split_{arg.value}[{at}];",
+                 f"const {types[arg.index]} split_index = split_{arg.index}[{at}];",
+                 f"if (split_value {arg.compare} {arg.value} || (split_value == {arg.value} && split_index < "
+                 f"{arg.index})) {{",
+                 f"    {arg.value} = split_value;",
+                 f"    {arg.index} = split_index;",
+                 "}"]
+    else:
+        lines = [f"{acc.name} += split_{acc.name}[{at}];" if acc.combine == "+" else
+                 f"{acc.name} = {acc.combine}({acc.name}, split_{acc.name}[{at}]);" for acc in loop.accumulators]
+    inner = "".join(f"\n{indent}    {line}" for line in lines)
+    header = f"for ({loop.kind} split = 0; split < ({split.bound} + {SPLIT} - 1) / {SPLIT}; ++split)"
+    return f"{header} {{{inner}\n{indent}}}"
+
+
+def _split_plan(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, split: Split,
+                types: dict[str, str]):
+    launch = launches_of(state, function.name, dimensions=1)[0]
+    scalars = launch_scalars(parsed, function, launch)
+    bound, outputs = (scalars.get(name, name) for name in (split.bound, split.outputs))
+    chunks = f"cdiv({bound}, {SPLIT})"
+    scratch = []
+    for name, kind in types.items():
+        if kind not in _DTYPES:
+            raise NotApplicable(f"no scratch dtype for '{name}' of type {kind}")
+        scratch.append(Scratch(name=f"split_{name}", dtype=_DTYPES[kind], count=f"{chunks} * ({outputs})"))
+    extra = tuple(Arg(kind=ArgKind.BUFFER, name=s.name) for s in scratch)
+    chunked = replace(launch, grid=(launch.grid[0], chunks, 1), args=launch.args + extra)
+    merged = replace(launch, entry=f"{function.name}{_MERGE}", args=launch.args + extra)
+    launches: list[Launch] = []
+    for each in state.plan.launches:
+        launches += [chunked, merged] if each == launch else [each]
+    return replace(state.plan, launches=tuple(launches), scratch=state.plan.scratch + tuple(scratch))
+
+
+def _unsplit_plan(state: KernelState, entry: str):
+    merged = [launch for launch in state.plan.launches if launch.entry == f"{entry}{_MERGE}"]
+    if len(merged) != 1:
+        raise NotApplicable(f"the plan launches {entry}{_MERGE} {len(merged)} times")
+    names = {arg.name for arg in merged[0].args if arg.kind is ArgKind.BUFFER and arg.name.startswith("split_")}
+    whole = replace(merged[0], entry=entry, args=tuple(a for a in merged[0].args if a.name not in names))
+    launches = tuple(whole if launch == merged[0] else launch for launch in state.plan.launches
+                     if launch.entry != entry)
+    return replace(state.plan, launches=launches, scratch=tuple(s for s in state.plan.scratch if s.name not in names))
+
+
+def _declarator(function: cp.Function, field: str) -> Node:
+    """The `field` ("parameters" or "declarator", the name) of the kernel's function declarator."""
+    declarator = function.node.child_by_field_name("declarator")
+    while declarator is not None and declarator.type != "function_declarator":
+        declarator = declarator.child_by_field_name("declarator")
+    if declarator is None:
+        raise NotApplicable(f"{function.name}: no function declarator")
+    return declarator.child_by_field_name(field)
+
+
+def _header(parsed: cp.ParsedSource, node: Node) -> str:
+    return squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
+
+
+def _only_loop(function: cp.Function, matches) -> Node:
+    loops = [n for n in cp.nodes_of_type(function.node, "for_statement") if matches(n)]
+    if len(loops) != 1:
+        raise NotApplicable(f"{function.name} holds {len(loops)} loops of the split form")
+    return loops[0]
+
+
+def _row_of(parsed: cp.ParsedSource, function: cp.Function) -> str:
+    for declaration in cp.nodes_of_type(function.node, "init_declarator"):
+        if "threadIdx" in parsed.text(declaration):
+            return parsed.text(declaration.child_by_field_name("declarator"))
+    return ""
+
+
+register(UnsplitReduction())
