@@ -47,7 +47,8 @@ from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement
 
 SPLIT, SPLIT_STEPS = "SPLIT", 128
 _MERGE = "_merge"
-_DTYPES = {"float": "float32", "double": "float64", "int": "int32", "unsigned": "uint32", "unsigned int": "uint32",
+# a partial's scratch dtype (its size is what counts: an unsigned partial travels in int32 storage)
+_DTYPES = {"float": "float32", "double": "float64", "int": "int32", "unsigned": "int32", "unsigned int": "int32",
            "long long": "int64"}
 _SPLIT_LOOP = re.compile(r"^for \((.+?) split = 0; split < \((.+?) \+ SPLIT - 1\) / SPLIT; \+\+split\)")
 _CHUNK_HEADER = re.compile(r"^for \((.+?) (\w+) = (split_first|split_first < (\w+) \? \4 : split_first); \2 < (.+?) && "
@@ -194,7 +195,7 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
         if name not in scalars and name not in constants:
             raise NotApplicable(f"'{name}' is neither a scalar parameter nor a constant the plan can name")
     listed = statements(block)
-    after = tuple(listed[listed.index(next(s for s in listed if s == loop.node)) + 1:]) if loop.node in listed else ()
+    after = tuple(listed[listed.index(loop.node) + 1:]) if loop.node in listed else ()
     if not after:
         raise NotApplicable(f"nothing after {function.name}'s loop uses what it reduced")
     return Split(site, loop, bound, outputs, after)

@@ -15,6 +15,7 @@ from klineage.launch import LaunchPlan
 from klineage.transforms import get, refusals
 from klineage.transforms._canonical import canonical
 from klineage.transforms._flatten import flattened
+from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, compiles_without_spills
 
@@ -69,17 +70,21 @@ def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> li
     return emulate.differences(tmp_path, reference, forms, tuple(SHAPES), lambda rows, cols: _inputs(case, rows, cols))
 
 
-@pytest.mark.parametrize("case, forwards", [
+FORWARDS = {  # case -> the forwards that find a site in the kernel as written
     # b at its column (row_gather), b gathered by each lane (elementwise), strided (grid_stride)
-    ("rows_on_y", ("scalarize_row_gather", "scalarize_elementwise", "uncoarsen_grid_stride")),
-    ("tiles", ("uncoarsen_grid_stride",)),  # y written at `at`, not [i]: no pack
-    ("grid_stride", ("scalarize_elementwise",)),  # a grid-stride loop is uncoarsen_grid_stride's own form
-    ("one_thread_blocks", ("serialize_reduction",)),  # `<<<rows, 1>>>`: a thread per row, then a warp per row
-])
-def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits(tmp_path, case, forwards):
+    "rows_on_y": ("scalarize_row_gather", "scalarize_elementwise", "uncoarsen_grid_stride"),
+    "tiles": ("uncoarsen_grid_stride",),  # y written at `at`, not [i]: no pack
+    "grid_stride": ("scalarize_elementwise",),  # a grid-stride loop is uncoarsen_grid_stride's own form
+    "one_thread_blocks": ("serialize_reduction",),  # `<<<rows, 1>>>`: a thread per row, then a warp per row
+}
+
+
+@pytest.mark.parametrize("case", sampled(FORWARDS, keep=("rows_on_y", "one_thread_blocks")))
+def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits(tmp_path, case):
     """Each forward from the kernel as a user wrote it: it finds exactly these sites, and every rewrite computes
     the written kernel's bits."""
     written = _state(case, "written")
+    forwards = FORWARDS[case]
     found = {name for name in ANALYSIS if get(name).forward_sites(written)}
     assert found == set(forwards)
     forms = {"flat": _state(case, "flat")}

@@ -9,6 +9,7 @@ import torch
 
 from klineage.kernel import KernelState
 from klineage.transforms import Anchor, NotApplicable, get
+from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, assert_packs_are_128_bit, check_golden, load, plan_of
 
@@ -30,7 +31,7 @@ def test_golden(case):
     check_golden("scalarize_half_packs", case)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", sampled(CASES, keep=('silu_mul_bf16',)))
 def test_golden_kernels_compile_and_the_packs_are_128_bit(case, cache):
     assert_packs_are_128_bit(golden(case, "after"), golden(case, "before"), cache)
 
@@ -118,7 +119,7 @@ def _emulated(tmp_path, case: str, sources: dict[str, KernelState]) -> list[str]
     return differences
 
 
-@pytest.mark.parametrize("case", ["axpy_half", "silu_mul_bf16"])
+@pytest.mark.parametrize("case", sampled(["axpy_half", "silu_mul_bf16"], keep=["silu_mul_bf16"]))
 def test_the_packed_kernel_computes_the_naive_kernels_bits_on_the_cpu(case, tmp_path):
     assert _emulated(tmp_path, case, {"packed": golden(case, "before")}) == []
 
