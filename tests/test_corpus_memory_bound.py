@@ -10,13 +10,10 @@ What the kernels compute on a GPU is tests/test_gpu_corpus_memory_bound.py's bus
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import re
 import shutil
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
@@ -25,14 +22,16 @@ import pytest
 import torch
 
 from klineage import corpus, expr
+from klineage.config import GateMode
 from klineage.devices import H200
+from klineage.gate.cache import GateCache
 from klineage.gate.correctness import compare
+from klineage.gate.pipeline import run_gate
 from klineage.kernel import load_kernel
 from klineage.launch import resolve
 from klineage.lineage import Lineage
 from klineage.problem import load_problem, tolerance_for, validate_numerics
 from klineage.toolchain import find_toolchain
-from shared_cache import share
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -191,29 +190,26 @@ def test_plan_resolves_for_every_case_and_sweep_case(kernel):
             assert launch.shared + 4096 <= H200.smem_per_block_optin, (kernel, case_name)
 
 
-def _gate_compile_only(kernel: str, cache: Path) -> dict:
-    name = kernel.split("/")[0]
-    env = {**os.environ, "KLINEAGE_CACHE_DIR": str(cache)}
-    env.pop("KLINEAGE_RECORDED_DIR", None)
-    proc = subprocess.run([sys.executable, "-m", "klineage", "gate", str(corpus.problem_path(name)), kernel,
-                           "--compile-only", "--json"], capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
-    assert proc.returncode in (0, 1), proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+def _gate_compile_only(kernel: str, cache: GateCache) -> dict:
+    """The compile-only verdict as `klineage gate --compile-only --json` prints it (run here, in-process: the
+    CLI's own path is tests/test_gate_pipeline.py's)."""
+    verdict = run_gate(corpus.problem_path(kernel.split("/")[0]), corpus.kernel_entry(kernel).load(),
+                       mode=GateMode.COMPILE_ONLY, cache=cache)
+    return verdict.to_dict()
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory, shared_cache) -> dict[str, dict]:
+def verdicts(gate_cache) -> dict[str, dict]:
     """The compile-only gate of every kernel, side by side (each gate is mostly waiting on nvcc and the
-    sandbox), into one gate cache with no verdict: its problem probes and compiles are the run's
+    sandbox), into the module's gate cache with no verdict: its problem probes and compiles are the run's
     (tests/shared_cache.py; the library tests probe every bundled problem too, about 3 s of CPU each)."""
-    cache = share(tmp_path_factory.mktemp("corpus-mb-cache"), shared_cache)
     # One kernel per problem first, side by side (each probes its own problem in the sandbox), so that
     # the second kernel of a problem finds its probe cached.
     waves = [[f"{name}/{pair[wave]}" for name, pair in WORKLOADS.items()] for wave in (0, 1)]
     found = {}
     with ThreadPoolExecutor(max_workers=6) as pool:
         for wave in waves:
-            found |= dict(zip(wave, pool.map(lambda k: _gate_compile_only(k, cache), wave)))
+            found |= dict(zip(wave, pool.map(lambda k: _gate_compile_only(k, gate_cache), wave)))
     return {kernel: found[kernel] for kernel in KERNELS}
 
 
