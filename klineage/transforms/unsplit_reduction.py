@@ -172,9 +172,9 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is not a kernel")
     body = function.node.child_by_field_name("body")
-    if re.search(r"\b(?:split\w*|SPLIT)\b", parsed.text(function.node)) or \
+    if re.search(r"\b(?:split\w*|SPLIT)\b", state.source) or \
             any(f.name == f"{function.name}{_MERGE}" for f in cp.functions(parsed)):
-        raise NotApplicable(f"{function.name} already names split... or has a {_MERGE} kernel")
+        raise NotApplicable(f"the source already names split... or SPLIT, or has a {function.name}{_MERGE} kernel")
     launches = launches_of(state, function.name, dimensions=1)
     if len(launches) != 1:
         raise NotApplicable(f"{function.name} is launched {len(launches)} times")
@@ -267,7 +267,7 @@ def _split_plan(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     launch = launches_of(state, function.name, dimensions=1)[0]
     scalars = launch_scalars(parsed, function, launch)
     bound, outputs = (scalars.get(name, name) for name in (split.bound, split.outputs))
-    chunks = f"cdiv({bound}, {SPLIT})"
+    chunks = f"cdiv(max({bound}, 1), {SPLIT})"  # one chunk at least: a grid dimension of 0 cannot launch
     scratch = []
     for name, kind in types.items():
         if kind not in _DTYPES:

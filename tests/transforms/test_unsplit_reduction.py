@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from klineage.kernel import KernelState
+from klineage.kernel import KernelState, parse_constants
+from klineage.launch import resolve
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.sampled import sampled
 from tests.transforms import emulate
@@ -117,3 +118,10 @@ def test_a_chunk_that_overlaps_or_a_merge_that_breaks_ties_otherwise_is_caught(m
                       outputs)
     name = "db" if case == "colsum" else "rows_at"
     assert not torch.equal(got[name], want[name])
+
+
+def test_a_case_with_no_rows_launches_one_chunk_and_the_merge_reads_none():
+    split = golden("colsum", "before")
+    launches = resolve(split.plan, {**parse_constants(split.source), "rows": 0, "cols": 5}, {"dy", "db", "split_sum"})
+    assert [launch.grid for launch in launches] == [(1, 1, 1), (1, 1, 1)]
+    assert "split < (rows + SPLIT - 1) / SPLIT" in split.source  # no rows: no chunk is merged, the sum stays 0
