@@ -55,10 +55,11 @@ _COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
                         r"gridDim|cooperative_groups|printf)\b")
 _OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+)\b")  # what warp forms declare
-_SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*([\w.]+)\s*;"
+_LOOP_BOUND = r"[\w.]+(?:\s*[*+]\s*[\w.]+)*"  # a row's length: a name, or a product or sum of names (`cpg * hw`)
+_SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*({_LOOP_BOUND})\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
 _WARP_SCAN = re.compile(
-    rf"^for \(int scan_base = 0; scan_base < ([\w.]+); scan_base \+= {WARP}\) {{ const int (\w+) = scan_base \+ "
+    rf"^for \(int scan_base = 0; scan_base < ({_LOOP_BOUND}); scan_base \+= {WARP}\) {{ const int (\w+) = scan_base \+ "
     rf"{LANE}; [\w ]+ scan_value = 0; if \(\2 < \1\) scan_value = (.+?); for \(int offset = 1; .+? }} "
     rf"if \(\2 < \1\) (.+?) = (\w+) \+ scan_value; \5 \+= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
 ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS})  # `<<<rows, 1>>>` kernels read as one thread per row
@@ -114,7 +115,7 @@ class Layout:
     def loop(self) -> re.Pattern:
         """A loop header as the forward writes it: (index type, index, first column or None, bound)."""
         return re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(?:(\d+) \+ )?{self.lane}\s*;\s*\2\s*<\s*"
-                          rf"([\w.]+)\s*;\s*\2\s*\+=\s*{self.sharing}\s*\)")
+                          rf"({_LOOP_BOUND})\s*;\s*\2\s*\+=\s*{self.sharing}\s*\)")
 
     def is_butterfly(self, text: str) -> bool:
         """Whether `text` (squashed) is a butterfly `_butterfly` writes for this layout."""

@@ -18,7 +18,7 @@ Legality: what serialize_reduction reads (klineage/transforms/_warp_reduction.py
 accumulators, pure calls, no shared memory or barrier), plus:
 - exactly one loop, which only reduces (no store, no running sum), directly in the kernel's body or in its guard;
 - the guard is `if (row >= N) return;` before the loop or `if (row < N) { ... }` around it, N a name the plan
-  can say (a scalar parameter or a constant), and the loop's bound is such a name too;
+  can say (a scalar parameter or a constant), and the loop's bound is such a name or a product or sum of them;
 - code after the loop (which the merge runs) exists and nothing follows the guard's block;
 - the kernel's one launch is one-dimensional and no name of the kernel starts with `split`.
 
@@ -191,9 +191,8 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     outputs, block = _guard(parsed, body, site.row, loop.node)
     scalars = launch_scalars(parsed, function, launches[0])
     constants = parse_constants(state.source)
-    for name in (bound, outputs):
-        if name not in scalars and name not in constants:
-            raise NotApplicable(f"'{name}' is neither a scalar parameter nor a constant the plan can name")
+    for text in (bound, outputs):
+        _plan_value(text, scalars, constants)  # the plan can say it, or no site
     listed = statements(block)
     after = tuple(listed[listed.index(loop.node) + 1:]) if loop.node in listed else ()
     if not after:
@@ -238,6 +237,20 @@ def _compared(parsed: cp.ParsedSource, statement: Node, row: str, relations: tup
     return None
 
 
+def _plan_value(text: str, scalars: dict[str, str], constants: dict) -> str:
+    """`text` (a name, or a product or sum of names) as the plan says it: each scalar parameter as the launch passes
+    it, each constant by its name; NotApplicable where a name is neither."""
+    def said(name: re.Match) -> str:
+        if name[0] in scalars:
+            return f"({scalars[name[0]]})" if not re.fullmatch(r"\w+", scalars[name[0]]) else scalars[name[0]]
+        if name[0] in constants:
+            return name[0]
+        raise NotApplicable(f"'{name[0]}' of `{text}` is neither a scalar parameter nor a constant the plan can name")
+    if not re.fullmatch(r"[A-Za-z_]\w*(?:\s*[*+]\s*[A-Za-z_]\w*)*", text):
+        raise NotApplicable(f"`{text}` is not a name, or a product or sum of names, the plan can say")
+    return re.sub(r"[A-Za-z_]\w*", said, text)
+
+
 def _chunk_start(start: str) -> str:
     """Where a chunk's steps begin: its first step, or the loop's first where that comes later."""
     return "split_first" if start == "0" else f"split_first < {start} ? {start} : split_first"
@@ -266,7 +279,8 @@ def _split_plan(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
                 types: dict[str, str]):
     launch = launches_of(state, function.name, dimensions=1)[0]
     scalars = launch_scalars(parsed, function, launch)
-    bound, outputs = (scalars.get(name, name) for name in (split.bound, split.outputs))
+    constants = parse_constants(state.source)
+    bound, outputs = (_plan_value(text, scalars, constants) for text in (split.bound, split.outputs))
     chunks = f"cdiv(max({bound}, 1), {SPLIT})"  # one chunk at least: a grid dimension of 0 cannot launch
     scratch = []
     for name, kind in types.items():

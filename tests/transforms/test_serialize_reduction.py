@@ -262,3 +262,15 @@ def test_a_half_precision_row_is_read_through_its_conversions(transform, cache):
     state = KernelState(source=source, plan=PLAN)
     assert transform.forward_sites(state) == [Anchor("kernel", "function", "row")]
     compiles_without_spills(transform.forward(state, Anchor("kernel", "function", "row")).state, cache)
+
+
+def test_a_row_whose_length_is_a_product_of_names_is_read(transform):
+    """`j < c * hw` (a group of channels and their pixels): the lanes stride it as written, and back."""
+    plan = LaunchPlan.from_toml(PLAN_TEXT.replace('{ scalar = "n", type = "i32" }',
+                                                  '{ scalar = "c", type = "i32" }, { scalar = "hw", type = "i32" }'))
+    naive = KernelState(source=HEAD.replace("int n)", "int c, int hw)") +
+                        "    float s = 0.0f;\n    for (int j = 0; j < c * hw; ++j) s += x[row * c * hw + j];\n"
+                        "    y[row] = s;\n}\n", plan=plan)
+    warp = transform.forward(naive, Anchor("kernel", "function", "row")).state
+    assert "for (int j = lane; j < c * hw; j += 32)" in warp.source
+    assert transform.backward(warp, transform.find(warp)[0]).state.source == naive.source

@@ -62,7 +62,7 @@ HEAD = "__global__ void kernel(const float* x, float* y, int rows, int cols) {\n
     ("    float s = 0.0f;\n    for (int r = 0; r < rows; ++r) s += x[r * cols + c];\n    y[c] = s;\n",
      "no `if \\(c >= N\\) return;`"),
     ("    if (c >= cols) return;\n    float s = 0.0f;\n    for (int r = 0; r < 7; ++r) s += x[r * cols + c];\n"
-     "    y[c] = s;\n", "'7' is neither"),
+     "    y[c] = s;\n", "`7` is not a name"),
     ("    if (c >= cols) return;\n    float split_s = 0.0f;\n"
      "    for (int r = 0; r < rows; ++r) split_s += x[r * cols + c];\n    y[c] = split_s;\n", "already names split"),
 ])
@@ -125,3 +125,15 @@ def test_a_case_with_no_rows_launches_one_chunk_and_the_merge_reads_none():
     launches = resolve(split.plan, {**parse_constants(split.source), "rows": 0, "cols": 5}, {"dy", "db", "split_sum"})
     assert [launch.grid for launch in launches] == [(1, 1, 1), (1, 1, 1)]
     assert "split < (rows + SPLIT - 1) / SPLIT" in split.source  # no rows: no chunk is merged, the sum stays 0
+
+
+def test_a_loop_bound_that_is_a_product_is_said_in_the_plan_by_the_launchs_values(transform):
+    plan = plan_of('"x", "y", { scalar = "cols", type = "i32" }, { scalar = "c", type = "i32" }, '
+                   '{ scalar = "2 * h", type = "i32" }', "cdiv(cols, 128)", 128)
+    naive = KernelState(source="__global__ void kernel(const float* x, float* y, int cols, int c, int hw) {\n"
+                               "    int k = blockIdx.x * blockDim.x + threadIdx.x;\n    if (k >= cols) return;\n"
+                               "    float s = 0.0f;\n    for (int r = 0; r < c * hw; ++r) s += x[r * cols + k];\n"
+                               "    y[k] = s;\n}\n", plan=plan)
+    split = transform.forward(naive, Anchor("kernel", "function", "k")).state
+    assert split.plan.launches[0].grid[1] == "cdiv(max(c * (2 * h), 1), SPLIT)"
+    assert "for (int split = 0; split < (c * hw + SPLIT - 1) / SPLIT; ++split)" in split.source
