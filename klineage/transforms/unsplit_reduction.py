@@ -62,6 +62,8 @@ class Split:
     bound: str  # the loop's bound
     outputs: str  # N of the guard: how many rows (outputs) there are
     after: tuple[Node, ...]  # the statements after the loop, which the merge runs
+    launch: Launch  # the kernel's one launch
+    said: tuple[str, str]  # the bound and N as the plan says them
 
 
 class UnsplitReduction(Transform):
@@ -121,11 +123,10 @@ class UnsplitReduction(Transform):
         name = _declarator(function, "declarator")
         merge.append(Edit(name.end_byte, name.end_byte, _MERGE))
         start, end = line_start(data, function.node.start_byte), function.node.end_byte
-        chunk_text = splice(data[start:end], [e._replace(start=e.start - start, end=e.end - start) for e in chunk])[0]
-        merge_text = splice(data[start:end], [e._replace(start=e.start - start, end=e.end - start) for e in merge])[0]
         source = (data[:start] + f"constexpr int {SPLIT} = {SPLIT_STEPS};  // the steps a chunk reduces\n\n".encode()
-                  + chunk_text + b"\n\n" + merge_text + data[end:]).decode("utf-8")
-        plan = _split_plan(state, parsed, function, split, types)
+                  + _edited(data, start, end, chunk) + b"\n\n" + _edited(data, start, end, merge) + data[end:])
+        plan = _split_plan(state, function, split, types)
+        source = source.decode("utf-8")
         return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan,
                             note=f"{function.name}'s loop over {split.bound} in chunks of {SPLIT_STEPS} on grid y, "
                                  f"{', '.join(accumulators)} merged in chunk order by {function.name}{_MERGE}")
@@ -157,7 +158,7 @@ class UnsplitReduction(Transform):
                  Edit(scratch[0].prev_sibling.start_byte, scratch[-1].end_byte, ""),
                  Edit(merge_loop.start_byte, merge_loop.end_byte, loop_text)]
         start, end = line_start(data, merge.node.start_byte), merge.node.end_byte
-        merge_text = splice(data[start:end], [e._replace(start=e.start - start, end=e.end - start) for e in edits])[0]
+        merge_text = _edited(data, start, end, edits)
         constant = re.search(rb"constexpr int " + SPLIT.encode() + rb" = \d+;[^\n]*\n\n", data)
         if constant is None or constant.end() > chunk.node.start_byte:
             raise NotApplicable(f"{anchor}: no `constexpr int {SPLIT}` before {chunk.name}")
@@ -189,15 +190,13 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
         raise NotApplicable(f"{function.name}'s loop stores to memory (a chunk may only reduce)")
     bound = squash(parsed.text(loop.node.child_by_field_name("condition"))).split("<", 1)[1].strip()
     outputs, block = _guard(parsed, body, site.row, loop.node)
-    scalars = launch_scalars(parsed, function, launches[0])
-    constants = parse_constants(state.source)
-    for text in (bound, outputs):
-        _plan_value(text, scalars, constants)  # the plan can say it, or no site
+    scalars, constants = launch_scalars(parsed, function, launches[0]), parse_constants(state.source)
+    said = (_plan_value(bound, scalars, constants), _plan_value(outputs, scalars, constants))  # else no site
     listed = statements(block)
     after = tuple(listed[listed.index(loop.node) + 1:]) if loop.node in listed else ()
     if not after:
         raise NotApplicable(f"nothing after {function.name}'s loop uses what it reduced")
-    return Split(site, loop, bound, outputs, after)
+    return Split(site, loop, bound, outputs, after, launches[0], said)
 
 
 def _guard(parsed: cp.ParsedSource, body: Node, row: str, loop: Node) -> tuple[str, Node]:
@@ -275,12 +274,8 @@ def _merge_loop(loop: RowLoop, split: Split, types: dict[str, str], indent: str)
     return f"{header} {{{inner}\n{indent}}}"
 
 
-def _split_plan(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, split: Split,
-                types: dict[str, str]):
-    launch = launches_of(state, function.name, dimensions=1)[0]
-    scalars = launch_scalars(parsed, function, launch)
-    constants = parse_constants(state.source)
-    bound, outputs = (_plan_value(text, scalars, constants) for text in (split.bound, split.outputs))
+def _split_plan(state: KernelState, function: cp.Function, split: Split, types: dict[str, str]):
+    launch, (bound, outputs) = split.launch, split.said
     chunks = f"cdiv(max({bound}, 1), {SPLIT})"  # one chunk at least: a grid dimension of 0 cannot launch
     scratch = []
     for name, kind in types.items():
@@ -305,6 +300,11 @@ def _unsplit_plan(state: KernelState, entry: str):
     launches = tuple(whole if launch == merged[0] else launch for launch in state.plan.launches
                      if launch.entry != entry)
     return replace(state.plan, launches=launches, scratch=tuple(s for s in state.plan.scratch if s.name not in names))
+
+
+def _edited(data: bytes, start: int, end: int, edits: list[Edit]) -> bytes:
+    """data[start:end] with `edits` (offsets into data) applied."""
+    return splice(data[start:end], [e._replace(start=e.start - start, end=e.end - start) for e in edits])[0]
 
 
 def _declarator(function: cp.Function, field: str) -> Node:
