@@ -11,6 +11,7 @@ import pytest
 from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
+from klineage.gate.execute import gpu_name
 from klineage.gate.policy import Placement
 from klineage.gate.prefetch import prefetch
 from klineage.lineage import ForwardStatus, Termination
@@ -23,7 +24,7 @@ DRY = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.full.dry.json"
 
 
 @pytest.mark.parametrize("placement", list(Placement))
-def test_gpu_walk_is_timed_recorded_and_replays(tmp_path, placement):
+def test_gpu_walk_is_timed_recorded_and_replays(tmp_path, monkeypatch, placement):
     expert = corpus.kernel_entry("row_softmax/warp_vec4").load()
     cache = GateCache(tmp_path / "cache", tmp_path / "recorded")
     guess = guessed_states(DRY, expert)[:4]
@@ -43,6 +44,7 @@ def test_gpu_walk_is_timed_recorded_and_replays(tmp_path, placement):
             assert step.forward.timing is not None and len(step.forward.timing.per_trial) == DEFAULT_POLICY.trials
 
     replay_cache = GateCache(None, tmp_path / "recorded")
+    monkeypatch.setenv("KLINEAGE_REPLAY_GPU", gpu_name())  # replayed as recorded: on this host's GPU, whichever it is
     assert lineage.policy["forward_timing"].get("placement", "as_loaded") == placement.value
     replayed = walk(SOFTMAX, expert, gate_mode=GateMode.REPLAY, cache=replay_cache, max_steps=3, placement=placement)
     recorded, again = lineage.to_dict(), replayed.to_dict()

@@ -21,8 +21,13 @@ HEADLINE = "headline"
 
 OUTPUTS = {"db": {"shape": ["cols"], "dtype": "float32"}}
 
-# a sum of up to 262,144 float32 terms, in another order than the float64 reference's
-TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 1e-4, "rel_l2": 1e-5}}
+# A sum of up to 262,144 float32 terms of unit scale, in another order than the float64 reference's. The
+# rounding of a running sum grows with the partial sums (about sqrt(rows)): summed in row order, as the naive
+# kernel does, tall's columns are off by up to 2.2e-2 and the headline's by 1.5e-3 (seeds 0-2, numpy on the
+# CPU), where a sum that cancels toward zero leaves rtol nothing to scale, and their relative L2 error
+# reaches 9.5e-6. So atol 5e-2 and rel_l2 3e-5, over twice the row-order error; one element dropped or
+# counted twice moves its column by about 1 and the relative L2 by over 2e-4, which both still catch.
+TOLERANCES = {"float32": {"rtol": 1e-4, "atol": 5e-2, "rel_l2": 3e-5}}
 
 
 def make_inputs(case: dict, seed: int, device) -> dict:
