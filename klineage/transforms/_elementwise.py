@@ -23,6 +23,7 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
+from klineage.transforms._calls import first_effect
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, reindent, splice
 from klineage.transforms._flatten import flattened
@@ -45,10 +46,6 @@ from klineage.transforms._naive import (
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 ELEMENT = "e"  # the tail loop's element index
-PURE_CALLS = frozenset({
-    "expf", "__expf", "exp", "logf", "__logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "tanhf", "tanh",
-    "fmaxf", "fminf", "max", "min", "fmaf", "__fdividef", "erff", "erf", "powf", "sinf", "cosf", "__ldg", "abs",
-    "__saturatef", "normcdff", "erfcf", "log1pf", "expm1f", "floorf", "ceilf", "roundf", "truncf", "copysignf"})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|for|return|"
                         r"gridDim|printf|asm)\b")
 
@@ -113,9 +110,8 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     if found:
         raise NotApplicable(f"{function.name}'s element body loops, synchronizes, returns or names '{ELEMENT}' "
                             f"(`{found[0]}`)")
-    for call in cp.nodes_of_type(guarded, "call_expression"):
-        if cp.call_name(call) not in packing.pure:
-            raise NotApplicable(f"{function.name} calls {cp.call_name(call)}, which may have effects")
+    if (called := first_effect(parsed, guarded, packing.pure)) is not None:
+        raise NotApplicable(f"{function.name} calls {called}, which may have effects")
     types = {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
              if pointer}
     read, written, gathered = {}, {}, set()

@@ -176,17 +176,24 @@ def unwrapped(grid: str, before: str, after: str) -> str:
     return grid[len(before):-len(after)]
 
 
-def declared_index(parsed: cp.ParsedSource, body: Node) -> tuple[Node, Node, str, str]:
-    """(declaration, initializer, type, name) of the thread's element index, not `const`."""
-    for kind, value in INDEXES:
+def typed_index(parsed: cp.ParsedSource, body: Node,
+                initializer: Callable[[str], str] = dict(INDEXES).__getitem__) -> tuple[str, Node, Node, str]:
+    """(type, declaration, initializer, name) of the first `<type> i = <initializer(type)>;` among the body's
+    statements, the type int or long long (a 64-bit index as `_canonical` spells it)."""
+    for kind, _ in INDEXES:
         try:
-            declaration, init, index = index_declaration(parsed, body, value, kind)
+            return (kind, *index_declaration(parsed, body, initializer(kind), kind))
         except NotApplicable:
             continue
-        if any(c.type == "type_qualifier" for c in declaration.children):
-            raise NotApplicable(f"the element index '{index}' is const")
-        return declaration, init, kind, index
-    raise NotApplicable("no element index `int i = blockIdx.x * blockDim.x + threadIdx.x;`")
+    raise NotApplicable(f"no `int i = {initializer(NARROW)};` nor its 64-bit form")
+
+
+def declared_index(parsed: cp.ParsedSource, body: Node) -> tuple[Node, Node, str, str]:
+    """(declaration, initializer, type, name) of the thread's element index, not `const`."""
+    kind, declaration, init, index = typed_index(parsed, body)
+    if any(c.type == "type_qualifier" for c in declaration.children):
+        raise NotApplicable(f"the element index '{index}' is const")
+    return declaration, init, kind, index
 
 
 def element_work(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> ElementWork:

@@ -4,7 +4,8 @@ and how a pack is loaded or declared. Here, not in one transform, because a tran
 
 from __future__ import annotations
 
-from klineage.transforms._elementwise import PURE_CALLS, Packing
+from klineage.transforms._calls import MATH_CALLS
+from klineage.transforms._elementwise import Packing
 
 WORD_WIDTH = 4
 COMPONENTS = ("x", "y", "z", "w")
@@ -21,7 +22,7 @@ def _declare_words(array: str, element: str, vector: str, index: str, read: bool
     return [f"{const}{vector} {array}{WORD_WIDTH} = *reinterpret_cast<const {vector}*>({array} + {index});"]
 
 
-WORDS = Packing(WORD_WIDTH, VECTORS, "float, int, unsigned or 8-bit integers", PURE_CALLS, rf"\w+{WORD_WIDTH}",
+WORDS = Packing(WORD_WIDTH, VECTORS, "float, int, unsigned or 8-bit integers", MATH_CALLS, rf"\w+{WORD_WIDTH}",
                 lambda array, lane: f"{array}{WORD_WIDTH}.{COMPONENTS[lane]}", _declare_words)
 
 # 16-bit elements, eight to a pack, reached through an element view of the pack
@@ -46,5 +47,5 @@ def _declare_halves(array: str, element: str, pack: str, index: str, read: bool,
             f"{const}{element}* {_half_view(array)} = reinterpret_cast<{const}{element}*>(&{array}{HALF_WIDTH});"]
 
 
-HALVES = Packing(HALF_WIDTH, HALF_PACKS, "__half or __nv_bfloat16", PURE_CALLS | HALF_CALLS, rf"\w+{HALF_WIDTH}h?",
+HALVES = Packing(HALF_WIDTH, HALF_PACKS, "__half or __nv_bfloat16", MATH_CALLS | HALF_CALLS, rf"\w+{HALF_WIDTH}h?",
                  lambda array, lane: f"{_half_view(array)}[{lane}]", _declare_halves)

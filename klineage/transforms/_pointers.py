@@ -86,6 +86,13 @@ def _edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[t
     return edits
 
 
+def aliases(parsed: cp.ParsedSource, body: Node) -> dict[str, str]:
+    """The local pointers the body declares into another pointer (`float* out = y + row * cols;`): local -> the
+    pointer it starts from, as written (a pointer declared from a local pointer maps to that local)."""
+    found = (_DECLARATION.fullmatch(squash(parsed.text(d))) for d in cp.nodes_of_type(body, "declaration"))
+    return {local: base for local, base, _ in (f.groups() for f in found if f is not None)}
+
+
 def _declares_from(parsed: cp.ParsedSource, use: Node) -> bool:
     """`use` is the base of another local pointer's declaration `q = <use> + E`."""
     expression = use.parent

@@ -24,33 +24,31 @@ from klineage.transforms._arg_reduction import (
     is_pair_butterfly,
     pair_butterfly,
 )
-from klineage.transforms._canonical import canonical
+from klineage.transforms._calls import MATH_CALLS, first_effect
+from klineage.transforms._canonical import NARROW, canonical
 from klineage.transforms._edit import Edit, indentation, own_lines, splice, unparen
 from klineage.transforms._flatten import Shape, flattened
 from klineage.transforms._naive import (
     FLOAT_ZERO,
+    INDEXES,
     LOOP_INDEX_TYPES,
-    SERIAL_INDEX,
-    index_declaration,
     kernel,
     launches_of,
     readable,
     rescaled_grid,
     squash,
     statements,
+    typed_index,
     unwrapped,
 )
 from klineage.transforms._packings import HALF_CALLS
+from klineage.transforms._pointers import aliases
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32
 LANE, SLICE, SLICE_MASK = "lane", "slice", "slice_mask"
 _SHFL_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long"})
-_PURE_CALLS = frozenset({
-    "expf", "__expf", "exp", "exp2f", "logf", "__logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "tanhf",
-    "fmaxf", "fminf", "max", "min", "fmaf", "__ldg", "__fdividef", "erff", "powf", "sinf", "cosf", "__frcp_rn",
-    "static_cast"}) | \
-    HALF_CALLS  # a row of __half or __nv_bfloat16 read through its conversions, summed in float
+_PURE_CALLS = MATH_CALLS | HALF_CALLS  # a row of __half or __nv_bfloat16 read through its conversions, summed in float
 _COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
                         r"gridDim|cooperative_groups|printf)\b")
@@ -88,10 +86,9 @@ class Layout:
     def lane(self) -> str:
         return LANE if self.group == 1 else SLICE
 
-    @property
-    def index(self) -> str:
-        """The row index's initializer."""
-        warp_index = f"({SERIAL_INDEX}) / {WARP}"
+    def index(self, kind: str = NARROW) -> str:
+        """The initializer of a row index declared `kind` (int, or long long where the naive kernel's was 64-bit)."""
+        warp_index = f"({dict(INDEXES)[kind]}) / {WARP}"
         return warp_index if self.group == 1 else f"{warp_index} * {self.group} + threadIdx.x % {self.group}"
 
     @property
@@ -160,6 +157,7 @@ class Site:
     row_declaration: Node
     loops: tuple[RowLoop, ...]
     types: dict[str, str]  # accumulator -> its declared type
+    kind: str = NARROW  # the row index's type: int, or long long where the kernel indexed in 64 bits
 
 
 class WarpReduction(Transform):
@@ -193,7 +191,7 @@ class WarpReduction(Transform):
         indent = indentation(data, site.row_declaration.start_byte)
         layout = self.layout
         lines = "".join(f"\n{indent}{line}" for line in layout.lines)
-        edits = [Edit(site.row_init.start_byte, site.row_init.end_byte, layout.index),
+        edits = [Edit(site.row_init.start_byte, site.row_init.end_byte, layout.index(site.kind)),
                  Edit(site.row_declaration.end_byte, site.row_declaration.end_byte, lines)]
         for loop in site.loops:
             node = loop.node
@@ -242,10 +240,10 @@ class WarpReduction(Transform):
         function = kernel(parsed, anchor)
         body = function.node.child_by_field_name("body")
         layout = self.layout
-        declaration, init, row = index_declaration(parsed, body, layout.index)
+        kind, declaration, init, row = typed_index(parsed, body, layout.index)
         if row != anchor.key:
             raise NotApplicable(f"{anchor}: the row variable is '{row}'")
-        edits = [Edit(init.start_byte, init.end_byte, SERIAL_INDEX)]
+        edits = [Edit(init.start_byte, init.end_byte, dict(INDEXES)[kind])]
         line = declaration
         for expected in layout.lines:
             line = line.next_named_sibling
@@ -286,7 +284,7 @@ class WarpReduction(Transform):
             if not function.is_kernel or body is None or self.layout.lines[0] not in squash(parsed.text(body)):
                 continue
             try:
-                found.append((function, index_declaration(parsed, body, self.layout.index)[2]))
+                found.append((function, typed_index(parsed, body, self.layout.index)[3]))
             except NotApplicable:
                 continue
         return found
@@ -301,12 +299,11 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
     if _OWN_NAMES.search(text):
         raise NotApplicable(f"{function.name} already names '{LANE}', '{SLICE}', 'offset', 'scan_...' or "
                             f"'pair_...'")
-    row_declaration, row_init, row = index_declaration(parsed, body, SERIAL_INDEX)
+    kind, row_declaration, row_init, row = typed_index(parsed, body)
     if text.count("threadIdx") != 1:
         raise NotApplicable(f"{function.name} uses threadIdx beyond its row index")
-    for call in cp.nodes_of_type(body, "call_expression"):
-        if cp.call_name(call) not in _PURE_CALLS:
-            raise NotApplicable(f"{function.name} calls {cp.call_name(call)}, which may have effects")
+    if (called := first_effect(parsed, body, _PURE_CALLS)) is not None:
+        raise NotApplicable(f"{function.name} calls {called}, which may have effects")
     loops, updated = [], set()
     for node in cp.nodes_of_type(body, "for_statement"):
         loop = _row_loop(parsed, body, node)
@@ -319,7 +316,7 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
         raise NotApplicable(f"{function.name} has no loop over its row")
     types = _check_accumulators(parsed, body, loops)
     _check_arrays(parsed, body)
-    return Site(function, row, row_init, row_declaration, tuple(loops), types)
+    return Site(function, row, row_init, row_declaration, tuple(loops), types, kind)
 
 
 def _butterfly(acc: Accumulator, layout: Layout) -> str:
@@ -554,8 +551,16 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
 
 
 def _check_arrays(parsed: cp.ParsedSource, body: Node) -> None:
-    """No array the kernel stores to is read, and every store is a plain `a[...] = e`."""
-    written = set()
+    """No array the kernel stores to is read, and every store is a plain `a[...] = e`. A local pointer into an array
+    (`float* out = y + row * cols;`) is that array: its declaration is no read, a read through it is."""
+    alias = aliases(parsed, body)
+
+    def array(name: str) -> str:
+        for _ in range(len(alias) + 1):  # a pointer declared from a pointer: follow to the first
+            name = alias.get(name, name)
+        return name
+
+    stores: dict[str, int] = {}
     for node in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
         target = node.child_by_field_name("left") or node.child_by_field_name("argument")
         if target.type in ("subscript_expression", "pointer_expression"):
@@ -564,13 +569,14 @@ def _check_arrays(parsed: cp.ParsedSource, body: Node) -> None:
                 raise NotApplicable("a read-modify-write of memory")
             if target.type != "subscript_expression":
                 raise NotApplicable("a store through a pointer expression")
-            written.add(parsed.text(target.child_by_field_name("argument")))
-    for name in written:
-        if len(re.findall(rf"\b{re.escape(name)}\b", parsed.text(body))) != sum(
-                1 for n in cp.nodes_of_type(body, "assignment_expression")
-                if n.child_by_field_name("left").type == "subscript_expression"
-                and parsed.text(n.child_by_field_name("left").child_by_field_name("argument")) == name):
-            raise NotApplicable(f"'{name}' is both stored to and read")
+            written = array(parsed.text(target.child_by_field_name("argument")))
+            stores[written] = stores.get(written, 0) + 1
+    text = parsed.text(body)
+    for written, stored in stores.items():
+        names = {written} | {local for local in alias if array(local) == written}
+        declared = 2 * (len(names) - 1)  # each local's declaration names it and the pointer it starts from
+        if sum(len(re.findall(rf"\b{re.escape(name)}\b", text)) for name in names) != stored + declared:
+            raise NotApplicable(f"'{written}' is both stored to and read")
 
 
 def _inside(node: Node, ancestor: Node) -> bool:

@@ -58,6 +58,7 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
+from klineage.transforms._calls import first_effect
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
 from klineage.transforms._elementwise import ELEMENT, Packing, evaluation_order
@@ -279,9 +280,9 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
     if divisor.isdigit() and int(divisor) % packing.width:
         raise NotApplicable(f"the row length {divisor} does not divide by the width {packing.width}: no row "
                             f"starts a 16-byte block")
-    for call in (c for s in lanes for c in cp.nodes_of_type(s, "call_expression")):
-        if cp.call_name(call) not in packing.pure:
-            raise NotApplicable(f"{name} calls {cp.call_name(call)}, which may have effects")
+    for called in (first_effect(parsed, s, packing.pure) for s in lanes):
+        if called is not None:
+            raise NotApplicable(f"{name} calls {called}, which may have effects")
     for pack in packs.values():
         if pack.written and not pack.read and not any(
                 s.type == "expression_statement" and squash(parsed.text(s)).startswith(f"{pack.array}[") and

@@ -8,7 +8,7 @@ from klineage.kernel import KernelState
 from klineage.transforms import get, refusals
 from tests.transforms.golden import plan_of
 
-SOURCE = """__device__ float twice(float v) { return 2.0f * v; }
+SOURCE = """__device__ float twice(float v) { printf("%f", v); return 2.0f * v; }
 
 __global__ void kernel(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -28,7 +28,7 @@ def test_a_kernel_no_forward_reads_says_why_and_a_helper_is_not_named():
         get("serialize_reduction").forward_sites(FLAT)
     assert refused and all(line.startswith("kernel: ") for line in refused)  # `twice` is no site by design
     assert any("more than 1 dimension" in line for line in refused)  # the 2-D launch is why, in words
-    assert "kernel: kernel calls twice, which may have effects" in refused  # a call it cannot see into
+    assert "kernel: kernel calls twice, which may have effects" in refused  # a helper with an effect (printf)
 
 
 def test_refusals_are_collected_only_while_asked_and_each_once():

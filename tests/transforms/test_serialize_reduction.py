@@ -137,6 +137,48 @@ def test_a_row_loop_keeps_its_index_type_both_ways(transform):
     assert "for (size_t j = 0; j < n; ++j)" in transform.backward(warp, transform.find(warp)[0]).state.source
 
 
+@pytest.mark.parametrize("declared", ["size_t row = (size_t)blockIdx.x * blockDim.x + threadIdx.x;",
+                                      "int64_t row = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;",
+                                      "const long long row = threadIdx.x + (long long)blockIdx.x * blockDim.x;"])
+def test_a_64_bit_row_index_stays_64_bit_both_ways(transform, cache, declared):
+    head = HEAD.replace("int row = blockIdx.x * blockDim.x + threadIdx.x;", declared)
+    naive = KernelState(source="#include <cstdint>\n" + head + "    float s = 0.0f;\n"
+                               "    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n}\n", plan=PLAN)
+    (site,) = transform.forward_sites(naive)
+    warp = transform.forward(naive, site).state
+    assert "long long row = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;" in warp.source
+    assert "long long row = (long long)blockIdx.x * blockDim.x + threadIdx.x;" in \
+        transform.backward(warp, transform.find(warp)[0]).state.source
+    compiles_without_spills(warp, cache)
+
+
+HELPER_ROW = ("__device__ __forceinline__ float sq(float v) { return v * v; }\n" + HEAD +
+              "    const float* in = x + row * n;\n    float* out = y + row * n;\n    float s = 0.0f;\n"
+              "    for (int j = 0; j < n; ++j) s += sq(in[j]);\n"
+              "    for (int j = 0; j < n; ++j) out[j] = in[j] * rsqrtf(s / n + 1e-6f);\n}\n")
+
+
+def test_a_pure_helper_and_a_pointer_to_the_output_row_are_read_through(transform):
+    state = KernelState(source=HELPER_ROW, plan=PLAN)
+    assert transform.forward_sites(state) == [Anchor("kernel", "function", "row")]
+    warp = transform.forward(state, Anchor("kernel", "function", "row")).state.source
+    assert "for (int j = lane; j < n; j += 32) s += sq(in[j]);" in warp
+    assert "for (int j = lane; j < n; j += 32) out[j] = in[j]" in warp
+
+
+@pytest.mark.parametrize("old, new", [
+    ("out[j] = in[j]", "out[j] = out[j] + in[j]"),  # the output row read back through its pointer
+    ("    float s = 0.0f;\n", "    float s = y[row * n];\n"),  # ... or through the array it points into
+    ("    float* out = y + row * n;\n", "    float* out = y + row * n;\n    float* last = out + n - 1;\n"
+                                       "    float t = last[0];\n"),  # ... or through a pointer into that pointer
+    ("{ return v * v; }", "{ return v * v * threadIdx.x; }"),  # a helper that reads a thread coordinate
+])
+def test_no_site_where_the_row_is_read_back_or_a_helper_has_an_effect(transform, old, new):
+    state = KernelState(source=HELPER_ROW.replace(old, new), plan=PLAN)
+    assert HELPER_ROW.replace(old, new) != HELPER_ROW
+    assert transform.forward_sites(state) == []
+
+
 def test_an_accumulator_updated_after_its_loop_is_combined_first(transform, cache):
     """`mean /= n` after the loop: the butterfly right after the loop leaves every lane the row's sum, so the
     update and everything after it are the same in all 32 lanes."""

@@ -1,0 +1,98 @@
+"""Calls a forward may move between threads, lanes, iterations or chunks: those with no effect but their value.
+
+A forward that shares a thread's loop among lanes, or packs elements into vectors, evaluates a call in another
+thread, another order or more or fewer times than the naive kernel did. That is sound only for a call whose value
+depends on its arguments alone and which writes nothing: the math library's functions (`MATH_CALLS`), and a
+`__device__` function of the same source whose definition shows it (`pure_functions`):
+- every parameter is taken by value, as a plain scalar (no pointer, reference or array);
+- its body names no thread coordinate, shared or volatile memory, atomic, barrier, shuffle, `asm`, `printf` or
+  allocation, and declares nothing `static`;
+- it assigns only to names it declares (its parameters and locals), never through a subscript, a field or a
+  pointer;
+- it calls only math functions and functions that pass these same rules (a call cycle never passes: each function
+  is admitted only once every function it calls was).
+A name defined more than once (overloads, templates' specializations) is pure only where every definition is.
+Anything else may have an effect, and the forwards find no site where a kernel calls it.
+
+The leading underscore keeps the catalog from loading this module as a transform.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+
+MATH_CALLS = frozenset({
+    "expf", "__expf", "exp", "exp2f", "expm1f", "logf", "__logf", "log", "log1pf", "sqrtf", "sqrt", "rsqrtf",
+    "fabsf", "fabs", "abs", "tanhf", "tanh", "erff", "erf", "erfcf", "normcdff", "powf", "sinf", "cosf", "fmaxf",
+    "fminf", "max", "min", "fmaf", "__fdividef", "__frcp_rn", "__saturatef", "floorf", "ceilf", "roundf", "truncf",
+    "copysignf", "__ldg", "static_cast"})
+_EFFECTS = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__shared__|volatile|static|atomic\w*|__sync\w*|"
+                      r"__shfl\w*|__ballot\w*|__activemask|asm|printf|malloc|free|new|delete|goto|extern)\b")
+_SCALAR_PARAMETER = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:]*(?:\s+[A-Za-z_]\w*)*\s+[A-Za-z_]\w*$")
+
+
+def pure_functions(parsed: cp.ParsedSource, math: frozenset[str] = MATH_CALLS) -> frozenset[str]:
+    """The names of the source's `__device__` functions that have no effect but their value (the module's rules),
+    given that the calls in `math` have none."""
+    definitions: dict[str, list[cp.Function]] = {}
+    for function in cp.functions(parsed):
+        definitions.setdefault(function.name, []).append(function)
+    candidates = {name: defs for name, defs in definitions.items()
+                  if all(_self_contained(parsed, f) for f in defs)}
+    pure: set[str] = set()
+    grown = True
+    while grown:  # admit a function once all it calls are admitted: a fixed point, so cycles never enter
+        grown = False
+        for name, defs in candidates.items():
+            if name not in pure and all(cp.call_name(call) in math or cp.call_name(call) in pure
+                                        for f in defs for call in cp.nodes_of_type(f.node, "call_expression")):
+                pure.add(name)
+                grown = True
+    return frozenset(pure)
+
+
+def first_effect(parsed: cp.ParsedSource, node: Node, math: frozenset[str] = MATH_CALLS) -> str | None:
+    """The name of the first call under `node` that may have an effect (neither in `math` nor a pure function of
+    the source), or None when every call is pure."""
+    calls = [cp.call_name(call) for call in cp.nodes_of_type(node, "call_expression")]
+    unknown = [name for name in calls if name not in math]
+    if not unknown:
+        return None
+    pure = pure_functions(parsed, math)
+    return next((name for name in unknown if name not in pure), None)
+
+
+def _self_contained(parsed: cp.ParsedSource, function: cp.Function) -> bool:
+    """A `__device__` definition whose parameters are scalars by value, whose body has no effect the module lists,
+    and which assigns only to the names it declares."""
+    body = function.node.child_by_field_name("body")
+    if body is None or function.is_kernel or "__device__" not in function.qualifiers:
+        return False
+    declarator = function.node.child_by_field_name("declarator")
+    while declarator is not None and declarator.type != "function_declarator":
+        declarator = declarator.child_by_field_name("declarator")
+    if declarator is None:
+        return False
+    names = set()
+    for parameter in declarator.child_by_field_name("parameters").named_children:
+        text = " ".join(parsed.text(parameter).split())
+        if parameter.type != "parameter_declaration" or not _SCALAR_PARAMETER.match(text):
+            return False
+        names.add(text.rsplit(" ", 1)[1])
+    if _EFFECTS.search(parsed.text(body)):
+        return False
+    for declaration in cp.nodes_of_type(body, "declaration"):
+        for declarator in declaration.children_by_field_name("declarator"):
+            while declarator.child_by_field_name("declarator") is not None:
+                declarator = declarator.child_by_field_name("declarator")
+            names.add(parsed.text(declarator))
+    for change in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
+        target = change.child_by_field_name("left") if change.type == "assignment_expression" else \
+            change.child_by_field_name("argument")
+        if target is None or target.type != "identifier" or parsed.text(target) not in names:
+            return False
+    return True
