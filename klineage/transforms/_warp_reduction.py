@@ -26,7 +26,7 @@ from klineage.transforms._arg_reduction import (
 )
 from klineage.transforms._calls import MATH_CALLS, first_effect
 from klineage.transforms._canonical import NARROW, canonical
-from klineage.transforms._edit import Edit, indentation, own_lines, splice, unparen
+from klineage.transforms._edit import Edit, indentation, own_lines, splice, summands, unparen
 from klineage.transforms._flatten import Shape, flattened
 from klineage.transforms._naive import (
     FLOAT_ZERO,
@@ -360,8 +360,9 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     if scan is not None and kind != "int":
         raise NotApplicable(f"a running sum over a {kind} index (its chunks count in int)")
     if scan is not None:
-        if not re.search(rf"\b{index}\b", scan.target):
-            raise NotApplicable("a running sum stored where the loop index does not say")
+        stored = statements(loop_body)[1].named_children[0].child_by_field_name("left")  # `_scan`'s target
+        if not one_to_one(parsed, stored, index):
+            raise NotApplicable("a running sum stored where the loop index does not say one to one")
         return RowLoop(node, index, (Accumulator(scan.accumulator, "+"),), scan)
     accumulators: dict[str, Accumulator] = {}
     in_updates: dict[str, int] = {}  # how often each accumulator is named by its own updates
@@ -378,8 +379,9 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
             left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
             operator = parsed.text(assignment.child_by_field_name("operator"))
             if left.type == "subscript_expression" and operator == "=":
-                if not re.search(rf"\b{index}\b", parsed.text(left)):
-                    raise NotApplicable("a store inside a row loop whose index does not use the loop index")
+                if not one_to_one(parsed, left, index):
+                    raise NotApplicable(f"a store in a row loop whose element does not move one to one with the loop "
+                                        f"index (`{squash(parsed.text(left))}`): two lanes could write one element")
                 continue
             accumulator = _reduction(parsed, left, operator, right)
         if accumulator is None:
@@ -398,6 +400,24 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
         raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction or an extreme may start later): "
                             f"`{header}`")
     return RowLoop(node, index, tuple(accumulators.values()), start=start, kind=kind)
+
+
+def one_to_one(parsed: cp.ParsedSource, subscript: Node, index: str) -> bool:
+    """The element `subscript` names moves one to one with the loop index: exactly one of its subscript's terms
+    names the index, and that term is the index, or the index times a nonzero integer literal (`y[row * n + j]`,
+    `y[base - j]`, `y[2 * j + 1]`). Then distinct steps of the loop name distinct elements, and lanes that take
+    distinct steps never write one element (`y[j / 2]`, `y[j % 4]` or `y[j * stride]`, stride maybe 0, might)."""
+    named = [term for term in summands(parsed, subscript.child_by_field_name("indices").named_children[0])
+             if re.search(rf"\b{index}\b", parsed.text(term))]
+    if len(named) != 1:
+        return False
+    term = named[0]
+    if term.type == "binary_expression" and parsed.text(term.child_by_field_name("operator")) == "*":
+        factors = sorted((unparen(term.child_by_field_name(side)) for side in ("left", "right")),
+                         key=lambda factor: factor.type != "identifier")
+        term = factors[0] if factors[1].type == "number_literal" and \
+            re.fullmatch(r"0*[1-9]\d*[uUlL]*", parsed.text(factors[1])) else term
+    return term.type == "identifier" and parsed.text(term) == index
 
 
 def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:

@@ -87,6 +87,14 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     ("    for (int j = 0; j < n; ++j) atomicAdd(y + row, x[row * n + j]);\n", "shares memory"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n] = s; }\n",
      "loop index does not say"),
+    # stores two lanes could make to one element at once, where the serial loop's last write wins
+    ("    for (int j = 0; j < n; ++j) y[row * n + j / 2] = x[row * n + j];\n", "one to one"),
+    ("    for (int j = 0; j < n; ++j) y[row * n + j % 4] = x[row * n + j];\n", "one to one"),
+    ("    for (int j = 0; j < n; ++j) y[row * n + (j & 1)] = x[row * n + j];\n", "one to one"),
+    ("    for (int j = 0; j < n; ++j) y[row * n + j * n] = x[row * n + j];\n", "one to one"),  # n may be 0
+    ("    for (int j = 0; j < n; ++j) y[row * n + j - j] = x[row * n + j];\n", "one to one"),
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n + j / 2] = s; }\n",
+     "loop index does not say one to one"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j] * s; y[row * n + j] = s; }\n",
      "read inside its loop"),
     # arg reductions: a strict compare, the value and the loop index taken together, nothing else
@@ -127,6 +135,12 @@ def test_a_reduction_spelled_any_common_way_is_combined_by_its_operation(transfo
     assert transform.forward_sites(state) == [Anchor("kernel", "function", "row")]
     assert f"for (int offset = 16; offset > 0; offset /= 2) {combine};" in \
         transform.forward(state, Anchor("kernel", "function", "row")).state.source
+
+
+@pytest.mark.parametrize("store", ["y[row * n + n - 1 - j]", "y[2 * j + row * n]", "y[row * n + (j * 2)]"])
+def test_a_store_that_moves_one_to_one_with_the_loop_index_is_a_site(transform, store):
+    state = KernelState(source=HEAD + f"    for (int j = 0; j < n; ++j) {store} = x[row * n + j];\n}}\n", plan=PLAN)
+    assert transform.forward_sites(state) == [Anchor("kernel", "function", "row")]
 
 
 def test_a_row_loop_keeps_its_index_type_both_ways(transform):
