@@ -26,7 +26,7 @@ from klineage.transforms._arg_reduction import (
 )
 from klineage.transforms._calls import MATH_CALLS, first_effect
 from klineage.transforms._canonical import NARROW, canonical
-from klineage.transforms._edit import Edit, indentation, own_lines, splice, summands, unparen
+from klineage.transforms._edit import Edit, indentation, is_written, outer_parens, own_lines, splice, summands, unparen
 from klineage.transforms._flatten import Shape, flattened
 from klineage.transforms._naive import (
     FLOAT_ZERO,
@@ -50,6 +50,8 @@ LANE, SLICE, SLICE_MASK = "lane", "slice", "slice_mask"
 _SHFL_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long"})
 _PURE_CALLS = MATH_CALLS | HALF_CALLS  # a row of __half or __nv_bfloat16 read through its conversions, summed in float
 _COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
+# a store to an element, plain or of the element's own value updated (what `_check_arrays` allows to be read)
+_STORES = frozenset({"=", "+=", "-=", "*=", "/="})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
                         r"gridDim|cooperative_groups|printf)\b")
 _OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+)\b")  # what warp forms declare
@@ -315,7 +317,7 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
     if not loops:
         raise NotApplicable(f"{function.name} has no loop over its row")
     types = _check_accumulators(parsed, body, loops)
-    _check_arrays(parsed, body)
+    _check_arrays(parsed, body, loops)
     return Site(function, row, row_init, row_declaration, tuple(loops), types, kind)
 
 
@@ -378,7 +380,7 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
         else:
             left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
             operator = parsed.text(assignment.child_by_field_name("operator"))
-            if left.type == "subscript_expression" and operator == "=":
+            if left.type == "subscript_expression" and operator in _STORES:
                 if not one_to_one(parsed, left, index):
                     raise NotApplicable(f"a store in a row loop whose element does not move one to one with the loop "
                                         f"index (`{squash(parsed.text(left))}`): two lanes could write one element")
@@ -570,9 +572,12 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
     return {name: kind for name, (kind, _) in declared.items()}
 
 
-def _check_arrays(parsed: cp.ParsedSource, body: Node) -> None:
-    """No array the kernel stores to is read, and every store is a plain `a[...] = e`. A local pointer into an array
-    (`float* out = y + row * cols;`) is that array: its declaration is no read, a read through it is."""
+def _check_arrays(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop]) -> None:
+    """Every store is a subscript (`a[...] = e`, or `a[...] *= e` ...), and an array the kernel stores to is read
+    only where a lane reads back an element it wrote itself: each access to the array in a row loop, at the same
+    subscript of the loop index, the loops starting at the same column (the lanes' elements are then the same in
+    every loop). A local pointer into an array (`float* out = y + row * cols;`) is that array: its declaration
+    is no read, an access through it is an access to the array."""
     alias = aliases(parsed, body)
 
     def array(name: str) -> str:
@@ -580,23 +585,40 @@ def _check_arrays(parsed: cp.ParsedSource, body: Node) -> None:
             name = alias.get(name, name)
         return name
 
-    stores: dict[str, int] = {}
+    written = set()
     for node in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
-        target = node.child_by_field_name("left") or node.child_by_field_name("argument")
-        if target.type in ("subscript_expression", "pointer_expression"):
-            operator = node.child_by_field_name("operator")
-            if node.type == "update_expression" or parsed.text(operator) != "=":
-                raise NotApplicable("a read-modify-write of memory")
-            if target.type != "subscript_expression":
-                raise NotApplicable("a store through a pointer expression")
-            written = array(parsed.text(target.child_by_field_name("argument")))
-            stores[written] = stores.get(written, 0) + 1
+        target = unparen(node.child_by_field_name("left") or node.child_by_field_name("argument"))
+        if target.type == "pointer_expression":
+            raise NotApplicable("a store through a pointer expression")
+        if target.type == "subscript_expression":
+            if node.type == "update_expression":
+                raise NotApplicable(f"an increment of memory: `{squash(parsed.text(node))}`")
+            written.add(array(parsed.text(target.child_by_field_name("argument"))))
     text = parsed.text(body)
-    for written, stored in stores.items():
-        names = {written} | {local for local in alias if array(local) == written}
+    for stored in written:
+        names = {stored} | {local for local in alias if array(local) == stored}
+        accesses = [node for node in cp.nodes_of_type(body, "subscript_expression")
+                    if parsed.text(node.child_by_field_name("argument")) in names]
         declared = 2 * (len(names) - 1)  # each local's declaration names it and the pointer it starts from
-        if sum(len(re.findall(rf"\b{re.escape(name)}\b", text)) for name in names) != stored + declared:
-            raise NotApplicable(f"'{written}' is both stored to and read")
+        if sum(len(re.findall(rf"\b{re.escape(name)}\b", text)) for name in names) != len(accesses) + declared:
+            raise NotApplicable(f"'{stored}' is used as a pointer beyond its elements")
+        if all(_plain_store(parsed, node) for node in accesses):
+            continue
+        forms = set()
+        for node in accesses:
+            loop = next((loop for loop in loops if _inside(node, loop.node)), None)
+            if loop is None or loop.scan is not None or not one_to_one(parsed, node, loop.index):
+                raise NotApplicable(f"'{stored}' is both stored to and read")
+            subscript = squash(parsed.text(node.child_by_field_name("indices")))
+            forms.add((loop.start, parsed.text(node.child_by_field_name("argument")),
+                       re.sub(rf"\b{loop.index}\b", "@", subscript)))
+        if len(forms) != 1:
+            raise NotApplicable(f"'{stored}' is both stored to and read at elements other lanes may write")
+
+
+def _plain_store(parsed: cp.ParsedSource, node: Node) -> bool:
+    """`node` is what a plain `=` assigns (a store that reads nothing of the array)."""
+    return is_written(node) and parsed.text(outer_parens(node).parent.child_by_field_name("operator")) == "="
 
 
 def _inside(node: Node, ancestor: Node) -> bool:

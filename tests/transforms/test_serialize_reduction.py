@@ -71,7 +71,11 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     ("    float s = 0.0f;\n    s += 1.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n",
      "before its loop"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row] = s; }\n", "index"),
-    ("    for (int j = 0; j < n; ++j) y[row * n + j] = y[row * n + j] * 2.0f;\n", "both stored"),
+    ("    for (int j = 0; j < n; ++j) y[row * n + j] = y[row * n + j + 1] * 2.0f;\n", "other lanes may write"),
+    ("    for (int j = 0; j < n; ++j) y[row * n + j] = 1.0f;\n    y[row * n] *= 2.0f;\n", "both stored"),
+    ("    for (int j = 0; j < n; ++j) y[row * n + j] = 1.0f;\n    for (int j = 1; j < n; ++j) y[row * n + j] *= 2.0f;\n",
+     "other lanes may write"),  # a loop from another column: its lanes hold other elements
+    ("    for (int j = 0; j < n; ++j) y[row * n + j]++;\n", "no store or reduction"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s = s * 0.5f + x[row * n + j];\n", "reduction"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s = s + s * x[row * n + j];\n", "not a reduction"),
     # the larger value where the compare fails: a NaN would be taken, which max never takes
@@ -180,8 +184,33 @@ def test_a_pure_helper_and_a_pointer_to_the_output_row_are_read_through(transfor
     assert "for (int j = lane; j < n; j += 32) out[j] = in[j]" in warp
 
 
+READ_BACK = HEAD.replace("float* y", "float* __restrict__ y").replace("const float* x", "const float* __restrict__ x") + \
+    "    const float* in = x + row * n;\n    float* out = y + row * n;\n    float m = -INFINITY;\n" \
+    "    for (int j = 0; j < n; ++j) if (in[j] > m) m = in[j];\n    float sum = 0.f;\n" \
+    "    for (int j = 0; j < n; ++j) { float e = expf(in[j] - m); out[j] = e; sum += e; }\n" \
+    "    const float inv = 1.f / sum;\n    for (int j = 0; j < n; ++j) out[j] *= inv;\n}\n"
+
+
+def test_a_lane_reads_back_the_elements_it_wrote(transform, tmp_path):
+    """Softmax written as exponentials stored, then rescaled in place: each lane rescales the columns it stored
+    (the same loop index, the same start), so the warp form computes the serial one's rows."""
+    naive = KernelState(source="#include <cmath>\n" + READ_BACK, plan=PLAN)
+    (site,) = transform.forward_sites(naive)
+    warp = transform.forward(naive, site).state
+    assert "for (int j = lane; j < n; j += 32) out[j] *= inv;" in warp.source
+    results = {}
+    for form, state in (("naive", naive), ("warp", warp)):
+        binary = emulate.build(tmp_path / form, state)
+        for n in (1, 33, 70):
+            x = torch.randn(5, n, generator=torch.Generator().manual_seed(n))
+            results[form, n] = emulate.run(binary, tmp_path / f"{form}-{n}", state, {"rows": 5, "n": n},
+                                           {"x": x.flatten()}, {"y": (torch.float32, 5 * n)})["y"]
+    for n in (1, 33, 70):
+        torch.testing.assert_close(results["warp", n], results["naive", n], rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("old, new", [
-    ("out[j] = in[j]", "out[j] = out[j] + in[j]"),  # the output row read back through its pointer
+    ("out[j] = in[j]", "out[j] = out[j + 1] + in[j]"),  # the output row read back at a neighbour's element
     ("    float s = 0.0f;\n", "    float s = y[row * n];\n"),  # ... or through the array it points into
     ("    float* out = y + row * n;\n", "    float* out = y + row * n;\n    float* last = out + n - 1;\n"
                                        "    float t = last[0];\n"),  # ... or through a pointer into that pointer
