@@ -28,9 +28,9 @@ from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, reindent, splice
 from klineage.transforms._flatten import flattened
 from klineage.transforms._naive import (
-    BOUND,
     INDEXES,
     SERIAL_INDEX,
+    bound_of,
     declared_index,
     if_form,
     index_declaration,
@@ -98,8 +98,9 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name} does not end in `if ({index} < n) ...`")
     condition = squash(parsed.text(guard.child_by_field_name("condition")))
-    bound = re.fullmatch(rf"\(\s*{index}\s*<\s*({BOUND})\s*\)", condition) or \
-        re.fullmatch(rf"\(\s*({BOUND})\s*>\s*{index}\s*\)", condition)  # `n > i` is `i < n`
+    said = re.fullmatch(rf"\( ?{index} < (.+?) ?\)", condition) or \
+        re.fullmatch(rf"\( ?(.+?) > {index} ?\)", condition)  # `n > i` is `i < n`
+    bound = bound_of(said[1]) if said else None
     if bound is None:
         raise NotApplicable(f"{function.name}'s guard is not `{index} < n`")
     if listed.index(guard) != listed.index(declaration) + 1:
@@ -148,7 +149,7 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
             raise NotApplicable(f"'{array}' is written only under a condition: a vector store would write garbage")
     if not read and not written:
         raise NotApplicable(f"{function.name} touches no array")
-    return Site(function, kind, index, init, guard, bound[1], guarded, tuple(read.items()), tuple(written.items()))
+    return Site(function, kind, index, init, guard, bound, guarded, tuple(read.items()), tuple(written.items()))
 
 
 def packed(state: KernelState, parsed: cp.ParsedSource, site: Site, packing: Packing) -> tuple[str, LaunchPlan]:

@@ -62,15 +62,16 @@ from klineage.launch import Launch
 from klineage.transforms._canonical import NARROW, WIDE, canonical, canonical_index
 from klineage.transforms._edit import indentation, is_written, reindent, splice
 from klineage.transforms._naive import (
-    BOUND,
     FORBIDDEN,
     LOOP_INDEX_TYPES,
+    bound_of,
     bounds_2d,
     grid_index,
     launch_scalars,
     launches_of,
     squash,
     statements,
+    uncast_grid,
 )
 from klineage.transforms.base import NotApplicable, refused, with_plan
 
@@ -180,9 +181,9 @@ def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Functio
     listed = statements(function.node.child_by_field_name("body"))
     stride_names = {"blockDim.x * gridDim.x", "gridDim.x * blockDim.x"}
     if len(listed) == 2:
-        declared = re.fullmatch(r"(?:const )?(?:int|unsigned|unsigned int|size_t|long long) ([A-Za-z_]\w*) = "
+        declared = re.fullmatch(rf"(?:const )?(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = "
                                 r"\(?(blockDim\.x \* gridDim\.x|gridDim\.x \* blockDim\.x)\)?;",
-                                squash(parsed.text(listed[0])))
+                                uncast_grid(squash(parsed.text(listed[0]))))
         if declared is None:
             raise NotApplicable(f"{function.name} declares more than its stride before its grid-stride loop")
         stride_names.add(declared[1])
@@ -192,14 +193,17 @@ def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Functio
     if loop.type != "for_statement":
         raise NotApplicable(f"{function.name} is not one grid-stride loop over elements")
     init = squash(parsed.text(loop.child_by_field_name("initializer")))
-    declaration = re.fullmatch(rf"((?:{LOOP_INDEX_TYPES})) ([A-Za-z_]\w*) = (\(?(?:\((?:{LOOP_INDEX_TYPES})\))?"
-                               r"blockIdx\.x\)? \* blockDim\.x \+ threadIdx\.x);", init)
+    # the start as written (casts kept: `canonical` reads the declaration that `flattened` writes from it)
+    declaration = re.fullmatch(rf"((?:{LOOP_INDEX_TYPES})) ([A-Za-z_]\w*) = (.+);", init)
+    if declaration is not None and not re.fullmatch(r"\(?blockIdx\.x\)? \* blockDim\.x \+ threadIdx\.x",
+                                                    uncast_grid(declaration[3])):
+        declaration = None
     condition = squash(parsed.text(loop.child_by_field_name("condition") or loop))
-    update = squash(parsed.text(loop.child_by_field_name("update") or loop))
+    update = uncast_grid(squash(parsed.text(loop.child_by_field_name("update") or loop)))
     if declaration is None:
         raise NotApplicable(f"{function.name}'s loop does not start at the global thread index")
     kind, index, start = declaration.groups()
-    bound = re.fullmatch(rf"{index} < ({BOUND})", condition)
+    bound = bound_of(condition.removeprefix(f"{index} < ")) if condition.startswith(f"{index} < ") else None
     steps = {f"{index} += {name}" for name in stride_names} | {f"{index} = {index} + {name}" for name in stride_names}
     if bound is None or update not in steps | {s.replace("blockDim.x * gridDim.x", "(blockDim.x * gridDim.x)")
                                                    for s in steps}:
@@ -215,8 +219,8 @@ def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Functio
         raise NotApplicable(f"{function.name} changes its element index '{index}' in the loop body")
     indent = indentation(parsed.data, listed[0].start_byte)
     body = reindent(text, len(indentation(parsed.data, loop.start_byte)), indent)[len(indent):]
-    source = f"{kind} {index} = {start};\n{indent}if ({index} < {bound[1]}) {body}"
-    return source, _element_launches(state, parsed, function, bound[1], 1)
+    source = f"{kind} {index} = {start};\n{indent}if ({index} < {bound}) {body}"
+    return source, _element_launches(state, parsed, function, bound, 1)
 
 
 def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Matrix:

@@ -27,6 +27,10 @@ INDEXES = ((NARROW, SERIAL_INDEX), (WIDE, canonical_index(WIDE)))  # (type, init
 LOOP_INDEX_TYPES = r"int|unsigned|unsigned int|uint32_t|size_t|uint64_t|long long|int64_t|long"
 # a bound `n` of `i < n` a forward may copy into `i + 3 < n`: a name, or a product or sum of names (`rows * cols`)
 BOUND = r"[A-Za-z_]\w*(?:\s*[*+]\s*[A-Za-z_]\w*)*"
+# a loop's bound as people write it: BOUND, or one count cast to an integer type (`(size_t)n`,
+# `static_cast<int64_t>(n)`), the same value as the count wherever the kernel is correct (a negative count would
+# send the cast loop past every buffer); a cast product stays out (its width is its value)
+CAST_BOUND = rf"(?:\((?:{LOOP_INDEX_TYPES})\) ?|static_cast<(?:{LOOP_INDEX_TYPES})>)\(?([A-Za-z_]\w*)\)?"
 FLOAT_ZERO = r"(?:0|0\.0*f?|0\.f|\.0f?)"  # a float zero as people write it: 0, 0.0, 0.f, .0f, ...
 # what an element's work may not hold: a loop, a barrier or collective, an early exit, a thread coordinate
 FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"
@@ -56,6 +60,20 @@ class ElementWork:
 def squash(text: str) -> str:
     """The text with every run of blanks one space: C's layout does not change what it says."""
     return " ".join(text.split())
+
+
+def bound_of(text: str) -> str | None:
+    """The bound `text` (squashed) says, without a cast on a lone count (CAST_BOUND); None where it is neither."""
+    found = re.fullmatch(CAST_BOUND, text) or re.fullmatch(rf"({BOUND})", text)
+    return found[1] if found else None
+
+
+def uncast_grid(text: str) -> str:
+    """`text` (squashed) without the integer casts people put on the grid's coordinates and extents
+    (`(size_t)blockDim.x * gridDim.x`, `static_cast<int64_t>(blockIdx.x) * blockDim.x`): a grid-stride loop's
+    start and step, read only to recognise them."""
+    text = re.sub(rf"static_cast<(?:{LOOP_INDEX_TYPES})>\(((?:blockIdx|blockDim|gridDim)\.x)\)", r"\1", text)
+    return re.sub(rf"\((?:{LOOP_INDEX_TYPES})\) ?(?=\(|blockIdx|blockDim|gridDim)", "", text)
 
 
 def statements(node: Node) -> list[Node]:

@@ -173,6 +173,31 @@ def test_a_grid_stride_loop_left_as_written_with_the_reason(body, why):
     assert any(why in line for line in refused), refused
 
 
+@pytest.mark.parametrize("loop, index", [
+    ("for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)blockDim.x * gridDim.x)",
+     "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"),
+    ("for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; "
+     "i += static_cast<int64_t>(blockDim.x) * gridDim.x)", "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"),
+    ("for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < static_cast<int>(n); i += blockDim.x * gridDim.x)",
+     "int i = blockIdx.x * blockDim.x + threadIdx.x;"),
+])
+def test_a_grid_stride_loop_with_casts_on_its_grid_or_count_is_one_thread_per_element(loop, index):
+    state = KernelState(source="#include <cstdint>\n" + STRIDE_HEAD + f"    {loop} y[i] = 2.0f * x[i];\n}}\n",
+                        plan=STRIDE_PLAN)
+    flat = flattened(canonical(state))
+    assert f"{index}\n    if (i < n) y[i] = 2.0f * x[i];" in flat.source
+    assert flat.plan.launches[0].grid[0] == "cdiv(n, 256)"
+    assert len(get("scalarize_elementwise").forward_sites(state)) == 1
+
+
+def test_a_cast_product_bound_is_left_as_written():
+    """`(size_t)rows * cols` is a 64-bit product: read as `rows * cols` it would wrap at 2^31 where it did not."""
+    state = KernelState(source=STRIDE_HEAD.replace("int n", "int rows, int cols") +
+                        "    for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)rows * cols; "
+                        "i += blockDim.x * gridDim.x) y[i] = x[i];\n}\n", plan=STRIDE_PLAN)
+    assert flattened(canonical(state)) == canonical(state)
+
+
 def _row_plan(grid: str = "rows", block: int = 1) -> LaunchPlan:
     return LaunchPlan.from_toml(f'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["{grid}"]\n'
                                 f'block = [{block}]\nargs = ["x", "y", {{ scalar = "rows", type = "i32" }}]\n')

@@ -127,3 +127,14 @@ def test_the_emulation_sees_a_lane_reading_another_lanes_data(tmp_path, case, ol
     assert wrong != packed.source
     differences = _bits(tmp_path, case, KernelState(source=wrong, plan=packed.plan))
     assert differences and all("-0 " in d for d in differences), differences  # aligned: the vector path
+
+
+@pytest.mark.parametrize("guard, bound", [("i < (unsigned)n", "n"), ("static_cast<long long>(n) > i", "n"),
+                                          ("i < (size_t)n * 2", None)])  # a cast product is its own width
+def test_a_guard_with_a_cast_count_reads_as_the_count(transform, guard, bound):
+    state = KernelState(source=HEAD.replace("int i", "unsigned int i") + f"    if ({guard}) y[i] = x[i] + 1.0f;\n}}\n",
+                        plan=PLAN)
+    sites = transform.forward_sites(state)
+    assert len(sites) == (bound is not None)
+    if sites:
+        assert f"if (i + 3 < {bound} && " in transform.forward(state, sites[0]).state.source
