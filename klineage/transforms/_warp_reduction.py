@@ -55,7 +55,9 @@ _STORES = frozenset({"=", "+=", "-=", "*=", "/="})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
                         r"gridDim|cooperative_groups|printf)\b")
 _OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+)\b")  # what warp forms declare
-_LOOP_BOUND = r"[\w.]+(?:\s*[*+]\s*[\w.]+)*"  # a row's length: a name, or a product or sum of names (`cpg * hw`)
+# a row's length: a name, or a product or sum of names (`cpg * hw`), or one name cast to an integer type
+# (`(size_t)rows`, kept as written: the cast is the author's and changes no length a correct kernel is given)
+_LOOP_BOUND = rf"(?:\((?:{LOOP_INDEX_TYPES})\)\s*[\w.]+|[\w.]+(?:\s*[*+]\s*[\w.]+)*)"
 _SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*({_LOOP_BOUND})\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
 _WARP_SCAN = re.compile(

@@ -41,7 +41,7 @@ from klineage.launch import Arg, ArgKind, Launch, Scratch
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import Edit, indentation, line_start, splice, unparen
-from klineage.transforms._naive import kernel, launch_scalars, launches_of, readable, squash, statements
+from klineage.transforms._naive import bound_of, kernel, launch_scalars, launches_of, readable, squash, statements
 from klineage.transforms._warp_reduction import RowLoop, Site, serial_site
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -191,7 +191,8 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     bound = squash(parsed.text(loop.node.child_by_field_name("condition"))).split("<", 1)[1].strip()
     outputs, block = _guard(parsed, body, site.row, loop.node)
     scalars, constants = launch_scalars(parsed, function, launches[0]), parse_constants(state.source)
-    said = (_plan_value(bound, scalars, constants), _plan_value(outputs, scalars, constants))  # else no site
+    # else no site; a count cast in the kernel (`r < (size_t)rows`) is the count in the plan
+    said = (_plan_value(bound_of(bound) or bound, scalars, constants), _plan_value(outputs, scalars, constants))
     listed = statements(block)
     after = tuple(listed[listed.index(loop.node) + 1:]) if loop.node in listed else ()
     if not after:
@@ -222,18 +223,18 @@ def _guard(parsed: cp.ParsedSource, body: Node, row: str, loop: Node) -> tuple[s
 
 
 def _compared(parsed: cp.ParsedSource, statement: Node, row: str, relations: tuple[str, str]) -> str | None:
-    """N of `row R N` (R relations[0]) or `N R' row` (R' relations[1]) in the if statement's condition."""
+    """N of `row R N` (R relations[0]) or `N R' row` (R' relations[1]) in the if statement's condition, N a name
+    (maybe cast to an integer type)."""
     condition = statement.child_by_field_name("condition")
     compare = unparen(condition.child_by_field_name("value") or condition)
     if compare.type != "binary_expression":
         return None
     left, right = (squash(parsed.text(unparen(compare.child_by_field_name(s)))) for s in ("left", "right"))
     relation = parsed.text(compare.child_by_field_name("operator"))
-    if left == row and relation == relations[0] and re.fullmatch(r"\w+", right):
-        return right
-    if right == row and relation == relations[1] and re.fullmatch(r"\w+", left):
-        return left
-    return None
+    said = right if left == row and relation == relations[0] else \
+        left if right == row and relation == relations[1] else None
+    count = bound_of(said) if said else None  # a count cast to an integer type (`(size_t)cols`) is the count
+    return count if count and re.fullmatch(r"\w+", count) else None
 
 
 def _plan_value(text: str, scalars: dict[str, str], constants: dict) -> str:

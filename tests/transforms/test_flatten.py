@@ -174,10 +174,11 @@ def test_a_grid_stride_loop_left_as_written_with_the_reason(body, why):
 
 
 @pytest.mark.parametrize("loop, index", [
-    ("for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; i += (size_t)blockDim.x * gridDim.x)",
-     "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"),
+    ("for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)n; "
+     "i += (size_t)blockDim.x * gridDim.x)", "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"),
     ("for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; "
-     "i += static_cast<int64_t>(blockDim.x) * gridDim.x)", "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"),
+     "i += static_cast<int64_t>(blockDim.x) * gridDim.x)",
+     "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;"),
     ("for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < static_cast<int>(n); i += blockDim.x * gridDim.x)",
      "int i = blockIdx.x * blockDim.x + threadIdx.x;"),
 ])

@@ -73,8 +73,9 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row] = s; }\n", "index"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = y[row * n + j + 1] * 2.0f;\n", "other lanes may write"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = 1.0f;\n    y[row * n] *= 2.0f;\n", "both stored"),
-    ("    for (int j = 0; j < n; ++j) y[row * n + j] = 1.0f;\n    for (int j = 1; j < n; ++j) y[row * n + j] *= 2.0f;\n",
-     "other lanes may write"),  # a loop from another column: its lanes hold other elements
+    # a loop from another column: its lanes hold other elements
+    ("    for (int j = 0; j < n; ++j) y[row * n + j] = 1.0f;\n"
+     "    for (int j = 1; j < n; ++j) y[row * n + j] *= 2.0f;\n", "other lanes may write"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j]++;\n", "no store or reduction"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s = s * 0.5f + x[row * n + j];\n", "reduction"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s = s + s * x[row * n + j];\n", "not a reduction"),
@@ -184,7 +185,8 @@ def test_a_pure_helper_and_a_pointer_to_the_output_row_are_read_through(transfor
     assert "for (int j = lane; j < n; j += 32) out[j] = in[j]" in warp
 
 
-READ_BACK = HEAD.replace("float* y", "float* __restrict__ y").replace("const float* x", "const float* __restrict__ x") + \
+READ_BACK = HEAD.replace("float* y", "float* __restrict__ y").replace("const float* x",
+                                                                     "const float* __restrict__ x") + \
     "    const float* in = x + row * n;\n    float* out = y + row * n;\n    float m = -INFINITY;\n" \
     "    for (int j = 0; j < n; ++j) if (in[j] > m) m = in[j];\n    float sum = 0.f;\n" \
     "    for (int j = 0; j < n; ++j) { float e = expf(in[j] - m); out[j] = e; sum += e; }\n" \

@@ -137,3 +137,17 @@ def test_a_loop_bound_that_is_a_product_is_said_in_the_plan_by_the_launchs_value
     split = transform.forward(naive, Anchor("kernel", "function", "k")).state
     assert split.plan.launches[0].grid[1] == "cdiv(max(c * (2 * h), 1), SPLIT)"
     assert "for (int split = 0; split < (c * hw + SPLIT - 1) / SPLIT; ++split)" in split.source
+
+
+def test_a_count_cast_to_size_t_is_the_count_in_the_plan_and_stays_cast_in_the_kernel(transform, cache):
+    naive = KernelState(source="__global__ void kernel(const float* x, float* y, int rows, int cols) {\n"
+                               "    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                               "    if (c >= (size_t)cols) return;\n    float s = 0.0f;\n"
+                               "    for (size_t r = 0; r < (size_t)rows; ++r) s += x[r * cols + c];\n"
+                               "    y[c] = s;\n}\n", plan=PLAN)
+    (site,) = transform.forward_sites(naive)
+    split = transform.forward(naive, site).state
+    assert split.plan.launches[0].grid[1] == "cdiv(max(rows, 1), SPLIT)"
+    assert "r < (size_t)rows && r < split_first + SPLIT" in split.source
+    assert get("serialize_reduction").forward_sites(naive)  # the warp reductions read the cast bound too
+    compiles_without_spills(split, cache)
