@@ -6,7 +6,9 @@ The mechanism (forward): a naive 2-D transpose, one thread per element,
     int r = blockIdx.y * blockDim.y + threadIdx.y;
     if (r < R && c < C) Y[c * R + r] = X[r * C + c];
 
-reads X along rows (coalesced) but writes Y with a stride of R elements (one transaction per thread). The
+(also with the guard as an early return, `if (r >= R || c >= C) return;`, braces around the copy, or the
+subscripts cast to 64 bits, `Y[(size_t)c * R + r]`, which the tiled form keeps) reads X along rows (coalesced)
+but writes Y with a stride of R elements (one transaction per thread). The
 forward stages a 32 x 32 tile in shared memory: a block of 32 x 8 threads reads the tile's rows (four
 per thread, coalesced), waits at a barrier, and writes the tile's columns as rows of Y (coalesced). The
 tile is 32 x 33: the padding column puts the 32 elements of a tile column in 32 different banks. The
@@ -46,8 +48,10 @@ _NAIVE = re.compile(
 _TILED = re.compile(
     rf"^{{ __shared__ {_ID} {KEY}\[{TILE}\]\[{TILE + 1}\]; int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; "
     rf"int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; for \(int k = 0; k < {TILE}; k \+= {ROWS_PER_PASS}\) "
-    rf"if \(\3 \+ k < {_ID} && \2 < {_ID}\) {KEY}\[threadIdx\.y \+ k\]\[threadIdx\.x\] = {_ID}\[\(\3 \+ k\) \* \5 "
-    rf"\+ \2\]; __syncthreads\(\); int \2_out = ")
+    rf"if \(\3 \+ k < {_ID} && \2 < {_ID}\) {KEY}\[threadIdx\.y \+ k\]\[threadIdx\.x\] = {_ID}\[(\(size_t\))?"
+    rf"\(\3 \+ k\) \* \5 \+ \2\]; __syncthreads\(\); int \2_out = ")
+# a 64-bit cast on the first factor of a subscript (the naive form's, kept by the tiled form as `(size_t)`)
+_WIDE = r"\((?:size_t|long long|long|int64_t|uint64_t|unsigned long long|ptrdiff_t)\) ?"
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,11 @@ class Copy:
     source: str  # X
     target: str  # Y
     element: str
+    wide: bool = False  # the subscripts are formed in 64 bits (`(size_t)r * C + c`)
+
+    @property
+    def cast(self) -> str:
+        return "(size_t)" if self.wide else ""
 
 
 class UntileTranspose(Transform):
@@ -94,13 +103,13 @@ class UntileTranspose(Transform):
                  f"int {r} = blockIdx.y * {TILE} + threadIdx.y;",
                  passes,
                  f"    if ({r} + k < {rows} && {c} < {columns}) {KEY}[threadIdx.y + k][threadIdx.x] = "
-                 f"{x}[({r} + k) * {columns} + {c}];",
+                 f"{x}[{copy.cast}({r} + k) * {columns} + {c}];",
                  "__syncthreads();",
                  f"int {c}_out = blockIdx.y * {TILE} + threadIdx.x;",
                  f"int {r}_out = blockIdx.x * {TILE} + threadIdx.y;",
                  passes,
-                 f"    if ({r}_out + k < {columns} && {c}_out < {rows}) {y}[({r}_out + k) * {rows} + {c}_out] = "
-                 f"{KEY}[threadIdx.x][threadIdx.y + k];"]
+                 f"    if ({r}_out + k < {columns} && {c}_out < {rows}) "
+                 f"{y}[{copy.cast}({r}_out + k) * {rows} + {c}_out] = {KEY}[threadIdx.x][threadIdx.y + k];"]
         text = "\n".join(indent + line for line in lines)[len(indent):]
         start, end = body.named_children[0].start_byte, body.named_children[-1].end_byte
         source = splice(parsed.data, [(start, end, text)])[0].decode("utf-8")
@@ -115,16 +124,17 @@ class UntileTranspose(Transform):
         match = _TILED.match(squash(parsed.text(body)))
         if match is None:
             raise NotApplicable(f"{anchor}: not the tiled transpose forward writes")
-        element, c, r, rows, columns, x = match.groups()
-        target = re.search(rf"\) (\w+)\[\({r}_out \+ k\) \* {rows} \+ {c}_out\] = {KEY}\[", squash(parsed.text(body)))
+        element, c, r, rows, columns, x, wide = match.groups()
+        target = re.search(rf"\) (\w+)\[{re.escape(wide or '')}\({r}_out \+ k\) \* {rows} \+ {c}_out\] = {KEY}\[",
+                           squash(parsed.text(body)))
         if target is None:
             raise NotApplicable(f"{anchor}: no store of the tile's columns")
-        copy = Copy(c, r, rows, columns, x, target[1], element)
+        copy = Copy(c, r, rows, columns, x, target[1], element, wide=bool(wide))
         indent = indentation(parsed.data, body.named_children[0].start_byte)
         lines = [f"int {c} = blockIdx.x * blockDim.x + threadIdx.x;",
                  f"int {r} = blockIdx.y * blockDim.y + threadIdx.y;",
-                 f"if ({r} < {rows} && {c} < {columns}) {copy.target}[{c} * {rows} + {r}] = "
-                 f"{x}[{r} * {columns} + {c}];"]
+                 f"if ({r} < {rows} && {c} < {columns}) {copy.target}[{copy.cast}{c} * {rows} + {r}] = "
+                 f"{x}[{copy.cast}{r} * {columns} + {c}];"]
         text = "\n".join(indent + line for line in lines)[len(indent):]
         start, end = body.named_children[0].start_byte, body.named_children[-1].end_byte
         source = splice(parsed.data, [(start, end, text)])[0].decode("utf-8")
@@ -136,7 +146,7 @@ class UntileTranspose(Transform):
 def _naive_copy(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Copy:
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is not a kernel")
-    body = squash(parsed.text(function.node.child_by_field_name("body")))
+    body, wide = _plain(squash(parsed.text(function.node.child_by_field_name("body"))))
     match = _NAIVE.match(body)
     if match is None:
         raise NotApplicable(f"{function.name} is not a naive transpose")
@@ -149,7 +159,21 @@ def _naive_copy(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
             any(params.get(n, ("", True))[1] for n in (rows, columns)):
         raise NotApplicable(f"{function.name}: X and Y are not pointers to one type, or R and C not scalars")
     launches_of(state, function.name, dimensions=2)
-    return Copy(column, row, rows, columns, source, target, params[target][0])
+    return Copy(column, row, rows, columns, source, target, params[target][0], wide)
+
+
+def _plain(body: str) -> tuple[str, bool]:
+    """The squashed body as `_NAIVE` reads it, and whether the copy's subscripts were cast to 64 bits: an early
+    return on the out-of-range threads (`if (r >= R || c >= C) return; <copy>`) is the guard it negates, braces
+    around the lone copy go, and a 64-bit cast on a subscript's first factor is noted and dropped (the tiled form
+    casts both of its subscripts then)."""
+    early = re.fullmatch(r"\{ (int \w+ = [^;]+; int \w+ = [^;]+;) if \((\w+) >= (\w+) \|\| (\w+) >= (\w+)\) return; "
+                         r"([^;{}]+;) \}", body)
+    if early:
+        body = f"{{ {early[1]} if ({early[2]} < {early[3]} && {early[4]} < {early[5]}) {early[6]} }}"
+    body = re.sub(r"\) \{ ([^;{}]+;) \} \}$", r") \1 }", body)
+    plain, casts = re.subn(rf"\[{_WIDE}", "[", body)  # only the copy has subscripts
+    return plain, casts > 0  # one cast or two: the tiled form forms both in 64 bits, never narrower
 
 
 register(UntileTranspose())

@@ -51,6 +51,9 @@ def _state(body: str, args: str = '"x", "y", { scalar = "rows", type = "i32" }, 
 
 @pytest.mark.parametrize("body, args, why", [
     ("    if (r < rows && c < cols) y[c * rows + r] = x[r * cols + c] + 1.0f;\n", None, "not a naive transpose"),
+    ("    if (r >= rows && c >= cols) return;\n    y[c * rows + r] = x[r * cols + c];\n", None, "not a naive"),
+    ("    if (r >= rows || c >= cols) return;\n    y[c * rows + r] = x[r * cols + c];\n    y[0] = 0.0f;\n", None,
+     "not a naive"),
     ("    if (r < cols && c < rows) y[c * rows + r] = x[r * cols + c];\n", None, "bounds do not match"),
     ("    if (r < rows && c < cols) y[c * rows + r] = x[r * cols + c];\n    y[0] = 0.0f;\n", None, "not a naive"),
     ("    if (r < rows && c < cols) y[c * rows + r] = x[r * cols + c];\n",
@@ -61,3 +64,21 @@ def test_no_site_where_it_would_not_be_legal(transform, body, args, why):
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
+
+
+@pytest.mark.parametrize("body, wide", [
+    ("    if (r >= rows || c >= cols) return;\n    y[c * rows + r] = x[r * cols + c];\n", False),
+    ("    if (c >= cols || r >= rows) return;\n    y[c * rows + r] = x[r * cols + c];\n", False),
+    ("    if (r < rows && c < cols) {\n        y[c * rows + r] = x[r * cols + c];\n    }\n", False),
+    ("    if (r < rows && c < cols) y[(size_t)c * rows + r] = x[(size_t)r * cols + c];\n", True),
+    ("    if (r >= rows || c >= cols) return;\n    y[(long long)c * rows + r] = x[r * cols + c];\n", True),
+])
+def test_a_transpose_spelled_another_common_way_is_tiled_and_a_64_bit_one_stays_64_bit(transform, cache, body, wide):
+    (site,) = transform.forward_sites(_state(body))
+    tiled = transform.forward(_state(body), site).state
+    cast = "(size_t)" if wide else ""
+    assert f"x[{cast}(r + k) * cols + c]" in tiled.source and f"y[{cast}(r_out + k) * rows + c_out]" in tiled.source
+    naive = transform.backward(tiled, transform.find(tiled)[0]).state
+    assert f"if (r < rows && c < cols) y[{cast}c * rows + r] = x[{cast}r * cols + c];" in naive.source
+    assert transform.forward(naive, site).state.source == tiled.source
+    compiles_without_spills(tiled, cache)
