@@ -7,9 +7,9 @@ import pytest
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.launch import LaunchPlan
 from klineage.transforms import get
 from klineage.transforms._calls import first_effect, pure_functions
+from tests.transforms.golden import plan_of
 
 PURE = [
     "__device__ __forceinline__ float sq(float v) { return v * v; }",
@@ -64,15 +64,7 @@ def test_a_helper_calling_a_pure_helper_is_pure_and_one_calling_an_impure_one_is
     assert first_effect(parsed, kernel.node) == "worse"
 
 
-PLAN = LaunchPlan.from_toml("""
-name = "t"
-problem = "t"
-[[launch]]
-entry = "kernel"
-grid = ["cdiv(n, 256)"]
-block = [256]
-args = ["x", "y", { scalar = "n", type = "i32" }]
-""")
+PLAN = plan_of('"x", "y", { scalar = "n", type = "i32" }')
 ELEMENTWISE = "__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n) {\n" \
               "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = {call}(x[i]);\n}\n"
 

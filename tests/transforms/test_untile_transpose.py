@@ -8,6 +8,7 @@ import pytest
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
+from tests.sampled import sampled
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
 SITE = Anchor("kernel", "function", "tile")
@@ -66,14 +67,18 @@ def test_no_site_where_it_would_not_be_legal(transform, body, args, why):
         transform.forward(state, SITE)
 
 
-@pytest.mark.parametrize("body, wide", [
-    ("    if (r >= rows || c >= cols) return;\n    y[c * rows + r] = x[r * cols + c];\n", False),
-    ("    if (c >= cols || r >= rows) return;\n    y[c * rows + r] = x[r * cols + c];\n", False),
-    ("    if (r < rows && c < cols) {\n        y[c * rows + r] = x[r * cols + c];\n    }\n", False),
-    ("    if (r < rows && c < cols) y[(size_t)c * rows + r] = x[(size_t)r * cols + c];\n", True),
-    ("    if (r >= rows || c >= cols) return;\n    y[(long long)c * rows + r] = x[r * cols + c];\n", True),
-])
-def test_a_transpose_spelled_another_common_way_is_tiled_and_a_64_bit_one_stays_64_bit(transform, cache, body, wide):
+SPELLED = {  # body -> whether its subscripts are 64-bit
+    "    if (r >= rows || c >= cols) return;\n    y[c * rows + r] = x[r * cols + c];\n": False,
+    "    if (c >= cols || r >= rows) return;\n    y[c * rows + r] = x[r * cols + c];\n": False,
+    "    if (r < rows && c < cols) {\n        y[c * rows + r] = x[r * cols + c];\n    }\n": False,
+    "    if (r < rows && c < cols) y[(size_t)c * rows + r] = x[(size_t)r * cols + c];\n": True,
+    "    if (r >= rows || c >= cols) return;\n    y[(long long)c * rows + r] = x[r * cols + c];\n": True,
+}
+
+
+@pytest.mark.parametrize("body", sampled(list(SPELLED), keep=list(SPELLED)[-1:]))
+def test_a_transpose_spelled_another_common_way_is_tiled_and_a_64_bit_one_stays_64_bit(transform, cache, body):
+    wide = SPELLED[body]
     (site,) = transform.forward_sites(_state(body))
     tiled = transform.forward(_state(body), site).state
     cast = "(size_t)" if wide else ""

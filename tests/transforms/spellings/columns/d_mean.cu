@@ -1,0 +1,7 @@
+__global__ void bias_grad(const float* __restrict__ dy, float* __restrict__ db, int rows, int cols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) return;
+    float s = 0.0f;
+    for (int r = 0; r < rows; ++r) { s += dy[c + r * cols]; }
+    db[c] = s / rows;
+}

@@ -1,0 +1,10 @@
+#define EPS 1e-6f
+__global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, int rows, int cols) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row < rows) {
+        float ss = 0.0f;
+        for (int j = 0; j < cols; ++j) ss += x[row * cols + j] * x[row * cols + j];
+        float s = rsqrtf(ss / cols + EPS);
+        for (int j = 0; j < cols; ++j) y[row * cols + j] = x[row * cols + j] * s * w[j];
+    }
+}

@@ -1,0 +1,9 @@
+__global__ void rms_norm(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, int rows, int cols) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    float ss = 0.0f;
+#pragma unroll 4
+    for (int j = 0; j < cols; ++j) ss += x[row * cols + j] * x[row * cols + j];
+    float s = rsqrtf(ss / cols + 1e-6f);
+    for (int j = 0; j < cols; ++j) y[row * cols + j] = x[row * cols + j] * s * w[j];
+}
