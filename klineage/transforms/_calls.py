@@ -8,7 +8,9 @@ depends on its arguments alone and which writes nothing: the math library's func
 - its body names no thread coordinate, shared or volatile memory, atomic, barrier, shuffle, `asm`, `printf` or
   allocation, and declares nothing `static`;
 - it assigns only to names it declares (its parameters and locals), never through a subscript, a field or a
-  pointer;
+  pointer, and reads no memory but its own: a subscript only of an array it declares, and no `__device__` or
+  `__managed__` variable of the source (a kernel may write those, and the forwards see only the kernel's own
+  reads and writes; a `__constant__` table, which no kernel writes, may be read);
 - it calls only math functions and functions that pass these same rules (a call cycle never passes: each function
   is admitted only once every function it calls was).
 A name defined more than once (overloads, templates' specializations) is pure only where every definition is.
@@ -41,8 +43,9 @@ def pure_functions(parsed: cp.ParsedSource, math: frozenset[str] = MATH_CALLS) -
     definitions: dict[str, list[cp.Function]] = {}
     for function in cp.functions(parsed):
         definitions.setdefault(function.name, []).append(function)
+    shared, constant = _file_variables(parsed, "__device__|__managed__"), _file_variables(parsed, "__constant__")
     candidates = {name: defs for name, defs in definitions.items()
-                  if all(_self_contained(parsed, f) for f in defs)}
+                  if all(_self_contained(parsed, f, shared, constant) for f in defs)}
     pure: set[str] = set()
     grown = True
     while grown:  # admit a function once all it calls are admitted: a fixed point, so cycles never enter
@@ -66,9 +69,25 @@ def first_effect(parsed: cp.ParsedSource, node: Node, math: frozenset[str] = MAT
     return next((name for name in unknown if name not in pure), None)
 
 
-def _self_contained(parsed: cp.ParsedSource, function: cp.Function) -> bool:
+def _file_variables(parsed: cp.ParsedSource, qualifiers: str) -> set[str]:
+    """The names of the source's file-scope variables declared with one of `qualifiers` (a regex alternation)."""
+    names = set()
+    for declaration in parsed.root.named_children:
+        if declaration.type != "declaration" or not re.search(rf"\b(?:{qualifiers})\b", parsed.text(declaration)):
+            continue
+        for declarator in declaration.children_by_field_name("declarator"):
+            if declarator.type == "function_declarator":  # a function's prototype declares no memory
+                continue
+            while declarator.child_by_field_name("declarator") is not None:
+                declarator = declarator.child_by_field_name("declarator")
+            names.add(parsed.text(declarator))
+    return names
+
+
+def _self_contained(parsed: cp.ParsedSource, function: cp.Function, shared: set[str], constant: set[str]) -> bool:
     """A `__device__` definition whose parameters are scalars by value, whose body has no effect the module lists,
-    and which assigns only to the names it declares."""
+    which assigns only to the names it declares and reads no memory but its own arrays and `constant` tables
+    (`shared`: the source's device variables, which it may not name)."""
     body = function.node.child_by_field_name("body")
     if body is None or function.is_kernel or "__device__" not in function.qualifiers:
         return False
@@ -90,6 +109,11 @@ def _self_contained(parsed: cp.ParsedSource, function: cp.Function) -> bool:
             while declarator.child_by_field_name("declarator") is not None:
                 declarator = declarator.child_by_field_name("declarator")
             names.add(parsed.text(declarator))
+    if any(parsed.text(node) in shared for node in cp.nodes_of_type(body, "identifier")):
+        return False
+    for subscript in cp.nodes_of_type(body, "subscript_expression"):
+        if parsed.text(subscript.child_by_field_name("argument")) not in names | constant:
+            return False
     for change in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
         target = change.child_by_field_name("left") if change.type == "assignment_expression" else \
             change.child_by_field_name("argument")

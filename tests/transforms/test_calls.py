@@ -19,6 +19,8 @@ PURE = [
     "    return log1pf(expf(v * beta)) / beta; }",
     "__device__ float poly(float v) { float acc = 0.0f; for (int k = 0; k < 4; ++k) { acc = acc * v + 1.0f; }\n"
     "    return acc; }",
+    "__constant__ float kCoeffs[4];\n__device__ float horner(float v) { float c[2] = {1.0f, 2.0f};\n"
+    "    return c[0] + kCoeffs[1] * v; }",
 ]
 IMPURE = [  # (definition, why it may have an effect)
     ("__device__ float bump(float* p) { *p += 1.0f; return *p; }", "a pointer parameter"),
@@ -31,6 +33,10 @@ IMPURE = [  # (definition, why it may have an effect)
     ("__device__ float table[4];\n__device__ float put(int k, float v) { table[k] = v; return v; }",
      "a store through a subscript"),
     ("__device__ float down(float v) { return v > 1.0f ? down(v * 0.5f) : v; }", "a call cycle"),
+    ("__device__ float table[4];\n__device__ float peek(int k) { return table[k]; }",
+     "reads device memory a kernel may write"),
+    ("__managed__ float g_scale;\n__device__ float scaled(float v) { return v * g_scale; }",
+     "reads managed memory a kernel may write"),
     ("__device__ float odd(float v);\n__device__ float even(float v) { return v > 1.0f ? odd(v - 1.0f) : v; }\n"
      "__device__ float odd(float v) { return v > 1.0f ? even(v - 1.0f) : -v; }", "a call cycle"),
     ("__device__ float via(float v) { return unknown_effect(v); }", "calls what it cannot see"),
