@@ -17,7 +17,8 @@ Legality (forward_sites), conservative, decided on the parse: the element index 
 the body never writes or declares it; every array the body touches at `[i]` is a pointer parameter to `float`,
 `int` or `unsigned`; an array it touches anywhere else is a pointer parameter the body only reads (a lane could
 otherwise read what another lane's store has not yet written); the body has no loop, barrier, shared memory,
-atomic, shuffle, `return` or call outside a list of pure math functions; an array the body writes is read before
+atomic, shuffle, `return` or call outside pure math and the source's pure helpers (`_calls.py`); an array the body
+writes is read before
 (its vector is loaded) or written by a statement of the body's top level (every component gets a value); the launch
 is one-dimensional and passes no buffer twice. Anything else: no site.
 

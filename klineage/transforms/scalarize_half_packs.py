@@ -14,8 +14,9 @@ back to what it was.
 
 Legality (forward_sites) is scalarize_elementwise's analysis (`_elementwise.serial_site`) with 16-bit element
 types: every array the body touches at `[i]` is a pointer parameter to `__half`, `half`, `__nv_bfloat16` or
-`nv_bfloat16` (mixed 16-bit types pack alike); the body calls only pure math and the 16-bit conversion and
-arithmetic intrinsics. A kernel over 32-bit data is scalarize_elementwise's, not this one's.
+`nv_bfloat16` (mixed 16-bit types pack alike); the body calls only pure math, the source's pure helpers (`_calls.py`)
+and the 16-bit conversion and arithmetic intrinsics. A kernel over 32-bit data is scalarize_elementwise's, not
+this one's.
 
 Anchor: the kernel, kind "function", key the element index.
 """

@@ -43,7 +43,8 @@ Legality (forward_sites), decided on the parse and the plan; anything else is no
   16-bit `__half`/`__nv_bfloat16`, each at one place only; one it writes is not read after it is written and,
   unless it is read first, is written by a statement of the work's top level (every lane gets a value);
 - an array read at a row-wide place is a pointer parameter the work never writes and packs nowhere;
-- no pointer dereference, no call but the packing's pure math, and no name `e` or a pack's name in the work.
+- no pointer dereference, no call but the packing's pure math and the source's pure helpers (`_calls.py`), and no
+  name `e` or a pack's name in the work.
 
 Anchor: the kernel, kind "function", key the element index.
 """

@@ -24,8 +24,8 @@ at) and step by one (a scan's chunks become `acc += e; target = acc;` again), th
 Legality (forward_sites), conservative, decided on the parse:
 - the kernel's block is one-dimensional with a size that is a multiple of 32 (so a warp never straddles two
   rows), its grid one-dimensional, and the row index is the only use of threadIdx;
-- no shared memory, barrier, atomic, shuffle, inner loop or `break`/`continue`/`goto`, and no call outside a
-  list of pure math functions (with the 16-bit conversions);
+- no shared memory, barrier, atomic, shuffle, inner loop or `break`/`continue`/`goto`, and no call outside pure
+  math (with the 16-bit conversions) and the source's pure helpers (`_calls.py`);
 - each row loop sits directly in the kernel's body (or in an `if` there), and its body only declares locals,
   stores `a[...j...] = e` to an array, or updates one of its accumulators (a reduction, a kept extreme, or an
   arg reduction: the one `if` after its declarations, a strict compare, the value and the loop index taken
