@@ -18,9 +18,8 @@ the body never writes or declares it; every array the body touches at `[i]` is a
 `int` or `unsigned`; an array it touches anywhere else is a pointer parameter the body only reads (a lane could
 otherwise read what another lane's store has not yet written); the body has no loop, barrier, shared memory,
 atomic, shuffle, `return` or call outside pure math and the source's pure helpers (`_calls.py`); an array the body
-writes is read before
-(its vector is loaded) or written by a statement of the body's top level (every component gets a value); the launch
-is one-dimensional and passes no buffer twice. Anything else: no site.
+writes is read before (its vector is loaded) or written by a statement of the body's top level (every component
+gets a value); the launch is one-dimensional and passes no buffer twice. Anything else: no site.
 
 Anchor: the kernel, kind "function", key the element index.
 """
