@@ -43,7 +43,7 @@ _SIGNED = {"int": NARROW, "signed": NARROW, "signed int": NARROW, "int32_t": NAR
            "int64_t": WIDE, "ptrdiff_t": WIDE}
 _UNSIGNED = {"unsigned": NARROW, "unsigned int": NARROW, "uint32_t": NARROW,
              "size_t": WIDE, "unsigned long long": WIDE, "unsigned long": WIDE, "uint64_t": WIDE}
-_WIDE_CASTS = frozenset(t for t, width in {**_SIGNED, **_UNSIGNED}.items() if width == WIDE)
+WIDE_TYPES = frozenset(t for t, width in {**_SIGNED, **_UNSIGNED}.items() if width == WIDE)  # the 64-bit spellings
 _VALUE_PRESERVING = frozenset({"+", "*", "/", "%"})  # on non-negative operands, signed and unsigned agree
 _READS = frozenset({"subscript_argument_list", "subscript_expression", "argument_list", "init_declarator"})
 _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
@@ -151,13 +151,13 @@ def _coordinate(parsed: cp.ParsedSource, node: Node, block: frozenset[str] = fro
     is blockDim.x); else None."""
     widened = False
     if node.type == "cast_expression":
-        widened = " ".join(parsed.text(node.child_by_field_name("type")).split()) in _WIDE_CASTS
+        widened = " ".join(parsed.text(node.child_by_field_name("type")).split()) in WIDE_TYPES
         node = unparen(node.child_by_field_name("value"))
         if not widened:
             return None
     elif node.type == "call_expression" and cast_name(node) == "static_cast":
         arguments = node.child_by_field_name("function").child_by_field_name("arguments")
-        if arguments is None or " ".join(parsed.text(arguments).strip("<>").split()) not in _WIDE_CASTS:
+        if arguments is None or " ".join(parsed.text(arguments).strip("<>").split()) not in WIDE_TYPES:
             return None
         widened, node = True, unparen(call_arguments(node)[0])
     text = "".join(parsed.text(node).split())

@@ -30,7 +30,8 @@ BOUND = r"[A-Za-z_]\w*(?:\s*[*+]\s*[A-Za-z_]\w*)*"
 # a loop's bound as people write it: BOUND, or one count cast to an integer type (`(size_t)n`,
 # `static_cast<int64_t>(n)`), the same value as the count wherever the kernel is correct (a negative count would
 # send the cast loop past every buffer); a cast product stays out (its width is its value)
-CAST_BOUND = rf"(?:\((?:{LOOP_INDEX_TYPES})\) ?|static_cast<(?:{LOOP_INDEX_TYPES})>)\(?([A-Za-z_]\w*)\)?"
+INTEGER_CAST = rf"(?:\((?:{LOOP_INDEX_TYPES})\) ?|static_cast<(?:{LOOP_INDEX_TYPES})>)"  # C-style or static_cast
+CAST_BOUND = rf"{INTEGER_CAST}\(?([A-Za-z_]\w*)\)?"
 FLOAT_ZERO = r"(?:0|0\.0*f?|0\.f|\.0f?)"  # a float zero as people write it: 0, 0.0, 0.f, .0f, ...
 # what an element's work may not hold: a loop, a barrier or collective, an early exit, a thread coordinate
 FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"

@@ -31,6 +31,7 @@ from klineage.transforms._flatten import Shape, flattened
 from klineage.transforms._naive import (
     FLOAT_ZERO,
     INDEXES,
+    INTEGER_CAST,
     LOOP_INDEX_TYPES,
     kernel,
     launches_of,
@@ -57,7 +58,7 @@ _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__s
 _OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+)\b")  # what warp forms declare
 # a row's length: a name, or a product or sum of names (`cpg * hw`), or one name cast to an integer type
 # (`(size_t)rows`, kept as written: the cast is the author's and changes no length a correct kernel is given)
-_LOOP_BOUND = rf"(?:\((?:{LOOP_INDEX_TYPES})\)\s*[\w.]+|[\w.]+(?:\s*[*+]\s*[\w.]+)*)"
+_LOOP_BOUND = rf"(?:{INTEGER_CAST}\(?[\w.]+\)?|[\w.]+(?:\s*[*+]\s*[\w.]+)*)"
 _SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*({_LOOP_BOUND})\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
 _WARP_SCAN = re.compile(

@@ -41,7 +41,16 @@ from klineage.launch import Arg, ArgKind, Launch, Scratch
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import Edit, indentation, line_start, splice, unparen
-from klineage.transforms._naive import bound_of, kernel, launch_scalars, launches_of, readable, squash, statements
+from klineage.transforms._naive import (
+    BOUND,
+    bound_of,
+    kernel,
+    launch_scalars,
+    launches_of,
+    readable,
+    squash,
+    statements,
+)
 from klineage.transforms._warp_reduction import RowLoop, Site, serial_site
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -246,7 +255,7 @@ def _plan_value(text: str, scalars: dict[str, str], constants: dict) -> str:
         if name[0] in constants:
             return name[0]
         raise NotApplicable(f"'{name[0]}' of `{text}` is neither a scalar parameter nor a constant the plan can name")
-    if not re.fullmatch(r"[A-Za-z_]\w*(?:\s*[*+]\s*[A-Za-z_]\w*)*", text):
+    if not re.fullmatch(BOUND, text):
         raise NotApplicable(f"`{text}` is not a name, or a product or sum of names, the plan can say")
     return re.sub(r"[A-Za-z_]\w*", said, text)
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._canonical import canonical
+from klineage.transforms._canonical import WIDE_TYPES, canonical
 from klineage.transforms._edit import indentation, splice
 from klineage.transforms._naive import bounds_2d, kernel, launches_of, parameters, readable, squash, tiled_plan
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
@@ -51,7 +51,7 @@ _TILED = re.compile(
     rf"if \(\3 \+ k < {_ID} && \2 < {_ID}\) {KEY}\[threadIdx\.y \+ k\]\[threadIdx\.x\] = {_ID}\[(\(size_t\))?"
     rf"\(\3 \+ k\) \* \5 \+ \2\]; __syncthreads\(\); int \2_out = ")
 # a 64-bit cast on the first factor of a subscript (the naive form's, kept by the tiled form as `(size_t)`)
-_WIDE = r"\((?:size_t|long long|long|int64_t|uint64_t|unsigned long long|ptrdiff_t)\) ?"
+_WIDE = rf"\((?:{'|'.join(sorted(WIDE_TYPES))})\) ?"
 
 
 @dataclass(frozen=True)
