@@ -33,7 +33,7 @@ def seconds(text: str) -> float:
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    from klineage.optimize.strategies import DEFAULT_STRATEGY, RewriterKind, Strategy
+    from klineage.optimize.strategies import DEFAULT_STRATEGY, RIVALS, RewriterKind, Strategy
 
     sub = commands.add_parser(
         "optimize", help="optimize a kernel with skill cards under the gate (or a baseline strategy, same budget)",
@@ -58,6 +58,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     sub.add_argument("--require", type=float, help="paired improvement needed to take a candidate (default 1.01)")
     sub.add_argument("--lookahead", choices=["pairs", "none"], default="pairs",
                      help="pairs (default): when no single candidate is faster, try two in a row as one step")
+    sub.add_argument("--rivals", type=int, default=RIVALS, metavar="N",
+                     help=f"before a first improvement is taken, gate up to N candidates it would rule out and take "
+                          f"the fastest (default {RIVALS}; 0: take the first improvement)")
     sub.add_argument("--time-limit-s", type=seconds, metavar="SECONDS",
                      help="stop gating candidates once the run has taken this long (stop: time_limit)")
     sub.add_argument("--save", metavar="DIR", help="also write the best kernel as a kernel folder (kernel.cu + "
@@ -88,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                           rewriter=args.rewriter, seed=args.seed, statuses=statuses,
                           required_ratio=args.require if args.require is not None else DEFAULT_REQUIRED_RATIO,
                           progress=progress, on_event=on_event, lookahead=args.lookahead, jobs=args.jobs,
-                          time_limit_s=args.time_limit_s)
+                          time_limit_s=args.time_limit_s, rivals=args.rivals)
     out = Path(args.out) if args.out else (config.data_dir() / "optimizations" /
                                            f"{start.name}-{strategy.value}-{mode.value}.json")
     result.save(out)

@@ -16,6 +16,14 @@ Decisions (each one here, in one place):
   without a paired ratio is not taken (unknown fails). First-improvement strategies take the first
   such candidate and replan from it; UNCONDITIONED_GREEDY gates the whole round and takes the
   fastest.
+- Rivals (rule rewriter, first improvement): a step can rule out the round's better rewrites of the same
+  code (bias_grad's column loop has three: a warp per column, 4 lanes per column, chunks of rows then a
+  merge; a shuffle card's path taken first left none of them a site, 3.2x where the best was 13.4x). So
+  before a faster candidate is taken, the round's other candidates whose transform has a forward site at
+  the best kernel and none at the candidate (at most `RIVALS`, one per transform, in the planner's order)
+  are gated against the best as well, and the fastest accepted one is taken. A candidate of a transform
+  the step itself applied is no rival (its other sites are still there after the step). The run's
+  document keeps its `rivals` (0 in documents written before rivals existed), so a replay is that run.
 - Compile-only: nothing runs, nothing is timed, so nothing can be shown to improve. Candidates are
   recorded `untimed` and never taken; the result says so (`COMPILE_ONLY_NOTE`).
 - The budget counts every gate call, the start's included; the run never makes more. It stops
@@ -74,7 +82,7 @@ from klineage.optimize.result import (
     Step,
     Stop,
 )
-from klineage.optimize.strategies import Candidate, RewriterKind, Selection, Strategy, planner
+from klineage.optimize.strategies import RIVALS, Candidate, RewriterKind, Selection, Strategy, planner
 from klineage.rewriters.llm_budget import BudgetExhausted
 from klineage.skills.card import CardStatus
 from klineage.transforms import catalog
@@ -109,7 +117,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
              progress: Progress | None = None, on_event: EventSink | None = None,
              transforms: Sequence[Transform] | None = None, llm: Any = None,
              lineages: Mapping[str, Lineage] | None = None, lookahead: Lookahead = Lookahead.PAIRS,
-             record: bool = False, jobs: int = 1, time_limit_s: float | None = None) -> OptimizationResult:
+             record: bool = False, jobs: int = 1, time_limit_s: float | None = None,
+             rivals: int = RIVALS) -> OptimizationResult:
     """Optimize `start` on the problem with `strategy`, spending at most `budget` gate calls.
 
     `library` is a `klineage.skills.library.Library`, or the path of one (a library JSON file or a
@@ -126,7 +135,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     cache, in the recorded store, so that replay can serve the run. `time_limit_s` bounds the run's
     wall clock: no candidate is gated once it has passed (stop `time_limit`; a gate call under way
     finishes, so that every evaluation counted was judged whole; with `jobs` > 1 so does a window
-    of correctness twins begun before the limit).
+    of correctness twins begun before the limit). `rivals` bounds the candidates a first improvement
+    would rule out that are gated beside it (Rivals, above; 0: none, the first improvement is taken).
     Strategy, rewriter, gate mode and statuses may be given by their values ("library", "compile")."""
     strategy = Strategy.parse(strategy)
     rewriter = RewriterKind.parse(rewriter)
@@ -135,6 +145,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
         raise KLineageError(f"the budget is a whole number of gate evaluations >= 1, not {budget!r}")
     if required_ratio < 1:
         raise KLineageError(f"an improvement needs a required ratio >= 1, not {required_ratio}")
+    if isinstance(rivals, bool) or not isinstance(rivals, int) or rivals < 0:
+        raise KLineageError(f"rivals is a whole number of candidates >= 0, not {rivals!r}")
     if time_limit_s is not None and not time_limit_s > 0:
         raise KLineageError(f"the time limit is a number of seconds > 0, not {time_limit_s!r}")
     allowed = _statuses(statuses)
@@ -170,7 +182,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     with serial_runner(problem_path, gate_mode) as runner:
         run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
                    progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm,
-                   choice(Lookahead, lookahead, "lookahead"), record, jobs, time_limit_s, runner=runner)
+                   choice(Lookahead, lookahead, "lookahead"), record, jobs, time_limit_s, rivals, runner=runner)
         return run.go()
 
 
@@ -207,6 +219,7 @@ class _Run:
     keep_verdicts: bool = False  # optimize(record=...); `record` names the attempt log
     jobs: int = 1
     time_limit_s: float | None = None
+    rivals: int = RIVALS
     runner: Runner | None = None  # the warm runner of this run's one-at-a-time gates (klineage.gate.warm)
     began: float = field(default_factory=time.monotonic)
     attempts: list[Attempt] = field(default_factory=list)
@@ -271,6 +284,8 @@ class _Run:
             if attempt.status is AttemptStatus.FASTER:
                 faster.append(attempt)
                 if self.strategy.selection is Selection.FIRST_IMPROVEMENT:
+                    if self.rewriter is RewriterKind.RULES and self.rivals:
+                        stop = self.gate_rivals(index, parent, attempt, path, judged, faster)
                     break
         if faster:
             self.take(max(faster, key=lambda a: a.ratio.overall), parent)
@@ -301,6 +316,27 @@ class _Run:
             return next(candidates, None)
         except BudgetExhausted as exc:
             return Stop.LLM_BUDGET, str(exc)
+
+    def gate_rivals(self, index: int, parent: KernelState, first: Attempt, path: set[str], judged: set[str],
+               faster: list[Attempt]) -> tuple[Stop, str] | None:
+        """Gate the candidates at `parent` that taking `first` would rule out (Rivals, above), adding the
+        faster ones to `faster`; the reason to stop when the budget or the time runs out among them."""
+        found = ruled_out(self.plan(parent), parent, self.kernels[first.candidate], first.transform,
+                          path | judged, self.rivals)
+        if found:
+            self.progress("optimize", f"step {index}: {first.transform} is faster; gating the {len(found)} "
+                                      f"candidate(s) it would rule out: " + ", ".join(c.transform for c in found),
+                          self.fraction)
+        candidates = self.ahead(iter(found))
+        while True:
+            candidate = self.next_candidate(candidates)
+            if not isinstance(candidate, Candidate):
+                return candidate
+            attempt = self.attempt(index, parent, candidate, path, judged)
+            if attempt.status is AttemptStatus.GATE_ERROR:
+                return Stop.GATE_ERROR, f"the gate could not judge {candidate}: {attempt.message}"
+            if attempt.status is AttemptStatus.FASTER:
+                faster.append(attempt)
 
     def ahead(self, candidates: Iterator[Candidate]) -> Iterator[Candidate]:
         """The planner's candidates; with jobs > 1, each window of them has its correctness twins
@@ -465,7 +501,38 @@ class _Run:
             attempts=tuple(self.attempts), steps=tuple(self.steps), stop=stop, message=message,
             stats=Stats(self.evaluations, gated - len(self.steps), len(self.steps), round(self.seconds, 3),
                         sum(a.status is AttemptStatus.PRECONDITION_FAILED for a in self.attempts)),
-            llm_usage=self.llm.spent.to_dict() if self.llm is not None else None)
+            llm_usage=self.llm.spent.to_dict() if self.llm is not None else None, rivals=self.rivals)
 
 
-__all__ = ["DEFAULT_POLICY", "EventSink", "Progress", "optimize"]
+def ruled_out(candidates: Iterator[Candidate], parent: KernelState, child: KernelState, taken: str,
+              seen: set[str], limit: int = RIVALS) -> list[Candidate]:
+    """The candidate kernels at `parent` that stepping to `child` (by the transforms `taken`, joined by '+')
+    rules out: the first of each catalog transform that has a forward site at `parent` and none at `child`,
+    at most `limit`, in the planner's order. Kernels in `seen`, not to be gated (passed over, a failed
+    precondition) or of a transform the step applied are left out."""
+    known = catalog()
+    own = set(taken.split("+"))
+    verdicts: dict[str, bool] = {}  # transform -> whether the step rules it out
+    found: list[Candidate] = []
+    for candidate in candidates:
+        if len(found) >= limit:
+            break
+        name = candidate.transform
+        if (candidate.state is None or candidate.not_gated or name in own or name not in known
+                or candidate.state.fingerprint in seen):
+            continue
+        if name not in verdicts:
+            verdicts[name] = _rules_out(known[name], parent, child)
+            if verdicts[name]:
+                found.append(candidate)
+    return found
+
+
+def _rules_out(transform: Transform, parent: KernelState, child: KernelState) -> bool:
+    try:
+        return bool(transform.forward_sites(parent)) and not transform.forward_sites(child)
+    except Exception:  # noqa: BLE001 - a transform whose analysis fails is no rival (the planner reports it)
+        return False
+
+
+__all__ = ["DEFAULT_POLICY", "EventSink", "Progress", "optimize", "ruled_out"]

@@ -272,6 +272,7 @@ class OptimizationResult(Document):
     message: str
     stats: Stats
     llm_usage: dict[str, Any] | None = None  # the model's tokens and cost, when the LLM rewriter ran
+    rivals: int = 0  # candidates a first improvement rules out, gated beside it; 0 in runs from before rivals
     version: int = OPTIMIZATION_VERSION
 
     def __post_init__(self) -> None:
@@ -283,6 +284,7 @@ class OptimizationResult(Document):
                 raise DocumentError(f"optimization.{name}", f"must be a {kind.__name__}, not {getattr(self, name)!r}")
         whole(self.budget, "optimization.budget", minimum=1)
         whole(self.seed, "optimization.seed")
+        whole(self.rivals, "optimization.rivals")
         if number(self.required_ratio, "optimization.required_ratio", positive=True) < 1:
             raise DocumentError("optimization.required_ratio", "an improvement needs a ratio >= 1")
         object.__setattr__(self, "attempts", tuple(self.attempts))
@@ -396,11 +398,11 @@ class OptimizationResult(Document):
                 "attempts": [a.to_dict() for a in self.attempts], "steps": [s.to_dict() for s in self.steps],
                 "best": {"name": best.name, "fingerprint": best.fingerprint}, "stop": self.stop.value,
                 "message": self.message, "stats": self.stats.to_dict(), "speedup": self.speedup, "note": self.note,
-                "llm_usage": self.llm_usage}
+                "llm_usage": self.llm_usage, "rivals": self.rivals}
 
     @classmethod
     def from_dict(cls, data: Any) -> OptimizationResult:
-        data = need(data, _KEYS, "optimization")
+        data = need(data, _KEYS, "optimization", optional=("rivals",))  # absent: a run from before rivals
         if data["version"] != OPTIMIZATION_VERSION:
             raise DocumentError("optimization", f"unsupported version {data['version']!r} (this is "
                                                 f"{OPTIMIZATION_VERSION})")
@@ -425,7 +427,8 @@ class OptimizationResult(Document):
             attempts=tuple(Attempt.from_dict(a, f"attempts[{i}]") for i, a in enumerate(data["attempts"])),
             steps=tuple(Step.from_dict(s, f"steps[{i}]") for i, s in enumerate(data["steps"])),
             stop=enum(Stop, data["stop"], "optimization.stop"), message=text(data["message"], "optimization.message"),
-            stats=Stats.from_dict(data["stats"]), llm_usage=data["llm_usage"], version=data["version"])
+            stats=Stats.from_dict(data["stats"]), llm_usage=data["llm_usage"], rivals=data.get("rivals", 0),
+            version=data["version"])
         derived = result.to_dict()
         for key in ("best", "speedup", "note"):
             if data[key] != derived[key]:

@@ -52,6 +52,7 @@ from klineage.skills.card import CardAnchor, CardStatus, SkillCard
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 
 MAX_ASKS_PER_ROUND = 8  # NO_LIBRARY: model answers per best kernel before the round counts as tried out
+RIVALS = 3  # first improvement: candidates it would rule out, gated beside it before it is taken (loop's Rivals)
 
 
 class Strategy(str, Enum):
@@ -478,5 +479,5 @@ def _asked(llm: Any, state: KernelState, card_like: dict[str, Any], transform: s
     return Candidate(name, card, done.anchor, done.rewrite, score=score)
 
 
-__all__ = ["Candidate", "DEFAULT_STRATEGY", "LIBRARY_STRATEGIES", "LLM_ANY", "MAX_ASKS_PER_ROUND", "Planner",
+__all__ = ["Candidate", "DEFAULT_STRATEGY", "LIBRARY_STRATEGIES", "LLM_ANY", "MAX_ASKS_PER_ROUND", "Planner", "RIVALS",
            "RewriterKind", "Selection", "Strategy", "UNCONDITIONED", "card_brief", "forward_pool", "planner", "strip"]
