@@ -43,6 +43,7 @@ from klineage.transforms._naive import (
     statements,
     unwrapped,
 )
+from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 ELEMENT = "e"  # the tail loop's element index
@@ -278,13 +279,13 @@ class PackedElementwise(Transform):
                 for function, form in readable(parsed, lambda f: vector_form(parsed, f, self.packing))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = if_form(flattened(canonical(state)))  # index and guard as the naive form spells them, 1-D
+        state = if_form(flattened(canonical(plain_reads(state))))  # index, guard and reads as the naive form's, 1-D
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200])
                 for function, site in readable(parsed, lambda f: serial_site(state, parsed, f, self.packing))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = if_form(flattened(canonical(state)))  # index and guard as the naive form spells them, 1-D
+        state = if_form(flattened(canonical(plain_reads(state))))  # index, guard and reads as the naive form's, 1-D
         parsed = cp.parse(state.source)
         site = serial_site(state, parsed, kernel(parsed, anchor), self.packing)
         if site.index != anchor.key:

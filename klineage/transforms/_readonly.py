@@ -1,9 +1,14 @@
-"""What the read-only-cache transforms share (ldg, ldg_subscript): the element types `__ldg` loads.
+"""What the read-only-cache transforms share (ldg, ldg_subscript): the element types `__ldg` loads; and what the
+analysis forwards read an `__ldg` subscript as.
 
 The leading underscore keeps the catalog from loading this module as a transform.
 """
 
 from __future__ import annotations
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms._edit import ldg_calls, splice
 
 # The element types `__ldg` has overloads for.
 LDG_TYPES = frozenset({"char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int",
@@ -11,3 +16,19 @@ LDG_TYPES = frozenset({"char", "signed char", "unsigned char", "short", "unsigne
                        "char2", "char4", "uchar2", "uchar4", "short2", "short4", "ushort2", "ushort4", "int2", "int4",
                        "uint2", "uint4", "longlong2", "ulonglong2", "float2", "float4", "double2", "__half", "__half2",
                        "__nv_bfloat16", "__nv_bfloat162"})
+
+
+def plain_reads(state: KernelState) -> KernelState:
+    """`state` with every `__ldg(&a[k])` read as `a[k]` (the same state where there is none), for the analysis
+    forwards that read a kernel's subscripts (elementwise packs, row gathers, transpose tiles): an author's read
+    through the read-only cache is a plain read of the same value, and their vector or tiled form reads it anew.
+    A call inside another's subscript (`__ldg(&t[__ldg(&idx[i])])`) is read on a later pass."""
+    while True:
+        parsed = cp.parse(state.source)
+        calls = ldg_calls(parsed, parsed.root)
+        inner = {node.id for call in calls for node in cp.nodes_of_type(call.subscript, "call_expression")}
+        edits = [(c.node.start_byte, c.node.end_byte, parsed.text(c.subscript))
+                 for c in calls if c.node.id not in inner]
+        if not edits:
+            return state
+        state = KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)

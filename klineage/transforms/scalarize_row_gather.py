@@ -79,6 +79,7 @@ from klineage.transforms._naive import (
     unwrapped,
 )
 from klineage.transforms._packings import HALVES, WORDS
+from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WIDE_INDEX = dict(INDEXES)["long long"]
@@ -411,14 +412,14 @@ class ScalarizeRowGather(Transform):
                 for function, form in readable(parsed, lambda f: _vector_form(parsed, f))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = flattened(canonical(state))  # the index as the naive forms spell it, on one axis
+        state = flattened(canonical(plain_reads(state)))  # the index and reads as the naive forms spell them, 1-D
         parsed = cp.parse(state.source)
         sites = readable(parsed, lambda f: row_site(state, parsed, f))
         return [Anchor(function.name, "function", site.work.index, _work_text(parsed, site)[:200])
                 for function, site in sites]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = flattened(canonical(state))  # the index as the naive forms spell it, on one axis
+        state = flattened(canonical(plain_reads(state)))  # the index and reads as the naive forms spell them, 1-D
         parsed = cp.parse(state.source)
         site = row_site(state, parsed, kernel(parsed, anchor))
         if site.work.index != anchor.key:

@@ -37,6 +37,7 @@ from klineage.transforms import register
 from klineage.transforms._canonical import WIDE_TYPES, canonical
 from klineage.transforms._edit import indentation, splice
 from klineage.transforms._naive import bounds_2d, kernel, launches_of, parameters, readable, squash, tiled_plan
+from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 TILE, ROWS_PER_PASS = 32, 8
@@ -84,13 +85,13 @@ class UntileTranspose(Transform):
                 if f.is_kernel and _TILED.match(squash(parsed.text(f.node.child_by_field_name("body"))))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = canonical(state)  # the index as the naive forms spell it
+        state = canonical(plain_reads(state))  # the index and reads as the naive forms spell them
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", KEY, parsed.text(function.node)[:200])
                 for function, _ in readable(parsed, lambda f: _naive_copy(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = canonical(state)  # the index as the naive forms spell it
+        state = canonical(plain_reads(state))  # the index and reads as the naive forms spell them
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         copy = _naive_copy(state, parsed, function)

@@ -3,9 +3,10 @@
 tests/transforms/spellings/<family>/ holds one kernel per spelling people write for the same naive form (a row
 reduction, an elementwise map, a reduction down columns, a transpose), each with its family's launch: the index
 64-bit or unsigned, the guard an early return or a wrapping `if`, a helper `__device__` function, local pointers
-into a row, casts on a count or on the grid, a softmax that rescales its output in place, braces, `#pragma
-unroll`, a double accumulator. Each must be a site of its family's forwards. Known gaps, not listed here: a
-grid-stride `while` loop, and a transpose written as a 1-D index split into row and column.
+into a row, casts on a count or on the grid, a softmax that rescales its output in place, braces, `#pragma unroll`,
+a double accumulator, reads through the read-only cache (`__ldg(&x[i])`). Each must be a site of its family's
+forwards. Known gaps, not listed here: a grid-stride `while` loop, and a transpose written as a 1-D index split into
+row and column.
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ COLUMNS = {"serialize_reduction", "serialize_column_reduction", "unsplit_reducti
 EXPECTED = {
     "rows": {name: ROWS for name in ("a_wrapped_if", "b_size_t", "c_helper", "d_int64", "e_while", "f_define",
                                      "g_softmax_inf", "h_softmax_flt_max", "j_mean_var", "k_double_acc",
-                                     "m_pragma_unroll")}
+                                     "m_pragma_unroll", "n_ldg")}
     | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"}},
     "elementwise": {name: {"scalarize_elementwise", "uncoarsen_grid_stride"}
-                    for name in ("a_return_guard", "c_helper", "d_no_restrict", "e_unsigned", "g_int64_n")}
+                    for name in ("a_return_guard", "c_helper", "d_no_restrict", "e_unsigned", "g_int64_n", "h_ldg")}
     | {"b_size_t_stride": {"scalarize_elementwise"}},  # a grid-stride loop is its own coarsened form
-    "columns": {name: COLUMNS for name in ("a_if_wrap", "c_size_t", "d_mean", "e_double")}
+    "columns": {name: COLUMNS for name in ("a_if_wrap", "c_size_t", "d_mean", "e_double", "f_ldg")}
     | {"b_pointer_walk": COLUMNS - {"serialize_column_reduction"}},  # a pointer down the column: no 4-lane form
-    "transpose": {name: {"untile_transpose"} for name in ("a_2d_if", "c_return")},
+    "transpose": {name: {"untile_transpose"} for name in ("a_2d_if", "c_return", "d_ldg")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 

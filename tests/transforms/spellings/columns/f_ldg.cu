@@ -1,0 +1,8 @@
+__global__ void bias_grad(const float* __restrict__ dy, float* __restrict__ db, int rows, int cols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < cols) {
+        float s = 0.0f;
+        for (int r = 0; r < rows; r++) s += __ldg(&dy[r * cols + c]);
+        db[c] = s;
+    }
+}
