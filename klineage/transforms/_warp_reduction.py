@@ -230,7 +230,7 @@ class WarpReduction(Transform):
     def _serial_site(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Site:
         if not function.is_kernel:
             raise NotApplicable(f"{function.name} is not a kernel")
-        _check_launch(state, function.name)
+        check_launch(state, function.name)
         site = serial_site(parsed, function)
         self._check_direction(parsed, site.row, list(site.loops))
         return site
@@ -349,7 +349,16 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     match = _SERIAL_LOOP.match(header)
     if match is None:
         raise NotApplicable(f"not a unit-step loop from a constant: `{header}`")
-    kind, index, start = match[1], match[2], match[3]
+    return fold(parsed, node, match[2], match[3], match[1])
+
+
+def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str) -> RowLoop:
+    """The reduction a row loop's body folds its columns into, each column once, whichever thread takes it: an arg
+    reduction, kept extremes, sums and `f(acc, e)` combines, a running sum stored per element, stores one to one
+    with the column. `start`: the first column (past 0 only for folds that may take a value twice). NotApplicable
+    for anything else."""
+    loop_body = node.child_by_field_name("body")
+    header = squash(parsed.data[node.start_byte:loop_body.start_byte].decode())
     arg = arg_best(parsed, loop_body, index)
     if arg is not None:
         return RowLoop(node, index, (Accumulator(arg.value, arg.compare), Accumulator(arg.index, "index")), arg=arg,
@@ -632,7 +641,7 @@ def _inside(node: Node, ancestor: Node) -> bool:
     return False
 
 
-def _check_launch(state: KernelState, entry: str) -> None:
+def check_launch(state: KernelState, entry: str) -> None:
     constants = parse_constants(state.source)
     for launch in launches_of(state, entry, dimensions=1):
         try:
