@@ -1,6 +1,7 @@
 """The transfer benchmark's held-out operators (bench/transfer/): every naive kernel passes the compile-only
 gate on its own problem (static check, nvcc, SASS features, the plan resolved for every case), and so
-does every kernel an analysis forward makes of it: a warp per row, 16-byte vectors, a shared tile."""
+does every kernel an analysis forward makes of it: a warp per row, 16-byte vectors, a shared tile. Every
+operator's forwards find their sites in the default run; the compiles are sampled (tests/sampled.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from klineage.kernel import load_kernel
 from klineage.skills.library import bundled_library
 from klineage.transforms import catalog
 from klineage.transforms.base import Placement
+from sampled import sampled
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer"
 OPERATORS = sorted(p.name for p in BENCH.iterdir() if (p / "problem.py").is_file())
@@ -55,17 +57,40 @@ def test_at_least_ten_held_out_operators_outside_the_corpus():
     assert not corpus_operators & set(OPERATORS)
 
 
+def _analysis_forwards(naive) -> dict[str, list]:
+    """transform name -> the kernels each analysis forward makes of `naive`, one a site."""
+    found = {}
+    for transform in (t for t in catalog().values() if t.placement is Placement.ANALYSIS):
+        for anchor in transform.forward_sites(naive):
+            found.setdefault(transform.name, []).append(transform.forward(naive, anchor).state)
+    return found
+
+
 @pytest.mark.parametrize("operator", OPERATORS)
+def test_the_analysis_forwards_find_their_sites_in_the_naive_kernel(operator):
+    naive = load_kernel(BENCH / operator / "naive")
+    found = _analysis_forwards(naive)
+    assert set(found) == EXPECTED.get(operator, set())
+    for states in found.values():
+        assert all(state.source != naive.source for state in states)
+
+
+# The compiles sampled: the default run keeps operators whose forwards together are every analysis forward that
+# finds a site in some naive kernel (a test keeps it so); the others compile under -m slow.
+COMPILED_BY_DEFAULT = ("bias_grad", "bias_relu", "bmm_small", "mse_loss", "transpose")
+
+
+def test_the_operators_compiled_by_default_cover_every_expected_forward():
+    assert set().union(*(EXPECTED[o] for o in COMPILED_BY_DEFAULT)) == set().union(*EXPECTED.values())
+
+
+@pytest.mark.parametrize("operator", sampled(OPERATORS, keep=COMPILED_BY_DEFAULT))
 def test_naive_and_analysis_forwards_pass_the_compile_only_gate(operator, cache):
     problem = BENCH / operator / "problem.py"
     naive = load_kernel(BENCH / operator / "naive")
     verdict = run_gate(problem, naive, mode=GateMode.COMPILE_ONLY, cache=cache)
     assert verdict.status is Status.COMPILED, verdict.findings
-    analysis = [t for t in catalog().values() if t.placement is Placement.ANALYSIS]
-    found = {}
-    for transform in analysis:
-        for anchor in transform.forward_sites(naive):
-            found.setdefault(transform.name, []).append(transform.forward(naive, anchor).state)
+    found = _analysis_forwards(naive)
     assert set(found) == EXPECTED.get(operator, set())
     for states in found.values():
         for state in states:
