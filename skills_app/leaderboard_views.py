@@ -1,11 +1,13 @@
 """A problem's leaderboard: every kernel state with a passed, timed verdict on the current problem,
-fastest first within each timed case, with its time beside the vendor's from the same run."""
+fastest first within each timed case, with its time beside the vendor's from the same run. One GPU at a time:
+times from two GPUs would rank hardware, not kernels."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import F
+from django.db.models import Count, F
+from django.http import Http404
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
@@ -15,13 +17,23 @@ from skills_app.models import Problem, Verdict
 from skills_app.views import current_problem_or_404
 
 
-def leaderboard_rows(problem: Problem) -> dict[str, list[dict[str, Any]]]:
-    """Per timed case, one row per kernel state, fastest first: its newest passed timed verdict that timed
-    the vendor beside it, else its newest (a walk times a step against its parent only). `state` is None
-    for a kernel only recorded verdicts know (an optimization's candidate, say): its source is not stored,
-    so there is nothing to compare."""
-    found = (Verdict.objects.filter(problem_fingerprint=problem.fingerprint, status=Verdict.StatusChoices.PASSED,
-                                    document__profile__contenders__has_key="candidate")
+def timed(problem: Problem):
+    return Verdict.objects.filter(problem_fingerprint=problem.fingerprint, status=Verdict.StatusChoices.PASSED,
+                                  document__profile__contenders__has_key="candidate")
+
+
+def timed_gpus(problem: Problem) -> list[tuple[str, int]]:
+    """(GPU, kernel states timed on it) for every GPU the problem was timed on, the most states first."""
+    counts = timed(problem).values("gpu").annotate(states=Count("kernel_fingerprint", distinct=True))
+    return sorted(((row["gpu"], row["states"]) for row in counts), key=lambda item: (-item[1], item[0]))
+
+
+def leaderboard_rows(problem: Problem, gpu: str) -> dict[str, list[dict[str, Any]]]:
+    """Per timed case, one row per kernel state timed on `gpu`, fastest first: its newest passed timed verdict
+    there that timed the vendor beside it, else its newest (a walk times a step against its parent only).
+    `state` is None for a kernel only recorded verdicts know (an optimization's candidate, say): its source is
+    not stored, so there is nothing to compare."""
+    found = (timed(problem).filter(gpu=gpu)
              .order_by("kernel_fingerprint", F("created").desc(nulls_last=True), "-id")
              .values("key", "kernel_name", "kernel_fingerprint", "gpu", "created", "state", "state__kernel__name",
                      case=F("document__profile__case"), contenders=F("document__profile__contenders"),
@@ -50,4 +62,10 @@ def leaderboard_rows(problem: Problem) -> dict[str, list[dict[str, Any]]]:
 @read_access
 def leaderboard(request, operator: str):
     problem = current_problem_or_404(operator)
-    return render(request, "skills/leaderboard.html", {"problem": problem, "cases": leaderboard_rows(problem)})
+    gpus = timed_gpus(problem)
+    gpu = request.GET.get("gpu") or (gpus[0][0] if gpus else "")
+    if gpus and gpu not in dict(gpus):
+        raise Http404(f"no verdict of {operator} was timed on GPU {gpu!r}; timed on: {', '.join(dict(gpus))}")
+    others = [(other, states) for other, states in gpus if other != gpu]
+    return render(request, "skills/leaderboard.html", {"problem": problem, "gpu": gpu, "others": others,
+                                                       "cases": leaderboard_rows(problem, gpu) if gpu else {}})

@@ -7,13 +7,16 @@ from __future__ import annotations
 import csv
 import io
 import re
+from urllib.parse import quote
 
 import pytest
 
 from dashboard_data import corpus  # noqa: F401
 from library_data import corpus_cards
 from skills_app.card_import import import_library_files
+from skills_app.leaderboard_views import leaderboard_rows, timed_gpus
 from skills_app.models import Lineage, Verdict
+from skills_app.views import current_problem_or_404
 
 pytestmark = pytest.mark.django_db
 
@@ -44,13 +47,22 @@ def test_a_problems_leaderboard_ranks_timed_states_beside_the_vendor(client, cor
     headline = headline[:headline.index("</table>")]
     times = [float(t) for t in re.findall(r'<td class="num">([0-9.]+) µs</td>', headline)]
     assert len(times) > 3 and times == sorted(times)
-    # the expert's row: its newest passed headline verdict that timed the vendor beside it
-    expert = (Verdict.objects.filter(kernel_name="row_softmax_warp_vec4", status=Verdict.StatusChoices.PASSED,
-                                     document__profile__case="headline",
-                                     document__profile__ratios__has_key="vs_vendor")
-              .order_by("-created", "-id").first())
+    # one GPU a page, the one most states were timed on by default; the expert's row: its newest passed headline
+    # verdict there that timed the vendor beside it
+    timed = Verdict.objects.filter(kernel_name="row_softmax_warp_vec4", status=Verdict.StatusChoices.PASSED,
+                                   document__profile__case="headline", document__profile__ratios__has_key="vs_vendor")
+    gpus = timed_gpus(current_problem_or_404("row_softmax"))
+    assert len(gpus) == len({gpu for gpu, _ in gpus}) and f"Timed on <strong>{gpus[0][0]}</strong>" in page
+    expert = timed.filter(gpu=gpus[0][0]).order_by("-created", "-id").first()
     ratio = expert.document["profile"]["ratios"]["vs_vendor"]["overall"]
     assert f"{ratio:.3f}x" in headline and "compare with #1" in headline
+    assert {row["gpu"] for rows in leaderboard_rows(current_problem_or_404("row_softmax"),
+                                                    gpus[0][0]).values() for row in rows} == {gpus[0][0]}
+    for other, _ in gpus[1:]:  # each other GPU its own page, linked from the default one
+        assert f'href="?gpu={quote(other)}"' in page
+        assert f"Timed on <strong>{other}</strong>" in client.get(
+            "/problems/row_softmax/leaderboard/", {"gpu": other}).content.decode()
+    assert client.get("/problems/row_softmax/leaderboard/", {"gpu": "No Such GPU"}).status_code == 404
     # every comparison offered opens; a kernel only recorded verdicts name (a roundtrip's composite, its
     # source stored nowhere here) is ranked but offers none, and says why
     links = re.findall(r'href="(/compare/\?a=[0-9a-f]{64}&amp;b=[0-9a-f]{64})"', headline)
