@@ -7,20 +7,17 @@ otherwise. The planner, the transforms, the library and the budget are the real 
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
-from klineage.gate.pipeline import run_gate
-from klineage.gate.verdict import Status
 from klineage.kernel import load_kernel
-from klineage.optimize import AttemptStatus, OptimizationResult, Stop, Strategy, loop, optimize, strategies
+from klineage.optimize import AttemptStatus, OptimizationResult, Stop, Strategy, optimize, strategies
 from klineage.optimize.strategies import Candidate
 from klineage.skills.library import Library, bundled_library, load_library
 from klineage.transforms.base import Anchor, Direction, Rewrite
+from scripted_gate import script_gpu_timing
 
 SOFTMAX = corpus.problem_path("row_softmax")
 
@@ -28,19 +25,7 @@ SOFTMAX = corpus.problem_path("row_softmax")
 @pytest.fixture
 def scripted_gpu(monkeypatch, gate_cache):
     start = corpus.kernel_entry("row_softmax/naive").load()
-
-    def seconds(source: str) -> float:
-        return 0.8 ** (source.count("__expf(") - start.source.count("__expf("))
-
-    def gate(problem, kernel, *, against=None, policy, mode, cache, progress, runner):
-        verdict = run_gate(problem, kernel, against=against, policy=policy, mode=GateMode.COMPILE_ONLY, cache=cache)
-        profile = {}
-        if against is not None:
-            ratio = seconds(against.source) / seconds(kernel.source)
-            profile = {"ratios": {"vs_baseline": {"overall": ratio, "per_trial": [ratio] * 3}}}
-        return dataclasses.replace(verdict, status=Status.PASSED, profile=profile)
-
-    monkeypatch.setattr(loop, "run_gate", gate)
+    script_gpu_timing(monkeypatch, lambda source: 0.8 ** (source.count("__expf(") - start.source.count("__expf(")))
     return start
 
 
@@ -111,11 +96,12 @@ def test_the_catalog_gates_a_kernel_a_card_passed_over_last_and_one_a_preconditi
 
 
 def _transfer_replay(operator: str) -> OptimizationResult:
-    """The default search of a bench/transfer operator, replayed off the H200's recorded verdicts."""
+    """The default search of a bench/transfer operator, replayed off the H200's recorded verdicts: as it ran, before
+    rivals existed (a rival it never gated would be a replay miss)."""
     transfer = config.REPO_ROOT / "bench" / "transfer" / operator
     return optimize(transfer / "problem.py", load_kernel(transfer / "naive"), strategy=Strategy.LIBRARY_THEN_CATALOG,
                     library=load_library(bundled_library()), budget=8, gate_mode=GateMode.REPLAY, jobs=6,
-                    cache=GateCache(None, config.recorded_dir()))
+                    cache=GateCache(None, config.recorded_dir()), rivals=0)
 
 
 def test_a_kernel_the_unroll_cards_passed_over_is_gated_last_by_the_catalog_on_cumsum():

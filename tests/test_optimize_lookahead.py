@@ -8,16 +8,13 @@ covers it on a GPU."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from klineage import corpus
 from klineage.config import GateMode
-from klineage.gate.pipeline import run_gate
-from klineage.gate.verdict import Status
 from klineage.gate.warm import WarmRunner
-from klineage.optimize import AttemptStatus, Lookahead, OptimizationResult, Stop, Strategy, loop, optimize
+from klineage.optimize import AttemptStatus, Lookahead, OptimizationResult, Stop, Strategy, optimize
+from scripted_gate import script_gpu_timing
 
 SOFTMAX = corpus.problem_path("row_softmax")
 
@@ -35,19 +32,8 @@ RUNNERS: list = []  # the runner each scripted gate call was handed
 @pytest.fixture
 def scripted_gpu(monkeypatch, gate_cache):
     start = corpus.kernel_entry("row_softmax/naive").load()
-
     RUNNERS.clear()
-
-    def gate(problem, kernel, *, against=None, policy, mode, cache, progress, runner):
-        RUNNERS.append(runner)
-        verdict = run_gate(problem, kernel, against=against, policy=policy, mode=GateMode.COMPILE_ONLY, cache=cache)
-        profile = {}
-        if against is not None:
-            ratio = scripted_time(against.source, start.source) / scripted_time(kernel.source, start.source)
-            profile = {"ratios": {"vs_baseline": {"overall": ratio, "per_trial": [ratio] * 3}}}
-        return dataclasses.replace(verdict, status=Status.PASSED, profile=profile)
-
-    monkeypatch.setattr(loop, "run_gate", gate)
+    script_gpu_timing(monkeypatch, lambda source: scripted_time(source, start.source), RUNNERS)
     return start
 
 

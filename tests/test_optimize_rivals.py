@@ -9,17 +9,14 @@ compile-only gate with a stand-in for the GPU's timing, scripted from what each 
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from klineage import corpus
 from klineage.config import GateMode
-from klineage.gate.pipeline import run_gate
-from klineage.gate.verdict import Status
 from klineage.optimize import AttemptStatus, OptimizationResult, Strategy, loop, optimize, strategies
 from klineage.skills.library import Library
 from klineage.transforms import catalog, get
+from scripted_gate import script_gpu_timing
 
 COLUMN_MAX = corpus.problem_path("column_max")
 MARKS = (("blockIdx.y", 0.1), ("r += 32", 0.25), ("slice_mask", 0.5))  # unsplit, a warp, 4 lanes
@@ -31,15 +28,7 @@ def seconds(source: str) -> float:
 
 @pytest.fixture
 def scripted_gpu(monkeypatch):
-    def gate(problem, kernel, *, against=None, policy, mode, cache, progress, runner):
-        verdict = run_gate(problem, kernel, against=against, policy=policy, mode=GateMode.COMPILE_ONLY, cache=cache)
-        profile = {}
-        if against is not None:
-            ratio = seconds(against.source) / seconds(kernel.source)
-            profile = {"ratios": {"vs_baseline": {"overall": ratio, "per_trial": [ratio] * 3}}}
-        return dataclasses.replace(verdict, status=Status.PASSED, profile=profile)
-
-    monkeypatch.setattr(loop, "run_gate", gate)
+    script_gpu_timing(monkeypatch, seconds)
     return corpus.kernel_entry("column_max/naive").load()
 
 

@@ -75,7 +75,7 @@ def structural_transforms(card: SkillCard) -> list[Transform]:
     own = get(card.transform)
     mechanism = set(own.removes) | {feature.name for feature in card.provides}
     return [transform for name, transform in sorted(catalog().items()) if name != own.name
-            and transform.placement is Placement.ANALYSIS
+            and transform.placement is Placement.ANALYSIS and transform.lent
             and (mechanism & set(transform.removes) or own.name in transform.kin)]
 
 

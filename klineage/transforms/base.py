@@ -135,6 +135,9 @@ class Transform(ABC):
     # Transforms of the same mechanism that share no feature name with this one (padding has none): their
     # cards propose this transform's analysis sites too.
     kin: tuple[str, ...] = ()
+    # Whether those cards propose its analysis sites at all: off for a forward no walk has measured yet where a
+    # card's path taking it first would rule out a route the cards' evidence measured (the catalog still has it).
+    lent: bool = True
 
     @abstractmethod
     def find(self, state: KernelState) -> list[Anchor]:

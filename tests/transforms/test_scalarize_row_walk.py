@@ -139,3 +139,14 @@ def test_the_vector_sum_agrees_and_the_emulation_runs_the_vector_path(tmp_path):
         if not torch.allclose(got["broken"]["y"], scalar, rtol=1e-3, atol=1e-3):
             wrong.add((n, shift))
     assert wrong == {(4, 0), (128, 0), (2048, 0)}
+
+
+def test_no_card_proposes_it_until_a_walk_measures_it():
+    """The 16-byte vector cards lend scalarize_row_cache their sites but not this walk (`lent = False`): taken first
+    in their path it would leave uncache_row, whose cache they measured far ahead, no site."""
+    from klineage.skills.library import bundled_library, load_library
+    from klineage.skills.materialize import structural_transforms
+
+    cards = [c for c in load_library(bundled_library()).cards if c.transform == "devectorize"]
+    lent = [{t.name for t in structural_transforms(c)} for c in cards]
+    assert cards and all("scalarize_row_cache" in names and "scalarize_row_walk" not in names for names in lent)
