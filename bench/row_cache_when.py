@@ -47,11 +47,12 @@ POLICY = DEFAULT_POLICY.with_(timing_scope=TimingScope.EVERY_CASE, trial_seconds
 
 
 def vector_step(operator: str, cache: GateCache) -> tuple[KernelState, KernelState]:
-    """(the kernel before the 16-byte row cache, the kernel with it) of the operator's default search."""
+    """(the kernel before the 16-byte row cache, the kernel with it) of the operator's default search, replayed as
+    the H200 transfer run recorded it (before rivals existed)."""
     folder = ROOT / "bench" / "transfer" / operator
     result = optimize(folder / "problem.py", load_kernel(folder / "naive"), strategy=Strategy.LIBRARY_THEN_CATALOG,
                       library=load_library(bundled_library()), budget=8, gate_mode=GateMode.REPLAY, jobs=6,
-                      cache=cache)
+                      cache=cache, rivals=0)
     vector = next(s.state for s in reversed(result.steps) if "row_vec4" in s.state.source)
     transform = get("scalarize_row_cache")
     return transform.backward(vector, transform.find(vector)[0]).state, vector
