@@ -1,14 +1,14 @@
 """scalarize_row_walk: a warp's walk over a row, 16 bytes a lane per step, goes back to one float a lane per 32
 columns.
 
-The mechanism (forward): a reduction a warp runs over a row with its lanes striding the columns
-(`for (int j = lane; j < n; j += 32)`, or from `S + lane`, as `serialize_reduction` and the shuffle cards write it)
-takes four consecutive columns a lane per step instead: `w_j4 = 4 * lane`, stepping by 128. Every row array the
-walk reads at `[j]` or `[X + j]` is loaded once per step as a `float4` (through the read-only cache where the walk
-read it so, or the kernel cannot write it), and the loop's statements run once per column on registers
-(`j = w_j4 + w_k`, columns before S skipped). That is exact only where the row length divides by 4, every
-vectorized pointer is 16-byte aligned and every offset X is a multiple of 4 (one with the row length as a factor
-is): checked at run time in front of the walk, the scalar walk kept verbatim after `else` for the rest.
+The mechanism (forward): a reduction a warp runs over a row with its lanes striding the columns (`for (int j = lane;
+j < n; j += 32)`, or from `S + lane` with S a constant, as `serialize_reduction` and the shuffle cards write it)
+takes four consecutive columns a lane per step instead: `w_j4 = 4 * lane`, stepping by 128. Every row array the walk
+reads at `[j]` or `[X + j]` is loaded once per step as a `float4` (through the read-only cache where the walk read
+it so, or the kernel cannot write it), and the loop's statements run once per column on registers (`j = w_j4 + w_k`,
+columns before S skipped). That is exact only where the row length divides by 4, every vectorized pointer is 16-byte
+aligned and every offset X is a multiple of 4 (one with the row length as a factor is): checked at run time in front
+of the walk, the scalar walk kept verbatim after `else` for the rest.
 
 Which lane takes a column changes, so only a walk whose result cannot tell is a site: its body is a fold of the
 columns (`_warp_reduction.fold`: sums, `f(acc, e)` combines, kept extremes, an arg reduction; no running sum, no
@@ -49,7 +49,8 @@ from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement
 PREFIX = "w_"
 _OWN_NAMES = re.compile(rf"\b{PREFIX}\w+")
 _LANE = re.compile(r"^const int (\w+) = \(?threadIdx\.x (?:% 32|& 31)\)?;$")
-_WALK = re.compile(rf"^for \(int (\w+) = (?:(\w+) \+ )?(\w+); \1 < ([\w.]+); \1 \+= {WARP}\)$")
+# from the lane, or a constant count of columns past it (the same in every lane: the walk still covers each column)
+_WALK = re.compile(rf"^for \(int (\w+) = (?:(\d+) \+ )?(\w+); \1 < ([\w.]+); \1 \+= {WARP}\)$")
 _VECTOR_HEAD = re.compile(rf"^for \(int {PREFIX}j4 = 4 \* \w+; {PREFIX}j4 < [\w.]+; {PREFIX}j4 \+= {4 * WARP}\)$")
 
 

@@ -74,6 +74,7 @@ def test_the_checks_cover_every_vectorized_pointer_and_the_row_length(transform)
      "acc not combined across the warp"),  # a lane's own partial sum, written as it is
     ("dot_rows", "for (int offset = 16;", "acc *= 2.0f;\n    for (int offset = 16;", "acc not combined"),
     ("dot_rows", "const int lane = threadIdx.x % 32;", "const int lane = threadIdx.x % 16;", "no walk of a lane"),
+    ("argmax_rows", "for (int j = 1 + lane;", "for (int j = lane + lane;", "no walk of a lane"),  # 2 lanes a column
     ("dot_rows", "float acc = 0.0f;", "float acc = 0.0f;\n    int w_k = 0;", "names w_"),
     ("argmax_rows", "const long long pair_index = __shfl_xor_sync(0xffffffffu, at, offset);",
      "const long long pair_index = at;", "at not combined"),
