@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from klineage.kernel import KernelState
+from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
@@ -151,3 +152,17 @@ def test_no_card_proposes_it_until_a_walk_measures_it():
     cards = [c for c in load_library(bundled_library()).cards if c.transform == "devectorize"]
     lent = [{t.name for t in structural_transforms(c)} for c in cards]
     assert cards and all("scalarize_row_cache" in names and "scalarize_row_walk" not in names for names in lent)
+
+
+def test_no_site_where_the_launch_is_not_whole_warps_or_passes_a_buffer_twice(transform):
+    """The lane is a lane of a whole warp only in blocks of whole warps; a buffer passed twice may be written
+    through another pointer while the walk reads it through the read-only cache."""
+    state = golden("dot_rows", "after")
+    plan = (HERE / "scalarize_row_walk" / "dot_rows" / "after.toml").read_text()
+    for old, new, why in [("block = [128]", "block = [48]", "no multiple of 32"),
+                          ('args = ["x", "w", "y"', 'args = ["x", "x", "y"', "passes one buffer twice")]:
+        assert old in plan
+        bad = KernelState(source=state.source, plan=LaunchPlan.from_toml(plan.replace(old, new)))
+        assert transform.forward_sites(bad) == []
+        with pytest.raises(NotApplicable, match=why):
+            transform.forward(bad, SITE)
