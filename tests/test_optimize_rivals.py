@@ -47,6 +47,9 @@ def test_the_step_is_the_fastest_of_the_rewrites_the_first_improvement_rules_out
                      ("serialize_reduction", AttemptStatus.FASTER),  # ... and the two rewrites it rules out
                      ("unsplit_reduction", AttemptStatus.FASTER)]
     assert result.steps[0].transform == "unsplit_reduction" and result.steps[0].ratio.overall == pytest.approx(10)
+    rivals = [a for a in result.attempts if a.round == 0][2:]
+    assert all(a.message.endswith("; a rival of attempt 1 (serialize_column_reduction), which rules it out")
+               for a in rivals)
     assert result.speedup == pytest.approx(10) and result.stats.evaluations == 5 and result.rivals == 3
 
     # rivals cost gate calls like any candidate: when the budget ends among them, the fastest judged is taken

@@ -318,7 +318,7 @@ class _Run:
             return Stop.LLM_BUDGET, str(exc)
 
     def gate_rivals(self, index: int, parent: KernelState, first: Attempt, path: set[str], judged: set[str],
-               faster: list[Attempt]) -> tuple[Stop, str] | None:
+                    faster: list[Attempt]) -> tuple[Stop, str] | None:
         """Gate the candidates at `parent` that taking `first` would rule out (Rivals, above), adding the
         faster ones to `faster`; the reason to stop when the budget or the time runs out among them."""
         found = ruled_out(self.plan(parent), parent, self.kernels[first.candidate], first.transform,
@@ -332,7 +332,8 @@ class _Run:
             candidate = self.next_candidate(candidates)
             if not isinstance(candidate, Candidate):
                 return candidate
-            attempt = self.attempt(index, parent, candidate, path, judged)
+            attempt = self.attempt(index, parent, candidate, path, judged,
+                                   why=f"a rival of attempt {first.index} ({first.transform}), which rules it out")
             if attempt.status is AttemptStatus.GATE_ERROR:
                 return Stop.GATE_ERROR, f"the gate could not judge {candidate}: {attempt.message}"
             if attempt.status is AttemptStatus.FASTER:
@@ -398,7 +399,8 @@ class _Run:
         return said
 
     def attempt(self, index: int, parent: KernelState, candidate: Candidate, path: set[str],
-                judged: set[str]) -> Attempt:
+                judged: set[str], why: str = "") -> Attempt:
+        """The candidate dealt with and recorded; `why` (a gated candidate's reason to be gated) ends its message."""
         common = dict(index=len(self.attempts), round=index, parent=parent.fingerprint,
                       transform=candidate.transform, card=candidate.card, anchor=candidate.anchor,
                       score=candidate.score)
@@ -425,7 +427,8 @@ class _Run:
             return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.GATE_ERROR,
                                        message=failure.message, evaluation=self.evaluations))
         status, ratio, message = self.judge(verdict)
-        return self.record(Attempt(**common, candidate=state.fingerprint, status=status, message=message,
+        return self.record(Attempt(**common, candidate=state.fingerprint, status=status,
+                                   message=f"{message}; {why}" if why else message,
                                    evaluation=self.evaluations, key=str(verdict.provenance.get("key", "")),
                                    verdict=VerdictSummary.of(verdict), ratio=ratio))
 
