@@ -123,6 +123,16 @@ def ldg_calls(parsed: cp.ParsedSource, scope: Node) -> list[LdgCall]:
     return found
 
 
+def plain_read_edits(parsed: cp.ParsedSource, scope: Node, array: str | None = None) -> list[tuple[int, int, str]]:
+    """Edits that read each `__ldg(&a[k])` of the scope (of `array` only, when given) as `a[k]`; a call inside
+    another's subscript (`__ldg(&t[__ldg(&idx[i])])`) is left for a later pass, where its edit no longer overlaps."""
+    calls = [call for call in ldg_calls(parsed, scope)
+             if array is None or parsed.text(call.subscript.child_by_field_name("argument")) == array]
+    inner = {node.id for call in calls for node in cp.nodes_of_type(call.subscript, "call_expression")}
+    return [(call.node.start_byte, call.node.end_byte, parsed.text(call.subscript))
+            for call in calls if call.node.id not in inner]
+
+
 def params(parsed: cp.ParsedSource, function: Node) -> list[Param]:
     """The parameters of a function definition (not of lambdas inside it)."""
     declarator = function.child_by_field_name("declarator")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import ldg_calls, splice
+from klineage.transforms._edit import plain_read_edits, splice
 
 # The element types `__ldg` has overloads for.
 LDG_TYPES = frozenset({"char", "signed char", "unsigned char", "short", "unsigned short", "int", "unsigned int",
@@ -25,10 +25,7 @@ def plain_reads(state: KernelState) -> KernelState:
     A call inside another's subscript (`__ldg(&t[__ldg(&idx[i])])`) is read on a later pass."""
     while True:
         parsed = cp.parse(state.source)
-        calls = ldg_calls(parsed, parsed.root)
-        inner = {node.id for call in calls for node in cp.nodes_of_type(call.subscript, "call_expression")}
-        edits = [(c.node.start_byte, c.node.end_byte, parsed.text(c.subscript))
-                 for c in calls if c.node.id not in inner]
+        edits = plain_read_edits(parsed, parsed.root)
         if not edits:
             return state
         state = KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)

@@ -39,6 +39,7 @@ from klineage.transforms._edit import (
     operator,
     outer_parens,
     params,
+    plain_read_edits,
     splice,
     unparen,
 )
@@ -67,9 +68,7 @@ class LdgSubscript(Transform):
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
-        edits = [(call.node.start_byte, call.node.end_byte, parsed.text(call.subscript))
-                 for call in ldg_calls(parsed, function.node)
-                 if parsed.text(call.subscript.child_by_field_name("argument")) == anchor.key]
+        edits = plain_read_edits(parsed, function.node, anchor.key)
         if not edits:
             raise NotApplicable(f"{anchor}: no __ldg(&{anchor.key}[...])")
         source = splice(parsed.data, edits)[0].decode("utf-8")

@@ -40,10 +40,10 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import _row_vectors as rv
 from klineage.transforms import register
-from klineage.transforms._arg_reduction import FULL_MASK, WARP_BUTTERFLY
+from klineage.transforms._arg_reduction import is_pair_butterfly
 from klineage.transforms._edit import indentation, is_written, reindent, splice
 from klineage.transforms._naive import kernel, readable, squash
-from klineage.transforms._warp_reduction import WARP, check_launch, fold
+from klineage.transforms._warp_reduction import ROWS, WARP, check_launch, fold
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 PREFIX = "w_"
@@ -181,18 +181,16 @@ def _walk(parsed: cp.ParsedSource, function: cp.Function, node: Node, match: re.
 
 
 def _butterfly_after(parsed: cp.ParsedSource, node: Node) -> set[str]:
-    """The names the butterflies right after `node` (one loop, or one a value, in a row) exchange across the full
-    warp: none without one."""
+    """The names the butterflies right after `node` exchange across the full warp (one loop a value, or the pair
+    loop of an arg reduction, as the warp reductions write them): none without one."""
     names: set[str] = set()
     after = node.next_named_sibling
-    while after is not None:
+    while after is not None and after.type in ("for_statement", "comment"):
+        text = parsed.text(after)
         if after.type == "for_statement":
-            header = squash(parsed.data[after.start_byte:after.child_by_field_name("body").start_byte].decode())
-            if header != WARP_BUTTERFLY:
+            if not (ROWS.is_butterfly(squash(text)) or is_pair_butterfly(text, ROWS.butterfly, ROWS.mask)):
                 break
-            names |= set(re.findall(rf"__shfl_xor_sync\({FULL_MASK}, (\w+), offset\)", squash(parsed.text(after))))
-        elif after.type != "comment":
-            break
+            names |= set(re.findall(rf"__shfl_xor_sync\({re.escape(ROWS.mask)}, (\w+), offset\)", squash(text)))
         after = after.next_named_sibling
     return names
 

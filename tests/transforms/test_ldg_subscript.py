@@ -102,3 +102,16 @@ def test_backward_restores_every_read_and_only_that_arrays(transform):
     assert both.source.count("__ldg(") == 3
     undone = transform.backward(both, Anchor("kernel", "array", "in")).state
     assert undone.source.count("__ldg(&w[j])") == 1 and "__ldg(&in" not in undone.source
+
+
+def test_backward_reads_an_array_indexed_by_its_own_cached_read_one_call_a_pass(transform):
+    """`__ldg(&idx[__ldg(&idx[i])])`: the two reads' edits would overlap; the outer one goes first, the inner one
+    on the next backward (the same `_edit.plain_read_edits` the analysis forwards read `__ldg` with)."""
+    state = KernelState(source="__global__ void kernel(const int* __restrict__ idx, int* __restrict__ y, int n) {\n"
+                               "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                               "    if (i < n) y[i] = __ldg(&idx[__ldg(&idx[i])]);\n}\n",
+                        plan=plan_of('"idx", "y", { scalar = "n", type = "i32" }'))
+    site = Anchor("kernel", "array", "idx")
+    once = transform.backward(state, site).state
+    assert "y[i] = idx[__ldg(&idx[i])];" in once.source
+    assert "y[i] = idx[idx[i]];" in transform.backward(once, site).state.source
