@@ -37,7 +37,7 @@ def leaderboard_rows(problem: Problem, gpu: str) -> dict[str, list[dict[str, Any
              .order_by("kernel_fingerprint", F("created").desc(nulls_last=True), "-id")
              .values("key", "kernel_name", "kernel_fingerprint", "gpu", "created", "state", "state__kernel__name",
                      case=F("document__profile__case"), contenders=F("document__profile__contenders"),
-                     ratios=F("document__profile__ratios")))
+                     ratios=F("document__profile__ratios"), settlement=F("document__profile__settlement__state")))
     chosen: dict[tuple[str, str], dict[str, Any]] = {}
     for row in found:  # newest first per state: its newest verdict that timed the vendor, else its newest
         vendor = ((row["ratios"] or {}).get("vs_vendor") or {}).get("overall")

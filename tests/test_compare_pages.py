@@ -56,8 +56,17 @@ def test_a_problems_leaderboard_ranks_timed_states_beside_the_vendor(client, cor
     expert = timed.filter(gpu=gpus[0][0]).order_by("-created", "-id").first()
     ratio = expert.document["profile"]["ratios"]["vs_vendor"]["overall"]
     assert f"{ratio:.3f}x" in headline and "compare with #1" in headline
-    assert {row["gpu"] for rows in leaderboard_rows(current_problem_or_404("row_softmax"),
-                                                    gpus[0][0]).values() for row in rows} == {gpus[0][0]}
+    rows = [row for rows in leaderboard_rows(current_problem_or_404("row_softmax"), gpus[0][0]).values()
+            for row in rows]
+    assert {row["gpu"] for row in rows} == {gpus[0][0]}
+    # each row says whether its timing settled, as its verdict does (an earlier gate's verdict: not checked)
+    words = {"settled": ">settled</td>", "unsettled": "<strong>unsettled</strong>", None: ">not checked</span>"}
+    for row in rows:
+        assert row["settlement"] == (Verdict.objects.get(key=row["key"]).document["profile"].get("settlement")
+                                     or {}).get("state")
+    shown = [word for state, word in words.items() if any(row["settlement"] == state for row in rows)]
+    assert shown and all(word in page for word in shown)
+    assert headline.count("<td class=\"small timing-settlement\">") == len(times)
     for other, _ in gpus[1:]:  # each other GPU its own page, linked from the default one
         assert f'href="?gpu={quote(other)}"' in page
         assert f"Timed on <strong>{other}</strong>" in client.get(
