@@ -32,6 +32,10 @@ A kernel that is one grid-stride loop over elements (`for (int i = <global index
 gridDim.x) <work>`, the stride maybe declared first) becomes `if (i < n) <work>` on cdiv(n, threads) blocks: the loop
 visits every element below n once whatever the grid, and so does one thread per element. The work may not name the
 grid, a thread coordinate, a barrier, a collective or a jump, nor change the index; n names scalar parameters only.
+The loop spelled `int i = <global index>; while (i < n) { <work> i += blockDim.x * gridDim.x; }` is the same loop
+where the index is declared before it (only the stride's declaration may stand between), the step is the body's
+last statement and the only write of the index (the work may not `continue` past it), and the loop ends the kernel
+(nothing reads the index after it).
 
 A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`) becomes one thread per row,
 `if (row < rows) { <the rest> }` on blocks of THREADS: with one thread a block nothing but the row told the threads
@@ -60,7 +64,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import Launch
 from klineage.transforms._canonical import NARROW, WIDE, canonical, canonical_index
-from klineage.transforms._edit import indentation, is_written, reindent, splice
+from klineage.transforms._edit import contains, indentation, is_written, reindent, splice
 from klineage.transforms._naive import (
     FORBIDDEN,
     LOOP_INDEX_TYPES,
@@ -172,55 +176,101 @@ def _threaded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
     return source, _element_launches(state, parsed, function, rows, 1, THREADS)
 
 
+@dataclass(frozen=True)
+class _Strided:
+    """A grid-stride loop's parts, in either spelling: `for (<type> i = <start>; i < n; <step>) <work>`, or
+    `<type> i = <start>; while (i < n) { <work> <step>; }`."""
+
+    declaration: str  # `<type> i = <start>;`, squashed, as written
+    condition: str  # `i < n`, squashed
+    step: str  # squashed, without its `;` and the casts on the grid
+    work: str  # the body's text, the `while` loop's step left out
+    body: Node
+    step_node: Node | None  # the `while` loop's step: its body's last statement
+    rest: tuple[Node, ...]  # the kernel's statements before the loop, the `while` loop's index declaration left out
+
+
+def _for_loop(parsed: cp.ParsedSource, listed: list[Node]) -> _Strided:
+    loop = listed[-1]
+    body = loop.child_by_field_name("body")
+    parts = [squash(parsed.text(loop.child_by_field_name(field) or loop)) for field in ("initializer", "condition",
+                                                                                       "update")]
+    return _Strided(parts[0], parts[1], uncast_grid(parts[2]), parsed.text(body), body, None, tuple(listed[:-1]))
+
+
+def _while_loop(parsed: cp.ParsedSource, listed: list[Node]) -> _Strided:
+    """The `while` spelling: the index declared before the loop (a stride's declaration may stand between, or
+    before it), the step the last statement of the loop's body; the loop ends the kernel, so nothing reads the
+    index after it."""
+    loop = listed[-1]
+    body = loop.child_by_field_name("body")
+    inside = statements(body) if body.type == "compound_statement" else []
+    if len(inside) < 2:
+        raise NotApplicable("a `while` loop whose body is not its work and then its step")
+    condition = squash(parsed.text(loop.child_by_field_name("condition").child_by_field_name("value") or loop))
+    index = condition.split(" ")[0]
+    declared = [s for s in listed[:-1] if re.fullmatch(rf"(?:{LOOP_INDEX_TYPES}) {re.escape(index)} = .+;",
+                                                       squash(parsed.text(s)))][-1:]
+    step = inside[-1]
+    work = parsed.data[body.start_byte:inside[-2].end_byte] + parsed.data[step.end_byte:body.end_byte]
+    return _Strided(squash(parsed.text(declared[0])) if declared else "", condition,
+                    uncast_grid(squash(parsed.text(step))).removesuffix(";"), work.decode("utf-8"), body, step,
+                    tuple(s for s in listed[:-1] if s not in declared))
+
+
 def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, tuple[Launch, ...]]:
     """A kernel that is one grid-stride loop over elements (`for (int i = <global index>; i < n; i += blockDim.x *
-    gridDim.x) <work>`, the stride maybe declared first) as one thread per element: `if (i < n) <work>` on
-    cdiv(n, threads) blocks. The loop visits every element below n once, whatever the grid, so one thread per
-    element visits the same ones; the work may not name the grid, a thread coordinate, a barrier, a collective or a
-    jump, nor change the index."""
+    gridDim.x) <work>`, or its `while` spelling, the stride maybe declared first) as one thread per element:
+    `if (i < n) <work>` on cdiv(n, threads) blocks. The loop visits every element below n once, whatever the grid,
+    so one thread per element visits the same ones; the work may not name the grid, a thread coordinate, a
+    barrier, a collective or a jump (a `continue` would skip a `while` loop's step), nor change the index."""
     listed = statements(function.node.child_by_field_name("body"))
-    stride_names = {"blockDim.x * gridDim.x", "gridDim.x * blockDim.x"}
-    if len(listed) == 2:
-        declared = re.fullmatch(rf"(?:const )?(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = "
-                                r"\(?(blockDim\.x \* gridDim\.x|gridDim\.x \* blockDim\.x)\)?;",
-                                uncast_grid(squash(parsed.text(listed[0]))))
-        if declared is None:
-            raise NotApplicable(f"{function.name} declares more than its stride before its grid-stride loop")
-        stride_names.add(declared[1])
-    elif len(listed) != 1:
+    reader = {"for_statement": _for_loop, "while_statement": _while_loop}.get(listed[-1].type if listed else "")
+    if reader is None:
         raise NotApplicable(f"{function.name} is not one grid-stride loop over elements")
-    loop = listed[-1]
-    if loop.type != "for_statement":
-        raise NotApplicable(f"{function.name} is not one grid-stride loop over elements")
-    init = squash(parsed.text(loop.child_by_field_name("initializer")))
+    loop = reader(parsed, listed)
+    stride = _stride(parsed, function, loop.rest)
+    stride_names = {"blockDim.x * gridDim.x", "gridDim.x * blockDim.x"} | ({stride} if stride else set())
     # the start as written (casts kept: `canonical` reads the declaration that `flattened` writes from it)
-    declaration = re.fullmatch(rf"((?:{LOOP_INDEX_TYPES})) ([A-Za-z_]\w*) = (.+);", init)
-    if declaration is not None and not re.fullmatch(r"\(?blockIdx\.x\)? \* blockDim\.x \+ threadIdx\.x",
-                                                    uncast_grid(declaration[3])):
-        declaration = None
-    condition = squash(parsed.text(loop.child_by_field_name("condition") or loop))
-    update = uncast_grid(squash(parsed.text(loop.child_by_field_name("update") or loop)))
-    if declaration is None:
+    declaration = re.fullmatch(rf"((?:{LOOP_INDEX_TYPES})) ([A-Za-z_]\w*) = (.+);", loop.declaration)
+    if declaration is None or not re.fullmatch(r"\(?blockIdx\.x\)? \* blockDim\.x \+ threadIdx\.x",
+                                               uncast_grid(declaration[3])):
         raise NotApplicable(f"{function.name}'s loop does not start at the global thread index")
     kind, index, start = declaration.groups()
+    condition = loop.condition
     bound = bound_of(condition.removeprefix(f"{index} < ")) if condition.startswith(f"{index} < ") else None
     steps = {f"{index} += {name}" for name in stride_names} | {f"{index} = {index} + {name}" for name in stride_names}
-    if bound is None or update not in steps | {s.replace("blockDim.x * gridDim.x", "(blockDim.x * gridDim.x)")
-                                                   for s in steps}:
+    if bound is None or loop.step not in steps | {s.replace("blockDim.x * gridDim.x", "(blockDim.x * gridDim.x)")
+                                                  for s in steps}:
         raise NotApplicable(f"{function.name}'s loop is not `{index} < n; {index} += blockDim.x * gridDim.x`")
-    work = loop.child_by_field_name("body")
-    text = parsed.text(work)
-    if len(listed) == 2 and re.search(rf"\b{declared[1]}\b", text):
-        raise NotApplicable(f"{function.name}'s loop body uses its stride '{declared[1]}'")
+    text = loop.work
+    if stride and re.search(rf"\b{stride}\b", text):
+        raise NotApplicable(f"{function.name}'s loop body uses its stride '{stride}'")
     if found := FORBIDDEN.search(text):
         raise NotApplicable(f"{function.name}'s loop body loops, synchronizes, jumps or names the grid or a thread "
                             f"(`{found[0]}`)")
-    if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(work, "identifier")):
+    if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(loop.body, "identifier")
+           if loop.step_node is None or not contains(loop.step_node, n)):
         raise NotApplicable(f"{function.name} changes its element index '{index}' in the loop body")
     indent = indentation(parsed.data, listed[0].start_byte)
-    body = reindent(text, len(indentation(parsed.data, loop.start_byte)), indent)[len(indent):]
+    body = reindent(text, len(indentation(parsed.data, listed[-1].start_byte)), indent)[len(indent):]
     source = f"{kind} {index} = {start};\n{indent}if ({index} < {bound}) {body}"
     return source, _element_launches(state, parsed, function, bound, 1)
+
+
+def _stride(parsed: cp.ParsedSource, function: cp.Function, rest: tuple[Node, ...]) -> str:
+    """The name of the stride a kernel declares before its grid-stride loop (`int stride = blockDim.x *
+    gridDim.x;`), "" where it declares nothing else there."""
+    if not rest:
+        return ""
+    declared = re.fullmatch(rf"(?:const )?(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = "
+                            r"\(?(blockDim\.x \* gridDim\.x|gridDim\.x \* blockDim\.x)\)?;",
+                            uncast_grid(squash(parsed.text(rest[0]))))
+    if len(rest) > 1:
+        raise NotApplicable(f"{function.name} is not one grid-stride loop over elements")
+    if declared is None:
+        raise NotApplicable(f"{function.name} does more than declare its stride before its grid-stride loop")
+    return declared[1]
 
 
 def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Matrix:

@@ -33,10 +33,11 @@ BOUND = r"[A-Za-z_]\w*(?:\s*[*+]\s*[A-Za-z_]\w*)*"
 INTEGER_CAST = rf"(?:\((?:{LOOP_INDEX_TYPES})\) ?|static_cast<(?:{LOOP_INDEX_TYPES})>)"  # C-style or static_cast
 CAST_BOUND = rf"{INTEGER_CAST}\(?([A-Za-z_]\w*)\)?"
 FLOAT_ZERO = r"(?:0|0\.0*f?|0\.f|\.0f?)"  # a float zero as people write it: 0, 0.0, 0.f, .0f, ...
-# what an element's work may not hold: a loop, a barrier or collective, an early exit, a thread coordinate
+# what an element's work may not hold: a loop, a barrier or collective, an early exit or a jump (a `continue` of a
+# grid-stride loop read as one element: no loop is left for it), a thread coordinate
 FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|__ballot\w*|__any_sync|__all_sync|"
-                        r"__activemask|__match\w*|__reduce\w*|asm|goto|break|return|for|while|do|threadIdx|blockIdx|"
-                        r"blockDim|gridDim|this_grid|grid_group)\b")
+                        r"__activemask|__match\w*|__reduce\w*|asm|goto|break|continue|return|for|while|do|threadIdx|"
+                        r"blockIdx|blockDim|gridDim|this_grid|grid_group)\b")
 # a bound `n` of `i < n` that needs no parentheses there: names, numbers, calls, casts and arithmetic
 _BOUND_TYPES = frozenset({"identifier", "number_literal", "field_expression", "call_expression", "cast_expression",
                           "parenthesized_expression", "subscript_expression"})

@@ -15,13 +15,27 @@ tile is 32 x 33: the padding column puts the 32 elements of a tile column in 32 
 bounds are checked per element, so R and C need not be multiples of 32. The plan's launch gets a block
 of (32, 8) and a grid of (cdiv(C, 32), cdiv(R, 32)), C and R read from the launch's arguments.
 
+The same copy is often written on one index over the R x C elements, split into a row and a column, on a 1-D launch:
+
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < R * C) { int r = i / C, c = i % C; Y[c * R + r] = X[i]; }
+
+(also with X[r * C + c], the split as two declarations in either order, the guard as an early return `if (i >= R *
+C) return;`, or a 64-bit index, count or split, which makes the tiled subscripts 64-bit). It visits each (r, c) below
+(R, C) once, as the 2-D copy does, and X[i] is X[r * C + c] there, so the forward reads it as the 2-D copy (C the
+divisor of both the row and the column, R the count's other factor) and writes the same tiled form and launch: the
+tiled grid depends on R and C alone, not on the launch it replaces, which covers every element as a correct naive
+kernel's launch does.
+
 Backward writes the direct copy back from the canonical tiled form, with the grid one thread per
-element needs under the (32, 8) block.
+element needs under the (32, 8) block; a kernel that came from the 1-D spelling gets the 2-D copy, which computes
+the same.
 
 Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations and the
-guarded copy above (either order of the two bounds), X and Y distinct pointer parameters of one element
-type, R and C scalar parameters passed by the launch as scalars; the plan launches the kernel with a
-two-dimensional block and grid and passes no buffer twice. Anything else: no site.
+guarded copy above (either order of the two bounds), or the 1-D index, its guard by the element count, the split and
+the copy; X and Y distinct pointer parameters of one element type, R and C scalar parameters passed by the launch as
+scalars; the plan launches the kernel with a block and grid of at most two dimensions and passes no buffer twice.
+Anything else: no site.
 
 Anchor: the kernel, kind "function", key "tile".
 """
@@ -36,7 +50,17 @@ from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms._canonical import WIDE_TYPES, canonical
 from klineage.transforms._edit import indentation, splice
-from klineage.transforms._naive import bounds_2d, kernel, launches_of, parameters, readable, squash, tiled_plan
+from klineage.transforms._naive import (
+    INDEXES,
+    LOOP_INDEX_TYPES,
+    bounds_2d,
+    kernel,
+    launches_of,
+    parameters,
+    readable,
+    squash,
+    tiled_plan,
+)
 from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -53,6 +77,12 @@ _TILED = re.compile(
     rf"\(\3 \+ k\) \* \5 \+ \2\]; __syncthreads\(\); int \2_out = ")
 # a 64-bit cast on the first factor of a subscript (the naive form's, kept by the tiled form as `(size_t)`)
 _WIDE = rf"\((?:{'|'.join(sorted(WIDE_TYPES))})\) ?"
+# the 1-D spelling (after `_FLAT_RETURN`): one index over the R x C elements, guarded by their count (the product
+# maybe cast to 64 bits), then the split into a row and a column and the copy
+_FLAT = re.compile(rf"^{{ (int|long long) {_ID} = ([^;{{}}]+); if \(\2 < ({_WIDE})?{_ID} \* {_ID}\) "
+                   rf"{{ ([^{{}}]+;) }} }}$")
+# its early return, `if (i >= R * C) return; <split, copy>`: the `if` form's negation, the rest of the kernel its work
+_FLAT_RETURN = re.compile(r"^\{ ([^;{}]+;) if \((\w+) >= (.+?)\) return; ([^{}]+) \}$")
 
 
 @dataclass(frozen=True)
@@ -147,7 +177,9 @@ class UntileTranspose(Transform):
 def _naive_copy(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Copy:
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is not a kernel")
-    body, wide = _plain(squash(parsed.text(function.node.child_by_field_name("body"))))
+    split, split_wide = _unsplit(squash(parsed.text(function.node.child_by_field_name("body"))))
+    body, wide = _plain(split)
+    wide = wide or split_wide
     match = _NAIVE.match(body)
     if match is None:
         raise NotApplicable(f"{function.name} is not a naive transpose")
@@ -161,6 +193,52 @@ def _naive_copy(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
         raise NotApplicable(f"{function.name}: X and Y are not pointers to one type, or R and C not scalars")
     launches_of(state, function.name, dimensions=2)
     return Copy(column, row, rows, columns, source, target, params[target][0], wide)
+
+
+def _unsplit(body: str) -> tuple[str, bool]:
+    """The squashed body in the 2-D form `_NAIVE` reads where it is the 1-D spelling (`_FLAT`), and whether that
+    spelling is 64-bit (its index, its count or its split); the body as it is, and False, where it is not 1-D.
+
+    `int i = <global index>; if (i < R * C) { int r = i / C, c = i % C; Y[c * R + r] = X[i]; }` visits each (r, c)
+    of the R x C elements once, as the 2-D form does on its 2-D launch, and X[i] is X[r * C + c] there: so it reads
+    as `if (r < R && c < C) Y[c * R + r] = X[r * C + c];`, C the divisor of both the row and the column and R the
+    count's other factor. Whether the copy then agrees with those bounds is `_NAIVE`'s to check (a row and a column
+    swapped, a subscript by another count: no site); a row or column that hides the index or a count from the copy
+    is no site here."""
+    flat = _FLAT.match(_FLAT_RETURN.sub(r"{ \1 if (\2 < \3) { \4 } }", body))
+    if flat is None or dict(INDEXES)[flat[1]] != flat[3]:
+        return body, False
+    kind, index, cast, first, second = flat[1], flat[2], flat[4], flat[5], flat[6]
+    *declarations, copy = [statement.strip() for statement in re.findall(r"[^;]+;", flat[7])]
+    (row, columns), (column, divisor), wide = _split(declarations, index)
+    if columns != divisor or columns not in (first, second):
+        raise NotApplicable(f"the 1-D index {index} is not split by one factor of its count {first} * {second}")
+    if {row, column} & {index, first, second}:  # declared in the guarded block, it would hide that name from the copy
+        raise NotApplicable("the 1-D index's row or column is named as the index or a count")
+    rows = first if columns == second else second
+    copy = re.sub(rf"\[{re.escape(index)}\]", f"[{row} * {columns} + {column}]", copy)
+    return (f"{{ int {column} = blockIdx.x * blockDim.x + threadIdx.x; int {row} = blockIdx.y * blockDim.y + "
+            f"threadIdx.y; if ({row} < {rows} && {column} < {columns}) {copy} }}"), wide or kind != "int" or bool(cast)
+
+
+def _split(declarations: list[str], index: str) -> tuple[tuple[str, str], tuple[str, str], bool]:
+    """((row, its divisor), (column, its divisor), whether either is 64-bit) of the declarations of a row `r = i /
+    C` and a column `c = i % C`, in one declaration or two, in either order."""
+    part = rf"[A-Za-z_]\w* = {re.escape(index)} [/%] [A-Za-z_]\w*"
+    parts, wide = {}, False
+    for declaration in declarations:
+        found = re.fullmatch(rf"(?:const )?({LOOP_INDEX_TYPES}) ({part}(?:, {part})*);", declaration)
+        if found is None:
+            raise NotApplicable(f"`{declaration}` declares no row `{index} / C` or column `{index} % C` of the "
+                                "1-D index")
+        wide = wide or found[1] in WIDE_TYPES
+        for name, _, _, op, divisor in (declarator.split(" ") for declarator in found[2].split(", ")):
+            if op in parts:
+                raise NotApplicable(f"the 1-D index {index} is split into more than a row and a column")
+            parts[op] = (name, divisor)
+    if set(parts) != {"/", "%"}:
+        raise NotApplicable(f"the 1-D index {index} is not split into a row ({index} / C) and a column ({index} % C)")
+    return parts["/"], parts["%"], wide
 
 
 def _plain(body: str) -> tuple[str, bool]:

@@ -19,9 +19,9 @@ from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, compiles_without_spills
 
-CASES = ["rows_on_y", "tiles", "grid_stride", "one_thread_blocks"]
-# (rows, cols): a ragged row, rows of whole packs, a tail in every row; grid_stride reads n = rows * cols, and its
-# grid of 128 threads strides over the larger ones
+CASES = ["rows_on_y", "tiles", "grid_stride", "grid_stride_while", "one_thread_blocks"]
+# (rows, cols): a ragged row, rows of whole packs, a tail in every row; the grid-stride loops read n = rows * cols,
+# and their grid of 128 threads strides over the larger ones
 SHAPES = [(3, 5), (4, 64), (7, 130)]
 
 
@@ -47,7 +47,7 @@ def test_the_flat_kernels_compile(case, cache):
 def _inputs(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
     generator = torch.Generator().manual_seed(rows * 1000 + cols)
     x = torch.randn(rows * cols, generator=generator) * 8
-    if case == "grid_stride":
+    if case.startswith("grid_stride"):
         return {"n": rows * cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
     if case == "one_thread_blocks":  # a row's largest element: any order of the compares gives its bits
         return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows)}
@@ -75,11 +75,12 @@ FORWARDS = {  # case -> the forwards that find a site in the kernel as written
     "rows_on_y": ("scalarize_row_gather", "scalarize_elementwise", "uncoarsen_grid_stride"),
     "tiles": ("uncoarsen_grid_stride",),  # y written at `at`, not [i]: no pack
     "grid_stride": ("scalarize_elementwise",),  # a grid-stride loop is uncoarsen_grid_stride's own form
+    "grid_stride_while": ("scalarize_elementwise",),  # the same loop spelled with `while`
     "one_thread_blocks": ("serialize_reduction",),  # `<<<rows, 1>>>`: a thread per row, then a warp per row
 }
 
 
-@pytest.mark.parametrize("case", sampled(FORWARDS, keep=("rows_on_y", "one_thread_blocks")))
+@pytest.mark.parametrize("case", sampled(FORWARDS, keep=("rows_on_y", "grid_stride_while", "one_thread_blocks")))
 def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits(tmp_path, case):
     """Each forward from the kernel as a user wrote it: it finds exactly these sites, and every rewrite computes
     the written kernel's bits."""
@@ -161,6 +162,7 @@ LOOP = "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += bloc
     (LOOP + " y[i] = x[i] * gridDim.x;\n", "names the grid or a thread"),
     (LOOP.replace("+= blockDim", "+= 2 * blockDim") + " y[i] = x[i];\n", "is not `i < n; i += blockDim.x * gridDim.x`"),
     (LOOP + " { y[i] = x[i]; i += 1; }\n", "changes its element index 'i'"),
+    (LOOP + " { if (x[i] < 0.0f) continue; y[i] = x[i]; }\n", "jumps or names the grid"),  # `if` holds no loop
     ("    float s = 0.0f;\n" + LOOP + " s += x[i];\n    y[0] = s;\n", "is not one grid-stride loop over elements"),
     (LOOP.replace("i < n", "i < n - 1") + " y[i] = x[i];\n", "is not `i < n"),
     ("    int step = blockDim.x * gridDim.x;\n" + LOOP.replace("blockDim.x * gridDim.x", "step") +
@@ -171,6 +173,34 @@ def test_a_grid_stride_loop_left_as_written_with_the_reason(body, why):
     with refusals() as refused:
         assert flattened(canonical(state)) == canonical(state)
     assert any(why in line for line in refused), refused
+
+
+INDEX = "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+STEP = "        i += blockDim.x * gridDim.x;\n"
+
+
+def _while(work: str, step: str = STEP, after: str = "") -> str:
+    return INDEX + "    while (i < n) {\n" + work + step + "    }\n" + after
+
+
+@pytest.mark.parametrize("body, why", [
+    (_while("        y[i] = x[i];\n", STEP.replace("blockDim.x * ", "")), "is not `i < n; i += blockDim.x"),
+    (_while("        y[i] = x[i];\n", after="    y[0] = i;\n"), "is not one grid-stride loop over elements"),
+    (_while("        if (x[i] < 0.0f) continue;\n        y[i] = x[i];\n"), "jumps or names the grid or a thread"),
+    (_while("        float v = x[i];\n" + STEP + "        y[i] = v;\n", ""), "is not `i < n; i += blockDim.x"),
+    (_while("        y[i] = x[i];\n        i += 1;\n"), "changes its element index 'i'"),
+    (INDEX + "    i += 1;\n" + _while("        y[i] = x[i];\n").removeprefix(INDEX), "does more than declare"),
+    (_while("", "        i += blockDim.x * gridDim.x, y[i] = x[i];\n"), "is not its work and then its step"),
+])
+def test_a_grid_stride_while_loop_left_as_written_with_the_reason(body, why):
+    """The `while` spelling is the `for` loop only where the grid's width steps the index once, last; the attacks: a
+    step by the block count; the index read after the loop; a `continue` past the step; the step before the work's
+    last statement; a second write; a write before the loop; no work apart from the step."""
+    state = KernelState(source=STRIDE_HEAD + body + "}\n", plan=STRIDE_PLAN)
+    with refusals() as refused:
+        assert flattened(canonical(state)) == canonical(state)
+    assert any(why in line for line in refused), refused
+    assert get("scalarize_elementwise").forward_sites(state) == []
 
 
 @pytest.mark.parametrize("loop, index", [

@@ -4,20 +4,26 @@ tests/transforms/spellings/<family>/ holds one kernel per spelling people write 
 reduction, an elementwise map, a reduction down columns, a transpose), each with its family's launch: the index
 64-bit or unsigned, the guard an early return or a wrapping `if`, a helper `__device__` function, local pointers
 into a row, casts on a count or on the grid, a softmax that rescales its output in place, braces, `#pragma unroll`,
-a double accumulator, reads through the read-only cache (`__ldg(&x[i])`). Each must be a site of its family's
-forwards. Known gaps, not listed here: a grid-stride `while` loop, and a transpose written as a 1-D index split into
-row and column.
+a double accumulator, reads through the read-only cache (`__ldg(&x[i])`), a grid-stride loop as `for` or `while`, a
+transpose on one 1-D index split into a row and a column (its own family: a 1-D launch). Each must be a site of its
+family's forwards; where the CPU emulator runs the family (elementwise maps and transposes), every forward's kernel
+computes the spelling's bits.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
-from klineage.kernel import load_kernel
+from klineage.kernel import KernelState, load_kernel
 from klineage.transforms import get
+from klineage.transforms.base import with_plan
 from tests.sampled import sampled
+from tests.transforms import emulate
 from tests.transforms.golden import compiles_without_spills
 
 SPELLINGS = Path(__file__).parent / "spellings"
@@ -30,10 +36,12 @@ EXPECTED = {
     | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"}},
     "elementwise": {name: {"scalarize_elementwise", "uncoarsen_grid_stride"}
                     for name in ("a_return_guard", "c_helper", "d_no_restrict", "e_unsigned", "g_int64_n", "h_ldg")}
-    | {"b_size_t_stride": {"scalarize_elementwise"}},  # a grid-stride loop is its own coarsened form
+    | {name: {"scalarize_elementwise"}  # a grid-stride loop is its own coarsened form
+       for name in ("b_size_t_stride", "i_while_stride", "j_while_size_t")},
     "columns": {name: COLUMNS for name in ("a_if_wrap", "c_size_t", "d_mean", "e_double", "f_ldg")}
     | {"b_pointer_walk": COLUMNS - {"serialize_column_reduction"}},  # a pointer down the column: no 4-lane form
     "transpose": {name: {"untile_transpose"} for name in ("a_2d_if", "c_return", "d_ldg")},
+    "transpose_flat": {name: {"untile_transpose"} for name in ("a_split", "b_split_2d_read", "c_return_size_t")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
@@ -67,3 +75,39 @@ def test_each_spellings_forwards_compile(tmp_path, cache, spelling):
     for transform in sorted(EXPECTED[family][name]):
         (site,) = get(transform).forward_sites(state)
         compiles_without_spills(get(transform).forward(state, site).state, cache)
+
+
+def _copy(rows: int, cols: int) -> tuple[dict, dict, dict]:
+    n = rows * cols
+    return ({"rows": rows, "cols": cols}, {"x": torch.randn(n, generator=torch.Generator().manual_seed(n))},
+            {"y": (torch.float32, n)})
+
+
+def _map(n: int) -> tuple[dict, dict, dict]:
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 16  # softplus past 20 too
+    return {"n": n}, {"x": x}, {"y": (torch.float32, n)}
+
+
+# family -> (its sizes, their (params, inputs, outputs)): the families the emulator runs; a size each that the
+# forwards' packs and tiles divide and one that leaves a tail
+EMULATED = {"elementwise": (((4,), (2053,)), _map), "transpose": (((32, 64), (33, 40)), _copy),
+            "transpose_flat": (((32, 64), (33, 40)), _copy)}
+
+
+def _as_kernel(state: KernelState) -> KernelState:
+    """The state with its entry named `kernel`, the entry the emulator runs."""
+    (entry,) = {launch.entry for launch in state.plan.launches}
+    launches = tuple(replace(launch, entry="kernel") for launch in state.plan.launches)
+    return KernelState(source=re.sub(rf"\b{entry}\b", "kernel", state.source),
+                       plan=with_plan(state, launches=launches))
+
+
+@pytest.mark.parametrize("spelling", sampled([s for s in ALL if s[0] in EMULATED],
+                                             keep=[("elementwise", "j_while_size_t"), ("transpose_flat", "a_split")]))
+def test_each_spellings_forwards_compute_its_bits_on_the_cpu(tmp_path, spelling):
+    family, name = spelling
+    state = _as_kernel(load_kernel(_folders(tmp_path, family, name)))
+    forms = {transform: get(transform).forward(state, get(transform).forward_sites(state)[0]).state
+             for transform in sorted(EXPECTED[family][name])}
+    sizes, inputs = EMULATED[family]
+    assert emulate.differences(tmp_path / "emulated", state, forms, sizes, inputs) == []

@@ -1,15 +1,18 @@
 """untile_transpose: a transpose staged through a padded 32x33 shared tile becomes a direct strided copy;
-forward finds naive transposes by analysis and sets the (32, 8) block and the tile grid in the plan."""
+forward finds naive transposes by analysis (on a 2-D index, or a 1-D index split into a row and a column) and sets
+the (32, 8) block and the tile grid in the plan."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.sampled import sampled
-from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
+from tests.transforms import emulate
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
 SITE = Anchor("kernel", "function", "tile")
 
@@ -19,8 +22,8 @@ def transform():
     return get("untile_transpose")
 
 
-def golden(which: str) -> KernelState:
-    return load(HERE / "untile_transpose" / "float", which, "kernel")
+def golden(which: str, case: str = "float") -> KernelState:
+    return load(HERE / "untile_transpose" / case, which, "kernel")
 
 
 def test_golden():
@@ -28,8 +31,9 @@ def test_golden():
 
 
 def test_golden_kernels_compile(cache):
-    for which in ("before", "after"):
-        compiles_without_spills(golden(which), cache)
+    for case in ("float", "flat"):
+        for which in ("before", "after"):
+            compiles_without_spills(golden(which, case), cache)
 
 
 def test_forward_finds_the_naive_transpose_by_analysis(transform):
@@ -87,3 +91,66 @@ def test_a_transpose_spelled_another_common_way_is_tiled_and_a_64_bit_one_stays_
     assert f"if (r < rows && c < cols) y[{cast}c * rows + r] = x[{cast}r * cols + c];" in naive.source
     assert transform.forward(naive, site).state.source == tiled.source
     compiles_without_spills(tiled, cache)
+
+
+# --- the 1-D spelling: one index over the elements, split into a row and a column ----------------------------------
+
+def test_the_1d_spelling_is_tiled_on_the_2d_launch_and_goes_back_as_the_2d_form(transform):
+    """forward(flat/after) is flat/before, the 2-D tile grid whatever the 1-D grid was; backward writes the 2-D
+    naive form, which computes the same."""
+    flat = golden("after", "flat")
+    assert transform.forward_sites(flat) == [SITE]
+    tiled = transform.forward(flat, SITE).state
+    assert (tiled.source, tiled.plan) == (golden("before", "flat").source, golden("before", "flat").plan)
+    naive = transform.backward(tiled, SITE).state
+    assert "    if (r < rows && c < cols) y[c * rows + r] = x[r * cols + c];\n" in naive.source
+    assert naive.plan == golden("after").plan
+
+
+def _copy(rows: int, cols: int) -> tuple[dict, dict, dict]:
+    n = rows * cols
+    return ({"rows": rows, "cols": cols}, {"x": torch.randn(n, generator=torch.Generator().manual_seed(n))},
+            {"y": (torch.float32, n)})
+
+
+def test_the_tiled_form_of_the_1d_spelling_computes_its_bits_on_the_cpu(tmp_path):
+    """Shapes 32 divides and does not, a lone row and a lone column, on aligned and misaligned pointers."""
+    shapes = ((1, 1), (3, 5), (32, 64), (33, 40), (1, 70), (70, 1))
+    found = emulate.differences(tmp_path, golden("after", "flat"), {"tiled": golden("before", "flat")}, shapes, _copy)
+    assert found == []
+
+
+FLAT_HEAD = "__global__ void kernel(const float* x, float* y, int rows, int cols) {\n    int i = " \
+    "blockIdx.x * blockDim.x + threadIdx.x;\n"
+FLAT_PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
+                    "cdiv(rows * cols, 256)")
+
+
+def _flat(guarded: str, guard: str = "i < rows * cols") -> KernelState:
+    return KernelState(source=FLAT_HEAD + f"    if ({guard}) {{ {guarded} }}\n}}\n", plan=FLAT_PLAN)
+
+
+@pytest.mark.parametrize("state, why", [
+    (_flat("int r = i / rows, c = i % rows; y[c * rows + r] = x[i];"), "bounds do not match"),  # rows: no column
+    (_flat("int r = i / cols, c = i % rows; y[c * rows + r] = x[i];"), "not split by one factor"),
+    (_flat("int r = i / cols, c = i % cols; y[c * rows + r] = x[i];", "i < rows * rows"), "not split by one factor"),
+    (_flat("int c = i / cols, r = i % cols; y[c * rows + r] = x[i];"), "not a naive transpose"),  # r the column
+    (_flat("int r = i / cols, c = i % cols; y[c * rows + r] = x[c * cols + r];"), "not a naive transpose"),
+    (_flat("int r = i / cols, c = i % cols; y[c * rows + r] = x[i];", "i < rows"), "not a naive transpose"),
+    (_flat("int r = i / cols, c = i % cols; y[c * rows + r] = x[i];", "i <= rows * cols"), "not a naive"),
+    (_flat("int r = i / cols, c = i % cols; y[c * rows + r] = x[i + 1];"), "not a naive transpose"),
+    (_flat("int r = i / cols; int c = i % cols; int q = i / cols; y[c * rows + r] = x[i];"), "more than a row"),
+    (_flat("int r = i / cols; y[r] = x[i];"), "not split into a row"),
+    (_flat("int r = i / cols, c = i % cols; y[c * rows + r] = x[i]; y[0] = 0.0f;"), "declares no row"),
+    (_flat("int r = i / cols, rows = i % cols; y[rows * rows + r] = x[i];"), "named as the index or a count"),
+    (KernelState(source=FLAT_HEAD + "    if (i > rows * cols) return;\n    int r = i / cols, c = i % cols;\n"
+                 "    y[c * rows + r] = x[i];\n}\n", plan=FLAT_PLAN), "not a naive transpose"),
+])
+def test_no_site_where_the_1d_spelling_is_no_transpose(transform, state, why):
+    """The attacks: a divisor that is not the column count, two divisors, a count the divisor is no factor of, the
+    row and the column swapped in the copy, a guard that is not the element count (or lets one more in), a read at
+    another element, a third part, no column, a second store, a column that hides the row count from the copy (which
+    the 2-D reading would take for the count), an early return that lets the last element in."""
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
