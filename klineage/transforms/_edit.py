@@ -80,6 +80,22 @@ def is_written(node: Node) -> bool:
         (parent.child_by_field_name("left") or parent.child_by_field_name("argument")) == outer
 
 
+def written_names(parsed: cp.ParsedSource, scope: Node) -> set[str]:
+    """The names `scope` assigns or increments (`n = e`, `n += e`, `++n`)."""
+    return {parsed.text(node) for node in cp.nodes_of_type(scope, "identifier") if is_written(node)}
+
+
+def declared_names(parsed: cp.ParsedSource, scope: Node) -> list[str]:
+    """The name of each variable `scope` declares, in order: a name declared in two scopes is listed twice."""
+    names = []
+    for declaration in cp.nodes_of_type(scope, "declaration"):
+        for declarator in declaration.children_by_field_name("declarator"):
+            while declarator is not None and declarator.type != "identifier":
+                declarator = declarator.child_by_field_name("declarator")
+            names += [parsed.text(declarator)] if declarator is not None else []
+    return names
+
+
 def cast_name(call: Node) -> str:
     function = call.child_by_field_name("function")
     if function is not None and function.type == "template_function":

@@ -23,7 +23,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import is_written, splice
+from klineage.transforms._edit import splice, written_names
 from klineage.transforms._naive import parameters, squash
 from klineage.transforms.base import NotApplicable
 
@@ -57,7 +57,7 @@ _MAX_LEVELS = 4  # pointers declared from pointers, folded one level a pass
 
 def _edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[tuple[int, int, str]]:
     pointers = {name for name, _, pointer in parameters(parsed, function) if pointer}
-    written = {parsed.text(node) for node in cp.nodes_of_type(body, "identifier") if is_written(node)}
+    written = written_names(parsed, body)
     edits = []
     for declaration in cp.nodes_of_type(body, "declaration"):
         found = _DECLARATION.fullmatch(squash(parsed.text(declaration)))

@@ -232,10 +232,14 @@ class WarpReduction(Transform):
             raise NotApplicable(f"{function.name} is not a kernel")
         check_launch(state, function.name)
         site = serial_site(parsed, function)
-        self._check_direction(parsed, site.row, list(site.loops))
+        # the grid's x grows: a block's place along it is the row index's alone
+        body = function.node.child_by_field_name("body")
+        if [squash(parsed.text(n)) for n in cp.nodes_of_type(body, "field_expression")].count("blockIdx.x") != 1:
+            raise NotApplicable(f"{function.name} names blockIdx.x beyond its row index")
+        self._check_direction(parsed, site)
         return site
 
-    def _check_direction(self, parsed: cp.ParsedSource, row: str, loops: list[RowLoop]) -> None:
+    def _check_direction(self, parsed: cp.ParsedSource, site: Site) -> None:
         """A warp a row suits a loop along its row and, where few rows exist, one down a column: no check."""
 
     # -- backward -------------------------------------------------------------------------------
@@ -642,8 +646,12 @@ def _inside(node: Node, ancestor: Node) -> bool:
 
 
 def check_launch(state: KernelState, entry: str) -> None:
+    """Every launch of `entry` runs one-dimensional blocks of whole warps. The grid's y and z may be the kernel's
+    own (`b = blockIdx.y`, a batch): every lane of a block has the same, and the warp forms leave them as they are."""
     constants = parse_constants(state.source)
-    for launch in launches_of(state, entry, dimensions=1):
+    for launch in launches_of(state, entry, dimensions=3):
+        if any(str(extent).strip() != "1" for extent in launch.block[1:]):
+            raise NotApplicable(f"{entry}'s block has more than 1 dimension")
         try:
             threads = expr.evaluate_int(str(launch.block[0]), constants)
         except ExpressionError:

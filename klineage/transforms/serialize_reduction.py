@@ -23,7 +23,8 @@ at) and step by one (a scan's chunks become `acc += e; target = acc;` again), th
 
 Legality (forward_sites), conservative, decided on the parse:
 - the kernel's block is one-dimensional with a size that is a multiple of 32 (so a warp never straddles two
-  rows), its grid one-dimensional, and the row index is the only use of threadIdx;
+  rows), and the row index is the only use of threadIdx and of blockIdx.x (the grid grows along x); a grid's y and
+  z, the same in every lane of a block, stay the kernel's own (a batch on grid y);
 - no shared memory, barrier, atomic, shuffle, inner loop or `break`/`continue`/`goto`, and no call outside pure
   math (with the 16-bit conversions) and the source's pure helpers (`_calls.py`);
 - each row loop sits directly in the kernel's body (or in an `if` there), and its body only declares locals,

@@ -17,10 +17,14 @@ step beat it strictly, so the merged pair is the sequential loop's, ties and NaN
 Legality: what serialize_reduction reads (klineage/transforms/_warp_reduction.py: one thread per row, its
 accumulators, pure calls, no shared memory or barrier), plus:
 - exactly one loop, which only reduces (no store, no running sum), directly in the kernel's body or in its guard;
-- the guard is `if (row >= N) return;` before the loop or `if (row < N) { ... }` around it, N a name the plan
-  can say (a scalar parameter or a constant), and the loop's bound is such a name or a product or sum of them;
+- the guard is `if (row >= N) return;` before the loop or `if (row < N) { ... }` around it, and N and the loop's
+  bound are names the plan can say (scalar parameters or constants) or products or sums of them (`B * D`: a
+  batch of column sums, one thread per output). The guard alone keeps a thread's partial inside the scratch
+  (`chunk * N + row`, row < N), whatever else N counts; the kernel neither assigns nor declares again a name of N
+  or of the bound, so the plan's values are the kernel's;
 - code after the loop (which the merge runs) exists and nothing follows the guard's block;
-- the kernel's one launch is one-dimensional and no name of the kernel starts with `split`.
+- the kernel's one launch is one-dimensional, it never names blockIdx.y or blockIdx.z (grid y becomes the chunk)
+  and no name of the kernel starts with `split`.
 
 Backward writes the merge kernel back as the kernel, with the chunk walk replaced by the loop of the chunk
 kernel over its whole range; the chunk kernel, the constant and the scratch go.
@@ -40,9 +44,10 @@ from klineage.kernel import KernelState, parse_constants
 from klineage.launch import Arg, ArgKind, Launch, Scratch
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
-from klineage.transforms._edit import Edit, indentation, line_start, splice, unparen
+from klineage.transforms._edit import Edit, declared_names, indentation, line_start, splice, unparen, written_names
 from klineage.transforms._naive import (
     BOUND,
+    INTEGER_CAST,
     bound_of,
     kernel,
     launch_scalars,
@@ -124,7 +129,7 @@ class UnsplitReduction(Transform):
                       f"for ({loop.kind} {loop.index} = {_chunk_start(loop.start)}; "
                       f"{loop.index} < {split.bound} && {loop.index} < split_first + {SPLIT}; ++{loop.index}) "),
                  Edit(split.after[0].start_byte, split.after[-1].end_byte,
-                      f"\n{indent}".join(f"split_{a}[(size_t)blockIdx.y * {split.outputs} + {row}] = {a};"
+                      f"\n{indent}".join(f"split_{a}[{_offset('blockIdx.y', split.outputs)} + {row}] = {a};"
                                          for a in accumulators))]
         merge = [Edit(params_end, params_end,
                       "".join(f", const {types[a]}* __restrict__ split_{a}" for a in accumulators)),
@@ -182,6 +187,8 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is not a kernel")
     body = function.node.child_by_field_name("body")
+    if {squash(parsed.text(n)) for n in cp.nodes_of_type(body, "field_expression")} & {"blockIdx.y", "blockIdx.z"}:
+        raise NotApplicable(f"{function.name} names blockIdx.y or blockIdx.z (grid y becomes the chunk)")
     if re.search(r"\b(?:split\w*|SPLIT)\b", state.source) or \
             any(f.name == f"{function.name}{_MERGE}" for f in cp.functions(parsed)):
         raise NotApplicable(f"the source already names split... or SPLIT, or has a {function.name}{_MERGE} kernel")
@@ -202,6 +209,7 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     scalars, constants = launch_scalars(parsed, function, launches[0]), parse_constants(state.source)
     # else no site; a count cast in the kernel (`r < (size_t)rows`) is the count in the plan
     said = (_plan_value(bound_of(bound) or bound, scalars, constants), _plan_value(outputs, scalars, constants))
+    _check_fixed(parsed, body, f"{bound_of(bound)} {outputs}")
     listed = statements(block)
     after = tuple(listed[listed.index(loop.node) + 1:]) if loop.node in listed else ()
     if not after:
@@ -232,8 +240,8 @@ def _guard(parsed: cp.ParsedSource, body: Node, row: str, loop: Node) -> tuple[s
 
 
 def _compared(parsed: cp.ParsedSource, statement: Node, row: str, relations: tuple[str, str]) -> str | None:
-    """N of `row R N` (R relations[0]) or `N R' row` (R' relations[1]) in the if statement's condition, N a name
-    (maybe cast to an integer type)."""
+    """N of `row R N` (R relations[0]) or `N R' row` (R' relations[1]) in the if statement's condition, N a name or a
+    product or sum of names (`B * D`), integer casts on them left out."""
     condition = statement.child_by_field_name("condition")
     compare = unparen(condition.child_by_field_name("value") or condition)
     if compare.type != "binary_expression":
@@ -242,8 +250,24 @@ def _compared(parsed: cp.ParsedSource, statement: Node, row: str, relations: tup
     relation = parsed.text(compare.child_by_field_name("operator"))
     said = right if left == row and relation == relations[0] else \
         left if right == row and relation == relations[1] else None
-    count = bound_of(said) if said else None  # a count cast to an integer type (`(size_t)cols`) is the count
-    return count if count and re.fullmatch(r"\w+", count) else None
+    # the count without integer casts (`(size_t)cols`, `(long long)B * D`): the plan's values are exact, and the
+    # scratch's offsets are formed in 64 bits (`_offset`)
+    return (bound_of(said) or bound_of(re.sub(INTEGER_CAST, "", said))) if said else None
+
+
+def _check_fixed(parsed: cp.ParsedSource, body: Node, text: str) -> None:
+    """NotApplicable where the body assigns a name of `text` or declares it again: the plan says its value as
+    launched (a parameter `D = D * 2;` would index the scratch past what the plan allocates)."""
+    changed = (written_names(parsed, body) | set(declared_names(parsed, body))) & set(re.findall(r"\w+", text))
+    if changed:
+        raise NotApplicable(f"the kernel assigns or declares {', '.join(sorted(changed))}, which the plan says as "
+                            f"launched")
+
+
+def _offset(chunk: str, count: str) -> str:
+    """Where a chunk's partials start, `chunk * count` in 64 bits: a product of names after the widened chunk is
+    formed in 64 bits, a sum is widened before it is a factor."""
+    return f"(size_t){chunk} * {count}" if "+" not in count else f"(size_t){chunk} * ((size_t){count})"
 
 
 def _plan_value(text: str, scalars: dict[str, str], constants: dict) -> str:
@@ -266,7 +290,7 @@ def _chunk_start(start: str) -> str:
 
 
 def _merge_loop(loop: RowLoop, split: Split, types: dict[str, str], indent: str) -> str:
-    at = f"(size_t)split * {split.outputs} + {split.site.row}"
+    at = f"{_offset('split', split.outputs)} + {split.site.row}"
     if loop.arg is not None:
         arg = loop.arg
         lines = [f"const {types[arg.value]} split_value = split_{arg.value}[{at}];",

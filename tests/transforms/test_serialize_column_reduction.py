@@ -1,9 +1,12 @@
 """serialize_column_reduction: four lanes per column (a warp walks 8 adjacent columns down 4 rows at a time, shuffles
 among a column's lanes combine its reductions) becomes one thread per column; forward finds its sites by analysis
-on kernels whose loops walk down columns. The column forms compute the naive kernels' bits on the CPU emulator
+on kernels whose loops walk down columns, of one matrix or of a batch (one thread per output of (B, D), `d = i % D`
+walking `x[(b * N + n) * D + d]`). The column forms compute the naive kernels' bits on the CPU emulator
 (tests/transforms/elementwise_emulator.cpp), whose shuffles wait for exactly the lanes their mask names."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,7 +18,8 @@ from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
-CASES = ["colmean", "colargmax"]
+ROW = {"colmean": "c", "colargmax": "c", "batched_mean": "i"}  # case -> its thread's column index
+CASES = list(ROW)
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +45,11 @@ def test_golden_kernels_compile(cache):
 @pytest.mark.parametrize("case", CASES)
 def test_forward_finds_the_naive_kernel_by_analysis_beside_a_warp_per_column(transform, case):
     naive = golden(case, "after")
-    assert transform.forward_sites(naive) == [Anchor("kernel", "function", "c")]
+    assert transform.forward_sites(naive) == [Anchor("kernel", "function", ROW[case])]
     assert transform.forward_sites(golden(case, "before")) == []
     assert transform.find(naive) == []
     # a whole warp per column is the other layout of the same mechanism: both are offered, the gate decides
-    assert get("serialize_reduction").forward_sites(naive) == [Anchor("kernel", "function", "c")]
+    assert get("serialize_reduction").forward_sites(naive) == [Anchor("kernel", "function", ROW[case])]
     assert get("serialize_reduction").find(golden(case, "before")) == []
 
 
@@ -110,3 +114,92 @@ def test_a_layout_that_skips_rows_or_a_lane_is_caught(mutant, tmp_path):
         assert "outside its mask" in str(complaint)
         return
     assert not torch.equal(got["mean"], want["mean"])
+
+
+def _batched(batches: int, rows: int, cols: int) -> tuple[dict, dict, dict]:
+    """(params, inputs, outputs) for a batch of rows x cols matrices: integer values (any order of the adds gives
+    the same bits)."""
+    g = torch.Generator().manual_seed(batches * 100000 + rows * 1000 + cols)
+    x = torch.randint(-8, 9, (batches, rows, cols), generator=g).float()
+    return {"B": batches, "N": rows, "D": cols}, {"x": x.flatten()}, {"out": (torch.float32, batches * cols)}
+
+
+def test_the_batched_column_form_computes_the_naive_kernels_bits_on_the_cpu(tmp_path):
+    """Batches whose columns fill no group of 8 (a warp's groups straddle batches), one and a half groups, more than
+    a warp; row counts under and past the 4 slices."""
+    shapes = ((1, 1, 5), (5, 3, 3), (3, 33, 12), (2, 70, 33))
+    assert emulate.differences(tmp_path, golden("batched_mean", "after"),
+                               {"columns": golden("batched_mean", "before")}, shapes, _batched) == []
+
+
+BATCHED_ARGS = '"x", "out", ' + ", ".join(f'{{ scalar = "{name}", type = "i32" }}' for name in "BND")
+BATCHED_PLAN = plan_of(BATCHED_ARGS, "cdiv(B * D, 128)", 128)
+BATCHED = "__global__ void kernel(const float* x, float* out, int B, int N, int D) {\n" \
+          "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i >= B * D) return;\n    float s = 0.0f;\n"
+
+
+@pytest.mark.parametrize("declared, loop, why", [
+    # the column taken modulo N while the rows step by D: no column of N is walked down
+    ("int b = i / D, d = i % N;", "s += x[(b * N + n) * D + d];", "by no multiple of N"),
+    ("int b = i / D, d = i % D;", "s += x[b * N * D + n * N + d];", "by no multiple of D"),
+    # the batch from another divisor, directly or through a local
+    ("int b = i / N, d = i % D;", "s += x[(b * N + n) * D + d];", "b, which is no batch of 'd'"),
+    ("int e = i / N, b = e, d = i % D;", "s += x[(b * N + n) * D + d];", "b, which is no batch of 'd'"),
+    ("int b = i / D, d = i % D;", "s += x[(b * N + n) * D + d + i];", "does not walk down a column"),
+    ("int b = i / D, d = i % D;", "s += x[(b * N + n) * D + d + d];", "d, which is no batch of 'd'"),
+    ("int b = i / D, d = i % D;", "s += x[(b * D + d) * N + n];", "does not walk down a column"),  # along a row
+    # a column assigned, or taken modulo a width the kernel changes, is no column
+    ("int b = i / D, d = i % D;\n    d += 1;", "s += x[(b * N + n) * D + d];", "nothing walks down a column"),
+    ("int b = i / D, d = i % D;\n    D -= 1;", "s += x[(b * N + n) * D + d];", "nothing walks down a column"),
+    ("int b = i / D, d = i % D;", "{ int d = n; s += x[(b * N + n) * D + d]; }", "nothing walks down a column"),
+])
+def test_no_site_where_a_batch_is_not_walked_down_its_columns(transform, declared, loop, why):
+    source = BATCHED + f"    {declared}\n    for (int n = 0; n < N; ++n) {loop}\n    out[i] = s;\n}}\n"
+    state = KernelState(source=source, plan=BATCHED_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, Anchor("kernel", "function", "i"))
+
+
+def test_a_bag_of_gathered_rows_is_walked_down_its_columns(transform, cache):
+    """An embedding bag: out[b, d] sums column d of the table's rows idx[b, k]; every transform of the column family
+    reads it, and their forms compile."""
+    source = ("__global__ void kernel(const float* table, const int* idx, float* out, int B, int N, int D) {\n"
+              "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i >= B * D) return;\n"
+              "    int b = i / D, d = i % D;\n    float s = 0.0f;\n"
+              "    for (int k = 0; k < N; ++k) s += table[(long long)idx[b * N + k] * D + d];\n    out[i] = s;\n}\n")
+    args = BATCHED_ARGS.replace('"x"', '"table", "idx"')
+    naive = KernelState(source=source, plan=plan_of(args, "cdiv(B * D, 128)", 128))
+    for name in ("serialize_column_reduction", "serialize_reduction", "unsplit_reduction"):
+        (site,) = get(name).forward_sites(naive)
+        compiles_without_spills(get(name).forward(naive, site).state, cache)
+
+
+GRID_Y = "__global__ void kernel(const float* x, float* out, int B, int N, int D) {\n" \
+         "    int d = blockIdx.x * blockDim.x + threadIdx.x;\n    int b = blockIdx.y;\n    if (d >= D) return;\n" \
+         "    float s = 0.0f;\n    for (int n = 0; n < N; ++n) s += x[((long long)b * N + n) * D + d];\n" \
+         "    out[b * D + d] = s;\n}\n"
+
+
+def test_a_batch_on_grid_y_keeps_its_grid_y_and_the_naive_kernels_bits(transform, tmp_path):
+    """One block row per batch (`b = blockIdx.y`): the same in every lane of a block, so the warp forms keep grid y
+    as it is and grow grid x."""
+    naive = KernelState(source=GRID_Y, plan=plan_of(BATCHED_ARGS, 'cdiv(D, 128)", "B', 128))
+    forms = {}
+    for name in ("serialize_column_reduction", "serialize_reduction"):
+        (site,) = get(name).forward_sites(naive)
+        forms[name] = get(name).forward(naive, site).state
+        assert forms[name].plan.launches[0].grid[1:] == ("B", 1)
+    assert emulate.differences(tmp_path, naive, forms, ((1, 3, 5), (3, 33, 12), (2, 70, 40)), _batched) == []
+
+
+def test_no_site_where_a_block_is_two_dimensional_or_the_grid_x_is_read_again(transform):
+    """A block of 2-D threads is no run of whole warps along x; blockIdx.x read beyond the column index would read
+    the grown grid."""
+    flat = plan_of(BATCHED_ARGS, 'cdiv(D, 128)", "B', 128)
+    square = KernelState(source=GRID_Y, plan=replace(flat, launches=(replace(flat.launches[0], block=(32, 4, 1)),)))
+    reread = KernelState(source=GRID_Y.replace("out[b * D + d] = s;", "out[b * D + d] = s + blockIdx.x;"), plan=flat)
+    for state, why in ((square, "block has more than 1 dimension"), (reread, "blockIdx.x beyond its row index")):
+        assert transform.forward_sites(state) == []
+        with pytest.raises(NotApplicable, match=why):
+            transform.forward(state, Anchor("kernel", "function", "d"))

@@ -88,6 +88,9 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     ("    for (int j = 0; j < n; ++j) for (int k = 0; k < n; ++k) y[row * n + j] = x[k];\n", "no store or reduction"),
     ("    __shared__ float t[32];\n    for (int j = 0; j < n; ++j) y[row * n + j] = x[j];\n", "shares memory"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = x[row * n + j] + threadIdx.x;\n", "threadIdx"),
+    # the grid grows along x: a block's index there is the row's alone
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s + blockIdx.x;\n",
+     "blockIdx.x beyond its row index"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = foo(x[j]);\n", "calls foo"),
     ("    for (int j = 0; j < n; ++j) atomicAdd(y + row, x[row * n + j]);\n", "shares memory"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n] = s; }\n",

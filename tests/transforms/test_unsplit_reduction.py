@@ -1,6 +1,7 @@
 """unsplit_reduction: a reduction split into chunks of 128 steps on grid y (partials in scratch, merged in chunk
-order by a second launch) becomes one thread's loop; forward finds its sites by analysis. The split forms compute
-the naive kernels' bits on the CPU emulator (tests/transforms/elementwise_emulator.cpp) over several chunks."""
+order by a second launch) becomes one thread's loop; forward finds its sites by analysis, a batch of column sums
+(one thread per output of (B, D), `i >= B * D`) among them. The split forms compute the naive kernels' bits on the
+CPU emulator (tests/transforms/elementwise_emulator.cpp) over several chunks."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
-CASES = ["colsum", "colargmax"]
+ROW = {"colsum": "c", "colargmax": "c", "batched_mean": "i"}  # case -> its thread's output index
+CASES = list(ROW)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def test_golden_kernels_compile(cache):
 @pytest.mark.parametrize("case", CASES)
 def test_forward_finds_the_naive_kernel_by_analysis(transform, case):
     naive = golden(case, "after")
-    assert transform.forward_sites(naive) == [Anchor("kernel", "function", "c")]
+    assert transform.forward_sites(naive) == [Anchor("kernel", "function", ROW[case])]
     assert transform.forward_sites(golden(case, "before")) == []
     assert transform.find(naive) == []
 
@@ -50,6 +52,7 @@ PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", 
                128)
 HEAD = "__global__ void kernel(const float* x, float* y, int rows, int cols) {\n" \
        "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n"
+SUM = "    float s = 0.0f;\n    for (int r = 0; r < rows; ++r) s += x[r * cols + c];\n"
 
 
 @pytest.mark.parametrize("body, why", [
@@ -65,6 +68,16 @@ HEAD = "__global__ void kernel(const float* x, float* y, int rows, int cols) {\n
      "    y[c] = s;\n", "`7` is not a name"),
     ("    if (c >= cols) return;\n    float split_s = 0.0f;\n"
      "    for (int r = 0; r < rows; ++r) split_s += x[r * cols + c];\n    y[c] = split_s;\n", "already names split"),
+    # a bound that is not the guard's count of the thread index itself, or not the count the plan says
+    ("    if (c / 2 >= cols) return;\n" + SUM + "    y[c] = s;\n", "no `if \\(c >= N\\) return;`"),
+    ("    if (c >= cols - 1) return;\n" + SUM + "    y[c] = s;\n", "no `if \\(c >= N\\) return;`"),
+    ("    int n = rows * cols;\n    if (c >= n) return;\n" + SUM + "    y[c] = s;\n", "'n' of `n` is neither"),
+    # the merge's offsets would say the doubled count: past the scratch the plan allocates for the launch's
+    ("    if (c >= cols) return;\n    cols *= 2;\n" + SUM + "    y[c] = s;\n", "assigns or declares cols"),
+    ("    if (c >= cols) return;\n    rows += 1;\n" + SUM + "    y[c] = s;\n", "assigns or declares rows"),
+    ("    if (c < cols) {\n        int rows = 300;\n    " + SUM.replace("\n    ", "\n        ") + "    y[c] = s;\n"
+     "    }\n", "assigns or declares rows"),
+    ("    if (c >= cols) return;\n" + SUM + "    y[c] = s + blockIdx.y;\n", "names blockIdx.y"),  # then the chunk
 ])
 def test_no_site_where_a_split_would_not_be_legal(transform, body, why):
     state = KernelState(source=HEAD + body + "}\n", plan=PLAN)
@@ -89,18 +102,54 @@ def _columns(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
              "split_best": (torch.float32, chunks * cols), "split_at": (torch.int64, chunks * cols)})
 
 
-@pytest.mark.parametrize("case", sampled(CASES, keep=["colargmax"]))
+def _batched(batches: int, rows: int, cols: int) -> tuple[dict, dict, dict]:
+    """(params, inputs, outputs with the scratch) for a batch of rows x cols matrices: integer values (any order of
+    the adds gives the same bits)."""
+    g = torch.Generator().manual_seed(batches * 100000 + rows * 1000 + cols)
+    x = torch.randint(-8, 9, (batches, rows, cols), generator=g).float()
+    return ({"B": batches, "N": rows, "D": cols}, {"x": x.flatten()},
+            {"out": (torch.float32, batches * cols), "split_s": (torch.float32, -(-rows // 128) * batches * cols)})
+
+
+def _differences(tmp_path, naive: KernelState, split: KernelState, shapes, inputs_of, names) -> list:
+    """(shape, output) wherever the split form's output `names` differ from the naive kernel's bits."""
+    binaries = {"naive": emulate.build(tmp_path / "naive", naive), "split": emulate.build(tmp_path / "split", split)}
+    found = []
+    for shape in shapes:
+        params, inputs, outputs = inputs_of(*shape)
+        folder = "x".join(map(str, shape))
+        runs = {form: emulate.run(binaries[form], tmp_path / f"{form}-{folder}", state, params, inputs, outputs)
+                for form, state in (("naive", naive), ("split", split))}
+        found += [(shape, name) for name in names
+                  if not torch.equal(runs["split"][name].view(torch.uint8), runs["naive"][name].view(torch.uint8))]
+    return found
+
+
+@pytest.mark.parametrize("case", sampled(["colsum", "colargmax"], keep=["colargmax"]))
 def test_the_split_form_computes_the_naive_kernels_bits_on_the_cpu(case, tmp_path):
     """Rows in one chunk, in three (the last one short), at a chunk's edge: the merge's answer is the loop's."""
-    naive, split = golden(case, "after"), golden(case, "before")
-    binaries = {"naive": emulate.build(tmp_path / "naive", naive), "split": emulate.build(tmp_path / "split", split)}
-    for rows, cols in ((1, 5), (129, 12), (300, 9)):
-        params, inputs, outputs = _columns(case, rows, cols)
-        runs = {form: emulate.run(binaries[form], tmp_path / f"{form}-{rows}", state, params, inputs, outputs)
-                for form, state in (("naive", naive), ("split", split))}
-        for name in ("db",) if case == "colsum" else ("values", "rows_at"):
-            assert torch.equal(runs["split"][name].view(torch.uint8), runs["naive"][name].view(torch.uint8)), \
-                (rows, cols, name)
+    names = ("db",) if case == "colsum" else ("values", "rows_at")
+    assert _differences(tmp_path, golden(case, "after"), golden(case, "before"), ((1, 5), (129, 12), (300, 9)),
+                        lambda rows, cols: _columns(case, rows, cols), names) == []
+
+
+BATCHES = ((1, 1, 5), (3, 129, 12), (2, 300, 9), (4, 128, 33))  # (B, N, D): columns of no warp multiple, ragged chunks
+
+
+def test_the_split_batch_computes_the_naive_kernels_bits_on_the_cpu(tmp_path):
+    """Every batch's partials apart in the scratch (chunk * B * D + i), whatever the chunks and the columns."""
+    naive, split = golden("batched_mean", "after"), golden("batched_mean", "before")
+    assert _differences(tmp_path, naive, split, BATCHES, _batched, ("out",)) == []
+
+
+def test_a_scratch_offset_of_one_batch_is_caught(tmp_path):
+    """Chunks offset by D instead of B * D: one chunk's partials overwrite another's, and the merge sums the wrong
+    ones."""
+    split = golden("batched_mean", "before")
+    chunk = "split_s[(size_t)blockIdx.y * B * D + i] = s;"
+    assert chunk in split.source
+    broken = KernelState(source=split.source.replace(chunk, chunk.replace("B * D", "D")), plan=split.plan)
+    assert _differences(tmp_path, golden("batched_mean", "after"), broken, BATCHES[1:2], _batched, ("out",))
 
 
 @pytest.mark.parametrize("mutant", [("r < split_first + SPLIT", "r <= split_first + SPLIT"),
@@ -151,3 +200,35 @@ def test_a_count_cast_to_size_t_is_the_count_in_the_plan_and_stays_cast_in_the_k
     assert "r < (size_t)rows && r < split_first + SPLIT" in split.source
     assert get("serialize_reduction").forward_sites(naive)  # the warp reductions read the cast bound too
     compiles_without_spills(split, cache)
+
+
+BATCHED = "__global__ void kernel(const float* x, float* y, int B, int N, int D) {\n" \
+          "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (GUARD) return;\n" \
+          "    int b = i / D, d = i % D;\n    float s = 0.0f;\n" \
+          "    for (int n = 0; n < N; ++n) s += x[((size_t)b * N + n) * D + d];\n    y[i] = s;\n}\n"
+BATCHED_ARGS = '"x", "y", ' + ", ".join(f'{{ scalar = "{name}", type = "i32" }}' for name in "BND")
+
+
+@pytest.mark.parametrize("guard, offset, count", [
+    ("i >= B * D", "(size_t)blockIdx.y * B * D + i", "B * D"),
+    ("B * D <= i", "(size_t)blockIdx.y * B * D + i", "B * D"),
+    ("i >= (long long)B * D", "(size_t)blockIdx.y * B * D + i", "B * D"),  # the author's 64-bit product: one count
+    ("i >= B + D", "(size_t)blockIdx.y * ((size_t)B + D) + i", "B + D"),  # a sum is one factor, widened
+])
+def test_a_guard_count_of_several_names_is_one_factor_of_the_scratch_offsets(transform, cache, guard, offset, count):
+    naive = KernelState(source=BATCHED.replace("GUARD", guard), plan=plan_of(BATCHED_ARGS, "cdiv(B * D, 128)", 128))
+    split = transform.forward(naive, Anchor("kernel", "function", "i")).state
+    assert f"split_s[{offset}] = s;" in split.source
+    assert f"s += split_s[{offset.replace('blockIdx.y', 'split')}];" in split.source
+    assert split.plan.scratch[0].count == f"cdiv(max(N, 1), SPLIT) * ({count})"
+    compiles_without_spills(split, cache)
+
+
+def test_no_site_on_a_grid_whose_y_the_kernel_names(transform):
+    """A batch on grid y (`b = blockIdx.y`): the chunks would take grid y from it."""
+    source = BATCHED.replace("GUARD", "d >= D").replace("int i = ", "int d = ").replace(", d = i % D", "") \
+        .replace("int b = i / D", "int b = blockIdx.y").replace("y[i]", "y[b * D + d]")
+    naive = KernelState(source=source, plan=plan_of(BATCHED_ARGS, 'cdiv(D, 128)", "B', 128))
+    assert transform.forward_sites(naive) == []
+    with pytest.raises(NotApplicable, match="names blockIdx.y"):
+        transform.forward(naive, Anchor("kernel", "function", "d"))
