@@ -5,9 +5,10 @@ reduction, an elementwise map, a reduction down columns, a transpose), each with
 64-bit or unsigned, the guard an early return or a wrapping `if`, a helper `__device__` function, local pointers
 into a row, casts on a count or on the grid, a softmax that rescales its output in place, braces, `#pragma unroll`,
 a double accumulator, reads through the read-only cache (`__ldg(&x[i])`), a grid-stride loop as `for` or `while`, a
-transpose on one 1-D index split into a row and a column (its own family: a 1-D launch). Each must be a site of its
-family's forwards; where the CPU emulator runs the family (elementwise maps and transposes), every forward's kernel
-computes the spelling's bits.
+transpose on one 1-D index split into a row and a column (its own family: a 1-D launch), a batch of column sums
+(mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by `<name>.toml` beside
+the spelling). Each must be a site of its family's forwards; where the CPU emulator runs the family (elementwise
+maps and transposes), every forward's kernel computes the spelling's bits.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ EXPECTED = {
     | {"b_pointer_walk": COLUMNS - {"serialize_column_reduction"}},  # a pointer down the column: no 4-lane form
     "transpose": {name: {"untile_transpose"} for name in ("a_2d_if", "c_return", "d_ldg")},
     "transpose_flat": {name: {"untile_transpose"} for name in ("a_split", "b_split_2d_read", "c_return_size_t")},
+    "batched_columns": {name: COLUMNS for name in ("a_return_guard", "b_if_wrap", "c_int64", "d_ldg")}
+    | {"e_grid_y": COLUMNS - {"unsplit_reduction"}},  # grid y is the batch's: no chunks there
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
@@ -49,7 +52,8 @@ ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 def _folders(tmp_path: Path, family: str, name: str) -> Path:
     folder = tmp_path / name
     folder.mkdir()
-    (folder / "launch.toml").write_text((SPELLINGS / family / "launch.toml").read_text())
+    own = SPELLINGS / family / f"{name}.toml"  # a spelling launched otherwise than its family
+    (folder / "launch.toml").write_text((own if own.is_file() else SPELLINGS / family / "launch.toml").read_text())
     (folder / "kernel.cu").write_text((SPELLINGS / family / f"{name}.cu").read_text())
     return folder
 
@@ -68,7 +72,7 @@ def test_each_spelling_is_a_site_of_its_familys_forwards(tmp_path, family, name)
 
 
 @pytest.mark.parametrize("spelling", sampled(ALL, keep=[("rows", "h_softmax_flt_max"), ("columns", "c_size_t"),
-                                                        ("transpose", "c_return")]))
+                                                        ("transpose", "c_return"), ("batched_columns", "c_int64")]))
 def test_each_spellings_forwards_compile(tmp_path, cache, spelling):
     family, name = spelling
     state = load_kernel(_folders(tmp_path, family, name))
