@@ -5,6 +5,8 @@ operator's forwards find their sites in the default run; the compiles are sample
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 from pathlib import Path
 
@@ -35,7 +37,7 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             "gather_rows": {"uncoarsen_grid_stride", "scalarize_row_gather"},
             "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride"},  # its table-zeroing kernel, both
             "bias_relu": {"scalarize_elementwise", "scalarize_row_gather", "uncoarsen_grid_stride"},  # 2-D, read flat
-            "mse_loss": {"unaggregate_atomics", "uncoarsen_grid_stride"}, "masked_scale": {"scalarize_elementwise",
+            "mse_loss": {"unaggregate_atomics"}, "masked_scale": {"scalarize_elementwise",
                                                                                      "uncoarsen_grid_stride"},
             "softplus": {"scalarize_elementwise"},  # a grid-stride loop, read as one thread per element
             "bmm_small": {"untile_matmul"},  # a batch of small products, one layer of blocks per matrix
@@ -342,3 +344,46 @@ def test_a_replay_that_is_not_the_parts_run_or_another_library_is_refused():
     with pytest.raises(ValueError, match=r"gelu_mul unconditioned_greedy: the replay is not the run its part "
                                          r"describes \(evaluations 7, not 5\)"):
         transfer.with_budgets(part, library)
+
+
+
+def _as_emulated(state, source: str, grid: tuple | None = None):
+    """mse_loss's kernel on `source`, its entry named `kernel` (the emulator's), its grid `grid` where given."""
+    launches = tuple(dataclasses.replace(launch, entry="kernel", grid=grid or launch.grid)
+                     if launch.entry == "mse_loss" else launch for launch in state.plan.launches)
+    return dataclasses.replace(state, source=source.replace("void mse_loss(", "void kernel("),
+                               plan=dataclasses.replace(state.plan, launches=launches))
+
+
+def _mse_error_on_the_cpu(tmp_path: Path, state, n: int) -> float:
+    """The relative error of the kernel's loss on `n` elements against the float64 reference (CPU emulator)."""
+    import torch
+
+    from tests.transforms import emulate
+
+    spec = importlib.util.spec_from_file_location("mse_loss_problem", BENCH / "mse_loss" / "problem.py")
+    problem = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(problem)
+    inputs = problem.make_inputs({"n": n}, 0, "cpu")
+    want = float(problem.reference(inputs)["loss"][0])
+    [got] = emulate.run(emulate.build(tmp_path / "bin", state), tmp_path / "run", state, {"n": n}, inputs,
+                        {"loss": (torch.float32, 1)}, starting={"loss": torch.full((1,), 7.0)}).values()
+    return abs(float(got[0]) - want) / want
+
+
+PER_THREAD_SUM = ("    float s = 0.0f;\n"
+                  "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {\n"
+                  "        float d = a[i] - b[i];\n        s += d * d;\n    }\n    atomicAdd(loss, s / n);\n")
+PER_ELEMENT_ADD = ("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                   "    if (i < n) {\n        float d = a[i] - b[i];\n        atomicAdd(loss, d * d / n);\n    }\n")
+
+
+def test_the_mse_loss_naive_kernel_meets_its_tolerance_and_one_atomic_an_element_would_not(tmp_path):
+    """Each thread's grid-stride sum added by one atomic stays well within the problem's rtol (1e-4) on the ragged
+    case; one atomic per element rounds away too much of a million tiny shares (the naive kernel this operator
+    first had, which the gate rejected)."""
+    naive = load_kernel(BENCH / "mse_loss" / "naive")
+    assert PER_THREAD_SUM in naive.source
+    assert _mse_error_on_the_cpu(tmp_path / "naive", _as_emulated(naive, naive.source), 1000003) < 2.5e-5
+    per_element = _as_emulated(naive, naive.source.replace(PER_THREAD_SUM, PER_ELEMENT_ADD), ("cdiv(n, 256)", 1, 1))
+    assert _mse_error_on_the_cpu(tmp_path / "per-element", per_element, 1000003) > 1e-4

@@ -1,30 +1,36 @@
 """unaggregate_atomics: a warp's atomic adds summed by shuffles and made once per warp become one atomic add per
 thread; forward finds its sites by analysis.
 
-The mechanism (forward): an elementwise kernel that sums into one place with atomics (a loss, a dot product, a
-norm, a count: `if (i < n) { ...; atomicAdd(out, v); }`, in either naive form) makes 32 atomics per warp on one
-address, each waiting for the last. Forward gives each thread a running total instead: every `atomicAdd(P, v)` of
-the element's work becomes `total += v`; after the guard, where every lane of the warp arrives, a butterfly of
-`__shfl_xor_sync` sums the warp's totals, and its first lane makes the one atomic add:
+The mechanism (forward): a kernel that sums into one place with atomics (a loss, a dot product, a norm, a count)
+makes 32 atomics per warp on one address, each waiting for the last. Two naive forms are read:
 
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    float warp_total = 0;
-    if (i < n) { ...; warp_total += v; }
-    for (int offset = 16; offset > 0; offset /= 2) warp_total += __shfl_xor_sync(0xffffffffu, warp_total, offset);
-    if (threadIdx.x % 32 == 0) atomicAdd(out, warp_total);
+- the element form (`if (i < n) { ...; atomicAdd(out, v); }`, in either naive spelling): every `atomicAdd(P, v)`
+  of the element's work becomes `total += v` on a running total; after the guard, where every lane of the warp
+  arrives, a butterfly of `__shfl_xor_sync` sums the warp's totals, and its first lane makes the one atomic add:
+
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      float warp_total = 0;
+      if (i < n) { ...; warp_total += v; }
+      for (int offset = 16; offset > 0; offset /= 2) warp_total += __shfl_xor_sync(0xffffffffu, warp_total, offset);
+      if (threadIdx.x % 32 == 0) atomicAdd(out, warp_total);
+
+- the tail form: each thread sums its own share first (a grid-stride loop, say) and ends the kernel with one
+  `atomicAdd(P, v);` that every thread reaches. Its value starts the total (`float warp_total = v;`), and the same
+  butterfly and warp's atomic follow.
 
 The sum is reassociated: integers sum to the same value, floating point to one of the values the naive kernel's
 unordered atomics could already give, rounded differently (the gate's tolerance judges it).
 
-Legality (forward_sites), decided on the parse and the plan: the naive element form `_naive.element_work` reads (a
-1-D launch passing no buffer twice, work without loop, barrier, collective or early exit); every launch's block is
-a literal multiple of 32 (whole warps: the shuffle needs every lane); the work's only atomic calls are
-`atomicAdd(P, v)` statements (their old value unused), one P in all, naming only kernel parameters it never
-assigns (`out`, `out + k`, `&out[k]`), so every lane adds to the same place; P's array is not otherwise touched
-by the kernel, and its element type is float, double, int, unsigned or unsigned long long.
+Legality (forward_sites), decided on the parse and the plan: every launch is 1-D and its block a literal multiple
+of 32 (whole warps: the shuffle needs every lane); the atomic calls are `atomicAdd(P, v)` statements (their old
+value unused), one P in all, naming only kernel parameters it never assigns (`out`, `out + k`, `&out[k]`), so
+every lane adds to the same place; P's array is not otherwise touched by the kernel, and its element type is
+float, double, int, unsigned or unsigned long long. The element form's work is what `_naive.element_work` reads (no
+loop, barrier, collective or early exit); the tail form's atomic is the kernel's last statement, outside any
+branch or loop, and the kernel has no `return` or `goto`, so every lane of the warp arrives at the butterfly.
 
-Backward serializes the form forward writes: each `total += v` of the guarded work becomes `atomicAdd(P, v)` again,
-and the total, the butterfly and the warp's atomic go.
+Backward serializes the forms forward writes: each `total += v` of the guarded work becomes `atomicAdd(P, v)`
+again, or the tail's total `v` its one atomic; the total, the butterfly and the warp's atomic go.
 
 Anchor: the kernel, kind "function", key the total's name.
 """
@@ -54,11 +60,23 @@ _WARP_ADD = "if (threadIdx.x % 32 == 0) atomicAdd({p}, {t});"
 @dataclass(frozen=True)
 class _Site:
     function: cp.Function
-    guard: Node  # `if (i < n) <work>`
+    span: Node  # what forward replaces: the guard `if (i < n) <work>`, or the tail's `atomicAdd(P, v);`
     target: str  # P, as written
     element: str  # P's element type
     adds: tuple[Node, ...]  # the `atomicAdd(P, v)` calls
     total: str
+    tail: bool  # the tail form: one atomic every thread makes last
+
+
+@dataclass(frozen=True)
+class _Aggregated:
+    """The form forward writes: the total's declaration, the guard (None in the tail form), the warp's atomic."""
+    total: str
+    declaration: Node
+    value: str  # the declaration's initial value: 0 in the element form, the tail's v
+    guard: Node | None
+    warp_add: Node
+    target: str
 
 
 class UnaggregateAtomics(Transform):
@@ -70,13 +88,13 @@ class UnaggregateAtomics(Transform):
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        return [Anchor(function.name, "function", form[0], parsed.text(function.node)[:200])
+        return [Anchor(function.name, "function", form.total, parsed.text(function.node)[:200])
                 for function, form in readable(parsed, lambda f: _aggregated(parsed, f))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         state = if_form(flattened(canonical(state)))  # the index and guard as the naive form spells them, 1-D
         parsed = cp.parse(state.source)
-        return [Anchor(function.name, "function", site.total, parsed.text(site.guard)[:200])
+        return [Anchor(function.name, "function", site.total, parsed.text(site.span)[:200])
                 for function, site in readable(parsed, lambda f: _serial(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
@@ -85,16 +103,20 @@ class UnaggregateAtomics(Transform):
         site = _serial(state, parsed, kernel(parsed, anchor))
         if site.total != anchor.key:
             raise NotApplicable(f"{anchor}: the total would be '{site.total}'")
-        indent = indentation(parsed.data, site.guard.start_byte)
-        edits = [(add.parent.start_byte, add.parent.end_byte,
-                  f"{site.total} += {parsed.text(call_arguments(add)[1])};") for add in site.adds]
-        start = site.guard.start_byte
-        guard = splice(parsed.data[start:site.guard.end_byte],
-                       [(a - start, b - start, text) for a, b, text in edits])[0].decode("utf-8")
-        text = "\n".join([f"{site.element} {site.total} = 0;", indent + guard,
-                          indent + _BUTTERFLY.format(t=site.total), indent + _WARP_ADD.format(p=site.target,
-                                                                                              t=site.total)])
-        source = splice(parsed.data, [(site.guard.start_byte, site.guard.end_byte, text)])[0].decode("utf-8")
+        indent = indentation(parsed.data, site.span.start_byte)
+        if site.tail:
+            opening = f"{site.element} {site.total} = {parsed.text(call_arguments(site.adds[0])[1])};"
+            lines = [opening]
+        else:
+            edits = [(add.parent.start_byte, add.parent.end_byte,
+                      f"{site.total} += {parsed.text(call_arguments(add)[1])};") for add in site.adds]
+            start = site.span.start_byte
+            guard = splice(parsed.data[start:site.span.end_byte],
+                           [(a - start, b - start, text) for a, b, text in edits])[0].decode("utf-8")
+            lines = [f"{site.element} {site.total} = 0;", indent + guard]
+        text = "\n".join([*lines, indent + _BUTTERFLY.format(t=site.total),
+                          indent + _WARP_ADD.format(p=site.target, t=site.total)])
+        source = splice(parsed.data, [(site.span.start_byte, site.span.end_byte, text)])[0].decode("utf-8")
         return self.rewrite(state, anchor, Direction.FORWARD, source,
                             note=f"{site.function.name}: a warp's adds to {site.target} summed by shuffles, one "
                                  f"atomicAdd per warp")
@@ -102,33 +124,67 @@ class UnaggregateAtomics(Transform):
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
-        total, declaration, guard, warp_add, target = _aggregated(parsed, function)
-        if total != anchor.key:
-            raise NotApplicable(f"{anchor}: the total is '{total}'")
-        adds = [node for node in cp.nodes_of_type(guard, "expression_statement")
-                if re.fullmatch(rf"{total} \+= .+;", squash(parsed.text(node)))]
-        edits = [(node.start_byte, node.end_byte,
-                  f"atomicAdd({target}, {parsed.text(node.named_children[0].child_by_field_name('right'))});")
-                 for node in adds]
-        edits += [(declaration.start_byte, guard.start_byte, ""), (guard.end_byte, warp_add.end_byte, "")]
+        form = _aggregated(parsed, function)
+        if form.total != anchor.key:
+            raise NotApplicable(f"{anchor}: the total is '{form.total}'")
+        if form.guard is None:
+            edits = [(form.declaration.start_byte, form.warp_add.end_byte, f"atomicAdd({form.target}, {form.value});")]
+        else:
+            adds = [node for node in cp.nodes_of_type(form.guard, "expression_statement")
+                    if re.fullmatch(rf"{form.total} \+= .+;", squash(parsed.text(node)))]
+            edits = [(node.start_byte, node.end_byte, f"atomicAdd({form.target}, "
+                      f"{parsed.text(node.named_children[0].child_by_field_name('right'))});") for node in adds]
+            edits += [(form.declaration.start_byte, form.guard.start_byte, ""),
+                      (form.guard.end_byte, form.warp_add.end_byte, "")]
         source = splice(parsed.data, edits)[0].decode("utf-8")
         return self.rewrite(state, anchor, Direction.BACKWARD, source,
-                            note=f"{function.name}: one atomicAdd to {target} per thread")
+                            note=f"{function.name}: one atomicAdd to {form.target} per thread")
 
 
 def _serial(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Site:
-    """The naive form's atomics in `function`, or NotApplicable with the reason."""
-    work = element_work(state, parsed, function)
-    for launch in launches_of(state, function.name, dimensions=1):
-        block = str(launch.block[0]).strip()
-        if not block.isdigit() or int(block) % 32:
-            raise NotApplicable(f"{function.name}'s block of {block} threads is no whole number of warps")
-    guard = work.nodes[0].parent
+    """The naive form's atomics in `function` (the element form, else the tail form), or NotApplicable with the
+    reason."""
+    try:
+        work = element_work(state, parsed, function)
+    except NotApplicable as refusal:
+        return _tail(state, parsed, function, refusal)
+    _check_whole_warps(state, function)
     calls = [call for node in work.nodes for call in cp.nodes_of_type(node, "call_expression")
              if cp.call_name(call).startswith("atomic")]
     adds = [call for call in calls if cp.call_name(call) == "atomicAdd" and call.parent.type == "expression_statement"]
     if not adds or len(adds) != len(calls):
         raise NotApplicable(f"{function.name}'s work makes no atomicAdd, or other atomics, or uses one's old value")
+    return _site(parsed, function, work.nodes[0].parent, tuple(adds), tail=False)
+
+
+def _tail(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, refusal: NotApplicable) -> _Site:
+    """The tail form: `atomicAdd(P, v);` as the kernel's last statement, which every thread reaches; where the kernel
+    does not end so, the element form's refusal is the reason."""
+    body = function.node.child_by_field_name("body")
+    listed = [node for node in body.named_children if node.type != "comment"] if body is not None else []
+    last = listed[-1] if listed else None
+    call = last.named_children[0] if last is not None and last.type == "expression_statement" else None
+    if call is None or call.type != "call_expression" or cp.call_name(call) != "atomicAdd":
+        raise NotApplicable(f"{refusal}; nor does it end in an atomicAdd that every thread makes") from None
+    if cp.nodes_of_type(body, "return_statement") or cp.nodes_of_type(body, "goto_statement"):
+        raise NotApplicable(f"{function.name} can leave before its last atomicAdd: a lane that leaves misses the "
+                            f"warp's butterfly")
+    calls = [node for node in cp.nodes_of_type(body, "call_expression") if cp.call_name(node).startswith("atomic")]
+    if calls != [call]:
+        raise NotApplicable(f"{function.name} makes atomics besides its last atomicAdd")
+    _check_whole_warps(state, function)
+    return _site(parsed, function, last, (call,), tail=True)
+
+
+def _check_whole_warps(state: KernelState, function: cp.Function) -> None:
+    for launch in launches_of(state, function.name, dimensions=1):
+        block = str(launch.block[0]).strip()
+        if not block.isdigit() or int(block) % 32:
+            raise NotApplicable(f"{function.name}'s block of {block} threads is no whole number of warps")
+
+
+def _site(parsed: cp.ParsedSource, function: cp.Function, span: Node, adds: tuple[Node, ...], tail: bool) -> _Site:
+    """The site of `adds`, once they all add to one place of one array the kernel touches nowhere else."""
     targets = {squash(parsed.text(call_arguments(call)[0])) for call in adds}
     if len(targets) != 1 or any(len(call_arguments(call)) != 2 for call in adds):
         raise NotApplicable(f"{function.name}'s atomics add to {len(targets)} places, not one")
@@ -150,30 +206,34 @@ def _serial(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) 
         raise NotApplicable(f"'{array}' points to {element}, which no atomicAdd sums")
     taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
     total = next(name for name in (TOTAL, f"{TOTAL}_", f"{TOTAL}__", f"{TOTAL}_sum") if name not in taken)
-    return _Site(function, guard, target, element, tuple(adds), total)
+    return _Site(function, span, target, element, adds, total, tail)
 
 
 def _within(node: Node, outer: Node) -> bool:
     return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
 
 
-def _aggregated(parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, Node, Node, Node, str]:
-    """(total, its declaration, the guard, the warp's atomic, P) of the form forward writes."""
+def _aggregated(parsed: cp.ParsedSource, function: cp.Function) -> _Aggregated:
+    """The form forward writes in `function`: the element form's four statements or the tail form's three."""
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         raise NotApplicable(f"{function.name} is not a kernel")
     listed = [node for node in body.named_children if node.type != "comment"]
-    for at in range(len(listed) - 3):
-        declaration, guard, butterfly, warp_add = listed[at:at + 4]
-        declared = re.fullmatch(rf"((?:{'|'.join(sorted(TYPES))})) ([A-Za-z_]\w*) = 0;",
-                                squash(parsed.text(declaration)))
-        if declared is None or guard.type != "if_statement":
+    for at in range(len(listed) - 2):
+        declared = re.fullmatch(rf"((?:{'|'.join(sorted(TYPES))})) ([A-Za-z_]\w*) = (.+);",
+                                squash(parsed.text(listed[at])))
+        if declared is None:
             continue
-        total = declared[2]
+        total, value = declared[2], declared[3]
+        guard = listed[at + 1] if listed[at + 1].type == "if_statement" and value == "0" else None
+        rest = listed[at + 2:] if guard is not None else listed[at + 1:]
+        if len(rest) != 2:  # the butterfly and the warp's atomic end the kernel
+            continue
+        butterfly, warp_add = rest
         target = re.fullmatch(re.escape(_WARP_ADD.format(p="@", t=total)).replace("@", "(.+)"),
                               squash(parsed.text(warp_add)))
-        if squash(parsed.text(butterfly)) == _BUTTERFLY.format(t=total) and target and warp_add == listed[-1]:
-            return total, declaration, guard, warp_add, target[1]
+        if squash(parsed.text(butterfly)) == _BUTTERFLY.format(t=total) and target:
+            return _Aggregated(total, listed[at], value, guard, warp_add, target[1])
     raise NotApplicable(f"{function.name} has no warp-aggregated atomic add")
 
 

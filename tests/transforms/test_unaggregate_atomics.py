@@ -1,5 +1,6 @@
 """unaggregate_atomics: a warp's atomic adds, summed by shuffles and made once per warp, become one atomic add per
-thread; forward finds its sites by analysis. Goldens, the sums on the CPU, and the kernels it refuses."""
+thread; forward finds its sites by analysis, in the element form and in the tail form (each thread's own sum added
+by one atomic that ends the kernel). Goldens, the sums on the CPU, and the kernels it refuses."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
-CASES = ["mse", "count"]
+CASES = ["mse", "count", "tail_count"]
 SITE = Anchor("kernel", "function", "warp_total")
 
 
@@ -76,13 +77,14 @@ def _sums(tmp_path, case: str, state: KernelState) -> list:
     return found
 
 
-@pytest.mark.parametrize("case", sampled(CASES, keep=["count"]))
+@pytest.mark.parametrize("case", sampled(CASES, keep=["count", "tail_count"]))
 def test_the_warp_sums_add_up_to_the_naive_sums_on_the_cpu(tmp_path, case):
-    """The integer count is exact; the float mean differs only by the rounding of another order of adds."""
+    """The integer counts are exact; the float mean differs only by the rounding of another order of adds. The
+    tail form's grid (at most 4 blocks) makes the threads of n = 2053 stride."""
     naive, aggregated = (_sums(tmp_path / which, case, golden(case, which)) for which in ("after", "before"))
     assert all(torch.isfinite(want).all() for want in naive)
     for want, got in zip(naive, aggregated, strict=True):
-        if case == "count":
+        if case != "mse":
             assert torch.equal(got, want)
         else:
             assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -102,6 +104,7 @@ def test_the_sums_see_a_butterfly_that_misses_a_lane(tmp_path):
 PLAN = plan_of('"x", "out", { scalar = "n", type = "i32" }')
 HEAD = ("__global__ void kernel(const float* x, float* out, int n) {\n"
         "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n")
+TAIL = "    float s = 0;\n    for (int k = i; k < n; k += blockDim.x * gridDim.x) {loop}\n    {add}\n"
 
 
 @pytest.mark.parametrize("body, plan, why", [
@@ -113,6 +116,18 @@ HEAD = ("__global__ void kernel(const float* x, float* out, int n) {\n"
     ("    if (i < n) { atomicAdd(out, x[i]); atomicMax((int*)out, 1); }\n", PLAN, "other atomics"),
     ("    if (i < n) atomicAdd(out, x[i] + out[1]);\n", PLAN, "touches 'out' beyond its atomic adds"),
     ("    if (i < n) y[i] = x[i];\n", PLAN, "makes no atomicAdd"),
+    # the tail form: each thread's sum over a stride of the grid, added last
+    (TAIL.format(loop="{ if (x[k] < 0) return; s += x[k]; }", add="atomicAdd(out, s);"), PLAN,
+     "can leave before its last atomicAdd"),
+    (TAIL.format(loop="s += x[k];", add="atomicAdd(out, s);"),
+     plan_of('"x", "out", { scalar = "n", type = "i32" }', block=100), "no whole number of warps"),
+    (TAIL.format(loop="{ s += x[k]; atomicAdd(out + 1, 1.0f); }", add="atomicAdd(out, s);"), PLAN,
+     "makes atomics besides its last atomicAdd"),
+    (TAIL.format(loop="s += x[k];", add="atomicAdd(&out[threadIdx.x % 4], s);"), PLAN,
+     "names more than its parameters"),
+    (TAIL.format(loop="s += x[k] + out[1];", add="atomicAdd(out, s);"), PLAN, "touches 'out' beyond its atomic adds"),
+    (TAIL.format(loop="s += x[k];", add="if (s > 0) atomicAdd(out, s);"), PLAN,
+     "nor does it end in an atomicAdd that every thread makes"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, body, plan, why):
     state = KernelState(source=HEAD + body + "}\n", plan=plan)
