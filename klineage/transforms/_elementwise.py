@@ -2,12 +2,14 @@
 vectors (scalarize_elementwise: four 32-bit elements per `float4`; scalarize_half_packs: eight 16-bit
 `__half`/`__nv_bfloat16` elements per `uint4`).
 
-Both read the same naive form (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) <body>`, the body writing
-arrays only at `[i]`; an array it only reads may be read elsewhere too) and write the same vector form: `i` becomes
-the thread index times the width; where the width's elements are in bounds and every array is 16-byte aligned each
-array the body reads is loaded once as a pack, the body runs once per lane on registers and each array it writes is
-stored once; otherwise a scalar element loop covers what is left. A `Packing` says how one transform names a pack,
-its lanes and the element types it packs; the rest is here, so the two stay one mechanism at two widths.
+Both read the same naive form (`int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) <body>`, scalar locals
+maybe declared between the two, the body writing arrays only at `[i]`, or only at `[k * i + j]` for a pair or group
+of k; an array it only reads may be read elsewhere too) and write the same vector form: `i` becomes the thread
+index times the indexes a pack holds (the width, or the width / k); where those are in bounds and every array is
+16-byte aligned each array the body reads is loaded once as a pack, the body runs once per index on registers and
+each array it writes is stored once; otherwise a scalar loop over the indexes covers what is left. A `Packing` says
+how one transform names a pack, its lanes and the element types it packs; the rest is here, so the two stay one
+mechanism at two widths.
 
 The leading underscore keeps the catalog from loading this module as a transform.
 """
@@ -25,12 +27,15 @@ from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms._calls import first_effect
 from klineage.transforms._canonical import canonical
-from klineage.transforms._edit import indentation, is_written, reindent, splice
+from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
 from klineage.transforms._flatten import flattened
 from klineage.transforms._naive import (
     INDEXES,
     SERIAL_INDEX,
-    bound_of,
+    Local,
+    between,
+    compared,
+    copied_bound,
     declared_index,
     if_form,
     index_declaration,
@@ -39,8 +44,10 @@ from klineage.transforms._naive import (
     parameters,
     readable,
     rescaled_grid,
+    scalar_locals,
     squash,
     statements,
+    sunk,
     unwrapped,
 )
 from klineage.transforms._readonly import plain_reads
@@ -81,10 +88,18 @@ class Site:
     body: Node  # the guarded statement
     read: tuple[tuple[str, str], ...]  # (array, element type), in order of first use
     written: tuple[tuple[str, str], ...]
+    span: int  # the elements an index owns: 1 (`[i]`), or k of a pair or group (`[k * i + j]`, j < k)
 
 
-def vector_index(packing: Packing, kind: str) -> str:
-    return f"({dict(INDEXES)[kind]}) * {packing.width}"
+def vector_index(count: int, kind: str) -> str:
+    """The vector form's index: the thread's first of `count` indexes (elements, or pairs)."""
+    return f"({dict(INDEXES)[kind]}) * {count}"
+
+
+def spans(packing: Packing) -> tuple[int, ...]:
+    """The indexes a thread of the vector form may take: a pack's elements one an index, or groups of k (k
+    dividing the width) while a pack holds two groups or more (one group a thread would be no coarser)."""
+    return tuple(packing.width // k for k in range(1, packing.width // 2 + 1) if packing.width % k == 0)
 
 
 def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, packing: Packing) -> Site:
@@ -95,17 +110,19 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     body = function.node.child_by_field_name("body")
     declaration, init, kind, index = declared_index(parsed, body)
     listed = statements(body)
+    prelude = scalar_locals(parsed, function, listed, listed.index(declaration), index)
     guard = listed[-1]
     if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name} does not end in `if ({index} < n) ...`")
-    condition = squash(parsed.text(guard.child_by_field_name("condition")))
-    said = re.fullmatch(rf"\( ?{index} < (.+?) ?\)", condition) or \
-        re.fullmatch(rf"\( ?(.+?) > {index} ?\)", condition)  # `n > i` is `i < n`
-    bound = bound_of(said[1]) if said else None
+    relation, said = compared(parsed, guard, index)
+    bound = copied_bound(parsed, function, said, prelude) if relation == "<" else None
     if bound is None:
-        raise NotApplicable(f"{function.name}'s guard is not `{index} < n`")
-    if listed.index(guard) != listed.index(declaration) + 1:
+        raise NotApplicable(f"{function.name}'s guard is not `{index} < n`, n a count the kernel keeps")
+    if listed.index(guard) != listed.index(declaration) + len(between(prelude)) + 1:
         raise NotApplicable(f"{function.name} has code between its element index and the guard")
+    if indexed := [local for local in prelude if local.indexed]:  # `sunk` moves them into the body
+        raise NotApplicable(f"{function.name}'s local '{indexed[0].names[0]}' before the guard names '{index}'")
+    check_names(function, prelude, packing.taken)
     guarded = guard.child_by_field_name("consequence")
     text = parsed.text(guarded)
     found = _FORBIDDEN.search(text) or re.search(rf"\b(?:threadIdx|{ELEMENT}|{packing.taken})\b", text)
@@ -116,14 +133,18 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
         raise NotApplicable(f"{function.name} calls {called}, which may have effects")
     types = {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
              if pointer}
-    read, written, gathered = {}, {}, set()
-    for node in sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=evaluation_order):
+    subscripts = sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=evaluation_order)
+    span = _span(parsed, function, subscripts, index, packing)
+    shown = index if span == 1 else f"{span} * {index} + j"
+    read, written, gathered, stores, top = {}, {}, set(), set(), statements(guarded)
+    for node in subscripts:
         array = parsed.text(node.child_by_field_name("argument"))
         stored = is_written(node)
-        if not _at_element(parsed, node, index):  # a gather or broadcast (`b[i % cols]`): each lane reads its own
+        place = _place(parsed, node, index)
+        if place is None or place[0] != span:  # a gather or broadcast (`b[i % cols]`): each lane reads its own
             if array not in types or stored:
                 raise NotApplicable(f"{function.name} {'writes' if stored else 'reads'} `{parsed.text(node)}`, "
-                                    f"not element {index} of a pointer parameter it only reads")
+                                    f"not element {shown} of a pointer parameter it only reads")
             gathered.add(array)
             continue
         element = types.get(array, "")
@@ -136,54 +157,80 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
         if not stored and array in written and array not in read:
             raise NotApplicable(f"'{array}' is read after it is written")
         (written if stored else read).setdefault(array, element)
+        if stored and parent.type == "assignment_expression" and parent.parent in top:
+            stores.add((array, place[1]))  # a plain store of the body's top level: every lane gets a value
     if gathered & set(written):
         raise NotApplicable(f"'{sorted(gathered & set(written))[0]}' is written and read at other elements than "
-                            f"{index}: a lane could read what another lane writes")
+                            f"{shown}: a lane could read what another lane writes")
     for use in _index_uses(parsed, guarded, index):
         if is_written(use) or use.parent.type in ("init_declarator", "declaration", "parameter_declaration"):
             raise NotApplicable(f"{function.name} writes or declares '{index}' in its element body")
     if cp.nodes_of_type(guarded, "pointer_expression") or "->" in text:
         raise NotApplicable(f"{function.name} dereferences a pointer expression")
-    top = statements(guarded)
     for array in written:
-        if array not in read and not any(squash(parsed.text(s)).startswith(f"{array}[{index}] =") for s in top):
-            raise NotApplicable(f"'{array}' is written only under a condition: a vector store would write garbage")
+        if array not in read and any((array, j) not in stores for j in range(span)):
+            raise NotApplicable(f"'{array}' is written only under a condition, or not at every element of its "
+                                f"index: a vector store would write garbage")
     if not read and not written:
         raise NotApplicable(f"{function.name} touches no array")
-    return Site(function, kind, index, init, guard, bound, guarded, tuple(read.items()), tuple(written.items()))
+    return Site(function, kind, index, init, guard, bound, guarded, tuple(read.items()), tuple(written.items()),
+                span)
+
+
+def check_names(function: cp.Function, found: tuple[Local, ...], taken: str) -> None:
+    """NotApplicable where a scalar local takes a name the vector form declares (the tail's `e`, a pack matching
+    `taken`): the bound or the body copied below that declaration would read the new name."""
+    if clash := [name for local in found for name in local.names if re.fullmatch(rf"{ELEMENT}|{taken}", name)]:
+        raise NotApplicable(f"{function.name}'s local '{clash[0]}' takes a name the vector form declares")
+
+
+def _span(parsed: cp.ParsedSource, function: cp.Function, subscripts: list[Node], index: str,
+          packing: Packing) -> int:
+    """The elements each index owns, as its stores say: k where the body writes arrays at `[k * i + j]` (a pair,
+    k = 2, or a group), 1 where at `[i]` (a read at `[2 * i]` beside them is a gather); NotApplicable for stores at
+    two such k, or groups that do not fill a pack twice."""
+    grouped = {place[0] for place in (_place(parsed, node, index) for node in subscripts if is_written(node)) if place}
+    if len(grouped) > 1:
+        shown = " and at ".join(f"`[{index}]`" if k == 1 else f"`[{k} * {index} + j]`" for k in sorted(grouped))
+        raise NotApplicable(f"{function.name} writes at {shown}: an index owns one number of elements")
+    span = grouped.pop() if grouped else 1
+    if packing.width // span not in spans(packing):
+        raise NotApplicable(f"{function.name}'s groups of {span} elements do not fill a {packing.width}-element pack "
+                            f"twice")
+    return span
 
 
 def packed(state: KernelState, parsed: cp.ParsedSource, site: Site, packing: Packing) -> tuple[str, LaunchPlan]:
     """(source, plan) of the vector form of `site`: packs loaded, the body once per lane, packs stored, the
     scalar tail; the grid divided by the width."""
-    data, width = parsed.data, packing.width
+    data, span, count = parsed.data, site.span, packing.width // site.span  # count: the indexes of a thread
     indent = indentation(data, site.guard.start_byte)
     inner = indent + "    "
     read, written = dict(site.read), dict(site.written)
     arrays = read | written
     aligned = " | ".join(f"(size_t){a}" for a in arrays)
-    lines = [f"if ({site.index} + {width - 1} < {site.bound} && (({aligned}) & 15) == 0) {{"]
+    first = site.index if span == 1 else f"{span} * {site.index}"  # the pack's first element
+    lines = [f"if ({site.index} + {count - 1} < {site.bound} && (({aligned}) & 15) == 0) {{"]
     for array, element in arrays.items():
-        declared = packing.declare(array, element, packing.packs[element], site.index, array in read,
-                                   array in written)
+        declared = packing.declare(array, element, packing.packs[element], first, array in read, array in written)
         lines += [inner + line for line in declared]
     column = len(indentation(data, site.body.start_byte))
-    for lane in range(width):
-        text = _per_element(parsed, site, lambda a, k=lane: packing.lane(a, k), f"({site.index} + {lane})" if lane
-                            else site.index)
+    for lane in range(count):
+        text = _per_element(parsed, site, lambda a, j, k=lane: packing.lane(a, k * span + j),
+                            f"({site.index} + {lane})" if lane else site.index)
         block = text if site.body.type == "compound_statement" else f"{{ {text} }}"
         lines.append(inner + reindent(block, column, inner)[len(inner):])
     for array, element in site.written:
-        lines.append(f"{inner}*reinterpret_cast<{packing.packs[element]}*>({array} + {site.index}) = "
+        lines.append(f"{inner}*reinterpret_cast<{packing.packs[element]}*>({array} + {first}) = "
                      f"{packing.name(array)};")
-    tail_body = _per_element(parsed, site, lambda a: f"{a}[{ELEMENT}]", ELEMENT)
+    tail_body = _per_element(parsed, site, None, ELEMENT)
     lines.append(f"{indent}}} else {{")
     lines.append(f"{inner}for ({site.kind} {ELEMENT} = {site.index}; {ELEMENT} < {site.bound} && {ELEMENT} < "
-                 f"{site.index} + {width}; ++{ELEMENT}) " + reindent(tail_body, column, inner)[len(inner):])
+                 f"{site.index} + {count}; ++{ELEMENT}) " + reindent(tail_body, column, inner)[len(inner):])
     lines.append(f"{indent}}}")
-    edits = [(site.index_init.start_byte, site.index_init.end_byte, vector_index(packing, site.kind)),
+    edits = [(site.index_init.start_byte, site.index_init.end_byte, vector_index(count, site.kind)),
              (site.guard.start_byte, site.guard.end_byte, "\n".join(lines))]
-    plan = rescaled_grid(state, site.function.name, lambda grid: f"cdiv({grid}, {width})")
+    plan = rescaled_grid(state, site.function.name, lambda grid: f"cdiv({grid}, {count})")
     return _apply(data, edits), plan
 
 
@@ -191,12 +238,13 @@ def unpacked(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
              packing: Packing) -> tuple[str, LaunchPlan]:
     """(source, plan) of the naive form of a kernel in the vector form: its element loop, one element per
     thread, the grid as it was."""
-    found, init, kind, guard = vector_form(parsed, function, packing)
+    found, init, kind, guard, count = vector_form(parsed, function, packing)
     if found != index:
         raise NotApplicable(f"{function.name}: the element index is '{found}'")
     alternative = guard.child_by_field_name("alternative")
     tail = next(c for c in cp.nodes_of_type(alternative, "for_statement"))
-    bound = re.match(rf"\s*{ELEMENT}\s*<\s*([\w.]+)", parsed.text(tail.child_by_field_name("condition")))
+    bound = re.fullmatch(rf"{ELEMENT} < (.+) && {ELEMENT} < {index} \+ {count}",  # the bound as copied
+                         squash(parsed.text(tail.child_by_field_name("condition"))))
     if bound is None:
         raise NotApplicable(f"{function.name}: the element loop has no bound")
     body = tail.child_by_field_name("body")
@@ -208,25 +256,27 @@ def unpacked(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
     text = reindent(text, len(indentation(parsed.data, body.start_byte)), indent)[len(indent):]
     edits = [(init.start_byte, init.end_byte, dict(INDEXES)[kind]),
              (guard.start_byte, guard.end_byte, f"if ({index} < {bound[1]}) {text}")]
-    plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "cdiv(", f", {packing.width})"))
+    plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "cdiv(", f", {count})"))
     return _apply(parsed.data, edits), plan
 
 
-def vector_form(parsed: cp.ParsedSource, function: cp.Function, packing: Packing) -> tuple[str, Node, str, Node]:
-    """(index, its initializer, its type, the vector guard) of a kernel in the form `packed` writes."""
+def vector_form(parsed: cp.ParsedSource, function: cp.Function,
+                packing: Packing) -> tuple[str, Node, str, Node, int]:
+    """(index, its initializer, its type, the vector guard, the indexes a thread takes) of a kernel in the form
+    `packed` writes."""
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         raise NotApplicable(f"{function.name} is not a kernel")
-    for kind, _ in INDEXES:
+    for (kind, _), count in ((k, c) for k in INDEXES for c in spans(packing)):
         try:
-            _, init, index = index_declaration(parsed, body, vector_index(packing, kind), kind)
+            _, init, index = index_declaration(parsed, body, vector_index(count, kind), kind)
         except NotApplicable:
             continue
         for statement in body.named_children:
             condition = statement.child_by_field_name("condition") if statement.type == "if_statement" else None
             if condition is not None and squash(parsed.text(condition)).startswith(
-                    f"({index} + {packing.width - 1} <") and statement.child_by_field_name("alternative") is not None:
-                return index, init, kind, statement
+                    f"({index} + {count - 1} <") and statement.child_by_field_name("alternative") is not None:
+                return index, init, kind, statement, count
         raise NotApplicable(f"{function.name} has no vector guard")
     raise NotApplicable(f"{function.name} has no vector index `int i = ({SERIAL_INDEX}) * {packing.width};`")
 
@@ -244,21 +294,44 @@ def _apply(data: bytes, edits: list[tuple[int, int, str]]) -> str:
     return splice(data, edits)[0].decode("utf-8")
 
 
-def _at_element(parsed: cp.ParsedSource, subscript: Node, index: str) -> bool:
-    return squash(parsed.text(subscript.child_by_field_name("indices"))) in (f"[{index}]", index)
+def _place(parsed: cp.ParsedSource, subscript: Node, index: str) -> tuple[int, int] | None:
+    """(k, j) of a subscript at `[i]` (1, 0) or at `[k * i + j]` (`[i * k]`, `[j + k * i]`; k and j literals); None
+    at any other place."""
+    place = subscript.child_by_field_name("indices")
+    place = unparen(place.named_children[0] if place.type == "subscript_argument_list" and
+                    place.named_child_count == 1 else place)
+    offset = 0
+    if place.type == "binary_expression" and operator(place) == "+":
+        sides = [unparen(place.child_by_field_name(side)) for side in ("left", "right")]
+        literal = [side for side in sides if re.fullmatch(r"\d+", parsed.text(side))]
+        if len(literal) != 1:
+            return None
+        offset, place = int(parsed.text(literal[0])), sides[1 - sides.index(literal[0])]
+    if place.type == "identifier" and parsed.text(place) == index:
+        return (1, 0) if offset == 0 else None
+    if place.type != "binary_expression" or operator(place) != "*":
+        return None
+    factors = sorted((parsed.text(unparen(place.child_by_field_name(side))) for side in ("left", "right")),
+                     key=lambda text: text != index)
+    if factors[0] != index or not re.fullmatch(r"[1-9]\d*", factors[1]) or offset >= int(factors[1]):
+        return None
+    return int(factors[1]), offset
 
 
 def _index_uses(parsed: cp.ParsedSource, node: Node, index: str) -> list[Node]:
     return [use for use in cp.nodes_of_type(node, "identifier") if parsed.text(use) == index]
 
 
-def _per_element(parsed: cp.ParsedSource, site: Site, element: Callable[[str], str], index: str) -> str:
-    """The guarded statement's text for one element: each `a[i]` replaced by `element(a)` (a lane of a pack, or
-    `a[e]`), and every other use of the index (a gather's subscript, a value) by `index`."""
+def _per_element(parsed: cp.ParsedSource, site: Site, element: Callable[[str, int], str] | None,
+                 index: str) -> str:
+    """The guarded statement's text for one index: each element subscript `a[i]` (`a[k * i + j]`) replaced by
+    `element(a, j)` (a lane of a pack), and every other use of the index (a gather's subscript, a value) by `index`;
+    with no `element`, every use of the index by `index` (the tail's `a[e]`)."""
     base = site.body.start_byte
-    at = [n for n in cp.nodes_of_type(site.body, "subscript_expression") if _at_element(parsed, n, site.index)]
-    edits = [(n.start_byte - base, n.end_byte - base, element(parsed.text(n.child_by_field_name("argument"))))
-             for n in at]
+    at = [n for n in cp.nodes_of_type(site.body, "subscript_expression")
+          if element is not None and (_place(parsed, n, site.index) or (0,))[0] == site.span]
+    edits = [(n.start_byte - base, n.end_byte - base,
+              element(parsed.text(n.child_by_field_name("argument")), _place(parsed, n, site.index)[1])) for n in at]
     edits += [(use.start_byte - base, use.end_byte - base, index) for use in _index_uses(parsed, site.body, site.index)
               if not any(n.start_byte <= use.start_byte < n.end_byte for n in at)]
     return splice(parsed.data[base:site.body.end_byte], edits)[0].decode("utf-8")
@@ -279,13 +352,13 @@ class PackedElementwise(Transform):
                 for function, form in readable(parsed, lambda f: vector_form(parsed, f, self.packing))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = if_form(flattened(canonical(plain_reads(state))))  # index, guard and reads as the naive form's, 1-D
+        state = if_form(sunk(flattened(canonical(plain_reads(state)))))  # the naive form's index, guard, reads
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200])
                 for function, site in readable(parsed, lambda f: serial_site(state, parsed, f, self.packing))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = if_form(flattened(canonical(plain_reads(state))))  # index, guard and reads as the naive form's, 1-D
+        state = if_form(sunk(flattened(canonical(plain_reads(state)))))  # the naive form's index, guard, reads
         parsed = cp.parse(state.source)
         site = serial_site(state, parsed, kernel(parsed, anchor), self.packing)
         if site.index != anchor.key:

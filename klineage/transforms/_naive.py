@@ -1,6 +1,7 @@
 """Shared analysis for the forwards that place a mechanism on naive kernels (one thread per element or row):
-which kernel an anchor names, the thread-index declaration, an element's work after its guard (either naive
-form), the parameters' types, the launches that run a kernel and the plan with its first grid dimension rescaled.
+which kernel an anchor names, the thread-index declaration, the scalar locals declared between it and the guard,
+an element's work after its guard (either naive form), the parameters' types, the launches that run a kernel and
+the plan with its first grid dimension rescaled.
 
 The leading underscore keeps the catalog from loading this module as a transform.
 """
@@ -8,17 +9,28 @@ The leading underscore keeps the catalog from loading this module as a transform
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
-from klineage.kernel import KernelState
+from klineage.kernel import KernelState, parse_constants
 from klineage.launch import ArgKind, Launch, LaunchPlan
+from klineage.transforms._calls import MATH_CALLS, first_effect
 from klineage.transforms._canonical import NARROW, WIDE, canonical_index
-from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
+from klineage.transforms._edit import (
+    declared_names,
+    indentation,
+    is_written,
+    operator,
+    own_lines,
+    reindent,
+    splice,
+    unparen,
+    written_names,
+)
 from klineage.transforms.base import Anchor, NotApplicable, refused, with_plan
 
 SERIAL_INDEX = canonical_index(NARROW)  # one thread per element or row
@@ -41,6 +53,26 @@ FORBIDDEN = re.compile(r"\b(?:__syncthreads\w*|__syncwarp|__shared__|__shfl\w*|_
 # a bound `n` of `i < n` that needs no parentheses there: names, numbers, calls, casts and arithmetic
 _BOUND_TYPES = frozenset({"identifier", "number_literal", "field_expression", "call_expression", "cast_expression",
                           "parenthesized_expression", "subscript_expression"})
+# what a local declared before the guard may be initialized with: arithmetic on names and literals, casts, `sizeof`
+# and calls of pure math (no memory read, no effect, no thread coordinate: `threadIdx.x` is a field expression)
+_LOCAL_VALUE = frozenset({"identifier", "number_literal", "char_literal", "true", "false", "binary_expression",
+                          "unary_expression", "parenthesized_expression", "conditional_expression", "cast_expression",
+                          "type_descriptor", "primitive_type", "sized_type_specifier", "type_identifier",
+                          "type_qualifier", "call_expression", "argument_list", "template_function",
+                          "template_argument_list", "sizeof_expression", "comment"})
+_LOCAL_CALLS = MATH_CALLS - {"__ldg"}  # math that reads no memory
+_COUNT_OPERATORS = frozenset({"*", "+", "-", "/", "%"})
+
+
+@dataclass(frozen=True)
+class Local:
+    """A scalar local declared before the element index or between it and its guard (`int cols = ca + cb;`)."""
+
+    node: Node  # its declaration
+    names: tuple[str, ...]
+    integer: bool  # of an integer type (a row length may be one)
+    indexed: bool  # its value names the element index, directly or through another such local
+    between: bool  # declared between the index and the guard (else before the index)
 
 
 @dataclass(frozen=True)
@@ -57,6 +89,8 @@ class ElementWork:
     end: int
     work: str  # the element's work as one block (the guarded statement, or the statements after the return)
     nodes: tuple[Node, ...]  # the guarded statement (`if (i < n) ...`) or the statements after `return`
+    guard: Node
+    locals: tuple[Local, ...]  # declared before the index or between it and the guard, none naming the index
 
 
 def squash(text: str) -> str:
@@ -218,8 +252,11 @@ def declared_index(parsed: cp.ParsedSource, body: Node) -> tuple[Node, Node, str
 
 def element_work(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> ElementWork:
     """The element work of a 1-D elementwise kernel, `if (i < n) <work>` ending the kernel or `if (i >= n)
-    return;` followed by it; NotApplicable with the reason for any other kernel, or work that loops,
-    synchronizes, returns, names a thread coordinate or changes the index. The launch passes no buffer twice."""
+    return;` followed by it, scalar locals (`scalar_locals`) maybe declared before the index or between it and
+    the guard;
+    NotApplicable with the reason for any other kernel, a local naming the index (`sunk` moves those into the
+    work), a bound the kernel assigns (a loop's condition would read it again), or work that loops, synchronizes,
+    returns, names a thread coordinate or changes the index. The launch passes no buffer twice."""
     if not function.is_kernel or function.node.child_by_field_name("body") is None:
         raise NotApplicable(f"{function.name} is not a kernel")
     launches_of(state, function.name, dimensions=1)
@@ -229,21 +266,20 @@ def element_work(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
     declaration, init, kind, index = declared_index(parsed, body)
     listed = statements(body)
     at = listed.index(declaration)
+    found = scalar_locals(parsed, function, listed, at, index)
+    if indexed := [local for local in found if local.indexed]:
+        raise NotApplicable(f"{function.name}'s local '{indexed[0].names[0]}' before the guard names the element "
+                            f"index '{index}'")
+    at += len(between(found))
     if at + 1 >= len(listed) or listed[at + 1].type != "if_statement":
-        raise NotApplicable(f"{function.name}: no guard right after its element index")
+        raise NotApplicable(f"{function.name}: no guard right after its element index and its locals")
     guard = listed[at + 1]
-    condition = guard.child_by_field_name("condition")
-    comparison = unparen(condition.child_by_field_name("value") or condition)
-    relation = operator(comparison) if comparison.type == "binary_expression" else ""
-    sides = [comparison.child_by_field_name(side) for side in ("left", "right")] if relation else []
-    if relation in (">", "<=") and parsed.text(sides[1]) == index:  # `n > i` is `i < n`, `n <= i` is `i >= n`
-        relation, sides = {">": "<", "<=": ">="}[relation], sides[::-1]
-    if relation not in ("<", ">=") or parsed.text(sides[0]) != index or \
-            guard.child_by_field_name("alternative") is not None:
+    relation, bound = compared(parsed, guard, index)
+    if relation not in ("<", ">=") or guard.child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name}'s guard is not `{index} < n` or `{index} >= n`")
-    bound = sides[1]
     if not _simple(bound):
         raise NotApplicable(f"{function.name}'s bound `{parsed.text(bound)}` is no plain arithmetic")
+    _check_unassigned(parsed, function, bound)
     consequence = guard.child_by_field_name("consequence")
     if relation == "<" and at + 2 == len(listed):
         work_nodes, work = [consequence], parsed.text(consequence)
@@ -258,15 +294,189 @@ def element_work(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
                             f"(`if ({index} >= n) return;`)")
     for node in work_nodes:
         text = parsed.text(node)
-        if found := FORBIDDEN.search(text):
+        if found_word := FORBIDDEN.search(text):
             raise NotApplicable(f"{function.name}'s element work loops, synchronizes, returns or names a thread "
-                                f"coordinate (`{found[0]}`)")
+                                f"coordinate (`{found_word[0]}`)")
         if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(node, "identifier")) or \
                 re.search(rf"&\s*{index}\b", text):
             raise NotApplicable(f"{function.name} changes its element index '{index}'")
     end = work_nodes[-1].end_byte
     return ElementWork(function, kind, index, parsed.text(init), init, parsed.text(bound), declaration.start_byte,
-                       end, work, tuple(work_nodes))
+                       end, work, tuple(work_nodes), guard, found)
+
+
+def compared(parsed: cp.ParsedSource, guard: Node, index: str) -> tuple[str, Node | None]:
+    """(relation, bound) of a guard `if (i < n)` or `if (i >= n)` (`n > i` read as `i < n`, `n <= i` as `i >= n`);
+    ("", None) for any other condition."""
+    condition = guard.child_by_field_name("condition")
+    comparison = unparen(condition.child_by_field_name("value") or condition)
+    relation = operator(comparison) if comparison.type == "binary_expression" else ""
+    if not relation:
+        return "", None
+    sides = [comparison.child_by_field_name(side) for side in ("left", "right")]
+    if relation in (">", "<=") and parsed.text(sides[1]) == index:
+        relation, sides = {">": "<", "<=": ">="}[relation], sides[::-1]
+    return (relation, sides[1]) if parsed.text(sides[0]) == index else ("", None)
+
+
+def scalar_locals(parsed: cp.ParsedSource, function: cp.Function, listed: list[Node], at: int,
+                  index: str) -> tuple[Local, ...]:
+    """The declarations before the element index (`listed[at]`) and right after it up to the first other statement,
+    each a scalar local (`int cols = ca + cb;`, `const float one = 1.f;`, `int r = i / cols;`) whose value is
+    arithmetic, casts and pure math on literals, scalar parameters, the source's constants, the index and earlier
+    such locals; NotApplicable for anything else before the index, or a local that may read memory, have an effect
+    or name a thread coordinate (a lane or iteration would not be the thread it was), that the kernel assigns, takes
+    the address of or declares again, or that names a parameter. Evaluated where they stand or later, before every
+    element or once per element, such locals hold the same values."""
+    body = function.node.child_by_field_name("body")
+    params = parameters(parsed, function)
+    known = {name for name, _, pointer in params if not pointer} | set(parse_constants(parsed.source))
+    changed = written_names(parsed, body) | {parsed.text(n.child_by_field_name("argument"))
+                                             for n in cp.nodes_of_type(body, "pointer_expression")
+                                             if parsed.text(n).startswith("&")}
+    declared = declared_names(parsed, body)
+    after = next((k for k, s in enumerate(listed[at + 1:], at + 1) if s.type != "declaration"), len(listed))
+    found, indexed = [], {index}
+    for statement in listed[:at] + listed[at + 1:after]:
+        after_index = statement.start_byte > listed[at].start_byte
+        if after_index:
+            known.add(index)
+        local = _local(parsed, function, statement, known, indexed, after_index)
+        for name in local.names:
+            if name in changed or declared.count(name) > 1 or any(name == p for p, _, _ in params):
+                raise NotApplicable(f"{function.name}'s local '{name}' before the guard is assigned, has its address "
+                                    f"taken, is declared again or names a parameter")
+        found.append(local)
+    return tuple(found)
+
+
+def between(found: tuple[Local, ...]) -> tuple[Local, ...]:
+    """The locals of `scalar_locals` declared between the index and the guard."""
+    return tuple(local for local in found if local.between)
+
+
+def _local(parsed: cp.ParsedSource, function: cp.Function, statement: Node, known: set[str], indexed: set[str],
+           after_index: bool) -> Local:
+    """One declaration of `scalar_locals`; adds its names to `known` (and to `indexed` where it names one)."""
+    shown = squash(parsed.text(statement))
+    if statement.type != "declaration":
+        raise NotApplicable(f"{function.name} runs `{shown[:60]}` before its element index")
+    kind = statement.child_by_field_name("type")
+    declarators = statement.children_by_field_name("declarator")
+    qualifiers = {parsed.text(c) for c in statement.named_children if c.type == "type_qualifier"}
+    others = [c for c in statement.named_children if c.type not in ("type_qualifier", "comment") and c != kind and
+              c not in declarators]
+    if kind is None or kind.type not in ("primitive_type", "sized_type_specifier") or \
+            qualifiers - {"const", "constexpr"} or others:
+        raise NotApplicable(f"{function.name} declares `{shown}` before its guard: no scalar local")
+    names, reads = [], set()
+    for declarator in declarators:
+        value = declarator.child_by_field_name("value") if declarator.type == "init_declarator" else None
+        name = declarator.child_by_field_name("declarator") if value is not None else None
+        if name is None or name.type != "identifier":
+            raise NotApplicable(f"{function.name} declares `{shown}` before its guard: no initialized scalar")
+        strange = next((n.type for n in _named(value) if n.type not in _LOCAL_VALUE), None)
+        if strange is not None or first_effect(parsed, value, _LOCAL_CALLS) is not None:
+            raise NotApplicable(f"{function.name}'s local '{parsed.text(name)}' before the guard may read memory, "
+                                f"have an effect or name a thread coordinate (`{parsed.text(value)}`)")
+        callees = {n.start_byte for call in cp.nodes_of_type(value, "call_expression")
+                   for n in cp.nodes_of_type(call.child_by_field_name("function"), "identifier")}
+        uses = {parsed.text(n) for n in cp.nodes_of_type(value, "identifier") if n.start_byte not in callees}
+        if unknown := sorted(uses - known):
+            raise NotApplicable(f"{function.name}'s local '{parsed.text(name)}' before the guard reads '{unknown[0]}', "
+                                f"no scalar parameter, constant, the index or an earlier such local")
+        reads |= uses
+        names.append(parsed.text(name))
+        known.add(names[-1])
+    if reads & indexed:
+        indexed.update(names)
+    integer = not re.search(r"\b(?:float|double|bool|char)\b", parsed.text(kind))
+    return Local(statement, tuple(names), integer, bool(reads & indexed), after_index)
+
+
+def _named(node: Node) -> Iterator[Node]:
+    yield node
+    for child in node.named_children:
+        yield from _named(child)
+
+
+def _check_unassigned(parsed: cp.ParsedSource, function: cp.Function, bound: Node) -> None:
+    """NotApplicable where the kernel assigns a name of the guard's bound: a forward's loop or tail reads the bound
+    again after the work ran."""
+    body = function.node.child_by_field_name("body")
+    if assigned := sorted({parsed.text(n) for n in cp.nodes_of_type(bound, "identifier")} &
+                          written_names(parsed, body)):
+        raise NotApplicable(f"{function.name} assigns '{assigned[0]}' of its bound")
+
+
+def copied_bound(parsed: cp.ParsedSource, function: cp.Function, bound: Node, found: tuple[Local, ...]) -> str | None:
+    """The guard's bound as the packed forms copy it into their conditions: a name, a product or sum of names, a
+    cast count (`bound_of`), or integer arithmetic (`+ - * / %`, parentheses) on literals, scalar parameters, the
+    source's constants and the kernel's scalar locals (`rows * (ca + cb)`); None for any other bound, and
+    NotApplicable for one the kernel assigns."""
+    _check_unassigned(parsed, function, bound)
+    text = squash(parsed.text(bound))
+    scalars = {name for name, _, pointer in parameters(parsed, function) if not pointer}
+    names = scalars | set(parse_constants(parsed.source)) | {n for local in found for n in local.names}
+    return bound_of(text) or (text if _count(parsed, bound, names) else None)
+
+
+def _count(parsed: cp.ParsedSource, node: Node, names: set[str]) -> bool:
+    node = unparen(node)
+    if node.type == "binary_expression":
+        return operator(node) in _COUNT_OPERATORS and all(_count(parsed, node.child_by_field_name(side), names)
+                                                           for side in ("left", "right"))
+    return node.type == "number_literal" or (node.type == "identifier" and parsed.text(node) in names)
+
+
+def sunk(state: KernelState) -> KernelState:
+    """`state` with each elementwise kernel's locals that name its element index, declared between the index and
+    the guard (`int r = i / cols;`), moved past the guard to start the element's work, in their order: they have
+    no effect and the guard does not read them, so every element in bounds computes the same, and the forwards
+    read them as the work's (once per lane, once per iteration). The same state where no kernel has one."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for function in cp.functions(parsed):
+        edits += _sinking(parsed, function)
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _sinking(parsed: cp.ParsedSource, function: cp.Function) -> list[tuple[int, int, str]]:
+    """The edits that move the kernel's indexed locals past its guard; none where it has none, or its guard reads
+    one, or it is no elementwise kernel (element_work says why)."""
+    body = function.node.child_by_field_name("body")
+    if not function.is_kernel or body is None:
+        return []
+    try:
+        declaration, _, _, index = declared_index(parsed, body)
+        listed = statements(body)
+        found = between(scalar_locals(parsed, function, listed, listed.index(declaration), index))
+    except NotApplicable:
+        return []
+    moved = [local for local in found if local.indexed]
+    after = listed.index(declaration) + len(found) + 1 if moved else len(listed)
+    guard = listed[after] if after < len(listed) else None
+    if guard is None or guard.type != "if_statement" or {n for local in moved for n in local.names} & {
+            parsed.text(n) for n in cp.nodes_of_type(guard.child_by_field_name("condition"), "identifier")}:
+        return []
+    consequence = guard.child_by_field_name("consequence")
+    returns = squash(parsed.text(consequence)) in ("return;", "{ return; }")
+    indent = indentation(parsed.data, guard.start_byte)
+    if not returns and guard != listed[-1]:
+        return []
+    inner = indent if returns else indent + "    "
+    text = "\n".join(reindent(parsed.text(local.node), len(indentation(parsed.data, local.node.start_byte)), inner)
+                     for local in moved)
+    edits = [(*(own_lines(parsed, local.node) or (local.node.start_byte, local.node.end_byte)), "")
+             for local in moved]
+    if returns:
+        return edits + [(guard.end_byte, guard.end_byte, "\n" + text)]
+    if consequence.type == "compound_statement":
+        return edits + [(consequence.start_byte + 1, consequence.start_byte + 1, "\n" + text)]
+    work = reindent(parsed.text(consequence), len(indentation(parsed.data, consequence.start_byte)), inner)
+    return edits + [(consequence.start_byte, consequence.end_byte, f"{{\n{text}\n{work}\n{indent}}}")]
 
 
 def if_form(state: KernelState) -> KernelState:
@@ -276,10 +486,8 @@ def if_form(state: KernelState) -> KernelState:
     parsed = cp.parse(state.source)
     edits = []
     for _, work in readable(parsed, lambda f: element_work(state, parsed, f)):
-        guard = work.nodes[0].prev_named_sibling  # of the `if` form's work: the if's own condition
-        if guard is None or guard.type != "if_statement":
-            continue
-        edits.append((guard.start_byte, work.end, f"if ({work.index} < {work.bound}) {work.work}"))
+        if work.nodes[0].parent != work.guard:  # the `return` form: the work follows the guard
+            edits.append((work.guard.start_byte, work.end, f"if ({work.index} < {work.bound}) {work.work}"))
     if not edits:
         return state
     return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)

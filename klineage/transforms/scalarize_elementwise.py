@@ -10,6 +10,12 @@ writes is stored once as a vector; otherwise (the tail where n is no multiple of
 body runs element by element over what is left of the four. The launch's first grid dimension becomes a quarter,
 rounded up: cdiv(grid, 4) blocks still give every four elements a thread.
 
+A kernel of one thread per pair (a rotary embedding on interleaved pairs: `y[2 * i]` and `y[2 * i + 1]` from
+`x[2 * i]`, `x[2 * i + 1]` and the pair's `cos_t[i]`) takes two pairs per thread the same way: a pair's two
+elements are lanes 2p and 2p + 1 of each float4, `i` becomes the thread index times 2, the guard `i + 1 < n`, the
+tail a loop over what is left of the two pairs, the grid a half. Groups of k elements at `[k * i + j]` take
+4 / k groups a thread wherever that is two or more (16-bit data: pairs and groups of 4, scalarize_half_packs).
+
 Backward scalarizes the canonical form forward writes, from its element loop: one element per thread
 again, the grid back to what it was.
 
@@ -19,7 +25,15 @@ the body never writes or declares it; every array the body touches at `[i]` is a
 otherwise read what another lane's store has not yet written); the body has no loop, barrier, shared memory,
 atomic, shuffle, `return` or call outside pure math and the source's pure helpers (`_calls.py`); an array the body
 writes is read before (its vector is loaded) or written by a statement of the body's top level (every component
-gets a value); the launch is one-dimensional and passes no buffer twice. Anything else: no site.
+gets a value; of a pair, both elements); the launch is one-dimensional and passes no buffer twice. Scalar locals
+may stand before the index and between it and the guard (`int cols = ca + cb;`, `const float one = 1.f;`:
+`_naive.scalar_locals`, values of parameters, constants and literals through arithmetic and pure math, never
+assigned, named neither `e` nor as a pack): they stay where they are, before the vector guard and the tail; one
+that names the index (`int r = i / cols;`) moves into the body first (`_naive.sunk`), computed per lane. Anything
+else there, a local of a thread coordinate say, is refused: every lane would read one thread's value. The bound
+is a name, a product or sum of names, a cast count, or
+integer arithmetic on the scalar parameters, constants and those locals (`rows * (ca + cb)`), none of which the
+kernel assigns (the tail reads it again). Anything else: no site.
 
 Anchor: the kernel, kind "function", key the element index.
 """

@@ -7,7 +7,8 @@ the eight are in bounds and every array is 16-byte aligned (checked at run time 
 body reads is loaded once as a `uint4` and read through an element view of it (`const __half* x8h`), the body
 runs once per element on registers and each array it writes is stored once as a `uint4`; otherwise (the tail
 where n is no multiple of 8, or a misaligned pointer) the body runs element by element over what is left of the
-eight. The launch's first grid dimension becomes an eighth, rounded up.
+eight. The launch's first grid dimension becomes an eighth, rounded up. One thread per pair (`y[2 * i]`,
+`y[2 * i + 1]`) or group of 4 elements takes four pairs or two groups a thread.
 
 Backward scalarizes the form forward writes, from its element loop: one element per thread again, the grid
 back to what it was.

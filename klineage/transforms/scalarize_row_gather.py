@@ -34,8 +34,10 @@ Legality (forward_sites), decided on the parse and the plan; anything else is no
   split and at `[i]`, where a 64-bit index gives the values the 32-bit one gave wherever the naive kernel's own
   index did not wrap;
 - the work may start by declaring its row `r = i / C`, its column `c = i % C` or both (one declaration or two)
-  and may write the column out as `i % C`; one C in all, a literal (that must divide by the width) or a scalar
-  parameter the kernel never assigns; neither r nor c is assigned;
+  and may write the column out as `i % C`; one C in all, a literal (that must divide by the width), a scalar
+  parameter the kernel never assigns or an integer local declared before the index or between it and the guard
+  (`const int cols = heads * dim;`, `_naive.scalar_locals`; a split declared there moves into the work,
+  `_naive.sunk`); neither r nor c is assigned;
 - every subscript of the rest is element `[i]`, a row's column `[Y * C + c]` (Y names neither i nor c), the
   column `[c]` (read only: every row reads it), or a value the whole row shares (names neither i nor c:
   `idx[r]`); i and c appear nowhere else, so an operand at its column and anywhere else is refused;
@@ -62,7 +64,7 @@ from klineage.transforms import register
 from klineage.transforms._calls import first_effect
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
-from klineage.transforms._elementwise import ELEMENT, Packing, evaluation_order
+from klineage.transforms._elementwise import ELEMENT, Packing, check_names, evaluation_order
 from klineage.transforms._flatten import flattened
 from klineage.transforms._naive import (
     INDEXES,
@@ -76,6 +78,7 @@ from klineage.transforms._naive import (
     rescaled_grid,
     squash,
     statements,
+    sunk,
     unwrapped,
 )
 from klineage.transforms._packings import HALVES, WORDS
@@ -217,12 +220,15 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
     pointers = {p: kind.removeprefix("const ").strip() for p, kind, pointer in params if pointer}
     body = function.node.child_by_field_name("body")
     written_names = {parsed.text(n) for n in cp.nodes_of_type(body, "identifier") if is_written(n)}
-    if not re.fullmatch(r"[1-9]\d*", divisor) and (
-            divisor not in {p for p, _, pointer in params if not pointer} or divisor in written_names):
-        raise NotApplicable(f"the row length '{divisor}' is no literal and no scalar parameter the kernel keeps")
+    kept = {p for p, _, pointer in params if not pointer} - written_names  # scalar locals are never assigned
+    kept |= {name for local in work.locals if local.integer for name in local.names}
+    if not re.fullmatch(r"[1-9]\d*", divisor) and divisor not in kept:
+        raise NotApplicable(f"the row length '{divisor}' is no literal and no scalar parameter the kernel keeps, "
+                            f"nor an integer scalar local")
     text = "\n".join(parsed.text(s) for s in lanes)
     if re.search(rf"\b(?:{ELEMENT}|{WORDS.taken}|{HALVES.taken})\b", "\n".join(parsed.text(s) for s in listed)):
         raise NotApplicable(f"{name}'s work names '{ELEMENT}' or a name a pack would take")
+    check_names(function, work.locals, f"{WORDS.taken}|{HALVES.taken}")
     assigned = sorted({row, column} & written_names - {None})
     if assigned:
         raise NotApplicable(f"{name} assigns its row or column '{assigned[0]}'")
@@ -412,14 +418,14 @@ class ScalarizeRowGather(Transform):
                 for function, form in readable(parsed, lambda f: _vector_form(parsed, f))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = flattened(canonical(plain_reads(state)))  # the index and reads as the naive forms spell them, 1-D
+        state = sunk(flattened(canonical(plain_reads(state))))  # the naive forms' index and reads, 1-D
         parsed = cp.parse(state.source)
         sites = readable(parsed, lambda f: row_site(state, parsed, f))
         return [Anchor(function.name, "function", site.work.index, _work_text(parsed, site)[:200])
                 for function, site in sites]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = flattened(canonical(plain_reads(state)))  # the index and reads as the naive forms spell them, 1-D
+        state = sunk(flattened(canonical(plain_reads(state))))  # the naive forms' index and reads, 1-D
         parsed = cp.parse(state.source)
         site = row_site(state, parsed, kernel(parsed, anchor))
         if site.work.index != anchor.key:

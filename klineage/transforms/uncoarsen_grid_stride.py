@@ -13,8 +13,13 @@ width apart, so that a warp's accesses stay coalesced and the loop condition is 
 covers every element for any grid size, so the factor is a pure tuning value (the carrier `factor`, 4 unless a
 card names others: this transform's cards as `factor`, uncoarsen's as `old`).
 
+Scalar locals declared between the index and the guard (`int cols = ca + cb;`: `_naive.scalar_locals`) stay before
+the loop, computed once; one that names the index (`int r = i / cols;`) moves into the work first (`_naive.sunk`),
+computed every iteration.
+
 Legality (forward_sites), decided on the parse and the plan: the kernel is launched one-dimensionally, passing
-no buffer twice; the element index is declared (not `const`) right before its guard, and the guard ends the
+no buffer twice; the element index is declared (not `const`) before its guard, only such locals between, the
+kernel assigns no name of the bound (the loop's condition reads it every iteration), and the guard ends the
 kernel (the `if (i < n)` form) or everything after it is the element's work (the `return` form); the element's
 work has no loop (a kernel that walks a row per thread is no elementwise kernel), no barrier, warp collective,
 shared memory, `asm`, `return`, `break` or `goto`, names no thread or block coordinate (its meaning would change
@@ -45,6 +50,7 @@ from klineage.transforms._edit import indentation, splice
 from klineage.transforms._flatten import Shape, flattened
 from klineage.transforms._naive import (
     INDEXES,
+    between,
     element_work,
     kernel,
     launches_of,
@@ -52,6 +58,7 @@ from klineage.transforms._naive import (
     rescaled_grid,
     squash,
     statements,
+    sunk,
     unwrapped,
 )
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
@@ -81,7 +88,7 @@ class UncoarsenGridStride(Transform):
         return found
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
-        state = flattened(canonical(state), frozenset({Shape.MATRIX}))  # the naive index, on one axis
+        state = sunk(flattened(canonical(state), frozenset({Shape.MATRIX})))  # the naive index, on one axis
         parsed = cp.parse(state.source)
         # this transform's own cards name `factor`; uncoarsen's (kin) name the factor they took away `old`
         named = self.carrier_values(carrier, "factor") + self.carrier_values(carrier, "old")
@@ -92,13 +99,16 @@ class UncoarsenGridStride(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         index, factor = _key(anchor)
-        state = flattened(canonical(state), frozenset({Shape.MATRIX}))  # the naive index, on one axis
+        state = sunk(flattened(canonical(state), frozenset({Shape.MATRIX})))  # the naive index, on one axis
         parsed = cp.parse(state.source)
         site = element_work(state, parsed, kernel(parsed, anchor))
         if site.index != index:
             raise NotApplicable(f"{anchor}: the element index is '{site.index}'")
         loop = f"for ({site.kind} {index} = {site.init}; {index} < {site.bound}; {index} += {STRIDE}) {site.work}"
-        source = splice(parsed.data, [(site.start, site.end, loop)])[0].decode("utf-8")
+        # the locals between the index and the guard stay before the loop: none names the index (`sunk` moved those)
+        ahead = between(site.locals)
+        kept = parsed.data[ahead[0].node.start_byte:site.guard.start_byte].decode("utf-8") if ahead else ""
+        source = splice(parsed.data, [(site.start, site.end, kept + loop)])[0].decode("utf-8")
         plan = rescaled_grid(state, site.function.name, lambda grid: f"cdiv({grid}, {factor})")
         return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"factor": factor},
                             note=f"{site.function.name}: a grid-stride loop over {index}, about {factor} elements "

@@ -132,3 +132,34 @@ def test_the_emulation_sees_a_lane_out_of_place(tmp_path):
     assert swapped != packed.source
     differences = _emulated(tmp_path, "axpy_half", {"swapped": KernelState(source=swapped, plan=packed.plan)})
     assert differences and all("shift=0" in d for d in differences), differences
+
+
+BF16_PAIRS = KernelState(
+    source="#include <cuda_bf16.h>\n"
+           "__global__ void kernel(const __nv_bfloat16* x, const float* cos_t, const float* sin_t, __nv_bfloat16* y,\n"
+           "                       int pairs) {\n"
+           "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "    if (i >= pairs) return;\n"
+           "    const float x0 = __bfloat162float(x[2 * i]), x1 = __bfloat162float(x[2 * i + 1]);\n"
+           "    y[2 * i] = __float2bfloat16(x0 * cos_t[i] - x1 * sin_t[i]);\n"
+           "    y[2 * i + 1] = __float2bfloat16(x0 * sin_t[i] + x1 * cos_t[i]);\n"
+           "}\n",
+    plan=plan_of('"x", "cos_t", "sin_t", "y", { scalar = "pairs", type = "i32" }', grid="cdiv(pairs, 256)"))
+
+
+def test_bf16_pairs_pack_four_to_a_uint4_and_compute_the_naive_bits(transform, tmp_path, cache):
+    """A rotary embedding on interleaved bf16 pairs: pair i at [2 * i] and [2 * i + 1], four pairs a pack; its
+    cos and sin, float, gathered per pair. Pair counts with and without a tail, aligned and misaligned."""
+    packed = transform.forward(BF16_PAIRS, SITE).state
+    assert "if (i + 3 < pairs && (((size_t)x | (size_t)y) & 15) == 0) {" in packed.source
+    assert "y8h[7] = __float2bfloat16(x0 * sin_t[(i + 3)] + x1 * cos_t[(i + 3)]);" in packed.source
+    assert packed.plan.launches[0].grid[0] == "cdiv(cdiv(pairs, 256), 4)"
+    assert_packs_are_128_bit(BF16_PAIRS, packed, cache)
+
+    def inputs(pairs: int) -> tuple[dict, dict, dict]:
+        generator = torch.Generator().manual_seed(pairs)
+        return ({"pairs": pairs}, {"x": torch.randn(2 * pairs, generator=generator).bfloat16(),
+                                   "cos_t": torch.randn(pairs, generator=generator),
+                                   "sin_t": torch.randn(pairs, generator=generator)},
+                {"y": (torch.bfloat16, 2 * pairs)})
+    assert emulate.differences(tmp_path, BF16_PAIRS, {"packed": packed}, ((4,), (8,), (1027,)), inputs) == []

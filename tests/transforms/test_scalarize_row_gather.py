@@ -115,7 +115,7 @@ ROW = "table[(long long)idx[r] * cols + c]"
     (SPLIT + f"    if (idx[r] >= 0) out[i] = {ROW};\n", "written only under a condition"),
     (SPLIT + "    r = idx[r];\n    out[i] = table[(long long)r * cols + c];\n", "assigns its row or column 'r'"),
     (SPLIT + "    out[i] = *(table + (long long)idx[r] * cols + c);\n", "dereferences a pointer"),
-    (SPLIT + f"    out[i] = {ROW};\n    cols = 0;\n", "no literal and no scalar parameter the kernel keeps"),
+    (SPLIT + f"    out[i] = {ROW};\n    cols = 0;\n", "assigns 'cols' of its bound"),  # the tail reads it again
     (SPLIT + f"    float e = {ROW};\n    out[i] = e;\n", "names 'e'"),
     ("    int r = i / cols, e = i % cols;\n    out[i] = table[(long long)idx[r] * cols + e];\n", "names 'e'"),
     ("    int r = i / cols, c4 = i % cols;\n    out[i] = table[(long long)idx[r] * cols + c4];\n", "a pack would take"),
@@ -315,6 +315,33 @@ def test_a_row_wide_operand_beside_a_broadcast_one_computes_the_naive_bits(trans
     assert "const float4 gamma4 = *reinterpret_cast<const float4*>(gamma + c);" in packed.source
     assert "inv[r]" in packed.source and "inv4" not in packed.source  # read once per pack, never packed
     assert _emulated(tmp_path, "row_scale", {"packed": packed}, naive=ROW_SCALE) == []
+
+
+# the row length a local of two parameters and the column split before the guard (`sunk` moves it into the work)
+LOCAL_ROW = KernelState(
+    source="__global__ void kernel(const float* x, const float* gamma, float* out, int rows, int groups, int group) {\n"
+           "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "    const int cols = groups * group;\n"
+           "    int c = i % cols;\n"
+           "    if (i >= rows * cols) return;\n"
+           "    out[i] = x[i] * gamma[c];\n"
+           "}\n",
+    plan=plan_of('"x", "gamma", "out", { scalar = "rows", type = "i32" }, { scalar = "groups", type = "i32" }, '
+                 '{ scalar = "group", type = "i32" }', grid="cdiv(rows * groups * group, 64)", block=64))
+
+
+def test_a_row_length_declared_before_the_guard_packs_its_columns(transform, tmp_path):
+    packed = transform.forward(LOCAL_ROW, SITE).state
+    assert "    const int cols = groups * group;\n    if (i >= rows * cols) return;\n    if (cols % 4 == 0 && " \
+           "i + 3 < rows * cols && " in packed.source
+    assert "const float4 gamma4 = *reinterpret_cast<const float4*>(gamma + c);" in packed.source
+
+    def inputs(rows: int, groups: int, group: int) -> tuple[dict, dict, dict]:
+        generator, cols = torch.Generator().manual_seed(rows), groups * group
+        return ({"rows": rows, "groups": groups, "group": group},
+                {"x": torch.randn(rows * cols, generator=generator), "gamma": torch.randn(cols, generator=generator)},
+                {"out": (torch.float32, rows * cols)})
+    assert emulate.differences(tmp_path, LOCAL_ROW, {"packed": packed}, ((5, 2, 8), (7, 3, 5)), inputs) == []
 
 
 @pytest.mark.parametrize("case, lanes", [("embedding_float", ("out4.y = weight4.", "out4.z = weight4.")),

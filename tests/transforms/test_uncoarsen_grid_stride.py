@@ -21,17 +21,50 @@ def transform():
     return get("uncoarsen_grid_stride")
 
 
-def golden(which: str) -> KernelState:
-    return load(HERE / "uncoarsen_grid_stride" / "leaky_relu", which, "kernel")
+def golden(which: str, case: str = "leaky_relu") -> KernelState:
+    return load(HERE / "uncoarsen_grid_stride" / case, which, "kernel")
 
 
-def test_golden():
-    check_golden("uncoarsen_grid_stride", "leaky_relu")
+@pytest.mark.parametrize("case", ["leaky_relu", "rotary"])
+def test_golden(case):
+    check_golden("uncoarsen_grid_stride", case)
 
 
-def test_golden_kernels_compile(cache):
+@pytest.mark.parametrize("case", ["leaky_relu", "rotary"])
+def test_golden_kernels_compile(cache, case):
     for which in ("before", "after"):
-        compiles_without_spills(golden(which), cache)
+        compiles_without_spills(golden(which, case), cache)
+
+
+# the rotary kernel as people write it: its pairs per token declared between the index and an early return
+ROTARY = """// Rotary embedding on interleaved pairs, one thread per pair of x, cos and sin per (token, pair);
+// the pairs per token a local of the parameters, which stays before the loop.
+__global__ void kernel(const float* __restrict__ x, const float* __restrict__ cos_t, const float* __restrict__ sin_t,
+                       float* __restrict__ y, int tokens, int dim) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int half = dim / 2;
+    if (i >= tokens * half) return;
+    int t = i / half, p = i % half;
+    float x0 = x[t * dim + 2 * p], x1 = x[t * dim + 2 * p + 1];
+    float c = cos_t[t * half + p], s = sin_t[t * half + p];
+    y[t * dim + 2 * p] = x0 * c - x1 * s;
+    y[t * dim + 2 * p + 1] = x0 * s + x1 * c;
+}
+"""
+
+
+def test_the_locals_between_the_index_and_the_guard_stay_before_the_loop(transform):
+    naive = KernelState(source=ROTARY, plan=golden("after", "rotary").plan)
+    assert transform.forward(naive, SITE).state.source == golden("before", "rotary").source
+
+
+def test_a_local_of_the_index_before_the_guard_moves_into_the_loop(transform):
+    naive = KernelState(source=HEAD + "    const float k = 0.5f;\n    int j = i ^ 1;\n    if (i >= n) return;\n"
+                                      "    y[i] = k * x[j < n ? j : i];\n}\n", plan=PLAN)
+    strided = transform.forward(naive, SITE).state.source
+    assert ("    const float k = 0.5f;\n    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+            "i += gridDim.x * blockDim.x) {\n        int j = i ^ 1;\n        y[i] = k * x[j < n ? j : i];\n    }\n") \
+        in strided
 
 
 def test_forward_finds_the_naive_kernel_by_analysis_with_the_cards_factors(transform):
@@ -79,11 +112,26 @@ PLAN = plan_of('"x", "y", { scalar = "n", type = "i32" }')
     ("    if (i < n) y[i] = x[i];\n    y[0] = 1.0f;\n", "neither ends the kernel"),
     ("    if (i >= n) return;\n    y[i] = x[i] * gridDim.x;\n", "names gridDim"),
     ("    if (i < n && x[i] > 0.0f) y[i] = x[i];\n", "`i < n` or `i >= n`"),
+    ("    if (i >= n) return;\n    y[i] = x[i];\n    n = 0;\n", "assigns 'n' of its bound"),  # read every step
+    ("    const float w = x[0];\n    if (i < n) y[i] = w * x[i];\n", "may read memory"),
+    ("    float w = 2.0f;\n    if (i < n) { w = x[i]; y[i] = w; }\n", "is assigned"),
+    ("    int lane = threadIdx.x % 32;\n    if (i < n) y[i] = x[i] * lane;\n", "name a thread coordinate"),
+    ("    int old = atomicAdd((int*)y, 1);\n    if (i < n) y[i] = x[i];\n", "have an effect"),
+    ("    int m = i + 1;\n    if (i < n - m) y[i] = x[i];\n", "local 'm' before the guard names the element"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, body, why):
     state = KernelState(source=HEAD + body + "}\n", plan=PLAN)
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+def test_no_site_for_a_thread_coordinate_declared_before_the_index(transform):
+    """Every iteration would read the thread's lane, not its element's."""
+    state = KernelState(source=HEAD.replace("    int i", "    int lane = threadIdx.x % 32;\n    int i") +
+                        "    if (i < n) y[i] = x[i] * lane;\n}\n", plan=PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match="local 'lane' before the guard may read memory, have an effect or name"):
         transform.forward(state, SITE)
 
 
@@ -99,6 +147,11 @@ def test_no_site_on_a_two_dimensional_launch(transform):
 def test_the_loop_computes_the_naive_kernels_bits_on_the_cpu(transform, tmp_path):
     cases = {"leaky": (golden("after"), lambda n, g: ({"n": n}, {"x": torch.randn(n, generator=g)},
                                                        {"y": (torch.float32, n)})),
+             "rotary": (golden("after", "rotary"),  # n tokens of 6 pairs: the local `half` before the loop
+                        lambda n, g: ({"tokens": n, "dim": 12}, {"x": torch.randn(12 * n, generator=g),
+                                                                 "cos_t": torch.randn(6 * n, generator=g),
+                                                                 "sin_t": torch.randn(6 * n, generator=g)},
+                                      {"y": (torch.float32, 12 * n)})),
              "outer": (KernelState(source=OUTER, plan=OUTER_PLAN),
                        lambda n, g: ({"rows": n, "cols": 3}, {"x": torch.randn(n, generator=g),
                                                               "w": torch.randn(3, generator=g)},
