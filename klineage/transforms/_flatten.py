@@ -40,8 +40,15 @@ last statement and the only write of the index (the work may not `continue` past
 A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`) becomes one thread per row,
 `if (row < rows) { <the rest> }` on blocks of THREADS: with one thread a block nothing but the row told the threads
 apart, so the rest may loop (a row's work) but may not name a coordinate, the grid, a barrier, shared memory or a
-collective; rows is the scalar parameter every launch passes its grid as. serialize_reduction reads this shape
-only (then gives the row a warp).
+collective; rows is the scalar parameter every launch passes its grid as.
+
+A grid-stride loop over rows (`for (int row = <global index>; row < rows; row += blockDim.x * gridDim.x) { <a row's
+work> }`, either spelling) is read as the loop over elements is, one thread per row on cdiv(rows, threads) blocks,
+where the reader asks for rows (Shape.GRID_STRIDE_ROWS): the loop visits every row below rows once whatever the grid,
+whatever the work does with it, so its work may loop (over the row's columns). It may not name a coordinate, the
+grid, a barrier, shared memory, a collective or a jump (a `return` or `break` would end the thread's later rows too),
+nor change the row. serialize_reduction and serialize_column_reduction read these two row shapes only (then give the
+row a warp); the elementwise forwards, whose element work never loops, do not ask for the grid-stride one.
 
 The forwards then read the work as they read any 1-D kernel: scalarize_row_gather packs a row's columns
 (`bias[col]` once per 16 bytes), scalarize_elementwise packs `[i]` and gathers the rest, uncoarsen_grid_stride
@@ -86,6 +93,9 @@ _BLOCK_ROW = re.compile(r"(?:const )?(int|unsigned|unsigned int|size_t|long long
                         r"blockIdx\.x;")
 _BLOCK_FORBIDDEN = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__syncthreads\w*|__syncwarp|__shared__|"
                               r"__shfl\w*|__ballot\w*|__any_sync|__all_sync|__activemask|__match\w*|__reduce\w*|asm)\b")
+# what a grid-stride loop's row work may not hold: what a one-thread block's may not, the grid's group, and a jump
+# (a `return` or `break` would end the thread's later rows too, a `continue` skip a `while` loop's step)
+_ROW_FORBIDDEN = re.compile(rf"{_BLOCK_FORBIDDEN.pattern}|\b(?:goto|break|continue|return|this_grid|grid_group)\b")
 THREADS = 256  # the threads per block of a kernel read as one thread per row
 _NAMES = ("i", "idx", "element", "flat_index")  # the 1-D index: the first the kernel does not name already
 
@@ -104,13 +114,17 @@ class _Matrix:
 class Shape(Enum):
     MATRIX = "matrix"  # a 2-D launch over a matrix's elements
     GRID_STRIDE = "grid_stride"  # one grid-stride loop over elements
+    GRID_STRIDE_ROWS = "grid_stride_rows"  # the same loop over rows: its work a row's, which may loop
     ONE_THREAD_BLOCKS = "one_thread_blocks"  # a block of one thread per row (`<<<rows, 1>>>`, `row = blockIdx.x`)
 
 
-def flattened(state: KernelState, shapes: frozenset[Shape] = frozenset(Shape)) -> KernelState:
+ELEMENTS = frozenset(Shape) - {Shape.GRID_STRIDE_ROWS}  # what the elementwise forwards read: no loop in an element
+
+
+def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> KernelState:
     """`state` with every kernel of one of `shapes` (see the module's docstring) in the 1-D form of one thread per
-    element; the same state when there is none. The grid-stride forward reads matrices only: a grid-stride loop is
-    its own form, which it does not stride again."""
+    element or row; the same state when there is none. The grid-stride forward reads matrices only: a grid-stride
+    loop is its own form, which it does not stride again."""
     parsed = cp.parse(state.source)
     edits, flat = [], state
     for function in cp.functions(parsed):
@@ -118,13 +132,15 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = frozenset(Shape)) -
         if not function.is_kernel or body is None:
             continue
         shape = _shape(parsed, body)
+        if shape is Shape.GRID_STRIDE and Shape.GRID_STRIDE_ROWS in shapes:
+            shape = Shape.GRID_STRIDE_ROWS  # read as rows: the one loop it looks like may hold loops
         if shape not in shapes:
             continue
         try:
             if shape is Shape.ONE_THREAD_BLOCKS:
                 text, launches = _threaded(flat, parsed, function)
-            elif shape is Shape.GRID_STRIDE:
-                text, launches = _destrided(flat, parsed, function)
+            elif shape in (Shape.GRID_STRIDE, Shape.GRID_STRIDE_ROWS):
+                text, launches = _destrided(flat, parsed, function, rows=shape is Shape.GRID_STRIDE_ROWS)
             else:
                 matrix = _matrix(state, parsed, function)
                 text = _rewrite(parsed, function, matrix)
@@ -218,12 +234,14 @@ def _while_loop(parsed: cp.ParsedSource, listed: list[Node]) -> _Strided:
                     tuple(s for s in listed[:-1] if s not in declared))
 
 
-def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, tuple[Launch, ...]]:
+def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+               rows: bool = False) -> tuple[str, tuple[Launch, ...]]:
     """A kernel that is one grid-stride loop over elements (`for (int i = <global index>; i < n; i += blockDim.x *
     gridDim.x) <work>`, or its `while` spelling, the stride maybe declared first) as one thread per element:
     `if (i < n) <work>` on cdiv(n, threads) blocks. The loop visits every element below n once, whatever the grid,
     so one thread per element visits the same ones; the work may not name the grid, a thread coordinate, a
-    barrier, a collective or a jump (a `continue` would skip a `while` loop's step), nor change the index."""
+    barrier, a collective or a jump (a `continue` would skip a `while` loop's step), nor change the index. With
+    `rows`, the loop's elements are rows and the work a row's: it may loop too (`_ROW_FORBIDDEN`)."""
     listed = statements(function.node.child_by_field_name("body"))
     reader = {"for_statement": _for_loop, "while_statement": _while_loop}.get(listed[-1].type if listed else "")
     if reader is None:
@@ -246,9 +264,9 @@ def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Functio
     text = loop.work
     if stride and re.search(rf"\b{stride}\b", text):
         raise NotApplicable(f"{function.name}'s loop body uses its stride '{stride}'")
-    if found := FORBIDDEN.search(text):
-        raise NotApplicable(f"{function.name}'s loop body loops, synchronizes, jumps or names the grid or a thread "
-                            f"(`{found[0]}`)")
+    if found := (_ROW_FORBIDDEN if rows else FORBIDDEN).search(text):
+        raise NotApplicable(f"{function.name}'s loop body {'' if rows else 'loops, '}synchronizes, jumps or names the "
+                            f"grid or a thread (`{found[0]}`)")
     if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(loop.body, "identifier")
            if loop.step_node is None or not contains(loop.step_node, n)):
         raise NotApplicable(f"{function.name} changes its element index '{index}' in the loop body")

@@ -65,7 +65,8 @@ _WARP_SCAN = re.compile(
     rf"^for \(int scan_base = 0; scan_base < ({_LOOP_BOUND}); scan_base \+= {WARP}\) {{ const int (\w+) = scan_base \+ "
     rf"{LANE}; [\w ]+ scan_value = 0; if \(\2 < \1\) scan_value = (.+?); for \(int offset = 1; .+? }} "
     rf"if \(\2 < \1\) (.+?) = (\w+) \+ scan_value; \5 \+= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
-ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS})  # `<<<rows, 1>>>` kernels read as one thread per row
+# `<<<rows, 1>>>` kernels and grid-stride loops over rows, read as one thread per row
+ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS})
 _ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
 
 

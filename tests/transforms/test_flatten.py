@@ -1,7 +1,7 @@
-"""Elementwise kernels written on a 2-D launch or as a grid-stride loop, and row kernels on blocks of one thread, read
-as one thread per element or row on a 1-D launch (klineage/transforms/_flatten.py): the golden flat forms, the bits
-the flat kernel and the forwards' rewrites of it compute on the CPU against the kernel as written, and the kernels
-left as written, each with its reason."""
+"""Elementwise kernels written on a 2-D launch or as a grid-stride loop, and row kernels on blocks of one thread or as
+a grid-stride loop over rows, read as one thread per element or row on a 1-D launch (klineage/transforms/_flatten.py):
+the golden flat forms, the bits the flat kernel and the forwards' rewrites of it compute on the CPU against the kernel
+as written, and the kernels left as written, each with its reason."""
 
 from __future__ import annotations
 
@@ -14,15 +14,18 @@ from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import get, refusals
 from klineage.transforms._canonical import canonical
-from klineage.transforms._flatten import flattened
+from klineage.transforms._flatten import ELEMENTS, Shape, flattened
 from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, compiles_without_spills
 
-CASES = ["rows_on_y", "tiles", "grid_stride", "grid_stride_while", "one_thread_blocks"]
+CASES = ["rows_on_y", "tiles", "grid_stride", "grid_stride_while", "one_thread_blocks", "grid_stride_rows"]
 # (rows, cols): a ragged row, rows of whole packs, a tail in every row; the grid-stride loops read n = rows * cols,
 # and their grid of 128 threads strides over the larger ones
 SHAPES = [(3, 5), (4, 64), (7, 130)]
+# the grid-stride loop over rows, its grid one warp: no stride, one and two more, rows short of a warp and past it
+ROW_SHAPES = [(3, 5), (40, 33), (70, 64)]
+ROWS = frozenset({Shape.GRID_STRIDE_ROWS})  # what the warp reductions ask to read besides blocks of one thread
 
 
 def _state(case: str, which: str) -> KernelState:
@@ -33,10 +36,19 @@ def _state(case: str, which: str) -> KernelState:
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden_flat_forms(case):
-    flat = flattened(canonical(_state(case, "written")))
+    shapes = ROWS if case == "grid_stride_rows" else ELEMENTS
+    flat = flattened(canonical(_state(case, "written")), shapes)
     assert flat.source == _state(case, "flat").source
     assert flat.plan == _state(case, "flat").plan
-    assert flattened(flat) == flat  # a 1-D kernel is left as it is
+    assert flattened(flat, shapes) == flat  # a 1-D kernel is left as it is
+
+
+def test_the_elementwise_forwards_do_not_read_a_grid_stride_loop_over_rows():
+    """Its work loops: no element's work. The default reading leaves it as written, with the reason."""
+    written = canonical(_state("grid_stride_rows", "written"))
+    with refusals() as refused:
+        assert flattened(written) == written
+    assert any("loops, synchronizes, jumps or names the grid or a thread (`for`)" in line for line in refused)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -47,6 +59,8 @@ def test_the_flat_kernels_compile(case, cache):
 def _inputs(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
     generator = torch.Generator().manual_seed(rows * 1000 + cols)
     x = torch.randn(rows * cols, generator=generator) * 8
+    if case == "grid_stride_rows":  # a row's largest element and sum: integers, which any order sums exactly
+        return {"rows": rows, "cols": cols}, {"x": x.round()}, {"y": (torch.float32, 2 * rows)}
     if case.startswith("grid_stride"):
         return {"n": rows * cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
     if case == "one_thread_blocks":  # a row's largest element: any order of the compares gives its bits
@@ -67,7 +81,8 @@ def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> li
         reference, forms = _state(case, "flat"), {name: form for name, form in forms.items() if name != "flat"}
     else:
         reference = _state(case, "written")
-    return emulate.differences(tmp_path, reference, forms, tuple(SHAPES), lambda rows, cols: _inputs(case, rows, cols))
+    shapes = ROW_SHAPES if case == "grid_stride_rows" else SHAPES
+    return emulate.differences(tmp_path, reference, forms, tuple(shapes), lambda rows, cols: _inputs(case, rows, cols))
 
 
 FORWARDS = {  # case -> the forwards that find a site in the kernel as written
@@ -77,10 +92,12 @@ FORWARDS = {  # case -> the forwards that find a site in the kernel as written
     "grid_stride": ("scalarize_elementwise",),  # a grid-stride loop is uncoarsen_grid_stride's own form
     "grid_stride_while": ("scalarize_elementwise",),  # the same loop spelled with `while`
     "one_thread_blocks": ("serialize_reduction",),  # `<<<rows, 1>>>`: a thread per row, then a warp per row
+    "grid_stride_rows": ("serialize_reduction",),  # a thread per row on a grid covering the rows, then a warp each
 }
 
 
-@pytest.mark.parametrize("case", sampled(FORWARDS, keep=("rows_on_y", "grid_stride_while", "one_thread_blocks")))
+@pytest.mark.parametrize("case", sampled(FORWARDS, keep=("rows_on_y", "grid_stride_while", "one_thread_blocks",
+                                                         "grid_stride_rows")))
 def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits(tmp_path, case):
     """Each forward from the kernel as a user wrote it: it finds exactly these sites, and every rewrite computes
     the written kernel's bits."""
@@ -144,8 +161,7 @@ def test_left_as_written_with_the_reason(body, plan, why):
 def test_a_naive_transpose_stays_2d_for_its_tiling_forward():
     """A transpose writes y at the transposed place: the elementwise forwards refuse its flat form, and
     untile_transpose still finds the 2-D kernel it tiles."""
-    folder = HERE / "untile_transpose"
-    naive = next(p for p in folder.rglob("after.cu"))
+    naive = HERE / "untile_transpose" / "float" / "after.cu"
     state = KernelState(source=naive.read_text(), plan=LaunchPlan.from_toml(naive.with_suffix(".toml").read_text()))
     assert get("untile_transpose").forward_sites(state)
     assert get("scalarize_elementwise").forward_sites(state) == []
@@ -249,3 +265,37 @@ def test_blocks_of_one_thread_left_as_written_with_the_reason(body, plan, why):
     with refusals() as refused:
         assert flattened(canonical(state)) == canonical(state)
     assert any(why in line for line in refused), refused
+
+
+ROW_LOOP = "    for (int row = blockIdx.x * blockDim.x + threadIdx.x; row < rows; row += blockDim.x * gridDim.x) {\n"
+ROW_WORK = "        float s = 0.0f;\n        for (int j = 0; j < cols; ++j) s += x[row * cols + j];\n"
+
+
+def _rows(body: str, after: str = "") -> KernelState:
+    """A grid-stride loop over rows on a grid of a fixed size."""
+    return KernelState(source=HEAD + body + after + "}\n", plan=_plan('"80"', "128"))
+
+
+@pytest.mark.parametrize("state, why", [
+    (_rows(ROW_LOOP + ROW_WORK + "        row += 1;\n        y[row] = s;\n    }\n"), "changes its element index 'row'"),
+    (_rows(ROW_LOOP.replace("blockDim.x * gridDim.x", "gridDim.x") + ROW_WORK + "        y[row] = s;\n    }\n"),
+     "is not `row < n; row += blockDim.x * gridDim.x`"),
+    (_rows(ROW_LOOP.replace("blockDim.x * gridDim.x", "32 * gridDim.x") + ROW_WORK + "        y[row] = s;\n    }\n"),
+     "is not `row < n; row += blockDim.x * gridDim.x`"),
+    (_rows(ROW_LOOP + ROW_WORK + "        y[row] = s;\n    }\n", after="    y[0] = 0.0f;\n"),
+     "is not one grid-stride loop"),
+    (_rows(ROW_LOOP + ROW_WORK + "        if (s < 0.0f) return;\n        y[row] = s;\n    }\n"), "(`return`)"),
+    (_rows(ROW_LOOP + ROW_WORK + "        if (s < 0.0f) break;\n        y[row] = s;\n    }\n"), "(`break`)"),
+    (_rows(ROW_LOOP + ROW_WORK + "        if (s < 0.0f) continue;\n        y[row] = s;\n    }\n"), "(`continue`)"),
+    (_rows(ROW_LOOP + ROW_WORK + "        y[row] = s * threadIdx.x;\n    }\n"), "(`threadIdx`)"),
+    (_rows(ROW_LOOP + ROW_WORK + "        __syncthreads();\n        y[row] = s;\n    }\n"), "(`__syncthreads`)"),
+    (_rows(ROW_LOOP + ROW_WORK + "        y[row] = s + gridDim.x;\n    }\n"), "(`gridDim`)"),
+])
+def test_a_grid_stride_loop_over_rows_left_as_written_with_the_reason(state, why):
+    """The attacks: the row written in the body; a stride of a thread a block, or of a warp a block (not the grid);
+    work after the loop; a jump that would end the thread's later rows (`return`, `break`) or skip the rest of a
+    row (`continue`); a thread coordinate, a barrier or the grid in the row's work."""
+    with refusals() as refused:
+        assert flattened(canonical(state), ROWS) == canonical(state)
+    assert any(why in line for line in refused), refused
+    assert get("serialize_reduction").forward_sites(state) == []

@@ -203,3 +203,30 @@ def test_no_site_where_a_block_is_two_dimensional_or_the_grid_x_is_read_again(tr
         assert transform.forward_sites(state) == []
         with pytest.raises(NotApplicable, match=why):
             transform.forward(state, Anchor("kernel", "function", "d"))
+
+
+STRIDED = "__global__ void kernel(const float* x, float* mean, float* peak, int rows, int cols) {\n" \
+          "    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += blockDim.x * gridDim.x) {\n" \
+          "        float s = 0.0f, m = -INFINITY;\n" \
+          "        for (int r = 0; r < rows; ++r) {\n            s += x[r * cols + c];\n" \
+          "            m = fmaxf(m, x[r * cols + c]);\n        }\n        mean[c] = s / rows;\n        peak[c] = m;\n" \
+          "    }\n}\n"
+
+
+def test_a_grid_stride_loop_over_columns_gets_both_warp_forms_and_the_naive_kernels_bits(tmp_path):
+    """Two blocks of 128 threads striding over up to 600 columns: one thread per column on a grid that covers them,
+    then 4 lanes (or a warp) per column, each column's own sums."""
+    naive = KernelState(source=STRIDED, plan=plan_of('"x", "mean", "peak", { scalar = "rows", type = "i32" }, '
+                                                     '{ scalar = "cols", type = "i32" }', "2", 128))
+    forms = {}
+    for name, growth in (("serialize_column_reduction", 4), ("serialize_reduction", 32)):
+        (site,) = get(name).forward_sites(naive)
+        forms[name] = get(name).forward(naive, site).state
+        assert forms[name].plan.launches[0].grid[0] == f"(cdiv(cols, 128)) * {growth}"
+        assert "gridDim" not in forms[name].source
+
+    def inputs_of(rows, cols):
+        inputs, outputs = _columns("colmean", rows, cols)
+        return {"rows": rows, "cols": cols}, inputs, outputs
+
+    assert emulate.differences(tmp_path, naive, forms, ((3, 12), (33, 300), (5, 600)), inputs_of) == []

@@ -11,7 +11,7 @@ import torch
 
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
-from klineage.transforms import Anchor, NotApplicable, get
+from klineage.transforms import Anchor, NotApplicable, get, refusals
 from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
@@ -367,3 +367,39 @@ def test_a_row_whose_length_is_a_product_of_names_is_read(transform):
     warp = transform.forward(naive, Anchor("kernel", "function", "row")).state
     assert "for (int j = lane; j < c * hw; j += 32)" in warp.source
     assert transform.backward(warp, transform.find(warp)[0]).state.source == naive.source
+
+
+STRIDED = "__global__ void kernel(const float* x, float* y, int rows, int n) {\n" \
+          "    for (int row = blockIdx.x * blockDim.x + threadIdx.x; row < rows; row += blockDim.x * gridDim.x) {\n" \
+          "        float s = 0.0f;\n        for (int j = 0; j < n; ++j) s += x[row * n + j];\n" \
+          "        y[row] = s;\n    }\n}\n"
+STRIDED_PLAN = LaunchPlan.from_toml(PLAN_TEXT.replace('"cdiv(rows, 128)"', '"80"'))
+
+
+def test_a_grid_stride_loop_over_rows_gets_a_warp_a_row_on_a_grid_that_covers_them(transform):
+    """A fixed grid of 80 blocks strides over the rows: read as one thread per row on cdiv(rows, 128) blocks, then a
+    warp a row on 32 times as many (tests/transforms/test_flatten.py runs both on the CPU)."""
+    naive = KernelState(source=STRIDED, plan=STRIDED_PLAN)
+    (site,) = transform.forward_sites(naive)
+    warp = transform.forward(naive, site).state
+    assert "int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32;\n    const int lane = threadIdx.x % 32;\n" \
+        "    if (row < rows) {" in warp.source and "gridDim" not in warp.source
+    assert warp.plan.launches[0].grid[0] == "(cdiv(rows, 128)) * 32"
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("        y[row] = s;\n", "        y[row] = s;\n        row += 1;\n", "changes its element index 'row'"),
+    ("row += blockDim.x * gridDim.x", "row += 32 * gridDim.x", "is not `row < n; row += blockDim.x * gridDim.x`"),
+    ("    }\n}\n", "    }\n    y[0] = 0.0f;\n}\n", "is not one grid-stride loop"),
+    ("        y[row] = s;\n", "        if (s < 0.0f) return;\n        y[row] = s;\n", "(`return`)"),
+])
+def test_no_site_where_a_grid_stride_loop_is_not_one_thread_per_row(transform, old, new, why):
+    """The attacks: the row written in the loop, a stride of a warp a block (not the grid), work after the loop, a
+    `return` that would end the thread's later rows too. The loop is then left as written, which names gridDim."""
+    state = KernelState(source=STRIDED.replace(old, new), plan=STRIDED_PLAN)
+    assert state.source != STRIDED
+    with refusals() as refused:
+        assert transform.forward_sites(state) == []
+    assert any(why in line for line in refused), refused
+    with pytest.raises(NotApplicable, match="gridDim"):
+        transform.forward(state, Anchor("kernel", "function", "row"))

@@ -4,11 +4,13 @@ tests/transforms/spellings/<family>/ holds one kernel per spelling people write 
 reduction, an elementwise map, a reduction down columns, a transpose), each with its family's launch: the index
 64-bit or unsigned, the guard an early return or a wrapping `if`, a helper `__device__` function, local pointers
 into a row, casts on a count or on the grid, a softmax that rescales its output in place, braces, `#pragma unroll`,
-a double accumulator, reads through the read-only cache (`__ldg(&x[i])`), a grid-stride loop as `for` or `while`, a
-transpose on one 1-D index split into a row and a column (its own family: a 1-D launch), a batch of column sums
-(mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by `<name>.toml` beside
-the spelling). Each must be a site of its family's forwards; where the CPU emulator runs the family (elementwise
-maps and transposes), every forward's kernel computes the spelling's bits.
+a double accumulator, reads through the read-only cache (`__ldg(&x[i])`), a grid-stride loop as `for` or `while`
+(over elements; over rows or columns on a fixed grid, launched by `<name>.toml` beside the spelling), a transpose on
+one 1-D index split into a row and a column (its own family: a 1-D launch), a batch of transposes, its matrix from
+grid z (its own family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit), a batch of column
+sums (mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its `<name>.toml`).
+Each must be a site of its family's forwards; where the CPU emulator runs the family (elementwise maps and
+transposes), every forward's kernel computes the spelling's bits.
 """
 
 from __future__ import annotations
@@ -34,15 +36,19 @@ EXPECTED = {
     "rows": {name: ROWS for name in ("a_wrapped_if", "b_size_t", "c_helper", "d_int64", "e_while", "f_define",
                                      "g_softmax_inf", "h_softmax_flt_max", "j_mean_var", "k_double_acc",
                                      "m_pragma_unroll", "n_ldg")}
-    | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"}},
+    | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"},
+       "o_grid_stride": ROWS, "p_while_size_t": ROWS},  # a grid-stride loop over rows, each on a fixed grid
     "elementwise": {name: {"scalarize_elementwise", "uncoarsen_grid_stride"}
                     for name in ("a_return_guard", "c_helper", "d_no_restrict", "e_unsigned", "g_int64_n", "h_ldg")}
     | {name: {"scalarize_elementwise"}  # a grid-stride loop is its own coarsened form
        for name in ("b_size_t_stride", "i_while_stride", "j_while_size_t")},
     "columns": {name: COLUMNS for name in ("a_if_wrap", "c_size_t", "d_mean", "e_double", "f_ldg")}
-    | {"b_pointer_walk": COLUMNS - {"serialize_column_reduction"}},  # a pointer down the column: no 4-lane form
+    | {"b_pointer_walk": COLUMNS - {"serialize_column_reduction"},  # a pointer down the column: no 4-lane form
+       "g_grid_stride": COLUMNS - {"unsplit_reduction"}},  # a grid-stride loop over columns: unsplit reads no loop
     "transpose": {name: {"untile_transpose"} for name in ("a_2d_if", "c_return", "d_ldg")},
     "transpose_flat": {name: {"untile_transpose"} for name in ("a_split", "b_split_2d_read", "c_return_size_t")},
+    "transpose_batched": {name: {"untile_transpose"}
+                          for name in ("a_row_major", "b_offset_terms", "c_int64_cast", "d_size_t_ldg")},
     "batched_columns": {name: COLUMNS for name in ("a_return_guard", "b_if_wrap", "c_int64", "d_ldg")}
     | {"e_grid_y": COLUMNS - {"unsplit_reduction"}},  # grid y is the batch's: no chunks there
 }
@@ -72,7 +78,9 @@ def test_each_spelling_is_a_site_of_its_familys_forwards(tmp_path, family, name)
 
 
 @pytest.mark.parametrize("spelling", sampled(ALL, keep=[("rows", "h_softmax_flt_max"), ("columns", "c_size_t"),
-                                                        ("transpose", "c_return"), ("batched_columns", "c_int64")]))
+                                                        ("transpose", "c_return"), ("batched_columns", "c_int64"),
+                                                        ("transpose_batched", "c_int64_cast"),
+                                                        ("columns", "g_grid_stride")]))
 def test_each_spellings_forwards_compile(tmp_path, cache, spelling):
     family, name = spelling
     state = load_kernel(_folders(tmp_path, family, name))
@@ -87,6 +95,12 @@ def _copy(rows: int, cols: int) -> tuple[dict, dict, dict]:
             {"y": (torch.float32, n)})
 
 
+def _batched_copy(batch: int, rows: int, cols: int) -> tuple[dict, dict, dict]:
+    n = batch * rows * cols
+    return ({"batch": batch, "rows": rows, "cols": cols},
+            {"x": torch.randn(n, generator=torch.Generator().manual_seed(n))}, {"y": (torch.float32, n)})
+
+
 def _map(n: int) -> tuple[dict, dict, dict]:
     x = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 16  # softplus past 20 too
     return {"n": n}, {"x": x}, {"y": (torch.float32, n)}
@@ -95,7 +109,8 @@ def _map(n: int) -> tuple[dict, dict, dict]:
 # family -> (its sizes, their (params, inputs, outputs)): the families the emulator runs; a size each that the
 # forwards' packs and tiles divide and one that leaves a tail
 EMULATED = {"elementwise": (((4,), (2053,)), _map), "transpose": (((32, 64), (33, 40)), _copy),
-            "transpose_flat": (((32, 64), (33, 40)), _copy)}
+            "transpose_flat": (((32, 64), (33, 40)), _copy),
+            "transpose_batched": (((2, 32, 64), (3, 33, 40)), _batched_copy)}
 
 
 def _as_kernel(state: KernelState) -> KernelState:
@@ -107,7 +122,8 @@ def _as_kernel(state: KernelState) -> KernelState:
 
 
 @pytest.mark.parametrize("spelling", sampled([s for s in ALL if s[0] in EMULATED],
-                                             keep=[("elementwise", "j_while_size_t"), ("transpose_flat", "a_split")]))
+                                             keep=[("elementwise", "j_while_size_t"), ("transpose_flat", "a_split"),
+                                                   ("transpose_batched", "b_offset_terms")]))
 def test_each_spellings_forwards_compute_its_bits_on_the_cpu(tmp_path, spelling):
     family, name = spelling
     state = _as_kernel(load_kernel(_folders(tmp_path, family, name)))

@@ -1,6 +1,6 @@
 """untile_transpose: a transpose staged through a padded 32x33 shared tile becomes a direct strided copy;
-forward finds naive transposes by analysis (on a 2-D index, or a 1-D index split into a row and a column) and sets
-the (32, 8) block and the tile grid in the plan."""
+forward finds naive transposes by analysis (on a 2-D index, a 1-D index split into a row and a column, or a batch of
+them with the matrix from grid z) and sets the (32, 8) block and the tile grid in the plan."""
 
 from __future__ import annotations
 
@@ -26,12 +26,13 @@ def golden(which: str, case: str = "float") -> KernelState:
     return load(HERE / "untile_transpose" / case, which, "kernel")
 
 
-def test_golden():
-    check_golden("untile_transpose", "float")
+@pytest.mark.parametrize("case", ["float", "batched"])
+def test_golden(case):
+    check_golden("untile_transpose", case)
 
 
 def test_golden_kernels_compile(cache):
-    for case in ("float", "flat"):
+    for case in ("float", "flat", "batched"):
         for which in ("before", "after"):
             compiles_without_spills(golden(which, case), cache)
 
@@ -153,4 +154,89 @@ def test_no_site_where_the_1d_spelling_is_no_transpose(transform, state, why):
     the 2-D reading would take for the count), an early return that lets the last element in."""
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+# --- a batch of transposes, the matrix from grid z ----------------------------------------------------------------
+
+def _batched_copy(batch: int, rows: int, cols: int) -> tuple[dict, dict, dict]:
+    n = batch * rows * cols
+    return ({"batch": batch, "rows": rows, "cols": cols},
+            {"x": torch.randn(n, generator=torch.Generator().manual_seed(n))}, {"y": (torch.float32, n)})
+
+
+BATCHED_SHAPES = ((1, 1, 1), (3, 3, 5), (2, 32, 64), (3, 33, 40), (2, 1, 70), (3, 70, 1))
+
+
+def test_a_batch_keeps_its_grid_z_and_both_offsets(transform):
+    tiled = transform.forward(golden("after", "batched"), SITE).state
+    assert tiled.plan.launches[0].grid == ("cdiv(cols, 32)", "cdiv(rows, 32)", "batch")
+    assert "x[(b * rows + r + k) * cols + c]" in tiled.source and "y[(b * cols + r_out + k) * rows + c_out]" in \
+        tiled.source
+
+
+def test_the_tiled_form_of_a_batch_computes_its_bits_on_the_cpu(tmp_path):
+    """Batches of one to three matrices, shapes 32 divides and does not, a lone row and a lone column, on aligned
+    and misaligned pointers: every matrix lands at its own place."""
+    found = emulate.differences(tmp_path, golden("after", "batched"), {"tiled": golden("before", "batched")},
+                                BATCHED_SHAPES, _batched_copy)
+    assert found == []
+
+
+def test_the_emulation_sees_a_batch_offset_by_the_wrong_count(tmp_path):
+    """The check can fail: a tiled form that reads each matrix rows * rows past the last (not rows * cols)."""
+    tiled = golden("before", "batched")
+    wrong = tiled.source.replace("x[(b * rows + r + k) * cols + c]", "x[(b * cols + r + k) * cols + c]")
+    assert wrong != tiled.source
+    found = emulate.differences(tmp_path, golden("after", "batched"),
+                                {"wrong": KernelState(source=wrong, plan=tiled.plan)}, ((2, 3, 5),), _batched_copy)
+    assert found
+
+
+BATCH_ARGS = '"x", "y", { scalar = "batch", type = "i32" }, { scalar = "rows", type = "i32" }, ' \
+    '{ scalar = "cols", type = "i32" }'
+
+
+def _batched(copy: str, batch: str = "int b = blockIdx.z;", block: str = "32, 8") -> KernelState:
+    source = ("__global__ void kernel(const float* x, float* y, int batch, int rows, int cols) {\n"
+              "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n    int r = blockIdx.y * blockDim.y + threadIdx.y;\n"
+              f"    {batch}\n    if (r < rows && c < cols) {copy}\n}}\n")
+    plan = LaunchPlan.from_toml('name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\n'
+                                'grid = ["cdiv(cols, 32)", "cdiv(rows, 8)", "batch"]\n'
+                                f"block = [{block}]\nargs = [{BATCH_ARGS}]\n")
+    return KernelState(source=source, plan=plan)
+
+
+ROWS_READ = "x[(b * rows + r) * cols + c]"
+
+
+@pytest.mark.parametrize("state, why", [
+    (_batched(f"y[(b * rows + c) * rows + r] = {ROWS_READ};"), "do not both add its batch's offset b \\* rows"),
+    (_batched("y[(b * cols + c) * rows + r] = x[(b * cols + r) * cols + c];"), "do not both add its batch's offset"),
+    (_batched(f"y[c * rows + r] = {ROWS_READ};"), "do not both add its batch's offset"),
+    (_batched("y[(b * cols + c) * rows + r] = x[r * cols + c];"), "do not both add its batch's offset"),
+    (_batched(f"y[(2 * b * cols + c) * rows + r] = {ROWS_READ};"), "do not both add its batch's offset"),
+    (_batched("y[c * rows + r] = x[r * cols + c];"), "do not both add its batch's offset"),
+    (_batched(f"y[(b * cols + c) * rows + r] = {ROWS_READ} * b;"), "not a naive transpose"),
+    (_batched(f"y[(b * cols + c) * rows + r] = {ROWS_READ};", "int b = blockIdx.z + 1;"), "not a naive transpose"),
+    (_batched(f"y[(b * cols + c) * rows + r] = {ROWS_READ};", "int b = blockIdx.y;"), "not a naive transpose"),
+    (_batched("y[((int)b * cols + c) * rows + r] = x[((int)b * rows + r) * cols + c];"), "not a naive transpose"),
+    (_batched("y[(k * cols + c) * rows + r] = x[(k * rows + r) * cols + c];", "int k = blockIdx.z;"),
+     "names what the tiled form declares"),
+    (_batched(f"y[(b * cols + c) * rows + r] = {ROWS_READ};", block="32, 4, 2"), "more than 2 dimensions"),
+])
+def test_no_site_where_the_batch_is_not_each_matrixs_own(transform, state, why):
+    """The attacks: the write's offset of another size than the read's (rows * rows), both of another size than a
+    matrix (cols * cols), an offset missing on either side, twice the offset, none on either side (every layer of z
+    would write one matrix), the batch in the value, z shifted, a batch from grid y, a narrowing cast, a batch named
+    as the tiled form's pass counter, a block that is 3-D."""
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+def test_a_2d_transpose_on_a_3d_grid_stays_refused(transform):
+    """Without a batch every layer of z writes the same matrix: no site, as before."""
+    state = _batched("y[c * rows + r] = x[r * cols + c];", batch="")
+    with pytest.raises(NotApplicable, match="more than 2 dimension"):
         transform.forward(state, SITE)

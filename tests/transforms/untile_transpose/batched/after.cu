@@ -1,0 +1,7 @@
+// A batch of transposes, (batch, rows, cols) -> (batch, cols, rows), one thread per element, the matrix from grid z.
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int batch, int rows, int cols) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    int b = blockIdx.z;
+    if (r < rows && c < cols) y[(b * cols + c) * rows + r] = x[(b * rows + r) * cols + c];
+}
