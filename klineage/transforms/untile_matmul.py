@@ -52,7 +52,6 @@ Anchor: the kernel, kind "function", key "tile".
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from tree_sitter import Node
 
@@ -61,7 +60,17 @@ from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
-from klineage.transforms._edit import indentation, reindent, splice
+from klineage.transforms._matmul import (
+    BATCH_INDEX,
+    CONVERSIONS,
+    KEY,
+    TILE,
+    Product,
+    is_tiled,
+    tiled_lines,
+    tiled_product,
+    written,
+)
 from klineage.transforms._naive import (
     FLOAT_ZERO,
     bounds_2d,
@@ -77,85 +86,9 @@ from klineage.transforms._naive import (
 from klineage.transforms._pointers import inlined
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
-TILE = 16
-KEY = "tile"
 _ID = r"([A-Za-z_]\w*)"
-_BATCH_INDEX = r"int [A-Za-z_]\w* = blockIdx\.z;"  # a batched product's batch: one block layer per matrix
-# an operand's element type -> the conversion its naive update reads it through ("" for float, read as it is)
-CONVERSIONS = {"float": "", **dict.fromkeys(("__half", "half"), "__half2float"),
-               **dict.fromkeys(("__nv_bfloat16", "nv_bfloat16"), "__bfloat162float")}
-_TILE_TYPE = rf"(?:{'|'.join(CONVERSIONS)})"  # a tile holds its operand's own elements: the update converts them
-_TILE_ZERO = rf"(?:0\.0f|{_TILE_TYPE}\(0\.0f\))"
-_B_ROWS = (rf"{KEY}_b\[threadIdx\.y\]\[threadIdx\.x\] = {KEY}_k \+ threadIdx\.y < \4 && \1 < {_ID} \? "
-           rf"{_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \7 \+ \1\] : {_TILE_ZERO};")
-# B stored N x K (a linear layer's weight): lanes along k load a row of B, stored across the padded tile
-_B_TRANSPOSED = (rf"{KEY}_b\[threadIdx\.x\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.x < \4 && blockIdx\.x \* {TILE} \+ "
-                 rf"threadIdx\.y < {_ID} \? {_ID}\[\(blockIdx\.x \* {TILE} \+ threadIdx\.y\) \* \4 \+ {KEY}_k \+ "
-                 rf"threadIdx\.x\] : {_TILE_ZERO};")
-
-
-def _tiled(transposed: bool) -> re.Pattern:
-    """The squashed body forward writes; groups: c, r, acc, K, M, A, N, B, k, the tiled update, the epilogue."""
-    width, load = (TILE + 1, _B_TRANSPOSED) if transposed else (TILE, _B_ROWS)
-    return re.compile(
-        rf"^{{ __shared__ {_TILE_TYPE} {KEY}_a\[{TILE}\]\[{TILE}\]; "
-        rf"__shared__ {_TILE_TYPE} {KEY}_b\[{TILE}\]\[{width}\]; "
-        rf"(?:{_BATCH_INDEX} )?(?:[A-Za-z_]\w* \+= [^;]+; ){{0,2}}"
-        rf"int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; "
-        rf"float {_ID} = {FLOAT_ZERO}; for \(int {KEY}_k = 0; {KEY}_k < {_ID}; {KEY}_k \+= {TILE}\) {{ "
-        rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = \2 < {_ID} && {KEY}_k \+ threadIdx\.x < \4 \? {_ID}\[\2 \* \4 "
-        rf"\+ {KEY}_k \+ threadIdx\.x\] : {_TILE_ZERO}; {load} __syncthreads\(\); "
-        rf"for \(int {_ID} = 0; \9 < {TILE} && {KEY}_k \+ \9 < \4; \+\+\9\) (\3 (?:\+)?= .+?); __syncthreads\(\); }} "
-        rf"if \(\2 < \5 && \1 < \7\) {{ (.+) }} }}$")
-
-
-_TILED = {transposed: _tiled(transposed) for transposed in (False, True)}
 _EPILOGUE_FORBIDDEN = r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__syncthreads\w*|__shfl\w*|for|while|do|goto|" \
                       r"return|break|continue|asm)\b"
-
-
-@dataclass(frozen=True)
-class Product:
-    column: str  # c
-    row: str  # r
-    accumulator: str
-    index: str  # k
-    rows: str  # M
-    columns: str  # N
-    depth: str  # K
-    left: str  # A: rows x K
-    right: str  # B: K x columns
-    zero: str  # the accumulator's first value, as written
-    update: str  # the loop's one statement, as written (`acc += A[...] * B[...]` or `acc = fmaf(..., acc)`)
-    transposed: bool  # B is stored N x K and read at B[c * K + k]
-    batch: str = ""  # the batch index's declaration (`int b = blockIdx.z;`) of a batched product, else ""
-    left_offset: str = ""  # X of `A[X + r * K + k]`: where a batch's (or a view's) A starts, else ""
-    right_offset: str = ""  # Y of `B[Y + k * N + c]` (or `B[Y + c * K + k]`), else ""
-    left_type: str = "float"  # A's element type: a 16-bit one is read through its conversion to float
-    right_type: str = "float"
-
-    @staticmethod
-    def edge(element: str) -> str:
-        """What a tile of `element` holds past the matrix's edge."""
-        return "0.0f" if element == "float" else f"{element}(0.0f)"
-
-    def reads(self) -> dict[str, str]:
-        """Each operand read of the naive update, and its read from the tiles."""
-        right = f"{self.column} * {self.depth} + {self.index}" if self.transposed else \
-            f"{self.index} * {self.columns} + {self.column}"
-        left = f"{self.row} * {self.depth} + {self.index}"
-        return {f"{self.left}[{_offset(self.left_offset)}{left}]": f"{KEY}_a[threadIdx.y][{self.index}]",
-                f"{self.right}[{_offset(self.right_offset)}{right}]": f"{KEY}_b[{self.index}][threadIdx.x]"}
-
-    def starts(self) -> list[str]:
-        """The batched form's first statements: the batch index, and each operand pointer moved to its start."""
-        return ([self.batch] if self.batch else []) + [f"{operand} += {offset};" for operand, offset in
-                                                       ((self.left, self.left_offset), (self.right, self.right_offset))
-                                                       if offset]
-
-
-def _offset(offset: str) -> str:
-    return f"{offset} + " if offset else ""
 
 
 class UntileMatmul(Transform):
@@ -169,8 +102,7 @@ class UntileMatmul(Transform):
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
         return [Anchor(f.name, "function", KEY, parsed.text(f.node)[:200]) for f in cp.functions(parsed)
-                if f.is_kernel and any(pattern.match(squash(parsed.text(f.node.child_by_field_name("body"))))
-                                       for pattern in _TILED.values())]
+                if f.is_kernel and is_tiled(parsed, f)]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         state = inlined(canonical(state))  # the index as the naive forms spell it, the operands by name
@@ -182,80 +114,32 @@ class UntileMatmul(Transform):
         state = inlined(canonical(state))  # the index as the naive forms spell it, the operands by name
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
-        product, epilogue = _naive_product(state, parsed, function)
-        p, t = product, f"{KEY}_k"
-        if p.transposed:  # lanes along k read a row of B (coalesced) and store it down a padded tile column
-            width = TILE + 1
-            load_b = (f"    {KEY}_b[threadIdx.x][threadIdx.y] = {t} + threadIdx.x < {p.depth} && blockIdx.x * {TILE} + "
-                      f"threadIdx.y < {p.columns} ? {p.right}[(blockIdx.x * {TILE} + threadIdx.y) * {p.depth} + {t} + "
-                      f"threadIdx.x] : {p.edge(p.right_type)};")
-        else:
-            width = TILE
-            load_b = (f"    {KEY}_b[threadIdx.y][threadIdx.x] = {t} + threadIdx.y < {p.depth} && {p.column} < "
-                      f"{p.columns} ? {p.right}[({t} + threadIdx.y) * {p.columns} + {p.column}] : "
-                      f"{p.edge(p.right_type)};")
-        lines = [f"__shared__ {p.left_type} {KEY}_a[{TILE}][{TILE}];",
-                 f"__shared__ {p.right_type} {KEY}_b[{TILE}][{width}];",
-                 *p.starts(),
-                 f"int {p.column} = blockIdx.x * {TILE} + threadIdx.x;",
-                 f"int {p.row} = blockIdx.y * {TILE} + threadIdx.y;",
-                 f"float {p.accumulator} = {p.zero};",
-                 f"for (int {t} = 0; {t} < {p.depth}; {t} += {TILE}) {{",
-                 f"    {KEY}_a[threadIdx.y][threadIdx.x] = {p.row} < {p.rows} && {t} + threadIdx.x < {p.depth} ? "
-                 f"{p.left}[{p.row} * {p.depth} + {t} + threadIdx.x] : {p.edge(p.left_type)};",
-                 load_b,
-                 "    __syncthreads();",
-                 f"    for (int {p.index} = 0; {p.index} < {TILE} && {t} + {p.index} < {p.depth}; ++{p.index}) "
-                 f"{_replaced(p.update, p.reads())};",
-                 "    __syncthreads();",
-                 "}",
-                 f"if ({p.row} < {p.rows} && {p.column} < {p.columns}) {{"]
-        plan = tiled_plan(state, function, product.rows, product.columns, (TILE, TILE), (TILE, TILE))
-        return self._write(state, parsed, function, lines, epilogue, plan,
+        p, epilogue = _naive_product(state, parsed, function)
+        plan = tiled_plan(state, function, p.rows, p.columns, (TILE, TILE), (TILE, TILE))
+        return self._write(state, parsed, function, tiled_lines(p), epilogue, plan,
                            f"{function.name}: {TILE}x{TILE} shared tiles of {p.left} and {p.right}, block "
                            f"({TILE}, {TILE})")
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
-        body = function.node.child_by_field_name("body")
-        matches = {transposed: pattern.match(squash(parsed.text(body))) for transposed, pattern in _TILED.items()}
-        transposed = next((t for t, m in matches.items() if m), None)
-        if transposed is None:
-            raise NotApplicable(f"{anchor}: not the tiled product forward writes")
-        c, r, acc, depth, rows, left, columns, right, index, tiled = matches[transposed].groups()[:10]
-        text = squash(parsed.text(body))
-        zero = re.search(rf"float {acc} = ({FLOAT_ZERO});", text)[1]
-        batch = re.search(_BATCH_INDEX, text)
-        offsets = [re.search(rf"\b{operand} \+= ([^;]+);", text) for operand in (left, right)]
-        product = Product(c, r, acc, index, rows, columns, depth, left, right, zero, "", transposed,
-                          batch[0] if batch else "", *(found[1] if found else "" for found in offsets))
-        update = _replaced(tiled, {tile: operand for operand, tile in product.reads().items()})
-        lines = [f"int {c} = blockIdx.x * blockDim.x + threadIdx.x;",
-                 f"int {r} = blockIdx.y * blockDim.y + threadIdx.y;",
-                 *([product.batch] if product.batch else []),
-                 f"if ({r} < {rows} && {c} < {columns}) {{",
-                 f"    float {acc} = {zero};",
-                 f"    for (int {index} = 0; {index} < {depth}; ++{index}) {update};"]
-        guard = body.named_children[-1].child_by_field_name("consequence")
-        epilogue = [node for node in guard.named_children if node.type != "comment"]
+        p, epilogue = tiled_product(parsed, function)
+        lines = [f"int {p.column} = blockIdx.x * blockDim.x + threadIdx.x;",
+                 f"int {p.row} = blockIdx.y * blockDim.y + threadIdx.y;",
+                 *([p.batch] if p.batch else []),
+                 f"if ({p.row} < {p.rows} && {p.column} < {p.columns}) {{",
+                 f"    float {p.accumulator} = {p.zero};",
+                 f"    for (int {p.index} = 0; {p.index} < {p.depth}; ++{p.index}) {p.update};"]
         return self._write(state, parsed, function, lines, epilogue, state.plan,
                            f"{function.name}: a direct product, one thread per output", Direction.BACKWARD)
 
     def _write(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function, lines: list[str],
                epilogue: list[Node], plan: LaunchPlan, note: str, direction: Direction = Direction.FORWARD) -> Rewrite:
-        """The kernel's body as `lines`, then the epilogue's statements re-indented one level in, closing the guard
-        `lines` open."""
-        body = function.node.child_by_field_name("body")
-        indent = indentation(parsed.data, body.named_children[0].start_byte)
-        first, last = epilogue[0], epilogue[-1]
-        text = reindent(parsed.data[first.start_byte:last.end_byte].decode("utf-8"),
-                        len(indentation(parsed.data, first.start_byte)), indent + "    ")
-        source_lines = [indent + line for line in lines] + [text, indent + "}"]
-        start, end = body.named_children[0].start_byte, body.named_children[-1].end_byte
-        source = splice(parsed.data, [(start, end, "\n".join(source_lines)[len(indent):])])[0].decode("utf-8")
-        return self.rewrite(state, Anchor(function.name, "function", KEY), direction, source, plan=plan,
-                            carrier={"tile": TILE}, note=note)
+        """The kernel's body as `lines`, then the epilogue's statements one level in, closing the guard `lines`
+        open."""
+        return self.rewrite(state, Anchor(function.name, "function", KEY), direction,
+                            written(parsed, function, lines, epilogue, 1), plan=plan, carrier={"tile": TILE},
+                            note=note)
 
 
 def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[Product, list[Node]]:
@@ -266,7 +150,7 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         raise NotApplicable(f"{function.name} is not a kernel")
     listed = statements(function.node.child_by_field_name("body"))
     # a batched product declares its batch among its indexes: one layer of blocks per matrix
-    batched = [node for node in listed[:3] if re.fullmatch(_BATCH_INDEX, squash(parsed.text(node)))]
+    batched = [node for node in listed[:3] if re.fullmatch(BATCH_INDEX, squash(parsed.text(node)))]
     batch = squash(parsed.text(batched[0])) if batched else ""
     listed = [node for node in listed if node not in batched]
     indexes = dict(grid_index(parsed, node) for node in listed[:2])
@@ -347,14 +231,6 @@ _OPERAND = (r"(?P<cvt_{0}>(?:__half2float|__bfloat162float)\()?(?P<{0}>[A-Za-z_]
             r"(?(cvt_{0})\))")
 _PRODUCTS = (re.compile(rf"(?P<acc>[A-Za-z_]\w*) \+= {_OPERAND.format('x')} \* {_OPERAND.format('y')}"),
              re.compile(rf"(?P<acc>[A-Za-z_]\w*) = fmaf\({_OPERAND.format('x')}, {_OPERAND.format('y')}, (?P=acc)\)"))
-
-
-def _replaced(text: str, reads: dict[str, str]) -> str:
-    for old, new in reads.items():
-        if text.count(old) != 1:
-            raise NotApplicable(f"`{text}` does not read {old} once")
-        text = text.replace(old, new)
-    return text
 
 
 register(UntileMatmul())

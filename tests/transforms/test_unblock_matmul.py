@@ -1,0 +1,225 @@
+"""unblock_matmul: a register-blocked product (each thread a 4 x 4 micro-tile of outputs from 64 x 64 shared tiles)
+becomes untile_matmul's tiled form, one output per thread from 16 x 16 tiles; forward finds its sites by analysis on
+the tiled form. Each output takes its products in the tiled (and naive) kernel's order with the same statement, so
+the CPU emulator (tests/transforms/elementwise_emulator.cpp) must see the tiled kernel's bits, for sizes 64 and 16
+divide and sizes they do not; a micro-tile offset out of place must show."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from klineage.kernel import KernelState, load_kernel
+from klineage.launch import LaunchPlan
+from klineage.transforms import Anchor, NotApplicable, get
+from tests.sampled import sampled
+from tests.transforms import emulate
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
+
+SITE = Anchor("kernel", "function", "block")
+BMM = Path(__file__).resolve().parents[2] / "bench" / "transfer" / "bmm_small"
+# bias_relu: B stored K x N, an epilogue reading a column's bias; batched: one layer of blocks per matrix, the update
+# fused, an epilogue reading the output it writes; linear: B stored N x K (a linear layer's weight); half: __half
+# operands, tiled and kept in registers in their own type
+CASES = ("bias_relu", "batched", "linear", "half")
+# M x N x K: one output, sizes 16 and 64 do not divide (the ragged and small transfer shapes among them), one whole
+# block tile, and several blocks along both sides with ragged edges
+SHAPES = ((1, 1, 1), (17, 9, 5), (50, 70, 33), (64, 64, 64), (70, 130, 40))
+
+
+@pytest.fixture(scope="module")
+def transform():
+    return get("unblock_matmul")
+
+
+def golden(which: str, case: str = "bias_relu") -> KernelState:
+    return load(HERE / "unblock_matmul" / case, which, "kernel")
+
+
+def edited(state: KernelState, old: str, new: str) -> KernelState:
+    assert old in state.source, old
+    return KernelState(source=state.source.replace(old, new), plan=state.plan)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case):
+    check_golden("unblock_matmul", case)
+
+
+@pytest.mark.parametrize("case", sampled(CASES, keep=("bias_relu", "half")))
+def test_golden_kernels_compile_without_spills(cache, case):
+    """A 4 x 4 micro-tile's 16 accumulators and 8 operand registers stay in registers."""
+    for which in ("before", "after"):
+        compiles_without_spills(golden(which, case), cache)
+
+
+def test_forward_finds_the_tiled_product_by_analysis_and_not_the_naive_one(transform):
+    assert transform.forward_sites(golden("after")) == [SITE]
+    assert transform.forward_sites(golden("before")) == []
+    assert transform.find(golden("after")) == [] and transform.find(golden("before")) == [SITE]
+    assert transform.forward_sites(load(HERE / "untile_matmul" / "bias_relu", "after", "kernel")) == []
+    launch = transform.forward(golden("after"), SITE).state.plan.launches[0]
+    assert launch.block == (16, 16, 1) and launch.grid[:2] == ("cdiv(n, 64)", "cdiv(m, 64)")
+
+
+def same_bits(reference: KernelState, blocked: KernelState, work: Path, inputs_of, output: str = "C",
+              batch: int = 1, shapes=SHAPES, inout: bool = False, **scalars) -> None:
+    """The blocked kernel's output bits are the reference's for each shape (m, n, k; `inputs_of(m, n, k,
+    generator)` its inputs; `inout`: the output starts from random values, which the epilogue reads)."""
+    binaries = {"reference": emulate.build(work / "reference", reference), "blocked": emulate.build(work / "blocked",
+                                                                                                   blocked)}
+    nonzero, total = 0, 0
+    for m, n, k in shapes:
+        generator = torch.Generator().manual_seed(m * 10000 + n * 100 + k)
+        inputs, count = inputs_of(m, n, k, generator), batch * m * n
+        starting = {output: torch.randn(count, generator=generator)} if inout else None
+        params = {"m": m, "n": n, "k": k, "batch": batch, **scalars}
+        runs = {form: emulate.run(binary, work / f"{form}-{m}x{n}x{k}", {"reference": reference,
+                                                                         "blocked": blocked}[form],
+                                  params, inputs, {output: (torch.float32, count)}, starting=starting)[output]
+                for form, binary in binaries.items()}
+        assert torch.equal(runs["blocked"].view(torch.int32), runs["reference"].view(torch.int32)), (m, n, k)
+        nonzero, total = nonzero + int((runs["reference"] != 0).sum()), total + count
+    assert nonzero > total / 3  # the outputs' bits were compared, not mostly zeros (a relu zeroes about half)
+
+
+def operands(left: str = "A", right: str = "B", batch: int = 1, dtype=torch.float32, vectors: tuple = ()):
+    """inputs_of for a product: A (m x k) and B (k x n, or n x k) per matrix of the batch, and a vector of n for
+    each name of `vectors` (a bias)."""
+    return lambda m, n, k, g: {left: torch.randn(batch * m * k, generator=g).to(dtype),
+                               right: torch.randn(batch * k * n, generator=g).to(dtype),
+                               **{name: torch.randn(n, generator=g) for name in vectors}}
+
+
+EMULATED = {"bias_relu": (operands(vectors=("bias",)), "C", {"alpha": 0.75}),
+            "linear": (operands("x", "w", vectors=("b",)), "y", {}),
+            "half": (operands(dtype=torch.float16), "C", {})}
+
+
+@pytest.mark.parametrize("case", sampled(EMULATED, keep=("bias_relu", "linear")))
+def test_the_micro_tiles_give_the_tiled_kernels_bits_on_the_cpu(case, tmp_path):
+    inputs_of, output, scalars = EMULATED[case]
+    same_bits(golden("after", case), golden("before", case), tmp_path, inputs_of, output, **scalars)
+
+
+def test_the_batched_micro_tiles_give_the_tiled_kernels_bits_on_the_cpu(tmp_path):
+    """Three matrices, the epilogue reading each output's own earlier value (beta) before it writes it."""
+    same_bits(golden("after", "batched"), golden("before", "batched"), tmp_path, operands(batch=3), batch=3,
+              inout=True, scale=0.5, beta=0.25)
+
+
+@pytest.mark.parametrize("mutant", sampled([
+    ("int c = block_c + 16 * block_j;", "int c = block_c + 4 * block_j;"),  # each output stored at another column
+    ("block_rb[block_i] = block_b[k][threadIdx.x + 16 * block_i];",  # B's registers from the contiguous layout
+     "block_rb[block_i] = block_b[k][threadIdx.x * 4 + block_i];"),
+    ("block_a[threadIdx.y + 16 * block_i][threadIdx.x] =", "block_a[threadIdx.y * 4 + block_i][threadIdx.x] ="),
+], keep=[("int c = block_c + 16 * block_j;", "int c = block_c + 4 * block_j;")]))
+def test_the_emulation_sees_a_micro_tile_offset_out_of_place(transform, mutant, tmp_path):
+    """The check can fail: a micro-tile output or operand taken 4 apart instead of 16 gives other bits; and the
+    mutant is no longer the blocked form backward reads."""
+    wrong = edited(golden("before"), *mutant)
+    assert transform.find(wrong) == []
+    with pytest.raises(AssertionError, match=r"\(\d+, \d+, \d+\)"):  # the bits' check, naming its sizes
+        same_bits(golden("after"), wrong, tmp_path, operands(vectors=("bias",)), alpha=0.75)
+
+
+def _entry_named_kernel(state: KernelState, entry: str) -> KernelState:
+    """The state with its entry renamed `kernel`: the emulator runs an entry of that name."""
+    return KernelState(source=state.source.replace(f"void {entry}(", "void kernel("),
+                       plan=replace(state.plan, launches=tuple(replace(launch, entry="kernel")
+                                                               for launch in state.plan.launches)))
+
+
+def _bmm_cases() -> dict:
+    spec = importlib.util.spec_from_file_location("bmm_small_problem", BMM / "problem.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CASES
+
+
+@pytest.mark.parametrize("case", ("ragged", "small"))
+def test_the_chain_from_the_naive_bmm_small_gives_its_bits(cache, case, tmp_path):
+    """naive -> untile_matmul -> unblock_matmul on the held-out batch of small products: it compiles without spills
+    and computes the naive kernel's bits on the operator's own ragged shapes."""
+    naive = load_kernel(BMM / "naive")
+    untile = get("untile_matmul")
+    tiled = untile.forward(naive, untile.forward_sites(naive)[0]).state
+    blocked_sites = get("unblock_matmul").forward_sites(tiled)
+    assert [anchor.function for anchor in blocked_sites] == ["bmm"]
+    blocked = get("unblock_matmul").forward(tiled, blocked_sites[0]).state
+    assert blocked.plan.launches[0].grid == ("cdiv(n, 64)", "cdiv(m, 64)", "batch")
+    compiles_without_spills(blocked, cache)
+    shape = _bmm_cases()[case]
+    same_bits(_entry_named_kernel(naive, "bmm"), _entry_named_kernel(blocked, "bmm"), tmp_path,
+              operands("a", "b", batch=shape["batch"]), "c", batch=shape["batch"],
+              shapes=((shape["m"], shape["n"], shape["k"]),))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_backward_then_untile_gives_the_naive_product_again(transform, case):
+    """The blocked form climbs down both steps to untile_matmul's naive golden (the batched one has its own)."""
+    tiled = transform.backward(golden("before", case), SITE).state
+    naive = get("untile_matmul").backward(tiled, Anchor("kernel", "function", "tile")).state
+    assert transform.forward(tiled, SITE).state == golden("before", case)
+    if case != "batched":
+        untiled = load(HERE / "untile_matmul" / case, "after", "kernel")
+        assert naive.source.split("__global__")[1] == untiled.source.split("__global__")[1]
+
+
+RELU = "C[r * N + c] = v > 0.0f ? v : 0.0f;"
+
+
+@pytest.mark.parametrize("edit, why", [
+    # the epilogue, run 16 times in a thread, must not tell
+    (("float v = alpha * acc + bias[c];", "alpha = 2.0f * alpha;\n        float v = alpha * acc + bias[c];"),
+     "assigns `alpha`, which outlives its output"),
+    ((RELU, "atomicAdd(&C[r * N + c], v);"), "calls atomicAdd"),
+    ((RELU, "*C = v;"), "takes an address or dereferences"),
+    ((RELU, RELU + "\n        C[r * N + c + 1] = v;"), "touches C, which it writes, at another output"),
+    ((RELU, "C[r * N + c] = v + C[r * N + c + 1];"), "touches C, which it writes, at another output"),
+    (("float v = alpha * acc + bias[c];", "float v = alpha * acc + tile_a[0][0];"), "only finish"),
+    (("float v = alpha * acc + bias[c];", "float v = alpha * acc + bias[threadIdx.x];"), "only finish"),
+    (("float v = alpha * acc + bias[c];", "float v = alpha + bias[c];"), "only finish"),
+    (("float v = alpha * acc + bias[c];", "float acc2 = acc;\n        float acc = acc2;\n        float v = alpha * acc "
+                                          "+ bias[c];"), "only finish"),
+    # the tiled form, exactly as untile_matmul writes it
+    (("        C[r * N + c] = v > 0.0f ? v : 0.0f;\n    }\n",
+      "        C[r * N + c] = v > 0.0f ? v : 0.0f;\n    }\n    if (r < M) {\n        C[0] = 1.0f;\n    }\n"),
+     "not exactly the tiled product"),
+    (("acc += tile_a[threadIdx.y][k] * tile_b[k][threadIdx.x];",
+      "acc += tile_a[threadIdx.y][k] * tile_b[k][threadIdx.x] * 2.0f;"), "is not the product"),
+    (("acc += tile_a[threadIdx.y][k] * tile_b[k][threadIdx.x];",
+      "acc = tile_a[threadIdx.y][k] * tile_b[k][threadIdx.x];"), "is not the product"),
+    (("        __syncthreads();\n    }", "    }"), "not the tiled product"),
+    (("float alpha)", "float block_r)"), "names 'block_r'"),
+])
+def test_no_site_where_it_would_not_be_legal(transform, edit, why):
+    state = edited(golden("after"), *edit)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ('grid = ["cdiv(n, 16)", "cdiv(m, 16)"]', 'grid = ["cdiv(n, 16) + 1", "cdiv(m, 16)"]', "not the tiled one"),
+    ("block = [16, 16]", "block = [16, 16, 2]", "more than 2 dimension"),
+    ('"C", {', '"bias", {', "passes one buffer twice"),
+])
+def test_no_site_on_another_launch(transform, old, new, why):
+    toml = (HERE / "unblock_matmul" / "bias_relu" / "after.toml").read_text()
+    assert old in toml
+    state = KernelState(source=golden("after").source, plan=LaunchPlan.from_toml(toml.replace(old, new)))
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+def test_no_site_where_the_batch_epilogue_reads_another_matrix(transform):
+    state = edited(golden("after", "batched"), "v += beta * C[b * M * N + r * N + c];",
+                   "v += beta * C[(b + 1) * M * N + r * N + c];")
+    with pytest.raises(NotApplicable, match="touches C, which it writes, at another output"):
+        transform.forward(state, SITE)

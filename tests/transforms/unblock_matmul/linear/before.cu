@@ -1,0 +1,39 @@
+// y = x W^T + b (a linear layer): x is M x K, W is N x K, both row-major.
+__global__ void kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+                       float* __restrict__ y, int M, int N, int K) {
+    __shared__ float block_a[64][16];
+    __shared__ float block_b[16][65];
+    int block_c = blockIdx.x * 64 + threadIdx.x;
+    int block_r = blockIdx.y * 64 + threadIdx.y;
+    float block_acc[4][4];
+    for (int block_i = 0; block_i < 4; ++block_i)
+        for (int block_j = 0; block_j < 4; ++block_j) block_acc[block_i][block_j] = 0.0f;
+    for (int block_k = 0; block_k < K; block_k += 16) {
+        for (int block_i = 0; block_i < 4; ++block_i) {
+            block_a[threadIdx.y + 16 * block_i][threadIdx.x] = block_r + 16 * block_i < M && block_k + threadIdx.x < K ? x[(block_r + 16 * block_i) * K + block_k + threadIdx.x] : 0.0f;
+            block_b[threadIdx.x][threadIdx.y + 16 * block_i] = block_k + threadIdx.x < K && blockIdx.x * 64 + threadIdx.y + 16 * block_i < N ? w[(blockIdx.x * 64 + threadIdx.y + 16 * block_i) * K + block_k + threadIdx.x] : 0.0f;
+        }
+        __syncthreads();
+        for (int k = 0; k < 16 && block_k + k < K; ++k) {
+            float block_ra[4];
+            float block_rb[4];
+            for (int block_i = 0; block_i < 4; ++block_i) {
+                block_ra[block_i] = block_a[threadIdx.y + 16 * block_i][k];
+                block_rb[block_i] = block_b[k][threadIdx.x + 16 * block_i];
+            }
+            for (int block_i = 0; block_i < 4; ++block_i)
+                for (int block_j = 0; block_j < 4; ++block_j) block_acc[block_i][block_j] += block_ra[block_i] * block_rb[block_j];
+        }
+        __syncthreads();
+    }
+    for (int block_i = 0; block_i < 4; ++block_i) {
+        for (int block_j = 0; block_j < 4; ++block_j) {
+            int r = block_r + 16 * block_i;
+            int c = block_c + 16 * block_j;
+            if (r < M && c < N) {
+                float acc = block_acc[block_i][block_j];
+                y[r * N + c] = acc + b[c];
+            }
+        }
+    }
+}
