@@ -8,9 +8,11 @@ a double accumulator, reads through the read-only cache (`__ldg(&x[i])`), a grid
 (over elements; over rows or columns on a fixed grid, launched by `<name>.toml` beside the spelling), a transpose on
 one 1-D index split into a row and a column (its own family: a 1-D launch), a batch of transposes, its matrix from
 grid z (its own family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit), a batch of column
-sums (mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its `<name>.toml`).
-Each must be a site of its family's forwards; where the CPU emulator runs the family (elementwise maps and
-transposes), every forward's kernel computes the spelling's bits.
+sums (mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its `<name>.toml`),
+scalar locals before the guard (a threshold, a 64-bit count; a concatenation's row length: its own family), one
+thread per pair (a rotary embedding on interleaved pairs: its own family). Each must be a site of its family's
+forwards; where the CPU emulator runs the family (elementwise maps, concatenations, pairs and transposes), every
+forward's kernel computes the spelling's bits.
 """
 
 from __future__ import annotations
@@ -32,19 +34,22 @@ from tests.transforms.golden import compiles_without_spills
 SPELLINGS = Path(__file__).parent / "spellings"
 ROWS = {"serialize_reduction"}
 COLUMNS = {"serialize_reduction", "serialize_column_reduction", "unsplit_reduction"}
+ELEMENTWISE = {"scalarize_elementwise", "uncoarsen_grid_stride"}
 EXPECTED = {
     "rows": {name: ROWS for name in ("a_wrapped_if", "b_size_t", "c_helper", "d_int64", "e_while", "f_define",
                                      "g_softmax_inf", "h_softmax_flt_max", "j_mean_var", "k_double_acc",
                                      "m_pragma_unroll", "n_ldg")}
     | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"},
        "o_grid_stride": ROWS, "p_while_size_t": ROWS},  # a grid-stride loop over rows, each on a fixed grid
-    "elementwise": {name: {"scalarize_elementwise", "uncoarsen_grid_stride"}
-                    for name in ("a_return_guard", "c_helper", "d_no_restrict", "e_unsigned", "g_int64_n", "h_ldg")}
+    "elementwise": {name: ELEMENTWISE for name in ("a_return_guard", "c_helper", "d_no_restrict", "e_unsigned",
+                                                   "g_int64_n", "h_ldg", "k_local_limit", "l_local_count")}
     | {name: {"scalarize_elementwise"}  # a grid-stride loop is its own coarsened form
        for name in ("b_size_t_stride", "i_while_stride", "j_while_size_t")},
     "columns": {name: COLUMNS for name in ("a_if_wrap", "c_size_t", "d_mean", "e_double", "f_ldg")}
     | {"b_pointer_walk": COLUMNS - {"serialize_column_reduction"},  # a pointer down the column: no 4-lane form
        "g_grid_stride": COLUMNS - {"unsplit_reduction"}},  # a grid-stride loop over columns: unsplit reads no loop
+    "concat": {name: ELEMENTWISE for name in ("a_local_cols", "b_guard_product", "c_split_first", "d_int64_total")},
+    "pairs": {name: ELEMENTWISE for name in ("a_if_pairs", "b_return_odd_first", "c_int64_fma", "d_ldg_local")},
     "transpose": {name: {"untile_transpose"} for name in ("a_2d_if", "c_return", "d_ldg")},
     "transpose_flat": {name: {"untile_transpose"} for name in ("a_split", "b_split_2d_read", "c_return_size_t")},
     "transpose_batched": {name: {"untile_transpose"}
@@ -106,9 +111,23 @@ def _map(n: int) -> tuple[dict, dict, dict]:
     return {"n": n}, {"x": x}, {"y": (torch.float32, n)}
 
 
+def _concat(rows: int, ca: int, cb: int) -> tuple[dict, dict, dict]:
+    g = torch.Generator().manual_seed(rows * 100 + ca)
+    return ({"rows": rows, "ca": ca, "cb": cb},
+            {"a": torch.randn(rows * ca, generator=g), "b": torch.randn(rows * cb, generator=g)},
+            {"out": (torch.float32, rows * (ca + cb))})
+
+
+def _pairs(pairs: int) -> tuple[dict, dict, dict]:
+    g = torch.Generator().manual_seed(pairs)
+    return ({"pairs": pairs}, {"x": torch.randn(2 * pairs, generator=g), "cos_t": torch.randn(pairs, generator=g),
+                               "sin_t": torch.randn(pairs, generator=g)}, {"y": (torch.float32, 2 * pairs)})
+
+
 # family -> (its sizes, their (params, inputs, outputs)): the families the emulator runs; a size each that the
 # forwards' packs and tiles divide and one that leaves a tail
-EMULATED = {"elementwise": (((4,), (2053,)), _map), "transpose": (((32, 64), (33, 40)), _copy),
+EMULATED = {"elementwise": (((4,), (2053,)), _map), "concat": (((4, 8, 4), (33, 5, 6)), _concat),
+            "pairs": (((8,), (1027,)), _pairs), "transpose": (((32, 64), (33, 40)), _copy),
             "transpose_flat": (((32, 64), (33, 40)), _copy),
             "transpose_batched": (((2, 32, 64), (3, 33, 40)), _batched_copy)}
 
@@ -123,7 +142,8 @@ def _as_kernel(state: KernelState) -> KernelState:
 
 @pytest.mark.parametrize("spelling", sampled([s for s in ALL if s[0] in EMULATED],
                                              keep=[("elementwise", "j_while_size_t"), ("transpose_flat", "a_split"),
-                                                   ("transpose_batched", "b_offset_terms")]))
+                                                   ("transpose_batched", "b_offset_terms"),
+                                                   ("concat", "c_split_first"), ("pairs", "b_return_odd_first")]))
 def test_each_spellings_forwards_compute_its_bits_on_the_cpu(tmp_path, spelling):
     family, name = spelling
     state = _as_kernel(load_kernel(_folders(tmp_path, family, name)))
