@@ -10,6 +10,7 @@ import torch
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
+from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
@@ -144,7 +145,8 @@ def test_no_site_on_a_two_dimensional_launch(transform):
 
 # --- what the loop computes, on the CPU -------------------------------------------------------------------
 
-def test_the_loop_computes_the_naive_kernels_bits_on_the_cpu(transform, tmp_path):
+@pytest.mark.parametrize("case", sampled(["leaky", "rotary", "outer"], keep=["leaky", "outer"]))
+def test_the_loop_computes_the_naive_kernels_bits_on_the_cpu(transform, tmp_path, case):
     cases = {"leaky": (golden("after"), lambda n, g: ({"n": n}, {"x": torch.randn(n, generator=g)},
                                                        {"y": (torch.float32, n)})),
              "rotary": (golden("after", "rotary"),  # n tokens of 6 pairs: the local `half` before the loop
@@ -156,14 +158,14 @@ def test_the_loop_computes_the_naive_kernels_bits_on_the_cpu(transform, tmp_path
                        lambda n, g: ({"rows": n, "cols": 3}, {"x": torch.randn(n, generator=g),
                                                               "w": torch.randn(3, generator=g)},
                                      {"out": (torch.float32, 3 * n)}))}
-    for name, (naive, make) in cases.items():
-        forms = {"naive": naive, **{f"x{k}": transform.forward(naive, Anchor("kernel", "function", f"i*{k}")).state
-                                     for k in (3, 4)}}
-        binaries = {form: emulate.build(tmp_path / name / form, state) for form, state in forms.items()}
-        for n in (1, 200, 1500):
-            params, inputs, outputs = make(n, torch.Generator().manual_seed(n))
-            runs = {form: emulate.run(binaries[form], tmp_path / name / f"{form}-{n}", state, params, inputs, outputs)
-                    for form, state in forms.items()}
-            for form in ("x3", "x4"):
-                for out in outputs:
-                    assert torch.equal(runs[form][out], runs["naive"][out]), (name, form, n, out)
+    naive, make = cases[case]
+    forms = {"naive": naive, **{f"x{k}": transform.forward(naive, Anchor("kernel", "function", f"i*{k}")).state
+                                 for k in (3, 4)}}
+    binaries = {form: emulate.build(tmp_path / form, state) for form, state in forms.items()}
+    for n in (1, 200, 1500):
+        params, inputs, outputs = make(n, torch.Generator().manual_seed(n))
+        runs = {form: emulate.run(binaries[form], tmp_path / f"{form}-{n}", state, params, inputs, outputs)
+                for form, state in forms.items()}
+        for form in ("x3", "x4"):
+            for out in outputs:
+                assert torch.equal(runs[form][out], runs["naive"][out]), (case, form, n, out)
