@@ -42,6 +42,7 @@ FORWARD: dict[str, tuple[str, str]] = {
     "unblock_matmul": ("compute a 4x4 micro-tile of a product per thread", "4x4 micro-tile"),
     "unpad_shared": ("pad shared-memory rows", "Pad the row stride"),
     "unpipeline": ("pipeline copies through shared-memory stages", "ring of STAGES"),
+    "unprivatize_histogram": ("count a histogram in a shared-memory copy per block", "shared-memory copy of the bins"),
     "unroll": ("unroll a loop", "unroll"),
     "unstage_shared": ("stage a tile in shared memory", "Stage a tile"),
     "untile_matmul": ("stage a matrix product's operands in shared-memory tiles", "16x16 shared-memory tiles"),

@@ -92,7 +92,8 @@ NAIVE = [("serialize_reduction", "serialize_reduction/softmax", (X,)),
          ("uncoarsen_grid_stride", "uncoarsen_grid_stride/leaky_relu", (X,)),
          ("scalarize_row_gather", "scalarize_row_gather/embedding_float", (X_WIDE,)),
          ("untile_transpose", "untile_transpose/float", (X, Y)),
-         ("untile_matmul", "untile_matmul/bias_relu", (X, Y))]
+         ("untile_matmul", "untile_matmul/bias_relu", (X, Y)),
+         ("unprivatize_histogram", "unprivatize_histogram/guarded", (X,))]
 
 
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))

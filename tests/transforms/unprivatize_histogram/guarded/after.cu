@@ -1,0 +1,8 @@
+// hist[b] += 1 for every value b of x in [0, nbins); values outside the bins are not counted.
+__global__ void kernel(const int* x, int* hist, int n, int nbins) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        int b = x[i];
+        if (b >= 0 && b < nbins) atomicAdd(&hist[b], 1);
+    }
+}

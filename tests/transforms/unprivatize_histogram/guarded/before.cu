@@ -1,0 +1,20 @@
+// hist[b] += 1 for every value b of x in [0, nbins); values outside the bins are not counted.
+__global__ void kernel(const int* x, int* hist, int n, int nbins) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    extern __shared__ int s_hist[];
+    if (nbins > 0 && nbins <= 4096) {
+        for (int k = threadIdx.x; k < nbins; k += blockDim.x) s_hist[k] = 0;
+        __syncthreads();
+        if (i < n) {
+            int b = x[i];
+            if (b >= 0 && b < nbins) atomicAdd(&s_hist[b], 1);
+        }
+        __syncthreads();
+        for (int k = threadIdx.x; k < nbins; k += blockDim.x) {
+            if (s_hist[k] != 0) atomicAdd(&hist[k], s_hist[k]);
+        }
+    } else if (i < n) {
+        int b = x[i];
+        if (b >= 0 && b < nbins) atomicAdd(&hist[b], 1);
+    }
+}
