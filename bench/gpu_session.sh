@@ -28,7 +28,7 @@
 # (bench/sweeps/NAME.toml), transfer:OP,OP (bench/transfer_eval.py on the GPU, each operator its own part
 # results/transfer/OP.json and its own time limit, budget $TRANSFER_BUDGET (24), $TRANSFER_JOBS (6), the library strategy
 # $TRANSFER_STRATEGY (default: transfer_eval.py's, the optimize default; or library), the searches' rivals
-# $TRANSFER_RIVALS (default: transfer_eval.py's), the library
+# $TRANSFER_RIVALS (default: transfer_eval.py's), the library strategy's ordering $TRANSFER_ORDERING (default: transfer_eval.py's), the library
 # $TRANSFER_LIBRARY (default: the bundled one; $OUT/library.json is the one an admit stage before it wrote); join with --merge), admit (a library built from corpus/lineages, or $ADMIT_FROM to resume, or the one a rebuild stage before it wrote; the cards
 # $ADMIT_CARDS names when set (untried: those no trial has judged whose per-case effects say where they pay), and in lane N those $ADMIT_CARDS_N names; admission trials on the GPU, timed with places $ADMIT_PLACEMENT (as_loaded), the walks $ADMIT_LINEAGES (a glob) and those this call wrote read besides corpus/lineages, $ADMIT_JOBS
 # trial kernels' correctness side by side, the earlier trials of the libraries $ADMIT_MEASUREMENTS names read where they
@@ -166,7 +166,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
       for op in ${ops//,/ }; do  # the limit is each operator's
         timeout "${limit:-540}" python3 bench/transfer_eval.py --gate gpu --record --budget "${TRANSFER_BUDGET:-24}" \
           ${TRANSFER_STRATEGY:+--library-strategy "$TRANSFER_STRATEGY"} ${TRANSFER_RIVALS:+--rivals "$TRANSFER_RIVALS"} \
-          --jobs "${TRANSFER_JOBS:-6}" --only "$op" --out "$OUT/results/transfer/$op.json" \
+          ${TRANSFER_ORDERING:+--ordering "$TRANSFER_ORDERING"} --jobs "${TRANSFER_JOBS:-6}" --only "$op" --out "$OUT/results/transfer/$op.json" \
           --log "$OUT/results/transfer/$op.log.jsonl" \
           ${TRANSFER_LIBRARY:+--library "$TRANSFER_LIBRARY"}
       done ;;

@@ -66,7 +66,7 @@ from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, 
 from klineage.optimize.command import seconds  # noqa: E402
 from klineage.optimize.result import ENDED, run_speedup_within  # noqa: E402
 from klineage.optimize.run_log import LOG_HELP, logged  # noqa: E402
-from klineage.optimize.strategies import RIVALS, UNCONDITIONED  # noqa: E402
+from klineage.optimize.strategies import DEFAULT_ORDERING, RIVALS, UNCONDITIONED, Ordering  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
 from klineage.skills.induction import lineage_id  # noqa: E402
 from klineage.skills.library import Library, bundled_library, corpus_lineages, lineage_index, load_library  # noqa: E402
@@ -79,7 +79,7 @@ PARTIAL_NOTE = ("the summaries cover only the workloads and strategies this docu
                 "(join the parts with --merge; a run that is not complete was cut short)")
 DOCUMENTS = "docs"  # next to a part: its optimization documents, as bench/results/skills-parts keeps them
 # one experiment's parts share these
-AGREE = ("gate", "budget", "rewriter", "seed", "statuses", "library", "held_out", "rivals")
+AGREE = ("gate", "budget", "rewriter", "seed", "statuses", "library", "held_out", "rivals", "ordering")
 MEASURED_ON = ("gpu", "driver", "cuda", "torch", "toolchain", "git_commit")  # these may differ between lanes
 DEFINITIONS = {
     "admission_rate": "admitted cards / cards of a library that went through roundtrip admission",
@@ -235,6 +235,7 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
                                   library=library if strategy.uses_library else None, rewriter=rewriter,
                                   seed=args.seed, statuses=args.statuses, lineages=index, record=args.record,
                                   jobs=args.jobs, time_limit_s=args.time_limit_s, rivals=args.rivals,
+                                  ordering=args.ordering,
                                   **logged(args.log, workload=name, strategy=strategy.value))
             except KLineageError as exc:
                 row["strategies"][strategy.value] = {"error": str(exc)}
@@ -314,7 +315,9 @@ def provenance(verdicts: list[Verdict], args: argparse.Namespace, library: str) 
             "statuses": args.statuses, "time_limit_s": args.time_limit_s,
             "library": library, "written_by": "bench/skills_eval.py"} | (
         {"held_out": "operator"} if args.hold_out_operator else {}) | (  # absent otherwise: earlier parts still merge
-        {"rivals": args.rivals} if args.rivals else {})  # likewise: parts written before rivals ran with none
+        {"rivals": args.rivals} if args.rivals else {}) | (  # likewise: parts written before rivals ran with none
+        # and before orderings, as planned
+        {"ordering": args.ordering} if args.ordering != Ordering.AS_PLANNED.value else {})
 
 
 def left_out_of(paths: list[Path]) -> list[dict[str, str]]:
@@ -502,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rivals", type=int, default=RIVALS,
                         help=f"candidates a first improvement rules out, gated beside it (default {RIVALS}; 0: none)")
+    parser.add_argument("--ordering", choices=[o.value for o in Ordering], default=DEFAULT_ORDERING.value,
+                        help=f"how the library strategies order each round (default {DEFAULT_ORDERING.value}; parts "
+                             f"written before orderings existed ran {Ordering.AS_PLANNED.value})")
     parser.add_argument("--lineages", default=str(config.corpus_dir() / "lineages"), help="folder of lineage JSON")
     parser.add_argument("--documents", help="also write every optimization document into this folder")
     parser.add_argument("--out", default=str(config.REPO_ROOT / "bench" / "results" / "skills.json"))

@@ -170,6 +170,19 @@ def test_parts_drawn_from_different_cards_are_not_merged():
         transfer.merged([first, second], OPERATORS)
 
 
+
+def test_parts_of_two_orderings_are_not_merged():
+    """How the library strategy ordered its rounds (Ordering) is a setting; a part from before orderings ran them
+    as planned."""
+    transfer = bench_script("transfer_eval")
+    older, measured = _part("rms_norm", 8.0, 4.0), _part("gelu_mul", 2.0, 2.0)
+    measured["provenance"]["ordering"] = "measured"
+    with pytest.raises(ValueError, match=r"ordering 'measured', not 'as_planned'"):
+        transfer.merged([older, measured], OPERATORS)
+    planned = _part("gelu_mul", 2.0, 2.0)
+    planned["provenance"]["ordering"] = "as_planned"
+    assert transfer.merged([older, planned], OPERATORS)["operators"] == 2
+
 def test_a_run_records_the_library_it_drew_on_and_its_fingerprint(tmp_path):
     """--library: the path as given (relative inside the checkout) and what its cards were."""
     from klineage.fingerprint import sha256_json

@@ -33,7 +33,14 @@ def seconds(text: str) -> float:
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    from klineage.optimize.strategies import DEFAULT_STRATEGY, RIVALS, RewriterKind, Strategy
+    from klineage.optimize.strategies import (
+        DEFAULT_ORDERING,
+        DEFAULT_STRATEGY,
+        RIVALS,
+        Ordering,
+        RewriterKind,
+        Strategy,
+    )
 
     sub = commands.add_parser(
         "optimize", help="optimize a kernel with skill cards under the gate (or a baseline strategy, same budget)",
@@ -61,6 +68,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     sub.add_argument("--rivals", type=int, default=RIVALS, metavar="N",
                      help=f"before a first improvement is taken, gate up to N candidates it would rule out and take "
                           f"the fastest (default {RIVALS}; 0: take the first improvement)")
+    sub.add_argument("--ordering", choices=[o.value for o in Ordering], default=DEFAULT_ORDERING.value,
+                     help="how a library strategy orders each round: measured (default) tries after the rest what "
+                          "this run or the library measured paying less than a step; as_planned: the cards' order, "
+                          "then the catalog's")
     sub.add_argument("--time-limit-s", type=seconds, metavar="SECONDS",
                      help="stop gating candidates once the run has taken this long (stop: time_limit)")
     sub.add_argument("--save", metavar="DIR", help="also write the best kernel as a kernel folder (kernel.cu + "
@@ -91,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
                           rewriter=args.rewriter, seed=args.seed, statuses=statuses,
                           required_ratio=args.require if args.require is not None else DEFAULT_REQUIRED_RATIO,
                           progress=progress, on_event=on_event, lookahead=args.lookahead, jobs=args.jobs,
-                          time_limit_s=args.time_limit_s, rivals=args.rivals)
+                          time_limit_s=args.time_limit_s, rivals=args.rivals, ordering=args.ordering)
     out = Path(args.out) if args.out else (config.data_dir() / "optimizations" /
                                            f"{start.name}-{strategy.value}-{mode.value}.json")
     result.save(out)

@@ -82,7 +82,17 @@ from klineage.optimize.result import (
     Step,
     Stop,
 )
-from klineage.optimize.strategies import RIVALS, Candidate, RewriterKind, Selection, Strategy, planner
+from klineage.optimize.strategies import (
+    DEFAULT_ORDERING,
+    RIVALS,
+    Candidate,
+    Ordering,
+    RewriterKind,
+    RunMemory,
+    Selection,
+    Strategy,
+    planner,
+)
 from klineage.rewriters.llm_budget import BudgetExhausted
 from klineage.skills.card import CardStatus
 from klineage.transforms import catalog
@@ -118,7 +128,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
              transforms: Sequence[Transform] | None = None, llm: Any = None,
              lineages: Mapping[str, Lineage] | None = None, lookahead: Lookahead = Lookahead.PAIRS,
              record: bool = False, jobs: int = 1, time_limit_s: float | None = None,
-             rivals: int = RIVALS) -> OptimizationResult:
+             rivals: int = RIVALS, ordering: Ordering | str = DEFAULT_ORDERING) -> OptimizationResult:
     """Optimize `start` on the problem with `strategy`, spending at most `budget` gate calls.
 
     `library` is a `klineage.skills.library.Library`, or the path of one (a library JSON file or a
@@ -137,10 +147,13 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     finishes, so that every evaluation counted was judged whole; with `jobs` > 1 so does a window
     of correctness twins begun before the limit). `rivals` bounds the candidates a first improvement
     would rule out that are gated beside it (Rivals, above; 0: none, the first improvement is taken).
-    Strategy, rewriter, gate mode and statuses may be given by their values ("library", "compile")."""
+    `ordering` is how a library strategy orders each round (`strategies.Ordering`; the document keeps it, and a
+    replay of a run written before orderings existed passes AS_PLANNED).
+    Strategy, rewriter, gate mode, statuses and ordering may be given by their values ("library", "compile")."""
     strategy = Strategy.parse(strategy)
     rewriter = RewriterKind.parse(rewriter)
     gate_mode = choice(GateMode, gate_mode, "gate mode")
+    ordering = Ordering.parse(ordering)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise KLineageError(f"the budget is a whole number of gate evaluations >= 1, not {budget!r}")
     if required_ratio < 1:
@@ -176,13 +189,15 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
         from klineage.skills.library import lineage_index
 
         lineages = lineage_index()
+    memory = RunMemory()
     plan = planner(strategy, rewriter, cards=cards, problem=problem, statuses=allowed,
                    transforms=list(catalog().values() if transforms is None else transforms), seed=seed, llm=llm,
-                   lineages=lineages, required_ratio=required_ratio)
+                   lineages=lineages, required_ratio=required_ratio, ordering=ordering, memory=memory)
     with serial_runner(problem_path, gate_mode) as runner:
         run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
                    progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm,
-                   choice(Lookahead, lookahead, "lookahead"), record, jobs, time_limit_s, rivals, runner=runner)
+                   choice(Lookahead, lookahead, "lookahead"), record, jobs, time_limit_s, rivals, runner=runner,
+                   ordering=ordering, memory=memory)
         return run.go()
 
 
@@ -221,6 +236,8 @@ class _Run:
     time_limit_s: float | None = None
     rivals: int = RIVALS
     runner: Runner | None = None  # the warm runner of this run's one-at-a-time gates (klineage.gate.warm)
+    ordering: Ordering = Ordering.AS_PLANNED
+    memory: RunMemory = field(default_factory=RunMemory)  # what the planner's MEASURED ordering reads
     began: float = field(default_factory=time.monotonic)
     attempts: list[Attempt] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
@@ -427,8 +444,10 @@ class _Run:
             return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.GATE_ERROR,
                                        message=failure.message, evaluation=self.evaluations))
         status, ratio, message = self.judge(verdict)
-        return self.record(Attempt(**common, candidate=state.fingerprint, status=status,
-                                   message=f"{message}; {why}" if why else message,
+        if status in (AttemptStatus.NOT_FASTER, AttemptStatus.REJECTED):
+            self.memory.unpaid(candidate.transform, candidate.anchor, status.value.replace("_", " "))
+        message = "; ".join(filter(None, (message, why, candidate.put_last and f"put last: {candidate.put_last}")))
+        return self.record(Attempt(**common, candidate=state.fingerprint, status=status, message=message,
                                    evaluation=self.evaluations, key=str(verdict.provenance.get("key", "")),
                                    verdict=VerdictSummary.of(verdict), ratio=ratio))
 
@@ -458,6 +477,7 @@ class _Run:
         step = Step(len(self.steps), attempt.index, attempt.transform, attempt.card, attempt.anchor,
                     parent.fingerprint, state, attempt.ratio, unified_diff(parent, state, "best", "candidate"))
         self.steps.append(step)
+        self.memory.stepped()
         self.progress("optimize", f"step {step.index}: took {attempt.transform} ({attempt.ratio.overall:.3f}x); "
                                   f"{self.speedup:.3f}x over the start", self.fraction)
         self.on_event(OptimizationEvent(EventKind.STEP, attempt, self.evaluations, self.budget, len(self.steps),
@@ -504,7 +524,8 @@ class _Run:
             attempts=tuple(self.attempts), steps=tuple(self.steps), stop=stop, message=message,
             stats=Stats(self.evaluations, gated - len(self.steps), len(self.steps), round(self.seconds, 3),
                         sum(a.status is AttemptStatus.PRECONDITION_FAILED for a in self.attempts)),
-            llm_usage=self.llm.spent.to_dict() if self.llm is not None else None, rivals=self.rivals)
+            llm_usage=self.llm.spent.to_dict() if self.llm is not None else None, rivals=self.rivals,
+            ordering=self.ordering)
 
 
 def ruled_out(candidates: Iterator[Candidate], parent: KernelState, child: KernelState, taken: str,

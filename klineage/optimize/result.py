@@ -34,7 +34,7 @@ from klineage.errors import DocumentError
 from klineage.gate.timing import PairedRatio
 from klineage.kernel import KernelState
 from klineage.lineage import Assurance, ProblemRef, VerdictSummary
-from klineage.optimize.strategies import LIBRARY_STRATEGIES, UNCONDITIONED, RewriterKind, Strategy
+from klineage.optimize.strategies import LIBRARY_STRATEGIES, UNCONDITIONED, Ordering, RewriterKind, Strategy
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus
 from klineage.transforms.base import Anchor
 
@@ -273,13 +273,15 @@ class OptimizationResult(Document):
     stats: Stats
     llm_usage: dict[str, Any] | None = None  # the model's tokens and cost, when the LLM rewriter ran
     rivals: int = 0  # candidates a first improvement rules out, gated beside it; 0 in runs from before rivals
+    ordering: Ordering = Ordering.AS_PLANNED  # how a library strategy ordered its rounds; runs from before: as planned
     version: int = OPTIMIZATION_VERSION
 
     def __post_init__(self) -> None:
         if self.version != OPTIMIZATION_VERSION:
             raise DocumentError("optimization", f"unsupported version {self.version!r} (this is "
                                                 f"{OPTIMIZATION_VERSION})")
-        for name, kind in (("strategy", Strategy), ("rewriter", RewriterKind), ("gate", GateMode), ("stop", Stop)):
+        for name, kind in (("strategy", Strategy), ("rewriter", RewriterKind), ("gate", GateMode), ("stop", Stop),
+                           ("ordering", Ordering)):
             if not isinstance(getattr(self, name), kind):
                 raise DocumentError(f"optimization.{name}", f"must be a {kind.__name__}, not {getattr(self, name)!r}")
         whole(self.budget, "optimization.budget", minimum=1)
@@ -398,11 +400,12 @@ class OptimizationResult(Document):
                 "attempts": [a.to_dict() for a in self.attempts], "steps": [s.to_dict() for s in self.steps],
                 "best": {"name": best.name, "fingerprint": best.fingerprint}, "stop": self.stop.value,
                 "message": self.message, "stats": self.stats.to_dict(), "speedup": self.speedup, "note": self.note,
-                "llm_usage": self.llm_usage, "rivals": self.rivals}
+                "llm_usage": self.llm_usage, "rivals": self.rivals, "ordering": self.ordering.value}
 
     @classmethod
     def from_dict(cls, data: Any) -> OptimizationResult:
-        data = need(data, _KEYS, "optimization", optional=("rivals",))  # absent: a run from before rivals
+        # absent: a run from before rivals, or orderings
+        data = need(data, _KEYS, "optimization", optional=("rivals", "ordering"))
         if data["version"] != OPTIMIZATION_VERSION:
             raise DocumentError("optimization", f"unsupported version {data['version']!r} (this is "
                                                 f"{OPTIMIZATION_VERSION})")
@@ -428,6 +431,7 @@ class OptimizationResult(Document):
             steps=tuple(Step.from_dict(s, f"steps[{i}]") for i, s in enumerate(data["steps"])),
             stop=enum(Stop, data["stop"], "optimization.stop"), message=text(data["message"], "optimization.message"),
             stats=Stats.from_dict(data["stats"]), llm_usage=data["llm_usage"], rivals=data.get("rivals", 0),
+            ordering=enum(Ordering, data.get("ordering", Ordering.AS_PLANNED.value), "optimization.ordering"),
             version=data["version"])
         derived = result.to_dict()
         for key in ("best", "speedup", "note"):

@@ -20,6 +20,16 @@ the strategies differ only here:
   timing precondition, and putting last the kernels cards passed over: the library decides what is
   tried first, and a kernel none of its cards fits still gets the catalog's analysis forwards with the
   budget the cards leave.
+
+How a library strategy orders a round (`Ordering`, kept in the run's document): AS_PLANNED is the order
+above. MEASURED (the default) puts after the rest of the round what is measured to pay less than a step:
+a candidate whose transform, at the same site, this run gated at an earlier best kernel without taking it
+(`RunMemory`: the operator's own measurement outranks the walks' evidence from other kernels), and a
+catalog forward of a mechanism every measured card of which fell short of a step (`mechanism_short_of`).
+Nothing is left out: with budget left, the round still reaches them. On bmm_small (H100, budget 8) the
+cards re-proposed `__launch_bounds__` after the tile, measured 0.999x on the naive kernel of the same run,
+and the catalog's padding removal (cards: 1.003x and 1.01x) came before the register blocking the
+unconditioned searches took: 1.58x where they reached 4.02x.
 - GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
   preconditions, risks), retrieved and materialized at the transforms' own sites only (no anchors
   to place or diffs to replay): the paper's ablation.
@@ -92,6 +102,46 @@ LIBRARY_STRATEGIES = (Strategy.LIBRARY, Strategy.LIBRARY_THEN_CATALOG)
 UNCONDITIONED = (Strategy.UNCONDITIONED_RANDOM, Strategy.UNCONDITIONED_GREEDY)
 
 
+class Ordering(str, Enum):
+    """How a library strategy orders a round's candidates (module docstring)."""
+
+    AS_PLANNED = "as_planned"  # the planner's order; every run written before orderings existed
+    MEASURED = "measured"  # what this run or the library measured paying less than a step after the rest
+
+    @classmethod
+    def parse(cls, value: Any) -> Ordering:
+        return choice(cls, value, "ordering")
+
+
+DEFAULT_ORDERING = Ordering.MEASURED
+
+
+class RunMemory:
+    """The sites a run gated without taking them, for the rounds after (`Ordering.MEASURED`). The loop tells it
+    what each gated attempt came to and when a step is taken; a site counts only once its round has ended in a
+    step, so the lookahead's composites on this round's stepping stones are not put last by this round's own
+    refusals."""
+
+    def __init__(self) -> None:
+        self._earlier: dict[tuple[str, Anchor | None], str] = {}
+        self._this_round: dict[tuple[str, Anchor | None], str] = {}
+
+    def unpaid(self, transform: str, anchor: Anchor | None, what: str) -> None:
+        """This round gated `transform` at `anchor` and did not take it (`what` says how it came out)."""
+        self._this_round.setdefault((transform, anchor), what)
+
+    def stepped(self) -> None:
+        for site, what in self._this_round.items():
+            self._earlier.setdefault(site, what)  # the first measurement of a site is the one told
+        self._this_round.clear()
+
+    def measured(self, candidate: Candidate) -> str:
+        """Why the run's own measurements put the candidate last, or ''."""
+        what = self._earlier.get((candidate.transform, candidate.anchor), "")
+        return f"{candidate.transform} at {candidate.anchor} was {what} at an earlier best kernel of this run" \
+            if what else ""
+
+
 class Selection(str, Enum):
     """How a round at one best kernel ends."""
 
@@ -123,6 +173,7 @@ class Candidate:
     score: float | None = None  # the retrieval score, for card candidates
     passed_over: str = ""  # why a candidate kernel is not worth a gate call (`short_of`); only with a rewrite
     precondition_failed: str = ""  # its card's timing precondition fails here (retrieval.timing_failure); likewise
+    put_last: str = ""  # why `Ordering.MEASURED` put it after the rest of its round, for the attempt's record
 
     def __post_init__(self) -> None:
         if not self.transform:
@@ -182,12 +233,15 @@ def forward_pool(transforms: Sequence[Transform]) -> list[Transform]:
 
 def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[SkillCard], problem: ProblemInfo | None,
             statuses: Sequence[CardStatus], transforms: Sequence[Transform], seed: int, llm: Any = None,
-            lineages: Mapping[str, Lineage] | None = None, required_ratio: float | None = None) -> Planner:
+            lineages: Mapping[str, Lineage] | None = None, required_ratio: float | None = None,
+            ordering: Ordering = Ordering.AS_PLANNED, memory: RunMemory | None = None) -> Planner:
     """The candidate source of a strategy. `llm` is the LLM rewriter when `rewriter` is LLM.
     `lineages` (lineage id -> lineage) lend the LIBRARY strategy the anchors of its cards' source
     transitions; stripped cards (GENERATED_ONLY) have no anchors to lend. With `required_ratio`, the
     LIBRARY strategy under the rule rewriter passes over the kernels of a card alone whose
-    measurements fall short of it (`short_of`); the LLM rewriter is asked for every card."""
+    measurements fall short of it (`short_of`); the LLM rewriter is asked for every card. `ordering`
+    MEASURED (library strategies, rule rewriter: the LLM's candidates are model calls, never read ahead)
+    reads what `memory` has seen of this run, and the cards' measurements against `required_ratio`."""
     if rewriter is RewriterKind.LLM and llm is None:
         raise KLineageError("the llm rewriter was chosen but none was given")
     if strategy.uses_library:
@@ -197,9 +251,11 @@ def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[Skill
         lent = lineages if strategy.lends_walks and lineages else {}
         least = required_ratio if strategy.lends_walks else None
         cards_plan = _cards(pool, problem, tuple(statuses), rewriter, llm, lent, least)
+        last = (_measured_last(pool, memory or RunMemory(), required_ratio)
+                if ordering is Ordering.MEASURED and rewriter is RewriterKind.RULES else None)
         if strategy is Strategy.LIBRARY_THEN_CATALOG:
-            return _then(cards_plan, _unconditioned(forward_pool(transforms), rewriter, llm, None))
-        return cards_plan
+            return _then(cards_plan, _unconditioned(forward_pool(transforms), rewriter, llm, None), last)
+        return _then(cards_plan, lambda state: iter(()), last) if last else cards_plan
     if strategy is Strategy.NO_LIBRARY:
         if rewriter is RewriterKind.RULES:
             raise KLineageError("strategy no_library is the rewriter alone, and the rule rewriter has no forward "
@@ -219,13 +275,31 @@ def short_of(card: SkillCard, required_ratio: float | None) -> str:
     decides). Its paths and its whole mechanism are still tried: a card may pay among the others."""
     if required_ratio is None:
         return ""
-    effects = [min(e.ratio, *e.per_trial) for e in card.effects]
-    trials = [t.ratio for t in card.verification_log if t.passed and t.ratio is not None]
+    effects, trials = _measurements(card)
     if not effects + trials or max(effects + trials) >= required_ratio:
         return ""
     return (f"card {card.short_id} alone: none of its {len(effects)} measured effect(s) and {len(trials)} passed "
             f"trial(s) reached the {required_ratio:g}x a step needs (best {max(effects + trials):.3f}x); it is "
             f"tried within paths and its whole mechanism")
+
+
+def mechanism_short_of(transform: str, cards: Sequence[SkillCard], required_ratio: float | None) -> str:
+    """Why the library expects `transform` to pay less than a step: some card of it was measured, and no card's
+    measurement reached `required_ratio`. '' otherwise (cards never measured are no evidence either way)."""
+    if required_ratio is None:
+        return ""
+    measured = [sum(_measurements(card), []) for card in cards if card.transform == transform]
+    values = [v for each in measured for v in each]
+    if not values or max(values) >= required_ratio:
+        return ""
+    return (f"no measurement of the library's {len([m for m in measured if m])} measured {transform} card(s) "
+            f"reached the {required_ratio:g}x a step needs (best {max(values):.3f}x)")
+
+
+def _measurements(card: SkillCard) -> tuple[list[float], list[float]]:
+    """The card's effects (each its worst of median and trials) and its passed admission trials' ratios."""
+    return ([min(e.ratio, *e.per_trial) for e in card.effects],
+            [t.ratio for t in card.verification_log if t.passed and t.ratio is not None])
 
 
 def _cards(cards: list[SkillCard], problem: ProblemInfo, statuses: tuple[CardStatus, ...], rewriter: RewriterKind,
@@ -395,30 +469,54 @@ def _everywhere(card: SkillCard, state: KernelState, rewrites: Sequence[Rewrite]
                    note=f"at all {len(applied.anchors)} sites: " + ", ".join(map(str, applied.anchors)))
 
 
-def _then(first: Planner, after: Planner) -> Planner:
+def _measured_last(cards: Sequence[SkillCard], memory: RunMemory,
+                   required_ratio: float | None) -> Callable[[Candidate], str]:
+    """Why `Ordering.MEASURED` puts a candidate kernel after the rest of its round, or ''."""
+
+    def why(candidate: Candidate) -> str:
+        if candidate.rewrite is None or candidate.not_gated:
+            return ""  # costs no gate call: nothing to gain by moving it
+        return memory.measured(candidate) or mechanism_short_of(candidate.transform, cards, required_ratio)
+
+    return why
+
+
+def _then(first: Planner, after: Planner, last: Callable[[Candidate], str] | None = None) -> Planner:
     """`first`'s candidates, then `after`'s whose kernel `first` has not gated at this state (a catalog forward
     that rebuilds a card's kernel would cost a second gate call for one kernel). A kernel `first` passed over
     (its card alone never reached a step's ratio where it was measured: `short_of`) is still `after`'s to gate,
     last of all: that evidence comes from other kernels (the read-only path paid nothing on the walks' kernels
     and 9.8% filling l2_normalize's row cache), so the cards put it behind everything else rather than out of
     a search with budget left. A kernel whose card's timing precondition fails here stays out: that is this
-    problem's own cases saying it does not pay."""
+    problem's own cases saying it does not pay. With `last` (`Ordering.MEASURED`), the kernels it gives a
+    reason for come after the others of both, before those passed over, each carrying its reason."""
 
     def plan(state: KernelState) -> Iterator[Candidate]:
         kept_out: set[str] = set()
         passed_over: set[str] = set()
+        measured: list[Candidate] = []
         for candidate in first(state):
             if candidate.state is not None:
                 (passed_over if candidate.passed_over else kept_out).add(candidate.state.fingerprint)
-            yield candidate
-        last = []
+            why = last(candidate) if last else ""
+            if why:
+                measured.append(replace(candidate, put_last=why))
+            else:
+                yield candidate
+        behind = []
         for candidate in after(state):
             fingerprint = candidate.state.fingerprint if candidate.state is not None else None
+            why = last(candidate) if last else ""
             if fingerprint in passed_over - kept_out:
-                last.append(candidate)
-            elif fingerprint not in kept_out:
+                behind.append(candidate)
+            elif fingerprint in kept_out:
+                continue
+            elif why:
+                measured.append(replace(candidate, put_last=why))
+            else:
                 yield candidate
-        yield from last
+        yield from measured
+        yield from behind
 
     return plan
 
@@ -479,5 +577,6 @@ def _asked(llm: Any, state: KernelState, card_like: dict[str, Any], transform: s
     return Candidate(name, card, done.anchor, done.rewrite, score=score)
 
 
-__all__ = ["Candidate", "DEFAULT_STRATEGY", "LIBRARY_STRATEGIES", "LLM_ANY", "MAX_ASKS_PER_ROUND", "Planner", "RIVALS",
-           "RewriterKind", "Selection", "Strategy", "UNCONDITIONED", "card_brief", "forward_pool", "planner", "strip"]
+__all__ = ["Candidate", "DEFAULT_ORDERING", "DEFAULT_STRATEGY", "LIBRARY_STRATEGIES", "LLM_ANY", "MAX_ASKS_PER_ROUND",
+           "Ordering", "Planner", "RIVALS", "RewriterKind", "RunMemory", "Selection", "Strategy", "UNCONDITIONED",
+           "card_brief", "forward_pool", "mechanism_short_of", "planner", "strip"]

@@ -1,0 +1,158 @@
+"""Ordering.MEASURED: a library strategy tries what this run or the library measured paying less than a step
+after the rest of its round, and leaves nothing out.
+
+The end-to-end runs are bmm_small's default search under the real compile-only gate with a stand-in for the
+GPU's timing (`scripted_gate`) that scripts what the H100 measured; the planner, the transforms, the bundled
+library and the budget are the real ones."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from klineage import corpus
+from klineage.config import REPO_ROOT, GateMode
+from klineage.errors import DocumentError
+from klineage.kernel import load_kernel
+from klineage.optimize import AttemptStatus, OptimizationResult, Strategy, optimize, strategies
+from klineage.optimize.strategies import Candidate, Ordering, RunMemory, mechanism_short_of
+from klineage.skills.library import bundled_library, load_library
+from klineage.transforms.base import Anchor, Direction, Rewrite
+from scripted_gate import script_gpu_timing
+
+SITE = Anchor("row_softmax", "function", "launch_bounds(256)")
+
+
+def _candidate(state, suffix: str, card: str = "", transform: str = "ldg", **why) -> Candidate:
+    kernel = state.with_source(state.source + f"\n// {suffix}\n")
+    return Candidate(transform, card, rewrite=Rewrite(transform, Direction.FORWARD, Anchor("k", "function", suffix),
+                                                      kernel), **why)
+
+
+def _suffix(candidate: Candidate) -> str:
+    return candidate.state.source.rsplit("// ", 1)[1].strip()
+
+
+def test_what_is_measured_to_pay_less_than_a_step_comes_after_the_rest_of_the_round():
+    start = corpus.kernel_entry("row_softmax/naive").load()
+    card = "c" * 64
+    from_cards = [_candidate(start, "card", card), _candidate(start, "card-measured", card),
+                  _candidate(start, "passed", card, passed_over="alone: never a step")]
+    from_catalog = [_candidate(start, suffix) for suffix in ("passed", "fresh", "short", "card", "card-measured")]
+    reasons = {"card-measured": "not faster before", "short": "its cards fell short"}
+    plan = strategies._then(lambda state: iter(from_cards), lambda state: iter(from_catalog),
+                            lambda candidate: reasons.get(_suffix(candidate), ""))
+    order = [(c.card != "", _suffix(c), c.put_last) for c in plan(start)]
+    # the card's kernel put last is still the card's (the catalog never gates it again); the kernel a card passed
+    # over stays behind everything, as in the planned order
+    assert order == [(True, "card", ""), (True, "passed", ""), (False, "fresh", ""),
+                     (True, "card-measured", "not faster before"), (False, "short", "its cards fell short"),
+                     (False, "passed", "")]
+    as_planned = strategies._then(lambda state: iter(from_cards), lambda state: iter(from_catalog))
+    assert [_suffix(c) for c in as_planned(start)] == ["card", "card-measured", "passed", "fresh", "short", "passed"]
+
+
+def test_a_site_the_run_gated_without_a_step_counts_only_once_its_round_took_one():
+    """The lookahead's composites on this round's stepping stones are planned before any step: a refusal of this
+    round must not put them last."""
+    start = corpus.kernel_entry("row_softmax/naive").load()
+    memory = RunMemory()
+    candidate = Candidate("launch_bounds", rewrite=Rewrite("launch_bounds", Direction.FORWARD, SITE, start))
+    memory.unpaid("launch_bounds", SITE, "not faster")
+    assert memory.measured(candidate) == ""
+    memory.stepped()
+    assert memory.measured(candidate) == ("launch_bounds at row_softmax/function:launch_bounds(256) was not faster "
+                                          "at an earlier best kernel of this run")
+    elsewhere = Candidate("launch_bounds", rewrite=Rewrite("launch_bounds", Direction.FORWARD,
+                                                           Anchor("other", "function", "launch_bounds(256)"), start))
+    assert memory.measured(elsewhere) == "", "another site of the transform is not what was measured"
+    memory.unpaid("launch_bounds", SITE, "rejected")
+    memory.stepped()
+    assert "was not faster" in memory.measured(candidate), "the first measurement of a site is the one told"
+
+
+def _measured(transform: str, *ratios: float):
+    card = load_library(bundled_library()).cards[0]
+    effects = tuple(dataclasses.replace(card.effects[0], ratio=r, per_trial=(r, r, r)) for r in ratios) \
+        if card.effects else ()
+    return dataclasses.replace(card, id="", transform=transform, effects=effects, verification_log=())
+
+
+def test_a_mechanism_is_short_of_a_step_only_when_some_card_measured_it_and_none_reached_the_ratio():
+    assert load_library(bundled_library()).cards[0].effects, "the helper needs a card with an effect to copy"
+    cards = [_measured("unpad_shared", 1.003, 1.008), _measured("unpad_shared"), _measured("launch_bounds", 1.169)]
+    assert mechanism_short_of("unpad_shared", cards, 1.01) == (
+        "no measurement of the library's 1 measured unpad_shared card(s) reached the 1.01x a step needs "
+        "(best 1.008x)")
+    assert mechanism_short_of("launch_bounds", cards, 1.01) == ""
+    assert mechanism_short_of("unblock_matmul", cards, 1.01) == "", "no card: unknown, not short"
+    assert mechanism_short_of("unpad_shared", cards + [_measured("unpad_shared", 1.2)], 1.01) == ""
+    assert mechanism_short_of("unpad_shared", cards, None) == ""
+    # an effect counts by its worst of median and trials, as a card alone is judged (short_of)
+    mixed = dataclasses.replace(cards[2], id="", effects=(dataclasses.replace(cards[2].effects[0], ratio=1.05,
+                                                                       per_trial=(1.05, 1.0, 1.06)),))
+    assert mechanism_short_of("launch_bounds", [mixed], 1.01).endswith("(best 1.000x)")
+
+
+BMM_SMALL = REPO_ROOT / "bench" / "transfer" / "bmm_small"
+
+
+@pytest.fixture
+def scripted_gpu(monkeypatch, gate_cache):
+    """bmm_small as the H100 measured it (session 46): the shared-memory tile 1.58x the naive kernel, register
+    blocking on it 2.55x the tile, every other rewrite the cards or the catalog propose no faster."""
+    script_gpu_timing(monkeypatch, lambda source: (1 / 1.58 if "tile_a" in source or "block_acc" in source else 1)
+                      * (1 / 2.55 if "block_acc" in source else 1))
+    return load_kernel(BMM_SMALL / "naive")
+
+
+def _run(start, cache, ordering: Ordering, budget: int) -> OptimizationResult:
+    result = optimize(BMM_SMALL / "problem.py", start, strategy=Strategy.LIBRARY_THEN_CATALOG,
+                      library=load_library(bundled_library()), budget=budget, gate_mode=GateMode.GPU, cache=cache,
+                      ordering=ordering)
+    assert OptimizationResult.from_json(result.to_json()) == result
+    assert result.ordering is ordering
+    return result
+
+
+def test_a_site_refused_at_an_earlier_best_kernel_waits_behind_what_no_one_measured(scripted_gpu, gate_cache):
+    """As planned, the round after the tile re-gates the `__launch_bounds__` card refused on the naive kernel and the
+    catalog's padding removal (its cards measured 1.003x and 1.01x) before register blocking, and budget 8 ends
+    there: the H100 run's 1.58x. Measured, both wait, and the same budget reaches the blocked product."""
+    planned = _run(scripted_gpu, gate_cache, Ordering.AS_PLANNED, budget=8)
+    assert [s.transform for s in planned.steps] == ["untile_matmul"]
+    measured = _run(scripted_gpu, gate_cache, Ordering.MEASURED, budget=8)
+    assert [s.transform for s in measured.steps] == ["untile_matmul", "unblock_matmul"]
+    assert measured.speedup == pytest.approx(1.58 * 2.55)
+    # the gated attempts are the planned run's up to the round after the tile, which skips what was measured
+    gated = [(a.round, a.transform) for a in measured.attempts if a.status.gated]
+    assert gated[:5] == [(r, t) for r, t in ((a.round, a.transform) for a in planned.attempts if a.status.gated)][:5]
+    assert gated[5] == (1, "unblock_matmul")
+    refused = {(a.transform, a.anchor) for a in measured.attempts if a.round == 0 and a.status.gated
+               and a.status is not AttemptStatus.FASTER}
+    assert ("launch_bounds", Anchor("bmm", "function", "launch_bounds(256)")) in refused
+
+
+def test_nothing_measured_is_left_out_of_a_round_with_budget_left(scripted_gpu, gate_cache):
+    """With the budget to try out the round after the blocked product, the sites put last are gated there, each
+    saying why it came last."""
+    measured = _run(scripted_gpu, gate_cache, Ordering.MEASURED, budget=40)
+    last_round = max(a.round for a in measured.attempts)
+    put_last = [a for a in measured.attempts if a.round == last_round and "put last: " in a.message]
+    assert put_last and all(a.status.gated for a in put_last)
+    reasons = {a.message.split("put last: ", 1)[1] for a in put_last}
+    assert any("at an earlier best kernel of this run" in r for r in reasons)
+    assert any(r.startswith("no measurement of the library's") for r in reasons)
+
+
+def test_a_run_document_keeps_its_ordering_and_one_from_before_orderings_reads_as_planned(scripted_gpu, gate_cache):
+    result = _run(scripted_gpu, gate_cache, Ordering.MEASURED, budget=2)
+    data = json.loads(result.to_json())
+    assert data["ordering"] == "measured"
+    del data["ordering"]
+    assert OptimizationResult.from_dict(data).ordering is Ordering.AS_PLANNED
+    with pytest.raises(DocumentError, match=r"optimization\.ordering"):
+        OptimizationResult.from_dict(data | {"ordering": "sideways"})
+
