@@ -22,10 +22,11 @@ the strategies differ only here:
   budget the cards leave.
 
 How a library strategy orders a round (`Ordering`, kept in the run's document): AS_PLANNED is the order
-above. MEASURED (the default) puts after the rest of the round what is measured to pay less than a step:
-a candidate whose transform, at the same site, this run gated at an earlier best kernel without taking it
-(`RunMemory`: the operator's own measurement outranks the walks' evidence from other kernels), and a
-catalog forward of a mechanism every measured card of which fell short of a step (`mechanism_short_of`).
+above. MEASURED (the default) puts after the rest of the round what is measured to pay less than a step,
+in two tiers: first what the library measured on other kernels (a catalog forward of a mechanism every
+measured card of which fell short of a step, `mechanism_short_of`, then the kernels cards passed over, as
+planned), and last what this run measured on this operator (a transform at a site it gated at an earlier
+best kernel without taking it, `RunMemory`): the operator's own measurement outranks the walks' evidence.
 Nothing is left out: with budget left, the round still reaches them. On bmm_small (H100, budget 8) the
 cards re-proposed `__launch_bounds__` after the tile, measured 0.999x on the naive kernel of the same run,
 and the catalog's padding removal (cards: 1.003x and 1.01x) came before the register blocking the
@@ -251,11 +252,13 @@ def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[Skill
         lent = lineages if strategy.lends_walks and lineages else {}
         least = required_ratio if strategy.lends_walks else None
         cards_plan = _cards(pool, problem, tuple(statuses), rewriter, llm, lent, least)
-        last = (_measured_last(pool, memory or RunMemory(), required_ratio)
-                if ordering is Ordering.MEASURED and rewriter is RewriterKind.RULES else None)
+        if ordering is not Ordering.MEASURED or rewriter is not RewriterKind.RULES:
+            place: Placing = _as_planned
+        else:
+            place = _measured_last(pool, memory or RunMemory(), required_ratio)
         if strategy is Strategy.LIBRARY_THEN_CATALOG:
-            return _then(cards_plan, _unconditioned(forward_pool(transforms), rewriter, llm, None), last)
-        return _then(cards_plan, lambda state: iter(()), last) if last else cards_plan
+            return _then(cards_plan, _unconditioned(forward_pool(transforms), rewriter, llm, None), place)
+        return _then(cards_plan, lambda state: iter(()), place)
     if strategy is Strategy.NO_LIBRARY:
         if rewriter is RewriterKind.RULES:
             raise KLineageError("strategy no_library is the rewriter alone, and the rule rewriter has no forward "
@@ -469,54 +472,71 @@ def _everywhere(card: SkillCard, state: KernelState, rewrites: Sequence[Rewrite]
                    note=f"at all {len(applied.anchors)} sites: " + ", ".join(map(str, applied.anchors)))
 
 
-def _measured_last(cards: Sequence[SkillCard], memory: RunMemory,
-                   required_ratio: float | None) -> Callable[[Candidate], str]:
-    """Why `Ordering.MEASURED` puts a candidate kernel after the rest of its round, or ''."""
+class Tier(int, Enum):
+    """Where `Ordering.MEASURED` puts a candidate kernel in its round."""
 
-    def why(candidate: Candidate) -> str:
+    FRESH = 0  # nothing measured says it pays less than a step
+    LIBRARY = 1  # the library's cards measured its mechanism short of a step, on other kernels
+    THIS_RUN = 2  # this run gated it at this site at an earlier best kernel and did not take it
+
+
+Placing = Callable[[Candidate], tuple[Tier, str]]  # a candidate's tier and, behind FRESH, why
+
+
+def _measured_last(cards: Sequence[SkillCard], memory: RunMemory, required_ratio: float | None) -> Placing:
+    def place(candidate: Candidate) -> tuple[Tier, str]:
         if candidate.rewrite is None or candidate.not_gated:
-            return ""  # costs no gate call: nothing to gain by moving it
-        return memory.measured(candidate) or mechanism_short_of(candidate.transform, cards, required_ratio)
+            return Tier.FRESH, ""  # costs no gate call: nothing to gain by moving it
+        refused = memory.measured(candidate)
+        if refused:
+            return Tier.THIS_RUN, refused
+        short = mechanism_short_of(candidate.transform, cards, required_ratio)
+        return (Tier.LIBRARY, short) if short else (Tier.FRESH, "")
 
-    return why
+    return place
 
 
-def _then(first: Planner, after: Planner, last: Callable[[Candidate], str] | None = None) -> Planner:
+def _as_planned(candidate: Candidate) -> tuple[Tier, str]:
+    return Tier.FRESH, ""
+
+
+def _then(first: Planner, after: Planner, place: Placing = _as_planned) -> Planner:
     """`first`'s candidates, then `after`'s whose kernel `first` has not gated at this state (a catalog forward
     that rebuilds a card's kernel would cost a second gate call for one kernel). A kernel `first` passed over
     (its card alone never reached a step's ratio where it was measured: `short_of`) is still `after`'s to gate,
     last of all: that evidence comes from other kernels (the read-only path paid nothing on the walks' kernels
     and 9.8% filling l2_normalize's row cache), so the cards put it behind everything else rather than out of
     a search with budget left. A kernel whose card's timing precondition fails here stays out: that is this
-    problem's own cases saying it does not pay. With `last` (`Ordering.MEASURED`), the kernels it gives a
-    reason for come after the others of both, before those passed over, each carrying its reason."""
+    problem's own cases saying it does not pay. `place` (`Ordering.MEASURED`) moves candidates of both behind the
+    fresh ones by their tier, each carrying why: the library's tier before the kernels passed over, this run's
+    after them."""
 
     def plan(state: KernelState) -> Iterator[Candidate]:
         kept_out: set[str] = set()
         passed_over: set[str] = set()
-        measured: list[Candidate] = []
+        later: dict[Tier, list[Candidate]] = {Tier.LIBRARY: [], Tier.THIS_RUN: []}
+        behind = []
+
+        def placed(candidate: Candidate) -> Iterator[Candidate]:
+            tier, why = place(candidate)
+            if tier is Tier.FRESH:
+                yield candidate
+            else:
+                later[tier].append(replace(candidate, put_last=why))
+
         for candidate in first(state):
             if candidate.state is not None:
                 (passed_over if candidate.passed_over else kept_out).add(candidate.state.fingerprint)
-            why = last(candidate) if last else ""
-            if why:
-                measured.append(replace(candidate, put_last=why))
-            else:
-                yield candidate
-        behind = []
+            yield from placed(candidate)
         for candidate in after(state):
             fingerprint = candidate.state.fingerprint if candidate.state is not None else None
-            why = last(candidate) if last else ""
             if fingerprint in passed_over - kept_out:
                 behind.append(candidate)
-            elif fingerprint in kept_out:
-                continue
-            elif why:
-                measured.append(replace(candidate, put_last=why))
-            else:
-                yield candidate
-        yield from measured
+            elif fingerprint not in kept_out:
+                yield from placed(candidate)
+        yield from later[Tier.LIBRARY]
         yield from behind
+        yield from later[Tier.THIS_RUN]
 
     return plan
 
