@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cuda_tools import emulator_command
 from klineage import corpus, expr
 from klineage.config import GateMode
 from klineage.devices import H200
@@ -268,14 +269,12 @@ def _emulated_source(kernel: str, source: str | None = None) -> str:
 
 
 def build_emulator(work: Path, sources: dict[str, str | None]) -> Path:
-    """One CPU build of the kernels `sources` names (their corpus source where the value is None), with
-    nvcc driving the host compiler as tests/cuda_tools.py builds its emulators."""
+    """One CPU build of the kernels `sources` names (their corpus source where the value is None), as
+    tests/cuda_tools.py builds its emulators."""
     (work / "kernels_emu.inc").write_text("".join(_emulated_source(k, s) for k, s in sources.items()))
     shutil.copy(EMULATOR, work / "emulator.cpp")  # a quoted include is found beside the file that includes it
     toolchain = find_toolchain()
-    # -O1, as tests/cuda_tools.py builds its emulators: the build costs more than the small runs made of it
-    build = subprocess.run([toolchain.nvcc, "-std=c++17", "-O1", "-w", f"-I{EMULATOR.parent}",
-                            '-DKERNEL_SOURCE="kernels_emu.inc"', "-o", "emulator", "emulator.cpp"], cwd=work,
+    build = subprocess.run(emulator_command(EMULATOR.parent, "kernels_emu.inc"), cwd=work,
                            capture_output=True, text=True, env=toolchain.environment(work), timeout=600)
     assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
     return work / "emulator"
