@@ -40,7 +40,7 @@ def optimization(result: dict[str, Any], library: str | None = None) -> dict[str
         "best": result["best"], "source": highlight_lines(best["source"]), "speedup": result["speedup"],
         "stop": result["stop"], "message": result["message"], "note": result["note"], "stats": result["stats"],
         "strategy": result["strategy"], "gate": result["gate"], "budget": result["budget"],
-        "library": result["library"],
+        "library": result["library"], "ordering": result.get("ordering", "as_planned"),  # absent: a run from before
         "applied": [{"index": s["index"], "transform": s["transform"], "card": card(s["card"]),
                      "ratio": _ratio(s["ratio"]), "diff": diff_lines(s["diff"])} for s in steps],
         "attempts": [{"index": a["index"], "round": a["round"], "transform": a["transform"], "card": card(a["card"]),

@@ -139,6 +139,8 @@ def test_optimize_job_in_compile_mode_keeps_its_chart_and_result(worker, client)
     # compile-only: the start kernel is not called optimized, and the page says why nothing is faster
     assert "Optimized kernel" not in page and "No faster kernel" in page and "row_softmax_naive" in page
     assert "Nothing can be shown faster without a GPU" in page and "compile-only gate" in page
+    assert result["ordering"] == "measured"  # a job runs the default ordering, and its page says what it means
+    assert "each round tried last what this run or the library measured paying less than a step" in page
 
     # held out: every card was learnt on row_softmax, so none is offered and nothing is tried
     held_out = submit.optimize_params("row_softmax/naive", strategy="library", statuses=["candidate"], budget=6,
