@@ -290,7 +290,9 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
     said = STRATEGY_WORDS.get(strategy, strategy) + (": optimize's default" if default else "")
     # a replayed document's every verdict was measured on a GPU host earlier; say so, since no gate ran for it
     replayed = ", replayed off recorded verdicts" if prov.get("gate") == GateMode.REPLAY.value else ""
-    e.headline = (f"strategy {strategy} ({said}){replayed}, "
+    # how the library's rounds were ordered, where the document says (absent: before orderings, as planned)
+    ordered = f", rounds ordered {prov['ordering'].replace('_', ' ')}" if prov.get("ordering") else ""
+    e.headline = (f"strategy {strategy} ({said}){replayed}{ordered}, "
                   f"budget {prov.get('budget', '?')} gate evaluations, naive time / best time on each operator's "
                   f"headline case, paired, a ratio only where the timing settled: " + "; ".join(words))
     ratio = {(r["workload"], r["kernel"], r["vs"]): r.get("ratio") for r in data.get("rows", [])}
@@ -469,7 +471,8 @@ _SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _precondit
               "gate_cost.json": _gate_cost,
               "jobs.json": _jobs, "web_perf.json": _web_perf, "corpus.json": _corpus, "skills.json": _skills,
               "skills-passed-over-replay.json": _skills_replayed, "mma-peak.json": _mma_peak,
-              "multigpu.json": _multigpu, "transfer.json": _transfer, "transfer-library-run.json": _transfer,
+              "multigpu.json": _multigpu, "transfer.json": _transfer, "transfer-h100.json": _transfer,
+              "transfer-library-run.json": _transfer,
               "transfer-cards-alone.json": _transfer, "row_cache_when.json": _row_cache_when}
 
 

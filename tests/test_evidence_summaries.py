@@ -161,7 +161,7 @@ def test_no_chart_without_a_library_speedup():
     assert skills_chart([refused])["bars"][0]["unconditioned"] is None  # no bar where the budgets differed
 
 
-def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_them(client, db):
+def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_them(client, db, tmp_path):
     """From the committed transfer.json: each number says over how many operators it was measured, each operator
     has a row, the commits that measured them are named, and the chart draws every library ratio."""
     import re
@@ -173,6 +173,11 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     assert "optimize's default" in card.headline
     # the committed document is replayed off the H200's recorded verdicts, and says so; a GPU part would not
     assert data["provenance"]["gate"] == "replay" and "), replayed off recorded verdicts, budget" in card.headline
+    # a run that records how its rounds were ordered says so; one from before orderings says nothing
+    (tmp_path / "transfer.json").write_text(json.dumps(data | {"provenance": data["provenance"] | {
+        "ordering": "measured"}}), encoding="utf-8")
+    ordered = _by_name(tmp_path)["transfer.json"]
+    assert "verdicts, rounds ordered measured, budget" in ordered.headline and "rounds ordered" not in card.headline
     alone = _by_name()["transfer-cards-alone.json"]
     assert alone.title == "Transfer to held-out operators (cards alone)"
     assert alone.headline.startswith("strategy library (cards alone), ") and "default" not in alone.headline
@@ -197,7 +202,10 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     page = client.get("/").content.decode()
     # every transfer card on the page draws its rows (the transfer library's run has its own)
     transfer_cards = [c for c in _by_name().values() if c.title.startswith("Transfer to held-out operators")]
-    assert len(transfer_cards) == 3
+    assert len(transfer_cards) == 4
+    # the H100's merged parts: a card of their own, its numbers over the operators measured so far
+    h100 = _by_name()["transfer-h100.json"]
+    assert h100.where == "NVIDIA H100 80GB HBM3" and "(geometric mean over 15 operators (of 18))" in h100.headline
     assert page.count('<g class="transfer-row"') == sum(len(c.chart["bars"]) for c in transfer_cards)
     assert re.search(r"<title>torch eager: [\d.]+×</title>", page)
 
@@ -226,7 +234,7 @@ def test_a_transfer_run_on_another_library_names_it_and_draws_its_budget_curve(c
     assert f"{lead['vs_unconditioned']:.2f}× at {lead['budget']} evaluations" in card.curve["caption"]
     page = client.get("/").content.decode()
     curves = [c.curve for c in _by_name().values() if c.curve]  # the default strategy's run has one too
-    assert len(curves) == 2 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
+    assert len(curves) == 3 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
     assert "library, 8 evaluations: " in page and "library, then catalog, 8 evaluations: " in page
 
 
