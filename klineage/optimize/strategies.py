@@ -20,6 +20,15 @@ the strategies differ only here:
   timing precondition, and putting last the kernels cards passed over: the library decides what is
   tried first, and a kernel none of its cards fits still gets the catalog's analysis forwards with the
   budget the cards leave.
+- GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
+  preconditions, risks), retrieved and materialized at the transforms' own sites only (no anchors
+  to place or diffs to replay): the paper's ablation.
+- UNCONDITIONED_RANDOM: every catalog transform that has a mechanical forward, at every forward
+  site, in one seeded random order; no cards, preconditions or ordering.
+- UNCONDITIONED_GREEDY: the same pool in the catalog's order, but each round gates every
+  candidate and takes the fastest (steepest ascent) instead of the first improvement.
+- NO_LIBRARY: the rewriter alone (the LLM asked for one optimization of its choice); the rule
+  rewriter has no forward plan without cards, so it refuses this strategy.
 
 How a library strategy orders a round (`Ordering`, kept in the run's document): AS_PLANNED is the order
 above. MEASURED (the default) puts after the rest of the round what is measured to pay less than a step,
@@ -31,15 +40,6 @@ Nothing is left out: with budget left, the round still reaches them. On bmm_smal
 cards re-proposed `__launch_bounds__` after the tile, measured 0.999x on the naive kernel of the same run,
 and the catalog's padding removal (cards: 1.003x and 1.01x) came before the register blocking the
 unconditioned searches took: 1.58x where they reached 4.02x.
-- GENERATED_ONLY: the same cards stripped of what the lineages taught (anchor site and snippet,
-  preconditions, risks), retrieved and materialized at the transforms' own sites only (no anchors
-  to place or diffs to replay): the paper's ablation.
-- UNCONDITIONED_RANDOM: every catalog transform that has a mechanical forward, at every forward
-  site, in one seeded random order; no cards, preconditions or ordering.
-- UNCONDITIONED_GREEDY: the same pool in the catalog's order, but each round gates every
-  candidate and takes the fastest (steepest ascent) instead of the first improvement.
-- NO_LIBRARY: the rewriter alone (the LLM asked for one optimization of its choice); the rule
-  rewriter has no forward plan without cards, so it refuses this strategy.
 
 A planner yields `Candidate`s lazily: with the LLM rewriter each one costs a model call, and the
 loop stops asking once the gate budget is spent.
@@ -598,5 +598,5 @@ def _asked(llm: Any, state: KernelState, card_like: dict[str, Any], transform: s
 
 
 __all__ = ["Candidate", "DEFAULT_ORDERING", "DEFAULT_STRATEGY", "LIBRARY_STRATEGIES", "LLM_ANY", "MAX_ASKS_PER_ROUND",
-           "Ordering", "Planner", "RIVALS", "RewriterKind", "RunMemory", "Selection", "Strategy", "UNCONDITIONED",
-           "card_brief", "forward_pool", "mechanism_short_of", "planner", "strip"]
+           "Ordering", "Planner", "RIVALS", "RewriterKind", "RunMemory", "Selection", "Strategy", "Tier",
+           "UNCONDITIONED", "card_brief", "forward_pool", "mechanism_short_of", "planner", "strip"]
