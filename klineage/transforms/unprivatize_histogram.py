@@ -61,14 +61,41 @@ Refused, each with its reason: a second read or write of `hist`, an index with n
 negative (`x[i] % 256` of a signed x), a return or loop in the work, an atomic whose value is used, another atomic,
 a 2-D launch, more bins than the copy holds, a count the kernel assigns, an index reassigned under a condition.
 
-Not read: a grid-stride loop over the elements (`uncoarsen_grid_stride`'s form, where each block would count many
-elements per copy): the copy's barriers sit outside the loop, which `element_work` does not read; nor a 2-D launch.
+The grid-stride form, where privatizing pays most (each block counts many elements into one copy): a kernel that is
+one grid-stride loop over its elements, as `_flatten` reads it (`for (int i = <global index>; i < n; i +=
+blockDim.x * gridDim.x) <work>`, the stride maybe a local declared first, or the `while` spelling with the index
+declared before the loop and the step the body's last statement; `uncoarsen_grid_stride`'s forward writes the first,
+so the two compose). The copy's declaration, zeroing loop and first barrier go right before the loop, the loop's
+atomics add to the copy, and the second barrier and the flush go right after it (the dynamic form puts all of them,
+the loop included, under the `if`, and the loop as it was after `else`):
+
+    __shared__ int s_hist[256];
+    for (int k = threadIdx.x; k < 256; k += blockDim.x) s_hist[k] = 0;
+    __syncthreads();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
+        ...; atomicAdd(&s_hist[b], v);
+    }
+    __syncthreads();
+    <the flushing loop>
+
+Every thread of a block reaches both barriers: the loop is the kernel's last statement (nothing after it, so no code
+that could read the bins before the flush or wait on another block), and its work has no `return`, `break`,
+`continue`, `goto`, barrier, collective, shared memory, inner loop or thread coordinate and never changes the index
+(`_flatten`'s reader refuses each, with the reason), so each thread leaves the loop only through its condition. The
+loop starts at the global thread index and steps by the grid's width (a loop stepping by the block's width or twice
+the grid's is refused): the elements it visits are the naive element kernel's, each once. The work's atomics and
+indexes are read by the same rules as the element form's work; the locals an index reads are declared in the loop's
+body (the reader allows nothing but the stride and the index before the loop), so each iteration sees only its own
+assignments, which the rule for locals reads.
+
+Not read: a 2-D launch.
 
 Backward takes the form forward writes apart: the copy, its zeroing and flushing loops and the barriers go, the
 atomics add to `hist` again (the dynamic form keeps the naive work after `else`, which backward keeps, and the
 plan's dynamic shared memory goes back to 0).
 
-Anchor: the kernel, kind "function", key the copy's name.
+Anchor: the kernel, key the copy's name, kind "function" for the element form and "loop" for the grid-stride form
+(`find` and `forward_sites` tell the two apart; each direction refuses the other form's anchor).
 """
 
 from __future__ import annotations
@@ -95,6 +122,7 @@ from klineage.transforms._edit import (
     splice,
     unparen,
 )
+from klineage.transforms._flatten import _destrided
 from klineage.transforms._naive import (
     element_work,
     if_form,
@@ -125,6 +153,12 @@ _WIDE = frozenset({"int", "int32_t", "long", "long long", "int64_t", "ptrdiff_t"
 _DEPTH = 8  # how many locals deep an index is followed
 
 
+# the anchor's kind for each form the forward reads: the element form's work is the kernel's, the grid-stride form's
+# is its loop's
+KINDS = {"element": "function", "grid_stride": "loop"}
+_WORK = frozenset({"if_statement", "for_statement", "while_statement"})  # the statement that holds the counting
+
+
 @dataclass(frozen=True)
 class _Count:
     """A bin count: a number (`value`, spelled `text`: a literal or a constant's name) or a scalar parameter
@@ -137,7 +171,8 @@ class _Count:
 @dataclass(frozen=True)
 class _Site:
     function: cp.Function
-    guard: Node  # `if (i < n) <work>`, the kernel's last statement
+    guard: Node  # `if (i < n) <work>` or the grid-stride loop over the elements, the kernel's last statement
+    form: str  # "element" or "grid_stride" (KINDS)
     hist: str
     element: str
     bases: tuple[Node, ...]  # `hist` in each atomic's address
@@ -156,9 +191,13 @@ class _Private:
     count: str
     start: int
     end: int
-    guard: Node  # the work adding to the copy
+    guard: Node  # the work adding to the copy: its `if (i < n)`, or its grid-stride loop
     naive: Node | None  # the dynamic form's `else` branch: the work as it was
     cap: int  # the dynamic form's largest count (0 in the static form)
+
+    @property
+    def form(self) -> str:
+        return "element" if self.guard.type == "if_statement" else "grid_stride"
 
 
 class UnprivatizeHistogram(Transform):
@@ -170,21 +209,21 @@ class UnprivatizeHistogram(Transform):
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        return [Anchor(function.name, "function", form.copy, parsed.text(form.guard)[:200])
+        return [Anchor(function.name, KINDS[form.form], form.copy, parsed.text(form.guard)[:200])
                 for function, form in readable(parsed, lambda f: _privatized(parsed, f))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         state = if_form(canonical(state))  # the index as the naive form spells it, the guard as an `if`
         parsed = cp.parse(state.source)
-        return [Anchor(function.name, "function", site.copy, parsed.text(site.guard)[:200])
+        return [Anchor(function.name, KINDS[site.form], site.copy, parsed.text(site.guard)[:200])
                 for function, site in readable(parsed, lambda f: _site(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         state = if_form(canonical(state))
         parsed = cp.parse(state.source)
         site = _site(state, parsed, kernel(parsed, anchor))
-        if site.copy != anchor.key:
-            raise NotApplicable(f"{anchor}: the copy would be '{site.copy}'")
+        if site.copy != anchor.key or KINDS[site.form] != anchor.kind:
+            raise NotApplicable(f"{anchor}: the copy would be '{site.copy}', its work the {KINDS[site.form]}'s")
         guard, indent = site.guard, indentation(parsed.data, site.guard.start_byte)
         start = guard.start_byte
         renames = [(base.start_byte - start, base.end_byte - start, site.copy) for base in site.bases]
@@ -218,8 +257,8 @@ class UnprivatizeHistogram(Transform):
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         form = _privatized(parsed, function)
-        if form.copy != anchor.key:
-            raise NotApplicable(f"{anchor}: the copy is '{form.copy}'")
+        if form.copy != anchor.key or KINDS[form.form] != anchor.kind:
+            raise NotApplicable(f"{anchor}: the copy is '{form.copy}', its work the {KINDS[form.form]}'s")
         if form.naive is None:
             edits = [(form.start, form.guard.start_byte, ""), *_renames(parsed, form.guard, form.copy, form.hist),
                      (form.guard.end_byte, form.end, "")]
@@ -333,15 +372,31 @@ def _address(parsed: cp.ParsedSource, call: Node, arrays: set[str]) -> tuple[Nod
     return None
 
 
-def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Site:
-    """The naive histogram in `function`, or NotApplicable with the reason."""
+def _work(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[Node, str]:
+    """(the statement holding the counting, its form): the element form's `if (i < n)`, or the grid-stride loop
+    over the elements of a kernel that names the grid (as `_flatten` tells the two apart), read by `_flatten`'s
+    reader: the loop starts at the global thread index, steps by the grid's width (`blockDim.x * gridDim.x`, or a
+    stride local declared so), is the kernel's last statement (nothing after it), and its work has no loop,
+    barrier, shared memory, collective, jump (`return`, `break`, `continue`, `goto`) or thread coordinate, nor
+    changes the index. So every thread leaves the loop only through its condition and reaches the barriers after
+    it, and the copy's barriers sit outside the loop."""
+    body = function.node.child_by_field_name("body")
+    if function.is_kernel and body is not None and "gridDim" in parsed.text(body):
+        _destrided(state, parsed, function)  # what it would write is not needed: that it reads the loop, or why not
+        return statements(body)[-1], "grid_stride"
     work = element_work(state, parsed, function)
     if work.nodes[0].parent != work.guard:
         raise NotApplicable(f"{function.name}'s guard is not an `if` around its work")
+    return work.guard, "element"
+
+
+def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Site:
+    """The naive histogram in `function`, or NotApplicable with the reason."""
+    guard, form = _work(state, parsed, function)
     for launch in launches_of(state, function.name, dimensions=1):
         if str(launch.shared).strip() != "0":
             raise NotApplicable(f"{function.name}'s launch asks for dynamic shared memory already")
-    guard, body = work.guard, function.node.child_by_field_name("body")
+    body = function.node.child_by_field_name("body")
     calls = [call for call in cp.nodes_of_type(guard, "call_expression") if cp.call_name(call).startswith("atomic")]
     if not calls:
         raise NotApplicable(f"{function.name}'s work makes no atomicAdd")
@@ -380,7 +435,7 @@ def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) ->
     taken = {parsed.text(node) for node in cp.nodes_of_type(parsed.root, "identifier", "type_identifier")}
     copy = next(name for name in (f"s_{hist}", f"s_{hist}_", f"{hist}_shared", f"{hist}_shared_") if name not in taken)
     loop = next(name for name in ("k", "bin", "bin_", "bin__") if name not in taken)
-    return _Site(function, guard, hist, element, bases, count, copy, loop)
+    return _Site(function, guard, form, hist, element, bases, count, copy, loop)
 
 
 def _count(reader: _Reader, function: cp.Function, hist: str, indexes: list[Node], calls: list[Node]) -> _Count:
@@ -723,7 +778,8 @@ def _conjuncts(condition: Node) -> list[Node]:
 
 def _privatized(parsed: cp.ParsedSource, function: cp.Function) -> _Private:
     """The form forward writes in `function`: the static copy's six statements, or the dynamic copy's declaration and
-    its branch, ending the kernel."""
+    its branch, ending the kernel; the counting work an `if (i < n)` (the element form) or a loop (the grid-stride
+    form)."""
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         raise NotApplicable(f"{function.name} is not a kernel")
@@ -737,7 +793,7 @@ def _privatized(parsed: cp.ParsedSource, function: cp.Function) -> _Private:
         alternative = branch.child_by_field_name("alternative")
         naive = next((c for c in alternative.named_children if c.type != "comment"), None) if alternative else None
         consequence = branch.child_by_field_name("consequence")
-        if declared and bins and naive is not None and naive.type == "if_statement" and \
+        if declared and bins and naive is not None and naive.type in _WORK and \
                 consequence.type == "compound_statement":
             element, copy = declared[1], declared[2]
             inner = statements(consequence)
@@ -768,7 +824,7 @@ def _copy_form(parsed: cp.ParsedSource, inner: list[Node], copy: str, count: str
         return None
     zero, first, guard, second, flush = inner
     if squash(parsed.text(first)) != "__syncthreads();" or squash(parsed.text(second)) != "__syncthreads();" or \
-            guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
+            guard.type not in _WORK or guard.child_by_field_name("alternative") is not None:
         return None
     k = re.fullmatch(r"for \(int ([A-Za-z_]\w*) = threadIdx\.x;.*", squash(parsed.text(zero)))
     if k is None:

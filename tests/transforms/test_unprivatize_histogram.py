@@ -1,7 +1,8 @@
 """unprivatize_histogram: a block's shared-memory copy of a histogram's bins, flushed once per block, becomes one
 global atomic add per element; forward finds its sites by analysis (a static copy for a number of bins, a dynamic one
-sized by the plan for a bin-count parameter). Goldens, their nvcc builds, the histograms on the CPU emulator, and the
-kernels it refuses, each with the attack that would make the copy wrong."""
+sized by the plan for a bin-count parameter), for an element kernel or a grid-stride loop over the elements (the
+copy's barriers outside the loop). Goldens, their nvcc builds, the histograms on the CPU emulator, and the kernels
+it refuses, each with the attack that would make the copy wrong."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
 CASES = ["bytes", "guarded", "clamped", "weights", "masked"]
+STRIDE_CASES = ["stride_bytes", "stride_while"]  # the grid-stride form: a static copy (`for`), a dynamic one (`while`)
 SITE = Anchor("kernel", "function", "s_hist")
+LOOP_SITE = Anchor("kernel", "loop", "s_hist")  # the grid-stride form's anchor
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +39,7 @@ def test_it_is_an_analysis_forward():
     assert get("unprivatize_histogram").placement is Placement.ANALYSIS
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + STRIDE_CASES)
 def test_golden(case):
     """backward(before) == after and forward(after) == before, plans included: forward then backward gives the
     naive kernel back byte for byte."""
@@ -67,17 +70,18 @@ def test_the_forms_it_writes(transform):
     assert transform.backward(dynamic, SITE).removes == ("dynamic_shared",)
 
 
-@pytest.mark.parametrize("case", sampled(CASES, keep=["bytes", "guarded"]))  # the static and the dynamic copy
+@pytest.mark.parametrize("case", sampled(CASES + STRIDE_CASES, keep=["bytes", "guarded", "stride_while"]))
 def test_the_privatized_kernels_compile_with_shared_atomics(case, cache):
-    """nvcc builds the forward's kernel without spills; its adds to the bins are shared-memory atomics (SASS ATOMS)
-    behind one barrier, where the naive kernel has none (its builds run under -m slow)."""
+    """nvcc builds the forward's kernel without spills (the static and the dynamic copy, and the dynamic copy around
+    a grid-stride `while` loop); its adds to the bins are shared-memory atomics (SASS ATOMS) behind one barrier, where
+    the naive kernel has none (its builds run under -m slow)."""
     built = compiles_without_spills(golden(case, "before"), cache)
     assert built.resources_for("kernel").barriers == 1
     assert feature_counts(built).get("atoms", 0) >= 1
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", CASES + STRIDE_CASES)
 def test_the_naive_kernels_compile_without_shared_atomics(case, cache):
     assert feature_counts(compiles_without_spills(golden(case, "after"), cache)).get("atoms", 0) == 0
 
@@ -95,6 +99,57 @@ def test_the_return_form_and_another_index_spelling_give_the_same_kernel(transfo
     assert written.source == golden("guarded", "before").source.replace(
         "if (b >= 0 && b < nbins)", "if (nbins > b && 0 <= b)")
     assert written.plan == golden("guarded", "before").plan
+
+
+# ---- the grid-stride form ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", STRIDE_CASES)
+def test_forward_finds_the_grid_stride_kernel_by_analysis(transform, case):
+    """The grid-stride form's anchor is the loop's: an element-form anchor on it is refused, and the element form's
+    kernels have no loop anchor, both ways."""
+    naive, privatized = golden(case, "after"), golden(case, "before")
+    assert transform.forward_sites(naive) == [LOOP_SITE] and transform.forward_sites(privatized) == []
+    assert transform.find(naive) == [] and transform.find(privatized) == [LOOP_SITE]
+    assert transform.backward(transform.forward(naive, LOOP_SITE).state, LOOP_SITE).state == naive
+    with pytest.raises(NotApplicable, match="its work the loop's"):
+        transform.forward(naive, SITE)
+    with pytest.raises(NotApplicable, match="its work the loop's"):
+        transform.backward(privatized, SITE)
+    element = golden("bytes", "after")
+    with pytest.raises(NotApplicable, match="its work the function's"):
+        transform.forward(element, LOOP_SITE)
+    with pytest.raises(NotApplicable, match="its work the function's"):
+        transform.backward(golden("bytes", "before"), LOOP_SITE)
+
+
+def test_the_copy_and_its_barriers_sit_outside_the_loop(transform):
+    """The zeroing loop and first barrier before the grid-stride loop, only its atomics changed, the second barrier
+    and the flush after it; the plan keeps its grid (each block still counts many elements into one copy)."""
+    written = golden("stride_bytes", "before").source
+    loop = written.index("for (int i = ")
+    assert written.index("__syncthreads();") < loop < written.rindex("__syncthreads();")
+    body = written[loop:written.index("    }\n", loop)]
+    assert "__syncthreads" not in body and "atomicAdd(&s_hist[v], 1);" in body
+    assert golden("stride_bytes", "before").plan == golden("stride_bytes", "after").plan
+    dynamic = golden("stride_while", "before").source  # the loop under the copy's branch, and as it was after `else`
+    assert dynamic.count("while (i < n) {") == 2 and "} else while (i < n) {" in dynamic
+
+
+@pytest.mark.parametrize("case", ["bytes", "guarded"])
+def test_it_composes_with_uncoarsen_grid_stride(transform, case):
+    """uncoarsen_grid_stride's forward writes a grid-stride loop that this forward reads (a static and a dynamic
+    copy); backward then uncoarsen's backward give the element kernel back byte for byte."""
+    uncoarsen, naive = get("uncoarsen_grid_stride"), golden(case, "after")
+    [coarse] = uncoarsen.forward_sites(naive)
+    strided = uncoarsen.forward(naive, coarse).state
+    assert transform.forward_sites(strided) == [LOOP_SITE]
+    privatized = transform.forward(strided, LOOP_SITE).state
+    assert "i += gridDim.x * blockDim.x) " in privatized.source
+    assert privatized.plan.launches[0].grid == strided.plan.launches[0].grid
+    assert transform.find(privatized) == [LOOP_SITE]
+    back = transform.backward(privatized, LOOP_SITE).state
+    assert back == strided
+    assert uncoarsen.backward(back, coarse).state == naive
 
 
 # ---- the histograms on the CPU (tests/transforms/elementwise_emulator.cpp) -----------------------------------
@@ -152,6 +207,21 @@ def test_the_dynamic_copy_counts_the_naive_bins_on_the_cpu(tmp_path):
     with pytest.raises(AssertionError, match="past the 512 the launch has"):
         _histograms(tmp_path / "halved", "guarded", replace(copy, plan=replace(copy.plan, launches=(halved,))),
                     DYNAMIC_RUNS[:1])
+
+
+# blocks of 128 on cdiv(n, 1024) blocks: each thread loops about 8 times (n = 5000: 5 blocks, 640 threads, so its
+# last steps are partial); 100 and 300 bins no multiple of the block, 5000 more than the copy holds
+STRIDE_RUNS = ((5000, 100), (5000, 300), (3000, 5000))
+
+
+def test_the_grid_stride_copy_counts_the_naive_bins_on_the_cpu(tmp_path):
+    """The dynamic copy around a grid-stride `while` loop: each thread counts several elements into the block's copy,
+    the integer bins are the naive kernel's to the bit, and every thread meets the block at both barriers (the
+    emulator fails a barrier some thread skips) and stays inside the shared memory the plan gives the launch."""
+    naive, privatized = (_histograms(tmp_path / which, "guarded", golden("stride_while", which), STRIDE_RUNS)
+                         for which in ("after", "before"))
+    for want, got in zip(naive, privatized, strict=True):
+        assert want.sum() > 0 and torch.equal(got, want)
 
 
 @pytest.mark.slow
@@ -273,3 +343,68 @@ def test_the_bounds_it_reads(transform):
         written = transform.forward(state, SITE).state.source
         assert f"k < {count};" in written, (line, written)
         assert transform.backward(transform.forward(state, SITE).state, SITE).state == state
+
+
+# the grid-stride form: one launch of blocks of 128 on a grid an eighth the elements' blocks
+STRIDE_PLAN = plan_of(ARGS, grid="cdiv(n, 1024)", block=128)
+STRIDE_HEAD = "__global__ void kernel(const int* x, int* y, int* hist, int n, int nbins) {\n"
+LOOP = "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {\n"
+
+
+def _strided(*lines: str, loop: str = LOOP, after: str = "") -> str:
+    """A grid-stride histogram kernel: `lines` the loop's body, `after` the statements after the loop."""
+    return STRIDE_HEAD + "    " + loop + "".join(f"        {line}\n" for line in lines) + "    }\n" + after + "}\n"
+
+
+@pytest.mark.parametrize("source, why", [
+    # a thread that leaves the loop early skips the barrier after it while its block waits there; the early exits
+    # themselves (a `continue` too, which a `while` loop's step would be skipped by) are read as jumps
+    (_strided("int b = x[i];", "if (b < 0) return;", GUARDED), "jumps.*`return`"),
+    (_strided("int b = x[i];", "if (b < 0) break;", GUARDED), "jumps.*`break`"),
+    (_strided("int b = x[i];", "if (b < 0) continue;", GUARDED), "jumps.*`continue`"),
+    # a barrier inside the loop: threads with fewer elements leave the loop and never reach it again
+    (_strided("int b = x[i];", GUARDED, "__syncthreads();"), "synchronizes.*`__syncthreads`"),
+    # an inner loop (which could hold any of those)
+    (_strided("int b = x[i];", GUARDED, "for (int j = 0; j < 2; ++j) y[i] = j;"), "loops.*`for`"),
+    # a stride that is not the grid's: with the block's width every block visits the same elements (a kernel that
+    # names no grid, read as the element form, which has no loop); with twice the grid's, the loop skips elements
+    (_strided("int b = x[i];", GUARDED, loop=LOOP.replace("i += blockDim.x * gridDim.x", "i += blockDim.x")),
+     "no `int i = "),
+    (_strided("int b = x[i];", GUARDED, loop=LOOP.replace("i += ", "i += 2 * ")), "loop is not `i < n"),
+    # a loop that starts at the thread's index within its block: every block visits the same elements
+    (_strided("int b = x[i];", GUARDED, loop=LOOP.replace("blockIdx.x * blockDim.x + threadIdx.x", "threadIdx.x")),
+     "not start at the global thread index"),
+    # code after the loop: a read of the global bins there would see them before this block's flush
+    (_strided("int b = x[i];", GUARDED, after="    if (threadIdx.x == 0) y[blockIdx.x] = hist[0];\n"),
+     "not one grid-stride loop"),
+    (_strided("int b = x[i];", GUARDED, after="    y[0] = 1;\n"), "not one grid-stride loop"),
+    # the loop reads the bins it counts into: the copy would hide the other blocks' counts
+    (_strided("int b = x[i];", GUARDED, "y[i] = hist[b & 7];"), "touches 'hist' beyond its atomic adds"),
+    # the loop changes its index: it would visit other elements than the naive kernel's
+    (_strided("int b = x[i];", GUARDED, "i += 1;"), "changes its element index"),
+    # the same bounded-index rules as the element form's work
+    (_strided("atomicAdd(&hist[x[i]], 1);"), "`x\\[i\\]` is not bounded"),
+    (_strided("atomicAdd(&hist[i % 256], 1);"), "may be negative"),
+    (_strided("int b = x[i];", "if (b < nbins) atomicAdd(&hist[b], 1);"), "`b` may be negative"),
+    (_strided("atomicAdd(&hist[x[i] & 8191], 1);"), "8192 bins of int take more than the 16 KiB"),
+    (_strided("int b = x[i];", "if (b >= 0 && b < nbins) y[i] = atomicAdd(&hist[b], 1);"), "old value"),
+])
+def test_no_grid_stride_site_where_it_would_not_be_legal(transform, source, why):
+    state = KernelState(source=source, plan=STRIDE_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, LOOP_SITE)
+
+
+def test_the_grid_stride_kernels_it_reads(transform):
+    """The loop as `_flatten` reads it, and the bounds as the element form reads them: each a site, forward then
+    backward the kernel again."""
+    for source in [_strided("int b = x[i];", GUARDED),
+                   _strided("atomicAdd(&hist[i & 255], 1);"),  # the index itself, masked: a bin whatever i is
+                   STRIDE_HEAD + "    int stride = gridDim.x * blockDim.x;\n    " +
+                   LOOP.replace("blockDim.x * gridDim.x", "stride") + "        atomicAdd(&hist[x[i] & 63], 1);\n"
+                   "    }\n}\n"]:
+        state = KernelState(source=source, plan=STRIDE_PLAN)
+        assert transform.forward_sites(state) == [LOOP_SITE], source
+        written = transform.forward(state, LOOP_SITE).state
+        assert transform.backward(written, LOOP_SITE).state == state
