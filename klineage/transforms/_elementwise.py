@@ -104,25 +104,7 @@ def spans(packing: Packing) -> tuple[int, ...]:
 
 def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, packing: Packing) -> Site:
     """The naive elementwise form in `function`, or NotApplicable with the reason."""
-    if not function.is_kernel:
-        raise NotApplicable(f"{function.name} is not a kernel")
-    launches_of(state, function.name, dimensions=1)
-    body = function.node.child_by_field_name("body")
-    declaration, init, kind, index = declared_index(parsed, body)
-    listed = statements(body)
-    prelude = scalar_locals(parsed, function, listed, listed.index(declaration), index)
-    guard = listed[-1]
-    if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
-        raise NotApplicable(f"{function.name} does not end in `if ({index} < n) ...`")
-    relation, said = compared(parsed, guard, index)
-    bound = copied_bound(parsed, function, said, prelude) if relation == "<" else None
-    if bound is None:
-        raise NotApplicable(f"{function.name}'s guard is not `{index} < n`, n a count the kernel keeps")
-    if listed.index(guard) != listed.index(declaration) + len(between(prelude)) + 1:
-        raise NotApplicable(f"{function.name} has code between its element index and the guard")
-    if indexed := [local for local in prelude if local.indexed]:  # `sunk` moves them into the body
-        raise NotApplicable(f"{function.name}'s local '{indexed[0].names[0]}' before the guard names '{index}'")
-    check_names(function, prelude, packing.taken)
+    kind, index, init, guard, bound, prelude = naive_guard(state, parsed, function, packing)
     guarded = guard.child_by_field_name("consequence")
     text = parsed.text(guarded)
     found = _FORBIDDEN.search(text) or re.search(rf"\b(?:threadIdx|{ELEMENT}|{packing.taken})\b", text)
@@ -175,6 +157,32 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
         raise NotApplicable(f"{function.name} touches no array")
     return Site(function, kind, index, init, guard, bound, guarded, tuple(read.items()), tuple(written.items()),
                 span)
+
+
+def naive_guard(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                packing: Packing) -> tuple[str, str, Node, Node, str, tuple[Local, ...]]:
+    """(index type, index, its initializer, the `if (i < n)` guard, its bound as copied, the scalar locals before
+    it) of a 1-D kernel that ends in its guarded element work; NotApplicable with the reason otherwise."""
+    if not function.is_kernel:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    launches_of(state, function.name, dimensions=1)
+    body = function.node.child_by_field_name("body")
+    declaration, init, kind, index = declared_index(parsed, body)
+    listed = statements(body)
+    prelude = scalar_locals(parsed, function, listed, listed.index(declaration), index)
+    guard = listed[-1]
+    if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
+        raise NotApplicable(f"{function.name} does not end in `if ({index} < n) ...`")
+    relation, said = compared(parsed, guard, index)
+    bound = copied_bound(parsed, function, said, prelude) if relation == "<" else None
+    if bound is None:
+        raise NotApplicable(f"{function.name}'s guard is not `{index} < n`, n a count the kernel keeps")
+    if listed.index(guard) != listed.index(declaration) + len(between(prelude)) + 1:
+        raise NotApplicable(f"{function.name} has code between its element index and the guard")
+    if indexed := [local for local in prelude if local.indexed]:  # `sunk` moves them into the body
+        raise NotApplicable(f"{function.name}'s local '{indexed[0].names[0]}' before the guard names '{index}'")
+    check_names(function, prelude, packing.taken)
+    return kind, index, init, guard, bound, prelude
 
 
 def check_names(function: cp.Function, found: tuple[Local, ...], taken: str) -> None:
@@ -355,19 +363,26 @@ class PackedElementwise(Transform):
         state = if_form(sunk(flattened(canonical(plain_reads(state)))))  # the naive form's index, guard, reads
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200])
-                for function, site in readable(parsed, lambda f: serial_site(state, parsed, f, self.packing))]
+                for function, site in readable(parsed, lambda f: self.site(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         state = if_form(sunk(flattened(canonical(plain_reads(state)))))  # the naive form's index, guard, reads
         parsed = cp.parse(state.source)
-        site = serial_site(state, parsed, kernel(parsed, anchor), self.packing)
+        site = self.site(state, parsed, kernel(parsed, anchor))
         if site.index != anchor.key:
             raise NotApplicable(f"{anchor}: the element index is '{site.index}'")
-        source, plan = packed(state, parsed, site, self.packing)
+        source, plan = site.rewritten(state, parsed) if hasattr(site, "rewritten") else \
+            packed(state, parsed, site, self.packing)
         names, width = ", ".join(dict(site.read) | dict(site.written)), self.packing.width
+        unit = getattr(site, "unit", self.element)  # a reading's own unit: "half-split pair"
         return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"width": width},
-                            note=f"{site.function.name}: {width} {self.element}s per thread as 16-byte {self.pack} "
+                            note=f"{site.function.name}: {width} {unit}s per thread as 16-byte {self.pack} "
                                  f"of {names}, scalar tail; grid / {width}")
+
+    def site(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function):
+        """The naive form this transform packs in `function` (a `Site`, or another reading's site that writes its
+        own vector form with `rewritten`), or NotApplicable with the reason."""
+        return serial_site(state, parsed, function, self.packing)
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)

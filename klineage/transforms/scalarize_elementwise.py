@@ -16,6 +16,11 @@ elements are lanes 2p and 2p + 1 of each float4, `i` becomes the thread index ti
 tail a loop over what is left of the two pairs, the grid a half. Groups of k elements at `[k * i + j]` take
 4 / k groups a thread wherever that is two or more (16-bit data: pairs and groups of 4, scalarize_half_packs).
 
+A kernel of one thread per half-split pair (the GPT-NeoX / Llama "rotate_half" layout: `r = p / half, j = p %
+half`, the pair at `r * 2 * half + j` and that `+ half`, its cos and sin at `r * half + j`) takes four pairs per
+thread: one float4 of each array at each offset, under `p + 3 < n && half % 4 == 0` and the pointers' alignment,
+the element loop otherwise (`_rotate_half.py` reads and writes it; backward is the same element loop's).
+
 Backward scalarizes the canonical form forward writes, from its element loop: one element per thread
 again, the grid back to what it was.
 
@@ -41,8 +46,10 @@ Anchor: the kernel, kind "function", key the element index.
 from __future__ import annotations
 
 from klineage.transforms import register
-from klineage.transforms._elementwise import PackedElementwise
+from klineage.transforms._elementwise import PackedElementwise, serial_site
 from klineage.transforms._packings import WORDS
+from klineage.transforms._rotate_half import NotSplit, half_site
+from klineage.transforms.base import NotApplicable
 
 
 class ScalarizeElementwise(PackedElementwise):
@@ -53,6 +60,23 @@ class ScalarizeElementwise(PackedElementwise):
     packing = WORDS
     element = "element"
     pack = "vectors"
+
+    def site(self, state, parsed, function):
+        """The elementwise reading first; where it refuses a kernel whose work splits its index into a row and a
+        pair (`r = p / half, j = p % half`), the half-split pairs' reading (`_rotate_half.py`); a kernel both
+        refuse is refused with both reasons. One transform, not a second one: the same mechanism (float4 lanes,
+        the runtime guard, the element loop that `unpacked` reads back), so its backward and cards are this one's."""
+        try:
+            return serial_site(state, parsed, function, self.packing)
+        except NotApplicable as serial:
+            try:
+                return half_site(state, parsed, function, self.packing)
+            except NotSplit:
+                raise serial from None
+            except NotApplicable as halves:  # both readings' reasons: a split transpose is no rotary kernel
+                if str(halves) == str(serial):  # the header both read the same way
+                    raise
+                raise NotApplicable(f"{serial}; read as half-split pairs: {halves}") from None
 
 
 register(ScalarizeElementwise())

@@ -11,7 +11,14 @@ from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.sampled import sampled
 from tests.transforms import emulate
-from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
+from tests.transforms.golden import (
+    HERE,
+    assert_packs_are_128_bit,
+    check_golden,
+    compiles_without_spills,
+    load,
+    plan_of,
+)
 
 CASES = ["scale", "scale_wide", "gelu_mul", "stencil", "dropout", "concat_last", "rotary_pairs"]
 SITE = Anchor("kernel", "function", "i")
@@ -266,3 +273,115 @@ def test_no_site_where_a_pair_would_not_pack(transform, body, why):
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
 
+
+
+# The half-split ("rotate_half") rotary layout: one thread per pair (r * 2 * half + j, + half), four pairs a thread
+ROTATE = "rotate_half"
+ROTATE_SITE = Anchor("kernel", "function", "p")
+ROTATE_PLAN = plan_of('"x", "cos_t", "sin_t", "y", { scalar = "rows", type = "i32" }, '
+                      '{ scalar = "half", type = "i32" }', grid="cdiv(rows * half, 256)")
+ROTATE_HEAD = ("__global__ void kernel(const float* x, const float* cos_t, const float* sin_t, float* y, int rows, "
+               "int half) {\n    int p = blockIdx.x * blockDim.x + threadIdx.x;\n    if (p < rows * half) {\n")
+SPLIT = "        int r = p / half, j = p % half;\n        int a = r * 2 * half + j;\n        int b = a + half;\n"
+WORK = ("        float x1 = x[a], x2 = x[b];\n        float c = cos_t[r * half + j], s = sin_t[r * half + j];\n"
+        "        y[a] = x1 * c - x2 * s;\n        y[b] = x2 * c + x1 * s;\n")
+
+
+def _rotate(body: str) -> KernelState:
+    return KernelState(source=ROTATE_HEAD + body + "    }\n}\n", plan=ROTATE_PLAN)
+
+
+def test_the_half_split_pairs_golden_goes_both_ways(transform):
+    """backward(before) == after and forward(after) == before, plans included; the naive kernel is a site (its
+    index `p`), the vector form is not, and only the vector form is found for backward."""
+    check_golden("scalarize_elementwise", ROTATE)
+    assert [a.key for a in transform.forward_sites(golden(ROTATE, "after"))] == ["p"]
+    assert transform.forward_sites(golden(ROTATE, "before")) == []
+    assert transform.find(golden(ROTATE, "after")) == []
+
+
+def test_the_half_split_vector_form_compiles_to_128_bit_loads_and_stores(cache):
+    """nvcc (sm_90) builds both forms without spills; the vector form loads x twice and each table once in
+    LDG.E.128 and stores y twice in STG.E.128, the naive form none."""
+    assert_packs_are_128_bit(golden(ROTATE, "after"), golden(ROTATE, "before"), cache, loads=4)
+
+
+@pytest.mark.parametrize("split, work", [
+    # the offsets in other spellings: the low one from p itself, the high one written out, the table at p
+    ("        int r = p / half;\n        int j = p % half;\n        int a = 2 * p - j;\n",
+     "        float x1 = x[a], x2 = x[half + j + 2 * half * r];\n        float c = cos_t[p], s = sin_t[j + half * r];\n"
+     "        y[a] = x1 * c - x2 * s;\n        y[a + half] = x2 * c + x1 * s;\n"),
+])
+def test_the_offsets_are_read_as_polynomials(transform, split, work):
+    state = _rotate(split + work)
+    packed = transform.forward(state, ROTATE_SITE).state
+    assert "const float4 x_hi4 = *reinterpret_cast<const float4*>(x + (half + j + 2 * half * r));" in packed.source
+    assert "const float4 cos_t4 = *reinterpret_cast<const float4*>(cos_t + p);" in packed.source
+    assert "*reinterpret_cast<float4*>(y + (a + half)) = y_hi4;" in packed.source
+    assert transform.backward(packed, ROTATE_SITE).state == state
+
+
+@pytest.mark.parametrize("split, work, why", [
+    # the second offset is not a + half: it overlaps the next pair's low element
+    (SPLIT.replace("a + half;", "a + half + 1;"), WORK, r"reads `x\[b\]`: not a pointer parameter at a pair's"),
+    # half assigned: the split and the tail would read another row length
+    (SPLIT, WORK + "        half = 2;\n", "assigns 'half'"),
+    # a write at another offset: another pair's element
+    (SPLIT, WORK + "        y[a + 1] = 0.0f;\n", r"writes `y\[a \+ 1\]`"),
+    # a read of x at a third place (the next pair's low element, and x's table entry)
+    (SPLIT, WORK.replace("x1 * s;", "x[a + 1];"), r"reads `x\[a \+ 1\]`"),
+    (SPLIT, WORK.replace("x1 * s;", "x[r * half + j];"), "'x' is touched at a pair's offsets and at its table"),
+    # p split by something else: a remainder by another length, or no remainder at all
+    (SPLIT.replace("p % half", "p % rows"), WORK, r"splits 'p' by `half` and by `rows`"),
+    (SPLIT.replace("p % half", "p - r * half"), WORK, r"other than once by `p / H` and once by `p % H`"),
+    # the row length a local, not a parameter: a quotient `dim / 2` is no product of parameters
+    (SPLIT.replace("half", "(rows / 2)"), WORK, "is not a scalar parameter or a product of them"),
+    # a lane's own pair index used as a value: every lane would read the first pair's
+    (SPLIT, WORK.replace("x1 * s;", "x1 * s + j;"), "names 'j' outside its pairs' subscripts"),
+    # a pair's element stored under a condition: the vector store would write garbage at the other lanes
+    (SPLIT, WORK.replace("        y[b] =", "        if (c > 0.0f) y[b] ="), "written only under a condition"),
+    # the table written
+    (SPLIT, WORK + "        y[r * half + j] = 0.0f;\n", "touched at a pair's offsets and at its table"),
+])
+def test_no_site_where_half_split_pairs_would_not_pack(transform, split, work, why):
+    state = _rotate(split + work)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, ROTATE_SITE)
+
+
+def test_a_row_length_the_kernel_assigns_is_refused_even_outside_the_bound(transform):
+    """The guard's bound names only `rows`, so the bound's own check passes; the split's `half` is assigned after
+    the work, and the element loop would split the next pair by another length."""
+    state = KernelState(source=(ROTATE_HEAD.replace("p < rows * half", "p < rows") + SPLIT + WORK +
+                                "        half = 2;\n    }\n}\n"), plan=ROTATE_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match="assigns 'half', which its pairs' offsets read"):
+        transform.forward(state, ROTATE_SITE)
+
+
+def _rotate_inputs(rows: int, half: int) -> tuple[dict, dict, dict]:
+    g = torch.Generator().manual_seed(rows * 100 + half)
+    return ({"rows": rows, "half": half},
+            {"x": torch.randn(rows * 2 * half, generator=g), "cos_t": torch.randn(rows * half, generator=g),
+             "sin_t": torch.randn(rows * half, generator=g)},
+            {"y": (torch.float32, rows * 2 * half)})
+
+
+@pytest.mark.parametrize("shapes", sampled([((3, 8), (5, 4), (2, 6)), ((7, 12), (1, 2), (33, 20), (4, 10))],
+                                           keep=[((3, 8), (5, 4), (2, 6))]))
+def test_the_half_split_vector_form_computes_the_naive_bits_on_the_cpu(tmp_path, shapes):
+    """Rows of a half 4 divides (the vector path, on aligned pointers) and of one it does not (the element loop),
+    each on aligned and misaligned (shift 1) pointers."""
+    assert emulate.differences(tmp_path, golden(ROTATE, "after"), {"packed": golden(ROTATE, "before")}, shapes,
+                               _rotate_inputs) == []
+
+
+@pytest.mark.slow
+def test_the_emulation_sees_a_half_split_lane_reading_another_pairs_sin(tmp_path):
+    packed = golden(ROTATE, "before")
+    wrong = packed.source.replace("float c = cos_t4.z, s = sin_t4.z;", "float c = cos_t4.z, s = sin_t4.y;")
+    assert wrong != packed.source
+    found = emulate.differences(tmp_path, golden(ROTATE, "after"), {"packed": KernelState(wrong, packed.plan)},
+                                ((3, 8),), _rotate_inputs)
+    assert found == ["packed 3x8-0 y"], found  # aligned only: the misaligned run takes the element loop
