@@ -102,19 +102,29 @@ def spans(packing: Packing) -> tuple[int, ...]:
     return tuple(packing.width // k for k in range(1, packing.width // 2 + 1) if packing.width % k == 0)
 
 
+def plain_body(parsed: cp.ParsedSource, function: cp.Function, body: Node, packing: Packing) -> dict[str, str]:
+    """The pointer parameters' element types, once the element work `body` is shown not to loop, synchronize,
+    return, name a thread coordinate or what the vector form declares, call what may have an effect (a lane of the
+    vector form runs the work once per element it holds) or dereference a pointer expression (the packs stand for
+    subscripts only); NotApplicable naming which."""
+    text = parsed.text(body)
+    found = _FORBIDDEN.search(text) or re.search(rf"\b(?:threadIdx|{ELEMENT}|{packing.taken})\b", text)
+    if found:
+        raise NotApplicable(f"{function.name}'s element body loops, synchronizes, returns or names '{ELEMENT}' or a "
+                            f"name the vector form declares (`{found[0]}`)")
+    if (called := first_effect(parsed, body, packing.pure)) is not None:
+        raise NotApplicable(f"{function.name} calls {called}, which may have effects")
+    if cp.nodes_of_type(body, "pointer_expression") or "->" in text:
+        raise NotApplicable(f"{function.name} dereferences a pointer expression")
+    return {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
+            if pointer}
+
+
 def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, packing: Packing) -> Site:
     """The naive elementwise form in `function`, or NotApplicable with the reason."""
     kind, index, init, guard, bound, prelude = naive_guard(state, parsed, function, packing)
     guarded = guard.child_by_field_name("consequence")
-    text = parsed.text(guarded)
-    found = _FORBIDDEN.search(text) or re.search(rf"\b(?:threadIdx|{ELEMENT}|{packing.taken})\b", text)
-    if found:
-        raise NotApplicable(f"{function.name}'s element body loops, synchronizes, returns or names '{ELEMENT}' "
-                            f"(`{found[0]}`)")
-    if (called := first_effect(parsed, guarded, packing.pure)) is not None:
-        raise NotApplicable(f"{function.name} calls {called}, which may have effects")
-    types = {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
-             if pointer}
+    types = plain_body(parsed, function, guarded, packing)
     subscripts = sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=evaluation_order)
     span = _span(parsed, function, subscripts, index, packing)
     shown = index if span == 1 else f"{span} * {index} + j"
@@ -147,8 +157,6 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     for use in _index_uses(parsed, guarded, index):
         if is_written(use) or use.parent.type in ("init_declarator", "declaration", "parameter_declaration"):
             raise NotApplicable(f"{function.name} writes or declares '{index}' in its element body")
-    if cp.nodes_of_type(guarded, "pointer_expression") or "->" in text:
-        raise NotApplicable(f"{function.name} dereferences a pointer expression")
     for array in written:
         if array not in read and any((array, j) not in stores for j in range(span)):
             raise NotApplicable(f"'{array}' is written only under a condition, or not at every element of its "

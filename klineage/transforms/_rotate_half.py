@@ -39,14 +39,13 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
-from klineage.transforms._calls import first_effect
 from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
 from klineage.transforms._elementwise import (
-    _FORBIDDEN,
     ELEMENT,
     Packing,
     evaluation_order,
     naive_guard,
+    plain_body,
     vector_index,
 )
 from klineage.transforms._naive import parameters, rescaled_grid, statements, written_names
@@ -215,17 +214,7 @@ def half_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
     work = top[len(offsets):]
     if not work:
         raise NotApplicable(f"{function.name}'s work only splits '{index}'")
-    text = parsed.text(body)
-    found = _FORBIDDEN.search(text) or re.search(rf"\b(?:threadIdx|{ELEMENT}|{packing.taken})\b", text)
-    if found:
-        raise NotApplicable(f"{function.name}'s element body loops, synchronizes, returns or names a name the vector "
-                            f"form declares (`{found[0]}`)")
-    if (called := first_effect(parsed, body, packing.pure)) is not None:
-        raise NotApplicable(f"{function.name} calls {called}, which may have effects")
-    if cp.nodes_of_type(body, "pointer_expression") or "->" in text:
-        raise NotApplicable(f"{function.name} dereferences a pointer expression")
-    types = {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
-             if pointer}
+    types = plain_body(parsed, function, body, packing)
     lanewise = {index, pair} | {name for name, poly in names.items() if name in split and
                                 any(any(s in ("#j",) for s in m) for m, _ in poly)}
     places, role_of, read, written, stores = [], {}, {}, {}, set()
