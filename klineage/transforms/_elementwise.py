@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tree_sitter import Node
 
@@ -239,11 +240,21 @@ def packed(state: KernelState, parsed: cp.ParsedSource, site: Site, packing: Pac
     for array, element in site.written:
         lines.append(f"{inner}*reinterpret_cast<{packing.packs[element]}*>({array} + {first}) = "
                      f"{packing.name(array)};")
-    tail_body = _per_element(parsed, site, None, ELEMENT)
-    lines.append(f"{indent}}} else {{")
-    lines.append(f"{inner}for ({site.kind} {ELEMENT} = {site.index}; {ELEMENT} < {site.bound} && {ELEMENT} < "
-                 f"{site.index} + {count}; ++{ELEMENT}) " + reindent(tail_body, column, inner)[len(inner):])
-    lines.append(f"{indent}}}")
+    return else_per_element(state, data, site, lines, _per_element(parsed, site, None, ELEMENT), count,
+                            (indent, inner, column))
+
+
+def else_per_element(state: KernelState, data: bytes, site: Any, lines: list[str], work: str, count: int,
+                     layout: tuple[str, str, int]) -> tuple[str, LaunchPlan]:
+    """The vector form's source and plan: the vector branch `lines` closed by the naive `work` (its index already
+    `ELEMENT`) once for each of the thread's `count` indexes below the bound, in place of the guard; the index the
+    thread's first of `count`, the grid `count` times smaller. `site` has the naive form's kind, index, bound,
+    index_init, guard and function; `layout` is (the guard's indent, the branch's, the work's first column)."""
+    indent, inner, column = layout
+    lines = [*lines, f"{indent}}} else {{",
+             f"{inner}for ({site.kind} {ELEMENT} = {site.index}; {ELEMENT} < {site.bound} && {ELEMENT} < "
+             f"{site.index} + {count}; ++{ELEMENT}) " + reindent(work, column, inner)[len(inner):],
+             f"{indent}}}"]
     edits = [(site.index_init.start_byte, site.index_init.end_byte, vector_index(count, site.kind)),
              (site.guard.start_byte, site.guard.end_byte, "\n".join(lines))]
     plan = rescaled_grid(state, site.function.name, lambda grid: f"cdiv({grid}, {count})")

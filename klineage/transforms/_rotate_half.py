@@ -43,12 +43,12 @@ from klineage.transforms._edit import indentation, is_written, operator, reinden
 from klineage.transforms._elementwise import (
     ELEMENT,
     Packing,
+    else_per_element,
     evaluation_order,
     naive_guard,
     plain_body,
-    vector_index,
 )
-from klineage.transforms._naive import parameters, rescaled_grid, statements, written_names
+from klineage.transforms._naive import parameters, statements, written_names
 from klineage.transforms.base import NotApplicable
 
 WIDTH = 4
@@ -317,11 +317,4 @@ def packed_halves(state: KernelState, parsed: cp.ParsedSource, site: HalfSite) -
     uses = [n for n in cp.nodes_of_type(site.body, "identifier") if parsed.text(n) == site.index]
     tail = splice(data[base:site.body.end_byte], [(n.start_byte - base, n.end_byte - base, ELEMENT)
                                                    for n in uses])[0].decode("utf-8")
-    lines.append(f"{indent}}} else {{")
-    lines.append(f"{inner}for ({site.kind} {ELEMENT} = {site.index}; {ELEMENT} < {site.bound} && {ELEMENT} < "
-                 f"{site.index} + {WIDTH}; ++{ELEMENT}) " + reindent(tail, column, inner)[len(inner):])
-    lines.append(f"{indent}}}")
-    edits = [(site.index_init.start_byte, site.index_init.end_byte, vector_index(WIDTH, site.kind)),
-             (site.guard.start_byte, site.guard.end_byte, "\n".join(lines))]
-    plan = rescaled_grid(state, site.function.name, lambda grid: f"cdiv({grid}, {WIDTH})")
-    return splice(data, edits)[0].decode("utf-8"), plan
+    return else_per_element(state, data, site, lines, tail, WIDTH, (indent, inner, column))
