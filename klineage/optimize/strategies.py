@@ -484,14 +484,17 @@ Placing = Callable[[Candidate], tuple[Tier, str]]  # a candidate's tier and, beh
 
 
 def _measured_last(cards: Sequence[SkillCard], memory: RunMemory, required_ratio: float | None) -> Placing:
+    # the cards do not change during a run: each mechanism's verdict once, not at every candidate of every round
+    short = {t: mechanism_short_of(t, cards, required_ratio) for t in {card.transform for card in cards}}
+
     def place(candidate: Candidate) -> tuple[Tier, str]:
         if candidate.rewrite is None or candidate.not_gated:
             return Tier.FRESH, ""  # costs no gate call: nothing to gain by moving it
         refused = memory.measured(candidate)
         if refused:
             return Tier.THIS_RUN, refused
-        short = mechanism_short_of(candidate.transform, cards, required_ratio)
-        return (Tier.LIBRARY, short) if short else (Tier.FRESH, "")
+        why = short.get(candidate.transform, "")  # a mechanism no card names: unknown, not short
+        return (Tier.LIBRARY, why) if why else (Tier.FRESH, "")
 
     return place
 
