@@ -19,7 +19,7 @@ from django.urls import reverse
 
 from klineage.config import GateMode
 from klineage.optimize.result import better_unconditioned, library_run
-from klineage.optimize.strategies import DEFAULT_STRATEGY, Strategy
+from klineage.optimize.strategies import DEFAULT_ORDERING, DEFAULT_STRATEGY, Ordering, Strategy
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO
 from klineage.skills.library import bundled_library
 from klineage.skills.when import MIN_WHEN_CASES, REPEATABILITY
@@ -263,6 +263,10 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
     named = [library] if library and not _bundled(library) else []
     default = strategy == DEFAULT_STRATEGY.value
     named += [] if default else [STRATEGY_WORDS.get(strategy, strategy)]
+    # how the library's rounds were ordered (absent: a run from before orderings, as planned); a document not
+    # ordered as optimize orders by default says so in its title, beside one that is
+    ordering = str(prov.get("ordering") or Ordering.AS_PLANNED.value)
+    named += [] if ordering == DEFAULT_ORDERING.value else [f"rounds {ordering.replace('_', ' ')}"]
     e.title = "Transfer to held-out operators" + (f" ({', '.join(named)})" if named else "")
     parts = prov.get("parts") or []  # a merged document: which commit measured which operators, and when
     if parts:
@@ -290,8 +294,7 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
     said = STRATEGY_WORDS.get(strategy, strategy) + (": optimize's default" if default else "")
     # a replayed document's every verdict was measured on a GPU host earlier; say so, since no gate ran for it
     replayed = ", replayed off recorded verdicts" if prov.get("gate") == GateMode.REPLAY.value else ""
-    # how the library's rounds were ordered, where the document says (absent: before orderings, as planned)
-    ordered = f", rounds ordered {prov['ordering'].replace('_', ' ')}" if prov.get("ordering") else ""
+    ordered = f", rounds ordered {ordering.replace('_', ' ')}"
     e.headline = (f"strategy {strategy} ({said}){replayed}{ordered}, "
                   f"budget {prov.get('budget', '?')} gate evaluations, naive time / best time on each operator's "
                   f"headline case, paired, a ratio only where the timing settled: " + "; ".join(words))
@@ -472,6 +475,7 @@ _SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _precondit
               "jobs.json": _jobs, "web_perf.json": _web_perf, "corpus.json": _corpus, "skills.json": _skills,
               "skills-passed-over-replay.json": _skills_replayed, "mma-peak.json": _mma_peak,
               "multigpu.json": _multigpu, "transfer.json": _transfer, "transfer-h100.json": _transfer,
+              "transfer-h100-planned.json": _transfer,
               "transfer-library-run.json": _transfer,
               "transfer-cards-alone.json": _transfer, "row_cache_when.json": _row_cache_when}
 

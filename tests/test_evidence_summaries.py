@@ -168,18 +168,22 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
 
     data = json.loads((Path(settings.BASE_DIR) / "bench" / "results" / "transfer.json").read_text(encoding="utf-8"))
     card = _by_name()["transfer.json"]
-    assert card.title == "Transfer to held-out operators"
+    # its rounds ran as planned (before orderings), not as optimize orders them by default: the title says so
+    assert card.title == "Transfer to held-out operators (rounds as planned)"
     assert card.headline.startswith(f"strategy {data['provenance']['library_strategy']} (")
     assert "optimize's default" in card.headline
     # the committed document is replayed off the H200's recorded verdicts, and says so; a GPU part would not
-    assert data["provenance"]["gate"] == "replay" and "), replayed off recorded verdicts, budget" in card.headline
-    # a run that records how its rounds were ordered says so; one from before orderings says nothing
+    assert data["provenance"]["gate"] == "replay"
+    assert "), replayed off recorded verdicts, rounds ordered as planned, budget" in card.headline
+    # a run says how its rounds were ordered; one from before orderings ran them as planned
     (tmp_path / "transfer.json").write_text(json.dumps(data | {"provenance": data["provenance"] | {
         "ordering": "measured"}}), encoding="utf-8")
     ordered = _by_name(tmp_path)["transfer.json"]
-    assert "verdicts, rounds ordered measured, budget" in ordered.headline and "rounds ordered" not in card.headline
+    assert "verdicts, rounds ordered measured, budget" in ordered.headline
+    assert ordered.title == "Transfer to held-out operators"
+    assert "verdicts, rounds ordered as planned, budget" in card.headline
     alone = _by_name()["transfer-cards-alone.json"]
-    assert alone.title == "Transfer to held-out operators (cards alone)"
+    assert alone.title == "Transfer to held-out operators (cards alone, rounds as planned)"
     assert alone.headline.startswith("strategy library (cards alone), ") and "default" not in alone.headline
     measured = data["where_measured"]
     library = measured["library_geomean_vs_naive"]
@@ -202,10 +206,15 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     page = client.get("/").content.decode()
     # every transfer card on the page draws its rows (the transfer library's run has its own)
     transfer_cards = [c for c in _by_name().values() if c.title.startswith("Transfer to held-out operators")]
-    assert len(transfer_cards) == 4
-    # the H100's merged parts: a card of their own, its numbers over the operators measured so far
-    h100 = _by_name()["transfer-h100.json"]
-    assert h100.where == "NVIDIA H100 80GB HBM3" and "(geometric mean over 15 operators (of 18))" in h100.headline
+    assert len(transfer_cards) == 5
+    # the H100's merged parts: cards of their own, each number over the operators it was measured on; the rounds
+    # ordered as optimize does by default over all 18, and the earlier planned order over 15 of them
+    h100, planned = _by_name()["transfer-h100.json"], _by_name()["transfer-h100-planned.json"]
+    assert h100.where == planned.where == "NVIDIA H100 80GB HBM3"
+    assert h100.title == "Transfer to held-out operators" and "rounds ordered measured" in h100.headline
+    assert "(geometric mean over 18 operators)" in h100.headline
+    assert planned.title == "Transfer to held-out operators (rounds as planned)"
+    assert "(geometric mean over 15 operators (of 18))" in planned.headline
     assert page.count('<g class="transfer-row"') == sum(len(c.chart["bars"]) for c in transfer_cards)
     assert re.search(r"<title>torch eager: [\d.]+×</title>", page)
 
@@ -216,7 +225,8 @@ def test_a_transfer_run_on_another_library_names_it_and_draws_its_budget_curve(c
     the library leads the better search most."""
     data = json.loads((Path(settings.BASE_DIR) / "bench" / "results" / "transfer-library-run.json").read_text())
     card = _by_name()["transfer-library-run.json"]
-    assert card.title == "Transfer to held-out operators (bench/results/transfer-library.json, cards alone)"
+    assert card.title == ("Transfer to held-out operators (bench/results/transfer-library.json, cards alone, "
+                          "rounds as planned)")
     measured = data["where_measured"]["library_geomean_vs_naive"]
     assert len(measured["operators"]) == measured["of"] == 12
     assert f"library {data['library_geomean_vs_naive']:.2f}x the naive kernel (geometric mean over 12 operators)" \
@@ -233,8 +243,9 @@ def test_a_transfer_run_on_another_library_names_it_and_draws_its_budget_curve(c
     lead = max(points, key=lambda p: p["vs_unconditioned"])
     assert f"{lead['vs_unconditioned']:.2f}× at {lead['budget']} evaluations" in card.curve["caption"]
     page = client.get("/").content.decode()
-    curves = [c.curve for c in _by_name().values() if c.curve]  # the default strategy's run has one too
-    assert len(curves) == 3 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
+    # the default strategy's runs have one too: on the H200, and on the H100 in the measured ordering
+    curves = [c.curve for c in _by_name().values() if c.curve]
+    assert len(curves) == 4 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
     assert "library, 8 evaluations: " in page and "library, then catalog, 8 evaluations: " in page
 
 
