@@ -1,0 +1,52 @@
+"""A reduction's grid-stride loop moved as 16-byte vectors (scalarize_grid_stride's forward) on a real GPU (sm_90;
+skipped elsewhere).
+
+The held-out mean squared error (bench/transfer/mse_loss, no corpus walk or card has seen it) sums each thread's
+grid-stride slice; the search first sums a warp's shares by shuffles (unaggregate_atomics), after which nothing in
+the catalog applied. Forwarded, the slice is read as float4s of both inputs where they are 16-byte aligned, the
+tail element by element. The vector loop passes every case against the warp-aggregated kernel under the gate's
+sanitizer, and its ratios against that kernel and torch eager are printed with whether the timing settled (run
+with -s).
+
+    python -m pytest tests/test_gpu_grid_stride_vectors.py -v -s -n 0
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_tools import assert_passes_every_case, gate_cache
+from klineage.gate.pipeline import run_gate
+from klineage.kernel import load_kernel
+from klineage.transforms import get
+
+pytestmark = pytest.mark.gpu
+MSE = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "mse_loss"
+CASES = {"headline", "ragged", "small"}  # the problem's CASES (named here: a problem file runs only in the sandbox)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return gate_cache(tmp_path_factory)
+
+
+def _forwarded(state, name: str):
+    transform = get(name)
+    (site, *_) = transform.forward_sites(state)
+    return transform.forward(state, site).state
+
+
+def test_the_vector_loop_passes_every_case_against_the_warp_aggregated_kernel(cache):
+    aggregated = _forwarded(load_kernel(MSE / "naive"), "unaggregate_atomics")
+    vectors = _forwarded(aggregated, "scalarize_grid_stride")
+    assert "float4" in vectors.source
+    verdict = run_gate(MSE / "problem.py", vectors, against=aggregated, cache=cache)
+    assert_passes_every_case(verdict, CASES)
+    profile = verdict.profile
+    ratios = profile["ratios"]
+    medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
+    print(f"\nmse_loss on {verdict.environment.get('gpu')}: the vector loop on the {profile['case']} is "
+          f"{ratios['vs_baseline']['overall']:.3f}x the warp-aggregated kernel, {ratios['vs_vendor']['overall']:.3f}x "
+          f"torch (median us {medians}); timing {profile['settlement']['state']}")
