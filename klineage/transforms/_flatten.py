@@ -40,7 +40,10 @@ last statement and the only write of the index (the work may not `continue` past
 A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`) becomes one thread per row,
 `if (row < rows) { <the rest> }` on blocks of THREADS: with one thread a block nothing but the row told the threads
 apart, so the rest may loop (a row's work) but may not name a coordinate, the grid, a barrier, shared memory or a
-collective; rows is the scalar parameter every launch passes its grid as.
+collective; rows is the scalar parameter every launch passes its grid as. So is a row kernel on wider blocks whose
+first thread alone works: `if (threadIdx.x != 0) return;` (or `> 0`) before or after the row's declaration, or the
+rest of the kernel (the row's declaration too) as `if (threadIdx.x == 0) { ... }`; the other threads of the block do
+nothing, and the launch's block is 1-D, so the working threads are one a block.
 
 A grid-stride loop over rows (`for (int row = <global index>; row < rows; row += blockDim.x * gridDim.x) { <a row's
 work> }`, either spelling) is read as the loop over elements is, one thread per row on cdiv(rows, threads) blocks,
@@ -91,6 +94,9 @@ _ROW_BLOCK = re.compile(r"(?:const )?((?:unsigned |signed )?(?:int|long long|lon
 _WIDE_TYPES = re.compile(r"\b(?:long|size_t|int64_t|uint64_t|ptrdiff_t)\b")
 _BLOCK_ROW = re.compile(r"(?:const )?(int|unsigned|unsigned int|size_t|long long|long|int64_t) ([A-Za-z_]\w*) = "
                         r"blockIdx\.x;")
+# a block whose first thread alone goes on: its other threads return, or the rest is that thread's
+_OTHERS_RETURN = re.compile(r"if \((?:threadIdx\.x (?:!=|>) 0|0 (?:!=|<) threadIdx\.x|threadIdx\.x)\) return;")
+_FIRST_ONLY = re.compile(r"(?:threadIdx\.x == 0|0 == threadIdx\.x|!threadIdx\.x)")
 _BLOCK_FORBIDDEN = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__syncthreads\w*|__syncwarp|__shared__|"
                               r"__shfl\w*|__ballot\w*|__any_sync|__all_sync|__activemask|__match\w*|__reduce\w*|asm)\b")
 # what a grid-stride loop's row work may not hold: what a one-thread block's may not, the grid's group, and a jump
@@ -159,8 +165,7 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
 
 def _shape(parsed: cp.ParsedSource, body: Node) -> Shape:
     """The shape a kernel's body looks like (whether it is one is for its reader to say)."""
-    listed = statements(body)
-    if listed and _BLOCK_ROW.fullmatch(squash(parsed.text(listed[0]))):
+    if _block_row(parsed, body) is not None:
         return Shape.ONE_THREAD_BLOCKS
     return Shape.GRID_STRIDE if "gridDim" in parsed.text(body) else Shape.MATRIX
 
@@ -171,12 +176,11 @@ def _threaded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
     the scalar parameter every launch passes its grid as. The rest may loop and return (a row's own work), but not
     name a thread or block coordinate, the grid, a barrier, shared memory or a warp collective, nor change the
     row: with one thread a block, none of those meant anything but the row."""
-    listed = statements(function.node.child_by_field_name("body"))
-    kind, row = _BLOCK_ROW.fullmatch(squash(parsed.text(listed[0]))).groups()
+    declaration, rest, first_only = _block_row(parsed, function.node.child_by_field_name("body"))
+    kind, row = _BLOCK_ROW.fullmatch(squash(parsed.text(declaration))).groups()
     launches = launches_of(state, function.name, dimensions=1)
-    if any(str(launch.block[0]).strip() != "1" for launch in launches):
+    if not first_only and any(str(launch.block[0]).strip() != "1" for launch in launches):
         raise NotApplicable(f"{function.name} takes its row from blockIdx.x on blocks of more than one thread")
-    rest = listed[1:]
     if not rest:
         raise NotApplicable(f"{function.name} does nothing with its row")
     text = parsed.data[rest[0].start_byte:rest[-1].end_byte].decode("utf-8")
@@ -186,10 +190,39 @@ def _threaded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
     if any(parsed.text(n) == row and is_written(n) for node in rest for n in cp.nodes_of_type(node, "identifier")):
         raise NotApplicable(f"{function.name} changes its row '{row}'")
     rows = _grid_extent(state, parsed, function, 0)
-    indent = indentation(parsed.data, listed[0].start_byte)
+    indent = indentation(parsed.data, statements(function.node.child_by_field_name("body"))[0].start_byte)
     work = reindent(text, len(indentation(parsed.data, rest[0].start_byte)), indent + "    ")
     source = f"{kind} {row} = {canonical_index(NARROW)};\n{indent}if ({row} < {rows}) {{\n{work}\n{indent}}}"
     return source, _element_launches(state, parsed, function, rows, 1, THREADS)
+
+
+def _block_row(parsed: cp.ParsedSource, body: Node) -> tuple[Node, list[Node], bool] | None:
+    """A row kernel's row declaration (`int row = blockIdx.x;`), the statements after it, and whether the block's
+    first thread alone runs them (the others return first, or the rest is under `if (threadIdx.x == 0)`); None
+    where the body is not read so."""
+    listed, first_only = statements(body), False
+    if listed and _OTHERS_RETURN.fullmatch(squash(parsed.text(listed[0]))):
+        listed, first_only = listed[1:], True
+    elif len(listed) == 1 and (inner := _first_thread_block(parsed, listed[0])) is not None:
+        listed, first_only = inner, True
+    if not listed or not _BLOCK_ROW.fullmatch(squash(parsed.text(listed[0]))):
+        return None
+    declaration, rest = listed[0], listed[1:]
+    if not first_only and rest and _OTHERS_RETURN.fullmatch(squash(parsed.text(rest[0]))):
+        rest, first_only = rest[1:], True
+    elif not first_only and len(rest) == 1 and (inner := _first_thread_block(parsed, rest[0])) is not None:
+        rest, first_only = inner, True
+    return declaration, rest, first_only
+
+
+def _first_thread_block(parsed: cp.ParsedSource, statement: Node) -> list[Node] | None:
+    """The statements of `if (threadIdx.x == 0) { ... }` (no else), or None for any other statement."""
+    if statement.type != "if_statement" or statement.child_by_field_name("alternative") is not None:
+        return None
+    condition = statement.child_by_field_name("condition")
+    if condition is None or not _FIRST_ONLY.fullmatch(squash(parsed.text(condition)).strip("()").strip()):
+        return None
+    return statements(statement.child_by_field_name("consequence"))
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, compiles_without_spills
 
-CASES = ["rows_on_y", "tiles", "grid_stride", "grid_stride_while", "one_thread_blocks", "grid_stride_rows"]
+CASES = ["rows_on_y", "tiles", "grid_stride", "grid_stride_while", "one_thread_blocks", "first_thread_rows",
+         "grid_stride_rows"]
 # (rows, cols): a ragged row, rows of whole packs, a tail in every row; the grid-stride loops read n = rows * cols,
 # and their grid of 128 threads strides over the larger ones
 SHAPES = [(3, 5), (4, 64), (7, 130)]
@@ -63,7 +64,7 @@ def _inputs(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
         return {"rows": rows, "cols": cols}, {"x": x.round()}, {"y": (torch.float32, 2 * rows)}
     if case.startswith("grid_stride"):
         return {"n": rows * cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
-    if case == "one_thread_blocks":  # a row's largest element: any order of the compares gives its bits
+    if case in ("one_thread_blocks", "first_thread_rows"):  # a row's largest element: any order gives its bits
         return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows)}
     if case == "rows_on_y":
         inputs = {"x": x, "b": torch.randn(cols, generator=generator)}
@@ -92,11 +93,12 @@ FORWARDS = {  # case -> the forwards that find a site in the kernel as written
     "grid_stride": ("scalarize_elementwise",),  # a grid-stride loop is uncoarsen_grid_stride's own form
     "grid_stride_while": ("scalarize_elementwise",),  # the same loop spelled with `while`
     "one_thread_blocks": ("serialize_reduction",),  # `<<<rows, 1>>>`: a thread per row, then a warp per row
+    "first_thread_rows": ("serialize_reduction",),  # `<<<rows, 32>>>`, the first thread alone working: the same
     "grid_stride_rows": ("serialize_reduction",),  # a thread per row on a grid covering the rows, then a warp each
 }
 
 
-@pytest.mark.parametrize("case", sampled(FORWARDS, keep=("rows_on_y", "one_thread_blocks", "grid_stride_rows")))
+@pytest.mark.parametrize("case", sampled(FORWARDS, keep=("rows_on_y", "first_thread_rows", "grid_stride_rows")))
 def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits(tmp_path, case):
     """Each forward from the kernel as a user wrote it: it finds exactly these sites, and every rewrite computes
     the written kernel's bits."""
@@ -252,8 +254,23 @@ def _row_plan(grid: str = "rows", block: int = 1) -> LaunchPlan:
 ROW_HEAD = "__global__ void kernel(const float* x, float* y, int rows) {\n    int row = blockIdx.x;\n"
 
 
+WIDE_BLOCK = LaunchPlan.from_toml('name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["rows"]\n'
+                                  'block = [32, 2]\nargs = ["x", "y", { scalar = "rows", type = "i32" }]\n')
+
+
 @pytest.mark.parametrize("body, plan, why", [
     ("    y[row] = x[row] * threadIdx.x;\n", _row_plan(), "names a thread or block coordinate"),
+    # wider blocks whose first thread alone works, attacked: a barrier the others never reach, another thread
+    # working, the others working in an else or after the first's block, a second row of threads (threadIdx.y)
+    ("    if (threadIdx.x != 0) return;\n    __syncthreads();\n    y[row] = x[row];\n", _row_plan(block=32),
+     "(`__syncthreads`)"),
+    ("    if (threadIdx.x != 1) return;\n    y[row] = x[row];\n", _row_plan(block=32),
+     "blocks of more than one thread"),
+    ("    if (threadIdx.x == 0) {\n        y[row] = x[row];\n    } else {\n        y[row] = 0.0f;\n    }\n",
+     _row_plan(block=32), "blocks of more than one thread"),
+    ("    if (threadIdx.x == 0) {\n        y[row] = x[row];\n    }\n    y[row] += 1.0f;\n", _row_plan(block=32),
+     "blocks of more than one thread"),
+    ("    if (threadIdx.x != 0) return;\n    y[row] = x[row];\n", WIDE_BLOCK, "more than 1 dimension(s)"),
     ("    __shared__ float s[1];\n    s[0] = x[row];\n    y[row] = s[0];\n", _row_plan(), "`__shared__`"),
     ("    row += 1;\n    y[row] = x[row];\n", _row_plan(), "changes its row 'row'"),
     ("    y[row] = x[row];\n", _row_plan(block=32), "blocks of more than one thread"),
