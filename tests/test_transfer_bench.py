@@ -37,9 +37,11 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             "gather_rows": {"uncoarsen_grid_stride", "scalarize_row_gather"},
             "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride"},  # its table-zeroing kernel, both
             "bias_relu": {"scalarize_elementwise", "scalarize_row_gather", "uncoarsen_grid_stride"},  # 2-D, read flat
-            "mse_loss": {"unaggregate_atomics"}, "masked_scale": {"scalarize_elementwise",
-                                                                                     "uncoarsen_grid_stride"},
-            "softplus": {"scalarize_elementwise"},  # a grid-stride loop, read as one thread per element
+            # a thread's grid-stride sum: its atomic aggregated a warp at a time, its loop walked as 16-byte vectors
+            "mse_loss": {"unaggregate_atomics", "scalarize_grid_stride"},
+            "masked_scale": {"scalarize_elementwise", "uncoarsen_grid_stride"},
+            # a grid-stride loop: read as one thread per element, or walked as 16-byte vectors as it is
+            "softplus": {"scalarize_elementwise", "scalarize_grid_stride"},
             "bmm_small": {"untile_matmul"},  # a batch of small products, one layer of blocks per matrix
             "bias_grad": {"serialize_column_reduction", "serialize_reduction", "unsplit_reduction"}}  # down columns
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}
