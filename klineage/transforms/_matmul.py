@@ -34,24 +34,31 @@ _B_ROWS = (rf"{KEY}_b\[threadIdx\.y\]\[threadIdx\.x\] = {KEY}_k \+ threadIdx\.y 
 _B_TRANSPOSED = (rf"{KEY}_b\[threadIdx\.x\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.x < \4 && blockIdx\.x \* {TILE} \+ "
                  rf"threadIdx\.y < {_ID} \? {_ID}\[\(blockIdx\.x \* {TILE} \+ threadIdx\.y\) \* \4 \+ {KEY}_k \+ "
                  rf"threadIdx\.x\] : {_TILE_ZERO};")
+_A_ROWS = (rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = \2 < {_ID} && {KEY}_k \+ threadIdx\.x < \4 \? {_ID}\[\2 \* \4 "
+           rf"\+ {KEY}_k \+ threadIdx\.x\] : {_TILE_ZERO};")
+# A stored K x M (C = A^T B): lanes along r load a row of A (coalesced), stored down a column of the padded tile
+_A_TRANSPOSED = (rf"{KEY}_a\[threadIdx\.x\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.y < \4 && blockIdx\.y \* {TILE} \+ "
+                 rf"threadIdx\.x < {_ID} \? {_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \5 \+ blockIdx\.y \* {TILE} \+ "
+                 rf"threadIdx\.x\] : {_TILE_ZERO};")
 
 
-def _tiled(transposed: bool) -> re.Pattern:
+def _tiled(left_transposed: bool, transposed: bool) -> re.Pattern:
     """The squashed body the tiled form has; groups: c, r, acc, K, M, A, N, B, k, the tiled update, the epilogue."""
     width, load = (TILE + 1, _B_TRANSPOSED) if transposed else (TILE, _B_ROWS)
+    left_width, load_a = (TILE + 1, _A_TRANSPOSED) if left_transposed else (TILE, _A_ROWS)
     return re.compile(
-        rf"^{{ __shared__ {TILE_TYPE} {KEY}_a\[{TILE}\]\[{TILE}\]; "
+        rf"^{{ __shared__ {TILE_TYPE} {KEY}_a\[{TILE}\]\[{left_width}\]; "
         rf"__shared__ {TILE_TYPE} {KEY}_b\[{TILE}\]\[{width}\]; "
         rf"(?:{BATCH_INDEX} )?(?:[A-Za-z_]\w* \+= [^;]+; ){{0,2}}"
         rf"int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; "
         rf"float {_ID} = {FLOAT_ZERO}; for \(int {KEY}_k = 0; {KEY}_k < {_ID}; {KEY}_k \+= {TILE}\) {{ "
-        rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = \2 < {_ID} && {KEY}_k \+ threadIdx\.x < \4 \? {_ID}\[\2 \* \4 "
-        rf"\+ {KEY}_k \+ threadIdx\.x\] : {_TILE_ZERO}; {load} __syncthreads\(\); "
+        rf"{load_a} {load} __syncthreads\(\); "
         rf"for \(int {_ID} = 0; \9 < {TILE} && {KEY}_k \+ \9 < \4; \+\+\9\) (\3 (?:\+)?= .+?); __syncthreads\(\); }} "
         rf"if \(\2 < \5 && \1 < \7\) {{ (.+) }} }}$")
 
 
-_TILED = {transposed: _tiled(transposed) for transposed in (False, True)}
+# (A stored K x M, B stored N x K) -> the tiled form's pattern
+_TILED = {(left, right): _tiled(left, right) for left in (False, True) for right in (False, True)}
 
 
 @dataclass(frozen=True)
@@ -63,8 +70,8 @@ class Product:
     rows: str  # M
     columns: str  # N
     depth: str  # K
-    left: str  # A: rows x K
-    right: str  # B: K x columns
+    left: str  # A: rows x K (or K x rows, `left_transposed`)
+    right: str  # B: K x columns (or columns x K, `transposed`)
     zero: str  # the accumulator's first value, as written
     update: str  # the loop's one statement, as written (`acc += A[...] * B[...]` or `acc = fmaf(..., acc)`)
     transposed: bool  # B is stored N x K and read at B[c * K + k]
@@ -73,6 +80,7 @@ class Product:
     right_offset: str = ""  # Y of `B[Y + k * N + c]` (or `B[Y + c * K + k]`), else ""
     left_type: str = "float"  # A's element type: a 16-bit one is read through its conversion to float
     right_type: str = "float"
+    left_transposed: bool = False  # A is stored K x M and read at A[k * M + r] (C = A^T B)
 
     @staticmethod
     def edge(element: str) -> str:
@@ -83,7 +91,8 @@ class Product:
         """The naive update's reads of A and of B."""
         right = f"{self.column} * {self.depth} + {self.index}" if self.transposed else \
             f"{self.index} * {self.columns} + {self.column}"
-        left = f"{self.row} * {self.depth} + {self.index}"
+        left = f"{self.index} * {self.rows} + {self.row}" if self.left_transposed else \
+            f"{self.row} * {self.depth} + {self.index}"
         return f"{self.left}[{_offset(self.left_offset)}{left}]", f"{self.right}[{_offset(self.right_offset)}{right}]"
 
     def reads(self) -> dict[str, str]:
@@ -124,15 +133,23 @@ def tiled_lines(p: Product) -> list[str]:
         load_b = (f"    {KEY}_b[threadIdx.y][threadIdx.x] = {t} + threadIdx.y < {p.depth} && {p.column} < "
                   f"{p.columns} ? {p.right}[({t} + threadIdx.y) * {p.columns} + {p.column}] : "
                   f"{p.edge(p.right_type)};")
-    return [f"__shared__ {p.left_type} {KEY}_a[{TILE}][{TILE}];",
+    if p.left_transposed:  # lanes along r read a row of A (coalesced) and store it down a padded tile column
+        left_width = TILE + 1
+        load_a = (f"    {KEY}_a[threadIdx.x][threadIdx.y] = {t} + threadIdx.y < {p.depth} && blockIdx.y * {TILE} + "
+                  f"threadIdx.x < {p.rows} ? {p.left}[({t} + threadIdx.y) * {p.rows} + blockIdx.y * {TILE} + "
+                  f"threadIdx.x] : {p.edge(p.left_type)};")
+    else:
+        left_width = TILE
+        load_a = (f"    {KEY}_a[threadIdx.y][threadIdx.x] = {p.row} < {p.rows} && {t} + threadIdx.x < {p.depth} ? "
+                  f"{p.left}[{p.row} * {p.depth} + {t} + threadIdx.x] : {p.edge(p.left_type)};")
+    return [f"__shared__ {p.left_type} {KEY}_a[{TILE}][{left_width}];",
             f"__shared__ {p.right_type} {KEY}_b[{TILE}][{width}];",
             *p.starts(),
             f"int {p.column} = blockIdx.x * {TILE} + threadIdx.x;",
             f"int {p.row} = blockIdx.y * {TILE} + threadIdx.y;",
             f"float {p.accumulator} = {p.zero};",
             f"for (int {t} = 0; {t} < {p.depth}; {t} += {TILE}) {{",
-            f"    {KEY}_a[threadIdx.y][threadIdx.x] = {p.row} < {p.rows} && {t} + threadIdx.x < {p.depth} ? "
-            f"{p.left}[{p.row} * {p.depth} + {t} + threadIdx.x] : {p.edge(p.left_type)};",
+            load_a,
             load_b,
             "    __syncthreads();",
             f"    for (int {p.index} = 0; {p.index} < {TILE} && {t} + {p.index} < {p.depth}; ++{p.index}) "
@@ -154,16 +171,18 @@ def tiled_product(parsed: cp.ParsedSource, function: cp.Function) -> tuple[Produ
     body = function.node.child_by_field_name("body")
     text = squash(parsed.text(body))
     matches = {transposed: pattern.match(text) for transposed, pattern in _TILED.items()}
-    transposed = next((t for t, m in matches.items() if m), None)
-    if transposed is None:
+    layout = next((t for t, m in matches.items() if m), None)
+    if layout is None:
         raise NotApplicable(f"{function.name}: not the tiled product untile_matmul's forward writes")
-    c, r, acc, depth, rows, left, columns, right, index, tiled = matches[transposed].groups()[:10]
+    left_transposed, transposed = layout
+    c, r, acc, depth, rows, left, columns, right, index, tiled = matches[layout].groups()[:10]
     zero = re.search(rf"float {acc} = ({FLOAT_ZERO});", text)[1]
     batch = re.search(BATCH_INDEX, text)
     offsets = [re.search(rf"\b{operand} \+= ([^;]+);", text) for operand in (left, right)]
     types = re.findall(rf"__shared__ ({TILE_TYPE}) {KEY}_[ab]\[", text)
     product = Product(c, r, acc, index, rows, columns, depth, left, right, zero, "", transposed,
-                      batch[0] if batch else "", *(found[1] if found else "" for found in offsets), *types)
+                      batch[0] if batch else "", *(found[1] if found else "" for found in offsets), *types,
+                      left_transposed=left_transposed)
     update = replaced(tiled, {tile: operand for operand, tile in product.reads().items()})
     guard = statements(body)[-1].child_by_field_name("consequence")
     if guard is None or guard.type != "compound_statement":

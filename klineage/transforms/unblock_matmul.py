@@ -14,8 +14,10 @@ and four of B into registers and multiplies every pair: 8 shared reads feed 16 m
 - The epilogue runs once per micro-tile output, under that output's bounds, with `r`, `c` and the accumulator
   declared as that output's: the statements as written.
 - B stored N x K (a linear layer's weight) is loaded along k, a row of B across the lanes, and stored down a
-  column of a 16 x 65 tile (the padding spreads a column over the banks). A batch's pointer moves and 16-bit
-  tiles (with 16-bit registers, converted by the update as before) stay as the tiled form has them.
+  column of a 16 x 65 tile (the padding spreads a column over the banks). A stored K x M (`A[k * M + r]`, C = A^T
+  B) likewise: loaded along r, a row of A across the lanes, stored down a column of a 64 x 17 tile. A batch's
+  pointer moves and 16-bit tiles (with 16-bit registers, converted by the update as before) stay as the tiled form
+  has them.
 - The plan's launches keep their block (16, 16) and get the grid (cdiv(N, 64), cdiv(M, 64), Z).
 
 Backward writes the tiled form back from the blocked one, and the plan's grid (cdiv(N, 16), cdiv(M, 16), Z).
@@ -82,11 +84,14 @@ DEPTH = 3  # the blocks around the epilogue: the loops over the micro-tile's row
 _ID = r"([A-Za-z_]\w*)"
 # the blocked form's names the reader takes its product from (squashed body); the rest is checked by rewriting
 _FIELDS = {
-    "types": rf"__shared__ ({TILE_TYPE}) {KEY}_a\[{SPAN}\]\[{TILE}\]; __shared__ ({TILE_TYPE}) {KEY}_b\[{TILE}\]\["
-             rf"({SPAN}|{SPAN + 1})\];",
-    "left": rf"< {_ID} && {KEY}_k \+ threadIdx\.x < {_ID} \? {_ID}\[\({KEY}_r \+ {TILE} \* {KEY}_i\) \*",
-    "right": rf"< {_ID} \? {_ID}\[\((?:{KEY}_k \+ threadIdx\.y|blockIdx\.x \* {SPAN} \+ threadIdx\.y \+ {TILE} \* "
-             rf"{KEY}_i)\) \*",
+    "types": rf"__shared__ ({TILE_TYPE}) {KEY}_a\[{SPAN}\]\[({TILE}|{TILE + 1})\]; __shared__ ({TILE_TYPE}) "
+             rf"{KEY}_b\[{TILE}\]\[({SPAN}|{SPAN + 1})\];",
+    # A's load: groups M, K, A (stored M x K) or K, M, A (stored K x M)
+    "left": rf"(?:< {_ID} && {KEY}_k \+ threadIdx\.x < {_ID} \? {_ID}\[\({KEY}_r \+ {TILE} \* {KEY}_i\) \*|"
+            rf"{KEY}_a\[threadIdx\.x \+ {TILE} \* {KEY}_i\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.y < {_ID} && "
+            rf"blockIdx\.y \* {SPAN} \+ threadIdx\.x \+ {TILE} \* {KEY}_i < {_ID} \? {_ID}\[)",
+    "right": rf"{KEY}_b\[[^;]*< {_ID} \? {_ID}\[\((?:{KEY}_k \+ threadIdx\.y|blockIdx\.x \* {SPAN} \+ threadIdx\.y "
+             rf"\+ {TILE} \* {KEY}_i)\) \*",
     "zero": rf"{re.escape(ACCUMULATOR)} = ({FLOAT_ZERO});",
     "index": rf"for \(int {_ID} = 0; \1 < {TILE} && {KEY}_k \+",
     "update": rf"\+\+{KEY}_j\) ([^;]+); }}",
@@ -155,10 +160,18 @@ def blocked_lines(p: Product) -> list[str]:
         width = SPAN
         load_b = (f"{KEY}_b[threadIdx.y][threadIdx.x + {TILE} * {i}] = {k} + threadIdx.y < {p.depth} && {b_column} < "
                   f"{p.columns} ? {p.right}[({k} + threadIdx.y) * {p.columns} + {b_column}] : {p.edge(p.right_type)};")
+    if p.left_transposed:  # lanes along r read a row of A (coalesced) and store it down a padded tile column
+        left_width, a_column = TILE + 1, f"blockIdx.y * {SPAN} + threadIdx.x + {TILE} * {i}"
+        load_a = (f"{KEY}_a[threadIdx.x + {TILE} * {i}][threadIdx.y] = {k} + threadIdx.y < {p.depth} && {a_column} < "
+                  f"{p.rows} ? {p.left}[({k} + threadIdx.y) * {p.rows} + {a_column}] : {p.edge(p.left_type)};")
+    else:
+        left_width = TILE
+        load_a = (f"{KEY}_a[threadIdx.y + {TILE} * {i}][threadIdx.x] = {a_row} < {p.rows} && {k} + threadIdx.x < "
+                  f"{p.depth} ? {p.left}[({a_row}) * {p.depth} + {k} + threadIdx.x] : {p.edge(p.left_type)};")
     left, right = p.operands()
     update = re.sub(rf"\b{p.accumulator}\b", ACCUMULATOR,
                     replaced(p.update, {left: f"{KEY}_ra[{i}]", right: f"{KEY}_rb[{j}]"}))
-    return [f"__shared__ {p.left_type} {KEY}_a[{SPAN}][{TILE}];",
+    return [f"__shared__ {p.left_type} {KEY}_a[{SPAN}][{left_width}];",
             f"__shared__ {p.right_type} {KEY}_b[{TILE}][{width}];",
             *p.starts(),
             f"int {KEY}_c = blockIdx.x * {SPAN} + threadIdx.x;",
@@ -168,8 +181,7 @@ def blocked_lines(p: Product) -> list[str]:
             f"    {each_j} {ACCUMULATOR} = {p.zero};",
             f"for (int {k} = 0; {k} < {p.depth}; {k} += {TILE}) {{",
             f"    {each_i} {{",
-            f"        {KEY}_a[threadIdx.y + {TILE} * {i}][threadIdx.x] = {a_row} < {p.rows} && {k} + threadIdx.x < "
-            f"{p.depth} ? {p.left}[({a_row}) * {p.depth} + {k} + threadIdx.x] : {p.edge(p.left_type)};",
+            f"        {load_a}",
             f"        {load_b}",
             "    }",
             "    __syncthreads();",
@@ -202,15 +214,19 @@ def _blocked_product(parsed: cp.ParsedSource, function: cp.Function) -> tuple[Pr
     epilogue = _nested_epilogue(body) if body is not None else []
     if not all(found.values()) or not epilogue:
         raise NotApplicable(f"{function.name}: not the register-blocked product unblock_matmul's forward writes")
-    left_type, right_type, width = found["types"].groups()
-    rows, depth, left = found["left"].groups()
+    left_type, left_width, right_type, width = found["types"].groups()
+    left_transposed = found["left"][1] is None
+    rows, depth, left = found["left"].groups()[:3]
+    if left_transposed:
+        depth, rows, left = found["left"].groups()[3:]
     columns, right = found["right"].groups()
     row, column, _, _, accumulator = found["output"].groups()
     batch = re.search(BATCH_INDEX, text)
     offsets = [re.search(rf"\b{operand} \+= ([^;]+);", text) for operand in (left, right)]
     product = Product(column, row, accumulator, found["index"][1], rows, columns, depth, left, right,
                       found["zero"][1], "", width == str(SPAN + 1), batch[0] if batch else "",
-                      *(offset[1] if offset else "" for offset in offsets), left_type, right_type)
+                      *(offset[1] if offset else "" for offset in offsets), left_type, right_type,
+                      left_width == str(TILE + 1))
     a_read, b_read = product.operands()
     update = replaced(found["update"][1].replace(ACCUMULATOR, accumulator),
                       {f"{KEY}_ra[{KEY}_i]": a_read, f"{KEY}_rb[{KEY}_j]": b_read})

@@ -28,11 +28,14 @@ every global element is read once per block instead of once per thread.
 - B may be stored N x K instead, read at `B[c * K + k]` (a linear layer's weight). Its tile is then loaded along
   k, a row of B across the lanes, and stored down a column of a 16 x 17 tile (the padding spreads the column over
   the banks).
+- A may be stored K x M instead, read at `A[k * M + r]` (C = A^T B, as `torch.matmul(A.T, B)`), B either way. Its
+  tile is then loaded along r, a row of A across the lanes, and stored down a column of a 16 x 17 tile, which the
+  product loop reads as before.
 
 A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`), each
-operand read at its batch's start (`A[X + r * K + k]`, `B[Y + k * N + c]`, X and Y naming only the batch index
-and scalar parameters: `b * M * K`). The tiled form moves the operand pointers to those starts first (`A += X;`),
-then is the unbatched one; the grid keeps its third dimension, one layer of blocks per matrix.
+operand read at its batch's start (`A[X + r * K + k]` or `A[X + k * M + r]`, `B[Y + k * N + c]`, X and Y naming
+only the batch index and scalar parameters: `b * M * K`). The tiled form moves the operand pointers to those starts
+first (`A += X;`), then is the unbatched one; the grid keeps its third dimension, one layer of blocks per matrix.
 
 Backward writes the naive product back from the canonical tiled form, under the same (16, 16) block and grid.
 
@@ -185,6 +188,10 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     reads = {terms["x"]: _at(terms["at_x"]), terms["y"]: _at(terms["at_y"])}
     left, left_offset = next(((a, x) for a, (x, at) in reads.items() if at == f"{row} * {depth} + {index}"),
                              (None, ""))
+    left_transposed = left is None  # A stored K x M: C = A^T B
+    if left_transposed:
+        left, left_offset = next(((a, x) for a, (x, at) in reads.items() if at == f"{index} * {rows} + {row}"),
+                                 (None, ""))
     right, right_offset = next(((a, x) for a, (x, at) in reads.items() if at == f"{index} * {columns} + {column}"),
                                (None, ""))
     transposed = right is None
@@ -192,7 +199,8 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         right, right_offset = next(((a, x) for a, (x, at) in reads.items()
                                     if at == f"{column} * {depth} + {index}"), (None, ""))
     if left is None or right is None or left == right:
-        raise NotApplicable(f"{function.name} does not read A[r * K + k] and B[k * N + c] (or B[c * K + k])")
+        raise NotApplicable(f"{function.name} does not read A[r * K + k] (or A[k * M + r]) and B[k * N + c] (or "
+                            f"B[c * K + k])")
     for operand, offset in ((left, left_offset), (right, right_offset)):  # where a batch's matrix starts
         names = set(re.findall(r"[A-Za-z_]\w*", offset))
         if any(name != batch_name and params.get(name, ("", True))[1] for name in names) or \
@@ -216,7 +224,7 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         if str(launch.block[2]).strip() != "1":
             raise NotApplicable(f"{function.name}'s block is three-dimensional")
     return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update, transposed,
-                   batch, left_offset, right_offset, types[left], types[right]), work[2:]
+                   batch, left_offset, right_offset, types[left], types[right], left_transposed), work[2:]
 
 
 def _at(subscript: str) -> tuple[str, str]:

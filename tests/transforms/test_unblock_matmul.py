@@ -24,8 +24,9 @@ SITE = Anchor("kernel", "function", "block")
 BMM = Path(__file__).resolve().parents[2] / "bench" / "transfer" / "bmm_small"
 # bias_relu: B stored K x N, an epilogue reading a column's bias; batched: one layer of blocks per matrix, the update
 # fused, an epilogue reading the output it writes; linear: B stored N x K (a linear layer's weight); half: __half
-# operands, tiled and kept in registers in their own type
-CASES = ("bias_relu", "batched", "linear", "half")
+# operands, tiled and kept in registers in their own type; transposed_a: A stored K x M (C = A^T B), loaded across a
+# padded tile; transposed_both: a batch of A^T B^T, the update fused
+CASES = ("bias_relu", "batched", "linear", "half", "transposed_a", "transposed_both")
 # M x N x K: one output, sizes 16 and 64 do not divide (the ragged and small transfer shapes among them), one whole
 # block tile, and several blocks along both sides with ragged edges
 SHAPES = ((1, 1, 1), (17, 9, 5), (50, 70, 33), (64, 64, 64), (70, 130, 40))
@@ -97,7 +98,10 @@ def operands(left: str = "A", right: str = "B", batch: int = 1, dtype=torch.floa
 
 EMULATED = {"bias_relu": (operands(vectors=("bias",)), "C", {"alpha": 0.75}),
             "linear": (operands("x", "w", vectors=("b",)), "y", {}),
-            "half": (operands(dtype=torch.float16), "C", {})}
+            "half": (operands(dtype=torch.float16), "C", {}),
+            # A stored K x M (and B N x K): the same counts as M x K (and K x N)
+            "transposed_a": (operands(), "C", {}),
+            "transposed_both": (operands(batch=3), "C", {"batch": 3})}
 
 
 # bias_relu (B as K x N) is covered by the bmm_small chain in the default run
@@ -105,6 +109,18 @@ EMULATED = {"bias_relu": (operands(vectors=("bias",)), "C", {"alpha": 0.75}),
 def test_the_micro_tiles_give_the_tiled_kernels_bits_on_the_cpu(case, tmp_path):
     inputs_of, output, scalars = EMULATED[case]
     same_bits(golden("after", case), golden("before", case), tmp_path, inputs_of, output, **scalars)
+
+
+@pytest.mark.slow  # the untile test's emulation covers A stored K x M by default; this one adds the blocked form
+def test_the_chain_from_a_naive_transposed_product_gives_its_bits(tmp_path):
+    """naive A^T B (A stored K x M) -> untile_matmul -> unblock_matmul: the naive kernel's bits, on a shape with ragged
+    edges and several blocks along both sides and one smaller than a tile (transposed_a's full sweep is slow)."""
+    naive = load(HERE / "untile_matmul" / "transposed_a", "after", "kernel")
+    tiled = get("untile_matmul").forward(naive, Anchor("kernel", "function", "tile")).state
+    assert tiled == golden("after", "transposed_a")
+    blocked = get("unblock_matmul").forward(tiled, SITE).state
+    assert blocked == golden("before", "transposed_a")
+    same_bits(naive, blocked, tmp_path, operands(), shapes=((17, 9, 5), (70, 130, 40)))
 
 
 def test_the_batched_micro_tiles_give_the_tiled_kernels_bits_on_the_cpu(tmp_path):

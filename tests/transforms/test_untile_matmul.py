@@ -27,8 +27,9 @@ def transform():
 
 # bias_relu: B stored K x N; linear: B stored N x K (a linear layer's weight), loaded across a padded tile;
 # batched: a batch of small products, one layer of blocks per matrix (blockIdx.z), each operand at its batch's start;
-# half: __half operands read through __half2float, tiled in their own type
-CASES = ("bias_relu", "linear", "batched", "half")
+# half: __half operands read through __half2float, tiled in their own type; transposed_a: A stored K x M (C = A^T B),
+# loaded across a padded tile; transposed_both: a batch of A^T B^T, the update fused
+CASES = ("bias_relu", "linear", "batched", "half", "transposed_a", "transposed_both")
 
 
 def golden(which: str, case: str = "bias_relu") -> KernelState:
@@ -40,7 +41,7 @@ def test_golden(case):
     check_golden("untile_matmul", case)
 
 
-@pytest.mark.parametrize("case", sampled(CASES, keep=('linear', 'half')))
+@pytest.mark.parametrize("case", sampled(CASES, keep=('linear', 'half', 'transposed_a')))
 def test_golden_kernels_compile(cache, case):
     for which in ("before", "after"):
         compiles_without_spills(golden(which, case), cache)
@@ -82,6 +83,44 @@ def test_the_batched_tiles_give_the_naive_kernels_bits_on_the_cpu(tmp_path):
     emulate.same_product_bits(golden("after", "batched"), golden("before", "batched"), tmp_path,
                lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g), "B": torch.randn(3 * k * n, generator=g)},
                "C", batch=3)
+
+
+def transposed_operands(batch: int = 1):
+    """inputs_of for A stored K x M and B (K x N or N x K) per matrix of the batch: the same counts either way."""
+    return lambda m, n, k, g: {"A": torch.randn(batch * k * m, generator=g),
+                               "B": torch.randn(batch * k * n, generator=g)}
+
+
+@pytest.mark.parametrize("case", sampled(("transposed_a", "transposed_both"), keep=("transposed_a",)))
+def test_the_transposed_tiles_give_the_naive_kernels_bits_on_the_cpu(case, tmp_path):
+    """A stored K x M, loaded along r across a padded tile (and B stored N x K, a batch of three): the naive bits."""
+    batch = 3 if case == "transposed_both" else 1
+    emulate.same_product_bits(golden("after", case), golden("before", case), tmp_path, transposed_operands(batch), "C",
+                              batch=batch)
+
+
+@pytest.mark.slow
+def test_the_emulation_sees_a_transposed_tile_loaded_the_other_way(tmp_path):
+    """The check can fail: A^T's tile loaded with the lanes along k (A read as if stored M x K) gives other bits."""
+    tiled = golden("before", "transposed_a")
+    load = "A[(tile_k + threadIdx.y) * M + blockIdx.y * 16 + threadIdx.x]"
+    wrong = KernelState(source=tiled.source.replace(load, "A[(tile_k + threadIdx.x) * M + blockIdx.y * 16 + "
+                                                          "threadIdx.y]"), plan=tiled.plan)
+    assert load in tiled.source and wrong.source != tiled.source
+    with pytest.raises(AssertionError, match=r"\(\d+, \d+, \d+\)"):
+        emulate.same_product_bits(golden("after", "transposed_a"), wrong, tmp_path, transposed_operands(), "C")
+
+
+@pytest.mark.parametrize("update", ["acc += B[k * N + c] * A[k * M + r];",
+                                    "acc = fmaf(A[k * M + r], B[c * K + k], acc);"])
+def test_a_transposed_product_reads_either_operand_first_and_b_either_way(transform, update):
+    naive = golden("after", "transposed_a")
+    state = KernelState(source=naive.source.replace("acc += A[k * M + r] * B[k * N + c];", update), plan=naive.plan)
+    assert state.source != naive.source
+    tiled = transform.forward(state, SITE).state
+    assert "__shared__ float tile_a[16][17];" in tiled.source
+    assert ("__shared__ float tile_b[16][17];" in tiled.source) == ("B[c * K + k]" in update)
+    assert transform.find(tiled) == [SITE] and transform.backward(tiled, SITE).state == state
 
 
 HALF_UPDATE = "acc += __half2float(A[r * K + k]) * __half2float(B[k * N + c]);"
@@ -135,6 +174,10 @@ def test_the_emulation_sees_a_batch_started_at_the_wrong_matrix(tmp_path):
     (("float v = alpha * acc + bias[c];", "float v = alpha * acc + bias[threadIdx.x];"), "epilogue"),
     (("float v = alpha * acc + bias[c];", "float v = alpha + bias[c];"), "epilogue"),
     (("if (r < M && c < N) {", "if (r < M && c < K) {"), "A\\[r \\* K \\+ k\\]"),
+    # A stored K x M is read at A[k * M + r]: not with another leading dimension, nor at another output's column
+    (("acc += A[r * K + k] * B[k * N + c];", "acc += A[k * K + r] * B[k * N + c];"), "or A\\[k \\* M \\+ r\\]"),
+    (("acc += A[r * K + k] * B[k * N + c];", "acc += A[k * M + c] * B[k * N + c];"), "or A\\[k \\* M \\+ r\\]"),
+    (("acc += A[r * K + k] * B[k * N + c];", "acc += A[k * M + r] * B[k * M + c];"), "or B\\[c \\* K \\+ k\\]"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, edit, why):
     naive = golden("after")
