@@ -85,6 +85,7 @@ from klineage.transforms._naive import (
     statements,
     uncast_grid,
 )
+from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WIDTH = 4
@@ -138,11 +139,13 @@ class ScalarizeGridStride(Transform):
                 for function, form in readable(parsed, lambda f: _vector_form(parsed, f))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
+        state = plain_reads(state)  # an author's `__ldg(&a[i])` is the read `a[i]` the vector replaces
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.index, parsed.text(site.loop)[:200])
                 for function, site in readable(parsed, lambda f: _site(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        state = plain_reads(state)
         parsed = cp.parse(state.source)
         site = _site(state, parsed, kernel(parsed, anchor))
         if site.index != anchor.key:

@@ -183,6 +183,14 @@ def test_the_start_reads_in_either_order(transform):
     assert transform.backward(KernelState(vector, PLAN), SITE).state.source == state.source
 
 
+def test_a_read_through_the_read_only_cache_is_the_plain_read_it_vectorizes(transform):
+    """`__ldg(&x[i])` reads what `x[i]` reads: the same site and the same vector loop."""
+    plain = _kernel("s += x[i];")
+    cached = _kernel("s += __ldg(&x[i]);")
+    assert transform.forward_sites(cached) == transform.forward_sites(plain)
+    assert transform.forward(cached, SITE).state == transform.forward(plain, SITE).state
+
+
 def test_a_read_only_array_read_elsewhere_is_read_with_the_components_index(transform):
     state = _kernel("s += x[i] * x[0]; y[i] = x[i] - (i > 0 ? x[i - 1] : 0.0f);")
     vector = transform.forward(state, SITE).state.source
