@@ -22,6 +22,10 @@ Each rewrite keeps the index's value for every launch on which the original does
   `/` and `%` only (no subtraction, negation, shift or bit operation, whose results differ between the two), and
   the index is never assigned. Known limit, the one of every naive `int` kernel: a 32-bit product of the index
   past INT_MAX, which unsigned arithmetic would wrap at 2^32 instead.
+A grid-stride loop that starts at a local holding the index (`int index = blockIdx.x * blockDim.x + threadIdx.x;`
+then `for (int i = index; i < n; i += stride)`, as CUDA's own examples write it) starts at the index itself once
+that local is read nowhere else: the same value, and the loop's header then reads as the grid-stride loop the
+forwards know. The declaration goes; it must be canonical already and of the loop index's type.
 Anything else is left as written, and the forwards find no site there, as before.
 """
 
@@ -35,7 +39,7 @@ from klineage import expr
 from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
-from klineage.transforms._edit import call_arguments, cast_name, is_written, operator, splice, unparen
+from klineage.transforms._edit import call_arguments, cast_name, is_written, line_start, operator, splice, unparen
 
 NARROW, WIDE = "int", "long long"
 _SIGNED = {"int": NARROW, "signed": NARROW, "signed int": NARROW, "int32_t": NARROW,
@@ -47,11 +51,23 @@ WIDE_TYPES = frozenset(t for t, width in {**_SIGNED, **_UNSIGNED}.items() if wid
 _VALUE_PRESERVING = frozenset({"+", "*", "/", "%"})  # on non-negative operands, signed and unsigned agree
 _READS = frozenset({"subscript_argument_list", "subscript_expression", "argument_list", "init_declarator"})
 _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
+# a canonical index local, and a loop index starting at a local (texts with blanks squashed)
+_INDEX_LOCAL = re.compile(r"(?P<type>int|long long) (?P<name>[A-Za-z_]\w*) = (?P<value>(?:\(long long\))?"
+                          r"blockIdx\.x \* blockDim\.x \+ threadIdx\.x);")
+_LOOP_START = re.compile(r"(?P<type>int|long long|[a-z_][\w ]*?) (?P<index>[A-Za-z_]\w*) = (?P<start>[A-Za-z_]\w*);")
 
 
 def canonical(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
-    it (the same state when there is none)."""
+    it, and every grid-stride loop from an index local starting at the index (the same state when there is none)."""
+    state = _declarations(state)
+    started = _loops_from_the_index(state)
+    return state if started == state else _declarations(started)  # a 64-bit loop index now declared from the index
+
+
+def _declarations(state: KernelState) -> KernelState:
+    """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
+    it."""
     parsed = cp.parse(state.source)
     edits = []
     for function in cp.functions(parsed):
@@ -68,6 +84,43 @@ def canonical(state: KernelState) -> KernelState:
     if not edits:
         return state
     return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _loops_from_the_index(state: KernelState) -> KernelState:
+    """`state` with each top-level `for` loop whose index starts at a canonical index local read nowhere else
+    starting at the index itself, that local's declaration gone (see the module's docstring)."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for function in cp.functions(parsed):
+        body = function.node.child_by_field_name("body")
+        if not function.is_kernel or body is None:
+            continue
+        starts = {}  # name -> (declaration, its type, its value) of each canonical index local
+        for statement in body.named_children:
+            found = _INDEX_LOCAL.fullmatch(" ".join(parsed.text(statement).split()))
+            if statement.type == "declaration" and found:
+                starts[found["name"]] = (statement, found["type"], found["value"])
+            initializer = statement.child_by_field_name("initializer") if statement.type == "for_statement" else None
+            start = _LOOP_START.fullmatch(" ".join(parsed.text(initializer).split())) if initializer else None
+            if start is None or start["start"] not in starts:
+                continue
+            declaration, kind, value = starts.pop(start["start"])
+            uses = [n for n in cp.nodes_of_type(function.node, "identifier") if parsed.text(n) == start["start"]]
+            # the loop index of the local's type, or a 64-bit one (size_t, ...) from a 64-bit local: the same value
+            same = start["type"] == kind or (kind == WIDE and start["type"] in WIDE_TYPES)
+            if not same or len(uses) != 2:  # its declaration and the loop's start alone
+                continue
+            edits.append((line_start(parsed.data, declaration.start_byte), _past_line(parsed.data, declaration), ""))
+            edits.append((initializer.start_byte, initializer.end_byte, f"{start['type']} {start['index']} = {value};"))
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _past_line(data: bytes, node: Node) -> int:
+    """Past `node` and the rest of its line, its newline included."""
+    end = data.find(b"\n", node.end_byte)
+    return len(data) if end < 0 else end + 1
 
 
 def _block_constants(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> frozenset[str]:

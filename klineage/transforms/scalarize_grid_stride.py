@@ -71,6 +71,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms._calls import MATH_CALLS, first_effect
+from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
 from klineage.transforms._elementwise import evaluation_order
 from klineage.transforms._naive import (
@@ -139,13 +140,14 @@ class ScalarizeGridStride(Transform):
                 for function, form in readable(parsed, lambda f: _vector_form(parsed, f))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = plain_reads(state)  # an author's `__ldg(&a[i])` is the read `a[i]` the vector replaces
+        # an author's `__ldg(&a[i])` is the read `a[i]` the vector replaces; a loop from an index local, from the index
+        state = canonical(plain_reads(state))
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.index, parsed.text(site.loop)[:200])
                 for function, site in readable(parsed, lambda f: _site(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = plain_reads(state)
+        state = canonical(plain_reads(state))
         parsed = cp.parse(state.source)
         site = _site(state, parsed, kernel(parsed, anchor))
         if site.index != anchor.key:

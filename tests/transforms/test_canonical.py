@@ -149,3 +149,42 @@ def test_a_guard_with_the_bound_first_reads_as_the_index_first(name):
     transform = get(name)
     written = {transform.forward(state, transform.forward_sites(state)[0]).state for state in forms.values()}
     assert len(written) == 1
+
+
+def _strided(head: str, loop: str, after: str = "") -> KernelState:
+    return KernelState(source="__global__ void kernel(const float* x, float* y, int n) {\n" + head + loop +
+                       "        y[i] = x[i] * 2.0f;\n" + after + "}\n", plan=PLAN)
+
+
+GRID_STRIDE = "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)\n"
+STRIDE = "    int stride = blockDim.x * gridDim.x;\n"
+
+
+@pytest.mark.parametrize("index", ["int index = blockIdx.x * blockDim.x + threadIdx.x;",
+                                   "const int index = threadIdx.x + blockIdx.x * blockDim.x;"])
+def test_a_grid_stride_loop_from_an_index_local_starts_at_the_index(index):
+    """CUDA's own spelling (`int index = ...; int stride = ...; for (int i = index; ...)`) reads as the loop the
+    forwards know, and both grid-stride forwards write what they write from it."""
+    spelled = _strided(f"    {index}\n" + STRIDE, "    for (int i = index; i < n; i += stride)\n")
+    plain = _strided(STRIDE, GRID_STRIDE)
+    assert canonical(spelled) == plain
+    for name in ("scalarize_elementwise", "scalarize_grid_stride"):
+        transform = get(name)
+        (site,) = transform.forward_sites(spelled)
+        assert transform.forward(spelled, site).state == transform.forward(plain, site).state
+
+
+@pytest.mark.parametrize("head, loop, after", [
+    # the local read again after the loop, or written; a 32-bit loop index from a 64-bit local; not the index
+    ("    int index = blockIdx.x * blockDim.x + threadIdx.x;\n", "    for (int i = index; i < n; i += stride)\n",
+     "    if (index == 0) y[0] = 1.0f;\n"),
+    ("    int index = blockIdx.x * blockDim.x + threadIdx.x;\n    index += 1;\n",
+     "    for (int i = index; i < n; i += stride)\n", ""),
+    ("    long long index = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n",
+     "    for (int i = index; i < n; i += stride)\n", ""),
+    ("    int index = blockIdx.x * blockDim.x + threadIdx.x + 1;\n",
+     "    for (int i = index; i < n; i += stride)\n", ""),
+])
+def test_a_loop_from_a_local_that_could_hold_another_value_is_left_alone(head, loop, after):
+    spelled = _strided(head + STRIDE, loop, after)
+    assert "for (int i = index;" in canonical(spelled).source
