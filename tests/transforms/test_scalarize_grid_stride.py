@@ -247,6 +247,7 @@ def test_the_scaled_sum_writes_the_naive_bits_and_sums_within_tolerance(tmp_path
                                   atol=1e-4)
 
 
+@pytest.mark.slow  # the integer dot product and the scaled sum emulate the vector loop by default
 def test_the_while_spelled_maximum_is_the_naive_kernels_on_the_cpu(tmp_path):
     """A maximum does not depend on which thread saw which element, nor in which order: the maximum of the threads'
     partials, bit for bit (each thread's own partial differs: it saw other elements)."""
