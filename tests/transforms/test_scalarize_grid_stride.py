@@ -176,11 +176,13 @@ def test_a_body_local_may_not_reuse_the_name_of_a_local_before_the_loop(transfor
 
 
 def test_the_start_reads_in_either_order(transform):
+    """The start read in its canonical spelling (`_canonical.py`): the forward writes the same loop either way."""
     state = _kernel("s += x[i];", loop=LOOP.replace("blockIdx.x * blockDim.x + threadIdx.x",
                                                     "threadIdx.x + blockDim.x * blockIdx.x"))
-    vector = transform.forward(state, SITE).state.source
-    assert "for (int i = (n / 4) * 4 + threadIdx.x + blockDim.x * blockIdx.x; i < n;" in vector
-    assert transform.backward(KernelState(vector, PLAN), SITE).state.source == state.source
+    vector = transform.forward(state, SITE).state
+    assert "for (int i = (n / 4) * 4 + blockIdx.x * blockDim.x + threadIdx.x; i < n;" in vector.source
+    assert vector == transform.forward(_kernel("s += x[i];"), SITE).state
+    assert transform.backward(vector, SITE).state.source == _kernel("s += x[i];").source
 
 
 def test_a_read_through_the_read_only_cache_is_the_plain_read_it_vectorizes(transform):
