@@ -32,6 +32,7 @@ Anything else is left as written, and the forwards find no site there, as before
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from tree_sitter import Node
 
@@ -65,56 +66,63 @@ def canonical(state: KernelState) -> KernelState:
     return state if started == state else _declarations(started)  # a 64-bit loop index now declared from the index
 
 
-def _declarations(state: KernelState) -> KernelState:
-    """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
-    it."""
+Edits = list[tuple[int, int, str]]
+
+
+def _edited(state: KernelState, edit: Callable[[cp.ParsedSource, cp.Function, Node], Edits]) -> KernelState:
+    """`state` with `edit`'s byte edits of each kernel's body made (the same state where there are none)."""
     parsed = cp.parse(state.source)
     edits = []
     for function in cp.functions(parsed):
         body = function.node.child_by_field_name("body")
-        if not function.is_kernel or body is None:
-            continue
-        block = _block_constants(state, parsed, function)
+        if function.is_kernel and body is not None:
+            edits += edit(parsed, function, body)
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _declarations(state: KernelState) -> KernelState:
+    """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
+    it."""
+    def edit(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> Edits:
+        block, edits = _block_constants(state, parsed, function), []
         for statement in body.named_children:
             if statement.type == "for_statement":  # a grid-stride loop declares its index in its initializer
                 statement = statement.child_by_field_name("initializer") or statement
             replacement = _canonical_declaration(parsed, body, statement, block)
             if replacement is not None:
                 edits.append((statement.start_byte, statement.end_byte, replacement))
-    if not edits:
-        return state
-    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+        return edits
+
+    return _edited(state, edit)
 
 
 def _loops_from_the_index(state: KernelState) -> KernelState:
     """`state` with each top-level `for` loop whose index starts at a canonical index local read nowhere else
     starting at the index itself, that local's declaration gone (see the module's docstring)."""
-    parsed = cp.parse(state.source)
-    edits = []
-    for function in cp.functions(parsed):
-        body = function.node.child_by_field_name("body")
-        if not function.is_kernel or body is None:
+    return _edited(state, _started_at_the_index)
+
+
+def _started_at_the_index(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> Edits:
+    starts, edits = {}, []  # name -> (declaration, its type, its value) of each canonical index local
+    for statement in body.named_children:
+        found = _INDEX_LOCAL.fullmatch(" ".join(parsed.text(statement).split()))
+        if statement.type == "declaration" and found:
+            starts[found["name"]] = (statement, found["type"], found["value"])
+        initializer = statement.child_by_field_name("initializer") if statement.type == "for_statement" else None
+        start = _LOOP_START.fullmatch(" ".join(parsed.text(initializer).split())) if initializer else None
+        if start is None or start["start"] not in starts:
             continue
-        starts = {}  # name -> (declaration, its type, its value) of each canonical index local
-        for statement in body.named_children:
-            found = _INDEX_LOCAL.fullmatch(" ".join(parsed.text(statement).split()))
-            if statement.type == "declaration" and found:
-                starts[found["name"]] = (statement, found["type"], found["value"])
-            initializer = statement.child_by_field_name("initializer") if statement.type == "for_statement" else None
-            start = _LOOP_START.fullmatch(" ".join(parsed.text(initializer).split())) if initializer else None
-            if start is None or start["start"] not in starts:
-                continue
-            declaration, kind, value = starts.pop(start["start"])
-            uses = [n for n in cp.nodes_of_type(function.node, "identifier") if parsed.text(n) == start["start"]]
-            # the loop index of the local's type, or a 64-bit one (size_t, ...) from a 64-bit local: the same value
-            same = start["type"] == kind or (kind == WIDE and start["type"] in WIDE_TYPES)
-            if not same or len(uses) != 2:  # its declaration and the loop's start alone
-                continue
-            edits.append((line_start(parsed.data, declaration.start_byte), _past_line(parsed.data, declaration), ""))
-            edits.append((initializer.start_byte, initializer.end_byte, f"{start['type']} {start['index']} = {value};"))
-    if not edits:
-        return state
-    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+        declaration, kind, value = starts.pop(start["start"])
+        uses = [n for n in cp.nodes_of_type(function.node, "identifier") if parsed.text(n) == start["start"]]
+        # the loop index of the local's type, or a 64-bit one (size_t, ...) from a 64-bit local: the same value
+        same = start["type"] == kind or (kind == WIDE and start["type"] in WIDE_TYPES)
+        if not same or len(uses) != 2:  # its declaration and the loop's start alone
+            continue
+        edits.append((line_start(parsed.data, declaration.start_byte), _past_line(parsed.data, declaration), ""))
+        edits.append((initializer.start_byte, initializer.end_byte, f"{start['type']} {start['index']} = {value};"))
+    return edits
 
 
 def _past_line(data: bytes, node: Node) -> int:
