@@ -157,3 +157,23 @@ def assert_clean_under_the_sanitizers(problem: Path, expert: str, cache: GateCac
     assert verdict.status is Status.PASSED, verdict.findings
     assert verdict.sanitizer["memcheck"]["status"] == "clean", verdict.sanitizer["memcheck"]
     assert verdict.sanitizer["racecheck"]["status"] == "clean", verdict.sanitizer["racecheck"]
+
+
+def forwarded(state: KernelState, name: str) -> KernelState:
+    """`state` after transform `name`'s forward at the first site its analysis finds."""
+    from klineage.transforms import get
+
+    transform = get(name)
+    (site, *_) = transform.forward_sites(state)
+    return transform.forward(state, site).state
+
+
+def said_ratios(verdict, what: str, against: str, vendor: str = "torch") -> str:
+    """One line for -s: the candidate's speed against the baseline it was gated with and the vendor on the timed
+    case, the median times behind them, and whether the timing settled."""
+    profile = verdict.profile
+    ratios = profile["ratios"]
+    medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
+    return (f"\n{what} on {verdict.environment.get('gpu')}, {profile['case']} case: "
+            f"{ratios['vs_baseline']['overall']:.3f}x {against}, {ratios['vs_vendor']['overall']:.3f}x {vendor} "
+            f"(median us {medians}); timing {profile['settlement']['state']}")

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache
+from gpu_tools import assert_passes_every_case, forwarded, gate_cache, said_ratios
 from klineage.gate.pipeline import run_gate
 from klineage.kernel import load_kernel
-from klineage.transforms import get
 
 pytestmark = pytest.mark.gpu
 MSE = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "mse_loss"
@@ -32,21 +31,10 @@ def cache(tmp_path_factory):
     return gate_cache(tmp_path_factory)
 
 
-def _forwarded(state, name: str):
-    transform = get(name)
-    (site, *_) = transform.forward_sites(state)
-    return transform.forward(state, site).state
-
-
 def test_the_vector_loop_passes_every_case_against_the_warp_aggregated_kernel(cache):
-    aggregated = _forwarded(load_kernel(MSE / "naive"), "unaggregate_atomics")
-    vectors = _forwarded(aggregated, "scalarize_grid_stride")
+    aggregated = forwarded(load_kernel(MSE / "naive"), "unaggregate_atomics")
+    vectors = forwarded(aggregated, "scalarize_grid_stride")
     assert "float4" in vectors.source
     verdict = run_gate(MSE / "problem.py", vectors, against=aggregated, cache=cache)
     assert_passes_every_case(verdict, CASES)
-    profile = verdict.profile
-    ratios = profile["ratios"]
-    medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
-    print(f"\nmse_loss on {verdict.environment.get('gpu')}: the vector loop on the {profile['case']} is "
-          f"{ratios['vs_baseline']['overall']:.3f}x the warp-aggregated kernel, {ratios['vs_vendor']['overall']:.3f}x "
-          f"torch (median us {medians}); timing {profile['settlement']['state']}")
+    print(said_ratios(verdict, "mse_loss's vector loop", "the warp-aggregated kernel"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache
+from gpu_tools import assert_passes_every_case, gate_cache, said_ratios
 from klineage.gate.pipeline import run_gate
 from klineage.kernel import load_kernel
 from klineage.transforms import get
@@ -40,9 +40,4 @@ def test_the_privatized_histogram_passes_every_case_against_the_naive_kernel(cac
     assert "__shared__ int s_hist[BINS];" in privatized.source
     verdict = run_gate(HISTOGRAM / "problem.py", privatized, against=naive, cache=cache)
     assert_passes_every_case(verdict, CASES)
-    profile = verdict.profile
-    ratios = profile["ratios"]
-    medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
-    print(f"\nhistogram on {verdict.environment.get('gpu')}: the privatized kernel on the {profile['case']} is "
-          f"{ratios['vs_baseline']['overall']:.3f}x the naive kernel, {ratios['vs_vendor']['overall']:.3f}x "
-          f"torch.histc (median us {medians}); timing {profile['settlement']['state']}")
+    print(said_ratios(verdict, "the privatized histogram", "the naive kernel", vendor="torch.histc"))

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache
+from gpu_tools import assert_passes_every_case, forwarded, gate_cache, said_ratios
 from klineage.gate.pipeline import run_gate
 from klineage.kernel import load_kernel
-from klineage.transforms import get
 
 pytestmark = pytest.mark.gpu
 BMM = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "bmm_small"
@@ -29,17 +28,9 @@ def cache(tmp_path_factory):
     return gate_cache(tmp_path_factory)
 
 
-def _forwarded(state, name: str):
-    transform = get(name)
-    (site, *_) = transform.forward_sites(state)
-    return transform.forward(state, site).state
-
-
 def test_the_blocked_product_passes_every_case_against_the_tiled_form(cache):
-    tiled = _forwarded(load_kernel(BMM / "naive"), "untile_matmul")
-    blocked = _forwarded(tiled, "unblock_matmul")
+    tiled = forwarded(load_kernel(BMM / "naive"), "untile_matmul")
+    blocked = forwarded(tiled, "unblock_matmul")
     verdict = run_gate(BMM / "problem.py", blocked, against=tiled, cache=cache)
     assert_passes_every_case(verdict, CASES)
-    ratios = verdict.profile["ratios"]
-    print(f"\nbmm_small: the blocked product on the headline is {ratios['vs_baseline']['overall']:.3f}x the tiled "
-          f"form, {ratios['vs_vendor']['overall']:.3f}x torch; timing {verdict.profile['settlement']['state']}")
+    print(said_ratios(verdict, "bmm_small's blocked product", "the tiled form"))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache
+from gpu_tools import assert_passes_every_case, gate_cache, said_ratios
 from klineage.gate.pipeline import run_gate
 from klineage.kernel import load_kernel
 from klineage.transforms import get
@@ -44,9 +44,4 @@ def test_the_vectorized_rotary_passes_every_case_against_the_naive_kernel(cache)
     assert packed.plan.launches[0].grid[0] == "cdiv(cdiv(rows * half, 256), 4)"
     verdict = run_gate(ROTATE_HALF / "problem.py", packed, against=naive, cache=cache)
     assert_passes_every_case(verdict, CASES)
-    profile = verdict.profile
-    ratios = profile["ratios"]
-    medians = {role: round(c["median_us"], 1) for role, c in profile["contenders"].items()}
-    print(f"\nrotate_half on {verdict.environment.get('gpu')}: the float4 form on the {profile['case']} is "
-          f"{ratios['vs_baseline']['overall']:.3f}x the naive kernel, {ratios['vs_vendor']['overall']:.3f}x torch "
-          f"(median us {medians}); timing {profile['settlement']['state']}")
+    print(said_ratios(verdict, "the float4 rotary", "the naive kernel"))

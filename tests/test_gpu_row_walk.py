@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache
+from gpu_tools import assert_passes_every_case, forwarded, gate_cache, said_ratios
 from klineage.gate.pipeline import run_gate
 from klineage.kernel import load_kernel
-from klineage.transforms import get
 
 pytestmark = pytest.mark.gpu
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer"
@@ -33,19 +32,11 @@ def cache(tmp_path_factory):
     return gate_cache(tmp_path_factory)
 
 
-def _forwarded(state, name: str):
-    transform = get(name)
-    (site, *_) = transform.forward_sites(state)
-    return transform.forward(state, site).state
-
-
 @pytest.mark.parametrize("operator", sorted(CASES))
 def test_the_vector_walk_passes_every_case_against_the_warp_form(cache, operator):
     naive = load_kernel(BENCH / operator / "naive")
-    warp = _forwarded(naive, "serialize_reduction")
-    vector = _forwarded(warp, "scalarize_row_walk")
+    warp = forwarded(naive, "serialize_reduction")
+    vector = forwarded(warp, "scalarize_row_walk")
     verdict = run_gate(BENCH / operator / "problem.py", vector, against=warp, cache=cache)
     assert_passes_every_case(verdict, CASES[operator])
-    ratios = verdict.profile["ratios"]
-    print(f"\n{operator}: the vector walk on the headline is {ratios['vs_baseline']['overall']:.3f}x the warp form, "
-          f"{ratios['vs_vendor']['overall']:.3f}x torch; timing {verdict.profile['settlement']['state']}")
+    print(said_ratios(verdict, f"{operator}'s vector walk", "the warp form"))
