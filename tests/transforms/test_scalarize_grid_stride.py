@@ -152,19 +152,16 @@ def test_no_site_for_what_the_kernel_does_around_the_loop(transform, head, body,
         transform.forward(state, SITE)
 
 
-def test_the_while_spelling_refuses_an_index_read_after_the_loop(transform):
-    source = golden("max_abs", "after").source.replace("blockIdx.x * blockDim.x + threadIdx.x] = m", "i] = m")
-    state = KernelState(source=source, plan=golden("max_abs", "after").plan)
+@pytest.mark.parametrize("old, new, why", [
+    ("blockIdx.x * blockDim.x + threadIdx.x] = m", "i] = m", "reads its index 'i' after the loop"),
+    ("    float m = 0.0f;\n", "    float m = 0.0f;\n    i += 1;\n", "changes its index 'i' before the loop"),
+])
+def test_the_while_spelling_refuses_an_index_the_kernel_reads_or_changes_outside_the_loop(transform, old, new, why):
+    written = golden("max_abs", "after")
+    assert old in written.source
+    state = KernelState(source=written.source.replace(old, new), plan=written.plan)
     assert transform.forward_sites(state) == []
-    with pytest.raises(NotApplicable, match="reads its index 'i' after the loop"):
-        transform.forward(state, SITE)
-
-
-def test_the_while_spelling_refuses_an_index_changed_before_the_loop(transform):
-    source = golden("max_abs", "after").source.replace("    float m = 0.0f;\n", "    float m = 0.0f;\n    i += 1;\n")
-    state = KernelState(source=source, plan=golden("max_abs", "after").plan)
-    assert transform.forward_sites(state) == []
-    with pytest.raises(NotApplicable, match="changes its index 'i' before the loop"):
+    with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
 
 
