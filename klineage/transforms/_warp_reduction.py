@@ -42,6 +42,7 @@ from klineage.transforms._naive import (
     typed_index,
     unwrapped,
 )
+from klineage.transforms._nests import unnested
 from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms._pointers import aliases
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
@@ -57,8 +58,9 @@ _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__s
                         r"gridDim|cooperative_groups|printf)\b")
 _OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+)\b")  # what warp forms declare
 # a row's length: a name, or a product or sum of names (`cpg * hw`), or one name cast to an integer type
-# (`(size_t)rows`, kept as written: the cast is the author's and changes no length a correct kernel is given)
-_LOOP_BOUND = rf"(?:{INTEGER_CAST}\(?[\w.]+\)?|[\w.]+(?:\s*[*+]\s*[\w.]+)*)"
+# (`(size_t)rows`, kept as written: the cast is the author's and changes no length a correct kernel is given),
+# maybe times more names (`(long long)n * hw`: the pairs of a nest read as one loop, `_nests.py`)
+_LOOP_BOUND = rf"(?:{INTEGER_CAST}\(?[\w.]+\)?(?:\s*\*\s*[\w.]+)*|[\w.]+(?:\s*[*+]\s*[\w.]+)*)"
 _SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*({_LOOP_BOUND})\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
 _WARP_SCAN = re.compile(
@@ -179,7 +181,7 @@ class WarpReduction(Transform):
         return [Anchor(f.name, "function", row, parsed.text(f.node)[:200]) for f, row in self._warp_kernels(parsed)]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = flattened(canonical(state), ROW_THREADS)  # the index as the naive forms spell it
+        state = unnested(flattened(canonical(state), ROW_THREADS))  # as the naive forms spell it, nests one loop
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200])
                 for function, site in readable(parsed, lambda f: self._serial_site(state, parsed, f))]
@@ -187,7 +189,8 @@ class WarpReduction(Transform):
     # -- forward --------------------------------------------------------------------------------
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = flattened(canonical(state), ROW_THREADS)  # the index as the naive forms spell it
+        # the index as the naive forms spell it; the kernel's perfect nests one loop (other kernels' as written)
+        state = unnested(flattened(canonical(state), ROW_THREADS), anchor.function)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         site = self._serial_site(state, parsed, function)

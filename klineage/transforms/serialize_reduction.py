@@ -38,7 +38,9 @@ Legality (forward_sites), conservative, decided on the parse:
 - an array the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry
   equal values, and no lane reads what another wrote).
 Anything else: no site. The row index may be spelled any way `_canonical.py` reads as
-`int row = blockIdx.x * blockDim.x + threadIdx.x;`.
+`int row = blockIdx.x * blockDim.x + threadIdx.x;`. Two perfectly nested loops from 0 below counts of scalar
+parameters (`for (int n = 0; n < N; ++n) for (int k = 0; k < HW; ++k)`) are read as one loop over their pairs,
+in the nest's order (`_nests.py`), whose steps the lanes stride.
 
 Anchor: the kernel, kind "function", key the row variable.
 """

@@ -85,7 +85,9 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; s = fmaxf(s, x[j]); }\n",
      "combined two ways"),
     ("    float s = 0.0f;\n    for (int j = 1; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n", "unit-step"),
-    ("    for (int j = 0; j < n; ++j) for (int k = 0; k < n; ++k) y[row * n + j] = x[k];\n", "no store or reduction"),
+    # a nest, read as one loop over its pairs (`_nests.py`), whose store the pairs of one j would all make
+    ("    for (int j = 0; j < n; ++j) for (int k = 0; k < n; ++k) y[row * n + j] = x[k];\n", "one to one"),
+    ("    for (int j = 0; j < n; ++j) for (int k = j; k < n; ++k) y[row * n + j] = x[k];\n", "no store or reduction"),
     ("    __shared__ float t[32];\n    for (int j = 0; j < n; ++j) y[row * n + j] = x[j];\n", "shares memory"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j] = x[row * n + j] + threadIdx.x;\n", "threadIdx"),
     # the grid grows along x: a block's index there is the row's alone
@@ -403,3 +405,83 @@ def test_no_site_where_a_grid_stride_loop_is_not_one_thread_per_row(transform, o
     assert any(why in line for line in refused), refused
     with pytest.raises(NotApplicable, match="gridDim"):
         transform.forward(state, Anchor("kernel", "function", "row"))
+
+
+# --- a perfect nest of two loops: one loop over its pairs, which the lanes stride -------------------------------
+
+BN_STATS = """__global__ void bn_stats(const float* __restrict__ x, float* __restrict__ mean, float* __restrict__ var, \
+int N, int C, int HW) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f, q = 0.0f;
+    for (int n = 0; n < N; ++n)
+        for (int k = 0; k < HW; ++k) { float v = x[((long long)n * C + c) * HW + k]; s += v; q += v * v; }
+    float m = s / (N * HW);
+    mean[c] = m; var[c] = q / (N * HW) - m * m;
+}
+"""
+BN_ARGS = ('"x", "mean", "var", { scalar = "N", type = "i32" }, { scalar = "C", type = "i32" }, '
+           '{ scalar = "HW", type = "i32" }')
+BN_PLAN = LaunchPlan.from_toml(f'name = "t"\nproblem = "t"\n[[launch]]\nentry = "bn_stats"\ngrid = ["cdiv(C, 128)"]\n'
+                               f"block = [128]\nargs = [{BN_ARGS}]\n")
+
+
+def _written() -> KernelState:
+    """The golden nest as written (`bn_stats/written.cu`), on the golden serial plan."""
+    return KernelState(source=(HERE / "serialize_reduction" / "bn_stats" / "written.cu").read_text(),
+                       plan=golden("bn_stats", "after").plan)
+
+
+def test_a_perfect_nest_is_read_as_one_loop_over_its_pairs(transform):
+    """`for (n < N) for (k < HW)` is read as `for (n_k < (long long)N * HW)` with n and k its quotient and remainder
+    (`_nests.py`): the pairs in the nest's order, so the serial kernel's bits, and then one row loop the lanes
+    stride. The golden pair is that loop's warp form and its serial form; the written nest forwards to the same."""
+    assert transform.forward_sites(KernelState(source=BN_STATS, plan=BN_PLAN)) == [Anchor("bn_stats", "function", "c")]
+    check_golden("serialize_reduction", "bn_stats")
+    written = _written()
+    (site,) = transform.forward_sites(written)
+    assert transform.forward(written, site).state == golden("bn_stats", "before")
+
+
+def test_a_nest_given_a_warp_computes_the_nests_statistics(tmp_path):
+    """On the CPU emulator, the warp form of the nest against the nest as written, for counts that are no multiple
+    of 32 (one image, one pixel, a channel count past a block): on integer values, whose sums are exact in any
+    order, to the bit; on normal values, to rounding."""
+    forms = {"naive": _written(), "warp": golden("bn_stats", "before")}
+    binaries = {form: emulate.build(tmp_path / form, state) for form, state in forms.items()}
+    for n, c, hw in ((1, 3, 1), (1, 2, 70), (4, 5, 1), (3, 130, 11)):
+        g = torch.Generator().manual_seed(n * 1000 + c * 10 + hw)
+        for exact, x in ((True, torch.randint(-3, 4, (n, c, hw), generator=g).float()),
+                         (False, torch.randn(n, c, hw, generator=g))):
+            runs = {form: emulate.run(binaries[form], tmp_path / f"{form}-{n}-{c}-{hw}-{exact}", forms[form],
+                                      {"N": n, "C": c, "HW": hw}, {"x": x.flatten()},
+                                      {"mean": (torch.float32, c), "var": (torch.float32, c)})
+                    for form in forms}
+            for out in ("mean", "var"):
+                if exact:
+                    assert torch.equal(runs["warp"][out].view(torch.int32), runs["naive"][out].view(torch.int32))
+                else:
+                    torch.testing.assert_close(runs["warp"][out], runs["naive"][out], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(runs["naive"]["mean"], x.double().mean(dim=(0, 2)).float(), rtol=1e-5,
+                                       atol=1e-6)
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("int k = 0;", "int k = 1;", "start it at 0"),
+    ("int k = 0;", "int k = n;", "start it at 0"),  # a triangular nest
+    ("q += v * v;", "q += v * v; HW -= v > 8.0f;", "never assigns"),  # a count the body changes
+    ("for (int k", "float w = 1.0f;\n        for (int k", "more than its inner loop"),  # a statement between them
+    ("q += v * v;", "q += v * v; if (v != v) break;", "jumps (`break`)"),
+])
+def test_no_site_where_two_loops_are_no_perfect_nest(transform, old, new, why):
+    source = BN_STATS.replace(old, new, 1)
+    if "float w" in new:
+        source = source.replace("    for (int n = 0; n < N; ++n)\n", "    for (int n = 0; n < N; ++n) {\n").replace(
+            "q += v * v; }\n", "q += v * v; }\n    }\n")
+    assert source != BN_STATS
+    state = KernelState(source=source, plan=BN_PLAN)
+    with refusals() as refused:
+        assert transform.forward_sites(state) == []
+    assert any(line.startswith("bn_stats: ") and why in line for line in refused), refused
+    with pytest.raises(NotApplicable):
+        transform.forward(state, Anchor("bn_stats", "function", "c"))
