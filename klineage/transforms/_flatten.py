@@ -85,6 +85,7 @@ from klineage.transforms._naive import (
     launches_of,
     squash,
     statements,
+    stride_local,
     uncast_grid,
 )
 from klineage.transforms.base import NotApplicable, refused, with_plan
@@ -314,14 +315,12 @@ def _stride(parsed: cp.ParsedSource, function: cp.Function, rest: tuple[Node, ..
     gridDim.x;`), "" where it declares nothing else there."""
     if not rest:
         return ""
-    declared = re.fullmatch(rf"(?:const )?(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = "
-                            r"\(?(blockDim\.x \* gridDim\.x|gridDim\.x \* blockDim\.x)\)?;",
-                            uncast_grid(squash(parsed.text(rest[0]))))
+    declared = stride_local(parsed, rest[0])
     if len(rest) > 1:
         raise NotApplicable(f"{function.name} is not one grid-stride loop over elements")
     if declared is None:
         raise NotApplicable(f"{function.name} does more than declare its stride before its grid-stride loop")
-    return declared[1]
+    return declared
 
 
 def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Matrix:

@@ -76,6 +76,7 @@ from klineage.transforms._edit import indentation, is_written, operator, reinden
 from klineage.transforms._elementwise import evaluation_order
 from klineage.transforms._naive import (
     FORBIDDEN,
+    GRID_STRIDES,
     LOOP_INDEX_TYPES,
     copied_bound,
     kernel,
@@ -84,6 +85,7 @@ from klineage.transforms._naive import (
     readable,
     squash,
     statements,
+    stride_local,
     uncast_grid,
 )
 from klineage.transforms._readonly import plain_reads
@@ -96,8 +98,6 @@ _BODY_FORBIDDEN = re.compile(rf"{FORBIDDEN.pattern}|\b(?:atomic\w*|printf|static
 # the global thread index, in the orders people write it
 _PRODUCT = r"(?:\(?blockIdx\.x\)? \* blockDim\.x|blockDim\.x \* \(?blockIdx\.x\)?)"
 _GLOBAL_INDEX = re.compile(rf"{_PRODUCT} \+ threadIdx\.x|threadIdx\.x \+ {_PRODUCT}")
-_STRIDES = ("blockDim.x * gridDim.x", "gridDim.x * blockDim.x")
-_GRID = "|".join(map(re.escape, _STRIDES))
 _VECTOR_INDEXES = ("v", "vec", "v4", "vector_index")
 # an accumulator's update families: the compound operators, the binary operators and the calls of each
 _FAMILIES = {"+=": "+", "-=": "+", "*=": "*", "|=": "|", "&=": "&", "^=": "^"}
@@ -267,12 +267,7 @@ def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) ->
 def _stride(parsed: cp.ParsedSource, function: cp.Function, before: list[Node], step: str, index: str) -> str:
     """The stride of the loop's step `i += <stride>` (`i = i + <stride>`) as written: the grid's extent, or a local
     declared before the loop as that extent and never assigned."""
-    strides = set(_STRIDES)
-    for statement in before:
-        declared = re.fullmatch(rf"(?:const )?(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = \(?({_GRID})\)?;",
-                                uncast_grid(squash(parsed.text(statement))))
-        if declared:
-            strides.add(declared[1])
+    strides = set(GRID_STRIDES) | {name for statement in before if (name := stride_local(parsed, statement))}
     body = function.node.child_by_field_name("body")
     assigned = {parsed.text(n) for n in cp.nodes_of_type(body, "identifier") if is_written(n)}
     found = re.fullmatch(rf"{index} (?:\+= |= {index} \+ )(.+)", step)
