@@ -75,9 +75,9 @@ from klineage.kernel import KernelState
 from klineage.launch import Launch
 from klineage.transforms._canonical import NARROW, WIDE, canonical, canonical_index
 from klineage.transforms._edit import contains, indentation, is_written, reindent, splice
+from klineage.transforms._grid_stride import read_grid_stride
 from klineage.transforms._naive import (
     FORBIDDEN,
-    LOOP_INDEX_TYPES,
     bound_of,
     bounds_2d,
     grid_index,
@@ -86,7 +86,6 @@ from klineage.transforms._naive import (
     squash,
     statements,
     stride_local,
-    uncast_grid,
 )
 from klineage.transforms.base import NotApplicable, refused, with_plan
 
@@ -226,48 +225,6 @@ def _first_thread_block(parsed: cp.ParsedSource, statement: Node) -> list[Node] 
     return statements(statement.child_by_field_name("consequence"))
 
 
-@dataclass(frozen=True)
-class _Strided:
-    """A grid-stride loop's parts, in either spelling: `for (<type> i = <start>; i < n; <step>) <work>`, or
-    `<type> i = <start>; while (i < n) { <work> <step>; }`."""
-
-    declaration: str  # `<type> i = <start>;`, squashed, as written
-    condition: str  # `i < n`, squashed
-    step: str  # squashed, without its `;` and the casts on the grid
-    work: str  # the body's text, the `while` loop's step left out
-    body: Node
-    step_node: Node | None  # the `while` loop's step: its body's last statement
-    rest: tuple[Node, ...]  # the kernel's statements before the loop, the `while` loop's index declaration left out
-
-
-def _for_loop(parsed: cp.ParsedSource, listed: list[Node]) -> _Strided:
-    loop = listed[-1]
-    body = loop.child_by_field_name("body")
-    parts = [squash(parsed.text(loop.child_by_field_name(field) or loop)) for field in ("initializer", "condition",
-                                                                                       "update")]
-    return _Strided(parts[0], parts[1], uncast_grid(parts[2]), parsed.text(body), body, None, tuple(listed[:-1]))
-
-
-def _while_loop(parsed: cp.ParsedSource, listed: list[Node]) -> _Strided:
-    """The `while` spelling: the index declared before the loop (a stride's declaration may stand between, or
-    before it), the step the last statement of the loop's body; the loop ends the kernel, so nothing reads the
-    index after it."""
-    loop = listed[-1]
-    body = loop.child_by_field_name("body")
-    inside = statements(body) if body.type == "compound_statement" else []
-    if len(inside) < 2:
-        raise NotApplicable("a `while` loop whose body is not its work and then its step")
-    condition = squash(parsed.text(loop.child_by_field_name("condition").child_by_field_name("value") or loop))
-    index = condition.split(" ")[0]
-    declared = [s for s in listed[:-1] if re.fullmatch(rf"(?:{LOOP_INDEX_TYPES}) {re.escape(index)} = .+;",
-                                                       squash(parsed.text(s)))][-1:]
-    step = inside[-1]
-    work = parsed.data[body.start_byte:inside[-2].end_byte] + parsed.data[step.end_byte:body.end_byte]
-    return _Strided(squash(parsed.text(declared[0])) if declared else "", condition,
-                    uncast_grid(squash(parsed.text(step))).removesuffix(";"), work.decode("utf-8"), body, step,
-                    tuple(s for s in listed[:-1] if s not in declared))
-
-
 def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
                rows: bool = False) -> tuple[str, tuple[Launch, ...]]:
     """A kernel that is one grid-stride loop over elements (`for (int i = <global index>; i < n; i += blockDim.x *
@@ -277,50 +234,29 @@ def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Functio
     barrier, a collective or a jump (a `continue` would skip a `while` loop's step), nor change the index. With
     `rows`, the loop's elements are rows and the work a row's: it may loop too (`_ROW_FORBIDDEN`)."""
     listed = statements(function.node.child_by_field_name("body"))
-    reader = {"for_statement": _for_loop, "while_statement": _while_loop}.get(listed[-1].type if listed else "")
-    if reader is None:
+    if not listed or listed[-1].type not in ("for_statement", "while_statement"):
         raise NotApplicable(f"{function.name} is not one grid-stride loop over elements")
-    loop = reader(parsed, listed)
-    stride = _stride(parsed, function, loop.rest)
-    stride_names = {"blockDim.x * gridDim.x", "gridDim.x * blockDim.x"} | ({stride} if stride else set())
-    # the start as written (casts kept: `canonical` reads the declaration that `flattened` writes from it)
-    declaration = re.fullmatch(rf"((?:{LOOP_INDEX_TYPES})) ([A-Za-z_]\w*) = (.+);", loop.declaration)
-    if declaration is None or not re.fullmatch(r"\(?blockIdx\.x\)? \* blockDim\.x \+ threadIdx\.x",
-                                               uncast_grid(declaration[3])):
-        raise NotApplicable(f"{function.name}'s loop does not start at the global thread index")
-    kind, index, start = declaration.groups()
-    condition = loop.condition
-    bound = bound_of(condition.removeprefix(f"{index} < ")) if condition.startswith(f"{index} < ") else None
-    steps = {f"{index} += {name}" for name in stride_names} | {f"{index} = {index} + {name}" for name in stride_names}
-    if bound is None or loop.step not in steps | {s.replace("blockDim.x * gridDim.x", "(blockDim.x * gridDim.x)")
-                                                  for s in steps}:
-        raise NotApplicable(f"{function.name}'s loop is not `{index} < n; {index} += blockDim.x * gridDim.x`")
+    loop = read_grid_stride(parsed, function, listed, listed[-1])
+    if loop.before and (len(loop.before) > 1 or stride_local(parsed, loop.before[0]) is None):
+        raise NotApplicable(f"{function.name} does more than declare its stride before its grid-stride loop")
+    kind, index, start = loop.kind, loop.index, loop.start
+    bound = bound_of(squash(parsed.text(loop.bound)))
+    if bound is None:
+        raise NotApplicable(f"{function.name}'s loop is not `{index} < n; {index} += blockDim.x * gridDim.x`: its "
+                            f"bound is not a count")
     text = loop.work
-    if stride and re.search(rf"\b{stride}\b", text):
-        raise NotApplicable(f"{function.name}'s loop body uses its stride '{stride}'")
+    if re.search(rf"\b{re.escape(loop.stride)}\b", text):
+        raise NotApplicable(f"{function.name}'s loop body uses its stride '{loop.stride}'")
     if found := (_ROW_FORBIDDEN if rows else FORBIDDEN).search(text):
         raise NotApplicable(f"{function.name}'s loop body {'' if rows else 'loops, '}synchronizes, jumps or names the "
                             f"grid or a thread (`{found[0]}`)")
     if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(loop.body, "identifier")
-           if loop.step_node is None or not contains(loop.step_node, n)):
+           if loop.step is None or not contains(loop.step, n)):
         raise NotApplicable(f"{function.name} changes its element index '{index}' in the loop body")
     indent = indentation(parsed.data, listed[0].start_byte)
     body = reindent(text, len(indentation(parsed.data, listed[-1].start_byte)), indent)[len(indent):]
     source = f"{kind} {index} = {start};\n{indent}if ({index} < {bound}) {body}"
     return source, _element_launches(state, parsed, function, bound, 1)
-
-
-def _stride(parsed: cp.ParsedSource, function: cp.Function, rest: tuple[Node, ...]) -> str:
-    """The name of the stride a kernel declares before its grid-stride loop (`int stride = blockDim.x *
-    gridDim.x;`), "" where it declares nothing else there."""
-    if not rest:
-        return ""
-    declared = stride_local(parsed, rest[0])
-    if len(rest) > 1:
-        raise NotApplicable(f"{function.name} is not one grid-stride loop over elements")
-    if declared is None:
-        raise NotApplicable(f"{function.name} does more than declare its stride before its grid-stride loop")
-    return declared
 
 
 def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Matrix:

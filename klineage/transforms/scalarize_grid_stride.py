@@ -74,9 +74,9 @@ from klineage.transforms._calls import MATH_CALLS, first_effect
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
 from klineage.transforms._elementwise import evaluation_order
+from klineage.transforms._grid_stride import grid_stride_candidates, read_grid_stride
 from klineage.transforms._naive import (
     FORBIDDEN,
-    GRID_STRIDES,
     LOOP_INDEX_TYPES,
     copied_bound,
     kernel,
@@ -85,8 +85,6 @@ from klineage.transforms._naive import (
     readable,
     squash,
     statements,
-    stride_local,
-    uncast_grid,
 )
 from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
@@ -95,9 +93,6 @@ WIDTH = 4
 COMPONENTS = ("x", "y", "z", "w")
 VECTORS = {"float": "float4", "int": "int4", "unsigned": "uint4", "unsigned int": "uint4"}
 _BODY_FORBIDDEN = re.compile(rf"{FORBIDDEN.pattern}|\b(?:atomic\w*|printf|static|volatile|asm)\b")
-# the global thread index, in the orders people write it
-_PRODUCT = r"(?:\(?blockIdx\.x\)? \* blockDim\.x|blockDim\.x \* \(?blockIdx\.x\)?)"
-_GLOBAL_INDEX = re.compile(rf"{_PRODUCT} \+ threadIdx\.x|threadIdx\.x \+ {_PRODUCT}")
 _VECTOR_INDEXES = ("v", "vec", "v4", "vector_index")
 # an accumulator's update families: the compound operators, the binary operators and the calls of each
 _FAMILIES = {"+=": "+", "-=": "+", "*=": "*", "|=": "|", "&=": "&", "^=": "^"}
@@ -170,78 +165,27 @@ class ScalarizeGridStride(Transform):
                             note=f"{function.name}: the grid-stride loop walks one element a step")
 
 
-def _loops(parsed: cp.ParsedSource, listed: list[Node]) -> list[Node]:
-    """The kernel's top-level loops whose header reads as a grid-stride loop's (`for (... = <global index>` or a
-    `while (i < n)` whose index is declared at the global index)."""
-    found = []
-    for node in listed:
-        if node.type == "for_statement":
-            initializer = node.child_by_field_name("initializer")
-            if initializer is not None and "threadIdx" in parsed.text(initializer):
-                found.append(node)
-        elif node.type == "while_statement":
-            condition = squash(parsed.text(node.child_by_field_name("condition")))
-            index = re.match(r"\(\s*([A-Za-z_]\w*) <", condition)
-            if index and any(re.fullmatch(rf"(?:{LOOP_INDEX_TYPES}) {index[1]} = .*threadIdx\.x.*;",
-                                          squash(parsed.text(s))) for s in listed[:listed.index(node)]):
-                found.append(node)
-    return found
-
-
 def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Site:
     """The grid-stride loop forward vectorizes in `function`, or NotApplicable with the reason."""
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         raise NotApplicable(f"{function.name} is not a kernel")
     listed = statements(body)
-    loops = _loops(parsed, listed)
+    loops = grid_stride_candidates(parsed, listed)
     if len(loops) != 1:
         raise NotApplicable(f"{function.name} has {'no' if not loops else 'more than one'} grid-stride loop over "
                             f"elements at its top level")
     launches_of(state, function.name, dimensions=1)
-    loop = loops[0]
-    before, after = listed[:listed.index(loop)], listed[listed.index(loop) + 1:]
-    if loop.type == "for_statement":
-        declaration = loop.child_by_field_name("initializer")
-        condition = loop.child_by_field_name("condition")
-        update = loop.child_by_field_name("update")
-        step_text, step, work = squash(parsed.text(update)) if update is not None else "", None, \
-            loop.child_by_field_name("body")
-    else:
-        condition = loop.child_by_field_name("condition").child_by_field_name("value")
-        work = loop.child_by_field_name("body")
-        inside = statements(work) if work.type == "compound_statement" else []
-        if len(inside) < 2:
-            raise NotApplicable(f"{function.name}'s `while` loop is not its work and then its step")
-        step = inside[-1]
-        step_text = squash(parsed.text(step)).removesuffix(";")
-        index = squash(parsed.text(unparen(condition).child_by_field_name("left") or condition))
-        declaration = next(s for s in reversed(before) if re.fullmatch(
-            rf"(?:{LOOP_INDEX_TYPES}) {re.escape(index)} = .+;", squash(parsed.text(s))))
-    declared = re.fullmatch(rf"({LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = (.+);", squash(parsed.text(declaration)))
-    if declared is None or not _GLOBAL_INDEX.fullmatch(uncast_grid(declared[3])):
-        raise NotApplicable(f"{function.name}'s loop does not start at the global thread index "
-                            f"`blockIdx.x * blockDim.x + threadIdx.x`")
-    kind, index = declared[1], declared[2]
-    start_node = declaration.children_by_field_name("declarator")[0].child_by_field_name("value")
-    condition = unparen(condition)
-    left = condition.child_by_field_name("left") if condition.type == "binary_expression" else None
-    if left is None or operator(condition) != "<" or parsed.text(unparen(left)) != index:
-        raise NotApplicable(f"{function.name}'s loop condition is not `{index} < n`")
-    bound = copied_bound(parsed, function, condition.child_by_field_name("right"), ())
+    strided = read_grid_stride(parsed, function, listed, loops[0])
+    loop, index, step = strided.loop, strided.index, strided.step
+    bound = copied_bound(parsed, function, strided.bound, ())
     if bound is None:
         raise NotApplicable(f"{function.name}'s loop bound is not a count of scalar parameters")
-    stride = _stride(parsed, function, before, step_text, index)
-    if any(parsed.text(n) == index and is_written(n) for statement in before
-           for n in cp.nodes_of_type(statement, "identifier")):
-        raise NotApplicable(f"{function.name} changes its index '{index}' before the loop: the vectors start at "
-                            f"the global thread index")
+    after = listed[listed.index(loop) + 1:]
     if loop.type == "while_statement":
         if any(parsed.text(n) == index for s in after for n in cp.nodes_of_type(s, "identifier")):
             raise NotApplicable(f"{function.name} reads its index '{index}' after the loop: the tail ends elsewhere")
-    text = parsed.text(work)
-    if step is not None:
-        text = text.replace(parsed.text(step), "")
+    work, text = strided.body, strided.work
     if found := _BODY_FORBIDDEN.search(text):
         raise NotApplicable(f"{function.name}'s loop body loops, synchronizes, jumps, makes an atomic or names the "
                             f"grid or a thread (`{found[0]}`)")
@@ -253,30 +197,15 @@ def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) ->
            for n in cp.nodes_of_type(work, "identifier") if step is None or not _within(n, step)):
         raise NotApplicable(f"{function.name} writes or declares its index '{index}' in the loop body")
     read, written = _arrays(parsed, function, work, index, step)
-    _accumulators(parsed, function, work, before, step)
+    _accumulators(parsed, function, work, strided.before, step)
     named = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier")}
     if clash := sorted(f"{a}{WIDTH}" for a in dict(read) | dict(written) if f"{a}{WIDTH}" in named):
         raise NotApplicable(f"{function.name} names '{clash[0]}', which the vector form declares")
     vector = next((name for name in _VECTOR_INDEXES if name not in named), None)
     if vector is None:
         raise NotApplicable(f"{function.name} names every vector index name the vector form could use")
-    return _Site(function, loop, kind, index, declared[3], start_node, bound, stride, step, work, read, written,
-                 vector)
-
-
-def _stride(parsed: cp.ParsedSource, function: cp.Function, before: list[Node], step: str, index: str) -> str:
-    """The stride of the loop's step `i += <stride>` (`i = i + <stride>`) as written: the grid's extent, or a local
-    declared before the loop as that extent and never assigned."""
-    strides = set(GRID_STRIDES) | {name for statement in before if (name := stride_local(parsed, statement))}
-    body = function.node.child_by_field_name("body")
-    assigned = {parsed.text(n) for n in cp.nodes_of_type(body, "identifier") if is_written(n)}
-    found = re.fullmatch(rf"{index} (?:\+= |= {index} \+ )(.+)", step)
-    stride = found[1] if found else ""
-    if uncast_grid(stride) not in strides and re.fullmatch(r"\((.+)\)", stride):
-        stride = stride[1:-1]  # `i += (blockDim.x * gridDim.x)`
-    if uncast_grid(stride) not in strides or stride in assigned:
-        raise NotApplicable(f"{function.name}'s loop step is not `{index} += blockDim.x * gridDim.x`")
-    return stride
+    return _Site(function, loop, strided.kind, index, strided.start, strided.start_node, bound, strided.stride, step,
+                 work, read, written, vector)
 
 
 def _arrays(parsed: cp.ParsedSource, function: cp.Function, work: Node, index: str,

@@ -184,6 +184,7 @@ LOOP = "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += bloc
     (LOOP.replace("i < n", "i < n - 1") + " y[i] = x[i];\n", "is not `i < n"),
     ("    int step = blockDim.x * gridDim.x;\n" + LOOP.replace("blockDim.x * gridDim.x", "step") +
      " y[i] = x[i] * step;\n", "uses its stride 'step'"),
+    ("    float t = 2.0f;\n" + LOOP + " y[i] = x[i] * t;\n", "does more than declare its stride"),
 ])
 def test_a_grid_stride_loop_left_as_written_with_the_reason(body, why):
     state = KernelState(source=STRIDE_HEAD + body + "}\n", plan=STRIDE_PLAN)
@@ -206,7 +207,7 @@ def _while(work: str, step: str = STEP, after: str = "") -> str:
     (_while("        if (x[i] < 0.0f) continue;\n        y[i] = x[i];\n"), "jumps or names the grid or a thread"),
     (_while("        float v = x[i];\n" + STEP + "        y[i] = v;\n", ""), "is not `i < n; i += blockDim.x"),
     (_while("        y[i] = x[i];\n        i += 1;\n"), "changes its element index 'i'"),
-    (INDEX + "    i += 1;\n" + _while("        y[i] = x[i];\n").removeprefix(INDEX), "does more than declare"),
+    (INDEX + "    i += 1;\n" + _while("        y[i] = x[i];\n").removeprefix(INDEX), "changes its index 'i' before"),
     (_while("", "        i += blockDim.x * gridDim.x, y[i] = x[i];\n"), "is not its work and then its step"),
 ])
 def test_a_grid_stride_while_loop_left_as_written_with_the_reason(body, why):
