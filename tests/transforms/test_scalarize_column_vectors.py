@@ -244,6 +244,7 @@ def _matrix(rows: int, cols: int, ties: bool = False) -> torch.Tensor:
     return x
 
 
+@pytest.mark.slow  # the split kernel below is the same sum over a 2-D grid
 def test_the_bias_gradient_is_the_naive_kernels_bit_for_bit_on_the_cpu(tmp_path):
     """cols % 4 == 0 and not, aligned pointers and pointers one element off (the kernel as written): each column's
     float sum in the same order, so the same bits."""
@@ -289,7 +290,7 @@ def test_the_column_maximum_and_its_row_are_the_naive_kernels(tmp_path):
     assert emulate.differences(tmp_path, naive, {"vector": vector}, SHAPES[1:], inputs) == []
 
 
-@pytest.mark.slow  # the bias gradient, the split and the maximum emulate the vector form by default
+@pytest.mark.slow  # the split sums and the maximum emulate the vector form by default
 def test_the_mean_and_variance_are_the_naive_kernels(tmp_path):
     naive, vector = _forms("mean_var", _plan('"x", "mean", "var", "above", ' + ROWS_COLS))
 
