@@ -43,8 +43,7 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             # a grid-stride loop: read as one thread per element, or walked as 16-byte vectors as it is
             "softplus": {"scalarize_elementwise", "scalarize_grid_stride"},
             "bmm_small": {"untile_matmul"},  # a batch of small products, one layer of blocks per matrix
-            "bias_grad": {"scalarize_column_vectors", "serialize_column_reduction", "serialize_reduction",
-                          "unsplit_reduction"}}  # down columns
+            "bias_grad": {"serialize_column_reduction", "serialize_reduction", "unsplit_reduction"}}  # down columns
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}
 
 

@@ -25,8 +25,6 @@ FORWARD: dict[str, tuple[str, str]] = {
     "scalarize_elementwise": ("move four elements per thread as 16-byte vectors", "16-byte vector loads and stores"),
     "scalarize_grid_stride": ("walk a grid-stride loop four elements a step as 16-byte vectors",
                               "four elements a step"),
-    "scalarize_column_vectors": ("give each thread four adjacent columns, moved row by row as 16-byte vectors",
-                                 "four adjacent columns"),
     "scalarize_half_packs": ("move eight 16-bit elements per thread as 16-byte packs", "16-byte loads and stores"),
     "scalarize_ldmatrix": ("use ldmatrix", "ldmatrix"),
     "scalarize_mma": ("use mma.sync", "mma.sync"),
