@@ -67,3 +67,18 @@ def test_the_first_thread_rows_given_a_warp_pass_every_case_against_the_naive_ke
     verdict = run_gate(ROW_SUM / "problem.py", warp, against=naive, cache=cache)
     assert_passes_every_case(verdict, ROW_CASES)
     print(said_ratios(verdict, "row sums given a warp a row", "the first-thread kernel", vendor="torch.sum"))
+
+
+def test_the_nest_split_into_chunks_of_pairs_passes_every_case_against_the_naive_kernel(cache):
+    """unsplit_reduction reads the nest as one loop over its pairs too: chunks of 128 pairs on grid y, each chunk's
+    sums to scratch, a second launch adding them per channel in chunk order."""
+    naive = load_kernel(BN_STATS / "naive")
+    transform = get("unsplit_reduction")
+    (site,) = transform.forward_sites(naive)
+    assert (site.function, site.kind, site.key) == ("bn_stats", "function", "c")
+    split = transform.forward(naive, site).state
+    assert "n_k < (long long)N * HW && n_k < split_first + SPLIT" in split.source
+    assert [launch.entry for launch in split.plan.launches] == ["bn_stats", "bn_stats_merge"]
+    verdict = run_gate(BN_STATS / "problem.py", split, against=naive, cache=cache)
+    assert_passes_every_case(verdict, BN_CASES)
+    print(said_ratios(verdict, "bn_stats split into chunks of pairs", "the naive nest", vendor="torch.var_mean"))

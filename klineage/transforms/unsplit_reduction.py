@@ -56,6 +56,7 @@ from klineage.transforms._naive import (
     squash,
     statements,
 )
+from klineage.transforms._nests import unnested
 from klineage.transforms._warp_reduction import RowLoop, Site, serial_site
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -102,7 +103,7 @@ class UnsplitReduction(Transform):
         return found
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = canonical(state)
+        state = unnested(canonical(state))  # a perfect nest of two loops is one loop over its pairs (_nests.py)
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", split.site.row, parsed.text(split.loop.node)[:200])
                 for function, split in readable(parsed, lambda f: _split(state, parsed, f))]
@@ -110,7 +111,7 @@ class UnsplitReduction(Transform):
     # -- forward --------------------------------------------------------------------------------
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = canonical(state)
+        state = unnested(canonical(state), anchor.function)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         split = _split(state, parsed, function)
@@ -207,9 +208,11 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     bound = squash(parsed.text(loop.node.child_by_field_name("condition"))).split("<", 1)[1].strip()
     outputs, block = _guard(parsed, body, site.row, loop.node)
     scalars, constants = launch_scalars(parsed, function, launches[0]), parse_constants(state.source)
-    # else no site; a count cast in the kernel (`r < (size_t)rows`) is the count in the plan
-    said = (_plan_value(bound_of(bound) or bound, scalars, constants), _plan_value(outputs, scalars, constants))
-    _check_fixed(parsed, body, f"{bound_of(bound)} {outputs}")
+    # else no site; a count cast in the kernel (`r < (size_t)rows`, a nest's pairs `(long long)N * HW`) is the count
+    # in the plan, which computes without overflow
+    plain = bound_of(bound) or re.sub(INTEGER_CAST, "", bound)
+    said = (_plan_value(plain, scalars, constants), _plan_value(outputs, scalars, constants))
+    _check_fixed(parsed, body, f"{plain} {outputs}")
     listed = statements(block)
     after = tuple(listed[listed.index(loop.node) + 1:]) if loop.node in listed else ()
     if not after:
