@@ -232,3 +232,27 @@ def test_no_site_on_a_grid_whose_y_the_kernel_names(transform):
     assert transform.forward_sites(naive) == []
     with pytest.raises(NotApplicable, match="names blockIdx.y"):
         transform.forward(naive, Anchor("kernel", "function", "d"))
+
+
+def test_a_perfect_nest_is_split_into_chunks_of_its_pairs_and_computes_the_nests_bits(transform, tmp_path):
+    """Per-channel batch-norm statistics written as a nest over images and pixels (serialize_reduction's golden
+    `bn_stats/written.cu`) are one loop over the (n, k) pairs (`_nests.py`), which forward splits into chunks of 128
+    pairs; the product's 64-bit cast is the plan's product. On integer values (exact sums in any order) the split
+    form's mean and variance are the nest's bits, for pairs in one chunk, in several with a short last one, and at
+    a chunk's edge."""
+    nest = KernelState(source=(HERE / "serialize_reduction" / "bn_stats" / "written.cu").read_text(),
+                       plan=load(HERE / "serialize_reduction" / "bn_stats", "after", "kernel").plan)
+    (site,) = transform.forward_sites(nest)
+    split = transform.forward(nest, site).state
+    assert "n_k < (long long)N * HW && n_k < split_first + SPLIT" in split.source
+    assert split.plan.launches[0].grid[1] == "cdiv(max(N * HW, 1), SPLIT)"
+
+    def statistics(n: int, c: int, hw: int) -> tuple[dict, dict, dict]:
+        x = torch.randint(-3, 4, (n, c, hw), generator=torch.Generator().manual_seed(n * 1000 + c * 10 + hw)).float()
+        chunks = -(-n * hw // 128)
+        return ({"N": n, "C": c, "HW": hw}, {"x": x.flatten()},
+                {"mean": (torch.float32, c), "var": (torch.float32, c), "split_s": (torch.float32, chunks * c),
+                 "split_q": (torch.float32, chunks * c)})
+
+    assert _differences(tmp_path, nest, split, ((1, 3, 1), (2, 5, 64), (3, 130, 100), (4, 2, 33)), statistics,
+                        ("mean", "var")) == []
