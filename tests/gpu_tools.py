@@ -168,6 +168,15 @@ def forwarded(state: KernelState, name: str) -> KernelState:
     return transform.forward(state, site).state
 
 
+def passes_against(problem: Path, candidate: KernelState, baseline: KernelState, cases: set[str], cache: GateCache,
+                   what: str, against: str, vendor: str = "torch") -> None:
+    """`candidate` gated against `baseline` on `problem`: every case of `cases` passes (under the sanitizer), and
+    its ratios against the baseline and the vendor are printed with whether the timing settled (-s)."""
+    verdict = run_gate(problem, candidate, against=baseline, cache=cache)
+    assert_passes_every_case(verdict, cases)
+    print(said_ratios(verdict, what, against, vendor=vendor))
+
+
 def said_ratios(verdict, what: str, against: str, vendor: str = "torch") -> str:
     """One line for -s: the candidate's speed against the baseline it was gated with and the vendor on the timed
     case, the median times behind them, and whether the timing settled."""

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, forwarded, gate_cache, said_ratios
-from klineage.gate.pipeline import run_gate
+from gpu_tools import forwarded, gate_cache, passes_against
 from klineage.kernel import load_kernel
 
 pytestmark = pytest.mark.gpu
@@ -35,6 +34,5 @@ def test_the_vector_loop_passes_every_case_against_the_warp_aggregated_kernel(ca
     aggregated = forwarded(load_kernel(MSE / "naive"), "unaggregate_atomics")
     vectors = forwarded(aggregated, "scalarize_grid_stride")
     assert "float4" in vectors.source
-    verdict = run_gate(MSE / "problem.py", vectors, against=aggregated, cache=cache)
-    assert_passes_every_case(verdict, CASES)
-    print(said_ratios(verdict, "mse_loss's vector loop", "the warp-aggregated kernel"))
+    passes_against(MSE / "problem.py", vectors, aggregated, CASES, cache,
+                   "mse_loss's vector loop", "the warp-aggregated kernel")

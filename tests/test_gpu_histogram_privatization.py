@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache, said_ratios
-from klineage.gate.pipeline import run_gate
+from gpu_tools import gate_cache, passes_against
 from klineage.kernel import load_kernel
 from klineage.transforms import get
 
@@ -38,6 +37,5 @@ def test_the_privatized_histogram_passes_every_case_against_the_naive_kernel(cac
     assert (site.function, site.kind) == ("histogram", "loop")  # the grid-stride form: the copy outside the loop
     privatized = transform.forward(naive, site).state
     assert "__shared__ int s_hist[BINS];" in privatized.source
-    verdict = run_gate(HISTOGRAM / "problem.py", privatized, against=naive, cache=cache)
-    assert_passes_every_case(verdict, CASES)
-    print(said_ratios(verdict, "the privatized histogram", "the naive kernel", vendor="torch.histc"))
+    passes_against(HISTOGRAM / "problem.py", privatized, naive, CASES, cache,
+                   "the privatized histogram", "the naive kernel", vendor="torch.histc")

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache, said_ratios
-from klineage.gate.pipeline import run_gate
+from gpu_tools import gate_cache, passes_against
 from klineage.kernel import load_kernel
 from klineage.transforms import get
 
@@ -50,9 +49,8 @@ def test_the_nest_given_a_warp_a_channel_passes_every_case_against_the_naive_ker
     assert "for (long long n_k = lane; n_k < (long long)N * HW; n_k += 32) {" in warp.source  # the pairs, strided
     assert warp.source.count("__shfl_xor_sync") == 2  # the sum and the sum of squares
     assert warp.plan.launches[0].grid[0] == "(cdiv(C, 128)) * 32"
-    verdict = run_gate(BN_STATS / "problem.py", warp, against=naive, cache=cache)
-    assert_passes_every_case(verdict, BN_CASES)
-    print(said_ratios(verdict, "bn_stats given a warp a channel", "the naive nest", vendor="torch.var_mean"))
+    passes_against(BN_STATS / "problem.py", warp, naive, BN_CASES, cache,
+                   "bn_stats given a warp a channel", "the naive nest", vendor="torch.var_mean")
 
 
 def test_the_first_thread_rows_given_a_warp_pass_every_case_against_the_naive_kernel(cache):
@@ -64,9 +62,8 @@ def test_the_first_thread_rows_given_a_warp_pass_every_case_against_the_naive_ke
     assert "threadIdx.x != 0" not in warp.source  # read as a thread per row, then a warp per row
     assert "for (int j = lane; j < cols; j += 32)" in warp.source and "__shfl_xor_sync" in warp.source
     assert warp.plan.launches[0].grid[0].endswith("* 32")
-    verdict = run_gate(ROW_SUM / "problem.py", warp, against=naive, cache=cache)
-    assert_passes_every_case(verdict, ROW_CASES)
-    print(said_ratios(verdict, "row sums given a warp a row", "the first-thread kernel", vendor="torch.sum"))
+    passes_against(ROW_SUM / "problem.py", warp, naive, ROW_CASES, cache,
+                   "row sums given a warp a row", "the first-thread kernel", vendor="torch.sum")
 
 
 def test_the_nest_split_into_chunks_of_pairs_passes_every_case_against_the_naive_kernel(cache):
@@ -79,6 +76,5 @@ def test_the_nest_split_into_chunks_of_pairs_passes_every_case_against_the_naive
     split = transform.forward(naive, site).state
     assert "n_k < (long long)N * HW && n_k < split_first + SPLIT" in split.source
     assert [launch.entry for launch in split.plan.launches] == ["bn_stats", "bn_stats_merge"]
-    verdict = run_gate(BN_STATS / "problem.py", split, against=naive, cache=cache)
-    assert_passes_every_case(verdict, BN_CASES)
-    print(said_ratios(verdict, "bn_stats split into chunks of pairs", "the naive nest", vendor="torch.var_mean"))
+    passes_against(BN_STATS / "problem.py", split, naive, BN_CASES, cache,
+                   "bn_stats split into chunks of pairs", "the naive nest", vendor="torch.var_mean")

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, forwarded, gate_cache, said_ratios
-from klineage.gate.pipeline import run_gate
+from gpu_tools import forwarded, gate_cache, passes_against
 from klineage.kernel import load_kernel
 
 pytestmark = pytest.mark.gpu
@@ -31,6 +30,4 @@ def cache(tmp_path_factory):
 def test_the_blocked_product_passes_every_case_against_the_tiled_form(cache):
     tiled = forwarded(load_kernel(BMM / "naive"), "untile_matmul")
     blocked = forwarded(tiled, "unblock_matmul")
-    verdict = run_gate(BMM / "problem.py", blocked, against=tiled, cache=cache)
-    assert_passes_every_case(verdict, CASES)
-    print(said_ratios(verdict, "bmm_small's blocked product", "the tiled form"))
+    passes_against(BMM / "problem.py", blocked, tiled, CASES, cache, "bmm_small's blocked product", "the tiled form")

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache, said_ratios
-from klineage.gate.pipeline import run_gate
+from gpu_tools import gate_cache, passes_against
 from klineage.kernel import load_kernel
 from klineage.transforms import get
 
@@ -42,6 +41,4 @@ def test_the_vectorized_rotary_passes_every_case_against_the_naive_kernel(cache)
     packed = transform.forward(naive, site).state
     assert "half % 4 == 0" in packed.source and "*reinterpret_cast<float4*>(y + b) = y_hi4;" in packed.source
     assert packed.plan.launches[0].grid[0] == "cdiv(cdiv(rows * half, 256), 4)"
-    verdict = run_gate(ROTATE_HALF / "problem.py", packed, against=naive, cache=cache)
-    assert_passes_every_case(verdict, CASES)
-    print(said_ratios(verdict, "the float4 rotary", "the naive kernel"))
+    passes_against(ROTATE_HALF / "problem.py", packed, naive, CASES, cache, "the float4 rotary", "the naive kernel")

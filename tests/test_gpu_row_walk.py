@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, forwarded, gate_cache, said_ratios
-from klineage.gate.pipeline import run_gate
+from gpu_tools import forwarded, gate_cache, passes_against
 from klineage.kernel import load_kernel
 
 pytestmark = pytest.mark.gpu
@@ -37,6 +36,5 @@ def test_the_vector_walk_passes_every_case_against_the_warp_form(cache, operator
     naive = load_kernel(BENCH / operator / "naive")
     warp = forwarded(naive, "serialize_reduction")
     vector = forwarded(warp, "scalarize_row_walk")
-    verdict = run_gate(BENCH / operator / "problem.py", vector, against=warp, cache=cache)
-    assert_passes_every_case(verdict, CASES[operator])
-    print(said_ratios(verdict, f"{operator}'s vector walk", "the warp form"))
+    passes_against(BENCH / operator / "problem.py", vector, warp, CASES[operator], cache,
+                   f"{operator}'s vector walk", "the warp form")

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, forwarded, gate_cache, said_ratios
-from klineage.gate.pipeline import run_gate
+from gpu_tools import forwarded, gate_cache, passes_against
 from klineage.kernel import load_kernel
 from klineage.transforms import get
 
@@ -41,9 +40,8 @@ def test_the_tiled_transposed_product_passes_every_case_against_the_naive_kernel
     assert (site.function, site.kind) == ("matmul_at", "function")  # the whole kernel: one thread per output
     tiled = transform.forward(naive, site).state
     assert "__shared__ float tile_a[16][17];" in tiled.source  # A^T's tile, loaded along r, padded over the banks
-    verdict = run_gate(MATMUL_AT / "problem.py", tiled, against=naive, cache=cache)
-    assert_passes_every_case(verdict, CASES)
-    print(said_ratios(verdict, "the tiled A^T B", "the naive kernel", vendor=VENDOR))
+    passes_against(MATMUL_AT / "problem.py", tiled, naive, CASES, cache,
+                   "the tiled A^T B", "the naive kernel", vendor=VENDOR)
 
 
 def test_the_register_blocked_transposed_product_passes_every_case_against_the_tiled_kernel(cache):
@@ -54,6 +52,5 @@ def test_the_register_blocked_transposed_product_passes_every_case_against_the_t
     blocked = transform.forward(tiled, site).state
     assert "__shared__ float block_a[64][17];" in blocked.source  # four of A^T's padded tiles, a block's 64 rows
     assert blocked.plan.launches[0].grid[:2] == ("cdiv(n, 64)", "cdiv(m, 64)")
-    verdict = run_gate(MATMUL_AT / "problem.py", blocked, against=tiled, cache=cache)
-    assert_passes_every_case(verdict, CASES)
-    print(said_ratios(verdict, "the register-blocked A^T B", "the tiled kernel", vendor=VENDOR))
+    passes_against(MATMUL_AT / "problem.py", blocked, tiled, CASES, cache,
+                   "the register-blocked A^T B", "the tiled kernel", vendor=VENDOR)
