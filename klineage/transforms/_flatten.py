@@ -75,7 +75,7 @@ from klineage.kernel import KernelState
 from klineage.launch import Launch
 from klineage.transforms._canonical import NARROW, WIDE, canonical, canonical_index
 from klineage.transforms._edit import contains, indentation, is_written, reindent, splice
-from klineage.transforms._grid_stride import read_grid_stride
+from klineage.transforms._grid_stride import read_grid_stride, stride_local
 from klineage.transforms._naive import (
     FORBIDDEN,
     bound_of,
@@ -85,7 +85,6 @@ from klineage.transforms._naive import (
     launches_of,
     squash,
     statements,
-    stride_local,
 )
 from klineage.transforms.base import NotApplicable, refused, with_plan
 

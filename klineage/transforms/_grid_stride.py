@@ -21,11 +21,21 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.transforms._edit import is_written, operator, unparen
-from klineage.transforms._naive import GRID_STRIDES, LOOP_INDEX_TYPES, squash, statements, stride_local, uncast_grid
+from klineage.transforms._naive import LOOP_INDEX_TYPES, squash, statements, uncast_grid
 from klineage.transforms.base import NotApplicable
 
 _PRODUCT = r"(?:\(?blockIdx\.x\)? \* blockDim\.x|blockDim\.x \* \(?blockIdx\.x\)?)"
 GLOBAL_INDEX = re.compile(rf"{_PRODUCT} \+ threadIdx\.x|threadIdx\.x \+ {_PRODUCT}")  # uncast and squashed
+GRID_STRIDES = ("blockDim.x * gridDim.x", "gridDim.x * blockDim.x")  # a grid-stride loop's step, either order
+
+
+def stride_local(parsed: cp.ParsedSource, statement: Node) -> str | None:
+    """The name `statement` declares as the grid's extent in threads (`int stride = blockDim.x * gridDim.x;`, the
+    casts on the grid read through), or None."""
+    declared = re.fullmatch(rf"(?:const )?(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = "
+                            rf"\(?({'|'.join(map(re.escape, GRID_STRIDES))})\)?;",
+                            uncast_grid(squash(parsed.text(statement))))
+    return declared[1] if declared else None
 
 
 @dataclass(frozen=True)

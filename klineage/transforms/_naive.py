@@ -104,18 +104,6 @@ def bound_of(text: str) -> str | None:
     return found[1] if found else None
 
 
-GRID_STRIDES = ("blockDim.x * gridDim.x", "gridDim.x * blockDim.x")  # a grid-stride loop's step, either order
-
-
-def stride_local(parsed: cp.ParsedSource, statement: Node) -> str | None:
-    """The name `statement` declares as the grid's extent in threads (`int stride = blockDim.x * gridDim.x;`, the
-    casts on the grid read through), or None."""
-    declared = re.fullmatch(rf"(?:const )?(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = "
-                            rf"\(?({'|'.join(map(re.escape, GRID_STRIDES))})\)?;",
-                            uncast_grid(squash(parsed.text(statement))))
-    return declared[1] if declared else None
-
-
 def uncast_grid(text: str) -> str:
     """`text` (squashed) without the integer casts people put on the grid's coordinates and extents
     (`(size_t)blockDim.x * gridDim.x`, `static_cast<int64_t>(blockIdx.x) * blockDim.x`): a grid-stride loop's
