@@ -1,8 +1,14 @@
 """Run a golden elementwise kernel on the CPU (tests/transforms/elementwise_emulator.cpp over tests/mma_emulator.h):
-build it once per source, run its plan for some parameters, read its output buffers back."""
+build it once per source, run its plan for some parameters, read its output buffers back.
+
+A build is almost all the emulator's own code (about 2 s, the kernel a small part of it), so the tests that compare
+forms build them two at a time (`builds`): each form's source sits in a namespace of its own, its entry called as
+written, the first form's as the emulator's `kernel`, the second's as its SECOND_ENTRY. A form whose plan launches a
+second entry of its own (a split reduction's merge) is built alone."""
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import replace
@@ -23,6 +29,56 @@ def build(work: Path, state: KernelState) -> Path:
     others = sorted({launch.entry for launch in state.plan.launches} - {"kernel"})
     assert len(others) <= 1, f"the emulator runs `kernel` and at most one more entry, not {others}"
     return build_mma_emulator(work, EMULATOR, state.source, (), *(f"SECOND_ENTRY={name}" for name in others))
+
+
+_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include\b.*$", re.M)
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
+
+
+def _entry(state: KernelState) -> str | None:
+    entries = {launch.entry for launch in state.plan.launches}
+    return next(iter(entries)) if len(entries) == 1 else None
+
+
+def _renamed(state: KernelState, entry: str) -> KernelState:
+    """The state with its plan launching `entry`: the name its kernel has in the shared build."""
+    launches = tuple(replace(launch, entry=entry) for launch in state.plan.launches)
+    return KernelState(source=state.source, plan=replace(state.plan, launches=launches))
+
+
+def _pair(work: Path, first: KernelState, second: KernelState) -> tuple[Path, KernelState, KernelState]:
+    """One build of both forms (their includes first, outside the namespaces; each form's macros undefined after
+    it, so the other sees only its own) and the two states to run on it."""
+    work.mkdir(parents=True, exist_ok=True)
+    includes = dict.fromkeys(line.strip() for state in (first, second) for line in _INCLUDE.findall(state.source))
+    parts = ["\n".join(includes) + "\n"]
+    for space, state in (("first_form", first), ("second_form", second)):
+        parts.append(f"namespace {space} {{\n{_INCLUDE.sub('', state.source)}\n}}  // namespace {space}\n")
+        parts += [f"#undef {macro}\n" for macro in dict.fromkeys(_DEFINE.findall(state.source))]
+    parts.append(f"static constexpr auto kernel = &first_form::{_entry(first)};\n")
+    second_entry = f"second_form::{_entry(second)}"
+    binary = build_mma_emulator(work, EMULATOR, "".join(parts), (), f"SECOND_ENTRY={second_entry}")
+    return binary, _renamed(first, "kernel"), _renamed(second, second_entry)
+
+
+def builds(work: Path, forms: dict[str, KernelState]) -> dict[str, tuple[Path, KernelState]]:
+    """Each form's emulator and the state to run on it, the forms built two at a time in their order (a form of two
+    entries, and an odd one out, alone)."""
+    built: dict[str, tuple[Path, KernelState]] = {}
+    waiting: list[str] = []
+    for name, state in forms.items():
+        if _entry(state) is None:
+            built[name] = (build(work / name, state), state)
+            continue
+        waiting.append(name)
+        if len(waiting) == 2:
+            first, second = waiting
+            binary, one, two = _pair(work / f"{first}+{second}", forms[first], forms[second])
+            built[first], built[second] = (binary, one), (binary, two)
+            waiting = []
+    for name in waiting:
+        built[name] = (build(work / name, forms[name]), forms[name])
+    return {name: built[name] for name in forms}
 
 
 def run(binary: Path, work: Path, state: KernelState, params: dict, inputs: dict[str, torch.Tensor],
@@ -53,34 +109,37 @@ def run(binary: Path, work: Path, state: KernelState, params: dict, inputs: dict
 def differences(work: Path, naive: KernelState, sources: dict[str, KernelState], shapes: tuple[tuple[int, ...], ...],
                 inputs_of: Callable[..., tuple[dict, dict, dict]]) -> list[str]:
     """Where the forms of `sources` compute other bits than `naive` (empty when nowhere), for each shape (the
-    arguments of `inputs_of`, which gives (params, inputs, outputs)) on aligned and misaligned (shift 1) pointers."""
-    binaries = {name: build(work / name, state) for name, state in {"naive": naive, **sources}.items()}
+    arguments of `inputs_of`, which gives (params, inputs, outputs)) on aligned and misaligned (shift 1) pointers;
+    the forms built two at a time."""
+    binaries = builds(work, {"naive": naive, **sources})
     found = []
     for shape in shapes:
         params, inputs, outputs = inputs_of(*shape)
         for shift in (0, 1):
             folder = "x".join(map(str, shape)) + f"-{shift}"
-            want = run(binaries["naive"], work / f"naive-{folder}", naive, params, inputs, outputs, shift)
-            for name, state in sources.items():
-                got = run(binaries[name], work / f"{name}-{folder}", state, params, inputs, outputs, shift)
+            binary, state = binaries["naive"]
+            want = run(binary, work / f"naive-{folder}", state, params, inputs, outputs, shift)
+            for name in sources:
+                binary, state = binaries[name]
+                got = run(binary, work / f"{name}-{folder}", state, params, inputs, outputs, shift)
                 found += [f"{name} {folder} {out}" for out in outputs
                           if not torch.equal(got[out].view(torch.uint8), want[out].view(torch.uint8))]
     return found
 
 
-def same_product_bits(naive: KernelState, tiled: KernelState, tmp_path, inputs_of, output: str, batch: int = 1,
+def same_product_bits(naive: KernelState, tiled: KernelState, tmp_path: Path, inputs_of, output: str, batch: int = 1,
                       **scalars) -> None:
     """For a matrix product (parameters m, n, k; `inputs_of(m, n, k, generator)` its inputs): the tiled kernel's
     output bits are the naive kernel's, for sizes 16 does and does not divide (and, with `batch`, for every matrix
-    of a batch)."""
-    binaries = {"naive": build(tmp_path / "naive", naive), "tiled": build(tmp_path / "tiled", tiled)}
+    of a batch); both forms in one build."""
+    binaries = builds(tmp_path, {"naive": naive, "tiled": tiled})
     nonzero = 0
     for m, n, k in ((1, 1, 1), (5, 7, 3), (16, 16, 16), (33, 17, 40), (20, 50, 70)):
         inputs = inputs_of(m, n, k, torch.Generator().manual_seed(m * 10000 + n * 100 + k))
         params = {"m": m, "n": n, "k": k, "batch": batch, **scalars}
-        runs = {form: run(binary, tmp_path / f"{form}-{m}x{n}x{k}", {"naive": naive, "tiled": tiled}[form],
-                                  params, inputs, {output: (torch.float32, batch * m * n)})[output]
-                for form, binary in binaries.items()}
+        runs = {form: run(binary, tmp_path / f"{form}-{m}x{n}x{k}", state, params, inputs,
+                                  {output: (torch.float32, batch * m * n)})[output]
+                for form, (binary, state) in binaries.items()}
         assert torch.equal(runs["tiled"].view(torch.int32), runs["naive"].view(torch.int32)), (m, n, k)
         nonzero += int((runs["naive"] != 0).sum())
     assert nonzero > 500  # of the 1,853 outputs (a relu zeroes about half): their bits were compared

@@ -70,13 +70,13 @@ def _inputs(rows: int, n: int):
 
 
 def test_every_step_computes_the_naive_values_on_the_cpu(chain, tmp_path):
-    binaries = {name: emulate.build(tmp_path / name, state) for name, state in {"naive": NAIVE, **chain}.items()}
+    binaries = emulate.builds(tmp_path, {"naive": NAIVE, **chain})
     for rows, n in ((3, 5), (5, 32), (4, 70), (3, 256), (2, 2100)):  # 2,100 columns: past the 2,048 cache
         params, inputs, outputs = _inputs(rows, n)
         for shift in (0, 1):  # shift 1: every pointer 4 bytes off 16-byte alignment, the scalar layout
-            runs = {name: emulate.run(binary, tmp_path / f"{name}-{rows}x{n}-{shift}", {"naive": NAIVE, **chain}[name],
-                                      params, inputs, outputs, shift)
-                    for name, binary in binaries.items()}
+            runs = {name: emulate.run(binary, tmp_path / f"{name}-{rows}x{n}-{shift}", state, params, inputs,
+                                      outputs, shift)
+                    for name, (binary, state) in binaries.items()}
             for name in chain:
                 for out in outputs:  # the warp sums in another order: fp32 reassociation, no more
                     torch.testing.assert_close(runs[name][out], runs["naive"][out], rtol=1e-5, atol=1e-5,

@@ -221,7 +221,7 @@ def test_the_emulation_sees_a_component_read_twice(tmp_path):
     plan = plan_of('"a", "b", "out", { scalar = "n", type = "i32" }', grid="3", block=64)
     wrong = golden("dot_int", "before").source.replace("acc += a4.z * b4.z;", "acc += a4.y * b4.z;")
     found = emulate.differences(tmp_path, KernelState(golden("dot_int", "after").source, plan),
-                                {"vector": KernelState(wrong, plan)}, ((1000,),), _dot)
+                                      {"vector": KernelState(wrong, plan)}, ((1000,),), _dot)
     assert found == ["vector 1000-0 out"], found  # aligned only: the misaligned run takes the element loop
 
 
@@ -231,15 +231,15 @@ def test_the_scaled_sum_writes_the_naive_bits_and_sums_within_tolerance(tmp_path
     plan = plan_of('"x", "y", "total", { scalar = "scale", type = "f32" }, { scalar = "n", type = "i32" }',
                    grid="3", block=64)
     forms = {which: KernelState(golden("scale_sum", which).source, plan) for which in ("after", "before")}
-    binaries = {which: emulate.build(tmp_path / which, state) for which, state in forms.items()}
+    binaries = emulate.builds(tmp_path, forms)
     for (n,) in SIZES:
         x = torch.randn(n, generator=torch.Generator().manual_seed(n))
         for shift in (0, 1):
-            runs = {which: emulate.run(binaries[which], tmp_path / f"{which}-{n}-{shift}", forms[which],
+            runs = {which: emulate.run(binary, tmp_path / f"{which}-{n}-{shift}", state,
                                        {"n": n, "scale": 0.5}, {"x": x},
                                        {"y": (torch.float32, n + 1), "total": (torch.float32, 1)}, shift,
                                        starting={"total": torch.zeros(1)})
-                    for which in forms}
+                    for which, (binary, state) in binaries.items()}
             assert torch.equal(runs["before"]["y"].view(torch.int32), runs["after"]["y"].view(torch.int32))
             assert torch.allclose(runs["before"]["total"], runs["after"]["total"], rtol=1e-5, atol=1e-5), (n, shift)
             assert torch.allclose(runs["after"]["total"], 0.5 * x.double().sum().float().reshape(1), rtol=1e-4,
@@ -252,12 +252,12 @@ def test_the_while_spelled_maximum_is_the_naive_kernels_on_the_cpu(tmp_path):
     partials, bit for bit (each thread's own partial differs: it saw other elements)."""
     plan = plan_of('"x", "partial", { scalar = "n", type = "i32" }', grid="3", block=64)
     forms = {which: KernelState(golden("max_abs", which).source, plan) for which in ("after", "before")}
-    binaries = {which: emulate.build(tmp_path / which, state) for which, state in forms.items()}
+    binaries = emulate.builds(tmp_path, forms)
     for (n,) in SIZES:
         x = torch.randn(n, generator=torch.Generator().manual_seed(n))
         for shift in (0, 1):
-            runs = {which: emulate.run(binaries[which], tmp_path / f"{which}-{n}-{shift}", forms[which], {"n": n},
+            runs = {which: emulate.run(binary, tmp_path / f"{which}-{n}-{shift}", state, {"n": n},
                                        {"x": x}, {"partial": (torch.float32, 3 * 64)}, shift)["partial"].max()
-                    for which in forms}
+                    for which, (binary, state) in binaries.items()}
             assert torch.equal(runs["before"].view(torch.int32), runs["after"].view(torch.int32)), (n, shift)
             assert runs["after"] == (x.abs().max() if n else 0.0)

@@ -104,16 +104,16 @@ def _emulated(tmp_path, case: str, sources: dict[str, KernelState]) -> list[str]
     """Where the packed forms of `sources` compute other bits than the naive kernel (empty when nowhere), for
     sizes with and without a tail, on aligned and misaligned (shift 1) pointers."""
     naive = golden(case, "after")
-    binaries = {name: emulate.build(tmp_path / name, state) for name, state in {"naive": naive, **sources}.items()}
+    binaries = emulate.builds(tmp_path, {"naive": naive, **sources})
     differences = []
     for n in (5, 64, 2053):
         params, inputs, outputs = _inputs(case, n)
         for shift in (0, 1):
-            want = emulate.run(binaries["naive"], tmp_path / f"naive-{n}-{shift}", naive, params, inputs, outputs,
-                               shift)
-            for name, state in sources.items():
-                got = emulate.run(binaries[name], tmp_path / f"{name}-{n}-{shift}", state, params, inputs, outputs,
-                                  shift)
+            binary, state = binaries["naive"]
+            want = emulate.run(binary, tmp_path / f"naive-{n}-{shift}", state, params, inputs, outputs, shift)
+            for name in sources:
+                binary, state = binaries[name]
+                got = emulate.run(binary, tmp_path / f"{name}-{n}-{shift}", state, params, inputs, outputs, shift)
                 differences += [f"{name} n={n} shift={shift} {out}" for out in outputs
                                 if not torch.equal(got[out].view(torch.int16), want[out].view(torch.int16))]
     return differences

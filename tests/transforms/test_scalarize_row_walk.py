@@ -105,13 +105,13 @@ def _inputs(case: str, n: int):
 
 
 def _runs(forms: dict[str, KernelState], case: str, tmp_path):
-    binaries = {name: emulate.build(tmp_path / name, state) for name, state in forms.items()}
+    binaries = emulate.builds(tmp_path, forms)
     runs = {}
     for n in SHAPES:
         params, inputs, outputs = _inputs(case, n)
         for shift in (0, 1):
-            runs[n, shift] = {name: emulate.run(binary, tmp_path / f"{name}-{n}-{shift}", forms[name], params,
-                                                inputs, outputs, shift) for name, binary in binaries.items()}
+            runs[n, shift] = {name: emulate.run(binary, tmp_path / f"{name}-{n}-{shift}", state, params, inputs,
+                                                outputs, shift) for name, (binary, state) in binaries.items()}
     return runs
 
 

@@ -94,7 +94,7 @@ def test_the_column_form_computes_the_naive_kernels_bits_on_the_cpu(case, tmp_pa
         return {"rows": rows, "cols": outputs[next(iter(outputs))][1]}, inputs, outputs
 
     assert emulate.differences(tmp_path, golden(case, "after"), {"columns": golden(case, "before")}, shapes,
-                               inputs_of) == []
+                                     inputs_of) == []
 
 
 @pytest.mark.parametrize("mutant", [("r += 4", "r += 8"), ("0x01010101u", "0x00010101u")])
@@ -105,11 +105,11 @@ def test_a_layout_that_skips_rows_or_a_lane_is_caught(mutant, tmp_path):
     naive = golden("colmean", "after")
     inputs, outputs = _columns("colmean", 33, 12)
     params = {"rows": 33, "cols": 12}
-    want = emulate.run(emulate.build(tmp_path / "naive", naive), tmp_path / "naive-run", naive, params, inputs,
-                       outputs)
-    binary = emulate.build(tmp_path / "broken", broken)
+    binaries = emulate.builds(tmp_path, {"naive": naive, "broken": broken})
+    (naive_binary, naive), (broken_binary, broken) = binaries["naive"], binaries["broken"]
+    want = emulate.run(naive_binary, tmp_path / "naive-run", naive, params, inputs, outputs)
     try:
-        got = emulate.run(binary, tmp_path / "broken-run", broken, params, inputs, outputs)
+        got = emulate.run(broken_binary, tmp_path / "broken-run", broken, params, inputs, outputs)
     except AssertionError as complaint:  # the emulator refuses a shuffle with a lane its mask leaves out
         assert "outside its mask" in str(complaint)
         return
@@ -129,7 +129,7 @@ def test_the_batched_column_form_computes_the_naive_kernels_bits_on_the_cpu(tmp_
     a warp; row counts under and past the 4 slices."""
     shapes = ((1, 1, 5), (5, 3, 3), (3, 33, 12), (2, 70, 33))
     assert emulate.differences(tmp_path, golden("batched_mean", "after"),
-                               {"columns": golden("batched_mean", "before")}, shapes, _batched) == []
+                                     {"columns": golden("batched_mean", "before")}, shapes, _batched) == []
 
 
 BATCHED_ARGS = '"x", "out", ' + ", ".join(f'{{ scalar = "{name}", type = "i32" }}' for name in "BND")

@@ -71,18 +71,16 @@ def same_bits(reference: KernelState, blocked: KernelState, work: Path, inputs_o
               batch: int = 1, shapes=SHAPES, inout: bool = False, **scalars) -> None:
     """The blocked kernel's output bits are the reference's for each shape (m, n, k; `inputs_of(m, n, k,
     generator)` its inputs; `inout`: the output starts from random values, which the epilogue reads)."""
-    binaries = {"reference": emulate.build(work / "reference", reference), "blocked": emulate.build(work / "blocked",
-                                                                                                   blocked)}
+    binaries = emulate.builds(work, {"reference": reference, "blocked": blocked})
     nonzero, total = 0, 0
     for m, n, k in shapes:
         generator = torch.Generator().manual_seed(m * 10000 + n * 100 + k)
         inputs, count = inputs_of(m, n, k, generator), batch * m * n
         starting = {output: torch.randn(count, generator=generator)} if inout else None
         params = {"m": m, "n": n, "k": k, "batch": batch, **scalars}
-        runs = {form: emulate.run(binary, work / f"{form}-{m}x{n}x{k}", {"reference": reference,
-                                                                         "blocked": blocked}[form],
-                                  params, inputs, {output: (torch.float32, count)}, starting=starting)[output]
-                for form, binary in binaries.items()}
+        runs = {form: emulate.run(binary, work / f"{form}-{m}x{n}x{k}", state, params, inputs,
+                                  {output: (torch.float32, count)}, starting=starting)[output]
+                for form, (binary, state) in binaries.items()}
         assert torch.equal(runs["blocked"].view(torch.int32), runs["reference"].view(torch.int32)), (m, n, k)
         nonzero, total = nonzero + int((runs["reference"] != 0).sum()), total + count
     assert nonzero > total / 3  # the outputs' bits were compared, not mostly zeros (a relu zeroes about half)

@@ -161,11 +161,11 @@ def test_the_loop_computes_the_naive_kernels_bits_on_the_cpu(transform, tmp_path
     naive, make = cases[case]
     forms = {"naive": naive, **{f"x{k}": transform.forward(naive, Anchor("kernel", "function", f"i*{k}")).state
                                  for k in (3, 4)}}
-    binaries = {form: emulate.build(tmp_path / form, state) for form, state in forms.items()}
+    binaries = emulate.builds(tmp_path, forms)
     for n in (1, 200, 1500):
         params, inputs, outputs = make(n, torch.Generator().manual_seed(n))
-        runs = {form: emulate.run(binaries[form], tmp_path / f"{form}-{n}", state, params, inputs, outputs)
-                for form, state in forms.items()}
+        runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}", state, params, inputs, outputs)
+                for form, (binary, state) in binaries.items()}
         for form in ("x3", "x4"):
             for out in outputs:
                 assert torch.equal(runs[form][out], runs["naive"][out]), (case, form, n, out)

@@ -69,8 +69,9 @@ def test_the_tiles_give_the_naive_kernels_bits_on_the_cpu(transform, update, tmp
         in tiled.source
     assert transform.backward(tiled, SITE).state == naive
     emulate.same_product_bits(naive, tiled, tmp_path, lambda m, n, k, g: {"A": torch.randn(m * k, generator=g),
-                                                          "B": torch.randn(k * n, generator=g),
-                                                          "bias": torch.randn(n, generator=g)}, "C", alpha=0.75)
+                                                                                 "B": torch.randn(k * n, generator=g),
+                                                                                 "bias": torch.randn(n, generator=g)},
+                                    "C", alpha=0.75)
 
 
 def test_the_linear_layers_tiles_give_the_naive_kernels_bits_on_the_cpu(tmp_path):
@@ -95,8 +96,8 @@ def transposed_operands(batch: int = 1):
 def test_the_transposed_tiles_give_the_naive_kernels_bits_on_the_cpu(case, tmp_path):
     """A stored K x M, loaded along r across a padded tile (and B stored N x K, a batch of three): the naive bits."""
     batch = 3 if case == "transposed_both" else 1
-    emulate.same_product_bits(golden("after", case), golden("before", case), tmp_path, transposed_operands(batch), "C",
-                              batch=batch)
+    emulate.same_product_bits(golden("after", case), golden("before", case), tmp_path, transposed_operands(batch),
+                                    "C", batch=batch)
 
 
 @pytest.mark.slow
@@ -141,8 +142,8 @@ def test_16_bit_tiles_give_the_naive_kernels_bits_on_the_cpu(transform, spelling
     assert f"__shared__ {'__half' if dtype == torch.float16 else '__nv_bfloat16'} tile_a[16][16];" in tiled.source
     assert transform.backward(tiled, SITE).state == naive
     emulate.same_product_bits(naive, tiled, tmp_path,
-                              lambda m, n, k, g: {"A": torch.randn(m * k, generator=g).to(dtype),
-                                                  "B": torch.randn(k * n, generator=g).to(dtype)}, "C")
+                                    lambda m, n, k, g: {"A": torch.randn(m * k, generator=g).to(dtype),
+                                                        "B": torch.randn(k * n, generator=g).to(dtype)}, "C")
 
 
 def test_no_site_where_a_16_bit_operand_is_read_without_its_conversion(transform):
@@ -163,7 +164,7 @@ def test_the_emulation_sees_a_batch_started_at_the_wrong_matrix(tmp_path):
     with pytest.raises(AssertionError, match=r"\(\d+, \d+, \d+\)"):  # the bits' check, naming its sizes
         emulate.same_product_bits(golden("after", "batched"), wrong, tmp_path,
                    lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g),
-                                       "B": torch.randn(3 * k * n, generator=g)}, "C", batch=3)
+                                             "B": torch.randn(3 * k * n, generator=g)}, "C", batch=3)
 
 
 @pytest.mark.parametrize("edit, why", [
