@@ -111,6 +111,14 @@ def _corpus_without_lineages(tmp_path):
     return corpus
 
 
+def _no_recorded(tmp_path):
+    """An empty recorded store: the tests below look at lineages only, and reading and storing the ~1,700 recorded
+    verdicts (and auditing the walks' timings against them) was most of each import's time."""
+    empty = tmp_path / "recorded"
+    empty.mkdir(exist_ok=True)
+    return empty
+
+
 def test_a_gpu_walk_without_recorded_verdicts_is_unchecked(tmp_path):
     walks = tmp_path / "walks"
     walks.mkdir()
@@ -126,11 +134,11 @@ def test_a_gpu_walk_without_recorded_verdicts_is_unchecked(tmp_path):
 
 
 def test_another_corpus_folder_brings_no_walks_unless_named(tmp_path):
-    corpus = _corpus_without_lineages(tmp_path)
-    import_corpus(corpus_root=corpus)
+    corpus, recorded = _corpus_without_lineages(tmp_path), _no_recorded(tmp_path)
+    import_corpus(corpus_root=corpus, recorded_root=recorded)
     assert Lineage.objects.count() == 0
     walks = config.bench_walks_dir()
-    import_corpus(corpus_root=corpus, walks_root=walks)
+    import_corpus(corpus_root=corpus, walks_root=walks, recorded_root=recorded)
     assert sorted(Lineage.objects.values_list("source_path", flat=True)) == \
         [f"bench/walks/{p.name}" for p in document_files(walks, "*.gpu.json")]
 
@@ -141,7 +149,7 @@ def test_a_malformed_committed_lineage_refuses_the_whole_corpus(tmp_path):
     broken["transitions"][0]["index"] = 5
     (corpus / "lineages" / "broken.json").write_text(json.dumps(broken))
     with pytest.raises(ImportRefused, match="broken.json"):
-        import_corpus(corpus_root=corpus)
+        import_corpus(corpus_root=corpus, recorded_root=_no_recorded(tmp_path))
     assert Lineage.objects.count() == 0 and KernelState.objects.count() == 0
 
 
@@ -150,7 +158,7 @@ def test_a_corrupt_compressed_walk_refuses_the_whole_corpus(tmp_path):
     walks.mkdir()
     (walks / "broken.gpu.json.gz").write_bytes(b"\x1f\x8b\x08 cut short")
     with pytest.raises(ImportRefused, match="broken.gpu.json.gz: not a readable gzip file"):
-        import_corpus(corpus_root=corpus, walks_root=walks)
+        import_corpus(corpus_root=corpus, walks_root=walks, recorded_root=_no_recorded(tmp_path))
     assert Lineage.objects.count() == 0 and KernelState.objects.count() == 0
 
 

@@ -51,7 +51,9 @@ def test_a_library_with_no_card_for_the_kernel_goes_on_with_the_catalog(scripted
 
 def test_the_cards_come_first_and_the_catalog_never_gates_a_kernel_a_card_gated(scripted_gpu, gate_cache):
     library = load_library(bundled_library())
-    result = run(scripted_gpu, gate_cache, Strategy.LIBRARY_THEN_CATALOG, library, budget=40)
+    # the start, the first round's card kernel and fast_math, the second round's fast_math: what the assertions
+    # read (later rounds take no step)
+    result = run(scripted_gpu, gate_cache, Strategy.LIBRARY_THEN_CATALOG, library, budget=4)
     first_round = [a for a in result.attempts if a.round == 0 and a.parent == scripted_gpu.fingerprint]
     from_cards = [i for i, a in enumerate(first_round) if a.card]
     from_catalog = [i for i, a in enumerate(first_round) if not a.card]

@@ -5,6 +5,7 @@ torch), describe themselves on the command line, and gate compile-only (and on t
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -163,10 +164,12 @@ def test_float8_and_missing_workloads_are_refused(tmp_path):
         problem_fingerprint(path)
 
 
-def test_problems_command_describes_any_format():
+def test_problems_command_describes_any_format(probes):
     paths = [str(FORMATS / "keyword/vector_scale.py"), str(TRACES / "definitions/elementwise/add_sub_d256.json")]
+    # the run's probes (the loading test's of these very files), not the machine's cache: cold in CI, it probed again
+    env = {**os.environ, "KLINEAGE_CACHE_DIR": str(probes)}
     done = subprocess.run([sys.executable, "-m", "klineage", "problems", *paths, "--json"], capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr
     described = json.loads(done.stdout)
     assert [d["format"] for d in described] == ["keyword", "flashinfer"]

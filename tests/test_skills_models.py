@@ -33,12 +33,6 @@ def _counts() -> dict[str, int]:
     return {model.__name__: model.objects.count() for model in (Problem, KernelState, Kernel, Verdict)}
 
 
-def _recorded_copy(tmp_path: Path) -> Path:
-    target = tmp_path / "recorded"
-    shutil.copytree(config.recorded_dir(), target)
-    return target
-
-
 def _few_recorded(tmp_path: Path, key: str, others: int = 8) -> Path:
     """A recorded store of `key`'s verdict and `others` more: enough that an all-or-nothing import refused for one
     file would otherwise have stored the rest, without reading every recorded verdict again."""
@@ -56,8 +50,12 @@ def _overwrite(recorded: Path, key: str, text: str) -> None:
 
 
 def _corpus_copy(tmp_path: Path) -> Path:
+    """The bundled problems, kernels and adversarial suite, to edit, with no lineages: the tests that edit them look
+    at kernels and verdicts, and copying, reading and auditing the 13 MB of committed lineages was half an import."""
     target = tmp_path / "corpus"
-    shutil.copytree(config.corpus_dir(), target)
+    for part in ("problems", "kernels", "adversarial"):
+        shutil.copytree(config.corpus_dir() / part, target / part)
+    (target / "lineages").mkdir()
     return target
 
 
@@ -231,8 +229,8 @@ def test_a_wrong_expectation_is_refused(tmp_path):
 def test_a_refused_import_leaves_earlier_data_untouched(corpus, tmp_path):
     before = _counts()
     documents = dict(Verdict.objects.values_list("key", "digest"))
-    recorded = _recorded_copy(tmp_path)
     key, document = _a_recorded_verdict()
+    recorded = _few_recorded(tmp_path, key)
     _overwrite(recorded, key, json.dumps({**document, "status": "maybe"}))
     (recorded / "verdicts" / "ab").mkdir(exist_ok=True)
     with pytest.raises(ImportRefused):
@@ -279,10 +277,12 @@ def test_a_second_import_by_the_command_changes_nothing(corpus, tmp_path, capsys
     assert "new problem files read through the sandboxed probe: 0" in out
     corpus_lines = "\n".join(line for line in out.splitlines() if not line.startswith("skill"))  # cards: not yet stored
     assert not re.search(r"\b[1-9]\d* (?:new|updated)", corpus_lines)
+    lineages = re.search(r"^lineages: (\d+) \(0 new, 0 updated, (\d+) unchanged\)$", out, re.MULTILINE)
+    assert lineages and lineages[1] == lineages[2] != "0", out  # the committed lineages and GPU walks, every one
     assert _counts() == before
     assert dict(Verdict.objects.values_list("key", "id")) == ids
-    recorded = _recorded_copy(tmp_path)
     key, document = _a_recorded_verdict()
+    recorded = _few_recorded(tmp_path, key)
     _overwrite(recorded, key, "[]")
     with pytest.raises(CommandError, match=f"nothing imported: .*{key}"):
         call_command("load_corpus", "--recorded", str(recorded))

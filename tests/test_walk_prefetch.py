@@ -71,11 +71,12 @@ def test_a_lineage_of_another_expert_is_refused():
 
 
 def test_prefetch_judges_states_side_by_side_into_one_cache(gate_cache):
-    """Threads of one process probe the problem, compile and store verdicts at the same time."""
+    """Threads of one process probe the problem, compile and store verdicts at the same time (one more state
+    than threads: one waits for a free thread)."""
     expert = corpus.kernel_entry("row_softmax/warp_vec4").load()
-    states = guessed_states(DRY, expert)[:8]
+    states = guessed_states(DRY, expert)[:5]
     done = prefetch(SOFTMAX, states, DEFAULT_POLICY, gate_cache, jobs=4, mode=GateMode.COMPILE_ONLY)
-    assert done == Prefetched(8, {"compiled": 8}, ())
+    assert done == Prefetched(5, {"compiled": 5}, ())
     for state in states:
         again = run_gate(SOFTMAX, state, policy=DEFAULT_POLICY, mode=GateMode.COMPILE_ONLY, cache=gate_cache)
         assert again.provenance["served_from"] == "cache"
@@ -115,7 +116,8 @@ def test_states_are_compiled_ahead_of_the_walk_in_the_background(gate_cache, mon
     monkeypatch.setenv("KLINEAGE_GPU_NAME", "NVIDIA H200")
     # compiles of its own (emptied and counted below); the verdicts stay the module's gate cache's
     monkeypatch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path / "cache", shared_cache, PROBES)))
-    states = guessed_states(DRY, corpus.kernel_entry("row_softmax/warp_vec4").load())[5:7]
+    # two of the states the side-by-side prefetch above judged: their compile-only verdicts are the module's
+    states = guessed_states(DRY, corpus.kernel_entry("row_softmax/warp_vec4").load())[3:5]
     recorded = [store_gpu_verdict(gate_cache, SOFTMAX, state, DEFAULT_POLICY, "passed", store=gate_cache.recorded)
                 for state in states]
     compiles = config.cache_dir() / "compile"
@@ -185,19 +187,19 @@ def test_a_resumed_gpu_walk_warms_only_the_steps_it_has_not_timed(name):
 
 
 def test_a_share_of_the_prefetch_judges_only_its_states(gate_cache, monkeypatch, capsys):
-    """Two GPUs split one walk's prefetch: lane 1 of 3 judges states 1, 4, 7, ... and nothing else
+    """Eight GPUs split one walk's prefetch: lane 1 of 8 judges states 1, 9, 17, ... and nothing else
     (here each of them is served from the cache; a state outside the share would have to run, and
     this machine has no GPU, and the module's recorded store holds none of them), then stops
     without walking."""
     monkeypatch.setenv("KLINEAGE_GPU_NAME", "NVIDIA H200")
     monkeypatch.setenv("KLINEAGE_RECORDED_DIR", str(gate_cache.recorded.root))  # not the repo's H200 verdicts
     states = guessed_states(DRY, corpus.kernel_entry("row_softmax/warp_vec4").load())
-    for state in states[1::3]:
+    for state in states[1::8]:
         store_gpu_verdict(gate_cache, SOFTMAX, state, DEFAULT_POLICY, "passed")
     code = cli.main(["walk", "row_softmax/warp_vec4", "--gate", "gpu", "--prefetch", str(DRY),
-                     "--prefetch-share", "1/3", "--prefetch-only"])
+                     "--prefetch-share", "1/8", "--prefetch-only"])
     assert code == 0
-    assert f"prefetched {len(states[1::3])} states: {len(states[1::3])} passed" in capsys.readouterr().out
+    assert f"prefetched {len(states[1::8])} states: {len(states[1::8])} passed" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("share", ["2/2", "1", "a/3", "0/0"])
