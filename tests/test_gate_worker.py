@@ -132,10 +132,17 @@ def _gone(pids, timeout_s: float = 10) -> bool:
     return False
 
 
-def test_compile_only_gate_jobs_with_real_nvcc(start_worker, tmp_path, shared_cache):
+@pytest.fixture(scope="module")
+def nvcc_builds(tmp_path_factory) -> Path:
+    """The compile test's own nvcc builds: made by its first database's worker, reused by the other's (what
+    nvcc makes of a kernel does not depend on the database the job sits in)."""
+    return tmp_path_factory.mktemp("gate-worker-nvcc")
+
+
+def test_compile_only_gate_jobs_with_real_nvcc(start_worker, tmp_path, shared_cache, nvcc_builds):
     gpu_job = submit.enqueue_gate("row_softmax", "row_softmax/naive", mode="gpu")
-    # the problem's probe is the run's (tests/shared_cache.py); the compiles are this worker's own, with nvcc
-    cache = share(tmp_path / "data" / "cache", shared_cache, PROBES)
+    # the problem's probe is the run's (tests/shared_cache.py); the compiles are this test's own, with nvcc
+    cache = share(share(tmp_path / "data" / "cache", shared_cache, PROBES), nvcc_builds, ("compile",))
     worker = start_worker("--lease-seconds", "10", env={"KLINEAGE_CACHE_DIR": str(cache)})
     ready = worker.event("ready")
     has_gpu = "gpu" in ready["capabilities"]
@@ -228,7 +235,7 @@ def test_several_workers_share_the_queue_each_job_once(start_worker):
     workers = [start_worker("--lease-seconds", "10", "--poll-interval", "0.2") for _ in range(3)]
     for worker in workers:
         worker.event("ready")
-    ids = [queue.enqueue("sleep", {"seconds": 0.05, "echo": n}).pk for n in range(30)]
+    ids = [queue.enqueue("sleep", {"seconds": 0.05, "echo": n}).pk for n in range(12)]
     for job_id in ids:
         assert _finished(job_id, timeout_s=60).status == Job.Status.SUCCEEDED
     for worker in workers:
@@ -254,6 +261,7 @@ def test_gpu_worker_takes_gpu_work_first_on_its_gpu(start_worker):
 
 
 @pytest.mark.skipif(bool(shutil.which("nvidia-smi")), reason="this machine has a GPU")
+@pytest.mark.parametrize("job_database", ["sqlite"], indirect=True)  # refused before the database is touched
 def test_gpu_worker_without_a_gpu_refuses_to_start(job_database, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("KLINEAGE_GPU_NAME", "REDIS_URL")}
     done = subprocess.run([sys.executable, "manage.py", "gate_worker", "--gpu", "0"], cwd=REPO, timeout=60,

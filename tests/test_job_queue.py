@@ -82,7 +82,7 @@ print(json.dumps(got))
 
 
 def test_claim_is_exclusive_across_processes(job_database, tmp_path):
-    ids = _jobs(200)
+    ids = _jobs(120)
     env = {**os.environ, "DATABASE_URL": job_database.url, "KLINEAGE_DATA_DIR": str(tmp_path), **ENV}
     procs = [subprocess.Popen([sys.executable, "-c", _CLAIMER, f"p{n}"], cwd=REPO, env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in range(4)]

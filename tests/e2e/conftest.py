@@ -1,9 +1,11 @@
 """End-to-end tests drive Debian's Chromium through Playwright against pytest-django's live server;
-the `chromium` fixture launches it, opens a page at each window width and takes the screenshots."""
+the `chromium` fixture launches it, opens a page at each window width, checks that nothing is wider than
+the window and, with KLINEAGE_SCREENSHOTS=1, takes the screenshots."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,9 @@ from django.conf import settings
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+# Screenshots are for a person to look at (no assertion reads them) and PNGs of whole long pages were about a
+# third of these tests' time, so they are taken on request: KLINEAGE_SCREENSHOTS=1 pytest tests/e2e
+SCREENSHOTS_ENV = "KLINEAGE_SCREENSHOTS"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -28,9 +33,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 class Chromium:
     """Chromium for one test, started when the test opens it: after the test's ORM work, since
     Playwright's sync API runs an event loop, inside which Django refuses synchronous queries.
-    Screenshots go under test-artifacts/screenshots/."""
+    Screenshots, when asked for (SCREENSHOTS_ENV), go under test-artifacts/screenshots/."""
 
     screenshots = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+    taking = os.environ.get(SCREENSHOTS_ENV) == "1"
 
     @contextlib.contextmanager
     def launch(self):
@@ -60,9 +66,10 @@ class Chromium:
                 context.close()
 
     def shoot(self, page, name: str, width: int) -> None:
-        """A full-page screenshot; the page must be no wider than the window."""
-        self.screenshots.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(self.screenshots / f"{name}-{width}.png"), full_page=True)
+        """The page must be no wider than the window; a full-page screenshot of it when they are taken."""
+        if self.taking:
+            self.screenshots.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(self.screenshots / f"{name}-{width}.png"), full_page=True)
         overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         if overflow > 0:
             # the culprits: elements and runs of text past the window's edge, not clipped by a box
@@ -85,7 +92,17 @@ class Chromium:
               return found; }""")  # noqa: E501  (JavaScript run in the page, kept as written)
             raise AssertionError(f"{name} at {width} px is {overflow} px wider than the window: {wide}")
 
+    def shoot_element(self, locator, name: str) -> None:
+        """A screenshot of one element when they are taken; either way the element must be there and visible
+        (what taking its screenshot waits for)."""
+        if self.taking:
+            self.screenshots.mkdir(parents=True, exist_ok=True)
+            locator.screenshot(path=str(self.screenshots / f"{name}.png"))
+        else:
+            locator.wait_for(state="visible")
+
 
 @pytest.fixture
 def chromium() -> Chromium:
     return Chromium()
+

@@ -1,5 +1,6 @@
 """Browse the dashboard in Chromium: home -> kernels -> a kernel -> its verdict, at desktop and
-phone widths, saving screenshots under test-artifacts/screenshots/ and checking nothing overflows."""
+phone widths, saving screenshots (KLINEAGE_SCREENSHOTS=1) under test-artifacts/screenshots/ and checking
+nothing overflows."""
 
 from __future__ import annotations
 

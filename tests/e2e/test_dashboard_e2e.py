@@ -1,7 +1,7 @@
 """The dashboard read at a glance in Chromium: the largest lineage's overview (chart drawn, filters
 and orders working, a diff fetched when opened, the first screen small), card badges that agree with
 their measurements, and the dead ends (404, 403 naming the role, Log in keeping the page), at desktop
-and phone widths with screenshots under test-artifacts/screenshots/."""
+and phone widths with screenshots (KLINEAGE_SCREENSHOTS=1) under test-artifacts/screenshots/."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_the_largest_lineage_overview(site, chromium):
             ratio = float(re.match(r"([0-9.]+)x", text).group(1))
             assert abs(ratio - 1) * 100 > 5
         assert page.locator(".timeline .branches:visible").count() == 0
-        page.locator("#step-filters").screenshot(path=str(chromium.screenshots / f"lineage-filters-{width}.png"))
+        chromium.shoot_element(page.locator("#step-filters"), f"lineage-filters-{width}")
 
         step = page.locator("#step-accepted-0")
         step.locator("details.diff-details summary").click()

@@ -1,7 +1,7 @@
 """Browse the skill library in Chromium: open it from the navigation, filter, open a card, read its
 preconditions and effect chart, download its SKILL.md, and follow a risk to the rejected attempt on
-its lineage, at desktop and phone widths, with screenshots under test-artifacts/screenshots/ and
-nothing wider than the window."""
+its lineage, at desktop and phone widths, with screenshots (KLINEAGE_SCREENSHOTS=1) under
+test-artifacts/screenshots/ and nothing wider than the window."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Browse a lineage in Chromium: the list, the timeline, a step's diff, a rejected attempt, and a
-reviewer disputing a step, at desktop and phone widths, with screenshots under
+reviewer disputing a step, at desktop and phone widths, with screenshots (KLINEAGE_SCREENSHOTS=1) under
 test-artifacts/screenshots/ and nothing wider than the window."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_browse_lineage_and_review_a_step(site, chromium):
         assert "adds source" in added.locator(".diff-note").inner_text()
         assert step.locator("table.diff tr.diff-del").count() >= 1
         chromium.shoot(page, "lineage", width)
-        step.screenshot(path=str(chromium.screenshots / f"lineage-step-{width}.png"))
+        chromium.shoot_element(step, f"lineage-step-{width}")
 
         page.goto(f"{site['url']}/lineages/{site['branched']}/")
         attempt = page.locator("#step-rejected-0")
@@ -59,7 +59,7 @@ def test_browse_lineage_and_review_a_step(site, chromium):
         assert "is undefined" in attempt.locator("pre.excerpt").inner_text()
         assert "compile_error" in attempt.inner_text()
         chromium.shoot(page, "lineage-rejected", width)
-        page.locator("#step-accepted-1").screenshot(path=str(chromium.screenshots / f"lineage-branch-{width}.png"))
+        chromium.shoot_element(page.locator("#step-accepted-1"), f"lineage-branch-{width}")
 
         page.goto(site["url"] + "/review/")
         page.locator(".notice a", has_text="Log in").click()
@@ -81,6 +81,6 @@ def test_browse_lineage_and_review_a_step(site, chromium):
         assert f"checked at {width} px" in disputed.text_content()  # a rejected attempt stays collapsed
         assert disputed.locator(".badge-disputed").count() >= 1
         chromium.shoot(page, "lineage-disputed", width)
-        disputed.screenshot(path=str(chromium.screenshots / f"lineage-disputed-step-{width}.png"))
+        chromium.shoot_element(disputed, f"lineage-disputed-step-{width}")
 
     assert Review.objects.filter(verdict="dispute").count() == 2

@@ -2,7 +2,7 @@
 worker, as `make run` starts them) over a SQLite file holding an operator and cards induced from
 the bundled dry lineage. The operator logs in, submits a compile-only optimization of
 row_softmax/naive, watches the job page chart the run, reloads it mid-run (the chart comes back
-from the job row), and sees the run end with the optimized kernel; screenshots at desktop and
+from the job row), and sees the run end with the optimized kernel; screenshots (KLINEAGE_SCREENSHOTS=1) at desktop and
 phone widths under test-artifacts/screenshots/."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from klineage.lineage import Lineage as EngineLineage
 from klineage.skills import induce
 from klineage.skills.library import Library
 from services import REPO, free_port, sqlite_job_database, sqlite_template  # noqa: F401  (fixtures)
+from shared_cache import share
 from skills_app.card_import import import_library
 
 pytestmark = pytest.mark.e2e
@@ -33,20 +34,22 @@ pytestmark = pytest.mark.e2e
 PASSWORD = "operator-pw-2026"
 # gate evaluations, by window width: apart, so each job's page names its own; the claim holds for any budget, and
 # every evaluation of the first job is a real compile-only gate
-BUDGETS = {1280: 4, 390: 3}
+BUDGETS = {1280: 3, 390: 2}
 DRY_LINEAGE = config.corpus_dir() / "lineages" / "row_softmax_warp_vec4.dry.json"
 
 
 @pytest.fixture
-def server(sqlite_job_database, tmp_path):
+def server(sqlite_job_database, tmp_path, shared_cache):
     """The operator and the library go in first (ORM work before the browser's event loop starts),
-    then the server and its worker, on the same SQLite file."""
+    then the server and its worker, on the same SQLite file. The worker's gates take their problem probes
+    and compiles from the run's (tests/shared_cache.py): what is checked here is the pages, not the gate."""
     user = User.objects.create_user("olga", password=PASSWORD)
     user.groups.add(Group.objects.get(name=OPERATOR_GROUP))
     import_library(Library(tuple(induce([EngineLineage.load(DRY_LINEAGE)])), {"lineages": ["dry"]}).to_dict())
     port = free_port()
+    cache = share(tmp_path / "data" / "cache", shared_cache)
     env = {**os.environ, "DATABASE_URL": sqlite_job_database.url, "KLINEAGE_DATA_DIR": str(tmp_path / "data"),
-           "PYTHONUNBUFFERED": "1"}
+           "KLINEAGE_CACHE_DIR": str(cache), "PYTHONUNBUFFERED": "1"}
     env.pop("REDIS_URL", None)
     log = open(tmp_path / "serve.log", "w")
     proc = subprocess.Popen([sys.executable, "manage.py", "serve", f"127.0.0.1:{port}"], cwd=REPO, env=env,
@@ -114,16 +117,17 @@ def test_an_operator_optimizes_a_kernel_and_watches_it_finish(server, chromium):
         assert "No skill was applied" in page.locator("#optimized").inner_text()
         assert "row_softmax_naive" in page.locator("#optimized").inner_text()
         chromium.shoot(page, "optimize-job", width)
-        page.locator("#optimize-run").screenshot(path=str(chromium.screenshots / f"optimize-run-{width}.png"))
+        chromium.shoot_element(page.locator("#optimize-run"), f"optimize-run-{width}")
 
     done = {job.pk: job for job in Job.objects.filter(pk__in=jobs)}
     assert [done[pk].status for pk in jobs] == ["succeeded", "succeeded"]
     assert all(done[pk].owner.username == "olga" and done[pk].result["gate"] == "compile" for pk in jobs)
 
 
-def test_a_timed_run_is_drawn_as_a_best_speedup_line(sqlite_job_database, tmp_path, request, chromium):
+def test_a_timed_run_is_drawn_as_a_best_speedup_line(live_server, transactional_db, chromium):
     """A GPU run's chart as its worker keeps it in the job row (no GPU here, so the row is written
-    as the worker would): the page draws the best-so-far steps, one dot per gated candidate."""
+    as the worker would): the page draws the best-so-far steps, one dot per gated candidate. Only the
+    page is read, so the live server serves it: no `serve` and worker are started for it."""
     chart = {"budget": 10, "evaluations": 6, "tried": 7, "steps": 2, "speedup": 1.32, "timed": True,
              "points": [[2, 1.0, 1.5], [3, 1.18, 2.9], [4, 1.18, 4.0], [5, 1.32, 5.2], [6, 1.32, 6.4]],
              "outcomes": {"faster": 2, "not_faster": 2, "rejected": 1, "not_applicable": 2},
@@ -133,7 +137,7 @@ def test_a_timed_run_is_drawn_as_a_best_speedup_line(sqlite_job_database, tmp_pa
                              params={"kernel": "row_softmax/naive", "problem": "row_softmax", "mode": "gpu",
                                      "strategy": "library", "budget": 10},
                              progress={"fraction": 0.6, "stage": "attempt", "message": "#6 unroll", "chart": chart})
-    url = request.getfixturevalue("server")
+    url = live_server.url
     with chromium.launch() as browser:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(f"{url}/jobs/{job.pk}/")
@@ -147,4 +151,4 @@ def test_a_timed_run_is_drawn_as_a_best_speedup_line(sqlite_job_database, tmp_pa
         assert speedup.locator("circle title").first.text_content() == "gate evaluations 2: 1.00"
         assert page.locator('[data-chart="outcomes"] svg rect').count() == 4
         assert "0.980" in page.locator('[data-chart="recent"]').inner_text()
-        page.locator("#optimize-run").screenshot(path=str(chromium.screenshots / "optimize-run-timed-1280.png"))
+        chromium.shoot_element(page.locator("#optimize-run"), "optimize-run-timed-1280")

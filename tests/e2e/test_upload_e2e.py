@@ -55,7 +55,7 @@ def test_an_operator_uploads_a_kernel_and_optimizes_from_it(server, chromium):  
         form = page.locator('form:has(input[name="action"][value="optimize"])')
         expect(form.get_by_label("Start kernel")).to_have_value("uploaded/e2e_softmax")
         form.get_by_label("candidate", exact=True).check()
-        form.get_by_label("Gate budget").fill("3")
+        form.get_by_label("Gate budget").fill("2")
         form.locator('select[name="optimize-mode"]').select_option("compile")
         form.get_by_role("button", name="Start the optimization").click()
         page.wait_for_url(re.compile(r"/jobs/\d+/$"))
