@@ -84,7 +84,7 @@ def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> li
         reference = _state(case, "written")
     shapes = ROW_SHAPES if case == "grid_stride_rows" else SHAPES
     return emulate.differences(tmp_path, reference, forms, tuple(shapes),
-                                     lambda rows, cols: _inputs(case, rows, cols))
+                               lambda rows, cols: _inputs(case, rows, cols))
 
 
 FORWARDS = {  # case -> the forwards that find a site in the kernel as written

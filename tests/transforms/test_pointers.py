@@ -38,7 +38,7 @@ def test_the_tiles_of_the_named_kernel_give_its_bits_on_the_cpu(tmp_path):
     named = KernelState(source=NAMED, plan=BATCHED.plan)
     tiled = get("untile_matmul").forward(named, Anchor("kernel", "function", "tile")).state
     emulate.same_product_bits(named, tiled, tmp_path,
-                                    lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g),
+                              lambda m, n, k, g: {"A": torch.randn(3 * m * k, generator=g),
                                                         "B": torch.randn(3 * k * n, generator=g)}, "C", batch=3)
 
 

@@ -169,8 +169,8 @@ def test_the_packed_concatenation_computes_the_naive_bits_on_the_cpu(tmp_path):
     """Rows of a length 4 divides and of one it does not, aligned and misaligned: every lane and the tail see the
     row length declared before the guard."""
     assert emulate.differences(tmp_path, golden("concat_last", "after"),
-                                     {"packed": golden("concat_last", "before")},
-                                     ((4, 8, 4), (33, 5, 6), (1, 1, 2)), _concat) == []
+                               {"packed": golden("concat_last", "before")},
+                               ((4, 8, 4), (33, 5, 6), (1, 1, 2)), _concat) == []
 
 
 def test_no_site_for_halves_or_a_buffer_passed_twice(transform):
@@ -201,7 +201,7 @@ def _bits(tmp_path, case: str, packed: KernelState) -> list[str]:
     """Where `packed` computes other bits than the case's naive kernel, for sizes with and without a tail, on
     aligned and misaligned (shift 1) pointers."""
     return emulate.differences(tmp_path, golden(case, "after"), {"packed": packed}, ((1,), (5,), (64,), (2053,)),
-                                     lambda n: _inputs(case, n))
+                               lambda n: _inputs(case, n))
 
 
 @pytest.mark.parametrize("case", ["stencil", "dropout", "rotary_pairs"])
@@ -375,7 +375,7 @@ def test_the_half_split_vector_form_computes_the_naive_bits_on_the_cpu(tmp_path,
     """Rows of a half 4 divides (the vector path, on aligned pointers) and of one it does not (the element loop),
     each on aligned and misaligned (shift 1) pointers."""
     assert emulate.differences(tmp_path, golden(ROTATE, "after"), {"packed": golden(ROTATE, "before")}, shapes,
-                                     _rotate_inputs) == []
+                               _rotate_inputs) == []
 
 
 @pytest.mark.slow
@@ -384,5 +384,5 @@ def test_the_emulation_sees_a_half_split_lane_reading_another_pairs_sin(tmp_path
     wrong = packed.source.replace("float c = cos_t4.z, s = sin_t4.z;", "float c = cos_t4.z, s = sin_t4.y;")
     assert wrong != packed.source
     found = emulate.differences(tmp_path, golden(ROTATE, "after"), {"packed": KernelState(wrong, packed.plan)},
-                                      ((3, 8),), _rotate_inputs)
+                                ((3, 8),), _rotate_inputs)
     assert found == ["packed 3x8-0 y"], found  # aligned only: the misaligned run takes the element loop

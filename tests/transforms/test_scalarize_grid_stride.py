@@ -221,7 +221,7 @@ def test_the_emulation_sees_a_component_read_twice(tmp_path):
     plan = plan_of('"a", "b", "out", { scalar = "n", type = "i32" }', grid="3", block=64)
     wrong = golden("dot_int", "before").source.replace("acc += a4.z * b4.z;", "acc += a4.y * b4.z;")
     found = emulate.differences(tmp_path, KernelState(golden("dot_int", "after").source, plan),
-                                      {"vector": KernelState(wrong, plan)}, ((1000,),), _dot)
+                                {"vector": KernelState(wrong, plan)}, ((1000,),), _dot)
     assert found == ["vector 1000-0 out"], found  # aligned only: the misaligned run takes the element loop
 
 

@@ -301,7 +301,7 @@ def _emulated(tmp_path, case: str, sources: dict[str, KernelState], naive: Kerne
     when nowhere): row lengths that divide by the width and that do not, a tail, aligned and misaligned (shift 1)
     pointers."""
     return emulate.differences(tmp_path, naive or golden(case, "after"), sources, SHAPES,
-                                     lambda rows, cols, tail: _inputs(case, rows, cols, tail))
+                               lambda rows, cols, tail: _inputs(case, rows, cols, tail))
 
 
 # one float gather and one half broadcast case by default; the other dtypes and shapes of the same packing under -m slow

@@ -71,7 +71,7 @@ def test_the_tiles_give_the_naive_kernels_bits_on_the_cpu(transform, update, tmp
     emulate.same_product_bits(naive, tiled, tmp_path, lambda m, n, k, g: {"A": torch.randn(m * k, generator=g),
                                                                                  "B": torch.randn(k * n, generator=g),
                                                                                  "bias": torch.randn(n, generator=g)},
-                                    "C", alpha=0.75)
+                              "C", alpha=0.75)
 
 
 def test_the_linear_layers_tiles_give_the_naive_kernels_bits_on_the_cpu(tmp_path):
@@ -97,7 +97,7 @@ def test_the_transposed_tiles_give_the_naive_kernels_bits_on_the_cpu(case, tmp_p
     """A stored K x M, loaded along r across a padded tile (and B stored N x K, a batch of three): the naive bits."""
     batch = 3 if case == "transposed_both" else 1
     emulate.same_product_bits(golden("after", case), golden("before", case), tmp_path, transposed_operands(batch),
-                                    "C", batch=batch)
+                              "C", batch=batch)
 
 
 @pytest.mark.slow
@@ -142,7 +142,7 @@ def test_16_bit_tiles_give_the_naive_kernels_bits_on_the_cpu(transform, spelling
     assert f"__shared__ {'__half' if dtype == torch.float16 else '__nv_bfloat16'} tile_a[16][16];" in tiled.source
     assert transform.backward(tiled, SITE).state == naive
     emulate.same_product_bits(naive, tiled, tmp_path,
-                                    lambda m, n, k, g: {"A": torch.randn(m * k, generator=g).to(dtype),
+                              lambda m, n, k, g: {"A": torch.randn(m * k, generator=g).to(dtype),
                                                         "B": torch.randn(k * n, generator=g).to(dtype)}, "C")
 
 

@@ -118,7 +118,7 @@ def test_the_tiled_form_of_the_1d_spelling_computes_its_bits_on_the_cpu(tmp_path
     """Shapes 32 divides and does not, a lone row and a lone column, on aligned and misaligned pointers."""
     shapes = ((1, 1), (3, 5), (32, 64), (33, 40), (1, 70), (70, 1))
     found = emulate.differences(tmp_path, golden("after", "flat"), {"tiled": golden("before", "flat")}, shapes,
-                                      _copy)
+                                _copy)
     assert found == []
 
 
@@ -180,7 +180,7 @@ def test_the_tiled_form_of_a_batch_computes_its_bits_on_the_cpu(tmp_path):
     """Batches of one to three matrices, shapes 32 divides and does not, a lone row and a lone column, on aligned
     and misaligned pointers: every matrix lands at its own place."""
     found = emulate.differences(tmp_path, golden("after", "batched"), {"tiled": golden("before", "batched")},
-                                      BATCHED_SHAPES, _batched_copy)
+                                BATCHED_SHAPES, _batched_copy)
     assert found == []
 
 
@@ -190,8 +190,8 @@ def test_the_emulation_sees_a_batch_offset_by_the_wrong_count(tmp_path):
     wrong = tiled.source.replace("x[(b * rows + r + k) * cols + c]", "x[(b * cols + r + k) * cols + c]")
     assert wrong != tiled.source
     found = emulate.differences(tmp_path, golden("after", "batched"),
-                                      {"wrong": KernelState(source=wrong, plan=tiled.plan)}, ((2, 3, 5),),
-                                      _batched_copy)
+                                {"wrong": KernelState(source=wrong, plan=tiled.plan)}, ((2, 3, 5),),
+                                _batched_copy)
     assert found
 
 
