@@ -48,11 +48,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session", autouse=True)
 def shared_emulator_builds(tmp_path_factory):
-    """The run's CPU emulator builds, shared by content (tests/cuda_tools.py `build_mma_emulator`), and the
-    run's shared folder (tests/dashboard_data.py's import of the corpus)."""
+    """The run's CPU emulator builds, shared by content (tests/cuda_tools.py `build_mma_emulator`), the run's
+    shared folder (tests/dashboard_data.py's import of the corpus), and the engine cache of a test that names none
+    of its own: this worker's, its probes and compiles the run's. Never the machine's var/cache, which a
+    development machine keeps warm and a CI checkout starts cold, so that the suite's time here is CI's, and the
+    compiles of a test without a cache are not made a second time beside the run's."""
+    root = shared_root(tmp_path_factory.getbasetemp())
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(BUILDS_ENV, str(shared_root(tmp_path_factory.getbasetemp()) / "emulators"))
-        patch.setenv(SHARED_ENV, str(shared_root(tmp_path_factory.getbasetemp())))
+        patch.setenv(BUILDS_ENV, str(root / "emulators"))
+        patch.setenv(SHARED_ENV, str(root))
+        patch.setenv("KLINEAGE_CACHE_DIR", str(share(tmp_path_factory.mktemp("worker_cache"), root)))
         yield
 
 
