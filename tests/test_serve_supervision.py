@@ -41,8 +41,7 @@ def test_a_killed_worker_is_restarted_and_its_job_requeued_at_once(sqlite_job_da
     reader.start()
     try:
         first = _wait("a worker running", lambda: gate_workers(server.pid), 60)[0]
-        # long enough to be killed mid-job (the kill follows the claim within a poll, 0.1 s), short for the rerun
-        job_id = queue.enqueue("sleep", {"seconds": 1.5}).pk
+        job_id = queue.enqueue("sleep", {"seconds": 3}).pk
         running = _wait("the job claimed", lambda: Job.objects.filter(pk=job_id, status="running").first(), 60)
         os.kill(first, signal.SIGKILL)
         killed_at = time.monotonic()

@@ -2,8 +2,8 @@
 worker, as `make run` starts them) over a SQLite file holding an operator and cards induced from
 the bundled dry lineage. The operator logs in, submits a compile-only optimization of
 row_softmax/naive, watches the job page chart the run, reloads it mid-run (the chart comes back
-from the job row), and sees the run end with the optimized kernel; screenshots (KLINEAGE_SCREENSHOTS=1) at desktop and
-phone widths under test-artifacts/screenshots/."""
+from the job row), and sees the run end with the optimized kernel; screenshots (KLINEAGE_SCREENSHOTS=1) at
+desktop and phone widths under test-artifacts/screenshots/."""
 
 from __future__ import annotations
 
