@@ -80,6 +80,8 @@ walkcase() {  # walkcase:problem/kernel: its walk (limit: the stage's), then ste
     --per-card "${PERCASE_PER_CARD:-1}" --by-effect --placement "${PERCASE_PLACEMENT:-as_loaded}" --library "/tmp/$name.cards.json"
 }
 
+deadline_left() { echo $(( DEADLINE - $(date +%s) - ${DEADLINE_MARGIN:-30} )); }
+
 stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, sweeps, tests, gates)
   local limit="" spec
   # only a number after the last @ is a limit: a lineage id holds an @ of its own
@@ -87,7 +89,7 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
   # DEADLINE (epoch seconds; DEADLINE_S sets it from the session's start): no limit runs past it less
   # $DEADLINE_MARGIN (30) s for the archives after the stages, which a call cut by the device's own limit never writes
   if [ -n "${DEADLINE:-}" ]; then
-    local left=$(( DEADLINE - $(date +%s) - ${DEADLINE_MARGIN:-30} ))
+    local left; left=$(deadline_left)
     if (( left < 10 )); then echo "=== $1 skipped: ${left} s left before the deadline"; return; fi
     if [ -z "$limit" ] || (( limit > left )); then limit=$left; fi
   fi
@@ -163,8 +165,14 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     rebuild) python3 -m klineage library build $REBUILD_LINEAGES $(compgen -G "$OUT/lineages/*.gpu.json") --out "$OUT/library.json" \
       ${REBUILD_TRIALS:+--keep-trials "$REBUILD_TRIALS"} --note "${REBUILD_NOTE:-built on the GPU host from the walks REBUILD_LINEAGES names and those of this call}" ;;
     transfer:*) local ops=${1#transfer:} op  # a part per operator, written when it ends: a cut keeps the earlier ones
-      for op in ${ops//,/ }; do  # the limit is each operator's
-        timeout "${limit:-540}" python3 bench/transfer_eval.py --gate gpu --record --budget "${TRANSFER_BUDGET:-24}" \
+      for op in ${ops//,/ }; do  # the limit is each operator's, and none runs past the deadline
+        local op_limit=${limit:-540}
+        if [ -n "${DEADLINE:-}" ]; then
+          local left; left=$(deadline_left)
+          if (( left < 30 )); then echo "  $op skipped: ${left} s left before the deadline"; continue; fi
+          (( op_limit > left )) && op_limit=$left
+        fi
+        timeout "$op_limit" python3 bench/transfer_eval.py --gate gpu --record --budget "${TRANSFER_BUDGET:-24}" \
           ${TRANSFER_STRATEGY:+--library-strategy "$TRANSFER_STRATEGY"} ${TRANSFER_RIVALS:+--rivals "$TRANSFER_RIVALS"} \
           ${TRANSFER_ORDERING:+--ordering "$TRANSFER_ORDERING"} --jobs "${TRANSFER_JOBS:-6}" --only "$op" --out "$OUT/results/transfer/$op.json" \
           --log "$OUT/results/transfer/$op.log.jsonl" \

@@ -36,6 +36,7 @@ from klineage.gate.policy import TimingScope  # noqa: E402
 from klineage.kernel import KernelState, load_kernel  # noqa: E402
 from klineage.optimize import Strategy, optimize  # noqa: E402
 from klineage.optimize.loop import DEFAULT_POLICY  # noqa: E402
+from klineage.optimize.result import CodeCheck  # noqa: E402
 from klineage.optimize.strategies import Ordering  # noqa: E402
 from klineage.skills.facts import case_facts, launch_facts, layout_facts  # noqa: E402
 from klineage.skills.library import bundled_library, load_library  # noqa: E402
@@ -49,11 +50,11 @@ POLICY = DEFAULT_POLICY.with_(timing_scope=TimingScope.EVERY_CASE, trial_seconds
 
 def vector_step(operator: str, cache: GateCache) -> tuple[KernelState, KernelState]:
     """(the kernel before the 16-byte row cache, the kernel with it) of the operator's default search, replayed as
-    the H200 transfer run recorded it (before rivals and orderings existed)."""
+    the H200 transfer run recorded it (before rivals, orderings and the code check existed)."""
     folder = ROOT / "bench" / "transfer" / operator
     result = optimize(folder / "problem.py", load_kernel(folder / "naive"), strategy=Strategy.LIBRARY_THEN_CATALOG,
                       library=load_library(bundled_library()), budget=8, gate_mode=GateMode.REPLAY, jobs=6,
-                      cache=cache, rivals=0, ordering=Ordering.AS_PLANNED)
+                      cache=cache, rivals=0, ordering=Ordering.AS_PLANNED, code_check=CodeCheck.NONE)
     vector = next(s.state for s in reversed(result.steps) if "row_vec4" in s.state.source)
     transform = get("scalarize_row_cache")
     return transform.backward(vector, transform.find(vector)[0]).state, vector

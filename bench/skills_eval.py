@@ -64,7 +64,7 @@ from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.lineage import Lineage  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, OptimizationResult, RewriterKind, Strategy, optimize  # noqa: E402
 from klineage.optimize.command import seconds  # noqa: E402
-from klineage.optimize.result import ENDED, run_speedup_within  # noqa: E402
+from klineage.optimize.result import ENDED, CodeCheck, run_speedup_within  # noqa: E402
 from klineage.optimize.run_log import LOG_HELP, logged  # noqa: E402
 from klineage.optimize.strategies import DEFAULT_ORDERING, RIVALS, UNCONDITIONED, Ordering  # noqa: E402
 from klineage.skills.card import CardStatus  # noqa: E402
@@ -79,7 +79,7 @@ PARTIAL_NOTE = ("the summaries cover only the workloads and strategies this docu
                 "(join the parts with --merge; a run that is not complete was cut short)")
 DOCUMENTS = "docs"  # next to a part: its optimization documents, as bench/results/skills-parts keeps them
 # one experiment's parts share these
-AGREE = ("gate", "budget", "rewriter", "seed", "statuses", "library", "held_out", "rivals", "ordering")
+AGREE = ("gate", "budget", "rewriter", "seed", "statuses", "library", "held_out", "rivals", "ordering", "code_check")
 MEASURED_ON = ("gpu", "driver", "cuda", "torch", "toolchain", "git_commit")  # these may differ between lanes
 DEFINITIONS = {
     "admission_rate": "admitted cards / cards of a library that went through roundtrip admission",
@@ -235,7 +235,7 @@ def workload(lineage: Lineage, library: Library, args: argparse.Namespace, docum
                                   library=library if strategy.uses_library else None, rewriter=rewriter,
                                   seed=args.seed, statuses=args.statuses, lineages=index, record=args.record,
                                   jobs=args.jobs, time_limit_s=args.time_limit_s, rivals=args.rivals,
-                                  ordering=args.ordering,
+                                  ordering=args.ordering, code_check=args.code_check,
                                   **logged(args.log, workload=name, strategy=strategy.value))
             except KLineageError as exc:
                 row["strategies"][strategy.value] = {"error": str(exc)}
@@ -317,7 +317,9 @@ def provenance(verdicts: list[Verdict], args: argparse.Namespace, library: str) 
         {"held_out": "operator"} if args.hold_out_operator else {}) | (  # absent otherwise: earlier parts still merge
         {"rivals": args.rivals} if args.rivals else {}) | (  # likewise: parts written before rivals ran with none
         # and before orderings, as planned
-        {"ordering": args.ordering} if args.ordering != Ordering.AS_PLANNED.value else {})
+        {"ordering": args.ordering} if args.ordering != Ordering.AS_PLANNED.value else {}) | (
+        # and before the code check, with none
+        {"code_check": args.code_check} if args.code_check != CodeCheck.NONE.value else {})
 
 
 def left_out_of(paths: list[Path]) -> list[dict[str, str]]:
@@ -508,6 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ordering", choices=[o.value for o in Ordering], default=DEFAULT_ORDERING.value,
                         help=f"how the library strategies order each round (default {DEFAULT_ORDERING.value}; parts "
                              f"written before orderings existed ran {Ordering.AS_PLANNED.value})")
+    parser.add_argument("--code-check", choices=[c.value for c in CodeCheck], default=CodeCheck.SASS.value,
+                        help=f"what the searches compare before gating a candidate (default {CodeCheck.SASS.value}; "
+                             f"parts written before the check ran {CodeCheck.NONE.value})")
     parser.add_argument("--lineages", default=str(config.corpus_dir() / "lineages"), help="folder of lineage JSON")
     parser.add_argument("--documents", help="also write every optimization document into this folder")
     parser.add_argument("--out", default=str(config.REPO_ROOT / "bench" / "results" / "skills.json"))

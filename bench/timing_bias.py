@@ -34,14 +34,13 @@ from klineage import config, corpus, devices
 from klineage.errors import KLineageError
 from klineage.gate import execute
 from klineage.gate.compile import compile_kernel
+from klineage.gate.machine_code import CodeIdentity, same_machine_code
 from klineage.gate.pipeline import contender
 from klineage.gate.policy import GatePolicy, Placement
 from klineage.lineage import Lineage
 from klineage.walk.timing_audit import (
     PAIRING_TOLERANCE,
-    CodeIdentity,
     code_identities,
-    same_machine_code,
     state_timings,
     step_timings,
 )

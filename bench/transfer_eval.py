@@ -75,7 +75,13 @@ from klineage.gate.pipeline import git_commit, run_gate  # noqa: E402
 from klineage.gate.verdict import Status, Verdict  # noqa: E402
 from klineage.kernel import load_kernel  # noqa: E402
 from klineage.optimize import DEFAULT_POLICY, Strategy, optimize  # noqa: E402
-from klineage.optimize.result import Stop, better_unconditioned, library_run, run_speedup_within  # noqa: E402
+from klineage.optimize.result import (  # noqa: E402
+    CodeCheck,
+    Stop,
+    better_unconditioned,
+    library_run,
+    run_speedup_within,
+)
 from klineage.optimize.run_log import LOG_HELP, logged  # noqa: E402
 from klineage.optimize.strategies import (  # noqa: E402
     DEFAULT_ORDERING,
@@ -93,9 +99,10 @@ BENCH = Path(__file__).resolve().parent / "transfer"
 JUDGE_POLICY = DEFAULT_POLICY.with_(vendor=True)
 # What a part must share with the others to be merged: its numbers answer the same question only then.
 SETTINGS = ("gpu", "gate", "budget", "seed", "library", "library_fingerprint", "library_strategy", "rivals",
-            "ordering")
+            "ordering", "code_check")
 # A setting older parts did not record, read as the value they ran with.
-SETTING_DEFAULTS = {"library_strategy": Strategy.LIBRARY.value, "rivals": 0, "ordering": Ordering.AS_PLANNED.value}
+SETTING_DEFAULTS = {"library_strategy": Strategy.LIBRARY.value, "rivals": 0, "ordering": Ordering.AS_PLANNED.value,
+                    "code_check": CodeCheck.NONE.value}
 SUMMARIES = ("library_geomean_vs_naive", "library_beats_eager_fraction", "vs_unconditioned_geomean",
              "vs_unconditioned_paired_geomean", "ceiling_geomean_vs_naive")
 
@@ -143,16 +150,17 @@ def row(workload: str, kernel: str, vs: str, verdict: Verdict | None, role: str,
 
 
 def search(name: str, strategy: Strategy, mode: GateMode, budget: int, seed: int, jobs: int, library: Any,
-           rivals: int, ordering: Ordering, record: bool = False, log: str | None = None) -> dict[str, Any]:
+           rivals: int, ordering: Ordering, code_check: CodeCheck, record: bool = False,
+           log: str | None = None) -> dict[str, Any]:
     """One strategy's run from the operator's naive kernel, summarised (its best kernel under "best");
     its progress and events appended to `log` as they happen, when given."""
     problem, naive = BENCH / name / "problem.py", load_kernel(BENCH / name / "naive")
     result = optimize(problem, naive, strategy=strategy, budget=budget, gate_mode=mode,
                       library=library if strategy.uses_library else None, seed=seed, jobs=jobs, record=record,
-                      rivals=rivals, ordering=ordering,
+                      rivals=rivals, ordering=ordering, code_check=code_check,
                       **logged(log, workload=name, strategy=strategy.value))
     return {"stop": result.stop.value, "message": result.message, "evaluations": result.stats.evaluations,
-            **result.stats.saved_entry(),  # candidates a failed timing precondition kept from the gate
+            **result.stats.saved_entry(),  # candidates a failed precondition or the code check kept from the gate
             "steps": [s.transform for s in result.steps], "speedup": result.speedup,
             "speedups_by_budget": result.speedups_by_budget(), "best": result.best,
             "best_fingerprint": result.best.fingerprint}
@@ -170,7 +178,7 @@ def with_budgets(document: dict[str, Any], library: Any) -> dict[str, Any]:
             try:
                 again = search(name, Strategy(strategy), GateMode.REPLAY, prov["budget"], prov.get("seed", 0),
                                prov.get("jobs", 1), library, setting(prov, "rivals"),
-                               Ordering(setting(prov, "ordering")))
+                               Ordering(setting(prov, "ordering")), CodeCheck(setting(prov, "code_check")))
             except KLineageError as exc:
                 raise ValueError(f"{name} {strategy}: its search does not replay ({exc})") from None
             keys = ("evaluations", "stop", "best_fingerprint", "speedup")
@@ -228,7 +236,7 @@ def workload(name: str, args: argparse.Namespace, library: Any) -> tuple[list[di
         print(f"  {name}: {strategy.value}", file=sys.stderr)
         try:
             runs[strategy.value] = search(name, strategy, mode, args.budget, args.seed, args.jobs, library, args.rivals,
-                                          Ordering(args.ordering), args.record, args.log)
+                                          Ordering(args.ordering), CodeCheck(args.code_check), args.record, args.log)
         except KLineageError as exc:
             runs[strategy.value] = {"error": str(exc)}
     verdicts: list[Verdict] = []
@@ -372,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ordering", choices=[o.value for o in Ordering], default=DEFAULT_ORDERING.value,
                         help=f"how the library strategy orders each round (default {DEFAULT_ORDERING.value}; parts "
                              f"written before orderings existed ran {Ordering.AS_PLANNED.value})")
+    parser.add_argument("--code-check", choices=[c.value for c in CodeCheck], default=CodeCheck.SASS.value,
+                        help=f"what the searches compare before gating a candidate (default {CodeCheck.SASS.value}: "
+                             f"one that runs its best's machine code is not gated; parts written before the check "
+                             f"ran {CodeCheck.NONE.value})")
     parser.add_argument("--record", action="store_true", help="keep every verdict in the recorded store")
     parser.add_argument("--only", default="", help="comma-separated operators (default: all)")
     parser.add_argument("--merge", nargs="+", default=[], metavar="PART", help="join these parts' documents")
@@ -423,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
                                # what the cards were, not where they lay: parts drawn from different cards never merge
                                "library_fingerprint": sha256_json(library.to_dict()),
                                "library_strategy": args.library_strategy, "rivals": args.rivals,
-                               "ordering": args.ordering,
+                               "ordering": args.ordering, "code_check": args.code_check,
                                "written_by": "bench/transfer_eval.py"},
                 "operators": len(chosen), **summaries(rows, runs, chosen),
                 "by_budget": by_budget(runs, chosen, args.budget), "rows": rows, "runs": runs}

@@ -13,7 +13,7 @@ from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.gate.cache import GateCache
 from klineage.kernel import load_kernel
-from klineage.optimize import AttemptStatus, OptimizationResult, Stop, Strategy, optimize, strategies
+from klineage.optimize import AttemptStatus, CodeCheck, OptimizationResult, Stop, Strategy, optimize, strategies
 from klineage.optimize.strategies import Candidate, Ordering
 from klineage.skills.library import Library, bundled_library, load_library
 from klineage.transforms.base import Anchor, Direction, Rewrite
@@ -100,11 +100,13 @@ def test_the_catalog_gates_a_kernel_a_card_passed_over_last_and_one_a_preconditi
 
 def _transfer_replay(operator: str) -> OptimizationResult:
     """The default search of a bench/transfer operator, replayed off the H200's recorded verdicts: as it ran, before
-    rivals and orderings existed (a rival it never gated, or a kernel it gated later, would be a replay miss)."""
+    rivals, orderings and the code check existed (a rival it never gated, or a kernel it gated later, would be a
+    replay miss)."""
     transfer = config.REPO_ROOT / "bench" / "transfer" / operator
     return optimize(transfer / "problem.py", load_kernel(transfer / "naive"), strategy=Strategy.LIBRARY_THEN_CATALOG,
                     library=load_library(bundled_library()), budget=8, gate_mode=GateMode.REPLAY, jobs=6,
-                    cache=GateCache(None, config.recorded_dir()), rivals=0, ordering=Ordering.AS_PLANNED)
+                    cache=GateCache(None, config.recorded_dir()), rivals=0, ordering=Ordering.AS_PLANNED,
+                    code_check=CodeCheck.NONE)
 
 
 def test_a_kernel_the_unroll_cards_passed_over_is_gated_last_by_the_catalog_on_cumsum():

@@ -17,7 +17,7 @@ from klineage.config import REPO_ROOT, GateMode
 from klineage.errors import DocumentError
 from klineage.gate.cache import GateCache
 from klineage.kernel import load_kernel
-from klineage.optimize import AttemptStatus, OptimizationResult, Strategy, optimize, strategies
+from klineage.optimize import AttemptStatus, CodeCheck, OptimizationResult, Strategy, optimize, strategies
 from klineage.optimize.strategies import Candidate, Ordering, RunMemory, Tier, mechanism_short_of
 from klineage.skills.library import bundled_library, load_library
 from klineage.transforms.base import Anchor, Direction, Rewrite
@@ -112,11 +112,12 @@ def on_the_h100(monkeypatch):
 
 
 def _replayed(ordering: Ordering, budget: int = 8) -> OptimizationResult:
-    """bmm_small's default search as transfer_eval ran it on the H100 (budget 8, 6 jobs, 3 rivals)."""
+    """bmm_small's default search as transfer_eval ran it on the H100 (budget 8, 6 jobs, 3 rivals, before the code
+    check)."""
     result = optimize(BMM_SMALL / "problem.py", load_kernel(BMM_SMALL / "naive"),
                       strategy=Strategy.LIBRARY_THEN_CATALOG, library=load_library(bundled_library()), budget=budget,
                       gate_mode=GateMode.REPLAY, jobs=6, rivals=3, cache=GateCache(None, config.recorded_dir()),
-                      ordering=ordering)
+                      ordering=ordering, code_check=CodeCheck.NONE)
     assert OptimizationResult.from_json(result.to_json()) == result
     assert result.ordering is ordering
     return result

@@ -13,10 +13,10 @@ from bench_tools import bench_script
 from klineage import config
 from klineage.errors import DocumentError
 from klineage.gate.cache import GateCache
+from klineage.gate.machine_code import CodeIdentity, same_machine_code
 from klineage.lineage import Lineage
 from klineage.walk.timing_audit import (
     CaseRatio,
-    CodeIdentity,
     Pairing,
     StepTiming,
     audit_cases,
@@ -26,7 +26,6 @@ from klineage.walk.timing_audit import (
     percase_step,
     percase_timing,
     retime_step,
-    same_machine_code,
     state_timings,
     step_pairings,
     step_timings,

@@ -11,6 +11,7 @@ from klineage.optimize.result import (
     DEFAULT_REQUIRED_RATIO,
     Attempt,
     AttemptStatus,
+    CodeCheck,
     EventKind,
     LibraryRef,
     OptimizationEvent,
@@ -20,6 +21,7 @@ from klineage.optimize.result import (
 )
 from klineage.optimize.strategies import Candidate, RewriterKind, Selection, Strategy
 
-__all__ = ["Attempt", "AttemptStatus", "COMPILE_ONLY_NOTE", "Candidate", "DEFAULT_POLICY", "DEFAULT_REQUIRED_RATIO",
+__all__ = ["Attempt", "AttemptStatus", "COMPILE_ONLY_NOTE", "Candidate", "CodeCheck", "DEFAULT_POLICY",
+           "DEFAULT_REQUIRED_RATIO",
            "EventKind", "LibraryRef", "Lookahead", "OptimizationEvent", "OptimizationResult", "RewriterKind",
            "Selection", "Step", "Stop", "Strategy", "optimize"]

@@ -33,6 +33,7 @@ def seconds(text: str) -> float:
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
+    from klineage.optimize.result import CodeCheck
     from klineage.optimize.strategies import (
         DEFAULT_ORDERING,
         DEFAULT_STRATEGY,
@@ -72,6 +73,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                      help="how a library strategy orders each round: measured (default) tries after the rest what "
                           "this run or the library measured paying less than a step; as_planned: the cards' order, "
                           "then the catalog's")
+    sub.add_argument("--code-check", choices=[c.value for c in CodeCheck], default=CodeCheck.SASS.value,
+                     help="sass (default): a candidate that runs the best kernel's machine code (the same SASS and "
+                          "resources, launched alike) is recorded same_code and not gated; none: gate every candidate")
     sub.add_argument("--time-limit-s", type=seconds, metavar="SECONDS",
                      help="stop gating candidates once the run has taken this long (stop: time_limit)")
     sub.add_argument("--save", metavar="DIR", help="also write the best kernel as a kernel folder (kernel.cu + "
@@ -102,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
                           rewriter=args.rewriter, seed=args.seed, statuses=statuses,
                           required_ratio=args.require if args.require is not None else DEFAULT_REQUIRED_RATIO,
                           progress=progress, on_event=on_event, lookahead=args.lookahead, jobs=args.jobs,
-                          time_limit_s=args.time_limit_s, rivals=args.rivals, ordering=args.ordering)
+                          time_limit_s=args.time_limit_s, rivals=args.rivals, ordering=args.ordering,
+                          code_check=args.code_check)
     out = Path(args.out) if args.out else (config.data_dir() / "optimizations" /
                                            f"{start.name}-{strategy.value}-{mode.value}.json")
     result.save(out)

@@ -9,7 +9,12 @@ Decisions (each one here, in one place):
   one of a LIBRARY card alone (rule rewriter; at one site, or at all of them) none of whose
   measurements would have been a step at `required_ratio` is `passed_over` (it could be taken only
   by beating its own evidence; its paths and its whole mechanism are still tried); none of these
-  costs a gate call. Every other candidate is gated against the best: correctness on
+  costs a gate call. Nor does one that runs the best kernel's machine code (`CodeCheck.SASS`, the
+  default: the same SASS and ptxas resources in every function, launched alike; klineage.gate.machine_code),
+  recorded `same_code`: its true ratio is 1, so no paired ratio could take it. (On the held-out operators'
+  H100 searches, which ran without the check, such kernels were 64 of 319 gated candidates, mostly a
+  `__launch_bounds__` or `__ldg` nvcc had already applied: bench/results/same_code.json.) Every other
+  candidate is gated against the best: correctness on
   every case, then paired timing of candidate and best interleaved (`run_gate(..., against=best)`).
 - A candidate is taken only on a paired improvement: it passed, and best time / candidate time is
   at least `required_ratio` in the median and in every trial (`PairedRatio.accepts`). A pass
@@ -61,6 +66,7 @@ from klineage.config import GateMode
 from klineage.documents import choice
 from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
+from klineage.gate.machine_code import CodeIdentity, MachineCode, identity, machine_code
 from klineage.gate.pipeline import Runner, default_cache, run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.gate.prefetch import prefetch
@@ -74,6 +80,7 @@ from klineage.optimize.result import (
     DEFAULT_REQUIRED_RATIO,
     Attempt,
     AttemptStatus,
+    CodeCheck,
     EventKind,
     LibraryRef,
     OptimizationEvent,
@@ -99,6 +106,8 @@ from klineage.transforms import catalog
 from klineage.transforms.base import Direction, Rewrite, Transform
 
 Progress = Callable[[str, str, "float | None"], None]
+SAME_CODE_NOTE = ("not gated: it runs the best kernel's machine code (the same SASS and ptxas resources in every "
+                  "function, launched alike), so its true ratio is 1 and it cannot be a step")
 STEPPING_STONES = 3  # passed-but-slower candidates of a round tried as the first half of a composite
 
 
@@ -128,7 +137,8 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
              transforms: Sequence[Transform] | None = None, llm: Any = None,
              lineages: Mapping[str, Lineage] | None = None, lookahead: Lookahead = Lookahead.PAIRS,
              record: bool = False, jobs: int = 1, time_limit_s: float | None = None,
-             rivals: int = RIVALS, ordering: Ordering | str = DEFAULT_ORDERING) -> OptimizationResult:
+             rivals: int = RIVALS, ordering: Ordering | str = DEFAULT_ORDERING,
+             code_check: CodeCheck | str = CodeCheck.SASS) -> OptimizationResult:
     """Optimize `start` on the problem with `strategy`, spending at most `budget` gate calls.
 
     `library` is a `klineage.skills.library.Library`, or the path of one (a library JSON file or a
@@ -148,12 +158,15 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
     of correctness twins begun before the limit). `rivals` bounds the candidates a first improvement
     would rule out that are gated beside it (Rivals, above; 0: none, the first improvement is taken).
     `ordering` is how a library strategy orders each round (`strategies.Ordering`; the document keeps it, and a
-    replay of a run written before orderings existed passes AS_PLANNED).
-    Strategy, rewriter, gate mode, statuses and ordering may be given by their values ("library", "compile")."""
+    replay of a run written before orderings existed passes AS_PLANNED). `code_check` is what is compared before a
+    candidate is gated (`CodeCheck`; the document keeps it, and a replay of a run written before the check passes NONE).
+    Strategy, rewriter, gate mode, statuses, ordering and code check may be given by their values ("library",
+    "compile")."""
     strategy = Strategy.parse(strategy)
     rewriter = RewriterKind.parse(rewriter)
     gate_mode = choice(GateMode, gate_mode, "gate mode")
     ordering = Ordering.parse(ordering)
+    code_check = choice(CodeCheck, code_check, "code check")
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
         raise KLineageError(f"the budget is a whole number of gate evaluations >= 1, not {budget!r}")
     if required_ratio < 1:
@@ -197,7 +210,7 @@ def optimize(problem_path: str | Path, start: KernelState, *, strategy: Strategy
         run = _Run(problem_path, start, strategy, rewriter, gate_mode, budget, seed, required_ratio, policy, cache,
                    progress or _quiet_progress, on_event or _quiet_events, plan, library_ref, llm,
                    choice(Lookahead, lookahead, "lookahead"), record, jobs, time_limit_s, rivals, runner=runner,
-                   ordering=ordering, memory=memory)
+                   ordering=ordering, memory=memory, code_check=code_check)
         return run.go()
 
 
@@ -238,6 +251,8 @@ class _Run:
     runner: Runner | None = None  # the warm runner of this run's one-at-a-time gates (klineage.gate.warm)
     ordering: Ordering = Ordering.AS_PLANNED
     memory: RunMemory = field(default_factory=RunMemory)  # what the planner's MEASURED ordering reads
+    code_check: CodeCheck = CodeCheck.NONE
+    codes: dict[str, MachineCode | None] = field(default_factory=dict)  # machine code by kernel fingerprint
     began: float = field(default_factory=time.monotonic)
     attempts: list[Attempt] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
@@ -287,7 +302,7 @@ class _Run:
         judged: set[str] = set()
         offered = 0
         faster: list[Attempt] = []
-        candidates = self.ahead(self.plan(parent))
+        candidates = self.ahead(self.plan(parent), parent)
         stop: tuple[Stop, str] | None = None
         while True:
             candidate = self.next_candidate(candidates)
@@ -344,7 +359,7 @@ class _Run:
             self.progress("optimize", f"step {index}: {first.transform} is faster; gating the {len(found)} "
                                       f"candidate(s) it would rule out: " + ", ".join(c.transform for c in found),
                           self.fraction)
-        candidates = self.ahead(iter(found))
+        candidates = self.ahead(iter(found), parent)
         while True:
             candidate = self.next_candidate(candidates)
             if not isinstance(candidate, Candidate):
@@ -356,11 +371,11 @@ class _Run:
             if attempt.status is AttemptStatus.FASTER:
                 faster.append(attempt)
 
-    def ahead(self, candidates: Iterator[Candidate]) -> Iterator[Candidate]:
-        """The planner's candidates; with jobs > 1, each window of them has its correctness twins
-        judged side by side first, so that their gate calls below only time. A window never holds
-        more candidates than gate calls are left; the LLM planner is never read ahead (each
-        candidate is a paid model call)."""
+    def ahead(self, candidates: Iterator[Candidate], against: KernelState) -> Iterator[Candidate]:
+        """The planner's candidates, to be gated against `against`; with jobs > 1, each window of them has
+        its correctness twins judged side by side first, so that their gate calls below only time. A window
+        never holds more candidates than gate calls are left, nor one that runs `against`'s machine code
+        (never gated); the LLM planner is never read ahead (each candidate is a paid model call)."""
         if self.jobs <= 1 or self.mode is not GateMode.GPU or self.rewriter is RewriterKind.LLM:
             yield from candidates
             return
@@ -369,7 +384,8 @@ class _Run:
             if not window:
                 return
             fresh = {c.state.fingerprint: c.state for c in window
-                     if c.state is not None and not c.not_gated and c.state.fingerprint not in self.kernels}
+                     if c.state is not None and not c.not_gated and c.state.fingerprint not in self.kernels
+                     and not self.same_code(c.state, against)}
             if len(fresh) > 1:
                 self.progress("optimize", f"judging the correctness of {len(fresh)} candidates side by side",
                               self.fraction)
@@ -382,7 +398,7 @@ class _Run:
         """Composite candidates on the best few stepping stones; True when one was taken."""
         for stone in sorted(stones, key=lambda a: -a.ratio.overall)[:STEPPING_STONES]:
             first = self.kernels[stone.candidate]
-            candidates = self.ahead(self.plan(first))
+            candidates = self.ahead(self.plan(first), parent)
             while True:
                 candidate = self.next_candidate(candidates)
                 if not isinstance(candidate, Candidate):
@@ -438,6 +454,9 @@ class _Run:
             return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.PASSED_OVER,
                                        message=candidate.passed_over))
         judged.add(state.fingerprint)
+        if self.same_code(state, parent):
+            return self.record(Attempt(**common, candidate=state.fingerprint, status=AttemptStatus.SAME_CODE,
+                                       message=SAME_CODE_NOTE))
         try:
             verdict = self.gate(state, parent, f"step {index} ({candidate})")
         except _GateFailed as failure:
@@ -450,6 +469,21 @@ class _Run:
         return self.record(Attempt(**common, candidate=state.fingerprint, status=status, message=message,
                                    evaluation=self.evaluations, key=str(verdict.provenance.get("key", "")),
                                    verdict=VerdictSummary.of(verdict), ratio=ratio))
+
+    def same_code(self, kernel: KernelState, best: KernelState) -> bool:
+        """Whether the code check finds that `kernel` runs `best`'s machine code. Where it cannot tell (a
+        kernel that does not compile, a toolchain that cannot disassemble) the gate judges, as without it."""
+        if self.code_check is CodeCheck.NONE:
+            return False
+        return identity(self.machine_code(kernel), self.machine_code(best)) is CodeIdentity.SAME
+
+    def machine_code(self, kernel: KernelState) -> MachineCode | None:
+        if kernel.fingerprint not in self.codes:
+            try:
+                self.codes[kernel.fingerprint] = machine_code(kernel)
+            except KLineageError:
+                self.codes[kernel.fingerprint] = None
+        return self.codes[kernel.fingerprint]
 
     def judge(self, verdict: Verdict) -> tuple[AttemptStatus, PairedRatio | None, str]:
         if verdict.status is Status.ERROR:
@@ -523,9 +557,10 @@ class _Run:
             required_ratio=self.required, policy=self.policy.to_dict(), library=self.library,
             attempts=tuple(self.attempts), steps=tuple(self.steps), stop=stop, message=message,
             stats=Stats(self.evaluations, gated - len(self.steps), len(self.steps), round(self.seconds, 3),
-                        sum(a.status is AttemptStatus.PRECONDITION_FAILED for a in self.attempts)),
+                        sum(a.status is AttemptStatus.PRECONDITION_FAILED for a in self.attempts),
+                        sum(a.status is AttemptStatus.SAME_CODE for a in self.attempts)),
             llm_usage=self.llm.spent.to_dict() if self.llm is not None else None, rivals=self.rivals,
-            ordering=self.ordering)
+            ordering=self.ordering, code_check=self.code_check)
 
 
 def ruled_out(candidates: Iterator[Candidate], parent: KernelState, child: KernelState, taken: str,

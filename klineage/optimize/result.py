@@ -9,8 +9,9 @@ timing, and moves only on a paired improvement. The document stores
   and a message saying why it was or was not taken;
 - `steps`: the accepted path, start -> best, each with the kernel it reached and its forward diff;
 - `stop`: why the run ended, and `stats`: gate evaluations used, wasted ones (gated candidates not
-  taken), accepted steps, the gate time the verdicts report, and `saved`: candidate kernels recorded
-  `precondition_failed` and not gated (their card was measured not to pay on such a case).
+  taken), accepted steps, the gate time the verdicts report, `saved`: candidate kernels recorded
+  `precondition_failed` and not gated (their card was measured not to pay on such a case), and `same_code`:
+  those recorded `same_code` and not gated (they run the best kernel's machine code; `code_check`).
 
 The lineage document's parts are reused where they mean the same thing (`ProblemRef`,
 `VerdictSummary`, `Assurance`); the rest is this versioned document's own. It validates itself on
@@ -56,12 +57,22 @@ class AttemptStatus(str, Enum):
     DUPLICATE = "duplicate"  # the kernel was judged already at this best, or is a state of the path
     PASSED_OVER = "passed_over"  # not gated: its card's measured effects fall short of the required ratio
     PRECONDITION_FAILED = "precondition_failed"  # not gated: its card was measured not to pay on such a case
+    SAME_CODE = "same_code"  # not gated: it runs the best kernel's machine code (CodeCheck.SASS), so its ratio is 1
 
     @property
     def gated(self) -> bool:
         """Whether it cost a gate evaluation."""
         return self not in (AttemptStatus.NOT_APPLICABLE, AttemptStatus.DUPLICATE, AttemptStatus.PASSED_OVER,
-                            AttemptStatus.PRECONDITION_FAILED)
+                            AttemptStatus.PRECONDITION_FAILED, AttemptStatus.SAME_CODE)
+
+
+class CodeCheck(str, Enum):
+    """What the loop compares before it gates a candidate."""
+
+    NONE = "none"  # nothing: every candidate kernel is gated (runs written before the check)
+    # whether the candidate runs the best kernel's machine code (klineage.gate.machine_code): one that
+    # does is recorded same_code and not gated, since its true ratio is 1 and no paired ratio could take it
+    SASS = "sass"
 
 
 class Stop(str, Enum):
@@ -234,15 +245,16 @@ class Stats:
     seconds: float  # gate time as the verdicts report it
     # candidate kernels not gated because their card's timing precondition failed here; absent at 0: old bytes
     saved: int = codec.omitted(0)
+    same_code: int = codec.omitted(0)  # candidate kernels not gated because they run the best's machine code
 
     def __post_init__(self) -> None:
-        for name in ("evaluations", "wasted", "accepted", "saved"):
+        for name in ("evaluations", "wasted", "accepted", "saved", "same_code"):
             whole(getattr(self, name), f"stats.{name}")
         nonnegative(self.seconds, "stats.seconds")
 
     def saved_entry(self) -> dict[str, int]:
-        """`saved` as a benchmark row keeps it: absent at 0, as in these stats' own bytes."""
-        return {"saved": self.saved} if self.saved else {}
+        """`saved` and `same_code` as a benchmark row keeps them: absent at 0, as in these stats' own bytes."""
+        return {name: getattr(self, name) for name in ("saved", "same_code") if getattr(self, name)}
 
 
 _KEYS = ("version", "kind", "problem", "start", "start_verdict", "strategy", "rewriter", "gate", "assurance", "budget",
@@ -274,6 +286,7 @@ class OptimizationResult(Document):
     llm_usage: dict[str, Any] | None = None  # the model's tokens and cost, when the LLM rewriter ran
     rivals: int = 0  # candidates a first improvement rules out, gated beside it; 0 in runs from before rivals
     ordering: Ordering = Ordering.AS_PLANNED  # how a library strategy ordered its rounds; runs from before: as planned
+    code_check: CodeCheck = CodeCheck.NONE  # runs from before the check compared nothing
     version: int = OPTIMIZATION_VERSION
 
     def __post_init__(self) -> None:
@@ -281,7 +294,7 @@ class OptimizationResult(Document):
             raise DocumentError("optimization", f"unsupported version {self.version!r} (this is "
                                                 f"{OPTIMIZATION_VERSION})")
         for name, kind in (("strategy", Strategy), ("rewriter", RewriterKind), ("gate", GateMode), ("stop", Stop),
-                           ("ordering", Ordering)):
+                           ("ordering", Ordering), ("code_check", CodeCheck)):
             if not isinstance(getattr(self, name), kind):
                 raise DocumentError(f"optimization.{name}", f"must be a {kind.__name__}, not {getattr(self, name)!r}")
         whole(self.budget, "optimization.budget", minimum=1)
@@ -296,7 +309,10 @@ class OptimizationResult(Document):
         gated = [a for a in self.attempts if a.status.gated]
         taken = {s.attempt for s in self.steps}
         saved = sum(a.status is AttemptStatus.PRECONDITION_FAILED for a in self.attempts)
-        expected = Stats(1 + len(gated), len(gated) - len(taken), len(self.steps), self.stats.seconds, saved)
+        same = sum(a.status is AttemptStatus.SAME_CODE for a in self.attempts)
+        if same and self.code_check is CodeCheck.NONE:
+            raise DocumentError("optimization.code_check", "none, yet an attempt was recorded same_code")
+        expected = Stats(1 + len(gated), len(gated) - len(taken), len(self.steps), self.stats.seconds, saved, same)
         if self.stats != expected:
             raise DocumentError("optimization.stats", f"{self.stats.to_dict()} disagree with the attempts and steps "
                                                       f"(evaluations {expected.evaluations}, wasted "
@@ -400,12 +416,14 @@ class OptimizationResult(Document):
                 "attempts": [a.to_dict() for a in self.attempts], "steps": [s.to_dict() for s in self.steps],
                 "best": {"name": best.name, "fingerprint": best.fingerprint}, "stop": self.stop.value,
                 "message": self.message, "stats": self.stats.to_dict(), "speedup": self.speedup, "note": self.note,
-                "llm_usage": self.llm_usage, "rivals": self.rivals, "ordering": self.ordering.value}
+                "llm_usage": self.llm_usage, "rivals": self.rivals, "ordering": self.ordering.value,
+                # absent while none: the bytes of runs written before the check
+                **({"code_check": self.code_check.value} if self.code_check is not CodeCheck.NONE else {})}
 
     @classmethod
     def from_dict(cls, data: Any) -> OptimizationResult:
-        # absent: a run from before rivals, or orderings
-        data = need(data, _KEYS, "optimization", optional=("rivals", "ordering"))
+        # absent: a run from before rivals, orderings, or the code check
+        data = need(data, _KEYS, "optimization", optional=("rivals", "ordering", "code_check"))
         if data["version"] != OPTIMIZATION_VERSION:
             raise DocumentError("optimization", f"unsupported version {data['version']!r} (this is "
                                                 f"{OPTIMIZATION_VERSION})")
@@ -432,6 +450,7 @@ class OptimizationResult(Document):
             stop=enum(Stop, data["stop"], "optimization.stop"), message=text(data["message"], "optimization.message"),
             stats=Stats.from_dict(data["stats"]), llm_usage=data["llm_usage"], rivals=data.get("rivals", 0),
             ordering=enum(Ordering, data.get("ordering", Ordering.AS_PLANNED.value), "optimization.ordering"),
+            code_check=enum(CodeCheck, data.get("code_check", CodeCheck.NONE.value), "optimization.code_check"),
             version=data["version"])
         derived = result.to_dict()
         for key in ("best", "speedup", "note"):

@@ -4,7 +4,7 @@ Every inner state of a walk is timed twice: as the baseline of the step before i
 parent) and as the candidate of its own step (against its child). Both are medians of the same
 machine code on the same GPU, so they should agree; where they do not, the pairing itself moved the
 number and the step's child/parent ratio measures the pairing, not the edit. Where a step leaves the
-machine code unchanged (a `restrict` nvcc ignores, an unroll it already did), the true ratio is 1 and
+machine code unchanged (klineage.gate.machine_code), the true ratio is 1 and
 any other measured ratio is that artifact. The cause is where each module's code lands (docs/perf-notes.md,
 session 15); a step re-timed with its two kernels exchanging places (`retime_step`, bench/retime.py on
 the GPU) has a ratio the places cannot move. A step timed on every case of its problem and its SWEEP cases
@@ -21,13 +21,11 @@ from enum import Enum
 from klineage import config, corpus
 from klineage.config import GateMode
 from klineage.errors import DocumentError, KLineageError
-from klineage.features.sass import disassemble
 from klineage.gate.cache import GateCache
-from klineage.gate.compile import compile_kernel
+from klineage.gate.machine_code import CodeIdentity, MachineCode, identity, machine_code
 from klineage.gate.pipeline import Runner, earlier_sweep_verdict, recorded_verdict, run_gate
 from klineage.gate.policy import GatePolicy, Placement, TimingScope
 from klineage.gate.verdict import Finding, Status, Verdict
-from klineage.kernel import KernelState
 from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
 
 # A step timed on every case (percase_step) caps each trial at this many seconds (a trial ends sooner
@@ -60,12 +58,6 @@ class StepPairing:
     pairing: Pairing
     note: str
     ratio: float | None = None  # exchanged: the re-timed child time / parent time
-
-
-class CodeIdentity(str, Enum):
-    SAME = "same"  # parent and child compile to the same SASS: the true ratio is 1
-    DIFFERENT = "different"
-    UNCHECKED = "unchecked"
 
 
 @dataclass(frozen=True)
@@ -368,31 +360,15 @@ def _retimed(lineage: Lineage, step: StepTiming, cache: GateCache | None, need: 
                        f"pairing gave {step.ratio:.3f}", overall)
 
 
-def machine_code(kernel: KernelState) -> dict[str, list[str]] | None:
-    """Every function's SASS, compiled here (this machine's nvcc, the plan's arch); None if it does not compile."""
-    compiled = compile_kernel(kernel, cache_dir=config.cache_dir())
-    return disassemble(compiled.cubin_bytes(kernel.plan.arch)) if compiled.ok else None
-
-
-def _identity(parent: dict[str, list[str]] | None, child: dict[str, list[str]] | None) -> CodeIdentity:
-    if parent is None or child is None:
-        return CodeIdentity.UNCHECKED
-    return CodeIdentity.SAME if parent == child else CodeIdentity.DIFFERENT
-
-
-def same_machine_code(parent: KernelState, child: KernelState) -> CodeIdentity:
-    return _identity(machine_code(parent), machine_code(child))
-
-
 def code_identities(lineage: Lineage, steps: list[StepTiming], indices: set[int]) -> list[StepTiming]:
     """The steps in `indices`, their parent's and child's SASS compared; each state is compiled and
     disassembled once, though consecutive steps share it (seconds to minutes per state)."""
-    sass: dict[int, dict[str, list[str]] | None] = {}
+    codes: dict[int, MachineCode | None] = {}
 
-    def of(index: int) -> dict[str, list[str]] | None:
-        if index not in sass:
-            sass[index] = machine_code(lineage.states[index].kernel)
-        return sass[index]
+    def of(index: int) -> MachineCode | None:
+        if index not in codes:
+            codes[index] = machine_code(lineage.states[index].kernel)
+        return codes[index]
 
-    return [StepTiming(s.index, s.transform, s.candidate_us, s.baseline_us, _identity(of(s.index), of(s.index + 1)))
+    return [StepTiming(s.index, s.transform, s.candidate_us, s.baseline_us, identity(of(s.index), of(s.index + 1)))
             for s in steps if s.index in indices]

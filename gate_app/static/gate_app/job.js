@@ -14,7 +14,7 @@
                          unsettled: "var(--notice)",  // passed, but the timing never settled (no decision)
                          rejected: "var(--fail)", gate_error: "var(--error-tone)", not_applicable: "var(--line)",
                          duplicate: "var(--line)", passed_over: "var(--line)",
-                         precondition_failed: "var(--line)" };  // the last four cost no gate call
+                         precondition_failed: "var(--line)", same_code: "var(--line)" };  // the last five cost no gate call
   let status = "";
 
   function field(name) { return root.querySelector('[data-field="' + name + '"]'); }

@@ -1,0 +1,36 @@
+"""bench/same_code_census.py on one operator of the committed H100 transfer document: its three searches replayed
+off the H100's recorded verdicts, each gated candidate compiled here (real nvcc) and compared with its best."""
+
+from __future__ import annotations
+
+import json
+
+from bench_tools import bench_script
+from klineage import config
+
+PART = config.REPO_ROOT / "bench" / "results" / "transfer-h100.json"
+
+
+def test_the_census_finds_the_ldg_nvcc_had_already_applied_to_gelu_mul(tmp_path, monkeypatch):
+    monkeypatch.setenv("KLINEAGE_REPLAY_GPU", "NVIDIA H100 80GB HBM3")
+    document = json.loads(PART.read_text(encoding="utf-8"))
+    part = tmp_path / "gelu_mul.json"
+    part.write_text(json.dumps(document | {"runs": {"gelu_mul": document["runs"]["gelu_mul"]}}), encoding="utf-8")
+    result = bench_script("same_code_census").report(part)
+    assert result["errors"] == [] and set(result["by_strategy"]) == set(document["runs"]["gelu_mul"])
+    gated = {s: r["evaluations"] - 1 for s, r in document["runs"]["gelu_mul"].items()}  # the start's gate is no row
+    assert {s: v["gated"] for s, v in result["by_strategy"].items()} == gated, "every gated candidate, each once"
+    same = [r for r in result["rows"] if r["code"] == "same"]
+    # the gate operand is read once through a const __restrict__ pointer: nvcc emits the read-only load already
+    assert same and {r["transform"] for r in same} >= {"ldg_subscript"}
+    assert all(v["same_code"] >= 1 for v in result["by_strategy"].values())
+    assert result["same_code"] == len(same) < result["gated"]
+
+
+def test_a_document_whose_searches_ran_with_the_check_is_refused(tmp_path):
+    document = json.loads(PART.read_text(encoding="utf-8"))
+    part = tmp_path / "checked.json"
+    part.write_text(json.dumps(document | {"provenance": document["provenance"] | {"code_check": "sass"}}))
+    out = tmp_path / "out.json"
+    assert bench_script("same_code_census").main(["--part", str(part), "--out", str(out)]) == 2
+    assert not out.exists()
