@@ -25,8 +25,7 @@ import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 
-from klineage.gate import pipeline
-from klineage.walk import timing_audit
+from klineage.gate import machine_code, pipeline
 from shared_cache import SHARED_ENV
 from skills_app.importer import ImportReport, import_corpus
 from skills_app.models import Kernel, KernelState, Problem, Verdict
@@ -88,7 +87,7 @@ def _import() -> ImportReport:
     global _snapshot
     clear_dashboard_rows()
     with pytest.MonkeyPatch.context() as patch:
-        for module in (pipeline, timing_audit):
+        for module in (pipeline, machine_code):
             patch.setattr(module, "compile_kernel", _no_compile)
         report = import_corpus()
     if connection.vendor == "sqlite":

@@ -109,13 +109,15 @@ def test_optimize_job_in_compile_mode_keeps_its_chart_and_result(worker, client)
     cards = SkillCard.objects.count()
     assert cards > 0
     owner = User.objects.create_user("ada")
-    params = submit.optimize_params("row_softmax/naive", strategy="library", statuses=["candidate"], budget=6,
-                                    mode="compile")
+    # the cards, then the catalog: the dry walk's unroll cards make kernels that run the naive kernel's machine code
+    # (never gated: same_code), and the catalog's forwards gate kernels of its own
+    params = submit.optimize_params("row_softmax/naive", strategy="library_then_catalog", statuses=["candidate"],
+                                    budget=6, mode="compile")
     job = _finished(submit.submit(Job.Kind.OPTIMIZE, params, owner=owner).pk, timeout_s=300)
     assert job.status == Job.Status.SUCCEEDED, f"{job.error}\n{job.log}"
 
     result = job.result
-    assert result["kind"] == "optimization" and result["gate"] == "compile" and result["strategy"] == "library"
+    assert (result["kind"], result["gate"], result["strategy"]) == ("optimization", "compile", "library_then_catalog")
     assert params["library"] == "corpus"  # the default library, named in the job it queued
     assert result["library"] == {"path": f"the dashboard's library corpus ({cards} cards)", "statuses": ["candidate"],
                                  "cards": cards, "eligible": cards}
@@ -130,6 +132,8 @@ def test_optimize_job_in_compile_mode_keeps_its_chart_and_result(worker, client)
     assert chart["tried"] == len(result["attempts"]) and chart["timed"] is False
     assert sum(chart["outcomes"].values()) == len(result["attempts"])
     assert chart["outcomes"]["untimed"] == len(gated)
+    same = [a for a in result["attempts"] if a["status"] == "same_code"]
+    assert same and chart["outcomes"]["same_code"] == len(same) == result["stats"]["same_code"]
     assert [p[0] for p in chart["points"]] == [a["evaluation"] for a in gated]
     assert chart["recent"][0]["index"] == result["attempts"][-1]["index"]
     assert f"attempt {gated[0]['index']}: untimed {gated[0]['transform']}" in job.log  # the loop's own line
