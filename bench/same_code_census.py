@@ -9,11 +9,13 @@ check (`CodeCheck.NONE`), so every candidate is gated as it was. Each candidate 
 compiled here and compared with that kernel (klineage.gate.machine_code): where both run the same machine code the
 gate call could not have given a step, its true ratio being 1. The loop now keeps such kernels from the gate
 (`CodeCheck.SASS`, the default); this counts what that saves on runs that were measured without it, and names the
-transforms behind them. A search that does not replay (a verdict missing) is reported with its error, uncounted.
+transforms behind them. A search whose replay is not the run the document records (a verdict missing, another
+path) is reported with the difference, uncounted.
 
 Writes {"provenance", "gated", "same_code", "by_strategy": {strategy: {"gated", "same_code"}},
-"by_transform": {transform: same-code kernels}, "errors", "rows": [{"workload", "strategy", "round", "transform",
-"candidate", "code"}]}, one row per gated candidate, `code` as klineage.gate.machine_code.CodeIdentity.
+"by_transform": {transform: same-code kernels}, "by_status": {attempt status: same-code kernels}, "errors", "rows":
+[{"workload", "strategy", "round", "transform", "candidate", "code", "status"}]}, one row per gated candidate, `code`
+as klineage.gate.machine_code.CodeIdentity, `status` the attempt's (klineage.optimize.result.AttemptStatus).
 """
 
 from __future__ import annotations
@@ -41,8 +43,10 @@ from klineage.skills.library import load_library  # noqa: E402
 BENCH = ROOT / "bench" / "transfer"
 
 
-def census(name: str, strategy: Strategy, settings: dict[str, Any], library: Any) -> list[dict[str, Any]]:
-    """The search replayed, with each gated candidate's machine code compared with its best's."""
+def census(name: str, strategy: Strategy, settings: dict[str, Any], library: Any,
+           run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The search replayed, with each gated candidate's machine code compared with its best's; a KLineageError
+    where the replay is not the run the document describes (`run`: its evaluations, stop and best kernel)."""
     rows: list[dict[str, Any]] = []
     gate = loop.run_gate
 
@@ -61,10 +65,15 @@ def census(name: str, strategy: Strategy, settings: dict[str, Any], library: Any
                           ordering=Ordering(settings.get("ordering", Ordering.AS_PLANNED.value)))
     finally:
         loop.run_gate = gate
+    found = {"evaluations": result.stats.evaluations, "stop": result.stop.value,
+             "best_fingerprint": result.best.fingerprint}
+    differs = [f"{key} {value!r}, not {run[key]!r}" for key, value in found.items() if run.get(key) != value]
+    if differs:
+        raise KLineageError(f"the replay is not the recorded run ({', '.join(differs)}): {result.message}")
     attempts = {a.candidate: a for a in result.attempts if a.status.gated}
     for row in rows:
         attempt = attempts[row["candidate"]]
-        row.update(round=attempt.round, transform=attempt.transform)
+        row.update(round=attempt.round, transform=attempt.transform, status=attempt.status.value)
     return rows
 
 
@@ -77,9 +86,9 @@ def report(part: Path) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     errors: list[str] = []
     for name in sorted(document["runs"]):
-        for strategy in document["runs"][name]:
+        for strategy, run in document["runs"][name].items():
             try:
-                rows += census(name, Strategy(strategy), settings, library)
+                rows += census(name, Strategy(strategy), settings, library, run)
             except KLineageError as exc:
                 errors.append(f"{name} {strategy}: {exc}")
     same = [r for r in rows if r["code"] == "same"]
@@ -93,6 +102,8 @@ def report(part: Path) -> dict[str, Any]:
             "by_strategy": {s: {"gated": sum(r["strategy"] == s for r in rows),
                                 "same_code": sum(r["strategy"] == s for r in same)} for s in strategies},
             "by_transform": dict(Counter(r["transform"] for r in same).most_common()),
+            # what the gate made of them: a same-code kernel taken as faster was a step of noise
+            "by_status": dict(Counter(r["status"] for r in same).most_common()),
             "errors": errors, "rows": rows}
 
 
