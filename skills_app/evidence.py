@@ -18,7 +18,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from klineage.config import GateMode
-from klineage.optimize.result import better_unconditioned, library_run
+from klineage.optimize.result import CodeCheck, better_unconditioned, library_run
 from klineage.optimize.strategies import DEFAULT_ORDERING, DEFAULT_STRATEGY, Ordering, Strategy
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO
 from klineage.skills.library import bundled_library
@@ -295,9 +295,12 @@ def _transfer(e: Evidence, data: dict[str, Any]) -> None:
     # a replayed document's every verdict was measured on a GPU host earlier; say so, since no gate ran for it
     replayed = ", replayed off recorded verdicts" if prov.get("gate") == GateMode.REPLAY.value else ""
     ordered = f", rounds ordered {ordering.replace('_', ' ')}"
+    # absent: a run from before the code check, which gated every candidate
+    checked = (", a candidate running its best kernel's machine code not gated"
+               if prov.get("code_check") == CodeCheck.SASS.value else ", every candidate gated (no code check)")
     e.headline = (f"strategy {strategy} ({said}){replayed}{ordered}, "
-                  f"budget {prov.get('budget', '?')} gate evaluations, naive time / best time on each operator's "
-                  f"headline case, paired, a ratio only where the timing settled: " + "; ".join(words))
+                  f"budget {prov.get('budget', '?')} gate evaluations{checked}, naive time / best time on each "
+                  f"operator's headline case, paired, a ratio only where the timing settled: " + "; ".join(words))
     ratio = {(r["workload"], r["kernel"], r["vs"]): r.get("ratio") for r in data.get("rows", [])}
     e.columns = ["operator", "library vs naive", "library vs torch eager",
                  "better unconditioned vs naive (paired where the judging gate timed it)",
@@ -475,7 +478,8 @@ _SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _precondit
               "jobs.json": _jobs, "web_perf.json": _web_perf, "corpus.json": _corpus, "skills.json": _skills,
               "skills-passed-over-replay.json": _skills_replayed, "mma-peak.json": _mma_peak,
               "multigpu.json": _multigpu, "transfer.json": _transfer, "transfer-h100.json": _transfer,
-              "transfer-h100-planned.json": _transfer,
+              "transfer-h100-planned.json": _transfer, "transfer-h100-code-check.json": _transfer,
+              "transfer-h200-measured.json": _transfer,
               "transfer-library-run.json": _transfer,
               "transfer-cards-alone.json": _transfer, "row_cache_when.json": _row_cache_when}
 

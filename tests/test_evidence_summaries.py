@@ -206,7 +206,7 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     page = client.get("/").content.decode()
     # every transfer card on the page draws its rows (the transfer library's run has its own)
     transfer_cards = [c for c in _by_name().values() if c.title.startswith("Transfer to held-out operators")]
-    assert len(transfer_cards) == 5
+    assert len(transfer_cards) == 7
     # the H100's merged parts: cards of their own, each number over the operators it was measured on; the rounds
     # ordered as optimize does by default over all 18, and the earlier planned order over 15 of them
     h100, planned = _by_name()["transfer-h100.json"], _by_name()["transfer-h100-planned.json"]
@@ -215,6 +215,11 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     assert "(geometric mean over 18 operators)" in h100.headline
     assert planned.title == "Transfer to held-out operators (rounds as planned)"
     assert "(geometric mean over 15 operators (of 18))" in planned.headline
+    assert "every candidate gated (no code check)" in h100.headline
+    # the same searches with the code check, on 11 of the operators: a card of its own, no number over all 18
+    checked = _by_name()["transfer-h100-code-check.json"]
+    assert checked.title == "Transfer to held-out operators" and checked.where == h100.where
+    assert "machine code not gated" in checked.headline and "over 11 operators (of 18)" in checked.headline
     assert page.count('<g class="transfer-row"') == sum(len(c.chart["bars"]) for c in transfer_cards)
     assert re.search(r"<title>torch eager: [\d.]+×</title>", page)
 
@@ -243,9 +248,10 @@ def test_a_transfer_run_on_another_library_names_it_and_draws_its_budget_curve(c
     lead = max(points, key=lambda p: p["vs_unconditioned"])
     assert f"{lead['vs_unconditioned']:.2f}× at {lead['budget']} evaluations" in card.curve["caption"]
     page = client.get("/").content.decode()
-    # the default strategy's runs have one too: on the H200, and on the H100 in the measured ordering
+    # the default strategy's runs have one too: the H200's (its twelve as planned, six more measured) and the H100's
+    # (as planned; measured, without and with the code check)
     curves = [c.curve for c in _by_name().values() if c.curve]
-    assert len(curves) == 4 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
+    assert len(curves) == 6 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
     assert "library, 8 evaluations: " in page and "library, then catalog, 8 evaluations: " in page
 
 
