@@ -14,9 +14,8 @@ Decisions (each one here, in one place):
   recorded `same_code`: its true ratio is 1, so no paired ratio could take it. (On the held-out operators'
   H100 searches, which ran without the check, such kernels were 65 of 319 gated candidates, mostly a
   `__launch_bounds__` or `__ldg` nvcc had already applied, and one was timed faster by 1% in every trial:
-  bench/results/same_code.json.) Every other
-  candidate is gated against the best: correctness on
-  every case, then paired timing of candidate and best interleaved (`run_gate(..., against=best)`).
+  bench/results/same_code.json.) Every other candidate is gated against the best: correctness on every
+  case, then paired timing of candidate and best interleaved (`run_gate(..., against=best)`).
 - A candidate is taken only on a paired improvement: it passed, and best time / candidate time is
   at least `required_ratio` in the median and in every trial (`PairedRatio.accepts`). A pass
   without a paired ratio is not taken (unknown fails). First-improvement strategies take the first
