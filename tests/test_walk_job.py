@@ -143,6 +143,8 @@ def test_optimize_job_in_compile_mode_keeps_its_chart_and_result(worker, client)
     # compile-only: the start kernel is not called optimized, and the page says why nothing is faster
     assert "Optimized kernel" not in page and "No faster kernel" in page and "row_softmax_naive" in page
     assert "Nothing can be shown faster without a GPU" in page and "compile-only gate" in page
+    assert f"{len(same)} candidate{'s' if len(same) > 1 else ''} not gated: " in page  # the same-code kernels
+    assert "the best kernel's machine code (same SASS and resources, launched alike)" in page
     assert result["ordering"] == "measured"  # a job runs the default ordering, and its page says what it means
     assert "each round tried last what this run or the library measured paying less than a step" in page
 
