@@ -22,6 +22,7 @@ from klineage import corpus
 from klineage.config import GateMode
 from klineage.errors import DocumentError, KLineageError
 from klineage.gate.cache import GateCache
+from klineage.gate.machine_code import CodeCheck, CodeIdentity, same_machine_code
 from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Finding, Reason, Status
 from klineage.kernel import load_kernel
@@ -151,6 +152,19 @@ def test_held_out_targets_skip_the_source_lineage_and_need_a_site(cards, lineage
     topk = [t for t in restrict if t.name.startswith(lineage_id(lineages[1]))]
     assert topk and all(t.problem == "topk" for t in topk)  # the topk walk's states without __restrict__
     assert [t.name for t in restrict][:1] == ["tiny_softmax"]
+
+
+def test_with_the_code_check_a_target_the_compiler_already_unrolled_is_no_target(cards, lineages):
+    """nvcc unrolls the naive and the tiny softmax's loops itself: the unroll card's kernels of them run their own
+    machine code, so a trial there would time the compiler, not the card; the topk walk's states are left."""
+    states = {"tiny_softmax": load_kernel(TINY), "row_softmax/naive": corpus.kernel_entry("row_softmax/naive").load()}
+    card = cards["unroll"]
+    unchecked = held_out_targets(card, lineages, states, 2)
+    assert [t.name for t in unchecked] == ["row_softmax/naive", "tiny_softmax"]
+    assert all(same_machine_code(t.state, applied_to(card, t).state) is CodeIdentity.SAME for t in unchecked)
+    checked = held_out_targets(card, lineages, states, 1, code_check=CodeCheck.SASS)
+    assert [t.problem for t in checked] == ["topk"]
+    assert same_machine_code(checked[0].state, applied_to(card, checked[0]).state) is CodeIdentity.DIFFERENT
 
 
 def test_compile_only_trials_are_inconclusive_and_admit_nothing(cards, gate_cache):

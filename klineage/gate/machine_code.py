@@ -8,7 +8,8 @@ noise, so a step between them has a true ratio of 1: a `restrict` nvcc had alrea
 it had already done, a `__launch_bounds__` that changes no register allocation.
 
 The walk's timing audit reads this to tell an artifact of the pairing from an effect; the optimize loop
-reads it to spend no gate call on a candidate that cannot be a step. Both compile here, in the
+reads it to spend no gate call on a candidate that cannot be a step, and admission to trial a card only where
+its kernel is not the target's own code. Both compile here, in the
 compiler's sandbox and through the compile cache the gate uses, so a kernel the gate compiles anyway
 is compiled once.
 """
@@ -26,6 +27,16 @@ from klineage.kernel import KernelState
 
 # What a plan holds that does not change what runs: names and words for people, the source file's name.
 _PLAN_LABELS = frozenset({"name", "description", "source"})
+
+
+class CodeCheck(str, Enum):
+    """What is compared before a kernel is gated against another (the optimize loop's candidate against its best,
+    admission's card kernel against its held-out target)."""
+
+    NONE = "none"  # nothing: every kernel is gated (runs and admissions from before the check)
+    # whether the kernel runs the other's machine code: one that does is not gated, since its true ratio is 1
+    # and no paired ratio could take it (the loop records it same_code; admission finds it no target)
+    SASS = "sass"
 
 
 class CodeIdentity(str, Enum):

@@ -32,6 +32,7 @@ from klineage import codec
 from klineage.config import GateMode
 from klineage.documents import Document, enum, need, nonnegative, number, text, whole
 from klineage.errors import DocumentError
+from klineage.gate.machine_code import CodeCheck
 from klineage.gate.timing import PairedRatio
 from klineage.kernel import KernelState
 from klineage.lineage import Assurance, ProblemRef, VerdictSummary
@@ -64,15 +65,6 @@ class AttemptStatus(str, Enum):
         """Whether it cost a gate evaluation."""
         return self not in (AttemptStatus.NOT_APPLICABLE, AttemptStatus.DUPLICATE, AttemptStatus.PASSED_OVER,
                             AttemptStatus.PRECONDITION_FAILED, AttemptStatus.SAME_CODE)
-
-
-class CodeCheck(str, Enum):
-    """What the loop compares before it gates a candidate."""
-
-    NONE = "none"  # nothing: every candidate kernel is gated (runs written before the check)
-    # whether the candidate runs the best kernel's machine code (klineage.gate.machine_code): one that
-    # does is recorded same_code and not gated, since its true ratio is 1 and no paired ratio could take it
-    SASS = "sass"
 
 
 class Stop(str, Enum):

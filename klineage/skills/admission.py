@@ -8,7 +8,10 @@ source transitions (where its forward applies) timed on a case of that problem n
 card's effects was measured on (the largest such case the kernel supports: its regime is nearest
 the headline's), so the card must show its effect on a shape it never saw. A target qualifies
 where the card's `requires` hold, none of its `conflicts` is present and its transform finds a
-forward site.
+forward site; with the code check (`klineage library admit` runs it unless told `--code-check none`),
+also where the kernel the card makes of it is not the target's own machine code. Without it the
+unroll card's six GPU trials of the per-case library all timed kernels nvcc had already unrolled
+(1.000x to 1.004x): they measured the compiler, not the card.
 
 A trial (`admit`) applies the card at every site of a target (`materialize.apply_everywhere`),
 gates the result against the target (`gate(problem_path, kernel, against, case)`, passed in so
@@ -67,6 +70,7 @@ from klineage.errors import DocumentError, KLineageError
 from klineage.features.feature import Feature
 from klineage.fingerprint import sha256_json
 from klineage.gate.execute import problem_fingerprint
+from klineage.gate.machine_code import CodeCheck, CodeIdentity, same_machine_code
 from klineage.gate.policy import GatePolicy
 from klineage.gate.verdict import Status, Verdict
 from klineage.kernel import KernelState
@@ -251,18 +255,27 @@ def fair_case(card: SkillCard, target: Target, info: ProblemInfo | None) -> Targ
     return dataclasses.replace(target, name=f"{target.name} on case {case} (where the card says it pays)", case=case)
 
 
-def _qualifies(card: SkillCard, target: Target) -> bool:
+def _qualifies(card: SkillCard, target: Target, code_check: CodeCheck = CodeCheck.NONE) -> bool:
     present = _features(target.state)
-    return card.requires <= present and not card.conflicts & present and applied_to(card, target) is not None
+    if not card.requires <= present or card.conflicts & present:
+        return False
+    applied = applied_to(card, target)
+    if applied is None:
+        return False
+    # a kernel that runs the target's own machine code (nvcc had already unrolled, already loaded read-only) times
+    # at 1 whatever the card is worth: a trial there measures nothing of it
+    return code_check is CodeCheck.NONE or same_machine_code(target.state, applied.state) is not CodeIdentity.SAME
 
 
 def held_out_targets(card: SkillCard, lineages: Sequence[Lineage], corpus_states: Mapping[str, KernelState],
-                     limit: int | None = None, problems: Mapping[str, ProblemInfo] | None = None) -> list[Target]:
+                     limit: int | None = None, problems: Mapping[str, ProblemInfo] | None = None,
+                     code_check: CodeCheck = CodeCheck.NONE) -> list[Target]:
     """Qualifying states outside the card's source lineages: bundled kernels first (by name), then
     the other lineages' states, simplest first; each fingerprint once; then, when `problems`
     (operator -> ProblemInfo) is given, held-out cases of the card's source transitions; the first
     `limit` of them when given (a trial uses no more, and checking that a state qualifies costs a
-    materialization)."""
+    materialization). With `code_check` SASS a state where the card's kernel runs the state's own machine
+    code (klineage.gate.machine_code) does not qualify: it costs two compiles a state checked."""
     sources = {ref.lineage for ref in card.evidence}
     source_lineages = [lin for lin in lineages if lineage_id(lin) in sources]
     experts = {lin.expert.fingerprint for lin in source_lineages}
@@ -280,12 +293,12 @@ def held_out_targets(card: SkillCard, lineages: Sequence[Lineage], corpus_states
         seen.add(target.state.fingerprint)
         if problems:
             target = fair_case(card, target, problems.get(target.problem))
-        if target is not None and _qualifies(card, target):
+        if target is not None and _qualifies(card, target, code_check):
             targets.append(target)
             if len(targets) == limit:
                 return targets
     for target in _held_out_cases(card, source_lineages, problems or {}):
-        if _qualifies(card, target):
+        if _qualifies(card, target, code_check):
             targets.append(target)
             if len(targets) == limit:
                 break

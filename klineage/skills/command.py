@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    from klineage.gate.machine_code import CodeCheck
+
     library = commands.add_parser("library", help="build, show or export the skill library")
     actions = library.add_subparsers(dest="library_command", required=True)
     build = actions.add_parser("build", help="induce the cards of lineage files into a library JSON",
@@ -81,6 +83,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                             "bench/walks/*.gpu.json.gz): their steps give the held-out cases of the cards they source")
     admit.add_argument("--card", action="append", default=[], help="a card id or prefix (repeatable; default: all)")
     admit.add_argument("--limit", type=int, default=3, help="targets gated per card")
+    admit.add_argument("--code-check", choices=[c.value for c in CodeCheck], default=CodeCheck.SASS.value,
+                       help="sass (default): a target where the card's kernel runs the target's own machine code "
+                            "(the compiler already did it) is no target; none: any target where the card applies")
     admit.add_argument("--redo", action="store_true",
                        help="trial every chosen card, also those the library already decides on the same evidence")
     admit.add_argument("--rejudge", action="store_true",
@@ -303,6 +308,7 @@ def _admit(args: argparse.Namespace) -> int:
     import time
 
     from klineage import corpus
+    from klineage.gate.machine_code import CodeCheck
     from klineage.lineage import Lineage
     from klineage.report import progress_display
     from klineage.skills.admission import held_out_targets, measurements
@@ -360,7 +366,8 @@ def _admit(args: argparse.Namespace) -> int:
                 show(stage, f"{current}: {message}")
 
         updated, runs = admit_cards(
-            library, chosen, lambda c: held_out_targets(c, lineages, states, args.limit, problems), corpus.problem_path,
+            library, chosen, lambda c: held_out_targets(c, lineages, states, args.limit, problems,
+                                                        CodeCheck(args.code_check)), corpus.problem_path,
             gate_of(setting, progress, args.record), setting, lambda partial: save_library(partial, out),
             problems=problems,
             limit=args.limit, redo=args.redo, deadline=None if args.budget_s is None else started + args.budget_s,
