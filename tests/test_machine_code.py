@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 from klineage import corpus
+from klineage.features import sass
+from klineage.gate import machine_code as machine_code_module
 from klineage.gate.machine_code import CodeIdentity, machine_code, same_machine_code
 from klineage.kernel import KernelState
+from klineage.toolchain import find_toolchain
 
 NAIVE = corpus.kernel_entry("row_softmax/naive").load()
 
@@ -45,3 +48,10 @@ def test_a_kernel_that_does_not_compile_leaves_the_question_open():
     broken = _edited("float s = 0.0f;", "float s = 0.0f +;")
     assert machine_code(broken) is None
     assert same_machine_code(NAIVE, broken) is CodeIdentity.UNCHECKED
+
+
+def test_a_toolchain_that_cannot_disassemble_leaves_the_question_open(monkeypatch):
+    broken = dataclasses.replace(find_toolchain(), cuobjdump="/bin/false")  # a cuobjdump that fails
+    monkeypatch.setattr(machine_code_module, "disassemble", lambda cubin: sass.disassemble(cubin, broken))
+    assert machine_code(NAIVE) is None
+    assert same_machine_code(NAIVE, NAIVE) is CodeIdentity.UNCHECKED

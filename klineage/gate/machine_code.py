@@ -9,9 +9,10 @@ it had already done, a `__launch_bounds__` that changes no register allocation.
 
 The walk's timing audit reads this to tell an artifact of the pairing from an effect; the optimize loop
 reads it to spend no gate call on a candidate that cannot be a step, and admission to trial a card only where
-its kernel is not the target's own code. Both compile here, in the
-compiler's sandbox and through the compile cache the gate uses, so a kernel the gate compiles anyway
-is compiled once.
+its kernel is not the target's own code. Kernels compile here, in the compiler's sandbox and through the
+compile cache the gate uses, so a kernel the gate compiles anyway is compiled once. Where a kernel does not
+compile, or this machine's toolchain cannot compile or disassemble it, nothing is known (UNCHECKED) and each
+reader does as it did without the comparison.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from enum import Enum
 from typing import Any
 
 from klineage import config
+from klineage.errors import ToolchainError
 from klineage.features.sass import disassemble
 from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
@@ -55,14 +57,19 @@ class MachineCode:
 
 
 def machine_code(kernel: KernelState) -> MachineCode | None:
-    """The state's machine code on its plan's arch, compiled here; None if it does not compile."""
-    compiled = compile_kernel(kernel, cache_dir=config.cache_dir())
-    if not compiled.ok:
+    """The state's machine code on its plan's arch, compiled here; None if it does not compile, or the
+    toolchain here cannot compile or disassemble it."""
+    try:
+        compiled = compile_kernel(kernel, cache_dir=config.cache_dir())
+        if not compiled.ok:
+            return None
+        arch = kernel.plan.arch
+        sass = disassemble(compiled.cubin_bytes(arch))
+    except ToolchainError:
         return None
-    arch = kernel.plan.arch
     resources = {name: used.to_dict() for name, used in compiled.resources.get(arch, {}).items()}
     launch = {key: value for key, value in kernel.plan.to_dict().items() if key not in _PLAN_LABELS}
-    return MachineCode(disassemble(compiled.cubin_bytes(arch)), resources, launch)
+    return MachineCode(sass, resources, launch)
 
 
 def identity(first: MachineCode | None, second: MachineCode | None) -> CodeIdentity:

@@ -479,10 +479,7 @@ class _Run:
 
     def machine_code(self, kernel: KernelState) -> MachineCode | None:
         if kernel.fingerprint not in self.codes:
-            try:
-                self.codes[kernel.fingerprint] = machine_code(kernel)
-            except KLineageError:
-                self.codes[kernel.fingerprint] = None
+            self.codes[kernel.fingerprint] = machine_code(kernel)
         return self.codes[kernel.fingerprint]
 
     def judge(self, verdict: Verdict) -> tuple[AttemptStatus, PairedRatio | None, str]:
