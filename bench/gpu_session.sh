@@ -8,6 +8,7 @@
 # Stages: smoke, suite, example, adversarial, cost, corpus_mb (bench/corpus_memory_bound.sh: the memory-bound corpus gated,
 # recorded), fidelity (bench/timing_fidelity.py: $FIDELITY_REPEATS (20) gates of a
 # short-kernel expert, each a fresh runner, then the noisy vendor; make it the first stage after the machine starts),
+# stepcode (bench/step_code.py: which steps of the GPU walks ran their parent's machine code, on every core),
 # gatecost:WORKLOAD[,WORKLOAD] (bench/gate_cost.py: cold against warm runner per candidate, policies $GATECOST_POLICIES
 # (state,timed)), sandboxcost (bench/sandbox_cost.py --gpu: gates with and without
 # the sandbox, and one sanitized gate inside it), mmapeak (bench/mma_peak.py), profile:KERNEL (bench/profile_gemm.py under ncu), gputests, gputest:NAME[:K] (tests/test_gpu_NAME.py; those -k K, else $GPUTEST_K, selects), multigpu,
@@ -113,6 +114,10 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     sandboxcost) timeout "${limit:-540}" python3 bench/sandbox_cost.py --gpu --repeats "${SANDBOX_REPEATS:-3}" \
       --out "$OUT/results/sandbox_cost_gpu.json" ;;
     corpus_mb) CORPUS_MB_SHARE=${LANE:+$LANE/$LANES} timeout "${limit:-600}" bash bench/corpus_memory_bound.sh "$OUT/results" ;;
+    # resumes from the committed record: a call cut short leaves the rest open for the next
+    stepcode) cp corpus/library/step_code.json "$OUT/results/" 2>/dev/null
+      timeout "${limit:-540}" python3 bench/step_code.py --out "$OUT/results/step_code.json" --jobs "$(nproc)" \
+        --deadline-s $(( ${limit:-540} - 20 )) ;;
     mmapeak) timeout "${limit:-120}" python3 bench/mma_peak.py --out "$OUT/results/mma-peak.json" ;;
     fidelity) timeout "${limit:-560}" python3 bench/timing_fidelity.py --repeats "${FIDELITY_REPEATS:-20}" \
       --out "$OUT/results/timing_fidelity.json" ;;

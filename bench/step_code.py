@@ -1,0 +1,57 @@
+"""Which steps of the GPU walks ran their parent's machine code: compiled here, recorded for `library build`.
+
+    python bench/step_code.py [--out corpus/library/step_code.json] [--jobs N] [--deadline-s S]
+
+Every accepted step of every GPU walk in corpus/lineages and bench/walks (what a library build reads) has its
+parent and child compiled with this host's toolchain and compared (klineage.walk.step_code). Steps the output
+file already decides with the same toolchain are kept, so a run cut by --deadline-s is resumed by the next.
+About 700 states; 15 s each on average (the MMA kernels take longest), so a many-core host, not a laptop.
+Prints the steps that ran the same code, by transform.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from klineage import config  # noqa: E402
+from klineage.config import GateMode  # noqa: E402
+from klineage.gate.machine_code import CodeIdentity  # noqa: E402
+from klineage.skills.library import lineage_index  # noqa: E402
+from klineage.toolchain import find_toolchain  # noqa: E402
+from klineage.walk.step_code import StepCodes, census  # noqa: E402
+
+OUT = ROOT / "corpus" / "library" / "step_code.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--deadline-s", type=float, default=None, help="stop compiling after this many seconds")
+    args = parser.parse_args(argv)
+    deadline = None if args.deadline_s is None else time.monotonic() + args.deadline_s
+    lineages = {lid: lineage for lid, lineage in {**lineage_index(), **lineage_index(config.bench_walks_dir())}.items()
+                if lineage.gate is GateMode.GPU}
+    earlier = StepCodes.load(args.out) if args.out.exists() else None
+    codes = census(lineages, find_toolchain().key, jobs=args.jobs, deadline=deadline, earlier=earlier)
+    codes.save(args.out)
+    total = sum(len(lineage.transitions) for lineage in lineages.values())
+    decided = sum(v is not CodeIdentity.UNCHECKED for by_index in codes.steps.values() for v in by_index.values())
+    same = Counter(lineages[lid].transitions[i].transform for lid, by_index in codes.steps.items()
+                   for i, v in by_index.items() if v is CodeIdentity.SAME)
+    print(f"{decided} of {total} steps decided, {codes.same()} ran their parent's machine code: "
+          + ", ".join(f"{t} {n}" for t, n in same.most_common()))
+    sys.stdout.flush()
+    os._exit(0)  # compiles cut by the deadline are still running in the pool's processes: leave them
+
+
+if __name__ == "__main__":
+    main()
