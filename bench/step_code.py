@@ -23,10 +23,11 @@ sys.path.insert(0, str(ROOT))
 
 from klineage import config  # noqa: E402
 from klineage.config import GateMode  # noqa: E402
+from klineage.documents import document_files  # noqa: E402
 from klineage.gate.machine_code import CodeIdentity  # noqa: E402
-from klineage.skills.library import lineage_index  # noqa: E402
+from klineage.lineage import Lineage  # noqa: E402
 from klineage.toolchain import find_toolchain  # noqa: E402
-from klineage.walk.step_code import StepCodes, census  # noqa: E402
+from klineage.walk.step_code import StepCodes, census, walk_steps  # noqa: E402
 
 OUT = ROOT / "corpus" / "library" / "step_code.json"
 
@@ -38,16 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-s", type=float, default=None, help="stop compiling after this many seconds")
     args = parser.parse_args(argv)
     deadline = None if args.deadline_s is None else time.monotonic() + args.deadline_s
-    lineages = {lid: lineage for lid, lineage in {**lineage_index(), **lineage_index(config.bench_walks_dir())}.items()
-                if lineage.gate is GateMode.GPU}
+    lineages = [lineage for folder in (config.corpus_dir() / "lineages", config.bench_walks_dir())
+                for lineage in map(Lineage.load, document_files(folder)) if lineage.gate is GateMode.GPU]
     earlier = StepCodes.load(args.out) if args.out.exists() else None
-    codes = census(lineages, find_toolchain().key, jobs=args.jobs, deadline=deadline, earlier=earlier)
+    steps = [step for lineage in lineages for step in walk_steps(lineage)]
+    codes = census(steps, find_toolchain().key, jobs=args.jobs, deadline=deadline, earlier=earlier)
     codes.save(args.out)
-    total = sum(len(lineage.transitions) for lineage in lineages.values())
-    decided = sum(v is not CodeIdentity.UNCHECKED for by_index in codes.steps.values() for v in by_index.values())
-    same = Counter(lineages[lid].transitions[i].transform for lid, by_index in codes.steps.items()
-                   for i, v in by_index.items() if v is CodeIdentity.SAME)
-    print(f"{decided} of {total} steps decided, {codes.same()} ran their parent's machine code: "
+    transforms = {(lineage.states[t.index].kernel.fingerprint, t.child): t.transform
+                  for lineage in lineages for t in lineage.transitions}
+    same = Counter(transform for (parent, child), transform in transforms.items()
+                   if codes.identity(parent, child) is CodeIdentity.SAME)
+    print(f"{codes.decided()} of {len(transforms)} steps decided, {codes.same()} ran their parent's machine code: "
           + ", ".join(f"{t} {n}" for t, n in same.most_common()))
     sys.stdout.flush()
     os._exit(0)  # compiles cut by the deadline are still running in the pool's processes: leave them

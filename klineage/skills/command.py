@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection
 
     from klineage.skills.library import Library
+    from klineage.walk.step_code import StepCodes
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -50,6 +51,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                        help="use the steps' recorded per-case timings (bench/percase.py) as the cards' effects and "
                             "to induce when they pay, or ignore them (a library admitted before they were measured "
                             "stays reproducible until it is admitted again); recorded in the provenance")
+    build.add_argument("--step-code", metavar="FILE", default=None,
+                       help="which steps ran their parent's machine code (bench/step_code.py): their timings are left "
+                            "out of the cards' effects, said in their diagnostics (default: corpus/library/"
+                            "step_code.json where it exists; 'none' reads no record); recorded in the provenance")
     show = actions.add_parser("show", help="list the library's cards, or print one",
                               parents=[cli_options.library(folders=True),
                                        cli_options.json_output("the whole library document")])
@@ -105,6 +110,16 @@ def run(args: argparse.Namespace) -> int:
         args.library_command](args)
 
 
+def _step_codes(given: str | None) -> StepCodes | None:
+    """The step-code record `--step-code` names: the bundled one where none is named and it exists, none for 'none'."""
+    from klineage.walk.step_code import StepCodes
+
+    if given == "none":
+        return None
+    path = Path(given) if given else config.corpus_dir() / "library" / "step_code.json"
+    return StepCodes.load(path) if given or path.exists() else None
+
+
 def _build(args: argparse.Namespace) -> int:
     from klineage.lineage import Lineage
     from klineage.skills.library import (
@@ -124,9 +139,12 @@ def _build(args: argparse.Namespace) -> int:
     if not lineages:
         raise KLineageError("no lineage to build a library from")
     problems = problem_infos({lineage.problem.operator for lineage in lineages})
-    provenance = {**default_provenance(lineages, args.note), "per_case": args.per_case}
+    codes = _step_codes(args.step_code)
+    provenance = {**default_provenance(lineages, args.note), "per_case": args.per_case,
+                  **({"step_code": {"toolchain": codes.toolchain, "same": codes.same()}} if codes else {})}
     library = build_library(lineages, problems, provenance, retimed_effect,
-                            percase_timing if args.per_case == "use" else None)
+                            percase_timing if args.per_case == "use" else None,
+                            codes.of if codes else None)
     for earlier in args.keep_trials:
         from klineage.skills.admission import carry_trials
 

@@ -52,6 +52,7 @@ from typing import Any
 
 from klineage.features.feature import Feature
 from klineage.features.source import FILE_LOCUS
+from klineage.gate.machine_code import CodeIdentity
 from klineage.gate.policy import Placement
 from klineage.lineage import (
     CaseOutcome,
@@ -79,7 +80,7 @@ from klineage.skills.card import (
 )
 from klineage.skills.facts import case_facts, kernel_facts, launch_facts, layout_facts
 from klineage.skills.predicates import Labelled, separate
-from klineage.skills.when import WhenKind, induce_when, kernel_rows, per_case
+from klineage.skills.when import SAME_CODE, WhenKind, induce_when, kernel_rows, per_case
 from klineage.walk.audit import MECHANISMS
 from klineage.walk.timing_audit import PerCaseTiming
 
@@ -115,6 +116,8 @@ Cases = Mapping[str, Mapping[str, Any]]  # case name -> parameters
 Retimed = Callable[[Lineage, int], "tuple[float, tuple[float, ...]] | None"]
 # (lineage, step index) -> the step timed on every case (timing_audit.percase_timing), or None
 PerCase = Callable[[Lineage, int], "PerCaseTiming | None"]
+# (lineage, step index) -> whether its child runs its parent's machine code (walk.step_code.StepCodes.identity)
+StepCode = Callable[[Lineage, int], CodeIdentity]
 
 
 def lineage_id(lineage: Lineage) -> str:
@@ -270,6 +273,21 @@ def _doubted(steps: list[_Step], timed: Mapping[Ref, PerCaseTiming]) -> list[Ris
                               + "; ".join(f"{operator}:{r.case} {r.ratio:.3f}x ({r.doubt})" for r in doubted),
                               (step.ref,)))
     return found
+
+
+def _same_code(steps: list[_Step], timed: Mapping[Ref, PerCaseTiming]) -> list[Risk]:
+    """The steps whose child runs its parent's machine code, in one line: left out of the effects, with
+    what their timings measured (the pairing's noise about a true ratio of 1)."""
+    if not steps:
+        return []
+    ratios = [r.ratio for s in steps for r in (timed[s.ref].rows if s.ref in timed else ()) if r.evidence]
+    ratios += [s.transition.forward.timing.overall for s in steps
+               if s.ref not in timed and s.transition.forward.timing is not None]
+    measured = f"; timed at {min(ratios):.3f}x to {max(ratios):.3f}x on {len(ratios)} case(s)" if ratios else ""
+    return [Risk(SAME_CODE, f"left out of the effects: {len(steps)} step(s) whose child runs its parent's machine code "
+                            f"(the same SASS and resources, launched alike), so nvcc had already done what the "
+                            f"forward spells out and their true ratio is 1{measured}",
+                 tuple(sorted(s.ref for s in steps)))]
 
 
 def _case_table(problems: Mapping[str, Any] | None, operator: str) -> dict[str, dict[str, Any]] | None:
@@ -428,7 +446,8 @@ def _prior(steps: list[_Step]) -> set[str]:
 
 
 def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
-           retimed: Retimed | None = None, percase: PerCase | None = None) -> list[SkillCard]:
+           retimed: Retimed | None = None, percase: PerCase | None = None,
+           step_code: StepCode | None = None) -> list[SkillCard]:
     """Cards from the accepted transitions of `lineages`, sorted by transform then id.
 
     `problems` maps an operator to its `ProblemInfo` (or to a table case name -> parameters); it
@@ -437,7 +456,9 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
     re-timed with parent and child exchanging places, if it was (`timing_audit.retimed_effect`):
     that measurement, which placement cannot move, is the effect rather than the walk's own. `percase`
     gives a step timed on every case (`timing_audit.percase_timing`): one effect a case, from which
-    the card's timing precondition is induced (klineage.skills.when)."""
+    the card's timing precondition is induced (klineage.skills.when). `step_code` says which steps ran
+    their parent's machine code (klineage.walk.step_code): their true ratio is 1, so their timings are
+    left out of the card's effects, its *when* and its measured risks, and said in its diagnostics."""
     groups: dict[tuple[str, frozenset[Feature]], list[_Step]] = {}
     for lineage in lineages:
         for transition in lineage.transitions:
@@ -462,7 +483,9 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
                                                    s.transition.index))
         anchor = representative.transition.anchor
         requires = frozenset.intersection(*(_requires(s) for s in steps))
-        risks = _risks(rejections) + _measured_risks(steps, timed)
+        unchanged = [s for s in steps if step_code and step_code(s.lineage, s.transition.index) is CodeIdentity.SAME]
+        changed = [s for s in steps if s not in unchanged]
+        risks = _risks(rejections) + _measured_risks(changed, timed)
         preconditions: list[Precondition] = []
         rows, source = _labels(steps, rejections, problems)
         if rows:
@@ -476,8 +499,8 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
             declared = _declared(steps)
             if declared is not None:
                 preconditions.append(declared)
-        effects = _effects(steps, problems, retimed, timed)
-        paying = _when(steps, effects, problems, timed)
+        effects = _effects(changed, problems, retimed, timed)
+        paying = _when(changed, effects, problems, timed)
         if paying is not None:
             preconditions.append(paying)
         scope = Scope(operators=tuple(sorted({s.lineage.problem.operator for s in steps})), language="cuda",
@@ -488,7 +511,8 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
             anchor=CardAnchor(anchor.kind, anchor.snippet, anchor.function, anchor.key),
             vector=representative.transition.forward_diff, scope=scope, carrier=_carrier(steps),
             preconditions=tuple(preconditions), effects=tuple(effects), risks=tuple(risks),
-            diagnostics=tuple(_risks(rejections, diagnostics=True) + _doubted(steps, timed)),
+            diagnostics=tuple(_risks(rejections, diagnostics=True) + _doubted(changed, timed)
+                              + _same_code(unchanged, timed)),
             requires=requires, provides=provides,
             conflicts=_conflicts(transform, steps, rejections, provides) - requires,
             evidence=tuple(s.ref for s in steps), status=CardStatus.CANDIDATE))

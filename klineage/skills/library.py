@@ -26,7 +26,7 @@ from klineage.fingerprint import document_text, parse_document
 from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
 from klineage.skills.card import CardStatus, SkillCard
-from klineage.skills.induction import PerCase, Retimed, induce, lineage_id
+from klineage.skills.induction import PerCase, Retimed, StepCode, induce, lineage_id
 from klineage.skills.skillmd import import_skillmd
 
 LIBRARY_VERSION = 1
@@ -121,9 +121,10 @@ def save_library(library: Library, path: str | Path) -> Path:
 
 def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] | None,
                   provenance: dict[str, Any], retimed: Retimed | None = None,
-                  percase: PerCase | None = None) -> Library:
+                  percase: PerCase | None = None, step_code: StepCode | None = None) -> Library:
     """The cards `induce` lifts from `lineages` (effects re-timed where `retimed` says, per case where
-    `percase` has a step timed on every case), with the
+    `percase` has a step timed on every case, none from a step `step_code` finds running its parent's
+    machine code), with the
     caller's provenance plus the source lineage ids (`lineages`) and the gate modes they ran under
     (`gate_modes`)."""
     ids = [lineage_id(lineage) for lineage in lineages]
@@ -135,7 +136,7 @@ def build_library(lineages: list[Lineage], problems: Mapping[str, ProblemInfo] |
     if clash:
         raise KLineageError(f"provenance keys {clash} are filled in from the lineages; do not give them")
     facts = {"lineages": sorted(ids), "gate_modes": sorted({lineage.gate.value for lineage in lineages})}
-    return Library(tuple(induce(lineages, problems, retimed, percase)), {**provenance, **facts})
+    return Library(tuple(induce(lineages, problems, retimed, percase, step_code)), {**provenance, **facts})
 
 
 def _lineage_files(folder: str | Path | None) -> list[tuple[Path, Lineage]]:

@@ -83,6 +83,7 @@ MIN_RECALL = 0.5  # share of its paid cases it still predicts paid when each is 
 MIN_PRECISION = 0.8  # share of the decided cases where a written predicate holds on which the step paid
 BEAM = 200  # atoms missing fewest paid cases, paired with one another
 MIN_WHEN_CASES = 8  # distinct cases a card must have paid on before "paid on all N cases" admits it
+SAME_CODE = "same_code"  # a card's diagnostic: steps whose child runs its parent's machine code, timing noise alone
 SOURCE = "timing"  # a Precondition's source: it says where the step pays, not whether it is sound
 
 
@@ -534,6 +535,8 @@ def card_when(card: SkillCard, required: float = DEFAULT_REQUIRED_RATIO) -> When
     kind, sentence = _tally(rows, required)
     if kind is WhenKind.MIXED:
         sentence += "; no predicate over the case facts was forced by them"
+    if kind is WhenKind.UNMEASURED and any(d.category == SAME_CODE for d in card.diagnostics):
+        sentence = "not timed: every step it came from ran its parent's machine code, so nothing of it was measured"
     return When(kind, sentence, rows, required=required)
 
 

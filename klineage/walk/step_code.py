@@ -8,7 +8,7 @@ them out of a card's *when* (klineage.skills.when) and of its measured risks.
 
 Knowing it means compiling both states of every step: hundreds of kernels, minutes each on a small
 machine. `census` does it once, on as many processes as the host has, and a `StepCodes` record keeps
-the answer by lineage id and step index with the toolchain that compiled them; `klineage library build`
+the answer by the step's two kernel fingerprints with the toolchain that compiled them; `klineage library build`
 reads the record (bench/step_code.py writes it). A step the record lacks is UNCHECKED: its timings
 count as before.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,44 +35,49 @@ VERSION = 1
 
 @dataclass(frozen=True)
 class StepCodes:
-    """Per lineage id (klineage.skills.induction.lineage_id), per step index, whether the step's two
-    states run the same machine code, as `toolchain` compiled them."""
+    """Per step, keyed by its parent's and its child's kernel fingerprints (two walks of one expert share
+    a lineage id, never a step), whether the two run the same machine code as `toolchain` compiled them."""
 
     toolchain: str
-    steps: Mapping[str, Mapping[int, CodeIdentity]] = field(default_factory=dict)
+    steps: Mapping[str, Mapping[str, CodeIdentity]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         nonblank(self.toolchain, "step codes.toolchain")
         steps = {}
-        for lineage, by_index in self.steps.items():
-            nonblank(lineage, "step codes.steps")
-            steps[lineage] = {int(i): enum(CodeIdentity, v, f"step codes.steps[{lineage}][{i}]")
-                              for i, v in by_index.items()}
+        for parent, children in self.steps.items():
+            nonblank(parent, "step codes.steps")
+            if not isinstance(children, Mapping):
+                raise DocumentError(f"step codes.steps[{parent[:12]}]", "must map a child fingerprint to an identity")
+            steps[parent] = {child: enum(CodeIdentity, v, f"step codes.steps[{parent[:12]}][{child[:12]}]")
+                             for child, v in children.items()}
         object.__setattr__(self, "steps", steps)
 
-    def identity(self, lineage: str, index: int) -> CodeIdentity:
-        return self.steps.get(lineage, {}).get(index, CodeIdentity.UNCHECKED)
+    def identity(self, parent: str, child: str) -> CodeIdentity:
+        return self.steps.get(parent, {}).get(child, CodeIdentity.UNCHECKED)
+
+    def of(self, lineage: Lineage, index: int) -> CodeIdentity:
+        """Step `index` of `lineage`: its parent is state `index`, its child the next."""
+        return self.identity(*(s.kernel.fingerprint for s in lineage.states[index:index + 2]))
 
     def same(self) -> int:
-        return sum(v is CodeIdentity.SAME for by_index in self.steps.values() for v in by_index.values())
+        return sum(v is CodeIdentity.SAME for children in self.steps.values() for v in children.values())
+
+    def decided(self) -> int:
+        return sum(v is not CodeIdentity.UNCHECKED for children in self.steps.values() for v in children.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": VERSION, "toolchain": self.toolchain,
-                "steps": {lineage: {str(i): v.value for i, v in sorted(by_index.items())}
-                          for lineage, by_index in sorted(self.steps.items())}}
+                "steps": {parent: {child: v.value for child, v in sorted(children.items())}
+                          for parent, children in sorted(self.steps.items())}}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "step codes") -> StepCodes:
         data = need(data, ("version", "toolchain", "steps"), where)
         if data["version"] != VERSION:
             raise DocumentError(where, f"unsupported version {data['version']!r} (this engine reads {VERSION})")
-        if not isinstance(data["steps"], dict) or not all(isinstance(v, dict) for v in data["steps"].values()):
-            raise DocumentError(f"{where}.steps", "must map a lineage id to a table of step index -> identity")
-        try:
-            steps = {lineage: {int(i): v for i, v in by_index.items()} for lineage, by_index in data["steps"].items()}
-        except ValueError as bad:
-            raise DocumentError(f"{where}.steps", f"a step index is not a whole number: {bad}") from None
-        return cls(data["toolchain"], steps)
+        if not isinstance(data["steps"], dict):
+            raise DocumentError(f"{where}.steps", "must map a parent fingerprint to a table of child -> identity")
+        return cls(data["toolchain"], data["steps"])
 
     @classmethod
     def load(cls, path: str | Path) -> StepCodes:
@@ -96,29 +101,30 @@ def code_digest(kernel: KernelState) -> str | None:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def census(lineages: Mapping[str, Lineage], toolchain: str, *, jobs: int = 1, deadline: float | None = None,
-           earlier: StepCodes | None = None) -> StepCodes:
-    """Every step of `lineages` (by lineage id) compared, each state compiled once on `jobs` processes;
-    the steps `earlier` decided (same toolchain) are kept, not compiled again. At `deadline` (a
-    time.monotonic() value) the steps still open are left out, so a later call resumes where this stopped."""
+def census(steps: Iterable[tuple[KernelState, KernelState]], toolchain: str, *, jobs: int = 1,
+           deadline: float | None = None, earlier: StepCodes | None = None) -> StepCodes:
+    """Every (parent, child) step compared, each state compiled once on `jobs` processes; the steps
+    `earlier` decided (same toolchain) are kept, not compiled again. At `deadline` (a time.monotonic()
+    value) the steps still open are left out, so a later call resumes where this stopped."""
     if earlier is not None and earlier.toolchain != toolchain:
         earlier = None  # another compiler's code says nothing of this one's
-    known = {lineage: dict(by_index) for lineage, by_index in (earlier.steps if earlier else {}).items()}
-    open_steps = [(lid, i) for lid, lineage in lineages.items() for i in range(len(lineage.transitions))
-                  if known.get(lid, {}).get(i, CodeIdentity.UNCHECKED) is CodeIdentity.UNCHECKED]
-    kernels: dict[str, KernelState] = {}
-    for lid, i in open_steps:
-        for state in lineages[lid].states[i:i + 2]:
-            kernels.setdefault(state.kernel.fingerprint, state.kernel)
-    digests = _digests(kernels, jobs, deadline)
-    for lid, i in open_steps:
-        pair = [digests.get(s.kernel.fingerprint, "") for s in lineages[lid].states[i:i + 2]]
+    known = {parent: dict(children) for parent, children in (earlier.steps if earlier else {}).items()}
+    pairs = {(parent.fingerprint, child.fingerprint): (parent, child) for parent, child in steps}
+    open_pairs = {pair: kernels for pair, kernels in pairs.items()
+                  if known.get(pair[0], {}).get(pair[1], CodeIdentity.UNCHECKED) is CodeIdentity.UNCHECKED}
+    digests = _digests({k.fingerprint: k for kernels in open_pairs.values() for k in kernels}, jobs, deadline)
+    for parent, child in open_pairs:
+        pair = [digests.get(parent, ""), digests.get(child, "")]
         if "" in pair:  # not compiled before the deadline: open for the next call
             continue
-        identity = (CodeIdentity.UNCHECKED if None in pair else
-                    CodeIdentity.SAME if pair[0] == pair[1] else CodeIdentity.DIFFERENT)
-        known.setdefault(lid, {})[i] = identity
+        known.setdefault(parent, {})[child] = (CodeIdentity.UNCHECKED if None in pair else
+                                               CodeIdentity.SAME if pair[0] == pair[1] else CodeIdentity.DIFFERENT)
     return StepCodes(toolchain, known)
+
+
+def walk_steps(lineage: Lineage) -> list[tuple[KernelState, KernelState]]:
+    """The (parent, child) kernels of each accepted step of a walk, in order."""
+    return [(a.kernel, b.kernel) for a, b in zip(lineage.states, lineage.states[1:])]
 
 
 def _digests(kernels: Mapping[str, KernelState], jobs: int, deadline: float | None) -> dict[str, str | None]:
