@@ -51,9 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                    if codes.identity(parent, child) is CodeIdentity.SAME)
     print(f"{codes.decided()} of {len(transforms)} steps decided, {codes.same()} ran their parent's machine code: "
           + ", ".join(f"{t} {n}" for t, n in same.most_common()))
-    sys.stdout.flush()
-    os._exit(0)  # compiles cut by the deadline are still running in the pool's processes: leave them
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -225,8 +225,10 @@ def test_the_bundled_library_is_the_corpus_rebuilt_with_its_own_trials(tmp_path)
 
     out = tmp_path / "rebuilt.json"
     bundled = load_library(BUNDLED)
-    per_case = bundled.provenance.get("per_case", "use")  # as it was built: with the per-case timings or not
-    assert main(["library", "build", "--keep-trials", str(BUNDLED), "--per-case", per_case, "--out", str(out)]) == 0
+    per_case = bundled.provenance.get("per_case", "use")  # as it was built: with the per-case timings or not,
+    step_code = [] if "step_code" in bundled.provenance else ["--step-code", "none"]  # with the step-code record or not
+    assert main(["library", "build", "--keep-trials", str(BUNDLED), "--per-case", per_case, *step_code,
+                 "--out", str(out)]) == 0
     assert load_library(out).cards == bundled.cards
     admitted = [c for c in bundled.cards if c.status is CardStatus.ADMITTED]
     assert admitted

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import time
 from collections.abc import Iterable, Mapping
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,19 +128,22 @@ def walk_steps(lineage: Lineage) -> list[tuple[KernelState, KernelState]]:
 
 
 def _digests(kernels: Mapping[str, KernelState], jobs: int, deadline: float | None) -> dict[str, str | None]:
-    """fingerprint -> code digest (None: it did not compile) for those done before the deadline."""
+    """fingerprint -> code digest (None: it did not compile) for those done before the deadline. At the
+    deadline the workers are killed, not awaited: a compile still running would hold its caller's output open."""
     done: dict[str, str | None] = {}
-    pool = ProcessPoolExecutor(max(1, jobs))
-    try:
-        running = {pool.submit(code_digest, kernel): fingerprint for fingerprint, kernel in kernels.items()}
-        while running:
+    with multiprocessing.Pool(max(1, jobs)) as pool:  # leaving the block terminates the workers
+        results = pool.imap_unordered(_digest_of, kernels.items())
+        for _ in kernels:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break
-            finished, _ = wait(running, timeout=left, return_when=FIRST_COMPLETED)
-            for future in finished:
-                done[running.pop(future)] = future.result()
-    finally:
-        pool.shutdown(wait=deadline is None, cancel_futures=True)
+            try:
+                fingerprint, digest = results.next(timeout=left)
+            except multiprocessing.TimeoutError:
+                break
+            done[fingerprint] = digest
     return done
 
+
+def _digest_of(item: tuple[str, KernelState]) -> tuple[str, str | None]:
+    return item[0], code_digest(item[1])
