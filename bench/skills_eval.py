@@ -56,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from klineage import config, corpus  # noqa: E402
+from klineage import cli_options, config, corpus  # noqa: E402
 from klineage.config import GateMode  # noqa: E402
 from klineage.errors import KLineageError  # noqa: E402
 from klineage.gate.pipeline import default_cache, git_commit, run_gate  # noqa: E402
@@ -498,7 +498,9 @@ def admission_of(parts: list[tuple[str, dict[str, Any]]], library: Library) -> d
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[cli_options.code_check(
+        "the searches do not gate a candidate that runs its best kernel's machine code",
+        "they gate every candidate (parts written before the check ran so)")])
     parser.add_argument("--gate", choices=[m.value for m in GateMode], default=config.gate_mode().value)
     parser.add_argument("--budget", type=int, default=16, help="gate evaluations per strategy and workload")
     parser.add_argument("--library", help="library JSON or SKILL.md folder (default: the bundled library)")
@@ -510,9 +512,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ordering", choices=[o.value for o in Ordering], default=DEFAULT_ORDERING.value,
                         help=f"how the library strategies order each round (default {DEFAULT_ORDERING.value}; parts "
                              f"written before orderings existed ran {Ordering.AS_PLANNED.value})")
-    parser.add_argument("--code-check", choices=[c.value for c in CodeCheck], default=CodeCheck.SASS.value,
-                        help=f"what the searches compare before gating a candidate (default {CodeCheck.SASS.value}; "
-                             f"parts written before the check ran {CodeCheck.NONE.value})")
     parser.add_argument("--lineages", default=str(config.corpus_dir() / "lineages"), help="folder of lineage JSON")
     parser.add_argument("--documents", help="also write every optimization document into this folder")
     parser.add_argument("--out", default=str(config.REPO_ROOT / "bench" / "results" / "skills.json"))

@@ -68,6 +68,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from klineage import cli_options  # noqa: E402
 from klineage.config import GateMode  # noqa: E402
 from klineage.errors import KLineageError  # noqa: E402
 from klineage.fingerprint import sha256_json  # noqa: E402
@@ -368,7 +369,9 @@ def write(path: Path, document: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], parents=[cli_options.code_check(
+        "the searches do not gate a candidate that runs its best kernel's machine code",
+        "they gate every candidate (parts written before the check ran so)")])
     parser.add_argument("--gate", choices=[m.value for m in (GateMode.GPU, GateMode.REPLAY, GateMode.COMPILE_ONLY)],
                         default="gpu", help="gpu; replay: the recorded verdicts (no GPU); compile: nothing timed")
     parser.add_argument("--budget", type=int, default=24)
@@ -380,10 +383,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ordering", choices=[o.value for o in Ordering], default=DEFAULT_ORDERING.value,
                         help=f"how the library strategy orders each round (default {DEFAULT_ORDERING.value}; parts "
                              f"written before orderings existed ran {Ordering.AS_PLANNED.value})")
-    parser.add_argument("--code-check", choices=[c.value for c in CodeCheck], default=CodeCheck.SASS.value,
-                        help=f"what the searches compare before gating a candidate (default {CodeCheck.SASS.value}: "
-                             f"one that runs its best's machine code is not gated; parts written before the check "
-                             f"ran {CodeCheck.NONE.value})")
     parser.add_argument("--record", action="store_true", help="keep every verdict in the recorded store")
     parser.add_argument("--only", default="", help="comma-separated operators (default: all)")
     parser.add_argument("--merge", nargs="+", default=[], metavar="PART", help="join these parts' documents")

@@ -53,6 +53,17 @@ def placement(timings: str = "") -> argparse.ArgumentParser:
     return parent
 
 
+def code_check(sass_means: str, none_means: str) -> argparse.ArgumentParser:
+    """--code-check: what is compared before a kernel is gated against another (klineage.gate.machine_code);
+    `sass_means` and `none_means` say what each choice does in this subcommand."""
+    from klineage.gate.machine_code import CodeCheck  # compiles and disassembles: only where it is asked for
+
+    parent = _parent()
+    parent.add_argument("--code-check", choices=[c.value for c in CodeCheck], default=CodeCheck.SASS.value,
+                        help=f"{CodeCheck.SASS.value} (default): {sass_means}; {CodeCheck.NONE.value}: {none_means}")
+    return parent
+
+
 def jobs(default: int, what: str, when: str) -> argparse.ArgumentParser:
     """--jobs N: how many kernels a GPU gate judges side by side (`what`: which kernels; `when`: in which part
     of the subcommand); the rest of the subcommand times one kernel at a time."""

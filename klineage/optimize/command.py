@@ -33,7 +33,6 @@ def seconds(text: str) -> float:
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
-    from klineage.optimize.result import CodeCheck
     from klineage.optimize.strategies import (
         DEFAULT_ORDERING,
         DEFAULT_STRATEGY,
@@ -49,7 +48,10 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                  cli_options.gate("nothing runs: nothing can be accepted"),
                  cli_options.jobs(1, "the correctness of this many candidates", "before timing each alone"),
                  cli_options.out("the result", "var/optimizations/<kernel>-<strategy>-<gate>.json"),
-                 cli_options.json_output("the result document")])
+                 cli_options.json_output("the result document"),
+                 cli_options.code_check("a candidate that runs the best kernel's machine code (the same SASS and "
+                                        "resources, launched alike) is recorded same_code and not gated",
+                                        "gate every candidate")])
     sub.add_argument("--from", dest="start", required=True, metavar="KERNEL",
                      help="the kernel to start from: a folder with launch.toml, or a bundled kernel name")
     sub.add_argument("--statuses", default="admitted",
@@ -73,9 +75,6 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                      help="how a library strategy orders each round: measured (default) tries after the rest what "
                           "this run or the library measured paying less than a step; as_planned: the cards' order, "
                           "then the catalog's")
-    sub.add_argument("--code-check", choices=[c.value for c in CodeCheck], default=CodeCheck.SASS.value,
-                     help="sass (default): a candidate that runs the best kernel's machine code (the same SASS and "
-                          "resources, launched alike) is recorded same_code and not gated; none: gate every candidate")
     sub.add_argument("--time-limit-s", type=seconds, metavar="SECONDS",
                      help="stop gating candidates once the run has taken this long (stop: time_limit)")
     sub.add_argument("--save", metavar="DIR", help="also write the best kernel as a kernel folder (kernel.cu + "

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    from klineage.gate.machine_code import CodeCheck
 
     library = commands.add_parser("library", help="build, show or export the skill library")
     actions = library.add_subparsers(dest="library_command", required=True)
@@ -82,15 +81,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                  cli_options.placement("the trials' timing"),
                  cli_options.record("every trial's verdict", scope="GPU gate"),
                  cli_options.jobs(1, "the correctness of about this many cards' trial kernels",
-                                  "before each trial times alone")])
+                                  "before each trial times alone"),
+                 cli_options.code_check("a target where the card's kernel runs the target's own machine code (the "
+                                        "compiler already did it) is no target", "any target where the card applies")])
     admit.add_argument("--lineages", nargs="+", default=[], metavar="WALK",
                        help="lineage files the library was built from besides corpus/lineages (e.g. "
                             "bench/walks/*.gpu.json.gz): their steps give the held-out cases of the cards they source")
     admit.add_argument("--card", action="append", default=[], help="a card id or prefix (repeatable; default: all)")
     admit.add_argument("--limit", type=int, default=3, help="targets gated per card")
-    admit.add_argument("--code-check", choices=[c.value for c in CodeCheck], default=CodeCheck.SASS.value,
-                       help="sass (default): a target where the card's kernel runs the target's own machine code "
-                            "(the compiler already did it) is no target; none: any target where the card applies")
     admit.add_argument("--redo", action="store_true",
                        help="trial every chosen card, also those the library already decides on the same evidence")
     admit.add_argument("--rejudge", action="store_true",
