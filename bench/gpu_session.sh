@@ -117,10 +117,10 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     # resumes from the committed record: a call cut short leaves the rest open for the next
     # the census's output goes to a file: a compile the deadline cut may outlive it and must hold no pipe open;
     # the record is also left in the checkout, where a rebuild stage after it reads it (library build's default)
-    stepcode) cp corpus/library/step_code.json "$OUT/results/" 2>/dev/null
+    stepcode) cp corpus/step_code.json "$OUT/results/" 2>/dev/null
       timeout "${limit:-540}" python3 bench/step_code.py --out "$OUT/results/step_code.json" --jobs "$(nproc)" \
         --deadline-s $(( ${limit:-540} - 20 )) > /tmp/stepcode.txt 2>&1 < /dev/null
-      cat /tmp/stepcode.txt; cp "$OUT/results/step_code.json" corpus/library/step_code.json ;;
+      cat /tmp/stepcode.txt; cp "$OUT/results/step_code.json" corpus/step_code.json ;;
     mmapeak) timeout "${limit:-120}" python3 bench/mma_peak.py --out "$OUT/results/mma-peak.json" ;;
     fidelity) timeout "${limit:-560}" python3 bench/timing_fidelity.py --repeats "${FIDELITY_REPEATS:-20}" \
       --out "$OUT/results/timing_fidelity.json" ;;

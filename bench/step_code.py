@@ -1,6 +1,6 @@
 """Which steps of the GPU walks ran their parent's machine code: compiled here, recorded for `library build`.
 
-    python bench/step_code.py [--out corpus/library/step_code.json] [--jobs N] [--deadline-s S]
+    python bench/step_code.py [--out corpus/step_code.json] [--jobs N] [--deadline-s S]
 
 Every accepted step of every GPU walk in corpus/lineages and bench/walks (what a library build reads) has its
 parent and child compiled with this host's toolchain and compared (klineage.walk.step_code). Steps the output
@@ -29,7 +29,7 @@ from klineage.lineage import Lineage  # noqa: E402
 from klineage.toolchain import find_toolchain  # noqa: E402
 from klineage.walk.step_code import StepCodes, census, walk_steps  # noqa: E402
 
-OUT = ROOT / "corpus" / "library" / "step_code.json"
+OUT = ROOT / "corpus" / "step_code.json"
 
 
 def main(argv: list[str] | None = None) -> int:

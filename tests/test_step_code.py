@@ -101,3 +101,19 @@ def test_library_build_names_a_missing_record(tmp_path, capsys):
     assert main(["library", "build", str(WALK), "--step-code", str(tmp_path / "nope.json"),
                  "--out", str(tmp_path / "out.json")]) != 0
     assert "nope.json" in capsys.readouterr().err and not (tmp_path / "out.json").exists()
+
+
+def test_the_committed_record_decides_every_step_of_the_gpu_walks_and_the_percase_library_reads_it():
+    """corpus/step_code.json covers every accepted step of the GPU walks a library is built from (a walk added
+    without running bench/step_code.py fails here), and the per-case library was built with it."""
+    from klineage.config import GateMode
+    from klineage.documents import document_files
+
+    record = StepCodes.load(config.corpus_dir() / "step_code.json")
+    walks = [lineage for folder in (config.corpus_dir() / "lineages", config.bench_walks_dir())
+             for lineage in map(Lineage.load, document_files(folder)) if lineage.gate is GateMode.GPU]
+    undecided = [f"{w.expert.name} step {i}" for w in walks for i in range(len(w.transitions))
+                 if record.of(w, i) is CodeIdentity.UNCHECKED]
+    assert len(walks) >= 20 and not undecided
+    percase = load_library(config.REPO_ROOT / "bench" / "results" / "percase" / "library.json")
+    assert percase.provenance["step_code"] == {"toolchain": record.toolchain, "same": record.same()}

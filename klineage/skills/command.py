@@ -52,7 +52,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                             "stays reproducible until it is admitted again); recorded in the provenance")
     build.add_argument("--step-code", metavar="FILE", default=None,
                        help="which steps ran their parent's machine code (bench/step_code.py): their timings are left "
-                            "out of the cards' effects, said in their diagnostics (default: corpus/library/"
+                            "out of the cards' effects, said in their diagnostics (default: corpus/"
                             "step_code.json where it exists; 'none' reads no record); recorded in the provenance")
     show = actions.add_parser("show", help="list the library's cards, or print one",
                               parents=[cli_options.library(folders=True),
@@ -114,7 +114,7 @@ def _step_codes(given: str | None) -> StepCodes | None:
 
     if given == "none":
         return None
-    path = Path(given) if given else config.corpus_dir() / "library" / "step_code.json"
+    path = Path(given) if given else config.corpus_dir() / "step_code.json"
     return StepCodes.load(path) if given or path.exists() else None
 
 
