@@ -21,7 +21,8 @@ induction then reads them, klineage.skills.when) and the recorded verdicts; runs
 - rows: one per admitted card with a *when*: its precondition (or "paid on all N cases measured"),
   the cases it holds and fails on, the share of paid cases where it holds, its leave-one-case-out and
   leave-one-kernel-out accuracies,
-  and the held-out trials that decided it (target, paired ratio on the trial's case, outcome, and
+  and the held-out trials that decided it (target, paired ratio on the trial's case, outcome, the GPU it was
+  judged on, and
   this_content: false where they judged an earlier content whose status it carried): where a
   uniform card was tried beyond the cases it was measured on.
 - kept_out: the cards that are not admitted because their per-case effects do not say where they pay
@@ -59,13 +60,13 @@ def _trials(card: SkillCard) -> list[dict[str, Any]]:
     that has none, those of the content whose status it carried (a rebuild that changed only what no
     trial reads, more cases timed say: `admission.judged_alike`), the latest trialled one. Each with its
     target, its paired ratio (target time over the card's kernel's, on one case; null where the gate
-    rejected or timed nothing), its outcome and whether it judged this very content."""
+    rejected or timed nothing), its outcome, the GPU that judged it and whether it judged this very content."""
     digest = card_digest(card)
     bases = [t.basis.card for t in card.verification_log if t.basis is not None]
     judged = digest if digest in bases or card.status is not CardStatus.ADMITTED or not bases else bases[-1]
     return [{"target": named.group(1) if (named := _TARGET.match(t.message)) else t.state[:12],
              "ratio": round(t.ratio, 4) if t.ratio is not None else None, "outcome": trial_outcome(t).value,
-             "this_content": judged == digest}
+             "gpu": t.basis.gpu, "this_content": judged == digest}
             for t in card.verification_log if t.basis is not None and t.basis.card == judged]
 
 

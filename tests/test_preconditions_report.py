@@ -95,8 +95,12 @@ def test_each_admitted_row_names_the_held_out_trials_that_decided_it():
     [expf] = [row for row in result["rows"] if row["card"] == "d96b27d56dce"]
     # timed on three more logcumsumexp cases since (paid on each), it carries the status those trials gave it
     assert expf["trials"] == [{"target": "causal_softmax/naive", "ratio": 1.0421, "outcome": "passed",
-                               "this_content": False},
-                              {"target": "fmha/naive", "ratio": 1.003, "outcome": "failed", "this_content": False}]
+                               "gpu": "NVIDIA H200", "this_content": False},
+                              {"target": "fmha/naive", "ratio": 1.003, "outcome": "failed", "gpu": "NVIDIA H200",
+                               "this_content": False}]
+    # each trial names the GPU that judged it: the unroll card's latest ones ran on an H100
+    [unroll] = [row for row in result["pending"] if row["card"] == "c60c9c0bff90"]
+    assert {t["gpu"] for t in unroll["trials"]} == {"NVIDIA H100 80GB HBM3"}
     assert any(t["this_content"] for row in result["rows"] for t in row["trials"])
     [replicated] = [row for row in result["rows"] if row["card"] == "9845da347823"]
     assert replicated["trials"][0]["target"].endswith("(measured per case already: a replication)")
