@@ -43,7 +43,10 @@ def parser() -> argparse.ArgumentParser:
                  cli_options.placement("the forward timings"),
                  cli_options.record("every verdict the walk used", scope="GPU walk"),
                  cli_options.jobs(6, "this many states of the guessed walk", "while prefetching"),
-                 cli_options.out("the lineage JSON", "var/lineages/<kernel>-<gate>.json")])
+                 cli_options.out("the lineage JSON", "var/lineages/<kernel>-<gate>.json"),
+                 cli_options.code_check("a step whose child runs its parent's machine code is recorded same_code and "
+                                        "its forward not timed", "every verified forward is timed (with --as-in: "
+                                        "the earlier walk's)")])
     walk.add_argument("--problem", help="problem file or bundled problem (default: the plan's problem)")
     # Not optimize's --rewriter: the same two choices, but optimize's are its RewriterKind, which the walk has not.
     walk.add_argument("--rewriter", choices=["rules", "llm"], default="rules")
@@ -57,8 +60,8 @@ def parser() -> argparse.ArgumentParser:
     walk.add_argument("--prefetch-only", action="store_true",
                       help="stop after the prefetch: no walk, no lineage (with --record, the verdicts are kept)")
     walk.add_argument("--as-in", metavar="LINEAGE",
-                      help="walk with the transforms, limits and timing placement of this earlier walk (to replay "
-                           "it: --gate replay)")
+                      help="walk with the transforms, limits, timing placement and code check of this earlier walk "
+                           "(to replay it: --gate replay)")
 
     problems = commands.add_parser("problems", help="list bundled problems, or describe problem files of any format",
                                    parents=[cli_options.json_output("the list, or the descriptions,")])
@@ -147,6 +150,7 @@ def _prefetch(args: argparse.Namespace, problem, expert, mode: GateMode, progres
 def _walk(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from klineage.gate.machine_code import CodeCheck
     from klineage.gate.prefetch import warming
     from klineage.lineage import Termination
     from klineage.report import console, progress_display, table
@@ -164,6 +168,7 @@ def _walk(args: argparse.Namespace) -> int:
     else:
         rewriter = None  # the rule rewriter over the catalog
     transforms, limits, placement = None, (args.max_steps, args.max_rejections), Placement(args.placement)
+    code_check = CodeCheck(args.code_check)
     if args.as_in:
         from klineage.lineage import Lineage as LineageDocument
         from klineage.walk.walker import transforms_named
@@ -171,6 +176,7 @@ def _walk(args: argparse.Namespace) -> int:
         earlier = LineageDocument.load(args.as_in)
         transforms, limits = transforms_named(earlier), (earlier.limits.max_steps, earlier.limits.max_rejections)
         placement = GatePolicy.from_dict(earlier.policy["forward_timing"]).placement
+        code_check = CodeCheck(earlier.policy.get("code_check", CodeCheck.NONE.value))  # absent: made before it
     if args.prefetch_only and not args.prefetch:
         raise KLineageError("--prefetch-only needs --prefetch LINEAGE: the walk whose states to judge")
     with progress_display() as progress:
@@ -180,7 +186,7 @@ def _walk(args: argparse.Namespace) -> int:
         with warming(ahead):
             lineage = walk(problem, expert, rewriter, gate_mode=mode, max_steps=limits[0],
                            max_rejections=limits[1], progress=progress, record=args.record, transforms=transforms,
-                           placement=placement)
+                           placement=placement, code_check=code_check)
     out = Path(args.out) if args.out else config.data_dir() / "lineages" / f"{expert.name}-{mode.value}.json"
     lineage.save(out)
 

@@ -46,6 +46,9 @@ class ForwardStatus(str, Enum):
     SLOWER = "slower"  # the parent is not >= 0.99x the child's speed in the median and every trial
     FAILED = "failed"  # the forward rewrite does not give back the parent, or its timing could not be judged
     UNTIMED = "untimed"  # the forward gives back the parent, but the gate ran nothing (compile-only walk)
+    # the forward gives back the parent, and the child runs the parent's machine code (klineage.gate.machine_code):
+    # its true ratio is 1, so it was not timed (a walk with the code check)
+    SAME_CODE = "same_code"
 
 
 class RejectionCategory(str, Enum):

@@ -329,3 +329,25 @@ def test_catalog_order_puts_mechanisms_first_and_respects_after():
     new.name, new.role = "test_new_mechanism", Role.MECHANISM
     placed = [t.name for t in ordered([*pool.values(), new])]
     assert placed.index("test_new_mechanism") < min(placed.index(m) for m in micro) if micro else True
+
+
+def test_with_the_code_check_a_step_nvcc_had_done_is_same_code_and_untimed(gate_cache):
+    """The naive softmax's `__launch_bounds__(THREADS)` (256 threads) changes no register allocation: removing it
+    leaves the machine code as it was, so with the code check its forward is `same_code`, never timed, and
+    induction gives its card no effect; without the check it is an ordinary untimed step."""
+    from klineage.gate.machine_code import CodeCheck
+    from klineage.skills.induction import induce
+    from klineage.skills.when import SAME_CODE
+
+    bounded = corpus.kernel_entry("row_softmax/naive").load()
+    assert "__launch_bounds__(THREADS)" in bounded.source
+    transforms = [catalog()["launch_bounds"]]
+    checked = dry_walk(bounded, transforms, gate_cache, max_steps=1, code_check=CodeCheck.SASS)
+    [step] = checked.transitions
+    assert step.forward.status is ForwardStatus.SAME_CODE and step.forward.timing is None
+    assert "runs the parent's machine code" in step.forward.message
+    assert checked.policy["code_check"] == "sass"
+    plain = dry_walk(bounded, transforms, gate_cache, max_steps=1)
+    assert plain.transitions[0].forward.status is ForwardStatus.UNTIMED and "code_check" not in plain.policy
+    [card] = induce([checked])
+    assert not card.effects and [d.category for d in card.diagnostics if d.category == SAME_CODE] == [SAME_CODE]

@@ -457,7 +457,8 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
     that measurement, which placement cannot move, is the effect rather than the walk's own. `percase`
     gives a step timed on every case (`timing_audit.percase_timing`): one effect a case, from which
     the card's timing precondition is induced (klineage.skills.when). `step_code` says which steps ran
-    their parent's machine code (klineage.walk.step_code): their true ratio is 1, so their timings are
+    their parent's machine code (klineage.walk.step_code; a walk with the code check marks them `same_code`
+    itself): their true ratio is 1, so their timings are
     left out of the card's effects, its *when* and its measured risks, and said in its diagnostics."""
     groups: dict[tuple[str, frozenset[Feature]], list[_Step]] = {}
     for lineage in lineages:
@@ -483,7 +484,8 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
                                                    s.transition.index))
         anchor = representative.transition.anchor
         requires = frozenset.intersection(*(_requires(s) for s in steps))
-        unchanged = [s for s in steps if step_code and step_code(s.lineage, s.transition.index) is CodeIdentity.SAME]
+        unchanged = [s for s in steps if s.transition.forward.status is ForwardStatus.SAME_CODE
+                     or (step_code and step_code(s.lineage, s.transition.index) is CodeIdentity.SAME)]
         changed = [s for s in steps if s not in unchanged]
         risks = _risks(rejections) + _measured_risks(changed, timed)
         preconditions: list[Precondition] = []

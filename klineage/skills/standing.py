@@ -68,6 +68,7 @@ def forward_words(status: str, overall: float | None = None, per_trial: Sequence
     empty) and timing."""
     if overall is None:
         badge = {"untimed": "forward untimed", "no_mechanical_forward": "no mechanical forward",
+                 "same_code": "same machine code: not timed",
                  "": "forward not checked"}.get(status, f"forward {status.replace('_', ' ')}")
         return StepWords(badge, "none", "")
     values = [overall, *per_trial]

@@ -25,7 +25,11 @@ Decisions (each one here, in one place):
   `no_mechanical_forward`). On a GPU (or replaying one) the parent is then gated against the child
   with paired timing: child time / parent time must be >= 0.99 in the median and every trial
   (`verified`), else `slower`. A compile-only walk times nothing (`untimed`). A slower step is
-  still accepted: the simplification is sound; its card simply promises no speed.
+  still accepted: the simplification is sound; its card simply promises no speed. With the code
+  check (`CodeCheck.SASS`, the CLI's default) a step whose child runs its parent's machine code is
+  `same_code` and not timed, in any gate mode: nvcc had already done what its forward spells out, its
+  true ratio is 1, and a timing would measure the pairing's noise (klineage.walk.step_code says the
+  same of walks made without the check). The lineage's policy records the check.
 - Replay: every gate call is served from recorded verdicts; a miss raises ReplayMiss naming the
   kernel and the step it was needed for. A GPU walk with `record` keeps every verdict it used
   (measured now or found in this machine's cache) in the recorded store, so the walk replays whole.
@@ -46,6 +50,7 @@ from typing import Any
 from klineage.config import GateMode
 from klineage.errors import KLineageError, ReplayMiss
 from klineage.gate.cache import GateCache
+from klineage.gate.machine_code import CodeCheck, CodeIdentity, same_machine_code
 from klineage.gate.pipeline import Runner, default_cache, run_gate
 from klineage.gate.policy import GatePolicy, Placement, Sanitize
 from klineage.gate.verdict import Reason, Status, Verdict
@@ -143,18 +148,21 @@ def walk(problem_path: str | Path, expert: KernelState, rewriter: Any = None, ga
          cache: GateCache | None = None, progress: Progress | None = None,
          transforms: Iterable[Transform] | None = None,
          forward_ratio: float = DEFAULT_FORWARD_RATIO, record: bool = False,
-         placement: Placement = Placement.AS_LOADED) -> Lineage:
+         placement: Placement = Placement.AS_LOADED, code_check: CodeCheck = CodeCheck.NONE) -> Lineage:
     """Walk `expert` backward on the problem and return its lineage.
 
     `rewriter` defaults to the rule rewriter over `transforms` (the catalog when None); the same
     transforms resolve proposal names for the audit and the forward check. `placement`: where the
-    forward timings keep the parent and child while timing them (`Placement`)."""
+    forward timings keep the parent and child while timing them (`Placement`). `code_check`: SASS marks a
+    step whose child runs its parent's machine code `same_code`, untimed; NONE (a replay of a walk made
+    before the check) times every verified forward."""
     limits = Limits(max_steps, max_rejections)
     pool = list(catalog().values() if transforms is None else transforms)
     rewriter = rewriter if rewriter is not None else RulesRewriter(pool)
     with serial_runner(problem_path, gate_mode) as runner:
         return _Walk(Path(problem_path), expert, rewriter, gate_mode, policy, limits, cache or default_cache(),
-                     progress or _quiet, {t.name: t for t in pool}, forward_ratio, record, placement, runner).run()
+                     progress or _quiet, {t.name: t for t in pool}, forward_ratio, record, placement, runner,
+                     code_check).run()
 
 
 @dataclass
@@ -172,6 +180,7 @@ class _Walk:
     record: bool
     placement: Placement
     runner: Runner | None  # the warm runner of its one-at-a-time gates (klineage.gate.warm); None: cold ones
+    code_check: CodeCheck = CodeCheck.NONE
     history: History = field(default_factory=History)
     states: list[State] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
@@ -327,6 +336,10 @@ class _Walk:
                                     f"{parent.fingerprint[:12]}:\n" + unified_diff(parent, undone.state, "parent",
                                                                                    "forward"))
             status, message = ForwardStatus.VERIFIED, f"{name}.forward at {anchor} gives back the parent"
+            if self.code_check is CodeCheck.SASS and same_machine_code(parent, child) is CodeIdentity.SAME:
+                return ForwardCheck(ForwardStatus.SAME_CODE, message + "; the child runs the parent's machine code "
+                                                                       "(the same SASS and resources, launched alike): "
+                                                                       "its true ratio is 1, not timed")
         if self.mode is GateMode.COMPILE_ONLY:
             status = ForwardStatus.UNTIMED if status is ForwardStatus.VERIFIED else status
             return ForwardCheck(status, message + "; compile-only walk: not timed")
@@ -407,7 +420,9 @@ class _Walk:
     def finish(self, kind: Termination, message: str) -> Lineage:
         self.progress("walk", f"{kind.value}: {message}")
         policy = {"state": self.policy.to_dict(), "forward_timing": self.timing_policy.to_dict(),
-                  "forward_ratio": self.forward_ratio}
+                  "forward_ratio": self.forward_ratio,
+                  # kept only where it ran: a walk made before the check reads as none
+                  **({"code_check": self.code_check.value} if self.code_check is not CodeCheck.NONE else {})}
         return Lineage(expert=KernelRef(self.expert.name, self.expert.fingerprint), problem=self.problem_ref,
                        rewriter=str(getattr(self.rewriter, "name", type(self.rewriter).__name__)), gate=self.mode,
                        policy=policy, limits=self.limits, states=tuple(self.states),
