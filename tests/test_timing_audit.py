@@ -172,3 +172,25 @@ def test_a_case_timing_is_doubted_only_against_a_neighbour_that_disagrees_by_mor
     alone = next(i for i in timed if i - 1 not in timed and i + 1 not in timed)
     verdict = percase_step(softmax, alone)
     assert audit_cases(softmax, alone, verdict, case_ratios(verdict), tolerance=0.0) == case_ratios(verdict)
+
+
+def test_a_same_code_step_has_no_timing_to_audit_and_its_neighbours_are_timed_once():
+    """A walk with the code check does not time a step whose child runs its parent's code: the audit reads no
+    recorded timing for it, calls it unchecked, and the states on either side are timed in one pairing."""
+    import dataclasses
+
+    from klineage.lineage import ForwardCheck, ForwardStatus
+
+    walk = Lineage.load(SOFTMAX)
+    before = {p.index: p for p in step_pairings(walk, retimings=False)}
+    same = 10  # a `restrict` step of this walk that runs its parent's machine code (tests/test_step_code.py)
+    marked = dataclasses.replace(walk, transitions=tuple(
+        dataclasses.replace(t, forward=ForwardCheck(ForwardStatus.SAME_CODE, "the child runs the parent's code"))
+        if t.index == same else t for t in walk.transitions))
+    assert [s.index for s in step_timings(marked)] == [t.index for t in walk.transitions if t.index != same]
+    after = {p.index: p for p in step_pairings(marked, retimings=False)}
+    assert sorted(after) == sorted(before)
+    assert after[same].pairing is Pairing.UNCHECKED and "machine code" in after[same].note
+    for neighbour in (same - 1, same + 1):  # each now shares one state timed in one pairing only
+        assert after[neighbour].pairing is Pairing.UNCHECKED and "one pairing only" in after[neighbour].note
+    assert all(after[i] == before[i] for i in before if abs(i - same) > 1)

@@ -26,7 +26,7 @@ from klineage.gate.machine_code import CodeIdentity, MachineCode, identity, mach
 from klineage.gate.pipeline import Runner, earlier_sweep_verdict, recorded_verdict, run_gate
 from klineage.gate.policy import GatePolicy, Placement, TimingScope
 from klineage.gate.verdict import Finding, Status, Verdict
-from klineage.lineage import DEFAULT_FORWARD_RATIO, Lineage
+from klineage.lineage import DEFAULT_FORWARD_RATIO, ForwardStatus, Lineage
 
 # A step timed on every case (percase_step) caps each trial at this many seconds (a trial ends sooner
 # once its spread settles): at the walk's 3 s a GEMM step's fourteen cases took about 80 s of GPU time
@@ -282,7 +282,8 @@ def _require_gpu_walk(lineage: Lineage) -> None:
 
 
 def step_timings(lineage: Lineage, cache: GateCache | None = None) -> list[StepTiming]:
-    """The recorded forward timings of a GPU walk, served from the recorded store like a replay."""
+    """The recorded forward timings of a GPU walk, served from the recorded store like a replay (none for a
+    `same_code` step, which a walk with the code check does not time)."""
     _require_gpu_walk(lineage)
     cache = cache or GateCache(None, config.recorded_dir())
     problem = corpus.problem_path(lineage.problem.operator)
@@ -290,6 +291,8 @@ def step_timings(lineage: Lineage, cache: GateCache | None = None) -> list[StepT
     states = [state.kernel for state in lineage.states]
     steps = []
     for step in lineage.transitions:
+        if step.forward.status is ForwardStatus.SAME_CODE:  # its child runs its parent's code: nothing was timed
+            continue
         verdict = recorded_verdict(problem, states[step.index], against=states[step.index + 1], policy=policy,
                                    cache=cache)
         contenders = verdict.profile.get("contenders", {})
@@ -345,7 +348,9 @@ def step_pairings(lineage: Lineage, cache: GateCache | None = None, tolerance: f
         else:
             pairings.append(StepPairing(step.index, Pairing.CONSISTENT,
                                         f"its parent and child each timed within {tolerance:.0%} in both pairings"))
-    return pairings
+    pairings += [StepPairing(t.index, Pairing.UNCHECKED, "not timed: its child runs its parent's machine code")
+                 for t in lineage.transitions if t.forward.status is ForwardStatus.SAME_CODE]
+    return sorted(pairings, key=lambda p: p.index)
 
 
 def _retimed(lineage: Lineage, step: StepTiming, cache: GateCache | None, need: float) -> StepPairing | None:
