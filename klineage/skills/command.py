@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-
     library = commands.add_parser("library", help="build, show or export the skill library")
     actions = library.add_subparsers(dest="library_command", required=True)
     build = actions.add_parser("build", help="induce the cards of lineage files into a library JSON",

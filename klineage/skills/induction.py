@@ -116,7 +116,7 @@ Cases = Mapping[str, Mapping[str, Any]]  # case name -> parameters
 Retimed = Callable[[Lineage, int], "tuple[float, tuple[float, ...]] | None"]
 # (lineage, step index) -> the step timed on every case (timing_audit.percase_timing), or None
 PerCase = Callable[[Lineage, int], "PerCaseTiming | None"]
-# (lineage, step index) -> whether its child runs its parent's machine code (walk.step_code.StepCodes.identity)
+# (lineage, step index) -> whether its child runs its parent's machine code (walk.step_code.StepCodes.of)
 StepCode = Callable[[Lineage, int], CodeIdentity]
 
 
@@ -458,8 +458,8 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
     gives a step timed on every case (`timing_audit.percase_timing`): one effect a case, from which
     the card's timing precondition is induced (klineage.skills.when). `step_code` says which steps ran
     their parent's machine code (klineage.walk.step_code; a walk with the code check marks them `same_code`
-    itself): their true ratio is 1, so their timings are
-    left out of the card's effects, its *when* and its measured risks, and said in its diagnostics."""
+    itself): their true ratio is 1, so their timings are left out of the card's effects, its *when* and its
+    measured risks, and said in its diagnostics."""
     groups: dict[tuple[str, frozenset[Feature]], list[_Step]] = {}
     for lineage in lineages:
         for transition in lineage.transitions:

@@ -6,11 +6,12 @@ it had inferred, an unroll it had made, a `__launch_bounds__` that moves no regi
 the headline or on every case, measure the noise of the pairing, not the mechanism, so induction leaves
 them out of a card's *when* (klineage.skills.when) and of its measured risks.
 
-Knowing it means compiling both states of every step: hundreds of kernels, minutes each on a small
-machine. `census` does it once, on as many processes as the host has, and a `StepCodes` record keeps
-the answer by the step's two kernel fingerprints with the toolchain that compiled them; `klineage library build`
-reads the record (bench/step_code.py writes it). A step the record lacks is UNCHECKED: its timings
-count as before.
+Knowing it means compiling both states of every step: about 700 kernels for the GPU walks, some seconds
+each and the MMA kernels up to half a minute. `census` does it once, on as many processes as the host
+has, and a `StepCodes` record keeps the answer by the step's two kernel fingerprints with the toolchain
+that compiled them; `klineage library build` reads the record (bench/step_code.py writes it). A step the
+record lacks is UNCHECKED: its timings count as before. A walk made with the code check marks such steps
+itself (`ForwardStatus.SAME_CODE`, klineage.walk.walker).
 """
 
 from __future__ import annotations
