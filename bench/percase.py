@@ -20,6 +20,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
@@ -28,14 +29,17 @@ from klineage.config import GateMode
 from klineage.errors import KLineageError
 from klineage.gate.cache import GateCache
 from klineage.gate.compile import compile_kernel
+from klineage.gate.machine_code import CodeIdentity
 from klineage.gate.pipeline import default_cache, run_gate
 from klineage.gate.policy import GatePolicy, Placement
 from klineage.gate.warm import WarmRunner
-from klineage.lineage import Lineage
+from klineage.lineage import ForwardStatus, Lineage
 from klineage.skills.induction import lineage_id
+from klineage.walk.step_code import StepCodes
 from klineage.walk.timing_audit import PERCASE_TRIAL_SECONDS, case_ratios, percase_step, percase_timing
 
 LIBRARY = config.REPO_ROOT / "corpus" / "library" / "library.json"
+STEP_CODES = config.corpus_dir() / "step_code.json"
 FIXED_S = 1.0  # a step through the warm runner: its two kernels loaded, the inputs made (a cold runner: 5-10 s)
 
 
@@ -43,14 +47,25 @@ def library_steps(lineage: Lineage, per_card: int = 0, library: Path = LIBRARY, 
     """The steps of `lineage` that are the source of an effect of a card in the library; with `per_card`,
     at most that many a card, those whose headline effect was furthest from 1 first (what a card
     buys is where its precondition matters). In step order, or with `by_effect` in that same order
-    over all cards (a stage cut by its time limit has timed the steps that moved their headline most)."""
+    over all cards (a stage cut by its time limit has timed the steps that moved their headline most).
+    Never a step whose child runs its parent's machine code (`changed_steps`): timed per case, it would
+    measure the pairing's noise, and induction leaves it out of the card anyway."""
     me = lineage_id(lineage)
+    changed = set(changed_steps(lineage, range(len(lineage.transitions))))
     chosen: dict[int, float] = {}
     for card in json.loads(library.read_text(encoding="utf-8"))["cards"]:
-        mine = sorted((e for e in card["effects"] if e["source"]["lineage"] == me),
+        mine = sorted((e for e in card["effects"] if e["source"]["lineage"] == me and e["source"]["index"] in changed),
                       key=lambda e: (-abs(math.log(e["ratio"])), e["source"]["index"]))
         chosen.update({e["source"]["index"]: abs(math.log(e["ratio"])) for e in mine[:per_card or None]})
     return sorted(chosen, key=lambda i: (-chosen[i], i) if by_effect else (0, i))
+
+
+def changed_steps(lineage: Lineage, indices: Iterable[int]) -> list[int]:
+    """`indices` less the steps whose child runs its parent's machine code: marked `same_code` by a walk with the
+    code check, or found so by the step-code record (corpus/step_code.json, bench/step_code.py) where there is one."""
+    codes = StepCodes.load(STEP_CODES) if STEP_CODES.exists() else None
+    return [i for i in indices if lineage.transitions[i].forward.status is not ForwardStatus.SAME_CODE
+            and (codes is None or codes.of(lineage, i) is not CodeIdentity.SAME)]
 
 
 def estimate_s(lineage: Lineage, index: int, cases: int, placement: Placement) -> float | None:
@@ -206,8 +221,8 @@ def main(argv: list[str]) -> int:
         if args.steps:
             chosen = [int(x) for x in args.steps.split(",")]
         else:
-            chosen = timed if args.all else [i for i in library_steps(lineage, args.per_card, args.library,
-                                                                       args.by_effect) if i in timed]
+            chosen = changed_steps(lineage, timed) if args.all else [
+                i for i in library_steps(lineage, args.per_card, args.library, args.by_effect) if i in timed]
         chosen = chosen[lane::lanes]
     except (ValueError, KLineageError) as exc:
         print(f"percase: {exc}", file=sys.stderr)
