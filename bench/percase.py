@@ -16,6 +16,7 @@ effects from the recordings with no GPU (klineage.skills.when). `--share I/N`: t
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -63,9 +64,14 @@ def library_steps(lineage: Lineage, per_card: int = 0, library: Path = LIBRARY, 
 def changed_steps(lineage: Lineage, indices: Iterable[int]) -> list[int]:
     """`indices` less the steps whose child runs its parent's machine code: marked `same_code` by a walk with the
     code check, or found so by the step-code record (corpus/step_code.json, bench/step_code.py) where there is one."""
-    codes = StepCodes.load(STEP_CODES) if STEP_CODES.exists() else None
+    codes = _step_codes()
     return [i for i in indices if lineage.transitions[i].forward.status is not ForwardStatus.SAME_CODE
             and (codes is None or codes.of(lineage, i) is not CodeIdentity.SAME)]
+
+
+@functools.cache
+def _step_codes() -> StepCodes | None:
+    return StepCodes.load(STEP_CODES) if STEP_CODES.exists() else None
 
 
 def estimate_s(lineage: Lineage, index: int, cases: int, placement: Placement) -> float | None:

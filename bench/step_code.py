@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = [step for lineage in lineages for step in walk_steps(lineage)]
     codes = census(steps, find_toolchain().key, jobs=args.jobs, deadline=deadline, earlier=earlier)
     codes.save(args.out)
-    transforms = {(lineage.states[t.index].kernel.fingerprint, t.child): t.transform
-                  for lineage in lineages for t in lineage.transitions}
+    transforms = {(t.parent, t.child): t.transform for lineage in lineages for t in lineage.transitions}
     same = Counter(transform for (parent, child), transform in transforms.items()
                    if codes.identity(parent, child) is CodeIdentity.SAME)
     print(f"{codes.decided()} of {len(transforms)} steps decided, {codes.same()} ran their parent's machine code: "

@@ -25,6 +25,7 @@ def test_a_renamed_local_and_a_launch_bound_nvcc_already_met_run_the_same_code()
     renamed = renamed.with_source(renamed.source.replace("- row_max)", "- largest)"))
     assert renamed.fingerprint != NAIVE.fingerprint
     assert same_machine_code(NAIVE, renamed) is CodeIdentity.SAME
+    assert machine_code(NAIVE).digest() == machine_code(renamed).digest()  # what the step census compares
     bounded = _edited("row_softmax_naive(const float*", "__launch_bounds__(256) row_softmax_naive(const float*")
     assert same_machine_code(NAIVE, bounded) is CodeIdentity.SAME
 
@@ -32,6 +33,7 @@ def test_a_renamed_local_and_a_launch_bound_nvcc_already_met_run_the_same_code()
 def test_other_instructions_other_resources_or_another_launch_are_different_code():
     fast = _edited("s += expf(xr[c] - row_max)", "s += __expf(xr[c] - row_max)")
     assert same_machine_code(NAIVE, fast) is CodeIdentity.DIFFERENT
+    assert machine_code(NAIVE).digest() != machine_code(fast).digest()
     # the same cubin launched with half the threads: what runs is not the same
     launch = dataclasses.replace(NAIVE.plan.launches[0], block=(128, 1, 1))
     halved = KernelState(source=NAIVE.source, plan=dataclasses.replace(NAIVE.plan, launches=(launch,)))

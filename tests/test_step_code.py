@@ -62,12 +62,15 @@ def test_a_census_resumes_from_its_record_and_a_deadline_leaves_the_rest_open(wa
     ({"version": 1, "toolchain": "t", "steps": {"a": "same"}}, "child fingerprint"),
     ({"version": 1, "toolchain": "t"}, "steps"),
 ])
-def test_a_bad_record_is_refused_naming_what_is_wrong(document, problem, tmp_path):
+def test_a_bad_record_is_refused_naming_what_is_wrong(document, problem):
     with pytest.raises(DocumentError, match=problem):
         StepCodes.from_dict(document)
+
+
+def test_a_record_that_is_not_json_is_refused_naming_its_file(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text("{not json")
-    with pytest.raises(DocumentError, match="not JSON"):
+    with pytest.raises(DocumentError, match="bad.json.*not JSON"):
         StepCodes.load(path)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from klineage import config
 from klineage.errors import ToolchainError
 from klineage.features.sass import disassemble
+from klineage.fingerprint import sha256_json
 from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
 
@@ -54,6 +55,11 @@ class MachineCode:
     sass: dict[str, list[str]]
     resources: dict[str, dict[str, int]]
     launch: dict[str, Any]
+
+    def digest(self) -> str:
+        """A content digest: two machine codes are equal exactly when their digests are (what the step census
+        compares, its kernels compiled in other processes)."""
+        return sha256_json([self.sass, self.resources, self.launch])
 
 
 def machine_code(kernel: KernelState) -> MachineCode | None:

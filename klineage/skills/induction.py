@@ -484,9 +484,11 @@ def induce(lineages: list[Lineage], problems: Mapping[str, Any] | None = None,
                                                    s.transition.index))
         anchor = representative.transition.anchor
         requires = frozenset.intersection(*(_requires(s) for s in steps))
-        unchanged = [s for s in steps if s.transition.forward.status is ForwardStatus.SAME_CODE
-                     or (step_code and step_code(s.lineage, s.transition.index) is CodeIdentity.SAME)]
-        changed = [s for s in steps if s not in unchanged]
+        same = [s.transition.forward.status is ForwardStatus.SAME_CODE
+                or (step_code is not None and step_code(s.lineage, s.transition.index) is CodeIdentity.SAME)
+                for s in steps]
+        unchanged = [s for s, alike in zip(steps, same) if alike]
+        changed = [s for s, alike in zip(steps, same) if not alike]
         risks = _risks(rejections) + _measured_risks(changed, timed)
         preconditions: list[Precondition] = []
         rows, source = _labels(steps, rejections, problems)

@@ -16,7 +16,6 @@ itself (`ForwardStatus.SAME_CODE`, klineage.walk.walker).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import multiprocessing
 import time
@@ -57,8 +56,9 @@ class StepCodes:
         return self.steps.get(parent, {}).get(child, CodeIdentity.UNCHECKED)
 
     def of(self, lineage: Lineage, index: int) -> CodeIdentity:
-        """Step `index` of `lineage`: its parent is state `index`, its child the next."""
-        return self.identity(*(s.kernel.fingerprint for s in lineage.states[index:index + 2]))
+        """Step `index` of `lineage`, by the fingerprints its transition names."""
+        step = lineage.transitions[index]
+        return self.identity(step.parent, step.child)
 
     def same(self) -> int:
         return sum(v is CodeIdentity.SAME for children in self.steps.values() for v in children.values())
@@ -90,16 +90,6 @@ class StepCodes:
 
     def save(self, path: str | Path) -> Path:
         return save_document(self.to_dict(), path)
-
-
-def code_digest(kernel: KernelState) -> str | None:
-    """A content digest of the state's machine code (None where it is not known): two states run the
-    same code exactly when their digests are equal."""
-    code = machine_code(kernel)
-    if code is None:
-        return None
-    text = json.dumps([code.sass, code.resources, code.launch], sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def census(steps: Iterable[tuple[KernelState, KernelState]], toolchain: str, *, jobs: int = 1,
@@ -147,4 +137,6 @@ def _digests(kernels: Mapping[str, KernelState], jobs: int, deadline: float | No
 
 
 def _digest_of(item: tuple[str, KernelState]) -> tuple[str, str | None]:
-    return item[0], code_digest(item[1])
+    """(fingerprint, the digest of the state's machine code, or None where it is not known)."""
+    code = machine_code(item[1])
+    return item[0], None if code is None else code.digest()
