@@ -7,7 +7,6 @@ import pytest
 from klineage import devices
 from klineage.config import GateMode
 from klineage.errors import DocumentError
-from klineage.gate.cache import GateCache
 from klineage.gate.execute import problem_fingerprint
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy, Placement, TimingScope
@@ -91,12 +90,11 @@ def test_corpus_sweeps_span_where_mechanisms_flip(operator):
 
 
 @pytest.mark.parametrize("operator", SWEPT)
-def test_sweep_cases_resolve_for_the_expert_and_naive_plans(operator, tmp_path):
+def test_sweep_cases_resolve_for_the_expert_and_naive_plans(operator, gate_cache):
     """The compile-only gate of each corpus kernel of the operator under a policy that times every case:
     it compiles, and its launch plan resolves for every sweep case it supports (a case a plan cannot
     resolve, or one over the shared-memory limit, would be a plan_error / resource_limit rejection);
     the key names each sweep case with a digest of its parameters."""
-    cache = GateCache(tmp_path / "cache", None)
     policy = GatePolicy(timing_scope=TimingScope.EVERY_CASE, placement=Placement.AS_LOADED)
     problem = CORPUS / "problems" / f"{operator}.py"
     info = load_problem(problem).info
@@ -104,7 +102,7 @@ def test_sweep_cases_resolve_for_the_expert_and_naive_plans(operator, tmp_path):
     assert kernels
     for folder in kernels:
         state = load_kernel(folder)
-        verdict = run_gate(problem, state, policy=policy, mode=GateMode.COMPILE_ONLY, cache=cache)
+        verdict = run_gate(problem, state, policy=policy, mode=GateMode.COMPILE_ONLY, cache=gate_cache)
         assert verdict.status is Status.COMPILED, (folder.name, verdict.findings)
         swept = [c for c in verdict.provenance["key_parts"]["cases"] if c.startswith("sweep:")]
         facts = {**state.constants, **devices.DEFAULT.facts()}

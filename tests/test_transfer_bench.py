@@ -14,7 +14,6 @@ import pytest
 
 from bench_tools import bench_script, session_stage
 from klineage.config import GateMode, recorded_dir
-from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
 from klineage.gate.verdict import Status
 from klineage.kernel import load_kernel
@@ -45,12 +44,6 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             "bmm_small": {"untile_matmul"},  # a batch of small products, one layer of blocks per matrix
             "bias_grad": {"serialize_column_reduction", "serialize_reduction", "unsplit_reduction"}}  # down columns
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    root = tmp_path_factory.mktemp("transfer-gate")
-    return GateCache(root / "cache", root / "recorded")
 
 
 def test_at_least_ten_held_out_operators_outside_the_corpus():
@@ -89,16 +82,16 @@ def test_the_operators_compiled_by_default_cover_every_expected_forward():
 
 
 @pytest.mark.parametrize("operator", sampled(OPERATORS, keep=COMPILED_BY_DEFAULT))
-def test_naive_and_analysis_forwards_pass_the_compile_only_gate(operator, cache):
+def test_naive_and_analysis_forwards_pass_the_compile_only_gate(operator, gate_cache):
     problem = BENCH / operator / "problem.py"
     naive = load_kernel(BENCH / operator / "naive")
-    verdict = run_gate(problem, naive, mode=GateMode.COMPILE_ONLY, cache=cache)
+    verdict = run_gate(problem, naive, mode=GateMode.COMPILE_ONLY, cache=gate_cache)
     assert verdict.status is Status.COMPILED, verdict.findings
     found = _analysis_forwards(naive)
     assert set(found) == EXPECTED.get(operator, set())
     for states in found.values():
         for state in states:
-            forwarded = run_gate(problem, state, mode=GateMode.COMPILE_ONLY, cache=cache)
+            forwarded = run_gate(problem, state, mode=GateMode.COMPILE_ONLY, cache=gate_cache)
             assert forwarded.status is Status.COMPILED, forwarded.findings
 
 
