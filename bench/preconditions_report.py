@@ -44,7 +44,7 @@ from typing import Any
 from klineage import config, corpus
 from klineage.errors import KLineageError
 from klineage.fingerprint import document_text
-from klineage.skills.admission import card_digest
+from klineage.skills.admission_rule import card_digest
 from klineage.skills.card import CardStatus, SkillCard
 from klineage.skills.library import Library, lineage_index, load_library, problem_infos
 from klineage.skills.retrieval import retrieve

@@ -65,7 +65,7 @@ def library_document(name: str | None = None) -> dict[str, Any]:
 
     library = SkillLibrary.objects.filter(name=name).first() if name else SkillLibrary.objects.default()
     rows = SkillCard.objects.filter(library=library).order_by("card_id").values_list("document", "readmission")
-    # A card sent back to admission (a disputed step behind it) is offered as a candidate only.
+    # A card sent back to admission (a disputed step behind it, or today's rule) is offered as a candidate only.
     cards = [{**document, "status": "candidate"} if marked and document["status"] == "admitted" else document
              for document, marked in rows]
     where = f"the dashboard's library {library.name}" if library else "the dashboard's library (none stored)"

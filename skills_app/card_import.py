@@ -26,7 +26,7 @@ from django.utils.text import slugify
 from klineage import config
 from klineage.errors import KLineageError
 from klineage.fingerprint import sha256_json
-from klineage.skills.admission import card_digest
+from klineage.skills.admission_rule import card_digest
 from klineage.skills.card import SHORT_ID, Trial
 from klineage.skills.card import SkillCard as EngineCard
 from klineage.skills.library import Library
@@ -90,8 +90,10 @@ def import_library(document: Any, *, where: str = "library", name: str = DEFAULT
         for card in library.cards:
             counts[store_card(card, library=row, library_created=created,
                               where=f"{where}: card {card.short_id}")] += 1
-        if Review.objects.filter(verdict=Review.Verdict.DISPUTE).exists():  # a dispute may already stand behind one
-            for card in row.cards.filter(card_id__in=[card.id for card in library.cards]):
+        # a dispute may already stand behind a card, and today's rule may not admit an admitted one
+        disputes = Review.objects.filter(verdict=Review.Verdict.DISPUTE).exists()
+        for card in row.cards.filter(card_id__in=[card.id for card in library.cards]):
+            if disputes or card.status == SkillCard.Status.ADMITTED:
                 readmission.refresh_card(card)
     return counts
 

@@ -45,8 +45,9 @@ def gain_where_held(effects: list[dict[str, Any]], preconditions: Iterable[dict[
 
 
 def effective_status(card: SkillCard) -> str:
-    """The status an optimization acts on: an admitted card with a disputed step behind it counts as a
-    candidate until it passes admission again (`skills_app.readmission`)."""
+    """The status an optimization acts on: an admitted card sent back to admission (a disputed step behind
+    it, or trials today's rule does not admit it on) counts as a candidate until it passes admission again
+    (`skills_app.readmission`)."""
     if card.readmission and card.status == SkillCard.Status.ADMITTED:
         return SkillCard.Status.CANDIDATE.value
     return card.status

@@ -52,10 +52,14 @@ def _ident(ident: str) -> Q:
 
 
 def libraries_with_counts() -> QuerySet:
-    """Every library with its card, admitted and timing-precondition counts (library pages, the API)."""
+    """Every library with its card, admitted and timing-precondition counts (library pages, the API). An
+    admitted card sent back to admission (`skills_app.readmission`) counts apart: optimizations take it for a
+    candidate."""
+    admitted = Q(cards__status=SkillCard.Status.ADMITTED)
     return SkillLibrary.objects.annotate(
         card_total=Count("cards"),
-        admitted=Count("cards", filter=Q(cards__status=SkillCard.Status.ADMITTED)),
+        admitted=Count("cards", filter=admitted & Q(cards__readmission="")),
+        back_to_admission=Count("cards", filter=admitted & ~Q(cards__readmission="")),
         conditioned=Count("cards", filter=Q(cards__when_kind=When.PRECONDITION)),
     ).order_by("name")
 

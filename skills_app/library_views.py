@@ -63,6 +63,7 @@ def library(request, library: str | None = None):
     without_status.pop("status", None)
     by_status = SkillCardFilter(without_status, queryset=cards)
     counts = dict(by_status.qs.order_by().values_list("status").annotate(n=Count("id"))) if by_status.is_valid() else {}
+    back = by_status.qs.filter(status=SkillCard.Status.ADMITTED).exclude(readmission="").count() if counts else 0
     return render(request, "skills/library.html", {
         "library": shown,
         "exports": {fmt: shown.export_url(fmt) for fmt in ("csv", "json")} if shown else {},
@@ -72,6 +73,7 @@ def library(request, library: str | None = None):
         "query": query_without(request.GET),
         "status_query": query_without(request.GET, "status"),
         "status_counts": [{"status": value, "count": counts.get(value, 0)} for value, _ in SkillCard.Status.choices],
+        "back_to_admission": back,  # of the admitted ones: optimizations take them for candidates
         "operators": _operators(cards),
         "surfaces": cards.order_by("surface").values_list("surface", flat=True).distinct(),
         "platforms": cards.order_by("platform").values_list("platform", flat=True).distinct(),

@@ -226,15 +226,18 @@ class SkillCardDetailSerializer(SkillCardSerializer):
 
 class SkillLibrarySerializer(serializers.ModelSerializer):
     cards = serializers.IntegerField(source="card_total", read_only=True, help_text="cards it holds")
-    admitted = serializers.IntegerField(read_only=True, help_text="of them, admitted")
+    admitted = serializers.IntegerField(read_only=True, help_text="of them, admitted and not back to admission")
+    back_to_admission = serializers.IntegerField(
+        read_only=True, help_text="of them, admitted but back to admission: a disputed step stands behind it, or "
+                                  "today's rule would not admit it on its trials")
     with_timing_precondition = serializers.IntegerField(source="conditioned", read_only=True,
                                                         help_text="of them, cards whose when is a timing precondition")
     page = serializers.SerializerMethodField()
 
     class Meta:
         model = SkillLibrary
-        fields = ["name", "source", "note", "created", "cards", "admitted", "with_timing_precondition", "page",
-                  "provenance", "imported_at", "updated_at"]
+        fields = ["name", "source", "note", "created", "cards", "admitted", "back_to_admission",
+                  "with_timing_precondition", "page", "provenance", "imported_at", "updated_at"]
 
     def get_page(self, library: SkillLibrary) -> str:
         return library.get_absolute_url()

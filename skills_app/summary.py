@@ -72,12 +72,15 @@ def verdicts_by_status() -> list[dict[str, Any]]:
 
 
 def library_glance() -> dict[str, Any]:
-    """The default library's cards by status and the best measured gain among its admitted cards (or
-    any, before admission); how many libraries there are."""
+    """The default library's cards by status, the admitted ones sent back to admission (`skills_app.readmission`)
+    counted apart, and the best measured gain among its admitted cards (or any, before admission); how many
+    libraries there are."""
     library = SkillLibrary.objects.default()
     cards = SkillCard.objects.filter(library=library)
     counts = dict(cards.order_by().values_list("status").annotate(n=Count("id")))
-    admitted = cards.filter(status=SkillCard.Status.ADMITTED, median_gain__isnull=False)
+    back = cards.filter(status=SkillCard.Status.ADMITTED).exclude(readmission="").count()
+    counts[SkillCard.Status.ADMITTED] = counts.get(SkillCard.Status.ADMITTED, 0) - back
+    admitted = cards.filter(status=SkillCard.Status.ADMITTED, readmission="", median_gain__isnull=False)
     timed = admitted if admitted.exists() else cards.filter(median_gain__isnull=False)
     best = (timed.order_by("-median_gain", "transform", "card_id").select_related("library")
             .only("short_id", "transform", "intent", "median_gain", "library__name")
@@ -87,10 +90,11 @@ def library_glance() -> dict[str, Any]:
         best.cases = [f"{e['operator']}/{e['case']}" for e in best.effects]
     trialled = cards.filter(trials__isnull=False).distinct().count()
     operators = sorted({op for ops in cards.values_list("operators", flat=True) for op in ops})
-    total = sum(counts.values())
+    total = sum(counts.values()) + back
     admitted_count = counts.get(SkillCard.Status.ADMITTED, 0)
     return {"name": library.name if library else "", "others": max(SkillLibrary.objects.count() - 1, 0),
-            "total": total, **{s: counts.get(s, 0) for s in SkillCard.Status.values}, "best": best,
+            "total": total, **{s: counts.get(s, 0) for s in SkillCard.Status.values}, "back_to_admission": back,
+            "best": best,
             "trialled": trialled, "admission_rate": admitted_count / total if trialled and total else None,
             "operators": operators}
 

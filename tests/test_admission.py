@@ -32,14 +32,11 @@ from klineage.skills.admission import (
     Target,
     admit,
     applied_to,
-    card_digest,
     held_out_targets,
     judged_alike,
     measurements,
-    rejudge,
-    required_ratio,
-    when_allows,
 )
+from klineage.skills.admission_rule import card_digest, rejudge, required_ratio, when_allows
 from klineage.skills.admission_run import POLICY
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id

@@ -26,7 +26,8 @@ from klineage.gate.cache import verdict_key
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import Placement
 from klineage.gate.verdict import Finding, Reason, Status
-from klineage.skills.admission import GateSetting, held_out_targets, required_ratio
+from klineage.skills.admission import GateSetting, held_out_targets
+from klineage.skills.admission_rule import required_ratio
 from klineage.skills.admission_run import POLICY, CardOutcome, admit_cards, gate_of, setting_for
 from klineage.skills.card import CardStatus, Trial
 from klineage.skills.library import corpus_lineages, load_library, save_library

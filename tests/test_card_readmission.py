@@ -1,13 +1,19 @@
-"""A disputed step sends the cards that stand on it back to admission; a later confirmation clears
-the mark; an optimization job is offered a marked admitted card as a candidate only."""
+"""A disputed step sends the cards that stand on it back to admission, and so does today's admission rule
+where it no longer admits a card on its trials; a later confirmation clears a dispute's mark; an optimization
+job is offered a marked admitted card as a candidate only."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Group
 
 from accounts import logged_in, make_user
 from gate_app.work import library_document as job_library
+from klineage.skills.admission_rule import short_of_todays_rule
+from klineage.skills.library import bundled_library, load_library
 from library_data import library_document, real_cards, store_real_library
 from skills_app.card_import import import_library
 from skills_app.models import LineageStep, SkillCard
@@ -79,3 +85,35 @@ def test_an_optimization_is_offered_a_marked_admitted_card_as_a_candidate(stored
     reviewer.post(f"/review/{stored['step'].id}/", {"verdict": "dispute", "comment": "the bound hides spills"})
     offered = {c["id"]: c["status"] for c in job_library()["cards"]}
     assert offered[row.card_id] == "candidate"
+
+
+def test_an_admitted_card_today_s_rule_would_not_admit_goes_back_to_admission(client):
+    """The bundled library keeps the statuses its measurements ran with; eleven of its admitted cards passed
+    trials of 0.994x to 1.002x under the earlier floor. Imported, each is marked with why, counted apart from
+    the admitted ones on the home page, the library list and the API, and offered to an optimization as a
+    candidate."""
+    bundled = load_library(bundled_library())
+    import_library(bundled.to_dict())
+    said = {c.id: short_of_todays_rule(c) for c in bundled.cards if short_of_todays_rule(c)}
+    assert len(said) == 11
+    assert dict(SkillCard.objects.exclude(readmission="").values_list("card_id", "readmission")) == said
+    standing, back = len(bundled.admitted()) - 11, 11
+    [row] = client.get("/api/libraries/").json()["results"]
+    assert (row["admitted"], row["back_to_admission"]) == (standing, back)
+    listed = client.get("/library/").content.decode()
+    assert f'of the admitted, back to admission <span data-count="back-to-admission">{back}</span>' in listed
+    assert listed.count(">candidate · back to admission<") == back
+    home = client.get("/").content.decode()
+    assert f'<strong data-stat="admitted">{standing}</strong>' in home
+    assert f'<strong data-stat="back-to-admission">{back}</strong> admitted once and back to admission' in home
+    page = client.get("/library/38bb8e9bd28d/").content.decode()
+    assert "Back to admission:" in page and "its trial reached 0.994x, so it would be retired now" in page
+    offered = {c["id"]: c["status"] for c in job_library()["cards"]}
+    assert {offered[i] for i in said} == {"candidate"}
+    assert offered[bundled.by_id("74abd4d35370").id] == "admitted"  # 7.098x: today's rule admits it
+    # the per-case library was admitted under today's rule: none of its cards goes back
+    percase = load_library(Path(settings.BASE_DIR) / "bench" / "results" / "percase" / "library.json")
+    import_library(percase.to_dict(), name="percase")
+    counts = client.get("/library/").content.decode()
+    assert f'{standing} admitted, {back} back to admission, ' in counts
+    assert f'{len(percase.admitted())} admitted, 6 with a timing precondition' in counts

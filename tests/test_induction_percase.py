@@ -109,7 +109,8 @@ def test_without_per_case_timings_the_cards_are_as_before(walk, info):
 def test_admission_asks_only_what_the_card_paid_where_it_holds(walk, info):
     """The required ratio comes from the effects where the timing precondition holds; a trial on a case
     where it fails is not fair (inconclusive, no gate call)."""
-    from klineage.skills.admission import Target, admit, required_ratio
+    from klineage.skills.admission import Target, admit
+    from klineage.skills.admission_rule import required_ratio
     from klineage.skills.trial_reading import TrialOutcome
 
     cards = induce([walk], {"row_softmax": info}, percase=timings(info))

@@ -186,7 +186,8 @@ def test_a_rebuild_keeps_every_trial_and_the_status_of_unchanged_cards_only(tmp_
     from before conv2d's re-walk): a card unchanged, or changed only in effects that ask a trial the
     same ratio, keeps its trials and status; any other changed one keeps its trials as history and
     is a candidate again."""
-    from klineage.skills.admission import card_digest, carry_trials, judged_alike, when_allows
+    from klineage.skills.admission import carry_trials, judged_alike
+    from klineage.skills.admission_rule import card_digest, when_allows
 
     admitted_on_gpu = load_library(SESSION_5)
     out = tmp_path / "rebuilt.json"
@@ -221,7 +222,7 @@ def test_the_bundled_library_is_the_corpus_rebuilt_with_its_own_trials(tmp_path)
     """The bundled library was built from corpus/lineages and admitted on the H200: rebuilt from
     the same lineages with its own trials kept, it comes back card for card (no card drifted from
     its lineages), and each admitted card has a passing trial of its very content."""
-    from klineage.skills.admission import card_digest
+    from klineage.skills.admission_rule import card_digest
 
     out = tmp_path / "rebuilt.json"
     bundled = load_library(BUNDLED)

@@ -9,7 +9,7 @@ import json
 
 from bench_tools import BENCH, bench_script
 from klineage.cli import main
-from klineage.skills.admission import card_digest
+from klineage.skills.admission_rule import card_digest
 from klineage.skills.card import CardStatus
 from klineage.skills.library import load_library
 from klineage.skills.when import MIN_LOO, MIN_PRECISION, WhenKind, card_when

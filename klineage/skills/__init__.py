@@ -7,10 +7,12 @@
 - `library`: the cards of a set of lineages with their provenance, as one JSON document;
 - `retrieval`: which cards fit a kernel and its problem, best first;
 - `materialize`: a card's forward rewrite on a kernel it did not come from;
-- `admission`: held-out roundtrip trials that admit (or retire) a card.
+- `admission`: held-out roundtrip trials that admit (or retire) a card;
+- `admission_rule`: the ratio a trial must reach and the status trials give a card.
 """
 
-from klineage.skills.admission import Target, admit, held_out_targets, required_ratio
+from klineage.skills.admission import Target, admit, held_out_targets
+from klineage.skills.admission_rule import required_ratio
 from klineage.skills.card import (
     CARD_VERSION,
     CardAnchor,

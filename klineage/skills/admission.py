@@ -17,16 +17,7 @@ A trial (`admit`) applies the card at every site of a target (`materialize.apply
 gates the result against the target (`gate(problem_path, kernel, against, case)`, passed in so
 tests and dry runs use the compile-only gate; `case` is the target's held-out case or ""), and
 compares the paired ratio (target time / new time, > 1 faster, as the card's effects are) with
-what the card declares. A target is another shape or another kernel than the effects were timed
-on, and a mechanism's gain depends on the regime (mma.sync measured 11.3x on conv2d's headline,
-58.9x on GEMM's, 7.1x on conv2d's pointwise case), so a trial must show the effect in kind and in
-order of magnitude, not its size on another shape: at least half the smallest declared gain, in
-log terms, after that effect's spread (never less than `NOISE`) is taken off:
-  required = max(DEFAULT_REQUIRED_RATIO, sqrt(min over effects of ratio x (1 - max(spread, NOISE))))
-(with a timing precondition, over the effects on the cases where it holds: where the card was measured
-not to pay asks nothing of a trial, and a trial on a case where it fails is not fair, below). The floor
-is the gain the optimize loop needs to take a step: a trial that only shows the kernel no slower than
-before (0.999x) has not reproduced a gain, and "admitted" must not rest on it.
+what the card declares: `admission_rule.required_ratio` says how much it must reach.
 A card with a timing precondition is tried on a target's case where the precondition holds: the
 target problem's headline where it holds there, else its largest case where it does (`fair_case`); a
 target with no such case is no target for it.
@@ -40,16 +31,7 @@ Outcomes:
 Every trial is recorded on the card's `verification_log` as a `card.Trial` (state: the target's
 fingerprint; passed: outcome PASSED; message: starts with the outcome's value, `trial_outcome`
 reads it back; basis: what else the outcome rests on, `trial_basis`, when `admit` is told the
-gate's `GateSetting`). Status: admitted when some new trial PASSED and none was rejected by the gate
-(a materialization that is unsound somewhere keeps the card out); a trial that passed the gate only
-slower than required (`Reading.SLOWER`) says where the mechanism does not pay, not that the card is
-wrong, so it does not keep out a card that reproduced its effect elsewhere (it stays in the log,
-which the card's page and SKILL.md show); an admitted card with a FAILED trial and no PASSED one is
-retired; otherwise the status stays (a retired card stays). Above all that, "admitted" says where the
-card pays: a card timed per case is admitted only where its cases say so (`when.unpaid_when`: a forced
-precondition, or paid on all of at least eight cases); otherwise it is not trialled (no gate runs) and an
-admitted one is retired where it paid on none of its cases, a candidate again where it paid on some with
-nothing saying where (`when_allows`; also applied to the status a rebuild carries over).
+gate's `GateSetting`). The status the trials give the card is `admission_rule.status_after`'s.
 `klineage.skills.admission_run` admits a whole library card by card.
 """
 
@@ -57,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -68,7 +49,6 @@ from klineage.config import GateMode
 from klineage.documents import nonblank
 from klineage.errors import DocumentError, KLineageError
 from klineage.features.feature import Feature
-from klineage.fingerprint import sha256_json
 from klineage.gate.execute import problem_fingerprint
 from klineage.gate.machine_code import CodeCheck, CodeIdentity, same_machine_code
 from klineage.gate.policy import GatePolicy
@@ -76,17 +56,17 @@ from klineage.gate.verdict import Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
-from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus, RefKind, SkillCard, Trial, TrialBasis
+from klineage.skills.admission_rule import card_digest, required_ratio, status_after, when_allows
+from klineage.skills.card import RefKind, SkillCard, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import Library
 from klineage.skills.materialize import Applied, apply_everywhere
 from klineage.skills.replay import replay_diff
 from klineage.skills.retrieval import precondition_failure, size_of, state_features, timing_failure
 from klineage.skills.trial_reading import Reading, TrialOutcome, reading
-from klineage.skills.when import WhenKind, timing_precondition, unpaid_when
+from klineage.skills.when import timing_precondition, unpaid_when
 from klineage.transforms.base import Anchor
 
-NOISE = 0.05  # the least relative spread assumed of a declared effect
 DEFAULT_LIMIT = 3  # targets gated per admission
 
 # gate(problem path, kernel, against, timed case: "" for the headline) -> verdict
@@ -129,12 +109,6 @@ class GateSetting:
 
     def __post_init__(self) -> None:
         nonblank(self.gpu, "setting.gpu")
-
-
-def card_digest(card: SkillCard) -> str:
-    """The card's content without its log and status: what a trial judged (its effects set the
-    ratio required, its preconditions which trials are fair), though the card's id leaves it out."""
-    return sha256_json({k: v for k, v in card.to_dict().items() if k not in ("verification_log", "status")})
 
 
 def carry_trials(rebuilt: Library, earlier: Library) -> tuple[Library, int, int]:
@@ -342,20 +316,6 @@ def _held_out_cases(card: SkillCard, source_lineages: Sequence[Lineage],
     return targets
 
 
-def required_ratio(card: SkillCard) -> float | None:
-    """The paired ratio a trial must reach; None when the card declares no measured effect. With a
-    timing precondition, only the effects on cases where it holds count: a trial is fair only where
-    it holds, and the cases where the card was measured not to pay ask nothing of it."""
-    effects = card.effects
-    timing = timing_precondition(card)
-    if timing is not None:
-        effects = tuple(e for e in effects if timing.held(f"{e.operator}:{e.case}")) or effects
-    if not effects:
-        return None
-    lower = min(e.ratio * (1.0 - max(e.spread, NOISE)) for e in effects)
-    return max(DEFAULT_REQUIRED_RATIO, math.sqrt(lower))
-
-
 # A trial's measurement: the target, the GPU, the gate policy (with the case timed), the problem file and the
 # kernel the card made of the target. Not the card: two cards that make one kernel of one target are timed alike.
 MeasurementKey = tuple[str, str, str, str, str]
@@ -455,57 +415,5 @@ def admit(card: SkillCard, targets: Sequence[Target], problem_for: Callable[[str
         raise KLineageError(f"admission needs at least one trial, not limit={limit}")
     trials = [_trial(card, target, problem_for, gate, problems, setting, measured) for target in list(targets)[:limit]]
     updated = dataclasses.replace(card, verification_log=card.verification_log + tuple(trials),
-                                  status=_status_after(card, trials))
+                                  status=status_after(card, trials))
     return updated, trials
-
-
-def _status_after(card: SkillCard, trials: Sequence[Trial]) -> CardStatus:
-    readings = {reading(t) for t in trials}
-    status = card.status
-    if status is not CardStatus.RETIRED:
-        if Reading.PASSED in readings and Reading.REJECTED not in readings:
-            status = CardStatus.ADMITTED
-        failed = readings & {Reading.SLOWER, Reading.REJECTED}
-        if failed and Reading.PASSED not in readings and status is CardStatus.ADMITTED:
-            status = CardStatus.RETIRED
-    return when_allows(card, status)
-
-
-def when_allows(card: SkillCard, status: CardStatus) -> CardStatus:
-    """`status`, unless the card's per-case effects keep it from being admitted (`when.unpaid_when`): then
-    an admitted card is retired where it paid on none of its cases (the measurements contradict it) and
-    a candidate again where it paid on some with nothing saying where, or on all of too few cases
-    (admission waits for its *when*)."""
-    unpaid = unpaid_when(card)
-    if unpaid is None or status is not CardStatus.ADMITTED:
-        return status
-    return CardStatus.RETIRED if unpaid.kind is WhenKind.NEVER else CardStatus.CANDIDATE
-
-
-def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
-    """The card with its timed trials judged again under today's `required_ratio`, from the paired
-    ratios they recorded (no gate runs: a passing verdict's ratio is the measurement, the outcome
-    only a reading of it), and its status decided again, by `admit`'s rule, from every trial of this
-    content in its log (`admit` reads only the trials it just made; decided even where no outcome
-    changed); also the trials whose outcome changed. A rejected or untimed trial has no ratio and
-    keeps its outcome. Each changed trial's message keeps the old one after the new reading. Only
-    trials of this very content (their basis names the card's digest) are read again: another
-    content declared other effects."""
-    required = required_ratio(card)
-    digest = card_digest(card)
-    changed: list[Trial] = []
-    log = []
-    for trial in card.verification_log:
-        old = reading(trial)  # a timed trial reads passed or slower; only those are read again
-        ours = trial.basis is not None and trial.basis.card == digest
-        if ours and required is not None and trial.ratio is not None and old in (Reading.PASSED, Reading.SLOWER):
-            new = TrialOutcome.PASSED if trial.ratio >= required else TrialOutcome.FAILED
-            if (new is TrialOutcome.PASSED) is not (old is Reading.PASSED):
-                trial = dataclasses.replace(trial, passed=new is TrialOutcome.PASSED, message=(
-                    f"{new.value}: re-judged: {trial.ratio:.3f}x against the {required:.3f}x required now; "
-                    f"first read as {trial.message}"))
-                changed.append(trial)
-        log.append(trial)
-    same = [t for t in log if t.basis is not None and t.basis.card == digest]
-    status = _status_after(card, same) if same else when_allows(card, card.status)
-    return dataclasses.replace(card, verification_log=tuple(log), status=status), changed

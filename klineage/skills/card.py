@@ -294,7 +294,7 @@ class Scope:
 class TrialBasis:
     """What a trial's outcome rests on besides its target: the gate mode, the GPU ("none" when
     nothing ran), the gate policy's fingerprint, the problem file's fingerprint, the digest of the
-    card's content without its log and status (`admission.card_digest`: its effects set the ratio
+    card's content without its log and status (`admission_rule.card_digest`: its effects set the ratio
     required) and the kernel the card made of the target ("" when it made none). Two trials of
     one target on equal bases are the same evidence."""
 

@@ -163,7 +163,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _say_kept_out(library, earlier) -> None:
-    """Each card admitted in `earlier` that its per-case effects now keep out (admission.when_allows)."""
+    """Each card admitted in `earlier` that its per-case effects now keep out (admission_rule.when_allows)."""
     from klineage.skills.card import CardStatus
     from klineage.skills.when import unpaid_when
 
@@ -191,18 +191,23 @@ def _show(args: argparse.Namespace) -> int:
     import statistics
 
     from klineage.report import console, table
+    from klineage.skills.admission_rule import short_of_todays_rule
     from klineage.skills.when import card_when, when_label
 
     # A card timed per case has dozens of effects: the median and the *when* say what they do.
     table(f"Skill library ({len(library.cards)} cards)", ["id", "transform", "status", "operators", "provides",
                                                           "median of effects", "when it pays", "evidence"],
-          [[c.short_id, c.transform, c.status.value, ", ".join(c.scope.operators),
+          [[c.short_id, c.transform, c.status.value + (" (not by today's rule)" if short_of_todays_rule(c) else ""),
+            ", ".join(c.scope.operators),
             ", ".join(map(str, sorted(c.provides))) or "-",
             f"{statistics.median(e.ratio for e in c.effects):.2f}x of {len(c.effects)}" if c.effects else "untimed",
             when_label(card_when(c)), str(len(c.evidence))]
            for c in library.cards])
     for key, value in sorted(library.provenance.items()):
         console.print(f"  {key}: {value}")
+    for card in library.cards:
+        if drift := short_of_todays_rule(card):
+            console.print(f"  {card.short_id} {card.transform}: {drift}")
     return 0
 
 
@@ -287,7 +292,7 @@ def _rejudge(library: Library, chosen: Collection[str], out: Path) -> int:
     import dataclasses
     import datetime as dt
 
-    from klineage.skills.admission import rejudge
+    from klineage.skills.admission_rule import rejudge
     from klineage.skills.library import save_library
     from klineage.skills.trial_reading import trial_outcome
 

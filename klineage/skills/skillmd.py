@@ -37,6 +37,7 @@ import yaml
 
 from klineage.errors import DocumentError
 from klineage.gate.policy import Placement
+from klineage.skills.admission_rule import short_of_todays_rule
 from klineage.skills.card import Precondition, SkillCard
 from klineage.skills.facts import meaning
 from klineage.skills.trial_reading import Reading, reading
@@ -138,8 +139,10 @@ def render(card: SkillCard) -> str:
     """The SKILL.md text of one card."""
     head = yaml.safe_dump(front_matter(card), sort_keys=False, allow_unicode=True, width=float("inf"))
     parts = [f"---\n{head}---\n", f"# {card.transform} ({card.short_id})\n"]
-    overview = [card.intent, "", f"Status: {card.status.value}. Acts on a `{card.anchor.kind}`"
-                + (f" (e.g. `{card.anchor.key}` in `{card.anchor.function}`)." if card.anchor.key else ".")]
+    drift = short_of_todays_rule(card)
+    overview = [card.intent, "", f"Status: {card.status.value}{f' ({drift})' if drift else ''}. Acts on a "
+                f"`{card.anchor.kind}`" + (f" (e.g. `{card.anchor.key}` in `{card.anchor.function}`)."
+                                           if card.anchor.key else ".")]
     if card.anchor.snippet:
         overview += ["", "Representative site:", "", _fence(card.anchor.snippet, "cuda")]
     if card.carrier:

@@ -7,7 +7,7 @@ def judge_stored_trials(apps, schema_editor):
     """Each stored trial's content read from its card's document: the trial in the same place of the
     card's verification log, its basis against the card's digest (trials are stored in log order)."""
     from klineage.errors import KLineageError
-    from klineage.skills.admission import card_digest
+    from klineage.skills.admission_rule import card_digest
     from klineage.skills.card import SkillCard as EngineCard
 
     trials = apps.get_model("skills_app", "CardTrial").objects
