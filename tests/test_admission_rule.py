@@ -47,3 +47,18 @@ def test_a_card_admitted_before_its_cases_were_timed_is_kept_out_by_them():
     said = short_of_todays_rule(timed)
     assert said == ("admitted before its per-case effects were read, and they keep it out: did not pay on any "
                     "of the 6 cases measured (6 below 1.01x); it would be retired now")
+
+
+def test_optimize_says_which_admitted_cards_it_takes_that_today_s_rule_would_not(tmp_path, capsys, gate_cache):
+    """The run acts on the library's statuses (its measurements ran so) and says so on stderr, leaving --json's
+    stdout the result alone."""
+    assert main(["optimize", "row_softmax", "--from", "row_softmax/naive", "--gate", "compile", "--budget", "1",
+                 "--out", str(tmp_path / "result.json"), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("{")
+    assert "note: 11 admitted card(s) of " in err and "would not be admitted by today's rule" in err
+    assert ("38bb8e9bd28d restrict: admitted under an earlier rule: today's asks 1.010x of a trial and its trial "
+            "reached 0.994x, so it would be retired now") in err
+    assert main(["optimize", "row_softmax", "--from", "row_softmax/naive", "--gate", "compile", "--budget", "1",
+                 "--out", str(tmp_path / "result.json"), "--json", "--statuses", "candidate"]) == 0
+    assert "note:" not in capsys.readouterr().err  # no admitted card is taken: nothing to say
