@@ -26,7 +26,8 @@
 # percase:NAME:STEP,STEP all of those, timed on every case and SWEEP case, places $PERCASE_PLACEMENT (as_loaded);
 # the cards of $PERCASE_LIBRARY when set, else of the bundled library;
 # without steps each lane its share, or in lane N the share $PERCASE_SHARE_N; bench/percase.py --lanes prints lanes), sweep:NAME
-# (bench/sweeps/NAME.toml), transfer:OP,OP (bench/transfer_eval.py on the GPU, each operator its own part
+# (bench/sweeps/NAME.toml), transfer:OP,OP or transfer:pending (those no committed part in bench/results/transfer-parts
+# measured on this card with these settings) (bench/transfer_eval.py on the GPU, each operator its own part
 # results/transfer/OP.json and its own time limit, budget $TRANSFER_BUDGET (24), $TRANSFER_JOBS (6), the library strategy
 # $TRANSFER_STRATEGY (default: transfer_eval.py's, the optimize default; or library), the searches' rivals
 # $TRANSFER_RIVALS (default: transfer_eval.py's), the library strategy's ordering $TRANSFER_ORDERING (default: transfer_eval.py's), the library
@@ -173,6 +174,14 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
     rebuild) python3 -m klineage library build $REBUILD_LINEAGES $(compgen -G "$OUT/lineages/*.gpu.json") --out "$OUT/library.json" \
       ${REBUILD_TRIALS:+--keep-trials "$REBUILD_TRIALS"} --note "${REBUILD_NOTE:-built on the GPU host from the walks REBUILD_LINEAGES names and those of this call}" ;;
     transfer:*) local ops=${1#transfer:} op  # a part per operator, written when it ends: a cut keeps the earlier ones
+      local settings="--gate gpu --budget ${TRANSFER_BUDGET:-24} ${TRANSFER_STRATEGY:+--library-strategy $TRANSFER_STRATEGY}
+        ${TRANSFER_RIVALS:+--rivals $TRANSFER_RIVALS} ${TRANSFER_ORDERING:+--ordering $TRANSFER_ORDERING}
+        ${TRANSFER_LIBRARY:+--library $TRANSFER_LIBRARY}"
+      if [ "$ops" = pending ]; then  # what no committed part measured on this card with these settings
+        ops=$(python3 bench/transfer_eval.py --pending $(compgen -G "bench/results/transfer-parts/*.json";
+                                                         compgen -G "bench/results/transfer-parts/*/*.json") $settings) || return
+        echo "  pending on this GPU: ${ops:-none}"
+      fi
       for op in ${ops//,/ }; do  # the limit is each operator's, and none runs past the deadline
         local op_limit=${limit:-540}
         if [ -n "${DEADLINE:-}" ]; then
@@ -180,11 +189,8 @@ stage() {  # STAGE or STAGE@SECONDS: a time limit for this stage alone (walks, s
           if (( left < 30 )); then echo "  $op skipped: ${left} s left before the deadline"; continue; fi
           (( op_limit > left )) && op_limit=$left
         fi
-        timeout "$op_limit" python3 bench/transfer_eval.py --gate gpu --record --budget "${TRANSFER_BUDGET:-24}" \
-          ${TRANSFER_STRATEGY:+--library-strategy "$TRANSFER_STRATEGY"} ${TRANSFER_RIVALS:+--rivals "$TRANSFER_RIVALS"} \
-          ${TRANSFER_ORDERING:+--ordering "$TRANSFER_ORDERING"} --jobs "${TRANSFER_JOBS:-6}" --only "$op" --out "$OUT/results/transfer/$op.json" \
-          --log "$OUT/results/transfer/$op.log.jsonl" \
-          ${TRANSFER_LIBRARY:+--library "$TRANSFER_LIBRARY"}
+        timeout "$op_limit" python3 bench/transfer_eval.py $settings --record --jobs "${TRANSFER_JOBS:-6}" --only "$op" \
+          --out "$OUT/results/transfer/$op.json" --log "$OUT/results/transfer/$op.log.jsonl"
       done ;;
     skills:*) spec=${1#skills:}  # before *:*, which would take it for PROBLEM:KERNEL
       local lane_run_s=SKILLS_RUN_S_${LANE:-} lane_jobs=SKILLS_JOBS_${LANE:-} run_s

@@ -43,6 +43,10 @@ the summaries again (null, with the reason, while some operator is in no part). 
 refused, unless `--replace`: then the later part's measurement stands (re-measured operators merged into an earlier
 result). The merged provenance lists under "parts" which commit measured which operators, and when.
 
+`--pending PART...` gates nothing either: it prints, comma-separated, the operators that none of the parts measured
+on this machine's GPU (`klineage.gate.execute.gpu_name`) with the settings these arguments would record, so that a
+GPU session of either card runs what that card still lacks (`bench/gpu_session.sh transfer:pending`).
+
 `--merge ... --replay-budgets --library LIB` gives runs of parts written before runs kept speedups_by_budget theirs:
 each search is replayed off its recorded verdicts and taken only where the replay is the run its part describes.
 
@@ -315,6 +319,23 @@ def setting(provenance: dict[str, Any], key: str) -> Any:
     return provenance.get(key, SETTING_DEFAULTS.get(key))
 
 
+def settings_of(args: argparse.Namespace, library: Any, gpu: str) -> dict[str, Any]:
+    """The SETTINGS a run with these arguments records, on `gpu`."""
+    return {"gpu": gpu, "gate": args.gate, "budget": args.budget, "seed": args.seed,
+            "library": shown_path(Path(args.library)),
+            # what the cards were, not where they lay: parts drawn from different cards never merge
+            "library_fingerprint": sha256_json(library.to_dict()),
+            "library_strategy": args.library_strategy, "rivals": args.rivals, "ordering": args.ordering,
+            "code_check": args.code_check}
+
+
+def pending(parts: list[dict[str, Any]], names: list[str], wanted: dict[str, Any]) -> list[str]:
+    """The operators of `names` that no part ran with the settings `wanted`."""
+    done = {name for part in parts if all(setting(part["provenance"], k) == v for k, v in wanted.items())
+            for name in part["runs"]}
+    return [name for name in names if name not in done]
+
+
 def sources(part: dict[str, Any]) -> list[dict[str, Any]]:
     """Where a part's operators were measured: one entry per run of the script (a merged part keeps its list)."""
     provenance = part["provenance"]
@@ -386,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true", help="keep every verdict in the recorded store")
     parser.add_argument("--only", default="", help="comma-separated operators (default: all)")
     parser.add_argument("--merge", nargs="+", default=[], metavar="PART", help="join these parts' documents")
+    parser.add_argument("--pending", nargs="+", default=[], metavar="PART",
+                        help="print the operators none of these parts ran on this GPU with these settings; run nothing")
     parser.add_argument("--replace", action="store_true",
                         help="with --merge: an operator in two parts takes the later part's measurement")
     parser.add_argument("--replay-budgets", action="store_true",
@@ -415,6 +438,12 @@ def main(argv: list[str] | None = None) -> int:
         write(Path(args.out), document)
         print(json.dumps({k: v for k, v in document.items() if k not in ("rows", "runs")}, indent=1))
         return 0
+    if args.pending:
+        from klineage.gate.execute import gpu_name
+
+        parts = [json.loads(Path(part).read_text(encoding="utf-8")) for part in args.pending]
+        print(",".join(pending(parts, names, settings_of(args, load_library(args.library), gpu_name()))))
+        return 0
     chosen = [n.strip() for n in args.only.split(",") if n.strip()] or names
     unknown = sorted(set(chosen) - set(names))
     if unknown:
@@ -426,15 +455,12 @@ def main(argv: list[str] | None = None) -> int:
         rows += found
         verdicts += gated
     env = next((v.environment for v in verdicts if v.environment.get("gpu")), {})
-    document = {"provenance": {"gpu": env.get("gpu", "none"), "driver": env.get("driver", "unknown"),
+    settings = settings_of(args, library, env.get("gpu", "none"))
+    where = {key: settings.pop(key) for key in ("gpu", "gate", "budget")}
+    document = {"provenance": {"gpu": where["gpu"], "driver": env.get("driver", "unknown"),
                                "torch": env.get("torch", "unknown"), "git_commit": git_commit(),
                                "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                               "gate": args.gate, "budget": args.budget, "jobs": args.jobs, "seed": args.seed,
-                               "library": shown_path(Path(args.library)),
-                               # what the cards were, not where they lay: parts drawn from different cards never merge
-                               "library_fingerprint": sha256_json(library.to_dict()),
-                               "library_strategy": args.library_strategy, "rivals": args.rivals,
-                               "ordering": args.ordering, "code_check": args.code_check,
+                               "gate": where["gate"], "budget": where["budget"], "jobs": args.jobs, **settings,
                                "written_by": "bench/transfer_eval.py"},
                 "operators": len(chosen), **summaries(rows, runs, chosen),
                 "by_budget": by_budget(runs, chosen, args.budget), "rows": rows, "runs": runs}

@@ -105,7 +105,7 @@ def test_the_gpu_session_transfer_stage_writes_a_part_per_operator(gate_cache, t
     # --record keeps GPU verdicts only: a compile-only gate (the shim's) leaves the committed store alone
     assert set(recorded_dir().rglob("*.json*")) == recorded
     assert "=== transfer:gelu_mul,rms_norm" in done.stdout and "limit 200 s" in done.stdout
-    assert argv[:5] == ["bench/transfer_eval.py", "--gate", "gpu", "--record", "--budget"]
+    assert argv[:3] == ["bench/transfer_eval.py", "--gate", "gpu"] and "--record" in argv
     assert argv[argv.index("--budget") + 1] == "1" and argv[argv.index("--jobs") + 1] == "2"
     parts = tmp_path / "out" / "results" / "transfer"
     assert sorted(p.name for p in parts.iterdir()) == ["gelu_mul.json", "gelu_mul.log.jsonl", "rms_norm.json",
@@ -120,6 +120,26 @@ def test_the_gpu_session_transfer_stage_writes_a_part_per_operator(gate_cache, t
         assert {line["workload"] for line in log} == {name}
         assert {line["strategy"] for line in log} == set(part["runs"][name])
         assert sum("gating the start kernel" in line.get("message", "") for line in log) == len(part["runs"][name])
+
+
+def test_pending_names_what_no_committed_part_measured_on_this_card_with_these_settings(monkeypatch, capsys):
+    """The committed parts: with the code check, budget 8, 3 rivals and the measured order, the H100 ran all 18
+    operators (sessions 50 and 52) and the H200 two (session 51); without the check, the H200's measured parts of
+    session 49 hold six."""
+    transfer = bench_script("transfer_eval")
+    parts = sorted(str(p) for p in (BENCH.parent / "results" / "transfer-parts").glob("*/*.json"))
+    settings = ["--budget", "8", "--rivals", "3", "--ordering", "measured"]
+
+    def pending(gpu: str, *more: str) -> list[str]:
+        monkeypatch.setenv("KLINEAGE_GPU_NAME", gpu)
+        assert transfer.main(["--pending", *parts, *settings, *more]) == 0
+        return [op for op in capsys.readouterr().out.strip().split(",") if op]
+
+    assert pending("NVIDIA H100 80GB HBM3") == []
+    assert pending("NVIDIA H200") == [op for op in OPERATORS if op not in ("layer_norm", "rms_norm")]
+    measured_s49 = ("bias_grad", "bias_relu", "bmm_small", "masked_scale", "mse_loss", "softplus")
+    assert pending("NVIDIA H200", "--code-check", "none") == [op for op in OPERATORS if op not in measured_s49]
+    assert pending("NVIDIA H200", "--budget", "24") == OPERATORS  # no part ran that budget
 
 
 def _part(name: str, library: float | None, unconditioned: float, budget: int = 8, stop: str = "no_candidate",
