@@ -78,8 +78,9 @@ def library_glance() -> dict[str, Any]:
     library = SkillLibrary.objects.default()
     cards = SkillCard.objects.filter(library=library)
     counts = dict(cards.order_by().values_list("status").annotate(n=Count("id")))
+    total = sum(counts.values())
     back = cards.filter(status=SkillCard.Status.ADMITTED).exclude(readmission="").count()
-    counts[SkillCard.Status.ADMITTED] = counts.get(SkillCard.Status.ADMITTED, 0) - back
+    counts[SkillCard.Status.ADMITTED] = counts.get(SkillCard.Status.ADMITTED, 0) - back  # the standing ones
     admitted = cards.filter(status=SkillCard.Status.ADMITTED, readmission="", median_gain__isnull=False)
     timed = admitted if admitted.exists() else cards.filter(median_gain__isnull=False)
     best = (timed.order_by("-median_gain", "transform", "card_id").select_related("library")
@@ -90,7 +91,6 @@ def library_glance() -> dict[str, Any]:
         best.cases = [f"{e['operator']}/{e['case']}" for e in best.effects]
     trialled = cards.filter(trials__isnull=False).distinct().count()
     operators = sorted({op for ops in cards.values_list("operators", flat=True) for op in ops})
-    total = sum(counts.values()) + back
     admitted_count = counts.get(SkillCard.Status.ADMITTED, 0)
     return {"name": library.name if library else "", "others": max(SkillLibrary.objects.count() - 1, 0),
             "total": total, **{s: counts.get(s, 0) for s in SkillCard.Status.values}, "back_to_admission": back,

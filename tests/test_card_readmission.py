@@ -94,7 +94,7 @@ def test_an_admitted_card_today_s_rule_would_not_admit_goes_back_to_admission(cl
     candidate."""
     bundled = load_library(bundled_library())
     import_library(bundled.to_dict())
-    said = {c.id: short_of_todays_rule(c) for c in bundled.cards if short_of_todays_rule(c)}
+    said = {c.id: s for c in bundled.cards if (s := short_of_todays_rule(c))}
     assert len(said) == 11
     assert dict(SkillCard.objects.exclude(readmission="").values_list("card_id", "readmission")) == said
     standing, back = len(bundled.admitted()) - 11, 11

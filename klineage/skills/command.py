@@ -194,10 +194,11 @@ def _show(args: argparse.Namespace) -> int:
     from klineage.skills.admission_rule import short_of_todays_rule
     from klineage.skills.when import card_when, when_label
 
+    drift = {c.id: short_of_todays_rule(c) for c in library.cards}  # each re-reads its trials: once a card
     # A card timed per case has dozens of effects: the median and the *when* say what they do.
     table(f"Skill library ({len(library.cards)} cards)", ["id", "transform", "status", "operators", "provides",
                                                           "median of effects", "when it pays", "evidence"],
-          [[c.short_id, c.transform, c.status.value + (" (not by today's rule)" if short_of_todays_rule(c) else ""),
+          [[c.short_id, c.transform, c.status.value + (" (not by today's rule)" if drift[c.id] else ""),
             ", ".join(c.scope.operators),
             ", ".join(map(str, sorted(c.provides))) or "-",
             f"{statistics.median(e.ratio for e in c.effects):.2f}x of {len(c.effects)}" if c.effects else "untimed",
@@ -206,8 +207,8 @@ def _show(args: argparse.Namespace) -> int:
     for key, value in sorted(library.provenance.items()):
         console.print(f"  {key}: {value}")
     for card in library.cards:
-        if drift := short_of_todays_rule(card):
-            console.print(f"  {card.short_id} {card.transform}: {drift}")
+        if drift[card.id]:
+            console.print(f"  {card.short_id} {card.transform}: {drift[card.id]}")
     return 0
 
 
