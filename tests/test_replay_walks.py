@@ -20,7 +20,8 @@ from klineage.cli import main
 from klineage.config import GateMode
 from klineage.documents import document_files, document_stem
 from klineage.gate.cache import GateCache
-from klineage.lineage import Lineage
+from klineage.gate.machine_code import CodeCheck
+from klineage.lineage import ForwardStatus, Lineage
 from klineage.walk.walker import transforms_named, walk
 from sampled import sampled
 
@@ -76,3 +77,27 @@ def test_cli_replays_a_gpu_walk_as_it_ran(tmp_path, capsys):
     assert main(["walk", "topk/radix_select", "--gate", "replay", "--max-steps", "40", "--max-rejections", "8",
                  "--out", str(tmp_path / "full.json")]) == 2
     assert "no recorded verdict" in capsys.readouterr().err
+
+
+def test_the_walk_with_the_code_check_replays_and_times_only_the_steps_that_change_the_code(monkeypatch):
+    """bench/walks/code-check/: embedding_bag/gather_vec4 walked on an H100 with `code_check` SASS. The steps
+    whose child runs its parent's machine code (restrict, unroll, an ldg nvcc had already made) are accepted
+    untimed; the walk ends on the kernel the walk without the check reached, with a third fewer gate calls."""
+    monkeypatch.setenv("KLINEAGE_REPLAY_GPU", "NVIDIA H100 80GB HBM3")
+    path = config.bench_walks_dir() / "code-check" / "embedding_bag_gather_vec4.gpu.json.gz"
+    recorded, unchecked = Lineage.load(path), Lineage.load(config.bench_walks_dir() / path.name)
+    expert = next(e.load() for e in corpus.list_kernels() if e.load().fingerprint == recorded.expert.fingerprint)
+    replayed = walk(corpus.problem_path(recorded.problem.operator), expert, gate_mode=GateMode.REPLAY,
+                    cache=GateCache(None, config.recorded_dir()), transforms=transforms_named(recorded),
+                    max_steps=recorded.limits.max_steps, max_rejections=recorded.limits.max_rejections,
+                    code_check=CodeCheck.SASS)
+    want, got = recorded.to_dict(), replayed.to_dict()
+    assert (want.pop("gate"), got.pop("gate")) == ("gpu", "replay")
+    want["stats"].pop("seconds"), got["stats"].pop("seconds")
+    assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
+
+    same = [t for t in recorded.transitions if t.forward.status is ForwardStatus.SAME_CODE]
+    assert len(same) == 11 and all(t.forward.timing is None for t in same)
+    assert {t.transform for t in same} == {"ldg", "restrict", "unroll"}
+    assert recorded.states[-1].kernel.fingerprint == unchecked.states[-1].kernel.fingerprint
+    assert (recorded.stats.gate_evaluations, unchecked.stats.gate_evaluations) == (22, 33)
