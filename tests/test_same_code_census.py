@@ -1,4 +1,4 @@
-"""bench/same_code_census.py on one operator of the committed H100 transfer document: its three searches replayed
+"""bench/same_code_census.py on one operator of the committed H100 transfer document: two of its searches replayed
 off the H100's recorded verdicts, each gated candidate compiled here (real nvcc) and compared with its best."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ def test_the_census_finds_the_ldg_nvcc_had_already_applied_to_gelu_mul(tmp_path,
     monkeypatch.setenv("KLINEAGE_REPLAY_GPU", "NVIDIA H100 80GB HBM3")
     document = json.loads(PART.read_text(encoding="utf-8"))
     part = tmp_path / "gelu_mul.json"
-    runs = dict(document["runs"]["gelu_mul"])
+    # the greedy search left out (its seven gate calls would add compiles, not a mechanism)
+    runs = {s: r for s, r in document["runs"]["gelu_mul"].items() if s != "unconditioned_greedy"}
     runs["unconditioned_random"] = runs["unconditioned_random"] | {"evaluations": 3}  # not the run that replays
     part.write_text(json.dumps(document | {"runs": {"gelu_mul": runs}}), encoding="utf-8")
     result = bench_script("same_code_census").report(part)
@@ -23,7 +24,7 @@ def test_the_census_finds_the_ldg_nvcc_had_already_applied_to_gelu_mul(tmp_path,
     [error] = result["errors"]
     assert error.startswith(f"gelu_mul unconditioned_random: the replay is not the recorded run (evaluations "
                             f"{replayed}, not 3)")
-    assert set(result["by_strategy"]) == {"library_then_catalog", "unconditioned_greedy"}, "its rows are left out"
+    assert set(result["by_strategy"]) == {"library_then_catalog"}, "its rows are left out"
     gated = {s: r["evaluations"] - 1 for s, r in runs.items() if s in result["by_strategy"]}  # the start's: no row
     assert {s: v["gated"] for s, v in result["by_strategy"].items()} == gated, "every gated candidate, each once"
     same = [r for r in result["rows"] if r["code"] == "same"]
