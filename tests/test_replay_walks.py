@@ -20,8 +20,9 @@ from klineage.cli import main
 from klineage.config import GateMode
 from klineage.documents import document_files, document_stem
 from klineage.gate.cache import GateCache
-from klineage.gate.machine_code import CodeCheck
+from klineage.gate.machine_code import CodeCheck, CodeIdentity
 from klineage.lineage import ForwardStatus, Lineage
+from klineage.walk.step_code import StepCodes
 from klineage.walk.walker import transforms_named, walk
 from sampled import sampled
 
@@ -82,7 +83,8 @@ def test_cli_replays_a_gpu_walk_as_it_ran(tmp_path, capsys):
 def test_the_walk_with_the_code_check_replays_and_times_only_the_steps_that_change_the_code(monkeypatch):
     """bench/walks/code-check/: embedding_bag/gather_vec4 walked on an H100 with `code_check` SASS. The steps
     whose child runs its parent's machine code (restrict, unroll, an ldg nvcc had already made) are accepted
-    untimed; the walk ends on the kernel the walk without the check reached, with a third fewer gate calls."""
+    untimed, the same steps the CPU census names; the walk ends on the kernel the walk without the check reached,
+    with a third fewer gate calls."""
     monkeypatch.setenv("KLINEAGE_REPLAY_GPU", "NVIDIA H100 80GB HBM3")
     path = config.bench_walks_dir() / "code-check" / "embedding_bag_gather_vec4.gpu.json.gz"
     recorded, unchecked = Lineage.load(path), Lineage.load(config.bench_walks_dir() / path.name)
@@ -99,5 +101,9 @@ def test_the_walk_with_the_code_check_replays_and_times_only_the_steps_that_chan
     same = [t for t in recorded.transitions if t.forward.status is ForwardStatus.SAME_CODE]
     assert len(same) == 11 and all(t.forward.timing is None for t in same)
     assert {t.transform for t in same} == {"ldg", "restrict", "unroll"}
+    # the GPU host's check and the CPU census of the walk without it (corpus/step_code.json) agree step by step
+    census = StepCodes.load(config.corpus_dir() / "step_code.json")
+    assert [census.of(unchecked, i) is CodeIdentity.SAME for i in range(len(unchecked.transitions))] == \
+        [t.forward.status is ForwardStatus.SAME_CODE for t in recorded.transitions]
     assert recorded.states[-1].kernel.fingerprint == unchecked.states[-1].kernel.fingerprint
     assert (recorded.stats.gate_evaluations, unchecked.stats.gate_evaluations) == (22, 33)
