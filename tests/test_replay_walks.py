@@ -51,12 +51,16 @@ def test_the_walks_replayed_by_default_name_every_transform_the_walks_name():
 @pytest.mark.parametrize("path", sampled(WALKS, keep=[p for p in WALKS if p.name in REPLAYED_BY_DEFAULT]),
                          ids=lambda p: p.name)
 def test_gpu_walk_replays_byte_for_byte(path: Path, tmp_path):
-    recorded = Lineage.load(path)
-    transforms = transforms_named(recorded)
+    assert_replays_as_recorded(Lineage.load(path))
+
+
+def assert_replays_as_recorded(recorded: Lineage, code_check: CodeCheck = CodeCheck.NONE) -> None:
+    """The walk again in replay mode, with the transforms and limits it ran with, gives its document."""
     expert = next(e.load() for e in corpus.list_kernels() if e.load().fingerprint == recorded.expert.fingerprint)
     replayed = walk(corpus.problem_path(recorded.problem.operator), expert, gate_mode=GateMode.REPLAY,
-                    cache=GateCache(None, config.recorded_dir()), transforms=transforms,
-                    max_steps=recorded.limits.max_steps, max_rejections=recorded.limits.max_rejections)
+                    cache=GateCache(None, config.recorded_dir()), transforms=transforms_named(recorded),
+                    max_steps=recorded.limits.max_steps, max_rejections=recorded.limits.max_rejections,
+                    code_check=code_check)
     want, got = recorded.to_dict(), replayed.to_dict()
     assert (want.pop("gate"), got.pop("gate")) == ("gpu", "replay")
     # the gate seconds are the served verdicts' own: a state judged again since by a later gate version is
@@ -88,16 +92,7 @@ def test_the_walk_with_the_code_check_replays_and_times_only_the_steps_that_chan
     monkeypatch.setenv("KLINEAGE_REPLAY_GPU", "NVIDIA H100 80GB HBM3")
     path = config.bench_walks_dir() / "code-check" / "embedding_bag_gather_vec4.gpu.json.gz"
     recorded, unchecked = Lineage.load(path), Lineage.load(config.bench_walks_dir() / path.name)
-    expert = next(e.load() for e in corpus.list_kernels() if e.load().fingerprint == recorded.expert.fingerprint)
-    replayed = walk(corpus.problem_path(recorded.problem.operator), expert, gate_mode=GateMode.REPLAY,
-                    cache=GateCache(None, config.recorded_dir()), transforms=transforms_named(recorded),
-                    max_steps=recorded.limits.max_steps, max_rejections=recorded.limits.max_rejections,
-                    code_check=CodeCheck.SASS)
-    want, got = recorded.to_dict(), replayed.to_dict()
-    assert (want.pop("gate"), got.pop("gate")) == ("gpu", "replay")
-    want["stats"].pop("seconds"), got["stats"].pop("seconds")
-    assert json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
-
+    assert_replays_as_recorded(recorded, CodeCheck.SASS)
     same = [t for t in recorded.transitions if t.forward.status is ForwardStatus.SAME_CODE]
     assert len(same) == 11 and all(t.forward.timing is None for t in same)
     assert {t.transform for t in same} == {"ldg", "restrict", "unroll"}
