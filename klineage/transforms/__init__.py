@@ -37,7 +37,7 @@ def catalog() -> dict[str, Transform]:
 @functools.cache
 def _load() -> None:
     """Import every transform module once (each registers itself). Once a process: `get` runs for every
-    site of every candidate, and listing the package's folder each time cost a tenth of a search's CPU."""
+    site of every candidate, and the package's folder need not be listed again each time."""
     import importlib
     import pkgutil
 
