@@ -456,12 +456,10 @@ def main(argv: list[str] | None = None) -> int:
         verdicts += gated
     env = next((v.environment for v in verdicts if v.environment.get("gpu")), {})
     settings = settings_of(args, library, env.get("gpu", "none"))
-    where = {key: settings.pop(key) for key in ("gpu", "gate", "budget")}
-    document = {"provenance": {"gpu": where["gpu"], "driver": env.get("driver", "unknown"),
+    document = {"provenance": {"gpu": settings["gpu"], "driver": env.get("driver", "unknown"),
                                "torch": env.get("torch", "unknown"), "git_commit": git_commit(),
                                "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                               "gate": where["gate"], "budget": where["budget"], "jobs": args.jobs, **settings,
-                               "written_by": "bench/transfer_eval.py"},
+                               **settings, "jobs": args.jobs, "written_by": "bench/transfer_eval.py"},
                 "operators": len(chosen), **summaries(rows, runs, chosen),
                 "by_budget": by_budget(runs, chosen, args.budget), "rows": rows, "runs": runs}
     if chosen != names:

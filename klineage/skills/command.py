@@ -194,7 +194,7 @@ def _show(args: argparse.Namespace) -> int:
     from klineage.skills.admission_rule import short_of_todays_rule
     from klineage.skills.when import card_when, when_label
 
-    drift = {c.id: short_of_todays_rule(c) for c in library.cards}  # each re-reads its trials: once a card
+    drift = {c.id: short_of_todays_rule(c) for c in library.cards}  # rejudges each card's trials: once, here
     # A card timed per case has dozens of effects: the median and the *when* say what they do.
     table(f"Skill library ({len(library.cards)} cards)", ["id", "transform", "status", "operators", "provides",
                                                           "median of effects", "when it pays", "evidence"],
