@@ -1,0 +1,239 @@
+"""Whether a kernel computes the same on any number of blocks: the legality of resizing its grid.
+
+A kernel is grid-free when every use of the block's place in the grid (`blockIdx.x`) and of the grid's extent
+(`gridDim.x`) is the start or the step of a loop that strides over the grid:
+
+    for (<type> i = [<offset> +] blockIdx.x * B + threadIdx.x; i < <bound>; i += B * gridDim.x)   (threads)
+    for (<type> i = [<offset> +] blockIdx.x; i < <bound>; i += gridDim.x)                         (blocks)
+
+B is `blockDim.x`, or the block size the plan launches the kernel with (a number, or the source constant it names);
+factors and terms in either order, integer casts on the grid's coordinates read through. The start and the step may
+name a local declared once at the top of the kernel as one of those values and never assigned (`const int stride =
+gridDim.x * THREADS;`). Such a loop visits each of its indices exactly once, whatever the grid: only which thread
+visits which index changes.
+
+Outside those loops a kernel may still do per-thread or per-block work (sum its slice's share into a warp, then one
+atomic a warp); what must not depend on the grid is its effect. So outside the loops the kernel writes no global
+memory except through atomics of a computed value (`atomicAdd(loss, total)`; `atomicAdd(blocks, 1)` counts blocks)
+and, in the thread form, the loop's work holds no barrier (threads of one block could loop different numbers of
+times on a new grid where they did not on the old). Anything that reads the grid another way is refused with the
+reason: a second grid dimension, a device function or inline PTX that reads the grid, a cooperative grid, a jump out
+of a loop's work. Known limit: a write through a pointer the kernel builds from no parameter (`float* p = ...;` from
+an integer) is not followed; the gate's correctness cases judge what this reading cannot.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.transforms._edit import contains, is_written, unparen
+from klineage.transforms._naive import LOOP_INDEX_TYPES, squash, statements, uncast_grid
+from klineage.transforms.base import NotApplicable
+
+GRID_READS = ("blockIdx.x", "gridDim.x")
+_OTHER_AXES = re.compile(r"\b(?:blockIdx|gridDim)\.[yz]\b|\b(?:this_grid|grid_group|cluster_dims|%n?ctaid|"
+                         r"%nclusterid|%clusterid)\b")
+# the atomics whose sum over threads ignores how the work was split, as long as idle threads add what changes nothing
+_ATOMICS = re.compile(r"^atomic(?:Add|Sub|Max|Min|And|Or|Xor)(?:_block|_system)?$")
+_JUMPS = ("break_statement", "return_statement", "goto_statement")
+# what an offset before the grid index may hold: arithmetic that binds tighter than the `+` after it
+_OFFSET = re.compile(r"^[\w\s().*/%+\-]+$")
+
+
+@dataclass(frozen=True)
+class Form:
+    """The two grid-stride forms: the index a thread starts at and the step."""
+
+    name: str
+    starts: tuple[str, ...]  # regexes of the start (squashed, uncast)
+    steps: tuple[str, ...]
+
+
+def _forms(block_names: tuple[str, ...]) -> tuple[Form, Form]:
+    sizes = "|".join(re.escape(b) for b in ("blockDim.x", *block_names))
+    product = rf"(?:\(?blockIdx\.x\)? \* (?:{sizes})|(?:{sizes}) \* \(?blockIdx\.x\)?)"
+    return (Form("thread", (rf"{product} \+ threadIdx\.x", rf"threadIdx\.x \+ {product}"),
+                 (rf"\(?(?:{sizes}) \* gridDim\.x\)?", rf"\(?gridDim\.x \* (?:{sizes})\)?")),
+            Form("block", (r"\(?blockIdx\.x\)?",), (r"\(?gridDim\.x\)?",)))
+
+
+def _matches(patterns: tuple[str, ...], text: str) -> bool:
+    return any(re.fullmatch(p, text) for p in patterns)
+
+
+def _names_grid(text: str, grid_locals: dict[str, GridLocal]) -> bool:
+    return any(g in text for g in GRID_READS) or any(re.search(rf"\b{re.escape(name)}\b", text) for name in grid_locals)
+
+
+def _plain_offset(offset: str | None, grid_locals: dict[str, GridLocal]) -> bool:
+    """No offset, or one that binds tighter than the `+` after it and names no part of the grid or thread."""
+    return offset is None or (_OFFSET.fullmatch(offset) is not None and not _names_grid(offset, grid_locals)
+                              and "threadIdx" not in offset)
+
+
+@dataclass(frozen=True)
+class GridLocal:
+    form: str  # "thread" or "block"
+    role: str  # "start" or "step"
+    declaration: Node
+
+
+def _grid_locals(parsed: cp.ParsedSource, body: Node, forms: tuple[Form, Form]) -> dict[str, GridLocal]:
+    """The kernel's top-level locals declared as a grid index or extent and never assigned, by name."""
+    written = {parsed.text(n) for n in cp.nodes_of_type(body, "identifier") if is_written(n)}
+    found: dict[str, GridLocal] = {}
+    for statement in statements(body):
+        declared = re.fullmatch(rf"(?:const )?(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = (.+);",
+                                uncast_grid(squash(parsed.text(statement))))
+        if statement.type != "declaration" or declared is None or declared[1] in written:
+            continue
+        for form in forms:
+            for role, patterns in (("start", form.starts), ("step", form.steps)):
+                if _matches(patterns, declared[2]):
+                    found.setdefault(declared[1], GridLocal(form.name, role, statement))
+    return found
+
+
+def _loop_form(parsed: cp.ParsedSource, loop: Node, forms: tuple[Form, Form],
+               grid_locals: dict[str, GridLocal]) -> str:
+    """The form of a loop whose header reads the grid, or NotApplicable with the reason."""
+    initializer, condition, update = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    declared = re.fullmatch(rf"(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = (.+);",
+                            uncast_grid(squash(parsed.text(initializer)))) if initializer is not None else None
+    if declared is None:
+        raise NotApplicable("a loop reads the grid in a header that declares no index")
+    index, start = declared.groups()
+    found = None
+    for form in forms:
+        # `[<offset> + ]<start>`, the start written out or a local declared as it
+        if any((m := re.fullmatch(rf"(?:(.+) \+ )?(?:{pattern})", start)) and _plain_offset(m[1], grid_locals)
+               for pattern in form.starts):
+            found = form
+        local = re.fullmatch(r"(?:(.+) \+ )?([A-Za-z_]\w*)", start)
+        if local and local[2] in grid_locals and (grid_locals[local[2]].form, grid_locals[local[2]].role) == \
+                (form.name, "start") and _plain_offset(local[1], grid_locals):
+            found = form
+    if found is None:
+        raise NotApplicable(f"loop over '{index}' starts at `{start}`, not at a thread's or a block's place in "
+                            "the grid")
+    test = squash(parsed.text(unparen(condition))) if condition is not None else ""
+    bound = re.fullmatch(rf"{re.escape(index)} < (.+)", test)
+    if bound is None or _names_grid(bound[1], grid_locals) or "threadIdx" in bound[1] or \
+            re.search(rf"\b{re.escape(index)}\b", bound[1]):
+        raise NotApplicable(f"loop over '{index}' is not bounded by `{index} < n` with n free of the grid")
+    step = re.fullmatch(rf"{re.escape(index)} (?:\+= |= {re.escape(index)} \+ )(.+)",
+                        uncast_grid(squash(parsed.text(update)))) if update is not None else None
+    stepped = step is not None and (_matches(found.steps, step[1]) or (
+        step[1] in grid_locals and (grid_locals[step[1]].form, grid_locals[step[1]].role) == (found.name, "step")))
+    if not stepped:
+        raise NotApplicable(f"loop over '{index}' does not step by the grid's extent in {found.name}s")
+    work = loop.child_by_field_name("body")
+    if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(work, "identifier")):
+        raise NotApplicable(f"loop over '{index}' assigns its index in its work")
+    if cp.nodes_of_type(work, *_JUMPS):
+        raise NotApplicable(f"loop over '{index}' can leave its work early (break, return or goto)")
+    if found.name == "thread" and any(cp.call_name(c).startswith(("__syncthreads", "__syncwarp", "__barrier"))
+                                      for c in cp.nodes_of_type(work, "call_expression")):
+        raise NotApplicable(f"loop over '{index}' holds a barrier: on another grid the block's threads could loop "
+                            "different numbers of times")
+    return found.name
+
+
+def check_grid_free(parsed: cp.ParsedSource, function: cp.Function, block_names: tuple[str, ...]) -> int:
+    """The number of grid-stride loops of the kernel `function` if it computes the same on any number of blocks
+    (see the module's docstring); NotApplicable with the reason otherwise."""
+    body = function.node.child_by_field_name("body")
+    if not function.is_kernel or body is None:
+        raise NotApplicable(f"{function.name} is not a kernel")
+    for other in cp.functions(parsed):
+        if not other.is_kernel and re.search(r"\b(?:blockIdx|gridDim)\b", parsed.text(other.node)):
+            raise NotApplicable(f"{function.name}: the device function {other.name} reads the grid")
+    if (other_axis := _OTHER_AXES.search(parsed.text(body))) is not None:
+        raise NotApplicable(f"{function.name} reads `{other_axis[0]}`: more of the grid than its first axis")
+    if cp.nodes_of_type(body, "reference_declarator"):
+        raise NotApplicable(f"{function.name} declares a reference: a store through it is not followed")
+    forms = _forms(block_names)
+    grid_locals = _grid_locals(parsed, body, forms)
+    headers: list[Node] = []
+    for loop in cp.nodes_of_type(body, "for_statement"):
+        parts = [p for p in (loop.child_by_field_name(f) for f in ("initializer", "update")) if p is not None]
+        if any(_names_grid(parsed.text(p), grid_locals) for p in parts):
+            _loop_form(parsed, loop, forms, grid_locals)
+            headers += parts
+    if not headers:
+        raise NotApplicable(f"{function.name} has no grid-stride loop: every block would do the same work")
+    declarations = [local.declaration for local in grid_locals.values()]
+    for node in cp.nodes_of_type(body, "field_expression", "identifier"):
+        said = squash(parsed.text(node))
+        if node.type == "field_expression" and said in GRID_READS:
+            allowed = headers + declarations
+        elif node.type == "identifier" and said in grid_locals and not _declares(node):
+            allowed = headers
+        else:
+            continue
+        if not any(contains(part, node) for part in allowed):
+            raise NotApplicable(f"{function.name} reads `{said}` (line {node.start_point.row + 1}) outside the start "
+                                "or step of a grid-stride loop: its work would change with the grid")
+    _check_writes_outside(parsed, function, body, [h.parent for h in headers])
+    return len(headers) // 2
+
+
+def _declares(node: Node) -> bool:
+    return node.parent is not None and node.parent.type == "init_declarator" and \
+        node.parent.child_by_field_name("declarator") == node
+
+
+def _values(parsed: cp.ParsedSource, body: Node) -> set[str]:
+    """The names the kernel declares as values (scalars, structs, arrays: local or shared), not as pointers."""
+    names = set()
+    for declaration in cp.nodes_of_type(body, "declaration"):
+        for declarator in declaration.children_by_field_name("declarator"):
+            if declarator.type == "init_declarator":
+                declarator = declarator.child_by_field_name("declarator")
+            while declarator is not None and declarator.type == "array_declarator":
+                declarator = declarator.child_by_field_name("declarator")
+            if declarator is not None and declarator.type == "identifier":
+                names.add(parsed.text(declarator))
+    return names
+
+
+def _base(node: Node) -> Node:
+    """What a store's target indexes or selects from (`a` of `a[i].x`)."""
+    while node.type in ("subscript_expression", "field_expression", "parenthesized_expression"):
+        node = node.child_by_field_name("argument") or node.named_children[0]
+    return node
+
+
+def _check_writes_outside(parsed: cp.ParsedSource, function: cp.Function, body: Node, loops: list[Node]) -> None:
+    """Outside the grid-stride loops, a store through a pointer or an atomic of a constant happens once per thread
+    or block: the grid would decide its effect."""
+    values = _values(parsed, body)
+
+    def outside(node: Node) -> bool:
+        return not any(contains(loop, node) for loop in loops)
+
+    for assignment in cp.nodes_of_type(body, "assignment_expression", "update_expression"):
+        target = unparen(assignment.child_by_field_name("left") or assignment.child_by_field_name("argument"))
+        if target.type == "identifier" or not outside(target):
+            continue
+        base = _base(target)
+        if base.type != "identifier" or parsed.text(base) not in values:
+            raise NotApplicable(f"{function.name} stores to `{squash(parsed.text(target))}` outside its grid-stride "
+                                f"loops (line {target.start_point.row + 1}): once per thread or block, so the grid "
+                                "decides it")
+    for call in (c for c in cp.nodes_of_type(body, "call_expression") if outside(c)):
+        name, arguments = cp.call_name(call), call.child_by_field_name("arguments").named_children
+        if name.startswith("__st") or name.startswith("atomic") and not _ATOMICS.match(name):
+            raise NotApplicable(f"{function.name} stores with `{name}` outside its grid-stride loops: once per "
+                                "thread or block, so the grid decides it")
+        if _ATOMICS.match(name) and len(arguments) >= 2 and unparen(arguments[1]).type == "number_literal":
+            raise NotApplicable(f"{function.name}'s `{squash(parsed.text(call))}` outside its grid-stride loops "
+                                "counts threads or blocks: the grid decides it")
+    for block in cp.nodes_of_type(body, "gnu_asm_expression"):
+        if outside(block) and re.search(r"\b(?:st|red|atom)\.", parsed.text(block)):
+            raise NotApplicable(f"{function.name}'s inline PTX stores outside its grid-stride loops: once per thread "
+                                "or block, so the grid decides it")
