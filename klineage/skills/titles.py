@@ -18,6 +18,7 @@ FORWARD: dict[str, tuple[str, str]] = {
     "block_swizzle": ("group blocks by tile rows for L2 reuse", "groups of tile rows"),
     "devectorize": ("vectorize global accesses", "widest aligned vector accesses"),
     "fast_math": ("use fast math intrinsics", "fast hardware approximation"),
+    "fix_grid_cap": ("size a grid-stride kernel's grid to the GPU's SMs", "in proportion to the GPU's SMs"),
     "launch_bounds": ("bound the block size (__launch_bounds__)", "block size"),
     "ldg": ("load read-only data with __ldg", "__ldg"),
     "ldg_subscript": ("read a read-only array through the read-only cache", "read-only cache"),
