@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
-from klineage.transforms._edit import contains, is_written, unparen
+from klineage.transforms._edit import contains, is_written, unparen, written_names
 from klineage.transforms._naive import LOOP_INDEX_TYPES, squash, statements, uncast_grid
 from klineage.transforms.base import NotApplicable
 
@@ -84,7 +84,7 @@ class GridLocal:
 
 def _grid_locals(parsed: cp.ParsedSource, body: Node, forms: tuple[Form, Form]) -> dict[str, GridLocal]:
     """The kernel's top-level locals declared as a grid index or extent and never assigned, by name."""
-    written = {parsed.text(n) for n in cp.nodes_of_type(body, "identifier") if is_written(n)}
+    written = written_names(parsed, body)
     found: dict[str, GridLocal] = {}
     for statement in statements(body):
         declared = re.fullmatch(rf"(?:const )?(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = (.+);",
@@ -99,8 +99,9 @@ def _grid_locals(parsed: cp.ParsedSource, body: Node, forms: tuple[Form, Form]) 
 
 
 def _loop_form(parsed: cp.ParsedSource, loop: Node, forms: tuple[Form, Form],
-               grid_locals: dict[str, GridLocal]) -> str:
-    """The form of a loop whose header reads the grid, or NotApplicable with the reason."""
+               grid_locals: dict[str, GridLocal], written: set[str]) -> str:
+    """The form of a loop whose header reads the grid, or NotApplicable with the reason (`written`: the names the
+    kernel assigns)."""
     initializer, condition, update = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
     declared = re.fullmatch(rf"(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = (.+);",
                             uncast_grid(squash(parsed.text(initializer)))) if initializer is not None else None
@@ -134,6 +135,9 @@ def _loop_form(parsed: cp.ParsedSource, loop: Node, forms: tuple[Form, Form],
     work = loop.child_by_field_name("body")
     if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(work, "identifier")):
         raise NotApplicable(f"loop over '{index}' assigns its index in its work")
+    moved = written & set(re.findall(r"[A-Za-z_]\w*", bound[1]))
+    if moved:
+        raise NotApplicable(f"loop over '{index}' is bounded by '{sorted(moved)[0]}', which the kernel assigns")
     if cp.nodes_of_type(work, *_JUMPS):
         raise NotApplicable(f"loop over '{index}' can leave its work early (break, return or goto)")
     if found.name == "thread" and any(cp.call_name(c).startswith(("__syncthreads", "__syncwarp", "__barrier"))
@@ -158,11 +162,12 @@ def check_grid_free(parsed: cp.ParsedSource, function: cp.Function, block_names:
         raise NotApplicable(f"{function.name} declares a reference: a store through it is not followed")
     forms = _forms(block_names)
     grid_locals = _grid_locals(parsed, body, forms)
+    written = written_names(parsed, body)
     headers: list[Node] = []
     for loop in cp.nodes_of_type(body, "for_statement"):
         parts = [p for p in (loop.child_by_field_name(f) for f in ("initializer", "update")) if p is not None]
         if any(_names_grid(parsed.text(p), grid_locals) for p in parts):
-            _loop_form(parsed, loop, forms, grid_locals)
+            _loop_form(parsed, loop, forms, grid_locals, written)
             headers += parts
     if not headers:
         raise NotApplicable(f"{function.name} has no grid-stride loop: every block would do the same work")

@@ -150,6 +150,9 @@ ATTACKS = {
     "a bound of the grid": ("""__global__ void kernel(const float* x, float* out, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < gridDim.x * 64; i += blockDim.x * gridDim.x) out[i] = x[i];
 }""", "not bounded by `i < n`"),
+    "a bound the kernel moves": ("""__global__ void kernel(const float* x, float* out, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) { out[i] = x[i]; n--; }
+}""", "bounded by 'n', which the kernel assigns"),
     "a second axis": ("""__global__ void kernel(const float* x, float* out, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) out[i] = x[i] * blockIdx.y;
 }""", "reads `blockIdx.y`"),
