@@ -7,7 +7,8 @@ the catalog applied. Forwarded, the slice is read as float4s of both inputs wher
 tail element by element. The vector loop passes every case against the warp-aggregated kernel under the gate's
 sanitizer, and its ratios against that kernel and torch eager are printed with whether the timing settled (run
 with -s). Its grid, capped at 256 blocks (about two an SM), is then sized to the GPU (fix_grid_cap's forward:
-num_sms * 8 blocks of 256 threads) and gated against the 256 blocks the same way.
+num_sms * 8 blocks of 256 threads), or its loops unrolled two grids a step (reroll_grid_stride's forward), and each is
+gated against the vector loop on 256 blocks the same way.
 
     python -m pytest tests/test_gpu_grid_stride_vectors.py -v -s -n 0
 """
@@ -39,9 +40,21 @@ def test_the_vector_loop_passes_every_case_against_the_warp_aggregated_kernel(ca
                    "mse_loss's vector loop", "the warp-aggregated kernel")
 
 
+def _vectors():
+    return forwarded(forwarded(load_kernel(MSE / "naive"), "unaggregate_atomics"), "scalarize_grid_stride")
+
+
 def test_the_grid_sized_to_the_gpu_passes_every_case_against_the_fixed_256_blocks(cache):
-    vectors = forwarded(forwarded(load_kernel(MSE / "naive"), "unaggregate_atomics"), "scalarize_grid_stride")
+    vectors = _vectors()
     sized = forwarded(vectors, "fix_grid_cap")
     assert [str(launch.grid[0]) for launch in sized.plan.launches] == ["1", "min(cdiv(n, 256), num_sms * 8)"]
     passes_against(MSE / "problem.py", sized, vectors, CASES, cache,
                    "mse_loss's vector loop on num_sms * 8 blocks", "the same loop on 256 blocks")
+
+
+def test_the_loops_unrolled_two_grids_a_step_pass_every_case_against_the_vector_loop(cache):
+    vectors = _vectors()
+    unrolled = forwarded(vectors, "reroll_grid_stride")
+    assert unrolled.source.count("#pragma unroll") == 3 and unrolled.plan == vectors.plan
+    passes_against(MSE / "problem.py", unrolled, vectors, CASES, cache,
+                   "mse_loss's loops two grids a step", "the vector loop")

@@ -37,12 +37,12 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride"},  # its table-zeroing kernel, both
             "bias_relu": {"scalarize_elementwise", "scalarize_row_gather", "uncoarsen_grid_stride"},  # 2-D, read flat
             # a thread's grid-stride sum: its atomic aggregated a warp at a time, its loop walked as 16-byte vectors
-            # and its grid, capped at 256 blocks, sized to the GPU
-            "mse_loss": {"unaggregate_atomics", "scalarize_grid_stride", "fix_grid_cap"},
+            # and its grid, capped at 256 blocks, sized to the GPU, or its loop unrolled
+            "mse_loss": {"unaggregate_atomics", "scalarize_grid_stride", "fix_grid_cap", "reroll_grid_stride"},
             "masked_scale": {"scalarize_elementwise", "uncoarsen_grid_stride"},
-            # a grid-stride loop: read as one thread per element, or walked as 16-byte vectors as it is; its fixed
-            # grid of 1024 blocks sized to the GPU
-            "softplus": {"scalarize_elementwise", "scalarize_grid_stride", "fix_grid_cap"},
+            # a grid-stride loop: read as one thread per element, or walked as 16-byte vectors as it is, or unrolled;
+            # its fixed grid of 1024 blocks sized to the GPU
+            "softplus": {"scalarize_elementwise", "scalarize_grid_stride", "fix_grid_cap", "reroll_grid_stride"},
             "bmm_small": {"untile_matmul"},  # a batch of small products, one layer of blocks per matrix
             "bias_grad": {"serialize_column_reduction", "serialize_reduction", "unsplit_reduction"}}  # down columns
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
-from klineage.transforms._edit import contains, is_written, unparen, written_names
+from klineage.kernel import KernelState
+from klineage.transforms._edit import contains, is_written, operator, unparen, written_names
 from klineage.transforms._naive import LOOP_INDEX_TYPES, squash, statements, uncast_grid
 from klineage.transforms.base import NotApplicable
 
@@ -59,6 +60,13 @@ def _forms(block_names: tuple[str, ...]) -> tuple[Form, Form]:
     return (Form("thread", (rf"{product} \+ threadIdx\.x", rf"threadIdx\.x \+ {product}"),
                  (rf"\(?(?:{sizes}) \* gridDim\.x\)?", rf"\(?gridDim\.x \* (?:{sizes})\)?")),
             Form("block", (r"\(?blockIdx\.x\)?",), (r"\(?gridDim\.x\)?",)))
+
+
+def block_names(state: KernelState, entry: str) -> tuple[str, ...]:
+    """How the kernel `entry` may write its block size besides blockDim.x: the plan's block, where every launch
+    gives the same one and it is a number or a name (a source constant)."""
+    blocks = {str(launch.block[0]).strip() for launch in state.plan.launches if launch.entry == entry}
+    return tuple(b for b in blocks if re.fullmatch(r"[A-Za-z_]\w*|[1-9]\d*", b)) if len(blocks) == 1 else ()
 
 
 def _matches(patterns: tuple[str, ...], text: str) -> bool:
@@ -145,6 +153,50 @@ def _loop_form(parsed: cp.ParsedSource, loop: Node, forms: tuple[Form, Form],
         raise NotApplicable(f"loop over '{index}' holds a barrier: on another grid the block's threads could loop "
                             "different numbers of times")
     return found.name
+
+
+@dataclass(frozen=True)
+class StridedLoop:
+    """A loop that strides over the grid, its header's parts as written."""
+
+    loop: Node
+    form: str  # "thread" or "block"
+    kind: str  # the index's type
+    index: str
+    start: str
+    bound: str
+    stride: str
+    work: Node
+
+
+def strided_loops(parsed: cp.ParsedSource, function: cp.Function, block_names: tuple[str, ...]) -> list[StridedLoop]:
+    """The loops of the kernel `function` that stride over the grid in one of the two forms, in source order; a
+    loop that reads the grid any other way, or whose work could leave it early, is left out."""
+    body = function.node.child_by_field_name("body")
+    if not function.is_kernel or body is None:
+        return []
+    forms = _forms(block_names)
+    grid_locals = _grid_locals(parsed, body, forms)
+    written = written_names(parsed, body)
+    found = []
+    for loop in cp.nodes_of_type(body, "for_statement"):
+        initializer, condition, update = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+        if not any(p is not None and _names_grid(parsed.text(p), grid_locals) for p in (initializer, update)):
+            continue
+        try:
+            form = _loop_form(parsed, loop, forms, grid_locals, written)
+        except NotApplicable:
+            continue
+        (declarator,) = initializer.children_by_field_name("declarator")
+        step = unparen(update).child_by_field_name("right")
+        if operator(unparen(update)) == "=":
+            step = unparen(step).child_by_field_name("right")
+        found.append(StridedLoop(loop, form, parsed.text(initializer.child_by_field_name("type")),
+                                 parsed.text(declarator.child_by_field_name("declarator")),
+                                 parsed.text(declarator.child_by_field_name("value")),
+                                 parsed.text(unparen(condition).child_by_field_name("right")), parsed.text(step),
+                                 loop.child_by_field_name("body")))
+    return found
 
 
 def check_grid_free(parsed: cp.ParsedSource, function: cp.Function, block_names: tuple[str, ...]) -> int:

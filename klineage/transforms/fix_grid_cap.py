@@ -31,7 +31,7 @@ from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
-from klineage.transforms._grid_free import check_grid_free
+from klineage.transforms._grid_free import block_names, check_grid_free
 from klineage.transforms._naive import kernel, launches_of, readable, rescaled_grid
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -80,12 +80,6 @@ def _grids(state: KernelState, entry: str) -> list[str]:
     return sorted(grids)
 
 
-def _block_names(state: KernelState, entry: str) -> tuple[str, ...]:
-    """How the kernel may write its block size besides blockDim.x: the plan's block, a number or a constant."""
-    blocks = {str(launch.block[0]).strip() for launch in state.plan.launches if launch.entry == entry}
-    return tuple(b for b in blocks if re.fullmatch(r"[A-Za-z_]\w*|[1-9]\d*", b)) if len(blocks) == 1 else ()
-
-
 def _full_sm(state: KernelState, entry: str) -> int:
     """Blocks of the kernel's size an SM holds at once by threads (8 where the size is not a plain value)."""
     sizes = {str(launch.block[0]).strip() for launch in state.plan.launches if launch.entry == entry}
@@ -105,7 +99,7 @@ def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, *,
         raise NotApplicable(f"{function.name}'s grid {grid} is not sized as {SMS} * K")
     if not sized and (len(fixed) != 1 or by_sms):
         raise NotApplicable(f"{function.name}'s grid {grid} fixes no number of blocks")
-    check_grid_free(parsed, function, _block_names(state, function.name))
+    check_grid_free(parsed, function, block_names(state, function.name))
     return grid, (by_sms if sized else fixed)[0]
 
 

@@ -1,0 +1,143 @@
+"""reroll_grid_stride: a grid-stride loop unrolled U grids a step, each element under its own guard, becomes the
+plain loop; forward finds its sites by analysis, writes every thread's loop of the kernel in that form (the same
+elements in the same order), and refuses with the reason the loops it cannot unroll so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from klineage.kernel import KernelState, load_kernel
+from klineage.transforms import NotApplicable, get, refusals
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
+
+MSE = Path(__file__).resolve().parents[2] / "bench" / "transfer" / "mse_loss"
+ARGS = '"x", "out", { scalar = "n", type = "i32" }'
+
+
+@pytest.fixture(scope="module")
+def transform():
+    return get("reroll_grid_stride")
+
+
+@pytest.mark.parametrize("case", ["dot", "axpy"])
+def test_golden(case):
+    check_golden("reroll_grid_stride", case)
+
+
+@pytest.mark.parametrize("case", ["dot", "axpy"])
+def test_golden_kernels_compile(cache, case):
+    for which in ("before", "after"):
+        compiles_without_spills(load(HERE / "reroll_grid_stride" / case, which, "kernel"), cache)
+
+
+def test_the_carrier_names_the_factors_else_two_grids_a_step(transform):
+    after = load(HERE / "reroll_grid_stride" / "dot", "after", "kernel")
+    assert [site.key for site in transform.forward_sites(after)] == ["loops*2"]
+    assert [site.key for site in transform.forward_sites(after, {"factor": [4, 1, 4, 8]})] == ["loops*4", "loops*8"]
+    four = transform.forward(after, transform.forward_sites(after, {"factor": [4]})[0])
+    assert four.carrier == {"factor": 4} and "v_base += 4 * (blockDim.x * gridDim.x)" in four.state.source
+    assert transform.backward(four.state, four.anchor).state.source == after.source
+    with pytest.raises(NotApplicable, match="unrolled 2 grids a step"):
+        transform.backward(four.state, transform.forward_sites(after)[0])
+
+
+def test_forward_unrolls_the_held_out_mse_loss_loops_after_the_searchs_steps(transform):
+    """mse_loss (bench/transfer, never walked) after the two forwards its search takes: the float4 loop, its tail
+    and the unaligned fallback, each two grids a step; the plan is unchanged."""
+    state = load_kernel(MSE / "naive")
+    for name in ("unaggregate_atomics", "scalarize_grid_stride"):
+        forward = get(name)
+        state = forward.forward(state, forward.forward_sites(state)[0]).state
+    (site,) = transform.forward_sites(state)
+    rewrite = transform.forward(state, site)
+    assert rewrite.state.source.count("#pragma unroll") == 3 and rewrite.state.plan == state.plan
+    assert "const int v = v_base + v_step * (blockDim.x * gridDim.x);" in rewrite.state.source
+
+
+def _refusal(transform, source: str) -> str:
+    with refusals() as why:
+        assert transform.forward_sites(KernelState(source=source, plan=plan_of(ARGS))) == []
+    return " ".join(why)
+
+
+LOOP = "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)"
+REFUSED = {
+    "a break": f"""__global__ void kernel(const float* x, float* out, int n) {{
+    {LOOP} {{ if (x[i] < 0.0f) break; out[i] = x[i]; }}
+}}""",
+    "a barrier": f"""__global__ void kernel(const float* x, float* out, int n) {{
+    __shared__ float t[256];
+    {LOOP} {{ t[threadIdx.x] = x[i]; __syncthreads(); out[i] = t[255 - threadIdx.x]; }}
+}}""",
+    "an index moved in the work": f"""__global__ void kernel(const float* x, float* out, int n) {{
+    {LOOP} {{ out[i] = x[i]; i++; }}
+}}""",
+    "a bound the kernel moves": f"""__global__ void kernel(const float* x, float* out, int n) {{
+    {LOOP} {{ out[i] = x[i]; n--; }}
+}}""",
+    "a block's stride": """__global__ void kernel(const float* x, float* out, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x) out[i] = x[i];
+}""",
+    "a loop over blocks": """__global__ void kernel(const float* x, float* out, int n) {
+    for (int r = blockIdx.x; r < n; r += gridDim.x) out[r] = x[r];
+}""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_loop_it_cannot_unroll_element_for_element_is_no_site(transform, case):
+    assert "no loop that strides over the grid a thread at a time" in _refusal(transform, REFUSED[case])
+
+
+def test_names_it_would_declare_and_nested_loops_are_refused_with_the_reason(transform):
+    clash = f"""__global__ void kernel(const float* x, float* out, int n) {{
+    const int i_base = 3;
+    {LOOP} out[i] = x[i] + i_base;
+}}"""
+    assert "already names 'i_base'" in _refusal(transform, clash)
+    nested = f"""__global__ void kernel(const float* x, float* out, int n) {{
+    {LOOP} {{
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < n; j += blockDim.x * gridDim.x) out[j] += x[i];
+    }}
+}}"""
+    assert "inside another grid-stride loop" in _refusal(transform, nested)
+
+
+def test_a_continue_moves_to_the_next_element_either_way_and_is_unrolled(transform):
+    source = f"""__global__ void kernel(const float* x, float* out, int n) {{
+    {LOOP} {{
+        if (x[i] < 0.0f) continue;
+        out[i] = x[i];
+    }}
+}}"""
+    state = KernelState(source=source, plan=plan_of(ARGS))
+    (site,) = transform.forward_sites(state)
+    assert "if (x[i] < 0.0f) continue;" in transform.forward(state, site).state.source
+
+
+SCALE = """__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) y[i] = 2.0f * x[i] + 1.0f;
+}
+"""
+
+
+def test_the_unrolled_loop_computes_the_same_bits_on_the_cpu_emulator(transform, tmp_path):
+    """A grid of an eighth of the elements' blocks, so that each thread loops about eight times, over sizes with
+    every kind of tail, on aligned and misaligned pointers."""
+    import torch
+
+    from tests.transforms import emulate
+
+    plain = KernelState(source=SCALE, plan=plan_of('"x", "y", { scalar = "n", type = "i32" }', grid="cdiv(n, 1024)",
+                                                   block=128))
+    (site,) = transform.forward_sites(plain)
+    unrolled = transform.forward(plain, site).state
+
+    def inputs_of(n: int):
+        x = torch.randn(n, generator=torch.Generator().manual_seed(n))
+        return {"n": n}, {"x": x}, {"y": (torch.float32, n)}
+
+    assert emulate.differences(tmp_path, plain, {"unrolled": unrolled}, ((1,), (129,), (1000,), (4099,)),
+                               inputs_of) == []
