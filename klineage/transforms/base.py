@@ -163,6 +163,12 @@ class Transform(ABC):
         values = (carrier or {}).get(key, [])
         return list(values) if isinstance(values, list) else [values]
 
+    @classmethod
+    def carrier_counts(cls, carrier: Mapping[str, Any] | None, *keys: str, above: int = 0) -> list[int]:
+        """The distinct whole numbers above `above` that a card's carrier lists under `keys`, in its order."""
+        values = [value for key in keys for value in cls.carrier_values(carrier, key)]
+        return list(dict.fromkeys(int(v) for v in values if str(v).isdigit() and int(v) > above))
+
     @property
     def has_forward(self) -> bool:
         return type(self).forward is not Transform.forward

@@ -116,34 +116,30 @@ class FixGridCap(Transform):
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        named = [int(k) for k in self.carrier_values(carrier, "blocks_per_sm") if str(k).isdigit() and int(k) > 0]
+        named = self.carrier_counts(carrier, "blocks_per_sm")
         return [Anchor(function.name, "plan", f"{k}@{cap}", grid)
                 for function, (grid, (_, _, cap)) in readable(parsed, lambda f: _site(state, parsed, f, sized=False))
-                for k in (list(dict.fromkeys(named)) or [_full_sm(state, function.name)])]
+                for k in (named or [_full_sm(state, function.name)])]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        per_sm, cap = _key(anchor)
-        parsed = cp.parse(state.source)
-        function = kernel(parsed, anchor)
-        grid, (start, end, fixed) = _site(state, parsed, function, sized=False)
-        if fixed != cap:
-            raise NotApplicable(f"{anchor}: the grid {grid} fixes {fixed} blocks, not {cap}")
-        plan = rescaled_grid(state, function.name, lambda _: f"{grid[:start]}{SMS} * {per_sm}{grid[end:]}")
-        return self.rewrite(state, anchor, Direction.FORWARD, state.source, plan=plan,
-                            carrier=_carrier(state, per_sm, cap),
-                            note=f"{function.name}: {per_sm} blocks per SM ({SMS} * {per_sm}) in place of {cap} blocks")
+        return self._resized(state, anchor, Direction.FORWARD)
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        return self._resized(state, anchor, Direction.BACKWARD)
+
+    def _resized(self, state: KernelState, anchor: Anchor, direction: Direction) -> Rewrite:
+        """Forward: the fixed number of blocks the anchor names becomes num_sms * K; backward: the reverse."""
         per_sm, cap = _key(anchor)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
-        grid, (start, end, written) = _site(state, parsed, function, sized=True)
-        if written != per_sm:
-            raise NotApplicable(f"{anchor}: the grid {grid} is sized as {SMS} * {written}, not {SMS} * {per_sm}")
-        plan = rescaled_grid(state, function.name, lambda _: f"{grid[:start]}{cap}{grid[end:]}")
-        return self.rewrite(state, anchor, Direction.BACKWARD, state.source, plan=plan,
-                            carrier=_carrier(state, per_sm, cap),
-                            note=f"{function.name}: {cap} blocks in place of {SMS} * {per_sm}")
+        forward = direction is Direction.FORWARD
+        grid, (start, end, found) = _site(state, parsed, function, sized=not forward)
+        old, new = (str(cap), f"{SMS} * {per_sm}") if forward else (f"{SMS} * {per_sm}", str(cap))
+        if str(found) != (str(cap) if forward else per_sm):
+            raise NotApplicable(f"{anchor}: the grid {grid} does not launch {old} blocks")
+        plan = rescaled_grid(state, function.name, lambda _: f"{grid[:start]}{new}{grid[end:]}")
+        return self.rewrite(state, anchor, direction, state.source, plan=plan, carrier=_carrier(state, per_sm, cap),
+                            note=f"{function.name}: {new} blocks in place of {old}")
 
 
 def _key(anchor: Anchor) -> tuple[str, int]:

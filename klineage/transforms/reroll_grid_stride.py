@@ -120,10 +120,9 @@ class RerollGridStride(Transform):
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        named = [int(f) for f in self.carrier_values(carrier, "factor") if str(f).isdigit() and int(f) > 1]
+        factors = self.carrier_counts(carrier, "factor", above=1) or [FACTOR]
         return [Anchor(function.name, "function", f"loops*{factor}", parsed.text(loops[0].loop)[:200])
-                for function, loops in readable(parsed, lambda f: _plain(state, parsed, f))
-                for factor in (list(dict.fromkeys(named)) or [FACTOR])]
+                for function, loops in readable(parsed, lambda f: _plain(state, parsed, f)) for factor in factors]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         factor = _key(anchor)

@@ -91,8 +91,7 @@ class UncoarsenGridStride(Transform):
         state = sunk(flattened(canonical(state), frozenset({Shape.MATRIX})))  # the naive index, on one axis
         parsed = cp.parse(state.source)
         # this transform's own cards name `factor`; uncoarsen's (kin) name the factor they took away `old`
-        named = self.carrier_values(carrier, "factor") + self.carrier_values(carrier, "old")
-        factors = list(dict.fromkeys(int(f) for f in named if str(f).isdigit() and int(f) > 1)) or [FACTOR]
+        factors = self.carrier_counts(carrier, "factor", "old", above=1) or [FACTOR]
         return [Anchor(function.name, "function", f"{site.index}*{factor}",
                        parsed.data[site.start:site.end].decode("utf-8")[:200])
                 for function, site in readable(parsed, lambda f: element_work(state, parsed, f)) for factor in factors]
