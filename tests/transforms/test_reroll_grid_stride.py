@@ -43,17 +43,34 @@ def test_the_carrier_names_the_factors_else_two_grids_a_step(transform):
         transform.backward(four.state, transform.forward_sites(after)[0])
 
 
-def test_forward_unrolls_the_held_out_mse_loss_loops_after_the_searchs_steps(transform):
-    """mse_loss (bench/transfer, never walked) after the two forwards its search takes: the float4 loop, its tail
-    and the unaligned fallback, each two grids a step; the plan is unchanged."""
+def _mse_vectors() -> KernelState:
+    """mse_loss's naive kernel after the two forwards its search takes (its float4 loop, tail and fallback)."""
     state = load_kernel(MSE / "naive")
     for name in ("unaggregate_atomics", "scalarize_grid_stride"):
         forward = get(name)
         state = forward.forward(state, forward.forward_sites(state)[0]).state
+    return state
+
+
+def test_forward_unrolls_the_held_out_mse_loss_loops_after_the_searchs_steps(transform):
+    """mse_loss (bench/transfer, never walked) after the two forwards its search takes: the float4 loop, its tail
+    and the unaligned fallback, each two grids a step; the plan is unchanged."""
+    state = _mse_vectors()
     (site,) = transform.forward_sites(state)
     rewrite = transform.forward(state, site)
     assert rewrite.state.source.count("#pragma unroll") == 3 and rewrite.state.plan == state.plan
     assert "const int v = v_base + v_step * (blockDim.x * gridDim.x);" in rewrite.state.source
+
+
+def test_nvcc_keeps_the_unrolled_loads_apart_in_the_machine_code(transform, cache):
+    """Unrolled two grids a step, mse_loss's float4 loop has twice its 128-bit loads in SASS (each step's loads
+    in one iteration, not folded back into one), and so have the scalar tail and fallback."""
+    from tests.cuda_tools import feature_counts
+
+    state = _mse_vectors()
+    unrolled = transform.forward(state, transform.forward_sites(state)[0]).state
+    plain, twice = (feature_counts(compiles_without_spills(s, cache)) for s in (state, unrolled))
+    assert (plain["ldg_128"], plain["ldg_32"]) == (2, 4) and (twice["ldg_128"], twice["ldg_32"]) == (4, 8)
 
 
 def _refusal(transform, source: str) -> str:
