@@ -36,8 +36,10 @@ from klineage.transforms._naive import LOOP_INDEX_TYPES, squash, statements, unc
 from klineage.transforms.base import NotApplicable
 
 GRID_READS = ("blockIdx.x", "gridDim.x")
-_OTHER_AXES = re.compile(r"\b(?:blockIdx|gridDim)\.[yz]\b|\b(?:this_grid|grid_group|cluster_dims|%n?ctaid|"
-                         r"%nclusterid|%clusterid)\b")
+# the grid read any other way: other axes, cooperative grids and clusters, and PTX's special registers (`%%ctaid.x`
+# in an asm string; `%smid`, where a block runs, changes with the grid as well)
+_OTHER_READS = re.compile(r"\b(?:blockIdx|gridDim)\.[yz]\b|\b(?:this_grid|grid_group|cluster_dims)\b|"
+                          r"%n?(?:ctaid|clusterid|cluster_ctaid)|%(?:smid|gridid|nsmid)")
 # the atomics whose sum over threads ignores how the work was split, as long as idle threads add what changes nothing
 _ATOMICS = re.compile(r"^atomic(?:Add|Sub|Max|Min|And|Or|Xor)(?:_block|_system)?$")
 _JUMPS = ("break_statement", "return_statement", "goto_statement")
@@ -208,8 +210,9 @@ def check_grid_free(parsed: cp.ParsedSource, function: cp.Function, block_names:
     for other in cp.functions(parsed):
         if not other.is_kernel and re.search(r"\b(?:blockIdx|gridDim)\b", parsed.text(other.node)):
             raise NotApplicable(f"{function.name}: the device function {other.name} reads the grid")
-    if (other_axis := _OTHER_AXES.search(parsed.text(body))) is not None:
-        raise NotApplicable(f"{function.name} reads `{other_axis[0]}`: more of the grid than its first axis")
+    if (other := _OTHER_READS.search(parsed.text(body))) is not None:
+        raise NotApplicable(f"{function.name} reads `{other[0]}`: the grid beyond blockIdx.x and gridDim.x, which "
+                            "this reading does not follow")
     if cp.nodes_of_type(body, "reference_declarator"):
         raise NotApplicable(f"{function.name} declares a reference: a store through it is not followed")
     forms = _forms(block_names)

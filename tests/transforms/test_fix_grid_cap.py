@@ -156,6 +156,11 @@ ATTACKS = {
     "a second axis": ("""__global__ void kernel(const float* x, float* out, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) out[i] = x[i] * blockIdx.y;
 }""", "reads `blockIdx.y`"),
+    "the block's place read in PTX": ("""__global__ void kernel(const float* x, float* out, int n) {
+    unsigned b;
+    asm("mov.u32 %0, %%ctaid.x;" : "=r"(b));
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) out[i] = x[i] * b;
+}""", "reads `%ctaid`"),
     "a helper that reads the grid": ("""__device__ int place() { return blockIdx.x * blockDim.x + threadIdx.x; }
 __global__ void kernel(const float* x, float* out, int n) {
     for (int i = place(); i < n; i += blockDim.x * gridDim.x) out[i] = x[i];
