@@ -18,8 +18,9 @@ memory except through atomics of a computed value (`atomicAdd(loss, total)`; `at
 and, in the thread form, the loop's work holds no barrier (threads of one block could loop different numbers of
 times on a new grid where they did not on the old). Anything that reads the grid another way is refused with the
 reason: a second grid dimension, a device function or inline PTX that reads the grid, a cooperative grid, a jump out
-of a loop's work. Known limit: a write through a pointer the kernel builds from no parameter (`float* p = ...;` from
-an integer) is not followed; the gate's correctness cases judge what this reading cannot.
+of a loop's work, `blockIdx` or `gridDim` taken whole, a macro whose body could hide any of these. Known limit: a
+write through a pointer the kernel builds from no parameter (`float* p = ...;` from an integer) is not followed; the
+gate's correctness cases judge what this reading cannot.
 """
 
 from __future__ import annotations
@@ -45,6 +46,29 @@ _ATOMICS = re.compile(r"^atomic(?:Add|Sub|Max|Min|And|Or|Xor)(?:_block|_system)?
 _JUMPS = ("break_statement", "return_statement", "goto_statement")
 # what an offset before the grid index may hold: arithmetic that binds tighter than the `+` after it
 _OFFSET = re.compile(r"^[\w\s().*/%+\-]+$")
+
+
+# what makes a macro's body more than an expression this reading can take as it reads (`#define THREADS 128`,
+# `#define MIN(a, b) ((a) < (b) ? (a) : (b))`): a statement, an assignment or a step, a barrier, a read of the grid
+_HIDDEN = re.compile(r"[;{}]|\+\+|--|(?<![=!<>])=(?!=)|\b(?:blockIdx|gridDim|threadIdx|__syncthreads\w*|__syncwarp|asm|"
+                     r"break|continue|return|goto)\b|%")
+
+
+def _opaque_macros(parsed: cp.ParsedSource) -> set[str]:
+    """The source's macros whose body could hide what this reading looks for (a statement, a jump, an assignment, a
+    barrier, a read of the grid): a kernel or loop that uses one is refused."""
+    opaque = set()
+    for definition in cp.nodes_of_type(parsed.root, "preproc_def", "preproc_function_def"):
+        value = definition.child_by_field_name("value")
+        body = parsed.text(value) if value is not None else ""
+        if _HIDDEN.search(body):
+            opaque.add(parsed.text(definition.child_by_field_name("name")))
+    return opaque
+
+
+def _check_macros(parsed: cp.ParsedSource, scope: Node, where: str) -> None:
+    if used := sorted({parsed.text(n) for n in cp.nodes_of_type(scope, "identifier")} & _opaque_macros(parsed)):
+        raise NotApplicable(f"{where} uses the macro {used[0]}, whose body this reading does not follow")
 
 
 @dataclass(frozen=True)
@@ -143,6 +167,7 @@ def _loop_form(parsed: cp.ParsedSource, loop: Node, forms: tuple[Form, Form],
     if not stepped:
         raise NotApplicable(f"loop over '{index}' does not step by the grid's extent in {found.name}s")
     work = loop.child_by_field_name("body")
+    _check_macros(parsed, loop, f"loop over '{index}'")
     if any(parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(work, "identifier")):
         raise NotApplicable(f"loop over '{index}' assigns its index in its work")
     moved = written & set(re.findall(r"[A-Za-z_]\w*", bound[1]))
@@ -171,9 +196,10 @@ class StridedLoop:
     work: Node
 
 
-def strided_loops(parsed: cp.ParsedSource, function: cp.Function, block_names: tuple[str, ...]) -> list[StridedLoop]:
+def strided_loops(parsed: cp.ParsedSource, function: cp.Function, block_names: tuple[str, ...],
+                  left_out: list[str] | None = None) -> list[StridedLoop]:
     """The loops of the kernel `function` that stride over the grid in one of the two forms, in source order; a
-    loop that reads the grid any other way, or whose work could leave it early, is left out."""
+    loop that reads the grid any other way, or whose work could leave it early, is left out (why, in `left_out`)."""
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         return []
@@ -187,7 +213,9 @@ def strided_loops(parsed: cp.ParsedSource, function: cp.Function, block_names: t
             continue
         try:
             form = _loop_form(parsed, loop, forms, grid_locals, written)
-        except NotApplicable:
+        except NotApplicable as error:
+            if left_out is not None:
+                left_out.append(str(error))
             continue
         (declarator,) = initializer.children_by_field_name("declarator")
         step = unparen(update).child_by_field_name("right")
@@ -213,6 +241,11 @@ def check_grid_free(parsed: cp.ParsedSource, function: cp.Function, block_names:
     if (other := _OTHER_READS.search(parsed.text(body))) is not None:
         raise NotApplicable(f"{function.name} reads `{other[0]}`: the grid beyond blockIdx.x and gridDim.x, which "
                             "this reading does not follow")
+    _check_macros(parsed, body, function.name)
+    for whole in (n for n in cp.nodes_of_type(body, "identifier") if parsed.text(n) in ("blockIdx", "gridDim")):
+        if whole.parent is None or whole.parent.type != "field_expression":
+            raise NotApplicable(f"{function.name} takes `{parsed.text(whole)}` whole (line "
+                                f"{whole.start_point.row + 1}): its parts are not followed")
     if cp.nodes_of_type(body, "reference_declarator"):
         raise NotApplicable(f"{function.name} declares a reference: a store through it is not followed")
     forms = _forms(block_names)

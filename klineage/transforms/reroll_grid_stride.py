@@ -53,11 +53,12 @@ _STEP = "    "
 
 def _plain(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> list:
     """The kernel's thread-form grid-stride loops, outermost only, or NotApplicable with the reason."""
-    loops = [loop for loop in strided_loops(parsed, function, block_names(state, function.name))
+    left_out: list[str] = []
+    loops = [loop for loop in strided_loops(parsed, function, block_names(state, function.name), left_out)
              if loop.form == "thread"]
     if not loops:
-        raise NotApplicable(f"{function.name} has no loop that strides over the grid a thread at a time (or its "
-                            "work can leave it or waits at a barrier)")
+        raise NotApplicable(f"{function.name} has no loop that strides over the grid a thread at a time"
+                            + "".join(f"; {why}" for why in left_out))
     for loop in loops:
         if any(other is not loop and other.loop.start_byte <= loop.loop.start_byte < other.loop.end_byte
                for other in loops):

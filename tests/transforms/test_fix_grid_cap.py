@@ -161,6 +161,16 @@ ATTACKS = {
     asm("mov.u32 %0, %%ctaid.x;" : "=r"(b));
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) out[i] = x[i] * b;
 }""", "reads `%ctaid`"),
+    "the block's place hidden in a macro": ("""#define BLOCK blockIdx.x
+__global__ void kernel(const float* x, float* out, int n) {
+    float s = 0.0f;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) s += x[i];
+    if (threadIdx.x == 0) atomicAdd(out + BLOCK, s);
+}""", "uses the macro BLOCK"),
+    "the block's place taken whole": ("""__global__ void kernel(const float* x, float* out, int n) {
+    const uint3 place = blockIdx;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) out[i] = x[i] * place.x;
+}""", "takes `blockIdx` whole"),
     "a helper that reads the grid": ("""__device__ int place() { return blockIdx.x * blockDim.x + threadIdx.x; }
 __global__ void kernel(const float* x, float* out, int n) {
     for (int i = place(); i < n; i += blockDim.x * gridDim.x) out[i] = x[i];

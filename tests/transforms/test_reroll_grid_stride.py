@@ -94,6 +94,10 @@ REFUSED = {
     "a bound the kernel moves": f"""__global__ void kernel(const float* x, float* out, int n) {{
     {LOOP} {{ out[i] = x[i]; n--; }}
 }}""",
+    "a break hidden in a macro": f"""#define STOP break
+__global__ void kernel(const float* x, float* out, int n) {{
+    {LOOP} {{ if (x[i] < 0.0f) STOP; out[i] = x[i]; }}
+}}""",
     "a block's stride": """__global__ void kernel(const float* x, float* out, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x) out[i] = x[i];
 }""",
@@ -120,6 +124,25 @@ def test_names_it_would_declare_and_nested_loops_are_refused_with_the_reason(tra
     }}
 }}"""
     assert "inside another grid-stride loop" in _refusal(transform, nested)
+
+
+def test_a_macro_of_an_expression_is_read_through_and_one_that_assigns_is_refused(transform):
+    kept = f"""#define CLAMP(v, lo, hi) ((v) < (lo) ? (lo) : (v) > (hi) ? (hi) : (v))
+__global__ void kernel(const float* x, float* out, int n) {{
+    {LOOP} out[i] = CLAMP(x[i], 0.0f, 1.0f);
+}}"""
+    assert [s.key for s in transform.forward_sites(KernelState(source=kept, plan=plan_of(ARGS)))] == ["loops*2"]
+    bumps = f"""#define NEXT(j) (j += 7)
+__global__ void kernel(const float* x, float* out, int n) {{
+    {LOOP} {{ out[i] = x[i]; NEXT(i); }}
+}}"""
+    assert "uses the macro NEXT" in " ".join(_refusals_of(transform, bumps))
+
+
+def _refusals_of(transform, source: str) -> list[str]:
+    with refusals() as why:
+        assert transform.forward_sites(KernelState(source=source, plan=plan_of(ARGS))) == []
+    return why
 
 
 def test_a_continue_moves_to_the_next_element_either_way_and_is_unrolled(transform):
