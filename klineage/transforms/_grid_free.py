@@ -57,13 +57,7 @@ _HIDDEN = re.compile(r"[;{}]|\+\+|--|(?<![=!<>])=(?!=)|\b(?:blockIdx|gridDim|thr
 def _opaque_macros(parsed: cp.ParsedSource) -> set[str]:
     """The source's macros whose body could hide what this reading looks for (a statement, a jump, an assignment, a
     barrier, a read of the grid): a kernel or loop that uses one is refused."""
-    opaque = set()
-    for definition in cp.nodes_of_type(parsed.root, "preproc_def", "preproc_function_def"):
-        value = definition.child_by_field_name("value")
-        body = parsed.text(value) if value is not None else ""
-        if _HIDDEN.search(body):
-            opaque.add(parsed.text(definition.child_by_field_name("name")))
-    return opaque
+    return {macro.name for macro in cp.macros(parsed) if _HIDDEN.search(macro.body)}
 
 
 def _check_macros(parsed: cp.ParsedSource, scope: Node, where: str) -> None:
