@@ -25,7 +25,8 @@ kernel declares neither `i_base` nor `i_step`. Known limit: `i_base` steps U gri
 index stepped one, so an `int` index wraps U times sooner near 2^31 elements.
 
 Backward writes the plain loop (`i += <stride>`) back from every loop of the kernel unrolled by the anchor's U; a
-work without braces goes on a line of its own.
+work without braces goes on a line of its own. It applies only where the forward would write this kernel again from
+the plain one: an unrolled work that leaves its loop (a `break` leaves only the inner one) is refused.
 
 Anchor: the kernel, kind "function", key `loops*<U>`.
 """
@@ -153,8 +154,17 @@ class RerollGridStride(Transform):
         if not edits:
             raise NotApplicable(f"{anchor}: no grid-stride loop of {function.name} is unrolled {factor} grids a step")
         source = splice(parsed.data, edits)[0].decode("utf-8")
-        return self.rewrite(state, anchor, Direction.BACKWARD, source, carrier={"factor": factor},
-                            note=f"{function.name}: {len(edits)} grid-stride loop(s), one grid a step")
+        rerolled = self.rewrite(state, anchor, Direction.BACKWARD, source, carrier={"factor": factor},
+                                note=f"{function.name}: {len(edits)} grid-stride loop(s), one grid a step")
+        # legal only where the plain loops unroll back to this kernel: a work that leaves its loop, moves its index
+        # or waits at a barrier computes otherwise unrolled, and a kernel with other loops is not this form
+        try:
+            again = self.forward(rerolled.state, anchor).state.source
+        except NotApplicable as error:
+            raise NotApplicable(f"{anchor}: rerolled, {function.name} would not unroll back ({error})") from None
+        if again != state.source:
+            raise NotApplicable(f"{anchor}: rerolled, {function.name} would not unroll back to this kernel")
+        return rerolled
 
 
 def _key(anchor: Anchor) -> int:

@@ -112,6 +112,19 @@ def test_a_loop_it_cannot_unroll_element_for_element_is_no_site(transform, case)
     assert "no loop that strides over the grid a thread at a time" in _refusal(transform, REFUSED[case])
 
 
+def test_backward_refuses_an_unrolled_loop_whose_break_would_leave_the_whole_loop_rerolled(transform):
+    """In the unrolled form a `break` leaves the inner loop, the rest of the step's elements; rerolled it would end
+    the thread's loop: not the same kernel, so no simplification."""
+    after = load(HERE / "reroll_grid_stride" / "axpy", "after", "kernel")
+    unrolled = transform.forward(after, transform.forward_sites(after)[0]).state
+    work = "y[i] = a * x[i] + y[i];"
+    broken = KernelState(source=unrolled.source.replace(work, f"if (x[i] < 0.0f) break;\n                {work}"),
+                         plan=unrolled.plan)
+    (site,) = transform.find(broken)
+    with pytest.raises(NotApplicable, match="would not unroll back"):
+        transform.backward(broken, site)
+
+
 def test_names_it_would_declare_and_nested_loops_are_refused_with_the_reason(transform):
     clash = f"""__global__ void kernel(const float* x, float* out, int n) {{
     const int i_base = 3;
