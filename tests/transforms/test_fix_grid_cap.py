@@ -11,6 +11,7 @@ import pytest
 
 from klineage.kernel import KernelState, load_kernel
 from klineage.transforms import Anchor, NotApplicable, get, refusals
+from tests.gpu_tools import forwarded
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
 MSE = Path(__file__).resolve().parents[2] / "bench" / "transfer" / "mse_loss"
@@ -48,10 +49,7 @@ def _grid(state: KernelState, entry: str = "kernel") -> str:
 def test_forward_sizes_the_held_out_mse_loss_grid_after_the_searchs_steps(transform):
     """mse_loss (bench/transfer, never walked) caps its grid at 256 blocks; the site stays through the two forwards
     the search takes there, and the forward puts a full SM of 256-thread blocks on every SM."""
-    state = load_kernel(MSE / "naive")
-    for name in ("unaggregate_atomics", "scalarize_grid_stride"):
-        forward = get(name)
-        state = forward.forward(state, forward.forward_sites(state)[0]).state
+    state = forwarded(forwarded(load_kernel(MSE / "naive"), "unaggregate_atomics"), "scalarize_grid_stride")
     (site,) = transform.forward_sites(state)
     assert site.key == "8@256"
     rewrite = transform.forward(state, site)

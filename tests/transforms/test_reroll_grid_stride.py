@@ -10,6 +10,7 @@ import pytest
 
 from klineage.kernel import KernelState, load_kernel
 from klineage.transforms import NotApplicable, get, refusals
+from tests.gpu_tools import forwarded
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
 MSE = Path(__file__).resolve().parents[2] / "bench" / "transfer" / "mse_loss"
@@ -45,11 +46,7 @@ def test_the_carrier_names_the_factors_else_two_grids_a_step(transform):
 
 def _mse_vectors() -> KernelState:
     """mse_loss's naive kernel after the two forwards its search takes (its float4 loop, tail and fallback)."""
-    state = load_kernel(MSE / "naive")
-    for name in ("unaggregate_atomics", "scalarize_grid_stride"):
-        forward = get(name)
-        state = forward.forward(state, forward.forward_sites(state)[0]).state
-    return state
+    return forwarded(forwarded(load_kernel(MSE / "naive"), "unaggregate_atomics"), "scalarize_grid_stride")
 
 
 def test_forward_unrolls_the_held_out_mse_loss_loops_after_the_searchs_steps(transform):
