@@ -10,7 +10,8 @@ B is `blockDim.x`, or the block size the plan launches the kernel with (a number
 factors and terms in either order, integer casts on the grid's coordinates read through. The start and the step may
 name a local declared once at the top of the kernel as one of those values and never assigned (`const int stride =
 gridDim.x * THREADS;`). Such a loop visits each of its indices exactly once, whatever the grid: only which thread
-visits which index changes.
+visits which index changes. A loop in the form reroll_grid_stride's forward writes (U elements a grid apart a step,
+each under its own guard) is read as the plain loop it unrolls: the same elements in the same order.
 
 Outside those loops a kernel may still do per-thread or per-block work (sum its slice's share into a warp, then one
 atomic a warp); what must not depend on the grid is its effect. So outside the loops the kernel writes no global
@@ -32,11 +33,21 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import contains, is_written, operator, unparen, written_names
+from klineage.transforms._edit import (
+    contains,
+    indentation,
+    is_written,
+    operator,
+    reindent,
+    splice,
+    unparen,
+    written_names,
+)
 from klineage.transforms._naive import LOOP_INDEX_TYPES, squash, statements, uncast_grid
 from klineage.transforms.base import NotApplicable
 
 GRID_READS = ("blockIdx.x", "gridDim.x")
+STEP = "    "  # one level of indentation in the code the grid-stride forwards write
 # the grid read any other way: other axes, cooperative grids and clusters, and PTX's special registers (`%%ctaid.x`
 # in an asm string; `%smid`, where a block runs, changes with the grid as well)
 _OTHER_READS = re.compile(r"\b(?:blockIdx|gridDim)\.[yz]\b|\b(?:this_grid|grid_group|cluster_dims)\b|"
@@ -223,9 +234,52 @@ def strided_loops(parsed: cp.ParsedSource, function: cp.Function, block_names: t
     return found
 
 
+def unrolled_loops(parsed: cp.ParsedSource, function: cp.Function) -> list[tuple[Node, int, str]]:
+    """(outer loop, U, the plain loop's text) for every loop of `function` in the form reroll_grid_stride's forward
+    writes (U elements a grid apart a step, each under its own guard), whose work names neither counter."""
+    found = []
+    for outer in cp.nodes_of_type(function.node, "for_statement"):
+        body = outer.child_by_field_name("body")
+        inside = statements(body) if body is not None and body.type == "compound_statement" else []
+        loops = [s for s in inside if s.type == "for_statement"]
+        if len(loops) != 1 or [s for s in inside if s is not loops[0] and not cp.pragma_text(s)]:
+            continue
+        header = squash(parsed.text(outer)[:body.start_byte - outer.start_byte])
+        match = re.fullmatch(r"for \((?P<kind>[\w ]+?) (?P<i>[A-Za-z_]\w*)_base = (?P<start>.+); (?P=i)_base < "
+                             r"(?P<bound>.+); (?P=i)_base \+= (?P<u>[1-9]\d*) \* \((?P<stride>.+)\)\)", header)
+        inner = loops[0]
+        steps = statements(inner.child_by_field_name("body"))
+        if match is None or len(steps) != 2 or steps[1].type != "if_statement" or \
+                steps[1].child_by_field_name("alternative") is not None:
+            continue
+        i, u = match["i"], match["u"]
+        expected = (f"for (int {i}_step = 0; {i}_step < {u}; ++{i}_step)",
+                    f"const {match['kind']} {i} = {i}_base + {i}_step * ({match['stride']});",
+                    f"if ({i} < {match['bound']})")
+        guard = steps[1]
+        work = guard.child_by_field_name("consequence")
+        if re.search(rf"\b{i}_(?:base|step)\b", parsed.text(work)):
+            continue
+        said = (squash(parsed.text(inner)[:inner.child_by_field_name("body").start_byte - inner.start_byte]),
+                squash(parsed.text(steps[0])), squash(parsed.text(guard)[:work.start_byte - guard.start_byte]))
+        if said != expected:
+            continue
+        indent = indentation(parsed.data, outer.start_byte)
+        text = reindent(parsed.text(work), len(indent) + 2 * len(STEP), indent).removeprefix(indent)
+        head = f"for ({match['kind']} {i} = {match['start']}; {i} < {match['bound']}; {i} += {match['stride']})"
+        # a braceless work goes on a line of its own, one step in
+        found.append((outer, int(u), f"{head} {text}" if work.type == "compound_statement" else
+                      f"{head}\n{indent}{STEP}{text}"))
+    return found
+
+
 def check_grid_free(parsed: cp.ParsedSource, function: cp.Function, block_names: tuple[str, ...]) -> int:
     """The number of grid-stride loops of the kernel `function` if it computes the same on any number of blocks
     (see the module's docstring); NotApplicable with the reason otherwise."""
+    if rolled := unrolled_loops(parsed, function):  # read as the plain loops: the same elements in the same order
+        parsed = cp.parse(splice(parsed.data, [(loop.start_byte, loop.end_byte, text) for loop, _, text in rolled])[0]
+                          .decode("utf-8"))
+        function = next(f for f in cp.functions(parsed) if f.name == function.name and f.is_kernel)
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         raise NotApplicable(f"{function.name} is not a kernel")

@@ -37,19 +37,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tree_sitter import Node
-
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms._edit import indentation, reindent, splice
-from klineage.transforms._grid_free import block_names, strided_loops
-from klineage.transforms._naive import kernel, readable, squash, statements
+from klineage.transforms._grid_free import STEP, block_names, strided_loops, unrolled_loops
+from klineage.transforms._naive import kernel, readable
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 FACTOR = 2
 _KEY = re.compile(r"^loops\*(?P<factor>[1-9]\d*)$")
-_STEP = "    "
 
 
 def _plain(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> list:
@@ -70,42 +67,6 @@ def _plain(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     return loops
 
 
-def _unrolled(parsed: cp.ParsedSource, function: cp.Function) -> list[tuple[Node, int, str]]:
-    """(outer loop, U, the plain loop's text) for every loop of the kernel in the form forward writes."""
-    found = []
-    for outer in cp.nodes_of_type(function.node, "for_statement"):
-        body = outer.child_by_field_name("body")
-        inside = statements(body) if body is not None and body.type == "compound_statement" else []
-        loops = [s for s in inside if s.type == "for_statement"]
-        if len(loops) != 1 or [s for s in inside if s is not loops[0] and not cp.pragma_text(s)]:
-            continue
-        header = squash(parsed.text(outer)[:body.start_byte - outer.start_byte])
-        match = re.fullmatch(r"for \((?P<kind>[\w ]+?) (?P<i>[A-Za-z_]\w*)_base = (?P<start>.+); (?P=i)_base < "
-                             r"(?P<bound>.+); (?P=i)_base \+= (?P<u>[1-9]\d*) \* \((?P<stride>.+)\)\)", header)
-        inner = loops[0]
-        steps = statements(inner.child_by_field_name("body"))
-        if match is None or len(steps) != 2 or steps[1].type != "if_statement" or \
-                steps[1].child_by_field_name("alternative") is not None:
-            continue
-        i, u = match["i"], match["u"]
-        expected = (f"for (int {i}_step = 0; {i}_step < {u}; ++{i}_step)",
-                    f"const {match['kind']} {i} = {i}_base + {i}_step * ({match['stride']});",
-                    f"if ({i} < {match['bound']})")
-        guard = steps[1]
-        work = guard.child_by_field_name("consequence")
-        said = (squash(parsed.text(inner)[:inner.child_by_field_name("body").start_byte - inner.start_byte]),
-                squash(parsed.text(steps[0])), squash(parsed.text(guard)[:work.start_byte - guard.start_byte]))
-        if said != expected:
-            continue
-        indent = indentation(parsed.data, outer.start_byte)
-        text = reindent(parsed.text(work), len(indent) + 2 * len(_STEP), indent).removeprefix(indent)
-        head = f"for ({match['kind']} {i} = {match['start']}; {i} < {match['bound']}; {i} += {match['stride']})"
-        # a braceless work goes on a line of its own, one step in
-        found.append((outer, int(u), f"{head} {text}" if work.type == "compound_statement" else
-                      f"{head}\n{indent}{_STEP}{text}"))
-    return found
-
-
 class RerollGridStride(Transform):
     name = "reroll_grid_stride"
     intent = ("Unroll a grid-stride loop a few grids a step, each element under its own guard, so that a thread "
@@ -116,7 +77,7 @@ class RerollGridStride(Transform):
         parsed = cp.parse(state.source)
         found = []
         for function in cp.functions(parsed):
-            for factor in dict.fromkeys(u for _, u, _ in _unrolled(parsed, function)):
+            for factor in dict.fromkeys(u for _, u, _ in unrolled_loops(parsed, function)):
                 found.append(Anchor(function.name, "function", f"loops*{factor}"))
         return found
 
@@ -133,7 +94,7 @@ class RerollGridStride(Transform):
         edits = []
         for loop in _plain(state, parsed, function):
             indent = indentation(parsed.data, loop.loop.start_byte)
-            i, inner, body = loop.index, indent + _STEP, indent + 2 * _STEP
+            i, inner, body = loop.index, indent + STEP, indent + 2 * STEP
             work = reindent(parsed.text(loop.work), len(indent), body).removeprefix(body)
             edits.append((loop.loop.start_byte, loop.loop.end_byte,
                           f"for ({loop.kind} {i}_base = {loop.start}; {i}_base < {loop.bound}; "
@@ -149,7 +110,7 @@ class RerollGridStride(Transform):
         factor = _key(anchor)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
-        edits = [(outer.start_byte, outer.end_byte, text) for outer, u, text in _unrolled(parsed, function)
+        edits = [(outer.start_byte, outer.end_byte, text) for outer, u, text in unrolled_loops(parsed, function)
                  if u == factor]
         if not edits:
             raise NotApplicable(f"{anchor}: no grid-stride loop of {function.name} is unrolled {factor} grids a step")

@@ -57,6 +57,21 @@ def test_forward_sizes_the_held_out_mse_loss_grid_after_the_searchs_steps(transf
     assert rewrite.state.source == state.source and _grid(rewrite.state, "zero_loss") == "1"
 
 
+def test_loops_unrolled_by_reroll_grid_stride_are_read_as_the_plain_loops(transform):
+    """After the warp's atomic, mse_loss's scalar loop unrolled two grids a step is still a site (its elements are the
+    plain loop's, in the same order); with a `break` in the unrolled work it is not."""
+    aggregated = forwarded(load_kernel(MSE / "naive"), "unaggregate_atomics")
+    unrolled = forwarded(aggregated, "reroll_grid_stride")
+    (site,) = transform.forward_sites(unrolled)
+    assert site.key == "8@256"
+    assert _grid(transform.forward(unrolled, site).state, "mse_loss") == "min(cdiv(n, 256), num_sms * 8)"
+    work = "float d = a[i] - b[i];"
+    broken = replace(unrolled, source=unrolled.source.replace(work, f"if (a[i] != a[i]) break;\n{work}"))
+    with refusals() as why:
+        assert transform.forward_sites(broken) == []
+    assert "can leave its work early" in " ".join(why)
+
+
 SUM = """__global__ void kernel(const float* __restrict__ x, float* __restrict__ out, int n) {
     float s = 0.0f;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) s += x[i];
