@@ -41,7 +41,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms._edit import indentation, reindent, splice
-from klineage.transforms._grid_free import STEP, block_names, strided_loops, unrolled_loops
+from klineage.transforms._grid_free import STEP, StridedLoop, block_names, strided_loops, unrolled_loops
 from klineage.transforms._naive import kernel, readable
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -49,7 +49,7 @@ FACTOR = 2
 _KEY = re.compile(r"^loops\*(?P<factor>[1-9]\d*)$")
 
 
-def _plain(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> list:
+def _plain(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> list[StridedLoop]:
     """The kernel's thread-form grid-stride loops, outermost only, or NotApplicable with the reason."""
     left_out: list[str] = []
     loops = [loop for loop in strided_loops(parsed, function, block_names(state, function.name), left_out)
