@@ -121,9 +121,10 @@ class GridLocal:
     declaration: Node
 
 
-def _grid_locals(parsed: cp.ParsedSource, body: Node, forms: tuple[Form, Form]) -> dict[str, GridLocal]:
-    """The kernel's top-level locals declared as a grid index or extent and never assigned, by name."""
-    written = written_names(parsed, body)
+def _grid_locals(parsed: cp.ParsedSource, body: Node, forms: tuple[Form, Form],
+                 written: set[str]) -> dict[str, GridLocal]:
+    """The kernel's top-level locals declared as a grid index or extent and never assigned (`written`: the names the
+    kernel assigns), by name."""
     found: dict[str, GridLocal] = {}
     for statement in statements(body):
         declared = re.fullmatch(rf"(?:const )?(?:{LOOP_INDEX_TYPES}) ([A-Za-z_]\w*) = (.+);",
@@ -208,9 +209,16 @@ def strided_loops(parsed: cp.ParsedSource, function: cp.Function, block_names: t
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         return []
+    return _strided(parsed, body, block_names, [] if left_out is None else left_out)[0]
+
+
+def _strided(parsed: cp.ParsedSource, body: Node, block_names: tuple[str, ...],
+             left_out: list[str]) -> tuple[list[StridedLoop], dict[str, GridLocal]]:
+    """(the body's grid-stride loops, its grid locals); why each loop that reads the grid otherwise was left out, in
+    `left_out`."""
     forms = _forms(block_names)
-    grid_locals = _grid_locals(parsed, body, forms)
     written = written_names(parsed, body)
+    grid_locals = _grid_locals(parsed, body, forms, written)
     found = []
     for loop in cp.nodes_of_type(body, "for_statement"):
         initializer, condition, update = (loop.child_by_field_name(f) for f in ("initializer", "condition", "update"))
@@ -219,8 +227,7 @@ def strided_loops(parsed: cp.ParsedSource, function: cp.Function, block_names: t
         try:
             form = _loop_form(parsed, loop, forms, grid_locals, written)
         except NotApplicable as error:
-            if left_out is not None:
-                left_out.append(str(error))
+            left_out.append(str(error))
             continue
         (declarator,) = initializer.children_by_field_name("declarator")
         step = unparen(update).child_by_field_name("right")
@@ -231,7 +238,7 @@ def strided_loops(parsed: cp.ParsedSource, function: cp.Function, block_names: t
                                  parsed.text(declarator.child_by_field_name("value")),
                                  parsed.text(unparen(condition).child_by_field_name("right")), parsed.text(step),
                                  loop.child_by_field_name("body")))
-    return found
+    return found, grid_locals
 
 
 def unrolled_loops(parsed: cp.ParsedSource, function: cp.Function) -> list[tuple[Node, int, str]]:
@@ -273,9 +280,9 @@ def unrolled_loops(parsed: cp.ParsedSource, function: cp.Function) -> list[tuple
     return found
 
 
-def check_grid_free(parsed: cp.ParsedSource, function: cp.Function, block_names: tuple[str, ...]) -> int:
-    """The number of grid-stride loops of the kernel `function` if it computes the same on any number of blocks
-    (see the module's docstring); NotApplicable with the reason otherwise."""
+def check_grid_free(parsed: cp.ParsedSource, function: cp.Function, block_names: tuple[str, ...]) -> None:
+    """NotApplicable with the reason unless the kernel `function` computes the same on any number of blocks (see the
+    module's docstring)."""
     if rolled := unrolled_loops(parsed, function):  # read as the plain loops: the same elements in the same order
         parsed = cp.parse(splice(parsed.data, [(loop.start_byte, loop.end_byte, text) for loop, _, text in rolled])[0]
                           .decode("utf-8"))
@@ -296,17 +303,14 @@ def check_grid_free(parsed: cp.ParsedSource, function: cp.Function, block_names:
                                 f"{whole.start_point.row + 1}): its parts are not followed")
     if cp.nodes_of_type(body, "reference_declarator"):
         raise NotApplicable(f"{function.name} declares a reference: a store through it is not followed")
-    forms = _forms(block_names)
-    grid_locals = _grid_locals(parsed, body, forms)
-    written = written_names(parsed, body)
-    headers: list[Node] = []
-    for loop in cp.nodes_of_type(body, "for_statement"):
-        parts = [p for p in (loop.child_by_field_name(f) for f in ("initializer", "update")) if p is not None]
-        if any(_names_grid(parsed.text(p), grid_locals) for p in parts):
-            _loop_form(parsed, loop, forms, grid_locals, written)
-            headers += parts
-    if not headers:
+    left_out: list[str] = []
+    loops, grid_locals = _strided(parsed, body, block_names, left_out)
+    if left_out:
+        raise NotApplicable(left_out[0])
+    if not loops:
         raise NotApplicable(f"{function.name} has no grid-stride loop: every block would do the same work")
+    headers = [part for found in loops for part in (found.loop.child_by_field_name("initializer"),
+                                                    found.loop.child_by_field_name("update"))]
     declarations = [local.declaration for local in grid_locals.values()]
     for node in cp.nodes_of_type(body, "field_expression", "identifier"):
         said = squash(parsed.text(node))
@@ -319,8 +323,7 @@ def check_grid_free(parsed: cp.ParsedSource, function: cp.Function, block_names:
         if not any(contains(part, node) for part in allowed):
             raise NotApplicable(f"{function.name} reads `{said}` (line {node.start_point.row + 1}) outside the start "
                                 "or step of a grid-stride loop: its work would change with the grid")
-    _check_writes_outside(parsed, function, body, [h.parent for h in headers])
-    return len(headers) // 2
+    _check_writes_outside(parsed, function, body, [found.loop for found in loops])
 
 
 def _declares(node: Node) -> bool:

@@ -38,6 +38,7 @@ from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement
 CAP = 256  # the fixed grid people reach for first
 THREADS_PER_SM = 2048  # resident threads an SM holds, sm_70 to sm_90
 MAX_BLOCKS_PER_SM = 32
+UNKNOWN_BLOCKS_PER_SM = 8  # where the block size is not a plain value: a full SM of 256-thread blocks
 SMS = "num_sms"
 _KEY = re.compile(r"^(?P<per_sm>[A-Za-z_]\w*|[1-9]\d*)@(?P<cap>[1-9]\d*)$")
 
@@ -46,8 +47,8 @@ def _spans(grid: str) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, 
     """(fixed, sized) places of a grid expression: each fixed number (the whole grid, or one side of a two-argument
     `min`) as (start, end, value), each `num_sms * K` there as (start, end, K as written)."""
     try:
-        tree = ast.parse(grid, mode="eval")
-    except SyntaxError:
+        tree = expr.parse(grid)
+    except ExpressionError:
         return [], []
     places = [tree.body] + [a for node in ast.walk(tree) if isinstance(node, ast.Call) and
                             isinstance(node.func, ast.Name) and node.func.id == "min" and len(node.args) == 2
@@ -72,28 +73,29 @@ def _count(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) and node.id != SMS else None
 
 
-def _grids(state: KernelState, entry: str) -> list[str]:
-    """The grid of every launch of `entry`: one form, on one-dimensional launches."""
+def _grid(state: KernelState, entry: str) -> str:
+    """The grid every launch of `entry` has: one form, on one-dimensional launches."""
     grids = {str(launch.grid[0]).strip() for launch in launches_of(state, entry, dimensions=1)}
     if len(grids) != 1:
         raise NotApplicable(f"the launches of {entry} have different grids")
-    return sorted(grids)
+    return grids.pop()
 
 
 def _full_sm(state: KernelState, entry: str) -> int:
-    """Blocks of the kernel's size an SM holds at once by threads (8 where the size is not a plain value)."""
+    """Blocks of the kernel's size an SM holds at once by threads (UNKNOWN_BLOCKS_PER_SM where the size is not a
+    plain value)."""
     sizes = {str(launch.block[0]).strip() for launch in state.plan.launches if launch.entry == entry}
     try:
         threads = expr.evaluate_int(sizes.pop(), parse_constants(state.source)) if len(sizes) == 1 else 0
     except ExpressionError:
         threads = 0
-    return max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads)) if threads > 0 else 8
+    return max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads)) if threads > 0 else UNKNOWN_BLOCKS_PER_SM
 
 
 def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, *, sized: bool) -> tuple[str, Any]:
     """(the kernel's grid, its one fixed number or its one `num_sms * K`) where its grid can be resized (see the
     module's docstring), else NotApplicable with the reason."""
-    (grid,) = _grids(state, function.name)
+    grid = _grid(state, function.name)
     fixed, by_sms = _spans(grid)
     if sized and len(by_sms) != 1:
         raise NotApplicable(f"{function.name}'s grid {grid} is not sized as {SMS} * K")

@@ -50,7 +50,7 @@ _KEY = re.compile(r"^loops\*(?P<factor>[1-9]\d*)$")
 
 
 def _plain(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> list[StridedLoop]:
-    """The kernel's thread-form grid-stride loops, outermost only, or NotApplicable with the reason."""
+    """The kernel's thread-form grid-stride loops (none inside another), or NotApplicable with the reason."""
     left_out: list[str] = []
     loops = [loop for loop in strided_loops(parsed, function, block_names(state, function.name), left_out)
              if loop.form == "thread"]

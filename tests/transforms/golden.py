@@ -1,7 +1,8 @@
 """Golden before/after checks shared by every transform's tests.
 
 A transform's folder `tests/transforms/<name>/` holds `before.cu` (the expert form) and
-`after.cu` (the simplified form), optionally `before.toml`/`after.toml` when the plan changes.
+`after.cu` (the simplified form; absent where only the plan changes), optionally `before.toml`/`after.toml` when
+the plan changes.
 `backward(before) == after`, `forward(after) == before` where a forward exists, both parse,
 and both compile with nvcc for sm_90 (they are complete kernels, not fragments).
 """
@@ -33,9 +34,12 @@ def plan_of(args: str, grid: str = "cdiv(n, 256)", block: int = 256) -> LaunchPl
 
 
 def load(case: Path, which: str, entry: str) -> KernelState:
+    """The case's `which` form; a transform that changes only the plan keeps one `before.cu` for both."""
     plan_file = case / f"{which}.toml"
     plan_text = plan_file.read_text() if plan_file.is_file() else DEFAULT_PLAN.format(entry=entry)
-    return KernelState(source=(case / f"{which}.cu").read_text(), plan=LaunchPlan.from_toml(plan_text))
+    source = case / f"{which}.cu"
+    source = source if source.is_file() else case / "before.cu"
+    return KernelState(source=source.read_text(), plan=LaunchPlan.from_toml(plan_text))
 
 
 def check_golden(name: str, case: str = "", entry: str = "kernel") -> None:
