@@ -339,7 +339,9 @@ class Warp:
         if not isinstance(array, SharedArray) or isinstance(array[index], SharedArray):
             return
         assert 0 <= index < len(array), f"lane {lane}: index {index} outside the row"
-        slot = self.accesses.setdefault((id(array), index), {"warp": lane // 32, "writes": set(), "reads": set()})
+        # the slot holds its array: while it lives, no other array can take its id() and be read as the same slot
+        slot = self.accesses.setdefault((id(array), index),
+                                        {"array": array, "warp": lane // 32, "writes": set(), "reads": set()})
         if slot["warp"] != lane // 32:
             raise RaceError(f"warps {slot['warp']} and {lane // 32} share a scratch slot")
         others_wrote = slot["writes"] - {lane}
