@@ -47,6 +47,11 @@ SWEEP = {  # timed only: row length against the register cache, alignment, and r
     "rows_4k": {"bh": 8, "sq": 512, "sk": 1024, "scale": 0.125},
     "rows_16k": {"bh": 16, "sq": 1024, "sk": 1024, "scale": 0.125},
     "rows_32k_short": {"bh": 64, "sq": 512, "sk": 256, "scale": 0.125},
+    # A launch that is nearly all latency: one to eight short rows, where a step that buys bandwidth
+    # or instructions has little left to buy.
+    "row_one": {"bh": 1, "sq": 1, "sk": 64, "scale": 0.125},
+    "rows_tiny": {"bh": 1, "sq": 8, "sk": 128, "scale": 0.125},
+    "decode_short": {"bh": 8, "sq": 1, "sk": 256, "scale": 0.125},
 }
 
 OUTPUTS = {"y": {"shape": ["bh", "sq", "sk"], "dtype": "float32"}}

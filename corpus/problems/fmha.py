@@ -55,6 +55,10 @@ SWEEP = {  # timed only (klineage.problem): sequence length, alignment to the ti
     "seq_unaligned": {"B": 2, "H": 16, "S": 1500, "D": 128, "causal": 0},  # a partial last tile
     "batch_large": {"B": 32, "H": 16, "S": 512, "D": 128, "causal": 0},
     "long_causal": {"B": 1, "H": 16, "S": 4096, "D": 128, "causal": 1},
+    # One head of one to two query tiles (128 rows): a single block's latency, little work to speed up.
+    "tile_half": {"B": 1, "H": 1, "S": 64, "D": 128, "causal": 0},
+    "tile_one": {"B": 1, "H": 1, "S": 128, "D": 128, "causal": 0},
+    "tiles_two_causal": {"B": 1, "H": 1, "S": 256, "D": 128, "causal": 1},
 }
 
 OUTPUTS = {"o": {"shape": ["B", "H", "S", "D"], "dtype": "float16"}}

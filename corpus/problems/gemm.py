@@ -51,6 +51,11 @@ SWEEP = {  # timed only (klineage.problem): where tiles, waves and alignment cha
     "k_unaligned": {"M": 2048, "N": 2048, "K": 2056},  # K % 8 == 0 but not a multiple of 16, 32 or 64
     "mn_unaligned": {"M": 2047, "N": 2049, "K": 2048},  # partial tiles at both edges
     "skinny_m64": {"M": 64, "N": 8192, "K": 4096},  # a small batch
+    # Where the tensor cores have almost nothing to do: one 128 x 128 tile, a few short ones, and a
+    # rank-16 update whose time goes to writing the output rather than to the reduction.
+    "tile_one": {"M": 128, "N": 128, "K": 64},
+    "tiles_four": {"M": 256, "N": 256, "K": 128},
+    "k_tiny": {"M": 4096, "N": 4096, "K": 16},
 }
 
 OUTPUTS = {"y": {"shape": ["M", "N"], "dtype": "bfloat16"}}
