@@ -52,6 +52,7 @@ FORWARD: dict[str, tuple[str, str]] = {
     "untile_matmul": ("stage a matrix product's operands in shared-memory tiles", "16x16 shared-memory tiles"),
     "untile_transpose": ("transpose through a padded shared-memory tile", "padded 32x33 shared-memory tile"),
     "unswizzle_shared": ("swizzle shared-memory tiles", "XOR swizzle"),
+    "unshuffle_block_reduction": ("reduce a block through warp shuffles", "one shared slot a warp"),
     "warp_mma": ("use wgmma", "wgmma"),
 }
 

@@ -1,0 +1,335 @@
+"""unshuffle_block_reduction: a block reduction through warp shuffles becomes the shared-memory tree; forward
+finds the tree by analysis.
+
+The tree (the simple form, what a kernel written by hand for a block-wide sum, max or min usually holds):
+
+    buf[t] = <value>;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (t < s) buf[t] += buf[t + s];          // or = buf[t] + buf[t + s], = fmaxf(buf[t], buf[t + s]), ...
+        __syncthreads();
+    }
+
+takes log2(blockDim.x) barriers, each halving the threads that work. The forward form reduces each warp's 32
+values through `__shfl_down_sync` (no barrier, no shared traffic), parks one value a warp in `buf`, and lets
+the first warp reduce those the same way:
+
+    {
+        T buf_v = <value>;
+        for (int buf_o = 16; buf_o > 0; buf_o >>= 1) buf_v = buf_v + __shfl_down_sync(0xffffffffu, buf_v, buf_o);
+        if ((t & 31) == 0) buf[t >> 5] = buf_v;
+        __syncthreads();
+        if (t < 32) {
+            const int buf_n = blockDim.x >> 5;
+            buf_v = t < buf_n ? buf[t] : buf_v;
+            for (int buf_o = 16; buf_o > 0; buf_o >>= 1) {
+                T buf_w = __shfl_down_sync(0xffffffffu, buf_v, buf_o);
+                if (t + buf_o < buf_n) buf_v = buf_v + buf_w;
+            }
+            if (t == 0) buf[0] = buf_v;
+        }
+        __syncthreads();
+    }
+
+Both leave the reduction of every thread's value in `buf[0]` for all threads after the last barrier; a lane of
+the first warp past the warps' count combines into no lane that counts (`t + buf_o < buf_n`), so no identity
+value is needed and any block of whole warps works. Only the order of the combinations changes: exact for
+max, min and integer sums, a float sum rounds differently (the gate's tolerances judge it).
+
+Legality, decided on the parse (`_trees`), conservative:
+- the kernel's launches run one-dimensional blocks of a power of two of threads, 32 to 1024 (the tree halves
+  `blockDim.x`, or a constant that must be half the block: otherwise it reduces another set of values);
+- `buf` is a `__shared__` array of float, double, int, unsigned or long long of at least 32 elements, declared
+  in the kernel, not volatile; `t` is `threadIdx.x` or a local set to it once and never assigned;
+- the three statements are adjacent (comments aside), the tree's step halves its index until it reaches 0, and
+  its body is the one guarded combine and the barrier;
+- outside the trees the kernel reads `buf` only at `[0]` and never writes it (the other slots differ after the
+  forward form), no macro names it, and the kernel declares none of the names the forward form adds.
+
+Backward writes the tree back, as `for (int buf_s = blockDim.x / 2; buf_s > 0; buf_s >>= 1)` with
+`buf[t] = buf[t] <op> buf[t + buf_s]` (or the function form), from every block of the forward form; it applies
+only where the forward writes this kernel again from it.
+
+Anchor: the kernel, kind "function", key `trees`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from klineage import expr
+from klineage.errors import ExpressionError
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState, parse_constants
+from klineage.transforms import register
+from klineage.transforms._naive import kernel, launches_of, readable
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
+
+_TYPES = r"float|double|int|unsigned int|unsigned|long long"
+_SHARED = re.compile(rf"__shared__\s+(?P<volatile>volatile\s+)?(?P<type>{_TYPES})\s+(?P<buf>\w+)\s*"
+                     r"\[(?P<size>[^\]]+)\]\s*;")
+_FUNCTIONS = ("fmaxf", "fminf", "fmax", "fmin", "max", "min")
+_KEY = "trees"
+_WRITE = r"\s*(?:(?:[-+*/%&|^]|<<|>>)?=(?!=)|\+\+|--)"  # an assignment to what precedes it
+_FULL = "0xffffffffu"
+
+
+@dataclass(frozen=True)
+class _Tree:
+    start: int  # byte offsets in the source: the write of the thread's value to the end of the loop
+    end: int
+    buf: str
+    type: str
+    thread: str  # `threadIdx.x` or the local that holds it
+    value: str
+    op: str  # "+" or one of _FUNCTIONS
+    indent: str
+
+
+def _combine(op: str, left: str, right: str) -> str:
+    return f"{left} + {right}" if op == "+" else f"{op}({left}, {right})"
+
+
+def _blank_comments(text: str) -> str:
+    """The text with every comment turned to spaces (offsets kept), so that a comment between the tree's
+    statements does not hide it."""
+    data = bytearray(text.encode("utf-8"))
+    for start, end in cp.comments_and_literals(bytes(data)):
+        if data[start:start + 1] == b"/":
+            data[start:end] = re.sub(rb"[^\n]", b" ", bytes(data[start:end]))
+    return data.decode("utf-8")
+
+
+def _tree_pattern(buf: str) -> re.Pattern[str]:
+    b = re.escape(buf)
+    return re.compile(
+        rf"^(?P<indent>[ \t]*){b}\s*\[\s*(?P<t>threadIdx\.x|\w+)\s*\]\s*=(?!=)\s*(?P<value>[^;{{}}]+?)\s*;\s*"
+        rf"__syncthreads\s*\(\s*\)\s*;\s*"
+        rf"for\s*\(\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+(?P<s>\w+)\s*=\s*(?P<s0>[^;]+?)\s*;\s*"
+        rf"(?P=s)\s*(?:>\s*0|>=\s*1|!=\s*0)\s*;\s*(?P=s)\s*(?:>>=\s*1|/=\s*2|=\s*(?P=s)\s*(?:>>\s*1|/\s*2))\s*\)\s*"
+        rf"\{{\s*if\s*\(\s*(?P=t)\s*<\s*(?P=s)\s*\)\s*(?P<combine>\{{[^{{}}]*\}}|[^;{{}}]+;)\s*"
+        rf"__syncthreads\s*\(\s*\)\s*;\s*\}}", re.M)
+
+
+def _operator(combine: str, buf: str, t: str, s: str) -> str:
+    """The reduction's operator, read from the tree's guarded statement; NotApplicable for anything else."""
+    text = re.sub(r"\s+", "", combine.strip().removeprefix("{").removesuffix("}")).removesuffix(";")
+    mine, partner = f"{buf}[{t}]", {f"{buf}[{t}+{s}]", f"{buf}[{s}+{t}]"}
+    for other in partner:
+        if text in (f"{mine}+={other}", f"{mine}={mine}+{other}", f"{mine}={other}+{mine}"):
+            return "+"
+        for name in _FUNCTIONS:
+            if text in (f"{mine}={name}({mine},{other})", f"{mine}={name}({other},{mine})"):
+                return name
+    raise NotApplicable(f"{buf}'s tree combines with '{combine.strip()}', not a sum, max or min of two slots")
+
+
+def _threads(state: KernelState, entry: str) -> int:
+    """The block size of every launch of `entry`: one dimension, a power of two from 32 to 1024."""
+    constants = parse_constants(state.source)
+    sizes = set()
+    for launch in launches_of(state, entry, dimensions=3):
+        if any(str(extent).strip() != "1" for extent in launch.block[1:]):
+            raise NotApplicable(f"{entry}'s block has more than one dimension")
+        try:
+            sizes.add(expr.evaluate_int(str(launch.block[0]), constants))
+        except ExpressionError:
+            raise NotApplicable(f"{entry}'s block size {launch.block[0]} is no constant") from None
+    if len(sizes) != 1:
+        raise NotApplicable(f"{entry} is launched with blocks of {sorted(sizes)} threads")
+    threads = sizes.pop()
+    if threads < 32 or threads > 1024 or threads & (threads - 1):
+        raise NotApplicable(f"{entry}'s block of {threads} threads is no power of two from 32 to 1024")
+    return threads
+
+
+def _is_thread_index(body: str, t: str) -> bool:
+    """`t` is threadIdx.x, or a local declared from it once and never assigned after."""
+    if t == "threadIdx.x":
+        return True
+    declared = re.findall(rf"(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+{t}\s*=\s*threadIdx\.x\s*;", body)
+    assigned = re.findall(rf"(?<![\w.])(?:\+\+|--){t}\b|\b{t}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|\b{t}\s*(?:\+\+|--)", body)
+    return len(declared) == 1 and len(assigned) == 1
+
+
+def _trees(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> list[_Tree]:
+    """The kernel's shared-memory tree reductions, or NotApplicable with the reason."""
+    if not function.is_kernel:
+        raise NotApplicable(f"{function.name} is no kernel")
+    start, end = function.node.start_byte, function.node.end_byte
+    source = _blank_comments(state.source)
+    body = source[start:end]
+    found: list[_Tree] = []
+    reasons: list[str] = []
+    for shared in _SHARED.finditer(body):
+        buf = shared["buf"]
+        trees = list(_tree_pattern(buf).finditer(source, start, end))
+        if not trees:
+            reasons.append(f"{buf} holds no tree reduction of the simple form")
+            continue
+        try:
+            found.extend(_checked(state, function, body, start, shared, trees))
+        except NotApplicable as error:
+            reasons.append(str(error))
+    if not found:
+        raise NotApplicable(f"{function.name}: " + ("; ".join(reasons) or "no __shared__ array"))
+    return found
+
+
+def _checked(state: KernelState, function: cp.Function, body: str, start: int, shared: re.Match[str],
+             trees: list[re.Match[str]]) -> list[_Tree]:
+    buf = shared["buf"]
+    if shared["volatile"]:
+        raise NotApplicable(f"{buf} is volatile (a warp-synchronous tail reads it without barriers)")
+    threads = _threads(state, function.name)
+    constants = parse_constants(state.source)
+    try:
+        if expr.evaluate_int(shared["size"].strip(), constants) < 32:
+            raise NotApplicable(f"{buf} holds fewer than 32 values")
+    except ExpressionError:
+        raise NotApplicable(f"{buf}'s size {shared['size'].strip()} is no constant") from None
+    if any(re.search(rf"\b{re.escape(buf)}\b", macro.body) for macro in cp.macros(state.source)):
+        raise NotApplicable(f"a macro names {buf}")
+    if clash := sorted(set(re.findall(rf"\b{re.escape(buf)}_[vwon]\b", body))):
+        raise NotApplicable(f"{function.name} already names '{clash[0]}'")
+    result = []
+    for tree in trees:
+        t, s = tree["t"], tree["s"]
+        if re.search(rf"\b{re.escape(buf)}\b", tree["value"]):  # read while other warps park their sums in it
+            raise NotApplicable(f"{buf}'s tree starts from a value that reads {buf}")
+        if not _is_thread_index(body, t):
+            raise NotApplicable(f"{buf}'s tree indexes it by '{t}', not the thread's index")
+        half = tree["s0"].replace(" ", "")
+        if half not in ("blockDim.x/2", "blockDim.x>>1"):
+            try:
+                if 2 * expr.evaluate_int(tree["s0"], constants) != threads:
+                    raise NotApplicable(f"{buf}'s tree starts at {tree['s0']}, not half of the {threads}-thread block")
+            except ExpressionError:
+                raise NotApplicable(f"{buf}'s tree starts at '{tree['s0']}', no constant") from None
+        result.append(_Tree(tree.start(), tree.end(), buf, shared["type"], t, tree["value"].strip(),
+                            _operator(tree["combine"], buf, t, s), tree["indent"]))
+    outside = body
+    for tree in sorted(result, key=lambda tree: -tree.start):
+        outside = outside[:tree.start - start] + " " * (tree.end - tree.start) + outside[tree.end - start:]
+    outside = outside.replace(shared.group(0), " " * len(shared.group(0)), 1)
+    for use in re.finditer(rf"\b{re.escape(buf)}\b(?P<zero>\s*\[\s*0\s*\])?(?P<write>{_WRITE})?", outside):
+        before = outside[:use.start()].rstrip()
+        if not use["zero"] or use["write"] or before.endswith(("++", "--", "&")):
+            raise NotApplicable(f"{function.name} uses {buf} outside its tree other than by reading {buf}[0]")
+    return result
+
+
+def _shuffled(tree: _Tree) -> str:
+    i, b, t, ty = tree.indent, tree.buf, tree.thread, tree.type
+    step = "    "
+    inner, deeper = i + step, i + 2 * step
+    return (f"{{\n"
+            f"{inner}{ty} {b}_v = {tree.value};\n"
+            f"{inner}for (int {b}_o = 16; {b}_o > 0; {b}_o >>= 1) "
+            f"{b}_v = {_combine(tree.op, f'{b}_v', f'__shfl_down_sync({_FULL}, {b}_v, {b}_o)')};\n"
+            f"{inner}if (({t} & 31) == 0) {b}[{t} >> 5] = {b}_v;\n"
+            f"{inner}__syncthreads();\n"
+            f"{inner}if ({t} < 32) {{\n"
+            f"{deeper}const int {b}_n = blockDim.x >> 5;\n"
+            f"{deeper}{b}_v = {t} < {b}_n ? {b}[{t}] : {b}_v;\n"
+            f"{deeper}for (int {b}_o = 16; {b}_o > 0; {b}_o >>= 1) {{\n"
+            f"{deeper}{step}{ty} {b}_w = __shfl_down_sync({_FULL}, {b}_v, {b}_o);\n"
+            f"{deeper}{step}if ({t} + {b}_o < {b}_n) {b}_v = {_combine(tree.op, f'{b}_v', f'{b}_w')};\n"
+            f"{deeper}}}\n"
+            f"{deeper}if ({t} == 0) {b}[0] = {b}_v;\n"
+            f"{inner}}}\n"
+            f"{inner}__syncthreads();\n"
+            f"{i}}}")
+
+
+def _tree(tree: _Tree) -> str:
+    i, b, t = tree.indent, tree.buf, tree.thread
+    s = f"{b}_s"
+    return (f"{b}[{t}] = {tree.value};\n"
+            f"{i}__syncthreads();\n"
+            f"{i}for (int {s} = blockDim.x / 2; {s} > 0; {s} >>= 1) {{\n"
+            f"{i}    if ({t} < {s}) {b}[{t}] = {_combine(tree.op, f'{b}[{t}]', f'{b}[{t} + {s}]')};\n"
+            f"{i}    __syncthreads();\n"
+            f"{i}}}")
+
+
+def _shuffled_pattern() -> re.Pattern[str]:
+    """The forward form as `_shuffled` writes it, read back into a _Tree's parts."""
+    ops = "|".join(_FUNCTIONS)
+    return re.compile(
+        r"^(?P<indent>[ \t]*)\{\n[ \t]*(?P<type>" + _TYPES + r") (?P<b>\w+)_v = (?P<value>[^;\n]+);\n"
+        r"[ \t]*for \(int (?P=b)_o = 16; (?P=b)_o > 0; (?P=b)_o >>= 1\) (?P=b)_v = "
+        r"(?:(?P=b)_v \+ __shfl_down_sync|(?P<op>" + ops + r")\((?P=b)_v, __shfl_down_sync)"
+        r"\(0xffffffffu, (?P=b)_v, (?P=b)_o\)\)?;\n"
+        r"[ \t]*if \(\((?P<t>threadIdx\.x|\w+) & 31\) == 0\) (?P=b)\[(?P=t) >> 5\] = (?P=b)_v;\n"
+        r"[ \t]*__syncthreads\(\);\n[ \t]*if \((?P=t) < 32\) \{\n"
+        r"[ \t]*const int (?P=b)_n = blockDim\.x >> 5;\n"
+        r"[ \t]*(?P=b)_v = (?P=t) < (?P=b)_n \? (?P=b)\[(?P=t)\] : (?P=b)_v;\n"
+        r"[ \t]*for \(int (?P=b)_o = 16; (?P=b)_o > 0; (?P=b)_o >>= 1\) \{\n"
+        r"[ \t]*(?P=type) (?P=b)_w = __shfl_down_sync\(0xffffffffu, (?P=b)_v, (?P=b)_o\);\n"
+        r"[ \t]*if \((?P=t) \+ (?P=b)_o < (?P=b)_n\) (?P=b)_v = [^;\n]+;\n[ \t]*\}\n"
+        r"[ \t]*if \((?P=t) == 0\) (?P=b)\[0\] = (?P=b)_v;\n[ \t]*\}\n[ \t]*__syncthreads\(\);\n[ \t]*\}", re.M)
+
+
+def _shuffled_trees(state: KernelState, function: cp.Function) -> list[_Tree]:
+    found = _shuffled_pattern().finditer(state.source, function.node.start_byte, function.node.end_byte)
+    return [_Tree(m.start(), m.end(), m["b"], m["type"], m["t"], m["value"], m["op"] or "+", m["indent"])
+            for m in found]
+
+
+def _spliced(source: str, trees: list[_Tree], write) -> str:
+    for tree in sorted(trees, key=lambda tree: -tree.start):
+        start = tree.start + len(tree.indent)
+        source = source[:start] + write(tree) + source[tree.end:]
+    return source
+
+
+class UnshuffleBlockReduction(Transform):
+    name = "unshuffle_block_reduction"
+    intent = ("Reduce a block's values through warp shuffles, one shared slot a warp, instead of a shared-memory "
+              "tree with a barrier at every level.")
+    placement = Placement.ANALYSIS
+    removes = ("shfl",)
+    adds = ()
+
+    def find(self, state: KernelState) -> list[Anchor]:
+        return [Anchor(function.name, "function", _KEY) for function in cp.functions(cp.parse(state.source))
+                if function.is_kernel and _shuffled_trees(state, function)]
+
+    def forward_sites(self, state, carrier=None) -> list[Anchor]:
+        parsed = cp.parse(state.source)
+        return [Anchor(function.name, "function", _KEY, state.source[trees[0].start:trees[0].end][:200])
+                for function, trees in readable(parsed, lambda f: _trees(state, parsed, f))]
+
+    def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        _key(anchor)
+        parsed = cp.parse(state.source)
+        function = kernel(parsed, anchor)
+        trees = _trees(state, parsed, function)
+        return self.rewrite(state, anchor, Direction.FORWARD, _spliced(state.source, trees, _shuffled),
+                            note=f"{function.name}: {len(trees)} block reduction(s) through warp shuffles")
+
+    def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        _key(anchor)
+        function = kernel(cp.parse(state.source), anchor)
+        trees = _shuffled_trees(state, function)
+        if not trees:
+            raise NotApplicable(f"{anchor}: {function.name} has no block reduction through warp shuffles")
+        tree_form = self.rewrite(state, anchor, Direction.BACKWARD, _spliced(state.source, trees, _tree),
+                                 note=f"{function.name}: {len(trees)} block reduction(s) as shared-memory trees")
+        try:  # legal only where the tree is the forward's own input: the same kernel comes back
+            again = self.forward(tree_form.state, anchor).state.source
+        except NotApplicable as error:
+            raise NotApplicable(f"{anchor}: as a tree, {function.name} would not shuffle back ({error})") from None
+        if again != state.source:
+            raise NotApplicable(f"{anchor}: as a tree, {function.name} would not shuffle back to this kernel")
+        return tree_form
+
+
+def _key(anchor: Anchor) -> None:
+    if anchor.kind != "function" or anchor.key != _KEY:
+        raise NotApplicable(f"unshuffle_block_reduction needs a function anchor keyed `{_KEY}`, not {anchor}")
+
+
+register(UnshuffleBlockReduction())

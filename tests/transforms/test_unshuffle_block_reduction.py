@@ -1,0 +1,193 @@
+"""unshuffle_block_reduction: a block reduction through warp shuffles becomes the shared-memory tree; forward reads
+the tree however a hand-written kernel spells it, writes every tree of the kernel as shuffles, and refuses with the
+reason a tree whose slots, block or index it cannot account for."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from klineage.kernel import KernelState
+from klineage.launch import LaunchPlan
+from klineage.transforms import NotApplicable, get, refusals
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
+
+CASES = HERE / "unshuffle_block_reduction"
+ROW_ARGS = '"x", "out", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }'
+
+
+@pytest.fixture(scope="module")
+def transform():
+    return get("unshuffle_block_reduction")
+
+
+@pytest.mark.parametrize("case", ["rowsum", "softmax"])
+def test_golden(case):
+    check_golden("unshuffle_block_reduction", case)
+
+
+@pytest.mark.parametrize("case", ["rowsum", "softmax"])
+def test_golden_kernels_compile(cache, case):
+    for which in ("before", "after"):
+        compiles_without_spills(load(CASES / case, which, "kernel"), cache)
+
+
+def _spelled() -> KernelState:
+    """A softmax as someone might write it: a block size macro, an unsigned index, a comment between the tree's
+    statements, a braced combine with the partner first, `s /= 2` and `s = s >> 1`, `red[s + t]`."""
+    folder = CASES / "softmax"
+    return KernelState(source=(folder / "spelled.cu").read_text(),
+                       plan=LaunchPlan.from_toml((folder / "before.toml").read_text()))
+
+
+def test_forward_reads_a_hand_written_spelling_of_both_trees(transform):
+    spelled = _spelled()
+    (site,) = transform.forward_sites(spelled)
+    rewrite = transform.forward(spelled, site)
+    assert rewrite.state.source == load(CASES / "softmax", "before", "kernel").source
+    assert rewrite.state.plan == spelled.plan and "2 block reduction(s)" in rewrite.note
+
+
+def test_the_shuffle_form_has_no_barrier_per_level(transform, cache):
+    """The tree waits at log2(256) + 1 barriers; the shuffles at two, and exchange through SHFL in SASS."""
+    from tests.cuda_tools import feature_counts
+
+    tree, shuffled = (load(CASES / "rowsum", which, "kernel") for which in ("after", "before"))
+    assert tree.source.count("__syncthreads") == 2 and shuffled.source.count("__syncthreads") == 2
+    counts = [feature_counts(compiles_without_spills(state, cache)) for state in (tree, shuffled)]
+    assert counts[0].get("shfl", 0) == 0 and counts[1].get("shfl", 0) >= 2, counts
+
+
+def _inputs(rows: int, cols: int):
+    """Small whole numbers: every order of adding them gives the same float, so the forms must agree to the bit."""
+    x = torch.randint(-8, 9, (rows * cols,), generator=torch.Generator().manual_seed(rows * 1000 + cols)).float()
+    return {"rows": rows, "cols": cols}, {"x": x}, {"out": (torch.float32, rows)}
+
+
+@pytest.mark.parametrize("threads", [32, 64, 256, 1024])
+def test_the_shuffled_sum_is_the_trees_on_the_cpu_emulator(transform, tmp_path, threads):
+    """One warp, two, eight and thirty-two: the first warp's guarded pass over the warps' sums, for every count."""
+    from tests.transforms import emulate
+
+    folder = CASES / "rowsum"
+    source = (folder / "after.cu").read_text().replace("partial[256]", "partial[1024]")
+    tree = KernelState(source=source, plan=plan_of(ROW_ARGS, grid="rows", block=threads))
+    shuffled = transform.forward(tree, transform.forward_sites(tree)[0]).state
+    assert emulate.differences(tmp_path, tree, {"shuffled": shuffled}, ((3, 1), (5, 77), (2, 3000)), _inputs) == []
+
+
+MAX = """__global__ void kernel(const float* x, float* out, int rows, int cols) {
+    __shared__ float m[128];
+    float v = -INFINITY;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) v = fmaxf(v, x[blockIdx.x * cols + c]);
+    m[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x >> 1; s > 0; s >>= 1) {
+        if (threadIdx.x < s) m[threadIdx.x] = fmaxf(m[threadIdx.x], m[threadIdx.x + s]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = m[0];
+}
+"""
+
+
+def test_a_max_of_any_floats_is_the_trees_to_the_bit(transform, tmp_path):
+    from tests.transforms import emulate
+
+    tree = KernelState(source=MAX, plan=plan_of(ROW_ARGS, grid="rows", block=128))
+    shuffled = transform.forward(tree, transform.forward_sites(tree)[0]).state
+    assert "fmaxf(m_v, __shfl_down_sync(0xffffffffu, m_v, m_o))" in shuffled.source
+
+    def inputs_of(rows: int, cols: int):
+        x = torch.randn(rows * cols, generator=torch.Generator().manual_seed(cols))
+        return {"rows": rows, "cols": cols}, {"x": x}, {"out": (torch.float32, rows)}
+
+    assert emulate.differences(tmp_path, tree, {"shuffled": shuffled}, ((4, 100), (2, 1000)), inputs_of) == []
+
+
+def _refusal(transform, source: str, block: int = 128) -> str:
+    with refusals() as why:
+        assert transform.forward_sites(KernelState(source=source, plan=plan_of(ROW_ARGS, grid="rows",
+                                                                                block=block))) == []
+    return " ".join(why)
+
+
+def _max_with(old: str, new: str) -> str:
+    assert old in MAX
+    return MAX.replace(old, new)
+
+
+REFUSED = {
+    "another slot read after the tree": (_max_with("out[blockIdx.x] = m[0];", "out[blockIdx.x] = m[0] + m[1];"),
+                                         "other than by reading m[0]"),
+    "a slot written after the tree": (
+        _max_with("if (threadIdx.x == 0) out", "m[0] = 0.0f;\n    if (threadIdx.x == 0) out"),
+        "other than by reading m[0]"),
+    "a slot incremented after the tree": (
+        _max_with("if (threadIdx.x == 0) out", "++m[0];\n    if (threadIdx.x == 0) out"),
+        "other than by reading m[0]"),
+    "a slot's address taken": (_max_with("out[blockIdx.x] = m[0];", "out[blockIdx.x] = *(&m[0] + 1);"),
+                               "other than by reading m[0]"),
+    "a start value that reads the array": (_max_with("m[threadIdx.x] = v;", "m[threadIdx.x] = v + m[threadIdx.x];"),
+                                           "starts from a value that reads m"),
+    "the array passed whole": (_max_with("out[blockIdx.x] = m[0];", "out[blockIdx.x] = *m;"),
+                               "other than by reading m[0]"),
+    "a macro naming the array": ("#define FIRST m[1]\n" + _max_with("= m[0];", "= FIRST;"), "a macro names m"),
+    "a volatile array": (_max_with("__shared__ float m", "__shared__ volatile float m"), "m is volatile"),
+    "a product": (_max_with("fmaxf(m[threadIdx.x], m[threadIdx.x + s])", "m[threadIdx.x] * m[threadIdx.x + s]"),
+                  "not a sum, max or min"),
+    "a difference": (_max_with("fmaxf(m[threadIdx.x], m[threadIdx.x + s])", "m[threadIdx.x + s] - m[threadIdx.x]"),
+                     "not a sum, max or min"),
+    "a tree from a constant that is not half the block": (_max_with("blockDim.x >> 1", "32"),
+                                                          "not half of the 128-thread block"),
+    "a slot by another index": (_max_with("m[threadIdx.x] = v;", "m[threadIdx.x ^ 1] = v;"),
+                                "holds no tree reduction"),
+    "a local index that moves": (MAX.replace("threadIdx.x", "t").replace(
+        "__shared__ float m[128];", "__shared__ float m[128];\n    int t = threadIdx.x;\n    t += 0;"),
+        "not the thread's index"),
+    "a name the forward form declares": (_max_with("float v = -INFINITY;", "float v = -INFINITY, m_v = 0.0f;"),
+                                         "already names 'm_v'"),
+    "too few slots": (_max_with("m[128]", "m[16]"), "fewer than 32 values"),
+    "a barrier missing between the levels": (_max_with("        __syncthreads();\n    }", "    }"),
+                                             "holds no tree reduction"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_tree_it_cannot_account_for_is_no_site(transform, case):
+    source, reason = REFUSED[case]
+    assert reason in _refusal(transform, source)
+
+
+@pytest.mark.parametrize("block", [96, 16, 2048])
+def test_a_block_that_is_no_power_of_two_from_32_to_1024_is_refused(transform, block):
+    """The tree halves blockDim.x: with 96 threads it drops values, so the shuffle form would compute otherwise."""
+    assert "no power of two from 32 to 1024" in _refusal(transform, MAX, block=block)
+
+
+def test_a_two_dimensional_block_is_refused(transform):
+    plan = LaunchPlan.from_toml('name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["rows"]\n'
+                                f"block = [64, 2]\nargs = [{ROW_ARGS}]\n")
+    with refusals() as why:
+        assert transform.forward_sites(KernelState(source=MAX, plan=plan)) == []
+    assert "more than one dimension" in " ".join(why)
+
+
+def test_backward_refuses_a_shuffle_form_that_would_not_come_back(transform):
+    """An edited shuffle form (a different first-warp guard) is not the forward's own output: rewritten as a tree
+    it would be another kernel, so it is no simplification."""
+    before = load(CASES / "rowsum", "before", "kernel")
+    edited = KernelState(source=before.source.replace("partial_v = tid < partial_n ? partial[tid] : partial_v;",
+                                                      "partial_v = tid < partial_n ? partial[tid] : 0.0f;"),
+                         plan=before.plan)
+    assert transform.find(edited) == []
+    with pytest.raises(NotApplicable, match="no block reduction through warp shuffles"):
+        transform.backward(edited, transform.find(before)[0])
+
+
+def test_the_anchor_must_name_the_kernels_trees(transform):
+    after = load(CASES / "rowsum", "after", "kernel")
+    from klineage.transforms.base import Anchor
+
+    with pytest.raises(NotApplicable, match="keyed `trees`"):
+        transform.forward(after, Anchor("kernel", "function", "loops*2"))
