@@ -67,8 +67,8 @@ def test_cli_fit_on_a_real_kernel_and_library(capsys):
 
 
 def test_a_card_whose_forward_reads_no_site_says_why(capsys):
-    """The naive softmax runs a block per row, sharing memory: the warp-shuffle forward's analysis refuses it,
-    and the fit says so in the kernel's own terms rather than only "finds no site"."""
+    """The naive softmax runs a block per row: the 16-byte vector forwards' analyses refuse it, and the fit says so
+    in the kernel's own terms rather than only "finds no site"."""
     percase = config.REPO_ROOT / "bench" / "results" / "percase" / "library.json"
     assert main(["library", "fit", "row_softmax/naive", "--library", str(percase), "--statuses",
                  "admitted,candidate", "--json"]) == 0
@@ -77,8 +77,10 @@ def test_a_card_whose_forward_reads_no_site_says_why(capsys):
     assert unpad["fit"] == "no_site" and unpad["why"] == (
         "its transform unpad_shared finds no site here (not read as a site: row_softmax_naive: row_softmax_naive is "
         "not a naive transpose)")
-    anchored = fits["db9443ff2ffa"]  # shuffle_to_shared: no site of its own here, tried at its walks' anchors
+    anchored = fits["9aa07a0984c6"]  # devectorize (add_rms_norm's 16-byte loads): tried at its walks' anchors
     assert anchored["fit"] == "proposed" and anchored["sites"] == 0
     [unread] = [reason for reason in anchored["reasons"] if reason.startswith("no forward site (not read as a site: ")]
-    assert "row_softmax_naive: row_softmax_naive synchronizes, shares memory or leaves loops early" in unread
+    assert "row_softmax_naive: row_softmax_naive has no grid-stride loop over elements at its top level" in unread
     assert unread.endswith("): tried at its walks' anchors")
+    # the shuffle cards place their mechanism on the block's shared-memory trees (unshuffle_block_reduction)
+    assert fits["db9443ff2ffa"]["fit"] == "proposed" and fits["db9443ff2ffa"]["sites"] == 1

@@ -191,7 +191,8 @@ def test_replay_serves_recorded_verdicts_and_a_miss_stops_the_run(naive, tmp_pat
     result = optimize(SOFTMAX, naive, strategy=Strategy.UNCONDITIONED_RANDOM, budget=3, gate_mode=GateMode.REPLAY,
                       policy=GatePolicy(), cache=replayed)
     assert result.start_verdict.status is Status.PASSED and result.assurance.value == "gpu_verified"
-    (attempt,) = result.attempts
+    *unjudged, attempt = result.attempts  # a candidate that runs its parent's machine code is never gated
+    assert all(earlier.status is AttemptStatus.SAME_CODE for earlier in unjudged)
     assert attempt.status is AttemptStatus.GATE_ERROR and "no recorded verdict" in attempt.message
     assert result.stop is Stop.GATE_ERROR and result.stats.evaluations == 2 and result.speedup == 1.0
     assert OptimizationResult.from_json(result.to_json()) == result
