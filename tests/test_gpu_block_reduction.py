@@ -6,7 +6,8 @@ block-per-row kernel usually is: each thread takes a stride of the row, and two 
 a sum, combine the block's partials, with a barrier at every level. Forwarded, each tree becomes a shuffle
 reduction within each warp, one shared slot a warp, and a pass of the first warp. The shuffle form passes every
 case against the tree kernel under the gate's sanitizer, and its ratios against that kernel and torch eager are
-printed with whether the timing settled (run with -s).
+printed with whether the timing settled (run with -s). The corpus's naive row softmax, the walk's plain end, is
+written the same way and is gated the same way against itself.
 
     python -m pytest tests/test_gpu_block_reduction.py -v -s -n 0
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpu_tools import forwarded, gate_cache, passes_against
+from klineage import corpus
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 
@@ -79,3 +81,12 @@ def test_the_shuffle_reductions_pass_every_case_against_the_shared_memory_trees(
     assert shuffled.source.count("__shfl_down_sync") == 4 and shuffled.plan == trees.plan
     passes_against(LOG_SOFTMAX / "problem.py", shuffled, trees, CASES, cache,
                    "log_softmax's block reductions through shuffles", "the shared-memory trees")
+
+
+def test_the_corpus_naive_softmax_through_shuffles_passes_every_case_against_its_trees(cache):
+    naive = corpus.kernel_entry("row_softmax/naive").load()
+    shuffled = forwarded(naive, "unshuffle_block_reduction")
+    assert shuffled.source.count("__shfl_down_sync") == 4
+    passes_against(corpus.problem_path("row_softmax"), shuffled, naive,
+                   {"headline", "ragged", "long_rows", "narrow", "mid_aligned", "small"}, cache,
+                   "row_softmax's naive kernel through shuffles", "its shared-memory trees")
