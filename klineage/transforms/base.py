@@ -182,6 +182,18 @@ class Transform(ABC):
         removes, adds = (self.removes, self.adds) if direction is Direction.BACKWARD else (self.adds, self.removes)
         return Rewrite(self.name, direction, anchor, new_state, removes=removes, adds=adds, **details)
 
+    def comes_back(self, state: KernelState, anchor: Anchor, simplified: Rewrite, undone: str) -> Rewrite:
+        """`simplified` (this transform's backward of `state`) where the forward writes `state` again from it, else
+        NotApplicable naming `undone` ("rerolled, k would not unroll back"): a backward that reads its own forward
+        form is legal only where that form is all there is (a `break` in unrolled work, an edited shuffle pass)."""
+        try:
+            again = self.forward(simplified.state, anchor).state.source
+        except NotApplicable as error:
+            raise NotApplicable(f"{anchor}: {undone} ({error})") from None
+        if again != state.source:
+            raise NotApplicable(f"{anchor}: {undone} to this kernel")
+        return simplified
+
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "intent": self.intent, "role": self.role.value, "removes": list(self.removes),
                 "adds": list(self.adds), "after": list(self.after), "has_forward": self.has_forward}

@@ -119,14 +119,7 @@ class RerollGridStride(Transform):
                                 note=f"{function.name}: {len(edits)} grid-stride loop(s), one grid a step")
         # legal only where the plain loops unroll back to this kernel: a work that leaves its loop, moves its index
         # or waits at a barrier computes otherwise unrolled, and a kernel with other loops is not this form
-        try:
-            again = self.forward(rerolled.state, anchor).state.source
-        except NotApplicable as error:
-            raise NotApplicable(f"{anchor}: rerolled, {function.name} would not unroll back ({error})") from None
-        if again != state.source:
-            raise NotApplicable(f"{anchor}: rerolled, {function.name} would not unroll back to this kernel")
-        return rerolled
-
+        return self.comes_back(state, anchor, rerolled, f"rerolled, {function.name} would not unroll back")
 
 def _key(anchor: Anchor) -> int:
     match = _KEY.match(anchor.key)

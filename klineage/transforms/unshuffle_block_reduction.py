@@ -318,14 +318,7 @@ class UnshuffleBlockReduction(Transform):
             raise NotApplicable(f"{anchor}: {function.name} has no block reduction through warp shuffles")
         tree_form = self.rewrite(state, anchor, Direction.BACKWARD, _spliced(state.source, trees, _tree),
                                  note=f"{function.name}: {len(trees)} block reduction(s) as shared-memory trees")
-        try:  # legal only where the tree is the forward's own input: the same kernel comes back
-            again = self.forward(tree_form.state, anchor).state.source
-        except NotApplicable as error:
-            raise NotApplicable(f"{anchor}: as a tree, {function.name} would not shuffle back ({error})") from None
-        if again != state.source:
-            raise NotApplicable(f"{anchor}: as a tree, {function.name} would not shuffle back to this kernel")
-        return tree_form
-
+        return self.comes_back(state, anchor, tree_form, f"as a tree, {function.name} would not shuffle back")
 
 def _key(anchor: Anchor) -> None:
     if anchor.kind != "function" or anchor.key != _KEY:

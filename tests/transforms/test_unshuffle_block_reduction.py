@@ -185,6 +185,17 @@ def test_backward_refuses_a_shuffle_form_that_would_not_come_back(transform):
         transform.backward(edited, transform.find(before)[0])
 
 
+def test_backward_refuses_a_first_warp_pass_that_combines_otherwise(transform):
+    """The first warp's pass multiplies where the warps' pass adds: it reads as the form, but as a tree (one
+    operator) it would shuffle back to another kernel."""
+    before = load(CASES / "rowsum", "before", "kernel")
+    edited = KernelState(source=before.source.replace("partial_v = partial_v + partial_w;",
+                                                      "partial_v = partial_v * partial_w;"), plan=before.plan)
+    (site,) = transform.find(edited)
+    with pytest.raises(NotApplicable, match="as a tree, kernel would not shuffle back to this kernel"):
+        transform.backward(edited, site)
+
+
 def test_the_anchor_must_name_the_kernels_trees(transform):
     after = load(CASES / "rowsum", "after", "kernel")
     from klineage.transforms.base import Anchor
