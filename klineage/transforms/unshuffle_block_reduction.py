@@ -10,7 +10,9 @@ The tree (the simple form, what a kernel written by hand for a block-wide sum, m
         __syncthreads();
     }
 
-takes log2(blockDim.x) barriers, each halving the threads that work. The forward form reduces each warp's 32
+takes log2(blockDim.x) barriers, each halving the threads that work. The interleaved spelling, `for (s = 1;
+s < blockDim.x; s *= 2) { if (t % (2 * s) == 0) buf[t] += buf[t + s]; __syncthreads(); }`, leaves the same
+reduction in buf[0] and is read too. The forward form reduces each warp's 32
 values through `__shfl_down_sync` (no barrier, no shared traffic), parks one value a warp in `buf`, and lets
 the first warp reduce those the same way:
 
@@ -41,8 +43,9 @@ Legality, decided on the parse (`_trees`), conservative:
   `blockDim.x`, or a constant that must be half the block: otherwise it reduces another set of values);
 - `buf` is a `__shared__` array of float, double, int, unsigned or long long of at least 32 elements, declared
   in the kernel, not volatile; `t` is `threadIdx.x` or a local set to it once and never assigned;
-- the three statements are adjacent (comments aside), the tree's step halves its index until it reaches 0, and
-  its body is the one guarded combine and the barrier;
+- the three statements are adjacent (comments aside), the loop halves its index down to 1 from half the block
+  (`t < s`) or doubles it from 1 below the block (`t % (2 * s) == 0`), and its body is the one guarded combine
+  and the barrier;
 - outside the trees the kernel reads `buf` only at `[0]` and never writes it (the other slots differ after the
   forward form), no macro names it, and the kernel declares none of the names the forward form adds.
 
@@ -101,15 +104,24 @@ def _blank_comments(text: str) -> str:
     return data.decode("utf-8")
 
 
-def _tree_pattern(buf: str) -> re.Pattern[str]:
+def _tree_patterns(buf: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The tree's two usual spellings: halving the threads that add (`s` from half the block down, `t < s`), or
+    doubling the distance between the slots added (`s` from 1 up, `t % (2 * s) == 0`): both leave the whole
+    block's reduction in buf[0]."""
     b = re.escape(buf)
-    return re.compile(
-        rf"^(?P<indent>[ \t]*){b}\s*\[\s*(?P<t>threadIdx\.x|\w+)\s*\]\s*=(?!=)\s*(?P<value>[^;{{}}]+?)\s*;\s*"
-        rf"__syncthreads\s*\(\s*\)\s*;\s*"
-        rf"for\s*\(\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+(?P<s>\w+)\s*=\s*(?P<s0>[^;]+?)\s*;\s*"
-        rf"(?P=s)\s*(?:>\s*0|>=\s*1|!=\s*0)\s*;\s*(?P=s)\s*(?:>>=\s*1|/=\s*2|=\s*(?P=s)\s*(?:>>\s*1|/\s*2))\s*\)\s*"
-        rf"\{{\s*if\s*\(\s*(?P=t)\s*<\s*(?P=s)\s*\)\s*(?P<combine>\{{[^{{}}]*\}}|[^;{{}}]+;)\s*"
-        rf"__syncthreads\s*\(\s*\)\s*;\s*\}}", re.M)
+    head = (rf"^(?P<indent>[ \t]*){b}\s*\[\s*(?P<t>threadIdx\.x|\w+)\s*\]\s*=(?!=)\s*(?P<value>[^;{{}}]+?)\s*;\s*"
+            rf"__syncthreads\s*\(\s*\)\s*;\s*for\s*\(\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+(?P<s>\w+)\s*=\s*")
+    body = (r"\s*\)\s*\{{\s*if\s*\(\s*{guard}\s*\)\s*(?P<combine>\{{[^{{}}]*\}}|[^;{{}}]+;)\s*"
+            r"__syncthreads\s*\(\s*\)\s*;\s*\}}")
+    halving = (r"(?P<s0>[^;]+?)\s*;\s*(?P=s)\s*(?:>\s*0|>=\s*1|!=\s*0)\s*;\s*"
+               r"(?P=s)\s*(?:>>=\s*1|/=\s*2|=\s*(?P=s)\s*(?:>>\s*1|/\s*2))"
+               + body.format(guard=r"(?P=t)\s*<\s*(?P=s)"))
+    twice = r"(?:2\s*\*\s*(?P=s)|(?P=s)\s*\*\s*2|(?P=s)\s*<<\s*1)"
+    doubling = (r"1\s*;\s*(?P=s)\s*<\s*(?P<limit>[^;]+?)\s*;\s*"
+                r"(?P=s)\s*(?:\*=\s*2|<<=\s*1|\+=\s*(?P=s)|=\s*(?P=s)\s*(?:\*\s*2|<<\s*1))"
+                + body.format(guard=rf"(?:(?P=t)\s*%\s*\(\s*{twice}\s*\)\s*==\s*0"
+                                    rf"|\(\s*(?P=t)\s*&\s*\(\s*{twice}\s*-\s*1\s*\)\s*\)\s*==\s*0)"))
+    return re.compile(head + halving, re.M), re.compile(head + doubling, re.M)
 
 
 def _operator(combine: str, buf: str, t: str, s: str) -> str:
@@ -164,7 +176,8 @@ def _trees(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     reasons: list[str] = []
     for shared in _SHARED.finditer(body):
         buf = shared["buf"]
-        trees = list(_tree_pattern(buf).finditer(source, start, end))
+        trees = sorted((match for pattern in _tree_patterns(buf) for match in pattern.finditer(source, start, end)),
+                       key=lambda match: match.start())
         if not trees:
             reasons.append(f"{buf} holds no tree reduction of the simple form")
             continue
@@ -200,13 +213,7 @@ def _checked(state: KernelState, function: cp.Function, body: str, start: int, s
             raise NotApplicable(f"{buf}'s tree starts from a value that reads {buf}")
         if not _is_thread_index(body, t):
             raise NotApplicable(f"{buf}'s tree indexes it by '{t}', not the thread's index")
-        half = tree["s0"].replace(" ", "")
-        if half not in ("blockDim.x/2", "blockDim.x>>1"):
-            try:
-                if 2 * expr.evaluate_int(tree["s0"], constants) != threads:
-                    raise NotApplicable(f"{buf}'s tree starts at {tree['s0']}, not half of the {threads}-thread block")
-            except ExpressionError:
-                raise NotApplicable(f"{buf}'s tree starts at '{tree['s0']}', no constant") from None
+        _covers_the_block(tree, buf, threads, constants)
         result.append(_Tree(tree.start(), tree.end(), buf, shared["type"], t, tree["value"].strip(),
                             _operator(tree["combine"], buf, t, s), tree["indent"]))
     outside = body
@@ -218,6 +225,21 @@ def _checked(state: KernelState, function: cp.Function, body: str, start: int, s
         if not use["zero"] or use["write"] or before.endswith(("++", "--", "&")):
             raise NotApplicable(f"{function.name} uses {buf} outside its tree other than by reading {buf}[0]")
     return result
+
+
+def _covers_the_block(tree: re.Match[str], buf: str, threads: int, constants: dict) -> None:
+    """The tree spans the block: it halves from blockDim.x / 2 (or half the block's threads), or doubles up to
+    blockDim.x (or the block's threads); otherwise it reduces another set of slots than all of them."""
+    halving = "s0" in tree.re.groupindex
+    bound, spans = (tree["s0"], 2) if halving else (tree["limit"], 1)
+    if bound.replace(" ", "") in (("blockDim.x/2", "blockDim.x>>1") if halving else ("blockDim.x",)):
+        return
+    try:
+        value = expr.evaluate_int(bound, constants)
+    except ExpressionError:
+        raise NotApplicable(f"{buf}'s tree is bounded by '{bound}', no constant") from None
+    if spans * value != threads:
+        raise NotApplicable(f"{buf}'s tree is bounded by {bound}, which does not span the {threads}-thread block")
 
 
 def _shuffled(tree: _Tree) -> str:

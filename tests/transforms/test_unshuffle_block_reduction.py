@@ -105,6 +105,43 @@ def test_a_max_of_any_floats_is_the_trees_to_the_bit(transform, tmp_path):
     assert emulate.differences(tmp_path, tree, {"shuffled": shuffled}, ((4, 100), (2, 1000)), inputs_of) == []
 
 
+INTERLEAVED = """__global__ void kernel(const float* x, float* out, int rows, int cols) {
+    __shared__ int sdata[256];
+    unsigned int tid = threadIdx.x;
+    int count = 0;
+    for (int c = tid; c < cols; c += blockDim.x) count += x[blockIdx.x * cols + c] > 0.0f;
+    sdata[tid] = count;
+    __syncthreads();
+    for (unsigned int s = 1; s < blockDim.x; s *= 2) {
+        if (tid % (2 * s) == 0) sdata[tid] += sdata[tid + s];
+        __syncthreads();
+    }
+    if (tid == 0) out[blockIdx.x] = sdata[0];
+}
+"""
+
+
+@pytest.mark.parametrize("step, guard", [("s *= 2", "tid % (2 * s) == 0"), ("s <<= 1", "(tid & (s * 2 - 1)) == 0"),
+                                         ("s = s * 2", "tid % (s << 1) == 0")])
+def test_the_interleaved_tree_is_read_too(transform, step, guard):
+    """The tutorial's first tree doubles the distance between the slots it adds, the adding threads spread out;
+    it leaves the same total in slot 0."""
+    source = INTERLEAVED.replace("s *= 2", step).replace("tid % (2 * s) == 0", guard)
+    state = KernelState(source=source, plan=plan_of(ROW_ARGS, grid="rows", block=256))
+    (site,) = transform.forward_sites(state)
+    shuffled = transform.forward(state, site).state.source
+    assert "sdata_v = sdata_v + __shfl_down_sync(0xffffffffu, sdata_v, sdata_o);" in shuffled
+    assert "int sdata_v = count;" in shuffled and "s *= 2" not in shuffled
+
+
+def test_an_integer_count_through_the_interleaved_tree_is_the_trees_on_the_cpu_emulator(transform, tmp_path):
+    from tests.transforms import emulate
+
+    tree = KernelState(source=INTERLEAVED, plan=plan_of(ROW_ARGS, grid="rows", block=256))
+    shuffled = transform.forward(tree, transform.forward_sites(tree)[0]).state
+    assert emulate.differences(tmp_path, tree, {"shuffled": shuffled}, ((3, 1000), (2, 7)), _inputs) == []
+
+
 def _refusal(transform, source: str, block: int = 128) -> str:
     with refusals() as why:
         assert transform.forward_sites(KernelState(source=source, plan=plan_of(ROW_ARGS, grid="rows",
@@ -138,8 +175,13 @@ REFUSED = {
                   "not a sum, max or min"),
     "a difference": (_max_with("fmaxf(m[threadIdx.x], m[threadIdx.x + s])", "m[threadIdx.x + s] - m[threadIdx.x]"),
                      "not a sum, max or min"),
+    "an interleaved tree that stops short of the block": (
+        INTERLEAVED.replace("s < blockDim.x", "s < 64").replace("sdata[256]", "sdata[128]").replace("sdata", "m"),
+        "bounded by 64, which does not span the 128-thread block"),
+    "an interleaved tree whose guard skips no slot": (INTERLEAVED.replace("tid % (2 * s) == 0", "tid % s == 0"),
+                                                       "holds no tree reduction"),
     "a tree from a constant that is not half the block": (_max_with("blockDim.x >> 1", "32"),
-                                                          "not half of the 128-thread block"),
+                                                          "does not span the 128-thread block"),
     "a slot by another index": (_max_with("m[threadIdx.x] = v;", "m[threadIdx.x ^ 1] = v;"),
                                 "holds no tree reduction"),
     "a local index that moves": (MAX.replace("threadIdx.x", "t").replace(
