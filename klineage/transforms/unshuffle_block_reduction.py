@@ -42,7 +42,8 @@ Legality, decided on the parse (`_trees`), conservative:
 - the kernel's launches run one-dimensional blocks of a power of two of threads, 32 to 1024 (the tree halves
   `blockDim.x`, or a constant that must be half the block: otherwise it reduces another set of values);
 - `buf` is a `__shared__` array of float, double, int, unsigned or long long of at least 32 elements, declared
-  in the kernel, not volatile; `t` is `threadIdx.x` or a local set to it once and never assigned;
+  in the kernel, not volatile (or `extern __shared__ T buf[]`, the kernel's only one, the launch's dynamic
+  shared memory holding at least 32); `t` is `threadIdx.x` or a local set to it once and never assigned;
 - the three statements are adjacent (comments aside), the loop halves its index down to 1 from half the block
   (`t < s`) or doubles it from 1 below the block (`t % (2 * s) == 0`), and its body is the one guarded combine
   and the barrier;
@@ -70,8 +71,9 @@ from klineage.transforms._naive import kernel, launches_of, readable
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 _TYPES = r"float|double|int|unsigned int|unsigned|long long"
-_SHARED = re.compile(rf"__shared__\s+(?P<volatile>volatile\s+)?(?P<type>{_TYPES})\s+(?P<buf>\w+)\s*"
-                     r"\[(?P<size>[^\]]+)\]\s*;")
+_SHARED = re.compile(rf"(?P<extern>extern\s+)?__shared__\s+(?:__align__\s*\(\s*\d+\s*\)\s+)?"
+                     rf"(?P<volatile>volatile\s+)?(?P<type>{_TYPES})\s+(?P<buf>\w+)\s*\[(?P<size>[^\]]*)\]\s*;")
+_BYTES = {"float": 4, "int": 4, "unsigned": 4, "unsigned int": 4, "double": 8, "long long": 8}
 _FUNCTIONS = ("fmaxf", "fminf", "fmax", "fmin", "max", "min")
 _KEY = "trees"
 _WRITE = r"\s*(?:(?:[-+*/%&|^]|<<|>>)?=(?!=)|\+\+|--)"  # an assignment to what precedes it
@@ -110,7 +112,7 @@ def _tree_patterns(buf: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
     block's reduction in buf[0]."""
     b = re.escape(buf)
     head = (rf"^(?P<indent>[ \t]*){b}\s*\[\s*(?P<t>threadIdx\.x|\w+)\s*\]\s*=(?!=)\s*(?P<value>[^;{{}}]+?)\s*;\s*"
-            rf"__syncthreads\s*\(\s*\)\s*;\s*for\s*\(\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+(?P<s>\w+)\s*=\s*")
+            rf"__syncthreads\s*\(\s*\)\s*;\s*(?:#\s*pragma\s+unroll\b[^\n]*\n\s*)?for\s*\(\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+(?P<s>\w+)\s*=\s*")
     body = (r"\s*\)\s*\{{\s*if\s*\(\s*{guard}\s*\)\s*(?P<combine>\{{[^{{}}]*\}}|[^;{{}}]+;)\s*"
             r"__syncthreads\s*\(\s*\)\s*;\s*\}}")
     halving = (r"(?P<s0>[^;]+?)\s*;\s*(?P=s)\s*(?:>\s*0|>=\s*1|!=\s*0)\s*;\s*"
@@ -156,6 +158,24 @@ def _threads(state: KernelState, entry: str) -> int:
     return threads
 
 
+def _slots(state: KernelState, function: cp.Function, body: str, shared: re.Match[str], constants: dict) -> int:
+    """How many values the array holds: its declared size, or for `extern __shared__ T buf[]` the dynamic shared
+    memory of the kernel's smallest launch over the type's size (the kernel's only such array: two would alias)."""
+    buf, size = shared["buf"], shared["size"].strip()
+    try:
+        if size:
+            return expr.evaluate_int(size, constants)
+        if not shared["extern"]:
+            raise NotApplicable(f"{buf} has no size")
+        if len(re.findall(r"\bextern\s+__shared__\b", body)) > 1:
+            raise NotApplicable(f"{function.name} declares more than one extern __shared__ array: they alias {buf}")
+        return min(expr.evaluate_int(str(launch.shared), constants)
+                   for launch in launches_of(state, function.name, dimensions=3)) // _BYTES[shared["type"]]
+    except ExpressionError:
+        what = size or "the dynamic shared memory of its launch"
+        raise NotApplicable(f"{buf}'s size ({what}) is no constant") from None
+
+
 def _is_thread_index(body: str, t: str) -> bool:
     """`t` is threadIdx.x, or a local declared from it once and never assigned after."""
     if t == "threadIdx.x":
@@ -197,11 +217,8 @@ def _checked(state: KernelState, function: cp.Function, body: str, start: int, s
         raise NotApplicable(f"{buf} is volatile (a warp-synchronous tail reads it without barriers)")
     threads = _threads(state, function.name)
     constants = parse_constants(state.source)
-    try:
-        if expr.evaluate_int(shared["size"].strip(), constants) < 32:
-            raise NotApplicable(f"{buf} holds fewer than 32 values")
-    except ExpressionError:
-        raise NotApplicable(f"{buf}'s size {shared['size'].strip()} is no constant") from None
+    if _slots(state, function, body, shared, constants) < 32:
+        raise NotApplicable(f"{buf} holds fewer than 32 values")
     if any(re.search(rf"\b{re.escape(buf)}\b", macro.body) for macro in cp.macros(state.source)):
         raise NotApplicable(f"a macro names {buf}")
     if clash := sorted(set(re.findall(rf"\b{re.escape(buf)}_[vwon]\b", body))):

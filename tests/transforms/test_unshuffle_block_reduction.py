@@ -123,10 +123,12 @@ INTERLEAVED = """__global__ void kernel(const float* x, float* out, int rows, in
 
 @pytest.mark.parametrize("step, guard", [("s *= 2", "tid % (2 * s) == 0"), ("s <<= 1", "(tid & (s * 2 - 1)) == 0"),
                                          ("s = s * 2", "tid % (s << 1) == 0")])
-def test_the_interleaved_tree_is_read_too(transform, step, guard):
+@pytest.mark.parametrize("pragma", ["", "#pragma unroll\n    "])
+def test_the_interleaved_tree_is_read_too(transform, step, guard, pragma):
     """The tutorial's first tree doubles the distance between the slots it adds, the adding threads spread out;
-    it leaves the same total in slot 0."""
-    source = INTERLEAVED.replace("s *= 2", step).replace("tid % (2 * s) == 0", guard)
+    it leaves the same total in slot 0. An unroll pragma on the loop is read past (the shuffle form has none)."""
+    source = INTERLEAVED.replace("s *= 2", step).replace("tid % (2 * s) == 0", guard).replace(
+        "    for (unsigned int s = 1", f"    {pragma}for (unsigned int s = 1")
     state = KernelState(source=source, plan=plan_of(ROW_ARGS, grid="rows", block=256))
     (site,) = transform.forward_sites(state)
     shuffled = transform.forward(state, site).state.source
@@ -140,6 +142,36 @@ def test_an_integer_count_through_the_interleaved_tree_is_the_trees_on_the_cpu_e
     tree = KernelState(source=INTERLEAVED, plan=plan_of(ROW_ARGS, grid="rows", block=256))
     shuffled = transform.forward(tree, transform.forward_sites(tree)[0]).state
     assert emulate.differences(tmp_path, tree, {"shuffled": shuffled}, ((3, 1000), (2, 7)), _inputs) == []
+
+
+DYNAMIC = INTERLEAVED.replace("__shared__ int sdata[256];", "extern __shared__ int sdata[];")
+
+
+def _dynamic(shared: str, source: str = DYNAMIC) -> KernelState:
+    plan = LaunchPlan.from_toml('name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["rows"]\n'
+                                f'block = [256]\nshared = "{shared}"\nargs = [{ROW_ARGS}]\n')
+    return KernelState(source=source, plan=plan)
+
+
+def test_an_extern_shared_array_holds_what_the_launch_gives_it(transform, cache):
+    state = _dynamic("256 * 4")
+    (site,) = transform.forward_sites(state)
+    shuffled = transform.forward(state, site).state
+    assert "if ((tid & 31) == 0) sdata[tid >> 5] = sdata_v;" in shuffled.source
+    compiles_without_spills(shuffled, cache)
+    refused = {
+        "16 * 4": "sdata holds fewer than 32 values",
+        "rows * 4": "sdata's size (the dynamic shared memory of its launch) is no constant",
+    }
+    for shared, reason in refused.items():
+        with refusals() as why:
+            assert transform.forward_sites(_dynamic(shared)) == []
+        assert reason in " ".join(why)
+    aliased = DYNAMIC.replace("extern __shared__ int sdata[];", "extern __shared__ int sdata[];\n    "
+                                                                 "extern __shared__ float other[];")
+    with refusals() as why:
+        assert transform.forward_sites(_dynamic("256 * 4", aliased)) == []
+    assert "more than one extern __shared__ array" in " ".join(why)
 
 
 def _refusal(transform, source: str, block: int = 128) -> str:
