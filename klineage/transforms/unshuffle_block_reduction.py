@@ -112,7 +112,8 @@ def _tree_patterns(buf: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
     block's reduction in buf[0]."""
     b = re.escape(buf)
     head = (rf"^(?P<indent>[ \t]*){b}\s*\[\s*(?P<t>threadIdx\.x|\w+)\s*\]\s*=(?!=)\s*(?P<value>[^;{{}}]+?)\s*;\s*"
-            rf"__syncthreads\s*\(\s*\)\s*;\s*(?:#\s*pragma\s+unroll\b[^\n]*\n\s*)?for\s*\(\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+(?P<s>\w+)\s*=\s*")
+            r"__syncthreads\s*\(\s*\)\s*;\s*(?:#\s*pragma\s+unroll\b[^\n]*\n\s*)?"
+            r"for\s*\(\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+(?P<s>\w+)\s*=\s*")
     body = (r"\s*\)\s*\{{\s*if\s*\(\s*{guard}\s*\)\s*(?P<combine>\{{[^{{}}]*\}}|[^;{{}}]+;)\s*"
             r"__syncthreads\s*\(\s*\)\s*;\s*\}}")
     halving = (r"(?P<s0>[^;]+?)\s*;\s*(?P=s)\s*(?:>\s*0|>=\s*1|!=\s*0)\s*;\s*"
