@@ -23,8 +23,9 @@ unordered atomics could already give, rounded differently (the gate's tolerance 
 
 Legality (forward_sites), decided on the parse and the plan: every launch is 1-D and its block a literal multiple
 of 32 (whole warps: the shuffle needs every lane); the atomic calls are `atomicAdd(P, v)` statements (their old
-value unused), one P in all, naming only kernel parameters it never assigns (`out`, `out + k`, `&out[k]`), so
-every lane adds to the same place; P's array is not otherwise touched by the kernel, and its element type is
+value unused), one P in all, naming only kernel parameters it never assigns, the block's index and the launch's
+extents (`out`, `out + k`, `&out[k]`, `&out[blockIdx.x]`: a block-per-row sum), so every lane of a warp adds to the
+same place; P's array is not otherwise touched by the kernel, and its element type is
 float, double, int, unsigned or unsigned long long. The element form's work is what `_naive.element_work` reads (no
 loop, barrier, collective or early exit); the tail form's atomic is the kernel's last statement, outside any
 branch or loop, and the kernel has no `return` or `goto`, so every lane of the warp arrives at the butterfly.
@@ -190,10 +191,12 @@ def _site(parsed: cp.ParsedSource, function: cp.Function, span: Node, adds: tupl
         raise NotApplicable(f"{function.name}'s atomics add to {len(targets)} places, not one")
     target = targets.pop()
     params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
-    named = set(re.findall(r"[A-Za-z_]\w*", target))
+    # the block's index and the launch's extents are the same in every lane of a warp (a row's sum on blockIdx.x)
+    named = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"\b(?:blockIdx|gridDim|blockDim)\.[xyz]\b", "", target)))
     arrays = [name for name in named if params.get(name, ("", False))[1]]
     if not named <= set(params) or len(arrays) != 1:
-        raise NotApplicable(f"{function.name} adds to `{target}`, which names more than its parameters and one array")
+        raise NotApplicable(f"{function.name} adds to `{target}`, which names more than its parameters, the "
+                            "block's index and one array")
     array = arrays[0]
     body = function.node.child_by_field_name("body")
     for use in cp.nodes_of_type(body, "identifier"):

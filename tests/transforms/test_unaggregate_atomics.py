@@ -134,3 +134,31 @@ def test_no_site_where_it_would_not_be_legal(transform, body, plan, why):
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
+
+
+ROW_COUNTS = """__global__ void kernel(const int* x, int* count, int rows, int cols) {
+    int c_count = 0;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) c_count += x[blockIdx.x * cols + c] > 7;
+    atomicAdd(&count[blockIdx.x], c_count);
+}
+"""
+
+
+def test_a_block_per_row_sum_on_the_blocks_index_is_one_place_for_a_warp(transform, tmp_path):
+    """Each row's count added at `&count[blockIdx.x]`: every lane of a warp is in one block, so the warp's total goes
+    there once; per row, the integer counts are the naive kernel's on the CPU."""
+    plan = plan_of('"x", "count", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
+                   grid="rows", block=128)
+    naive = KernelState(source=ROW_COUNTS, plan=plan)
+    (site,) = transform.forward_sites(naive)
+    aggregated = transform.forward(naive, site).state
+    assert "atomicAdd(&count[blockIdx.x], warp_total);" in aggregated.source
+    forms = {name: (emulate.build(tmp_path / name, state), state)
+             for name, state in (("naive", naive), ("aggregated", aggregated))}
+    for rows, cols in ((3, 1), (5, 300), (2, 1000)):
+        x = torch.randint(-100, 100, (rows * cols,), generator=torch.Generator().manual_seed(cols), dtype=torch.int32)
+        params, inputs = {"rows": rows, "cols": cols}, {"x": x}
+        outputs, starting = {"count": (torch.int32, rows)}, {"count": torch.zeros(rows, dtype=torch.int32)}
+        want, got = (emulate.run(binary, tmp_path / f"{name}-{rows}", state, params, inputs, outputs, 0,
+                                 starting=starting)["count"] for name, (binary, state) in forms.items())
+        assert torch.equal(got, want) and int(want.sum()) == int((x > 7).sum())
