@@ -12,7 +12,9 @@ The tree (the simple form, what a kernel written by hand for a block-wide sum, m
 
 takes log2(blockDim.x) barriers, each halving the threads that work. The interleaved spelling, `for (s = 1;
 s < blockDim.x; s *= 2) { if (t % (2 * s) == 0) buf[t] += buf[t + s]; __syncthreads(); }`, leaves the same
-reduction in buf[0] and is read too. The forward form reduces each warp's 32
+reduction in buf[0] and is read too. One tree may reduce several arrays at once (a layer norm's sum and sum of
+squares: a write of each before the barrier, a combine of each under the guard); each gets its own shuffle
+reduction, one after the other, and the backward writes a tree each. The forward form reduces each warp's 32
 values through `__shfl_down_sync` (no barrier, no shared traffic), parks one value a warp in `buf`, and lets
 the first warp reduce those the same way:
 
@@ -44,7 +46,7 @@ Legality, decided on the parse (`_trees`), conservative:
 - `buf` is a `__shared__` array of float, double, int, unsigned or long long of at least 32 elements, declared
   in the kernel, not volatile (or `extern __shared__ T buf[]`, the kernel's only one, the launch's dynamic
   shared memory holding at least 32); `t` is `threadIdx.x` or a local set to it once and never assigned;
-- the three statements are adjacent (comments aside), the loop halves its index down to 1 from half the block
+- the statements are adjacent (comments aside), a tree is taken whole (every array it reduces qualifies), the loop halves its index down to 1 from half the block
   (`t < s`) or doubles it from 1 below the block (`t % (2 * s) == 0`), and its body is the one guarded combine
   and the barrier;
 - outside the trees the kernel reads `buf` only at `[0]` and never writes it (the other slots differ after the
@@ -106,12 +108,13 @@ def _blank_comments(text: str) -> str:
     return data.decode("utf-8")
 
 
-def _tree_patterns(buf: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+def _tree_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
     """The tree's two usual spellings: halving the threads that add (`s` from half the block down, `t < s`), or
     doubling the distance between the slots added (`s` from 1 up, `t % (2 * s) == 0`): both leave the whole
-    block's reduction in buf[0]."""
-    b = re.escape(buf)
-    head = (rf"^(?P<indent>[ \t]*){b}\s*\[\s*(?P<t>threadIdx\.x|\w+)\s*\]\s*=(?!=)\s*(?P<value>[^;{{}}]+?)\s*;\s*"
+    block's reduction in buf[0]. One tree may reduce several arrays at once (a sum and a sum of squares): one
+    write each before the barrier, one combine each under the guard."""
+    head = (r"^(?P<indent>[ \t]*)(?=\w+\s*\[\s*(?P<t>threadIdx\.x|\w+)\s*\])"
+            r"(?P<writes>(?:\w+\s*\[\s*(?P=t)\s*\]\s*=(?!=)\s*[^;{}]+?\s*;\s*)+)"
             r"__syncthreads\s*\(\s*\)\s*;\s*(?:#\s*pragma\s+unroll\b[^\n]*\n\s*)?"
             r"for\s*\(\s*(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+(?P<s>\w+)\s*=\s*")
     body = (r"\s*\)\s*\{{\s*if\s*\(\s*{guard}\s*\)\s*(?P<combine>\{{[^{{}}]*\}}|[^;{{}}]+;)\s*"
@@ -125,6 +128,40 @@ def _tree_patterns(buf: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
                 + body.format(guard=rf"(?:(?P=t)\s*%\s*\(\s*{twice}\s*\)\s*==\s*0"
                                     rf"|\(\s*(?P=t)\s*&\s*\(\s*{twice}\s*-\s*1\s*\)\s*\)\s*==\s*0)"))
     return re.compile(head + halving, re.M), re.compile(head + doubling, re.M)
+
+
+_PATTERNS = _tree_patterns()
+
+
+@dataclass(frozen=True)
+class _Match:
+    """One tree as written: its span, and for each array it reduces (in the order written) its start value and
+    its combine statement."""
+
+    match: re.Match[str]
+    values: dict[str, str]
+    combines: dict[str, str]
+
+    @property
+    def arrays(self) -> list[str]:
+        return list(self.values)
+
+
+def _matches(source: str, start: int, end: int) -> list[_Match]:
+    """Every tree of source[start:end], each array written once before its barrier and combined once under its
+    guard; a tree whose writes and combines name other arrays is none."""
+    found = []
+    for match in sorted((m for pattern in _PATTERNS for m in pattern.finditer(source, start, end)),
+                        key=lambda m: m.start()):
+        t = re.escape(match["t"])
+        writes = re.findall(rf"(\w+)\s*\[\s*{t}\s*\]\s*=\s*([^;]+?)\s*;", match["writes"])
+        statements = [part.strip() for part in match["combine"].strip().strip("{}").split(";") if part.strip()]
+        combines = {re.match(r"\w+", statement)[0]: statement for statement in statements
+                    if re.match(r"\w+", statement)}
+        values = dict(writes)
+        if len(values) == len(writes) == len(statements) == len(combines) and set(values) == set(combines):
+            found.append(_Match(match, values, combines))
+    return found
 
 
 def _operator(combine: str, buf: str, t: str, s: str) -> str:
@@ -187,23 +224,32 @@ def _is_thread_index(body: str, t: str) -> bool:
 
 
 def _trees(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> list[_Tree]:
-    """The kernel's shared-memory tree reductions, or NotApplicable with the reason."""
+    """The kernel's shared-memory tree reductions, each array of each tree a _Tree (in the order written), or
+    NotApplicable with the reason. A tree is taken whole or not at all: every array it reduces must qualify."""
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is no kernel")
     start, end = function.node.start_byte, function.node.end_byte
     source = _blank_comments(state.source)
     body = source[start:end]
-    found: list[_Tree] = []
+    matches = _matches(source, start, end)
     reasons: list[str] = []
+    arrays: dict[str, re.Match[str]] = {}
     for shared in _SHARED.finditer(body):
-        buf = shared["buf"]
-        trees = sorted((match for pattern in _tree_patterns(buf) for match in pattern.finditer(source, start, end)),
-                       key=lambda match: match.start())
-        if not trees:
-            reasons.append(f"{buf} holds no tree reduction of the simple form")
+        mine = [m for m in matches if shared["buf"] in m.values]
+        if not mine:
+            reasons.append(f"{shared['buf']} holds no tree reduction of the simple form")
             continue
         try:
-            found.extend(_checked(state, function, body, start, shared, trees))
+            _check_array(state, function, body, start, shared, mine)
+            arrays[shared["buf"]] = shared
+        except NotApplicable as error:
+            reasons.append(str(error))
+    found: list[_Tree] = []
+    for m in matches:
+        if not set(m.arrays) <= set(arrays):
+            continue
+        try:
+            found.extend(_read(state, function, body, m, arrays))
         except NotApplicable as error:
             reasons.append(str(error))
     if not found:
@@ -211,38 +257,45 @@ def _trees(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     return found
 
 
-def _checked(state: KernelState, function: cp.Function, body: str, start: int, shared: re.Match[str],
-             trees: list[re.Match[str]]) -> list[_Tree]:
+def _check_array(state: KernelState, function: cp.Function, body: str, start: int, shared: re.Match[str],
+                 mine: list[_Match]) -> None:
+    """What makes `shared` an array the forward may rewrite: its kind and size, and no use outside its trees
+    but a read of its slot 0."""
     buf = shared["buf"]
     if shared["volatile"]:
         raise NotApplicable(f"{buf} is volatile (a warp-synchronous tail reads it without barriers)")
-    threads = _threads(state, function.name)
-    constants = parse_constants(state.source)
-    if _slots(state, function, body, shared, constants) < 32:
+    if _slots(state, function, body, shared, parse_constants(state.source)) < 32:
         raise NotApplicable(f"{buf} holds fewer than 32 values")
     if any(re.search(rf"\b{re.escape(buf)}\b", macro.body) for macro in cp.macros(state.source)):
         raise NotApplicable(f"a macro names {buf}")
     if clash := sorted(set(re.findall(rf"\b{re.escape(buf)}_[vwon]\b", body))):
         raise NotApplicable(f"{function.name} already names '{clash[0]}'")
-    result = []
-    for tree in trees:
-        t, s = tree["t"], tree["s"]
-        if re.search(rf"\b{re.escape(buf)}\b", tree["value"]):  # read while other warps park their sums in it
-            raise NotApplicable(f"{buf}'s tree starts from a value that reads {buf}")
-        if not _is_thread_index(body, t):
-            raise NotApplicable(f"{buf}'s tree indexes it by '{t}', not the thread's index")
-        _covers_the_block(tree, buf, threads, constants)
-        result.append(_Tree(tree.start(), tree.end(), buf, shared["type"], t, tree["value"].strip(),
-                            _operator(tree["combine"], buf, t, s), tree["indent"]))
     outside = body
-    for tree in sorted(result, key=lambda tree: -tree.start):
-        outside = outside[:tree.start - start] + " " * (tree.end - tree.start) + outside[tree.end - start:]
+    for m in sorted(mine, key=lambda m: -m.match.start()):
+        first, last = m.match.start() - start, m.match.end() - start
+        outside = outside[:first] + " " * (last - first) + outside[last:]
     outside = outside.replace(shared.group(0), " " * len(shared.group(0)), 1)
     for use in re.finditer(rf"\b{re.escape(buf)}\b(?P<zero>\s*\[\s*0\s*\])?(?P<write>{_WRITE})?", outside):
         before = outside[:use.start()].rstrip()
         if not use["zero"] or use["write"] or before.endswith(("++", "--", "&")):
             raise NotApplicable(f"{function.name} uses {buf} outside its tree other than by reading {buf}[0]")
-    return result
+
+
+def _read(state: KernelState, function: cp.Function, body: str, m: _Match,
+          arrays: dict[str, re.Match[str]]) -> list[_Tree]:
+    """The tree's arrays as _Trees, once its index, its bounds, its start values and its combines qualify."""
+    t, s, first = m.match["t"], m.match["s"], m.arrays[0]
+    if not _is_thread_index(body, t):
+        raise NotApplicable(f"{first}'s tree indexes it by '{t}', not the thread's index")
+    _covers_the_block(m.match, first, _threads(state, function.name), parse_constants(state.source))
+    trees = []
+    for buf, value in m.values.items():
+        if any(re.search(rf"\b{re.escape(other)}\b", value) for other in m.arrays):
+            # read while other warps park their sums in the tree's arrays
+            raise NotApplicable(f"{buf}'s tree starts from a value that reads {', '.join(m.arrays)}")
+        trees.append(_Tree(m.match.start(), m.match.end(), buf, arrays[buf]["type"], t, value.strip(),
+                           _operator(m.combines[buf], buf, t, s), m.match["indent"]))
+    return trees
 
 
 def _covers_the_block(tree: re.Match[str], buf: str, threads: int, constants: dict) -> None:
@@ -319,9 +372,14 @@ def _shuffled_trees(state: KernelState, function: cp.Function) -> list[_Tree]:
 
 
 def _spliced(source: str, trees: list[_Tree], write) -> str:
-    for tree in sorted(trees, key=lambda tree: -tree.start):
-        start = tree.start + len(tree.indent)
-        source = source[:start] + write(tree) + source[tree.end:]
+    """The source with each span the trees cover written anew: the trees of one span (a tree of several arrays)
+    one after the other, on lines of their own."""
+    spans: dict[tuple[int, int], list[_Tree]] = {}
+    for tree in trees:
+        spans.setdefault((tree.start, tree.end), []).append(tree)
+    for (start, end), group in sorted(spans.items(), reverse=True):
+        indent = group[0].indent
+        source = source[:start + len(indent)] + f"\n{indent}".join(write(tree) for tree in group) + source[end:]
     return source
 
 

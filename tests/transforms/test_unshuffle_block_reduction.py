@@ -174,6 +174,60 @@ def test_an_extern_shared_array_holds_what_the_launch_gives_it(transform, cache)
     assert "more than one extern __shared__ array" in " ".join(why)
 
 
+MOMENTS = """__global__ void kernel(const float* x, float* out, int rows, int cols) {
+    __shared__ float s_sum[128];
+    __shared__ float s_sq[128];
+    float a = 0.0f, b = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = x[blockIdx.x * cols + c];
+        a += v;
+        b += v * v;
+    }
+    s_sum[threadIdx.x] = a;
+    s_sq[threadIdx.x] = b;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            s_sum[threadIdx.x] += s_sum[threadIdx.x + s];
+            s_sq[threadIdx.x] += s_sq[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = s_sq[0] / cols - (s_sum[0] / cols) * (s_sum[0] / cols);
+}
+"""
+
+
+def test_a_tree_of_two_arrays_becomes_a_shuffle_reduction_of_each(transform, tmp_path):
+    """A layer norm's sum and sum of squares reduced by one tree: each array gets its own shuffle reduction, one
+    after the other; the backward gives a tree each, which the forward writes back to the same kernel. On whole
+    numbers the variance per row is the tree's to the bit."""
+    from tests.transforms import emulate
+
+    tree = KernelState(source=MOMENTS, plan=plan_of(ROW_ARGS, grid="rows", block=128))
+    (site,) = transform.forward_sites(tree)
+    shuffled = transform.forward(tree, site)
+    assert "2 block reduction(s)" in shuffled.note and shuffled.state.source.count("__syncthreads") == 4
+    assert shuffled.state.source.index("s_sum_v = a;") < shuffled.state.source.index("s_sq_v = b;")
+    (found,) = transform.find(shuffled.state)
+    separate = transform.backward(shuffled.state, found).state
+    assert separate.source.count("for (int s_sum_s") == 1 and separate.source.count("for (int s_sq_s") == 1
+    assert transform.forward(separate, found).state.source == shuffled.state.source
+    assert emulate.differences(tmp_path, tree, {"shuffled": shuffled.state}, ((3, 100), (2, 1000)), _inputs) == []
+
+
+def test_a_tree_of_two_arrays_is_taken_whole_or_not_at_all(transform):
+    volatile = MOMENTS.replace("__shared__ float s_sq[128];", "__shared__ volatile float s_sq[128];")
+    assert "s_sq is volatile" in _refusal(transform, volatile)
+    combine = "s_sq[threadIdx.x] += s_sq[threadIdx.x + s];"
+    crossed = MOMENTS.replace(combine, "s_sq[threadIdx.x] += s_sum[threadIdx.x + s];")
+    assert "not a sum, max or min of two slots" in _refusal(transform, crossed)
+    twice = MOMENTS.replace(combine, "s_sum[threadIdx.x] += s_sum[threadIdx.x + s];")
+    assert "holds no tree reduction" in _refusal(transform, twice)
+    feeds = MOMENTS.replace("s_sq[threadIdx.x] = b;", "s_sq[threadIdx.x] = b + s_sum[threadIdx.x];")
+    assert "starts from a value that reads s_sum, s_sq" in _refusal(transform, feeds)
+
+
 def _refusal(transform, source: str, block: int = 128) -> str:
     with refusals() as why:
         assert transform.forward_sites(KernelState(source=source, plan=plan_of(ROW_ARGS, grid="rows",
