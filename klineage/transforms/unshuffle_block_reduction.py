@@ -46,9 +46,9 @@ Legality, decided on the parse (`_trees`), conservative:
 - `buf` is a `__shared__` array of float, double, int, unsigned or long long of at least 32 elements, declared
   in the kernel, not volatile (or `extern __shared__ T buf[]`, the kernel's only one, the launch's dynamic
   shared memory holding at least 32); `t` is `threadIdx.x` or a local set to it once and never assigned;
-- the statements are adjacent (comments aside), a tree is taken whole (every array it reduces qualifies), the loop halves its index down to 1 from half the block
-  (`t < s`) or doubles it from 1 below the block (`t % (2 * s) == 0`), and its body is the one guarded combine
-  and the barrier;
+- the statements are adjacent (comments aside); a tree is taken whole (every array it reduces qualifies); the
+  loop halves its index down to 1 from half the block (`t < s`) or doubles it from 1 below the block
+  (`t % (2 * s) == 0`), and its body is the guarded combines (one an array) and the barrier;
 - outside the trees the kernel reads `buf` only at `[0]` and never writes it (the other slots differ after the
   forward form), no macro names it, and the kernel declares none of the names the forward form adds.
 
