@@ -223,7 +223,7 @@ def _is_thread_index(body: str, t: str) -> bool:
     return len(declared) == 1 and len(assigned) == 1
 
 
-def _trees(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> list[_Tree]:
+def _trees(state: KernelState, function: cp.Function) -> list[_Tree]:
     """The kernel's shared-memory tree reductions, each array of each tree a _Tree (in the order written), or
     NotApplicable with the reason. A tree is taken whole or not at all: every array it reduces must qualify."""
     if not function.is_kernel:
@@ -398,13 +398,13 @@ class UnshuffleBlockReduction(Transform):
     def forward_sites(self, state, carrier=None) -> list[Anchor]:
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", _KEY, state.source[trees[0].start:trees[0].end][:200])
-                for function, trees in readable(parsed, lambda f: _trees(state, parsed, f))]
+                for function, trees in readable(parsed, lambda f: _trees(state, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         _key(anchor)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
-        trees = _trees(state, parsed, function)
+        trees = _trees(state, function)
         return self.rewrite(state, anchor, Direction.FORWARD, _spliced(state.source, trees, _shuffled),
                             note=f"{function.name}: {len(trees)} block reduction(s) through warp shuffles")
 
