@@ -649,10 +649,12 @@ def _inside(node: Node, ancestor: Node) -> bool:
     return False
 
 
-def check_launch(state: KernelState, entry: str) -> None:
-    """Every launch of `entry` runs one-dimensional blocks of whole warps. The grid's y and z may be the kernel's
-    own (`b = blockIdx.y`, a batch): every lane of a block has the same, and the warp forms leave them as they are."""
+def check_launch(state: KernelState, entry: str) -> set[int]:
+    """Every launch of `entry` runs one-dimensional blocks of whole warps; their sizes. The grid's y and z may be the
+    kernel's own (`b = blockIdx.y`, a batch): every lane of a block has the same, and the warp forms leave them as
+    they are."""
     constants = parse_constants(state.source)
+    sizes = set()
     for launch in launches_of(state, entry, dimensions=3):
         if any(str(extent).strip() != "1" for extent in launch.block[1:]):
             raise NotApplicable(f"{entry}'s block has more than 1 dimension")
@@ -662,4 +664,6 @@ def check_launch(state: KernelState, entry: str) -> None:
             raise NotApplicable(f"{entry}'s block size {launch.block[0]} is no constant") from None
         if threads % WARP:
             raise NotApplicable(f"{entry}'s block of {threads} threads is no multiple of {WARP}")
+        sizes.add(threads)
+    return sizes
 

@@ -70,6 +70,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
 from klineage.transforms._naive import kernel, launches_of, readable
+from klineage.transforms._warp_reduction import check_launch
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 _TYPES = r"float|double|int|unsigned int|unsigned|long long"
@@ -98,14 +99,24 @@ def _combine(op: str, left: str, right: str) -> str:
     return f"{left} + {right}" if op == "+" else f"{op}({left}, {right})"
 
 
-def _blank_comments(text: str) -> str:
-    """The text with every comment turned to spaces (offsets kept), so that a comment between the tree's
+def _view(source: str) -> str:
+    """The source one character a byte (its UTF-8 read as Latin-1), so that tree-sitter's byte offsets index it
+    wherever a comment holds a wider character; `_source` turns it back, byte for byte."""
+    return source.encode("utf-8").decode("latin-1")
+
+
+def _source(view: str) -> str:
+    return view.encode("latin-1").decode("utf-8")
+
+
+def _blank_comments(view: str) -> str:
+    """The view with every comment turned to spaces (offsets kept), so that a comment between the tree's
     statements does not hide it."""
-    data = bytearray(text.encode("utf-8"))
+    data = bytearray(view.encode("latin-1"))
     for start, end in cp.comments_and_literals(bytes(data)):
         if data[start:start + 1] == b"/":
             data[start:end] = re.sub(rb"[^\n]", b" ", bytes(data[start:end]))
-    return data.decode("utf-8")
+    return data.decode("latin-1")
 
 
 def _tree_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
@@ -156,8 +167,7 @@ def _matches(source: str, start: int, end: int) -> list[_Match]:
         t = re.escape(match["t"])
         writes = re.findall(rf"(\w+)\s*\[\s*{t}\s*\]\s*=\s*([^;]+?)\s*;", match["writes"])
         statements = [part.strip() for part in match["combine"].strip().strip("{}").split(";") if part.strip()]
-        combines = {re.match(r"\w+", statement)[0]: statement for statement in statements
-                    if re.match(r"\w+", statement)}
+        combines = {named[0]: statement for statement in statements if (named := re.match(r"\w+", statement))}
         values = dict(writes)
         if len(values) == len(writes) == len(statements) == len(combines) and set(values) == set(combines):
             found.append(_Match(match, values, combines))
@@ -178,20 +188,13 @@ def _operator(combine: str, buf: str, t: str, s: str) -> str:
 
 
 def _threads(state: KernelState, entry: str) -> int:
-    """The block size of every launch of `entry`: one dimension, a power of two from 32 to 1024."""
-    constants = parse_constants(state.source)
-    sizes = set()
-    for launch in launches_of(state, entry, dimensions=3):
-        if any(str(extent).strip() != "1" for extent in launch.block[1:]):
-            raise NotApplicable(f"{entry}'s block has more than one dimension")
-        try:
-            sizes.add(expr.evaluate_int(str(launch.block[0]), constants))
-        except ExpressionError:
-            raise NotApplicable(f"{entry}'s block size {launch.block[0]} is no constant") from None
+    """The block size of every launch of `entry`: one dimension of whole warps (`check_launch`), one size, a power
+    of two up to 1024."""
+    sizes = check_launch(state, entry)
     if len(sizes) != 1:
         raise NotApplicable(f"{entry} is launched with blocks of {sorted(sizes)} threads")
     threads = sizes.pop()
-    if threads < 32 or threads > 1024 or threads & (threads - 1):
+    if threads > 1024 or threads & (threads - 1):
         raise NotApplicable(f"{entry}'s block of {threads} threads is no power of two from 32 to 1024")
     return threads
 
@@ -229,9 +232,10 @@ def _trees(state: KernelState, function: cp.Function) -> list[_Tree]:
     if not function.is_kernel:
         raise NotApplicable(f"{function.name} is no kernel")
     start, end = function.node.start_byte, function.node.end_byte
-    source = _blank_comments(state.source)
+    source = _blank_comments(_view(state.source))
     body = source[start:end]
     matches = _matches(source, start, end)
+    constants = parse_constants(state.source)
     reasons: list[str] = []
     arrays: dict[str, re.Match[str]] = {}
     for shared in _SHARED.finditer(body):
@@ -240,16 +244,17 @@ def _trees(state: KernelState, function: cp.Function) -> list[_Tree]:
             reasons.append(f"{shared['buf']} holds no tree reduction of the simple form")
             continue
         try:
-            _check_array(state, function, body, start, shared, mine)
+            _check_array(state, function, body, start, shared, mine, constants)
             arrays[shared["buf"]] = shared
         except NotApplicable as error:
             reasons.append(str(error))
+    threads = _threads(state, function.name) if arrays else 0
     found: list[_Tree] = []
     for m in matches:
         if not set(m.arrays) <= set(arrays):
             continue
         try:
-            found.extend(_read(state, function, body, m, arrays))
+            found.extend(_read(body, m, arrays, threads, constants))
         except NotApplicable as error:
             reasons.append(str(error))
     if not found:
@@ -258,13 +263,13 @@ def _trees(state: KernelState, function: cp.Function) -> list[_Tree]:
 
 
 def _check_array(state: KernelState, function: cp.Function, body: str, start: int, shared: re.Match[str],
-                 mine: list[_Match]) -> None:
+                 mine: list[_Match], constants: dict) -> None:
     """What makes `shared` an array the forward may rewrite: its kind and size, and no use outside its trees
     but a read of its slot 0."""
     buf = shared["buf"]
     if shared["volatile"]:
         raise NotApplicable(f"{buf} is volatile (a warp-synchronous tail reads it without barriers)")
-    if _slots(state, function, body, shared, parse_constants(state.source)) < 32:
+    if _slots(state, function, body, shared, constants) < 32:
         raise NotApplicable(f"{buf} holds fewer than 32 values")
     if any(re.search(rf"\b{re.escape(buf)}\b", macro.body) for macro in cp.macros(state.source)):
         raise NotApplicable(f"a macro names {buf}")
@@ -281,13 +286,12 @@ def _check_array(state: KernelState, function: cp.Function, body: str, start: in
             raise NotApplicable(f"{function.name} uses {buf} outside its tree other than by reading {buf}[0]")
 
 
-def _read(state: KernelState, function: cp.Function, body: str, m: _Match,
-          arrays: dict[str, re.Match[str]]) -> list[_Tree]:
+def _read(body: str, m: _Match, arrays: dict[str, re.Match[str]], threads: int, constants: dict) -> list[_Tree]:
     """The tree's arrays as _Trees, once its index, its bounds, its start values and its combines qualify."""
     t, s, first = m.match["t"], m.match["s"], m.arrays[0]
     if not _is_thread_index(body, t):
         raise NotApplicable(f"{first}'s tree indexes it by '{t}', not the thread's index")
-    _covers_the_block(m.match, first, _threads(state, function.name), parse_constants(state.source))
+    _covers_the_block(m.match, first, threads, constants)
     trees = []
     for buf, value in m.values.items():
         if any(re.search(rf"\b{re.escape(other)}\b", value) for other in m.arrays):
@@ -347,40 +351,40 @@ def _tree(tree: _Tree) -> str:
             f"{i}}}")
 
 
-def _shuffled_pattern() -> re.Pattern[str]:
-    """The forward form as `_shuffled` writes it, read back into a _Tree's parts."""
-    ops = "|".join(_FUNCTIONS)
-    return re.compile(
-        r"^(?P<indent>[ \t]*)\{\n[ \t]*(?P<type>" + _TYPES + r") (?P<b>\w+)_v = (?P<value>[^;\n]+);\n"
-        r"[ \t]*for \(int (?P=b)_o = 16; (?P=b)_o > 0; (?P=b)_o >>= 1\) (?P=b)_v = "
-        r"(?:(?P=b)_v \+ __shfl_down_sync|(?P<op>" + ops + r")\((?P=b)_v, __shfl_down_sync)"
-        r"\(0xffffffffu, (?P=b)_v, (?P=b)_o\)\)?;\n"
-        r"[ \t]*if \(\((?P<t>threadIdx\.x|\w+) & 31\) == 0\) (?P=b)\[(?P=t) >> 5\] = (?P=b)_v;\n"
-        r"[ \t]*__syncthreads\(\);\n[ \t]*if \((?P=t) < 32\) \{\n"
-        r"[ \t]*const int (?P=b)_n = blockDim\.x >> 5;\n"
-        r"[ \t]*(?P=b)_v = (?P=t) < (?P=b)_n \? (?P=b)\[(?P=t)\] : (?P=b)_v;\n"
-        r"[ \t]*for \(int (?P=b)_o = 16; (?P=b)_o > 0; (?P=b)_o >>= 1\) \{\n"
-        r"[ \t]*(?P=type) (?P=b)_w = __shfl_down_sync\(0xffffffffu, (?P=b)_v, (?P=b)_o\);\n"
-        r"[ \t]*if \((?P=t) \+ (?P=b)_o < (?P=b)_n\) (?P=b)_v = [^;\n]+;\n[ \t]*\}\n"
-        r"[ \t]*if \((?P=t) == 0\) (?P=b)\[0\] = (?P=b)_v;\n[ \t]*\}\n[ \t]*__syncthreads\(\);\n[ \t]*\}", re.M)
+_OPS = "|".join(_FUNCTIONS)
+# The forward form as `_shuffled` writes it, read back into a _Tree's parts.
+_SHUFFLED = re.compile(
+    r"^(?P<indent>[ \t]*)\{\n[ \t]*(?P<type>" + _TYPES + r") (?P<b>\w+)_v = (?P<value>[^;\n]+);\n"
+    r"[ \t]*for \(int (?P=b)_o = 16; (?P=b)_o > 0; (?P=b)_o >>= 1\) (?P=b)_v = "
+    r"(?:(?P=b)_v \+ __shfl_down_sync|(?P<op>" + _OPS + r")\((?P=b)_v, __shfl_down_sync)"
+    r"\(0xffffffffu, (?P=b)_v, (?P=b)_o\)\)?;\n"
+    r"[ \t]*if \(\((?P<t>threadIdx\.x|\w+) & 31\) == 0\) (?P=b)\[(?P=t) >> 5\] = (?P=b)_v;\n"
+    r"[ \t]*__syncthreads\(\);\n[ \t]*if \((?P=t) < 32\) \{\n"
+    r"[ \t]*const int (?P=b)_n = blockDim\.x >> 5;\n"
+    r"[ \t]*(?P=b)_v = (?P=t) < (?P=b)_n \? (?P=b)\[(?P=t)\] : (?P=b)_v;\n"
+    r"[ \t]*for \(int (?P=b)_o = 16; (?P=b)_o > 0; (?P=b)_o >>= 1\) \{\n"
+    r"[ \t]*(?P=type) (?P=b)_w = __shfl_down_sync\(0xffffffffu, (?P=b)_v, (?P=b)_o\);\n"
+    r"[ \t]*if \((?P=t) \+ (?P=b)_o < (?P=b)_n\) (?P=b)_v = [^;\n]+;\n[ \t]*\}\n"
+    r"[ \t]*if \((?P=t) == 0\) (?P=b)\[0\] = (?P=b)_v;\n[ \t]*\}\n[ \t]*__syncthreads\(\);\n[ \t]*\}", re.M)
 
 
 def _shuffled_trees(state: KernelState, function: cp.Function) -> list[_Tree]:
-    found = _shuffled_pattern().finditer(state.source, function.node.start_byte, function.node.end_byte)
+    found = _SHUFFLED.finditer(_view(state.source), function.node.start_byte, function.node.end_byte)
     return [_Tree(m.start(), m.end(), m["b"], m["type"], m["t"], m["value"], m["op"] or "+", m["indent"])
             for m in found]
 
 
 def _spliced(source: str, trees: list[_Tree], write) -> str:
-    """The source with each span the trees cover written anew: the trees of one span (a tree of several arrays)
-    one after the other, on lines of their own."""
+    """The source with each span the trees cover (offsets into its `_view`) written anew: the trees of one span
+    (a tree of several arrays) one after the other, on lines of their own."""
+    view = _view(source)
     spans: dict[tuple[int, int], list[_Tree]] = {}
     for tree in trees:
         spans.setdefault((tree.start, tree.end), []).append(tree)
     for (start, end), group in sorted(spans.items(), reverse=True):
         indent = group[0].indent
-        source = source[:start + len(indent)] + f"\n{indent}".join(write(tree) for tree in group) + source[end:]
-    return source
+        view = view[:start + len(indent)] + f"\n{indent}".join(write(tree) for tree in group) + view[end:]
+    return _source(view)
 
 
 class UnshuffleBlockReduction(Transform):
@@ -389,7 +393,6 @@ class UnshuffleBlockReduction(Transform):
               "tree with a barrier at every level.")
     placement = Placement.ANALYSIS
     removes = ("shfl",)
-    adds = ()
 
     def find(self, state: KernelState) -> list[Anchor]:
         return [Anchor(function.name, "function", _KEY) for function in cp.functions(cp.parse(state.source))
@@ -397,7 +400,8 @@ class UnshuffleBlockReduction(Transform):
 
     def forward_sites(self, state, carrier=None) -> list[Anchor]:
         parsed = cp.parse(state.source)
-        return [Anchor(function.name, "function", _KEY, state.source[trees[0].start:trees[0].end][:200])
+        view = _view(state.source)
+        return [Anchor(function.name, "function", _KEY, _source(view[trees[0].start:trees[0].end])[:200])
                 for function, trees in readable(parsed, lambda f: _trees(state, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
@@ -417,6 +421,7 @@ class UnshuffleBlockReduction(Transform):
         tree_form = self.rewrite(state, anchor, Direction.BACKWARD, _spliced(state.source, trees, _tree),
                                  note=f"{function.name}: {len(trees)} block reduction(s) as shared-memory trees")
         return self.comes_back(state, anchor, tree_form, f"as a tree, {function.name} would not shuffle back")
+
 
 def _key(anchor: Anchor) -> None:
     if anchor.kind != "function" or anchor.key != _KEY:
