@@ -67,14 +67,14 @@ def test_the_first_thread_rows_given_a_warp_pass_every_case_against_the_naive_ke
 
 
 def test_the_nest_split_into_chunks_of_pairs_passes_every_case_against_the_naive_kernel(cache):
-    """unsplit_reduction reads the nest as one loop over its pairs too: chunks of 128 pairs on grid y, each chunk's
+    """unsplit_reduction reads the nest as one loop over its pairs too: chunks of pairs on grid y, each chunk's
     sums to scratch, a second launch adding them per channel in chunk order."""
     naive = load_kernel(BN_STATS / "naive")
     transform = get("unsplit_reduction")
     (site,) = transform.forward_sites(naive)
     assert (site.function, site.kind, site.key) == ("bn_stats", "function", "c")
     split = transform.forward(naive, site).state
-    assert "n_k < (long long)N * HW && n_k < split_first + SPLIT" in split.source
+    assert "n_k < (long long)N * HW && n_k < split_first + split_steps" in split.source
     assert [launch.entry for launch in split.plan.launches] == ["bn_stats", "bn_stats_merge"]
     passes_against(BN_STATS / "problem.py", split, naive, BN_CASES, cache,
                    "bn_stats split into chunks of pairs", "the naive nest", vendor="torch.var_mean")

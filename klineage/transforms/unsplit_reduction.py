@@ -4,7 +4,7 @@ launch, becomes the one loop of one thread.
 The mechanism (forward): a kernel of one thread per output (a column sum, a column argmax, the norm of few long
 rows) whose one loop reduces a long range (`for (int r = 0; r < rows; ++r) s += x[r * cols + c];`) has as many
 threads as outputs: where outputs are few (64 columns of 262,144 rows) one block does all the work. Forward splits
-the loop's range into chunks of SPLIT (128) steps on a second grid dimension: block (x, y) runs the kernel's
+the loop's range into chunks of `split_steps` steps on a second grid dimension: block (x, y) runs the kernel's
 threads over chunk y, each from the values its accumulators start with, and stores what it reduced to scratch
 (`split_<accumulator>[y * outputs + c]`) instead of running the code after the loop. A second launch,
 `<kernel>_merge`, runs the kernel once more per output with the loop replaced by a walk over the chunks in order,
@@ -13,6 +13,11 @@ value and on equal values the smaller index), then the code after the loop as wr
 serialize_reduction's lanes, every chunk starts from the same values: a sum from zero, an extreme or an arg
 reduction from its start (which each chunk takes again harmlessly, and whose pair a chunk keeps only where no
 step beat it strictly, so the merged pair is the sequential loop's, ties and NaNs included).
+
+The plan computes `split_steps` for each case and GPU, so that the outputs' threads times the chunks fill every SM
+once (num_sms x 2048 threads): a chunk long enough to be worth its partial (32 steps at least), and few enough
+chunks for grid y (65,535 at most). A fixed chunk length could not: 128 steps left half an H100 idle on 1,024
+columns of 16,384 rows, and ran past grid y's limit beyond 8.4 million rows.
 
 Legality: what serialize_reduction reads (klineage/transforms/_warp_reduction.py: one thread per row, its
 accumulators, pure calls, no shared memory or barrier), plus:
@@ -27,7 +32,7 @@ accumulators, pure calls, no shared memory or barrier), plus:
   and no name of the kernel starts with `split`.
 
 Backward writes the merge kernel back as the kernel, with the chunk walk replaced by the loop of the chunk
-kernel over its whole range; the chunk kernel, the constant and the scratch go.
+kernel over its whole range; the chunk kernel, `split_steps` and the scratch go.
 
 Anchor: the kernel, kind "function", key the row variable.
 """
@@ -60,14 +65,17 @@ from klineage.transforms._nests import unnested
 from klineage.transforms._warp_reduction import RowLoop, Site, serial_site
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
-SPLIT, SPLIT_STEPS = "SPLIT", 128
+STEPS = "split_steps"  # the kernels' parameter: how many steps a chunk reduces
+MIN_STEPS = 32  # a chunk's partial costs a store and a load of the merge: at 32 steps, about 3% of its loads
+SM_THREADS = 2048  # the threads an SM holds on sm_75 and later (sm_86 and sm_89 hold 1,536: a wave too many)
+MAX_GRID_Y = 65535
 _MERGE = "_merge"
 # a partial's scratch dtype (its size is what counts: an unsigned partial travels in int32 storage)
 _DTYPES = {"float": "float32", "double": "float64", "int": "int32", "unsigned": "int32", "unsigned int": "int32",
            "long long": "int64"}
-_SPLIT_LOOP = re.compile(r"^for \((.+?) split = 0; split < \((.+?) \+ SPLIT - 1\) / SPLIT; \+\+split\)")
+_SPLIT_LOOP = re.compile(r"^for \((.+?) split = 0; split < \((.+?) \+ split_steps - 1\) / split_steps; \+\+split\)")
 _CHUNK_HEADER = re.compile(r"^for \((.+?) (\w+) = (split_first|split_first < (\w+) \? \4 : split_first); \2 < (.+?) && "
-                           r"\2 < split_first \+ SPLIT; \+\+\2\)")
+                           r"\2 < split_first \+ split_steps; \+\+\2\)")
 
 
 @dataclass(frozen=True)
@@ -123,27 +131,29 @@ class UnsplitReduction(Transform):
         params_end = _declarator(function, "parameters").end_byte - 1  # before `)`
         indent = indentation(data, loop.node.start_byte)
         header_end = loop.node.child_by_field_name("body").start_byte
-        chunk = [Edit(params_end, params_end, "".join(f", {types[a]}* __restrict__ split_{a}" for a in accumulators)),
+        chunk = [Edit(params_end, params_end, f", int {STEPS}" + "".join(f", {types[a]}* __restrict__ split_{a}"
+                                                                      for a in accumulators)),
                  Edit(loop.node.start_byte, loop.node.start_byte,
-                      f"const {loop.kind} split_first = ({loop.kind})blockIdx.y * {SPLIT};\n{indent}"),
+                      f"const {loop.kind} split_first = ({loop.kind})blockIdx.y * {STEPS};\n{indent}"),
                  Edit(loop.node.start_byte, header_end,
                       f"for ({loop.kind} {loop.index} = {_chunk_start(loop.start)}; "
-                      f"{loop.index} < {split.bound} && {loop.index} < split_first + {SPLIT}; ++{loop.index}) "),
+                      f"{loop.index} < {split.bound} && {loop.index} < split_first + {STEPS}; ++{loop.index}) "),
                  Edit(split.after[0].start_byte, split.after[-1].end_byte,
                       f"\n{indent}".join(f"split_{a}[{_offset('blockIdx.y', split.outputs)} + {row}] = {a};"
                                          for a in accumulators))]
         merge = [Edit(params_end, params_end,
-                      "".join(f", const {types[a]}* __restrict__ split_{a}" for a in accumulators)),
+                      f", int {STEPS}" + "".join(f", const {types[a]}* __restrict__ split_{a}" for a in accumulators)),
                  Edit(loop.node.start_byte, loop.node.end_byte, _merge_loop(loop, split, types, indent))]
         name = _declarator(function, "declarator")
         merge.append(Edit(name.end_byte, name.end_byte, _MERGE))
         start, end = line_start(data, function.node.start_byte), function.node.end_byte
-        source = (data[:start] + f"constexpr int {SPLIT} = {SPLIT_STEPS};  // the steps a chunk reduces\n\n".encode()
-                  + _edited(data, start, end, chunk) + b"\n\n" + _edited(data, start, end, merge) + data[end:])
+        source = (data[:start] + _edited(data, start, end, chunk) + b"\n\n" + _edited(data, start, end, merge)
+                  + data[end:])
         plan = _split_plan(state, function, split, types)
         source = source.decode("utf-8")
         return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan,
-                            note=f"{function.name}'s loop over {split.bound} in chunks of {SPLIT_STEPS} on grid y, "
+                            note=f"{function.name}'s loop over {split.bound} in chunks on grid y, as many as fill the "
+                                 f"GPU, "
                                  f"{', '.join(accumulators)} merged in chunk order by {function.name}{_MERGE}")
 
     # -- backward -------------------------------------------------------------------------------
@@ -164,22 +174,19 @@ class UnsplitReduction(Transform):
         loop_text = f"for ({kind} {index} = {start}; {index} < {bound}; ++{index}) {body}"
         if indentation(data, chunk_loop.start_byte) != indent:
             raise NotApplicable(f"{anchor}: the chunk loop and the merge's walk sit at other depths")
-        params = _declarator(merge, "parameters")
-        scratch = [p for p in params.named_children if re.search(r"\bsplit_\w+\s*$", parsed.text(p))]
-        if not scratch:
-            raise NotApplicable(f"{anchor}: {merge.name} takes no split_ scratch")
+        params = _declarator(merge, "parameters").named_children
+        added = [p for p in params if re.search(r"\bsplit_\w+\s*$", parsed.text(p))]
+        if len(added) < 2 or added != params[-len(added):] or squash(parsed.text(added[0])) != f"int {STEPS}":
+            raise NotApplicable(f"{anchor}: {merge.name}'s last parameters are not `int {STEPS}` and its scratch")
         name = _declarator(merge, "declarator")
         edits = [Edit(name.start_byte, name.end_byte, chunk.name),
-                 Edit(scratch[0].prev_sibling.start_byte, scratch[-1].end_byte, ""),
+                 Edit(added[0].prev_sibling.start_byte, added[-1].end_byte, ""),
                  Edit(merge_loop.start_byte, merge_loop.end_byte, loop_text)]
         start, end = line_start(data, merge.node.start_byte), merge.node.end_byte
         merge_text = _edited(data, start, end, edits)
-        constant = re.search(rb"constexpr int " + SPLIT.encode() + rb" = \d+;[^\n]*\n\n", data)
-        if constant is None or constant.end() > chunk.node.start_byte:
-            raise NotApplicable(f"{anchor}: no `constexpr int {SPLIT}` before {chunk.name}")
         chunk_start = line_start(data, chunk.node.start_byte)
-        source = (data[:constant.start()] + data[constant.end():chunk_start] + merge_text + data[end:]).decode()
-        plan = _unsplit_plan(state, chunk.name)
+        source = (data[:chunk_start] + merge_text + data[end:]).decode()
+        plan = _unsplit_plan(state, chunk.name, len(added))
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
                             note=f"{chunk.name}'s chunks and {merge.name} merged back into one loop over {bound}")
 
@@ -190,9 +197,9 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     body = function.node.child_by_field_name("body")
     if {squash(parsed.text(n)) for n in cp.nodes_of_type(body, "field_expression")} & {"blockIdx.y", "blockIdx.z"}:
         raise NotApplicable(f"{function.name} names blockIdx.y or blockIdx.z (grid y becomes the chunk)")
-    if re.search(r"\b(?:split\w*|SPLIT)\b", state.source) or \
+    if re.search(r"\bsplit\w*\b", state.source) or \
             any(f.name == f"{function.name}{_MERGE}" for f in cp.functions(parsed)):
-        raise NotApplicable(f"the source already names split... or SPLIT, or has a {function.name}{_MERGE} kernel")
+        raise NotApplicable(f"the source already names split..., or has a {function.name}{_MERGE} kernel")
     launches = launches_of(state, function.name, dimensions=1)
     if len(launches) != 1:
         raise NotApplicable(f"{function.name} is launched {len(launches)} times")
@@ -307,19 +314,20 @@ def _merge_loop(loop: RowLoop, split: Split, types: dict[str, str], indent: str)
         lines = [f"{acc.name} += split_{acc.name}[{at}];" if acc.combine == "+" else
                  f"{acc.name} = {acc.combine}({acc.name}, split_{acc.name}[{at}]);" for acc in loop.accumulators]
     inner = "".join(f"\n{indent}    {line}" for line in lines)
-    header = f"for ({loop.kind} split = 0; split < ({split.bound} + {SPLIT} - 1) / {SPLIT}; ++split)"
+    header = f"for ({loop.kind} split = 0; split < ({split.bound} + {STEPS} - 1) / {STEPS}; ++split)"
     return f"{header} {{{inner}\n{indent}}}"
 
 
 def _split_plan(state: KernelState, function: cp.Function, split: Split, types: dict[str, str]):
     launch, (bound, outputs) = split.launch, split.said
-    chunks = f"cdiv(max({bound}, 1), {SPLIT})"  # one chunk at least: a grid dimension of 0 cannot launch
+    steps, chunks = _chunking(bound, outputs)
     scratch = []
     for name, kind in types.items():
         if kind not in _DTYPES:
             raise NotApplicable(f"no scratch dtype for '{name}' of type {kind}")
         scratch.append(Scratch(name=f"split_{name}", dtype=_DTYPES[kind], count=f"{chunks} * ({outputs})"))
-    extra = tuple(Arg(kind=ArgKind.BUFFER, name=s.name) for s in scratch)
+    extra = (Arg(kind=ArgKind.SCALAR, value=steps, type="i32"),
+             *(Arg(kind=ArgKind.BUFFER, name=s.name) for s in scratch))
     chunked = replace(launch, grid=(launch.grid[0], chunks, 1), args=launch.args + extra)
     merged = replace(launch, entry=f"{function.name}{_MERGE}", args=launch.args + extra)
     launches: list[Launch] = []
@@ -328,12 +336,27 @@ def _split_plan(state: KernelState, function: cp.Function, split: Split, types: 
     return replace(state.plan, launches=tuple(launches), scratch=state.plan.scratch + tuple(scratch))
 
 
-def _unsplit_plan(state: KernelState, entry: str):
+def _chunking(bound: str, outputs: str) -> tuple[str, str]:
+    """(split_steps, the number of chunks) as plan expressions: chunks enough for the outputs' threads to fill every
+    SM once, each of MIN_STEPS at least, no more than grid y holds; one chunk at least (a grid dimension of 0
+    cannot launch)."""
+    steps = (f"max({MIN_STEPS}, cdiv(max({bound}, 1), {MAX_GRID_Y}), "
+             f"cdiv(max({bound}, 1), cdiv(num_sms * {SM_THREADS}, max({outputs}, 1))))")
+    return steps, f"cdiv(max({bound}, 1), {steps})"
+
+
+def _unsplit_plan(state: KernelState, entry: str, added: int):
+    """The plan without the chunk launch, and the merge's launch as the kernel's without its last `added` arguments
+    (the steps and the scratch, whose buffers go too)."""
     merged = [launch for launch in state.plan.launches if launch.entry == f"{entry}{_MERGE}"]
     if len(merged) != 1:
         raise NotApplicable(f"the plan launches {entry}{_MERGE} {len(merged)} times")
-    names = {arg.name for arg in merged[0].args if arg.kind is ArgKind.BUFFER and arg.name.startswith("split_")}
-    whole = replace(merged[0], entry=entry, args=tuple(a for a in merged[0].args if a.name not in names))
+    kept, dropped = merged[0].args[:-added], merged[0].args[-added:]
+    if len(dropped) != added or dropped[0].kind is not ArgKind.SCALAR or \
+            any(a.kind is not ArgKind.BUFFER or not a.name.startswith("split_") for a in dropped[1:]):
+        raise NotApplicable(f"the plan's last arguments of {entry}{_MERGE} are not the steps and the split_ scratch")
+    names = {arg.name for arg in dropped[1:]}
+    whole = replace(merged[0], entry=entry, args=kept)
     launches = tuple(whole if launch == merged[0] else launch for launch in state.plan.launches
                      if launch.entry != entry)
     return replace(state.plan, launches=launches, scratch=tuple(s for s in state.plan.scratch if s.name not in names))

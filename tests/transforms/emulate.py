@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from klineage import devices
 from klineage.kernel import KernelState, parse_constants
 from klineage.launch import resolve
 from tests.cuda_tools import build_mma_emulator, run_mma_emulator
@@ -89,7 +90,8 @@ def run(binary: Path, work: Path, state: KernelState, params: dict, inputs: dict
     `starting` starts from those values (else every byte is 0xFF)."""
     work.mkdir(parents=True, exist_ok=True)
     launches = []
-    for launch in resolve(state.plan, {**parse_constants(state.source), **params}, set(inputs) | set(outputs)):
+    env = {**devices.DEFAULT.facts(), **parse_constants(state.source), **params}  # a plan may size by the GPU
+    for launch in resolve(state.plan, env, set(inputs) | set(outputs)):
         args = tuple(("scalar", struct.unpack("<i", struct.pack("<f", float(value)))[0], "i32")
                      if kind == "scalar" and kind_type == "f32" else (kind, value, kind_type)
                      for kind, value, kind_type in launch.args)

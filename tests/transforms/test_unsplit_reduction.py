@@ -1,13 +1,16 @@
-"""unsplit_reduction: a reduction split into chunks of 128 steps on grid y (partials in scratch, merged in chunk
-order by a second launch) becomes one thread's loop; forward finds its sites by analysis, a batch of column sums
-(one thread per output of (B, D), `i >= B * D`) among them. The split forms compute the naive kernels' bits on the
-CPU emulator (tests/transforms/elementwise_emulator.cpp) over several chunks."""
+"""unsplit_reduction: a reduction split into chunks on grid y, as many as fill the GPU (partials in scratch, merged
+in chunk order by a second launch), becomes one thread's loop; forward finds its sites by analysis, a batch of
+column sums (one thread per output of (B, D), `i >= B * D`) among them. The split forms compute the naive kernels'
+bits on the CPU emulator (tests/transforms/elementwise_emulator.cpp) over several chunks."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 import torch
 
+from klineage import devices, expr
 from klineage.kernel import KernelState, parse_constants
 from klineage.launch import resolve
 from klineage.transforms import Anchor, NotApplicable, get
@@ -86,11 +89,17 @@ def test_no_site_where_a_split_would_not_be_legal(transform, body, why):
         transform.forward(state, Anchor("kernel", "function", "c"))
 
 
+def _chunks(case: str, params: dict) -> int:
+    """How many chunks the golden split form's plan launches for `params` on the default GPU."""
+    grid_y = golden(case, "before").plan.launches[0].grid[1]
+    return expr.evaluate_int(grid_y, {**devices.DEFAULT.facts(), **params})
+
+
 def _columns(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
     """(params, inputs, outputs with the scratch) for a rows x cols matrix: integer values for the sum (any order of
     the adds gives the same bits), for the argmax the hard rows' columns (ties, NaNs, infinities, signed zeros)."""
     g = torch.Generator().manual_seed(rows * 1000 + cols)
-    chunks = -(-rows // 128)
+    chunks = _chunks(case, {"rows": rows, "cols": cols})
     if case == "colsum":
         x = torch.randint(-8, 9, (rows, cols), generator=g).float()
         return ({"rows": rows, "cols": cols}, {"dy": x.flatten()},
@@ -107,8 +116,10 @@ def _batched(batches: int, rows: int, cols: int) -> tuple[dict, dict, dict]:
     the adds gives the same bits)."""
     g = torch.Generator().manual_seed(batches * 100000 + rows * 1000 + cols)
     x = torch.randint(-8, 9, (batches, rows, cols), generator=g).float()
-    return ({"B": batches, "N": rows, "D": cols}, {"x": x.flatten()},
-            {"out": (torch.float32, batches * cols), "split_s": (torch.float32, -(-rows // 128) * batches * cols)})
+    params = {"B": batches, "N": rows, "D": cols}
+    return (params, {"x": x.flatten()},
+            {"out": (torch.float32, batches * cols),
+             "split_s": (torch.float32, _chunks("batched_mean", params) * batches * cols)})
 
 
 def _differences(tmp_path, naive: KernelState, split: KernelState, shapes, inputs_of, names) -> list:
@@ -127,9 +138,11 @@ def _differences(tmp_path, naive: KernelState, split: KernelState, shapes, input
 
 @pytest.mark.parametrize("case", sampled(["colsum", "colargmax"], keep=["colargmax"]))
 def test_the_split_form_computes_the_naive_kernels_bits_on_the_cpu(case, tmp_path):
-    """Rows in one chunk, in three (the last one short), at a chunk's edge: the merge's answer is the loop's."""
+    """Rows in one chunk, in two at a chunk's edge (chunks of 32 steps on these few columns), in ten (the last one
+    short): the merge's answer is the loop's."""
     names = ("db",) if case == "colsum" else ("values", "rows_at")
-    assert _differences(tmp_path, golden(case, "after"), golden(case, "before"), ((1, 5), (129, 12), (300, 9)),
+    assert [_chunks(case, {"rows": rows, "cols": cols}) for rows, cols in ((1, 5), (64, 12), (300, 9))] == [1, 2, 10]
+    assert _differences(tmp_path, golden(case, "after"), golden(case, "before"), ((1, 5), (64, 12), (300, 9)),
                         lambda rows, cols: _columns(case, rows, cols), names) == []
 
 
@@ -152,10 +165,10 @@ def test_a_scratch_offset_of_one_batch_is_caught(tmp_path):
     assert _differences(tmp_path, golden("batched_mean", "after"), broken, BATCHES[1:2], _batched, ("out",))
 
 
-@pytest.mark.parametrize("mutant", [("r < split_first + SPLIT", "r <= split_first + SPLIT"),
+@pytest.mark.parametrize("mutant", [("r < split_first + split_steps", "r <= split_first + split_steps"),
                                     ("split_index < at", "split_index > at")])
 def test_a_chunk_that_overlaps_or_a_merge_that_breaks_ties_otherwise_is_caught(mutant, tmp_path):
-    case = "colsum" if "SPLIT" in mutant[0] else "colargmax"
+    case = "colsum" if "split_steps" in mutant[0] else "colargmax"
     split = golden(case, "before")
     assert mutant[0] in split.source
     broken = KernelState(source=split.source.replace(*mutant), plan=split.plan)
@@ -171,9 +184,31 @@ def test_a_chunk_that_overlaps_or_a_merge_that_breaks_ties_otherwise_is_caught(m
 
 def test_a_case_with_no_rows_launches_one_chunk_and_the_merge_reads_none():
     split = golden("colsum", "before")
-    launches = resolve(split.plan, {**parse_constants(split.source), "rows": 0, "cols": 5}, {"dy", "db", "split_sum"})
+    env = {**devices.DEFAULT.facts(), **parse_constants(split.source), "rows": 0, "cols": 5}
+    launches = resolve(split.plan, env, {"dy", "db", "split_sum"})
     assert [launch.grid for launch in launches] == [(1, 1, 1), (1, 1, 1)]
-    assert "split < (rows + SPLIT - 1) / SPLIT" in split.source  # no rows: no chunk is merged, the sum stays 0
+    assert "split < (rows + split_steps - 1) / split_steps" in split.source  # no rows: no chunk is merged, sum 0
+
+
+@pytest.mark.parametrize("rows, cols, gpu, steps, chunks", [
+    (16384, 1024, devices.H200, 63, 261),  # a bias gradient: 1,024 threads x 261 chunks, one wave of 132 SMs
+    (16384, 1024, replace(devices.H200, num_sms=16), 512, 32),  # a smaller GPU fills with fewer, longer chunks
+    (262144, 64, devices.H200, 63, 4162),  # few columns: many chunks
+    (64, 65536, devices.H200, 32, 2),  # many columns: chunks of 32 steps at least
+    (10_000_000, 64, devices.H200, 2368, 4223),  # 78,125 chunks of 128 rows would not launch
+    (10_000_000, 1, devices.H200, 153, 65360),  # one output: grid y's limit makes the chunks longer
+    (5, 33, devices.H200, 32, 1),
+])
+def test_the_chunks_fill_the_gpu_once(rows, cols, gpu, steps, chunks):
+    """The plan sizes the chunks by the case and the GPU: the outputs' threads times the chunks about fill every SM
+    once (2,048 threads each), no chunk shorter than 32 steps, no more chunks than grid y holds; the chunk kernel and
+    the merge read the same steps, and the scratch holds every chunk's partials."""
+    split = golden("colsum", "before")
+    env = {**gpu.facts(), "rows": rows, "cols": cols}
+    launches = resolve(split.plan, env, {"dy", "db", "split_sum"})
+    assert [launch.args[4][1] for launch in launches] == [steps, steps]
+    assert launches[0].grid[1] == chunks == -(-rows // steps)
+    assert expr.evaluate_int(split.plan.scratch[0].count, env) == chunks * cols
 
 
 def test_a_loop_bound_that_is_a_product_is_said_in_the_plan_by_the_launchs_values(transform):
@@ -184,8 +219,8 @@ def test_a_loop_bound_that_is_a_product_is_said_in_the_plan_by_the_launchs_value
                                "    float s = 0.0f;\n    for (int r = 0; r < c * hw; ++r) s += x[r * cols + k];\n"
                                "    y[k] = s;\n}\n", plan=plan)
     split = transform.forward(naive, Anchor("kernel", "function", "k")).state
-    assert split.plan.launches[0].grid[1] == "cdiv(max(c * (2 * h), 1), SPLIT)"
-    assert "for (int split = 0; split < (c * hw + SPLIT - 1) / SPLIT; ++split)" in split.source
+    assert split.plan.launches[0].grid[1].startswith("cdiv(max(c * (2 * h), 1), max(32, cdiv(max(c * (2 * h), 1)")
+    assert "for (int split = 0; split < (c * hw + split_steps - 1) / split_steps; ++split)" in split.source
 
 
 def test_a_count_cast_to_size_t_is_the_count_in_the_plan_and_stays_cast_in_the_kernel(transform, cache):
@@ -196,8 +231,8 @@ def test_a_count_cast_to_size_t_is_the_count_in_the_plan_and_stays_cast_in_the_k
                                "    y[c] = s;\n}\n", plan=PLAN)
     (site,) = transform.forward_sites(naive)
     split = transform.forward(naive, site).state
-    assert split.plan.launches[0].grid[1] == "cdiv(max(rows, 1), SPLIT)"
-    assert "r < (size_t)rows && r < split_first + SPLIT" in split.source
+    assert split.plan.launches[0].grid[1] == golden("colsum", "before").plan.launches[0].grid[1]
+    assert "r < (size_t)rows && r < split_first + split_steps" in split.source
     assert get("serialize_reduction").forward_sites(naive)  # the warp reductions read the cast bound too
     compiles_without_spills(split, cache)
 
@@ -220,7 +255,8 @@ def test_a_guard_count_of_several_names_is_one_factor_of_the_scratch_offsets(tra
     split = transform.forward(naive, Anchor("kernel", "function", "i")).state
     assert f"split_s[{offset}] = s;" in split.source
     assert f"s += split_s[{offset.replace('blockIdx.y', 'split')}];" in split.source
-    assert split.plan.scratch[0].count == f"cdiv(max(N, 1), SPLIT) * ({count})"
+    assert split.plan.scratch[0].count == f"{split.plan.launches[0].grid[1]} * ({count})"
+    assert f"max({count}, 1)" in split.plan.launches[0].grid[1]  # the outputs' count sizes the chunks
     compiles_without_spills(split, cache)
 
 
@@ -236,7 +272,7 @@ def test_no_site_on_a_grid_whose_y_the_kernel_names(transform):
 
 def test_a_perfect_nest_is_split_into_chunks_of_its_pairs_and_computes_the_nests_bits(transform, tmp_path):
     """Per-channel batch-norm statistics written as a nest over images and pixels (serialize_reduction's golden
-    `bn_stats/written.cu`) are one loop over the (n, k) pairs (`_nests.py`), which forward splits into chunks of 128
+    `bn_stats/written.cu`) are one loop over the (n, k) pairs (`_nests.py`), which forward splits into chunks of
     pairs; the product's 64-bit cast is the plan's product. On integer values (exact sums in any order) the split
     form's mean and variance are the nest's bits, for pairs in one chunk, in several with a short last one, and at
     a chunk's edge."""
@@ -244,12 +280,13 @@ def test_a_perfect_nest_is_split_into_chunks_of_its_pairs_and_computes_the_nests
                        plan=load(HERE / "serialize_reduction" / "bn_stats", "after", "kernel").plan)
     (site,) = transform.forward_sites(nest)
     split = transform.forward(nest, site).state
-    assert "n_k < (long long)N * HW && n_k < split_first + SPLIT" in split.source
-    assert split.plan.launches[0].grid[1] == "cdiv(max(N * HW, 1), SPLIT)"
+    assert "n_k < (long long)N * HW && n_k < split_first + split_steps" in split.source
+    assert split.plan.launches[0].grid[1].startswith("cdiv(max(N * HW, 1), max(32, ")
 
     def statistics(n: int, c: int, hw: int) -> tuple[dict, dict, dict]:
         x = torch.randint(-3, 4, (n, c, hw), generator=torch.Generator().manual_seed(n * 1000 + c * 10 + hw)).float()
-        chunks = -(-n * hw // 128)
+        chunks = expr.evaluate_int(split.plan.launches[0].grid[1], {**devices.DEFAULT.facts(), "N": n, "C": c,
+                                                                    "HW": hw})
         return ({"N": n, "C": c, "HW": hw}, {"x": x.flatten()},
                 {"mean": (torch.float32, c), "var": (torch.float32, c), "split_s": (torch.float32, chunks * c),
                  "split_q": (torch.float32, chunks * c)})
