@@ -58,10 +58,12 @@ def pure_functions(parsed: cp.ParsedSource, math: frozenset[str] = MATH_CALLS) -
     return frozenset(pure)
 
 
-def first_effect(parsed: cp.ParsedSource, node: Node, math: frozenset[str] = MATH_CALLS) -> str | None:
-    """The name of the first call under `node` that may have an effect (neither in `math` nor a pure function of
-    the source), or None when every call is pure."""
-    calls = [cp.call_name(call) for call in cp.nodes_of_type(node, "call_expression")]
+def first_effect(parsed: cp.ParsedSource, node: Node, math: frozenset[str] = MATH_CALLS,
+                 besides: tuple[Node, ...] = ()) -> str | None:
+    """The name of the first call under `node` (and outside the nodes `besides`, effects the caller has vetted) that
+    may have an effect (neither in `math` nor a pure function of the source), or None when every call is pure."""
+    calls = [cp.call_name(call) for call in cp.nodes_of_type(node, "call_expression")
+             if not any(other.start_byte <= call.start_byte < other.end_byte for other in besides)]
     unknown = [name for name in calls if name not in math]
     if not unknown:
         return None

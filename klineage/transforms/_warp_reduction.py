@@ -26,7 +26,17 @@ from klineage.transforms._arg_reduction import (
 )
 from klineage.transforms._calls import MATH_CALLS, first_effect
 from klineage.transforms._canonical import NARROW, canonical
-from klineage.transforms._edit import Edit, indentation, is_written, outer_parens, own_lines, splice, summands, unparen
+from klineage.transforms._edit import (
+    Edit,
+    call_arguments,
+    indentation,
+    is_written,
+    outer_parens,
+    own_lines,
+    splice,
+    summands,
+    unparen,
+)
 from klineage.transforms._flatten import Shape, flattened
 from klineage.transforms._naive import (
     FLOAT_ZERO,
@@ -35,6 +45,7 @@ from klineage.transforms._naive import (
     LOOP_INDEX_TYPES,
     kernel,
     launches_of,
+    parameters,
     readable,
     rescaled_grid,
     squash,
@@ -56,6 +67,8 @@ _COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
 _STORES = frozenset({"=", "+=", "-=", "*=", "/="})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
                         r"gridDim|cooperative_groups|printf)\b")
+# the atomics a row may make once, outside its loops (`row_atomics`): one lane of the row's makes them
+_ONCE_A_ROW = frozenset({"atomicAdd", "atomicMax", "atomicMin"})
 _OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+)\b")  # what warp forms declare
 # a row's length: a name, or a product or sum of names (`cpg * hw`), or one name cast to an integer type
 # (`(size_t)rows`, kept as written: the cast is the author's and changes no length a correct kernel is given),
@@ -166,6 +179,7 @@ class Site:
     loops: tuple[RowLoop, ...]
     types: dict[str, str]  # accumulator -> its declared type
     kind: str = NARROW  # the row index's type: int, or long long where the kernel indexed in 64 bits
+    atomics: tuple[Node, ...] = ()  # `row_atomics`: the statements of the atomics a row makes once
 
 
 class WarpReduction(Transform):
@@ -223,6 +237,7 @@ class WarpReduction(Transform):
                 butterflies = "".join(f"\n{loop_indent}{_butterfly(acc, layout)}" for acc in loop.accumulators)
             if butterflies:
                 edits.append(Edit(node.end_byte, node.end_byte, butterflies))
+        edits += [Edit(atomic.start_byte, atomic.start_byte, f"if ({layout.lane} == 0) ") for atomic in site.atomics]
         source = splice(data, edits)[0].decode("utf-8")
         plan = rescaled_grid(state, function.name, lambda grid: f"({grid}) * {layout.sharing}")
         reduced = sorted(acc.name for loop in site.loops for acc in loop.accumulators)
@@ -284,6 +299,11 @@ class WarpReduction(Transform):
             kind, index, start, bound = match.groups()
             edits.append(Edit(node.start_byte, node.child_by_field_name("body").start_byte,
                               f"for ({kind} {index} = {start or 0}; {index} < {bound}; ++{index}) "))
+        for guard in cp.nodes_of_type(body, "if_statement"):  # one lane's atomics: every thread's again
+            consequence = guard.child_by_field_name("consequence")
+            if squash(parsed.text(guard.child_by_field_name("condition"))) == f"({layout.lane} == 0)" and \
+                    guard.child_by_field_name("alternative") is None and _is_row_atomic(consequence):
+                edits.append(Edit(guard.start_byte, consequence.start_byte, ""))
         source = splice(parsed.data, edits)[0].decode("utf-8")
         plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "(", f") * {layout.sharing}"))
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
@@ -307,7 +327,8 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
     lanes or chunks that start from the same values (the legality serialize_reduction.py lists but the launch's)."""
     body = function.node.child_by_field_name("body")
     text = parsed.text(body)
-    if found := _FORBIDDEN.search(text):
+    atomics = row_atomics(parsed, function)
+    if found := _FORBIDDEN.search(_blanked(parsed, body, atomics)):
         raise NotApplicable(f"{function.name} synchronizes, shares memory or leaves loops early (`{found[0]}`)")
     if _OWN_NAMES.search(text):
         raise NotApplicable(f"{function.name} already names '{LANE}', '{SLICE}', 'offset', 'scan_...' or "
@@ -315,7 +336,7 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
     kind, row_declaration, row_init, row = typed_index(parsed, body)
     if text.count("threadIdx") != 1:
         raise NotApplicable(f"{function.name} uses threadIdx beyond its row index")
-    if (called := first_effect(parsed, body, _PURE_CALLS)) is not None:
+    if (called := first_effect(parsed, body, _PURE_CALLS, atomics)) is not None:
         raise NotApplicable(f"{function.name} calls {called}, which may have effects")
     loops, updated = [], set()
     for node in cp.nodes_of_type(body, "for_statement"):
@@ -329,7 +350,43 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
         raise NotApplicable(f"{function.name} has no loop over its row")
     types = _check_accumulators(parsed, body, loops)
     _check_arrays(parsed, body, loops)
-    return Site(function, row, row_init, row_declaration, tuple(loops), types, kind)
+    return Site(function, row, row_init, row_declaration, tuple(loops), types, kind, atomics)
+
+
+def row_atomics(parsed: cp.ParsedSource, function: cp.Function) -> tuple[Node, ...]:
+    """The statements `atomicAdd(P, v);` (or atomicMax, atomicMin) outside every loop of the kernel, their old value
+    unused, each into an array parameter the kernel names nowhere else: an update a row makes once (its term of a
+    loss summed over rows). Every lane that shares a row computes the same P and v outside the loops (the
+    accumulators are combined by then, and no array the kernel writes is read), so the warp forms let one lane of
+    the row make it and a split makes it in the merge. Any other atomic is no site."""
+    body = function.node.child_by_field_name("body")
+    loops = cp.nodes_of_type(body, "for_statement")
+    pointers = {name for name, _, pointer in parameters(parsed, function) if pointer}
+    found = []
+    for call in cp.nodes_of_type(body, "call_expression"):
+        if not _is_row_atomic(call.parent) or any(_inside(call, loop) for loop in loops):
+            continue
+        named = set(re.findall(r"[A-Za-z_]\w*", parsed.text(call_arguments(call)[0]))) & pointers
+        if len(named) == 1 and len(re.findall(rf"\b{named.pop()}\b", parsed.text(body))) == 1:
+            found.append(call.parent)
+    return tuple(found)
+
+
+def _is_row_atomic(statement: Node | None) -> bool:
+    """`statement` is `atomicAdd(P, v);` (or atomicMax, atomicMin): a call of two arguments, its value unused."""
+    if statement is None or statement.type != "expression_statement" or len(statement.named_children) != 1:
+        return False
+    call = statement.named_children[0]
+    return call.type == "call_expression" and cp.call_name(call) in _ONCE_A_ROW and len(call_arguments(call)) == 2
+
+
+def _blanked(parsed: cp.ParsedSource, node: Node, spans: tuple[Node, ...]) -> str:
+    """The text of `node` with the text of each of `spans` (nodes inside it) blanked out."""
+    data = bytearray(parsed.data[node.start_byte:node.end_byte])
+    for span in spans:
+        data[span.start_byte - node.start_byte:span.end_byte - node.start_byte] = b" " * (span.end_byte -
+                                                                                          span.start_byte)
+    return data.decode("utf-8")
 
 
 def _butterfly(acc: Accumulator, layout: Layout) -> str:

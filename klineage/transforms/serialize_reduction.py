@@ -25,8 +25,11 @@ Legality (forward_sites), conservative, decided on the parse:
 - the kernel's block is one-dimensional with a size that is a multiple of 32 (so a warp never straddles two
   rows), and the row index is the only use of threadIdx and of blockIdx.x (the grid grows along x); a grid's y and
   z, the same in every lane of a block, stay the kernel's own (a batch on grid y);
-- no shared memory, barrier, atomic, shuffle, inner loop or `break`/`continue`/`goto`, and no call outside pure
-  math (with the 16-bit conversions) and the source's pure helpers (`_calls.py`);
+- no shared memory, barrier, shuffle, inner loop or `break`/`continue`/`goto`, and no call outside pure math (with
+  the 16-bit conversions) and the source's pure helpers (`_calls.py`);
+- no atomic but a row's own, made once outside the loops: an `atomicAdd(P, v);` (or atomicMax, atomicMin)
+  statement whose old value goes unused, into an array parameter the kernel names nowhere else (a row's term of a
+  mean loss). The lanes of a row compute the same P and v there, and `if (lane == 0)` makes it once;
 - each row loop sits directly in the kernel's body (or in an `if` there), and its body only declares locals,
   stores `a[...j...] = e` to an array, or updates one of its accumulators (a reduction, a kept extreme, or an
   arg reduction: the one `if` after its declarations, a strict compare, the value and the loop index taken

@@ -224,6 +224,8 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     after = tuple(listed[listed.index(loop.node) + 1:]) if loop.node in listed else ()
     if not after:
         raise NotApplicable(f"nothing after {function.name}'s loop uses what it reduced")
+    if any(not any(a.start_byte <= atomic.start_byte < a.end_byte for a in after) for atomic in site.atomics):
+        raise NotApplicable(f"{function.name} makes an atomic before its loop, which every chunk would make")
     return Split(site, loop, bound, outputs, after, launches[0], said)
 
 

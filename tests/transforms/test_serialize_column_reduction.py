@@ -231,3 +231,21 @@ def test_a_grid_stride_loop_over_columns_gets_both_warp_forms_and_the_naive_kern
         return {"rows": rows, "cols": cols}, inputs, outputs
 
     assert emulate.differences(tmp_path, naive, forms, ((3, 12), (33, 300), (5, 600)), inputs_of) == []
+
+
+def test_a_columns_atomic_is_made_by_one_lane_of_its_four_and_adds_each_column_once(transform, tmp_path):
+    """The total of the column sums by one atomic a column (the loss a batch of columns adds to): the four lanes of
+    a column hold its sum after their shuffles, and the slice-0 lane adds it. On integer values the total is the
+    naive kernel's; backward gives every thread its atomic again."""
+    source = HEAD + "    for (int r = 0; r < rows; ++r) s += x[r * cols + c];\n    atomicAdd(y, s);\n}\n"
+    naive = KernelState(source=source, plan=PLAN)
+    (site,) = transform.forward_sites(naive)
+    columns = transform.forward(naive, site).state
+    assert "    if (slice == 0) atomicAdd(y, s);\n" in columns.source
+    (anchor,) = transform.find(columns)
+    assert transform.backward(columns, anchor).state.source == source
+    x = torch.randint(-8, 9, (33, 12), generator=torch.Generator().manual_seed(5)).float()
+    totals = {form: emulate.run(binary, tmp_path / f"{form}-run", state, {"rows": 33, "cols": 12},
+                                {"x": x.flatten()}, {"y": (torch.float32, 1)}, starting={"y": torch.zeros(1)})["y"]
+              for form, (binary, state) in emulate.builds(tmp_path, {"naive": naive, "columns": columns}).items()}
+    assert totals["columns"].item() == totals["naive"].item() == float(x.sum())

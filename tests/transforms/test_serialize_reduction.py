@@ -17,7 +17,7 @@ from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["softmax", "rowsum", "cumsum", "argmax", "argmin"]
+CASES = ["softmax", "rowsum", "cumsum", "argmax", "argmin", "loss"]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_golden(case):
     check_golden("serialize_reduction", case)
 
 
-@pytest.mark.parametrize("case", sampled(CASES, keep=('softmax', 'argmax')))
+@pytest.mark.parametrize("case", sampled(CASES, keep=('softmax', 'argmax', 'loss')))
 def test_golden_kernels_compile(case, cache):
     for which in ("before", "after"):
         compiles_without_spills(golden(case, which), cache)
@@ -486,3 +486,70 @@ def test_no_site_where_two_loops_are_no_perfect_nest(transform, old, new, why):
     assert any(line.startswith("bn_stats: ") and why in line for line in refused), refused
     with pytest.raises(NotApplicable):
         transform.forward(state, Anchor("bn_stats", "function", "c"))
+
+
+LOSS_HEAD = "__global__ void kernel(const float* x, const int* t, float* loss, float* y, int rows, int n) {\n" \
+            "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= rows) return;\n" \
+            "    float s = 0.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n"
+LOSS_PLAN = LaunchPlan.from_toml(PLAN_TEXT.replace('args = ["x", "y",', 'args = ["x", "t", "loss", "y",'))
+
+
+@pytest.mark.parametrize("tail, why", [
+    ("    float old = atomicAdd(loss, s);\n    y[row] = old;\n", "atomicAdd"),  # its old value differs by lane
+    ("    atomicAdd(loss, s);\n    y[row] = loss[0];\n", "atomicAdd"),  # the loss read back: a lane sees others'
+    ("    atomicExch(loss, s);\n", "atomicExch"),
+    ("    atomicAdd(loss + t[row], s);\n    atomicAdd(loss, 1.0f);\n", "atomicAdd"),  # one array, two places
+    ("    atomicAdd(&y[row], s);\n    y[row] = 0.0f;\n", "atomicAdd"),  # an array the kernel also stores to
+])
+def test_no_site_where_a_rows_atomic_is_not_made_once_into_an_array_nothing_else_touches(transform, tail, why):
+    state = KernelState(source=LOSS_HEAD + tail + "}\n", plan=LOSS_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, Anchor("kernel", "function", "row"))
+
+
+def test_an_atomic_inside_a_row_loop_is_no_site(transform):
+    state = KernelState(source=LOSS_HEAD.replace("s += x[row * n + j];", "atomicAdd(loss, x[row * n + j]);")
+                        + "    y[row] = s;\n}\n", plan=LOSS_PLAN)
+    with refusals() as why:
+        assert transform.forward_sites(state) == []
+    assert any("atomicAdd" in reason for reason in why)
+
+
+def test_a_rows_atomics_each_made_by_one_lane_wherever_they_sit_outside_the_loops(transform):
+    """Before the loops or after them, into two arrays or at a place the row names: the row's lanes compute the same
+    address and value there, so lane 0 makes each; backward gives every thread its atomics again."""
+    source = LOSS_HEAD.replace("    float s = 0.0f;\n", "    atomicMax((int*)t + row % 4, n);\n    float s = 0.0f;\n") \
+        + "    atomicAdd(&loss[row / 8], s);\n}\n"
+    naive = KernelState(source=source, plan=LOSS_PLAN)
+    (site,) = transform.forward_sites(naive)
+    warp = transform.forward(naive, site).state
+    assert "    if (lane == 0) atomicMax((int*)t + row % 4, n);\n" in warp.source
+    assert "    if (lane == 0) atomicAdd(&loss[row / 8], s);\n" in warp.source
+    (anchor,) = transform.find(warp)
+    assert transform.backward(warp, anchor).state.source == source
+
+
+def _loss_inputs(rows: int, n: int) -> tuple[dict, dict, dict]:
+    g = torch.Generator().manual_seed(rows * 100 + n)
+    return ({"rows": rows, "n": n}, {"logits": torch.randn(rows * n, generator=g) * 4,
+                                      "target": torch.randint(0, n, (rows,), generator=g, dtype=torch.int32)},
+            {"loss": (torch.float32, 1)})
+
+
+def test_the_warp_loss_adds_each_rows_term_once(tmp_path):
+    """On the CPU emulator the warp form's mean cross-entropy is the naive one's (the row's exponentials summed in
+    another order); without the lane's guard every row's term is added 32 times, which is caught."""
+    naive, warp = golden("loss", "after"), golden("loss", "before")
+    unguarded = KernelState(source=warp.source.replace("if (lane == 0) ", ""), plan=warp.plan)
+    assert unguarded.source != warp.source
+    forms = {"naive": naive, "warp": warp, "unguarded": unguarded}
+    runs = {}
+    for form, (binary, state) in emulate.builds(tmp_path, forms).items():
+        for rows, n in ((1, 1), (5, 33), (9, 70)):
+            params, inputs, outputs = _loss_inputs(rows, n)
+            runs[form, rows] = emulate.run(binary, tmp_path / f"{form}-{rows}", state, params, inputs, outputs,
+                                           starting={"loss": torch.zeros(1)})["loss"]
+    for rows in (1, 5, 9):
+        torch.testing.assert_close(runs["warp", rows], runs["naive", rows], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(runs["unguarded", rows], 32 * runs["naive", rows], rtol=1e-5, atol=1e-5)

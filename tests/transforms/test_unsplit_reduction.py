@@ -293,3 +293,39 @@ def test_a_perfect_nest_is_split_into_chunks_of_its_pairs_and_computes_the_nests
 
     assert _differences(tmp_path, nest, split, ((1, 3, 1), (2, 5, 64), (3, 130, 100), (4, 2, 33)), statistics,
                         ("mean", "var")) == []
+
+
+TOTAL = KernelState(source="__global__ void kernel(const float* x, float* total, int rows, int cols) {\n"
+                           "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n    if (c >= cols) return;\n"
+                           "    float s = 0.0f;\n    for (int r = 0; r < rows; ++r) s += x[r * cols + c];\n"
+                           "    atomicAdd(total, s * s);\n}\n",
+                    plan=plan_of('"x", "total", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
+                                 "cdiv(cols, 128)", 128))
+
+
+def test_an_atomic_after_the_loop_is_made_once_an_output_by_the_merge(transform, tmp_path):
+    """The sum of the columns' squared sums: the chunks store partials in place of the atomic, the merge makes it
+    once per column from the merged sum; on integer values the total is the naive kernel's. An atomic before the
+    loop would be made once a chunk: no site."""
+    (site,) = transform.forward_sites(TOTAL)
+    split = transform.forward(TOTAL, site).state
+    chunk, merge = split.source.split("kernel_merge")
+    assert "atomicAdd" not in chunk and "atomicAdd(total, s * s);" in merge
+    params = {"rows": 300, "cols": 9}
+    x = torch.randint(-8, 9, (300, 9), generator=torch.Generator().manual_seed(3)).float()
+    chunks = expr.evaluate_int(split.plan.launches[0].grid[1], {**devices.DEFAULT.facts(), **params})
+    outputs = {"naive": {"total": (torch.float32, 1)},
+               "split": {"total": (torch.float32, 1), "split_s": (torch.float32, chunks * 9)}}
+    totals = {form: emulate.run(binary, tmp_path / f"{form}-run", state, params, {"x": x.flatten()},
+                                outputs[form], starting={"total": torch.zeros(1)})["total"]
+              for form, (binary, state) in emulate.builds(tmp_path, {"naive": TOTAL, "split": split}).items()}
+    assert chunks == 10 and torch.equal(totals["split"], totals["naive"])
+    assert totals["naive"].item() == float((x.sum(0) ** 2).sum())
+    counted = KernelState(source=TOTAL.source.replace("float* total,", "float* total, float* y,")
+                          .replace("    float s = 0.0f;\n", "    atomicAdd(total, 1.0f);\n    float s = 0.0f;\n")
+                          .replace("atomicAdd(total, s * s);", "y[c] = s;"),
+                          plan=plan_of('"x", "total", "y", { scalar = "rows", type = "i32" }, '
+                                       '{ scalar = "cols", type = "i32" }', "cdiv(cols, 128)", 128))
+    assert transform.forward_sites(counted) == []
+    with pytest.raises(NotApplicable, match="makes an atomic before its loop"):
+        transform.forward(counted, Anchor("kernel", "function", "c"))
