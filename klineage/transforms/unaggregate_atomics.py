@@ -14,9 +14,11 @@ makes 32 atomics per warp on one address, each waiting for the last. Two naive f
       for (int offset = 16; offset > 0; offset /= 2) warp_total += __shfl_xor_sync(0xffffffffu, warp_total, offset);
       if (threadIdx.x % 32 == 0) atomicAdd(out, warp_total);
 
-- the tail form: each thread sums its own share first (a grid-stride loop, say) and ends the kernel with one
-  `atomicAdd(P, v);` that every thread reaches. Its value starts the total (`float warp_total = v;`), and the same
-  butterfly and warp's atomic follow.
+- the tail form: each thread sums its own share first (a grid-stride loop, say), then makes one `atomicAdd(P, v);`
+  that every thread reaches, a statement of the kernel's body. Its value starts the total (`float warp_total =
+  v;`), and the same butterfly and warp's atomic follow. The kernel may go on after it where P is shared memory
+  (a block's sum: `atomicAdd(&block_sum, part); __syncthreads();`, then every thread reads the sum): 8 atomics a
+  block of 256 threads instead of 256 on one shared address.
 
 The sum is reassociated: integers sum to the same value, floating point to one of the values the naive kernel's
 unordered atomics could already give, rounded differently (the gate's tolerance judges it).
@@ -27,8 +29,12 @@ value unused), one P in all, naming only kernel parameters it never assigns, the
 extents (`out`, `out + k`, `&out[k]`, `&out[blockIdx.x]`: a block-per-row sum), so every lane of a warp adds to the
 same place; P's array is not otherwise touched by the kernel, and its element type is
 float, double, int, unsigned or unsigned long long. The element form's work is what `_naive.element_work` reads (no
-loop, barrier, collective or early exit); the tail form's atomic is the kernel's last statement, outside any
-branch or loop, and the kernel has no `return` or `goto`, so every lane of the warp arrives at the butterfly.
+loop, barrier, collective or early exit); the tail form's atomic is the kernel's only one, a statement of its body
+(outside any branch or loop), and the kernel has no `return` or `goto`, so every lane of the warp arrives at the
+butterfly. In the tail form P may instead be a `__shared__` variable of the kernel (`&s`, `&s[k]`, `s + k`, k named
+as above), touched before the atomic as the kernel likes (zeroed by one thread, say) and after it only past a
+`__syncthreads();` of the kernel's body: the block's sum is then whole whichever lane added it. Where P is global
+the atomic ends the kernel.
 
 Backward serializes the forms forward writes: each `total += v` of the guarded work becomes `atomicAdd(P, v)`
 again, or the tail's total `v` its one atomic; the total, the butterfly and the warp's atomic go.
@@ -159,22 +165,65 @@ def _serial(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) 
 
 
 def _tail(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, refusal: NotApplicable) -> _Site:
-    """The tail form: `atomicAdd(P, v);` as the kernel's last statement, which every thread reaches; where the kernel
-    does not end so, the element form's refusal is the reason."""
+    """The tail form: one `atomicAdd(P, v);`, a statement of the kernel's body that every thread reaches, the
+    kernel's last where P is global; where the kernel makes none, the element form's refusal is the reason."""
     body = function.node.child_by_field_name("body")
     listed = [node for node in body.named_children if node.type != "comment"] if body is not None else []
-    last = listed[-1] if listed else None
-    call = last.named_children[0] if last is not None and last.type == "expression_statement" else None
-    if call is None or call.type != "call_expression" or cp.call_name(call) != "atomicAdd":
-        raise NotApplicable(f"{refusal}; nor does it end in an atomicAdd that every thread makes") from None
-    if cp.nodes_of_type(body, "return_statement") or cp.nodes_of_type(body, "goto_statement"):
-        raise NotApplicable(f"{function.name} can leave before its last atomicAdd: a lane that leaves misses the "
-                            f"warp's butterfly")
     calls = [node for node in cp.nodes_of_type(body, "call_expression") if cp.call_name(node).startswith("atomic")]
+    made = [node for node in listed if node.type == "expression_statement" and node.named_children and
+            node.named_children[0].type == "call_expression" and cp.call_name(node.named_children[0]) == "atomicAdd"]
+    if not made:
+        raise NotApplicable(f"{refusal}; nor does its body make an atomicAdd that every thread makes") from None
+    if cp.nodes_of_type(body, "return_statement") or cp.nodes_of_type(body, "goto_statement"):
+        raise NotApplicable(f"{function.name} can leave before its atomicAdd: a lane that leaves misses the warp's "
+                            f"butterfly")
+    statement = made[-1]
+    call = statement.named_children[0]
     if calls != [call]:
-        raise NotApplicable(f"{function.name} makes atomics besides its last atomicAdd")
+        raise NotApplicable(f"{function.name} makes atomics besides its atomicAdd")
     _check_whole_warps(state, function)
-    return _site(parsed, function, last, (call,), tail=True)
+    shared = _shared_target(parsed, function, call)
+    if shared is not None:
+        return _shared_site(parsed, function, statement, call, listed, shared)
+    if statement is not listed[-1]:
+        raise NotApplicable(f"{function.name} goes on after its atomicAdd to global memory")
+    return _site(parsed, function, statement, (call,), tail=True)
+
+
+def _shared_target(parsed: cp.ParsedSource, function: cp.Function, call: Node) -> cp.Declaration | None:
+    """The kernel's `__shared__` variable the atomic's address names, or None."""
+    named = set(re.findall(r"[A-Za-z_]\w*", parsed.text(call_arguments(call)[0])))
+    found = [d for d in cp.declarations(parsed) if d.function == function.name and "__shared__" in d.specifiers
+             and d.name in named]
+    return found[0] if len(found) == 1 else None
+
+
+def _shared_site(parsed: cp.ParsedSource, function: cp.Function, statement: Node, call: Node, listed: list[Node],
+                 shared: cp.Declaration) -> _Site:
+    """The tail form's site where the atomic adds to the kernel's shared variable `shared`: at one place for the
+    block (the address names the variable, kernel parameters it never assigns, the block's index, the launch's
+    extents and literals), the variable touched after the atomic only past a barrier of the kernel's body."""
+    target = squash(parsed.text(call_arguments(call)[0]))
+    params = {name for name, _, _ in parameters(parsed, function)}
+    body = function.node.child_by_field_name("body")
+    named = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"\b(?:blockIdx|gridDim|blockDim)\.[xyz]\b", "", target)))
+    if not named - {shared.name} <= params or shared.indirection:
+        raise NotApplicable(f"{function.name} adds to `{target}`, which names more than its shared variable, its "
+                            "parameters and the block's index")
+    for use in cp.nodes_of_type(body, "identifier"):
+        if parsed.text(use) in named - {shared.name} and is_written(use):
+            raise NotApplicable(f"{function.name} assigns '{parsed.text(use)}', which its atomic's address names")
+    barriers = [node for node in listed[listed.index(statement) + 1:]
+                if squash(parsed.text(node)) == "__syncthreads();"]
+    fence = barriers[0].start_byte if barriers else body.end_byte
+    for use in cp.nodes_of_type(body, "identifier"):
+        if parsed.text(use) == shared.name and statement.end_byte <= use.start_byte < fence:
+            raise NotApplicable(f"{function.name} touches '{shared.name}' after its atomicAdd before a barrier")
+    if shared.type not in TYPES:
+        raise NotApplicable(f"'{shared.name}' holds {shared.type}, which no atomicAdd sums")
+    taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
+    total = next(name for name in (TOTAL, f"{TOTAL}_", f"{TOTAL}__", f"{TOTAL}_sum") if name not in taken)
+    return _Site(function, statement, target, shared.type, (call,), total, True)
 
 
 def _check_whole_warps(state: KernelState, function: cp.Function) -> None:
@@ -229,8 +278,8 @@ def _aggregated(parsed: cp.ParsedSource, function: cp.Function) -> _Aggregated:
             continue
         total, value = declared[2], declared[3]
         guard = listed[at + 1] if listed[at + 1].type == "if_statement" and value == "0" else None
-        rest = listed[at + 2:] if guard is not None else listed[at + 1:]
-        if len(rest) != 2:  # the butterfly and the warp's atomic end the kernel
+        rest = listed[at + 2:at + 4] if guard is not None else listed[at + 1:at + 3]
+        if len(rest) != 2:  # the butterfly and the warp's atomic follow
             continue
         butterfly, warp_add = rest
         target = re.fullmatch(re.escape(_WARP_ADD.format(p="@", t=total)).replace("@", "(.+)"),

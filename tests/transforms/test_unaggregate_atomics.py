@@ -1,6 +1,7 @@
 """unaggregate_atomics: a warp's atomic adds, summed by shuffles and made once per warp, become one atomic add per
 thread; forward finds its sites by analysis, in the element form and in the tail form (each thread's own sum added
-by one atomic that ends the kernel). Goldens, the sums on the CPU, and the kernels it refuses."""
+by one atomic every thread makes: the kernel's end for global memory, a block's shared sum read past a barrier).
+Goldens, the sums on the CPU, and the kernels it refuses."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
-CASES = ["mse", "count", "tail_count"]
+CASES = ["mse", "count", "tail_count", "block_sum"]
 SITE = Anchor("kernel", "function", "warp_total")
 
 
@@ -118,16 +119,18 @@ TAIL = "    float s = 0;\n    for (int k = i; k < n; k += blockDim.x * gridDim.x
     ("    if (i < n) y[i] = x[i];\n", PLAN, "makes no atomicAdd"),
     # the tail form: each thread's sum over a stride of the grid, added last
     (TAIL.format(loop="{ if (x[k] < 0) return; s += x[k]; }", add="atomicAdd(out, s);"), PLAN,
-     "can leave before its last atomicAdd"),
+     "can leave before its atomicAdd"),
     (TAIL.format(loop="s += x[k];", add="atomicAdd(out, s);"),
      plan_of('"x", "out", { scalar = "n", type = "i32" }', block=100), "no whole number of warps"),
     (TAIL.format(loop="{ s += x[k]; atomicAdd(out + 1, 1.0f); }", add="atomicAdd(out, s);"), PLAN,
-     "makes atomics besides its last atomicAdd"),
+     "makes atomics besides its atomicAdd"),
     (TAIL.format(loop="s += x[k];", add="atomicAdd(&out[threadIdx.x % 4], s);"), PLAN,
      "names more than its parameters"),
     (TAIL.format(loop="s += x[k] + out[1];", add="atomicAdd(out, s);"), PLAN, "touches 'out' beyond its atomic adds"),
     (TAIL.format(loop="s += x[k];", add="if (s > 0) atomicAdd(out, s);"), PLAN,
-     "nor does it end in an atomicAdd that every thread makes"),
+     "nor does its body make an atomicAdd that every thread makes"),
+    (TAIL.format(loop="s += x[k];", add="atomicAdd(out, s);\n    out[1] = 0.0f;"), PLAN, "goes on after"),
+    (TAIL.format(loop="s += x[k];", add="atomicAdd(out, s);\n    s = 0;"), PLAN, "goes on after its atomicAdd"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, body, plan, why):
     state = KernelState(source=HEAD + body + "}\n", plan=plan)
@@ -162,3 +165,48 @@ def test_a_block_per_row_sum_on_the_blocks_index_is_one_place_for_a_warp(transfo
         want, got = (emulate.run(binary, tmp_path / f"{name}-{rows}", state, params, inputs, outputs, 0,
                                  starting=starting)["count"] for name, (binary, state) in forms.items())
         assert torch.equal(got, want) and int(want.sum()) == int((x > 7).sum())
+
+
+BLOCK = ("__global__ void kernel(const int* x, int* y, int rows, int cols) {\n    __shared__ int row_sum[4];\n"
+         "    if (threadIdx.x == 0) row_sum[0] = 0;\n    __syncthreads();\n    int part = 0;\n"
+         "    for (int j = threadIdx.x; j < cols; j += blockDim.x) part += x[blockIdx.x * cols + j];\n"
+         "    ADD\n    __syncthreads();\n    y[blockIdx.x * cols + threadIdx.x] = row_sum[0];\n}\n")
+BLOCK_PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }', grid="rows",
+                     block=128)
+
+
+@pytest.mark.parametrize("add, why", [
+    ("atomicAdd(&row_sum[threadIdx.x % 4], part);", "names more than its shared variable"),  # a place a lane
+    ("atomicAdd(&row_sum[part & 3], part);", "names more than its shared variable"),
+    ("atomicAdd(&row_sum[0], part);\n    y[0] = row_sum[0];", "touches 'row_sum' after its atomicAdd before a barrier"),
+    ("if (part > 0) atomicAdd(&row_sum[0], part);", "nor does its body make an atomicAdd"),
+    ("atomicAdd(&row_sum[0], part);\n    atomicMax(&row_sum[1], part);", "makes atomics besides its atomicAdd"),
+    ("rows = 2;\n    atomicAdd(&row_sum[rows], part);", "assigns 'rows'"),
+])
+def test_no_site_where_a_blocks_shared_sum_is_not_one_place_read_past_a_barrier(transform, add, why):
+    state = KernelState(source=BLOCK.replace("ADD", add), plan=BLOCK_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+def test_a_blocks_shared_sum_made_by_a_warp_each_is_the_naive_sum_on_the_cpu(tmp_path):
+    """The block_sum golden: every row's elements scaled by the row's sum, which a lane of each warp adds to the
+    shared total; the integer rows are the naive kernel's, over rows shorter than a warp and several strides long.
+    A warp's atomic moved past the barrier would be caught: the sum is read before all warps have added."""
+    naive, aggregated = golden("block_sum", "after"), golden("block_sum", "before")
+    warp_add = "    if (threadIdx.x % 32 == 0) atomicAdd(&row_sum, warp_total);\n"
+    early = KernelState(source=aggregated.source.replace(warp_add + "    __syncthreads();\n",
+                                                         "    __syncthreads();\n" + warp_add), plan=aggregated.plan)
+    assert early.source != aggregated.source
+    runs = {}
+    for form, (binary, state) in emulate.builds(tmp_path, {"naive": naive, "warp": aggregated,
+                                                           "early": early}).items():
+        for rows, cols in ((3, 5), (2, 300)):
+            x = torch.randint(-9, 10, (rows * cols,), generator=torch.Generator().manual_seed(cols), dtype=torch.int32)
+            runs[form, cols] = emulate.run(binary, tmp_path / f"{form}-{cols}", state, {"rows": rows, "cols": cols},
+                                           {"x": x}, {"y": (torch.int32, rows * cols)})["y"]
+            if form == "naive":
+                assert torch.equal(runs[form, cols], x * x.view(rows, cols).sum(1).repeat_interleave(cols))
+    assert all(torch.equal(runs["warp", cols], runs["naive", cols]) for cols in (5, 300))
+    assert any(not torch.equal(runs["early", cols], runs["naive", cols]) for cols in (5, 300))
