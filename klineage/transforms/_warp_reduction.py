@@ -76,10 +76,24 @@ _OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair
 _LOOP_BOUND = rf"(?:{INTEGER_CAST}\(?[\w.]+\)?(?:\s*\*\s*[\w.]+)*|[\w.]+(?:\s*[*+]\s*[\w.]+)*)"
 _SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*({_LOOP_BOUND})\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
-_WARP_SCAN = re.compile(
-    rf"^for \(int scan_base = 0; scan_base < ({_LOOP_BOUND}); scan_base \+= {WARP}\) {{ const int (\w+) = scan_base \+ "
-    rf"{LANE}; [\w ]+ scan_value = 0; if \(\2 < \1\) scan_value = (.+?); for \(int offset = 1; .+? }} "
-    rf"if \(\2 < \1\) (.+?) = (\w+) \+ scan_value; \5 \+= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
+_SCAN_IDENTITY = {"+": "0", "*": "1"}  # what a lane past the row's end contributes to a running sum or product
+
+
+def _warp_scan_pattern(op: str, exclusive: bool) -> re.Pattern:
+    """`_warp_scan`'s loop, squashed: (bound, index, value, target, accumulator)."""
+    o = re.escape(op)
+    scanned = (rf"^for \(int scan_base = 0; scan_base < ({_LOOP_BOUND}); scan_base \+= {WARP}\) {{ const int (\w+) = "
+               rf"scan_base \+ {LANE}; [\w ]+ scan_value = {_SCAN_IDENTITY[op]}; if \(\2 < \1\) scan_value = (.+?); "
+               rf"for \(int offset = 1; offset < {WARP}; offset \*= 2\) {{ const [\w ]+ scan_up = __shfl_up_sync\("
+               rf"0xffffffffu, scan_value, offset\); if \({LANE} >= offset\) scan_value {o}= scan_up; }} ")
+    stored = (rf"const [\w ]+ scan_before = __shfl_up_sync\(0xffffffffu, scan_value, 1\); if \(\2 < \1\) (.+?) = "
+              rf"{LANE} == 0 \? (\w+) : \5 {o} scan_before; ") if exclusive else \
+        rf"if \(\2 < \1\) (.+?) = (\w+) {o} scan_value; "
+    return re.compile(scanned + stored + rf"\5 {o}= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
+
+
+_WARP_SCANS = {(op, exclusive): _warp_scan_pattern(op, exclusive)
+               for op in _SCAN_IDENTITY for exclusive in (False, True)}
 # `<<<rows, 1>>>` kernels and grid-stride loops over rows, read as one thread per row
 ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS})
 _ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
@@ -163,11 +177,23 @@ class RowLoop:
 
 @dataclass(frozen=True)
 class Scan:
-    """`acc += value; target = acc;`: the loop body of an inclusive prefix sum."""
+    """`acc += value; target = acc;`: the loop body of an inclusive prefix sum (`*=`, a prefix product); the store
+    first (`target = acc; acc += value;`), an exclusive one."""
 
     accumulator: str
     value: str
     target: str
+    op: str = "+"  # "+" or "*"
+    exclusive: bool = False
+
+    def __post_init__(self):
+        if self.op not in _SCAN_IDENTITY:
+            raise ValueError(f"a running sum or product, not `{self.op}`")
+
+    def serial(self, indent: str) -> str:
+        """The two statements of the serial loop's body, each on its own line at `indent`."""
+        update, store = f"{self.accumulator} {self.op}= {self.value};", f"{self.target} = {self.accumulator};"
+        return "\n".join(indent + line for line in ((store, update) if self.exclusive else (update, store)))
 
 
 @dataclass(frozen=True)
@@ -280,14 +306,13 @@ class WarpReduction(Transform):
             edits.append(Edit(*_line_span(parsed, line)))
         for node in _outer_loops(body):
             header = squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
-            scan = _WARP_SCAN.match(squash(parsed.text(node))) if layout == ROWS else None
+            scan = _serial_scan(squash(parsed.text(node))) if layout == ROWS else None
             if scan is not None:
-                bound, index, value, target, accumulator = scan.groups()
+                bound, index, scanned = scan
                 indent = indentation(parsed.data, node.start_byte)
                 edits.append(Edit(node.start_byte, node.end_byte,
                                   f"for (int {index} = 0; {index} < {bound}; ++{index}) {{\n"
-                                  f"{indent}    {accumulator} += {value};\n{indent}    {target} = {accumulator};\n"
-                                  f"{indent}}}"))
+                                  f"{scanned.serial(indent + '    ')}\n{indent}}}"))
                 continue
             if layout.is_butterfly(squash(parsed.text(node))) or \
                     is_pair_butterfly(parsed.text(node), layout.butterfly, layout.mask):
@@ -439,10 +464,11 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str)
     if scan is not None and kind != "int":
         raise NotApplicable(f"a running sum over a {kind} index (its chunks count in int)")
     if scan is not None:
-        stored = statements(loop_body)[1].named_children[0].child_by_field_name("left")  # `_scan`'s target
+        # `_scan`'s target: the second statement's, or the first's in an exclusive scan
+        stored = statements(loop_body)[0 if scan.exclusive else 1].named_children[0].child_by_field_name("left")
         if not one_to_one(parsed, stored, index):
             raise NotApplicable("a running sum stored where the loop index does not say one to one")
-        return RowLoop(node, index, (Accumulator(scan.accumulator, "+"),), scan)
+        return RowLoop(node, index, (Accumulator(scan.accumulator, scan.op),), scan)
     accumulators: dict[str, Accumulator] = {}
     in_updates: dict[str, int] = {}  # how often each accumulator is named by its own updates
     for statement in statements(loop_body):
@@ -500,39 +526,60 @@ def one_to_one(parsed: cp.ParsedSource, subscript: Node, index: str) -> bool:
 
 
 def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:
-    """The running sum of `acc += value; target[...] = acc;` (exactly these two statements), else None."""
+    """The running sum or product of `acc += value; target[...] = acc;` (`*=`; or the store first, an exclusive
+    scan: exactly these two statements), else None."""
     listed = statements(loop_body)
     if len(listed) != 2 or any(s.type != "expression_statement" or not s.named_children for s in listed):
         return None
-    update, store = (s.named_children[0] for s in listed)
-    if update.type != "assignment_expression" or store.type != "assignment_expression":
+    first, second = (s.named_children[0] for s in listed)
+    if first.type != "assignment_expression" or second.type != "assignment_expression":
         return None
+    exclusive = parsed.text(first.child_by_field_name("operator")) == "="
+    update, store = (second, first) if exclusive else (first, second)
     accumulator = update.child_by_field_name("left")
     target, value = store.child_by_field_name("left"), store.child_by_field_name("right")
-    if (accumulator.type != "identifier" or parsed.text(update.child_by_field_name("operator")) != "+=" or
+    operator = parsed.text(update.child_by_field_name("operator"))
+    op = operator[:-1]
+    if (accumulator.type != "identifier" or op not in _SCAN_IDENTITY or operator != f"{op}=" or
             target.type != "subscript_expression" or parsed.text(store.child_by_field_name("operator")) != "=" or
             parsed.text(value) != parsed.text(accumulator)):
         return None
     added = parsed.text(update.child_by_field_name("right"))
     if re.search(rf"\b{parsed.text(accumulator)}\b", f"{added} {parsed.text(target)}"):
         return None
-    return Scan(parsed.text(accumulator), squash(added), squash(parsed.text(target)))
+    return Scan(parsed.text(accumulator), squash(added), squash(parsed.text(target)), op, exclusive)
+
+
+def _serial_scan(text: str) -> tuple[str, str, Scan] | None:
+    """(bound, index, the scan) of a loop `_warp_scan` wrote (`text` squashed), else None."""
+    for (op, exclusive), pattern in _WARP_SCANS.items():
+        if found := pattern.match(text):
+            bound, index, value, target, accumulator = found.groups()
+            return bound, index, Scan(accumulator, value, target, op, exclusive)
+    return None
 
 
 def _warp_scan(loop: RowLoop, bound: str, kind: str, indent: str) -> str:
-    """The loop as chunks of 32 columns: each lane takes one, an inclusive shuffle scan adds up the chunk,
-    and the running total of the earlier chunks (the accumulator, equal in every lane) is added to it."""
-    scan, index = loop.scan, loop.index
+    """The loop as chunks of 32 columns: each lane takes one, an inclusive shuffle scan combines the chunk up to its
+    lane, and the running total of the earlier chunks (the accumulator, equal in every lane) is combined with it.
+    An exclusive scan stores the lane before's (the accumulator alone in lane 0)."""
+    scan, index, op = loop.scan, loop.index, loop.scan.op
+    if scan.exclusive:
+        stored = [f"    const {kind} scan_before = __shfl_up_sync(0xffffffffu, scan_value, 1);",
+                  f"    if ({index} < {bound}) {scan.target} = {LANE} == 0 ? {scan.accumulator} : "
+                  f"{scan.accumulator} {op} scan_before;"]
+    else:
+        stored = [f"    if ({index} < {bound}) {scan.target} = {scan.accumulator} {op} scan_value;"]
     lines = [f"for (int scan_base = 0; scan_base < {bound}; scan_base += {WARP}) {{",
              f"    const int {index} = scan_base + {LANE};",
-             f"    {kind} scan_value = 0;",
+             f"    {kind} scan_value = {_SCAN_IDENTITY[op]};",
              f"    if ({index} < {bound}) scan_value = {scan.value};",
              f"    for (int offset = 1; offset < {WARP}; offset *= 2) {{",
              f"        const {kind} scan_up = __shfl_up_sync(0xffffffffu, scan_value, offset);",
-             f"        if ({LANE} >= offset) scan_value += scan_up;",
+             f"        if ({LANE} >= offset) scan_value {op}= scan_up;",
              "    }",
-             f"    if ({index} < {bound}) {scan.target} = {scan.accumulator} + scan_value;",
-             f"    {scan.accumulator} += __shfl_sync(0xffffffffu, scan_value, {WARP - 1});",
+             *stored,
+             f"    {scan.accumulator} {op}= __shfl_sync(0xffffffffu, scan_value, {WARP - 1});",
              "}"]
     return "\n".join(indent + line for line in lines)[len(indent):]
 

@@ -10,7 +10,9 @@ across the warp right after its loop by a butterfly of `__shfl_xor_sync`, which 
 the same value. A loop that is a running sum stored per column (`acc += e; y[...j...] = acc;`, a scan)
 goes over the row in chunks of 32 columns instead: each lane takes one, an inclusive `__shfl_up_sync`
 scan adds up the chunk, and the total of the earlier chunks (the accumulator, equal in every lane,
-advanced by lane 31's value) is added to it. A loop that keeps the best value and its column (`if (e > best)
+advanced by lane 31's value) is added to it. A running product (`acc *= e;`) is scanned with products, and a
+store before the update (`y[...j...] = acc; acc += e;`, an exclusive scan) stores the prefix of the lanes
+before (the accumulator alone in lane 0). A loop that keeps the best value and its column (`if (e > best)
 { best = e; at = j; }`, or `<`; it may start past column 0, as an argmax seeded with column 0 does) strides the
 same way and its (value, index) pair is combined by a shuffle butterfly that gives the sequential loop's answer
 to the bit, ties and NaNs included (klineage/transforms/_arg_reduction.py says why). The launch's grid grows
@@ -19,7 +21,7 @@ warp into one coalesced row.
 
 Backward serializes the canonical form forward writes: the row index loses `/ 32`, the lane line and
 the butterflies go, the loops start where they started (0, or the later column a loop with no sum may start
-at) and step by one (a scan's chunks become `acc += e; target = acc;` again), the grid shrinks by 32.
+at) and step by one (a scan's chunks become its two statements again), the grid shrinks by 32.
 
 Legality (forward_sites), conservative, decided on the parse:
 - the kernel's block is one-dimensional with a size that is a multiple of 32 (so a warp never straddles two

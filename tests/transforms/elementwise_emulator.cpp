@@ -6,7 +6,7 @@
 // travels as the i32 of its bits). Usage: emulator <dir> <order> <seed> <shift>: every buffer argument starts
 // <shift> elements into its buffer, so an odd shift makes every pointer of 16-bit data miss 16-byte alignment.
 // __shfl_xor_sync exchanges a value of any type of at most 8 bytes (the header's takes a float), bits unchanged;
-// __shfl_down_sync too, warp-wide.
+// __shfl_down_sync, __shfl_up_sync and __shfl_sync too, warp-wide.
 // A shuffle whose mask names only some lanes (the lanes that share a column: serialize_column_reduction) waits for
 // exactly those lanes; a lane that shuffles with a lane outside its mask, or whose mask names a lane that has left
 // the kernel, is an error.
@@ -71,21 +71,34 @@ template <typename T> T shfl_xor(unsigned mask, T x, int offset)
     return y;
 }
 
-// __shfl_down_sync across the whole warp: lane l takes lane l + offset's value, or its own where that lane is past
-// the warp's last (as CUDA returns it).
-template <typename T> T shfl_down(unsigned mask, T x, int offset)
+// A warp-wide shuffle in which lane l takes lane `source`'s value, or keeps its own where `source` is outside the
+// warp (as CUDA returns it for __shfl_down_sync and __shfl_up_sync past the warp's ends).
+template <typename T> T shfl_from(const char* name, unsigned mask, T x, int source)
 {
     static_assert(sizeof(T) <= sizeof(uint64_t), "a shuffle moves at most 8 bytes");
-    if (mask != 0xffffffffu) emu::die("__shfl_down_sync with mask %#x (only warp-wide ones are emulated)", mask);
-    if (offset < 1 || offset > 31) emu::die("__shfl_down_sync lane offset %d", offset);
-    const int w = emu::cur->warp, l = emu::cur->lane;
-    std::memcpy(&exchanged[w][l], &x, sizeof(T));
+    if (mask != 0xffffffffu) emu::die("%s with mask %#x (only warp-wide ones are emulated)", name, mask);
+    const int w = emu::cur->warp;
+    std::memcpy(&exchanged[w][emu::cur->lane], &x, sizeof(T));
     emu::collective(emu::SYNCWARP);  // every lane has written
     T y = x;
-    if (l + offset < 32) std::memcpy(&y, &exchanged[w][l + offset], sizeof(T));
+    if (source >= 0 && source < 32) std::memcpy(&y, &exchanged[w][source], sizeof(T));
     emu::collective(emu::SYNCWARP);  // every lane has read before any lane writes again
     return y;
 }
+
+template <typename T> T shfl_down(unsigned mask, T x, int offset)
+{
+    if (offset < 1 || offset > 31) emu::die("__shfl_down_sync lane offset %d", offset);
+    return shfl_from("__shfl_down_sync", mask, x, emu::cur->lane + offset);
+}
+
+template <typename T> T shfl_up(unsigned mask, T x, int offset)
+{
+    if (offset < 1 || offset > 31) emu::die("__shfl_up_sync lane offset %d", offset);
+    return shfl_from("__shfl_up_sync", mask, x, emu::cur->lane - offset);
+}
+
+template <typename T> T shfl(unsigned mask, T x, int lane) { return shfl_from("__shfl_sync", mask, x, lane & 31); }
 
 // The emulated threads are fibers that switch only at a barrier or a shuffle, so a plain add is atomic; the old
 // value is returned as CUDA's atomicAdd returns it. The order of the adds follows the fibers' run order.
@@ -101,6 +114,8 @@ template <typename T, typename V> T atomic_add(T* address, V value)
 #undef __shfl_xor_sync
 #define __shfl_xor_sync(mask, x, offset) row::shfl_xor(mask, x, offset)
 #define __shfl_down_sync(mask, x, offset) row::shfl_down(mask, x, offset)
+#define __shfl_up_sync(mask, x, offset) row::shfl_up(mask, x, offset)
+#define __shfl_sync(mask, x, lane) row::shfl(mask, x, lane)
 #define atomicAdd(address, value) row::atomic_add(address, value)
 
 // A kernel's static `__shared__` array is one per block; blocks run one at a time here (tests/mma_emulator.h), so

@@ -17,7 +17,7 @@ from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["softmax", "rowsum", "cumsum", "argmax", "argmin", "loss"]
+CASES = ["softmax", "rowsum", "cumsum", "cumprod", "cumsum_exclusive", "argmax", "argmin", "loss"]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_golden(case):
     check_golden("serialize_reduction", case)
 
 
-@pytest.mark.parametrize("case", sampled(CASES, keep=('softmax', 'argmax', 'loss')))
+@pytest.mark.parametrize("case", sampled(CASES, keep=('softmax', 'argmax', 'loss', 'cumprod')))
 def test_golden_kernels_compile(case, cache):
     for which in ("before", "after"):
         compiles_without_spills(golden(case, which), cache)
@@ -553,3 +553,50 @@ def test_the_warp_loss_adds_each_rows_term_once(tmp_path):
     for rows in (1, 5, 9):
         torch.testing.assert_close(runs["warp", rows], runs["naive", rows], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(runs["unguarded", rows], 32 * runs["naive", rows], rtol=1e-5, atol=1e-5)
+
+
+SCANS = {"cumsum": torch.float32, "cumprod": torch.float32, "cumsum_exclusive": torch.int32}
+
+
+def _scan_rows(case: str, rows: int, n: int) -> torch.Tensor:
+    """Values whose sums and products are exact in any order: small integers, or +-1, +-2 and +-0.5 for products
+    (powers of two, never past float32's range in 70 columns)."""
+    g = torch.Generator().manual_seed(rows * 100 + n)
+    if case == "cumprod":
+        choices = torch.tensor([1.0, -1.0, 2.0, -2.0, 0.5, -0.5])
+        return choices[torch.randint(0, 6, (rows * n,), generator=g)]
+    return torch.randint(-9, 10, (rows * n,), generator=g).to(SCANS[case])
+
+
+def _scanned(tmp_path, case: str, forms: dict[str, KernelState]) -> dict:
+    runs = {}
+    for form, (binary, state) in emulate.builds(tmp_path, forms).items():
+        for n in (1, 31, 32, 70):
+            kind = SCANS[case]
+            runs[form, n] = emulate.run(binary, tmp_path / f"{form}-{n}", state, {"rows": 3, "n": n},
+                                        {"x": _scan_rows(case, 3, n)}, {"y": (kind, 3 * n), "total": (kind, 3)})
+    return runs
+
+
+@pytest.mark.parametrize("case", sampled(list(SCANS), keep=["cumprod", "cumsum_exclusive"]))
+def test_the_warp_scans_give_the_naive_rows_on_the_cpu(case, tmp_path):
+    """A running sum, a running product and an exclusive running sum, a warp a row: every prefix and every row's
+    total is the naive loop's (values exact in any order), for rows shorter than a warp, of one, and past two."""
+    runs = _scanned(tmp_path, case, {"naive": golden(case, "after"), "warp": golden(case, "before")})
+    for n in (1, 31, 32, 70):
+        for name in ("y", "total"):
+            assert torch.equal(runs["warp", n][name], runs["naive", n][name]), (n, name)
+
+
+@pytest.mark.parametrize("case, mutant", [
+    ("cumsum_exclusive", ("lane == 0 ? running : running + scan_before", "running + scan_value")),  # inclusive
+    ("cumsum_exclusive", ("lane == 0 ? running : running + scan_before", "running + scan_before")),  # lane 0 shifted
+    ("cumprod", ("float scan_value = 1;", "float scan_value = 0;")),  # lanes past the row end zero the carry
+])
+def test_a_scan_that_stores_the_wrong_prefix_is_caught(case, mutant, tmp_path):
+    warp = golden(case, "before")
+    assert mutant[0] in warp.source
+    broken = KernelState(source=warp.source.replace(*mutant), plan=warp.plan)
+    runs = _scanned(tmp_path, case, {"naive": golden(case, "after"), "broken": broken})
+    assert any(not torch.equal(runs["broken", n][name], runs["naive", n][name])
+               for n in (1, 31, 32, 70) for name in ("y", "total"))
