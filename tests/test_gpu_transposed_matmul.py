@@ -7,7 +7,8 @@ B[k * N + c] from global memory. Tiled, a 16 x 16 block stages a tile of each op
 16 along k, A's tile loaded along r (a row of A across the lanes) into a padded 16 x 17 tile; blocked, each thread
 keeps a 4 x 4 block of outputs in registers, a block of threads 64 x 64 outputs. Each passes every case against the
 kernel it came from under the gate's sanitizer, and its ratios against that kernel and torch.matmul(A.T, B) are
-printed with whether the timing settled (run with -s).
+printed with whether the timing settled (run with -s). The same product spelled flat (one thread per output on a
+1-D launch, `r = i / N`, `c = i % N`) is tiled too and gated against that flat kernel.
 
     python -m pytest tests/test_gpu_transposed_matmul.py -v -s -n 0
 """
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from gpu_tools import forwarded, gate_cache, passes_against
-from klineage.kernel import load_kernel
+from klineage.kernel import KernelState, load_kernel
+from klineage.launch import LaunchPlan
 from klineage.transforms import get
 
 pytestmark = pytest.mark.gpu
@@ -54,3 +56,27 @@ def test_the_register_blocked_transposed_product_passes_every_case_against_the_t
     assert blocked.plan.launches[0].grid[:2] == ("cdiv(n, 64)", "cdiv(m, 64)")
     passes_against(MATMUL_AT / "problem.py", blocked, tiled, CASES, cache,
                    "the register-blocked A^T B", "the tiled kernel", vendor=VENDOR)
+
+
+FLAT = """// C = A^T B, one thread per output on a 1-D launch: the flat index split into the output's row and column.
+__global__ void matmul_at(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M,
+                          int N, int K) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= M * N) return;
+    int r = i / N, c = i % N;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += A[k * M + r] * B[k * N + c];
+    C[i] = acc;
+}
+"""
+
+
+def test_the_tiled_product_of_a_flat_kernel_passes_every_case_against_it(cache):
+    plan = LaunchPlan.from_toml((MATMUL_AT / "naive" / "launch.toml").read_text()
+                                .replace('grid = ["cdiv(n, 16)", "cdiv(m, 16)"]', 'grid = ["cdiv(m * n, 256)"]')
+                                .replace("block = [16, 16]", "block = [256]"))
+    flat = KernelState(source=FLAT, plan=plan)
+    tiled = forwarded(flat, "untile_matmul")
+    assert "int i = r * N + c;" in tiled.source and tiled.plan.launches[0].block == (16, 16, 1)
+    passes_against(MATMUL_AT / "problem.py", tiled, flat, CASES, cache,
+                   "the tiled A^T B of the flat kernel", "the flat kernel", vendor=VENDOR)

@@ -32,6 +32,12 @@ every global element is read once per block instead of once per thread.
   tile is then loaded along r, a row of A across the lanes, and stored down a column of a 16 x 17 tile, which the
   product loop reads as before.
 
+A product spelled one thread per output on a 1-D launch is read too: the flat index (`int i = blockIdx.x *
+blockDim.x + threadIdx.x;`) under `if (i < M * N)` (or `if (i >= M * N) return;`), its row and column declared
+first as `i / N` and `i % N`, the flat index named after the loop only. It is read as the 2-D form with the same
+row and column (`i` declared again as `r * N + c` after the loop where the epilogue names it), which the forward
+tiles and the backward writes back: the flat spelling is one more way to write that naive kernel.
+
 A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`), each
 operand read at its batch's start (`A[X + r * K + k]` or `A[X + k * M + r]`, `B[Y + k * N + c]`, X and Y naming
 only the batch index and scalar parameters: `b * M * K`). The tiled form moves the operand pointers to those starts
@@ -63,6 +69,7 @@ from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
+from klineage.transforms._edit import is_written
 from klineage.transforms._matmul import (
     BATCH_INDEX,
     CONVERSIONS,
@@ -111,13 +118,13 @@ class UntileMatmul(Transform):
         state = inlined(canonical(state))  # the index as the naive forms spell it, the operands by name
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", KEY, parsed.text(function.node)[:200])
-                for function, _ in readable(parsed, lambda f: _naive_product(state, parsed, f))]
+                for function, _ in readable(parsed, lambda f: _read_product(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         state = inlined(canonical(state))  # the index as the naive forms spell it, the operands by name
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
-        p, epilogue = _naive_product(state, parsed, function)
+        state, parsed, function, (p, epilogue) = _read_product(state, parsed, function)
         plan = tiled_plan(state, function, p.rows, p.columns, (TILE, TILE), (TILE, TILE))
         return self._write(state, parsed, function, tiled_lines(p), epilogue, plan,
                            f"{function.name}: {TILE}x{TILE} shared tiles of {p.left} and {p.right}, block "
@@ -143,6 +150,77 @@ class UntileMatmul(Transform):
         return self.rewrite(state, Anchor(function.name, "function", KEY), direction,
                             written(parsed, function, lines, epilogue, 1), plan=plan, carrier={"tile": TILE},
                             note=note)
+
+
+def _read_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple:
+    """(the state, its parse, the kernel, `_naive_product`'s reading) of a naive product kernel, a flat one (a 1-D
+    launch, one thread per output) read as the 2-D form it spells (`_unflattened`)."""
+    try:
+        return state, parsed, function, _naive_product(state, parsed, function)
+    except NotApplicable as refusal:
+        try:
+            state = _unflattened(parsed, function, state)
+        except NotApplicable as flat:
+            raise NotApplicable(f"{refusal}; nor is it a flat product: {flat}") from None
+    parsed = cp.parse(state.source)
+    function = next(f for f in cp.functions(parsed) if f.name == function.name)
+    return state, parsed, function, _naive_product(state, parsed, function)
+
+
+def _unflattened(parsed: cp.ParsedSource, function: cp.Function, state: KernelState) -> KernelState:
+    """The state with the kernel's flat product (`int i = <the 1-D index>;`, `if (i < M * N) { int r = i / N; int c =
+    i % N; <accumulator, loop, epilogue> }` or `if (i >= M * N) return;` and the same after it) written as the 2-D
+    form: the row and column from grid y and x, `if (r < M && c < N) { ... }`, and `int i = r * N + c;` before the
+    epilogue where it names i. NotApplicable where the kernel is not so."""
+    listed = statements(function.node.child_by_field_name("body")) if function.is_kernel else []
+    axis, flat = grid_index(parsed, listed[0]) if listed else ("", "")
+    if axis != "x" or len(listed) < 2 or listed[1].type != "if_statement" or \
+            listed[1].child_by_field_name("alternative") is not None:
+        raise NotApplicable("no 1-D index and guard after it")
+    guard = listed[1]
+    condition = squash(parsed.text(guard.child_by_field_name("condition")))[1:-1]
+    consequence = guard.child_by_field_name("consequence")
+    inside = re.fullmatch(rf"{flat} < {_ID} \* {_ID}", condition)
+    leaves = re.fullmatch(rf"{flat} >= {_ID} \* {_ID}", condition)
+    if inside and len(listed) == 2 and consequence.type == "compound_statement":
+        work = statements(consequence)
+    elif leaves and squash(parsed.text(consequence)) in ("return;", "{ return; }"):
+        work = listed[2:]
+    else:
+        raise NotApplicable(f"the guard is not `{flat} < M * N` around the work (or `{flat} >= M * N` returning)")
+    factors = (inside or leaves).groups()
+    row, column, columns, body = _flat_split(parsed, work, flat)
+    if columns not in factors or len(body) < 3:
+        raise NotApplicable(f"the guard's count is not M * {columns}, or no accumulator, loop and epilogue follow")
+    rows = factors[1] if factors[0] == columns else factors[0]
+    before, epilogue = body[:2], body[2:]
+    if any(re.search(rf"\b{flat}\b", parsed.text(node)) for node in before) or \
+            any(is_written(use) for use in cp.nodes_of_type(function.node, "identifier")
+                if parsed.text(use) in (flat, row, column)):
+        raise NotApplicable(f"'{flat}' is named before the epilogue, or the indexes are assigned")
+    named = any(re.search(rf"\b{flat}\b", parsed.text(node)) for node in epilogue)
+    lines = [f"int {column} = blockIdx.x * blockDim.x + threadIdx.x;",
+             f"int {row} = blockIdx.y * blockDim.y + threadIdx.y;",
+             f"if ({row} < {rows} && {column} < {columns}) {{",
+             *(f"    {squash(parsed.text(node))}" for node in before),
+             *([f"    int {flat} = {row} * {columns} + {column};"] if named else [])]
+    return KernelState(source=written(parsed, function, lines, epilogue, 1), plan=state.plan)
+
+
+def _flat_split(parsed: cp.ParsedSource, work: list[Node], flat: str) -> tuple[str, str, str, list[Node]]:
+    """(row, column, N, the statements after them) of a flat product's work opening with `int r = i / N;` and
+    `int c = i % N;` (either order, or one declaration of both)."""
+    one = bool(work) and work[0].type == "declaration" and len(work[0].children_by_field_name("declarator")) == 2
+    taken = work[:1] if one else work[:2]
+    declared = squash(" ".join(parsed.text(node) for node in taken)).replace(", ", "; int ", 1) if one else \
+        squash(" ".join(parsed.text(node) for node in taken))
+    for first, second in (("/", "%"), ("%", "/")):
+        found = re.fullmatch(rf"int {_ID} = {flat} {first} {_ID}; int {_ID} = {flat} {second} \2;", declared)
+        if found:
+            named, columns, other = found.groups()
+            row, column = (named, other) if first == "/" else (other, named)
+            return row, column, columns, work[len(taken):]
+    raise NotApplicable(f"the row and column are not declared first as `{flat} / N` and `{flat} % N`")
 
 
 def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[Product, list[Node]]:

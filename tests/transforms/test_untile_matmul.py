@@ -228,3 +228,84 @@ def test_the_naive_product_may_declare_its_row_first_and_return_past_the_edge(tr
         state = KernelState(source=source, plan=golden("after").plan)
         assert transform.forward_sites(state) == [SITE], source
         assert transform.forward(state, SITE).state == golden("before"), source
+
+
+HEAD = ("__global__ void kernel(const float* __restrict__ A, const float* __restrict__ B, "
+        "const float* __restrict__ bias,\n                       float* __restrict__ C, int M, int N, int K, "
+        "float alpha) {\n")
+FLAT = HEAD + """    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < M * N) {
+        int r = i / N;
+        int c = i % N;
+        float acc = 0.0f;
+        for (int k = 0; k < K; ++k) acc += A[r * K + k] * B[k * N + c];
+        float v = alpha * acc + bias[c];
+        C[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+"""
+FLAT_PLAN = LaunchPlan.from_toml((HERE / "untile_matmul" / "bias_relu" / "after.toml").read_text()
+                                 .replace('grid = ["cdiv(n, 16)", "cdiv(m, 16)"]', 'grid = ["cdiv(m * n, 256)"]')
+                                 .replace("block = [16, 16]", "block = [256]"))
+
+
+TWO_D = HEAD + """    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < M && c < N) {
+        float acc = 0.0f;
+        for (int k = 0; k < K; ++k) acc += A[r * K + k] * B[k * N + c];
+        int i = r * N + c;
+        float v = alpha * acc + bias[c];
+        C[i] = v > 0.0f ? v : 0.0f;
+    }
+}
+"""
+
+def _flat_spellings() -> list[str]:
+    returning = FLAT.replace("    if (i < M * N) {\n", "    if (i >= M * N) return;\n").replace(
+        "        C[i] = v > 0.0f ? v : 0.0f;\n    }\n", "        C[i] = v > 0.0f ? v : 0.0f;\n")
+    split = "        int r = i / N;\n        int c = i % N;\n"
+    return [FLAT, FLAT.replace("i < M * N", "i < N * M"),
+            FLAT.replace(split, "        int c = i % N;\n        int r = i / N;\n"),
+            FLAT.replace(split, "        int r = i / N, c = i % N;\n"),
+            FLAT.replace("blockIdx.x * blockDim.x + threadIdx.x", "threadIdx.x + blockIdx.x * blockDim.x"),
+            returning]
+
+
+@pytest.mark.parametrize("spelling", range(6))
+def test_a_flat_product_is_tiled_as_the_2d_form_it_spells(transform, spelling):
+    """One thread per output on a 1-D launch, `r = i / N` and `c = i % N` (in either order, or one declaration), under
+    `i < M * N` or returning past it: the tiled kernel the 2-D spelling gives, the flat index declared again from the
+    row and column before the epilogue, on the 2-D tiled launch; backward writes that 2-D spelling."""
+    state = KernelState(source=_flat_spellings()[spelling], plan=FLAT_PLAN)
+    assert transform.forward_sites(state) == [SITE]
+    tiled = transform.forward(state, SITE).state
+    two_d = TWO_D
+    assert tiled == transform.forward(KernelState(source=two_d, plan=golden("after").plan), SITE).state
+    assert tiled.plan.launches[0].grid[:2] == ("cdiv(n, 16)", "cdiv(m, 16)")
+    assert transform.backward(tiled, SITE).state.source == two_d
+
+
+def test_the_flat_products_tiles_give_its_bits_on_the_cpu(transform, tmp_path):
+    tiled = transform.forward(KernelState(source=FLAT, plan=FLAT_PLAN), SITE).state
+    emulate.same_product_bits(KernelState(source=FLAT, plan=FLAT_PLAN), tiled, tmp_path,
+                              lambda m, n, k, g: {"A": torch.randn(m * k, generator=g),
+                                                  "B": torch.randn(k * n, generator=g),
+                                                  "bias": torch.randn(n, generator=g)}, "C", alpha=0.75)
+
+
+@pytest.mark.parametrize("edit, why", [
+    (("int c = i % N;", "int c = i % K;"), "not declared first as"),  # the column of another width
+    (("if (i < M * N) {", "if (i < M * K) {"), "the guard's count is not M \\* N"),
+    (("if (i < M * N) {", "if (i < M + N) {"), "the guard is not"),
+    (("float acc = 0.0f;", "float acc = bias[i];"), "'i' is named before the epilogue"),
+    (("float v = alpha * acc + bias[c];", "float v = alpha * acc + bias[c];\n        r += 1;"), "assigned"),
+    (("int i = blockIdx.x * blockDim.x + threadIdx.x;", "int i = blockIdx.y * blockDim.y + threadIdx.y;"),
+     "no 1-D index"),
+])
+def test_no_site_where_a_flat_product_is_not_one_output_a_thread(transform, edit, why):
+    assert edit[0] in FLAT
+    state = KernelState(source=FLAT.replace(*edit), plan=FLAT_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
