@@ -48,7 +48,10 @@ Backward writes the naive product back from the canonical tiled form, under the 
 Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations (either order)
 and the guarded block above (either order of the two bounds; or `if (r >= M || c >= N) return;` and the block's
 statements after it), the accumulator a float starting at zero, the loop body the one
-update (`A[...] * B[...]` in either order); A and B distinct pointer parameters to float, or to a 16-bit type
+update (`A[...] * B[...]` in either order; or the sum of another float function of one element of each, read at a
+product's places, of literals and pure math only, such as `(A[...] - B[...]) * (A[...] - B[...])` for distances,
+maybe through one float local first: `float d = A[...] - B[...]; acc += d * d;` reads as that sum with the local's
+value in its place, the spelling backward writes); A and B distinct pointer parameters to float, or to a 16-bit type
 read through its own conversion, M, N and K scalar
 parameters passed by the launch as scalars; the epilogue names the accumulator and none of A, B, the loop index,
 a thread or block coordinate, a barrier, a loop or a jump; the plan launches the kernel with a two-dimensional
@@ -68,6 +71,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import register
+from klineage.transforms._calls import MATH_CALLS
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import is_written
 from klineage.transforms._matmul import (
@@ -258,8 +262,10 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         raise NotApplicable(f"{function.name} is not a naive matrix product: no zeroed float and loop over k")
     accumulator, zero = first.groups()
     index, depth, update = loop.groups()
-    terms = next((m for m in (p.fullmatch(update) for p in _PRODUCTS) if m), None)
-    if terms is None or terms["acc"] != accumulator:
+    terms = next((m.groupdict() for m in (p.fullmatch(update) for p in _PRODUCTS) if m), None)
+    if terms is None:
+        terms, update = _summed_terms(update, accumulator, index)
+    if terms["acc"] != accumulator:
         raise NotApplicable(f"{function.name}'s loop does not sum a product into {accumulator}")
     params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
     batch_name = batch.split()[1] if batch else ""
@@ -303,6 +309,33 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
             raise NotApplicable(f"{function.name}'s block is three-dimensional")
     return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update, transposed,
                    batch, left_offset, right_offset, types[left], types[right], left_transposed), work[2:]
+
+
+def _summed_terms(update: str, accumulator: str, index: str) -> tuple[dict[str, str], str]:
+    """The operands of a loop that sums another float function of one element of A and one of B than their
+    product (`acc += (A[..] - B[..]) * (A[..] - B[..])`, `acc += fabsf(A[..] - B[..])`: a distance), read in the
+    same places as a product's, and the update as one statement: a body of one float local and the sum
+    (`float d = A[..] - B[..]; acc += d * d;`) is the sum with the local's value in its place. The expression names
+    only the two elements, literals and pure math; NotApplicable otherwise."""
+    local = re.fullmatch(rf"float {_ID} = ([^;]+); (.+)", update)
+    if local:
+        name, value, update = local.groups()
+        if len(re.findall(rf"\b{name}\b", update)) < 1:
+            raise NotApplicable(f"the loop's local '{name}' is not read by its sum")
+        update = re.sub(rf"\b{name}\b", lambda _: f"({value})", update)
+    summed = re.fullmatch(rf"{re.escape(accumulator)} \+= (.+)", update)
+    if summed is None or ";" in update:
+        raise NotApplicable(f"the loop's body is not one sum into {accumulator}, maybe after one float local")
+    reads = re.findall(r"([A-Za-z_]\w*)\[([^][]+)\]", summed[1])
+    places = dict(reads)
+    if len(places) != 2 or any(places[name] != at for name, at in reads):
+        raise NotApplicable("the loop's sum does not read one element of each of two arrays")
+    rest = re.sub(r"[A-Za-z_]\w*\[[^][]+\]", "", summed[1])
+    others = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"\b\d+(?:\.\d*)?(?:e[+-]?\d+)?[fF]?\b", "", rest)))
+    if others - MATH_CALLS or index in others:
+        raise NotApplicable(f"the loop's sum names {', '.join(sorted(others - MATH_CALLS))} besides its two elements")
+    (x, at_x), (y, at_y) = places.items()
+    return {"acc": accumulator, "x": x, "at_x": at_x, "y": y, "at_y": at_y, "cvt_x": None, "cvt_y": None}, update
 
 
 def _at(subscript: str) -> tuple[str, str]:

@@ -28,8 +28,9 @@ def transform():
 # bias_relu: B stored K x N; linear: B stored N x K (a linear layer's weight), loaded across a padded tile;
 # batched: a batch of small products, one layer of blocks per matrix (blockIdx.z), each operand at its batch's start;
 # half: __half operands read through __half2float, tiled in their own type; transposed_a: A stored K x M (C = A^T B),
-# loaded across a padded tile; transposed_both: a batch of A^T B^T, the update fused
-CASES = ("bias_relu", "linear", "batched", "half", "transposed_a", "transposed_both")
+# loaded across a padded tile; transposed_both: a batch of A^T B^T, the update fused; distance: a sum of squared
+# differences of A's and B's rows (no product), B stored N x K
+CASES = ("bias_relu", "linear", "batched", "half", "transposed_a", "transposed_both", "distance")
 
 
 def golden(which: str, case: str = "bias_relu") -> KernelState:
@@ -168,7 +169,7 @@ def test_the_emulation_sees_a_batch_started_at_the_wrong_matrix(tmp_path):
 
 
 @pytest.mark.parametrize("edit, why", [
-    (("acc += A[r * K + k] * B[k * N + c];", "acc += A[r * K + k] * B[k * N + c] + 1.0f;"), "product"),
+    (("acc += A[r * K + k] * B[k * N + c];", "acc += A[r * K + k] * B[k * N + c] + k;"), "names k besides"),
     (("acc += A[r * K + k] * B[k * N + c];", "acc += A[k * K + r] * B[k * N + c];"), "A\\[r \\* K \\+ k\\]"),
     (("float acc = 0.0f;", "float acc = 1.0f;"), "not a naive matrix product"),
     (("float v = alpha * acc + bias[c];", "float v = alpha * acc + A[c];"), "epilogue"),
@@ -306,6 +307,45 @@ def test_the_flat_products_tiles_give_its_bits_on_the_cpu(transform, tmp_path):
 def test_no_site_where_a_flat_product_is_not_one_output_a_thread(transform, edit, why):
     assert edit[0] in FLAT
     state = KernelState(source=FLAT.replace(*edit), plan=FLAT_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+def _pairs(m: int, n: int, k: int, g: torch.Generator) -> dict:
+    return {"A": torch.randn(m * k, generator=g), "B": torch.randn(n * k, generator=g)}
+
+
+def test_a_sum_of_another_function_of_the_two_elements_is_tiled_to_the_naive_bits(transform, tmp_path):
+    """Euclidean distances between rows: the sum of squared differences is tiled as a product is, the update kept
+    with tile reads in every place it read A or B; written with a local (`float d = A - B; acc += d * d;`) it is the
+    same sum with the local's value in its place. The tiles give the naive kernel's bits on the CPU emulator."""
+    naive, tiled = golden("after", "distance"), golden("before", "distance")
+    local = KernelState(source=naive.source.replace(
+        "for (int k = 0; k < K; ++k) acc += (A[r * K + k] - B[c * K + k]) * (A[r * K + k] - B[c * K + k]);",
+        "for (int k = 0; k < K; ++k) {\n            float d = A[r * K + k] - B[c * K + k];\n"
+        "            acc += d * d;\n        }"), plan=naive.plan)
+    assert local.source != naive.source
+    assert transform.forward(local, SITE).state == tiled
+    emulate.same_product_bits(naive, tiled, tmp_path, _pairs, "C")
+    emulate.same_product_bits(local, tiled, tmp_path / "local", _pairs, "C")
+    assert get("unblock_matmul").forward_sites(tiled) == []  # its micro-tiles multiply-add: a product only
+
+
+@pytest.mark.parametrize("update, why", [
+    ("acc += (A[r * K + k] - B[c * K + k]) * k;", "names k besides"),  # the tile's k is not the product's
+    ("acc += (A[r * K + k] - B[c * K + k]) * C[0];", "one element of each of two arrays"),
+    ("acc += A[r * K + k] - A[r * K + k + 1] + B[c * K + k];", "one element of each of two arrays"),
+    ("acc += fabsf(A[r * K + k] - B[c * K + k]) * M;", "names M besides"),
+    ("acc += my_abs(A[r * K + k] - B[c * K + k]);", "names my_abs besides"),
+    ("{ float d = A[r * K + k] - B[c * K + k]; acc += 1.0f; }", "not read by its sum"),
+    ("{ float d = A[r * K + k] - B[c * K + k]; acc += d; acc += d; }", "not one sum"),
+    ("acc -= A[r * K + k] - B[c * K + k];", "not one sum"),
+])
+def test_no_site_where_a_sum_is_not_of_one_element_of_each_operand(transform, update, why):
+    naive = golden("after", "distance")
+    line = "acc += (A[r * K + k] - B[c * K + k]) * (A[r * K + k] - B[c * K + k]);"
+    state = KernelState(source=naive.source.replace(line, update), plan=naive.plan)
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
