@@ -97,6 +97,8 @@ _WARP_SCANS = {(op, exclusive): _warp_scan_pattern(op, exclusive)
 # `<<<rows, 1>>>` kernels and grid-stride loops over rows, read as one thread per row
 ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS})
 _ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
+_ONE = re.compile(r"^(?:1(?:\.0*)?[fF]?|1\.[fF]?|1[uUlL]*)$")
+_OPERATORS = frozenset({"+", "*"})  # the folds a butterfly combines with an operator: a sum and a product
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ class Layout:
 
     def is_butterfly(self, text: str) -> bool:
         """Whether `text` (squashed) is a butterfly `_butterfly` writes for this layout."""
-        return re.match(rf"^{re.escape(self.butterfly)} (\w+) (?:\+= __shfl_xor_sync|= \w+\(\1, __shfl_xor_sync)\("
+        return re.match(rf"^{re.escape(self.butterfly)} (\w+) (?:[+*]= __shfl_xor_sync|= \w+\(\1, __shfl_xor_sync)\("
                         rf"{re.escape(self.mask)}, ", text) is not None
 
 
@@ -161,7 +163,7 @@ ROWS = Layout(1)
 @dataclass(frozen=True)
 class Accumulator:
     name: str
-    combine: str  # "+" or the call that combines two values (fmaxf, ...)
+    combine: str  # "+", "*" or the call that combines two values (fmaxf, ...)
 
 
 @dataclass(frozen=True)
@@ -416,7 +418,7 @@ def _blanked(parsed: cp.ParsedSource, node: Node, spans: tuple[Node, ...]) -> st
 
 def _butterfly(acc: Accumulator, layout: Layout) -> str:
     shuffled = f"__shfl_xor_sync({layout.mask}, {acc.name}, offset)"
-    combined = (f"{acc.name} += {shuffled}" if acc.combine == "+" else
+    combined = (f"{acc.name} {acc.combine}= {shuffled}" if acc.combine in _OPERATORS else
                 f"{acc.name} = {acc.combine}({acc.name}, {shuffled})")
     return f"{layout.butterfly} {combined};"
 
@@ -599,8 +601,9 @@ def _outer_loops(body: Node) -> list[Node]:
 
 def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) -> Accumulator | None:
     """The accumulator an update combines into, as any of `acc += e`, `acc = acc + e`, `acc = e + acc`,
-    `acc = fmaf(a, b, acc)` (a sum), `acc = f(acc, e)` or `acc = f(e, acc)` for f of _COMBINE_CALLS, `acc = e > acc
-    ? e : acc` (the larger: max; `<`, min); e never naming acc. Else None."""
+    `acc = fmaf(a, b, acc)` (a sum), `acc *= e`, `acc = acc * e`, `acc = e * acc` (a product), `acc = f(acc, e)` or
+    `acc = f(e, acc)` for f of _COMBINE_CALLS, `acc = e > acc ? e : acc` (the larger: max; `<`, min); e never naming
+    acc. Else None."""
     if left.type != "identifier":
         return None
     name = parsed.text(left)
@@ -612,14 +615,14 @@ def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) 
         return not re.search(rf"\b{name}\b", parsed.text(node))
 
     right = unparen(right)
-    if operator == "+=":
-        return Accumulator(name, "+")  # an e that names acc: the loop's count of uses refuses it
+    if operator in ("+=", "*="):
+        return Accumulator(name, operator[0])  # an e that names acc: the loop's count of uses refuses it
     if operator != "=":
         return None
-    if right.type == "binary_expression" and parsed.text(right.child_by_field_name("operator")) == "+":
+    if right.type == "binary_expression" and parsed.text(right.child_by_field_name("operator")) in _OPERATORS:
         terms = [right.child_by_field_name(side) for side in ("left", "right")]
         if any(bare(t) for t in terms) and sum(free(t) for t in terms) == 1:
-            return Accumulator(name, "+")
+            return Accumulator(name, parsed.text(right.child_by_field_name("operator")))
     if right.type == "conditional_expression" and bare(right.child_by_field_name("alternative")):
         return _extreme(parsed, unparen(right.child_by_field_name("condition")), name,
                         unparen(right.child_by_field_name("consequence")))  # `m = e > m ? e : m`
@@ -686,6 +689,8 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
                 raise NotApplicable(f"accumulator '{acc.name}' is no initialized local of a shuffle type")
             if acc.combine == "+" and not _ZERO.match(declared[acc.name][1].strip()):
                 raise NotApplicable(f"sum '{acc.name}' does not start at zero")
+            if acc.combine == "*" and loop.scan is None and not _ONE.match(declared[acc.name][1].strip()):
+                raise NotApplicable(f"product '{acc.name}' does not start at one")
             assigned = [a for a in cp.nodes_of_type(body, "assignment_expression", "update_expression")
                         if re.fullmatch(rf"\(*{acc.name}\)*", parsed.text(a.child_by_field_name("left")
                                                                           or a.child_by_field_name("argument")))]

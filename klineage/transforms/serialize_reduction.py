@@ -4,7 +4,8 @@ The mechanism (forward): a kernel with one thread per row (`int row = blockIdx.x
 threadIdx.x;`) that walks its row in sequential loops (`for (int j = 0; j < n; ++j)`) gets one warp per
 row instead: the row index becomes the global thread index / 32, each lane takes the columns
 j = lane, lane + 32, ... (the tail where n is no multiple of 32 is the loop's own bound), and every
-scalar a loop reduces into (a sum: `acc += e`, `acc = acc + e`, `acc = e + acc`, `acc = fmaf(a, b, acc)`;
+scalar a loop reduces into (a sum: `acc += e`, `acc = acc + e`, `acc = e + acc`, `acc = fmaf(a, b, acc)`; a
+product from one: `acc *= e`, `acc = acc * e`;
 `acc = fmaxf(acc, e)` or `fmaxf(e, acc)`, `fminf`, `max`, `min`; `if (e > acc) acc = e;`, by `max`) is combined
 across the warp right after its loop by a butterfly of `__shfl_xor_sync`, which leaves every lane with
 the same value. A loop that is a running sum stored per column (`acc += e; y[...j...] = acc;`, a scan)
@@ -36,8 +37,8 @@ Legality (forward_sites), conservative, decided on the parse:
   stores `a[...j...] = e` to an array, or updates one of its accumulators (a reduction, a kept extreme, or an
   arg reduction: the one `if` after its declarations, a strict compare, the value and the loop index taken
   together);
-- a sum accumulator starts at zero (the 32 partial sums each start from it), and only a loop with no sum may
-  start past column 0;
+- a sum accumulator starts at zero and a product at one (the 32 partials each start from it), and only a loop
+  with no sum or product may start past column 0;
 - an accumulator is updated in one loop only, and outside it only after it (`mean /= n`: every lane then
   holds the combined value);
 - an array the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry

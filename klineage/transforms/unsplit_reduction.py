@@ -313,7 +313,7 @@ def _merge_loop(loop: RowLoop, split: Split, types: dict[str, str], indent: str)
                  f"    {arg.index} = split_index;",
                  "}"]
     else:
-        lines = [f"{acc.name} += split_{acc.name}[{at}];" if acc.combine == "+" else
+        lines = [f"{acc.name} {acc.combine}= split_{acc.name}[{at}];" if acc.combine in ("+", "*") else
                  f"{acc.name} = {acc.combine}({acc.name}, split_{acc.name}[{at}]);" for acc in loop.accumulators]
     inner = "".join(f"\n{indent}    {line}" for line in lines)
     header = f"for ({loop.kind} split = 0; split < ({split.bound} + {STEPS} - 1) / {STEPS}; ++split)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from klineage import devices, expr
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get, refusals
@@ -17,7 +18,7 @@ from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["softmax", "rowsum", "cumsum", "cumprod", "cumsum_exclusive", "argmax", "argmin", "loss"]
+CASES = ["softmax", "rowsum", "rowprod", "cumsum", "cumprod", "cumsum_exclusive", "argmax", "argmin", "loss"]
 
 
 @pytest.fixture(scope="module")
@@ -600,3 +601,43 @@ def test_a_scan_that_stores_the_wrong_prefix_is_caught(case, mutant, tmp_path):
     runs = _scanned(tmp_path, case, {"naive": golden(case, "after"), "broken": broken})
     assert any(not torch.equal(runs["broken", n][name], runs["naive", n][name])
                for n in (1, 31, 32, 70) for name in ("y", "total"))
+
+
+
+def _powers_of_two(rows: int, n: int) -> torch.Tensor:
+    """+-1, +-2 and +-0.5: products exact in any order, far from float32's limits in 70 columns."""
+    choices = torch.tensor([1.0, -1.0, 2.0, -2.0, 0.5, -0.5])
+    return choices[torch.randint(0, 6, (rows * n,), generator=torch.Generator().manual_seed(rows * 100 + n))]
+
+
+def test_a_row_product_is_combined_by_products_and_split_into_chunks_merged_by_products(tmp_path):
+    """`product *= x` (or `product = product * x`, kept as written) starting at one: the warp's partial products
+    multiplied by a butterfly, and unsplit_reduction's chunks multiplied in the merge; both give the naive rows on
+    the CPU."""
+    naive, warp = golden("rowprod", "after"), golden("rowprod", "before")
+    update = "product *= x[row * n + j];"
+    spelled = KernelState(source=naive.source.replace(update, "product = product * x[row * n + j];"), plan=naive.plan)
+    spelled_warp = get("serialize_reduction").forward(spelled, Anchor("kernel", "function", "row")).state
+    assert spelled_warp.source == warp.source.replace(update, "product = product * x[row * n + j];")
+    unsplit = get("unsplit_reduction")
+    split = unsplit.forward(naive, Anchor("kernel", "function", "row")).state
+    assert "product *= split_product[(size_t)split * rows + row];" in split.source
+    for n in (1, 33, 300):
+        x = _powers_of_two(5, n)
+        chunks = expr.evaluate_int(split.plan.launches[0].grid[1], {**devices.DEFAULT.facts(), "rows": 5, "n": n})
+        outputs = {"naive": {"y": (torch.float32, 5)}, "warp": {"y": (torch.float32, 5)},
+                   "split": {"y": (torch.float32, 5), "split_product": (torch.float32, chunks * 5)}}
+        runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}", state, {"rows": 5, "n": n}, {"x": x},
+                                  outputs[form])["y"]
+                for form, (binary, state) in emulate.builds(tmp_path, {"naive": naive, "warp": warp,
+                                                                       "split": split}).items()}
+        assert torch.equal(runs["warp"], runs["naive"]) and torch.equal(runs["split"], runs["naive"]), n
+        assert torch.equal(runs["naive"], x.view(5, n).prod(1))
+
+
+def test_no_site_where_a_product_does_not_start_at_one(transform):
+    naive = golden("rowprod", "after")
+    state = KernelState(source=naive.source.replace("float product = 1.0f;", "float product = 2.0f;"), plan=naive.plan)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match="product 'product' does not start at one"):
+        transform.forward(state, Anchor("kernel", "function", "row"))
