@@ -8,7 +8,7 @@ The leading underscore keeps the catalog from loading this module as a transform
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tree_sitter import Node
 
@@ -74,26 +74,31 @@ _OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair
 # (`(size_t)rows`, kept as written: the cast is the author's and changes no length a correct kernel is given),
 # maybe times more names (`(long long)n * hw`: the pairs of a nest read as one loop, `_nests.py`)
 _LOOP_BOUND = rf"(?:{INTEGER_CAST}\(?[\w.]+\)?(?:\s*\*\s*[\w.]+)*|[\w.]+(?:\s*[*+]\s*[\w.]+)*)"
+# a descending loop over the whole row (`for (int j = n - 1; j >= 0; --j)`): a running sum from the row's end
+_REVERSE_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*({_LOOP_BOUND})\s*-\s*1\s*;\s*\1\s*>=\s*0\s*;"
+                           r"\s*(?:--\1|\1--|\1\s*-=\s*1)\s*\)")
 _SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*({_LOOP_BOUND})\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
 _SCAN_IDENTITY = {"+": "0", "*": "1"}  # what a lane past the row's end contributes to a running sum or product
 
 
-def _warp_scan_pattern(op: str, exclusive: bool) -> re.Pattern:
+def _warp_scan_pattern(op: str, exclusive: bool, reverse: bool) -> re.Pattern:
     """`_warp_scan`'s loop, squashed: (bound, index, value, target, accumulator)."""
     o = re.escape(op)
+    column, inside = (rf"\1 - 1 - \(scan_base \+ {LANE}\)", r"\2 >= 0") if reverse else \
+        (rf"scan_base \+ {LANE}", r"\2 < \1")
     scanned = (rf"^for \(int scan_base = 0; scan_base < ({_LOOP_BOUND}); scan_base \+= {WARP}\) {{ const int (\w+) = "
-               rf"scan_base \+ {LANE}; [\w ]+ scan_value = {_SCAN_IDENTITY[op]}; if \(\2 < \1\) scan_value = (.+?); "
+               rf"{column}; [\w ]+ scan_value = {_SCAN_IDENTITY[op]}; if \({inside}\) scan_value = (.+?); "
                rf"for \(int offset = 1; offset < {WARP}; offset \*= 2\) {{ const [\w ]+ scan_up = __shfl_up_sync\("
                rf"0xffffffffu, scan_value, offset\); if \({LANE} >= offset\) scan_value {o}= scan_up; }} ")
-    stored = (rf"const [\w ]+ scan_before = __shfl_up_sync\(0xffffffffu, scan_value, 1\); if \(\2 < \1\) (.+?) = "
+    stored = (rf"const [\w ]+ scan_before = __shfl_up_sync\(0xffffffffu, scan_value, 1\); if \({inside}\) (.+?) = "
               rf"{LANE} == 0 \? (\w+) : \5 {o} scan_before; ") if exclusive else \
-        rf"if \(\2 < \1\) (.+?) = (\w+) {o} scan_value; "
+        rf"if \({inside}\) (.+?) = (\w+) {o} scan_value; "
     return re.compile(scanned + stored + rf"\5 {o}= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
 
 
-_WARP_SCANS = {(op, exclusive): _warp_scan_pattern(op, exclusive)
-               for op in _SCAN_IDENTITY for exclusive in (False, True)}
+_WARP_SCANS = {(op, exclusive, reverse): _warp_scan_pattern(op, exclusive, reverse)
+               for op in _SCAN_IDENTITY for exclusive in (False, True) for reverse in (False, True)}
 # `<<<rows, 1>>>` kernels and grid-stride loops over rows, read as one thread per row
 ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS})
 _ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
@@ -180,22 +185,27 @@ class RowLoop:
 @dataclass(frozen=True)
 class Scan:
     """`acc += value; target = acc;`: the loop body of an inclusive prefix sum (`*=`, a prefix product); the store
-    first (`target = acc; acc += value;`), an exclusive one."""
+    first (`target = acc; acc += value;`), an exclusive one. `count` is the row's length where the loop walks it from
+    its end (`for (int j = count - 1; j >= 0; --j)`), else ""."""
 
     accumulator: str
     value: str
     target: str
     op: str = "+"  # "+" or "*"
     exclusive: bool = False
+    count: str = ""
 
     def __post_init__(self):
         if self.op not in _SCAN_IDENTITY:
             raise ValueError(f"a running sum or product, not `{self.op}`")
 
-    def serial(self, indent: str) -> str:
-        """The two statements of the serial loop's body, each on its own line at `indent`."""
+    def serial(self, index: str, bound: str, indent: str) -> str:
+        """The serial loop (over `bound` columns, its body's two statements on lines of their own) at `indent`."""
         update, store = f"{self.accumulator} {self.op}= {self.value};", f"{self.target} = {self.accumulator};"
-        return "\n".join(indent + line for line in ((store, update) if self.exclusive else (update, store)))
+        header = f"for (int {index} = {bound} - 1; {index} >= 0; --{index})" if self.count else \
+            f"for (int {index} = 0; {index} < {bound}; ++{index})"
+        body = "".join(f"\n{indent}    {line}" for line in ((store, update) if self.exclusive else (update, store)))
+        return f"{header} {{{body}\n{indent}}}"
 
 
 @dataclass(frozen=True)
@@ -247,7 +257,7 @@ class WarpReduction(Transform):
         for loop in site.loops:
             node = loop.node
             if loop.scan is not None:
-                bound = parsed.text(node.child_by_field_name("condition")).split("<", 1)[1].strip()
+                bound = loop.scan.count or parsed.text(node.child_by_field_name("condition")).split("<", 1)[1].strip()
                 text = _warp_scan(loop, bound, site.types[loop.scan.accumulator], indentation(data, node.start_byte))
                 edits.append(Edit(node.start_byte, node.end_byte, text))
                 continue
@@ -311,10 +321,8 @@ class WarpReduction(Transform):
             scan = _serial_scan(squash(parsed.text(node))) if layout == ROWS else None
             if scan is not None:
                 bound, index, scanned = scan
-                indent = indentation(parsed.data, node.start_byte)
                 edits.append(Edit(node.start_byte, node.end_byte,
-                                  f"for (int {index} = 0; {index} < {bound}; ++{index}) {{\n"
-                                  f"{scanned.serial(indent + '    ')}\n{indent}}}"))
+                                  scanned.serial(index, bound, indentation(parsed.data, node.start_byte))))
                 continue
             if layout.is_butterfly(squash(parsed.text(node))) or \
                     is_pair_butterfly(parsed.text(node), layout.butterfly, layout.mask):
@@ -439,6 +447,11 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
     loop_body = node.child_by_field_name("body")
     header = squash(parsed.data[node.start_byte:loop_body.start_byte].decode())
     match = _SERIAL_LOOP.match(header)
+    if match is None and (reverse := _REVERSE_LOOP.match(header)):
+        loop = fold(parsed, node, reverse[1], "0", "int")
+        if loop.scan is None:
+            raise NotApplicable(f"a loop down from the row's end that is no running sum or product: `{header}`")
+        return replace(loop, scan=replace(loop.scan, count=reverse[2]))
     if match is None:
         raise NotApplicable(f"not a unit-step loop from a constant: `{header}`")
     return fold(parsed, node, match[2], match[3], match[1])
@@ -554,10 +567,10 @@ def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:
 
 def _serial_scan(text: str) -> tuple[str, str, Scan] | None:
     """(bound, index, the scan) of a loop `_warp_scan` wrote (`text` squashed), else None."""
-    for (op, exclusive), pattern in _WARP_SCANS.items():
+    for (op, exclusive, reverse), pattern in _WARP_SCANS.items():
         if found := pattern.match(text):
             bound, index, value, target, accumulator = found.groups()
-            return bound, index, Scan(accumulator, value, target, op, exclusive)
+            return bound, index, Scan(accumulator, value, target, op, exclusive, bound if reverse else "")
     return None
 
 
@@ -566,16 +579,19 @@ def _warp_scan(loop: RowLoop, bound: str, kind: str, indent: str) -> str:
     lane, and the running total of the earlier chunks (the accumulator, equal in every lane) is combined with it.
     An exclusive scan stores the lane before's (the accumulator alone in lane 0)."""
     scan, index, op = loop.scan, loop.index, loop.scan.op
+    # from the row's end, lane 0 takes the last column: lane l's prefix is then the columns from the end to its own
+    column, inside = (f"{bound} - 1 - (scan_base + {LANE})", f"{index} >= 0") if scan.count else \
+        (f"scan_base + {LANE}", f"{index} < {bound}")
     if scan.exclusive:
         stored = [f"    const {kind} scan_before = __shfl_up_sync(0xffffffffu, scan_value, 1);",
-                  f"    if ({index} < {bound}) {scan.target} = {LANE} == 0 ? {scan.accumulator} : "
+                  f"    if ({inside}) {scan.target} = {LANE} == 0 ? {scan.accumulator} : "
                   f"{scan.accumulator} {op} scan_before;"]
     else:
-        stored = [f"    if ({index} < {bound}) {scan.target} = {scan.accumulator} {op} scan_value;"]
+        stored = [f"    if ({inside}) {scan.target} = {scan.accumulator} {op} scan_value;"]
     lines = [f"for (int scan_base = 0; scan_base < {bound}; scan_base += {WARP}) {{",
-             f"    const int {index} = scan_base + {LANE};",
+             f"    const int {index} = {column};",
              f"    {kind} scan_value = {_SCAN_IDENTITY[op]};",
-             f"    if ({index} < {bound}) scan_value = {scan.value};",
+             f"    if ({inside}) scan_value = {scan.value};",
              f"    for (int offset = 1; offset < {WARP}; offset *= 2) {{",
              f"        const {kind} scan_up = __shfl_up_sync(0xffffffffu, scan_value, offset);",
              f"        if ({LANE} >= offset) scan_value {op}= scan_up;",

@@ -13,12 +13,13 @@ goes over the row in chunks of 32 columns instead: each lane takes one, an inclu
 scan adds up the chunk, and the total of the earlier chunks (the accumulator, equal in every lane,
 advanced by lane 31's value) is added to it. A running product (`acc *= e;`) is scanned with products, and a
 store before the update (`y[...j...] = acc; acc += e;`, an exclusive scan) stores the prefix of the lanes
-before (the accumulator alone in lane 0). A loop that keeps the best value and its column (`if (e > best)
-{ best = e; at = j; }`, or `<`; it may start past column 0, as an argmax seeded with column 0 does) strides the
-same way and its (value, index) pair is combined by a shuffle butterfly that gives the sequential loop's answer
-to the bit, ties and NaNs included (klineage/transforms/_arg_reduction.py says why). The launch's grid grows
-32-fold (the plan's first grid dimension times 32). On memory-bound row kernels this turns 32 strided rows per
-warp into one coalesced row.
+before (the accumulator alone in lane 0). A running sum or product walked down from the row's end (`for (int j =
+n - 1; j >= 0; --j)`) is scanned with lane 0 on the last column. A loop that keeps the best value and its column
+(`if (e > best) { best = e; at = j; }`, or `<`; it may start past column 0, as an argmax seeded with column 0 does)
+strides the same way and its (value, index) pair is combined by a shuffle butterfly that gives the sequential
+loop's answer to the bit, ties and NaNs included (klineage/transforms/_arg_reduction.py says why). The launch's grid
+grows 32-fold (the plan's first grid dimension times 32). On memory-bound row kernels this turns 32 strided rows
+per warp into one coalesced row.
 
 Backward serializes the canonical form forward writes: the row index loses `/ 32`, the lane line and
 the butterflies go, the loops start where they started (0, or the later column a loop with no sum may start

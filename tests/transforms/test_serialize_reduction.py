@@ -18,7 +18,8 @@ from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["softmax", "rowsum", "rowprod", "cumsum", "cumprod", "cumsum_exclusive", "argmax", "argmin", "loss"]
+CASES = ["softmax", "rowsum", "rowprod", "cumsum", "cumprod", "cumsum_exclusive", "cumsum_reverse", "argmax",
+         "argmin", "loss"]
 
 
 @pytest.fixture(scope="module")
@@ -556,7 +557,8 @@ def test_the_warp_loss_adds_each_rows_term_once(tmp_path):
         torch.testing.assert_close(runs["unguarded", rows], 32 * runs["naive", rows], rtol=1e-5, atol=1e-5)
 
 
-SCANS = {"cumsum": torch.float32, "cumprod": torch.float32, "cumsum_exclusive": torch.int32}
+SCANS = {"cumsum": torch.float32, "cumprod": torch.float32, "cumsum_exclusive": torch.int32,
+         "cumsum_reverse": torch.float32}
 
 
 def _scan_rows(case: str, rows: int, n: int) -> torch.Tensor:
@@ -579,10 +581,11 @@ def _scanned(tmp_path, case: str, forms: dict[str, KernelState]) -> dict:
     return runs
 
 
-@pytest.mark.parametrize("case", sampled(list(SCANS), keep=["cumprod", "cumsum_exclusive"]))
+@pytest.mark.parametrize("case", sampled(list(SCANS), keep=["cumprod", "cumsum_exclusive", "cumsum_reverse"]))
 def test_the_warp_scans_give_the_naive_rows_on_the_cpu(case, tmp_path):
-    """A running sum, a running product and an exclusive running sum, a warp a row: every prefix and every row's
-    total is the naive loop's (values exact in any order), for rows shorter than a warp, of one, and past two."""
+    """A running sum, a running product, an exclusive running sum and a running sum from the row's end, a warp a
+    row: every prefix and every row's total is the naive loop's (values exact in any order), for rows shorter than a
+    warp, of one, and past two."""
     runs = _scanned(tmp_path, case, {"naive": golden(case, "after"), "warp": golden(case, "before")})
     for n in (1, 31, 32, 70):
         for name in ("y", "total"):
@@ -593,6 +596,8 @@ def test_the_warp_scans_give_the_naive_rows_on_the_cpu(case, tmp_path):
     ("cumsum_exclusive", ("lane == 0 ? running : running + scan_before", "running + scan_value")),  # inclusive
     ("cumsum_exclusive", ("lane == 0 ? running : running + scan_before", "running + scan_before")),  # lane 0 shifted
     ("cumprod", ("float scan_value = 1;", "float scan_value = 0;")),  # lanes past the row end zero the carry
+    ("cumsum_reverse", ("const int j = n - 1 - (scan_base + lane);", "const int j = n - (scan_base + lane);")),
+    ("cumsum_reverse", ("if (j >= 0) y[", "if (j > 0) y[")),  # the first column never stored
 ])
 def test_a_scan_that_stores_the_wrong_prefix_is_caught(case, mutant, tmp_path):
     warp = golden(case, "before")
@@ -641,3 +646,15 @@ def test_no_site_where_a_product_does_not_start_at_one(transform):
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match="product 'product' does not start at one"):
         transform.forward(state, Anchor("kernel", "function", "row"))
+
+
+@pytest.mark.parametrize("loop, why", [
+    ("for (int j = n - 1; j >= 0; --j) y[row * n + j] = x[row * n + j];", "no running sum or product"),
+    ("for (int j = n - 1; j > 0; --j) { s += x[row * n + j]; y[row * n + j] = s; }", "not a unit-step loop"),
+    ("for (int j = n - 2; j >= 0; --j) { s += x[row * n + j]; y[row * n + j] = s; }", "not a unit-step loop"),
+])
+def test_no_site_where_a_loop_down_the_row_is_not_a_whole_running_sum(transform, loop, why):
+    state = KernelState(source=HEAD + f"    float s = 0.0f;\n    {loop}\n}}\n", plan=PLAN)
+    with refusals() as reasons:
+        assert transform.forward_sites(state) == []
+    assert any(why in reason for reason in reasons), reasons
