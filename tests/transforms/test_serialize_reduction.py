@@ -36,7 +36,7 @@ def test_golden(case):
     check_golden("serialize_reduction", case)
 
 
-@pytest.mark.parametrize("case", sampled(CASES, keep=('softmax', 'argmax', 'loss', 'cumprod')))
+@pytest.mark.parametrize("case", sampled(CASES, keep=('softmax', 'argmax', 'loss')))
 def test_golden_kernels_compile(case, cache):
     for which in ("before", "after"):
         compiles_without_spills(golden(case, which), cache)
@@ -581,7 +581,7 @@ def _scanned(tmp_path, case: str, forms: dict[str, KernelState]) -> dict:
     return runs
 
 
-@pytest.mark.parametrize("case", sampled(list(SCANS), keep=["cumprod", "cumsum_exclusive", "cumsum_reverse"]))
+@pytest.mark.parametrize("case", sampled(list(SCANS), keep=["cumprod", "cumsum_reverse"]))
 def test_the_warp_scans_give_the_naive_rows_on_the_cpu(case, tmp_path):
     """A running sum, a running product, an exclusive running sum and a running sum from the row's end, a warp a
     row: every prefix and every row's total is the naive loop's (values exact in any order), for rows shorter than a
@@ -592,14 +592,18 @@ def test_the_warp_scans_give_the_naive_rows_on_the_cpu(case, tmp_path):
             assert torch.equal(runs["warp", n][name], runs["naive", n][name]), (n, name)
 
 
-@pytest.mark.parametrize("case, mutant", [
+SCAN_MUTANTS = [
     ("cumsum_exclusive", ("lane == 0 ? running : running + scan_before", "running + scan_value")),  # inclusive
     ("cumsum_exclusive", ("lane == 0 ? running : running + scan_before", "running + scan_before")),  # lane 0 shifted
     ("cumprod", ("float scan_value = 1;", "float scan_value = 0;")),  # lanes past the row end zero the carry
     ("cumsum_reverse", ("const int j = n - 1 - (scan_base + lane);", "const int j = n - (scan_base + lane);")),
     ("cumsum_reverse", ("if (j >= 0) y[", "if (j > 0) y[")),  # the first column never stored
-])
-def test_a_scan_that_stores_the_wrong_prefix_is_caught(case, mutant, tmp_path):
+]
+
+
+@pytest.mark.parametrize("scan_mutant", sampled(SCAN_MUTANTS, keep=SCAN_MUTANTS[:1] + SCAN_MUTANTS[3:4]))
+def test_a_scan_that_stores_the_wrong_prefix_is_caught(scan_mutant, tmp_path):
+    case, mutant = scan_mutant
     warp = golden(case, "before")
     assert mutant[0] in warp.source
     broken = KernelState(source=warp.source.replace(*mutant), plan=warp.plan)
