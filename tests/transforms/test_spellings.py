@@ -10,7 +10,10 @@ one 1-D index split into a row and a column (its own family: a 1-D launch), a ba
 grid z (its own family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit), a batch of column
 sums (mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its `<name>.toml`),
 scalar locals before the guard (a threshold, a 64-bit count; a concatenation's row length: its own family), one
-thread per pair (a rotary embedding on interleaved pairs: its own family). Each must be a site of its family's
+thread per pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add their term by
+one atomic (its own family), running products, exclusive sums and sums from the row's end (its own family), and
+matrix products spelled flat on a 1-D launch or summing other functions of the two elements, such as distances
+(their own family). Each must be a site of its family's
 forwards; where the CPU emulator runs the family (elementwise maps, concatenations, pairs and transposes), every
 forward's kernel computes the spelling's bits.
 """
@@ -56,6 +59,13 @@ EXPECTED = {
                           for name in ("a_row_major", "b_offset_terms", "c_int64_cast", "d_size_t_ldg")},
     "batched_columns": {name: COLUMNS for name in ("a_return_guard", "b_if_wrap", "c_int64", "d_ldg")}
     | {"e_grid_y": COLUMNS - {"unsplit_reduction"}},  # grid y is the batch's: no chunks there
+    # each row's term of a loss added by one atomic outside the loops; one loop also splits into chunks
+    "row_losses": {"a_kl_div": ROWS | {"unsplit_reduction"}, "b_cosine": ROWS | {"unsplit_reduction"},
+                   "c_cross_entropy": ROWS},
+    "scans": {name: ROWS for name in ("a_cumprod", "b_exclusive", "c_reverse", "d_reverse_exclusive_product")},
+    # flat on a 1-D launch (launched by `<name>.toml`), or sums of other functions of the two elements
+    "products": {name: {"untile_matmul"} for name in ("a_flat", "b_flat_return", "c_distance_local",
+                                                       "d_l1_distance")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
@@ -85,7 +95,9 @@ def test_each_spelling_is_a_site_of_its_familys_forwards(tmp_path, family, name)
 @pytest.mark.parametrize("spelling", sampled(ALL, keep=[("rows", "h_softmax_flt_max"), ("columns", "c_size_t"),
                                                         ("transpose", "c_return"), ("batched_columns", "c_int64"),
                                                         ("transpose_batched", "c_int64_cast"),
-                                                        ("columns", "g_grid_stride")]))
+                                                        ("columns", "g_grid_stride"), ("row_losses", "b_cosine"),
+                                                        ("scans", "d_reverse_exclusive_product"),
+                                                        ("products", "b_flat_return")]))
 def test_each_spellings_forwards_compile(tmp_path, cache, spelling):
     family, name = spelling
     state = load_kernel(_folders(tmp_path, family, name))
