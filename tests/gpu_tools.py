@@ -86,6 +86,12 @@ def gate_cache(tmp_path_factory) -> GateCache:
     return GateCache(tmp_path_factory.mktemp("gate-cache"), recorded or None)
 
 
+@pytest.fixture(scope="module", name="cache")
+def module_cache(tmp_path_factory) -> GateCache:
+    """The test module's own gate cache (gate_cache), as the fixture `cache` of a module that imports this."""
+    return gate_cache(tmp_path_factory)
+
+
 def timed_gate(problem: Path, expert: str, baseline: str, cache: GateCache, record: bool = True):
     """The full gate on `expert` with timing against the vendor and `baseline`; sanitizers run
     separately (assert_clean_under_the_sanitizers). Recorded where KLINEAGE_RECORDED_DIR is set and

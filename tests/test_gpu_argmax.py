@@ -18,7 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache, probe_driver
+from gpu_tools import (
+    assert_passes_every_case,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    probe_driver,
+)
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.kernel import KernelState, load_kernel
@@ -35,10 +39,6 @@ def _forms() -> tuple[KernelState, KernelState]:
     (site,) = transform.forward_sites(naive)
     return naive, transform.forward(naive, site).state
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def test_the_warp_per_row_argmax_passes_every_case_and_beats_the_naive_kernel(cache):

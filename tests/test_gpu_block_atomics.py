@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import forwarded, gate_cache, passes_against
+from gpu_tools import (
+    forwarded,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
 from klineage.kernel import load_kernel
 
 pytestmark = pytest.mark.gpu
 ROW_SUM_SCALE = Path(__file__).resolve().parent / "fixtures" / "gpu_problems" / "row_sum_scale"
 CASES = {"headline", "ragged", "narrow", "small"}  # the problem's CASES (its file runs only in the sandbox)
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def test_the_warps_shared_atomics_pass_every_case_against_every_threads(cache):

@@ -18,7 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import forwarded, gate_cache, passes_against
+from gpu_tools import (
+    forwarded,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
 from klineage import corpus
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
@@ -69,10 +73,6 @@ shared = 0
 args = ["x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }]
 """
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def test_the_shuffle_reductions_pass_every_case_against_the_shared_memory_trees(cache):

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache
+from gpu_tools import (
+    assert_passes_every_case,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+)
 from klineage import corpus
 from klineage.gate.pipeline import run_gate
 from klineage.kernel import load_kernel
@@ -30,10 +33,6 @@ BIAS_GRAD = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "bia
 BIAS_GRAD_CASES = {"headline", "ragged", "tall", "wide", "small"}
 COLUMN_MAX_CASES = {"headline", "ragged", "tall_narrow", "wide_short", "mid_aligned", "small"}
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def _forwarded(naive, name: str):

@@ -14,7 +14,13 @@ import os
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache, kernel_named, timed_gate, timing_ratios
+from gpu_tools import (
+    assert_passes_every_case,
+    kernel_named,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    timed_gate,
+    timing_ratios,
+)
 from klineage import corpus
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
@@ -23,10 +29,6 @@ from test_corpus_memory_bound import WORKLOADS
 pytestmark = pytest.mark.gpu
 TARGET_VS_VENDOR = 1.0
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def _cases(name: str) -> set[str]:

@@ -19,17 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import forwarded, gate_cache, passes_against
+from gpu_tools import (
+    forwarded,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
 from klineage.kernel import load_kernel
 
 pytestmark = pytest.mark.gpu
 MSE = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "mse_loss"
 CASES = {"headline", "ragged", "small"}  # the problem's CASES (named here: a problem file runs only in the sandbox)
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def test_the_vector_loop_passes_every_case_against_the_warp_aggregated_kernel(cache):

@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import gate_cache, passes_against
+from gpu_tools import (
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
 from klineage.kernel import load_kernel
 from klineage.transforms import get
 
@@ -24,10 +27,6 @@ pytestmark = pytest.mark.gpu
 HISTOGRAM = Path(__file__).resolve().parent / "fixtures" / "gpu_problems" / "histogram"
 CASES = {"headline", "ragged", "small"}  # the problem's CASES (named here: a problem file runs only in the sandbox)
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def test_the_privatized_histogram_passes_every_case_against_the_naive_kernel(cache):

@@ -22,7 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import gate_cache, passes_against
+from gpu_tools import (
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
 from klineage.kernel import load_kernel
 from klineage.transforms import get
 
@@ -34,10 +37,6 @@ ROW_SUM = PROBLEMS / "row_sum_first_thread"
 BN_CASES = {"headline", "one_image", "one_pixel", "ragged"}
 ROW_CASES = {"headline", "ragged", "small"}
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def test_the_nest_given_a_warp_a_channel_passes_every_case_against_the_naive_kernel(cache):

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import gate_cache, passes_against
+from gpu_tools import (
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
 from klineage.kernel import load_kernel
 from klineage.transforms import get
 
@@ -27,10 +30,6 @@ ROTATE_HALF = Path(__file__).resolve().parent / "fixtures" / "gpu_problems" / "r
 # the problem's CASES (named here: a problem file runs only in the sandbox); odd_half: half % 4 != 0, the fallback
 CASES = {"headline", "odd_half", "small"}
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def test_the_vectorized_rotary_passes_every_case_against_the_naive_kernel(cache):

@@ -16,7 +16,10 @@ import os
 import pytest
 
 from bench_tools import bench_script
-from gpu_tools import assert_passes_every_case, gate_cache
+from gpu_tools import (
+    assert_passes_every_case,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+)
 from klineage import config
 from klineage.gate.cache import GateCache
 from klineage.gate.pipeline import run_gate
@@ -25,10 +28,6 @@ from klineage.gate.policy import GatePolicy, Sanitize
 pytestmark = pytest.mark.gpu
 TRANSFER = config.REPO_ROOT / "bench" / "transfer"
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 @pytest.mark.parametrize("operator", ["rms_norm", "layer_norm", "l2_normalize", "log_softmax"])

@@ -15,7 +15,10 @@ import os
 
 import pytest
 
-from gpu_tools import assert_passes_every_case, gate_cache
+from gpu_tools import (
+    assert_passes_every_case,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+)
 from klineage.gate.pipeline import run_gate
 from klineage.gate.policy import GatePolicy, Sanitize
 from klineage.transforms import Anchor, get
@@ -24,10 +27,6 @@ from tests.transforms.golden import HERE, load
 pytestmark = pytest.mark.gpu
 FOLDER = HERE / "scalarize_row_gather"
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 @pytest.mark.parametrize("case, what", [

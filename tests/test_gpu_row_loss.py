@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import forwarded, gate_cache, passes_against
+from gpu_tools import (
+    forwarded,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
 from klineage.kernel import load_kernel
 
 pytestmark = pytest.mark.gpu
 LOSS = Path(__file__).resolve().parent / "fixtures" / "gpu_problems" / "mean_cross_entropy"
 CASES = {"headline", "ragged", "vocab", "narrow", "small"}  # the problem's CASES (its file runs only in the sandbox)
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def test_the_warp_loss_passes_every_case_against_the_naive_kernel(cache):

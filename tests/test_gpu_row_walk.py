@@ -16,7 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import forwarded, gate_cache, passes_against
+from gpu_tools import (
+    forwarded,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
 from klineage.kernel import load_kernel
 
 pytestmark = pytest.mark.gpu
@@ -25,10 +29,6 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer"
 CASES = {"row_argmax": {"headline", "ragged", "narrow", "small"},
          "batched_matvec": {"headline", "ragged", "small"}}
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 @pytest.mark.parametrize("operator", sorted(CASES))

@@ -19,7 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import forwarded, gate_cache, passes_against
+from gpu_tools import (
+    forwarded,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
 from klineage.kernel import KernelState, load_kernel
 from klineage.launch import LaunchPlan
 from klineage.transforms import get
@@ -29,10 +33,6 @@ MATMUL_AT = Path(__file__).resolve().parent / "fixtures" / "gpu_problems" / "mat
 CASES = {"headline", "ragged", "small"}  # the problem's CASES (named here: a problem file runs only in the sandbox)
 VENDOR = "torch.matmul(A.T, B)"
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 def test_the_tiled_transposed_product_passes_every_case_against_the_naive_kernel(cache):

@@ -18,17 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from gpu_tools import forwarded, gate_cache, passes_against
+from gpu_tools import (
+    forwarded,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
 from klineage.kernel import load_kernel
 
 pytestmark = pytest.mark.gpu
 PROBLEMS = Path(__file__).resolve().parent / "fixtures" / "gpu_problems"
 CASES = {"headline", "ragged", "narrow", "small"}  # both problems' CASES (their files run only in the sandbox)
 
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return gate_cache(tmp_path_factory)
 
 
 @pytest.mark.parametrize("problem, stored", [
