@@ -206,13 +206,11 @@ def _shared_site(parsed: cp.ParsedSource, function: cp.Function, statement: Node
     target = squash(parsed.text(call_arguments(call)[0]))
     params = {name for name, _, _ in parameters(parsed, function)}
     body = function.node.child_by_field_name("body")
-    named = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"\b(?:blockIdx|gridDim|blockDim)\.[xyz]\b", "", target)))
-    if not named - {shared.name} <= params or shared.indirection:
+    named = _address_names(target) - {shared.name}
+    if not named <= params or shared.indirection:
         raise NotApplicable(f"{function.name} adds to `{target}`, which names more than its shared variable, its "
                             "parameters and the block's index")
-    for use in cp.nodes_of_type(body, "identifier"):
-        if parsed.text(use) in named - {shared.name} and is_written(use):
-            raise NotApplicable(f"{function.name} assigns '{parsed.text(use)}', which its atomic's address names")
+    _check_unassigned(parsed, function, named)
     barriers = [node for node in listed[listed.index(statement) + 1:]
                 if squash(parsed.text(node)) == "__syncthreads();"]
     fence = barriers[0].start_byte if barriers else body.end_byte
@@ -221,9 +219,7 @@ def _shared_site(parsed: cp.ParsedSource, function: cp.Function, statement: Node
             raise NotApplicable(f"{function.name} touches '{shared.name}' after its atomicAdd before a barrier")
     if shared.type not in TYPES:
         raise NotApplicable(f"'{shared.name}' holds {shared.type}, which no atomicAdd sums")
-    taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
-    total = next(name for name in (TOTAL, f"{TOTAL}_", f"{TOTAL}__", f"{TOTAL}_sum") if name not in taken)
-    return _Site(function, statement, target, shared.type, (call,), total, True)
+    return _Site(function, statement, target, shared.type, (call,), _total_name(parsed, function), True)
 
 
 def _check_whole_warps(state: KernelState, function: cp.Function) -> None:
@@ -240,25 +236,46 @@ def _site(parsed: cp.ParsedSource, function: cp.Function, span: Node, adds: tupl
         raise NotApplicable(f"{function.name}'s atomics add to {len(targets)} places, not one")
     target = targets.pop()
     params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
-    # the block's index and the launch's extents are the same in every lane of a warp (a row's sum on blockIdx.x)
-    named = set(re.findall(r"[A-Za-z_]\w*", re.sub(r"\b(?:blockIdx|gridDim|blockDim)\.[xyz]\b", "", target)))
+    named = _address_names(target)
     arrays = [name for name in named if params.get(name, ("", False))[1]]
     if not named <= set(params) or len(arrays) != 1:
         raise NotApplicable(f"{function.name} adds to `{target}`, which names more than its parameters, the "
                             "block's index and one array")
     array = arrays[0]
-    body = function.node.child_by_field_name("body")
-    for use in cp.nodes_of_type(body, "identifier"):
-        if parsed.text(use) in named and is_written(use):
-            raise NotApplicable(f"{function.name} assigns '{parsed.text(use)}', which its atomics' address names")
+    _check_unassigned(parsed, function, named)
+    for use in cp.nodes_of_type(function.node.child_by_field_name("body"), "identifier"):
         if parsed.text(use) == array and not any(_within(use, call_arguments(call)[0]) for call in adds):
             raise NotApplicable(f"{function.name} touches '{array}' beyond its atomic adds")
     element = params[array][0].removeprefix("const ").strip()
     if element not in TYPES:
         raise NotApplicable(f"'{array}' points to {element}, which no atomicAdd sums")
+    return _Site(function, span, target, element, adds, _total_name(parsed, function), tail)
+
+
+def _address_names(target: str) -> set[str]:
+    """The names an atomic's address reads beside the block's index and the launch's extents, which are the same in
+    every lane of a warp (a row's sum at `&out[blockIdx.x]`)."""
+    return set(re.findall(r"[A-Za-z_]\w*", re.sub(r"\b(?:blockIdx|gridDim|blockDim)\.[xyz]\b", "", target)))
+
+
+def _check_unassigned(parsed: cp.ParsedSource, function: cp.Function, names: set[str]) -> None:
+    """NotApplicable where the kernel assigns one of the names the atomics' address reads: the place would move."""
+    for use in cp.nodes_of_type(function.node.child_by_field_name("body"), "identifier"):
+        if parsed.text(use) in names and is_written(use):
+            raise NotApplicable(f"{function.name} assigns '{parsed.text(use)}', which its atomics' address names")
+
+
+def _total_name(parsed: cp.ParsedSource, function: cp.Function) -> str:
+    """The warp total's name: the first of its spellings the kernel does not name."""
     taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
-    total = next(name for name in (TOTAL, f"{TOTAL}_", f"{TOTAL}__", f"{TOTAL}_sum") if name not in taken)
-    return _Site(function, span, target, element, adds, total, tail)
+    return next(name for name in (TOTAL, f"{TOTAL}_", f"{TOTAL}__", f"{TOTAL}_sum") if name not in taken)
+
+
+def _into_shared(parsed: cp.ParsedSource, function: cp.Function, warp_add: Node) -> bool:
+    """Whether the warp's atomic `if (...) atomicAdd(P, total);` adds into a `__shared__` variable of the kernel."""
+    consequence = warp_add.child_by_field_name("consequence")
+    call = consequence.named_children[0] if consequence is not None and consequence.named_children else None
+    return call is not None and call.type == "call_expression" and _shared_target(parsed, function, call) is not None
 
 
 def _within(node: Node, outer: Node) -> bool:
@@ -278,13 +295,15 @@ def _aggregated(parsed: cp.ParsedSource, function: cp.Function) -> _Aggregated:
             continue
         total, value = declared[2], declared[3]
         guard = listed[at + 1] if listed[at + 1].type == "if_statement" and value == "0" else None
-        rest = listed[at + 2:at + 4] if guard is not None else listed[at + 1:at + 3]
-        if len(rest) != 2:  # the butterfly and the warp's atomic follow
+        rest = listed[at + 2:] if guard is not None else listed[at + 1:]
+        if len(rest) < 2:  # the butterfly and the warp's atomic follow
             continue
-        butterfly, warp_add = rest
+        butterfly, warp_add = rest[:2]
         target = re.fullmatch(re.escape(_WARP_ADD.format(p="@", t=total)).replace("@", "(.+)"),
                               squash(parsed.text(warp_add)))
-        if squash(parsed.text(butterfly)) == _BUTTERFLY.format(t=total) and target:
+        # they end the kernel, as forward writes them, but for a tail's sum into shared memory
+        ends = len(rest) == 2 or (guard is None and _into_shared(parsed, function, warp_add))
+        if squash(parsed.text(butterfly)) == _BUTTERFLY.format(t=total) and target and ends:
             return _Aggregated(total, listed[at], value, guard, warp_add, target[1])
     raise NotApplicable(f"{function.name} has no warp-aggregated atomic add")
 

@@ -216,8 +216,10 @@ def _flat_split(parsed: cp.ParsedSource, work: list[Node], flat: str) -> tuple[s
     `int c = i % N;` (either order, or one declaration of both)."""
     one = bool(work) and work[0].type == "declaration" and len(work[0].children_by_field_name("declarator")) == 2
     taken = work[:1] if one else work[:2]
-    declared = squash(" ".join(parsed.text(node) for node in taken)).replace(", ", "; int ", 1) if one else \
-        squash(" ".join(parsed.text(node) for node in taken))
+    # each index declared on its own, `int r = i / N; int c = i % N;`, whichever way the kernel wrote them
+    declared = " ".join(f"{squash(parsed.text(node.child_by_field_name('type')))} {squash(parsed.text(d))};"
+                        for node in taken if node.type == "declaration"
+                        for d in node.children_by_field_name("declarator"))
     for first, second in (("/", "%"), ("%", "/")):
         found = re.fullmatch(rf"int {_ID} = {flat} {first} {_ID}; int {_ID} = {flat} {second} \2;", declared)
         if found:
@@ -320,7 +322,7 @@ def _summed_terms(update: str, accumulator: str, index: str) -> tuple[dict[str, 
     local = re.fullmatch(rf"float {_ID} = ([^;]+); (.+)", update)
     if local:
         name, value, update = local.groups()
-        if len(re.findall(rf"\b{name}\b", update)) < 1:
+        if not re.search(rf"\b{name}\b", update):
             raise NotApplicable(f"the loop's local '{name}' is not read by its sum")
         update = re.sub(rf"\b{name}\b", lambda _: f"({value})", update)
     summed = re.fullmatch(rf"{re.escape(accumulator)} \+= (.+)", update)

@@ -210,3 +210,14 @@ def test_a_blocks_shared_sum_made_by_a_warp_each_is_the_naive_sum_on_the_cpu(tmp
                 assert torch.equal(runs[form, cols], x * x.view(rows, cols).sum(1).repeat_interleave(cols))
     assert all(torch.equal(runs["warp", cols], runs["naive", cols]) for cols in (5, 300))
     assert any(not torch.equal(runs["early", cols], runs["naive", cols]) for cols in (5, 300))
+
+
+@pytest.mark.parametrize("case", ["count", "tail_count"])
+def test_backward_reads_no_warp_atomic_into_global_memory_that_code_follows(transform, case):
+    """Forward makes the warp's atomic into global memory last in the kernel (only a shared sum may be read on past
+    a barrier): with a statement after it, backward finds no form of its own to serialize."""
+    aggregated = golden(case, "before")
+    assert transform.find(aggregated) == [SITE]
+    followed = KernelState(source=aggregated.source[:aggregated.source.rindex("}")] + "    __syncthreads();\n}\n",
+                           plan=aggregated.plan)
+    assert transform.find(followed) == []
