@@ -224,13 +224,13 @@ def sass_mnemonics(cubin: bytes) -> Counter:
 _SASS_OPCODE_LINE = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(.*?)\s*;?\s*/\*\s*0x[0-9a-f]+\s*\*/\s*$")
 
 
-def sass_opcodes(result, arch: str = "sm_90a") -> Counter:
-    """Opcode (with modifiers) -> static count in the SASS of a CompileResult's cubin for `arch`;
-    never-executed @!PT padding left out."""
+def sass_instructions(result, arch: str = "sm_90a") -> list[str]:
+    """The opcodes (with modifiers) of a CompileResult's cubin for `arch`, in the order cuobjdump lists them;
+    never-executed @!PT padding left out, a predicate guard dropped."""
     toolchain = find_toolchain()
     path = result.cubin_paths[arch]
     text = run_tool([toolchain.cuobjdump, "-sass", path], env=toolchain.environment(Path(path).parent))
-    counts: Counter = Counter()
+    found = []
     for line in text.splitlines():
         match = _SASS_OPCODE_LINE.match(line)
         if not match or not match.group(1):
@@ -240,8 +240,13 @@ def sass_opcodes(result, arch: str = "sm_90a") -> Counter:
             if words[0] == "@!PT":
                 continue
             words = words[1:]
-        counts[words[0]] += 1
-    return counts
+        found.append(words[0])
+    return found
+
+
+def sass_opcodes(result, arch: str = "sm_90a") -> Counter:
+    """Opcode (with modifiers) -> static count in the SASS of a CompileResult's cubin for `arch`."""
+    return Counter(sass_instructions(result, arch))
 
 
 def feature_counts(result) -> dict[str, int]:

@@ -8,7 +8,8 @@ tail element by element. The vector loop passes every case against the warp-aggr
 sanitizer, and its ratios against that kernel and torch eager are printed with whether the timing settled (run
 with -s). Its grid, capped at 256 blocks (about two an SM), is then sized to the GPU (fix_grid_cap's forward:
 num_sms * 8 blocks of 256 threads), or its loops unrolled two grids a step (reroll_grid_stride's forward), and each is
-gated against the vector loop on 256 blocks the same way.
+gated against the vector loop on 256 blocks the same way. Last, the held-out softplus's plain grid-stride loop (whose
+work branches on each value) unrolled four grids a step, full steps unguarded, is gated against the plain loop.
 
     python -m pytest tests/test_gpu_grid_stride_vectors.py -v -s -n 0
 """
@@ -25,6 +26,7 @@ from gpu_tools import (
     passes_against,
 )
 from klineage.kernel import load_kernel
+from klineage.transforms import get
 
 pytestmark = pytest.mark.gpu
 MSE = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "mse_loss"
@@ -55,6 +57,16 @@ def test_the_grid_sized_to_the_gpu_passes_every_case_against_the_fixed_256_block
 def test_the_loops_unrolled_two_grids_a_step_pass_every_case_against_the_vector_loop(cache):
     vectors = _vectors()
     unrolled = forwarded(vectors, "reroll_grid_stride")
-    assert unrolled.source.count("#pragma unroll") == 3 and unrolled.plan == vectors.plan
+    assert unrolled.source.count("#pragma unroll") == 6 and unrolled.plan == vectors.plan
     passes_against(MSE / "problem.py", unrolled, vectors, CASES, cache,
                    "mse_loss's loops two grids a step", "the vector loop")
+
+
+def test_softplus_unrolled_four_grids_a_step_passes_every_case_against_its_plain_loop(cache):
+    softplus = MSE.parent / "softplus"
+    plain = load_kernel(softplus / "naive")
+    transform = get("reroll_grid_stride")
+    unrolled = transform.forward(plain, transform.forward_sites(plain, {"factor": [4]})[0]).state
+    assert "i_base += 4 * (stride)" in unrolled.source
+    passes_against(softplus / "problem.py", unrolled, plain, CASES, cache,
+                   "softplus's loop four grids a step", "the plain loop")

@@ -11,7 +11,7 @@ factors and terms in either order, integer casts on the grid's coordinates read 
 name a local declared once at the top of the kernel as one of those values and never assigned (`const int stride =
 gridDim.x * THREADS;`). Such a loop visits each of its indices exactly once, whatever the grid: only which thread
 visits which index changes. A loop in the form reroll_grid_stride's forward writes (U elements a grid apart a step,
-each under its own guard) is read as the plain loop it unrolls: the same elements in the same order.
+the last step's each under its own guard) is read as the plain loop it unrolls: the same elements in the same order.
 
 Outside those loops a kernel may still do per-thread or per-block work (sum its slice's share into a warp, then one
 atomic a warp); what must not depend on the grid is its effect. So outside the loops the kernel writes no global
@@ -241,39 +241,57 @@ def _strided(parsed: cp.ParsedSource, body: Node, block_names: tuple[str, ...],
     return found, grid_locals
 
 
+def _unrolled_step(parsed: cp.ParsedSource, block: Node | None, i: str, u: str, kind: str,
+                   stride: str) -> Node | None:
+    """The work of `block` when it is `#pragma unroll` and one loop over `i_step` < U declaring `i` a grid apart
+    (`const T i = i_base + i_step * (stride);`), then the work: the statement after that declaration, None where
+    `block` is otherwise."""
+    inside = statements(block) if block is not None and block.type == "compound_statement" else []
+    loops = [s for s in inside if s.type == "for_statement"]
+    if len(loops) != 1 or [s for s in inside if s is not loops[0] and not cp.pragma_text(s)]:
+        return None
+    inner = loops[0]
+    steps = statements(inner.child_by_field_name("body"))
+    if len(steps) != 2 or re.search(rf"\b{i}_(?:base|step)\b", parsed.text(steps[1])):
+        return None
+    said = (squash(parsed.text(inner)[:inner.child_by_field_name("body").start_byte - inner.start_byte]),
+            squash(parsed.text(steps[0])))
+    expected = (f"for (int {i}_step = 0; {i}_step < {u}; ++{i}_step)",
+                f"const {kind} {i} = {i}_base + {i}_step * ({stride});")
+    return steps[1] if said == expected else None
+
+
 def unrolled_loops(parsed: cp.ParsedSource, function: cp.Function) -> list[tuple[Node, int, str]]:
     """(outer loop, U, the plain loop's text) for every loop of `function` in the form reroll_grid_stride's forward
-    writes (U elements a grid apart a step, each under its own guard), whose work names neither counter."""
+    writes (U elements a grid apart a step: a full step's unguarded, the last step's each under its own guard),
+    whose work names neither counter and is the same in both."""
     found = []
     for outer in cp.nodes_of_type(function.node, "for_statement"):
         body = outer.child_by_field_name("body")
         inside = statements(body) if body is not None and body.type == "compound_statement" else []
-        loops = [s for s in inside if s.type == "for_statement"]
-        if len(loops) != 1 or [s for s in inside if s is not loops[0] and not cp.pragma_text(s)]:
-            continue
-        header = squash(parsed.text(outer)[:body.start_byte - outer.start_byte])
+        header = squash(parsed.text(outer)[:body.start_byte - outer.start_byte]) if body is not None else ""
         match = re.fullmatch(r"for \((?P<kind>[\w ]+?) (?P<i>[A-Za-z_]\w*)_base = (?P<start>.+); (?P=i)_base < "
                              r"(?P<bound>.+); (?P=i)_base \+= (?P<u>[1-9]\d*) \* \((?P<stride>.+)\)\)", header)
-        inner = loops[0]
-        steps = statements(inner.child_by_field_name("body"))
-        if match is None or len(steps) != 2 or steps[1].type != "if_statement" or \
-                steps[1].child_by_field_name("alternative") is not None:
+        if match is None or len(inside) != 1 or inside[0].type != "if_statement":
             continue
-        i, u = match["i"], match["u"]
-        expected = (f"for (int {i}_step = 0; {i}_step < {u}; ++{i}_step)",
-                    f"const {match['kind']} {i} = {i}_base + {i}_step * ({match['stride']});",
-                    f"if ({i} < {match['bound']})")
-        guard = steps[1]
+        i, u, kind, bound, stride = match["i"], match["u"], match["kind"], match["bound"], match["stride"]
+        split = inside[0]
+        alternative = split.child_by_field_name("alternative")
+        if squash(parsed.text(split.child_by_field_name("condition"))) != \
+                f"({i}_base + {int(u) - 1} * ({stride}) < {bound})" or alternative is None:
+            continue
+        full = _unrolled_step(parsed, split.child_by_field_name("consequence"), i, u, kind, stride)
+        guard = _unrolled_step(parsed, alternative.named_children[-1], i, u, kind, stride)
+        if full is None or guard is None or guard.type != "if_statement" or \
+                guard.child_by_field_name("alternative") is not None:
+            continue
         work = guard.child_by_field_name("consequence")
-        if re.search(rf"\b{i}_(?:base|step)\b", parsed.text(work)):
-            continue
-        said = (squash(parsed.text(inner)[:inner.child_by_field_name("body").start_byte - inner.start_byte]),
-                squash(parsed.text(steps[0])), squash(parsed.text(guard)[:work.start_byte - guard.start_byte]))
-        if said != expected:
+        if squash(parsed.text(guard)[:work.start_byte - guard.start_byte]) != f"if ({i} < {bound})" or \
+                squash(parsed.text(work)) != squash(parsed.text(full)):
             continue
         indent = indentation(parsed.data, outer.start_byte)
-        text = reindent(parsed.text(work), len(indent) + 2 * len(STEP), indent).removeprefix(indent)
-        head = f"for ({match['kind']} {i} = {match['start']}; {i} < {match['bound']}; {i} += {match['stride']})"
+        text = reindent(parsed.text(work), len(indent) + 3 * len(STEP), indent).removeprefix(indent)
+        head = f"for ({kind} {i} = {match['start']}; {i} < {bound}; {i} += {stride})"
         # a braceless work goes on a line of its own, one step in
         found.append((outer, int(u), f"{head} {text}" if work.type == "compound_statement" else
                       f"{head}\n{indent}{STEP}{text}"))

@@ -2,27 +2,40 @@
 by analysis.
 
 The mechanism (forward): every loop of a kernel that strides over the grid a thread at a time (`_grid_free`'s
-thread form) takes U of its elements a step, a grid apart, each under its own guard:
+thread form) takes U of its elements a step, a grid apart; a step whose last element is in range runs them all
+unguarded, and only the last step guards each element:
 
     for (T i_base = <start>; i_base < <bound>; i_base += U * (<stride>)) {
+        if (i_base + <U - 1> * (<stride>) < <bound>) {
     #pragma unroll
-        for (int i_step = 0; i_step < U; ++i_step) {
-            const T i = i_base + i_step * (<stride>);
-            if (i < <bound>) <work>
+            for (int i_step = 0; i_step < U; ++i_step) {
+                const T i = i_base + i_step * (<stride>);
+                <work>
+            }
+        } else {
+    #pragma unroll
+            for (int i_step = 0; i_step < U; ++i_step) {
+                const T i = i_base + i_step * (<stride>);
+                if (i < <bound>) <work>
+            }
         }
     }
 
 A thread visits the same elements in the same order as before, so the kernel computes exactly what it did; what
 changes is that the U elements' loads no longer wait on each other's loop test, and nvcc issues them together: more
 loads in flight a thread where more blocks would not help (bench/variants/grid_stride_unroll: 1.08x on mse_loss's
-float4 loop on an H100, where 4x the blocks gave 0.96x). U is the carrier `factor`: a card's values, else 2 (4
-measured no better there).
+float4 loop on an H100, where 4x the blocks gave 0.96x). The full steps run unguarded because a guard per element
+keeps nvcc from moving an element's load above the branches of the element before it: with every element guarded,
+softplus's loop (whose work branches on the value) had one load in flight where nvcc's own unrolling of the plain
+loop had two, and was 0.857x on an H100 (docs/forwards.md); unguarded, the full step's loads are issued back to back
+in SASS. U is the carrier `factor`: a card's values, else 2 (4 measured no better on mse_loss).
 
 Legality, decided on the parse: the loop reads as `_grid_free` reads a thread's grid-stride loop (start, `i < n`
 with n never assigned, the grid's extent as the step), its work never assigns the index, leaves the loop
 (`break`, `return`, `goto`; `continue` moves to the next element either way) or waits at a barrier, and the
 kernel declares neither `i_base` nor `i_step`. Known limit: `i_base` steps U grids past the bound where the plain
-index stepped one, so an `int` index wraps U times sooner near 2^31 elements.
+index stepped one, so an `int` index wraps U times sooner near 2^31 elements. The work is written twice, so the
+kernel's code grows by one copy of it.
 
 Backward writes the plain loop (`i += <stride>`) back from every loop of the kernel unrolled by the anchor's U; a
 work without braces goes on a line of its own. It applies only where the forward would write this kernel again from
@@ -69,8 +82,8 @@ def _plain(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
 
 class RerollGridStride(Transform):
     name = "reroll_grid_stride"
-    intent = ("Unroll a grid-stride loop a few grids a step, each element under its own guard, so that a thread "
-              "issues the loads of several elements together.")
+    intent = ("Unroll a grid-stride loop a few grids a step, the last step's elements each under its own guard, so "
+              "that a thread issues the loads of several elements together.")
     placement = Placement.ANALYSIS
 
     def find(self, state: KernelState) -> list[Anchor]:
@@ -94,14 +107,18 @@ class RerollGridStride(Transform):
         edits = []
         for loop in _plain(state, parsed, function):
             indent = indentation(parsed.data, loop.loop.start_byte)
-            i, inner, body = loop.index, indent + STEP, indent + 2 * STEP
+            i, split, inner, body = loop.index, indent + STEP, indent + 2 * STEP, indent + 3 * STEP
             work = reindent(parsed.text(loop.work), len(indent), body).removeprefix(body)
+
+            def step(guard: str) -> str:
+                return (f"#pragma unroll\n{inner}for (int {i}_step = 0; {i}_step < {factor}; ++{i}_step) {{\n"
+                        f"{body}const {loop.kind} {i} = {i}_base + {i}_step * ({loop.stride});\n"
+                        f"{body}{guard}{work}\n{inner}}}\n")
             edits.append((loop.loop.start_byte, loop.loop.end_byte,
                           f"for ({loop.kind} {i}_base = {loop.start}; {i}_base < {loop.bound}; "
-                          f"{i}_base += {factor} * ({loop.stride})) {{\n#pragma unroll\n"
-                          f"{inner}for (int {i}_step = 0; {i}_step < {factor}; ++{i}_step) {{\n"
-                          f"{body}const {loop.kind} {i} = {i}_base + {i}_step * ({loop.stride});\n"
-                          f"{body}if ({i} < {loop.bound}) {work}\n{inner}}}\n{indent}}}"))
+                          f"{i}_base += {factor} * ({loop.stride})) {{\n"
+                          f"{split}if ({i}_base + {factor - 1} * ({loop.stride}) < {loop.bound}) {{\n{step('')}"
+                          f"{split}}} else {{\n{step(f'if ({i} < {loop.bound}) ')}{split}}}\n{indent}}}"))
         source = splice(parsed.data, edits)[0].decode("utf-8")
         return self.rewrite(state, anchor, Direction.FORWARD, source, carrier={"factor": factor},
                             note=f"{function.name}: {len(edits)} grid-stride loop(s), {factor} grids a step")

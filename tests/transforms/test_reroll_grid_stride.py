@@ -51,23 +51,49 @@ def _mse_vectors() -> KernelState:
 
 def test_forward_unrolls_the_held_out_mse_loss_loops_after_the_searchs_steps(transform):
     """mse_loss (bench/transfer, never walked) after the two forwards its search takes: the float4 loop, its tail
-    and the unaligned fallback, each two grids a step; the plan is unchanged."""
+    and the unaligned fallback, each two grids a step (a full step and a guarded last step each); the plan is
+    unchanged."""
     state = _mse_vectors()
     (site,) = transform.forward_sites(state)
     rewrite = transform.forward(state, site)
-    assert rewrite.state.source.count("#pragma unroll") == 3 and rewrite.state.plan == state.plan
+    assert rewrite.state.source.count("#pragma unroll") == 6 and rewrite.state.plan == state.plan
     assert "const int v = v_base + v_step * (blockDim.x * gridDim.x);" in rewrite.state.source
 
 
 def test_nvcc_keeps_the_unrolled_loads_apart_in_the_machine_code(transform, cache):
-    """Unrolled two grids a step, mse_loss's float4 loop has twice its 128-bit loads in SASS (each step's loads
-    in one iteration, not folded back into one), and so have the scalar tail and fallback."""
+    """Unrolled two grids a step, mse_loss's float4 loop, its tail and fallback each load two elements a full step
+    and two more in the guarded last step: four times the plain loops' loads in SASS, none folded back into one."""
     from tests.cuda_tools import feature_counts
 
     state = _mse_vectors()
     unrolled = transform.forward(state, transform.forward_sites(state)[0]).state
     plain, twice = (feature_counts(compiles_without_spills(s, cache)) for s in (state, unrolled))
-    assert (plain["ldg_128"], plain["ldg_32"]) == (2, 4) and (twice["ldg_128"], twice["ldg_32"]) == (4, 8)
+    assert (plain["ldg_128"], plain["ldg_32"]) == (2, 4) and (twice["ldg_128"], twice["ldg_32"]) == (8, 16)
+
+
+def _loads_before_a_branch(instructions: list[str]) -> int:
+    """The longest run of global loads with no branch between them."""
+    longest = run = 0
+    for op in instructions:
+        if op.startswith("LDG"):
+            run += 1
+            longest = max(longest, run)
+        elif op.startswith(("BRA", "BSSY", "BSYNC", "CALL", "RET")):
+            run = 0
+    return longest
+
+
+def test_a_full_step_issues_its_loads_together_where_the_work_branches_on_the_value(transform, cache):
+    """softplus (bench/transfer) branches on each element's value. nvcc unrolls its plain loop two elements a step
+    itself; four grids a step, the full step's four loads are issued with no branch between them, where guarding
+    each element would keep every load behind the branches of the element before it."""
+    from tests.cuda_tools import sass_instructions
+
+    plain = load_kernel(MSE.parent / "softplus" / "naive")
+    four = transform.forward(plain, transform.forward_sites(plain, {"factor": [4]})[0]).state
+    runs = [_loads_before_a_branch(sass_instructions(compiles_without_spills(s, cache), "sm_90"))
+            for s in (plain, four)]
+    assert runs == [2, 4]
 
 
 def _refusal(transform, source: str) -> str:
