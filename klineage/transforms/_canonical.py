@@ -53,7 +53,7 @@ _VALUE_PRESERVING = frozenset({"+", "*", "/", "%"})  # on non-negative operands,
 _READS = frozenset({"subscript_argument_list", "subscript_expression", "argument_list", "init_declarator"})
 _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 # a canonical index local, and a loop index starting at a local (texts with blanks squashed)
-_INDEX_LOCAL = re.compile(r"(?P<type>int|long long) (?P<name>[A-Za-z_]\w*) = (?P<value>(?:\(long long\))?"
+INDEX_LOCAL = re.compile(r"(?P<type>int|long long) (?P<name>[A-Za-z_]\w*) = (?P<value>(?:\(long long\))?"
                           r"blockIdx\.x \* blockDim\.x \+ threadIdx\.x);")
 _LOOP_START = re.compile(r"(?P<type>int|long long|[a-z_][\w ]*?) (?P<index>[A-Za-z_]\w*) = (?P<start>[A-Za-z_]\w*);")
 
@@ -107,7 +107,7 @@ def _loops_from_the_index(state: KernelState) -> KernelState:
 def _started_at_the_index(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> Edits:
     starts, edits = {}, []  # name -> (declaration, its type, its value) of each canonical index local
     for statement in body.named_children:
-        found = _INDEX_LOCAL.fullmatch(" ".join(parsed.text(statement).split()))
+        found = INDEX_LOCAL.fullmatch(" ".join(parsed.text(statement).split()))
         if statement.type == "declaration" and found:
             starts[found["name"]] = (statement, found["type"], found["value"])
         initializer = statement.child_by_field_name("initializer") if statement.type == "for_statement" else None

@@ -45,13 +45,22 @@ first thread alone works: `if (threadIdx.x != 0) return;` (or `> 0`) before or a
 rest of the kernel (the row's declaration too) as `if (threadIdx.x == 0) { ... }`; the other threads of the block do
 nothing, and the launch's block is 1-D, so the working threads are one a block.
 
+A kernel one thread of the whole launch runs (a whole reduction to one value, `*out = total;`) is one row: its body
+names no thread, block or grid and the plan launches one thread (`<<<1, 1>>>`), or its work is the first thread's of
+the first block (`if (threadIdx.x == 0 && blockIdx.x == 0) { ... }`, either order, or `int i = <global index>; if
+(i == 0) { ... }`) on a 1-D launch. It becomes `int row = <global index>; if (row < 1) { <the work> }` on one block
+of one warp (Shape.ONE_THREAD), each `*p` of a pointer parameter written `p[0]`; the work may loop but may not name
+a coordinate, the grid, a barrier, shared memory or a collective (no other thread ever ran it), nor move the index.
+The row readers then give the row a warp, or split its loop into chunks over the GPU (unsplit_reduction).
+
 A grid-stride loop over rows (`for (int row = <global index>; row < rows; row += blockDim.x * gridDim.x) { <a row's
 work> }`, either spelling) is read as the loop over elements is, one thread per row on cdiv(rows, threads) blocks,
 where the reader asks for rows (Shape.GRID_STRIDE_ROWS): the loop visits every row below rows once whatever the grid,
 whatever the work does with it, so its work may loop (over the row's columns). It may not name a coordinate, the
 grid, a barrier, shared memory, a collective or a jump (a `return` or `break` would end the thread's later rows too),
-nor change the row. serialize_reduction and serialize_column_reduction read these two row shapes only (then give the
-row a warp); the elementwise forwards, whose element work never loops, do not ask for the grid-stride one.
+nor change the row. serialize_reduction, serialize_column_reduction and unsplit_reduction read these row shapes (then
+give the row a warp, or its loop chunks); the elementwise forwards, whose element work never loops, ask for neither
+the grid-stride one nor the lone thread.
 
 The forwards then read the work as they read any 1-D kernel: scalarize_row_gather packs a row's columns
 (`bias[col]` once per 16 bytes), scalarize_elementwise packs `[i]` and gathers the rest, uncoarsen_grid_stride
@@ -73,8 +82,8 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import Launch
-from klineage.transforms._canonical import NARROW, WIDE, canonical, canonical_index
-from klineage.transforms._edit import contains, indentation, is_written, reindent, splice
+from klineage.transforms._canonical import INDEX_LOCAL, NARROW, WIDE, canonical, canonical_index
+from klineage.transforms._edit import contains, indentation, is_written, reindent, splice, unparen
 from klineage.transforms._grid_stride import read_grid_stride, stride_local
 from klineage.transforms._naive import (
     FORBIDDEN,
@@ -83,6 +92,7 @@ from klineage.transforms._naive import (
     grid_index,
     launch_scalars,
     launches_of,
+    parameters,
     squash,
     statements,
 )
@@ -102,6 +112,7 @@ _BLOCK_FORBIDDEN = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__synct
 # (a `return` or `break` would end the thread's later rows too, a `continue` skip a `while` loop's step)
 _ROW_FORBIDDEN = re.compile(rf"{_BLOCK_FORBIDDEN.pattern}|\b(?:goto|break|continue|return|this_grid|grid_group)\b")
 THREADS = 256  # the threads per block of a kernel read as one thread per row
+LONE_BLOCK = 32  # the threads per block of a kernel one thread runs, read as one row: the fewest a warp form takes
 _NAMES = ("i", "idx", "element", "flat_index")  # the 1-D index: the first the kernel does not name already
 
 
@@ -121,9 +132,11 @@ class Shape(Enum):
     GRID_STRIDE = "grid_stride"  # one grid-stride loop over elements
     GRID_STRIDE_ROWS = "grid_stride_rows"  # the same loop over rows: its work a row's, which may loop
     ONE_THREAD_BLOCKS = "one_thread_blocks"  # a block of one thread per row (`<<<rows, 1>>>`, `row = blockIdx.x`)
+    ONE_THREAD = "one_thread"  # one thread of the whole grid does all the work (`<<<1, 1>>>`, or thread 0 alone)
 
 
-ELEMENTS = frozenset(Shape) - {Shape.GRID_STRIDE_ROWS}  # what the elementwise forwards read: no loop in an element
+# what the elementwise forwards read: no loop in an element, and more than one element
+ELEMENTS = frozenset(Shape) - {Shape.GRID_STRIDE_ROWS, Shape.ONE_THREAD}
 
 
 def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> KernelState:
@@ -144,6 +157,8 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
         try:
             if shape is Shape.ONE_THREAD_BLOCKS:
                 text, launches = _threaded(flat, parsed, function)
+            elif shape is Shape.ONE_THREAD:
+                text, launches = _alone(flat, parsed, function)
             elif shape in (Shape.GRID_STRIDE, Shape.GRID_STRIDE_ROWS):
                 text, launches = _destrided(flat, parsed, function, rows=shape is Shape.GRID_STRIDE_ROWS)
             else:
@@ -166,6 +181,8 @@ def _shape(parsed: cp.ParsedSource, body: Node) -> Shape:
     """The shape a kernel's body looks like (whether it is one is for its reader to say)."""
     if _block_row(parsed, body) is not None:
         return Shape.ONE_THREAD_BLOCKS
+    if _lone_thread(parsed, body) is not None:
+        return Shape.ONE_THREAD
     return Shape.GRID_STRIDE if "gridDim" in parsed.text(body) else Shape.MATRIX
 
 
@@ -193,6 +210,74 @@ def _threaded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
     work = reindent(text, len(indentation(parsed.data, rest[0].start_byte)), indent + "    ")
     source = f"{kind} {row} = {canonical_index(NARROW)};\n{indent}if ({row} < {rows}) {{\n{work}\n{indent}}}"
     return source, _element_launches(state, parsed, function, rows, 1, THREADS)
+
+
+def _alone(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple[str, tuple[Launch, ...]]:
+    """A kernel one thread of the whole grid runs (see `_lone_thread`) as one thread per row over one row: `int row
+    = <global index>; if (row < 1) { <its work> }` on one block of LONE_BLOCK threads, so that the row readers give
+    the row a warp, or split its loop over the GPU (each chunk a block, whose other threads cost least in a block of
+    one warp). The work may loop and return, but may not name a coordinate, the grid, a
+    barrier, shared memory or a collective (the other threads of the launch never ran it), nor change the index
+    where the kernel declared one. A scalar output is often written through its pointer (`*out = s;`): each `*p`
+    of a pointer parameter p reads as `p[0]`, the same element, as the row readers read an element."""
+    guarded, declaration, work = _lone_thread(parsed, function.node.child_by_field_name("body"))
+    launches = launches_of(state, function.name, dimensions=1)
+    if not guarded and any(str(size).strip() != "1" for launch in launches
+                                   for size in (launch.grid[0], launch.block[0])):
+        raise NotApplicable(f"{function.name} names no thread or block, but is launched on more than one thread")
+    if not work:
+        raise NotApplicable(f"{function.name}'s one thread does nothing")
+    text = _subscripted(parsed, function, work)
+    if found := _BLOCK_FORBIDDEN.search(text):
+        raise NotApplicable(f"{function.name}'s one thread names a thread or block coordinate, the grid, a barrier "
+                            f"or a collective (`{found[0]}`)")
+    named = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier")}
+    if declaration is not None:
+        kind, row = INDEX_LOCAL.fullmatch(squash(parsed.text(declaration))).group("type", "name")
+        if any(parsed.text(n) == row and is_written(n) for node in work for n in cp.nodes_of_type(node, "identifier")):
+            raise NotApplicable(f"{function.name} changes its index '{row}'")
+    else:
+        kind, row = NARROW, next(n for n in ("row", "lone_row", "one_thread_row") if n not in named)
+    indent = indentation(parsed.data, statements(function.node.child_by_field_name("body"))[0].start_byte)
+    body = reindent(text, len(indentation(parsed.data, work[0].start_byte)), indent + "    ")
+    source = f"{kind} {row} = {canonical_index(kind)};\n{indent}if ({row} < 1) {{\n{body}\n{indent}}}"
+    return source, tuple(Launch(launch.entry, (1, 1, 1), (LONE_BLOCK, 1, 1), launch.shared, launch.args)
+                         if launch.entry == function.name else launch for launch in state.plan.launches)
+
+
+def _subscripted(parsed: cp.ParsedSource, function: cp.Function, work: list[Node]) -> str:
+    """The text of the statements `work`, each `*p` of a pointer parameter p of `function` written `p[0]`."""
+    pointers = {name for name, _, pointer in parameters(parsed, function) if pointer}
+    start, end = work[0].start_byte, work[-1].end_byte
+    edits = [(n.start_byte - start, n.end_byte - start, f"{parsed.text(n.child_by_field_name('argument'))}[0]")
+             for node in work for n in cp.nodes_of_type(node, "pointer_expression")
+             if parsed.text(n.child_by_field_name("operator")) == "*"
+             and parsed.text(unparen(n.child_by_field_name("argument"))) in pointers
+             and unparen(n.child_by_field_name("argument")).type == "identifier"]
+    return splice(parsed.data[start:end], edits)[0].decode("utf-8")
+
+
+def _lone_thread(parsed: cp.ParsedSource, body: Node) -> tuple[bool, Node | None, list[Node]] | None:
+    """(whether a guard keeps the other threads out, the global index's declaration or None, the statements one
+    thread runs) of a kernel only one thread of the grid works in: its body names no thread, block or grid at all
+    (the plan must launch one thread), or it is the first thread of the first block, `if (threadIdx.x == 0 &&
+    blockIdx.x == 0) { ... }` (either order), or of the global index, `int i = <global index>; if (i == 0) { ... }`;
+    None where the body is not read so."""
+    listed = statements(body)
+    if listed and not _BLOCK_FORBIDDEN.search(parsed.text(body)):
+        return False, None, listed
+    declaration = listed[0] if len(listed) == 2 and INDEX_LOCAL.fullmatch(squash(parsed.text(listed[0]))) else None
+    guard = listed[-1] if listed and len(listed) == (2 if declaration is not None else 1) else None
+    if guard is None or guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
+        return None
+    condition = squash(parsed.text(guard.child_by_field_name("condition")))[1:-1].strip()
+    first = (rf"(?:{name} == 0|0 == {name}|!{name}|{name} < 1)" for name in (
+        r"threadIdx\.x", r"blockIdx\.x",
+        re.escape(INDEX_LOCAL.fullmatch(squash(parsed.text(declaration)))["name"]) if declaration else "(?!)"))
+    thread, block, index = first
+    if not re.fullmatch(rf"{thread} && {block}|{block} && {thread}|{index}", condition):
+        return None
+    return True, declaration, statements(guard.child_by_field_name("consequence"))
 
 
 def _block_row(parsed: cp.ParsedSource, body: Node) -> tuple[Node, list[Node], bool] | None:

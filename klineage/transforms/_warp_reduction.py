@@ -29,6 +29,7 @@ from klineage.transforms._canonical import NARROW, canonical
 from klineage.transforms._edit import (
     Edit,
     call_arguments,
+    declared_names,
     indentation,
     is_written,
     outer_parens,
@@ -36,6 +37,7 @@ from klineage.transforms._edit import (
     splice,
     summands,
     unparen,
+    written_names,
 )
 from klineage.transforms._flatten import Shape, flattened
 from klineage.transforms._naive import (
@@ -72,12 +74,19 @@ _ONCE_A_ROW = frozenset({"atomicAdd", "atomicMax", "atomicMin"})
 _OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+)\b")  # what warp forms declare
 # a row's length: a name, or a product or sum of names (`cpg * hw`), or one name cast to an integer type
 # (`(size_t)rows`, kept as written: the cast is the author's and changes no length a correct kernel is given),
-# maybe times more names (`(long long)n * hw`: the pairs of a nest read as one loop, `_nests.py`)
-_LOOP_BOUND = rf"(?:{INTEGER_CAST}\(?[\w.]+\)?(?:\s*\*\s*[\w.]+)*|[\w.]+(?:\s*[*+]\s*[\w.]+)*)"
+# maybe times more names (`(long long)n * hw`: the pairs of a nest read as one loop, `_nests.py`); or a count of
+# chunks (`(n + split_steps - 1) / split_steps`: unsplit_reduction's merge walks its chunks so)
+_COUNT = rf"(?:{INTEGER_CAST}\(?[\w.]+\)?(?:\s*\*\s*[\w.]+)*|[\w.]+(?:\s*[*+]\s*[\w.]+)*)"
+_LOOP_BOUND = rf"(?:{_COUNT}|\(\s*{_COUNT}\s*\+\s*[\w.]+\s*-\s*1\s*\)\s*/\s*[\w.]+)"
+# a row loop's condition: below its bound, and maybe below a second (`i < n && i < split_first + split_steps`: a
+# chunk of the row, as unsplit_reduction writes it); the index is the pattern's group 2
+_BELOW = rf"\2\s*<\s*({_LOOP_BOUND})(?:\s*&&\s*\2\s*<\s*({_LOOP_BOUND}))?"
+# where a row loop starts: a number, or a local every lane of the row holds alike (`split_first`; _row_loop checks)
+_START = r"(\d+|[A-Za-z_]\w*)"
 # a descending loop over the whole row (`for (int j = n - 1; j >= 0; --j)`): a running sum from the row's end
 _REVERSE_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*({_LOOP_BOUND})\s*-\s*1\s*;\s*\1\s*>=\s*0\s*;"
                            r"\s*(?:--\1|\1--|\1\s*-=\s*1)\s*\)")
-_SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(\d+)\s*;\s*\2\s*<\s*({_LOOP_BOUND})\s*;"
+_SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*{_START}\s*;\s*{_BELOW}\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
 _SCAN_IDENTITY = {"+": "0", "*": "1"}  # what a lane past the row's end contributes to a running sum or product
 
@@ -99,8 +108,8 @@ def _warp_scan_pattern(op: str, exclusive: bool, reverse: bool) -> re.Pattern:
 
 _WARP_SCANS = {(op, exclusive, reverse): _warp_scan_pattern(op, exclusive, reverse)
                for op in _SCAN_IDENTITY for exclusive in (False, True) for reverse in (False, True)}
-# `<<<rows, 1>>>` kernels and grid-stride loops over rows, read as one thread per row
-ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS})
+# `<<<rows, 1>>>` kernels, grid-stride loops over rows and a kernel one thread runs, read as one thread per row
+ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS, Shape.ONE_THREAD})
 _ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
 _ONE = re.compile(r"^(?:1(?:\.0*)?[fF]?|1\.[fF]?|1[uUlL]*)$")
 _OPERATORS = frozenset({"+", "*"})  # the folds a butterfly combines with an operator: a sum and a product
@@ -152,9 +161,10 @@ class Layout:
         return WARP_BUTTERFLY if self.group == 1 else f"for (int offset = 16; offset >= {self.group}; offset /= 2)"
 
     def loop(self) -> re.Pattern:
-        """A loop header as the forward writes it: (index type, index, first column or None, bound)."""
-        return re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(?:(\d+) \+ )?{self.lane}\s*;\s*\2\s*<\s*"
-                          rf"({_LOOP_BOUND})\s*;\s*\2\s*\+=\s*{self.sharing}\s*\)")
+        """A loop header as the forward writes it: (index type, index, first column or None, bound, second bound or
+        None)."""
+        return re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*(?:{_START} \+ )?{self.lane}\s*;\s*"
+                          rf"{_BELOW}\s*;\s*\2\s*\+=\s*{self.sharing}\s*\)")
 
     def is_butterfly(self, text: str) -> bool:
         """Whether `text` (squashed) is a butterfly `_butterfly` writes for this layout."""
@@ -277,7 +287,8 @@ class WarpReduction(Transform):
                 edits.append(Edit(node.end_byte, node.end_byte, butterflies))
         edits += [Edit(atomic.start_byte, atomic.start_byte, f"if ({layout.lane} == 0) ") for atomic in site.atomics]
         source = splice(data, edits)[0].decode("utf-8")
-        plan = rescaled_grid(state, function.name, lambda grid: f"({grid}) * {layout.sharing}")
+        plan = state.plan if _holds_the_lanes(state, parsed, function, site.row, layout) else \
+            rescaled_grid(state, function.name, lambda grid: f"({grid}) * {layout.sharing}")
         reduced = sorted(acc.name for loop in site.loops for acc in loop.accumulators)
         return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"warp": WARP},
                             note=f"{layout.sharing} lanes per {site.row} in {function.name}: {len(site.loops)} loop(s) "
@@ -331,16 +342,18 @@ class WarpReduction(Transform):
             match = layout.loop().match(header)
             if match is None:
                 raise NotApplicable(f"{anchor}: a loop that does not stride over lanes: `{header}`")
-            kind, index, start, bound = match.groups()
+            kind, index, start, bound, chunk = match.groups()
+            below = f"{index} < {bound}" + (f" && {index} < {chunk}" if chunk else "")
             edits.append(Edit(node.start_byte, node.child_by_field_name("body").start_byte,
-                              f"for ({kind} {index} = {start or 0}; {index} < {bound}; ++{index}) "))
+                              f"for ({kind} {index} = {start or 0}; {below}; ++{index}) "))
         for guard in cp.nodes_of_type(body, "if_statement"):  # one lane's atomics: every thread's again
             consequence = guard.child_by_field_name("consequence")
             if squash(parsed.text(guard.child_by_field_name("condition"))) == f"({layout.lane} == 0)" and \
                     guard.child_by_field_name("alternative") is None and _is_row_atomic(consequence):
                 edits.append(Edit(guard.start_byte, consequence.start_byte, ""))
         source = splice(parsed.data, edits)[0].decode("utf-8")
-        plan = rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "(", f") * {layout.sharing}"))
+        plan = state.plan if _holds_the_lanes(state, parsed, function, row, layout) else \
+            rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "(", f") * {layout.sharing}"))
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
                             note=f"one thread per {row} in {function.name}: loops serial, shuffles gone, "
                                  f"grid /{layout.sharing}")
@@ -356,6 +369,22 @@ class WarpReduction(Transform):
             except NotApplicable:
                 continue
         return found
+
+def _holds_the_lanes(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, row: str,
+                     layout: Layout) -> bool:
+    """Whether every launch of the kernel already runs the lanes of all its rows, so that the grid stays as it is:
+    the rows a number N (`if (row < N)` in the body), each launch a number of blocks of a number of threads, at
+    least N x the lanes a row takes (a kernel one thread runs, read as one row on one warp: `_flatten.py`). Else the
+    grid grows by the lanes a row takes, which on one row would launch 31 idle blocks a working one."""
+    guards = [squash(parsed.text(s.child_by_field_name("condition"))) for s in
+              statements(function.node.child_by_field_name("body")) if s.type == "if_statement"]
+    rows = next((int(found[1]) for g in guards if (found := re.fullmatch(rf"\({row} < ([1-9]\d*)\)", g))), None)
+    launches = [launch for launch in state.plan.launches if launch.entry == function.name]
+    return rows is not None and all(
+        str(launch.grid[0]).strip().isdigit() and str(launch.block[0]).strip().isdigit() and
+        int(str(launch.grid[0]).strip()) * int(str(launch.block[0]).strip()) >= rows * layout.sharing
+        for launch in launches)
+
 
 def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
     """The kernel's one thread per row (or column) and the loops that reduce along it, each legal to share among
@@ -454,7 +483,13 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
         return replace(loop, scan=replace(loop.scan, count=reverse[2]))
     if match is None:
         raise NotApplicable(f"not a unit-step loop from a constant: `{header}`")
-    return fold(parsed, node, match[2], match[3], match[1])
+    if not match[3].isdigit():  # a local start: the same in every lane of the row, and where every chunk begins
+        if match[3] in written_names(parsed, body) or declared_names(parsed, body).count(match[3]) != 1:
+            raise NotApplicable(f"the loop starts at '{match[3]}', which is not one local the kernel never assigns")
+    loop = fold(parsed, node, match[2], match[3], match[1])
+    if match[5] is not None and loop.scan is not None:
+        raise NotApplicable(f"a running sum over part of its row: `{header}`")
+    return loop
 
 
 def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str) -> RowLoop:
@@ -515,10 +550,11 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str)
     for name in accumulators:
         if len(re.findall(rf"\b{name}\b", text)) != in_updates[name]:
             raise NotApplicable(f"'{name}' is read inside its loop beyond its own update")
-    # every lane starts from the accumulator's first value: a max or min takes it again harmlessly, a sum 32 times
-    if start != "0" and any(acc.combine not in _COMBINE_CALLS for acc in accumulators.values()):
-        raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction or an extreme may start later): "
-                            f"`{header}`")
+    # every lane starts from the accumulator's first value: a max or min takes it again harmlessly; a sum starts from
+    # zero and a product from one (_check_accumulators), which every lane may take (a chunk of the row starts later)
+    if start != "0" and any(acc.combine not in (*_COMBINE_CALLS, "+", "*") for acc in accumulators.values()):
+        raise NotApplicable(f"not a unit-step loop from 0 (only a sum, a product, an extreme or an arg reduction may "
+                            f"start later): `{header}`")
     return RowLoop(node, index, tuple(accumulators.values()), start=start, kind=kind)
 
 

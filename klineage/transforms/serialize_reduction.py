@@ -18,8 +18,10 @@ n - 1; j >= 0; --j)`) is scanned with lane 0 on the last column. A loop that kee
 (`if (e > best) { best = e; at = j; }`, or `<`; it may start past column 0, as an argmax seeded with column 0 does)
 strides the same way and its (value, index) pair is combined by a shuffle butterfly that gives the sequential
 loop's answer to the bit, ties and NaNs included (klineage/transforms/_arg_reduction.py says why). The launch's grid
-grows 32-fold (the plan's first grid dimension times 32). On memory-bound row kernels this turns 32 strided rows
-per warp into one coalesced row.
+grows 32-fold (the plan's first grid dimension times 32), unless the rows are a number (`if (row < N)`) and a
+launch of a number of blocks already holds N warps (a kernel one thread runs, read as one row on one warp by
+`_flatten.py`): its grid stays. On memory-bound row kernels this turns 32 strided rows per warp into one coalesced
+row.
 
 Backward serializes the canonical form forward writes: the row index loses `/ 32`, the lane line and
 the butterflies go, the loops start where they started (0, or the later column a loop with no sum may start
@@ -38,8 +40,11 @@ Legality (forward_sites), conservative, decided on the parse:
   stores `a[...j...] = e` to an array, or updates one of its accumulators (a reduction, a kept extreme, or an
   arg reduction: the one `if` after its declarations, a strict compare, the value and the loop index taken
   together);
-- a sum accumulator starts at zero and a product at one (the 32 partials each start from it), and only a loop
-  with no sum or product may start past column 0;
+- a sum accumulator starts at zero and a product at one (the 32 partials each start from it); a loop other than a
+  running sum or product may start past column 0, at a number or at a local the kernel declares once and never
+  assigns (the same in every lane), and may stop below a second bound too (`j < n && j < split_first +
+  split_steps`: a chunk of the row, which unsplit_reduction's forward writes, as its merge walks the chunks below
+  `(n + split_steps - 1) / split_steps`);
 - an accumulator is updated in one loop only, and outside it only after it (`mean /= n`: every lane then
   holds the combined value);
 - an array the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry

@@ -22,11 +22,12 @@ columns of 16,384 rows, and ran past grid y's limit beyond 8.4 million rows.
 Legality: what serialize_reduction reads (klineage/transforms/_warp_reduction.py: one thread per row, its
 accumulators, pure calls, no shared memory or barrier), plus:
 - exactly one loop, which only reduces (no store, no running sum), directly in the kernel's body or in its guard;
-- the guard is `if (row >= N) return;` before the loop or `if (row < N) { ... }` around it, and N and the loop's
-  bound are names the plan can say (scalar parameters or constants) or products or sums of them (`B * D`: a
-  batch of column sums, one thread per output). The guard alone keeps a thread's partial inside the scratch
-  (`chunk * N + row`, row < N), whatever else N counts; the kernel neither assigns nor declares again a name of N
-  or of the bound, so the plan's values are the kernel's;
+- the guard is `if (row >= N) return;` before the loop or `if (row < N) { ... }` around it, and N and the loop's bound
+  are names the plan can say (scalar parameters or constants) or products or sums of them (`B * D`: a batch of column
+  sums, one thread per output); N may be a number (`row < 1`: a kernel one thread runs, read as one row by
+  `_flatten.py`, as are `<<<rows, 1>>>` kernels and grid-stride loops over rows). The guard alone keeps a thread's
+  partial inside the scratch (`chunk * N + row`, row < N), whatever else N counts; the kernel neither assigns nor
+  declares again a name of N or of the bound, so the plan's values are the kernel's;
 - code after the loop (which the merge runs) exists and nothing follows the guard's block;
 - the kernel's one launch is one-dimensional, it never names blockIdx.y or blockIdx.z (grid y becomes the chunk)
   and no name of the kernel starts with `split`.
@@ -50,6 +51,7 @@ from klineage.launch import Arg, ArgKind, Launch, Scratch
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import Edit, declared_names, indentation, line_start, splice, unparen, written_names
+from klineage.transforms._flatten import flattened
 from klineage.transforms._naive import (
     BOUND,
     INTEGER_CAST,
@@ -62,7 +64,7 @@ from klineage.transforms._naive import (
     statements,
 )
 from klineage.transforms._nests import unnested
-from klineage.transforms._warp_reduction import RowLoop, Site, serial_site
+from klineage.transforms._warp_reduction import ROW_THREADS, RowLoop, Site, serial_site
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 STEPS = "split_steps"  # the kernels' parameter: how many steps a chunk reduces
@@ -111,7 +113,9 @@ class UnsplitReduction(Transform):
         return found
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = unnested(canonical(state))  # a perfect nest of two loops is one loop over its pairs (_nests.py)
+        # a perfect nest of two loops is one loop over its pairs (_nests.py); the row shapes people write (a kernel one
+        # thread runs, `<<<rows, 1>>>`, a grid-stride loop over rows) as one thread per row
+        state = unnested(flattened(canonical(state), ROW_THREADS))
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", split.site.row, parsed.text(split.loop.node)[:200])
                 for function, split in readable(parsed, lambda f: _split(state, parsed, f))]
@@ -119,7 +123,7 @@ class UnsplitReduction(Transform):
     # -- forward --------------------------------------------------------------------------------
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = unnested(canonical(state), anchor.function)
+        state = unnested(flattened(canonical(state), ROW_THREADS), anchor.function)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         split = _split(state, parsed, function)
@@ -253,7 +257,7 @@ def _guard(parsed: cp.ParsedSource, body: Node, row: str, loop: Node) -> tuple[s
 
 def _compared(parsed: cp.ParsedSource, statement: Node, row: str, relations: tuple[str, str]) -> str | None:
     """N of `row R N` (R relations[0]) or `N R' row` (R' relations[1]) in the if statement's condition, N a name or a
-    product or sum of names (`B * D`), integer casts on them left out."""
+    product or sum of names (`B * D`), integer casts on them left out, or a positive number."""
     condition = statement.child_by_field_name("condition")
     compare = unparen(condition.child_by_field_name("value") or condition)
     if compare.type != "binary_expression":
@@ -263,7 +267,9 @@ def _compared(parsed: cp.ParsedSource, statement: Node, row: str, relations: tup
     said = right if left == row and relation == relations[0] else \
         left if right == row and relation == relations[1] else None
     # the count without integer casts (`(size_t)cols`, `(long long)B * D`): the plan's values are exact, and the
-    # scratch's offsets are formed in 64 bits (`_offset`)
+    # scratch's offsets are formed in 64 bits (`_offset`); a number counts as written (`row < 1`: one output)
+    if said and re.fullmatch(r"[1-9]\d*", said):
+        return said
     return (bound_of(said) or bound_of(re.sub(INTEGER_CAST, "", said))) if said else None
 
 
@@ -284,13 +290,15 @@ def _offset(chunk: str, count: str) -> str:
 
 def _plan_value(text: str, scalars: dict[str, str], constants: dict) -> str:
     """`text` (a name, or a product or sum of names) as the plan says it: each scalar parameter as the launch passes
-    it, each constant by its name; NotApplicable where a name is neither."""
+    it, each constant by its name; NotApplicable where a name is neither. A positive number is itself."""
     def said(name: re.Match) -> str:
         if name[0] in scalars:
             return f"({scalars[name[0]]})" if not re.fullmatch(r"\w+", scalars[name[0]]) else scalars[name[0]]
         if name[0] in constants:
             return name[0]
         raise NotApplicable(f"'{name[0]}' of `{text}` is neither a scalar parameter nor a constant the plan can name")
+    if re.fullmatch(r"[1-9]\d*", text):
+        return text
     if not re.fullmatch(BOUND, text):
         raise NotApplicable(f"`{text}` is not a name, or a product or sum of names, the plan can say")
     return re.sub(r"[A-Za-z_]\w*", said, text)

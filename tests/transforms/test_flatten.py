@@ -1,5 +1,6 @@
-"""Elementwise kernels written on a 2-D launch or as a grid-stride loop, and row kernels on blocks of one thread or as
-a grid-stride loop over rows, read as one thread per element or row on a 1-D launch (klineage/transforms/_flatten.py):
+"""Elementwise kernels written on a 2-D launch or as a grid-stride loop, row kernels on blocks of one thread or as a
+grid-stride loop over rows, and kernels one thread of the launch runs, read as one thread per element or row on a 1-D
+launch (klineage/transforms/_flatten.py):
 the golden flat forms, the bits the flat kernel and the forwards' rewrites of it compute on the CPU against the kernel
 as written, and the kernels left as written, each with its reason."""
 
@@ -20,13 +21,15 @@ from tests.transforms import emulate
 from tests.transforms.golden import HERE, compiles_without_spills
 
 CASES = ["rows_on_y", "tiles", "grid_stride", "grid_stride_while", "one_thread_blocks", "first_thread_rows",
-         "grid_stride_rows"]
+         "grid_stride_rows", "one_thread", "first_thread_of_grid"]
+LONE = ("one_thread", "first_thread_of_grid")  # one thread of the whole launch works: read as one row
 # (rows, cols): a ragged row, rows of whole packs, a tail in every row; the grid-stride loops read n = rows * cols,
 # and their grid of 128 threads strides over the larger ones
 SHAPES = [(3, 5), (4, 64), (7, 130)]
 # the grid-stride loop over rows, its grid one warp: no stride, one and two more, rows short of a warp and past it
 ROW_SHAPES = [(3, 5), (40, 33), (70, 64)]
 ROWS = frozenset({Shape.GRID_STRIDE_ROWS})  # what the warp reductions ask to read besides blocks of one thread
+LONE_ROW = frozenset({Shape.ONE_THREAD})  # ... and a kernel one thread runs
 
 
 def _state(case: str, which: str) -> KernelState:
@@ -37,7 +40,7 @@ def _state(case: str, which: str) -> KernelState:
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden_flat_forms(case):
-    shapes = ROWS if case == "grid_stride_rows" else ELEMENTS
+    shapes = ROWS if case == "grid_stride_rows" else LONE_ROW if case in LONE else ELEMENTS
     flat = flattened(canonical(_state(case, "written")), shapes)
     assert flat.source == _state(case, "flat").source
     assert flat.plan == _state(case, "flat").plan
@@ -62,6 +65,8 @@ def _inputs(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
     x = torch.randn(rows * cols, generator=generator) * 8
     if case == "grid_stride_rows":  # a row's largest element and sum: integers, which any order sums exactly
         return {"rows": rows, "cols": cols}, {"x": x.round()}, {"y": (torch.float32, 2 * rows)}
+    if case in LONE:  # the sum (and the largest) of every element: integers again
+        return {"rows": rows, "cols": cols}, {"x": x.round()}, {"y": (torch.float32, 2)}
     if case.startswith("grid_stride"):
         return {"n": rows * cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
     if case in ("one_thread_blocks", "first_thread_rows"):  # a row's largest element: any order gives its bits
@@ -78,7 +83,7 @@ def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> li
     """Where each of `forms` computes other bits than the kernel as written, on aligned and misaligned pointers.
     The emulator runs whole warps only: blocks of one thread are judged against their flat form instead, which runs
     each row's code as written, one thread a row."""
-    if case == "one_thread_blocks":
+    if case in ("one_thread_blocks", "one_thread"):
         reference, forms = _state(case, "flat"), {name: form for name, form in forms.items() if name != "flat"}
     else:
         reference = _state(case, "written")
@@ -93,13 +98,17 @@ FORWARDS = {  # case -> the forwards that find a site in the kernel as written
     "tiles": ("uncoarsen_grid_stride",),  # y written at `at`, not [i]: no pack
     "grid_stride": ("scalarize_elementwise",),  # a grid-stride loop is uncoarsen_grid_stride's own form
     "grid_stride_while": ("scalarize_elementwise",),  # the same loop spelled with `while`
-    "one_thread_blocks": ("serialize_reduction",),  # `<<<rows, 1>>>`: a thread per row, then a warp per row
-    "first_thread_rows": ("serialize_reduction",),  # `<<<rows, 32>>>`, the first thread alone working: the same
+    # `<<<rows, 1>>>`: a thread per row, then a warp per row, or the row's loop in chunks over the GPU
+    "one_thread_blocks": ("serialize_reduction", "unsplit_reduction"),
+    "first_thread_rows": ("serialize_reduction", "unsplit_reduction"),  # the first thread of a warp alone: the same
     "grid_stride_rows": ("serialize_reduction",),  # a thread per row on a grid covering the rows, then a warp each
+    "one_thread": ("serialize_reduction", "unsplit_reduction"),  # `<<<1, 1>>>`: one row, a warp, or chunks
+    "first_thread_of_grid": ("serialize_reduction", "unsplit_reduction"),  # the grid's first thread alone: the same
 }
 
 
-@pytest.mark.parametrize("case", sampled(FORWARDS, keep=("rows_on_y", "first_thread_rows", "grid_stride_rows")))
+@pytest.mark.parametrize("case", sampled(FORWARDS, keep=("rows_on_y", "first_thread_rows", "grid_stride_rows",
+                                                         "one_thread")))
 def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits(tmp_path, case):
     """Each forward from the kernel as a user wrote it: it finds exactly these sites, and every rewrite computes
     the written kernel's bits."""
@@ -109,6 +118,8 @@ def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits
     assert found == set(forwards)
     forms = {"flat": _state(case, "flat")}
     for name in forwards:
+        if name == "unsplit_reduction":  # its chunks' partials live in scratch: emulated in its own tests
+            continue
         transform = get(name)
         forms[name] = transform.forward(written, transform.forward_sites(written)[0]).state
     if case == "rows_on_y":
@@ -117,7 +128,7 @@ def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits
 
 
 ANALYSIS = ("scalarize_elementwise", "scalarize_half_packs", "scalarize_row_gather", "uncoarsen_grid_stride",
-            "serialize_reduction", "untile_transpose", "untile_matmul")
+            "serialize_reduction", "unsplit_reduction", "untile_transpose", "untile_matmul")
 
 
 def test_the_emulation_sees_a_column_split_the_wrong_way(tmp_path):
@@ -283,6 +294,60 @@ def test_blocks_of_one_thread_left_as_written_with_the_reason(body, plan, why):
     with refusals() as refused:
         assert flattened(canonical(state)) == canonical(state)
     assert any(why in line for line in refused), refused
+
+
+def _lone_plan(grid: str = "1", block: str = "1") -> LaunchPlan:
+    return LaunchPlan.from_toml(f'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = [{grid}]\n'
+                                f'block = [{block}]\nargs = ["x", "y", {{ scalar = "n", type = "i32" }}]\n')
+
+
+LONE_HEAD = "__global__ void kernel(const float* x, float* y, int n) {\n"
+LONE_SUM = "float s = 0.0f;\n        for (int j = 0; j < n; ++j) s += x[j];\n        y[0] = s;\n"
+FIRST = "    if (threadIdx.x == 0 && blockIdx.x == 0) {\n        "
+INDEX_ZERO = "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i == 0) {\n        "
+
+
+@pytest.mark.parametrize("body, plan, why", [
+    # no coordinate at all: every thread of a larger launch runs the whole work (each block's thread, each lane)
+    ("    " + LONE_SUM.replace("        ", "    "), _lone_plan(grid='"rows"'), "launched on more than one thread"),
+    ("    " + LONE_SUM.replace("        ", "    "), _lone_plan(block="32"), "launched on more than one thread"),
+    # the first thread of the grid, attacked: a second row of threads that passes the guard too, a barrier only it
+    # reaches, another thread's coordinate in the work, a moved index, the others working after the guard
+    (FIRST + LONE_SUM + "    }\n", _lone_plan(grid='"4"', block="32, 2"), "more than 1 dimension(s)"),
+    (FIRST + "__syncthreads();\n        " + LONE_SUM + "    }\n", _lone_plan(grid='"4"', block="64"),
+     "(`__syncthreads`)"),
+    (FIRST + LONE_SUM.replace("y[0]", "y[threadIdx.x]") + "    }\n", _lone_plan(grid='"4"', block="64"),
+     "(`threadIdx`)"),
+    (INDEX_ZERO + "i += 1;\n        " + LONE_SUM + "    }\n", _lone_plan(grid='"4"', block="64"),
+     "changes its index 'i'"),
+])
+def test_a_kernel_one_thread_runs_left_as_written_with_the_reason(body, plan, why):
+    state = KernelState(source=LONE_HEAD + body + "}\n", plan=plan)
+    with refusals() as refused:
+        assert flattened(canonical(state), LONE_ROW) == canonical(state)
+    assert any(why in line for line in refused), refused
+
+
+@pytest.mark.parametrize("body", [
+    "    if (threadIdx.x == 0) {\n        " + LONE_SUM + "    }\n",  # the first thread of every block
+    "    if (threadIdx.x == 0 || blockIdx.x == 0) {\n        " + LONE_SUM + "    }\n",
+    INDEX_ZERO.replace("i == 0", "i == 1") + LONE_SUM + "    }\n",  # one thread, but not the first: no row 0
+    FIRST + LONE_SUM + "    } else {\n        y[1] = 0.0f;\n    }\n",  # the others work too
+    FIRST + LONE_SUM + "    }\n    y[1] = 0.0f;\n",
+])
+def test_a_guard_that_lets_more_than_the_grids_first_thread_work_is_no_lone_thread(body):
+    state = KernelState(source=LONE_HEAD + body + "}\n", plan=_lone_plan(grid='"4"', block="64"))
+    assert flattened(canonical(state), LONE_ROW) == canonical(state)
+
+
+@pytest.mark.parametrize("guard", ["threadIdx.x == 0 && blockIdx.x == 0", "blockIdx.x == 0 && threadIdx.x == 0",
+                                   "!threadIdx.x && 0 == blockIdx.x"])
+def test_the_first_thread_of_the_grid_is_read_as_one_row_whichever_way_its_guard_is_spelled(guard):
+    state = KernelState(source=LONE_HEAD + FIRST.replace("threadIdx.x == 0 && blockIdx.x == 0", guard) + LONE_SUM
+                        + "    }\n}\n", plan=_lone_plan(grid='"cdiv(n, 256)"', block="256"))
+    flat = flattened(canonical(state), LONE_ROW)
+    assert "int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row < 1) {" in flat.source
+    assert [(launch.grid, launch.block) for launch in flat.plan.launches] == [((1, 1, 1), (32, 1, 1))]
 
 
 ROW_LOOP = "    for (int row = blockIdx.x * blockDim.x + threadIdx.x; row < rows; row += blockDim.x * gridDim.x) {\n"

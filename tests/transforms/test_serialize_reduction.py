@@ -86,7 +86,13 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
      "not a reduction"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; s = fmaxf(s, x[j]); }\n",
      "combined two ways"),
-    ("    float s = 0.0f;\n    for (int j = 1; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n", "unit-step"),
+    # a sum may start past column 0 (every lane from zero), a running sum may not (its lanes would miss the first)
+    ("    float s = 0.0f;\n    for (int j = 1; j < n; ++j) { s += x[row * n + j]; y[row * n + j] = s; }\n",
+     "unit-step"),
+    # a chunk's loop starts at a local the same in every lane: one the kernel assigns is not
+    ("    int first = 0;\n    first += 1;\n    float s = 0.0f;\n"
+     "    for (int j = first; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n",
+     "not one local the kernel never assigns"),
     # a nest, read as one loop over its pairs (`_nests.py`), whose store the pairs of one j would all make
     ("    for (int j = 0; j < n; ++j) for (int k = 0; k < n; ++k) y[row * n + j] = x[k];\n", "one to one"),
     ("    for (int j = 0; j < n; ++j) for (int k = j; k < n; ++k) y[row * n + j] = x[k];\n", "no store or reduction"),

@@ -13,9 +13,9 @@ scalar locals before the guard (a threshold, a 64-bit count; a concatenation's r
 thread per pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add their term by
 one atomic (its own family), running products, exclusive sums and sums from the row's end (its own family), and
 matrix products spelled flat on a 1-D launch or summing other functions of the two elements, such as distances
-(their own family). Each must be a site of its family's
-forwards; where the CPU emulator runs the family (elementwise maps, concatenations, pairs and transposes), every
-forward's kernel computes the spelling's bits.
+(their own family), and whole reductions to one value written for one thread (their own family). Each must be a
+site of its family's forwards; where the CPU emulator runs the family (elementwise maps, concatenations, pairs and
+transposes), every forward's kernel computes the spelling's bits.
 """
 
 from __future__ import annotations
@@ -63,6 +63,9 @@ EXPECTED = {
     "row_losses": {"a_kl_div": ROWS | {"unsplit_reduction"}, "b_cosine": ROWS | {"unsplit_reduction"},
                    "c_cross_entropy": ROWS},
     "scans": {name: ROWS for name in ("a_cumprod", "b_exclusive", "c_reverse", "d_reverse_exclusive_product")},
+    # a whole reduction to one value on one thread (`<<<1, 1>>>`, or the grid's first thread: `<name>.toml`)
+    "whole": {name: ROWS | {"unsplit_reduction"} for name in ("a_one_thread", "b_first_of_grid", "c_index_zero",
+                                                                "d_double", "e_argmax")},
     # flat on a 1-D launch (launched by `<name>.toml`), or sums of other functions of the two elements
     "products": {name: {"untile_matmul"} for name in ("a_flat", "b_flat_return", "c_distance_local",
                                                        "d_l1_distance")},
@@ -97,7 +100,8 @@ def test_each_spelling_is_a_site_of_its_familys_forwards(tmp_path, family, name)
                                                         ("transpose_batched", "c_int64_cast"),
                                                         ("columns", "g_grid_stride"), ("row_losses", "b_cosine"),
                                                         ("scans", "d_reverse_exclusive_product"),
-                                                        ("products", "b_flat_return")]))
+                                                        ("products", "b_flat_return"),
+                                                        ("whole", "c_index_zero")]))
 def test_each_spellings_forwards_compile(tmp_path, cache, spelling):
     family, name = spelling
     state = load_kernel(_folders(tmp_path, family, name))

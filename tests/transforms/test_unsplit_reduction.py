@@ -67,8 +67,8 @@ SUM = "    float s = 0.0f;\n    for (int r = 0; r < rows; ++r) s += x[r * cols +
      "nothing after"),
     ("    float s = 0.0f;\n    for (int r = 0; r < rows; ++r) s += x[r * cols + c];\n    y[c] = s;\n",
      "no `if \\(c >= N\\) return;`"),
-    ("    if (c >= cols) return;\n    float s = 0.0f;\n    for (int r = 0; r < 7; ++r) s += x[r * cols + c];\n"
-     "    y[c] = s;\n", "`7` is not a name"),
+    ("    if (c >= cols) return;\n    float s = 0.0f;\n    for (int r = 0; r < rows - 1; ++r) s += x[r * cols + c];\n"
+     "    y[c] = s;\n", "unit-step loop from a constant"),
     ("    if (c >= cols) return;\n    float split_s = 0.0f;\n"
      "    for (int r = 0; r < rows; ++r) split_s += x[r * cols + c];\n    y[c] = split_s;\n", "already names split"),
     # a bound that is not the guard's count of the thread index itself, or not the count the plan says
@@ -329,3 +329,43 @@ def test_an_atomic_after_the_loop_is_made_once_an_output_by_the_merge(transform,
     assert transform.forward_sites(counted) == []
     with pytest.raises(NotApplicable, match="makes an atomic before its loop"):
         transform.forward(counted, Anchor("kernel", "function", "c"))
+
+
+def _lone(which: str) -> KernelState:
+    """test_flatten's kernel one thread runs (`<<<1, 1>>>`): the sum and the largest of every element."""
+    return load(HERE / "flatten" / "one_thread", which, "kernel")
+
+
+def test_a_kernel_one_thread_runs_is_split_over_the_gpu_and_its_chunks_and_merge_then_take_a_warp_each(
+        transform, tmp_path, cache):
+    """The whole reduction of a `<<<1, 1>>>` kernel is one row (`_flatten.py`): forward splits its loop into chunks
+    on grid y, one block of one warp a chunk; serialize_reduction then gives each chunk's loop and the merge's walk
+    over the chunks a warp, on the grid they had (one warp already holds the row's lanes). On integer values every
+    form stores the single thread's sum and largest element, over one chunk, several, and a short last one."""
+    lone, flat = _lone("written"), _lone("flat")
+    (site,) = transform.forward_sites(lone)
+    split = transform.forward(lone, site).state
+    warps = get("serialize_reduction")
+    chunked = warps.forward(split, Anchor("kernel", "function", "row")).state
+    both = warps.forward(chunked, Anchor("kernel_merge", "function", "row")).state
+    assert "for (int i = split_first + lane; i < rows * cols && i < split_first + split_steps; i += 32)" in both.source
+    assert "for (int split = lane; split < (rows * cols + split_steps - 1) / split_steps; split += 32)" in both.source
+    assert [(launch.grid[0], launch.block) for launch in both.plan.launches] == [(1, (32, 1, 1))] * 2
+    assert warps.backward(warps.backward(both, Anchor("kernel_merge", "function", "row")).state,
+                          Anchor("kernel", "function", "row")).state == split
+    compiles_without_spills(both, cache)
+
+    def inputs_of(rows: int, cols: int) -> tuple[dict, dict, dict]:
+        params = {"rows": rows, "cols": cols}
+        chunks = expr.evaluate_int(split.plan.launches[0].grid[1], {**devices.DEFAULT.facts(), **params})
+        x = torch.randint(-8, 9, (rows * cols,), generator=torch.Generator().manual_seed(rows * cols)).float()
+        return params, {"x": x}, {"y": (torch.float32, 2), "split_s": (torch.float32, chunks),
+                                  "split_best": (torch.float32, chunks)}
+
+    shapes = ((1, 5), (40, 33), (300, 129))  # 1 chunk, 42 of 32 steps, 1,210 with a short last one
+    assert [expr.evaluate_int(split.plan.launches[0].grid[1], {**devices.DEFAULT.facts(), "rows": r, "cols": c})
+            for r, c in shapes] == [1, 42, 1210]
+    found = []
+    for name, form in {"split": split, "chunks in warps": chunked, "both in warps": both}.items():
+        found += _differences(tmp_path / name.replace(" ", "_"), flat, form, shapes, inputs_of, ("y",))
+    assert found == []
