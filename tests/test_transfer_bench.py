@@ -33,7 +33,8 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             "gelu_mul": {"scalarize_elementwise", "uncoarsen_grid_stride"},
             "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride"},
             "transpose": {"untile_transpose", "uncoarsen_grid_stride"},  # its 2-D copy read flat (`_flatten`)
-            "gather_rows": {"uncoarsen_grid_stride", "scalarize_row_gather"},
+            # its guard `i >= (long long)rows * cols` a count formed in 64 bits: its output stores packed too
+            "gather_rows": {"uncoarsen_grid_stride", "scalarize_row_gather", "scalarize_elementwise"},
             "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride"},  # its table-zeroing kernel, both
             "bias_relu": {"scalarize_elementwise", "scalarize_row_gather", "uncoarsen_grid_stride"},  # 2-D, read flat
             # a thread's grid-stride sum: its atomic aggregated a warp at a time, its loop walked as 16-byte vectors

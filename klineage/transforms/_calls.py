@@ -28,10 +28,15 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 
 MATH_CALLS = frozenset({
-    "expf", "__expf", "exp", "exp2f", "expm1f", "logf", "__logf", "log", "log1pf", "sqrtf", "sqrt", "rsqrtf",
-    "fabsf", "fabs", "abs", "tanhf", "tanh", "erff", "erf", "erfcf", "normcdff", "powf", "sinf", "cosf", "fmaxf",
-    "fminf", "max", "min", "fmaf", "__fdividef", "__frcp_rn", "__saturatef", "floorf", "ceilf", "roundf", "truncf",
-    "copysignf", "__ldg", "static_cast"})
+    "expf", "__expf", "exp", "exp2f", "expm1f", "exp10f", "logf", "__logf", "log", "log1pf", "log2f", "log10f",
+    "sqrtf", "sqrt", "rsqrtf", "cbrtf", "hypotf", "fabsf", "fabs", "abs", "tanhf", "tanh", "erff", "erf", "erfcf",
+    "normcdff", "powf", "pow", "sinf", "cosf", "tanf", "__sinf", "__cosf", "atanf", "atan2f", "fmaxf", "fminf", "fmax",
+    "fmin", "max", "min", "fmaf", "fmodf", "__fdividef", "__frcp_rn", "__saturatef", "floorf", "ceilf", "roundf",
+    "truncf", "rintf", "nearbyintf", "floor", "ceil", "round", "trunc", "copysignf", "__ldg", "static_cast",
+    # conversions and reinterpretations, rounded as named: a value of their argument alone
+    "__float2int_rn", "__float2int_rz", "__float2int_rd", "__float2int_ru", "__float2uint_rn", "__float2uint_rz",
+    "__int2float_rn", "__uint2float_rn", "__float2ll_rn", "__ll2float_rn", "__double2float_rn", "__float_as_int",
+    "__int_as_float", "__float_as_uint", "__uint_as_float"})
 _EFFECTS = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__shared__|volatile|static|atomic\w*|__sync\w*|"
                       r"__shfl\w*|__ballot\w*|__activemask|asm|printf|malloc|free|new|delete|goto|extern)\b")
 _SCALAR_PARAMETER = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:]*(?:\s+[A-Za-z_]\w*)*\s+[A-Za-z_]\w*$")

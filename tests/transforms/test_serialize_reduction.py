@@ -368,6 +368,26 @@ def test_a_half_precision_row_is_read_through_its_conversions(transform, cache):
     compiles_without_spills(transform.forward(state, Anchor("kernel", "function", "row")).state, cache)
 
 
+def test_a_row_quantized_through_rounding_conversions_gets_a_warp_and_the_naive_bits(transform, tmp_path):
+    """int8 quantization of each row by its largest magnitude: a kept extreme, then a store per element through
+    `__float2int_rn` (a conversion rounded as named, a value of its argument alone); on the CPU the warp form's
+    scales and codes are the naive kernel's bits."""
+    source = ("__global__ void kernel(const float* x, float* y, int* q, int rows, int n) {\n"
+              "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= rows) return;\n"
+              "    float m = 0.0f;\n    for (int j = 0; j < n; ++j) m = fmaxf(m, fabsf(x[row * n + j]));\n"
+              "    const float scale = m > 0.0f ? m / 127.0f : 1.0f;\n    y[row] = scale;\n"
+              "    for (int j = 0; j < n; ++j) q[row * n + j] = __float2int_rn(x[row * n + j] / scale);\n}\n")
+    state = KernelState(source=source, plan=LaunchPlan.from_toml(PLAN_TEXT.replace('"x", "y",', '"x", "y", "q",')))
+    (site,) = transform.forward_sites(state)
+    warp = transform.forward(state, site).state
+
+    def inputs_of(rows: int, n: int) -> tuple[dict, dict, dict]:
+        x = torch.randn(rows * n, generator=torch.Generator().manual_seed(rows * n)) * 4
+        return {"rows": rows, "n": n}, {"x": x}, {"y": (torch.float32, rows), "q": (torch.int32, rows * n)}
+
+    assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 70)), inputs_of) == []
+
+
 def test_a_row_whose_length_is_a_product_of_names_is_read(transform):
     """`j < c * hw` (a group of channels and their pixels): the lanes stride it as written, and back."""
     plan = LaunchPlan.from_toml(PLAN_TEXT.replace('{ scalar = "n", type = "i32" }',
