@@ -218,14 +218,14 @@ def _alone(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     """A kernel one thread of the whole grid runs (see `_lone_thread`) as one thread per row over one row: `int row
     = <global index>; if (row < 1) { <its work> }` on one block of LONE_BLOCK threads, so that the row readers give
     the row a warp, or split its loop over the GPU (each chunk a block, whose other threads cost least in a block of
-    one warp). The work may loop and return, but may not name a coordinate, the grid, a
-    barrier, shared memory or a collective (the other threads of the launch never ran it), nor change the index
-    where the kernel declared one. A scalar output is often written through its pointer (`*out = s;`): each `*p`
-    of a pointer parameter p reads as `p[0]`, the same element, as the row readers read an element."""
+    one warp). The work may loop and return, but may not name a coordinate, the grid, a barrier, shared memory or a
+    collective (the other threads of the launch never ran it), nor change the index where the kernel declared one.
+    A scalar output is often written through its pointer (`*out = s;`): each `*p` of a pointer parameter p reads as
+    `p[0]`, the same element, as the row readers read an element."""
     guarded, declaration, work = _lone_thread(parsed, function.node.child_by_field_name("body"))
-    launches = launches_of(state, function.name, dimensions=1)
-    if not guarded and any(str(size).strip() != "1" for launch in launches
-                                   for size in (launch.grid[0], launch.block[0])):
+    sizes = [str(size).strip() for launch in launches_of(state, function.name, dimensions=1)
+             for size in (launch.grid[0], launch.block[0])]
+    if not guarded and sizes != ["1"] * len(sizes):
         raise NotApplicable(f"{function.name} names no thread or block, but is launched on more than one thread")
     if not work:
         raise NotApplicable(f"{function.name}'s one thread does nothing")
@@ -273,10 +273,10 @@ def _lone_thread(parsed: cp.ParsedSource, body: Node) -> tuple[bool, Node | None
     if guard is None or guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         return None
     condition = squash(parsed.text(guard.child_by_field_name("condition")))[1:-1].strip()
-    first = (rf"(?:{name} == 0|0 == {name}|!{name}|{name} < 1)" for name in (
+    # `x == 0` for the thread, the block and the global index (`(?!)`, which matches nothing, where none is declared)
+    thread, block, index = (rf"(?:{name} == 0|0 == {name}|!{name}|{name} < 1)" for name in (
         r"threadIdx\.x", r"blockIdx\.x",
         re.escape(INDEX_LOCAL.fullmatch(squash(parsed.text(declaration)))["name"]) if declaration else "(?!)"))
-    thread, block, index = first
     if not re.fullmatch(rf"{thread} && {block}|{block} && {thread}|{index}", condition):
         return None
     return True, declaration, statements(guard.child_by_field_name("consequence"))
