@@ -404,7 +404,7 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
         raise NotApplicable(f"{function.name} calls {called}, which may have effects")
     loops, updated = [], set()
     for node in cp.nodes_of_type(body, "for_statement"):
-        loop = _row_loop(parsed, body, node)
+        loop = _row_loop(parsed, function, node)
         names = {acc.name for acc in loop.accumulators}
         if names & updated:
             raise NotApplicable(f"an accumulator of {function.name} is reduced in two loops")
@@ -467,7 +467,8 @@ def _line_span(parsed: cp.ParsedSource, node: Node) -> tuple[int, int]:
     return span
 
 
-def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
+def _row_loop(parsed: cp.ParsedSource, function: cp.Function, node: Node) -> RowLoop:
+    body = function.node.child_by_field_name("body")
     parent = node.parent
     while parent is not None and parent != body:
         if parent.type not in ("compound_statement", "if_statement"):
@@ -483,9 +484,12 @@ def _row_loop(parsed: cp.ParsedSource, body: Node, node: Node) -> RowLoop:
         return replace(loop, scan=replace(loop.scan, count=reverse[2]))
     if match is None:
         raise NotApplicable(f"not a unit-step loop from a constant: `{header}`")
-    if not match[3].isdigit():  # a local start: the same in every lane of the row, and where every chunk begins
-        if match[3] in written_names(parsed, body) or declared_names(parsed, body).count(match[3]) != 1:
-            raise NotApplicable(f"the loop starts at '{match[3]}', which is not one local the kernel never assigns")
+    if not match[3].isdigit():  # a named start: the same in every lane of the row (where a chunk begins, say)
+        scalars = {name for name, _, pointer in parameters(parsed, function) if not pointer}
+        declared = declared_names(parsed, body).count(match[3])
+        if match[3] in written_names(parsed, body) or declared != (0 if match[3] in scalars else 1):
+            raise NotApplicable(f"the loop starts at '{match[3]}', which is neither a scalar parameter nor one local, "
+                                f"never assigned")
     loop = fold(parsed, node, match[2], match[3], match[1])
     if match[5] is not None and loop.scan is not None:
         raise NotApplicable(f"a running sum over part of its row: `{header}`")

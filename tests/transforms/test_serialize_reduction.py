@@ -92,7 +92,7 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     # a chunk's loop starts at a local the same in every lane: one the kernel assigns is not
     ("    int first = 0;\n    first += 1;\n    float s = 0.0f;\n"
      "    for (int j = first; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n",
-     "not one local the kernel never assigns"),
+     "neither a scalar parameter nor one local, never assigned"),
     # a nest, read as one loop over its pairs (`_nests.py`), whose store the pairs of one j would all make
     ("    for (int j = 0; j < n; ++j) for (int k = 0; k < n; ++k) y[row * n + j] = x[k];\n", "one to one"),
     ("    for (int j = 0; j < n; ++j) for (int k = j; k < n; ++k) y[row * n + j] = x[k];\n", "no store or reduction"),
@@ -386,6 +386,27 @@ def test_a_row_quantized_through_rounding_conversions_gets_a_warp_and_the_naive_
         return {"rows": rows, "n": n}, {"x": x}, {"y": (torch.float32, rows), "q": (torch.int32, rows * n)}
 
     assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 70)), inputs_of) == []
+
+
+def test_a_loop_from_a_scalar_parameter_gets_a_warp_and_the_naive_bits(transform, tmp_path):
+    """A sum over the columns from `first` on (a scalar parameter, the same for every lane): each lane starts at
+    `first + lane`; on integer values the warp form's sums are the naive loop's bits, `first` past the row's end too."""
+    source = ("__global__ void kernel(const float* x, float* y, int rows, int n, int first) {\n"
+              "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= rows) return;\n"
+              "    float s = 0.0f;\n    for (int j = first; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n}\n")
+    n_arg = '{ scalar = "n", type = "i32" }'
+    plan = LaunchPlan.from_toml(PLAN_TEXT.replace(f"{n_arg}]", f'{n_arg}, {{ scalar = "first", type = "i32" }}]'))
+    state = KernelState(source=source, plan=plan)
+    (site,) = transform.forward_sites(state)
+    warp = transform.forward(state, site).state
+    assert "for (int j = first + lane; j < n; j += 32)" in warp.source
+
+    def inputs_of(rows: int, n: int, first: int) -> tuple[dict, dict, dict]:
+        x = torch.randint(-8, 9, (rows * n,), generator=torch.Generator().manual_seed(rows * n)).float()
+        return {"rows": rows, "n": n, "first": first}, {"x": x}, {"y": (torch.float32, rows)}
+
+    assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5, 2), (40, 70, 33), (5, 9, 12)),
+                               inputs_of) == []
 
 
 def test_a_row_whose_length_is_a_product_of_names_is_read(transform):
