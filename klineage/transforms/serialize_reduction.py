@@ -42,9 +42,9 @@ Legality (forward_sites), conservative, decided on the parse:
   together);
 - a sum accumulator starts at zero and a product at one (the 32 partials each start from it); a loop other than a
   running sum or product may start past column 0, at a number, a scalar parameter or a local the kernel declares
-  once, none of them assigned (the same in every lane), and may stop below a second bound too (`j < n && j < split_first +
-  split_steps`: a chunk of the row, which unsplit_reduction's forward writes, as its merge walks the chunks below
-  `(n + split_steps - 1) / split_steps`);
+  once, none of them assigned (the same in every lane), and may stop below a second bound too (`j < n && j <
+  split_first + split_steps`: a chunk of the row, which unsplit_reduction's forward writes, as its merge walks the
+  chunks below `(n + split_steps - 1) / split_steps`);
 - an accumulator is updated in one loop only, and outside it only after it (`mean /= n`: every lane then
   holds the combined value);
 - an array the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry
