@@ -49,7 +49,8 @@ nothing, and the launch's block is 1-D, so the working threads are one a block.
 A kernel one thread of the whole launch runs (a whole reduction to one value, `*out = total;`) is one row: its body
 names no thread, block or grid and the plan launches one thread (`<<<1, 1>>>`), or its work is the first thread's of
 the first block (`if (threadIdx.x == 0 && blockIdx.x == 0) { ... }`, either order, or `int i = <global index>; if
-(i == 0) { ... }`) on a 1-D launch. It becomes `int row = <global index>; if (row < 1) { <the work> }` on one block
+(i == 0) { ... }`, or the others returning first: `if (threadIdx.x != 0 || blockIdx.x != 0) return;`) on a 1-D
+launch. It becomes `int row = <global index>; if (row < 1) { <the work> }` on one block
 of one warp (Shape.ONE_THREAD), each `*p` of a pointer parameter written `p[0]`; the work may loop but may not name
 a coordinate, the grid, a barrier, shared memory or a collective (no other thread ever ran it), nor move the index.
 The row readers then give the row a warp, or split its loop into chunks over the GPU (unsplit_reduction).
@@ -263,23 +264,37 @@ def _lone_thread(parsed: cp.ParsedSource, body: Node) -> tuple[bool, Node | None
     """(whether a guard keeps the other threads out, the global index's declaration or None, the statements one
     thread runs) of a kernel only one thread of the grid works in: its body names no thread, block or grid at all
     (the plan must launch one thread), or it is the first thread of the first block, `if (threadIdx.x == 0 &&
-    blockIdx.x == 0) { ... }` (either order), or of the global index, `int i = <global index>; if (i == 0) { ... }`;
-    None where the body is not read so."""
+    blockIdx.x == 0) { ... }` (either order), or of the global index, `int i = <global index>; if (i == 0) { ... }`,
+    or the others return first (`if (threadIdx.x != 0 || blockIdx.x != 0) return;`, `if (i > 0) return;`); None
+    where the body is not read so."""
     listed = statements(body)
     if listed and not _BLOCK_FORBIDDEN.search(parsed.text(body)):
         return False, None, listed
-    declaration = listed[0] if len(listed) == 2 and INDEX_LOCAL.fullmatch(squash(parsed.text(listed[0]))) else None
-    guard = listed[-1] if listed and len(listed) == (2 if declaration is not None else 1) else None
+    found = INDEX_LOCAL.fullmatch(squash(parsed.text(listed[0]))) if listed else None
+    declaration, rest = (listed[0], listed[1:]) if found else (None, listed)
+    guard = rest[0] if rest else None
     if guard is None or guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         return None
     condition = squash(parsed.text(guard.child_by_field_name("condition")))[1:-1].strip()
-    # `x == 0` for the thread, the block and the global index (`(?!)`, which matches nothing, where none is declared)
-    thread, block, index = (rf"(?:{name} == 0|0 == {name}|!{name}|{name} < 1)" for name in (
-        r"threadIdx\.x", r"blockIdx\.x",
-        re.escape(INDEX_LOCAL.fullmatch(squash(parsed.text(declaration)))["name"]) if declaration else "(?!)"))
-    if not re.fullmatch(rf"{thread} && {block}|{block} && {thread}|{index}", condition):
-        return None
-    return True, declaration, statements(guard.child_by_field_name("consequence"))
+    then = statements(guard.child_by_field_name("consequence"))
+    if len(rest) == 1 and re.fullmatch(_first_of_grid(found["name"] if found else None, True), condition):
+        return True, declaration, then
+    if [squash(parsed.text(s)) for s in then] == ["return;"] and \
+            re.fullmatch(_first_of_grid(found["name"] if found else None, False), condition):
+        return True, declaration, rest[1:]
+    return None
+
+
+def _first_of_grid(index: str | None, first: bool) -> str:
+    """The conditions that hold for the grid's first thread alone (`first`: `threadIdx.x == 0 && blockIdx.x == 0`
+    either way round, or `i == 0` of the global index `index`), or for every other thread (`threadIdx.x != 0 ||
+    blockIdx.x != 0`, `i > 0`)."""
+    def said(name: str) -> str:
+        return (rf"(?:{name} == 0|0 == {name}|!{name}|{name} < 1)" if first else
+                rf"(?:{name} != 0|0 != {name}|{name} > 0|0 < {name}|{name} >= 1|{name})")
+    thread, block, join = said(r"threadIdx\.x"), said(r"blockIdx\.x"), "&&" if first else r"\|\|"
+    alone = rf"|{said(re.escape(index))}" if index else ""
+    return rf"{thread} {join} {block}|{block} {join} {thread}{alone}"
 
 
 def _block_row(parsed: cp.ParsedSource, body: Node) -> tuple[Node, list[Node], bool] | None:

@@ -6,6 +6,7 @@ as written, and the kernels left as written, each with its reason."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -325,6 +326,8 @@ LONE_HEAD = "__global__ void kernel(const float* x, float* y, int n) {\n"
 LONE_SUM = "float s = 0.0f;\n        for (int j = 0; j < n; ++j) s += x[j];\n        y[0] = s;\n"
 FIRST = "    if (threadIdx.x == 0 && blockIdx.x == 0) {\n        "
 INDEX_ZERO = "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i == 0) {\n        "
+LONE_FLAT = "    " + LONE_SUM.replace("        ", "    ")  # the sum at the kernel's top level
+OTHERS_RETURN = "    if (threadIdx.x != 0 || blockIdx.x != 0) return;\n"
 
 
 @pytest.mark.parametrize("body, plan, why", [
@@ -354,19 +357,29 @@ def test_a_kernel_one_thread_runs_left_as_written_with_the_reason(body, plan, wh
     INDEX_ZERO.replace("i == 0", "i == 1") + LONE_SUM + "    }\n",  # one thread, but not the first: no row 0
     FIRST + LONE_SUM + "    } else {\n        y[1] = 0.0f;\n    }\n",  # the others work too
     FIRST + LONE_SUM + "    }\n    y[1] = 0.0f;\n",
+    # returns that let other threads through: thread 0 of every block, any thread of block 0, thread 1 of block 1
+    "    if (threadIdx.x != 0) return;\n" + LONE_FLAT,
+    OTHERS_RETURN.replace("||", "&&") + LONE_FLAT,
+    OTHERS_RETURN.replace("threadIdx.x != 0 ||", "threadIdx.x != 1 ||") + LONE_FLAT,
 ])
 def test_a_guard_that_lets_more_than_the_grids_first_thread_work_is_no_lone_thread(body):
     state = KernelState(source=LONE_HEAD + body + "}\n", plan=_lone_plan(grid='"4"', block="64"))
     assert flattened(canonical(state), LONE_ROW) == canonical(state)
 
 
-@pytest.mark.parametrize("guard", ["threadIdx.x == 0 && blockIdx.x == 0", "blockIdx.x == 0 && threadIdx.x == 0",
-                                   "!threadIdx.x && 0 == blockIdx.x"])
-def test_the_first_thread_of_the_grid_is_read_as_one_row_whichever_way_its_guard_is_spelled(guard):
-    state = KernelState(source=LONE_HEAD + FIRST.replace("threadIdx.x == 0 && blockIdx.x == 0", guard) + LONE_SUM
-                        + "    }\n}\n", plan=_lone_plan(grid='"cdiv(n, 256)"', block="256"))
+@pytest.mark.parametrize("body", [
+    FIRST + LONE_SUM + "    }\n",
+    FIRST.replace("threadIdx.x == 0 && blockIdx.x == 0", "blockIdx.x == 0 && threadIdx.x == 0") + LONE_SUM + "    }\n",
+    FIRST.replace("threadIdx.x == 0 && blockIdx.x == 0", "!threadIdx.x && 0 == blockIdx.x") + LONE_SUM + "    }\n",
+    # the others return first
+    OTHERS_RETURN + LONE_FLAT,
+    OTHERS_RETURN.replace("threadIdx.x != 0 || blockIdx.x != 0", "blockIdx.x > 0 || threadIdx.x") + LONE_FLAT,
+    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i > 0) return;\n" + LONE_FLAT,
+])
+def test_the_first_thread_of_the_grid_is_read_as_one_row_whichever_way_its_guard_is_spelled(body):
+    state = KernelState(source=LONE_HEAD + body + "}\n", plan=_lone_plan(grid='"cdiv(n, 256)"', block="256"))
     flat = flattened(canonical(state), LONE_ROW)
-    assert "int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row < 1) {" in flat.source
+    assert re.search(r"int (row|i) = blockIdx\.x \* blockDim\.x \+ threadIdx\.x;\n    if \(\1 < 1\) \{", flat.source)
     assert [(launch.grid, launch.block) for launch in flat.plan.launches] == [((1, 1, 1), (32, 1, 1))]
 
 

@@ -65,7 +65,7 @@ EXPECTED = {
     "scans": {name: ROWS for name in ("a_cumprod", "b_exclusive", "c_reverse", "d_reverse_exclusive_product")},
     # a whole reduction to one value on one thread (`<<<1, 1>>>`, or the grid's first thread: `<name>.toml`)
     "whole": {name: ROWS | {"unsplit_reduction"} for name in ("a_one_thread", "b_first_of_grid", "c_index_zero",
-                                                                "d_double", "e_argmax")},
+                                                                "d_double", "e_argmax", "f_others_return")},
     # flat on a 1-D launch (launched by `<name>.toml`), or sums of other functions of the two elements
     "products": {name: {"untile_matmul"} for name in ("a_flat", "b_flat_return", "c_distance_local",
                                                        "d_l1_distance")},
