@@ -404,7 +404,7 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
         raise NotApplicable(f"{function.name} calls {called}, which may have effects")
     loops, updated = [], set()
     for node in cp.nodes_of_type(body, "for_statement"):
-        loop = _row_loop(parsed, function, node)
+        loop = _row_loop(parsed, function, node, row)
         names = {acc.name for acc in loop.accumulators}
         if names & updated:
             raise NotApplicable(f"an accumulator of {function.name} is reduced in two loops")
@@ -467,7 +467,7 @@ def _line_span(parsed: cp.ParsedSource, node: Node) -> tuple[int, int]:
     return span
 
 
-def _row_loop(parsed: cp.ParsedSource, function: cp.Function, node: Node) -> RowLoop:
+def _row_loop(parsed: cp.ParsedSource, function: cp.Function, node: Node, row: str) -> RowLoop:
     body = function.node.child_by_field_name("body")
     parent = node.parent
     while parent is not None and parent != body:
@@ -490,17 +490,42 @@ def _row_loop(parsed: cp.ParsedSource, function: cp.Function, node: Node) -> Row
         if match[3] in written_names(parsed, body) or declared != (0 if match[3] in scalars else 1):
             raise NotApplicable(f"the loop starts at '{match[3]}', which is neither a scalar parameter nor one local, "
                                 f"never assigned")
-    loop = fold(parsed, node, match[2], match[3], match[1])
+    loop = fold(parsed, node, match[2], match[3], match[1], _nonzero(parsed, function, node, row, match[4]))
     if match[5] is not None and loop.scan is not None:
         raise NotApplicable(f"a running sum over part of its row: `{header}`")
     return loop
 
 
-def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str) -> RowLoop:
+def _nonzero(parsed: cp.ParsedSource, function: cp.Function, loop: Node, row: str, bound: str) -> frozenset[str]:
+    """The scalar parameters, never assigned, that cannot be zero wherever the loop's body runs: the factors of its
+    bound (`j < C`, `j < a * b`: the body runs only below a positive bound), and of the count the row's guard
+    compares against where that guard keeps the loop (`if (row >= B * HW) return;` before it, or the loop inside
+    `if (row < B * HW)`: a row below their product exists)."""
+    body = function.node.child_by_field_name("body")
+    counts = [bound]
+    for statement in statements(body):
+        if statement.start_byte >= loop.start_byte or statement.type != "if_statement" or \
+                statement.child_by_field_name("alternative") is not None:
+            continue
+        condition = squash(parsed.text(statement.child_by_field_name("condition")))
+        then = statements(statement.child_by_field_name("consequence"))
+        returns = [squash(parsed.text(s)) for s in then] == ["return;"]
+        inside = statement.start_byte <= loop.start_byte < statement.end_byte
+        found = re.fullmatch(rf"\({re.escape(row)} (>=|<) (.+)\)", condition)
+        if found and ((found[1] == ">=" and returns) or (found[1] == "<" and inside)):
+            counts.append(found[2])
+    scalars = {name for name, _, pointer in parameters(parsed, function) if not pointer} - written_names(parsed, body)
+    factors = {name for count in counts if re.fullmatch(r"\w+(?: \* \w+)*", squash(count))
+               for name in squash(count).split(" * ")}
+    return frozenset(factors & scalars)
+
+
+def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
+         nonzero: frozenset[str] = frozenset()) -> RowLoop:
     """The reduction a row loop's body folds its columns into, each column once, whichever thread takes it: an arg
     reduction, kept extremes, sums and `f(acc, e)` combines, a running sum stored per element, stores one to one
-    with the column. `start`: the first column (past 0 only for folds that may take a value twice). NotApplicable
-    for anything else."""
+    with the column. `start`: the first column (past 0 only for folds that may take a value twice); `nonzero`:
+    names that are not zero where the body runs (`one_to_one`). NotApplicable for anything else."""
     loop_body = node.child_by_field_name("body")
     header = squash(parsed.data[node.start_byte:loop_body.start_byte].decode())
     arg = arg_best(parsed, loop_body, index)
@@ -520,7 +545,7 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str)
     if scan is not None:
         # `_scan`'s target: the second statement's, or the first's in an exclusive scan
         stored = statements(loop_body)[0 if scan.exclusive else 1].named_children[0].child_by_field_name("left")
-        if not one_to_one(parsed, stored, index):
+        if not one_to_one(parsed, stored, index, nonzero):
             raise NotApplicable("a running sum stored where the loop index does not say one to one")
         return RowLoop(node, index, (Accumulator(scan.accumulator, scan.op),), scan)
     accumulators: dict[str, Accumulator] = {}
@@ -538,7 +563,7 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str)
             left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
             operator = parsed.text(assignment.child_by_field_name("operator"))
             if left.type == "subscript_expression" and operator in _STORES:
-                if not one_to_one(parsed, left, index):
+                if not one_to_one(parsed, left, index, nonzero):
                     raise NotApplicable(f"a store in a row loop whose element does not move one to one with the loop "
                                         f"index (`{squash(parsed.text(left))}`): two lanes could write one element")
                 continue
@@ -562,21 +587,24 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str)
     return RowLoop(node, index, tuple(accumulators.values()), start=start, kind=kind)
 
 
-def one_to_one(parsed: cp.ParsedSource, subscript: Node, index: str) -> bool:
+def one_to_one(parsed: cp.ParsedSource, subscript: Node, index: str, nonzero: frozenset[str] = frozenset()) -> bool:
     """The element `subscript` names moves one to one with the loop index: exactly one of its subscript's terms
-    names the index, and that term is the index, or the index times a nonzero integer literal (`y[row * n + j]`,
-    `y[base - j]`, `y[2 * j + 1]`). Then distinct steps of the loop name distinct elements, and lanes that take
-    distinct steps never write one element (`y[j / 2]`, `y[j % 4]` or `y[j * stride]`, stride maybe 0, might)."""
+    names the index, and that term is the index, or the index times a nonzero integer literal or a name of
+    `nonzero` (`y[row * n + j]`, `y[base - j]`, `y[2 * j + 1]`, `out[c * HW]` where HW is not zero). Then distinct
+    steps of the loop name distinct elements, and lanes that take distinct steps never write one element
+    (`y[j / 2]`, `y[j % 4]` or `y[j * stride]`, stride maybe 0, might)."""
     named = [term for term in summands(parsed, subscript.child_by_field_name("indices").named_children[0])
              if re.search(rf"\b{index}\b", parsed.text(term))]
     if len(named) != 1:
         return False
     term = named[0]
     if term.type == "binary_expression" and parsed.text(term.child_by_field_name("operator")) == "*":
-        factors = sorted((unparen(term.child_by_field_name(side)) for side in ("left", "right")),
-                         key=lambda factor: factor.type != "identifier")
-        term = factors[0] if factors[1].type == "number_literal" and \
-            re.fullmatch(r"0*[1-9]\d*[uUlL]*", parsed.text(factors[1])) else term
+        factors = [unparen(term.child_by_field_name(side)) for side in ("left", "right")]
+        indexed = [f for f in factors if f.type == "identifier" and parsed.text(f) == index]
+        other = factors[1 - factors.index(indexed[0])] if len(indexed) == 1 else None
+        return other is not None and (
+            (other.type == "number_literal" and re.fullmatch(r"0*[1-9]\d*[uUlL]*", parsed.text(other)) is not None)
+            or (other.type == "identifier" and parsed.text(other) in nonzero))
     return term.type == "identifier" and parsed.text(term) == index
 
 

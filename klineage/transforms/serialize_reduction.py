@@ -37,7 +37,9 @@ Legality (forward_sites), conservative, decided on the parse:
   statement whose old value goes unused, into an array parameter the kernel names nowhere else (a row's term of a
   mean loss). The lanes of a row compute the same P and v there, and `if (lane == 0)` makes it once;
 - each row loop sits directly in the kernel's body (or in an `if` there), and its body only declares locals,
-  stores `a[...j...] = e` to an array, or updates one of its accumulators (a reduction, a kept extreme, or an
+  stores `a[...j...] = e` to an array (j one term of the subscript, alone or times a nonzero number, or times a
+  scalar parameter that bounds the loop or the count the row's guard compares against, so never zero where the loop
+  runs: `out[c * HW]`), or updates one of its accumulators (a reduction, a kept extreme, or an
   arg reduction: the one `if` after its declarations, a strict compare, the value and the loop index taken
   together);
 - a sum accumulator starts at zero and a product at one (the 32 partials each start from it); a loop other than a

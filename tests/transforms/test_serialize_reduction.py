@@ -109,7 +109,8 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     ("    for (int j = 0; j < n; ++j) y[row * n + j / 2] = x[row * n + j];\n", "one to one"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j % 4] = x[row * n + j];\n", "one to one"),
     ("    for (int j = 0; j < n; ++j) y[row * n + (j & 1)] = x[row * n + j];\n", "one to one"),
-    ("    for (int j = 0; j < n; ++j) y[row * n + j * n] = x[row * n + j];\n", "one to one"),  # n may be 0
+    # a stride that may be 0 (a local, no parameter the loop's bound or the row's guard shows nonzero)
+    ("    int m = n - 1;\n    for (int j = 0; j < n; ++j) y[row * n + j * m] = x[row * n + j];\n", "one to one"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j - j] = x[row * n + j];\n", "one to one"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n + j / 2] = s; }\n",
      "loop index does not say one to one"),
@@ -407,6 +408,37 @@ def test_a_loop_from_a_scalar_parameter_gets_a_warp_and_the_naive_bits(transform
 
     assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5, 2), (40, 70, 33), (5, 9, 12)),
                                inputs_of) == []
+
+
+# (where row's elements start, the stride): the loop's bound, or the count the row's guard compares against
+@pytest.mark.parametrize("start, stride", [("row * n * n", "n"), ("row", "rows")])
+def test_a_store_strided_by_a_count_that_cannot_be_zero_where_the_loop_runs_is_one_to_one(transform, tmp_path,
+                                                                                          start, stride):
+    """`y[start + j * stride]`: distinct steps name distinct elements when the stride is not zero, which holds where
+    the loop runs if the stride bounds the loop (`j < n`) or the guard the row passed (`row < rows`). On integer
+    values the warp form stores the naive kernel's bits."""
+    source = HEAD + f"    for (int j = 0; j < n; ++j) y[{start} + j * {stride}] = 2.0f * x[row * n + j];\n}}\n"
+    state = KernelState(source=source, plan=PLAN)
+    (site,) = transform.forward_sites(state)
+    warp = transform.forward(state, site).state
+
+    def inputs_of(rows: int, n: int) -> tuple[dict, dict, dict]:
+        x = torch.randint(-8, 9, (rows * n,), generator=torch.Generator().manual_seed(rows * n)).float()
+        return {"rows": rows, "n": n}, {"x": x}, {"y": (torch.float32, rows * n * n)}
+
+    assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 33)), inputs_of) == []
+
+
+def test_a_guard_the_loop_is_not_under_shows_no_stride_nonzero(transform):
+    """`row < rows` guards a store before the loop, not the loop: where rows is 0 the loop still runs (n > 0), and
+    `j * rows` names one element for every step."""
+    source = ("__global__ void kernel(const float* x, float* y, int rows, int n) {\n"
+              "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "    if (row < rows) {\n        y[row] = 0.0f;\n    }\n"
+              "    for (int j = 0; j < n; ++j) y[row + j * rows] = x[j];\n}\n")
+    with refusals() as why:
+        assert transform.forward_sites(KernelState(source=source, plan=PLAN)) == []
+    assert any("does not move one to one" in line for line in why), why
 
 
 def test_a_row_whose_length_is_a_product_of_names_is_read(transform):

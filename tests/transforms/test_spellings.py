@@ -43,7 +43,8 @@ EXPECTED = {
                                      "g_softmax_inf", "h_softmax_flt_max", "j_mean_var", "k_double_acc",
                                      "m_pragma_unroll", "n_ldg")}
     | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"},
-       "o_grid_stride": ROWS, "p_while_size_t": ROWS},  # a grid-stride loop over rows, each on a fixed grid
+       "o_grid_stride": ROWS, "p_while_size_t": ROWS,  # a grid-stride loop over rows, each on a fixed grid
+       "q_channels_nchw": ROWS},  # stores strided by a count the guard shows is not zero
     "elementwise": {name: ELEMENTWISE for name in ("a_return_guard", "c_helper", "d_no_restrict", "e_unsigned",
                                                    "g_int64_n", "h_ldg", "k_local_limit", "l_local_count")}
     | {name: {"scalarize_elementwise"}  # a grid-stride loop is its own coarsened form
