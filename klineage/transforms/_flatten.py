@@ -106,9 +106,22 @@ _ROW_BLOCK = re.compile(r"(?:const )?((?:unsigned |signed )?(?:int|long long|lon
 _WIDE_TYPES = re.compile(r"\b(?:long|size_t|int64_t|uint64_t|ptrdiff_t)\b")
 _BLOCK_ROW = re.compile(r"(?:const )?(int|unsigned|unsigned int|size_t|long long|long|int64_t) ([A-Za-z_]\w*) = "
                         r"blockIdx\.x;")
+
+
+def _is_zero(name: str) -> str:
+    """The conditions people write for `name` (a regex) being 0: `== 0` either way round, `!name`, `< 1`."""
+    return rf"(?:{name} == 0|0 == {name}|!{name}|{name} < 1)"
+
+
+def _not_zero(name: str) -> str:
+    """The conditions people write for `name` (a regex, never negative) not being 0."""
+    return rf"(?:{name} != 0|0 != {name}|{name} > 0|0 < {name}|{name} >= 1|{name})"
+
+
+_THREAD = r"threadIdx\.x"
 # a block whose first thread alone goes on: its other threads return, or the rest is that thread's
-_OTHERS_RETURN = re.compile(r"if \((?:threadIdx\.x (?:!=|>) 0|0 (?:!=|<) threadIdx\.x|threadIdx\.x)\) return;")
-_FIRST_ONLY = re.compile(r"(?:threadIdx\.x == 0|0 == threadIdx\.x|!threadIdx\.x)")
+_OTHERS_RETURN = re.compile(rf"if \({_not_zero(_THREAD)}\) return;")
+_FIRST_ONLY = re.compile(_is_zero(_THREAD))
 _BLOCK_FORBIDDEN = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__syncthreads\w*|__syncwarp|__shared__|"
                               r"__shfl\w*|__ballot\w*|__any_sync|__all_sync|__activemask|__match\w*|__reduce\w*|asm)\b")
 # what a grid-stride loop's row work may not hold: what a one-thread block's may not, the grid's group, and a jump
@@ -289,10 +302,8 @@ def _first_of_grid(index: str | None, first: bool) -> str:
     """The conditions that hold for the grid's first thread alone (`first`: `threadIdx.x == 0 && blockIdx.x == 0`
     either way round, or `i == 0` of the global index `index`), or for every other thread (`threadIdx.x != 0 ||
     blockIdx.x != 0`, `i > 0`)."""
-    def said(name: str) -> str:
-        return (rf"(?:{name} == 0|0 == {name}|!{name}|{name} < 1)" if first else
-                rf"(?:{name} != 0|0 != {name}|{name} > 0|0 < {name}|{name} >= 1|{name})")
-    thread, block, join = said(r"threadIdx\.x"), said(r"blockIdx\.x"), "&&" if first else r"\|\|"
+    said = _is_zero if first else _not_zero
+    thread, block, join = said(_THREAD), said(r"blockIdx\.x"), "&&" if first else r"\|\|"
     alone = rf"|{said(re.escape(index))}" if index else ""
     return rf"{thread} {join} {block}|{block} {join} {thread}{alone}"
 

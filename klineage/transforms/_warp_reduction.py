@@ -485,9 +485,9 @@ def _row_loop(parsed: cp.ParsedSource, function: cp.Function, node: Node, row: s
     if match is None:
         raise NotApplicable(f"not a unit-step loop from a constant: `{header}`")
     if not match[3].isdigit():  # a named start: the same in every lane of the row (where a chunk begins, say)
-        scalars = {name for name, _, pointer in parameters(parsed, function) if not pointer}
         declared = declared_names(parsed, body).count(match[3])
-        if match[3] in written_names(parsed, body) or declared != (0 if match[3] in scalars else 1):
+        if match[3] in written_names(parsed, body) or declared != (0 if match[3] in _fixed_scalars(parsed, function)
+                                                                   else 1):
             raise NotApplicable(f"the loop starts at '{match[3]}', which is neither a scalar parameter nor one local, "
                                 f"never assigned")
     loop = fold(parsed, node, match[2], match[3], match[1], _nonzero(parsed, function, node, row, match[4]))
@@ -514,10 +514,16 @@ def _nonzero(parsed: cp.ParsedSource, function: cp.Function, loop: Node, row: st
         found = re.fullmatch(rf"\({re.escape(row)} (>=|<) (.+)\)", condition)
         if found and ((found[1] == ">=" and returns) or (found[1] == "<" and inside)):
             counts.append(found[2])
-    scalars = {name for name, _, pointer in parameters(parsed, function) if not pointer} - written_names(parsed, body)
+    scalars = _fixed_scalars(parsed, function)
     factors = {name for count in counts if re.fullmatch(r"\w+(?: \* \w+)*", squash(count))
                for name in squash(count).split(" * ")}
     return frozenset(factors & scalars)
+
+
+def _fixed_scalars(parsed: cp.ParsedSource, function: cp.Function) -> set[str]:
+    """The kernel's scalar parameters that its body never assigns: the same value in every thread."""
+    body = function.node.child_by_field_name("body")
+    return {name for name, _, pointer in parameters(parsed, function) if not pointer} - written_names(parsed, body)
 
 
 def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
