@@ -26,6 +26,9 @@ A grid-stride loop that starts at a local holding the index (`int index = blockI
 then `for (int i = index; i < n; i += stride)`, as CUDA's own examples write it) starts at the index itself once
 that local is read nowhere else: the same value, and the loop's header then reads as the grid-stride loop the
 forwards know. The declaration goes; it must be canonical already and of the loop index's type.
+Indexes declared together (`int b = blockIdx.z, i = ..., j = ...;`) are declared one by one first, in their
+order and with their shared type, so that each reads as the lone declaration above; a declaration that reads no
+coordinate, and a loop's initializer, keep their locals together.
 Anything else is left as written, and the forwards find no site there, as before.
 """
 
@@ -55,13 +58,14 @@ _COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
 # a canonical index local, and a loop index starting at a local (texts with blanks squashed)
 INDEX_LOCAL = re.compile(r"(?P<type>int|long long) (?P<name>[A-Za-z_]\w*) = (?P<value>(?:\(long long\))?"
                           r"blockIdx\.x \* blockDim\.x \+ threadIdx\.x);")
+_COORDINATE = re.compile(r"\b(?:threadIdx|blockIdx|blockDim)\b")
 _LOOP_START = re.compile(r"(?P<type>int|long long|[a-z_][\w ]*?) (?P<index>[A-Za-z_]\w*) = (?P<start>[A-Za-z_]\w*);")
 
 
 def canonical(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it, and every grid-stride loop from an index local starting at the index (the same state when there is none)."""
-    state = _declarations(state)
+    state = _declarations(_one_per_declaration(state))
     started = _loops_from_the_index(state)
     return state if started == state else _declarations(started)  # a 64-bit loop index now declared from the index
 
@@ -93,6 +97,27 @@ def _declarations(state: KernelState) -> KernelState:
             replacement = _canonical_declaration(parsed, body, statement, block)
             if replacement is not None:
                 edits.append((statement.start_byte, statement.end_byte, replacement))
+        return edits
+
+    return _edited(state, edit)
+
+
+def _one_per_declaration(state: KernelState) -> KernelState:
+    """`state` with each top-level declaration of several locals that reads a thread or block coordinate (`int b
+    = blockIdx.z, i = ..., j = ...;`) written as one declaration per local, in their order: each local is
+    initialized where it was, after those before it, so every value is the same; the index's declaration then
+    reads as the lone one the forwards know."""
+    def edit(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> Edits:
+        edits = []
+        for statement in body.named_children:
+            declarators = statement.children_by_field_name("declarator") if statement.type == "declaration" else []
+            if len(declarators) < 2 or not _COORDINATE.search(parsed.text(statement)):
+                continue
+            kind = parsed.data[statement.start_byte:declarators[0].start_byte].decode("utf-8").strip()
+            indent = parsed.data[line_start(parsed.data, statement.start_byte):statement.start_byte].decode("utf-8")
+            separator = "\n" + indent if not indent.strip() else " "
+            edits.append((statement.start_byte, statement.end_byte,
+                          separator.join(f"{kind} {parsed.text(d)};" for d in declarators)))
         return edits
 
     return _edited(state, edit)

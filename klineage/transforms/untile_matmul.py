@@ -40,7 +40,8 @@ tiles and the backward writes back: the flat spelling is one more way to write t
 
 A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`), each
 operand read at its batch's start (`A[X + r * K + k]` or `A[X + k * M + r]`, `B[Y + k * N + c]`, X and Y naming
-only the batch index and scalar parameters: `b * M * K`). The tiled form moves the operand pointers to those starts
+only the batch index and scalar parameters: `b * M * K`; a start that offsets the rows, `A[(b * M + r) * K + k]`,
+is read as `A[(b * M) * K + r * K + k]`, the same sum). The tiled form moves the operand pointers to those starts
 first (`A += X;`), then is the unbatched one; the grid keeps its third dimension, one layer of blocks per matrix.
 
 Backward writes the naive product back from the canonical tiled form, under the same (16, 16) block and grid.
@@ -272,6 +273,9 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
     batch_name = batch.split()[1] if batch else ""
     reads = {terms["x"]: _at(terms["at_x"]), terms["y"]: _at(terms["at_y"])}
+    for operand, at in ((terms["x"], terms["at_x"]), (terms["y"], terms["at_y"])):  # the update reads X + the rest
+        start, rest = reads[operand]
+        update = update.replace(f"{operand}[{at}]", f"{operand}[{start + ' + ' if start else ''}{rest}]")
     left, left_offset = next(((a, x) for a, (x, at) in reads.items() if at == f"{row} * {depth} + {index}"),
                              (None, ""))
     left_transposed = left is None  # A stored K x M: C = A^T B
@@ -343,6 +347,10 @@ def _summed_terms(update: str, accumulator: str, index: str) -> tuple[dict[str, 
 def _at(subscript: str) -> tuple[str, str]:
     """(X, the rest) of a subscript `X + r * K + k` (X: a batch's or a view's start), or ("", subscript) where none
     leads: the rest is its last two terms."""
+    nested = re.fullmatch(rf"\((.+) \+ {_ID}\) \* {_ID} \+ {_ID}", subscript)
+    if nested:  # `(X + r) * K + k`, a batch's rows before the row's (`(b * M + r) * K + k`): X * K + r * K + k
+        start, row, width, index = nested.groups()
+        return f"({start}) * {width}", f"{row} * {width} + {index}"
     terms = subscript.split(" + ")
     return (" + ".join(terms[:-2]), " + ".join(terms[-2:])) if len(terms) > 2 else ("", subscript)
 

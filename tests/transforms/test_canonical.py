@@ -188,3 +188,21 @@ def test_a_grid_stride_loop_from_an_index_local_starts_at_the_index(index):
 def test_a_loop_from_a_local_that_could_hold_another_value_is_left_alone(head, loop, after):
     spelled = _strided(head + STRIDE, loop, after)
     assert "for (int i = index;" in canonical(spelled).source
+
+
+def test_indexes_declared_together_are_declared_one_by_one():
+    state = KernelState(source="__global__ void kernel(const float* x, float* y, int n) {\n"
+                               "    const int half = n / 2, i = threadIdx.x + blockIdx.x * blockDim.x;\n"
+                               "    float a = 0.0f, b = 1.0f;\n"
+                               "    if (i < half) { y[i] = x[i] * b + a; }\n}\n", plan=PLAN)
+    lines = [line.strip() for line in canonical(state).source.splitlines()[1:4]]
+    # in their order (a later local may read an earlier one), each with the shared type; the index canonical;
+    # the floats, which read no coordinate, as written
+    assert lines == ["const int half = n / 2;", NARROW, "float a = 0.0f, b = 1.0f;"]
+
+
+def test_a_loops_declarations_stay_together():
+    source = ("__global__ void kernel(const float* x, float* y, int n) {\n"
+              "    for (int i = blockIdx.x * blockDim.x + threadIdx.x, s = 0; i < n; i += blockDim.x * gridDim.x)"
+              " y[i] = x[i] + s;\n}\n")
+    assert canonical(KernelState(source=source, plan=PLAN)).source == source

@@ -7,15 +7,16 @@ into a row, casts on a count or on the grid, a softmax that rescales its output 
 a double accumulator, reads through the read-only cache (`__ldg(&x[i])`), a grid-stride loop as `for` or `while`
 (over elements; over rows or columns on a fixed grid, launched by `<name>.toml` beside the spelling), a transpose on
 one 1-D index split into a row and a column (its own family: a 1-D launch), a batch of transposes, its matrix from
-grid z (its own family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit), a batch of column
-sums (mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its `<name>.toml`),
-scalar locals before the guard (a threshold, a 64-bit count; a concatenation's row length: its own family), one
-thread per pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add their term by
-one atomic (its own family), running products, exclusive sums and sums from the row's end (its own family), and
-matrix products spelled flat on a 1-D launch or summing other functions of the two elements, such as distances
-(their own family), and whole reductions to one value written for one thread (their own family). Each must be a
-site of its family's forwards; where the CPU emulator runs the family (elementwise maps, concatenations, pairs and
-transposes), every forward's kernel computes the spelling's bits.
+grid z (its own family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit), a batch of
+column sums (mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its
+`<name>.toml`), scalar locals before the guard (a threshold, a 64-bit count; a concatenation's row length: its own
+family), one thread per pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add
+their term by one atomic (its own family), running products, exclusive sums and sums from the row's end (its own
+family), and matrix products spelled flat on a 1-D launch or summing other functions of the two elements, such as
+distances (their own family; a batch's indexes in one declaration, its rows offset inside the row's product), and
+whole reductions to one value written for one thread (their own family). Each must be a site of its family's
+forwards; where the CPU emulator runs the family (elementwise maps, concatenations, pairs and transposes), every
+forward's kernel computes the spelling's bits.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ EXPECTED = {
                                                                 "d_double", "e_argmax", "f_others_return")},
     # flat on a 1-D launch (launched by `<name>.toml`), or sums of other functions of the two elements
     "products": {name: {"untile_matmul"} for name in ("a_flat", "b_flat_return", "c_distance_local",
-                                                       "d_l1_distance")},
+                                                       "d_l1_distance", "e_batched_one_declaration")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
@@ -102,6 +103,7 @@ def test_each_spelling_is_a_site_of_its_familys_forwards(tmp_path, family, name)
                                                         ("columns", "g_grid_stride"), ("row_losses", "b_cosine"),
                                                         ("scans", "d_reverse_exclusive_product"),
                                                         ("products", "b_flat_return"),
+                                                        ("products", "e_batched_one_declaration"),
                                                         ("whole", "c_index_zero")]))
 def test_each_spellings_forwards_compile(tmp_path, cache, spelling):
     family, name = spelling
