@@ -44,6 +44,7 @@ from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms._edit import call_arguments, cast_name, is_written, line_start, operator, splice, unparen
+from klineage.transforms._macros import expanded
 
 NARROW, WIDE = "int", "long long"
 _SIGNED = {"int": NARROW, "signed": NARROW, "signed int": NARROW, "int32_t": NARROW,
@@ -65,7 +66,7 @@ _LOOP_START = re.compile(r"(?P<type>int|long long|[a-z_][\w ]*?) (?P<index>[A-Za
 def canonical(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it, and every grid-stride loop from an index local starting at the index (the same state when there is none)."""
-    state = _declarations(_one_per_declaration(state))
+    state = _declarations(_one_per_declaration(expanded(state)))
     started = _loops_from_the_index(state)
     return state if started == state else _declarations(started)  # a 64-bit loop index now declared from the index
 

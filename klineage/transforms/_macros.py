@@ -1,0 +1,102 @@
+"""Function-like macros expanded where the code calls them, as the preprocessor expands them, so that the analysis
+forwards read an index written through a macro (`x[IDX(r, j, cols)]` with `#define IDX(r, c, C) ((r) * (C) + (c))`)
+as the subscript the compiler sees.
+
+The expansion is the preprocessor's own: each parameter of the body replaced by its argument's text, the body put
+in place of the call, neither wrapped in parentheses the author did not write (a macro that leaves an argument bare
+means what the preprocessor makes of it); a blank goes between two pieces only where they would otherwise run
+together into one token (`a-` and `-b`). A call inside an argument or inside a body is expanded on a later pass,
+which is the preprocessor's rescan.
+
+A macro is expanded only where that is certain to be the preprocessor's result: it is defined once, never
+`#undef`ined, has named parameters only (no `...`), and its body has no `#` or `##` operator, no string or
+character literal and does not name itself; a call passes as many arguments as it has parameters. A call that is
+no such macro's is left as written, and the `#define` lines stay (unused once every call is expanded).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms._edit import call_arguments, splice
+
+_PASSES = 8  # nested macros deeper than this stay as written
+_FUSING = re.compile(r"[\w.]{2}|[-+*/%<>=&|!^~]{2}")  # two characters that would read as one token
+
+
+def expanded(state: KernelState) -> KernelState:
+    """`state` with every call of an expandable function-like macro expanded (the same state where there is none)."""
+    for _ in range(_PASSES):
+        parsed = cp.parse(state.source)
+        macros = _expandable(parsed)
+        edits = [] if not macros else [
+            (call.start_byte, call.end_byte, text) for call, text in _calls(parsed, macros)]
+        if not edits:
+            return state
+        state = KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+    return state
+
+
+def _expandable(parsed: cp.ParsedSource) -> dict[str, cp.Macro]:
+    found = cp.macros(parsed)
+    names = [macro.name for macro in found]
+    undefined = set(re.findall(r"^\s*#\s*undef\s+(\w+)", parsed.data.decode("utf-8"), re.MULTILINE))
+    return {macro.name: macro for macro in found
+            if macro.params is not None and names.count(macro.name) == 1 and macro.name not in undefined and
+            all(re.fullmatch(r"[A-Za-z_]\w*", p) for p in macro.params) and
+            not re.search(r"[#\"']", macro.body) and not re.search(rf"\b{macro.name}\b", macro.body)}
+
+
+def _calls(parsed: cp.ParsedSource, macros: dict[str, cp.Macro]) -> list[tuple[Node, str]]:
+    """(call, its expansion) of each outermost call of a macro in `macros` outside the preprocessor's lines."""
+    found = []
+    for call in cp.nodes_of_type(parsed.root, "call_expression"):
+        macro = _macro_of(parsed, call, macros)
+        if macro is None or _in_directive(call) or any(_macro_of(parsed, outer, macros) is not None
+                                                       for outer in _ancestors(call, "call_expression")):
+            continue
+        arguments = [parsed.text(a) for a in call_arguments(call)]
+        if len(arguments) != len(macro.params):
+            continue
+        values = dict(zip(macro.params, arguments, strict=True))
+        body = re.sub(r"[A-Za-z_]\w*", lambda name: _spaced(name.string, name.start(), name.end(),
+                                                              values.get(name[0], name[0])), macro.body)
+        data = parsed.data.decode("latin-1")  # one character a byte: the call's offsets index it
+        found.append((call, _spaced(data, call.start_byte, call.end_byte, " ".join(body.split()))))
+    return found
+
+
+def _macro_of(parsed: cp.ParsedSource, call: Node, macros: dict[str, cp.Macro]) -> cp.Macro | None:
+    function = call.child_by_field_name("function")
+    return macros.get(parsed.text(function)) if function is not None and function.type == "identifier" else None
+
+
+def _ancestors(node: Node, kind: str) -> Iterator[Node]:
+    node = node.parent
+    while node is not None:
+        if node.type == kind:
+            yield node
+        node = node.parent
+
+
+def _in_directive(node: Node | None) -> bool:
+    while node is not None:
+        if node.type.startswith("preproc_") and node.type not in ("preproc_if", "preproc_ifdef", "preproc_else",
+                                                                  "preproc_elif"):
+            return True
+        node = node.parent
+    return False
+
+
+def _spaced(text: str, start: int, end: int, value: str) -> str:
+    """`value` standing for text[start:end], with a blank on a side where it would otherwise fuse with its
+    neighbour into one token."""
+    before = text[start - 1:start] if start > 0 else ""
+    after = text[end:end + 1]
+    return (" " if value and _FUSING.fullmatch(before + value[0]) else "") + value + \
+        (" " if value and _FUSING.fullmatch(value[-1] + after) else "")

@@ -1,0 +1,76 @@
+"""Function-like macros expanded as the preprocessor expands them (klineage/transforms/_macros.py): the analysis
+forwards read a subscript written through a macro as the code the compiler sees. The preprocessor itself (`cpp`,
+which every nvcc host has) is the oracle: each expansion must be its output, token for token."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from klineage.kernel import KernelState
+from klineage.transforms import get
+from klineage.transforms._macros import expanded
+from tests.transforms.golden import plan_of
+
+PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }')
+USES = """__device__ int f(int q, int n) {
+    return SQ(q+1) - -MUL(1, -q) + SQ(SQ(2)) + IDX(q, n - 1, n) * OFF(q) - SUB(q, -1) + TWICE(q)[0];
+}
+"""
+DEFINES = """#define MUL(a, b) a*b
+#define SQ(a) MUL(a, a)
+#define IDX(r, c, C) ((r) * (C) + (c))
+#define OFF(r) (r << 2)
+#define SUB(a, b) a-b
+#define TWICE(v) (&v)
+"""
+
+
+def _tokens(source: str) -> list[str]:
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("#"))
+    return re.findall(r"\w+|\S", code)
+
+
+def _preprocessed(source: str) -> str:
+    return subprocess.run(["cpp", "-P"], input=source, capture_output=True, text=True, check=True).stdout
+
+
+def test_each_expansion_is_the_preprocessors_token_for_token():
+    source = DEFINES + USES
+    ours = expanded(KernelState(source=source, plan=PLAN)).source
+    assert _tokens(ours) == _tokens(_preprocessed(source))
+    # an argument left bare by its macro means what the preprocessor makes of it: no parentheses added
+    assert "q+1*q+1" in ours and "- -1* -q" in ours and "q- -1" in ours
+
+
+@pytest.mark.parametrize("defines", [
+    "#define SQ(a) a*a\n#undef SQ\n#define SQ(a) (a)*(a)\n",  # defined twice, undefined between
+    "#define SQ(a) #a\n",  # stringified
+    "#define SQ(a) a##a\n",  # pasted
+    "#define SQ(...) __VA_ARGS__\n",  # variadic
+    "#define SQ(a) SQ + a\n",  # names itself
+    "#define SQ(a, b) a*b\n",  # called with another number of arguments
+])
+def test_a_macro_whose_expansion_is_not_certain_is_left_as_written(defines):
+    source = defines + "__device__ int f(int q) { return SQ(q); }\n"
+    assert expanded(KernelState(source=source, plan=PLAN)).source == source
+
+
+def test_a_row_reduction_indexed_through_a_macro_is_a_site_and_writes_the_expansion():
+    source = ("#define AT(r, c, C) ((r) * (C) + (c))\n"
+              "__global__ void k(const float* x, float* y, int rows, int cols) {\n"
+              "    int r = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "    if (r < rows) {\n"
+              "        float s = 0.0f;\n"
+              "        for (int j = 0; j < cols; ++j) s += x[AT(r, j, cols)];\n"
+              "        y[r] = s;\n"
+              "    }\n}\n")
+    state = KernelState(source=source.replace("void k(", "void kernel("),
+                        plan=plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
+                                     grid="cdiv(rows, 128)", block=128))
+    transform = get("serialize_reduction")
+    (site,) = transform.forward_sites(state)
+    written = transform.forward(state, site).state.source
+    assert "AT(" not in written.split("\n", 1)[1] and "((r) * (cols) + (" in written, written
