@@ -60,9 +60,17 @@ work> }`, either spelling) is read as the loop over elements is, one thread per 
 where the reader asks for rows (Shape.GRID_STRIDE_ROWS): the loop visits every row below rows once whatever the grid,
 whatever the work does with it, so its work may loop (over the row's columns). It may not name a coordinate, the
 grid, a barrier, shared memory, a collective or a jump (a `return` or `break` would end the thread's later rows too),
-nor change the row. serialize_reduction, serialize_column_reduction and unsplit_reduction read these row shapes (then
-give the row a warp, or its loop chunks); the elementwise forwards, whose element work never loops, ask for neither
-the grid-stride one nor the lone thread.
+nor change the row.
+
+A 2-D launch of either spelling above whose threads each do a row's work (a (B, T, D) tensor's rows, `int b =
+blockIdx.y; int t = <index along x>; if (t < T) { for (d ...) ... x[(b * T + t) * D + d] ... }`) is read as one
+thread per row of the B * T, where the reader asks for rows (Shape.MATRIX_ROWS): the matrix's flattening, its work
+allowed to loop and return (one thread's own), still naming no coordinate, barrier, shared memory or collective; the
+element is the flat index inside parentheses too, and a row or column no longer named is not declared.
+
+serialize_reduction, serialize_column_reduction and unsplit_reduction read these row shapes (then give the row a
+warp, or its loop chunks); the elementwise forwards, whose element work never loops, ask for neither the grid-stride
+one nor the lone thread nor a batch's rows.
 
 The forwards then read the work as they read any 1-D kernel: scalarize_row_gather packs a row's columns
 (`bias[col]` once per 16 bytes), scalarize_elementwise packs `[i]` and gathers the rest, uncoarsen_grid_stride
@@ -145,6 +153,7 @@ class _Matrix:
 
 class Shape(Enum):
     MATRIX = "matrix"  # a 2-D launch over a matrix's elements
+    MATRIX_ROWS = "matrix_rows"  # the same launch over a batch's rows (`(b, t)` of a (B, T, D) tensor): may loop
     GRID_STRIDE = "grid_stride"  # one grid-stride loop over elements
     GRID_STRIDE_ROWS = "grid_stride_rows"  # the same loop over rows: its work a row's, which may loop
     ONE_THREAD_BLOCKS = "one_thread_blocks"  # a block of one thread per row (`<<<rows, 1>>>`, `row = blockIdx.x`)
@@ -152,7 +161,7 @@ class Shape(Enum):
 
 
 # what the elementwise forwards read: no loop in an element, and more than one element
-ELEMENTS = frozenset(Shape) - {Shape.GRID_STRIDE_ROWS, Shape.ONE_THREAD}
+ELEMENTS = frozenset(Shape) - {Shape.GRID_STRIDE_ROWS, Shape.MATRIX_ROWS, Shape.ONE_THREAD}
 
 
 def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> KernelState:
@@ -168,6 +177,8 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
         shape = _shape(parsed, body)
         if shape is Shape.GRID_STRIDE and Shape.GRID_STRIDE_ROWS in shapes:
             shape = Shape.GRID_STRIDE_ROWS  # read as rows: the one loop it looks like may hold loops
+        elif shape is Shape.MATRIX and Shape.MATRIX_ROWS in shapes:
+            shape = Shape.MATRIX_ROWS  # read as rows: each (row, column) of the launch a row of its own
         if shape not in shapes:
             continue
         try:
@@ -178,12 +189,12 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
             elif shape in (Shape.GRID_STRIDE, Shape.GRID_STRIDE_ROWS):
                 text, launches = _destrided(flat, parsed, function, rows=shape is Shape.GRID_STRIDE_ROWS)
             else:
-                matrix = _matrix(state, parsed, function)
-                text = _rewrite(parsed, function, matrix)
+                matrix = _matrix(state, parsed, function, of_rows=shape is Shape.MATRIX_ROWS)
+                text = _rewrite(parsed, function, matrix, rows=shape is Shape.MATRIX_ROWS)
                 launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {matrix.columns}", 2)
             flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
         except NotApplicable as error:
-            if shape is not Shape.MATRIX or "blockIdx.y" in parsed.text(body):  # it looked so: say why not
+            if shape not in (Shape.MATRIX, Shape.MATRIX_ROWS) or "blockIdx.y" in parsed.text(body):  # say why not
                 refused(function, error)
             continue
         listed = statements(body)
@@ -371,7 +382,8 @@ def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Functio
     return source, _element_launches(state, parsed, function, bound, 1)
 
 
-def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Matrix:
+def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, of_rows: bool = False) -> _Matrix:
+    """The 2-D launch's indexes, bounds and work; `of_rows`: each thread's work a row's, which may loop."""
     listed = statements(function.node.child_by_field_name("body"))
     if len(listed) < 3:
         raise NotApplicable(f"{function.name} is no 2-D elementwise kernel: two indexes and a guard")
@@ -416,9 +428,10 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) 
         columns, rows = bound[1], _grid_extent(state, parsed, function, 1)
     for node in work:
         text = parsed.text(node)
-        if found := FORBIDDEN.search(text):
-            raise NotApplicable(f"{function.name}'s work loops, synchronizes, returns or names a thread coordinate "
-                                f"(`{found[0]}`)")
+        if found := (_BLOCK_FORBIDDEN if of_rows else FORBIDDEN).search(text):
+            said = "synchronizes, shares memory or names a thread coordinate" if of_rows else \
+                "loops, synchronizes, returns or names a thread coordinate"
+            raise NotApplicable(f"{function.name}'s work {said} (`{found[0]}`)")
         if any(parsed.text(n) in (row, column) and is_written(n) for n in cp.nodes_of_type(node, "identifier")):
             raise NotApplicable(f"{function.name} changes its row or column")
     return _Matrix(column, row, row_type, columns, rows, work, tiled)
@@ -439,8 +452,10 @@ def _grid_extent(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
     return sorted(found)[0]
 
 
-def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) -> str:
-    """The kernel's body in the 1-D form (its braces left out)."""
+def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix, rows: bool = False) -> str:
+    """The kernel's body in the 1-D form (its braces left out). With `rows`, the element is the flat index inside
+    parentheses too (`x[(b * T + t) * D + d]`, a row's columns), and a row or column the work no longer names once
+    so written is not declared."""
     body = function.node.child_by_field_name("body")
     named = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier")}
     index = next((n for n in _NAMES if n not in named), None)
@@ -463,15 +478,20 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
         element = {f"{matrix.row} * {matrix.columns} + {matrix.column}", f"{matrix.columns} * {matrix.row} + "
                    f"{matrix.column}", f"{matrix.column} + {matrix.row} * {matrix.columns}",
                    f"{matrix.column} + {matrix.columns} * {matrix.row}"}
-        edits = [(n.start_byte - start, n.end_byte - start, index) for node in nodes
-                 for n in cp.nodes_of_type(node, "binary_expression")
-                 if _uncast(squash(parsed.text(n))) in element and n.parent.type == "subscript_argument_list"]
+        places = ("subscript_argument_list", "parenthesized_expression") if rows else ("subscript_argument_list",)
+        found = [n for node in nodes for n in cp.nodes_of_type(node, "binary_expression")
+                 if _uncast(squash(parsed.text(n))) in element and n.parent.type in places]
+        found = [n.parent if n.parent.type == "parenthesized_expression" else n for n in found]  # `(i)` read `i`
+        edits = [(n.start_byte - start, n.end_byte - start, index) for n in found]
         work = splice(parsed.data[start:end], edits)[0].decode("utf-8")
         work = reindent(work, len(indentation(parsed.data, start)), inner)[len(inner):]
+    named = {m[0] for m in re.finditer(r"[A-Za-z_]\w*", work)}
     lines = [f"{kind} {index} = {canonical_index(kind)};",
              f"if ({index} < {total}) {{",
-             f"    {matrix.row_type} {matrix.row} = {index} / {matrix.columns};",
-             f"    int {matrix.column} = {index} % {matrix.columns};"]
+             *([f"    {matrix.row_type} {matrix.row} = {index} / {matrix.columns};"]
+               if not rows or matrix.row in named else []),
+             *([f"    int {matrix.column} = {index} % {matrix.columns};"]
+               if not rows or matrix.column in named else [])]
     text = "\n".join(indent + line for line in lines)[len(indent):] + (f"\n{inner}{work}" if work else "") + \
         f"\n{indent}}}"
     return text

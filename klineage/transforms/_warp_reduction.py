@@ -108,8 +108,9 @@ def _warp_scan_pattern(op: str, exclusive: bool, reverse: bool) -> re.Pattern:
 
 _WARP_SCANS = {(op, exclusive, reverse): _warp_scan_pattern(op, exclusive, reverse)
                for op in _SCAN_IDENTITY for exclusive in (False, True) for reverse in (False, True)}
-# `<<<rows, 1>>>` kernels, grid-stride loops over rows and a kernel one thread runs, read as one thread per row
-ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS, Shape.ONE_THREAD})
+# `<<<rows, 1>>>` kernels, grid-stride loops over rows, a batch's rows on a 2-D launch and a kernel one thread runs,
+# read as one thread per row
+ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS, Shape.MATRIX_ROWS, Shape.ONE_THREAD})
 _ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
 _ONE = re.compile(r"^(?:1(?:\.0*)?[fF]?|1\.[fF]?|1[uUlL]*)$")
 _OPERATORS = frozenset({"+", "*"})  # the folds a butterfly combines with an operator: a sum and a product

@@ -1,8 +1,8 @@
-"""Elementwise kernels written on a 2-D launch or as a grid-stride loop, row kernels on blocks of one thread or as a
-grid-stride loop over rows, and kernels one thread of the launch runs, read as one thread per element or row on a 1-D
-launch (klineage/transforms/_flatten.py):
-the golden flat forms, the bits the flat kernel and the forwards' rewrites of it compute on the CPU against the kernel
-as written, and the kernels left as written, each with its reason."""
+"""Elementwise kernels written on a 2-D launch or as a grid-stride loop, row kernels on blocks of one thread, as a
+grid-stride loop over rows or over a batch's rows on a 2-D launch, and kernels one thread of the launch runs, read as
+one thread per element or row on a 1-D launch (klineage/transforms/_flatten.py): the golden flat forms, the bits the
+flat kernel and the forwards' rewrites of it compute on the CPU against the kernel as written, and the kernels left
+as written, each with its reason."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tests.transforms import emulate
 from tests.transforms.golden import HERE, compiles_without_spills
 
 CASES = ["rows_on_y", "tiles", "grid_stride", "grid_stride_while", "one_thread_blocks", "first_thread_rows",
-         "grid_stride_rows", "one_thread", "first_thread_of_grid"]
+         "grid_stride_rows", "one_thread", "first_thread_of_grid", "batch_rows"]
 LONE = ("one_thread", "first_thread_of_grid")  # one thread of the whole launch works: read as one row
 # (rows, cols): a ragged row, rows of whole packs, a tail in every row; the grid-stride loops read n = rows * cols,
 # and their grid of 128 threads strides over the larger ones
@@ -31,6 +31,8 @@ SHAPES = [(3, 5), (4, 64), (7, 130)]
 ROW_SHAPES = [(3, 5), (40, 33), (70, 64)]
 ROWS = frozenset({Shape.GRID_STRIDE_ROWS})  # what the warp reductions ask to read besides blocks of one thread
 LONE_ROW = frozenset({Shape.ONE_THREAD})  # ... and a kernel one thread runs
+BATCH_ROWS = frozenset({Shape.MATRIX_ROWS})  # ... and a batch's rows on a 2-D launch
+BATCH = 3  # the matrices of the batch_rows case
 
 
 def _state(case: str, which: str) -> KernelState:
@@ -41,7 +43,8 @@ def _state(case: str, which: str) -> KernelState:
 
 @pytest.mark.parametrize("case", CASES)
 def test_golden_flat_forms(case):
-    shapes = ROWS if case == "grid_stride_rows" else LONE_ROW if case in LONE else ELEMENTS
+    shapes = ROWS if case == "grid_stride_rows" else LONE_ROW if case in LONE else BATCH_ROWS if \
+        case == "batch_rows" else ELEMENTS
     flat = flattened(canonical(_state(case, "written")), shapes)
     assert flat.source == _state(case, "flat").source
     assert flat.plan == _state(case, "flat").plan
@@ -66,6 +69,9 @@ def _inputs(case: str, rows: int, cols: int) -> tuple[dict, dict, dict]:
     x = torch.randn(rows * cols, generator=generator) * 8
     if case == "grid_stride_rows":  # a row's largest element and sum: integers, which any order sums exactly
         return {"rows": rows, "cols": cols}, {"x": x.round()}, {"y": (torch.float32, 2 * rows)}
+    if case == "batch_rows":  # the same, of every row of BATCH matrices
+        x = torch.randn(BATCH * rows * cols, generator=generator) * 8
+        return {"batch": BATCH, "rows": rows, "cols": cols}, {"x": x.round()}, {"y": (torch.float32, 2 * BATCH * rows)}
     if case in LONE:  # the sum (and the largest) of every element: integers again
         return {"rows": rows, "cols": cols}, {"x": x.round()}, {"y": (torch.float32, 2)}
     if case.startswith("grid_stride"):
@@ -88,7 +94,7 @@ def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> li
         reference, forms = _state(case, "flat"), {name: form for name, form in forms.items() if name != "flat"}
     else:
         reference = _state(case, "written")
-    shapes = ROW_SHAPES if case == "grid_stride_rows" else SHAPES
+    shapes = ROW_SHAPES if case in ("grid_stride_rows", "batch_rows") else SHAPES
     return emulate.differences(tmp_path, reference, forms, tuple(shapes),
                                lambda rows, cols: _inputs(case, rows, cols))
 
@@ -105,11 +111,12 @@ FORWARDS = {  # case -> the forwards that find a site in the kernel as written
     "grid_stride_rows": ("serialize_reduction",),  # a thread per row on a grid covering the rows, then a warp each
     "one_thread": ("serialize_reduction", "unsplit_reduction"),  # `<<<1, 1>>>`: one row, a warp, or chunks
     "first_thread_of_grid": ("serialize_reduction", "unsplit_reduction"),  # the grid's first thread alone: the same
+    "batch_rows": ("serialize_reduction",),  # a thread per row of every matrix, on one axis; then a warp each
 }
 
 
 @pytest.mark.parametrize("case", sampled(FORWARDS, keep=("rows_on_y", "first_thread_rows", "grid_stride_rows",
-                                                         "one_thread")))
+                                                         "one_thread", "batch_rows")))
 def test_the_flat_kernel_and_the_forwards_on_it_compute_the_written_kernels_bits(tmp_path, case):
     """Each forward from the kernel as a user wrote it: it finds exactly these sites, and every rewrite computes
     the written kernel's bits."""
@@ -415,3 +422,20 @@ def test_a_grid_stride_loop_over_rows_left_as_written_with_the_reason(state, why
         assert flattened(canonical(state), ROWS) == canonical(state)
     assert any(why in line for line in refused), refused
     assert get("serialize_reduction").forward_sites(state) == []
+
+
+@pytest.mark.parametrize("body, plan, why", [
+    (ROWS_ON_Y + "    if (col < cols) { float s = 0.0f; for (int k = 0; k < 4; ++k) s += x[k * cols + threadIdx.x];"
+                 " y[row * cols + col] = s; }\n", _plan(), "names a thread coordinate (`threadIdx`)"),
+    (ROWS_ON_Y + "    if (col < cols) { __shared__ float t[32]; t[0] = x[col]; y[row * cols + col] = t[0]; }\n",
+     _plan(), "(`__shared__`)"),
+    (ROWS_ON_Y + "    if (col < cols) { float s = 0.0f; for (int k = 0; k < 4; ++k) s += x[k];"
+                 " y[row * cols + col] = s; }\n", _plan(block="256, 2"), "on a block more than one row high"),
+])
+def test_a_batchs_rows_left_as_written_with_the_reason(body, plan, why):
+    """Read as rows (each thread's work may loop), a 2-D launch must still be one whose threads the flat index tells
+    apart: no coordinate, barrier or shared memory in the work, one row of threads a block."""
+    state = canonical(KernelState(source=HEAD + body + "}\n", plan=plan))
+    with refusals() as refused:
+        assert flattened(state, BATCH_ROWS) == state
+    assert any(why in line for line in refused), refused

@@ -182,15 +182,22 @@ GRID_Y = "__global__ void kernel(const float* x, float* out, int B, int N, int D
          "    out[b * D + d] = s;\n}\n"
 
 
-def test_a_batch_on_grid_y_keeps_its_grid_y_and_the_naive_kernels_bits(transform, tmp_path):
-    """One block row per batch (`b = blockIdx.y`): the same in every lane of a block, so the warp forms keep grid y
-    as it is and grow grid x."""
-    naive = KernelState(source=GRID_Y, plan=plan_of(BATCHED_ARGS, 'cdiv(D, 128)", "B', 128))
+@pytest.mark.parametrize("takes_the_batch", [True, False])
+def test_a_batch_on_grid_y_computes_the_naive_kernels_bits(transform, tmp_path, takes_the_batch):
+    """One block row per batch (`b = blockIdx.y`). Where the kernel takes the batch count that grid y is, the warp
+    forms read it as one thread per output on one axis (a batch's rows, flattened); where it does not, b is the same
+    in every lane of a block, so they keep grid y as it is and grow grid x."""
+    source, args = GRID_Y, BATCHED_ARGS
+    if not takes_the_batch:
+        source, args = GRID_Y.replace("int B, ", ""), BATCHED_ARGS.replace('{ scalar = "B", type = "i32" }, ', "")
+    naive = KernelState(source=source, plan=plan_of(args, 'cdiv(D, 128)", "B', 128))
     forms = {}
     for name in ("serialize_column_reduction", "serialize_reduction"):
         (site,) = get(name).forward_sites(naive)
         forms[name] = get(name).forward(naive, site).state
-        assert forms[name].plan.launches[0].grid[1:] == ("B", 1)
+        grid = forms[name].plan.launches[0].grid
+        assert grid[1:] == ((1, 1) if takes_the_batch else ("B", 1))
+        assert ("B * D" in grid[0]) == takes_the_batch, grid
     assert emulate.differences(tmp_path, naive, forms, ((1, 3, 5), (3, 33, 12), (2, 70, 40)), _batched) == []
 
 

@@ -45,7 +45,8 @@ EXPECTED = {
                                      "m_pragma_unroll", "n_ldg", "r_macro_index")}
     | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"},
        "o_grid_stride": ROWS, "p_while_size_t": ROWS,  # a grid-stride loop over rows, each on a fixed grid
-       "q_channels_nchw": ROWS},  # stores strided by a count the guard shows is not zero
+       "q_channels_nchw": ROWS,  # stores strided by a count the guard shows is not zero
+       "s_batch_on_grid_y": ROWS},  # a (B, T, D) tensor's rows: the batch on grid y, its row along x
     "elementwise": {name: ELEMENTWISE for name in ("a_return_guard", "c_helper", "d_no_restrict", "e_unsigned",
                                                    "g_int64_n", "h_ldg", "k_local_limit", "l_local_count")}
     | {name: {"scalarize_elementwise"}  # a grid-stride loop is its own coarsened form
