@@ -38,13 +38,15 @@ where the index is declared before it (only the stride's declaration may stand b
 last statement and the only write of the index (the work may not `continue` past it), and the loop ends the kernel
 (nothing reads the index after it).
 
-A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`) becomes one thread per row,
-`if (row < rows) { <the rest> }` on blocks of THREADS: with one thread a block nothing but the row told the threads
+A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`) becomes one thread per row, `if
+(row < rows) { <the rest> }` on blocks of THREADS: with one thread a block nothing but the row told the threads
 apart, so the rest may loop (a row's work) but may not name a coordinate, the grid, a barrier, shared memory or a
 collective; rows is the scalar parameter every launch passes its grid as. So is a row kernel on wider blocks whose
 first thread alone works: `if (threadIdx.x != 0) return;` (or `> 0`) before or after the row's declaration, or the
-rest of the kernel (the row's declaration too) as `if (threadIdx.x == 0) { ... }`; the other threads of the block do
-nothing, and the launch's block is 1-D, so the working threads are one a block.
+rest of the kernel (the row's declaration too) as `if (threadIdx.x == 0) { ... }`; after the row's declaration that
+guard may bound the row by the grid's extent as well (`threadIdx.x == 0 && row < rows`, `threadIdx.x != 0 || row >=
+rows` returning, either order), which the flat form's own guard is; the other threads of the block do nothing, and
+the launch's block is 1-D, so the working threads are one a block.
 
 A kernel one thread of the whole launch runs (a whole reduction to one value, `*out = total;`) is one row: its body
 names no thread, block or grid and the plan launches one thread (`<<<1, 1>>>`), or its work is the first thread's of
@@ -127,6 +129,7 @@ def _not_zero(name: str) -> str:
 
 
 _THREAD = r"threadIdx\.x"
+_BOUND = r"[A-Za-z_]\w*|\d+"  # what a row's bound is read as: a name or a number
 # a block whose first thread alone goes on: its other threads return, or the rest is that thread's
 _OTHERS_RETURN = re.compile(rf"if \({_not_zero(_THREAD)}\) return;")
 _FIRST_ONLY = re.compile(_is_zero(_THREAD))
@@ -219,7 +222,7 @@ def _threaded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
     the scalar parameter every launch passes its grid as. The rest may loop and return (a row's own work), but not
     name a thread or block coordinate, the grid, a barrier, shared memory or a warp collective, nor change the
     row: with one thread a block, none of those meant anything but the row."""
-    declaration, rest, first_only = _block_row(parsed, function.node.child_by_field_name("body"))
+    declaration, rest, first_only, bound = _block_row(parsed, function.node.child_by_field_name("body"))
     kind, row = _BLOCK_ROW.fullmatch(squash(parsed.text(declaration))).groups()
     launches = launches_of(state, function.name, dimensions=1)
     if not first_only and any(str(launch.block[0]).strip() != "1" for launch in launches):
@@ -233,6 +236,8 @@ def _threaded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
     if any(parsed.text(n) == row and is_written(n) for node in rest for n in cp.nodes_of_type(node, "identifier")):
         raise NotApplicable(f"{function.name} changes its row '{row}'")
     rows = _grid_extent(state, parsed, function, 0)
+    if bound and bound != rows:  # the first thread's guard bounds the row too: by the grid, which the new guard is
+        raise NotApplicable(f"{function.name} bounds its row by '{bound}', not by the grid's extent '{rows}'")
     indent = indentation(parsed.data, statements(function.node.child_by_field_name("body"))[0].start_byte)
     work = reindent(text, len(indentation(parsed.data, rest[0].start_byte)), indent + "    ")
     source = f"{kind} {row} = {canonical_index(NARROW)};\n{indent}if ({row} < {rows}) {{\n{work}\n{indent}}}"
@@ -319,33 +324,50 @@ def _first_of_grid(index: str | None, first: bool) -> str:
     return rf"{thread} {join} {block}|{block} {join} {thread}{alone}"
 
 
-def _block_row(parsed: cp.ParsedSource, body: Node) -> tuple[Node, list[Node], bool] | None:
-    """A row kernel's row declaration (`int row = blockIdx.x;`), the statements after it, and whether the block's
-    first thread alone runs them (the others return first, or the rest is under `if (threadIdx.x == 0)`); None
-    where the body is not read so."""
-    listed, first_only = statements(body), False
+def _block_row(parsed: cp.ParsedSource, body: Node) -> tuple[Node, list[Node], bool, str] | None:
+    """A row kernel's row declaration (`int row = blockIdx.x;`), the statements after it, whether the block's
+    first thread alone runs them (the others return first, or the rest is under `if (threadIdx.x == 0)`), and the
+    bound that guard also holds the row below (`threadIdx.x == 0 && row < rows`, `threadIdx.x != 0 || row >= rows`;
+    "" where none); None where the body is not read so."""
+    listed, first_only, bound = statements(body), False, ""
     if listed and _OTHERS_RETURN.fullmatch(squash(parsed.text(listed[0]))):
         listed, first_only = listed[1:], True
     elif len(listed) == 1 and (inner := _first_thread_block(parsed, listed[0])) is not None:
-        listed, first_only = inner, True
-    if not listed or not _BLOCK_ROW.fullmatch(squash(parsed.text(listed[0]))):
+        (listed, _), first_only = inner, True
+    if not listed or not (declared := _BLOCK_ROW.fullmatch(squash(parsed.text(listed[0])))):
         return None
-    declaration, rest = listed[0], listed[1:]
-    if not first_only and rest and _OTHERS_RETURN.fullmatch(squash(parsed.text(rest[0]))):
-        rest, first_only = rest[1:], True
-    elif not first_only and len(rest) == 1 and (inner := _first_thread_block(parsed, rest[0])) is not None:
-        rest, first_only = inner, True
-    return declaration, rest, first_only
+    declaration, rest, row = listed[0], listed[1:], declared[2]
+    if not first_only and rest and (found := _others_return(parsed, rest[0], row)) is not None:
+        rest, first_only, bound = rest[1:], True, found
+    elif not first_only and len(rest) == 1 and (inner := _first_thread_block(parsed, rest[0], row)) is not None:
+        (rest, bound), first_only = inner, True
+    return declaration, rest, first_only, bound
 
 
-def _first_thread_block(parsed: cp.ParsedSource, statement: Node) -> list[Node] | None:
-    """The statements of `if (threadIdx.x == 0) { ... }` (no else), or None for any other statement."""
+def _first_thread_block(parsed: cp.ParsedSource, statement: Node, row: str = "") -> tuple[list[Node], str] | None:
+    """(the statements, the row's bound or "") of `if (threadIdx.x == 0) { ... }` (no else), or of `if
+    (threadIdx.x == 0 && row < N)` either way round where `row` is given; None for any other statement."""
     if statement.type != "if_statement" or statement.child_by_field_name("alternative") is not None:
         return None
     condition = statement.child_by_field_name("condition")
-    if condition is None or not _FIRST_ONLY.fullmatch(squash(parsed.text(condition)).strip("()").strip()):
+    said = squash(parsed.text(condition)).strip("()").strip() if condition is not None else ""
+    bounded = re.fullmatch(rf"{_FIRST_ONLY.pattern} && {row} < ({_BOUND})|{row} < ({_BOUND}) && {_FIRST_ONLY.pattern}",
+                           said) if row else None
+    if not _FIRST_ONLY.fullmatch(said) and bounded is None:
         return None
-    return statements(statement.child_by_field_name("consequence"))
+    return statements(statement.child_by_field_name("consequence")), bounded[1] or bounded[2] if bounded else ""
+
+
+def _others_return(parsed: cp.ParsedSource, statement: Node, row: str) -> str | None:
+    """The row's bound ("" where none) of `if (threadIdx.x != 0) return;`, or of `if (threadIdx.x != 0 || row >=
+    N) return;` either way round; None for any other statement."""
+    said = squash(parsed.text(statement))
+    if _OTHERS_RETURN.fullmatch(said):
+        return ""
+    others = _not_zero(_THREAD)
+    bounded = re.fullmatch(rf"if \((?:{others} \|\| {row} >= ({_BOUND})|{row} >= ({_BOUND}) \|\| {others})\) return;",
+                           said)
+    return (bounded[1] or bounded[2]) if bounded else None
 
 
 def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,

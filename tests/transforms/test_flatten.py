@@ -316,6 +316,15 @@ WIDE_BLOCK = LaunchPlan.from_toml('name = "t"\nproblem = "t"\n[[launch]]\nentry 
     ("    row += 1;\n    y[row] = x[row];\n", _row_plan(), "changes its row 'row'"),
     ("    y[row] = x[row];\n", _row_plan(block=32), "blocks of more than one thread"),
     ("    y[row] = x[row];\n", _row_plan(grid="rows + 1"), "grid's x extent"),
+    # the first thread's guard bounding the row by another count than the grid's, or letting others through
+    ("    if (threadIdx.x == 0 && row < rows - 1) {\n        y[row] = x[row];\n    }\n", _row_plan(block=32),
+     "blocks of more than one thread"),
+    ("    if (threadIdx.x != 0 || row >= 7) return;\n    y[row] = x[row];\n", _row_plan(block=32),
+     "bounds its row by '7', not by the grid's extent 'rows'"),
+    ("    if (threadIdx.x != 0 && row >= rows) return;\n    y[row] = x[row];\n", _row_plan(block=32),
+     "blocks of more than one thread"),
+    ("    if (threadIdx.x == 0 || row < rows) {\n        y[row] = x[row];\n    }\n", _row_plan(block=32),
+     "blocks of more than one thread"),
 ])
 def test_blocks_of_one_thread_left_as_written_with_the_reason(body, plan, why):
     state = KernelState(source=ROW_HEAD + body + "}\n", plan=plan)
@@ -439,3 +448,16 @@ def test_a_batchs_rows_left_as_written_with_the_reason(body, plan, why):
     with refusals() as refused:
         assert flattened(state, BATCH_ROWS) == state
     assert any(why in line for line in refused), refused
+
+
+@pytest.mark.parametrize("guard", ["if (threadIdx.x == 0 && row < rows) {", "if (row < rows && threadIdx.x == 0) {",
+                                   "if (threadIdx.x != 0 || row >= rows) return;",
+                                   "if (row >= rows || 0 != threadIdx.x) return;"])
+def test_a_first_thread_guard_that_bounds_the_row_by_the_grid_is_the_first_thread_alone(guard):
+    """The row bound in the first thread's guard is the grid's extent, which the flat form's own guard holds."""
+    work = "        y[row] = x[row];\n"
+    body = f"    {guard}\n{work}    }}\n" if guard.endswith("{") else f"    {guard}\n{work}"
+    written = flattened(canonical(KernelState(source=ROW_HEAD + body + "}\n", plan=_row_plan(block=32))))
+    plain = flattened(canonical(KernelState(source=ROW_HEAD + "    if (threadIdx.x != 0) return;\n" + work + "}\n",
+                                            plan=_row_plan(block=32))))
+    assert written == plain and "blockIdx.x * blockDim.x + threadIdx.x" in written.source
