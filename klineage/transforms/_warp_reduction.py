@@ -16,6 +16,7 @@ from klineage import expr
 from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
+from klineage.launch import LaunchPlan
 from klineage.transforms._arg_reduction import (
     FULL_MASK,
     WARP_BUTTERFLY,
@@ -71,7 +72,7 @@ _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__s
                         r"gridDim|cooperative_groups|printf)\b")
 # the atomics a row may make once, outside its loops (`row_atomics`): one lane of the row's makes them
 _ONCE_A_ROW = frozenset({"atomicAdd", "atomicMax", "atomicMin"})
-_OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+)\b")  # what warp forms declare
+_OWN_NAMES = re.compile(rf"\b(?:{LANE}|{SLICE}|{SLICE_MASK}|offset|scan_\w+|pair_\w+|block_\w+)\b")  # the forms' names
 # a row's length: a name, or a product or sum of names (`cpg * hw`), or one name cast to an integer type
 # (`(size_t)rows`, kept as written: the cast is the author's and changes no length a correct kernel is given),
 # maybe times more names (`(long long)n * hw`: the pairs of a nest read as one loop, `_nests.py`); or a count of
@@ -172,6 +173,15 @@ class Layout:
         return re.match(rf"^{re.escape(self.butterfly)} (\w+) (?:[+*]= __shfl_xor_sync|= \w+\(\1, __shfl_xor_sync)\("
                         rf"{re.escape(self.mask)}, ", text) is not None
 
+    def combine(self, acc: Accumulator, kind: str, indent: str) -> str:
+        """The code after a loop that leaves every lane of a row with its accumulator `acc` (declared `kind`)
+        combined: a butterfly over the row's lanes."""
+        return _butterfly(acc, self)
+
+    def is_exchange(self, text: str) -> bool:
+        """Whether `text` (squashed) is a statement `combine` writes after the butterfly: none in a warp."""
+        return False
+
 
 ROWS = Layout(1)
 
@@ -238,6 +248,7 @@ class WarpReduction(Transform):
     removes = ("shfl",)
     placement = Placement.ANALYSIS
     layout: Layout
+    carrier: dict[str, int] = {"warp": WARP}  # the tuning value the forward's rewrite carries
 
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
@@ -283,15 +294,15 @@ class WarpReduction(Transform):
                 butterflies = f"\n{loop_indent}" + pair_butterfly(arg, site.types[arg.value], site.types[arg.index],
                                                                    loop_indent, layout.butterfly, layout.mask)
             else:
-                butterflies = "".join(f"\n{loop_indent}{_butterfly(acc, layout)}" for acc in loop.accumulators)
+                butterflies = "".join(f"\n{loop_indent}{layout.combine(acc, site.types[acc.name], loop_indent)}"
+                                      for acc in loop.accumulators)
             if butterflies:
                 edits.append(Edit(node.end_byte, node.end_byte, butterflies))
         edits += [Edit(atomic.start_byte, atomic.start_byte, f"if ({layout.lane} == 0) ") for atomic in site.atomics]
         source = splice(data, edits)[0].decode("utf-8")
-        plan = state.plan if _holds_the_lanes(state, parsed, function, site.row, layout) else \
-            rescaled_grid(state, function.name, lambda grid: f"({grid}) * {layout.sharing}")
+        plan = self._shared_plan(state, parsed, function, site)
         reduced = sorted(acc.name for loop in site.loops for acc in loop.accumulators)
-        return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier={"warp": WARP},
+        return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier=self.carrier,
                             note=f"{layout.sharing} lanes per {site.row} in {function.name}: {len(site.loops)} loop(s) "
                                  f"strided over lanes, {', '.join(reduced) or 'nothing'} combined by shuffles, "
                                  f"grid x{layout.sharing}")
@@ -310,6 +321,21 @@ class WarpReduction(Transform):
 
     def _check_direction(self, parsed: cp.ParsedSource, site: Site) -> None:
         """A warp a row suits a loop along its row and, where few rows exist, one down a column: no check."""
+
+    def _shared_plan(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                     site: Site) -> LaunchPlan:
+        """The plan of the form whose lanes share each row: the grid grown by the lanes a row takes (kept where it
+        holds them already)."""
+        if _holds_the_lanes(state, parsed, function, site.row, self.layout):
+            return state.plan
+        return rescaled_grid(state, function.name, lambda grid: f"({grid}) * {self.layout.sharing}")
+
+    def _serial_plan(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                     row: str) -> LaunchPlan:
+        """The plan of the one-thread-a-row form, from the shared form's: the grid shrunk by the lanes a row took."""
+        if _holds_the_lanes(state, parsed, function, row, self.layout):
+            return state.plan
+        return rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "(", f") * {self.layout.sharing}"))
 
     # -- backward -------------------------------------------------------------------------------
 
@@ -347,14 +373,15 @@ class WarpReduction(Transform):
             below = f"{index} < {bound}" + (f" && {index} < {chunk}" if chunk else "")
             edits.append(Edit(node.start_byte, node.child_by_field_name("body").start_byte,
                               f"for ({kind} {index} = {start or 0}; {below}; ++{index}) "))
+        edits += [Edit(*_line_span(parsed, block)) for block in cp.nodes_of_type(body, "compound_statement")
+                  if layout.is_exchange(squash(parsed.text(block)))]
         for guard in cp.nodes_of_type(body, "if_statement"):  # one lane's atomics: every thread's again
             consequence = guard.child_by_field_name("consequence")
             if squash(parsed.text(guard.child_by_field_name("condition"))) == f"({layout.lane} == 0)" and \
                     guard.child_by_field_name("alternative") is None and _is_row_atomic(consequence):
                 edits.append(Edit(guard.start_byte, consequence.start_byte, ""))
         source = splice(parsed.data, edits)[0].decode("utf-8")
-        plan = state.plan if _holds_the_lanes(state, parsed, function, row, layout) else \
-            rescaled_grid(state, function.name, lambda grid: unwrapped(grid, "(", f") * {layout.sharing}"))
+        plan = self._serial_plan(state, parsed, function, row)
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
                             note=f"one thread per {row} in {function.name}: loops serial, shuffles gone, "
                                  f"grid /{layout.sharing}")

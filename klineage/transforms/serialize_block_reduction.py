@@ -1,0 +1,163 @@
+"""serialize_block_reduction: a block that shares one row's passes becomes one thread that makes them alone.
+
+The mechanism (forward): serialize_reduction's, a block a row instead of a warp, for rows too long and too few to
+keep the GPU busy a warp each (a softmax over 16 rows of 16,384 columns is 16 warps). The kernel with one thread per
+row takes its row from the block (`int row = blockIdx.x;`), each of BLOCK threads takes the columns j = lane, lane
++ BLOCK, ... (`const int lane = threadIdx.x;`), and every scalar a loop reduces into (a sum, a product, an extreme:
+serialize_reduction lists the spellings) is combined right after its loop: a butterfly of `__shfl_xor_sync` within
+each warp, then each warp's first lane writes the warp's value to a shared array of one slot a warp, and after a
+barrier every thread folds the slots in warp order, so each holds the same value (the order is fixed: runs agree to
+the bit); a second barrier lets the slots be written again. The launch becomes one block of BLOCK threads a row:
+the grid is the row count, read from the row's guard (`if (row < N)` or `if (row >= N) return;`, N in the plan's
+terms), its y and z kept.
+
+Every thread of a block computes the same values outside the loops (nothing there tells them apart), so every
+branch there goes the same way in all of them and each barrier is reached by the whole block.
+
+Backward serializes the canonical form forward writes: the row index is the global thread index again, the lane
+line, the butterflies and the exchanges go, the loops start where they started and step by one; the launch becomes
+one thread a row on blocks of BLOCK (cdiv(grid, BLOCK) blocks).
+
+Legality (forward_sites): serialize_reduction's (`_warp_reduction.py`), the loops reductions only: a running sum or
+product (a scan) or a kept best value with its index is refused here (its lanes would need the block's earlier
+lanes or an exchange of pairs); the rows bounded by a guard on the row index, which every launch passes in scalars.
+Anchor: the kernel, kind "function", key the row variable.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.launch import Launch, LaunchPlan
+from klineage.transforms import register
+from klineage.transforms._canonical import NARROW
+from klineage.transforms._naive import launch_scalars, squash, statements
+from klineage.transforms._warp_reduction import (
+    FULL_MASK,
+    LANE,
+    WARP,
+    WARP_BUTTERFLY,
+    Accumulator,
+    Layout,
+    Site,
+    WarpReduction,
+)
+from klineage.transforms.base import NotApplicable, with_plan
+
+BLOCK = 256  # threads a row: eight warps, a column in eight loads of 32 lanes where a row is 2,048 long
+_WARPS = BLOCK // WARP
+
+
+@dataclass(frozen=True)
+class BlockLayout(Layout):
+    """Every thread of a block shares one row: its loops stride by the block, its reductions combine through the
+    warps' shuffles and a shared slot a warp."""
+
+    group: int = 1
+
+    @property
+    def sharing(self) -> int:
+        return BLOCK
+
+    @property
+    def lane(self) -> str:
+        return LANE
+
+    def index(self, kind: str = NARROW) -> str:
+        return "blockIdx.x" if kind == NARROW else "(long long)blockIdx.x"
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        return (f"const int {LANE} = threadIdx.x;",)
+
+    @property
+    def mask(self) -> str:
+        return FULL_MASK
+
+    @property
+    def butterfly(self) -> str:
+        return WARP_BUTTERFLY
+
+    def combine(self, acc: Accumulator, kind: str, indent: str) -> str:
+        slots = [f"block_{acc.name}[{w}]" for w in range(_WARPS)]
+        if acc.combine in ("+", "*"):
+            folded = f" {acc.combine} ".join(slots)
+        else:
+            folded = slots[0]
+            for slot in slots[1:]:
+                folded = f"{acc.combine}({folded}, {slot})"
+        inner = indent + "    "
+        return (f"{super().combine(acc, kind, indent)}\n{indent}{{\n"
+                f"{inner}__shared__ {kind} block_{acc.name}[{_WARPS}];\n"
+                f"{inner}if ({LANE} % {WARP} == 0) block_{acc.name}[{LANE} / {WARP}] = {acc.name};\n"
+                f"{inner}__syncthreads();\n"
+                f"{inner}{acc.name} = {folded};\n"
+                f"{inner}__syncthreads();\n{indent}}}")
+
+    def is_exchange(self, text: str) -> bool:
+        return re.match(rf"^{{ __shared__ [\w ]+ block_(\w+)\[{_WARPS}\]; if \({LANE} % {WARP} == 0\) block_\1\[{LANE} "
+                        rf"/ {WARP}\] = \1; __syncthreads\(\); \1 = [^;]+; __syncthreads\(\); }}$", text) is not None
+
+
+class SerializeBlockReduction(WarpReduction):
+    name = "serialize_block_reduction"
+    intent = ("Give each row a block instead of a thread: its threads stride the row's loops and combine what the "
+              "loops reduce through warp shuffles and a shared slot a warp, for rows too few to fill the GPU a "
+              "warp each.")
+    layout = BlockLayout()
+    carrier = {"block": BLOCK}
+    removes = ("shfl", "shared_array", "syncthreads")
+
+    def _check_direction(self, parsed: cp.ParsedSource, site: Site) -> None:
+        if any(loop.scan is not None or loop.arg is not None for loop in site.loops):
+            raise NotApplicable(f"{site.function.name} keeps a running sum or a best value's index, which a block "
+                                f"form does not combine")
+        _row_count(parsed, site.function, site.row)  # the grid a block a row takes
+
+    def _shared_plan(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                     site: Site) -> LaunchPlan:
+        count = _row_count(parsed, function, site.row)
+        launches = []
+        for launch in state.plan.launches:
+            if launch.entry == function.name:
+                values = launch_scalars(parsed, function, launch)
+                rows = re.sub(r"[A-Za-z_]\w*", lambda name: _passed(values, name[0], function.name), count)
+                launch = Launch(launch.entry, (rows, *launch.grid[1:]), (BLOCK, 1, 1), launch.shared, launch.args)
+            launches.append(launch)
+        return with_plan(state, launches=tuple(launches))
+
+    def _serial_plan(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                     row: str) -> LaunchPlan:
+        launches = tuple(Launch(launch.entry, (f"cdiv({str(launch.grid[0]).strip()}, {BLOCK})",
+                                               *launch.grid[1:]), (BLOCK, 1, 1), launch.shared, launch.args)
+                         if launch.entry == function.name else launch for launch in state.plan.launches)
+        return with_plan(state, launches=launches)
+
+
+def _row_count(parsed: cp.ParsedSource, function: cp.Function, row: str) -> str:
+    """N of the row's guard among the kernel's first statements: `if (row < N) { ... }` or `if (row >= N) return;`,
+    N naming scalar parameters and numbers only."""
+    for statement in statements(function.node.child_by_field_name("body")):
+        if statement.type != "if_statement":
+            continue
+        condition = squash(parsed.text(statement.child_by_field_name("condition")))
+        found = re.fullmatch(rf"\({row} < (.+)\)", condition) or (
+            re.fullmatch(rf"\({row} >= (.+)\)", condition)
+            if squash(parsed.text(statement.child_by_field_name("consequence"))) in ("return;", "{ return; }")
+            else None)
+        if found and re.fullmatch(r"[\w ()*+-]+", found[1]):
+            return found[1]
+    raise NotApplicable(f"{function.name} bounds its row '{row}' by no guard: a block a row needs the row count")
+
+
+def _passed(values: dict[str, str], name: str, entry: str) -> str:
+    if name not in values:
+        raise NotApplicable(f"the row count names '{name}', which {entry}'s launch passes no scalar for")
+    value = values[name]
+    return value if value.isidentifier() or value.isdigit() else f"({value})"
+
+
+register(SerializeBlockReduction())

@@ -1,0 +1,30 @@
+// Mean cross-entropy of rows of logits: one thread per row takes its log-sum-exp, then adds its term of the mean
+// to the one loss with an atomic.
+__global__ void kernel(const float* __restrict__ logits, const int* __restrict__ target, float* __restrict__ loss,
+                       int rows, int n) {
+    int row = blockIdx.x;
+    const int lane = threadIdx.x;
+    if (row >= rows) return;
+    float m = -INFINITY;
+    for (int j = lane; j < n; j += 256) m = fmaxf(m, logits[row * n + j]);
+    for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+    {
+        __shared__ float block_m[8];
+        if (lane % 32 == 0) block_m[lane / 32] = m;
+        __syncthreads();
+        m = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(block_m[0], block_m[1]), block_m[2]), block_m[3]), block_m[4]), block_m[5]), block_m[6]), block_m[7]);
+        __syncthreads();
+    }
+    float s = 0.0f;
+    for (int j = lane; j < n; j += 256) s += expf(logits[row * n + j] - m);
+    for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
+    {
+        __shared__ float block_s[8];
+        if (lane % 32 == 0) block_s[lane / 32] = s;
+        __syncthreads();
+        s = block_s[0] + block_s[1] + block_s[2] + block_s[3] + block_s[4] + block_s[5] + block_s[6] + block_s[7];
+        __syncthreads();
+    }
+    const float term = logf(s) + m - logits[row * n + target[row]];
+    if (lane == 0) atomicAdd(loss, term / rows);
+}

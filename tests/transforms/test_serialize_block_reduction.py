@@ -1,0 +1,103 @@
+"""serialize_block_reduction: a block a row (threads stride the row, shuffles and a shared slot a warp combine the
+reductions) becomes one thread a row; forward finds its sites by analysis where serialize_reduction's reading
+holds and the loops only reduce. The block form is run on the CPU emulator (tests/transforms/elementwise_emulator.cpp:
+whole blocks, barriers checked) against the naive kernel, on rows longer than the block and shorter than a warp."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from klineage.kernel import KernelState
+from klineage.transforms import Anchor, NotApplicable, get
+from tests.sampled import sampled
+from tests.transforms import emulate
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
+
+CASES = ["softmax", "rowsum", "loss"]
+
+
+@pytest.fixture(scope="module")
+def transform():
+    return get("serialize_block_reduction")
+
+
+def golden(case: str, which: str) -> KernelState:
+    return load(HERE / "serialize_block_reduction" / case, which, "kernel")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case):
+    check_golden("serialize_block_reduction", case)
+
+
+@pytest.mark.parametrize("case", sampled(CASES, keep=("softmax",)))
+def test_golden_kernels_compile(case, cache):
+    for which in ("before", "after"):
+        compiles_without_spills(golden(case, which), cache)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_forward_finds_the_naive_kernel_by_analysis(transform, case):
+    naive = golden(case, "after")
+    assert transform.forward_sites(naive) == [Anchor("kernel", "function", "row")]
+    assert transform.forward_sites(golden(case, "before")) == []
+    assert transform.find(naive) == []
+    # the warp form's transform reads neither the block form as its own nor the block form as naive
+    assert get("serialize_reduction").find(golden(case, "before")) == []
+    assert get("serialize_reduction").forward_sites(golden(case, "before")) == []
+
+
+def _row_stats(rows: int, n: int) -> tuple[dict, dict, dict]:
+    """Integer values: any order of the adds gives the same bits, so the block form must give the naive ones."""
+    g = torch.Generator().manual_seed(rows * 1000 + n)
+    x = torch.randint(-8, 9, (rows * n,), generator=g).float()
+    return {"rows": rows, "n": n}, {"x": x}, {"y": (torch.float32, 2 * rows)}
+
+
+def test_the_block_form_computes_the_naive_kernels_bits(tmp_path):
+    """Rows shorter than a warp, than a block, and longer than two blocks; one row and a few."""
+    naive, block = golden("rowsum", "after"), golden("rowsum", "before")
+    assert emulate.differences(tmp_path, naive, {"block": block}, ((1, 5), (3, 200), (2, 700)), _row_stats) == []
+
+
+def test_the_emulation_sees_a_fold_that_skips_a_warp(tmp_path):
+    block = golden("rowsum", "before")
+    wrong = KernelState(source=block.source.replace(" + block_sum[7];", ";"), plan=block.plan)
+    assert wrong.source != block.source
+    assert emulate.differences(tmp_path, golden("rowsum", "after"), {"wrong": wrong}, ((2, 700),), _row_stats)
+
+
+ROW = ("__global__ void kernel(const float* x, float* y, int rows, int n) {\n"
+       "    int row = blockIdx.x * blockDim.x + threadIdx.x;\nGUARD"
+       "    float s = 0.0f;\n    LOOP\n    y[row] = s;\nCLOSE}\n")
+
+
+def _row(guard: str, loop: str) -> str:
+    return ROW.replace("GUARD", guard).replace("LOOP", loop).replace("CLOSE", "    }\n" if guard else "")
+PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "n", type = "i32" }', "cdiv(rows, 128)", 128)
+
+
+@pytest.mark.parametrize("guard, loop, why", [
+    ("    if (row < rows) {\n", "for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n + j] = s; }",
+     "running sum"),  # a scan: each lane needs the earlier lanes' totals
+    ("    if (row < rows) {\n", "int at = 0; for (int j = 0; j < n; ++j) if (x[row * n + j] > s) { s = x[row * n + j];"
+     " at = j; }", "best value's index"),
+    ("", "for (int j = 0; j < n; ++j) s += x[row * n + j];", "by no guard"),  # no row count for the grid
+])
+def test_refused_with_the_reason(transform, guard, loop, why):
+    state = KernelState(source=_row(guard, loop), plan=PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, Anchor("kernel", "function", "row"))
+
+
+def test_the_grid_is_the_row_count_in_the_plans_terms_and_back(transform):
+    naive = KernelState(source=_row("    if (row < rows) {\n", "for (int j = 0; j < n; ++j) s += x[row * n + j];"),
+                        plan=plan_of('"x", "y", { scalar = "b * t", type = "i32" }, { scalar = "n", type = "i32" }',
+                                     "cdiv(b * t, 128)", 128))
+    block = transform.forward(naive, transform.forward_sites(naive)[0]).state
+    assert (block.plan.launches[0].grid[0], block.plan.launches[0].block[0]) == ("(b * t)", 256)
+    serial = transform.backward(block, transform.find(block)[0]).state
+    assert serial.source == naive.source
+    assert (serial.plan.launches[0].grid[0], serial.plan.launches[0].block[0]) == ("cdiv((b * t), 256)", 256)
