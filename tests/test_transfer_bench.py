@@ -26,9 +26,10 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer"
 OPERATORS = sorted(p.name for p in BENCH.iterdir() if (p / "problem.py").is_file())
 # operator -> the analysis forwards that must find a site in its naive kernel (the rest must find none); every
 # naive kernel reads a const array it never writes (ldg_subscript); their data is 32-bit (no scalarize_half_packs)
-_BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_reduction"},
-            "log_softmax": {"serialize_reduction"}, "l2_normalize": {"serialize_reduction"},
-            "batched_matvec": {"serialize_reduction", "unsplit_reduction"}, "cumsum": {"serialize_reduction"},
+# a row's reductions a warp a row or a block a row (a block combines no running sum or arg reduction)
+_ROWS = {"serialize_reduction", "serialize_block_reduction"}
+_BY_STRUCTURE = {"rms_norm": _ROWS, "layer_norm": _ROWS, "log_softmax": _ROWS, "l2_normalize": _ROWS,
+            "batched_matvec": _ROWS | {"unsplit_reduction"}, "cumsum": {"serialize_reduction"},
             "row_argmax": {"serialize_reduction", "unsplit_reduction"},  # one loop each: its chunks can be split
             "gelu_mul": {"scalarize_elementwise", "uncoarsen_grid_stride"},
             "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride"},
@@ -45,7 +46,7 @@ _BY_STRUCTURE = {"rms_norm": {"serialize_reduction"}, "layer_norm": {"serialize_
             # its fixed grid of 1024 blocks sized to the GPU
             "softplus": {"scalarize_elementwise", "scalarize_grid_stride", "fix_grid_cap", "reroll_grid_stride"},
             "bmm_small": {"untile_matmul"},  # a batch of small products, one layer of blocks per matrix
-            "bias_grad": {"serialize_column_reduction", "serialize_reduction", "unsplit_reduction"}}  # down columns
+            "bias_grad": _ROWS | {"serialize_column_reduction", "unsplit_reduction"}}  # down columns
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}
 
 

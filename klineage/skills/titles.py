@@ -33,6 +33,7 @@ FORWARD: dict[str, tuple[str, str]] = {
     "scalarize_row_cache": ("fill and write a row cache 16 bytes a lane at a time", "16 bytes a lane at a time"),
     "scalarize_row_gather": ("move 16 bytes of a gathered row per thread", "16 bytes of a row per thread"),
     "scalarize_row_walk": ("walk a row four columns a lane per step as float4", "four consecutive columns per step"),
+    "serialize_block_reduction": ("reduce each row across a block", "a shared slot a warp"),
     "serialize_column_reduction": ("reduce each column across four lanes of a warp", "four lanes"),
     "serialize_reduction": ("reduce each row across a warp", "warp shuffles"),
     "shuffle_to_shared": ("exchange lanes with warp shuffles", "register shuffles"),
