@@ -250,6 +250,16 @@ class WarpReduction(Transform):
     layout: Layout
     carrier: dict[str, int] = {"warp": WARP}  # the tuning value the forward's rewrite carries
 
+    @property
+    def launch_note(self) -> str:
+        """How the forward changes the launch, for its rewrite's note."""
+        return f"grid x{self.layout.sharing}"
+
+    @property
+    def serial_launch_note(self) -> str:
+        """How the backward changes the launch, for its rewrite's note."""
+        return f"grid /{self.layout.sharing}"
+
     def find(self, state: KernelState) -> list[Anchor]:
         parsed = cp.parse(state.source)
         return [Anchor(f.name, "function", row, parsed.text(f.node)[:200]) for f, row in self._warp_kernels(parsed)]
@@ -305,7 +315,7 @@ class WarpReduction(Transform):
         return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan, carrier=self.carrier,
                             note=f"{layout.sharing} lanes per {site.row} in {function.name}: {len(site.loops)} loop(s) "
                                  f"strided over lanes, {', '.join(reduced) or 'nothing'} combined by shuffles, "
-                                 f"grid x{layout.sharing}")
+                                 f"{self.launch_note}")
 
     def _serial_site(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> Site:
         if not function.is_kernel:
@@ -384,7 +394,7 @@ class WarpReduction(Transform):
         plan = self._serial_plan(state, parsed, function, row)
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
                             note=f"one thread per {row} in {function.name}: loops serial, shuffles gone, "
-                                 f"grid /{layout.sharing}")
+                                 f"{self.serial_launch_note}")
 
     def _warp_kernels(self, parsed: cp.ParsedSource) -> list[tuple[cp.Function, str]]:
         found = []

@@ -114,6 +114,8 @@ class SerializeBlockReduction(WarpReduction):
     # on many rows (where a warp a row measured 6-12x on the transfer's row operators) it would leave the warp form
     # and the row cache after it no site. The catalog offers it, weighed as a rival.
     lent = False
+    launch_note = f"one block of {BLOCK} a row, the grid the row count"
+    serial_launch_note = f"one thread a row on blocks of {BLOCK}"
 
     def _check_direction(self, parsed: cp.ParsedSource, site: Site) -> None:
         if any(loop.scan is not None or loop.arg is not None for loop in site.loops):
