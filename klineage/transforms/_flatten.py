@@ -152,6 +152,7 @@ class _Matrix:
     rows: str  # M, a kernel scalar parameter
     work: tuple[Node, ...]
     tiled: bool  # the row is blockIdx.y * blockDim.y + threadIdx.y (else blockIdx.y alone)
+    of_rows: bool = False  # each thread's work a row's, which may loop (Shape.MATRIX_ROWS)
 
 
 class Shape(Enum):
@@ -193,7 +194,7 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
                 text, launches = _destrided(flat, parsed, function, rows=shape is Shape.GRID_STRIDE_ROWS)
             else:
                 matrix = _matrix(state, parsed, function, of_rows=shape is Shape.MATRIX_ROWS)
-                text = _rewrite(parsed, function, matrix, rows=shape is Shape.MATRIX_ROWS)
+                text = _rewrite(parsed, function, matrix)
                 launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {matrix.columns}", 2)
             flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
         except NotApplicable as error:
@@ -456,7 +457,7 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
             raise NotApplicable(f"{function.name}'s work {said} (`{found[0]}`)")
         if any(parsed.text(n) in (row, column) and is_written(n) for n in cp.nodes_of_type(node, "identifier")):
             raise NotApplicable(f"{function.name} changes its row or column")
-    return _Matrix(column, row, row_type, columns, rows, work, tiled)
+    return _Matrix(column, row, row_type, columns, rows, work, tiled, of_rows)
 
 
 def _grid_extent(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, axis: int) -> str:
@@ -474,10 +475,10 @@ def _grid_extent(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
     return sorted(found)[0]
 
 
-def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix, rows: bool = False) -> str:
-    """The kernel's body in the 1-D form (its braces left out). With `rows`, the element is the flat index inside
-    parentheses too (`x[(b * T + t) * D + d]`, a row's columns), and a row or column the work no longer names once
-    so written is not declared."""
+def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) -> str:
+    """The kernel's body in the 1-D form (its braces left out). Over rows (`matrix.of_rows`), the element is the flat
+    index inside parentheses too (`x[(b * T + t) * D + d]`, a row's columns), and a row or column the work no longer
+    names once so written is not declared."""
     body = function.node.child_by_field_name("body")
     named = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier")}
     index = next((n for n in _NAMES if n not in named), None)
@@ -500,20 +501,21 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix, ro
         element = {f"{matrix.row} * {matrix.columns} + {matrix.column}", f"{matrix.columns} * {matrix.row} + "
                    f"{matrix.column}", f"{matrix.column} + {matrix.row} * {matrix.columns}",
                    f"{matrix.column} + {matrix.columns} * {matrix.row}"}
-        places = ("subscript_argument_list", "parenthesized_expression") if rows else ("subscript_argument_list",)
+        places = ("subscript_argument_list", "parenthesized_expression") if matrix.of_rows else \
+            ("subscript_argument_list",)
         found = [n for node in nodes for n in cp.nodes_of_type(node, "binary_expression")
                  if _uncast(squash(parsed.text(n))) in element and n.parent.type in places]
         found = [n.parent if n.parent.type == "parenthesized_expression" else n for n in found]  # `(i)` read `i`
         edits = [(n.start_byte - start, n.end_byte - start, index) for n in found]
         work = splice(parsed.data[start:end], edits)[0].decode("utf-8")
         work = reindent(work, len(indentation(parsed.data, start)), inner)[len(inner):]
-    named = {m[0] for m in re.finditer(r"[A-Za-z_]\w*", work)}
+    still_named = set(re.findall(r"[A-Za-z_]\w*", work))
     lines = [f"{kind} {index} = {canonical_index(kind)};",
              f"if ({index} < {total}) {{",
              *([f"    {matrix.row_type} {matrix.row} = {index} / {matrix.columns};"]
-               if not rows or matrix.row in named else []),
+               if not matrix.of_rows or matrix.row in still_named else []),
              *([f"    int {matrix.column} = {index} % {matrix.columns};"]
-               if not rows or matrix.column in named else [])]
+               if not matrix.of_rows or matrix.column in still_named else [])]
     text = "\n".join(indent + line for line in lines)[len(indent):] + (f"\n{inner}{work}" if work else "") + \
         f"\n{indent}}}"
     return text

@@ -54,7 +54,7 @@ def _expandable(parsed: cp.ParsedSource) -> dict[str, cp.Macro]:
 
 def _calls(parsed: cp.ParsedSource, macros: dict[str, cp.Macro]) -> list[tuple[Node, str]]:
     """(call, its expansion) of each outermost call of a macro in `macros` outside the preprocessor's lines."""
-    found = []
+    found, data = [], parsed.data.decode("latin-1")  # one character a byte: the calls' offsets index it
     for call in cp.nodes_of_type(parsed.root, "call_expression"):
         macro = _macro_of(parsed, call, macros)
         if macro is None or _in_directive(call) or any(_macro_of(parsed, outer, macros) is not None
@@ -66,7 +66,6 @@ def _calls(parsed: cp.ParsedSource, macros: dict[str, cp.Macro]) -> list[tuple[N
         values = dict(zip(macro.params, arguments, strict=True))
         body = re.sub(r"[A-Za-z_]\w*", lambda name: _spaced(name.string, name.start(), name.end(),
                                                               values.get(name[0], name[0])), macro.body)
-        data = parsed.data.decode("latin-1")  # one character a byte: the call's offsets index it
         found.append((call, _spaced(data, call.start_byte, call.end_byte, " ".join(body.split()))))
     return found
 

@@ -8,8 +8,9 @@ serialize_reduction lists the spellings) is combined right after its loop: a but
 each warp, then each warp's first lane writes the warp's value to a shared array of one slot a warp, and after a
 barrier every thread folds the slots in warp order, so each holds the same value (the order is fixed: runs agree to
 the bit); a second barrier lets the slots be written again. The launch becomes one block of BLOCK threads a row:
-the grid is the row count, read from the row's guard (`if (row < N)` or `if (row >= N) return;`, N in the plan's
-terms), its y and z kept.
+the grid is the row count, read from the guard that holds every row's work (`if (row >= N) return;`, or `if (row <
+N) { ... }` ending the kernel, right after its declarations; N in the plan's terms, never changed by the kernel),
+its y and z kept.
 
 Every thread of a block computes the same values outside the loops (nothing there tells them apart), so every
 branch there goes the same way in all of them and each barrier is reached by the whole block.
@@ -30,16 +31,15 @@ import re
 from dataclasses import dataclass
 
 from klineage.features import cuda_parser as cp
-from klineage.kernel import KernelState
+from klineage.kernel import KernelState, parse_constants
 from klineage.launch import Launch, LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._canonical import NARROW
 from klineage.transforms._naive import launch_scalars, squash, statements
+from klineage.transforms._row_count import check_fixed, guard_count, plan_value
 from klineage.transforms._warp_reduction import (
-    FULL_MASK,
     LANE,
     WARP,
-    WARP_BUTTERFLY,
     Accumulator,
     Layout,
     Site,
@@ -54,7 +54,7 @@ _WARPS = BLOCK // WARP
 @dataclass(frozen=True)
 class BlockLayout(Layout):
     """Every thread of a block shares one row: its loops stride by the block, its reductions combine through the
-    warps' shuffles and a shared slot a warp."""
+    warps' shuffles (the lane, mask and butterfly of a warp a row) and a shared slot a warp."""
 
     group: int = 1
 
@@ -62,24 +62,12 @@ class BlockLayout(Layout):
     def sharing(self) -> int:
         return BLOCK
 
-    @property
-    def lane(self) -> str:
-        return LANE
-
     def index(self, kind: str = NARROW) -> str:
         return "blockIdx.x" if kind == NARROW else "(long long)blockIdx.x"
 
     @property
     def lines(self) -> tuple[str, ...]:
         return (f"const int {LANE} = threadIdx.x;",)
-
-    @property
-    def mask(self) -> str:
-        return FULL_MASK
-
-    @property
-    def butterfly(self) -> str:
-        return WARP_BUTTERFLY
 
     def combine(self, acc: Accumulator, kind: str, indent: str) -> str:
         slots = [f"block_{acc.name}[{w}]" for w in range(_WARPS)]
@@ -125,12 +113,11 @@ class SerializeBlockReduction(WarpReduction):
 
     def _shared_plan(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
                      site: Site) -> LaunchPlan:
-        count = _row_count(parsed, function, site.row)
+        count, constants = _row_count(parsed, function, site.row), parse_constants(state.source)
         launches = []
         for launch in state.plan.launches:
             if launch.entry == function.name:
-                values = launch_scalars(parsed, function, launch)
-                rows = re.sub(r"[A-Za-z_]\w*", lambda name: _passed(values, name[0], function.name), count)
+                rows = plan_value(count, launch_scalars(parsed, function, launch), constants)
                 launch = Launch(launch.entry, (rows, *launch.grid[1:]), (BLOCK, 1, 1), launch.shared, launch.args)
             launches.append(launch)
         return with_plan(state, launches=tuple(launches))
@@ -144,26 +131,22 @@ class SerializeBlockReduction(WarpReduction):
 
 
 def _row_count(parsed: cp.ParsedSource, function: cp.Function, row: str) -> str:
-    """N of the row's guard among the kernel's first statements: `if (row < N) { ... }` or `if (row >= N) return;`,
-    N naming scalar parameters and numbers only."""
-    for statement in statements(function.node.child_by_field_name("body")):
-        if statement.type != "if_statement":
-            continue
-        condition = squash(parsed.text(statement.child_by_field_name("condition")))
-        found = re.fullmatch(rf"\({row} < (.+)\)", condition) or (
-            re.fullmatch(rf"\({row} >= (.+)\)", condition)
-            if squash(parsed.text(statement.child_by_field_name("consequence"))) in ("return;", "{ return; }")
-            else None)
-        if found and re.fullmatch(r"[\w ()*+-]+", found[1]):
-            return found[1]
-    raise NotApplicable(f"{function.name} bounds its row '{row}' by no guard: a block a row needs the row count")
-
-
-def _passed(values: dict[str, str], name: str, entry: str) -> str:
-    if name not in values:
-        raise NotApplicable(f"the row count names '{name}', which {entry}'s launch passes no scalar for")
-    value = values[name]
-    return value if value.isidentifier() or value.isdigit() else f"({value})"
+    """N of the guard that holds every row's work: the first statement after the kernel's declarations, `if (row >=
+    N) return;` or `if (row < N) { ... }` ending the kernel, N a count the plan can say that the kernel never changes.
+    Launched as N blocks, the rows below N run as they did and no other row runs, which is all the naive kernel's
+    guard let do anything."""
+    body = function.node.child_by_field_name("body")
+    listed = statements(body)
+    guard = next((s for s in listed if s.type != "declaration"), None)
+    if guard is not None and guard.type == "if_statement" and guard.child_by_field_name("alternative") is None:
+        then = squash(parsed.text(guard.child_by_field_name("consequence")))
+        count = guard_count(parsed, guard, row, (">=", "<=")) if then in ("return;", "{ return; }") else \
+            guard_count(parsed, guard, row, ("<", ">")) if guard == listed[-1] else None
+        if count:
+            check_fixed(parsed, body, count)
+            return count
+    raise NotApplicable(f"{function.name} holds its rows' work under no guard `if ({row} >= N) return;` or `if "
+                        f"({row} < N) {{ ... }}` after its declarations: a block a row needs the row count N")
 
 
 register(SerializeBlockReduction())

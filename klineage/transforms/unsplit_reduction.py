@@ -50,10 +50,9 @@ from klineage.kernel import KernelState, parse_constants
 from klineage.launch import Arg, ArgKind, Launch, Scratch
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
-from klineage.transforms._edit import Edit, declared_names, indentation, line_start, splice, unparen, written_names
+from klineage.transforms._edit import Edit, indentation, line_start, splice
 from klineage.transforms._flatten import flattened
 from klineage.transforms._naive import (
-    BOUND,
     INTEGER_CAST,
     bound_of,
     kernel,
@@ -64,6 +63,7 @@ from klineage.transforms._naive import (
     statements,
 )
 from klineage.transforms._nests import unnested
+from klineage.transforms._row_count import check_fixed, guard_count, plan_value
 from klineage.transforms._warp_reduction import ROW_THREADS, RowLoop, Site, serial_site
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -222,8 +222,8 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     # else no site; a count cast in the kernel (`r < (size_t)rows`, a nest's pairs `(long long)N * HW`) is the count
     # in the plan, which computes without overflow
     plain = bound_of(bound) or re.sub(INTEGER_CAST, "", bound)
-    said = (_plan_value(plain, scalars, constants), _plan_value(outputs, scalars, constants))
-    _check_fixed(parsed, body, f"{plain} {outputs}")
+    said = (plan_value(plain, scalars, constants), plan_value(outputs, scalars, constants))
+    check_fixed(parsed, body, f"{plain} {outputs}")
     listed = statements(block)
     after = tuple(listed[listed.index(loop.node) + 1:]) if loop.node in listed else ()
     if not after:
@@ -241,7 +241,7 @@ def _guard(parsed: cp.ParsedSource, body: Node, row: str, loop: Node) -> tuple[s
         for statement in listed[:listed.index(loop)]:
             if statement.type == "if_statement" and statement.child_by_field_name("alternative") is None:
                 then = statements(statement.child_by_field_name("consequence"))
-                bound = _compared(parsed, statement, row, (">=", "<="))
+                bound = guard_count(parsed, statement, row, (">=", "<="))
                 if bound and len(then) == 1 and squash(parsed.text(then[0])) == "return;":
                     return bound, body
         raise NotApplicable(f"no `if ({row} >= N) return;` before the loop")
@@ -249,59 +249,16 @@ def _guard(parsed: cp.ParsedSource, body: Node, row: str, loop: Node) -> tuple[s
     if guard is None or guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None or \
             loop.parent != guard.child_by_field_name("consequence"):
         raise NotApplicable(f"the loop is neither in the kernel's body nor in its last statement, `if ({row} < N)`")
-    bound = _compared(parsed, guard, row, ("<", ">"))
+    bound = guard_count(parsed, guard, row, ("<", ">"))
     if bound is None:
         raise NotApplicable(f"the loop's guard is not `{row} < N`")
     return bound, loop.parent
-
-
-def _compared(parsed: cp.ParsedSource, statement: Node, row: str, relations: tuple[str, str]) -> str | None:
-    """N of `row R N` (R relations[0]) or `N R' row` (R' relations[1]) in the if statement's condition, N a name or a
-    product or sum of names (`B * D`), integer casts on them left out, or a positive number."""
-    condition = statement.child_by_field_name("condition")
-    compare = unparen(condition.child_by_field_name("value") or condition)
-    if compare.type != "binary_expression":
-        return None
-    left, right = (squash(parsed.text(unparen(compare.child_by_field_name(s)))) for s in ("left", "right"))
-    relation = parsed.text(compare.child_by_field_name("operator"))
-    said = right if left == row and relation == relations[0] else \
-        left if right == row and relation == relations[1] else None
-    # the count without integer casts (`(size_t)cols`, `(long long)B * D`): the plan's values are exact, and the
-    # scratch's offsets are formed in 64 bits (`_offset`); a number counts as written (`row < 1`: one output)
-    if said and re.fullmatch(r"[1-9]\d*", said):
-        return said
-    return (bound_of(said) or bound_of(re.sub(INTEGER_CAST, "", said))) if said else None
-
-
-def _check_fixed(parsed: cp.ParsedSource, body: Node, text: str) -> None:
-    """NotApplicable where the body assigns a name of `text` or declares it again: the plan says its value as
-    launched (a parameter `D = D * 2;` would index the scratch past what the plan allocates)."""
-    changed = (written_names(parsed, body) | set(declared_names(parsed, body))) & set(re.findall(r"\w+", text))
-    if changed:
-        raise NotApplicable(f"the kernel assigns or declares {', '.join(sorted(changed))}, which the plan says as "
-                            f"launched")
 
 
 def _offset(chunk: str, count: str) -> str:
     """Where a chunk's partials start, `chunk * count` in 64 bits: a product of names after the widened chunk is
     formed in 64 bits, a sum is widened before it is a factor."""
     return f"(size_t){chunk} * {count}" if "+" not in count else f"(size_t){chunk} * ((size_t){count})"
-
-
-def _plan_value(text: str, scalars: dict[str, str], constants: dict) -> str:
-    """`text` (a name, or a product or sum of names) as the plan says it: each scalar parameter as the launch passes
-    it, each constant by its name; NotApplicable where a name is neither. A positive number is itself."""
-    def said(name: re.Match) -> str:
-        if name[0] in scalars:
-            return f"({scalars[name[0]]})" if not re.fullmatch(r"\w+", scalars[name[0]]) else scalars[name[0]]
-        if name[0] in constants:
-            return name[0]
-        raise NotApplicable(f"'{name[0]}' of `{text}` is neither a scalar parameter nor a constant the plan can name")
-    if re.fullmatch(r"[1-9]\d*", text):
-        return text
-    if not re.fullmatch(BOUND, text):
-        raise NotApplicable(f"`{text}` is not a name, or a product or sum of names, the plan can say")
-    return re.sub(r"[A-Za-z_]\w*", said, text)
 
 
 def _chunk_start(start: str) -> str:

@@ -83,7 +83,13 @@ PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "n", typ
      "running sum"),  # a scan: each lane needs the earlier lanes' totals
     ("    if (row < rows) {\n", "int at = 0; for (int j = 0; j < n; ++j) if (x[row * n + j] > s) { s = x[row * n + j];"
      " at = j; }", "best value's index"),
-    ("", "for (int j = 0; j < n; ++j) s += x[row * n + j];", "by no guard"),  # no row count for the grid
+    ("", "for (int j = 0; j < n; ++j) s += x[row * n + j];", "under no guard"),  # no row count for the grid
+    # a guard that holds only part of the rows' work: launched as its count, the later rows would never run
+    ("    if (row < n) y[row] = 0.0f;\n    if (row < rows) {\n", "for (int j = 0; j < n; ++j) s += x[row * n + j];",
+     "under no guard"),
+    # the count changed by the kernel: the plan's value would not be the kernel's
+    ("    if (row < rows) {\n    rows = rows / 2;\n", "for (int j = 0; j < n; ++j) s += x[row * n + j];",
+     "assigns or declares rows"),
 ])
 def test_refused_with_the_reason(transform, guard, loop, why):
     state = KernelState(source=_row(guard, loop), plan=PLAN)
