@@ -102,6 +102,7 @@ from klineage.optimize.strategies import (
 )
 from klineage.rewriters.llm_budget import BudgetExhausted
 from klineage.skills.card import CardStatus
+from klineage.specialize import specialized
 from klineage.transforms import catalog
 from klineage.transforms.base import Direction, Rewrite, Transform
 
@@ -586,7 +587,8 @@ def ruled_out(candidates: Iterator[Candidate], parent: KernelState, child: Kerne
 
 def _rules_out(transform: Transform, parent: KernelState, child: KernelState) -> bool:
     try:
-        return bool(transform.forward_sites(parent)) and not transform.forward_sites(child)
+        return (bool(transform.forward_sites(specialized(parent).state))
+                and not transform.forward_sites(specialized(child).state))
     except Exception:  # noqa: BLE001 - a transform whose analysis fails is no rival (the planner reports it)
         return False
 

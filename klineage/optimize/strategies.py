@@ -60,6 +60,7 @@ from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
 from klineage.rewriters.rules import ordered
 from klineage.skills.card import CardAnchor, CardStatus, SkillCard
+from klineage.specialize import specialized
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
 
 MAX_ASKS_PER_ROUND = 8  # NO_LIBRARY: model answers per best kernel before the round counts as tried out
@@ -232,10 +233,28 @@ def forward_pool(transforms: Sequence[Transform]) -> list[Transform]:
     return [t for t in ordered(transforms) if t.role is Role.MECHANISM and t.has_forward]
 
 
-def planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[SkillCard], problem: ProblemInfo | None,
-            statuses: Sequence[CardStatus], transforms: Sequence[Transform], seed: int, llm: Any = None,
-            lineages: Mapping[str, Lineage] | None = None, required_ratio: float | None = None,
-            ordering: Ordering = Ordering.AS_PLANNED, memory: RunMemory | None = None) -> Planner:
+def planner(strategy: Strategy, rewriter: RewriterKind, **options: Any) -> Planner:
+    """The candidate source of a strategy (`_strategy_planner` names the options), reading a kernel template as the
+    instance its plan launches (`klineage.specialize`): the forwards recognise types and sizes by their spelling,
+    so each candidate of a template is a forward of that instance, its note saying so."""
+    plan = _strategy_planner(strategy, rewriter, **options)
+
+    def on_instances(state: KernelState) -> Iterator[Candidate]:
+        written = specialized(state)
+        for candidate in plan(written.state):
+            if candidate.rewrite is not None and written.instances:
+                note = "; ".join(n for n in (candidate.rewrite.note, written.note) if n)
+                candidate = replace(candidate, rewrite=replace(candidate.rewrite, note=note))
+            yield candidate
+
+    return on_instances
+
+
+def _strategy_planner(strategy: Strategy, rewriter: RewriterKind, *, cards: Sequence[SkillCard],
+                      problem: ProblemInfo | None, statuses: Sequence[CardStatus], transforms: Sequence[Transform],
+                      seed: int, llm: Any = None, lineages: Mapping[str, Lineage] | None = None,
+                      required_ratio: float | None = None, ordering: Ordering = Ordering.AS_PLANNED,
+                      memory: RunMemory | None = None) -> Planner:
     """The candidate source of a strategy. `llm` is the LLM rewriter when `rewriter` is LLM.
     `lineages` (lineage id -> lineage) lend the LIBRARY strategy the anchors of its cards' source
     transitions; stripped cards (GENERATED_ONLY) have no anchors to lend. With `required_ratio`, the
