@@ -10,7 +10,8 @@ then place their mechanisms on it as on any plain kernel.
 
 A kernel is specialized only where the result is certain to be that instance: every launch of it names the same
 instance, each parameter is a type (`typename`, `class`) or a value, with an argument given or a default, its
-name appears nowhere else in the source (no declaration, explicit instantiation, overload or call of it), no
+name appears nowhere else in the source but in explicit instantiations of that instance, which go (no declaration,
+instantiation of other arguments or one the compiler deduces, overload or call of it), no
 parameter is a pack or a template itself, no type argument is more than one word (`unsigned int(x)` is no
 expression) and no parameter is used as a scope (`T::value_type`). A value argument other than a literal or a
 name goes in parentheses, so that `N / 2` with `N` = `2 * 64` keeps its value. Anything else is left as written.
@@ -56,8 +57,8 @@ def specialized(state: KernelState) -> Specialized:
     for function in cp.functions(parsed):
         found = _instance(parsed, function, state)
         if found is not None:
-            entry, edit = found
-            edits.append(edit)
+            entry, written = found
+            edits += written
             entries[entry] = function.name
     if not edits:
         return Specialized(state, ())
@@ -66,8 +67,9 @@ def specialized(state: KernelState) -> Specialized:
     return Specialized(KernelState(source=source, plan=replace(state.plan, launches=launches)), tuple(entries))
 
 
-def _instance(parsed: cp.ParsedSource, function: cp.Function, state: KernelState) -> tuple[str, tuple] | None:
-    """(the plan's entry, the edit writing the instance) for a launched `__global__` template, else None."""
+def _instance(parsed: cp.ParsedSource, function: cp.Function,
+              state: KernelState) -> tuple[str, list[tuple[int, int, str]]] | None:
+    """(the plan's entry, the edits writing the instance) for a launched `__global__` template, else None."""
     template = function.node.parent
     if "__global__" not in function.qualifiers or template is None or template.type != "template_declaration" \
             or function.scope:
@@ -79,7 +81,11 @@ def _instance(parsed: cp.ParsedSource, function: cp.Function, state: KernelState
     arguments = _arguments(entry)
     parameters = template.child_by_field_name("parameters").named_children
     values = _bindings(parsed, parameters, arguments)
-    if values is None or _named_elsewhere(parsed, function.name, template):
+    instantiations = _instantiations(parsed, function.name)
+    if values is None or any(_squashed(args) != _squashed(arguments) for _, args in instantiations):
+        return None
+    own = [template] + [node for node, _ in instantiations]
+    if _named_elsewhere(parsed, function.name, own):
         return None
     body_edits = []
     for node in cp.nodes_of_type(function.node, *_NAMES):
@@ -92,7 +98,8 @@ def _instance(parsed: cp.ParsedSource, function: cp.Function, state: KernelState
     if any(parsed.text(n) in values for n in cp.nodes_of_type(function.node, "namespace_identifier")):
         return None
     written = splice(parsed.data[function.node.start_byte:function.node.end_byte], body_edits)[0].decode("utf-8")
-    return entry, (template.start_byte, template.end_byte, written)
+    return entry, [(template.start_byte, template.end_byte, written)] + [
+        (node.start_byte, _line_end(parsed.data, node.end_byte), "") for node, _ in instantiations]
 
 
 def _base(entry: str) -> str:
@@ -142,9 +149,37 @@ def _bindings(parsed: cp.ParsedSource, parameters: list[Node], arguments: list[s
     return values
 
 
-def _named_elsewhere(parsed: cp.ParsedSource, name: str, template: Node) -> bool:
-    """Whether the kernel's name appears outside its own definition (a declaration, instantiation, overload, call)."""
-    return any(parsed.text(node) == name and not (template.start_byte <= node.start_byte < template.end_byte)
+def _instantiations(parsed: cp.ParsedSource, name: str) -> list[tuple[Node, list[str] | None]]:
+    """The explicit instantiations of template `name` (`template __global__ void k<float>(const float*, ...);`, which
+    a kernel file needs for the compiler to build the instance it launches), each with its template arguments
+    (None where the compiler deduces them)."""
+    found = []
+    for node in cp.nodes_of_type(parsed.root, "template_instantiation"):
+        declarator = next((c for c in node.children if c.type == "function_declarator"), None)
+        named = declarator.child_by_field_name("declarator") if declarator is not None else None
+        if named is not None and named.type == "template_function" \
+                and parsed.text(named.child_by_field_name("name")) == name:
+            found.append((node, _arguments(parsed.text(named))))
+        elif named is not None and parsed.text(named) == name:
+            found.append((node, None))
+    return found
+
+
+def _squashed(arguments: list[str] | None) -> list[str] | None:
+    return None if arguments is None else ["".join(argument.split()) for argument in arguments]
+
+
+def _line_end(data: bytes, offset: int) -> int:
+    """Past the line break that ends the line at `offset` when only blanks lie between (a removed line leaves none)."""
+    rest = data[offset:]
+    stripped = rest.lstrip(b" \t")
+    return offset + len(rest) - len(stripped) + (1 if stripped.startswith(b"\n") else 0)
+
+
+def _named_elsewhere(parsed: cp.ParsedSource, name: str, own: list[Node]) -> bool:
+    """Whether the kernel's name appears outside its definition and instantiations (a declaration, an overload, a
+    call, an instance of other arguments)."""
+    return any(parsed.text(node) == name and not any(n.start_byte <= node.start_byte < n.end_byte for n in own)
                for node in cp.nodes_of_type(parsed.root, "identifier", "field_identifier", "type_identifier"))
 
 
