@@ -36,7 +36,20 @@ MATH_CALLS = frozenset({
     # conversions and reinterpretations, rounded as named: a value of their argument alone
     "__float2int_rn", "__float2int_rz", "__float2int_rd", "__float2int_ru", "__float2uint_rn", "__float2uint_rz",
     "__int2float_rn", "__uint2float_rn", "__float2ll_rn", "__ll2float_rn", "__double2float_rn", "__float_as_int",
-    "__int_as_float", "__float_as_uint", "__uint_as_float"})
+    "__int_as_float", "__float_as_uint", "__uint_as_float",
+    # the same functions on doubles, and C++'s float overloads of their names (`fmax(a, b)` on floats)
+    "exp2", "exp10", "expm1", "log1p", "log2", "log10", "rsqrt", "cbrt", "rcbrt", "hypot", "erfc", "erfinv", "erfcinv",
+    "normcdf", "normcdfinv", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh",
+    "atanh", "fma", "fmod", "remainder", "fdim", "rint", "nearbyint", "copysign", "lgamma", "tgamma", "ldexp",
+    "__double2int_rn", "__double2int_rz", "__double2ll_rn", "__int2double_rn", "__ll2double_rn",
+    "__double_as_longlong", "__longlong_as_double", "__dadd_rn", "__dmul_rn", "__fma_rn", "__drcp_rn", "__ddiv_rn",
+    # more of the float math library and its intrinsics
+    "sinhf", "coshf", "asinf", "acosf", "asinhf", "acoshf", "atanhf", "erfinvf", "erfcinvf", "normcdfinvf", "rcbrtf",
+    "fdimf", "remainderf", "lgammaf", "tgammaf", "ldexpf", "__powf", "__tanf", "__log2f", "__log10f", "__exp10f",
+    "__fadd_rn", "__fsub_rn", "__fmul_rn", "__fdiv_rn", "__fsqrt_rn", "__frsqrt_rn", "__fmaf_rn",
+    # integer functions of their arguments alone
+    "labs", "llabs", "umin", "umax", "llmin", "llmax", "ullmin", "ullmax", "__popc", "__popcll", "__clz", "__clzll",
+    "__ffs", "__ffsll", "__brev", "__mulhi", "__umulhi", "__sad", "__usad"})
 _EFFECTS = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__shared__|volatile|static|atomic\w*|__sync\w*|"
                       r"__shfl\w*|__ballot\w*|__activemask|asm|printf|malloc|free|new|delete|goto|extern)\b")
 _SCALAR_PARAMETER = re.compile(r"^(?:const\s+)?[A-Za-z_][\w:]*(?:\s+[A-Za-z_]\w*)*\s+[A-Za-z_]\w*$")

@@ -65,7 +65,7 @@ WARP = 32
 LANE, SLICE, SLICE_MASK = "lane", "slice", "slice_mask"
 _SHFL_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long"})
 _PURE_CALLS = MATH_CALLS | HALF_CALLS  # a row of __half or __nv_bfloat16 read through its conversions, summed in float
-_COMBINE_CALLS = frozenset({"fmaxf", "fminf", "max", "min"})
+_COMBINE_CALLS = frozenset({"fmaxf", "fminf", "fmax", "fmin", "max", "min"})
 # a store to an element, plain or of the element's own value updated (what `_check_arrays` allows to be read)
 _STORES = frozenset({"=", "+=", "-=", "*=", "/="})
 _FORBIDDEN = re.compile(r"\b(?:__syncthreads|__syncwarp|__shared__|atomic\w*|__shfl\w*|goto|while|do|break|continue|"
