@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from klineage.gate.compile import compile_kernel
 from klineage.features.sass import disassemble
+from klineage.gate.compile import compile_kernel
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.optimize import loop, strategies
@@ -54,7 +54,8 @@ __global__ void __launch_bounds__(BLOCK) scale(const T* x, T* y, int n) {
 }
 """
     written = specialized(_state(source, "scale< float , 2 * 128 >"))
-    assert written.state.source == """__global__ void __launch_bounds__((2 * 128)) scale(const float* x, float* y, int n) {
+    assert written.state.source == """\
+__global__ void __launch_bounds__((2 * 128)) scale(const float* x, float* y, int n) {
     __shared__ float tile[(2 * 128) * 4];
     int i = blockIdx.x * ((2 * 128) / 2) + threadIdx.x;
     if (i < n) y[i] = static_cast<float>(sizeof(float)) * x[i] + float(4);

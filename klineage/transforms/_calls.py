@@ -47,6 +47,9 @@ MATH_CALLS = frozenset({
     "sinhf", "coshf", "asinf", "acosf", "asinhf", "acoshf", "atanhf", "erfinvf", "erfcinvf", "normcdfinvf", "rcbrtf",
     "fdimf", "remainderf", "lgammaf", "tgammaf", "ldexpf", "__powf", "__tanf", "__log2f", "__log10f", "__exp10f",
     "__fadd_rn", "__fsub_rn", "__fmul_rn", "__fdiv_rn", "__fsqrt_rn", "__frsqrt_rn", "__fmaf_rn",
+    # functional casts (`float(1)`, `scalar_t(0)` of a template's instance): a conversion of the argument alone
+    "float", "double", "int", "unsigned", "bool", "long", "short", "char", "size_t", "int32_t", "int64_t", "uint32_t",
+    "uint64_t",
     # integer functions of their arguments alone
     "labs", "llabs", "umin", "umax", "llmin", "llmax", "ullmin", "ullmax", "__popc", "__popcll", "__clz", "__clzll",
     "__ffs", "__ffsll", "__brev", "__mulhi", "__umulhi", "__sad", "__usad"})

@@ -6,10 +6,10 @@ declaration, `int i = blockIdx.x * blockDim.x + threadIdx.x;` or its 64-bit form
 blockIdx.x * blockDim.x + threadIdx.x;`. People write the same index many ways: the terms in another order
 (`threadIdx.x + blockIdx.x * blockDim.x`, `blockDim.x * blockIdx.x + ...`), in parentheses, `const`, with the
 widening cast on either factor or as `static_cast<int64_t>(...)`, declared `int32_t`, `int64_t`, `size_t`,
-`unsigned` or `auto`. A kernel may also name its block size by a
-constant (`blockIdx.x * THREADS + threadIdx.x`, THREADS a `constexpr` or `#define` that every launch of the kernel
-passes as its block). `canonical` rewrites each such declaration to the canonical one before a forward reads the
-kernel, so the forward's output carries the canonical spelling.
+`unsigned` or `auto`. A kernel may also name its block size by a constant (`blockIdx.x * THREADS + threadIdx.x`,
+THREADS a `constexpr` or `#define` that every launch of the kernel passes as its block) or by the number itself (a
+template's instance, `blockIdx.x * 128 + threadIdx.x`). `canonical` rewrites each such declaration to the canonical
+one before a forward reads the kernel, so the forward's output carries the canonical spelling.
 
 Each rewrite keeps the index's value for every launch on which the original does not overflow:
 - the order of a sum or product of integers, parentheses and `const` on a local never change a value;
@@ -159,7 +159,7 @@ def _past_line(data: bytes, node: Node) -> int:
 
 def _block_constants(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> frozenset[str]:
     """The source's integer constants that equal the x block size of every launch of the kernel (none where it is
-    not launched) and that the kernel does not declare a name of its own for."""
+    not launched) and that the kernel does not declare a name of its own for, and that size as a literal."""
     constants = parse_constants(state.source)
     sizes = set()
     for launch in (launch for launch in state.plan.launches if launch.entry == function.name):
@@ -173,8 +173,8 @@ def _block_constants(state: KernelState, parsed: cp.ParsedSource, function: cp.F
     own = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")
            if node.parent is not None and node.parent.type in ("init_declarator", "parameter_declaration",
                                                                 "declaration", "pointer_declarator")}
-    return frozenset(name for name, value in constants.items()
-                     if isinstance(value, int) and value == size and name not in own)
+    return frozenset({str(size)} | {name for name, value in constants.items()
+                                    if isinstance(value, int) and value == size and name not in own})
 
 
 def _canonical_declaration(parsed: cp.ParsedSource, body: Node, statement: Node,

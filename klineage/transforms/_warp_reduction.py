@@ -112,8 +112,11 @@ _WARP_SCANS = {(op, exclusive, reverse): _warp_scan_pattern(op, exclusive, rever
 # `<<<rows, 1>>>` kernels, grid-stride loops over rows, a batch's rows on a 2-D launch and a kernel one thread runs,
 # read as one thread per row
 ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS, Shape.MATRIX_ROWS, Shape.ONE_THREAD})
-_ZERO = re.compile(rf"^(?:{FLOAT_ZERO}|0[uUlL]*)$")
-_ONE = re.compile(r"^(?:1(?:\.0*)?[fF]?|1\.[fF]?|1[uUlL]*)$")
+_CONVERTED = r"(?:(?:{type})\(\s*(?:{value})\s*\)|static_cast<\s*(?:{type})\s*>\(\s*(?:{value})\s*\))"
+_ZERO_TEXT, _ONE_TEXT = rf"{FLOAT_ZERO}|0[uUlL]*", r"1(?:\.0*)?[fF]?|1\.[fF]?|1[uUlL]*"
+# a literal, or one converted to the accumulator's type (`float(0)`, `static_cast<double>(1)`: a template's instance)
+_ZERO = re.compile(rf"^(?:{_ZERO_TEXT}|{_CONVERTED.format(type='|'.join(_SHFL_TYPES), value=_ZERO_TEXT)})$")
+_ONE = re.compile(rf"^(?:{_ONE_TEXT}|{_CONVERTED.format(type='|'.join(_SHFL_TYPES), value=_ONE_TEXT)})$")
 _OPERATORS = frozenset({"+", "*"})  # the folds a butterfly combines with an operator: a sum and a product
 
 

@@ -37,6 +37,7 @@ def _index_line(declaration: str, use: str = "if (i < n) y[i] = x[i] * 2.0f;") -
     ("const int64_t i = static_cast<int64_t>(blockDim.x) * blockIdx.x + threadIdx.x;", WIDE),
     ("long i = blockIdx.x * (long)blockDim.x + threadIdx.x;", WIDE),
     ("auto i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;", WIDE),
+    ("int i = blockIdx.x * 256 + threadIdx.x;", NARROW),  # every launch's block, as its number
 ])
 def test_equivalent_spellings_become_the_canonical_index(spelled, canonical_line):
     assert _index_line(spelled) == canonical_line
@@ -52,7 +53,7 @@ def test_equivalent_spellings_become_the_canonical_index(spelled, canonical_line
     ("int i = (long long)blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[i];"),
     ("int i = blockIdx.y * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[i];"),
     ("int i = blockIdx.x * blockDim.x + threadIdx.x + 1;", "if (i < n) y[i] = x[i];"),
-    ("int i = blockIdx.x * 256 + threadIdx.x;", "if (i < n) y[i] = x[i];"),
+    ("int i = blockIdx.x * 128 + threadIdx.x;", "if (i < n) y[i] = x[i];"),
     ("float i = blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[0] = x[0];"),
 ])
 def test_spellings_that_could_mean_another_value_are_left_alone(spelled, use):

@@ -4,20 +4,21 @@ tests/transforms/spellings/<family>/ holds one kernel per spelling people write 
 reduction, an elementwise map, a reduction down columns, a transpose), each with its family's launch: the index
 64-bit or unsigned, the guard an early return or a wrapping `if`, a helper `__device__` function, local pointers into
 a row, casts on a count or on the grid, a softmax that rescales its output in place, braces, `#pragma unroll`, a
-double accumulator, C++'s overloads of the math on floats (`fmax`), a row of doubles, an index written through a
-function-like macro, reads through the read-only cache (`__ldg(&x[i])`), a grid-stride loop as `for` or `while` (over
-elements; over rows or columns on a fixed grid, launched by `<name>.toml` beside the spelling), a transpose on one
-1-D index split into a row and a column (its own family: a 1-D launch), a batch of transposes, its matrix from grid z
-(its own family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit), a batch of column sums
-(mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its `<name>.toml`),
-scalar locals before the guard (a threshold, a 64-bit count; a concatenation's row length: its own family), one
-thread per pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add their term by
-one atomic (its own family), running products, exclusive sums and sums from the row's end (its own family), and
-matrix products spelled flat on a 1-D launch or summing other functions of the two elements, such as distances (their
-own family; a batch's indexes in one declaration, its rows offset inside the row's product), and whole reductions to
-one value written for one thread (their own family). Each must be a site of its family's forwards; where the CPU
-emulator runs the family (elementwise maps, concatenations, pairs and transposes), every forward's kernel computes
-the spelling's bits.
+double accumulator, C++'s overloads of the math on floats (`fmax`) and functional casts (`float(20)`), a row of
+doubles, the block size written as its number (a template's instance), an index written through a function-like
+macro, reads through the read-only cache (`__ldg(&x[i])`), a grid-stride loop as `for` or `while` (over elements;
+over rows or columns on a fixed grid, launched by `<name>.toml` beside the spelling), a transpose on one 1-D index
+split into a row and a column (its own family: a 1-D launch), a batch of transposes, its matrix from grid z (its own
+family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit), a batch of column sums (mean
+pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its `<name>.toml`), scalar
+locals before the guard (a threshold, a 64-bit count; a concatenation's row length: its own family), one thread per
+pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add their term by one atomic
+(its own family), running products, exclusive sums and sums from the row's end (its own family), and matrix products
+spelled flat on a 1-D launch or summing other functions of the two elements, such as distances (their own family; a
+batch's indexes in one declaration, its rows offset inside the row's product), and whole reductions to one value
+written for one thread (their own family). Each must be a site of its family's forwards; where the CPU emulator runs
+the family (elementwise maps, concatenations, pairs and transposes), every forward's kernel computes the spelling's
+bits.
 """
 
 from __future__ import annotations
@@ -44,13 +45,14 @@ EXPECTED = {
     "rows": {name: ROWS for name in ("a_wrapped_if", "b_size_t", "c_helper", "d_int64", "e_while", "f_define",
                                      "g_softmax_inf", "h_softmax_flt_max", "j_mean_var", "k_double_acc",
                                      "m_pragma_unroll", "n_ldg", "r_macro_index",
-                                     "t_fmax_overload", "u_double_rows")}
+                                     "t_fmax_overload", "u_double_rows", "v_block_literal")}
     | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"},
        "o_grid_stride": ROWS, "p_while_size_t": ROWS,  # a grid-stride loop over rows, each on a fixed grid
        "q_channels_nchw": ROWS,  # stores strided by a count the guard shows is not zero
        "s_batch_on_grid_y": ROWS},  # a (B, T, D) tensor's rows: the batch on grid y, its row along x
     "elementwise": {name: ELEMENTWISE for name in ("a_return_guard", "c_helper", "d_no_restrict", "e_unsigned",
-                                                   "g_int64_n", "h_ldg", "k_local_limit", "l_local_count")}
+                                                   "g_int64_n", "h_ldg", "k_local_limit", "l_local_count",
+                                                   "m_functional_cast")}
     | {name: {"scalarize_elementwise"}  # a grid-stride loop is its own coarsened form
        for name in ("b_size_t_stride", "i_while_stride", "j_while_size_t")},
     "columns": {name: COLUMNS for name in ("a_if_wrap", "c_size_t", "d_mean", "e_double", "f_ldg")}
