@@ -14,7 +14,9 @@ name appears nowhere else in the source but in explicit instantiations of that i
 instantiation of other arguments or one the compiler deduces, overload or call of it), no
 parameter is a pack or a template itself, no type argument is more than one word (`unsigned int(x)` is no
 expression) and no parameter is used as a scope (`T::value_type`). A value argument other than a literal or a
-name goes in parentheses, so that `N / 2` with `N` = `2 * 64` keeps its value. Anything else is left as written.
+name goes in parentheses, so that `N / 2` with `N` = `2 * 64` keeps its value; one with anything but an
+expression's characters (a `;`, a brace, a quote, a `#`) or unbalanced parentheses is refused, since the plan's text
+becomes source. Anything else is left as written.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from klineage.transforms._edit import splice
 _TYPE_PARAMETERS = frozenset({"type_parameter_declaration", "optional_type_parameter_declaration"})
 _VALUE_PARAMETERS = frozenset({"parameter_declaration", "optional_parameter_declaration"})
 _ATOM = re.compile(r"-?[\w.]+")  # a literal or a name: needs no parentheses in place of a value parameter
+# an integral expression: the plan's text becomes source, so no statement, brace, string or directive can ride in it
+_VALUE = re.compile(r"[\w\s.+\-*/%()<>=&|^~!?:]+")
 _ONE_WORD_TYPE = re.compile(r"[A-Za-z_][\w:]*")  # `float`, `__half`, `c10::Half`: a functional cast still parses
 _NAMES = frozenset({"identifier", "type_identifier"})
 
@@ -143,6 +147,8 @@ def _bindings(parsed: cp.ParsedSource, parameters: list[Node], arguments: list[s
         if is_type:
             if not _ONE_WORD_TYPE.fullmatch(argument):
                 return None
+        elif not _VALUE.fullmatch(argument) or argument.count("(") != argument.count(")"):
+            return None
         elif not _ATOM.fullmatch(argument):
             argument = f"({argument})"
         values[parsed.text(name_node)] = argument

@@ -79,6 +79,10 @@ UNCERTAIN = {
                                     ("softplus<float>",)),
     "a parameter pack": (TEMPLATE.replace("typename scalar_t", "typename scalar_t, typename... R"),
                          ("softplus<float>",)),
+    "a value that would bring a statement": (TEMPLATE.replace("typename scalar_t", "typename scalar_t, int B = 1"),
+                                             ("softplus<float, 1); y[0] = 0; (1>",)),
+    "a value with unbalanced parentheses": (TEMPLATE.replace("typename scalar_t", "typename scalar_t, int B = 1"),
+                                            ("softplus<float, 1) + (2>",)),
     "a parameter used as a scope": (TEMPLATE.replace("int i =", "typename scalar_t::index i ="),
                                     ("softplus<float>",)),
 }
