@@ -22,6 +22,8 @@ Each rewrite keeps the index's value for every launch on which the original does
   `/` and `%` only (no subtraction, negation, shift or bit operation, whose results differ between the two), and
   the index is never assigned. Known limit, the one of every naive `int` kernel: a 32-bit product of the index
   past INT_MAX, which unsigned arithmetic would wrap at 2^32 instead.
+A local holding a coordinate (`const int tid = threadIdx.x;`, 32 bits, never assigned) is that coordinate in an
+index's declaration (`blockIdx.x * blockDim.x + tid`), and goes once nothing else reads it.
 A grid-stride loop that starts at a local holding the index (`int index = blockIdx.x * blockDim.x + threadIdx.x;`
 then `for (int i = index; i < n; i += stride)`, as CUDA's own examples write it) starts at the index itself once
 that local is read nowhere else: the same value, and the loop's header then reads as the grid-stride loop the
@@ -35,7 +37,7 @@ Anything else is left as written, and the forwards find no site there, as before
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from tree_sitter import Node
 
@@ -66,7 +68,7 @@ _LOOP_START = re.compile(r"(?P<type>int|long long|[a-z_][\w ]*?) (?P<index>[A-Za
 def canonical(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it, and every grid-stride loop from an index local starting at the index (the same state when there is none)."""
-    state = _declarations(_one_per_declaration(expanded(state)))
+    state = _unread_coordinate_locals(_declarations(_one_per_declaration(expanded(state))))
     started = _loops_from_the_index(state)
     return state if started == state else _declarations(started)  # a 64-bit loop index now declared from the index
 
@@ -91,11 +93,13 @@ def _declarations(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it."""
     def edit(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> Edits:
-        block, edits = _block_constants(state, parsed, function), []
+        names = {**dict.fromkeys(_block_constants(state, parsed, function), "blockDim.x"),
+                 **_coordinate_locals(parsed, function, body)}
+        edits = []
         for statement in body.named_children:
             if statement.type == "for_statement":  # a grid-stride loop declares its index in its initializer
                 statement = statement.child_by_field_name("initializer") or statement
-            replacement = _canonical_declaration(parsed, body, statement, block)
+            replacement = _canonical_declaration(parsed, body, statement, names)
             if replacement is not None:
                 edits.append((statement.start_byte, statement.end_byte, replacement))
         return edits
@@ -157,6 +161,38 @@ def _past_line(data: bytes, node: Node) -> int:
     return len(data) if end < 0 else end + 1
 
 
+_COORDINATE_LOCAL = re.compile(r"(?:const )?(?:int|unsigned|unsigned int|int32_t|uint32_t|auto) "
+                               r"(?P<name>[A-Za-z_]\w*) = "
+                               r"(?P<value>(?:threadIdx|blockIdx|blockDim)\.[xyz]);")
+
+
+def _coordinate_locals(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> dict[str, str]:
+    """Each 32-bit local of the kernel's body that holds a thread or block coordinate (`const int tid =
+    threadIdx.x;`) and is never assigned -> that coordinate: it has the coordinate's value wherever it is read (a
+    coordinate is below 2^31, so the signed local holds it unchanged)."""
+    written = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier") if is_written(n)}
+    found = {}
+    for statement in body.named_children:
+        local = _COORDINATE_LOCAL.fullmatch(" ".join(parsed.text(statement).split())) \
+            if statement.type == "declaration" else None
+        if local and local["name"] not in written:
+            found[local["name"]] = local["value"]
+    return found
+
+
+def _unread_coordinate_locals(state: KernelState) -> KernelState:
+    """`state` without the coordinate locals (`_coordinate_locals`) that nothing reads, as the canonical index leaves
+    the one it read through (`const int tid = threadIdx.x;`): a declaration with no effect."""
+    def edit(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> Edits:
+        names = [parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier")]
+        return [(line_start(parsed.data, statement.start_byte), _past_line(parsed.data, statement), "")
+                for statement in body.named_children if statement.type == "declaration"
+                and (local := _COORDINATE_LOCAL.fullmatch(" ".join(parsed.text(statement).split())))
+                and names.count(local["name"]) == 1]
+
+    return _edited(state, edit)
+
+
 def _block_constants(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> frozenset[str]:
     """The source's integer constants that equal the x block size of every launch of the kernel (none where it is
     not launched) and that the kernel does not declare a name of its own for, and that size as a literal."""
@@ -178,7 +214,7 @@ def _block_constants(state: KernelState, parsed: cp.ParsedSource, function: cp.F
 
 
 def _canonical_declaration(parsed: cp.ParsedSource, body: Node, statement: Node,
-                           block: frozenset[str] = frozenset()) -> str | None:
+                           names: Mapping[str, str] | None = None) -> str | None:
     if statement.type != "declaration":
         return None
     declarators = statement.children_by_field_name("declarator")
@@ -189,7 +225,7 @@ def _canonical_declaration(parsed: cp.ParsedSource, body: Node, statement: Node,
     if name_node is None or name_node.type != "identifier" or init is None:
         return None
     name, kind = parsed.text(name_node), " ".join(parsed.text(declared).split())
-    found = _index_width(parsed, init, block)
+    found = _index_width(parsed, init, names or {})
     if found is None:
         return None
     width, axis = found
@@ -213,29 +249,28 @@ def canonical_index(width: str, axis: str = "x") -> str:
     return f"{widen}blockIdx.{axis} * blockDim.{axis} + threadIdx.{axis}"
 
 
-def _index_width(parsed: cp.ParsedSource, init: Node, block: frozenset[str] = frozenset()) -> tuple[str, str] | None:
+def _index_width(parsed: cp.ParsedSource, init: Node, names: Mapping[str, str]) -> tuple[str, str] | None:
     """(NARROW or WIDE, the axis) when `init` is blockIdx.a * blockDim.a + threadIdx.a in any order and
-    parentheses along one axis a (along x, a name in `block` may stand for blockDim.x), WIDE when a 64-bit cast
-    widens a factor of the product; else None."""
+    parentheses along one axis a (a name of `names` standing for the coordinate it maps to), WIDE when a 64-bit
+    cast widens a factor of the product; else None."""
     total = unparen(init)
     if total.type != "binary_expression" or operator(total) != "+":
         return None
     terms = [unparen(total.child_by_field_name(side)) for side in ("left", "right")]
     products = [t for t in terms if t.type == "binary_expression" and operator(t) == "*"]
-    thread = _coordinate(parsed, terms[1 - terms.index(products[0])]) if len(products) == 1 else None
+    thread = _coordinate(parsed, terms[1 - terms.index(products[0])], names) if len(products) == 1 else None
     if thread is None or thread[1] or not thread[0].startswith("threadIdx."):
         return None
     axis = thread[0][-1]
-    factors = [_coordinate(parsed, unparen(products[0].child_by_field_name(side)), block if axis == "x" else
-                           frozenset()) for side in ("left", "right")]
+    factors = [_coordinate(parsed, unparen(products[0].child_by_field_name(side)), names) for side in ("left", "right")]
     if None in factors or sorted(f[0] for f in factors) != [f"blockDim.{axis}", f"blockIdx.{axis}"]:
         return None
     return WIDE if any(widened for _, widened in factors) else NARROW, axis
 
 
-def _coordinate(parsed: cp.ParsedSource, node: Node, block: frozenset[str] = frozenset()) -> tuple[str, bool] | None:
-    """(`blockIdx.x`-like name, whether a 64-bit cast widens it) for a coordinate, cast or not (a name of `block`
-    is blockDim.x); else None."""
+def _coordinate(parsed: cp.ParsedSource, node: Node, names: Mapping[str, str]) -> tuple[str, bool] | None:
+    """(`blockIdx.x`-like name, whether a 64-bit cast widens it) for a coordinate, cast or not (a name of `names`
+    is the coordinate it maps to); else None."""
     widened = False
     if node.type == "cast_expression":
         widened = " ".join(parsed.text(node.child_by_field_name("type")).split()) in WIDE_TYPES
@@ -248,8 +283,8 @@ def _coordinate(parsed: cp.ParsedSource, node: Node, block: frozenset[str] = fro
             return None
         widened, node = True, unparen(call_arguments(node)[0])
     text = "".join(parsed.text(node).split())
-    if text in block:
-        return "blockDim.x", widened
+    if text in names:
+        return names[text], widened
     return (text, widened) if re.fullmatch(r"(?:blockIdx|blockDim|threadIdx)\.[xyz]", text) else None
 
 

@@ -53,21 +53,44 @@ def _expandable(parsed: cp.ParsedSource) -> dict[str, cp.Macro]:
 
 
 def _calls(parsed: cp.ParsedSource, macros: dict[str, cp.Macro]) -> list[tuple[Node, str]]:
-    """(call, its expansion) of each outermost call of a macro in `macros` outside the preprocessor's lines."""
+    """(call, its expansion) of each outermost call of a macro in `macros` outside the preprocessor's lines, and of
+    each loop header written as one (`CUDA_KERNEL_LOOP(i, n) { ... }` in a body, which the grammar reads as a nested
+    function's declarator)."""
     found, data = [], parsed.data.decode("latin-1")  # one character a byte: the calls' offsets index it
     for call in cp.nodes_of_type(parsed.root, "call_expression"):
         macro = _macro_of(parsed, call, macros)
         if macro is None or _in_directive(call) or any(_macro_of(parsed, outer, macros) is not None
                                                        for outer in _ancestors(call, "call_expression")):
             continue
-        arguments = [parsed.text(a) for a in call_arguments(call)]
-        if len(arguments) != len(macro.params):
-            continue
-        values = dict(zip(macro.params, arguments, strict=True))
-        body = re.sub(r"[A-Za-z_]\w*", lambda name: _spaced(name.string, name.start(), name.end(),
-                                                              values.get(name[0], name[0])), macro.body)
-        found.append((call, _spaced(data, call.start_byte, call.end_byte, " ".join(body.split()))))
+        found += _expansion(data, call, macro, [parsed.text(a) for a in call_arguments(call)])
+    for header in _statement_headers(parsed, macros):
+        parameters = header.child_by_field_name("parameters").named_children
+        macro = macros[parsed.text(header.child_by_field_name("declarator"))]
+        found += _expansion(data, header, macro, [parsed.text(p) for p in parameters])
     return found
+
+
+def _expansion(data: str, call: Node, macro: cp.Macro, arguments: list[str]) -> list[tuple[Node, str]]:
+    if len(arguments) != len(macro.params):
+        return []
+    values = dict(zip(macro.params, arguments, strict=True))
+    body = re.sub(r"[A-Za-z_]\w*", lambda name: name[0] if name[0] not in values else  # the body's own text stays
+                  _spaced(name.string, name.start(), name.end(), values[name[0]]), macro.body)
+    return [(call, _spaced(data, call.start_byte, call.end_byte, " ".join(body.split())))]
+
+
+def _statement_headers(parsed: cp.ParsedSource, macros: dict[str, cp.Macro]) -> Iterator[Node]:
+    """The declarators of "functions" defined inside a function's body with no type, named by a macro of `macros`
+    and with plain names for arguments: a macro call heading a statement, since C++ defines no function there."""
+    for definition in cp.nodes_of_type(parsed.root, "function_definition"):
+        declarator = definition.child_by_field_name("declarator")
+        if definition.child_by_field_name("type") is not None or cp.enclosing_function(definition) is None \
+                or declarator is None or declarator.type != "function_declarator" or declarator.has_error:
+            continue
+        name, parameters = declarator.child_by_field_name("declarator"), declarator.child_by_field_name("parameters")
+        if name.type == "identifier" and parsed.text(name) in macros and all(
+                re.fullmatch(r"[A-Za-z_]\w*", parsed.text(p)) for p in parameters.named_children):
+            yield declarator
 
 
 def _macro_of(parsed: cp.ParsedSource, call: Node, macros: dict[str, cp.Macro]) -> cp.Macro | None:

@@ -99,9 +99,10 @@ def squash(text: str) -> str:
 
 
 def bound_of(text: str) -> str | None:
-    """The bound `text` (squashed) says, without a cast on a lone count (CAST_BOUND); None where it is neither."""
-    found = re.fullmatch(CAST_BOUND, text) or re.fullmatch(rf"({BOUND})", text)
-    return found[1] if found else None
+    """The bound `text` (squashed) says, without a cast on a lone count (CAST_BOUND) or the parentheses a macro puts
+    around its argument (`i < (n)`); None where it is neither."""
+    found = re.fullmatch(CAST_BOUND, text) or re.fullmatch(rf"\(?({BOUND})\)?", text)
+    return found[1] if found and text.count("(") == text.count(")") else None
 
 
 def uncast_grid(text: str) -> str:

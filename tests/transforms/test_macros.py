@@ -45,6 +45,20 @@ def test_each_expansion_is_the_preprocessors_token_for_token():
     assert "q+1*q+1" in ours and "- -1* -q" in ours and "q- -1" in ours
 
 
+def test_a_loop_headed_by_a_macro_is_the_preprocessors_loop():
+    """`CUDA_KERNEL_LOOP(i, n) { ... }` (Caffe's, PyTorch's legacy kernels) heads a statement: with plain names for
+    arguments the grammar reads it as a function defined inside the body (C++ has none there), with an expression
+    as a call missing its `;`; either way its expansion is the preprocessor's loop."""
+    source = ("#define CUDA_KERNEL_LOOP(i, n) for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); "
+              "i += blockDim.x * gridDim.x)\n"
+              "__global__ void kernel(const float* x, float* y, int n) {\n"
+              "    CUDA_KERNEL_LOOP(index, n - 1) { y[index] = x[index]; }\n"
+              "    CUDA_KERNEL_LOOP(k, n) { y[k] += 1.0f; }\n}\n")
+    ours = expanded(KernelState(source=source, plan=PLAN)).source
+    assert "for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < (n); k += blockDim.x * gridDim.x) {" in ours
+    assert _tokens(ours) == _tokens(_preprocessed(source))
+
+
 @pytest.mark.parametrize("defines", [
     "#define SQ(a) a*a\n#undef SQ\n#define SQ(a) (a)*(a)\n",  # defined twice, undefined between
     "#define SQ(a) #a\n",  # stringified

@@ -5,20 +5,21 @@ reduction, an elementwise map, a reduction down columns, a transpose), each with
 64-bit or unsigned, the guard an early return or a wrapping `if`, a helper `__device__` function, local pointers into
 a row, casts on a count or on the grid, a softmax that rescales its output in place, braces, `#pragma unroll`, a
 double accumulator, C++'s overloads of the math on floats (`fmax`) and functional casts (`float(20)`), a row of
-doubles, the block size written as its number (a template's instance), an index written through a function-like
-macro, reads through the read-only cache (`__ldg(&x[i])`), a grid-stride loop as `for` or `while` (over elements;
-over rows or columns on a fixed grid, launched by `<name>.toml` beside the spelling), a transpose on one 1-D index
-split into a row and a column (its own family: a 1-D launch), a batch of transposes, its matrix from grid z (its own
-family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit), a batch of column sums (mean
-pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its `<name>.toml`), scalar
-locals before the guard (a threshold, a 64-bit count; a concatenation's row length: its own family), one thread per
-pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add their term by one atomic
-(its own family), running products, exclusive sums and sums from the row's end (its own family), and matrix products
-spelled flat on a 1-D launch or summing other functions of the two elements, such as distances (their own family; a
-batch's indexes in one declaration, its rows offset inside the row's product), and whole reductions to one value
-written for one thread (their own family). Each must be a site of its family's forwards; where the CPU emulator runs
-the family (elementwise maps, concatenations, pairs and transposes), every forward's kernel computes the spelling's
-bits.
+doubles, the block size written as its number (a template's instance), an index written through a function-like macro
+(or a loop headed by one, Caffe's `CUDA_KERNEL_LOOP`), the index read through locals holding the coordinates (`const
+int tid = threadIdx.x;`), reads through the read-only cache (`__ldg(&x[i])`), a grid-stride loop as `for` or `while`
+(over elements; over rows or columns on a fixed grid, launched by `<name>.toml` beside the spelling), a transpose on
+one 1-D index split into a row and a column (its own family: a 1-D launch), a batch of transposes, its matrix from
+grid z (its own family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit), a batch of column
+sums (mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its
+`<name>.toml`), scalar locals before the guard (a threshold, a 64-bit count; a concatenation's row length: its own
+family), one thread per pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add
+their term by one atomic (its own family), running products, exclusive sums and sums from the row's end (its own
+family), and matrix products spelled flat on a 1-D launch or summing other functions of the two elements, such as
+distances (their own family; a batch's indexes in one declaration, its rows offset inside the row's product), and
+whole reductions to one value written for one thread (their own family). Each must be a site of its family's
+forwards; where the CPU emulator runs the family (elementwise maps, concatenations, pairs and transposes), every
+forward's kernel computes the spelling's bits.
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ EXPECTED = {
        "s_batch_on_grid_y": ROWS},  # a (B, T, D) tensor's rows: the batch on grid y, its row along x
     "elementwise": {name: ELEMENTWISE for name in ("a_return_guard", "c_helper", "d_no_restrict", "e_unsigned",
                                                    "g_int64_n", "h_ldg", "k_local_limit", "l_local_count",
-                                                   "m_functional_cast")}
+                                                   "m_functional_cast", "n_thread_locals")}
     | {name: {"scalarize_elementwise"}  # a grid-stride loop is its own coarsened form
-       for name in ("b_size_t_stride", "i_while_stride", "j_while_size_t")},
+       for name in ("b_size_t_stride", "i_while_stride", "j_while_size_t", "o_kernel_loop_macro")},
     "columns": {name: COLUMNS for name in ("a_if_wrap", "c_size_t", "d_mean", "e_double", "f_ldg")}
     | {"b_pointer_walk": COLUMNS - {"serialize_column_reduction"},  # a pointer down the column: no 4-lane form
        "g_grid_stride": COLUMNS - {"unsplit_reduction"}},  # a grid-stride loop over columns: unsplit reads no loop
