@@ -68,7 +68,9 @@ def test_the_library_page_switches_between_libraries_and_lists_only_the_one_show
     # two admitted; the ldg, unpad_shared and two unroll candidates, whose trials did not carry or found no fair target
     assert conditioned == 6
     admitted = percase.filter(status="admitted").count()
-    assert admitted == 12  # nine by trials on the H200, the three FlashAttention cards by trials on an H100
+    # eight by trials on the H200, the three FlashAttention cards by trials on an H100; uncache_row's went back to
+    # candidate once its per-case timings (H200, session 59) held two cases where it did not pay and no predicate
+    assert admitted == 11
     assert f'data-library-counts="percase">{percase.count()} cards, {admitted} admitted, {conditioned} with a timing ' \
            f'precondition' in page
     assert f'href="/library/{SHARED}/"' in client.get("/library/?transform=unswizzle_shared").content.decode()
@@ -136,7 +138,7 @@ def test_the_library_lists_and_filters_each_cards_when(client, bundled):
     assert sorted(re.findall(r'href="/libraries/percase/([0-9a-f]{12})/"', page)) == conditioned
     assert "<code>where row_align &gt;= 32 and s &gt;= 70</code>" in page
     uniform = client.get("/libraries/percase/?when=uniform").content.decode()
-    assert "paid on all 15 cases" in uniform and "paid on all 10 decided of 12 cases" in uniform
+    assert "paid on all 15 cases" in uniform and "paid on all 13 decided of 15 cases" in uniform
     assert client.get("/api/cards/?library=percase&when=mixed").json()["count"] == \
         sum(kind is WhenKind.MIXED for kind in kinds.values())
     assert "not understood" in client.get("/libraries/percase/?when=sometimes").content.decode()
@@ -180,7 +182,7 @@ def test_the_api_lists_each_library_with_its_counts(client, bundled):
     listed = {row["name"]: row for row in client.get("/api/libraries/").json()["results"]}
     assert list(listed) == ["corpus", "percase", "transfer-library"]
     percase = listed["percase"]
-    assert (percase["cards"], percase["admitted"], percase["with_timing_precondition"]) == (44, 12, 6)
+    assert (percase["cards"], percase["admitted"], percase["with_timing_precondition"]) == (44, 11, 6)
     assert percase["source"] == "bench/results/percase/library.json" and percase["page"] == "/libraries/percase/"
     one = client.get("/api/libraries/percase/").json()
     assert one["name"] == "percase" and one["provenance"] == _percase().provenance
