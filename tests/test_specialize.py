@@ -9,7 +9,7 @@ import pytest
 
 from klineage.features.sass import disassemble
 from klineage.gate.compile import compile_kernel
-from klineage.kernel import KernelState
+from klineage.kernel import KernelState, load_kernel
 from klineage.launch import LaunchPlan
 from klineage.optimize import loop, strategies
 from klineage.optimize.strategies import RewriterKind, Strategy
@@ -115,7 +115,7 @@ def test_the_planner_reads_a_template_as_its_instance_and_says_so():
     assert sorted(found) == sorted(plain) and "scalarize_elementwise" in found
     for name, candidate in found.items():
         assert candidate.state == plain[name].state, name
-        assert candidate.rewrite.note.endswith("on the instance softplus<float> written out as a plain kernel")
+        assert candidate.instance == "on the instance softplus<float> written out as a plain kernel"
 
 
 def test_a_step_on_the_instance_rules_out_its_rivals_on_the_template():
@@ -128,3 +128,25 @@ def test_a_step_on_the_instance_rules_out_its_rivals_on_the_template():
     on_template = [c.transform for c in loop.ruled_out(plan(template), template, child, transform.name, set())]
     on_plain = [c.transform for c in loop.ruled_out(plan(instance), instance, child, transform.name, set())]
     assert on_template == on_plain
+
+
+def test_a_template_operators_recorded_h200_run_replays_with_its_instance_named(tmp_path):
+    """hardswish (bench/transfer), a template launched as `hardswish_kernel<float>`, optimized on an H200 in session 59
+    with these settings: replayed from its recorded verdicts, the run takes the same step at the same ratio, and the
+    attempt says which instance its kernel was written from."""
+    import json
+    from pathlib import Path
+
+    from klineage.optimize import optimize
+
+    operator = Path(__file__).resolve().parents[1] / "bench" / "transfer" / "hardswish"
+    part = json.loads((operator.parents[1] / "results" / "transfer-parts" / "gpu-s59-h200" / "hardswish.json")
+                      .read_text())["runs"]["hardswish"]["library_then_catalog"]
+    result = optimize(operator / "problem.py", load_kernel(operator / "naive"), strategy="library_then_catalog",
+                      library=Path(__file__).resolve().parents[1] / "corpus" / "library" / "library.json",
+                      budget=8, gate_mode="replay", rivals=3, ordering="measured")
+    assert [s.transform for s in result.steps] == part["steps"]
+    assert result.speedup == pytest.approx(part["speedup"])
+    taken = result.attempts[result.steps[0].attempt]
+    assert taken.message.endswith("on the instance hardswish_kernel<float> written out as a plain kernel")
+

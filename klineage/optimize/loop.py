@@ -466,7 +466,8 @@ class _Run:
         status, ratio, message = self.judge(verdict)
         if status in (AttemptStatus.NOT_FASTER, AttemptStatus.REJECTED):
             self.memory.unpaid(candidate.transform, candidate.anchor, status.value.replace("_", " "))
-        message = "; ".join(filter(None, (message, why, candidate.put_last and f"put last: {candidate.put_last}")))
+        message = "; ".join(filter(None, (message, why, candidate.put_last and f"put last: {candidate.put_last}",
+                                          candidate.instance)))
         return self.record(Attempt(**common, candidate=state.fingerprint, status=status, message=message,
                                    evaluation=self.evaluations, key=str(verdict.provenance.get("key", "")),
                                    verdict=VerdictSummary.of(verdict), ratio=ratio))

@@ -176,6 +176,7 @@ class Candidate:
     passed_over: str = ""  # why a candidate kernel is not worth a gate call (`short_of`); only with a rewrite
     precondition_failed: str = ""  # its card's timing precondition fails here (retrieval.timing_failure); likewise
     put_last: str = ""  # why `Ordering.MEASURED` put it after the rest of its round, for the attempt's record
+    instance: str = ""  # the template instance its kernel was written from (`planner`), for the attempt's record
 
     def __post_init__(self) -> None:
         if not self.transform:
@@ -236,16 +237,13 @@ def forward_pool(transforms: Sequence[Transform]) -> list[Transform]:
 def planner(strategy: Strategy, rewriter: RewriterKind, **options: Any) -> Planner:
     """The candidate source of a strategy (`_strategy_planner` names the options), reading a kernel template as the
     instance its plan launches (`klineage.specialize`): the forwards recognise types and sizes by their spelling,
-    so each candidate of a template is a forward of that instance, its note saying so."""
+    so each candidate of a template is a forward of that instance, and says so (`Candidate.instance`)."""
     plan = _strategy_planner(strategy, rewriter, **options)
 
     def on_instances(state: KernelState) -> Iterator[Candidate]:
         written = specialized(state)
         for candidate in plan(written.state):
-            if candidate.rewrite is not None and written.instances:
-                note = "; ".join(n for n in (candidate.rewrite.note, written.note) if n)
-                candidate = replace(candidate, rewrite=replace(candidate.rewrite, note=note))
-            yield candidate
+            yield replace(candidate, instance=written.note) if candidate.rewrite is not None else candidate
 
     return on_instances
 
