@@ -5,6 +5,9 @@ written."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from klineage.features.sass import disassemble
@@ -134,9 +137,6 @@ def test_a_template_operators_recorded_h200_run_replays_with_its_instance_named(
     """hardswish (bench/transfer), a template launched as `hardswish_kernel<float>`, optimized on an H200 in session 59
     with these settings: replayed from its recorded verdicts, the run takes the same step at the same ratio, and the
     attempt says which instance its kernel was written from."""
-    import json
-    from pathlib import Path
-
     from klineage.optimize import optimize
 
     operator = Path(__file__).resolve().parents[1] / "bench" / "transfer" / "hardswish"
@@ -150,3 +150,19 @@ def test_a_template_operators_recorded_h200_run_replays_with_its_instance_named(
     taken = result.attempts[result.steps[0].attempt]
     assert taken.message.endswith("on the instance hardswish_kernel<float> written out as a plain kernel")
 
+
+
+def test_a_cards_fit_reads_a_template_as_its_instance():
+    """`klineage library fit` and the dashboard's fit (`retrieval.assess`) see the sites the optimizer sees."""
+    from klineage.skills.library import load_library, problem_infos
+    from klineage.skills.retrieval import assess
+
+    cards = load_library(Path(__file__).resolve().parents[1] / "corpus" / "library" / "library.json").cards
+    problem = problem_infos({"row_softmax"})["row_softmax"]
+
+    def fits(state: KernelState) -> list[tuple[str, str, int]]:
+        return [(a.card.id, a.fit.value, a.sites) for a in assess(state, problem, cards)]
+
+    on_template = fits(_state(TEMPLATE, "softplus<float>"))
+    assert on_template == fits(_state(PLAIN + "\n", "softplus"))
+    assert any(sites for _, fit, sites in on_template if fit == "proposed")

@@ -59,6 +59,7 @@ from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus, SkillCard
 from klineage.skills.induction import DEVICE_ROLE, KERNEL_ROLE
 from klineage.skills.materialize import card_sites, evidence_anchors, materialize
 from klineage.skills.predicates import case_facts
+from klineage.specialize import specialized
 from klineage.transforms import catalog, refusals
 
 OPERATOR_WEIGHT = 10.0
@@ -287,7 +288,9 @@ def assess(state: KernelState, problem: ProblemInfo, cards: Sequence[SkillCard],
     """Every card's fit on `state` and `problem` (see the module's rules), the proposed ones best first, then
     the others in the library's order: what `retrieve` offers, and why each other card is not offered.
     `every_case`: also judge each card's timing precondition on every case of the problem (`fails_on`), for a
-    report; the optimize loop, which retrieves every round, judges on the headline alone."""
+    report; the optimize loop, which retrieves every round, judges on the headline alone. A kernel template is read
+    as the instance its plan launches, as the planner reads it (`klineage.specialize`)."""
+    state = specialized(state).state
     present = state_features(state)
     known = catalog()  # a card of a transform outside the catalog has no mechanical forward sites
     mine = _dtypes(problem)

@@ -207,3 +207,22 @@ def test_a_loops_declarations_stay_together():
               "    for (int i = blockIdx.x * blockDim.x + threadIdx.x, s = 0; i < n; i += blockDim.x * gridDim.x)"
               " y[i] = x[i] + s;\n}\n")
     assert canonical(KernelState(source=source, plan=PLAN)).source == source
+
+
+def test_a_coordinate_read_through_a_local_is_the_coordinate_and_the_local_goes_once_unread():
+    ours = _index_line("const int tid = threadIdx.x;\n    const int bid = blockIdx.x;\n"
+                       "    int i = bid * blockDim.x + tid;")
+    assert ours == NARROW  # the locals gone: the index is the kernel's first line
+    kept = canonical(KernelState(source="__global__ void kernel(const float* x, float* y, int n) {\n"
+                                        "    int t = threadIdx.x;\n    int i = blockIdx.x * blockDim.x + t;\n"
+                                        "    if (i < n) y[i] = x[i] * t;\n}\n", plan=PLAN)).source
+    assert "    int t = threadIdx.x;\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n" in kept  # still read
+
+
+@pytest.mark.parametrize("local", ["int t = threadIdx.x;\n    t += 1;",  # assigned: no longer the coordinate
+                                   "long long t = threadIdx.x;"])  # 64 bits: the sum's width would change
+def test_a_local_that_may_not_hold_the_coordinate_is_no_coordinate(local):
+    source = (f"__global__ void kernel(const float* x, float* y, int n) {{\n    {local}\n"
+              "    int i = blockIdx.x * blockDim.x + t;\n    if (i < n) y[i] = x[i];\n}\n")
+    assert "int i = blockIdx.x * blockDim.x + t;" in canonical(KernelState(source=source, plan=PLAN)).source
+

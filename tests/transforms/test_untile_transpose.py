@@ -218,7 +218,8 @@ ROWS_READ = "x[(b * rows + r) * cols + c]"
     (_batched(f"y[c * rows + r] = {ROWS_READ};"), "do not both add its batch's offset"),
     (_batched("y[(b * cols + c) * rows + r] = x[r * cols + c];"), "do not both add its batch's offset"),
     (_batched(f"y[(2 * b * cols + c) * rows + r] = {ROWS_READ};"), "do not both add its batch's offset"),
-    (_batched("y[c * rows + r] = x[r * cols + c];"), "do not both add its batch's offset"),
+    # its batch index read nowhere goes (`_canonical`): a 2-D transpose launched on a 3-D grid
+    (_batched("y[c * rows + r] = x[r * cols + c];"), "more than 2 dimension"),
     (_batched(f"y[(b * cols + c) * rows + r] = {ROWS_READ} * b;"), "not a naive transpose"),
     (_batched(f"y[(b * cols + c) * rows + r] = {ROWS_READ};", "int b = blockIdx.z + 1;"), "not a naive transpose"),
     (_batched(f"y[(b * cols + c) * rows + r] = {ROWS_READ};", "int b = blockIdx.y;"), "not a naive transpose"),
