@@ -82,8 +82,9 @@ def test_the_analysis_forwards_find_their_sites_in_the_naive_kernel(operator):
 
 
 # The compiles sampled: the default run keeps operators whose forwards together are every analysis forward that
-# finds a site in some naive kernel (a test keeps it so); the others compile under -m slow.
-COMPILED_BY_DEFAULT = ("bias_grad", "bias_relu", "bmm_small", "mse_loss", "transpose")
+# finds a site in some naive kernel (a test keeps it so), and a template (its instance's forwards compile as plain
+# kernels); the others compile under -m slow.
+COMPILED_BY_DEFAULT = ("bias_grad", "bias_relu", "bmm_small", "hardswish", "mse_loss", "transpose")
 
 
 def test_the_operators_compiled_by_default_cover_every_expected_forward():
