@@ -325,6 +325,10 @@ class WarpReduction(Transform):
             raise NotApplicable(f"{function.name} is not a kernel")
         check_launch(state, function.name)
         site = serial_site(parsed, function)
+        steps = [_fixed_steps(state, parsed, loop) for loop in site.loops]
+        if None not in steps and max(steps) < self.layout.sharing:  # a pooling window, a 3-tap stencil
+            raise NotApplicable(f"{function.name}'s loops take at most {max(steps)} step(s), fixed in its source: "
+                                f"the {self.layout.sharing} lanes a row would take have fewer elements than lanes")
         # the grid's x grows: a block's place along it is the row index's alone
         body = function.node.child_by_field_name("body")
         if [squash(parsed.text(n)) for n in cp.nodes_of_type(body, "field_expression")].count("blockIdx.x") != 1:
@@ -456,6 +460,19 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
     types = _check_accumulators(parsed, body, loops)
     _check_arrays(parsed, body, loops)
     return Site(function, row, row_init, row_declaration, tuple(loops), types, kind, atomics)
+
+
+def _fixed_steps(state: KernelState, parsed: cp.ParsedSource, loop: RowLoop) -> int | None:
+    """How many steps a row loop takes where its start and bound are numbers or the source's constants (`dy < 2`,
+    `k < KSIZE`, a nest read as one loop: `p < 3 * 3`); None where a count the launch passes decides it."""
+    condition = squash(parsed.text(loop.node.child_by_field_name("condition")))
+    if "<" not in condition or "&&" in condition:  # a loop down from the row's end, or under two bounds
+        return None
+    try:
+        bound = re.sub(INTEGER_CAST, "", condition.split("<", 1)[1]).strip()
+        return expr.evaluate_int(bound, state.constants) - expr.evaluate_int(loop.start, state.constants)
+    except ExpressionError:
+        return None
 
 
 def row_atomics(parsed: cp.ParsedSource, function: cp.Function) -> tuple[Node, ...]:

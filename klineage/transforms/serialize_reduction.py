@@ -50,7 +50,10 @@ Legality (forward_sites), conservative, decided on the parse:
 - an accumulator is updated in one loop only, and outside it only after it (`mean /= n`: every lane then
   holds the combined value);
 - an array the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry
-  equal values, and no lane reads what another wrote).
+  equal values, and no lane reads what another wrote);
+- some loop may take 32 steps or more: where every loop's start and bound are numbers or the source's constants
+  and each takes fewer steps than the lanes a row would get (a pooling window, a stencil's taps), the lanes would
+  outnumber the elements (the block form refuses likewise under 256).
 Anything else: no site. The row index may be spelled any way `_canonical.py` reads as
 `int row = blockIdx.x * blockDim.x + threadIdx.x;`. Two perfectly nested loops from 0 below counts of scalar
 parameters (`for (int n = 0; n < N; ++n) for (int k = 0; k < HW; ++k)`) are read as one loop over their pairs,

@@ -138,6 +138,22 @@ def test_no_site_where_it_would_not_be_legal(transform, body, why):
         transform.forward(state, Anchor("kernel", "function", "row"))
 
 
+WINDOW = "    float s = 0.0f;\n    for (int k = {start}; k < {bound}; ++k) s += x[row * n + k];\n    y[row] = s;\n}}\n"
+
+
+@pytest.mark.parametrize("start, bound, steps", [("0", "9", 9), ("1", "TAPS", 4), ("0", "(long long)3 * 3", 9)])
+def test_no_site_where_every_loop_is_shorter_than_a_warp_by_its_source(transform, start, bound, steps):
+    """A pooling window or a stencil's taps, fixed in the source: 32 lanes would share fewer elements than lanes
+    (a nest read as one loop is the product of its bounds)."""
+    state = KernelState(source="constexpr int TAPS = 5;\n" + HEAD + WINDOW.format(start=start, bound=bound), plan=PLAN)
+    with refusals() as why:
+        assert transform.forward_sites(state) == []
+    assert f"at most {steps} step(s), fixed in its source: the 32 lanes" in why[0]
+    block = get("serialize_block_reduction")  # 256 lanes: a fixed 64 steps is short for a block, not for a warp
+    long = KernelState(source=HEAD + WINDOW.format(start="0", bound="64"), plan=PLAN)
+    assert transform.forward_sites(long) and not block.forward_sites(long)
+
+
 @pytest.mark.parametrize("update, combine", [
     ("s = s + x[row * n + j];", "s += __shfl_xor_sync(0xffffffffu, s, offset)"),
     ("s = x[row * n + j] + s;", "s += __shfl_xor_sync(0xffffffffu, s, offset)"),
