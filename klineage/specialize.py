@@ -111,11 +111,14 @@ def _base(entry: str) -> str:
 
 
 def _arguments(entry: str) -> list[str] | None:
-    """The template arguments of an entry `k<float, 256>`, split at its top-level commas; None without any."""
+    """The template arguments of an entry `k<float, 256>`, split at its top-level commas ([] for `k<>`, every one a
+    default); None without an argument list."""
     text = entry.strip()
     if "<" not in text or not text.endswith(">"):
         return None
     inner, depth, parts, current = text[text.index("<") + 1:-1], 0, [], ""
+    if not inner.strip():
+        return []
     for char in inner:
         depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(char, 0)
         if char == "," and depth == 0:

@@ -67,6 +67,17 @@ __global__ void __launch_bounds__((2 * 128)) scale(const float* x, float* y, int
     assert written.state.plan.launches[0].entry == "scale"
 
 
+def test_an_instance_of_every_default_is_written_with_them():
+    source = ("template <typename T = float, int B = 256>\n__global__ void scale(const T* x, T* y, int n) {\n"
+              "    int i = blockIdx.x * B + threadIdx.x;\n    if (i < n) y[i] = x[i] * T(2);\n}\n\n"
+              "template __global__ void scale<>(const float*, float*, int);\n")
+    written = specialized(_state(source, "scale<>"))
+    assert written.state.source == ("__global__ void scale(const float* x, float* y, int n) {\n"
+                                    "    int i = blockIdx.x * 256 + threadIdx.x;\n"
+                                    "    if (i < n) y[i] = x[i] * float(2);\n}\n\n")
+    assert written.instances == ("scale<>",)
+
+
 UNCERTAIN = {
     "two instances launched": (TEMPLATE, ("softplus<float>", "softplus<double>")),
     "another instance instantiated": (TEMPLATE + INSTANCE.replace("float", "double"), ("softplus<float>",)),
@@ -78,6 +89,7 @@ UNCERTAIN = {
                         + TEMPLATE, ("softplus<float>",)),
     "a type of two words": (TEMPLATE, ("softplus<unsigned int>",)),
     "no arguments named": (TEMPLATE, ("softplus",)),
+    "a parameter with no default named by `<>`": (TEMPLATE, ("softplus<>",)),
     "a parameter without a value": (TEMPLATE.replace("typename scalar_t", "typename scalar_t, int B"),
                                     ("softplus<float>",)),
     "a parameter pack": (TEMPLATE.replace("typename scalar_t", "typename scalar_t, typename... R"),
