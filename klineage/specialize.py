@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 
 from tree_sitter import Node
 
+from klineage.entries import entry_name, normalized, template_arguments
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms._edit import splice
@@ -78,15 +79,17 @@ def _instance(parsed: cp.ParsedSource, function: cp.Function,
     if "__global__" not in function.qualifiers or template is None or template.type != "template_declaration" \
             or function.scope:
         return None
-    entries = {launch.entry for launch in state.plan.launches if _base(launch.entry) == function.name}
+    entries = {launch.entry for launch in state.plan.launches
+               if (named := entry_name(launch.entry)) is not None and named[0] == function.name}
     if len(entries) != 1:
         return None
     entry = entries.pop()
-    arguments = _arguments(entry)
+    arguments = template_arguments(entry)
     parameters = template.child_by_field_name("parameters").named_children
     values = _bindings(parsed, parameters, arguments)
     instantiations = _instantiations(parsed, function.name)
-    if values is None or any(_squashed(args) != _squashed(arguments) for _, args in instantiations):
+    if values is None or any(args is None or [normalized(a) for a in args] != [normalized(a) for a in arguments]
+                             for _, args in instantiations):
         return None
     own = [template] + [node for node, _ in instantiations]
     if _named_elsewhere(parsed, function.name, own):
@@ -104,30 +107,6 @@ def _instance(parsed: cp.ParsedSource, function: cp.Function,
     written = splice(parsed.data[function.node.start_byte:function.node.end_byte], body_edits)[0].decode("utf-8")
     return entry, [(template.start_byte, template.end_byte, written)] + [
         (node.start_byte, _line_end(parsed.data, node.end_byte), "") for node, _ in instantiations]
-
-
-def _base(entry: str) -> str:
-    return entry.split("<", 1)[0].strip()
-
-
-def _arguments(entry: str) -> list[str] | None:
-    """The template arguments of an entry `k<float, 256>`, split at its top-level commas ([] for `k<>`, every one a
-    default); None without an argument list."""
-    text = entry.strip()
-    if "<" not in text or not text.endswith(">"):
-        return None
-    inner, depth, parts, current = text[text.index("<") + 1:-1], 0, [], ""
-    if not inner.strip():
-        return []
-    for char in inner:
-        depth += {"<": 1, "(": 1, ">": -1, ")": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            parts.append(current.strip())
-            current = ""
-        else:
-            current += char
-    parts.append(current.strip())
-    return parts if all(parts) else None
 
 
 def _bindings(parsed: cp.ParsedSource, parameters: list[Node], arguments: list[str] | None) -> dict[str, str] | None:
@@ -168,14 +147,10 @@ def _instantiations(parsed: cp.ParsedSource, name: str) -> list[tuple[Node, list
         named = declarator.child_by_field_name("declarator") if declarator is not None else None
         if named is not None and named.type == "template_function" \
                 and parsed.text(named.child_by_field_name("name")) == name:
-            found.append((node, _arguments(parsed.text(named))))
+            found.append((node, template_arguments(parsed.text(named))))
         elif named is not None and parsed.text(named) == name:
             found.append((node, None))
     return found
-
-
-def _squashed(arguments: list[str] | None) -> list[str] | None:
-    return None if arguments is None else ["".join(argument.split()) for argument in arguments]
 
 
 def _line_end(data: bytes, offset: int) -> int:

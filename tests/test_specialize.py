@@ -78,6 +78,14 @@ def test_an_instance_of_every_default_is_written_with_them():
     assert written.instances == ("scale<>",)
 
 
+@pytest.mark.parametrize("entry", ["softplus<float>", "softplus< float >",
+                                   "void softplus<float>(const float*, float*, int)"])
+def test_an_instance_is_read_however_the_plan_names_it(entry):
+    """A plan names an instance as the gate resolves it (`klineage.entries`): by its arguments or its signature."""
+    written = specialized(_state(TEMPLATE, entry))
+    assert written.state.source == PLAIN + "\n" and written.instances == (entry,)
+
+
 UNCERTAIN = {
     "two instances launched": (TEMPLATE, ("softplus<float>", "softplus<double>")),
     "another instance instantiated": (TEMPLATE + INSTANCE.replace("float", "double"), ("softplus<float>",)),
@@ -89,6 +97,7 @@ UNCERTAIN = {
                         + TEMPLATE, ("softplus<float>",)),
     "a type of two words": (TEMPLATE, ("softplus<unsigned int>",)),
     "no arguments named": (TEMPLATE, ("softplus",)),
+    "a mangled symbol": (TEMPLATE, ("_Z8softplusIfEvPKT_PS0_i",)),
     "a parameter with no default named by `<>`": (TEMPLATE, ("softplus<>",)),
     "a parameter without a value": (TEMPLATE.replace("typename scalar_t", "typename scalar_t, int B"),
                                     ("softplus<float>",)),

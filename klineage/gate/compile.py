@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from klineage import config
+from klineage.entries import normalized, strip_bracketed
 from klineage.errors import DocumentError, ToolchainError
 from klineage.fingerprint import normalize_source, sha256_bytes, sha256_json
 from klineage.gate.jail import Access, Jail, toolkit_trees
@@ -243,7 +244,7 @@ def gencode(target: str) -> str:
 def resolve_entry(result: CompileResult, entry: str) -> str:
     """The mangled symbol for a plan's entry: an extern "C" name, a template instance such as
     `gemm<128, 64>`, a full signature or the mangled name itself (whitespace does not matter)."""
-    wanted = _normalize_name(entry)
+    wanted = normalized(entry)
     matches = {mangled for demangled, mangled in result.entries.items()
                if wanted == mangled or wanted in _name_forms(demangled)}
     if len(matches) == 1:
@@ -257,24 +258,8 @@ def resolve_entry(result: CompileResult, entry: str) -> str:
 
 def _name_forms(demangled: str) -> set[str]:
     """`void k<128>(float*)` is also `k<128>(float*)` and `k<128>`."""
-    full = _normalize_name(demangled)
-    return {full, _strip_return_type(full), _strip_return_type(_strip_parameters(full))}
-
-
-def _normalize_name(name: str) -> str:
-    # Spaces only matter between two identifier characters ("unsigned int").
-    return re.sub(r"\s*([^\w\s])\s*", r"\1", " ".join(name.split()))
-
-
-def _strip_parameters(name: str) -> str:
-    if not name.endswith(")"):
-        return name
-    depth = 0
-    for i in range(len(name) - 1, -1, -1):
-        depth += {")": 1, "(": -1}.get(name[i], 0)
-        if depth == 0:
-            return name[:i]
-    return name
+    full = normalized(demangled)
+    return {full, _strip_return_type(full), _strip_return_type(strip_bracketed(full, "(", ")"))}
 
 
 def _strip_return_type(name: str) -> str:

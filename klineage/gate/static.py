@@ -17,6 +17,7 @@ from typing import Any
 
 from tree_sitter import Node
 
+from klineage.entries import entry_name
 from klineage.errors import DocumentError
 from klineage.features import cuda_parser as cp
 from klineage.gate.nvcc_flags import refusal, refused_flags
@@ -171,7 +172,7 @@ def _global_function(context: _Context) -> Iterator[StaticFinding]:
 def _plan_entries(context: _Context) -> Iterator[StaticFinding]:
     defined = cp.functions(context.parsed)
     for i, launch in enumerate(context.state.plan.launches):
-        name = _entry_name(launch.entry)
+        name = entry_name(launch.entry)
         if name is None:  # a mangled symbol we cannot read: the compiler resolves it
             continue
         base, instance = name
@@ -189,43 +190,6 @@ def _plan_entries(context: _Context) -> Iterator[StaticFinding]:
         elif instance is True and not any(f.template_params for f in kernels):
             yield StaticFinding(Rule.PLAN_ENTRY, f"{where}: '{base}' is not a template, so it has no "
                                                  f"instance '{launch.entry}'", kernels[0].lines[0])
-
-
-def _entry_name(entry: str) -> tuple[str, bool | None] | None:
-    """(function name, whether template arguments are given) of a plan entry written as a name,
-    `gemm<128, 64>`, a signature or an Itanium-mangled symbol; None when it cannot be read."""
-    entry = entry.strip()
-    if entry.startswith("_Z"):
-        return _mangled_name(entry)
-    entry = _strip_bracketed(entry, "(", ")")
-    stripped = _strip_bracketed(entry, "<", ">")
-    base = stripped.split()[-1].split("::")[-1] if stripped.split() else ""
-    return (base, stripped != entry) if base.isidentifier() else None
-
-
-def _mangled_name(symbol: str) -> tuple[str, None] | None:
-    """The function's own name in `_Z4gemmILi128EEvPf` or `_ZN2ns6kernelEv` (the last component)."""
-    nested = symbol.startswith("_ZN")
-    position, name = (3 if nested else 2), None
-    while match := re.match(r"\d+", symbol[position:]):
-        length = int(match.group())
-        start = position + len(match.group())
-        name, position = symbol[start:start + length], start + length
-        if not nested:
-            break
-    return (name, None) if name and name.isidentifier() else None
-
-
-def _strip_bracketed(text: str, opening: str, closing: str) -> str:
-    """`text` without a trailing balanced `(...)` or `<...>` group."""
-    if not text.endswith(closing):
-        return text
-    depth = 0
-    for i in range(len(text) - 1, -1, -1):
-        depth += {closing: 1, opening: -1}.get(text[i], 0)
-        if depth == 0:
-            return text[:i].rstrip()
-    return text
 
 
 def _nvcc_flags(context: _Context) -> Iterator[StaticFinding]:
