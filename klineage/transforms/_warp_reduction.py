@@ -325,7 +325,8 @@ class WarpReduction(Transform):
             raise NotApplicable(f"{function.name} is not a kernel")
         check_launch(state, function.name)
         site = serial_site(parsed, function)
-        steps = [_fixed_steps(state, parsed, loop) for loop in site.loops]
+        constants = state.constants
+        steps = [_fixed_steps(constants, parsed, loop) for loop in site.loops]
         if None not in steps and max(steps) < self.layout.sharing:  # a pooling window, a 3-tap stencil
             raise NotApplicable(f"{function.name}'s loops take at most {max(steps)} step(s), fixed in its source: "
                                 f"the {self.layout.sharing} lanes a row would take have fewer elements than lanes")
@@ -462,15 +463,15 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
     return Site(function, row, row_init, row_declaration, tuple(loops), types, kind, atomics)
 
 
-def _fixed_steps(state: KernelState, parsed: cp.ParsedSource, loop: RowLoop) -> int | None:
-    """How many steps a row loop takes where its start and bound are numbers or the source's constants (`dy < 2`,
+def _fixed_steps(constants: dict, parsed: cp.ParsedSource, loop: RowLoop) -> int | None:
+    """How many steps a row loop takes where its start and bound are numbers or `constants`, the source's (`dy < 2`,
     `k < KSIZE`, a nest read as one loop: `p < 3 * 3`); None where a count the launch passes decides it."""
     condition = squash(parsed.text(loop.node.child_by_field_name("condition")))
     if "<" not in condition or "&&" in condition:  # a loop down from the row's end, or under two bounds
         return None
     try:
         bound = re.sub(INTEGER_CAST, "", condition.split("<", 1)[1]).strip()
-        return expr.evaluate_int(bound, state.constants) - expr.evaluate_int(loop.start, state.constants)
+        return expr.evaluate_int(bound, constants) - expr.evaluate_int(loop.start, constants)
     except ExpressionError:
         return None
 
