@@ -36,7 +36,7 @@ from klineage.skills.admission import (
     judged_alike,
     measurements,
 )
-from klineage.skills.admission_rule import card_digest, rejudge, required_ratio, when_allows
+from klineage.skills.admission_rule import card_digest, rejudge, required_ratio, short_of_todays_rule, when_allows
 from klineage.skills.admission_run import POLICY
 from klineage.skills.card import CardStatus, Effect, Precondition, Ref, RefKind, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
@@ -428,6 +428,35 @@ def test_a_trial_that_shows_no_gain_does_not_admit_a_card_of_a_small_gain(cards,
     updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, 0.999))
     assert trial_outcome(trial) is TrialOutcome.FAILED and "below the 1.010x" in trial.message
     assert updated.status is not CardStatus.ADMITTED
+
+
+@pytest.mark.parametrize("trial_ratio, outcome", [(1.0099, TrialOutcome.FAILED), (1.0101, TrialOutcome.INCONCLUSIVE),
+                                                   (1.0249, TrialOutcome.INCONCLUSIVE), (1.0252, TrialOutcome.PASSED)])
+def test_a_trial_inside_the_gate_s_spread_of_the_ask_is_inconclusive(cards, gate_cache, trial_ratio, outcome):
+    """1.012x against an ask of 1.010x is inside what a fresh gate of the same pair moves (1.5%): it neither
+    reproduces the gain nor refutes it, so it admits nothing; beyond 1.010 x 1.015 it passes, below 1.010 it fails."""
+    card = with_effect(cards["launch_bounds"], 1.03)
+    updated, [trial] = admit(card, [tiny_target()], corpus.problem_path, timed_gate(gate_cache, trial_ratio))
+    assert trial_outcome(trial) is outcome and trial.ratio == pytest.approx(trial_ratio)
+    assert (updated.status is CardStatus.ADMITTED) is (outcome is TrialOutcome.PASSED)
+    if outcome is TrialOutcome.INCONCLUSIVE:
+        assert "by under 1.5%, the gate's run-to-run spread" in trial.message
+
+
+def test_rejudge_reads_a_pass_inside_the_spread_as_inconclusive_and_takes_the_admission_back(cards):
+    card = with_effect(cards["launch_bounds"], 1.03)  # asks 1.010x
+    ours = TrialBasis("gpu", "NVIDIA H200", "p" * 64, "q" * 64, card_digest(card), "c" * 64)
+    close = Trial("a" * 64, True, 1.012, "passed: t1: 1 site(s) -> x; 1.012x (required 1.010x)", ours)
+    admitted = dataclasses.replace(card, verification_log=(close,), status=CardStatus.ADMITTED)
+    updated, [changed] = rejudge(admitted)
+    assert trial_outcome(changed) is TrialOutcome.INCONCLUSIVE and not changed.passed and changed.ratio == 1.012
+    assert "re-judged" in changed.message and "first read as passed: t1" in changed.message
+    assert updated.status is CardStatus.CANDIDATE  # the admission rested on that pass alone
+    assert "would be candidate now" in short_of_todays_rule(admitted)
+    clear = Trial("b" * 64, True, 1.06, "passed: t2: 1 site(s) -> y; 1.060x (required 1.010x)", ours)
+    fresh, _ = rejudge(dataclasses.replace(card, verification_log=(close, clear)))
+    assert fresh.status is CardStatus.ADMITTED
+    assert fresh.verification_log[1] == clear  # a clear pass beside it keeps the card admitted
 
 
 def test_a_card_that_says_where_it_pays_is_tried_on_a_case_where_that_holds(cards):

@@ -89,15 +89,16 @@ def test_an_optimization_is_offered_a_marked_admitted_card_as_a_candidate(stored
 
 def test_an_admitted_card_today_s_rule_would_not_admit_goes_back_to_admission(client):
     """The bundled library keeps the statuses its measurements ran with; eleven of its admitted cards passed
-    trials of 0.994x to 1.002x under the earlier floor. Imported, each is marked with why, counted apart from
+    trials of 0.994x to 1.002x under the earlier floor, and two passed theirs by less than the gate's run-to-run
+    spread. Imported, each is marked with why, counted apart from
     the admitted ones on the home page, the library list and the API, and offered to an optimization as a
     candidate."""
     bundled = load_library(bundled_library())
     import_library(bundled.to_dict())
     said = {c.id: s for c in bundled.cards if (s := short_of_todays_rule(c))}
-    assert len(said) == 11
+    assert len(said) == 13
     assert dict(SkillCard.objects.exclude(readmission="").values_list("card_id", "readmission")) == said
-    standing, back = len(bundled.admitted()) - 11, 11
+    standing, back = len(bundled.admitted()) - 13, 13
     [row] = client.get("/api/libraries/").json()["results"]
     assert (row["admitted"], row["back_to_admission"]) == (standing, back)
     listed = client.get("/library/").content.decode()

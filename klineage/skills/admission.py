@@ -22,9 +22,11 @@ A card with a timing precondition is tried on a target's case where the precondi
 target problem's headline where it holds there, else its largest case where it does (`fair_case`); a
 target with no such case is no target for it.
 Outcomes:
-- PASSED: a timed passing verdict reaching `required`;
+- PASSED: a timed passing verdict reaching `required` by more than the gate's run-to-run spread
+  (`admission_rule.timed_outcome`);
 - FAILED: the gate rejected the kernel, or it passed slower than `required`;
-- INCONCLUSIVE: anything that is no timed judgement: a compile-only verdict, a gate error or
+- INCONCLUSIVE: a timed passing verdict reaching `required` by less than that spread (neither reproduced
+  nor refuted), and anything that is no timed judgement: a compile-only verdict, a gate error or
   miss, a passing verdict without a paired ratio, a card that declares no measured effect (a dry
   lineage's: nothing to reproduce; decided before any gate runs), a precondition failing on one of
   the target problem's cases (not a fair trial), no site applying. Unknown fails: an inconclusive trial never admits.
@@ -56,7 +58,14 @@ from klineage.gate.verdict import Status, Verdict
 from klineage.kernel import KernelState
 from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
-from klineage.skills.admission_rule import card_digest, required_ratio, status_after, when_allows
+from klineage.skills.admission_rule import (
+    card_digest,
+    required_ratio,
+    status_after,
+    timed_outcome,
+    when_allows,
+    within_spread,
+)
 from klineage.skills.card import RefKind, SkillCard, Trial, TrialBasis
 from klineage.skills.induction import lineage_id
 from klineage.skills.library import Library
@@ -164,9 +173,8 @@ def judged_alike(earlier: SkillCard, card: SkillCard) -> bool:
         return True
     if before is None or now is None:
         return False
-    timed = [t.ratio for t in earlier.verification_log
-             if t.ratio is not None and reading(t) in (Reading.PASSED, Reading.SLOWER)]
-    return all((ratio >= before) == (ratio >= now) for ratio in timed)
+    timed = [t.ratio for t in earlier.verification_log if t.ratio is not None and reading(t) is not Reading.REJECTED]
+    return all(timed_outcome(ratio, before) is timed_outcome(ratio, now) for ratio in timed)
 
 
 def _missing(theirs: Sequence[Trial], mine: Sequence[Trial]) -> tuple[Trial, ...]:
@@ -394,10 +402,13 @@ def _judged(card: SkillCard, ratio: float, where: str, record: Callable[..., Tri
     """A timed trial's reading of its paired `ratio` against what the card requires (`said`: where the
     ratio was measured, when not by this trial's own gate call)."""
     required = required_ratio(card)
-    if ratio < required:
-        return record(TrialOutcome.FAILED, f"{where}; passed at {ratio:.3f}x, below the {required:.3f}x the "
-                                           f"card's effects require{said}", ratio)
-    return record(TrialOutcome.PASSED, f"{where}; {ratio:.3f}x (required {required:.3f}x){said}", ratio)
+    outcome = timed_outcome(ratio, required)
+    if outcome is TrialOutcome.FAILED:
+        return record(outcome, f"{where}; passed at {ratio:.3f}x, below the {required:.3f}x the "
+                               f"card's effects require{said}", ratio)
+    if outcome is TrialOutcome.INCONCLUSIVE:
+        return record(outcome, f"{where}; {within_spread(ratio, required)}{said}", ratio)
+    return record(outcome, f"{where}; {ratio:.3f}x (required {required:.3f}x){said}", ratio)
 
 
 def admit(card: SkillCard, targets: Sequence[Target], problem_for: Callable[[str], str | Path], gate: Gate, *,

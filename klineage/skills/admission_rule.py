@@ -9,7 +9,10 @@ on another shape: at least half the smallest declared gain, in log terms, after 
 (with a timing precondition, over the effects on the cases where it holds: where the card was measured
 not to pay asks nothing of a trial). The floor is the gain the optimize loop needs to take a step: a
 trial that only shows the kernel no slower than before (0.999x) has not reproduced a gain, and
-"admitted" must not rest on it.
+"admitted" must not rest on it. Nor may it rest on a ratio that reached `required` by less than a fresh
+gate of the same pair moves (`when.REPEATABILITY`, 1.5%): such a trial neither reproduced the effect nor
+refuted it, and reads inconclusive (`timed_outcome`), as a case that reached the step's ratio by so little
+is undecided when a card's *when* is induced.
 
 Status: admitted when some trial PASSED and none was rejected by the gate (a materialization that is
 unsound somewhere keeps the card out); a trial that passed the gate only slower than required
@@ -33,8 +36,8 @@ from collections.abc import Sequence
 
 from klineage.fingerprint import sha256_json
 from klineage.skills.card import DEFAULT_REQUIRED_RATIO, CardStatus, SkillCard, Trial
-from klineage.skills.trial_reading import Reading, TrialOutcome, reading
-from klineage.skills.when import WhenKind, timing_precondition, unpaid_when
+from klineage.skills.trial_reading import Reading, TrialOutcome, reading, trial_outcome
+from klineage.skills.when import REPEATABILITY, Outcome, WhenKind, outcome_of, timing_precondition, unpaid_when
 
 NOISE = 0.05  # the least relative spread assumed of a declared effect
 
@@ -57,6 +60,25 @@ def required_ratio(card: SkillCard) -> float | None:
         return None
     lower = min(e.ratio * (1.0 - max(e.spread, NOISE)) for e in effects)
     return max(DEFAULT_REQUIRED_RATIO, math.sqrt(lower))
+
+
+def timed_outcome(ratio: float, required: float) -> TrialOutcome:
+    """How a timed trial's paired `ratio` reads against the `required` one: passed beyond it by more than
+    the gate's run-to-run spread, failed below it, inconclusive in between (the module's rule)."""
+    return _TIMED[outcome_of(ratio, required)]
+
+
+_TIMED = {Outcome.PAID: TrialOutcome.PASSED, Outcome.DID_NOT_PAY: TrialOutcome.FAILED,
+          Outcome.UNDECIDED: TrialOutcome.INCONCLUSIVE}
+# what a trial read before today's rule said, as the outcome today's rule gives
+_AS_OUTCOME = {Reading.PASSED: TrialOutcome.PASSED, Reading.SLOWER: TrialOutcome.FAILED,
+               Reading.INCONCLUSIVE: TrialOutcome.INCONCLUSIVE}
+
+
+def within_spread(ratio: float, required: float) -> str:
+    """The words a trial inside the spread is recorded with."""
+    return (f"{ratio:.3f}x reached the {required:.3f}x required by under {REPEATABILITY:.1%}, the gate's "
+            f"run-to-run spread: neither reproduced nor refuted")
 
 
 def status_after(card: SkillCard, trials: Sequence[Trial]) -> CardStatus:
@@ -88,27 +110,34 @@ def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
     ratios they recorded (no gate runs: a passing verdict's ratio is the measurement, the outcome
     only a reading of it), and its status decided again, by `admit`'s rule, from every trial of this
     content in its log (`admit` reads only the trials it just made; decided even where no outcome
-    changed); also the trials whose outcome changed. A rejected or untimed trial has no ratio and
-    keeps its outcome. Each changed trial's message keeps the old one after the new reading. Only
+    changed); also the trials whose outcome changed (`timed_outcome`). A rejected or untimed trial has no
+    ratio and keeps its outcome. An admitted card none of whose trials of this content reads passed any more,
+    one having read so before, is a candidate again (retired where one now fails). Each changed trial's message
+    keeps the old one after the new reading. Only
     trials of this very content (their basis names the card's digest) are read again: another
     content declared other effects."""
     required = required_ratio(card)
     digest = card_digest(card)
     changed: list[Trial] = []
     log = []
+    lost_a_pass = False
     for trial in card.verification_log:
-        old = reading(trial)  # a timed trial reads passed or slower; only those are read again
+        old = reading(trial)  # a timed trial (one with a ratio) reads passed, slower or inconclusive
         ours = trial.basis is not None and trial.basis.card == digest
-        if ours and required is not None and trial.ratio is not None and old in (Reading.PASSED, Reading.SLOWER):
-            new = TrialOutcome.PASSED if trial.ratio >= required else TrialOutcome.FAILED
-            if (new is TrialOutcome.PASSED) is not (old is Reading.PASSED):
+        if ours and required is not None and trial.ratio is not None and old is not Reading.REJECTED:
+            new = timed_outcome(trial.ratio, required)
+            if new is not _AS_OUTCOME[old]:
+                said = (within_spread(trial.ratio, required) + " now" if new is TrialOutcome.INCONCLUSIVE else
+                        f"{trial.ratio:.3f}x against the {required:.3f}x required now")
                 trial = dataclasses.replace(trial, passed=new is TrialOutcome.PASSED, message=(
-                    f"{new.value}: re-judged: {trial.ratio:.3f}x against the {required:.3f}x required now; "
-                    f"first read as {trial.message}"))
+                    f"{new.value}: re-judged: {said}; first read as {trial.message}"))
                 changed.append(trial)
+                lost_a_pass = lost_a_pass or old is Reading.PASSED
         log.append(trial)
     same = [t for t in log if t.basis is not None and t.basis.card == digest]
     status = status_after(card, same) if same else when_allows(card, card.status)
+    if status is CardStatus.ADMITTED and lost_a_pass and not any(reading(t) is Reading.PASSED for t in same):
+        status = CardStatus.CANDIDATE  # the admission rested on passes today's rule does not read as passes
     return dataclasses.replace(card, verification_log=tuple(log), status=status), changed
 
 
@@ -125,9 +154,14 @@ def short_of_todays_rule(card: SkillCard) -> str:
     if today.status is CardStatus.ADMITTED:
         return ""
     if changed:
+        required = required_ratio(card)
+        close = [f"{t.ratio:.3f}x" for t in changed if trial_outcome(t) is TrialOutcome.INCONCLUSIVE]
         reached = ", ".join(f"{t.ratio:.3f}x" for t in changed)
-        return (f"admitted under an earlier rule: today's asks {required_ratio(card):.3f}x of a trial and "
-                f"{'its trial' if len(changed) == 1 else 'its trials'} reached {reached}, so it would be "
+        which = "" if len(changed) == 1 else f"{', '.join(close)} "
+        spread = (f" ({which}above it by under {REPEATABILITY:.1%}, the gate's run-to-run spread: "
+                  f"neither reproduced nor refuted)") if close else ""
+        return (f"admitted under an earlier rule: today's asks {required:.3f}x of a trial and "
+                f"{'its trial' if len(changed) == 1 else 'its trials'} reached {reached}{spread}, so it would be "
                 f"{today.status.value} now")
     unpaid = unpaid_when(card)
     return (f"admitted before its per-case effects were read, and they keep it out: "
