@@ -112,7 +112,8 @@ def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
     content in its log (`admit` reads only the trials it just made; decided even where no outcome
     changed); also the trials whose outcome changed (`timed_outcome`). A rejected or untimed trial has no
     ratio and keeps its outcome. An admitted card none of whose trials of this content reads passed any more,
-    one having read so before, is a candidate again (retired where one now fails). Each changed trial's message
+    one that did now inside the gate's spread, is judged as the candidate it was before that admission: such a
+    pass neither reproduced the effect nor refuted it. Each changed trial's message
     keeps the old one after the new reading. Only
     trials of this very content (their basis names the card's digest) are read again: another
     content declared other effects."""
@@ -132,12 +133,14 @@ def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
                 trial = dataclasses.replace(trial, passed=new is TrialOutcome.PASSED, message=(
                     f"{new.value}: re-judged: {said}; first read as {trial.message}"))
                 changed.append(trial)
-                lost_a_pass = lost_a_pass or old is Reading.PASSED
+                lost_a_pass = lost_a_pass or (old is Reading.PASSED and new is TrialOutcome.INCONCLUSIVE)
         log.append(trial)
     same = [t for t in log if t.basis is not None and t.basis.card == digest]
-    status = status_after(card, same) if same else when_allows(card, card.status)
-    if status is CardStatus.ADMITTED and lost_a_pass and not any(reading(t) is Reading.PASSED for t in same):
-        status = CardStatus.CANDIDATE  # the admission rested on passes today's rule does not read as passes
+    judged = card
+    if card.status is CardStatus.ADMITTED and lost_a_pass and not any(reading(t) is Reading.PASSED for t in same):
+        # its admission rested on passes that today's rule reads as inconclusive: judged as the candidate it was
+        judged = dataclasses.replace(card, status=CardStatus.CANDIDATE)
+    status = status_after(judged, same) if same else when_allows(judged, judged.status)
     return dataclasses.replace(card, verification_log=tuple(log), status=status), changed
 
 
