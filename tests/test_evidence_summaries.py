@@ -206,7 +206,12 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     page = client.get("/").content.decode()
     # every transfer card on the page draws its rows (the transfer library's run has its own)
     transfer_cards = [c for c in _by_name().values() if c.title.startswith("Transfer to held-out operators")]
-    assert len(transfer_cards) == 7
+    assert len(transfer_cards) == 8
+    # the default search on the H200 at a later commit, 17 of the 20 operators: its numbers say over how many
+    h200 = _by_name()["transfer-h200.json"]
+    assert h200.where == "NVIDIA H200" and "rounds ordered measured" in h200.headline
+    assert "(geometric mean over 17 operators (of 20))" in h200.headline and "machine code not gated" in h200.headline
+    assert "faster than torch eager on 15 of the 17 operators (of 20)" in h200.headline
     # the H100's merged parts: cards of their own, each number over the operators it was measured on; the rounds
     # ordered as optimize does by default over all 18, and the earlier planned order over 15 of them
     h100, planned = _by_name()["transfer-h100.json"], _by_name()["transfer-h100-planned.json"]
@@ -248,10 +253,10 @@ def test_a_transfer_run_on_another_library_names_it_and_draws_its_budget_curve(c
     lead = max(points, key=lambda p: p["vs_unconditioned"])
     assert f"{lead['vs_unconditioned']:.2f}× at {lead['budget']} evaluations" in card.curve["caption"]
     page = client.get("/").content.decode()
-    # the default strategy's runs have one too: the H200's (its twelve as planned, six more measured) and the H100's
-    # (as planned; measured, without and with the code check)
+    # the default strategy's runs have one too: the H200's (its twelve as planned, six more measured, seventeen
+    # measured with the code check) and the H100's (as planned; measured, without and with the code check)
     curves = [c.curve for c in _by_name().values() if c.curve]
-    assert len(curves) == 6 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
+    assert len(curves) == 7 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
     assert "library, 8 evaluations: " in page and "library, then catalog, 8 evaluations: " in page
 
 
