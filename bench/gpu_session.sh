@@ -68,7 +68,7 @@ mkdir -p "$OUT/lineages" "$OUT/results"
 walk() {  # walk:problem/kernel -> $OUT/lineages/problem_kernel.gpu.json; more arguments go to `klineage walk`
   local kernel=$1 name=${1//\//_} guess; shift
   guess=bench/walks/$name.dry.json.gz  # a dry walk with today's catalog (bench/walks/README.md), else the corpus's
-  [ -f "$guess" ] || guess=corpus/lineages/$name.full.dry.json; [ -f "$guess" ] || guess=corpus/lineages/$name.dry.json
+  for guess in "$guess" corpus/lineages/$name.{full.dry,dry}.json{,.gz}; do [ -f "$guess" ] && break; done
   timeout "${limit:-${WALK_TIMEOUT:-540}}" python3 -m klineage walk "$kernel" --gate gpu --record --prefetch "$guess" \
     --jobs "${WALK_JOBS:-6}" --max-steps "${WALK_MAX_STEPS:-80}" --max-rejections "${WALK_MAX_REJECTIONS:-8}" --out "$OUT/lineages/$name.gpu.json" "$@"
 }

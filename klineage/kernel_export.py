@@ -18,7 +18,7 @@ from klineage.documents import read_document_text
 from klineage.errors import DocumentError, KLineageError
 from klineage.kernel import PLAN_FILE, KernelState, load_kernel
 
-LINEAGE_GLOBS = ("corpus/lineages/*.json", "bench/walks/*.json.gz")
+LINEAGE_GLOBS = ("corpus/lineages/*.json", "corpus/lineages/*.json.gz", "bench/walks/*.json.gz")
 MIN_PREFIX = 8
 
 

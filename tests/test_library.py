@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from klineage.cli import main
+from klineage.documents import document_files
 from klineage.errors import DocumentError, KLineageError
 from klineage.lineage import Lineage
 from klineage.skills.card import CardStatus
@@ -142,7 +143,7 @@ def test_the_bundled_library_matches_its_lineages():
     bundled = load_library(BUNDLED)
     named = bundled.provenance["lineages"]
     committed = {
-        lineage_id(lin): lin for lin in map(Lineage.load, sorted((ROOT / "corpus" / "lineages").glob("*.json")))
+        lineage_id(lin): lin for lin in map(Lineage.load, document_files(ROOT / "corpus" / "lineages"))
     }
     assert set(named) <= set(committed), "the bundled library names a lineage that is not committed"
     lineages = [committed[name] for name in named]

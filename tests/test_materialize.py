@@ -202,7 +202,7 @@ def test_evidence_anchors_place_a_card_where_no_finder_can():
     from klineage.skills.library import lineage_index, load_library, problem_infos
     from klineage.skills.materialize import evidence_anchors
 
-    walk = Lineage.load(ROOT / "corpus" / "lineages" / "gemm_mma_sync.dry.json")
+    walk = Lineage.load(ROOT / "corpus" / "lineages" / "gemm_mma_sync.dry.json.gz")
     naive = walk.states[-1].kernel
     def has_mma(state: KernelState) -> bool:  # source comments name mma.sync too: ask the feature reader
         return any(f.name == "mma_sync" for f in source_features(state.source))

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from klineage import config
+from klineage.documents import document_files
 from klineage.lineage import Lineage, unified_diff
 from klineage.skills.card import SkillCard
 from klineage.skills.induction import induce, lineage_id
@@ -93,6 +94,6 @@ def test_replay_diff_carries_a_plan_change(walk):
 
 def test_the_lineage_index_reaches_every_committed_walk():
     index = lineage_index()
-    for path in (config.corpus_dir() / "lineages").glob("*.json"):
+    for path in document_files(config.corpus_dir() / "lineages"):
         assert lineage_id(Lineage.load(path)) in index
     assert json.loads(GEMM.read_text())["gate"] == "gpu"
