@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from klineage.documents import document_files, read_document_text
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan, resolve
 from klineage.transforms import Anchor, Direction, NotApplicable, Role, get
@@ -38,7 +39,8 @@ def anchor(key: str) -> Anchor:
 
 
 def last_state(name: str) -> KernelState:
-    lineage = json.loads((LINEAGES / f"{name}.dry.json").read_text())
+    [path] = document_files(LINEAGES, f"{name}.dry.json")  # stored plain or gzip-compressed
+    lineage = json.loads(read_document_text(path, "lineage"))
     last = lineage["states"][-1]
     return KernelState(source=last["source"], plan=LaunchPlan.from_dict(last["plan"]))
 
