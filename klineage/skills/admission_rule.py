@@ -111,11 +111,10 @@ def rejudge(card: SkillCard) -> tuple[SkillCard, list[Trial]]:
     only a reading of it), and its status decided again, by `admit`'s rule, from every trial of this
     content in its log (`admit` reads only the trials it just made; decided even where no outcome
     changed); also the trials whose outcome changed (`timed_outcome`). A rejected or untimed trial has no
-    ratio and keeps its outcome. An admitted card none of whose trials of this content reads passed any more,
-    one that did now inside the gate's spread, is judged as the candidate it was before that admission: such a
-    pass neither reproduced the effect nor refuted it. Each changed trial's message
-    keeps the old one after the new reading. Only
-    trials of this very content (their basis names the card's digest) are read again: another
+    ratio and keeps its outcome. An admitted card left with no pass of this content, some pass of it now
+    inside the gate's spread, is judged as the candidate it was before that admission: such a pass neither
+    reproduced the effect nor refuted it. Each changed trial's message keeps the old one after the new
+    reading. Only trials of this very content (their basis names the card's digest) are read again: another
     content declared other effects."""
     required = required_ratio(card)
     digest = card_digest(card)
