@@ -19,6 +19,8 @@ from klineage.gate.cache import GateCache
 from klineage.kernel import load_kernel
 from klineage.optimize import AttemptStatus, CodeCheck, OptimizationResult, Strategy, optimize, strategies
 from klineage.optimize.strategies import Candidate, Ordering, RunMemory, Tier, mechanism_short_of
+from klineage.skills.admission_rule import short_of_todays_rule
+from klineage.skills.card import CardStatus
 from klineage.skills.library import bundled_library, load_library
 from klineage.transforms.base import Anchor, Direction, Rewrite
 
@@ -160,3 +162,30 @@ def test_a_run_document_keeps_its_ordering_and_one_from_before_orderings_reads_a
     with pytest.raises(DocumentError, match=r"optimization\.ordering"):
         OptimizationResult.from_dict(data | {"ordering": "sideways"})
 
+
+
+def test_a_card_today_s_admission_rule_doubts_waits_behind_what_no_one_measured(monkeypatch):
+    """bias_grad's default search on the H200 (session 60), replayed off the verdicts its three searches recorded.
+    As it ran, the round after the split column sum gave two of its four evaluations to card be14705607df's
+    shuffle_to_shared kernels (0.66x and 0.62x): a card admitted on one trial of 1.014x against the 1.010x asked,
+    inside the gate's run-to-run spread, which today's rule reads inconclusive. Measured, its kernels wait behind
+    the catalog's, and the same budget takes the merge's block reduction: 19.49x where the run had 17.60x."""
+    monkeypatch.setenv("KLINEAGE_REPLAY_GPU", "NVIDIA H200")
+    problem = REPO_ROOT / "bench" / "transfer" / "bias_grad"
+    library = load_library(bundled_library())
+    doubted = library.by_id("be14705607df")
+    assert doubted.status is CardStatus.ADMITTED and "above it by under 1.5%" in short_of_todays_rule(doubted)
+    place = strategies._measured_last(library.cards, RunMemory(), 1.01)
+    start = load_kernel(problem / "naive")
+    tier, why = place(_candidate(start, "doubted", doubted.id, "shuffle_to_shared"))
+    assert tier is Tier.LIBRARY and why == short_of_todays_rule(doubted)
+    assert place(_candidate(start, "fresh", "", "shuffle_to_shared")) == (Tier.FRESH, "")
+    result = optimize(problem / "problem.py", start, strategy=Strategy.LIBRARY_THEN_CATALOG, library=library,
+                      budget=8, gate_mode=GateMode.REPLAY, jobs=6, rivals=3,
+                      cache=GateCache(None, config.recorded_dir()), ordering=Ordering.MEASURED)
+    recorded = json.loads((PARTS / "gpu-s60-h200" / "bias_grad.json").read_text(encoding="utf-8"))
+    ran = recorded["runs"]["bias_grad"]["library_then_catalog"]
+    assert ran["steps"] == ["unsplit_reduction"] and ran["speedup"] == pytest.approx(17.596, 1e-3)
+    assert [s.transform for s in result.steps] == ["unsplit_reduction", "serialize_block_reduction"]
+    assert result.speedup == pytest.approx(19.487, 1e-3) and result.stats.evaluations == 8
+    assert not any(a.card == doubted.id and a.status.gated for a in result.attempts)

@@ -33,7 +33,8 @@ the strategies differ only here:
 How a library strategy orders a round (`Ordering`, kept in the run's document): AS_PLANNED is the order
 above. MEASURED (the default) puts after the rest of the round what is measured to pay less than a step,
 in two tiers: first what the library measured on other kernels (a catalog forward of a mechanism every
-measured card of which fell short of a step, `mechanism_short_of`, then the kernels cards passed over, as
+measured card of which fell short of a step, `mechanism_short_of`; a kernel of an admitted card whose trials
+today's admission rule no longer admits it on, `short_of_todays_rule`; then the kernels cards passed over, as
 planned), and last what this run measured on this operator (a transform at a site it gated at an earlier
 best kernel without taking it, `RunMemory`): the operator's own measurement outranks the walks' evidence.
 Nothing is left out: with budget left, the round still reaches them. On bmm_small (H100, budget 8) the
@@ -59,6 +60,7 @@ from klineage.kernel import KernelState
 from klineage.lineage import Lineage
 from klineage.problem import ProblemInfo
 from klineage.rewriters.rules import ordered
+from klineage.skills.admission_rule import short_of_todays_rule
 from klineage.skills.card import CardAnchor, CardStatus, SkillCard
 from klineage.specialize import specialized
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Role, Transform
@@ -503,6 +505,9 @@ Placing = Callable[[Candidate], tuple[Tier, str]]  # a candidate's tier and, beh
 def _measured_last(cards: Sequence[SkillCard], memory: RunMemory, required_ratio: float | None) -> Placing:
     # the cards do not change during a run: each mechanism's verdict once, not at every candidate of every round
     short = {t: mechanism_short_of(t, cards, required_ratio) for t in {card.transform for card in cards}}
+    # an admitted card whose trials today's admission rule no longer admits it on: nothing it was tried on showed
+    # its gain, so its kernels wait behind those nothing measured short, as a mechanism measured short does
+    doubted = {card.id: why for card in cards if (why := short_of_todays_rule(card))}
 
     def place(candidate: Candidate) -> tuple[Tier, str]:
         if candidate.rewrite is None or candidate.not_gated:
@@ -510,7 +515,8 @@ def _measured_last(cards: Sequence[SkillCard], memory: RunMemory, required_ratio
         refused = memory.measured(candidate)
         if refused:
             return Tier.THIS_RUN, refused
-        why = short.get(candidate.transform, "")  # a mechanism no card names: unknown, not short
+        # a mechanism no card names, or a card no trial doubts: unknown, not short
+        why = short.get(candidate.transform, "") or doubted.get(candidate.card, "")
         return (Tier.LIBRARY, why) if why else (Tier.FRESH, "")
 
     return place
