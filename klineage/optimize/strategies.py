@@ -495,7 +495,7 @@ class Tier(int, Enum):
     """Where `Ordering.MEASURED` puts a candidate kernel in its round."""
 
     FRESH = 0  # nothing measured says it pays less than a step
-    LIBRARY = 1  # the library's cards measured its mechanism short of a step, on other kernels
+    LIBRARY = 1  # the library measured it short of a step on other kernels: its mechanism, or its card
     THIS_RUN = 2  # this run gated it at this site at an earlier best kernel and did not take it
 
 
