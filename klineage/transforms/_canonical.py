@@ -173,11 +173,16 @@ def _coordinate_locals(parsed: cp.ParsedSource, function: cp.Function, body: Nod
     written = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier") if is_written(n)}
     found = {}
     for statement in body.named_children:
-        local = _COORDINATE_LOCAL.fullmatch(" ".join(parsed.text(statement).split())) \
-            if statement.type == "declaration" else None
+        local = _coordinate_local(parsed, statement)
         if local and local["name"] not in written:
             found[local["name"]] = local["value"]
     return found
+
+
+def _coordinate_local(parsed: cp.ParsedSource, statement: Node) -> re.Match[str] | None:
+    """The name and coordinate of a declaration `_COORDINATE_LOCAL` reads; None for any other statement."""
+    return _COORDINATE_LOCAL.fullmatch(" ".join(parsed.text(statement).split())) \
+        if statement.type == "declaration" else None
 
 
 def _unread_coordinate_locals(state: KernelState) -> KernelState:
@@ -186,9 +191,8 @@ def _unread_coordinate_locals(state: KernelState) -> KernelState:
     def edit(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> Edits:
         names = [parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier")]
         return [(line_start(parsed.data, statement.start_byte), _past_line(parsed.data, statement), "")
-                for statement in body.named_children if statement.type == "declaration"
-                and (local := _COORDINATE_LOCAL.fullmatch(" ".join(parsed.text(statement).split())))
-                and names.count(local["name"]) == 1]
+                for statement in body.named_children
+                if (local := _coordinate_local(parsed, statement)) and names.count(local["name"]) == 1]
 
     return _edited(state, edit)
 
