@@ -33,7 +33,8 @@ _BY_STRUCTURE = {"rms_norm": _ROWS, "layer_norm": _ROWS, "log_softmax": _ROWS, "
             "batched_matvec": _ROWS | {"unsplit_reduction"}, "cumsum": {"serialize_reduction"},
             "row_argmax": {"serialize_reduction", "unsplit_reduction"},  # one loop each: its chunks can be split
             "gelu_mul": {"scalarize_elementwise", "uncoarsen_grid_stride"},
-            "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride"},
+            # its two bias corrections divide by constants (1 - beta^t), folded into products by their reciprocals
+            "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride", "reciprocal_constant"},
             "transpose": {"untile_transpose", "uncoarsen_grid_stride"},  # its 2-D copy read flat (`_flatten`)
             # its guard `i >= (long long)rows * cols` a count formed in 64 bits: its output stores packed too
             "gather_rows": {"uncoarsen_grid_stride", "scalarize_row_gather", "scalarize_elementwise"},
@@ -49,7 +50,9 @@ _BY_STRUCTURE = {"rms_norm": _ROWS, "layer_norm": _ROWS, "log_softmax": _ROWS, "
             "bmm_small": {"untile_matmul"},  # a batch of small products, one layer of blocks per matrix
             "bias_grad": _ROWS | {"serialize_column_reduction", "unsplit_reduction"},  # down columns
             # templates over the element type, as PyTorch extensions write them: read as their float instance
-            "hardswish": {"scalarize_elementwise", "uncoarsen_grid_stride"}, "row_logsumexp": _ROWS}
+            # (hardswish's `/ scalar_t(6)` a division by `float(6)`, a constant)
+            "hardswish": {"scalarize_elementwise", "uncoarsen_grid_stride", "reciprocal_constant"},
+            "row_logsumexp": _ROWS}
 TEMPLATES = ("hardswish", "row_logsumexp")  # written as templates; run on the H200 only
 EXPECTED = {operator: _BY_STRUCTURE.get(operator, set()) | {"ldg_subscript"} for operator in OPERATORS}
 

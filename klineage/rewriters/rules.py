@@ -29,9 +29,9 @@ from klineage.transforms.base import Anchor, NotApplicable, Role, Transform
 # a row kept in registers across passes (uncache_row: before the vector widths, which rewrite the loads that
 # fill the register array into per-element copies it no longer recognizes), vector widths and warp
 # shuffles, thread coarsening (uncoarsen: a fixed batch of independent items per thread becomes one),
-# the CTA order, and last the micro-optimizations (fast math, read-only loads, restrict, unroll pragmas,
-# launch bounds), of which an expert has many sites and which change no algorithm. `after` overrides
-# this order where a transform needs it.
+# the CTA order, and last the micro-optimizations (fast math, reciprocals of constant divisors, read-only
+# loads, restrict, unroll pragmas, launch bounds), of which an expert has many sites and which change no
+# algorithm. `after` overrides this order where a transform needs it.
 PRIORITY: tuple[str, ...] = (
     "warp_mma",
     "scalarize_mma",
@@ -47,6 +47,7 @@ PRIORITY: tuple[str, ...] = (
     "uncoarsen",
     "block_swizzle",
     "fast_math",
+    "reciprocal_constant",
     "ldg",
     "restrict",
     "unroll",
@@ -55,7 +56,8 @@ PRIORITY: tuple[str, ...] = (
 
 
 # Many sites per expert, no algorithm changed: the tail of every walk.
-MICRO_OPTIMIZATIONS: frozenset[str] = frozenset({"fast_math", "ldg", "restrict", "unroll", "launch_bounds"})
+MICRO_OPTIMIZATIONS: frozenset[str] = frozenset({"fast_math", "reciprocal_constant", "ldg", "restrict", "unroll",
+                                                 "launch_bounds"})
 
 
 def ordered(transforms: Iterable[Transform], priority: Sequence[str] = PRIORITY) -> list[Transform]:

@@ -23,6 +23,7 @@ FORWARD: dict[str, tuple[str, str]] = {
     "ldg": ("load read-only data with __ldg", "__ldg"),
     "ldg_subscript": ("read a read-only array through the read-only cache", "read-only cache"),
     "reroll_grid_stride": ("unroll a grid-stride loop a few grids a step", "loads of several elements together"),
+    "reciprocal_constant": ("multiply by a constant's folded reciprocal", "reciprocal"),
     "restrict": ("restrict-qualify pointers", "__restrict__"),
     "scalarize_elementwise": ("move four elements per thread as 16-byte vectors", "16-byte vector loads and stores"),
     "scalarize_grid_stride": ("walk a grid-stride loop four elements a step as 16-byte vectors",
