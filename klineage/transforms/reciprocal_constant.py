@@ -18,7 +18,13 @@ its type is float or double by the usual conversions, never an integer (`a * (1 
 site: a divisor whose reciprocal is subnormal or overflows, or that is a power of two (nvcc multiplies by its
 exact reciprocal already); a division whose dividend is itself constant (folded already); a float divisor in
 a function that declares or casts to `double` (the reciprocal would be rounded to float inside a double
-computation); anything outside `__global__` and `__device__` functions.
+computation); anything outside `__global__` and `__device__` functions. And a quotient that is not read as a
+floating value all the way to where it is stored or returned: one ulp is nothing to a float result, but a whole
+step where the value is truncated (`int k = i / 2.5f`, a cast to an integer, `floorf`, `__float2int_rz`, an `int`
+parameter of a helper) or compared (`q > 1.0f`, a condition); so the path up from the division may pass only
+arithmetic, float casts, conditional branches and calls of the math library or of the source's functions that take
+a float there, and must end in a float, half or bf16 variable, array element or vector component, or a float
+function's return.
 
 Backward: every `X * (1 / C)` (and `X *= (1 / C)`) of the function with that divisor, where the numerator is
 a literal one in any spelling (`1`, `1.0f`), becomes `X / C`: the correctly rounded quotient, correct wherever
@@ -39,12 +45,20 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._edit import call_arguments, cast_name, operator, splice
+from klineage.transforms._edit import Scope, call_arguments, cast_name, operator, params, splice, unparen
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 FLOATING = ("float", "double")
 _RECIPROCAL_RANGE = (2.0 ** -125, 2.0 ** 125)  # |C| inside it: 1 / C is a normal number of either type
 _DOUBLE = re.compile(r"\bdouble\b")
+# where a quotient may be stored, and read as a value: its rounding to these never truncates
+_FLOATING_STORES = frozenset({"float", "double", "__half", "half", "__nv_bfloat16", "nv_bfloat16"})
+_FLOATING_VECTORS = frozenset(f"{kind}{n}" for kind in FLOATING for n in (1, 2, 3, 4))
+# float functions of CUDA's math library: their arguments stay floating (an integer rounding is none of them)
+_FLOAT_MATH = re.compile(r"^(?:__)?(?:exp2?|exp10|expm1|log2?|log10|log1p|sqrt|rsqrt|cbrt|pow|sin|cos|tan|tanh|"
+                         r"sinh|cosh|erfc?|fabs|fmin|fmax|fma|fdivide|hypot|atan2?|asin|acos|copysign|sigmoid)f?$|"
+                         r"^(?:min|max|__saturatef|__f(?:add|sub|mul|div|ma)_r[nzud])$")
+_COMPARING = frozenset({"<", "<=", ">", ">=", "==", "!=", "&&", "||", "%", "&", "|", "^", "<<", ">>"})
 
 
 def _literal(text: str) -> tuple[str, float] | None:
@@ -91,8 +105,7 @@ def constant(parsed: cp.ParsedSource, node: Node) -> tuple[str, float] | None:
         if operator(node) == "/" and (promoted == "int" or right[1] == 0):
             return None  # C truncates an integer quotient; a zero divisor is no constant
         a, b = left[1], right[1]
-        value = {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else 0.0}[operator(node)]
-        return promoted, value
+        return promoted, {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else 0.0}[operator(node)]
     cast, argument = _cast(parsed, node)
     if cast in FLOATING and argument is not None:
         inner = constant(parsed, argument)
@@ -142,6 +155,86 @@ def _operations(parsed: cp.ParsedSource, tokens: tuple[str, str]) -> Iterator[tu
             yield function, node, token
 
 
+def _floating_variable(scope: Scope, target: Node, indirection: str) -> bool:
+    """Whether `target` names a variable (or, with indirection "*", the array it points to) of a floating type."""
+    if target.type != "identifier":
+        return False
+    name = scope.parsed.text(target)
+    declaration = scope.declaration(name, target)
+    if declaration is not None:
+        depth = declaration.indirection + "*" * len(declaration.dims)
+        return declaration.type in _FLOATING_STORES | _FLOATING_VECTORS and depth == indirection
+    param = scope.param(name, target)
+    return param is not None and param[2].type in _FLOATING_STORES and param[2].indirection == indirection
+
+
+def _floating_place(scope: Scope, target: Node) -> bool:
+    """Whether an assignment's left side is a floating place: a float local or parameter, an element of a float
+    array, a component of a float vector (`w.x` of a `float4`)."""
+    target = unparen(target)
+    if target.type == "subscript_expression":
+        return _floating_variable(scope, unparen(target.child_by_field_name("argument")), "*")
+    if target.type == "pointer_expression" and operator(target) == "*":
+        return _floating_variable(scope, unparen(target.child_by_field_name("argument")), "*")
+    if target.type == "field_expression":
+        vector = unparen(target.child_by_field_name("argument"))
+        declaration = scope.declaration(scope.parsed.text(vector), vector) if vector.type == "identifier" else None
+        return declaration is not None and declaration.type in _FLOATING_VECTORS and not declaration.indirection
+    return _floating_variable(scope, target, "")
+
+
+def _argument_stays_floating(scope: Scope, call: Node, argument: Node) -> bool:
+    """A float function of the math library, or the source's own whose every definition takes a floating
+    value there."""
+    name = cp.call_name(call)
+    if _FLOAT_MATH.match(name):
+        return True
+    position = [a.id for a in call_arguments(call)].index(argument.id)
+    taken = [params(scope.parsed, f.node) for f in scope.functions if f.name == name]
+    return bool(taken) and all(position < len(p) and p[position].type in _FLOATING_STORES
+                               and not p[position].indirection for p in taken)
+
+
+_PASSING = frozenset({"binary_expression", "parenthesized_expression", "unary_expression", "conditional_expression",
+                      "cast_expression"})
+
+
+def _stays_floating(scope: Scope, node: Node) -> bool:
+    """Whether a quotient is only ever read as a floating value up to where it is stored or returned. A product
+    by the reciprocal can be an ulp from the quotient, which nothing numerical notices but an integer conversion,
+    a rounding call or a comparison can turn into a whole step (`int k = i / 2.5f` with i = 5): those, and any
+    place this cannot type, are no site."""
+    parsed = scope.parsed
+    child, parent = node, node.parent
+    while parent is not None:
+        kind = parent.type
+        if kind == "argument_list":  # a call's argument, or a functional cast's operand
+            call = parent.parent
+            cast = _cast(parsed, call)[0]
+            if cast not in _FLOATING_STORES and (cast or not _argument_stays_floating(scope, call, child)):
+                return False
+            child, parent = call, call.parent
+            continue
+        if kind == "init_declarator":
+            declaration = parent.parent
+            type_node = declaration.child_by_field_name("type") if declaration is not None else None
+            return (type_node is not None and parsed.text(type_node) in _FLOATING_STORES
+                    and parent.child_by_field_name("declarator").type == "identifier")
+        if kind == "assignment_expression":
+            return (parent.child_by_field_name("right").id == child.id
+                    and _floating_place(scope, parent.child_by_field_name("left")))
+        if kind == "return_statement":
+            function = cp.enclosing_function(parent)
+            returned = function.child_by_field_name("type") if function is not None else None
+            return returned is not None and parsed.text(returned) in _FLOATING_STORES
+        if (kind not in _PASSING or operator(parent) in _COMPARING or operator(parent) in ("!", "~")
+                or (kind == "cast_expression" and _cast(parsed, parent)[0] not in _FLOATING_STORES)
+                or (kind == "conditional_expression" and parent.child_by_field_name("condition").id == child.id)):
+            return False
+        child, parent = parent, parent.parent
+    return False
+
+
 def _constant_dividend(parsed: cp.ParsedSource, node: Node) -> bool:
     return node.type == "binary_expression" and constant(parsed, node.child_by_field_name("left")) is not None
 
@@ -150,6 +243,7 @@ def _divided(parsed: cp.ParsedSource) -> list[_Site]:
     """Each division by a floating constant whose reciprocal is normal and inexact, of a dividend that is not
     constant, in a function where no double computation could take in a float reciprocal."""
     low, high = _RECIPROCAL_RANGE
+    scope = Scope(parsed)
     sites = []
     for function, node, token in _operations(parsed, ("/", "/=")):
         divisor = node.child_by_field_name("right")
@@ -161,7 +255,10 @@ def _divided(parsed: cp.ParsedSource) -> list[_Site]:
             continue
         if kind == "float" and _DOUBLE.search(parsed.text(function.node)):
             continue
-        sites.append(_Site(function, node, token, divisor, divisor))
+        stored = (_floating_place(scope, node.child_by_field_name("left")) if token.type == "/="
+                  else _stays_floating(scope, node))
+        if stored:
+            sites.append(_Site(function, node, token, divisor, divisor))
     return sites
 
 

@@ -29,6 +29,28 @@ __global__ void widened(const float* __restrict__ x, float* __restrict__ y)
 }
 float host_side(float v) { return v / 3.0f; }
 """
+# A product one ulp from the quotient is nothing to a float result but a whole step where the quotient is truncated
+# or compared (`i / 2.5f` is exactly 2 at i = 5; 5 times the rounded reciprocal of 2.5 need not be).
+TRUNCATED = r"""
+__device__ int bucket(float q) { return (int)q; }
+__device__ float twice(float q) { return q + q; }
+__device__ float scaled(float q) { return q / 3.0f; }
+__device__ int steps(float q) { return q / 3.0f; }
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int* __restrict__ k, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int whole = i / 2.5f;
+    k[i] = (int)(i / 3.5f) + static_cast<int>(i / 4.5f) + bucket(i / 5.5f) + (i / 6.5f > 1.0f)
+         + __float2int_rz(i / 7.5f);
+    k[i] += i / 10.5f;
+    float f = floorf(i / 8.5f) + (i / 9.5f ? 1.0f : 0.0f);
+    f += twice(x[i] / 11.5f) + fmaxf(x[i] / 12.5f, 0.0f) + (x[i] > 0.0f ? x[i] / 13.5f : 0.0f);
+    float4 w;
+    w.x = x[i] / 14.5f;
+    y[i] = f + whole + w.x + (float)(x[i] / 15.5f);
+}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +106,16 @@ def test_what_is_not_a_site(reciprocal):
         reciprocal.forward(state, Anchor("kernel", "divisor", "8.0f"))
     with pytest.raises(NotApplicable, match="needs a divisor anchor"):
         reciprocal.forward(state, Anchor("kernel", "call", "3.0"))
+
+
+def test_a_quotient_truncated_or_compared_is_not_a_site(reciprocal):
+    """Stored into an int, cast, rounded, compared, passed to an int helper or tested as a condition: no site.
+    Kept floating through a float helper, a float math function, a conditional's branch, a float4 component, a
+    float cast or a float function's return: a site."""
+    sites = reciprocal.forward_sites(KernelState(source=TRUNCATED, plan=PLAN))
+    assert [(a.function, a.key) for a in sites] == [
+        ("scaled", "3.0f"), ("kernel", "11.5f"), ("kernel", "12.5f"), ("kernel", "13.5f"), ("kernel", "14.5f"),
+        ("kernel", "15.5f")]
 
 
 @pytest.mark.parametrize("text, kind, value", [
