@@ -14,6 +14,18 @@ Sites, each keyed `<site>#<n>` within its function (kind "call" or "asm"):
     for asm written that way (other spacing comes back canonical).
 `exp2f`, `__fmul_rn` and the other correctly rounded or precise functions are not fast math.
 
+Forward also finds divisions no backward step wrote: a float division `a / b` of a device function, written
+any way (kind "division", key the division's text without blanks; every division of the function spelled so, a
+vectorized body's lanes and its tail, goes in one step), becomes `__fdividef(a, b)`. It qualifies where both
+operands read as single precision or integer, at least one float (`_float_values.value_type`: declarations,
+parameters, literals, casts, the math library's float functions; a double or an unknown operand is no site), the
+divisor is no floating constant (reciprocal_constant folds those exactly), it is not the canonical `((a) / (b))`
+(a site of its own, above), and the quotient is read as a floating value up to where it is stored
+(`_float_values.stays_floating`: never truncated or compared, where 2 ulp could be a whole step), and it runs per
+element (in a loop, or reading nothing a loop assigns: a row's mean after its loop is once a row, not worth a gate
+evaluation). Backward of the
+call is the canonical parenthesised division, as for any `__fdividef`.
+
 Backward is always correct, since the precise function is at least as accurate everywhere: `expf`
 is within 2 ulp over its whole range where `__expf` errs by 2 + 1.16|x| ulp; `logf`/`sinf`/`cosf`
 are within 1-2 ulp where the intrinsics' error is absolute and grows outside [-pi, pi] or near 1;
@@ -34,6 +46,14 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
+from klineage.transforms._edit import Scope, splice
+from klineage.transforms._float_values import (
+    constant,
+    device_operations,
+    runs_per_element,
+    stays_floating,
+    value_type,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, Transform
 
 PRECISE = {"__expf": "expf", "__exp10f": "exp10f", "__logf": "logf", "__log2f": "log2f", "__log10f": "log10f",
@@ -143,6 +163,29 @@ def _keyed(parsed: cp.ParsedSource) -> list[tuple[int, _Site]]:
     return keyed
 
 
+def _canonical_division(node: Node) -> bool:
+    left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+    return (node.parent is not None and node.parent.type == "parenthesized_expression"
+            and left.type == right.type == "parenthesized_expression")
+
+
+def _divisions(parsed: cp.ParsedSource) -> list[tuple[str, Node]]:
+    """(function, division) of each float division `__fdividef` could compute (the module's doc says which)."""
+    scope = Scope(parsed)
+    found = []
+    for function, node, _ in device_operations(parsed, ("/",)):
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        types = {value_type(scope, left), value_type(scope, right)}
+        if (types in ({"float"}, {"float", "int"}) and constant(parsed, right) is None
+                and not _canonical_division(node) and runs_per_element(parsed, node) and stays_floating(scope, node)):
+            found.append((function.name, node))
+    return found
+
+
+def _division_key(parsed: cp.ParsedSource, node: Node) -> str:
+    return re.sub(r"\s+", "", parsed.text(node))
+
+
 class FastMath(Transform):
     name = "fast_math"
     intent = "Use a fast hardware approximation (__expf, __fdividef, ex2.approx) where its error is acceptable."
@@ -201,6 +244,8 @@ class FastMath(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
+        if anchor.kind == "division":
+            return self._approximate_divisions(state, parsed, anchor)
         site, match = self._site(parsed, anchor)
         if site.fast:
             raise NotApplicable(f"fast_math: the site at {anchor} is already fast")
@@ -218,6 +263,18 @@ class FastMath(Transform):
         fast = match["mnemonic"] or site.family
         return self.rewrite(state, anchor, Direction.FORWARD, source, carrier={"fast": fast},
                             note=f"{parsed.text(site.node)} became the fast {fast}")
+
+    def _approximate_divisions(self, state: KernelState, parsed: cp.ParsedSource, anchor: Anchor) -> Rewrite:
+        chosen = [node for function, node in _divisions(parsed)
+                  if function == anchor.function and _division_key(parsed, node) == anchor.key]
+        if not chosen:
+            raise NotApplicable(f"fast_math: {anchor.function} has no float division {anchor.key} to approximate")
+        edits = [(node.start_byte, node.end_byte, f"__fdividef({parsed.text(node.child_by_field_name('left'))}, "
+                                                  f"{parsed.text(node.child_by_field_name('right'))})")
+                 for node in chosen]
+        source = splice(parsed.data, edits)[0].decode("utf-8")
+        return self.rewrite(state, anchor, Direction.FORWARD, source, carrier={"fast": "__fdividef"},
+                            note=f"{len(edits)} division(s) {anchor.key} became __fdividef")
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
         """Precise sites of the families the carrier's "fast" values show (`__expf`, `__fdividef`,
@@ -237,6 +294,11 @@ class FastMath(Transform):
                     anchors.append(Anchor(site.function, "asm", f"asm:{mnemonic}#{n}", parsed.text(site.node)))
             elif not fast or site.family in fast:
                 anchors.append(Anchor(site.function, "call", f"{site.family}#{n}", parsed.text(site.node)))
+        if not fast or "__fdividef" in fast:
+            for function, node in _divisions(parsed):
+                anchor = Anchor(function, "division", _division_key(parsed, node), parsed.text(node))
+                if anchor not in anchors:
+                    anchors.append(anchor)
         return anchors
 
 

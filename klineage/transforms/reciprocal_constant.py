@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from tree_sitter import Node
@@ -45,94 +45,24 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._edit import Scope, call_arguments, cast_name, operator, params, splice, unparen
+from klineage.transforms._edit import Scope, operator, splice
+from klineage.transforms._float_values import (
+    FLOATING,
+    constant,
+    device_operations,
+    floating_place,
+    literal,
+    runs_per_element,
+    stays_floating,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
-FLOATING = ("float", "double")
 _RECIPROCAL_RANGE = (2.0 ** -125, 2.0 ** 125)  # |C| inside it: 1 / C is a normal number of either type
 _DOUBLE = re.compile(r"\bdouble\b")
-# where a quotient may be stored, and read as a value: its rounding to these never truncates
-_FLOATING_STORES = frozenset({"float", "double", "__half", "half", "__nv_bfloat16", "nv_bfloat16"})
-_FLOATING_VECTORS = frozenset(f"{kind}{n}" for kind in FLOATING for n in (1, 2, 3, 4))
-# float functions of CUDA's math library: their arguments stay floating (an integer rounding is none of them)
-_FLOAT_MATH = re.compile(r"^(?:__)?(?:exp2?|exp10|expm1|log2?|log10|log1p|sqrt|rsqrt|cbrt|pow|sin|cos|tan|tanh|"
-                         r"sinh|cosh|erfc?|fabs|fmin|fmax|fma|fdivide|hypot|atan2?|asin|acos|copysign|sigmoid)f?$|"
-                         r"^(?:min|max|__saturatef|__f(?:add|sub|mul|div|ma)_r[nzud])$")
-_COMPARING = frozenset({"<", "<=", ">", ">=", "==", "!=", "&&", "||", "%", "&", "|", "^", "<<", ">>"})
-
-
-def _literal(text: str) -> tuple[str, float] | None:
-    """(type, value) of a number literal; None for a long double or anything unreadable."""
-    text = text.replace("'", "").lower()
-    hexadecimal = text.lstrip("+-").startswith("0x")
-    floating = "p" in text if hexadecimal else ("." in text or "e" in text)
-    try:
-        if floating:
-            if text.endswith("l"):
-                return None
-            kind = "float" if text.endswith("f") else "double"
-            digits = text.removesuffix("f")
-            return kind, float.fromhex(digits) if hexadecimal else float(digits)
-        digits = text.rstrip("ul")
-        sign = -1 if digits.startswith("-") else 1
-        digits = digits.lstrip("+-")
-        octal = len(digits) > 1 and digits.startswith("0") and digits.isdigit()
-        return "int", float(sign * int(digits, 8 if octal else 0))
-    except ValueError:
-        return None
-
-
-def _promoted(left: str, right: str) -> str:
-    return "double" if "double" in (left, right) else "float" if "float" in (left, right) else "int"
-
-
-def constant(parsed: cp.ParsedSource, node: Node) -> tuple[str, float] | None:
-    """(type, value) of an arithmetic constant expression ("float", "double" or "int"), None if it is not one."""
-    kind = node.type
-    if kind == "number_literal":
-        return _literal(parsed.text(node))
-    if kind == "parenthesized_expression" and node.named_child_count == 1:
-        return constant(parsed, node.named_children[0])
-    if kind == "unary_expression" and operator(node) in ("-", "+"):
-        inner = constant(parsed, node.child_by_field_name("argument"))
-        return inner and (inner[0], -inner[1] if operator(node) == "-" else inner[1])
-    if kind == "binary_expression" and operator(node) in ("+", "-", "*", "/"):
-        left = constant(parsed, node.child_by_field_name("left"))
-        right = constant(parsed, node.child_by_field_name("right"))
-        if left is None or right is None:
-            return None
-        promoted = _promoted(left[0], right[0])
-        if operator(node) == "/" and (promoted == "int" or right[1] == 0):
-            return None  # C truncates an integer quotient; a zero divisor is no constant
-        a, b = left[1], right[1]
-        return promoted, {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else 0.0}[operator(node)]
-    cast, argument = _cast(parsed, node)
-    if cast in FLOATING and argument is not None:
-        inner = constant(parsed, argument)
-        return inner and (cast, inner[1])
-    return None
-
-
-def _cast(parsed: cp.ParsedSource, node: Node) -> tuple[str, Node | None]:
-    """The type and operand of `float(x)`, `(float)x` or `static_cast<float>(x)`; ("", None) otherwise."""
-    if node.type == "cast_expression":
-        return parsed.text(node.child_by_field_name("type")).strip(), node.child_by_field_name("value")
-    if node.type == "call_expression" and len(call_arguments(node)) == 1:
-        callee = node.child_by_field_name("function")
-        if callee.type == "primitive_type":
-            return parsed.text(callee), call_arguments(node)[0]
-        if cast_name(node) == "static_cast":
-            kind = callee.child_by_field_name("arguments")
-            return parsed.text(kind)[1:-1].strip(), call_arguments(node)[0]
-    return "", None
 
 
 def _key(parsed: cp.ParsedSource, node: Node) -> str:
     return re.sub(r"\s+", "", parsed.text(node))
-
-
-def _device_functions(parsed: cp.ParsedSource) -> dict[int, cp.Function]:
-    return {f.node.id: f for f in cp.functions(parsed) if {"__global__", "__device__"} & set(f.qualifiers)}
 
 
 class _Site(NamedTuple):
@@ -141,98 +71,6 @@ class _Site(NamedTuple):
     token: Node  # its operator: `/`, `/=`, `*`, `*=`
     divisor: Node  # C
     operand: Node  # what the rewrite replaces: C itself in a division, `(1 / C)` in a product
-
-
-def _operations(parsed: cp.ParsedSource, tokens: tuple[str, str]) -> Iterator[tuple[cp.Function, Node, Node]]:
-    """(function, expression, operator token) of each binary operation or compound assignment of a device
-    function whose operator is one of `tokens`."""
-    device = _device_functions(parsed)
-    for node in cp.nodes_of_type(parsed.root, "binary_expression", "assignment_expression"):
-        definition = cp.enclosing_function(node)
-        function = device.get(definition.id) if definition is not None else None
-        token = node.child_by_field_name("operator")
-        if function is not None and token is not None and token.type in tokens:
-            yield function, node, token
-
-
-def _floating_variable(scope: Scope, target: Node, indirection: str) -> bool:
-    """Whether `target` names a variable (or, with indirection "*", the array it points to) of a floating type."""
-    if target.type != "identifier":
-        return False
-    name = scope.parsed.text(target)
-    declaration = scope.declaration(name, target)
-    if declaration is not None:
-        depth = declaration.indirection + "*" * len(declaration.dims)
-        return declaration.type in _FLOATING_STORES | _FLOATING_VECTORS and depth == indirection
-    param = scope.param(name, target)
-    return param is not None and param[2].type in _FLOATING_STORES and param[2].indirection == indirection
-
-
-def _floating_place(scope: Scope, target: Node) -> bool:
-    """Whether an assignment's left side is a floating place: a float local or parameter, an element of a float
-    array, a component of a float vector (`w.x` of a `float4`)."""
-    target = unparen(target)
-    if target.type == "subscript_expression":
-        return _floating_variable(scope, unparen(target.child_by_field_name("argument")), "*")
-    if target.type == "pointer_expression" and operator(target) == "*":
-        return _floating_variable(scope, unparen(target.child_by_field_name("argument")), "*")
-    if target.type == "field_expression":
-        vector = unparen(target.child_by_field_name("argument"))
-        declaration = scope.declaration(scope.parsed.text(vector), vector) if vector.type == "identifier" else None
-        return declaration is not None and declaration.type in _FLOATING_VECTORS and not declaration.indirection
-    return _floating_variable(scope, target, "")
-
-
-def _argument_stays_floating(scope: Scope, call: Node, argument: Node) -> bool:
-    """A float function of the math library, or the source's own whose every definition takes a floating
-    value there."""
-    name = cp.call_name(call)
-    if _FLOAT_MATH.match(name):
-        return True
-    position = [a.id for a in call_arguments(call)].index(argument.id)
-    taken = [params(scope.parsed, f.node) for f in scope.functions if f.name == name]
-    return bool(taken) and all(position < len(p) and p[position].type in _FLOATING_STORES
-                               and not p[position].indirection for p in taken)
-
-
-_PASSING = frozenset({"binary_expression", "parenthesized_expression", "unary_expression", "conditional_expression",
-                      "cast_expression"})
-
-
-def _stays_floating(scope: Scope, node: Node) -> bool:
-    """Whether a quotient is only ever read as a floating value up to where it is stored or returned. A product
-    by the reciprocal can be an ulp from the quotient, which nothing numerical notices but an integer conversion,
-    a rounding call or a comparison can turn into a whole step (`int k = i / 2.5f` with i = 5): those, and any
-    place this cannot type, are no site."""
-    parsed = scope.parsed
-    child, parent = node, node.parent
-    while parent is not None:
-        kind = parent.type
-        if kind == "argument_list":  # a call's argument, or a functional cast's operand
-            call = parent.parent
-            cast = _cast(parsed, call)[0]
-            if cast not in _FLOATING_STORES and (cast or not _argument_stays_floating(scope, call, child)):
-                return False
-            child, parent = call, call.parent
-            continue
-        if kind == "init_declarator":
-            declaration = parent.parent
-            type_node = declaration.child_by_field_name("type") if declaration is not None else None
-            return (type_node is not None and parsed.text(type_node) in _FLOATING_STORES
-                    and parent.child_by_field_name("declarator").type == "identifier")
-        if kind == "assignment_expression":
-            return (parent.child_by_field_name("right").id == child.id
-                    and _floating_place(scope, parent.child_by_field_name("left")))
-        if kind == "return_statement":
-            function = cp.enclosing_function(parent)
-            returned = function.child_by_field_name("type") if function is not None else None
-            return returned is not None and parsed.text(returned) in _FLOATING_STORES
-        if (kind not in _PASSING or operator(parent) in _COMPARING or operator(parent) in ("!", "~")
-                or (kind == "cast_expression" and _cast(parsed, parent)[0] not in _FLOATING_STORES)
-                or (kind == "conditional_expression" and parent.child_by_field_name("condition").id == child.id)):
-            return False
-        child, parent = parent, parent.parent
-    return False
 
 
 def _constant_dividend(parsed: cp.ParsedSource, node: Node) -> bool:
@@ -245,7 +83,7 @@ def _divided(parsed: cp.ParsedSource) -> list[_Site]:
     low, high = _RECIPROCAL_RANGE
     scope = Scope(parsed)
     sites = []
-    for function, node, token in _operations(parsed, ("/", "/=")):
+    for function, node, token in device_operations(parsed, ("/", "/=")):
         divisor = node.child_by_field_name("right")
         value = constant(parsed, divisor)
         if value is None or value[0] not in FLOATING or _constant_dividend(parsed, node):
@@ -255,9 +93,9 @@ def _divided(parsed: cp.ParsedSource) -> list[_Site]:
             continue
         if kind == "float" and _DOUBLE.search(parsed.text(function.node)):
             continue
-        stored = (_floating_place(scope, node.child_by_field_name("left")) if token.type == "/="
-                  else _stays_floating(scope, node))
-        if stored:
+        stored = (floating_place(scope, node.child_by_field_name("left")) if token.type == "/="
+                  else stays_floating(scope, node))
+        if stored and runs_per_element(parsed, node):
             sites.append(_Site(function, node, token, divisor, divisor))
     return sites
 
@@ -270,7 +108,7 @@ def _reciprocal_divisor(parsed: cp.ParsedSource, factor: Node) -> Node | None:
     if quotient.type != "binary_expression" or operator(quotient) != "/":
         return None
     one = quotient.child_by_field_name("left")
-    if one.type != "number_literal" or (_literal(parsed.text(one)) or ("", 0.0))[1] != 1.0:
+    if one.type != "number_literal" or (literal(parsed.text(one)) or ("", 0.0))[1] != 1.0:
         return None
     divisor = quotient.child_by_field_name("right")
     value = constant(parsed, divisor)
@@ -280,7 +118,7 @@ def _reciprocal_divisor(parsed: cp.ParsedSource, factor: Node) -> Node | None:
 def _multiplied(parsed: cp.ParsedSource) -> list[_Site]:
     """Each `X * (1 / C)` and `X *= (1 / C)` of a device function, X not constant."""
     sites = []
-    for function, node, token in _operations(parsed, ("*", "*=")):
+    for function, node, token in device_operations(parsed, ("*", "*=")):
         factor = node.child_by_field_name("right")
         divisor = _reciprocal_divisor(parsed, factor)
         if divisor is not None and not _constant_dividend(parsed, node):

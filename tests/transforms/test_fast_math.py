@@ -156,3 +156,70 @@ def test_every_fast_math_site_of_a_corpus_kernel_walks_back(entry, fast):
     assert fast.find(state) == []
     assert not [f for f in source_features(state.source) if f.name == "fast_math"]
     assert not cp.syntax_errors(state.source)
+
+
+DIVISIONS = r"""
+__device__ float sigmoid_of(float v) { return 1.0f / (1.0f + expf(-v)); }
+__global__ void kernel(const float* __restrict__ x, const double* __restrict__ d, float* __restrict__ y,
+                       int* __restrict__ k, int n, int cols, float beta)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    float sum = 0.0f;
+    for (int j = 0; j < cols; ++j) sum += x[j] / beta;
+    const float mean = sum / cols;
+    k[i] = v / cols;
+    y[i] = v / (1.0f + expf(-v)) + sigmoid_of(v) + v / beta + i / n + (float)(d[i] / 3.0) + v / 6.0f
+         + ((v) / (beta)) + mean + (v / cols > 1.0f ? 1.0f : 0.0f);
+}
+"""
+
+
+def test_any_float_division_is_a_forward_site(fast, cache):
+    """Float divisions become __fdividef wherever the operands are single precision (or one an integer), the
+    divisor no floating constant and the quotient stays floating and runs per element; every division of that
+    text goes at once. Not sites: an int quotient, a double one, a constant divisor (reciprocal_constant's), the
+    canonical `((v) / (beta))` (a call site of its own), a quotient stored into an int or compared, a row's mean
+    after its loop."""
+    state = golden("expf", "before").with_source(DIVISIONS)
+    divisions = [a for a in fast.forward_sites(state) if a.kind == "division"]
+    assert [(a.function, a.key) for a in divisions] == [
+        ("sigmoid_of", "1.0f/(1.0f+expf(-v))"), ("kernel", "x[j]/beta"), ("kernel", "v/(1.0f+expf(-v))"),
+        ("kernel", "v/beta")]
+    assert Anchor("kernel", "call", "__fdividef#0") in fast.forward_sites(state)  # the canonical one
+    assert [a for a in fast.forward_sites(state, {"fast": ["__expf"]}) if a.kind == "division"] == []
+    assert [a.key for a in fast.forward_sites(state, {"fast": ["__fdividef"]}) if a.kind == "division"] == [
+        a.key for a in divisions]
+    rewrite = fast.forward(state, Anchor("kernel", "division", "v/(1.0f+expf(-v))"))
+    assert "__fdividef(v, (1.0f + expf(-v)))" in rewrite.state.source and rewrite.carrier == {"fast": "__fdividef"}
+    with pytest.raises(NotApplicable, match="no float division v/cols"):
+        fast.forward(state, Anchor("kernel", "division", "v/cols"))
+    compiles_without_spills(rewrite.state, cache)
+
+
+def test_every_lane_of_a_division_goes_in_one_step(fast, cache):
+    lanes = golden("expf", "before").with_source(r"""
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n)
+{
+    const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 2;
+    if (i + 1 < n) {
+        const float2 v = *reinterpret_cast<const float2*>(x + i);
+        float2 w;
+        { const float a = v.x; w.x = a / (1.0f + expf(-a)); }
+        { const float a = v.y; w.y = a / (1.0f + expf(-a)); }
+        *reinterpret_cast<float2*>(y + i) = w;
+    } else {
+        for (int e = i; e < n; ++e) { const float a = x[e]; y[e] = a / (1.0f + expf(-a)); }
+    }
+}
+""")
+    (site,) = [a for a in fast.forward_sites(lanes) if a.kind == "division"]
+    fast_form = fast.forward(lanes, site).state
+    assert fast_form.source.count("__fdividef(a, (1.0f + expf(-a)))") == 3 and " / " not in fast_form.source
+    assert [a.key for a in fast.find(fast_form)] == ["__fdividef#0", "__fdividef#1", "__fdividef#2"]
+    from tests.cuda_tools import count, sass_opcodes
+
+    precise, approximate = (sass_opcodes(compiles_without_spills(s, cache)) for s in (lanes, fast_form))
+    assert count(precise, r"^CALL") >= 1 and count(approximate, r"^CALL") == 0  # the division's slow path
+    assert sum(approximate.values()) < sum(precise.values())

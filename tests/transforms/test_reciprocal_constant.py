@@ -7,7 +7,7 @@ import torch
 
 from klineage.kernel import KernelState
 from klineage.transforms import Anchor, NotApplicable, get
-from klineage.transforms.reciprocal_constant import _literal
+from klineage.transforms._float_values import literal as _literal
 from tests.cuda_tools import count, sass_opcodes
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
@@ -148,3 +148,18 @@ def test_products_stay_within_two_ulp_of_the_quotients_on_the_cpu(tmp_path):
                                  {"y": (torch.float32, n)})["y"] for name, (binary, state) in built.items()}
         ulps = (got["product"].view(torch.int32).long() - got["quotient"].view(torch.int32).long()).abs()
         assert 0 < int((ulps > 0).sum()) and int(ulps.max()) <= 2, (case, int(ulps.max()))
+
+
+def test_a_division_of_a_loops_result_runs_once_for_its_loads_and_is_not_a_site(reciprocal):
+    """A 3x3 window's mean divides once for nine loads: not worth a gate evaluation. Inside the loop, it is."""
+    pooled = KernelState(source=r"""
+__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float sum = 0.0f;
+    for (int t = 0; t < 9; ++t) sum += x[9 * i + t] / 3.0f;
+    y[i] = sum / 9.0f;
+}
+""", plan=PLAN)
+    assert reciprocal.forward_sites(pooled) == [Anchor("kernel", "divisor", "3.0f")]
