@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
+from klineage.transforms._calls import MATH_CALLS
 from klineage.transforms._edit import (
     Scope,
     call_arguments,
@@ -30,10 +31,11 @@ FLOATING = ("float", "double")
 # where a quotient may be stored, and read as a value: its rounding to these never truncates
 _FLOATING_STORES = frozenset({"float", "double", "__half", "half", "__nv_bfloat16", "nv_bfloat16"})
 _FLOATING_VECTORS = frozenset(f"{kind}{n}" for kind in FLOATING for n in (1, 2, 3, 4))
-# float functions of CUDA's math library: their arguments stay floating (an integer rounding is none of them)
-_FLOAT_MATH = re.compile(r"^(?:__)?(?:exp2?|exp10|expm1|log2?|log10|log1p|sqrt|rsqrt|cbrt|pow|sin|cos|tan|tanh|"
-                         r"sinh|cosh|erfc?|fabs|fmin|fmax|fma|fdivide|hypot|atan2?|asin|acos|copysign|sigmoid)f?$|"
-                         r"^(?:min|max|__saturatef|__f(?:add|sub|mul|div|ma)_r[nzud])$")
+# the math library's single-precision functions (and min, max), whose value is a float of their arguments: not a
+# rounding to a whole number, a conversion, a reinterpretation or an integer intrinsic
+_FLOAT_VALUED = re.compile(r"^(?:__)?[a-z0-9]+f$|^__f[a-z]+_r[nzud]$|^(?:min|max)$")
+_ROUNDING = re.compile(r"^(?:floor|ceil|round|trunc|rint|nearbyint|lrint|llrint|lround|llround)f?$")
+FLOAT_MATH = frozenset(name for name in MATH_CALLS if _FLOAT_VALUED.match(name) and not _ROUNDING.match(name))
 _COMPARING = frozenset({"<", "<=", ">", ">=", "==", "!=", "&&", "||", "%", "&", "|", "^", "<<", ">>"})
 
 
@@ -161,7 +163,7 @@ def value_type(scope: Scope, node: Node) -> str | None:
         if cast:
             return cast if cast in FLOATING else "int" if cast in _INTEGERS else None
         name = cp.call_name(node) if kind == "call_expression" else ""
-        if _FLOAT_CALL.match(name) and _FLOAT_MATH.match(name):
+        if _FLOAT_CALL.match(name) and name in FLOAT_MATH:
             return "float"
     return None
 
@@ -198,7 +200,7 @@ def _argument_stays_floating(scope: Scope, call: Node, argument: Node) -> bool:
     """A float function of the math library, or the source's own whose every definition takes a floating
     value there."""
     name = cp.call_name(call)
-    if _FLOAT_MATH.match(name):
+    if name in FLOAT_MATH:
         return True
     position = [a.id for a in call_arguments(call)].index(argument.id)
     taken = [params(scope.parsed, f.node) for f in scope.functions if f.name == name]
@@ -273,6 +275,11 @@ def runs_per_element(parsed: cp.ParsedSource, node: Node) -> bool:
 
 def _device_functions(parsed: cp.ParsedSource) -> dict[int, cp.Function]:
     return {f.node.id: f for f in cp.functions(parsed) if {"__global__", "__device__"} & set(f.qualifiers)}
+
+
+def blankless(parsed: cp.ParsedSource, node: Node) -> str:
+    """An expression's text without blanks: the key of a division, however it was spaced."""
+    return re.sub(r"\s+", "", parsed.text(node))
 
 
 def device_operations(parsed: cp.ParsedSource, tokens: tuple[str, str]) -> Iterator[tuple[cp.Function, Node, Node]]:

@@ -48,6 +48,7 @@ from klineage.kernel import KernelState
 from klineage.transforms import register
 from klineage.transforms._edit import Scope, splice
 from klineage.transforms._float_values import (
+    blankless,
     constant,
     device_operations,
     runs_per_element,
@@ -182,10 +183,6 @@ def _divisions(parsed: cp.ParsedSource) -> list[tuple[str, Node]]:
     return found
 
 
-def _division_key(parsed: cp.ParsedSource, node: Node) -> str:
-    return re.sub(r"\s+", "", parsed.text(node))
-
-
 class FastMath(Transform):
     name = "fast_math"
     intent = "Use a fast hardware approximation (__expf, __fdividef, ex2.approx) where its error is acceptable."
@@ -266,7 +263,7 @@ class FastMath(Transform):
 
     def _approximate_divisions(self, state: KernelState, parsed: cp.ParsedSource, anchor: Anchor) -> Rewrite:
         chosen = [node for function, node in _divisions(parsed)
-                  if function == anchor.function and _division_key(parsed, node) == anchor.key]
+                  if function == anchor.function and blankless(parsed, node) == anchor.key]
         if not chosen:
             raise NotApplicable(f"fast_math: {anchor.function} has no float division {anchor.key} to approximate")
         edits = [(node.start_byte, node.end_byte, f"__fdividef({parsed.text(node.child_by_field_name('left'))}, "
@@ -296,7 +293,7 @@ class FastMath(Transform):
                 anchors.append(Anchor(site.function, "call", f"{site.family}#{n}", parsed.text(site.node)))
         if not fast or "__fdividef" in fast:
             for function, node in _divisions(parsed):
-                anchor = Anchor(function, "division", _division_key(parsed, node), parsed.text(node))
+                anchor = Anchor(function, "division", blankless(parsed, node), parsed.text(node))
                 if anchor not in anchors:
                     anchors.append(anchor)
         return anchors

@@ -48,6 +48,7 @@ from klineage.transforms import register
 from klineage.transforms._edit import Scope, operator, splice
 from klineage.transforms._float_values import (
     FLOATING,
+    blankless,
     constant,
     device_operations,
     floating_place,
@@ -59,10 +60,6 @@ from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement
 
 _RECIPROCAL_RANGE = (2.0 ** -125, 2.0 ** 125)  # |C| inside it: 1 / C is a normal number of either type
 _DOUBLE = re.compile(r"\bdouble\b")
-
-
-def _key(parsed: cp.ParsedSource, node: Node) -> str:
-    return re.sub(r"\s+", "", parsed.text(node))
 
 
 class _Site(NamedTuple):
@@ -129,7 +126,7 @@ def _multiplied(parsed: cp.ParsedSource) -> list[_Site]:
 def _anchors(parsed: cp.ParsedSource, sites: list[_Site]) -> list[Anchor]:
     anchors: list[Anchor] = []
     for site in sites:
-        anchor = Anchor(site.function.name, "divisor", _key(parsed, site.divisor), parsed.text(site.expression))
+        anchor = Anchor(site.function.name, "divisor", blankless(parsed, site.divisor), parsed.text(site.expression))
         if anchor not in anchors:
             anchors.append(anchor)
     return anchors
@@ -155,7 +152,7 @@ class ReciprocalConstant(Transform):
         if anchor.kind != "divisor":
             raise NotApplicable(f"reciprocal_constant needs a divisor anchor, not {anchor}")
         chosen = [site for site in sites if site.function.name == anchor.function
-                  and _key(parsed, site.divisor) == anchor.key]
+                  and blankless(parsed, site.divisor) == anchor.key]
         if not chosen:
             raise NotApplicable(f"reciprocal_constant: {anchor.function} has no site dividing by {anchor.key}")
         return chosen
