@@ -112,9 +112,11 @@ _INTEGERS = frozenset({"int", "unsigned", "unsigned int", "long", "long long", "
 _FLOAT_CALL = re.compile(r"^(?:__)?[a-z0-9]+f$")  # expf, __expf, fminf, rsqrtf: single precision by name
 
 
-def _declared_type(scope: Scope, name_node: Node, indirection: str) -> str | None:
-    """The arithmetic type ("float", "double" or "int") of the variable `name_node` names, read `indirection`
-    deep ("*": an element it points to), or None."""
+def _declared(scope: Scope, name_node: Node, indirection: str) -> str | None:
+    """The declared type of the variable `name_node` names (a local's or a parameter's), where it is read
+    `indirection` deep ("*": an element of the array it points to or is); None otherwise."""
+    if name_node.type != "identifier":
+        return None
     name = scope.parsed.text(name_node)
     declaration = scope.declaration(name, name_node)
     if declaration is not None:
@@ -124,8 +126,12 @@ def _declared_type(scope: Scope, name_node: Node, indirection: str) -> str | Non
         if param is None:
             return None
         kind, depth = param[2].type, param[2].indirection
-    if depth != indirection:
-        return None
+    return kind if depth == indirection else None
+
+
+def _declared_type(scope: Scope, name_node: Node, indirection: str) -> str | None:
+    """The arithmetic type ("float", "double" or "int") of a variable read `indirection` deep, or None."""
+    kind = _declared(scope, name_node, indirection)
     return kind if kind in FLOATING else "int" if kind in _INTEGERS else None
 
 
@@ -141,13 +147,10 @@ def value_type(scope: Scope, node: Node) -> str | None:
     if kind == "subscript_expression":
         base = unparen(node.child_by_field_name("argument"))
         return _declared_type(scope, base, "*") if base.type == "identifier" else None
-    if kind == "field_expression":
-        vector = unparen(node.child_by_field_name("argument"))
-        declaration = scope.declaration(parsed.text(vector), vector) if vector.type == "identifier" else None
-        if declaration is None or declaration.indirection or declaration.type not in _FLOATING_VECTORS:
-            return None
-        return declaration.type.rstrip("1234")
-    if kind in ("parenthesized_expression",) and node.named_child_count == 1:
+    if kind == "field_expression":  # a component of a float4, a double2
+        vector = _declared(scope, unparen(node.child_by_field_name("argument")), "")
+        return vector.rstrip("1234") if vector in _FLOATING_VECTORS else None
+    if kind == "parenthesized_expression" and node.named_child_count == 1:
         return value_type(scope, node.named_children[0])
     if kind == "unary_expression" and operator(node) in ("-", "+"):
         return value_type(scope, node.child_by_field_name("argument"))
@@ -170,15 +173,7 @@ def value_type(scope: Scope, node: Node) -> str | None:
 
 def _floating_variable(scope: Scope, target: Node, indirection: str) -> bool:
     """Whether `target` names a variable (or, with indirection "*", the array it points to) of a floating type."""
-    if target.type != "identifier":
-        return False
-    name = scope.parsed.text(target)
-    declaration = scope.declaration(name, target)
-    if declaration is not None:
-        depth = declaration.indirection + "*" * len(declaration.dims)
-        return declaration.type in _FLOATING_STORES | _FLOATING_VECTORS and depth == indirection
-    param = scope.param(name, target)
-    return param is not None and param[2].type in _FLOATING_STORES and param[2].indirection == indirection
+    return _declared(scope, target, indirection) in _FLOATING_STORES | _FLOATING_VECTORS
 
 
 def floating_place(scope: Scope, target: Node) -> bool:
@@ -190,9 +185,7 @@ def floating_place(scope: Scope, target: Node) -> bool:
     if target.type == "pointer_expression" and operator(target) == "*":
         return _floating_variable(scope, unparen(target.child_by_field_name("argument")), "*")
     if target.type == "field_expression":
-        vector = unparen(target.child_by_field_name("argument"))
-        declaration = scope.declaration(scope.parsed.text(vector), vector) if vector.type == "identifier" else None
-        return declaration is not None and declaration.type in _FLOATING_VECTORS and not declaration.indirection
+        return _declared(scope, unparen(target.child_by_field_name("argument")), "") in _FLOATING_VECTORS
     return _floating_variable(scope, target, "")
 
 
