@@ -14,7 +14,9 @@ rounded once, the product once), which the gate's tolerances judge like any othe
 C is a floating constant expression: floating literals (`6.0f`, `.5`, `1e-3f`, `0x1p-3f`), integer literals
 inside it, a cast of one to `float` or `double` (`float(6)`, `(float)6`, `static_cast<float>(6)`: what a
 template's `scalar_t(6)` becomes once the kernel is specialized), signs, parentheses and + - * / among them;
-its type is float or double by the usual conversions, never an integer (`a * (1 / 6)` would be zero). Not a
+its type is float or double by the usual conversions. An integer C is a site only under a float or double
+dividend (`x / 6` with x a float divides as floats), its reciprocal then typed by its numerator, `(1.0f / 6)` or
+`(1.0 / 6)` (`1 / 6` would be zero); an integer dividend divides as integers and is no site. Not a
 site: a divisor whose reciprocal is subnormal or overflows, or that is a power of two (nvcc multiplies by its
 exact reciprocal already); a division whose dividend is itself constant (folded already); a float divisor in
 a function that declares or casts to `double` (the reciprocal would be rounded to float inside a double
@@ -27,8 +29,9 @@ a float there, and must end in a float, half or bf16 variable, array element or 
 function's return.
 
 Backward: every `X * (1 / C)` (and `X *= (1 / C)`) of the function with that divisor, where the numerator is
-a literal one in any spelling (`1`, `1.0f`), becomes `X / C`: the correctly rounded quotient, correct wherever
-the product was. Forward only rewrites the operator and the divisor, so spacing round-trips byte for byte.
+a literal one in any spelling (`1`, `1.0f`; over an integer C, a floating one of X's type), becomes `X / C`: the
+correctly rounded quotient, correct wherever the product was. Forward only rewrites the operator and the divisor,
+so spacing round-trips byte for byte.
 
 Anchor: kind "divisor", key the divisor's text without whitespace.
 """
@@ -55,6 +58,7 @@ from klineage.transforms._float_values import (
     literal,
     runs_per_element,
     stays_floating,
+    value_type,
 )
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -68,58 +72,71 @@ class _Site(NamedTuple):
     token: Node  # its operator: `/`, `/=`, `*`, `*=`
     divisor: Node  # C
     operand: Node  # what the rewrite replaces: C itself in a division, `(1 / C)` in a product
+    one: str  # the reciprocal's numerator: `1`, or `1.0f` (`1.0`) over an integer C, which gives it its type
 
 
 def _constant_dividend(parsed: cp.ParsedSource, node: Node) -> bool:
     return node.type == "binary_expression" and constant(parsed, node.child_by_field_name("left")) is not None
 
 
+_ONES = {"float": "1.0f", "double": "1.0"}
+
+
 def _divided(parsed: cp.ParsedSource) -> list[_Site]:
-    """Each division by a floating constant whose reciprocal is normal and inexact, of a dividend that is not
-    constant, in a function where no double computation could take in a float reciprocal."""
+    """Each division by a constant whose reciprocal is normal and inexact, of a dividend that is not constant, in a
+    function where no double computation could take in a float reciprocal: a floating C (reciprocal `1 / C`, of
+    C's type), or an integer C under a float or double dividend (`x / 6`: `1.0f / 6` or `1.0 / 6`, typed by the
+    numerator; under an integer dividend it divides as integers, and is no site)."""
     low, high = _RECIPROCAL_RANGE
     scope = Scope(parsed)
     sites = []
     for function, node, token in device_operations(parsed, ("/", "/=")):
         divisor = node.child_by_field_name("right")
         value = constant(parsed, divisor)
-        if value is None or value[0] not in FLOATING or _constant_dividend(parsed, node):
+        if value is None or _constant_dividend(parsed, node):
             continue
-        kind, number = value
-        if not low < abs(number) < high or abs(math.frexp(number)[0]) == 0.5:
+        kind = value[0] if value[0] in FLOATING else value_type(scope, node.child_by_field_name("left"))
+        if kind not in FLOATING:
+            continue
+        if not low < abs(value[1]) < high or abs(math.frexp(value[1])[0]) == 0.5:
             continue
         if kind == "float" and _DOUBLE.search(parsed.text(function.node)):
             continue
         stored = (floating_place(scope, node.child_by_field_name("left")) if token.type == "/="
                   else stays_floating(scope, node))
         if stored and runs_per_element(parsed, node):
-            sites.append(_Site(function, node, token, divisor, divisor))
+            one = "1" if value[0] in FLOATING else _ONES[kind]
+            sites.append(_Site(function, node, token, divisor, divisor, one))
     return sites
 
 
-def _reciprocal_divisor(parsed: cp.ParsedSource, factor: Node) -> Node | None:
-    """C of a factor `(1 / C)` whose numerator is a literal one and whose C is a floating constant; else None."""
+def _reciprocal_divisor(scope: Scope, factor: Node, dividend: Node) -> tuple[Node, str] | None:
+    """(C, the numerator's text) of a factor `(1 / C)` whose numerator is a literal one and whose C is a floating
+    constant, or an integer one under a floating numerator of the dividend's own type; else None."""
+    parsed = scope.parsed
     if factor.type != "parenthesized_expression" or factor.named_child_count != 1:
         return None
     quotient = factor.named_children[0]
     if quotient.type != "binary_expression" or operator(quotient) != "/":
         return None
-    one = quotient.child_by_field_name("left")
-    if one.type != "number_literal" or (literal(parsed.text(one)) or ("", 0.0))[1] != 1.0:
+    one, divisor = quotient.child_by_field_name("left"), quotient.child_by_field_name("right")
+    numerator, value = literal(parsed.text(one)) if one.type == "number_literal" else None, constant(parsed, divisor)
+    if numerator is None or numerator[1] != 1.0 or value is None:
         return None
-    divisor = quotient.child_by_field_name("right")
-    value = constant(parsed, divisor)
-    return divisor if value is not None and value[0] in FLOATING else None
+    if value[0] in FLOATING or (numerator[0] in FLOATING and value_type(scope, dividend) == numerator[0]):
+        return divisor, parsed.text(one)
+    return None
 
 
 def _multiplied(parsed: cp.ParsedSource) -> list[_Site]:
     """Each `X * (1 / C)` and `X *= (1 / C)` of a device function, X not constant."""
+    scope = Scope(parsed)
     sites = []
     for function, node, token in device_operations(parsed, ("*", "*=")):
         factor = node.child_by_field_name("right")
-        divisor = _reciprocal_divisor(parsed, factor)
-        if divisor is not None and not _constant_dividend(parsed, node):
-            sites.append(_Site(function, node, token, divisor, factor))
+        found = _reciprocal_divisor(scope, factor, node.child_by_field_name("left"))
+        if found is not None and not _constant_dividend(parsed, node):
+            sites.append(_Site(function, node, token, found[0], factor, found[1]))
     return sites
 
 
@@ -172,7 +189,7 @@ class ReciprocalConstant(Transform):
         edits = []
         for site in self._chosen(parsed, _divided(parsed), anchor):
             edits += [(site.token.start_byte, site.token.end_byte, "*" if site.token.type == "/" else "*="),
-                      (site.operand.start_byte, site.operand.end_byte, f"(1 / {parsed.text(site.divisor)})")]
+                      (site.operand.start_byte, site.operand.end_byte, f"({site.one} / {parsed.text(site.divisor)})")]
         source = splice(parsed.data, edits)[0].decode("utf-8")
         return self.rewrite(state, anchor, Direction.FORWARD, source,
                             note=f"{len(edits) // 2} division(s) by {anchor.key} became products by its reciprocal")

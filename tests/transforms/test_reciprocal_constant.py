@@ -12,14 +12,14 @@ from tests.cuda_tools import count, sass_opcodes
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
-CASES = ["elementwise", "compound", "lanes"]
+CASES = ["elementwise", "compound", "lanes", "integer"]
 PLAN = plan_of('"x", "y", { scalar = "n", type = "i32" }')
 REFUSED = r"""
 __global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n, float s)
 {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const float v = x[i];
-    y[i] = v / 6 + v / 8.0f + v / 0.125f + v / s + v / 1e-39f + v / 1e38f + v / 3.0L + 1.0f / 3.0f
+    y[i] = i / 6 + v / 8.0f + v / 0.125f + v / s + v / 1e-39f + v / 1e38f + v / 3.0L + 1.0f / 3.0f
          + v / static_cast<int>(3) + v / (6 / 4) + v / (3.0f - 3.0f) + v / __int2float_rn(3);
 }
 __global__ void widened(const float* __restrict__ x, float* __restrict__ y)
@@ -76,6 +76,18 @@ def test_one_site_per_divisor_covers_every_lane_and_the_tail(reciprocal):
     assert reciprocal.find(rewrite.state) == [Anchor("kernel", "divisor", "float(10)")]
 
 
+def test_an_integer_divisor_of_a_float_takes_a_floating_one(reciprocal):
+    """`v / 6` with v a float divides as floats: its reciprocal is `1.0f / 6` (`1 / 6` would be zero), a
+    double's `1.0 / 6`; the product comes back to the division it was."""
+    after = golden("integer", "after")
+    source = after.source + "__device__ double half_again(double d) { return d / 6; }\n"
+    state = KernelState(source=source, plan=PLAN)
+    assert [(a.function, a.key) for a in reciprocal.forward_sites(state)] == [("kernel", "6"), ("half_again", "6")]
+    forward = reciprocal.forward(state, Anchor("half_again", "divisor", "6")).state
+    assert "return d * (1.0 / 6);" in forward.source
+    assert reciprocal.backward(forward, Anchor("half_again", "divisor", "6")).state.source == source
+
+
 def test_spelling_round_trips_byte_for_byte(reciprocal):
     tight = golden("elementwise", "after").source.replace("v * r6 / 6.0f", "v*r6/6.0f")
     state = KernelState(source=tight, plan=PLAN)
@@ -95,7 +107,7 @@ def test_an_experts_reciprocal_in_any_spelling_of_one_walks_back(reciprocal):
 
 
 def test_what_is_not_a_site(reciprocal):
-    """An integer divisor (a product by `1 / 6` would be zero), powers of two (nvcc multiplies by those already),
+    """An integer quotient (`i / 6`: integers divide as integers), powers of two (nvcc multiplies by those already),
     a runtime divisor, a reciprocal out of the normal range, a long double, a constant dividend (folded), a cast to
     an integer, an integer quotient, a zero divisor, a call; a float divisor of a double dividend (a float
     reciprocal would cut its precision) though the double one is a site; host code."""
