@@ -26,7 +26,9 @@ step where the value is truncated (`int k = i / 2.5f`, a cast to an integer, `fl
 parameter of a helper) or compared (`q > 1.0f`, a condition); so the path up from the division may pass only
 arithmetic, float casts, conditional branches and calls of the math library or of the source's functions that take
 a float there, and must end in a float, half or bf16 variable, array element or vector component, or a float
-function's return.
+function's return. Nor a division of what a loop computed (`sum / 9.0f` after a window's loop, a row's mean):
+it runs once for the loop's many loads, and folding it could not pay for the gate evaluation that measures it
+(`_float_values.runs_per_element`).
 
 Backward: every `X * (1 / C)` (and `X *= (1 / C)`) of the function with that divisor, where the numerator is
 a literal one in any spelling (`1`, `1.0f`; over an integer C, a floating one of X's type), becomes `X / C`: the
