@@ -138,9 +138,11 @@ def test_literals(text, kind, value):
     assert _literal(text) == ((kind, value) if kind else None)
 
 
-def test_the_folded_reciprocal_replaces_the_division_in_sass(reciprocal, cache):
-    """The division's refinement and slow-path call go; one multiply by the folded constant stays."""
-    naive, folded = (compiles_without_spills(golden("elementwise", which), cache) for which in ("after", "before"))
+@pytest.mark.parametrize("case", ["elementwise", "integer"])
+def test_the_folded_reciprocal_replaces_the_division_in_sass(reciprocal, cache, case):
+    """The division's refinement and slow-path call go; one multiply by the folded constant stays (`1.0f / 6` of
+    an integer six as well as `1 / 6.0f`)."""
+    naive, folded = (compiles_without_spills(golden(case, which), cache) for which in ("after", "before"))
     slow, fast = sass_opcodes(naive), sass_opcodes(folded)
     assert count(slow, r"^CALL") + count(slow, r"^MUFU\.RCP") >= 1
     assert count(fast, r"^CALL") + count(fast, r"^MUFU\.RCP") == 0
