@@ -105,7 +105,6 @@ def cast_of(parsed: cp.ParsedSource, node: Node) -> tuple[str, Node | None]:
     return "", None
 
 
-
 _INTEGERS = frozenset({"int", "unsigned", "unsigned int", "long", "long long", "unsigned long", "unsigned long long",
                        "short", "char", "size_t", "ptrdiff_t", "int32_t", "int64_t", "uint32_t", "uint64_t", "int8_t",
                        "uint8_t", "int16_t", "uint16_t", "bool"})
