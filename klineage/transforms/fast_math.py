@@ -19,12 +19,11 @@ any way (kind "division", key the division's text without blanks; every division
 vectorized body's lanes and its tail, goes in one step), becomes `__fdividef(a, b)`. It qualifies where both
 operands read as single precision or integer, at least one float (`_float_values.value_type`: declarations,
 parameters, literals, casts, the math library's float functions; a double or an unknown operand is no site), the
-divisor is no constant (reciprocal_constant folds those), it is not the canonical `((a) / (b))`
-(a site of its own, above), and the quotient is read as a floating value up to where it is stored
-(`_float_values.stays_floating`: never truncated or compared, where 2 ulp could be a whole step), and it runs per
-element (in a loop, or reading nothing a loop assigns: a row's mean after its loop is once a row, not worth a gate
-evaluation). Backward of the
-call is the canonical parenthesised division, as for any `__fdividef`.
+divisor is no constant (reciprocal_constant folds those), it is not the canonical `((a) / (b))` (a site of its
+own, above), the quotient is read as a floating value up to where it is stored (`_float_values.stays_floating`:
+never truncated or compared, where 2 ulp could be a whole step), and it runs per element (in a loop, or reading
+nothing a loop assigns: a row's mean after its loop is made once a row, not worth a gate evaluation). Backward of
+the call is the canonical parenthesised division, as for any `__fdividef`.
 
 Backward is always correct, since the precise function is at least as accurate everywhere: `expf`
 is within 2 ulp over its whole range where `__expf` errs by 2 + 1.16|x| ulp; `logf`/`sinf`/`cosf`
