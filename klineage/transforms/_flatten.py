@@ -23,8 +23,10 @@ on a 1-D launch of the same threads per block, cdiv(R * C, threads) blocks (R an
 `rows` and `cols`). Every (row, col) the 2-D launch guarded in is visited once, with the same row and col, so the
 work computes what it did. Legal only where the work cannot tell the launches apart: it names no thread coordinate,
 block size, barrier, shared memory, warp collective, loop or early exit (the same list as `_naive`'s element work)
-and never assigns row or col. In the first spelling the kernel must take the row count as a scalar parameter that
-the launch passes the grid's y extent as, since the 1-D bound needs it, and the block must be one row high. The
+and never assigns row or col. In the first spelling the 1-D bound needs the row count, the grid's y extent: the
+scalar parameter every launch passes it as, or, where the kernel takes none (nothing bounded y), a last parameter
+`int grid_y` it is given and every launch passes the extent as (one extent for all its launches); the block must be
+one row high. The
 index is 64-bit (`long long`) where the kernel names a 64-bit type (its author sized it for large matrices), else
 `int`, whose `rows * cols` wraps where the kernel's own `row * cols + col` did. A subscript with an integer cast on
 its row or product (`(size_t)row * cols + col`, `static_cast<int64_t>(row) * cols + col`) is the element too.
@@ -41,7 +43,8 @@ last statement and the only write of the index (the work may not `continue` past
 A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`) becomes one thread per row, `if
 (row < rows) { <the rest> }` on blocks of THREADS: with one thread a block nothing but the row told the threads
 apart, so the rest may loop (a row's work) but may not name a coordinate, the grid, a barrier, shared memory or a
-collective; rows is the scalar parameter every launch passes its grid as. So is a row kernel on wider blocks whose
+collective; rows is the scalar parameter every launch passes its grid as (given as `int grid_x` where the kernel
+takes none, as above). So is a row kernel on wider blocks whose
 first thread alone works: `if (threadIdx.x != 0) return;` (or `> 0`) before or after the row's declaration, or the
 rest of the kernel (the row's declaration too) as `if (threadIdx.x == 0) { ... }`; after the row's declaration that
 guard may bound the row by the grid's extent as well (`threadIdx.x == 0 && row < rows`, `threadIdx.x != 0 || row >=
@@ -86,14 +89,14 @@ The leading underscore keeps the catalog from loading this module as a transform
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.launch import Launch
+from klineage.launch import Arg, ArgKind, Launch
 from klineage.transforms._canonical import INDEX_LOCAL, NARROW, WIDE, canonical, canonical_index
 from klineage.transforms._edit import contains, indentation, is_written, reindent, splice, unparen
 from klineage.transforms._grid_stride import read_grid_stride, stride_local
@@ -197,6 +200,8 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
                 text = _rewrite(parsed, function, matrix)
                 launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {matrix.columns}", 2)
             flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
+        except _NoExtentParameter as missing:  # the grid carried the row count: the kernel takes it, and is read again
+            return flattened(_with_extent_parameter(state, parsed, function, missing), shapes)
         except NotApplicable as error:
             if shape not in (Shape.MATRIX, Shape.MATRIX_ROWS) or "blockIdx.y" in parsed.text(body):  # say why not
                 refused(function, error)
@@ -460,19 +465,54 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
     return _Matrix(column, row, row_type, columns, rows, work, tiled, of_rows)
 
 
+class _NoExtentParameter(NotApplicable):
+    """No scalar parameter carries the grid's extent along `axis`, which every launch gives as `extent`."""
+
+    def __init__(self, message: str, axis: int, extent: str):
+        super().__init__(message)
+        self.axis, self.extent = axis, extent
+
+
 def _grid_extent(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, axis: int) -> str:
     """The kernel's scalar parameter every launch passes its grid's extent along `axis` as (`rows` where the grid
     is (..., rows) and `rows` is passed for the parameter `rows`): the row count, which the 1-D bound must name."""
     found: set[str] | None = None
+    extents = set()
     for launch in state.plan.launches:
         if launch.entry == function.name:
             extent = str(launch.grid[axis]).strip()
+            extents.add(extent)
             passed = {name for name, value in launch_scalars(parsed, function, launch).items() if value == extent}
             found = passed if found is None else found & passed
     if not found:
-        raise NotApplicable(f"{function.name} takes no scalar parameter that every launch passes its grid's "
-                            f"{'xyz'[axis]} extent as: the row count the 1-D bound needs")
+        message = (f"{function.name} takes no scalar parameter that every launch passes its grid's "
+                   f"{'xyz'[axis]} extent as: the row count the 1-D bound needs")
+        if len(extents) == 1:
+            raise _NoExtentParameter(message, axis, extents.pop())
+        raise NotApplicable(message)
     return sorted(found)[0]
+
+
+def _with_extent_parameter(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                           missing: _NoExtentParameter) -> KernelState:
+    """The kernel given a last parameter `int grid_<axis>` that every launch passes its grid's extent as: the row
+    count a 1-D bound needs, which a 2-D launch's grid carried and the kernel never had to take. The kernel reads
+    nothing new; only the flat form's bound names it."""
+    names = {parsed.text(n) for n in cp.nodes_of_type(parsed.root, "identifier")}
+    name = next(f"grid_{'xyz'[missing.axis]}{suffix}" for suffix in ("", *map(str, range(1, 100)))
+                if f"grid_{'xyz'[missing.axis]}{suffix}" not in names)
+    declarator = function.node.child_by_field_name("declarator")
+    while declarator is not None and declarator.type != "function_declarator":
+        declarator = declarator.child_by_field_name("declarator")
+    listed = declarator.child_by_field_name("parameters")
+    taken = [p for p in listed.named_children if p.type in ("parameter_declaration", "optional_parameter_declaration")]
+    if not taken:
+        raise NotApplicable(f"{function.name} takes no parameters to add the row count to")
+    source = splice(parsed.data, [(taken[-1].end_byte, taken[-1].end_byte, f", int {name}")])[0].decode("utf-8")
+    extent = int(missing.extent) if missing.extent.isdigit() else missing.extent
+    launches = tuple(replace(launch, args=(*launch.args, Arg(ArgKind.SCALAR, value=extent, type="i32")))
+                     if launch.entry == function.name else launch for launch in state.plan.launches)
+    return KernelState(source=source, plan=with_plan(state, launches=launches))
 
 
 def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) -> str:

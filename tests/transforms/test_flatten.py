@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from klineage.kernel import KernelState
-from klineage.launch import LaunchPlan
+from klineage.launch import Arg, ArgKind, LaunchPlan
 from klineage.transforms import get, refusals
 from klineage.transforms._canonical import canonical
 from klineage.transforms._flatten import ELEMENTS, Shape, flattened
@@ -180,8 +180,6 @@ def _plan(grid: str = '"cdiv(cols, 256)", "rows"', block: str = "256") -> Launch
 @pytest.mark.parametrize("body, plan, why", [
     (ROWS_ON_Y + "    if (col < cols) for (int k = 0; k < 2; ++k) y[row * cols + col] += x[k];\n", _plan(),
      "loops, synchronizes"),
-    (ROWS_ON_Y + "    if (col < cols) y[row * cols + col] = x[row * cols + col];\n", _plan('"cdiv(cols, 256)", "8"'),
-     "no scalar parameter that every launch passes its grid's y extent as"),
     (ROWS_ON_Y + "    if (col < cols) y[row * cols + col] = x[row * cols + col];\n", _plan(block="256, 4"),
      "on a block more than one row high"),
     (ROWS_ON_Y + "    if (col < cols) { row = row + 1; y[row * cols + col] = x[col]; }\n", _plan(),
@@ -197,6 +195,44 @@ def test_left_as_written_with_the_reason(body, plan, why):
     with refusals() as refused:
         assert flattened(canonical(state)) == canonical(state)
     assert any(why in line for line in refused), refused
+
+
+def test_a_row_count_only_the_grid_carried_becomes_a_parameter(tmp_path):
+    """Rows from blockIdx.y on a grid `rows` blocks down, a count the kernel never takes (nothing bounds y): the flat
+    form's bound needs it, so the kernel takes a last parameter `int grid_y` that the plan passes as the grid's y
+    extent. The forwards pack it as any flat kernel, and on the CPU the packed kernel computes the written one's
+    bits, on aligned and misaligned pointers."""
+    written = KernelState(
+        source="__global__ void kernel(const float* x, float* y, int cols) {\n" + ROWS_ON_Y
+        + "    if (col < cols) y[row * cols + col] = 2.0f * x[row * cols + col];\n}\n",
+        plan=LaunchPlan.from_toml('name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\n'
+                                  'grid = ["cdiv(cols, 256)", "rows"]\nblock = [256]\n'
+                                  'args = ["x", "y", { scalar = "cols", type = "i32" }]\n'))
+    flat = flattened(canonical(written))
+    assert "int cols, int grid_y) {" in flat.source and "if (i < grid_y * cols) {" in flat.source
+    (launch,) = flat.plan.launches
+    assert launch.args[-1] == Arg(ArgKind.SCALAR, value="rows", type="i32")
+    assert launch.grid == ("cdiv(rows * cols, 256)", 1, 1)
+    transform = get("scalarize_elementwise")
+    (site,) = transform.forward_sites(written)
+    packed = transform.forward(written, site).state
+    assert "*reinterpret_cast<float4*>(y + i)" in packed.source
+
+    def inputs(rows: int, cols: int) -> tuple[dict, dict, dict]:
+        x = torch.randn(rows * cols, generator=torch.Generator().manual_seed(rows * 1000 + cols))
+        return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
+
+    assert emulate.differences(tmp_path, written, {"packed": packed}, ((4, 64), (7, 130)), inputs) == []
+
+
+def test_blocks_of_one_thread_on_a_grid_the_kernel_never_takes_count_rows_by_it():
+    """`<<<rows + 1, 1>>>` with no parameter passed that many: the kernel takes the grid's extent, `int grid_x`,
+    and its flat form runs rows + 1 rows as the written one did."""
+    state = KernelState(source=ROW_HEAD + "    y[row] = x[row];\n}\n", plan=_row_plan(grid="rows + 1"))
+    flat = flattened(canonical(state))
+    assert "int rows, int grid_x) {" in flat.source and "if (row < grid_x) {" in flat.source
+    assert flat.plan.launches[0].args[-1] == Arg(ArgKind.SCALAR, value="rows + 1", type="i32")
+    assert flat.plan.launches[0].grid[0] == "cdiv((rows + 1), 256)"
 
 
 def test_a_naive_transpose_stays_2d_for_its_tiling_forward():
@@ -315,7 +351,6 @@ WIDE_BLOCK = LaunchPlan.from_toml('name = "t"\nproblem = "t"\n[[launch]]\nentry 
     ("    __shared__ float s[1];\n    s[0] = x[row];\n    y[row] = s[0];\n", _row_plan(), "`__shared__`"),
     ("    row += 1;\n    y[row] = x[row];\n", _row_plan(), "changes its row 'row'"),
     ("    y[row] = x[row];\n", _row_plan(block=32), "blocks of more than one thread"),
-    ("    y[row] = x[row];\n", _row_plan(grid="rows + 1"), "grid's x extent"),
     # the first thread's guard bounding the row by another count than the grid's, or letting others through
     ("    if (threadIdx.x == 0 && row < rows - 1) {\n        y[row] = x[row];\n    }\n", _row_plan(block=32),
      "blocks of more than one thread"),

@@ -184,9 +184,9 @@ GRID_Y = "__global__ void kernel(const float* x, float* out, int B, int N, int D
 
 @pytest.mark.parametrize("takes_the_batch", [True, False])
 def test_a_batch_on_grid_y_computes_the_naive_kernels_bits(transform, tmp_path, takes_the_batch):
-    """One block row per batch (`b = blockIdx.y`). Where the kernel takes the batch count that grid y is, the warp
-    forms read it as one thread per output on one axis (a batch's rows, flattened); where it does not, b is the same
-    in every lane of a block, so they keep grid y as it is and grow grid x."""
+    """One block row per batch (`b = blockIdx.y`). The warp forms read it as one thread per output on one axis (a
+    batch's rows, flattened), bounded by the batch count that grid y is: the kernel's own parameter where it takes
+    one, else a last parameter `int grid_y` it is given, which the plan passes as grid y's extent."""
     source, args = GRID_Y, BATCHED_ARGS
     if not takes_the_batch:
         source, args = GRID_Y.replace("int B, ", ""), BATCHED_ARGS.replace('{ scalar = "B", type = "i32" }, ', "")
@@ -196,8 +196,8 @@ def test_a_batch_on_grid_y_computes_the_naive_kernels_bits(transform, tmp_path, 
         (site,) = get(name).forward_sites(naive)
         forms[name] = get(name).forward(naive, site).state
         grid = forms[name].plan.launches[0].grid
-        assert grid[1:] == ((1, 1) if takes_the_batch else ("B", 1))
-        assert ("B * D" in grid[0]) == takes_the_batch, grid
+        assert grid[1:] == (1, 1) and "B * D" in grid[0], grid
+        assert ("int grid_y" in forms[name].source) != takes_the_batch
     assert emulate.differences(tmp_path, naive, forms, ((1, 3, 5), (3, 33, 12), (2, 70, 40)), _batched) == []
 
 
