@@ -10,7 +10,8 @@ of two spellings:
     (grid (cdiv(cols, B), rows), block B)                  (grid (cdiv(cols, Bx), cdiv(rows, By)), block (Bx, By))
 
 with the declarations in either order, the guard's bounds in either order, or the guard as `if (col >= cols)
-return;` (`if (row >= rows || col >= cols) return;`) and the work after it. `flattened` rewrites such a kernel as
+return;` (`if (row >= rows || col >= cols) return;`) and the work after it. The first spelling may take its row from
+grid z instead (`int b = blockIdx.z;`, a batch on a grid one block high). `flattened` rewrites such a kernel as
 
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < rows * cols) {
@@ -25,8 +26,8 @@ work computes what it did. Legal only where the work cannot tell the launches ap
 block size, barrier, shared memory, warp collective, loop or early exit (the same list as `_naive`'s element work)
 and never assigns row or col. In the first spelling the 1-D bound needs the row count, the grid's y extent: the
 scalar parameter every launch passes it as, or, where the kernel takes none (nothing bounded y), a last parameter
-`int grid_y` it is given and every launch passes the extent as (one extent for all its launches); the block must be
-one row high. The
+`int grid_y` (`grid_z`) it is given and every launch passes the extent as (one extent for all its launches); the
+block must be one row high. The
 index is 64-bit (`long long`) where the kernel names a 64-bit type (its author sized it for large matrices), else
 `int`, whose `rows * cols` wraps where the kernel's own `row * cols + col` did. A subscript with an integer cast on
 its row or product (`(size_t)row * cols + col`, `static_cast<int64_t>(row) * cols + col`) is the element too.
@@ -115,7 +116,7 @@ from klineage.transforms._naive import (
 from klineage.transforms.base import NotApplicable, refused, with_plan
 
 _ROW_BLOCK = re.compile(r"(?:const )?((?:unsigned |signed )?(?:int|long long|long|size_t|int64_t|int32_t|"
-                        r"uint32_t|unsigned)) ([A-Za-z_]\w*) = blockIdx\.y;")
+                        r"uint32_t|unsigned)) ([A-Za-z_]\w*) = blockIdx\.([yz]);")
 _WIDE_TYPES = re.compile(r"\b(?:long|size_t|int64_t|uint64_t|ptrdiff_t)\b")
 _BLOCK_ROW = re.compile(r"(?:const )?(int|unsigned|unsigned int|size_t|long long|long|int64_t) ([A-Za-z_]\w*) = "
                         r"blockIdx\.x;")
@@ -154,8 +155,9 @@ class _Matrix:
     columns: str  # N, a kernel parameter or expression
     rows: str  # M, a kernel scalar parameter
     work: tuple[Node, ...]
-    tiled: bool  # the row is blockIdx.y * blockDim.y + threadIdx.y (else blockIdx.y alone)
+    tiled: bool  # the row is blockIdx.y * blockDim.y + threadIdx.y (else blockIdx.y or blockIdx.z alone)
     of_rows: bool = False  # each thread's work a row's, which may loop (Shape.MATRIX_ROWS)
+    dimensions: int = 2  # 3 where the row is blockIdx.z (on a grid one block high)
 
 
 class Shape(Enum):
@@ -198,12 +200,14 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
             else:
                 matrix = _matrix(state, parsed, function, of_rows=shape is Shape.MATRIX_ROWS)
                 text = _rewrite(parsed, function, matrix)
-                launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {matrix.columns}", 2)
+                launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {matrix.columns}",
+                                             matrix.dimensions)
             flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
         except _NoExtentParameter as missing:  # the grid carried the row count: the kernel takes it, and is read again
             return flattened(_with_extent_parameter(state, parsed, function, missing), shapes)
         except NotApplicable as error:
-            if shape not in (Shape.MATRIX, Shape.MATRIX_ROWS) or "blockIdx.y" in parsed.text(body):  # say why not
+            # say why not where it looked like a matrix
+            if shape not in (Shape.MATRIX, Shape.MATRIX_ROWS) or re.search(r"blockIdx\.[yz]", parsed.text(body)):
                 refused(function, error)
             continue
         listed = statements(body)
@@ -416,7 +420,7 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
     if len(listed) < 3:
         raise NotApplicable(f"{function.name} is no 2-D elementwise kernel: two indexes and a guard")
     column = row = row_type = ""
-    tiled = False
+    tiled, row_axis = False, "y"
     for node in listed[:2]:
         axis, name = grid_index(parsed, node)
         blocks = _ROW_BLOCK.fullmatch(squash(parsed.text(node)))
@@ -425,7 +429,7 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
         elif axis == "y":
             row, row_type, tiled = name, "int", True
         elif blocks:
-            row_type, row = blocks.groups()
+            row_type, row, row_axis = blocks.groups()
     if not column or not row:
         raise NotApplicable(f"{function.name} does not start with a column index along x and a row along y")
     guard = listed[2]
@@ -440,9 +444,13 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
         work = (consequence,)
     else:
         raise NotApplicable(f"{function.name}: the guard neither ends the kernel nor returns")
-    launches = launches_of(state, function.name, dimensions=2)
+    dimensions = 3 if row_axis == "z" else 2
+    launches = launches_of(state, function.name, dimensions=dimensions)
     if not tiled and any(str(launch.block[1]).strip() != "1" for launch in launches):
-        raise NotApplicable(f"{function.name} takes its row from blockIdx.y alone on a block more than one row high")
+        raise NotApplicable(f"{function.name} takes its row from blockIdx.{row_axis} alone on a block more than one "
+                            f"row high")
+    if row_axis == "z" and any(str(launch.grid[1]).strip() != "1" for launch in launches):
+        raise NotApplicable(f"{function.name} takes its row from blockIdx.z on a grid more than one block high")
     relation, joined = (">=", "||") if returns else ("<", "&&")
     if tiled:
         bounds = bounds_2d(condition, row, column, relation, joined)
@@ -453,7 +461,7 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
         bound = re.fullmatch(rf"{column} {relation} ([A-Za-z_]\w*)", condition)
         if bound is None:
             raise NotApplicable(f"{function.name}'s guard is not `{column} {relation} N`")
-        columns, rows = bound[1], _grid_extent(state, parsed, function, 1)
+        columns, rows = bound[1], _grid_extent(state, parsed, function, dimensions - 1)
     for node in work:
         text = parsed.text(node)
         if found := (_BLOCK_FORBIDDEN if of_rows else FORBIDDEN).search(text):
@@ -462,7 +470,7 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
             raise NotApplicable(f"{function.name}'s work {said} (`{found[0]}`)")
         if any(parsed.text(n) in (row, column) and is_written(n) for n in cp.nodes_of_type(node, "identifier")):
             raise NotApplicable(f"{function.name} changes its row or column")
-    return _Matrix(column, row, row_type, columns, rows, work, tiled, of_rows)
+    return _Matrix(column, row, row_type, columns, rows, work, tiled, of_rows, dimensions)
 
 
 class _NoExtentParameter(NotApplicable):

@@ -225,6 +225,38 @@ def test_a_row_count_only_the_grid_carried_becomes_a_parameter(tmp_path):
     assert emulate.differences(tmp_path, written, {"packed": packed}, ((4, 64), (7, 130)), inputs) == []
 
 
+def test_a_batch_on_grid_z_is_read_flat_too(tmp_path):
+    """A batch's rows on grid z (`int b = blockIdx.z;`, a grid one block high), its count only the grid's: read flat
+    with `int grid_z` given, packed, and on the CPU the packed kernel computes the written one's bits. Grid y of
+    more than one block would run each element that many times: left as written."""
+    source = ("__global__ void kernel(const float* x, float* y, float lo, float hi, int n) {\n"
+              "    int b = blockIdx.z;\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "    if (i < n) y[b * n + i] = fminf(fmaxf(x[b * n + i], lo), hi);\n}\n")
+
+    def plan(grid_y: str) -> LaunchPlan:
+        return LaunchPlan.from_toml(
+            f'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["cdiv(n, 256)", "{grid_y}", "B"]\n'
+            'block = [256]\nargs = ["x", "y", { scalar = "lo", type = "f32" }, { scalar = "hi", type = "f32" }, '
+            '{ scalar = "n", type = "i32" }]\n')
+
+    written = KernelState(source=source, plan=plan("1"))
+    flat = flattened(canonical(written))
+    assert "int n, int grid_z) {" in flat.source and flat.plan.launches[0].grid == ("cdiv(B * n, 256)", 1, 1)
+    transform = get("scalarize_elementwise")
+    (site,) = transform.forward_sites(written)
+    packed = transform.forward(written, site).state
+
+    def inputs(batch: int, n: int) -> tuple[dict, dict, dict]:
+        x = torch.randn(batch * n, generator=torch.Generator().manual_seed(batch * 1000 + n)) * 4
+        return {"B": batch, "n": n, "lo": -1.0, "hi": 2.0}, {"x": x}, {"y": (torch.float32, batch * n)}
+
+    assert emulate.differences(tmp_path, written, {"packed": packed}, ((3, 64), (2, 130)), inputs) == []
+    high = KernelState(source=source, plan=plan("2"))
+    with refusals() as refused:
+        assert flattened(canonical(high)) == canonical(high)
+    assert any("on a grid more than one block high" in line for line in refused), refused
+
+
 def test_blocks_of_one_thread_on_a_grid_the_kernel_never_takes_count_rows_by_it():
     """`<<<rows + 1, 1>>>` with no parameter passed that many: the kernel takes the grid's extent, `int grid_x`,
     and its flat form runs rows + 1 rows as the written one did."""
