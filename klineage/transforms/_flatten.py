@@ -27,10 +27,10 @@ block size, barrier, shared memory, warp collective, loop or early exit (the sam
 and never assigns row or col. In the first spelling the 1-D bound needs the row count, the grid's y extent: the
 scalar parameter every launch passes it as, or, where the kernel takes none (nothing bounded y), a last parameter
 `int grid_y` (`grid_z`) it is given and every launch passes the extent as (one extent for all its launches); the
-block must be one row high. The
-index is 64-bit (`long long`) where the kernel names a 64-bit type (its author sized it for large matrices), else
-`int`, whose `rows * cols` wraps where the kernel's own `row * cols + col` did. A subscript with an integer cast on
-its row or product (`(size_t)row * cols + col`, `static_cast<int64_t>(row) * cols + col`) is the element too.
+block must be one row high. The index is 64-bit (`long long`) where the kernel names a 64-bit type (its author sized
+it for large matrices), else `int`, whose `rows * cols` wraps where the kernel's own `row * cols + col` did. A
+subscript with an integer cast on its row or product (`(size_t)row * cols + col`, `static_cast<int64_t>(row) * cols
++ col`) is the element too.
 
 A kernel that is one grid-stride loop over elements (`for (int i = <global index>; i < n; i += blockDim.x *
 gridDim.x) <work>`, the stride maybe declared first) becomes `if (i < n) <work>` on cdiv(n, threads) blocks: the loop
@@ -41,16 +41,16 @@ where the index is declared before it (only the stride's declaration may stand b
 last statement and the only write of the index (the work may not `continue` past it), and the loop ends the kernel
 (nothing reads the index after it).
 
-A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`) becomes one thread per row, `if
-(row < rows) { <the rest> }` on blocks of THREADS: with one thread a block nothing but the row told the threads
+A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`) becomes one thread per row,
+`if (row < rows) { <the rest> }` on blocks of THREADS: with one thread a block nothing but the row told the threads
 apart, so the rest may loop (a row's work) but may not name a coordinate, the grid, a barrier, shared memory or a
 collective; rows is the scalar parameter every launch passes its grid as (given as `int grid_x` where the kernel
-takes none, as above). So is a row kernel on wider blocks whose
-first thread alone works: `if (threadIdx.x != 0) return;` (or `> 0`) before or after the row's declaration, or the
-rest of the kernel (the row's declaration too) as `if (threadIdx.x == 0) { ... }`; after the row's declaration that
-guard may bound the row by the grid's extent as well (`threadIdx.x == 0 && row < rows`, `threadIdx.x != 0 || row >=
-rows` returning, either order), which the flat form's own guard is; the other threads of the block do nothing, and
-the launch's block is 1-D, so the working threads are one a block.
+takes none, as above). So is a row kernel on wider blocks whose first thread alone works: `if (threadIdx.x != 0)
+return;` (or `> 0`) before or after the row's declaration, or the rest of the kernel (the row's declaration too) as
+`if (threadIdx.x == 0) { ... }`; after the row's declaration that guard may bound the row by the grid's extent as
+well (`threadIdx.x == 0 && row < rows`, `threadIdx.x != 0 || row >= rows` returning, either order), which the flat
+form's own guard is; the other threads of the block do nothing, and the launch's block is 1-D, so the working
+threads are one a block.
 
 A kernel one thread of the whole launch runs (a whole reduction to one value, `*out = total;`) is one row: its body
 names no thread, block or grid and the plan launches one thread (`<<<1, 1>>>`), or its work is the first thread's of
@@ -99,7 +99,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import Arg, ArgKind, Launch
 from klineage.transforms._canonical import INDEX_LOCAL, NARROW, WIDE, canonical, canonical_index
-from klineage.transforms._edit import contains, indentation, is_written, reindent, splice, unparen
+from klineage.transforms._edit import contains, indentation, is_written, params, reindent, splice, unparen
 from klineage.transforms._grid_stride import read_grid_stride, stride_local
 from klineage.transforms._naive import (
     FORBIDDEN,
@@ -204,7 +204,11 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
                                              matrix.dimensions)
             flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
         except _NoExtentParameter as missing:  # the grid carried the row count: the kernel takes it, and is read again
-            return flattened(_with_extent_parameter(state, parsed, function, missing), shapes)
+            try:
+                return flattened(_with_extent_parameter(state, parsed, function, missing), shapes)
+            except NotApplicable as error:
+                refused(function, error)
+                continue
         except NotApplicable as error:
             # say why not where it looked like a matrix
             if shape not in (Shape.MATRIX, Shape.MATRIX_ROWS) or re.search(r"blockIdx\.[yz]", parsed.text(body)):
@@ -509,14 +513,11 @@ def _with_extent_parameter(state: KernelState, parsed: cp.ParsedSource, function
     names = {parsed.text(n) for n in cp.nodes_of_type(parsed.root, "identifier")}
     name = next(f"grid_{'xyz'[missing.axis]}{suffix}" for suffix in ("", *map(str, range(1, 100)))
                 if f"grid_{'xyz'[missing.axis]}{suffix}" not in names)
-    declarator = function.node.child_by_field_name("declarator")
-    while declarator is not None and declarator.type != "function_declarator":
-        declarator = declarator.child_by_field_name("declarator")
-    listed = declarator.child_by_field_name("parameters")
-    taken = [p for p in listed.named_children if p.type in ("parameter_declaration", "optional_parameter_declaration")]
+    taken = params(parsed, function.node)
     if not taken:
         raise NotApplicable(f"{function.name} takes no parameters to add the row count to")
-    source = splice(parsed.data, [(taken[-1].end_byte, taken[-1].end_byte, f", int {name}")])[0].decode("utf-8")
+    end = taken[-1].node.end_byte
+    source = splice(parsed.data, [(end, end, f", int {name}")])[0].decode("utf-8")
     extent = int(missing.extent) if missing.extent.isdigit() else missing.extent
     launches = tuple(replace(launch, args=(*launch.args, Arg(ArgKind.SCALAR, value=extent, type="i32")))
                      if launch.entry == function.name else launch for launch in state.plan.launches)
