@@ -1,8 +1,9 @@
-"""unaggregate_atomics: a warp's atomic adds summed by shuffles and made once per warp become one atomic add per
-thread; forward finds its sites by analysis.
+"""unaggregate_atomics: a warp's atomic adds (or maxima, or minima) folded by shuffles and made once per warp become
+one atomic per thread; forward finds its sites by analysis.
 
-The mechanism (forward): a kernel that sums into one place with atomics (a loss, a dot product, a norm, a count)
-makes 32 atomics per warp on one address, each waiting for the last. Two naive forms are read:
+The mechanism (forward): a kernel that sums into one place with atomics (a loss, a dot product, a norm, a count),
+or takes a maximum or minimum there (an absolute maximum for a quantization scale, a first index), makes 32
+atomics per warp on one address, each waiting for the last. Three naive forms are read:
 
 - the element form (`if (i < n) { ...; atomicAdd(out, v); }`, in either naive spelling): every `atomicAdd(P, v)`
   of the element's work becomes `total += v` on a running total; after the guard, where every lane of the warp
@@ -14,6 +15,10 @@ makes 32 atomics per warp on one address, each waiting for the last. Two naive f
       for (int offset = 16; offset > 0; offset /= 2) warp_total += __shfl_xor_sync(0xffffffffu, warp_total, offset);
       if (threadIdx.x % 32 == 0) atomicAdd(out, warp_total);
 
+- the loop form: the kernel is one grid-stride loop over elements (`_grid_stride`'s spellings, its stride maybe
+  declared first) whose work makes the atomics. The total is declared before the loop and folds every element the
+  thread visits, so a grid of G blocks makes G * warps-a-block atomics however many elements there are; the grid
+  and the loop stay as written (read as the element form instead, the loop would go and its grid with it).
 - the tail form: each thread sums its own share first (a grid-stride loop, say), then makes one `atomicAdd(P, v);`
   that every thread reaches, a statement of the kernel's body. Its value starts the total (`float warp_total =
   v;`), and the same butterfly and warp's atomic follow. The kernel may go on after it where P is shared memory
@@ -23,23 +28,31 @@ makes 32 atomics per warp on one address, each waiting for the last. Two naive f
 The sum is reassociated: integers sum to the same value, floating point to one of the values the naive kernel's
 unordered atomics could already give, rounded differently (the gate's tolerance judges it).
 
+`atomicMax(P, v)` and `atomicMin(P, v)` (integers only, as CUDA has them) fold the same way, exactly: the total
+starts at the operation's identity (int's least value for a maximum, say), each `atomicMax(P, v)` becomes
+`total = max(total, (T)(v))` with T the element type (the conversion atomicMax's parameter makes: `max` of mixed
+int and unsigned would compare as unsigned), the butterfly takes `max` of the lanes, and lane 0 makes one
+`atomicMax`. A warp whose lanes all miss the guard makes its atomic with the identity, which changes nothing.
+
 Legality (forward_sites), decided on the parse and the plan: every launch is 1-D and its block a literal multiple
-of 32 (whole warps: the shuffle needs every lane); the atomic calls are `atomicAdd(P, v)` statements (their old
-value unused), one P in all, naming only kernel parameters it never assigns, the block's index and the launch's
-extents (`out`, `out + k`, `&out[k]`, `&out[blockIdx.x]`: a block-per-row sum), so every lane of a warp adds to the
-same place; P's array is not otherwise touched by the kernel, and its element type is
-float, double, int, unsigned or unsigned long long. The element form's work is what `_naive.element_work` reads (no
-loop, barrier, collective or early exit); the tail form's atomic is the kernel's only one, a statement of its body
-(outside any branch or loop), and the kernel has no `return` or `goto`, so every lane of the warp arrives at the
-butterfly. In the tail form P may instead be a `__shared__` variable of the kernel (`&s`, `&s[k]`, `s + k`, k named
-as above), touched before the atomic as the kernel likes (zeroed by one thread, say) and after it only past a
-`__syncthreads();` of the kernel's body: the block's sum is then whole whichever lane added it. Where P is global
-the atomic ends the kernel.
+of 32 (whole warps: the shuffle needs every lane); the atomics are statements of one operation (their old value
+unused), one P in all, naming only kernel parameters it never assigns, the block's index and the launch's extents
+(`out`, `out + k`, `&out[k]`, `&out[blockIdx.x]`: a block-per-row sum), so every lane of a warp adds to the same
+place; P's array is not otherwise touched by the kernel, and its element type is one the atomic takes (atomicAdd:
+float, double, int, unsigned or unsigned long long; atomicMax and atomicMin: int, unsigned, long long or unsigned
+long long). The element form's work is what `_naive.element_work` reads (no loop, barrier, collective or early
+exit); the loop form's work may branch and loop but not return or `goto`; the tail form's atomic is the kernel's
+only one, a statement of its body (outside any branch or loop), and the kernel has no `return` or `goto`: in every
+form every lane of the warp arrives at the butterfly. In the tail form P may instead be a `__shared__` variable of
+the kernel (`&s`, `&s[k]`, `s + k`, k named as above), touched before the atomic as the kernel likes (zeroed by one
+thread, say) and after it only past a `__syncthreads();` of the kernel's body: the block's sum is then whole
+whichever lane added it. Where P is global the atomic ends the kernel.
 
-Backward serializes the forms forward writes: each `total += v` of the guarded work becomes `atomicAdd(P, v)`
-again, or the tail's total `v` its one atomic; the total, the butterfly and the warp's atomic go.
+Backward serializes the forms forward writes: each fold of the guarded work or the loop (`total += v`, `total =
+max(total, (T)(v))`) becomes `atomicAdd(P, v)` (`atomicMax(P, v)`) again, or the tail's total `v` its one atomic;
+the total, the butterfly and the warp's atomic go.
 
-Anchor: the kernel, kind "function", key the total's name.
+Anchor: the kernel, kind "function", key the total's name (`warp_total`, `warp_max`, `warp_min`).
 """
 
 from __future__ import annotations
@@ -55,13 +68,72 @@ from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import call_arguments, indentation, is_written, splice
 from klineage.transforms._flatten import flattened
-from klineage.transforms._naive import element_work, if_form, kernel, launches_of, parameters, readable, squash
-from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
+from klineage.transforms._grid_stride import read_grid_stride, stride_local
+from klineage.transforms._naive import (
+    element_work,
+    if_form,
+    kernel,
+    launches_of,
+    parameters,
+    readable,
+    squash,
+    statements,
+)
+from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform, refused
 
-TOTAL = "warp_total"
-TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "unsigned long long"})
-_BUTTERFLY = "for (int offset = 16; offset > 0; offset /= 2) {t} += __shfl_xor_sync(0xffffffffu, {t}, offset);"
-_WARP_ADD = "if (threadIdx.x % 32 == 0) atomicAdd({p}, {t});"
+_INT_TYPES = ("int", "unsigned", "unsigned int", "long long", "unsigned long long")
+
+
+@dataclass(frozen=True)
+class _Fold:
+    """One atomic operation a warp folds: the atomic's name, the total's name, the element types the atomic takes,
+    the value that changes nothing (per type) and the fold of a value into the total."""
+    atomic: str
+    total: str
+    identities: tuple[tuple[str, str], ...]  # (element type, identity): the types the atomic takes
+
+    def takes(self, element: str) -> bool:
+        return element in dict(self.identities)
+
+    def identity(self, element: str) -> str:
+        return dict(self.identities)[element]
+
+    def combine(self, total: str, value: str) -> str:
+        """The statement that folds `value` into `total`."""
+        if self.atomic == "atomicAdd":
+            return f"{total} += {value};"
+        return f"{total} = {self.atomic.removeprefix('atomic').lower()}({total}, {value});"
+
+    def fold(self, total: str, value: str, element: str) -> str:
+        """A lane's value folded in; a maximum or minimum converts it to the element type first, as the atomic's
+        parameter would."""
+        return self.combine(total, value if self.atomic == "atomicAdd" else f"({element})({value})")
+
+    def butterfly(self, total: str) -> str:
+        shuffled = f"__shfl_xor_sync(0xffffffffu, {total}, offset)"
+        return f"for (int offset = 16; offset > 0; offset /= 2) {self.combine(total, shuffled)}"
+
+    def warp_atomic(self, target: str, total: str) -> str:
+        return f"if (threadIdx.x % 32 == 0) {self.atomic}({target}, {total});"
+
+    def folded_value(self, total: str, element: str, statement: str) -> str | None:
+        """v where `statement` (squashed) is this fold of v into `total`, else None."""
+        pattern = re.escape(self.fold(total, "\0", element)).replace(re.escape("\0"), "(.+)")
+        found = re.fullmatch(pattern, statement)
+        return found[1] if found else None
+
+
+_LEAST = {"int": "(-2147483647 - 1)", "long long": "(-9223372036854775807LL - 1)"}
+_MOST = {"int": "2147483647", "unsigned": "0xffffffffu", "unsigned int": "0xffffffffu",
+         "long long": "9223372036854775807LL", "unsigned long long": "0xffffffffffffffffull"}
+FOLDS = (
+    _Fold("atomicAdd", "warp_total", tuple((kind, "0") for kind in ("float", "double", "int", "unsigned",
+                                                                    "unsigned int", "unsigned long long"))),
+    _Fold("atomicMax", "warp_max", tuple((kind, _LEAST.get(kind, "0")) for kind in _INT_TYPES)),
+    _Fold("atomicMin", "warp_min", tuple((kind, _MOST[kind]) for kind in _INT_TYPES)),
+)
+_BY_ATOMIC = {fold.atomic: fold for fold in FOLDS}
+_ATOMICS = "atomicAdd, atomicMax or atomicMin"
 
 
 @dataclass(frozen=True)
@@ -70,7 +142,8 @@ class _Site:
     span: Node  # what forward replaces: the guard `if (i < n) <work>`, or the tail's `atomicAdd(P, v);`
     target: str  # P, as written
     element: str  # P's element type
-    adds: tuple[Node, ...]  # the `atomicAdd(P, v)` calls
+    adds: tuple[Node, ...]  # the `atomicAdd(P, v)` (atomicMax, atomicMin) calls
+    fold: _Fold
     total: str
     tail: bool  # the tail form: one atomic every thread makes last
 
@@ -80,16 +153,18 @@ class _Aggregated:
     """The form forward writes: the total's declaration, the guard (None in the tail form), the warp's atomic."""
     total: str
     declaration: Node
-    value: str  # the declaration's initial value: 0 in the element form, the tail's v
+    value: str  # the declaration's initial value: the identity in the element form, the tail's v
     guard: Node | None
     warp_add: Node
     target: str
+    fold: _Fold
+    element: str
 
 
 class UnaggregateAtomics(Transform):
     name = "unaggregate_atomics"
-    intent = ("Sum a warp's atomic adds to one address with register shuffles and let one lane make a single "
-              "atomic add per warp.")
+    intent = ("Fold a warp's atomic adds (maxima, minima) to one address with register shuffles and let one lane "
+              "make a single atomic per warp.")
     removes = ("shfl",)  # the butterfly: cards of warp shuffles lend it their sites
     placement = Placement.ANALYSIS
 
@@ -99,34 +174,34 @@ class UnaggregateAtomics(Transform):
                 for function, form in readable(parsed, lambda f: _aggregated(parsed, f))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = if_form(flattened(canonical(state)))  # the index and guard as the naive form spells them, 1-D
-        parsed = cp.parse(state.source)
+        _, parsed, found = _read(state)
         return [Anchor(function.name, "function", site.total, parsed.text(site.span)[:200])
-                for function, site in readable(parsed, lambda f: _serial(state, parsed, f))]
+                for function, site in found]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = if_form(flattened(canonical(state)))
-        parsed = cp.parse(state.source)
-        site = _serial(state, parsed, kernel(parsed, anchor))
+        state, parsed, found = _read(state)
+        function = kernel(parsed, anchor)
+        sites = [site for named, site in found if named.name == function.name]
+        site = sites[0] if sites else _loop(state, parsed, function) or _serial(state, parsed, function)
         if site.total != anchor.key:
             raise NotApplicable(f"{anchor}: the total would be '{site.total}'")
         indent = indentation(parsed.data, site.span.start_byte)
+        fold, element = site.fold, site.element
         if site.tail:
-            opening = f"{site.element} {site.total} = {parsed.text(call_arguments(site.adds[0])[1])};"
-            lines = [opening]
+            lines = [f"{element} {site.total} = {parsed.text(call_arguments(site.adds[0])[1])};"]
         else:
             edits = [(add.parent.start_byte, add.parent.end_byte,
-                      f"{site.total} += {parsed.text(call_arguments(add)[1])};") for add in site.adds]
+                      fold.fold(site.total, parsed.text(call_arguments(add)[1]), element)) for add in site.adds]
             start = site.span.start_byte
             guard = splice(parsed.data[start:site.span.end_byte],
                            [(a - start, b - start, text) for a, b, text in edits])[0].decode("utf-8")
-            lines = [f"{site.element} {site.total} = 0;", indent + guard]
-        text = "\n".join([*lines, indent + _BUTTERFLY.format(t=site.total),
-                          indent + _WARP_ADD.format(p=site.target, t=site.total)])
+            lines = [f"{element} {site.total} = {fold.identity(element)};", indent + guard]
+        text = "\n".join([*lines, indent + fold.butterfly(site.total),
+                          indent + fold.warp_atomic(site.target, site.total)])
         source = splice(parsed.data, [(site.span.start_byte, site.span.end_byte, text)])[0].decode("utf-8")
         return self.rewrite(state, anchor, Direction.FORWARD, source,
-                            note=f"{site.function.name}: a warp's adds to {site.target} summed by shuffles, one "
-                                 f"atomicAdd per warp")
+                            note=f"{site.function.name}: a warp's {fold.atomic} calls to {site.target} folded by "
+                                 f"shuffles, one {fold.atomic} per warp")
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
@@ -134,18 +209,75 @@ class UnaggregateAtomics(Transform):
         form = _aggregated(parsed, function)
         if form.total != anchor.key:
             raise NotApplicable(f"{anchor}: the total is '{form.total}'")
+        atomic = form.fold.atomic
         if form.guard is None:
-            edits = [(form.declaration.start_byte, form.warp_add.end_byte, f"atomicAdd({form.target}, {form.value});")]
+            edits = [(form.declaration.start_byte, form.warp_add.end_byte, f"{atomic}({form.target}, {form.value});")]
         else:
-            adds = [node for node in cp.nodes_of_type(form.guard, "expression_statement")
-                    if re.fullmatch(rf"{form.total} \+= .+;", squash(parsed.text(node)))]
-            edits = [(node.start_byte, node.end_byte, f"atomicAdd({form.target}, "
-                      f"{parsed.text(node.named_children[0].child_by_field_name('right'))});") for node in adds]
+            edits = []
+            for node in cp.nodes_of_type(form.guard, "expression_statement"):
+                value = form.fold.folded_value(form.total, form.element, squash(parsed.text(node)))
+                if value is not None:
+                    edits.append((node.start_byte, node.end_byte, f"{atomic}({form.target}, {value});"))
             edits += [(form.declaration.start_byte, form.guard.start_byte, ""),
                       (form.guard.end_byte, form.warp_add.end_byte, "")]
         source = splice(parsed.data, edits)[0].decode("utf-8")
         return self.rewrite(state, anchor, Direction.BACKWARD, source,
-                            note=f"{function.name}: one atomicAdd to {form.target} per thread")
+                            note=f"{function.name}: one {atomic} to {form.target} per thread")
+
+
+def _read(state: KernelState) -> tuple[KernelState, cp.ParsedSource, list[tuple[cp.Function, _Site]]]:
+    """The state forward reads and its sites: the kernels that are one grid-stride loop making the atomics (kept
+    loops: each thread's elements fold into its total), else every kernel read in the naive forms (`_serial`)."""
+    state = canonical(state)
+    parsed = cp.parse(state.source)
+    looped, loops_refused = [], False
+    for function in cp.functions(parsed):
+        try:
+            site = _loop(state, parsed, function)
+        except NotApplicable as refusal:
+            refused(function, refusal)
+            loops_refused = True
+            continue
+        if site is not None:
+            looped.append((function, site))
+    if looped or loops_refused:
+        return state, parsed, looped
+    state = if_form(flattened(state))  # the index and guard as the naive form spells them, 1-D
+    parsed = cp.parse(state.source)
+    return state, parsed, readable(parsed, lambda f: _serial(state, parsed, f))
+
+
+def _loop(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Site | None:
+    """The loop form's site, where the kernel is one grid-stride loop over elements (its stride maybe declared
+    first) whose work makes atomics; None where it is not such a kernel. Every lane leaves the loop and reaches
+    the butterfly after it unless the work returns."""
+    body = function.node.child_by_field_name("body")
+    listed = statements(body) if function.is_kernel and body is not None else []
+    if not listed or listed[-1].type not in ("for_statement", "while_statement"):
+        return None
+    try:
+        loop = read_grid_stride(parsed, function, listed, listed[-1])
+    except NotApplicable:
+        return None
+    calls = [call for call in cp.nodes_of_type(loop.body, "call_expression") if cp.call_name(call).startswith("atomic")]
+    if not calls:
+        return None
+    if loop.before and (len(loop.before) > 1 or stride_local(parsed, loop.before[0]) is None):
+        raise NotApplicable(f"{function.name} does more than declare its stride before its grid-stride loop")
+    if re.search(r"\b(?:return|goto)\b", loop.work):
+        raise NotApplicable(f"{function.name}'s loop can leave the kernel: a lane that leaves misses the butterfly")
+    _check_whole_warps(state, function)
+    return _site(parsed, function, loop.loop, tuple(calls), _one_fold(function, calls), tail=False)
+
+
+def _one_fold(function: cp.Function, calls: list[Node]) -> _Fold:
+    """The fold of `calls`, atomic statements of one operation, or NotApplicable."""
+    kinds = {cp.call_name(call) for call in calls}
+    fold = _BY_ATOMIC.get(kinds.pop()) if len(kinds) == 1 else None
+    if fold is None or any(call.parent.type != "expression_statement" for call in calls):
+        raise NotApplicable(f"{function.name}'s work makes no {_ATOMICS}, or other atomics, or atomics of two "
+                            f"kinds, or uses one's old value")
+    return fold
 
 
 def _serial(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> _Site:
@@ -158,10 +290,7 @@ def _serial(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) 
     _check_whole_warps(state, function)
     calls = [call for node in work.nodes for call in cp.nodes_of_type(node, "call_expression")
              if cp.call_name(call).startswith("atomic")]
-    adds = [call for call in calls if cp.call_name(call) == "atomicAdd" and call.parent.type == "expression_statement"]
-    if not adds or len(adds) != len(calls):
-        raise NotApplicable(f"{function.name}'s work makes no atomicAdd, or other atomics, or uses one's old value")
-    return _site(parsed, function, work.nodes[0].parent, tuple(adds), tail=False)
+    return _site(parsed, function, work.nodes[0].parent, tuple(calls), _one_fold(function, calls), tail=False)
 
 
 def _tail(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, refusal: NotApplicable) -> _Site:
@@ -171,23 +300,24 @@ def _tail(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, re
     listed = [node for node in body.named_children if node.type != "comment"] if body is not None else []
     calls = [node for node in cp.nodes_of_type(body, "call_expression") if cp.call_name(node).startswith("atomic")]
     made = [node for node in listed if node.type == "expression_statement" and node.named_children and
-            node.named_children[0].type == "call_expression" and cp.call_name(node.named_children[0]) == "atomicAdd"]
+            node.named_children[0].type == "call_expression" and cp.call_name(node.named_children[0]) in _BY_ATOMIC]
     if not made:
-        raise NotApplicable(f"{refusal}; nor does its body make an atomicAdd that every thread makes") from None
-    if cp.nodes_of_type(body, "return_statement") or cp.nodes_of_type(body, "goto_statement"):
-        raise NotApplicable(f"{function.name} can leave before its atomicAdd: a lane that leaves misses the warp's "
-                            f"butterfly")
+        raise NotApplicable(f"{refusal}; nor does its body make an {_ATOMICS} that every thread makes") from None
     statement = made[-1]
     call = statement.named_children[0]
+    fold = _BY_ATOMIC[cp.call_name(call)]
+    if cp.nodes_of_type(body, "return_statement") or cp.nodes_of_type(body, "goto_statement"):
+        raise NotApplicable(f"{function.name} can leave before its {fold.atomic}: a lane that leaves misses the "
+                            f"warp's butterfly")
     if calls != [call]:
-        raise NotApplicable(f"{function.name} makes atomics besides its atomicAdd")
+        raise NotApplicable(f"{function.name} makes atomics besides its {fold.atomic}")
     _check_whole_warps(state, function)
     shared = _shared_target(parsed, function, call)
     if shared is not None:
-        return _shared_site(parsed, function, statement, call, listed, shared)
+        return _shared_site(parsed, function, statement, call, listed, shared, fold)
     if statement is not listed[-1]:
-        raise NotApplicable(f"{function.name} goes on after its atomicAdd to global memory")
-    return _site(parsed, function, statement, (call,), tail=True)
+        raise NotApplicable(f"{function.name} goes on after its {fold.atomic} to global memory")
+    return _site(parsed, function, statement, (call,), fold, tail=True)
 
 
 def _shared_target(parsed: cp.ParsedSource, function: cp.Function, call: Node) -> cp.Declaration | None:
@@ -199,7 +329,7 @@ def _shared_target(parsed: cp.ParsedSource, function: cp.Function, call: Node) -
 
 
 def _shared_site(parsed: cp.ParsedSource, function: cp.Function, statement: Node, call: Node, listed: list[Node],
-                 shared: cp.Declaration) -> _Site:
+                 shared: cp.Declaration, fold: _Fold) -> _Site:
     """The tail form's site where the atomic adds to the kernel's shared variable `shared`: at one place for the
     block (the address names the variable, kernel parameters it never assigns, the block's index, the launch's
     extents and literals), the variable touched after the atomic only past a barrier of the kernel's body."""
@@ -216,10 +346,10 @@ def _shared_site(parsed: cp.ParsedSource, function: cp.Function, statement: Node
     fence = barriers[0].start_byte if barriers else body.end_byte
     for use in cp.nodes_of_type(body, "identifier"):
         if parsed.text(use) == shared.name and statement.end_byte <= use.start_byte < fence:
-            raise NotApplicable(f"{function.name} touches '{shared.name}' after its atomicAdd before a barrier")
-    if shared.type not in TYPES:
-        raise NotApplicable(f"'{shared.name}' holds {shared.type}, which no atomicAdd sums")
-    return _Site(function, statement, target, shared.type, (call,), _total_name(parsed, function), True)
+            raise NotApplicable(f"{function.name} touches '{shared.name}' after its {fold.atomic} before a barrier")
+    if not fold.takes(shared.type):
+        raise NotApplicable(f"'{shared.name}' holds {shared.type}, which {fold.atomic} does not take")
+    return _Site(function, statement, target, shared.type, (call,), fold, _total_name(parsed, function, fold), True)
 
 
 def _check_whole_warps(state: KernelState, function: cp.Function) -> None:
@@ -229,7 +359,8 @@ def _check_whole_warps(state: KernelState, function: cp.Function) -> None:
             raise NotApplicable(f"{function.name}'s block of {block} threads is no whole number of warps")
 
 
-def _site(parsed: cp.ParsedSource, function: cp.Function, span: Node, adds: tuple[Node, ...], tail: bool) -> _Site:
+def _site(parsed: cp.ParsedSource, function: cp.Function, span: Node, adds: tuple[Node, ...], fold: _Fold,
+          tail: bool) -> _Site:
     """The site of `adds`, once they all add to one place of one array the kernel touches nowhere else."""
     targets = {squash(parsed.text(call_arguments(call)[0])) for call in adds}
     if len(targets) != 1 or any(len(call_arguments(call)) != 2 for call in adds):
@@ -247,9 +378,9 @@ def _site(parsed: cp.ParsedSource, function: cp.Function, span: Node, adds: tupl
         if parsed.text(use) == array and not any(_within(use, call_arguments(call)[0]) for call in adds):
             raise NotApplicable(f"{function.name} touches '{array}' beyond its atomic adds")
     element = params[array][0].removeprefix("const ").strip()
-    if element not in TYPES:
-        raise NotApplicable(f"'{array}' points to {element}, which no atomicAdd sums")
-    return _Site(function, span, target, element, adds, _total_name(parsed, function), tail)
+    if not fold.takes(element):
+        raise NotApplicable(f"'{array}' points to {element}, which {fold.atomic} does not take")
+    return _Site(function, span, target, element, adds, fold, _total_name(parsed, function, fold), tail)
 
 
 def _address_names(target: str) -> set[str]:
@@ -265,14 +396,15 @@ def _check_unassigned(parsed: cp.ParsedSource, function: cp.Function, names: set
             raise NotApplicable(f"{function.name} assigns '{parsed.text(use)}', which its atomics' address names")
 
 
-def _total_name(parsed: cp.ParsedSource, function: cp.Function) -> str:
+def _total_name(parsed: cp.ParsedSource, function: cp.Function, fold: _Fold) -> str:
     """The warp total's name: the first of its spellings the kernel does not name."""
     taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
-    return next(name for name in (TOTAL, f"{TOTAL}_", f"{TOTAL}__", f"{TOTAL}_sum") if name not in taken)
+    total = fold.total
+    return next(name for name in (total, f"{total}_", f"{total}__", f"{total}_of_warp") if name not in taken)
 
 
 def _into_shared(parsed: cp.ParsedSource, function: cp.Function, warp_add: Node) -> bool:
-    """Whether the warp's atomic `if (...) atomicAdd(P, total);` adds into a `__shared__` variable of the kernel."""
+    """Whether the warp's atomic `if (...) atomicAdd(P, total);` goes into a `__shared__` variable of the kernel."""
     consequence = warp_add.child_by_field_name("consequence")
     call = consequence.named_children[0] if consequence is not None and consequence.named_children else None
     return call is not None and call.type == "call_expression" and _shared_target(parsed, function, call) is not None
@@ -288,24 +420,31 @@ def _aggregated(parsed: cp.ParsedSource, function: cp.Function) -> _Aggregated:
     if not function.is_kernel or body is None:
         raise NotApplicable(f"{function.name} is not a kernel")
     listed = [node for node in body.named_children if node.type != "comment"]
+    types = "|".join(sorted({kind for fold in FOLDS for kind, _ in fold.identities}))
     for at in range(len(listed) - 2):
-        declared = re.fullmatch(rf"((?:{'|'.join(sorted(TYPES))})) ([A-Za-z_]\w*) = (.+);",
-                                squash(parsed.text(listed[at])))
+        declared = re.fullmatch(rf"({types}) ([A-Za-z_]\w*) = (.+);", squash(parsed.text(listed[at])))
         if declared is None:
             continue
-        total, value = declared[2], declared[3]
-        guard = listed[at + 1] if listed[at + 1].type == "if_statement" and value == "0" else None
-        rest = listed[at + 2:] if guard is not None else listed[at + 1:]
-        if len(rest) < 2:  # the butterfly and the warp's atomic follow
-            continue
-        butterfly, warp_add = rest[:2]
-        target = re.fullmatch(re.escape(_WARP_ADD.format(p="@", t=total)).replace("@", "(.+)"),
-                              squash(parsed.text(warp_add)))
-        # they end the kernel, as forward writes them, but for a tail's sum into shared memory
-        ends = len(rest) == 2 or (guard is None and _into_shared(parsed, function, warp_add))
-        if squash(parsed.text(butterfly)) == _BUTTERFLY.format(t=total) and target and ends:
-            return _Aggregated(total, listed[at], value, guard, warp_add, target[1])
-    raise NotApplicable(f"{function.name} has no warp-aggregated atomic add")
+        element, total, value = declared[1], declared[2], declared[3]
+        for fold in FOLDS:
+            if not fold.takes(element):
+                continue
+            # the element form's guard, or the loop form's loop (not the butterfly: that follows a tail's total)
+            guarded = (value == fold.identity(element) and
+                       listed[at + 1].type in ("if_statement", "for_statement", "while_statement") and
+                       squash(parsed.text(listed[at + 1])) != fold.butterfly(total))
+            rest = listed[at + 2:] if guarded else listed[at + 1:]
+            if len(rest) < 2:  # the butterfly and the warp's atomic follow
+                continue
+            butterfly, warp_add = rest[:2]
+            target = re.fullmatch(re.escape(fold.warp_atomic("@", total)).replace("@", "(.+)"),
+                                  squash(parsed.text(warp_add)))
+            # they end the kernel, as forward writes them, but for a tail's fold into shared memory
+            ends = len(rest) == 2 or (not guarded and _into_shared(parsed, function, warp_add))
+            if squash(parsed.text(butterfly)) == fold.butterfly(total) and target and ends:
+                return _Aggregated(total, listed[at], value, listed[at + 1] if guarded else None, warp_add,
+                                   target[1], fold, element)
+    raise NotApplicable(f"{function.name} has no warp-aggregated atomic")
 
 
 register(UnaggregateAtomics())

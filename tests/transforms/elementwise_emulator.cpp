@@ -109,6 +109,21 @@ template <typename T, typename V> T atomic_add(T* address, V value)
     return old;
 }
 
+// atomicMax and atomicMin: integers, as CUDA has them (the value converted to the element type first).
+template <typename T, typename V> T atomic_max(T* address, V value)
+{
+    const T old = *address;
+    if (old < T(value)) *address = T(value);
+    return old;
+}
+
+template <typename T, typename V> T atomic_min(T* address, V value)
+{
+    const T old = *address;
+    if (T(value) < old) *address = T(value);
+    return old;
+}
+
 }  // namespace row
 
 #undef __shfl_xor_sync
@@ -117,6 +132,8 @@ template <typename T, typename V> T atomic_add(T* address, V value)
 #define __shfl_up_sync(mask, x, offset) row::shfl_up(mask, x, offset)
 #define __shfl_sync(mask, x, lane) row::shfl(mask, x, lane)
 #define atomicAdd(address, value) row::atomic_add(address, value)
+#define atomicMax(address, value) row::atomic_max(address, value)
+#define atomicMin(address, value) row::atomic_min(address, value)
 
 // A kernel's static `__shared__` array is one per block; blocks run one at a time here (tests/mma_emulator.h), so
 // one function-static array, which every thread (fiber) of the block sees, serves. Host compilation would make it
@@ -134,6 +151,15 @@ inline int max(int a, int b) { return a < b ? b : a; }
 inline int min(int a, int b) { return b < a ? b : a; }
 inline long long max(long long a, long long b) { return a < b ? b : a; }
 inline long long min(long long a, long long b) { return b < a ? b : a; }
+inline unsigned max(unsigned a, unsigned b) { return a < b ? b : a; }
+inline unsigned min(unsigned a, unsigned b) { return b < a ? b : a; }
+// A float's bits as an int (a device intrinsic: host code has none).
+inline int __float_as_int(float v)
+{
+    int bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return bits;
+}
 // The device's float-to-int conversion rounded to the nearest even integer (cvt.rni): nearbyintf under the host's
 // default rounding mode. The device saturates a value out of int's range and gives 0 for a NaN; the tests' values
 // stay in range.

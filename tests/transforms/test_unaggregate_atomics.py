@@ -1,7 +1,7 @@
-"""unaggregate_atomics: a warp's atomic adds, summed by shuffles and made once per warp, become one atomic add per
-thread; forward finds its sites by analysis, in the element form and in the tail form (each thread's own sum added
-by one atomic every thread makes: the kernel's end for global memory, a block's shared sum read past a barrier).
-Goldens, the sums on the CPU, and the kernels it refuses."""
+"""unaggregate_atomics: a warp's atomic adds (maxima, minima), folded by shuffles and made once per warp, become one
+atomic per thread; forward finds its sites by analysis, in the element form and in the tail form (each thread's own
+sum added by one atomic every thread makes: the kernel's end for global memory, a block's shared sum read past a
+barrier). Goldens, the sums and extremes on the CPU, and the kernels it refuses."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
-CASES = ["mse", "count", "tail_count", "block_sum"]
+CASES = ["mse", "count", "tail_count", "block_sum", "absmax", "tail_min", "loop_count"]
 SITE = Anchor("kernel", "function", "warp_total")
+SITES = {"absmax": Anchor("kernel", "function", "warp_max"), "tail_min": Anchor("kernel", "function", "warp_min")}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def test_golden_kernels_compile(case, cache):
 
 @pytest.mark.parametrize("case", CASES)
 def test_forward_finds_the_naive_kernel_by_analysis(transform, case):
-    assert transform.forward_sites(golden(case, "after")) == [SITE]
+    assert transform.forward_sites(golden(case, "after")) == [SITES.get(case, SITE)]
     assert transform.forward_sites(golden(case, "before")) == []
     assert transform.find(golden(case, "after")) == []
 
@@ -61,6 +62,13 @@ def _inputs(case: str, n: int) -> tuple[dict, dict, dict, dict]:
     if case == "mse":
         a, b = (torch.randn(n, generator=generator) for _ in range(2))
         return {"n": n}, {"a": a, "b": b}, {"out": (torch.float32, 1)}, {"out": torch.zeros(1)}
+    if case == "absmax":
+        x = torch.randn(n, generator=generator)
+        return {"n": n}, {"x": x}, {"out": (torch.int32, 1)}, {"out": torch.zeros(1, dtype=torch.int32)}
+    if case == "tail_min":  # about one element in 50 exceeds the threshold: some slices hold none
+        x = torch.randn(n, generator=generator)
+        return ({"n": n, "threshold": 2.0}, {"x": x}, {"out": (torch.int64, 1)},
+                {"out": torch.full((1,), n, dtype=torch.int64)})
     x = torch.randint(-100, 100, (n,), generator=generator, dtype=torch.int32)
     return ({"n": n, "threshold": 7}, {"x": x}, {"count": (torch.int32, 1)},
             {"count": torch.zeros(1, dtype=torch.int32)})
@@ -78,10 +86,10 @@ def _sums(tmp_path, case: str, state: KernelState) -> list:
     return found
 
 
-@pytest.mark.parametrize("case", sampled(CASES, keep=["count", "tail_count"]))
+@pytest.mark.parametrize("case", sampled(CASES, keep=["count", "tail_count", "absmax", "tail_min", "loop_count"]))
 def test_the_warp_sums_add_up_to_the_naive_sums_on_the_cpu(tmp_path, case):
-    """The integer counts are exact; the float mean differs only by the rounding of another order of adds. The
-    tail form's grid (at most 4 blocks) makes the threads of n = 2053 stride."""
+    """The integer counts, maxima and minima are exact; the float mean differs only by the rounding of another order
+    of adds. The tail form's grid (at most 4 blocks) makes the threads of n = 2053 stride."""
     naive, aggregated = (_sums(tmp_path / which, case, golden(case, which)) for which in ("after", "before"))
     assert all(torch.isfinite(want).all() for want in naive)
     for want, got in zip(naive, aggregated, strict=True):
@@ -114,7 +122,9 @@ TAIL = "    float s = 0;\n    for (int k = i; k < n; k += blockDim.x * gridDim.x
     ("    if (i < n) atomicAdd(&out[i % 4], x[i]);\n", PLAN, "names more than its parameters"),
     ("    if (i < n) { atomicAdd(out, x[i]); atomicAdd(out + 1, 1.0f); }\n", PLAN, "add to 2 places"),
     ("    if (i < n) { float old = atomicAdd(out, x[i]); }\n", PLAN, "uses one's old value"),
-    ("    if (i < n) { atomicAdd(out, x[i]); atomicMax((int*)out, 1); }\n", PLAN, "other atomics"),
+    ("    if (i < n) { atomicAdd(out, x[i]); atomicMax((int*)out, 1); }\n", PLAN, "atomics of two kinds"),
+    ("    if (i < n) atomicMax(out, x[i]);\n", PLAN, "'out' points to float, which atomicMax does not take"),
+    ("    if (i < n) atomicExch(out, x[i]);\n", PLAN, "makes no atomicAdd, atomicMax or atomicMin"),
     ("    if (i < n) atomicAdd(out, x[i] + out[1]);\n", PLAN, "touches 'out' beyond its atomic adds"),
     ("    if (i < n) y[i] = x[i];\n", PLAN, "makes no atomicAdd"),
     # the tail form: each thread's sum over a stride of the grid, added last
@@ -128,7 +138,7 @@ TAIL = "    float s = 0;\n    for (int k = i; k < n; k += blockDim.x * gridDim.x
      "names more than its parameters"),
     (TAIL.format(loop="s += x[k] + out[1];", add="atomicAdd(out, s);"), PLAN, "touches 'out' beyond its atomic adds"),
     (TAIL.format(loop="s += x[k];", add="if (s > 0) atomicAdd(out, s);"), PLAN,
-     "nor does its body make an atomicAdd that every thread makes"),
+     "nor does its body make an atomicAdd, atomicMax or atomicMin that every thread makes"),
     (TAIL.format(loop="s += x[k];", add="atomicAdd(out, s);\n    out[1] = 0.0f;"), PLAN, "goes on after"),
     (TAIL.format(loop="s += x[k];", add="atomicAdd(out, s);\n    s = 0;"), PLAN, "goes on after its atomicAdd"),
 ])
@@ -180,7 +190,7 @@ BLOCK_PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "c
     ("atomicAdd(&row_sum[part & 3], part);", "names more than its shared variable"),
     ("atomicAdd(&row_sum[0], part);\n    y[0] = row_sum[0];", "touches 'row_sum' after its atomicAdd before a barrier"),
     ("if (part > 0) atomicAdd(&row_sum[0], part);", "nor does its body make an atomicAdd"),
-    ("atomicAdd(&row_sum[0], part);\n    atomicMax(&row_sum[1], part);", "makes atomics besides its atomicAdd"),
+    ("atomicAdd(&row_sum[0], part);\n    atomicMax(&row_sum[1], part);", "makes atomics besides its atomicMax"),
     ("rows = 2;\n    atomicAdd(&row_sum[rows], part);", "assigns 'rows'"),
 ])
 def test_no_site_where_a_blocks_shared_sum_is_not_one_place_read_past_a_barrier(transform, add, why):
@@ -221,3 +231,82 @@ def test_backward_reads_no_warp_atomic_into_global_memory_that_code_follows(tran
     followed = KernelState(source=aggregated.source[:aggregated.source.rindex("}")] + "    __syncthreads();\n}\n",
                            plan=aggregated.plan)
     assert transform.find(followed) == []
+
+
+NEGATIVE = """__global__ void kernel(const int* x, int* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomicMax(out, x[i] - 1000);
+}
+"""
+
+
+def test_a_warps_maximum_starts_at_the_least_int(transform, tmp_path):
+    """Every value is negative, so a warp whose total started at 0 rather than int's least value would make its
+    atomic with 0, above every value: the emulated maxima of the naive and the aggregated kernels agree, over a
+    ragged last warp and warps that hold no element, and the start at 0 is caught."""
+    naive = KernelState(source=NEGATIVE, plan=plan_of('"x", "out", { scalar = "n", type = "i32" }', block=128))
+    (site,) = transform.forward_sites(naive)
+    aggregated = transform.forward(naive, site).state
+    assert "int warp_max = (-2147483647 - 1);" in aggregated.source
+    at_zero = KernelState(source=aggregated.source.replace("(-2147483647 - 1);", "0;"), plan=aggregated.plan)
+    least = torch.full((1,), -2**31, dtype=torch.int32)
+    runs = {}
+    for form, (binary, state) in emulate.builds(tmp_path, {"naive": naive, "warp": aggregated}).items():
+        for n in (1, 70, 300):
+            x = torch.randint(0, 999, (n,), generator=torch.Generator().manual_seed(n), dtype=torch.int32)
+            runs[form, n] = emulate.run(binary, tmp_path / f"{form}-{n}", state, {"n": n}, {"x": x},
+                                        {"out": (torch.int32, 1)}, starting={"out": least})["out"]
+            if form == "naive":
+                assert int(runs[form, n]) == int(x.max()) - 1000
+    binary = emulate.build(tmp_path / "zero", at_zero)
+    wrong = emulate.run(binary, tmp_path / "zero-70", at_zero, {"n": 70}, {"x": torch.zeros(70, dtype=torch.int32)},
+                        {"out": (torch.int32, 1)}, starting={"out": least})["out"]
+    assert all(torch.equal(runs["warp", n], runs["naive", n]) for n in (1, 70, 300))
+    assert int(wrong) == 0
+
+
+WHILE_MAX = """__global__ void kernel(const int* x, int* out, int n) {
+    int stride = gridDim.x * blockDim.x;
+    int i = threadIdx.x + blockIdx.x * blockDim.x;
+    while (i < n) {
+        if (x[i] % 3 == 0) atomicMax(out, x[i]);
+        i += stride;
+    }
+}
+"""
+
+
+def test_the_loop_form_keeps_its_loop_and_grid(transform, tmp_path):
+    """A grid-stride loop folds every element a thread visits into its total (the `while` spelling, a maximum):
+    the loop and the capped grid stay, and the maxima are the naive kernel's on the CPU over threads that stride
+    several times and warps that find nothing."""
+    plan = plan_of('"x", "out", { scalar = "n", type = "i32" }', grid="min(cdiv(n, 128), 2)", block=128)
+    naive = KernelState(source=WHILE_MAX, plan=plan)
+    (site,) = transform.forward_sites(naive)
+    folded = transform.forward(naive, site).state
+    assert site.key == "warp_max" and folded.plan == naive.plan
+    assert "    int warp_max = (-2147483647 - 1);\n    while (i < n) {" in folded.source
+    unfolded = transform.backward(folded, transform.find(folded)[0]).state.source  # the index as forward spells it
+    assert unfolded == WHILE_MAX.replace("threadIdx.x + blockIdx.x * blockDim.x",
+                                         "blockIdx.x * blockDim.x + threadIdx.x")
+    least = torch.full((1,), -2**31, dtype=torch.int32)
+    for form, (binary, state) in emulate.builds(tmp_path, {"naive": naive, "folded": folded}).items():
+        for n in (5, 1000):
+            x = torch.randint(-500, 500, (n,), generator=torch.Generator().manual_seed(n), dtype=torch.int32)
+            got = emulate.run(binary, tmp_path / f"{form}-{n}", state, {"n": n}, {"x": x}, {"out": (torch.int32, 1)},
+                              starting={"out": least})["out"]
+            divisible = x[x % 3 == 0]
+            assert int(got) == (int(divisible.max()) if len(divisible) else -2**31), (form, n)
+
+
+@pytest.mark.parametrize("body, why", [
+    ("{ if (x[i] < 0) return; atomicAdd(out, x[i]); }", "loop can leave the kernel"),
+    ("{ atomicAdd(out, x[i]); atomicMin((int*)out, 1); }", "atomics of two kinds"),
+])
+def test_no_loop_form_where_a_lane_leaves_or_the_atomics_mix(transform, body, why):
+    state = KernelState(source="__global__ void kernel(const float* x, float* out, int n) {\n"
+                               "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+                               f"i += blockDim.x * gridDim.x) {body}\n}}\n", plan=PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
