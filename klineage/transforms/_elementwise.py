@@ -17,7 +17,7 @@ The leading underscore keeps the catalog from loading this module as a transform
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +121,27 @@ def plain_body(parsed: cp.ParsedSource, function: cp.Function, body: Node, packi
             if pointer}
 
 
+def stored_on_every_path(statement: Node, place: Callable[[Node], Hashable | None]) -> set:
+    """The places `statement` stores to on every path through it: `place(subscript)` of a plain store `a[k] = v;`
+    (None: not a place that counts), those of a block's statements together, and those that both branches of an
+    if/else store (`if (v > 20) y[i] = v; else y[i] = log1pf(expf(v));` stores y[i] whichever runs)."""
+    if statement.type == "expression_statement" and statement.named_children:
+        expression = statement.named_children[0]
+        left = expression.child_by_field_name("left") if expression.type == "assignment_expression" else None
+        if left is None or left.type != "subscript_expression" or operator(expression) != "=":
+            return set()
+        found = place(left)
+        return {found} if found is not None else set()
+    if statement.type == "compound_statement":
+        return set().union(*(stored_on_every_path(inner, place) for inner in statements(statement)))
+    other = statement.child_by_field_name("alternative") if statement.type == "if_statement" else None
+    if other is None:
+        return set()
+    other = other.named_children[-1] if other.type == "else_clause" else other
+    return stored_on_every_path(statement.child_by_field_name("consequence"), place) & \
+        stored_on_every_path(other, place)
+
+
 def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, packing: Packing) -> Site:
     """The naive elementwise form in `function`, or NotApplicable with the reason."""
     kind, index, init, guard, bound, prelude = naive_guard(state, parsed, function, packing)
@@ -129,7 +150,13 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     subscripts = sorted(cp.nodes_of_type(guarded, "subscript_expression"), key=evaluation_order)
     span = _span(parsed, function, subscripts, index, packing)
     shown = index if span == 1 else f"{span} * {index} + j"
-    read, written, gathered, stores, top = {}, {}, set(), set(), statements(guarded)
+    read, written, gathered = {}, {}, set()
+
+    def lane_place(node: Node) -> tuple[str, int] | None:
+        at = _place(parsed, node, index)
+        return (parsed.text(node.child_by_field_name("argument")), at[1]) if at and at[0] == span else None
+
+    stores = set().union(*(stored_on_every_path(statement, lane_place) for statement in statements(guarded)))
     for node in subscripts:
         array = parsed.text(node.child_by_field_name("argument"))
         stored = is_written(node)
@@ -150,8 +177,6 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
         if not stored and array in written and array not in read:
             raise NotApplicable(f"'{array}' is read after it is written")
         (written if stored else read).setdefault(array, element)
-        if stored and parent.type == "assignment_expression" and parent.parent in top:
-            stores.add((array, place[1]))  # a plain store of the body's top level: every lane gets a value
     if gathered & set(written):
         raise NotApplicable(f"'{sorted(gathered & set(written))[0]}' is written and read at other elements than "
                             f"{shown}: a lane could read what another lane writes")

@@ -29,8 +29,9 @@ the body never writes or declares it; every array the body touches at `[i]` is a
 `int` or `unsigned`; an array it touches anywhere else is a pointer parameter the body only reads (a lane could
 otherwise read what another lane's store has not yet written); the body has no loop, barrier, shared memory,
 atomic, shuffle, `return` or call outside pure math and the source's pure helpers (`_calls.py`); an array the body
-writes is read before (its vector is loaded) or written by a statement of the body's top level (every component
-gets a value; of a pair, both elements); the launch is one-dimensional and passes no buffer twice. Scalar locals
+writes is read before (its vector is loaded) or stored on every path through the body: by a statement of its top
+level, or by both branches of an if/else (`_elementwise.stored_on_every_path`; every component gets a value; of a
+pair, both elements); the launch is one-dimensional and passes no buffer twice. Scalar locals
 may stand before the index and between it and the guard (`int cols = ca + cb;`, `const float one = 1.f;`:
 `_naive.scalar_locals`, values of parameters, constants and literals through arithmetic and pure math, never
 assigned, named neither `e` nor as a pack): they stay where they are, before the vector guard and the tail; one

@@ -41,8 +41,9 @@ never assigned); the `while` spelling's index is changed nowhere before the loop
 The body has no barrier, shuffle, atomic, `return`/`break`/`continue`/`goto`, inner loop, thread coordinate,
 `static` or shared local, call that may have an effect, or pointer dereference; it never writes or declares the
 index. Every array it touches at `[i]` is a pointer parameter to float, int or unsigned. An array it writes is
-written only at `[i]`, by a plain store of the body's top level unless it is also read there (so every component
-gets a value), read after it is written only after such a store, and touched nowhere else in the kernel. An array
+written only at `[i]`, on every path through the body (a plain store of its top level, or one on both branches of
+an if/else) unless it is also read there (so every component gets a value), read after it is written only after a
+store of the top level, and touched nowhere else in the kernel. An array
 read elsewhere (`t[idx[i]]`, `w[0]`) is a pointer parameter the kernel never writes.
 
 Every other name the body assigns is a local it declares (per element, its own in each component's block, and no
@@ -73,7 +74,7 @@ from klineage.transforms import register
 from klineage.transforms._calls import MATH_CALLS, first_effect
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
-from klineage.transforms._elementwise import evaluation_order
+from klineage.transforms._elementwise import evaluation_order, stored_on_every_path
 from klineage.transforms._grid_stride import grid_stride_candidates, read_grid_stride
 from klineage.transforms._naive import (
     FORBIDDEN,
@@ -241,8 +242,11 @@ def _arrays(parsed: cp.ParsedSource, function: cp.Function, work: Node, index: s
         (written if stored else read).setdefault(array, element)
         if stored and node.parent.parent in top:
             plain.add(array)
+    everywhere = set().union(*(stored_on_every_path(
+        statement, lambda n: parsed.text(n.child_by_field_name("argument")) if _at_index(parsed, n, index) else None)
+        for statement in top))
     for array in written:
-        if array not in read and array not in plain:
+        if array not in read and array not in plain | everywhere:
             raise NotApplicable(f"'{array}' is written only under a condition: a vector store would write garbage")
         touched = [n for n in cp.nodes_of_type(body, "identifier") if parsed.text(n) == array]
         if any(not _within(n, work) for n in touched):

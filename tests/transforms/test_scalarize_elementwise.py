@@ -76,6 +76,8 @@ HEAD = "__global__ void kernel(const float* x, float* y, int n) {\n    int i = b
     ("    if (i < n) { y[i] = x[i]; i = i + 1; }\n", "writes or declares 'i'"),
     ("    if (i < n && x[i] > 0) y[i] = x[i];\n", "guard is not"),
     ("    if (i < n) { if (x[i] > 0.0f) y[i] = x[i]; }\n", "only under a condition"),
+    ("    if (i < n) { if (x[i] > 0.0f) y[i] = x[i]; else if (x[i] < -1.0f) y[i] = 1.0f; }\n",
+     "only under a condition"),  # neither branch of the inner if runs where x[i] is in [-1, 0]
     ("    if (i < n) atomicAdd(y, x[i]);\n", "loops, synchronizes"),
     ("    if (i < n) y[i] = foo(x[i]);\n", "calls foo"),
     ("    if (i < n) y[i] = *(x + i);\n", "dereferences a pointer expression"),
@@ -387,3 +389,30 @@ def test_the_emulation_sees_a_half_split_lane_reading_another_pairs_sin(tmp_path
     found = emulate.differences(tmp_path, golden(ROTATE, "after"), {"packed": KernelState(wrong, packed.plan)},
                                 ((3, 8),), _rotate_inputs)
     assert found == ["packed 3x8-0 y"], found  # aligned only: the misaligned run takes the element loop
+
+
+IF_ELSE = """__global__ void kernel(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i];
+        if (v > 2.0f) y[i] = v;
+        else if (v < -2.0f) { y[i] = 0.0f; }
+        else y[i] = log1pf(expf(v));
+    }
+}
+"""
+
+
+def test_a_store_on_both_branches_of_an_if_else_is_a_store_at_every_element(transform, tmp_path):
+    """A softplus with its thresholds as an if/else chain stores y[i] on every path, so every lane of the vector
+    store holds a value: a site, whose packed kernel computes the naive bits on the CPU."""
+    naive = KernelState(source=IF_ELSE, plan=PLAN)
+    assert [a.key for a in transform.forward_sites(naive)] == ["i"]
+    packed = transform.forward(naive, SITE).state
+    assert "else if (v < -2.0f) { y4.x = 0.0f; }" in packed.source
+
+    def inputs(n):
+        return {"n": n}, {"x": torch.randn(n, generator=torch.Generator().manual_seed(n)) * 4}, \
+            {"y": (torch.float32, n)}
+
+    assert emulate.differences(tmp_path, naive, {"packed": packed}, ((5,), (2053,)), inputs) == []

@@ -104,6 +104,7 @@ def _kernel(body: str, loop: str = LOOP, head: str = HEAD) -> KernelState:
     ("y[i] = x[i]; s += y[i + 1];", r"reads `y\[i \+ 1\]`, not element i of a pointer parameter the kernel never"),
     ("s += x[i]; i += 1;", "writes or declares its index 'i'"),
     ("if (x[i] > 0.0f) y[i] = x[i];", "written only under a condition"),
+    ("if (x[i] > 0.0f) y[i] = x[i]; else if (x[i] < -1.0f) y[i] = 0.0f;", "written only under a condition"),
     ("y[i] = s; s += x[i];", "reads or updates its accumulator 's'"),  # a per-thread prefix: the order shows
     ("if (x[i] > s) s = x[i];", "reads or updates its accumulator 's'"),  # an argmax-like update reads s
     ("s = x[i];", "other than as a reduction"),  # the last element a thread saw
@@ -261,3 +262,20 @@ def test_the_while_spelled_maximum_is_the_naive_kernels_on_the_cpu(tmp_path):
                     for which, (binary, state) in binaries.items()}
             assert torch.equal(runs["before"].view(torch.int32), runs["after"].view(torch.int32)), (n, shift)
             assert runs["after"] == (x.abs().max() if n else 0.0)
+
+
+def test_a_store_on_both_branches_of_an_if_else_is_the_naive_kernels_on_the_cpu(tmp_path):
+    """y[i] stored by each branch of an if/else is stored at every element: a site, whose vector loop writes the
+    naive bits on aligned and misaligned pointers."""
+    source = ("__global__ void kernel(const float* x, float* y, int n) {\n" + LOOP +
+              "        if (x[i] > 0.5f) y[i] = x[i];\n        else y[i] = 0.5f * x[i] * x[i];\n    }\n}\n")
+    plan = plan_of('"x", "y", { scalar = "n", type = "i32" }', grid="3", block=64)
+    naive = KernelState(source, plan)
+    (site,) = get("scalarize_grid_stride").forward_sites(naive)
+    vector = get("scalarize_grid_stride").forward(naive, site).state
+    assert "else y4.w = 0.5f * x4.w * x4.w;" in vector.source
+
+    def inputs(n):
+        return {"n": n}, {"x": torch.randn(n, generator=torch.Generator().manual_seed(n))}, {"y": (torch.float32, n)}
+
+    assert emulate.differences(tmp_path, naive, {"vector": vector}, SIZES[1:], inputs) == []  # n = 0: no output
