@@ -14,6 +14,13 @@ Sites, each keyed `<site>#<n>` within its function (kind "call" or "asm"):
     for asm written that way (other spacing comes back canonical).
 `exp2f`, `__fmul_rn` and the other correctly rounded or precise functions are not fast math.
 
+Forward also reads the overloaded spellings of those functions on single precision (templates and C++ habits
+write them): `exp(x)`, `std::exp(x)` (`log`, `log2`, `log10`, `exp10`, `sin`, `cos`, `tan`, `pow`) whose every
+argument reads as float (`_float_values.value_type`: a double, an integer or an unknown argument is no site) are
+CUDA's float overloads, `expf(x)` by another name, and become `__expf(x)`. Key `exp#<n>` (kind "call"), <n>
+counting the function's float calls of that spelling alone, so the families above keep their numbers; backward of
+the `__expf` they become gives `expf`, the name the float overload stands for.
+
 Forward also finds divisions no backward step wrote: a float division `a / b` of a device function, written
 any way (kind "division", key the division's text without blanks; every division of the function spelled so, a
 vectorized body's lanes and its tail, goes in one step), becomes `__fdividef(a, b)`. It qualifies where both
@@ -59,10 +66,13 @@ from klineage.transforms.base import Anchor, Direction, NotApplicable, Rewrite, 
 PRECISE = {"__expf": "expf", "__exp10f": "exp10f", "__logf": "logf", "__log2f": "log2f", "__log10f": "log10f",
            "__sinf": "sinf", "__cosf": "cosf", "__tanf": "tanf", "__powf": "powf", "__sincosf": "sincosf"}
 FAST = {precise: fast for fast, precise in PRECISE.items()}
+# the overloaded (and std::) names whose float overload is a PRECISE function: its fast intrinsic
+OVERLOADED = {name.removesuffix("f"): fast for fast, name in PRECISE.items() if fast != "__sincosf"}
 ASM_PRECISE = {"ex2": "exp2f", "lg2": "log2f", "sin": "sinf", "cos": "cosf", "tanh": "tanhf"}
 _ASM_TEMPLATE = re.compile(r"^\s*(?P<mnemonic>(?P<op>ex2|lg2|sin|cos|tanh)\.approx(?:\.ftz)?\.f32)"
                            r"\s+%0\s*,\s*%1\s*;?\s*$")
-_KEY = re.compile(r"^(?:(?P<asm>asm(?: volatile)?):(?P<mnemonic>[\w.]+)|(?P<name>__\w+))#(?P<n>\d+)$")
+_KEY = re.compile(rf"^(?:(?P<asm>asm(?: volatile)?):(?P<mnemonic>[\w.]+)|(?P<name>__\w+|{'|'.join(OVERLOADED)}))"
+                  r"#(?P<n>\d+)$")
 
 
 class _Site:
@@ -104,13 +114,27 @@ def _asm_site(parsed: cp.ParsedSource, node: Node) -> dict[str, str] | None:
             "out": _operand_expression(parsed, outs[0]), "in": _operand_expression(parsed, ins[0])}
 
 
+def _float_overload(scope: Scope, callee: Node, arguments: list[Node]) -> str | None:
+    """The overloaded name (`exp`, `std::exp`) a call's callee spells where every argument reads as float, else
+    None: the call is then the float function that name stands for."""
+    name = scope.parsed.text(callee).removeprefix("std::") if callee.type in ("identifier", "qualified_identifier") \
+        else ""
+    if name not in OVERLOADED or not arguments or any(value_type(scope, a) != "float" for a in arguments):
+        return None
+    return name
+
+
 def _sites(parsed: cp.ParsedSource) -> list[_Site]:
-    found = []
+    found, scope = [], Scope(parsed)
     for node in cp.nodes_of_type(parsed.root, "call_expression", "gnu_asm_expression", "parenthesized_expression",
                                  "expression_statement"):
         function = cp.function_of(node) or "<file>"
         if node.type == "call_expression":
             callee = node.child_by_field_name("function")
+            overload = _float_overload(scope, callee, node.child_by_field_name("arguments").named_children) \
+                if callee is not None else None
+            if overload is not None:
+                found.append(_Site(function, overload, node, False))
             if callee is None or callee.type != "identifier":
                 continue
             name = parsed.text(callee)
@@ -211,7 +235,7 @@ class FastMath(Transform):
                 raise NotApplicable(f"fast_math: {match['mnemonic']} is not an approximate instruction it knows")
         else:
             family = match["name"]
-            if family not in PRECISE and family != "__fdividef":
+            if family not in PRECISE and family not in OVERLOADED and family != "__fdividef":
                 raise NotApplicable(f"fast_math: {family} is not a fast-math intrinsic it knows")
         for n, site in _keyed(parsed):
             if site.function == anchor.function and site.family == family and n == int(match["n"]):
@@ -253,10 +277,10 @@ class FastMath(Transform):
             text = f'{asm}("{match["mnemonic"]} %0, %1;" : "=f"({site.parts["out"]}) : "f"({site.parts["in"]}))'
         else:
             node = node.child_by_field_name("function")
-            text = site.family
+            text = OVERLOADED.get(site.family, site.family)
         data = parsed.data
         source = (data[:node.start_byte] + text.encode() + data[node.end_byte:]).decode("utf-8")
-        fast = match["mnemonic"] or site.family
+        fast = match["mnemonic"] or OVERLOADED.get(site.family, site.family)
         return self.rewrite(state, anchor, Direction.FORWARD, source, carrier={"fast": fast},
                             note=f"{parsed.text(site.node)} became the fast {fast}")
 
@@ -288,7 +312,7 @@ class FastMath(Transform):
                 mnemonic = mnemonics.get(op, "" if fast else f"{op}.approx.f32")
                 if mnemonic:
                     anchors.append(Anchor(site.function, "asm", f"asm:{mnemonic}#{n}", parsed.text(site.node)))
-            elif not fast or site.family in fast:
+            elif not fast or OVERLOADED.get(site.family, site.family) in fast:
                 anchors.append(Anchor(site.function, "call", f"{site.family}#{n}", parsed.text(site.node)))
         if not fast or "__fdividef" in fast:
             for function, node in _divisions(parsed):

@@ -223,3 +223,35 @@ __global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int n
     precise, approximate = (sass_opcodes(compiles_without_spills(s, cache)) for s in (lanes, fast_form))
     assert count(precise, r"^CALL") >= 1 and count(approximate, r"^CALL") == 0  # the division's slow path
     assert sum(approximate.values()) < sum(precise.values())
+
+
+OVERLOADS = r"""
+#include <cmath>
+__global__ void kernel(const float* __restrict__ x, const double* __restrict__ d, float* __restrict__ y, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float v = x[i];
+    y[i] = exp(v) + std::log(v + 1.0f) + pow(v, 2.0f) + (float)exp(d[i]) + (float)exp(d[i] * i) + expf(v)
+         + (float)sin(2.0 * v) + (float)pow(v, 2) + exp(-v);
+}
+"""
+
+
+def test_the_float_overloads_of_the_math_functions_are_sites(fast, cache):
+    """`exp(v)`, `std::log(...)` and `pow(v, 2.0f)` on floats are CUDA's float overloads (expf, logf, powf) and
+    become the intrinsics; the same names on a double, an int or a mixed pair are double functions, no site. Each
+    spelling counts its own calls, so `expf`'s key keeps its number; the carrier's intrinsics choose them too."""
+    state = golden("expf", "before").with_source(OVERLOADS)
+    calls = [a.key for a in fast.forward_sites(state) if a.kind == "call"]
+    assert calls == ["exp#0", "log#0", "pow#0", "__expf#0", "exp#1"]
+    assert [a.key for a in fast.forward_sites(state, {"fast": ["__logf"]})] == ["log#0"]
+    rewrite = fast.forward(state, Anchor("kernel", "call", "log#0"))
+    assert "__logf(v + 1.0f)" in rewrite.state.source and rewrite.carrier == {"fast": "__logf"}
+    rewrite = fast.forward(rewrite.state, Anchor("kernel", "call", "exp#1"))
+    assert "+ __expf(-v);" in rewrite.state.source
+    back = fast.backward(rewrite.state, Anchor("kernel", "call", "__expf#1"))  # the float function, by its name
+    assert "+ expf(-v);" in back.state.source
+    with pytest.raises(NotApplicable, match="no site exp#2"):
+        fast.forward(state, Anchor("kernel", "call", "exp#2"))
+    compiles_without_spills(rewrite.state, cache)
