@@ -31,6 +31,9 @@ forwards know. The declaration goes; it must be canonical already and of the loo
 Indexes declared together (`int b = blockIdx.z, i = ..., j = ...;`) are declared one by one first, in their
 order and with their shared type, so that each reads as the lone declaration above; a declaration that reads no
 coordinate, and a loop's initializer, keep their locals together.
+C's spellings go first (`_c_style`): locals declared together and set later are declared where they are set, and
+counted `while` loops, and `for` loops over an index declared earlier (`int j; ... for (j = 0; ...)`), become the
+`for` loops that declare their index, the spelling the forwards read loops in.
 Anything else is left as written, and the forwards find no site there, as before.
 """
 
@@ -45,6 +48,7 @@ from klineage import expr
 from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
+from klineage.transforms._c_style import c_style
 from klineage.transforms._edit import call_arguments, cast_name, is_written, line_start, operator, splice, unparen
 from klineage.transforms._macros import expanded
 
@@ -68,7 +72,8 @@ _LOOP_START = re.compile(r"(?P<type>int|long long|[a-z_][\w ]*?) (?P<index>[A-Za
 def canonical(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it, and every grid-stride loop from an index local starting at the index (the same state when there is none)."""
-    state = _unread_coordinate_locals(_declarations(_one_per_declaration(expanded(state))))
+    state = c_style(expanded(state))  # C's spellings of locals and loops first
+    state = _unread_coordinate_locals(_declarations(_one_per_declaration(state)))
     started = _loops_from_the_index(state)
     return state if started == state else _declarations(started)  # a 64-bit loop index now declared from the index
 

@@ -31,6 +31,7 @@ from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
+from klineage.transforms._c_style import c_style
 from klineage.transforms._grid_free import block_names, check_grid_free
 from klineage.transforms._naive import kernel, launches_of, readable, rescaled_grid
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
@@ -117,10 +118,11 @@ class FixGridCap(Transform):
                 for function, (grid, (_, _, per_sm)) in readable(parsed, lambda f: _site(state, parsed, f, sized=True))]
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
-        parsed = cp.parse(state.source)
+        read = c_style(state)  # C's loops as the forwards read them; only the plan changes
+        parsed = cp.parse(read.source)
         named = self.carrier_counts(carrier, "blocks_per_sm")
         return [Anchor(function.name, "plan", f"{k}@{cap}", grid)
-                for function, (grid, (_, _, cap)) in readable(parsed, lambda f: _site(state, parsed, f, sized=False))
+                for function, (grid, (_, _, cap)) in readable(parsed, lambda f: _site(read, parsed, f, sized=False))
                 for k in (named or [_full_sm(state, function.name)])]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
@@ -132,10 +134,11 @@ class FixGridCap(Transform):
     def _resized(self, state: KernelState, anchor: Anchor, direction: Direction) -> Rewrite:
         """Forward: the fixed number of blocks the anchor names becomes num_sms * K; backward: the reverse."""
         per_sm, cap = _key(anchor)
-        parsed = cp.parse(state.source)
-        function = kernel(parsed, anchor)
         forward = direction is Direction.FORWARD
-        grid, (start, end, found) = _site(state, parsed, function, sized=not forward)
+        read = c_style(state) if forward else state  # the source stays as written: only the plan changes
+        parsed = cp.parse(read.source)
+        function = kernel(parsed, anchor)
+        grid, (start, end, found) = _site(read, parsed, function, sized=not forward)
         old, new = (str(cap), f"{SMS} * {per_sm}") if forward else (f"{SMS} * {per_sm}", str(cap))
         if str(found) != (str(cap) if forward else per_sm):
             raise NotApplicable(f"{anchor}: the grid {grid} does not launch {old} blocks")

@@ -53,6 +53,7 @@ from typing import Any
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
+from klineage.transforms._c_style import c_style
 from klineage.transforms._edit import indentation, reindent, splice
 from klineage.transforms._grid_free import STEP, StridedLoop, block_names, strided_loops, unrolled_loops
 from klineage.transforms._naive import kernel, readable
@@ -95,6 +96,7 @@ class RerollGridStride(Transform):
         return found
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        state = c_style(state)  # C's loops as the forwards read them
         parsed = cp.parse(state.source)
         factors = self.carrier_counts(carrier, "factor", above=1) or [FACTOR]
         return [Anchor(function.name, "function", f"loops*{factor}", parsed.text(loops[0].loop)[:200])
@@ -102,6 +104,7 @@ class RerollGridStride(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         factor = _key(anchor)
+        state = c_style(state)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         edits = []

@@ -21,7 +21,7 @@ from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
 CASES = ["bytes", "guarded", "clamped", "weights", "masked"]
-STRIDE_CASES = ["stride_bytes", "stride_while"]  # the grid-stride form: a static copy (`for`), a dynamic one (`while`)
+STRIDE_CASES = ["stride_bytes", "stride_local"]  # the grid-stride form: a static copy, a dynamic one (stride a local)
 SITE = Anchor("kernel", "function", "s_hist")
 LOOP_SITE = Anchor("kernel", "loop", "s_hist")  # the grid-stride form's anchor
 
@@ -70,7 +70,7 @@ def test_the_forms_it_writes(transform):
     assert transform.backward(dynamic, SITE).removes == ("dynamic_shared",)
 
 
-@pytest.mark.parametrize("case", sampled(CASES + STRIDE_CASES, keep=["bytes", "guarded", "stride_while"]))
+@pytest.mark.parametrize("case", sampled(CASES + STRIDE_CASES, keep=["bytes", "guarded", "stride_local"]))
 def test_the_privatized_kernels_compile_with_shared_atomics(case, cache):
     """nvcc builds the forward's kernel without spills (the static and the dynamic copy, and the dynamic copy around
     a grid-stride `while` loop); its adds to the bins are shared-memory atomics (SASS ATOMS) behind one barrier, where
@@ -212,6 +212,17 @@ def test_the_dynamic_copy_counts_the_naive_bins_on_the_cpu(tmp_path):
 # blocks of 128 on cdiv(n, 1024) blocks: each thread loops about 8 times (n = 5000: 5 blocks, 640 threads, so its
 # last steps are partial); 100 and 300 bins no multiple of the block, 5000 more than the copy holds
 STRIDE_RUNS = ((5000, 100), (5000, 300), (3000, 5000))
+
+
+def test_the_while_spelling_reads_as_the_for_loop_and_its_expert_form_walks_back(transform):
+    """The `while` spelling of the dynamic copy's naive kernel (stride_while) is forwarded as its `for` loop
+    (stride_local, `_c_style`), the same kernel but for the header comment; an expert written with `while` loops
+    walks back to the `while` naive kernel."""
+    naive, expert = golden("stride_while", "after"), golden("stride_while", "before")
+    (site,) = transform.forward_sites(naive)
+    forwarded = transform.forward(naive, site).state.source
+    assert forwarded.split("\n")[2:] == golden("stride_local", "before").source.split("\n")[2:]
+    assert transform.backward(expert, transform.find(expert)[0]).state.source == naive.source
 
 
 def test_the_grid_stride_copy_counts_the_naive_bins_on_the_cpu(tmp_path):

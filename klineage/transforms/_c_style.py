@@ -1,0 +1,225 @@
+"""C-style spellings of a kernel's locals and loops, read as the C++ spellings the analysis forwards know.
+
+The forwards read a thread's loop over a row or over the grid by its `for` header (`for (int j = 0; j < cols;
+++j)`) and an accumulator by its initialized declaration (`float sum = 0.0f;`). People also write C's way: locals
+declared together at the top and set later, a `while` loop that steps its index last, an index declared once
+before the loops and reset by each (a layer norm's three passes over a row):
+
+    float sum, squares;                          int j;
+    int j = 0;                                   sum = 0;
+    sum = 0;                                     for (j = 0; j < cols; ++j) sum += x[j];
+    while (j < cols) { sum += x[j]; ++j; }       squares = 0;
+    squares = 0;                                 for (j = 0; j < cols; ++j) squares += ...;
+    j = 0;
+    while (j < cols) { ...; ++j; }
+
+`declared_where_set` declares such a local where it is first set: a local of a declaration without values whose
+first appearance after it is a statement `sum = v;` of the same block becomes `float sum = v;` there (and leaves
+the declaration, which goes once it declares nothing). Nothing read it before (that statement is its first use),
+and every later use stands after that statement, inside that block, so the local is the same wherever it is read.
+
+`counted_for_loops` rewrites each counted loop of an index as `for (int j = 0; j < cols; ++j) <work>`, the index's
+declaration and its resets gone. The loops run the same:
+- a `while` loop tests its condition, runs its work and then its step, as the `for` loop does, where the work
+  cannot skip the step (`continue` would: refused) nor write the index itself; its start is the index's last
+  setting before it (`j = 0;`, or the declaration's value), with nothing between naming the index, and a start
+  that calls nothing where statements stand between (they ran before it and now run after);
+- each loop starts the index afresh (the `for` loop's `j = 0`, the `while` loop's start), and nothing outside the
+  loops and their starts names the index (a read after a loop would see the last value: refused), so a local
+  index per loop holds every value the shared one held where it is read;
+- the declaration's own value is dropped only where it is a literal or a name (no effect lost) or the start of a
+  `while` loop; no other local of the function has the index's name, and the declaration is a plain local of one
+  name (not `static`, not `__shared__`).
+Any other spelling is left as written.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms._edit import is_written, line_end, line_start, splice
+
+# a step `j++`, `++j`, `j--`, `j += e`, `j = j + e` ... of the index j (texts with blanks squashed)
+_STEP = r"(?:{j}\+\+|\+\+{j}|{j}--|--{j}|{j} [-+*]= .+|{j} = {j} [-+*] .+)"
+
+
+def counted_for_loops(state: KernelState) -> KernelState:
+    """`state` with the counted loops of each function's one-name locals declaring their own index (the module's
+    docstring says which); the same state where there is none."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for function in cp.functions(parsed):
+        if function.node.child_by_field_name("body") is None:
+            continue
+        for declaration in cp.nodes_of_type(function.node, "declaration"):
+            local = _single_local(parsed, declaration)
+            if local is not None and declaration.parent.type == "compound_statement":
+                edits += _loops_of(parsed, function, declaration, *local)
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _squash(parsed: cp.ParsedSource, node: Node) -> str:
+    return " ".join(parsed.text(node).split())
+
+
+def _single_local(parsed: cp.ParsedSource, declaration: Node) -> tuple[str, str, Node | None] | None:
+    """(type, name, value node or None) of a declaration of one plain local; None for anything else."""
+    declarators = declaration.children_by_field_name("declarator")
+    if len(declarators) != 1:
+        return None
+    declarator = declarators[0]
+    value = declarator.child_by_field_name("value") if declarator.type == "init_declarator" else None
+    name = declarator.child_by_field_name("declarator") if value is not None else declarator
+    if name is None or name.type != "identifier":
+        return None
+    kind = parsed.data[declaration.start_byte:declarator.start_byte].decode("utf-8").strip()
+    if not kind or {"static", "__shared__", "extern"} & set(kind.split()):
+        return None
+    return kind, parsed.text(name), value
+
+
+def _assigned(parsed: cp.ParsedSource, expression: Node | None, index: str) -> str | None:
+    """S of an expression `index = S`, else None."""
+    if expression is None or expression.type != "assignment_expression" or \
+            parsed.text(expression.child_by_field_name("operator")) != "=" or \
+            parsed.text(expression.child_by_field_name("left")) != index:
+        return None
+    return parsed.text(expression.child_by_field_name("right"))
+
+
+def _start(parsed: cp.ParsedSource, statement: Node | None, index: str) -> str | None:
+    """S of a statement `index = S;`, else None."""
+    alone = statement is not None and statement.type == "expression_statement" and statement.named_child_count == 1
+    return _assigned(parsed, statement.named_children[0], index) if alone else None
+
+
+def _setting(parsed: cp.ParsedSource, loop: Node, index: str) -> tuple[Node | None, bool]:
+    """The statement of the loop's block that last names `index` before the loop, and whether other statements
+    stand between."""
+    between, sibling = False, loop.prev_named_sibling
+    while sibling is not None and not re.search(rf"\b{re.escape(index)}\b", parsed.text(sibling)):
+        between |= sibling.type != "comment"
+        sibling = sibling.prev_named_sibling
+    return sibling, between
+
+
+def _loops_of(parsed: cp.ParsedSource, function: cp.Function, declaration: Node, kind: str, index: str,
+              value: Node | None) -> list[tuple[int, int, str]]:
+    """The edits that give each counted loop over `index` (declared by `declaration`) its own index, or none where
+    some use of the index is not a loop's or its start's."""
+    uses = [n for n in cp.nodes_of_type(function.node, "identifier") if parsed.text(n) == index]
+    spans, edits, value_used = [declaration], [], False
+    for loop in cp.nodes_of_type(function.node, "while_statement", "for_statement"):
+        if loop.type == "for_statement":
+            initializer = loop.child_by_field_name("initializer")
+            if _assigned(parsed, initializer, index) is None:
+                continue
+            spans.append(loop)
+            edits.append((initializer.start_byte, initializer.end_byte, f"{kind} {parsed.text(initializer)}"))
+            continue
+        before, between = _setting(parsed, loop, index)
+        start = _start(parsed, before, index)
+        if start is None and before == declaration and value is not None:
+            start, value_used = parsed.text(value), True
+        moved = between and start is not None and "(" in start  # a call's effect would move past what stands between
+        rewritten = _while_as_for(parsed, loop, kind, index, start) if start is not None and not moved else None
+        if rewritten is None:
+            continue
+        spans += [before, loop]
+        edits += rewritten
+        if before != declaration:
+            edits.append(_removed_line(parsed, before))
+    declared = [n for n in uses if n.parent.type in ("init_declarator", "declaration")]
+    if len(spans) == 1 or len(declared) != 1 or not all(
+            any(span.start_byte <= n.start_byte and n.end_byte <= span.end_byte for span in spans) for n in uses):
+        return []
+    if value is not None and not value_used and value.type not in ("number_literal", "identifier"):
+        return []  # a value with a possible effect no loop starts from
+    return [_removed_line(parsed, declaration), *edits]
+
+
+def _removed_line(parsed: cp.ParsedSource, node: Node) -> tuple[int, int, str]:
+    """The edit that takes `node` away: its whole line where nothing else stands on it, else with the blanks
+    before it."""
+    start, end = line_start(parsed.data, node.start_byte), line_end(parsed.data, node.end_byte)
+    if parsed.data[start:node.start_byte].strip() or parsed.data[node.end_byte:end].strip():
+        blank = len(parsed.data[:node.start_byte]) - len(parsed.data[:node.start_byte].rstrip(b" \t"))
+        return node.start_byte - blank, node.end_byte, ""
+    return start, end, ""
+
+
+def _while_as_for(parsed: cp.ParsedSource, loop: Node, kind: str, index: str,
+                  start: str) -> list[tuple[int, int, str]] | None:
+    """The edits that make a counted `while` loop over `index`, started at `start`, the `for` loop declaring it;
+    None where its body does not end in the index's step, may skip that step, or writes the index otherwise."""
+    body = loop.child_by_field_name("body")
+    inside = [child for child in body.named_children if child.type != "comment"] \
+        if body is not None and body.type == "compound_statement" else []
+    step = inside[-1] if inside else None
+    stepping = step.named_children[0] if step is not None and step.type == "expression_statement" and \
+        step.named_child_count == 1 else None  # one update: `j += 1, y[j] = v;` does more
+    if stepping is None or stepping.type not in ("update_expression", "assignment_expression") or not re.fullmatch(
+            _STEP.format(j=re.escape(index)), _squash(parsed, stepping)):
+        return None
+    if re.search(r"\bcontinue\b", parsed.text(body)) or any(
+            parsed.text(n) == index and is_written(n) for n in cp.nodes_of_type(body, "identifier")
+            if not step.start_byte <= n.start_byte < step.end_byte):
+        return None
+    condition = _squash(parsed, loop.child_by_field_name("condition"))[1:-1].strip()
+    header = f"for ({kind} {index} = {start}; {condition}; {_squash(parsed, step).removesuffix(';')}) "
+    return [(loop.start_byte, body.start_byte, header), _removed_line(parsed, step)]
+
+
+def declared_where_set(state: KernelState) -> KernelState:
+    """`state` with each local of a declaration without values declared where it is first set (the module's
+    docstring says when); the same state where there is none."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for function in cp.functions(parsed):
+        body = function.node.child_by_field_name("body")
+        for declaration in cp.nodes_of_type(body, "declaration") if body is not None else []:
+            edits += _late_locals(parsed, function, declaration)
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _late_locals(parsed: cp.ParsedSource, function: cp.Function, declaration: Node) -> list[tuple[int, int, str]]:
+    declarators = declaration.children_by_field_name("declarator")
+    if declaration.parent.type != "compound_statement" or not declarators or \
+            any(d.type != "identifier" for d in declarators):
+        return []
+    kind = parsed.data[declaration.start_byte:declarators[0].start_byte].decode("utf-8").strip()
+    if not kind or {"static", "__shared__", "extern", "const"} & set(kind.split()):
+        return []
+    identifiers = cp.nodes_of_type(function.node, "identifier")
+    moved = {}
+    for declarator in declarators:
+        name = parsed.text(declarator)
+        later = [n for n in identifiers if parsed.text(n) == name and n.start_byte > declarator.end_byte]
+        if not later or len([n for n in identifiers if parsed.text(n) == name and
+                             n.parent.type in ("init_declarator", "declaration")]) != 1:
+            continue
+        first = later[0].parent.parent  # `name = v;`: the identifier, its assignment, the statement
+        if first is None or first.parent != declaration.parent or _start(parsed, first, name) is None:
+            continue
+        moved[name] = first
+    if not moved:
+        return []
+    kept = [parsed.text(d) for d in declarators if parsed.text(d) not in moved]
+    edits = [_removed_line(parsed, declaration) if not kept else
+             (declaration.start_byte, declaration.end_byte, f"{kind} {', '.join(kept)};")]
+    edits += [(first.start_byte, first.start_byte, f"{kind} ") for first in moved.values()]
+    return edits
+
+
+def c_style(state: KernelState) -> KernelState:
+    """`state` with its C spellings read as C++ ones: locals declared where set, counted loops as `for` loops that
+    declare their index (the module's docstring)."""
+    return counted_for_loops(declared_where_set(state))

@@ -1,0 +1,104 @@
+"""C's spellings of locals and loops read as the C++ ones the forwards know (klineage/transforms/_c_style.py): a
+local declared where it is first set, a counted `while` loop and a loop over an index declared earlier as the `for`
+loop that declares its index; every spelling that could run otherwise is left as written. The rewritten row
+kernels compute the naive bits on the CPU, and the row forwards find the site they find on the `for` spelling."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from klineage.kernel import KernelState
+from klineage.transforms import get
+from klineage.transforms._c_style import c_style
+from tests.transforms import emulate
+from tests.transforms.golden import plan_of
+
+PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }', grid="cdiv(rows, 128)",
+               block=128)
+HEAD = "__global__ void kernel(const float* x, float* y, int rows, int cols) {\n" \
+       "    int r = blockIdx.x * blockDim.x + threadIdx.x;\n    if (r >= rows) return;\n"
+
+
+def _kernel(body: str) -> KernelState:
+    return KernelState(source=HEAD + body + "}\n", plan=PLAN)
+
+
+def _body(state: KernelState) -> str:
+    return state.source.removeprefix(HEAD).removesuffix("}\n")
+
+
+# a row's mean subtracted from it: three passes over the row, each in a C spelling, and the `for` spelling
+FOR_FORM = ("    float sum = 0.0f;\n    for (int j = 0; j < cols; ++j) { sum += x[r * cols + j]; }\n"
+            "    float mean = sum / cols;\n"
+            "    for (int j = 0; j < cols; j++) { y[r * cols + j] = x[r * cols + j] - mean; }\n")
+SPELLINGS = {
+    "while loops": ("    float sum = 0.0f;\n    int j = 0;\n    while (j < cols) { sum += x[r * cols + j]; ++j; }\n"
+                    "    float mean = sum / cols;\n    j = 0;\n"
+                    "    while (j < cols) { y[r * cols + j] = x[r * cols + j] - mean; j++; }\n"),
+    "an index declared first": ("    float sum = 0.0f;\n    int j;\n"
+                                "    for (j = 0; j < cols; ++j) { sum += x[r * cols + j]; }\n"
+                                "    float mean = sum / cols;\n"
+                                "    for (j = 0; j < cols; j++) { y[r * cols + j] = x[r * cols + j] - mean; }\n"),
+    "locals declared first": ("    float sum, mean;\n    int j;\n    sum = 0.0f;\n"
+                              "    for (j = 0; j < cols; ++j) { sum += x[r * cols + j]; }\n    mean = sum / cols;\n"
+                              "    for (j = 0; j < cols; j++) { y[r * cols + j] = x[r * cols + j] - mean; }\n"),
+}
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_c_spellings_read_as_the_for_spelling(spelling):
+    assert _body(c_style(_kernel(SPELLINGS[spelling]))) == FOR_FORM
+
+
+def test_the_for_spelling_is_the_same_state():
+    state = _kernel(FOR_FORM)
+    assert c_style(state) is state
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_the_row_forwards_find_the_for_spellings_site(spelling):
+    """serialize_reduction shares the row among a warp's lanes on every spelling, writing the `for` spelling's
+    kernel."""
+    transform = get("serialize_reduction")
+    plain, spelled = _kernel(FOR_FORM), _kernel(SPELLINGS[spelling])
+    (site,) = transform.forward_sites(plain)
+    assert transform.forward_sites(spelled) == [site]
+    assert transform.forward(spelled, site).state == transform.forward(plain, site).state
+
+
+def test_the_rewritten_rows_are_the_naive_bits_on_the_cpu(tmp_path):
+    """Each C spelling and its rewrite subtract the same means, bit for bit, over rows shorter and longer than a
+    block and a ragged last block; a `for` loop that started its second pass at 1 would be caught."""
+    forms = {name: _kernel(body) for name, body in SPELLINGS.items()}
+    forms |= {f"{name} rewritten": c_style(state) for name, state in forms.items()}
+    forms["from one"] = _kernel(FOR_FORM.replace("for (int j = 0; j < cols; j++)", "for (int j = 1; j < cols; j++)"))
+
+    def inputs(rows, cols):
+        x = torch.randn(rows * cols, generator=torch.Generator().manual_seed(cols))
+        return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
+
+    found = emulate.differences(tmp_path, _kernel(FOR_FORM), forms, ((3, 5), (130, 40)), inputs)
+    assert found and all(line.startswith("from one") for line in found), found
+
+
+@pytest.mark.parametrize("body", [
+    # a `while` loop that can skip its step, writes its index in its work, or steps with more than its index
+    "    int j = 0;\n    while (j < cols) { if (x[j] < 0) { ++j; continue; } y[j] = x[j]; ++j; }\n",
+    "    int j = 0;\n    while (j < cols) { y[j] = x[j]; j += (x[j] > 0) ? 1 : 2; j++; }\n",
+    "    int j = 0;\n    while (j < cols) { y[j] = x[j]; j += 1, y[0] = 0.0f; }\n",
+    # the index read after its loop: the last value would be lost
+    "    int j = 0;\n    while (j < cols) { y[j] = x[j]; ++j; }\n    y[0] = (float)j;\n",
+    "    int j;\n    for (j = 0; j < cols; ++j) if (x[j] < 0) break;\n    y[0] = (float)j;\n",
+    # a start that calls a function, with a statement between it and its loop
+    "    int j = (int)lroundf(x[0]);\n    y[1] = 0.0f;\n    while (j < cols) { y[j] = x[j]; ++j; }\n",
+    # a loop that does not set its index: it continues from the value before
+    "    int j = 0;\n    for (; j < cols; ++j) y[j] = x[j];\n    for (; j < 2 * cols; ++j) y[j] = 0.0f;\n",
+    # two locals of the name, a static one, and a local read before it is set
+    "    int j = 0;\n    while (j < cols) { y[j] = x[j]; ++j; }\n    { int j = 3; y[j] = 0.0f; }\n",
+    "    static float s;\n    s = 1.0f;\n    y[0] = s;\n",
+    "    float s;\n    y[0] = s;\n    s = 1.0f;\n    y[1] = s;\n",
+])
+def test_spellings_that_could_run_otherwise_are_left_as_written(body):
+    state = _kernel(body)
+    assert c_style(state) is state
