@@ -1,8 +1,11 @@
 """untile_transpose: a transpose staged through a padded 32x33 shared tile becomes a direct strided copy;
 forward finds naive transposes by analysis (on a 2-D index, a 1-D index split into a row and a column, or a batch of
-them with the matrix from grid z) and sets the (32, 8) block and the tile grid in the plan."""
+them with the matrix from grid z; the 2-D copy in the spellings that copy the same elements, its refusals naming
+the part that differs) and sets the (32, 8) block and the tile grid in the plan."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -10,6 +13,7 @@ import torch
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
+from klineage.transforms.base import refusals
 from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
@@ -242,4 +246,107 @@ def test_a_2d_transpose_on_a_3d_grid_stays_refused(transform):
     """Without a batch every layer of z writes the same matrix: no site, as before."""
     state = _batched("y[c * rows + r] = x[r * cols + c];", batch="")
     with pytest.raises(NotApplicable, match="more than 2 dimension"):
+        transform.forward(state, SITE)
+
+
+# --- spellings of the 2-D copy that a fuzz found refused: each copies exactly what the plain form does ----------------
+
+NAIVE_HEAD = "__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) {\n"
+INDEXES = "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n    int r = blockIdx.y * blockDim.y + threadIdx.y;\n"
+GUARDED = "    if (r < rows && c < cols) y[c * rows + r] = x[r * cols + c];\n"
+SPELLINGS = {  # name -> (the naive kernel, the tiled form's read of the tile's rows)
+    "size_t indexes": (NAIVE_HEAD + "    size_t col = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                       "    size_t row = (size_t)blockIdx.y * blockDim.y + threadIdx.y;\n"
+                       "    if (row < rows && col < cols) y[col * rows + row] = x[row * cols + col];\n}\n",
+                       "x[(size_t)(row + k) * cols + col]"),
+    "long long indexes": (NAIVE_HEAD + "    long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                          "    long long r = (long long)blockIdx.y * blockDim.y + threadIdx.y;\n" + GUARDED + "}\n",
+                          "x[(size_t)(r + k) * cols + c]"),
+    "block sizes by macros": ("#define TX 32\n#define TY 8\n" + NAIVE_HEAD +
+                              "    int c = blockIdx.x * TX + threadIdx.x;\n    int r = blockIdx.y * TY + threadIdx.y;\n"
+                              + GUARDED + "}\n", "x[(r + k) * cols + c]"),
+    "nested guards": (NAIVE_HEAD + INDEXES + "    if (r < rows) {\n        if (c < cols) {\n"
+                      "            y[c * rows + r] = x[r * cols + c];\n        }\n    }\n}\n", "x[(r + k) * cols + c]"),
+    "temporaries": (NAIVE_HEAD + INDEXES + "    if (c < cols && r < rows) {\n        int src = r * cols + c;\n"
+                    "        int dst = c * rows + r;\n        float v = x[src];\n        y[dst] = v;\n    }\n}\n",
+                    "x[(r + k) * cols + c]"),
+    "the row declared first": (NAIVE_HEAD + "    int r = blockIdx.y * blockDim.y + threadIdx.y;\n"
+                               "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n" + GUARDED + "}\n",
+                               "x[(r + k) * cols + c]"),
+}
+
+
+def _naive(source: str) -> KernelState:
+    return KernelState(source=source, plan=golden("after").plan)
+
+
+@pytest.mark.parametrize("name", list(SPELLINGS))
+def test_a_spelling_the_fuzz_found_is_tiled_and_compiles(transform, cache, name):
+    """The forward finds the site and writes the tiled form (64-bit subscripts where the indexes were 64-bit), which
+    backward takes to the plain naive form and the forward back to itself."""
+    source, read = SPELLINGS[name]
+    assert transform.forward_sites(_naive(source)) == [SITE]
+    tiled = transform.forward(_naive(source), SITE).state
+    assert "__shared__ float tile[32][33];" in tiled.source and read in tiled.source
+    assert tiled.plan == golden("before").plan
+    naive = transform.backward(tiled, SITE).state
+    assert transform.forward(naive, SITE).state.source == tiled.source
+    compiles_without_spills(tiled, cache)
+
+
+@pytest.mark.parametrize("name", list(SPELLINGS))
+def test_the_tiled_form_of_a_spelling_computes_its_bits_on_the_cpu(transform, tmp_path, name):
+    """A ragged shape (32 divides neither side) and a square one, on aligned and misaligned pointers."""
+    naive = _naive(SPELLINGS[name][0])
+    tiled = transform.forward(naive, SITE).state
+    assert emulate.differences(tmp_path, naive, {"tiled": tiled}, ((45, 37), (64, 64)), _copy) == []
+
+
+NEAR = NAIVE_HEAD + INDEXES
+WIDE_INDEXES = "    long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n" \
+    "    long long r = (long long)blockIdx.y * blockDim.y + threadIdx.y;\n"
+
+
+@pytest.mark.parametrize("source, why", [
+    (NEAR + "    if (r < rows) { if (c < cols) y[c * rows + r] = x[c * cols + r]; }\n}\n",
+     r"it reads x\[c \* cols \+ r\], not x\[r \* cols \+ c\]"),
+    (NEAR + "    if (r < rows) { y[c * rows + r] = x[r * cols + c]; }\n}\n", "no guard bounds c"),
+    (NEAR + "    if (r >= rows) return;\n    if (r >= cols) return;\n    y[c * rows + r] = x[r * cols + c];\n}\n",
+     "its guard bounds r twice"),
+    (NEAR + "    if (r < rows) { if (c < rows) y[c * rows + r] = x[r * cols + c]; }\n}\n",
+     "the guard bounds r by rows and c by rows, the subscripts are of a rows x cols matrix"),
+    (NEAR + "    if (r < rows) { if (c < cols) y[c * rows + r] = x[r * cols + c]; y[0] = 0.0f; }\n}\n",
+     r"`y\[0\] = 0.0f;` follows its guarded work"),
+    ("#define TY 4\n" + NAIVE_HEAD + "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "    int r = blockIdx.y * TY + threadIdx.y;\n" + GUARDED + "}\n",
+     "no row index .* a block size it names must be every launch's along y"),
+    (NEAR + "    if (r < rows && c < cols) {\n        int src = r * cols + c;\n        float v = x[src + 1];\n"
+     "        y[c * rows + r] = v;\n    }\n}\n", r"it reads x\[\(r \* cols \+ c\) \+ 1\]"),
+    (NEAR + "    if (r < rows && c < cols) { int src = (size_t)r * cols + c; y[c * rows + r] = x[src]; }\n}\n",
+     "narrows a 64-bit subscript to 32 bits"),
+    (NAIVE_HEAD + WIDE_INDEXES + "    if (r < rows && c < cols) { int src = r * cols + c; y[c * rows + r] = x[src]; }\n"
+     "}\n", "narrows a 64-bit subscript to 32 bits"),
+    (NEAR + "    if (r < rows && c < cols) { int v = x[r * cols + c]; y[c * rows + r] = v; }\n}\n",
+     r"`int v` holds an element of x \(float\) as int"),
+    (NEAR + "    if (r < rows && c < cols) { int cols = 2 * r; y[c * rows + r] = x[r * cols + c]; }\n}\n",
+     "its temporary cols hides another cols"),
+    (NEAR + "    if (r < rows && c < cols) { float v = x[r * cols + c]; y[c * rows + r] = 2.0f * v; }\n}\n",
+     "is no copy"),
+    (NAIVE_HEAD.replace("int rows, int cols", "long long rows, long long cols") + WIDE_INDEXES + GUARDED + "}\n",
+     "64-bit indexes run to rows and cols, not both `int`"),
+    (NAIVE_HEAD + "    int r = blockIdx.x * blockDim.x + threadIdx.x;\n"
+     "    int c = blockIdx.x * blockDim.x + threadIdx.x;\n" + GUARDED + "}\n", "two indexes along x, r and c"),
+])
+def test_no_site_where_a_spelling_copies_other_elements(transform, source, why):
+    """The attacks, each a near miss of an accepted spelling: a read at X's transposed element, a guard that
+    bounds the row alone (or the row twice, or the column by the row count), a store outside the inner guard, a
+    macro block size that is not the launch's, a temporary read one element on, a temporary that narrows a 64-bit
+    subscript (by its cast, or by the indexes' width), a value temporary of another type, a temporary that hides a
+    count, a value changed on its way, 64-bit indexes over 64-bit counts, both indexes along x. Each refusal names
+    the part that differs, and a caller collecting refusals sees it."""
+    state = _naive(source)
+    with refusals() as seen:
+        assert transform.forward_sites(state) == []
+    assert len(seen) == 1 and re.search(why, seen[0]), seen
+    with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
