@@ -59,6 +59,7 @@ from klineage.transforms._naive import (
 from klineage.transforms._nests import unnested
 from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms._pointers import aliases
+from klineage.transforms._scan_spellings import check_accumulator_uses, check_declared_apart, respelled
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32
@@ -268,7 +269,8 @@ class WarpReduction(Transform):
         return [Anchor(f.name, "function", row, parsed.text(f.node)[:200]) for f, row in self._warp_kernels(parsed)]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = unnested(flattened(canonical(state), ROW_THREADS))  # as the naive forms spell it, nests one loop
+        # as the naive forms spell it (a scan's statements too), nests one loop
+        state = unnested(flattened(respelled(canonical(state)), ROW_THREADS))
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200])
                 for function, site in readable(parsed, lambda f: self._serial_site(state, parsed, f))]
@@ -277,7 +279,7 @@ class WarpReduction(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         # the index as the naive forms spell it; the kernel's perfect nests one loop (other kernels' as written)
-        state = unnested(flattened(canonical(state), ROW_THREADS), anchor.function)
+        state = unnested(flattened(respelled(canonical(state), anchor.function), ROW_THREADS), anchor.function)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         site = self._serial_site(state, parsed, function)
@@ -324,7 +326,10 @@ class WarpReduction(Transform):
         if not function.is_kernel:
             raise NotApplicable(f"{function.name} is not a kernel")
         check_launch(state, function.name)
+        body = function.node.child_by_field_name("body")
+        check_declared_apart(parsed, body)
         site = serial_site(parsed, function)
+        check_accumulator_uses(parsed, body, site.loops)
         constants = state.constants
         steps = [_fixed_steps(constants, parsed, loop) for loop in site.loops]
         if None not in steps and max(steps) < self.layout.sharing:  # a pooling window, a 3-tap stencil

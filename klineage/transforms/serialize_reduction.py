@@ -49,6 +49,12 @@ Legality (forward_sites), conservative, decided on the parse:
   chunks below `(n + split_steps - 1) / split_steps`);
 - an accumulator is updated in one loop only, and outside it only after it (`mean /= n`: every lane then
   holds the combined value);
+- an assignment or increment in a row loop is a statement of its own (or the loop's step): the value of one inside
+  an expression is the serial running value, which no lane holds (`y[...j...] = (acc += e) * 0.5f`, `float v =
+  (acc += e);`, `y[...j...] = acc++`), and a store of anything but the running value itself is no scan the warp
+  computes;
+- no accumulator's address is taken and no reference binds one (`float* p = &acc;`, `float& r = acc;`): a read
+  through it inside the loop would see one lane's partial;
 - an array the kernel writes is never read (32 lanes now run the code outside the loops: their stores carry
   equal values, and no lane reads what another wrote);
 - some loop may take 32 steps or more: where every loop's start and bound are numbers or the source's constants
@@ -58,6 +64,21 @@ Anything else: no site. The row index may be spelled any way `_canonical.py` rea
 `int row = blockIdx.x * blockDim.x + threadIdx.x;`. Two perfectly nested loops from 0 below counts of scalar
 parameters (`for (int n = 0; n < N; ++n) for (int k = 0; k < HW; ++k)`) are read as one loop over their pairs,
 in the nest's order (`_nests.py`), whose steps the lanes stride.
+
+Spellings read as the forms above (`_scan_spellings.respelled`, before the legality is decided, for every warp
+reduction; the rewrite computes the same values, and the forward's output is the one of the form it reads): a
+scan's update written `acc = acc + e` or `acc = e + acc` (`*`, a product: either order gives the same bits); its
+value first held by a temporary of the accumulator's type that nothing else names (`float v = e; acc += v;`, or
+`const float v`: the scan's own `scan_value = e` converts e as v did); or its store taking the assignment's value
+(`y[...j...] = (acc += e);`, `y[...j...] = acc += e;`, `y[...j...] = acc = acc + e;`: the value of an assignment is
+its variable's after it). Each is the scan's two statements `acc += e; y[...j...] = acc;` (the store first in an
+exclusive scan). A temporary of another type (`double v = e;` into a float sum: rounded once a step in double)
+stays as written, and the sum is then read beyond its own update: no site. C's spellings of locals and loops are
+`_canonical.py`'s to read (`_c_style.py`: `float sum; ... sum = 0.0f;` declared where it is set, `int j; for (j =
+0; ...)` loops that declare their index). What it leaves is no site, with its reason: a loop index declared outside
+its loop and named outside the loops that set it (read after a loop, each lane would hold its own last index), a
+variable a loop updates declared without a value and first named other than by an assignment statement of its
+block (set inside an `if`, read first: no start every lane shares).
 
 Anchor: the kernel, kind "function", key the row variable.
 """

@@ -107,3 +107,20 @@ def test_the_grid_is_the_row_count_in_the_plans_terms_and_back(transform):
     serial = transform.backward(block, transform.find(block)[0]).state
     assert serial.source == naive.source
     assert (serial.plan.launches[0].grid[0], serial.plan.launches[0].block[0]) == ("cdiv((b * t), 256)", 256)
+
+
+@pytest.mark.parametrize("loop", [
+    "    for (int j = 0; j < n; ++j) {\n        y[row * n + j] = (running += 2.0f * x[row * n + j]);\n    }\n",
+    "    for (int j = 0; j < n; ++j) y[row * n + j] = running += 2.0f * x[row * n + j];\n",
+    "    for (int j = 0; j < n; ++j) {\n        y[row * n + j] = running = running + 2.0f * x[row * n + j];\n    }\n",
+    "    for (int j = 0; j < n; ++j) {\n        y[row * n + j] = (running += 2.0f * x[row * n + j]) * 0.5f;\n    }\n",
+])
+def test_a_running_sum_stored_by_its_update_is_no_block_site(transform, loop):
+    """The serialize_reduction golden running sum with its update inside its store: a scan however spelled (or a
+    value no lane holds), which the block form does not combine. Read as a plain loop, its lanes would each have
+    stored a sum of their own columns."""
+    naive = load(HERE / "serialize_reduction" / "cumsum", "after", "kernel")
+    scan = "    for (int j = 0; j < n; ++j) {\n        running += 2.0f * x[row * n + j];\n" \
+           "        y[row * n + j] = running;\n    }\n"
+    assert scan in naive.source
+    assert transform.forward_sites(KernelState(source=naive.source.replace(scan, loop), plan=naive.plan)) == []

@@ -130,6 +130,32 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
      "shuffle type"),
     ("    int pair_value = 0;\n" + ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j;"),
      "pair_"),
+    # an assignment's value inside an expression in a row loop is the serial running value, which no lane holds
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { float v = (s += x[row * n + j]); y[row * n + j] = v; }\n",
+     "'s' is assigned inside a larger expression"),
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) y[row * n + j] = s++;\n", "assigned inside a larger"),
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) y[row * n + j] = x[row * n + j] * (s = x[row * n + j]);\n"
+     "    y[row] = s;\n", "assigned inside a larger"),
+    # ... or read through its address or a reference
+    ("    float s = 0.0f;\n    float* p = &s;\n"
+     "    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n + j] = *p; }\n", "address of accumulator 's'"),
+    ("    float s = 0.0f;\n    float& r = s;\n"
+     "    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n + j] = r; }\n", "bound to a reference"),
+    # a scan through a temporary of another type rounds each step otherwise: the sum is then read beyond its update
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) {\n        double v = x[row * n + j];\n        s += v;\n"
+     "        y[row * n + j] = s;\n    }\n", "read inside its loop"),
+    ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) {\n        float v = x[row * n + j];\n        s += v;\n"
+     "        y[row * n + j] = s + v;\n    }\n", "read inside its loop"),
+    # a sum declared without a value and set first inside an `if`, or read before it is set
+    ("    float s;\n    if (n > 0) s = 0.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n",
+     "'s' is declared without a value and first named other than by an assignment"),
+    ("    float s;\n    y[row] = s;\n    s = 0.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n",
+     "declared without a value"),
+    ("    float s;\n    s = 0.0f;\n    s = 1.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n"
+     "    y[row] = s;\n", "before its loop"),
+    # a loop index declared before its loop and read after it: each lane would hold its own last index
+    ("    int j;\n    float s = 0.0f;\n    for (j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s + j;\n",
+     "the index 'j' of `for .j = 0; j < n; ..j.` is declared outside the loop and named outside the loops"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, body, why):
     state = KernelState(source=HEAD + body + "}\n", plan=PLAN)
@@ -757,3 +783,181 @@ def test_no_site_where_a_loop_down_the_row_is_not_a_whole_running_sum(transform,
     with refusals() as reasons:
         assert transform.forward_sites(state) == []
     assert any(why in reason for reason in reasons), reasons
+
+
+# --- spellings: a scan's update inside its store or through a temporary (`respelled`), a variable set after its
+# declaration, a loop index declared before its loops (C's, `_canonical.py`); each read as the form it spells, or no
+# site with the reason ---------------------------------------------------------------------------------------------
+
+SCAN_LOOP = "    for (int j = 0; j < n; ++j) {\n        running += 2.0f * x[row * n + j];\n" \
+            "        y[row * n + j] = running;\n    }\n"
+
+
+def _cumsum(loop: str) -> KernelState:
+    """The golden running sum with its loop spelled `loop`."""
+    naive = golden("cumsum", "after")
+    assert SCAN_LOOP in naive.source
+    return KernelState(source=naive.source.replace(SCAN_LOOP, loop), plan=naive.plan)
+
+
+def _body(*lines: str) -> str:
+    return "    for (int j = 0; j < n; ++j) {\n" + "".join(f"        {line}\n" for line in lines) + "    }\n"
+
+
+# the fuzz's spellings that store the running value an update inside the store gives: each the scan, or no site
+STORED_UPDATES = {
+    "parenthesized": (_body("y[row * n + j] = (running += 2.0f * x[row * n + j]);"), None),
+    "unbraced": ("    for (int j = 0; j < n; ++j) y[row * n + j] = running += 2.0f * x[row * n + j];\n", None),
+    "chained": (_body("y[row * n + j] = running = running + 2.0f * x[row * n + j];"), None),
+    "scaled": (_body("y[row * n + j] = (running += 2.0f * x[row * n + j]) * 0.5f;"),
+               "'running' is assigned inside a larger expression in a row loop"),
+}
+
+
+@pytest.mark.parametrize("spelling", list(STORED_UPDATES))
+def test_a_running_sum_updated_inside_its_store_is_the_scan_or_no_site(transform, spelling, tmp_path):
+    """`y[...] = (running += e);`: the update sits inside the store. A forward that saw no accumulator there would
+    stride the loop as it stands, each lane storing a sum of its own columns (that form, caught on the CPU below).
+    The value stored is the running value after the update, so the store is the scan's own (its forward is the
+    golden scan's, whose rows on the CPU are the spelled kernel's); a store of anything else is no scan the warp
+    computes."""
+    loop, why = STORED_UPDATES[spelling]
+    naive = _cumsum(loop)
+    if why is not None:
+        with refusals() as reasons:
+            assert transform.forward_sites(naive) == []
+        assert any(why in reason for reason in reasons), reasons
+        with pytest.raises(NotApplicable, match=why):
+            transform.forward(naive, Anchor("kernel", "function", "row"))
+        return
+    (site,) = transform.forward_sites(naive)
+    warp = transform.forward(naive, site).state
+    assert warp == golden("cumsum", "before")
+    strided = KernelState(source=naive.source.replace(
+        "int row = blockIdx.x * blockDim.x + threadIdx.x;",
+        "int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32;\n    const int lane = threadIdx.x % 32;").replace(
+        "for (int j = 0; j < n; ++j)", "for (int j = lane; j < n; j += 32)"), plan=warp.plan)
+    runs = _scanned(tmp_path, "cumsum", {"naive": naive, "warp": warp, "strided": strided})
+    for n in (1, 31, 32, 70):
+        for name in ("y", "total"):
+            assert torch.equal(runs["warp", n][name], runs["naive", n][name]), (n, name)
+    assert not torch.equal(runs["strided", 70]["y"], runs["naive", 70]["y"])  # the old forward's rows
+
+
+# (golden case, its loop as the golden writes it, the loop spelled otherwise): the update `acc = acc + e` or through
+# a temporary of the accumulator's type, inclusive, exclusive, a product and from the row's end
+SCAN_SPELLINGS = {
+    "plus": ("cumsum", SCAN_LOOP,
+             _body("running = running + 2.0f * x[row * n + j];", "y[row * n + j] = running;")),
+    "plus_after": ("cumsum", SCAN_LOOP,
+                   _body("running = 2.0f * x[row * n + j] + running;", "y[row * n + j] = running;")),
+    "temporary": ("cumsum", SCAN_LOOP,
+                  _body("float v = 2.0f * x[row * n + j];", "running += v;", "y[row * n + j] = running;")),
+    "const_temporary_plus": ("cumsum", SCAN_LOOP, _body("const float v = 2.0f * x[row * n + j];",
+                                                        "running = running + v;", "y[row * n + j] = running;")),
+    "exclusive_temporary": ("cumsum_exclusive",
+                            _body("y[row * n + j] = running;", "running += x[row * n + j];"),
+                            _body("int v = x[row * n + j];", "y[row * n + j] = running;", "running = running + v;")),
+    "product": ("cumprod", _body("running *= x[row * n + j];", "y[row * n + j] = running;"),
+                _body("running = x[row * n + j] * running;", "y[row * n + j] = running;")),
+    "reverse_temporary": ("cumsum_reverse",
+                          "    for (int j = n - 1; j >= 0; --j) {\n        running += x[row * n + j];\n"
+                          "        y[row * n + j] = running;\n    }\n",
+                          "    for (int j = n - 1; j >= 0; --j) {\n        float v = x[row * n + j];\n"
+                          "        running += v;\n        y[row * n + j] = running;\n    }\n"),
+}
+
+
+def _scan_spelled(spelling: str) -> tuple[str, KernelState]:
+    case, loop, spelled = SCAN_SPELLINGS[spelling]
+    naive = golden(case, "after")
+    assert loop in naive.source
+    return case, KernelState(source=naive.source.replace(loop, spelled), plan=naive.plan)
+
+
+@pytest.mark.parametrize("spelling", list(SCAN_SPELLINGS))
+def test_a_scan_spelled_through_a_temporary_or_as_acc_plus_is_the_golden_scan(transform, spelling):
+    case, naive = _scan_spelled(spelling)
+    (site,) = transform.forward_sites(naive)
+    assert transform.forward(naive, site).state == golden(case, "before")
+
+
+@pytest.mark.parametrize("spelling", sampled(SCAN_SPELLINGS, keep=["temporary", "exclusive_temporary"]))
+def test_a_spelled_scans_warp_form_gives_its_rows_on_the_cpu(transform, spelling, tmp_path):
+    case, naive = _scan_spelled(spelling)
+    runs = _scanned(tmp_path, case, {"naive": naive, "warp": transform.forward(naive, transform.forward_sites(naive)[0])
+                                     .state})
+    for n in (1, 31, 32, 70):
+        for name in ("y", "total"):
+            assert torch.equal(runs["warp", n][name], runs["naive", n][name]), (spelling, n, name)
+
+
+LAYER_NORM = """__global__ void kernel(const float* __restrict__ x, const float* __restrict__ w, \
+const float* __restrict__ b, float* __restrict__ y, int rows, int n) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const float* in = x + (long long)row * n;
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j) sum += in[j];
+    float mean = sum / n;
+    float squares = 0.0f;
+    for (int j = 0; j < n; ++j) { float d = in[j] - mean; squares += d * d; }
+    float rstd = 1.0f / sqrtf(squares / n + 1e-5f);
+    for (int j = 0; j < n; ++j) y[(long long)row * n + j] = (in[j] - mean) * rstd * w[j] + b[j];
+}
+"""
+LN_PLAN = LaunchPlan.from_toml(PLAN_TEXT.replace('args = ["x", "y",', 'args = ["x", "w", "b", "y",'))
+# the mean and the scale declared with no value and set later (no accumulators: read as written)
+MEAN_APART = LAYER_NORM.replace("    float sum = 0.0f;\n", "    float mean, rstd;\n    float sum = 0.0f;\n") \
+    .replace("float mean =", "mean =").replace("float rstd =", "rstd =")
+# the fuzz's layer norms, each with the form it spells: the sums declared with the other locals and set later, one
+# loop index for the three loops
+LN_SPELLINGS = {
+    "declared_before": (MEAN_APART.replace("    float mean, rstd;\n    float sum = 0.0f;\n",
+                                           "    float sum, squares, mean, rstd;\n    sum = 0.0f;\n")
+                        .replace("float squares = 0.0f;", "squares = 0.0f;"), MEAN_APART),
+    "index_before": (LAYER_NORM.replace("    float sum = 0.0f;\n", "    int j;\n    float sum = 0.0f;\n")
+                     .replace("for (int j = 0;", "for (j = 0;"), LAYER_NORM),
+}
+
+
+def test_sums_declared_before_and_a_loop_index_declared_before_read_as_declared_where_set(transform, tmp_path):
+    """`float sum, mean; sum = 0.0f;` and `int j; for (j = 0; ...)` (C's spellings, `_canonical.py` reads them):
+    nothing reads sum before it is set, nothing reads j outside the loops that set it, so the forward is the one of
+    the sums declared where set and of loops that declare their index, and its rows on the CPU are the spelled
+    kernels' (float sums in another order: to rounding)."""
+    forms = {}
+    for spelling, (source, spells) in LN_SPELLINGS.items():
+        assert source.count("float sum") == 1 and source != spells
+        naive, written = KernelState(source=source, plan=LN_PLAN), KernelState(source=spells, plan=LN_PLAN)
+        (site,) = transform.forward_sites(written)
+        warp = transform.forward(written, site).state
+        assert "for (int offset = 16; offset > 0; offset /= 2) squares += " in warp.source
+        assert transform.forward_sites(naive) == [site]
+        assert transform.forward(naive, site).state == warp, spelling
+        forms |= {spelling: naive, f"{spelling} warp": warp}
+    binaries = emulate.builds(tmp_path, forms)
+    for rows, n in ((3, 1), (5, 33), (4, 70)):
+        g = torch.Generator().manual_seed(rows * 100 + n)
+        inputs = {"x": torch.randn(rows * n, generator=g), "w": torch.randn(n, generator=g),
+                  "b": torch.randn(n, generator=g)}
+        runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}".replace(" ", "-"), state, {"rows": rows, "n": n},
+                                  inputs, {"y": (torch.float32, rows * n)})["y"]
+                for form, (binary, state) in binaries.items()}
+        for spelling in LN_SPELLINGS:
+            torch.testing.assert_close(runs[f"{spelling} warp"], runs[spelling], rtol=1e-5, atol=1e-5)
+
+
+def test_a_running_sum_declared_before_its_guard_and_set_after_it_is_the_golden_scan(transform, tmp_path):
+    naive = golden("cumsum", "after")
+    old = "    if (row >= rows) return;\n    float running = 0.0f;\n"
+    assert old in naive.source
+    spelled = KernelState(source=naive.source.replace(old, "    float running;\n    if (row >= rows) return;\n"
+                                                           "    running = 0.0f;\n"), plan=naive.plan)
+    (site,) = transform.forward_sites(spelled)
+    warp = transform.forward(spelled, site).state
+    assert warp == golden("cumsum", "before")
+    runs = _scanned(tmp_path, "cumsum", {"naive": spelled, "warp": warp})
+    for n in (1, 31, 32, 70):
+        for name in ("y", "total"):
+            assert torch.equal(runs["warp", n][name], runs["naive", n][name]), (n, name)

@@ -1,0 +1,209 @@
+"""Row loops spelled otherwise than the warp reductions read them (`_warp_reduction.py`), read as their forms, and
+the row-loop values no lane of a warp would hold, refused with the reason.
+
+`respelled` writes a scan's update and store as the scan's two statements `acc += e; y[...j...] = acc;` (the store
+first in an exclusive scan) where they are spelled `acc = acc + e` (`e + acc`, `*` too), through a temporary of the
+accumulator's type that nothing else names (`float v = e; acc += v;`), or as the value of an assignment stored
+(`y[...] = (acc += e);`, `y[...] = acc = acc + e;`): each computes the same values. `check_declared_apart` and
+`check_accumulator_uses` refuse what a strided loop would change: an index or an updated variable declared apart
+from where it is set (what `_c_style.py` left), an assignment inside a larger expression of a row loop (its value is
+the serial running one), an accumulator's address taken or bound to a reference (a read through it sees one lane's
+partial).
+"""
+
+from __future__ import annotations
+
+import re
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms._edit import Edit, declared_names, indentation, splice, unparen, written_names
+from klineage.transforms._naive import squash, statements
+from klineage.transforms.base import NotApplicable
+
+_SCAN_OPERATORS = frozenset({"+", "*"})
+
+
+def respelled(state: KernelState, only: str | None = None) -> KernelState:
+    """`state` with each scan that `_scan_lines` reads in a loop of its kernels (or of the kernel `only`) written as
+    the scan's two statements, the spelling the warp reduction reads. The rewrite computes the same values, so what
+    the legality decides on the result holds for the source."""
+    parsed = cp.parse(state.source)
+    edits = [edit for function in cp.functions(parsed)
+             if function.is_kernel and (only is None or function.name == only)
+             and (body := function.node.child_by_field_name("body")) is not None
+             for edit in _scan_bodies(parsed, body)]
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _scan_bodies(parsed: cp.ParsedSource, body: Node) -> list[Edit]:
+    """Each loop body that `_scan_lines` reads as a scan spelled otherwise, as the scan's two statements."""
+    types = _local_types(parsed, body)
+    edits = []
+    for loop in cp.nodes_of_type(body, "for_statement"):
+        loop_body = loop.child_by_field_name("body")
+        lines = _scan_lines(parsed, loop_body, types)
+        if lines is not None and lines != [squash(parsed.text(s)) for s in statements(loop_body)]:
+            indent = indentation(parsed.data, loop.start_byte)
+            text = "{" + "".join(f"\n{indent}    {line}" for line in lines) + f"\n{indent}}}"
+            edits.append(Edit(loop_body.start_byte, loop_body.end_byte, text))
+    return edits
+
+
+def _scan_lines(parsed: cp.ParsedSource, loop_body: Node, types: dict[str, str]) -> list[str] | None:
+    """The statements `acc op= value;` and `target = acc;` (the store first in an exclusive scan) of a loop body that
+    computes them however spelled: the update `acc = acc op value` (or `value op acc`), the stored running value
+    assigned in the store itself (`target = (acc += value)`, `target = acc = acc + value`: the value of an
+    assignment is its variable's after it), the value first held by a temporary of the accumulator's type (`float v
+    = e; acc += v;`, v named nowhere else: e converted as the scan's own `scan_value = e` converts it). None where
+    the body is no such scan, op + or *."""
+    listed = statements(loop_body)
+    temporary = listed.pop(0) if len(listed) in (2, 3) and listed[0].type == "declaration" else None
+    if not listed or any(s.type != "expression_statement" or len(s.named_children) != 1 for s in listed):
+        return None
+    expressions = [s.named_children[0] for s in listed]
+    if len(expressions) == 1:
+        store = expressions[0]
+        update = unparen(store.child_by_field_name("right")) if _is_assignment(parsed, store, "=") else None
+        exclusive = False
+    elif len(expressions) == 2:
+        exclusive = _is_assignment(parsed, expressions[0], "=") and \
+            expressions[0].child_by_field_name("left").type == "subscript_expression"
+        store, update = expressions if exclusive else expressions[::-1]
+    else:
+        return None
+    found = _update(parsed, update) if update is not None and _is_assignment(parsed, store, "=") else None
+    if found is None:
+        return None
+    accumulator, op, value = found
+    target = store.child_by_field_name("left")
+    stored = unparen(store.child_by_field_name("right"))
+    if target.type != "subscript_expression" or (len(expressions) == 2 and parsed.text(stored) != accumulator):
+        return None
+    if temporary is not None:
+        inlined = _temporary(parsed, temporary, types.get(accumulator))
+        if inlined is None or inlined[0] != value or \
+                len(re.findall(rf"\b{inlined[0]}\b", parsed.text(loop_body))) != 2:
+            return None
+        value = inlined[1]
+    if re.search(rf"\b{accumulator}\b", f"{value} {parsed.text(target)}"):
+        return None
+    lines = [f"{accumulator} {op}= {value};", f"{squash(parsed.text(target))} = {accumulator};"]
+    return lines[::-1] if exclusive else lines
+
+
+def _update(parsed: cp.ParsedSource, node: Node) -> tuple[str, str, str] | None:
+    """(accumulator, op, value) of `acc op= value`, `acc = acc op value` or `acc = value op acc` (op + or *:
+    either order gives the same bits), value squashed; else None."""
+    if node.type != "assignment_expression" or node.child_by_field_name("left").type != "identifier":
+        return None
+    accumulator = parsed.text(node.child_by_field_name("left"))
+    operator = parsed.text(node.child_by_field_name("operator"))
+    right = node.child_by_field_name("right")
+    if operator[:1] in _SCAN_OPERATORS and operator[1:] == "=":
+        return accumulator, operator[0], squash(parsed.text(right))
+    right = unparen(right)
+    if operator != "=" or right.type != "binary_expression" or \
+            parsed.text(right.child_by_field_name("operator")) not in _SCAN_OPERATORS:
+        return None
+    sides = [right.child_by_field_name(side) for side in ("left", "right")]
+    for acc, value in (sides, sides[::-1]):
+        if parsed.text(unparen(acc)) == accumulator:
+            return accumulator, parsed.text(right.child_by_field_name("operator")), squash(parsed.text(value))
+    return None
+
+
+def _temporary(parsed: cp.ParsedSource, declaration: Node, kind: str | None) -> tuple[str, str] | None:
+    """(name, its value squashed) of `T v = e;` (or `const T`), one variable of the type `kind`; else None."""
+    declarators = declaration.children_by_field_name("declarator")
+    if kind is None or len(declarators) != 1 or declarators[0].type != "init_declarator" or \
+            declarators[0].child_by_field_name("declarator").type != "identifier" or \
+            _declared_type(parsed, declaration) not in (kind, f"const {kind}"):
+        return None
+    return (parsed.text(declarators[0].child_by_field_name("declarator")),
+            squash(parsed.text(declarators[0].child_by_field_name("value"))))
+
+
+def _is_assignment(parsed: cp.ParsedSource, node: Node, operator: str) -> bool:
+    return node.type == "assignment_expression" and parsed.text(node.child_by_field_name("operator")) == operator
+
+
+def _declared_type(parsed: cp.ParsedSource, declaration: Node) -> str:
+    """What a declaration says before its first declarator (`float`, `const int`), squashed."""
+    first = declaration.children_by_field_name("declarator")[0]
+    return squash(parsed.data[declaration.start_byte:first.start_byte].decode("utf-8", "replace"))
+
+
+def _block_declarations(body: Node) -> list[Node]:
+    """The declarations that are statements of a block (no loop's header)."""
+    return [d for d in cp.nodes_of_type(body, "declaration") if d.parent is not None and
+            d.parent.type == "compound_statement" and d.children_by_field_name("declarator")]
+
+
+def _looped_names(parsed: cp.ParsedSource, body: Node) -> set[str]:
+    """The names some loop's body assigns or increments."""
+    return {name for loop in cp.nodes_of_type(body, "for_statement")
+            for name in written_names(parsed, loop.child_by_field_name("body"))}
+
+
+def _local_types(parsed: cp.ParsedSource, body: Node) -> dict[str, str]:
+    """Each local the body declares once: its type (a name declared twice, maybe as two types, is left out)."""
+    types: dict[str, str] = {}
+    names = declared_names(parsed, body)
+    for declaration in cp.nodes_of_type(body, "declaration"):
+        kind = declaration.child_by_field_name("type")
+        for declarator in declaration.children_by_field_name("declarator"):
+            name = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else declarator
+            if kind is not None and name.type == "identifier" and names.count(parsed.text(name)) == 1:
+                types[parsed.text(name)] = squash(parsed.text(kind))
+    return types
+
+
+def check_declared_apart(parsed: cp.ParsedSource, body: Node) -> None:
+    """What `_canonical.py` left declared apart from where it is set, as C declares locals (`_c_style.py`): a loop
+    index named outside the loops that set it, a variable a loop updates declared without a value and not set by an
+    assignment statement of its block before anything names it."""
+    for loop in cp.nodes_of_type(body, "for_statement"):
+        start = loop.child_by_field_name("initializer")
+        if start is not None and start.type == "assignment_expression":
+            header = squash(parsed.data[loop.start_byte:loop.child_by_field_name("body").start_byte].decode())
+            raise NotApplicable(f"the index '{parsed.text(start.child_by_field_name('left'))}' of `{header}` is "
+                                f"declared outside the loop and named outside the loops that set it (a lane would "
+                                f"leave a strided loop with its own last index)")
+    looped = _looped_names(parsed, body)
+    for declaration in _block_declarations(body):
+        for declarator in declaration.children_by_field_name("declarator"):
+            if declarator.type == "identifier" and parsed.text(declarator) in looped:
+                raise NotApplicable(f"'{parsed.text(declarator)}' is declared without a value and first named "
+                                    f"other than by an assignment statement of its block: no start every lane "
+                                    f"shares")
+
+
+def check_accumulator_uses(parsed: cp.ParsedSource, body: Node, loops) -> None:
+    """No value the lanes' partials would change is read: an assignment in a row loop is a statement of its own
+    (the value of one inside an expression is the serial running value, which no lane holds), and no accumulator's
+    address is taken or bound to a reference (a read through it would see one lane's partial)."""
+    for loop in loops:
+        step = loop.node.child_by_field_name("update")
+        for node in cp.nodes_of_type(loop.node, "assignment_expression", "update_expression"):
+            if node != step and node.parent.type != "expression_statement":
+                written = unparen(node.child_by_field_name("left") or node.child_by_field_name("argument"))
+                raise NotApplicable(f"'{parsed.text(written)}' is assigned inside a larger expression in a row loop "
+                                    f"(`{squash(parsed.text(node.parent))}`): the value it gives is the serial "
+                                    f"running one, which no lane holds")
+    names = {acc.name for loop in loops for acc in loop.accumulators}
+    for node in cp.nodes_of_type(body, "pointer_expression"):
+        argument = parsed.text(unparen(node.child_by_field_name("argument")))
+        if parsed.text(node).startswith("&") and argument in names:
+            raise NotApplicable(f"the address of accumulator '{argument}' is taken (`{squash(parsed.text(node))}`): "
+                                f"a read through it would see one lane's partial")
+    for declarator in cp.nodes_of_type(body, "init_declarator"):
+        bound = re.findall(r"[A-Za-z_]\w*", parsed.text(declarator.child_by_field_name("value"))) if \
+            declarator.child_by_field_name("declarator").type == "reference_declarator" else []
+        if named := sorted(names & set(bound)):
+            raise NotApplicable(f"accumulator '{named[0]}' is bound to a reference (`{squash(parsed.text(declarator))}`"
+                                f"): a read through it would see one lane's partial")
