@@ -98,7 +98,7 @@ def _declarations(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it."""
     def edit(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> Edits:
-        names = {**dict.fromkeys(_block_constants(state, parsed, function), "blockDim.x"),
+        names = {**dict.fromkeys(block_constants(state, parsed, function), "blockDim.x"),
                  **_coordinate_locals(parsed, function, body)}
         edits = []
         for statement in body.named_children:
@@ -202,14 +202,16 @@ def _unread_coordinate_locals(state: KernelState) -> KernelState:
     return _edited(state, edit)
 
 
-def _block_constants(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> frozenset[str]:
-    """The source's integer constants that equal the x block size of every launch of the kernel (none where it is
-    not launched) and that the kernel does not declare a name of its own for, and that size as a literal."""
+def block_constants(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                    axis: int = 0) -> frozenset[str]:
+    """The source's integer constants that equal the block size along `axis` (0: x) of every launch of the kernel
+    (none where it is not launched) and that the kernel does not declare a name of its own for, and that size as a
+    literal: each is blockDim along that axis wherever the kernel runs."""
     constants = parse_constants(state.source)
     sizes = set()
     for launch in (launch for launch in state.plan.launches if launch.entry == function.name):
         try:
-            sizes.add(expr.evaluate_int(str(launch.block[0]), constants))
+            sizes.add(expr.evaluate_int(str(launch.block[axis]), constants))
         except ExpressionError:
             return frozenset()
     if len(sizes) != 1:

@@ -72,12 +72,10 @@ import ast
 import re
 from dataclasses import dataclass
 
-from klineage import expr
-from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
-from klineage.kernel import KernelState, parse_constants
+from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._canonical import WIDE_TYPES, canonical
+from klineage.transforms._canonical import WIDE_TYPES, block_constants, canonical
 from klineage.transforms._edit import indentation, operator, splice
 from klineage.transforms._naive import (
     INDEXES,
@@ -98,7 +96,6 @@ _ID = r"([A-Za-z_]\w*)"
 # a thread index along x (the column) or y (the row) as `_canonical` spells it, in 32 or 64 bits
 _INDEX = re.compile(r"(?:int (?P<narrow>[A-Za-z_]\w*) = |long long (?P<wide>[A-Za-z_]\w*) = \(long long\))"
                     r"blockIdx\.(?P<axis>[xy]) \* blockDim\.(?P=axis) \+ threadIdx\.(?P=axis);")
-_DECLARING = ("init_declarator", "parameter_declaration", "declaration", "pointer_declarator")
 _INT32 = frozenset({"int", "int32_t"})  # the counts a 64-bit index may run to, and a 32-bit temporary's types
 # the names of the tiled form (what `_tiled_lines` writes checks it exactly): element type, c, r, the batch, R, C, X's
 # subscript (its cast says whether the form is 64-bit), Y
@@ -195,23 +192,12 @@ class UntileTranspose(Transform):
 def _block_rows(state: KernelState) -> KernelState:
     """`state` with each kernel's block size along y, where it names it by a constant or a literal that is the y
     block size of every launch of the kernel (`blockIdx.y * TY + threadIdx.y`, `#define TY 8`), read as
-    blockDim.y: the same value wherever the kernel runs. `_canonical` reads such a constant along x alone."""
+    blockDim.y: the same value wherever the kernel runs (`_canonical.block_constants`; `_canonical` reads x's)."""
     parsed = cp.parse(state.source)
-    constants = parse_constants(state.source)
     edits = []
     for function in cp.functions(parsed):
-        try:
-            sizes = {expr.evaluate_int(str(launch.block[1]), constants)
-                     for launch in state.plan.launches if launch.entry == function.name}
-        except ExpressionError:
-            continue
-        if len(sizes) != 1:  # not launched, or launched with two sizes: no one constant is blockDim.y
-            continue
-        own = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")
-               if node.parent is not None and node.parent.type in _DECLARING}  # a name of its own hides the constant
-        named = {str(size) for size in sizes} | {name for name, value in constants.items()
-                                                  if type(value) is int and {value} == sizes and name not in own}
-        for product in cp.nodes_of_type(function.node, "binary_expression"):
+        named = block_constants(state, parsed, function, axis=1)
+        for product in cp.nodes_of_type(function.node, "binary_expression") if named else []:
             factors = [product.child_by_field_name(side) for side in ("left", "right")]
             for size, coordinate in (factors, factors[::-1]):
                 if operator(product) == "*" and parsed.text(size) in named and \
