@@ -30,6 +30,9 @@ declaration and its resets gone. The loops run the same:
 - the declaration's own value is dropped only where it is a literal or a name (no effect lost) or the start of a
   `while` loop; no other local of the function has the index's name, and the declaration is a plain local of one
   name (not `static`, not `__shared__`).
+`sequenced_statements` writes a statement of comma-joined expressions (`best = v, at = j;`) as one statement per
+expression, braced where it was a branch's or a loop's whole body: the comma operator runs its operands in order,
+as statements run, and the value of the whole is unused.
 Any other spelling is left as written.
 """
 
@@ -219,7 +222,31 @@ def _late_locals(parsed: cp.ParsedSource, function: cp.Function, declaration: No
     return edits
 
 
+def sequenced_statements(state: KernelState) -> KernelState:
+    """`state` with each statement of comma-joined expressions written as one statement per expression (the module's
+    docstring); the same state where there is none."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for statement in cp.nodes_of_type(parsed.root, "expression_statement"):
+        joined = statement.named_children[0] if statement.named_child_count == 1 else None
+        if joined is None or joined.type != "comma_expression" or cp.function_of(statement) is None:
+            continue
+        text = " ".join(f"{parsed.text(part)};" for part in _operands(joined))
+        braced = statement.parent is not None and statement.parent.type != "compound_statement"
+        edits.append((statement.start_byte, statement.end_byte, f"{{ {text} }}" if braced else text))
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _operands(node: Node) -> list[Node]:
+    """The operands of a comma expression in order, however it nests."""
+    if node.type != "comma_expression":
+        return [node]
+    return [*_operands(node.child_by_field_name("left")), *_operands(node.child_by_field_name("right"))]
+
+
 def c_style(state: KernelState) -> KernelState:
-    """`state` with its C spellings read as C++ ones: locals declared where set, counted loops as `for` loops that
-    declare their index (the module's docstring)."""
-    return counted_for_loops(declared_where_set(state))
+    """`state` with its C spellings read as C++ ones: comma-joined statements one by one, locals declared where set,
+    counted loops as `for` loops that declare their index (the module's docstring)."""
+    return counted_for_loops(declared_where_set(sequenced_statements(state)))

@@ -86,7 +86,7 @@ def test_the_rewritten_rows_are_the_naive_bits_on_the_cpu(tmp_path):
     # a `while` loop that can skip its step, writes its index in its work, or steps with more than its index
     "    int j = 0;\n    while (j < cols) { if (x[j] < 0) { ++j; continue; } y[j] = x[j]; ++j; }\n",
     "    int j = 0;\n    while (j < cols) { y[j] = x[j]; j += (x[j] > 0) ? 1 : 2; j++; }\n",
-    "    int j = 0;\n    while (j < cols) { y[j] = x[j]; j += 1, y[0] = 0.0f; }\n",
+    "    int j = 0;\n    while (j < cols) { y[j] = x[j]; j += 1; y[0] = 0.0f; }\n",
     # the index read after its loop: the last value would be lost
     "    int j = 0;\n    while (j < cols) { y[j] = x[j]; ++j; }\n    y[0] = (float)j;\n",
     "    int j;\n    for (j = 0; j < cols; ++j) if (x[j] < 0) break;\n    y[0] = (float)j;\n",
@@ -101,4 +101,30 @@ def test_the_rewritten_rows_are_the_naive_bits_on_the_cpu(tmp_path):
 ])
 def test_spellings_that_could_run_otherwise_are_left_as_written(body):
     state = _kernel(body)
+    assert c_style(state) is state
+
+
+ARGMAX = ("    float best = x[r * cols];\n    int at = 0;\n    for (int j = 1; j < cols; ++j)\n"
+          "        if (x[r * cols + j] > best) {}\n    y[r] = best + at;\n")
+
+
+def test_comma_joined_statements_run_one_by_one_and_the_arg_reduction_is_found(tmp_path):
+    """`best = v, at = j;` as a branch's whole body is the braced pair of statements (the comma runs them in order);
+    serialize_reduction then finds the arg reduction it finds on the braced spelling, and the emulated rows agree."""
+    joined = _kernel(ARGMAX.replace("{}", "best = x[r * cols + j], at = j;"))
+    braced = _kernel(ARGMAX.replace("{}", "{ best = x[r * cols + j]; at = j; }"))
+    assert c_style(joined) == braced
+    transform = get("serialize_reduction")
+    (site,) = transform.forward_sites(braced)
+    assert transform.forward(joined, site).state == transform.forward(braced, site).state
+
+    def inputs(rows, cols):
+        x = torch.randn(rows * cols, generator=torch.Generator().manual_seed(cols))
+        return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
+
+    assert emulate.differences(tmp_path, joined, {"braced": braced}, ((3, 5), (130, 40)), inputs) == []
+
+
+def test_a_comma_inside_an_expression_or_a_loop_header_stays():
+    state = _kernel("    int a = 0, b = 1;\n    for (int j = 0, k = 1; j < cols; ++j, ++k) y[j] = (a, b) + k;\n")
     assert c_style(state) is state

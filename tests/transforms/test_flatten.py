@@ -316,12 +316,13 @@ def _while(work: str, step: str = STEP, after: str = "") -> str:
     (_while("        float v = x[i];\n" + STEP + "        y[i] = v;\n", ""), "is not `i < n; i += blockDim.x"),
     (_while("        y[i] = x[i];\n        i += 1;\n"), "changes its element index 'i'"),
     (INDEX + "    i += 1;\n" + _while("        y[i] = x[i];\n").removeprefix(INDEX), "changes its index 'i' before"),
-    (_while("", "        i += blockDim.x * gridDim.x, y[i] = x[i];\n"), "is not its work and then its step"),
+    # the step joined to the work by a comma: its statements run in order (`_c_style`), the step first
+    (_while("", "        i += blockDim.x * gridDim.x, y[i] = x[i];\n"), "its step is not the grid's extent"),
 ])
 def test_a_grid_stride_while_loop_left_as_written_with_the_reason(body, why):
     """The `while` spelling is the `for` loop only where the grid's width steps the index once, last; the attacks: a
     step by the block count; the index read after the loop; a `continue` past the step; the step before the work's
-    last statement; a second write; a write before the loop; no work apart from the step."""
+    last statement; a second write; a write before the loop; the step joined before the work by a comma."""
     state = KernelState(source=STRIDE_HEAD + body + "}\n", plan=STRIDE_PLAN)
     with refusals() as refused:
         assert flattened(canonical(state)) == canonical(state)
