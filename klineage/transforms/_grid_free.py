@@ -31,8 +31,10 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from klineage import expr
+from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
-from klineage.kernel import KernelState
+from klineage.kernel import KernelState, parse_constants
 from klineage.transforms._edit import (
     contains,
     indentation,
@@ -45,6 +47,11 @@ from klineage.transforms._edit import (
 )
 from klineage.transforms._naive import LOOP_INDEX_TYPES, squash, statements, uncast_grid
 from klineage.transforms.base import NotApplicable
+
+SMS = "num_sms"  # the launch plan's name for the GPU's streaming multiprocessors
+THREADS_PER_SM = 2048  # resident threads an SM holds, sm_70 to sm_90
+MAX_BLOCKS_PER_SM = 32
+UNKNOWN_BLOCKS_PER_SM = 8  # where the block size is not a plain value: a full SM of 256-thread blocks
 
 GRID_READS = ("blockIdx.x", "gridDim.x")
 STEP = "    "  # one level of indentation in the code the grid-stride forwards write
@@ -399,3 +406,14 @@ def _check_writes_outside(parsed: cp.ParsedSource, function: cp.Function, body: 
         if outside(block) and re.search(r"\b(?:st|red|atom)\.", parsed.text(block)):
             raise NotApplicable(f"{function.name}'s inline PTX stores outside its grid-stride loops: once per thread "
                                 "or block, so the grid decides it")
+
+
+def blocks_per_sm(state: KernelState, entry: str) -> int:
+    """Blocks of the kernel's size an SM holds at once by threads (UNKNOWN_BLOCKS_PER_SM where the size is not a
+    plain value): `SMS * blocks_per_sm` blocks fill the GPU once."""
+    sizes = {str(launch.block[0]).strip() for launch in state.plan.launches if launch.entry == entry}
+    try:
+        threads = expr.evaluate_int(sizes.pop(), parse_constants(state.source)) if len(sizes) == 1 else 0
+    except ExpressionError:
+        threads = 0
+    return max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads)) if threads > 0 else UNKNOWN_BLOCKS_PER_SM

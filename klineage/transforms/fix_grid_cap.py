@@ -32,15 +32,11 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
 from klineage.transforms._c_style import c_style
-from klineage.transforms._grid_free import block_names, check_grid_free
+from klineage.transforms._grid_free import SMS, block_names, blocks_per_sm, check_grid_free
 from klineage.transforms._naive import kernel, launches_of, readable, rescaled_grid
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 CAP = 256  # the fixed grid people reach for first
-THREADS_PER_SM = 2048  # resident threads an SM holds, sm_70 to sm_90
-MAX_BLOCKS_PER_SM = 32
-UNKNOWN_BLOCKS_PER_SM = 8  # where the block size is not a plain value: a full SM of 256-thread blocks
-SMS = "num_sms"
 _KEY = re.compile(r"^(?P<per_sm>[A-Za-z_]\w*|[1-9]\d*)@(?P<cap>[1-9]\d*)$")
 
 
@@ -82,17 +78,6 @@ def _grid(state: KernelState, entry: str) -> str:
     return grids.pop()
 
 
-def _full_sm(state: KernelState, entry: str) -> int:
-    """Blocks of the kernel's size an SM holds at once by threads (UNKNOWN_BLOCKS_PER_SM where the size is not a
-    plain value)."""
-    sizes = {str(launch.block[0]).strip() for launch in state.plan.launches if launch.entry == entry}
-    try:
-        threads = expr.evaluate_int(sizes.pop(), parse_constants(state.source)) if len(sizes) == 1 else 0
-    except ExpressionError:
-        threads = 0
-    return max(1, min(MAX_BLOCKS_PER_SM, THREADS_PER_SM // threads)) if threads > 0 else UNKNOWN_BLOCKS_PER_SM
-
-
 def _site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, *, sized: bool) -> tuple[str, Any]:
     """(the kernel's grid, its one fixed number or its one `num_sms * K`) where its grid can be resized (see the
     module's docstring), else NotApplicable with the reason."""
@@ -123,7 +108,7 @@ class FixGridCap(Transform):
         named = self.carrier_counts(carrier, "blocks_per_sm")
         return [Anchor(function.name, "plan", f"{k}@{cap}", grid)
                 for function, (grid, (_, _, cap)) in readable(parsed, lambda f: _site(read, parsed, f, sized=False))
-                for k in (named or [_full_sm(state, function.name)])]
+                for k in (named or [blocks_per_sm(state, function.name)])]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         return self._resized(state, anchor, Direction.FORWARD)

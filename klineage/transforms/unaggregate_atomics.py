@@ -25,6 +25,14 @@ atomics per warp on one address, each waiting for the last. Three naive forms ar
   (a block's sum: `atomicAdd(&block_sum, part); __syncthreads();`, then every thread reads the sum): 8 atomics a
   block of 256 threads instead of 256 on one shared address.
 
+An element-form kernel has a second site, key `<total>@grid`: the same fold with the element's work in a grid-stride
+loop (`for (int i = <index>; i < n; i += blockDim.x * gridDim.x)`, the locals before the guard kept before it) on
+min(its grid, num_sms * K) blocks, K the blocks of its size an SM holds (`_grid_free.blocks_per_sm`): each thread
+folds several elements before its warp's one atomic, so the GPU makes a few thousand atomics whatever n, where the
+plain fold makes n / 32, all queued at one address. The loop visits every element once on any grid and the work is
+the element form's (no loop, barrier, collective or exit), so the elements stay independent. Backward reads that
+kernel in the loop form (the walk's inverse is the loop making the atomics, which computes the same).
+
 The sum is reassociated: integers sum to the same value, floating point to one of the values the naive kernel's
 unordered atomics could already give, rounded differently (the gate's tolerance judges it).
 
@@ -52,30 +60,36 @@ Backward serializes the forms forward writes: each fold of the guarded work or t
 max(total, (T)(v))`) becomes `atomicAdd(P, v)` (`atomicMax(P, v)`) again, or the tail's total `v` its one atomic;
 the total, the butterfly and the warp's atomic go.
 
-Anchor: the kernel, kind "function", key the total's name (`warp_total`, `warp_max`, `warp_min`).
+Anchor: the kernel, kind "function", key the total's name (`warp_total`, `warp_max`, `warp_min`), with `@grid` for
+the element form over a grid the GPU's size.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
+from klineage.launch import LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import call_arguments, indentation, is_written, splice
 from klineage.transforms._flatten import flattened
+from klineage.transforms._grid_free import SMS, blocks_per_sm
 from klineage.transforms._grid_stride import read_grid_stride, stride_local
 from klineage.transforms._naive import (
+    ElementWork,
+    between,
     element_work,
     if_form,
     kernel,
     launches_of,
     parameters,
     readable,
+    rescaled_grid,
     squash,
     statements,
 )
@@ -134,6 +148,7 @@ FOLDS = (
 )
 _BY_ATOMIC = {fold.atomic: fold for fold in FOLDS}
 _ATOMICS = "atomicAdd, atomicMax or atomicMin"
+OVER_GRID = "@grid"  # the element form's key suffix: its elements in a grid-stride loop on a grid the GPU's size
 
 
 @dataclass(frozen=True)
@@ -146,6 +161,7 @@ class _Site:
     fold: _Fold
     total: str
     tail: bool  # the tail form: one atomic every thread makes last
+    work: ElementWork | None = None  # the element form's index, guard and work
 
 
 @dataclass(frozen=True)
@@ -175,33 +191,38 @@ class UnaggregateAtomics(Transform):
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         _, parsed, found = _read(state)
-        return [Anchor(function.name, "function", site.total, parsed.text(site.span)[:200])
-                for function, site in found]
+        return [Anchor(function.name, "function", key, parsed.text(site.span)[:200]) for function, site in found
+                for key in ((site.total, f"{site.total}{OVER_GRID}") if site.work is not None else (site.total,))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         state, parsed, found = _read(state)
         function = kernel(parsed, anchor)
         sites = [site for named, site in found if named.name == function.name]
         site = sites[0] if sites else _loop(state, parsed, function) or _serial(state, parsed, function)
-        if site.total != anchor.key:
+        over_grid = anchor.key == f"{site.total}{OVER_GRID}" and site.work is not None
+        if site.total != anchor.key and not over_grid:
             raise NotApplicable(f"{anchor}: the total would be '{site.total}'")
         indent = indentation(parsed.data, site.span.start_byte)
-        fold, element = site.fold, site.element
+        fold, element, plan = site.fold, site.element, state.plan
+        start, end = site.span.start_byte, site.span.end_byte
         if site.tail:
             lines = [f"{element} {site.total} = {parsed.text(call_arguments(site.adds[0])[1])};"]
         else:
             edits = [(add.parent.start_byte, add.parent.end_byte,
                       fold.fold(site.total, parsed.text(call_arguments(add)[1]), element)) for add in site.adds]
-            start = site.span.start_byte
-            guard = splice(parsed.data[start:site.span.end_byte],
-                           [(a - start, b - start, text) for a, b, text in edits])[0].decode("utf-8")
+            guard = splice(parsed.data[start:end], [(a - start, b - start, text) for a, b, text in edits])[0]
+            guard = guard.decode("utf-8")
             lines = [f"{element} {site.total} = {fold.identity(element)};", indent + guard]
+            if over_grid:  # from the index's declaration, which the loop's header takes
+                kept, loop, plan = _over_grid(state, parsed, site, guard)
+                lines, start = [kept + lines[0], indent + loop], site.work.start
         text = "\n".join([*lines, indent + fold.butterfly(site.total),
                           indent + fold.warp_atomic(site.target, site.total)])
-        source = splice(parsed.data, [(site.span.start_byte, site.span.end_byte, text)])[0].decode("utf-8")
-        return self.rewrite(state, anchor, Direction.FORWARD, source,
+        source = splice(parsed.data, [(start, end, text)])[0].decode("utf-8")
+        spread = f", each thread's elements a grid apart on {plan.launches[0].grid[0]} blocks" if over_grid else ""
+        return self.rewrite(state, anchor, Direction.FORWARD, source, plan=plan,
                             note=f"{site.function.name}: a warp's {fold.atomic} calls to {site.target} folded by "
-                                 f"shuffles, one {fold.atomic} per warp")
+                                 f"shuffles, one {fold.atomic} per warp{spread}")
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
@@ -223,6 +244,20 @@ class UnaggregateAtomics(Transform):
         source = splice(parsed.data, edits)[0].decode("utf-8")
         return self.rewrite(state, anchor, Direction.BACKWARD, source,
                             note=f"{function.name}: one {atomic} to {form.target} per thread")
+
+
+def _over_grid(state: KernelState, parsed: cp.ParsedSource, site: _Site, guard: str) -> tuple[str, str, LaunchPlan]:
+    """The element form's folded guard `guard` as a grid-stride loop on at most a full GPU of blocks: (the locals
+    between the index and its guard, which stay before the loop: none names the index; the loop; the plan)."""
+    work = site.work
+    folded = guard[site.span.child_by_field_name("consequence").start_byte - site.span.start_byte:]
+    loop = f"for ({work.kind} {work.index} = {work.init}; {work.index} < {work.bound}; " \
+           f"{work.index} += blockDim.x * gridDim.x) {folded}"
+    ahead = between(work.locals)
+    kept = parsed.data[ahead[0].node.start_byte:work.guard.start_byte].decode("utf-8") if ahead else ""
+    name = site.function.name
+    plan = rescaled_grid(state, name, lambda grid: f"min({grid}, {SMS} * {blocks_per_sm(state, name)})")
+    return kept, loop, plan
 
 
 def _read(state: KernelState) -> tuple[KernelState, cp.ParsedSource, list[tuple[cp.Function, _Site]]]:
@@ -290,7 +325,8 @@ def _serial(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) 
     _check_whole_warps(state, function)
     calls = [call for node in work.nodes for call in cp.nodes_of_type(node, "call_expression")
              if cp.call_name(call).startswith("atomic")]
-    return _site(parsed, function, work.nodes[0].parent, tuple(calls), _one_fold(function, calls), tail=False)
+    site = _site(parsed, function, work.nodes[0].parent, tuple(calls), _one_fold(function, calls), tail=False)
+    return replace(site, work=work)
 
 
 def _tail(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, refusal: NotApplicable) -> _Site:

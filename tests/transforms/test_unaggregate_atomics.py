@@ -5,6 +5,8 @@ barrier). Goldens, the sums and extremes on the CPU, and the kernels it refuses.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ from tests.transforms.golden import HERE, check_golden, compiles_without_spills,
 CASES = ["mse", "count", "tail_count", "block_sum", "absmax", "tail_min", "loop_count"]
 SITE = Anchor("kernel", "function", "warp_total")
 SITES = {"absmax": Anchor("kernel", "function", "warp_max"), "tail_min": Anchor("kernel", "function", "warp_min")}
+ELEMENT_CASES = ("mse", "count", "absmax")  # the element form: one atomic an element, no loop
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +44,10 @@ def test_golden_kernels_compile(case, cache):
 
 @pytest.mark.parametrize("case", CASES)
 def test_forward_finds_the_naive_kernel_by_analysis(transform, case):
-    assert transform.forward_sites(golden(case, "after")) == [SITES.get(case, SITE)]
+    site = SITES.get(case, SITE)
+    over_grid = [replace(site, key=f"{site.key}@grid")] if case in ELEMENT_CASES else []  # the element form's loop
+    assert [replace(a, snippet="") for a in transform.forward_sites(golden(case, "after"))] == [
+        replace(a, snippet="") for a in [site, *over_grid]]
     assert transform.forward_sites(golden(case, "before")) == []
     assert transform.find(golden(case, "after")) == []
 
@@ -245,7 +251,7 @@ def test_a_warps_maximum_starts_at_the_least_int(transform, tmp_path):
     atomic with 0, above every value: the emulated maxima of the naive and the aggregated kernels agree, over a
     ragged last warp and warps that hold no element, and the start at 0 is caught."""
     naive = KernelState(source=NEGATIVE, plan=plan_of('"x", "out", { scalar = "n", type = "i32" }', block=128))
-    (site,) = transform.forward_sites(naive)
+    site, _ = transform.forward_sites(naive)  # and the same over a grid the GPU's size
     aggregated = transform.forward(naive, site).state
     assert "int warp_max = (-2147483647 - 1);" in aggregated.source
     at_zero = KernelState(source=aggregated.source.replace("(-2147483647 - 1);", "0;"), plan=aggregated.plan)
@@ -285,10 +291,11 @@ def test_the_loop_form_keeps_its_loop_and_grid(transform, tmp_path):
     (site,) = transform.forward_sites(naive)
     folded = transform.forward(naive, site).state
     assert site.key == "warp_max" and folded.plan == naive.plan
-    assert "    int warp_max = (-2147483647 - 1);\n    while (i < n) {" in folded.source
-    unfolded = transform.backward(folded, transform.find(folded)[0]).state.source  # the index as forward spells it
-    assert unfolded == WHILE_MAX.replace("threadIdx.x + blockIdx.x * blockDim.x",
-                                         "blockIdx.x * blockDim.x + threadIdx.x")
+    # the `while` loop read as its `for` loop (`_c_style`), which the forward writes
+    assert "    int warp_max = (-2147483647 - 1);\n    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; " \
+           "i += stride) {" in folded.source
+    unfolded = transform.backward(folded, transform.find(folded)[0]).state.source
+    assert "if (x[i] % 3 == 0) atomicMax(out, x[i]);" in unfolded and "warp_max" not in unfolded
     least = torch.full((1,), -2**31, dtype=torch.int32)
     for form, (binary, state) in emulate.builds(tmp_path, {"naive": naive, "folded": folded}).items():
         for n in (5, 1000):
@@ -310,3 +317,23 @@ def test_no_loop_form_where_a_lane_leaves_or_the_atomics_mix(transform, body, wh
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
+
+
+@pytest.mark.parametrize("case", ["count", "absmax"])
+def test_the_element_form_over_a_grid_the_gpus_size_folds_the_naive_result(transform, case, tmp_path):
+    """`warp_total@grid`: the element form's work in a grid-stride loop on min(its grid, num_sms * blocks an SM
+    holds), each thread folding several elements before the warp's one atomic. On one SM of 16 blocks of 128 the
+    threads of n = 5000 stride twice or more: the counts and maxima are the naive kernel's."""
+    naive = golden(case, "after")
+    site = SITES.get(case, SITE)
+    folded = transform.forward(naive, replace(site, key=f"{site.key}@grid")).state
+    assert folded.plan.launches[0].grid[0] == "min(cdiv(n, 128), num_sms * 16)"
+    assert "i < n; i += blockDim.x * gridDim.x) " in folded.source
+    assert transform.find(folded) == [replace(transform.find(folded)[0], key=site.key)]  # read as the loop form
+    binaries = emulate.builds(tmp_path, {"naive": naive, "folded": folded})
+    for n in (5, 5000):
+        params, inputs, outputs, starting = _inputs(case, n)
+        runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}", state, {**params, "num_sms": 1}, inputs, outputs,
+                                  starting=starting) for form, (binary, state) in binaries.items()}
+        assert torch.equal(runs["folded"]["out" if case == "absmax" else "count"],
+                           runs["naive"]["out" if case == "absmax" else "count"]), n
