@@ -436,7 +436,8 @@ class ScalarizeRowGather(Transform):
                                note=f"{site.work.function.name}: {width} elements of a row per thread as 16-byte "
                                     f"packs of {moved} (row length divisible by {width}, 16-byte aligned), scalar "
                                     f"path otherwise; grid / {width}")
-        shown = {_FEATURES[site.packing.packs[pack.element]] for pack in site.packs}
+        # an 8-bit array's 4-byte pack rides beside the 16-byte ones: no feature of its own
+        shown = {_FEATURES[kind] for pack in site.packs if (kind := site.packing.packs[pack.element]) in _FEATURES}
         return replace(rewrite, removes=(), adds=tuple(sorted(shown)))
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:

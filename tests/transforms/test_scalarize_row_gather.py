@@ -354,3 +354,31 @@ def test_the_emulation_sees_two_lanes_traded(tmp_path, case, lanes):
     assert swapped.count(lanes[0] + "z") == swapped.count(lanes[1] + "y") == 1
     differences = _emulated(tmp_path, case, {"swapped": KernelState(source=swapped, plan=packed.plan)})
     assert differences and all(d.split()[1] in ("5x16x0-0", "37x24x3-0") for d in differences), differences
+
+
+DEQUANT = KernelState(
+    source="__global__ void kernel(const unsigned char* q, const float* scale, float* y, int rows, int cols) {\n"
+           "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "    if (i < rows * cols) {\n"
+           "        int r = i / cols;\n"
+           "        y[i] = static_cast<float>(q[i]) * scale[r];\n"
+           "    }\n"
+           "}\n",
+    plan=plan_of('"q", "scale", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
+                 grid="cdiv(rows * cols, 64)", block=64))
+
+
+def test_bytes_beside_floats_pack_four_to_a_uchar4_and_compute_the_naive_bits(transform, tmp_path):
+    """A row of quantized bytes scaled by its row's scale: the bytes ride four to a uchar4 beside the float4 of y
+    (the feature the rewrite names is the float4's: the 4-byte pack has none), and the bits are the naive kernel's."""
+    (site, *_) = transform.forward_sites(DEQUANT)
+    rewrite = transform.forward(DEQUANT, site)
+    assert "uchar4" in rewrite.state.source and rewrite.adds == ("vector_type_float4",)
+
+    def inputs(rows, cols, tail):
+        g = torch.Generator().manual_seed(cols)
+        q = torch.randint(0, 256, (rows * cols,), generator=g, dtype=torch.uint8)
+        return {"rows": rows, "cols": cols}, {"q": q, "scale": torch.rand(rows, generator=g)}, \
+            {"y": (torch.float32, rows * cols)}
+
+    assert emulate.differences(tmp_path, DEQUANT, {"packed": rewrite.state}, SHAPES, inputs) == []
