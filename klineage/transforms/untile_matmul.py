@@ -99,6 +99,7 @@ from klineage.transforms._naive import (
     tiled_plan,
 )
 from klineage.transforms._pointers import inlined
+from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 _ID = r"([A-Za-z_]\w*)"
@@ -120,13 +121,15 @@ class UntileMatmul(Transform):
                 if f.is_kernel and is_tiled(parsed, f)]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = inlined(canonical(state))  # the index as the naive forms spell it, the operands by name
+        # the index as the naive forms spell it, the operands by name, `__ldg` reads plain: the tiled loop reads its
+        # operands from shared memory, which the read-only cache's loads do not address
+        state = inlined(canonical(plain_reads(state)))
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", KEY, parsed.text(function.node)[:200])
                 for function, _ in readable(parsed, lambda f: _read_product(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = inlined(canonical(state))  # the index as the naive forms spell it, the operands by name
+        state = inlined(canonical(plain_reads(state)))  # as forward_sites reads it
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         state, parsed, function, (p, epilogue) = _read_product(state, parsed, function)

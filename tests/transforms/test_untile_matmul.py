@@ -60,6 +60,18 @@ def test_forward_finds_the_naive_product_by_analysis(transform):
 UPDATE = "acc += A[r * K + k] * B[k * N + c];"
 
 
+def test_operands_read_through_the_read_only_cache_are_tiled_as_plain_reads(transform):
+    """`__ldg(&A[...])` in the product loop: the tiled loop reads the operands from shared memory, which a
+    read-only global load cannot address, so the reads are plain ones there (the tiled kernel of the plain
+    spelling), never `__ldg(&tile_a[...])`."""
+    naive = golden("after")
+    cached = KernelState(source=naive.source.replace(UPDATE, "acc += __ldg(&A[r * K + k]) * __ldg(&B[k * N + c]);"),
+                         plan=naive.plan)
+    assert cached.source != naive.source
+    tiled = transform.forward(cached, SITE).state
+    assert "__ldg(&tile_" not in tiled.source and tiled == transform.forward(naive, SITE).state
+
+
 @pytest.mark.parametrize("update", sampled([UPDATE, "acc += B[k * N + c] * A[r * K + k];",
                                             "acc = fmaf(A[r * K + k], B[k * N + c], acc);"], keep=[UPDATE]))
 def test_the_tiles_give_the_naive_kernels_bits_on_the_cpu(transform, update, tmp_path):
