@@ -17,6 +17,9 @@ Each rewrite keeps the index's value for every launch on which the original does
 - a 64-bit index (signed or not, cast on either factor of the product) becomes `long long` with the cast on
   `blockIdx.x`: the product is formed in 64 bits either way; a 64-bit declaration with no cast at all forms the
   sum in 32 unsigned bits first, the same value wherever that sum does not wrap past 2^32 threads;
+- a cast of the whole sum (`static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x)`, as PyTorch extensions write
+  it) converts the 32-bit sum as the declaration would: to 32 bits it is the bare sum, to 64 bits the bare sum in a
+  64-bit declaration (above); a sum formed in 64 bits and cast to 32 is left as written;
 - an unsigned index becomes a signed one of its width only where every use reads the value as a non-negative
   number: a subscript, a comparison, a call argument or an initializer, reached from the index through `+`, `*`,
   `/` and `%` only (no subtraction, negation, shift or bit operation, whose results differ between the two), and
@@ -263,8 +266,18 @@ def canonical_index(width: str, axis: str = "x") -> str:
 def _index_width(parsed: cp.ParsedSource, init: Node, names: Mapping[str, str]) -> tuple[str, str] | None:
     """(NARROW or WIDE, the axis) when `init` is blockIdx.a * blockDim.a + threadIdx.a in any order and
     parentheses along one axis a (a name of `names` standing for the coordinate it maps to), WIDE when a 64-bit
-    cast widens a factor of the product; else None."""
+    cast widens a factor of the product; else None. A cast of the whole sum (`static_cast<int>(...)`, as PyTorch
+    extensions write it) converts the 32-bit sum: to 32 bits it is the sum, to 64 bits the sum widened after it is
+    formed (WIDE, as a 64-bit declaration of the bare sum); a sum formed in 64 bits cast to 32 is left as written."""
     total = unparen(init)
+    whole = _cast(parsed, total)
+    if whole is not None:
+        kind, value = whole
+        found = _index_width(parsed, value, names)
+        width = {**_SIGNED, **_UNSIGNED}.get(kind)
+        if found is None or width is None or (found[0] == WIDE and width == NARROW):
+            return None
+        return width, found[1]
     if total.type != "binary_expression" or operator(total) != "+":
         return None
     terms = [unparen(total.child_by_field_name(side)) for side in ("left", "right")]
@@ -279,20 +292,26 @@ def _index_width(parsed: cp.ParsedSource, init: Node, names: Mapping[str, str]) 
     return WIDE if any(widened for _, widened in factors) else NARROW, axis
 
 
+def _cast(parsed: cp.ParsedSource, node: Node) -> tuple[str, Node] | None:
+    """(the type, the value) of `(T)value` or `static_cast<T>(value)`, the type's blanks squashed; else None."""
+    if node.type == "cast_expression":
+        kind = " ".join(parsed.text(node.child_by_field_name("type")).split())
+        return kind, unparen(node.child_by_field_name("value"))
+    if node.type == "call_expression" and cast_name(node) == "static_cast":
+        arguments = node.child_by_field_name("function").child_by_field_name("arguments")
+        if arguments is not None and len(call_arguments(node)) == 1:
+            return " ".join(parsed.text(arguments).strip("<>").split()), unparen(call_arguments(node)[0])
+    return None
+
+
 def _coordinate(parsed: cp.ParsedSource, node: Node, names: Mapping[str, str]) -> tuple[str, bool] | None:
     """(`blockIdx.x`-like name, whether a 64-bit cast widens it) for a coordinate, cast or not (a name of `names`
     is the coordinate it maps to); else None."""
-    widened = False
-    if node.type == "cast_expression":
-        widened = " ".join(parsed.text(node.child_by_field_name("type")).split()) in WIDE_TYPES
-        node = unparen(node.child_by_field_name("value"))
-        if not widened:
+    widened, cast = False, _cast(parsed, node)
+    if cast is not None:
+        if cast[0] not in WIDE_TYPES:
             return None
-    elif node.type == "call_expression" and cast_name(node) == "static_cast":
-        arguments = node.child_by_field_name("function").child_by_field_name("arguments")
-        if arguments is None or " ".join(parsed.text(arguments).strip("<>").split()) not in WIDE_TYPES:
-            return None
-        widened, node = True, unparen(call_arguments(node)[0])
+        widened, node = True, cast[1]
     text = "".join(parsed.text(node).split())
     if text in names:
         return names[text], widened

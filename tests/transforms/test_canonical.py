@@ -38,6 +38,10 @@ def _index_line(declaration: str, use: str = "if (i < n) y[i] = x[i] * 2.0f;") -
     ("long i = blockIdx.x * (long)blockDim.x + threadIdx.x;", WIDE),
     ("auto i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;", WIDE),
     ("int i = blockIdx.x * 256 + threadIdx.x;", NARROW),  # every launch's block, as its number
+    # the whole sum cast, as PyTorch extensions write it: to 32 bits the sum, to 64 the sum widened once formed
+    ("int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);", NARROW),
+    ("const int i = (int)(threadIdx.x + blockIdx.x * blockDim.x);", NARROW),
+    ("int64_t i = static_cast<int64_t>(blockIdx.x * blockDim.x + threadIdx.x);", WIDE),
 ])
 def test_equivalent_spellings_become_the_canonical_index(spelled, canonical_line):
     assert _index_line(spelled) == canonical_line
@@ -51,6 +55,8 @@ def test_equivalent_spellings_become_the_canonical_index(spelled, canonical_line
     ("auto i = blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[n / 2 % i];"),
     # a 64-bit product narrowed into 32 bits, mixed axes, a term too many or a stride that is no block's width
     ("int i = (long long)blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[i];"),
+    ("int i = static_cast<int>((long long)blockIdx.x * blockDim.x + threadIdx.x);", "if (i < n) y[i] = x[i];"),
+    ("int i = static_cast<short>(blockIdx.x * blockDim.x + threadIdx.x);", "if (i < n) y[i] = x[i];"),
     ("int i = blockIdx.y * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[i];"),
     ("int i = blockIdx.x * blockDim.x + threadIdx.x + 1;", "if (i < n) y[i] = x[i];"),
     ("int i = blockIdx.x * 128 + threadIdx.x;", "if (i < n) y[i] = x[i];"),
