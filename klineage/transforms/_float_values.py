@@ -136,7 +136,8 @@ def _declared_type(scope: Scope, name_node: Node, indirection: str) -> str | Non
 
 def value_type(scope: Scope, node: Node) -> str | None:
     """The arithmetic type of an expression: "float", "double" or "int" (any integer), None where it cannot tell.
-    A float function of the math library (`expf`, `fminf`) is float; arithmetic takes the usual conversions."""
+    A float function of the math library (`expf`, `fminf`) is float, an overloaded one (`exp`, `std::exp`) of its
+    arguments' floating type; arithmetic takes the usual conversions."""
     parsed, kind = scope.parsed, node.type
     if kind == "number_literal":
         value = literal(parsed.text(node))
@@ -167,6 +168,9 @@ def value_type(scope: Scope, node: Node) -> str | None:
         name = cp.call_name(node) if kind == "call_expression" else ""
         if _FLOAT_CALL.match(name) and name in FLOAT_MATH:
             return "float"
+        if f"{name}f" in FLOAT_MATH:  # `exp`, `std::exp`: the overload its arguments' floating type selects
+            types = {value_type(scope, argument) for argument in call_arguments(node)}
+            return "double" if "double" in types and types <= set(FLOATING) else "float" if types == {"float"} else None
     return None
 
 

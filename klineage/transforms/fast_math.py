@@ -114,14 +114,13 @@ def _asm_site(parsed: cp.ParsedSource, node: Node) -> dict[str, str] | None:
             "out": _operand_expression(parsed, outs[0]), "in": _operand_expression(parsed, ins[0])}
 
 
-def _float_overload(scope: Scope, callee: Node, arguments: list[Node]) -> str | None:
-    """The overloaded name (`exp`, `std::exp`) a call's callee spells where every argument reads as float, else
-    None: the call is then the float function that name stands for."""
-    name = scope.parsed.text(callee).removeprefix("std::") if callee.type in ("identifier", "qualified_identifier") \
-        else ""
-    if name not in OVERLOADED or not arguments or any(value_type(scope, a) != "float" for a in arguments):
-        return None
-    return name
+def _float_overload(scope: Scope, call: Node) -> str | None:
+    """The overloaded name (`exp`, `std::exp`) a call spells where it reads as the float overload (every argument
+    float: `_float_values.value_type`), else None."""
+    callee = call.child_by_field_name("function")
+    named = callee is not None and callee.type in ("identifier", "qualified_identifier")
+    name = scope.parsed.text(callee).removeprefix("std::") if named else ""
+    return name if name in OVERLOADED and value_type(scope, call) == "float" else None
 
 
 def _sites(parsed: cp.ParsedSource) -> list[_Site]:
@@ -131,8 +130,7 @@ def _sites(parsed: cp.ParsedSource) -> list[_Site]:
         function = cp.function_of(node) or "<file>"
         if node.type == "call_expression":
             callee = node.child_by_field_name("function")
-            overload = _float_overload(scope, callee, node.child_by_field_name("arguments").named_children) \
-                if callee is not None else None
+            overload = _float_overload(scope, node)
             if overload is not None:
                 found.append(_Site(function, overload, node, False))
             if callee is None or callee.type != "identifier":

@@ -255,3 +255,13 @@ def test_the_float_overloads_of_the_math_functions_are_sites(fast, cache):
     with pytest.raises(NotApplicable, match="no site exp#2"):
         fast.forward(state, Anchor("kernel", "call", "exp#2"))
     compiles_without_spills(rewrite.state, cache)
+
+
+def test_a_division_by_a_float_overload_is_a_float_division(fast):
+    """`v / (1.0f + exp(-v))`: exp of a float is the float overload, so the divisor reads as float and the
+    division is a site; of a double, the division is a double one, no site."""
+    state = golden("expf", "before").with_source(
+        "__global__ void kernel(const float* x, const double* d, float* y, int n) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i < n) y[i] = x[i] / (1.0f + exp(-x[i])) + (float)(d[i] / (1.0 + exp(-d[i])));\n}\n")
+    assert [a.key for a in fast.forward_sites(state) if a.kind == "division"] == ["x[i]/(1.0f+exp(-x[i]))"]
