@@ -14,9 +14,11 @@ before the loops and reset by each (a layer norm's three passes over a row):
     while (j < cols) { ...; ++j; }
 
 `declared_where_set` declares such a local where it is first set: a local of a declaration without values whose
-first appearance after it is a statement `sum = v;` of the same block becomes `float sum = v;` there (and leaves
-the declaration, which goes once it declares nothing). Nothing read it before (that statement is its first use),
-and every later use stands after that statement, inside that block, so the local is the same wherever it is read.
+first appearance after it is a statement `sum = v;` of the same block, or of a block inside it that holds every
+later use (a guard's body, a loop's), becomes `float sum = v;` there (and leaves the declaration, which goes once it
+declares nothing). Nothing read it before (that statement is its first use), and every later use stands after that
+statement inside its block, which runs the statement first each time it runs (a loop's body every iteration), so
+the local holds the same value wherever it is read.
 
 `counted_for_loops` rewrites each counted loop of an index as `for (int j = 0; j < cols; ++j) <work>`, the index's
 declaration and its resets gone. The loops run the same:
@@ -193,6 +195,10 @@ def declared_where_set(state: KernelState) -> KernelState:
     return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
 
 
+def _inside(node: Node, outer: Node) -> bool:
+    return outer.start_byte <= node.start_byte and node.end_byte <= outer.end_byte
+
+
 def _late_locals(parsed: cp.ParsedSource, function: cp.Function, declaration: Node) -> list[tuple[int, int, str]]:
     declarators = declaration.children_by_field_name("declarator")
     if declaration.parent.type != "compound_statement" or not declarators or \
@@ -210,7 +216,9 @@ def _late_locals(parsed: cp.ParsedSource, function: cp.Function, declaration: No
                              n.parent.type in ("init_declarator", "declaration")]) != 1:
             continue
         first = later[0].parent.parent  # `name = v;`: the identifier, its assignment, the statement
-        if first is None or first.parent != declaration.parent or _start(parsed, first, name) is None:
+        block = first.parent if first is not None else None
+        if block is None or block.type != "compound_statement" or _start(parsed, first, name) is None or \
+                not _inside(block, declaration.parent) or not all(_inside(n, block) for n in later):
             continue
         moved[name] = first
     if not moved:

@@ -128,3 +128,40 @@ def test_comma_joined_statements_run_one_by_one_and_the_arg_reduction_is_found(t
 def test_a_comma_inside_an_expression_or_a_loop_header_stays():
     state = _kernel("    int a = 0, b = 1;\n    for (int j = 0, k = 1; j < cols; ++j, ++k) y[j] = (a, b) + k;\n")
     assert c_style(state) is state
+
+
+GUARDED = ("__global__ void kernel(const float* x, float* y, int rows, int cols) {\n"
+           "    int r;\n    float sum, d;\n    r = blockIdx.x * blockDim.x + threadIdx.x;\n    if (r < rows) {\n"
+           "        sum = 0.0f;\n        for (int j = 0; j < cols; ++j) {\n            d = x[r * cols + j];\n"
+           "            sum += d * d;\n        }\n        y[r] = sum;\n    }\n}\n")
+GUARDED_CXX = ("__global__ void kernel(const float* x, float* y, int rows, int cols) {\n"
+               "    int r = blockIdx.x * blockDim.x + threadIdx.x;\n    if (r < rows) {\n"
+               "        float sum = 0.0f;\n        for (int j = 0; j < cols; ++j) {\n"
+               "            float d = x[r * cols + j];\n            sum += d * d;\n        }\n        y[r] = sum;\n"
+               "    }\n}\n")
+
+
+def test_a_local_is_declared_in_the_inner_block_that_sets_it_and_holds_its_uses(tmp_path):
+    """C's top-of-kernel declarations: the index set at the top, the sum in the guard's body, the element in the
+    loop's body (set first on every iteration): each declared where set, and the row forwards find the site; the
+    emulated sums agree."""
+    c_kernel = KernelState(source=GUARDED, plan=PLAN)
+    assert c_style(c_kernel).source == GUARDED_CXX
+    assert [a.key for a in get("serialize_reduction").forward_sites(c_kernel)] == ["r"]
+
+    def inputs(rows, cols):
+        x = torch.randn(rows * cols, generator=torch.Generator().manual_seed(cols))
+        return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows)}
+
+    assert emulate.differences(tmp_path, c_kernel, {"c++": c_style(c_kernel)}, ((3, 5), (130, 40)), inputs) == []
+
+
+@pytest.mark.parametrize("body", [
+    # read after the block that sets it: the value must outlive the block
+    "    float d;\n    if (rows > 1) {\n        d = x[0];\n        y[1] = d;\n    }\n    y[0] = d;\n",
+    # set in a branch, read in the loop that follows it in the outer block
+    "    float d;\n    for (int j = 0; j < cols; ++j) {\n        if (j == 0) { d = x[j]; }\n        y[j] = d;\n    }\n",
+])
+def test_a_local_whose_uses_leave_the_block_that_sets_it_stays_declared_where_it_was(body):
+    state = _kernel(body)
+    assert c_style(state) is state
