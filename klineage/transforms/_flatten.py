@@ -9,8 +9,10 @@ of two spellings:
     if (col < cols) <work>                                 if (row < rows && col < cols) <work>
     (grid (cdiv(cols, B), rows), block B)                  (grid (cdiv(cols, Bx), cdiv(rows, By)), block (Bx, By))
 
-with the declarations in either order, the guard's bounds in either order, or the guard as `if (col >= cols)
-return;` (`if (row >= rows || col >= cols) return;`) and the work after it. The first spelling may take its row from
+with the declarations in either order, the indexes 32-bit or 64-bit (`size_t col = ...`, as `_canonical` spells
+them), the guard's bounds in either order and its counts maybe cast to the indexes' width (`col < (size_t)cols`: the
+same bound wherever the kernel is correct), or the guard as `if (col >= cols) return;` (`if (row >= rows || col >=
+cols) return;`) and the work after it. The first spelling may take its row from
 grid z instead (`int b = blockIdx.z;`, a batch on a grid one block high). `flattened` rewrites such a kernel as
 
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -318,7 +320,8 @@ def _lone_thread(parsed: cp.ParsedSource, body: Node) -> tuple[bool, Node | None
     guard = rest[0] if rest else None
     if guard is None or guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         return None
-    condition = squash(parsed.text(guard.child_by_field_name("condition")))[1:-1].strip()
+    # a bound cast to the index's width (`col < (size_t)cols`) bounds as the count does wherever the kernel is correct
+    condition = _uncast(squash(parsed.text(guard.child_by_field_name("condition")))[1:-1]).strip()
     then = statements(guard.child_by_field_name("consequence"))
     if len(rest) == 1 and re.fullmatch(_first_of_grid(found["name"] if found else None, True), condition):
         return True, declaration, then
@@ -426,12 +429,12 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
     column = row = row_type = ""
     tiled, row_axis = False, "y"
     for node in listed[:2]:
-        axis, name = grid_index(parsed, node)
+        axis, name = grid_index(parsed, node, wide=True)  # 64-bit indexes give a 64-bit flat index (below)
         blocks = _ROW_BLOCK.fullmatch(squash(parsed.text(node)))
         if axis == "x":
             column = name
         elif axis == "y":
-            row, row_type, tiled = name, "int", True
+            row, row_type, tiled = name, squash(parsed.text(node)).split(f" {name} =")[0], True
         elif blocks:
             row_type, row, row_axis = blocks.groups()
     if not column or not row:
@@ -439,7 +442,8 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
     guard = listed[2]
     if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name} has no guard after its indexes")
-    condition = squash(parsed.text(guard.child_by_field_name("condition")))[1:-1]
+    # a bound cast to the index's width (`col < (size_t)cols`) bounds as the count does wherever the kernel is correct
+    condition = _uncast(squash(parsed.text(guard.child_by_field_name("condition")))[1:-1])
     consequence = guard.child_by_field_name("consequence")
     returns = squash(parsed.text(consequence)) in ("return;", "{ return; }")
     if returns and len(listed) > 3:

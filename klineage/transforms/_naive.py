@@ -504,11 +504,13 @@ def _simple(bound: Node) -> bool:
     return bound.type in _BOUND_TYPES
 
 
-def grid_index(parsed: cp.ParsedSource, node: Node) -> tuple[str, str]:
-    """(axis, name) of `int name = blockIdx.a * blockDim.a + threadIdx.a;` (canonical, `_canonical`), else ("", "")."""
-    match = re.fullmatch(r"int ([A-Za-z_]\w*) = blockIdx\.([xyz]) \* blockDim\.\2 \+ threadIdx\.\2;",
+def grid_index(parsed: cp.ParsedSource, node: Node, wide: bool = False) -> tuple[str, str]:
+    """(axis, name) of `int name = blockIdx.a * blockDim.a + threadIdx.a;` (canonical, `_canonical`), and with
+    `wide` of its 64-bit form `long long name = (long long)blockIdx.a * ...;` too, else ("", "")."""
+    widened = r"long long ([A-Za-z_]\w*) = \(long long\)" if wide else r"(?!)([A-Za-z_]\w*)"  # group 2 either way
+    match = re.fullmatch(rf"(?:int ([A-Za-z_]\w*) = |{widened})blockIdx\.([xyz]) \* blockDim\.\3 \+ threadIdx\.\3;",
                          squash(parsed.text(node)))
-    return (match[2], match[1]) if match else ("", "")
+    return (match[3], match[1] or match[2]) if match else ("", "")
 
 
 def bounds_2d(condition: str, row: str, column: str, relation: str = "<", joined: str = "&&") -> tuple[str, str] | None:

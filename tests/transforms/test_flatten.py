@@ -159,6 +159,27 @@ def test_an_element_offset_formed_in_64_bits_is_the_flat_index(tmp_path, element
                                lambda rows, cols: _inputs("rows_on_y", rows, cols)) == []
 
 
+@pytest.mark.parametrize("indexes, guard", [
+    ("size_t col = (size_t)blockIdx.x * blockDim.x + threadIdx.x;\n    size_t row = blockIdx.y;", "col < (size_t)cols"),
+    ("long long col = threadIdx.x + (long long)blockIdx.x * blockDim.x;\n    long long row = blockIdx.y;",
+     "col < cols"),
+])
+def test_64_bit_indexes_and_a_cast_bound_are_the_flat_64_bit_index(tmp_path, indexes, guard):
+    """The column and row declared 64-bit and the guard's count cast to their width: flattened onto a 64-bit index,
+    packed by the elementwise forward, the written kernel's bits on the CPU."""
+    written = _state("rows_on_y", "written")
+    spelled = written.source.replace("int col = threadIdx.x + blockIdx.x * blockDim.x;\n    int row = blockIdx.y;",
+                                     indexes).replace("if (col < cols)", f"if ({guard})")
+    assert spelled.count(guard) == 1 and indexes in spelled
+    spelled = KernelState(source=spelled, plan=written.plan)
+    assert "long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;" in flattened(canonical(spelled)).source
+    transform = get("scalarize_elementwise")
+    (site,) = transform.forward_sites(spelled)
+    packed = transform.forward(spelled, site).state
+    assert emulate.differences(tmp_path, written, {"packed": packed}, ((4, 64), (7, 130)),
+                               lambda rows, cols: _inputs("rows_on_y", rows, cols)) == []
+
+
 def test_the_emulation_sees_a_column_split_the_wrong_way(tmp_path):
     """The check can fail: a flat form whose column is one off adds another column's bias."""
     flat = _state("rows_on_y", "flat")
