@@ -44,7 +44,7 @@ FORWARD: dict[str, tuple[str, str]] = {
     "uncoarsen": ("coarsen threads", "small fixed batch"),
     "uncoarsen_grid_stride": ("loop grid-stride over elements on fewer blocks", "grid-stride loop"),
     "unsplit_reduction": ("split a long reduction into chunks merged by a second launch", "chunks"),
-    "unaggregate_atomics": ("add once per warp after a shuffle sum", "single atomic add per warp"),
+    "unaggregate_atomics": ("make one atomic per warp after a shuffle fold", "single atomic per warp"),
     "unblock_matmul": ("compute a 4x4 micro-tile of a product per thread", "4x4 micro-tile"),
     "unpad_shared": ("pad shared-memory rows", "Pad the row stride"),
     "unpipeline": ("pipeline copies through shared-memory stages", "ring of STAGES"),

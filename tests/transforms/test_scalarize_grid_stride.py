@@ -153,12 +153,34 @@ def test_no_site_for_what_the_kernel_does_around_the_loop(transform, head, body,
         transform.forward(state, SITE)
 
 
+# max_abs's naive kernel in the `while` spelling, its index declared before the loop and stepped last
+MAX_ABS_WHILE = """__global__ void kernel(const float* x, float* partial, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float m = 0.0f;
+    while (i < n) {
+        m = fmaxf(m, fabsf(x[i]));
+        i += blockDim.x * gridDim.x;
+    }
+    partial[blockIdx.x * blockDim.x + threadIdx.x] = m;
+}
+"""
+
+
+def test_the_while_spelling_is_forwarded_as_its_for_loop(transform):
+    """The `while` spelling reads as the `for` loop (`_c_style`): the golden's vector form, but for its comment."""
+    written = golden("max_abs", "after")
+    spelled = KernelState(source=MAX_ABS_WHILE, plan=written.plan)
+    (site,) = transform.forward_sites(spelled)
+    assert transform.forward(spelled, site).state.source.splitlines() == \
+        golden("max_abs", "before").source.splitlines()[1:]
+
+
 @pytest.mark.parametrize("old, new, why", [
     ("blockIdx.x * blockDim.x + threadIdx.x] = m", "i] = m", "reads its index 'i' after the loop"),
     ("    float m = 0.0f;\n", "    float m = 0.0f;\n    i += 1;\n", "changes its index 'i' before the loop"),
 ])
 def test_the_while_spelling_refuses_an_index_the_kernel_reads_or_changes_outside_the_loop(transform, old, new, why):
-    written = golden("max_abs", "after")
+    written = KernelState(source=MAX_ABS_WHILE, plan=golden("max_abs", "after").plan)
     assert old in written.source
     state = KernelState(source=written.source.replace(old, new), plan=written.plan)
     assert transform.forward_sites(state) == []
@@ -252,7 +274,7 @@ def test_the_while_spelled_maximum_is_the_naive_kernels_on_the_cpu(tmp_path):
     """A maximum does not depend on which thread saw which element, nor in which order: the maximum of the threads'
     partials, bit for bit (each thread's own partial differs: it saw other elements)."""
     plan = plan_of('"x", "partial", { scalar = "n", type = "i32" }', grid="3", block=64)
-    forms = {which: KernelState(golden("max_abs", which).source, plan) for which in ("after", "before")}
+    forms = {"after": KernelState(MAX_ABS_WHILE, plan), "before": KernelState(golden("max_abs", "before").source, plan)}
     binaries = emulate.builds(tmp_path, forms)
     for (n,) in SIZES:
         x = torch.randn(n, generator=torch.Generator().manual_seed(n))

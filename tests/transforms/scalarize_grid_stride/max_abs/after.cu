@@ -1,10 +1,8 @@
-// The largest magnitude of each thread's slice, in the `while` spelling; a second pass reduces the partials.
+// The largest magnitude of each thread's grid-stride slice; a second pass reduces the partials.
 __global__ void kernel(const float* x, float* partial, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
     float m = 0.0f;
-    while (i < n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
         m = fmaxf(m, fabsf(x[i]));
-        i += blockDim.x * gridDim.x;
     }
     partial[blockIdx.x * blockDim.x + threadIdx.x] = m;
 }

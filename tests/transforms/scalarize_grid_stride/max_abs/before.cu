@@ -1,6 +1,5 @@
-// The largest magnitude of each thread's slice, in the `while` spelling; a second pass reduces the partials.
+// The largest magnitude of each thread's grid-stride slice; a second pass reduces the partials.
 __global__ void kernel(const float* x, float* partial, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
     float m = 0.0f;
     if ((((size_t)x) & 15) == 0) {
         for (int v = blockIdx.x * blockDim.x + threadIdx.x; v < n / 4; v += blockDim.x * gridDim.x) {
@@ -18,15 +17,12 @@ __global__ void kernel(const float* x, float* partial, int n) {
                 m = fmaxf(m, fabsf(x4.w));
             }
         }
-        i += (n / 4) * 4;
-        while (i < n) {
+        for (int i = (n / 4) * 4 + blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
             m = fmaxf(m, fabsf(x[i]));
-            i += blockDim.x * gridDim.x;
         }
     } else {
-        while (i < n) {
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
             m = fmaxf(m, fabsf(x[i]));
-            i += blockDim.x * gridDim.x;
         }
     }
     partial[blockIdx.x * blockDim.x + threadIdx.x] = m;
