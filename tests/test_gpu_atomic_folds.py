@@ -33,7 +33,7 @@ CASES = {"headline", "ragged", "small"}  # the problem's CASES (its file runs on
 def _folded(over_grid: bool):
     naive = load_kernel(ABS_MAX / "naive")
     transform = get("unaggregate_atomics")
-    site, grid_site = transform.forward_sites(naive)
+    grid_site, site = transform.forward_sites(naive)
     assert grid_site == replace(site, key=f"{site.key}@grid")
     return naive, transform.forward(naive, grid_site if over_grid else site).state
 

@@ -47,7 +47,7 @@ def test_forward_finds_the_naive_kernel_by_analysis(transform, case):
     site = SITES.get(case, SITE)
     over_grid = [replace(site, key=f"{site.key}@grid")] if case in ELEMENT_CASES else []  # the element form's loop
     assert [replace(a, snippet="") for a in transform.forward_sites(golden(case, "after"))] == [
-        replace(a, snippet="") for a in [site, *over_grid]]
+        replace(a, snippet="") for a in [*over_grid, site]]
     assert transform.forward_sites(golden(case, "before")) == []
     assert transform.find(golden(case, "after")) == []
 
@@ -251,7 +251,7 @@ def test_a_warps_maximum_starts_at_the_least_int(transform, tmp_path):
     atomic with 0, above every value: the emulated maxima of the naive and the aggregated kernels agree, over a
     ragged last warp and warps that hold no element, and the start at 0 is caught."""
     naive = KernelState(source=NEGATIVE, plan=plan_of('"x", "out", { scalar = "n", type = "i32" }', block=128))
-    site, _ = transform.forward_sites(naive)  # and the same over a grid the GPU's size
+    _, site = transform.forward_sites(naive)  # the plain fold, after the one over a grid the GPU's size
     aggregated = transform.forward(naive, site).state
     assert "int warp_max = (-2147483647 - 1);" in aggregated.source
     at_zero = KernelState(source=aggregated.source.replace("(-2147483647 - 1);", "0;"), plan=aggregated.plan)
