@@ -51,6 +51,7 @@ from klineage.transforms._naive import (
     sunk,
     unwrapped,
 )
+from klineage.transforms._pointers import inlined
 from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -404,13 +405,15 @@ class PackedElementwise(Transform):
                 for function, form in readable(parsed, lambda f: vector_form(parsed, f, self.packing))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = if_form(sunk(flattened(canonical(plain_reads(state)))))  # the naive form's index, guard, reads
+        # the naive form's index, guard and reads (through local pointers too)
+        state = if_form(sunk(flattened(canonical(inlined(plain_reads(state))))))
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200])
                 for function, site in readable(parsed, lambda f: self.site(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = if_form(sunk(flattened(canonical(plain_reads(state)))))  # the naive form's index, guard, reads
+        # the naive form's index, guard and reads (through local pointers too)
+        state = if_form(sunk(flattened(canonical(inlined(plain_reads(state))))))
         parsed = cp.parse(state.source)
         site = self.site(state, parsed, kernel(parsed, anchor))
         if site.index != anchor.key:

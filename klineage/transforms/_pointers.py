@@ -9,8 +9,9 @@ People often name the start of what a thread reads:
 `inlined` rewrites each use `p[X]` of such a pointer as `A[E + X]` and drops its declaration, where `p = A + E;`
 declares a pointer (const or not, `__restrict__` or not) that the kernel never assigns nor uses but through
 subscripts, A is a pointer parameter the kernel never assigns, and E is integer arithmetic over names the
-declaration can see. `p[X]` and `A[E + X]` name one element, so the kernel computes what it did. Anything else is
-left as written.
+declaration can see that nothing assigns after it, and over elements of pointer parameters the kernel never writes
+(a gathered row, `table + idx[r] * cols`): E has one value wherever p is read. `p[X]` and `A[E + X]` name one
+element, so the kernel computes what it did. Anything else is left as written.
 
 The leading underscore keeps the catalog from loading this module as a transform.
 """
@@ -23,7 +24,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import splice, written_names
+from klineage.transforms._edit import is_written, splice, written_names
 from klineage.transforms._naive import parameters, squash
 from klineage.transforms.base import NotApplicable
 
@@ -67,9 +68,11 @@ def _edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[t
         declared = [node for node in cp.nodes_of_type(function.node, "identifier") if parsed.text(node) == local
                     and node.parent.type in ("init_declarator", "pointer_declarator", "parameter_declaration",
                                              "declaration")]
-        if base not in pointers or base in written or local in written or not _SIMPLE.fullmatch(offset) or \
-                len(declared) != 1:  # assigned, or declared again in an inner scope
-            continue
+        stored = {parsed.text(node.child_by_field_name("argument")) for node in
+                  cp.nodes_of_type(body, "subscript_expression") if is_written(node)}
+        if base not in pointers or base in written or local in written or len(declared) != 1 or \
+                not _fixed_offset(parsed, body, declaration, offset, pointers - written - stored):
+            continue  # assigned, declared again in an inner scope, or an offset that could change
         uses = [node for node in cp.nodes_of_type(declaration.parent, "identifier")
                 if parsed.text(node) == local and node.start_byte > declaration.end_byte]
         subscripts = [node.parent for node in uses if node.parent.type == "subscript_expression"
@@ -84,6 +87,19 @@ def _edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[t
             index = index if _SIMPLE.fullmatch(index) and "(" not in index else f"({index})"
             edits.append((subscript.start_byte, subscript.end_byte, f"{base}[{offset} + {index}]"))
     return edits
+
+
+def _fixed_offset(parsed: cp.ParsedSource, body: Node, declaration: Node, offset: str, readonly: set[str]) -> bool:
+    """Whether E of `p = A + E` has the same value wherever p is read: integer arithmetic over names that nothing
+    assigns after the declaration, and elements of pointer parameters the kernel never writes at such indexes (a
+    gathered row's start, `table + idx[r] * cols`)."""
+    names = "|".join(sorted(readonly))
+    plain = re.sub(rf"\b(?:{names})\[[\w\s*+\-]*\]", "0", offset) if names else offset
+    if not _SIMPLE.fullmatch(plain):
+        return False
+    read = set(re.findall(r"[A-Za-z_]\w*", offset)) - readonly
+    return not any(parsed.text(node) in read and node.start_byte > declaration.start_byte and is_written(node)
+                   for node in cp.nodes_of_type(body, "identifier"))
 
 
 def aliases(parsed: cp.ParsedSource, body: Node) -> dict[str, str]:

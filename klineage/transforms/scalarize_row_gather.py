@@ -82,6 +82,7 @@ from klineage.transforms._naive import (
     unwrapped,
 )
 from klineage.transforms._packings import HALVES, WORDS
+from klineage.transforms._pointers import inlined
 from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -418,14 +419,16 @@ class ScalarizeRowGather(Transform):
                 for function, form in readable(parsed, lambda f: _vector_form(parsed, f))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = sunk(flattened(canonical(plain_reads(state))))  # the naive forms' index and reads, 1-D
+        # the naive forms' index and reads (through local pointers too), 1-D
+        state = sunk(flattened(canonical(inlined(plain_reads(state)))))
         parsed = cp.parse(state.source)
         sites = readable(parsed, lambda f: row_site(state, parsed, f))
         return [Anchor(function.name, "function", site.work.index, _work_text(parsed, site)[:200])
                 for function, site in sites]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = sunk(flattened(canonical(plain_reads(state))))  # the naive forms' index and reads, 1-D
+        # the naive forms' index and reads (through local pointers too), 1-D
+        state = sunk(flattened(canonical(inlined(plain_reads(state)))))
         parsed = cp.parse(state.source)
         site = row_site(state, parsed, kernel(parsed, anchor))
         if site.work.index != anchor.key:
