@@ -220,6 +220,24 @@ def naive_guard(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     return kind, index, init, guard, bound, prelude
 
 
+def named_apart(state: KernelState, packing: Packing) -> KernelState:
+    """`state` with each local of a kernel named as the vector form names its own (the tail's `e`, a pack `x4`)
+    renamed `<name>_` (more underscores where that is taken too): a local's name is the kernel's own to choose, so
+    the kernel computes what it did; the same state where no local clashes."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for function in cp.functions(parsed):
+        identifiers = cp.nodes_of_type(function.node, "identifier") if function.is_kernel else []
+        names = {parsed.text(node) for node in identifiers}
+        declared = {parsed.text(node) for node in identifiers if node.parent.type in ("init_declarator", "declaration")}
+        declared -= {name for name, _, _ in parameters(parsed, function)}  # a parameter's uses are not the local's
+        for name in sorted(n for n in declared if re.fullmatch(rf"{ELEMENT}|{packing.taken}", n)):
+            fresh = next(f"{name}{'_' * k}" for k in range(1, 9) if f"{name}{'_' * k}" not in names)
+            names.add(fresh)
+            edits += [(node.start_byte, node.end_byte, fresh) for node in identifiers if parsed.text(node) == name]
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan) if edits else state
+
+
 def check_names(function: cp.Function, found: tuple[Local, ...], taken: str) -> None:
     """NotApplicable where a scalar local takes a name the vector form declares (the tail's `e`, a pack matching
     `taken`): the bound or the body copied below that declaration would read the new name."""
@@ -404,16 +422,19 @@ class PackedElementwise(Transform):
         return [Anchor(function.name, "function", form[0], parsed.text(function.node)[:200])
                 for function, form in readable(parsed, lambda f: vector_form(parsed, f, self.packing))]
 
+    def _read(self, state: KernelState) -> KernelState:
+        """The naive form's index, guard and reads (through local pointers too), its locals named apart from the
+        names the vector form declares."""
+        return if_form(sunk(flattened(canonical(inlined(plain_reads(named_apart(state, self.packing)))))))
+
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        # the naive form's index, guard and reads (through local pointers too)
-        state = if_form(sunk(flattened(canonical(inlined(plain_reads(state))))))
+        state = self._read(state)
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.index, parsed.text(site.guard)[:200])
                 for function, site in readable(parsed, lambda f: self.site(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        # the naive form's index, guard and reads (through local pointers too)
-        state = if_form(sunk(flattened(canonical(inlined(plain_reads(state))))))
+        state = self._read(state)
         parsed = cp.parse(state.source)
         site = self.site(state, parsed, kernel(parsed, anchor))
         if site.index != anchor.key:

@@ -105,7 +105,6 @@ def test_no_site_where_it_would_not_be_legal(transform, body, why):
     ("static float s = 2.0f;", "no scalar local"),
     ("const float* p = x;", "no initialized scalar"),
     ("long long a = (long long)x;", "reads 'x'"),
-    ("int e = n;", "takes a name the vector form declares"),  # the tail's own `e`
 ])
 def test_no_site_for_a_local_before_the_guard_that_is_not_a_plain_value(transform, local, why):
     body = "    if (i < n) { y[i] = x[i]; s = 1.0f; }\n" if why == "is assigned" else "    if (i < n) y[i] = x[i];\n"
@@ -414,5 +413,20 @@ def test_a_store_on_both_branches_of_an_if_else_is_a_store_at_every_element(tran
     def inputs(n):
         return {"n": n}, {"x": torch.randn(n, generator=torch.Generator().manual_seed(n)) * 4}, \
             {"y": (torch.float32, n)}
+
+    assert emulate.differences(tmp_path, naive, {"packed": packed}, ((5,), (2053,)), inputs) == []
+
+
+def test_a_local_named_as_the_vector_form_names_its_own_is_renamed_apart(transform, tmp_path):
+    """A local `e` (the tail loop's index) and one named like a pack (`x4`) are the kernel's to name: renamed `e_`
+    and `x4_`, the kernel packs, and its bits are the naive kernel's on the CPU."""
+    naive = KernelState(source=HEAD + "    if (i < n) {\n        float v = x[i];\n        float e = expf(-v);\n"
+                                      "        float x4 = v / (1.0f + e);\n        y[i] = x4;\n    }\n}\n", plan=PLAN)
+    (site,) = transform.forward_sites(naive)
+    packed = transform.forward(naive, site).state
+    assert "float e_ = expf(-v);" in packed.source and "float x4_ = v / (1.0f + e_);" in packed.source
+
+    def inputs(n):
+        return {"n": n}, {"x": torch.randn(n, generator=torch.Generator().manual_seed(n))}, {"y": (torch.float32, n)}
 
     assert emulate.differences(tmp_path, naive, {"packed": packed}, ((5,), (2053,)), inputs) == []

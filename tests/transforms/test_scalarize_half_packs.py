@@ -67,7 +67,6 @@ HEAD = ("#include <cuda_fp16.h>\n__global__ void kernel(const __half* x, __half*
     ("    if (i < n) { y[i] = x[i]; ++i; }\n", "writes or declares 'i'"),
     ("    if (i < n) { if (__half2float(x[i]) > 0.0f) y[i] = x[i]; }\n", "only under a condition"),
     ("    if (i < n) y[i] = foo(x[i]);\n", "calls foo"),
-    ("    if (i < n) { __half x8 = x[i]; y[i] = x8; }\n", "names 'e'"),
     ("    if (i < n) { y[i] = x[i]; y[i] = __hadd(y[i], x[i]); }\n", "read after it is written"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, body, why):
