@@ -34,9 +34,11 @@ forwards know. The declaration goes; it must be canonical already and of the loo
 Indexes declared together (`int b = blockIdx.z, i = ..., j = ...;`) are declared one by one first, in their
 order and with their shared type, so that each reads as the lone declaration above; a declaration that reads no
 coordinate, and a loop's initializer, keep their locals together.
-C's spellings go first (`_c_style`): locals declared together and set later are declared where they are set, and
-counted `while` loops, and `for` loops over an index declared earlier (`int j; ... for (j = 0; ...)`), become the
-`for` loops that declare their index, the spelling the forwards read loops in.
+Calls of the source's own `__device__` helpers are written out in the kernels first (`_inline_calls`: a row loop or
+an element's arithmetic its author put in a helper), then C's spellings (`_c_style`): locals declared together and
+set later are declared where they are set, and counted `while` loops, and `for` loops over an index declared
+earlier (`int j; ... for (j = 0; ...)`), become the `for` loops that declare their index, the spelling the forwards
+read loops in.
 Anything else is left as written, and the forwards find no site there, as before.
 """
 
@@ -53,6 +55,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms._c_style import c_style
 from klineage.transforms._edit import call_arguments, cast_name, is_written, line_start, operator, splice, unparen
+from klineage.transforms._inline_calls import inlined_calls
 from klineage.transforms._macros import expanded
 
 NARROW, WIDE = "int", "long long"
@@ -75,7 +78,7 @@ _LOOP_START = re.compile(r"(?P<type>int|long long|[a-z_][\w ]*?) (?P<index>[A-Za
 def canonical(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it, and every grid-stride loop from an index local starting at the index (the same state when there is none)."""
-    state = c_style(expanded(state))  # C's spellings of locals and loops first
+    state = c_style(inlined_calls(expanded(state)))  # helpers written out, then C's spellings of locals and loops
     state = _unread_coordinate_locals(_declarations(_one_per_declaration(state)))
     started = _loops_from_the_index(state)
     return state if started == state else _declarations(started)  # a 64-bit loop index now declared from the index
