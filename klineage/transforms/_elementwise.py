@@ -227,11 +227,14 @@ def named_apart(state: KernelState, packing: Packing) -> KernelState:
     parsed = cp.parse(state.source)
     edits = []
     for function in cp.functions(parsed):
-        identifiers = cp.nodes_of_type(function.node, "identifier") if function.is_kernel else []
-        names = {parsed.text(node) for node in identifiers}
+        identifiers = cp.nodes_of_type(function.node, "identifier")
         declared = {parsed.text(node) for node in identifiers if node.parent.type in ("init_declarator", "declaration")}
-        declared -= {name for name, _, _ in parameters(parsed, function)}  # a parameter's uses are not the local's
-        for name in sorted(n for n in declared if re.fullmatch(rf"{ELEMENT}|{packing.taken}", n)):
+        clashing = {name for name in declared if re.fullmatch(rf"{ELEMENT}|{packing.taken}", name)}
+        if not function.is_kernel or not clashing:
+            continue
+        names = {parsed.text(node) for node in identifiers}
+        clashing -= {name for name, _, _ in parameters(parsed, function)}  # a parameter's uses are not the local's
+        for name in sorted(clashing):
             fresh = next(f"{name}{'_' * k}" for k in range(1, 9) if f"{name}{'_' * k}" not in names)
             names.add(fresh)
             edits += [(node.start_byte, node.end_byte, fresh) for node in identifiers if parsed.text(node) == name]
