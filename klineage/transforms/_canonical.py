@@ -25,6 +25,8 @@ Each rewrite keeps the index's value for every launch on which the original does
   `/` and `%` only (no subtraction, negation, shift or bit operation, whose results differ between the two), and
   the index is never assigned. Known limit, the one of every naive `int` kernel: a 32-bit product of the index
   past INT_MAX, which unsigned arithmetic would wrap at 2^32 instead.
+A 32-bit local holding one coordinate written `const` or through a cast to int (`const int b = blockIdx.z;`, `int
+row = static_cast<int>(blockIdx.y);`) is declared plainly (`int b = blockIdx.z;`): neither changes its value.
 A local holding a coordinate (`const int tid = threadIdx.x;`, 32 bits, never assigned) is that coordinate in an
 index's declaration (`blockIdx.x * blockDim.x + tid`), and goes once nothing else reads it.
 A grid-stride loop that starts at a local holding the index (`int index = blockIdx.x * blockDim.x + threadIdx.x;`
@@ -110,12 +112,26 @@ def _declarations(state: KernelState) -> KernelState:
         for statement in body.named_children:
             if statement.type == "for_statement":  # a grid-stride loop declares its index in its initializer
                 statement = statement.child_by_field_name("initializer") or statement
-            replacement = _canonical_declaration(parsed, body, statement, names)
+            replacement = _canonical_declaration(parsed, body, statement, names) or _plain_coordinate(parsed, statement)
             if replacement is not None:
                 edits.append((statement.start_byte, statement.end_byte, replacement))
         return edits
 
     return _edited(state, edit)
+
+
+_CAST_COORDINATE = re.compile(r"(?:const )?int (?P<name>[A-Za-z_]\w*) = (?:\(int\) ?|static_cast<int>)?\(?"
+                              r"(?P<value>(?:threadIdx|blockIdx|blockDim)\.[xyz])\)?;")
+
+
+def _plain_coordinate(parsed: cp.ParsedSource, statement: Node) -> str | None:
+    """`int b = blockIdx.z;` for a 32-bit local holding one coordinate written `const` or through a cast to int
+    (`const int row = static_cast<int>(blockIdx.y);`): a coordinate is below 2^31, so the cast keeps its value, and
+    `const` on a local never changes one; the forwards read a batch's or a row's coordinate in this spelling."""
+    found = _CAST_COORDINATE.fullmatch(" ".join(parsed.text(statement).split())) \
+        if statement.type == "declaration" else None
+    text = f"int {found['name']} = {found['value']};" if found else None
+    return text if text is not None and text != " ".join(parsed.text(statement).split()) else None
 
 
 def _one_per_declaration(state: KernelState) -> KernelState:

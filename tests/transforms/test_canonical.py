@@ -232,3 +232,20 @@ def test_a_local_that_may_not_hold_the_coordinate_is_no_coordinate(local):
               "    int i = blockIdx.x * blockDim.x + t;\n    if (i < n) y[i] = x[i];\n}\n")
     assert "int i = blockIdx.x * blockDim.x + t;" in canonical(KernelState(source=source, plan=PLAN)).source
 
+
+
+@pytest.mark.parametrize("spelled, plain", [
+    ("const int b = blockIdx.z;", "int b = blockIdx.z;"),
+    ("const int row = static_cast<int>(blockIdx.y);", "int row = blockIdx.y;"),
+    ("int row = (int)blockIdx.y;", "int row = blockIdx.y;"),
+])
+def test_a_coordinate_local_written_const_or_cast_is_the_plain_local(spelled, plain):
+    """A batch's or a row's coordinate: `const` changes no value, nor does a cast to int of a coordinate (below
+    2^31); a cast to a narrower type or a 64-bit local is left as written."""
+    use = "if (i < n) y[i + b * n] = x[i];" if " b " in spelled else "if (i < n) y[i + row * n] = x[i];"
+    state = KernelState(source=f"__global__ void kernel(const float* x, float* y, int n) {{\n    {spelled}\n"
+                               f"    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    {use}\n}}\n", plan=PLAN)
+    assert canonical(state).source.splitlines()[1].strip() == plain
+    for kept in ("short row = (short)blockIdx.y;", "long long row = blockIdx.y;"):
+        left = KernelState(source=state.source.replace(spelled, kept), plan=PLAN)
+        assert canonical(left).source.splitlines()[1].strip() == kept
