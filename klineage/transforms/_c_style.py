@@ -46,7 +46,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import is_written, line_end, line_start, splice
+from klineage.transforms._edit import declared_kind, is_written, line_end, line_start, splice
 
 # a step `j++`, `++j`, `j--`, `j += e`, `j = j + e` ... of the index j (texts with blanks squashed)
 _STEP = r"(?:{j}\+\+|\+\+{j}|{j}--|--{j}|{j} [-+*]= .+|{j} = {j} [-+*] .+)"
@@ -83,7 +83,7 @@ def _single_local(parsed: cp.ParsedSource, declaration: Node) -> tuple[str, str,
     name = declarator.child_by_field_name("declarator") if value is not None else declarator
     if name is None or name.type != "identifier":
         return None
-    kind = parsed.data[declaration.start_byte:declarator.start_byte].decode("utf-8").strip()
+    kind = declared_kind(parsed, declaration)
     if not kind or {"static", "__shared__", "extern"} & set(kind.split()):
         return None
     return kind, parsed.text(name), value
@@ -204,7 +204,7 @@ def _late_locals(parsed: cp.ParsedSource, function: cp.Function, declaration: No
     if declaration.parent.type != "compound_statement" or not declarators or \
             any(d.type != "identifier" for d in declarators):
         return []
-    kind = parsed.data[declaration.start_byte:declarators[0].start_byte].decode("utf-8").strip()
+    kind = declared_kind(parsed, declaration)
     if not kind or {"static", "__shared__", "extern", "const"} & set(kind.split()):
         return []
     identifiers = cp.nodes_of_type(function.node, "identifier")

@@ -56,7 +56,16 @@ from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms._c_style import c_style
-from klineage.transforms._edit import call_arguments, cast_name, is_written, line_start, operator, splice, unparen
+from klineage.transforms._edit import (
+    call_arguments,
+    cast_name,
+    declared_kind,
+    is_written,
+    line_start,
+    operator,
+    splice,
+    unparen,
+)
 from klineage.transforms._inline_calls import inlined_calls
 from klineage.transforms._macros import expanded
 
@@ -145,7 +154,7 @@ def _one_per_declaration(state: KernelState) -> KernelState:
             declarators = statement.children_by_field_name("declarator") if statement.type == "declaration" else []
             if len(declarators) < 2 or not _COORDINATE.search(parsed.text(statement)):
                 continue
-            kind = parsed.data[statement.start_byte:declarators[0].start_byte].decode("utf-8").strip()
+            kind = declared_kind(parsed, statement)
             indent = parsed.data[line_start(parsed.data, statement.start_byte):statement.start_byte].decode("utf-8")
             separator = "\n" + indent if not indent.strip() else " "
             edits.append((statement.start_byte, statement.end_byte,

@@ -85,6 +85,12 @@ def written_names(parsed: cp.ParsedSource, scope: Node) -> set[str]:
     return {parsed.text(node) for node in cp.nodes_of_type(scope, "identifier") if is_written(node)}
 
 
+def declared_kind(parsed: cp.ParsedSource, declaration: Node) -> str:
+    """What a declaration says before its first declarator (`float`, `const int`), blanks squashed."""
+    first = declaration.children_by_field_name("declarator")[0]
+    return " ".join(parsed.data[declaration.start_byte:first.start_byte].decode("utf-8").split())
+
+
 def declared_names(parsed: cp.ParsedSource, scope: Node) -> list[str]:
     """The name of each variable `scope` declares, in order: a name declared in two scopes is listed twice."""
     names = []

@@ -19,7 +19,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import Edit, declared_names, indentation, splice, unparen, written_names
+from klineage.transforms._edit import Edit, declared_kind, declared_names, indentation, splice, unparen, written_names
 from klineage.transforms._naive import squash, statements
 from klineage.transforms.base import NotApplicable
 
@@ -122,7 +122,7 @@ def _temporary(parsed: cp.ParsedSource, declaration: Node, kind: str | None) -> 
     declarators = declaration.children_by_field_name("declarator")
     if kind is None or len(declarators) != 1 or declarators[0].type != "init_declarator" or \
             declarators[0].child_by_field_name("declarator").type != "identifier" or \
-            _declared_type(parsed, declaration) not in (kind, f"const {kind}"):
+            declared_kind(parsed, declaration) not in (kind, f"const {kind}"):
         return None
     return (parsed.text(declarators[0].child_by_field_name("declarator")),
             squash(parsed.text(declarators[0].child_by_field_name("value"))))
@@ -130,12 +130,6 @@ def _temporary(parsed: cp.ParsedSource, declaration: Node, kind: str | None) -> 
 
 def _is_assignment(parsed: cp.ParsedSource, node: Node, operator: str) -> bool:
     return node.type == "assignment_expression" and parsed.text(node.child_by_field_name("operator")) == operator
-
-
-def _declared_type(parsed: cp.ParsedSource, declaration: Node) -> str:
-    """What a declaration says before its first declarator (`float`, `const int`), squashed."""
-    first = declaration.children_by_field_name("declarator")[0]
-    return squash(parsed.data[declaration.start_byte:first.start_byte].decode("utf-8", "replace"))
 
 
 def _block_declarations(body: Node) -> list[Node]:
