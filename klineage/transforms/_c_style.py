@@ -35,6 +35,12 @@ declaration and its resets gone. The loops run the same:
 `sequenced_statements` writes a statement of comma-joined expressions (`best = v, at = j;`) as one statement per
 expression, braced where it was a branch's or a loop's whole body: the comma operator runs its operands in order,
 as statements run, and the value of the whole is unused.
+`joined_guards` (not part of `c_style`) writes a guard whose whole body is another guard, `if (a) { if (b) S }`, as
+`if (a && b) S` (neither has an `else`): `&&` evaluates b only where a holds, as the inner guard did.
+`plain_updates` writes a `for` header's unit step `j += 1` (or `j = j + 1`) as `++j`, whose value the header drops
+too, and an accumulation `x = x + e` (or `x = e + x`) of a named local as `x += e`: the compound assignment reads x
+once and adds e's value, and IEEE addition commutes, so the sum is the same to the bit. `x = x + a + b` adds a
+first and is left alone.
 Any other spelling is left as written.
 """
 
@@ -46,7 +52,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import declared_kind, is_written, line_end, line_start, splice
+from klineage.transforms._edit import declared_kind, is_written, line_end, line_start, operator, splice
 
 # a step `j++`, `++j`, `j--`, `j += e`, `j = j + e` ... of the index j (texts with blanks squashed)
 _STEP = r"(?:{j}\+\+|\+\+{j}|{j}--|--{j}|{j} [-+*]= .+|{j} = {j} [-+*] .+)"
@@ -254,7 +260,68 @@ def _operands(node: Node) -> list[Node]:
     return [*_operands(node.child_by_field_name("left")), *_operands(node.child_by_field_name("right"))]
 
 
+def plain_updates(state: KernelState) -> KernelState:
+    """`state` with a `for` header's unit step `j += 1` or `j = j + 1` written `++j`, and an accumulation `x = x + e`
+    or `x = e + x` written `x += e`, where x is a name (the module's docstring); the same state where there is none."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for loop in cp.nodes_of_type(parsed.root, "for_statement"):
+        update = loop.child_by_field_name("update")
+        found = _UNIT_STEP.fullmatch(_squash(parsed, update)) if update is not None else None
+        if found is not None and cp.function_of(loop) is not None:
+            edits.append((update.start_byte, update.end_byte, f"++{found['j']}"))
+    for assignment in cp.nodes_of_type(parsed.root, "assignment_expression"):
+        target, value = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
+        if target is None or target.type != "identifier" or value is None or value.type != "binary_expression" or \
+                operator(value) != "+" or assignment.parent.type != "expression_statement" or \
+                cp.function_of(assignment) is None:
+            continue
+        left, right = value.child_by_field_name("left"), value.child_by_field_name("right")
+        name = parsed.text(target)
+        # IEEE addition commutes, so `e + x` is `x + e` to the bit; `x + a + b` is `(x + a) + b`, left alone
+        added = right if parsed.text(left) == name else left if parsed.text(right) == name else None
+        if added is not None and not any(edit[0] <= assignment.start_byte < edit[1] for edit in edits):
+            edits.append((assignment.start_byte, assignment.end_byte, f"{name} += {parsed.text(added)}"))
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+_UNIT_STEP = re.compile(r"(?P<j>[A-Za-z_]\w*) (?:\+= 1|= (?P=j) \+ 1|= 1 \+ (?P=j))")
+
+
+def joined_guards(state: KernelState) -> KernelState:
+    """`state` with a guard whose whole body is another guard, `if (a) { if (b) S }` (no `else` on either), written
+    `if (a && b) S`: `&&` tests b only where a holds, as the nested guards do; the same state where there is none."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for outer in cp.nodes_of_type(parsed.root, "if_statement"):
+        inner = _lone_statement(outer.child_by_field_name("consequence"))
+        if inner is None or inner.type != "if_statement" or cp.function_of(outer) is None or \
+                outer.child_by_field_name("alternative") is not None or \
+                inner.child_by_field_name("alternative") is not None or \
+                any(edit[0] <= outer.start_byte < edit[1] for edit in edits):
+            continue
+        conditions = [parsed.text(node.child_by_field_name("condition"))[1:-1].strip() for node in (outer, inner)]
+        joined = " && ".join(f"({c})" if re.search(r"\|\||\?|,", c) else c for c in conditions)
+        edits.append((outer.start_byte, outer.end_byte,
+                      f"if ({joined}) {parsed.text(inner.child_by_field_name('consequence'))}"))
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _lone_statement(node: Node | None) -> Node | None:
+    """The one statement a branch holds (braced or not), None where it holds more or none."""
+    if node is None or node.type != "compound_statement":
+        return node
+    held = [child for child in node.named_children if child.type != "comment"]
+    return held[0] if len(held) == 1 else None
+
+
 def c_style(state: KernelState) -> KernelState:
-    """`state` with its C spellings read as C++ ones: comma-joined statements one by one, locals declared where set,
-    counted loops as `for` loops that declare their index (the module's docstring)."""
-    return counted_for_loops(declared_where_set(sequenced_statements(state)))
+    """`state` with its C spellings read as C++ ones: comma-joined statements one by one, unit steps and
+    accumulations in their short forms, locals declared where set, counted loops as `for` loops that declare their
+    index (the module's docstring). Guards stay nested: an inner guard is what some forwards read (the condition of
+    a counted atomic, a histogram's bin bounds); a forward that reads bounds alone joins them (`joined_guards`)."""
+    return counted_for_loops(declared_where_set(plain_updates(sequenced_statements(state))))

@@ -769,8 +769,8 @@ def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) 
         return not re.search(rf"\b{name}\b", parsed.text(node))
 
     right = unparen(right)
-    if operator in ("+=", "*="):
-        return Accumulator(name, operator[0])  # an e that names acc: the loop's count of uses refuses it
+    if operator in ("+=", "*="):  # `s += s * e` doubles s as well: no fold of the elements alone
+        return Accumulator(name, operator[0]) if free(right) else None
     if operator != "=":
         return None
     if right.type == "binary_expression" and parsed.text(right.child_by_field_name("operator")) in _OPERATORS:

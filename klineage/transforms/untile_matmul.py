@@ -72,9 +72,11 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import register
+from klineage.transforms._c_style import joined_guards
 from klineage.transforms._calls import MATH_CALLS
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import is_written
+from klineage.transforms._index_locals import folded
 from klineage.transforms._matmul import (
     BATCH_INDEX,
     CONVERSIONS,
@@ -121,15 +123,13 @@ class UntileMatmul(Transform):
                 if f.is_kernel and is_tiled(parsed, f)]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        # the index as the naive forms spell it, the operands by name, `__ldg` reads plain: the tiled loop reads its
-        # operands from shared memory, which the read-only cache's loads do not address
-        state = inlined(canonical(plain_reads(state)))
+        state = _read(state)
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", KEY, parsed.text(function.node)[:200])
                 for function, _ in readable(parsed, lambda f: _read_product(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = inlined(canonical(plain_reads(state)))  # as forward_sites reads it
+        state = _read(state)  # as forward_sites reads it
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         state, parsed, function, (p, epilogue) = _read_product(state, parsed, function)
@@ -160,6 +160,13 @@ class UntileMatmul(Transform):
                             note=note)
 
 
+def _read(state: KernelState) -> KernelState:
+    """The kernel as the reader takes it: the index as the naive forms spell it, the bounds of nested guards joined,
+    offsets named by locals and operands named by local pointers read through their values, `__ldg` reads plain
+    (the tiled loop reads its operands from shared memory, which the read-only cache's loads do not address)."""
+    return inlined(folded(joined_guards(canonical(plain_reads(state)))))
+
+
 def _read_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple:
     """(the state, its parse, the kernel, `_naive_product`'s reading) of a naive product kernel, a flat one (a 1-D
     launch, one thread per output) read as the 2-D form it spells (`_unflattened`)."""
@@ -167,7 +174,7 @@ def _read_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Func
         return state, parsed, function, _naive_product(state, parsed, function)
     except NotApplicable as refusal:
         try:
-            state = _unflattened(parsed, function, state)
+            state = folded(_unflattened(parsed, function, state))  # `int i = r * N + c;` read as canonical() would
         except NotApplicable as flat:
             raise NotApplicable(f"{refusal}; nor is it a flat product: {flat}") from None
     parsed = cp.parse(state.source)
@@ -261,6 +268,7 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     if bounds is None or len(work) < 3:
         raise NotApplicable(f"{function.name}'s guard is not `r < M && c < N` (or `r >= M || c >= N` returning)")
     rows, columns = bounds
+    work = _unpragmaed(parsed, work)
     first = re.fullmatch(rf"float {_ID} = ({FLOAT_ZERO});", squash(parsed.text(work[0])))
     loop = re.fullmatch(rf"for \(int {_ID} = 0; \1 < {_ID}; (?:\+\+\1|\1\+\+)\) (?:{{ )?(.+?);(?: }})?",
                         squash(parsed.text(work[1]))) if work[1].type == "for_statement" else None
@@ -275,7 +283,7 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         raise NotApplicable(f"{function.name}'s loop does not sum a product into {accumulator}")
     params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
     batch_name = batch.split()[1] if batch else ""
-    reads = {terms["x"]: _at(terms["at_x"]), terms["y"]: _at(terms["at_y"])}
+    reads = {terms["x"]: _at(terms["at_x"], (row, column, index)), terms["y"]: _at(terms["at_y"], (row, column, index))}
     for operand, at in ((terms["x"], terms["at_x"]), (terms["y"], terms["at_y"])):  # the update reads X + the rest
         start, rest = reads[operand]
         update = update.replace(f"{operand}[{at}]", f"{operand}[{start + ' + ' if start else ''}{rest}]")
@@ -295,7 +303,7 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         raise NotApplicable(f"{function.name} does not read A[r * K + k] (or A[k * M + r]) and B[k * N + c] (or "
                             f"B[c * K + k])")
     for operand, offset in ((left, left_offset), (right, right_offset)):  # where a batch's matrix starts
-        names = set(re.findall(r"[A-Za-z_]\w*", offset))
+        names = set(re.findall(r"[A-Za-z_]\w*", re.sub(_INTEGER_CAST, "", offset)))
         if any(name != batch_name and params.get(name, ("", True))[1] for name in names) or \
                 re.search(rf"\*\s*const\s+{operand}\b", parsed.text(function.node.child_by_field_name(
                     "declarator"))):
@@ -323,15 +331,19 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
 def _summed_terms(update: str, accumulator: str, index: str) -> tuple[dict[str, str], str]:
     """The operands of a loop that sums another float function of one element of A and one of B than their
     product (`acc += (A[..] - B[..]) * (A[..] - B[..])`, `acc += fabsf(A[..] - B[..])`: a distance), read in the
-    same places as a product's, and the update as one statement: a body of one float local and the sum
-    (`float d = A[..] - B[..]; acc += d * d;`) is the sum with the local's value in its place. The expression names
+    same places as a product's, and the update as one statement: a body of one or two float locals and the sum
+    (`float d = A[..] - B[..]; acc += d * d;`, `float a = A[..]; float b = B[..]; acc += a * b;`) is the sum with
+    each local's value in its place. The expression names
     only the two elements, literals and pure math; NotApplicable otherwise."""
-    local = re.fullmatch(rf"float {_ID} = ([^;]+); (.+)", update)
-    if local:
+    for _ in range(2):  # an element of each operand named first (`float av = A[..]; float bv = B[..];`)
+        local = re.fullmatch(rf"(?:const )?float {_ID} = ([^;]+); (.+)", update)
+        if local is None:
+            break
         name, value, update = local.groups()
-        if not re.search(rf"\b{name}\b", update):
-            raise NotApplicable(f"the loop's local '{name}' is not read by its sum")
-        update = re.sub(rf"\b{name}\b", lambda _: f"({value})", update)
+        if not re.search(rf"\b{name}\b", update) or re.search(_CHANGED.format(name=name), update):
+            raise NotApplicable(f"the loop's local '{name}' is not read by its sum, or is written or addressed")
+        update = re.sub(rf"\b{name}\b", lambda _, value=value: value if _READ.fullmatch(value) else f"({value})",
+                        update)
     summed = re.fullmatch(rf"{re.escape(accumulator)} \+= (.+)", update)
     if summed is None or ";" in update:
         raise NotApplicable(f"the loop's body is not one sum into {accumulator}, maybe after one float local")
@@ -347,15 +359,51 @@ def _summed_terms(update: str, accumulator: str, index: str) -> tuple[dict[str, 
     return {"acc": accumulator, "x": x, "at_x": at_x, "y": y, "at_y": at_y, "cvt_x": None, "cvt_y": None}, update
 
 
-def _at(subscript: str) -> tuple[str, str]:
-    """(X, the rest) of a subscript `X + r * K + k` (X: a batch's or a view's start), or ("", subscript) where none
-    leads: the rest is its last two terms."""
+def _at(subscript: str, moving: tuple[str, ...]) -> tuple[str, str]:
+    """(X, the rest) of a subscript `X + r * K + k` (X: a batch's or a view's start, "" where there is none): the
+    rest is the terms that name a `moving` name (the row, column and loop index), each product's factors and the
+    terms in the order the naive form writes (`k + r * K` and `K * r + k` are `r * K + k`), X the other terms as
+    written. Integer sums and products reorder without changing their value."""
     nested = re.fullmatch(rf"\((.+) \+ {_ID}\) \* {_ID} \+ {_ID}", subscript)
     if nested:  # `(X + r) * K + k`, a batch's rows before the row's (`(b * M + r) * K + k`): X * K + r * K + k
         start, row, width, index = nested.groups()
         return f"({start}) * {width}", f"{row} * {width} + {index}"
-    terms = subscript.split(" + ")
-    return (" + ".join(terms[:-2]), " + ".join(terms[-2:])) if len(terms) > 2 else ("", subscript)
+    terms = _top_level_terms(subscript)
+    if terms is None:
+        return "", subscript
+    named = [t for t in terms if set(re.findall(r"[A-Za-z_]\w*", t)) & set(moving)]
+    if len(named) != 2 or any(t.count(" * ") > 1 for t in named):  # no product's place: its last two terms, as written
+        return (" + ".join(terms[:-2]), " + ".join(terms[-2:])) if len(terms) > 2 else ("", subscript)
+    ordered = sorted((" * ".join(sorted(t.split(" * "), key=lambda f: f not in moving)) for t in named),
+                     key=lambda t: " * " not in t)  # the product first, then the lone index
+    return " + ".join(t for t in terms if t not in named), " + ".join(ordered)
+
+
+def _top_level_terms(subscript: str) -> list[str] | None:
+    """The terms of a sum at its top level (None where a subtraction or an unbalanced parenthesis stands there)."""
+    terms, depth, start = [], 0, 0
+    for at, char in enumerate(subscript):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and subscript.startswith(" + ", at):
+            terms.append(subscript[start:at])
+            start = at + 3
+        elif depth == 0 and subscript.startswith(" - ", at) or depth < 0:
+            return None
+    return [*terms, subscript[start:]] if depth == 0 else None
+
+
+def _unpragmaed(parsed: cp.ParsedSource, work: list[Node]) -> list[Node]:
+    """The work's statements without a `#pragma unroll` standing before a `for` loop: the tiled form replaces the
+    product's loop by its own, which nvcc unrolls over the tile (the pragma never changes a value)."""
+    return [node for at, node in enumerate(work)
+            if not (node.type == "preproc_call" and _UNROLL.fullmatch(squash(parsed.text(node))) and
+                    at + 1 < len(work) and work[at + 1].type == "for_statement")]
+
+
+_CHANGED = r"&\s*{name}\b|\b{name}\s*(?:[-+*/]?=[^=]|\+\+|--)|(?:\+\+|--)\s*{name}\b"  # addressed or written
+_READ = re.compile(rf"{_ID}\[[^][]+\]")  # one element, which needs no parentheses to stand for its local
+_UNROLL = re.compile(r"#pragma unroll(?: \(?\d+\)?)?")
+_INTEGER_CAST = r"\((?:const )?(?:unsigned |signed )?(?:int|long|long long|size_t|ptrdiff_t|u?int(?:32|64)_t)\)"
 
 
 # the update of a product loop: a sum of the operands' product, the fused form included, either operand first

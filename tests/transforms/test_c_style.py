@@ -10,7 +10,7 @@ import torch
 
 from klineage.kernel import KernelState
 from klineage.transforms import get
-from klineage.transforms._c_style import c_style
+from klineage.transforms._c_style import c_style, joined_guards
 from tests.transforms import emulate
 from tests.transforms.golden import plan_of
 
@@ -165,3 +165,47 @@ def test_a_local_is_declared_in_the_inner_block_that_sets_it_and_holds_its_uses(
 def test_a_local_whose_uses_leave_the_block_that_sets_it_stays_declared_where_it_was(body):
     state = _kernel(body)
     assert c_style(state) is state
+
+
+NESTED = ("    if (rows > 0) {\n        if (cols > 1) {\n            float s = 0.0f;\n"
+          "            for (int j = 0; j < cols; j += 1) s = s + x[r * cols + j];\n            y[r] = s;\n"
+          "        }\n    }\n")
+JOINED = ("    if (rows > 0 && cols > 1) {\n            float s = 0.0f;\n"
+          "            for (int j = 0; j < cols; ++j) s += x[r * cols + j];\n            y[r] = s;\n        }\n")
+
+
+def test_nested_guards_join_and_updates_take_their_short_forms(tmp_path):
+    """A guard whose whole body is a guard is the two conditions joined by `&&` (`joined_guards`, which c_style
+    leaves to the forwards that read bounds alone); a loop's `j += 1` is `++j` and
+    `s = s + e` is `s += e` (IEEE addition commutes: `s = e + s` too). The emulated sums agree with the nested
+    spelling's, and a sum whose addends were regrouped (`s = s + a + b` is not `s += a + b`) stays as written."""
+    nested = _kernel(NESTED)
+    assert _body(c_style(joined_guards(nested))) == JOINED
+    assert _body(c_style(joined_guards(_kernel(NESTED.replace("s + x[r * cols + j]", "x[r * cols + j] + s"))))) == \
+        JOINED
+    assert "if (rows > 0) {\n        if (cols > 1) {" in c_style(nested).source  # c_style alone keeps inner guards
+    regrouped = _kernel("    float s = 0.0f;\n    for (int j = 0; j < cols; ++j) s = s + x[j] + x[j + 1];\n"
+                        "    y[r] = s;\n")
+    assert c_style(regrouped) is regrouped
+
+    def inputs(rows, cols):
+        x = torch.randn(rows * cols, generator=torch.Generator().manual_seed(cols))
+        return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows)}
+
+    joined = c_style(joined_guards(nested))
+    assert emulate.differences(tmp_path, nested, {"joined": joined}, ((3, 5), (130, 40)), inputs) == []
+
+
+@pytest.mark.parametrize("body", [
+    # an `else` on either guard, or more than the inner guard in the outer one's body
+    "    if (rows > 0) { if (cols > 1) y[r] = 1.0f; } else y[r] = 0.0f;\n",
+    "    if (rows > 0) { if (cols > 1) y[r] = 1.0f; else y[r] = 0.0f; }\n",
+    "    if (rows > 0) { y[0] = 2.0f; if (cols > 1) y[r] = 1.0f; }\n",
+    # a step of two, an element's update (not a name), and an update that is a subexpression
+    "    for (int j = 0; j < cols; j += 2) y[j] = x[j];\n",
+    "    for (int j = 0; j < cols; ++j) y[r] = y[r] + x[j];\n",
+    "    float s = 0.0f;\n    for (int j = 0; j < cols; ++j) y[j] = (s = s + x[j]);\n",
+])
+def test_guards_and_updates_that_say_more_stay_as_written(body):
+    state = _kernel(body)
+    assert c_style(joined_guards(state)) is state

@@ -115,7 +115,7 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n + j / 2] = s; }\n",
      "loop index does not say one to one"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j] * s; y[row * n + j] = s; }\n",
-     "read inside its loop"),
+     "not a reduction"),
     # arg reductions: a strict compare, the value and the loop index taken together, nothing else
     (ARG.format(cmp="x[row * n + j] >= b", then="b = x[row * n + j]; a = j;"), "no arg reduction"),
     (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j + 1;"), "no arg reduction"),

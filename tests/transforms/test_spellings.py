@@ -76,7 +76,9 @@ EXPECTED = {
                                                                 "d_double", "e_argmax", "f_others_return")},
     # flat on a 1-D launch (launched by `<name>.toml`), or sums of other functions of the two elements
     "products": {name: {"untile_matmul"} for name in ("a_flat", "b_flat_return", "c_distance_local",
-                                                       "d_l1_distance", "e_batched_one_declaration")},
+                                                       "d_l1_distance", "e_batched_one_declaration",
+                                                       "f_pragma_unroll", "g_offset_locals", "h_batch_pointers",
+                                                       "i_nested_guards", "j_named_elements")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
@@ -177,3 +179,20 @@ def test_each_spellings_forwards_compute_its_bits_on_the_cpu(tmp_path, spelling)
              for transform in sorted(EXPECTED[family][name])}
     sizes, inputs = EMULATED[family]
     assert emulate.differences(tmp_path / "emulated", state, forms, sizes, inputs) == []
+
+
+def _operands(batch: int):
+    """inputs_of for a batch of products: A and B hold batch * K * M and batch * K * N elements in either layout."""
+    return lambda m, n, k, g: {"A": torch.randn(batch * m * k, generator=g),
+                               "B": torch.randn(batch * k * n, generator=g)}
+
+
+@pytest.mark.parametrize("name", sampled(sorted(EXPECTED["products"]), keep=["g_offset_locals", "j_named_elements"]))
+def test_each_products_tiles_compute_its_bits_on_the_cpu(tmp_path, name):
+    """The tiled kernel of each product spelling gives the spelling's own output bits on the CPU emulator, for sizes
+    16 does and does not divide (and every matrix of a batch)."""
+    state = _as_kernel(load_kernel(_folders(tmp_path, "products", name)))
+    (site,) = get("untile_matmul").forward_sites(state)
+    tiled = get("untile_matmul").forward(state, site).state
+    batch = 3 if len(state.plan.launches[0].grid) == 3 else 1
+    emulate.same_product_bits(state, tiled, tmp_path / "emulated", _operands(batch), "C", batch=batch)

@@ -288,14 +288,15 @@ def _flat_spellings() -> list[str]:
 @pytest.mark.parametrize("spelling", range(6))
 def test_a_flat_product_is_tiled_as_the_2d_form_it_spells(transform, spelling):
     """One thread per output on a 1-D launch, `r = i / N` and `c = i % N` (in either order, or one declaration), under
-    `i < M * N` or returning past it: the tiled kernel the 2-D spelling gives, the flat index declared again from the
-    row and column before the epilogue, on the 2-D tiled launch; backward writes that 2-D spelling."""
+    `i < M * N` or returning past it: the tiled kernel the 2-D spelling gives, on the 2-D tiled launch (the flat
+    index, declared again from the row and column, read as its value `r * N + c` where the epilogue names it);
+    backward writes that 2-D spelling."""
     state = KernelState(source=_flat_spellings()[spelling], plan=FLAT_PLAN)
     assert transform.forward_sites(state) == [SITE]
     tiled = transform.forward(state, SITE).state
-    two_d = TWO_D
-    assert tiled == transform.forward(KernelState(source=two_d, plan=golden("after").plan), SITE).state
+    assert tiled == transform.forward(KernelState(source=TWO_D, plan=golden("after").plan), SITE).state
     assert tiled.plan.launches[0].grid[:2] == ("cdiv(n, 16)", "cdiv(m, 16)")
+    two_d = TWO_D.replace("        int i = r * N + c;\n", "").replace("C[i]", "C[r * N + c]")
     assert transform.backward(tiled, SITE).state.source == two_d
 
 
