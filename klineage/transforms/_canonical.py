@@ -13,7 +13,8 @@ one before a forward reads the kernel, so the forward's output carries the canon
 
 Each rewrite keeps the index's value for every launch on which the original does not overflow:
 - the order of a sum or product of integers, parentheses and `const` on a local never change a value;
-- a constant equal to the block size of every launch of the kernel is blockDim.x wherever the kernel runs;
+- a constant equal to the block size along an axis of every launch of the kernel is blockDim along that axis
+  wherever the kernel runs (`blockIdx.y * TILE + threadIdx.y`, TILE a square block's side, is the y index);
 - a 64-bit index (signed or not, cast on either factor of the product) becomes `long long` with the cast on
   `blockIdx.x`: the product is formed in 64 bits either way; a 64-bit declaration with no cast at all forms the
   sum in 32 unsigned bits first, the same value wherever that sum does not wrap past 2^32 threads;
@@ -115,8 +116,7 @@ def _declarations(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it."""
     def edit(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> Edits:
-        names = {**dict.fromkeys(block_constants(state, parsed, function), "blockDim.x"),
-                 **_coordinate_locals(parsed, function, body)}
+        names = {**_block_sizes(state, parsed, function), **_coordinate_locals(parsed, function, body)}
         edits = []
         for statement in body.named_children:
             if statement.type == "for_statement":  # a grid-stride loop declares its index in its initializer
@@ -233,7 +233,18 @@ def _unread_coordinate_locals(state: KernelState) -> KernelState:
     return _edited(state, edit)
 
 
-def block_constants(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+def _block_sizes(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> dict[str, str]:
+    """Each constant or literal that is the block size along some axes of every launch of the kernel -> `blockDim.`
+    followed by those axes (`blockDim.xy` for a square block's TILE): `_index_width` reads it as blockDim along the
+    axis of the index it stands in."""
+    sizes: dict[str, str] = {}
+    for axis in range(3):
+        for name in _block_constants(state, parsed, function, axis):
+            sizes[name] = sizes.get(name, "blockDim.") + "xyz"[axis]
+    return sizes
+
+
+def _block_constants(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
                     axis: int = 0) -> frozenset[str]:
     """The source's integer constants that equal the block size along `axis` (0: x) of every launch of the kernel
     (none where it is not launched) and that the kernel does not declare a name of its own for, and that size as a
@@ -315,9 +326,14 @@ def _index_width(parsed: cp.ParsedSource, init: Node, names: Mapping[str, str]) 
         return None
     axis = thread[0][-1]
     factors = [_coordinate(parsed, unparen(products[0].child_by_field_name(side)), names) for side in ("left", "right")]
-    if None in factors or sorted(f[0] for f in factors) != [f"blockDim.{axis}", f"blockIdx.{axis}"]:
+    if None in factors or sorted(_along(f[0], axis) for f in factors) != [f"blockDim.{axis}", f"blockIdx.{axis}"]:
         return None
     return WIDE if any(widened for _, widened in factors) else NARROW, axis
+
+
+def _along(coordinate: str, axis: str) -> str:
+    """`blockDim.<axis>` for a block size constant that equals it (`blockDim.xy` along x or y), else the coordinate."""
+    return f"blockDim.{axis}" if coordinate.startswith("blockDim.") and axis in coordinate[9:] else coordinate
 
 
 def _cast(parsed: cp.ParsedSource, node: Node) -> tuple[str, Node] | None:

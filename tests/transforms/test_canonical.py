@@ -249,3 +249,27 @@ def test_a_coordinate_local_written_const_or_cast_is_the_plain_local(spelled, pl
     for kept in ("short row = (short)blockIdx.y;", "long long row = blockIdx.y;"):
         left = KernelState(source=state.source.replace(spelled, kept), plan=PLAN)
         assert canonical(left).source.splitlines()[1].strip() == kept
+
+
+TILE_PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
+                    grid='cdiv(cols, 16)", "cdiv(rows, 8)', block="16, 8")
+
+
+@pytest.mark.parametrize("constants, row, column, canonical_row", [
+    # each axis's block size named by a constant, or one square TILE for both where the block is square
+    ("#define TX 16\n#define TY 8\n", "blockIdx.y * TY + threadIdx.y", "threadIdx.x + TX * blockIdx.x",
+     "int r = blockIdx.y * blockDim.y + threadIdx.y;"),
+    ("constexpr int ROWS = 8;\n", "threadIdx.y + blockIdx.y * ROWS", "blockIdx.x * 16 + threadIdx.x",
+     "int r = blockIdx.y * blockDim.y + threadIdx.y;"),
+    # the constant is not the launch's size along the axis it stands in: left as written
+    ("#define TX 16\n", "blockIdx.y * TX + threadIdx.y", "blockIdx.x * TX + threadIdx.x",
+     "int r = blockIdx.y * TX + threadIdx.y;"),
+])
+def test_a_block_size_constant_is_blockdim_along_the_axis_it_equals(constants, row, column, canonical_row):
+    state = KernelState(source=f"{constants}__global__ void kernel(const float* x, float* y, int rows, int cols) {{\n"
+                               f"    int r = {row};\n    int c = {column};\n"
+                               f"    if (r < rows && c < cols) y[c * rows + r] = x[r * cols + c];\n}}\n",
+                        plan=TILE_PLAN)
+    lines = [line.strip() for line in canonical(state).source.splitlines()]
+    assert canonical_row in lines
+    assert "int c = blockIdx.x * blockDim.x + threadIdx.x;" in lines
