@@ -17,7 +17,7 @@ The forward reads the 2-D copy however it is spelled where the spelling copies e
 - the indexes in either order, or in any spelling `_canonical` reads (terms in another order, `const`, declared
   together), 32-bit or 64-bit (`size_t`, `long long`: the tiled subscripts are then 64-bit); a block size named by a
   constant or a literal (`blockIdx.y * TY + threadIdx.y`, `#define TY 8`) that is every launch's block size along
-  that axis, which is blockDim there (`_canonical` reads x's, `_block_rows` y's);
+  that axis, which is blockDim there (`_canonical` reads it along each axis);
 - the guard as `&&` in either order, as an early return `if (r >= R || c >= C) return;`, or nested (`if (r < R) {
   if (c < C) ... }`, one early return per bound): each runs the copy exactly where r < R and c < C;
 - braces around the copy, temporaries before it (`int src = r * C + c, dst = c * R + r; float v = X[src]; Y[dst] =
@@ -75,8 +75,8 @@ from dataclasses import dataclass
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms import register
-from klineage.transforms._canonical import WIDE_TYPES, block_constants, canonical
-from klineage.transforms._edit import indentation, operator, splice
+from klineage.transforms._canonical import WIDE_TYPES, canonical
+from klineage.transforms._edit import indentation, splice
 from klineage.transforms._naive import (
     INDEXES,
     LOOP_INDEX_TYPES,
@@ -87,6 +87,7 @@ from klineage.transforms._naive import (
     squash,
     tiled_plan,
 )
+from klineage.transforms._pointers import inlined
 from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -155,13 +156,13 @@ class UntileTranspose(Transform):
                 if f.is_kernel and _tiled_copy(squash(parsed.text(f.node.child_by_field_name("body"))))]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        state = canonical(_block_rows(plain_reads(state)))  # the indexes and reads as the naive forms spell them
+        state = inlined(canonical(plain_reads(state)))  # indexes, row pointers, reads as the naive forms spell them
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", KEY, parsed.text(function.node)[:200])
                 for function, _ in readable(parsed, lambda f: _naive_copy(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = canonical(_block_rows(plain_reads(state)))  # the indexes and reads as the naive forms spell them
+        state = inlined(canonical(plain_reads(state)))  # indexes, row pointers, reads as the naive forms spell them
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         copy = _naive_copy(state, parsed, function)
@@ -187,23 +188,6 @@ class UntileTranspose(Transform):
         plan = tiled_plan(state, function, copy.rows, copy.columns, (TILE, ROWS_PER_PASS), (TILE, ROWS_PER_PASS))
         return self.rewrite(state, anchor, Direction.BACKWARD, source, plan=plan,
                             note=f"{function.name}: a direct transpose, one thread per element")
-
-
-def _block_rows(state: KernelState) -> KernelState:
-    """`state` with each kernel's block size along y, where it names it by a constant or a literal that is the y
-    block size of every launch of the kernel (`blockIdx.y * TY + threadIdx.y`, `#define TY 8`), read as
-    blockDim.y: the same value wherever the kernel runs (`_canonical.block_constants`; `_canonical` reads x's)."""
-    parsed = cp.parse(state.source)
-    edits = []
-    for function in cp.functions(parsed):
-        named = block_constants(state, parsed, function, axis=1)
-        for product in cp.nodes_of_type(function.node, "binary_expression") if named else []:
-            factors = [product.child_by_field_name(side) for side in ("left", "right")]
-            for size, coordinate in (factors, factors[::-1]):
-                if operator(product) == "*" and parsed.text(size) in named and \
-                        re.fullmatch(rf"(?:{_WIDE})?\(?blockIdx\.y\)?", squash(parsed.text(coordinate))):
-                    edits.append((size.start_byte, size.end_byte, "blockDim.y"))
-    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan) if edits else state
 
 
 def _tiled_lines(copy: Copy) -> list[str]:

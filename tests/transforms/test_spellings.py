@@ -61,7 +61,7 @@ EXPECTED = {
        "g_grid_stride": COLUMNS - {"unsplit_reduction"}},  # a grid-stride loop over columns: unsplit reads no loop
     "concat": {name: ELEMENTWISE for name in ("a_local_cols", "b_guard_product", "c_split_first", "d_int64_total")},
     "pairs": {name: ELEMENTWISE for name in ("a_if_pairs", "b_return_odd_first", "c_int64_fma", "d_ldg_local")},
-    "transpose": {name: {"untile_transpose"} for name in ("a_2d_if", "c_return", "d_ldg")},
+    "transpose": {name: {"untile_transpose"} for name in ("a_2d_if", "c_return", "d_ldg", "e_row_pointers")},
     "transpose_flat": {name: {"untile_transpose"} for name in ("a_split", "b_split_2d_read", "c_return_size_t")},
     "transpose_batched": {name: {"untile_transpose"}
                           for name in ("a_row_major", "b_offset_terms", "c_int64_cast", "d_size_t_ldg")},
