@@ -41,7 +41,8 @@ Calls of the source's own `__device__` helpers are written out in the kernels fi
 an element's arithmetic its author put in a helper), then C's spellings (`_c_style`): locals declared together and
 set later are declared where they are set, and counted `while` loops, and `for` loops over an index declared
 earlier (`int j; ... for (j = 0; ...)`), become the `for` loops that declare their index, the spelling the forwards
-read loops in.
+read loops in; and a pointer a counted loop steps along a row or a column (`s += *p; p += cols;`) is read at the
+loop's index (`_pointer_walks`: `p[j * cols]`).
 Anything else is left as written, and the forwards find no site there, as before.
 """
 
@@ -69,6 +70,7 @@ from klineage.transforms._edit import (
 )
 from klineage.transforms._inline_calls import inlined_calls
 from klineage.transforms._macros import expanded
+from klineage.transforms._pointer_walks import walked
 
 NARROW, WIDE = "int", "long long"
 _SIGNED = {"int": NARROW, "signed": NARROW, "signed int": NARROW, "int32_t": NARROW,
@@ -90,7 +92,8 @@ _LOOP_START = re.compile(r"(?P<type>int|long long|[a-z_][\w ]*?) (?P<index>[A-Za
 def canonical(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it, and every grid-stride loop from an index local starting at the index (the same state when there is none)."""
-    state = c_style(inlined_calls(expanded(state)))  # helpers written out, then C's spellings of locals and loops
+    # helpers written out, then C's spellings of locals and loops, then pointers walked by loops read at their index
+    state = walked(c_style(inlined_calls(expanded(state))))
     state = _unread_coordinate_locals(_declarations(_one_per_declaration(state)))
     started = _loops_from_the_index(state)
     return state if started == state else _declarations(started)  # a 64-bit loop index now declared from the index

@@ -6,6 +6,8 @@ People often name the start of what a thread reads:
     const float* a_row = A + r * K;                  const float* Ab = A + b * M * K;
     for (int k = 0; k < K; ++k) acc += a_row[k] * ...    ... Ab[r * K + k] ...
 
+A pointer walked by a loop (`_pointer_walks`) reads as subscripts once `canonical` has read it at the loop's index.
+
 `inlined` rewrites each use `p[X]` of such a pointer as `A[E + X]` and drops its declaration, where `p = A + E;`
 declares a pointer (const or not, `__restrict__` or not) that the kernel never assigns nor uses but through
 subscripts, A is a pointer parameter the kernel never assigns, and E is integer arithmetic over names the

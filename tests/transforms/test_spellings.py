@@ -46,7 +46,7 @@ EXPECTED = {
     "rows": {name: ROWS for name in ("a_wrapped_if", "b_size_t", "c_helper", "d_int64", "e_while", "f_define",
                                      "g_softmax_inf", "h_softmax_flt_max", "j_mean_var", "k_double_acc",
                                      "m_pragma_unroll", "n_ldg", "r_macro_index",
-                                     "t_fmax_overload", "u_double_rows", "v_block_literal")}
+                                     "t_fmax_overload", "u_double_rows", "v_block_literal", "w_pointer_walk")}
     | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"},
        "o_grid_stride": ROWS, "p_while_size_t": ROWS,  # a grid-stride loop over rows, each on a fixed grid
        "q_channels_nchw": ROWS,  # stores strided by a count the guard shows is not zero
@@ -57,8 +57,9 @@ EXPECTED = {
     | {name: {"scalarize_elementwise"}  # a grid-stride loop is its own coarsened form
        for name in ("b_size_t_stride", "i_while_stride", "j_while_size_t", "o_kernel_loop_macro")},
     "columns": {name: COLUMNS for name in ("a_if_wrap", "c_size_t", "d_mean", "e_double", "f_ldg")}
-    | {"b_pointer_walk": COLUMNS - {"serialize_column_reduction"},  # a pointer down the column: no 4-lane form
-       "g_grid_stride": COLUMNS - {"unsplit_reduction"}},  # a grid-stride loop over columns: unsplit reads no loop
+    | {name: COLUMNS - {"serialize_column_reduction"}  # a pointer down the column: no 4-lane form
+       for name in ("b_pointer_walk", "h_pointer_steps")}
+    | {"g_grid_stride": COLUMNS - {"unsplit_reduction"}},  # a grid-stride loop over columns: unsplit reads no loop
     "concat": {name: ELEMENTWISE for name in ("a_local_cols", "b_guard_product", "c_split_first", "d_int64_total")},
     "pairs": {name: ELEMENTWISE for name in ("a_if_pairs", "b_return_odd_first", "c_int64_fma", "d_ldg_local")},
     "transpose": {name: {"untile_transpose"} for name in ("a_2d_if", "c_return", "d_ldg", "e_row_pointers")},
