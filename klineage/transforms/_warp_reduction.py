@@ -60,6 +60,7 @@ from klineage.transforms._nests import unnested
 from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms._pointers import aliases
 from klineage.transforms._scan_spellings import check_accumulator_uses, check_declared_apart, respelled
+from klineage.transforms._sum_starts import started_at_zero
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32
@@ -269,8 +270,8 @@ class WarpReduction(Transform):
         return [Anchor(f.name, "function", row, parsed.text(f.node)[:200]) for f, row in self._warp_kernels(parsed)]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        # as the naive forms spell it (a scan's statements too), nests one loop
-        state = unnested(flattened(respelled(canonical(state)), ROW_THREADS))
+        # as the naive forms spell it (a scan's statements too, a sum from zero), nests one loop
+        state = unnested(flattened(respelled(started_at_zero(canonical(state))), ROW_THREADS))
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200])
                 for function, site in readable(parsed, lambda f: self._serial_site(state, parsed, f))]
@@ -279,7 +280,8 @@ class WarpReduction(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         # the index as the naive forms spell it; the kernel's perfect nests one loop (other kernels' as written)
-        state = unnested(flattened(respelled(canonical(state), anchor.function), ROW_THREADS), anchor.function)
+        state = unnested(flattened(respelled(started_at_zero(canonical(state), anchor.function), anchor.function),
+                                   ROW_THREADS), anchor.function)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         site = self._serial_site(state, parsed, function)

@@ -35,8 +35,16 @@ every global element is read once per block instead of once per thread.
 A product spelled one thread per output on a 1-D launch is read too: the flat index (`int i = blockIdx.x *
 blockDim.x + threadIdx.x;`) under `if (i < M * N)` (or `if (i >= M * N) return;`), its row and column declared
 first as `i / N` and `i % N`, the flat index named after the loop only. It is read as the 2-D form with the same
-row and column (`i` declared again as `r * N + c` after the loop where the epilogue names it), which the forward
-tiles and the backward writes back: the flat spelling is one more way to write that naive kernel.
+row and column (the epilogue's `i` read as its value, `r * N + c`), which the forward tiles and the backward writes
+back: the flat spelling is one more way to write that naive kernel.
+
+People's other spellings of the naive product are read as it too: a `#pragma unroll` before the loop (the tiled
+loop replaces it), guards nested one per bound (`_c_style.joined_guards`), `k += 1` and `acc = acc + ...` (the
+short forms, `_c_style`), a block size named by a constant along each axis (`#define TILE 16`, `_canonical`),
+offsets named by integer locals (`int a_off = b * M * K + r * K;`, `_index_locals`), operands named by local
+pointers (a batch's matrix, `const float* Ab = A + (size_t)b * M * K;`, `_pointers`), one or two float locals
+holding the elements (`float a = A[..]; float b = B[..]; acc += a * b;`), and a subscript's terms in any order
+(`A[k + K * r]`).
 
 A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`), each
 operand read at its batch's start (`A[X + r * K + k]` or `A[X + k * M + r]`, `B[Y + k * N + c]`, X and Y naming

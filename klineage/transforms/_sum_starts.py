@@ -1,0 +1,107 @@
+"""A sum that starts from a value other than zero read as a sum from zero with the start added after its loop, for
+the forwards that share a row's sum among lanes.
+
+People start a sum where its result begins: a matrix-vector product with a bias, a loss with its regularizer,
+
+    float acc = bias[row];
+    for (int j = 0; j < cols; ++j) acc += w[row * cols + j] * x[j];
+
+Lanes that each take a share of the row must each start from zero (the start would be counted once a lane), so
+`started_at_zero` writes the start into a local of its own where the sum was declared, the sum from zero, and the
+start added once the loop is done:
+
+    const float acc_start = bias[row];
+    float acc = 0.0f;
+    for (int j = 0; j < cols; ++j) acc += w[row * cols + j] * x[j];
+    acc = acc_start + acc;
+
+The start is evaluated where it was, so it is the same value. The sum is then added in another order: the start
+last, where the serial loop added it first. Floating-point addition rounds differently in another order, as it
+does for every lane's partial sum in these forwards, whose outputs the gate judges against the problem's
+tolerance; this reading is theirs alone (never `canonical`'s, whose rewrites keep every bit).
+
+Read where the declaration (`T acc = E;`, one local of float, double or an integer type, E not zero) is followed
+at once by a `for` loop in which every mention of the local is an update `acc += e` or `acc = acc + e` (e not
+naming it), and nothing takes its address. Anything else is left as written.
+
+The leading underscore keeps the catalog from loading this module as a transform.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.kernel import KernelState
+from klineage.transforms._edit import declared_kind, indentation, splice
+
+_ZEROS = {"float": "0.0f", "double": "0.0", "int": "0", "long long": "0", "unsigned": "0u", "unsigned int": "0u"}
+_ZERO = re.compile(r"\(?(?:0+(?:\.0*)?(?:e[+-]?\d+)?[fFuUlL]*|0?\.0+[fF]?)\)?|\w+\(0(?:\.0*)?f?\)")
+_UPDATE = r"{acc} \+= (?P<e>.+);|{acc} = {acc} \+ (?P<f>.+);"
+
+
+def started_at_zero(state: KernelState, only: str | None = None) -> KernelState:
+    """`state` with each sum of its kernels (or of the kernel `only`) that starts elsewhere than zero read as the
+    sum from zero and its start added after the loop (see the module's docstring); the same state where none
+    does."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for function in cp.functions(parsed):
+        body = function.node.child_by_field_name("body")
+        if function.is_kernel and body is not None and (only is None or function.name == only):
+            taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
+            for block in {node.id: node for node in [body, *cp.nodes_of_type(body, "compound_statement")]}.values():
+                edits += _starts(parsed, block, taken)
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _starts(parsed: cp.ParsedSource, block: Node, taken: set[str]) -> list[tuple[int, int, str]]:
+    listed = [child for child in block.named_children if child.type != "comment"]
+    edits = []
+    for declaration, loop in zip(listed, listed[1:]):
+        sum_ = _started_sum(parsed, declaration, loop)
+        if sum_ is None:
+            continue
+        kind, acc, start = sum_
+        name = next(f"{acc}_start{n or ''}" for n in range(len(taken) + 1) if f"{acc}_start{n or ''}" not in taken)
+        taken.add(name)
+        indent = indentation(parsed.data, declaration.start_byte)
+        edits.append((declaration.start_byte, declaration.end_byte,
+                      f"const {kind} {name} = {start};\n{indent}{kind} {acc} = {_ZEROS[kind]};"))
+        edits.append((loop.end_byte, loop.end_byte, f"\n{indent}{acc} = {name} + {acc};"))
+    return edits
+
+
+def _started_sum(parsed: cp.ParsedSource, declaration: Node, loop: Node) -> tuple[str, str, str] | None:
+    """(the type, the sum's name, its start) where `declaration` starts a sum elsewhere than zero that `loop`, the
+    statement after it, only adds to; else None."""
+    if declaration.type != "declaration" or loop.type != "for_statement":
+        return None
+    declarators = declaration.children_by_field_name("declarator")
+    kind = declared_kind(parsed, declaration) if declarators else ""
+    if len(declarators) != 1 or declarators[0].type != "init_declarator" or kind not in _ZEROS:
+        return None
+    name, value = declarators[0].child_by_field_name("declarator"), declarators[0].child_by_field_name("value")
+    if name is None or name.type != "identifier" or value is None or \
+            _ZERO.fullmatch("".join(parsed.text(value).split())):
+        return None
+    acc = parsed.text(name)
+    mentions = [node for node in cp.nodes_of_type(loop, "identifier") if parsed.text(node) == acc]
+    update = re.compile(_UPDATE.format(acc=re.escape(acc)))
+    for node in mentions:
+        statement = node
+        while statement.parent is not None and statement.type != "expression_statement":
+            statement = statement.parent
+        found = update.fullmatch(" ".join(parsed.text(statement).split()))
+        added = found and (found["e"] or found["f"])
+        if not added or re.search(rf"\b{re.escape(acc)}\b", added) or \
+                sum(parsed.text(n) == acc for n in cp.nodes_of_type(statement, "identifier")) != \
+                (1 if found["e"] else 2):
+            return None
+    if not mentions or re.search(rf"&\s*{re.escape(acc)}\b", parsed.text(loop)):
+        return None
+    return kind, acc, " ".join(parsed.text(value).split())
