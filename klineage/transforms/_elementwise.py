@@ -17,7 +17,7 @@ The leading underscore keeps the catalog from loading this module as a transform
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,6 +178,7 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
         if not stored and array in written and array not in read:
             raise NotApplicable(f"'{array}' is read after it is written")
         (written if stored else read).setdefault(array, element)
+    check_unpacked_stores(written.items())
     if gathered & set(written):
         raise NotApplicable(f"'{sorted(gathered & set(written))[0]}' is written and read at other elements than "
                             f"{shown}: a lane could read what another lane writes")
@@ -192,6 +193,19 @@ def serial_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
         raise NotApplicable(f"{function.name} touches no array")
     return Site(function, kind, index, init, guard, bound, guarded, tuple(read.items()), tuple(written.items()),
                 span)
+
+
+# a bool mask packs as bytes only where it is read: its byte holds 0 or 1, which an unsigned char reads as the same
+# number; a store would keep a value's own byte where bool converts it to 0 or 1
+READ_ONLY = frozenset({"bool"})
+
+
+def check_unpacked_stores(written: Iterable[tuple[str, str]]) -> None:
+    """NotApplicable where an array the kernel writes (array, element type) has a type packed for reading only."""
+    for array, element in written:
+        if element in READ_ONLY:
+            raise NotApplicable(f"'{array}' is a bool array the kernel writes: its packed bytes would keep values "
+                                f"bool converts to 0 or 1")
 
 
 def naive_guard(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,

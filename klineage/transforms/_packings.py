@@ -10,9 +10,11 @@ from klineage.transforms._elementwise import Packing
 WORD_WIDTH = 4
 COMPONENTS = ("x", "y", "z", "w")
 # 32-bit elements four to a 16-byte vector, and 8-bit ones (a mask, a quantized value) four to the 4-byte vector
-# that rides beside them: the vector path's 16-byte alignment check covers theirs
+# that rides beside them: the vector path's 16-byte alignment check covers theirs; a bool mask is read as bytes too
+# (`READ_ONLY`)
 VECTORS = {"float": "float4", "int": "int4", "unsigned": "uint4", "unsigned int": "uint4",
-           **dict.fromkeys(("unsigned char", "uint8_t"), "uchar4"), **dict.fromkeys(("signed char", "int8_t"), "char4")}
+           **dict.fromkeys(("unsigned char", "uint8_t", "bool"), "uchar4"),
+           **dict.fromkeys(("signed char", "int8_t"), "char4")}
 
 
 def _declare_words(array: str, element: str, vector: str, index: str, read: bool, written: bool) -> list[str]:

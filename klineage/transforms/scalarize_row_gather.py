@@ -64,7 +64,7 @@ from klineage.transforms import register
 from klineage.transforms._calls import first_effect
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import indentation, is_written, operator, reindent, splice, unparen
-from klineage.transforms._elementwise import ELEMENT, Packing, check_names, evaluation_order
+from klineage.transforms._elementwise import ELEMENT, Packing, check_names, check_unpacked_stores, evaluation_order
 from klineage.transforms._flatten import flattened
 from klineage.transforms._naive import (
     INDEXES,
@@ -289,6 +289,7 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
     if divisor.isdigit() and int(divisor) % packing.width:
         raise NotApplicable(f"the row length {divisor} does not divide by the width {packing.width}: no row "
                             f"starts a 16-byte block")
+    check_unpacked_stores((pack.array, pack.element) for pack in packs.values() if pack.written)
     for called in (first_effect(parsed, s, packing.pure) for s in lanes):
         if called is not None:
             raise NotApplicable(f"{name} calls {called}, which may have effects")

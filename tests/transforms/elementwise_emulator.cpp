@@ -176,7 +176,7 @@ size_t dtype_size(const std::string& name, const std::string& dtype)
     if (dtype == "float16" || dtype == "bfloat16") return 2;
     if (dtype == "float32" || dtype == "int32") return 4;
     if (dtype == "int64") return 8;
-    if (dtype == "uint8") return 1;
+    if (dtype == "uint8" || dtype == "bool") return 1;
     emu::die("unknown dtype %s for buffer %s", dtype.c_str(), name.c_str());
 }
 
@@ -187,6 +187,7 @@ template <> const char* dtype_of<long long>() { return "int64"; }
 template <> const char* dtype_of<__half>() { return "float16"; }
 template <> const char* dtype_of<__nv_bfloat16>() { return "bfloat16"; }
 template <> const char* dtype_of<unsigned char>() { return "uint8"; }
+template <> const char* dtype_of<bool>() { return "bool"; }
 
 template <typename T> struct Argument {  // a scalar
     static T get(emu::Plan& plan, const emu::Launch& l, size_t i)

@@ -430,3 +430,24 @@ def test_a_local_named_as_the_vector_form_names_its_own_is_renamed_apart(transfo
         return {"n": n}, {"x": torch.randn(n, generator=torch.Generator().manual_seed(n))}, {"y": (torch.float32, n)}
 
     assert emulate.differences(tmp_path, naive, {"packed": packed}, ((5,), (2053,)), inputs) == []
+
+
+def test_a_bool_mask_is_read_as_bytes_and_never_packed_where_written(transform, tmp_path):
+    """`const bool*` (torch.where's condition) packs four to a uchar4 beside floats, as an 8-bit mask does: its bytes
+    hold 0 or 1, read as the same numbers, and the packed kernel gives the dropout kernel's bits; a bool array the
+    kernel writes is refused with the reason (a packed byte would keep a value bool converts to 0 or 1)."""
+    spelled = golden("dropout", "after").source.replace("const unsigned char* __restrict__ mask",
+                                                        "const bool* __restrict__ mask")
+    state = KernelState(source=spelled, plan=golden("dropout", "after").plan)
+    (site,) = transform.forward_sites(state)
+    packed = transform.forward(state, site).state
+    assert "uchar4 mask4" in packed.source
+    def inputs(n: int) -> tuple[dict, dict, dict]:
+        params, arrays, outputs = _inputs("dropout", n)
+        return params, {**arrays, "mask": arrays["mask"].to(torch.bool)}, outputs
+
+    assert emulate.differences(tmp_path, state, {"packed": packed}, ((5,), (2053,)), inputs) == []
+    written = KernelState(source=HEAD.replace("float* y", "bool* y") + "    if (i < n) y[i] = x[i] > 0.0f;\n}\n",
+                          plan=PLAN)
+    with pytest.raises(NotApplicable, match="'y' is a bool array the kernel writes"):
+        transform.forward(written, SITE)
