@@ -13,7 +13,9 @@ with the declarations in either order, the indexes 32-bit or 64-bit (`size_t col
 them), the guard's bounds in either order and its counts maybe cast to the indexes' width (`col < (size_t)cols`: the
 same bound wherever the kernel is correct), or the guard as `if (col >= cols) return;` (`if (row >= rows || col >=
 cols) return;`) and the work after it. The first spelling may take its row from
-grid z instead (`int b = blockIdx.z;`, a batch on a grid one block high). `flattened` rewrites such a kernel as
+grid z instead (`int b = blockIdx.z;`, a batch on a grid one block high), and may bound its row too where the bound
+is the grid's extent along the row's axis (`if (t < tokens && d < dim)` on a grid `tokens` blocks high: true in
+every block). `flattened` rewrites such a kernel as
 
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < rows * cols) {
@@ -466,10 +468,15 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
             raise NotApplicable(f"{function.name}'s guard is not `{row} {relation} M {joined} {column} {relation} N`")
         rows, columns = bounds
     else:
+        # the row bounded too (`t < T && d < D`) where T is the grid's extent along the row's axis: always true there
+        both = bounds_2d(condition, row, column, relation, joined)
         bound = re.fullmatch(rf"{column} {relation} ([A-Za-z_]\w*)", condition)
-        if bound is None:
+        if bound is None and both is None:
             raise NotApplicable(f"{function.name}'s guard is not `{column} {relation} N`")
-        columns, rows = bound[1], _grid_extent(state, parsed, function, dimensions - 1)
+        columns, rows = bound[1] if bound else both[1], _grid_extent(state, parsed, function, dimensions - 1)
+        if both is not None and both[0] != rows:
+            raise NotApplicable(f"{function.name}'s guard bounds {row} by {both[0]}, not by the grid's "
+                                f"{'xyz'[dimensions - 1]} extent {rows}")
     for node in work:
         text = parsed.text(node)
         if found := (_BLOCK_FORBIDDEN if of_rows else FORBIDDEN).search(text):

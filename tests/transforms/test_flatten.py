@@ -550,3 +550,18 @@ def test_a_first_thread_guard_that_bounds_the_row_by_the_grid_is_the_first_threa
     plain = flattened(canonical(KernelState(source=ROW_HEAD + "    if (threadIdx.x != 0) return;\n" + work + "}\n",
                                             plan=_row_plan(block=32))))
     assert written == plain and "blockIdx.x * blockDim.x + threadIdx.x" in written.source
+
+
+@pytest.mark.parametrize("guard", ["row < rows && col < cols", "col < cols && row < rows"])
+def test_a_row_bound_by_the_grids_own_extent_is_the_column_guard(guard):
+    """`row = blockIdx.y` on a grid `rows` blocks high bounded again (`row < rows`, an embedding's `t < tokens`) is
+    true for every block: the kernel flattens as the column guard alone does. A bound by another count stays
+    refused, with the reason."""
+    written = _state("rows_on_y", "written")
+    spelled = KernelState(source=written.source.replace("if (col < cols)", f"if ({guard})"), plan=written.plan)
+    assert flattened(canonical(spelled)) == flattened(canonical(written))
+    other = KernelState(source=written.source.replace("if (col < cols)", "if (row < cols && col < cols)"),
+                        plan=written.plan)
+    with refusals() as refused:
+        assert flattened(canonical(other)) == canonical(other)
+    assert any("bounds row by cols, not by the grid's y extent rows" in line for line in refused), refused
