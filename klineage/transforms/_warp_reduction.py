@@ -604,10 +604,11 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
     if arg is not None:
         return RowLoop(node, index, (Accumulator(arg.value, arg.compare), Accumulator(arg.index, "index")), arg=arg,
                        start=start, kind=kind)
-    if any(statement.type == "if_statement" and _kept_extreme(parsed, statement) is None
-           for statement in statements(loop_body)):
+    if any(statement.type == "if_statement" and _kept_extreme(parsed, statement) is None and
+           _conditional_update(parsed, statement) is None for statement in statements(loop_body)):
         raise NotApplicable("an `if` in a row loop that is no arg reduction (a strict compare that takes the value "
-                            "and the loop index together, alone in the loop) and no kept extreme (`if (e > m) m = e;`)")
+                            "and the loop index together, alone in the loop), no kept extreme (`if (e > m) m = e;`) "
+                            "and no update under a condition of the element alone (`if (mask[j]) s += x[j];`)")
     scan = _scan(parsed, loop_body)
     if start != "0" and scan is not None:
         raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction or an extreme may start later): "
@@ -628,7 +629,7 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
         assignment = statement.named_children[0] if statement.type == "expression_statement" and \
             statement.named_children else None
         if statement.type == "if_statement":
-            accumulator = _kept_extreme(parsed, statement)
+            accumulator = _kept_extreme(parsed, statement) or _conditional_update(parsed, statement)
         elif assignment is None or assignment.type != "assignment_expression":
             raise NotApplicable(f"a loop statement that is no store or reduction: `{squash(parsed.text(statement))}`")
         else:
@@ -792,6 +793,31 @@ def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) 
                 sum(free(a) for a in arguments) == 1:
             return Accumulator(name, call)
     return None
+
+
+def _conditional_update(parsed: cp.ParsedSource, statement: Node) -> Accumulator | None:
+    """`if (c) acc += e;` (any update `_reduction` reads, or a count `++n`, `n++`; braces or not, no else) where c
+    names no accumulator: a masked sum or count. Each lane folds the elements it takes whose condition holds, the
+    warp combines the partials, and the whole is the fold of every element whose condition holds. Else None."""
+    consequence = statement.child_by_field_name("consequence")
+    listed = statements(consequence) if consequence is not None else []
+    if statement.child_by_field_name("alternative") is not None or len(listed) != 1 or \
+            listed[0].type != "expression_statement" or len(listed[0].named_children) != 1:
+        return None
+    update = unparen(listed[0].named_children[0])
+    counted = unparen(update.child_by_field_name("argument")) if update.type == "update_expression" else None
+    if counted is not None and "++" in parsed.text(update) and counted.type == "identifier":
+        accumulator = Accumulator(parsed.text(counted), "+")
+    elif update.type == "assignment_expression":
+        operator = parsed.text(update.child_by_field_name("operator"))
+        accumulator = _reduction(parsed, update.child_by_field_name("left"), operator,
+                                 update.child_by_field_name("right"))
+    else:
+        return None
+    condition = parsed.text(statement.child_by_field_name("condition"))
+    if accumulator is None or re.search(rf"\b{re.escape(accumulator.name)}\b", condition):
+        return None
+    return accumulator
 
 
 def _kept_extreme(parsed: cp.ParsedSource, statement: Node) -> Accumulator | None:

@@ -961,3 +961,39 @@ def test_a_running_sum_declared_before_its_guard_and_set_after_it_is_the_golden_
     for n in (1, 31, 32, 70):
         for name in ("y", "total"):
             assert torch.equal(runs["warp", n][name], runs["naive", n][name]), (n, name)
+
+
+@pytest.mark.parametrize("loop, name", [
+    ("for (int j = 0; j < n; ++j) if (m[row * n + j]) s += x[row * n + j];", "s"),
+    ("for (int j = 0; j < n; ++j) { if (x[row * n + j] != 0.0f) { c++; } }", "c"),
+    ("for (int j = 0; j < n; ++j) if (m[row * n + j] > 0) s = s + 2.0f * x[row * n + j];", "s"),
+])
+def test_an_update_under_a_condition_of_the_element_gets_a_warp_and_the_naive_bits(transform, tmp_path, loop, name):
+    """A masked sum, a count of nonzeros: each lane folds the elements it takes whose condition holds, the warp
+    combines the partials; on integer values, which any order sums exactly, the warp form's results are the naive
+    loop's bits. A condition that reads the accumulator is no such update (refused below)."""
+    source = ("__global__ void kernel(const float* x, const int* m, float* y, int rows, int n) {\n"
+              "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= rows) return;\n"
+              f"    float s = 0.0f;\n    int c = 0;\n    {loop}\n    y[row] = s + c;\n}}\n")
+    state = KernelState(source=source, plan=LaunchPlan.from_toml(PLAN_TEXT.replace('"x", "y",', '"x", "m", "y",')))
+    (site,) = transform.forward_sites(state)
+    warp = transform.forward(state, site).state
+    assert f"{name} += __shfl_xor_sync" in warp.source
+
+    def inputs_of(rows: int, n: int) -> tuple[dict, dict, dict]:
+        g = torch.Generator().manual_seed(rows * n)
+        x = torch.randint(-3, 4, (rows * n,), generator=g).float()
+        return {"rows": rows, "n": n}, {"x": x, "m": torch.randint(0, 2, (rows * n,), generator=g).int()}, \
+            {"y": (torch.float32, rows)}
+
+    assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 70)), inputs_of) == []
+
+
+def test_no_site_where_the_condition_reads_the_accumulator(transform):
+    source = ("__global__ void kernel(const float* x, float* y, int rows, int n) {\n"
+              "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= rows) return;\n"
+              "    float s = 0.0f;\n    for (int j = 0; j < n; ++j) if (s < 10.0f) s += x[row * n + j];\n"
+              "    y[row] = s;\n}\n")
+    state = KernelState(source=source, plan=LaunchPlan.from_toml(PLAN_TEXT))
+    with pytest.raises(NotApplicable, match="no update under a condition of the element alone"):
+        transform.forward(state, Anchor("kernel", "function", "row"))
