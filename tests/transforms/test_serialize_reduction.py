@@ -69,7 +69,10 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
 
 
 @pytest.mark.parametrize("body, why", [
-    ("    float s = 1.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n", "zero"),
+    # a sum from another start is read as one from zero with the start added after its loop (_sum_starts), only
+    # where nothing stands between the start and the loop: each lane would count it
+    ("    float s = 1.0f;\n    y[row] = s;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n",
+     "zero"),
     ("    float s = 0.0f;\n    s += 1.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s;\n",
      "before its loop"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row] = s; }\n", "index"),

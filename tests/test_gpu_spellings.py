@@ -1,0 +1,72 @@
+"""Naive kernels spelled as people write them, read by the analysis forwards and gated on a real GPU (sm_90; skipped
+elsewhere): the rewrites of the spellings pass every case against the kernel they came from.
+
+- A masked matrix-vector product with a bias (tests/fixtures/gpu_problems/masked_gemv, written for this test),
+  one thread per row in C's spelling: the sum starts from the bias, a pointer steps along the row, a bool mask keeps
+  each product (`_sum_starts`, `_pointer_walks`, a conditional update). Shared by a warp a row
+  (serialize_reduction) and by a block a row (serialize_block_reduction).
+- C = A^T B (tests/fixtures/gpu_problems/matmul_at) spelled with the block's side as a macro, one guard per bound,
+  each element named, subscript terms in another order, the output's offset named and a `#pragma unroll`: tiled by
+  untile_matmul as the plain spelling is.
+
+Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
+torch eager are printed with whether the timing settled (run with -s).
+
+    python -m pytest tests/test_gpu_spellings.py -v -s -n 0
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_tools import (
+    forwarded,
+    module_cache,  # noqa: F401 (the module's fixture `cache`)
+    passes_against,
+)
+from klineage.kernel import KernelState, load_kernel
+
+pytestmark = pytest.mark.gpu
+PROBLEMS = Path(__file__).resolve().parent / "fixtures" / "gpu_problems"
+CASES = {"headline", "ragged", "small"}  # each problem's CASES (a problem file runs only in the sandbox)
+
+MATMUL_AT = """// C = A^T B, one thread per output, with the block's side a macro, a guard per bound, named elements.
+#define TILE 16
+__global__ void matmul_at(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M,
+                          int N, int K) {
+    int r = blockIdx.y * TILE + threadIdx.y;
+    int c = blockIdx.x * TILE + threadIdx.x;
+    if (r < M) {
+        if (c < N) {
+            float acc = 0;
+#pragma unroll 4
+            for (int k = 0; k < K; k += 1) {
+                const float a = A[r + k * M];
+                const float b = B[c + N * k];
+                acc = acc + a * b;
+            }
+            int out = r * N + c;
+            C[out] = acc;
+        }
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("transform", ["serialize_reduction", "serialize_block_reduction"])
+def test_the_rows_of_a_masked_product_from_a_bias_pass_every_case_against_the_naive_kernel(cache, transform):
+    naive = load_kernel(PROBLEMS / "masked_gemv" / "naive")
+    shared = forwarded(naive, transform)
+    assert "const float acc_start = bias[row];" in shared.source and "acc = acc_start + acc;" in shared.source
+    passes_against(PROBLEMS / "masked_gemv" / "problem.py", shared, naive, CASES, cache,
+                   f"the masked product with a bias ({transform})", "the naive kernel")
+
+
+def test_the_tiles_of_a_respelled_product_pass_every_case_against_it(cache):
+    spelled = KernelState(source=MATMUL_AT, plan=load_kernel(PROBLEMS / "matmul_at" / "naive").plan)
+    tiled = forwarded(spelled, "untile_matmul")
+    assert "__shared__ float tile_a[16][17];" in tiled.source and "C[r * N + c] = acc;" in tiled.source
+    passes_against(PROBLEMS / "matmul_at" / "problem.py", tiled, spelled, CASES, cache,
+                   "the tiled A^T B of the respelled kernel", "the respelled kernel", vendor="torch.matmul(A.T, B)")
