@@ -4,7 +4,8 @@ the row-loop values no lane of a warp would hold, refused with the reason.
 `respelled` writes a scan's update and store as the scan's two statements `acc += e; y[...j...] = acc;` (the store
 first in an exclusive scan) where they are spelled `acc = acc + e` (`e + acc`, `*` too), through a temporary of the
 accumulator's type that nothing else names (`float v = e; acc += v;`), or as the value of an assignment stored
-(`y[...] = (acc += e);`, `y[...] = acc = acc + e;`): each computes the same values. `check_declared_apart` and
+(`y[...] = (acc += e);`, `y[...] = acc = acc + e;`): each computes the same values. A masked scan, `if (c) acc +=
+e; y[...j...] = acc;`, is `acc += c ? e : 0.0f;` (`_masked_lines`). `check_declared_apart` and
 `check_accumulator_uses` refuse what a strided loop would change: an index or an updated variable declared apart
 from where it is set (what `_c_style.py` left), an assignment inside a larger expression of a row loop (its value is
 the serial running one), an accumulator's address taken or bound to a reference (a read through it sees one lane's
@@ -62,6 +63,9 @@ def _scan_lines(parsed: cp.ParsedSource, loop_body: Node, types: dict[str, str])
     = e; acc += v;`, v named nowhere else: e converted as the scan's own `scan_value = e` converts it). None where
     the body is no such scan, op + or *."""
     listed = statements(loop_body)
+    masked = _masked_lines(parsed, listed, types)
+    if masked is not None:
+        return masked
     temporary = listed.pop(0) if len(listed) in (2, 3) and listed[0].type == "declaration" else None
     if not listed or any(s.type != "expression_statement" or len(s.named_children) != 1 for s in listed):
         return None
@@ -94,6 +98,44 @@ def _scan_lines(parsed: cp.ParsedSource, loop_body: Node, types: dict[str, str])
         return None
     lines = [f"{accumulator} {op}= {value};", f"{squash(parsed.text(target))} = {accumulator};"]
     return lines[::-1] if exclusive else lines
+
+
+def _masked_lines(parsed: cp.ParsedSource, listed: list[Node], types: dict[str, str]) -> list[str] | None:
+    """The scan's two statements of a masked scan, `if (c) acc op= e; target = acc;` (the store first in an
+    exclusive one; the `if` without `else`, c naming no accumulator): `acc op= c ? e : <identity>;`, which adds
+    zero (multiplies by one) where the mask drops the element. Multiplying by one keeps every bit; adding zero
+    does too but for a running sum of -0.0, which becomes +0.0, the same value (the warp reductions reassociate
+    the sum anyway). None where the body is no such scan."""
+    if len(listed) != 2 or [s.type for s in listed].count("if_statement") != 1:
+        return None
+    exclusive = listed[1].type == "if_statement"
+    guard, store = listed[::-1] if exclusive else listed
+    consequence = guard.child_by_field_name("consequence")
+    inner = statements(consequence) if consequence is not None else []
+    if guard.child_by_field_name("alternative") is not None or len(inner) != 1 or \
+            inner[0].type != "expression_statement" or len(inner[0].named_children) != 1 or \
+            store.type != "expression_statement" or len(store.named_children) != 1:
+        return None
+    found = _update(parsed, inner[0].named_children[0])
+    assignment = store.named_children[0]
+    if found is None or not _is_assignment(parsed, assignment, "="):
+        return None
+    accumulator, op, value = found
+    identity = _IDENTITIES.get(types.get(accumulator, ""), {}).get(op)
+    target = assignment.child_by_field_name("left")
+    condition = squash(parsed.text(guard.child_by_field_name("condition")))
+    if identity is None or target.type != "subscript_expression" or \
+            parsed.text(unparen(assignment.child_by_field_name("right"))) != accumulator or \
+            re.search(rf"\b{accumulator}\b", f"{value} {condition} {parsed.text(target)}"):
+        return None
+    lines = [f"{accumulator} {op}= {condition} ? ({value}) : {identity};",
+             f"{squash(parsed.text(target))} = {accumulator};"]
+    return lines[::-1] if exclusive else lines
+
+
+# what a dropped element adds to a running sum or multiplies into a running product, in the accumulator's type
+_IDENTITIES = {"float": {"+": "0.0f", "*": "1.0f"}, "double": {"+": "0.0", "*": "1.0"},
+               "int": {"+": "0", "*": "1"}, "long long": {"+": "0", "*": "1"}}
 
 
 def _update(parsed: cp.ParsedSource, node: Node) -> tuple[str, str, str] | None:

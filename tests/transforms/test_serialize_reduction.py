@@ -1000,3 +1000,27 @@ def test_no_site_where_the_condition_reads_the_accumulator(transform):
     state = KernelState(source=source, plan=LaunchPlan.from_toml(PLAN_TEXT))
     with pytest.raises(NotApplicable, match="no update under a condition of the element alone"):
         transform.forward(state, Anchor("kernel", "function", "row"))
+
+
+@pytest.mark.parametrize("body", [
+    "{ if (m[row * n + j]) s += x[row * n + j]; y[row * n + j] = s; }",  # a masked cumsum
+    "{ y[row * n + j] = s; if (m[row * n + j] != 0) s = s + x[row * n + j]; }",  # exclusive, spelled out
+])
+def test_a_masked_scan_gets_a_warp_scan_and_the_naive_bits(transform, tmp_path, body):
+    """A running sum that adds only where a mask keeps the element reads as the scan adding `m ? x : 0`; on integer
+    values (any order sums them exactly) the warp scan's outputs are the naive loop's bits, ragged rows included."""
+    source = ("__global__ void kernel(const float* x, const int* m, float* y, int rows, int n) {\n"
+              "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= rows) return;\n"
+              f"    float s = 0.0f;\n    for (int j = 0; j < n; ++j) {body}\n}}\n")
+    state = KernelState(source=source, plan=LaunchPlan.from_toml(PLAN_TEXT.replace('"x", "y",', '"x", "m", "y",')))
+    (site,) = transform.forward_sites(state)
+    warp = transform.forward(state, site).state
+    assert "__shfl_up_sync" in warp.source
+
+    def inputs_of(rows: int, n: int) -> tuple[dict, dict, dict]:
+        g = torch.Generator().manual_seed(rows * n)
+        x = torch.randint(-3, 4, (rows * n,), generator=g).float()
+        return {"rows": rows, "n": n}, {"x": x, "m": torch.randint(0, 2, (rows * n,), generator=g).int()}, \
+            {"y": (torch.float32, rows * n)}
+
+    assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 70)), inputs_of) == []
