@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -16,6 +16,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.features.source import source_features
+from klineage.kernel import KernelState
 from klineage.transforms.base import NotApplicable
 
 LOAD_INTRINSICS = frozenset({"__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv"})
@@ -430,3 +431,40 @@ def splice(data: bytes, edits: Iterable[tuple[int, int, str]]) -> tuple[bytes, l
         position = end
     out.append(data[position:])
     return b"".join(out), starts
+
+
+# integer arithmetic over names and numbers (sums, products, casts, parentheses): no call, subscript, comparison or
+# comma, so its value is fixed by the names it reads
+INTEGER_ARITHMETIC = re.compile(r"[\w\s*+\-()]+")
+
+
+def through_blanks(parsed: cp.ParsedSource, node: Node) -> int:
+    """Past `node` and the blanks up to the next statement: a removed statement takes its line with it."""
+    end = node.end_byte
+    while end < len(parsed.data) and parsed.data[end:end + 1] in (b" ", b"\t", b"\r", b"\n"):
+        end += 1
+    return end
+
+
+KernelEdit = Callable[[cp.ParsedSource, cp.Function, Node], list[tuple[int, int, str]]]
+
+
+def edited_to_fixpoint(state: KernelState, edit: KernelEdit, passes: int) -> KernelState:
+    """`state` with `edit`'s byte edits of each kernel's body made, then again on the result, up to `passes` times
+    while there are any (a fold that reads through another waits for it); the state as it stands where two edits
+    would overlap (a fold inside another's use: left as written)."""
+    for _ in range(passes):
+        parsed = cp.parse(state.source)
+        edits = []
+        for function in cp.functions(parsed):
+            body = function.node.child_by_field_name("body")
+            if function.is_kernel and body is not None:
+                edits += edit(parsed, function, body)
+        if not edits:
+            return state
+        try:
+            state = KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+        except NotApplicable:
+            return state
+    return state
+

@@ -32,12 +32,19 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import declared_kind, is_written, operator, outer_parens, params, splice
-from klineage.transforms.base import NotApplicable
+from klineage.transforms._edit import (
+    INTEGER_ARITHMETIC,
+    declared_kind,
+    edited_to_fixpoint,
+    is_written,
+    operator,
+    outer_parens,
+    params,
+    through_blanks,
+)
 
 _INTEGER = re.compile(r"(?:const )?(?:(?:unsigned|signed) )?(?:int|long|long long|long int|size_t|ptrdiff_t|"
                       r"u?int(?:32|64)_t|unsigned)(?: const)?")
-_SIMPLE = re.compile(r"[\w\s*+\-()]+")  # integer arithmetic over names: no call, subscript, comparison or comma
 _COORDINATE = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim)\b")  # an index, which forwards read by name
 _PLACE_PARENTS = ("binary_expression", "parenthesized_expression", "cast_expression")
 
@@ -45,20 +52,7 @@ _PLACE_PARENTS = ("binary_expression", "parenthesized_expression", "cast_express
 def folded(state: KernelState) -> KernelState:
     """`state` with every such local (see the module's docstring) read as its value; the same state when there is
     none. A local declared from another (`o2 = o1 + c`) folds once the first has: each pass folds one level."""
-    for _ in range(_MAX_LEVELS):
-        parsed = cp.parse(state.source)
-        edits = []
-        for function in cp.functions(parsed):
-            body = function.node.child_by_field_name("body")
-            if function.is_kernel and body is not None:
-                edits += _edits(parsed, function, body)
-        if not edits:
-            return state
-        try:
-            state = KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
-        except NotApplicable:  # two folds overlap (a local's use in another's value): kept as written
-            return state
-    return state
+    return edited_to_fixpoint(state, _edits, _MAX_LEVELS)
 
 
 _MAX_LEVELS = 4
@@ -86,7 +80,7 @@ def _edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[t
                 (_width(declared_kind(parsed, declaration)) == _NARROW and not _narrow(text, widths)) or \
                 any(start < declaration.end_byte and declaration.start_byte < end for start, end in taken):
             continue
-        edits.append((declaration.start_byte, _line_end(parsed, declaration), ""))
+        edits.append((declaration.start_byte, through_blanks(parsed, declaration), ""))
         edits += [(outer_parens(node).start_byte, outer_parens(node).end_byte,
                    text if _bare(outer_parens(node), text) else f"({text})") for node in uses]
         taken += [(declaration.start_byte, declaration.end_byte)] + \
@@ -134,7 +128,7 @@ def _fixed(parsed: cp.ParsedSource, function: cp.Function, body: Node, declarati
     declares again or takes the address of after the declaration, and elements of read-only pointer parameters."""
     names = "|".join(sorted(readonly))
     plain = re.sub(rf"\b(?:{names})\[[\w\s*+\-]*\]", "0", value) if names else value
-    if not _SIMPLE.fullmatch(plain) or _COORDINATE.search(value):
+    if not INTEGER_ARITHMETIC.fullmatch(plain) or _COORDINATE.search(value):
         return False
     read = set(re.findall(r"[A-Za-z_]\w*", value)) - readonly
     for node in cp.nodes_of_type(function.node, "identifier"):
@@ -190,11 +184,3 @@ def _read_only_arrays(parsed: cp.ParsedSource, function: cp.Function, body: Node
     stored = {parsed.text(node.child_by_field_name("argument")) for node in
               cp.nodes_of_type(body, "subscript_expression") if is_written(node)}
     return {param.name for param in params(parsed, function.node) if param.indirection == "*"} - stored
-
-
-def _line_end(parsed: cp.ParsedSource, node: Node) -> int:
-    """Past the declaration and the whitespace up to the next statement: the line goes with it."""
-    end = node.end_byte
-    while end < len(parsed.data) and parsed.data[end:end + 1] in (b" ", b"\t", b"\r", b"\n"):
-        end += 1
-    return end

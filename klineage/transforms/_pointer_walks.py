@@ -22,9 +22,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import is_written, own_lines, params, splice
-
-_SIMPLE = re.compile(r"[\w\s*+\-()]+")  # integer arithmetic over names: no call, subscript, comparison or comma
+from klineage.transforms._edit import INTEGER_ARITHMETIC, is_written, own_lines, params, splice
 
 
 def walked(state: KernelState) -> KernelState:
@@ -70,7 +68,7 @@ def _walk(parsed: cp.ParsedSource, function: cp.Function, loop: Node) -> list[tu
     uses = [node for node in cp.nodes_of_type(function.node, "identifier") if parsed.text(node) == pointer]
     inside = [node for node in uses if listed[0].start_byte <= node.start_byte < listed[-1].start_byte]
     in_stride = set(re.findall(r"[A-Za-z_]\w*", stride))
-    if pointer in pointers or len(declared) != 1 or not _SIMPLE.fullmatch(stride) or \
+    if pointer in pointers or len(declared) != 1 or not INTEGER_ARITHMETIC.fullmatch(stride) or \
             len(uses) != len(inside) + 2 or any(is_written(node) for node in inside) or \
             any(parsed.text(node) in in_stride | {index} and is_written(node) for node in
                 cp.nodes_of_type(work, "identifier")):

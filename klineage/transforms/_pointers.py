@@ -26,33 +26,18 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import is_written, splice, written_names
+from klineage.transforms._edit import INTEGER_ARITHMETIC, edited_to_fixpoint, is_written, through_blanks, written_names
 from klineage.transforms._naive import parameters, squash
-from klineage.transforms.base import NotApplicable
 
 _DECLARATION = re.compile(r"(?:const )?[A-Za-z_][\w ]*\* (?:const )?(?:__restrict__ )?([A-Za-z_]\w*) = "
                           r"([A-Za-z_]\w*) \+ (.+);")
-_SIMPLE = re.compile(r"[\w\s*+\-()]+")  # integer arithmetic over names: no call, subscript, comparison or comma
 
 
 def inlined(state: KernelState) -> KernelState:
     """`state` with every such local pointer (see the module's docstring) read through its parameter; the same state
     when there is none. A pointer declared from another (`a_row = Ab + r * K`, `Ab = A + b * M * K`) is read
-    through the parameter once the first is: each pass folds one level."""
-    for _ in range(_MAX_LEVELS):
-        parsed = cp.parse(state.source)
-        edits = []
-        for function in cp.functions(parsed):
-            body = function.node.child_by_field_name("body")
-            if function.is_kernel and body is not None:
-                edits += _edits(parsed, function, body)
-        if not edits:
-            return state
-        try:
-            state = KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
-        except NotApplicable:  # a local pointer's use inside another's subscript: kept as written
-            return state
-    return state
+    through the parameter once the first is: each pass folds one level (a use inside another's subscript stays)."""
+    return edited_to_fixpoint(state, _edits, _MAX_LEVELS)
 
 
 _MAX_LEVELS = 4  # pointers declared from pointers, folded one level a pass
@@ -82,11 +67,11 @@ def _edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[t
         bases = [node for node in uses if _declares_from(parsed, node)]  # `q = p + E2`: q is read through A too
         if not uses or len(subscripts) + len(bases) != len(uses):
             continue  # used as a pointer somewhere (`*p`, `p + 1`, an argument): kept
-        edits.append((declaration.start_byte, _line_end(parsed, declaration), ""))
+        edits.append((declaration.start_byte, through_blanks(parsed, declaration), ""))
         edits += [(node.start_byte, node.end_byte, f"{base} + {offset}") for node in bases]
         for subscript in subscripts:
             index = parsed.text(subscript.child_by_field_name("indices"))[1:-1].strip()
-            index = index if _SIMPLE.fullmatch(index) and "(" not in index else f"({index})"
+            index = index if INTEGER_ARITHMETIC.fullmatch(index) and "(" not in index else f"({index})"
             edits.append((subscript.start_byte, subscript.end_byte, f"{base}[{offset} + {index}]"))
     return edits
 
@@ -97,7 +82,7 @@ def _fixed_offset(parsed: cp.ParsedSource, body: Node, declaration: Node, offset
     gathered row's start, `table + idx[r] * cols`)."""
     names = "|".join(sorted(readonly))
     plain = re.sub(rf"\b(?:{names})\[[\w\s*+\-]*\]", "0", offset) if names else offset
-    if not _SIMPLE.fullmatch(plain):
+    if not INTEGER_ARITHMETIC.fullmatch(plain):
         return False
     read = set(re.findall(r"[A-Za-z_]\w*", offset)) - readonly
     return not any(parsed.text(node) in read and node.start_byte > declaration.start_byte and is_written(node)
@@ -119,11 +104,3 @@ def _declares_from(parsed: cp.ParsedSource, use: Node) -> bool:
     declarator = expression.parent
     return declarator.type == "init_declarator" and declarator.child_by_field_name("value") == expression and \
         _DECLARATION.fullmatch(squash(parsed.text(declarator.parent))) is not None
-
-
-def _line_end(parsed: cp.ParsedSource, node: Node) -> int:
-    """Past the declaration and the whitespace up to the next statement: the line goes with it."""
-    end = node.end_byte
-    while end < len(parsed.data) and parsed.data[end:end + 1] in (b" ", b"\t", b"\r", b"\n"):
-        end += 1
-    return end

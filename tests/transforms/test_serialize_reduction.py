@@ -983,13 +983,7 @@ def test_an_update_under_a_condition_of_the_element_gets_a_warp_and_the_naive_bi
     warp = transform.forward(state, site).state
     assert f"{name} += __shfl_xor_sync" in warp.source
 
-    def inputs_of(rows: int, n: int) -> tuple[dict, dict, dict]:
-        g = torch.Generator().manual_seed(rows * n)
-        x = torch.randint(-3, 4, (rows * n,), generator=g).float()
-        return {"rows": rows, "n": n}, {"x": x, "m": torch.randint(0, 2, (rows * n,), generator=g).int()}, \
-            {"y": (torch.float32, rows)}
-
-    assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 70)), inputs_of) == []
+    assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 70)), _masked(per_element=False)) == []
 
 
 def test_no_site_where_the_condition_reads_the_accumulator(transform):
@@ -1017,10 +1011,16 @@ def test_a_masked_scan_gets_a_warp_scan_and_the_naive_bits(transform, tmp_path, 
     warp = transform.forward(state, site).state
     assert "__shfl_up_sync" in warp.source
 
+    assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 70)), _masked(per_element=True)) == []
+
+
+def _masked(per_element: bool):
+    """inputs_of for rows x n integer values (any order sums them exactly) and a 0/1 int mask; the output one value a
+    row, or one an element (`per_element`: a scan's)."""
     def inputs_of(rows: int, n: int) -> tuple[dict, dict, dict]:
         g = torch.Generator().manual_seed(rows * n)
         x = torch.randint(-3, 4, (rows * n,), generator=g).float()
-        return {"rows": rows, "n": n}, {"x": x, "m": torch.randint(0, 2, (rows * n,), generator=g).int()}, \
-            {"y": (torch.float32, rows * n)}
+        return ({"rows": rows, "n": n}, {"x": x, "m": torch.randint(0, 2, (rows * n,), generator=g).int()},
+                {"y": (torch.float32, rows * n if per_element else rows)})
 
-    assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 70)), inputs_of) == []
+    return inputs_of
