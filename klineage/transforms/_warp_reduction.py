@@ -757,7 +757,7 @@ def _outer_loops(body: Node) -> list[Node]:
 
 
 def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) -> Accumulator | None:
-    """The accumulator an update combines into, as any of `acc += e`, `acc = acc + e`, `acc = e + acc`,
+    """The accumulator an update combines into, as any of `acc += e`, `acc -= e`, `acc = acc + e`, `acc = e + acc`,
     `acc = fmaf(a, b, acc)` (a sum), `acc *= e`, `acc = acc * e`, `acc = e * acc` (a product), `acc = f(acc, e)` or
     `acc = f(e, acc)` for f of _COMBINE_CALLS, `acc = e > acc ? e : acc` (the larger: max; `<`, min); e never naming
     acc. Else None."""
@@ -774,6 +774,8 @@ def _reduction(parsed: cp.ParsedSource, left: Node, operator: str, right: Node) 
     right = unparen(right)
     if operator in ("+=", "*="):  # `s += s * e` doubles s as well: no fold of the elements alone
         return Accumulator(name, operator[0]) if free(right) else None
+    if operator == "-=":  # `s -= e` is `s += -e` to the bit: each lane's partial is minus its elements, summed
+        return Accumulator(name, "+") if free(right) else None
     if operator != "=":
         return None
     if right.type == "binary_expression" and parsed.text(right.child_by_field_name("operator")) in _OPERATORS:

@@ -186,6 +186,7 @@ def test_no_site_where_every_loop_is_shorter_than_a_warp_by_its_source(transform
 @pytest.mark.parametrize("update, combine", [
     ("s = s + x[row * n + j];", "s += __shfl_xor_sync(0xffffffffu, s, offset)"),
     ("s = x[row * n + j] + s;", "s += __shfl_xor_sync(0xffffffffu, s, offset)"),
+    ("s -= x[row * n + j];", "s += __shfl_xor_sync(0xffffffffu, s, offset)"),  # each lane's partial is minus a sum
     ("s = fmaf(x[row * n + j], x[row * n + j], s);", "s += __shfl_xor_sync(0xffffffffu, s, offset)"),
     ("s = fmaxf(x[row * n + j], s);", "s = fmaxf(s, __shfl_xor_sync(0xffffffffu, s, offset))"),
     ("s = min(s, x[row * n + j]);", "s = min(s, __shfl_xor_sync(0xffffffffu, s, offset))"),
@@ -970,6 +971,7 @@ def test_a_running_sum_declared_before_its_guard_and_set_after_it_is_the_golden_
     ("for (int j = 0; j < n; ++j) if (m[row * n + j]) s += x[row * n + j];", "s"),
     ("for (int j = 0; j < n; ++j) { if (x[row * n + j] != 0.0f) { c++; } }", "c"),
     ("for (int j = 0; j < n; ++j) if (m[row * n + j] > 0) s = s + 2.0f * x[row * n + j];", "s"),
+    ("for (int j = 0; j < n; ++j) if (m[row * n + j]) s -= x[row * n + j];", "s"),  # lanes' partials summed
 ])
 def test_an_update_under_a_condition_of_the_element_gets_a_warp_and_the_naive_bits(transform, tmp_path, loop, name):
     """A masked sum, a count of nonzeros: each lane folds the elements it takes whose condition holds, the warp
