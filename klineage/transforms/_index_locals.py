@@ -73,9 +73,10 @@ def _edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[t
         if name_node is None or name_node.type != "identifier" or value is None:
             continue
         local, text = parsed.text(name_node), " ".join(parsed.text(value).split())
-        uses = [node for node in cp.nodes_of_type(function.node, "identifier")
-                if parsed.text(node) == local and node != name_node]
-        if not uses or any(not _after_in(declaration, node) or not _is_place(parsed, node) for node in uses) or \
+        # the local's uses in its block (a loop body may declare it afresh each pass, another block its own)
+        uses = [node for node in cp.nodes_of_type(declaration.parent, "identifier")
+                if parsed.text(node) == local and node.start_byte > declaration.end_byte]
+        if not uses or any(not _is_place(parsed, node) or _declares(node) for node in uses) or \
                 not _fixed(parsed, function, body, declaration, text, readonly) or \
                 (_width(declared_kind(parsed, declaration)) == _NARROW and not _narrow(text, widths)) or \
                 any(start < declaration.end_byte and declaration.start_byte < end for start, end in taken):
@@ -86,12 +87,6 @@ def _edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[t
         taken += [(declaration.start_byte, declaration.end_byte)] + \
             [(node.start_byte, node.end_byte) for node in uses]
     return edits
-
-
-def _after_in(declaration: Node, use: Node) -> bool:
-    """`use` follows the declaration inside the block that declares it."""
-    scope = declaration.parent
-    return use.start_byte > declaration.end_byte and scope.start_byte <= use.start_byte < scope.end_byte
 
 
 def _is_place(parsed: cp.ParsedSource, use: Node) -> bool:
@@ -135,15 +130,22 @@ def _fixed(parsed: cp.ParsedSource, function: cp.Function, body: Node, declarati
         if parsed.text(node) not in read:
             continue
         parent = node.parent
-        if parent.type == "pointer_expression" and parsed.text(parent).startswith("&"):
-            return False  # the address taken: anything could write it
-        if node.start_byte > declaration.start_byte and (is_written(node) or parent.type in (
-                "init_declarator", "reference_declarator", "parameter_declaration") or
-                (parent.type == "declaration" and node in parent.children_by_field_name("declarator"))):
-            return False
-        if parent.type == "reference_declarator":
+        if parent.type == "reference_declarator" or \
+                (parent.type == "pointer_expression" and parsed.text(parent).startswith("&")):
+            return False  # bound to a reference or its address taken: anything could write it
+        # written or declared again after the declaration, in its block (where every use stands)
+        if declaration.end_byte < node.start_byte < declaration.parent.end_byte and \
+                (is_written(node) or _declares(node)):
             return False
     return True
+
+
+def _declares(node: Node) -> bool:
+    """`node` is the name a declaration (of a local or a parameter) declares."""
+    parent = node.parent
+    if parent.type in ("init_declarator", "reference_declarator", "parameter_declaration", "pointer_declarator"):
+        return parent.child_by_field_name("declarator") == node
+    return parent.type == "declaration" and node in parent.children_by_field_name("declarator")
 
 
 _NARROW, _WIDE = "32-bit", "64-bit"

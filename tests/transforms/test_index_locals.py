@@ -69,7 +69,7 @@ def test_the_value_is_parenthesized_where_a_sum_would_regroup(use, written):
     "    int base = r * cols;\n    y[0] = (float)base;\n",
     # a name of its value written, declared again or addressed after it: the value could change
     "    int c = cols;\n    int base = r * c;\n    c = 2;\n    y[base] = x[0];\n",
-    "    int c = cols;\n    int base = r * c;\n    { int c = 3; y[base + c] = x[0]; }\n",
+    "    int c = cols;\n    int base = r * c;\n    { int c = 3; c += rows; y[base + c] = x[0]; }\n",
     "    int c = cols;\n    int base = r * c;\n    int* p = &c;\n    *p = 1;\n    y[base] = x[0];\n",
     # a thread coordinate (an index local the forwards read by its declaration), a call, a float
     "    int at = blockIdx.x * blockDim.x + threadIdx.x;\n    y[at] = x[at];\n",
@@ -85,3 +85,19 @@ def test_the_value_is_parenthesized_where_a_sum_would_regroup(use, written):
 def test_locals_that_could_hold_another_value_stay_as_written(body):
     state = _kernel(body)
     assert folded(state) is state
+
+
+def test_a_name_declared_again_in_an_inner_block_folds_as_its_own():
+    """The inner block's own `c` folds first (its value 3), then the offset that read the outer `c` (`cols`): each
+    use names the element it did."""
+    state = _kernel("    int c = cols;\n    int base = r * c;\n    { int c = 3; y[base + c] = x[0]; }\n")
+    assert _body(folded(state)) == "    { y[r * (cols) + 3] = x[0]; }\n"
+
+
+def test_an_offset_named_in_each_loop_folds_in_each():
+    """The same name declared in two loops' bodies (each pass sets it afresh) folds in each, and the row forwards
+    find the site of the plain spelling."""
+    named = _kernel("    float s = 0.0f;\n    for (int j = 0; j < cols; ++j) { int at = r * cols + j; s += x[at]; }\n"
+                    "    for (int j = 0; j < cols; ++j) { const int at = r * cols + j; y[at] = x[at] / s; }\n")
+    assert "at" not in _body(folded(named)).replace("float", "")
+    assert [a.key for a in get("serialize_reduction").forward_sites(named)] == ["r"]

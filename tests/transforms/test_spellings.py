@@ -46,7 +46,8 @@ EXPECTED = {
     "rows": {name: ROWS for name in ("a_wrapped_if", "b_size_t", "c_helper", "d_int64", "e_while", "f_define",
                                      "g_softmax_inf", "h_softmax_flt_max", "j_mean_var", "k_double_acc",
                                      "m_pragma_unroll", "n_ldg", "r_macro_index",
-                                     "t_fmax_overload", "u_double_rows", "v_block_literal", "w_pointer_walk")}
+                                     "t_fmax_overload", "u_double_rows", "v_block_literal", "w_pointer_walk",
+                                     "x_local_store_index")}
     | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"},
        "o_grid_stride": ROWS, "p_while_size_t": ROWS,  # a grid-stride loop over rows, each on a fixed grid
        "q_channels_nchw": ROWS,  # stores strided by a count the guard shows is not zero
