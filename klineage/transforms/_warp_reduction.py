@@ -664,23 +664,35 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
 
 def one_to_one(parsed: cp.ParsedSource, subscript: Node, index: str, nonzero: frozenset[str] = frozenset()) -> bool:
     """The element `subscript` names moves one to one with the loop index: exactly one of its subscript's terms
-    names the index, and that term is the index, or the index times a nonzero integer literal or a name of
-    `nonzero` (`y[row * n + j]`, `y[base - j]`, `y[2 * j + 1]`, `out[c * HW]` where HW is not zero). Then distinct
+    names the index (products over sums expanded), and that term is the index, or the index times nonzero integer
+    literals or names of `nonzero` (`y[row * n + j]`, `y[base - j]`, `y[2 * j + 1]`, `out[c * HW]` and
+    `out[(b * C + c) * HW + s]` where HW is not zero). Then distinct
     steps of the loop name distinct elements, and lanes that take distinct steps never write one element
     (`y[j / 2]`, `y[j % 4]` or `y[j * stride]`, stride maybe 0, might)."""
-    named = [term for term in summands(parsed, subscript.child_by_field_name("indices").named_children[0])
-             if re.search(rf"\b{index}\b", parsed.text(term))]
+    factors = _index_factors(parsed, subscript.child_by_field_name("indices").named_children[0], index)
+    return factors is not None and all(
+        (f.type == "number_literal" and re.fullmatch(r"0*[1-9]\d*[uUlL]*", parsed.text(f)) is not None)
+        or (f.type == "identifier" and parsed.text(f) in nonzero) for f in factors)
+
+
+def _index_factors(parsed: cp.ParsedSource, node: Node, index: str) -> list[Node] | None:
+    """The factors that multiply the loop index where `node`'s sum names it in one term, a product over sums
+    expanded (`(b * C + c) * HW + s` names c times HW): [] where that term is the index itself; None where no
+    term, or more than one, names it, or it enters otherwise than as a factor (`j / 2`, `j % 4`, `j * j`)."""
+    named = [term for term in summands(parsed, node) if re.search(rf"\b{index}\b", parsed.text(term))]
     if len(named) != 1:
-        return False
+        return None
     term = named[0]
-    if term.type == "binary_expression" and parsed.text(term.child_by_field_name("operator")) == "*":
-        factors = [unparen(term.child_by_field_name(side)) for side in ("left", "right")]
-        indexed = [f for f in factors if f.type == "identifier" and parsed.text(f) == index]
-        other = factors[1 - factors.index(indexed[0])] if len(indexed) == 1 else None
-        return other is not None and (
-            (other.type == "number_literal" and re.fullmatch(r"0*[1-9]\d*[uUlL]*", parsed.text(other)) is not None)
-            or (other.type == "identifier" and parsed.text(other) in nonzero))
-    return term.type == "identifier" and parsed.text(term) == index
+    if term.type == "identifier":
+        return [] if parsed.text(term) == index else None
+    if term.type != "binary_expression" or parsed.text(term.child_by_field_name("operator")) != "*":
+        return None
+    sides = [unparen(term.child_by_field_name(side)) for side in ("left", "right")]
+    indexed = [side for side in sides if re.search(rf"\b{index}\b", parsed.text(side))]
+    if len(indexed) != 1:
+        return None
+    inner = _index_factors(parsed, indexed[0], index)
+    return None if inner is None else [*inner, sides[1 - sides.index(indexed[0])]]
 
 
 def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:

@@ -115,6 +115,8 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
     # a stride that may be 0 (a local, no parameter the loop's bound or the row's guard shows nonzero)
     ("    int m = n - 1;\n    for (int j = 0; j < n; ++j) y[row * n + j * m] = x[row * n + j];\n", "one to one"),
     ("    for (int j = 0; j < n; ++j) y[row * n + j - j] = x[row * n + j];\n", "one to one"),
+    ("    for (int j = 0; j < n; ++j) y[(row + j) * (j + 1)] = x[row * n + j];\n", "one to one"),
+    ("    for (int j = 0; j < n; ++j) y[(row * n + j) * 0] = x[row * n + j];\n", "one to one"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n + j / 2] = s; }\n",
      "loop index does not say one to one"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j] * s; y[row * n + j] = s; }\n",
@@ -202,7 +204,9 @@ def test_a_reduction_spelled_any_common_way_is_combined_by_its_operation(transfo
         transform.forward(state, Anchor("kernel", "function", "row")).state.source
 
 
-@pytest.mark.parametrize("store", ["y[row * n + n - 1 - j]", "y[2 * j + row * n]", "y[row * n + (j * 2)]"])
+# a product over a sum is expanded: `(row * n + j) * 2` names j times 2
+@pytest.mark.parametrize("store", ["y[row * n + n - 1 - j]", "y[2 * j + row * n]", "y[row * n + (j * 2)]",
+                                   "y[(row * n + j) * 1]", "y[((row * n) / 2 + j) * 2]"])
 def test_a_store_that_moves_one_to_one_with_the_loop_index_is_a_site(transform, store):
     state = KernelState(source=HEAD + f"    for (int j = 0; j < n; ++j) {store} = x[row * n + j];\n}}\n", plan=PLAN)
     assert transform.forward_sites(state) == [Anchor("kernel", "function", "row")]
