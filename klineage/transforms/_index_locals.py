@@ -148,6 +148,56 @@ def _declares(node: Node) -> bool:
     return parent.type == "declaration" and node in parent.children_by_field_name("declarator")
 
 
+def counts_inlined(state: KernelState) -> KernelState:
+    """`state` with each count a kernel names by a local (`int total = M * N;`, then `if (idx < total)`, `for (...;
+    i < total; ...)`) read as its arithmetic wherever it is named: a local of an integer type declared once at the
+    top of the kernel's body, from integer arithmetic over scalar parameters nothing writes (no thread coordinate,
+    no array), that nothing writes, addresses or declares again, whose value fits its type (a 32-bit local holds a
+    value formed in 32 bits). The value goes in bare where it is a subscript, a comparison's operand or a term of a
+    sum, in parentheses elsewhere. The forwards then read the count as they read `M * N` written out, and the kernel
+    computes what it did."""
+    return edited_to_fixpoint(state, _count_edits, _MAX_LEVELS)
+
+
+def _count_edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[tuple[int, int, str]]:
+    scalars = {p.name for p in params(parsed, function.node) if not p.indirection}
+    written = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier") if is_written(n) or
+               (n.parent.type == "pointer_expression" and parsed.text(n.parent).startswith("&"))}
+    widths = _widths(parsed, function)
+    for declaration in (c for c in body.named_children if c.type == "declaration"):
+        declarators = declaration.children_by_field_name("declarator")
+        kind = declared_kind(parsed, declaration) if declarators else ""
+        if len(declarators) != 1 or declarators[0].type != "init_declarator" or not _INTEGER.fullmatch(kind):
+            continue
+        name_node, value = declarators[0].child_by_field_name("declarator"), declarators[0].child_by_field_name("value")
+        if name_node is None or name_node.type != "identifier" or value is None:
+            continue
+        local, text = parsed.text(name_node), " ".join(parsed.text(value).split())
+        names = set(re.findall(r"[A-Za-z_]\w*", re.sub(_INTEGER_CAST, "", text)))
+        uses = [n for n in cp.nodes_of_type(body, "identifier")
+                if parsed.text(n) == local and n.start_byte > declaration.end_byte]
+        if not uses or local in written or names - scalars or names & written or \
+                not INTEGER_ARITHMETIC.fullmatch(text) or any(_declares(n) for n in uses) or \
+                (_width(kind) == _NARROW and not _narrow(text, widths)):
+            continue
+        return [(declaration.start_byte, through_blanks(parsed, declaration), "")] + \
+            [(n.start_byte, n.end_byte, text if _bare_count(n) else f"({text})") for n in uses]
+    return []  # one count a pass: a count declared from another folds on the next
+
+
+def _bare_count(use: Node) -> bool:
+    """Whether a count's value may stand unparenthesized at `use`: a subscript, a comparison's operand, a term of a
+    sum (either side of `+`, the left of `-`)."""
+    place = outer_parens(use)
+    parent = place.parent
+    if parent.type in ("subscript_argument_list", "subscript_expression"):
+        return True
+    symbol = operator(parent) if parent.type == "binary_expression" else ""
+    return symbol in ("<", "<=", ">", ">=", "==", "!=", "+") or \
+        (symbol == "-" and parent.child_by_field_name("left") == place)
+
+
+_INTEGER_CAST = r"\((?:const )?(?:unsigned |signed )?(?:int|long|long long|size_t|ptrdiff_t|u?int(?:32|64)_t)\)"
 _NARROW, _WIDE = "32-bit", "64-bit"
 
 

@@ -9,7 +9,7 @@ import torch
 
 from klineage.kernel import KernelState
 from klineage.transforms import get
-from klineage.transforms._index_locals import folded
+from klineage.transforms._index_locals import counts_inlined, folded
 from tests.transforms import emulate
 from tests.transforms.golden import plan_of
 
@@ -101,3 +101,27 @@ def test_an_offset_named_in_each_loop_folds_in_each():
                     "    for (int j = 0; j < cols; ++j) { const int at = r * cols + j; y[at] = x[at] / s; }\n")
     assert "at" not in _body(folded(named)).replace("float", "")
     assert [a.key for a in get("serialize_reduction").forward_sites(named)] == ["r"]
+
+
+def test_a_count_named_by_a_local_reads_as_its_arithmetic():
+    """`int total = rows * cols;` bounding a flat guard and a loop is the product written out there (bare beside a
+    comparison, in parentheses as a divisor), and the forwards read it as the plain count."""
+    state = _kernel("    int total = rows * cols;\n    for (int j = 0; j < total; ++j) y[j] = x[j] / total;\n")
+    assert _body(counts_inlined(state)) == \
+        "    for (int j = 0; j < rows * cols; ++j) y[j] = x[j] / (rows * cols);\n"
+
+
+@pytest.mark.parametrize("body", [
+    # written, addressed, of a thread coordinate or an array, declared inside a block, narrowing a 64-bit product
+    "    int total = rows * cols;\n    total -= 1;\n    y[0] = x[total];\n",
+    "    int total = rows * cols;\n    int* p = &total;\n    y[0] = x[*p];\n",
+    "    int total = rows * blockDim.x;\n    y[0] = x[total];\n",
+    "    int total = rows * (int)x[0];\n    y[0] = x[total];\n",
+    "    { int total = rows * cols; y[0] = x[total]; }\n",
+    "    int total = (long long)rows * cols;\n    y[0] = x[total];\n",
+    # a parameter it reads written later
+    "    int total = rows * cols;\n    cols = 2;\n    y[0] = x[total];\n",
+])
+def test_counts_that_could_hold_another_value_stay_as_written(body):
+    state = _kernel(body)
+    assert counts_inlined(state) is state

@@ -80,7 +80,8 @@ EXPECTED = {
     "products": {name: {"untile_matmul"} for name in ("a_flat", "b_flat_return", "c_distance_local",
                                                        "d_l1_distance", "e_batched_one_declaration",
                                                        "f_pragma_unroll", "g_offset_locals", "h_batch_pointers",
-                                                       "i_nested_guards", "j_named_elements", "k_define_tile")},
+                                                       "i_nested_guards", "j_named_elements", "k_define_tile",
+                                                       "l_flat_total")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
