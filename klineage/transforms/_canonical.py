@@ -68,7 +68,6 @@ from klineage.transforms._edit import (
     splice,
     unparen,
 )
-from klineage.transforms._index_locals import counts_inlined
 from klineage.transforms._inline_calls import inlined_calls
 from klineage.transforms._macros import expanded
 from klineage.transforms._pointer_walks import walked
@@ -93,9 +92,8 @@ _LOOP_START = re.compile(r"(?P<type>int|long long|[a-z_][\w ]*?) (?P<index>[A-Za
 def canonical(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it, and every grid-stride loop from an index local starting at the index (the same state when there is none)."""
-    # helpers written out, then C's spellings of locals and loops, pointers walked by loops read at their index and
-    # counts named by locals read as their arithmetic
-    state = counts_inlined(walked(c_style(inlined_calls(expanded(state)))))
+    # helpers written out, then C's spellings of locals and loops, then pointers walked by loops read at their index
+    state = walked(c_style(inlined_calls(expanded(state))))
     state = _unread_coordinate_locals(_declarations(_one_per_declaration(state)))
     started = _loops_from_the_index(state)
     return state if started == state else _declarations(started)  # a 64-bit loop index now declared from the index

@@ -41,7 +41,7 @@ from klineage.transforms._edit import (
     written_names,
 )
 from klineage.transforms._flatten import Shape, flattened
-from klineage.transforms._index_locals import folded
+from klineage.transforms._index_locals import counts_inlined, folded
 from klineage.transforms._naive import (
     FLOAT_ZERO,
     INDEXES,
@@ -271,9 +271,9 @@ class WarpReduction(Transform):
         return [Anchor(f.name, "function", row, parsed.text(f.node)[:200]) for f, row in self._warp_kernels(parsed)]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        # as the naive forms spell it (offsets named by locals read as their value, a scan's statements, a sum from
-        # zero), nests one loop
-        state = unnested(flattened(respelled(started_at_zero(folded(canonical(state)))), ROW_THREADS))
+        # as the naive forms spell it (counts and offsets named by locals read as their value, a scan's statements,
+        # a sum from zero), nests one loop
+        state = unnested(flattened(respelled(started_at_zero(folded(counts_inlined(canonical(state))))), ROW_THREADS))
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200])
                 for function, site in readable(parsed, lambda f: self._serial_site(state, parsed, f))]
@@ -282,7 +282,7 @@ class WarpReduction(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         # the index as the naive forms spell it; the kernel's perfect nests one loop (other kernels' as written)
-        state = unnested(flattened(respelled(started_at_zero(folded(canonical(state)), anchor.function),
+        state = unnested(flattened(respelled(started_at_zero(folded(counts_inlined(canonical(state))), anchor.function),
                                              anchor.function), ROW_THREADS), anchor.function)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)

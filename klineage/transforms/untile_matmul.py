@@ -84,7 +84,7 @@ from klineage.transforms._c_style import joined_guards
 from klineage.transforms._calls import MATH_CALLS
 from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import is_written
-from klineage.transforms._index_locals import folded
+from klineage.transforms._index_locals import counts_inlined, folded
 from klineage.transforms._matmul import (
     BATCH_INDEX,
     CONVERSIONS,
@@ -170,9 +170,10 @@ class UntileMatmul(Transform):
 
 def _read(state: KernelState) -> KernelState:
     """The kernel as the reader takes it: the index as the naive forms spell it, the bounds of nested guards joined,
-    offsets named by locals and operands named by local pointers read through their values, `__ldg` reads plain
-    (the tiled loop reads its operands from shared memory, which the read-only cache's loads do not address)."""
-    return inlined(folded(joined_guards(canonical(plain_reads(state)))))
+    counts and offsets named by locals and operands named by local pointers read through their values, `__ldg`
+    reads plain (the tiled loop reads its operands from shared memory, which the read-only cache's loads do not
+    address)."""
+    return inlined(folded(counts_inlined(joined_guards(canonical(plain_reads(state))))))
 
 
 def _read_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple:
