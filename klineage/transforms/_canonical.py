@@ -49,7 +49,7 @@ Anything else is left as written, and the forwards find no site there, as before
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from tree_sitter import Node
 
@@ -59,13 +59,14 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms._c_style import c_style
 from klineage.transforms._edit import (
+    KernelEdit,
     call_arguments,
     cast_name,
     declared_kind,
+    edited_to_fixpoint,
     is_written,
     line_start,
     operator,
-    splice,
     unparen,
 )
 from klineage.transforms._inline_calls import inlined_calls
@@ -102,17 +103,10 @@ def canonical(state: KernelState) -> KernelState:
 Edits = list[tuple[int, int, str]]
 
 
-def _edited(state: KernelState, edit: Callable[[cp.ParsedSource, cp.Function, Node], Edits]) -> KernelState:
-    """`state` with `edit`'s byte edits of each kernel's body made (the same state where there are none)."""
-    parsed = cp.parse(state.source)
-    edits = []
-    for function in cp.functions(parsed):
-        body = function.node.child_by_field_name("body")
-        if function.is_kernel and body is not None:
-            edits += edit(parsed, function, body)
-    if not edits:
-        return state
-    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+def _edited(state: KernelState, edit: KernelEdit) -> KernelState:
+    """`state` with `edit`'s byte edits of each kernel's body made (the same state where there are none, or where
+    two would overlap: left as written)."""
+    return edited_to_fixpoint(state, edit, passes=1)
 
 
 def _declarations(state: KernelState) -> KernelState:
