@@ -42,6 +42,7 @@ from klineage.transforms._edit import (
     params,
     through_blanks,
 )
+from klineage.transforms._naive import INTEGER_CAST
 
 _INTEGER = re.compile(r"(?:const )?(?:(?:unsigned|signed) )?(?:int|long|long long|long int|size_t|ptrdiff_t|"
                       r"u?int(?:32|64)_t|unsigned)(?: const)?")
@@ -173,7 +174,7 @@ def _count_edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> 
         if name_node is None or name_node.type != "identifier" or value is None:
             continue
         local, text = parsed.text(name_node), " ".join(parsed.text(value).split())
-        names = set(re.findall(r"[A-Za-z_]\w*", re.sub(_INTEGER_CAST, "", text)))
+        names = set(re.findall(r"[A-Za-z_]\w*", re.sub(INTEGER_CAST, "", text)))
         uses = [n for n in cp.nodes_of_type(body, "identifier")
                 if parsed.text(n) == local and n.start_byte > declaration.end_byte]
         if not uses or local in written or names - scalars or names & written or \
@@ -197,7 +198,6 @@ def _bare_count(use: Node) -> bool:
         (symbol == "-" and parent.child_by_field_name("left") == place)
 
 
-_INTEGER_CAST = r"\((?:const )?(?:unsigned |signed )?(?:int|long|long long|size_t|ptrdiff_t|u?int(?:32|64)_t)\)"
 _NARROW, _WIDE = "32-bit", "64-bit"
 
 

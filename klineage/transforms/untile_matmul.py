@@ -98,6 +98,7 @@ from klineage.transforms._matmul import (
 )
 from klineage.transforms._naive import (
     FLOAT_ZERO,
+    INTEGER_CAST,
     bounds_2d,
     grid_index,
     kernel,
@@ -312,7 +313,7 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         raise NotApplicable(f"{function.name} does not read A[r * K + k] (or A[k * M + r]) and B[k * N + c] (or "
                             f"B[c * K + k])")
     for operand, offset in ((left, left_offset), (right, right_offset)):  # where a batch's matrix starts
-        names = set(re.findall(r"[A-Za-z_]\w*", re.sub(_INTEGER_CAST, "", offset)))
+        names = set(re.findall(r"[A-Za-z_]\w*", re.sub(INTEGER_CAST, "", offset)))
         if any(name != batch_name and params.get(name, ("", True))[1] for name in names) or \
                 re.search(rf"\*\s*const\s+{operand}\b", parsed.text(function.node.child_by_field_name(
                     "declarator"))):
@@ -412,7 +413,6 @@ def _unpragmaed(parsed: cp.ParsedSource, work: list[Node]) -> list[Node]:
 _CHANGED = r"&\s*{name}\b|\b{name}\s*(?:[-+*/]?=[^=]|\+\+|--)|(?:\+\+|--)\s*{name}\b"  # addressed or written
 _READ = re.compile(rf"{_ID}\[[^][]+\]")  # one element, which needs no parentheses to stand for its local
 _UNROLL = re.compile(r"#pragma unroll(?: \(?\d+\)?)?")
-_INTEGER_CAST = r"\((?:const )?(?:unsigned |signed )?(?:int|long|long long|size_t|ptrdiff_t|u?int(?:32|64)_t)\)"
 
 
 # the update of a product loop: a sum of the operands' product, the fused form included, either operand first
