@@ -9,6 +9,17 @@ start pairs or both columns, and the combine - the better value, on equal values
 sequential answer: the first column of the best value, or the start pair where none beat it (a NaN start stays:
 nothing compares above or equal to it). Signed zeros compare equal, so the earlier one wins, as in the loop.
 
+People also keep only the index and read the best value back through it, `if (row[c] < row[best]) best = c;`.
+`held_best` reads that as the form above, the value held by a local read where the loop starts:
+
+    float best_value = row[best];
+    for (int c = 1; c < cols; ++c)
+        if (row[c] < best_value) { best_value = row[c]; best = c; }
+
+The local always equals `row[best]` (the loop writes nothing else and the array is only read), so each compare
+sees the same two values and the rewrite keeps every bit. The one new read is of the start's element before the
+loop, which the loop's first compare reads anyway wherever the row has an element past the start.
+
 The leading underscore keeps the catalog from loading this module as a transform.
 """
 
@@ -20,11 +31,15 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
-from klineage.transforms._naive import squash, statements
+from klineage.kernel import KernelState
+from klineage.transforms._edit import Edit, declared_kind, indentation, splice, unparen
+from klineage.transforms._naive import parameters, squash, statements
 
 _BETTER = {">": "max", "<": "min"}
 _MIRROR = {">": "<", "<": ">"}
 PAIR_VALUE, PAIR_INDEX = "pair_value", "pair_index"
+_HELD_TYPES = frozenset({"float", "double", "int", "long long", "unsigned", "unsigned int"})  # values a local holds
+_LOOP_INDEX = re.compile(r"^for \((?:int|long long|long|size_t|unsigned|unsigned int) ([A-Za-z_]\w*) = [^;]+;")
 # the butterfly over a whole warp; a layout whose lanes share a row in groups passes its own header and mask
 WARP_BUTTERFLY, FULL_MASK = "for (int offset = 16; offset > 0; offset /= 2)", "0xffffffffu"
 
@@ -117,3 +132,80 @@ def is_pair_butterfly(text: str, header: str = WARP_BUTTERFLY, mask: str = FULL_
     value_type, value, index_type, index, compare = match.groups()
     return squash(text) == squash(pair_butterfly(ArgBest(value, index, compare), value_type, index_type, "", header,
                                                  mask))
+
+
+def held_best(state: KernelState, only: str | None = None) -> KernelState:
+    """`state` with each loop of its kernels (or of the kernel `only`) that keeps only the best index and reads the
+    best value back through it (`if (x[e(j)] < x[e(best)]) best = j;`) written to hold that value in a local (see
+    the module's docstring); the same state where none does."""
+    parsed = cp.parse(state.source)
+    edits = []
+    for function in cp.functions(parsed):
+        body = function.node.child_by_field_name("body")
+        if function.is_kernel and body is not None and (only is None or function.name == only):
+            taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
+            elements = _element_types(parsed, function)
+            for loop in cp.nodes_of_type(body, "for_statement"):
+                edits += _held(parsed, loop, elements, taken)
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
+def _element_types(parsed: cp.ParsedSource, function: cp.Function) -> dict[str, str]:
+    """Each pointer the kernel takes or declares once (`const float* row = x + r * n;`) -> its element's type."""
+    found = {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
+             if pointer}
+    declared: list[str] = []
+    for declaration in cp.nodes_of_type(function.node.child_by_field_name("body"), "declaration"):
+        for declarator in declaration.children_by_field_name("declarator"):
+            inner = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else None
+            name = inner.child_by_field_name("declarator") if inner is not None and \
+                inner.type == "pointer_declarator" else None
+            if name is not None and name.type == "identifier":
+                declared.append(parsed.text(name))
+                found[parsed.text(name)] = declared_kind(parsed, declaration).removeprefix("const ").strip()
+    return {name: kind for name, kind in found.items() if declared.count(name) < 2}
+
+
+def _held(parsed: cp.ParsedSource, loop: Node, elements: dict[str, str], taken: set[str]) -> list[Edit]:
+    """The edits that hold a read-back best value of `loop` in a local; none where the loop is no such reduction."""
+    index = _LOOP_INDEX.match(squash(parsed.data[loop.start_byte:loop.child_by_field_name("body").start_byte]
+                                     .decode("utf-8")))
+    listed = statements(loop.child_by_field_name("body"))
+    if index is None or len(listed) != 1 or listed[0].type != "if_statement" or \
+            listed[0].child_by_field_name("alternative") is not None:
+        return []
+    choice, index = listed[0], index[1]
+    condition = unparen(choice.child_by_field_name("condition"))
+    while condition.type == "condition_clause" and condition.named_children:
+        condition = unparen(condition.named_children[0])
+    compare = parsed.text(condition.child_by_field_name("operator")) if condition.type == "binary_expression" \
+        else ""
+    sides = [unparen(condition.child_by_field_name(side)) for side in ("left", "right")] if compare in _BETTER \
+        else []
+    if len(sides) != 2 or any(side.type != "subscript_expression" for side in sides):
+        return []
+    arrays = {parsed.text(side.child_by_field_name("argument")) for side in sides}
+    array = arrays.pop() if len(arrays) == 1 else ""
+    updates = _assignments(parsed, choice.child_by_field_name("consequence")) or {}
+    best = next((name for name, value in updates.items() if value == index), "") if len(updates) == 1 else ""
+    at = [squash(parsed.text(side.child_by_field_name("indices"))) for side in sides]
+    moved = [re.sub(rf"\b{index}\b", best, text) for text in at]
+    candidate = next((i for i in (0, 1) if best and moved[i] == at[1 - i] and moved[i] != at[i]), None)
+    kind = elements.get(array, "")
+    if candidate is None or kind not in _HELD_TYPES or \
+            len(re.findall(rf"\b{best}\b", parsed.text(loop.child_by_field_name("body")))) != 2:
+        return []
+    name = next(f"{best}_value{n or ''}" for n in range(len(taken) + 1) if f"{best}_value{n or ''}" not in taken)
+    taken.add(name)
+    read = f"{array}{parsed.text(sides[candidate].child_by_field_name('indices'))}"
+    sides_text = (read, name) if candidate == 0 else (name, read)
+    indent = indentation(parsed.data, loop.start_byte)
+    inner = indentation(parsed.data, choice.start_byte)
+    return [Edit(loop.start_byte, loop.start_byte,
+                 f"{kind} {name} = {array}{parsed.text(sides[1 - candidate].child_by_field_name('indices'))};\n"
+                 f"{indent}"),
+            Edit(choice.start_byte, choice.end_byte,
+                 f"if ({sides_text[0]} {compare} {sides_text[1]}) {{\n{inner}    {name} = {read};\n{inner}    "
+                 f"{best} = {index};\n{inner}}}")]

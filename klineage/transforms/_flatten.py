@@ -110,6 +110,7 @@ from klineage.transforms._naive import (
     INTEGER_CAST,
     bound_of,
     bounds_2d,
+    grid_extent_parameters,
     grid_index,
     launch_scalars,
     launches_of,
@@ -499,14 +500,7 @@ class _NoExtentParameter(NotApplicable):
 def _grid_extent(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, axis: int) -> str:
     """The kernel's scalar parameter every launch passes its grid's extent along `axis` as (`rows` where the grid
     is (..., rows) and `rows` is passed for the parameter `rows`): the row count, which the 1-D bound must name."""
-    found: set[str] | None = None
-    extents = set()
-    for launch in state.plan.launches:
-        if launch.entry == function.name:
-            extent = str(launch.grid[axis]).strip()
-            extents.add(extent)
-            passed = {name for name, value in launch_scalars(parsed, function, launch).items() if value == extent}
-            found = passed if found is None else found & passed
+    found, extents = grid_extent_parameters(state, parsed, function, axis)
     if not found:
         message = (f"{function.name} takes no scalar parameter that every launch passes its grid's "
                    f"{'xyz'[axis]} extent as: the row count the 1-D bound needs")

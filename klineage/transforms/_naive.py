@@ -224,6 +224,21 @@ def launch_scalars(parsed: cp.ParsedSource, function: cp.Function, launch: Launc
             if not pointer and arg.kind is ArgKind.SCALAR}
 
 
+def grid_extent_parameters(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                           axis: int) -> tuple[set[str], set[str]]:
+    """(the kernel's scalar parameters that every launch of it passes its grid's extent along `axis` as, the extents
+    the launches give): `rows` where each grid is (..., rows) and `rows` is passed for the parameter `rows`."""
+    found: set[str] | None = None
+    extents = set()
+    for launch in state.plan.launches:
+        if launch.entry == function.name:
+            extent = str(launch.grid[axis]).strip()
+            extents.add(extent)
+            passed = {name for name, value in launch_scalars(parsed, function, launch).items() if value == extent}
+            found = passed if found is None else found & passed
+    return found or set(), extents
+
+
 def unwrapped(grid: str, before: str, after: str) -> str:
     """The grid expression a forward wrapped as `before + grid + after`; NotApplicable when it is not so wrapped."""
     if not (grid.startswith(before) and grid.endswith(after) and len(grid) > len(before) + len(after)):

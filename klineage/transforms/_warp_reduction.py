@@ -22,6 +22,7 @@ from klineage.transforms._arg_reduction import (
     WARP_BUTTERFLY,
     ArgBest,
     arg_best,
+    held_best,
     is_pair_butterfly,
     pair_butterfly,
 )
@@ -93,25 +94,52 @@ _REVERSE_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*({_LOOP_BOUND})\s*-\
 _SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*{_START}\s*;\s*{_BELOW}\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
 _SCAN_IDENTITY = {"+": "0", "*": "1"}  # what a lane past the row's end contributes to a running sum or product
+# a running extreme (cummax, cummin): fmaxf and its kin take the other value wherever one is NaN, so a quiet NaN of
+# the accumulator's type is what a lane past the row's end contributes
+_SCAN_CALLS = frozenset({"fmaxf", "fminf", "fmax", "fmin"})
+_NAN = {"float": "__int_as_float(0x7fc00000)", "double": "__longlong_as_double(0x7ff8000000000000LL)"}
+
+
+def _scan_combined(op: str, first: str, second: str) -> str:
+    """`first op second` for a running sum or product, `op(first, second)` for a running extreme."""
+    return f"{first} {op} {second}" if op in _SCAN_IDENTITY else f"{op}({first}, {second})"
+
+
+def _scan_update(op: str, accumulator: str, value: str) -> str:
+    """The statement that combines `value` into `accumulator`: `acc += value;`, `acc = fmaxf(acc, value);`."""
+    return f"{accumulator} {op}= {value};" if op in _SCAN_IDENTITY else \
+        f"{accumulator} = {_scan_combined(op, accumulator, value)};"
 
 
 def _warp_scan_pattern(op: str, exclusive: bool, reverse: bool) -> re.Pattern:
     """`_warp_scan`'s loop, squashed: (bound, index, value, target, accumulator)."""
-    o = re.escape(op)
+    def written(text: str, **groups: str) -> str:  # `text` as a pattern, its placeholders (capitals) as groups
+        pattern = re.escape(text)
+        for placeholder, group in groups.items():
+            pattern = pattern.replace(placeholder, group)
+        return pattern
+
+    identity = re.escape(_SCAN_IDENTITY[op]) if op in _SCAN_IDENTITY else \
+        "(?:" + "|".join(map(re.escape, _NAN.values())) + ")"
     column, inside = (rf"\1 - 1 - \(scan_base \+ {LANE}\)", r"\2 >= 0") if reverse else \
         (rf"scan_base \+ {LANE}", r"\2 < \1")
     scanned = (rf"^for \(int scan_base = 0; scan_base < ({_LOOP_BOUND}); scan_base \+= {WARP}\) {{ const int (\w+) = "
-               rf"{column}; [\w ]+ scan_value = {_SCAN_IDENTITY[op]}; if \({inside}\) scan_value = (.+?); "
+               rf"{column}; [\w ]+ scan_value = {identity}; if \({inside}\) scan_value = (.+?); "
                rf"for \(int offset = 1; offset < {WARP}; offset \*= 2\) {{ const [\w ]+ scan_up = __shfl_up_sync\("
-               rf"0xffffffffu, scan_value, offset\); if \({LANE} >= offset\) scan_value {o}= scan_up; }} ")
+               rf"0xffffffffu, scan_value, offset\); if \({LANE} >= offset\) "
+               rf"{re.escape(_scan_update(op, 'scan_value', 'scan_up'))} }} ")
+    accumulator, named = r"(\w+)", r"\5"  # the accumulator: its group, where the store names it first, and after
+    before = written(_scan_combined(op, "ACC", "scan_before"), ACC=named)
     stored = (rf"const [\w ]+ scan_before = __shfl_up_sync\(0xffffffffu, scan_value, 1\); if \({inside}\) (.+?) = "
-              rf"{LANE} == 0 \? (\w+) : \5 {o} scan_before; ") if exclusive else \
-        rf"if \({inside}\) (.+?) = (\w+) {o} scan_value; "
-    return re.compile(scanned + stored + rf"\5 {o}= __shfl_sync\(0xffffffffu, scan_value, {WARP - 1}\); }}$")
+              rf"{LANE} == 0 \? {accumulator} : {before}; ") if exclusive else \
+        rf"if \({inside}\) (.+?) = {written(_scan_combined(op, 'ACC', 'scan_value'), ACC=accumulator)}; "
+    carry = written(_scan_update(op, "ACC", f"__shfl_sync(0xffffffffu, scan_value, {WARP - 1})"), ACC=named)
+    return re.compile(scanned + stored + carry + " }$")
 
 
 _WARP_SCANS = {(op, exclusive, reverse): _warp_scan_pattern(op, exclusive, reverse)
-               for op in _SCAN_IDENTITY for exclusive in (False, True) for reverse in (False, True)}
+               for op in (*_SCAN_IDENTITY, *sorted(_SCAN_CALLS)) for exclusive in (False, True)
+               for reverse in (False, True)}
 # `<<<rows, 1>>>` kernels, grid-stride loops over rows, a batch's rows on a 2-D launch and a kernel one thread runs,
 # read as one thread per row
 ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS, Shape.MATRIX_ROWS, Shape.ONE_THREAD})
@@ -218,17 +246,17 @@ class Scan:
     accumulator: str
     value: str
     target: str
-    op: str = "+"  # "+" or "*"
+    op: str = "+"  # "+", "*" or a call of _SCAN_CALLS (a running extreme)
     exclusive: bool = False
     count: str = ""
 
     def __post_init__(self):
-        if self.op not in _SCAN_IDENTITY:
-            raise ValueError(f"a running sum or product, not `{self.op}`")
+        if self.op not in _SCAN_IDENTITY and self.op not in _SCAN_CALLS:
+            raise ValueError(f"a running sum, product or extreme, not `{self.op}`")
 
     def serial(self, index: str, bound: str, indent: str) -> str:
         """The serial loop (over `bound` columns, its body's two statements on lines of their own) at `indent`."""
-        update, store = f"{self.accumulator} {self.op}= {self.value};", f"{self.target} = {self.accumulator};"
+        update, store = _scan_update(self.op, self.accumulator, self.value), f"{self.target} = {self.accumulator};"
         header = f"for (int {index} = {bound} - 1; {index} >= 0; --{index})" if self.count else \
             f"for (int {index} = 0; {index} < {bound}; ++{index})"
         body = "".join(f"\n{indent}    {line}" for line in ((store, update) if self.exclusive else (update, store)))
@@ -272,8 +300,9 @@ class WarpReduction(Transform):
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
         # as the naive forms spell it (counts and offsets named by locals read as their value, a scan's statements,
-        # a sum from zero), nests one loop
-        state = unnested(flattened(respelled(started_at_zero(folded(counts_inlined(canonical(state))))), ROW_THREADS))
+        # a sum from zero, a best value held rather than read back), nests one loop
+        state = unnested(flattened(respelled(held_best(started_at_zero(folded(counts_inlined(canonical(state)))))),
+                                    ROW_THREADS))
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200])
                 for function, site in readable(parsed, lambda f: self._serial_site(state, parsed, f))]
@@ -282,7 +311,8 @@ class WarpReduction(Transform):
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         # the index as the naive forms spell it; the kernel's perfect nests one loop (other kernels' as written)
-        state = unnested(flattened(respelled(started_at_zero(folded(counts_inlined(canonical(state))), anchor.function),
+        state = unnested(flattened(respelled(held_best(started_at_zero(folded(counts_inlined(canonical(state))),
+                                                                       anchor.function), anchor.function),
                                              anchor.function), ROW_THREADS), anchor.function)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
@@ -468,6 +498,10 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
     if not loops:
         raise NotApplicable(f"{function.name} has no loop over its row")
     types = _check_accumulators(parsed, body, loops)
+    if any(loop.scan is not None and loop.scan.op in _SCAN_CALLS and types[loop.scan.accumulator] not in _NAN
+           for loop in loops):
+        raise NotApplicable(f"a running extreme of {function.name} is of no floating type (its lanes past the row's "
+                            f"end contribute NaN)")
     _check_arrays(parsed, body, loops)
     return Site(function, row, row_init, row_declaration, tuple(loops), types, kind, atomics)
 
@@ -704,20 +738,36 @@ def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:
     first, second = (s.named_children[0] for s in listed)
     if first.type != "assignment_expression" or second.type != "assignment_expression":
         return None
-    exclusive = parsed.text(first.child_by_field_name("operator")) == "="
+    exclusive = first.child_by_field_name("left").type == "subscript_expression"
     update, store = (second, first) if exclusive else (first, second)
     accumulator = update.child_by_field_name("left")
     target, value = store.child_by_field_name("left"), store.child_by_field_name("right")
-    operator = parsed.text(update.child_by_field_name("operator"))
-    op = operator[:-1]
-    if (accumulator.type != "identifier" or op not in _SCAN_IDENTITY or operator != f"{op}=" or
-            target.type != "subscript_expression" or parsed.text(store.child_by_field_name("operator")) != "=" or
+    combined = _scan_combine(parsed, update) if accumulator.type == "identifier" else None
+    if (combined is None or target.type != "subscript_expression" or
+            parsed.text(store.child_by_field_name("operator")) != "=" or
             parsed.text(value) != parsed.text(accumulator)):
         return None
-    added = parsed.text(update.child_by_field_name("right"))
+    op, added = combined
     if re.search(rf"\b{parsed.text(accumulator)}\b", f"{added} {parsed.text(target)}"):
         return None
     return Scan(parsed.text(accumulator), squash(added), squash(parsed.text(target)), op, exclusive)
+
+
+def _scan_combine(parsed: cp.ParsedSource, update: Node) -> tuple[str, str] | None:
+    """(op, the value combined) of a scan's update: `acc += e` (`*=`), or `acc = f(acc, e)` (`f(e, acc)`) for f of
+    _SCAN_CALLS; else None. e is checked elsewhere not to name acc."""
+    operator = parsed.text(update.child_by_field_name("operator"))
+    right = unparen(update.child_by_field_name("right"))
+    if operator[:-1] in _SCAN_IDENTITY and operator.endswith("="):
+        return operator[:-1], parsed.text(right)
+    if operator != "=" or right.type != "call_expression" or cp.call_name(right) not in _SCAN_CALLS:
+        return None
+    arguments = [unparen(argument) for argument in call_arguments(right)]
+    accumulator = parsed.text(update.child_by_field_name("left"))
+    bare = [parsed.text(argument) == accumulator for argument in arguments]
+    if len(arguments) != 2 or bare.count(True) != 1:
+        return None
+    return cp.call_name(right), parsed.text(arguments[bare.index(False)])
 
 
 def _serial_scan(text: str) -> tuple[str, str, Scan] | None:
@@ -740,19 +790,19 @@ def _warp_scan(loop: RowLoop, bound: str, kind: str, indent: str) -> str:
     if scan.exclusive:
         stored = [f"    const {kind} scan_before = __shfl_up_sync(0xffffffffu, scan_value, 1);",
                   f"    if ({inside}) {scan.target} = {LANE} == 0 ? {scan.accumulator} : "
-                  f"{scan.accumulator} {op} scan_before;"]
+                  f"{_scan_combined(op, scan.accumulator, 'scan_before')};"]
     else:
-        stored = [f"    if ({inside}) {scan.target} = {scan.accumulator} {op} scan_value;"]
+        stored = [f"    if ({inside}) {scan.target} = {_scan_combined(op, scan.accumulator, 'scan_value')};"]
     lines = [f"for (int scan_base = 0; scan_base < {bound}; scan_base += {WARP}) {{",
              f"    const int {index} = {column};",
-             f"    {kind} scan_value = {_SCAN_IDENTITY[op]};",
+             f"    {kind} scan_value = {_SCAN_IDENTITY.get(op) or _NAN[kind]};",
              f"    if ({inside}) scan_value = {scan.value};",
              f"    for (int offset = 1; offset < {WARP}; offset *= 2) {{",
              f"        const {kind} scan_up = __shfl_up_sync(0xffffffffu, scan_value, offset);",
-             f"        if ({LANE} >= offset) scan_value {op}= scan_up;",
+             f"        if ({LANE} >= offset) {_scan_update(op, 'scan_value', 'scan_up')}",
              "    }",
              *stored,
-             f"    {scan.accumulator} {op}= __shfl_sync(0xffffffffu, scan_value, {WARP - 1});",
+             f"    {_scan_update(op, scan.accumulator, f'__shfl_sync(0xffffffffu, scan_value, {WARP - 1})')}",
              "}"]
     return "\n".join(indent + line for line in lines)[len(indent):]
 

@@ -100,6 +100,7 @@ from klineage.transforms._naive import (
     FLOAT_ZERO,
     INTEGER_CAST,
     bounds_2d,
+    grid_extent_parameters,
     grid_index,
     kernel,
     launches_of,
@@ -267,7 +268,9 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         raise NotApplicable(f"{function.name} is not a naive matrix product: two indexes and a guard")
     column, row = indexes["x"], indexes["y"]
     guard = listed[2]
-    condition = squash(parsed.text(guard.child_by_field_name("condition")))[1:-1]
+    batch_name = batch.split()[1] if batch else ""
+    condition = _batch_unbounded(state, parsed, function, squash(parsed.text(guard.child_by_field_name("condition")))
+                                 [1:-1], batch_name)
     consequence = guard.child_by_field_name("consequence")
     if len(listed) == 3 and consequence.type == "compound_statement":
         bounds, work = bounds_2d(condition, row, column, "<", "&&"), statements(consequence)
@@ -292,7 +295,6 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     if terms["acc"] != accumulator:
         raise NotApplicable(f"{function.name}'s loop does not sum a product into {accumulator}")
     params = {name: (kind, pointer) for name, kind, pointer in parameters(parsed, function)}
-    batch_name = batch.split()[1] if batch else ""
     reads = {terms["x"]: _at(terms["at_x"], (row, column, index)), terms["y"]: _at(terms["at_y"], (row, column, index))}
     for operand, at in ((terms["x"], terms["at_x"]), (terms["y"], terms["at_y"])):  # the update reads X + the rest
         start, rest = reads[operand]
@@ -336,6 +338,22 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
             raise NotApplicable(f"{function.name}'s block is three-dimensional")
     return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update, transposed,
                    batch, left_offset, right_offset, types[left], types[right], left_transposed), work[2:]
+
+
+def _batch_unbounded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, condition: str,
+                     batch: str) -> str:
+    """The guard's condition (squashed) less a bound on the batch index that every launch makes hold: `b < L` joined
+    to the two bounds (`b >= L` to a returning guard's) where each grid has as many layers along z as the launch
+    passes for L, so that b = blockIdx.z is below L in every block. Else the condition as it is."""
+    if not batch:
+        return condition
+    extents = grid_extent_parameters(state, parsed, function, 2)[0]
+    for relation, joined in (("<", "&&"), (">=", "||")):
+        terms = condition.split(f" {joined} ")
+        kept = [term for term in terms if term not in {f"{batch} {relation} {extent}" for extent in extents}]
+        if len(terms) == 3 and len(kept) == 2:
+            return f" {joined} ".join(kept)
+    return condition
 
 
 def _summed_terms(update: str, accumulator: str, index: str) -> tuple[dict[str, str], str]:

@@ -160,6 +160,19 @@ inline int __float_as_int(float v)
     std::memcpy(&bits, &v, sizeof bits);
     return bits;
 }
+// The bits of an int (or a long long) as a float (a double): how a kernel spells a quiet NaN without a header.
+inline float __int_as_float(int bits)
+{
+    float v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+}
+inline double __longlong_as_double(long long bits)
+{
+    double v;
+    std::memcpy(&v, &bits, sizeof v);
+    return v;
+}
 // The device's float-to-int conversion rounded to the nearest even integer (cvt.rni): nearbyintf under the host's
 // default rounding mode. The device saturates a value out of int's range and gives 0 for a NaN; the tests' values
 // stay in range.

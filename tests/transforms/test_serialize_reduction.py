@@ -18,8 +18,8 @@ from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["softmax", "rowsum", "rowprod", "cumsum", "cumprod", "cumsum_exclusive", "cumsum_reverse", "argmax",
-         "argmin", "loss"]
+CASES = ["softmax", "rowsum", "rowprod", "cumsum", "cumprod", "cumsum_exclusive", "cumsum_reverse", "cummax",
+         "argmax", "argmin", "loss"]
 
 
 @pytest.fixture(scope="module")
@@ -687,17 +687,18 @@ def test_the_warp_loss_adds_each_rows_term_once(tmp_path):
 
 
 SCANS = {"cumsum": torch.float32, "cumprod": torch.float32, "cumsum_exclusive": torch.int32,
-         "cumsum_reverse": torch.float32}
+         "cumsum_reverse": torch.float32, "cummax": torch.float32}
 
 
 def _scan_rows(case: str, rows: int, n: int) -> torch.Tensor:
     """Values whose sums and products are exact in any order: small integers, or +-1, +-2 and +-0.5 for products
-    (powers of two, never past float32's range in 70 columns)."""
+    (powers of two, never past float32's range in 70 columns); for a running maximum, negative ones (a lane past the
+    row's end that contributed zero, not NaN, would show in the row's maximum)."""
     g = torch.Generator().manual_seed(rows * 100 + n)
     if case == "cumprod":
         choices = torch.tensor([1.0, -1.0, 2.0, -2.0, 0.5, -0.5])
         return choices[torch.randint(0, 6, (rows * n,), generator=g)]
-    return torch.randint(-9, 10, (rows * n,), generator=g).to(SCANS[case])
+    return torch.randint(-9, 0 if case == "cummax" else 10, (rows * n,), generator=g).to(SCANS[case])
 
 
 def _scanned(tmp_path, case: str, forms: dict[str, KernelState]) -> dict:
@@ -710,10 +711,10 @@ def _scanned(tmp_path, case: str, forms: dict[str, KernelState]) -> dict:
     return runs
 
 
-@pytest.mark.parametrize("case", sampled(list(SCANS), keep=["cumprod", "cumsum_reverse"]))
+@pytest.mark.parametrize("case", sampled(list(SCANS), keep=["cumprod", "cumsum_reverse", "cummax"]))
 def test_the_warp_scans_give_the_naive_rows_on_the_cpu(case, tmp_path):
-    """A running sum, a running product, an exclusive running sum and a running sum from the row's end, a warp a
-    row: every prefix and every row's total is the naive loop's (values exact in any order), for rows shorter than a
+    """A running sum, a running product, an exclusive running sum, a running sum from the row's end and a running
+    maximum, a warp a row: every prefix and every row's total is the naive loop's (values exact in any order), for rows shorter than a
     warp, of one, and past two."""
     runs = _scanned(tmp_path, case, {"naive": golden(case, "after"), "warp": golden(case, "before")})
     for n in (1, 31, 32, 70):
@@ -727,6 +728,8 @@ SCAN_MUTANTS = [
     ("cumprod", ("float scan_value = 1;", "float scan_value = 0;")),  # lanes past the row end zero the carry
     ("cumsum_reverse", ("const int j = n - 1 - (scan_base + lane);", "const int j = n - (scan_base + lane);")),
     ("cumsum_reverse", ("if (j >= 0) y[", "if (j > 0) y[")),  # the first column never stored
+    # lanes past the row's end that contribute zero, not NaN, to a running maximum raise a negative row's maximum
+    ("cummax", ("float scan_value = __int_as_float(0x7fc00000);", "float scan_value = 0.0f;")),
 ]
 
 

@@ -47,7 +47,7 @@ EXPECTED = {
                                      "g_softmax_inf", "h_softmax_flt_max", "j_mean_var", "k_double_acc",
                                      "m_pragma_unroll", "n_ldg", "r_macro_index",
                                      "t_fmax_overload", "u_double_rows", "v_block_literal", "w_pointer_walk",
-                                     "x_local_store_index")}
+                                     "x_local_store_index", "y_argmin_read_back")}
     | {"i_matvec": ROWS | {"unsplit_reduction"}, "l_argmax_idx": ROWS | {"unsplit_reduction"},
        "o_grid_stride": ROWS, "p_while_size_t": ROWS,  # a grid-stride loop over rows, each on a fixed grid
        "q_channels_nchw": ROWS,  # stores strided by a count the guard shows is not zero
@@ -72,7 +72,8 @@ EXPECTED = {
     # each row's term of a loss added by one atomic outside the loops; one loop also splits into chunks
     "row_losses": {"a_kl_div": ROWS | {"unsplit_reduction"}, "b_cosine": ROWS | {"unsplit_reduction"},
                    "c_cross_entropy": ROWS},
-    "scans": {name: ROWS for name in ("a_cumprod", "b_exclusive", "c_reverse", "d_reverse_exclusive_product")},
+    "scans": {name: ROWS for name in ("a_cumprod", "b_exclusive", "c_reverse", "d_reverse_exclusive_product",
+                                      "e_cummin_reverse")},
     # a whole reduction to one value on one thread (`<<<1, 1>>>`, or the grid's first thread: `<name>.toml`)
     "whole": {name: ROWS | {"unsplit_reduction"} for name in ("a_one_thread", "b_first_of_grid", "c_index_zero",
                                                                 "d_double", "e_argmax", "f_others_return")},
@@ -81,7 +82,7 @@ EXPECTED = {
                                                        "d_l1_distance", "e_batched_one_declaration",
                                                        "f_pragma_unroll", "g_offset_locals", "h_batch_pointers",
                                                        "i_nested_guards", "j_named_elements", "k_define_tile",
-                                                       "l_flat_total")},
+                                                       "l_flat_total", "m_batch_bounded")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 

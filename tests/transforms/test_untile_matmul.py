@@ -218,6 +218,43 @@ def test_no_site_on_a_batched_product_where_it_would_not_be_legal(transform, edi
         transform.forward(state, SITE)
 
 
+def _batch_bounded(guard: str, returning: bool = False) -> tuple[KernelState, KernelState]:
+    """(the batched golden's naive kernel taking the batch count and bounding its batch index by `guard` joined to
+    the two bounds (or returning past them), the tiled golden taking the count too)."""
+    naive, tiled = golden("after", "batched"), golden("before", "batched")
+    toml = (HERE / "untile_matmul" / "batched" / "after.toml").read_text().replace(
+        '{ scalar = "k", type = "i32" }]', '{ scalar = "k", type = "i32" }, { scalar = "batch", type = "i32" }]')
+    source = naive.source.replace("int K) {", "int K, int L) {")
+    work = source[source.index("        float acc"):source.rindex("    }\n}")]
+    source = source.replace("if (r < M && c < N) {", f"if ({guard}) {{") if not returning else \
+        source.replace("    if (r < M && c < N) {\n" + work + "    }\n",
+                       f"    if ({guard}) return;\n" + textwrap.indent(textwrap.dedent(work), "    "))
+    plan = LaunchPlan.from_toml(toml)
+    return (KernelState(source=source, plan=plan),
+            KernelState(source=tiled.source.replace("int K) {", "int K, int L) {"), plan=plan))
+
+
+@pytest.mark.parametrize("guard, returning", [("b < L && r < M && c < N", False), ("r < M && c < N && b < L", False),
+                                              ("b >= L || r >= M || c >= N", True)])
+def test_a_batch_bounded_by_the_grids_own_layers_is_tiled_as_one_unbounded(transform, guard, returning):
+    """`b < L` beside the two bounds (KernelBench's 3-D tensor-matrix product) always holds where every launch has L
+    layers of blocks along z and passes L: the tiled kernel is the unbounded batch's."""
+    naive, tiled = _batch_bounded(guard, returning)
+    assert guard in naive.source
+    assert transform.forward_sites(naive) == [SITE]
+    assert transform.forward(naive, SITE).state == tiled
+
+
+@pytest.mark.parametrize("guard", ["b < M && r < M && c < N", "b <= L && r < M && c < N", "b < L || r < M && c < N"])
+def test_no_site_where_the_batch_bound_is_not_the_grids_layers(transform, guard):
+    """A batch bounded by another count than the grid's layers (or not below it) could skip a matrix the tiles
+    would compute: refused."""
+    naive, _ = _batch_bounded(guard)
+    assert transform.forward_sites(naive) == []
+    with pytest.raises(NotApplicable, match="guard is not"):
+        transform.forward(naive, SITE)
+
+
 def test_no_site_on_a_three_dimensional_launch(transform):
     naive = golden("after")
     plan = (HERE / "untile_matmul" / "bias_relu" / "after.toml").read_text().replace("block = [16, 16]",
