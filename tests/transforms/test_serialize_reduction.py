@@ -714,8 +714,8 @@ def _scanned(tmp_path, case: str, forms: dict[str, KernelState]) -> dict:
 @pytest.mark.parametrize("case", sampled(list(SCANS), keep=["cumprod", "cumsum_reverse", "cummax"]))
 def test_the_warp_scans_give_the_naive_rows_on_the_cpu(case, tmp_path):
     """A running sum, a running product, an exclusive running sum, a running sum from the row's end and a running
-    maximum, a warp a row: every prefix and every row's total is the naive loop's (values exact in any order), for rows shorter than a
-    warp, of one, and past two."""
+    maximum, a warp a row: every prefix and every row's total is the naive loop's (values exact in any order), for
+    rows shorter than a warp, of one, and past two."""
     runs = _scanned(tmp_path, case, {"naive": golden(case, "after"), "warp": golden(case, "before")})
     for n in (1, 31, 32, 70):
         for name in ("y", "total"):
