@@ -8,6 +8,10 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
 - C = A^T B (tests/fixtures/gpu_problems/matmul_at) spelled with the block's side as a macro, one guard per bound,
   each element named, subscript terms in another order, the output's offset named and a `#pragma unroll`: tiled by
   untile_matmul as the plain spelling is.
+- Readings for operators outside the bench (fixtures written for this test): a running maximum (row_cummax, fmaxf
+  scanned by shuffles, lanes past the row's end contributing NaN), an argmin that reads its best value back through
+  its index (row_argmin, on rows full of ties), each a warp a row by serialize_reduction; and a 3-D tensor times a
+  matrix whose guard bounds the batch too (tensor_matmul), tiled by untile_matmul.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -70,3 +74,21 @@ def test_the_tiles_of_a_respelled_product_pass_every_case_against_it(cache):
     assert "__shared__ float tile_a[16][17];" in tiled.source and "C[r * N + c] = acc;" in tiled.source
     passes_against(PROBLEMS / "matmul_at" / "problem.py", tiled, spelled, CASES, cache,
                    "the tiled A^T B of the respelled kernel", "the respelled kernel", vendor="torch.matmul(A.T, B)")
+
+
+@pytest.mark.parametrize("problem, held", [("row_cummax", "m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));"),
+                                           ("row_argmin", "float best_value = row[best];")])
+def test_a_running_maximum_and_an_argmin_read_back_pass_every_case_a_warp_a_row(cache, problem, held):
+    naive = load_kernel(PROBLEMS / problem / "naive")
+    warp = forwarded(naive, "serialize_reduction")
+    assert held in warp.source
+    passes_against(PROBLEMS / problem / "problem.py", warp, naive, CASES, cache, f"{problem}, a warp a row",
+                   "the naive kernel")
+
+
+def test_the_tiles_of_a_tensor_times_a_matrix_bounded_by_its_batch_pass_every_case(cache):
+    naive = load_kernel(PROBLEMS / "tensor_matmul" / "naive")
+    tiled = forwarded(naive, "untile_matmul")
+    assert "A += n * M * K;" in tiled.source and "if (m < M && l < L) {" in tiled.source
+    passes_against(PROBLEMS / "tensor_matmul" / "problem.py", tiled, naive, CASES, cache,
+                   "the tiled 3-D tensor-matrix product", "the naive kernel", vendor="torch.matmul")
