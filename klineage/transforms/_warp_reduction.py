@@ -672,7 +672,8 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
             left, right = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
             operator = parsed.text(assignment.child_by_field_name("operator"))
             if left.type == "subscript_expression" and operator in _STORES:
-                if not one_to_one(parsed, left, index, nonzero):
+                if not one_to_one(parsed, left, index, nonzero) and \
+                        not _pair_one_to_one(parsed, left, _pair(parsed, loop_body, index), nonzero):
                     raise NotApplicable(f"a store in a row loop whose element does not move one to one with the loop "
                                         f"index (`{squash(parsed.text(left))}`): two lanes could write one element")
                 continue
@@ -707,6 +708,38 @@ def one_to_one(parsed: cp.ParsedSource, subscript: Node, index: str, nonzero: fr
     return factors is not None and all(
         (f.type == "number_literal" and re.fullmatch(r"0*[1-9]\d*[uUlL]*", parsed.text(f)) is not None)
         or (f.type == "identifier" and parsed.text(f) in nonzero) for f in factors)
+
+
+def _pair(parsed: cp.ParsedSource, loop_body: Node, index: str) -> tuple[str, str, str] | None:
+    """(outer, inner, the inner count) where the loop body starts as `_nests.unnested` writes a nest read as one loop,
+    `int n = t / HW; int i = t % HW;` (t the loop index); else None."""
+    listed = statements(loop_body)[:2]
+    found = [re.fullmatch(rf"(?:const )?[\w ]+? (\w+) = {re.escape(index)} ([/%]) (\w+|\([\w ]+(?:\*[\w ]+)*\));",
+                          squash(parsed.text(node))) for node in listed if node.type == "declaration"]
+    if len(found) != 2 or None in found or [m[2] for m in found] != ["/", "%"] or found[0][3] != found[1][3]:
+        return None
+    return found[0][1], found[1][1], found[0][3]
+
+
+def _pair_one_to_one(parsed: cp.ParsedSource, subscript: Node, pair: tuple[str, str, str] | None,
+                     nonzero: frozenset[str]) -> bool:
+    """The element `subscript` names moves one to one with the pairs (outer, inner) of a nest read as one loop: the
+    inner index is a term of its own, and the outer index's term is it times the inner count (each of the count's
+    factors) and nonzero literals or names of `nonzero` (`y[(n * C + c) * HW + i]`, C not zero). The element is then
+    HW * (n * G) + i + the rest, 0 <= i < HW, G not zero: distinct pairs, distinct elements."""
+    if pair is None:
+        return False
+    outer, inner, count = pair
+    expression = subscript.child_by_field_name("indices").named_children[0]
+    if _index_factors(parsed, expression, inner) != []:
+        return False
+    factors = [parsed.text(f) for f in _index_factors(parsed, expression, outer) or []]
+    for factor in count.strip("()").split("*"):
+        if factor.strip() not in factors:
+            return False
+        factors.remove(factor.strip())
+    return bool(_index_factors(parsed, expression, outer)) and all(
+        re.fullmatch(r"0*[1-9]\d*[uUlL]*", factor) or factor in nonzero for factor in factors)
 
 
 def _index_factors(parsed: cp.ParsedSource, node: Node, index: str) -> list[Node] | None:

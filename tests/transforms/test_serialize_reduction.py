@@ -598,6 +598,60 @@ def test_a_nest_given_a_warp_computes_the_nests_statistics(tmp_path):
                                        atol=1e-6)
 
 
+BN_APPLY = """__global__ void bn_apply(const float* __restrict__ x, float* __restrict__ y, int N, int C, int HW) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < C) {
+        float s = 0.0f;
+        for (int n = 0; n < N; ++n)
+            for (int k = 0; k < HW; ++k) s += x[(n * C + c) * HW + k];
+        float m = s / (N * HW);
+        for (int n = 0; n < N; ++n)
+            for (int k = 0; k < HW; ++k) {
+                int idx = (n * C + c) * HW + k;
+                y[idx] = x[idx] - m;
+            }
+    }
+}
+"""
+BN_APPLY_PLAN = LaunchPlan.from_toml(
+    'name = "t"\nproblem = "t"\n[[launch]]\nentry = "bn_apply"\ngrid = ["cdiv(C, 128)"]\nblock = [128]\n'
+    'args = ["x", "y", { scalar = "N", type = "i32" }, { scalar = "C", type = "i32" }, { scalar = "HW", type = "i32" }]\n')
+
+
+@pytest.mark.parametrize("name", ["serialize_reduction", "serialize_block_reduction"])
+def test_a_nest_that_stores_each_pair_once_gets_its_lanes_and_the_naive_bits(name, tmp_path):
+    """A batch norm's normalizing nest stores `y[(n * C + c) * HW + k]`: k a term of its own, n's term times HW and
+    C (not zero below the guard), so distinct pairs of the nest read as one loop store distinct elements and the
+    lanes that stride the pairs never write one element twice. On integer values the lanes' outputs are the
+    nest's bits."""
+    state = KernelState(source=BN_APPLY, plan=BN_APPLY_PLAN)
+    transform = get(name)
+    (site,) = transform.forward_sites(state)
+    shared = transform.forward(state, site).state
+
+    def inputs_of(n: int, c: int, hw: int) -> tuple[dict, dict, dict]:
+        g = torch.Generator().manual_seed(n * 1000 + c * 10 + hw)
+        return ({"N": n, "C": c, "HW": hw}, {"x": torch.randint(-4, 5, (n * c * hw,), generator=g).float()},
+                {"y": (torch.float32, n * c * hw)})
+
+    assert emulate.differences(tmp_path, state, {"lanes": shared}, ((1, 3, 1), (3, 5, 70), (2, 130, 11)),
+                               inputs_of) == []
+
+
+@pytest.mark.parametrize("store", ["y[(n * C + c) * HW] = x[idx] - m;",  # every k of an n on one element
+                                   "y[n * C + c + k] = x[idx] - m;",  # n's term not times HW: pairs overlap
+                                   "y[(n * C + c) * HW + 2 * k] = x[idx] - m;",  # k times 2: past its image
+                                   "y[(n * c + C) * HW + k] = x[idx] - m;"])  # n times c, zero in channel 0
+def test_no_site_where_a_nest_might_store_one_element_from_two_pairs(store):
+    source = BN_APPLY.replace("y[idx] = x[idx] - m;", store)
+    assert source != BN_APPLY
+    state = KernelState(source=source, plan=BN_APPLY_PLAN)
+    for name in ("serialize_reduction", "serialize_block_reduction"):
+        with refusals() as refused:
+            assert get(name).forward_sites(state) == []
+        assert any("one to one" in line for line in refused), refused
+
+
 @pytest.mark.parametrize("old, new, why", [
     ("int k = 0;", "int k = 1;", "start it at 0"),
     ("int k = 0;", "int k = n;", "start it at 0"),  # a triangular nest
