@@ -615,7 +615,8 @@ BN_APPLY = """__global__ void bn_apply(const float* __restrict__ x, float* __res
 """
 BN_APPLY_PLAN = LaunchPlan.from_toml(
     'name = "t"\nproblem = "t"\n[[launch]]\nentry = "bn_apply"\ngrid = ["cdiv(C, 128)"]\nblock = [128]\n'
-    'args = ["x", "y", { scalar = "N", type = "i32" }, { scalar = "C", type = "i32" }, { scalar = "HW", type = "i32" }]\n')
+    'args = ["x", "y", { scalar = "N", type = "i32" }, { scalar = "C", type = "i32" }, '
+    '{ scalar = "HW", type = "i32" }]\n')
 
 
 @pytest.mark.parametrize("name", ["serialize_reduction", "serialize_block_reduction"])
