@@ -11,7 +11,9 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
 - Readings for operators outside the bench (fixtures written for this test): a running maximum (row_cummax, fmaxf
   scanned by shuffles, lanes past the row's end contributing NaN), an argmin that reads its best value back through
   its index (row_argmin, on rows full of ties), each a warp a row by serialize_reduction; and a 3-D tensor times a
-  matrix whose guard bounds the batch too (tensor_matmul), tiled by untile_matmul.
+  matrix whose guard bounds the batch too (tensor_matmul), tiled by untile_matmul; a batch norm in training mode
+  (batch_norm) whose thread per channel walks nests over images and pixels and stores the normalized values in the
+  last, a warp and a block a channel.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -92,3 +94,12 @@ def test_the_tiles_of_a_tensor_times_a_matrix_bounded_by_its_batch_pass_every_ca
     assert "A += n * M * K;" in tiled.source and "if (m < M && l < L) {" in tiled.source
     passes_against(PROBLEMS / "tensor_matmul" / "problem.py", tiled, naive, CASES, cache,
                    "the tiled 3-D tensor-matrix product", "the naive kernel", vendor="torch.matmul")
+
+
+@pytest.mark.parametrize("transform", ["serialize_reduction", "serialize_block_reduction"])
+def test_a_batch_norm_storing_in_its_nest_passes_every_case_shared_by_a_channels_lanes(cache, transform):
+    naive = load_kernel(PROBLEMS / "batch_norm" / "naive")
+    shared = forwarded(naive, transform)
+    assert "y[(n * C + c) * HW + i] = " in shared.source
+    passes_against(PROBLEMS / "batch_norm" / "problem.py", shared, naive, CASES, cache,
+                   f"the batch norm ({transform})", "the naive kernel", vendor="F.batch_norm")
