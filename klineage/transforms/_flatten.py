@@ -121,7 +121,10 @@ from klineage.transforms._naive import (
 from klineage.transforms.base import NotApplicable, refused, with_plan
 
 _ROW_BLOCK = re.compile(r"(?:const )?((?:unsigned |signed )?(?:int|long long|long|size_t|int64_t|int32_t|"
-                        r"uint32_t|unsigned)) ([A-Za-z_]\w*) = blockIdx\.([yz]);")
+                        r"uint32_t|unsigned)) ([A-Za-z_]\w*) = blockIdx\.([xyz]);")
+# a column index whose blocks run along grid y while the row takes grid x (`int b = blockIdx.x;`): the axes swapped
+_COLUMN_ACROSS = re.compile(r"(?:const )?(?:int|long long) ([A-Za-z_]\w*) = (?:blockIdx\.y \* blockDim\.x \+ "
+                            r"threadIdx\.x|threadIdx\.x \+ blockIdx\.y \* blockDim\.x);")
 _WIDE_TYPES = re.compile(r"\b(?:long|size_t|int64_t|uint64_t|ptrdiff_t)\b")
 _BLOCK_ROW = re.compile(r"(?:const )?(int|unsigned|unsigned int|size_t|long long|long|int64_t) ([A-Za-z_]\w*) = "
                         r"blockIdx\.x;")
@@ -228,7 +231,8 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
 
 def _shape(parsed: cp.ParsedSource, body: Node) -> Shape:
     """The shape a kernel's body looks like (whether it is one is for its reader to say)."""
-    if _block_row(parsed, body) is not None:
+    across = any(_COLUMN_ACROSS.fullmatch(squash(parsed.text(node))) for node in statements(body)[:2])
+    if _block_row(parsed, body) is not None and not across:  # a row from blockIdx.x beside columns along y: a matrix
         return Shape.ONE_THREAD_BLOCKS
     if _lone_thread(parsed, body) is not None:
         return Shape.ONE_THREAD
@@ -430,18 +434,22 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
     if len(listed) < 3:
         raise NotApplicable(f"{function.name} is no 2-D elementwise kernel: two indexes and a guard")
     column = row = row_type = ""
-    tiled, row_axis = False, "y"
+    tiled, row_axis, across = False, "y", False
     for node in listed[:2]:
         axis, name = grid_index(parsed, node, wide=True)  # 64-bit indexes give a 64-bit flat index (below)
         blocks = _ROW_BLOCK.fullmatch(squash(parsed.text(node)))
+        swapped = _COLUMN_ACROSS.fullmatch(squash(parsed.text(node)))
         if axis == "x":
             column = name
         elif axis == "y":
             row, row_type, tiled = name, squash(parsed.text(node)).split(f" {name} =")[0], True
+        elif swapped:
+            column, across = swapped[1], True
         elif blocks:
             row_type, row, row_axis = blocks.groups()
-    if not column or not row:
-        raise NotApplicable(f"{function.name} does not start with a column index along x and a row along y")
+    if not column or not row or across != (row_axis == "x"):
+        raise NotApplicable(f"{function.name} does not start with a column index along x and a row along y (or a "
+                            f"row from blockIdx.x and the column's blocks along y)")
     guard = listed[2]
     if guard.type != "if_statement" or guard.child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name} has no guard after its indexes")
@@ -474,10 +482,10 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
         bound = re.fullmatch(rf"{column} {relation} ([A-Za-z_]\w*)", condition)
         if bound is None and both is None:
             raise NotApplicable(f"{function.name}'s guard is not `{column} {relation} N`")
-        columns, rows = bound[1] if bound else both[1], _grid_extent(state, parsed, function, dimensions - 1)
+        columns, rows = bound[1] if bound else both[1], _grid_extent(state, parsed, function, "xyz".index(row_axis))
         if both is not None and both[0] != rows:
-            raise NotApplicable(f"{function.name}'s guard bounds {row} by {both[0]}, not by the grid's "
-                                f"{'xyz'[dimensions - 1]} extent {rows}")
+            raise NotApplicable(f"{function.name}'s guard bounds {row} by {both[0]}, not by the grid's {row_axis} "
+                                f"extent {rows}")
     for node in work:
         text = parsed.text(node)
         if found := (_BLOCK_FORBIDDEN if of_rows else FORBIDDEN).search(text):

@@ -522,6 +522,38 @@ def test_a_grid_stride_loop_over_rows_left_as_written_with_the_reason(state, why
     assert get("serialize_reduction").forward_sites(state) == []
 
 
+def test_a_batch_on_grid_x_beside_columns_along_y_is_read_flat(tmp_path):
+    """The axes swapped (`int b = blockIdx.x;`, the column `threadIdx.x + blockIdx.y * blockDim.x`; B blocks along
+    x): each (b, column) is still one thread, so the flat form and the forwards on it give the written kernel's
+    bits. The column's blocks along x instead (`blockIdx.x * blockDim.x + threadIdx.x` beside `blockIdx.x`) tell no
+    row apart: left as written."""
+    source = ("__global__ void kernel(const float* x, float* y, float lo, float hi, int B, int n) {\n"
+              "    int b = blockIdx.x;\n    int i = threadIdx.x + blockIdx.y * blockDim.x;\n"
+              "    if (i < n) y[b * n + i] = fminf(fmaxf(x[b * n + i], lo), hi);\n}\n")
+    plan = LaunchPlan.from_toml(
+        'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["B", "cdiv(n, 256)"]\nblock = [256]\n'
+        'args = ["x", "y", { scalar = "lo", type = "f32" }, { scalar = "hi", type = "f32" }, '
+        '{ scalar = "B", type = "i32" }, { scalar = "n", type = "i32" }]\n')
+    written = KernelState(source=source, plan=plan)
+    flat = flattened(canonical(written))
+    assert flat.plan.launches[0].grid == ("cdiv(B * n, 256)", 1, 1), flat.plan
+    assert "if (idx < B * n) {" in flat.source and "int b = idx / n;" in flat.source, flat.source
+    transform = get("scalarize_elementwise")
+    (site,) = transform.forward_sites(written)
+    packed = transform.forward(written, site).state
+
+    def inputs(batch: int, n: int) -> tuple[dict, dict, dict]:
+        x = torch.randn(batch * n, generator=torch.Generator().manual_seed(batch * 1000 + n)) * 4
+        return {"B": batch, "n": n, "lo": -1.0, "hi": 2.0}, {"x": x}, {"y": (torch.float32, batch * n)}
+
+    assert emulate.differences(tmp_path, written, {"packed": packed}, ((3, 64), (2, 130)), inputs) == []
+    along_x = KernelState(source=source.replace("threadIdx.x + blockIdx.y * blockDim.x",
+                                                "blockIdx.x * blockDim.x + threadIdx.x"), plan=plan)
+    with refusals() as refused:
+        assert flattened(canonical(along_x)) == canonical(along_x)
+    assert any("more than 1 dimension" in line for line in refused), refused
+
+
 @pytest.mark.parametrize("body, plan, why", [
     (ROWS_ON_Y + "    if (col < cols) { float s = 0.0f; for (int k = 0; k < 4; ++k) s += x[k * cols + threadIdx.x];"
                  " y[row * cols + col] = s; }\n", _plan(), "names a thread coordinate (`threadIdx`)"),

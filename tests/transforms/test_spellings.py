@@ -68,7 +68,8 @@ EXPECTED = {
     "transpose_batched": {name: {"untile_transpose"}
                           for name in ("a_row_major", "b_offset_terms", "c_int64_cast", "d_size_t_ldg")},
     "batched_columns": {name: COLUMNS for name in ("a_return_guard", "b_if_wrap", "c_int64", "d_ldg")}
-    | {"e_grid_y": COLUMNS - {"unsplit_reduction"}},  # grid y is the batch's: no chunks there
+    | {"e_grid_y": COLUMNS - {"unsplit_reduction"},  # grid y is the batch's: no chunks there
+       "f_grid_x_batch": COLUMNS},  # the batch on grid x, the columns' blocks on y: one thread per output on x
     # each row's term of a loss added by one atomic outside the loops; one loop also splits into chunks
     "row_losses": {"a_kl_div": ROWS | {"unsplit_reduction"}, "b_cosine": ROWS | {"unsplit_reduction"},
                    "c_cross_entropy": ROWS},
