@@ -12,11 +12,11 @@ of two spellings:
 with the declarations in either order, the indexes 32-bit or 64-bit (`size_t col = ...`, as `_canonical` spells
 them), the guard's bounds in either order and its counts maybe cast to the indexes' width (`col < (size_t)cols`: the
 same bound wherever the kernel is correct), or the guard as `if (col >= cols) return;` (`if (row >= rows || col >=
-cols) return;`) and the work after it. The first spelling may take its row from
-grid z instead (`int b = blockIdx.z;`, a batch on a grid one block high), or from grid x where the column's blocks
-run along y (`int b = blockIdx.x; int col = threadIdx.x + blockIdx.y * blockDim.x;`), and may bound its row too
-where the bound is the grid's extent along the row's axis (`if (t < tokens && d < dim)` on a grid `tokens` blocks high: true in
-every block). `flattened` rewrites such a kernel as
+cols) return;`) and the work after it. The first spelling may take its row from grid z instead (`int b =
+blockIdx.z;`, a batch on a grid one block high), or from grid x where the column's blocks run along y (`int b =
+blockIdx.x; int col = threadIdx.x + blockIdx.y * blockDim.x;`), and may bound its row too where the bound is the
+grid's extent along the row's axis (`if (t < tokens && d < dim)` on a grid `tokens` blocks high: true in every
+block). `flattened` rewrites such a kernel as
 
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < rows * cols) {
