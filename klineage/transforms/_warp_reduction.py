@@ -59,6 +59,7 @@ from klineage.transforms._naive import (
     unwrapped,
 )
 from klineage.transforms._nests import unnested
+from klineage.transforms._online_max import OnlineMax, is_online_butterfly, online_butterfly, online_max
 from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms._pointers import aliases
 from klineage.transforms._scan_spellings import check_accumulator_uses, check_declared_apart, respelled
@@ -233,6 +234,7 @@ class RowLoop:
     accumulators: tuple[Accumulator, ...]
     scan: Scan | None = None  # set when the loop is a running sum stored per element
     arg: ArgBest | None = None  # set when the loop keeps the best value and its index
+    online: OnlineMax | None = None  # set when the loop keeps a running maximum and a sum rescaled to it
     start: str = "0"  # the first column (a loop with no sum may start past the value it starts from)
     kind: str = "int"  # the loop index's type, kept
 
@@ -342,6 +344,9 @@ class WarpReduction(Transform):
                 arg = loop.arg
                 butterflies = f"\n{loop_indent}" + pair_butterfly(arg, site.types[arg.value], site.types[arg.index],
                                                                    loop_indent, layout.butterfly, layout.mask)
+            elif loop.online is not None:
+                butterflies = f"\n{loop_indent}" + online_butterfly(loop.online, site.types[loop.online.maximum],
+                                                                     loop_indent, layout.butterfly, layout.mask)
             else:
                 butterflies = "".join(f"\n{loop_indent}{layout.combine(acc, site.types[acc.name], loop_indent)}"
                                       for acc in loop.accumulators)
@@ -420,7 +425,8 @@ class WarpReduction(Transform):
                                   scanned.serial(index, bound, indentation(parsed.data, node.start_byte))))
                 continue
             if layout.is_butterfly(squash(parsed.text(node))) or \
-                    is_pair_butterfly(parsed.text(node), layout.butterfly, layout.mask):
+                    is_pair_butterfly(parsed.text(node), layout.butterfly, layout.mask) or \
+                    is_online_butterfly(parsed, node, layout.butterfly, layout.mask):
                 edits.append(Edit(*_line_span(parsed, node)))
                 continue
             match = layout.loop().match(header)
@@ -640,6 +646,10 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
     if arg is not None:
         return RowLoop(node, index, (Accumulator(arg.value, arg.compare), Accumulator(arg.index, "index")), arg=arg,
                        start=start, kind=kind)
+    online = online_max(parsed, loop_body)
+    if online is not None:
+        kept = (Accumulator(online.maximum, "online_max"), Accumulator(online.total, "online_sum"))
+        return RowLoop(node, index, kept, online=online, start=start, kind=kind)
     if any(statement.type == "if_statement" and _kept_extreme(parsed, statement) is None and
            _conditional_update(parsed, statement) is None for statement in statements(loop_body)):
         raise NotApplicable("an `if` in a row loop that is no arg reduction (a strict compare that takes the value "
@@ -968,7 +978,7 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
         for acc in loop.accumulators:
             if acc.name not in declared or declared[acc.name][0] not in _SHFL_TYPES:
                 raise NotApplicable(f"accumulator '{acc.name}' is no initialized local of a shuffle type")
-            if acc.combine == "+" and not _ZERO.match(declared[acc.name][1].strip()):
+            if acc.combine in ("+", "online_sum") and not _ZERO.match(declared[acc.name][1].strip()):
                 raise NotApplicable(f"sum '{acc.name}' does not start at zero")
             if acc.combine == "*" and loop.scan is None and not _ONE.match(declared[acc.name][1].strip()):
                 raise NotApplicable(f"product '{acc.name}' does not start at one")

@@ -18,8 +18,8 @@ from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["softmax", "rowsum", "rowprod", "cumsum", "cumprod", "cumsum_exclusive", "cumsum_reverse", "cummax",
-         "argmax", "argmin", "loss"]
+CASES = ["softmax", "softmax_online", "rowsum", "rowprod", "cumsum", "cumprod", "cumsum_exclusive", "cumsum_reverse",
+         "cummax", "argmax", "argmin", "loss"]
 
 
 @pytest.fixture(scope="module")
@@ -739,6 +739,32 @@ def test_the_warp_loss_adds_each_rows_term_once(tmp_path):
     for rows in (1, 5, 9):
         torch.testing.assert_close(runs["warp", rows], runs["naive", rows], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(runs["unguarded", rows], 32 * runs["naive", rows], rtol=1e-5, atol=1e-5)
+
+
+ONLINE_MUTANTS = [
+    # a pair's own factor of one not taken as it is: a lane that saw no column (rows shorter than the warp) adds NaN
+    ("(m == pair_joined ? s : s * expf(m - pair_joined))", "s * expf(m - pair_joined)"),
+    ("m = pair_joined;\n", ""),  # the maximum never joined: each lane normalizes by its own
+]
+
+
+@pytest.mark.parametrize("mutant", [None, *ONLINE_MUTANTS])
+def test_the_one_pass_softmax_given_a_warp_computes_the_naive_rows_and_broken_joins_do_not(mutant, tmp_path):
+    """The running maximum and the sum rescaled to it, a warp a row, against the naive loop on the CPU emulator
+    (rows shorter than a warp, of one column, past two warps): to rounding, the sum being taken in another order. A
+    join that rescales a lane which saw nothing, or never joins the maxima, is caught."""
+    warp = golden("softmax_online", "before")
+    if mutant is not None:
+        assert mutant[0] in warp.source
+        warp = KernelState(source=warp.source.replace(*mutant), plan=warp.plan)
+    forms = emulate.builds(tmp_path, {"naive": golden("softmax_online", "after"), "warp": warp})
+    close = []
+    for n in (1, 5, 32, 70):
+        x = torch.randn(3 * n, generator=torch.Generator().manual_seed(n)) * 4
+        runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}", state, {"rows": 3, "n": n}, {"x": x},
+                                  {"y": (torch.float32, 3 * n)})["y"] for form, (binary, state) in forms.items()}
+        close.append(torch.allclose(runs["warp"], runs["naive"], rtol=1e-5, atol=1e-6))
+    assert all(close) if mutant is None else not all(close)
 
 
 SCANS = {"cumsum": torch.float32, "cumprod": torch.float32, "cumsum_exclusive": torch.int32,

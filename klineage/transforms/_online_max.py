@@ -1,0 +1,119 @@
+"""A running maximum with a sum rescaled to it (the one-pass softmax normalizer), and the warp shuffle that joins two
+lanes' (maximum, sum) pairs.
+
+The serial form takes one column a step:
+
+    float m_new = fmaxf(m, v);
+    s = s * expf(m - m_new) + expf(v - m_new);
+    m = m_new;
+
+m is the largest value so far and s the sum of exp(x - m) over the values so far. Split over lanes, each from the
+same start (s from zero), a lane holds (m, s) over its own columns; two pairs join as M = fmaxf(m_a, m_b) and
+S = s_a * exp(m_a - M) + s_b * exp(m_b - M), a pair whose maximum is M already taken as it is (the factor would be
+one), so that a lane that saw no column (m still -INFINITY, s zero) adds nothing instead of NaN. Both lanes of a
+shuffle join the same two pairs, so every lane ends with the same (M, S). The sum is taken in another order and
+rescaled at other points than the serial loop's, as every lane's partial sum is: the gate judges the result against
+the problem's tolerance.
+
+Read where the loop body is local declarations, then those three statements in that order (the maximum by fmaxf,
+fmax or max, either argument first; the update's two terms in either order, the factor on either side; expf, __expf
+or exp), the three names distinct and named nowhere else in the body.
+
+The leading underscore keeps the catalog from loading this module as a transform.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.transforms._edit import call_arguments, unparen
+from klineage.transforms._naive import squash, statements
+
+_MAXIMA = frozenset({"fmaxf", "fmax", "max"})
+_EXPONENTIALS = ("expf", "__expf", "exp")
+PAIR_MAX, PAIR_SUM, PAIR_JOINED = "pair_max", "pair_sum", "pair_joined"
+
+
+@dataclass(frozen=True)
+class OnlineMax:
+    """The loop keeps `maximum` and `total`, the sum of exp(x - maximum), calling `exp`."""
+
+    maximum: str
+    total: str
+    exp: str
+
+    def __post_init__(self):
+        if self.exp not in _EXPONENTIALS:
+            raise ValueError(f"an online maximum rescales with {', '.join(_EXPONENTIALS)}, not {self.exp!r}")
+
+
+def online_max(parsed: cp.ParsedSource, loop_body: Node) -> OnlineMax | None:
+    """The loop body's running maximum and rescaled sum (see the module's docstring), else None."""
+    listed = statements(loop_body)
+    while listed and listed[0].type == "declaration" and len(listed) > 3:
+        listed = listed[1:]
+    if len(listed) != 3 or listed[0].type != "declaration":
+        return None
+    declarators = listed[0].children_by_field_name("declarator")
+    value = declarators[0].child_by_field_name("value") if len(declarators) == 1 else None
+    call = unparen(value) if value is not None else None
+    if call is None or call.type != "call_expression" or cp.call_name(call) not in _MAXIMA or \
+            len(call_arguments(call)) != 2:
+        return None
+    new = parsed.text(declarators[0].child_by_field_name("declarator"))
+    arguments = [squash(parsed.text(unparen(a))) for a in call_arguments(call)]
+    for maximum, element in (arguments, arguments[::-1]):
+        total = _rescaled(parsed, listed[1], maximum, new, element)
+        if total is None or squash(parsed.text(listed[2])) != f"{maximum} = {new};":
+            continue
+        names = (maximum, total[0], new)
+        body = [parsed.text(n) for n in cp.nodes_of_type(loop_body, "identifier")]
+        if len(set(names)) == 3 and all(name.isidentifier() for name in names) and \
+                body.count(maximum) == 3 and body.count(total[0]) == 2 and body.count(new) == 4:
+            return OnlineMax(maximum, *total)
+    return None
+
+
+def _rescaled(parsed: cp.ParsedSource, statement: Node, maximum: str, new: str,
+              element: str) -> tuple[str, str] | None:
+    """(the sum, the exponential) where `statement` is `s = s * exp(maximum - new) + exp(element - new);` spelled
+    any of the ways the module's docstring lists; else None."""
+    text = squash(parsed.text(statement))
+    total = text.split(" = ", 1)[0]
+    for exp in _EXPONENTIALS:
+        kept, added = f"{exp}({maximum} - {new})", f"{exp}({element} - {new})"
+        for scaled in (f"{total} * {kept}", f"{kept} * {total}"):
+            if text in (f"{total} = {scaled} + {added};", f"{total} = {added} + {scaled};"):
+                return total, exp
+    return None
+
+
+def online_butterfly(online: OnlineMax, kind: str, indent: str, header: str, mask: str) -> str:
+    """The butterfly (`header`, over the lanes of `mask`) that leaves every lane with its lanes' (maximum, sum)
+    joined."""
+    m, s, exp = online.maximum, online.total, online.exp
+    larger = "fmaxf" if kind == "float" else "fmax"
+    lines = [f"{header} {{",
+             f"    const {kind} {PAIR_MAX} = __shfl_xor_sync({mask}, {m}, offset);",
+             f"    const {kind} {PAIR_SUM} = __shfl_xor_sync({mask}, {s}, offset);",
+             f"    const {kind} {PAIR_JOINED} = {larger}({m}, {PAIR_MAX});",
+             f"    {s} = ({m} == {PAIR_JOINED} ? {s} : {s} * {exp}({m} - {PAIR_JOINED})) + ({PAIR_MAX} == "
+             f"{PAIR_JOINED} ? {PAIR_SUM} : {PAIR_SUM} * {exp}({PAIR_MAX} - {PAIR_JOINED}));",
+             f"    {m} = {PAIR_JOINED};",
+             "}"]
+    return "\n".join(indent + line for line in lines)[len(indent):]
+
+
+def is_online_butterfly(parsed: cp.ParsedSource, node: Node, header: str, mask: str) -> bool:
+    """Whether `node` (a for statement) is exactly what online_butterfly writes with this header and mask."""
+    listed = statements(node.child_by_field_name("body"))
+    if len(listed) != 5 or listed[0].type != "declaration":
+        return False
+    kind = squash(parsed.text(listed[0].child_by_field_name("type")))
+    maximum, total = (squash(parsed.text(s)).rsplit(" = ", 1)[0] for s in listed[3:5][::-1])
+    exp = next((e for e in _EXPONENTIALS if f" * {e}({maximum} - {PAIR_JOINED})" in parsed.text(listed[3])), None)
+    return exp is not None and squash(parsed.text(node)) == squash(
+        online_butterfly(OnlineMax(maximum, total, exp), kind, "", header, mask))
