@@ -13,7 +13,8 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
   its index (row_argmin, on rows full of ties), each a warp a row by serialize_reduction; and a 3-D tensor times a
   matrix whose guard bounds the batch too (tensor_matmul), tiled by untile_matmul; a batch norm in training mode
   (batch_norm) whose thread per channel walks nests over images and pixels and stores the normalized values in the
-  last, a warp and a block a channel.
+  last, a warp and a block a channel; a log-softmax whose normalizer is one pass (a running maximum and the sum
+  rescaled to it), the held-out log_softmax problem (bench/transfer/log_softmax) with that spelling, a warp a row.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -38,6 +39,22 @@ pytestmark = pytest.mark.gpu
 PROBLEMS = Path(__file__).resolve().parent / "fixtures" / "gpu_problems"
 CASES = {"headline", "ragged", "small"}  # each problem's CASES (a problem file runs only in the sandbox)
 
+ONLINE_LOG_SOFTMAX = """// Log-softmax, one thread per row, the normalizer in one pass over the row.
+__global__ void log_softmax(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const float* in = x + (long long)row * cols;
+    float m = -INFINITY, s = 0.0f;
+    for (int j = 0; j < cols; ++j) {
+        float v = in[j];
+        float m_new = fmaxf(m, v);
+        s = s * expf(m - m_new) + expf(v - m_new);
+        m = m_new;
+    }
+    float shift = m + logf(s);
+    for (int j = 0; j < cols; ++j) y[(long long)row * cols + j] = in[j] - shift;
+}
+"""
 MATMUL_AT = """// C = A^T B, one thread per output, with the block's side a macro, a guard per bound, named elements.
 #define TILE 16
 __global__ void matmul_at(const float* __restrict__ A, const float* __restrict__ B, float* __restrict__ C, int M,
@@ -103,3 +120,12 @@ def test_a_batch_norm_storing_in_its_nest_passes_every_case_shared_by_a_channels
     assert "y[(n * C + c) * HW + i] = " in shared.source
     passes_against(PROBLEMS / "batch_norm" / "problem.py", shared, naive, CASES, cache,
                    f"the batch norm ({transform})", "the naive kernel", vendor="F.batch_norm")
+
+
+def test_a_one_pass_log_softmax_passes_every_case_a_warp_a_row(cache):
+    problem = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "log_softmax"
+    naive = KernelState(source=ONLINE_LOG_SOFTMAX, plan=load_kernel(problem / "naive").plan)
+    warp = forwarded(naive, "serialize_reduction")
+    assert "const float pair_joined = fmaxf(m, pair_max);" in warp.source
+    passes_against(problem / "problem.py", warp, naive, {"headline", "ragged", "narrow", "small"}, cache,
+                   "the one-pass log-softmax, a warp a row", "the naive kernel")
