@@ -38,9 +38,11 @@ as statements run, and the value of the whole is unused.
 `joined_guards` (not part of `c_style`) writes a guard whose whole body is another guard, `if (a) { if (b) S }`, as
 `if (a && b) S` (neither has an `else`): `&&` evaluates b only where a holds, as the inner guard did.
 `plain_updates` writes a `for` header's unit step `j += 1` (or `j = j + 1`) as `++j`, whose value the header drops
-too, and an accumulation `x = x + e` (or `x = e + x`) of a named local as `x += e`: the compound assignment reads x
-once and adds e's value, and IEEE addition commutes, so the sum is the same to the bit. `x = x + a + b` adds a
-first and is left alone.
+too, its bound `j <= n - 1` as `j < n` where j is declared there of a signed type and n is an integer literal or a
+scalar parameter of a signed type (the two differ only where n - 1 overflows, which a signed type may not; an
+unsigned n of 0 would make n - 1 the largest value, so it is left alone), and an accumulation `x = x + e` (or
+`x = e + x`) of a named local as `x += e`: the compound assignment reads x once and adds e's value, and IEEE addition
+commutes, so the sum is the same to the bit. `x = x + a + b` adds a first and is left alone.
 Any other spelling is left as written.
 """
 
@@ -52,7 +54,16 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import declared_kind, is_written, line_end, line_start, operator, splice
+from klineage.transforms._edit import (
+    declared_kind,
+    is_written,
+    line_end,
+    line_start,
+    operator,
+    params,
+    splice,
+    written_names,
+)
 
 # a step `j++`, `++j`, `j--`, `j += e`, `j = j + e` ... of the index j (texts with blanks squashed)
 _STEP = r"(?:{j}\+\+|\+\+{j}|{j}--|--{j}|{j} [-+*]= .+|{j} = {j} [-+*] .+)"
@@ -270,6 +281,7 @@ def plain_updates(state: KernelState) -> KernelState:
         found = _UNIT_STEP.fullmatch(_squash(parsed, update)) if update is not None else None
         if found is not None and cp.function_of(loop) is not None:
             edits.append((update.start_byte, update.end_byte, f"++{found['j']}"))
+        edits += _bound_below(parsed, loop)
     for assignment in cp.nodes_of_type(parsed.root, "assignment_expression"):
         target, value = assignment.child_by_field_name("left"), assignment.child_by_field_name("right")
         if target is None or target.type != "identifier" or value is None or value.type != "binary_expression" or \
@@ -288,6 +300,23 @@ def plain_updates(state: KernelState) -> KernelState:
 
 
 _UNIT_STEP = re.compile(r"(?P<j>[A-Za-z_]\w*) (?:\+= 1|= (?P=j) \+ 1|= 1 \+ (?P=j))")
+_SIGNED = r"(?:const )?(?:int|long long|long|int64_t|int32_t|ptrdiff_t|long long int|long int)"
+_AT_MOST = re.compile(r"(?P<j>[A-Za-z_]\w*) <= (?P<n>[A-Za-z_]\w*|\d+) - 1")
+
+
+def _bound_below(parsed: cp.ParsedSource, loop: Node) -> list[tuple[int, int, str]]:
+    """The edit writing the loop's condition `j <= n - 1` as `j < n` where the module's docstring allows it."""
+    condition, start = loop.child_by_field_name("condition"), loop.child_by_field_name("initializer")
+    function = cp.enclosing_function(loop)
+    found = _AT_MOST.fullmatch(_squash(parsed, condition)) if condition is not None else None
+    if found is None or function is None or start is None or start.type != "declaration" or \
+            not re.fullmatch(rf"{_SIGNED} {found['j']} = .+;?", _squash(parsed, start)):
+        return []
+    signed = {param.name for param in params(parsed, function)
+              if not param.indirection and re.fullmatch(_SIGNED, " ".join(param.type.split()))}
+    if not (found["n"].isdigit() or found["n"] in signed) or found["n"] in written_names(parsed, function):
+        return []
+    return [(condition.start_byte, condition.end_byte, f"{found['j']} < {found['n']}")]
 
 
 def joined_guards(state: KernelState) -> KernelState:

@@ -203,9 +203,23 @@ def test_nested_guards_join_and_updates_take_their_short_forms(tmp_path):
     "    if (rows > 0) { y[0] = 2.0f; if (cols > 1) y[r] = 1.0f; }\n",
     # a step of two, an element's update (not a name), and an update that is a subexpression
     "    for (int j = 0; j < cols; j += 2) y[j] = x[j];\n",
+    # a bound at most n - 1 of an unsigned index, or of a count the kernel changes, or of a local
+    "    for (unsigned j = 0; j <= cols - 1; ++j) y[j] = x[j];\n",
+    "    cols *= 2;\n    for (int j = 0; j <= cols - 1; ++j) y[j] = x[j];\n",
+    "    int n = cols;\n    for (int j = 0; j <= n - 1; ++j) y[j] = x[j];\n",
     "    for (int j = 0; j < cols; ++j) y[r] = y[r] + x[j];\n",
     "    float s = 0.0f;\n    for (int j = 0; j < cols; ++j) y[j] = (s = s + x[j]);\n",
 ])
 def test_guards_and_updates_that_say_more_stay_as_written(body):
     state = _kernel(body)
     assert c_style(joined_guards(state)) is state
+
+
+@pytest.mark.parametrize("bound", ["cols", "64"])
+def test_a_signed_index_at_most_a_signed_count_less_one_is_below_the_count(bound):
+    """`j <= n - 1` is `j < n` where both are signed (n - 1 cannot wrap); the row forwards then read the loop."""
+    state = _kernel(f"    float s = 0.0f;\n    for (int j = 0; j <= {bound} - 1; ++j) s += x[r * cols + j];\n"
+                    "    y[r] = s;\n")
+    assert f"for (int j = 0; j < {bound}; ++j)" in c_style(state).source
+    (site,) = get("serialize_reduction").forward_sites(state)
+    assert site.key == "r"
