@@ -38,7 +38,11 @@ from klineage.kernel import KernelState
 from klineage.transforms._edit import declared_kind, indentation, splice
 
 _ZEROS = {"float": "0.0f", "double": "0.0", "int": "0", "long long": "0", "unsigned": "0u", "unsigned int": "0u"}
-_ZERO = re.compile(r"\(?(?:0+(?:\.0*)?(?:e[+-]?\d+)?[fFuUlL]*|0?\.0+[fF]?)\)?|\w+\(0(?:\.0*)?f?\)")
+# a literal converted to an accumulator's type (`float(0)`, `static_cast<double>(1)`: a template's instance)
+CONVERTED = r"(?:(?:{type})\(\s*(?:{value})\s*\)|static_cast<\s*(?:{type})\s*>\(\s*(?:{value})\s*\))"
+_ZERO_TEXT = r"0+(?:\.0*)?(?:[eE][+-]?\d+)?[fFuUlL]*|0?\.0+(?:[eE][+-]?\d+)?[fF]?"
+# a zero start as people write it: a literal, parenthesized or converted (the warp reductions' test of a sum's start)
+ZERO = re.compile(rf"^\(?(?:{_ZERO_TEXT}|{CONVERTED.format(type='|'.join(_ZEROS), value=_ZERO_TEXT)})\)?$")
 _UPDATE = r"{acc} \+= (?P<e>.+);|{acc} = {acc} \+ (?P<f>.+);"
 
 
@@ -87,7 +91,7 @@ def _started_sum(parsed: cp.ParsedSource, declaration: Node, loop: Node) -> tupl
         return None
     name, value = declarators[0].child_by_field_name("declarator"), declarators[0].child_by_field_name("value")
     if name is None or name.type != "identifier" or value is None or \
-            _ZERO.fullmatch("".join(parsed.text(value).split())):
+            ZERO.match(parsed.text(value).strip()):
         return None
     acc = parsed.text(name)
     mentions = [node for node in cp.nodes_of_type(loop, "identifier") if parsed.text(node) == acc]

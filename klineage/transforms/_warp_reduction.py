@@ -44,7 +44,6 @@ from klineage.transforms._edit import (
 from klineage.transforms._flatten import Shape, flattened
 from klineage.transforms._index_locals import counts_inlined, folded
 from klineage.transforms._naive import (
-    FLOAT_ZERO,
     INDEXES,
     INTEGER_CAST,
     LOOP_INDEX_TYPES,
@@ -63,7 +62,7 @@ from klineage.transforms._online_max import OnlineMax, is_online_butterfly, onli
 from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms._pointers import aliases
 from klineage.transforms._scan_spellings import check_accumulator_uses, check_declared_apart, respelled
-from klineage.transforms._sum_starts import started_at_zero
+from klineage.transforms._sum_starts import CONVERTED, ZERO, started_at_zero
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32
@@ -144,11 +143,9 @@ _WARP_SCANS = {(op, exclusive, reverse): _warp_scan_pattern(op, exclusive, rever
 # `<<<rows, 1>>>` kernels, grid-stride loops over rows, a batch's rows on a 2-D launch and a kernel one thread runs,
 # read as one thread per row
 ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS, Shape.MATRIX_ROWS, Shape.ONE_THREAD})
-_CONVERTED = r"(?:(?:{type})\(\s*(?:{value})\s*\)|static_cast<\s*(?:{type})\s*>\(\s*(?:{value})\s*\))"
-_ZERO_TEXT, _ONE_TEXT = rf"{FLOAT_ZERO}|0[uUlL]*", r"1(?:\.0*)?[fF]?|1\.[fF]?|1[uUlL]*"
-# a literal, or one converted to the accumulator's type (`float(0)`, `static_cast<double>(1)`: a template's instance)
-_ZERO = re.compile(rf"^(?:{_ZERO_TEXT}|{_CONVERTED.format(type='|'.join(_SHFL_TYPES), value=_ZERO_TEXT)})$")
-_ONE = re.compile(rf"^(?:{_ONE_TEXT}|{_CONVERTED.format(type='|'.join(_SHFL_TYPES), value=_ONE_TEXT)})$")
+_ONE_TEXT = r"1(?:\.0*)?[fF]?|1\.[fF]?|1[uUlL]*"
+# a product's start: a literal, or one converted to the accumulator's type (a sum's zero: `_sum_starts.ZERO`)
+_ONE = re.compile(rf"^(?:{_ONE_TEXT}|{CONVERTED.format(type='|'.join(_SHFL_TYPES), value=_ONE_TEXT)})$")
 _OPERATORS = frozenset({"+", "*"})  # the folds a butterfly combines with an operator: a sum and a product
 
 
@@ -978,7 +975,7 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
         for acc in loop.accumulators:
             if acc.name not in declared or declared[acc.name][0] not in _SHFL_TYPES:
                 raise NotApplicable(f"accumulator '{acc.name}' is no initialized local of a shuffle type")
-            if acc.combine in ("+", "online_sum") and not _ZERO.match(declared[acc.name][1].strip()):
+            if acc.combine in ("+", "online_sum") and not ZERO.match(declared[acc.name][1].strip()):
                 raise NotApplicable(f"sum '{acc.name}' does not start at zero")
             if acc.combine == "*" and loop.scan is None and not _ONE.match(declared[acc.name][1].strip()):
                 raise NotApplicable(f"product '{acc.name}' does not start at one")
