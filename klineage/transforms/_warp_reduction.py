@@ -149,6 +149,15 @@ _ONE = re.compile(rf"^(?:{_ONE_TEXT}|{CONVERTED.format(type='|'.join(_SHFL_TYPES
 _OPERATORS = frozenset({"+", "*"})  # the folds a butterfly combines with an operator: a sum and a product
 
 
+def as_rows(state: KernelState, only: str | None = None) -> KernelState:
+    """`state` as the row forwards read it: the index as the naive forms spell it, counts and offsets named by locals
+    read as their value, a sum from zero, a best value held rather than read back, a scan's two statements, the row
+    shapes people write as one thread per row, and perfect nests as one loop (in the kernel `only` where given,
+    other kernels as written)."""
+    read = respelled(held_best(started_at_zero(folded(counts_inlined(canonical(state))), only), only), only)
+    return unnested(flattened(read, ROW_THREADS), only)
+
+
 @dataclass(frozen=True)
 class Layout:
     """Which lanes of a warp share a row: the warp holds `group` consecutive rows, lanes g, g + group, g + 2 * group,
@@ -298,10 +307,7 @@ class WarpReduction(Transform):
         return [Anchor(f.name, "function", row, parsed.text(f.node)[:200]) for f, row in self._warp_kernels(parsed)]
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        # as the naive forms spell it (counts and offsets named by locals read as their value, a scan's statements,
-        # a sum from zero, a best value held rather than read back), nests one loop
-        state = unnested(flattened(respelled(held_best(started_at_zero(folded(counts_inlined(canonical(state)))))),
-                                    ROW_THREADS))
+        state = as_rows(state)
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", site.row, parsed.text(site.loops[0].node)[:200])
                 for function, site in readable(parsed, lambda f: self._serial_site(state, parsed, f))]
@@ -309,10 +315,7 @@ class WarpReduction(Transform):
     # -- forward --------------------------------------------------------------------------------
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        # the index as the naive forms spell it; the kernel's perfect nests one loop (other kernels' as written)
-        state = unnested(flattened(respelled(held_best(started_at_zero(folded(counts_inlined(canonical(state))),
-                                                                       anchor.function), anchor.function),
-                                             anchor.function), ROW_THREADS), anchor.function)
+        state = as_rows(state, anchor.function)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         site = self._serial_site(state, parsed, function)

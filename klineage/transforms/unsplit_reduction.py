@@ -49,9 +49,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.launch import Arg, ArgKind, Launch, Scratch
 from klineage.transforms import register
-from klineage.transforms._canonical import canonical
 from klineage.transforms._edit import Edit, indentation, line_start, splice
-from klineage.transforms._flatten import flattened
 from klineage.transforms._naive import (
     INTEGER_CAST,
     bound_of,
@@ -62,9 +60,8 @@ from klineage.transforms._naive import (
     squash,
     statements,
 )
-from klineage.transforms._nests import unnested
 from klineage.transforms._row_count import check_fixed, guard_count, plan_value
-from klineage.transforms._warp_reduction import ROW_THREADS, RowLoop, Site, serial_site
+from klineage.transforms._warp_reduction import RowLoop, Site, as_rows, serial_site
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 STEPS = "split_steps"  # the kernels' parameter: how many steps a chunk reduces
@@ -113,9 +110,9 @@ class UnsplitReduction(Transform):
         return found
 
     def forward_sites(self, state: KernelState, carrier=None) -> list[Anchor]:
-        # a perfect nest of two loops is one loop over its pairs (_nests.py); the row shapes people write (a kernel one
-        # thread runs, `<<<rows, 1>>>`, a grid-stride loop over rows) as one thread per row
-        state = unnested(flattened(canonical(state), ROW_THREADS))
+        # as the warp reductions read rows: a perfect nest one loop over its pairs, the row shapes people write (a
+        # kernel one thread runs, `<<<rows, 1>>>`, a grid-stride loop over rows) one thread per row
+        state = as_rows(state)
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", split.site.row, parsed.text(split.loop.node)[:200])
                 for function, split in readable(parsed, lambda f: _split(state, parsed, f))]
@@ -123,7 +120,7 @@ class UnsplitReduction(Transform):
     # -- forward --------------------------------------------------------------------------------
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
-        state = unnested(flattened(canonical(state), ROW_THREADS), anchor.function)
+        state = as_rows(state, anchor.function)
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         split = _split(state, parsed, function)

@@ -146,6 +146,43 @@ def test_the_split_form_computes_the_naive_kernels_bits_on_the_cpu(case, tmp_pat
                         lambda rows, cols: _columns(case, rows, cols), names) == []
 
 
+# a row's sum started from its bias (`_sum_starts`) and an argmin that reads its best value back (`held_best`): the
+# warp reductions' readings, which the split reads too
+ROW_HEAD = ("__global__ void kernel(const float* w, const float* b, float* y, float* at, int rows, int n) {\n"
+            "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= rows) return;\n")
+ROW_READINGS = {
+    "bias": ROW_HEAD + "    float acc = b[row];\n    for (int j = 0; j < n; ++j) acc += w[row * n + j];\n"
+                       "    y[row] = acc;\n}\n",
+    "argmin": ROW_HEAD + "    int best = 0;\n    for (int j = 1; j < n; ++j)\n"
+                         "        if (w[row * n + j] < w[row * n + best]) best = j;\n    at[row] = (float)best;\n}\n",
+}
+ROW_PLAN = plan_of('"w", "b", "y", "at", { scalar = "rows", type = "i32" }, { scalar = "n", type = "i32" }',
+                   grid="cdiv(rows, 128)", block=128)
+
+
+@pytest.mark.parametrize("case", ["bias", "argmin"])
+def test_a_sum_from_a_bias_and_an_argmin_read_back_are_split_to_their_bits(case, tmp_path):
+    """The split reads rows as the warp reductions do: a sum from a bias is chunked from zero and the bias added
+    after the merge, an argmin read back holds its value; on integer values (ties among few) the merged answers
+    are the loop's bits, in one chunk and in many."""
+    naive = KernelState(source=ROW_READINGS[case], plan=ROW_PLAN)
+    (site,) = get("unsplit_reduction").forward_sites(naive)
+    split = get("unsplit_reduction").forward(naive, site).state
+    scratch = [arg.name for arg in split.plan.launches[0].args if arg.name and arg.name.startswith("split_")]
+
+    def inputs_of(rows: int, n: int) -> tuple[dict, dict, dict]:
+        g = torch.Generator().manual_seed(rows * 1000 + n)
+        chunks = expr.evaluate_int(str(split.plan.launches[0].grid[1]), {**devices.DEFAULT.facts(), "rows": rows,
+                                                                         "n": n})
+        kinds = {"split_best": torch.int32, "split_best_value": torch.float32, "split_acc": torch.float32}
+        return ({"rows": rows, "n": n}, {"w": torch.randint(-3, 4, (rows * n,), generator=g).float(),
+                                         "b": torch.randint(-50, 51, (rows,), generator=g).float()},
+                {"y": (torch.float32, rows), "at": (torch.float32, rows),
+                 **{name: (kinds[name], chunks * rows) for name in scratch}})
+
+    assert _differences(tmp_path, naive, split, ((3, 5), (2, 3000)), inputs_of, ("y", "at")) == []
+
+
 BATCHES = ((1, 1, 5), (3, 129, 12), (2, 300, 9), (4, 128, 33))  # (B, N, D): columns of no warp multiple, ragged chunks
 
 
