@@ -74,7 +74,8 @@ SUM = "    float s = 0.0f;\n    for (int r = 0; r < rows; ++r) s += x[r * cols +
     # a bound that is not the guard's count of the thread index itself, or not the count the plan says
     ("    if (c / 2 >= cols) return;\n" + SUM + "    y[c] = s;\n", "no `if \\(c >= N\\) return;`"),
     ("    if (c >= cols - 1) return;\n" + SUM + "    y[c] = s;\n", "no `if \\(c >= N\\) return;`"),
-    ("    int n = rows * cols;\n    if (c >= n) return;\n" + SUM + "    y[c] = s;\n", "'n' of `n` is neither"),
+    ("    int n = rows * cols;\n    n -= cols;\n    if (c >= n) return;\n" + SUM + "    y[c] = s;\n",
+     "'n' of `n` is neither"),  # a count local the kernel changes (one it never changes is read as its value)
     # the merge's offsets would say the doubled count: past the scratch the plan allocates for the launch's
     ("    if (c >= cols) return;\n    cols *= 2;\n" + SUM + "    y[c] = s;\n", "assigns or declares cols"),
     ("    if (c >= cols) return;\n    rows += 1;\n" + SUM + "    y[c] = s;\n", "assigns or declares rows"),
@@ -87,6 +88,15 @@ def test_no_site_where_a_split_would_not_be_legal(transform, body, why):
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, Anchor("kernel", "function", "c"))
+
+
+def test_a_guard_count_named_by_a_local_is_read_as_its_value(transform):
+    """`int n = rows * cols; if (c >= n) return;`: a count local the kernel never changes is the product itself
+    (`_index_locals.counts_inlined`, as the warp reductions read it), so the guard is the split's."""
+    body = "    int n = rows * cols;\n    if (c >= n) return;\n" + SUM + "    y[c] = s;\n"
+    state = KernelState(source=HEAD + body + "}\n", plan=PLAN)
+    (site,) = transform.forward_sites(state)
+    assert "if (c >= rows * cols) return;" in transform.forward(state, site).state.source
 
 
 def _chunks(case: str, params: dict) -> int:
