@@ -17,7 +17,13 @@ the problem's tolerance.
 
 Read where the loop body is local declarations, then those three statements in that order (the maximum by fmaxf,
 fmax or max, either argument first; the update's two terms in either order, the factor on either side; expf, __expf
-or exp), the three names distinct and named nowhere else in the body.
+or exp), the three names distinct and named nowhere else in the body. The same fold is often written with a branch,
+
+    if (v > m) { s = s * expf(m - v) + 1.0f; m = v; } else { s += expf(v - m); }
+
+which keeps the same (m, s) after every column (where v is the new maximum, exp(v - v) is the one added; else the
+old sum's factor exp(m - m) is one): read too, as the declarations and then that one `if`, m and s named nowhere
+else in the body. The lanes run the loop's body as written either way; only the join is added.
 
 The leading underscore keeps the catalog from loading this module as a transform.
 """
@@ -34,6 +40,7 @@ from klineage.transforms._naive import squash, statements
 
 _MAXIMA = frozenset({"fmaxf", "fmax", "max"})
 _EXPONENTIALS = ("expf", "__expf", "exp")
+_ONES = ("1.0f", "1.0", "1.f", "1")  # exp(v - v), as the branch adds it
 PAIR_MAX, PAIR_SUM, PAIR_JOINED = "pair_max", "pair_sum", "pair_joined"
 
 
@@ -53,6 +60,8 @@ class OnlineMax:
 def online_max(parsed: cp.ParsedSource, loop_body: Node) -> OnlineMax | None:
     """The loop body's running maximum and rescaled sum (see the module's docstring), else None."""
     listed = statements(loop_body)
+    if listed and listed[-1].type == "if_statement" and all(s.type == "declaration" for s in listed[:-1]):
+        return _branched(parsed, loop_body, listed[-1])
     while listed and listed[0].type == "declaration" and len(listed) > 3:
         listed = listed[1:]
     if len(listed) != 3 or listed[0].type != "declaration":
@@ -74,6 +83,35 @@ def online_max(parsed: cp.ParsedSource, loop_body: Node) -> OnlineMax | None:
         if len(set(names)) == 3 and all(name.isidentifier() for name in names) and \
                 body.count(maximum) == 3 and body.count(total[0]) == 2 and body.count(new) == 4:
             return OnlineMax(maximum, *total)
+    return None
+
+
+def _branched(parsed: cp.ParsedSource, loop_body: Node, choice: Node) -> OnlineMax | None:
+    """The fold written with a branch (`if (v > m) { s = s * exp(m - v) + 1.0f; m = v; } else { s += exp(v - m); }`,
+    the compare either way round, the sum's terms in either order), else None."""
+    condition = unparen(choice.child_by_field_name("condition"))
+    while condition.type == "condition_clause" and condition.named_children:
+        condition = unparen(condition.named_children[0])
+    if condition.type != "binary_expression" or choice.child_by_field_name("alternative") is None:
+        return None
+    sides = [squash(parsed.text(unparen(condition.child_by_field_name(side)))) for side in ("left", "right")]
+    compare = parsed.text(condition.child_by_field_name("operator"))
+    element, maximum = sides if compare == ">" else sides[::-1] if compare == "<" else ("", "")
+    kept = statements(choice.child_by_field_name("consequence"))
+    if not maximum.isidentifier() or len(kept) != 2 or squash(parsed.text(kept[1])) != f"{maximum} = {element};":
+        return None
+    total = squash(parsed.text(kept[0])).split(" = ", 1)[0]
+    other = squash(parsed.text(choice.child_by_field_name("alternative"))).removeprefix("else ").strip("{} ")
+    for exp in _EXPONENTIALS:
+        scaled, added = f"{total} * {exp}({maximum} - {element})", f"{exp}({element} - {maximum})"
+        updates = {f"{total} = {a} + {b};" for one in _ONES for a, b in ((scaled, one), (one, scaled))}
+        others = (f"{total} += {added};", f"{total} = {total} + {added};", f"{total} = {added} + {total};")
+        if squash(parsed.text(kept[0])) in updates and other in others:
+            names = [parsed.text(n) for n in cp.nodes_of_type(loop_body, "identifier")]
+            inside = [parsed.text(n) for n in cp.nodes_of_type(choice, "identifier")]
+            if total.isidentifier() and total != maximum and names.count(maximum) == inside.count(maximum) and \
+                    names.count(total) == inside.count(total):
+                return OnlineMax(maximum, total, exp)
     return None
 
 

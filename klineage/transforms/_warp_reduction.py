@@ -67,7 +67,9 @@ from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement
 
 WARP = 32
 LANE, SLICE, SLICE_MASK = "lane", "slice", "slice_mask"
-_SHFL_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long"})
+# the types __shfl_xor_sync carries (int64_t is long on the hosts nvcc targets: an argmax's index as torch keeps it)
+_SHFL_TYPES = frozenset({"float", "double", "int", "unsigned", "unsigned int", "long long", "long", "int64_t",
+                         "long long int", "long int"})
 _PURE_CALLS = MATH_CALLS | HALF_CALLS  # a row of __half or __nv_bfloat16 read through its conversions, summed in float
 _COMBINE_CALLS = frozenset({"fmaxf", "fminf", "fmax", "fmin", "max", "min"})
 # a store to an element, plain or of the element's own value updated (what `_check_arrays` allows to be read)

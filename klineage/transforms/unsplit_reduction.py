@@ -71,7 +71,7 @@ MAX_GRID_Y = 65535
 _MERGE = "_merge"
 # a partial's scratch dtype (its size is what counts: an unsigned partial travels in int32 storage)
 _DTYPES = {"float": "float32", "double": "float64", "int": "int32", "unsigned": "int32", "unsigned int": "int32",
-           "long long": "int64"}
+           **dict.fromkeys(("long long", "long", "int64_t", "long long int", "long int"), "int64")}
 _SPLIT_LOOP = re.compile(r"^for \((.+?) split = 0; split < \((.+?) \+ split_steps - 1\) / split_steps; \+\+split\)")
 _CHUNK_HEADER = re.compile(r"^for \((.+?) (\w+) = (split_first|split_first < (\w+) \? \4 : split_first); \2 < (.+?) && "
                            r"\2 < split_first \+ split_steps; \+\+\2\)")

@@ -360,6 +360,21 @@ def test_the_warp_arg_reduction_gives_the_naive_loops_bits(case, tmp_path):
             hard_rows(70, torch.Generator().manual_seed(70))[7][0])
 
 
+def test_an_index_kept_as_int64_t_is_shuffled_as_the_64_bit_integer_it_is(transform, tmp_path):
+    """torch keeps an argmax's index in int64: `int64_t top_at` (long on the hosts nvcc targets, which
+    __shfl_xor_sync carries) gives the same warp form and the naive loop's bits."""
+    naive = golden("argmax", "after")
+    spelled = KernelState(source=naive.source.replace("long long top_at = 0;", "int64_t top_at = 0;"), plan=naive.plan)
+    assert spelled.source != naive.source
+    (site,) = transform.forward_sites(spelled)
+    warp = transform.forward(spelled, site).state
+    assert "const int64_t pair_index = __shfl_xor_sync(0xffffffffu, top_at, offset);" in warp.source
+    runs = _runs({"naive": spelled, "warp": warp}, "argmax", tmp_path)
+    for n, serial in runs["naive"].items():
+        for out in ARG_OUTPUTS["argmax"]:
+            assert torch.equal(_bits(runs["warp"][n][out]), _bits(serial[out])), (n, out)
+
+
 TIE_MUTANTS = [("pair_index < top_at", "pair_index > top_at"), (" || (pair_value == top && pair_index < top_at)", "")]
 
 

@@ -57,7 +57,7 @@ EXPECTED = {
                                                    "m_functional_cast", "n_thread_locals")}
     | {name: {"scalarize_elementwise"}  # a grid-stride loop is its own coarsened form
        for name in ("b_size_t_stride", "i_while_stride", "j_while_size_t", "o_kernel_loop_macro")},
-    "columns": {name: COLUMNS for name in ("a_if_wrap", "c_size_t", "d_mean", "e_double", "f_ldg")}
+    "columns": {name: COLUMNS for name in ("a_if_wrap", "c_size_t", "d_mean", "e_double", "f_ldg", "i_argmax_int64")}
     | {name: COLUMNS - {"serialize_column_reduction"}  # a pointer down the column: no 4-lane form
        for name in ("b_pointer_walk", "h_pointer_steps")}
     | {"g_grid_stride": COLUMNS - {"unsplit_reduction"}},  # a grid-stride loop over columns: unsplit reads no loop
