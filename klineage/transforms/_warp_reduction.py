@@ -63,6 +63,7 @@ from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms._pointers import aliases
 from klineage.transforms._scan_spellings import check_accumulator_uses, check_declared_apart, respelled
 from klineage.transforms._sum_starts import CONVERTED, ZERO, started_at_zero
+from klineage.transforms._welford import Welford, counted, is_welford_butterfly, welford, welford_butterfly
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32
@@ -149,14 +150,18 @@ _ONE_TEXT = r"1(?:\.0*)?[fF]?|1\.[fF]?|1[uUlL]*"
 # a product's start: a literal, or one converted to the accumulator's type (a sum's zero: `_sum_starts.ZERO`)
 _ONE = re.compile(rf"^(?:{_ONE_TEXT}|{CONVERTED.format(type='|'.join(_SHFL_TYPES), value=_ONE_TEXT)})$")
 _OPERATORS = frozenset({"+", "*"})  # the folds a butterfly combines with an operator: a sum and a product
+# the folds each lane must start from zero: a sum, the sum an online maximum rescales, Welford's triple
+_FROM_ZERO = frozenset({"+", "online_sum", "welford_count", "welford_mean", "welford_m2"})
 
 
 def as_rows(state: KernelState, only: str | None = None) -> KernelState:
     """`state` as the row forwards read it: the index as the naive forms spell it, counts and offsets named by locals
-    read as their value, a sum from zero, a best value held rather than read back, a scan's two statements, the row
+    read as their value, a sum from zero, a Welford mean counted by a local, a best value held rather than read
+    back, a scan's two statements, the row
     shapes people write as one thread per row, and perfect nests as one loop (in the kernel `only` where given,
     other kernels as written)."""
-    read = respelled(held_best(started_at_zero(folded(counts_inlined(canonical(state))), only), only), only)
+    read = respelled(held_best(counted(started_at_zero(folded(counts_inlined(canonical(state))), only), only), only),
+                     only)
     return unnested(flattened(read, ROW_THREADS), only)
 
 
@@ -243,6 +248,7 @@ class RowLoop:
     scan: Scan | None = None  # set when the loop is a running sum stored per element
     arg: ArgBest | None = None  # set when the loop keeps the best value and its index
     online: OnlineMax | None = None  # set when the loop keeps a running maximum and a sum rescaled to it
+    welford: Welford | None = None  # set when the loop keeps Welford's count, mean and squared deviations
     start: str = "0"  # the first column (a loop with no sum may start past the value it starts from)
     kind: str = "int"  # the loop index's type, kept
 
@@ -349,6 +355,9 @@ class WarpReduction(Transform):
             elif loop.online is not None:
                 butterflies = f"\n{loop_indent}" + online_butterfly(loop.online, site.types[loop.online.maximum],
                                                                      loop_indent, layout.butterfly, layout.mask)
+            elif loop.welford is not None:
+                butterflies = f"\n{loop_indent}" + welford_butterfly(loop.welford, site.types, loop_indent,
+                                                                      layout.butterfly, layout.mask)
             else:
                 butterflies = "".join(f"\n{loop_indent}{layout.combine(acc, site.types[acc.name], loop_indent)}"
                                       for acc in loop.accumulators)
@@ -428,7 +437,8 @@ class WarpReduction(Transform):
                 continue
             if layout.is_butterfly(squash(parsed.text(node))) or \
                     is_pair_butterfly(parsed.text(node), layout.butterfly, layout.mask) or \
-                    is_online_butterfly(parsed, node, layout.butterfly, layout.mask):
+                    is_online_butterfly(parsed, node, layout.butterfly, layout.mask) or \
+                    is_welford_butterfly(parsed, node, layout.butterfly, layout.mask):
                 edits.append(Edit(*_line_span(parsed, node)))
                 continue
             match = layout.loop().match(header)
@@ -652,6 +662,11 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
     if online is not None:
         kept = (Accumulator(online.maximum, "online_max"), Accumulator(online.total, "online_sum"))
         return RowLoop(node, index, kept, online=online, start=start, kind=kind)
+    triple = welford(parsed, loop_body)
+    if triple is not None:
+        kept = tuple(Accumulator(name, f"welford_{part}") for name, part in
+                     ((triple.count, "count"), (triple.mean, "mean"), (triple.m2, "m2")))
+        return RowLoop(node, index, kept, welford=triple, start=start, kind=kind)
     if any(statement.type == "if_statement" and _kept_extreme(parsed, statement) is None and
            _conditional_update(parsed, statement) is None for statement in statements(loop_body)):
         raise NotApplicable("an `if` in a row loop that is no arg reduction (a strict compare that takes the value "
@@ -980,7 +995,7 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
         for acc in loop.accumulators:
             if acc.name not in declared or declared[acc.name][0] not in _SHFL_TYPES:
                 raise NotApplicable(f"accumulator '{acc.name}' is no initialized local of a shuffle type")
-            if acc.combine in ("+", "online_sum") and not ZERO.match(declared[acc.name][1].strip()):
+            if acc.combine in _FROM_ZERO and not ZERO.match(declared[acc.name][1].strip()):
                 raise NotApplicable(f"sum '{acc.name}' does not start at zero")
             if acc.combine == "*" and loop.scan is None and not _ONE.match(declared[acc.name][1].strip()):
                 raise NotApplicable(f"product '{acc.name}' does not start at one")

@@ -106,9 +106,9 @@ class SerializeBlockReduction(WarpReduction):
     serial_launch_note = f"one thread a row on blocks of {BLOCK}"
 
     def _check_direction(self, parsed: cp.ParsedSource, site: Site) -> None:
-        if any(loop.scan is not None or loop.arg is not None or loop.online is not None for loop in site.loops):
-            raise NotApplicable(f"{site.function.name} keeps a running sum, a best value's index or a sum rescaled to "
-                                f"a running maximum, which a block form does not combine")
+        if any(loop.scan or loop.arg or loop.online or loop.welford for loop in site.loops):
+            raise NotApplicable(f"{site.function.name} keeps a running sum, a best value's index, a sum rescaled to a "
+                                f"running maximum or Welford's triple, which a block form does not combine")
         _row_count(parsed, site.function, site.row)  # the grid a block a row takes
 
     def _shared_plan(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function,

@@ -210,8 +210,9 @@ def _split(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     loop = site.loops[0]
     if loop.scan is not None:
         raise NotApplicable(f"{function.name}'s loop is a running sum")
-    if loop.online is not None:
-        raise NotApplicable(f"{function.name}'s loop rescales a sum to a running maximum (no chunk merge for it)")
+    if loop.online is not None or loop.welford is not None:
+        raise NotApplicable(f"{function.name}'s loop rescales a sum to a running maximum or keeps Welford's triple "
+                            f"(no chunk merge for them)")
     if any(n.child_by_field_name("left").type == "subscript_expression"
            for n in cp.nodes_of_type(loop.node, "assignment_expression")):
         raise NotApplicable(f"{function.name}'s loop stores to memory (a chunk may only reduce)")

@@ -6,6 +6,8 @@ zeros."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -18,8 +20,8 @@ from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
 
-CASES = ["softmax", "softmax_online", "rowsum", "rowprod", "cumsum", "cumprod", "cumsum_exclusive", "cumsum_reverse",
-         "cummax", "argmax", "argmin", "loss"]
+CASES = ["softmax", "softmax_online", "welford", "rowsum", "rowprod", "cumsum", "cumprod", "cumsum_exclusive",
+         "cumsum_reverse", "cummax", "argmax", "argmin", "loss"]
 
 
 @pytest.fixture(scope="module")
@@ -780,6 +782,42 @@ def test_the_one_pass_softmax_given_a_warp_computes_the_naive_rows_and_broken_jo
                                   {"y": (torch.float32, 3 * n)})["y"] for form, (binary, state) in forms.items()}
         close.append(torch.allclose(runs["warp"], runs["naive"], rtol=1e-5, atol=1e-6))
     assert all(close) if mutant is None else not all(close)
+
+
+WELFORD_MUTANTS = [
+    ("if (pair_total > 0) {", "if (true) {"),  # two lanes that saw nothing divide zero by zero
+    (" + pair_delta * pair_delta * ((float)count * (float)pair_count / (float)pair_total)", ""),  # means apart lost
+]
+
+
+@pytest.mark.parametrize("mutant", [None, *WELFORD_MUTANTS])
+def test_welfords_triple_given_a_warp_normalizes_the_naive_rows_and_broken_joins_do_not(mutant, tmp_path):
+    """The count, mean and M2 joined by Chan's pairwise update, a warp a row, against the naive loop on the CPU
+    emulator (rows shorter than a warp, of one column, past two warps): to rounding. A join that divides by the
+    count of two empty lanes, or forgets the spread between the lanes' means, is caught."""
+    warp = golden("welford", "before")
+    if mutant is not None:
+        assert mutant[0] in warp.source
+        warp = KernelState(source=warp.source.replace(*mutant), plan=warp.plan)
+    forms = emulate.builds(tmp_path, {"naive": golden("welford", "after"), "warp": warp})
+    close = []
+    for n in (1, 5, 32, 70):
+        x = torch.randn(3 * n, generator=torch.Generator().manual_seed(n)) * 3 + 1
+        runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}", state, {"rows": 3, "n": n}, {"x": x},
+                                  {"y": (torch.float32, 3 * n)})["y"] for form, (binary, state) in forms.items()}
+        close.append(torch.allclose(runs["warp"], runs["naive"], rtol=1e-4, atol=1e-4, equal_nan=False))
+    assert all(close) if mutant is None else not all(close)
+
+
+def test_a_welford_mean_counted_by_the_loop_index_is_counted_by_a_local(transform):
+    """`mean += d / (float)(j + 1)` in a loop from 0 by ones: the same bits as the golden's counter (j + 1 is the
+    count wherever the index is), so its warp form is the golden's."""
+    counted = golden("welford", "after")
+    by_index = counted.source.replace("    int count = 0;\n", "").replace("        ++count;\n", "").replace(
+        "mean += d / count;", "mean += d / (float)(j + 1);")
+    (site,) = transform.forward_sites(KernelState(source=by_index, plan=counted.plan))
+    warp = transform.forward(KernelState(source=by_index, plan=counted.plan), site).state
+    assert warp.source == re.sub(r"\bcount\b", "mean_count", golden("welford", "before").source)
 
 
 SCANS = {"cumsum": torch.float32, "cumprod": torch.float32, "cumsum_exclusive": torch.int32,
