@@ -14,7 +14,9 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
   matrix whose guard bounds the batch too (tensor_matmul), tiled by untile_matmul; a batch norm in training mode
   (batch_norm) whose thread per channel walks nests over images and pixels and stores the normalized values in the
   last, a warp and a block a channel; a log-softmax whose normalizer is one pass (a running maximum and the sum
-  rescaled to it), the held-out log_softmax problem (bench/transfer/log_softmax) with that spelling, a warp a row.
+  rescaled to it), the held-out log_softmax problem (bench/transfer/log_softmax) with that spelling, a warp a row;
+  the held-out layer_norm problem (bench/transfer/layer_norm) with its statistics in one pass by Welford's update
+  counted by the loop index, a warp a row.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -53,6 +55,23 @@ __global__ void log_softmax(const float* __restrict__ x, float* __restrict__ y, 
     }
     float shift = m + logf(s);
     for (int j = 0; j < cols; ++j) y[(long long)row * cols + j] = in[j] - shift;
+}
+"""
+WELFORD_LAYER_NORM = """// Layer norm, one thread per row, the mean and variance in one pass by Welford's update.
+__global__ void layer_norm(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ b,
+                           float* __restrict__ y, int rows, int cols) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const float* in = x + (long long)row * cols;
+    float mean = 0.0f, m2 = 0.0f;
+    for (int j = 0; j < cols; ++j) {
+        float v = in[j];
+        float d = v - mean;
+        mean += d / (float)(j + 1);
+        m2 += d * (v - mean);
+    }
+    float rstd = rsqrtf(m2 / cols + 1e-5f);
+    for (int j = 0; j < cols; ++j) y[(long long)row * cols + j] = (in[j] - mean) * rstd * w[j] + b[j];
 }
 """
 MATMUL_AT = """// C = A^T B, one thread per output, with the block's side a macro, a guard per bound, named elements.
@@ -129,3 +148,12 @@ def test_a_one_pass_log_softmax_passes_every_case_a_warp_a_row(cache):
     assert "const float pair_joined = fmaxf(m, pair_max);" in warp.source
     passes_against(problem / "problem.py", warp, naive, {"headline", "ragged", "narrow", "small"}, cache,
                    "the one-pass log-softmax, a warp a row", "the naive kernel")
+
+
+def test_a_welford_layer_norm_passes_every_case_a_warp_a_row(cache):
+    problem = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "layer_norm"
+    naive = KernelState(source=WELFORD_LAYER_NORM, plan=load_kernel(problem / "naive").plan)
+    warp = forwarded(naive, "serialize_reduction")
+    assert "const int pair_total = mean_count + pair_count;" in warp.source
+    passes_against(problem / "problem.py", warp, naive, {"headline", "ragged", "narrow", "small"}, cache,
+                   "the Welford layer norm, a warp a row", "the naive kernel")
