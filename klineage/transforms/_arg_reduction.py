@@ -32,7 +32,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import Edit, declared_kind, indentation, splice, unparen
+from klineage.transforms._edit import Edit, declared_kind, edited, indentation, unparen
 from klineage.transforms._naive import parameters, squash, statements
 
 _BETTER = {">": "max", "<": "min"}
@@ -138,18 +138,13 @@ def held_best(state: KernelState, only: str | None = None) -> KernelState:
     """`state` with each loop of its kernels (or of the kernel `only`) that keeps only the best index and reads the
     best value back through it (`if (x[e(j)] < x[e(best)]) best = j;`) written to hold that value in a local (see
     the module's docstring); the same state where none does."""
-    parsed = cp.parse(state.source)
-    edits = []
-    for function in cp.functions(parsed):
-        body = function.node.child_by_field_name("body")
-        if function.is_kernel and body is not None and (only is None or function.name == only):
-            taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
-            elements = _element_types(parsed, function)
-            for loop in cp.nodes_of_type(body, "for_statement"):
-                edits += _held(parsed, loop, elements, taken)
-    if not edits:
-        return state
-    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+    def held(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[Edit]:
+        taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
+        elements = _element_types(parsed, function)
+        return [found for loop in cp.nodes_of_type(body, "for_statement")
+                for found in _held(parsed, loop, elements, taken)]
+
+    return edited(state, held, only)
 
 
 def _element_types(parsed: cp.ParsedSource, function: cp.Function) -> dict[str, str]:

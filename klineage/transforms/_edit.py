@@ -449,22 +449,30 @@ def through_blanks(parsed: cp.ParsedSource, node: Node) -> int:
 KernelEdit = Callable[[cp.ParsedSource, cp.Function, Node], list[tuple[int, int, str]]]
 
 
+def edited(state: KernelState, edit: KernelEdit, only: str | None = None) -> KernelState:
+    """`state` with `edit`'s byte edits of each kernel's body made (of the kernel `only` where given); the same
+    state where there are none. NotApplicable where two edits overlap."""
+    parsed = cp.parse(state.source)
+    edits = [found for function in cp.functions(parsed)
+             if function.is_kernel and (only is None or function.name == only)
+             and (body := function.node.child_by_field_name("body")) is not None
+             for found in edit(parsed, function, body)]
+    if not edits:
+        return state
+    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+
+
 def edited_to_fixpoint(state: KernelState, edit: KernelEdit, passes: int) -> KernelState:
     """`state` with `edit`'s byte edits of each kernel's body made, then again on the result, up to `passes` times
     while there are any (a fold that reads through another waits for it); the state as it stands where two edits
     would overlap (a fold inside another's use: left as written)."""
     for _ in range(passes):
-        parsed = cp.parse(state.source)
-        edits = []
-        for function in cp.functions(parsed):
-            body = function.node.child_by_field_name("body")
-            if function.is_kernel and body is not None:
-                edits += edit(parsed, function, body)
-        if not edits:
-            return state
         try:
-            state = KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+            once = edited(state, edit)
         except NotApplicable:
             return state
+        if once is state:
+            return state
+        state = once
     return state
 

@@ -20,7 +20,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import Edit, declared_kind, declared_names, indentation, splice, unparen, written_names
+from klineage.transforms._edit import Edit, declared_kind, declared_names, edited, indentation, unparen, written_names
 from klineage.transforms._naive import squash, statements
 from klineage.transforms.base import NotApplicable
 
@@ -31,14 +31,7 @@ def respelled(state: KernelState, only: str | None = None) -> KernelState:
     """`state` with each scan that `_scan_lines` reads in a loop of its kernels (or of the kernel `only`) written as
     the scan's two statements, the spelling the warp reduction reads. The rewrite computes the same values, so what
     the legality decides on the result holds for the source."""
-    parsed = cp.parse(state.source)
-    edits = [edit for function in cp.functions(parsed)
-             if function.is_kernel and (only is None or function.name == only)
-             and (body := function.node.child_by_field_name("body")) is not None
-             for edit in _scan_bodies(parsed, body)]
-    if not edits:
-        return state
-    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+    return edited(state, lambda parsed, function, body: _scan_bodies(parsed, body), only)
 
 
 def _scan_bodies(parsed: cp.ParsedSource, body: Node) -> list[Edit]:

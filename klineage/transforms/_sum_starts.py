@@ -35,7 +35,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import declared_kind, indentation, splice
+from klineage.transforms._edit import declared_kind, edited, indentation
 
 _ZEROS = {"float": "0.0f", "double": "0.0", "int": "0", "long long": "0", "unsigned": "0u", "unsigned int": "0u"}
 # a literal converted to an accumulator's type (`float(0)`, `static_cast<double>(1)`: a template's instance)
@@ -50,17 +50,12 @@ def started_at_zero(state: KernelState, only: str | None = None) -> KernelState:
     """`state` with each sum of its kernels (or of the kernel `only`) that starts elsewhere than zero read as the
     sum from zero and its start added after the loop (see the module's docstring); the same state where none
     does."""
-    parsed = cp.parse(state.source)
-    edits = []
-    for function in cp.functions(parsed):
-        body = function.node.child_by_field_name("body")
-        if function.is_kernel and body is not None and (only is None or function.name == only):
-            taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
-            for block in {node.id: node for node in [body, *cp.nodes_of_type(body, "compound_statement")]}.values():
-                edits += _starts(parsed, block, taken)
-    if not edits:
-        return state
-    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+    def starts(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[tuple[int, int, str]]:
+        taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
+        blocks = {node.id: node for node in [body, *cp.nodes_of_type(body, "compound_statement")]}.values()
+        return [found for block in blocks for found in _starts(parsed, block, taken)]
+
+    return edited(state, starts, only)
 
 
 def _starts(parsed: cp.ParsedSource, block: Node, taken: set[str]) -> list[tuple[int, int, str]]:

@@ -37,7 +37,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import Edit, indentation, splice
+from klineage.transforms._edit import Edit, edited, indentation
 from klineage.transforms._naive import squash, statements
 
 PAIR_COUNT, PAIR_MEAN, PAIR_M2, PAIR_TOTAL, PAIR_DELTA = "pair_count", "pair_mean", "pair_m2", "pair_total", \
@@ -93,17 +93,11 @@ def counted(state: KernelState, only: str | None = None) -> KernelState:
     """`state` with each Welford loop of its kernels (or of the kernel `only`) that counts by its index (`mean += d
     / (j + 1)`) written to count with a local of the index's type (see the module's docstring); the same state where
     none does."""
-    parsed = cp.parse(state.source)
-    edits: list[Edit] = []
-    for function in cp.functions(parsed):
-        body = function.node.child_by_field_name("body")
-        if function.is_kernel and body is not None and (only is None or function.name == only):
-            taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
-            for loop in cp.nodes_of_type(body, "for_statement"):
-                edits += _counted(parsed, loop, taken)
-    if not edits:
-        return state
-    return KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=state.plan)
+    def counters(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[Edit]:
+        taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
+        return [found for loop in cp.nodes_of_type(body, "for_statement") for found in _counted(parsed, loop, taken)]
+
+    return edited(state, counters, only)
 
 
 def _counted(parsed: cp.ParsedSource, loop: Node, taken: set[str]) -> list[Edit]:
