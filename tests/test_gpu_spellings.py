@@ -141,19 +141,13 @@ def test_a_batch_norm_storing_in_its_nest_passes_every_case_shared_by_a_channels
                    f"the batch norm ({transform})", "the naive kernel", vendor="F.batch_norm")
 
 
-def test_a_one_pass_log_softmax_passes_every_case_a_warp_a_row(cache):
-    problem = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "log_softmax"
-    naive = KernelState(source=ONLINE_LOG_SOFTMAX, plan=load_kernel(problem / "naive").plan)
+@pytest.mark.parametrize("operator, source, joined", [
+    ("log_softmax", ONLINE_LOG_SOFTMAX, "const float pair_joined = fmaxf(m, pair_max);"),
+    ("layer_norm", WELFORD_LAYER_NORM, "const int pair_total = mean_count + pair_count;")])
+def test_a_one_pass_statistic_passes_every_case_of_its_held_out_problem_a_warp_a_row(cache, operator, source, joined):
+    problem = Path(__file__).resolve().parent.parent / "bench" / "transfer" / operator
+    naive = KernelState(source=source, plan=load_kernel(problem / "naive").plan)
     warp = forwarded(naive, "serialize_reduction")
-    assert "const float pair_joined = fmaxf(m, pair_max);" in warp.source
+    assert joined in warp.source
     passes_against(problem / "problem.py", warp, naive, {"headline", "ragged", "narrow", "small"}, cache,
-                   "the one-pass log-softmax, a warp a row", "the naive kernel")
-
-
-def test_a_welford_layer_norm_passes_every_case_a_warp_a_row(cache):
-    problem = Path(__file__).resolve().parent.parent / "bench" / "transfer" / "layer_norm"
-    naive = KernelState(source=WELFORD_LAYER_NORM, plan=load_kernel(problem / "naive").plan)
-    warp = forwarded(naive, "serialize_reduction")
-    assert "const int pair_total = mean_count + pair_count;" in warp.source
-    passes_against(problem / "problem.py", warp, naive, {"headline", "ragged", "narrow", "small"}, cache,
-                   "the Welford layer norm, a warp a row", "the naive kernel")
+                   f"the one-pass {operator}, a warp a row", "the naive kernel")

@@ -770,18 +770,26 @@ def test_the_one_pass_softmax_given_a_warp_computes_the_naive_rows_and_broken_jo
     """The running maximum and the sum rescaled to it, a warp a row, against the naive loop on the CPU emulator
     (rows shorter than a warp, of one column, past two warps): to rounding, the sum being taken in another order. A
     join that rescales a lane which saw nothing, or never joins the maxima, is caught."""
-    warp = golden("softmax_online", "before")
+    close = _rows_close_to_naive(tmp_path, "softmax_online", mutant, scale=4.0, shift=0.0, tolerance=1e-5)
+    assert all(close) if mutant is None else not all(close)
+
+
+def _rows_close_to_naive(tmp_path, case: str, mutant: tuple[str, str] | None, scale: float, shift: float,
+                         tolerance: float) -> list[bool]:
+    """For rows of 1, 5, 32 and 70 columns (three rows each, normal values scaled and shifted), whether the golden
+    warp form of `case` (with `mutant` made) gives the naive golden's rows to `tolerance`."""
+    warp = golden(case, "before")
     if mutant is not None:
         assert mutant[0] in warp.source
         warp = KernelState(source=warp.source.replace(*mutant), plan=warp.plan)
-    forms = emulate.builds(tmp_path, {"naive": golden("softmax_online", "after"), "warp": warp})
+    forms = emulate.builds(tmp_path, {"naive": golden(case, "after"), "warp": warp})
     close = []
     for n in (1, 5, 32, 70):
-        x = torch.randn(3 * n, generator=torch.Generator().manual_seed(n)) * 4
+        x = torch.randn(3 * n, generator=torch.Generator().manual_seed(n)) * scale + shift
         runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}", state, {"rows": 3, "n": n}, {"x": x},
                                   {"y": (torch.float32, 3 * n)})["y"] for form, (binary, state) in forms.items()}
-        close.append(torch.allclose(runs["warp"], runs["naive"], rtol=1e-5, atol=1e-6))
-    assert all(close) if mutant is None else not all(close)
+        close.append(torch.allclose(runs["warp"], runs["naive"], rtol=tolerance, atol=tolerance))
+    return close
 
 
 WELFORD_MUTANTS = [
@@ -795,17 +803,7 @@ def test_welfords_triple_given_a_warp_normalizes_the_naive_rows_and_broken_joins
     """The count, mean and M2 joined by Chan's pairwise update, a warp a row, against the naive loop on the CPU
     emulator (rows shorter than a warp, of one column, past two warps): to rounding. A join that divides by the
     count of two empty lanes, or forgets the spread between the lanes' means, is caught."""
-    warp = golden("welford", "before")
-    if mutant is not None:
-        assert mutant[0] in warp.source
-        warp = KernelState(source=warp.source.replace(*mutant), plan=warp.plan)
-    forms = emulate.builds(tmp_path, {"naive": golden("welford", "after"), "warp": warp})
-    close = []
-    for n in (1, 5, 32, 70):
-        x = torch.randn(3 * n, generator=torch.Generator().manual_seed(n)) * 3 + 1
-        runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}", state, {"rows": 3, "n": n}, {"x": x},
-                                  {"y": (torch.float32, 3 * n)})["y"] for form, (binary, state) in forms.items()}
-        close.append(torch.allclose(runs["warp"], runs["naive"], rtol=1e-4, atol=1e-4, equal_nan=False))
+    close = _rows_close_to_naive(tmp_path, "welford", mutant, scale=3.0, shift=1.0, tolerance=1e-4)
     assert all(close) if mutant is None else not all(close)
 
 
