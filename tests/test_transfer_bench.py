@@ -27,11 +27,11 @@ BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer"
 OPERATORS = sorted(p.name for p in BENCH.iterdir() if (p / "problem.py").is_file())
 # operator -> the analysis forwards that must find a site in its naive kernel (the rest must find none); every
 # naive kernel reads a const array it never writes (ldg_subscript); their data is 32-bit (no scalarize_half_packs)
-# a row's reductions a warp a row or a block a row (a block combines no running sum or arg reduction)
+# a row's reductions a warp a row or a block a row (a block combines no running sum)
 _ROWS = {"serialize_reduction", "serialize_block_reduction"}
 _BY_STRUCTURE = {"rms_norm": _ROWS, "layer_norm": _ROWS, "log_softmax": _ROWS, "l2_normalize": _ROWS,
             "batched_matvec": _ROWS | {"unsplit_reduction"}, "cumsum": {"serialize_reduction"},
-            "row_argmax": {"serialize_reduction", "unsplit_reduction"},  # one loop each: its chunks can be split
+            "row_argmax": _ROWS | {"unsplit_reduction"},  # one loop each: its chunks can be split
             "gelu_mul": {"scalarize_elementwise", "uncoarsen_grid_stride"},
             # its two bias corrections divide by constants (1 - beta^t), folded into products by their reciprocals
             "adam_update": {"scalarize_elementwise", "uncoarsen_grid_stride", "reciprocal_constant"},

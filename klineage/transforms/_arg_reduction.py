@@ -113,13 +113,18 @@ def pair_butterfly(arg: ArgBest, value_type: str, index_type: str, indent: str, 
     lines = [f"{header} {{",
              f"    const {value_type} {PAIR_VALUE} = __shfl_xor_sync({mask}, {arg.value}, offset);",
              f"    const {index_type} {PAIR_INDEX} = __shfl_xor_sync({mask}, {arg.index}, offset);",
-             f"    if ({PAIR_VALUE} {arg.compare} {arg.value} || ({PAIR_VALUE} == {arg.value} && {PAIR_INDEX} < "
-             f"{arg.index})) {{",
-             f"        {arg.value} = {PAIR_VALUE};",
-             f"        {arg.index} = {PAIR_INDEX};",
-             "    }",
+             *(f"    {line}" for line in pair_join(arg, PAIR_VALUE, PAIR_INDEX)),
              "}"]
     return "\n".join(indent + line for line in lines)[len(indent):]
+
+
+def pair_join(arg: ArgBest, value: str, index: str) -> list[str]:
+    """The statements that take the pair (`value`, `index`) where it is the better one: the better value, on equal
+    values the smaller index (the same answer in whichever order pairs are joined)."""
+    return [f"if ({value} {arg.compare} {arg.value} || ({value} == {arg.value} && {index} < {arg.index})) {{",
+            f"    {arg.value} = {value};",
+            f"    {arg.index} = {index};",
+            "}"]
 
 
 def is_pair_butterfly(text: str, header: str = WARP_BUTTERFLY, mask: str = FULL_MASK) -> bool:

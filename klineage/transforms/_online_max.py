@@ -132,17 +132,23 @@ def _rescaled(parsed: cp.ParsedSource, statement: Node, maximum: str, new: str,
 def online_butterfly(online: OnlineMax, kind: str, indent: str, header: str, mask: str) -> str:
     """The butterfly (`header`, over the lanes of `mask`) that leaves every lane with its lanes' (maximum, sum)
     joined."""
-    m, s, exp = online.maximum, online.total, online.exp
-    larger = "fmaxf" if kind == "float" else "fmax"
     lines = [f"{header} {{",
-             f"    const {kind} {PAIR_MAX} = __shfl_xor_sync({mask}, {m}, offset);",
-             f"    const {kind} {PAIR_SUM} = __shfl_xor_sync({mask}, {s}, offset);",
-             f"    const {kind} {PAIR_JOINED} = {larger}({m}, {PAIR_MAX});",
-             f"    {s} = ({m} == {PAIR_JOINED} ? {s} : {s} * {exp}({m} - {PAIR_JOINED})) + ({PAIR_MAX} == "
-             f"{PAIR_JOINED} ? {PAIR_SUM} : {PAIR_SUM} * {exp}({PAIR_MAX} - {PAIR_JOINED}));",
-             f"    {m} = {PAIR_JOINED};",
+             f"    const {kind} {PAIR_MAX} = __shfl_xor_sync({mask}, {online.maximum}, offset);",
+             f"    const {kind} {PAIR_SUM} = __shfl_xor_sync({mask}, {online.total}, offset);",
+             *(f"    {line}" for line in online_join(online, kind, PAIR_MAX, PAIR_SUM)),
              "}"]
     return "\n".join(indent + line for line in lines)[len(indent):]
+
+
+def online_join(online: OnlineMax, kind: str, maximum: str, total: str) -> list[str]:
+    """The statements that join the pair (`maximum`, `total`) into the accumulators: the larger maximum, each sum
+    rescaled to it (a sum already at it taken as it is)."""
+    m, s, exp = online.maximum, online.total, online.exp
+    larger = "fmaxf" if kind == "float" else "fmax"
+    return [f"const {kind} {PAIR_JOINED} = {larger}({m}, {maximum});",
+            f"{s} = ({m} == {PAIR_JOINED} ? {s} : {s} * {exp}({m} - {PAIR_JOINED})) + ({maximum} == {PAIR_JOINED} ? "
+            f"{total} : {total} * {exp}({maximum} - {PAIR_JOINED}));",
+            f"{m} = {PAIR_JOINED};"]
 
 
 def is_online_butterfly(parsed: cp.ParsedSource, node: Node, header: str, mask: str) -> bool:

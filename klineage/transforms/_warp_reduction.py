@@ -8,6 +8,7 @@ The leading underscore keeps the catalog from loading this module as a transform
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tree_sitter import Node
@@ -25,6 +26,7 @@ from klineage.transforms._arg_reduction import (
     held_best,
     is_pair_butterfly,
     pair_butterfly,
+    pair_join,
 )
 from klineage.transforms._calls import MATH_CALLS, first_effect
 from klineage.transforms._canonical import NARROW, canonical
@@ -58,12 +60,19 @@ from klineage.transforms._naive import (
     unwrapped,
 )
 from klineage.transforms._nests import unnested
-from klineage.transforms._online_max import OnlineMax, is_online_butterfly, online_butterfly, online_max
+from klineage.transforms._online_max import OnlineMax, is_online_butterfly, online_butterfly, online_join, online_max
 from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms._pointers import aliases
 from klineage.transforms._scan_spellings import check_accumulator_uses, check_declared_apart, respelled
 from klineage.transforms._sum_starts import CONVERTED, ZERO, started_at_zero
-from klineage.transforms._welford import Welford, counted, is_welford_butterfly, welford, welford_butterfly
+from klineage.transforms._welford import (
+    Welford,
+    counted,
+    is_welford_butterfly,
+    welford,
+    welford_butterfly,
+    welford_join,
+)
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 WARP = 32
@@ -227,8 +236,16 @@ class Layout:
         return _butterfly(acc, self)
 
     def is_exchange(self, text: str) -> bool:
-        """Whether `text` (squashed) is a statement `combine` writes after the butterfly: none in a warp."""
+        """Whether `text` (squashed) is a statement `combine` or `exchange` writes after the butterfly: none in a
+        warp."""
         return False
+
+    def exchange(self, names: tuple[str, ...], kinds: tuple[str, ...], join: Callable[[list[str]], list[str]],
+                 indent: str) -> str:
+        """The code after a butterfly that joins tuples (an arg reduction's pair, an online maximum's, Welford's
+        triple; `join` writes the statements joining the given values into them) that joins the row's warps: none
+        where a row's lanes are one warp."""
+        return ""
 
 
 ROWS = Layout(1)
@@ -349,15 +366,25 @@ class WarpReduction(Transform):
                                                            f"{loop.index} += {layout.sharing}) "))
             loop_indent = indentation(data, node.start_byte)
             if loop.arg is not None:
-                arg = loop.arg
+                arg, names = loop.arg, (loop.arg.value, loop.arg.index)
                 butterflies = f"\n{loop_indent}" + pair_butterfly(arg, site.types[arg.value], site.types[arg.index],
                                                                    loop_indent, layout.butterfly, layout.mask)
+                butterflies += layout.exchange(names, tuple(site.types[n] for n in names),
+                                               lambda other: pair_join(arg, *other), loop_indent)
             elif loop.online is not None:
-                butterflies = f"\n{loop_indent}" + online_butterfly(loop.online, site.types[loop.online.maximum],
-                                                                     loop_indent, layout.butterfly, layout.mask)
+                online, names = loop.online, (loop.online.maximum, loop.online.total)
+                kind = site.types[online.maximum]
+                butterflies = f"\n{loop_indent}" + online_butterfly(online, kind, loop_indent, layout.butterfly,
+                                                                     layout.mask)
+                butterflies += layout.exchange(names, (kind, kind), lambda other: online_join(online, kind, *other),
+                                               loop_indent)
             elif loop.welford is not None:
-                butterflies = f"\n{loop_indent}" + welford_butterfly(loop.welford, site.types, loop_indent,
+                triple = loop.welford
+                names = (triple.count, triple.mean, triple.m2)
+                butterflies = f"\n{loop_indent}" + welford_butterfly(triple, site.types, loop_indent,
                                                                       layout.butterfly, layout.mask)
+                butterflies += layout.exchange(names, tuple(site.types[n] for n in names),
+                                               lambda other: welford_join(triple, site.types, *other), loop_indent)
             else:
                 butterflies = "".join(f"\n{loop_indent}{layout.combine(acc, site.types[acc.name], loop_indent)}"
                                       for acc in loop.accumulators)
@@ -427,7 +454,11 @@ class WarpReduction(Transform):
             if line is None or squash(parsed.text(line)) != expected:
                 raise NotApplicable(f"{anchor}: no `{expected}` after the row index")
             edits.append(Edit(*_line_span(parsed, line)))
+        exchanges = [block for block in cp.nodes_of_type(body, "compound_statement")
+                     if layout.is_exchange(squash(parsed.text(block)))]
         for node in _outer_loops(body):
+            if any(_inside(node, block) for block in exchanges):  # the loop over the warps' slots goes with them
+                continue
             header = squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
             scan = _serial_scan(squash(parsed.text(node))) if layout == ROWS else None
             if scan is not None:
@@ -448,8 +479,7 @@ class WarpReduction(Transform):
             below = f"{index} < {bound}" + (f" && {index} < {chunk}" if chunk else "")
             edits.append(Edit(node.start_byte, node.child_by_field_name("body").start_byte,
                               f"for ({kind} {index} = {start or 0}; {below}; ++{index}) "))
-        edits += [Edit(*_line_span(parsed, block)) for block in cp.nodes_of_type(body, "compound_statement")
-                  if layout.is_exchange(squash(parsed.text(block)))]
+        edits += [Edit(*_line_span(parsed, block)) for block in exchanges]
         for guard in cp.nodes_of_type(body, "if_statement"):  # one lane's atomics: every thread's again
             consequence = guard.child_by_field_name("consequence")
             if squash(parsed.text(guard.child_by_field_name("condition"))) == f"({layout.lane} == 0)" and \

@@ -130,21 +130,27 @@ def _counted(parsed: cp.ParsedSource, loop: Node, taken: set[str]) -> list[Edit]
 def welford_butterfly(triple: Welford, kinds: dict[str, str], indent: str, header: str, mask: str) -> str:
     """The butterfly (`header`, over the lanes of `mask`) that leaves every lane with its lanes' triples joined."""
     n, mean, m2 = triple.count, triple.mean, triple.m2
-    count, value = kinds[n], kinds[mean]
     lines = [f"{header} {{",
-             f"    const {count} {PAIR_COUNT} = __shfl_xor_sync({mask}, {n}, offset);",
-             f"    const {value} {PAIR_MEAN} = __shfl_xor_sync({mask}, {mean}, offset);",
-             f"    const {value} {PAIR_M2} = __shfl_xor_sync({mask}, {m2}, offset);",
-             f"    const {count} {PAIR_TOTAL} = {n} + {PAIR_COUNT};",
-             f"    const {value} {PAIR_DELTA} = {PAIR_MEAN} - {mean};",
-             f"    if ({PAIR_TOTAL} > 0) {{",
-             f"        {m2} = {m2} + {PAIR_M2} + {PAIR_DELTA} * {PAIR_DELTA} * (({value}){n} * ({value}){PAIR_COUNT} / "
-             f"({value}){PAIR_TOTAL});",
-             f"        {mean} = (({value}){n} * {mean} + ({value}){PAIR_COUNT} * {PAIR_MEAN}) / ({value}){PAIR_TOTAL};",
-             "    }",
-             f"    {n} = {PAIR_TOTAL};",
+             f"    const {kinds[n]} {PAIR_COUNT} = __shfl_xor_sync({mask}, {n}, offset);",
+             f"    const {kinds[mean]} {PAIR_MEAN} = __shfl_xor_sync({mask}, {mean}, offset);",
+             f"    const {kinds[mean]} {PAIR_M2} = __shfl_xor_sync({mask}, {m2}, offset);",
+             *(f"    {line}" for line in welford_join(triple, kinds, PAIR_COUNT, PAIR_MEAN, PAIR_M2)),
              "}"]
     return "\n".join(indent + line for line in lines)[len(indent):]
+
+
+def welford_join(triple: Welford, kinds: dict[str, str], count: str, mean: str, m2: str) -> list[str]:
+    """The statements that join the triple (`count`, `mean`, `m2`) into the accumulators by Chan's update, each
+    term symmetric in the two triples."""
+    n, value = triple.count, kinds[triple.mean]
+    return [f"const {kinds[n]} {PAIR_TOTAL} = {n} + {count};",
+            f"const {value} {PAIR_DELTA} = {mean} - {triple.mean};",
+            f"if ({PAIR_TOTAL} > 0) {{",
+            f"    {triple.m2} = {triple.m2} + {m2} + {PAIR_DELTA} * {PAIR_DELTA} * (({value}){n} * ({value}){count} / "
+            f"({value}){PAIR_TOTAL});",
+            f"    {triple.mean} = (({value}){n} * {triple.mean} + ({value}){count} * {mean}) / ({value}){PAIR_TOTAL};",
+            "}",
+            f"{n} = {PAIR_TOTAL};"]
 
 
 def is_welford_butterfly(parsed: cp.ParsedSource, node: Node, header: str, mask: str) -> bool:

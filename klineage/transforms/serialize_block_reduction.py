@@ -19,23 +19,32 @@ Backward serializes the canonical form forward writes: the row index is the glob
 line, the butterflies and the exchanges go, the loops start where they started and step by one; the launch becomes
 one thread a row on blocks of BLOCK (cdiv(grid, BLOCK) blocks).
 
+A loop that keeps a best value with its index, an online maximum with its rescaled sum or Welford's triple joins
+its lanes' tuples by the warp's butterfly, then each warp's tuple goes to a shared slot and every thread joins the
+eight slots in order (`exchange`): the joins give the same tuple in whichever order they run, so every thread ends
+with the row's.
+
 Legality (forward_sites): serialize_reduction's (`_warp_reduction.py`), the loops reductions only: a running sum or
-product (a scan) or a kept best value with its index is refused here (its lanes would need the block's earlier
-lanes or an exchange of pairs); the rows bounded by a guard on the row index, which every launch passes in scalars.
+product (a scan) is refused here (its lanes would need the block's earlier lanes' totals); the rows bounded by a
+guard on the row index, which every launch passes in scalars.
 Anchor: the kernel, kind "function", key the row variable.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.launch import Launch, LaunchPlan
 from klineage.transforms import register
+from klineage.transforms._arg_reduction import ArgBest, pair_join
 from klineage.transforms._canonical import NARROW
 from klineage.transforms._naive import launch_scalars, squash, statements
+from klineage.transforms._online_max import OnlineMax, online_join
 from klineage.transforms._row_count import check_fixed, guard_count, plan_value
 from klineage.transforms._warp_reduction import (
     LANE,
@@ -45,10 +54,12 @@ from klineage.transforms._warp_reduction import (
     Site,
     WarpReduction,
 )
+from klineage.transforms._welford import Welford, welford_join
 from klineage.transforms.base import NotApplicable, with_plan
 
 BLOCK = 256  # threads a row: eight warps, a column in eight loads of 32 lanes where a row is 2,048 long
 _WARPS = BLOCK // WARP
+_WARP_SLOT = "block_warp"  # the loop over the warps' slots that joins their tuples
 
 
 @dataclass(frozen=True)
@@ -86,8 +97,40 @@ class BlockLayout(Layout):
                 f"{inner}__syncthreads();\n{indent}}}")
 
     def is_exchange(self, text: str) -> bool:
-        return re.match(rf"^{{ __shared__ [\w ]+ block_(\w+)\[{_WARPS}\]; if \({LANE} % {WARP} == 0\) block_\1\[{LANE} "
-                        rf"/ {WARP}\] = \1; __syncthreads\(\); \1 = [^;]+; __syncthreads\(\); }}$", text) is not None
+        single = re.match(rf"^{{ __shared__ [\w ]+ block_(\w+)\[{_WARPS}\]; if \({LANE} % {WARP} == 0\) "
+                          rf"block_\1\[{LANE} / {WARP}\] = \1; __syncthreads\(\); \1 = [^;]+; __syncthreads\(\); }}$",
+                          text)
+        return single is not None or _is_joint_exchange(self, text)
+
+    def exchange(self, names: tuple[str, ...], kinds: tuple[str, ...], join: Callable[[list[str]], list[str]],
+                 indent: str) -> str:
+        """Each warp's joined tuple through a shared slot a warp, then every thread joins the slots in order into
+        warp 0's (`join`'s statements: the same tuple in every thread)."""
+        stores = [f"    block_{name}[{LANE} / {WARP}] = {name};" for name in names]
+        joined = join([f"block_{name}[{_WARP_SLOT}]" for name in names])
+        slots = [f"    __shared__ {kind} block_{name}[{_WARPS}];" for name, kind in zip(names, kinds, strict=True)]
+        lines = ["{", *slots,
+                 f"    if ({LANE} % {WARP} == 0) {{", *(f"    {line}" for line in stores), "    }",
+                 "    __syncthreads();", *(f"    {name} = block_{name}[0];" for name in names),
+                 f"    for (int {_WARP_SLOT} = 1; {_WARP_SLOT} < {_WARPS}; ++{_WARP_SLOT}) {{",
+                 *(f"        {line}" for line in joined), "    }", "    __syncthreads();", "}"]
+        return "".join(f"\n{indent}{line}" for line in lines)
+
+
+def _is_joint_exchange(layout: BlockLayout, text: str) -> bool:
+    """Whether `text` (squashed) is what `exchange` writes for an arg reduction's pair, an online maximum's or
+    Welford's triple: rebuilt from the shared slots it declares, each join that takes that many, and compared."""
+    slots = re.findall(rf"__shared__ ([\w ]+?) block_(\w+)\[{_WARPS}\];", text)
+    if not text.startswith("{ __shared__") or f"for (int {_WARP_SLOT} = 1;" not in text or len(slots) not in (2, 3):
+        return False
+    kinds, names = tuple(kind for kind, _ in slots), tuple(name for _, name in slots)
+    if len(names) == 3:
+        joins = [partial(welford_join, Welford(*names), dict(zip(names, kinds, strict=True)))]
+    else:
+        joins = [*(partial(pair_join, ArgBest(*names, compare)) for compare in "<>"),
+                 *(partial(online_join, OnlineMax(*names, exp), kinds[0]) for exp in ("expf", "__expf", "exp"))]
+    return any(squash(layout.exchange(names, kinds, lambda other, join=join: join(*other), "")) == text
+               for join in joins)
 
 
 class SerializeBlockReduction(WarpReduction):
@@ -106,9 +149,9 @@ class SerializeBlockReduction(WarpReduction):
     serial_launch_note = f"one thread a row on blocks of {BLOCK}"
 
     def _check_direction(self, parsed: cp.ParsedSource, site: Site) -> None:
-        if any(loop.scan or loop.arg or loop.online or loop.welford for loop in site.loops):
-            raise NotApplicable(f"{site.function.name} keeps a running sum, a best value's index, a sum rescaled to a "
-                                f"running maximum or Welford's triple, which a block form does not combine")
+        if any(loop.scan is not None for loop in site.loops):
+            raise NotApplicable(f"{site.function.name} keeps a running sum, which a block form does not scan (its "
+                                f"lanes would need the block's earlier totals)")
         _row_count(parsed, site.function, site.row)  # the grid a block a row takes
 
     def _shared_plan(self, state: KernelState, parsed: cp.ParsedSource, function: cp.Function,

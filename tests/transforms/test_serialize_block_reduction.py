@@ -12,9 +12,10 @@ from klineage.kernel import KernelState
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.sampled import sampled
 from tests.transforms import emulate
+from tests.transforms.emulate import hard_rows
 from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
-CASES = ["softmax", "rowsum", "loss"]
+CASES = ["softmax", "rowsum", "loss", "argmax", "softmax_online", "welford"]
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +69,41 @@ def test_the_emulation_sees_a_fold_that_skips_a_warp(tmp_path):
     assert emulate.differences(tmp_path, golden("rowsum", "after"), {"wrong": wrong}, ((2, 700),), _row_stats)
 
 
+JOINS = [None, ("for (int block_warp = 1;", "for (int block_warp = 8;")]  # a join that keeps warp 0's tuple
+
+
+@pytest.mark.parametrize("mutant", JOINS)
+def test_the_block_forms_joins_give_the_naive_argmax_bits_and_statistics(mutant, tmp_path):
+    """The warps' (value, index) pairs, online maxima and Welford triples joined through shared slots: the argmax on
+    hard rows (ties, NaNs, infinities, signed zeros) to the bit, the one-pass softmax and the Welford norm to
+    rounding, for rows shorter than a warp and longer than two blocks. A join that keeps warp 0's tuple is caught."""
+    def broken(case: str) -> KernelState:
+        block = golden(case, "before")
+        return block if mutant is None else KernelState(source=block.source.replace(*mutant), plan=block.plan)
+
+    def hard(rows: int, n: int) -> tuple[dict, dict, dict]:
+        x = hard_rows(n, torch.Generator().manual_seed(n))
+        return ({"rows": x.shape[0], "n": n}, {"x": x.flatten(), "w": torch.ones(n)},
+                {"peak": (torch.float32, x.shape[0]), "where": (torch.int64, x.shape[0])})
+
+    def normal(rows: int, n: int) -> tuple[dict, dict, dict]:
+        x = torch.randn(rows * n, generator=torch.Generator().manual_seed(n)) * 3 + 1
+        return {"rows": rows, "n": n}, {"x": x}, {"y": (torch.float32, rows * n)}
+
+    found = {"argmax": emulate.differences(tmp_path / "argmax", golden("argmax", "after"),
+                                           {"block": broken("argmax")}, ((0, 5), (0, 700)), hard)}
+    for case in ("softmax_online", "welford"):
+        forms = emulate.builds(tmp_path / case, {"naive": golden(case, "after"), "block": broken(case)})
+        found[case] = []
+        for n in (5, 700):
+            params, inputs, outputs = normal(3, n)
+            runs = {form: emulate.run(binary, tmp_path / case / f"{form}-{n}", state, params, inputs, outputs)["y"]
+                    for form, (binary, state) in forms.items()}
+            if not torch.allclose(runs["block"], runs["naive"], rtol=1e-4, atol=1e-4):
+                found[case].append(n)
+    assert all(not differ if mutant is None else differ for differ in found.values()), found
+
+
 ROW = ("__global__ void kernel(const float* x, float* y, int rows, int n) {\n"
        "    int row = blockIdx.x * blockDim.x + threadIdx.x;\nGUARD"
        "    float s = 0.0f;\n    LOOP\n    y[row] = s;\nCLOSE}\n")
@@ -81,8 +117,6 @@ PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "n", typ
 @pytest.mark.parametrize("guard, loop, why", [
     ("    if (row < rows) {\n", "for (int j = 0; j < n; ++j) { s += x[row * n + j]; y[row * n + j] = s; }",
      "running sum"),  # a scan: each lane needs the earlier lanes' totals
-    ("    if (row < rows) {\n", "int at = 0; for (int j = 0; j < n; ++j) if (x[row * n + j] > s) { s = x[row * n + j];"
-     " at = j; }", "best value's index"),
     ("", "for (int j = 0; j < n; ++j) s += x[row * n + j];", "under no guard"),  # no row count for the grid
     # a guard that holds only part of the rows' work: launched as its count, the later rows would never run
     ("    if (row < n) y[row] = 0.0f;\n    if (row < rows) {\n", "for (int j = 0; j < n; ++j) s += x[row * n + j];",
