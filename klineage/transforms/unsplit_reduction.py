@@ -49,6 +49,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.launch import Arg, ArgKind, Launch, Scratch
 from klineage.transforms import register
+from klineage.transforms._arg_reduction import pair_join
 from klineage.transforms._edit import Edit, indentation, line_start, splice
 from klineage.transforms._naive import (
     INTEGER_CAST,
@@ -272,11 +273,7 @@ def _merge_loop(loop: RowLoop, split: Split, types: dict[str, str], indent: str)
         arg = loop.arg
         lines = [f"const {types[arg.value]} split_value = split_{arg.value}[{at}];",
                  f"const {types[arg.index]} split_index = split_{arg.index}[{at}];",
-                 f"if (split_value {arg.compare} {arg.value} || (split_value == {arg.value} && split_index < "
-                 f"{arg.index})) {{",
-                 f"    {arg.value} = split_value;",
-                 f"    {arg.index} = split_index;",
-                 "}"]
+                 *pair_join(arg, "split_value", "split_index")]
     else:
         lines = [f"{acc.name} {acc.combine}= split_{acc.name}[{at}];" if acc.combine in ("+", "*") else
                  f"{acc.name} = {acc.combine}({acc.name}, split_{acc.name}[{at}]);" for acc in loop.accumulators]
