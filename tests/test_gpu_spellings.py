@@ -16,7 +16,8 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
   last, a warp and a block a channel; a log-softmax whose normalizer is one pass (a running maximum and the sum
   rescaled to it), the held-out log_softmax problem (bench/transfer/log_softmax) with that spelling, a warp a row;
   the held-out layer_norm problem (bench/transfer/layer_norm) with its statistics in one pass by Welford's update
-  counted by the loop index, a warp a row.
+  counted by the loop index, a warp a row; the one-pass statistics and the argmin a block a row too (each warp's
+  tuple joined through shared slots).
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -114,13 +115,15 @@ def test_the_tiles_of_a_respelled_product_pass_every_case_against_it(cache):
                    "the tiled A^T B of the respelled kernel", "the respelled kernel", vendor="torch.matmul(A.T, B)")
 
 
-@pytest.mark.parametrize("problem, held", [("row_cummax", "m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));"),
-                                           ("row_argmin", "float best_value = row[best];")])
-def test_a_running_maximum_and_an_argmin_read_back_pass_every_case_a_warp_a_row(cache, problem, held):
+@pytest.mark.parametrize("problem, held, transform", [
+    ("row_cummax", "m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));", "serialize_reduction"),
+    ("row_argmin", "float best_value = row[best];", "serialize_reduction"),
+    ("row_argmin", "__shared__ float block_best_value[8];", "serialize_block_reduction")])
+def test_a_running_maximum_and_an_argmin_read_back_pass_every_case(cache, problem, held, transform):
     naive = load_kernel(PROBLEMS / problem / "naive")
-    warp = forwarded(naive, "serialize_reduction")
-    assert held in warp.source
-    passes_against(PROBLEMS / problem / "problem.py", warp, naive, CASES, cache, f"{problem}, a warp a row",
+    shared = forwarded(naive, transform)
+    assert held in shared.source
+    passes_against(PROBLEMS / problem / "problem.py", shared, naive, CASES, cache, f"{problem} ({transform})",
                    "the naive kernel")
 
 
@@ -141,13 +144,14 @@ def test_a_batch_norm_storing_in_its_nest_passes_every_case_shared_by_a_channels
                    f"the batch norm ({transform})", "the naive kernel", vendor="F.batch_norm")
 
 
+@pytest.mark.parametrize("transform", ["serialize_reduction", "serialize_block_reduction"])
 @pytest.mark.parametrize("operator, source, joined", [
     ("log_softmax", ONLINE_LOG_SOFTMAX, "const float pair_joined = fmaxf(m, pair_max);"),
     ("layer_norm", WELFORD_LAYER_NORM, "const int pair_total = mean_count + pair_count;")])
-def test_a_one_pass_statistic_passes_every_case_of_its_held_out_problem_a_warp_a_row(cache, operator, source, joined):
+def test_a_one_pass_statistic_passes_every_case_of_its_held_out_problem(cache, operator, source, joined, transform):
     problem = Path(__file__).resolve().parent.parent / "bench" / "transfer" / operator
     naive = KernelState(source=source, plan=load_kernel(problem / "naive").plan)
-    warp = forwarded(naive, "serialize_reduction")
-    assert joined in warp.source
-    passes_against(problem / "problem.py", warp, naive, {"headline", "ragged", "narrow", "small"}, cache,
-                   f"the one-pass {operator}, a warp a row", "the naive kernel")
+    shared = forwarded(naive, transform)
+    assert joined in shared.source
+    passes_against(problem / "problem.py", shared, naive, {"headline", "ragged", "narrow", "small"}, cache,
+                   f"the one-pass {operator} ({transform})", "the naive kernel")
