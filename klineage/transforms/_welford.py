@@ -22,7 +22,8 @@ judges the result against the problem's tolerance.
 
 Read where the loop body is local declarations that name none of n, mean, m2 and d and the count's step, the
 deviation's declaration last of them, then the mean's update `mean += d / n` (n maybe cast to
-the mean's type) and M2's `m2 += d * (v - mean)` (either factor first), the names distinct, named nowhere else in
+the mean's type) and M2's `m2 += d * (v - mean)` (either factor first; or the second deviation named first,
+`float d2 = v - mean; m2 += d * d2;`), the names distinct, named nowhere else in
 the body, and all three starting at zero (the reduction checks the starts).
 
 The leading underscore keeps the catalog from loading this module as a transform.
@@ -62,6 +63,9 @@ class Welford:
 def welford(parsed: cp.ParsedSource, loop_body: Node) -> Welford | None:
     """The loop body's Welford update (see the module's docstring), else None."""
     listed = statements(loop_body)
+    after = _second_deviation(parsed, listed)  # `float d2 = v - mean; m2 += d * d2;` (the update's new mean)
+    if after is not None:
+        listed = [*listed[:-2], listed[-1]]
     steps = [node for node in listed[:-2] if node.type != "declaration"]
     declared = [node for node in listed[:-2] if node.type == "declaration"]
     if len(listed) < 4 or len(steps) != 1 or not declared:
@@ -78,6 +82,10 @@ def welford(parsed: cp.ParsedSource, loop_body: Node) -> Welford | None:
         return None
     count, m2 = mean_update[1], m2[1]
     deviated = rf"\(\s*{re.escape(value)}\s*-\s*{mean}\s*\)"
+    if after is not None:  # the second deviation is v less the updated mean, named
+        if after[1:] != (value, mean) or after[0] in (count, mean, m2, d):
+            return None
+        deviated = after[0]
     if not any(re.fullmatch(step_form.format(n=count), squash(parsed.text(step))) for step_form in _STEPS) or \
             not re.fullmatch(rf"{m2}\s*\+=\s*(?:{d}\s*\*\s*{deviated}|{deviated}\s*\*\s*{d});",
                              squash(parsed.text(squares))):
@@ -87,6 +95,15 @@ def welford(parsed: cp.ParsedSource, loop_body: Node) -> Welford | None:
             any(re.search(rf"\b(?:{'|'.join(names)})\b", text) for text in [value, *map(parsed.text, temporaries)]):
         return None
     return Welford(count, mean, m2)
+
+
+def _second_deviation(parsed: cp.ParsedSource, listed: list[Node]) -> tuple[str, str, str] | None:
+    """(name, value, mean) where the statement before the last declares the deviation from the updated mean,
+    `float d2 = v - mean;`; else None."""
+    if len(listed) < 5 or listed[-2].type != "declaration":
+        return None
+    found = re.fullmatch(r"(?:const )?(?:float|double) (\w+)\s*=\s*(.+?)\s*-\s*(\w+);", squash(parsed.text(listed[-2])))
+    return found.groups() if found else None
 
 
 def counted(state: KernelState, only: str | None = None) -> KernelState:

@@ -6,11 +6,15 @@ the naive loop on the CPU emulator."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
+from klineage.transforms import get
 from klineage.transforms._welford import Welford, counted, welford
+from tests.transforms import emulate
+from tests.transforms.golden import HERE, load
 
 BODY = {"step": "++n;", "deviation": "float d = v - mean;", "mean": "mean += d / n;", "m2": "m2 += d * (v - mean);"}
 
@@ -32,6 +36,17 @@ def test_each_spelling_of_the_update_is_read(spelled):
 
 def test_the_step_may_follow_the_deviation():
     assert _read(("deviation", "step", "mean", "m2")) == Welford("n", "mean", "m2")
+
+
+@pytest.mark.parametrize("second, m2, read", [
+    ("float d2 = v - mean;", "m2 += d * d2;", True),  # the second deviation from the updated mean, named first
+    ("float d2 = v - mean;", "m2 += d2 * d;", True),
+    ("float d2 = v - m2;", "m2 += d * d2;", False),  # from another local
+    ("float d2 = x[0] - mean;", "m2 += d * d2;", False),  # of another value
+])
+def test_a_named_second_deviation_is_read_as_the_update_it_spells(second, m2, read):
+    found = _read(("step", "deviation", "mean", "second", "m2"), second=second, m2=m2)
+    assert found == (Welford("n", "mean", "m2") if read else None)
 
 
 @pytest.mark.parametrize("spelled", [
@@ -56,3 +71,21 @@ def test_an_index_count_is_written_as_a_local_of_the_index_type():
     assert "mean += d / mean_count;" in read and "j + 1" not in read
     other = source.replace("(float)(j + 1)", "(float)(j + 2)")
     assert counted(KernelState(source=other, plan=plan)).source == other
+
+
+def test_the_named_second_deviation_given_a_warp_normalizes_the_naive_rows(tmp_path):
+    """The golden Welford norm with M2's factor named (`float d2 = v - mean; m2 += d * d2;`): the lanes run it as
+    written and the triples join as the golden's; the rows are the naive kernel's to rounding."""
+    golden = load(HERE / "serialize_reduction" / "welford", "after", "kernel")
+    assert "        m2 += d * (v - mean);\n" in golden.source
+    naive = KernelState(source=golden.source.replace("        m2 += d * (v - mean);\n",
+                                                     "        float d2 = v - mean;\n        m2 += d * d2;\n"),
+                        plan=golden.plan)
+    (site,) = get("serialize_reduction").forward_sites(naive)
+    warp = get("serialize_reduction").forward(naive, site).state
+    forms = emulate.builds(tmp_path, {"naive": naive, "warp": warp})
+    for n in (1, 5, 70):
+        x = torch.randn(3 * n, generator=torch.Generator().manual_seed(n)) * 3 + 1
+        runs = {form: emulate.run(binary, tmp_path / f"{form}-{n}", state, {"rows": 3, "n": n}, {"x": x},
+                                  {"y": (torch.float32, 3 * n)})["y"] for form, (binary, state) in forms.items()}
+        torch.testing.assert_close(runs["warp"], runs["naive"], rtol=1e-4, atol=1e-4)
