@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from tree_sitter import Node
 
@@ -166,9 +167,8 @@ _FROM_ZERO = frozenset({"+", "online_sum", "welford_count", "welford_mean", "wel
 def as_rows(state: KernelState, only: str | None = None) -> KernelState:
     """`state` as the row forwards read it: the index as the naive forms spell it, counts and offsets named by locals
     read as their value, a sum from zero, a Welford mean counted by a local, a best value held rather than read
-    back, a scan's two statements, the row
-    shapes people write as one thread per row, and perfect nests as one loop (in the kernel `only` where given,
-    other kernels as written)."""
+    back, a scan's two statements, the row shapes people write as one thread per row, and perfect nests as one loop
+    (in the kernel `only` where given, other kernels as written)."""
     read = respelled(held_best(counted(started_at_zero(folded(counts_inlined(canonical(state))), only), only), only),
                      only)
     return unnested(flattened(read, ROW_THREADS), only)
@@ -365,26 +365,11 @@ class WarpReduction(Transform):
             edits.append(Edit(node.start_byte, header_end, f"for ({loop.kind} {loop.index} = {first}; {condition}; "
                                                            f"{loop.index} += {layout.sharing}) "))
             loop_indent = indentation(data, node.start_byte)
-            if loop.arg is not None:
-                arg, names = loop.arg, (loop.arg.value, loop.arg.index)
-                butterflies = f"\n{loop_indent}" + pair_butterfly(arg, site.types[arg.value], site.types[arg.index],
-                                                                   loop_indent, layout.butterfly, layout.mask)
-                butterflies += layout.exchange(names, tuple(site.types[n] for n in names),
-                                               lambda other: pair_join(arg, *other), loop_indent)
-            elif loop.online is not None:
-                online, names = loop.online, (loop.online.maximum, loop.online.total)
-                kind = site.types[online.maximum]
-                butterflies = f"\n{loop_indent}" + online_butterfly(online, kind, loop_indent, layout.butterfly,
-                                                                     layout.mask)
-                butterflies += layout.exchange(names, (kind, kind), lambda other: online_join(online, kind, *other),
-                                               loop_indent)
-            elif loop.welford is not None:
-                triple = loop.welford
-                names = (triple.count, triple.mean, triple.m2)
-                butterflies = f"\n{loop_indent}" + welford_butterfly(triple, site.types, loop_indent,
-                                                                      layout.butterfly, layout.mask)
-                butterflies += layout.exchange(names, tuple(site.types[n] for n in names),
-                                               lambda other: welford_join(triple, site.types, *other), loop_indent)
+            joint = _joint(loop, site.types)
+            if joint is not None:
+                names, butterfly, join = joint
+                butterflies = f"\n{loop_indent}" + butterfly(loop_indent, layout.butterfly, layout.mask) + \
+                    layout.exchange(names, tuple(site.types[n] for n in names), join, loop_indent)
             else:
                 butterflies = "".join(f"\n{loop_indent}{layout.combine(acc, site.types[acc.name], loop_indent)}"
                                       for acc in loop.accumulators)
@@ -754,6 +739,33 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
     return RowLoop(node, index, tuple(accumulators.values()), start=start, kind=kind)
 
 
+def _joint(loop: RowLoop, types: dict[str, str]) -> tuple[tuple[str, ...], Callable[[str, str, str], str],
+                                                          Callable[[list[str]], list[str]]] | None:
+    """(the accumulators, the butterfly writer (indent, header, mask), the join of other values into them) of a loop
+    that folds a tuple (an arg reduction's pair, an online maximum's, Welford's triple); None for other folds."""
+    if loop.arg is not None:
+        arg = loop.arg
+        return ((arg.value, arg.index),
+                lambda indent, header, mask: pair_butterfly(arg, types[arg.value], types[arg.index], indent, header,
+                                                            mask),
+                lambda other: pair_join(arg, *other))
+    if loop.online is not None:
+        online, kind = loop.online, types[loop.online.maximum]
+        return ((online.maximum, online.total), partial(online_butterfly, online, kind),
+                lambda other: online_join(online, kind, *other))
+    if loop.welford is not None:
+        triple = loop.welford
+        return ((triple.count, triple.mean, triple.m2), partial(welford_butterfly, triple, types),
+                lambda other: welford_join(triple, types, *other))
+    return None
+
+
+def _nonzero_factor(parsed: cp.ParsedSource, factor: Node, nonzero: frozenset[str]) -> bool:
+    """`factor` is a nonzero integer literal or a name of `nonzero`."""
+    return (factor.type == "number_literal" and re.fullmatch(r"0*[1-9]\d*[uUlL]*", parsed.text(factor)) is not None) \
+        or (factor.type == "identifier" and parsed.text(factor) in nonzero)
+
+
 def one_to_one(parsed: cp.ParsedSource, subscript: Node, index: str, nonzero: frozenset[str] = frozenset()) -> bool:
     """The element `subscript` names moves one to one with the loop index: exactly one of its subscript's terms
     names the index (products over sums expanded), and that term is the index, or the index times nonzero integer
@@ -762,9 +774,7 @@ def one_to_one(parsed: cp.ParsedSource, subscript: Node, index: str, nonzero: fr
     steps of the loop name distinct elements, and lanes that take distinct steps never write one element
     (`y[j / 2]`, `y[j % 4]` or `y[j * stride]`, stride maybe 0, might)."""
     factors = _index_factors(parsed, subscript.child_by_field_name("indices").named_children[0], index)
-    return factors is not None and all(
-        (f.type == "number_literal" and re.fullmatch(r"0*[1-9]\d*[uUlL]*", parsed.text(f)) is not None)
-        or (f.type == "identifier" and parsed.text(f) in nonzero) for f in factors)
+    return factors is not None and all(_nonzero_factor(parsed, factor, nonzero) for factor in factors)
 
 
 def _pair(parsed: cp.ParsedSource, loop_body: Node, index: str) -> tuple[str, str, str] | None:
@@ -788,15 +798,15 @@ def _pair_one_to_one(parsed: cp.ParsedSource, subscript: Node, pair: tuple[str, 
         return False
     outer, inner, count = pair
     expression = subscript.child_by_field_name("indices").named_children[0]
-    if _index_factors(parsed, expression, inner) != []:
+    factors = _index_factors(parsed, expression, outer)
+    if _index_factors(parsed, expression, inner) != [] or not factors:
         return False
-    factors = [parsed.text(f) for f in _index_factors(parsed, expression, outer) or []]
-    for factor in count.strip("()").split("*"):
-        if factor.strip() not in factors:
+    for name in (part.strip() for part in count.strip("()").split("*")):  # the inner count's factors, each once
+        counted = next((factor for factor in factors if parsed.text(factor) == name), None)
+        if counted is None:
             return False
-        factors.remove(factor.strip())
-    return bool(_index_factors(parsed, expression, outer)) and all(
-        re.fullmatch(r"0*[1-9]\d*[uUlL]*", factor) or factor in nonzero for factor in factors)
+        factors.remove(counted)
+    return all(_nonzero_factor(parsed, factor, nonzero) for factor in factors)
 
 
 def _index_factors(parsed: cp.ParsedSource, node: Node, index: str) -> list[Node] | None:
