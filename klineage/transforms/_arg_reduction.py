@@ -110,10 +110,19 @@ def pair_butterfly(arg: ArgBest, value_type: str, index_type: str, indent: str, 
                    mask: str = FULL_MASK) -> str:
     """The butterfly (`header`, over the lanes of `mask`) that leaves every lane with its lanes' best (value, index):
     the better value, on equal values the smaller index."""
+    return tuple_butterfly({arg.value: value_type, arg.index: index_type}, (PAIR_VALUE, PAIR_INDEX),
+                           pair_join(arg, PAIR_VALUE, PAIR_INDEX), indent, header, mask)
+
+
+def tuple_butterfly(kinds: dict[str, str], shuffled: tuple[str, ...], joined: list[str], indent: str, header: str,
+                    mask: str) -> str:
+    """The butterfly (`header`, over the lanes of `mask`) that shuffles each accumulator of `kinds` (name -> type)
+    into a local of `shuffled`, in order, and runs `joined`, the statements that join those into the accumulators:
+    the form of every fold of a tuple (an arg reduction's pair, an online maximum's, Welford's triple)."""
     lines = [f"{header} {{",
-             f"    const {value_type} {PAIR_VALUE} = __shfl_xor_sync({mask}, {arg.value}, offset);",
-             f"    const {index_type} {PAIR_INDEX} = __shfl_xor_sync({mask}, {arg.index}, offset);",
-             *(f"    {line}" for line in pair_join(arg, PAIR_VALUE, PAIR_INDEX)),
+             *(f"    const {kind} {local} = __shfl_xor_sync({mask}, {name}, offset);"
+               for (name, kind), local in zip(kinds.items(), shuffled, strict=True)),
+             *(f"    {line}" for line in joined),
              "}"]
     return "\n".join(indent + line for line in lines)[len(indent):]
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
+from klineage.transforms._arg_reduction import tuple_butterfly
 from klineage.transforms._edit import call_arguments, unparen
 from klineage.transforms._naive import squash, statements
 
@@ -132,12 +133,8 @@ def _rescaled(parsed: cp.ParsedSource, statement: Node, maximum: str, new: str,
 def online_butterfly(online: OnlineMax, kind: str, indent: str, header: str, mask: str) -> str:
     """The butterfly (`header`, over the lanes of `mask`) that leaves every lane with its lanes' (maximum, sum)
     joined."""
-    lines = [f"{header} {{",
-             f"    const {kind} {PAIR_MAX} = __shfl_xor_sync({mask}, {online.maximum}, offset);",
-             f"    const {kind} {PAIR_SUM} = __shfl_xor_sync({mask}, {online.total}, offset);",
-             *(f"    {line}" for line in online_join(online, kind, PAIR_MAX, PAIR_SUM)),
-             "}"]
-    return "\n".join(indent + line for line in lines)[len(indent):]
+    return tuple_butterfly({online.maximum: kind, online.total: kind}, (PAIR_MAX, PAIR_SUM),
+                           online_join(online, kind, PAIR_MAX, PAIR_SUM), indent, header, mask)
 
 
 def online_join(online: OnlineMax, kind: str, maximum: str, total: str) -> list[str]:

@@ -38,6 +38,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
+from klineage.transforms._arg_reduction import tuple_butterfly
 from klineage.transforms._edit import Edit, edited, indentation
 from klineage.transforms._naive import squash, statements
 
@@ -146,14 +147,9 @@ def _counted(parsed: cp.ParsedSource, loop: Node, taken: set[str]) -> list[Edit]
 
 def welford_butterfly(triple: Welford, kinds: dict[str, str], indent: str, header: str, mask: str) -> str:
     """The butterfly (`header`, over the lanes of `mask`) that leaves every lane with its lanes' triples joined."""
-    n, mean, m2 = triple.count, triple.mean, triple.m2
-    lines = [f"{header} {{",
-             f"    const {kinds[n]} {PAIR_COUNT} = __shfl_xor_sync({mask}, {n}, offset);",
-             f"    const {kinds[mean]} {PAIR_MEAN} = __shfl_xor_sync({mask}, {mean}, offset);",
-             f"    const {kinds[mean]} {PAIR_M2} = __shfl_xor_sync({mask}, {m2}, offset);",
-             *(f"    {line}" for line in welford_join(triple, kinds, PAIR_COUNT, PAIR_MEAN, PAIR_M2)),
-             "}"]
-    return "\n".join(indent + line for line in lines)[len(indent):]
+    shuffled = {triple.count: kinds[triple.count], triple.mean: kinds[triple.mean], triple.m2: kinds[triple.mean]}
+    return tuple_butterfly(shuffled, (PAIR_COUNT, PAIR_MEAN, PAIR_M2),
+                           welford_join(triple, kinds, PAIR_COUNT, PAIR_MEAN, PAIR_M2), indent, header, mask)
 
 
 def welford_join(triple: Welford, kinds: dict[str, str], count: str, mean: str, m2: str) -> list[str]:
