@@ -68,7 +68,7 @@ class Packing:
 
     width: int
     packs: Mapping[str, str]  # element type -> pack type
-    kinds: str  # the accepted element types, for messages: "float, int, unsigned or 8-bit integers"
+    kinds: str  # the accepted element types, for messages: "float, double, int, unsigned, 64-bit or 8-bit integers"
     pure: frozenset[str]  # calls the body may make (no effects)
     taken: str  # a regular expression of the names the rewrite declares
     lane: Callable[[str, int], str]  # (array, lane) -> the lane's expression

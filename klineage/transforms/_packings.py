@@ -9,12 +9,20 @@ from klineage.transforms._elementwise import Packing
 
 WORD_WIDTH = 4
 COMPONENTS = ("x", "y", "z", "w")
+# 64-bit elements four to a 32-byte vector of 16-byte alignment (two 16-byte accesses, which the same check covers;
+# CUDA 13's `_16a` types): an int64 index of a gather beside its floats, or float64 data. Each C++ spelling keeps
+# its own vector type (`int64_t` is `long` here, not `long long`), so a lane reads the type the kernel declared.
+_WIDE = {**dict.fromkeys(("long long", "long long int", "signed long long"), "longlong4_16a"),
+         **dict.fromkeys(("unsigned long long", "unsigned long long int"), "ulonglong4_16a"),
+         **dict.fromkeys(("long", "long int", "int64_t", "ptrdiff_t"), "long4_16a"),
+         **dict.fromkeys(("unsigned long", "uint64_t", "size_t"), "ulong4_16a"),
+         "double": "double4_16a"}
 # 32-bit elements four to a 16-byte vector, and 8-bit ones (a mask, a quantized value) four to the 4-byte vector
 # that rides beside them: the vector path's 16-byte alignment check covers theirs; a bool mask is read as bytes too
 # (`READ_ONLY`)
 VECTORS = {"float": "float4", "int": "int4", "unsigned": "uint4", "unsigned int": "uint4",
            **dict.fromkeys(("unsigned char", "uint8_t", "bool"), "uchar4"),
-           **dict.fromkeys(("signed char", "int8_t"), "char4")}
+           **dict.fromkeys(("signed char", "int8_t"), "char4"), **_WIDE}
 
 
 def _declare_words(array: str, element: str, vector: str, index: str, read: bool, written: bool) -> list[str]:
@@ -24,8 +32,8 @@ def _declare_words(array: str, element: str, vector: str, index: str, read: bool
     return [f"{const}{vector} {array}{WORD_WIDTH} = *reinterpret_cast<const {vector}*>({array} + {index});"]
 
 
-WORDS = Packing(WORD_WIDTH, VECTORS, "float, int, unsigned or 8-bit integers", MATH_CALLS, rf"\w+{WORD_WIDTH}",
-                lambda array, lane: f"{array}{WORD_WIDTH}.{COMPONENTS[lane]}", _declare_words)
+WORDS = Packing(WORD_WIDTH, VECTORS, "float, double, int, unsigned, 64-bit or 8-bit integers", MATH_CALLS,
+                rf"\w+{WORD_WIDTH}", lambda array, lane: f"{array}{WORD_WIDTH}.{COMPONENTS[lane]}", _declare_words)
 
 # 16-bit elements, eight to a pack, reached through an element view of the pack
 HALF_WIDTH = 8

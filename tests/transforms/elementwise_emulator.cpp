@@ -1,8 +1,8 @@
 // Elementwise and row kernels of the transform tests (tests/transforms/test_scalarize_half_packs.py,
 // test_uncoarsen_grid_stride.py, test_serialize_reduction.py, test_untile_matmul.py, ...) run on the CPU: the kernel `kernel` of KERNEL_SOURCE, every CUDA thread a fiber
 // (tests/mma_emulator.h), its arguments taken from the plan by the kernel's own parameter types (a pointer to
-// float, int, long long, __half, __nv_bfloat16 or unsigned char is a buffer of float32, int32, int64, float16, bfloat16
-// or uint8; a float scalar
+// float, double, int, long long, long (int64_t), __half, __nv_bfloat16 or unsigned char is a buffer of float32,
+// float64, int32, int64, int64, float16, bfloat16 or uint8; a float scalar
 // travels as the i32 of its bits). Usage: emulator <dir> <order> <seed> <shift>: every buffer argument starts
 // <shift> elements into its buffer, so an odd shift makes every pointer of 16-bit data miss 16-byte alignment.
 // __shfl_xor_sync exchanges a value of any type of at most 8 bytes (the header's takes a float), bits unchanged;
@@ -188,7 +188,7 @@ size_t dtype_size(const std::string& name, const std::string& dtype)
 {
     if (dtype == "float16" || dtype == "bfloat16") return 2;
     if (dtype == "float32" || dtype == "int32") return 4;
-    if (dtype == "int64") return 8;
+    if (dtype == "int64" || dtype == "float64") return 8;
     if (dtype == "uint8" || dtype == "bool") return 1;
     emu::die("unknown dtype %s for buffer %s", dtype.c_str(), name.c_str());
 }
@@ -197,6 +197,8 @@ template <typename T> const char* dtype_of();
 template <> const char* dtype_of<float>() { return "float32"; }
 template <> const char* dtype_of<int>() { return "int32"; }
 template <> const char* dtype_of<long long>() { return "int64"; }
+template <> const char* dtype_of<long>() { return "int64"; }  // int64_t
+template <> const char* dtype_of<double>() { return "float64"; }
 template <> const char* dtype_of<__half>() { return "float16"; }
 template <> const char* dtype_of<__nv_bfloat16>() { return "bfloat16"; }
 template <> const char* dtype_of<unsigned char>() { return "uint8"; }

@@ -177,7 +177,7 @@ def test_the_packed_concatenation_computes_the_naive_bits_on_the_cpu(tmp_path):
 def test_no_site_for_halves_or_a_buffer_passed_twice(transform):
     half = KernelState(source="#include <cuda_fp16.h>\n" + HEAD.replace("float*", "__half*") +
                        "    if (i < n) y[i] = x[i];\n}\n", plan=PLAN)
-    with pytest.raises(NotApplicable, match="float, int, unsigned or 8-bit integers"):
+    with pytest.raises(NotApplicable, match="float, double, int, unsigned, 64-bit or 8-bit integers"):
         transform.forward(half, SITE)
     plan = (HERE / "scalarize_elementwise" / "scale" / "after.toml").read_text().replace('"y"', '"x"')
     twice = KernelState(source=golden("scale", "after").source, plan=LaunchPlan.from_toml(plan))
@@ -451,3 +451,53 @@ def test_a_bool_mask_is_read_as_bytes_and_never_packed_where_written(transform, 
                           plan=PLAN)
     with pytest.raises(NotApplicable, match="'y' is a bool array the kernel writes"):
         transform.forward(written, SITE)
+
+
+WIDE_PLAN = LaunchPlan.from_toml("""
+name = "t"
+problem = "t"
+[[launch]]
+entry = "kernel"
+grid = ["cdiv(n, 256)"]
+block = [256]
+args = ["x", "idx", "y", "out", { scalar = "cols", type = "i32" }, { scalar = "n", type = "i32" }]
+""")
+# torch.gather along rows with torch's int64 index, a float64 output and an int64 output beside it: every 64-bit
+# spelling the packing names has its own vector type
+WIDE = """#include <cstdint>
+__global__ void kernel(const float* x, const int64_t* idx, double* y, long long* out, int cols, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        int r = i / cols;
+        float v = x[r * cols + idx[i]];
+        y[i] = 2.5 * (double)v + 1.0;
+        out[i] = idx[i] * 3 - (long long)r;
+    }
+}
+"""
+
+
+def test_64_bit_elements_pack_four_to_two_16_byte_accesses(transform, tmp_path, cache):
+    """An int64 index (`int64_t`, which is `long`), a float64 and a `long long` array pack four to their CUDA 13
+    `_16a` vectors (32 bytes, 16-byte aligned: two 128-bit accesses each, under the same alignment check): the
+    packed kernel gives the naive kernel's bits on the CPU, aligned and not, with and without a tail, and moves
+    its 64-bit arrays in 128-bit loads and stores."""
+    naive = KernelState(source=WIDE, plan=WIDE_PLAN)
+    (site,) = transform.forward_sites(naive)
+    packed = transform.forward(naive, site).state
+    assert "const long4_16a idx4 = *reinterpret_cast<const long4_16a*>(idx + i);" in packed.source
+    assert "double4_16a y4;" in packed.source and "longlong4_16a out4;" in packed.source
+    assert_packs_are_128_bit(naive, packed, cache, loads=2)
+
+    def inputs(n: int) -> tuple[dict, dict, dict]:
+        cols = 7
+        g = torch.Generator().manual_seed(n)
+        rows = -(-n // cols)
+        return ({"cols": cols, "n": n},
+                {"x": torch.randn(rows * cols, generator=g), "idx": torch.randint(0, cols, (n,), generator=g)},
+                {"y": (torch.float64, n), "out": (torch.int64, n)})
+
+    mutant = KernelState(packed.source.replace("idx4.y", "idx4.x"), packed.plan)  # a lane reads its neighbour's index
+    found = emulate.differences(tmp_path, naive, {"packed": packed, "mutant": mutant}, ((5,), (64,), (2053,)), inputs)
+    # only the mutant differs, and only on aligned pointers (misaligned ones take the element loop)
+    assert found == [f"mutant {n}-0 {out}" for n in (5, 64, 2053) for out in ("y", "out")]
