@@ -31,7 +31,6 @@ is refused with the reason.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
 
 from tree_sitter import Node
@@ -49,6 +48,7 @@ from klineage.transforms._elementwise import (
     plain_body,
 )
 from klineage.transforms._naive import parameters, statements, written_names
+from klineage.transforms._polynomials import Poly, constant, plus, polynomial, times, variable
 from klineage.transforms.base import NotApplicable
 
 WIDTH = 4
@@ -57,9 +57,6 @@ VECTORS = {"float": "float4", "int": "int4", "unsigned": "uint4", "unsigned int"
 INTEGERS = {"int", "long long", "long long int", "long", "size_t", "unsigned", "unsigned int", "int64_t"}
 # the offsets' roles, and the suffix of their packs' names (the pack names match the packing's `taken`: \w+4)
 LOW, HIGH, TABLE = "lo", "hi", "t"
-
-Poly = frozenset  # of (monomial: sorted names, coefficient), coefficients not 0
-
 
 class NotSplit(NotApplicable):
     """The work does not split its index (`p / H`, `p % H`): not this reading's kernel at all."""
@@ -84,47 +81,6 @@ class HalfSite:
 
     def rewritten(self, state: KernelState, parsed: cp.ParsedSource) -> tuple[str, LaunchPlan]:
         return packed_halves(state, parsed, self)
-
-
-def _poly(parsed: cp.ParsedSource, node: Node, names: dict[str, Poly]) -> Poly | None:
-    """`node` as a polynomial over the names (a name of `names` stands for its polynomial); None for anything but
-    integer literals, names and + - *."""
-    node = unparen(node)
-    text = parsed.text(node)
-    if node.type == "number_literal" and re.fullmatch(r"\d+", text):
-        return Poly({((), int(text))}) if int(text) else Poly()
-    if node.type == "identifier":
-        return names.get(text)
-    if node.type != "binary_expression" or operator(node) not in "+-*":
-        return None
-    left, right = (_poly(parsed, node.child_by_field_name(side), names) for side in ("left", "right"))
-    if left is None or right is None:
-        return None
-    total: Counter = Counter()
-    if operator(node) == "*":
-        for (m1, c1) in left:
-            for (m2, c2) in right:
-                total[tuple(sorted(m1 + m2))] += c1 * c2
-    else:
-        total.update(dict(left))
-        for monomial, c in right:
-            total[monomial] += c if operator(node) == "+" else -c
-    return Poly((m, c) for m, c in total.items() if c)
-
-
-def _times(poly: Poly, factor: Poly) -> Poly:
-    total: Counter = Counter()
-    for (m1, c1) in poly:
-        for (m2, c2) in factor:
-            total[tuple(sorted(m1 + m2))] += c1 * c2
-    return Poly((m, c) for m, c in total.items() if c)
-
-
-def _plus(*polys: Poly) -> Poly:
-    total: Counter = Counter()
-    for poly in polys:
-        total.update(dict(poly))
-    return Poly((m, c) for m, c in total.items() if c)
 
 
 def _split_by(parsed: cp.ParsedSource, node: Node | None, index: str, op: str) -> Node | None:
@@ -193,24 +149,24 @@ def half_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
         r"\w+(?:\s*\*\s*\w+)*", parsed.text(inner)) is not None)
     if not product or not set(factors) <= scalars:
         raise NotApplicable(f"{function.name}'s row length `{half}` is not a scalar parameter or a product of them")
-    names = {p: Poly({((p,), 1)}) for p in scalars} | {row: Poly({(("#r",), 1)}), pair: Poly({(("#j",), 1)})}
+    names = {p: variable(p) for p in scalars} | {row: variable("#r"), pair: variable("#j")}
     # the index is its row's first pair plus the pair: p = r * H + j (p >= 0, so / and % split it exactly)
-    names[index] = Poly({(tuple(sorted(("#r", *factors))), 1), (("#j",), 1)})
+    names[index] = plus(Poly({(tuple(sorted(("#r", *factors))), 1)}), variable("#j"))
     assigned = written_names(parsed, function.node.child_by_field_name("body"))
     if clash := sorted((set(factors) | set(split)) & assigned):
         raise NotApplicable(f"{function.name} assigns '{clash[0]}', which its pairs' offsets read")
     for name, value in split.items():
         if name in (row, pair):
             continue
-        poly = _poly(parsed, value, names) if value is not None else None
+        poly = polynomial(parsed, value, names) if value is not None else None
         if poly is None:
             raise NotApplicable(f"{function.name}'s offset '{name}' is not integer arithmetic on the row, the pair "
                                 f"and parameters")
         names[name] = poly
     hp = Poly({(tuple(sorted(factors)), 1)})
-    j, r = Poly({(("#j",), 1)}), Poly({(("#r",), 1)})
-    low = _plus(_times(_times(r, hp), Poly({((), 2)})), j)
-    roles = {low: LOW, _plus(low, hp): HIGH, _plus(_times(r, hp), j): TABLE}
+    j, r = variable("#j"), variable("#r")
+    low = plus(times(times(r, hp), constant(2)), j)
+    roles = {low: LOW, plus(low, hp): HIGH, plus(times(r, hp), j): TABLE}
     work = top[len(offsets):]
     if not work:
         raise NotApplicable(f"{function.name}'s work only splits '{index}'")
@@ -223,7 +179,7 @@ def half_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
         array = parsed.text(node.child_by_field_name("argument"))
         at = node.child_by_field_name("indices")
         at = at.named_children[0] if at.type == "subscript_argument_list" and at.named_child_count == 1 else at
-        poly = _poly(parsed, at, names)
+        poly = polynomial(parsed, at, names)
         role = roles.get(poly) if poly is not None else None
         stored = is_written(node)
         if role is None or array not in types:

@@ -15,16 +15,110 @@ partial).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import Edit, declared_kind, declared_names, edited, indentation, unparen, written_names
+from klineage.transforms._edit import (
+    Edit,
+    call_arguments,
+    declared_kind,
+    declared_names,
+    edited,
+    indentation,
+    unparen,
+    written_names,
+)
 from klineage.transforms._naive import squash, statements
 from klineage.transforms.base import NotApplicable
 
 _SCAN_OPERATORS = frozenset({"+", "*"})
+
+SCAN_IDENTITY = {"+": "0", "*": "1"}  # what a lane past the row's end contributes to a running sum or product
+# a running extreme (cummax, cummin): fmaxf and its kin take the other value wherever one is NaN, so a quiet NaN of
+# the accumulator's type is what a lane past the row's end contributes
+SCAN_CALLS = frozenset({"fmaxf", "fminf", "fmax", "fmin"})
+NAN = {"float": "__int_as_float(0x7fc00000)", "double": "__longlong_as_double(0x7ff8000000000000LL)"}
+
+
+def scan_combined(op: str, first: str, second: str) -> str:
+    """`first op second` for a running sum or product, `op(first, second)` for a running extreme."""
+    return f"{first} {op} {second}" if op in SCAN_IDENTITY else f"{op}({first}, {second})"
+
+
+def scan_update(op: str, accumulator: str, value: str) -> str:
+    """The statement that combines `value` into `accumulator`: `acc += value;`, `acc = fmaxf(acc, value);`."""
+    return f"{accumulator} {op}= {value};" if op in SCAN_IDENTITY else \
+        f"{accumulator} = {scan_combined(op, accumulator, value)};"
+
+
+@dataclass(frozen=True)
+class Scan:
+    """`acc += value; target = acc;`: the loop body of an inclusive prefix sum (`*=`, a prefix product); the store
+    first (`target = acc; acc += value;`), an exclusive one. `count` is the row's length where the loop walks it from
+    its end (`for (int j = count - 1; j >= 0; --j)`), else ""."""
+
+    accumulator: str
+    value: str
+    target: str
+    op: str = "+"  # "+", "*" or a call of SCAN_CALLS (a running extreme)
+    exclusive: bool = False
+    count: str = ""
+
+    def __post_init__(self):
+        if self.op not in SCAN_IDENTITY and self.op not in SCAN_CALLS:
+            raise ValueError(f"a running sum, product or extreme, not `{self.op}`")
+
+    def serial(self, index: str, bound: str, indent: str) -> str:
+        """The serial loop (over `bound` columns, its body's two statements on lines of their own) at `indent`."""
+        update, store = scan_update(self.op, self.accumulator, self.value), f"{self.target} = {self.accumulator};"
+        header = f"for (int {index} = {bound} - 1; {index} >= 0; --{index})" if self.count else \
+            f"for (int {index} = 0; {index} < {bound}; ++{index})"
+        body = "".join(f"\n{indent}    {line}" for line in ((store, update) if self.exclusive else (update, store)))
+        return f"{header} {{{body}\n{indent}}}"
+
+
+def read_scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:
+    """The running sum or product of `acc += value; target[...] = acc;` (`*=`; or the store first, an exclusive
+    scan: exactly these two statements), else None."""
+    listed = statements(loop_body)
+    if len(listed) != 2 or any(s.type != "expression_statement" or not s.named_children for s in listed):
+        return None
+    first, second = (s.named_children[0] for s in listed)
+    if first.type != "assignment_expression" or second.type != "assignment_expression":
+        return None
+    exclusive = first.child_by_field_name("left").type == "subscript_expression"
+    update, store = (second, first) if exclusive else (first, second)
+    accumulator = update.child_by_field_name("left")
+    target, value = store.child_by_field_name("left"), store.child_by_field_name("right")
+    combined = _scan_combine(parsed, update) if accumulator.type == "identifier" else None
+    if (combined is None or target.type != "subscript_expression" or
+            parsed.text(store.child_by_field_name("operator")) != "=" or
+            parsed.text(value) != parsed.text(accumulator)):
+        return None
+    op, added = combined
+    if re.search(rf"\b{parsed.text(accumulator)}\b", f"{added} {parsed.text(target)}"):
+        return None
+    return Scan(parsed.text(accumulator), squash(added), squash(parsed.text(target)), op, exclusive)
+
+
+def _scan_combine(parsed: cp.ParsedSource, update: Node) -> tuple[str, str] | None:
+    """(op, the value combined) of a scan's update: `acc += e` (`*=`), or `acc = f(acc, e)` (`f(e, acc)`) for f of
+    SCAN_CALLS; else None. e is checked elsewhere not to name acc."""
+    operator = parsed.text(update.child_by_field_name("operator"))
+    right = unparen(update.child_by_field_name("right"))
+    if operator[:-1] in SCAN_IDENTITY and operator.endswith("="):
+        return operator[:-1], parsed.text(right)
+    if operator != "=" or right.type != "call_expression" or cp.call_name(right) not in SCAN_CALLS:
+        return None
+    arguments = [unparen(argument) for argument in call_arguments(right)]
+    accumulator = parsed.text(update.child_by_field_name("left"))
+    bare = [parsed.text(argument) == accumulator for argument in arguments]
+    if len(arguments) != 2 or bare.count(True) != 1:
+        return None
+    return cp.call_name(right), parsed.text(arguments[bare.index(False)])
 
 
 def respelled(state: KernelState, only: str | None = None) -> KernelState:

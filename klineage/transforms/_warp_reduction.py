@@ -64,7 +64,18 @@ from klineage.transforms._nests import unnested
 from klineage.transforms._online_max import OnlineMax, is_online_butterfly, online_butterfly, online_join, online_max
 from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms._pointers import aliases
-from klineage.transforms._scan_spellings import check_accumulator_uses, check_declared_apart, respelled
+from klineage.transforms._scan_spellings import (
+    NAN,
+    SCAN_CALLS,
+    SCAN_IDENTITY,
+    Scan,
+    check_accumulator_uses,
+    check_declared_apart,
+    read_scan,
+    respelled,
+    scan_combined,
+    scan_update,
+)
 from klineage.transforms._sum_starts import CONVERTED, ZERO, started_at_zero
 from klineage.transforms._welford import (
     Welford,
@@ -106,24 +117,6 @@ _REVERSE_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*({_LOOP_BOUND})\s*-\
                            r"\s*(?:--\1|\1--|\1\s*-=\s*1)\s*\)")
 _SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*{_START}\s*;\s*{_BELOW}\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
-_SCAN_IDENTITY = {"+": "0", "*": "1"}  # what a lane past the row's end contributes to a running sum or product
-# a running extreme (cummax, cummin): fmaxf and its kin take the other value wherever one is NaN, so a quiet NaN of
-# the accumulator's type is what a lane past the row's end contributes
-_SCAN_CALLS = frozenset({"fmaxf", "fminf", "fmax", "fmin"})
-_NAN = {"float": "__int_as_float(0x7fc00000)", "double": "__longlong_as_double(0x7ff8000000000000LL)"}
-
-
-def _scan_combined(op: str, first: str, second: str) -> str:
-    """`first op second` for a running sum or product, `op(first, second)` for a running extreme."""
-    return f"{first} {op} {second}" if op in _SCAN_IDENTITY else f"{op}({first}, {second})"
-
-
-def _scan_update(op: str, accumulator: str, value: str) -> str:
-    """The statement that combines `value` into `accumulator`: `acc += value;`, `acc = fmaxf(acc, value);`."""
-    return f"{accumulator} {op}= {value};" if op in _SCAN_IDENTITY else \
-        f"{accumulator} = {_scan_combined(op, accumulator, value)};"
-
-
 def _warp_scan_pattern(op: str, exclusive: bool, reverse: bool) -> re.Pattern:
     """`_warp_scan`'s loop, squashed: (bound, index, value, target, accumulator)."""
     def written(text: str, **groups: str) -> str:  # `text` as a pattern, its placeholders (capitals) as groups
@@ -132,26 +125,26 @@ def _warp_scan_pattern(op: str, exclusive: bool, reverse: bool) -> re.Pattern:
             pattern = pattern.replace(placeholder, group)
         return pattern
 
-    identity = re.escape(_SCAN_IDENTITY[op]) if op in _SCAN_IDENTITY else \
-        "(?:" + "|".join(map(re.escape, _NAN.values())) + ")"
+    identity = re.escape(SCAN_IDENTITY[op]) if op in SCAN_IDENTITY else \
+        "(?:" + "|".join(map(re.escape, NAN.values())) + ")"
     column, inside = (rf"\1 - 1 - \(scan_base \+ {LANE}\)", r"\2 >= 0") if reverse else \
         (rf"scan_base \+ {LANE}", r"\2 < \1")
     scanned = (rf"^for \(int scan_base = 0; scan_base < ({_LOOP_BOUND}); scan_base \+= {WARP}\) {{ const int (\w+) = "
                rf"{column}; [\w ]+ scan_value = {identity}; if \({inside}\) scan_value = (.+?); "
                rf"for \(int offset = 1; offset < {WARP}; offset \*= 2\) {{ const [\w ]+ scan_up = __shfl_up_sync\("
                rf"0xffffffffu, scan_value, offset\); if \({LANE} >= offset\) "
-               rf"{re.escape(_scan_update(op, 'scan_value', 'scan_up'))} }} ")
+               rf"{re.escape(scan_update(op, 'scan_value', 'scan_up'))} }} ")
     accumulator, named = r"(\w+)", r"\5"  # the accumulator: its group, where the store names it first, and after
-    before = written(_scan_combined(op, "ACC", "scan_before"), ACC=named)
+    before = written(scan_combined(op, "ACC", "scan_before"), ACC=named)
     stored = (rf"const [\w ]+ scan_before = __shfl_up_sync\(0xffffffffu, scan_value, 1\); if \({inside}\) (.+?) = "
               rf"{LANE} == 0 \? {accumulator} : {before}; ") if exclusive else \
-        rf"if \({inside}\) (.+?) = {written(_scan_combined(op, 'ACC', 'scan_value'), ACC=accumulator)}; "
-    carry = written(_scan_update(op, "ACC", f"__shfl_sync(0xffffffffu, scan_value, {WARP - 1})"), ACC=named)
+        rf"if \({inside}\) (.+?) = {written(scan_combined(op, 'ACC', 'scan_value'), ACC=accumulator)}; "
+    carry = written(scan_update(op, "ACC", f"__shfl_sync(0xffffffffu, scan_value, {WARP - 1})"), ACC=named)
     return re.compile(scanned + stored + carry + " }$")
 
 
 _WARP_SCANS = {(op, exclusive, reverse): _warp_scan_pattern(op, exclusive, reverse)
-               for op in (*_SCAN_IDENTITY, *sorted(_SCAN_CALLS)) for exclusive in (False, True)
+               for op in (*SCAN_IDENTITY, *sorted(SCAN_CALLS)) for exclusive in (False, True)
                for reverse in (False, True)}
 # `<<<rows, 1>>>` kernels, grid-stride loops over rows, a batch's rows on a 2-D launch and a kernel one thread runs,
 # read as one thread per row
@@ -268,32 +261,6 @@ class RowLoop:
     welford: Welford | None = None  # set when the loop keeps Welford's count, mean and squared deviations
     start: str = "0"  # the first column (a loop with no sum may start past the value it starts from)
     kind: str = "int"  # the loop index's type, kept
-
-
-@dataclass(frozen=True)
-class Scan:
-    """`acc += value; target = acc;`: the loop body of an inclusive prefix sum (`*=`, a prefix product); the store
-    first (`target = acc; acc += value;`), an exclusive one. `count` is the row's length where the loop walks it from
-    its end (`for (int j = count - 1; j >= 0; --j)`), else ""."""
-
-    accumulator: str
-    value: str
-    target: str
-    op: str = "+"  # "+", "*" or a call of _SCAN_CALLS (a running extreme)
-    exclusive: bool = False
-    count: str = ""
-
-    def __post_init__(self):
-        if self.op not in _SCAN_IDENTITY and self.op not in _SCAN_CALLS:
-            raise ValueError(f"a running sum, product or extreme, not `{self.op}`")
-
-    def serial(self, index: str, bound: str, indent: str) -> str:
-        """The serial loop (over `bound` columns, its body's two statements on lines of their own) at `indent`."""
-        update, store = _scan_update(self.op, self.accumulator, self.value), f"{self.target} = {self.accumulator};"
-        header = f"for (int {index} = {bound} - 1; {index} >= 0; --{index})" if self.count else \
-            f"for (int {index} = 0; {index} < {bound}; ++{index})"
-        body = "".join(f"\n{indent}    {line}" for line in ((store, update) if self.exclusive else (update, store)))
-        return f"{header} {{{body}\n{indent}}}"
 
 
 @dataclass(frozen=True)
@@ -531,7 +498,7 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
     if not loops:
         raise NotApplicable(f"{function.name} has no loop over its row")
     types = _check_accumulators(parsed, body, loops)
-    if any(loop.scan is not None and loop.scan.op in _SCAN_CALLS and types[loop.scan.accumulator] not in _NAN
+    if any(loop.scan is not None and loop.scan.op in SCAN_CALLS and types[loop.scan.accumulator] not in NAN
            for loop in loops):
         raise NotApplicable(f"a running extreme of {function.name} is of no floating type (its lanes past the row's "
                             f"end contribute NaN)")
@@ -687,7 +654,7 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
         raise NotApplicable("an `if` in a row loop that is no arg reduction (a strict compare that takes the value "
                             "and the loop index together, alone in the loop), no kept extreme (`if (e > m) m = e;`) "
                             "and no update under a condition of the element alone (`if (mask[j]) s += x[j];`)")
-    scan = _scan(parsed, loop_body)
+    scan = read_scan(parsed, loop_body)
     if start != "0" and scan is not None:
         raise NotApplicable(f"not a unit-step loop from 0 (only an arg reduction or an extreme may start later): "
                             f"`{header}`")
@@ -829,47 +796,6 @@ def _index_factors(parsed: cp.ParsedSource, node: Node, index: str) -> list[Node
     return None if inner is None else [*inner, sides[1 - sides.index(indexed[0])]]
 
 
-def _scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:
-    """The running sum or product of `acc += value; target[...] = acc;` (`*=`; or the store first, an exclusive
-    scan: exactly these two statements), else None."""
-    listed = statements(loop_body)
-    if len(listed) != 2 or any(s.type != "expression_statement" or not s.named_children for s in listed):
-        return None
-    first, second = (s.named_children[0] for s in listed)
-    if first.type != "assignment_expression" or second.type != "assignment_expression":
-        return None
-    exclusive = first.child_by_field_name("left").type == "subscript_expression"
-    update, store = (second, first) if exclusive else (first, second)
-    accumulator = update.child_by_field_name("left")
-    target, value = store.child_by_field_name("left"), store.child_by_field_name("right")
-    combined = _scan_combine(parsed, update) if accumulator.type == "identifier" else None
-    if (combined is None or target.type != "subscript_expression" or
-            parsed.text(store.child_by_field_name("operator")) != "=" or
-            parsed.text(value) != parsed.text(accumulator)):
-        return None
-    op, added = combined
-    if re.search(rf"\b{parsed.text(accumulator)}\b", f"{added} {parsed.text(target)}"):
-        return None
-    return Scan(parsed.text(accumulator), squash(added), squash(parsed.text(target)), op, exclusive)
-
-
-def _scan_combine(parsed: cp.ParsedSource, update: Node) -> tuple[str, str] | None:
-    """(op, the value combined) of a scan's update: `acc += e` (`*=`), or `acc = f(acc, e)` (`f(e, acc)`) for f of
-    _SCAN_CALLS; else None. e is checked elsewhere not to name acc."""
-    operator = parsed.text(update.child_by_field_name("operator"))
-    right = unparen(update.child_by_field_name("right"))
-    if operator[:-1] in _SCAN_IDENTITY and operator.endswith("="):
-        return operator[:-1], parsed.text(right)
-    if operator != "=" or right.type != "call_expression" or cp.call_name(right) not in _SCAN_CALLS:
-        return None
-    arguments = [unparen(argument) for argument in call_arguments(right)]
-    accumulator = parsed.text(update.child_by_field_name("left"))
-    bare = [parsed.text(argument) == accumulator for argument in arguments]
-    if len(arguments) != 2 or bare.count(True) != 1:
-        return None
-    return cp.call_name(right), parsed.text(arguments[bare.index(False)])
-
-
 def _serial_scan(text: str) -> tuple[str, str, Scan] | None:
     """(bound, index, the scan) of a loop `_warp_scan` wrote (`text` squashed), else None."""
     for (op, exclusive, reverse), pattern in _WARP_SCANS.items():
@@ -890,19 +816,19 @@ def _warp_scan(loop: RowLoop, bound: str, kind: str, indent: str) -> str:
     if scan.exclusive:
         stored = [f"    const {kind} scan_before = __shfl_up_sync(0xffffffffu, scan_value, 1);",
                   f"    if ({inside}) {scan.target} = {LANE} == 0 ? {scan.accumulator} : "
-                  f"{_scan_combined(op, scan.accumulator, 'scan_before')};"]
+                  f"{scan_combined(op, scan.accumulator, 'scan_before')};"]
     else:
-        stored = [f"    if ({inside}) {scan.target} = {_scan_combined(op, scan.accumulator, 'scan_value')};"]
+        stored = [f"    if ({inside}) {scan.target} = {scan_combined(op, scan.accumulator, 'scan_value')};"]
     lines = [f"for (int scan_base = 0; scan_base < {bound}; scan_base += {WARP}) {{",
              f"    const int {index} = {column};",
-             f"    {kind} scan_value = {_SCAN_IDENTITY.get(op) or _NAN[kind]};",
+             f"    {kind} scan_value = {SCAN_IDENTITY.get(op) or NAN[kind]};",
              f"    if ({inside}) scan_value = {scan.value};",
              f"    for (int offset = 1; offset < {WARP}; offset *= 2) {{",
              f"        const {kind} scan_up = __shfl_up_sync(0xffffffffu, scan_value, offset);",
-             f"        if ({LANE} >= offset) {_scan_update(op, 'scan_value', 'scan_up')}",
+             f"        if ({LANE} >= offset) {scan_update(op, 'scan_value', 'scan_up')}",
              "    }",
              *stored,
-             f"    {_scan_update(op, scan.accumulator, f'__shfl_sync(0xffffffffu, scan_value, {WARP - 1})')}",
+             f"    {scan_update(op, scan.accumulator, f'__shfl_sync(0xffffffffu, scan_value, {WARP - 1})')}",
              "}"]
     return "\n".join(indent + line for line in lines)[len(indent):]
 

@@ -1,0 +1,63 @@
+"""Integer index expressions as polynomials over their names, so that two spellings of one place compare equal
+(`r * 2 * h + j` and `j + 2 * h * r`; `x[r * n + 0]` and `x[r * n]`).
+
+A polynomial is a frozenset of (monomial, coefficient): a monomial is the sorted tuple of the names it multiplies
+(a name twice for a square), the coefficient a nonzero integer; the zero polynomial is the empty set.
+
+The leading underscore keeps the catalog from loading this module as a transform.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+from tree_sitter import Node
+
+from klineage.features import cuda_parser as cp
+from klineage.transforms._edit import operator, unparen
+
+Poly = frozenset  # of (monomial: sorted names, coefficient), coefficients not 0
+
+
+def _normal(terms: Iterable[tuple[tuple[str, ...], int]]) -> Poly:
+    total: Counter = Counter()
+    for monomial, coefficient in terms:
+        total[tuple(sorted(monomial))] += coefficient
+    return Poly((m, c) for m, c in total.items() if c)
+
+
+def constant(value: int) -> Poly:
+    return _normal([((), value)])
+
+
+def variable(name: str) -> Poly:
+    return Poly({((name,), 1)})
+
+
+def times(poly: Poly, factor: Poly) -> Poly:
+    return _normal((m1 + m2, c1 * c2) for m1, c1 in poly for m2, c2 in factor)
+
+
+def plus(*polys: Poly) -> Poly:
+    return _normal(term for poly in polys for term in poly)
+
+
+def polynomial(parsed: cp.ParsedSource, node: Node, names: dict[str, Poly]) -> Poly | None:
+    """`node` as a polynomial over the names (a name of `names` stands for its polynomial); None for anything but
+    decimal integer literals, those names and + - *."""
+    node = unparen(node)
+    text = parsed.text(node)
+    if node.type == "number_literal" and re.fullmatch(r"\d+", text):
+        return constant(int(text))
+    if node.type == "identifier":
+        return names.get(text)
+    if node.type != "binary_expression" or operator(node) not in "+-*":
+        return None
+    left, right = (polynomial(parsed, node.child_by_field_name(side), names) for side in ("left", "right"))
+    if left is None or right is None:
+        return None
+    if operator(node) == "*":
+        return times(left, right)
+    return plus(left, right if operator(node) == "+" else times(right, constant(-1)))
