@@ -154,14 +154,14 @@ def held_best(state: KernelState, only: str | None = None) -> KernelState:
     the module's docstring); the same state where none does."""
     def held(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[Edit]:
         taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
-        elements = _element_types(parsed, function)
+        elements = element_types(parsed, function)
         return [found for loop in cp.nodes_of_type(body, "for_statement")
                 for found in _held(parsed, loop, elements, taken)]
 
     return edited(state, held, only)
 
 
-def _element_types(parsed: cp.ParsedSource, function: cp.Function) -> dict[str, str]:
+def element_types(parsed: cp.ParsedSource, function: cp.Function) -> dict[str, str]:
     """Each pointer the kernel takes or declares once (`const float* row = x + r * n;`) -> its element's type."""
     found = {name: kind.removeprefix("const ").strip() for name, kind, pointer in parameters(parsed, function)
              if pointer}

@@ -130,7 +130,7 @@ def respelled(state: KernelState, only: str | None = None) -> KernelState:
 
 def _scan_bodies(parsed: cp.ParsedSource, body: Node) -> list[Edit]:
     """Each loop body that `_scan_lines` reads as a scan spelled otherwise, as the scan's two statements."""
-    types = _local_types(parsed, body)
+    types = local_types(parsed, body)
     edits = []
     for loop in cp.nodes_of_type(body, "for_statement"):
         loop_body = loop.child_by_field_name("body")
@@ -273,7 +273,7 @@ def _looped_names(parsed: cp.ParsedSource, body: Node) -> set[str]:
             for name in written_names(parsed, loop.child_by_field_name("body"))}
 
 
-def _local_types(parsed: cp.ParsedSource, body: Node) -> dict[str, str]:
+def local_types(parsed: cp.ParsedSource, body: Node) -> dict[str, str]:
     """Each local the body declares once: its type (a name declared twice, maybe as two types, is left out)."""
     types: dict[str, str] = {}
     names = declared_names(parsed, body)

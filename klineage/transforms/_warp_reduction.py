@@ -63,6 +63,7 @@ from klineage.transforms._naive import (
 from klineage.transforms._nests import unnested
 from klineage.transforms._online_max import OnlineMax, is_online_butterfly, online_butterfly, online_join, online_max
 from klineage.transforms._packings import HALF_CALLS
+from klineage.transforms._peeled_scans import unpeeled
 from klineage.transforms._pointers import aliases
 from klineage.transforms._scan_spellings import (
     NAN,
@@ -160,10 +161,10 @@ _FROM_ZERO = frozenset({"+", "online_sum", "welford_count", "welford_mean", "wel
 def as_rows(state: KernelState, only: str | None = None) -> KernelState:
     """`state` as the row forwards read it: the index as the naive forms spell it, counts and offsets named by locals
     read as their value, a sum from zero, a Welford mean counted by a local, a best value held rather than read
-    back, a scan's two statements, the row shapes people write as one thread per row, and perfect nests as one loop
-    (in the kernel `only` where given, other kernels as written)."""
-    read = respelled(held_best(counted(started_at_zero(folded(counts_inlined(canonical(state))), only), only), only),
-                     only)
+    back, a scan's two statements (its first element in its loop), the row shapes people write as one thread per
+    row, and perfect nests as one loop (in the kernel `only` where given, other kernels as written)."""
+    read = held_best(counted(started_at_zero(folded(counts_inlined(canonical(state))), only), only), only)
+    read = unpeeled(respelled(read, only), only)
     return unnested(flattened(read, ROW_THREADS), only)
 
 
@@ -947,8 +948,8 @@ def _extreme(parsed: cp.ParsedSource, compare: Node, name: str, value: Node) -> 
 
 
 def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop]) -> dict[str, str]:
-    """Each accumulator: a local of a shuffle type declared in the kernel body, a sum's from zero, assigned
-    nowhere before its loop but in it."""
+    """Each accumulator: a local of a shuffle type declared in the kernel body, a sum's (not a running sum's) from
+    zero, assigned nowhere before its loop but in it."""
     declared = {}
     for statement in cp.nodes_of_type(body, "declaration"):
         kind = statement.child_by_field_name("type")
@@ -961,7 +962,8 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
         for acc in loop.accumulators:
             if acc.name not in declared or declared[acc.name][0] not in _SHFL_TYPES:
                 raise NotApplicable(f"accumulator '{acc.name}' is no initialized local of a shuffle type")
-            if acc.combine in _FROM_ZERO and not ZERO.match(declared[acc.name][1].strip()):
+            # a running sum may start anywhere: its lanes add their chunk's prefix to the start every lane holds
+            if acc.combine in _FROM_ZERO and loop.scan is None and not ZERO.match(declared[acc.name][1].strip()):
                 raise NotApplicable(f"sum '{acc.name}' does not start at zero")
             if acc.combine == "*" and loop.scan is None and not _ONE.match(declared[acc.name][1].strip()):
                 raise NotApplicable(f"product '{acc.name}' does not start at one")
