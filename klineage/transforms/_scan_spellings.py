@@ -5,7 +5,11 @@ the row-loop values no lane of a warp would hold, refused with the reason.
 first in an exclusive scan) where they are spelled `acc = acc + e` (`e + acc`, `*` too), through a temporary of the
 accumulator's type that nothing else names (`float v = e; acc += v;`), or as the value of an assignment stored
 (`y[...] = (acc += e);`, `y[...] = acc = acc + e;`): each computes the same values. A masked scan, `if (c) acc +=
-e; y[...j...] = acc;`, is `acc += c ? e : 0.0f;` (`_masked_lines`). `check_declared_apart` and
+e; y[...j...] = acc;`, is `acc += c ? e : 0.0f;` (`_masked_lines`). A running extreme kept by a compare, `if (e >
+m) m = e; y[...j...] = m;` (or `m = e > m ? e : m;`, `<` for the least), is `m = fmaxf(m, e);` (`fminf`; `fmax`,
+`fmin` for doubles) where m starts from a number (`-INFINITY`, a literal): a NaN e is taken by neither, m is never
+NaN, so the two keep the same value, its zero's sign aside where a +0 and a -0 tie (the compare keeps the one it
+has, fmaxf either: the same value, as the warp reductions' `max` of a kept extreme). `check_declared_apart` and
 `check_accumulator_uses` refuse what a strided loop would change: an index or an updated variable declared apart
 from where it is set (what `_c_style.py` left), an assignment inside a larger expression of a row loop (its value is
 the serial running one), an accumulator's address taken or bound to a reference (a read through it sees one lane's
@@ -130,11 +134,11 @@ def respelled(state: KernelState, only: str | None = None) -> KernelState:
 
 def _scan_bodies(parsed: cp.ParsedSource, body: Node) -> list[Edit]:
     """Each loop body that `_scan_lines` reads as a scan spelled otherwise, as the scan's two statements."""
-    types = local_types(parsed, body)
+    types, starts = local_types(parsed, body), _numeric_starts(parsed, body)
     edits = []
     for loop in cp.nodes_of_type(body, "for_statement"):
         loop_body = loop.child_by_field_name("body")
-        lines = _scan_lines(parsed, loop_body, types)
+        lines = _extreme_lines(parsed, loop_body, types, starts) or _scan_lines(parsed, loop_body, types)
         if lines is not None and lines != [squash(parsed.text(s)) for s in statements(loop_body)]:
             indent = indentation(parsed.data, loop.start_byte)
             text = "{" + "".join(f"\n{indent}    {line}" for line in lines) + f"\n{indent}}}"
@@ -185,6 +189,93 @@ def _scan_lines(parsed: cp.ParsedSource, loop_body: Node, types: dict[str, str])
         return None
     lines = [f"{accumulator} {op}= {value};", f"{squash(parsed.text(target))} = {accumulator};"]
     return lines[::-1] if exclusive else lines
+
+
+# a start that is a number, never NaN: infinities, the largest finite values, decimal literals (a sign first)
+_NUMBER = re.compile(r"^\(?-?\s*(?:INFINITY|FLT_MAX|DBL_MAX|HUGE_VALF?|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?[fF]?)\)?$")
+_EXTREME_CALLS = {("float", True): "fmaxf", ("float", False): "fminf", ("double", True): "fmax",
+                  ("double", False): "fmin"}
+
+
+def _numeric_starts(parsed: cp.ParsedSource, body: Node) -> set[str]:
+    """The locals the body declares once, starting from a number (`float m = -INFINITY;`)."""
+    names = declared_names(parsed, body)
+    return {parsed.text(declarator.child_by_field_name("declarator"))
+            for declaration in _block_declarations(body) for declarator in
+            declaration.children_by_field_name("declarator") if declarator.type == "init_declarator" and
+            names.count(parsed.text(declarator.child_by_field_name("declarator"))) == 1 and
+            _NUMBER.match(squash(parsed.text(declarator.child_by_field_name("value"))))}
+
+
+def _extreme_lines(parsed: cp.ParsedSource, loop_body: Node, types: dict[str, str],
+                   starts: set[str]) -> list[str] | None:
+    """`m = fmaxf(m, e); target = m;` (the store first in an exclusive scan) of a loop body that keeps a running
+    extreme by a compare, `if (e > m) m = e;` or `m = e > m ? e : m;` (`<` for the least; either side; `>=` too),
+    e maybe first held by a temporary of m's type; m a float or double starting from a number. None otherwise."""
+    listed = statements(loop_body)
+    temporary = listed.pop(0) if len(listed) == 3 and listed[0].type == "declaration" else None
+    if len(listed) != 2:
+        return None
+    exclusive = listed[0].type == "expression_statement" and listed[0].named_children and \
+        _is_assignment(parsed, listed[0].named_children[0], "=") and \
+        listed[0].named_children[0].child_by_field_name("left").type == "subscript_expression"
+    keep, store = listed[::-1] if exclusive else listed
+    kept = _kept(parsed, keep)
+    assignment = store.named_children[0] if store.type == "expression_statement" and store.named_children else None
+    if kept is None or assignment is None or not _is_assignment(parsed, assignment, "="):
+        return None
+    accumulator, larger, value = kept
+    call = _EXTREME_CALLS.get((types.get(accumulator, ""), larger))
+    target = assignment.child_by_field_name("left")
+    if call is None or accumulator not in starts or target.type != "subscript_expression" or \
+            parsed.text(unparen(assignment.child_by_field_name("right"))) != accumulator:
+        return None
+    if temporary is not None:
+        inlined = _temporary(parsed, temporary, types.get(accumulator))
+        if inlined is None or inlined[0] != value or \
+                len(re.findall(rf"\b{inlined[0]}\b", parsed.text(loop_body))) != 3:
+            return None
+        value = inlined[1]
+    if re.search(rf"\b{accumulator}\b", f"{value} {parsed.text(target)}"):
+        return None
+    lines = [f"{accumulator} = {call}({accumulator}, {value});", f"{squash(parsed.text(target))} = {accumulator};"]
+    return lines[::-1] if exclusive else lines
+
+
+def _kept(parsed: cp.ParsedSource, statement: Node) -> tuple[str, bool, str] | None:
+    """(m, whether it keeps the largest, e squashed) of `if (e > m) m = e;` (no else) or `m = e > m ? e : m;`, the
+    compare either way round, strict or not; else None."""
+    if statement.type == "if_statement" and statement.child_by_field_name("alternative") is None:
+        condition = statement.child_by_field_name("condition")
+        compare = unparen(condition.child_by_field_name("value") or condition)
+        inner = statements(statement.child_by_field_name("consequence"))
+        assignment = inner[0].named_children[0] if len(inner) == 1 and inner[0].type == "expression_statement" \
+            and inner[0].named_children else None
+        if assignment is None or not _is_assignment(parsed, assignment, "=") or \
+                assignment.child_by_field_name("left").type != "identifier":
+            return None
+        taken, kept = unparen(assignment.child_by_field_name("right")), assignment.child_by_field_name("left")
+    elif statement.type == "expression_statement" and statement.named_children and \
+            _is_assignment(parsed, statement.named_children[0], "="):
+        assignment = statement.named_children[0]
+        choice = unparen(assignment.child_by_field_name("right"))
+        if choice.type != "conditional_expression" or assignment.child_by_field_name("left").type != "identifier":
+            return None
+        compare = unparen(choice.child_by_field_name("condition"))
+        taken, kept = unparen(choice.child_by_field_name("consequence")), \
+            unparen(choice.child_by_field_name("alternative"))
+        if parsed.text(kept) != parsed.text(assignment.child_by_field_name("left")):
+            return None
+    else:
+        return None
+    relation = parsed.text(compare.child_by_field_name("operator")) if compare.type == "binary_expression" else ""
+    if relation not in (">", ">=", "<", "<="):
+        return None
+    sides = [squash(parsed.text(unparen(compare.child_by_field_name(side)))) for side in ("left", "right")]
+    name, value = parsed.text(kept), squash(parsed.text(taken))
+    if sorted(sides) != sorted([name, value]) or name == value:
+        return None
+    return name, (relation in (">", ">=")) == (sides[0] == value), value
 
 
 def _masked_lines(parsed: cp.ParsedSource, listed: list[Node], types: dict[str, str]) -> list[str] | None:

@@ -15,6 +15,7 @@ from klineage import devices, expr
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get, refusals
+from klineage.transforms._scan_spellings import respelled
 from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
@@ -947,6 +948,9 @@ def _body(*lines: str) -> str:
     return "    for (int j = 0; j < n; ++j) {\n" + "".join(f"        {line}\n" for line in lines) + "    }\n"
 
 
+CUMMAX_LOOP = _body("running = fmaxf(running, x[row * n + j]);", "y[row * n + j] = running;")
+
+
 # the fuzz's spellings that store the running value an update inside the store gives: each the scan, or no site
 STORED_UPDATES = {
     "parenthesized": (_body("y[row * n + j] = (running += 2.0f * x[row * n + j]);"), None),
@@ -1008,6 +1012,12 @@ SCAN_SPELLINGS = {
                           "        y[row * n + j] = running;\n    }\n",
                           "    for (int j = n - 1; j >= 0; --j) {\n        float v = x[row * n + j];\n"
                           "        running += v;\n        y[row * n + j] = running;\n    }\n"),
+    # a running maximum kept by a compare, from -INFINITY: fmaxf's
+    "kept_maximum": ("cummax", CUMMAX_LOOP,
+                     _body("if (x[row * n + j] > running) running = x[row * n + j];", "y[row * n + j] = running;")),
+    "kept_ternary_temporary": ("cummax", CUMMAX_LOOP,
+                               _body("float v = x[row * n + j];", "running = running < v ? v : running;",
+                                     "y[row * n + j] = running;")),
 }
 
 
@@ -1025,7 +1035,8 @@ def test_a_scan_spelled_through_a_temporary_or_as_acc_plus_is_the_golden_scan(tr
     assert transform.forward(naive, site).state == golden(case, "before")
 
 
-@pytest.mark.parametrize("spelling", sampled(SCAN_SPELLINGS, keep=["temporary", "exclusive_temporary"]))
+@pytest.mark.parametrize("spelling", sampled(SCAN_SPELLINGS, keep=["temporary", "exclusive_temporary",
+                                                                   "kept_ternary_temporary"]))
 def test_a_spelled_scans_warp_form_gives_its_rows_on_the_cpu(transform, spelling, tmp_path):
     case, naive = _scan_spelled(spelling)
     runs = _scanned(tmp_path, case, {"naive": naive, "warp": transform.forward(naive, transform.forward_sites(naive)[0])
@@ -1033,6 +1044,16 @@ def test_a_spelled_scans_warp_form_gives_its_rows_on_the_cpu(transform, spelling
     for n in (1, 31, 32, 70):
         for name in ("y", "total"):
             assert torch.equal(runs["warp", n][name], runs["naive", n][name]), (spelling, n, name)
+
+
+@pytest.mark.parametrize("start", ["x[row * n]", "NAN", "y[row]"])
+def test_a_running_extreme_kept_by_a_compare_from_what_may_be_nan_stays_as_written(start):
+    """The compare keeps a NaN start where fmaxf would take the first element: only a start that is a number (an
+    infinity, a literal) is read as fmaxf's running maximum."""
+    _, naive = _scan_spelled("kept_maximum")
+    state = KernelState(source=naive.source.replace("float running = -INFINITY;", f"float running = {start};"),
+                        plan=naive.plan)
+    assert f"float running = {start};" in state.source and respelled(state) == state
 
 
 LAYER_NORM = """__global__ void kernel(const float* __restrict__ x, const float* __restrict__ w, \
