@@ -17,7 +17,10 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
   rescaled to it), the held-out log_softmax problem (bench/transfer/log_softmax) with that spelling, a warp a row;
   the held-out layer_norm problem (bench/transfer/layer_norm) with its statistics in one pass by Welford's update
   counted by the loop index, a warp a row; the one-pass statistics and the argmin a block a row too (each warp's
-  tuple joined through shared slots).
+  tuple joined through shared slots); a running sum whose first element is peeled before its loop, or whose running
+  value is read back from the element stored before (the held-out cumsum problem, bench/transfer/cumsum, so
+  spelled), and a running maximum kept by a compare (row_cummax), each a warp a row; torch.gather along rows with
+  its int64 index (gather_dim1), the index packed four to a 32-byte vector by scalarize_elementwise.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -73,6 +76,41 @@ __global__ void layer_norm(const float* __restrict__ x, const float* __restrict_
     }
     float rstd = rsqrtf(m2 / cols + 1e-5f);
     for (int j = 0; j < cols; ++j) y[(long long)row * cols + j] = (in[j] - mean) * rstd * w[j] + b[j];
+}
+"""
+PEELED_CUMSUM = """// Cumsum, one thread per row, the first element stored before the loop over the rest.
+__global__ void cumsum(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    float running = x[(long long)row * cols];
+    y[(long long)row * cols] = running;
+    for (int j = 1; j < cols; ++j) {
+        running += x[(long long)row * cols + j];
+        y[(long long)row * cols + j] = running;
+    }
+}
+"""
+READ_BACK_CUMSUM = """// Cumsum, one thread per row, each prefix the one stored before plus the element.
+__global__ void cumsum(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const float* in = x + (long long)row * cols;
+    float* out = y + (long long)row * cols;
+    out[0] = in[0];
+    for (int j = 1; j < cols; j++)
+        out[j] = out[j - 1] + in[j];
+}
+"""
+KEPT_CUMMAX = """// Cummax, one thread per row, the running maximum kept by a compare.
+__global__ void cummax(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    float m = -INFINITY;
+    for (int j = 0; j < cols; ++j) {
+        float v = x[row * cols + j];
+        if (v > m) m = v;
+        y[row * cols + j] = m;
+    }
 }
 """
 MATMUL_AT = """// C = A^T B, one thread per output, with the block's side a macro, a guard per bound, named elements.
@@ -155,3 +193,27 @@ def test_a_one_pass_statistic_passes_every_case_of_its_held_out_problem(cache, o
     assert joined in shared.source
     passes_against(problem / "problem.py", shared, naive, {"headline", "ragged", "narrow", "small"}, cache,
                    f"the one-pass {operator} ({transform})", "the naive kernel")
+
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer"
+
+
+@pytest.mark.parametrize("problem, source, read", [
+    (BENCH / "cumsum", PEELED_CUMSUM, "float running = -0.0f;"),
+    (BENCH / "cumsum", READ_BACK_CUMSUM, "float running = -0.0f;"),
+    (PROBLEMS / "row_cummax", KEPT_CUMMAX, "m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));")])
+def test_a_scan_peeled_read_back_or_kept_by_a_compare_passes_every_case(cache, problem, source, read):
+    naive = KernelState(source=source, plan=load_kernel(problem / "naive").plan)
+    shared = forwarded(naive, "serialize_reduction")
+    assert read in shared.source and "__shfl_up_sync" in shared.source
+    cases = {"headline", "ragged", "small"} | ({"narrow"} if problem.parent == BENCH else set())
+    passes_against(problem / "problem.py", shared, naive, cases, cache, f"the respelled {problem.name} (a warp a row)",
+                   "the naive kernel")
+
+
+def test_a_gather_by_an_int64_index_packs_the_index_and_passes_every_case(cache):
+    naive = load_kernel(PROBLEMS / "gather_dim1" / "naive")
+    packed = forwarded(naive, "scalarize_elementwise")
+    assert "const long4_16a idx4 = *reinterpret_cast<const long4_16a*>(idx + i);" in packed.source
+    passes_against(PROBLEMS / "gather_dim1" / "problem.py", packed, naive, CASES, cache,
+                   "the gather with its int64 index packed", "the naive kernel", vendor="torch.gather")

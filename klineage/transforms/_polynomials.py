@@ -46,13 +46,19 @@ def plus(*polys: Poly) -> Poly:
 
 def polynomial(parsed: cp.ParsedSource, node: Node, names: dict[str, Poly]) -> Poly | None:
     """`node` as a polynomial over the names (a name of `names` stands for its polynomial); None for anything but
-    decimal integer literals, those names and + - *."""
+    decimal integer literals, those names, casts of such polynomials and + - *."""
     node = unparen(node)
     text = parsed.text(node)
     if node.type == "number_literal" and re.fullmatch(r"\d+", text):
         return constant(int(text))
     if node.type == "identifier":
         return names.get(text)
+    if node.type == "cast_expression":
+        # a conversion is a name of its own, of its type and what it converts: `(long long)r * n` is that name times
+        # n wherever it is written so, never `r * n` (which may wrap where the widened product does not)
+        inner = polynomial(parsed, node.child_by_field_name("value"), names)
+        kind = " ".join(parsed.text(node.child_by_field_name("type")).split())
+        return None if inner is None else variable(f"({kind}){sorted(inner)}")
     if node.type != "binary_expression" or operator(node) not in "+-*":
         return None
     left, right = (polynomial(parsed, node.child_by_field_name(side), names) for side in ("left", "right"))

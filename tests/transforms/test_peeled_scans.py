@@ -49,6 +49,17 @@ def test_the_peeled_step_spelled_otherwise_reads_the_same(first):
     assert "for (int j = 0; j < n; ++j) {" in read and "-0.0f" in read and "y[r * n] =" not in read
 
 
+WIDE = PEELED.replace("r * n", "(long long)r * n")
+
+
+def test_a_widened_offset_is_the_same_place_where_it_is_widened_alike():
+    """`(long long)r * n` is a name of its own times n in the polynomials: the same place in the peeled step and at
+    index 0 of the loop; `(long long)(r * n)`, whose product may wrap where the widened one does not, is not."""
+    assert "for (int j = 0; j < n; ++j) {" in unpeeled(_state(WIDE)).source
+    narrowed = _state(WIDE.replace("float acc = x[(long long)r * n];", "float acc = x[(long long)(r * n)];"))
+    assert unpeeled(narrowed) == narrowed
+
+
 def test_the_read_back_running_value_is_a_local_of_the_elements_type():
     assert unpeeled(_state(READ_BACK)).source == HEAD + (
         "    const float* xr = x + r * n;\n    float* yr = y + r * n;\n    float running = -0.0f;\n"
