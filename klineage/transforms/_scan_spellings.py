@@ -1,5 +1,7 @@
 """Row loops spelled otherwise than the warp reductions read them (`_warp_reduction.py`), read as their forms, and
-the row-loop values no lane of a warp would hold, refused with the reason.
+the row-loop values no lane of a warp would hold, refused with the reason; and the form a scan is read in (`Scan`,
+`read_scan`: its accumulator, the value it combines, where it stores, its operation and that operation's identity
+for a lane past the row's end), shared by those readings and the warp scans.
 
 `respelled` writes a scan's update and store as the scan's two statements `acc += e; y[...j...] = acc;` (the store
 first in an exclusive scan) where they are spelled `acc = acc + e` (`e + acc`, `*` too), through a temporary of the
@@ -38,9 +40,8 @@ from klineage.transforms._edit import (
 from klineage.transforms._naive import squash, statements
 from klineage.transforms.base import NotApplicable
 
-_SCAN_OPERATORS = frozenset({"+", "*"})
-
 SCAN_IDENTITY = {"+": "0", "*": "1"}  # what a lane past the row's end contributes to a running sum or product
+_SCAN_OPERATORS = frozenset(SCAN_IDENTITY)
 # a running extreme (cummax, cummin): fmaxf and its kin take the other value wherever one is NaN, so a quiet NaN of
 # the accumulator's type is what a lane past the row's end contributes
 SCAN_CALLS = frozenset({"fmaxf", "fminf", "fmax", "fmin"})
