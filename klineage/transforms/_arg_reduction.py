@@ -9,6 +9,13 @@ start pairs or both columns, and the combine - the better value, on equal values
 sequential answer: the first column of the best value, or the start pair where none beat it (a NaN start stays:
 nothing compares above or equal to it). Signed zeros compare equal, so the earlier one wins, as in the loop.
 
+`if (e >= best) { ... }` (`<=`) keeps the last of equal values instead, and takes a column equal to the start. Its
+lanes hold the start pair or a column at least as good; the combine takes, on equal values, the larger index. That
+is the loop's answer wherever the start's index is below every column's (`at = -1` or `at = 0` before a loop from
+1): a column equal to the start then wins the tie, as the loop takes it. The warp reductions check that (or an
+index equal to the first column's where the start is an infinity or the largest finite value, which no other
+value's bits can tie).
+
 People also keep only the index and read the best value back through it, `if (row[c] < row[best]) best = c;`.
 `held_best` reads that as the form above, the value held by a local read where the loop starts:
 
@@ -35,8 +42,8 @@ from klineage.kernel import KernelState
 from klineage.transforms._edit import Edit, declared_kind, edited, indentation, unparen
 from klineage.transforms._naive import parameters, squash, statements
 
-_BETTER = {">": "max", "<": "min"}
-_MIRROR = {">": "<", "<": ">"}
+_BETTER = {">": "max", "<": "min", ">=": "max", "<=": "min"}
+_MIRROR = {">": "<", "<": ">", ">=": "<=", "<=": ">="}
 PAIR_VALUE, PAIR_INDEX = "pair_value", "pair_index"
 _HELD_TYPES = frozenset({"float", "double", "int", "long long", "unsigned", "unsigned int"})  # values a local holds
 _LOOP_INDEX = re.compile(r"^for \((?:int|long long|long|size_t|unsigned|unsigned int) ([A-Za-z_]\w*) = [^;]+;")
@@ -50,11 +57,16 @@ class ArgBest:
 
     value: str
     index: str
-    compare: str  # ">" keeps the largest, "<" the smallest
+    compare: str  # ">" keeps the largest, "<" the smallest; ">=", "<=" the last of equal values
 
     def __post_init__(self):
         if self.compare not in _BETTER:
-            raise ValueError(f"an arg reduction compares with > or <, not {self.compare!r}")
+            raise ValueError(f"an arg reduction compares with >, <, >= or <=, not {self.compare!r}")
+
+    @property
+    def last(self) -> bool:
+        """Whether equal values go to the later column."""
+        return self.compare.endswith("=")
 
 
 def arg_best(parsed: cp.ParsedSource, loop_body: Node, loop_index: str) -> ArgBest | None:
@@ -129,8 +141,10 @@ def tuple_butterfly(kinds: dict[str, str], shuffled: tuple[str, ...], joined: li
 
 def pair_join(arg: ArgBest, value: str, index: str) -> list[str]:
     """The statements that take the pair (`value`, `index`) where it is the better one: the better value, on equal
-    values the smaller index (the same answer in whichever order pairs are joined)."""
-    return [f"if ({value} {arg.compare} {arg.value} || ({value} == {arg.value} && {index} < {arg.index})) {{",
+    values the smaller index, or the larger where the loop keeps the last (the same answer in whichever order pairs
+    are joined)."""
+    tie = ">" if arg.last else "<"
+    return [f"if ({value} {arg.compare[0]} {arg.value} || ({value} == {arg.value} && {index} {tie} {arg.index})) {{",
             f"    {arg.value} = {value};",
             f"    {arg.index} = {index};",
             "}"]
@@ -144,8 +158,8 @@ def is_pair_butterfly(text: str, header: str = WARP_BUTTERFLY, mask: str = FULL_
     if match is None:
         return False
     value_type, value, index_type, index, compare = match.groups()
-    return squash(text) == squash(pair_butterfly(ArgBest(value, index, compare), value_type, index_type, "", header,
-                                                 mask))
+    return any(squash(text) == squash(pair_butterfly(ArgBest(value, index, kept), value_type, index_type, "", header,
+                                                     mask)) for kept in (compare, f"{compare}="))
 
 
 def held_best(state: KernelState, only: str | None = None) -> KernelState:

@@ -652,8 +652,8 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
         return RowLoop(node, index, kept, welford=triple, start=start, kind=kind)
     if any(statement.type == "if_statement" and _kept_extreme(parsed, statement) is None and
            _conditional_update(parsed, statement) is None for statement in statements(loop_body)):
-        raise NotApplicable("an `if` in a row loop that is no arg reduction (a strict compare that takes the value "
-                            "and the loop index together, alone in the loop), no kept extreme (`if (e > m) m = e;`) "
+        raise NotApplicable("an `if` in a row loop that is no arg reduction (a compare that takes the value and the "
+                            "loop index together, alone in the loop), no kept extreme (`if (e > m) m = e;`) "
                             "and no update under a condition of the element alone (`if (mask[j]) s += x[j];`)")
     scan = read_scan(parsed, loop_body)
     if start != "0" and scan is not None:
@@ -967,6 +967,8 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
                 raise NotApplicable(f"sum '{acc.name}' does not start at zero")
             if acc.combine == "*" and loop.scan is None and not _ONE.match(declared[acc.name][1].strip()):
                 raise NotApplicable(f"product '{acc.name}' does not start at one")
+            if acc.combine == "index" and loop.arg.last:
+                _check_last_start(declared[loop.arg.value][1], declared[acc.name][1], loop.start)
             assigned = [a for a in cp.nodes_of_type(body, "assignment_expression", "update_expression")
                         if re.fullmatch(rf"\(*{acc.name}\)*", parsed.text(a.child_by_field_name("left")
                                                                           or a.child_by_field_name("argument")))]
@@ -975,6 +977,23 @@ def _check_accumulators(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop
             if any(not _inside(a, loop.node) and a.start_byte < loop.node.end_byte for a in assigned):
                 raise NotApplicable(f"'{acc.name}' is assigned before its loop")
     return {name: kind for name, (kind, _) in declared.items()}
+
+
+# a start no column's value can tie with but by being the same number in the same bits (a zero has two)
+_UNTIED_START = re.compile(r"^\(?-?\s*(?:INFINITY|FLT_MAX|DBL_MAX|HUGE_VALF?)\)?$")
+
+
+def _check_last_start(value: str, index: str, first: str) -> None:
+    """An arg reduction that keeps the last of equal values (`>=`) gives the loop's answer where its start index is
+    below every column's (or equal to the first's, from an infinity): a lane's column equal to the start then wins
+    the tie as in the loop (`_arg_reduction.py`). NotApplicable otherwise."""
+    index, value = squash(index), squash(value)
+    if re.fullmatch(r"\(?-?\d+\)?", index) and first.isdigit() and \
+            (int(index.strip("()")) < int(first) or (int(index.strip("()")) == int(first) and
+                                                       _UNTIED_START.match(value))):
+        return
+    raise NotApplicable(f"an arg reduction that keeps the last of equal values (`>=`) starts from index `{index}`, "
+                        f"not a number below its first column {first}: a tie with the start could go either way")
 
 
 def _check_arrays(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop]) -> None:

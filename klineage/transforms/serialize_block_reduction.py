@@ -127,7 +127,7 @@ def _is_joint_exchange(layout: BlockLayout, text: str) -> bool:
     if len(names) == 3:
         joins = [partial(welford_join, Welford(*names), dict(zip(names, kinds, strict=True)))]
     else:
-        joins = [*(partial(pair_join, ArgBest(*names, compare)) for compare in "<>"),
+        joins = [*(partial(pair_join, ArgBest(*names, compare)) for compare in ("<", ">", "<=", ">=")),
                  *(partial(online_join, OnlineMax(*names, exp), kinds[0]) for exp in ("expf", "__expf", "exp"))]
     return any(squash(layout.exchange(names, kinds, lambda other, join=join: join(*other), "")) == text
                for join in joins)

@@ -1,7 +1,8 @@
 """An arg reduction that keeps only the index and reads the best value back through it (`if (row[c] < row[best])
 best = c;`, klineage/transforms/_arg_reduction.py's `held_best`): the warp reductions read it with the value held
 in a local, so an argmin spelled so gets its lanes, and their outputs are the loop's to the bit, ties included. A
-loop that reads the index otherwise, compares with `<=` or reads another element back stays as written."""
+loop that reads the index otherwise or reads another element back stays as written; one that keeps the last of
+equal values (`<=`) is held alike."""
 
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ def test_a_mirrored_compare_keeps_its_side():
 
 
 @pytest.mark.parametrize("loop", [
-    LOOP.replace("row[c] < row[best]", "row[c] <= row[best]"),  # keeps the last of equal values
     LOOP.replace("row[best]", "row[best + 1]"),  # reads another element back
     LOOP.replace("best = c;", "best = c + 1;"),  # keeps no loop index
     LOOP.replace("best = c;", "{ best = c; y[r] = row[best]; }"),  # reads the index in the loop besides
@@ -49,8 +49,12 @@ def test_other_loops_stay_as_written(loop):
     assert held_best(state) == state
 
 
-def test_the_lanes_of_an_argmin_read_back_give_its_bits(tmp_path):
-    state = KernelState(source=HEAD + LOOP + TAIL, plan=PLAN)
+@pytest.mark.parametrize("compare", ["<", "<="])
+def test_the_lanes_of_an_argmin_read_back_give_its_bits(tmp_path, compare):
+    """The first index on ties (`<`), or the last (`<=`, read as the arg reduction that keeps the last of equal
+    values: its start index 0 is below the loop's first column)."""
+    state = KernelState(source=HEAD + LOOP.replace("row[c] < row[best]", f"row[c] {compare} row[best]") + TAIL,
+                        plan=PLAN)
     transform = get("serialize_reduction")  # a warp a row (the block form keeps no arg reductions)
     (site,) = transform.forward_sites(state)
     shared = transform.forward(state, site).state

@@ -158,3 +158,24 @@ def test_a_running_sum_stored_by_its_update_is_no_block_site(transform, loop):
            "        y[row * n + j] = running;\n    }\n"
     assert scan in naive.source
     assert transform.forward_sites(KernelState(source=naive.source.replace(scan, loop), plan=naive.plan)) == []
+
+
+def test_the_block_form_of_an_argmax_that_keeps_the_last_tie_gives_its_bits_and_reads_back(tmp_path):
+    """`>=` (the last of equal values): the warps' pairs and the shared slots join to the larger index on ties, the
+    hard rows come out to the bit, and the backward reads the block form it wrote back to the loop."""
+    naive = golden("argmax", "after")
+    last = KernelState(source=naive.source.replace("if (v > top) {", "if (v >= top) {"), plan=naive.plan)
+    transform = get("serialize_block_reduction")
+    (site,) = transform.forward_sites(last)
+    block = transform.forward(last, site).state
+    assert "(pair_value == top && pair_index > top_at)" in block.source
+    assert "(block_top[block_warp] == top && block_top_at[block_warp] > top_at)" in block.source
+    (found,) = transform.find(block)
+    assert transform.backward(block, found).state.source.count("if (v >= top) {") == 1
+
+    def hard(rows: int, n: int) -> tuple[dict, dict, dict]:
+        x = hard_rows(n, torch.Generator().manual_seed(n))
+        return ({"rows": x.shape[0], "n": n}, {"x": x.flatten(), "w": torch.ones(n)},
+                {"peak": (torch.float32, x.shape[0]), "where": (torch.int64, x.shape[0])})
+
+    assert emulate.differences(tmp_path, last, {"block": block}, ((0, 5), (0, 700)), hard) == []

@@ -124,8 +124,10 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
      "loop index does not say one to one"),
     ("    float s = 0.0f;\n    for (int j = 0; j < n; ++j) { s += x[row * n + j] * s; y[row * n + j] = s; }\n",
      "not a reduction"),
-    # arg reductions: a strict compare, the value and the loop index taken together, nothing else
-    (ARG.format(cmp="x[row * n + j] >= b", then="b = x[row * n + j]; a = j;"), "no arg reduction"),
+    # arg reductions: a compare, the value and the loop index taken together, nothing else; the last of equal
+    # values (`>=`) from an index below every column
+    (ARG.replace("a = 0;", "a = 1;").format(cmp="x[row * n + j] >= b", then="b = x[row * n + j]; a = j;"),
+     "keeps the last of equal values"),
     (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j]; a = j + 1;"), "no arg reduction"),
     (ARG.format(cmp="x[row * n + j] > b", then="b = x[row * n + j] + 1.0f; a = j;"), "no arg reduction"),
     (ARG.format(cmp="x[row * n + j] + a > b", then="b = x[row * n + j] + a; a = j;"), "no arg reduction"),
@@ -376,6 +378,43 @@ def test_an_index_kept_as_int64_t_is_shuffled_as_the_64_bit_integer_it_is(transf
     for n, serial in runs["naive"].items():
         for out in ARG_OUTPUTS["argmax"]:
             assert torch.equal(_bits(runs["warp"][n][out]), _bits(serial[out])), (n, out)
+
+
+LAST = golden("argmax", "after").source.replace("if (v > top) {", "if (v >= top) {")  # the last of equal values
+
+
+def test_an_arg_reduction_that_keeps_the_last_of_equal_values_gives_the_naive_bits(transform, tmp_path):
+    """`>=` takes a column equal to the best so far: the pairs join to the larger index on equal values, and on the
+    hard rows (ties, NaNs, signed zeros) the warp's pair is the loop's, bit for bit; a join that keeps the first is
+    caught."""
+    naive = KernelState(source=LAST, plan=golden("argmax", "after").plan)
+    (site,) = transform.forward_sites(naive)
+    warp = transform.forward(naive, site).state
+    assert "if (pair_value > top || (pair_value == top && pair_index > top_at)) {" in warp.source
+    first = KernelState(source=warp.source.replace("pair_index > top_at", "pair_index < top_at"), plan=warp.plan)
+    runs = _runs({"naive": naive, "warp": warp, "first": first}, "argmax", tmp_path)
+    for n, serial in runs["naive"].items():
+        for out in ARG_OUTPUTS["argmax"]:
+            assert torch.equal(_bits(runs["warp"][n][out]), _bits(serial[out])), (n, out)
+    assert runs["naive"][70]["where"][2] > runs["naive"][70]["where"][1] - 70  # the rows hold ties: a real test
+    assert any(not torch.equal(runs["first"][n]["where"], runs["naive"][n]["where"]) for n in runs["naive"])
+
+
+@pytest.mark.parametrize("start, loop_from, site", [
+    ("float top = -INFINITY;\n    long long top_at = -1;", 0, True),  # below every column
+    ("float top = -INFINITY;\n    long long top_at = 0;", 0, True),  # the first column's, from an infinity
+    ("float top = 0.0f;\n    long long top_at = 0;", 0, False),  # a zero start could tie a -0.0 in column 0
+    ("float top = in[0] * w[0];\n    long long top_at = n;", 1, False),  # past every column
+])
+def test_the_last_of_equal_values_needs_a_start_index_below_the_columns(transform, start, loop_from, site):
+    naive = golden("argmax", "after")
+    source = LAST.replace("float top = in[0] * w[0];\n    long long top_at = 0;", start).replace(
+        "for (int j = 1;", f"for (int j = {loop_from};")
+    assert start in source
+    with refusals() as seen:
+        found = transform.forward_sites(KernelState(source=source, plan=naive.plan))
+    assert bool(found) == site, seen
+    assert site or any("keeps the last of equal values" in reason for reason in seen), seen
 
 
 TIE_MUTANTS = [("pair_index < top_at", "pair_index > top_at"), (" || (pair_value == top && pair_index < top_at)", "")]
