@@ -38,11 +38,15 @@ as statements run, and the value of the whole is unused.
 `joined_guards` (not part of `c_style`) writes a guard whose whole body is another guard, `if (a) { if (b) S }`, as
 `if (a && b) S` (neither has an `else`): `&&` evaluates b only where a holds, as the inner guard did.
 `plain_updates` writes a `for` header's unit step `j += 1` (or `j = j + 1`) as `++j`, whose value the header drops
-too, its bound `j <= n - 1` as `j < n` where j is declared there of a signed type and n is an integer literal or a
-scalar parameter of a signed type (the two differ only where n - 1 overflows, which a signed type may not; an
-unsigned n of 0 would make n - 1 the largest value, so it is left alone), and an accumulation `x = x + e` (or
+too, its bound `j <= n - 1` as `j < n` and `j <= n` as `j < n + 1` where j is declared there of a signed type and n
+is an integer literal, a scalar parameter or a local declared once of a signed type, never assigned (the two differ
+only where n - 1 or n + 1 overflows, which a signed type may not; an unsigned n of 0 would make n - 1 the largest
+value, so it is left alone; a causal row's `j <= i`), and an accumulation `x = x + e` (or
 `x = e + x`) of a named local as `x += e`: the compound assignment reads x once and adds e's value, and IEEE addition
 commutes, so the sum is the same to the bit. `x = x + a + b` adds a first and is left alone.
+`subscripted` reads a pointer declared as the address of an element, `float* out = &y[r * n];`, as `float* out = y +
+r * n;`, and a dereference of a pointer plus an offset, `*(x + i)`, as `x[i]`: C++ defines `a[e]` as `*(a + e)` and
+`&*p` as `p`, so each names the same element or address.
 Any other spelling is left as written.
 """
 
@@ -56,12 +60,14 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms._edit import (
     declared_kind,
+    edited,
     is_written,
     line_end,
     line_start,
     operator,
     params,
     splice,
+    unparen,
     written_names,
 )
 
@@ -301,11 +307,12 @@ def plain_updates(state: KernelState) -> KernelState:
 
 _UNIT_STEP = re.compile(r"(?P<j>[A-Za-z_]\w*) (?:\+= 1|= (?P=j) \+ 1|= 1 \+ (?P=j))")
 _SIGNED = r"(?:const )?(?:int|long long|long|int64_t|int32_t|ptrdiff_t|long long int|long int)"
-_AT_MOST = re.compile(r"(?P<j>[A-Za-z_]\w*) <= (?P<n>[A-Za-z_]\w*|\d+) - 1")
+_AT_MOST = re.compile(r"(?P<j>[A-Za-z_]\w*) <= (?P<n>[A-Za-z_]\w*|\d+)(?P<less> - 1)?")
 
 
 def _bound_below(parsed: cp.ParsedSource, loop: Node) -> list[tuple[int, int, str]]:
-    """The edit writing the loop's condition `j <= n - 1` as `j < n` where the module's docstring allows it."""
+    """The edit writing the loop's condition `j <= n - 1` as `j < n`, or `j <= n` as `j < n + 1`, where the module's
+    docstring allows it."""
     condition, start = loop.child_by_field_name("condition"), loop.child_by_field_name("initializer")
     function = cp.enclosing_function(loop)
     found = _AT_MOST.fullmatch(_squash(parsed, condition)) if condition is not None else None
@@ -314,9 +321,56 @@ def _bound_below(parsed: cp.ParsedSource, loop: Node) -> list[tuple[int, int, st
         return []
     signed = {param.name for param in params(parsed, function)
               if not param.indirection and re.fullmatch(_SIGNED, " ".join(param.type.split()))}
-    if not (found["n"].isdigit() or found["n"] in signed) or found["n"] in written_names(parsed, function):
+    signed |= _signed_locals(parsed, function.child_by_field_name("body"))
+    n = found["n"]
+    if not (n.isdigit() or n in signed) or n in written_names(parsed, function):
         return []
-    return [(condition.start_byte, condition.end_byte, f"{found['j']} < {found['n']}")]
+    bound = n if found["less"] else str(int(n) + 1) if n.isdigit() else f"{n} + 1"
+    return [(condition.start_byte, condition.end_byte, f"{found['j']} < {bound}")]
+
+
+def _signed_locals(parsed: cp.ParsedSource, body: Node | None) -> set[str]:
+    """The names the body declares once, as a plain local of a signed integer type (a row index `int i = ...`)."""
+    kinds: dict[str, list[str]] = {}
+    for declaration in cp.nodes_of_type(body, "declaration") if body is not None else []:
+        for declarator in declaration.children_by_field_name("declarator"):
+            name = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else declarator
+            if name is not None and name.type == "identifier":
+                kinds.setdefault(parsed.text(name), []).append(declared_kind(parsed, declaration))
+    return {name for name, found in kinds.items() if len(found) == 1 and re.fullmatch(_SIGNED, found[0])}
+
+
+def subscripted(state: KernelState) -> KernelState:
+    """`state` with each pointer declared as an element's address read as the pointer plus the offset, and each
+    `*(p + e)` of a pointer p read as `p[e]` (the module's docstring); the same state where there is none."""
+    def edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[tuple[int, int, str]]:
+        pointers = {param.name for param in params(parsed, function.node) if param.indirection} | {
+            parsed.text(node.child_by_field_name("declarator")) for node in cp.nodes_of_type(body, "pointer_declarator")
+            if node.child_by_field_name("declarator").type == "identifier"}
+        found = []
+        for declarator in cp.nodes_of_type(body, "init_declarator"):
+            value = declarator.child_by_field_name("value")
+            target = unparen(value.child_by_field_name("argument")) if value is not None and \
+                value.type == "pointer_expression" and operator(value) == "&" else None
+            if declarator.child_by_field_name("declarator").type == "pointer_declarator" and target is not None and \
+                    target.type == "subscript_expression" and \
+                    parsed.text(target.child_by_field_name("argument")) in pointers:
+                index = parsed.text(target.child_by_field_name("indices"))[1:-1].strip()
+                found.append((value.start_byte, value.end_byte,
+                              f"{parsed.text(target.child_by_field_name('argument'))} + {index}"))
+        for node in cp.nodes_of_type(body, "pointer_expression"):
+            inner = unparen(node.child_by_field_name("argument"))
+            if operator(node) != "*" or inner.type != "binary_expression" or operator(inner) != "+" or \
+                    node.child_by_field_name("argument").type != "parenthesized_expression":
+                continue
+            sides = [inner.child_by_field_name(side) for side in ("left", "right")]
+            named = [side for side in sides if side.type == "identifier" and parsed.text(side) in pointers]
+            if len(named) == 1:
+                offset = parsed.text(sides[1 - sides.index(named[0])])
+                found.append((node.start_byte, node.end_byte, f"{parsed.text(named[0])}[{offset}]"))
+        return found
+
+    return edited(state, edits)
 
 
 def joined_guards(state: KernelState) -> KernelState:
@@ -349,8 +403,9 @@ def _lone_statement(node: Node | None) -> Node | None:
 
 
 def c_style(state: KernelState) -> KernelState:
-    """`state` with its C spellings read as C++ ones: comma-joined statements one by one, unit steps and
+    """`state` with its C spellings read as C++ ones: element addresses and dereferences as subscripts, comma-joined
+    statements one by one, unit steps and
     accumulations in their short forms, locals declared where set, counted loops as `for` loops that declare their
     index (the module's docstring). Guards stay nested: an inner guard is what some forwards read (the condition of
     a counted atomic, a histogram's bin bounds); a forward that reads bounds alone joins them (`joined_guards`)."""
-    return counted_for_loops(declared_where_set(plain_updates(sequenced_statements(state))))
+    return counted_for_loops(declared_where_set(plain_updates(sequenced_statements(subscripted(state)))))

@@ -93,7 +93,8 @@ _LOOP_START = re.compile(r"(?P<type>int|long long|[a-z_][\w ]*?) (?P<index>[A-Za
 def canonical(state: KernelState) -> KernelState:
     """`state` with every thread-index declaration that is an equivalent spelling of a canonical one rewritten to
     it, and every grid-stride loop from an index local starting at the index (the same state when there is none)."""
-    # helpers written out, then C's spellings of locals and loops, then pointers walked by loops read at their index
+    # helpers written out, then C's spellings of locals, loops and pointers, then pointers walked by loops read at
+    # their index
     state = walked(c_style(inlined_calls(expanded(state))))
     state = _unread_coordinate_locals(_declarations(_one_per_declaration(state)))
     started = _loops_from_the_index(state)

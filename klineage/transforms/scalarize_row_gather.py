@@ -284,8 +284,8 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
         raise NotApplicable(f"'{sorted(both)[0]}' is read at a row-wide place and moved as a pack")
     packing = next((p for p in PACKINGS if all(pack.element in p.packs for pack in packs.values())), None)
     if packing is None:
-        raise NotApplicable(f"the packed arrays {', '.join(packs)} are not all pointers to 32-bit float, int or "
-                            f"unsigned (or 8-bit integers beside them), nor all to 16-bit __half or __nv_bfloat16")
+        raise NotApplicable(f"the packed arrays {', '.join(packs)} are not all pointers to {WORDS.kinds}, nor all "
+                            f"to {HALVES.kinds}")
     if divisor.isdigit() and int(divisor) % packing.width:
         raise NotApplicable(f"the row length {divisor} does not divide by the width {packing.width}: no row "
                             f"starts a 16-byte block")

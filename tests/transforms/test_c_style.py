@@ -10,7 +10,7 @@ import torch
 
 from klineage.kernel import KernelState
 from klineage.transforms import get
-from klineage.transforms._c_style import c_style, joined_guards
+from klineage.transforms._c_style import c_style, joined_guards, subscripted
 from tests.transforms import emulate
 from tests.transforms.golden import plan_of
 
@@ -203,10 +203,11 @@ def test_nested_guards_join_and_updates_take_their_short_forms(tmp_path):
     "    if (rows > 0) { y[0] = 2.0f; if (cols > 1) y[r] = 1.0f; }\n",
     # a step of two, an element's update (not a name), and an update that is a subexpression
     "    for (int j = 0; j < cols; j += 2) y[j] = x[j];\n",
-    # a bound at most n - 1 of an unsigned index, or of a count the kernel changes, or of a local
+    # a bound at most n - 1 of an unsigned index, or of a count the kernel changes, or of an unsigned local
     "    for (unsigned j = 0; j <= cols - 1; ++j) y[j] = x[j];\n",
     "    cols *= 2;\n    for (int j = 0; j <= cols - 1; ++j) y[j] = x[j];\n",
-    "    int n = cols;\n    for (int j = 0; j <= n - 1; ++j) y[j] = x[j];\n",
+    "    unsigned n = cols;\n    for (int j = 0; j <= n - 1; ++j) y[j] = x[j];\n",
+    "    int n = cols;\n    n += 1;\n    for (int j = 0; j <= n; ++j) y[j] = x[j];\n",
     "    for (int j = 0; j < cols; ++j) y[r] = y[r] + x[j];\n",
     "    float s = 0.0f;\n    for (int j = 0; j < cols; ++j) y[j] = (s = s + x[j]);\n",
 ])
@@ -223,3 +224,61 @@ def test_a_signed_index_at_most_a_signed_count_less_one_is_below_the_count(bound
     assert f"for (int j = 0; j < {bound}; ++j)" in c_style(state).source
     (site,) = get("serialize_reduction").forward_sites(state)
     assert site.key == "r"
+
+
+@pytest.mark.parametrize("bound, below", [("r", "r + 1"), ("99", "100"), ("cols", "cols + 1")])
+def test_a_signed_index_at_most_a_signed_name_is_below_it_plus_one(bound, below):
+    """`j <= i` is `j < i + 1` where both are signed (i + 1 cannot wrap): a causal row's loop over the columns up to
+    its own, which the row forwards then read."""
+    state = _kernel(f"    float s = 0.0f;\n    for (int j = 0; j <= {bound}; ++j) s += x[r * cols + j];\n"
+                    "    y[r] = s;\n")
+    assert f"for (int j = 0; j < {below}; ++j)" in c_style(state).source
+    (site,) = get("serialize_reduction").forward_sites(state)
+    assert site.key == "r"
+
+
+def test_the_causal_rows_sums_are_the_naive_bits_on_the_cpu(tmp_path):
+    """Each row sums its columns up to its own index (integers: exact in any order), a warp a row."""
+    state = _kernel("    float s = 0.0f;\n    for (int j = 0; j <= r; ++j) s += x[r * cols + j];\n    y[r] = s;\n")
+    transform = get("serialize_reduction")
+    shared = transform.forward(state, transform.forward_sites(state)[0]).state
+
+    def inputs(rows, cols):
+        x = torch.randint(-9, 10, (rows * cols,), generator=torch.Generator().manual_seed(cols)).float()
+        return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows)}
+
+    assert emulate.differences(tmp_path, state, {"shared": shared}, ((40, 40), (70, 70)), inputs) == []
+
+
+def test_an_elements_address_and_a_dereferenced_offset_read_as_subscripts():
+    state = _kernel("    float* out = &y[r * cols];\n    const float* in = &x[(r * cols)];\n"
+                    "    for (int j = 0; j < cols; ++j) *(out + j) = *(j + in) * 2.0f;\n")
+    assert _body(subscripted(state)) == ("    float* out = y + r * cols;\n    const float* in = x + (r * cols);\n"
+                                         "    for (int j = 0; j < cols; ++j) out[j] = in[j] * 2.0f;\n")
+
+
+@pytest.mark.parametrize("body", [
+    "    atomicAdd(&y[r], x[r]);\n",  # an address passed, not a pointer declared
+    "    float* out = y;\n    *out = x[r];\n",  # a dereference without an offset
+    "    int k = 2;\n    y[r] = x[k + r];\n",  # already subscripted
+    "    float v = 2.0f;\n    y[r] = (v + 1.0f) * x[r];\n",  # no pointer
+])
+def test_other_addresses_and_dereferences_stay_as_written(body):
+    state = _kernel(body)
+    assert subscripted(state) is state
+
+
+def test_the_pointer_spellings_forwards_give_the_naive_bits_on_the_cpu(tmp_path):
+    """A row kernel through `&y[r * cols]` and `*(x + ...)`, a warp a row by serialize_reduction: the same rows."""
+    state = _kernel("    const float* in = &x[r * cols];\n    float s = 0.0f;\n"
+                    "    for (int j = 0; j < cols; ++j) s += *(in + j);\n    float* out = &y[r * cols];\n"
+                    "    for (int j = 0; j < cols; ++j) *(out + j) = *(in + j) - s;\n")
+    transform = get("serialize_reduction")
+    (site,) = transform.forward_sites(state)
+    shared = transform.forward(state, site).state
+
+    def inputs(rows, cols):
+        x = torch.randint(-9, 10, (rows * cols,), generator=torch.Generator().manual_seed(cols)).float()
+        return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
+
+    assert emulate.differences(tmp_path, state, {"shared": shared}, ((3, 5), (130, 40)), inputs) == []

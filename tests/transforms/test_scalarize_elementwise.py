@@ -80,7 +80,7 @@ HEAD = "__global__ void kernel(const float* x, float* y, int n) {\n    int i = b
      "only under a condition"),  # neither branch of the inner if runs where x[i] is in [-1, 0]
     ("    if (i < n) atomicAdd(y, x[i]);\n", "loops, synchronizes"),
     ("    if (i < n) y[i] = foo(x[i]);\n", "calls foo"),
-    ("    if (i < n) y[i] = *(x + i);\n", "dereferences a pointer expression"),
+    ("    if (i < n) y[i] = *x + x[i];\n", "dereferences a pointer expression"),
     ("    float s = 2.0f;\n    y[0] = s;\n    if (i < n) y[i] = s * x[i];\n", "between its element index"),
     ("    if (i < n) { y[i] = x[i]; n = 0; }\n", "assigns 'n' of its bound"),  # the tail would read it again
     ("    if (i < n) { y[i] = x[i]; y[i] = y[i] * 2.0f; }\n", "read after it is written"),

@@ -131,11 +131,12 @@ def test_no_site_where_it_would_not_be_legal(transform, body, why):
         transform.forward(state, SITE)
 
 
-UNPACKABLE = r"not all pointers to 32-bit float, int or unsigned \(or 8-bit integers beside them\), nor all to 16-bit"
+UNPACKABLE = r"not all pointers to float, double, int, unsigned, 64-bit or 8-bit integers, nor all to __half"
 
 
 def test_no_site_for_data_it_cannot_pack_or_a_buffer_passed_twice(transform):
-    mixed = KernelState(source=HEAD.replace("float* out", "double* out") + SPLIT + f"    out[i] = {ROW};\n}}\n",
+    mixed = KernelState(source="#include <cuda_fp16.h>\n" + HEAD.replace("float* out", "__half* out") + SPLIT +
+                        f"    out[i] = __float2half({ROW});\n}}\n",
                         plan=PLAN)
     with pytest.raises(NotApplicable, match=UNPACKABLE):
         transform.forward(mixed, SITE)
