@@ -669,11 +669,16 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
         return RowLoop(node, index, (Accumulator(scan.accumulator, scan.op),), scan)
     accumulators: dict[str, Accumulator] = {}
     in_updates: dict[str, int] = {}  # how often each accumulator is named by its own updates
+    # a column's own temporaries (`float v = ...; v = fminf(v, 127.0f);`): each lane computes them for its columns
+    temporaries = {name for s in statements(loop_body) if s.type == "declaration" for name in declared_names(parsed, s)}
     for statement in statements(loop_body):
         if statement.type == "declaration":
             continue
         assignment = statement.named_children[0] if statement.type == "expression_statement" and \
             statement.named_children else None
+        if assignment is not None and assignment.type == "assignment_expression" and \
+                parsed.text(assignment.child_by_field_name("left")) in temporaries:
+            continue
         if statement.type == "if_statement":
             accumulator = _kept_extreme(parsed, statement) or _conditional_update(parsed, statement)
         elif assignment is None or assignment.type != "assignment_expression":

@@ -19,7 +19,7 @@ from klineage.transforms._scan_spellings import respelled
 from tests.sampled import sampled
 from tests.transforms import emulate
 from tests.transforms.emulate import hard_rows
-from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
 CASES = ["softmax", "softmax_online", "welford", "rowsum", "rowprod", "cumsum", "cumprod", "cumsum_exclusive",
          "cumsum_reverse", "cummax", "argmax", "argmin", "loss"]
@@ -1225,3 +1225,41 @@ def _masked(per_element: bool):
                 {"y": (torch.float32, rows * n if per_element else rows)})
 
     return inputs_of
+
+
+QUANTIZE = """__global__ void kernel(const float* x, float* y, int rows, int n) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    float amax = 0.0f;
+    for (int j = 0; j < n; j++) amax = fmaxf(amax, fabsf(x[row * n + j]));
+    float s = amax / 7.0f;
+    if (s == 0.0f) s = 1.0f;
+    for (int j = 0; j < n; j++) {
+        float v = rintf(x[row * n + j] / s);
+        v = fminf(fmaxf(v, -7.0f), 7.0f);
+        y[row * n + j] = v * s;
+    }
+}
+"""
+
+
+def test_a_columns_own_temporary_assigned_again_is_no_accumulator(transform, tmp_path):
+    """A row's absmax quantization clamps each column's value in a temporary declared in the loop and assigned again:
+    every lane computes it for its own columns, so the row gets its warp and the naive bits; a local declared
+    before the loop that carries a column's value to the next is no such temporary (no reduction either)."""
+    plan = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "n", type = "i32" }',
+                   grid="cdiv(rows, 128)", block=128)
+    naive = KernelState(source=QUANTIZE, plan=plan)
+    (site,) = transform.forward_sites(naive)
+    warp = transform.forward(naive, site).state
+
+    def inputs(rows: int, n: int) -> tuple[dict, dict, dict]:
+        x = torch.randint(-20, 21, (rows * n,), generator=torch.Generator().manual_seed(n)).float()
+        return {"rows": rows, "n": n}, {"x": x}, {"y": (torch.float32, rows * n)}
+
+    assert emulate.differences(tmp_path, naive, {"warp": warp}, ((3, 5), (4, 70)), inputs) == []
+    carried = QUANTIZE.replace("        y[row * n + j] = v * s;\n", "        y[row * n + j] = v * s - prev;\n"
+                               "        prev = v;\n").replace("    float s =", "    float prev = 0.0f;\n    float s =")
+    with refusals() as seen:
+        assert transform.forward_sites(KernelState(carried, plan)) == []
+    assert any("not a reduction" in reason for reason in seen), seen
