@@ -12,6 +12,10 @@ A macro is expanded only where that is certain to be the preprocessor's result: 
 `#undef`ined, has named parameters only (no `...`), and its body has no `#` or `##` operator, no string or
 character literal and does not name itself; a call passes as many arguments as it has parameters. A call that is
 no such macro's is left as written, and the `#define` lines stay (unused once every call is expanded).
+
+An object-like macro is expanded the same way where its body names a thread coordinate (`#define IDX (blockIdx.x *
+blockDim.x + threadIdx.x)`, `int i = IDX;`): the index the forwards read. Other object-like macros (constants, a
+tile's side) stay as written, since nothing reads through them.
 """
 
 from __future__ import annotations
@@ -27,10 +31,12 @@ from klineage.transforms._edit import call_arguments, splice
 
 _PASSES = 8  # nested macros deeper than this stay as written
 _FUSING = re.compile(r"[\w.]{2}|[-+*/%<>=&|!^~]{2}")  # two characters that would read as one token
+_COORDINATE = re.compile(r"\b(?:threadIdx|blockIdx|blockDim|gridDim)\b")
 
 
 def expanded(state: KernelState) -> KernelState:
-    """`state` with every call of an expandable function-like macro expanded (the same state where there is none)."""
+    """`state` with every call of an expandable function-like macro, and every use of an object-like one naming a
+    thread coordinate, expanded (the same state where there is none)."""
     for _ in range(_PASSES):
         parsed = cp.parse(state.source)
         macros = _expandable(parsed)
@@ -47,8 +53,8 @@ def _expandable(parsed: cp.ParsedSource) -> dict[str, cp.Macro]:
     names = [macro.name for macro in found]
     undefined = set(re.findall(r"^\s*#\s*undef\s+(\w+)", parsed.data.decode("utf-8"), re.MULTILINE))
     return {macro.name: macro for macro in found
-            if macro.params is not None and names.count(macro.name) == 1 and macro.name not in undefined and
-            all(re.fullmatch(r"[A-Za-z_]\w*", p) for p in macro.params) and
+            if (macro.params is not None or _COORDINATE.search(macro.body)) and names.count(macro.name) == 1 and
+            macro.name not in undefined and all(re.fullmatch(r"[A-Za-z_]\w*", p) for p in macro.params or ()) and
             not re.search(r"[#\"']", macro.body) and not re.search(rf"\b{macro.name}\b", macro.body)}
 
 
@@ -59,10 +65,15 @@ def _calls(parsed: cp.ParsedSource, macros: dict[str, cp.Macro]) -> list[tuple[N
     found, data = [], parsed.data.decode("latin-1")  # one character a byte: the calls' offsets index it
     for call in cp.nodes_of_type(parsed.root, "call_expression"):
         macro = _macro_of(parsed, call, macros)
-        if macro is None or _in_directive(call) or any(_macro_of(parsed, outer, macros) is not None
-                                                       for outer in _ancestors(call, "call_expression")):
+        if macro is None or macro.params is None or _in_directive(call) or \
+                any(_macro_of(parsed, outer, macros) is not None for outer in _ancestors(call, "call_expression")):
             continue
         found += _expansion(data, call, macro, [parsed.text(a) for a in call_arguments(call)])
+    for name in cp.nodes_of_type(parsed.root, "identifier"):  # an object-like macro's uses
+        macro = macros.get(parsed.text(name))
+        if macro is not None and macro.params is None and not _in_directive(name) and \
+                cp.enclosing_function(name) is not None:
+            found.append((name, _spaced(data, name.start_byte, name.end_byte, " ".join(macro.body.split()))))
     for header in _statement_headers(parsed, macros):
         parameters = header.child_by_field_name("parameters").named_children
         macro = macros[parsed.text(header.child_by_field_name("declarator"))]
@@ -71,7 +82,7 @@ def _calls(parsed: cp.ParsedSource, macros: dict[str, cp.Macro]) -> list[tuple[N
 
 
 def _expansion(data: str, call: Node, macro: cp.Macro, arguments: list[str]) -> list[tuple[Node, str]]:
-    if len(arguments) != len(macro.params):
+    if macro.params is None or len(arguments) != len(macro.params):
         return []
     values = dict(zip(macro.params, arguments, strict=True))
     body = re.sub(r"[A-Za-z_]\w*", lambda name: name[0] if name[0] not in values else  # the body's own text stays

@@ -88,3 +88,18 @@ def test_a_row_reduction_indexed_through_a_macro_is_a_site_and_writes_the_expans
     (site,) = transform.forward_sites(state)
     written = transform.forward(state, site).state.source
     assert "AT(" not in written.split("\n", 1)[1] and "((r) * (cols) + (" in written, written
+
+
+def test_an_object_like_macro_of_a_thread_coordinate_is_the_preprocessors_and_a_site():
+    """`#define IDX (blockIdx.x * blockDim.x + threadIdx.x)` used as the index is expanded token for token as cpp
+    expands it (inside a call of another macro too), and the elementwise forward finds the kernel; a constant's
+    macro stays as written."""
+    source = ("#define IDX (blockIdx.x * blockDim.x + threadIdx.x)\n#define SCALE 2.0f\n#define AT(i) y[i]\n"
+              "__global__ void kernel(const float* x, float* y, int n) {\n    int i = IDX;\n"
+              "    if (i < n) AT(i) = SCALE * x[i];\n    if (IDX == 0) y[0] = 1.0f;\n}\n")
+    ours = expanded(KernelState(source=source, plan=PLAN)).source
+    assert _tokens(ours) == _tokens(_preprocessed(source).replace("2.0f", "SCALE"))
+    assert "int i = (blockIdx.x * blockDim.x + threadIdx.x);" in ours and "= SCALE * x[i]" in ours
+    plan = plan_of('"x", "y", { scalar = "n", type = "i32" }', grid="cdiv(n, 256)")
+    naive = KernelState(source=source.replace("    if (IDX == 0) y[0] = 1.0f;\n", ""), plan=plan)
+    assert [site.key for site in get("scalarize_elementwise").forward_sites(naive)] == ["i"]
