@@ -30,6 +30,7 @@ torch eager are printed with whether the timing settled (run with -s).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -136,84 +137,65 @@ __global__ void matmul_at(const float* __restrict__ A, const float* __restrict__
 """
 
 
-@pytest.mark.parametrize("transform", ["serialize_reduction", "serialize_block_reduction"])
-def test_the_rows_of_a_masked_product_from_a_bias_pass_every_case_against_the_naive_kernel(cache, transform):
-    naive = load_kernel(PROBLEMS / "masked_gemv" / "naive")
-    shared = forwarded(naive, transform)
-    assert "const float acc_start = bias[row];" in shared.source and "acc = acc_start + acc;" in shared.source
-    passes_against(PROBLEMS / "masked_gemv" / "problem.py", shared, naive, CASES, cache,
-                   f"the masked product with a bias ({transform})", "the naive kernel")
-
-
-def test_the_tiles_of_a_respelled_product_pass_every_case_against_it(cache):
-    spelled = KernelState(source=MATMUL_AT, plan=load_kernel(PROBLEMS / "matmul_at" / "naive").plan)
-    tiled = forwarded(spelled, "untile_matmul")
-    assert "__shared__ float tile_a[16][17];" in tiled.source and "C[r * N + c] = acc;" in tiled.source
-    passes_against(PROBLEMS / "matmul_at" / "problem.py", tiled, spelled, CASES, cache,
-                   "the tiled A^T B of the respelled kernel", "the respelled kernel", vendor="torch.matmul(A.T, B)")
-
-
-@pytest.mark.parametrize("problem, held, transform", [
-    ("row_cummax", "m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));", "serialize_reduction"),
-    ("row_argmin", "float best_value = row[best];", "serialize_reduction"),
-    ("row_argmin", "__shared__ float block_best_value[8];", "serialize_block_reduction")])
-def test_a_running_maximum_and_an_argmin_read_back_pass_every_case(cache, problem, held, transform):
-    naive = load_kernel(PROBLEMS / problem / "naive")
-    shared = forwarded(naive, transform)
-    assert held in shared.source
-    passes_against(PROBLEMS / problem / "problem.py", shared, naive, CASES, cache, f"{problem} ({transform})",
-                   "the naive kernel")
-
-
-def test_the_tiles_of_a_tensor_times_a_matrix_bounded_by_its_batch_pass_every_case(cache):
-    naive = load_kernel(PROBLEMS / "tensor_matmul" / "naive")
-    tiled = forwarded(naive, "untile_matmul")
-    assert "A += n * M * K;" in tiled.source and "if (m < M && l < L) {" in tiled.source
-    passes_against(PROBLEMS / "tensor_matmul" / "problem.py", tiled, naive, CASES, cache,
-                   "the tiled 3-D tensor-matrix product", "the naive kernel", vendor="torch.matmul")
-
-
-@pytest.mark.parametrize("transform", ["serialize_reduction", "serialize_block_reduction"])
-def test_a_batch_norm_storing_in_its_nest_passes_every_case_shared_by_a_channels_lanes(cache, transform):
-    naive = load_kernel(PROBLEMS / "batch_norm" / "naive")
-    shared = forwarded(naive, transform)
-    assert "y[(n * C + c) * HW + i] = " in shared.source
-    passes_against(PROBLEMS / "batch_norm" / "problem.py", shared, naive, CASES, cache,
-                   f"the batch norm ({transform})", "the naive kernel", vendor="F.batch_norm")
-
-
-@pytest.mark.parametrize("transform", ["serialize_reduction", "serialize_block_reduction"])
-@pytest.mark.parametrize("operator, source, joined", [
-    ("log_softmax", ONLINE_LOG_SOFTMAX, "const float pair_joined = fmaxf(m, pair_max);"),
-    ("layer_norm", WELFORD_LAYER_NORM, "const int pair_total = mean_count + pair_count;")])
-def test_a_one_pass_statistic_passes_every_case_of_its_held_out_problem(cache, operator, source, joined, transform):
-    problem = Path(__file__).resolve().parent.parent / "bench" / "transfer" / operator
-    naive = KernelState(source=source, plan=load_kernel(problem / "naive").plan)
-    shared = forwarded(naive, transform)
-    assert joined in shared.source
-    passes_against(problem / "problem.py", shared, naive, {"headline", "ragged", "narrow", "small"}, cache,
-                   f"the one-pass {operator} ({transform})", "the naive kernel")
-
-
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer"
+TRANSFER_CASES = {"headline", "ragged", "narrow", "small"}
 
 
-@pytest.mark.parametrize("problem, source, read", [
-    (BENCH / "cumsum", PEELED_CUMSUM, "float running = -0.0f;"),
-    (BENCH / "cumsum", READ_BACK_CUMSUM, "float running = -0.0f;"),
-    (PROBLEMS / "row_cummax", KEPT_CUMMAX, "m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));")])
-def test_a_scan_peeled_read_back_or_kept_by_a_compare_passes_every_case(cache, problem, source, read):
-    naive = KernelState(source=source, plan=load_kernel(problem / "naive").plan)
-    shared = forwarded(naive, "serialize_reduction")
-    assert read in shared.source and "__shfl_up_sync" in shared.source
-    cases = {"headline", "ragged", "small"} | ({"narrow"} if problem.parent == BENCH else set())
-    passes_against(problem / "problem.py", shared, naive, cases, cache, f"the respelled {problem.name} (a warp a row)",
-                   "the naive kernel")
+@dataclass(frozen=True)
+class Spelling:
+    """A naive kernel as people spell it (the problem's own naive kernel where `source` is empty), the forward that
+    reads it, what its rewrite must show, and what the gate compares it with."""
+
+    name: str
+    problem: Path  # the problem's folder: problem.py and naive/
+    transform: str
+    shows: tuple[str, ...]  # texts the rewrite holds
+    source: str = ""
+    cases: frozenset[str] = frozenset(CASES)
+    vendor: str = "torch"
+
+    def naive(self) -> KernelState:
+        kernel = load_kernel(self.problem / "naive")
+        return KernelState(source=self.source, plan=kernel.plan) if self.source else kernel
+
+    def rewritten(self) -> KernelState:
+        """The forward's rewrite at its first site, checked to show what it must."""
+        written = forwarded(self.naive(), self.transform)
+        missing = [text for text in self.shows if text not in written.source]
+        assert not missing, (self.name, missing)
+        return written
 
 
-def test_a_gather_by_an_int64_index_packs_the_index_and_passes_every_case(cache):
-    naive = load_kernel(PROBLEMS / "gather_dim1" / "naive")
-    packed = forwarded(naive, "scalarize_elementwise")
-    assert "const long4_16a idx4 = *reinterpret_cast<const long4_16a*>(idx + i);" in packed.source
-    passes_against(PROBLEMS / "gather_dim1" / "problem.py", packed, naive, CASES, cache,
-                   "the gather with its int64 index packed", "the naive kernel", vendor="torch.gather")
+WARP, BLOCK = "serialize_reduction", "serialize_block_reduction"
+SPELLINGS = [
+    *(Spelling(f"masked_gemv-{t}", PROBLEMS / "masked_gemv", t,
+               ("const float acc_start = bias[row];", "acc = acc_start + acc;")) for t in (WARP, BLOCK)),
+    Spelling("matmul_at", PROBLEMS / "matmul_at", "untile_matmul",
+             ("__shared__ float tile_a[16][17];", "C[r * N + c] = acc;"), MATMUL_AT, vendor="torch.matmul(A.T, B)"),
+    Spelling("row_cummax", PROBLEMS / "row_cummax", WARP,
+             ("m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));",)),
+    Spelling(f"row_argmin-{WARP}", PROBLEMS / "row_argmin", WARP, ("float best_value = row[best];",)),
+    Spelling(f"row_argmin-{BLOCK}", PROBLEMS / "row_argmin", BLOCK, ("__shared__ float block_best_value[8];",)),
+    Spelling("tensor_matmul", PROBLEMS / "tensor_matmul", "untile_matmul", ("A += n * M * K;", "if (m < M && l < L) {"),
+             vendor="torch.matmul"),
+    *(Spelling(f"batch_norm-{t}", PROBLEMS / "batch_norm", t, ("y[(n * C + c) * HW + i] = ",), vendor="F.batch_norm")
+      for t in (WARP, BLOCK)),
+    *(Spelling(f"log_softmax-{t}", BENCH / "log_softmax", t, ("const float pair_joined = fmaxf(m, pair_max);",),
+               ONLINE_LOG_SOFTMAX, frozenset(TRANSFER_CASES)) for t in (WARP, BLOCK)),
+    *(Spelling(f"layer_norm-{t}", BENCH / "layer_norm", t, ("const int pair_total = mean_count + pair_count;",),
+               WELFORD_LAYER_NORM, frozenset(TRANSFER_CASES)) for t in (WARP, BLOCK)),
+    Spelling("cumsum_peeled", BENCH / "cumsum", WARP, ("float running = -0.0f;", "__shfl_up_sync"), PEELED_CUMSUM,
+             frozenset(TRANSFER_CASES)),
+    Spelling("cumsum_read_back", BENCH / "cumsum", WARP, ("float running = -0.0f;", "__shfl_up_sync"),
+             READ_BACK_CUMSUM, frozenset(TRANSFER_CASES)),
+    Spelling("cummax_kept", PROBLEMS / "row_cummax", WARP,
+             ("m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));",), KEPT_CUMMAX),
+    Spelling("gather_dim1", PROBLEMS / "gather_dim1", "scalarize_elementwise",
+             ("const long4_16a idx4 = *reinterpret_cast<const long4_16a*>(idx + i);",), vendor="torch.gather"),
+]
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS, ids=lambda spelling: spelling.name)
+def test_the_rewrite_of_a_spelling_passes_every_case_against_its_naive_kernel(cache, spelling):
+    passes_against(spelling.problem / "problem.py", spelling.rewritten(), spelling.naive(), set(spelling.cases), cache,
+                   f"{spelling.name} ({spelling.transform})", "its naive kernel", vendor=spelling.vendor)
