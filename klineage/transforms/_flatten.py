@@ -12,7 +12,9 @@ of two spellings:
 with the declarations in either order, the indexes 32-bit or 64-bit (`size_t col = ...`, as `_canonical` spells
 them), the guard's bounds in either order and its counts maybe cast to the indexes' width (`col < (size_t)cols`: the
 same bound wherever the kernel is correct), or the guard as `if (col >= cols) return;` (`if (row >= rows || col >=
-cols) return;`) and the work after it. The first spelling may take its row from grid z instead (`int b =
+cols) return;`) and the work after it. In the first spelling the column's bound may be a product of counts (`i < T
+* D`: a batch's elements on x, the batch on y), its element `b * (T * D) + i` however grouped or ordered (compared
+as polynomials, `_polynomials.py`). The first spelling may take its row from grid z instead (`int b =
 blockIdx.z;`, a batch on a grid one block high), or from grid x where the column's blocks run along y (`int b =
 blockIdx.x; int col = threadIdx.x + blockIdx.y * blockDim.x;`), and may bound its row too where the bound is the
 grid's extent along the row's axis (`if (t < tokens && d < dim)` on a grid `tokens` blocks high: true in every
@@ -104,7 +106,16 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import Arg, ArgKind, Launch
 from klineage.transforms._canonical import INDEX_LOCAL, NARROW, WIDE, canonical, canonical_index
-from klineage.transforms._edit import contains, indentation, is_written, params, reindent, splice, unparen
+from klineage.transforms._edit import (
+    contains,
+    indentation,
+    is_written,
+    params,
+    reindent,
+    splice,
+    unparen,
+    written_names,
+)
 from klineage.transforms._grid_stride import read_grid_stride, stride_local
 from klineage.transforms._naive import (
     FORBIDDEN,
@@ -119,6 +130,7 @@ from klineage.transforms._naive import (
     squash,
     statements,
 )
+from klineage.transforms._polynomials import plus, polynomial, product, times, variable
 from klineage.transforms.base import NotApplicable, refused, with_plan
 
 _ROW_BLOCK = re.compile(r"(?:const )?((?:unsigned |signed )?(?:int|long long|long|size_t|int64_t|int32_t|"
@@ -143,6 +155,7 @@ def _not_zero(name: str) -> str:
 
 _THREAD = r"threadIdx\.x"
 _BOUND = r"[A-Za-z_]\w*|\d+"  # what a row's bound is read as: a name or a number
+_PRODUCT = r"[A-Za-z_]\w*(?: \* [A-Za-z_]\w*)*"  # a column bound: a count, or a product of counts (`T * D`)
 # a block whose first thread alone goes on: its other threads return, or the rest is that thread's
 _OTHERS_RETURN = re.compile(rf"if \({_not_zero(_THREAD)}\) return;")
 _FIRST_ONLY = re.compile(_is_zero(_THREAD))
@@ -209,7 +222,8 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
             else:
                 matrix = _matrix(state, parsed, function, of_rows=shape is Shape.MATRIX_ROWS)
                 text = _rewrite(parsed, function, matrix)
-                launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {matrix.columns}",
+                launches = _element_launches(flat, parsed, function, f"{matrix.rows} * ({matrix.columns})"
+                                             if " " in matrix.columns else f"{matrix.rows} * {matrix.columns}",
                                              matrix.dimensions)
             flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
         except _NoExtentParameter as missing:  # the grid carried the row count: the kernel takes it, and is read again
@@ -480,10 +494,13 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
     else:
         # the row bounded too (`t < T && d < D`) where T is the grid's extent along the row's axis: always true there
         both = bounds_2d(condition, row, column, relation, joined)
-        bound = re.fullmatch(rf"{column} {relation} ([A-Za-z_]\w*)", condition)
+        bound = re.fullmatch(rf"{column} {relation} \(?({_PRODUCT})\)?", condition)
         if bound is None and both is None:
             raise NotApplicable(f"{function.name}'s guard is not `{column} {relation} N`")
         columns, rows = bound[1] if bound else both[1], _grid_extent(state, parsed, function, "xyz".index(row_axis))
+        written = written_names(parsed, function.node)
+        if any(name in written for name in columns.split(" * ")):
+            raise NotApplicable(f"{function.name} assigns a count of its bound `{columns}`")
         if both is not None and both[0] != rows:
             raise NotApplicable(f"{function.name}'s guard bounds {row} by {both[0]}, not by the grid's {row_axis} "
                                 f"extent {rows}")
@@ -549,7 +566,8 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
         raise NotApplicable(f"{function.name} names every index name the flat form could use")
     wide = bool(_WIDE_TYPES.search(parsed.text(function.node)))
     kind = WIDE if wide else NARROW
-    total = f"(long long){matrix.rows} * {matrix.columns}" if wide else f"{matrix.rows} * {matrix.columns}"
+    columns = f"({matrix.columns})" if " " in matrix.columns else matrix.columns  # a product, grouped
+    total = f"(long long){matrix.rows} * {columns}" if wide else f"{matrix.rows} * {columns}"
     indent = indentation(parsed.data, statements(body)[0].start_byte)
     inner = indent + "    "
     nodes = list(matrix.work)
@@ -558,16 +576,21 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
     work = ""
     if nodes:
         start, end = nodes[0].start_byte, nodes[-1].end_byte
-        # the element `row * cols + col` (any order) is the flat index itself, and so is it with an integer cast on
-        # the row or the product (`(size_t)row * cols + col`), the flat index being 64-bit where the kernel names a
-        # 64-bit type: the same value wherever the kernel's own arithmetic does not wrap
-        element = {f"{matrix.row} * {matrix.columns} + {matrix.column}", f"{matrix.columns} * {matrix.row} + "
+        # the element `row * cols + col` (any order and grouping, the count maybe a product) is the flat index
+        # itself, and so is it with an integer cast on the row or the product (`(size_t)row * cols + col`), the flat
+        # index being 64-bit where the kernel names a 64-bit type: the same value wherever the kernel's own
+        # arithmetic does not wrap
+        spelled = {f"{matrix.row} * {matrix.columns} + {matrix.column}", f"{matrix.columns} * {matrix.row} + "
                    f"{matrix.column}", f"{matrix.column} + {matrix.row} * {matrix.columns}",
-                   f"{matrix.column} + {matrix.columns} * {matrix.row}"}
+                   f"{matrix.column} + {matrix.columns} * {matrix.row}"}  # `static_cast<size_t>(row)` uncast too
+        counts = matrix.columns.split(" * ")
+        names = {name: variable(name) for name in (matrix.row, matrix.column, *counts)}
+        element = plus(times(names[matrix.row], product(counts)), names[matrix.column])
         places = ("subscript_argument_list", "parenthesized_expression") if matrix.of_rows else \
             ("subscript_argument_list",)
         found = [n for node in nodes for n in cp.nodes_of_type(node, "binary_expression")
-                 if _uncast(squash(parsed.text(n))) in element and n.parent.type in places]
+                 if n.parent.type in places and (_uncast(squash(parsed.text(n))) in spelled or
+                                                 polynomial(parsed, n, names, through_casts=True) == element)]
         found = [n.parent if n.parent.type == "parenthesized_expression" else n for n in found]  # `(i)` read `i`
         edits = [(n.start_byte - start, n.end_byte - start, index) for n in found]
         work = splice(parsed.data[start:end], edits)[0].decode("utf-8")
@@ -575,9 +598,9 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
     still_named = set(re.findall(r"[A-Za-z_]\w*", work))
     lines = [f"{kind} {index} = {canonical_index(kind)};",
              f"if ({index} < {total}) {{",
-             *([f"    {matrix.row_type} {matrix.row} = {index} / {matrix.columns};"]
+             *([f"    {matrix.row_type} {matrix.row} = {index} / {columns};"]
                if not matrix.of_rows or matrix.row in still_named else []),
-             *([f"    int {matrix.column} = {index} % {matrix.columns};"]
+             *([f"    int {matrix.column} = {index} % {columns};"]
                if not matrix.of_rows or matrix.column in still_named else [])]
     text = "\n".join(indent + line for line in lines)[len(indent):] + (f"\n{inner}{work}" if work else "") + \
         f"\n{indent}}}"

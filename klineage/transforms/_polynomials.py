@@ -40,13 +40,22 @@ def times(poly: Poly, factor: Poly) -> Poly:
     return _normal((m1 + m2, c1 * c2) for m1, c1 in poly for m2, c2 in factor)
 
 
+def product(names: list[str]) -> Poly:
+    """The product of the names (`T * D`)."""
+    total = constant(1)
+    for name in names:
+        total = times(total, variable(name))
+    return total
+
+
 def plus(*polys: Poly) -> Poly:
     return _normal(term for poly in polys for term in poly)
 
 
-def polynomial(parsed: cp.ParsedSource, node: Node, names: dict[str, Poly]) -> Poly | None:
+def polynomial(parsed: cp.ParsedSource, node: Node, names: dict[str, Poly], through_casts: bool = False) -> Poly | None:
     """`node` as a polynomial over the names (a name of `names` stands for its polynomial); None for anything but
-    decimal integer literals, those names, casts of such polynomials and + - *."""
+    decimal integer literals, those names, casts of such polynomials and + - *. `through_casts`: a cast is what it
+    converts (a reader that holds a cast to give the same value wherever the kernel's own arithmetic does not wrap)."""
     node = unparen(node)
     text = parsed.text(node)
     if node.type == "number_literal" and re.fullmatch(r"\d+", text):
@@ -56,12 +65,13 @@ def polynomial(parsed: cp.ParsedSource, node: Node, names: dict[str, Poly]) -> P
     if node.type == "cast_expression":
         # a conversion is a name of its own, of its type and what it converts: `(long long)r * n` is that name times
         # n wherever it is written so, never `r * n` (which may wrap where the widened product does not)
-        inner = polynomial(parsed, node.child_by_field_name("value"), names)
+        inner = polynomial(parsed, node.child_by_field_name("value"), names, through_casts)
         kind = " ".join(parsed.text(node.child_by_field_name("type")).split())
-        return None if inner is None else variable(f"({kind}){sorted(inner)}")
+        return inner if inner is None or through_casts else variable(f"({kind}){sorted(inner)}")
     if node.type != "binary_expression" or operator(node) not in "+-*":
         return None
-    left, right = (polynomial(parsed, node.child_by_field_name(side), names) for side in ("left", "right"))
+    left, right = (polynomial(parsed, node.child_by_field_name(side), names, through_casts)
+                   for side in ("left", "right"))
     if left is None or right is None:
         return None
     if operator(node) == "*":

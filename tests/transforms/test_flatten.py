@@ -597,3 +597,30 @@ def test_a_row_bound_by_the_grids_own_extent_is_the_column_guard(guard):
     with refusals() as refused:
         assert flattened(canonical(other)) == canonical(other)
     assert any("bounds row by cols, not by the grid's y extent rows" in line for line in refused), refused
+
+
+@pytest.mark.parametrize("element", ["b * (T * D) + i", "(size_t)b * T * D + i", "i + D * T * b"])
+def test_a_batchs_elements_bounded_by_a_product_of_counts_are_read_flat(tmp_path, element):
+    """A per-batch scale with the batch on grid y and its elements bounded by `T * D`: the element `b * (T * D) + i`
+    however grouped, ordered or widened is the flat index, the bound grouped, and on the CPU the packed kernel gives
+    the written one's bits (batches whose element count 4 divides and does not)."""
+    source = ("__global__ void kernel(const float* x, const float* s, float* y, int T, int D) {\n"
+              "    int b = blockIdx.y;\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              f"    if (i >= T * D) return;\n    y[{element}] = x[{element}] * s[b];\n}}\n")
+    plan = LaunchPlan.from_toml(
+        'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["cdiv(T * D, 256)", "B"]\nblock = [256]\n'
+        'args = ["x", "s", "y", { scalar = "T", type = "i32" }, { scalar = "D", type = "i32" }]\n')
+    written = KernelState(source=source, plan=plan)
+    flat = flattened(canonical(written))
+    assert "int b = idx / (T * D);" in flat.source and "y[idx] = x[idx] * s[b];" in flat.source, flat.source
+    transform = get("scalarize_elementwise")
+    (site,) = transform.forward_sites(written)
+    packed = transform.forward(written, site).state
+
+    def inputs(batch: int, t: int, d: int) -> tuple[dict, dict, dict]:
+        g = torch.Generator().manual_seed(batch * 100 + t * d)
+        return ({"B": batch, "T": t, "D": d}, {"x": torch.randn(batch * t * d, generator=g),
+                                                "s": torch.randn(batch, generator=g)},
+                {"y": (torch.float32, batch * t * d)})
+
+    assert emulate.differences(tmp_path, written, {"packed": packed}, ((3, 4, 16), (2, 5, 7)), inputs) == []
