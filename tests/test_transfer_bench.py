@@ -38,7 +38,8 @@ _BY_STRUCTURE = {"rms_norm": _ROWS, "layer_norm": _ROWS, "log_softmax": _ROWS, "
             "transpose": {"untile_transpose", "uncoarsen_grid_stride"},  # its 2-D copy read flat (`_flatten`)
             # its guard `i >= (long long)rows * cols` a count formed in 64 bits: its output stores packed too
             "gather_rows": {"uncoarsen_grid_stride", "scalarize_row_gather", "scalarize_elementwise"},
-            "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride"},  # its table-zeroing kernel, both
+            # its table-zeroing kernel, both; its adds four to a vector atomicAdd where a row holds whole packs
+            "scatter_add": {"scalarize_elementwise", "uncoarsen_grid_stride", "scalarize_row_gather"},
             "bias_relu": {"scalarize_elementwise", "scalarize_row_gather", "uncoarsen_grid_stride"},  # 2-D, read flat
             # a thread's grid-stride sum: its atomic aggregated a warp at a time, its loop walked as 16-byte vectors
             # and its grid, capped at 256 blocks, sized to the GPU, or its loop unrolled

@@ -23,6 +23,13 @@ element. The launch's first grid dimension becomes cdiv(grid, width). Where the 
 `if (i < n)` the vector if/else is that statement (`if (i < n) if (...) { ... } else { ... }`), so backward gives
 the naive text back exactly.
 
+A scatter-add (`index_add`, the backward of an embedding: `atomicAdd(&out[(long long)idx[r] * cols + c], v);`, a
+statement of the work's top level) packs the same way: the four lanes' values go into a float4, which one sm_90
+vector atomicAdd adds to the row's four elements (REDG.E.ADD.F32x4 for four scalar atomics). Each component is
+added atomically, as each scalar add was; float atomics were never ordered, so the sums are what the naive kernel
+can produce. Only float data (the vector atomicAdd adds float2 and float4), at `[i]`, a column or a row's column,
+the array accessed nowhere else; an add under a condition is refused (a lane with nothing to add would add +0.0).
+
 Backward scalarizes the form forward writes, from its element loop: one element per thread again, the grid back
 to what it was.
 
@@ -103,6 +110,7 @@ class Pack:
     place: str  # its subscript, as written: `i` or `(long long)idx[r] * cols + c`
     read: bool
     written: bool
+    added: bool = False  # added to by atomicAdd (a scatter-add): one vector atomic a pack
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,7 @@ class RowSite:
     packing: Packing
     packs: tuple[Pack, ...]
     places: tuple[tuple[Node, str], ...]  # each packed subscript and its array
+    adds: tuple[tuple[Node, Node, str], ...] = ()  # each `atomicAdd(&a[...], v);`: the statement, v, the array a
 
 
 def _place(subscript: Node) -> Node:
@@ -233,7 +242,10 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
     assigned = sorted({row, column} & written_names - {None})
     if assigned:
         raise NotApplicable(f"{name} assigns its row or column '{assigned[0]}'")
-    if any(cp.nodes_of_type(s, "pointer_expression") for s in lanes) or "->" in text:
+    adds = _atomic_adds(parsed, lanes)
+    addresses = {address.id for statement, _ in adds.values() for address in
+                 cp.nodes_of_type(statement, "pointer_expression")[:1]}
+    if any(n.id not in addresses for s in lanes for n in cp.nodes_of_type(s, "pointer_expression")) or "->" in text:
         raise NotApplicable(f"{name} dereferences a pointer expression")
     packs: dict[str, Pack] = {}
     places: list[tuple[Node, str]] = []
@@ -249,6 +261,17 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
         parent = node.parent
         stored = parent.type == "assignment_expression" and parent.child_by_field_name("left") == node
         broadcast = _is_column(parsed, place, column, divisor, index)
+        if node.id in adds:
+            if not (where == index or broadcast or _row_column(parsed, place, column, divisor, index)):
+                raise NotApplicable(f"`{parsed.text(node)}` that {name} adds to is neither element {index}, a column "
+                                    f"nor a row's column: its four lanes' elements need not be one vector")
+            if array in packs or pointers[array] != "float":
+                raise NotApplicable(f"'{array}' is added to atomically and accessed otherwise too, or holds no float "
+                                    f"(a vector atomicAdd adds float2 or float4)")
+            for used in (n for n in _names(parsed, place) if n in uses):
+                uses[used] += 1
+            packs[array] = Pack(array, pointers[array], parsed.text(place), False, False, added=True)
+            continue
         if where == index or broadcast or _row_column(parsed, place, column, divisor, index):
             if broadcast and is_written(node):
                 raise NotApplicable(f"'{array}' is written at column `{where}`, an element every row writes")
@@ -290,7 +313,8 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
         raise NotApplicable(f"the row length {divisor} does not divide by the width {packing.width}: no row "
                             f"starts a 16-byte block")
     check_unpacked_stores((pack.array, pack.element) for pack in packs.values() if pack.written)
-    for called in (first_effect(parsed, s, packing.pure) for s in lanes):
+    for called in (first_effect(parsed, adds[_added(s)][1] if _added(s) in adds else s, packing.pure)
+                   for s in lanes):
         if called is not None:
             raise NotApplicable(f"{name} calls {called}, which may have effects")
     for pack in packs.values():
@@ -299,7 +323,40 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
                 unparen(s.named_children[0]).type == "assignment_expression" for s in lanes):
             raise NotApplicable(f"'{pack.array}' is written only under a condition: a vector store would write "
                                 f"garbage")
-    return RowSite(work, divisor, tuple(listed), tuple(lanes), packing, tuple(packs.values()), tuple(places))
+    added = tuple((statement, value, parsed.text(_subscript_added(statement).child_by_field_name("argument")))
+                  for statement, value in adds.values())
+    return RowSite(work, divisor, tuple(listed), tuple(lanes), packing, tuple(packs.values()), tuple(places), added)
+
+
+def _subscript_added(statement: Node) -> Node | None:
+    """`a[...]` of a statement `atomicAdd(&a[...], v);`, else None."""
+    call = unparen(statement.named_children[0]) if statement.type == "expression_statement" and \
+        statement.named_child_count == 1 else None
+    if call is None or call.type != "call_expression" or call.child_by_field_name("function").type != "identifier":
+        return None
+    arguments = call.child_by_field_name("arguments").named_children
+    address = unparen(arguments[0]) if len(arguments) == 2 else None
+    target = unparen(address.child_by_field_name("argument")) if address is not None and \
+        address.type == "pointer_expression" and operator(address) == "&" else None
+    return target if target is not None and target.type == "subscript_expression" else None
+
+
+def _added(statement: Node) -> int | None:
+    """The id of the element `statement` adds to atomically, else None."""
+    target = _subscript_added(statement)
+    return target.id if target is not None else None
+
+
+def _atomic_adds(parsed: cp.ParsedSource, lanes: list[Node]) -> dict[int, tuple[Node, Node]]:
+    """The statements of the work's top level that add a value to an element atomically, `atomicAdd(&a[...], v);`
+    (its value unused): the element's id -> (the statement, v)."""
+    found = {}
+    for statement in lanes:
+        target = _subscript_added(statement)
+        call = unparen(statement.named_children[0]) if target is not None else None
+        if target is not None and parsed.text(call.child_by_field_name("function")) == "atomicAdd":
+            found[target.id] = (statement, call.child_by_field_name("arguments").named_children[1])
+    return found
 
 
 def _region(site: RowSite) -> tuple[int, int]:
@@ -316,6 +373,10 @@ def _lane_text(parsed: cp.ParsedSource, site: RowSite, lane: int) -> str:
     start, end = site.lanes[0].start_byte, site.lanes[-1].end_byte
     edits = [(node.start_byte - start, node.end_byte - start, site.packing.lane(array, lane))
              for node, array in site.places]
+    # an atomic add's value goes to the lane of its array's pack, which one vector atomic adds after the lanes
+    edits += [edit for statement, value, array in site.adds for edit in (
+        (statement.start_byte - start, value.start_byte - start, f"{site.packing.lane(array, lane)} = "),
+        (value.end_byte - start, statement.end_byte - start, ";"))]
     text = parsed.data[start:end]
     return splice(text, edits)[0].decode("utf-8")
 
@@ -356,7 +417,7 @@ def packed(state: KernelState, parsed: cp.ParsedSource, site: RowSite) -> tuple[
     lines = [f"if ({_condition(site)}) {{"] + ([reindent(split, column, inner)] if split else [])
     for pack in site.packs:
         lines += [inner + line for line in packing.declare(pack.array, pack.element, packing.packs[pack.element],
-                                                             _offset(pack), pack.read, pack.written)]
+                                                             _offset(pack), pack.read, pack.written or pack.added)]
     for lane in range(width):
         text = _lane_text(parsed, site, lane)
         if len(site.lanes) > 1:  # the lane's statements in a block of their own
@@ -365,6 +426,9 @@ def packed(state: KernelState, parsed: cp.ParsedSource, site: RowSite) -> tuple[
     for pack in (p for p in site.packs if p.written):
         lines.append(f"{inner}*reinterpret_cast<{packing.packs[pack.element]}*>({pack.array} + {_offset(pack)}) = "
                      f"{packing.name(pack.array)};")
+    for pack in (p for p in site.packs if p.added):
+        lines.append(f"{inner}atomicAdd(reinterpret_cast<{packing.packs[pack.element]}*>({pack.array} + "
+                     f"{_offset(pack)}), {packing.name(pack.array)});")
     scalar = _renamed(parsed, site.steps, site.work.index, ELEMENT)
     lines += [f"{indent}}} else {{", f"{inner}{_tail_header(site)} {{",
               reindent(scalar, column, inner + "    "), f"{inner}}}", f"{indent}}}"]

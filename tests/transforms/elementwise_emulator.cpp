@@ -109,6 +109,14 @@ template <typename T, typename V> T atomic_add(T* address, V value)
     return old;
 }
 
+// sm_90's vector atomicAdd: each component added (atomic per component on the GPU, as here).
+inline float4 atomic_add(float4* address, float4 value)
+{
+    const float4 old = *address;
+    *address = make_float4(old.x + value.x, old.y + value.y, old.z + value.z, old.w + value.w);
+    return old;
+}
+
 // atomicMax and atomicMin: integers, as CUDA has them (the value converted to the element type first).
 template <typename T, typename V> T atomic_max(T* address, V value)
 {

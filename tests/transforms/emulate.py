@@ -111,19 +111,20 @@ def run(binary: Path, work: Path, state: KernelState, params: dict, inputs: dict
 def differences(work: Path, naive: KernelState, sources: dict[str, KernelState], shapes: tuple[tuple[int, ...], ...],
                 inputs_of: Callable[..., tuple[dict, dict, dict]]) -> list[str]:
     """Where the forms of `sources` compute other bits than `naive` (empty when nowhere), for each shape (the
-    arguments of `inputs_of`, which gives (params, inputs, outputs)) on aligned and misaligned (shift 1) pointers;
-    the forms built two at a time."""
+    arguments of `inputs_of`, which gives (params, inputs, outputs), and where outputs are added to, the values they
+    start from) on aligned and misaligned (shift 1) pointers; the forms built two at a time."""
     binaries = builds(work, {"naive": naive, **sources})
     found = []
     for shape in shapes:
-        params, inputs, outputs = inputs_of(*shape)
+        params, inputs, outputs, *starting = inputs_of(*shape)
         for shift in (0, 1):
             folder = "x".join(map(str, shape)) + f"-{shift}"
             binary, state = binaries["naive"]
-            want = run(binary, work / f"naive-{folder}", state, params, inputs, outputs, shift)
+            start = starting[0] if starting else None
+            want = run(binary, work / f"naive-{folder}", state, params, inputs, outputs, shift, starting=start)
             for name in sources:
                 binary, state = binaries[name]
-                got = run(binary, work / f"{name}-{folder}", state, params, inputs, outputs, shift)
+                got = run(binary, work / f"{name}-{folder}", state, params, inputs, outputs, shift, starting=start)
                 found += [f"{name} {folder} {out}" for out in outputs
                           if not torch.equal(got[out].view(torch.uint8), want[out].view(torch.uint8))]
     return found

@@ -383,3 +383,62 @@ def test_bytes_beside_floats_pack_four_to_a_uchar4_and_compute_the_naive_bits(tr
             {"y": (torch.float32, rows * cols)}
 
     assert emulate.differences(tmp_path, DEQUANT, {"packed": rewrite.state}, SHAPES, inputs) == []
+
+
+SCATTER = "scatter_add_float"
+
+
+def test_a_scatter_add_adds_four_elements_of_a_row_with_one_vector_atomic(transform, cache):
+    """`atomicAdd(&out[idx[r] * cols + c], v)`, one element a thread: four lanes' values in a float4 added by sm_90's
+    vector atomicAdd (one REDG.E.ADD.F32x4 where the naive kernel makes four scalar ones), the source loaded as
+    a float4; the element loop keeps each scalar atomic for a row length 4 does not divide."""
+    from tests.cuda_tools import count, sass_opcodes
+    from tests.transforms.golden import compiles_without_spills
+
+    check_golden("scalarize_row_gather", SCATTER)
+    naive, packed = golden(SCATTER, "after"), golden(SCATTER, "before")
+    assert [a.key for a in transform.forward_sites(naive)] == ["i"]
+    vector = sass_opcodes(compiles_without_spills(packed, cache), "sm_90")
+    assert count(vector, r"^REDG?\.E\.ADD\.F32x4") == 1 and count(vector, r"^LDG\.E\.128") >= 1, vector
+    assert count(sass_opcodes(compiles_without_spills(naive, cache), "sm_90"), r"F32x4") == 0
+
+
+def test_the_vector_atomics_add_up_to_the_naive_sums_on_the_cpu(tmp_path):
+    """Rows scattered to a few targets (many adds to one element), integer values (sums exact in any order of the
+    atomics), rows whose length 4 divides and does not, aligned and misaligned; a pack added to the wrong row is
+    caught."""
+    naive, packed = golden(SCATTER, "after"), golden(SCATTER, "before")
+    wrong = KernelState(source=packed.source.replace("out + ((long long)idx[r] * cols + c)",
+                                                     "out + ((long long)idx[0] * cols + c)"), plan=packed.plan)
+    assert wrong.source != packed.source
+
+    def inputs(rows: int, cols: int) -> tuple[dict, dict, dict, dict]:
+        g = torch.Generator().manual_seed(rows * 100 + cols)
+        return ({"rows": rows, "cols": cols},
+                {"src": torch.randint(-9, 10, (rows * cols,), generator=g).float(),
+                 "idx": torch.randint(0, 3, (rows,), generator=g, dtype=torch.int32),
+                 "w": torch.randint(-2, 3, (rows,), generator=g).float()},
+                {"out": (torch.float32, 3 * cols)}, {"out": torch.zeros(3 * cols)})
+
+    found = emulate.differences(tmp_path, naive, {"packed": packed, "wrong": wrong}, ((6, 8), (5, 7), (9, 64)),
+                                inputs)
+    assert found and all(line.startswith("wrong") for line in found), found
+
+
+@pytest.mark.parametrize("body, why", [
+    ("    atomicAdd(&out[(long long)idx[r] * cols + c], src[i] + out[i]);\n", "accessed"),
+    ("    atomicAdd(&out[idx[i]], src[i]);\n", "neither element"),
+    # under a condition: a lane with nothing to add would add +0.0 (which turns a -0.0 into +0.0)
+    ("    if (src[i] != 0.0f) atomicAdd(&out[(long long)idx[r] * cols + c], src[i]);\n", "pointer expression"),
+    ("    atomicAdd(&count[(long long)idx[r] * cols + c], 1);\n", "holds no float"),
+])
+def test_no_vector_atomic_where_the_lanes_elements_need_not_be_one_vector(transform, body, why):
+    source = ("__global__ void kernel(const float* __restrict__ src, const int* __restrict__ idx, "
+              "float* __restrict__ out, int* __restrict__ count, int rows, int cols) {\n"
+              "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "    if (i >= (long long)rows * cols) return;\n    int r = i / cols;\n    int c = i % cols;\n" + body +
+              "}\n")
+    state = KernelState(source=source, plan=plan_of('"src", "idx", "out", "count", { scalar = "rows", type = "i32" }, '
+                                                    '{ scalar = "cols", type = "i32" }', grid="cdiv(rows * cols, 256)"))
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
