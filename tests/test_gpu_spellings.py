@@ -20,7 +20,8 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
   tuple joined through shared slots); a running sum whose first element is peeled before its loop, or whose running
   value is read back from the element stored before (the held-out cumsum problem, bench/transfer/cumsum, so
   spelled), and a running maximum kept by a compare (row_cummax), each a warp a row; torch.gather along rows with
-  its int64 index (gather_dim1), the index packed four to a 32-byte vector by scalarize_elementwise.
+  its int64 index (gather_dim1), the index packed four to a 32-byte vector by scalarize_elementwise; and the held-out
+  scatter-add (bench/transfer/scatter_add) adding four elements of a row with one vector atomicAdd.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -192,6 +193,9 @@ SPELLINGS = [
              ("m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));",), KEPT_CUMMAX),
     Spelling("gather_dim1", PROBLEMS / "gather_dim1", "scalarize_elementwise",
              ("const long4_16a idx4 = *reinterpret_cast<const long4_16a*>(idx + i);",), vendor="torch.gather"),
+    Spelling("scatter_add_vector_atomic", BENCH / "scatter_add", "scalarize_row_gather",
+             ("atomicAdd(reinterpret_cast<float4*>(out + ((long long)idx[r] * cols + c)), out4);",),
+             cases=frozenset({"headline", "ragged", "small"}), vendor="index_add_"),
 ]
 
 
