@@ -283,6 +283,8 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
                 raise NotApplicable(f"'{array}' is accessed at two places, `{packs[array].place}` and `{where}`: "
                                     f"one pack per array is all this form moves")
             known = packs.get(array)
+            if known is not None and known.added:
+                raise NotApplicable(f"'{array}' is added to atomically and accessed otherwise too")
             if not stored and known is not None and known.written and not known.read:
                 raise NotApplicable(f"'{array}' is read after it is written")
             updated = stored and parsed.text(parent.child_by_field_name("operator")) != "="

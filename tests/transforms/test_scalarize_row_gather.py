@@ -427,6 +427,7 @@ def test_the_vector_atomics_add_up_to_the_naive_sums_on_the_cpu(tmp_path):
 
 @pytest.mark.parametrize("body, why", [
     ("    atomicAdd(&out[(long long)idx[r] * cols + c], src[i] + out[i]);\n", "accessed"),
+    ("    atomicAdd(&out[(long long)idx[r] * cols + c], out[(long long)idx[r] * cols + c] + src[i]);\n", "accessed"),
     ("    atomicAdd(&out[idx[i]], src[i]);\n", "neither element"),
     # under a condition: a lane with nothing to add would add +0.0 (which turns a -0.0 into +0.0)
     ("    if (src[i] != 0.0f) atomicAdd(&out[(long long)idx[r] * cols + c], src[i]);\n", "pointer expression"),
