@@ -27,6 +27,11 @@ The local always equals `row[best]` (the loop writes nothing else and the array 
 sees the same two values and the rewrite keeps every bit. The one new read is of the start's element before the
 loop, which the loop's first compare reads anyway wherever the row has an element past the start.
 
+People also write the update as two selections, the index first: `at = v > best ? j : at; best = v > best ? v :
+best;`. `chosen_best` reads that as the `if` above: the first selection leaves `best` as it was, so both compare the
+same two values, and each takes its new value exactly where the `if` would. The value chosen first (its compare
+then sees the new best) is left as written.
+
 The leading underscore keeps the catalog from loading this module as a transform.
 """
 
@@ -173,6 +178,48 @@ def held_best(state: KernelState, only: str | None = None) -> KernelState:
                 for found in _held(parsed, loop, elements, taken)]
 
     return edited(state, held, only)
+
+
+def chosen_best(state: KernelState, only: str | None = None) -> KernelState:
+    """`state` with each loop of its kernels (or of the kernel `only`) that keeps its best value and index by two
+    selections, the index's first (`at = e > best ? j : at; best = e > best ? e : best;`), written as the `if` the
+    arg reductions read (see the module's docstring); the same state where none does."""
+    def chosen(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[Edit]:
+        found = []
+        for loop in cp.nodes_of_type(body, "for_statement"):
+            listed = statements(loop.child_by_field_name("body"))
+            for first, second in zip(listed, listed[1:]):
+                picked = [_selection(parsed, statement) for statement in (first, second)]
+                if None in picked:
+                    continue
+                (at, condition, index, kept_at), (best, condition_2, value, kept_best) = picked
+                if condition != condition_2 or kept_at != at or kept_best != best or at == best or \
+                        re.search(rf"\b{at}\b", f"{condition} {value} {index}") or \
+                        not re.search(rf"\b{best}\b", condition) or re.search(rf"\b{best}\b", value):
+                    continue
+                indent = indentation(parsed.data, first.start_byte)
+                found.append(Edit(first.start_byte, second.end_byte,
+                                  f"if ({condition}) {{\n{indent}    {best} = {value};\n{indent}    {at} = {index};"
+                                  f"\n{indent}}}"))
+        return found
+
+    return edited(state, chosen, only)
+
+
+def _selection(parsed: cp.ParsedSource, statement: Node) -> tuple[str, str, str, str] | None:
+    """(target, condition, chosen, kept) of `target = condition ? chosen : kept;`, texts squashed; else None."""
+    node = statement.named_children[0] if statement.type == "expression_statement" and \
+        statement.named_child_count == 1 else None
+    if node is None or node.type != "assignment_expression" or \
+            parsed.text(node.child_by_field_name("operator")) != "=" or \
+            node.child_by_field_name("left").type != "identifier":
+        return None
+    choice = unparen(node.child_by_field_name("right"))
+    if choice.type != "conditional_expression":
+        return None
+    return (parsed.text(node.child_by_field_name("left")),
+            *(squash(parsed.text(unparen(choice.child_by_field_name(part))))
+              for part in ("condition", "consequence", "alternative")))
 
 
 def element_types(parsed: cp.ParsedSource, function: cp.Function) -> dict[str, str]:

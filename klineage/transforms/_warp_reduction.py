@@ -24,6 +24,7 @@ from klineage.transforms._arg_reduction import (
     WARP_BUTTERFLY,
     ArgBest,
     arg_best,
+    chosen_best,
     held_best,
     is_pair_butterfly,
     pair_butterfly,
@@ -163,7 +164,8 @@ def as_rows(state: KernelState, only: str | None = None) -> KernelState:
     read as their value, a sum from zero, a Welford mean counted by a local, a best value held rather than read
     back, a scan's two statements (its first element in its loop), the row shapes people write as one thread per
     row, and perfect nests as one loop (in the kernel `only` where given, other kernels as written)."""
-    read = held_best(counted(started_at_zero(folded(counts_inlined(canonical(state))), only), only), only)
+    read = held_best(chosen_best(counted(started_at_zero(folded(counts_inlined(canonical(state))), only), only), only),
+                     only)
     read = unpeeled(respelled(read, only), only)
     return unnested(flattened(read, ROW_THREADS), only)
 
