@@ -113,6 +113,7 @@ from klineage.transforms._edit import (
     params,
     reindent,
     splice,
+    through_blanks,
     unparen,
     written_names,
 )
@@ -130,7 +131,7 @@ from klineage.transforms._naive import (
     squash,
     statements,
 )
-from klineage.transforms._polynomials import plus, polynomial, product, times, variable
+from klineage.transforms._polynomials import Poly, plus, polynomial, product, times, variable
 from klineage.transforms.base import NotApplicable, refused, with_plan
 
 _ROW_BLOCK = re.compile(r"(?:const )?((?:unsigned |signed )?(?:int|long long|long|size_t|int64_t|int32_t|"
@@ -593,6 +594,9 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
                                                  polynomial(parsed, n, names, through_casts=True) == element)]
         found = [n.parent if n.parent.type == "parenthesized_expression" else n for n in found]  # `(i)` read `i`
         edits = [(n.start_byte - start, n.end_byte - start, index) for n in found]
+        if not matrix.of_rows:
+            edits += [(a - start, b - start, text) for a, b, text in
+                      _element_locals(parsed, function, nodes, names, element, index)]
         work = splice(parsed.data[start:end], edits)[0].decode("utf-8")
         work = reindent(work, len(indentation(parsed.data, start)), inner)[len(inner):]
     still_named = set(re.findall(r"[A-Za-z_]\w*", work))
@@ -605,6 +609,30 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
     text = "\n".join(indent + line for line in lines)[len(indent):] + (f"\n{inner}{work}" if work else "") + \
         f"\n{indent}}}"
     return text
+
+
+def _element_locals(parsed: cp.ParsedSource, function: cp.Function, nodes: list[Node], names: dict[str, Poly],
+                    element: Poly, index: str) -> list[tuple[int, int, str]]:
+    """The edits that read a local naming the element (`size_t idx = r * cols + c;`, a declaration of the work's top
+    level, never assigned, read only as a whole subscript: `out[idx] = f(x[idx])`) as the flat index: its uses
+    written `index`, its declaration gone. It holds the element wherever it is read, which the flat index is."""
+    written = written_names(parsed, function.node)
+    edits = []
+    for node in nodes:
+        declarators = node.children_by_field_name("declarator") if node.type == "declaration" else []
+        if len(declarators) != 1 or declarators[0].type != "init_declarator" or \
+                declarators[0].child_by_field_name("declarator").type != "identifier":
+            continue
+        local = parsed.text(declarators[0].child_by_field_name("declarator"))
+        value = declarators[0].child_by_field_name("value")
+        uses = [n for other in nodes if other is not node for n in cp.nodes_of_type(other, "identifier")
+                if parsed.text(n) == local]
+        if local in written or polynomial(parsed, value, names, through_casts=True) != element or not uses or \
+                any(use.parent.type != "subscript_argument_list" for use in uses):
+            continue
+        edits.append((node.start_byte, through_blanks(parsed, node), ""))
+        edits += [(use.start_byte, use.end_byte, index) for use in uses]
+    return edits
 
 
 def _uncast(text: str) -> str:

@@ -102,7 +102,8 @@ def _differences(tmp_path: Path, case: str, forms: dict[str, KernelState]) -> li
 FORWARDS = {  # case -> the forwards that find a site in the kernel as written
     # b at its column (row_gather), b gathered by each lane (elementwise), strided (grid_stride)
     "rows_on_y": ("scalarize_row_gather", "scalarize_elementwise", "uncoarsen_grid_stride"),
-    "tiles": ("uncoarsen_grid_stride",),  # y written at `at`, not [i]: no pack
+    # the element named by a local (`at = (size_t)row * cols + col`) read as the flat index: packed
+    "tiles": ("scalarize_row_gather", "scalarize_elementwise", "uncoarsen_grid_stride"),
     "grid_stride": ("scalarize_elementwise",),  # a grid-stride loop is uncoarsen_grid_stride's own form
     "grid_stride_while": ("scalarize_elementwise",),  # the same loop spelled with `while`
     # `<<<rows, 1>>>`: a thread per row, then a warp per row, or the row's loop in chunks over the GPU
@@ -624,3 +625,28 @@ def test_a_batchs_elements_bounded_by_a_product_of_counts_are_read_flat(tmp_path
                 {"y": (torch.float32, batch * t * d)})
 
     assert emulate.differences(tmp_path, written, {"packed": packed}, ((3, 4, 16), (2, 5, 7)), inputs) == []
+
+
+@pytest.mark.parametrize("named, site", [
+    ("size_t at = (size_t)row * cols + col;", True),  # the element named once, read only as a subscript
+    ("int at = col + cols * row;", True),
+    ("int at = row * cols + col + 1;", False),  # another element
+])
+def test_a_local_naming_the_element_is_the_flat_index(tmp_path, named, site):
+    """`idx = row * cols + col; y[idx] = f(x[idx])` in a 2-D kernel: the local is the flat index, so the elementwise
+    forwards pack it and the packed kernel gives the written kernel's bits on the CPU; a local naming another
+    element is no flat index (no site)."""
+    written = _state("rows_on_y", "written")
+    source = written.source.replace("        float v = x[row * cols + col] + b[col];\n        y[row * cols + col] =",
+                                    f"        {named}\n        float v = x[at] + b[col];\n        y[at] =")
+    assert source != written.source
+    state = KernelState(source=source, plan=written.plan)
+    transform = get("scalarize_elementwise")
+    if not site:
+        assert transform.forward_sites(state) == []
+        return
+    (found,) = transform.forward_sites(state)
+    packed = transform.forward(state, found).state
+    assert " at" not in packed.source.split("{", 1)[1]
+    assert emulate.differences(tmp_path, written, {"packed": packed}, ((4, 64), (7, 130)),
+                               lambda rows, cols: _inputs("rows_on_y", rows, cols)) == []

@@ -4,7 +4,6 @@ __global__ void kernel(const float* x, const float* scale, const float* shift, f
     if (i < (long long)rows * cols) {
         int row = i / cols;
         int col = i % cols;
-        size_t at = (size_t)row * cols + col;
-        y[at] = x[at] * scale[row] + shift[col];
+        y[i] = x[i] * scale[row] + shift[col];
     }
 }
