@@ -48,7 +48,8 @@ where the index is declared before it (only the stride's declaration may stand b
 last statement and the only write of the index (the work may not `continue` past it), and the loop ends the kernel
 (nothing reads the index after it).
 
-A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`) becomes one thread per row,
+A row kernel launched as blocks of one thread (`<<<rows, 1>>>`, its row `blockIdx.x`, which a kernel that uses it
+as it is gets named by a local of its own type first: `_rows_named`) becomes one thread per row,
 `if (row < rows) { <the rest> }` on blocks of THREADS: with one thread a block nothing but the row told the threads
 apart, so the rest may loop (a row's work) but may not name a coordinate, the grid, a barrier, shared memory or a
 collective; rows is the scalar parameter every launch passes its grid as (given as `int grid_x` where the kernel
@@ -108,6 +109,7 @@ from klineage.launch import Arg, ArgKind, Launch
 from klineage.transforms._canonical import INDEX_LOCAL, NARROW, WIDE, canonical, canonical_index
 from klineage.transforms._edit import (
     contains,
+    edited,
     indentation,
     is_written,
     params,
@@ -200,6 +202,7 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
     """`state` with every kernel of one of `shapes` (see the module's docstring) in the 1-D form of one thread per
     element or row; the same state when there is none. The grid-stride forward reads matrices only: a grid-stride
     loop is its own form, which it does not stride again."""
+    state = _rows_named(state) if Shape.ONE_THREAD_BLOCKS in shapes else state
     parsed = cp.parse(state.source)
     edits, flat = [], state
     for function in cp.functions(parsed):
@@ -243,6 +246,37 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
     if not edits:
         return state
     return canonical(KernelState(source=splice(parsed.data, edits)[0].decode("utf-8"), plan=flat.plan))
+
+
+def _rows_named(state: KernelState) -> KernelState:
+    """`state` with the row of each kernel that uses `blockIdx.x` itself as its row named by a local (`const
+    unsigned int row = blockIdx.x;`, blockIdx.x's own type, so every expression computes what it did): a kernel
+    of blocks of one thread (every launch's block is 1), or whose first thread alone works (`if (threadIdx.x != 0)
+    return;` first, no other thread coordinate), which names no block size along x and declares no row already."""
+    def edits(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[tuple[int, int, str]]:
+        listed = statements(body)
+        text = parsed.text(body)
+        guarded = bool(listed) and _OTHERS_RETURN.fullmatch(squash(parsed.text(listed[0]))) is not None
+        rest = listed[1:] if guarded else listed
+        uses = [n for s in rest for n in cp.nodes_of_type(s, "field_expression") if parsed.text(n) == "blockIdx.x"]
+        if not rest or not uses or re.search(r"\bblockDim\.x\b|\bblockIdx\.[yz]\b", text) or \
+                any(_BLOCK_ROW.fullmatch(squash(parsed.text(s))) for s in rest) or \
+                len(re.findall(r"\bthreadIdx\b", text)) != int(guarded):
+            return []
+        try:
+            launches = launches_of(state, function.name, dimensions=1)
+        except NotApplicable:
+            return []
+        if not guarded and any(str(launch.block[0]).strip() != "1" for launch in launches):
+            return []
+        named = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier")}
+        row = next(name for name in ("row", *(f"row{k}" for k in range(1, 100))) if name not in named)
+        first = rest[0]
+        return [(first.start_byte, first.start_byte,
+                 f"const unsigned int {row} = blockIdx.x;\n{indentation(parsed.data, first.start_byte)}"),
+                *((use.start_byte, use.end_byte, row) for use in uses)]
+
+    return edited(state, edits)
 
 
 def _shape(parsed: cp.ParsedSource, body: Node) -> Shape:

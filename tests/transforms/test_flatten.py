@@ -7,6 +7,7 @@ as written, each with its reason."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -650,3 +651,42 @@ def test_a_local_naming_the_element_is_the_flat_index(tmp_path, named, site):
     assert " at" not in packed.source.split("{", 1)[1]
     assert emulate.differences(tmp_path, written, {"packed": packed}, ((4, 64), (7, 130)),
                                lambda rows, cols: _inputs("rows_on_y", rows, cols)) == []
+
+
+@pytest.mark.parametrize("guard, block", [("", 1), ("    if (threadIdx.x != 0) return;\n", 64)])
+def test_a_row_that_is_blockidx_itself_is_named_and_read_as_a_row(tmp_path, guard, block):
+    """`x[blockIdx.x * cols + j]` in a kernel of blocks of one thread, or of wider blocks whose first thread alone
+    works: the row is named by a local of blockIdx.x's own type, so the row forwards read it (a warp a row) and
+    the rows' maxima are the written kernel's bits."""
+    written = _state("one_thread_blocks", "written")  # the same rows with the row named: its plan
+    source = ("__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int rows, int cols) {\n"
+              f"{guard}    float best = x[blockIdx.x * cols];\n"
+              "    for (int j = 1; j < cols; ++j) best = fmaxf(best, x[blockIdx.x * cols + j]);\n"
+              "    y[blockIdx.x] = best;\n}\n")
+    plan = replace(written.plan, launches=tuple(replace(launch, block=(block, 1, 1))
+                                                for launch in written.plan.launches))
+    state = KernelState(source=source, plan=plan)
+    flat = flattened(canonical(state), frozenset({Shape.ONE_THREAD_BLOCKS})).source
+    assert "if (row < rows) {" in flat and "x[row * cols + j]" in flat and "blockIdx.x * cols" not in flat, flat
+    transform = get("serialize_reduction")
+    (site,) = transform.forward_sites(state)
+    shared = transform.forward(state, site).state
+    # the emulator runs whole warps: the reference is the golden's flat form of the same rows (its own test shows it
+    # is the written kernel)
+    assert emulate.differences(tmp_path, _state("one_thread_blocks", "flat"), {"shared": shared}, ((3, 5), (40, 70)),
+                               lambda rows, cols: _inputs("one_thread_blocks", rows, cols)) == []
+
+
+@pytest.mark.parametrize("source, block", [
+    # every thread of a wider block works: blockIdx.x is no row of one thread
+    ("    float best = x[blockIdx.x * cols];\n    y[blockIdx.x] = best;\n", 64),
+    # the block size named: a coordinate of a global index, not a row
+    ("    y[blockIdx.x] = x[blockIdx.x * blockDim.x];\n", 1),
+])
+def test_a_blockidx_that_is_no_row_of_one_thread_is_left_as_written(source, block):
+    written = _state("one_thread_blocks", "written")
+    plan = replace(written.plan, launches=tuple(replace(launch, block=(block, 1, 1))
+                                                for launch in written.plan.launches))
+    state = KernelState(source="__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int rows, "
+                               "int cols) {\n" + source + "}\n", plan=plan)
+    assert "const unsigned int" not in flattened(canonical(state), frozenset({Shape.ONE_THREAD_BLOCKS})).source
