@@ -45,8 +45,9 @@ value, so it is left alone; a causal row's `j <= i`), and an accumulation `x = x
 `x = e + x`) of a named local as `x += e`: the compound assignment reads x once and adds e's value, and IEEE addition
 commutes, so the sum is the same to the bit. `x = x + a + b` adds a first and is left alone.
 `subscripted` reads a pointer declared as the address of an element, `float* out = &y[r * n];`, as `float* out = y +
-r * n;`, and a dereference of a pointer plus an offset, `*(x + i)`, as `x[i]`: C++ defines `a[e]` as `*(a + e)` and
-`&*p` as `p`, so each names the same element or address.
+r * n;`, one declared in parentheses a macro put there, `((y) + (r) * D)`, as `y + (r) * D`, and a dereference of a
+pointer plus an offset, `*(x + i)`, as `x[i]`: C++ defines `a[e]` as `*(a + e)` and `&*p` as `p`, so each names the
+same element or address.
 Any other spelling is left as written.
 """
 
@@ -350,6 +351,11 @@ def subscripted(state: KernelState) -> KernelState:
         found = []
         for declarator in cp.nodes_of_type(body, "init_declarator"):
             value = declarator.child_by_field_name("value")
+            base = _parenthesized_base(parsed, value, pointers) if value is not None and \
+                declarator.child_by_field_name("declarator").type == "pointer_declarator" else None
+            if base is not None:  # `((p) + (r) * D)`, a macro's row pointer: `p + (r) * D`
+                found.append((value.start_byte, value.end_byte, base))
+                continue
             target = unparen(value.child_by_field_name("argument")) if value is not None and \
                 value.type == "pointer_expression" and operator(value) == "&" else None
             if declarator.child_by_field_name("declarator").type == "pointer_declarator" and target is not None and \
@@ -371,6 +377,30 @@ def subscripted(state: KernelState) -> KernelState:
         return found
 
     return edited(state, edits)
+
+
+def _parenthesized_base(parsed: cp.ParsedSource, value: Node, pointers: set[str]) -> str | None:
+    """`p + e` for a pointer's initial value `(p + e)` or `((p) + e)` (p a pointer, parentheses a macro put there),
+    else None: the same address without the parentheses. Read from the text: the grammar cannot tell `(p) + e` from
+    a cast of `+e` to a type p, which the compiler, knowing p names a pointer, never takes it for."""
+    text = _squash(parsed, value)
+    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+        text = text[1:-1]
+    found = re.fullmatch(r"\(?([A-Za-z_]\w*)\)? \+ (.+)", text)
+    if found is None or found[1] not in pointers or not _balanced(found[2]):
+        return None
+    plain = f"{found[1]} + {found[2]}"
+    return None if plain == _squash(parsed, value) else plain
+
+
+def _balanced(text: str) -> bool:
+    """Whether every parenthesis of `text` closes one it opened."""
+    depth = 0
+    for character in text:
+        depth += {"(": 1, ")": -1}.get(character, 0)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def joined_guards(state: KernelState) -> KernelState:

@@ -282,3 +282,15 @@ def test_the_pointer_spellings_forwards_give_the_naive_bits_on_the_cpu(tmp_path)
         return {"rows": rows, "cols": cols}, {"x": x}, {"y": (torch.float32, rows * cols)}
 
     assert emulate.differences(tmp_path, state, {"shared": shared}, ((3, 5), (130, 40)), inputs) == []
+
+
+@pytest.mark.parametrize("spelled", ["((y) + (r) * cols)", "(y + r * cols)", "(y) + r * cols"])
+def test_a_row_pointer_in_a_macros_parentheses_is_the_pointer_plus_its_offset(spelled):
+    """`((y) + (r) * cols)` (a row-pointer macro's expansion, which the grammar may read as a cast of `+(r)`) is
+    the pointer y plus the offset; the row forwards then read the row through it."""
+    state = _kernel(f"    float* out = {spelled};\n    float s = 0.0f;\n"
+                    "    for (int j = 0; j < cols; ++j) s += x[r * cols + j];\n"
+                    "    for (int j = 0; j < cols; ++j) out[j] = x[r * cols + j] - s;\n")
+    read = _body(subscripted(state))
+    assert read.startswith("    float* out = y + ") and "(y)" not in read.split("\n")[0], read
+    assert [site.key for site in get("serialize_reduction").forward_sites(state)] == ["r"]
