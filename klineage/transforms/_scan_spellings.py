@@ -21,6 +21,7 @@ partial).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tree_sitter import Node
@@ -180,16 +181,8 @@ def _scan_lines(parsed: cp.ParsedSource, loop_body: Node, types: dict[str, str])
     stored = unparen(store.child_by_field_name("right"))
     if target.type != "subscript_expression" or (len(expressions) == 2 and parsed.text(stored) != accumulator):
         return None
-    if temporary is not None:
-        inlined = _temporary(parsed, temporary, types.get(accumulator))
-        if inlined is None or inlined[0] != value or \
-                len(re.findall(rf"\b{inlined[0]}\b", parsed.text(loop_body))) != 2:
-            return None
-        value = inlined[1]
-    if re.search(rf"\b{accumulator}\b", f"{value} {parsed.text(target)}"):
-        return None
-    lines = [f"{accumulator} {op}= {value};", f"{squash(parsed.text(target))} = {accumulator};"]
-    return lines[::-1] if exclusive else lines
+    return _scan_pair(parsed, loop_body, types, (temporary, 2), accumulator, value, target, exclusive,
+                      lambda taken: f"{accumulator} {op}= {taken};")
 
 
 # a start that is a number, never NaN: infinities, the largest finite values, decimal literals (a sign first)
@@ -231,15 +224,27 @@ def _extreme_lines(parsed: cp.ParsedSource, loop_body: Node, types: dict[str, st
     if call is None or accumulator not in starts or target.type != "subscript_expression" or \
             parsed.text(unparen(assignment.child_by_field_name("right"))) != accumulator:
         return None
-    if temporary is not None:
-        inlined = _temporary(parsed, temporary, types.get(accumulator))
+    return _scan_pair(parsed, loop_body, types, (temporary, 3), accumulator, value, target, exclusive,
+                      lambda taken: f"{accumulator} = {call}({accumulator}, {taken});")
+
+
+def _scan_pair(parsed: cp.ParsedSource, loop_body: Node, types: dict[str, str], temporary: tuple[Node | None, int],
+               accumulator: str, value: str, target: Node, exclusive: bool,
+               update: Callable[[str], str]) -> list[str] | None:
+    """The scan's two statements, `update(value)` and the store of the accumulator at `target` (the store first in
+    an exclusive scan), the value taken from the temporary (a declaration, and how often the loop body names it:
+    its declaration and its uses) where the update reads one; None where the temporary is not the value's alone or
+    the value or the target name the accumulator."""
+    declaration, mentions = temporary
+    if declaration is not None:
+        inlined = _temporary(parsed, declaration, types.get(accumulator))
         if inlined is None or inlined[0] != value or \
-                len(re.findall(rf"\b{inlined[0]}\b", parsed.text(loop_body))) != 3:
+                len(re.findall(rf"\b{inlined[0]}\b", parsed.text(loop_body))) != mentions:
             return None
         value = inlined[1]
     if re.search(rf"\b{accumulator}\b", f"{value} {parsed.text(target)}"):
         return None
-    lines = [f"{accumulator} = {call}({accumulator}, {value});", f"{squash(parsed.text(target))} = {accumulator};"]
+    lines = [update(value), f"{squash(parsed.text(target))} = {accumulator};"]
     return lines[::-1] if exclusive else lines
 
 

@@ -453,15 +453,7 @@ def test_a_bool_mask_is_read_as_bytes_and_never_packed_where_written(transform, 
         transform.forward(written, SITE)
 
 
-WIDE_PLAN = LaunchPlan.from_toml("""
-name = "t"
-problem = "t"
-[[launch]]
-entry = "kernel"
-grid = ["cdiv(n, 256)"]
-block = [256]
-args = ["x", "idx", "y", "out", { scalar = "cols", type = "i32" }, { scalar = "n", type = "i32" }]
-""")
+WIDE_PLAN = plan_of('"x", "idx", "y", "out", { scalar = "cols", type = "i32" }, { scalar = "n", type = "i32" }')
 # torch.gather along rows with torch's int64 index, a float64 output and an int64 output beside it: every 64-bit
 # spelling the packing names has its own vector type
 WIDE = """#include <cstdint>
