@@ -226,8 +226,7 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
             else:
                 matrix = _matrix(state, parsed, function, of_rows=shape is Shape.MATRIX_ROWS)
                 text = _rewrite(parsed, function, matrix)
-                launches = _element_launches(flat, parsed, function, f"{matrix.rows} * ({matrix.columns})"
-                                             if " " in matrix.columns else f"{matrix.rows} * {matrix.columns}",
+                launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {_grouped(matrix.columns)}",
                                              matrix.dimensions)
             flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
         except _NoExtentParameter as missing:  # the grid carried the row count: the kernel takes it, and is read again
@@ -601,7 +600,7 @@ def _rewrite(parsed: cp.ParsedSource, function: cp.Function, matrix: _Matrix) ->
         raise NotApplicable(f"{function.name} names every index name the flat form could use")
     wide = bool(_WIDE_TYPES.search(parsed.text(function.node)))
     kind = WIDE if wide else NARROW
-    columns = f"({matrix.columns})" if " " in matrix.columns else matrix.columns  # a product, grouped
+    columns = _grouped(matrix.columns)
     total = f"(long long){matrix.rows} * {columns}" if wide else f"{matrix.rows} * {columns}"
     indent = indentation(parsed.data, statements(body)[0].start_byte)
     inner = indent + "    "
@@ -667,6 +666,11 @@ def _element_locals(parsed: cp.ParsedSource, function: cp.Function, nodes: list[
         edits.append((node.start_byte, through_blanks(parsed, node), ""))
         edits += [(use.start_byte, use.end_byte, index) for use in uses]
     return edits
+
+
+def _grouped(columns: str) -> str:
+    """The column count as a factor: a product of counts in parentheses."""
+    return f"({columns})" if " " in columns else columns
 
 
 def _uncast(text: str) -> str:
