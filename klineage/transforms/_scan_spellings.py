@@ -64,7 +64,8 @@ def scan_update(op: str, accumulator: str, value: str) -> str:
 class Scan:
     """`acc += value; target = acc;`: the loop body of an inclusive prefix sum (`*=`, a prefix product); the store
     first (`target = acc; acc += value;`), an exclusive one. `count` is the row's length where the loop walks it from
-    its end (`for (int j = count - 1; j >= 0; --j)`), else ""."""
+    its end (`for (int j = count - 1; j >= 0; --j)`), else "". `cast`: the type the store converts the running value
+    to (`y[j] = (float)acc;`, a float row summed in double), else ""."""
 
     accumulator: str
     value: str
@@ -72,6 +73,11 @@ class Scan:
     op: str = "+"  # "+", "*" or a call of SCAN_CALLS (a running extreme)
     exclusive: bool = False
     count: str = ""
+    cast: str = ""
+
+    def stored(self, value: str) -> str:
+        """`value` as the store converts it: `(float)(value)` where it casts, else as it is."""
+        return f"({self.cast})({value})" if self.cast else value
 
     def __post_init__(self):
         if self.op not in SCAN_IDENTITY and self.op not in SCAN_CALLS:
@@ -79,7 +85,8 @@ class Scan:
 
     def serial(self, index: str, bound: str, indent: str) -> str:
         """The serial loop (over `bound` columns, its body's two statements on lines of their own) at `indent`."""
-        update, store = scan_update(self.op, self.accumulator, self.value), f"{self.target} = {self.accumulator};"
+        stored = f"({self.cast}){self.accumulator}" if self.cast else self.accumulator
+        update, store = scan_update(self.op, self.accumulator, self.value), f"{self.target} = {stored};"
         header = f"for (int {index} = {bound} - 1; {index} >= 0; --{index})" if self.count else \
             f"for (int {index} = 0; {index} < {bound}; ++{index})"
         body = "".join(f"\n{indent}    {line}" for line in ((store, update) if self.exclusive else (update, store)))
@@ -100,14 +107,18 @@ def read_scan(parsed: cp.ParsedSource, loop_body: Node) -> Scan | None:
     accumulator = update.child_by_field_name("left")
     target, value = store.child_by_field_name("left"), store.child_by_field_name("right")
     combined = _scan_combine(parsed, update) if accumulator.type == "identifier" else None
+    value = unparen(value)
+    # the running value stored as it is, or converted by a cast (`(float)acc`: a sum kept in double)
+    cast = squash(parsed.text(value.child_by_field_name("type"))) if value.type == "cast_expression" else ""
+    stored = unparen(value.child_by_field_name("value")) if cast else value
     if (combined is None or target.type != "subscript_expression" or
             parsed.text(store.child_by_field_name("operator")) != "=" or
-            parsed.text(value) != parsed.text(accumulator)):
+            parsed.text(stored) != parsed.text(accumulator)):
         return None
     op, added = combined
     if re.search(rf"\b{parsed.text(accumulator)}\b", f"{added} {parsed.text(target)}"):
         return None
-    return Scan(parsed.text(accumulator), squash(added), squash(parsed.text(target)), op, exclusive)
+    return Scan(parsed.text(accumulator), squash(added), squash(parsed.text(target)), op, exclusive, cast=cast)
 
 
 def _scan_combine(parsed: cp.ParsedSource, update: Node) -> tuple[str, str] | None:

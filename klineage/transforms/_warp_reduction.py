@@ -119,8 +119,8 @@ _REVERSE_LOOP = re.compile(rf"^for\s*\(\s*int\s+(\w+)\s*=\s*({_LOOP_BOUND})\s*-\
                            r"\s*(?:--\1|\1--|\1\s*-=\s*1)\s*\)")
 _SERIAL_LOOP = re.compile(rf"^for\s*\(\s*({LOOP_INDEX_TYPES})\s+(\w+)\s*=\s*{_START}\s*;\s*{_BELOW}\s*;"
                           r"\s*(?:\+\+\2|\2\+\+|\2\s*\+=\s*1)\s*\)")
-def _warp_scan_pattern(op: str, exclusive: bool, reverse: bool) -> re.Pattern:
-    """`_warp_scan`'s loop, squashed: (bound, index, value, target, accumulator)."""
+def _warp_scan_pattern(op: str, exclusive: bool, reverse: bool, cast: bool) -> re.Pattern:
+    """`_warp_scan`'s loop, squashed: (bound, index, value, target, the cast's type where `cast`, accumulator)."""
     def written(text: str, **groups: str) -> str:  # `text` as a pattern, its placeholders (capitals) as groups
         pattern = re.escape(text)
         for placeholder, group in groups.items():
@@ -136,18 +136,20 @@ def _warp_scan_pattern(op: str, exclusive: bool, reverse: bool) -> re.Pattern:
                rf"for \(int offset = 1; offset < {WARP}; offset \*= 2\) {{ const [\w ]+ scan_up = __shfl_up_sync\("
                rf"0xffffffffu, scan_value, offset\); if \({LANE} >= offset\) "
                rf"{re.escape(scan_update(op, 'scan_value', 'scan_up'))} }} ")
-    accumulator, named = r"(\w+)", r"\5"  # the accumulator: its group, where the store names it first, and after
+    # the accumulator: its group, where the store names it first, and after (the cast's type a group before it)
+    accumulator, named = r"(\w+)", r"\6" if cast else r"\5"
+    opened, closed = (r"\(([\w ]+)\)\(", r"\)") if cast else ("", "")
     before = written(scan_combined(op, "ACC", "scan_before"), ACC=named)
     stored = (rf"const [\w ]+ scan_before = __shfl_up_sync\(0xffffffffu, scan_value, 1\); if \({inside}\) (.+?) = "
-              rf"{LANE} == 0 \? {accumulator} : {before}; ") if exclusive else \
-        rf"if \({inside}\) (.+?) = {written(scan_combined(op, 'ACC', 'scan_value'), ACC=accumulator)}; "
+              rf"{opened}{LANE} == 0 \? {accumulator} : {before}{closed}; ") if exclusive else \
+        rf"if \({inside}\) (.+?) = {opened}{written(scan_combined(op, 'ACC', 'scan_value'), ACC=accumulator)}{closed}; "
     carry = written(scan_update(op, "ACC", f"__shfl_sync(0xffffffffu, scan_value, {WARP - 1})"), ACC=named)
     return re.compile(scanned + stored + carry + " }$")
 
 
-_WARP_SCANS = {(op, exclusive, reverse): _warp_scan_pattern(op, exclusive, reverse)
+_WARP_SCANS = {(op, exclusive, reverse, cast): _warp_scan_pattern(op, exclusive, reverse, cast)
                for op in (*SCAN_IDENTITY, *sorted(SCAN_CALLS)) for exclusive in (False, True)
-               for reverse in (False, True)}
+               for reverse in (False, True) for cast in (False, True)}
 # `<<<rows, 1>>>` kernels, grid-stride loops over rows, a batch's rows on a 2-D launch and a kernel one thread runs,
 # read as one thread per row
 ROW_THREADS = frozenset({Shape.ONE_THREAD_BLOCKS, Shape.GRID_STRIDE_ROWS, Shape.MATRIX_ROWS, Shape.ONE_THREAD})
@@ -806,10 +808,11 @@ def _index_factors(parsed: cp.ParsedSource, node: Node, index: str) -> list[Node
 
 def _serial_scan(text: str) -> tuple[str, str, Scan] | None:
     """(bound, index, the scan) of a loop `_warp_scan` wrote (`text` squashed), else None."""
-    for (op, exclusive, reverse), pattern in _WARP_SCANS.items():
+    for (op, exclusive, reverse, cast), pattern in _WARP_SCANS.items():
         if found := pattern.match(text):
-            bound, index, value, target, accumulator = found.groups()
-            return bound, index, Scan(accumulator, value, target, op, exclusive, bound if reverse else "")
+            bound, index, value, target, *converted, accumulator = found.groups()
+            return bound, index, Scan(accumulator, value, target, op, exclusive, bound if reverse else "",
+                                      converted[0] if cast else "")
     return None
 
 
@@ -822,11 +825,12 @@ def _warp_scan(loop: RowLoop, bound: str, kind: str, indent: str) -> str:
     column, inside = (f"{bound} - 1 - (scan_base + {LANE})", f"{index} >= 0") if scan.count else \
         (f"scan_base + {LANE}", f"{index} < {bound}")
     if scan.exclusive:
+        chosen = f"{LANE} == 0 ? {scan.accumulator} : {scan_combined(op, scan.accumulator, 'scan_before')}"
         stored = [f"    const {kind} scan_before = __shfl_up_sync(0xffffffffu, scan_value, 1);",
-                  f"    if ({inside}) {scan.target} = {LANE} == 0 ? {scan.accumulator} : "
-                  f"{scan_combined(op, scan.accumulator, 'scan_before')};"]
+                  f"    if ({inside}) {scan.target} = {scan.stored(chosen)};"]
     else:
-        stored = [f"    if ({inside}) {scan.target} = {scan_combined(op, scan.accumulator, 'scan_value')};"]
+        prefix = scan_combined(op, scan.accumulator, "scan_value")
+        stored = [f"    if ({inside}) {scan.target} = {scan.stored(prefix)};"]
     lines = [f"for (int scan_base = 0; scan_base < {bound}; scan_base += {WARP}) {{",
              f"    const int {index} = {column};",
              f"    {kind} scan_value = {SCAN_IDENTITY.get(op) or NAN[kind]};",

@@ -1263,3 +1263,24 @@ def test_a_columns_own_temporary_assigned_again_is_no_accumulator(transform, tmp
     with refusals() as seen:
         assert transform.forward_sites(KernelState(carried, plan)) == []
     assert any("not a reduction" in reason for reason in seen), seen
+
+
+@pytest.mark.parametrize("case", ["cumsum", "cumsum_exclusive"])
+def test_a_running_sum_kept_in_double_and_stored_cast_is_scanned_in_double(transform, case, tmp_path):
+    """`double running; ... y[...] = (float)running;`: the lanes scan in double and each store converts the running
+    value as the loop's did; the backward reads the warp form back to that loop, and on the CPU the rows are the
+    loop's (integers: exact in any order)."""
+    naive = golden(case, "after")
+    kind = "int" if case == "cumsum_exclusive" else "float"
+    source = naive.source.replace(f"{kind} running = 0", "double running = 0").replace(
+        "y[row * n + j] = running;", f"y[row * n + j] = ({kind})running;")
+    assert source.count("double running") == 1 and f"({kind})running;" in source
+    state = KernelState(source=source, plan=naive.plan)
+    (site,) = transform.forward_sites(state)
+    warp = transform.forward(state, site).state
+    assert f"= ({kind})(" in warp.source and "const double scan_up" in warp.source
+    (found,) = transform.find(warp)
+    assert transform.forward(transform.backward(warp, found).state, site).state == warp
+    runs = _scanned(tmp_path, case, {"naive": state, "warp": warp})
+    for n in (1, 31, 32, 70):
+        assert torch.equal(runs["warp", n]["y"], runs["naive", n]["y"]), n
