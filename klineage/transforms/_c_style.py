@@ -65,6 +65,7 @@ from klineage.transforms._edit import (
     is_written,
     line_end,
     line_start,
+    local_types,
     operator,
     params,
     splice,
@@ -322,23 +323,14 @@ def _bound_below(parsed: cp.ParsedSource, loop: Node) -> list[tuple[int, int, st
         return []
     signed = {param.name for param in params(parsed, function)
               if not param.indirection and re.fullmatch(_SIGNED, " ".join(param.type.split()))}
-    signed |= _signed_locals(parsed, function.child_by_field_name("body"))
+    # a local declared once of a signed type (a row index `int i = ...`)
+    signed |= {name for name, kind in local_types(parsed, function.child_by_field_name("body")).items()
+               if re.fullmatch(_SIGNED, kind)}
     n = found["n"]
     if not (n.isdigit() or n in signed) or n in written_names(parsed, function):
         return []
     bound = n if found["less"] else str(int(n) + 1) if n.isdigit() else f"{n} + 1"
     return [(condition.start_byte, condition.end_byte, f"{found['j']} < {bound}")]
-
-
-def _signed_locals(parsed: cp.ParsedSource, body: Node | None) -> set[str]:
-    """The names the body declares once, as a plain local of a signed integer type (a row index `int i = ...`)."""
-    kinds: dict[str, list[str]] = {}
-    for declaration in cp.nodes_of_type(body, "declaration") if body is not None else []:
-        for declarator in declaration.children_by_field_name("declarator"):
-            name = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else declarator
-            if name is not None and name.type == "identifier":
-                kinds.setdefault(parsed.text(name), []).append(declared_kind(parsed, declaration))
-    return {name for name, found in kinds.items() if len(found) == 1 and re.fullmatch(_SIGNED, found[0])}
 
 
 def subscripted(state: KernelState) -> KernelState:

@@ -92,6 +92,19 @@ def declared_kind(parsed: cp.ParsedSource, declaration: Node) -> str:
     return " ".join(parsed.data[declaration.start_byte:first.start_byte].decode("utf-8").split())
 
 
+def local_types(parsed: cp.ParsedSource, body: Node) -> dict[str, str]:
+    """Each local the body declares once: its type (a name declared twice, maybe as two types, is left out)."""
+    types: dict[str, str] = {}
+    names = declared_names(parsed, body)
+    for declaration in cp.nodes_of_type(body, "declaration"):
+        kind = declaration.child_by_field_name("type")
+        for declarator in declaration.children_by_field_name("declarator"):
+            name = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else declarator
+            if kind is not None and name.type == "identifier" and names.count(parsed.text(name)) == 1:
+                types[parsed.text(name)] = " ".join(parsed.text(kind).split())
+    return types
+
+
 def declared_names(parsed: cp.ParsedSource, scope: Node) -> list[str]:
     """The name of each variable `scope` declares, in order: a name declared in two scopes is listed twice."""
     names = []

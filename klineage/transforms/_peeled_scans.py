@@ -46,10 +46,19 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.transforms._arg_reduction import element_types
-from klineage.transforms._edit import Edit, call_arguments, declared_kind, edited, indentation, own_lines, unparen
+from klineage.transforms._edit import (
+    Edit,
+    call_arguments,
+    declared_kind,
+    edited,
+    indentation,
+    local_types,
+    own_lines,
+    unparen,
+)
 from klineage.transforms._naive import squash, statements
 from klineage.transforms._polynomials import Poly, constant, plus, polynomial, variable
-from klineage.transforms._scan_spellings import NAN, SCAN_CALLS, local_types, read_scan, scan_update
+from klineage.transforms._scan_spellings import NAN, SCAN_CALLS, read_scan, scan_update
 
 _FROM_ONE = re.compile(r"^for\s*\(\s*int\s+(\w+)\s*=\s*1\s*;\s*\1\s*<\s*[^;]+;\s*(?:\+\+\1|\1\+\+|\1\s*\+=\s*1)\s*\)$")
 _EXACT = {"+": {"float": "-0.0f", "double": "-0.0", "int": "0", "long long": "0"},

@@ -35,6 +35,7 @@ from klineage.transforms._edit import (
     declared_names,
     edited,
     indentation,
+    local_types,
     unparen,
     written_names,
 )
@@ -379,19 +380,6 @@ def _looped_names(parsed: cp.ParsedSource, body: Node) -> set[str]:
     """The names some loop's body assigns or increments."""
     return {name for loop in cp.nodes_of_type(body, "for_statement")
             for name in written_names(parsed, loop.child_by_field_name("body"))}
-
-
-def local_types(parsed: cp.ParsedSource, body: Node) -> dict[str, str]:
-    """Each local the body declares once: its type (a name declared twice, maybe as two types, is left out)."""
-    types: dict[str, str] = {}
-    names = declared_names(parsed, body)
-    for declaration in cp.nodes_of_type(body, "declaration"):
-        kind = declaration.child_by_field_name("type")
-        for declarator in declaration.children_by_field_name("declarator"):
-            name = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else declarator
-            if kind is not None and name.type == "identifier" and names.count(parsed.text(name)) == 1:
-                types[parsed.text(name)] = squash(parsed.text(kind))
-    return types
 
 
 def check_declared_apart(parsed: cp.ParsedSource, body: Node) -> None:

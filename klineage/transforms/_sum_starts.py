@@ -52,8 +52,8 @@ def started_at_zero(state: KernelState, only: str | None = None) -> KernelState:
     does."""
     def starts(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[tuple[int, int, str]]:
         taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
-        blocks = {node.id: node for node in [body, *cp.nodes_of_type(body, "compound_statement")]}.values()
-        return [found for block in blocks for found in _starts(parsed, block, taken)]
+        return [found for block in cp.nodes_of_type(body, "compound_statement")  # the body among them
+                for found in _starts(parsed, block, taken)]
 
     return edited(state, starts, only)
 

@@ -315,8 +315,8 @@ def row_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
         raise NotApplicable(f"the row length {divisor} does not divide by the width {packing.width}: no row "
                             f"starts a 16-byte block")
     check_unpacked_stores((pack.array, pack.element) for pack in packs.values() if pack.written)
-    for called in (first_effect(parsed, adds[_added(s)][1] if _added(s) in adds else s, packing.pure)
-                   for s in lanes):
+    values = {statement.id: value for statement, value in adds.values()}  # an atomic add: its value alone checked
+    for called in (first_effect(parsed, values.get(s.id, s), packing.pure) for s in lanes):
         if called is not None:
             raise NotApplicable(f"{name} calls {called}, which may have effects")
     for pack in packs.values():
@@ -341,12 +341,6 @@ def _subscript_added(statement: Node) -> Node | None:
     target = unparen(address.child_by_field_name("argument")) if address is not None and \
         address.type == "pointer_expression" and operator(address) == "&" else None
     return target if target is not None and target.type == "subscript_expression" else None
-
-
-def _added(statement: Node) -> int | None:
-    """The id of the element `statement` adds to atomically, else None."""
-    target = _subscript_added(statement)
-    return target.id if target is not None else None
 
 
 def _atomic_adds(parsed: cp.ParsedSource, lanes: list[Node]) -> dict[int, tuple[Node, Node]]:
