@@ -479,6 +479,7 @@ _SUMMARIES = {"adversarial.json": _adversarial, "preconditions.json": _precondit
               "skills-passed-over-replay.json": _skills_replayed, "mma-peak.json": _mma_peak,
               "multigpu.json": _multigpu, "transfer.json": _transfer, "transfer-h100.json": _transfer,
               "transfer-h100-planned.json": _transfer, "transfer-h100-code-check.json": _transfer,
+              "transfer-h100-all.json": _transfer,
               "transfer-h200.json": _transfer, "transfer-h200-measured.json": _transfer,
               "transfer-library-run.json": _transfer,
               "transfer-cards-alone.json": _transfer, "row_cache_when.json": _row_cache_when}

@@ -206,7 +206,7 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     page = client.get("/").content.decode()
     # every transfer card on the page draws its rows (the transfer library's run has its own)
     transfer_cards = [c for c in _by_name().values() if c.title.startswith("Transfer to held-out operators")]
-    assert len(transfer_cards) == 8
+    assert len(transfer_cards) == 9
     # the default search on the H200 at a later commit, 17 of the 20 operators: its numbers say over how many
     h200 = _by_name()["transfer-h200.json"]
     assert h200.where == "NVIDIA H200" and "rounds ordered measured" in h200.headline
@@ -225,6 +225,11 @@ def test_the_transfer_card_states_its_numbers_over_the_operators_that_measured_t
     checked = _by_name()["transfer-h100-code-check.json"]
     assert checked.title == "Transfer to held-out operators" and checked.where == h100.where
     assert "machine code not gated" in checked.headline and "(geometric mean over 18 operators)" in checked.headline
+    # the latest H100 part of each of the twenty operators with that search, merged: all twenty, so no "of 20"
+    everything = _by_name()["transfer-h100-all.json"]
+    assert everything.where == h100.where and "machine code not gated" in everything.headline
+    assert "(geometric mean over 20 operators)" in everything.headline
+    assert "faster than torch eager on 18 of the 20 operators" in everything.headline
     assert page.count('<g class="transfer-row"') == sum(len(c.chart["bars"]) for c in transfer_cards)
     assert re.search(r"<title>torch eager: [\d.]+×</title>", page)
 
@@ -254,9 +259,10 @@ def test_a_transfer_run_on_another_library_names_it_and_draws_its_budget_curve(c
     assert f"{lead['vs_unconditioned']:.2f}× at {lead['budget']} evaluations" in card.curve["caption"]
     page = client.get("/").content.decode()
     # the default strategy's runs have one too: the H200's (its twelve as planned, six more measured, seventeen
-    # measured with the code check) and the H100's (as planned; measured, without and with the code check)
+    # measured with the code check) and the H100's (as planned; measured, without and with the code check; the
+    # latest part of each operator with it)
     curves = [c.curve for c in _by_name().values() if c.curve]
-    assert len(curves) == 7 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
+    assert len(curves) == 8 and page.count('<g class="curve-series"') == sum(len(c["series"]) for c in curves)
     assert "library, 8 evaluations: " in page and "library, then catalog, 8 evaluations: " in page
 
 
