@@ -28,6 +28,9 @@ Each rewrite keeps the index's value for every launch on which the original does
   past INT_MAX, which unsigned arithmetic would wrap at 2^32 instead.
 A 32-bit local holding one coordinate written `const` or through a cast to int (`const int b = blockIdx.z;`, `int
 row = static_cast<int>(blockIdx.y);`) is declared plainly (`int b = blockIdx.z;`): neither changes its value.
+A kernel reading `blockIdx.z` where it uses it (a batch's offset, `A + blockIdx.z * M * K`), no local holding it,
+gets it named first by a local of its own type (`unsigned int batch = blockIdx.z;`): every expression computes what
+it did, and the batch readers find the declaration they read.
 A local holding a coordinate (`const int tid = threadIdx.x;`, 32 bits, never assigned) is that coordinate in an
 index's declaration (`blockIdx.x * blockDim.x + tid`), and goes once nothing else reads it.
 A grid-stride loop that starts at a local holding the index (`int index = blockIdx.x * blockDim.x + threadIdx.x;`
@@ -64,6 +67,8 @@ from klineage.transforms._edit import (
     cast_name,
     declared_kind,
     edited_to_fixpoint,
+    fresh_name,
+    indentation,
     is_written,
     line_start,
     operator,
@@ -96,7 +101,7 @@ def canonical(state: KernelState) -> KernelState:
     # helpers written out, then C's spellings of locals, loops and pointers, then pointers walked by loops read at
     # their index
     state = walked(c_style(inlined_calls(expanded(state))))
-    state = _unread_coordinate_locals(_declarations(_one_per_declaration(state)))
+    state = _layers_named(_unread_coordinate_locals(_declarations(_one_per_declaration(state))))
     started = _loops_from_the_index(state)
     return state if started == state else _declarations(started)  # a 64-bit loop index now declared from the index
 
@@ -158,6 +163,31 @@ def _one_per_declaration(state: KernelState) -> KernelState:
             edits.append((statement.start_byte, statement.end_byte,
                           separator.join(f"{kind} {parsed.text(d)};" for d in declarators)))
         return edits
+
+    return _edited(state, edit)
+
+
+# a local (or an assignment) holding the grid's z coordinate, however cast
+_HOLDS_LAYER = re.compile(r"\b[A-Za-z_]\w* = (?:\([\w ]+\) ?|static_cast<[\w ]+>)?\(?blockIdx\.z\)?[;,]")
+
+
+def _layers_named(state: KernelState) -> KernelState:
+    """`state` with `blockIdx.z` read inline as a batch's layer (`A + blockIdx.z * M * K`, no local holding it)
+    named by a local of its own type first (`unsigned int batch = blockIdx.z;`), each use reading the local: every
+    expression computes what it did, and the batch readers find the declaration they read. A kernel that also
+    names blockDim.z or threadIdx.z (a 3-D thread index, not a layer) is left as written."""
+    def edit(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> Edits:
+        text = parsed.text(body)
+        uses = [n for n in cp.nodes_of_type(body, "field_expression") if parsed.text(n) == "blockIdx.z"]
+        listed = body.named_children
+        if not uses or not listed or re.search(r"\b(?:blockDim|threadIdx)\.z\b", text) or \
+                _HOLDS_LAYER.search(" ".join(text.split())):
+            return []
+        name = fresh_name({parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier")}, "batch")
+        first = listed[0]
+        return [(first.start_byte, first.start_byte,
+                 f"unsigned int {name} = blockIdx.z;\n{indentation(parsed.data, first.start_byte)}"),
+                *((use.start_byte, use.end_byte, name) for use in uses)]
 
     return _edited(state, edit)
 

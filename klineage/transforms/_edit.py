@@ -370,6 +370,15 @@ def own_lines(parsed: cp.ParsedSource, node: Node) -> tuple[int, int] | None:
     return start, end
 
 
+def fresh_name(taken: set[str], base: str) -> str:
+    """`base`, else `base1`, `base2`, ...: the first not in `taken` (which then holds it)."""
+    name, n = base, 1
+    while name in taken:
+        name, n = f"{base}{n}", n + 1
+    taken.add(name)
+    return name
+
+
 def indentation(data: bytes, offset: int) -> str:
     """The blanks that begin the line holding `offset`."""
     start = line_start(data, offset)

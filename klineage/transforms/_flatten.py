@@ -110,6 +110,7 @@ from klineage.transforms._canonical import INDEX_LOCAL, NARROW, WIDE, canonical,
 from klineage.transforms._edit import (
     contains,
     edited,
+    fresh_name,
     indentation,
     is_written,
     params,
@@ -269,7 +270,7 @@ def _rows_named(state: KernelState) -> KernelState:
         if not guarded and any(str(launch.block[0]).strip() != "1" for launch in launches):
             return []
         named = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier")}
-        row = next(name for name in ("row", *(f"row{k}" for k in range(1, 100))) if name not in named)
+        row = fresh_name(named, "row")
         first = rest[0]
         return [(first.start_byte, first.start_byte,
                  f"const unsigned int {row} = blockIdx.x;\n{indentation(parsed.data, first.start_byte)}"),
@@ -576,8 +577,7 @@ def _with_extent_parameter(state: KernelState, parsed: cp.ParsedSource, function
     count a 1-D bound needs, which a 2-D launch's grid carried and the kernel never had to take. The kernel reads
     nothing new; only the flat form's bound names it."""
     names = {parsed.text(n) for n in cp.nodes_of_type(parsed.root, "identifier")}
-    name = next(f"grid_{'xyz'[missing.axis]}{suffix}" for suffix in ("", *map(str, range(1, 100)))
-                if f"grid_{'xyz'[missing.axis]}{suffix}" not in names)
+    name = fresh_name(names, f"grid_{'xyz'[missing.axis]}")
     taken = params(parsed, function.node)
     if not taken:
         raise NotApplicable(f"{function.name} takes no parameters to add the row count to")

@@ -22,7 +22,9 @@ TILE = 16
 KEY = "tile"
 TILED_NAMES = (f"{KEY}_a", f"{KEY}_b", f"{KEY}_k")  # what the tiled form declares
 _ID = r"([A-Za-z_]\w*)"
-BATCH_INDEX = r"int [A-Za-z_]\w* = blockIdx\.z;"  # a batched product's batch: one block layer per matrix
+# a batched product's batch: one block layer per matrix, declared `int` or in blockIdx.z's own type (`_canonical`
+# names an inline blockIdx.z so); the forwards keep the declaration as it is, so every offset computes what it did
+BATCH_INDEX = r"(?:int|unsigned int) [A-Za-z_]\w* = blockIdx\.z;"
 # an operand's element type -> the conversion its naive update reads it through ("" for float, read as it is)
 CONVERSIONS = {"float": "", **dict.fromkeys(("__half", "half"), "__half2float"),
                **dict.fromkeys(("__nv_bfloat16", "nv_bfloat16"), "__bfloat162float")}

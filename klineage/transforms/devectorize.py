@@ -53,6 +53,7 @@ from klineage.transforms._edit import (
     call_arguments,
     cast_name,
     contains,
+    fresh_name,
     function_feature_names,
     function_ranges,
     functions_named,
@@ -123,14 +124,6 @@ def line_indent(data: bytes, offset: int) -> str:
 
 def identifiers(parsed: cp.ParsedSource, node: Node) -> set[str]:
     return {parsed.text(n) for n in cp.nodes_of_type(node, "identifier", "type_identifier", "field_identifier")}
-
-
-def fresh_name(taken: set[str], base: str) -> str:
-    name, n = base, 1
-    while name in taken:
-        name, n = f"{base}{n}", n + 1
-    taken.add(name)
-    return name
 
 
 # ------------------------------------------------------------------------------------------------

@@ -268,7 +268,7 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         raise NotApplicable(f"{function.name} is not a naive matrix product: two indexes and a guard")
     column, row = indexes["x"], indexes["y"]
     guard = listed[2]
-    batch_name = batch.split()[1] if batch else ""
+    batch_name = batch.split(" = ")[0].split()[-1] if batch else ""
     condition = _batch_unbounded(state, parsed, function, squash(parsed.text(guard.child_by_field_name("condition")))
                                  [1:-1], batch_name)
     consequence = guard.child_by_field_name("consequence")

@@ -48,7 +48,9 @@ matrix the grid's z:
 each subscript the 2-D one plus the batch's offset b * R * C, spelled any way that sums and multiplies to it (`b * R
 * C + r * C + c`, casts on any factor). Each layer of z is an independent transpose of its own matrix, so the tiled
 form does the same with the offset in both of its subscripts, `(b * R + r + k) * C + c` and `(b * C + r_out + k) * R
-+ c_out`, and keeps the launch's grid z. A 64-bit batch or cast makes the tiled subscripts 64-bit (the cast on b).
++ c_out`, and keeps the launch's grid z. A 64-bit batch or cast makes the tiled subscripts 64-bit (the cast on b),
+and so does a batch of blockIdx.z's own type (`unsigned int b = blockIdx.z;`, as `_canonical` names an inline
+`blockIdx.z * R * C`): the same subscripts wherever the naive kernel's 32-bit unsigned ones do not wrap past 2^32.
 
 Backward writes the direct copy back from the canonical tiled form, with the grid one thread per
 element needs under the (32, 8) block (a batch's declaration and offsets kept, grid z as it is); a kernel that came
@@ -114,7 +116,8 @@ _FLAT = re.compile(rf"^{{ (int|long long) {_ID} = ([^;{{}}]+); if \(\2 < ({_WIDE
 # its early return, `if (i >= R * C) return; <split, copy>`: the `if` form's negation, the rest of the kernel its work
 _FLAT_RETURN = re.compile(r"^\{ ([^;{}]+;) if \((\w+) >= (.+?)\) return; ([^{}]+) \}$")
 # a batch's matrix from the grid's z, among the declarations before the guard; 64-bit types make the offsets 64-bit
-_BATCH = re.compile(rf"(?<=[{{;] )(?:const )?(int|{'|'.join(sorted(WIDE_TYPES))}) {_ID} = blockIdx\.z; ")
+_BATCH = re.compile(rf"(?<=[{{;] )(?:const )?(int|unsigned int|{'|'.join(sorted(WIDE_TYPES))}) {_ID} = "
+                    r"blockIdx\.z; ")
 Form = dict[tuple[str, ...], int]  # a subscript's polynomial: monomial (its names, sorted) -> coefficient
 
 
@@ -477,7 +480,8 @@ def _split(declarations: list[str], index: str) -> tuple[tuple[str, str], tuple[
 
 
 def _unbatched(body: str) -> tuple[str, str, bool]:
-    """(the squashed body without its batch declaration `b = blockIdx.z;`, b, whether b is 64-bit); the body, ""
+    """(the squashed body without its batch declaration `b = blockIdx.z;`, b, whether the tiled subscripts are
+    formed in 64 bits for it: b is 64-bit or unsigned); the body, ""
     and False where it declares none. Whether both subscripts add b's matrix offset is `_naive_copy`'s to check."""
     found = _BATCH.search(body)
     if found is None:

@@ -251,6 +251,33 @@ def test_a_coordinate_local_written_const_or_cast_is_the_plain_local(spelled, pl
         assert canonical(left).source.splitlines()[1].strip() == kept
 
 
+def _layered(body: str) -> KernelState:
+    return KernelState(source=f"__global__ void kernel(const float* x, float* y, int batch, int n) {{\n{body}}}\n",
+                       plan=PLAN)
+
+
+def test_a_layer_read_inline_is_named_by_a_local_of_its_own_type():
+    """`blockIdx.z` read where it is used (a batch's offset, `blockIdx.z * n`) is named first by an `unsigned int`
+    local, blockIdx.z's own type, so `batch * n` is formed in the same unsigned arithmetic; a name the kernel has
+    (its `batch` parameter) is not taken."""
+    state = _layered(f"    {NARROW}\n    if (i < n) y[blockIdx.z * n + i] = x[(size_t)blockIdx.z * n + i];\n")
+    named = _layered(f"    unsigned int batch1 = blockIdx.z;\n    {NARROW}\n"
+                     "    if (i < n) y[batch1 * n + i] = x[(size_t)batch1 * n + i];\n")
+    assert canonical(state).source == named.source
+
+
+@pytest.mark.parametrize("body", [
+    # a local already holds the layer: the readers read it as it is
+    "    int b = blockIdx.z;\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < n) y[b * n + i] = x[i];\n",
+    # a 3-D thread index: blockIdx.z is not a layer there
+    "    int z = blockIdx.z * blockDim.z + threadIdx.z;\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < n) y[z * n + i] = x[i];\n",
+])
+def test_a_layer_held_by_a_local_or_in_a_3d_index_is_left_alone(body):
+    assert "unsigned int batch" not in canonical(_layered(body)).source
+
+
 TILE_PLAN = plan_of('"x", "y", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }',
                     grid='cdiv(cols, 16)", "cdiv(rows, 8)', block="16, 8")
 

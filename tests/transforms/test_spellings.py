@@ -10,7 +10,8 @@ doubles, the block size written as its number (a template's instance), an index 
 int tid = threadIdx.x;`), reads through the read-only cache (`__ldg(&x[i])`), a grid-stride loop as `for` or `while`
 (over elements; over rows or columns on a fixed grid, launched by `<name>.toml` beside the spelling), a transpose on
 one 1-D index split into a row and a column (its own family: a 1-D launch), a batch of transposes, its matrix from
-grid z (its own family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit), a batch of column
+grid z (its own family: a 3-D grid; the batch's offset a row of rows or a term of its own, 64-bit, or read from
+`blockIdx.z` where it is used, as a batch of products may be too), a batch of column
 sums (mean pooling, one thread per output of (B, D): its own family; a batch on grid y launched by its
 `<name>.toml`), scalar locals before the guard (a threshold, a 64-bit count; a concatenation's row length: its own
 family), one thread per pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add
@@ -66,7 +67,8 @@ EXPECTED = {
     "transpose": {name: {"untile_transpose"} for name in ("a_2d_if", "c_return", "d_ldg", "e_row_pointers")},
     "transpose_flat": {name: {"untile_transpose"} for name in ("a_split", "b_split_2d_read", "c_return_size_t")},
     "transpose_batched": {name: {"untile_transpose"}
-                          for name in ("a_row_major", "b_offset_terms", "c_int64_cast", "d_size_t_ldg")},
+                          for name in ("a_row_major", "b_offset_terms", "c_int64_cast", "d_size_t_ldg",
+                                       "e_inline_layer")},
     "batched_columns": {name: COLUMNS for name in ("a_return_guard", "b_if_wrap", "c_int64", "d_ldg")}
     | {"e_grid_y": COLUMNS - {"unsplit_reduction"},  # grid y is the batch's: no chunks there
        "f_grid_x_batch": COLUMNS},  # the batch on grid x, the columns' blocks on y: one thread per output on x
@@ -83,7 +85,7 @@ EXPECTED = {
                                                        "d_l1_distance", "e_batched_one_declaration",
                                                        "f_pragma_unroll", "g_offset_locals", "h_batch_pointers",
                                                        "i_nested_guards", "j_named_elements", "k_define_tile",
-                                                       "l_flat_total", "m_batch_bounded")},
+                                                       "l_flat_total", "m_batch_bounded", "n_inline_layer")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
@@ -176,7 +178,8 @@ def _as_kernel(state: KernelState) -> KernelState:
 @pytest.mark.parametrize("spelling", sampled([s for s in ALL if s[0] in EMULATED],
                                              # the other families' forms are bit-checked by their transforms' own
                                              # emulator tests (the 1-D and batched transposes, concat, the pairs)
-                                             keep=[("elementwise", "j_while_size_t")]))
+                                             keep=[("elementwise", "j_while_size_t"),
+                                                   ("transpose_batched", "e_inline_layer")]))
 def test_each_spellings_forwards_compute_its_bits_on_the_cpu(tmp_path, spelling):
     family, name = spelling
     state = _as_kernel(load_kernel(_folders(tmp_path, family, name)))
@@ -192,7 +195,8 @@ def _operands(batch: int):
                                "B": torch.randn(batch * k * n, generator=g)}
 
 
-@pytest.mark.parametrize("name", sampled(sorted(EXPECTED["products"]), keep=["g_offset_locals", "j_named_elements"]))
+@pytest.mark.parametrize("name", sampled(sorted(EXPECTED["products"]),
+                                          keep=["g_offset_locals", "j_named_elements", "n_inline_layer"]))
 def test_each_products_tiles_compute_its_bits_on_the_cpu(tmp_path, name):
     """The tiled kernel of each product spelling gives the spelling's own output bits on the CPU emulator, for sizes
     16 does and does not divide (and every matrix of a batch)."""
