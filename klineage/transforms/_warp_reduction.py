@@ -1029,13 +1029,14 @@ def _check_arrays(parsed: cp.ParsedSource, body: Node, loops: list[RowLoop]) -> 
             if node.type == "update_expression":
                 raise NotApplicable(f"an increment of memory: `{squash(parsed.text(node))}`")
             written.add(array(parsed.text(target.child_by_field_name("argument"))))
-    text = parsed.text(body)
     for stored in written:
         names = {stored} | {local for local in alias if array(local) == stored}
         accesses = [node for node in cp.nodes_of_type(body, "subscript_expression")
                     if parsed.text(node.child_by_field_name("argument")) in names]
         declared = 2 * (len(names) - 1)  # each local's declaration names it and the pointer it starts from
-        if sum(len(re.findall(rf"\b{re.escape(name)}\b", text)) for name in names) != len(accesses) + declared:
+        # names, not text: `x` is no use of an array x in `threadIdx.x`
+        if sum(parsed.text(node) in names for node in cp.nodes_of_type(body, "identifier")) != \
+                len(accesses) + declared:
             raise NotApplicable(f"'{stored}' is used as a pointer beyond its elements")
         if all(_plain_store(parsed, node) for node in accesses):
             continue

@@ -496,6 +496,29 @@ def test_a_row_quantized_through_rounding_conversions_gets_a_warp_and_the_naive_
     assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 70)), inputs_of) == []
 
 
+def test_a_residual_added_in_place_to_an_array_named_x_gets_a_warp_and_the_naive_bits(transform, tmp_path):
+    """`x[...] += res[...]` then a norm of the sum, the buffer named `x`: the `x` of `threadIdx.x` is no use of the
+    array, so the row is read back by the lane that stored it, and the warp form's sums and outputs are the naive
+    kernel's bits (whole numbers, so that the sum's order does not show)."""
+    source = ("__global__ void kernel(float* x, const float* res, float* y, int rows, int n) {\n"
+              "    int row = blockIdx.x * blockDim.x + threadIdx.x;\n    if (row >= rows) return;\n"
+              "    float s = 0.0f;\n"
+              "    for (int j = 0; j < n; ++j) { x[row * n + j] += res[row * n + j]; s += x[row * n + j]; }\n"
+              "    const float mean = s / n;\n"
+              "    for (int j = 0; j < n; ++j) y[row * n + j] = x[row * n + j] - mean;\n}\n")
+    state = KernelState(source=source, plan=LaunchPlan.from_toml(PLAN_TEXT.replace('"x", "y",', '"x", "res", "y",')))
+    (site,) = transform.forward_sites(state)
+    warp = transform.forward(state, site).state
+
+    def inputs_of(rows: int, n: int) -> tuple[dict, dict, dict, dict]:
+        g = torch.Generator().manual_seed(rows * n)  # whole numbers: every order of the sums is exact
+        x, res = (torch.randint(-8, 9, (rows * n,), generator=g).float() for _ in range(2))
+        return ({"rows": rows, "n": n}, {"res": res}, {"x": (torch.float32, rows * n), "y": (torch.float32, rows * n)},
+                {"x": x})
+
+    assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5), (40, 70)), inputs_of) == []
+
+
 def test_a_loop_from_a_scalar_parameter_gets_a_warp_and_the_naive_bits(transform, tmp_path):
     """A sum over the columns from `first` on (a scalar parameter, the same for every lane): each lane starts at
     `first + lane`; on integer values the warp form's sums are the naive loop's bits, `first` past the row's end too."""
