@@ -21,7 +21,9 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
   value is read back from the element stored before (the held-out cumsum problem, bench/transfer/cumsum, so
   spelled), and a running maximum kept by a compare (row_cummax), each a warp a row; torch.gather along rows with
   its int64 index (gather_dim1), the index packed four to a 32-byte vector by scalarize_elementwise; and the held-out
-  scatter-add (bench/transfer/scatter_add) adding four elements of a row with one vector atomicAdd.
+  scatter-add (bench/transfer/scatter_add) adding four elements of a row with one vector atomicAdd; the held-out
+  batched product (bench/transfer/bmm_small) with each matrix's start read from `blockIdx.z` where it is used,
+  tiled by untile_matmul.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -136,6 +138,17 @@ __global__ void matmul_at(const float* __restrict__ A, const float* __restrict__
     }
 }
 """
+INLINE_LAYER_BMM = """// Batched product, one thread per output, each matrix's start read from grid z where it is used.
+__global__ void bmm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int m, int n,
+                    int k) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row >= m || col >= n) return;
+    float sum = 0.0f;
+    for (int i = 0; i < k; ++i) sum += a[blockIdx.z * m * k + row * k + i] * b[blockIdx.z * k * n + i * n + col];
+    c[blockIdx.z * m * n + row * n + col] = sum;
+}
+"""
 
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "transfer"
@@ -193,6 +206,9 @@ SPELLINGS = [
              ("m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));",), KEPT_CUMMAX),
     Spelling("gather_dim1", PROBLEMS / "gather_dim1", "scalarize_elementwise",
              ("const long4_16a idx4 = *reinterpret_cast<const long4_16a*>(idx + i);",), vendor="torch.gather"),
+    Spelling("bmm_inline_layer", BENCH / "bmm_small", "untile_matmul",
+             ("unsigned int batch = blockIdx.z;", "a += batch * m * k;", "__shared__ float tile_a[16][16];"),
+             INLINE_LAYER_BMM, vendor="torch.bmm"),
     Spelling("scatter_add_vector_atomic", BENCH / "scatter_add", "scalarize_row_gather",
              ("atomicAdd(reinterpret_cast<float4*>(out + ((long long)idx[r] * cols + c)), out4);",),
              cases=frozenset({"headline", "ragged", "small"}), vendor="index_add_"),

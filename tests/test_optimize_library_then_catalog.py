@@ -42,9 +42,10 @@ def test_a_library_with_no_card_for_the_kernel_goes_on_with_the_catalog(scripted
     assert alone.stop is Stop.NO_CANDIDATE and not alone.steps
     assert alone.message.endswith("none of the library's 0 card(s) has an allowed status (admitted); allow more "
                                   "statuses (e.g. admitted,candidate)")
-    then = run(scripted_gpu, gate_cache, Strategy.LIBRARY_THEN_CATALOG, empty, budget=5)
+    then = run(scripted_gpu, gate_cache, Strategy.LIBRARY_THEN_CATALOG, empty, budget=6)
     # one step per site: the naive kernel's two expf calls take two of the gate calls after the start's (the
-    # read-only cache and the block's trees through shuffles, as fast as the start under this stand-in, the others)
+    # read-only cache, the block's trees through shuffles and its row kept in registers, as fast as the start under
+    # this stand-in, the others)
     assert [step.transform for step in then.steps] == ["fast_math", "fast_math"]
     assert then.speedup == pytest.approx(1 / 0.8 ** len(then.steps))
     assert all(not a.card for a in then.attempts)

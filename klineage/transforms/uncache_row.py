@@ -1,16 +1,23 @@
 """uncache_row: a row a warp keeps in registers across its passes is read from global memory in every pass.
 
 The mechanism (forward): a warp-per-row kernel (the form `serialize_reduction`'s forward writes: `lane`
-strides each row loop `for (int j = lane; j < n; j += 32)`) whose loops read the same row `a[j]` two or
-more times (a softmax or a norm: max, sum, store) keeps the row in a register array of CACHE values per
-lane when the row fits (n <= 32 * CACHE): each such loop runs fully unrolled over the array
-(`j = lane + 32 * t`, guarded by `j < n`), the first one loading it, the later ones reading registers
-only. A row that does not fit takes the loop as it was (kept verbatim in the `else` branch), so every n
-stays correct. CACHE is the carrier value `row_cache` (64 by default: 2048 columns).
+strides each row loop `for (int j = lane; j < n; j += 32)`) or a block-per-row one (`serialize_block_reduction`'s
+`for (int j = lane; j < n; j += 256)` with `lane` the thread's index, or a hand-written `for (int j = tid; j < n; j
++= blockDim.x)`) whose loops read the same row `a[j]` two or more times (a softmax or a norm: max, sum, store)
+keeps the row in a register array of CACHE values per thread when the row fits (n <= S * CACHE for the stride S):
+each such loop runs fully unrolled over the array (`j = lane + S * t`, guarded by `j < n`), the first one loading
+it, the later ones reading registers only. Slot t holds column `lane + S * t` in every pass, whatever S is, and
+covers every column the loop reaches where n <= S * CACHE; a row that does not fit takes the loop as it was (kept
+verbatim in the `else` branch), so every n stays correct. CACHE is the carrier value `row_cache`: 64 for a warp's
+stride of 32 (2048 columns), and for a block's stride what 16384 registers a block leave each thread, at most 64
+(a block of 256 threads: 64; of 1024: 16), so that the block still launches.
 
 Backward drops the array and puts each loop back from its `else` branch.
 
-Legality (forward_sites), conservative: `a` is a `const float*` (parameter or local) that the kernel never
+Legality (forward_sites), conservative: each pass starts at the lane (`lane`, or a local the kernel sets to
+`threadIdx.x % 32` or `& 31` and never assigns) and steps by 32, or starts at the thread's index (`threadIdx.x`, or a
+local set to it and never assigned) and steps by a number or `blockDim.x`, every pass alike, the launches' blocks
+numbers for a block's stride; `a` is a `const float*` (parameter or local) that the kernel never
 moves, read in each strided loop only as `a[j]` of that loop's index, or `a[X + j]` with one X in every pass
 whose names the kernel never assigns (`x[row * n + j]`: the row is the same in every pass), or through
 `__ldg(&...)`, which becomes the register read whole: no other address of the row is taken; the loops sit in
@@ -29,6 +36,7 @@ walk places the mechanism on new kernels through the canonical forward above (`f
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,19 +44,36 @@ from typing import Any
 
 from tree_sitter import Node
 
+from klineage import expr
+from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
-from klineage.kernel import KernelState
+from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import _register_cache as rc
 from klineage.transforms import _row_vectors as rv
 from klineage.transforms import register
-from klineage.transforms._edit import Edit, indentation, ldg_calls, operator, outer_parens, own_lines, reindent, splice
+from klineage.transforms._edit import (
+    Edit,
+    declared_kind,
+    indentation,
+    is_written,
+    ldg_calls,
+    operator,
+    outer_parens,
+    own_lines,
+    reindent,
+    splice,
+)
 from klineage.transforms._naive import LOOP_INDEX_TYPES, kernel, launches_of, squash
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Role, Transform, refused
 
-CACHE = 64
+CACHE, BLOCK_REGISTERS = 64, 16384  # a warp's cache; the registers a block's caches may take together
 LANE, WARP = "lane", 32
-_STRIDED = re.compile(rf"^for \((?:{LOOP_INDEX_TYPES}) (\w+) = {LANE}; \1 < ([\w.]+); \1 \+= {WARP}\)")
+_STRIDED = re.compile(rf"^for \((?:{LOOP_INDEX_TYPES}) (\w+) = (\w+|threadIdx\.x); \1 < ([\w.]+); "
+                      r"\1 \+= (\w+|blockDim\.x)\)")
 _CACHE_DECLARATION = re.compile(r"^float row_cache\[(\d+)\];$")
+_THREAD_LOCAL_TYPES = frozenset({"int", "unsigned", "unsigned int", "const int", "const unsigned",
+                                 "const unsigned int"})
+_LANE_VALUES = frozenset({"threadIdx.x % 32", "threadIdx.x & 31"})  # what a lane local holds
 
 
 @dataclass(frozen=True)
@@ -56,6 +81,15 @@ class Pass:
     node: Node
     index: str
     offset: str  # X of the pass's reads `a[X + j]`, "" for `a[j]`
+
+
+@dataclass(frozen=True)
+class Walk:
+    """What every pass shares: where a thread starts, its step, the bound, and the values a thread caches."""
+    start: str
+    stride: str
+    bound: str
+    cache: int
 
 
 class UncacheRow(Transform):
@@ -89,8 +123,7 @@ class UncacheRow(Transform):
                 continue
             for pointer in _const_float_pointers(parsed, function):
                 try:
-                    launches_of(state, function.name, dimensions=3)
-                    _passes(parsed, body, pointer)
+                    _passes(state, parsed, function, pointer)
                 except NotApplicable as error:
                     refused(function, error)
                     continue
@@ -105,22 +138,20 @@ class UncacheRow(Transform):
             return self.rewrite(state, anchor, Direction.FORWARD, source,
                                 note=f"{anchor.function}: the later passes read {anchor.key} from registers")
         function = kernel(parsed, anchor)
-        body = function.node.child_by_field_name("body")
         if anchor.key not in _const_float_pointers(parsed, function):
             raise NotApplicable(f"{anchor}: '{anchor.key}' is no const float pointer of the kernel")
-        launches_of(state, function.name, dimensions=3)  # distinct buffers: no store reaches the cached row
-        passes, bound = _passes(parsed, body, anchor.key)
+        passes, walk = _passes(state, parsed, function, anchor.key)
         data = parsed.data
         first = passes[0].node
         indent = indentation(data, first.start_byte)
-        edits = [Edit(first.start_byte, first.start_byte, f"float row_cache[{CACHE}];\n{indent}")]
+        edits = [Edit(first.start_byte, first.start_byte, f"float row_cache[{walk.cache}];\n{indent}")]
         for number, step in enumerate(passes):
             edits.append(Edit(step.node.start_byte, step.node.end_byte,
-                              _cached(parsed, step, anchor.key, bound, indent, load=number == 0)))
+                              _cached(parsed, step, anchor.key, walk, indent, load=number == 0)))
         source = splice(data, edits)[0].decode("utf-8")
-        return self.rewrite(state, anchor, Direction.FORWARD, source, carrier={"row_cache": CACHE},
-                            note=f"{function.name}: {anchor.key}'s row kept in {CACHE} registers per lane across "
-                                 f"{len(passes)} passes when {bound} <= {WARP * CACHE}")
+        return self.rewrite(state, anchor, Direction.FORWARD, source, carrier={"row_cache": walk.cache},
+                            note=f"{function.name}: {anchor.key}'s row kept in {walk.cache} registers per thread "
+                                 f"across {len(passes)} passes when {walk.bound} <= {walk.stride} * {walk.cache}")
 
     def backward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         parsed = cp.parse(state.source)
@@ -146,7 +177,7 @@ class UncacheRow(Transform):
         for node in cp.nodes_of_type(body, "if_statement"):
             condition = squash(parsed.text(node.child_by_field_name("condition")))
             alternative = node.child_by_field_name("alternative")
-            if not re.fullmatch(rf"\(\w+ <= {WARP} \* \d+\)", condition) or alternative is None:
+            if not re.fullmatch(r"\([\w.]+ <= (?:\d+|blockDim\.x) \* \d+\)", condition) or alternative is None:
                 continue
             kept = [c for c in cp.nodes_of_type(alternative, "for_statement") if c.parent.parent == alternative
                     or c.parent == alternative]
@@ -181,20 +212,23 @@ def _const_float_pointers(parsed: cp.ParsedSource, function: cp.Function) -> lis
     return list(dict.fromkeys(rv.CONST_FLOAT_POINTER.findall(text)))
 
 
-def _passes(parsed: cp.ParsedSource, body: Node, pointer: str) -> tuple[list[Pass], str]:
-    """The strided loops that read `pointer[index]`, in order, and their shared bound; NotApplicable unless
-    there are two or more and every use of the pointer inside them is that read."""
+def _passes(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+            pointer: str) -> tuple[list[Pass], Walk]:
+    """The strided loops that read `pointer[index]`, in order, and what they share; NotApplicable unless there are
+    two or more, every use of the pointer inside them is that read, and each starts and steps alike."""
+    launches = launches_of(state, function.name, dimensions=3)  # distinct buffers: no store reaches the cached row
+    body = function.node.child_by_field_name("body")
     text = parsed.text(body)
     if re.search(r"\b(?:row_cache|cache_t)\b", text):
         raise NotApplicable("the kernel already names row_cache or cache_t")
-    passes, bounds = [], set()
+    passes, walks = [], set()
     for node in cp.nodes_of_type(body, "for_statement"):
         header = squash(parsed.data[node.start_byte:node.child_by_field_name("body").start_byte].decode())
         match = _STRIDED.match(header)
         loop_text = parsed.text(node.child_by_field_name("body"))
         if match is None or not re.search(rf"\b{pointer}\b", loop_text):
             continue
-        index, bound = match.groups()
+        index, start, bound, stride = match.groups()
         uses = len(re.findall(rf"\b{pointer}\b", loop_text))
         reads = [s for s in cp.nodes_of_type(node.child_by_field_name("body"), "subscript_expression")
                  if parsed.text(s.child_by_field_name("argument")) == pointer]
@@ -208,7 +242,7 @@ def _passes(parsed: cp.ParsedSource, body: Node, pointer: str) -> tuple[list[Pas
         if re.search(rf"\b(?:{index}|{re.escape(bound)})\s*(?:[-+*/]?=[^=]|\+\+|--)", loop_text):
             raise NotApplicable("a pass assigns its index or bound")
         passes.append(Pass(node, index, offsets.pop()))
-        bounds.add(bound)
+        walks.add((start, stride, bound))
     if len(passes) < 2:
         raise NotApplicable(f"{pointer} is read in fewer than two passes")
     if len({step.node.parent.id for step in passes}) != 1:
@@ -220,9 +254,45 @@ def _passes(parsed: cp.ParsedSource, body: Node, pointer: str) -> tuple[list[Pas
         target = change.child_by_field_name("left") or change.child_by_field_name("argument")
         if target is not None and squash(parsed.text(target)).strip("()") in fixed:
             raise NotApplicable(f"the kernel moves {pointer}'s row ({squash(parsed.text(target))}) between passes")
-    if len(bounds) != 1:
-        raise NotApplicable("the passes have different bounds")
-    return passes, bounds.pop()
+    if len(walks) != 1:
+        raise NotApplicable("the passes start, step or stop differently")
+    (start, stride, bound), = walks
+    return passes, Walk(start, stride, bound, _cache(parsed, function, launches, start, stride))
+
+
+def _cache(parsed: cp.ParsedSource, function: cp.Function, launches: list, start: str, stride: str) -> int:
+    """The values a thread caches for passes from `start` by `stride`: a warp's lane by 32, or the thread's index
+    in its block by a block's stride (whose register budget divides among the block's threads); NotApplicable for
+    any other start."""
+    locals_ = _thread_locals(parsed, function)
+    if stride == str(WARP) and (start == LANE or locals_.get(start) in _LANE_VALUES):
+        return CACHE
+    if start != "threadIdx.x" and locals_.get(start) != "threadIdx.x":
+        raise NotApplicable(f"the passes start at {start}: not the thread's lane (stepping by {WARP}) nor its index")
+    constants = parse_constants(parsed.text(parsed.root))
+    if stride != "blockDim.x" and not (stride.isdigit() or stride in constants and stride not in locals_):
+        raise NotApplicable(f"the passes step by {stride}: not a number, a constant or blockDim.x")
+    try:
+        threads = max(math.prod(expr.evaluate_int(str(d), constants) for d in launch.block) for launch in launches)
+    except ExpressionError:
+        raise NotApplicable(f"{function.name}'s block is not a number: no register budget a thread") from None
+    return max(1, min(CACHE, BLOCK_REGISTERS // threads))
+
+
+def _thread_locals(parsed: cp.ParsedSource, function: cp.Function) -> dict[str, str]:
+    """Each 32-bit integer local the kernel sets to an expression of threadIdx.x and never assigns -> that
+    expression (squashed); declared alone or beside others (`int row = blockIdx.x, tid = threadIdx.x;`)."""
+    written = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier") if is_written(n)}
+    found = {}
+    for declaration in cp.nodes_of_type(function.node.child_by_field_name("body"), "declaration"):
+        if declared_kind(parsed, declaration) not in _THREAD_LOCAL_TYPES:
+            continue
+        for declarator in declaration.children_by_field_name("declarator"):
+            name, value = declarator.child_by_field_name("declarator"), declarator.child_by_field_name("value")
+            if declarator.type == "init_declarator" and name.type == "identifier" and \
+                    parsed.text(name) not in written and "threadIdx.x" in parsed.text(value):
+                found[parsed.text(name)] = squash(parsed.text(value))
+    return found
 
 
 def _reads(parsed: cp.ParsedSource, scope: Node, pointer: str) -> list[Node]:
@@ -242,7 +312,7 @@ def _reads(parsed: cp.ParsedSource, scope: Node, pointer: str) -> list[Node]:
     return found
 
 
-def _cached(parsed: cp.ParsedSource, step: Pass, pointer: str, bound: str, indent: str, *, load: bool) -> str:
+def _cached(parsed: cp.ParsedSource, step: Pass, pointer: str, walk: Walk, indent: str, *, load: bool) -> str:
     """The pass as a fully unrolled walk over the register array when the row fits, else as it was."""
     body = step.node.child_by_field_name("body")
     text, base = parsed.text(body), body.start_byte
@@ -251,11 +321,11 @@ def _cached(parsed: cp.ParsedSource, step: Pass, pointer: str, bound: str, inden
     inner = indent + " " * 12
     column = len(indentation(parsed.data, body.start_byte))
     rebodied = inner + reindent(text, column, inner)[len(inner):]
-    lines = [f"if ({bound} <= {WARP} * {CACHE}) {{",
+    lines = [f"if ({walk.bound} <= {walk.stride} * {walk.cache}) {{",
              "    #pragma unroll",
-             f"    for (int cache_t = 0; cache_t < {CACHE}; ++cache_t) {{",
-             f"        const int {step.index} = {LANE} + {WARP} * cache_t;",
-             f"        if ({step.index} < {bound}) {{"]
+             f"    for (int cache_t = 0; cache_t < {walk.cache}; ++cache_t) {{",
+             f"        const int {step.index} = {walk.start} + {walk.stride} * cache_t;",
+             f"        if ({step.index} < {walk.bound}) {{"]
     head = "\n".join(indent + line for line in lines)[len(indent):]
     at = f"{step.offset} + {step.index}" if step.offset else step.index
     loaded = f"{inner}row_cache[cache_t] = {pointer}[{at}];\n" if load else ""

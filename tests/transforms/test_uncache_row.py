@@ -1,15 +1,18 @@
-"""uncache_row: a row a warp keeps in registers across its passes (when it fits; the passes as they were
-otherwise) is read from memory in every pass; forward finds its sites by analysis on warp-per-row kernels."""
+"""uncache_row: a row a warp or a block keeps in registers across its passes (when it fits; the passes as they
+were otherwise) is read from memory in every pass; forward finds its sites by analysis on warp-per-row and
+block-per-row kernels."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 
 from klineage.kernel import KernelState, load_kernel
 from klineage.transforms import Anchor, NotApplicable, get
-from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
+from tests.transforms import emulate
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load, plan_of
 
 SITE = Anchor("kernel", "function", "in")
 
@@ -19,9 +22,10 @@ def transform():
     return get("uncache_row")
 
 
-# softmax: the canonical form the forward writes; register_array: the spelling of hand-written kernels, a
-# per-thread array filled in one pass and read in later ones
-CASES = ("softmax", "register_array")
+# softmax: the canonical form the forward writes (a warp a row); block_softmax: the same on a block a row, the
+# columns strided by the block; register_array: the spelling of hand-written kernels, a per-thread array filled in
+# one pass and read in later ones
+CASES = ("softmax", "block_softmax", "register_array")
 
 
 def golden(which: str, case: str = "softmax") -> KernelState:
@@ -157,3 +161,83 @@ def test_the_row_pointer_may_be_qualified_any_way(transform, declared):
     vector = get("scalarize_row_cache")
     packed = vector.forward(cached, vector.forward_sites(cached)[0]).state
     assert "__ldg(reinterpret_cast<const float4*>(&in[cache_j4]))" in packed.source
+
+
+def test_forward_follows_serialize_block_reduction_on_a_naive_softmax(transform):
+    """A block a row first (its passes strided by the block's 256 threads), then the row cache: 64 values a thread,
+    what 16384 registers leave each of 256 threads."""
+    naive = load(HERE / "serialize_reduction" / "softmax", "after", "kernel")
+    block = get("serialize_block_reduction").forward(naive, Anchor("kernel", "function", "row")).state
+    assert transform.forward_sites(block) == [SITE]
+    cached = transform.forward(block, SITE).state
+    assert cached.source.count("if (n <= 256 * 64) {") == 3
+    assert cached.source.count("const int j = lane + 256 * cache_t;") == 3
+
+
+HAND_WRITTEN = """#define BLOCK 256
+__global__ void kernel(const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
+    __shared__ float red[BLOCK];
+    int row = blockIdx.x, tid = threadIdx.x;
+    const float* x = in + (size_t)row * cols;
+    float m = -INFINITY;
+    for (int j = tid; j < cols; j += BLOCK) m = fmaxf(m, x[j]);
+    red[tid] = m;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] = fmaxf(red[tid], red[tid + s]);
+        __syncthreads();
+    }
+    const float top = red[0];
+    __syncthreads();
+    float sum = 0.0f;
+    for (int j = tid; j < cols; j += BLOCK) sum += x[j] - top;
+    red[tid] = sum;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if (tid < s) red[tid] += red[tid + s];
+        __syncthreads();
+    }
+    for (int j = tid; j < cols; j += BLOCK) out[(size_t)row * cols + j] = (x[j] - top) / red[0];
+}
+"""
+HAND_ARGS = '"in", "out", { scalar = "rows", type = "i32" }, { scalar = "cols", type = "i32" }'
+
+
+@pytest.mark.parametrize("stride, threads, cached", [("BLOCK", "256", 64), ("blockDim.x", "256", 64),
+                                                     ("blockDim.x", "1024", 16)])
+def test_a_hand_written_block_row_is_cached_and_computes_its_bits(transform, tmp_path, cache, stride, threads,
+                                                                   cached):
+    """A block-per-row kernel as people write it (a thread index declared beside the row, passes stepping by a
+    block-size constant or blockDim.x, shared-memory trees between them) keeps its row in what the block's register
+    budget leaves a thread (16 of 1024 threads), and on the CPU its outputs are the kernel's own bits for rows that
+    fit and one that does not (the passes as they were)."""
+    source = HAND_WRITTEN.replace("j += BLOCK", f"j += {stride}").replace("BLOCK 256", f"BLOCK {threads}")
+    state = KernelState(source=source, plan=plan_of(HAND_ARGS, grid="rows", block=int(threads)))
+    site = Anchor("kernel", "function", "x")
+    assert transform.forward_sites(state) == [site]
+    form = transform.forward(state, site).state
+    assert form.source.count(f"if (cols <= {stride} * {cached}) {{") == 3
+    compiles_without_spills(form, cache)
+
+    def inputs_of(rows: int, cols: int) -> tuple[dict, dict, dict]:
+        g = torch.Generator().manual_seed(rows * cols)  # whole numbers: the trees' sums are exact in any order
+        return ({"rows": rows, "cols": cols}, {"in": torch.randint(-8, 9, (rows * cols,), generator=g).float()},
+                {"out": (torch.float32, rows * cols)})
+
+    past = int(threads) * cached + 3  # a row the cache cannot hold
+    assert emulate.differences(tmp_path, state, {"cached": form}, ((3, 5), (2, 700), (1, past)), inputs_of) == []
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("int row = blockIdx.x, tid = threadIdx.x;", "int row = blockIdx.x, tid = threadIdx.x + 1;", "start at tid"),
+    ("int row = blockIdx.x, tid = threadIdx.x;", "int row = blockIdx.x, tid = threadIdx.x;\n    tid %= 128;",
+     "start at tid"),  # assigned: no longer the thread's index
+    ("for (int j = tid; j < cols; j += BLOCK) sum", "for (int j = tid; j < cols; j += blockDim.x) sum",
+     "step or stop differently"),  # slot t would hold another column in that pass
+])
+def test_no_block_site_where_a_thread_might_not_start_at_its_index(transform, old, new, why):
+    assert old in HAND_WRITTEN
+    state = KernelState(source=HAND_WRITTEN.replace(old, new), plan=plan_of(HAND_ARGS, grid="rows"))
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, Anchor("kernel", "function", "x"))
