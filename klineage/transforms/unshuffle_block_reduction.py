@@ -218,10 +218,12 @@ def _slots(state: KernelState, function: cp.Function, body: str, shared: re.Matc
 
 
 def _is_thread_index(body: str, t: str) -> bool:
-    """`t` is threadIdx.x, or a local declared from it once and never assigned after."""
+    """`t` is threadIdx.x, or a local declared from it once (alone, or after other locals of its declaration: `int
+    row = blockIdx.x, tid = threadIdx.x;`) and never assigned after."""
     if t == "threadIdx.x":
         return True
-    declared = re.findall(rf"(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+{t}\s*=\s*threadIdx\.x\s*;", body)
+    declared = re.findall(rf"(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+(?:\w+\s*=\s*[^;,=]+,\s*)*{t}\s*=\s*"
+                          r"threadIdx\.x\s*[;,]", body)
     assigned = re.findall(rf"(?<![\w.])(?:\+\+|--){t}\b|\b{t}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|\b{t}\s*(?:\+\+|--)", body)
     return len(declared) == 1 and len(assigned) == 1
 

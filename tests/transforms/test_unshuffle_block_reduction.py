@@ -99,6 +99,18 @@ MAX = """__global__ void kernel(const float* x, float* out, int rows, int cols) 
 """
 
 
+@pytest.mark.parametrize("declared", ["int row = blockIdx.x, t = threadIdx.x;", "const int t = threadIdx.x;",
+                                      "unsigned row = blockIdx.x, lo = 0, t = threadIdx.x;"])
+def test_a_tree_indexed_by_a_local_declared_beside_others_is_read(transform, declared):
+    """The thread's index held by a local, declared alone or after other locals of its declaration (as people write
+    `int row = blockIdx.x, tid = threadIdx.x;`): the same index."""
+    source = MAX.replace("threadIdx.x", "t").replace("__shared__ float m[128];",
+                                                     f"__shared__ float m[128];\n    {declared}")
+    state = KernelState(source=source, plan=plan_of(ROW_ARGS, grid="rows", block=128))
+    (site,) = transform.forward_sites(state)
+    assert "__shfl_down_sync" in transform.forward(state, site).state.source
+
+
 def test_a_max_of_any_floats_is_the_trees_to_the_bit(transform, tmp_path):
     from tests.transforms import emulate
 
