@@ -23,7 +23,8 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
   its int64 index (gather_dim1), the index packed four to a 32-byte vector by scalarize_elementwise; and the held-out
   scatter-add (bench/transfer/scatter_add) adding four elements of a row with one vector atomicAdd; the held-out
   batched product (bench/transfer/bmm_small) with each matrix's start read from `blockIdx.z` where it is used,
-  tiled by untile_matmul.
+  tiled by untile_matmul; a product tiled in shared memory by hand (matmul_tiled, the CUDA tutorials' form, 32 x 32
+  tiles), register-blocked by unblock_matmul.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -206,6 +207,8 @@ SPELLINGS = [
              ("m = fmaxf(m, __shfl_sync(0xffffffffu, scan_value, 31));",), KEPT_CUMMAX),
     Spelling("gather_dim1", PROBLEMS / "gather_dim1", "scalarize_elementwise",
              ("const long4_16a idx4 = *reinterpret_cast<const long4_16a*>(idx + i);",), vendor="torch.gather"),
+    Spelling("matmul_tiled_by_hand", PROBLEMS / "matmul_tiled", "unblock_matmul",
+             ("block_acc[block_i][block_j] += block_ra[block_i] * block_rb[block_j];",), vendor="torch.matmul"),
     Spelling("bmm_inline_layer", BENCH / "bmm_small", "untile_matmul",
              ("unsigned int batch = blockIdx.z;", "a += batch * m * k;", "__shared__ float tile_a[16][16];"),
              INLINE_LAYER_BMM, vendor="torch.bmm"),

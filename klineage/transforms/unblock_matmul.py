@@ -22,11 +22,18 @@ and four of B into registers and multiplies every pair: 8 shared reads feed 16 m
 
 Backward writes the tiled form back from the blocked one, and the plan's grid (cdiv(N, 16), cdiv(M, 16), Z).
 
+A product tiled in shared memory by hand (the CUDA tutorials' form: T x T tiles of A and B loaded per step along k,
+one output a thread, B stored K x N or N x K, T a number or constant the square block has) is read as the naive
+product it computes (`_hand_tiles.py` says which spellings and why its sum is the naive loop's to the bit) and
+blocked the same way; its backward is the tiled form untile_matmul writes, which computes the same.
+
 Legality (forward_sites), conservative: the kernel's body is exactly the tiled form untile_matmul's forward
-writes (its lines rewritten from the product they read as, then compared), whose update is the product's
+writes (its lines rewritten from the product they read as, then compared), or one tiled by hand as above,
+whose update is the product's
 (`acc += A[...] * B[...]`, either operand first, or `fmaf`, each operand through its tile type's conversion);
 every launch of the kernel is exactly the one that forward writes (block (16, 16), grid (cdiv(N, 16),
-cdiv(M, 16)), a third dimension only for a batch) and passes no buffer twice; the kernel names nothing `block_...`.
+cdiv(M, 16)), a third dimension only for a batch; a hand-tiled kernel's block is its tile's T x T) and passes no
+buffer twice; the kernel names nothing `block_...`.
 The epilogue, now run 16 times in a thread, must not tell: it names the accumulator and none of A, B, the loop
 index, a tile, a thread coordinate, a barrier, a loop or a jump; it calls only functions with no effect
 (`_calls.first_effect`), takes no address and dereferences no pointer, does not declare the accumulator again;
@@ -50,6 +57,7 @@ from klineage.launch import LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._calls import first_effect
 from klineage.transforms._edit import declared_names, unparen
+from klineage.transforms._hand_tiles import hand_tiled_product
 from klineage.transforms._matmul import (
     BATCH_INDEX,
     CONVERSIONS,
@@ -58,6 +66,7 @@ from klineage.transforms._matmul import (
     TILED_NAMES,
     Product,
     expected_body,
+    is_tiled,
     replaced,
     tiled_lines,
     tiled_product,
@@ -267,16 +276,21 @@ def _tiled_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
     writes, launched as it launches it, whose epilogue may run once per micro-tile output."""
     if not function.is_kernel or function.node.child_by_field_name("body") is None:
         raise NotApplicable(f"{function.name} is not a kernel")
-    product, epilogue = tiled_product(parsed, function)
-    body = function.node.child_by_field_name("body")
-    if squash(parsed.text(body)) != expected_body(tiled_lines(product), _text(parsed, epilogue), 1):
-        raise NotApplicable(f"{function.name}: not exactly the tiled product untile_matmul's forward writes")
+    canonical = is_tiled(parsed, function)
+    if canonical:
+        product, epilogue = tiled_product(parsed, function)
+        body = function.node.child_by_field_name("body")
+        if squash(parsed.text(body)) != expected_body(tiled_lines(product), _text(parsed, epilogue), 1):
+            raise NotApplicable(f"{function.name}: not exactly the tiled product untile_matmul's forward writes")
+    else:  # tiled by hand: read as the naive product it computes (its launch's block checked by the reading)
+        product, epilogue = hand_tiled_product(state, parsed, function)
     _check_update(function, product)
     if named := sorted(n for n in _identifiers(parsed, function.node) if n.startswith(f"{KEY}_")):
         raise NotApplicable(f"{function.name} names '{named[0]}', a name the blocked form declares")
     _check_epilogue(parsed, function, product, epilogue)
     launches_of(state, function.name, dimensions=3 if product.batch else 2)
-    if tiled_plan(state, function, product.rows, product.columns, (TILE, TILE), (TILE, TILE)) != state.plan:
+    if canonical and tiled_plan(state, function, product.rows, product.columns, (TILE, TILE), (TILE, TILE)) != \
+            state.plan:
         raise NotApplicable(f"{function.name}'s launch is not the tiled one: block ({TILE}, {TILE}), grid "
                             f"(cdiv(N, {TILE}), cdiv(M, {TILE}))")
     return product, epilogue

@@ -209,7 +209,8 @@ RELU = "C[r * N + c] = v > 0.0f ? v : 0.0f;"
       "acc += tile_a[threadIdx.y][k] * tile_b[k][threadIdx.x] * 2.0f;"), "is not the product"),
     (("acc += tile_a[threadIdx.y][k] * tile_b[k][threadIdx.x];",
       "acc = tile_a[threadIdx.y][k] * tile_b[k][threadIdx.x];"), "is not the product"),
-    (("        __syncthreads();\n    }", "    }"), "not the tiled product"),
+    # a barrier missing: neither the tiled form nor one tiled by hand
+    (("        __syncthreads();\n    }", "    }"), "not two loads, a barrier"),
     (("float alpha)", "float block_r)"), "names 'block_r'"),
 ])
 def test_no_site_where_it_would_not_be_legal(transform, edit, why):
@@ -238,3 +239,104 @@ def test_no_site_where_the_batch_epilogue_reads_another_matrix(transform):
                    "v += beta * C[(b + 1) * M * N + r * N + c];")
     with pytest.raises(NotApplicable, match="touches C, which it writes, at another output"):
         transform.forward(state, SITE)
+
+
+# A product tiled by hand, as the CUDA tutorials write it: a tile of 32 named by a constant, the thread's coordinates
+# in locals, the tiles counted by cdiv(K, 32), the columns of a tile named by locals, ternary loads, an epilogue
+# without braces
+HAND_TILED = """#define TILE 32
+__global__ void kernel(const float* A, const float* B, float* C, int m, int n, int k) {
+    __shared__ float As[TILE][TILE];
+    __shared__ float Bs[TILE][TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    int row = blockIdx.y * TILE + ty;
+    int col = blockIdx.x * TILE + tx;
+    float acc = 0.0f;
+    for (int t = 0; t < (k + TILE - 1) / TILE; ++t) {
+        int ak = t * TILE + tx;
+        int bk = t * TILE + ty;
+        As[ty][tx] = (row < m && ak < k) ? A[row * k + ak] : 0.0f;
+        Bs[ty][tx] = (bk < k && col < n) ? B[bk * n + col] : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < TILE; ++i) acc += As[ty][i] * Bs[i][tx];
+        __syncthreads();
+    }
+    if (row < m && col < n) C[row * n + col] = acc;
+}
+"""
+# the same product as a linear layer writes it: y = relu(x W^T + b), W stored N x K, the loop stepping by the tile,
+# loads by if / else, the products stopping at K, a braced epilogue
+HAND_LINEAR = """__global__ void kernel(const float* __restrict__ x, const float* __restrict__ w, const float* b,
+                       float* __restrict__ y, int m, int n, int k) {
+    __shared__ float xs[16][16];
+    __shared__ float ws[16][16];
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    float sum = 0;
+    for (int k0 = 0; k0 < k; k0 += 16) {
+        if (r < m && k0 + threadIdx.x < k) xs[threadIdx.y][threadIdx.x] = x[r * k + k0 + threadIdx.x];
+        else xs[threadIdx.y][threadIdx.x] = 0.0f;
+        if (c < n && k0 + threadIdx.y < k) ws[threadIdx.y][threadIdx.x] = w[c * k + k0 + threadIdx.y];
+        else ws[threadIdx.y][threadIdx.x] = 0.0f;
+        __syncthreads();
+        for (int kk = 0; kk < 16 && k0 + kk < k; kk++) sum += ws[kk][threadIdx.x] * xs[threadIdx.y][kk];
+        __syncthreads();
+    }
+    if (c < n && r < m) {
+        float v = sum + b[c];
+        y[r * n + c] = v > 0.0f ? v : 0.0f;
+    }
+}
+"""
+
+
+def _hand(source: str, side: int, args: str = '"A", "B", "C"') -> KernelState:
+    return KernelState(source=source, plan=LaunchPlan.from_toml(
+        f'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["cdiv(n, {side})", "cdiv(m, {side})"]\n'
+        f'block = [{side}, {side}]\nargs = [{args}, {{ scalar = "m", type = "i32" }}, '
+        '{ scalar = "n", type = "i32" }, { scalar = "k", type = "i32" }]\n'))
+
+
+HANDS = {"tutorial": (lambda: _hand(HAND_TILED, 32), operands(), "C"),
+         "linear": (lambda: _hand(HAND_LINEAR, 16, '"x", "w", "b", "y"'), operands("x", "w", vectors=("b",)), "y")}
+
+
+@pytest.mark.parametrize("name", sorted(HANDS))
+def test_a_product_tiled_by_hand_is_register_blocked_with_its_bits(transform, tmp_path, cache, name):
+    """Read as the naive product it computes (the tiles' zeros past K add +0.0 to a sum started at +0.0, which
+    changes nothing), it gets the register-blocked form, which gives its output bits on the CPU emulator."""
+    make, inputs_of, output = HANDS[name]
+    state = make()
+    assert transform.forward_sites(state) == [SITE]
+    blocked = transform.forward(state, SITE).state
+    assert "block_acc[block_i][block_j] += block_ra[block_i] * block_rb[block_j];" in blocked.source or \
+        "block_acc[block_i][block_j] += block_rb[block_j] * block_ra[block_i];" in blocked.source
+    assert blocked.plan.launches[0].block == (16, 16, 1)
+    assert blocked.plan.launches[0].grid[:2] == ("cdiv(n, 64)", "cdiv(m, 64)")
+    compiles_without_spills(blocked, cache)
+    same_bits(state, blocked, tmp_path, inputs_of, output, shapes=((1, 1, 1), (50, 70, 33), (70, 130, 40)))
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("(row < m && ak < k) ?", "(ak < k) ?", "does not hold A"),  # rows past M loaded: read out of bounds
+    ("B[bk * n + col]", "B[bk * n + col + 1]", "does not hold B"),
+    ("i < TILE; ++i", "i < TILE - 1; ++i", "products"),  # a column of each tile left out
+    ("t < (k + TILE - 1) / TILE", "t < k / TILE", "cdiv"),  # the last, partial tile left out
+    ("if (row < m && col < n) C[row * n + col] = acc;", "if (row < m && col < n) C[row * n + col] = acc + tx;",
+     "names tx"),  # the epilogue reads a local the blocked form does not declare
+    ("__shared__ float As[TILE][TILE];", "__shared__ float As[TILE][16];", "is not 32 x 32"),
+    ("        __syncthreads();\n    }", "    }", "a barrier"),  # the next tile overwrites one still read
+    ("acc += As[ty][i] * Bs[i][tx]", "acc += As[ty][i] * Bs[tx][i]", "does not multiply"),
+])
+def test_no_site_on_a_hand_tiled_product_that_reads_or_sums_otherwise(transform, old, new, why):
+    assert old in HAND_TILED
+    state = _hand(HAND_TILED.replace(old, new), 32)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+def test_no_site_on_a_hand_tiled_product_launched_on_another_block(transform):
+    state = _hand(HAND_TILED, 16)  # the tile is 32 x 32, the block 16 x 16: a quarter of each tile loaded
+    assert transform.forward_sites(state) == []
