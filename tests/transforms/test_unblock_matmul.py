@@ -340,3 +340,12 @@ def test_no_site_on_a_hand_tiled_product_that_reads_or_sums_otherwise(transform,
 def test_no_site_on_a_hand_tiled_product_launched_on_another_block(transform):
     state = _hand(HAND_TILED, 16)  # the tile is 32 x 32, the block 16 x 16: a quarter of each tile loaded
     assert transform.forward_sites(state) == []
+
+
+def test_the_tiled_form_padded_by_unpad_shared_keeps_its_site(transform):
+    """unpad_shared's forward pads a tile by a column (no bank conflict to remove on these reads, but the catalog
+    may take it first); the padded form reads as one tiled by hand, so register blocking stays open after it."""
+    padding = get("unpad_shared")
+    for site in padding.forward_sites(golden("after")):
+        padded = padding.forward(golden("after"), site).state
+        assert "[16 + 1]" in padded.source and transform.forward_sites(padded) == [SITE]
