@@ -5,14 +5,14 @@ computes, so that `unblock_matmul` can register-block it as it does the tiled fo
 The form read, its names any, its statements in this order (the declarations before the loop in any order):
 
     __shared__ float As[T][T];  __shared__ float Bs[T][T];       // a column of padding allowed on either
-    int tx = threadIdx.x, ty = threadIdx.y;                       // optional, never assigned
+    int tx = threadIdx.x, ty = threadIdx.y, bx = blockIdx.x;      // optional, never assigned
     int r = blockIdx.y * T + ty;  int c = blockIdx.x * T + tx;    // T a number, a constant or blockDim
     float acc = 0.0f;
     for (int t = 0; t < (K + T - 1) / T; ++t) {                   // or `for (int t = 0; t < K; t += T)`
         As[ty][tx] = r < M && t * T + tx < K ? A[r * K + t * T + tx] : 0.0f;   // or if / else; any order of terms
         Bs[ty][tx] = t * T + ty < K && c < N ? B[(t * T + ty) * N + c] : 0.0f; // or B stored N x K: B[c * K + ...]
         __syncthreads();
-        for (int k = 0; k < T; ++k) acc += As[ty][k] * Bs[k][tx];   // `&& t * T + k < K` allowed; a pragma too
+        for (int k = 0; k < T; ++k) acc += As[ty][k] * Bs[k][tx];   // or fmaf; `&& t * T + k < K` allowed
         __syncthreads();
     }
     if (r < M && c < N) { ...epilogue naming acc... }
@@ -54,8 +54,9 @@ _STORE = re.compile(rf"^{_ID}\[threadIdx\.y\]\[threadIdx\.x\] = \(?(.+?)\)? \? {
 _IF_STORE = re.compile(rf"^if \((.+)\) {{? ?{_ID}\[threadIdx\.y\]\[threadIdx\.x\] = {_ID}\[(.+)\]; }}? ?else {{? ?"
                        rf"\2\[threadIdx\.y\]\[threadIdx\.x\] = ({FLOAT_ZERO}); ?}}?$")
 _INNER = re.compile(rf"^for \(int {_ID} = 0; \1 < (\w+)(?: && (.+?) < (\w+))?; (?:\+\+\1|\1\+\+)\) {{? ?"
-                    rf"{_ID} \+= (.+?) \* (.+?); ?}}?$")
+                    rf"{_ID} (?:\+= (.+?) \* (.+?)|= fmaf\((.+?), (.+?), \5\)); ?}}?$")
 _COORDINATES = ("threadIdx", "blockIdx", "blockDim")
+_HELD = frozenset({"threadIdx.x", "threadIdx.y", "blockIdx.x", "blockIdx.y"})  # what a coordinate local may hold
 
 
 def hand_tiled_product(state: KernelState, parsed: cp.ParsedSource,
@@ -137,7 +138,7 @@ class _Reader:
             name, value = (s.strip() for s in part.split("=", 1)) if "=" in part else (part, "")
             if name in self.written:
                 raise NotApplicable(f"{name} is assigned")
-            if value in ("threadIdx.x", "threadIdx.y"):
+            if value in _HELD:
                 self.coordinates[name] = value
             elif axis := self._index_axis(self._coordinated(value)):
                 self.indexes[axis] = name
@@ -191,12 +192,13 @@ class _Reader:
         transposed = _same(b_at, f"{column} * {depth} + {k_b}", self.constants)
         if not transposed and not _same(b_at, f"({k_b}) * {columns} + {column}", self.constants):
             raise NotApplicable(f"{b_tile} does not hold B[{k_b}][{column}] (B stored K x N or N x K)")
-        index, first, second = self._inner(texts[3], base, depth, a_tile, b_tile)
+        index, first, second, fused = self._inner(texts[3], base, depth, a_tile, b_tile)
         product = Product(column, row, self.accumulator, index, rows, columns, depth, a, b, self.zero, "", transposed)
         left, right = product.operands()
-        reads = (left, right) if first == a_tile else (right, left)
-        return Product(column, row, self.accumulator, index, rows, columns, depth, a, b, self.zero,
-                       f"{self.accumulator} += {reads[0]} * {reads[1]}", transposed)
+        x, y = (left, right) if first == a_tile else (right, left)
+        acc = self.accumulator
+        update = f"{acc} = fmaf({x}, {y}, {acc})" if fused else f"{acc} += {x} * {y}"
+        return Product(column, row, acc, index, rows, columns, depth, a, b, self.zero, update, transposed)
 
     def _extents(self, guard: Node, row: str, column: str) -> tuple[str, str]:
         """(M, N) of the epilogue's guard `r < M && c < N` (either order; no else)."""
@@ -229,19 +231,22 @@ class _Reader:
         self.operands = {name for name, (kind, pointer) in params.items()
                          if pointer and kind.removeprefix("const ") == "float" and name not in self.written}
 
-    def _inner(self, text: str, base: str, depth: str, a_tile: str, b_tile: str) -> tuple[str, str, str]:
-        """(k, the tile read first, the other) of the tile's products: `for (k = 0; k < T[ && base + k < K]; ++k)
-        acc += A_tile[threadIdx.y][k] * B_tile[k][threadIdx.x];` (either factor first)."""
+    def _inner(self, text: str, base: str, depth: str, a_tile: str, b_tile: str) -> tuple[str, str, str, bool]:
+        """(k, the tile read first, the other, whether fused) of the tile's products: `for (k = 0; k < T[ && base +
+        k < K]; ++k) acc += A_tile[threadIdx.y][k] * B_tile[k][threadIdx.x];` (either factor first), or `acc =
+        fmaf(..., ..., acc)`."""
         inner = _INNER.match(text)
         if inner is None or inner[5] != self.accumulator or self._number(inner[2]) != self.side:
             raise NotApplicable(f"`{text}` does not sum the tile's {self.side} products into {self.accumulator}")
-        index, _, stop, stop_bound, _, first, second = inner.groups()
+        index, _, stop, stop_bound, _, first, second, fused_first, fused_second = inner.groups()
+        fused = fused_first is not None
+        first, second = (fused_first, fused_second) if fused else (first, second)
         if stop and not (_same(stop, f"{base} + {index}", self.constants) and stop_bound == depth):
             raise NotApplicable(f"`{text}` stops otherwise than at K")
         reads = {f"{a_tile}[threadIdx.y][{index}]": a_tile, f"{b_tile}[{index}][threadIdx.x]": b_tile}
         if {first, second} != set(reads):
             raise NotApplicable(f"`{text}` does not multiply {a_tile}[threadIdx.y][k] by {b_tile}[k][threadIdx.x]")
-        return index, reads[first], reads[second]
+        return index, reads[first], reads[second], fused
 
 
 def _inlined(text: str, locals_: dict[str, str]) -> str:

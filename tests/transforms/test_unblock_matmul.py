@@ -298,8 +298,18 @@ def _hand(source: str, side: int, args: str = '"A", "B", "C"') -> KernelState:
         '{ scalar = "n", type = "i32" }, { scalar = "k", type = "i32" }]\n'))
 
 
+# the block's coordinates in locals too, and the products fused
+HAND_FUSED = HAND_TILED.replace("const int tx = threadIdx.x, ty = threadIdx.y;",
+                                "const int tx = threadIdx.x, ty = threadIdx.y, bx = blockIdx.x, by = blockIdx.y;") \
+    .replace("blockIdx.y * TILE + ty", "by * TILE + ty").replace("blockIdx.x * TILE + tx", "bx * TILE + tx") \
+    .replace("acc += As[ty][i] * Bs[i][tx];", "acc = fmaf(As[ty][i], Bs[i][tx], acc);")
 HANDS = {"tutorial": (lambda: _hand(HAND_TILED, 32), operands(), "C"),
+         "fused": (lambda: _hand(HAND_FUSED, 32), operands(), "C"),
          "linear": (lambda: _hand(HAND_LINEAR, 16, '"x", "w", "b", "y"'), operands("x", "w", vectors=("b",)), "y")}
+
+
+def test_the_fused_spelling_names_the_blocks_coordinates_and_fuses_its_products():
+    assert "int row = by * TILE + ty;" in HAND_FUSED and "acc = fmaf(As[ty][i], Bs[i][tx], acc);" in HAND_FUSED
 
 
 @pytest.mark.parametrize("name", sorted(HANDS))
@@ -310,8 +320,9 @@ def test_a_product_tiled_by_hand_is_register_blocked_with_its_bits(transform, tm
     state = make()
     assert transform.forward_sites(state) == [SITE]
     blocked = transform.forward(state, SITE).state
-    assert "block_acc[block_i][block_j] += block_ra[block_i] * block_rb[block_j];" in blocked.source or \
-        "block_acc[block_i][block_j] += block_rb[block_j] * block_ra[block_i];" in blocked.source
+    assert any(f"block_acc[block_i][block_j]{update};" in blocked.source for update in (
+        " += block_ra[block_i] * block_rb[block_j]", " += block_rb[block_j] * block_ra[block_i]",
+        " = fmaf(block_ra[block_i], block_rb[block_j], block_acc[block_i][block_j])"))
     assert blocked.plan.launches[0].block == (16, 16, 1)
     assert blocked.plan.launches[0].grid[:2] == ("cdiv(n, 64)", "cdiv(m, 64)")
     compiles_without_spills(blocked, cache)
