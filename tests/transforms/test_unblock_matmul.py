@@ -241,30 +241,11 @@ def test_no_site_where_the_batch_epilogue_reads_another_matrix(transform):
         transform.forward(state, SITE)
 
 
-# A product tiled by hand, as the CUDA tutorials write it: a tile of 32 named by a constant, the thread's coordinates
-# in locals, the tiles counted by cdiv(K, 32), the columns of a tile named by locals, ternary loads, an epilogue
-# without braces
-HAND_TILED = """#define TILE 32
-__global__ void kernel(const float* A, const float* B, float* C, int m, int n, int k) {
-    __shared__ float As[TILE][TILE];
-    __shared__ float Bs[TILE][TILE + 1];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    int row = blockIdx.y * TILE + ty;
-    int col = blockIdx.x * TILE + tx;
-    float acc = 0.0f;
-    for (int t = 0; t < (k + TILE - 1) / TILE; ++t) {
-        int ak = t * TILE + tx;
-        int bk = t * TILE + ty;
-        As[ty][tx] = (row < m && ak < k) ? A[row * k + ak] : 0.0f;
-        Bs[ty][tx] = (bk < k && col < n) ? B[bk * n + col] : 0.0f;
-        __syncthreads();
-#pragma unroll
-        for (int i = 0; i < TILE; ++i) acc += As[ty][i] * Bs[i][tx];
-        __syncthreads();
-    }
-    if (row < m && col < n) C[row * n + col] = acc;
-}
-"""
+# A product tiled by hand, as the CUDA tutorials write it (the GPU fixture matmul_tiled's kernel): a tile of 32 named
+# by a constant, the thread's coordinates in locals, the tiles counted by cdiv(K, 32), the columns of a tile named by
+# locals, ternary loads, an epilogue without braces
+HAND_TILED = (Path(__file__).resolve().parents[1] / "fixtures" / "gpu_problems" / "matmul_tiled" / "naive" /
+              "kernel.cu").read_text().replace("void matmul_tiled(", "void kernel(")
 # the same product as a linear layer writes it: y = relu(x W^T + b), W stored N x K, the loop stepping by the tile,
 # loads by if / else, the products stopping at K, a braced epilogue
 HAND_LINEAR = """__global__ void kernel(const float* __restrict__ x, const float* __restrict__ w, const float* b,
