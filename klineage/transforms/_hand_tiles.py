@@ -18,10 +18,14 @@ The form read, its names any, its statements in this order (the declarations bef
     if (r < M && c < N) { ...epilogue naming acc... }
 
 with integer locals of the loop's body naming the offsets (`int ak = t * T + tx;`) read as their values, and every
-launch's block (T, T). Each step loads A[r][t T + tx] and B[t T + ty][c] (0 past an edge) and adds As[ty][k] *
-Bs[k][tx] = A[r][t T + k] * B[t T + k][c] for k < T, so the accumulator takes A[r][k] * B[k][c] for every k < K in
-the naive loop's order, then products of two zeros past K: it starts at +0.0, which adding +0.0 never changes, so
-the sum is the naive loop's to the bit. The product read has the naive update (`acc += A[r * K + k] * B[k * N +
+launch's block (T, T). A batch of products (`int b = blockIdx.z;`, one layer of blocks a matrix) loads through views
+of A and B at their matrix's start (`const float* Ab = A + (size_t)b * M * K;`, the start naming only the batch and
+scalar parameters); the blocked form moves A and B there instead (`A += (size_t)b * M * K;`).
+
+Each step loads A[r][t T + tx] and B[t T + ty][c] (0 past an edge) and adds As[ty][k] * Bs[k][tx] = A[r][t T + k] *
+B[t T + k][c] for k < T, so the accumulator takes A[r][k] * B[k][c] for every k < K in the naive loop's order,
+then products of two zeros past K: it starts at +0.0, which adding +0.0 never changes, so the sum is the naive
+loop's to the bit. The product read has the naive update (`acc += A[r * K + k] * B[k * N +
 c]`, the operands in the order the tile's update names them).
 
 The leading underscore keeps the catalog from loading this module as a transform.
@@ -30,6 +34,7 @@ The leading underscore keeps the catalog from loading this module as a transform
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from tree_sitter import Node
 
@@ -38,8 +43,8 @@ from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms._edit import is_written
-from klineage.transforms._matmul import Product
-from klineage.transforms._naive import FLOAT_ZERO, launches_of, parameters, squash, statements
+from klineage.transforms._matmul import BATCH_INDEX, Product
+from klineage.transforms._naive import FLOAT_ZERO, INTEGER_CAST, launches_of, parameters, squash, statements
 from klineage.transforms._polynomials import Poly, constant, polynomial, variable
 from klineage.transforms.base import NotApplicable
 
@@ -48,6 +53,8 @@ _TILE = re.compile(rf"^__shared__ float {_ID}\[(\w+)\]\[(\w+)(?: \+ 1)?\];$")
 _INT = r"(?:const )?int"
 _LOCAL = re.compile(rf"^{_INT} {_ID} = (.+);$")
 _ZERO = re.compile(rf"^float {_ID} = ({FLOAT_ZERO});$")
+# an operand's matrix of a batch: `const float* Ab = A + (size_t)b * M * K;`
+_VIEW = re.compile(rf"^const float ?\* ?(?:__restrict__ )?{_ID} = {_ID} \+ ([^;]+);$")
 # the loop over the tiles: (t, its bound, its step); the base of a tile's columns is `t * T`, or t where it steps by T
 _STEPS = re.compile(rf"^for \(int {_ID} = 0; \1 < (.+?); (?:\+\+\1|\1\+\+|\1 \+= (\w+))\)$")
 _STORE = re.compile(rf"^{_ID}\[threadIdx\.y\]\[threadIdx\.x\] = \(?(.+?)\)? \? {_ID}\[(.+)\] : ({FLOAT_ZERO});$")
@@ -66,8 +73,8 @@ def hand_tiled_product(state: KernelState, parsed: cp.ParsedSource,
     body = function.node.child_by_field_name("body")
     if not function.is_kernel or body is None:
         raise NotApplicable(f"{function.name} is not a kernel")
-    if re.search(r"\bblockIdx\.z\b|\bthreadIdx\.z\b", parsed.text(body)):
-        raise NotApplicable(f"{function.name} names a third dimension: no hand-tiled product of one matrix")
+    if re.search(r"\b(?:threadIdx|blockDim)\.z\b", parsed.text(body)):
+        raise NotApplicable(f"{function.name} names a third thread dimension: no hand-tiled product")
     listed = statements(body)
     if len(listed) < 4 or listed[-1].type != "if_statement" or listed[-2].type != "for_statement":
         raise NotApplicable(f"{function.name} does not end in a loop over tiles and a guarded epilogue")
@@ -77,7 +84,7 @@ def hand_tiled_product(state: KernelState, parsed: cp.ParsedSource,
     product = reader.product(listed[-2], listed[-1])
     guard = listed[-1].child_by_field_name("consequence")
     epilogue = statements(guard) if guard.type == "compound_statement" else [guard]
-    gone = set(reader.tiles) | set(reader.coordinates)  # what the blocked form no longer declares
+    gone = set(reader.tiles) | set(reader.coordinates) | set(reader.views)  # what the blocked form does not declare
     if named := sorted(gone & {parsed.text(n) for node in epilogue for n in cp.nodes_of_type(node, "identifier")}):
         raise NotApplicable(f"{function.name}'s epilogue names {named[0]}, which only its tiled form declares")
     return product, epilogue
@@ -95,18 +102,21 @@ class _Reader:
         self.indexes: dict[str, str] = {}  # "x" -> c, "y" -> r
         self.accumulator, self.zero = "", ""
         self.operands: set[str] = set()  # the float pointers the kernel only reads
+        self.batch = ""  # a batch's declaration (`int b = blockIdx.z;`), one layer of blocks a matrix
+        self.views: dict[str, tuple[str, str]] = {}  # Ab -> (A, the batch's start: `b * M * K`)
         self.side = self._block_side()
 
     def _block_side(self) -> int:
         sides = set()
-        for launch in launches_of(self.state, self.function.name, dimensions=2):
+        for launch in launches_of(self.state, self.function.name, dimensions=3):
             try:
-                sides.add(tuple(expr.evaluate_int(str(d), self.constants) for d in launch.block[:2]))
+                sides.add(tuple(expr.evaluate_int(str(d), self.constants) for d in (*launch.block, 1)[:3]))
             except ExpressionError:
                 raise NotApplicable(f"{self.function.name}'s block is not a number") from None
-        if len(sides) != 1 or len({*next(iter(sides))}) != 1:
+        side, other, depth = sides.pop() if len(sides) == 1 else (0, 1, 1)
+        if side != other or depth != 1:
             raise NotApplicable(f"{self.function.name}'s block is not one square T x T in every launch")
-        return sides.pop()[0]
+        return side
 
     def _number(self, text: str) -> int | None:
         try:
@@ -129,6 +139,12 @@ class _Reader:
             return
         if zero := _ZERO.match(text):
             self.accumulator, self.zero = zero.groups()
+            return
+        if re.fullmatch(BATCH_INDEX, text) and not self.batch:
+            self.batch = text
+            return
+        if view := _VIEW.match(text):
+            self.views[view[1]] = (view[2], view[3])
             return
         declared = re.match(rf"^{_INT} (.+);$", text)
         parts = [p.strip() for p in declared[1].split(",")] if declared else []
@@ -179,6 +195,7 @@ class _Reader:
             raise NotApplicable(f"{self.function.name}'s loop over tiles is not two loads, a barrier, the tile's "
                                 "products and a barrier")
         (a_tile, a_guard, a, a_at), (b_tile, b_guard, b, b_at) = (_load(text) for text in texts[:2])
+        (a, a_start), (b, b_start) = (self._operand(name) for name in (a, b))
         if a_tile == b_tile or {a_tile, b_tile} != set(self.tiles) or a == b or \
                 not {a, b} <= self.operands:
             raise NotApplicable(f"{self.function.name}'s tiles are not loaded from two float pointers it only reads")
@@ -193,12 +210,27 @@ class _Reader:
         if not transposed and not _same(b_at, f"({k_b}) * {columns} + {column}", self.constants):
             raise NotApplicable(f"{b_tile} does not hold B[{k_b}][{column}] (B stored K x N or N x K)")
         index, first, second, fused = self._inner(texts[3], base, depth, a_tile, b_tile)
-        product = Product(column, row, self.accumulator, index, rows, columns, depth, a, b, self.zero, "", transposed)
+        product = Product(column, row, self.accumulator, index, rows, columns, depth, a, b, self.zero, "", transposed,
+                          self.batch, a_start, b_start)
         left, right = product.operands()
         x, y = (left, right) if first == a_tile else (right, left)
         acc = self.accumulator
-        update = f"{acc} = fmaf({x}, {y}, {acc})" if fused else f"{acc} += {x} * {y}"
-        return Product(column, row, acc, index, rows, columns, depth, a, b, self.zero, update, transposed)
+        return replace(product, update=f"{acc} = fmaf({x}, {y}, {acc})" if fused else f"{acc} += {x} * {y}")
+
+    def _operand(self, name: str) -> tuple[str, str]:
+        """(the pointer parameter a tile loads from, where a batch's matrix starts in it: "" for the pointer itself)
+        of the name a load reads: the parameter, or a view of it at an offset naming only the batch index and scalar
+        parameters (cast or not)."""
+        if name not in self.views:
+            return name, ""
+        operand, start = self.views[name]
+        batch = self.batch.split(" = ")[0].split()[-1] if self.batch else None
+        names = set(re.findall(r"[A-Za-z_]\w*", re.sub(INTEGER_CAST, "", start)))
+        params = {p: pointer for p, _, pointer in parameters(self.parsed, self.function)}
+        if name in self.written or batch is None or batch not in names or \
+                any(n != batch and (params.get(n, True) or n in self.written) for n in names):
+            raise NotApplicable(f"{name} starts at `{start}`, which names more than the batch and scalar parameters")
+        return operand, start
 
     def _extents(self, guard: Node, row: str, column: str) -> tuple[str, str]:
         """(M, N) of the epilogue's guard `r < M && c < N` (either order; no else)."""

@@ -284,6 +284,7 @@ def _tiled_site(state: KernelState, parsed: cp.ParsedSource, function: cp.Functi
             raise NotApplicable(f"{function.name}: not exactly the tiled product untile_matmul's forward writes")
     else:  # tiled by hand: read as the naive product it computes (its launch's block checked by the reading)
         product, epilogue = hand_tiled_product(state, parsed, function)
+        tiled_plan(state, function, product.rows, product.columns, (SPAN, SPAN), (TILE, TILE))  # M, N passed
     _check_update(function, product)
     if named := sorted(n for n in _identifiers(parsed, function.node) if n.startswith(f"{KEY}_")):
         raise NotApplicable(f"{function.name} names '{named[0]}', a name the blocked form declares")

@@ -272,9 +272,32 @@ HAND_LINEAR = """__global__ void kernel(const float* __restrict__ x, const float
 """
 
 
-def _hand(source: str, side: int, args: str = '"A", "B", "C"') -> KernelState:
+# a batch of products on grid z, each matrix reached through views of A and B at its start
+HAND_BATCHED = """__global__ void kernel(const float* A, const float* B, float* C, int m, int n, int k) {
+    __shared__ float sa[16][16];
+    __shared__ float sb[16][16];
+    int b = blockIdx.z;
+    int row = blockIdx.y * 16 + threadIdx.y;
+    int col = blockIdx.x * 16 + threadIdx.x;
+    const float* Ab = A + (size_t)b * m * k;
+    const float* Bb = B + (size_t)b * k * n;
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < k; k0 += 16) {
+        sa[threadIdx.y][threadIdx.x] = (row < m && k0 + threadIdx.x < k) ? Ab[row * k + k0 + threadIdx.x] : 0.0f;
+        sb[threadIdx.y][threadIdx.x] = (k0 + threadIdx.y < k && col < n) ? Bb[(k0 + threadIdx.y) * n + col] : 0.0f;
+        __syncthreads();
+        for (int i = 0; i < 16; ++i) acc += sa[threadIdx.y][i] * sb[i][threadIdx.x];
+        __syncthreads();
+    }
+    if (row < m && col < n) C[(size_t)b * m * n + row * n + col] = acc;
+}
+"""
+
+
+def _hand(source: str, side: int, args: str = '"A", "B", "C"', layers: str = "") -> KernelState:
+    grid = f'"cdiv(n, {side})", "cdiv(m, {side})"' + (f', "{layers}"' if layers else "")
     return KernelState(source=source, plan=LaunchPlan.from_toml(
-        f'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["cdiv(n, {side})", "cdiv(m, {side})"]\n'
+        f'name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = [{grid}]\n'
         f'block = [{side}, {side}]\nargs = [{args}, {{ scalar = "m", type = "i32" }}, '
         '{ scalar = "n", type = "i32" }, { scalar = "k", type = "i32" }]\n'))
 
@@ -285,6 +308,7 @@ HAND_FUSED = HAND_TILED.replace("const int tx = threadIdx.x, ty = threadIdx.y;",
     .replace("blockIdx.y * TILE + ty", "by * TILE + ty").replace("blockIdx.x * TILE + tx", "bx * TILE + tx") \
     .replace("acc += As[ty][i] * Bs[i][tx];", "acc = fmaf(As[ty][i], Bs[i][tx], acc);")
 HANDS = {"tutorial": (lambda: _hand(HAND_TILED, 32), operands(), "C"),
+         "batched": (lambda: _hand(HAND_BATCHED, 16, layers="batch"), operands(batch=3), "C"),
          "fused": (lambda: _hand(HAND_FUSED, 32), operands(), "C"),
          "linear": (lambda: _hand(HAND_LINEAR, 16, '"x", "w", "b", "y"'), operands("x", "w", vectors=("b",)), "y")}
 
@@ -307,7 +331,9 @@ def test_a_product_tiled_by_hand_is_register_blocked_with_its_bits(transform, tm
     assert blocked.plan.launches[0].block == (16, 16, 1)
     assert blocked.plan.launches[0].grid[:2] == ("cdiv(n, 64)", "cdiv(m, 64)")
     compiles_without_spills(blocked, cache)
-    same_bits(state, blocked, tmp_path, inputs_of, output, shapes=((1, 1, 1), (50, 70, 33), (70, 130, 40)))
+    batch = 3 if name == "batched" else 1
+    same_bits(state, blocked, tmp_path, inputs_of, output, batch=batch,
+              shapes=((1, 1, 1), (50, 70, 33), (70, 130, 40)))
 
 
 @pytest.mark.parametrize("old, new, why", [
@@ -327,6 +353,14 @@ def test_no_site_on_a_hand_tiled_product_that_reads_or_sums_otherwise(transform,
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
+
+
+@pytest.mark.parametrize("old, new", [("A + (size_t)b * m * k;", "A + (size_t)b * m * k + row;"),  # a row's start
+                                      ("int b = blockIdx.z;", "int b = blockIdx.z;\n    b += 1;")])  # a moved batch
+def test_no_site_on_a_hand_tiled_batch_whose_views_start_otherwise(transform, old, new):
+    assert old in HAND_BATCHED
+    state = _hand(HAND_BATCHED.replace(old, new), 16, layers="batch")
+    assert transform.forward_sites(state) == []
 
 
 def test_no_site_on_a_hand_tiled_product_launched_on_another_block(transform):
