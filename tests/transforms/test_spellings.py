@@ -85,7 +85,8 @@ EXPECTED = {
                                                        "d_l1_distance", "e_batched_one_declaration",
                                                        "f_pragma_unroll", "g_offset_locals", "h_batch_pointers",
                                                        "i_nested_guards", "j_named_elements", "k_define_tile",
-                                                       "l_flat_total", "m_batch_bounded", "n_inline_layer")},
+                                                       "l_flat_total", "m_batch_bounded", "n_inline_layer",
+                                                       "o_flat_int_cast")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
@@ -196,7 +197,8 @@ def _operands(batch: int):
 
 
 @pytest.mark.parametrize("name", sampled(sorted(EXPECTED["products"]),
-                                          keep=["g_offset_locals", "j_named_elements", "n_inline_layer"]))
+                                          keep=["g_offset_locals", "j_named_elements", "n_inline_layer",
+                                                "o_flat_int_cast"]))
 def test_each_products_tiles_compute_its_bits_on_the_cpu(tmp_path, name):
     """The tiled kernel of each product spelling gives the spelling's own output bits on the CPU emulator, for sizes
     16 does and does not divide (and every matrix of a batch)."""
