@@ -29,10 +29,11 @@ every launch of the kernel is exactly the one that forward writes (block (16, 16
 cdiv(M, 16)), a third dimension only for a batch) and passes no buffer twice; the kernel names nothing `block_...`.
 The epilogue, now run 16 times in a thread, must not tell: it names the accumulator and none of A, B, the loop
 index, a tile, a thread coordinate, a barrier, a loop or a jump; it calls only functions with no effect
-(`_calls.first_effect`), takes no address and dereferences no pointer, does not declare the accumulator again;
-it assigns only the accumulator, names it declares and elements of arrays (pointer parameters or its own), and
-touches each array it writes at one subscript only (reading another output's element, written by this thread
-or another, would tell). Anything else: no site.
+(`_calls.first_effect`: the math library, the 16-bit types' conversions and arithmetic such as `__half2float` and
+`__float2half`, and the source's functions that call only those), takes no address and dereferences no pointer,
+does not declare the accumulator again; it assigns only the accumulator, names it declares and elements of arrays
+(pointer parameters or its own), and touches each array it writes at one subscript only (reading another output's
+element, written by this thread or another, would tell). Anything else: no site.
 
 Anchor: the kernel, kind "function", key "block".
 """
@@ -48,7 +49,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import register
-from klineage.transforms._calls import first_effect
+from klineage.transforms._calls import MATH_CALLS, first_effect
 from klineage.transforms._edit import declared_names, unparen
 from klineage.transforms._matmul import (
     BATCH_INDEX,
@@ -74,6 +75,7 @@ from klineage.transforms._naive import (
     statements,
     tiled_plan,
 )
+from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 KEY = "block"
@@ -81,6 +83,9 @@ MICRO = 4  # a thread's outputs along each side of its micro-tile
 SPAN = TILE * MICRO  # a block's outputs along each side: its 16 threads, 4 outputs each
 ACCUMULATOR = f"{KEY}_acc[{KEY}_i][{KEY}_j]"
 DEPTH = 3  # the blocks around the epilogue: the loops over the micro-tile's rows and columns, the output's guard
+# what an epilogue may call: the math library and the 16-bit types' conversions and arithmetic, values of their
+# arguments alone (a __half output is stored through `__float2half`)
+_PURE_CALLS = MATH_CALLS | HALF_CALLS
 _ID = r"([A-Za-z_]\w*)"
 # the blocked form's names the reader takes its product from (squashed body); the rest is checked by rewriting
 _FIELDS = {
@@ -307,7 +312,7 @@ def _check_epilogue(parsed: cp.ParsedSource, function: cp.Function, p: Product, 
     if p.accumulator not in names or p.accumulator in declared or FORBIDDEN.search(text) or \
             names & {p.left, p.right, p.index, *TILED_NAMES}:
         raise NotApplicable(f"{function.name}'s epilogue does not only finish the accumulator")
-    if effect := next((e for e in (first_effect(parsed, node) for node in epilogue) if e), None):
+    if effect := next((e for e in (first_effect(parsed, node, _PURE_CALLS) for node in epilogue) if e), None):
         raise NotApplicable(f"{function.name}'s epilogue calls {effect}, which may have an effect")
     if any(cp.nodes_of_type(node, "pointer_expression") for node in epilogue):
         raise NotApplicable(f"{function.name}'s epilogue takes an address or dereferences a pointer")

@@ -238,3 +238,58 @@ def test_no_site_where_the_batch_epilogue_reads_another_matrix(transform):
                    "v += beta * C[(b + 1) * M * N + r * N + c];")
     with pytest.raises(NotApplicable, match="touches C, which it writes, at another output"):
         transform.forward(state, SITE)
+
+
+# a linear layer over __half operands, its bias and its output's rounding through __half in the epilogue
+HALF_EPILOGUE = """#include <cuda_fp16.h>
+
+__global__ void kernel(const __half* __restrict__ A, const __half* __restrict__ B, const __half* __restrict__ bias,
+                       float* __restrict__ C, int M, int N, int K) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r >= M || c >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += __half2float(A[r * K + k]) * __half2float(B[c * K + k]);
+    acc += __half2float(bias[c]);
+    C[r * N + c] = __half2float(__float2half_rn(fminf(fmaxf(acc, -1.0f), 1.0f)));
+}
+"""
+HALF_PLAN = LaunchPlan.from_toml("""name = "half_epilogue"
+problem = "half_epilogue"
+[[launch]]
+entry = "kernel"
+grid = ["cdiv(n, 16)", "cdiv(m, 16)"]
+block = [16, 16]
+args = ["A", "B", "bias", "C", { scalar = "m", type = "i32" }, { scalar = "n", type = "i32" },
+        { scalar = "k", type = "i32" }]
+""")
+HALF_STORE = "C[r * N + c] = __half2float(__float2half_rn(fminf(fmaxf(acc, -1.0f), 1.0f)));"
+
+
+def _half_tiled(store: str = HALF_STORE) -> KernelState:
+    naive = KernelState(source=HALF_EPILOGUE.replace(HALF_STORE, store), plan=HALF_PLAN)
+    untile = get("untile_matmul")
+    return untile.forward(naive, untile.forward_sites(naive)[0]).state
+
+
+def test_an_epilogue_through_the_16_bit_conversions_gives_the_tiled_kernels_bits(transform, tmp_path):
+    """`__half2float` and `__float2half_rn` are values of their argument alone: an epilogue reading a __half bias and
+    rounding its output through __half runs once per micro-tile output as it ran once per thread."""
+    tiled = _half_tiled()
+    assert transform.forward_sites(tiled) == [SITE]
+    blocked = transform.forward(tiled, SITE).state
+    same_bits(tiled, blocked, tmp_path, lambda m, n, k, g: {name: torch.randn(count, generator=g).half()
+                                                            for name, count in (("A", m * k), ("B", n * k),
+                                                                                ("bias", n))},
+              shapes=((17, 9, 5), (70, 130, 40)))
+
+
+@pytest.mark.parametrize("store, why", [
+    ("__stcs(&C[r * N + c], __half2float(__float2half(acc)));", "calls __stcs"),  # a store, with its effect
+    (HALF_STORE + '\n    printf("%f", __half2float(bias[c]));', "calls printf"),
+])
+def test_no_site_where_a_16_bit_epilogue_calls_what_may_have_an_effect(transform, store, why):
+    tiled = _half_tiled(store)
+    assert transform.forward_sites(tiled) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(tiled, SITE)
