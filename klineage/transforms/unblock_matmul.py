@@ -67,6 +67,7 @@ from klineage.transforms._matmul import (
 from klineage.transforms._naive import (
     FLOAT_ZERO,
     FORBIDDEN,
+    LOOP_INDEX_TYPES,
     kernel,
     launches_of,
     parameters,
@@ -87,6 +88,7 @@ DEPTH = 3  # the blocks around the epilogue: the loops over the micro-tile's row
 # arguments alone (a __half output is stored through `__float2half`)
 _PURE_CALLS = MATH_CALLS | HALF_CALLS
 _ID = r"([A-Za-z_]\w*)"
+_WIDENED = r"(?:\(long long\))?"  # a 64-bit index's block start is formed in 64 bits
 # the blocked form's names the reader takes its product from (squashed body); the rest is checked by rewriting
 _FIELDS = {
     "types": rf"__shared__ ({TILE_TYPE}) {KEY}_a\[{SPAN}\]\[({TILE}|{TILE + 1})\]; __shared__ ({TILE_TYPE}) "
@@ -94,14 +96,19 @@ _FIELDS = {
     # A's load: groups M, K, A (stored M x K) or K, M, A (stored K x M)
     "left": rf"(?:< {_ID} && {KEY}_k \+ threadIdx\.x < {_ID} \? {_ID}\[\({KEY}_r \+ {TILE} \* {KEY}_i\) \*|"
             rf"{KEY}_a\[threadIdx\.x \+ {TILE} \* {KEY}_i\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.y < {_ID} && "
-            rf"blockIdx\.y \* {SPAN} \+ threadIdx\.x \+ {TILE} \* {KEY}_i < {_ID} \? {_ID}\[)",
-    "right": rf"{KEY}_b\[[^;]*< {_ID} \? {_ID}\[\((?:{KEY}_k \+ threadIdx\.y|blockIdx\.x \* {SPAN} \+ threadIdx\.y "
-             rf"\+ {TILE} \* {KEY}_i)\) \*",
+            rf"{_WIDENED}blockIdx\.y \* {SPAN} \+ threadIdx\.x \+ {TILE} \* {KEY}_i < {_ID} \? {_ID}\[)",
+    "right": rf"{KEY}_b\[[^;]*< {_ID} \? {_ID}\[\((?:{KEY}_k \+ threadIdx\.y|{_WIDENED}blockIdx\.x \* {SPAN} \+ "
+             rf"threadIdx\.y \+ {TILE} \* {KEY}_i)\) \*",
+    # the indexes' types: the block's first output's column and row, and the step along k
+    "indexes": rf"(int|long long) {KEY}_c = {_WIDENED}blockIdx\.x \* {SPAN} \+ threadIdx\.x; "
+               rf"(int|long long) {KEY}_r = ",
+    "step": rf"for \(({LOOP_INDEX_TYPES}) {KEY}_k = 0; ",
     "zero": rf"{re.escape(ACCUMULATOR)} = ({FLOAT_ZERO});",
     "index": rf"for \(int {_ID} = 0; \1 < {TILE} && {KEY}_k \+",
     "update": rf"\+\+{KEY}_j\) ([^;]+); }}",
-    "output": rf"int {_ID} = {KEY}_r \+ {TILE} \* {KEY}_i; int {_ID} = {KEY}_c \+ {TILE} \* {KEY}_j; if \(\1 < {_ID} "
-              rf"&& \2 < {_ID}\) {{ float {_ID} = ",
+    "output": rf"(?:int|long long) {_ID} = {KEY}_r \+ {TILE} \* {KEY}_i; "
+              rf"(?:int|long long) {_ID} = {KEY}_c \+ {TILE} \* {KEY}_j; "
+              rf"if \(\1 < {_ID} && \2 < {_ID}\) {{ float {_ID} = ",
 }
 
 
@@ -158,7 +165,7 @@ def blocked_lines(p: Product) -> list[str]:
     each_i, each_j = (f"for (int {n} = 0; {n} < {MICRO}; ++{n})" for n in (i, j))
     a_row, b_column = f"{KEY}_r + {TILE} * {i}", f"{KEY}_c + {TILE} * {i}"
     if p.transposed:  # lanes along k read a row of B (coalesced) and store it down a padded tile column
-        width, b_row = SPAN + 1, f"blockIdx.x * {SPAN} + threadIdx.y + {TILE} * {i}"
+        width, b_row = SPAN + 1, f"{p.first('x', SPAN)} + threadIdx.y + {TILE} * {i}"
         load_b = (f"{KEY}_b[threadIdx.x][threadIdx.y + {TILE} * {i}] = {k} + threadIdx.x < {p.depth} && {b_row} < "
                   f"{p.columns} ? {p.right}[({b_row}) * {p.depth} + {k} + threadIdx.x] : {p.edge(p.right_type)};")
     else:
@@ -166,7 +173,7 @@ def blocked_lines(p: Product) -> list[str]:
         load_b = (f"{KEY}_b[threadIdx.y][threadIdx.x + {TILE} * {i}] = {k} + threadIdx.y < {p.depth} && {b_column} < "
                   f"{p.columns} ? {p.right}[({k} + threadIdx.y) * {p.columns} + {b_column}] : {p.edge(p.right_type)};")
     if p.left_transposed:  # lanes along r read a row of A (coalesced) and store it down a padded tile column
-        left_width, a_column = TILE + 1, f"blockIdx.y * {SPAN} + threadIdx.x + {TILE} * {i}"
+        left_width, a_column = TILE + 1, f"{p.first('y', SPAN)} + threadIdx.x + {TILE} * {i}"
         load_a = (f"{KEY}_a[threadIdx.x + {TILE} * {i}][threadIdx.y] = {k} + threadIdx.y < {p.depth} && {a_column} < "
                   f"{p.rows} ? {p.left}[({k} + threadIdx.y) * {p.rows} + {a_column}] : {p.edge(p.left_type)};")
     else:
@@ -179,12 +186,12 @@ def blocked_lines(p: Product) -> list[str]:
     return [f"__shared__ {p.left_type} {KEY}_a[{SPAN}][{left_width}];",
             f"__shared__ {p.right_type} {KEY}_b[{TILE}][{width}];",
             *p.starts(),
-            f"int {KEY}_c = blockIdx.x * {SPAN} + threadIdx.x;",
-            f"int {KEY}_r = blockIdx.y * {SPAN} + threadIdx.y;",
+            f"{p.column_type} {KEY}_c = {p.first('x', SPAN)} + threadIdx.x;",
+            f"{p.row_type} {KEY}_r = {p.first('y', SPAN)} + threadIdx.y;",
             f"float {KEY}_acc[{MICRO}][{MICRO}];",
             each_i,
             f"    {each_j} {ACCUMULATOR} = {p.zero};",
-            f"for (int {k} = 0; {k} < {p.depth}; {k} += {TILE}) {{",
+            f"for ({p.index_type} {k} = 0; {k} < {p.depth}; {k} += {TILE}) {{",
             f"    {each_i} {{",
             f"        {load_a}",
             f"        {load_b}",
@@ -204,8 +211,8 @@ def blocked_lines(p: Product) -> list[str]:
             "}",
             f"{each_i} {{",
             f"    {each_j} {{",
-            f"        int {p.row} = {KEY}_r + {TILE} * {i};",
-            f"        int {p.column} = {KEY}_c + {TILE} * {j};",
+            f"        {p.row_type} {p.row} = {KEY}_r + {TILE} * {i};",
+            f"        {p.column_type} {p.column} = {KEY}_c + {TILE} * {j};",
             f"        if ({p.row} < {p.rows} && {p.column} < {p.columns}) {{",
             f"            float {p.accumulator} = {ACCUMULATOR};"]
 
@@ -226,12 +233,13 @@ def _blocked_product(parsed: cp.ParsedSource, function: cp.Function) -> tuple[Pr
         depth, rows, left = found["left"].groups()[3:]
     columns, right = found["right"].groups()
     row, column, _, _, accumulator = found["output"].groups()
+    column_type, row_type = found["indexes"].groups()
     batch = re.search(BATCH_INDEX, text)
     offsets = [re.search(rf"\b{operand} \+= ([^;]+);", text) for operand in (left, right)]
     product = Product(column, row, accumulator, found["index"][1], rows, columns, depth, left, right,
                       found["zero"][1], "", width == str(SPAN + 1), batch[0] if batch else "",
                       *(offset[1] if offset else "" for offset in offsets), left_type, right_type,
-                      left_width == str(TILE + 1))
+                      left_width == str(TILE + 1), column_type, row_type, found["step"][1])
     a_read, b_read = product.operands()
     update = replaced(found["update"][1].replace(ACCUMULATOR, accumulator),
                       {f"{KEY}_ra[{KEY}_i]": a_read, f"{KEY}_rb[{KEY}_j]": b_read})

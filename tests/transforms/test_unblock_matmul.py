@@ -293,3 +293,40 @@ def test_no_site_where_a_16_bit_epilogue_calls_what_may_have_an_effect(transform
     assert transform.forward_sites(tiled) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(tiled, SITE)
+
+
+# C = A^T B^T over 64-bit indexes and sizes (A stored K x M, B N x K): both operands loaded from a block's first row
+# or column, which the 64-bit forms compute in 64 bits
+WIDE = """#include <stdint.h>
+
+__global__ void kernel(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < M && c < N) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; ++k) acc += A[k * M + r] * B[c * K + k];
+        C[r * N + c] = acc;
+    }
+}
+"""
+
+
+def test_64_bit_indexes_are_blocked_in_their_own_width(transform, tmp_path):
+    """The blocked form declares its first output's row and column, each output's, and the step along k in the tiled
+    form's types, and forms a block's first row and column in 64 bits where those are: the naive kernel's bits."""
+    plan = LaunchPlan.from_toml((HERE / "unblock_matmul" / "transposed_a" / "after.toml").read_text()
+                                .replace('type = "i32"', 'type = "i64"'))
+    naive = KernelState(source=WIDE, plan=plan)
+    untile = get("untile_matmul")
+    tiled = untile.forward(naive, untile.forward_sites(naive)[0]).state
+    assert transform.forward_sites(tiled) == [SITE]
+    blocked = transform.forward(tiled, SITE).state
+    for line in ("long long block_c = (long long)blockIdx.x * 64 + threadIdx.x;",
+                 "long long block_r = (long long)blockIdx.y * 64 + threadIdx.y;",
+                 "for (int64_t block_k = 0; block_k < K; block_k += 16)",
+                 "A[(block_k + threadIdx.y) * M + (long long)blockIdx.y * 64 + threadIdx.x + 16 * block_i]",
+                 "B[((long long)blockIdx.x * 64 + threadIdx.y + 16 * block_i) * K",
+                 "long long r = block_r + 16 * block_i;"):
+        assert line in blocked.source, line
+    assert transform.find(blocked) == [SITE] and transform.backward(blocked, SITE).state == tiled
+    same_bits(naive, blocked, tmp_path, operands(), shapes=((17, 9, 5), (70, 130, 40)))
