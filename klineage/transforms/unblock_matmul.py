@@ -18,6 +18,9 @@ and four of B into registers and multiplies every pair: 8 shared reads feed 16 m
   B) likewise: loaded along r, a row of A across the lanes, stored down a column of a 64 x 17 tile. A batch's
   pointer moves and 16-bit tiles (with 16-bit registers, converted by the update as before) stay as the tiled form
   has them.
+- The indexes keep the tiled form's widths: 64-bit rows and columns (`long long` first output's row and column, and
+  each output's `r` and `c`) with a block's first row and column formed in 64 bits, the step along k in its own
+  type, so every subscript and the epilogue compute what they did.
 - The plan's launches keep their block (16, 16) and get the grid (cdiv(N, 64), cdiv(M, 64), Z).
 
 Backward writes the tiled form back from the blocked one, and the plan's grid (cdiv(N, 16), cdiv(M, 16), Z).

@@ -33,10 +33,11 @@ every global element is read once per block instead of once per thread.
   product loop reads as before.
 
 A product spelled one thread per output on a 1-D launch is read too: the flat index (`int i = blockIdx.x *
-blockDim.x + threadIdx.x;`) under `if (i < M * N)` (or `if (i >= M * N) return;`), its row and column declared
-first as `i / N` and `i % N`, the flat index named after the loop only. It is read as the 2-D form with the same
-row and column (the epilogue's `i` read as its value, `r * N + c`), which the forward tiles and the backward writes
-back: the flat spelling is one more way to write that naive kernel.
+blockDim.x + threadIdx.x;` in any spelling `_canonical` reads, `(int)blockIdx.x * blockDim.x + threadIdx.x` as
+PyTorch extensions write it among them) under `if (i < M * N)` (or `if (i >= M * N) return;`), its row and column
+declared first as `i / N` and `i % N`, the flat index named after the loop only. It is read as the 2-D form with
+the same row and column (the epilogue's `i` read as its value, `r * N + c`), which the forward tiles and the
+backward writes back: the flat spelling is one more way to write that naive kernel.
 
 People's other spellings of the naive product are read as it too: a `#pragma unroll` before the loop (the tiled
 loop replaces it), guards nested one per bound (`_c_style.joined_guards`), `k += 1` and `acc = acc + ...` (the
@@ -46,17 +47,31 @@ pointers (a batch's matrix, `const float* Ab = A + (size_t)b * M * K;`, `_pointe
 holding the elements (`float a = A[..]; float b = B[..]; acc += a * b;`), and a subscript's terms in any order
 (`A[k + K * r]`).
 
-A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`), each
-operand read at its batch's start (`A[X + r * K + k]` or `A[X + k * M + r]`, `B[Y + k * N + c]`, X and Y naming
-only the batch index and scalar parameters: `b * M * K`; a start that offsets the rows, `A[(b * M + r) * K + k]`,
-is read as `A[(b * M) * K + r * K + k]`, the same sum). The tiled form moves the operand pointers to those starts
-first (`A += X;`), then is the unbatched one; the grid keeps its third dimension, one layer of blocks per matrix.
+A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`, unsigned
+or 64-bit too), each operand read at its batch's start (`A[X + r * K + k]` or `A[X + k * M + r]`, `B[Y + k * N +
+c]`, X and Y naming only the batch index and scalar parameters: `b * M * K`; a start that offsets the rows, `A[(b *
+M + r) * K + k]`, is read as `A[(b * M) * K + r * K + k]`, the same sum). The tiled form moves the operand pointers
+to those starts first (`A += X;`), then is the unbatched one; the grid keeps its third dimension, one layer of
+blocks per matrix.
+
+The indexes may be 64-bit, as PyTorch extensions declare them over a tensor's sizes: the row and column `int64_t`,
+`long long` or `size_t` (`_canonical` spells each `long long`, an unsigned one only where every use reads it as
+signed arithmetic would), k of any type a loop index takes (`int64_t`, `size_t`, ...), the sizes of any integer
+type, a batch's index 64-bit too (`int64_t b = blockIdx.z;`, kept as written). The tiled form keeps each index's
+width: a 64-bit row or column is declared `long long`, a block's first row or column formed in 64 bits
+(`(long long)blockIdx.x * 16`), and the step along k declared in the loop index's own type. A 32-bit index would not
+do: over 64-bit sizes a column may pass 2^31, and over `int` sizes the naive kernel forms r * K (so the operands'
+subscripts) and the epilogue's r * N + c in 64 bits, past what an int holds for a large M * K or M * N. With the
+widths kept, every subscript and the epilogue compute what they did, for every size. A flat index may be 64-bit
+too, split into 64-bit rows and columns; a 32-bit row or column of a 64-bit flat index is refused (past INT_MAX rows
+it keeps only the low bits, which the 2-D row never does).
 
 Backward writes the naive product back from the canonical tiled form, under the same (16, 16) block and grid.
 
-Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations (either order)
-and the guarded block above (either order of the two bounds; or `if (r >= M || c >= N) return;` and the block's
-statements after it), the accumulator a float starting at zero, the loop body the one
+Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations (either order,
+each `int` or `long long` as `_canonical` spells it) and the guarded block above (either order of the two bounds;
+or `if (r >= M || c >= N) return;` and the block's statements after it), the accumulator a float starting at zero,
+the loop's index of an integer type (`_naive.LOOP_INDEX_TYPES`), the loop body the one
 update (`A[...] * B[...]` in either order; or the sum of another float function of one element of each, read at a
 product's places, of literals and pure math only, such as `(A[...] - B[...]) * (A[...] - B[...])` for distances,
 maybe through one float local first: `float d = A[...] - B[...]; acc += d * d;` reads as that sum with the local's

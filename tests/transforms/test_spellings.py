@@ -17,10 +17,10 @@ sums (mean pooling, one thread per output of (B, D): its own family; a batch on 
 family), one thread per pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add
 their term by one atomic (its own family), running products, exclusive sums and sums from the row's end (its own
 family), and matrix products spelled flat on a 1-D launch or summing other functions of the two elements, such as
-distances (their own family; a batch's indexes in one declaration, its rows offset inside the row's product), and
-whole reductions to one value written for one thread (their own family). Each must be a site of its family's
-forwards; where the CPU emulator runs the family (elementwise maps, concatenations, pairs and transposes), every
-forward's kernel computes the spelling's bits.
+distances (their own family; a batch's indexes in one declaration, its rows offset inside the row's product,
+64-bit indexes and sizes, the index's coordinate cast to int), and whole reductions to one value written for one
+thread (their own family). Each must be a site of its family's forwards; where the CPU emulator runs the family
+(elementwise maps, concatenations, pairs and transposes), every forward's kernel computes the spelling's bits.
 """
 
 from __future__ import annotations
