@@ -113,7 +113,7 @@ class Product:
 
     def first(self, axis: str, span: int) -> str:
         """The first column (axis x) or row (y) of a block of `span` outputs along it, formed in that index's width:
-        64 bits where the naive index was (a block past 2^32 / span would wrap in 32)."""
+        in 64 bits where the naive index was, blockIdx * span passing 2^32 there."""
         wide = (self.column_type if axis == "x" else self.row_type) == WIDE
         return f"{'(long long)' if wide else ''}blockIdx.{axis} * {span}"
 
