@@ -18,6 +18,10 @@ Each rewrite keeps the index's value for every launch on which the original does
 - a 64-bit index (signed or not, cast on either factor of the product) becomes `long long` with the cast on
   `blockIdx.x`: the product is formed in 64 bits either way; a 64-bit declaration with no cast at all forms the
   sum in 32 unsigned bits first, the same value wherever that sum does not wrap past 2^32 threads;
+- a cast to a 32-bit type on a coordinate (`(int)blockIdx.x * blockDim.x + threadIdx.x`, as PyTorch extensions
+  write it) is dropped: every coordinate is below 2^31, so the cast keeps its value, and the sum is the bare one
+  wherever it does not pass INT_MAX (with every coordinate cast to `int` it is formed signed, which overflows
+  there);
 - a cast of the whole sum (`static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x)`, as PyTorch extensions write
   it) converts the 32-bit sum as the declaration would: to 32 bits it is the bare sum, to 64 bits the bare sum in a
   64-bit declaration (above); a sum formed in 64 bits and cast to 32 is left as written;
@@ -378,12 +382,14 @@ def _cast(parsed: cp.ParsedSource, node: Node) -> tuple[str, Node] | None:
 
 def _coordinate(parsed: cp.ParsedSource, node: Node, names: Mapping[str, str]) -> tuple[str, bool] | None:
     """(`blockIdx.x`-like name, whether a 64-bit cast widens it) for a coordinate, cast or not (a name of `names`
-    is the coordinate it maps to); else None."""
+    is the coordinate it maps to); else None. A cast to a 32-bit type (`(int)blockIdx.x`) keeps the coordinate's
+    value, every coordinate being below 2^31."""
     widened, cast = False, _cast(parsed, node)
     if cast is not None:
-        if cast[0] not in WIDE_TYPES:
+        width = {**_SIGNED, **_UNSIGNED}.get(cast[0])
+        if width is None:
             return None
-        widened, node = True, cast[1]
+        widened, node = width == WIDE, cast[1]
     text = "".join(parsed.text(node).split())
     if text in names:
         return names[text], widened

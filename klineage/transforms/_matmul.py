@@ -14,49 +14,58 @@ from dataclasses import dataclass, replace
 from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
+from klineage.transforms._canonical import WIDE, WIDE_TYPES
 from klineage.transforms._edit import indentation, reindent, splice
-from klineage.transforms._naive import FLOAT_ZERO, squash, statements
+from klineage.transforms._naive import FLOAT_ZERO, LOOP_INDEX_TYPES, squash, statements
 from klineage.transforms.base import NotApplicable
 
 TILE = 16
 KEY = "tile"
 TILED_NAMES = (f"{KEY}_a", f"{KEY}_b", f"{KEY}_k")  # what the tiled form declares
-_ID = r"([A-Za-z_]\w*)"
-# a batched product's batch: one block layer per matrix, declared `int` or in blockIdx.z's own type (`_canonical`
-# names an inline blockIdx.z so); the forwards keep the declaration as it is, so every offset computes what it did
-BATCH_INDEX = r"(?:int|unsigned int) [A-Za-z_]\w* = blockIdx\.z;"
+# a batched product's batch: one block layer per matrix, declared `int`, in blockIdx.z's own type (`_canonical`
+# names an inline blockIdx.z so) or in 64 bits; the forwards keep the declaration as it is, so every offset computes
+# what it did
+BATCH_INDEX = rf"(?:int|unsigned int|{'|'.join(sorted(WIDE_TYPES))}) [A-Za-z_]\w* = blockIdx\.z;"
 # an operand's element type -> the conversion its naive update reads it through ("" for float, read as it is)
 CONVERSIONS = {"float": "", **dict.fromkeys(("__half", "half"), "__half2float"),
                **dict.fromkeys(("__nv_bfloat16", "nv_bfloat16"), "__bfloat162float")}
 TILE_TYPE = rf"(?:{'|'.join(CONVERSIONS)})"  # a tile holds its operand's own elements: the update converts them
 _TILE_ZERO = rf"(?:0\.0f|{TILE_TYPE}\(0\.0f\))"
-_B_ROWS = (rf"{KEY}_b\[threadIdx\.y\]\[threadIdx\.x\] = {KEY}_k \+ threadIdx\.y < \4 && \1 < {_ID} \? "
-           rf"{_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \7 \+ \1\] : {_TILE_ZERO};")
+_NAME = r"[A-Za-z_]\w*"
+# the tiled form's patterns name their parts: c, r (each `long long` where wide_c, wide_r), acc, kt (the k step's
+# type), K, M, A, N, B, k (the tile's own index), update, epilogue
+_FIRST_COLUMN = rf"(?(wide_c)\(long long\))blockIdx\.x \* {TILE}"  # a block's first column, in c's width
+_FIRST_ROW = rf"(?(wide_r)\(long long\))blockIdx\.y \* {TILE}"
+_B_ROWS = (rf"{KEY}_b\[threadIdx\.y\]\[threadIdx\.x\] = {KEY}_k \+ threadIdx\.y < (?P=K) && (?P=c) < (?P<N>{_NAME}) \? "
+           rf"(?P<B>{_NAME})\[\({KEY}_k \+ threadIdx\.y\) \* (?P=N) \+ (?P=c)\] : {_TILE_ZERO};")
 # B stored N x K (a linear layer's weight): lanes along k load a row of B, stored across the padded tile
-_B_TRANSPOSED = (rf"{KEY}_b\[threadIdx\.x\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.x < \4 && blockIdx\.x \* {TILE} \+ "
-                 rf"threadIdx\.y < {_ID} \? {_ID}\[\(blockIdx\.x \* {TILE} \+ threadIdx\.y\) \* \4 \+ {KEY}_k \+ "
-                 rf"threadIdx\.x\] : {_TILE_ZERO};")
-_A_ROWS = (rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = \2 < {_ID} && {KEY}_k \+ threadIdx\.x < \4 \? {_ID}\[\2 \* \4 "
-           rf"\+ {KEY}_k \+ threadIdx\.x\] : {_TILE_ZERO};")
+_B_TRANSPOSED = (rf"{KEY}_b\[threadIdx\.x\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.x < (?P=K) && {_FIRST_COLUMN} \+ "
+                 rf"threadIdx\.y < (?P<N>{_NAME}) \? (?P<B>{_NAME})\[\({_FIRST_COLUMN} \+ threadIdx\.y\) \* (?P=K) \+ "
+                 rf"{KEY}_k \+ threadIdx\.x\] : {_TILE_ZERO};")
+_A_ROWS = (rf"{KEY}_a\[threadIdx\.y\]\[threadIdx\.x\] = (?P=r) < (?P<M>{_NAME}) && {KEY}_k \+ threadIdx\.x < (?P=K) \? "
+           rf"(?P<A>{_NAME})\[(?P=r) \* (?P=K) \+ {KEY}_k \+ threadIdx\.x\] : {_TILE_ZERO};")
 # A stored K x M (C = A^T B): lanes along r load a row of A (coalesced), stored down a column of the padded tile
-_A_TRANSPOSED = (rf"{KEY}_a\[threadIdx\.x\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.y < \4 && blockIdx\.y \* {TILE} \+ "
-                 rf"threadIdx\.x < {_ID} \? {_ID}\[\({KEY}_k \+ threadIdx\.y\) \* \5 \+ blockIdx\.y \* {TILE} \+ "
-                 rf"threadIdx\.x\] : {_TILE_ZERO};")
+_A_TRANSPOSED = (rf"{KEY}_a\[threadIdx\.x\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.y < (?P=K) && {_FIRST_ROW} \+ "
+                 rf"threadIdx\.x < (?P<M>{_NAME}) \? (?P<A>{_NAME})\[\({KEY}_k \+ threadIdx\.y\) \* (?P=M) \+ "
+                 rf"{_FIRST_ROW} \+ threadIdx\.x\] : {_TILE_ZERO};")
 
 
 def _tiled(left_transposed: bool, transposed: bool) -> re.Pattern:
-    """The squashed body the tiled form has; groups: c, r, acc, K, M, A, N, B, k, the tiled update, the epilogue."""
+    """The squashed body the tiled form has, its parts named (see above)."""
     width, load = (TILE + 1, _B_TRANSPOSED) if transposed else (TILE, _B_ROWS)
     left_width, load_a = (TILE + 1, _A_TRANSPOSED) if left_transposed else (TILE, _A_ROWS)
     return re.compile(
         rf"^{{ __shared__ {TILE_TYPE} {KEY}_a\[{TILE}\]\[{left_width}\]; "
         rf"__shared__ {TILE_TYPE} {KEY}_b\[{TILE}\]\[{width}\]; "
-        rf"(?:{BATCH_INDEX} )?(?:[A-Za-z_]\w* \+= [^;]+; ){{0,2}}"
-        rf"int {_ID} = blockIdx\.x \* {TILE} \+ threadIdx\.x; int {_ID} = blockIdx\.y \* {TILE} \+ threadIdx\.y; "
-        rf"float {_ID} = {FLOAT_ZERO}; for \(int {KEY}_k = 0; {KEY}_k < {_ID}; {KEY}_k \+= {TILE}\) {{ "
+        rf"(?:{BATCH_INDEX} )?(?:{_NAME} \+= [^;]+; ){{0,2}}"
+        rf"(?:int|(?P<wide_c>long long)) (?P<c>{_NAME}) = {_FIRST_COLUMN} \+ threadIdx\.x; "
+        rf"(?:int|(?P<wide_r>long long)) (?P<r>{_NAME}) = {_FIRST_ROW} \+ threadIdx\.y; "
+        rf"float (?P<acc>{_NAME}) = {FLOAT_ZERO}; "
+        rf"for \((?P<kt>{LOOP_INDEX_TYPES}) {KEY}_k = 0; {KEY}_k < (?P<K>{_NAME}); {KEY}_k \+= {TILE}\) {{ "
         rf"{load_a} {load} __syncthreads\(\); "
-        rf"for \(int {_ID} = 0; \9 < {TILE} && {KEY}_k \+ \9 < \4; \+\+\9\) (\3 (?:\+)?= .+?); __syncthreads\(\); }} "
-        rf"if \(\2 < \5 && \1 < \7\) {{ (.+) }} }}$")
+        rf"for \(int (?P<k>{_NAME}) = 0; (?P=k) < {TILE} && {KEY}_k \+ (?P=k) < (?P=K); \+\+(?P=k)\) "
+        rf"(?P<update>(?P=acc) (?:\+)?= .+?); __syncthreads\(\); }} "
+        rf"if \((?P=r) < (?P=M) && (?P=c) < (?P=N)\) {{ (?P<epilogue>.+) }} }}$")
 
 
 # (A stored K x M, B stored N x K) -> the tiled form's pattern
@@ -83,6 +92,11 @@ class Product:
     left_type: str = "float"  # A's element type: a 16-bit one is read through its conversion to float
     right_type: str = "float"
     left_transposed: bool = False  # A is stored K x M and read at A[k * M + r] (C = A^T B)
+    # the indexes' types as the naive kernel declares them: c and r `int` or `long long` (`_canonical`), k any of
+    # LOOP_INDEX_TYPES; every form declares them (and forms a block's first row and column) in these widths
+    column_type: str = "int"
+    row_type: str = "int"
+    index_type: str = "int"
 
     @staticmethod
     def edge(element: str) -> str:
@@ -96,6 +110,12 @@ class Product:
         left = f"{self.index} * {self.rows} + {self.row}" if self.left_transposed else \
             f"{self.row} * {self.depth} + {self.index}"
         return f"{self.left}[{_offset(self.left_offset)}{left}]", f"{self.right}[{_offset(self.right_offset)}{right}]"
+
+    def first(self, axis: str, span: int) -> str:
+        """The first column (axis x) or row (y) of a block of `span` outputs along it, formed in that index's width:
+        in 64 bits where the naive index was, blockIdx * span passing 2^32 there."""
+        wide = (self.column_type if axis == "x" else self.row_type) == WIDE
+        return f"{'(long long)' if wide else ''}blockIdx.{axis} * {span}"
 
     def reads(self) -> dict[str, str]:
         """Each operand read of the naive update, and its read from the tiles."""
@@ -127,9 +147,9 @@ def tiled_lines(p: Product) -> list[str]:
     t = f"{KEY}_k"
     if p.transposed:  # lanes along k read a row of B (coalesced) and store it down a padded tile column
         width = TILE + 1
-        load_b = (f"    {KEY}_b[threadIdx.x][threadIdx.y] = {t} + threadIdx.x < {p.depth} && blockIdx.x * {TILE} + "
-                  f"threadIdx.y < {p.columns} ? {p.right}[(blockIdx.x * {TILE} + threadIdx.y) * {p.depth} + {t} + "
-                  f"threadIdx.x] : {p.edge(p.right_type)};")
+        column = f"{p.first('x', TILE)} + threadIdx.y"
+        load_b = (f"    {KEY}_b[threadIdx.x][threadIdx.y] = {t} + threadIdx.x < {p.depth} && {column} < {p.columns} ? "
+                  f"{p.right}[({column}) * {p.depth} + {t} + threadIdx.x] : {p.edge(p.right_type)};")
     else:
         width = TILE
         load_b = (f"    {KEY}_b[threadIdx.y][threadIdx.x] = {t} + threadIdx.y < {p.depth} && {p.column} < "
@@ -137,9 +157,9 @@ def tiled_lines(p: Product) -> list[str]:
                   f"{p.edge(p.right_type)};")
     if p.left_transposed:  # lanes along r read a row of A (coalesced) and store it down a padded tile column
         left_width = TILE + 1
-        load_a = (f"    {KEY}_a[threadIdx.x][threadIdx.y] = {t} + threadIdx.y < {p.depth} && blockIdx.y * {TILE} + "
-                  f"threadIdx.x < {p.rows} ? {p.left}[({t} + threadIdx.y) * {p.rows} + blockIdx.y * {TILE} + "
-                  f"threadIdx.x] : {p.edge(p.left_type)};")
+        row = f"{p.first('y', TILE)} + threadIdx.x"
+        load_a = (f"    {KEY}_a[threadIdx.x][threadIdx.y] = {t} + threadIdx.y < {p.depth} && {row} < {p.rows} ? "
+                  f"{p.left}[({t} + threadIdx.y) * {p.rows} + {row}] : {p.edge(p.left_type)};")
     else:
         left_width = TILE
         load_a = (f"    {KEY}_a[threadIdx.y][threadIdx.x] = {p.row} < {p.rows} && {t} + threadIdx.x < {p.depth} ? "
@@ -147,10 +167,10 @@ def tiled_lines(p: Product) -> list[str]:
     return [f"__shared__ {p.left_type} {KEY}_a[{TILE}][{left_width}];",
             f"__shared__ {p.right_type} {KEY}_b[{TILE}][{width}];",
             *p.starts(),
-            f"int {p.column} = blockIdx.x * {TILE} + threadIdx.x;",
-            f"int {p.row} = blockIdx.y * {TILE} + threadIdx.y;",
+            f"{p.column_type} {p.column} = {p.first('x', TILE)} + threadIdx.x;",
+            f"{p.row_type} {p.row} = {p.first('y', TILE)} + threadIdx.y;",
             f"float {p.accumulator} = {p.zero};",
-            f"for (int {t} = 0; {t} < {p.depth}; {t} += {TILE}) {{",
+            f"for ({p.index_type} {t} = 0; {t} < {p.depth}; {t} += {TILE}) {{",
             load_a,
             load_b,
             "    __syncthreads();",
@@ -177,14 +197,17 @@ def tiled_product(parsed: cp.ParsedSource, function: cp.Function) -> tuple[Produ
     if layout is None:
         raise NotApplicable(f"{function.name}: not the tiled product untile_matmul's forward writes")
     left_transposed, transposed = layout
-    c, r, acc, depth, rows, left, columns, right, index, tiled = matches[layout].groups()[:10]
+    found = matches[layout]
+    c, r, acc, depth, rows, left, columns, right, index, tiled = (found[part] for part in (
+        "c", "r", "acc", "K", "M", "A", "N", "B", "k", "update"))
     zero = re.search(rf"float {acc} = ({FLOAT_ZERO});", text)[1]
     batch = re.search(BATCH_INDEX, text)
     offsets = [re.search(rf"\b{operand} \+= ([^;]+);", text) for operand in (left, right)]
     types = re.findall(rf"__shared__ ({TILE_TYPE}) {KEY}_[ab]\[", text)
     product = Product(c, r, acc, index, rows, columns, depth, left, right, zero, "", transposed,
-                      batch[0] if batch else "", *(found[1] if found else "" for found in offsets), *types,
-                      left_transposed=left_transposed)
+                      batch[0] if batch else "", *(offset[1] if offset else "" for offset in offsets), *types,
+                      left_transposed=left_transposed, column_type=WIDE if found["wide_c"] else "int",
+                      row_type=WIDE if found["wide_r"] else "int", index_type=found["kt"])
     update = replaced(tiled, {tile: operand for operand, tile in product.reads().items()})
     guard = statements(body)[-1].child_by_field_name("consequence")
     if guard is None or guard.type != "compound_statement":

@@ -18,6 +18,9 @@ and four of B into registers and multiplies every pair: 8 shared reads feed 16 m
   B) likewise: loaded along r, a row of A across the lanes, stored down a column of a 64 x 17 tile. A batch's
   pointer moves and 16-bit tiles (with 16-bit registers, converted by the update as before) stay as the tiled form
   has them.
+- The indexes keep the tiled form's widths: 64-bit rows and columns (`long long` first output's row and column, and
+  each output's `r` and `c`) with a block's first row and column formed in 64 bits, the step along k in its own
+  type, so every subscript and the epilogue compute what they did.
 - The plan's launches keep their block (16, 16) and get the grid (cdiv(N, 64), cdiv(M, 64), Z).
 
 Backward writes the tiled form back from the blocked one, and the plan's grid (cdiv(N, 16), cdiv(M, 16), Z).
@@ -36,10 +39,11 @@ cdiv(M, 16)), a third dimension only for a batch; a hand-tiled kernel's block is
 buffer twice; the kernel names nothing `block_...`.
 The epilogue, now run 16 times in a thread, must not tell: it names the accumulator and none of A, B, the loop
 index, a tile, a thread coordinate, a barrier, a loop or a jump; it calls only functions with no effect
-(`_calls.first_effect`), takes no address and dereferences no pointer, does not declare the accumulator again;
-it assigns only the accumulator, names it declares and elements of arrays (pointer parameters or its own), and
-touches each array it writes at one subscript only (reading another output's element, written by this thread
-or another, would tell). Anything else: no site.
+(`_calls.first_effect`: the math library, the 16-bit types' conversions and arithmetic such as `__half2float` and
+`__float2half`, and the source's functions that call only those), takes no address and dereferences no pointer,
+does not declare the accumulator again; it assigns only the accumulator, names it declares and elements of arrays
+(pointer parameters or its own), and touches each array it writes at one subscript only (reading another output's
+element, written by this thread or another, would tell). Anything else: no site.
 
 Anchor: the kernel, kind "function", key "block".
 """
@@ -55,7 +59,7 @@ from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import LaunchPlan
 from klineage.transforms import register
-from klineage.transforms._calls import first_effect
+from klineage.transforms._calls import MATH_CALLS, first_effect
 from klineage.transforms._edit import declared_names, unparen
 from klineage.transforms._hand_tiles import hand_tiled_product
 from klineage.transforms._matmul import (
@@ -75,6 +79,7 @@ from klineage.transforms._matmul import (
 from klineage.transforms._naive import (
     FLOAT_ZERO,
     FORBIDDEN,
+    LOOP_INDEX_TYPES,
     kernel,
     launches_of,
     parameters,
@@ -83,6 +88,7 @@ from klineage.transforms._naive import (
     statements,
     tiled_plan,
 )
+from klineage.transforms._packings import HALF_CALLS
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 KEY = "block"
@@ -90,7 +96,11 @@ MICRO = 4  # a thread's outputs along each side of its micro-tile
 SPAN = TILE * MICRO  # a block's outputs along each side: its 16 threads, 4 outputs each
 ACCUMULATOR = f"{KEY}_acc[{KEY}_i][{KEY}_j]"
 DEPTH = 3  # the blocks around the epilogue: the loops over the micro-tile's rows and columns, the output's guard
+# what an epilogue may call: the math library and the 16-bit types' conversions and arithmetic, values of their
+# arguments alone (a __half output is stored through `__float2half`)
+_PURE_CALLS = MATH_CALLS | HALF_CALLS
 _ID = r"([A-Za-z_]\w*)"
+_WIDENED = r"(?:\(long long\))?"  # a 64-bit index's block start is formed in 64 bits
 # the blocked form's names the reader takes its product from (squashed body); the rest is checked by rewriting
 _FIELDS = {
     "types": rf"__shared__ ({TILE_TYPE}) {KEY}_a\[{SPAN}\]\[({TILE}|{TILE + 1})\]; __shared__ ({TILE_TYPE}) "
@@ -98,14 +108,19 @@ _FIELDS = {
     # A's load: groups M, K, A (stored M x K) or K, M, A (stored K x M)
     "left": rf"(?:< {_ID} && {KEY}_k \+ threadIdx\.x < {_ID} \? {_ID}\[\({KEY}_r \+ {TILE} \* {KEY}_i\) \*|"
             rf"{KEY}_a\[threadIdx\.x \+ {TILE} \* {KEY}_i\]\[threadIdx\.y\] = {KEY}_k \+ threadIdx\.y < {_ID} && "
-            rf"blockIdx\.y \* {SPAN} \+ threadIdx\.x \+ {TILE} \* {KEY}_i < {_ID} \? {_ID}\[)",
-    "right": rf"{KEY}_b\[[^;]*< {_ID} \? {_ID}\[\((?:{KEY}_k \+ threadIdx\.y|blockIdx\.x \* {SPAN} \+ threadIdx\.y "
-             rf"\+ {TILE} \* {KEY}_i)\) \*",
+            rf"{_WIDENED}blockIdx\.y \* {SPAN} \+ threadIdx\.x \+ {TILE} \* {KEY}_i < {_ID} \? {_ID}\[)",
+    "right": rf"{KEY}_b\[[^;]*< {_ID} \? {_ID}\[\((?:{KEY}_k \+ threadIdx\.y|{_WIDENED}blockIdx\.x \* {SPAN} \+ "
+             rf"threadIdx\.y \+ {TILE} \* {KEY}_i)\) \*",
+    # the indexes' types: the block's first output's column and row, and the step along k
+    "indexes": rf"(int|long long) {KEY}_c = {_WIDENED}blockIdx\.x \* {SPAN} \+ threadIdx\.x; "
+               rf"(int|long long) {KEY}_r = ",
+    "step": rf"for \(({LOOP_INDEX_TYPES}) {KEY}_k = 0; ",
     "zero": rf"{re.escape(ACCUMULATOR)} = ({FLOAT_ZERO});",
     "index": rf"for \(int {_ID} = 0; \1 < {TILE} && {KEY}_k \+",
     "update": rf"\+\+{KEY}_j\) ([^;]+); }}",
-    "output": rf"int {_ID} = {KEY}_r \+ {TILE} \* {KEY}_i; int {_ID} = {KEY}_c \+ {TILE} \* {KEY}_j; if \(\1 < {_ID} "
-              rf"&& \2 < {_ID}\) {{ float {_ID} = ",
+    "output": rf"(?:int|long long) {_ID} = {KEY}_r \+ {TILE} \* {KEY}_i; "
+              rf"(?:int|long long) {_ID} = {KEY}_c \+ {TILE} \* {KEY}_j; "
+              rf"if \(\1 < {_ID} && \2 < {_ID}\) {{ float {_ID} = ",
 }
 
 
@@ -162,7 +177,7 @@ def blocked_lines(p: Product) -> list[str]:
     each_i, each_j = (f"for (int {n} = 0; {n} < {MICRO}; ++{n})" for n in (i, j))
     a_row, b_column = f"{KEY}_r + {TILE} * {i}", f"{KEY}_c + {TILE} * {i}"
     if p.transposed:  # lanes along k read a row of B (coalesced) and store it down a padded tile column
-        width, b_row = SPAN + 1, f"blockIdx.x * {SPAN} + threadIdx.y + {TILE} * {i}"
+        width, b_row = SPAN + 1, f"{p.first('x', SPAN)} + threadIdx.y + {TILE} * {i}"
         load_b = (f"{KEY}_b[threadIdx.x][threadIdx.y + {TILE} * {i}] = {k} + threadIdx.x < {p.depth} && {b_row} < "
                   f"{p.columns} ? {p.right}[({b_row}) * {p.depth} + {k} + threadIdx.x] : {p.edge(p.right_type)};")
     else:
@@ -170,7 +185,7 @@ def blocked_lines(p: Product) -> list[str]:
         load_b = (f"{KEY}_b[threadIdx.y][threadIdx.x + {TILE} * {i}] = {k} + threadIdx.y < {p.depth} && {b_column} < "
                   f"{p.columns} ? {p.right}[({k} + threadIdx.y) * {p.columns} + {b_column}] : {p.edge(p.right_type)};")
     if p.left_transposed:  # lanes along r read a row of A (coalesced) and store it down a padded tile column
-        left_width, a_column = TILE + 1, f"blockIdx.y * {SPAN} + threadIdx.x + {TILE} * {i}"
+        left_width, a_column = TILE + 1, f"{p.first('y', SPAN)} + threadIdx.x + {TILE} * {i}"
         load_a = (f"{KEY}_a[threadIdx.x + {TILE} * {i}][threadIdx.y] = {k} + threadIdx.y < {p.depth} && {a_column} < "
                   f"{p.rows} ? {p.left}[({k} + threadIdx.y) * {p.rows} + {a_column}] : {p.edge(p.left_type)};")
     else:
@@ -183,12 +198,12 @@ def blocked_lines(p: Product) -> list[str]:
     return [f"__shared__ {p.left_type} {KEY}_a[{SPAN}][{left_width}];",
             f"__shared__ {p.right_type} {KEY}_b[{TILE}][{width}];",
             *p.starts(),
-            f"int {KEY}_c = blockIdx.x * {SPAN} + threadIdx.x;",
-            f"int {KEY}_r = blockIdx.y * {SPAN} + threadIdx.y;",
+            f"{p.column_type} {KEY}_c = {p.first('x', SPAN)} + threadIdx.x;",
+            f"{p.row_type} {KEY}_r = {p.first('y', SPAN)} + threadIdx.y;",
             f"float {KEY}_acc[{MICRO}][{MICRO}];",
             each_i,
             f"    {each_j} {ACCUMULATOR} = {p.zero};",
-            f"for (int {k} = 0; {k} < {p.depth}; {k} += {TILE}) {{",
+            f"for ({p.index_type} {k} = 0; {k} < {p.depth}; {k} += {TILE}) {{",
             f"    {each_i} {{",
             f"        {load_a}",
             f"        {load_b}",
@@ -208,8 +223,8 @@ def blocked_lines(p: Product) -> list[str]:
             "}",
             f"{each_i} {{",
             f"    {each_j} {{",
-            f"        int {p.row} = {KEY}_r + {TILE} * {i};",
-            f"        int {p.column} = {KEY}_c + {TILE} * {j};",
+            f"        {p.row_type} {p.row} = {KEY}_r + {TILE} * {i};",
+            f"        {p.column_type} {p.column} = {KEY}_c + {TILE} * {j};",
             f"        if ({p.row} < {p.rows} && {p.column} < {p.columns}) {{",
             f"            float {p.accumulator} = {ACCUMULATOR};"]
 
@@ -230,12 +245,13 @@ def _blocked_product(parsed: cp.ParsedSource, function: cp.Function) -> tuple[Pr
         depth, rows, left = found["left"].groups()[3:]
     columns, right = found["right"].groups()
     row, column, _, _, accumulator = found["output"].groups()
+    column_type, row_type = found["indexes"].groups()
     batch = re.search(BATCH_INDEX, text)
     offsets = [re.search(rf"\b{operand} \+= ([^;]+);", text) for operand in (left, right)]
     product = Product(column, row, accumulator, found["index"][1], rows, columns, depth, left, right,
                       found["zero"][1], "", width == str(SPAN + 1), batch[0] if batch else "",
                       *(offset[1] if offset else "" for offset in offsets), left_type, right_type,
-                      left_width == str(TILE + 1))
+                      left_width == str(TILE + 1), column_type, row_type, found["step"][1])
     a_read, b_read = product.operands()
     update = replaced(found["update"][1].replace(ACCUMULATOR, accumulator),
                       {f"{KEY}_ra[{KEY}_i]": a_read, f"{KEY}_rb[{KEY}_j]": b_read})
@@ -322,7 +338,7 @@ def _check_epilogue(parsed: cp.ParsedSource, function: cp.Function, p: Product, 
     if p.accumulator not in names or p.accumulator in declared or FORBIDDEN.search(text) or \
             names & {p.left, p.right, p.index, *TILED_NAMES}:
         raise NotApplicable(f"{function.name}'s epilogue does not only finish the accumulator")
-    if effect := next((e for e in (first_effect(parsed, node) for node in epilogue) if e), None):
+    if effect := next((e for e in (first_effect(parsed, node, _PURE_CALLS) for node in epilogue) if e), None):
         raise NotApplicable(f"{function.name}'s epilogue calls {effect}, which may have an effect")
     if any(cp.nodes_of_type(node, "pointer_expression") for node in epilogue):
         raise NotApplicable(f"{function.name}'s epilogue takes an address or dereferences a pointer")

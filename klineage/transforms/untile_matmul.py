@@ -33,10 +33,11 @@ every global element is read once per block instead of once per thread.
   product loop reads as before.
 
 A product spelled one thread per output on a 1-D launch is read too: the flat index (`int i = blockIdx.x *
-blockDim.x + threadIdx.x;`) under `if (i < M * N)` (or `if (i >= M * N) return;`), its row and column declared
-first as `i / N` and `i % N`, the flat index named after the loop only. It is read as the 2-D form with the same
-row and column (the epilogue's `i` read as its value, `r * N + c`), which the forward tiles and the backward writes
-back: the flat spelling is one more way to write that naive kernel.
+blockDim.x + threadIdx.x;` in any spelling `_canonical` reads, `(int)blockIdx.x * blockDim.x + threadIdx.x` as
+PyTorch extensions write it among them) under `if (i < M * N)` (or `if (i >= M * N) return;`), its row and column
+declared first as `i / N` and `i % N`, the flat index named after the loop only. It is read as the 2-D form with
+the same row and column (the epilogue's `i` read as its value, `r * N + c`), which the forward tiles and the
+backward writes back: the flat spelling is one more way to write that naive kernel.
 
 People's other spellings of the naive product are read as it too: a `#pragma unroll` before the loop (the tiled
 loop replaces it), guards nested one per bound (`_c_style.joined_guards`), `k += 1` and `acc = acc + ...` (the
@@ -46,17 +47,31 @@ pointers (a batch's matrix, `const float* Ab = A + (size_t)b * M * K;`, `_pointe
 holding the elements (`float a = A[..]; float b = B[..]; acc += a * b;`), and a subscript's terms in any order
 (`A[k + K * r]`).
 
-A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`), each
-operand read at its batch's start (`A[X + r * K + k]` or `A[X + k * M + r]`, `B[Y + k * N + c]`, X and Y naming
-only the batch index and scalar parameters: `b * M * K`; a start that offsets the rows, `A[(b * M + r) * K + k]`,
-is read as `A[(b * M) * K + r * K + k]`, the same sum). The tiled form moves the operand pointers to those starts
-first (`A += X;`), then is the unbatched one; the grid keeps its third dimension, one layer of blocks per matrix.
+A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`, unsigned
+or 64-bit too), each operand read at its batch's start (`A[X + r * K + k]` or `A[X + k * M + r]`, `B[Y + k * N +
+c]`, X and Y naming only the batch index and scalar parameters: `b * M * K`; a start that offsets the rows, `A[(b *
+M + r) * K + k]`, is read as `A[(b * M) * K + r * K + k]`, the same sum). The tiled form moves the operand pointers
+to those starts first (`A += X;`), then is the unbatched one; the grid keeps its third dimension, one layer of
+blocks per matrix.
+
+The indexes may be 64-bit, as PyTorch extensions declare them over a tensor's sizes: the row and column `int64_t`,
+`long long` or `size_t` (`_canonical` spells each `long long`, an unsigned one only where every use reads it as
+signed arithmetic would), k of any type a loop index takes (`int64_t`, `size_t`, ...), the sizes of any integer
+type, a batch's index 64-bit too (`int64_t b = blockIdx.z;`, kept as written). The tiled form keeps each index's
+width: a 64-bit row or column is declared `long long`, a block's first row or column formed in 64 bits
+(`(long long)blockIdx.x * 16`), and the step along k declared in the loop index's own type. A 32-bit index would not
+do: over 64-bit sizes a column may pass 2^31, and over `int` sizes the naive kernel forms r * K (so the operands'
+subscripts) and the epilogue's r * N + c in 64 bits, past what an int holds for a large M * K or M * N. With the
+widths kept, every subscript and the epilogue compute what they did, for every size. A flat index may be 64-bit
+too, split into 64-bit rows and columns; a 32-bit row or column of a 64-bit flat index is refused (past INT_MAX rows
+it keeps only the low bits, which the 2-D row never does).
 
 Backward writes the naive product back from the canonical tiled form, under the same (16, 16) block and grid.
 
-Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations (either order)
-and the guarded block above (either order of the two bounds; or `if (r >= M || c >= N) return;` and the block's
-statements after it), the accumulator a float starting at zero, the loop body the one
+Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations (either order,
+each `int` or `long long` as `_canonical` spells it) and the guarded block above (either order of the two bounds;
+or `if (r >= M || c >= N) return;` and the block's statements after it), the accumulator a float starting at zero,
+the loop's index of an integer type (`_naive.LOOP_INDEX_TYPES`), the loop body the one
 update (`A[...] * B[...]` in either order; or the sum of another float function of one element of each, read at a
 product's places, of literals and pure math only, such as `(A[...] - B[...]) * (A[...] - B[...])` for distances,
 maybe through one float local first: `float d = A[...] - B[...]; acc += d * d;` reads as that sum with the local's
@@ -82,7 +97,7 @@ from klineage.launch import LaunchPlan
 from klineage.transforms import register
 from klineage.transforms._c_style import joined_guards
 from klineage.transforms._calls import MATH_CALLS
-from klineage.transforms._canonical import canonical
+from klineage.transforms._canonical import NARROW, WIDE, WIDE_TYPES, canonical, canonical_index
 from klineage.transforms._edit import is_written
 from klineage.transforms._index_locals import counts_inlined, folded
 from klineage.transforms._matmul import (
@@ -99,6 +114,7 @@ from klineage.transforms._matmul import (
 from klineage.transforms._naive import (
     FLOAT_ZERO,
     INTEGER_CAST,
+    LOOP_INDEX_TYPES,
     bounds_2d,
     grid_extent_parameters,
     grid_index,
@@ -115,6 +131,7 @@ from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 _ID = r"([A-Za-z_]\w*)"
+_SPLIT_TYPES = rf"int|{'|'.join(sorted(WIDE_TYPES))}"  # a flat product's row and column: 32 or 64 bits
 _EPILOGUE_FORBIDDEN = r"\b(?:threadIdx|blockIdx|blockDim|gridDim|__syncthreads\w*|__shfl\w*|for|while|do|goto|" \
                       r"return|break|continue|asm)\b"
 
@@ -152,12 +169,12 @@ class UntileMatmul(Transform):
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         p, epilogue = tiled_product(parsed, function)
-        lines = [f"int {p.column} = blockIdx.x * blockDim.x + threadIdx.x;",
-                 f"int {p.row} = blockIdx.y * blockDim.y + threadIdx.y;",
+        lines = [f"{p.column_type} {p.column} = {canonical_index(p.column_type, 'x')};",
+                 f"{p.row_type} {p.row} = {canonical_index(p.row_type, 'y')};",
                  *([p.batch] if p.batch else []),
                  f"if ({p.row} < {p.rows} && {p.column} < {p.columns}) {{",
                  f"    float {p.accumulator} = {p.zero};",
-                 f"    for (int {p.index} = 0; {p.index} < {p.depth}; ++{p.index}) {p.update};"]
+                 f"    for ({p.index_type} {p.index} = 0; {p.index} < {p.depth}; ++{p.index}) {p.update};"]
         return self._write(state, parsed, function, lines, epilogue, state.plan,
                            f"{function.name}: a direct product, one thread per output", Direction.BACKWARD)
 
@@ -199,7 +216,7 @@ def _unflattened(parsed: cp.ParsedSource, function: cp.Function, state: KernelSt
     form: the row and column from grid y and x, `if (r < M && c < N) { ... }`, and `int i = r * N + c;` before the
     epilogue where it names i. NotApplicable where the kernel is not so."""
     listed = statements(function.node.child_by_field_name("body")) if function.is_kernel else []
-    axis, flat = grid_index(parsed, listed[0]) if listed else ("", "")
+    axis, flat, flat_type = _grid_index(parsed, listed[0]) if listed else ("", "", "")
     if axis != "x" or len(listed) < 2 or listed[1].type != "if_statement" or \
             listed[1].child_by_field_name("alternative") is not None:
         raise NotApplicable("no 1-D index and guard after it")
@@ -215,7 +232,9 @@ def _unflattened(parsed: cp.ParsedSource, function: cp.Function, state: KernelSt
     else:
         raise NotApplicable(f"the guard is not `{flat} < M * N` around the work (or `{flat} >= M * N` returning)")
     factors = (inside or leaves).groups()
-    row, column, columns, body = _flat_split(parsed, work, flat)
+    row, column, columns, types, body = _flat_split(parsed, work, flat)
+    if flat_type == WIDE and not set(types.values()) <= WIDE_TYPES:
+        raise NotApplicable(f"the 64-bit '{flat}' is split into a 32-bit row or column, which may not hold it")
     if columns not in factors or len(body) < 3:
         raise NotApplicable(f"the guard's count is not M * {columns}, or no accumulator, loop and epilogue follow")
     rows = factors[1] if factors[0] == columns else factors[0]
@@ -225,17 +244,20 @@ def _unflattened(parsed: cp.ParsedSource, function: cp.Function, state: KernelSt
                 if parsed.text(use) in (flat, row, column)):
         raise NotApplicable(f"'{flat}' is named before the epilogue, or the indexes are assigned")
     named = any(re.search(rf"\b{flat}\b", parsed.text(node)) for node in epilogue)
-    lines = [f"int {column} = blockIdx.x * blockDim.x + threadIdx.x;",
-             f"int {row} = blockIdx.y * blockDim.y + threadIdx.y;",
-             f"if ({row} < {rows} && {column} < {columns}) {{",
-             *(f"    {squash(parsed.text(node))}" for node in before),
-             *([f"    int {flat} = {row} * {columns} + {column};"] if named else [])]
-    return KernelState(source=written(parsed, function, lines, epilogue, 1), plan=state.plan)
+    # each index declared in its own type, which `canonical` then spells as the 2-D form does (a 64-bit one as
+    # `long long`, an unsigned one only where every use reads it as signed arithmetic would)
+    lines = [f"{types[index]} {index} = {canonical_index(WIDE if types[index] in WIDE_TYPES else NARROW, axis)};"
+             for index, axis in ((column, "x"), (row, "y"))]
+    lines += [f"if ({row} < {rows} && {column} < {columns}) {{",
+              *(f"    {squash(parsed.text(node))}" for node in before),
+              *([f"    {flat_type} {flat} = {row} * {columns} + {column};"] if named else [])]
+    return canonical(KernelState(source=written(parsed, function, lines, epilogue, 1), plan=state.plan))
 
 
-def _flat_split(parsed: cp.ParsedSource, work: list[Node], flat: str) -> tuple[str, str, str, list[Node]]:
-    """(row, column, N, the statements after them) of a flat product's work opening with `int r = i / N;` and
-    `int c = i % N;` (either order, or one declaration of both)."""
+def _flat_split(parsed: cp.ParsedSource, work: list[Node],
+                flat: str) -> tuple[str, str, str, dict[str, str], list[Node]]:
+    """(row, column, N, each one's type, the statements after them) of a flat product's work opening with `int r = i
+    / N;` and `int c = i % N;` (either order, or one declaration of both; each `int` or 64-bit)."""
     one = bool(work) and work[0].type == "declaration" and len(work[0].children_by_field_name("declarator")) == 2
     taken = work[:1] if one else work[:2]
     # each index declared on its own, `int r = i / N; int c = i % N;`, whichever way the kernel wrote them
@@ -243,11 +265,12 @@ def _flat_split(parsed: cp.ParsedSource, work: list[Node], flat: str) -> tuple[s
                         for node in taken if node.type == "declaration"
                         for d in node.children_by_field_name("declarator"))
     for first, second in (("/", "%"), ("%", "/")):
-        found = re.fullmatch(rf"int {_ID} = {flat} {first} {_ID}; int {_ID} = {flat} {second} \2;", declared)
+        found = re.fullmatch(rf"({_SPLIT_TYPES}) {_ID} = {flat} {first} {_ID}; ({_SPLIT_TYPES}) {_ID} = {flat} "
+                             rf"{second} \3;", declared)
         if found:
-            named, columns, other = found.groups()
+            named_type, named, columns, other_type, other = found.groups()
             row, column = (named, other) if first == "/" else (other, named)
-            return row, column, columns, work[len(taken):]
+            return row, column, columns, {named: named_type, other: other_type}, work[len(taken):]
     raise NotApplicable(f"the row and column are not declared first as `{flat} / N` and `{flat} % N`")
 
 
@@ -262,11 +285,11 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     batched = [node for node in listed[:3] if re.fullmatch(BATCH_INDEX, squash(parsed.text(node)))]
     batch = squash(parsed.text(batched[0])) if batched else ""
     listed = [node for node in listed if node not in batched]
-    indexes = dict(grid_index(parsed, node) for node in listed[:2])
+    indexes = {axis: (name, kind) for axis, name, kind in (_grid_index(parsed, node) for node in listed[:2])}
     if len(listed) < 3 or set(indexes) != {"x", "y"} or listed[2].type != "if_statement" or \
             listed[2].child_by_field_name("alternative") is not None:
         raise NotApplicable(f"{function.name} is not a naive matrix product: two indexes and a guard")
-    column, row = indexes["x"], indexes["y"]
+    (column, column_type), (row, row_type) = indexes["x"], indexes["y"]
     guard = listed[2]
     batch_name = batch.split(" = ")[0].split()[-1] if batch else ""
     condition = _batch_unbounded(state, parsed, function, squash(parsed.text(guard.child_by_field_name("condition")))
@@ -283,12 +306,13 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
     rows, columns = bounds
     work = _unpragmaed(parsed, work)
     first = re.fullmatch(rf"float {_ID} = ({FLOAT_ZERO});", squash(parsed.text(work[0])))
-    loop = re.fullmatch(rf"for \(int {_ID} = 0; \1 < {_ID}; (?:\+\+\1|\1\+\+)\) (?:{{ )?(.+?);(?: }})?",
-                        squash(parsed.text(work[1]))) if work[1].type == "for_statement" else None
+    loop = re.fullmatch(rf"for \(({LOOP_INDEX_TYPES}) {_ID} = 0; \2 < {_ID}; (?:\+\+\2|\2\+\+)\) "
+                        rf"(?:{{ )?(.+?);(?: }})?", squash(parsed.text(work[1]))) if work[1].type == "for_statement" \
+        else None
     if first is None or loop is None:
         raise NotApplicable(f"{function.name} is not a naive matrix product: no zeroed float and loop over k")
     accumulator, zero = first.groups()
-    index, depth, update = loop.groups()
+    index_type, index, depth, update = loop.groups()
     terms = next((m.groupdict() for m in (p.fullmatch(update) for p in _PRODUCTS) if m), None)
     if terms is None:
         terms, update = _summed_terms(update, accumulator, index)
@@ -337,7 +361,15 @@ def _naive_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Fun
         if str(launch.block[2]).strip() != "1":
             raise NotApplicable(f"{function.name}'s block is three-dimensional")
     return Product(column, row, accumulator, index, rows, columns, depth, left, right, zero, update, transposed,
-                   batch, left_offset, right_offset, types[left], types[right], left_transposed), work[2:]
+                   batch, left_offset, right_offset, types[left], types[right], left_transposed, column_type, row_type,
+                   index_type), work[2:]
+
+
+def _grid_index(parsed: cp.ParsedSource, node: Node) -> tuple[str, str, str]:
+    """(axis, name, type) of a thread index as `_canonical` spells it (`_naive.grid_index`), its type `int` or, 64-bit,
+    `long long`; else ("", "", "")."""
+    axis, name = grid_index(parsed, node, wide=True)
+    return (axis, name, WIDE if squash(parsed.text(node)).startswith(f"{WIDE} ") else NARROW) if axis else ("", "", "")
 
 
 def _batch_unbounded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, condition: str,

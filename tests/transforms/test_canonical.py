@@ -42,6 +42,10 @@ def _index_line(declaration: str, use: str = "if (i < n) y[i] = x[i] * 2.0f;") -
     ("int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);", NARROW),
     ("const int i = (int)(threadIdx.x + blockIdx.x * blockDim.x);", NARROW),
     ("int64_t i = static_cast<int64_t>(blockIdx.x * blockDim.x + threadIdx.x);", WIDE),
+    # a coordinate cast to 32 bits keeps its value (below 2^31), as PyTorch extensions write it
+    ("int i = (int)blockIdx.x * blockDim.x + threadIdx.x;", NARROW),
+    ("int i = static_cast<int>(blockIdx.x) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);", NARROW),
+    ("int64_t i = (int64_t)blockIdx.x * (unsigned)blockDim.x + threadIdx.x;", WIDE),
 ])
 def test_equivalent_spellings_become_the_canonical_index(spelled, canonical_line):
     assert _index_line(spelled) == canonical_line
@@ -57,6 +61,7 @@ def test_equivalent_spellings_become_the_canonical_index(spelled, canonical_line
     ("int i = (long long)blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[i];"),
     ("int i = static_cast<int>((long long)blockIdx.x * blockDim.x + threadIdx.x);", "if (i < n) y[i] = x[i];"),
     ("int i = static_cast<short>(blockIdx.x * blockDim.x + threadIdx.x);", "if (i < n) y[i] = x[i];"),
+    ("int i = (short)blockIdx.x * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[i];"),
     ("int i = blockIdx.y * blockDim.x + threadIdx.x;", "if (i < n) y[i] = x[i];"),
     ("int i = blockIdx.x * blockDim.x + threadIdx.x + 1;", "if (i < n) y[i] = x[i];"),
     ("int i = blockIdx.x * 128 + threadIdx.x;", "if (i < n) y[i] = x[i];"),

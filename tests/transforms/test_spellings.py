@@ -17,10 +17,10 @@ sums (mean pooling, one thread per output of (B, D): its own family; a batch on 
 family), one thread per pair (a rotary embedding on interleaved pairs: its own family), a loss whose rows each add
 their term by one atomic (its own family), running products, exclusive sums and sums from the row's end (its own
 family), and matrix products spelled flat on a 1-D launch or summing other functions of the two elements, such as
-distances (their own family; a batch's indexes in one declaration, its rows offset inside the row's product), and
-whole reductions to one value written for one thread (their own family). Each must be a site of its family's
-forwards; where the CPU emulator runs the family (elementwise maps, concatenations, pairs and transposes), every
-forward's kernel computes the spelling's bits.
+distances (their own family; a batch's indexes in one declaration, its rows offset inside the row's product,
+64-bit indexes and sizes, the index's coordinate cast to int), and whole reductions to one value written for one
+thread (their own family). Each must be a site of its family's forwards; where the CPU emulator runs the family
+(elementwise maps, concatenations, pairs and transposes), every forward's kernel computes the spelling's bits.
 """
 
 from __future__ import annotations
@@ -85,7 +85,10 @@ EXPECTED = {
                                                        "d_l1_distance", "e_batched_one_declaration",
                                                        "f_pragma_unroll", "g_offset_locals", "h_batch_pointers",
                                                        "i_nested_guards", "j_named_elements", "k_define_tile",
-                                                       "l_flat_total", "m_batch_bounded", "n_inline_layer")},
+                                                       "l_flat_total", "m_batch_bounded", "n_inline_layer",
+                                                       "o_flat_int_cast", "p_int64_indexes", "q_size_t_row_pointer",
+                                                       "r_flat_int64", "s_batched_int64",
+                                                       "t_wide_indexes_int_sizes")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
@@ -119,6 +122,7 @@ def test_each_spelling_is_a_site_of_its_familys_forwards(tmp_path, family, name)
                                                         ("scans", "d_reverse_exclusive_product"),
                                                         ("products", "b_flat_return"),
                                                         ("products", "e_batched_one_declaration"),
+                                                        ("products", "p_int64_indexes"),
                                                         ("rows", "r_macro_index"),
                                                         ("whole", "c_index_zero")]))
 def test_each_spellings_forwards_compile(tmp_path, cache, spelling):
@@ -196,7 +200,9 @@ def _operands(batch: int):
 
 
 @pytest.mark.parametrize("name", sampled(sorted(EXPECTED["products"]),
-                                          keep=["g_offset_locals", "j_named_elements", "n_inline_layer"]))
+                                          keep=["g_offset_locals", "j_named_elements", "n_inline_layer",
+                                                "o_flat_int_cast", "p_int64_indexes", "q_size_t_row_pointer",
+                                                "r_flat_int64", "s_batched_int64", "t_wide_indexes_int_sizes"]))
 def test_each_products_tiles_compute_its_bits_on_the_cpu(tmp_path, name):
     """The tiled kernel of each product spelling gives the spelling's own output bits on the CPU emulator, for sizes
     16 does and does not divide (and every matrix of a batch)."""

@@ -241,6 +241,98 @@ def test_no_site_where_the_batch_epilogue_reads_another_matrix(transform):
         transform.forward(state, SITE)
 
 
+# a linear layer over __half operands, its bias and its output's rounding through __half in the epilogue
+HALF_EPILOGUE = """#include <cuda_fp16.h>
+
+__global__ void kernel(const __half* __restrict__ A, const __half* __restrict__ B, const __half* __restrict__ bias,
+                       float* __restrict__ C, int M, int N, int K) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y * blockDim.y + threadIdx.y;
+    if (r >= M || c >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += __half2float(A[r * K + k]) * __half2float(B[c * K + k]);
+    acc += __half2float(bias[c]);
+    C[r * N + c] = __half2float(__float2half_rn(fminf(fmaxf(acc, -1.0f), 1.0f)));
+}
+"""
+HALF_PLAN = LaunchPlan.from_toml("""name = "half_epilogue"
+problem = "half_epilogue"
+[[launch]]
+entry = "kernel"
+grid = ["cdiv(n, 16)", "cdiv(m, 16)"]
+block = [16, 16]
+args = ["A", "B", "bias", "C", { scalar = "m", type = "i32" }, { scalar = "n", type = "i32" },
+        { scalar = "k", type = "i32" }]
+""")
+HALF_STORE = "C[r * N + c] = __half2float(__float2half_rn(fminf(fmaxf(acc, -1.0f), 1.0f)));"
+
+
+def _half_tiled(store: str = HALF_STORE) -> KernelState:
+    naive = KernelState(source=HALF_EPILOGUE.replace(HALF_STORE, store), plan=HALF_PLAN)
+    untile = get("untile_matmul")
+    return untile.forward(naive, untile.forward_sites(naive)[0]).state
+
+
+def test_an_epilogue_through_the_16_bit_conversions_gives_the_tiled_kernels_bits(transform, tmp_path):
+    """`__half2float` and `__float2half_rn` are values of their argument alone: an epilogue reading a __half bias and
+    rounding its output through __half runs once per micro-tile output as it ran once per thread."""
+    tiled = _half_tiled()
+    assert transform.forward_sites(tiled) == [SITE]
+    blocked = transform.forward(tiled, SITE).state
+    same_bits(tiled, blocked, tmp_path, lambda m, n, k, g: {name: torch.randn(count, generator=g).half()
+                                                            for name, count in (("A", m * k), ("B", n * k),
+                                                                                ("bias", n))},
+              shapes=((17, 9, 5), (70, 130, 40)))
+
+
+@pytest.mark.parametrize("store, why", [
+    ("__stcs(&C[r * N + c], __half2float(__float2half(acc)));", "calls __stcs"),  # a store, with its effect
+    (HALF_STORE + '\n    printf("%f", __half2float(bias[c]));', "calls printf"),
+])
+def test_no_site_where_a_16_bit_epilogue_calls_what_may_have_an_effect(transform, store, why):
+    tiled = _half_tiled(store)
+    assert transform.forward_sites(tiled) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(tiled, SITE)
+
+
+# C = A^T B^T over 64-bit indexes and sizes (A stored K x M, B N x K): both operands loaded from a block's first row
+# or column, which the 64-bit forms compute in 64 bits
+WIDE = """#include <stdint.h>
+
+__global__ void kernel(const float* A, const float* B, float* C, int64_t M, int64_t N, int64_t K) {
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y;
+    if (r < M && c < N) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; ++k) acc += A[k * M + r] * B[c * K + k];
+        C[r * N + c] = acc;
+    }
+}
+"""
+
+
+def test_64_bit_indexes_are_blocked_in_their_own_width(transform, tmp_path):
+    """The blocked form declares its first output's row and column, each output's, and the step along k in the tiled
+    form's types, and forms a block's first row and column in 64 bits where those are: the naive kernel's bits."""
+    plan = LaunchPlan.from_toml((HERE / "unblock_matmul" / "transposed_a" / "after.toml").read_text()
+                                .replace('type = "i32"', 'type = "i64"'))
+    naive = KernelState(source=WIDE, plan=plan)
+    untile = get("untile_matmul")
+    tiled = untile.forward(naive, untile.forward_sites(naive)[0]).state
+    assert transform.forward_sites(tiled) == [SITE]
+    blocked = transform.forward(tiled, SITE).state
+    for line in ("long long block_c = (long long)blockIdx.x * 64 + threadIdx.x;",
+                 "long long block_r = (long long)blockIdx.y * 64 + threadIdx.y;",
+                 "for (int64_t block_k = 0; block_k < K; block_k += 16)",
+                 "A[(block_k + threadIdx.y) * M + (long long)blockIdx.y * 64 + threadIdx.x + 16 * block_i]",
+                 "B[((long long)blockIdx.x * 64 + threadIdx.y + 16 * block_i) * K",
+                 "long long r = block_r + 16 * block_i;"):
+        assert line in blocked.source, line
+    assert transform.find(blocked) == [SITE] and transform.backward(blocked, SITE).state == tiled
+    same_bits(naive, blocked, tmp_path, operands(), shapes=((17, 9, 5), (70, 130, 40)))
+
+
 # A product tiled by hand, as the CUDA tutorials write it (the GPU fixture matmul_tiled's kernel): a tile of 32 named
 # by a constant, the thread's coordinates in locals, the tiles counted by cdiv(K, 32), the columns of a tile named by
 # locals, ternary loads, an epilogue without braces

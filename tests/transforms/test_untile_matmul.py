@@ -399,3 +399,76 @@ def test_no_site_where_a_sum_is_not_of_one_element_of_each_operand(transform, up
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, SITE)
+
+
+def _widened(c: str, r: str, k: str, sizes: str = "int") -> KernelState:
+    """The golden naive product with its column, row and k declared `c`, `r` and `k` (types; each 64-bit one cast
+    on its block coordinate, as PyTorch extensions write it), its sizes of type `sizes`."""
+    naive = golden("after")
+    source = naive.source.replace("int M, int N, int K", f"{sizes} M, {sizes} N, {sizes} K")
+    for kind, name, axis in ((c, "c", "x"), (r, "r", "y")):
+        cast = "" if kind == "int" else f"({kind})"
+        source = source.replace(f"int {name} = blockIdx.{axis}", f"{kind} {name} = {cast}blockIdx.{axis}")
+    return KernelState(source=source.replace("for (int k = 0;", f"for ({k} k = 0;"), plan=naive.plan)
+
+
+@pytest.mark.parametrize("c, r, k, sizes", [("int64_t", "int64_t", "int64_t", "int64_t"),
+                                            ("size_t", "size_t", "size_t", "size_t"),
+                                            ("long long", "long long", "int", "int"),  # 64-bit indexes, int sizes
+                                            ("int64_t", "int", "long", "int")])  # one index of each width
+def test_64_bit_indexes_are_tiled_in_their_own_width(transform, c, r, k, sizes):
+    """Each index of the tiled form has the naive one's width (`long long` for every 64-bit spelling, the k step the
+    loop index's own type), and a block's first column or row is formed in it: a 64-bit index of 64-bit sizes may
+    pass what an int holds, and over int sizes r * N and the operands' subscripts are formed in 64 bits, which the
+    epilogue, run as written, relies on. Backward writes the naive product back in the canonical spelling."""
+    state = _widened(c, r, k, sizes)
+    assert transform.forward_sites(state) == [SITE]
+    tiled = transform.forward(state, SITE).state
+    for kind, name, axis in ((c, "c", "x"), (r, "r", "y")):
+        wide = "" if kind == "int" else "(long long)"
+        assert f"{'int' if kind == 'int' else 'long long'} {name} = {wide}blockIdx.{axis} * 16" in tiled.source
+    assert f"for ({k} tile_k = 0; tile_k < K; tile_k += 16)" in tiled.source
+    naive = transform.backward(tiled, SITE).state
+    assert f"for ({k} k = 0; k < K; ++k)" in naive.source
+    assert transform.forward(naive, SITE).state == tiled
+    assert get("unblock_matmul").forward_sites(tiled) == [Anchor("kernel", "function", "block")]
+
+
+def test_tiles_of_mixed_widths_give_the_naive_kernels_bits_on_the_cpu(transform, tmp_path):
+    state = _widened("int64_t", "int", "long", "int")
+    emulate.same_product_bits(state, transform.forward(state, SITE).state, tmp_path,
+                              lambda m, n, k, g: {"A": torch.randn(m * k, generator=g),
+                                                  "B": torch.randn(k * n, generator=g),
+                                                  "bias": torch.randn(n, generator=g)}, "C", alpha=0.75)
+
+
+@pytest.mark.parametrize("edit, why", [
+    # an unsigned index that a subtraction reads (c - 1 wraps at 0): signed 64 bits would give another value
+    (("float v = alpha * acc + bias[c];", "float v = alpha * acc + bias[c] + (float)(c - 1);"), "two indexes"),
+    # a 64-bit index narrowed into 32 bits: kept as written, never read as an index
+    (("long long c = (long long)blockIdx.x", "int c = (long long)blockIdx.x"), "two indexes"),
+    (("for (long k = 0;", "for (short k = 0;"), "no zeroed float and loop over k"),  # would wrap at 2^15
+])
+def test_no_site_where_a_wider_index_could_take_another_value(transform, edit, why):
+    state = _widened("size_t" if "(c - 1)" in edit[1] else "long long", "long long", "long", "int64_t")
+    assert edit[0] in state.source
+    state = KernelState(source=state.source.replace(*edit), plan=state.plan)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+def test_no_site_where_a_64_bit_flat_index_is_split_into_32_bits(transform):
+    """`int r = i / N` of a 64-bit i keeps only the row's low 32 bits past INT_MAX rows, which the 2-D form's row
+    never does: refused. 64-bit rows and columns of a 32-bit i (widened) are read."""
+    wide = FLAT.replace("int M, int N, int K", "int64_t M, int64_t N, int64_t K").replace(
+        "int i = blockIdx.x", "int64_t i = (int64_t)blockIdx.x")
+    split = "        int r = i / N;\n        int c = i % N;\n"
+    assert split in wide
+    state = KernelState(source=wide, plan=FLAT_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match="split into a 32-bit row or column"):
+        transform.forward(state, SITE)
+    widened = FLAT.replace(split, "        int64_t r = i / N;\n        int64_t c = i % N;\n")
+    tiled = transform.forward(KernelState(source=widened, plan=FLAT_PLAN), SITE).state
+    assert "long long c = (long long)blockIdx.x * 16 + threadIdx.x;" in tiled.source
