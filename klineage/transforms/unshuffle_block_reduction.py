@@ -260,7 +260,8 @@ def _trees(state: KernelState, function: cp.Function) -> list[_Tree]:
         except NotApplicable as error:
             reasons.append(str(error))
     if not found:
-        raise NotApplicable(f"{function.name}: " + ("; ".join(reasons) or "no __shared__ array"))
+        none = "no __shared__ array of one dimension (the tree's)" if "__shared__" in body else "no __shared__ array"
+        raise NotApplicable(f"{function.name}: " + ("; ".join(reasons) or none))
     return found
 
 
