@@ -44,8 +44,9 @@ loop replaces it), guards nested one per bound (`_c_style.joined_guards`), `k +=
 short forms, `_c_style`), a block size named by a constant along each axis (`#define TILE 16`, `_canonical`),
 offsets named by integer locals (`int a_off = b * M * K + r * K;`, `_index_locals`), operands named by local
 pointers (a batch's matrix, `const float* Ab = A + (size_t)b * M * K;`, `_pointers`), one or two float locals
-holding the elements (`float a = A[..]; float b = B[..]; acc += a * b;`), and a subscript's terms in any order
-(`A[k + K * r]`).
+holding the elements (`float a = A[..]; float b = B[..]; acc += a * b;`), a subscript's terms in any order
+(`A[k + K * r]`), and a thread per row looping over the row's output columns, each column's product and epilogue its
+own (`_row_columns`: read as a thread per output where no column can see what another wrote).
 
 A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`, unsigned
 or 64-bit too), each operand read at its batch's start (`A[X + r * K + k]` or `A[X + k * M + r]`, `B[Y + k * N +
@@ -128,6 +129,7 @@ from klineage.transforms._naive import (
 )
 from klineage.transforms._pointers import inlined
 from klineage.transforms._readonly import plain_reads
+from klineage.transforms._row_columns import columns_threaded
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 _ID = r"([A-Za-z_]\w*)"
@@ -204,7 +206,11 @@ def _read_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Func
         try:
             state = folded(_unflattened(parsed, function, state))  # `int i = r * N + c;` read as canonical() would
         except NotApplicable as flat:
-            raise NotApplicable(f"{refusal}; nor is it a flat product: {flat}") from None
+            try:
+                state = folded(columns_threaded(parsed, function, state))
+            except NotApplicable as rows:
+                raise NotApplicable(f"{refusal}; nor is it a flat product: {flat}; nor a row of columns: {rows}") \
+                    from None
     parsed = cp.parse(state.source)
     function = next(f for f in cp.functions(parsed) if f.name == function.name)
     return state, parsed, function, _naive_product(state, parsed, function)

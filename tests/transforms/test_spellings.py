@@ -88,7 +88,7 @@ EXPECTED = {
                                                        "l_flat_total", "m_batch_bounded", "n_inline_layer",
                                                        "o_flat_int_cast", "p_int64_indexes", "q_size_t_row_pointer",
                                                        "r_flat_int64", "s_batched_int64",
-                                                       "t_wide_indexes_int_sizes")},
+                                                       "t_wide_indexes_int_sizes", "u_row_of_columns")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
@@ -201,6 +201,7 @@ def _operands(batch: int):
 
 @pytest.mark.parametrize("name", sampled(sorted(EXPECTED["products"]),
                                           keep=["g_offset_locals", "j_named_elements", "n_inline_layer",
+                                                "u_row_of_columns",
                                                 "o_flat_int_cast", "p_int64_indexes", "q_size_t_row_pointer",
                                                 "r_flat_int64", "s_batched_int64", "t_wide_indexes_int_sizes"]))
 def test_each_products_tiles_compute_its_bits_on_the_cpu(tmp_path, name):

@@ -472,3 +472,33 @@ def test_no_site_where_a_64_bit_flat_index_is_split_into_32_bits(transform):
     widened = FLAT.replace(split, "        int64_t r = i / N;\n        int64_t c = i % N;\n")
     tiled = transform.forward(KernelState(source=widened, plan=FLAT_PLAN), SITE).state
     assert "long long c = (long long)blockIdx.x * 16 + threadIdx.x;" in tiled.source
+
+
+
+ROW_OF_COLUMNS = (HERE / "spellings" / "products" / "u_row_of_columns.cu").read_text()
+ROW_PLAN = LaunchPlan.from_toml((HERE / "spellings" / "products" / "u_row_of_columns.toml").read_text())
+STORE = "C[row * N + col] = fmaxf(acc, 0.0f);"
+
+
+@pytest.mark.parametrize("edits, why", [
+    # a column reads the output the column before it wrote: in order one after another, a race in parallel
+    ([(STORE, "C[row * N + col] = fmaxf(acc, 0.0f) + (col > 0 ? C[row * N + col - 1] : 0.0f);")],
+     "touched at 2 places"),
+    # a value carried from column to column: declared before the loop, or the row moved
+    ([("    for (int col = 0;", "    float carry = 0.0f;\n    for (int col = 0;"),
+      (STORE, STORE + "\n        carry += acc;")], "before one loop"),
+    ([(STORE, STORE + "\n        row += M;")], "assigns `row`"),
+    ([("for (int col = 0; col < N; ++col)", "for (int col = 1; col < N; ++col)")], "from 0"),  # a column left out
+    ([("if (row >= M) return;", "if (row >= M - 1) return;")], "returning"),
+])
+def test_no_site_where_a_rows_columns_could_see_each_other(transform, edits, why):
+    """A thread per row looping over its columns is read as a thread per output only where no column can see what
+    another did."""
+    source = ROW_OF_COLUMNS
+    for old, new in edits:
+        assert old in source
+        source = source.replace(old, new)
+    state = KernelState(source=source, plan=ROW_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, Anchor("product", "function", "tile"))
