@@ -155,7 +155,7 @@ class UntileMatmul(Transform):
         state = _read(state)
         parsed = cp.parse(state.source)
         return [Anchor(function.name, "function", KEY, parsed.text(function.node)[:200])
-                for function, _ in readable(parsed, lambda f: _read_product(state, parsed, f))]
+                for function, _ in readable(parsed, lambda f: _planned(state, parsed, f))]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
         state = _read(state)  # as forward_sites reads it
@@ -195,6 +195,14 @@ def _read(state: KernelState) -> KernelState:
     reads plain (the tiled loop reads its operands from shared memory, which the read-only cache's loads do not
     address)."""
     return inlined(folded(counts_inlined(joined_guards(canonical(plain_reads(state))))))
+
+
+def _planned(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple:
+    """`_read_product`'s reading, once the tiled plan can be written from it (each launch passes M and N)."""
+    read = _read_product(state, parsed, function)
+    state, _, function, (product, _) = read
+    tiled_plan(state, function, product.rows, product.columns, (TILE, TILE), (TILE, TILE))
+    return read
 
 
 def _read_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple:

@@ -263,6 +263,16 @@ def test_no_site_on_a_three_dimensional_launch(transform):
     assert transform.forward_sites(state) == []
 
 
+def test_no_site_where_a_launch_passes_another_count_of_arguments(transform):
+    """The tiled grid is written from what each launch passes for M and N: a launch that does not match the kernel's
+    parameters is no site (rather than a site whose forward then fails)."""
+    naive = golden("after")
+    plan = (HERE / "untile_matmul" / "bias_relu" / "after.toml").read_text().replace(
+        'args = ["A", ', 'args = ["A", "A2", ')
+    state = KernelState(source=naive.source, plan=LaunchPlan.from_toml(plan))
+    assert state.plan != naive.plan and transform.forward_sites(state) == []
+
+
 def test_the_naive_product_may_declare_its_row_first_and_return_past_the_edge(transform):
     """The two indexes in either order, and `if (r >= M || c >= N) return;` before the work: the same tiled
     kernel as from the golden's own spelling."""
