@@ -8,7 +8,7 @@ row by row), read as the 2-D form of one thread per output that `untile_matmul` 
 (the guard may wrap the loop instead: `if (r < M) { for ... }`). The columns then run in parallel where they ran one
 after another, which computes the same wherever no column reads what another wrote: the work assigns nothing
 declared outside it, and every array it writes is touched, in the whole kernel, at one subscript only, which names
-the column (`y[r * N + c]`). Anything else is left as written.
+the column (`y[r * N + c]`), and it calls nothing with an effect. Anything else is left as written.
 
 The leading underscore keeps the catalog from loading this module as a transform.
 """
@@ -21,6 +21,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
+from klineage.transforms._calls import first_effect
 from klineage.transforms._canonical import NARROW, canonical, canonical_index
 from klineage.transforms._edit import is_written, unparen
 from klineage.transforms._matmul import written
@@ -76,8 +77,11 @@ def _guarded_loop(parsed: cp.ParsedSource, rest: list[Node], row: str) -> tuple[
 
 
 def _check_independent(parsed: cp.ParsedSource, function: cp.Function, body: Node, row: str, column: str) -> None:
-    """NotApplicable unless no column's work can see another's: it assigns only what it declares and array elements,
-    and each array it writes is touched in the kernel at one subscript only, naming the column."""
+    """NotApplicable unless no column's work can see another's: it calls nothing with an effect (an atomic would add
+    a row's columns in another order), assigns only what it declares and array elements, and each array it writes is
+    touched in the kernel at one subscript only, naming the column."""
+    if effect := first_effect(parsed, body):
+        raise NotApplicable(f"a column's work calls {effect}, which may have an effect")
     declared = {parsed.text(n) for n in cp.nodes_of_type(body, "identifier")
                 if n.parent is not None and n.parent.type in ("init_declarator", "declaration")}
     subscripts: dict[str, set[str]] = {}

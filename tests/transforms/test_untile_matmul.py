@@ -498,6 +498,7 @@ STORE = "C[row * N + col] = fmaxf(acc, 0.0f);"
     ([("    for (int col = 0;", "    float carry = 0.0f;\n    for (int col = 0;"),
       (STORE, STORE + "\n        carry += acc;")], "before one loop"),
     ([(STORE, STORE + "\n        row += M;")], "assigns `row`"),
+    ([(STORE, "atomicAdd(&C[row * N + col], acc);")], "calls atomicAdd"),
     ([("for (int col = 0; col < N; ++col)", "for (int col = 1; col < N; ++col)")], "from 0"),  # a column left out
     ([("if (row >= M) return;", "if (row >= M - 1) return;")], "returning"),
 ])
