@@ -52,6 +52,7 @@ def test_the_softmax_walks_unroll_cards_cost_no_gate_call_on_the_naive_kernel(ga
     assert without.stats.evaluations == 1 + len(gated) and without.stats.same_code == 0
 
 
+@pytest.mark.slow  # two greedy searches of 40 gate calls each (about a minute): the suite's time limit
 def test_the_gate_calls_a_same_code_kernel_would_cost_go_to_the_next_candidates(monkeypatch, gate_cache):
     script_gpu_timing(monkeypatch, lambda source: 0.8 ** (source.count("__expf(") - NAIVE.source.count("__expf(")))
     runs = {check: _run(gate_cache, strategy=Strategy.UNCONDITIONED_GREEDY, budget=40, gate_mode=GateMode.GPU,
