@@ -52,6 +52,7 @@ def test_single_steps_that_only_pay_together_stall_without_lookahead(scripted_gp
     assert RUNNERS and all(isinstance(r, WarmRunner) for r in RUNNERS) and len({id(r) for r in RUNNERS}) == 1
 
 
+@pytest.mark.slow  # 40 gate calls of composites (half a minute and more): the suite's time limit
 def test_a_composite_of_two_slower_candidates_is_taken_as_one_step(scripted_gpu, gate_cache):
     # the run takes 40 gate calls (the start's, the singles and the pairs at the start kernel and after the step):
     # a budget with room to spare, so that it ends by finding nothing better rather than by the budget
