@@ -24,7 +24,9 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
   scatter-add (bench/transfer/scatter_add) adding four elements of a row with one vector atomicAdd; the held-out
   batched product (bench/transfer/bmm_small) with each matrix's start read from `blockIdx.z` where it is used,
   tiled by untile_matmul; a product tiled in shared memory by hand (matmul_tiled, the CUDA tutorials' form, 32 x 32
-  tiles), register-blocked by unblock_matmul.
+  tiles), register-blocked by unblock_matmul; a linear layer with bias and GELU (linear_bias_gelu) whose row is a
+  layer of the grid (`int row = blockIdx.y;` on a 1-D block) and whose sum starts from the bias, tiled by
+  untile_matmul with the bias added after the loop.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -212,6 +214,8 @@ SPELLINGS = [
     Spelling("bmm_inline_layer", BENCH / "bmm_small", "untile_matmul",
              ("unsigned int batch = blockIdx.z;", "a += batch * m * k;", "__shared__ float tile_a[16][16];"),
              INLINE_LAYER_BMM, vendor="torch.bmm"),
+    Spelling("linear_bias_gelu", PROBLEMS / "linear_bias_gelu", "untile_matmul",
+             ("if (row < M && col < N) {", "acc += b[col];"), vendor="F.linear + F.gelu"),
     Spelling("scatter_add_vector_atomic", BENCH / "scatter_add", "scalarize_row_gather",
              ("atomicAdd(reinterpret_cast<float4*>(out + ((long long)idx[r] * cols + c)), out4);",),
              cases=frozenset({"headline", "ragged", "small"}), vendor="index_add_"),

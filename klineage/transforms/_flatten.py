@@ -230,9 +230,9 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
                 launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {_grouped(matrix.columns)}",
                                              matrix.dimensions)
             flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
-        except _NoExtentParameter as missing:  # the grid carried the row count: the kernel takes it, and is read again
+        except NoExtentParameter as missing:  # the grid carried the row count: the kernel takes it, and is read again
             try:
-                return flattened(_with_extent_parameter(state, parsed, function, missing), shapes)
+                return flattened(with_extent_parameter(state, parsed, function, missing), shapes)
             except NotApplicable as error:
                 refused(function, error)
                 continue
@@ -308,7 +308,7 @@ def _threaded(state: KernelState, parsed: cp.ParsedSource, function: cp.Function
                             f"a collective (`{found[0]}`)")
     if any(parsed.text(n) == row and is_written(n) for node in rest for n in cp.nodes_of_type(node, "identifier")):
         raise NotApplicable(f"{function.name} changes its row '{row}'")
-    rows = _grid_extent(state, parsed, function, 0)
+    rows = grid_extent(state, parsed, function, 0)
     if bound and bound != rows:  # the first thread's guard bounds the row too: by the grid, which the new guard is
         raise NotApplicable(f"{function.name} bounds its row by '{bound}', not by the grid's extent '{rows}'")
     indent = indentation(parsed.data, statements(function.node.child_by_field_name("body"))[0].start_byte)
@@ -444,6 +444,16 @@ def _others_return(parsed: cp.ParsedSource, statement: Node, row: str) -> str | 
     return (bounded[1] or bounded[2]) if bounded else None
 
 
+def destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> KernelState:
+    """The state with the kernel `function`, one grid-stride loop whose work may loop (a product's outputs, each
+    summing its own), as one thread per element (`_destrided`'s reading, with `rows`), its launches made to match;
+    only that kernel changes. NotApplicable where it is not so."""
+    text, launches = _destrided(state, parsed, function, rows=True)
+    listed = statements(function.node.child_by_field_name("body"))
+    source = splice(parsed.data, [(listed[0].start_byte, listed[-1].end_byte, text)])[0].decode("utf-8")
+    return canonical(KernelState(source=source, plan=with_plan(state, launches=launches)))
+
+
 def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
                rows: bool = False) -> tuple[str, tuple[Launch, ...]]:
     """A kernel that is one grid-stride loop over elements (`for (int i = <global index>; i < n; i += blockDim.x *
@@ -532,7 +542,7 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
         bound = re.fullmatch(rf"{column} {relation} \(?({_PRODUCT})\)?", condition)
         if bound is None and both is None:
             raise NotApplicable(f"{function.name}'s guard is not `{column} {relation} N`")
-        columns, rows = bound[1] if bound else both[1], _grid_extent(state, parsed, function, "xyz".index(row_axis))
+        columns, rows = bound[1] if bound else both[1], grid_extent(state, parsed, function, "xyz".index(row_axis))
         written = written_names(parsed, function.node)
         if any(name in written for name in columns.split(" * ")):
             raise NotApplicable(f"{function.name} assigns a count of its bound `{columns}`")
@@ -550,7 +560,7 @@ def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, 
     return _Matrix(column, row, row_type, columns, rows, work, tiled, of_rows, dimensions)
 
 
-class _NoExtentParameter(NotApplicable):
+class NoExtentParameter(NotApplicable):
     """No scalar parameter carries the grid's extent along `axis`, which every launch gives as `extent`."""
 
     def __init__(self, message: str, axis: int, extent: str):
@@ -558,7 +568,7 @@ class _NoExtentParameter(NotApplicable):
         self.axis, self.extent = axis, extent
 
 
-def _grid_extent(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, axis: int) -> str:
+def grid_extent(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, axis: int) -> str:
     """The kernel's scalar parameter every launch passes its grid's extent along `axis` as (`rows` where the grid
     is (..., rows) and `rows` is passed for the parameter `rows`): the row count, which the 1-D bound must name."""
     found, extents = grid_extent_parameters(state, parsed, function, axis)
@@ -566,13 +576,13 @@ def _grid_extent(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
         message = (f"{function.name} takes no scalar parameter that every launch passes its grid's "
                    f"{'xyz'[axis]} extent as: the row count the 1-D bound needs")
         if len(extents) == 1:
-            raise _NoExtentParameter(message, axis, extents.pop())
+            raise NoExtentParameter(message, axis, extents.pop())
         raise NotApplicable(message)
     return sorted(found)[0]
 
 
-def _with_extent_parameter(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
-                           missing: _NoExtentParameter) -> KernelState:
+def with_extent_parameter(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                           missing: NoExtentParameter) -> KernelState:
     """The kernel given a last parameter `int grid_<axis>` that every launch passes its grid's extent as: the row
     count a 1-D bound needs, which a 2-D launch's grid carried and the kernel never had to take. The kernel reads
     nothing new; only the flat form's bound names it."""

@@ -1,5 +1,5 @@
 """A sum that starts from a value other than zero read as a sum from zero with the start added after its loop, for
-the forwards that share a row's sum among lanes.
+the forwards that share a row's sum among lanes and the matrix products' tiled forms.
 
 People start a sum where its result begins: a matrix-vector product with a bias, a loss with its regularizer,
 
@@ -15,10 +15,23 @@ start added once the loop is done:
     for (int j = 0; j < cols; ++j) acc += w[row * cols + j] * x[j];
     acc = acc_start + acc;
 
-The start is evaluated where it was, so it is the same value. The sum is then added in another order: the start
-last, where the serial loop added it first. Floating-point addition rounds differently in another order, as it
-does for every lane's partial sum in these forwards, whose outputs the gate judges against the problem's
-tolerance; this reading is theirs alone (never `canonical`'s, whose rewrites keep every bit).
+The start is evaluated where it was, so it is the same value. A matrix product's forms cannot evaluate it there:
+their threads past the matrix's edge run the loop too (they load tiles), and would read `bias[c]` out of bounds.
+For them `started_at_zero(..., late=True)` evaluates the start after the loop, under the guard the epilogue has:
+
+    float acc = 0.0f;
+    for (int j = 0; j < cols; ++j) acc += w[row * cols + j] * x[j];
+    acc += bias[row];
+
+(the sum `bias[row] + acc`: floating-point addition commutes). That is the same value only where the loop changes
+nothing the start reads: the start calls no function with an effect and assigns nothing, the loop calls none
+either, writes no array element or pointee (only locals) and assigns no name the start reads. Where that does not
+hold the sum is left as written.
+
+Either way the sum is added in another order: the start last, where the serial loop added it first.
+Floating-point addition rounds differently in another order, as it does for every lane's partial sum in these
+forwards (and for the tiled products' bias), whose outputs the gate judges against the problem's tolerance; this
+reading is theirs alone (never `canonical`'s, whose rewrites keep every bit).
 
 Read where the declaration (`T acc = E;`, one local of float, double or an integer type, E not zero) is followed
 at once by a `for` loop in which every mention of the local is an update `acc += e` or `acc = acc + e` (e not
@@ -35,7 +48,8 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import declared_kind, edited, indentation
+from klineage.transforms._calls import first_effect
+from klineage.transforms._edit import declared_kind, edited, indentation, written_names
 
 _ZEROS = {"float": "0.0f", "double": "0.0", "int": "0", "long long": "0", "unsigned": "0u", "unsigned int": "0u"}
 # a literal converted to an accumulator's type (`float(0)`, `static_cast<double>(1)`: a template's instance)
@@ -46,19 +60,19 @@ ZERO = re.compile(rf"^\(?(?:{_ZERO_TEXT}|{CONVERTED.format(type='|'.join(_ZEROS)
 _UPDATE = r"{acc} \+= (?P<e>.+);|{acc} = {acc} \+ (?P<f>.+);"
 
 
-def started_at_zero(state: KernelState, only: str | None = None) -> KernelState:
+def started_at_zero(state: KernelState, only: str | None = None, late: bool = False) -> KernelState:
     """`state` with each sum of its kernels (or of the kernel `only`) that starts elsewhere than zero read as the
-    sum from zero and its start added after the loop (see the module's docstring); the same state where none
-    does."""
+    sum from zero and its start added after the loop (see the module's docstring; `late`: the start evaluated
+    there too, where that reads the same value); the same state where none does."""
     def starts(parsed: cp.ParsedSource, function: cp.Function, body: Node) -> list[tuple[int, int, str]]:
         taken = {parsed.text(node) for node in cp.nodes_of_type(function.node, "identifier")}
         return [found for block in cp.nodes_of_type(body, "compound_statement")  # the body among them
-                for found in _starts(parsed, block, taken)]
+                for found in _starts(parsed, block, taken, late)]
 
     return edited(state, starts, only)
 
 
-def _starts(parsed: cp.ParsedSource, block: Node, taken: set[str]) -> list[tuple[int, int, str]]:
+def _starts(parsed: cp.ParsedSource, block: Node, taken: set[str], late: bool) -> list[tuple[int, int, str]]:
     listed = [child for child in block.named_children if child.type != "comment"]
     edits = []
     for declaration, loop in zip(listed, listed[1:]):
@@ -66,13 +80,31 @@ def _starts(parsed: cp.ParsedSource, block: Node, taken: set[str]) -> list[tuple
         if sum_ is None:
             continue
         kind, acc, start = sum_
+        indent = indentation(parsed.data, declaration.start_byte)
+        if late:
+            if _changes_start(parsed, declaration, loop):
+                continue
+            edits.append((declaration.start_byte, declaration.end_byte, f"{kind} {acc} = {_ZEROS[kind]};"))
+            edits.append((loop.end_byte, loop.end_byte, f"\n{indent}{acc} += {start};"))
+            continue
         name = next(f"{acc}_start{n or ''}" for n in range(len(taken) + 1) if f"{acc}_start{n or ''}" not in taken)
         taken.add(name)
-        indent = indentation(parsed.data, declaration.start_byte)
         edits.append((declaration.start_byte, declaration.end_byte,
                       f"const {kind} {name} = {start};\n{indent}{kind} {acc} = {_ZEROS[kind]};"))
         edits.append((loop.end_byte, loop.end_byte, f"\n{indent}{acc} = {name} + {acc};"))
     return edits
+
+
+def _changes_start(parsed: cp.ParsedSource, declaration: Node, loop: Node) -> bool:
+    """Whether the start `declaration` gives its sum might read another value after `loop` than before it (see the
+    module's docstring: `late`)."""
+    start = declaration.children_by_field_name("declarator")[0].child_by_field_name("value")
+    changes = cp.nodes_of_type(loop, "assignment_expression") + cp.nodes_of_type(loop, "update_expression")
+    read = {parsed.text(node) for node in cp.nodes_of_type(start, "identifier")}
+    return first_effect(parsed, start) is not None or first_effect(parsed, loop) is not None or \
+        any(cp.nodes_of_type(start, kind) for kind in ("assignment_expression", "update_expression")) or \
+        any((node.child_by_field_name("left") or node.child_by_field_name("argument")).type != "identifier"
+            for node in changes) or bool(read & written_names(parsed, loop))
 
 
 def _started_sum(parsed: cp.ParsedSource, declaration: Node, loop: Node) -> tuple[str, str, str] | None:

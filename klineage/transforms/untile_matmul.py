@@ -71,8 +71,9 @@ Backward writes the naive product back from the canonical tiled form, under the 
 
 Legality (forward_sites), conservative: the kernel's body is exactly the two index declarations (either order,
 each `int` or `long long` as `_canonical` spells it) and the guarded block above (either order of the two bounds;
-or `if (r >= M || c >= N) return;` and the block's statements after it), the accumulator a float starting at zero,
-the loop's index of an integer type (`_naive.LOOP_INDEX_TYPES`), the loop body the one
+or `if (r >= M || c >= N) return;` and the block's statements after it), the accumulator a float starting at zero
+(or at another value, such as a linear layer's bias, that the epilogue can add instead: `_sum_starts`' late
+reading), the loop's index of an integer type (`_naive.LOOP_INDEX_TYPES`), the loop body the one
 update (`A[...] * B[...]` in either order; or the sum of another float function of one element of each, read at a
 product's places, of literals and pure math only, such as `(A[...] - B[...]) * (A[...] - B[...])` for distances,
 maybe through one float local first: `float d = A[...] - B[...]; acc += d * d;` reads as that sum with the local's
@@ -100,6 +101,8 @@ from klineage.transforms._c_style import joined_guards
 from klineage.transforms._calls import MATH_CALLS
 from klineage.transforms._canonical import NARROW, WIDE, WIDE_TYPES, canonical, canonical_index
 from klineage.transforms._edit import is_written
+from klineage.transforms._flatten import destrided
+from klineage.transforms._grid_rows import rows_on_layers
 from klineage.transforms._index_locals import counts_inlined, folded
 from klineage.transforms._matmul import (
     BATCH_INDEX,
@@ -130,6 +133,7 @@ from klineage.transforms._naive import (
 from klineage.transforms._pointers import inlined
 from klineage.transforms._readonly import plain_reads
 from klineage.transforms._row_columns import columns_threaded
+from klineage.transforms._sum_starts import started_at_zero
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
 _ID = r"([A-Za-z_]\w*)"
@@ -206,22 +210,51 @@ def _planned(state: KernelState, parsed: cp.ParsedSource, function: cp.Function)
 
 
 def _read_product(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple:
-    """(the state, its parse, the kernel, `_naive_product`'s reading) of a naive product kernel, a flat one (a 1-D
-    launch, one thread per output) read as the 2-D form it spells (`_unflattened`)."""
+    """(the state, its parse, the kernel, `_naive_product`'s reading) of a naive product kernel, read as written or
+    with its sum started at zero and its start (a linear layer's bias) added after the loop (`_sum_starts`, `late`:
+    the tiled forms' threads past the edge run the loop too, and must not read the start there)."""
+    try:
+        return _read_spelled(state, parsed, function)
+    except NotApplicable as refusal:
+        started = started_at_zero(state, function.name, late=True)
+        if started is state:
+            raise
+        parsed = cp.parse(started.source)
+        try:
+            return _read_spelled(started, parsed, next(f for f in cp.functions(parsed) if f.name == function.name))
+        except NotApplicable as late:
+            raise NotApplicable(f"{refusal}; nor with its start added after the loop: {late}") from None
+
+
+def _read_spelled(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> tuple:
+    """`_read_product`'s reading of the kernel as it stands, or of the 2-D form it spells: a flat product (a 1-D
+    launch, one thread per output: `_unflattened`), a thread per row of columns (`columns_threaded`), a row from a
+    layer of the grid (`rows_on_layers`)."""
     try:
         return state, parsed, function, _naive_product(state, parsed, function)
     except NotApplicable as refusal:
+        refusals = [str(refusal)]
+    for spelled, reading in (("a flat product", _unflattened), ("a row of columns", columns_threaded),
+                             ("a row on a grid layer", rows_on_layers), ("a grid-stride product", _strided)):
         try:
-            state = folded(_unflattened(parsed, function, state))  # `int i = r * N + c;` read as canonical() would
-        except NotApplicable as flat:
-            try:
-                state = folded(columns_threaded(parsed, function, state))
-            except NotApplicable as rows:
-                raise NotApplicable(f"{refusal}; nor is it a flat product: {flat}; nor a row of columns: {rows}") \
-                    from None
+            state = folded(reading(parsed, function, state))  # `int i = r * N + c;` read as canonical() would
+            break
+        except NotApplicable as other:
+            refusals.append(f"nor is it {spelled}: {other}")
+    else:
+        raise NotApplicable("; ".join(refusals))
     parsed = cp.parse(state.source)
     function = next(f for f in cp.functions(parsed) if f.name == function.name)
     return state, parsed, function, _naive_product(state, parsed, function)
+
+
+def _strided(parsed: cp.ParsedSource, function: cp.Function, state: KernelState) -> KernelState:
+    """The state with the kernel's grid-stride loop over a product's outputs (`for (int i = <the 1-D index>; i < M *
+    N; i += blockDim.x * gridDim.x) { int r = i / N, c = i % N; ... }`) as the 2-D form: one thread per output
+    (`_flatten.destrided`: the loop visits every output once, whatever the grid), then as `_unflattened` reads that."""
+    flat = destrided(state, parsed, function)
+    parsed = cp.parse(flat.source)
+    return _unflattened(parsed, next(f for f in cp.functions(parsed) if f.name == function.name), flat)
 
 
 def _unflattened(parsed: cp.ParsedSource, function: cp.Function, state: KernelState) -> KernelState:

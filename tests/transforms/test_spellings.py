@@ -18,8 +18,9 @@ family), one thread per pair (a rotary embedding on interleaved pairs: its own f
 their term by one atomic (its own family), running products, exclusive sums and sums from the row's end (its own
 family), and matrix products spelled flat on a 1-D launch or summing other functions of the two elements, such as
 distances (their own family; a batch's indexes in one declaration, its rows offset inside the row's product,
-64-bit indexes and sizes, the index's coordinate cast to int), and whole reductions to one value written for one
-thread (their own family). Each must be a site of its family's forwards; where the CPU emulator runs the family
+64-bit indexes and sizes, the index's coordinate cast to int, a row of columns on one thread, a row from a layer
+of the grid whose count the kernel may not take, a grid-stride loop over the outputs), and whole reductions to one
+value written for one thread (their own family). Each must be a site of its family's forwards; where the CPU emulator runs the family
 (elementwise maps, concatenations, pairs and transposes), every forward's kernel computes the spelling's bits.
 """
 
@@ -88,7 +89,9 @@ EXPECTED = {
                                                        "l_flat_total", "m_batch_bounded", "n_inline_layer",
                                                        "o_flat_int_cast", "p_int64_indexes", "q_size_t_row_pointer",
                                                        "r_flat_int64", "s_batched_int64",
-                                                       "t_wide_indexes_int_sizes", "u_row_of_columns")},
+                                                       "t_wide_indexes_int_sizes", "u_row_of_columns",
+                                                       "v_row_on_grid_layer", "w_grid_stride",
+                                                       "x_row_layer_count_unpassed")},
 }
 ALL = [(family, name) for family, names in EXPECTED.items() for name in names]
 
@@ -203,7 +206,8 @@ def _operands(batch: int):
                                           # one of each reading by default (the rest under -m slow)
                                           keep=["g_offset_locals", "j_named_elements", "n_inline_layer",
                                                 "o_flat_int_cast", "p_int64_indexes", "r_flat_int64",
-                                                "u_row_of_columns"]))
+                                                "u_row_of_columns", "v_row_on_grid_layer", "w_grid_stride",
+                                                "x_row_layer_count_unpassed"]))
 def test_each_products_tiles_compute_its_bits_on_the_cpu(tmp_path, name):
     """The tiled kernel of each product spelling gives the spelling's own output bits on the CPU emulator, for sizes
     16 does and does not divide (and every matrix of a batch)."""

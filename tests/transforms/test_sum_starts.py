@@ -59,3 +59,26 @@ def test_the_lanes_of_a_product_with_a_bias_give_its_bits_on_integer_values(name
 def test_a_start_whose_sum_is_read_otherwise_stays_as_written(body):
     state = KernelState(source=HEAD + body + "}\n", plan=PLAN)
     assert started_at_zero(state) is state
+
+
+def test_late_evaluates_the_start_after_the_loop():
+    """`late` (the matrix product's forms, whose threads past the edge run the loop): the start itself moves after
+    the loop, added there."""
+    read = started_at_zero(KernelState(source=GEMV, plan=PLAN), late=True).source
+    assert read == HEAD + "    float acc = 0.0f;\n    for (int j = 0; j < n; ++j) acc += w[row * n + j] * x[j];\n" \
+                          "    acc += b[row];\n    y[row] = acc;\n}\n"
+
+
+@pytest.mark.parametrize("start, loop", [
+    ("b[row]", "for (int j = 0; j < n; ++j) { acc += x[j]; y[j] = 0.0f; }"),  # the loop writes an array element
+    ("b[row] * n", "for (; n > 0; --n) acc += x[n];"),  # the loop assigns a name the start reads
+    ("b[row]", "for (int j = 0; j < n; ++j) acc += atomicAdd(y, x[j]);"),  # the loop calls what has an effect
+    ("atomicAdd(y, 1.0f)", "for (int j = 0; j < n; ++j) acc += x[j];"),  # the start has an effect
+    ("b[row++]", "for (int j = 0; j < n; ++j) acc += x[j];"),  # the start assigns
+])
+def test_late_leaves_a_start_the_loop_could_change_as_written(start, loop):
+    """Evaluated after the loop, the start must read what it read before it; where the loop could change that (or
+    the start has an effect of its own) the sum stays as written."""
+    state = KernelState(source=HEAD + f"    float acc = {start};\n    {loop}\n    y[row] = acc;\n}}\n", plan=PLAN)
+    assert started_at_zero(state, late=True) is state
+    assert started_at_zero(state) is not state  # evaluated where it was, each start is the same value

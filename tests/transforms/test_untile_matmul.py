@@ -183,7 +183,7 @@ def test_the_emulation_sees_a_batch_started_at_the_wrong_matrix(tmp_path):
 @pytest.mark.parametrize("edit, why", [
     (("acc += A[r * K + k] * B[k * N + c];", "acc += A[r * K + k] * B[k * N + c] + k;"), "names k besides"),
     (("acc += A[r * K + k] * B[k * N + c];", "acc += A[k * K + r] * B[k * N + c];"), "A\\[r \\* K \\+ k\\]"),
-    (("float acc = 0.0f;", "float acc = 1.0f;"), "not a naive matrix product"),
+    (("float acc = 0.0f;", "double acc = 0.0;"), "not a naive matrix product"),
     (("float v = alpha * acc + bias[c];", "float v = alpha * acc + A[c];"), "epilogue"),
     (("float v = alpha * acc + bias[c];", "float v = alpha * acc + bias[threadIdx.x];"), "epilogue"),
     (("float v = alpha * acc + bias[c];", "float v = alpha + bias[c];"), "epilogue"),
@@ -359,7 +359,7 @@ def test_the_flat_products_tiles_give_its_bits_on_the_cpu(transform, tmp_path):
     (("int c = i % N;", "int c = i % K;"), "not declared first as"),  # the column of another width
     (("if (i < M * N) {", "if (i < M * K) {"), "the guard's count is not M \\* N"),
     (("if (i < M * N) {", "if (i < M + N) {"), "the guard is not"),
-    (("float acc = 0.0f;", "float acc = bias[i];"), "'i' is named before the epilogue"),
+    (("* B[k * N + c];", "* B[k * N + c] + bias[i];"), "'i' is named before the epilogue"),
     (("float v = alpha * acc + bias[c];", "float v = alpha * acc + bias[c];\n        r += 1;"), "assigned"),
     (("int i = blockIdx.x * blockDim.x + threadIdx.x;", "int i = blockIdx.y * blockDim.y + threadIdx.y;"),
      "no 1-D index"),
@@ -513,3 +513,139 @@ def test_no_site_where_a_rows_columns_could_see_each_other(transform, edits, why
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, Anchor("product", "function", "tile"))
+
+
+# a linear layer's sum started from its bias, as people write it: the forms start it from zero and add the bias after
+# the loop, under the guard (their threads past the matrix's edge run the loop too, and must not read bias there)
+STARTED = TWO_D.replace("float acc = 0.0f;", "float acc = bias[c];").replace("alpha * acc + bias[c]", "alpha * acc")
+ADDED_AFTER = TWO_D.replace(
+    "acc += A[r * K + k] * B[k * N + c];\n", "acc += A[r * K + k] * B[k * N + c];\n        acc += bias[c];\n"
+).replace("alpha * acc + bias[c]", "alpha * acc")
+ROW_STARTED = ROW_OF_COLUMNS.replace("float* C,", "const float* bias, float* C,").replace(
+    "float acc = 0.0f;", "float acc = bias[col];")
+ROW_STARTED_PLAN = LaunchPlan.from_toml((HERE / "spellings" / "products" / "u_row_of_columns.toml").read_text()
+                                        .replace('"B", "C"', '"B", "bias", "C"'))
+
+
+def _whole_numbers(m: int, n: int, k: int, g: torch.Generator) -> dict:
+    """Operands and bias of small whole numbers: every sum is exact in any order, so a bias added after the loop
+    gives the bits of one added first, and a bias read at another column would not."""
+    def whole(count: int) -> torch.Tensor:
+        return torch.randint(-4, 5, (count,), generator=g).float()
+    return {"A": whole(m * k), "B": whole(k * n), "bias": whole(n)}
+
+
+def test_a_sum_started_from_the_bias_is_tiled_with_the_bias_added_after_its_loop(transform, tmp_path):
+    """The 2-D, flat and row-of-columns spellings of a product whose sum starts at bias[c]: each tiled as the
+    spelling that starts at zero and adds the bias after the loop, whose bits it gives on the CPU emulator where the
+    sums are exact. Its backward is that spelling (the naive form starting from zero)."""
+    plan = golden("after").plan
+    started = KernelState(source=STARTED, plan=plan)
+    assert transform.forward_sites(started) == [SITE]
+    tiled = transform.forward(started, SITE).state
+    assert tiled == transform.forward(KernelState(source=ADDED_AFTER, plan=plan), SITE).state
+    assert "acc += bias[c];" in tiled.source.split("__syncthreads();\n    }")[-1]  # under the guard
+    assert transform.backward(tiled, SITE).state.source == ADDED_AFTER.replace("        int i = r * N + c;\n", "") \
+        .replace("C[i]", "C[r * N + c]")
+    emulate.same_product_bits(started, tiled, tmp_path / "2d", _whole_numbers, "C", alpha=0.75)
+    flat = FLAT.replace("float acc = 0.0f;", "float acc = bias[c];").replace("alpha * acc + bias[c]", "alpha * acc")
+    assert transform.forward(KernelState(source=flat, plan=FLAT_PLAN), SITE).state == tiled
+    rows = KernelState(source=ROW_STARTED, plan=ROW_STARTED_PLAN)
+    (site,) = transform.forward_sites(rows)
+    emulate.same_product_bits(rows, transform.forward(rows, site).state, tmp_path / "rows", _whole_numbers, "C")
+
+
+@pytest.mark.slow  # the emulator builds twice more; the 2-D case above runs by default (suite time)
+def test_a_bias_started_product_is_register_blocked_with_its_bits(transform, tmp_path):
+    started = KernelState(source=STARTED, plan=golden("after").plan)
+    tiled = transform.forward(started, SITE).state
+    unblock = get("unblock_matmul")
+    (site,) = unblock.forward_sites(tiled)
+    emulate.same_product_bits(started, unblock.forward(tiled, site).state, tmp_path, _whole_numbers, "C",
+                              alpha=0.75)
+
+
+@pytest.mark.parametrize("start, why", [
+    ("atomicAdd(&bias[c], 1.0f)", "no zeroed float"),  # a start with an effect is evaluated where it was, once
+    ("bias[c]++", "no zeroed float"),  # a start that assigns
+    ("A[r * K]", "does not only finish the accumulator"),  # a start reading an operand: the epilogue may not
+])
+def test_no_site_where_the_bias_cannot_be_added_after_the_loop(transform, start, why):
+    state = KernelState(source=STARTED.replace("float acc = bias[c];", f"float acc = {start};"),
+                        plan=golden("after").plan)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+LAYER_ROWS = (HERE / "spellings" / "products" / "v_row_on_grid_layer.cu").read_text()
+LAYER_PLAN = (HERE / "spellings" / "products" / "v_row_on_grid_layer.toml").read_text()
+
+
+def test_a_row_on_a_grid_layer_is_tiled_as_the_2d_form_it_spells(transform):
+    """`int row = blockIdx.y;` on a 1-D block, every grid M layers along y: tiled as the 2-D index bounded by M (which
+    held in every block as launched), its guard returning or wrapping the work."""
+    two_d = LAYER_ROWS.replace("int row = blockIdx.y;", "int row = blockIdx.y * blockDim.y + threadIdx.y;") \
+        .replace("if (col < N) {", "if (row < M && col < N) {")
+    plan = LaunchPlan.from_toml(LAYER_PLAN)
+    site = Anchor("product", "function", "tile")
+    tiled = transform.forward(KernelState(source=two_d, plan=plan), site).state
+    returning = LAYER_ROWS.replace("    if (col < N) {\n", "    if (col >= N) return;\n").replace(
+        "0.01f * acc;\n    }\n", "0.01f * acc;\n")
+    row_first = LAYER_ROWS.replace("    int row = blockIdx.y;\n", "").replace(
+        "int col =", "int row = blockIdx.y;\n    int col =")
+    for source in (LAYER_ROWS, returning, row_first):
+        state = KernelState(source=source, plan=plan)
+        assert transform.forward_sites(state) == [site], source
+        assert transform.forward(state, site).state == tiled, source
+    assert tiled.plan.launches[0].grid[:2] == ("cdiv(n, 16)", "cdiv(m, 16)")
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("block = [256]", "block = [128, 2]", "block is not 1-D"),  # threadIdx.y would move the row
+    ('"m"]', '"m", 2]', "more than 2 dimension"),  # grid z would run every row twice
+    ("int row = blockIdx.y;", "int row = blockIdx.y;\n    row += 1;", "assigned"),
+    ("if (col < N) {", "if (col <= N) {", "guard is not"),
+    ("if (col < N) {", "if (col < N && row < K) {", "guard is not"),
+])
+def test_no_site_where_a_grid_layer_is_not_a_bounded_row(transform, old, new, why):
+    source, plan = LAYER_ROWS, LAYER_PLAN
+    if old in plan:
+        plan = plan.replace(old, new)
+    else:
+        assert old in source
+        source = source.replace(old, new)
+    state = KernelState(source=source, plan=LaunchPlan.from_toml(plan))
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, Anchor("product", "function", "tile"))
+
+
+STRIDED = (HERE / "spellings" / "products" / "w_grid_stride.cu").read_text()
+STRIDED_PLAN = LaunchPlan.from_toml((HERE / "spellings" / "products" / "w_grid_stride.toml").read_text())
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("i < M * N;", "i < M * K;", "the guard's count is not M \\* N"),  # not every output, or not once each
+    ("int r = i / N, c = i % N;", "int r = i / N, c = i % N;\n        i += 1;", "changes its element index"),
+    ("C[i] = ", "C[i + blockDim.x * gridDim.x - 1] = ", "uses its stride"),  # another iteration's output
+    ("C[i] = ", "__syncthreads();\n        C[i] = ", "synchronizes"),
+])
+def test_no_site_where_a_grid_stride_loop_is_not_one_output_an_iteration(transform, old, new, why):
+    assert old in STRIDED
+    state = KernelState(source=STRIDED.replace(old, new), plan=STRIDED_PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, Anchor("product", "function", "tile"))
+
+
+def test_a_row_layer_the_kernel_is_not_told_of_gets_its_count_as_a_parameter(transform):
+    """The grid alone carried M: the tiled kernel takes it as `int grid_y`, passed the grid's own extent."""
+    folder = HERE / "spellings" / "products"
+    state = KernelState(source=(folder / "x_row_layer_count_unpassed.cu").read_text(),
+                        plan=LaunchPlan.from_toml((folder / "x_row_layer_count_unpassed.toml").read_text()))
+    tiled = transform.forward(state, Anchor("product", "function", "tile")).state
+    assert "float* C, int N, int K, int grid_y) {" in tiled.source
+    assert "if (row < grid_y && col < N) {" in tiled.source
+    (launch,) = tiled.plan.launches
+    assert launch.grid[:2] == ("cdiv(n, 16)", "cdiv(m, 16)") and launch.args[-1].value == "m"
