@@ -20,8 +20,9 @@ family), and matrix products spelled flat on a 1-D launch or summing other funct
 distances (their own family; a batch's indexes in one declaration, its rows offset inside the row's product,
 64-bit indexes and sizes, the index's coordinate cast to int, a row of columns on one thread, a row from a layer
 of the grid whose count the kernel may not take, a grid-stride loop over the outputs), and whole reductions to one
-value written for one thread (their own family). Each must be a site of its family's forwards; where the CPU emulator runs the family
-(elementwise maps, concatenations, pairs and transposes), every forward's kernel computes the spelling's bits.
+value written for one thread (their own family). Each must be a site of its family's forwards; where the CPU
+emulator runs the family (elementwise maps, concatenations, pairs and transposes), every forward's kernel computes
+the spelling's bits.
 """
 
 from __future__ import annotations
