@@ -45,8 +45,12 @@ short forms, `_c_style`), a block size named by a constant along each axis (`#de
 offsets named by integer locals (`int a_off = b * M * K + r * K;`, `_index_locals`), operands named by local
 pointers (a batch's matrix, `const float* Ab = A + (size_t)b * M * K;`, `_pointers`), one or two float locals
 holding the elements (`float a = A[..]; float b = B[..]; acc += a * b;`), a subscript's terms in any order
-(`A[k + K * r]`), and a thread per row looping over the row's output columns, each column's product and epilogue its
-own (`_row_columns`: read as a thread per output where no column can see what another wrote).
+(`A[k + K * r]`), a thread per row looping over the row's output columns, each column's product and epilogue its
+own (`_row_columns`: read as a thread per output where no column can see what another wrote), a row that is a layer
+of the grid on a 1-D block (`int r = blockIdx.y;`, bounded by the launch alone: `_grid_rows`), a grid-stride loop
+over the outputs (`_flatten.destrided`, then read as the flat spelling), and a sum started from a value the epilogue
+can add instead (a linear layer's `float acc = bias[c];`: `_sum_starts`' late reading, the bias added after the
+loop under the guard, which may round differently from adding it first, within the gate's tolerance).
 
 A batch of small products is read too: a batch index declared among the two indexes (`int b = blockIdx.z;`, unsigned
 or 64-bit too), each operand read at its batch's start (`A[X + r * K + k]` or `A[X + k * M + r]`, `B[Y + k * N +
