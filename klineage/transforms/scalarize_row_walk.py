@@ -18,7 +18,10 @@ first thing that reads it. Each lane still takes its columns in increasing order
 
 Backward puts the scalar walk, kept after `else`, back in place of the whole `if`.
 
-Legality (forward_sites), conservative: the lane is a `const int` the kernel sets to `threadIdx.x % 32` (or `& 31`)
+A butterfly in people's spelling (another name for the offset, `o >>= 1`, the mask `0xffffffff`, a butterfly down
+whose sum only lane 0 reads, ...) is read as the forwards write it first (`_butterflies`).
+
+Legality (forward_sites), conservative: the lane is an `int` the kernel sets to `threadIdx.x % 32` (or `& 31`)
 and never assigns, in blocks of whole warps; the walk's index is an `int` that its body never assigns; every array
 the body subscripts with it is a float pointer read at `[j]` or `[X + j]`, X free of `j`, none written; the body has
 no barrier, shuffle, atomic, `return`, `break`, `continue` or `goto`; the kernel names none of the names the forward
@@ -41,6 +44,7 @@ from klineage.kernel import KernelState
 from klineage.transforms import _row_vectors as rv
 from klineage.transforms import register
 from klineage.transforms._arg_reduction import is_pair_butterfly
+from klineage.transforms._butterflies import butterflies_read
 from klineage.transforms._edit import indentation, is_written, reindent, splice
 from klineage.transforms._naive import kernel, readable, squash
 from klineage.transforms._warp_reduction import ROWS, WARP, check_launch, fold
@@ -48,7 +52,7 @@ from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement
 
 PREFIX = "w_"
 _OWN_NAMES = re.compile(rf"\b{PREFIX}\w+")
-_LANE = re.compile(r"^const int (\w+) = \(?threadIdx\.x (?:% 32|& 31)\)?;$")
+_LANE = re.compile(r"^(?:const )?int (\w+) = \(?threadIdx\.x (?:% 32|& 31)\)?;$")  # never assigned: `_walk`
 # from the lane, or a constant count of columns past it (the same in every lane: the walk still covers each column)
 _WALK = re.compile(rf"^for \(int (\w+) = (?:(\d+) \+ )?(\w+); \1 < ([\w.]+); \1 \+= {WARP}\)$")
 _VECTOR_HEAD = re.compile(rf"^for \(int {PREFIX}j4 = 4 \* \w+; {PREFIX}j4 < [\w.]+; {PREFIX}j4 \+= {4 * WARP}\)$")
@@ -83,11 +87,13 @@ class ScalarizeRowWalk(Transform):
                 for number, walk in enumerate(_vector_walks(parsed, function))]
 
     def forward_sites(self, state: KernelState, carrier: Mapping[str, Any] | None = None) -> list[Anchor]:
+        state = butterflies_read(state)
         parsed = cp.parse(state.source)
         return [_anchor(parsed, function, number, walk) for function, walks in readable(parsed, lambda f: _walks(
             state, parsed, f)) for number, walk in enumerate(walks)]
 
     def forward(self, state: KernelState, anchor: Anchor) -> Rewrite:
+        state = butterflies_read(state)  # as forward_sites reads it
         parsed = cp.parse(state.source)
         function = kernel(parsed, anchor)
         walk = _chosen(_walks(state, parsed, function), anchor, lambda w: w.index)
