@@ -26,7 +26,9 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
   tiled by untile_matmul; a product tiled in shared memory by hand (matmul_tiled, the CUDA tutorials' form, 32 x 32
   tiles), register-blocked by unblock_matmul; a linear layer with bias and GELU (linear_bias_gelu) whose row is a
   layer of the grid (`int row = blockIdx.y;` on a 1-D block) and whose sum starts from the bias, tiled by
-  untile_matmul with the bias added after the loop.
+  untile_matmul with the bias added after the loop; the held-out batched matvec (bench/transfer/batched_matvec)
+  written a warp a row by hand, its butterfly shuffling down (`o >>= 1`, mask 0xffffffff) for lane 0 to store,
+  vectorized by scalarize_row_walk.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -47,6 +49,7 @@ from gpu_tools import (
     passes_against,
 )
 from klineage.kernel import KernelState, load_kernel
+from klineage.launch import LaunchPlan
 
 pytestmark = pytest.mark.gpu
 PROBLEMS = Path(__file__).resolve().parent / "fixtures" / "gpu_problems"
@@ -141,6 +144,20 @@ __global__ void matmul_at(const float* __restrict__ A, const float* __restrict__
     }
 }
 """
+WARP_MATVEC = """// Batched matvec, a warp per output written by hand: the lanes stride the row, then a butterfly
+// down whose sum lane 0 stores.
+__global__ void batched_matvec(const float* __restrict__ a, const float* __restrict__ x, float* __restrict__ y,
+                               int outputs, int m, int k) {
+    int lane = threadIdx.x & 31;
+    int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (row >= outputs) return;
+    const float* xb = x + (long long)(row / m) * k;
+    float acc = 0.0f;
+    for (int j = lane; j < k; j += 32) acc += a[(long long)row * k + j] * xb[j];
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffff, acc, o);
+    if (lane == 0) y[row] = acc;
+}
+"""
 INLINE_LAYER_BMM = """// Batched product, one thread per output, each matrix's start read from grid z where it is used.
 __global__ void bmm(const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ c, int m, int n,
                     int k) {
@@ -170,9 +187,14 @@ class Spelling:
     source: str = ""
     cases: frozenset[str] = frozenset(CASES)
     vendor: str = "torch"
+    launch: tuple[str, str] = ()  # (old, new) in the naive kernel's launch.toml, for a source launched otherwise
 
     def naive(self) -> KernelState:
         kernel = load_kernel(self.problem / "naive")
+        if self.launch:
+            toml = (self.problem / "naive" / "launch.toml").read_text()
+            assert self.launch[0] in toml, self.launch
+            kernel = KernelState(source=kernel.source, plan=LaunchPlan.from_toml(toml.replace(*self.launch)))
         return KernelState(source=self.source, plan=kernel.plan) if self.source else kernel
 
     def rewritten(self) -> KernelState:
@@ -216,6 +238,9 @@ SPELLINGS = [
              INLINE_LAYER_BMM, vendor="torch.bmm"),
     Spelling("linear_bias_gelu", PROBLEMS / "linear_bias_gelu", "untile_matmul",
              ("if (row < M && col < N) {", "acc += b[col];"), vendor="F.linear + F.gelu"),
+    Spelling("matvec_warp_by_hand", BENCH / "batched_matvec", "scalarize_row_walk",
+             ("float4", "acc += __shfl_xor_sync(0xffffffffu, acc, offset);"), WARP_MATVEC,
+             launch=("cdiv(batch * m, 128)", "cdiv(batch * m * 32, 128)")),
     Spelling("scatter_add_vector_atomic", BENCH / "scatter_add", "scalarize_row_gather",
              ("atomicAdd(reinterpret_cast<float4*>(out + ((long long)idx[r] * cols + c)), out4);",),
              cases=frozenset({"headline", "ragged", "small"}), vendor="index_add_"),
