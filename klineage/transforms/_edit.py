@@ -92,6 +92,27 @@ def declared_kind(parsed: cp.ParsedSource, declaration: Node) -> str:
     return " ".join(parsed.data[declaration.start_byte:first.start_byte].decode("utf-8").split())
 
 
+# the 32-bit integer types a local holding a thread's coordinate (or a value of it) is declared with
+INDEX_LOCAL_KINDS = frozenset({"int", "unsigned", "unsigned int", "const int", "const unsigned", "const unsigned int"})
+
+
+def unassigned_locals(parsed: cp.ParsedSource, function: Node, kinds: frozenset[str] = INDEX_LOCAL_KINDS
+                      ) -> dict[str, str]:
+    """Each local the function's body declares with a value and one of `kinds` (as `declared_kind` reads it), alone
+    or beside others (`int row = blockIdx.x, tid = threadIdx.x;`), and never assigns -> its value, squashed: a name
+    that holds that value wherever it is read."""
+    written = written_names(parsed, function)
+    found = {}
+    for declaration in cp.nodes_of_type(function.child_by_field_name("body"), "declaration"):
+        if declared_kind(parsed, declaration) not in kinds:
+            continue
+        for declarator in declaration.children_by_field_name("declarator"):
+            name, value = declarator.child_by_field_name("declarator"), declarator.child_by_field_name("value")
+            if declarator.type == "init_declarator" and name.type == "identifier" and parsed.text(name) not in written:
+                found[parsed.text(name)] = " ".join(parsed.text(value).split())
+    return found
+
+
 def local_types(parsed: cp.ParsedSource, body: Node) -> dict[str, str]:
     """Each local the body declares once: its type (a name declared twice, maybe as two types, is left out)."""
     types: dict[str, str] = {}

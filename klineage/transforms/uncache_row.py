@@ -53,15 +53,14 @@ from klineage.transforms import _row_vectors as rv
 from klineage.transforms import register
 from klineage.transforms._edit import (
     Edit,
-    declared_kind,
     indentation,
-    is_written,
     ldg_calls,
     operator,
     outer_parens,
     own_lines,
     reindent,
     splice,
+    unassigned_locals,
 )
 from klineage.transforms._naive import LOOP_INDEX_TYPES, kernel, launches_of, squash
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Role, Transform, refused
@@ -71,8 +70,6 @@ LANE, WARP = "lane", 32
 _STRIDED = re.compile(rf"^for \((?:{LOOP_INDEX_TYPES}) (\w+) = (\w+|threadIdx\.x); \1 < ([\w.]+); "
                       r"\1 \+= (\w+|blockDim\.x)\)")
 _CACHE_DECLARATION = re.compile(r"^float row_cache\[(\d+)\];$")
-_THREAD_LOCAL_TYPES = frozenset({"int", "unsigned", "unsigned int", "const int", "const unsigned",
-                                 "const unsigned int"})
 _LANE_VALUES = frozenset({"threadIdx.x % 32", "threadIdx.x & 31"})  # what a lane local holds
 
 
@@ -264,7 +261,8 @@ def _cache(parsed: cp.ParsedSource, function: cp.Function, launches: list, start
     """The values a thread caches for passes from `start` by `stride`: a warp's lane by 32, or the thread's index
     in its block by a block's stride (whose register budget divides among the block's threads); NotApplicable for
     any other start."""
-    locals_ = _thread_locals(parsed, function)
+    locals_ = {name: value for name, value in unassigned_locals(parsed, function.node).items()
+               if "threadIdx.x" in value}
     if stride == str(WARP) and (start == LANE or locals_.get(start) in _LANE_VALUES):
         return CACHE
     if start != "threadIdx.x" and locals_.get(start) != "threadIdx.x":
@@ -277,22 +275,6 @@ def _cache(parsed: cp.ParsedSource, function: cp.Function, launches: list, start
     except ExpressionError:
         raise NotApplicable(f"{function.name}'s block is not a number: no register budget a thread") from None
     return max(1, min(CACHE, BLOCK_REGISTERS // threads))
-
-
-def _thread_locals(parsed: cp.ParsedSource, function: cp.Function) -> dict[str, str]:
-    """Each 32-bit integer local the kernel sets to an expression of threadIdx.x and never assigns -> that
-    expression (squashed); declared alone or beside others (`int row = blockIdx.x, tid = threadIdx.x;`)."""
-    written = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier") if is_written(n)}
-    found = {}
-    for declaration in cp.nodes_of_type(function.node.child_by_field_name("body"), "declaration"):
-        if declared_kind(parsed, declaration) not in _THREAD_LOCAL_TYPES:
-            continue
-        for declarator in declaration.children_by_field_name("declarator"):
-            name, value = declarator.child_by_field_name("declarator"), declarator.child_by_field_name("value")
-            if declarator.type == "init_declarator" and name.type == "identifier" and \
-                    parsed.text(name) not in written and "threadIdx.x" in parsed.text(value):
-                found[parsed.text(name)] = squash(parsed.text(value))
-    return found
 
 
 def _reads(parsed: cp.ParsedSource, scope: Node, pointer: str) -> list[Node]:

@@ -69,6 +69,7 @@ from klineage.errors import ExpressionError
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState, parse_constants
 from klineage.transforms import register
+from klineage.transforms._edit import declared_names, unassigned_locals
 from klineage.transforms._naive import kernel, launches_of, readable
 from klineage.transforms._warp_reduction import check_launch
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
@@ -217,15 +218,14 @@ def _slots(state: KernelState, function: cp.Function, body: str, shared: re.Matc
         raise NotApplicable(f"{buf}'s size ({what}) is no constant") from None
 
 
-def _is_thread_index(body: str, t: str) -> bool:
-    """`t` is threadIdx.x, or a local declared from it once (alone, or after other locals of its declaration: `int
-    row = blockIdx.x, tid = threadIdx.x;`) and never assigned after."""
-    if t == "threadIdx.x":
-        return True
-    declared = re.findall(rf"(?:const\s+)?(?:unsigned\s+int|unsigned|int)\s+(?:\w+\s*=\s*[^;,=]+,\s*)*{t}\s*=\s*"
-                          r"threadIdx\.x\s*[;,]", body)
-    assigned = re.findall(rf"(?<![\w.])(?:\+\+|--){t}\b|\b{t}\s*(?:[-+*/%&|^]|<<|>>)?=(?!=)|\b{t}\s*(?:\+\+|--)", body)
-    return len(declared) == 1 and len(assigned) == 1
+def _thread_indexes(state: KernelState, function: cp.Function) -> set[str]:
+    """threadIdx.x, and each local the kernel declares from it once (alone, or beside other locals of its
+    declaration: `int row = blockIdx.x, tid = threadIdx.x;`) and never assigns."""
+    parsed = cp.parse(state.source)
+    node = next(f.node for f in cp.functions(parsed) if f.name == function.name)
+    declared = declared_names(parsed, node)
+    return {"threadIdx.x"} | {name for name, value in unassigned_locals(parsed, node).items()
+                              if value == "threadIdx.x" and declared.count(name) == 1}
 
 
 def _trees(state: KernelState, function: cp.Function) -> list[_Tree]:
@@ -251,12 +251,13 @@ def _trees(state: KernelState, function: cp.Function) -> list[_Tree]:
         except NotApplicable as error:
             reasons.append(str(error))
     threads = _threads(state, function.name) if arrays else 0
+    indexes = _thread_indexes(state, function) if arrays else set()
     found: list[_Tree] = []
     for m in matches:
         if not set(m.arrays) <= set(arrays):
             continue
         try:
-            found.extend(_read(body, m, arrays, threads, constants))
+            found.extend(_read(m, arrays, threads, constants, indexes))
         except NotApplicable as error:
             reasons.append(str(error))
     if not found:
@@ -289,10 +290,12 @@ def _check_array(state: KernelState, function: cp.Function, body: str, start: in
             raise NotApplicable(f"{function.name} uses {buf} outside its tree other than by reading {buf}[0]")
 
 
-def _read(body: str, m: _Match, arrays: dict[str, re.Match[str]], threads: int, constants: dict) -> list[_Tree]:
-    """The tree's arrays as _Trees, once its index, its bounds, its start values and its combines qualify."""
+def _read(m: _Match, arrays: dict[str, re.Match[str]], threads: int, constants: dict,
+          indexes: set[str]) -> list[_Tree]:
+    """The tree's arrays as _Trees, once its index (one of the thread's `indexes`), its bounds, its start values and
+    its combines qualify."""
     t, s, first = m.match["t"], m.match["s"], m.arrays[0]
-    if not _is_thread_index(body, t):
+    if t not in indexes:
         raise NotApplicable(f"{first}'s tree indexes it by '{t}', not the thread's index")
     _covers_the_block(m.match, first, threads, constants)
     trees = []
