@@ -407,9 +407,10 @@ def check_accumulator_uses(parsed: cp.ParsedSource, body: Node, loops) -> None:
     (the value of one inside an expression is the serial running value, which no lane holds), and no accumulator's
     address is taken or bound to a reference (a read through it would see one lane's partial)."""
     for loop in loops:
-        step = loop.node.child_by_field_name("update")
+        # the loop's step, and those of a column's own loops inside it (`_warp_reduction._private_loop`)
+        steps = [n.child_by_field_name("update") for n in cp.nodes_of_type(loop.node, "for_statement")]
         for node in cp.nodes_of_type(loop.node, "assignment_expression", "update_expression"):
-            if node != step and node.parent.type != "expression_statement":
+            if node not in steps and node.parent.type != "expression_statement":
                 written = unparen(node.child_by_field_name("left") or node.child_by_field_name("argument"))
                 raise NotApplicable(f"'{parsed.text(written)}' is assigned inside a larger expression in a row loop "
                                     f"(`{squash(parsed.text(node.parent))}`): the value it gives is the serial "

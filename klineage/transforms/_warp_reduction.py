@@ -494,6 +494,8 @@ def serial_site(parsed: cp.ParsedSource, function: cp.Function) -> Site:
         raise NotApplicable(f"{function.name} calls {called}, which may have effects")
     loops, updated = [], set()
     for node in cp.nodes_of_type(body, "for_statement"):
+        if _within_loop(node, body):  # a column's own loop: its row loop's fold judges it (`_private_loop`)
+            continue
         loop = _row_loop(parsed, function, node, row)
         names = {acc.name for acc in loop.accumulators}
         if names & updated:
@@ -574,13 +576,20 @@ def _line_span(parsed: cp.ParsedSource, node: Node) -> tuple[int, int]:
     return span
 
 
-def _row_loop(parsed: cp.ParsedSource, function: cp.Function, node: Node, row: str) -> RowLoop:
-    body = function.node.child_by_field_name("body")
+def _within_loop(node: Node, body: Node) -> bool:
+    """`node` sits inside another loop of `body`."""
     parent = node.parent
     while parent is not None and parent != body:
         if parent.type not in ("compound_statement", "if_statement"):
-            raise NotApplicable("a loop nested in another loop")
+            return True
         parent = parent.parent
+    return False
+
+
+def _row_loop(parsed: cp.ParsedSource, function: cp.Function, node: Node, row: str) -> RowLoop:
+    body = function.node.child_by_field_name("body")
+    if _within_loop(node, body):
+        raise NotApplicable("a loop nested in another loop")
     loop_body = node.child_by_field_name("body")
     header = squash(parsed.data[node.start_byte:loop_body.start_byte].decode())
     match = _SERIAL_LOOP.match(header)
@@ -676,7 +685,7 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
     # a column's own temporaries (`float v = ...; v = fminf(v, 127.0f);`): each lane computes them for its columns
     temporaries = {name for s in statements(loop_body) if s.type == "declaration" for name in declared_names(parsed, s)}
     for statement in statements(loop_body):
-        if statement.type == "declaration":
+        if statement.type == "declaration" or _private_loop(parsed, statement, temporaries):
             continue
         assignment = statement.named_children[0] if statement.type == "expression_statement" and \
             statement.named_children else None
@@ -714,6 +723,22 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
         raise NotApplicable(f"not a unit-step loop from 0 (only a sum, a product, an extreme or an arg reduction may "
                             f"start later): `{header}`")
     return RowLoop(node, index, tuple(accumulators.values()), start=start, kind=kind)
+
+
+def _private_loop(parsed: cp.ParsedSource, statement: Node, temporaries: set[str]) -> bool:
+    """`statement` is a loop of a column's own work (a product's dot over k, `for (int k = 0; k < K; ++k) acc +=
+    x[r * K + k] * W[n * K + k];`): it assigns only the column's temporaries (declared in the row loop's body) and
+    its own names, writes no array element or pointee and calls nothing with an effect, so each lane runs it for its
+    own columns as the serial loop did. A row loop's accumulator it names is read beyond its update, which `fold`
+    refuses."""
+    if statement.type != "for_statement":
+        return False
+    own = set(declared_names(parsed, statement))
+    changes = cp.nodes_of_type(statement, "assignment_expression") + cp.nodes_of_type(statement, "update_expression")
+    targets = [unparen(node.child_by_field_name("left") or node.child_by_field_name("argument")) for node in changes]
+    return all(target.type == "identifier" and parsed.text(target) in temporaries | own for target in targets) and \
+        first_effect(parsed, statement) is None and \
+        not any(cp.call_name(call).startswith("atomic") for call in cp.nodes_of_type(statement, "call_expression"))
 
 
 def _joint(loop: RowLoop, types: dict[str, str]) -> tuple[tuple[str, ...], Callable[[str, str, str], str],

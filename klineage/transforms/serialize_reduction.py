@@ -31,8 +31,10 @@ Legality (forward_sites), conservative, decided on the parse:
 - the kernel's block is one-dimensional with a size that is a multiple of 32 (so a warp never straddles two
   rows), and the row index is the only use of threadIdx and of blockIdx.x (the grid grows along x); a grid's y and
   z, the same in every lane of a block, stay the kernel's own (a batch on grid y);
-- no shared memory, barrier, shuffle, inner loop or `break`/`continue`/`goto`, and no call outside pure math (with
-  the 16-bit conversions) and the source's pure helpers (`_calls.py`);
+- no shared memory, barrier, shuffle or `break`/`continue`/`goto`, and no call outside pure math (with the 16-bit
+  conversions) and the source's pure helpers (`_calls.py`); no inner loop but a column's own (a linear layer's dot
+  over k for column n: it assigns only names its column declares, writes no memory and names no accumulator of the
+  row, so each lane runs it whole for its columns: `_warp_reduction._private_loop`);
 - no atomic but a row's own, made once outside the loops: an `atomicAdd(P, v);` (or atomicMax, atomicMin)
   statement whose old value goes unused, into an array parameter the kernel names nowhere else (a row's term of a
   mean loss). The lanes of a row compute the same P and v there, and `if (lane == 0)` makes it once;
