@@ -28,7 +28,8 @@ elsewhere): the rewrites of the spellings pass every case against the kernel the
   layer of the grid (`int row = blockIdx.y;` on a 1-D block) and whose sum starts from the bias, tiled by
   untile_matmul with the bias added after the loop; the held-out batched matvec (bench/transfer/batched_matvec)
   written a warp a row by hand, its butterfly shuffling down (`o >>= 1`, mask 0xffffffff) for lane 0 to store,
-  vectorized by scalarize_row_walk.
+  vectorized by scalarize_row_walk; a linear layer's ReLU outputs summed over each row (linear_relu_row_sum), a
+  thread a row looping over its outputs, each with its own dot over k, a warp and a block a row.
 
 Each rewrite passes every case against its naive kernel under the gate's sanitizer, and its ratios against it and
 torch eager are printed with whether the timing settled (run with -s).
@@ -241,6 +242,9 @@ SPELLINGS = [
     Spelling("matvec_warp_by_hand", BENCH / "batched_matvec", "scalarize_row_walk",
              ("float4", "acc += __shfl_xor_sync(0xffffffffu, acc, offset);"), WARP_MATVEC,
              launch=("cdiv(batch * m, 128)", "cdiv(batch * m * 32, 128)")),
+    *(Spelling(f"linear_relu_row_sum-{t}", PROBLEMS / "linear_relu_row_sum", t,
+               ("for (int k = 0; k < K; ++k) acc += x[r * K + k] * W[n * K + k];",), vendor="F.linear + relu + sum")
+      for t in (WARP, BLOCK)),
     Spelling("scatter_add_vector_atomic", BENCH / "scatter_add", "scalarize_row_gather",
              ("atomicAdd(reinterpret_cast<float4*>(out + ((long long)idx[r] * cols + c)), out4);",),
              cases=frozenset({"headline", "ragged", "small"}), vendor="index_add_"),
