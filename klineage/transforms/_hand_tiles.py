@@ -45,7 +45,7 @@ from klineage.kernel import KernelState, parse_constants
 from klineage.transforms._edit import is_written
 from klineage.transforms._matmul import BATCH_INDEX, Product
 from klineage.transforms._naive import FLOAT_ZERO, INTEGER_CAST, launches_of, parameters, squash, statements
-from klineage.transforms._polynomials import Poly, constant, polynomial, variable
+from klineage.transforms._polynomials import Poly, constant, of_text
 from klineage.transforms.base import NotApplicable
 
 _ID = r"([A-Za-z_]\w*)"
@@ -304,13 +304,7 @@ def _poly(text: str, constants: dict) -> Poly | None:
     its value; None where it is no polynomial."""
     for coordinate in _COORDINATES:
         text = re.sub(rf"\b{coordinate}\.([xyz])\b", rf"{coordinate}_\1", text)
-    parsed = cp.parse(f"void f() {{ e = ({text}); }}")
-    assignment = next(iter(cp.nodes_of_type(parsed.root, "assignment_expression")), None)
-    if assignment is None:
-        return None
-    values = {name: constant(constants[name]) if isinstance(constants.get(name), int) else variable(name)
-              for name in {parsed.text(n) for n in cp.nodes_of_type(assignment, "identifier")}}
-    return polynomial(parsed, assignment.child_by_field_name("right"), values)
+    return of_text(text, {name: constant(value) for name, value in constants.items() if isinstance(value, int)})
 
 
 def _same(text: str, want: str, constants: dict) -> bool:

@@ -77,3 +77,17 @@ def polynomial(parsed: cp.ParsedSource, node: Node, names: dict[str, Poly], thro
     if operator(node) == "*":
         return times(left, right)
     return plus(left, right if operator(node) == "+" else times(right, constant(-1)))
+
+
+def of_text(text: str, names: dict[str, Poly] | None = None) -> Poly | None:
+    """The integer expression `text` (C, as a reader holds it) as `polynomial` reads it, each identifier a name of
+    its own where `names` gives it no polynomial; None where it is no polynomial."""
+    parsed = cp.parse(f"void f() {{ e = ({text}); }}")
+    assignment = next(iter(cp.nodes_of_type(parsed.root, "assignment_expression")), None)
+    if assignment is None:
+        return None
+    given = names or {}
+    named = {name: given[name] if name in given else variable(name)
+             for name in {parsed.text(n) for n in cp.nodes_of_type(assignment, "identifier")}}
+    return polynomial(parsed, assignment.child_by_field_name("right"), named)
+

@@ -70,7 +70,6 @@ Anchor: the kernel, kind "function", key "tile".
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 
@@ -90,6 +89,7 @@ from klineage.transforms._naive import (
     tiled_plan,
 )
 from klineage.transforms._pointers import inlined
+from klineage.transforms._polynomials import of_text
 from klineage.transforms._readonly import plain_reads
 from klineage.transforms.base import Anchor, Direction, NotApplicable, Placement, Rewrite, Transform
 
@@ -524,34 +524,12 @@ def _two_index_form(form: Form, indexes: set[str]) -> str:
 def _polynomial(text: str) -> tuple[Form, bool] | None:
     """(the polynomial a squashed subscript computes over its names, whether a 64-bit cast widens a part of it);
     None where it is more than sums and products of names and integers (a narrowing cast, a subtraction, a
-    literal with a suffix). Those are Python's expressions too, so Python's parser reads them once the casts go."""
+    literal with a suffix)."""
     plain, casts = re.subn(_WIDE, "", text)
-    try:
-        tree = ast.parse(plain, mode="eval").body
-    except SyntaxError:
-        return None
-    form = _fold(tree)
-    return None if form is None else (form, casts > 0)
-
-
-def _fold(node: ast.AST) -> Form | None:
-    if isinstance(node, ast.Name):
-        return {(node.id,): 1}
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return {(): node.value} if node.value else {}
-    if not isinstance(node, ast.BinOp) or not isinstance(node.op, ast.Add | ast.Mult):
-        return None
-    left, right = _fold(node.left), _fold(node.right)
-    if left is None or right is None:
-        return None
-    if isinstance(node.op, ast.Add):
-        pairs = [*left.items(), *right.items()]
-    else:
-        pairs = [(tuple(sorted(a + b)), n * m) for a, n in left.items() for b, m in right.items()]
-    terms: Form = {}
-    for term, n in pairs:
-        terms[term] = terms.get(term, 0) + n
-    return {term: n for term, n in terms.items() if n}
+    poly = None if "-" in plain else of_text(plain)
+    if poly is None or any(not name.isidentifier() for monomial, _ in poly for name in monomial):
+        return None  # a cast left (`(int)r`) reads as a name of its own: a narrowing, which this reader refuses
+    return dict(poly), casts > 0
 
 
 register(UntileTranspose())
