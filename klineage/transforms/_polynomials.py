@@ -84,7 +84,7 @@ def of_text(text: str, names: dict[str, Poly] | None = None) -> Poly | None:
     its own where `names` gives it no polynomial; None where it is no polynomial."""
     parsed = cp.parse(f"void f() {{ e = ({text}); }}")
     assignment = next(iter(cp.nodes_of_type(parsed.root, "assignment_expression")), None)
-    if assignment is None:
+    if assignment is None or parsed.root.has_error:  # a text that is no expression
         return None
     given = names or {}
     named = {name: given[name] if name in given else variable(name)
