@@ -684,8 +684,12 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
     in_updates: dict[str, int] = {}  # how often each accumulator is named by its own updates
     # a column's own temporaries (`float v = ...; v = fminf(v, 127.0f);`): each lane computes them for its columns
     temporaries = {name for s in statements(loop_body) if s.type == "declaration" for name in declared_names(parsed, s)}
+    declared: set[str] = set()  # the temporaries declared so far, which a column's own loop may assign
     for statement in statements(loop_body):
-        if statement.type == "declaration" or _private_loop(parsed, statement, temporaries):
+        if statement.type == "declaration":
+            declared |= set(declared_names(parsed, statement))
+            continue
+        if _private_loop(parsed, statement, declared):
             continue
         assignment = statement.named_children[0] if statement.type == "expression_statement" and \
             statement.named_children else None
@@ -725,19 +729,26 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
     return RowLoop(node, index, tuple(accumulators.values()), start=start, kind=kind)
 
 
-def _private_loop(parsed: cp.ParsedSource, statement: Node, temporaries: set[str]) -> bool:
+def _private_loop(parsed: cp.ParsedSource, statement: Node, declared: set[str]) -> bool:
     """`statement` is a loop of a column's own work (a product's dot over k, `for (int k = 0; k < K; ++k) acc +=
-    x[r * K + k] * W[n * K + k];`): it assigns only the column's temporaries (declared in the row loop's body) and
-    its own names, writes no array element or pointee and calls nothing with an effect, so each lane runs it for its
-    own columns as the serial loop did. A row loop's accumulator it names is read beyond its update, which `fold`
-    refuses."""
+    x[r * K + k] * W[n * K + k];`): it assigns only the column's temporaries declared before it in the row loop's
+    body (`declared`) and names it declares itself before assigning them (none of them a temporary's name again,
+    which would leave it to the scopes which one an assignment means), writes no array element or pointee and calls
+    nothing with an effect, so each lane runs it for its own columns as the serial loop did. A row loop's
+    accumulator it names is read beyond its update, which `fold` refuses."""
     if statement.type != "for_statement":
         return False
-    own = set(declared_names(parsed, statement))
+    own: dict[str, int] = {}  # each name the loop declares -> where it first does
+    for declaration in cp.nodes_of_type(statement, "declaration"):
+        for name in declared_names(parsed, declaration):
+            own.setdefault(name, declaration.start_byte)
+    if set(own) & declared:
+        return False
     changes = cp.nodes_of_type(statement, "assignment_expression") + cp.nodes_of_type(statement, "update_expression")
     targets = [unparen(node.child_by_field_name("left") or node.child_by_field_name("argument")) for node in changes]
-    return all(target.type == "identifier" and parsed.text(target) in temporaries | own for target in targets) and \
-        first_effect(parsed, statement) is None and \
+    return all(target.type == "identifier" and (parsed.text(target) in declared or
+                                                own.get(parsed.text(target), statement.end_byte) < target.start_byte)
+               for target in targets) and first_effect(parsed, statement) is None and \
         not any(cp.call_name(call).startswith("atomic") for call in cp.nodes_of_type(statement, "call_expression"))
 
 

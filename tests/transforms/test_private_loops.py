@@ -63,6 +63,18 @@ def test_a_rows_column_values_stored_then_read_back_get_a_warp_and_the_naive_bit
     assert emulate.differences(tmp_path, state, {"warp": warp}, ((3, 5, 4), (40, 70, 9)), inputs_of) == []
 
 
+def test_no_site_where_a_columns_own_loop_assigns_a_name_declared_after_it():
+    """`t` declared again after the column's loop: the loop assigns the row's `t` (declared before the row loop),
+    which the next column and the store after the loop see."""
+    source = ROW_SUM.replace("    float s = 0.0f;\n", "    float s = 0.0f;\n    float t = 0.0f;\n").replace(
+        "acc += x[r * K + k] * W[n * K + k];", "{ acc += x[r * K + k] * W[n * K + k]; t = acc; }").replace(
+        "        s += fmaxf(acc + b[n], 0.0f);\n", "        float t = acc;\n        s += fmaxf(t + b[n], 0.0f);\n"
+    ).replace("out[r] = s;", "out[r] = s + t;")
+    state = KernelState(source=source, plan=PLAN)
+    for name in FORWARDS:
+        assert get(name).forward_sites(state) == [], name
+
+
 @pytest.mark.parametrize("new, why", [
     # the column's loop writes memory (another lane's column may read it), or assigns what every column sees
     ("{ acc += x[r * K + k] * W[n * K + k]; out[k] = 0.0f; }", "no store or reduction"),
