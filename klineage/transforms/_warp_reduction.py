@@ -682,9 +682,9 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
         return RowLoop(node, index, (Accumulator(scan.accumulator, scan.op),), scan)
     accumulators: dict[str, Accumulator] = {}
     in_updates: dict[str, int] = {}  # how often each accumulator is named by its own updates
-    # a column's own temporaries (`float v = ...; v = fminf(v, 127.0f);`): each lane computes them for its columns
-    temporaries = {name for s in statements(loop_body) if s.type == "declaration" for name in declared_names(parsed, s)}
-    declared: set[str] = set()  # the temporaries declared so far, which a column's own loop may assign
+    # a column's own temporaries (`float v = ...; v = fminf(v, 127.0f);`): each lane computes them for its columns;
+    # only those declared before a statement are its (a name declared later may be the row's own until then)
+    declared: set[str] = set()
     for statement in statements(loop_body):
         if statement.type == "declaration":
             declared |= set(declared_names(parsed, statement))
@@ -694,7 +694,7 @@ def fold(parsed: cp.ParsedSource, node: Node, index: str, start: str, kind: str,
         assignment = statement.named_children[0] if statement.type == "expression_statement" and \
             statement.named_children else None
         if assignment is not None and assignment.type == "assignment_expression" and \
-                parsed.text(assignment.child_by_field_name("left")) in temporaries:
+                parsed.text(assignment.child_by_field_name("left")) in declared:
             continue
         if statement.type == "if_statement":
             accumulator = _kept_extreme(parsed, statement) or _conditional_update(parsed, statement)

@@ -163,6 +163,9 @@ ARG = "    float b = x[row * n];\n    long long a = 0;\n    for (int j = 1; j < 
      "declared without a value"),
     ("    float s;\n    s = 0.0f;\n    s = 1.0f;\n    for (int j = 0; j < n; ++j) s += x[row * n + j];\n"
      "    y[row] = s;\n", "before its loop"),
+    # the row's own name assigned in the loop before the column declares one of that name: no column temporary
+    ("    float s = 0.0f;\n    float t = 0.0f;\n    for (int j = 0; j < n; ++j) {\n        t = x[row * n + j];\n"
+     "        float t = 2.0f;\n        s += t;\n    }\n    y[row] = s + t;\n", "not a reduction: `t = "),
     # a loop index declared before its loop and read after it: each lane would hold its own last index
     ("    int j;\n    float s = 0.0f;\n    for (j = 0; j < n; ++j) s += x[row * n + j];\n    y[row] = s + j;\n",
      "the index 'j' of `for .j = 0; j < n; ..j.` is declared outside the loop and named outside the loops"),
