@@ -9,7 +9,8 @@ of two spellings:
     if (col < cols) <work>                                 if (row < rows && col < cols) <work>
     (grid (cdiv(cols, B), rows), block B)                  (grid (cdiv(cols, Bx), cdiv(rows, By)), block (Bx, By))
 
-with the declarations in either order, the indexes 32-bit or 64-bit (`size_t col = ...`, as `_canonical` spells
+with the declarations in either order (locals declared between or after them, before the guard, read inside the
+guard: `_guard_first`), the indexes 32-bit or 64-bit (`size_t col = ...`, as `_canonical` spells
 them), the guard's bounds in either order and its counts maybe cast to the indexes' width (`col < (size_t)cols`: the
 same bound wherever the kernel is correct), or the guard as `if (col >= cols) return;` (`if (row >= rows || col >=
 cols) return;`) and the work after it. In the first spelling the column's bound may be a product of counts (`i < T
@@ -106,13 +107,17 @@ from tree_sitter import Node
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import Arg, ArgKind, Launch
+from klineage.transforms._calls import first_effect
 from klineage.transforms._canonical import INDEX_LOCAL, NARROW, WIDE, canonical, canonical_index
 from klineage.transforms._edit import (
     contains,
+    declared_names,
     edited,
     fresh_name,
     indentation,
     is_written,
+    line_end,
+    line_start,
     params,
     reindent,
     splice,
@@ -225,8 +230,9 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
             elif shape in (Shape.GRID_STRIDE, Shape.GRID_STRIDE_ROWS):
                 text, launches = _destrided(flat, parsed, function, rows=shape is Shape.GRID_STRIDE_ROWS)
             else:
-                matrix = _matrix(state, parsed, function, of_rows=shape is Shape.MATRIX_ROWS)
-                text = _rewrite(parsed, function, matrix)
+                guarded, kernel = _guard_first(parsed, function)
+                matrix = _matrix(state, guarded, kernel, of_rows=shape is Shape.MATRIX_ROWS)
+                text = _rewrite(guarded, kernel, matrix)
                 launches = _element_launches(flat, parsed, function, f"{matrix.rows} * {_grouped(matrix.columns)}",
                                              matrix.dimensions)
             flat = KernelState(source=flat.source, plan=with_plan(flat, launches=launches))
@@ -486,6 +492,45 @@ def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Functio
     body = reindent(text, len(indentation(parsed.data, listed[-1].start_byte)), indent)[len(indent):]
     source = f"{kind} {index} = {start};\n{indent}if ({index} < {bound}) {body}"
     return source, _element_launches(state, parsed, function, bound, 1)
+
+
+def _guard_first(parsed: cp.ParsedSource, function: cp.Function) -> tuple[cp.ParsedSource, cp.Function]:
+    """The source (reparsed, and the kernel in it) with the locals a 2-D kernel declares between its two indexes and
+    its guard (`int h = bh % H;`, `float s = scale[row];`) moved inside the guard, where `_matrix` reads the work:
+    they call nothing with an effect and the guard does not name them, so a thread the guard keeps computes them
+    as before and one it leaves out never used them. The same source where the kernel has no such locals."""
+    listed = statements(function.node.child_by_field_name("body"))
+    at = next((n for n, node in enumerate(listed) if node.type != "declaration"), len(listed))
+    indexes = [node for node in listed[:at] if _is_index(parsed, node)]
+    moved = [node for node in listed[:at] if node not in indexes]
+    if len(indexes) != 2 or not moved or at == len(listed) or listed[at].type != "if_statement" or \
+            listed[at].child_by_field_name("alternative") is not None:
+        return parsed, function
+    guard = listed[at]
+    names = {name for node in moved for name in declared_names(parsed, node)}
+    condition, consequence = guard.child_by_field_name("condition"), guard.child_by_field_name("consequence")
+    if names & {parsed.text(n) for node in (condition, *indexes) for n in cp.nodes_of_type(node, "identifier")} or \
+            any(first_effect(parsed, node) is not None for node in moved):
+        return parsed, function
+    indent = indentation(parsed.data, guard.start_byte)
+    text = "\n".join(indent + "    " + squash(parsed.text(node)) for node in moved)
+    if squash(parsed.text(consequence)) in ("return;", "{ return; }"):  # the work after the guard: they go first
+        edits = [(guard.end_byte, guard.end_byte, "\n" + "\n".join(indent + squash(parsed.text(n)) for n in moved))]
+    elif consequence.type == "compound_statement":
+        edits = [(consequence.start_byte + 1, consequence.start_byte + 1, "\n" + text)]
+    else:
+        edits = [(consequence.start_byte, consequence.end_byte, f"{{\n{text}\n{indent}    "
+                  f"{parsed.text(consequence)}\n{indent}}}")]
+    edits += [(line_start(parsed.data, node.start_byte), line_end(parsed.data, node.end_byte), "") for node in moved]
+    source = splice(parsed.data, edits)[0]
+    reparsed = cp.parse(source.decode("utf-8"))
+    return reparsed, next(f for f in cp.functions(reparsed) if f.name == function.name)
+
+
+def _is_index(parsed: cp.ParsedSource, node: Node) -> bool:
+    """`node` declares one of the indexes `_matrix` reads: a column or row along a grid axis, or a block's row."""
+    text = squash(parsed.text(node))
+    return bool(grid_index(parsed, node, wide=True)[0] or _ROW_BLOCK.fullmatch(text) or _COLUMN_ACROSS.fullmatch(text))
 
 
 def _matrix(state: KernelState, parsed: cp.ParsedSource, function: cp.Function, of_rows: bool = False) -> _Matrix:

@@ -182,6 +182,46 @@ def test_64_bit_indexes_and_a_cast_bound_are_the_flat_64_bit_index(tmp_path, ind
                                lambda rows, cols: _inputs("rows_on_y", rows, cols)) == []
 
 
+ROW_LOCALS = ("int col = threadIdx.x + blockIdx.x * blockDim.x;\n    int row = blockIdx.y;",
+              "int col = threadIdx.x + blockIdx.x * blockDim.x;\n    float bias = b[col % cols];\n"
+              "    int row = blockIdx.y;\n    const int base = row * cols;")
+
+
+@pytest.mark.parametrize("returning", [False, True])
+def test_locals_a_2d_kernel_declares_before_its_guard_move_inside_it(tmp_path, returning):
+    """`int h = bh % H;` and kin between (or among) the indexes and the guard: read inside the guard, where the
+    threads the guard keeps compute them as before, then flattened and packed; the written kernel's bits on the
+    CPU (a local read from memory, one naming the row, declared between the indexes)."""
+    written = _state("rows_on_y", "written")
+    source = written.source.replace(ROW_LOCALS[0], ROW_LOCALS[1]).replace(
+        "float v = x[row * cols + col] + b[col];", "float v = x[base + col] + bias;")
+    if returning:
+        source = source.replace("    if (col < cols) {\n", "    if (col >= cols) return;\n").replace(
+            "v : 0.0f;\n    }\n", "v : 0.0f;\n")
+    spelled = KernelState(source=source, plan=written.plan)
+    flat = flattened(canonical(spelled))
+    assert "int i = blockIdx.x * blockDim.x + threadIdx.x;" in flat.source and "const int base = row * cols;" in \
+        flat.source.split("if (i < rows * cols) {")[1]
+    transform = get("scalarize_elementwise")
+    (site,) = transform.forward_sites(spelled)
+    packed = transform.forward(spelled, site).state
+    assert emulate.differences(tmp_path, spelled, {"packed": packed}, ((4, 64), (7, 130)),
+                               lambda rows, cols: _inputs("rows_on_y", rows, cols)) == []
+
+
+@pytest.mark.parametrize("local", [
+    "    const int limit = cols;\n",  # the guard names it: it must be there before the guard
+    "    float seen = atomicAdd(y, 0.0f);\n",  # an effect every thread made, the guard's or not
+])
+def test_locals_before_the_guard_stay_where_moving_them_would_tell(local):
+    written = _state("rows_on_y", "written")
+    source = written.source.replace("    if (col < cols) {", local + "    if (col < cols) {")
+    if "limit" in local:
+        source = source.replace("if (col < cols)", "if (col < limit)")
+    spelled = KernelState(source=source, plan=written.plan)
+    assert flattened(canonical(spelled)) == canonical(spelled)
+
+
 def test_the_emulation_sees_a_column_split_the_wrong_way(tmp_path):
     """The check can fail: a flat form whose column is one off adds another column's bias."""
     flat = _state("rows_on_y", "flat")
