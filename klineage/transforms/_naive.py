@@ -26,6 +26,7 @@ from klineage.transforms._edit import (
     is_written,
     operator,
     own_lines,
+    params,
     reindent,
     splice,
     unparen,
@@ -71,7 +72,8 @@ class Local:
     node: Node  # its declaration
     names: tuple[str, ...]
     integer: bool  # of an integer type (a row length may be one)
-    indexed: bool  # its value names the element index, directly or through another such local
+    indexed: bool  # its value names the element index or reads memory, directly or through another such local:
+    # `sunk` moves it into the element's work
     between: bool  # declared between the index and the guard (else before the index)
 
 
@@ -340,8 +342,9 @@ def scalar_locals(parsed: cp.ParsedSource, function: cp.Function, listed: list[N
     """The declarations before the element index (`listed[at]`) and right after it up to the first other statement,
     each a scalar local (`int cols = ca + cb;`, `const float one = 1.f;`, `int r = i / cols;`) whose value is
     arithmetic, casts and pure math on literals, scalar parameters, the source's constants, the index and earlier
-    such locals; NotApplicable for anything else before the index, or a local that may read memory, have an effect
-    or name a thread coordinate (a lane or iteration would not be the thread it was), that the kernel assigns, takes
+    such locals (and, read from a `const` pointer parameter, `float s = scale[0];`: `_constant_reads`, a local `sunk`
+    moves into the work); NotApplicable for anything else before the index, or a local that may read other memory,
+    have an effect or name a thread coordinate (a lane or iteration would not be the thread it was), that the kernel assigns, takes
     the address of or declares again, or that names a parameter. Evaluated where they stand or later, before every
     element or once per element, such locals hold the same values."""
     body = function.node.child_by_field_name("body")
@@ -385,29 +388,53 @@ def _local(parsed: cp.ParsedSource, function: cp.Function, statement: Node, know
     if kind is None or kind.type not in ("primitive_type", "sized_type_specifier") or \
             qualifiers - {"const", "constexpr"} or others:
         raise NotApplicable(f"{function.name} declares `{shown}` before its guard: no scalar local")
-    names, reads = [], set()
+    names, reads, memory = [], set(), False
     for declarator in declarators:
         value = declarator.child_by_field_name("value") if declarator.type == "init_declarator" else None
         name = declarator.child_by_field_name("declarator") if value is not None else None
         if name is None or name.type != "identifier":
             raise NotApplicable(f"{function.name} declares `{shown}` before its guard: no initialized scalar")
-        strange = next((n.type for n in _named(value) if n.type not in _LOCAL_VALUE), None)
+        reads_of = _constant_reads(parsed, function, value)
+        strange = next((n.type for n in _named(value) if n.type not in _LOCAL_VALUE and n.id not in reads_of), None)
         if strange is not None or first_effect(parsed, value, _LOCAL_CALLS) is not None:
             raise NotApplicable(f"{function.name}'s local '{parsed.text(name)}' before the guard may read memory, "
                                 f"have an effect or name a thread coordinate (`{parsed.text(value)}`)")
         callees = {n.start_byte for call in cp.nodes_of_type(value, "call_expression")
                    for n in cp.nodes_of_type(call.child_by_field_name("function"), "identifier")}
-        uses = {parsed.text(n) for n in cp.nodes_of_type(value, "identifier") if n.start_byte not in callees}
+        uses = {parsed.text(n) for n in cp.nodes_of_type(value, "identifier")
+                if n.start_byte not in callees and n.id not in reads_of}
+        memory = memory or bool(reads_of)
         if unknown := sorted(uses - known):
             raise NotApplicable(f"{function.name}'s local '{parsed.text(name)}' before the guard reads '{unknown[0]}', "
                                 f"no scalar parameter, constant, the index or an earlier such local")
         reads |= uses
         names.append(parsed.text(name))
         known.add(names[-1])
-    if reads & indexed:
+    moves = memory or bool(reads & indexed)
+    if moves:
         indexed.update(names)
     integer = not re.search(r"\b(?:float|double|bool|char)\b", parsed.text(kind))
-    return Local(statement, tuple(names), integer, bool(reads & indexed), after_index)
+    return Local(statement, tuple(names), integer, moves, after_index)
+
+
+def _constant_reads(parsed: cp.ParsedSource, function: cp.Function, value: Node) -> set[int]:
+    """The ids of the nodes of `value` that read an element of a `const` pointer parameter (`scale[0]`, `*scale`,
+    `scale[row]`: the subscript, its brackets and the pointer's name, not the subscript's own terms) in a kernel
+    without `const_cast`: memory nothing in the launch writes (it passes no buffer twice), so the read gives the same
+    value wherever in the thread it is made. NotApplicable where `value` reads any other memory."""
+    constant = set() if "const_cast" in parsed.text(function.node) else {
+        param.name for param in params(parsed, function.node)
+        if param.indirection == "*" and re.match(r"(?:const\b|\w+\s+const\b)", squash(parsed.text(param.node)))}
+    found: set[int] = set()
+    for node in _named(value):
+        if node.type == "subscript_expression" or (node.type == "pointer_expression" and
+                                                   parsed.text(node).lstrip().startswith("*")):
+            argument = unparen(node.child_by_field_name("argument"))
+            if argument.type != "identifier" or parsed.text(argument) not in constant:
+                raise NotApplicable(f"{function.name}'s local before the guard reads `{parsed.text(node)}`: memory "
+                                    f"the launch may write")
+            found |= {node.id, argument.id, *(c.id for c in node.children if c.type == "subscript_argument_list")}
+    return found
 
 
 def _named(node: Node) -> Iterator[Node]:

@@ -93,10 +93,10 @@ def test_no_site_where_it_would_not_be_legal(transform, body, why):
 
 
 @pytest.mark.parametrize("local, why", [
-    ("const float w = x[0];", "may read memory"),
+    ("const float w = y[0];", "reads `y\\[0\\]`: memory the launch may write"),  # y is written: where, by whom?
     ("const float w = __ldg(x);", "may read memory"),
     ("int k = atomicAdd((int*)y, 1);", "have an effect"),
-    ("float v = (y[0] = 1.0f);", "may read memory, have an effect"),
+    ("float v = (y[0] = 1.0f);", "memory the launch may write"),
     ("int t = threadIdx.x % 32;", "name a thread coordinate"),
     ("int b = blockIdx.x * 2;", "name a thread coordinate"),
     ("float s = 2.0f;", "is assigned"),  # the body assigns it below
@@ -111,6 +111,30 @@ def test_no_site_for_a_local_before_the_guard_that_is_not_a_plain_value(transfor
     state = KernelState(source=HEAD + f"    {local}\n" + body + "}\n", plan=PLAN)
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
+        transform.forward(state, SITE)
+
+
+@pytest.mark.parametrize("local", ["const float w = x[0];", "const float w = 2.0f * x[n - 1];"])
+def test_a_local_read_from_memory_nothing_writes_moves_into_the_work(transform, local, tmp_path):
+    """A scale read from a `const` parameter before the guard (`float s = scale[0];`): nothing in the launch writes
+    it, so each element's work reads the same value; it moves into the work and the packed kernel computes the
+    naive bits on the CPU."""
+    naive = KernelState(source=HEAD + f"    {local}\n    if (i < n) y[i] = x[i] * w;\n}}\n", plan=PLAN)
+    packed = transform.forward(naive, SITE).state
+    assert packed.source.count(local) == 5  # once a component and once in the tail loop
+
+    def inputs_of(n: int) -> tuple[dict, dict, dict]:
+        return {"n": n}, {"x": torch.randn(n, generator=torch.Generator().manual_seed(n))}, {"y": (torch.float32, n)}
+
+    assert emulate.differences(tmp_path, naive, {"packed": packed}, ((5,), (64,), (130,)), inputs_of) == []
+
+
+def test_a_local_read_from_a_const_parameter_stays_refused_past_a_const_cast(transform):
+    """A `const_cast` may write the `const` parameter the local reads: its value would depend on where it is read."""
+    state = KernelState(source=HEAD + "    const float w = x[0];\n    if (i < n) { y[i] = x[i] * w; "
+                        "const_cast<float*>(x)[i] = 0.0f; }\n}\n", plan=PLAN)
+    assert transform.forward_sites(state) == []
+    with pytest.raises(NotApplicable, match="reads `x\\[0\\]`: memory the launch may write"):
         transform.forward(state, SITE)
 
 

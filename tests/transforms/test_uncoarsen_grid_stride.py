@@ -114,7 +114,8 @@ PLAN = plan_of('"x", "y", { scalar = "n", type = "i32" }')
     ("    if (i >= n) return;\n    y[i] = x[i] * gridDim.x;\n", "names gridDim"),
     ("    if (i < n && x[i] > 0.0f) y[i] = x[i];\n", "`i < n` or `i >= n`"),
     ("    if (i >= n) return;\n    y[i] = x[i];\n    n = 0;\n", "assigns 'n' of its bound"),  # read every step
-    ("    const float w = x[0];\n    if (i < n) y[i] = w * x[i];\n", "may read memory"),
+    # a read of memory the launch writes: which element's write it sees would change (a `const` one moves inside)
+    ("    const float w = y[0];\n    if (i < n) y[i] = w * x[i];\n", "memory the launch may write"),
     ("    float w = 2.0f;\n    if (i < n) { w = x[i]; y[i] = w; }\n", "is assigned"),
     ("    int lane = threadIdx.x % 32;\n    if (i < n) y[i] = x[i] * lane;\n", "name a thread coordinate"),
     ("    int old = atomicAdd((int*)y, 1);\n    if (i < n) y[i] = x[i];\n", "have an effect"),
