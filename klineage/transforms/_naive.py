@@ -342,11 +342,11 @@ def scalar_locals(parsed: cp.ParsedSource, function: cp.Function, listed: list[N
     """The declarations before the element index (`listed[at]`) and right after it up to the first other statement,
     each a scalar local (`int cols = ca + cb;`, `const float one = 1.f;`, `int r = i / cols;`) whose value is
     arithmetic, casts and pure math on literals, scalar parameters, the source's constants, the index and earlier
-    such locals (and, read from a `const` pointer parameter, `float s = scale[0];`: `_constant_reads`, a local `sunk`
-    moves into the work); NotApplicable for anything else before the index, or a local that may read other memory,
-    have an effect or name a thread coordinate (a lane or iteration would not be the thread it was), that the kernel assigns, takes
-    the address of or declares again, or that names a parameter. Evaluated where they stand or later, before every
-    element or once per element, such locals hold the same values."""
+    such locals (and, read from a `const` pointer parameter, `float s = scale[0];`: `_constant_reads`, a local
+    `sunk` moves into the work); NotApplicable for anything else before the index, or a local that may read other
+    memory, have an effect or name a thread coordinate (a lane or iteration would not be the thread it was), that
+    the kernel assigns, takes the address of or declares again, or that names a parameter. Evaluated where they
+    stand or later, before every element or once per element, such locals hold the same values."""
     body = function.node.child_by_field_name("body")
     params = parameters(parsed, function)
     known = {name for name, _, pointer in params if not pointer} | set(parse_constants(parsed.source))
