@@ -114,14 +114,16 @@ def test_no_site_for_a_local_before_the_guard_that_is_not_a_plain_value(transfor
         transform.forward(state, SITE)
 
 
-@pytest.mark.parametrize("local", ["const float w = x[0];", "const float w = 2.0f * x[n - 1];"])
-def test_a_local_read_from_memory_nothing_writes_moves_into_the_work(transform, local, tmp_path):
-    """A scale read from a `const` parameter before the guard (`float s = scale[0];`): nothing in the launch writes
+@pytest.mark.parametrize("local, moved", [("const float w = x[0];", "const float w = x[0];"),
+                                          ("const float w = 2.0f * x[n - 1];", "const float w = 2.0f * x[n - 1];"),
+                                          ("float w = *x;", "float w = x[0];")])  # the element as a subscript
+def test_a_local_read_from_memory_nothing_writes_moves_into_the_work(transform, local, moved, tmp_path):
+    """A scale read from a `const` parameter before the guard (`float s = *scale;`): nothing in the launch writes
     it, so each element's work reads the same value; it moves into the work and the packed kernel computes the
     naive bits on the CPU."""
     naive = KernelState(source=HEAD + f"    {local}\n    if (i < n) y[i] = x[i] * w;\n}}\n", plan=PLAN)
     packed = transform.forward(naive, SITE).state
-    assert packed.source.count(local) == 5  # once a component and once in the tail loop
+    assert packed.source.count(moved) == 5  # once a component and once in the tail loop
 
     def inputs_of(n: int) -> tuple[dict, dict, dict]:
         return {"n": n}, {"x": torch.randn(n, generator=torch.Generator().manual_seed(n))}, {"y": (torch.float32, n)}
