@@ -10,7 +10,8 @@ of two spellings:
     (grid (cdiv(cols, B), rows), block B)                  (grid (cdiv(cols, Bx), cdiv(rows, By)), block (Bx, By))
 
 with the declarations in either order (locals declared between or after them, before the guard, read inside the
-guard: `_guard_first`), the indexes 32-bit or 64-bit (`size_t col = ...`, as `_canonical` spells
+guard: `_guard_first`; an NCHW kernel's channel along y and image along z joined into one row first: `_layers`),
+the indexes 32-bit or 64-bit (`size_t col = ...`, as `_canonical` spells
 them), the guard's bounds in either order and its counts maybe cast to the indexes' width (`col < (size_t)cols`: the
 same bound wherever the kernel is correct), or the guard as `if (col >= cols) return;` (`if (row >= rows || col >=
 cols) return;`) and the work after it. In the first spelling the column's bound may be a product of counts (`i < T
@@ -126,6 +127,7 @@ from klineage.transforms._edit import (
     written_names,
 )
 from klineage.transforms._grid_stride import read_grid_stride, stride_local
+from klineage.transforms._layers import layers_joined
 from klineage.transforms._naive import (
     FORBIDDEN,
     INTEGER_CAST,
@@ -230,6 +232,9 @@ def flattened(state: KernelState, shapes: frozenset[Shape] = ELEMENTS) -> Kernel
             elif shape in (Shape.GRID_STRIDE, Shape.GRID_STRIDE_ROWS):
                 text, launches = _destrided(flat, parsed, function, rows=shape is Shape.GRID_STRIDE_ROWS)
             else:
+                if shape is Shape.MATRIX and "blockIdx.z" in parsed.text(body) and \
+                        (joined := _joined_flat(state, parsed, function, shapes)) is not None:
+                    return joined
                 guarded, kernel = _guard_first(parsed, function)
                 matrix = _matrix(state, guarded, kernel, of_rows=shape is Shape.MATRIX_ROWS)
                 text = _rewrite(guarded, kernel, matrix)
@@ -492,6 +497,20 @@ def _destrided(state: KernelState, parsed: cp.ParsedSource, function: cp.Functio
     body = reindent(text, len(indentation(parsed.data, listed[-1].start_byte)), indent)[len(indent):]
     source = f"{kind} {index} = {start};\n{indent}if ({index} < {bound}) {body}"
     return source, _element_launches(state, parsed, function, bound, 1)
+
+
+def _joined_flat(state: KernelState, parsed: cp.ParsedSource, function: cp.Function,
+                 shapes: frozenset[Shape]) -> KernelState | None:
+    """The state flattened once the kernel's layers along y and z are joined into one row (`_layers`), where that
+    flattens the kernel; None where it does not (the joined grid, never launched itself, could pass 65,535)."""
+    try:
+        joined = layers_joined(state, parsed, function)
+    except NotApplicable as refusal:
+        refused(function, refusal)
+        return None
+    result = flattened(joined, shapes)
+    kernel = next(f for f in cp.functions(cp.parse(result.source)) if f.name == function.name)
+    return result if "blockIdx.y" not in kernel.node.text.decode("utf-8") else None
 
 
 def _guard_first(parsed: cp.ParsedSource, function: cp.Function) -> tuple[cp.ParsedSource, cp.Function]:

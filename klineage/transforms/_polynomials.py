@@ -91,3 +91,13 @@ def of_text(text: str, names: dict[str, Poly] | None = None) -> Poly | None:
              for name in {parsed.text(n) for n in cp.nodes_of_type(assignment, "identifier")}}
     return polynomial(parsed, assignment.child_by_field_name("right"), named)
 
+
+def as_text(poly: Poly) -> str:
+    """`poly` written as C arithmetic over its names (`HW + 2 * p - 1`; `0` for the zero polynomial), its terms in a
+    fixed order."""
+    terms = []
+    for monomial, coefficient in sorted(poly, key=lambda term: (-len(term[0]), term[0])):
+        factors = [*([str(abs(coefficient))] if abs(coefficient) != 1 or not monomial else []), *monomial]
+        terms.append(("- " if coefficient < 0 else "+ ") + " * ".join(factors))
+    text = " ".join(terms) or "0"
+    return text[2:] if text.startswith("+ ") else "-" + text[2:] if text.startswith("- ") else text

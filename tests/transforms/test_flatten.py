@@ -730,3 +730,60 @@ def test_a_blockidx_that_is_no_row_of_one_thread_is_left_as_written(source, bloc
     state = KernelState(source="__global__ void kernel(const float* __restrict__ x, float* __restrict__ y, int rows, "
                                "int cols) {\n" + source + "}\n", plan=plan)
     assert "const unsigned int" not in flattened(canonical(state), frozenset({Shape.ONE_THREAD_BLOCKS})).source
+
+
+NCHW = """__global__ void kernel(const float* x, const float* bias, float* y, int C, int HW) {
+    int p = blockIdx.x * blockDim.x + threadIdx.x;
+    int c = blockIdx.y;
+    int n = blockIdx.z;
+    if (p < HW) {
+        size_t idx = ((size_t)n * C + c) * HW + p;
+        float v = x[idx] + bias[c];
+        y[idx] = v > 0.0f ? v : 0.01f * v;
+    }
+}
+"""
+NCHW_PLAN = ('name = "t"\nproblem = "t"\n[[launch]]\nentry = "kernel"\ngrid = ["cdiv(hw, 128)", "c", "n"]\n'
+             'block = [128]\nargs = ["x", "bias", "y", { scalar = "c", type = "i32" }, '
+             '{ scalar = "hw", type = "i32" }]\n')
+
+
+def _nchw(n: int, c: int, hw: int) -> tuple[dict, dict, dict]:
+    g = torch.Generator().manual_seed(n * 100 + c * 10 + hw)
+    inputs = {"x": torch.randn(n * c * hw, generator=g), "bias": torch.randn(c, generator=g)}
+    return {"n": n, "c": c, "hw": hw}, inputs, {"y": (torch.float32, n * c * hw)}
+
+
+def test_an_nchw_kernel_on_a_3d_grid_is_one_thread_per_element_and_packed(tmp_path):
+    """The channel a layer along y, the image along z (`_layers.py`): joined into one row, the element
+    `((size_t)n * C + c) * HW + p` read over it, then flat and packed; the written kernel's bits on the CPU."""
+    written = KernelState(source=NCHW, plan=LaunchPlan.from_toml(NCHW_PLAN))
+    flat = flattened(canonical(written))
+    assert "float v = x[i] + bias[c];" in flat.source and "int c = layer % C;" in flat.source
+    assert flat.plan.launches[0].grid[0] == "cdiv(((c) * (n)) * hw, 128)"
+    transform = get("scalarize_elementwise")
+    (site,) = transform.forward_sites(written)
+    packed = transform.forward(written, site).state
+    assert "*reinterpret_cast<float4*>(y + i) = y4;" in packed.source
+    swapped = KernelState(source=flat.source.replace("int c = layer % C;", "int c = layer / C;"), plan=flat.plan)
+    assert swapped.source != flat.source
+    found = emulate.differences(tmp_path, written, {"flat": flat, "packed": packed, "swapped": swapped},
+                                ((2, 3, 64), (3, 5, 7)), _nchw)
+    assert found and all("swapped" in line for line in found)  # the channel split the wrong way is caught
+
+
+@pytest.mark.parametrize("old, new", [
+    ('block = [128]', 'block = [64, 2]'),  # threadIdx.y would move the channel
+    ('"c", "n"]', '"c + 1", "n"]'),  # no parameter is the channels' count
+    ("if (p < HW) {", "if (p < HW && c < C) {"),  # the guard names the channel
+    ("size_t idx", "c += 0;\n        size_t idx"),  # the channel assigned
+])
+def test_an_nchw_kernel_is_left_as_written_where_its_layers_cannot_join(old, new):
+    source, plan = NCHW, NCHW_PLAN
+    if old in plan:
+        plan = plan.replace(old, new)
+    else:
+        assert old in source
+        source = source.replace(old, new)
+    written = canonical(KernelState(source=source, plan=LaunchPlan.from_toml(plan)))
+    assert flattened(written) == written
