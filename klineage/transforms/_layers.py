@@ -18,7 +18,9 @@ layer, the same value (formed in 64 bits where the expression cast a part to 64 
 thread per element on a 1-D launch; the joined grid is never launched itself (its y could pass 65,535), and where
 `_flatten` cannot read the joined kernel the kernel is left as written.
 
-Legal only where c and n are never assigned and the guard does not name them. The leading underscore keeps the
+The layers may be declared before the guard or right after one that returns (`if (p >= HW) return; int64_t c =
+blockIdx.y; ...`: a block's, whichever thread), in 32 or 64 bits. Legal only where c and n are never assigned and
+the guard does not name them. The leading underscore keeps the
 catalog from loading this module as a transform.
 """
 
@@ -30,24 +32,32 @@ from dataclasses import replace
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
 from klineage.launch import Arg, ArgKind
+from klineage.transforms._canonical import WIDE_TYPES
 from klineage.transforms._edit import fresh_name, is_written, line_end, line_start, splice
 from klineage.transforms._naive import grid_extent_parameters, grid_index, launches_of, squash, statements
 from klineage.transforms._polynomials import Poly, as_text, constant, plus, polynomial, times, variable
 from klineage.transforms.base import NotApplicable, with_plan
 
-_LAYER = re.compile(r"(?:const )?(int|unsigned|unsigned int) ([A-Za-z_]\w*) = blockIdx\.([yz]);")
+_LAYER = re.compile(rf"(?:const )?(int|unsigned|unsigned int|{'|'.join(sorted(WIDE_TYPES))}) ([A-Za-z_]\w*) = "
+                    rf"\(?blockIdx\.([yz])\)?;")
 
 
 def layers_joined(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -> KernelState:
     """The state with the kernel `function` in the joined form above; NotApplicable where it is not so."""
     listed = statements(function.node.child_by_field_name("body"))
-    found = {m[3]: (node, m[1], m[2]) for node in listed[:3] if (m := _LAYER.fullmatch(squash(parsed.text(node))))}
-    columns = [node for node in listed[:3] if grid_index(parsed, node, wide=True)[0] == "x"]
-    if set(found) != {"y", "z"} or len(columns) != 1 or len(listed) < 4 or listed[3].type != "if_statement":
-        raise NotApplicable(f"{function.name} does not declare a column along x and layers along y and z, then guard")
+    at = next((k for k, node in enumerate(listed) if node.type == "if_statement"), len(listed))
+    returning = at < len(listed) and squash(parsed.text(listed[at].child_by_field_name("consequence"))) in (
+        "return;", "{ return; }")
+    # the layers declared before the guard, or right after one that returns (each a block's, whichever thread)
+    window = listed[:at] + (listed[at + 1:at + 3] if returning else [])
+    found = {m[3]: (node, m[1], m[2]) for node in window if (m := _LAYER.fullmatch(squash(parsed.text(node))))}
+    columns = [node for node in listed[:at] if grid_index(parsed, node, wide=True)[0] == "x"]
+    if set(found) != {"y", "z"} or len(columns) != 1 or at == len(listed):
+        raise NotApplicable(f"{function.name} does not declare a column along x and layers along y and z by its "
+                            f"guard")
     (y_node, y_type, channel), (z_node, z_type, image) = found["y"], found["z"]
     written = {parsed.text(n) for n in cp.nodes_of_type(function.node, "identifier") if is_written(n)}
-    guard = listed[3].child_by_field_name("condition")
+    guard = listed[at].child_by_field_name("condition")
     if {channel, image} & (written | {parsed.text(n) for n in cp.nodes_of_type(guard, "identifier")}):
         raise NotApplicable(f"{function.name} assigns {channel} or {image}, or its guard names one")
     for launch in launches_of(state, function.name, dimensions=3):
@@ -59,11 +69,13 @@ def layers_joined(state: KernelState, parsed: cp.ParsedSource, function: cp.Func
     taken = {parsed.text(n) for n in cp.nodes_of_type(parsed.root, "identifier")}
     layer, layers = fresh_name(taken, "layer"), fresh_name(taken, "layers")
     edits = _over_layer(parsed, function, channel, image, counts[0], layer)
-    indent = " " * (y_node.start_byte - line_start(parsed.data, y_node.start_byte))
-    edits += [(y_node.start_byte, y_node.end_byte, f"int {layer} = blockIdx.y;\n{indent}{y_type} {channel} = "
-                                                   f"{layer} % {counts[0]};\n{indent}{z_type} {image} = {layer} / "
-                                                   f"{counts[0]};"),
-              (line_start(parsed.data, z_node.start_byte), line_end(parsed.data, z_node.end_byte), "")]
+    column = columns[0]
+    indent = " " * (column.start_byte - line_start(parsed.data, column.start_byte))
+    edits += [(column.end_byte, column.end_byte, f"\n{indent}int {layer} = blockIdx.y;\n{indent}{y_type} {channel} = "
+                                                 f"{layer} % {counts[0]};\n{indent}{z_type} {image} = {layer} / "
+                                                 f"{counts[0]};")]
+    edits += [(line_start(parsed.data, node.start_byte), line_end(parsed.data, node.end_byte), "")
+              for node in (y_node, z_node)]
     last = function.node.child_by_field_name("declarator").child_by_field_name("parameters").named_children[-1]
     edits.append((last.end_byte, last.end_byte, f", int {layers}"))
     launches = tuple(replace(launch, grid=(launch.grid[0], f"({launch.grid[1]}) * ({launch.grid[2]})", 1),

@@ -754,18 +754,33 @@ def _nchw(n: int, c: int, hw: int) -> tuple[dict, dict, dict]:
     return {"n": n, "c": c, "hw": hw}, inputs, {"y": (torch.float32, n * c * hw)}
 
 
-def test_an_nchw_kernel_on_a_3d_grid_is_one_thread_per_element_and_packed(tmp_path):
+# 64-bit indexes, the layers declared after a guard that returns, the element's terms apart
+NCHW_WIDE = """__global__ void kernel(const float* x, const float* bias, float* y, int C, int HW) {
+    int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p >= HW) return;
+    int64_t c = blockIdx.y;
+    int64_t n = blockIdx.z;
+    int64_t idx = n * C * HW + c * HW + p;
+    float v = x[idx] + bias[c];
+    y[idx] = v > 0.0f ? v : 0.01f * v;
+}
+"""
+
+
+@pytest.mark.parametrize("source", [NCHW, NCHW_WIDE], ids=["int", "int64_after_return"])
+def test_an_nchw_kernel_on_a_3d_grid_is_one_thread_per_element_and_packed(tmp_path, source):
     """The channel a layer along y, the image along z (`_layers.py`): joined into one row, the element
     `((size_t)n * C + c) * HW + p` read over it, then flat and packed; the written kernel's bits on the CPU."""
-    written = KernelState(source=NCHW, plan=LaunchPlan.from_toml(NCHW_PLAN))
+    assert source.count("blockIdx") == 3
+    written = KernelState(source=source, plan=LaunchPlan.from_toml(NCHW_PLAN))
     flat = flattened(canonical(written))
-    assert "float v = x[i] + bias[c];" in flat.source and "int c = layer % C;" in flat.source
+    assert "float v = x[i] + bias[c];" in flat.source and "c = layer % C;" in flat.source
     assert flat.plan.launches[0].grid[0] == "cdiv(((c) * (n)) * hw, 128)"
     transform = get("scalarize_elementwise")
     (site,) = transform.forward_sites(written)
     packed = transform.forward(written, site).state
     assert "*reinterpret_cast<float4*>(y + i) = y4;" in packed.source
-    swapped = KernelState(source=flat.source.replace("int c = layer % C;", "int c = layer / C;"), plan=flat.plan)
+    swapped = KernelState(source=flat.source.replace("c = layer % C;", "c = layer / C;"), plan=flat.plan)
     assert swapped.source != flat.source
     found = emulate.differences(tmp_path, written, {"flat": flat, "packed": packed, "swapped": swapped},
                                 ((2, 3, 64), (3, 5, 7)), _nchw)
