@@ -26,7 +26,7 @@ from tree_sitter import Node
 
 from klineage.features import cuda_parser as cp
 from klineage.kernel import KernelState
-from klineage.transforms._edit import edited, is_written
+from klineage.transforms._edit import edited, is_written, splice
 from klineage.transforms._naive import squash
 from klineage.transforms.base import NotApplicable
 
@@ -46,10 +46,11 @@ def butterflies_read(state: KernelState) -> KernelState:
         found = []
         for loop in cp.nodes_of_type(body, "for_statement"):
             try:
-                found.append(_read(parsed, function, body, loop))
+                edit = _read(parsed, function, body, loop)
             except NotApplicable:
                 continue
-        return [edit for edit in found if edit is not None]
+            found += [edit] if edit is not None else []
+        return found
 
     return edited(state, edits)
 
@@ -82,14 +83,11 @@ def _read(parsed: cp.ParsedSource, function: cp.Function, body: Node,
                 len(arguments) == 4 and parsed.text(arguments[3]) not in ("32", "warpSize"):
             raise NotApplicable("not a full warp's shuffle by the offset")
         down = down or cp.call_name(call) == "__shfl_down_sync"
-        edits.append((call.start_byte, call.end_byte,
+        edits.append((call.start_byte - statement.start_byte, call.end_byte - statement.start_byte,
                       f"__shfl_xor_sync({MASK}, {parsed.text(arguments[1])}, offset)"))
     if down:
         _check_lane_zero_reads(parsed, function, body, loop, statement)
-    text = bytearray(parsed.data[statement.start_byte:statement.end_byte])
-    for start, end, new in sorted(edits, reverse=True):
-        text[start - statement.start_byte:end - statement.start_byte] = new.encode("utf-8")
-    written = _added(text.decode("utf-8"))
+    written = _added(splice(parsed.data[statement.start_byte:statement.end_byte], edits)[0].decode("utf-8"))
     replacement = f"{HEADER} {written}"
     return None if squash(parsed.text(loop)) == squash(replacement) else (loop.start_byte, loop.end_byte, replacement)
 

@@ -123,7 +123,6 @@ from klineage.transforms._edit import (
     reindent,
     splice,
     through_blanks,
-    unparen,
     written_names,
 )
 from klineage.transforms._grid_stride import read_grid_stride, stride_local
@@ -137,9 +136,9 @@ from klineage.transforms._naive import (
     grid_index,
     launch_scalars,
     launches_of,
-    parameters,
     squash,
     statements,
+    subscripted,
 )
 from klineage.transforms._polynomials import Poly, plus, polynomial, product, times, variable
 from klineage.transforms.base import NotApplicable, refused, with_plan
@@ -343,7 +342,7 @@ def _alone(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
         raise NotApplicable(f"{function.name} names no thread or block, but is launched on more than one thread")
     if not work:
         raise NotApplicable(f"{function.name}'s one thread does nothing")
-    text = _subscripted(parsed, function, work)
+    text = subscripted(parsed, function, work)
     if found := _BLOCK_FORBIDDEN.search(text):
         raise NotApplicable(f"{function.name}'s one thread names a thread or block coordinate, the grid, a barrier "
                             f"or a collective (`{found[0]}`)")
@@ -359,18 +358,6 @@ def _alone(state: KernelState, parsed: cp.ParsedSource, function: cp.Function) -
     source = f"{kind} {row} = {canonical_index(kind)};\n{indent}if ({row} < 1) {{\n{body}\n{indent}}}"
     return source, tuple(Launch(launch.entry, (1, 1, 1), (LONE_BLOCK, 1, 1), launch.shared, launch.args)
                          if launch.entry == function.name else launch for launch in state.plan.launches)
-
-
-def _subscripted(parsed: cp.ParsedSource, function: cp.Function, work: list[Node]) -> str:
-    """The text of the statements `work`, each `*p` of a pointer parameter p of `function` written `p[0]`."""
-    pointers = {name for name, _, pointer in parameters(parsed, function) if pointer}
-    start, end = work[0].start_byte, work[-1].end_byte
-    edits = [(n.start_byte - start, n.end_byte - start, f"{parsed.text(n.child_by_field_name('argument'))}[0]")
-             for node in work for n in cp.nodes_of_type(node, "pointer_expression")
-             if parsed.text(n.child_by_field_name("operator")) == "*"
-             and parsed.text(unparen(n.child_by_field_name("argument"))) in pointers
-             and unparen(n.child_by_field_name("argument")).type == "identifier"]
-    return splice(parsed.data[start:end], edits)[0].decode("utf-8")
 
 
 def _lone_thread(parsed: cp.ParsedSource, body: Node) -> tuple[bool, Node | None, list[Node]] | None:
@@ -505,12 +492,11 @@ def _joined_flat(state: KernelState, parsed: cp.ParsedSource, function: cp.Funct
     flattens the kernel; None where it does not (the joined grid, never launched itself, could pass 65,535)."""
     try:
         joined = layers_joined(state, parsed, function)
-    except NotApplicable as refusal:
-        refused(function, refusal)
+    except NotApplicable:  # a batch on z alone, say: the 2-D reading says why where it too refuses
         return None
     result = flattened(joined, shapes)
     kernel = next(f for f in cp.functions(cp.parse(result.source)) if f.name == function.name)
-    return result if "blockIdx.y" not in kernel.node.text.decode("utf-8") else None
+    return result if "blockIdx.y" not in cp.parse(result.source).text(kernel.node) else None
 
 
 def _guard_first(parsed: cp.ParsedSource, function: cp.Function) -> tuple[cp.ParsedSource, cp.Function]:

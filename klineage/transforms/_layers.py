@@ -90,7 +90,6 @@ def _over_layer(parsed: cp.ParsedSource, function: cp.Function, channel: str, im
                 layer: str) -> list[tuple[int, int, str]]:
     """The edits writing each outermost expression of the body that is a multiple of `image * count + channel`
     plus terms free of both (`((size_t)n * C + c) * HW + p`) over the layer (`(long long)layer * HW + p`)."""
-    names: dict[str, Poly] = {}
     joined = plus(times(variable(image), variable(count)), variable(channel))
     edits, covered = [], []
     for node in cp.nodes_of_type(function.node.child_by_field_name("body"), "binary_expression"):

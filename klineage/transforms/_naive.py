@@ -437,15 +437,17 @@ def _constant_reads(parsed: cp.ParsedSource, function: cp.Function, value: Node)
     return found
 
 
-def _subscripted_reads(parsed: cp.ParsedSource, node: Node) -> str:
-    """The text of `node` with each read through a bare pointer name (`*scale`) written as its subscript
-    (`scale[0]`, the same element), the form the elementwise forwards read reads in."""
-    start = node.start_byte
-    edits = [(n.start_byte - start, n.end_byte - start, f"{parsed.text(unparen(n.child_by_field_name('argument')))}[0]")
-             for n in cp.nodes_of_type(node, "pointer_expression")
-             if parsed.text(n).lstrip().startswith("*") and unparen(n.child_by_field_name("argument")).type ==
-             "identifier"]
-    return splice(parsed.data[start:node.end_byte], edits)[0].decode("utf-8")
+def subscripted(parsed: cp.ParsedSource, function: cp.Function, nodes: list[Node]) -> str:
+    """The text of the statements `nodes` (one run of them), each `*p` of a pointer parameter p of `function` written
+    `p[0]`: the same element, as a subscript, the form the row and elementwise readers read."""
+    pointers = {name for name, _, pointer in parameters(parsed, function) if pointer}
+    start, end = nodes[0].start_byte, nodes[-1].end_byte
+    edits = [(n.start_byte - start, n.end_byte - start, f"{parsed.text(n.child_by_field_name('argument'))}[0]")
+             for node in nodes for n in cp.nodes_of_type(node, "pointer_expression")
+             if parsed.text(n.child_by_field_name("operator")) == "*"
+             and parsed.text(unparen(n.child_by_field_name("argument"))) in pointers
+             and unparen(n.child_by_field_name("argument")).type == "identifier"]
+    return splice(parsed.data[start:end], edits)[0].decode("utf-8")
 
 
 def _named(node: Node) -> Iterator[Node]:
@@ -524,8 +526,8 @@ def _sinking(parsed: cp.ParsedSource, function: cp.Function) -> list[tuple[int, 
     if not returns and guard != listed[-1]:
         return []
     inner = indent if returns else indent + "    "
-    text = "\n".join(reindent(_subscripted_reads(parsed, local.node), len(indentation(parsed.data,
-                                                                                   local.node.start_byte)), inner)
+    text = "\n".join(reindent(subscripted(parsed, function, [local.node]), len(indentation(parsed.data,
+                                                                                         local.node.start_byte)), inner)
                      for local in moved)
     edits = [(*(own_lines(parsed, local.node) or (local.node.start_byte, local.node.end_byte)), "")
              for local in moved]

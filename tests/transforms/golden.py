@@ -33,6 +33,15 @@ def plan_of(args: str, grid: str = "cdiv(n, 256)", block: int = 256) -> LaunchPl
                                 f"block = [{block}]\nargs = [{args}]\n")
 
 
+def edited(source: str, plan: str, old: str, new: str) -> KernelState:
+    """The kernel `source` launched by the plan text `plan`, `old` replaced by `new` in the plan where it stands
+    there, else in the source (where it must stand)."""
+    if old in plan:
+        return KernelState(source=source, plan=LaunchPlan.from_toml(plan.replace(old, new)))
+    assert old in source, old
+    return KernelState(source=source.replace(old, new), plan=LaunchPlan.from_toml(plan))
+
+
 def load(case: Path, which: str, entry: str) -> KernelState:
     """The case's `which` form; a transform that changes only the plan keeps one `before.cu` for both."""
     plan_file = case / f"{which}.toml"

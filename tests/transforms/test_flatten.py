@@ -20,7 +20,7 @@ from klineage.transforms._canonical import canonical
 from klineage.transforms._flatten import ELEMENTS, Shape, flattened
 from tests.sampled import sampled
 from tests.transforms import emulate
-from tests.transforms.golden import HERE, compiles_without_spills
+from tests.transforms.golden import HERE, compiles_without_spills, edited
 
 CASES = ["rows_on_y", "tiles", "grid_stride", "grid_stride_while", "one_thread_blocks", "first_thread_rows",
          "grid_stride_rows", "one_thread", "first_thread_of_grid", "batch_rows"]
@@ -794,11 +794,5 @@ def test_an_nchw_kernel_on_a_3d_grid_is_one_thread_per_element_and_packed(tmp_pa
     ("size_t idx", "c += 0;\n        size_t idx"),  # the channel assigned
 ])
 def test_an_nchw_kernel_is_left_as_written_where_its_layers_cannot_join(old, new):
-    source, plan = NCHW, NCHW_PLAN
-    if old in plan:
-        plan = plan.replace(old, new)
-    else:
-        assert old in source
-        source = source.replace(old, new)
-    written = canonical(KernelState(source=source, plan=LaunchPlan.from_toml(plan)))
+    written = canonical(edited(NCHW, NCHW_PLAN, old, new))
     assert flattened(written) == written

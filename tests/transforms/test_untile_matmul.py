@@ -15,7 +15,7 @@ from klineage.launch import LaunchPlan
 from klineage.transforms import Anchor, NotApplicable, get
 from tests.sampled import sampled
 from tests.transforms import emulate
-from tests.transforms.golden import HERE, check_golden, compiles_without_spills, load
+from tests.transforms.golden import HERE, check_golden, compiles_without_spills, edited, load
 
 SITE = Anchor("kernel", "function", "tile")
 
@@ -609,13 +609,7 @@ def test_a_row_on_a_grid_layer_is_tiled_as_the_2d_form_it_spells(transform):
     ("if (col < N) {", "if (col < N && row < K) {", "guard is not"),
 ])
 def test_no_site_where_a_grid_layer_is_not_a_bounded_row(transform, old, new, why):
-    source, plan = LAYER_ROWS, LAYER_PLAN
-    if old in plan:
-        plan = plan.replace(old, new)
-    else:
-        assert old in source
-        source = source.replace(old, new)
-    state = KernelState(source=source, plan=LaunchPlan.from_toml(plan))
+    state = edited(LAYER_ROWS, LAYER_PLAN, old, new)
     assert transform.forward_sites(state) == []
     with pytest.raises(NotApplicable, match=why):
         transform.forward(state, Anchor("product", "function", "tile"))
